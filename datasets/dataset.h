@@ -1,0 +1,82 @@
+/* Pre-tokenized JSON Lines datasets and fixed-shape batches.
+ * Each line: {"input_ids": [..], "label": n} for classify, {"input_ids": [..]} for lm;
+ * optional "token_type_ids": [..] (same length as input_ids). */
+#ifndef TUNEGRAPH_DATASET_H
+#define TUNEGRAPH_DATASET_H
+
+#include <stdint.h>
+
+#include "tunegraph/error.h"
+#include "tunegraph/plan.h"
+
+typedef struct tg_example {
+    int32_t len;
+    int32_t *input_ids;
+    int32_t *token_type_ids;  /* NULL when the line has none (all zeros) */
+    int32_t label;            /* classify; TG_IGNORE_INDEX for lm */
+} tg_example;
+
+typedef struct tg_dataset {
+    char path[TG_PATH_MAX];
+    int32_t n;
+    tg_example *examples;
+    int64_t n_tokens;
+} tg_dataset;
+
+/* What a dataset is checked against: ids < vocab_size, type ids < type_vocab_size
+ * (or 0 when type_vocab_size is 0), 0 <= label < num_labels for classify. Errors name
+ * file, line and field: "train.jsonl:12: input_ids[3] = 40000 is outside the vocabulary
+ * (vocab_size 30522)". An empty file or an empty input_ids is an error. */
+typedef struct tg_data_rules {
+    int32_t task;
+    int32_t num_labels;
+    int32_t vocab_size;
+    int32_t type_vocab_size;
+} tg_data_rules;
+
+int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds, tg_err *err);
+void tg_dataset_free(tg_dataset *ds);
+
+/* Host buffers of one batch, laid out as the plan's input tensors. */
+typedef struct tg_batch {
+    int32_t *input_ids;       /* [B,T] */
+    float *attention_mask;    /* [B,T] 1 for real tokens, 0 for padding */
+    int32_t *token_type_ids;  /* [B,T] */
+    int32_t *position_ids;    /* [B,T] */
+    int32_t *labels;          /* classify [B]; lm [B,T] */
+    int32_t n_real;           /* examples that are not padding rows */
+    int64_t n_tokens;         /* real (unpadded) tokens */
+} tg_batch;
+
+typedef struct tg_batch_shape {
+    int32_t batch, seq;
+    int32_t task;             /* tg_task */
+    int32_t arch;             /* tg_arch: RoBERTa positions start after the pad id */
+    int32_t pad_id;           /* id written into padded positions */
+} tg_batch_shape;
+
+/* Fills a batch from examples idx[0..n-1] (n <= batch); rows past n are padding rows
+ * whose labels are all TG_IGNORE_INDEX, so they add nothing to loss or accuracy.
+ * Sequences longer than seq are truncated. Labels: classify -> the example's label;
+ * lm -> labels[t] = input_ids[t+1] where position t+1 is a real token, else ignored
+ * (the shift HF's causal-LM loss applies). Positions: 0..T-1, or for RoBERTa
+ * pad_id + 1 + (count of real tokens so far) on real tokens and pad_id on padding. */
+void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
+                   const tg_batch_shape *shape, tg_batch *out);
+
+/* A seeded shuffled stream over a dataset, reshuffled each epoch (xorshift-based,
+ * identical across machines). */
+typedef struct tg_sampler {
+    int32_t n;
+    int32_t *order;
+    int32_t pos;
+    int32_t epoch;
+    uint64_t seed;
+} tg_sampler;
+
+int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err);
+/* Writes the next `count` example indices, crossing epochs as needed. */
+void tg_sampler_next(tg_sampler *s, int32_t *idx, int32_t count);
+void tg_sampler_free(tg_sampler *s);
+
+#endif

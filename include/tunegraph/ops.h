@@ -1,0 +1,117 @@
+/* The closed set of operations a plan may contain.
+ *
+ * This enum is the contract between the compiler and every executor: each table
+ * indexed by it (compiler/op_table.c: name, shape check, FLOPs, backward rule,
+ * gradient contract; runtime/cpu_ops.c: CPU reference forward) is followed by a
+ * static assertion on TG_OP_COUNT, so an op cannot be added without filling every
+ * table.
+ *
+ * Conventions: tensors are row-major and contiguous; "[B,T,D]" lists dims outermost
+ * first. An op reads in[0..] and writes out[0..]; unused slots hold -1. Integer
+ * parameters live in op.i[], float parameters in op.f[]. "(+=)" marks an output
+ * the op accumulates into (parameter gradients); every other output is overwritten.
+ */
+#ifndef TUNEGRAPH_OPS_H
+#define TUNEGRAPH_OPS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tg_op_kind {
+    /* out0 = 0 over its whole extent. */
+    TG_OP_ZERO,
+    /* out0 = f[0] (every element). Seeds the loss gradient. */
+    TG_OP_FILL,
+    /* in0 ids int32 [N], in1 table [V,D] -> out0 [N,D]; out0[n] = table[ids[n]].
+     * i[0]=N, i[1]=V, i[2]=D. */
+    TG_OP_EMBEDDING,
+    /* in0 ids int32 [N], in1 dout [N,D] -> out0 dtable [V,D] (+=). Rows are summed in
+     * index order per table row, so the result does not depend on thread timing.
+     * i[0]=N, i[1]=V, i[2]=D. */
+    TG_OP_EMBEDDING_BWD,
+    /* in0 a, in1 b -> out0 = a + b, all of i[0] elements. */
+    TG_OP_ADD,
+    /* Batched row-major matrix product with optional bias:
+     *   out0[b] = f[0] * op(in0[b]) @ op(in1[b]) (+ in2 broadcast over rows) (+ out0[b] if i[6])
+     * op(A) is A [M,K], or A^T when i[3] (A stored [K,M]); op(B) is B [K,N], or B^T when
+     * i[4] (B stored [N,K]). in2 (optional) is a bias [N]. Batches are contiguous.
+     * i[0]=M, i[1]=N, i[2]=K, i[3]=transA, i[4]=transB, i[5]=batch, i[6]=accumulate. */
+    TG_OP_MATMUL,
+    /* in0 dout [M,N] -> out0 dbias [N] (+=), the column sums. i[0]=M, i[1]=N. */
+    TG_OP_BIAS_GRAD,
+    /* in0 x [M,D], in1 gamma [D], in2 beta [D] -> out0 y [M,D], out1 mean [M],
+     * out2 rstd [M] (biased variance, as torch). i[0]=M, i[1]=D, f[0]=eps. */
+    TG_OP_LAYERNORM,
+    /* in0 dy [M,D], in1 x, in2 gamma, in3 mean, in4 rstd -> out0 dx [M,D],
+     * out1 dgamma [D] (+=), out2 dbeta [D] (+=). i[0]=M, i[1]=D. */
+    TG_OP_LAYERNORM_BWD,
+    /* in0 x -> out0 gelu(x), i[0] elements. i[1]=TG_GELU_ERF or TG_GELU_TANH. */
+    TG_OP_GELU,
+    /* in0 dy, in1 x -> out0 dx = dy * gelu'(x). i[0] elements, i[1] as TG_OP_GELU. */
+    TG_OP_GELU_BWD,
+    /* in0 x -> out0 tanh(x), i[0] elements. */
+    TG_OP_TANH,
+    /* in0 dy, in1 y (the forward output) -> out0 dx = dy * (1 - y^2), i[0] elements. */
+    TG_OP_TANH_BWD,
+    /* in0 scores [B,H,T,T], in1 key mask float [B,T] (1 keep, 0 masked; optional)
+     * -> out0 probs [B,H,T,T] = softmax_k(f[0] * scores) over kept keys (and k <= q when
+     * causal); masked keys get probability 0. i[0]=B, i[1]=H, i[2]=T, i[3]=causal. */
+    TG_OP_ATTN_SOFTMAX,
+    /* in0 dprobs, in1 probs -> out0 dscores = f[0] * P * (dP - sum_k(dP * P)).
+     * i[0]=B, i[1]=H, i[2]=T. */
+    TG_OP_ATTN_SOFTMAX_BWD,
+    /* in0 x, in1 step counter (optimizer state, float [1]) -> out0 y = x * keep / (1 - p).
+     * keep = uniform(seed, step, key=i[1], element) >= p, from the counter-based Philox
+     * stream in kernels/philox.h, so the backward (the same op on the gradient, same key)
+     * regenerates the mask. Identity when the executor runs in eval mode.
+     * i[0] elements, i[1] stream key, f[0]=p. */
+    TG_OP_DROPOUT,
+    /* in0 x [B*T, P*H*Dh] -> out0..out(P-1), each [B,H,T,Dh]: part p of the columns,
+     * split into heads. i[0]=B, i[1]=T, i[2]=H, i[3]=Dh, i[4]=P (1..3). */
+    TG_OP_HEADS_SPLIT,
+    /* Inverse of TG_OP_HEADS_SPLIT: in0..in(P-1) [B,H,T,Dh] -> out0 [B*T, P*H*Dh].
+     * Same parameters. */
+    TG_OP_HEADS_MERGE,
+    /* in0 x [B,T,D], in1 ids int32 [B,T] -> out0 [B,D], the row of one token per sequence:
+     * i[3]=TG_SELECT_FIRST (token 0) or TG_SELECT_LAST_NON_PAD (the largest t with
+     * ids[b,t] != i[4], 0 if none, as HF GPT2ForSequenceClassification).
+     * i[0]=B, i[1]=T, i[2]=D, i[4]=pad id. */
+    TG_OP_SELECT_TOKEN,
+    /* in0 dout [B,D], in1 ids -> out0 dx [B,T,D]: dout at the selected rows, 0 elsewhere.
+     * Same parameters as TG_OP_SELECT_TOKEN. */
+    TG_OP_SELECT_TOKEN_BWD,
+    /* in0 logits [N,C], in1 labels int32 [N] -> out0 loss [1] = mean over rows whose
+     * label != -100 of -log softmax(logits)[label] (0 when no row counts).
+     * i[0]=N, i[1]=C. */
+    TG_OP_CROSS_ENTROPY,
+    /* in0 dloss [1], in1 logits, in2 labels -> out0 dlogits [N,C]
+     * = dloss * (softmax - onehot) / n_valid on counted rows, 0 on ignored rows. */
+    TG_OP_CROSS_ENTROPY_BWD,
+    /* Learning-rate schedule, on the device in later executors so a captured step never
+     * changes: in0 step counter [1] (updates completed), in1 total steps [1]
+     * -> out0 lr [1] = f[0] * linear warmup over i[0] steps then linear decay to 0 at
+     * total steps (HF get_linear_schedule_with_warmup), out1 step counter, incremented. */
+    TG_OP_SCHEDULE,
+    /* in0 all gradients (the grads pool as one tensor) -> out0 [1] their global L2 norm. */
+    TG_OP_GRAD_NORM,
+    /* One AdamW update of every parameter (torch.optim.AdamW semantics, decoupled decay):
+     * in0 all grads, in1 lr [1], in2 step counter [1] (already incremented, the bias-
+     * correction t), in3 grad norm [1] -> out0 all params, out1 all m, out2 all v, in place.
+     * Gradients are scaled by min(1, f[4] / (norm + 1e-6)) when f[4] > 0 (torch
+     * clip_grad_norm_). Parameters flagged TG_TENSOR_NO_DECAY skip weight decay.
+     * f[0]=beta1, f[1]=beta2, f[2]=eps, f[3]=weight decay, f[4]=max grad norm. */
+    TG_OP_ADAMW,
+    TG_OP_COUNT
+} tg_op_kind;
+
+enum { TG_GELU_ERF = 0, TG_GELU_TANH = 1 };
+enum { TG_SELECT_FIRST = 0, TG_SELECT_LAST_NON_PAD = 1 };
+
+/* The label value that excludes a row from the loss (HF / torch ignore_index). */
+#define TG_IGNORE_INDEX (-100)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* The plan: the immutable program the compiler writes and every executor runs.
+ * One tensor table, one schedule of ops (sorted by phase), memory pools with fixed
+ * offsets, and the model and job it was compiled from. */
+#ifndef TUNEGRAPH_PLAN_H
+#define TUNEGRAPH_PLAN_H
+
+#include <stdint.h>
+
+#include "tunegraph/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_PLAN_VERSION 1
+#define TG_NAME_MAX 96
+#define TG_PATH_MAX 512
+#define TG_MAX_DIMS 4
+#define TG_OP_MAX_IN 6
+#define TG_OP_MAX_OUT 4
+#define TG_OP_MAX_I 8
+#define TG_OP_MAX_F 6
+
+typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_DTYPE_COUNT } tg_dtype;
+
+typedef enum tg_pool {
+    TG_POOL_PARAMS = 0,  /* trainable parameters, one contiguous buffer */
+    TG_POOL_GRADS,       /* parameter gradients, same layout as params */
+    TG_POOL_OPTIM,       /* AdamW m and v (each params-shaped), step counter, total steps */
+    TG_POOL_ACTIVATIONS, /* forward/backward intermediates, reused by liveness */
+    TG_POOL_INPUTS,      /* the batch: ids, masks, positions, labels */
+    TG_POOL_WORKSPACE,   /* per-step scalars (lr, grad norm, loss seed) */
+    TG_POOL_COUNT
+} tg_pool;
+
+typedef enum tg_phase {
+    TG_PHASE_FORWARD = 0,
+    TG_PHASE_BACKWARD,
+    TG_PHASE_OPTIMIZER,
+    TG_PHASE_COUNT
+} tg_phase;
+
+enum tg_tensor_flags {
+    TG_TENSOR_PARAM = 1 << 0,    /* a trainable parameter */
+    TG_TENSOR_GRAD = 1 << 1,     /* a parameter's gradient (grads pool) */
+    TG_TENSOR_NO_DECAY = 1 << 2, /* parameter excluded from weight decay (biases, LayerNorm) */
+    TG_TENSOR_INPUT = 1 << 3,    /* filled by the runtime from the batch */
+    TG_TENSOR_OUTPUT = 1 << 4,   /* read by the runtime after the forward phase */
+    TG_TENSOR_VIEW = 1 << 5,     /* aliases a whole pool (grads/params/m/v as one buffer) */
+    TG_TENSOR_TIED = 1 << 6,     /* parameter shared by two uses (GPT-2 wte / lm_head) */
+};
+
+typedef enum tg_init { TG_INIT_NONE = 0, TG_INIT_NORMAL, TG_INIT_ZEROS, TG_INIT_ONES } tg_init;
+
+typedef struct tg_tensor {
+    char name[TG_NAME_MAX];  /* parameters carry their Hugging Face name */
+    int32_t dtype;           /* tg_dtype */
+    int32_t pool;            /* tg_pool */
+    int32_t ndim;
+    int32_t flags;           /* tg_tensor_flags */
+    int64_t shape[TG_MAX_DIMS];
+    uint64_t offset;         /* bytes from the pool's base, 256-byte aligned */
+    uint64_t bytes;
+    int32_t first_use;       /* index of the first op reading or writing it, -1 if none */
+    int32_t last_use;        /* index of the last such op */
+    int32_t grad;            /* parameters: index of the gradient tensor; else -1 */
+    int32_t init;            /* tg_init, for parameters without pretrained weights */
+    float init_std;
+    int32_t reserved;
+} tg_tensor;
+
+typedef struct tg_op {
+    int32_t kind;            /* tg_op_kind */
+    int32_t phase;           /* tg_phase */
+    int32_t in[TG_OP_MAX_IN];
+    int32_t out[TG_OP_MAX_OUT];
+    int64_t i[TG_OP_MAX_I];
+    float f[TG_OP_MAX_F];
+} tg_op;
+
+typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_COUNT } tg_arch;
+typedef enum tg_task { TG_TASK_CLASSIFY = 0, TG_TASK_LM, TG_TASK_COUNT } tg_task;
+typedef enum tg_precision { TG_PREC_FP32 = 0, TG_PREC_BF16, TG_PREC_FP16, TG_PREC_COUNT } tg_precision;
+
+/* What the compiler needs from a Hugging Face config.json (or a preset, which is one). */
+typedef struct tg_model_config {
+    char source[TG_PATH_MAX];   /* model folder, or preset name */
+    char weights[TG_PATH_MAX];  /* model.safetensors in that folder, "" when absent */
+    int32_t arch;               /* tg_arch */
+    int32_t vocab_size;
+    int32_t hidden;
+    int32_t layers;
+    int32_t heads;
+    int32_t intermediate;
+    int32_t max_positions;
+    int32_t type_vocab_size;    /* 0 for GPT-2 */
+    int32_t pad_token_id;       /* -1 when the config has none */
+    int32_t gelu;               /* TG_GELU_ERF or TG_GELU_TANH */
+    float layer_norm_eps;
+    float initializer_range;
+    float hidden_dropout;       /* BERT hidden_dropout_prob; GPT-2 resid_pdrop */
+    float attention_dropout;    /* BERT attention_probs_dropout_prob; GPT-2 attn_pdrop */
+    float embedding_dropout;    /* BERT hidden_dropout_prob; GPT-2 embd_pdrop */
+    float classifier_dropout;   /* BERT classifier_dropout (or hidden); GPT-2 none (0) */
+} tg_model_config;
+
+/* A training job, from a job file plus --set overrides. */
+typedef struct tg_job {
+    char path[TG_PATH_MAX];      /* the job file, for messages */
+    char model[TG_PATH_MAX];     /* model folder or preset name, as written */
+    int32_t task;                /* tg_task */
+    int32_t num_labels;          /* classify only */
+    int32_t batch;
+    int32_t seq;
+    int32_t precision;           /* tg_precision */
+    int32_t allow_tf32;          /* GPU fp32 only */
+    float lr, beta1, beta2, eps, weight_decay;
+    int32_t warmup_steps;
+    int32_t steps;               /* 0 when epochs is set instead */
+    int32_t epochs;              /* 0 when steps is set instead */
+    float grad_clip;             /* 0 disables clipping */
+    uint64_t seed;
+    int32_t pad_token_id;        /* -1: take the model config's */
+    int32_t log_every;
+    char train_data[TG_PATH_MAX];
+    char eval_data[TG_PATH_MAX];  /* "" when none */
+    int32_t key_line[40];         /* per tg_job_key (compiler/job.h): line that set it,
+                                     0 = default, -1 = --set override */
+} tg_job;
+
+/* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */
+typedef struct tg_plan_io {
+    int32_t input_ids, attention_mask, token_type_ids, position_ids, labels;
+    int32_t logits, loss;
+    int32_t step, total_steps, lr, grad_norm;
+    int32_t params_all, grads_all, m_all, v_all;
+} tg_plan_io;
+
+typedef struct tg_plan {
+    tg_model_config model;
+    tg_job job;
+    int32_t n_tensors;
+    int32_t n_ops;
+    tg_tensor *tensors;
+    tg_op *ops;                          /* sorted by phase */
+    int32_t phase_begin[TG_PHASE_COUNT + 1]; /* ops of phase p: [phase_begin[p], phase_begin[p+1]) */
+    uint64_t pool_bytes[TG_POOL_COUNT];
+    uint64_t peak_bytes;                 /* all pools together: the planned device footprint */
+    uint64_t activation_live_peak;       /* largest sum of simultaneously live activations */
+    double flops_per_step;
+    double bytes_per_step;
+    tg_plan_io io;
+    uint64_t fingerprint;                /* xxh64 of model config, job and tunegraph version */
+} tg_plan;
+
+void tg_plan_free(tg_plan *plan);
+
+const char *tg_pool_name(int pool);
+const char *tg_phase_name(int phase);
+const char *tg_dtype_name(int dtype);
+const char *tg_arch_name(int arch);
+const char *tg_task_name(int task);
+const char *tg_precision_name(int precision);
+int tg_dtype_size(int dtype);
+int64_t tg_tensor_numel(const tg_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,58 @@
+/* safetensors files: an 8-byte little-endian header length, a JSON header naming each
+ * tensor's dtype, shape and byte range, then the raw data. */
+#ifndef TUNEGRAPH_SAFETENSORS_H
+#define TUNEGRAPH_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tunegraph/error.h"
+
+typedef enum tg_st_dtype {
+    TG_ST_F32 = 0, TG_ST_F16, TG_ST_BF16, TG_ST_F64, TG_ST_I64, TG_ST_I32, TG_ST_I8, TG_ST_U8,
+    TG_ST_BOOL, TG_ST_DTYPE_COUNT
+} tg_st_dtype;
+
+typedef struct tg_st_entry {
+    char *name;
+    int dtype;           /* tg_st_dtype */
+    int ndim;
+    int64_t shape[8];
+    uint64_t begin, end; /* byte range within the data section */
+} tg_st_entry;
+
+typedef struct tg_safetensors {
+    char path[512];
+    int n;
+    tg_st_entry *entries;
+    const uint8_t *data;  /* start of the data section */
+    void *map;            /* whole file mapping */
+    size_t map_size;
+} tg_safetensors;
+
+/* Opens and validates the whole header (sizes, offsets in range and non-overlapping,
+ * dtype known, byte size = product of shape x dtype size). */
+int tg_st_open(const char *path, tg_safetensors *st, tg_err *err);
+void tg_st_close(tg_safetensors *st);
+const tg_st_entry *tg_st_find(const tg_safetensors *st, const char *name);
+int64_t tg_st_numel(const tg_st_entry *e);
+const char *tg_st_dtype_name(int dtype);
+
+/* Copies a tensor into dst as float32 (from F32, F16, BF16 or F64). Fails, naming the
+ * file and tensor, when the element count differs from numel or the dtype is not float. */
+int tg_st_read_f32(const tg_safetensors *st, const tg_st_entry *e, float *dst, int64_t numel, tg_err *err);
+/* Copies an integer tensor (I64, I32) into dst as int32, failing on overflow. */
+int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst, int64_t numel, tg_err *err);
+
+typedef struct tg_st_item {
+    const char *name;
+    int dtype;             /* TG_ST_F32 or TG_ST_I32 */
+    int ndim;
+    const int64_t *shape;
+    const void *data;
+} tg_st_item;
+
+/* Writes a safetensors file atomically (temporary file in the same folder, then rename). */
+int tg_st_write(const char *path, const tg_st_item *items, int n, tg_err *err);
+
+#endif

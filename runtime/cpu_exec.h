@@ -1,0 +1,48 @@
+/* The CPU fp32 reference executor: runs any plan, op by op, in schedule order. It is the
+ * oracle the CUDA kernels are tested against. */
+#ifndef TUNEGRAPH_CPU_EXEC_H
+#define TUNEGRAPH_CPU_EXEC_H
+
+#include <stdint.h>
+
+#include "tunegraph/error.h"
+#include "tunegraph/plan.h"
+
+typedef struct tg_threadpool tg_threadpool;
+
+typedef struct tg_cpu_exec {
+    const tg_plan *plan;
+    uint8_t *pool[TG_POOL_COUNT];  /* 64-byte aligned, zero-filled at init */
+    uint64_t seed;                 /* dropout stream seed (the job's seed) */
+    int training;                  /* 0: dropout is the identity (eval) */
+    tg_threadpool *threads;
+} tg_cpu_exec;
+
+/* Allocates every pool of the plan. threads <= 0: one per online core. */
+int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *err);
+void tg_cpu_exec_free(tg_cpu_exec *x);
+
+/* Runs ops [first, last) of the schedule. */
+int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err);
+/* Runs every op of phases [first_phase, last_phase]. */
+int tg_cpu_exec_phases(tg_cpu_exec *x, int first_phase, int last_phase, tg_err *err);
+
+/* Address of a tensor's storage. */
+void *tg_cpu_tensor(const tg_cpu_exec *x, int tensor);
+
+/* Runs one op given explicit buffers: ins/outs are indexed like op->in/op->out.
+ * Used by the executor and by op-level tests that build ops without a plan. */
+typedef struct tg_cpu_op_args {
+    const tg_op *op;
+    void *in[TG_OP_MAX_IN];
+    void *out[TG_OP_MAX_OUT];
+    int64_t out_numel[TG_OP_MAX_OUT];   /* element count of each output (for ZERO/FILL) */
+    uint64_t seed;
+    int training;
+    const tg_plan *plan;                /* ADAMW walks the plan's parameter table */
+    tg_threadpool *threads;             /* may be NULL: run on the calling thread */
+} tg_cpu_op_args;
+
+void tg_cpu_op_run(const tg_cpu_op_args *a);
+
+#endif

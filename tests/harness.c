@@ -1,0 +1,155 @@
+#define _GNU_SOURCE
+#include "tests/harness.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct test_case {
+    const char *name;
+    const char *file;
+    tg_test_fn fn;
+} test_case;
+
+static test_case *g_tests;
+static int g_n_tests, g_cap_tests;
+static int g_current_failed;
+static char g_tmpdir[512];
+static int g_tmp_counter;
+static char g_tmp_root[512];
+
+void tg_test_register(const char *name, const char *file, tg_test_fn fn) {
+    if (g_n_tests == g_cap_tests) {
+        g_cap_tests = g_cap_tests ? 2 * g_cap_tests : 64;
+        g_tests = realloc(g_tests, sizeof *g_tests * (size_t)g_cap_tests);
+        if (!g_tests) abort();
+    }
+    g_tests[g_n_tests++] = (test_case){name, file, fn};
+}
+
+int tg_test_check(int ok, const char *file, int line, const char *fmt, ...) {
+    if (ok) return 1;
+    g_current_failed++;
+    fprintf(stdout, "    %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    return 0;
+}
+
+const char *tg_test_tmpdir(void) {
+    snprintf(g_tmpdir, sizeof g_tmpdir, "%s/t%d", g_tmp_root, ++g_tmp_counter);
+    if (mkdir(g_tmpdir, 0755) != 0) {
+        perror(g_tmpdir);
+        abort();
+    }
+    return g_tmpdir;
+}
+
+int tg_test_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+char *tg_test_read_file(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len) *len = n;
+    }
+    return buf;
+}
+
+int tg_test_count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+double tg_rel_err(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+
+void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        x[i] = lo + (hi - lo) * (float)((s >> 40) * (1.0 / 16777216.0));
+    }
+}
+
+static void remove_tree(const char *path) {
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_tmp_root, sizeof g_tmp_root, "%s/tunegraph-test-XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_tmp_root)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_n_tests; i++) {
+        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        g_current_failed = 0;
+        double t0 = now_ms();
+        g_tests[i].fn();
+        double ms = now_ms() - t0;
+        if (g_current_failed) {
+            failed++;
+            printf("FAIL %s (%s, %.0f ms)\n", g_tests[i].name, g_tests[i].file, ms);
+        } else {
+            passed++;
+            printf("ok   %s (%.0f ms)\n", g_tests[i].name, ms);
+        }
+        fflush(stdout);
+    }
+    remove_tree(g_tmp_root);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

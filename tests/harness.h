@@ -1,0 +1,42 @@
+/* A small test runner: TG_TEST(name) registers a test; CHECK records a failure and
+ * continues, REQUIRE stops the test. The runner prints one line per test and ends with
+ * "N passed, N failed". */
+#ifndef TUNEGRAPH_TEST_HARNESS_H
+#define TUNEGRAPH_TEST_HARNESS_H
+
+#include <stdint.h>
+
+typedef void (*tg_test_fn)(void);
+void tg_test_register(const char *name, const char *file, tg_test_fn fn);
+int tg_test_check(int ok, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define TG_TEST(name)                                                              \
+    static void name(void);                                                        \
+    __attribute__((constructor)) static void name##_register(void) {               \
+        tg_test_register(#name, __FILE__, name);                                   \
+    }                                                                              \
+    static void name(void)
+
+#define CHECK(cond, ...) tg_test_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define REQUIRE(cond, ...)                                                         \
+    do {                                                                           \
+        if (!CHECK(cond, __VA_ARGS__)) return;                                     \
+    } while (0)
+
+/* A fresh empty directory for this test (under $TMPDIR), removed at exit. */
+const char *tg_test_tmpdir(void);
+/* Writes text to path; returns 0 on success. */
+int tg_test_write_file(const char *path, const char *text);
+/* Reads a whole file (malloc'd, NUL-terminated); NULL on failure. */
+char *tg_test_read_file(const char *path, long *len);
+/* Number of entries in a directory (files left behind after a failed write). */
+int tg_test_count_files(const char *dir);
+
+/* ||a - b|| / max(||b||, tiny), in double; +inf if any element is NaN. */
+double tg_rel_err(const float *a, const float *b, int64_t n);
+
+/* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
+void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
+
+#endif
