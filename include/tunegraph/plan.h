@@ -155,6 +155,7 @@ typedef struct tg_plan {
 
 void tg_plan_free(tg_plan *plan);
 
+const char *tg_op_name(int kind);
 const char *tg_pool_name(int pool);
 const char *tg_phase_name(int phase);
 const char *tg_dtype_name(int dtype);
