@@ -2,7 +2,7 @@
 # CPU test suite. GPU targets arrive with the CUDA executor.
 CC ?= gcc
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Iinclude -I. -pthread \
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -I. -pthread \
           -DTG_PRESETS_DIR='"$(CURDIR)/models/presets"'
 LDLIBS = -ljansson -lzstd -lxxhash -lm -lpthread
 
