@@ -24,11 +24,13 @@ typedef enum tg_op_kind {
     /* out0 = f[0] (every element). Seeds the loss gradient. */
     TG_OP_FILL,
     /* in0 ids int32 [N], in1 table [V,D] -> out0 [N,D]; out0[n] = table[ids[n]].
-     * i[0]=N, i[1]=V, i[2]=D. */
+     * i[0]=N, i[1]=V, i[2]=D, i[3]=padding index (-1: none) whose row, as in
+     * nn.Embedding(padding_idx), receives no gradient and starts at zero. */
     TG_OP_EMBEDDING,
     /* in0 ids int32 [N], in1 dout [N,D] -> out0 dtable [V,D] (+=). Rows are summed in
-     * index order per table row, so the result does not depend on thread timing.
-     * i[0]=N, i[1]=V, i[2]=D. */
+     * index order per table row, so the result does not depend on thread timing. Rows
+     * whose id equals i[3] (the padding index, -1: none) contribute nothing.
+     * i[0]=N, i[1]=V, i[2]=D, i[3]=padding index. */
     TG_OP_EMBEDDING_BWD,
     /* in0 a, in1 b -> out0 = a + b, all of i[0] elements. */
     TG_OP_ADD,
@@ -93,14 +95,16 @@ typedef enum tg_op_kind {
      * -> out0 lr [1] = f[0] * linear warmup over i[0] steps then linear decay to 0 at
      * total steps (HF get_linear_schedule_with_warmup), out1 step counter, incremented. */
     TG_OP_SCHEDULE,
-    /* in0 all gradients (the grads pool as one tensor) -> out0 [1] their global L2 norm. */
+    /* in0 all gradients (the grads pool as one tensor) -> out0 [1] their global L2 norm.
+     * i[0] = element count. */
     TG_OP_GRAD_NORM,
     /* One AdamW update of every parameter (torch.optim.AdamW semantics, decoupled decay):
      * in0 all grads, in1 lr [1], in2 step counter [1] (already incremented, the bias-
      * correction t), in3 grad norm [1] -> out0 all params, out1 all m, out2 all v, in place.
      * Gradients are scaled by min(1, f[4] / (norm + 1e-6)) when f[4] > 0 (torch
      * clip_grad_norm_). Parameters flagged TG_TENSOR_NO_DECAY skip weight decay.
-     * f[0]=beta1, f[1]=beta2, f[2]=eps, f[3]=weight decay, f[4]=max grad norm. */
+     * i[0] = parameter element count (FLOPs), f[0]=beta1, f[1]=beta2, f[2]=eps,
+     * f[3]=weight decay, f[4]=max grad norm. */
     TG_OP_ADAMW,
     TG_OP_COUNT
 } tg_op_kind;

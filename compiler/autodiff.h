@@ -1,0 +1,28 @@
+/* Reverse-mode differentiation of the forward schedule. Backward rules (op_table.c) use
+ * these helpers to find output gradients and to deliver input gradients under the
+ * gradient contract: parameter gradients accumulate (+=) into the grads pool;
+ * activation gradients are written (=) into fresh tensors and summed with ADD when a
+ * tensor feeds several ops. */
+#ifndef TUNEGRAPH_AUTODIFF_H
+#define TUNEGRAPH_AUTODIFF_H
+
+#include "compiler/graph.h"
+
+/* A spec with every tensor slot -1 and every parameter 0. */
+tg_op_spec tg_spec(int kind);
+
+/* Gradient of forward tensor t, or -1 when nothing downstream produced one. */
+int tg_ad_grad_of(tg_graph *g, int t);
+/* Where a contribution to t's gradient goes: the parameter's gradient (with *accumulate
+ * = 1), a fresh activation tensor (*accumulate = 0), or -1 when t needs no gradient. */
+int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate);
+/* Records dest (from tg_ad_grad_dest) as a contribution to t's gradient. */
+void tg_ad_commit(tg_graph *g, int t, int dest);
+/* Records an existing tensor as t's gradient contribution without a copy (ADD's rule). */
+void tg_ad_pass(tg_graph *g, int t, int grad);
+
+/* Marks needs_grad, then appends the backward phase (gradient zeroing, loss seed, every
+ * rule in reverse schedule order) for scalar `loss`. */
+int tg_autodiff(tg_graph *g, int loss);
+
+#endif

@@ -1,0 +1,173 @@
+#include "compiler/compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "compiler/autodiff.h"
+#include "compiler/graph.h"
+#include "compiler/job.h"
+#include "compiler/memory_plan.h"
+#include "compiler/model_build.h"
+#include "compiler/op_table.h"
+#include "models/model_config.h"
+#include "tunegraph.h"
+
+int tg_job_pad_id(const tg_job *job, const tg_model_config *cfg) {
+    if (job->pad_token_id >= 0) return job->pad_token_id;
+    return cfg->pad_token_id >= 0 ? cfg->pad_token_id : 0;
+}
+
+/* A job that the model cannot run: the message names where the key was set. */
+static int job_error(const tg_job *job, int key, tg_err *err, const char *what) {
+    char where[TG_PATH_MAX + 32];
+    return tg_fail(err, "%s: key '%s': %s", tg_job_where(job, key, where, sizeof where), tg_job_key_name(key), what);
+}
+
+static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
+    char msg[700];
+    if (job->precision != TG_PREC_FP32) {
+        snprintf(msg, sizeof msg,
+                 "precision %s runs on the CUDA executor, which this build does not include; use fp32",
+                 tg_precision_name(job->precision));
+        return job_error(job, TG_JOB_PRECISION, err, msg);
+    }
+    if (job->task == TG_TASK_LM && cfg->arch != TG_ARCH_GPT2) {
+        snprintf(msg, sizeof msg, "task lm needs a decoder (gpt2 family); model '%s' is %s", cfg->source,
+                 tg_arch_name(cfg->arch));
+        return job_error(job, TG_JOB_TASK, err, msg);
+    }
+    if (job->task == TG_TASK_CLASSIFY && job->num_labels < 2) {
+        snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
+        return job_error(job, TG_JOB_NUM_LABELS, err, msg);
+    }
+    /* RoBERTa positions start after the padding id, so they use pad_id + 1 slots more. */
+    int64_t needed = job->seq + (cfg->arch == TG_ARCH_ROBERTA ? cfg->pad_token_id + 1 : 0);
+    if (needed > cfg->max_positions) {
+        snprintf(msg, sizeof msg, "seq %d exceeds what model '%s' can hold (max_position_embeddings %d%s)", job->seq,
+                 cfg->source, cfg->max_positions, cfg->arch == TG_ARCH_ROBERTA ? ", less pad_token_id + 1" : "");
+        return job_error(job, TG_JOB_SEQ, err, msg);
+    }
+    int pad = tg_job_pad_id(job, cfg);
+    if (pad >= cfg->vocab_size) {
+        snprintf(msg, sizeof msg, "pad_token_id %d is outside the vocabulary (vocab_size %d)", pad, cfg->vocab_size);
+        return job_error(job, TG_JOB_PAD_TOKEN_ID, err, msg);
+    }
+    if (cfg->arch == TG_ARCH_GPT2 && job->task == TG_TASK_CLASSIFY && job->pad_token_id < 0 &&
+        cfg->pad_token_id < 0) {
+        snprintf(msg, sizeof msg,
+                 "classification with model '%s' pools at the last non-padding token, so it needs a padding id: "
+                 "set pad_token_id in the job (the config has none)",
+                 cfg->source);
+        return job_error(job, TG_JOB_PAD_TOKEN_ID, err, msg);
+    }
+    return 0;
+}
+
+static int scalar(tg_graph *g, const char *name, int pool) {
+    int64_t one = 1;
+    return tg_graph_tensor(g, name, TG_F32, pool, 1, &one);
+}
+
+static void build_optimizer(tg_graph *g) {
+    const tg_job *j = g->job;
+    g->phase = TG_PHASE_OPTIMIZER;
+    g->io.lr = scalar(g, "lr", TG_POOL_WORKSPACE);
+    g->io.grad_norm = scalar(g, "grad_norm", TG_POOL_WORKSPACE);
+
+    tg_op_spec s = tg_spec(TG_OP_SCHEDULE);
+    s.in[0] = g->io.step, s.in[1] = g->io.total_steps;
+    s.out[0] = g->io.lr, s.out[1] = g->io.step;
+    s.i[0] = j->warmup_steps;
+    s.f[0] = j->lr;
+    tg_graph_op(g, &s);
+
+    int64_t n = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.grads_all]);
+    s = tg_spec(TG_OP_GRAD_NORM);
+    s.in[0] = g->io.grads_all, s.out[0] = g->io.grad_norm;
+    s.i[0] = n;
+    tg_graph_op(g, &s);
+
+    s = tg_spec(TG_OP_ADAMW);
+    s.in[0] = g->io.grads_all, s.in[1] = g->io.lr, s.in[2] = g->io.step, s.in[3] = g->io.grad_norm;
+    s.out[0] = g->io.params_all, s.out[1] = g->io.m_all, s.out[2] = g->io.v_all;
+    s.i[0] = n;
+    s.f[0] = j->beta1, s.f[1] = j->beta2, s.f[2] = j->eps, s.f[3] = j->weight_decay, s.f[4] = j->grad_clip;
+    tg_graph_op(g, &s);
+}
+
+static uint64_t fingerprint(const tg_model_config *cfg, const tg_job *job) {
+    XXH64_state_t *st = XXH64_createState();
+    XXH64_reset(st, 0);
+    XXH64_update(st, TG_VERSION_STRING, sizeof TG_VERSION_STRING);
+    XXH64_update(st, cfg, sizeof *cfg);
+    XXH64_update(st, job, sizeof *job);
+    uint64_t h = XXH64_digest(st);
+    XXH64_freeState(st);
+    return h;
+}
+
+int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg_in, tg_plan *plan, tg_err *err) {
+    memset(plan, 0, sizeof *plan);
+    /* Zeroed copies: the fingerprint hashes the bytes, padding included. */
+    tg_model_config *cfg = calloc(1, sizeof *cfg);
+    tg_job *j = calloc(1, sizeof *j);
+    if (!cfg || !j) {
+        free(cfg), free(j);
+        return tg_fail(err, "out of memory");
+    }
+    memcpy(cfg, cfg_in, sizeof *cfg);
+    memcpy(j, job, sizeof *j);
+    int rc = -1;
+    tg_graph g;
+    tg_graph_init(&g, cfg, j, err);
+    if (check_job(j, cfg, err)) goto out;
+
+    int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
+    if (g.failed || tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
+    build_optimizer(&g);
+    if (g.failed) goto out;
+
+    int phase_begin[TG_PHASE_COUNT + 1];
+    for (int p = 0, o = 0; p <= TG_PHASE_COUNT; p++) {
+        while (o < g.n_ops && g.ops[o].phase < p) o++;
+        phase_begin[p] = o;
+    }
+    if (tg_plan_memory(&g, phase_begin, plan->pool_bytes, &plan->activation_live_peak)) goto out;
+
+    plan->model = *cfg;
+    plan->job = *j;
+    memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
+    for (int p = 0; p < TG_POOL_COUNT; p++) plan->peak_bytes += plan->pool_bytes[p];
+    for (int o = 0; o < g.n_ops; o++) {
+        plan->flops_per_step += tg_op_row_of(g.ops[o].kind)->flops(&g.ops[o]);
+        plan->bytes_per_step += tg_op_bytes(g.tensors, &g.ops[o]);
+    }
+    plan->io = g.io;
+    plan->fingerprint = fingerprint(cfg, j);
+    /* Hand the arrays over to the plan. */
+    plan->n_tensors = g.n_tensors;
+    plan->n_ops = g.n_ops;
+    plan->tensors = g.tensors;
+    plan->ops = g.ops;
+    g.tensors = NULL;
+    g.ops = NULL;
+    rc = 0;
+out:
+    tg_graph_free(&g);
+    free(cfg);
+    free(j);
+    if (rc) tg_plan_free(plan);
+    return rc;
+}
+
+int tg_compile(const tg_job *job, tg_plan *plan, tg_err *err) {
+    tg_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (tg_model_config_load(job->model, &cfg, err)) {
+        char where[TG_PATH_MAX + 32];
+        return tg_fail_context(err, "%s: key 'model'", tg_job_where(job, TG_JOB_MODEL, where, sizeof where));
+    }
+    return tg_compile_with_config(job, &cfg, plan, err);
+}

@@ -1,0 +1,112 @@
+#include "compiler/graph.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/op_table.h"
+
+void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err) {
+    memset(g, 0, sizeof *g);
+    g->cfg = cfg;
+    g->job = job;
+    g->err = err;
+    memset(&g->io, 0xff, sizeof g->io); /* every role -1 */
+}
+
+void tg_graph_free(tg_graph *g) {
+    free(g->tensors);
+    free(g->ops);
+    free(g->grad);
+    free(g->needs_grad);
+    memset(g, 0, sizeof *g);
+}
+
+int tg_graph_fail(tg_graph *g, const char *fmt, ...) {
+    if (!g->failed) {
+        char msg[900];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        tg_fail(g->err, "internal compiler error: %s", msg);
+        g->failed = 1;
+    }
+    return -1;
+}
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int n = *cap ? *cap * 2 : 256;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, (size_t)n * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim, const int64_t *shape) {
+    if (g->failed) return -1;
+    if (ndim < 0 || ndim > TG_MAX_DIMS) return tg_graph_fail(g, "tensor %s has %d dims", name, ndim);
+    if (strlen(name) >= TG_NAME_MAX) return tg_graph_fail(g, "tensor name too long: %s", name);
+    if (grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1, sizeof *g->tensors))
+        return tg_graph_fail(g, "out of memory");
+    tg_tensor *t = &g->tensors[g->n_tensors];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype;
+    t->pool = pool;
+    t->ndim = ndim;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] <= 0) return tg_graph_fail(g, "tensor %s dim %d is %lld", name, d, (long long)shape[d]);
+        t->shape[d] = shape[d];
+        numel *= shape[d];
+    }
+    t->bytes = (uint64_t)numel * (uint64_t)tg_dtype_size(dtype);
+    t->first_use = t->last_use = -1;
+    t->grad = -1;
+    return g->n_tensors++;
+}
+
+int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    int64_t shape[4] = {d0, d1, d2, d3};
+    return tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, ndim, shape);
+}
+
+int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay) {
+    int64_t shape[2] = {d0, d1};
+    int t = tg_graph_tensor(g, name, TG_F32, TG_POOL_PARAMS, ndim, shape);
+    if (t < 0) return t;
+    g->tensors[t].flags |= TG_TENSOR_PARAM | (no_decay ? TG_TENSOR_NO_DECAY : 0);
+    g->tensors[t].init = init;
+    g->tensors[t].init_std = init == TG_INIT_NORMAL ? g->cfg->initializer_range : 0.0f;
+    return t;
+}
+
+int tg_graph_op(tg_graph *g, const tg_op_spec *spec) {
+    if (g->failed) return -1;
+    if (grow((void **)&g->ops, &g->cap_ops, g->n_ops + 1, sizeof *g->ops))
+        return tg_graph_fail(g, "out of memory");
+    tg_op *op = &g->ops[g->n_ops];
+    memset(op, 0, sizeof *op);
+    op->kind = spec->kind;
+    op->phase = g->phase;
+    for (int s = 0; s < TG_OP_MAX_IN; s++) {
+        op->in[s] = spec->in[s];
+        if (op->in[s] < -1 || op->in[s] >= g->n_tensors)
+            return tg_graph_fail(g, "%s input %d is tensor %d", tg_op_name(op->kind), s, op->in[s]);
+    }
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+        op->out[s] = spec->out[s];
+        if (op->out[s] < -1 || op->out[s] >= g->n_tensors)
+            return tg_graph_fail(g, "%s output %d is tensor %d", tg_op_name(op->kind), s, op->out[s]);
+    }
+    memcpy(op->i, spec->i, sizeof op->i);
+    memcpy(op->f, spec->f, sizeof op->f);
+    const char *bad = tg_op_row_of(op->kind)->check_shapes(g, op);
+    if (bad) return tg_graph_fail(g, "op %d (%s): %s", g->n_ops, tg_op_name(op->kind), bad);
+    return g->n_ops++;
+}

@@ -1,0 +1,52 @@
+/* The graph under construction: a growing tensor table and op list that the model
+ * builders, autodiff and the optimizer pass append to, and the memory planner turns
+ * into a plan. */
+#ifndef TUNEGRAPH_GRAPH_H
+#define TUNEGRAPH_GRAPH_H
+
+#include <stdint.h>
+
+#include "tunegraph/error.h"
+#include "tunegraph/plan.h"
+
+typedef struct tg_graph {
+    tg_tensor *tensors;
+    int n_tensors, cap_tensors;
+    tg_op *ops;
+    int n_ops, cap_ops;
+    int *grad;          /* per tensor: its gradient during autodiff, -1 if none yet */
+    char *needs_grad;   /* per tensor: depends on a parameter */
+    int phase;          /* phase of ops being appended */
+    int failed;         /* first error is kept in err */
+    tg_err *err;
+    const tg_model_config *cfg;
+    const tg_job *job;
+    tg_plan_io io;
+    int dropout_key;    /* next dropout stream key */
+} tg_graph;
+
+void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err);
+void tg_graph_free(tg_graph *g);
+
+/* Adds a tensor; shape is given as ndim dims. Returns its index (or -1 after failure). */
+int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim, const int64_t *shape);
+/* Shorthands for fp32 activations of 1..4 dims. */
+int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+/* A trainable parameter with its HF name, init rule and decay flag. */
+int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay);
+
+/* Appends an op in the current phase. ins/outs are -1 terminated or padded; the op
+ * table's shape rule checks the tensors against the parameters. Returns the op index. */
+typedef struct tg_op_spec {
+    int kind;
+    int in[TG_OP_MAX_IN];
+    int out[TG_OP_MAX_OUT];
+    int64_t i[TG_OP_MAX_I];
+    float f[TG_OP_MAX_F];
+} tg_op_spec;
+int tg_graph_op(tg_graph *g, const tg_op_spec *spec);
+
+/* Records an internal error once (a builder bug, not a user error). */
+int tg_graph_fail(tg_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,339 @@
+/* `tunegraph inspect`: prints a plan for people (text) or tools (JSON). Reads only the
+ * plan, and tolerates out-of-range indices (prints them) so it can show a bad plan. */
+#include "compiler/inspect.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* Names of each op's documented parameters (ops.h); NULL slots are not printed. An op
+ * missing here falls back to printing its nonzero parameters by slot. */
+typedef struct op_params {
+    const char *i[TG_OP_MAX_I];
+    const char *f[TG_OP_MAX_F];
+    int known;
+} op_params;
+
+static const op_params k_params[TG_OP_COUNT] = {
+    [TG_OP_ZERO] = {.known = 1},
+    [TG_OP_FILL] = {.f = {"value"}, .known = 1},
+    [TG_OP_EMBEDDING] = {.i = {"N", "V", "D"}, .known = 1},
+    [TG_OP_EMBEDDING_BWD] = {.i = {"N", "V", "D"}, .known = 1},
+    [TG_OP_ADD] = {.i = {"n"}, .known = 1},
+    [TG_OP_MATMUL] = {.i = {"M", "N", "K", "transA", "transB", "batch", "accumulate"},
+                      .f = {"alpha"}, .known = 1},
+    [TG_OP_BIAS_GRAD] = {.i = {"M", "N"}, .known = 1},
+    [TG_OP_LAYERNORM] = {.i = {"M", "D"}, .f = {"eps"}, .known = 1},
+    [TG_OP_LAYERNORM_BWD] = {.i = {"M", "D"}, .known = 1},
+    [TG_OP_GELU] = {.i = {"n", "tanh_approx"}, .known = 1},
+    [TG_OP_GELU_BWD] = {.i = {"n", "tanh_approx"}, .known = 1},
+    [TG_OP_TANH] = {.i = {"n"}, .known = 1},
+    [TG_OP_TANH_BWD] = {.i = {"n"}, .known = 1},
+    [TG_OP_ATTN_SOFTMAX] = {.i = {"B", "H", "T", "causal"}, .f = {"scale"}, .known = 1},
+    [TG_OP_ATTN_SOFTMAX_BWD] = {.i = {"B", "H", "T"}, .f = {"scale"}, .known = 1},
+    [TG_OP_DROPOUT] = {.i = {"n", "key"}, .f = {"p"}, .known = 1},
+    [TG_OP_HEADS_SPLIT] = {.i = {"B", "T", "H", "Dh", "P"}, .known = 1},
+    [TG_OP_HEADS_MERGE] = {.i = {"B", "T", "H", "Dh", "P"}, .known = 1},
+    [TG_OP_SELECT_TOKEN] = {.i = {"B", "T", "D", "select", "pad"}, .known = 1},
+    [TG_OP_SELECT_TOKEN_BWD] = {.i = {"B", "T", "D", "select", "pad"}, .known = 1},
+    [TG_OP_CROSS_ENTROPY] = {.i = {"N", "C"}, .known = 1},
+    [TG_OP_SCHEDULE] = {.i = {"warmup"}, .f = {"lr"}, .known = 1},
+    [TG_OP_GRAD_NORM] = {.known = 1},
+    [TG_OP_ADAMW] = {.f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
+                     .known = 1},
+};
+
+static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",
+                                           "output", "view", "tied"};
+
+static const tg_tensor *tensor_at(const tg_plan *p, int32_t t) {
+    return t >= 0 && t < p->n_tensors ? &p->tensors[t] : NULL;
+}
+
+/* Calls fn(name, is_float, ivalue, fvalue) for each parameter worth showing. */
+typedef void (*param_fn)(void *ctx, const char *name, int is_float, int64_t iv, float fv);
+
+static void each_param(const tg_op *op, param_fn fn, void *ctx) {
+    const op_params *np = op->kind >= 0 && op->kind < TG_OP_COUNT ? &k_params[op->kind] : NULL;
+    char slot[8];
+    for (int k = 0; k < TG_OP_MAX_I; k++) {
+        if (np && np->known) {
+            if (np->i[k]) fn(ctx, np->i[k], 0, op->i[k], 0);
+        } else if (op->i[k]) {
+            snprintf(slot, sizeof slot, "i%d", k);
+            fn(ctx, slot, 0, op->i[k], 0);
+        }
+    }
+    for (int k = 0; k < TG_OP_MAX_F; k++) {
+        if (np && np->known) {
+            if (np->f[k]) fn(ctx, np->f[k], 1, 0, op->f[k]);
+        } else if (op->f[k] != 0.0f) {
+            snprintf(slot, sizeof slot, "f%d", k);
+            fn(ctx, slot, 1, 0, op->f[k]);
+        }
+    }
+}
+
+/* ---- text -------------------------------------------------------------------- */
+
+static void text_param(void *ctx, const char *name, int is_float, int64_t iv, float fv) {
+    FILE *out = ctx;
+    if (is_float)
+        fprintf(out, " %s=%g", name, (double)fv);
+    else
+        fprintf(out, " %s=%" PRId64, name, iv);
+}
+
+static void print_shape(FILE *out, const tg_tensor *t) {
+    fputc('[', out);
+    int nd = t->ndim < 0 ? 0 : t->ndim > TG_MAX_DIMS ? TG_MAX_DIMS : t->ndim;
+    for (int d = 0; d < nd; d++) fprintf(out, "%s%" PRId64, d ? "," : "", t->shape[d]);
+    fputc(']', out);
+}
+
+static void print_tensor_ref(FILE *out, const tg_plan *p, int32_t t, int with_shape) {
+    const tg_tensor *x = tensor_at(p, t);
+    if (!x) {
+        fprintf(out, "#%d?", t);
+        return;
+    }
+    fputs(x->name, out);
+    if (with_shape) print_shape(out, x);
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static void print_text(const tg_plan *p, FILE *out) {
+    fprintf(out, "model: %s (%s)\n", p->model.source, tg_arch_name(p->model.arch));
+    fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s\n", tg_task_name(p->job.task),
+            p->job.batch, p->job.seq, tg_precision_name(p->job.precision));
+    fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
+    fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
+
+    for (int ph = 0; ph < TG_PHASE_COUNT; ph++) {
+        int b = p->phase_begin[ph], e = p->phase_begin[ph + 1];
+        if (b < 0) b = 0;
+        if (e > p->n_ops) e = p->n_ops;
+        fprintf(out, "\n== %s (%d ops) ==\n", tg_phase_name(ph), e > b ? e - b : 0);
+        for (int o = b; o < e; o++) {
+            const tg_op *op = &p->ops[o];
+            fprintf(out, "%5d %-18s ", o, tg_op_name(op->kind));
+            int n = 0;
+            for (int k = 0; k < TG_OP_MAX_OUT; k++) {
+                if (op->out[k] == -1) continue;
+                fputs(n++ ? ", " : "", out);
+                print_tensor_ref(out, p, op->out[k], 1);
+            }
+            fputs(" <- ", out);
+            n = 0;
+            for (int k = 0; k < TG_OP_MAX_IN; k++) {
+                if (op->in[k] == -1) continue;
+                fputs(n++ ? ", " : "", out);
+                print_tensor_ref(out, p, op->in[k], 0);
+            }
+            if (!n) fputs("-", out);
+            fputs(" |", out);
+            each_param(op, text_param, out);
+            fputc('\n', out);
+        }
+    }
+
+    fprintf(out, "\n== tensors (%d) ==\n", p->n_tensors);
+    fprintf(out, "%5s %-40s %-5s %-18s %-11s %12s %12s %5s %5s  %s\n", "idx", "name", "dtype",
+            "shape", "pool", "offset", "bytes", "first", "last", "flags");
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        char shape[96];
+        int len = snprintf(shape, sizeof shape, "[");
+        int nd = x->ndim < 0 ? 0 : x->ndim > TG_MAX_DIMS ? TG_MAX_DIMS : x->ndim;
+        for (int d = 0; d < nd && len < (int)sizeof shape; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%" PRId64, d ? "," : "",
+                            x->shape[d]);
+        if (len < (int)sizeof shape) snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        fprintf(out, "%5d %-40s %-5s %-18s %-11s %12" PRIu64 " %12" PRIu64 " %5d %5d  ", t,
+                x->name, tg_dtype_name(x->dtype), shape, tg_pool_name(x->pool), x->offset,
+                x->bytes, x->first_use, x->last_use);
+        int n = 0;
+        for (size_t f = 0; f < sizeof k_flag_names / sizeof k_flag_names[0]; f++)
+            if (x->flags & (1 << f)) fprintf(out, "%s%s", n++ ? "," : "", k_flag_names[f]);
+        fputs(n ? "\n" : "-\n", out);
+    }
+
+    fputs("\n== pools ==\n", out);
+    for (int q = 0; q < TG_POOL_COUNT; q++)
+        fprintf(out, "%-12s %14" PRIu64 " bytes %12.2f MiB\n", tg_pool_name(q), p->pool_bytes[q],
+                mib(p->pool_bytes[q]));
+    fprintf(out, "peak: %" PRIu64 " bytes (%.2f MiB)\n", p->peak_bytes, mib(p->peak_bytes));
+    fprintf(out, "activation live peak: %" PRIu64 " bytes (%.2f MiB)\n", p->activation_live_peak,
+            mib(p->activation_live_peak));
+    fprintf(out, "flops per step: %.6g (%.3f GFLOP)\n", p->flops_per_step,
+            p->flops_per_step / 1e9);
+    fprintf(out, "bytes per step: %.6g (%.2f MiB)\n", p->bytes_per_step,
+            p->bytes_per_step / (1024.0 * 1024.0));
+}
+
+/* ---- JSON -------------------------------------------------------------------- */
+
+/* json_string refuses invalid UTF-8; a damaged name should not sink the whole dump. */
+static json_t *jstr(const char *s) {
+    json_t *v = json_string(s);
+    return v ? v : json_string("?");
+}
+/* json_real refuses NaN and infinities. */
+static json_t *jreal(double d) { return isfinite(d) ? json_real(d) : json_null(); }
+static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }
+/* Byte counts are uint64 in the plan but always far below 2^63. */
+static json_t *jbytes(uint64_t v) { return json_integer((json_int_t)v); }
+
+typedef struct jctx {
+    json_t *obj;
+    int bad;
+} jctx;
+
+static void jset(jctx *c, json_t *obj, const char *key, json_t *v) {
+    if (!v || json_object_set_new(obj, key, v)) c->bad = 1;
+}
+static void jpush(jctx *c, json_t *arr, json_t *v) {
+    if (!v || json_array_append_new(arr, v)) c->bad = 1;
+}
+
+static void json_param(void *ctx, const char *name, int is_float, int64_t iv, float fv) {
+    jctx *c = ctx;
+    jset(c, c->obj, name, is_float ? jreal((double)fv) : jint(iv));
+}
+
+static json_t *tensor_name_json(const tg_plan *p, int32_t t) {
+    const tg_tensor *x = tensor_at(p, t);
+    if (x) return jstr(x->name);
+    char buf[32];
+    snprintf(buf, sizeof buf, "#%d?", t);
+    return json_string(buf);
+}
+
+static json_t *build_json(const tg_plan *p, int *bad) {
+    jctx c = {0};
+    json_t *root = json_object();
+    if (!root) {
+        *bad = 1;
+        return NULL;
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, p->fingerprint);
+
+    json_t *model = json_object();
+    jset(&c, root, "model", model);
+    if (model) {
+        jset(&c, model, "source", jstr(p->model.source));
+        jset(&c, model, "weights", jstr(p->model.weights));
+        jset(&c, model, "arch", jstr(tg_arch_name(p->model.arch)));
+        jset(&c, model, "vocab_size", jint(p->model.vocab_size));
+        jset(&c, model, "hidden", jint(p->model.hidden));
+        jset(&c, model, "layers", jint(p->model.layers));
+        jset(&c, model, "heads", jint(p->model.heads));
+        jset(&c, model, "intermediate", jint(p->model.intermediate));
+        jset(&c, model, "max_positions", jint(p->model.max_positions));
+    }
+    jset(&c, root, "task", jstr(tg_task_name(p->job.task)));
+    jset(&c, root, "batch", jint(p->job.batch));
+    jset(&c, root, "seq", jint(p->job.seq));
+    jset(&c, root, "precision", jstr(tg_precision_name(p->job.precision)));
+    jset(&c, root, "fingerprint", json_string(hex));
+    jset(&c, root, "n_ops", jint(p->n_ops));
+    jset(&c, root, "n_tensors", jint(p->n_tensors));
+
+    json_t *per_phase = json_object();
+    jset(&c, root, "ops_per_phase", per_phase);
+    for (int ph = 0; per_phase && ph < TG_PHASE_COUNT; ph++) {
+        int n = p->phase_begin[ph + 1] - p->phase_begin[ph];
+        jset(&c, per_phase, tg_phase_name(ph), jint(n > 0 ? n : 0));
+    }
+
+    json_t *ops = json_array();
+    jset(&c, root, "ops", ops);
+    for (int o = 0; ops && o < p->n_ops; o++) {
+        const tg_op *op = &p->ops[o];
+        json_t *jo = json_object(), *ins = json_array(), *outs = json_array(),
+               *params = json_object();
+        jpush(&c, ops, jo);
+        if (!jo) {
+            json_decref(ins);
+            json_decref(outs);
+            json_decref(params);
+            continue;
+        }
+        jset(&c, jo, "index", jint(o));
+        jset(&c, jo, "op", jstr(tg_op_name(op->kind)));
+        jset(&c, jo, "phase", jstr(tg_phase_name(op->phase)));
+        jset(&c, jo, "inputs", ins);
+        jset(&c, jo, "outputs", outs);
+        jset(&c, jo, "params", params);
+        for (int k = 0; ins && k < TG_OP_MAX_IN; k++)
+            if (op->in[k] != -1) jpush(&c, ins, tensor_name_json(p, op->in[k]));
+        for (int k = 0; outs && k < TG_OP_MAX_OUT; k++)
+            if (op->out[k] != -1) jpush(&c, outs, tensor_name_json(p, op->out[k]));
+        if (params) {
+            jctx pc = {params, 0};
+            each_param(op, json_param, &pc);
+            c.bad |= pc.bad;
+        }
+    }
+
+    json_t *tensors = json_array();
+    jset(&c, root, "tensors", tensors);
+    for (int t = 0; tensors && t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        json_t *jt = json_object(), *shape = json_array(), *flags = json_array();
+        jpush(&c, tensors, jt);
+        if (!jt) {
+            json_decref(shape);
+            json_decref(flags);
+            continue;
+        }
+        jset(&c, jt, "name", jstr(x->name));
+        jset(&c, jt, "dtype", jstr(tg_dtype_name(x->dtype)));
+        jset(&c, jt, "shape", shape);
+        int nd = x->ndim < 0 ? 0 : x->ndim > TG_MAX_DIMS ? TG_MAX_DIMS : x->ndim;
+        for (int d = 0; shape && d < nd; d++) jpush(&c, shape, jint(x->shape[d]));
+        jset(&c, jt, "pool", jstr(tg_pool_name(x->pool)));
+        jset(&c, jt, "offset", jbytes(x->offset));
+        jset(&c, jt, "bytes", jbytes(x->bytes));
+        jset(&c, jt, "first_use", jint(x->first_use));
+        jset(&c, jt, "last_use", jint(x->last_use));
+        jset(&c, jt, "flags", flags);
+        for (size_t f = 0; flags && f < sizeof k_flag_names / sizeof k_flag_names[0]; f++)
+            if (x->flags & (1 << f)) jpush(&c, flags, json_string(k_flag_names[f]));
+    }
+
+    json_t *pools = json_object();
+    jset(&c, root, "pools", pools);
+    for (int q = 0; pools && q < TG_POOL_COUNT; q++)
+        jset(&c, pools, tg_pool_name(q), jbytes(p->pool_bytes[q]));
+    jset(&c, root, "peak_bytes", jbytes(p->peak_bytes));
+    jset(&c, root, "activation_live_peak", jbytes(p->activation_live_peak));
+    jset(&c, root, "flops_per_step", jreal(p->flops_per_step));
+    jset(&c, root, "bytes_per_step", jreal(p->bytes_per_step));
+    *bad = c.bad;
+    return root;
+}
+
+int tg_plan_inspect(const tg_plan *plan, FILE *out, int json, tg_err *err) {
+    if (json) {
+        int bad = 0;
+        json_t *root = build_json(plan, &bad);
+        if (!root || bad) {
+            json_decref(root);
+            return tg_fail(err, "inspect: cannot build the JSON (out of memory)");
+        }
+        /* Sorted-by-insertion keys: the order above is the stable output order. */
+        int rc = json_dumpf(root, out, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        json_decref(root);
+        if (rc || fputc('\n', out) == EOF)
+            return tg_fail(err, "inspect: cannot write the JSON output");
+    } else {
+        print_text(plan, out);
+    }
+    if (fflush(out) || ferror(out)) return tg_fail(err, "inspect: cannot write the output");
+    return 0;
+}

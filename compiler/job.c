@@ -1,0 +1,401 @@
+/* Job files: `key = value` lines parsed into a tg_job, then --set overrides, then the
+ * cross-key checks. Every message says where the offending value came from. */
+#include "compiler/job.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const key_names[TG_JOB_KEY_COUNT] = {
+    "model", "task", "num_labels", "batch", "seq", "precision", "allow_tf32", "optimizer",
+    "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "steps", "epochs",
+    "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data",
+};
+
+_Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
+               "tg_job.key_line too small for the job keys");
+
+const char *tg_job_key_name(int key) {
+    return key >= 0 && key < TG_JOB_KEY_COUNT ? key_names[key] : "?";
+}
+
+void tg_job_defaults(tg_job *job) {
+    memset(job, 0, sizeof *job);
+    job->task = TG_TASK_CLASSIFY;
+    job->num_labels = 2;
+    job->batch = 8;
+    job->seq = 128;
+    job->precision = TG_PREC_FP32;
+    job->allow_tf32 = 0;
+    job->lr = 5e-5f;
+    job->beta1 = 0.9f;
+    job->beta2 = 0.999f;
+    job->eps = 1e-8f;
+    job->weight_decay = 0.01f;
+    job->warmup_steps = 0;
+    job->grad_clip = 1.0f;
+    job->seed = 42;
+    job->pad_token_id = -1;
+    job->log_every = 1;
+}
+
+const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
+    int line = key >= 0 && key < TG_JOB_KEY_COUNT ? job->key_line[key] : 0;
+    if (line > 0)
+        snprintf(buf, (size_t)len, "%s:%d", job->path, line);
+    else if (line < 0)
+        snprintf(buf, (size_t)len, "--set");
+    else
+        snprintf(buf, (size_t)len, "%s (default)", job->path);
+    return buf;
+}
+
+/* ---- helpers ---- */
+
+static int edit_distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 64 || nb > 64) return 99;
+    int prev[65], cur[65];
+    for (size_t j = 0; j <= nb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(int) * (nb + 1));
+    }
+    return prev[nb];
+}
+
+static int find_key(const char *name) {
+    for (int k = 0; k < TG_JOB_KEY_COUNT; k++)
+        if (strcmp(name, key_names[k]) == 0) return k;
+    return -1;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+/* Where a value came from, formatted once as the message prefix. */
+typedef struct origin {
+    char prefix[TG_PATH_MAX + 320];
+    int line;        /* > 0 file line, -1 --set */
+    const char *dir; /* job file's folder prefix ("a/b/") for relative paths; NULL for --set */
+} origin;
+
+static int parse_int(const char *v, long long lo, long long hi, long long *out) {
+    if (!*v) return -1;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*end || errno == ERANGE || isspace((unsigned char)*v)) return -1;
+    if (x < lo || x > hi) return -2;
+    *out = x;
+    return 0;
+}
+
+static int set_int(int32_t *dst, const char *v, long long lo, const origin *o, const char *key,
+                   tg_err *err) {
+    long long x;
+    int rc = parse_int(v, lo, INT32_MAX, &x);
+    if (rc == -1) return tg_fail(err, "%skey '%s': '%s' is not an integer", o->prefix, key, v);
+    if (rc == -2)
+        return tg_fail(err, "%skey '%s': %s is out of range (must be %lld..%d)", o->prefix, key, v,
+                       lo, INT32_MAX);
+    *dst = (int32_t)x;
+    return 0;
+}
+
+/* lo/hi bounds; *_open says the bound itself is excluded. */
+static int set_float(float *dst, const char *v, double lo, int lo_open, double hi, int hi_open,
+                     const origin *o, const char *key, tg_err *err) {
+    char *end;
+    errno = 0;
+    double x = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
+    if (isnan(x) || *end)
+        return tg_fail(err, "%skey '%s': '%s' is not a number", o->prefix, key, v);
+    if (!isfinite(x) || !isfinite((float)x))
+        return tg_fail(err, "%skey '%s': %s is not a finite 32-bit float", o->prefix, key, v);
+    if ((lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi)) {
+        char range[96];
+        if (isinf(hi))
+            snprintf(range, sizeof range, "%s %g", lo_open ? ">" : ">=", lo);
+        else
+            snprintf(range, sizeof range, "in %c%g, %g%c", lo_open ? '(' : '[', lo, hi,
+                     hi_open ? ')' : ']');
+        return tg_fail(err, "%skey '%s': %s is out of range (must be %s)", o->prefix, key, v, range);
+    }
+    *dst = (float)x;
+    return 0;
+}
+
+static int set_enum(int32_t *dst, const char *v, const char *const *names, int n, const origin *o,
+                    const char *key, tg_err *err) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *dst = i;
+            return 0;
+        }
+    char list[128] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, names[i], sizeof list - strlen(list) - 1);
+    }
+    return tg_fail(err, "%skey '%s': '%s' is not one of %s", o->prefix, key, v, list);
+}
+
+static int set_path(char *dst, const char *v, const origin *o, int resolve, const char *key,
+                    tg_err *err) {
+    if (!*v) return tg_fail(err, "%skey '%s': value is empty", o->prefix, key);
+    int n;
+    /* File values are relative to the job file, so a job runs the same from any cwd. */
+    if (resolve && o->dir && o->dir[0] && v[0] != '/')
+        n = snprintf(dst, TG_PATH_MAX, "%s%s", o->dir, v);
+    else
+        n = snprintf(dst, TG_PATH_MAX, "%s", v);
+    if (n >= TG_PATH_MAX)
+        return tg_fail(err, "%skey '%s': path is too long (limit %d bytes)", o->prefix, key,
+                       TG_PATH_MAX - 1);
+    return 0;
+}
+
+static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
+    static const char *const tasks[] = {"classify", "lm"};
+    static const char *const precisions[] = {"fp32", "bf16", "fp16"};
+    const char *name = key_names[key];
+    int rc = 0;
+    switch ((tg_job_key)key) {
+    case TG_JOB_MODEL:
+        rc = set_path(job->model, v, o, strchr(v, '/') != NULL, name, err);
+        break;
+    case TG_JOB_TASK: rc = set_enum(&job->task, v, tasks, 2, o, name, err); break;
+    case TG_JOB_NUM_LABELS: rc = set_int(&job->num_labels, v, 1, o, name, err); break;
+    case TG_JOB_BATCH: rc = set_int(&job->batch, v, 1, o, name, err); break;
+    case TG_JOB_SEQ: rc = set_int(&job->seq, v, 1, o, name, err); break;
+    case TG_JOB_PRECISION: rc = set_enum(&job->precision, v, precisions, 3, o, name, err); break;
+    case TG_JOB_ALLOW_TF32:
+        if (!strcasecmp(v, "true") || !strcmp(v, "1"))
+            job->allow_tf32 = 1;
+        else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+            job->allow_tf32 = 0;
+        else
+            rc = tg_fail(err, "%skey '%s': '%s' is not a boolean (true, false, 1, 0)", o->prefix,
+                         name, v);
+        break;
+    case TG_JOB_OPTIMIZER:
+        if (strcmp(v, "adamw") != 0)
+            rc = tg_fail(err, "%skey '%s': '%s' is not supported (only adamw)", o->prefix, name, v);
+        break;
+    case TG_JOB_LR: rc = set_float(&job->lr, v, 0, 1, INFINITY, 0, o, name, err); break;
+    case TG_JOB_BETA1: rc = set_float(&job->beta1, v, 0, 0, 1, 1, o, name, err); break;
+    case TG_JOB_BETA2: rc = set_float(&job->beta2, v, 0, 0, 1, 1, o, name, err); break;
+    case TG_JOB_EPS: rc = set_float(&job->eps, v, 0, 1, INFINITY, 0, o, name, err); break;
+    case TG_JOB_WEIGHT_DECAY:
+        rc = set_float(&job->weight_decay, v, 0, 0, INFINITY, 0, o, name, err);
+        break;
+    case TG_JOB_WARMUP_STEPS: rc = set_int(&job->warmup_steps, v, 0, o, name, err); break;
+    case TG_JOB_STEPS: rc = set_int(&job->steps, v, 1, o, name, err); break;
+    case TG_JOB_EPOCHS: rc = set_int(&job->epochs, v, 1, o, name, err); break;
+    case TG_JOB_GRAD_CLIP: rc = set_float(&job->grad_clip, v, 0, 0, INFINITY, 0, o, name, err); break;
+    case TG_JOB_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long x = isdigit((unsigned char)v[0]) ? strtoull(v, &end, 10) : 0;
+        if (!isdigit((unsigned char)v[0]) || *end)
+            rc = tg_fail(err, "%skey '%s': '%s' is not a non-negative integer", o->prefix, name, v);
+        else if (errno == ERANGE)
+            rc = tg_fail(err, "%skey '%s': %s is out of range (must be 0..2^64-1)", o->prefix, name, v);
+        else
+            job->seed = (uint64_t)x;
+        break;
+    }
+    case TG_JOB_PAD_TOKEN_ID: rc = set_int(&job->pad_token_id, v, 0, o, name, err); break;
+    case TG_JOB_LOG_EVERY: rc = set_int(&job->log_every, v, 1, o, name, err); break;
+    case TG_JOB_TRAIN_DATA: rc = set_path(job->train_data, v, o, 1, name, err); break;
+    case TG_JOB_EVAL_DATA: rc = set_path(job->eval_data, v, o, 1, name, err); break;
+    case TG_JOB_KEY_COUNT: break;
+    }
+    if (rc == 0) job->key_line[key] = o->line;
+    return rc;
+}
+
+/* Strips one pair of double quotes; outside quotes, `#` after whitespace starts a comment.
+ * Returns the value in place, or NULL with a message for an unterminated quote. */
+static char *unquote(char *v, const origin *o, const char *key, tg_err *err) {
+    v = trim(v);
+    if (v[0] == '"') {
+        char *close = strchr(v + 1, '"');
+        if (!close) {
+            tg_fail(err, "%skey '%s': unterminated quoted value", o->prefix, key);
+            return NULL;
+        }
+        char *rest = trim(close + 1);
+        if (*rest && *rest != '#') {
+            tg_fail(err, "%skey '%s': unexpected text after the quoted value: '%s'", o->prefix,
+                    key, rest);
+            return NULL;
+        }
+        *close = 0;
+        return v + 1;
+    }
+    for (char *p = v; *p; p++)
+        if (*p == '#' && (p == v || isspace((unsigned char)p[-1]))) {
+            *p = 0;
+            break;
+        }
+    return trim(v);
+}
+
+static void unknown_key(const char *key, const origin *o, tg_err *err) {
+    int best = -1, best_d = 3;
+    for (int k = 0; k < TG_JOB_KEY_COUNT; k++) {
+        int d = edit_distance(key, key_names[k]);
+        if (d < best_d) best_d = d, best = k;
+    }
+    if (best >= 0)
+        tg_fail(err, "%skey '%s': unknown key (did you mean '%s'?)", o->prefix, key, key_names[best]);
+    else
+        tg_fail(err, "%skey '%s': unknown key", o->prefix, key);
+}
+
+/* ---- the file ---- */
+
+static int parse_file(const char *path, tg_job *job, tg_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return tg_fail(err, "%s: cannot open job file: %s", path, strerror(errno));
+
+    /* The folder prefix, trailing slash included ("a/b/", "/", or "" for the cwd). */
+    char dir[TG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[1] = 0;
+    else
+        dir[0] = 0;
+
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, rc = 0;
+    origin o;
+    o.dir = dir;
+    while (getline(&line, &cap, f) >= 0) {
+        lineno++;
+        o.line = lineno;
+        snprintf(o.prefix, sizeof o.prefix, "%s:%d: ", path, lineno);
+        char *s = line;
+        if (lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
+            (unsigned char)s[2] == 0xBF)
+            s += 3; /* UTF-8 byte-order mark from some editors */
+        s = trim(s);
+        if (!*s || *s == '#') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rc = tg_fail(err, "%sexpected 'key = value', got '%s' (missing '=')", o.prefix, s);
+            break;
+        }
+        *eq = 0;
+        char *key = trim(s);
+        if (!*key) {
+            rc = tg_fail(err, "%smissing key before '='", o.prefix);
+            break;
+        }
+        int k = find_key(key);
+        if (k < 0) {
+            unknown_key(key, &o, err);
+            rc = -1;
+            break;
+        }
+        if (job->key_line[k] > 0) {
+            rc = tg_fail(err, "%skey '%s': duplicate key (first set on line %d)", o.prefix, key,
+                         job->key_line[k]);
+            break;
+        }
+        char *v = unquote(eq + 1, &o, key, err);
+        if (!v || set_value(job, k, v, &o, err) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) rc = tg_fail(err, "%s: read error: %s", path, strerror(errno));
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+/* ---- overrides and the cross-key checks ---- */
+
+static int validate(const tg_job *job, tg_err *err) {
+    char w1[TG_PATH_MAX + 32], w2[TG_PATH_MAX + 32];
+    if (!job->key_line[TG_JOB_MODEL] || !job->model[0])
+        return tg_fail(err, "%s: key 'model' is required (a model folder or preset name)", job->path);
+    if (!job->key_line[TG_JOB_TRAIN_DATA] || !job->train_data[0])
+        return tg_fail(err, "%s: key 'train_data' is required (a .jsonl file)", job->path);
+    if (job->steps > 0 && job->epochs > 0)
+        return tg_fail(err, "%s: keys 'steps' (%s) and 'epochs' (%s) are both set; give exactly one",
+                       job->path, tg_job_where(job, TG_JOB_STEPS, w1, sizeof w1),
+                       tg_job_where(job, TG_JOB_EPOCHS, w2, sizeof w2));
+    if (job->steps <= 0 && job->epochs <= 0)
+        return tg_fail(err, "%s: one of keys 'steps' or 'epochs' is required", job->path);
+    if (job->task != TG_TASK_CLASSIFY && job->key_line[TG_JOB_NUM_LABELS] != 0)
+        return tg_fail(err, "%s: key 'num_labels': only meaningful for task = classify (task is %s)",
+                       tg_job_where(job, TG_JOB_NUM_LABELS, w1, sizeof w1), tg_task_name(job->task));
+    return 0;
+}
+
+int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_overrides,
+                           tg_err *err) {
+    for (int i = 0; i < n_overrides; i++) {
+        const char *ov = overrides[i];
+        origin o;
+        o.line = -1;
+        o.dir = NULL;
+        snprintf(o.prefix, sizeof o.prefix, "--set %.300s: ", ov);
+        char *copy = strdup(ov);
+        if (!copy) return tg_fail(err, "%sout of memory", o.prefix);
+        char *eq = strchr(copy, '=');
+        int rc = 0;
+        if (!eq) {
+            rc = tg_fail(err, "%sexpected key=value (missing '=')", o.prefix);
+        } else {
+            *eq = 0;
+            char *key = trim(copy);
+            int k = find_key(key);
+            if (!*key) {
+                rc = tg_fail(err, "%smissing key before '='", o.prefix);
+            } else if (k < 0) {
+                unknown_key(key, &o, err);
+                rc = -1;
+            } else {
+                char *v = unquote(eq + 1, &o, key, err);
+                rc = v ? set_value(job, k, v, &o, err) : -1;
+                /* steps and epochs are alternatives: choosing one on the command line
+                 * replaces the other rather than conflicting with the file. */
+                if (rc == 0 && k == TG_JOB_STEPS && job->key_line[TG_JOB_EPOCHS] >= 0)
+                    job->epochs = 0, job->key_line[TG_JOB_EPOCHS] = 0;
+                if (rc == 0 && k == TG_JOB_EPOCHS && job->key_line[TG_JOB_STEPS] >= 0)
+                    job->steps = 0, job->key_line[TG_JOB_STEPS] = 0;
+            }
+        }
+        free(copy);
+        if (rc) return rc;
+    }
+    return validate(job, err);
+}
+
+int tg_job_load(const char *path, const char *const *overrides, int n_overrides, tg_job *job,
+                tg_err *err) {
+    tg_job_defaults(job);
+    if (snprintf(job->path, sizeof job->path, "%s", path) >= (int)sizeof job->path)
+        return tg_fail(err, "%s: job file path is too long", path);
+    if (parse_file(path, job, err) != 0) return -1;
+    return tg_job_apply_overrides(job, overrides, n_overrides, err);
+}

@@ -1,0 +1,243 @@
+#include "compiler/memory_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t align_up(uint64_t x) { return (x + TG_TENSOR_ALIGN - 1) / TG_TENSOR_ALIGN * TG_TENSOR_ALIGN; }
+
+static int view(tg_graph *g, const char *name, int pool, uint64_t bytes) {
+    int64_t n = (int64_t)(bytes / 4);
+    int t = tg_graph_tensor(g, name, TG_F32, pool, 1, &n);
+    if (t >= 0) g->tensors[t].flags |= TG_TENSOR_VIEW;
+    return t;
+}
+
+int tg_plan_param_layout(tg_graph *g) {
+    uint64_t end = 0;
+    int n = g->n_tensors;
+    for (int t = 0; t < n; t++) {
+        if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
+        g->tensors[t].offset = end;
+        end = align_up(end + g->tensors[t].bytes);
+    }
+    if (end == 0) return tg_graph_fail(g, "model has no parameters");
+    for (int t = 0; t < n; t++) {
+        if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
+        char name[TG_NAME_MAX];
+        snprintf(name, sizeof name, "grad.%s", g->tensors[t].name);
+        int d = tg_graph_tensor(g, name, TG_F32, TG_POOL_GRADS, g->tensors[t].ndim, g->tensors[t].shape);
+        if (d < 0) return -1;
+        g->tensors[d].flags |= TG_TENSOR_GRAD;
+        g->tensors[d].offset = g->tensors[t].offset; /* same layout as the parameters */
+        g->tensors[t].grad = d;
+    }
+    g->io.params_all = view(g, "params.all", TG_POOL_PARAMS, end);
+    g->io.grads_all = view(g, "grads.all", TG_POOL_GRADS, end);
+    g->io.m_all = view(g, "optim.m", TG_POOL_OPTIM, end);
+    g->io.v_all = view(g, "optim.v", TG_POOL_OPTIM, end);
+    if (g->io.v_all >= 0) g->tensors[g->io.v_all].offset = end;
+    return g->failed ? -1 : 0;
+}
+
+/* ---- liveness ---------------------------------------------------------------------- */
+
+static void compute_liveness(tg_graph *g, const int *phase_begin) {
+    for (int t = 0; t < g->n_tensors; t++) g->tensors[t].first_use = g->tensors[t].last_use = -1;
+    for (int o = 0; o < g->n_ops; o++) {
+        const tg_op *op = &g->ops[o];
+        int ts[TG_OP_MAX_IN + TG_OP_MAX_OUT];
+        memcpy(ts, op->in, sizeof op->in);
+        memcpy(ts + TG_OP_MAX_IN, op->out, sizeof op->out);
+        for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
+            if (ts[s] < 0) continue;
+            tg_tensor *t = &g->tensors[ts[s]];
+            if (t->first_use < 0) t->first_use = o;
+            t->last_use = o;
+        }
+    }
+    int end_of_forward = phase_begin[TG_PHASE_BACKWARD] - 1;
+    for (int t = 0; t < g->n_tensors; t++) {
+        tg_tensor *x = &g->tensors[t];
+        /* Outputs are read by the runtime after the forward phase (eval) ... */
+        if ((x->flags & TG_TENSOR_OUTPUT) && x->last_use < end_of_forward) x->last_use = end_of_forward;
+        /* ... and the loss after the whole step. */
+        if (t == g->io.loss) x->last_use = g->n_ops - 1;
+    }
+}
+
+/* ---- activation offsets: greedy by size, best fit among overlapping lifetimes -------- */
+
+typedef struct placed {
+    uint64_t offset, end;
+    int first, last;
+} placed;
+
+static const tg_tensor *g_sort_tensors;
+
+static int by_size_desc(const void *a, const void *b) {
+    const tg_tensor *x = &g_sort_tensors[*(const int *)a], *y = &g_sort_tensors[*(const int *)b];
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    if (x->first_use != y->first_use) return x->first_use < y->first_use ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const placed *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int place_activations(tg_graph *g, uint64_t *extent) {
+    int n = 0;
+    int *order = malloc(sizeof *order * (size_t)g->n_tensors);
+    placed *done = malloc(sizeof *done * (size_t)g->n_tensors);
+    placed *overlap = malloc(sizeof *overlap * (size_t)g->n_tensors);
+    if (!order || !done || !overlap) {
+        free(order), free(done), free(overlap);
+        return tg_graph_fail(g, "out of memory");
+    }
+    for (int t = 0; t < g->n_tensors; t++) {
+        const tg_tensor *x = &g->tensors[t];
+        if (x->pool != TG_POOL_ACTIVATIONS) continue;
+        if (x->first_use < 0) {
+            free(order), free(done), free(overlap);
+            return tg_graph_fail(g, "activation %s is never used", x->name);
+        }
+        order[n++] = t;
+    }
+    g_sort_tensors = g->tensors;
+    qsort(order, (size_t)n, sizeof *order, by_size_desc);
+    uint64_t top = 0;
+    for (int i = 0; i < n; i++) {
+        tg_tensor *x = &g->tensors[order[i]];
+        int k = 0;
+        for (int j = 0; j < i; j++)
+            if (!(done[j].last < x->first_use || done[j].first > x->last_use)) overlap[k++] = done[j];
+        qsort(overlap, (size_t)k, sizeof *overlap, by_offset);
+        uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
+        for (int j = 0; j < k; j++) {
+            if (overlap[j].offset > cursor) {
+                uint64_t gap = overlap[j].offset - cursor;
+                if (gap >= x->bytes && gap < best_gap) best = cursor, best_gap = gap;
+            }
+            uint64_t e = align_up(overlap[j].end);
+            if (e > cursor) cursor = e;
+        }
+        x->offset = best != UINT64_MAX ? best : cursor;
+        done[i] = (placed){x->offset, x->offset + x->bytes, x->first_use, x->last_use};
+        if (x->offset + x->bytes > top) top = x->offset + x->bytes;
+    }
+    free(order), free(done), free(overlap);
+    *extent = top;
+    return 0;
+}
+
+static uint64_t live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops) {
+    /* Sweep over op indices with +bytes at first use and -bytes after last use. */
+    int64_t *delta = calloc((size_t)n_ops + 1, sizeof *delta);
+    if (!delta) return 0;
+    for (int t = 0; t < n_tensors; t++) {
+        const tg_tensor *x = &tensors[t];
+        if (x->pool != TG_POOL_ACTIVATIONS || x->first_use < 0) continue;
+        delta[x->first_use] += (int64_t)x->bytes;
+        delta[x->last_use + 1] -= (int64_t)x->bytes;
+    }
+    int64_t live = 0, peak = 0;
+    for (int o = 0; o < n_ops; o++) {
+        live += delta[o];
+        if (live > peak) peak = live;
+    }
+    free(delta);
+    return (uint64_t)peak;
+}
+
+int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],
+                   uint64_t *live_peak) {
+    compute_liveness(g, phase_begin);
+    memset(pool_bytes, 0, sizeof(uint64_t) * TG_POOL_COUNT);
+    pool_bytes[TG_POOL_PARAMS] = g->tensors[g->io.params_all].bytes;
+    pool_bytes[TG_POOL_GRADS] = g->tensors[g->io.grads_all].bytes;
+    /* Optimizer pool: m, v, then the scalars. Inputs and workspace: in creation order. */
+    uint64_t cursor[TG_POOL_COUNT] = {0};
+    cursor[TG_POOL_OPTIM] = 2 * pool_bytes[TG_POOL_PARAMS];
+    for (int t = 0; t < g->n_tensors; t++) {
+        tg_tensor *x = &g->tensors[t];
+        if (x->flags & TG_TENSOR_VIEW) continue;
+        if (x->pool == TG_POOL_OPTIM || x->pool == TG_POOL_INPUTS || x->pool == TG_POOL_WORKSPACE) {
+            x->offset = cursor[x->pool];
+            cursor[x->pool] = align_up(cursor[x->pool] + x->bytes);
+            if (x->offset + x->bytes > pool_bytes[x->pool]) pool_bytes[x->pool] = x->offset + x->bytes;
+        }
+    }
+    if (place_activations(g, &pool_bytes[TG_POOL_ACTIVATIONS])) return -1;
+    *live_peak = live_activation_peak(g->tensors, g->n_tensors, g->n_ops);
+    return 0;
+}
+
+/* ---- the checker --------------------------------------------------------------------- */
+
+static const tg_tensor *c_sort_tensors;
+static int by_pool_offset(const void *a, const void *b) {
+    const tg_tensor *x = &c_sort_tensors[*(const int *)a], *y = &c_sort_tensors[*(const int *)b];
+    if (x->pool != y->pool) return x->pool - y->pool;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
+    memset(r, 0, sizeof *r);
+    for (int o = 0; o < p->n_ops; o++) {
+        const tg_op *op = &p->ops[o];
+        for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
+            int t = s < TG_OP_MAX_IN ? op->in[s] : op->out[s - TG_OP_MAX_IN];
+            if (t < 0) continue;
+            const tg_tensor *x = &p->tensors[t];
+            if (o < x->first_use || o > x->last_use)
+                return tg_fail(err, "op %d (%s) uses tensor %s outside its lifetime [%d, %d]", o,
+                               tg_op_name(op->kind), x->name, x->first_use, x->last_use);
+        }
+    }
+    int *order = malloc(sizeof *order * (size_t)p->n_tensors);
+    if (!order) return tg_fail(err, "out of memory");
+    int n = 0;
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (x->offset % TG_TENSOR_ALIGN) {
+            free(order);
+            return tg_fail(err, "tensor %s offset %llu is not %d-byte aligned", x->name,
+                           (unsigned long long)x->offset, TG_TENSOR_ALIGN);
+        }
+        if (x->offset + x->bytes > r->pool_extent[x->pool]) r->pool_extent[x->pool] = x->offset + x->bytes;
+        if (!(x->flags & TG_TENSOR_VIEW)) order[n++] = t;
+    }
+    c_sort_tensors = p->tensors;
+    qsort(order, (size_t)n, sizeof *order, by_pool_offset);
+    for (int i = 0; i < n; i++) {
+        const tg_tensor *x = &p->tensors[order[i]];
+        /* Pools other than activations hold tensors for the whole step. */
+        int x_whole = x->pool != TG_POOL_ACTIVATIONS;
+        for (int j = i + 1; j < n; j++) {
+            const tg_tensor *y = &p->tensors[order[j]];
+            if (y->pool != x->pool || y->offset >= x->offset + x->bytes) break;
+            int overlap_in_time = x_whole || !(x->last_use < y->first_use || y->last_use < x->first_use);
+            if (overlap_in_time) {
+                free(order);
+                return tg_fail(err,
+                               "tensors %s [%llu, %llu) and %s [%llu, %llu) of pool %s overlap while both live "
+                               "(ops %d..%d and %d..%d)",
+                               x->name, (unsigned long long)x->offset, (unsigned long long)(x->offset + x->bytes),
+                               y->name, (unsigned long long)y->offset, (unsigned long long)(y->offset + y->bytes),
+                               tg_pool_name(x->pool), x->first_use, x->last_use, y->first_use, y->last_use);
+            }
+        }
+    }
+    free(order);
+    for (int pool = 0; pool < TG_POOL_COUNT; pool++) {
+        if (r->pool_extent[pool] > p->pool_bytes[pool])
+            return tg_fail(err, "pool %s: tensors reach %llu bytes but the pool has %llu", tg_pool_name(pool),
+                           (unsigned long long)r->pool_extent[pool], (unsigned long long)p->pool_bytes[pool]);
+        r->peak_bytes += r->pool_extent[pool];
+    }
+    r->activation_live_peak = live_activation_peak(p->tensors, p->n_tensors, p->n_ops);
+    return 0;
+}

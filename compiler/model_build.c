@@ -1,0 +1,352 @@
+#include "compiler/model_build.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/autodiff.h"
+
+typedef struct builder {
+    tg_graph *g;
+    int64_t B, T, D, H, Dh, N; /* N = B*T rows */
+} builder;
+
+static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1) {
+    int64_t shape[2] = {d0, d1};
+    int t = tg_graph_tensor(g, name, dtype, TG_POOL_INPUTS, ndim, shape);
+    if (t >= 0) g->tensors[t].flags |= TG_TENSOR_INPUT;
+    return t;
+}
+
+/* y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b (GPT-2 Conv1D, weight [in,out]). */
+static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out,
+                  int conv1d, int with_bias, float init_scale) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    int w = conv1d ? tg_param(g, name, 2, in, out, TG_INIT_NORMAL, 0)
+                   : tg_param(g, name, 2, out, in, TG_INIT_NORMAL, 0);
+    if (w >= 0) g->tensors[w].init_std *= init_scale;
+    int bias = -1;
+    if (with_bias) {
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        bias = tg_param(g, name, 1, out, 0, TG_INIT_ZEROS, 1);
+    }
+    int y = tg_act(g, prefix, 2, rows, out, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = w, s.in[2] = bias, s.out[0] = y;
+    s.i[0] = rows, s.i[1] = out, s.i[2] = in, s.i[3] = 0, s.i[4] = !conv1d, s.i[5] = 1;
+    s.f[0] = 1.0f;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+static int layernorm(builder *b, const char *prefix, int x, int64_t rows) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    int gamma = tg_param(g, name, 1, b->D, 0, TG_INIT_ONES, 1);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    int beta = tg_param(g, name, 1, b->D, 0, TG_INIT_ZEROS, 1);
+    int y = tg_act(g, prefix, 2, rows, b->D, 0, 0);
+    snprintf(name, sizeof name, "%s.mean", prefix);
+    int mean = tg_act(g, name, 1, rows, 0, 0, 0);
+    snprintf(name, sizeof name, "%s.rstd", prefix);
+    int rstd = tg_act(g, name, 1, rows, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_LAYERNORM);
+    s.in[0] = x, s.in[1] = gamma, s.in[2] = beta;
+    s.out[0] = y, s.out[1] = mean, s.out[2] = rstd;
+    s.i[0] = rows, s.i[1] = b->D;
+    s.f[0] = g->cfg->layer_norm_eps;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+static int unary(builder *b, int kind, const char *name, int x, int64_t extra) {
+    tg_graph *g = b->g;
+    const tg_tensor *src = &g->tensors[x];
+    int y = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
+    tg_op_spec s = tg_spec(kind);
+    s.in[0] = x, s.out[0] = y;
+    s.i[0] = tg_tensor_numel(&g->tensors[x]);
+    s.i[1] = extra;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+/* Dropout with probability p; no op at all when p is 0. */
+static int dropout(builder *b, const char *name, int x, float p) {
+    tg_graph *g = b->g;
+    if (p <= 0.0f || x < 0) return x;
+    const tg_tensor *src = &g->tensors[x];
+    int y = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
+    tg_op_spec s = tg_spec(TG_OP_DROPOUT);
+    s.in[0] = x, s.in[1] = g->io.step, s.out[0] = y;
+    s.i[0] = tg_tensor_numel(&g->tensors[x]);
+    s.i[1] = g->dropout_key++;
+    s.f[0] = p;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+static int add(builder *b, const char *name, int x, int y) {
+    tg_graph *g = b->g;
+    const tg_tensor *src = &g->tensors[x];
+    int z = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
+    tg_op_spec s = tg_spec(TG_OP_ADD);
+    s.in[0] = x, s.in[1] = y, s.out[0] = z;
+    s.i[0] = tg_tensor_numel(src);
+    tg_graph_op(g, &s);
+    return z;
+}
+
+static int embedding(builder *b, const char *name, int ids, int64_t vocab, int padding_idx, int *table_out) {
+    tg_graph *g = b->g;
+    int table = tg_param(g, name, 2, vocab, b->D, TG_INIT_NORMAL, 0);
+    if (table_out) *table_out = table;
+    char out_name[TG_NAME_MAX];
+    snprintf(out_name, sizeof out_name, "%s.out", name);
+    int y = tg_act(g, out_name, 2, b->N, b->D, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_EMBEDDING);
+    s.in[0] = ids, s.in[1] = table, s.out[0] = y;
+    s.i[0] = b->N, s.i[1] = vocab, s.i[2] = b->D, s.i[3] = padding_idx;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+static int heads_op(builder *b, int kind, const int *in, int n_in, int *out, int parts, const char *prefix) {
+    tg_graph *g = b->g;
+    tg_op_spec s = tg_spec(kind);
+    for (int i = 0; i < n_in; i++) s.in[i] = in[i];
+    static const char *const qkv_parts[3] = {"q", "k", "v"};
+    if (kind == TG_OP_HEADS_SPLIT) {
+        for (int p = 0; p < parts; p++) {
+            char name[TG_NAME_MAX];
+            snprintf(name, sizeof name, "%s.%s", prefix, parts == 3 ? qkv_parts[p] : "heads");
+            out[p] = tg_act(g, name, 4, b->B, b->H, b->T, b->Dh);
+            s.out[p] = out[p];
+        }
+    } else {
+        out[0] = tg_act(g, prefix, 2, b->N, parts * b->D, 0, 0);
+        s.out[0] = out[0];
+    }
+    s.i[0] = b->B, s.i[1] = b->T, s.i[2] = b->H, s.i[3] = b->Dh, s.i[4] = parts;
+    return tg_graph_op(g, &s);
+}
+
+/* softmax(q k^T * scale + mask) v over heads; q, k, v are [B,H,T,Dh]. Returns [B*T, D]. */
+static int attention(builder *b, const char *prefix, int q, int k, int v, int causal, float attn_p) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.scores", prefix);
+    int scores = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = q, s.in[1] = k, s.out[0] = scores;
+    s.i[0] = b->T, s.i[1] = b->T, s.i[2] = b->Dh, s.i[4] = 1, s.i[5] = b->B * b->H;
+    s.f[0] = 1.0f;
+    tg_graph_op(g, &s);
+
+    snprintf(name, sizeof name, "%s.probs", prefix);
+    int probs = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
+    s = tg_spec(TG_OP_ATTN_SOFTMAX);
+    s.in[0] = scores, s.in[1] = g->io.attention_mask, s.out[0] = probs;
+    s.i[0] = b->B, s.i[1] = b->H, s.i[2] = b->T, s.i[3] = causal;
+    s.f[0] = 1.0f / sqrtf((float)b->Dh);
+    tg_graph_op(g, &s);
+    snprintf(name, sizeof name, "%s.probs_dropout", prefix);
+    probs = dropout(b, name, probs, attn_p);
+
+    snprintf(name, sizeof name, "%s.context", prefix);
+    int ctx = tg_act(g, name, 4, b->B, b->H, b->T, b->Dh);
+    s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = probs, s.in[1] = v, s.out[0] = ctx;
+    s.i[0] = b->T, s.i[1] = b->Dh, s.i[2] = b->T, s.i[5] = b->B * b->H;
+    s.f[0] = 1.0f;
+    tg_graph_op(g, &s);
+
+    int merged;
+    snprintf(name, sizeof name, "%s.context_merged", prefix);
+    heads_op(b, TG_OP_HEADS_MERGE, &ctx, 1, &merged, 1, name);
+    return merged;
+}
+
+/* Cross-entropy loss over logits [rows, classes]. */
+static int loss_of(builder *b, int logits, int64_t rows, int64_t classes) {
+    tg_graph *g = b->g;
+    int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
+    s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
+    s.i[0] = rows, s.i[1] = classes;
+    tg_graph_op(g, &s);
+    g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
+    g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
+    g->io.logits = logits;
+    g->io.loss = loss;
+    return loss;
+}
+
+static int select_token(builder *b, const char *name, int x, int mode, int pad_id) {
+    tg_graph *g = b->g;
+    int y = tg_act(g, name, 2, b->B, b->D, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_SELECT_TOKEN);
+    s.in[0] = x, s.in[1] = g->io.input_ids, s.out[0] = y;
+    s.i[0] = b->B, s.i[1] = b->T, s.i[2] = b->D, s.i[3] = mode, s.i[4] = pad_id;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+static int build_encoder(builder *b, int pad_id) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    const char *base = c->arch == TG_ARCH_ROBERTA ? "roberta" : "bert";
+    char p[TG_NAME_MAX], name[TG_NAME_MAX];
+
+    snprintf(p, sizeof p, "%s.embeddings", base);
+    snprintf(name, sizeof name, "%s.word_embeddings.weight", p);
+    /* HF: word embeddings (and RoBERTa's positions) have padding_idx = pad_token_id. */
+    int cfg_pad = c->pad_token_id;
+    int we = embedding(b, name, g->io.input_ids, c->vocab_size, cfg_pad, NULL);
+    snprintf(name, sizeof name, "%s.token_type_embeddings.weight", p);
+    int te = embedding(b, name, g->io.token_type_ids, c->type_vocab_size, -1, NULL);
+    snprintf(name, sizeof name, "%s.position_embeddings.weight", p);
+    int pe = embedding(b, name, g->io.position_ids, c->max_positions,
+                       c->arch == TG_ARCH_ROBERTA ? cfg_pad : -1, NULL);
+    int h = add(b, "embeddings.sum", add(b, "embeddings.word_type", we, te), pe);
+    snprintf(name, sizeof name, "%s.LayerNorm", p);
+    h = layernorm(b, name, h, b->N);
+    h = dropout(b, "embeddings.dropout", h, c->embedding_dropout);
+
+    for (int l = 0; l < c->layers; l++) {
+        snprintf(p, sizeof p, "%s.encoder.layer.%d", base, l);
+        int qkv[3], heads[3];
+        static const char *const qkv_names[3] = {"query", "key", "value"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "%s.attention.self.%s", p, qkv_names[i]);
+            qkv[i] = linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
+            heads_op(b, TG_OP_HEADS_SPLIT, &qkv[i], 1, &heads[i], 1, name);
+        }
+        snprintf(name, sizeof name, "%s.attention", p);
+        int ctx = attention(b, name, heads[0], heads[1], heads[2], 0, c->attention_dropout);
+        snprintf(name, sizeof name, "%s.attention.output.dense", p);
+        int a = linear(b, name, ctx, b->N, b->D, b->D, 0, 1, 1.0f);
+        snprintf(name, sizeof name, "%s.attention.output.dropout", p);
+        a = dropout(b, name, a, c->hidden_dropout);
+        snprintf(name, sizeof name, "%s.attention.output.residual", p);
+        a = add(b, name, a, h);
+        snprintf(name, sizeof name, "%s.attention.output.LayerNorm", p);
+        h = layernorm(b, name, a, b->N);
+
+        snprintf(name, sizeof name, "%s.intermediate.dense", p);
+        int f = linear(b, name, h, b->N, b->D, c->intermediate, 0, 1, 1.0f);
+        snprintf(name, sizeof name, "%s.intermediate.gelu", p);
+        f = unary(b, TG_OP_GELU, name, f, c->gelu);
+        snprintf(name, sizeof name, "%s.output.dense", p);
+        f = linear(b, name, f, b->N, c->intermediate, b->D, 0, 1, 1.0f);
+        snprintf(name, sizeof name, "%s.output.dropout", p);
+        f = dropout(b, name, f, c->hidden_dropout);
+        snprintf(name, sizeof name, "%s.output.residual", p);
+        f = add(b, name, f, h);
+        snprintf(name, sizeof name, "%s.output.LayerNorm", p);
+        h = layernorm(b, name, f, b->N);
+    }
+
+    int labels = g->job->num_labels;
+    int cls = select_token(b, "cls", h, TG_SELECT_FIRST, pad_id);
+    int logits;
+    if (c->arch == TG_ARCH_BERT) {
+        int pooled = linear(b, "bert.pooler.dense", cls, b->B, b->D, b->D, 0, 1, 1.0f);
+        pooled = unary(b, TG_OP_TANH, "bert.pooler.tanh", pooled, 0);
+        pooled = dropout(b, "classifier.dropout", pooled, c->classifier_dropout);
+        logits = linear(b, "classifier", pooled, b->B, b->D, labels, 0, 1, 1.0f);
+    } else { /* RobertaClassificationHead */
+        int x = dropout(b, "classifier.dropout_in", cls, c->classifier_dropout);
+        x = linear(b, "classifier.dense", x, b->B, b->D, b->D, 0, 1, 1.0f);
+        x = unary(b, TG_OP_TANH, "classifier.tanh", x, 0);
+        x = dropout(b, "classifier.dropout_out", x, c->classifier_dropout);
+        logits = linear(b, "classifier.out_proj", x, b->B, b->D, labels, 0, 1, 1.0f);
+    }
+    return loss_of(b, logits, b->B, labels);
+}
+
+static int build_gpt2(builder *b, int pad_id) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    char p[TG_NAME_MAX], name[TG_NAME_MAX];
+    /* GPT-2 scales the residual projections' init by 1/sqrt(2 * n_layer). */
+    float proj_scale = 1.0f / sqrtf(2.0f * (float)c->layers);
+
+    int wte;
+    int we = embedding(b, "transformer.wte.weight", g->io.input_ids, c->vocab_size, -1, &wte);
+    int pe = embedding(b, "transformer.wpe.weight", g->io.position_ids, c->max_positions, -1, NULL);
+    int h = add(b, "transformer.embeddings", we, pe);
+    h = dropout(b, "transformer.drop", h, c->embedding_dropout);
+
+    for (int l = 0; l < c->layers; l++) {
+        snprintf(p, sizeof p, "transformer.h.%d", l);
+        snprintf(name, sizeof name, "%s.ln_1", p);
+        int a = layernorm(b, name, h, b->N);
+        snprintf(name, sizeof name, "%s.attn.c_attn", p);
+        int qkv = linear(b, name, a, b->N, b->D, 3 * b->D, 1, 1, 1.0f);
+        int heads[3];
+        heads_op(b, TG_OP_HEADS_SPLIT, &qkv, 1, heads, 3, name);
+        snprintf(name, sizeof name, "%s.attn", p);
+        int ctx = attention(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
+        snprintf(name, sizeof name, "%s.attn.c_proj", p);
+        int o = linear(b, name, ctx, b->N, b->D, b->D, 1, 1, proj_scale);
+        snprintf(name, sizeof name, "%s.attn.resid_dropout", p);
+        o = dropout(b, name, o, c->hidden_dropout);
+        snprintf(name, sizeof name, "%s.attn.residual", p);
+        h = add(b, name, o, h);
+
+        snprintf(name, sizeof name, "%s.ln_2", p);
+        int m = layernorm(b, name, h, b->N);
+        snprintf(name, sizeof name, "%s.mlp.c_fc", p);
+        m = linear(b, name, m, b->N, b->D, c->intermediate, 1, 1, 1.0f);
+        snprintf(name, sizeof name, "%s.mlp.gelu", p);
+        m = unary(b, TG_OP_GELU, name, m, c->gelu);
+        snprintf(name, sizeof name, "%s.mlp.c_proj", p);
+        m = linear(b, name, m, b->N, c->intermediate, b->D, 1, 1, proj_scale);
+        snprintf(name, sizeof name, "%s.mlp.dropout", p);
+        m = dropout(b, name, m, c->hidden_dropout);
+        snprintf(name, sizeof name, "%s.mlp.residual", p);
+        h = add(b, name, m, h);
+    }
+    h = layernorm(b, "transformer.ln_f", h, b->N);
+
+    if (g->job->task == TG_TASK_LM) {
+        /* The LM head is tied to the token embedding (HF tie_word_embeddings). */
+        g->tensors[wte].flags |= TG_TENSOR_TIED;
+        int logits = tg_act(g, "lm_head", 2, b->N, c->vocab_size, 0, 0);
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        s.in[0] = h, s.in[1] = wte, s.out[0] = logits;
+        s.i[0] = b->N, s.i[1] = c->vocab_size, s.i[2] = b->D, s.i[4] = 1, s.i[5] = 1;
+        s.f[0] = 1.0f;
+        tg_graph_op(g, &s);
+        return loss_of(b, logits, b->N, c->vocab_size);
+    }
+    int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
+    int labels = g->job->num_labels;
+    int logits = linear(b, "score", last, b->B, b->D, labels, 0, 0, 1.0f);
+    return loss_of(b, logits, b->B, labels);
+}
+
+int tg_build_forward(tg_graph *g, int pad_id) {
+    const tg_model_config *c = g->cfg;
+    const tg_job *j = g->job;
+    builder b = {.g = g, .B = j->batch, .T = j->seq, .D = c->hidden, .H = c->heads};
+    b.Dh = c->hidden / c->heads;
+    b.N = b.B * b.T;
+    g->phase = TG_PHASE_FORWARD;
+
+    g->io.input_ids = input(g, "input_ids", TG_I32, 2, b.B, b.T);
+    g->io.attention_mask = input(g, "attention_mask", TG_F32, 2, b.B, b.T);
+    if (c->arch != TG_ARCH_GPT2) g->io.token_type_ids = input(g, "token_type_ids", TG_I32, 2, b.B, b.T);
+    g->io.position_ids = input(g, "position_ids", TG_I32, 2, b.B, b.T);
+    g->io.labels = j->task == TG_TASK_LM ? input(g, "labels", TG_I32, 2, b.B, b.T)
+                                         : input(g, "labels", TG_I32, 1, b.B, 0);
+    int64_t one = 1;
+    g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
+    g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);
+
+    return c->arch == TG_ARCH_GPT2 ? build_gpt2(&b, pad_id) : build_encoder(&b, pad_id);
+}

@@ -1,0 +1,396 @@
+/* The compiler's op table: shape rule, FLOPs, backward rule and gradient contract for
+ * every op kind. */
+#include "compiler/op_table.h"
+
+#include <string.h>
+
+#include "compiler/autodiff.h"
+
+static int64_t numel(const tg_graph *g, int t) {
+    return t < 0 ? -1 : tg_tensor_numel(&g->tensors[t]);
+}
+
+#define EXPECT(cond, msg) \
+    do {                  \
+        if (!(cond)) return msg; \
+    } while (0)
+
+/* ---- shape rules ------------------------------------------------------------------- */
+
+static const char *shape_zero(const tg_graph *g, const tg_op *op) {
+    EXPECT(op->out[0] >= 0, "needs an output");
+    return NULL;
+}
+
+static const char *shape_embedding(const tg_graph *g, const tg_op *op) {
+    int64_t n = op->i[0], v = op->i[1], d = op->i[2];
+    EXPECT(g->tensors[op->in[0]].dtype == TG_I32, "ids must be i32");
+    EXPECT(numel(g, op->in[0]) == n, "ids count != N");
+    if (op->kind == TG_OP_EMBEDDING) {
+        EXPECT(numel(g, op->in[1]) == v * d, "table != V*D");
+        EXPECT(numel(g, op->out[0]) == n * d, "output != N*D");
+    } else {
+        EXPECT(numel(g, op->in[1]) == n * d, "dout != N*D");
+        EXPECT(numel(g, op->out[0]) == v * d, "dtable != V*D");
+    }
+    return NULL;
+}
+
+static const char *shape_add(const tg_graph *g, const tg_op *op) {
+    EXPECT(numel(g, op->in[0]) == op->i[0] && numel(g, op->in[1]) == op->i[0] &&
+               numel(g, op->out[0]) == op->i[0],
+           "operands differ in size");
+    return NULL;
+}
+
+static const char *shape_matmul(const tg_graph *g, const tg_op *op) {
+    int64_t m = op->i[0], n = op->i[1], k = op->i[2], b = op->i[5];
+    EXPECT(m > 0 && n > 0 && k > 0 && b > 0, "non-positive dims");
+    EXPECT(numel(g, op->in[0]) == b * m * k, "A != batch*M*K");
+    EXPECT(numel(g, op->in[1]) == b * k * n, "B != batch*K*N");
+    EXPECT(numel(g, op->out[0]) == b * m * n, "C != batch*M*N");
+    EXPECT(op->in[2] < 0 || numel(g, op->in[2]) == n, "bias != N");
+    return NULL;
+}
+
+static const char *shape_bias_grad(const tg_graph *g, const tg_op *op) {
+    EXPECT(numel(g, op->in[0]) == op->i[0] * op->i[1], "dout != M*N");
+    EXPECT(numel(g, op->out[0]) == op->i[1], "dbias != N");
+    return NULL;
+}
+
+static const char *shape_layernorm(const tg_graph *g, const tg_op *op) {
+    int64_t m = op->i[0], d = op->i[1];
+    int bwd = op->kind == TG_OP_LAYERNORM_BWD;
+    int x = bwd ? op->in[1] : op->in[0], gamma = bwd ? op->in[2] : op->in[1];
+    int mean = bwd ? op->in[3] : op->out[1], rstd = bwd ? op->in[4] : op->out[2];
+    EXPECT(numel(g, x) == m * d, "x != M*D");
+    EXPECT(numel(g, gamma) == d, "gamma != D");
+    EXPECT(numel(g, mean) == m && numel(g, rstd) == m, "mean/rstd != M");
+    EXPECT(numel(g, op->out[0]) == m * d, "y/dx != M*D");
+    if (bwd) {
+        EXPECT(numel(g, op->in[0]) == m * d, "dy != M*D");
+        EXPECT(numel(g, op->out[1]) == d && numel(g, op->out[2]) == d, "dgamma/dbeta != D");
+    } else {
+        EXPECT(numel(g, op->in[2]) == d, "beta != D");
+    }
+    return NULL;
+}
+
+static const char *shape_unary(const tg_graph *g, const tg_op *op) {
+    for (int s = 0; s < TG_OP_MAX_IN && op->in[s] >= 0; s++)
+        if (g->tensors[op->in[s]].dtype == TG_F32)
+            EXPECT(numel(g, op->in[s]) == op->i[0], "input size != i[0]");
+    EXPECT(numel(g, op->out[0]) == op->i[0], "output size != i[0]");
+    return NULL;
+}
+
+static const char *shape_softmax(const tg_graph *g, const tg_op *op) {
+    int64_t b = op->i[0], h = op->i[1], t = op->i[2];
+    EXPECT(numel(g, op->in[0]) == b * h * t * t && numel(g, op->out[0]) == b * h * t * t,
+           "scores != B*H*T*T");
+    if (op->kind == TG_OP_ATTN_SOFTMAX)
+        EXPECT(op->in[1] < 0 || numel(g, op->in[1]) == b * t, "mask != B*T");
+    else
+        EXPECT(numel(g, op->in[1]) == b * h * t * t, "probs != B*H*T*T");
+    return NULL;
+}
+
+static const char *shape_heads(const tg_graph *g, const tg_op *op) {
+    int64_t b = op->i[0], t = op->i[1], h = op->i[2], dh = op->i[3], p = op->i[4];
+    EXPECT(p >= 1 && p <= 3, "P must be 1..3");
+    const int *parts = op->kind == TG_OP_HEADS_SPLIT ? op->out : op->in;
+    int whole = op->kind == TG_OP_HEADS_SPLIT ? op->in[0] : op->out[0];
+    EXPECT(numel(g, whole) == b * t * p * h * dh, "packed != B*T*P*H*Dh");
+    for (int s = 0; s < p; s++) EXPECT(numel(g, parts[s]) == b * h * t * dh, "part != B*H*T*Dh");
+    return NULL;
+}
+
+static const char *shape_select(const tg_graph *g, const tg_op *op) {
+    int64_t b = op->i[0], t = op->i[1], d = op->i[2];
+    int full = op->kind == TG_OP_SELECT_TOKEN ? op->in[0] : op->out[0];
+    int rows = op->kind == TG_OP_SELECT_TOKEN ? op->out[0] : op->in[0];
+    EXPECT(numel(g, full) == b * t * d, "x != B*T*D");
+    EXPECT(numel(g, rows) == b * d, "rows != B*D");
+    EXPECT(numel(g, op->in[1]) == b * t, "ids != B*T");
+    return NULL;
+}
+
+static const char *shape_cross_entropy(const tg_graph *g, const tg_op *op) {
+    int64_t n = op->i[0], c = op->i[1];
+    int bwd = op->kind == TG_OP_CROSS_ENTROPY_BWD;
+    int logits = bwd ? op->in[1] : op->in[0], labels = bwd ? op->in[2] : op->in[1];
+    EXPECT(numel(g, logits) == n * c, "logits != N*C");
+    EXPECT(numel(g, labels) == n && g->tensors[labels].dtype == TG_I32, "labels != N (i32)");
+    EXPECT(numel(g, bwd ? op->out[0] : op->in[0]) == n * c || !bwd, "dlogits != N*C");
+    EXPECT(numel(g, bwd ? op->in[0] : op->out[0]) == 1, "loss is not a scalar");
+    return NULL;
+}
+
+static const char *shape_schedule(const tg_graph *g, const tg_op *op) {
+    EXPECT(numel(g, op->in[0]) == 1 && numel(g, op->in[1]) == 1, "scalars expected");
+    EXPECT(numel(g, op->out[0]) == 1 && op->out[1] == op->in[0], "lr scalar; step updated in place");
+    return NULL;
+}
+
+static const char *shape_grad_norm(const tg_graph *g, const tg_op *op) {
+    EXPECT(g->tensors[op->in[0]].flags & TG_TENSOR_VIEW, "input must be the grads view");
+    EXPECT(numel(g, op->out[0]) == 1, "norm is a scalar");
+    EXPECT(numel(g, op->in[0]) == op->i[0], "i[0] != gradient count");
+    return NULL;
+}
+
+static const char *shape_adamw(const tg_graph *g, const tg_op *op) {
+    int64_t n = numel(g, op->in[0]);
+    EXPECT(numel(g, op->out[0]) == n && numel(g, op->out[1]) == n && numel(g, op->out[2]) == n,
+           "params, grads, m and v views differ in size");
+    EXPECT(n == op->i[0], "i[0] != parameter count");
+    EXPECT(numel(g, op->in[1]) == 1 && numel(g, op->in[2]) == 1 && numel(g, op->in[3]) == 1,
+           "lr, step and norm are scalars");
+    return NULL;
+}
+
+/* ---- FLOPs ------------------------------------------------------------------------- */
+
+static double flops_none(const tg_op *op) { return 0; }
+static double flops_matmul(const tg_op *op) {
+    return 2.0 * (double)op->i[0] * (double)op->i[1] * (double)op->i[2] * (double)op->i[5] +
+           (op->in[2] >= 0 ? (double)op->i[0] * op->i[1] * op->i[5] : 0);
+}
+static double flops_n(const tg_op *op) { return (double)op->i[0]; }
+static double flops_embedding_bwd(const tg_op *op) { return (double)op->i[0] * op->i[2]; }
+static double flops_bias_grad(const tg_op *op) { return (double)op->i[0] * op->i[1]; }
+static double flops_layernorm(const tg_op *op) { return 8.0 * op->i[0] * op->i[1]; }
+static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->i[0] * op->i[1]; }
+static double flops_gelu(const tg_op *op) { return 10.0 * op->i[0]; }
+static double flops_softmax(const tg_op *op) { return 5.0 * op->i[0] * op->i[1] * op->i[2] * op->i[2]; }
+static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->i[0] * op->i[1]; }
+static double flops_grad_norm(const tg_op *op) { return 2.0 * op->i[0]; }
+static double flops_adamw(const tg_op *op) { return 16.0 * op->i[0]; }
+
+/* ---- backward rules ---------------------------------------------------------------- */
+
+static const tg_op *fwd(tg_graph *g, int index) { return &g->ops[index]; }
+
+static void bwd_embedding(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dst = tg_ad_grad_dest(g, op.in[1], &acc);
+    if (dst < 0) return;
+    if (!acc) {
+        tg_graph_fail(g, "embedding table %s is not a parameter", g->tensors[op.in[1]].name);
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_EMBEDDING_BWD);
+    s.in[0] = op.in[0];
+    s.in[1] = tg_ad_grad_of(g, op.out[0]);
+    s.out[0] = dst;
+    memcpy(s.i, op.i, sizeof s.i);
+    tg_graph_op(g, &s);
+}
+
+static void bwd_add(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int dy = tg_ad_grad_of(g, op.out[0]);
+    for (int s = 0; s < 2; s++) {
+        if (!g->needs_grad[op.in[s]]) continue;
+        if (g->tensors[op.in[s]].flags & TG_TENSOR_PARAM) {
+            tg_graph_fail(g, "add of parameter %s directly is not supported", g->tensors[op.in[s]].name);
+            return;
+        }
+        tg_ad_pass(g, op.in[s], dy); /* dy is each input's gradient as it is: no copy */
+    }
+}
+
+static void bwd_matmul(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int64_t m = op.i[0], n = op.i[1], k = op.i[2], ta = op.i[3], tb = op.i[4], b = op.i[5];
+    int dc = tg_ad_grad_of(g, op.out[0]);
+    int acc;
+    int da = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (da >= 0) {
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        if (!ta) { /* dA[M,K] = dC @ op(B)^T */
+            s.in[0] = dc, s.in[1] = op.in[1];
+            s.i[0] = m, s.i[1] = k, s.i[2] = n, s.i[3] = 0, s.i[4] = !tb;
+        } else { /* A stored [K,M]: dA = op(B) @ dC^T */
+            s.in[0] = op.in[1], s.in[1] = dc;
+            s.i[0] = k, s.i[1] = m, s.i[2] = n, s.i[3] = tb, s.i[4] = 1;
+        }
+        s.i[5] = b, s.i[6] = acc, s.f[0] = op.f[0];
+        s.out[0] = da;
+        tg_graph_op(g, &s);
+        tg_ad_commit(g, op.in[0], da);
+    }
+    int db = tg_ad_grad_dest(g, op.in[1], &acc);
+    if (db >= 0) {
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        if (!tb) { /* dB[K,N] = op(A)^T @ dC */
+            s.in[0] = op.in[0], s.in[1] = dc;
+            s.i[0] = k, s.i[1] = n, s.i[2] = m, s.i[3] = !ta, s.i[4] = 0;
+        } else { /* B stored [N,K]: dB = dC^T @ op(A) */
+            s.in[0] = dc, s.in[1] = op.in[0];
+            s.i[0] = n, s.i[1] = k, s.i[2] = m, s.i[3] = 1, s.i[4] = ta;
+        }
+        s.i[5] = b, s.i[6] = acc, s.f[0] = op.f[0];
+        s.out[0] = db;
+        tg_graph_op(g, &s);
+        tg_ad_commit(g, op.in[1], db);
+    }
+    if (op.in[2] >= 0) {
+        int dbias = tg_ad_grad_dest(g, op.in[2], &acc);
+        if (dbias >= 0) {
+            if (!acc) {
+                tg_graph_fail(g, "matmul bias %s is not a parameter", g->tensors[op.in[2]].name);
+                return;
+            }
+            tg_op_spec s = tg_spec(TG_OP_BIAS_GRAD);
+            s.in[0] = dc, s.out[0] = dbias;
+            s.i[0] = m * b, s.i[1] = n;
+            tg_graph_op(g, &s);
+        }
+    }
+}
+
+static void bwd_layernorm(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc_x, acc_g, acc_b;
+    int dx = tg_ad_grad_dest(g, op.in[0], &acc_x);
+    int dgamma = tg_ad_grad_dest(g, op.in[1], &acc_g);
+    int dbeta = tg_ad_grad_dest(g, op.in[2], &acc_b);
+    if (dx < 0 || acc_x || dgamma < 0 || !acc_g || dbeta < 0 || !acc_b) {
+        tg_graph_fail(g, "layernorm %d needs an activation input and parameter gamma/beta", index);
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_LAYERNORM_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.out[1], s.in[4] = op.out[2];
+    s.out[0] = dx, s.out[1] = dgamma, s.out[2] = dbeta;
+    memcpy(s.i, op.i, sizeof s.i);
+    memcpy(s.f, op.f, sizeof s.f);
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+/* Rules of the shape dx = f(dy, saved) for one activation input. */
+static void bwd_pointwise(tg_graph *g, int index, int kind, int saved) {
+    tg_op op = *fwd(g, index);
+    int acc, dx = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dx < 0) return;
+    if (acc) {
+        tg_graph_fail(g, "%s of a parameter is not supported", tg_op_name(op.kind));
+        return;
+    }
+    tg_op_spec s = tg_spec(kind);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = saved;
+    s.out[0] = dx;
+    memcpy(s.i, op.i, sizeof s.i);
+    memcpy(s.f, op.f, sizeof s.f);
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+static void bwd_gelu(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_GELU_BWD, g->ops[index].in[0]); }
+static void bwd_tanh(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_TANH_BWD, g->ops[index].out[0]); }
+static void bwd_softmax(tg_graph *g, int index) {
+    bwd_pointwise(g, index, TG_OP_ATTN_SOFTMAX_BWD, g->ops[index].out[0]);
+}
+/* Dropout's gradient is the same mask applied again: the same op, same key and step. */
+static void bwd_dropout(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_DROPOUT, g->ops[index].in[1]); }
+static void bwd_select(tg_graph *g, int index) {
+    bwd_pointwise(g, index, TG_OP_SELECT_TOKEN_BWD, g->ops[index].in[1]);
+}
+
+static void bwd_heads_split(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dx = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dx < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_HEADS_MERGE);
+    for (int p = 0; p < op.i[4]; p++) {
+        s.in[p] = tg_ad_grad_of(g, op.out[p]);
+        if (s.in[p] < 0) {
+            tg_graph_fail(g, "heads_split %d: part %d has no gradient", index, p);
+            return;
+        }
+    }
+    s.out[0] = dx;
+    memcpy(s.i, op.i, sizeof s.i);
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+static void bwd_heads_merge(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_HEADS_SPLIT);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    int acc;
+    for (int p = 0; p < op.i[4]; p++) {
+        s.out[p] = tg_ad_grad_dest(g, op.in[p], &acc);
+        if (s.out[p] < 0 || acc) {
+            tg_graph_fail(g, "heads_merge %d: part %d must be an activation needing a gradient", index, p);
+            return;
+        }
+    }
+    memcpy(s.i, op.i, sizeof s.i);
+    tg_graph_op(g, &s);
+    for (int p = 0; p < op.i[4]; p++) tg_ad_commit(g, op.in[p], s.out[p]);
+}
+
+static void bwd_cross_entropy(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dlogits = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dlogits < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1];
+    s.out[0] = dlogits;
+    memcpy(s.i, op.i, sizeof s.i);
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dlogits);
+}
+
+/* ---- the table --------------------------------------------------------------------- */
+
+#define W TG_WRITE
+#define A TG_ACCUMULATE
+static const tg_op_row rows[TG_OP_COUNT] = {
+    [TG_OP_ZERO] = {shape_zero, flops_none, NULL, {W}},
+    [TG_OP_FILL] = {shape_zero, flops_none, NULL, {W}},
+    [TG_OP_EMBEDDING] = {shape_embedding, flops_none, bwd_embedding, {W}},
+    [TG_OP_EMBEDDING_BWD] = {shape_embedding, flops_embedding_bwd, NULL, {A}},
+    [TG_OP_ADD] = {shape_add, flops_n, bwd_add, {W}},
+    [TG_OP_MATMUL] = {shape_matmul, flops_matmul, bwd_matmul, {W}}, /* i[6]: accumulate */
+    [TG_OP_BIAS_GRAD] = {shape_bias_grad, flops_bias_grad, NULL, {A}},
+    [TG_OP_LAYERNORM] = {shape_layernorm, flops_layernorm, bwd_layernorm, {W, W, W}},
+    [TG_OP_LAYERNORM_BWD] = {shape_layernorm, flops_layernorm_bwd, NULL, {W, A, A}},
+    [TG_OP_GELU] = {shape_unary, flops_gelu, bwd_gelu, {W}},
+    [TG_OP_GELU_BWD] = {shape_unary, flops_gelu, NULL, {W}},
+    [TG_OP_TANH] = {shape_unary, flops_gelu, bwd_tanh, {W}},
+    [TG_OP_TANH_BWD] = {shape_unary, flops_n, NULL, {W}},
+    [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W}},
+    [TG_OP_ATTN_SOFTMAX_BWD] = {shape_softmax, flops_softmax, NULL, {W}},
+    [TG_OP_DROPOUT] = {shape_unary, flops_n, bwd_dropout, {W}},
+    [TG_OP_HEADS_SPLIT] = {shape_heads, flops_none, bwd_heads_split, {W, W, W}},
+    [TG_OP_HEADS_MERGE] = {shape_heads, flops_none, bwd_heads_merge, {W}},
+    [TG_OP_SELECT_TOKEN] = {shape_select, flops_none, bwd_select, {W}},
+    [TG_OP_SELECT_TOKEN_BWD] = {shape_select, flops_none, NULL, {W}},
+    [TG_OP_CROSS_ENTROPY] = {shape_cross_entropy, flops_cross_entropy, bwd_cross_entropy, {W}},
+    [TG_OP_CROSS_ENTROPY_BWD] = {shape_cross_entropy, flops_cross_entropy, NULL, {W}},
+    [TG_OP_SCHEDULE] = {shape_schedule, flops_none, NULL, {W, W}},
+    [TG_OP_GRAD_NORM] = {shape_grad_norm, flops_grad_norm, NULL, {W}},
+    [TG_OP_ADAMW] = {shape_adamw, flops_adamw, NULL, {W, W, W}},
+};
+#undef W
+#undef A
+_Static_assert(sizeof rows / sizeof rows[0] == TG_OP_COUNT, "every op needs a row");
+
+const tg_op_row *tg_op_row_of(int kind) { return &rows[kind]; }
+
+double tg_op_bytes(const tg_tensor *tensors, const tg_op *op) {
+    double bytes = 0;
+    for (int s = 0; s < TG_OP_MAX_IN; s++)
+        if (op->in[s] >= 0) bytes += (double)tensors[op->in[s]].bytes;
+    for (int s = 0; s < TG_OP_MAX_OUT; s++)
+        if (op->out[s] >= 0 && (op->kind != TG_OP_SCHEDULE || s == 0)) bytes += (double)tensors[op->out[s]].bytes;
+    return bytes;
+}

@@ -1,0 +1,103 @@
+/* Fixed-shape batches (the plan's shapes never change) and the seeded sampler. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "datasets/dataset.h"
+#include "tunegraph/ops.h"
+
+void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
+                   const tg_batch_shape *shape, tg_batch *out) {
+    const int32_t B = shape->batch, T = shape->seq;
+    const int roberta = shape->arch == TG_ARCH_ROBERTA;
+    const int lm = shape->task == TG_TASK_LM;
+    if (n > B) n = B;
+    if (n < 0) n = 0;
+    out->n_real = n;
+    out->n_tokens = 0;
+    for (int32_t b = 0; b < B; b++) {
+        const tg_example *ex = b < n ? &ds->examples[idx[b]] : NULL;
+        const int32_t len = ex ? (ex->len < T ? ex->len : T) : 0; /* truncate to T */
+        int32_t *ids = out->input_ids + (int64_t)b * T;
+        float *mask = out->attention_mask + (int64_t)b * T;
+        int32_t *types = out->token_type_ids + (int64_t)b * T;
+        int32_t *pos = out->position_ids + (int64_t)b * T;
+        for (int32_t t = 0; t < T; t++) {
+            const int real = t < len;
+            ids[t] = real ? ex->input_ids[t] : shape->pad_id;
+            mask[t] = real ? 1.0f : 0.0f;
+            types[t] = real && ex->token_type_ids ? ex->token_type_ids[t] : 0;
+            /* RoBERTa numbers real tokens from pad_id + 1 (HF's
+             * create_position_ids_from_input_ids); padding sits at pad_id. */
+            pos[t] = roberta ? (real ? shape->pad_id + 1 + t : shape->pad_id) : t;
+        }
+        if (lm) {
+            /* Token t predicts token t+1, only while t+1 is inside the kept sequence. */
+            int32_t *lab = out->labels + (int64_t)b * T;
+            for (int32_t t = 0; t < T; t++)
+                lab[t] = t + 1 < len ? ex->input_ids[t + 1] : TG_IGNORE_INDEX;
+        } else {
+            out->labels[b] = ex ? ex->label : TG_IGNORE_INDEX;
+        }
+        out->n_tokens += len;
+    }
+}
+
+/* ---- sampler ---- */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t xorshift64s(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Each epoch's order depends only on (seed, epoch), so a resumed run can rebuild it. */
+static void shuffle(tg_sampler *s) {
+    uint64_t state = splitmix64(s->seed ^ splitmix64((uint64_t)s->epoch + 1));
+    if (state == 0) state = 0x9E3779B97F4A7C15ull; /* xorshift's one bad state */
+    for (int32_t i = 0; i < s->n; i++) s->order[i] = i;
+    for (int32_t i = s->n - 1; i > 0; i--) {
+        /* Multiply-shift instead of modulo: unbiased enough and the same everywhere. */
+        int32_t j = (int32_t)(((xorshift64s(&state) >> 32) * (uint64_t)(i + 1)) >> 32);
+        int32_t t = s->order[i];
+        s->order[i] = s->order[j];
+        s->order[j] = t;
+    }
+}
+
+int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err) {
+    memset(s, 0, sizeof *s);
+    if (n <= 0) return tg_fail(err, "sampler: the dataset has no examples");
+    s->order = malloc((size_t)n * sizeof *s->order);
+    if (!s->order) return tg_fail(err, "sampler: out of memory for %d indices", n);
+    s->n = n;
+    s->seed = seed;
+    shuffle(s);
+    return 0;
+}
+
+void tg_sampler_next(tg_sampler *s, int32_t *idx, int32_t count) {
+    for (int32_t i = 0; i < count; i++) {
+        if (s->pos == s->n) {
+            s->epoch++;
+            s->pos = 0;
+            shuffle(s);
+        }
+        idx[i] = s->order[s->pos++];
+    }
+}
+
+void tg_sampler_free(tg_sampler *s) {
+    if (!s) return;
+    free(s->order);
+    memset(s, 0, sizeof *s);
+}

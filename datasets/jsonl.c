@@ -1,0 +1,232 @@
+/* Pre-tokenized JSON Lines datasets, checked line by line against the model so a
+ * mismatch fails before compiling or training, with the line that caused it.
+ * Memory: one int32 pool holds every example's ids (and token types, when a line has
+ * any non-zero ones); examples point into it. The pool starts at examples[0].input_ids. */
+#include "datasets/dataset.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tunegraph/ops.h"
+
+typedef struct loader {
+    const char *path;
+    int line;
+    int32_t *pool;
+    int64_t pool_n, pool_cap;
+    tg_example *ex;
+    int64_t *ids_off, *types_off; /* pool offsets, turned into pointers at the end */
+    int32_t n, cap;
+} loader;
+
+static int pool_reserve(loader *L, int64_t extra, tg_err *err) {
+    if (L->pool_n + extra <= L->pool_cap) return 0;
+    int64_t cap = L->pool_cap ? L->pool_cap : 4096;
+    while (cap < L->pool_n + extra) cap *= 2;
+    int32_t *p = realloc(L->pool, (size_t)cap * sizeof *p);
+    if (!p) return tg_fail(err, "%s: out of memory", L->path);
+    L->pool = p;
+    L->pool_cap = cap;
+    return 0;
+}
+
+static int examples_reserve(loader *L, tg_err *err) {
+    if (L->n < L->cap) return 0;
+    if (L->cap >= INT32_MAX / 2) return tg_fail(err, "%s: too many examples", L->path);
+    int32_t cap = L->cap ? 2 * L->cap : 1024;
+    tg_example *e = realloc(L->ex, (size_t)cap * sizeof *e);
+    if (e) L->ex = e;
+    int64_t *a = realloc(L->ids_off, (size_t)cap * sizeof *a);
+    if (a) L->ids_off = a;
+    int64_t *b = realloc(L->types_off, (size_t)cap * sizeof *b);
+    if (b) L->types_off = b;
+    if (!e || !a || !b) return tg_fail(err, "%s: out of memory", L->path);
+    L->cap = cap;
+    return 0;
+}
+
+/* Appends the integers of `arr` (field `name`) to the pool, each in [0, limit).
+ * limit_msg explains the limit when a value is outside it. */
+static int read_ids(loader *L, json_t *arr, const char *name, int32_t limit,
+                    const char *limit_msg, tg_err *err) {
+    size_t n = json_array_size(arr);
+    if (pool_reserve(L, (int64_t)n, err)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v))
+            return tg_fail(err, "%s:%d: %s[%zu] is not an integer", L->path, L->line, name, i);
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || x >= limit)
+            return tg_fail(err, "%s:%d: %s[%zu] = %lld %s", L->path, L->line, name, i,
+                           (long long)x, limit_msg);
+        L->pool[L->pool_n + (int64_t)i] = (int32_t)x;
+    }
+    L->pool_n += (int64_t)n;
+    return 0;
+}
+
+static int parse_line(loader *L, const char *text, size_t len, const tg_data_rules *r,
+                      tg_err *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    if (!root)
+        return tg_fail(err, "%s:%d: invalid JSON: %s (column %d)", L->path, L->line, jerr.text,
+                       jerr.column);
+    int rc = -1;
+    char msg[160];
+    int64_t ids_at = L->pool_n;
+    if (!json_is_object(root)) {
+        tg_fail(err, "%s:%d: expected a JSON object like {\"input_ids\": [...]}", L->path, L->line);
+        goto done;
+    }
+    json_t *ids = json_object_get(root, "input_ids");
+    if (!ids) {
+        tg_fail(err, "%s:%d: missing \"input_ids\" (pre-tokenized ids are required)", L->path,
+                L->line);
+        goto done;
+    }
+    if (!json_is_array(ids)) {
+        tg_fail(err, "%s:%d: input_ids must be an array of integers", L->path, L->line);
+        goto done;
+    }
+    size_t n = json_array_size(ids);
+    if (n == 0) {
+        tg_fail(err, "%s:%d: input_ids is empty", L->path, L->line);
+        goto done;
+    }
+    if (n > INT32_MAX) {
+        tg_fail(err, "%s:%d: input_ids is too long", L->path, L->line);
+        goto done;
+    }
+    /* vocab_size <= 0 means "unknown": only negative ids are rejected. */
+    int32_t vocab = r->vocab_size > 0 ? r->vocab_size : INT32_MAX;
+    snprintf(msg, sizeof msg,
+             "is outside the vocabulary (vocab_size %d; wrong vocab? tokenize with the model's "
+             "tokenizer)", r->vocab_size);
+    if (read_ids(L, ids, "input_ids", vocab, msg, err)) goto done;
+
+    int64_t types_at = -1;
+    json_t *types = json_object_get(root, "token_type_ids");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types)) {
+            tg_fail(err, "%s:%d: token_type_ids must be an array of integers", L->path, L->line);
+            goto done;
+        }
+        if (json_array_size(types) != n) {
+            tg_fail(err, "%s:%d: token_type_ids has %zu entries but input_ids has %zu", L->path,
+                    L->line, json_array_size(types), n);
+            goto done;
+        }
+        int32_t tv = r->type_vocab_size > 0 ? r->type_vocab_size : 1;
+        if (r->type_vocab_size > 0)
+            snprintf(msg, sizeof msg, "is outside type_vocab_size %d", r->type_vocab_size);
+        else
+            snprintf(msg, sizeof msg, "but the model has no token types (only 0 is allowed)");
+        types_at = L->pool_n;
+        if (read_ids(L, types, "token_type_ids", tv, msg, err)) goto done;
+        /* All-zero types are the same as none: drop them to keep the pool small. */
+        int any = 0;
+        for (size_t i = 0; i < n && !any; i++) any = L->pool[types_at + (int64_t)i] != 0;
+        if (!any) {
+            L->pool_n = types_at;
+            types_at = -1;
+        }
+    }
+
+    int32_t label = TG_IGNORE_INDEX;
+    if (r->task == TG_TASK_CLASSIFY) {
+        json_t *lab = json_object_get(root, "label");
+        if (!lab) {
+            tg_fail(err, "%s:%d: missing \"label\" (task classify needs an integer label per line)",
+                    L->path, L->line);
+            goto done;
+        }
+        if (!json_is_integer(lab)) {
+            tg_fail(err, "%s:%d: label must be an integer", L->path, L->line);
+            goto done;
+        }
+        json_int_t x = json_integer_value(lab);
+        if (x < 0 || x >= r->num_labels) {
+            tg_fail(err, "%s:%d: label %lld is out of range for num_labels %d", L->path, L->line,
+                    (long long)x, r->num_labels);
+            goto done;
+        }
+        label = (int32_t)x;
+    }
+
+    if (examples_reserve(L, err)) goto done;
+    L->ex[L->n] = (tg_example){.len = (int32_t)n, .input_ids = NULL, .token_type_ids = NULL,
+                               .label = label};
+    L->ids_off[L->n] = ids_at;
+    L->types_off[L->n] = types_at;
+    L->n++;
+    rc = 0;
+done:
+    if (rc) L->pool_n = ids_at;
+    json_decref(root);
+    return rc;
+}
+
+static int is_blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
+    return 1;
+}
+
+int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds, tg_err *err) {
+    memset(ds, 0, sizeof *ds);
+    if (snprintf(ds->path, sizeof ds->path, "%s", path) >= (int)sizeof ds->path)
+        return tg_fail(err, "%s: dataset path is too long", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return tg_fail(err, "%s: cannot open dataset: %s", path, strerror(errno));
+
+    loader L = {.path = path};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int rc = 0;
+    while ((got = getline(&line, &cap, f)) >= 0) {
+        L.line++;
+        if (is_blank(line, (size_t)got)) continue;
+        if (parse_line(&L, line, (size_t)got, rules, err)) {
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) rc = tg_fail(err, "%s: read error: %s", path, strerror(errno));
+    if (rc == 0 && L.n == 0) rc = tg_fail(err, "%s: no examples", path);
+    free(line);
+    fclose(f);
+    if (rc) {
+        free(L.pool);
+        free(L.ex);
+        free(L.ids_off);
+        free(L.types_off);
+        return rc;
+    }
+    /* Shrink to fit, then point examples into the final pool. */
+    int32_t *pool = realloc(L.pool, (size_t)L.pool_n * sizeof *pool);
+    if (pool) L.pool = pool;
+    tg_example *ex = realloc(L.ex, (size_t)L.n * sizeof *ex);
+    if (ex) L.ex = ex;
+    for (int32_t i = 0; i < L.n; i++) {
+        L.ex[i].input_ids = L.pool + L.ids_off[i];
+        L.ex[i].token_type_ids = L.types_off[i] >= 0 ? L.pool + L.types_off[i] : NULL;
+        ds->n_tokens += L.ex[i].len;
+    }
+    free(L.ids_off);
+    free(L.types_off);
+    ds->n = L.n;
+    ds->examples = L.ex;
+    return 0;
+}
+
+void tg_dataset_free(tg_dataset *ds) {
+    if (!ds) return;
+    if (ds->examples && ds->n > 0) free(ds->examples[0].input_ids); /* the pool's base */
+    free(ds->examples);
+    memset(ds, 0, sizeof *ds);
+}

@@ -1,0 +1,286 @@
+#include "models/model_config.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef TG_PRESETS_DIR
+#define TG_PRESETS_DIR "models/presets"
+#endif
+
+const char *tg_presets_dir(void) {
+    const char *env = getenv("TUNEGRAPH_PRESETS");
+    return env && env[0] ? env : TG_PRESETS_DIR;
+}
+
+static int is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* ---- typed field readers: each error names the file and the field ---- */
+
+typedef struct reader {
+    const char *path;
+    json_t *root;
+    tg_err *err;
+} reader;
+
+/* Integer field; absent -> def (or an error when required). min is the smallest valid value. */
+static int get_int(reader *r, const char *key, int required, int32_t def, int64_t min, int32_t *out) {
+    json_t *v = json_object_get(r->root, key);
+    if (!v) {
+        if (required) return tg_fail(r->err, "%s: field '%s': missing", r->path, key);
+        *out = def;
+        return 0;
+    }
+    const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > INT32_MAX)
+        return tg_fail(r->err, "%s: field '%s': expected %s", r->path, key, what);
+    *out = (int32_t)json_integer_value(v);
+    return 0;
+}
+
+/* Like get_int, but JSON null (as HF writes for "unset") also gives null_value. */
+static int get_int_or_null(reader *r, const char *key, int32_t null_value, int64_t min, int32_t *out) {
+    json_t *v = json_object_get(r->root, key);
+    if (!v || json_is_null(v)) {
+        *out = null_value;
+        return 0;
+    }
+    return get_int(r, key, 1, 0, min, out);
+}
+
+/* Number field in [lo, hi] (hi_open: hi excluded); absent -> def. */
+static int get_float(reader *r, const char *key, double def, double lo, double hi, int hi_open, float *out) {
+    json_t *v = json_object_get(r->root, key);
+    if (!v) {
+        *out = (float)def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return tg_fail(r->err, "%s: field '%s': expected a number", r->path, key);
+    double d = json_number_value(v);
+    if (!(d >= lo) || d > hi || (hi_open && d >= hi))
+        return tg_fail(r->err, "%s: field '%s': %g is out of range [%g, %g%c", r->path, key, d, lo, hi,
+                       hi_open ? ')' : ']');
+    *out = (float)d;
+    return 0;
+}
+
+/* String field; absent -> def. */
+static int get_string(reader *r, const char *key, const char *def, const char **out) {
+    json_t *v = json_object_get(r->root, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_string(v)) return tg_fail(r->err, "%s: field '%s': expected a string", r->path, key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* A boolean switch selecting behaviour we do not implement: only `unsupported_value` is refused. */
+static int reject_bool(reader *r, const char *key, int unsupported_value) {
+    json_t *v = json_object_get(r->root, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return tg_fail(r->err, "%s: field '%s': expected true or false", r->path, key);
+    if (json_is_true(v) == unsupported_value)
+        return tg_fail(r->err, "%s: field '%s': %s is not supported", r->path, key,
+                       unsupported_value ? "true" : "false");
+    return 0;
+}
+
+static int parse_gelu(reader *r, const char *key, const char *name, int32_t *out) {
+    if (strcmp(name, "gelu") == 0) *out = TG_GELU_ERF;
+    else if (strcmp(name, "gelu_new") == 0 || strcmp(name, "gelu_pytorch_tanh") == 0) *out = TG_GELU_TANH;
+    else
+        return tg_fail(r->err,
+                       "%s: field '%s': unsupported activation '%s' (supported: gelu, gelu_new, gelu_pytorch_tanh)",
+                       r->path, key, name);
+    return 0;
+}
+
+static int check_heads(reader *r, const char *hidden_key, const char *heads_key, const tg_model_config *c) {
+    if (c->hidden % c->heads != 0)
+        return tg_fail(r->err, "%s: field '%s': %s %d is not divisible by %s %d", r->path, heads_key, hidden_key,
+                       c->hidden, heads_key, c->heads);
+    return 0;
+}
+
+static int check_pad(reader *r, const char *key, const tg_model_config *c) {
+    if (c->pad_token_id >= c->vocab_size)
+        return tg_fail(r->err, "%s: field '%s': %d is not below vocab_size %d", r->path, key, c->pad_token_id,
+                       c->vocab_size);
+    return 0;
+}
+
+/* BERT and RoBERTa share the field names (RobertaConfig subclasses BertConfig). */
+static int parse_bert(reader *r, tg_model_config *c, int roberta) {
+    const char *act = NULL, *pos = NULL;
+    float hidden_drop = 0;
+    if (get_int(r, "vocab_size", 1, 0, 1, &c->vocab_size) || get_int(r, "hidden_size", 1, 0, 1, &c->hidden) ||
+        get_int(r, "num_hidden_layers", 1, 0, 1, &c->layers) ||
+        get_int(r, "num_attention_heads", 1, 0, 1, &c->heads) ||
+        get_int(r, "intermediate_size", 1, 0, 1, &c->intermediate) ||
+        get_int(r, "max_position_embeddings", 1, 0, 1, &c->max_positions) ||
+        get_int(r, "type_vocab_size", 1, 0, 1, &c->type_vocab_size) ||
+        get_int_or_null(r, "pad_token_id", -1, 0, &c->pad_token_id) ||
+        get_float(r, "layer_norm_eps", 1e-12, 1e-30, 1, 0, &c->layer_norm_eps) ||
+        get_float(r, "initializer_range", 0.02, 0, 10, 0, &c->initializer_range) ||
+        get_float(r, "hidden_dropout_prob", 0.1, 0, 1, 1, &hidden_drop) ||
+        get_float(r, "attention_probs_dropout_prob", 0.1, 0, 1, 1, &c->attention_dropout) ||
+        get_string(r, "hidden_act", "gelu", &act) || get_string(r, "position_embedding_type", "absolute", &pos))
+        return -1;
+    /* HF omits pad_token_id rarely; its defaults are 0 (BERT) and 1 (RoBERTa). */
+    if (!json_object_get(r->root, "pad_token_id")) c->pad_token_id = roberta ? 1 : 0;
+    c->hidden_dropout = hidden_drop;
+    c->embedding_dropout = hidden_drop;
+    json_t *cd = json_object_get(r->root, "classifier_dropout");
+    if (!cd || json_is_null(cd)) c->classifier_dropout = hidden_drop;
+    else if (get_float(r, "classifier_dropout", 0, 0, 1, 1, &c->classifier_dropout)) return -1;
+    if (parse_gelu(r, "hidden_act", act, &c->gelu)) return -1;
+    if (strcmp(pos, "absolute") != 0)
+        return tg_fail(r->err, "%s: field 'position_embedding_type': '%s' is not supported (only 'absolute')",
+                       r->path, pos);
+    if (check_heads(r, "hidden_size", "num_attention_heads", c) || check_pad(r, "pad_token_id", c)) return -1;
+    /* RoBERTa positions start at pad_token_id + 1, so the table must reach past that. */
+    if (roberta && c->max_positions <= c->pad_token_id + 1)
+        return tg_fail(r->err,
+                       "%s: field 'max_position_embeddings': %d leaves no positions after the padding offset "
+                       "(pad_token_id %d + 1)",
+                       r->path, c->max_positions, c->pad_token_id);
+    return 0;
+}
+
+static int parse_gpt2(reader *r, tg_model_config *c) {
+    const char *act = NULL;
+    if (get_int(r, "vocab_size", 1, 0, 1, &c->vocab_size) || get_int(r, "n_embd", 1, 0, 1, &c->hidden) ||
+        get_int(r, "n_layer", 1, 0, 1, &c->layers) || get_int(r, "n_head", 1, 0, 1, &c->heads) ||
+        get_int(r, "n_positions", 1, 0, 1, &c->max_positions) ||
+        get_int_or_null(r, "n_inner", 0, 1, &c->intermediate) ||
+        get_int_or_null(r, "pad_token_id", -1, 0, &c->pad_token_id) ||
+        get_string(r, "activation_function", "gelu_new", &act) ||
+        get_float(r, "layer_norm_epsilon", 1e-5, 1e-30, 1, 0, &c->layer_norm_eps) ||
+        get_float(r, "initializer_range", 0.02, 0, 10, 0, &c->initializer_range) ||
+        get_float(r, "resid_pdrop", 0.1, 0, 1, 1, &c->hidden_dropout) ||
+        get_float(r, "attn_pdrop", 0.1, 0, 1, 1, &c->attention_dropout) ||
+        get_float(r, "embd_pdrop", 0.1, 0, 1, 1, &c->embedding_dropout) ||
+        parse_gelu(r, "activation_function", act, &c->gelu) ||
+        reject_bool(r, "scale_attn_by_inverse_layer_idx", 1) || reject_bool(r, "reorder_and_upcast_attn", 1) ||
+        reject_bool(r, "scale_attn_weights", 0) || reject_bool(r, "add_cross_attention", 1))
+        return -1;
+    if (c->intermediate == 0) {
+        if ((int64_t)c->hidden * 4 > INT32_MAX)
+            return tg_fail(r->err, "%s: field 'n_embd': %d is too large", r->path, c->hidden);
+        c->intermediate = 4 * c->hidden;
+    }
+    c->type_vocab_size = 0;
+    c->classifier_dropout = 0;
+    if (check_heads(r, "n_embd", "n_head", c) || check_pad(r, "pad_token_id", c)) return -1;
+    return 0;
+}
+
+int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
+    memset(cfg, 0, sizeof *cfg);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        if (jerr.line < 1) return tg_fail(err, "%s: %s", path, jerr.text); /* could not open */
+        return tg_fail(err, "%s: invalid JSON at line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
+    }
+    reader r = {path, root, err};
+    int rc;
+    const char *type = NULL;
+    if (!json_is_object(root)) {
+        rc = tg_fail(err, "%s: expected a JSON object at the top level", path);
+    } else if (!json_object_get(root, "model_type")) {
+        rc = tg_fail(err, "%s: field 'model_type': missing", path);
+    } else if (get_string(&r, "model_type", NULL, &type)) {
+        rc = -1;
+    } else if (strcmp(type, "bert") == 0) {
+        cfg->arch = TG_ARCH_BERT;
+        rc = parse_bert(&r, cfg, 0);
+    } else if (strcmp(type, "roberta") == 0) {
+        cfg->arch = TG_ARCH_ROBERTA;
+        rc = parse_bert(&r, cfg, 1);
+    } else if (strcmp(type, "gpt2") == 0) {
+        cfg->arch = TG_ARCH_GPT2;
+        rc = parse_gpt2(&r, cfg);
+    } else {
+        rc = tg_fail(err, "%s: field 'model_type': unsupported model type '%s' (supported: bert, roberta, gpt2)",
+                     path, type);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* "a, b, c": the preset folders that hold a config.json, sorted. */
+static void list_presets(char *buf, size_t cap) {
+    buf[0] = 0;
+    const char *dir = tg_presets_dir();
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(buf, cap, "none: cannot open %s", dir);
+        return;
+    }
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256) {
+        if (e->d_name[0] == '.') continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s/config.json", dir, e->d_name);
+        if (is_file(p) && (names[n] = strdup(e->d_name))) n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+        free(names[i]);
+    }
+    if (n == 0) snprintf(buf, cap, "none in %s", dir);
+}
+
+int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) {
+    memset(cfg, 0, sizeof *cfg);
+    if (!source || !source[0]) return tg_fail(err, "model: empty model name");
+    if (strlen(source) >= TG_PATH_MAX) return tg_fail(err, "model '%.64s...': name too long", source);
+
+    char folder[TG_PATH_MAX + 512], config[TG_PATH_MAX + 600];
+    folder[0] = 0;
+    if (!strchr(source, '/')) {
+        snprintf(folder, sizeof folder, "%s/%s", tg_presets_dir(), source);
+        snprintf(config, sizeof config, "%s/config.json", folder);
+        if (!is_file(config)) folder[0] = 0;
+    }
+    if (!folder[0]) {
+        snprintf(folder, sizeof folder, "%s", source);
+        size_t n = strlen(folder);
+        while (n > 1 && folder[n - 1] == '/') folder[--n] = 0; /* avoid "dir//config.json" */
+        snprintf(config, sizeof config, "%s/config.json", folder);
+        if (!is_file(config)) {
+            char presets[700];
+            list_presets(presets, sizeof presets);
+            return tg_fail(err, "model '%s': no preset of that name and no folder %s/config.json (presets: %s)",
+                           source, folder, presets);
+        }
+    }
+    if (tg_model_config_parse(config, cfg, err) != 0) return -1;
+
+    char weights[TG_PATH_MAX + 600];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", folder);
+    if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);
+    snprintf(cfg->source, sizeof cfg->source, "%s", source);
+    snprintf(cfg->weights, sizeof cfg->weights, "%s", is_file(weights) ? weights : "");
+    return 0;
+}

@@ -1,0 +1,486 @@
+#include "models/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ST_MAX_HEADER (100u * 1024u * 1024u)
+#define ST_MAX_DIMS 8
+
+static const char *const k_dtype_names[TG_ST_DTYPE_COUNT] = {
+    "F32", "F16", "BF16", "F64", "I64", "I32", "I8", "U8", "BOOL",
+};
+static const int k_dtype_sizes[TG_ST_DTYPE_COUNT] = {4, 2, 2, 8, 8, 4, 1, 1, 1};
+
+const char *tg_st_dtype_name(int dtype) {
+    return dtype >= 0 && dtype < TG_ST_DTYPE_COUNT ? k_dtype_names[dtype] : "?";
+}
+
+static int dtype_from_name(const char *s) {
+    for (int i = 0; i < TG_ST_DTYPE_COUNT; i++)
+        if (strcmp(s, k_dtype_names[i]) == 0) return i;
+    return -1;
+}
+
+int64_t tg_st_numel(const tg_st_entry *e) {
+    int64_t n = 1;
+    for (int i = 0; i < e->ndim; i++) n *= e->shape[i];
+    return n;
+}
+
+/* "[768, 768]" for messages. */
+static void format_shape(char *buf, size_t cap, const int64_t *shape, int ndim) {
+    size_t len = 0;
+    len += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
+void tg_st_close(tg_safetensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->n; i++) free(st->entries[i].name);
+    free(st->entries);
+    if (st->map) munmap(st->map, st->map_size);
+    memset(st, 0, sizeof *st);
+}
+
+/* Parses one header entry into e; data_size bounds the byte range. */
+static int parse_entry(const char *path, const char *name, json_t *v, uint64_t data_size,
+                       tg_st_entry *e, tg_err *err) {
+    if (!json_is_object(v))
+        return tg_fail(err, "%s: tensor '%s': header entry is not a JSON object", path, name);
+
+    json_t *dt = json_object_get(v, "dtype");
+    if (!json_is_string(dt))
+        return tg_fail(err, "%s: tensor '%s': field 'dtype' missing or not a string", path, name);
+    e->dtype = dtype_from_name(json_string_value(dt));
+    if (e->dtype < 0)
+        return tg_fail(err,
+                       "%s: tensor '%s': field 'dtype': unknown dtype '%s' (expected F32, F16, BF16, "
+                       "F64, I64, I32, I8, U8 or BOOL)",
+                       path, name, json_string_value(dt));
+
+    json_t *shape = json_object_get(v, "shape");
+    if (!json_is_array(shape))
+        return tg_fail(err, "%s: tensor '%s': field 'shape' missing or not an array", path, name);
+    size_t nd = json_array_size(shape);
+    if (nd > ST_MAX_DIMS)
+        return tg_fail(err, "%s: tensor '%s': field 'shape' has %zu dimensions (at most %d)", path,
+                       name, nd, ST_MAX_DIMS);
+    e->ndim = (int)nd;
+    uint64_t numel = 1;
+    int overflow = 0;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return tg_fail(err, "%s: tensor '%s': field 'shape': dimension %zu is not a non-negative integer",
+                           path, name, i);
+        e->shape[i] = (int64_t)json_integer_value(d);
+        if (__builtin_mul_overflow(numel, (uint64_t)e->shape[i], &numel)) overflow = 1;
+    }
+    uint64_t need = 0;
+    if (overflow || __builtin_mul_overflow(numel, (uint64_t)k_dtype_sizes[e->dtype], &need) ||
+        need > (uint64_t)INT64_MAX)
+        return tg_fail(err, "%s: tensor '%s': field 'shape': element count overflows", path, name);
+
+    json_t *off = json_object_get(v, "data_offsets");
+    if (!json_is_array(off) || json_array_size(off) != 2 ||
+        !json_is_integer(json_array_get(off, 0)) || !json_is_integer(json_array_get(off, 1)) ||
+        json_integer_value(json_array_get(off, 0)) < 0 || json_integer_value(json_array_get(off, 1)) < 0)
+        return tg_fail(err,
+                       "%s: tensor '%s': field 'data_offsets' must be [begin, end] with non-negative integers",
+                       path, name);
+    e->begin = (uint64_t)json_integer_value(json_array_get(off, 0));
+    e->end = (uint64_t)json_integer_value(json_array_get(off, 1));
+    if (e->begin > e->end || e->end > data_size)
+        return tg_fail(err,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] out of range (data section holds %llu bytes)",
+                       path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                       (unsigned long long)data_size);
+    if (e->end - e->begin != need) {
+        char sh[256];
+        format_shape(sh, sizeof sh, e->shape, e->ndim);
+        return tg_fail(err, "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but shape %s of %s needs %llu",
+                       path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                       (unsigned long long)(e->end - e->begin), sh, tg_st_dtype_name(e->dtype),
+                       (unsigned long long)need);
+    }
+    e->name = strdup(name);
+    if (!e->name) return tg_fail(err, "%s: out of memory", path);
+    return 0;
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const tg_st_entry *x = *(const tg_st_entry *const *)a, *y = *(const tg_st_entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Sorted by start, any overlap shows up between neighbours; empty tensors take no bytes. */
+static int check_overlap(tg_safetensors *st, tg_err *err) {
+    if (st->n < 2) return 0;
+    const tg_st_entry **order = malloc(sizeof *order * (size_t)st->n);
+    if (!order) return tg_fail(err, "%s: out of memory", st->path);
+    int m = 0;
+    for (int i = 0; i < st->n; i++)
+        if (st->entries[i].end > st->entries[i].begin) order[m++] = &st->entries[i];
+    qsort(order, (size_t)m, sizeof *order, cmp_begin);
+    int rc = 0;
+    for (int i = 0; i + 1 < m; i++) {
+        if (order[i]->end > order[i + 1]->begin) {
+            rc = tg_fail(err, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", st->path,
+                         order[i]->name, (unsigned long long)order[i]->begin,
+                         (unsigned long long)order[i]->end, order[i + 1]->name,
+                         (unsigned long long)order[i + 1]->begin, (unsigned long long)order[i + 1]->end);
+            break;
+        }
+    }
+    free(order);
+    return rc;
+}
+
+static int parse_header(tg_safetensors *st, const char *hdr, size_t hlen, uint64_t data_size, tg_err *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb(hdr, hlen, 0, &jerr);
+    if (!root)
+        return tg_fail(err, "%s: header is not valid JSON (line %d, column %d: %s)", st->path, jerr.line,
+                       jerr.column, jerr.text);
+    int rc = 0;
+    if (!json_is_object(root)) {
+        rc = tg_fail(err, "%s: header is not a JSON object", st->path);
+        goto done;
+    }
+    json_t *meta = json_object_get(root, "__metadata__");
+    if (meta) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(meta)) {
+            rc = tg_fail(err, "%s: field '__metadata__' is not an object", st->path);
+            goto done;
+        }
+        json_object_foreach(meta, k, v) {
+            if (!json_is_string(v)) {
+                rc = tg_fail(err, "%s: field '__metadata__': value of '%s' is not a string", st->path, k);
+                goto done;
+            }
+        }
+    }
+    size_t count = json_object_size(root) - (meta ? 1 : 0);
+    st->entries = calloc(count ? count : 1, sizeof *st->entries);
+    if (!st->entries) {
+        rc = tg_fail(err, "%s: out of memory", st->path);
+        goto done;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(root, name, v) {
+        if (strcmp(name, "__metadata__") == 0) continue;
+        if (parse_entry(st->path, name, v, data_size, &st->entries[st->n], err) != 0) {
+            rc = -1;
+            goto done;
+        }
+        st->n++;
+    }
+    rc = check_overlap(st, err);
+done:
+    json_decref(root);
+    return rc;
+}
+
+int tg_st_open(const char *path, tg_safetensors *st, tg_err *err) {
+    memset(st, 0, sizeof *st);
+    if (strlen(path) >= sizeof st->path) return tg_fail(err, "%s: path too long", path);
+    snprintf(st->path, sizeof st->path, "%s", path);
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tg_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return tg_fail(err, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tg_fail(err, "%s: not a regular file", path);
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < 8) {
+        close(fd);
+        return tg_fail(err, "%s: file is %llu bytes, too short for a safetensors header length (8 bytes)",
+                       path, (unsigned long long)size);
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd); /* the mapping keeps the file alive */
+    if (map == MAP_FAILED) return tg_fail(err, "%s: cannot mmap: %s", path, strerror(map_errno));
+    st->map = map;
+    st->map_size = (size_t)size;
+
+    const uint8_t *p = map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i]; /* little-endian on any host */
+    if (hlen > size - 8) {
+        tg_fail(err, "%s: header length %llu runs past the end of the file (%llu bytes)", path,
+                (unsigned long long)hlen, (unsigned long long)size);
+        goto fail;
+    }
+    if (hlen > ST_MAX_HEADER) {
+        tg_fail(err, "%s: header length %llu exceeds the 100 MB limit", path, (unsigned long long)hlen);
+        goto fail;
+    }
+    st->data = p + 8 + hlen;
+    if (parse_header(st, (const char *)p + 8, (size_t)hlen, size - 8 - hlen, err) != 0) goto fail;
+    return 0;
+fail:
+    tg_st_close(st);
+    return -1;
+}
+
+const tg_st_entry *tg_st_find(const tg_safetensors *st, const char *name) {
+    for (int i = 0; i < st->n; i++)
+        if (strcmp(st->entries[i].name, name) == 0) return &st->entries[i];
+    return NULL;
+}
+
+static int check_numel(const tg_safetensors *st, const tg_st_entry *e, int64_t numel, tg_err *err) {
+    int64_t have = tg_st_numel(e);
+    if (have == numel) return 0;
+    char sh[256];
+    format_shape(sh, sizeof sh, e->shape, e->ndim);
+    return tg_fail(err, "%s: tensor '%s': wrong shape: the file has %s (%lld elements) but %lld elements are expected",
+                   st->path, e->name, sh, (long long)have, (long long)numel);
+}
+
+/* IEEE half -> float, including subnormals, infinities and NaN payloads. */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else {
+        /* subnormal: value = mant * 2^-24, exactly representable as a normal float */
+        float f = ldexpf((float)mant, -24);
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    }
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+/* Data is only byte-aligned in general, so every element goes through memcpy. */
+int tg_st_read_f32(const tg_safetensors *st, const tg_st_entry *e, float *dst, int64_t numel, tg_err *err) {
+    if (check_numel(st, e, numel, err) != 0) return -1;
+    if (numel == 0) return 0; /* dst may be NULL for an empty tensor */
+    const uint8_t *src = st->data + e->begin;
+    switch (e->dtype) {
+    case TG_ST_F32:
+        memcpy(dst, src, (size_t)numel * 4);
+        return 0;
+    case TG_ST_F16:
+        for (int64_t i = 0; i < numel; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = half_to_float(h);
+        }
+        return 0;
+    case TG_ST_BF16:
+        for (int64_t i = 0; i < numel; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            uint32_t bits = (uint32_t)h << 16;
+            memcpy(&dst[i], &bits, 4);
+        }
+        return 0;
+    case TG_ST_F64:
+        for (int64_t i = 0; i < numel; i++) {
+            double d;
+            memcpy(&d, src + 8 * i, 8);
+            dst[i] = (float)d;
+        }
+        return 0;
+    default:
+        return tg_fail(err, "%s: tensor '%s' has dtype %s, expected a float dtype (F32, F16, BF16 or F64)",
+                       st->path, e->name, tg_st_dtype_name(e->dtype));
+    }
+}
+
+int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst, int64_t numel, tg_err *err) {
+    if (check_numel(st, e, numel, err) != 0) return -1;
+    if (numel == 0) return 0; /* dst may be NULL for an empty tensor */
+    const uint8_t *src = st->data + e->begin;
+    switch (e->dtype) {
+    case TG_ST_I32:
+        memcpy(dst, src, (size_t)numel * 4);
+        return 0;
+    case TG_ST_I64:
+        for (int64_t i = 0; i < numel; i++) {
+            int64_t v;
+            memcpy(&v, src + 8 * i, 8);
+            if (v < INT32_MIN || v > INT32_MAX)
+                return tg_fail(err, "%s: tensor '%s': element %lld = %lld does not fit in int32", st->path,
+                               e->name, (long long)i, (long long)v);
+            dst[i] = (int32_t)v;
+        }
+        return 0;
+    default:
+        return tg_fail(err, "%s: tensor '%s' has dtype %s, expected an integer dtype (I64 or I32)", st->path,
+                       e->name, tg_st_dtype_name(e->dtype));
+    }
+}
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Builds the JSON header for items laid out back to back in the given order. */
+static json_t *build_header(const char *path, const tg_st_item *items, int n, uint64_t *data_bytes,
+                            tg_err *err) {
+    json_t *root = json_object();
+    if (!root) {
+        tg_fail(err, "%s: out of memory", path);
+        return NULL;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const tg_st_item *it = &items[i];
+        const char *name = it->name ? it->name : "(null)";
+        if (!it->name || !it->name[0] || strcmp(it->name, "__metadata__") == 0) {
+            tg_fail(err, "%s: tensor %d: invalid name '%s'", path, i, name);
+            goto fail;
+        }
+        if (json_object_get(root, it->name)) {
+            tg_fail(err, "%s: tensor '%s': name appears twice", path, name);
+            goto fail;
+        }
+        if (it->dtype != TG_ST_F32 && it->dtype != TG_ST_I32) {
+            tg_fail(err, "%s: tensor '%s': dtype %s cannot be written (only F32 and I32)", path, name,
+                    tg_st_dtype_name(it->dtype));
+            goto fail;
+        }
+        if (it->ndim < 0 || it->ndim > ST_MAX_DIMS || (it->ndim > 0 && !it->shape)) {
+            tg_fail(err, "%s: tensor '%s': invalid ndim %d", path, name, it->ndim);
+            goto fail;
+        }
+        uint64_t numel = 1;
+        json_t *shape = json_array();
+        json_t *obj = json_object();
+        json_t *offs = json_array();
+        if (!shape || !obj || !offs) {
+            json_decref(shape), json_decref(obj), json_decref(offs);
+            tg_fail(err, "%s: out of memory", path);
+            goto fail;
+        }
+        json_object_set_new(obj, "dtype", json_string(tg_st_dtype_name(it->dtype)));
+        json_object_set_new(obj, "shape", shape);
+        json_object_set_new(obj, "data_offsets", offs);
+        if (json_object_set_new(root, it->name, obj) != 0) { /* frees obj either way */
+            tg_fail(err, "%s: tensor %d: name is not valid UTF-8", path, i);
+            goto fail;
+        }
+        for (int d = 0; d < it->ndim; d++) {
+            if (it->shape[d] < 0) {
+                tg_fail(err, "%s: tensor '%s': dimension %d is negative (%lld)", path, name, d,
+                        (long long)it->shape[d]);
+                goto fail;
+            }
+            numel *= (uint64_t)it->shape[d];
+            json_array_append_new(shape, json_integer(it->shape[d]));
+        }
+        uint64_t bytes = numel * 4;
+        if (bytes > 0 && !it->data) {
+            tg_fail(err, "%s: tensor '%s': no data", path, name);
+            goto fail;
+        }
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        json_array_append_new(offs, json_integer((json_int_t)(off + bytes)));
+        off += bytes;
+    }
+    *data_bytes = off;
+    return root;
+fail:
+    json_decref(root);
+    return NULL;
+}
+
+int tg_st_write(const char *path, const tg_st_item *items, int n, tg_err *err) {
+    uint64_t data_bytes = 0;
+    json_t *root = build_header(path, items, n, &data_bytes, err);
+    if (!root) return -1;
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text) return tg_fail(err, "%s: cannot serialize the header", path);
+    size_t tlen = strlen(text);
+    size_t hlen = (tlen + 7) & ~(size_t)7; /* keeps the data section 8-byte aligned */
+    char *hdr = malloc(8 + hlen);
+    if (!hdr) {
+        free(text);
+        return tg_fail(err, "%s: out of memory", path);
+    }
+    for (int i = 0; i < 8; i++) hdr[i] = (char)(((uint64_t)hlen >> (8 * i)) & 0xff);
+    memcpy(hdr + 8, text, tlen);
+    memset(hdr + 8 + tlen, ' ', hlen - tlen);
+    free(text);
+
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        free(hdr);
+        return tg_fail(err, "%s: cannot create temporary file %s: %s", path, tmp, strerror(e));
+    }
+    const char *what = "write";
+    int ok = write_all(fd, hdr, 8 + hlen) == 0;
+    free(hdr);
+    for (int i = 0; ok && i < n; i++) {
+        size_t bytes = 4;
+        for (int d = 0; d < items[i].ndim; d++) bytes *= (size_t)items[i].shape[d];
+        if (bytes) ok = write_all(fd, items[i].data, bytes) == 0;
+    }
+    if (ok && fsync(fd) != 0) what = "fsync", ok = 0;
+    int e = errno;
+    if (close(fd) != 0 && ok) what = "close", ok = 0, e = errno;
+    if (ok && rename(tmp, path) != 0) what = "rename", ok = 0, e = errno;
+    if (!ok) {
+        unlink(tmp);
+        return tg_fail(err, "%s: %s failed: %s", path, what, strerror(e));
+    }
+    /* Make the rename itself durable; failure here does not lose data already written. */
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) slash[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}

@@ -1,0 +1,98 @@
+/* The CPU reference executor: owns the pools and walks the schedule, handing each op
+ * its buffers (resolved from the tensor table) and running it with runtime/cpu_ops.c. */
+#include "runtime/cpu_exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/threadpool.h"
+
+int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *err) {
+    memset(x, 0, sizeof *x);
+    x->plan = plan;
+    x->seed = plan->job.seed;
+    x->training = 1;
+    for (int p = 0; p < TG_POOL_COUNT; p++) {
+        uint64_t bytes = plan->pool_bytes[p];
+        if (bytes == 0) continue;
+        uint64_t padded = (bytes + 63) / 64 * 64; /* aligned_alloc wants a multiple */
+        x->pool[p] = padded == (size_t)padded ? aligned_alloc(64, (size_t)padded) : NULL;
+        if (!x->pool[p]) {
+            tg_cpu_exec_free(x);
+            return tg_fail(err, "cpu executor: cannot allocate %llu bytes for the %s pool",
+                           (unsigned long long)bytes, tg_pool_name(p));
+        }
+        memset(x->pool[p], 0, (size_t)padded);
+    }
+    x->threads = tg_threadpool_create(threads);
+    if (!x->threads) {
+        tg_cpu_exec_free(x);
+        return tg_fail(err, "cpu executor: cannot start %d worker threads", threads);
+    }
+    return 0;
+}
+
+void tg_cpu_exec_free(tg_cpu_exec *x) {
+    if (!x) return;
+    for (int p = 0; p < TG_POOL_COUNT; p++) free(x->pool[p]);
+    tg_threadpool_destroy(x->threads);
+    memset(x, 0, sizeof *x);
+}
+
+void *tg_cpu_tensor(const tg_cpu_exec *x, int tensor) {
+    if (!x->plan || tensor < 0 || tensor >= x->plan->n_tensors) return NULL;
+    const tg_tensor *t = &x->plan->tensors[tensor];
+    if (t->pool < 0 || t->pool >= TG_POOL_COUNT || !x->pool[t->pool]) return NULL;
+    return x->pool[t->pool] + t->offset;
+}
+
+/* Resolves one slot: -1 is an absent operand; anything else must lie inside its pool. */
+static int bind_slot(const tg_cpu_exec *x, int op_index, const char *dir, int slot, int tensor,
+                     void **ptr, int64_t *numel, tg_err *err) {
+    const tg_plan *plan = x->plan;
+    *ptr = NULL;
+    if (numel) *numel = 0;
+    if (tensor == -1) return 0;
+    if (tensor < 0 || tensor >= plan->n_tensors)
+        return tg_fail(err, "op %d (%s): %s[%d] names tensor %d, outside the table of %d",
+                       op_index, tg_op_name(plan->ops[op_index].kind), dir, slot, tensor,
+                       plan->n_tensors);
+    const tg_tensor *t = &plan->tensors[tensor];
+    if (t->pool < 0 || t->pool >= TG_POOL_COUNT || t->offset > plan->pool_bytes[t->pool] ||
+        t->bytes > plan->pool_bytes[t->pool] - t->offset || (!x->pool[t->pool] && t->bytes))
+        return tg_fail(err, "op %d (%s): tensor '%s' (%llu bytes at %llu) lies outside the %s pool",
+                       op_index, tg_op_name(plan->ops[op_index].kind), t->name,
+                       (unsigned long long)t->bytes, (unsigned long long)t->offset,
+                       tg_pool_name(t->pool));
+    *ptr = x->pool[t->pool] ? x->pool[t->pool] + t->offset : NULL; /* empty pool: no storage */
+    if (numel) *numel = tg_tensor_numel(t);
+    return 0;
+}
+
+int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err) {
+    const tg_plan *plan = x->plan;
+    if (first < 0 || last > plan->n_ops || first > last)
+        return tg_fail(err, "cpu executor: op range [%d, %d) outside the schedule of %d ops",
+                       first, last, plan->n_ops);
+    for (int k = first; k < last; k++) {
+        const tg_op *op = &plan->ops[k];
+        if (op->kind < 0 || op->kind >= TG_OP_COUNT)
+            return tg_fail(err, "op %d: unknown op kind %d", k, op->kind);
+        tg_cpu_op_args a = {.op = op, .seed = x->seed, .training = x->training, .plan = plan,
+                            .threads = x->threads};
+        for (int s = 0; s < TG_OP_MAX_IN; s++)
+            if (bind_slot(x, k, "in", s, op->in[s], &a.in[s], NULL, err)) return -1;
+        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+            if (bind_slot(x, k, "out", s, op->out[s], &a.out[s], &a.out_numel[s], err)) return -1;
+        tg_cpu_op_run(&a);
+    }
+    return 0;
+}
+
+int tg_cpu_exec_phases(tg_cpu_exec *x, int first_phase, int last_phase, tg_err *err) {
+    if (first_phase < 0 || last_phase >= TG_PHASE_COUNT || first_phase > last_phase)
+        return tg_fail(err, "cpu executor: phase range [%d, %d] is not within 0..%d",
+                       first_phase, last_phase, TG_PHASE_COUNT - 1);
+    return tg_cpu_exec_range(x, x->plan->phase_begin[first_phase],
+                             x->plan->phase_begin[last_phase + 1], err);
+}

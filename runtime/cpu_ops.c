@@ -1,0 +1,740 @@
+/* The CPU fp32 reference implementation of every op (semantics: include/tunegraph/ops.h).
+ * Reductions that cross threads (parameter gradients, norms, losses) are split so every
+ * sum runs in a fixed order, making results independent of the thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/philox.h"
+#include "runtime/cpu_exec.h"
+#include "runtime/threadpool.h"
+
+typedef void (*tg_cpu_op_fn)(const tg_cpu_op_args *a);
+
+#define F32(p) ((float *)(p))
+#define CF32(p) ((const float *)(p))
+#define CI32(p) ((const int32_t *)(p))
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- fill ------------------------------------------------------------------------ */
+
+static void op_zero(const tg_cpu_op_args *a) {
+    if (a->out[0]) memset(a->out[0], 0, (size_t)a->out_numel[0] * 4);
+}
+
+static void op_fill(const tg_cpu_op_args *a) {
+    float *y = F32(a->out[0]), v = a->op->f[0];
+    for (int64_t i = 0; i < a->out_numel[0]; i++) y[i] = v;
+}
+
+/* ---- elementwise (parallel in large chunks: they are memory bound) ------------------ */
+
+typedef struct ew_ctx {
+    const tg_cpu_op_args *a;
+    void (*fn)(const tg_cpu_op_args *a, int64_t b, int64_t e);
+} ew_ctx;
+
+#define EW_BLOCK 16384
+
+static void ew_range(void *p, int64_t b, int64_t e) {
+    ew_ctx *c = p;
+    c->fn(c->a, b * EW_BLOCK, e * EW_BLOCK);
+}
+
+/* Runs fn over [0, n) in blocks of EW_BLOCK elements (fn clamps the end to n). */
+static void ew_parallel(const tg_cpu_op_args *a, int64_t n,
+                        void (*fn)(const tg_cpu_op_args *, int64_t, int64_t)) {
+    ew_ctx c = {a, fn};
+    tg_parallel_for(a->threads, (n + EW_BLOCK - 1) / EW_BLOCK, ew_range, &c);
+}
+
+static void add_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    e = min64(e, a->op->i[0]);
+    const float *x = CF32(a->in[0]), *y = CF32(a->in[1]);
+    float *o = F32(a->out[0]);
+    for (int64_t i = b; i < e; i++) o[i] = x[i] + y[i];
+}
+static void op_add(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], add_range); }
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+static void gelu_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    e = min64(e, a->op->i[0]);
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]);
+    if (a->op->i[1] == TG_GELU_TANH) {
+        for (int64_t i = b; i < e; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+        }
+    } else {
+        for (int64_t i = b; i < e; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+    }
+}
+static void op_gelu(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], gelu_range); }
+
+static void gelu_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    e = min64(e, a->op->i[0]);
+    const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]);
+    float *dx = F32(a->out[0]);
+    if (a->op->i[1] == TG_GELU_TANH) {
+        for (int64_t i = b; i < e; i++) {
+            float v = x[i];
+            float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+            float du = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        }
+    } else {
+        const float inv_sqrt_2pi = 0.3989422804014327f;
+        for (int64_t i = b; i < e; i++) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
+            dx[i] = dy[i] * (cdf + v * inv_sqrt_2pi * expf(-0.5f * v * v));
+        }
+    }
+}
+static void op_gelu_bwd(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], gelu_bwd_range); }
+
+static void tanh_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    e = min64(e, a->op->i[0]);
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]);
+    for (int64_t i = b; i < e; i++) y[i] = tanhf(x[i]);
+}
+static void op_tanh(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], tanh_range); }
+
+static void tanh_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    e = min64(e, a->op->i[0]);
+    const float *dy = CF32(a->in[0]), *y = CF32(a->in[1]);
+    float *dx = F32(a->out[0]);
+    for (int64_t i = b; i < e; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+static void op_tanh_bwd(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], tanh_bwd_range); }
+
+static uint64_t dropout_step(const tg_cpu_op_args *a) {
+    const float *s = CF32(a->in[1]);
+    return s && s[0] > 0 ? (uint64_t)s[0] : 0;
+}
+
+static void dropout_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    e = min64(e, a->op->i[0]);
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]);
+    float p = a->op->f[0];
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    uint64_t step = dropout_step(a);
+    uint32_t key = (uint32_t)a->op->i[1];
+    /* b is a multiple of EW_BLOCK, hence of 4: whole Philox blocks per iteration. */
+    for (int64_t i = b; i < e; i += 4) {
+        float u[4];
+        tg_philox_uniform4(a->seed, step, key, (uint64_t)i >> 2, u);
+        for (int j = 0; j < 4 && i + j < e; j++) y[i + j] = u[j] >= p ? x[i + j] * scale : 0.0f;
+    }
+}
+
+static void op_dropout(const tg_cpu_op_args *a) {
+    int64_t n = a->op->i[0];
+    if (!a->training || a->op->f[0] <= 0.0f) {
+        if (a->out[0] != a->in[0]) memmove(a->out[0], a->in[0], (size_t)n * 4);
+        return;
+    }
+    ew_parallel(a, n, dropout_range);
+}
+
+/* ---- embedding --------------------------------------------------------------------- */
+
+static void op_embedding(const tg_cpu_op_args *a) {
+    int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
+    const int32_t *ids = CI32(a->in[0]);
+    const float *table = CF32(a->in[1]);
+    float *y = F32(a->out[0]);
+    for (int64_t n = 0; n < N; n++) {
+        int32_t id = ids[n];
+        if (id >= 0 && id < V) /* out-of-range ids read as a zero row instead of faulting */
+            memcpy(y + n * D, table + (int64_t)id * D, (size_t)D * 4);
+        else
+            memset(y + n * D, 0, (size_t)D * 4);
+    }
+}
+
+/* Each chunk owns a range of table rows and scans the ids in order, so every row's sum
+ * has a fixed order whatever the thread count. */
+static void embedding_bwd_range(void *p, int64_t vb, int64_t ve) {
+    const tg_cpu_op_args *a = p;
+    int64_t N = a->op->i[0], D = a->op->i[2];
+    const int32_t *ids = CI32(a->in[0]);
+    const float *dy = CF32(a->in[1]);
+    float *dt = F32(a->out[0]);
+    for (int64_t n = 0; n < N; n++) {
+        int64_t id = ids[n];
+        if (id < vb || id >= ve) continue;
+        float *row = dt + id * D;
+        const float *g = dy + n * D;
+        for (int64_t d = 0; d < D; d++) row[d] += g[d];
+    }
+}
+static void op_embedding_bwd(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[1], embedding_bwd_range, (void *)a);
+}
+
+/* ---- matmul -------------------------------------------------------------------------
+ * A small packed GEMM: op(B) of each batch is packed into panels of NR columns laid out
+ * [K][NR] and op(A) into panels of MR rows laid out [K][MR], so the MR x NR micro-kernel
+ * streams both contiguously and keeps the tile in registers. Work items are (batch, block
+ * of MC rows); each output element is one k-ordered sum, identical for any thread count. */
+
+typedef float v4f __attribute__((vector_size(16)));
+
+#define MR 4
+#define NR 8
+#define MC 64
+
+typedef struct mm_ctx {
+    const tg_cpu_op_args *a;
+    int64_t M, N, K, batch;
+    int ta, tb, acc;
+    float alpha;
+    int64_t n_panels;   /* ceil(N / NR) */
+    int64_t row_blocks; /* ceil(M / MC) */
+    float *bp;          /* packed op(B): batch x n_panels x [K][NR] */
+} mm_ctx;
+
+static void mm_pack_b(void *p, int64_t b, int64_t e) {
+    mm_ctx *c = p;
+    const float *B = CF32(c->a->in[1]);
+    int64_t N = c->N, K = c->K;
+    for (int64_t it = b; it < e; it++) {
+        int64_t bt = it / c->n_panels, jp = it % c->n_panels;
+        const float *Bb = B + bt * K * N;
+        float *dst = c->bp + it * K * NR;
+        int64_t j0 = jp * NR, nj = min64(NR, N - j0);
+        for (int64_t k = 0; k < K; k++) {
+            for (int64_t j = 0; j < nj; j++)
+                dst[k * NR + j] = c->tb ? Bb[(j0 + j) * K + k] : Bb[k * N + j0 + j];
+            for (int64_t j = nj; j < NR; j++) dst[k * NR + j] = 0.0f;
+        }
+    }
+}
+
+static void mm_kernel(const float *ap, const float *bp, int64_t K, v4f acc[MR][NR / 4]) {
+    for (int r = 0; r < MR; r++)
+        for (int q = 0; q < NR / 4; q++) acc[r][q] = (v4f){0, 0, 0, 0};
+    for (int64_t k = 0; k < K; k++) {
+        const v4f *bk = (const v4f *)(bp + k * NR);
+        const float *ak = ap + k * MR;
+        for (int r = 0; r < MR; r++)
+            for (int q = 0; q < NR / 4; q++) acc[r][q] += ak[r] * bk[q];
+    }
+}
+
+static void mm_rows(void *p, int64_t b, int64_t e) {
+    mm_ctx *c = p;
+    const float *A = CF32(c->a->in[0]), *bias = CF32(c->a->in[2]);
+    float *C = F32(c->a->out[0]);
+    int64_t M = c->M, N = c->N, K = c->K;
+    float *ap = aligned_alloc(64, (size_t)MC * (size_t)(K > 0 ? K : 1) * 4);
+    if (!ap) abort(); /* the executor has no error path inside an op */
+    for (int64_t it = b; it < e; it++) {
+        int64_t bt = it / c->row_blocks, i0 = (it % c->row_blocks) * MC;
+        int64_t mi = min64(MC, M - i0);
+        const float *Ab = A + bt * M * K;
+        float *Cb = C + bt * M * N;
+        /* Pack rows [i0, i0+mi) of op(A), zero-padding the last panel. */
+        int64_t panels = (mi + MR - 1) / MR;
+        for (int64_t ip = 0; ip < panels; ip++) {
+            float *dst = ap + ip * K * MR;
+            for (int64_t k = 0; k < K; k++)
+                for (int r = 0; r < MR; r++) {
+                    int64_t i = i0 + ip * MR + r;
+                    dst[k * MR + r] = i >= i0 + mi ? 0.0f : c->ta ? Ab[k * M + i] : Ab[i * K + k];
+                }
+        }
+        const float *bpb = c->bp + bt * c->n_panels * K * NR;
+        for (int64_t jp = 0; jp < c->n_panels; jp++) {
+            int64_t j0 = jp * NR, nj = min64(NR, N - j0);
+            for (int64_t ip = 0; ip < panels; ip++) {
+                v4f acc[MR][NR / 4];
+                mm_kernel(ap + ip * K * MR, bpb + jp * K * NR, K, acc);
+                for (int r = 0; r < MR; r++) {
+                    int64_t i = i0 + ip * MR + r;
+                    if (i >= i0 + mi) break;
+                    float *crow = Cb + i * N + j0;
+                    float t[NR];
+                    memcpy(t, acc[r], sizeof t);
+                    for (int64_t j = 0; j < nj; j++) {
+                        float v = c->alpha * t[j];
+                        if (bias) v += bias[j0 + j];
+                        crow[j] = c->acc ? crow[j] + v : v;
+                    }
+                }
+            }
+        }
+    }
+    free(ap);
+}
+
+static void op_matmul(const tg_cpu_op_args *a) {
+    const tg_op *op = a->op;
+    mm_ctx c = {.a = a, .M = op->i[0], .N = op->i[1], .K = op->i[2], .ta = op->i[3] != 0,
+                .tb = op->i[4] != 0, .batch = op->i[5] > 0 ? op->i[5] : 1, .acc = op->i[6] != 0,
+                .alpha = op->f[0]};
+    if (c.M <= 0 || c.N <= 0) return;
+    c.n_panels = (c.N + NR - 1) / NR;
+    c.row_blocks = (c.M + MC - 1) / MC;
+    size_t bp_floats = (size_t)(c.batch * c.n_panels * NR) * (size_t)(c.K > 0 ? c.K : 1);
+    c.bp = aligned_alloc(64, (bp_floats * 4 + 63) / 64 * 64);
+    if (!c.bp) abort();
+    tg_parallel_for(a->threads, c.batch * c.n_panels, mm_pack_b, &c);
+    tg_parallel_for(a->threads, c.batch * c.row_blocks, mm_rows, &c);
+    free(c.bp);
+}
+
+/* Column sums in double, parallel over columns so each sum runs in row order. */
+static void bias_grad_range(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t M = a->op->i[0], N = a->op->i[1];
+    const float *dy = CF32(a->in[0]);
+    float *db = F32(a->out[0]);
+    double *s = calloc((size_t)(e - b), sizeof *s);
+    if (!s) abort();
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = b; j < e; j++) s[j - b] += dy[m * N + j];
+    for (int64_t j = b; j < e; j++) db[j] += (float)s[j - b];
+    free(s);
+}
+static void op_bias_grad(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[1], bias_grad_range, (void *)a);
+}
+
+/* ---- layernorm ---------------------------------------------------------------------- */
+
+static void layernorm_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t D = a->op->i[1];
+    float eps = a->op->f[0];
+    const float *x = CF32(a->in[0]), *g = CF32(a->in[1]), *bt = CF32(a->in[2]);
+    float *y = F32(a->out[0]), *mean_out = F32(a->out[1]), *rstd_out = F32(a->out[2]);
+    for (int64_t m = b; m < e; m++) {
+        const float *xr = x + m * D;
+        double s = 0, ss = 0;
+        for (int64_t d = 0; d < D; d++) s += xr[d];
+        double mu = s / (double)D;
+        for (int64_t d = 0; d < D; d++) ss += (xr[d] - mu) * (xr[d] - mu);
+        float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+        float *yr = y + m * D;
+        for (int64_t d = 0; d < D; d++) {
+            float v = (xr[d] - mean) * rstd;
+            yr[d] = v * (g ? g[d] : 1.0f) + (bt ? bt[d] : 0.0f);
+        }
+        if (mean_out) mean_out[m] = mean;
+        if (rstd_out) rstd_out[m] = rstd;
+    }
+}
+static void op_layernorm(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[0], layernorm_rows, (void *)a);
+}
+
+/* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), per row. */
+static void layernorm_bwd_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t D = a->op->i[1];
+    const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]), *g = CF32(a->in[2]);
+    const float *mean = CF32(a->in[3]), *rstd = CF32(a->in[4]);
+    float *dx = F32(a->out[0]);
+    for (int64_t m = b; m < e; m++) {
+        const float *dyr = dy + m * D, *xr = x + m * D;
+        float mu = mean[m], rs = rstd[m];
+        double s1 = 0, s2 = 0;
+        for (int64_t d = 0; d < D; d++) {
+            float dg = dyr[d] * (g ? g[d] : 1.0f);
+            s1 += dg;
+            s2 += dg * ((xr[d] - mu) * rs);
+        }
+        float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
+        float *dxr = dx + m * D;
+        for (int64_t d = 0; d < D; d++) {
+            float xhat = (xr[d] - mu) * rs;
+            dxr[d] = rs * (dyr[d] * (g ? g[d] : 1.0f) - m1 - xhat * m2);
+        }
+    }
+}
+
+/* dgamma += sum_m dy*xhat, dbeta += sum_m dy: parallel over columns, rows in order. */
+static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t M = a->op->i[0], D = a->op->i[1];
+    const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]);
+    const float *mean = CF32(a->in[3]), *rstd = CF32(a->in[4]);
+    float *dg = F32(a->out[1]), *db = F32(a->out[2]);
+    double *s = calloc((size_t)(e - b) * 2, sizeof *s);
+    if (!s) abort();
+    double *sg = s, *sb = s + (e - b);
+    for (int64_t m = 0; m < M; m++) {
+        const float *dyr = dy + m * D, *xr = x + m * D;
+        float mu = mean[m], rs = rstd[m];
+        for (int64_t d = b; d < e; d++) {
+            sg[d - b] += dyr[d] * ((xr[d] - mu) * rs);
+            sb[d - b] += dyr[d];
+        }
+    }
+    for (int64_t d = b; d < e; d++) {
+        if (dg) dg[d] += (float)sg[d - b];
+        if (db) db[d] += (float)sb[d - b];
+    }
+    free(s);
+}
+
+static void op_layernorm_bwd(const tg_cpu_op_args *a) {
+    if (a->out[0]) tg_parallel_for(a->threads, a->op->i[0], layernorm_bwd_rows, (void *)a);
+    if (a->out[1] || a->out[2])
+        tg_parallel_for(a->threads, a->op->i[1], layernorm_bwd_cols, (void *)a);
+}
+
+/* ---- attention softmax ------------------------------------------------------------- */
+
+static void attn_softmax_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t H = a->op->i[1], T = a->op->i[2];
+    int causal = a->op->i[3] != 0;
+    float scale = a->op->f[0];
+    const float *s = CF32(a->in[0]), *mask = CF32(a->in[1]);
+    float *P = F32(a->out[0]);
+    for (int64_t row = b; row < e; row++) {
+        int64_t q = row % T, bi = row / (T * H);
+        const float *sr = s + row * T, *mr = mask ? mask + bi * T : NULL;
+        float *pr = P + row * T;
+        int64_t kend = causal ? q + 1 : T;
+        float mx = -INFINITY;
+        for (int64_t k = 0; k < kend; k++)
+            if (!mr || mr[k] != 0.0f) mx = fmaxf(mx, scale * sr[k]);
+        if (mx == -INFINITY) { /* no kept key */
+            memset(pr, 0, (size_t)T * 4);
+            continue;
+        }
+        double sum = 0;
+        for (int64_t k = 0; k < T; k++) {
+            float v = 0.0f;
+            if (k < kend && (!mr || mr[k] != 0.0f)) v = expf(scale * sr[k] - mx);
+            pr[k] = v;
+            sum += v;
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t k = 0; k < T; k++) pr[k] *= inv;
+    }
+}
+static void op_attn_softmax(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[0] * a->op->i[1] * a->op->i[2], attn_softmax_rows,
+                    (void *)a);
+}
+
+static void attn_softmax_bwd_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t T = a->op->i[2];
+    float scale = a->op->f[0];
+    const float *dP = CF32(a->in[0]), *P = CF32(a->in[1]);
+    float *ds = F32(a->out[0]);
+    for (int64_t row = b; row < e; row++) {
+        const float *dpr = dP + row * T, *pr = P + row * T;
+        double dot = 0;
+        for (int64_t k = 0; k < T; k++) dot += dpr[k] * pr[k];
+        float fd = (float)dot;
+        float *dsr = ds + row * T;
+        for (int64_t k = 0; k < T; k++) dsr[k] = scale * pr[k] * (dpr[k] - fd);
+    }
+}
+static void op_attn_softmax_bwd(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[0] * a->op->i[1] * a->op->i[2], attn_softmax_bwd_rows,
+                    (void *)a);
+}
+
+/* ---- heads split / merge ----------------------------------------------------------- */
+
+/* Copies between x [B*T, P*H*Dh] and part p [B,H,T,Dh]; to_heads picks the direction. */
+static void heads_copy(const tg_cpu_op_args *a, int to_heads) {
+    int64_t B = a->op->i[0], T = a->op->i[1], H = a->op->i[2], Dh = a->op->i[3];
+    int64_t P = a->op->i[4] < 1 ? 1 : a->op->i[4];
+    int64_t W = P * H * Dh;
+    float *x = F32(to_heads ? a->in[0] : a->out[0]);
+    for (int64_t part = 0; part < P; part++) {
+        float *hp = F32(to_heads ? a->out[part] : a->in[part]);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++) {
+                    float *xr = x + (b * T + t) * W + part * H * Dh + h * Dh;
+                    float *hr = hp + ((b * H + h) * T + t) * Dh;
+                    if (to_heads)
+                        memcpy(hr, xr, (size_t)Dh * 4);
+                    else
+                        memcpy(xr, hr, (size_t)Dh * 4);
+                }
+    }
+}
+static void op_heads_split(const tg_cpu_op_args *a) { heads_copy(a, 1); }
+static void op_heads_merge(const tg_cpu_op_args *a) { heads_copy(a, 0); }
+
+/* ---- select token ------------------------------------------------------------------ */
+
+static int64_t selected_token(const tg_cpu_op_args *a, int64_t b) {
+    int64_t T = a->op->i[1];
+    if (a->op->i[3] != TG_SELECT_LAST_NON_PAD || !a->in[1]) return 0;
+    const int32_t *ids = CI32(a->in[1]) + b * T;
+    for (int64_t t = T - 1; t >= 0; t--)
+        if (ids[t] != a->op->i[4]) return t;
+    return 0;
+}
+
+static void op_select_token(const tg_cpu_op_args *a) {
+    int64_t B = a->op->i[0], T = a->op->i[1], D = a->op->i[2];
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]);
+    for (int64_t b = 0; b < B; b++)
+        memcpy(y + b * D, x + (b * T + selected_token(a, b)) * D, (size_t)D * 4);
+}
+
+static void op_select_token_bwd(const tg_cpu_op_args *a) {
+    int64_t B = a->op->i[0], T = a->op->i[1], D = a->op->i[2];
+    const float *dy = CF32(a->in[0]);
+    float *dx = F32(a->out[0]);
+    memset(dx, 0, (size_t)(B * T * D) * 4);
+    for (int64_t b = 0; b < B; b++)
+        memcpy(dx + (b * T + selected_token(a, b)) * D, dy + b * D, (size_t)D * 4);
+}
+
+/* ---- cross entropy ----------------------------------------------------------------- */
+
+/* Labels outside [0, C) other than -100 cannot be reported from inside an op; they are
+ * treated like ignored rows rather than read out of bounds. */
+static int ce_counted(int32_t label, int64_t C) { return label >= 0 && label < C; }
+
+typedef struct ce_ctx {
+    const tg_cpu_op_args *a;
+    const float *logits;
+    const int32_t *labels;
+    double *row_loss;  /* forward */
+    float coef;        /* backward: dloss / n_valid */
+    float *dlogits;    /* backward */
+} ce_ctx;
+
+/* log(sum_c exp(x_c - max)) + max, in double. */
+static double ce_logsumexp(const float *x, int64_t C) {
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < C; c++) mx = fmaxf(mx, x[c]);
+    double s = 0;
+    for (int64_t c = 0; c < C; c++) s += exp((double)x[c] - mx);
+    return log(s) + mx;
+}
+
+static void ce_fwd_rows(void *p, int64_t b, int64_t e) {
+    ce_ctx *c = p;
+    int64_t C = c->a->op->i[1];
+    for (int64_t n = b; n < e; n++) {
+        int32_t l = c->labels[n];
+        const float *x = c->logits + n * C;
+        c->row_loss[n] = ce_counted(l, C) ? ce_logsumexp(x, C) - x[l] : 0.0;
+    }
+}
+
+static void ce_bwd_rows(void *p, int64_t b, int64_t e) {
+    ce_ctx *c = p;
+    int64_t C = c->a->op->i[1];
+    for (int64_t n = b; n < e; n++) {
+        int32_t l = c->labels[n];
+        const float *x = c->logits + n * C;
+        float *d = c->dlogits + n * C;
+        if (!ce_counted(l, C) || c->coef == 0.0f) {
+            memset(d, 0, (size_t)C * 4);
+            continue;
+        }
+        double lse = ce_logsumexp(x, C);
+        for (int64_t k = 0; k < C; k++) {
+            double sm = exp((double)x[k] - lse) - (k == l ? 1.0 : 0.0);
+            d[k] = (float)(c->coef * sm);
+        }
+    }
+}
+
+static int64_t ce_n_valid(const int32_t *labels, int64_t N, int64_t C) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < N; i++) n += ce_counted(labels[i], C);
+    return n;
+}
+
+static void op_cross_entropy(const tg_cpu_op_args *a) {
+    int64_t N = a->op->i[0];
+    ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1])};
+    c.row_loss = malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
+    if (!c.row_loss) abort();
+    tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
+    double sum = 0; /* summed in row order: deterministic */
+    for (int64_t n = 0; n < N; n++) sum += c.row_loss[n];
+    int64_t valid = ce_n_valid(c.labels, N, a->op->i[1]);
+    F32(a->out[0])[0] = valid ? (float)(sum / (double)valid) : 0.0f;
+    free(c.row_loss);
+}
+
+static void op_cross_entropy_bwd(const tg_cpu_op_args *a) {
+    int64_t N = a->op->i[0];
+    ce_ctx c = {.a = a, .logits = CF32(a->in[1]), .labels = CI32(a->in[2]),
+                .dlogits = F32(a->out[0])};
+    int64_t valid = ce_n_valid(c.labels, N, a->op->i[1]);
+    c.coef = valid ? (float)((double)CF32(a->in[0])[0] / (double)valid) : 0.0f;
+    tg_parallel_for(a->threads, N, ce_bwd_rows, &c);
+}
+
+/* ---- optimizer --------------------------------------------------------------------- */
+
+static void op_schedule(const tg_cpu_op_args *a) {
+    double s = CF32(a->in[0])[0], total = CF32(a->in[1])[0]; /* read before out1 aliases in0 */
+    double warmup = (double)a->op->i[0];
+    double frac = s < warmup ? s / fmax(1.0, warmup)
+                             : fmax(0.0, (total - s) / fmax(1.0, total - warmup));
+    F32(a->out[0])[0] = (float)(a->op->f[0] * frac);
+    if (a->out[1]) F32(a->out[1])[0] = (float)(s + 1.0);
+}
+
+/* Element count of an op's whole-pool view, from the plan's tensor table. */
+static int64_t view_numel(const tg_cpu_op_args *a, int slot) {
+    int t = a->op->in[slot];
+    if (!a->plan || t < 0 || t >= a->plan->n_tensors) return 0;
+    return tg_tensor_numel(&a->plan->tensors[t]);
+}
+
+#define NORM_BLOCK 65536
+
+typedef struct norm_ctx {
+    const float *g;
+    int64_t n;
+    double *partial; /* one per block, summed in block order */
+} norm_ctx;
+
+static void norm_blocks(void *p, int64_t b, int64_t e) {
+    norm_ctx *c = p;
+    for (int64_t blk = b; blk < e; blk++) {
+        int64_t i0 = blk * NORM_BLOCK, i1 = min64(c->n, i0 + NORM_BLOCK);
+        double s = 0;
+        for (int64_t i = i0; i < i1; i++) s += (double)c->g[i] * c->g[i];
+        c->partial[blk] = s;
+    }
+}
+
+static void op_grad_norm(const tg_cpu_op_args *a) {
+    norm_ctx c = {.g = CF32(a->in[0]), .n = view_numel(a, 0)};
+    int64_t blocks = (c.n + NORM_BLOCK - 1) / NORM_BLOCK;
+    c.partial = calloc((size_t)(blocks > 0 ? blocks : 1), sizeof *c.partial);
+    if (!c.partial) abort();
+    tg_parallel_for(a->threads, blocks, norm_blocks, &c);
+    double s = 0;
+    for (int64_t i = 0; i < blocks; i++) s += c.partial[i];
+    F32(a->out[0])[0] = (float)sqrt(s);
+    free(c.partial);
+}
+
+typedef struct adamw_seg {
+    int64_t first; /* element index into the pools */
+    int64_t start; /* prefix sum of the segment sizes before this one */
+    int64_t n;
+    int decay;
+} adamw_seg;
+
+typedef struct adamw_ctx {
+    const adamw_seg *seg;
+    int n_seg;
+    const float *g;
+    float *p, *m, *v;
+    float clip, lr, b1, b2, eps, wd, step_size, sqrt_bc2;
+} adamw_ctx;
+
+static void adamw_range(void *pv, int64_t b, int64_t e) {
+    const adamw_ctx *c = pv;
+    int lo = 0, hi = c->n_seg - 1; /* last segment with start <= b */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (c->seg[mid].start <= b) lo = mid; else hi = mid - 1;
+    }
+    for (int s = lo; s < c->n_seg && c->seg[s].start < e; s++) {
+        const adamw_seg *sg = &c->seg[s];
+        int64_t j0 = b > sg->start ? b - sg->start : 0, j1 = min64(sg->n, e - sg->start);
+        float decay = sg->decay ? c->lr * c->wd : 0.0f;
+        for (int64_t j = j0; j < j1; j++) {
+            int64_t i = sg->first + j;
+            float g = c->g[i] * c->clip;
+            float p = c->p[i] - decay * c->p[i];
+            float m = c->b1 * c->m[i] + (1.0f - c->b1) * g;
+            float v = c->b2 * c->v[i] + (1.0f - c->b2) * g * g;
+            c->m[i] = m;
+            c->v[i] = v;
+            c->p[i] = p - c->step_size * m / (sqrtf(v) / c->sqrt_bc2 + c->eps);
+        }
+    }
+}
+
+static void op_adamw(const tg_cpu_op_args *a) {
+    const tg_plan *plan = a->plan;
+    if (!plan) return; /* the executor always passes the plan */
+    const float *f = a->op->f;
+    adamw_ctx c = {.g = CF32(a->in[0]), .p = F32(a->out[0]), .m = F32(a->out[1]),
+                   .v = F32(a->out[2]), .lr = CF32(a->in[1])[0], .b1 = f[0], .b2 = f[1],
+                   .eps = f[2], .wd = f[3], .clip = 1.0f};
+    if (f[4] > 0.0f && a->in[3]) {
+        double norm = CF32(a->in[3])[0];
+        c.clip = (float)fmin(1.0, (double)f[4] / (norm + 1e-6));
+    }
+    double t = CF32(a->in[2])[0];
+    double bc1 = 1.0 - pow(f[0], t), bc2 = 1.0 - pow(f[1], t);
+    c.step_size = (float)(c.lr / bc1);
+    c.sqrt_bc2 = (float)sqrt(bc2);
+
+    adamw_seg *seg = malloc((size_t)(plan->n_tensors > 0 ? plan->n_tensors : 1) * sizeof *seg);
+    if (!seg) abort();
+    int64_t total = 0;
+    for (int i = 0; i < plan->n_tensors; i++) {
+        const tg_tensor *tt = &plan->tensors[i];
+        /* Whole-pool views would update every parameter a second time. */
+        if (!(tt->flags & TG_TENSOR_PARAM) || (tt->flags & TG_TENSOR_VIEW)) continue;
+        int64_t n = tg_tensor_numel(tt);
+        seg[c.n_seg++] = (adamw_seg){(int64_t)(tt->offset / 4), total, n,
+                                     !(tt->flags & TG_TENSOR_NO_DECAY)};
+        total += n;
+    }
+    c.seg = seg;
+    if (c.n_seg) tg_parallel_for(a->threads, total, adamw_range, &c);
+    free(seg);
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+static const tg_cpu_op_fn cpu_ops[TG_OP_COUNT] = {
+    [TG_OP_ZERO] = op_zero,
+    [TG_OP_FILL] = op_fill,
+    [TG_OP_EMBEDDING] = op_embedding,
+    [TG_OP_EMBEDDING_BWD] = op_embedding_bwd,
+    [TG_OP_ADD] = op_add,
+    [TG_OP_MATMUL] = op_matmul,
+    [TG_OP_BIAS_GRAD] = op_bias_grad,
+    [TG_OP_LAYERNORM] = op_layernorm,
+    [TG_OP_LAYERNORM_BWD] = op_layernorm_bwd,
+    [TG_OP_GELU] = op_gelu,
+    [TG_OP_GELU_BWD] = op_gelu_bwd,
+    [TG_OP_TANH] = op_tanh,
+    [TG_OP_TANH_BWD] = op_tanh_bwd,
+    [TG_OP_ATTN_SOFTMAX] = op_attn_softmax,
+    [TG_OP_ATTN_SOFTMAX_BWD] = op_attn_softmax_bwd,
+    [TG_OP_DROPOUT] = op_dropout,
+    [TG_OP_HEADS_SPLIT] = op_heads_split,
+    [TG_OP_HEADS_MERGE] = op_heads_merge,
+    [TG_OP_SELECT_TOKEN] = op_select_token,
+    [TG_OP_SELECT_TOKEN_BWD] = op_select_token_bwd,
+    [TG_OP_CROSS_ENTROPY] = op_cross_entropy,
+    [TG_OP_CROSS_ENTROPY_BWD] = op_cross_entropy_bwd,
+    [TG_OP_SCHEDULE] = op_schedule,
+    [TG_OP_GRAD_NORM] = op_grad_norm,
+    [TG_OP_ADAMW] = op_adamw,
+};
+_Static_assert(sizeof cpu_ops / sizeof cpu_ops[0] == TG_OP_COUNT, "every op needs a CPU kernel");
+
+void tg_cpu_op_run(const tg_cpu_op_args *a) {
+    /* The executor validates kinds; direct callers with a bad kind get nothing run. */
+    if (a->op->kind >= 0 && a->op->kind < TG_OP_COUNT && cpu_ops[a->op->kind]) cpu_ops[a->op->kind](a);
+}

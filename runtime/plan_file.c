@@ -1,0 +1,725 @@
+/* The plan file: 40-byte header + zstd payload. The payload is written field by field,
+ * little-endian, so struct padding never reaches the file and every compiler produces
+ * the same bytes for the same plan. */
+#include "runtime/plan_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+#include <zstd.h>
+
+static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
+#define HEADER_BYTES 40
+#define ZSTD_LEVEL 3
+/* Far above any real model; keeps a hostile count from driving a huge malloc. */
+#define MAX_COUNT (1 << 24)
+
+/* A field added to plan.h must be added to the put_/get_ functions below (and
+ * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(tg_tensor) == 184, "tg_tensor changed: update put_tensor/get_tensor");
+_Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
+_Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
+_Static_assert(sizeof(tg_job) == 2288, "tg_job changed: update put_job/get_job");
+_Static_assert(sizeof(tg_plan) == 3568, "tg_plan changed: update tg_plan_encode/decode");
+#endif
+
+/* ---- encoding ---------------------------------------------------------------- */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom;
+} wbuf;
+
+static void put_bytes(wbuf *b, const void *src, size_t n) {
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u32(wbuf *b, uint32_t v) {
+    uint8_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+    put_bytes(b, x, 4);
+}
+
+static void put_u64(wbuf *b, uint64_t v) {
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+    put_bytes(b, x, 8);
+}
+
+static void put_i32(wbuf *b, int32_t v) { put_u32(b, (uint32_t)v); }
+static void put_i64(wbuf *b, int64_t v) { put_u64(b, (uint64_t)v); }
+
+static void put_f32(wbuf *b, float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    put_u32(b, u);
+}
+
+static void put_f64(wbuf *b, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    put_u64(b, u);
+}
+
+/* A fixed char field as length + bytes; a field without a NUL is written at full size
+ * and refused by the decoder, so the encoder stays total. */
+static void put_str(wbuf *b, const char *s, size_t field) {
+    size_t n = strnlen(s, field);
+    put_u32(b, (uint32_t)n);
+    put_bytes(b, s, n);
+}
+
+static void put_model(wbuf *b, const tg_model_config *m) {
+    put_str(b, m->source, sizeof m->source);
+    put_str(b, m->weights, sizeof m->weights);
+    put_i32(b, m->arch);
+    put_i32(b, m->vocab_size);
+    put_i32(b, m->hidden);
+    put_i32(b, m->layers);
+    put_i32(b, m->heads);
+    put_i32(b, m->intermediate);
+    put_i32(b, m->max_positions);
+    put_i32(b, m->type_vocab_size);
+    put_i32(b, m->pad_token_id);
+    put_i32(b, m->gelu);
+    put_f32(b, m->layer_norm_eps);
+    put_f32(b, m->initializer_range);
+    put_f32(b, m->hidden_dropout);
+    put_f32(b, m->attention_dropout);
+    put_f32(b, m->embedding_dropout);
+    put_f32(b, m->classifier_dropout);
+}
+
+#define N_KEY_LINES ((int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)))
+
+static void put_job(wbuf *b, const tg_job *j) {
+    put_str(b, j->path, sizeof j->path);
+    put_str(b, j->model, sizeof j->model);
+    put_i32(b, j->task);
+    put_i32(b, j->num_labels);
+    put_i32(b, j->batch);
+    put_i32(b, j->seq);
+    put_i32(b, j->precision);
+    put_i32(b, j->allow_tf32);
+    put_f32(b, j->lr);
+    put_f32(b, j->beta1);
+    put_f32(b, j->beta2);
+    put_f32(b, j->eps);
+    put_f32(b, j->weight_decay);
+    put_i32(b, j->warmup_steps);
+    put_i32(b, j->steps);
+    put_i32(b, j->epochs);
+    put_f32(b, j->grad_clip);
+    put_u64(b, j->seed);
+    put_i32(b, j->pad_token_id);
+    put_i32(b, j->log_every);
+    put_str(b, j->train_data, sizeof j->train_data);
+    put_str(b, j->eval_data, sizeof j->eval_data);
+    /* Count first, so a future change of the array length is caught, not misread. */
+    put_u32(b, (uint32_t)N_KEY_LINES);
+    for (int k = 0; k < N_KEY_LINES; k++) put_i32(b, j->key_line[k]);
+}
+
+static void put_tensor(wbuf *b, const tg_tensor *t) {
+    put_str(b, t->name, sizeof t->name);
+    put_i32(b, t->dtype);
+    put_i32(b, t->pool);
+    put_i32(b, t->ndim);
+    put_i32(b, t->flags);
+    for (int d = 0; d < TG_MAX_DIMS; d++) put_i64(b, t->shape[d]);
+    put_u64(b, t->offset);
+    put_u64(b, t->bytes);
+    put_i32(b, t->first_use);
+    put_i32(b, t->last_use);
+    put_i32(b, t->grad);
+    put_i32(b, t->init);
+    put_f32(b, t->init_std);
+    put_i32(b, t->reserved);
+}
+/* Encoded sizes, used to bound counts against the payload before allocating. */
+#define TENSOR_MIN_BYTES (4 + 4 * 4 + 8 * TG_MAX_DIMS + 8 + 8 + 4 * 4 + 4 + 4)
+#define OP_BYTES (4 + 4 + 4 * TG_OP_MAX_IN + 4 * TG_OP_MAX_OUT + 8 * TG_OP_MAX_I + 4 * TG_OP_MAX_F)
+
+static void put_op(wbuf *b, const tg_op *op) {
+    put_i32(b, op->kind);
+    put_i32(b, op->phase);
+    for (int k = 0; k < TG_OP_MAX_IN; k++) put_i32(b, op->in[k]);
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) put_i32(b, op->out[k]);
+    for (int k = 0; k < TG_OP_MAX_I; k++) put_i64(b, op->i[k]);
+    for (int k = 0; k < TG_OP_MAX_F; k++) put_f32(b, op->f[k]);
+}
+
+static void put_io(wbuf *b, const tg_plan_io *io) {
+    const int32_t v[] = {io->input_ids, io->attention_mask, io->token_type_ids,
+                         io->position_ids, io->labels, io->logits, io->loss, io->step,
+                         io->total_steps, io->lr, io->grad_norm, io->params_all,
+                         io->grads_all, io->m_all, io->v_all};
+    _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint32_t get_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err) {
+    *out = NULL;
+    *out_len = 0;
+    if (plan->n_tensors < 0 || plan->n_ops < 0 || (plan->n_tensors && !plan->tensors) ||
+        (plan->n_ops && !plan->ops))
+        return tg_fail(err, "plan encode: bad table (n_tensors %d, n_ops %d)",
+                       plan->n_tensors, plan->n_ops);
+    wbuf b = {0};
+    put_model(&b, &plan->model);
+    put_job(&b, &plan->job);
+    put_i32(&b, plan->n_tensors);
+    for (int t = 0; t < plan->n_tensors; t++) put_tensor(&b, &plan->tensors[t]);
+    put_i32(&b, plan->n_ops);
+    for (int o = 0; o < plan->n_ops; o++) put_op(&b, &plan->ops[o]);
+    for (int p = 0; p <= TG_PHASE_COUNT; p++) put_i32(&b, plan->phase_begin[p]);
+    for (int p = 0; p < TG_POOL_COUNT; p++) put_u64(&b, plan->pool_bytes[p]);
+    put_u64(&b, plan->peak_bytes);
+    put_u64(&b, plan->activation_live_peak);
+    put_f64(&b, plan->flops_per_step);
+    put_f64(&b, plan->bytes_per_step);
+    put_io(&b, &plan->io);
+    put_u64(&b, plan->fingerprint);
+    if (b.oom) {
+        free(b.p);
+        return tg_fail(err, "plan encode: out of memory");
+    }
+
+    size_t bound = ZSTD_compressBound(b.len);
+    uint8_t *file = malloc(HEADER_BYTES + bound);
+    if (!file) {
+        free(b.p);
+        return tg_fail(err, "plan encode: out of memory");
+    }
+    size_t csize = ZSTD_compress(file + HEADER_BYTES, bound, b.p, b.len, ZSTD_LEVEL);
+    if (ZSTD_isError(csize)) {
+        free(b.p);
+        free(file);
+        return tg_fail(err, "plan encode: zstd: %s", ZSTD_getErrorName(csize));
+    }
+    memcpy(file, k_magic, 8);
+    put_le32(file + 8, TG_PLAN_VERSION);
+    put_le32(file + 12, 0);
+    put_le64(file + 16, b.len);
+    put_le64(file + 24, csize);
+    put_le64(file + 32, XXH64(file + HEADER_BYTES, csize, 0));
+    free(b.p);
+    *out = file;
+    *out_len = HEADER_BYTES + csize;
+    return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len, pos;
+    const char *section; /* what is being read, for the message */
+    const char *failed;  /* the section of the first short read */
+} rbuf;
+
+static int take(rbuf *r, size_t n) {
+    if (r->failed) return 0;
+    if (n > r->len - r->pos) {
+        r->failed = r->section;
+        return 0;
+    }
+    return 1;
+}
+
+static uint32_t get_u32(rbuf *r) {
+    if (!take(r, 4)) return 0;
+    uint32_t v = get_le32(r->p + r->pos);
+    r->pos += 4;
+    return v;
+}
+static uint64_t get_u64(rbuf *r) {
+    if (!take(r, 8)) return 0;
+    uint64_t v = get_le64(r->p + r->pos);
+    r->pos += 8;
+    return v;
+}
+static int32_t get_i32(rbuf *r) { return (int32_t)get_u32(r); }
+static int64_t get_i64(rbuf *r) { return (int64_t)get_u64(r); }
+static float get_f32(rbuf *r) {
+    uint32_t u = get_u32(r);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static double get_f64(rbuf *r) {
+    uint64_t u = get_u64(r);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+/* Returns 0, or -1 (with the message) when the string does not fit its field with
+ * its NUL. */
+static int get_str(rbuf *r, char *dst, size_t field, const char *what, const char *name,
+                   tg_err *err) {
+    memset(dst, 0, field);
+    uint32_t n = get_u32(r);
+    if (r->failed) return 0; /* reported by the caller as a truncation */
+    if (n >= field)
+        return tg_fail(err, "%s: %s is %u bytes, longer than its %zu-byte field (file corrupt)",
+                       name, what, n, field - 1);
+    if (!take(r, n)) return 0;
+    memcpy(dst, r->p + r->pos, n);
+    r->pos += n;
+    if (memchr(dst, 0, n))
+        return tg_fail(err, "%s: %s contains a NUL byte (file corrupt)", name, what);
+    return 0;
+}
+
+static int get_model(rbuf *r, tg_model_config *m, const char *name, tg_err *err) {
+    r->section = "model config";
+    if (get_str(r, m->source, sizeof m->source, "model source", name, err) ||
+        get_str(r, m->weights, sizeof m->weights, "model weights path", name, err))
+        return -1;
+    m->arch = get_i32(r);
+    m->vocab_size = get_i32(r);
+    m->hidden = get_i32(r);
+    m->layers = get_i32(r);
+    m->heads = get_i32(r);
+    m->intermediate = get_i32(r);
+    m->max_positions = get_i32(r);
+    m->type_vocab_size = get_i32(r);
+    m->pad_token_id = get_i32(r);
+    m->gelu = get_i32(r);
+    m->layer_norm_eps = get_f32(r);
+    m->initializer_range = get_f32(r);
+    m->hidden_dropout = get_f32(r);
+    m->attention_dropout = get_f32(r);
+    m->embedding_dropout = get_f32(r);
+    m->classifier_dropout = get_f32(r);
+    return 0;
+}
+
+static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
+    r->section = "job";
+    if (get_str(r, j->path, sizeof j->path, "job path", name, err) ||
+        get_str(r, j->model, sizeof j->model, "job model", name, err))
+        return -1;
+    j->task = get_i32(r);
+    j->num_labels = get_i32(r);
+    j->batch = get_i32(r);
+    j->seq = get_i32(r);
+    j->precision = get_i32(r);
+    j->allow_tf32 = get_i32(r);
+    j->lr = get_f32(r);
+    j->beta1 = get_f32(r);
+    j->beta2 = get_f32(r);
+    j->eps = get_f32(r);
+    j->weight_decay = get_f32(r);
+    j->warmup_steps = get_i32(r);
+    j->steps = get_i32(r);
+    j->epochs = get_i32(r);
+    j->grad_clip = get_f32(r);
+    j->seed = get_u64(r);
+    j->pad_token_id = get_i32(r);
+    j->log_every = get_i32(r);
+    if (get_str(r, j->train_data, sizeof j->train_data, "job train_data", name, err) ||
+        get_str(r, j->eval_data, sizeof j->eval_data, "job eval_data", name, err))
+        return -1;
+    uint32_t n = get_u32(r);
+    if (!r->failed && n != (uint32_t)N_KEY_LINES)
+        return tg_fail(err, "%s: job has %u key lines, this build has %d (recompile the job)",
+                       name, n, N_KEY_LINES);
+    for (int k = 0; k < N_KEY_LINES; k++) j->key_line[k] = get_i32(r);
+    return 0;
+}
+
+static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err *err) {
+    char what[48];
+    snprintf(what, sizeof what, "tensor %d name", index);
+    if (get_str(r, t->name, sizeof t->name, what, name, err)) return -1;
+    t->dtype = get_i32(r);
+    t->pool = get_i32(r);
+    t->ndim = get_i32(r);
+    t->flags = get_i32(r);
+    for (int d = 0; d < TG_MAX_DIMS; d++) t->shape[d] = get_i64(r);
+    t->offset = get_u64(r);
+    t->bytes = get_u64(r);
+    t->first_use = get_i32(r);
+    t->last_use = get_i32(r);
+    t->grad = get_i32(r);
+    t->init = get_i32(r);
+    t->init_std = get_f32(r);
+    t->reserved = get_i32(r);
+    return 0;
+}
+
+static void get_op(rbuf *r, tg_op *op) {
+    op->kind = get_i32(r);
+    op->phase = get_i32(r);
+    for (int k = 0; k < TG_OP_MAX_IN; k++) op->in[k] = get_i32(r);
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) op->out[k] = get_i32(r);
+    for (int k = 0; k < TG_OP_MAX_I; k++) op->i[k] = get_i64(r);
+    for (int k = 0; k < TG_OP_MAX_F; k++) op->f[k] = get_f32(r);
+}
+
+static void get_io(rbuf *r, tg_plan_io *io) {
+    int32_t *v[] = {&io->input_ids, &io->attention_mask, &io->token_type_ids,
+                    &io->position_ids, &io->labels, &io->logits, &io->loss, &io->step,
+                    &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
+                    &io->grads_all, &io->m_all, &io->v_all};
+    _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
+                   "get_io must list every io field");
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);
+}
+
+/* The checks every executor relies on, so a damaged or hand-edited plan is refused
+ * here instead of indexing out of bounds later. */
+static int validate(const tg_plan *p, const char *name, tg_err *err) {
+    const tg_model_config *m = &p->model;
+    const tg_job *j = &p->job;
+    if (m->arch < 0 || m->arch >= TG_ARCH_COUNT)
+        return tg_fail(err, "%s: model arch %d is not a known architecture", name, m->arch);
+    if (j->task < 0 || j->task >= TG_TASK_COUNT)
+        return tg_fail(err, "%s: job task %d is not a known task", name, j->task);
+    if (j->precision < 0 || j->precision >= TG_PREC_COUNT)
+        return tg_fail(err, "%s: job precision %d is not a known precision", name, j->precision);
+
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (x->dtype < 0 || x->dtype >= TG_DTYPE_COUNT)
+            return tg_fail(err, "%s: tensor %d (%s) has dtype %d", name, t, x->name, x->dtype);
+        if (x->ndim < 0 || x->ndim > TG_MAX_DIMS)
+            return tg_fail(err, "%s: tensor %d (%s) has %d dims (0..%d allowed)", name, t,
+                           x->name, x->ndim, TG_MAX_DIMS);
+        for (int d = 0; d < x->ndim; d++)
+            if (x->shape[d] < 0)
+                return tg_fail(err, "%s: tensor %d (%s) dim %d is %lld", name, t, x->name, d,
+                               (long long)x->shape[d]);
+        if (x->pool < 0 || x->pool >= TG_POOL_COUNT)
+            return tg_fail(err, "%s: tensor %d (%s) is in pool %d of %d", name, t, x->name,
+                           x->pool, TG_POOL_COUNT);
+        uint64_t cap = p->pool_bytes[x->pool];
+        if (x->offset > cap || x->bytes > cap - x->offset)
+            return tg_fail(err,
+                           "%s: tensor %d (%s) at offset %llu + %llu bytes runs past the "
+                           "%s pool (%llu bytes)",
+                           name, t, x->name, (unsigned long long)x->offset,
+                           (unsigned long long)x->bytes, tg_pool_name(x->pool),
+                           (unsigned long long)cap);
+        if (x->grad < -1 || x->grad >= p->n_tensors)
+            return tg_fail(err, "%s: tensor %d (%s) gradient refers to tensor %d of %d", name,
+                           t, x->name, x->grad, p->n_tensors);
+        if (x->first_use < -1 || x->first_use >= p->n_ops || x->last_use < -1 ||
+            x->last_use >= p->n_ops)
+            return tg_fail(err, "%s: tensor %d (%s) uses ops %d..%d of %d", name, t, x->name,
+                           x->first_use, x->last_use, p->n_ops);
+    }
+
+    if (p->phase_begin[0] != 0 || p->phase_begin[TG_PHASE_COUNT] != p->n_ops)
+        return tg_fail(err, "%s: phase table runs %d..%d, expected 0..%d (n_ops)", name,
+                       p->phase_begin[0], p->phase_begin[TG_PHASE_COUNT], p->n_ops);
+    for (int ph = 0; ph < TG_PHASE_COUNT; ph++)
+        if (p->phase_begin[ph + 1] < p->phase_begin[ph])
+            return tg_fail(err, "%s: phase %s begins at op %d but ends at op %d", name,
+                           tg_phase_name(ph), p->phase_begin[ph], p->phase_begin[ph + 1]);
+
+    for (int o = 0, ph = 0; o < p->n_ops; o++) {
+        const tg_op *op = &p->ops[o];
+        if (op->kind < 0 || op->kind >= TG_OP_COUNT)
+            return tg_fail(err, "%s: op %d has kind %d of %d", name, o, op->kind, TG_OP_COUNT);
+        while (o >= p->phase_begin[ph + 1]) ph++;
+        if (op->phase != ph)
+            return tg_fail(err, "%s: op %d (%s) has phase %d but sits in the %s phase", name,
+                           o, tg_op_name(op->kind), op->phase, tg_phase_name(ph));
+        for (int k = 0; k < TG_OP_MAX_IN; k++)
+            if (op->in[k] < -1 || op->in[k] >= p->n_tensors)
+                return tg_fail(err, "%s: op %d (%s) input %d refers to tensor %d of %d", name,
+                               o, tg_op_name(op->kind), k, op->in[k], p->n_tensors);
+        for (int k = 0; k < TG_OP_MAX_OUT; k++)
+            if (op->out[k] < -1 || op->out[k] >= p->n_tensors)
+                return tg_fail(err, "%s: op %d (%s) output %d refers to tensor %d of %d", name,
+                               o, tg_op_name(op->kind), k, op->out[k], p->n_tensors);
+    }
+
+    static const char *const io_names[] = {
+        "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
+        "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
+        "grads_all", "m_all", "v_all"};
+    int32_t iov[sizeof io_names / sizeof io_names[0]];
+    _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
+    memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */
+    for (size_t k = 0; k < sizeof io_names / sizeof io_names[0]; k++)
+        if (iov[k] < -1 || iov[k] >= p->n_tensors)
+            return tg_fail(err, "%s: io %s refers to tensor %d of %d", name, io_names[k],
+                           iov[k], p->n_tensors);
+    return 0;
+}
+
+static int decode_payload(const uint8_t *buf, size_t len, const char *name, tg_plan *p,
+                          tg_err *err) {
+    rbuf r = {buf, len, 0, "", NULL};
+    if (get_model(&r, &p->model, name, err) || get_job(&r, &p->job, name, err)) return -1;
+
+    r.section = "tensor table";
+    int32_t nt = get_i32(&r);
+    if (!r.failed && (nt < 0 || nt > MAX_COUNT || (size_t)nt > (len - r.pos) / TENSOR_MIN_BYTES))
+        return tg_fail(err, "%s: tensor count %d is impossible for a %zu-byte payload", name,
+                       nt, len);
+    if (!r.failed && nt > 0) {
+        p->tensors = calloc((size_t)nt, sizeof *p->tensors);
+        if (!p->tensors) return tg_fail(err, "%s: out of memory for %d tensors", name, nt);
+        p->n_tensors = nt;
+        for (int t = 0; t < nt && !r.failed; t++)
+            if (get_tensor(&r, &p->tensors[t], t, name, err)) return -1;
+    }
+
+    r.section = "op table";
+    int32_t no = get_i32(&r);
+    if (!r.failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r.pos) / OP_BYTES))
+        return tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no,
+                       len);
+    if (!r.failed && no > 0) {
+        p->ops = calloc((size_t)no, sizeof *p->ops);
+        if (!p->ops) return tg_fail(err, "%s: out of memory for %d ops", name, no);
+        p->n_ops = no;
+        for (int o = 0; o < no && !r.failed; o++) get_op(&r, &p->ops[o]);
+    }
+
+    r.section = "plan totals";
+    for (int ph = 0; ph <= TG_PHASE_COUNT; ph++) p->phase_begin[ph] = get_i32(&r);
+    for (int q = 0; q < TG_POOL_COUNT; q++) p->pool_bytes[q] = get_u64(&r);
+    p->peak_bytes = get_u64(&r);
+    p->activation_live_peak = get_u64(&r);
+    p->flops_per_step = get_f64(&r);
+    p->bytes_per_step = get_f64(&r);
+    r.section = "io table";
+    get_io(&r, &p->io);
+    r.section = "fingerprint";
+    p->fingerprint = get_u64(&r);
+
+    if (r.failed)
+        return tg_fail(err, "%s: payload ends inside the %s (file corrupt)", name, r.failed);
+    if (r.pos != len)
+        return tg_fail(err, "%s: %zu unexpected bytes after the plan payload (file corrupt)",
+                       name, len - r.pos);
+    return validate(p, name, err);
+}
+
+int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *plan,
+                   tg_err *err) {
+    memset(plan, 0, sizeof *plan);
+    if (!name) name = "plan";
+    /* Magic before length, so a short non-plan file is called what it is. */
+    if (len > 0 && memcmp(bytes, k_magic, len < 8 ? len : 8) != 0)
+        return tg_fail(err, "%s: not a tunegraph plan (bad magic)", name);
+    if (len < HEADER_BYTES)
+        return tg_fail(err, "%s: truncated: file has %zu bytes, the plan header alone is %d",
+                       name, len, HEADER_BYTES);
+    uint32_t version = get_le32(bytes + 8);
+    if (version != TG_PLAN_VERSION)
+        return tg_fail(err, "%s: plan format version %u, this build reads version %d "
+                            "(recompile the job)",
+                       name, version, TG_PLAN_VERSION);
+    uint32_t flags = get_le32(bytes + 12);
+    if (flags != 0)
+        return tg_fail(err, "%s: unknown header flags 0x%x (file corrupt or from a newer build)",
+                       name, flags);
+    uint64_t usize = get_le64(bytes + 16);
+    uint64_t csize = get_le64(bytes + 24);
+    uint64_t sum = get_le64(bytes + 32);
+    size_t have = len - HEADER_BYTES;
+    if (csize > have)
+        return tg_fail(err, "%s: truncated: header says %llu compressed bytes, file has %zu",
+                       name, (unsigned long long)csize, have);
+    if (csize < have)
+        return tg_fail(err, "%s: %zu unexpected bytes after the %llu-byte payload (file corrupt)",
+                       name, have - (size_t)csize, (unsigned long long)csize);
+    const uint8_t *payload = bytes + HEADER_BYTES;
+    if (XXH64(payload, (size_t)csize, 0) != sum)
+        return tg_fail(err, "%s: checksum mismatch (file corrupt)", name);
+    /* The header's size is outside the checksum; the frame's own size is inside it. */
+    unsigned long long fsize = ZSTD_getFrameContentSize(payload, (size_t)csize);
+    if (fsize == ZSTD_CONTENTSIZE_ERROR || fsize == ZSTD_CONTENTSIZE_UNKNOWN || fsize != usize)
+        return tg_fail(err, "%s: header says %llu payload bytes, the compressed frame does not "
+                            "agree (file corrupt)",
+                       name, (unsigned long long)usize);
+    if (usize > SIZE_MAX / 2 || usize == 0)
+        return tg_fail(err, "%s: payload size %llu is impossible (file corrupt)", name,
+                       (unsigned long long)usize);
+    uint8_t *buf = malloc((size_t)usize);
+    if (!buf)
+        return tg_fail(err, "%s: out of memory for a %llu-byte payload", name,
+                       (unsigned long long)usize);
+    size_t got = ZSTD_decompress(buf, (size_t)usize, payload, (size_t)csize);
+    if (ZSTD_isError(got) || got != usize) {
+        free(buf);
+        return tg_fail(err, "%s: payload does not decompress: %s (file corrupt)", name,
+                       ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+    }
+    int rc = decode_payload(buf, (size_t)usize, name, plan, err);
+    free(buf);
+    if (rc) {
+        tg_plan_free(plan);
+        memset(plan, 0, sizeof *plan);
+    }
+    return rc;
+}
+
+/* ---- files ------------------------------------------------------------------- */
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int tg_plan_write(const tg_plan *plan, const char *path, tg_err *err) {
+    uint8_t *bytes;
+    size_t len;
+    if (tg_plan_encode(plan, &bytes, &len, err)) return tg_fail_context(err, "%s", path);
+
+    size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    if (!tmp) {
+        free(bytes);
+        return tg_fail(err, "%s: out of memory", path);
+    }
+    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+
+    /* Temp file in the same folder, then rename: a reader sees the old plan or the new
+     * one, never a partial file. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        free(bytes);
+        free(tmp);
+        return tg_fail(err, "%s: cannot create the plan file: %s", path, strerror(e));
+    }
+    const char *step = NULL;
+    int e = 0;
+    if (write_all(fd, bytes, len)) {
+        step = "write";
+        e = errno;
+    } else if (fsync(fd)) {
+        step = "fsync";
+        e = errno;
+    }
+    if (close(fd) && !step) {
+        step = "close";
+        e = errno;
+    }
+    if (!step && rename(tmp, path)) {
+        step = "rename";
+        e = errno;
+    }
+    free(bytes);
+    if (step) {
+        unlink(tmp);
+        free(tmp);
+        return tg_fail(err, "%s: cannot write the plan file (%s: %s)", path, step, strerror(e));
+    }
+    free(tmp);
+
+    /* Make the rename itself durable; failure here loses nothing already written. */
+    char *dir = strdup(path);
+    if (dir) {
+        char *slash = strrchr(dir, '/');
+        const char *d = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    return 0;
+}
+
+int tg_plan_read(const char *path, tg_plan *plan, tg_err *err) {
+    memset(plan, 0, sizeof *plan);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tg_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st)) {
+        int e = errno;
+        close(fd);
+        return tg_fail(err, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tg_fail(err, "%s: not a regular file", path);
+    }
+    size_t len = (size_t)st.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        close(fd);
+        return tg_fail(err, "%s: out of memory for %zu bytes", path, len);
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return tg_fail(err, "%s: read failed: %s", path, strerror(e));
+        }
+        if (n == 0) break; /* shrank under us: decode what is there, it will say truncated */
+        got += (size_t)n;
+    }
+    close(fd);
+    int rc = tg_plan_decode(buf, got, path, plan, err);
+    free(buf);
+    return rc;
+}
+
+int tg_plan_file_sniff(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    uint8_t head[8];
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    return n == (ssize_t)sizeof head && memcmp(head, k_magic, sizeof head) == 0;
+}

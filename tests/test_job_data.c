@@ -1,0 +1,593 @@
+/* Job files, JSONL datasets, batch filling and the sampler. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/job.h"
+#include "datasets/dataset.h"
+#include "tests/harness.h"
+#include "tunegraph/ops.h"
+
+/* ---- job helpers ---- */
+
+static const char *write_tmp(const char *name, const char *text) {
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tg_test_tmpdir(), name);
+    if (tg_test_write_file(path, text) != 0) return NULL;
+    return path;
+}
+
+/* Loads a job from `text` and expects failure with every needle in the message. */
+static void expect_job_error(const char *text, const char *const *ov, int n_ov,
+                             const char *n1, const char *n2, const char *n3) {
+    const char *path = write_tmp("job.txt", text);
+    REQUIRE(path, "write job");
+    tg_job job;
+    tg_err err = {{0}};
+    int rc = tg_job_load(path, ov, n_ov, &job, &err);
+    CHECK(rc == -1, "expected failure for:\n%s", text);
+    const char *needles[3] = {n1, n2, n3};
+    for (int i = 0; i < 3; i++)
+        if (needles[i])
+            CHECK(strstr(err.msg, needles[i]) != NULL, "message '%s' lacks '%s'", err.msg,
+                  needles[i]);
+}
+
+#define BASE "model = tiny-bert\ntrain_data = t.jsonl\nsteps = 10\n"
+
+TG_TEST(test_job_valid_parses) {
+    const char *path = write_tmp("job.txt",
+                                 "# a job\n"
+                                 "model = bert-base-uncased\n"
+                                 "task = classify\n"
+                                 "num_labels = 3\n"
+                                 "batch = 16\n"
+                                 "seq = 64\n"
+                                 "precision = bf16\n"
+                                 "allow_tf32 = true\n"
+                                 "optimizer = adamw\n"
+                                 "lr = 2e-5\n"
+                                 "beta1 = 0.8\n"
+                                 "beta2 = 0.99\n"
+                                 "eps = 1e-6\n"
+                                 "weight_decay = 0.1\n"
+                                 "warmup_steps = 5\n"
+                                 "steps = 100\n"
+                                 "grad_clip = 0\n"
+                                 "seed = 18446744073709551615\n"
+                                 "pad_token_id = 1\n"
+                                 "log_every = 7\n"
+                                 "train_data = /abs/train.jsonl\n"
+                                 "eval_data = /abs/eval.jsonl\n");
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(strcmp(j.path, path) == 0, "path %s", j.path);
+    CHECK(strcmp(j.model, "bert-base-uncased") == 0, "model %s", j.model);
+    CHECK(j.task == TG_TASK_CLASSIFY && j.num_labels == 3, "task/labels");
+    CHECK(j.batch == 16 && j.seq == 64, "batch %d seq %d", j.batch, j.seq);
+    CHECK(j.precision == TG_PREC_BF16 && j.allow_tf32 == 1, "precision/tf32");
+    CHECK(j.lr == 2e-5f && j.beta1 == 0.8f && j.beta2 == 0.99f && j.eps == 1e-6f, "adam");
+    CHECK(j.weight_decay == 0.1f && j.warmup_steps == 5 && j.steps == 100 && j.epochs == 0,
+          "schedule");
+    CHECK(j.grad_clip == 0.0f, "grad_clip %g", j.grad_clip);
+    CHECK(j.seed == UINT64_MAX, "seed %llu", (unsigned long long)j.seed);
+    CHECK(j.pad_token_id == 1 && j.log_every == 7, "pad/log");
+    CHECK(strcmp(j.train_data, "/abs/train.jsonl") == 0, "train %s", j.train_data);
+    CHECK(strcmp(j.eval_data, "/abs/eval.jsonl") == 0, "eval %s", j.eval_data);
+    CHECK(j.key_line[TG_JOB_MODEL] == 2 && j.key_line[TG_JOB_EVAL_DATA] == 22, "lines %d %d",
+          j.key_line[TG_JOB_MODEL], j.key_line[TG_JOB_EVAL_DATA]);
+    char buf[1200], want[1200];
+    snprintf(want, sizeof want, "%s:10", path);
+    CHECK(strcmp(tg_job_where(&j, TG_JOB_LR, buf, sizeof buf), want) == 0, "where %s", buf);
+    CHECK(strcmp(tg_job_key_name(TG_JOB_WARMUP_STEPS), "warmup_steps") == 0, "key name");
+}
+
+TG_TEST(test_job_comments_quotes_whitespace) {
+    const char *path = write_tmp("job.txt",
+                                 "\xEF\xBB\xBF# BOM, then comments\n"
+                                 "\n"
+                                 "   # indented comment\n"
+                                 "\tmodel\t=   \"my#model\"   # trailing comment\r\n"
+                                 "task=lm\n"
+                                 "train_data = \"train data.jsonl\"\n"
+                                 "epochs = 3 # three passes\n"
+                                 "lr = 1e-4#not-a-comment-without-space\n");
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    int rc = tg_job_load(path, NULL, 0, &j, &err);
+    /* `1e-4#...` is not a number: '#' only starts a comment after whitespace. */
+    CHECK(rc == -1 && strstr(err.msg, ":8: key 'lr'"), "msg %s", err.msg);
+
+    path = write_tmp("job.txt",
+                     "\xEF\xBB\xBF# BOM, then comments\n"
+                     "\n"
+                     "   # indented comment\n"
+                     "\tmodel\t=   \"my#model\"   # trailing comment\r\n"
+                     "task=lm\n"
+                     "train_data = \"train data.jsonl\"\n"
+                     "epochs = 3 # three passes\n");
+    REQUIRE(path, "write");
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(strcmp(j.model, "my#model") == 0, "model '%s'", j.model);
+    CHECK(j.task == TG_TASK_LM && j.epochs == 3 && j.steps == 0, "task/epochs");
+    CHECK(j.key_line[TG_JOB_MODEL] == 4 && j.key_line[TG_JOB_EPOCHS] == 7, "lines");
+    char want[1100];
+    snprintf(want, sizeof want, "%s", path);
+    *strrchr(want, '/') = 0;
+    strcat(want, "/train data.jsonl");
+    CHECK(strcmp(j.train_data, want) == 0, "train '%s' want '%s'", j.train_data, want);
+}
+
+TG_TEST(test_job_defaults_applied) {
+    const char *path = write_tmp("job.txt", BASE);
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(j.task == TG_TASK_CLASSIFY && j.num_labels == 2, "task");
+    CHECK(j.batch == 8 && j.seq == 128 && j.precision == TG_PREC_FP32 && !j.allow_tf32, "shape");
+    CHECK(j.lr == 5e-5f && j.beta1 == 0.9f && j.beta2 == 0.999f && j.eps == 1e-8f, "adam");
+    CHECK(j.weight_decay == 0.01f && j.warmup_steps == 0 && j.grad_clip == 1.0f, "wd/clip");
+    CHECK(j.seed == 42 && j.log_every == 1 && j.pad_token_id == -1, "seed/log/pad");
+    CHECK(j.eval_data[0] == 0, "no eval");
+    CHECK(j.key_line[TG_JOB_LR] == 0 && j.key_line[TG_JOB_STEPS] == 3, "lines");
+    char buf[1200], want[1200];
+    snprintf(want, sizeof want, "%s (default)", path);
+    CHECK(strcmp(tg_job_where(&j, TG_JOB_BATCH, buf, sizeof buf), want) == 0, "where %s", buf);
+}
+
+TG_TEST(test_job_relative_paths) {
+    const char *dir = tg_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/job.txt", dir);
+    REQUIRE(tg_test_write_file(path, "model = ./models/bert\ntrain_data = data/t.jsonl\n"
+                                     "eval_data = /abs/e.jsonl\nsteps = 1\n") == 0, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    char want[1200];
+    snprintf(want, sizeof want, "%s/./models/bert", dir);
+    CHECK(strcmp(j.model, want) == 0, "model %s", j.model);
+    snprintf(want, sizeof want, "%s/data/t.jsonl", dir);
+    CHECK(strcmp(j.train_data, want) == 0, "train %s", j.train_data);
+    CHECK(strcmp(j.eval_data, "/abs/e.jsonl") == 0, "eval %s", j.eval_data);
+
+    /* A preset name (no '/') is kept as written. */
+    REQUIRE(tg_test_write_file(path, "model = roberta-base\ntrain_data = t.jsonl\nsteps = 1\n") == 0,
+            "write");
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(strcmp(j.model, "roberta-base") == 0, "model %s", j.model);
+}
+
+TG_TEST(test_job_set_overrides) {
+    const char *path = write_tmp("job.txt", BASE "lr = 1e-3\nbatch = 4\n");
+    REQUIRE(path, "write");
+    const char *ov[] = {"lr=3e-4", " batch = 32 ", "train_data=rel/x.jsonl", "task=lm",
+                        "epochs=2"};
+    tg_job j;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load(path, ov, 5, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(j.lr == 3e-4f && j.batch == 32, "lr %g batch %d", j.lr, j.batch);
+    CHECK(strcmp(j.train_data, "rel/x.jsonl") == 0, "override path kept: %s", j.train_data);
+    CHECK(j.key_line[TG_JOB_LR] == -1 && j.key_line[TG_JOB_BATCH] == -1, "lines -1");
+    CHECK(j.key_line[TG_JOB_MODEL] == 1, "model line");
+    /* --set epochs replaces the file's steps rather than conflicting with it. */
+    CHECK(j.epochs == 2 && j.steps == 0, "epochs %d steps %d", j.epochs, j.steps);
+    char buf[64];
+    CHECK(strcmp(tg_job_where(&j, TG_JOB_LR, buf, sizeof buf), "--set") == 0, "where %s", buf);
+
+    /* apply_overrides on an existing job; errors name the override. */
+    const char *bad[] = {"seq=0"};
+    CHECK(tg_job_apply_overrides(&j, bad, 1, &err) == -1, "seq=0 accepted");
+    CHECK(strstr(err.msg, "--set seq=0: ") == err.msg, "msg %s", err.msg);
+    const char *typo[] = {"btach=3"};
+    CHECK(tg_job_apply_overrides(&j, typo, 1, &err) == -1, "typo accepted");
+    CHECK(strstr(err.msg, "--set btach=3: key 'btach': unknown key (did you mean 'batch'?)"),
+          "msg %s", err.msg);
+    const char *noeq[] = {"lr"};
+    CHECK(tg_job_apply_overrides(&j, noeq, 1, &err) == -1 && strstr(err.msg, "--set lr: "),
+          "msg %s", err.msg);
+    /* Both set on the command line is still a conflict. */
+    const char *both[] = {"steps=5", "epochs=1"};
+    tg_job j2;
+    CHECK(tg_job_load(path, both, 2, &j2, &err) == -1 && strstr(err.msg, "both"), "msg %s",
+          err.msg);
+}
+
+TG_TEST(test_job_error_unknown_key) {
+    expect_job_error(BASE "warmup_step = 3\n", NULL, 0, "job.txt:4: key 'warmup_step'",
+                     "unknown key", "did you mean 'warmup_steps'?");
+    expect_job_error(BASE "frobnicate = 3\n", NULL, 0, "job.txt:4: key 'frobnicate'",
+                     "unknown key", NULL);
+    const char *path = write_tmp("job.txt", BASE "frobnicate = 3\n");
+    tg_job j;
+    tg_err err = {{0}};
+    CHECK(tg_job_load(path, NULL, 0, &j, &err) == -1 && !strstr(err.msg, "did you mean"),
+          "no suggestion expected: %s", err.msg);
+}
+
+TG_TEST(test_job_error_duplicate) {
+    expect_job_error(BASE "lr = 1e-3\n\nlr = 2e-3\n", NULL, 0, "job.txt:6: key 'lr'", "duplicate",
+                     "line 4");
+}
+
+TG_TEST(test_job_error_missing_equals) {
+    expect_job_error(BASE "# c\nlr 1e-3\n", NULL, 0, "job.txt:5:", "missing '='", NULL);
+}
+
+TG_TEST(test_job_error_bad_int) {
+    expect_job_error(BASE "batch = 8x\n", NULL, 0, "job.txt:4: key 'batch'", "not an integer", NULL);
+    expect_job_error(BASE "batch = 1.5\n", NULL, 0, "job.txt:4: key 'batch'", "not an integer",
+                     NULL);
+    expect_job_error(BASE "batch = 0\n", NULL, 0, "job.txt:4: key 'batch'", "out of range", NULL);
+    expect_job_error(BASE "seq = 99999999999\n", NULL, 0, "job.txt:4: key 'seq'", "out of range",
+                     NULL);
+    expect_job_error(BASE "warmup_steps = -1\n", NULL, 0, "key 'warmup_steps'", "out of range",
+                     NULL);
+    expect_job_error(BASE "seed = -1\n", NULL, 0, "job.txt:4: key 'seed'", NULL, NULL);
+    expect_job_error(BASE "seed = 18446744073709551616\n", NULL, 0, "key 'seed'", "out of range",
+                     NULL);
+    expect_job_error(BASE "log_every = \n", NULL, 0, "job.txt:4: key 'log_every'", NULL, NULL);
+}
+
+TG_TEST(test_job_error_bad_float) {
+    expect_job_error(BASE "lr = 0\n", NULL, 0, "job.txt:4: key 'lr'", "out of range", NULL);
+    expect_job_error(BASE "lr = -1e-3\n", NULL, 0, "job.txt:4: key 'lr'", "out of range", NULL);
+    expect_job_error(BASE "beta2 = 1.0\n", NULL, 0, "job.txt:4: key 'beta2'", "out of range", NULL);
+    expect_job_error(BASE "beta1 = -0.1\n", NULL, 0, "key 'beta1'", "out of range", NULL);
+    expect_job_error(BASE "eps = 0\n", NULL, 0, "key 'eps'", "out of range", NULL);
+    expect_job_error(BASE "weight_decay = -0.01\n", NULL, 0, "key 'weight_decay'", "out of range",
+                     NULL);
+    expect_job_error(BASE "grad_clip = nan\n", NULL, 0, "job.txt:4: key 'grad_clip'", NULL, NULL);
+    expect_job_error(BASE "lr = inf\n", NULL, 0, "job.txt:4: key 'lr'", "finite", NULL);
+    expect_job_error(BASE "lr = 1e40\n", NULL, 0, "job.txt:4: key 'lr'", "finite", NULL);
+    expect_job_error(BASE "lr = fast\n", NULL, 0, "job.txt:4: key 'lr'", "not a number", NULL);
+}
+
+TG_TEST(test_job_error_bad_enum) {
+    expect_job_error(BASE "task = regress\n", NULL, 0, "job.txt:4: key 'task'", "'regress'",
+                     "classify, lm");
+    expect_job_error(BASE "precision = fp8\n", NULL, 0, "job.txt:4: key 'precision'", "fp8", NULL);
+    expect_job_error(BASE "optimizer = sgd\n", NULL, 0, "job.txt:4: key 'optimizer'", "adamw", NULL);
+    expect_job_error(BASE "allow_tf32 = maybe\n", NULL, 0, "job.txt:4: key 'allow_tf32'", NULL,
+                     NULL);
+    expect_job_error(BASE "eval_data = \"unterminated\n", NULL, 0, "job.txt:4: key 'eval_data'",
+                     "unterminated", NULL);
+}
+
+TG_TEST(test_job_error_steps_epochs) {
+    expect_job_error(BASE "epochs = 2\n", NULL, 0, "'steps'", "'epochs'", "both");
+    expect_job_error("model = m\ntrain_data = t.jsonl\n", NULL, 0, "job.txt", "'steps'",
+                     "'epochs'");
+}
+
+TG_TEST(test_job_error_missing_required) {
+    expect_job_error("train_data = t.jsonl\nsteps = 1\n", NULL, 0, "job.txt", "'model'",
+                     "required");
+    expect_job_error("model = m\nsteps = 1\n", NULL, 0, "job.txt", "'train_data'", "required");
+    expect_job_error(BASE "task = lm\nnum_labels = 4\n", NULL, 0, "job.txt:5", "'num_labels'",
+                     "classify");
+    tg_job j;
+    tg_err err = {{0}};
+    CHECK(tg_job_load("/nonexistent/dir/job.txt", NULL, 0, &j, &err) == -1, "missing file");
+    CHECK(strstr(err.msg, "/nonexistent/dir/job.txt: cannot open job file: "), "msg %s", err.msg);
+}
+
+/* ---- datasets ---- */
+
+static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 2, 100, 2};
+static const tg_data_rules k_lm = {TG_TASK_LM, 0, 100, 0};
+
+static void expect_data_error(const char *text, const tg_data_rules *r, const char *n1,
+                              const char *n2) {
+    const char *path = write_tmp("d.jsonl", text);
+    REQUIRE(path, "write");
+    tg_dataset ds;
+    tg_err err = {{0}};
+    CHECK(tg_dataset_load(path, r, &ds, &err) == -1, "expected failure for:\n%s", text);
+    CHECK(ds.examples == NULL && ds.n == 0, "dataset left allocated");
+    if (n1) CHECK(strstr(err.msg, n1) != NULL, "message '%s' lacks '%s'", err.msg, n1);
+    if (n2) CHECK(strstr(err.msg, n2) != NULL, "message '%s' lacks '%s'", err.msg, n2);
+}
+
+TG_TEST(test_data_classify_loads) {
+    const char *path = write_tmp("d.jsonl",
+                                 "{\"input_ids\": [1, 5, 2], \"label\": 1, \"text\": \"hi\"}\n"
+                                 "\n"
+                                 "   \n"
+                                 "{\"input_ids\": [1, 6, 7, 2], \"token_type_ids\": [0, 0, 1, 1],"
+                                 " \"label\": 0}\r\n"
+                                 "{\"input_ids\": [9], \"token_type_ids\": [0], \"label\": 1}");
+    REQUIRE(path, "write");
+    tg_dataset ds;
+    tg_err err = {{0}};
+    REQUIRE(tg_dataset_load(path, &k_classify, &ds, &err) == 0, "load: %s", err.msg);
+    CHECK(ds.n == 3 && ds.n_tokens == 8, "n %d tokens %lld", ds.n, (long long)ds.n_tokens);
+    CHECK(strcmp(ds.path, path) == 0, "path");
+    REQUIRE(ds.n == 3, "n");
+    CHECK(ds.examples[0].len == 3 && ds.examples[0].input_ids[1] == 5 &&
+              ds.examples[0].label == 1 && ds.examples[0].token_type_ids == NULL,
+          "ex0");
+    CHECK(ds.examples[1].len == 4 && ds.examples[1].input_ids[3] == 2 &&
+              ds.examples[1].label == 0,
+          "ex1");
+    REQUIRE(ds.examples[1].token_type_ids, "ex1 types");
+    CHECK(ds.examples[1].token_type_ids[2] == 1 && ds.examples[1].token_type_ids[0] == 0, "types");
+    CHECK(ds.examples[2].len == 1 && ds.examples[2].input_ids[0] == 9, "ex2");
+    tg_dataset_free(&ds);
+    CHECK(ds.examples == NULL && ds.n == 0, "freed");
+}
+
+TG_TEST(test_data_lm_loads) {
+    /* Long line: no line-length limit. */
+    size_t n = 20000;
+    char *text = malloc(n * 4 + 64);
+    REQUIRE(text, "alloc");
+    char *p = text + sprintf(text, "{\"input_ids\": [");
+    for (size_t i = 0; i < n; i++) p += sprintf(p, "%s%zu", i ? "," : "", i % 100);
+    sprintf(p, "], \"label\": 999}\n{\"input_ids\": [3, 4]}\n");
+    const char *path = write_tmp("lm.jsonl", text);
+    free(text);
+    REQUIRE(path, "write");
+    tg_dataset ds;
+    tg_err err = {{0}};
+    REQUIRE(tg_dataset_load(path, &k_lm, &ds, &err) == 0, "load: %s", err.msg);
+    CHECK(ds.n == 2 && ds.n_tokens == (int64_t)n + 2, "n %d tokens %lld", ds.n,
+          (long long)ds.n_tokens);
+    CHECK(ds.examples[0].len == (int32_t)n && ds.examples[0].input_ids[n - 1] == (int32_t)((n - 1) % 100),
+          "long line");
+    CHECK(ds.examples[0].label == TG_IGNORE_INDEX && ds.examples[1].label == TG_IGNORE_INDEX,
+          "lm labels ignored");
+    CHECK(ds.examples[1].input_ids[1] == 4, "ex1");
+    tg_dataset_free(&ds);
+}
+
+TG_TEST(test_data_demo_files_load) {
+    /* The committed demo data must fit the tiny presets (vocab 128, 2 types). */
+    static const char *const files[] = {"examples/data/sentiment-train.jsonl",
+                                        "examples/data/sentiment-eval.jsonl",
+                                        "examples/data/tiny-lm-train.jsonl",
+                                        "examples/data/tiny-lm-eval.jsonl"};
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f) continue; /* run from another folder */
+        fclose(f);
+        tg_data_rules r = {i < 2 ? TG_TASK_CLASSIFY : TG_TASK_LM, 2, 128, 2};
+        tg_dataset ds;
+        tg_err err = {{0}};
+        CHECK(tg_dataset_load(files[i], &r, &ds, &err) == 0, "%s", err.msg);
+        CHECK(ds.n >= 200, "%s: %d examples", files[i], ds.n);
+        tg_dataset_free(&ds);
+    }
+}
+
+TG_TEST(test_data_error_invalid_json) {
+    expect_data_error("{\"input_ids\": [1], \"label\": 0}\n\n{\"input_ids\": [1,}\n", &k_classify,
+                      "d.jsonl:3: invalid JSON: ", "(column ");
+    expect_data_error("[1, 2]\n", &k_classify, "d.jsonl:1:", "object");
+}
+
+TG_TEST(test_data_error_wrong_vocab) {
+    expect_data_error("{\"input_ids\": [1], \"label\": 0}\n{\"input_ids\": [1, 2, 3, 100], "
+                      "\"label\": 0}\n",
+                      &k_classify, "d.jsonl:2: input_ids[3] = 100 is outside the vocabulary",
+                      "vocab_size 100");
+    expect_data_error("{\"input_ids\": [-1]}\n", &k_lm, "d.jsonl:1: input_ids[0] = -1", NULL);
+    expect_data_error("{\"input_ids\": [1, \"a\"]}\n", &k_lm, "d.jsonl:1: input_ids[1]",
+                      "not an integer");
+}
+
+TG_TEST(test_data_error_label) {
+    expect_data_error("{\"input_ids\": [1], \"label\": 7}\n", &k_classify,
+                      "d.jsonl:1: label 7 is out of range for num_labels 2", NULL);
+    expect_data_error("{\"input_ids\": [1], \"label\": -1}\n", &k_classify, "d.jsonl:1: label -1",
+                      NULL);
+    expect_data_error("{\"input_ids\": [1]}\n", &k_classify, "d.jsonl:1:", "\"label\"");
+    expect_data_error("{\"input_ids\": [1], \"label\": \"pos\"}\n", &k_classify, "d.jsonl:1:",
+                      "label must be an integer");
+}
+
+TG_TEST(test_data_error_input_ids) {
+    expect_data_error("{\"label\": 1, \"text\": \"x\"}\n", &k_classify, "d.jsonl:1:",
+                      "missing \"input_ids\"");
+    expect_data_error("{\"input_ids\": [1]}\n{\"input_ids\": []}\n", &k_lm, "d.jsonl:2:",
+                      "input_ids is empty");
+    expect_data_error("{\"input_ids\": 5}\n", &k_lm, "d.jsonl:1:", "array");
+}
+
+TG_TEST(test_data_error_token_types) {
+    expect_data_error("{\"input_ids\": [1, 2, 3], \"token_type_ids\": [0, 1], \"label\": 0}\n",
+                      &k_classify, "d.jsonl:1:", "token_type_ids has 2 entries but input_ids has 3");
+    expect_data_error("{\"input_ids\": [1, 2], \"token_type_ids\": [0, 2], \"label\": 0}\n",
+                      &k_classify, "d.jsonl:1: token_type_ids[1] = 2", "type_vocab_size 2");
+    /* GPT-2 (type_vocab_size 0): only zeros. */
+    const char *path = write_tmp("d.jsonl", "{\"input_ids\": [1, 2], \"token_type_ids\": [0, 0]}\n");
+    tg_dataset ds;
+    tg_err err = {{0}};
+    CHECK(tg_dataset_load(path, &k_lm, &ds, &err) == 0, "zeros ok: %s", err.msg);
+    tg_dataset_free(&ds);
+    expect_data_error("{\"input_ids\": [1, 2], \"token_type_ids\": [0, 1]}\n", &k_lm,
+                      "d.jsonl:1: token_type_ids[1] = 1", "only 0");
+}
+
+TG_TEST(test_data_error_empty) {
+    expect_data_error("", &k_classify, "d.jsonl: no examples", NULL);
+    expect_data_error("\n  \n\n", &k_classify, "d.jsonl: no examples", NULL);
+    tg_dataset ds;
+    tg_err err = {{0}};
+    CHECK(tg_dataset_load("/nonexistent/x.jsonl", &k_lm, &ds, &err) == -1 &&
+              strstr(err.msg, "/nonexistent/x.jsonl: cannot open"),
+          "msg %s", err.msg);
+}
+
+/* ---- batches ---- */
+
+typedef struct bufs {
+    int32_t ids[64], types[64], pos[64], labels[64];
+    float mask[64];
+    tg_batch b;
+} bufs;
+
+static void bufs_init(bufs *x) {
+    memset(x, 0x5A, sizeof *x); /* garbage, so every slot must be written */
+    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1};
+}
+
+static int load_text(const char *text, const tg_data_rules *r, tg_dataset *ds) {
+    const char *path = write_tmp("b.jsonl", text);
+    tg_err err = {{0}};
+    if (!path || tg_dataset_load(path, r, ds, &err) != 0) {
+        CHECK(0, "load: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+TG_TEST(test_data_batch_classify) {
+    tg_dataset ds;
+    REQUIRE(load_text("{\"input_ids\": [11, 12, 13], \"token_type_ids\": [0, 1, 1], \"label\": 1}\n"
+                      "{\"input_ids\": [21, 22, 23, 24, 25, 26, 27], \"label\": 0}\n",
+                      &k_classify, &ds) == 0, "load");
+    bufs x;
+    bufs_init(&x);
+    tg_batch_shape sh = {.batch = 3, .seq = 5, .task = TG_TASK_CLASSIFY, .arch = TG_ARCH_BERT,
+                         .pad_id = 0};
+    int32_t idx[2] = {1, 0};
+    tg_batch_fill(&ds, idx, 2, &sh, &x.b);
+    CHECK(x.b.n_real == 2 && x.b.n_tokens == 8, "n_real %d tokens %lld", x.b.n_real,
+          (long long)x.b.n_tokens);
+    static const int32_t want_ids[15] = {21, 22, 23, 24, 25, 11, 12, 13, 0, 0, 0, 0, 0, 0, 0};
+    static const float want_mask[15] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+    static const int32_t want_types[15] = {0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 15; i++) {
+        CHECK(x.ids[i] == want_ids[i], "ids[%d] = %d want %d", i, x.ids[i], want_ids[i]);
+        CHECK(x.mask[i] == want_mask[i], "mask[%d] = %g", i, x.mask[i]);
+        CHECK(x.types[i] == want_types[i], "types[%d] = %d", i, x.types[i]);
+        CHECK(x.pos[i] == i % 5, "pos[%d] = %d", i, x.pos[i]);
+    }
+    CHECK(x.labels[0] == 0 && x.labels[1] == 1 && x.labels[2] == TG_IGNORE_INDEX, "labels %d %d %d",
+          x.labels[0], x.labels[1], x.labels[2]);
+    CHECK(x.labels[3] == 0x5A5A5A5A, "classify labels are [B], wrote past them");
+
+    /* Pad id other than 0 lands in padded slots. */
+    sh.pad_id = 7;
+    tg_batch_fill(&ds, idx + 1, 1, &sh, &x.b);
+    CHECK(x.ids[3] == 7 && x.ids[14] == 7 && x.b.n_real == 1 && x.b.n_tokens == 3, "pad 7");
+    tg_dataset_free(&ds);
+}
+
+TG_TEST(test_data_batch_lm_shift) {
+    tg_dataset ds;
+    REQUIRE(load_text("{\"input_ids\": [5, 6, 7]}\n{\"input_ids\": [1, 2, 3, 4, 5, 6]}\n", &k_lm,
+                      &ds) == 0, "load");
+    bufs x;
+    bufs_init(&x);
+    tg_batch_shape sh = {.batch = 3, .seq = 4, .task = TG_TASK_LM, .arch = TG_ARCH_GPT2,
+                         .pad_id = 0};
+    int32_t idx[2] = {0, 1};
+    tg_batch_fill(&ds, idx, 2, &sh, &x.b);
+    const int I = TG_IGNORE_INDEX;
+    /* Row 0 padded (len 3 < 4); row 1 truncated to 4 so its last label is ignored. */
+    const int32_t want_labels[12] = {6, 7, I, I, 2, 3, 4, I, I, I, I, I};
+    const int32_t want_ids[12] = {5, 6, 7, 0, 1, 2, 3, 4, 0, 0, 0, 0};
+    for (int i = 0; i < 12; i++) {
+        CHECK(x.labels[i] == want_labels[i], "labels[%d] = %d want %d", i, x.labels[i],
+              want_labels[i]);
+        CHECK(x.ids[i] == want_ids[i], "ids[%d] = %d", i, x.ids[i]);
+        CHECK(x.pos[i] == i % 4, "gpt2 pos[%d] = %d", i, x.pos[i]);
+    }
+    CHECK(x.b.n_real == 2 && x.b.n_tokens == 7, "n_real %d tokens %lld", x.b.n_real,
+          (long long)x.b.n_tokens);
+    tg_dataset_free(&ds);
+}
+
+TG_TEST(test_data_batch_roberta_positions) {
+    tg_dataset ds;
+    REQUIRE(load_text("{\"input_ids\": [0, 9, 2], \"label\": 1}\n", &k_classify, &ds) == 0, "load");
+    bufs x;
+    bufs_init(&x);
+    tg_batch_shape sh = {.batch = 2, .seq = 5, .task = TG_TASK_CLASSIFY, .arch = TG_ARCH_ROBERTA,
+                         .pad_id = 1};
+    int32_t idx[1] = {0};
+    tg_batch_fill(&ds, idx, 1, &sh, &x.b);
+    const int32_t want_pos[10] = {2, 3, 4, 1, 1, 1, 1, 1, 1, 1};
+    const int32_t want_ids[10] = {0, 9, 2, 1, 1, 1, 1, 1, 1, 1};
+    for (int i = 0; i < 10; i++) {
+        CHECK(x.pos[i] == want_pos[i], "pos[%d] = %d want %d", i, x.pos[i], want_pos[i]);
+        CHECK(x.ids[i] == want_ids[i], "ids[%d] = %d", i, x.ids[i]);
+    }
+    CHECK(x.labels[0] == 1 && x.labels[1] == TG_IGNORE_INDEX, "labels");
+    tg_dataset_free(&ds);
+}
+
+/* ---- sampler ---- */
+
+static int is_permutation(const int32_t *v, int n) {
+    char seen[1000] = {0};
+    for (int i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= n || seen[v[i]]) return 0;
+        seen[v[i]] = 1;
+    }
+    return 1;
+}
+
+TG_TEST(test_data_sampler) {
+    enum { N = 97 };
+    tg_sampler s, s2, s3;
+    tg_err err = {{0}};
+    REQUIRE(tg_sampler_init(&s, N, 42, &err) == 0, "init: %s", err.msg);
+    REQUIRE(tg_sampler_init(&s2, N, 42, &err) == 0, "init: %s", err.msg);
+    REQUIRE(tg_sampler_init(&s3, N, 43, &err) == 0, "init: %s", err.msg);
+    int32_t a[2 * N], b[2 * N], c[N];
+    /* Odd chunk sizes cross the epoch boundary mid-request. */
+    for (int i = 0; i < 2 * N; i += 10) tg_sampler_next(&s, a + i, i + 10 <= 2 * N ? 10 : 2 * N - i);
+    tg_sampler_next(&s2, b, 2 * N);
+    tg_sampler_next(&s3, c, N);
+    CHECK(is_permutation(a, N) && is_permutation(a + N, N), "each epoch is a permutation");
+    CHECK(memcmp(a, b, sizeof a) == 0, "same seed, same stream");
+    CHECK(memcmp(a, a + N, N * sizeof(int32_t)) != 0, "epochs differ");
+    CHECK(memcmp(a, c, sizeof c) != 0, "seeds differ");
+    int identity = 1;
+    for (int i = 0; i < N; i++) identity &= a[i] == i;
+    CHECK(!identity, "shuffled");
+    CHECK(s.epoch == 1 && s.pos == N, "epoch %d pos %d", s.epoch, s.pos);
+    tg_sampler_free(&s);
+    tg_sampler_free(&s2);
+    tg_sampler_free(&s3);
+
+    /* Golden first indices: the stream must be the same on every machine. */
+    REQUIRE(tg_sampler_init(&s, 10, 7, &err) == 0, "init");
+    int32_t g[10];
+    tg_sampler_next(&s, g, 10);
+    CHECK(is_permutation(g, 10), "perm");
+    static const int32_t golden[10] = {0, 1, 8, 4, 9, 5, 3, 2, 6, 7};
+    CHECK(memcmp(g, golden, sizeof g) == 0, "sampler(10, seed 7): %d %d %d %d %d %d %d %d %d %d",
+          g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9]);
+    tg_sampler_free(&s);
+
+    REQUIRE(tg_sampler_init(&s, 1, 0, &err) == 0, "n=1");
+    int32_t one[3];
+    tg_sampler_next(&s, one, 3);
+    CHECK(one[0] == 0 && one[1] == 0 && one[2] == 0, "n=1 stream");
+    tg_sampler_free(&s);
+    CHECK(tg_sampler_init(&s, 0, 0, &err) == -1, "n=0 must fail");
+}
+
+TG_TEST(test_job_demo_files_parse) {
+    /* The committed demo jobs must stay valid (skipped when run from another folder). */
+    static const char *const files[] = {"examples/demo-classify.job", "examples/demo-lm.job"};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f) continue;
+        fclose(f);
+        tg_job j;
+        tg_err err = {{0}};
+        CHECK(tg_job_load(files[i], NULL, 0, &j, &err) == 0, "%s", err.msg);
+        CHECK(j.steps == 200 && j.batch == 16 && j.seq == 48, "%s: shape", files[i]);
+        CHECK(strncmp(j.train_data, "examples/data/", 14) == 0, "%s: %s", files[i], j.train_data);
+    }
+}

@@ -1,0 +1,735 @@
+/* Plan file round trip, refusal of damaged files, atomic writes, and `inspect`. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "compiler/inspect.h"
+#include "runtime/plan_file.h"
+#include "tests/harness.h"
+
+/* ---- a small consistent plan ------------------------------------------------- */
+
+enum {
+    T_WTE, T_CLS_B, T_IDS, T_LABELS, T_G_WTE, T_G_CLS_B, T_H, T_LOGITS, T_LOSS, T_DLOGITS,
+    T_STEP, T_TOTAL, T_LR, T_GNORM, T_PARAMS_ALL, T_GRADS_ALL, T_M_ALL, T_V_ALL, T_DLOSS,
+    N_T
+};
+
+static void set_tensor(tg_plan *p, int t, const char *name, int dtype, int pool, uint64_t off,
+                       int flags, int ndim, int64_t d0, int64_t d1) {
+    tg_tensor *x = &p->tensors[t];
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->dtype = dtype;
+    x->pool = pool;
+    x->ndim = ndim;
+    x->flags = flags;
+    x->shape[0] = d0;
+    x->shape[1] = ndim > 1 ? d1 : 0;
+    x->offset = off;
+    x->bytes = (uint64_t)tg_tensor_numel(x) * 4;
+    x->grad = -1;
+    x->first_use = x->last_use = -1;
+}
+
+static tg_op *add_op(tg_plan *p, int kind, int phase) {
+    tg_op *op = &p->ops[p->n_ops++];
+    op->kind = kind;
+    op->phase = phase;
+    for (int k = 0; k < TG_OP_MAX_IN; k++) op->in[k] = -1;
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) op->out[k] = -1;
+    return op;
+}
+
+/* Tensors in every pool, ops in every phase, io and strings set, awkward floats
+ * (-0.0, denormal, NaN) so the round trip must be bit exact. */
+static void build_plan(tg_plan *p) {
+    memset(p, 0, sizeof *p);
+    tg_model_config *m = &p->model;
+    snprintf(m->source, sizeof m->source, "%s", "models/bert-tiny");
+    snprintf(m->weights, sizeof m->weights, "%s", "models/bert-tiny/model.safetensors");
+    m->arch = TG_ARCH_BERT;
+    m->vocab_size = 16;
+    m->hidden = 8;
+    m->layers = 1;
+    m->heads = 2;
+    m->intermediate = 32;
+    m->max_positions = 64;
+    m->type_vocab_size = 2;
+    m->pad_token_id = 0;
+    m->gelu = TG_GELU_ERF;
+    m->layer_norm_eps = 1e-12f;
+    m->initializer_range = 0.02f;
+    m->hidden_dropout = 0.1f;
+    m->attention_dropout = -0.0f;
+    m->embedding_dropout = 1e-40f; /* denormal */
+    m->classifier_dropout = 0.25f;
+
+    tg_job *j = &p->job;
+    snprintf(j->path, sizeof j->path, "%s", "/jobs/sst2.job");
+    snprintf(j->model, sizeof j->model, "%s", "bert-tiny");
+    j->task = TG_TASK_CLASSIFY;
+    j->num_labels = 2;
+    j->batch = 2;
+    j->seq = 4;
+    j->precision = TG_PREC_BF16;
+    j->allow_tf32 = 1;
+    j->lr = 5e-5f;
+    j->beta1 = 0.9f;
+    j->beta2 = 0.999f;
+    j->eps = 1e-8f;
+    j->weight_decay = 0.01f;
+    j->warmup_steps = 10;
+    j->steps = 100;
+    j->epochs = 0;
+    j->grad_clip = 1.0f;
+    j->seed = 0xfedcba9876543210ull;
+    j->pad_token_id = -1;
+    j->log_every = 5;
+    snprintf(j->train_data, sizeof j->train_data, "%s", "/data/train.jsonl");
+    j->eval_data[0] = 0;
+    for (int k = 0; k < 40; k++) j->key_line[k] = k % 3 == 0 ? -1 : k;
+
+    p->tensors = calloc(N_T, sizeof *p->tensors);
+    p->ops = calloc(16, sizeof *p->ops);
+    p->n_tensors = N_T;
+    set_tensor(p, T_WTE, "bert.embeddings.word_embeddings.weight", TG_F32, TG_POOL_PARAMS, 0,
+               TG_TENSOR_PARAM, 2, 16, 8);
+    p->tensors[T_WTE].grad = T_G_WTE;
+    p->tensors[T_WTE].init = TG_INIT_NORMAL;
+    p->tensors[T_WTE].init_std = 0.02f;
+    set_tensor(p, T_CLS_B, "classifier.bias", TG_F32, TG_POOL_PARAMS, 512,
+               TG_TENSOR_PARAM | TG_TENSOR_NO_DECAY, 1, 2, 0);
+    p->tensors[T_CLS_B].grad = T_G_CLS_B;
+    p->tensors[T_CLS_B].init = TG_INIT_ZEROS;
+    p->tensors[T_CLS_B].reserved = 7;
+    uint32_t nan_bits = 0x7fc12345u; /* a NaN with a payload */
+    memcpy(&p->tensors[T_CLS_B].init_std, &nan_bits, 4);
+    set_tensor(p, T_IDS, "input_ids", TG_I32, TG_POOL_INPUTS, 0, TG_TENSOR_INPUT, 2, 2, 4);
+    set_tensor(p, T_LABELS, "labels", TG_I32, TG_POOL_INPUTS, 256, TG_TENSOR_INPUT, 1, 2, 0);
+    set_tensor(p, T_G_WTE, "grad:bert.embeddings.word_embeddings.weight", TG_F32,
+               TG_POOL_GRADS, 0, TG_TENSOR_GRAD, 2, 16, 8);
+    set_tensor(p, T_G_CLS_B, "grad:classifier.bias", TG_F32, TG_POOL_GRADS, 512,
+               TG_TENSOR_GRAD, 1, 2, 0);
+    set_tensor(p, T_H, "h", TG_F32, TG_POOL_ACTIVATIONS, 0, 0, 2, 8, 8);
+    set_tensor(p, T_LOGITS, "logits", TG_F32, TG_POOL_ACTIVATIONS, 256, TG_TENSOR_OUTPUT, 2,
+               2, 2);
+    set_tensor(p, T_LOSS, "loss", TG_F32, TG_POOL_ACTIVATIONS, 512, TG_TENSOR_OUTPUT, 1, 1, 0);
+    set_tensor(p, T_DLOGITS, "dlogits", TG_F32, TG_POOL_ACTIVATIONS, 0, 0, 2, 2, 2);
+    set_tensor(p, T_STEP, "step", TG_F32, TG_POOL_OPTIM, 0, 0, 1, 1, 0);
+    set_tensor(p, T_TOTAL, "total_steps", TG_F32, TG_POOL_OPTIM, 256, 0, 1, 1, 0);
+    set_tensor(p, T_LR, "lr", TG_F32, TG_POOL_WORKSPACE, 0, 0, 1, 1, 0);
+    set_tensor(p, T_GNORM, "grad_norm", TG_F32, TG_POOL_WORKSPACE, 256, 0, 1, 1, 0);
+    set_tensor(p, T_PARAMS_ALL, "params_all", TG_F32, TG_POOL_PARAMS, 0, TG_TENSOR_VIEW, 1,
+               192, 0);
+    set_tensor(p, T_GRADS_ALL, "grads_all", TG_F32, TG_POOL_GRADS, 0, TG_TENSOR_VIEW, 1, 192,
+               0);
+    set_tensor(p, T_M_ALL, "m_all", TG_F32, TG_POOL_OPTIM, 512, TG_TENSOR_VIEW, 1, 192, 0);
+    set_tensor(p, T_V_ALL, "v_all", TG_F32, TG_POOL_OPTIM, 1280, TG_TENSOR_VIEW, 1, 192, 0);
+    set_tensor(p, T_DLOSS, "dloss", TG_F32, TG_POOL_WORKSPACE, 512, 0, 1, 1, 0);
+
+    tg_op *op;
+    p->phase_begin[TG_PHASE_FORWARD] = p->n_ops;
+    op = add_op(p, TG_OP_EMBEDDING, TG_PHASE_FORWARD);
+    op->in[0] = T_IDS, op->in[1] = T_WTE, op->out[0] = T_H;
+    op->i[0] = 8, op->i[1] = 16, op->i[2] = 8;
+    op = add_op(p, TG_OP_MATMUL, TG_PHASE_FORWARD);
+    op->in[0] = T_H, op->in[1] = T_WTE, op->in[2] = T_CLS_B, op->out[0] = T_LOGITS;
+    op->i[0] = 2, op->i[1] = 2, op->i[2] = 8, op->i[3] = 0, op->i[4] = 1, op->i[5] = 1;
+    op->f[0] = 1.0f;
+    op->f[5] = -0.0f;
+    op = add_op(p, TG_OP_CROSS_ENTROPY, TG_PHASE_FORWARD);
+    op->in[0] = T_LOGITS, op->in[1] = T_LABELS, op->out[0] = T_LOSS;
+    op->i[0] = 2, op->i[1] = 2;
+    p->phase_begin[TG_PHASE_BACKWARD] = p->n_ops;
+    op = add_op(p, TG_OP_FILL, TG_PHASE_BACKWARD);
+    op->out[0] = T_DLOSS;
+    op->f[0] = 1.0f;
+    op = add_op(p, TG_OP_CROSS_ENTROPY_BWD, TG_PHASE_BACKWARD);
+    op->in[0] = T_DLOSS, op->in[1] = T_LOGITS, op->in[2] = T_LABELS, op->out[0] = T_DLOGITS;
+    op = add_op(p, TG_OP_BIAS_GRAD, TG_PHASE_BACKWARD);
+    op->in[0] = T_DLOGITS, op->out[0] = T_G_CLS_B;
+    op->i[0] = 2, op->i[1] = 2;
+    op = add_op(p, TG_OP_EMBEDDING_BWD, TG_PHASE_BACKWARD);
+    op->in[0] = T_IDS, op->in[1] = T_H, op->out[0] = T_G_WTE;
+    op->i[0] = 8, op->i[1] = 16, op->i[2] = 8;
+    p->phase_begin[TG_PHASE_OPTIMIZER] = p->n_ops;
+    op = add_op(p, TG_OP_SCHEDULE, TG_PHASE_OPTIMIZER);
+    op->in[0] = T_STEP, op->in[1] = T_TOTAL, op->out[0] = T_LR, op->out[1] = T_STEP;
+    op->i[0] = 10;
+    op->f[0] = 5e-5f;
+    op = add_op(p, TG_OP_GRAD_NORM, TG_PHASE_OPTIMIZER);
+    op->in[0] = T_GRADS_ALL, op->out[0] = T_GNORM;
+    op = add_op(p, TG_OP_ADAMW, TG_PHASE_OPTIMIZER);
+    op->in[0] = T_GRADS_ALL, op->in[1] = T_LR, op->in[2] = T_STEP, op->in[3] = T_GNORM;
+    op->out[0] = T_PARAMS_ALL, op->out[1] = T_M_ALL, op->out[2] = T_V_ALL;
+    op->f[0] = 0.9f, op->f[1] = 0.999f, op->f[2] = 1e-8f, op->f[3] = 0.01f, op->f[4] = 1.0f;
+    p->phase_begin[TG_PHASE_COUNT] = p->n_ops;
+
+    /* Liveness from the schedule, as the compiler would record it. */
+    for (int o = 0; o < p->n_ops; o++) {
+        const tg_op *q = &p->ops[o];
+        int32_t ts[TG_OP_MAX_IN + TG_OP_MAX_OUT];
+        memcpy(ts, q->in, sizeof q->in);
+        memcpy(ts + TG_OP_MAX_IN, q->out, sizeof q->out);
+        for (int k = 0; k < TG_OP_MAX_IN + TG_OP_MAX_OUT; k++) {
+            if (ts[k] < 0) continue;
+            tg_tensor *x = &p->tensors[ts[k]];
+            if (x->first_use < 0) x->first_use = o;
+            x->last_use = o;
+        }
+    }
+
+    p->pool_bytes[TG_POOL_PARAMS] = 768;
+    p->pool_bytes[TG_POOL_GRADS] = 768;
+    p->pool_bytes[TG_POOL_OPTIM] = 2048;
+    p->pool_bytes[TG_POOL_ACTIVATIONS] = 768;
+    p->pool_bytes[TG_POOL_INPUTS] = 512;
+    p->pool_bytes[TG_POOL_WORKSPACE] = 768;
+    for (int q = 0; q < TG_POOL_COUNT; q++) p->peak_bytes += p->pool_bytes[q];
+    p->activation_live_peak = 528;
+    p->flops_per_step = 1.5e9;
+    p->bytes_per_step = 3.25e6;
+    p->io = (tg_plan_io){
+        .input_ids = T_IDS, .attention_mask = -1, .token_type_ids = -1, .position_ids = -1,
+        .labels = T_LABELS, .logits = T_LOGITS, .loss = T_LOSS, .step = T_STEP,
+        .total_steps = T_TOTAL, .lr = T_LR, .grad_norm = T_GNORM, .params_all = T_PARAMS_ALL,
+        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL};
+    p->fingerprint = 0x0123456789abcdefull;
+}
+
+/* ---- field-for-field comparison ----------------------------------------------- */
+
+#define D_INT(f)                                                                   \
+    if (a->f != b->f) return snprintf(what, whatn, "%s", #f), 1
+#define D_STR(f)                                                                   \
+    if (strcmp(a->f, b->f)) return snprintf(what, whatn, "%s", #f), 1
+#define D_BITS(f) /* floats compared bitwise: -0.0 and NaN payloads must survive */  \
+    if (memcmp(&a->f, &b->f, sizeof a->f)) return snprintf(what, whatn, "%s", #f), 1
+
+/* 0 when equal; otherwise 1 with the first differing field named in `what`. */
+static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t whatn) {
+    D_STR(model.source);
+    D_STR(model.weights);
+    D_INT(model.arch);
+    D_INT(model.vocab_size);
+    D_INT(model.hidden);
+    D_INT(model.layers);
+    D_INT(model.heads);
+    D_INT(model.intermediate);
+    D_INT(model.max_positions);
+    D_INT(model.type_vocab_size);
+    D_INT(model.pad_token_id);
+    D_INT(model.gelu);
+    D_BITS(model.layer_norm_eps);
+    D_BITS(model.initializer_range);
+    D_BITS(model.hidden_dropout);
+    D_BITS(model.attention_dropout);
+    D_BITS(model.embedding_dropout);
+    D_BITS(model.classifier_dropout);
+
+    D_STR(job.path);
+    D_STR(job.model);
+    D_INT(job.task);
+    D_INT(job.num_labels);
+    D_INT(job.batch);
+    D_INT(job.seq);
+    D_INT(job.precision);
+    D_INT(job.allow_tf32);
+    D_BITS(job.lr);
+    D_BITS(job.beta1);
+    D_BITS(job.beta2);
+    D_BITS(job.eps);
+    D_BITS(job.weight_decay);
+    D_INT(job.warmup_steps);
+    D_INT(job.steps);
+    D_INT(job.epochs);
+    D_BITS(job.grad_clip);
+    D_INT(job.seed);
+    D_INT(job.pad_token_id);
+    D_INT(job.log_every);
+    D_STR(job.train_data);
+    D_STR(job.eval_data);
+    for (int k = 0; k < 40; k++) D_INT(job.key_line[k]);
+
+    D_INT(n_tensors);
+    for (int t = 0; t < a->n_tensors; t++) {
+        D_STR(tensors[t].name);
+        D_INT(tensors[t].dtype);
+        D_INT(tensors[t].pool);
+        D_INT(tensors[t].ndim);
+        D_INT(tensors[t].flags);
+        for (int d = 0; d < TG_MAX_DIMS; d++) D_INT(tensors[t].shape[d]);
+        D_INT(tensors[t].offset);
+        D_INT(tensors[t].bytes);
+        D_INT(tensors[t].first_use);
+        D_INT(tensors[t].last_use);
+        D_INT(tensors[t].grad);
+        D_INT(tensors[t].init);
+        D_BITS(tensors[t].init_std);
+        D_INT(tensors[t].reserved);
+    }
+    D_INT(n_ops);
+    for (int o = 0; o < a->n_ops; o++) {
+        D_INT(ops[o].kind);
+        D_INT(ops[o].phase);
+        for (int k = 0; k < TG_OP_MAX_IN; k++) D_INT(ops[o].in[k]);
+        for (int k = 0; k < TG_OP_MAX_OUT; k++) D_INT(ops[o].out[k]);
+        for (int k = 0; k < TG_OP_MAX_I; k++) D_INT(ops[o].i[k]);
+        for (int k = 0; k < TG_OP_MAX_F; k++) D_BITS(ops[o].f[k]);
+    }
+    for (int p = 0; p <= TG_PHASE_COUNT; p++) D_INT(phase_begin[p]);
+    for (int q = 0; q < TG_POOL_COUNT; q++) D_INT(pool_bytes[q]);
+    D_INT(peak_bytes);
+    D_INT(activation_live_peak);
+    D_BITS(flops_per_step);
+    D_BITS(bytes_per_step);
+    D_INT(io.input_ids);
+    D_INT(io.attention_mask);
+    D_INT(io.token_type_ids);
+    D_INT(io.position_ids);
+    D_INT(io.labels);
+    D_INT(io.logits);
+    D_INT(io.loss);
+    D_INT(io.step);
+    D_INT(io.total_steps);
+    D_INT(io.lr);
+    D_INT(io.grad_norm);
+    D_INT(io.params_all);
+    D_INT(io.grads_all);
+    D_INT(io.m_all);
+    D_INT(io.v_all);
+    D_INT(fingerprint);
+    return 0;
+}
+
+/* Encodes p, then decodes the bytes; returns the decode's result. */
+static int encode_decode(const tg_plan *p, tg_plan *back, tg_err *err) {
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (tg_plan_encode(p, &bytes, &len, err)) return -2;
+    int rc = tg_plan_decode(bytes, len, "plan.tgp", back, err);
+    free(bytes);
+    return rc;
+}
+
+static int has(const char *msg, const char *needle) { return strstr(msg, needle) != NULL; }
+
+/* ---- round trip ------------------------------------------------------------------ */
+
+TG_TEST(test_plan_file_round_trip) {
+    tg_plan p, back;
+    build_plan(&p);
+    tg_err err = {{0}};
+    int rc = encode_decode(&p, &back, &err);
+    REQUIRE(rc == 0, "round trip failed: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
+    tg_plan_free(&p);
+    tg_plan_free(&back);
+}
+
+TG_TEST(test_plan_file_diff_detects_changes) {
+    /* The comparison itself must see a one-field change, or the round trip proves nothing. */
+    tg_plan a, b;
+    build_plan(&a);
+    build_plan(&b);
+    char what[128] = "";
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 0, "identical plans differ at %s", what);
+    b.ops[1].f[5] = 0.0f; /* was -0.0: equal as floats, different bits */
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "ops[o].f[k]"),
+          "-0.0 vs 0.0 not seen (got '%s')", what);
+    b.ops[1].f[5] = -0.0f;
+    b.job.key_line[39] = 99;
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "key_line"),
+          "key_line change not seen (got '%s')", what);
+    b.job.key_line[39] = a.job.key_line[39];
+    b.tensors[T_V_ALL].name[0] = 'w';
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "name"),
+          "name change not seen (got '%s')", what);
+    tg_plan_free(&a);
+    tg_plan_free(&b);
+}
+
+TG_TEST(test_plan_file_deterministic) {
+    tg_plan p;
+    build_plan(&p);
+    tg_err err;
+    uint8_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    REQUIRE(tg_plan_encode(&p, &a, &na, &err) == 0, "%s", err.msg);
+    /* Garbage in string tails (after the NUL) must not reach the file. */
+    memset(p.model.source + strlen(p.model.source) + 1, 'Z', 16);
+    int rc = tg_plan_encode(&p, &b, &nb, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(na == nb && na > 40 && memcmp(a, b, na) == 0, "two encodings differ (%zu vs %zu bytes)",
+          na, nb);
+    CHECK(memcmp(a, "TGPLAN\0\0", 8) == 0, "magic not at the start");
+    CHECK(a[8] == TG_PLAN_VERSION && a[9] == 0 && a[10] == 0 && a[11] == 0,
+          "version not little-endian u32 at offset 8");
+    uint64_t csize = 0;
+    for (int i = 7; i >= 0; i--) csize = csize << 8 | a[24 + i];
+    CHECK(csize + 40 == na, "header compressed size %llu, file %zu", (unsigned long long)csize,
+          na);
+    free(a);
+    free(b);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_empty_tables) {
+    tg_plan p, back;
+    memset(&p, 0, sizeof p);
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    tg_err err;
+    REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
+    CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,
+          "empty plan decoded with tables");
+    tg_plan_free(&back);
+}
+
+TG_TEST(test_plan_file_write_read) {
+    const char *dir = tg_test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/plan.tgp", dir);
+    tg_plan p, back;
+    build_plan(&p);
+    tg_err err;
+    REQUIRE(tg_plan_write(&p, path, &err) == 0, "write: %s", err.msg);
+    CHECK(tg_test_count_files(dir) == 1, "write left %d files", tg_test_count_files(dir));
+    /* Overwrite in place with a changed plan; the reader sees the new one. */
+    p.job.steps = 12345;
+    REQUIRE(tg_plan_write(&p, path, &err) == 0, "rewrite: %s", err.msg);
+    CHECK(tg_test_count_files(dir) == 1, "rewrite left %d files", tg_test_count_files(dir));
+    REQUIRE(tg_plan_read(path, &back, &err) == 0, "read: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "read plan differs at %s", what);
+    CHECK(back.job.steps == 12345, "old plan read back");
+    tg_plan_free(&back);
+
+    char missing[640];
+    snprintf(missing, sizeof missing, "%s/none.tgp", dir);
+    CHECK(tg_plan_read(missing, &back, &err) == -1 && has(err.msg, missing),
+          "missing file: '%s'", err.msg);
+    tg_plan_free(&p);
+}
+
+/* ---- damaged files --------------------------------------------------------------- */
+
+TG_TEST(test_plan_file_truncated) {
+    tg_plan p, back;
+    build_plan(&p);
+    tg_err err;
+    uint8_t *bytes;
+    size_t len;
+    REQUIRE(tg_plan_encode(&p, &bytes, &len, &err) == 0, "%s", err.msg);
+    size_t cuts[] = {0, 3, 8, 20, 39, 40, 41, len / 2, len - 1};
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        memset(&err, 0, sizeof err);
+        int rc = tg_plan_decode(bytes, cuts[c], "plan.tgp", &back, &err);
+        CHECK(rc == -1, "cut at %zu accepted", cuts[c]);
+        CHECK(strncmp(err.msg, "plan.tgp: truncated", 19) == 0, "cut at %zu: '%s'", cuts[c],
+              err.msg);
+        CHECK(!back.ops && !back.tensors, "failed decode left tables");
+    }
+    /* Past the header the message gives both sizes. */
+    char want[128];
+    snprintf(want, sizeof want, "header says %zu compressed bytes, file has %zu", len - 40,
+             len / 2 - 40);
+    tg_plan_decode(bytes, len / 2, "plan.tgp", &back, &err);
+    CHECK(has(err.msg, want), "'%s' lacks '%s'", err.msg, want);
+
+    /* The same through a file on disk. */
+    const char *dir = tg_test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/cut.tgp", dir);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot create %s", path);
+    fwrite(bytes, 1, len - 5, f);
+    fclose(f);
+    CHECK(tg_plan_read(path, &back, &err) == -1 && has(err.msg, path) &&
+              has(err.msg, "truncated"),
+          "truncated file: '%s'", err.msg);
+    free(bytes);
+    tg_plan_free(&p);
+}
+
+/* Encodes the test plan, lets `patch` damage it, and returns the decode message. */
+static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
+    tg_plan p, back;
+    build_plan(&p);
+    uint8_t *bytes;
+    size_t len;
+    if (tg_plan_encode(&p, &bytes, &len, err)) return -2;
+    patch(bytes, len);
+    int rc = tg_plan_decode(bytes, len, "plan.tgp", &back, err);
+    free(bytes);
+    tg_plan_free(&p);
+    tg_plan_free(&back);
+    return rc;
+}
+
+static void flip_payload(uint8_t *b, size_t len) { b[40 + (len - 40) / 2] ^= 0x10; }
+static void flip_checksum(uint8_t *b, size_t len) { b[35] ^= 0x01; }
+static void set_version_7(uint8_t *b, size_t len) { b[8] = 7; }
+static void bad_magic(uint8_t *b, size_t len) { b[1] = 'X'; }
+static void bad_usize(uint8_t *b, size_t len) { b[16] ^= 0x04; }
+
+TG_TEST(test_plan_file_corrupt_payload) {
+    tg_err err = {{0}};
+    CHECK(decode_patched(flip_payload, &err) == -1, "flipped payload byte accepted");
+    CHECK(has(err.msg, "plan.tgp: checksum mismatch (file corrupt)"), "'%s'", err.msg);
+}
+
+TG_TEST(test_plan_file_corrupt_checksum) {
+    tg_err err = {{0}};
+    CHECK(decode_patched(flip_checksum, &err) == -1, "flipped checksum byte accepted");
+    CHECK(has(err.msg, "plan.tgp: checksum mismatch"), "'%s'", err.msg);
+}
+
+TG_TEST(test_plan_file_corrupt_size) {
+    /* The uncompressed size sits outside the checksum; it is checked against the frame. */
+    tg_err err = {{0}};
+    CHECK(decode_patched(bad_usize, &err) == -1, "wrong payload size accepted");
+    CHECK(has(err.msg, "plan.tgp: ") && has(err.msg, "corrupt"), "'%s'", err.msg);
+}
+
+TG_TEST(test_plan_file_wrong_version) {
+    tg_err err = {{0}};
+    CHECK(decode_patched(set_version_7, &err) == -1, "version 7 accepted");
+    char want[128];
+    snprintf(want, sizeof want,
+             "plan.tgp: plan format version 7, this build reads version %d (recompile the job)",
+             TG_PLAN_VERSION);
+    CHECK(has(err.msg, want), "'%s'", err.msg);
+}
+
+TG_TEST(test_plan_file_bad_magic) {
+    tg_err err = {{0}};
+    CHECK(decode_patched(bad_magic, &err) == -1, "bad magic accepted");
+    CHECK(has(err.msg, "plan.tgp: not a tunegraph plan (bad magic)"), "'%s'", err.msg);
+    /* A job file handed to the plan reader. */
+    const char *text = "model = bert-tiny\n";
+    tg_plan back;
+    CHECK(tg_plan_decode((const uint8_t *)text, strlen(text), "job.txt", &back, &err) == -1 &&
+              has(err.msg, "job.txt: not a tunegraph plan (bad magic)"),
+          "'%s'", err.msg);
+}
+
+/* ---- inconsistent tables ------------------------------------------------------- */
+
+typedef void (*plan_patch)(tg_plan *);
+static void bad_input(tg_plan *p) { p->ops[1].in[1] = 9999; }
+static void bad_output(tg_plan *p) { p->ops[8].out[0] = -2; }
+static void bad_kind(tg_plan *p) { p->ops[0].kind = TG_OP_COUNT; }
+static void bad_phase(tg_plan *p) { p->ops[3].phase = TG_PHASE_FORWARD; }
+static void bad_phase_begin(tg_plan *p) { p->phase_begin[1] = 8; }
+static void bad_phase_end(tg_plan *p) { p->phase_begin[TG_PHASE_COUNT] = 9; }
+static void bad_offset(tg_plan *p) { p->tensors[T_V_ALL].offset = 1536; }
+static void bad_pool(tg_plan *p) { p->tensors[T_H].pool = TG_POOL_COUNT; }
+static void bad_dtype(tg_plan *p) { p->tensors[T_H].dtype = 5; }
+static void bad_ndim(tg_plan *p) { p->tensors[T_H].ndim = 5; }
+static void bad_io(tg_plan *p) { p->io.loss = N_T; }
+static void bad_grad(tg_plan *p) { p->tensors[T_WTE].grad = 100; }
+static void bad_name(tg_plan *p) { memset(p->tensors[T_H].name, 'x', TG_NAME_MAX); }
+static void bad_source(tg_plan *p) { memset(p->model.source, 'x', TG_PATH_MAX); }
+static void bad_arch(tg_plan *p) { p->model.arch = TG_ARCH_COUNT; }
+
+TG_TEST(test_plan_file_inconsistent_tables) {
+    struct {
+        plan_patch patch;
+        const char *want;
+    } cases[] = {
+        {bad_input, "plan.tgp: op 1 (matmul) input 1 refers to tensor 9999 of 19"},
+        {bad_output, "plan.tgp: op 8 (grad_norm) output 0 refers to tensor -2 of 19"},
+        {bad_kind, "plan.tgp: op 0 has kind"},
+        {bad_phase, "plan.tgp: op 3 (fill) has phase 0 but sits in the backward phase"},
+        {bad_phase_begin, "plan.tgp: phase backward begins at op 8 but ends at op 7"},
+        {bad_phase_end, "plan.tgp: phase table runs 0..9, expected 0..10"},
+        {bad_offset, "plan.tgp: tensor 17 (v_all) at offset 1536 + 768 bytes runs past the "
+                     "optim pool (2048 bytes)"},
+        {bad_pool, "plan.tgp: tensor 6 (h) is in pool 6 of 6"},
+        {bad_dtype, "plan.tgp: tensor 6 (h) has dtype 5"},
+        {bad_ndim, "plan.tgp: tensor 6 (h) has 5 dims"},
+        {bad_io, "plan.tgp: io loss refers to tensor 19 of 19"},
+        {bad_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) gradient"},
+        {bad_name, "plan.tgp: tensor 6 name is 96 bytes, longer than its 95-byte field"},
+        {bad_source, "plan.tgp: model source is 512 bytes"},
+        {bad_arch, "plan.tgp: model arch 3"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_plan p, back;
+        build_plan(&p);
+        cases[c].patch(&p);
+        tg_err err = {{0}};
+        int rc = encode_decode(&p, &back, &err);
+        CHECK(rc == -1, "case %zu accepted (rc %d): want '%s'", c, rc, cases[c].want);
+        CHECK(has(err.msg, cases[c].want), "case %zu: '%s' lacks '%s'", c, err.msg,
+              cases[c].want);
+        CHECK(!back.ops && !back.tensors && back.n_ops == 0, "case %zu left tables", c);
+        tg_plan_free(&p);
+        tg_plan_free(&back);
+    }
+}
+
+/* ---- atomic write ------------------------------------------------------------------ */
+
+TG_TEST(test_plan_file_write_missing_folder) {
+    const char *dir = tg_test_tmpdir();
+    char sub[600], path[700];
+    snprintf(sub, sizeof sub, "%s", dir);
+    snprintf(path, sizeof path, "%s/no/such/folder/plan.tgp", sub);
+    tg_plan p;
+    build_plan(&p);
+    tg_err err = {{0}};
+    CHECK(tg_plan_write(&p, path, &err) == -1, "write into a missing folder succeeded");
+    CHECK(has(err.msg, path) && has(err.msg, "No such file"), "'%s'", err.msg);
+    CHECK(tg_test_count_files(sub) == 0, "left %d files", tg_test_count_files(sub));
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_write_failure_removes_temp) {
+    /* The temp file is written, then rename onto a non-empty folder fails: the temp
+     * must go and the folder stays as it was. */
+    const char *dir = tg_test_tmpdir();
+    char sub[600], target[700], inner[800];
+    snprintf(sub, sizeof sub, "%s", dir);
+    snprintf(target, sizeof target, "%s/plan.tgp", sub);
+    snprintf(inner, sizeof inner, "%s/keep", target);
+    REQUIRE(mkdir(target, 0755) == 0, "mkdir %s", target);
+    REQUIRE(tg_test_write_file(inner, "x") == 0, "write %s", inner);
+    tg_plan p;
+    build_plan(&p);
+    tg_err err = {{0}};
+    CHECK(tg_plan_write(&p, target, &err) == -1, "rename onto a folder succeeded");
+    CHECK(has(err.msg, target) && has(err.msg, "rename"), "'%s'", err.msg);
+    CHECK(tg_test_count_files(sub) == 1, "temp left behind: %d entries",
+          tg_test_count_files(sub));
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_sniff) {
+    const char *dir = tg_test_tmpdir();
+    char plan[600], job[600], shorty[600], missing[600];
+    snprintf(plan, sizeof plan, "%s/a.tgp", dir);
+    snprintf(job, sizeof job, "%s/a.job", dir);
+    snprintf(shorty, sizeof shorty, "%s/short", dir);
+    snprintf(missing, sizeof missing, "%s/missing", dir);
+    tg_plan p;
+    build_plan(&p);
+    tg_err err;
+    REQUIRE(tg_plan_write(&p, plan, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_write_file(job, "model = bert-tiny\nsteps = 3\n") == 0, "job file");
+    REQUIRE(tg_test_write_file(shorty, "TGPLAN") == 0, "short file");
+    CHECK(tg_plan_file_sniff(plan) == 1, "plan not recognised");
+    CHECK(tg_plan_file_sniff(job) == 0, "job file taken for a plan");
+    CHECK(tg_plan_file_sniff(shorty) == 0, "6-byte file taken for a plan");
+    CHECK(tg_plan_file_sniff(missing) == 0, "missing file taken for a plan");
+    tg_plan_free(&p);
+}
+
+/* ---- inspect ------------------------------------------------------------------------ */
+
+static char *inspect_to_string(const tg_plan *p, int json, int *rc) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    tg_err err = {{0}};
+    *rc = tg_plan_inspect(p, f, json, &err);
+    fclose(f);
+    return buf;
+}
+
+TG_TEST(test_inspect_text) {
+    tg_plan p;
+    build_plan(&p);
+    int rc = -1;
+    char *text = inspect_to_string(&p, 0, &rc);
+    REQUIRE(text && rc == 0, "inspect failed");
+    const char *want[] = {
+        "== forward (3 ops) ==", "== backward (4 ops) ==", "== optimizer (3 ops) ==",
+        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "0123456789abcdef",
+        "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
+        "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
+        "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
+        "1.500 GFLOP", "param,no_decay"};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        CHECK(has(text, want[k]), "text lacks '%s'", want[k]);
+    /* Phases appear in order. */
+    const char *f = strstr(text, "== forward"), *b = strstr(text, "== backward"),
+               *o = strstr(text, "== optimizer");
+    CHECK(f && b && o && f < b && b < o, "phase headers out of order");
+    free(text);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_inspect_json) {
+    tg_plan p;
+    build_plan(&p);
+    int rc = -1;
+    char *text = inspect_to_string(&p, 1, &rc);
+    REQUIRE(text && rc == 0, "inspect --json failed");
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    free(text);
+    REQUIRE(root, "JSON does not parse: %s (line %d)", jerr.text, jerr.line);
+
+    json_t *ops = json_object_get(root, "ops");
+    REQUIRE(json_is_array(ops) && json_array_size(ops) == 10, "ops: want 10");
+    json_t *mm = json_array_get(ops, 1);
+    CHECK(!strcmp(json_string_value(json_object_get(mm, "op")) ?: "", "matmul"), "op 1 name");
+    CHECK(!strcmp(json_string_value(json_object_get(mm, "phase")) ?: "", "forward"),
+          "op 1 phase");
+    json_t *ins = json_object_get(mm, "inputs");
+    CHECK(json_array_size(ins) == 3 &&
+              !strcmp(json_string_value(json_array_get(ins, 0)) ?: "", "h"),
+          "op 1 inputs");
+    json_t *outs = json_object_get(json_array_get(ops, 9), "outputs");
+    CHECK(json_array_size(outs) == 3 &&
+              !strcmp(json_string_value(json_array_get(outs, 2)) ?: "", "v_all"),
+          "adamw outputs");
+    CHECK(json_integer_value(json_object_get(json_object_get(mm, "params"), "K")) == 8,
+          "matmul K");
+
+    json_t *pools = json_object_get(root, "pools");
+    CHECK(json_integer_value(json_object_get(pools, "optim")) == 2048, "optim pool");
+    CHECK(json_integer_value(json_object_get(pools, "activations")) == 768, "activations");
+    CHECK(json_object_size(pools) == TG_POOL_COUNT, "pool count");
+    CHECK(json_integer_value(json_object_get(root, "peak_bytes")) == 5632, "peak_bytes");
+    CHECK(json_integer_value(json_object_get(root, "activation_live_peak")) == 528,
+          "activation_live_peak");
+    json_t *flops = json_object_get(root, "flops_per_step");
+    CHECK(json_is_real(flops) && json_real_value(flops) == 1.5e9, "flops_per_step");
+    CHECK(json_real_value(json_object_get(root, "bytes_per_step")) == 3.25e6, "bytes_per_step");
+    json_t *per = json_object_get(root, "ops_per_phase");
+    CHECK(json_integer_value(json_object_get(per, "forward")) == 3 &&
+              json_integer_value(json_object_get(per, "backward")) == 4 &&
+              json_integer_value(json_object_get(per, "optimizer")) == 3,
+          "ops_per_phase");
+    CHECK(!strcmp(json_string_value(json_object_get(root, "fingerprint")) ?: "",
+                  "0123456789abcdef"),
+          "fingerprint");
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(root, "model"), "arch")) ?: "",
+                  "bert"),
+          "model arch");
+    CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&
+              json_integer_value(json_object_get(root, "seq")) == 4,
+          "batch/seq");
+
+    json_t *tensors = json_object_get(root, "tensors");
+    REQUIRE(json_array_size(tensors) == N_T, "tensor count");
+    json_t *v = json_array_get(tensors, T_V_ALL);
+    CHECK(!strcmp(json_string_value(json_object_get(v, "name")) ?: "", "v_all") &&
+              !strcmp(json_string_value(json_object_get(v, "pool")) ?: "", "optim") &&
+              json_integer_value(json_object_get(v, "offset")) == 1280 &&
+              json_integer_value(json_object_get(v, "bytes")) == 768 &&
+              json_integer_value(json_object_get(v, "first_use")) == 9,
+          "tensor v_all fields");
+    json_t *h = json_array_get(tensors, T_H);
+    json_t *shape = json_object_get(h, "shape");
+    CHECK(json_array_size(shape) == 2 && json_integer_value(json_array_get(shape, 0)) == 8,
+          "tensor h shape");
+    json_decref(root);
+    tg_plan_free(&p);
+}
