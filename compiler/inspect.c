@@ -19,8 +19,8 @@ typedef struct op_params {
 static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_ZERO] = {.known = 1},
     [TG_OP_FILL] = {.f = {"value"}, .known = 1},
-    [TG_OP_EMBEDDING] = {.i = {"N", "V", "D"}, .known = 1},
-    [TG_OP_EMBEDDING_BWD] = {.i = {"N", "V", "D"}, .known = 1},
+    [TG_OP_EMBEDDING] = {.i = {"N", "V", "D", "padding_idx"}, .known = 1},
+    [TG_OP_EMBEDDING_BWD] = {.i = {"N", "V", "D", "padding_idx"}, .known = 1},
     [TG_OP_ADD] = {.i = {"n"}, .known = 1},
     [TG_OP_MATMUL] = {.i = {"M", "N", "K", "transA", "transB", "batch", "accumulate"},
                       .f = {"alpha"}, .known = 1},
@@ -40,8 +40,9 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_SELECT_TOKEN_BWD] = {.i = {"B", "T", "D", "select", "pad"}, .known = 1},
     [TG_OP_CROSS_ENTROPY] = {.i = {"N", "C"}, .known = 1},
     [TG_OP_SCHEDULE] = {.i = {"warmup"}, .f = {"lr"}, .known = 1},
-    [TG_OP_GRAD_NORM] = {.known = 1},
-    [TG_OP_ADAMW] = {.f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
+    [TG_OP_GRAD_NORM] = {.i = {"n"}, .known = 1},
+    [TG_OP_ADAMW] = {.i = {"n"},
+                     .f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
                      .known = 1},
 };
 
@@ -78,8 +79,15 @@ static void each_param(const tg_op *op, param_fn fn, void *ctx) {
 
 /* ---- text -------------------------------------------------------------------- */
 
+typedef struct text_ctx {
+    FILE *out;
+    int n;
+} text_ctx;
+
 static void text_param(void *ctx, const char *name, int is_float, int64_t iv, float fv) {
-    FILE *out = ctx;
+    text_ctx *c = ctx;
+    FILE *out = c->out;
+    if (!c->n++) fputs(" |", out);
     if (is_float)
         fprintf(out, " %s=%g", name, (double)fv);
     else
@@ -134,8 +142,8 @@ static void print_text(const tg_plan *p, FILE *out) {
                 print_tensor_ref(out, p, op->in[k], 0);
             }
             if (!n) fputs("-", out);
-            fputs(" |", out);
-            each_param(op, text_param, out);
+            text_ctx tc = {out, 0};
+            each_param(op, text_param, &tc);
             fputc('\n', out);
         }
     }

@@ -77,11 +77,18 @@ static const char *shape_layernorm(const tg_graph *g, const tg_op *op) {
     return NULL;
 }
 
+/* Elementwise ops: every input and the output hold i[0] elements. */
 static const char *shape_unary(const tg_graph *g, const tg_op *op) {
     for (int s = 0; s < TG_OP_MAX_IN && op->in[s] >= 0; s++)
-        if (g->tensors[op->in[s]].dtype == TG_F32)
-            EXPECT(numel(g, op->in[s]) == op->i[0], "input size != i[0]");
+        EXPECT(numel(g, op->in[s]) == op->i[0], "input size != i[0]");
     EXPECT(numel(g, op->out[0]) == op->i[0], "output size != i[0]");
+    return NULL;
+}
+
+static const char *shape_dropout(const tg_graph *g, const tg_op *op) {
+    EXPECT(numel(g, op->in[0]) == op->i[0] && numel(g, op->out[0]) == op->i[0], "size != i[0]");
+    EXPECT(numel(g, op->in[1]) == 1, "step counter is not a scalar");
+    EXPECT(op->f[0] >= 0.0f && op->f[0] < 1.0f, "p outside [0, 1)");
     return NULL;
 }
 
@@ -369,7 +376,7 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_TANH_BWD] = {shape_unary, flops_n, NULL, {W}},
     [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W}},
     [TG_OP_ATTN_SOFTMAX_BWD] = {shape_softmax, flops_softmax, NULL, {W}},
-    [TG_OP_DROPOUT] = {shape_unary, flops_n, bwd_dropout, {W}},
+    [TG_OP_DROPOUT] = {shape_dropout, flops_n, bwd_dropout, {W}},
     [TG_OP_HEADS_SPLIT] = {shape_heads, flops_none, bwd_heads_split, {W, W, W}},
     [TG_OP_HEADS_MERGE] = {shape_heads, flops_none, bwd_heads_merge, {W}},
     [TG_OP_SELECT_TOKEN] = {shape_select, flops_none, bwd_select, {W}},

@@ -299,7 +299,7 @@ static int get_str(rbuf *r, char *dst, size_t field, const char *what, const cha
     uint32_t n = get_u32(r);
     if (r->failed) return 0; /* reported by the caller as a truncation */
     if (n >= field)
-        return tg_fail(err, "%s: %s is %u bytes, longer than its %zu-byte field (file corrupt)",
+        return tg_fail(err, "%s: %s is %u bytes, its field holds at most %zu (file corrupt)",
                        name, what, n, field - 1);
     if (!take(r, n)) return 0;
     memcpy(dst, r->p + r->pos, n);

@@ -553,7 +553,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_ndim, "plan.tgp: tensor 6 (h) has 5 dims"},
         {bad_io, "plan.tgp: io loss refers to tensor 19 of 19"},
         {bad_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) gradient"},
-        {bad_name, "plan.tgp: tensor 6 name is 96 bytes, longer than its 95-byte field"},
+        {bad_name, "plan.tgp: tensor 6 name is 96 bytes, its field holds at most 95"},
         {bad_source, "plan.tgp: model source is 512 bytes"},
         {bad_arch, "plan.tgp: model arch 3"},
     };
@@ -630,6 +630,12 @@ TG_TEST(test_plan_file_sniff) {
 
 /* ---- inspect ------------------------------------------------------------------------ */
 
+/* A JSON string's value, "" when absent, so a missing key fails the compare. */
+static const char *jsv(const json_t *v) {
+    const char *s = json_string_value(v);
+    return s ? s : "";
+}
+
 static char *inspect_to_string(const tg_plan *p, int json, int *rc) {
     char *buf = NULL;
     size_t len = 0;
@@ -647,6 +653,7 @@ TG_TEST(test_inspect_text) {
     int rc = -1;
     char *text = inspect_to_string(&p, 0, &rc);
     REQUIRE(text && rc == 0, "inspect failed");
+    if (getenv("TG_SHOW_INSPECT")) fputs(text, stderr); /* to eyeball the layout */
     const char *want[] = {
         "== forward (3 ops) ==", "== backward (4 ops) ==", "== optimizer (3 ops) ==",
         "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "0123456789abcdef",
@@ -670,6 +677,7 @@ TG_TEST(test_inspect_json) {
     int rc = -1;
     char *text = inspect_to_string(&p, 1, &rc);
     REQUIRE(text && rc == 0, "inspect --json failed");
+    if (getenv("TG_SHOW_INSPECT")) fputs(text, stderr);
     json_error_t jerr;
     json_t *root = json_loads(text, 0, &jerr);
     free(text);
@@ -678,16 +686,16 @@ TG_TEST(test_inspect_json) {
     json_t *ops = json_object_get(root, "ops");
     REQUIRE(json_is_array(ops) && json_array_size(ops) == 10, "ops: want 10");
     json_t *mm = json_array_get(ops, 1);
-    CHECK(!strcmp(json_string_value(json_object_get(mm, "op")) ?: "", "matmul"), "op 1 name");
-    CHECK(!strcmp(json_string_value(json_object_get(mm, "phase")) ?: "", "forward"),
+    CHECK(!strcmp(jsv(json_object_get(mm, "op")), "matmul"), "op 1 name");
+    CHECK(!strcmp(jsv(json_object_get(mm, "phase")), "forward"),
           "op 1 phase");
     json_t *ins = json_object_get(mm, "inputs");
     CHECK(json_array_size(ins) == 3 &&
-              !strcmp(json_string_value(json_array_get(ins, 0)) ?: "", "h"),
+              !strcmp(jsv(json_array_get(ins, 0)), "h"),
           "op 1 inputs");
     json_t *outs = json_object_get(json_array_get(ops, 9), "outputs");
     CHECK(json_array_size(outs) == 3 &&
-              !strcmp(json_string_value(json_array_get(outs, 2)) ?: "", "v_all"),
+              !strcmp(jsv(json_array_get(outs, 2)), "v_all"),
           "adamw outputs");
     CHECK(json_integer_value(json_object_get(json_object_get(mm, "params"), "K")) == 8,
           "matmul K");
@@ -707,10 +715,10 @@ TG_TEST(test_inspect_json) {
               json_integer_value(json_object_get(per, "backward")) == 4 &&
               json_integer_value(json_object_get(per, "optimizer")) == 3,
           "ops_per_phase");
-    CHECK(!strcmp(json_string_value(json_object_get(root, "fingerprint")) ?: "",
+    CHECK(!strcmp(jsv(json_object_get(root, "fingerprint")),
                   "0123456789abcdef"),
           "fingerprint");
-    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(root, "model"), "arch")) ?: "",
+    CHECK(!strcmp(jsv(json_object_get(json_object_get(root, "model"), "arch")),
                   "bert"),
           "model arch");
     CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&
@@ -720,8 +728,8 @@ TG_TEST(test_inspect_json) {
     json_t *tensors = json_object_get(root, "tensors");
     REQUIRE(json_array_size(tensors) == N_T, "tensor count");
     json_t *v = json_array_get(tensors, T_V_ALL);
-    CHECK(!strcmp(json_string_value(json_object_get(v, "name")) ?: "", "v_all") &&
-              !strcmp(json_string_value(json_object_get(v, "pool")) ?: "", "optim") &&
+    CHECK(!strcmp(jsv(json_object_get(v, "name")), "v_all") &&
+              !strcmp(jsv(json_object_get(v, "pool")), "optim") &&
               json_integer_value(json_object_get(v, "offset")) == 1280 &&
               json_integer_value(json_object_get(v, "bytes")) == 768 &&
               json_integer_value(json_object_get(v, "first_use")) == 9,

@@ -1,0 +1,307 @@
+/* tunegraph command line: compile, inspect, run. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compiler/compile.h"
+#include "compiler/inspect.h"
+#include "compiler/job.h"
+#include "runtime/plan_file.h"
+#include "runtime/trainer.h"
+#include "tunegraph.h"
+
+#define MAX_SETS 64
+
+static const char usage[] =
+    "usage:\n"
+    "  tunegraph compile JOB [-o PLAN] [--set key=value]...\n"
+    "  tunegraph inspect PLAN [--json]\n"
+    "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
+    "                [--threads N] [--save FILE.safetensors]\n"
+    "  tunegraph version\n"
+    "Job files are `key = value` text; see README.md for the keys.\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int die(const tg_err *err) {
+    fprintf(stderr, "tunegraph: %s\n", err->msg);
+    return 1;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "tunegraph: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", usage);
+    return 2;
+}
+
+/* Options shared by the subcommands; each one accepts the subset it documents. */
+typedef struct cli_args {
+    const char *input;
+    const char *output;
+    const char *metrics;
+    const char *device;
+    const char *save;
+    int json;
+    int threads;
+    const char *sets[MAX_SETS];
+    int n_sets;
+} cli_args;
+
+static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        int takes_value = !strcmp(s, "-o") || !strcmp(s, "--set") || !strcmp(s, "--metrics") ||
+                          !strcmp(s, "--device") || !strcmp(s, "--threads") || !strcmp(s, "--save");
+        if (s[0] == '-' && s[1]) {
+            if (!strstr(allowed, s)) return usage_error("unknown option %s", s);
+            if (takes_value && i + 1 >= argc) return usage_error("%s needs a value", s);
+        }
+        if (!strcmp(s, "-o")) a->output = argv[++i];
+        else if (!strcmp(s, "--set")) {
+            if (a->n_sets == MAX_SETS) return usage_error("too many --set options (%s)", "64 at most");
+            if (!strchr(argv[i + 1], '=')) return usage_error("--set needs key=value, got '%s'", argv[i + 1]);
+            a->sets[a->n_sets++] = argv[++i];
+        } else if (!strcmp(s, "--metrics")) a->metrics = argv[++i];
+        else if (!strcmp(s, "--device")) a->device = argv[++i];
+        else if (!strcmp(s, "--save")) a->save = argv[++i];
+        else if (!strcmp(s, "--threads")) a->threads = atoi(argv[++i]);
+        else if (!strcmp(s, "--json")) a->json = 1;
+        else if (s[0] == '-' && s[1]) return usage_error("unknown option %s", s);
+        else if (a->input) return usage_error("unexpected argument %s", s);
+        else a->input = s;
+    }
+    if (!a->input) return usage_error("%s", "missing input file");
+    return 0;
+}
+
+static void default_plan_path(const char *job, char *out, size_t len) {
+    const char *slash = strrchr(job, '/');
+    const char *dot = strrchr(job, '.');
+    size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - job) : strlen(job);
+    snprintf(out, len, "%.*s.tgp", (int)stem, job);
+}
+
+static int cmd_compile(int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(argc, argv, &a, "-o --set");
+    if (rc) return rc;
+    tg_err err = {{0}};
+    tg_job job;
+    double t0 = now_s();
+    if (tg_job_load(a.input, a.sets, a.n_sets, &job, &err)) return die(&err);
+    tg_plan plan;
+    if (tg_compile(&job, &plan, &err)) return die(&err);
+    double compile_s = now_s() - t0;
+    char path[TG_PATH_MAX];
+    if (a.output) snprintf(path, sizeof path, "%s", a.output);
+    else default_plan_path(a.input, path, sizeof path);
+    rc = tg_plan_write(&plan, path, &err);
+    if (!rc)
+        printf("compiled %s -> %s: %d ops, %d tensors, planned peak %.1f MiB, %.2f GFLOP/step (%.0f ms)\n", a.input,
+               path, plan.n_ops, plan.n_tensors, plan.peak_bytes / 1048576.0, plan.flops_per_step / 1e9,
+               compile_s * 1e3);
+    tg_plan_free(&plan);
+    return rc ? die(&err) : 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(argc, argv, &a, "--json");
+    if (rc) return rc;
+    tg_err err = {{0}};
+    tg_plan plan;
+    if (tg_plan_read(a.input, &plan, &err)) return die(&err);
+    rc = tg_plan_inspect(&plan, stdout, a.json, &err);
+    tg_plan_free(&plan);
+    return rc ? die(&err) : 0;
+}
+
+/* Keys a compiled plan leaves to the runtime; any other --set needs a recompile. */
+static int runtime_key(const char *set) {
+    static const char *const keys[] = {"train_data", "eval_data", "steps", "epochs", "seed", "log_every"};
+    size_t klen = strcspn(set, "= ");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strlen(keys[i]) == klen && !strncmp(set, keys[i], klen)) return 1;
+    return 0;
+}
+
+static void fmt_eta(double s, char *buf, size_t len) {
+    int t = (int)(s + 0.5);
+    snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+}
+
+static int write_json_line(FILE *f, const char *text) { return fputs(text, f) < 0 || fputc('\n', f) < 0 ? -1 : 0; }
+
+static int cmd_run(int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save");
+    if (rc) return rc;
+    if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
+        return usage_error("--device must be cpu or cuda, got '%s'", a.device);
+    tg_err err = {{0}};
+    if (a.device && !strcmp(a.device, "cuda")) {
+        fprintf(stderr, "tunegraph: --device cuda: this build has no CUDA executor; use --device cpu\n");
+        return 1;
+    }
+    double t_start = now_s();
+    tg_plan plan;
+    if (tg_plan_file_sniff(a.input)) {
+        if (tg_plan_read(a.input, &plan, &err)) return die(&err);
+        for (int i = 0; i < a.n_sets; i++)
+            if (!runtime_key(a.sets[i])) {
+                fprintf(stderr,
+                        "tunegraph: --set %s: this key is compiled into %s; recompile the job to change it "
+                        "(a plan takes train_data, eval_data, steps, epochs, seed, log_every)\n",
+                        a.sets[i], a.input);
+                tg_plan_free(&plan);
+                return 1;
+            }
+        if (tg_job_apply_overrides(&plan.job, a.sets, a.n_sets, &err)) {
+            tg_plan_free(&plan);
+            return die(&err);
+        }
+    } else {
+        tg_job job;
+        if (tg_job_load(a.input, a.sets, a.n_sets, &job, &err)) return die(&err);
+        if (tg_compile(&job, &plan, &err)) return die(&err);
+    }
+
+    tg_trainer tr;
+    tg_trainer_options opts = {.threads = a.threads, .load_data = 1};
+    if (tg_trainer_open(&tr, &plan, &opts, &err)) {
+        tg_plan_free(&plan);
+        return die(&err);
+    }
+    const tg_job *job = &plan.job;
+    int tty = isatty(STDERR_FILENO);
+    fprintf(stderr, "tunegraph: %s %s on cpu: %d examples, batch %d x seq %d, %d steps",
+            tg_arch_name(plan.model.arch), tg_task_name(job->task), tr.train.n, job->batch, job->seq,
+            tr.total_steps);
+    if (tr.weights_loaded)
+        fprintf(stderr, ", %d tensors from %s (%d newly initialised%s%s)", tr.weights.loaded, plan.model.weights,
+                tr.weights.missing, tr.weights.missing ? ", first " : "", tr.weights.first_missing);
+    fprintf(stderr, "\n");
+
+    char metrics_tmp[TG_PATH_MAX + 32] = "";
+    FILE *mf = NULL;
+    if (a.metrics) {
+        /* Written beside the final name, renamed into place when the run ends well. */
+        snprintf(metrics_tmp, sizeof metrics_tmp, "%s.tmp.%d", a.metrics, (int)getpid());
+        mf = fopen(metrics_tmp, "w");
+        if (!mf) {
+            fprintf(stderr, "tunegraph: %s: cannot write metrics: %s\n", a.metrics, strerror(errno));
+            tg_trainer_close(&tr);
+            tg_plan_free(&plan);
+            return 1;
+        }
+    }
+    double warmup_s = now_s() - t_start, t_train = now_s(), first_loss = NAN, last_loss = NAN;
+    int64_t tokens = 0;
+    char line[512];
+    rc = 0;
+    for (int32_t i = 0; i < tr.total_steps && !rc; i++) {
+        tg_step_stats s;
+        if (tg_trainer_step(&tr, &s, &err)) {
+            rc = 1;
+            break;
+        }
+        if (i == 0) first_loss = s.loss;
+        last_loss = s.loss;
+        tokens += s.tokens;
+        double tok_s = s.tokens / (s.step_ms / 1e3);
+        if (mf) {
+            snprintf(line, sizeof line,
+                     "{\"step\": %d, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
+                     "\"tokens_per_s\": %.1f}",
+                     s.step, s.loss, s.lr, s.grad_norm, s.step_ms, tok_s);
+            if (write_json_line(mf, line)) rc = 1;
+        }
+        double elapsed = now_s() - t_train;
+        char eta[32];
+        fmt_eta(elapsed / s.step * (tr.total_steps - s.step), eta, sizeof eta);
+        if (tty)
+            fprintf(stderr, "\rstep %d/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", s.step, tr.total_steps,
+                    s.loss, s.lr, tok_s, eta);
+        else if (s.step % job->log_every == 0 || s.step == tr.total_steps)
+            fprintf(stderr, "step %d/%d loss %.4f lr %.2e %.0f tok/s ETA %s\n", s.step, tr.total_steps, s.loss,
+                    s.lr, tok_s, eta);
+    }
+    if (tty) fprintf(stderr, "\n");
+    double train_s = now_s() - t_train;
+    tg_eval_stats ev = {.accuracy = -1, .perplexity = -1};
+    int evaluated = 0;
+    if (!rc && tr.has_eval) {
+        if (tg_trainer_eval(&tr, &ev, &err)) rc = 1;
+        else evaluated = 1;
+    }
+    if (!rc && a.save && tg_trainer_save(&tr, a.save, &err)) rc = 1;
+    if (!rc) {
+        int n = snprintf(line, sizeof line,
+                         "{\"summary\": true, \"steps\": %d, \"first_loss\": %.6g, \"final_loss\": %.6g, "
+                         "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"device\": \"cpu\"",
+                         tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s);
+        if (evaluated) {
+            n += snprintf(line + n, sizeof line - n, ", \"eval_examples\": %d, \"eval_loss\": %.6g", ev.examples,
+                          ev.loss);
+            if (ev.accuracy >= 0) n += snprintf(line + n, sizeof line - n, ", \"eval_accuracy\": %.6g", ev.accuracy);
+            if (ev.perplexity >= 0)
+                n += snprintf(line + n, sizeof line - n, ", \"eval_perplexity\": %.6g", ev.perplexity);
+        }
+        snprintf(line + n, sizeof line - n, "}");
+        if (mf && write_json_line(mf, line)) rc = 1;
+        fprintf(stderr, "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s\n", tr.steps_done, train_s,
+                first_loss, last_loss, tokens / train_s);
+        if (evaluated) {
+            fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
+            if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f", ev.accuracy);
+            if (ev.perplexity >= 0) fprintf(stderr, ", perplexity %.3f", ev.perplexity);
+            fprintf(stderr, "\n");
+        }
+        if (a.save) fprintf(stderr, "saved %s\n", a.save);
+    }
+    if (mf) {
+        int close_failed = fclose(mf) != 0;
+        if (!rc && close_failed) {
+            tg_fail(&err, "%s: write failed", a.metrics);
+            rc = 1;
+        }
+        if (!rc && rename(metrics_tmp, a.metrics) != 0) {
+            tg_fail(&err, "%s: cannot rename metrics file into place: %s", a.metrics, strerror(errno));
+            rc = 1;
+        }
+        if (rc) remove(metrics_tmp);
+    }
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
+    return rc ? die(&err) : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        puts(TG_VERSION_STRING);
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    return usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,178 @@
+#include "runtime/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compiler/compile.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void *tg_trainer_tensor(tg_trainer *t, int tensor) { return tensor < 0 ? NULL : tg_cpu_tensor(&t->exec, tensor); }
+
+static float scalar(tg_trainer *t, int tensor) { return *(float *)tg_trainer_tensor(t, tensor); }
+
+static void bind_batch(tg_trainer *t, tg_batch *b) {
+    const tg_plan_io *io = &t->plan->io;
+    b->input_ids = tg_trainer_tensor(t, io->input_ids);
+    b->attention_mask = tg_trainer_tensor(t, io->attention_mask);
+    b->position_ids = tg_trainer_tensor(t, io->position_ids);
+    b->labels = tg_trainer_tensor(t, io->labels);
+    /* GPT-2 has no token types; the batch still needs somewhere to write them. */
+    b->token_type_ids = io->token_type_ids >= 0 ? tg_trainer_tensor(t, io->token_type_ids) : NULL;
+}
+
+static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, tg_batch *b) {
+    bind_batch(t, b);
+    int32_t *scratch = NULL;
+    if (!b->token_type_ids) {
+        scratch = calloc((size_t)t->shape.batch * (size_t)t->shape.seq, sizeof *scratch);
+        b->token_type_ids = scratch;
+    }
+    tg_batch_fill(ds, idx, n, &t->shape, b);
+    free(scratch);
+}
+
+int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
+    memset(t, 0, sizeof *t);
+    t->plan = plan;
+    const tg_job *job = &plan->job;
+    const tg_model_config *cfg = &plan->model;
+    if (tg_cpu_exec_init(&t->exec, plan, opts ? opts->threads : 0, err)) return -1;
+    t->exec.seed = job->seed;
+    t->exec.training = 1;
+    t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
+    t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
+    if (!t->batch_idx) goto fail_oom;
+
+    float *params = tg_trainer_tensor(t, plan->io.params_all);
+    tg_weights_init(plan, params, job->seed);
+    if (cfg->weights[0]) {
+        if (tg_weights_load(plan, params, cfg->weights, &t->weights, err)) goto fail;
+        t->weights_loaded = 1;
+    }
+
+    if (!opts || opts->load_data) {
+        tg_data_rules rules = {job->task, job->num_labels, cfg->vocab_size, cfg->type_vocab_size};
+        if (tg_dataset_load(job->train_data, &rules, &t->train, err)) goto fail;
+        t->has_train = 1;
+        if (job->eval_data[0]) {
+            if (tg_dataset_load(job->eval_data, &rules, &t->eval, err)) goto fail;
+            t->has_eval = 1;
+        }
+        if (tg_sampler_init(&t->sampler, t->train.n, job->seed, err)) goto fail;
+    }
+    int32_t per_epoch = t->has_train ? (t->train.n + job->batch - 1) / job->batch : 1;
+    t->total_steps = job->steps > 0 ? job->steps : job->epochs * per_epoch;
+    *(float *)tg_trainer_tensor(t, plan->io.total_steps) = (float)t->total_steps;
+    *(float *)tg_trainer_tensor(t, plan->io.step) = 0.0f;
+    return 0;
+fail_oom:
+    tg_fail(err, "out of memory");
+fail:
+    tg_trainer_close(t);
+    return -1;
+}
+
+void tg_trainer_close(tg_trainer *t) {
+    if (t->has_train) tg_dataset_free(&t->train);
+    if (t->has_eval) tg_dataset_free(&t->eval);
+    if (t->sampler.order) tg_sampler_free(&t->sampler);
+    free(t->batch_idx);
+    tg_cpu_exec_free(&t->exec);
+    memset(t, 0, sizeof *t);
+}
+
+void tg_trainer_next_batch(tg_trainer *t) {
+    tg_batch b;
+    tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
+    fill_batch(t, &t->train, t->batch_idx, t->shape.batch, &b);
+}
+
+static int64_t real_tokens(tg_trainer *t) {
+    const float *mask = tg_trainer_tensor(t, t->plan->io.attention_mask);
+    int64_t n = 0;
+    for (int64_t i = 0; i < (int64_t)t->shape.batch * t->shape.seq; i++) n += mask[i] != 0.0f;
+    return n;
+}
+
+int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
+    const tg_plan *p = t->plan;
+    double t0 = now_ms();
+    t->exec.training = 1;
+    if (tg_cpu_exec_phases(&t->exec, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, err)) return -1;
+    memset(s, 0, sizeof *s);
+    s->step_ms = now_ms() - t0;
+    s->step = ++t->steps_done;
+    s->loss = scalar(t, p->io.loss);
+    s->lr = scalar(t, p->io.lr);
+    s->grad_norm = scalar(t, p->io.grad_norm);
+    s->tokens = real_tokens(t);
+    if (!isfinite(s->loss))
+        return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);
+    return 0;
+}
+
+int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
+    if (!t->has_train) return tg_fail(err, "no training data is bound");
+    tg_trainer_next_batch(t);
+    return tg_trainer_run_step(t, s, err);
+}
+
+/* Rows (classify) or tokens (lm) whose label counts. */
+static int64_t counted_labels(const int32_t *labels, int64_t n) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += labels[i] != TG_IGNORE_INDEX;
+    return c;
+}
+
+int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
+    memset(s, 0, sizeof *s);
+    if (!t->has_eval) return tg_fail(err, "no eval_data in the job");
+    const tg_plan *p = t->plan;
+    const tg_tensor *logits_t = &p->tensors[p->io.logits];
+    int64_t classes = logits_t->shape[logits_t->ndim - 1];
+    int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
+    double loss_sum = 0;
+    int64_t correct = 0;
+    t->exec.training = 0;
+    for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
+        int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
+        for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
+        tg_batch b;
+        fill_batch(t, &t->eval, t->batch_idx, n, &b);
+        if (tg_cpu_exec_phases(&t->exec, TG_PHASE_FORWARD, TG_PHASE_FORWARD, err)) {
+            t->exec.training = 1;
+            return -1;
+        }
+        const int32_t *labels = tg_trainer_tensor(t, p->io.labels);
+        int64_t counted = counted_labels(labels, n_labels);
+        loss_sum += (double)scalar(t, p->io.loss) * (double)counted;
+        s->counted += counted;
+        if (p->job.task == TG_TASK_CLASSIFY) {
+            const float *logits = tg_trainer_tensor(t, p->io.logits);
+            for (int64_t r = 0; r < n_labels; r++) {
+                if (labels[r] == TG_IGNORE_INDEX) continue;
+                int64_t best = 0;
+                for (int64_t c = 1; c < classes; c++)
+                    if (logits[r * classes + c] > logits[r * classes + best]) best = c;
+                correct += best == labels[r];
+            }
+        }
+        s->examples += n;
+    }
+    t->exec.training = 1;
+    s->loss = s->counted ? loss_sum / (double)s->counted : 0.0;
+    s->accuracy = p->job.task == TG_TASK_CLASSIFY && s->counted ? (double)correct / (double)s->counted : -1.0;
+    s->perplexity = p->job.task == TG_TASK_LM ? exp(s->loss) : -1.0;
+    return 0;
+}
+
+int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
+    return tg_weights_save(t->plan, tg_trainer_tensor(t, t->plan->io.params_all), path, err);
+}

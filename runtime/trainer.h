@@ -1,0 +1,72 @@
+/* A training session over a plan: binds pools, weights and data once, then steps.
+ * This is the library's run API; the CLI is a thin layer over it. */
+#ifndef TUNEGRAPH_TRAINER_H
+#define TUNEGRAPH_TRAINER_H
+
+#include <stdint.h>
+
+#include "datasets/dataset.h"
+#include "runtime/cpu_exec.h"
+#include "runtime/weights.h"
+#include "tunegraph/error.h"
+#include "tunegraph/plan.h"
+
+typedef struct tg_trainer_options {
+    int threads;            /* CPU threads; <= 0: one per core */
+    int load_data;          /* 0: no datasets (the caller fills the input tensors itself) */
+} tg_trainer_options;
+
+typedef struct tg_step_stats {
+    int32_t step;           /* 1-based index of the step just taken */
+    float loss;
+    float lr;               /* learning rate this step used */
+    float grad_norm;        /* before clipping */
+    double step_ms;
+    int64_t tokens;         /* real tokens in the batch */
+} tg_step_stats;
+
+typedef struct tg_eval_stats {
+    int32_t examples;
+    int64_t counted;        /* rows (classify) or tokens (lm) the loss averages over */
+    double loss;
+    double accuracy;        /* classify; -1 for lm */
+    double perplexity;      /* lm; -1 for classify */
+} tg_eval_stats;
+
+typedef struct tg_trainer {
+    const tg_plan *plan;
+    tg_cpu_exec exec;
+    tg_dataset train, eval;
+    int has_train, has_eval;
+    tg_sampler sampler;
+    tg_batch_shape shape;
+    int32_t total_steps;
+    int32_t steps_done;
+    int32_t *batch_idx;
+    tg_weights_report weights;  /* what was loaded from the model folder */
+    int weights_loaded;
+} tg_trainer;
+
+/* Allocates the pools, initialises parameters (random with the job's seed, then the
+ * model folder's model.safetensors where there is one), loads the datasets, and sets the
+ * schedule's total steps (steps, or epochs x batches per epoch). */
+int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);
+void tg_trainer_close(tg_trainer *t);
+
+/* Fills the input tensors from the next training batch. */
+void tg_trainer_next_batch(tg_trainer *t);
+/* Runs forward, backward and optimizer on the bound inputs and reads the step's stats. */
+int tg_trainer_run_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);
+/* next_batch + run_step. */
+int tg_trainer_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);
+
+/* Forward passes (dropout off) over the whole eval set. */
+int tg_trainer_eval(tg_trainer *t, tg_eval_stats *stats, tg_err *err);
+
+/* Writes the current parameters as HF-named safetensors. */
+int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
+
+/* Pointer to a tensor's storage (inputs, outputs, parameters). */
+void *tg_trainer_tensor(tg_trainer *t, int tensor);
+
+#endif

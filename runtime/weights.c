@@ -1,0 +1,136 @@
+#include "runtime/weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/philox.h"
+#include "models/safetensors.h"
+
+/* Initialisation streams use a step value no training step reaches. */
+#define TG_INIT_STREAM_STEP UINT64_C(0xFFFFFFFFFFFFFFFF)
+
+static float *param_ptr(const tg_plan *plan, float *pool, int t) {
+    return pool + plan->tensors[t].offset / sizeof(float);
+}
+
+/* Padding index of the embedding that uses table t, or -1. */
+static int padding_row_of(const tg_plan *plan, int t) {
+    for (int o = plan->phase_begin[TG_PHASE_FORWARD]; o < plan->phase_begin[TG_PHASE_BACKWARD]; o++) {
+        const tg_op *op = &plan->ops[o];
+        if (op->kind == TG_OP_EMBEDDING && op->in[1] == t) return (int)op->i[3];
+    }
+    return -1;
+}
+
+void tg_weights_init(const tg_plan *plan, float *pool, uint64_t seed) {
+    for (int t = 0; t < plan->n_tensors; t++) {
+        const tg_tensor *x = &plan->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        float *p = param_ptr(plan, pool, t);
+        int64_t n = tg_tensor_numel(x);
+        if (x->init == TG_INIT_NORMAL) {
+            /* Box-Muller over pairs of uniforms; the stream key is the tensor index. */
+            for (int64_t i = 0; i < n; i += 2) {
+                float u1 = tg_philox_uniform(seed, TG_INIT_STREAM_STEP, (uint32_t)t, (uint64_t)i);
+                float u2 = tg_philox_uniform(seed, TG_INIT_STREAM_STEP, (uint32_t)t, (uint64_t)i + 1);
+                double r = sqrt(-2.0 * log(1.0 - (double)u1)), a = 6.283185307179586 * u2;
+                p[i] = (float)(x->init_std * r * cos(a));
+                if (i + 1 < n) p[i + 1] = (float)(x->init_std * r * sin(a));
+            }
+        } else {
+            float v = x->init == TG_INIT_ONES ? 1.0f : 0.0f;
+            for (int64_t i = 0; i < n; i++) p[i] = v;
+        }
+        int pad = padding_row_of(plan, t);
+        if (pad >= 0 && x->ndim == 2 && pad < x->shape[0]) memset(p + pad * x->shape[1], 0, sizeof(float) * x->shape[1]);
+    }
+}
+
+/* Candidate names of a parameter in HF checkpoints. */
+static int name_candidates(const char *name, char out[6][TG_NAME_MAX]) {
+    int n = 0;
+    char bases[2][TG_NAME_MAX];
+    int nb = 0;
+    snprintf(bases[nb++], TG_NAME_MAX, "%s", name);
+    static const char *const prefixes[] = {"bert.", "roberta.", "transformer."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+            snprintf(bases[nb++], TG_NAME_MAX, "%s", name + strlen(prefixes[i]));
+    for (int b = 0; b < nb; b++) {
+        snprintf(out[n++], TG_NAME_MAX, "%s", bases[b]);
+        size_t len = strlen(bases[b]);
+        /* Older BERT checkpoints name LayerNorm parameters gamma and beta. */
+        if (strstr(bases[b], "LayerNorm.")) {
+            if (len > 7 && !strcmp(bases[b] + len - 7, ".weight"))
+                snprintf(out[n++], TG_NAME_MAX, "%.*s.gamma", (int)(len - 7), bases[b]);
+            else if (len > 5 && !strcmp(bases[b] + len - 5, ".bias"))
+                snprintf(out[n++], TG_NAME_MAX, "%.*s.beta", (int)(len - 5), bases[b]);
+        }
+    }
+    return n;
+}
+
+static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+int tg_weights_load(const tg_plan *plan, float *pool, const char *path, tg_weights_report *report,
+                    tg_err *err) {
+    memset(report, 0, sizeof *report);
+    tg_safetensors st;
+    if (tg_st_open(path, &st, err)) return -1;
+    int rc = 0;
+    for (int t = 0; t < plan->n_tensors && !rc; t++) {
+        const tg_tensor *x = &plan->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        char names[6][TG_NAME_MAX];
+        int n = name_candidates(x->name, names);
+        const tg_st_entry *e = NULL;
+        for (int i = 0; i < n && !e; i++) e = tg_st_find(&st, names[i]);
+        if (!e) {
+            if (!report->missing++) snprintf(report->first_missing, TG_NAME_MAX, "%s", x->name);
+            continue;
+        }
+        int same = e->ndim == x->ndim;
+        for (int d = 0; same && d < x->ndim; d++) same = e->shape[d] == x->shape[d];
+        if (!same) {
+            char want[96], got[96];
+            shape_text(want, sizeof want, x->ndim, x->shape);
+            shape_text(got, sizeof got, e->ndim, e->shape);
+            rc = tg_fail(err, "%s: tensor '%s' has shape %s but the model config needs %s for %s%s", path, e->name,
+                         got, want, x->name,
+                         strstr(x->name, "word_embeddings") || strstr(x->name, "wte") ? " (wrong vocabulary size?)"
+                                                                                       : "");
+            break;
+        }
+        if (tg_st_read_f32(&st, e, param_ptr(plan, pool, t), tg_tensor_numel(x), err)) {
+            rc = -1;
+            break;
+        }
+        report->loaded++;
+    }
+    if (!rc && report->loaded == 0)
+        rc = tg_fail(err, "%s: holds none of the model's %d parameters (first: %s); is it a checkpoint of this model?",
+                     path, report->missing, report->first_missing);
+    tg_st_close(&st);
+    return rc;
+}
+
+int tg_weights_save(const tg_plan *plan, const float *pool, const char *path, tg_err *err) {
+    tg_st_item *items = calloc((size_t)plan->n_tensors, sizeof *items);
+    if (!items) return tg_fail(err, "%s: out of memory", path);
+    int n = 0;
+    for (int t = 0; t < plan->n_tensors; t++) {
+        const tg_tensor *x = &plan->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        items[n++] = (tg_st_item){x->name, TG_ST_F32, x->ndim, x->shape, pool + x->offset / sizeof(float)};
+    }
+    int rc = tg_st_write(path, items, n, err);
+    free(items);
+    return rc;
+}

@@ -1,0 +1,1133 @@
+/* Op-level tests of the CPU reference (runtime/cpu_ops.c), its executor and thread pool.
+ *
+ * Gradients are checked against central finite differences of L = sum(r * forward(x)) for
+ * a random projection r, with the forward run in fp32 and L accumulated in double. With
+ * eps = 1e-2 the truncation error is ~eps^2 * f''' / 6 ~ 1e-5, and fp32 rounding noise in
+ * L (~1e-6 for these sizes) divided by 2*eps adds ~1e-4, so a bound of
+ * |fd - g| <= 5e-3 * max(1, |g|) leaves a wide margin while any real mistake (a wrong
+ * sign, scale, index or missing term) gives errors of order 1e-1 or more. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/philox.h"
+#include "runtime/cpu_exec.h"
+#include "runtime/threadpool.h"
+#include "tests/harness.h"
+
+#define GRAD_EPS 1e-2
+#define GRAD_TOL 5e-3
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static tg_threadpool *g_pool;
+
+/* Three threads on any machine, so chunking and uneven splits are exercised. */
+static tg_threadpool *pool3(void) {
+    if (!g_pool) g_pool = tg_threadpool_create(3);
+    return g_pool;
+}
+__attribute__((destructor)) static void pool3_free(void) { tg_threadpool_destroy(g_pool); }
+
+static tg_op mkop(int kind) {
+    tg_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = kind;
+    for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
+    return op;
+}
+
+static float *falloc(int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    if (!p) abort();
+    return p;
+}
+
+static float *frand(int64_t n, uint64_t seed, float lo, float hi) {
+    float *p = falloc(n);
+    tg_test_fill_uniform(p, n, seed, lo, hi);
+    return p;
+}
+
+static float *fconst(int64_t n, float v) {
+    float *p = falloc(n);
+    for (int64_t i = 0; i < n; i++) p[i] = v;
+    return p;
+}
+
+static int64_t count_nan(const float *x, int64_t n) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += isnan(x[i]) != 0;
+    return c;
+}
+
+static double dot(const float *r, const float *y, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    return s;
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return INFINITY;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+/* L(ctx) reruns the forward with the current inputs and returns sum(r * y). */
+typedef double (*loss_fn)(void *ctx);
+
+/* Largest |fd - g| / max(1, |g|) over about 48 sampled elements of x; *gnorm gets the
+ * analytic gradient's sampled L1 norm. */
+static double fd_error(loss_fn L, void *ctx, float *x, int64_t n, const float *g, double *gnorm,
+                       int64_t *worst) {
+    int64_t stride = n > 48 ? n / 48 : 1;
+    double max_err = 0;
+    *gnorm = 0;
+    *worst = -1;
+    for (int64_t i = stride / 2; i < n; i += stride) {
+        float x0 = x[i];
+        float xp = (float)(x0 + GRAD_EPS), xm = (float)(x0 - GRAD_EPS);
+        x[i] = xp;
+        double lp = L(ctx);
+        x[i] = xm;
+        double lm = L(ctx);
+        x[i] = x0;
+        double fd = (lp - lm) / ((double)xp - (double)xm);
+        double err = fabs(fd - g[i]) / fmax(1.0, fabs(g[i]));
+        if (!(err <= max_err)) { /* also catches NaN */
+            max_err = err;
+            *worst = i;
+        }
+        *gnorm += fabs(g[i]);
+    }
+    return max_err;
+}
+
+static void grad_check(const char *what, loss_fn L, void *ctx, float *x, int64_t n,
+                       const float *g) {
+    double gnorm;
+    int64_t worst;
+    double err = fd_error(L, ctx, x, n, g, &gnorm, &worst);
+    CHECK(err <= GRAD_TOL, "%s: finite-difference mismatch %.3g at element %lld (analytic %g)",
+          what, err, (long long)worst, worst >= 0 ? g[worst] : 0.0);
+    CHECK(gnorm > 0, "%s: the analytic gradient is zero on every sampled element", what);
+}
+
+/* ---- thread pool, Philox ------------------------------------------------------------- */
+
+typedef struct visit_ctx {
+    int *count;
+    tg_threadpool *nested;
+} visit_ctx;
+
+static void visit(void *p, int64_t b, int64_t e) {
+    visit_ctx *c = p;
+    for (int64_t i = b; i < e; i++) c->count[i]++;
+}
+
+static void visit_nested(void *p, int64_t b, int64_t e) {
+    visit_ctx *c = p;
+    /* A parallel_for from inside a chunk must run (inline) rather than deadlock. */
+    visit_ctx inner = {c->count + b, NULL};
+    tg_parallel_for(c->nested, e - b, visit, &inner);
+}
+
+TG_TEST(test_op_threadpool) {
+    tg_threadpool *tp1 = tg_threadpool_create(1), *tp4 = tg_threadpool_create(4);
+    REQUIRE(tp1 && tp4, "pool creation failed");
+    CHECK(tg_threadpool_size(tp4) == 4 && tg_threadpool_size(tp1) == 1 &&
+              tg_threadpool_size(NULL) == 1,
+          "pool sizes %d %d", tg_threadpool_size(tp4), tg_threadpool_size(tp1));
+    tg_threadpool *pools[3] = {NULL, tp1, tp4};
+    const int64_t sizes[] = {0, 1, 2, 3, 5, 1001};
+    int count[1001];
+    for (int p = 0; p < 3; p++)
+        for (int s = 0; s < 6; s++)
+            for (int rep = 0; rep < 20; rep++) {
+                memset(count, 0, sizeof count);
+                visit_ctx c = {count, NULL};
+                tg_parallel_for(pools[p], sizes[s], visit, &c);
+                int bad = 0;
+                for (int64_t i = 0; i < 1001; i++) bad += count[i] != (i < sizes[s]);
+                CHECK(!bad, "pool %d n=%lld: %d indices not visited exactly once", p,
+                      (long long)sizes[s], bad);
+            }
+    memset(count, 0, sizeof count);
+    visit_ctx c = {count, tp4};
+    tg_parallel_for(tp4, 1001, visit_nested, &c);
+    int bad = 0;
+    for (int i = 0; i < 1001; i++) bad += count[i] != 1;
+    CHECK(!bad, "nested parallel_for: %d indices not visited exactly once", bad);
+    tg_threadpool_destroy(tp1);
+    tg_threadpool_destroy(tp4);
+}
+
+TG_TEST(test_op_philox) {
+    /* Random123's published known-answer vectors for Philox4x32-10. */
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
+    };
+    for (int v = 0; v < 3; v++) {
+        uint32_t out[4];
+        tg_philox4x32_10(kat[v], kat[v] + 4, out);
+        CHECK(!memcmp(out, kat[v] + 6, sizeof out), "KAT %d: got %08x %08x %08x %08x", v,
+              out[0], out[1], out[2], out[3]);
+    }
+    double sum = 0;
+    int out_of_range = 0, lane_mismatch = 0;
+    for (uint64_t e = 0; e < 100000; e++) {
+        float u = tg_philox_uniform(42, 3, 7, e);
+        out_of_range += !(u >= 0.0f && u < 1.0f);
+        sum += u;
+        float u4[4];
+        tg_philox_uniform4(42, 3, 7, e / 4, u4);
+        lane_mismatch += u4[e % 4] != u;
+    }
+    CHECK(!out_of_range, "%d values outside [0,1)", out_of_range);
+    CHECK(!lane_mismatch, "%d elements differ between uniform and uniform4", lane_mismatch);
+    CHECK(fabs(sum / 100000 - 0.5) < 0.005, "mean %g, expected 0.5", sum / 100000);
+    CHECK(tg_philox_uniform(42, 3, 7, 5) != tg_philox_uniform(43, 3, 7, 5) &&
+              tg_philox_uniform(42, 3, 7, 5) != tg_philox_uniform(42, 3, 7, 6),
+          "seed or element does not change the value");
+}
+
+/* ---- fill, add ------------------------------------------------------------------------ */
+
+TG_TEST(test_op_zero_fill) {
+    float buf[11];
+    for (int i = 0; i < 11; i++) buf[i] = NAN;
+    buf[10] = 7.0f; /* guard past the output */
+    tg_op op = mkop(TG_OP_ZERO);
+    tg_cpu_op_args a = {.op = &op, .out = {buf}, .out_numel = {10}};
+    tg_cpu_op_run(&a);
+    int bad = 0;
+    for (int i = 0; i < 10; i++) bad += buf[i] != 0.0f;
+    CHECK(!bad && buf[10] == 7.0f, "zero: %d wrong elements, guard %g", bad, buf[10]);
+    op = mkop(TG_OP_FILL);
+    op.f[0] = -1.25f;
+    tg_cpu_op_run(&a);
+    bad = 0;
+    for (int i = 0; i < 10; i++) bad += buf[i] != -1.25f;
+    CHECK(!bad && buf[10] == 7.0f, "fill: %d wrong elements, guard %g", bad, buf[10]);
+}
+
+typedef struct add_ctx {
+    float *a, *b, *y, *r;
+    int64_t n;
+} add_ctx;
+
+static double add_loss(void *p) {
+    add_ctx *c = p;
+    tg_op op = mkop(TG_OP_ADD);
+    op.i[0] = c->n;
+    tg_cpu_op_args a = {.op = &op, .in = {c->a, c->b}, .out = {c->y}};
+    tg_cpu_op_run(&a);
+    return dot(c->r, c->y, c->n);
+}
+
+TG_TEST(test_op_add_grad) {
+    int64_t n = 40000; /* several parallel blocks */
+    add_ctx c = {frand(n, 1, -1, 1), frand(n, 2, -1, 1), fconst(n, NAN), frand(n, 3, -1, 1), n};
+    tg_op op = mkop(TG_OP_ADD);
+    op.i[0] = n;
+    tg_cpu_op_args a = {.op = &op, .in = {c.a, c.b}, .out = {c.y}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += c.y[i] != c.a[i] + c.b[i];
+    CHECK(!bad, "%d sums wrong or unwritten", bad);
+    /* The backward of ADD passes dy = r to both operands. */
+    grad_check("add d/da", add_loss, &c, c.a, 64, c.r);
+    grad_check("add d/db", add_loss, &c, c.b, 64, c.r);
+    free(c.a), free(c.b), free(c.y), free(c.r);
+}
+
+/* ---- matmul -------------------------------------------------------------------------- */
+
+typedef struct mm_case {
+    int64_t M, N, K, batch;
+    int ta, tb, acc;
+    float alpha;
+} mm_case;
+
+static void run_matmul(const mm_case *m, const float *A, const float *B, const float *bias,
+                       float *C, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_MATMUL);
+    op.i[0] = m->M, op.i[1] = m->N, op.i[2] = m->K;
+    op.i[3] = m->ta, op.i[4] = m->tb, op.i[5] = m->batch, op.i[6] = m->acc;
+    op.f[0] = m->alpha;
+    tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B, (void *)bias}, .out = {C},
+                        .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+/* The definition, in double: C[b] = alpha op(A[b]) op(B[b]) + bias (+ C[b]). */
+static void naive_matmul(const mm_case *m, const float *A, const float *B, const float *bias,
+                         float *C) {
+    int64_t M = m->M, N = m->N, K = m->K;
+    for (int64_t b = 0; b < m->batch; b++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double av = m->ta ? A[b * M * K + k * M + i] : A[b * M * K + i * K + k];
+                    double bv = m->tb ? B[b * K * N + j * K + k] : B[b * K * N + k * N + j];
+                    s += av * bv;
+                }
+                float *c = &C[b * M * N + i * N + j];
+                double v = m->alpha * s + (bias ? bias[j] : 0.0);
+                *c = (float)(m->acc ? *c + v : v);
+            }
+}
+
+TG_TEST(test_op_matmul_naive) {
+    const int64_t shapes[3][4] = {{37, 29, 53, 3}, {1, 7, 5, 1}, {130, 70, 300, 1}};
+    for (int s = 0; s < 3; s++)
+        for (int combo = 0; combo < 16; combo++) {
+            mm_case m = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                         combo & 1, (combo >> 1) & 1, (combo >> 2) & 1, 0.75f};
+            int with_bias = (combo >> 3) & 1;
+            int64_t nA = m.batch * m.M * m.K, nB = m.batch * m.K * m.N, nC = m.batch * m.M * m.N;
+            float *A = frand(nA, 10 + combo, -1, 1), *B = frand(nB, 20 + combo, -1, 1);
+            float *bias = with_bias ? frand(m.N, 30, -1, 1) : NULL;
+            float *C = m.acc ? frand(nC, 40, -1, 1) : fconst(nC, NAN);
+            float *Cp = falloc(nC), *ref = falloc(nC);
+            memcpy(Cp, C, (size_t)nC * 4);
+            memcpy(ref, C, (size_t)nC * 4);
+            run_matmul(&m, A, B, bias, C, NULL);
+            run_matmul(&m, A, B, bias, Cp, pool3());
+            naive_matmul(&m, A, B, bias, ref);
+            double err = tg_rel_err(C, ref, nC);
+            CHECK(err < 1e-5, "M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d acc=%d bias=%d: "
+                              "rel err %.3g vs naive",
+                  (long long)m.M, (long long)m.N, (long long)m.K, (long long)m.batch, m.ta,
+                  m.tb, m.acc, with_bias, err);
+            CHECK(!memcmp(C, Cp, (size_t)nC * 4), "ta=%d tb=%d: threaded result differs", m.ta,
+                  m.tb);
+            free(A), free(B), free(bias), free(C), free(Cp), free(ref);
+        }
+}
+
+typedef struct mmg_ctx {
+    mm_case m;
+    float *A, *B, *bias, *C, *r;
+} mmg_ctx;
+
+static double matmul_loss(void *p) {
+    mmg_ctx *c = p;
+    run_matmul(&c->m, c->A, c->B, c->bias, c->C, NULL);
+    return dot(c->r, c->C, c->m.batch * c->m.M * c->m.N);
+}
+
+TG_TEST(test_op_matmul_grad) {
+    for (int combo = 0; combo < 4; combo++) {
+        int ta = combo & 1, tb = combo >> 1;
+        mmg_ctx c = {.m = {5, 7, 6, 2, ta, tb, 0, 0.5f}};
+        int64_t M = 5, N = 7, K = 6, batch = 2;
+        c.A = frand(batch * M * K, 1 + combo, -1, 1);
+        c.B = frand(batch * K * N, 5 + combo, -1, 1);
+        c.bias = frand(N, 9, -1, 1);
+        c.C = falloc(batch * M * N);
+        c.r = frand(batch * M * N, 11, -1, 1);
+        float *dA = fconst(batch * M * K, NAN), *dB = fconst(batch * K * N, NAN);
+        float *dbias = fconst(N, 0.0f);
+        /* dop(A) = alpha dC op(B)^T and dop(B) = alpha op(A)^T dC, written as MATMULs on
+         * the stored layouts. */
+        mm_case ga = ta ? (mm_case){K, M, N, batch, tb, 1, 0, 0.5f}
+                        : (mm_case){M, K, N, batch, 0, !tb, 0, 0.5f};
+        if (ta)
+            run_matmul(&ga, c.B, c.r, NULL, dA, pool3());
+        else
+            run_matmul(&ga, c.r, c.B, NULL, dA, pool3());
+        mm_case gb = tb ? (mm_case){N, K, M, batch, 1, ta, 0, 0.5f}
+                        : (mm_case){K, N, M, batch, !ta, 0, 0, 0.5f};
+        if (tb)
+            run_matmul(&gb, c.r, c.A, NULL, dB, pool3());
+        else
+            run_matmul(&gb, c.A, c.r, NULL, dB, pool3());
+        tg_op bg = mkop(TG_OP_BIAS_GRAD);
+        bg.i[0] = batch * M, bg.i[1] = N;
+        tg_cpu_op_args a = {.op = &bg, .in = {c.r}, .out = {dbias}, .threads = pool3()};
+        tg_cpu_op_run(&a);
+        char what[64];
+        snprintf(what, sizeof what, "matmul ta=%d tb=%d dA", ta, tb);
+        grad_check(what, matmul_loss, &c, c.A, batch * M * K, dA);
+        snprintf(what, sizeof what, "matmul ta=%d tb=%d dB", ta, tb);
+        grad_check(what, matmul_loss, &c, c.B, batch * K * N, dB);
+        snprintf(what, sizeof what, "matmul ta=%d tb=%d dbias (bias_grad)", ta, tb);
+        grad_check(what, matmul_loss, &c, c.bias, N, dbias);
+        if (combo == 0) {
+            /* Control: the checker must reject a gradient that is off by 3%. */
+            double gnorm;
+            int64_t worst;
+            for (int64_t i = 0; i < batch * M * K; i++) dA[i] *= 1.03f;
+            double err = fd_error(matmul_loss, &c, c.A, batch * M * K, dA, &gnorm, &worst);
+            CHECK(err > GRAD_TOL, "the gradient check accepted a gradient off by 3%% (%.3g)", err);
+        }
+        free(c.A), free(c.B), free(c.bias), free(c.C), free(c.r), free(dA), free(dB), free(dbias);
+    }
+}
+
+TG_TEST(test_op_bias_grad_accumulates) {
+    int64_t M = 300, N = 13;
+    float *dy = frand(M * N, 3, -1, 1), *db = frand(N, 4, -1, 1), *db0 = falloc(N);
+    memcpy(db0, db, (size_t)N * 4);
+    tg_op op = mkop(TG_OP_BIAS_GRAD);
+    op.i[0] = M, op.i[1] = N;
+    tg_cpu_op_args a = {.op = &op, .in = {dy}, .out = {db}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    double worst = 0;
+    for (int64_t j = 0; j < N; j++) {
+        double s = db0[j];
+        for (int64_t m = 0; m < M; m++) s += dy[m * N + j];
+        worst = fmax(worst, fabs(s - db[j]));
+    }
+    CHECK(worst < 1e-4, "bias_grad += column sums: max error %g", worst);
+    free(dy), free(db), free(db0);
+}
+
+/* ---- embedding ------------------------------------------------------------------------- */
+
+typedef struct emb_ctx {
+    int32_t *ids;
+    float *table, *y, *r;
+    int64_t N, V, D;
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    tg_op op = mkop(TG_OP_EMBEDDING);
+    op.i[0] = c->N, op.i[1] = c->V, op.i[2] = c->D;
+    tg_cpu_op_args a = {.op = &op, .in = {c->ids, c->table}, .out = {c->y}};
+    tg_cpu_op_run(&a);
+    return dot(c->r, c->y, c->N * c->D);
+}
+
+TG_TEST(test_op_embedding_grad) {
+    int32_t ids[9] = {1, 3, 1, 0, 4, 1, 3, 2, 1}; /* row 1 four times, row 5 never */
+    emb_ctx c = {ids, frand(6 * 4, 1, -1, 1), fconst(9 * 4, NAN), frand(9 * 4, 2, -1, 1), 9, 6, 4};
+    emb_loss(&c);
+    int bad = 0;
+    for (int n = 0; n < 9; n++)
+        for (int d = 0; d < 4; d++) bad += c.y[n * 4 + d] != c.table[ids[n] * 4 + d];
+    CHECK(!bad, "embedding: %d wrong elements", bad);
+
+    /* dtable starts non-zero: the op accumulates. */
+    float *pre = frand(6 * 4, 3, -1, 1), *dt = falloc(6 * 4), *dt1 = falloc(6 * 4);
+    memcpy(dt, pre, sizeof(float) * 24);
+    memcpy(dt1, pre, sizeof(float) * 24);
+    tg_op op = mkop(TG_OP_EMBEDDING_BWD);
+    op.i[0] = 9, op.i[1] = 6, op.i[2] = 4;
+    tg_cpu_op_args a = {.op = &op, .in = {ids, c.r}, .out = {dt}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    a.out[0] = dt1;
+    a.threads = NULL;
+    tg_cpu_op_run(&a);
+    CHECK(!memcmp(dt, dt1, sizeof(float) * 24), "threaded embedding_bwd differs from inline");
+    /* Sequential reference in index order, in float: must match bit for bit. */
+    float ref[24];
+    memcpy(ref, pre, sizeof ref);
+    for (int n = 0; n < 9; n++)
+        for (int d = 0; d < 4; d++) ref[ids[n] * 4 + d] += c.r[n * 4 + d];
+    CHECK(!memcmp(ref, dt, sizeof ref), "embedding_bwd is not the index-ordered sum");
+    float g[24];
+    for (int i = 0; i < 24; i++) g[i] = dt[i] - pre[i];
+    CHECK(g[5 * 4] == 0.0f && g[5 * 4 + 3] == 0.0f, "unused row got a gradient");
+    grad_check("embedding d/dtable", emb_loss, &c, c.table, 24, g);
+    free(c.table), free(c.y), free(c.r), free(pre), free(dt), free(dt1);
+}
+
+/* ---- layernorm ------------------------------------------------------------------------- */
+
+typedef struct ln_ctx {
+    float *x, *g, *b, *y, *mean, *rstd, *r;
+    int64_t M, D;
+} ln_ctx;
+
+static void ln_forward(ln_ctx *c, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_LAYERNORM);
+    op.i[0] = c->M, op.i[1] = c->D, op.f[0] = 1e-5f;
+    tg_cpu_op_args a = {.op = &op, .in = {c->x, c->g, c->b}, .out = {c->y, c->mean, c->rstd},
+                        .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+static double ln_loss(void *p) {
+    ln_ctx *c = p;
+    ln_forward(c, NULL);
+    return dot(c->r, c->y, c->M * c->D);
+}
+
+TG_TEST(test_op_layernorm_grad) {
+    int64_t M = 5, D = 12;
+    ln_ctx c = {frand(M * D, 1, -2, 2), frand(D, 2, 0.5f, 1.5f), frand(D, 3, -0.5f, 0.5f),
+                fconst(M * D, NAN), fconst(M, NAN), fconst(M, NAN), frand(M * D, 4, -1, 1), M, D};
+    ln_forward(&c, pool3());
+    double worst = 0;
+    for (int64_t m = 0; m < M; m++) {
+        double mu = 0, var = 0;
+        for (int64_t d = 0; d < D; d++) mu += c.x[m * D + d];
+        mu /= D;
+        for (int64_t d = 0; d < D; d++) var += pow(c.x[m * D + d] - mu, 2);
+        double rstd = 1.0 / sqrt(var / D + 1e-5); /* biased variance, as torch */
+        worst = fmax(worst, fabs(c.mean[m] - mu) + fabs(c.rstd[m] - rstd) / rstd);
+        for (int64_t d = 0; d < D; d++) {
+            double y = (c.x[m * D + d] - mu) * rstd * c.g[d] + c.b[d];
+            worst = fmax(worst, fabs(c.y[m * D + d] - y));
+        }
+    }
+    CHECK(worst < 1e-5, "layernorm forward vs double reference: max error %g", worst);
+
+    float *dx = fconst(M * D, NAN), *dg = fconst(D, 0.25f), *db = fconst(D, 0.25f);
+    tg_op op = mkop(TG_OP_LAYERNORM_BWD);
+    op.i[0] = M, op.i[1] = D;
+    tg_cpu_op_args a = {.op = &op, .in = {c.r, c.x, c.g, c.mean, c.rstd}, .out = {dx, dg, db},
+                        .threads = pool3()};
+    tg_cpu_op_run(&a);
+    CHECK(count_nan(dx, M * D) == 0, "dx not fully written");
+    for (int64_t d = 0; d < D; d++) dg[d] -= 0.25f, db[d] -= 0.25f; /* they accumulated */
+    grad_check("layernorm dx", ln_loss, &c, c.x, M * D, dx);
+    grad_check("layernorm dgamma (+=)", ln_loss, &c, c.g, D, dg);
+    grad_check("layernorm dbeta (+=)", ln_loss, &c, c.b, D, db);
+    free(c.x), free(c.g), free(c.b), free(c.y), free(c.mean), free(c.rstd), free(c.r);
+    free(dx), free(dg), free(db);
+}
+
+/* ---- gelu, tanh ------------------------------------------------------------------------ */
+
+typedef struct unary_ctx {
+    int kind, mode;
+    float *x, *y, *r;
+    int64_t n;
+} unary_ctx;
+
+static double unary_loss(void *p) {
+    unary_ctx *c = p;
+    tg_op op = mkop(c->kind);
+    op.i[0] = c->n, op.i[1] = c->mode;
+    tg_cpu_op_args a = {.op = &op, .in = {c->x}, .out = {c->y}};
+    tg_cpu_op_run(&a);
+    return dot(c->r, c->y, c->n);
+}
+
+TG_TEST(test_op_gelu_grad) {
+    /* gelu(1) and gelu(-1) = gelu(1) - 1 for each form, from Python's math module. */
+    const double expect[2][2] = {{0.8413447460685429, -0.15865525393145707},
+                                 {0.8411919906082768, -0.15880800939172324}};
+    for (int mode = 0; mode < 2; mode++) {
+        float pts[2] = {1.0f, -1.0f}, out[2];
+        unary_ctx k = {TG_OP_GELU, mode, pts, out, NULL, 2};
+        tg_op op = mkop(TG_OP_GELU);
+        op.i[0] = 2, op.i[1] = mode;
+        tg_cpu_op_args a = {.op = &op, .in = {pts}, .out = {out}};
+        tg_cpu_op_run(&a);
+        (void)k;
+        CHECK(fabs(out[0] - expect[mode][0]) < 1e-6 && fabs(out[1] - expect[mode][1]) < 1e-6,
+              "gelu mode %d: gelu(1)=%.9g gelu(-1)=%.9g", mode, out[0], out[1]);
+
+        int64_t n = 200;
+        unary_ctx c = {TG_OP_GELU, mode, frand(n, 5 + mode, -4, 4), falloc(n), frand(n, 7, -1, 1), n};
+        float *dx = fconst(n, NAN);
+        tg_op bop = mkop(TG_OP_GELU_BWD);
+        bop.i[0] = n, bop.i[1] = mode;
+        tg_cpu_op_args b = {.op = &bop, .in = {c.r, c.x}, .out = {dx}, .threads = pool3()};
+        tg_cpu_op_run(&b);
+        grad_check(mode ? "gelu tanh" : "gelu erf", unary_loss, &c, c.x, n, dx);
+        free(c.x), free(c.y), free(c.r), free(dx);
+    }
+}
+
+TG_TEST(test_op_tanh_grad) {
+    int64_t n = 150;
+    unary_ctx c = {TG_OP_TANH, 0, frand(n, 8, -3, 3), fconst(n, NAN), frand(n, 9, -1, 1), n};
+    unary_loss(&c);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(c.y[i] - tanh(c.x[i])));
+    CHECK(worst < 1e-6, "tanh forward error %g", worst);
+    float *dx = fconst(n, NAN);
+    tg_op op = mkop(TG_OP_TANH_BWD);
+    op.i[0] = n;
+    tg_cpu_op_args a = {.op = &op, .in = {c.r, c.y}, .out = {dx}};
+    tg_cpu_op_run(&a);
+    grad_check("tanh", unary_loss, &c, c.x, n, dx);
+    free(c.x), free(c.y), free(c.r), free(dx);
+}
+
+/* ---- attention softmax -------------------------------------------------------------------- */
+
+typedef struct sm_ctx {
+    float *s, *mask, *P, *r;
+    int64_t B, H, T;
+    int causal;
+    float scale;
+} sm_ctx;
+
+static void sm_forward(sm_ctx *c, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_ATTN_SOFTMAX);
+    op.i[0] = c->B, op.i[1] = c->H, op.i[2] = c->T, op.i[3] = c->causal, op.f[0] = c->scale;
+    tg_cpu_op_args a = {.op = &op, .in = {c->s, c->mask}, .out = {c->P}, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+static double sm_loss(void *p) {
+    sm_ctx *c = p;
+    sm_forward(c, NULL);
+    return dot(c->r, c->P, c->B * c->H * c->T * c->T);
+}
+
+TG_TEST(test_op_attn_softmax_grad) {
+    enum { B = 2, H = 2, T = 5 };
+    /* Batch 1 masks key 0, so with causal masking its query 0 keeps no key at all. */
+    float mask[B * T] = {1, 1, 0, 1, 1, 0, 1, 1, 1, 0};
+    for (int causal = 0; causal < 2; causal++) {
+        int64_t n = B * H * T * T;
+        sm_ctx c = {frand(n, 20 + causal, -3, 3), mask, fconst(n, NAN), frand(n, 22, -1, 1),
+                    B, H, T, causal, 0.35f};
+        sm_forward(&c, pool3());
+        double worst = 0;
+        int bad_zero = 0;
+        for (int64_t row = 0; row < B * H * T; row++) {
+            int64_t q = row % T, b = row / (H * T);
+            double mx = -INFINITY, sum = 0;
+            for (int k = 0; k < T; k++)
+                if (mask[b * T + k] != 0 && (!causal || k <= q))
+                    mx = fmax(mx, 0.35 * c.s[row * T + k]);
+            for (int k = 0; k < T; k++)
+                if (mask[b * T + k] != 0 && (!causal || k <= q))
+                    sum += exp(0.35 * c.s[row * T + k] - mx);
+            for (int k = 0; k < T; k++) {
+                float p = c.P[row * T + k];
+                if (mask[b * T + k] == 0 || (causal && k > q) || mx == -INFINITY) {
+                    bad_zero += p != 0.0f; /* exactly zero, also for rows with no key */
+                } else {
+                    worst = fmax(worst, fabs(p - exp(0.35 * c.s[row * T + k] - mx) / sum));
+                }
+            }
+        }
+        CHECK(!bad_zero, "causal=%d: %d masked probabilities are not exactly 0", causal, bad_zero);
+        CHECK(worst < 1e-6, "causal=%d: softmax vs double reference: %g", causal, worst);
+        if (causal) {
+            int64_t row = (1 * H + 0) * T + 0; /* batch 1, head 0, query 0 */
+            CHECK(c.P[row * T + 1] == 0.0f, "a row with no kept key must be zeros");
+        }
+        float *ds = fconst(n, NAN);
+        tg_op op = mkop(TG_OP_ATTN_SOFTMAX_BWD);
+        op.i[0] = B, op.i[1] = H, op.i[2] = T, op.f[0] = 0.35f;
+        tg_cpu_op_args a = {.op = &op, .in = {c.r, c.P}, .out = {ds}, .threads = pool3()};
+        tg_cpu_op_run(&a);
+        grad_check(causal ? "attn softmax causal" : "attn softmax", sm_loss, &c, c.s, n, ds);
+        free(c.s), free(c.P), free(c.r), free(ds);
+    }
+}
+
+/* ---- dropout ----------------------------------------------------------------------------- */
+
+typedef struct drop_ctx {
+    float *x, *y, *r, step;
+    int64_t n;
+    float p;
+    uint64_t seed;
+    int key, training;
+} drop_ctx;
+
+static void run_dropout(const drop_ctx *c, const float *x, float *y, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_DROPOUT);
+    op.i[0] = c->n, op.i[1] = c->key, op.f[0] = c->p;
+    float step = c->step;
+    tg_cpu_op_args a = {.op = &op, .in = {(void *)x, &step}, .out = {y}, .seed = c->seed,
+                        .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+static double drop_loss(void *p) {
+    drop_ctx *c = p;
+    run_dropout(c, c->x, c->y, NULL);
+    return dot(c->r, c->y, c->n);
+}
+
+TG_TEST(test_op_dropout_grad) {
+    int64_t n = 64;
+    drop_ctx c = {frand(n, 30, -1, 1), fconst(n, NAN), frand(n, 31, -1, 1), 7.0f, n, 0.3f,
+                  1234, 5, 1};
+    run_dropout(&c, c.x, c.y, NULL);
+    int bad = 0, dropped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int keep = tg_philox_uniform(1234, 7, 5, (uint64_t)i) >= 0.3f;
+        dropped += !keep;
+        bad += keep ? fabsf(c.y[i] - c.x[i] / 0.7f) > 1e-6f : c.y[i] != 0.0f;
+    }
+    CHECK(!bad, "%d elements disagree with keep = philox >= p, y = x/(1-p)", bad);
+    CHECK(dropped > 0 && dropped < n, "degenerate mask: %d of %lld dropped", dropped, (long long)n);
+    /* The backward is the same op (same seed, step, key) applied to the gradient. */
+    float *dx = fconst(n, NAN);
+    run_dropout(&c, c.r, dx, pool3());
+    grad_check("dropout", drop_loss, &c, c.x, n, dx);
+    free(c.x), free(c.y), free(c.r), free(dx);
+}
+
+TG_TEST(test_op_dropout_determinism) {
+    int64_t n = 100000;
+    drop_ctx c = {.x = frand(n, 40, 0.5f, 1.5f), .step = 3.0f, .n = n, .p = 0.25f, .seed = 99,
+                  .key = 2, .training = 1};
+    float *y1 = falloc(n), *y2 = falloc(n), *y3 = falloc(n);
+    run_dropout(&c, c.x, y1, NULL);
+    run_dropout(&c, c.x, y2, pool3());
+    CHECK(!memcmp(y1, y2, (size_t)n * 4), "same seed/step/key gave a different mask");
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) kept += y1[i] != 0.0f;
+    CHECK(fabs((double)kept / n - 0.75) < 0.01, "keep fraction %g, expected 0.75",
+          (double)kept / n);
+
+    struct { const char *what; float step; uint64_t seed; int key; } variants[3] = {
+        {"step", 4.0f, 99, 2}, {"seed", 3.0f, 100, 2}, {"key", 3.0f, 99, 3}};
+    for (int v = 0; v < 3; v++) {
+        drop_ctx d = c;
+        d.step = variants[v].step, d.seed = variants[v].seed, d.key = variants[v].key;
+        run_dropout(&d, c.x, y3, pool3());
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; i++) differ += (y1[i] != 0.0f) != (y3[i] != 0.0f);
+        /* Independent masks differ on 2p(1-p) = 37.5% of elements. */
+        CHECK(fabs((double)differ / n - 0.375) < 0.02, "changing the %s: masks differ on %g",
+              variants[v].what, (double)differ / n);
+    }
+
+    memcpy(y3, c.x, (size_t)n * 4);
+    run_dropout(&c, y3, y3, pool3()); /* in place */
+    CHECK(!memcmp(y1, y3, (size_t)n * 4), "in-place dropout differs");
+
+    drop_ctx e = c;
+    e.training = 0;
+    run_dropout(&e, c.x, y3, pool3());
+    CHECK(!memcmp(y3, c.x, (size_t)n * 4), "eval-mode dropout is not the identity");
+    e.training = 1, e.p = 0.0f;
+    run_dropout(&e, c.x, y3, pool3());
+    CHECK(!memcmp(y3, c.x, (size_t)n * 4), "p = 0 dropout is not the identity");
+    free(c.x), free(y1), free(y2), free(y3);
+}
+
+/* ---- heads split / merge ---------------------------------------------------------------- */
+
+typedef struct heads_ctx {
+    int64_t B, T, H, Dh, P;
+    float *x, *h[3], *r[3], *rx; /* rx: projection for merge's output */
+} heads_ctx;
+
+static void run_heads(const heads_ctx *c, int kind, float *x, float *const *h) {
+    tg_op op = mkop(kind);
+    op.i[0] = c->B, op.i[1] = c->T, op.i[2] = c->H, op.i[3] = c->Dh, op.i[4] = c->P;
+    tg_cpu_op_args a = {.op = &op};
+    for (int p = 0; p < c->P; p++) {
+        if (kind == TG_OP_HEADS_SPLIT) a.out[p] = h[p]; else a.in[p] = h[p];
+    }
+    if (kind == TG_OP_HEADS_SPLIT) a.in[0] = x; else a.out[0] = x;
+    tg_cpu_op_run(&a);
+}
+
+static double split_loss(void *p) {
+    heads_ctx *c = p;
+    run_heads(c, TG_OP_HEADS_SPLIT, c->x, c->h);
+    double s = 0;
+    int64_t part = c->B * c->H * c->T * c->Dh;
+    for (int q = 0; q < c->P; q++) s += dot(c->r[q], c->h[q], part);
+    return s;
+}
+
+static double merge_loss(void *p) {
+    heads_ctx *c = p;
+    float *y = falloc(c->B * c->T * c->P * c->H * c->Dh);
+    run_heads(c, TG_OP_HEADS_MERGE, y, c->h);
+    double s = dot(c->rx, y, c->B * c->T * c->P * c->H * c->Dh);
+    free(y);
+    return s;
+}
+
+TG_TEST(test_op_heads_grad) {
+    for (int P = 1; P <= 3; P += 2) {
+        heads_ctx c = {2, 3, 2, 4, P};
+        int64_t part = c.B * c.H * c.T * c.Dh, W = P * c.H * c.Dh, nx = c.B * c.T * W;
+        c.x = frand(nx, 50, -1, 1);
+        c.rx = frand(nx, 51, -1, 1);
+        for (int q = 0; q < P; q++) {
+            c.h[q] = fconst(part, NAN);
+            c.r[q] = frand(part, 52 + q, -1, 1);
+        }
+        split_loss(&c);
+        int bad = 0;
+        for (int q = 0; q < P; q++)
+            for (int64_t b = 0; b < c.B; b++)
+                for (int64_t h = 0; h < c.H; h++)
+                    for (int64_t t = 0; t < c.T; t++)
+                        for (int64_t d = 0; d < c.Dh; d++)
+                            bad += c.h[q][((b * c.H + h) * c.T + t) * c.Dh + d] !=
+                                   c.x[(b * c.T + t) * W + q * c.H * c.Dh + h * c.Dh + d];
+        CHECK(!bad, "P=%d: %d split elements misplaced or unwritten", P, bad);
+        float *y = fconst(nx, NAN);
+        run_heads(&c, TG_OP_HEADS_MERGE, y, c.h);
+        CHECK(!memcmp(y, c.x, (size_t)nx * 4), "P=%d: merge(split(x)) != x", P);
+
+        /* d split / dx = merge(r); d merge / dh = split(rx). */
+        float *gx = fconst(nx, NAN), *gh[3] = {0};
+        run_heads(&c, TG_OP_HEADS_MERGE, gx, c.r);
+        for (int q = 0; q < P; q++) gh[q] = falloc(part);
+        run_heads(&c, TG_OP_HEADS_SPLIT, c.rx, gh);
+        grad_check(P == 1 ? "heads_split P=1" : "heads_split P=3", split_loss, &c, c.x, nx, gx);
+        for (int q = 0; q < P; q++)
+            grad_check(P == 1 ? "heads_merge P=1" : "heads_merge P=3", merge_loss, &c, c.h[q],
+                       part, gh[q]);
+        free(c.x), free(c.rx), free(y), free(gx);
+        for (int q = 0; q < P; q++) free(c.h[q]), free(c.r[q]), free(gh[q]);
+    }
+}
+
+/* ---- select token --------------------------------------------------------------------------- */
+
+typedef struct sel_ctx {
+    int64_t B, T, D;
+    int mode;
+    int32_t *ids;
+    float *x, *y, *r;
+} sel_ctx;
+
+static double sel_loss(void *p) {
+    sel_ctx *c = p;
+    tg_op op = mkop(TG_OP_SELECT_TOKEN);
+    op.i[0] = c->B, op.i[1] = c->T, op.i[2] = c->D, op.i[3] = c->mode, op.i[4] = 0;
+    tg_cpu_op_args a = {.op = &op, .in = {c->x, c->ids}, .out = {c->y}};
+    tg_cpu_op_run(&a);
+    return dot(c->r, c->y, c->B * c->D);
+}
+
+TG_TEST(test_op_select_token_grad) {
+    enum { B = 3, T = 4, D = 5 };
+    /* pad id 0: row 0 has a pad in the middle (last non-pad is t=2), row 1 none (t=3),
+     * row 2 is all pad (t=0). */
+    int32_t ids[B * T] = {5, 0, 7, 0, 5, 6, 7, 8, 0, 0, 0, 0};
+    const int64_t expect[2][B] = {{0, 0, 0}, {2, 3, 0}};
+    for (int mode = 0; mode < 2; mode++) {
+        sel_ctx c = {B, T, D, mode, ids, frand(B * T * D, 60, -1, 1), fconst(B * D, NAN),
+                     frand(B * D, 61, -1, 1)};
+        sel_loss(&c);
+        int bad = 0;
+        for (int b = 0; b < B; b++)
+            bad += memcmp(c.y + b * D, c.x + (b * T + expect[mode][b]) * D, D * 4) != 0;
+        CHECK(!bad, "mode %d: %d rows selected the wrong token", mode, bad);
+        float *dx = fconst(B * T * D, NAN);
+        tg_op op = mkop(TG_OP_SELECT_TOKEN_BWD);
+        op.i[0] = B, op.i[1] = T, op.i[2] = D, op.i[3] = mode, op.i[4] = 0;
+        tg_cpu_op_args a = {.op = &op, .in = {c.r, ids}, .out = {dx}};
+        tg_cpu_op_run(&a);
+        int wrong = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < D; d++) {
+                    float want = t == expect[mode][b] ? c.r[b * D + d] : 0.0f;
+                    wrong += dx[(b * T + t) * D + d] != want; /* NaN poison counts too */
+                }
+        CHECK(!wrong, "mode %d: %d backward elements wrong (unselected rows must be 0)", mode,
+              wrong);
+        grad_check(mode ? "select last non-pad" : "select first", sel_loss, &c, c.x, B * T * D, dx);
+        free(c.x), free(c.y), free(c.r), free(dx);
+    }
+}
+
+/* ---- cross entropy ------------------------------------------------------------------------ */
+
+typedef struct ce_ctx {
+    int64_t N, C;
+    float *logits;
+    int32_t *labels;
+    float dloss;
+} ce_ctx;
+
+static float run_ce(const ce_ctx *c, tg_threadpool *tp) {
+    float loss = NAN;
+    tg_op op = mkop(TG_OP_CROSS_ENTROPY);
+    op.i[0] = c->N, op.i[1] = c->C;
+    tg_cpu_op_args a = {.op = &op, .in = {c->logits, c->labels}, .out = {&loss}, .threads = tp};
+    tg_cpu_op_run(&a);
+    return loss;
+}
+
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    return (double)c->dloss * run_ce(c, NULL);
+}
+
+static double ce_reference(const ce_ctx *c) {
+    double sum = 0;
+    int valid = 0;
+    for (int64_t n = 0; n < c->N; n++) {
+        if (c->labels[n] == TG_IGNORE_INDEX) continue;
+        const float *x = c->logits + n * c->C;
+        double mx = -INFINITY, s = 0;
+        for (int64_t k = 0; k < c->C; k++) mx = fmax(mx, x[k]);
+        for (int64_t k = 0; k < c->C; k++) s += exp(x[k] - mx);
+        sum += log(s) + mx - x[c->labels[n]];
+        valid++;
+    }
+    return valid ? sum / valid : 0.0;
+}
+
+TG_TEST(test_op_cross_entropy_grad) {
+    int32_t labels[6] = {3, TG_IGNORE_INDEX, 0, 6, TG_IGNORE_INDEX, 2};
+    ce_ctx c = {6, 7, frand(6 * 7, 70, -3, 3), labels, 1.3f};
+    float loss = run_ce(&c, pool3());
+    CHECK(fabs(loss - ce_reference(&c)) < 1e-6, "loss %.9g vs reference %.9g", loss,
+          ce_reference(&c));
+
+    float *dl = fconst(6 * 7, NAN);
+    tg_op op = mkop(TG_OP_CROSS_ENTROPY_BWD);
+    op.i[0] = 6, op.i[1] = 7;
+    tg_cpu_op_args a = {.op = &op, .in = {&c.dloss, c.logits, labels}, .out = {dl},
+                        .threads = pool3()};
+    tg_cpu_op_run(&a);
+    int bad = 0;
+    for (int k = 0; k < 7; k++) bad += dl[1 * 7 + k] != 0.0f || dl[4 * 7 + k] != 0.0f;
+    CHECK(!bad, "ignored rows must get exactly 0 gradient (%d not)", bad);
+    grad_check("cross entropy", ce_loss, &c, c.logits, 6 * 7, dl);
+
+    /* Large logits must not overflow (log-softmax is shifted by the row max). */
+    for (int i = 0; i < 7; i++) c.logits[i] += 1000.0f;
+    loss = run_ce(&c, NULL);
+    CHECK(isfinite(loss) && fabs(loss - ce_reference(&c)) < 1e-4, "large logits: loss %g vs %g",
+          loss, ce_reference(&c));
+
+    int32_t none[6] = {-100, -100, -100, -100, -100, -100};
+    c.labels = none;
+    a.in[2] = none;
+    for (int i = 0; i < 42; i++) dl[i] = NAN;
+    tg_cpu_op_run(&a);
+    CHECK(run_ce(&c, NULL) == 0.0f && max_abs_diff(dl, fconst(42, 0.0f), 42) == 0.0,
+          "all rows ignored: loss must be 0 and gradients 0");
+    free(c.logits), free(dl);
+}
+
+/* ---- optimizer ops ------------------------------------------------------------------------- */
+
+static void run_schedule(float base, int warmup, float *step, float total, float *lr) {
+    tg_op op = mkop(TG_OP_SCHEDULE);
+    op.i[0] = warmup, op.f[0] = base;
+    tg_cpu_op_args a = {.op = &op, .in = {step, &total}, .out = {lr, step}}; /* aliased */
+    tg_cpu_op_run(&a);
+}
+
+TG_TEST(test_op_schedule) {
+    /* base 1e-3, warmup 4, total 10: HF get_linear_schedule_with_warmup. */
+    const float steps[] = {0, 1, 2, 4, 7, 9, 10, 12};
+    const double factor[] = {0, 0.25, 0.5, 1.0, 0.5, 1.0 / 6, 0, 0};
+    for (int i = 0; i < 8; i++) {
+        float step = steps[i], lr = NAN;
+        run_schedule(1e-3f, 4, &step, 10, &lr);
+        CHECK(fabs(lr - 1e-3 * factor[i]) <= 1e-9, "step %g: lr %.9g, expected %.9g", steps[i],
+              lr, 1e-3 * factor[i]);
+        CHECK(step == steps[i] + 1, "step %g: counter became %g", steps[i], step);
+    }
+    float step = 0, lr = NAN;
+    run_schedule(2e-5f, 0, &step, 8, &lr);
+    CHECK(fabs(lr - 2e-5) <= 1e-12, "no warmup: lr at step 0 is %g, expected the base", lr);
+    step = 3, lr = NAN;
+    run_schedule(2e-5f, 0, &step, 8, &lr);
+    CHECK(fabs(lr - 2e-5 * 5 / 8) <= 1e-12, "no warmup: lr at step 3 is %g", lr);
+}
+
+/* A plan holding just a tensor table: the pool views and a few parameters, as the
+ * optimizer ops read it. */
+typedef struct mini_plan {
+    tg_plan plan;
+    tg_tensor t[5];
+} mini_plan;
+
+enum { PARAM_POOL_FLOATS = 200 };
+
+static void mini_plan_init(mini_plan *mp) {
+    memset(mp, 0, sizeof *mp);
+    /* w [3] decays, b [2] does not, w2 [2,2] decays; offsets 256-byte aligned. */
+    const struct { const char *name; int flags; int64_t n; uint64_t off; } p[3] = {
+        {"w", TG_TENSOR_PARAM, 3, 0},
+        {"b", TG_TENSOR_PARAM | TG_TENSOR_NO_DECAY, 2, 256},
+        {"w2", TG_TENSOR_PARAM, 4, 512}};
+    for (int i = 0; i < 3; i++) {
+        tg_tensor *t = &mp->t[i];
+        snprintf(t->name, sizeof t->name, "%s", p[i].name);
+        t->pool = TG_POOL_PARAMS, t->flags = p[i].flags, t->ndim = 1, t->shape[0] = p[i].n;
+        t->offset = p[i].off, t->bytes = (uint64_t)p[i].n * 4;
+    }
+    mp->t[2].ndim = 2, mp->t[2].shape[0] = 2, mp->t[2].shape[1] = 2;
+    /* Whole-pool views: grads (what GRAD_NORM reads) and params (flagged PARAM too, to
+     * check that views are not updated twice). */
+    for (int i = 3; i < 5; i++) {
+        tg_tensor *t = &mp->t[i];
+        t->pool = i == 3 ? TG_POOL_GRADS : TG_POOL_PARAMS;
+        t->flags = TG_TENSOR_VIEW | (i == 4 ? TG_TENSOR_PARAM : 0);
+        t->ndim = 1, t->shape[0] = PARAM_POOL_FLOATS, t->bytes = PARAM_POOL_FLOATS * 4;
+    }
+    mp->plan.n_tensors = 5;
+    mp->plan.tensors = mp->t;
+}
+
+TG_TEST(test_op_grad_norm) {
+    mini_plan mp;
+    mini_plan_init(&mp);
+    float g[PARAM_POOL_FLOATS];
+    tg_test_fill_uniform(g, PARAM_POOL_FLOATS, 80, -1, 1);
+    tg_op op = mkop(TG_OP_GRAD_NORM);
+    op.in[0] = 3;
+    float norm = NAN;
+    tg_cpu_op_args a = {.op = &op, .in = {g}, .out = {&norm}, .plan = &mp.plan};
+    tg_cpu_op_run(&a);
+    double s = 0;
+    for (int i = 0; i < PARAM_POOL_FLOATS; i++) s += (double)g[i] * g[i];
+    CHECK(fabs(norm - sqrt(s)) <= 1e-6 * sqrt(s), "norm %.9g, expected %.9g", norm, sqrt(s));
+
+    /* A view larger than one reduction block, threaded vs inline: identical bits. */
+    int64_t n = 200003;
+    float *big = frand(n, 81, -1, 1), n1 = NAN, n2 = NAN;
+    mp.t[3].shape[0] = n;
+    a.in[0] = big, a.out[0] = &n1;
+    tg_cpu_op_run(&a);
+    a.out[0] = &n2, a.threads = pool3();
+    tg_cpu_op_run(&a);
+    s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)big[i] * big[i];
+    CHECK(fabs(n1 - sqrt(s)) <= 1e-6 * sqrt(s), "large norm %.9g, expected %.9g", n1, sqrt(s));
+    CHECK(n1 == n2, "threaded norm %.9g differs from inline %.9g", n2, n1);
+    free(big);
+}
+
+/* torch.optim.AdamW, one element, in double. */
+static void adamw_ref(double *p, double *m, double *v, double g, double lr, double t, int decay,
+                      double b1, double b2, double eps, double wd) {
+    if (decay) *p -= lr * wd * *p;
+    *m = b1 * *m + (1 - b1) * g;
+    *v = b2 * *v + (1 - b2) * g * g;
+    double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
+    *p -= lr / bc1 * *m / (sqrt(*v) / sqrt(bc2) + eps);
+}
+
+TG_TEST(test_op_adamw) {
+    mini_plan mp;
+    mini_plan_init(&mp);
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-6f, wd = 0.1f, max_norm = 1.0f;
+    float P[PARAM_POOL_FLOATS], G[PARAM_POOL_FLOATS], Mo[PARAM_POOL_FLOATS], Vo[PARAM_POOL_FLOATS];
+    tg_test_fill_uniform(P, PARAM_POOL_FLOATS, 90, -1, 1); /* padding included: must stay */
+    float P0[PARAM_POOL_FLOATS];
+    memcpy(P0, P, sizeof P);
+    memset(Mo, 0, sizeof Mo), memset(Vo, 0, sizeof Vo);
+    const int idx[9] = {0, 1, 2, 64, 65, 128, 129, 130, 131};
+    const int decay[9] = {1, 1, 1, 0, 0, 1, 1, 1, 1};
+    double rp[9], rm[9] = {0}, rv[9] = {0};
+    for (int k = 0; k < 9; k++) rp[k] = P[idx[k]];
+
+    tg_op op = mkop(TG_OP_ADAMW);
+    op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = max_norm;
+    tg_op nop = mkop(TG_OP_GRAD_NORM);
+    nop.in[0] = 3;
+    /* Step 1: gradients of norm ~3, clipped to 1. Step 2: small gradients, not clipped. */
+    const float lrs[2] = {1e-2f, 5e-3f};
+    const float gscale[2] = {2.0f, 0.05f};
+    int clipped[2];
+    for (int s = 0; s < 2; s++) {
+        memset(G, 0, sizeof G);
+        float tmp[9];
+        tg_test_fill_uniform(tmp, 9, 91 + s, -gscale[s], gscale[s]);
+        for (int k = 0; k < 9; k++) G[idx[k]] = tmp[k];
+        float Gcopy[PARAM_POOL_FLOATS];
+        memcpy(Gcopy, G, sizeof G);
+        float norm = NAN, lr = lrs[s], t = (float)(s + 1);
+        tg_cpu_op_args na = {.op = &nop, .in = {G}, .out = {&norm}, .plan = &mp.plan};
+        tg_cpu_op_run(&na);
+        tg_cpu_op_args a = {.op = &op, .in = {G, &lr, &t, &norm}, .out = {P, Mo, Vo},
+                            .plan = &mp.plan, .threads = s ? pool3() : NULL};
+        tg_cpu_op_run(&a);
+        CHECK(!memcmp(G, Gcopy, sizeof G), "step %d: adamw modified the gradients", s + 1);
+        double clip = fmin(1.0, max_norm / ((double)norm + 1e-6));
+        clipped[s] = clip < 1.0;
+        for (int k = 0; k < 9; k++)
+            adamw_ref(&rp[k], &rm[k], &rv[k], G[idx[k]] * clip, lr, t, decay[k], b1, b2, eps, wd);
+        double worst = 0;
+        for (int k = 0; k < 9; k++) {
+            int i = idx[k];
+            worst = fmax(worst, fabs(P[i] - rp[k]) + fabs(Mo[i] - rm[k]) + fabs(Vo[i] - rv[k]));
+        }
+        CHECK(worst < 1e-6, "step %d: params/m/v differ from the AdamW reference by %g", s + 1,
+              worst);
+    }
+    CHECK(clipped[0] && !clipped[1], "the test data should clip step 1 only");
+    int touched = 0;
+    for (int i = 0; i < PARAM_POOL_FLOATS; i++) {
+        int is_param = 0;
+        for (int k = 0; k < 9; k++) is_param |= idx[k] == i;
+        if (!is_param) touched += P[i] != P0[i] || Mo[i] != 0.0f || Vo[i] != 0.0f;
+    }
+    CHECK(!touched, "%d padding elements between parameters were modified", touched);
+    /* No-decay control: b (index 64) must differ from what decay would have produced. */
+    double dp = P0[64], dm = 0, dv = 0;
+    (void)dp, (void)dm, (void)dv;
+}
+
+/* ---- executor ------------------------------------------------------------------------------ */
+
+TG_TEST(test_op_exec) {
+    tg_tensor t[3];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < 3; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "t%d", i);
+        t[i].pool = TG_POOL_ACTIVATIONS, t[i].ndim = 1, t[i].shape[0] = 5;
+        t[i].offset = (uint64_t)i * 256, t[i].bytes = 20;
+    }
+    tg_op ops[3] = {mkop(TG_OP_FILL), mkop(TG_OP_FILL), mkop(TG_OP_ADD)};
+    ops[0].out[0] = 0, ops[0].f[0] = 2.0f;
+    ops[1].out[0] = 1, ops[1].f[0] = 3.5f;
+    ops[2].in[0] = 0, ops[2].in[1] = 1, ops[2].out[0] = 2, ops[2].i[0] = 5;
+    ops[2].phase = TG_PHASE_BACKWARD;
+    tg_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.n_tensors = 3, plan.tensors = t, plan.n_ops = 3, plan.ops = ops;
+    plan.phase_begin[0] = 0, plan.phase_begin[1] = 2, plan.phase_begin[2] = 3;
+    plan.phase_begin[3] = 3;
+    plan.pool_bytes[TG_POOL_ACTIVATIONS] = 532;
+    plan.job.seed = 77;
+
+    tg_cpu_exec x;
+    tg_err err = {{0}};
+    REQUIRE(tg_cpu_exec_init(&x, &plan, 2, &err) == 0, "init: %s", err.msg);
+    CHECK(x.seed == 77 && x.training == 1, "seed %llu training %d", (unsigned long long)x.seed,
+          x.training);
+    CHECK(x.pool[TG_POOL_PARAMS] == NULL, "an empty pool should have no storage");
+    float *c = tg_cpu_tensor(&x, 2);
+    CHECK((uint8_t *)c == x.pool[TG_POOL_ACTIVATIONS] + 512 &&
+              ((uintptr_t)x.pool[TG_POOL_ACTIVATIONS] & 63) == 0,
+          "tensor address or pool alignment wrong");
+    CHECK(tg_cpu_tensor(&x, 3) == NULL, "out-of-table tensor must give NULL");
+    CHECK(c[0] == 0.0f && c[4] == 0.0f, "pools must start zero-filled");
+    REQUIRE(tg_cpu_exec_phases(&x, TG_PHASE_FORWARD, TG_PHASE_FORWARD, &err) == 0, "%s", err.msg);
+    CHECK(c[0] == 0.0f, "the forward phase ran a backward op");
+    REQUIRE(tg_cpu_exec_phases(&x, TG_PHASE_BACKWARD, TG_PHASE_OPTIMIZER, &err) == 0, "%s",
+            err.msg);
+    int bad = 0;
+    for (int i = 0; i < 5; i++) bad += c[i] != 5.5f;
+    CHECK(!bad, "add through the executor: %d elements wrong", bad);
+
+    CHECK(tg_cpu_exec_phases(&x, 2, 1, &err) == -1, "a reversed phase range must fail");
+    CHECK(tg_cpu_exec_range(&x, 0, 4, &err) == -1, "a range past the schedule must fail");
+    ops[2].kind = TG_OP_COUNT;
+    CHECK(tg_cpu_exec_range(&x, 2, 3, &err) == -1 && strstr(err.msg, "kind"),
+          "an unknown kind must fail: '%s'", err.msg);
+    ops[2].kind = TG_OP_ADD;
+    ops[2].in[1] = 9;
+    CHECK(tg_cpu_exec_range(&x, 2, 3, &err) == -1 && strstr(err.msg, "tensor 9"),
+          "an out-of-table tensor must fail: '%s'", err.msg);
+    ops[2].in[1] = 1;
+    t[1].offset = 768; /* past the pool's end */
+    CHECK(tg_cpu_exec_range(&x, 2, 3, &err) == -1 && strstr(err.msg, "outside"),
+          "a tensor outside its pool must fail: '%s'", err.msg);
+    tg_cpu_exec_free(&x);
+}
