@@ -51,6 +51,10 @@ int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim
     if (g->failed) return -1;
     if (ndim < 0 || ndim > TG_MAX_DIMS) return tg_graph_fail(g, "tensor %s has %d dims", name, ndim);
     if (strlen(name) >= TG_NAME_MAX) return tg_graph_fail(g, "tensor name too long: %s", name);
+    /* shape may point into the table that grow() is about to move. */
+    int64_t dims[TG_MAX_DIMS] = {0};
+    for (int d = 0; d < ndim; d++) dims[d] = shape[d];
+    shape = dims;
     if (grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1, sizeof *g->tensors))
         return tg_graph_fail(g, "out of memory");
     tg_tensor *t = &g->tensors[g->n_tensors];

@@ -3,10 +3,12 @@
  * Gradients are checked against central finite differences of L = sum(r * forward(x)) for
  * a random projection r, with the forward run in fp32 and L accumulated in double. With
  * eps = 1e-2 the truncation error is ~eps^2 * f''' / 6 ~ 1e-5, and fp32 rounding noise in
- * L (~1e-6 for these sizes) divided by 2*eps adds ~1e-4, so a bound of
- * |fd - g| <= 5e-3 * max(1, |g|) leaves a wide margin while any real mistake (a wrong
- * sign, scale, index or missing term) gives errors of order 1e-1 or more. */
+ * L (~1e-6 for these sizes) divided by 2*eps adds ~1e-4 at worst; the largest error
+ * observed over all checks is 3e-5. The bound |fd - g| <= 1e-3 * max(1, |g|) keeps a
+ * 30x margin over that, while a real mistake (a wrong sign, scale, index or missing term)
+ * gives errors of order 1e-2 or more (a 3% error is shown to be rejected). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +18,7 @@
 #include "tests/harness.h"
 
 #define GRAD_EPS 1e-2
-#define GRAD_TOL 5e-3
+#define GRAD_TOL 1e-3
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -524,12 +526,10 @@ TG_TEST(test_op_gelu_grad) {
                                  {0.8411919906082768, -0.15880800939172324}};
     for (int mode = 0; mode < 2; mode++) {
         float pts[2] = {1.0f, -1.0f}, out[2];
-        unary_ctx k = {TG_OP_GELU, mode, pts, out, NULL, 2};
         tg_op op = mkop(TG_OP_GELU);
         op.i[0] = 2, op.i[1] = mode;
         tg_cpu_op_args a = {.op = &op, .in = {pts}, .out = {out}};
         tg_cpu_op_run(&a);
-        (void)k;
         CHECK(fabs(out[0] - expect[mode][0]) < 1e-6 && fabs(out[1] - expect[mode][1]) < 1e-6,
               "gelu mode %d: gelu(1)=%.9g gelu(-1)=%.9g", mode, out[0], out[1]);
 
@@ -751,7 +751,7 @@ static double merge_loss(void *p) {
 
 TG_TEST(test_op_heads_grad) {
     for (int P = 1; P <= 3; P += 2) {
-        heads_ctx c = {2, 3, 2, 4, P};
+        heads_ctx c = {.B = 2, .T = 3, .H = 2, .Dh = 4, .P = P};
         int64_t part = c.B * c.H * c.T * c.Dh, W = P * c.H * c.Dh, nx = c.B * c.T * W;
         c.x = frand(nx, 50, -1, 1);
         c.rx = frand(nx, 51, -1, 1);
@@ -905,7 +905,8 @@ TG_TEST(test_op_cross_entropy_grad) {
     a.in[2] = none;
     for (int i = 0; i < 42; i++) dl[i] = NAN;
     tg_cpu_op_run(&a);
-    CHECK(run_ce(&c, NULL) == 0.0f && max_abs_diff(dl, fconst(42, 0.0f), 42) == 0.0,
+    float zeros[42] = {0};
+    CHECK(run_ce(&c, NULL) == 0.0f && max_abs_diff(dl, zeros, 42) == 0.0,
           "all rows ignored: loss must be 0 and gradients 0");
     free(c.logits), free(dl);
 }
@@ -1068,9 +1069,6 @@ TG_TEST(test_op_adamw) {
         if (!is_param) touched += P[i] != P0[i] || Mo[i] != 0.0f || Vo[i] != 0.0f;
     }
     CHECK(!touched, "%d padding elements between parameters were modified", touched);
-    /* No-decay control: b (index 64) must differ from what decay would have produced. */
-    double dp = P0[64], dm = 0, dv = 0;
-    (void)dp, (void)dm, (void)dv;
 }
 
 /* ---- executor ------------------------------------------------------------------------------ */
