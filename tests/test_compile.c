@@ -1,0 +1,341 @@
+/* Compiler: whole-model plans, the memory-plan checker, determinism, job/model
+ * mismatches, and the CLI's handling of failures. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "compiler/memory_plan.h"
+#include "models/model_config.h"
+#include "models/safetensors.h"
+#include "runtime/plan_file.h"
+#include "runtime/trainer.h"
+#include "tests/harness.h"
+
+/* Compiles a job given as text (written to a file so messages carry real lines). */
+static int compile_text(const char *text, tg_plan *plan, tg_err *err, char *job_path) {
+    char local[512];
+    if (!job_path) job_path = local;
+    snprintf(job_path, 512, "%s/job.txt", tg_test_tmpdir());
+    if (tg_test_write_file(job_path, text)) return tg_fail(err, "cannot write %s", job_path);
+    tg_job job;
+    if (tg_job_load(job_path, NULL, 0, &job, err)) return -1;
+    return tg_compile(&job, plan, err);
+}
+
+static int64_t param_count(const tg_plan *p) {
+    int64_t n = 0;
+    for (int t = 0; t < p->n_tensors; t++)
+        if (p->tensors[t].flags & TG_TENSOR_PARAM) n += tg_tensor_numel(&p->tensors[t]);
+    return n;
+}
+
+static void check_plan_memory(const tg_plan *p, const char *what) {
+    tg_memory_report r;
+    tg_err err;
+    int rc = tg_plan_check_memory(p, &r, &err);
+    CHECK(rc == 0, "%s: memory check: %s", what, err.msg);
+    CHECK(r.peak_bytes == p->peak_bytes, "%s: checker peak %llu != planned %llu", what,
+          (unsigned long long)r.peak_bytes, (unsigned long long)p->peak_bytes);
+    CHECK(r.activation_live_peak == p->activation_live_peak, "%s: live peak differs", what);
+    CHECK(p->pool_bytes[TG_POOL_ACTIVATIONS] >= p->activation_live_peak, "%s: pool below the live peak", what);
+}
+
+TG_TEST(test_compile_bert_base) {
+    tg_plan p;
+    tg_err err;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = compile_text("model = bert-base-uncased\ntask = classify\nnum_labels = 2\nbatch = 32\nseq = 128\n"
+                          "steps = 10\ntrain_data = none.jsonl\n",
+                          &p, &err, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    REQUIRE(rc == 0, "%s", err.msg);
+    printf("    bert-base B=32 T=128: %d ops, peak %.1f MiB, %.1f GFLOP/step, compiled in %.1f ms\n", p.n_ops,
+           p.peak_bytes / 1048576.0, p.flops_per_step / 1e9, (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6);
+    /* BertModel has 109,482,240 parameters; the 2-label classifier adds 768*2 + 2. */
+    CHECK(param_count(&p) == 109482240 + 1538, "parameters %lld", (long long)param_count(&p));
+    /* Forward matmul FLOPs alone: 2 * tokens * (12 layers * 12 D^2 + pooler/classifier). */
+    double tokens = 32.0 * 128, d = 768, lower = 3 * 2 * tokens * 12 * 12 * d * d;
+    CHECK(p.flops_per_step > lower && p.flops_per_step < 1.5 * lower, "flops %.3g vs %.3g", p.flops_per_step, lower);
+    CHECK(p.pool_bytes[TG_POOL_PARAMS] >= 4 * (uint64_t)param_count(&p), "params pool too small");
+    CHECK(p.pool_bytes[TG_POOL_GRADS] == p.pool_bytes[TG_POOL_PARAMS], "grads must mirror params");
+    CHECK(p.pool_bytes[TG_POOL_OPTIM] >= 2 * p.pool_bytes[TG_POOL_PARAMS], "optim holds m and v");
+    check_plan_memory(&p, "bert-base");
+    /* Liveness reuse: the activation pool is far below the sum of all activations. */
+    uint64_t all = 0;
+    for (int t = 0; t < p.n_tensors; t++)
+        if (p.tensors[t].pool == TG_POOL_ACTIVATIONS) all += p.tensors[t].bytes;
+    CHECK(p.pool_bytes[TG_POOL_ACTIVATIONS] < all / 2, "activations %llu of %llu: no reuse?",
+          (unsigned long long)p.pool_bytes[TG_POOL_ACTIVATIONS], (unsigned long long)all);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_compile_all_presets) {
+    static const struct {
+        const char *job;
+        int64_t params;
+    } cases[] = {
+        {"model = bert-large-uncased\nnum_labels = 3\nbatch = 8\nseq = 512\n", 335141888 + 1024 * 3 + 3},
+        /* RobertaModel without its pooler (124,645,632 - 590,592) plus the classification head. */
+        {"model = roberta-base\nnum_labels = 2\nbatch = 32\nseq = 128\n", 124055040 + 768 * 768 + 768 + 768 * 2 + 2},
+        {"model = gpt2\ntask = lm\nbatch = 16\nseq = 1024\n", 124439808},
+        {"model = gpt2\nnum_labels = 2\npad_token_id = 50256\nbatch = 8\nseq = 128\n", 124439808 + 768 * 2},
+        {"model = distilgpt2\ntask = lm\nbatch = 8\nseq = 256\n", 81912576},
+        {"model = tiny-bert\nbatch = 4\nseq = 16\n", 0},
+        {"model = tiny-roberta\nbatch = 4\nseq = 16\n", 0},
+        {"model = tiny-gpt2\ntask = lm\nbatch = 4\nseq = 16\n", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%ssteps = 5\ntrain_data = none.jsonl\n", cases[i].job);
+        tg_plan p;
+        tg_err err;
+        if (!CHECK(compile_text(text, &p, &err, NULL) == 0, "case %zu: %s", i, err.msg)) continue;
+        if (cases[i].params)
+            CHECK(param_count(&p) == cases[i].params, "case %zu: %lld parameters, expected %lld", i,
+                  (long long)param_count(&p), (long long)cases[i].params);
+        check_plan_memory(&p, cases[i].job);
+        tg_plan_free(&p);
+    }
+}
+
+TG_TEST(test_compile_deterministic) {
+    const char *text = "model = tiny-gpt2\ntask = lm\nbatch = 4\nseq = 32\nsteps = 5\ntrain_data = x.jsonl\n";
+    char path[512];
+    tg_plan a, b;
+    tg_err err;
+    REQUIRE(compile_text(text, &a, &err, path) == 0, "%s", err.msg);
+    tg_job job;
+    REQUIRE(tg_job_load(path, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_compile(&job, &b, &err) == 0, "%s", err.msg);
+    uint8_t *ea, *eb;
+    size_t la, lb;
+    REQUIRE(tg_plan_encode(&a, &ea, &la, &err) == 0 && tg_plan_encode(&b, &eb, &lb, &err) == 0, "%s", err.msg);
+    CHECK(la == lb && memcmp(ea, eb, la) == 0, "two compilations differ (%zu vs %zu bytes)", la, lb);
+    /* Round trip: decode, re-encode, same bytes; the decoded plan still checks out. */
+    tg_plan c;
+    REQUIRE(tg_plan_decode(ea, la, "plan", &c, &err) == 0, "%s", err.msg);
+    uint8_t *ec;
+    size_t lc;
+    REQUIRE(tg_plan_encode(&c, &ec, &lc, &err) == 0, "%s", err.msg);
+    CHECK(lc == la && memcmp(ec, ea, la) == 0, "round trip changed the plan");
+    check_plan_memory(&c, "decoded");
+    CHECK(c.fingerprint == a.fingerprint && c.fingerprint != 0, "fingerprint");
+    free(ea), free(eb), free(ec);
+    tg_plan_free(&a), tg_plan_free(&b), tg_plan_free(&c);
+}
+
+TG_TEST(test_memory_checker_catches_bad_plans) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n", &p, &err, NULL) == 0,
+            "%s", err.msg);
+    tg_memory_report r;
+    REQUIRE(tg_plan_check_memory(&p, &r, &err) == 0, "%s", err.msg);
+    /* Two activations live at the same time, at different offsets. */
+    int a = -1, b = -1;
+    for (int i = 0; i < p.n_tensors && b < 0; i++) {
+        const tg_tensor *x = &p.tensors[i];
+        if (x->pool != TG_POOL_ACTIVATIONS) continue;
+        for (int j = 0; j < p.n_tensors; j++) {
+            const tg_tensor *y = &p.tensors[j];
+            if (j == i || y->pool != TG_POOL_ACTIVATIONS || y->offset == x->offset) continue;
+            if (x->first_use <= y->last_use && y->first_use <= x->last_use) {
+                a = i, b = j;
+                break;
+            }
+        }
+    }
+    REQUIRE(b >= 0, "no two simultaneously live activations found");
+    uint64_t saved = p.tensors[b].offset;
+    p.tensors[b].offset = p.tensors[a].offset;
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "overlap"), "overlap not caught: %s", err.msg);
+    p.tensors[b].offset = saved;
+    /* A use outside the recorded lifetime. */
+    int32_t last = p.tensors[a].last_use;
+    p.tensors[a].last_use = p.tensors[a].first_use - 1;
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "outside its lifetime"), "lifetime: %s", err.msg);
+    p.tensors[a].last_use = last;
+    /* A pool smaller than its tensors. */
+    p.pool_bytes[TG_POOL_ACTIVATIONS] -= 256;
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "pool activations"), "extent: %s", err.msg);
+    tg_plan_free(&p);
+}
+
+static void expect_job_error(const char *text, const char *key, const char *detail) {
+    tg_plan p;
+    tg_err err = {{0}};
+    char path[512];
+    int rc = compile_text(text, &p, &err, path);
+    if (!CHECK(rc != 0, "compiled, but expected an error about %s", key)) {
+        tg_plan_free(&p);
+        return;
+    }
+    char want[600];
+    snprintf(want, sizeof want, "key '%s'", key);
+    CHECK(strstr(err.msg, path) != NULL, "message does not name the job file: %s", err.msg);
+    CHECK(strstr(err.msg, want) != NULL, "message does not name %s: %s", want, err.msg);
+    CHECK(strstr(err.msg, detail) != NULL, "message lacks '%s': %s", detail, err.msg);
+}
+
+TG_TEST(test_compile_job_model_mismatch) {
+    expect_job_error("model = tiny-bert\nseq = 65\nsteps = 1\ntrain_data = x\n", "seq", "max_position_embeddings 64");
+    expect_job_error("model = tiny-roberta\nseq = 65\nsteps = 1\ntrain_data = x\n", "seq", "pad_token_id + 1");
+    expect_job_error("model = tiny-bert\ntask = lm\nsteps = 1\ntrain_data = x\n", "task", "needs a decoder");
+    expect_job_error("model = tiny-bert\nprecision = bf16\nsteps = 1\ntrain_data = x\n", "precision", "CUDA");
+    expect_job_error("model = gpt2\nnum_labels = 2\nsteps = 1\ntrain_data = x\n", "pad_token_id", "padding id");
+    expect_job_error("model = tiny-bert\nseq = 16\npad_token_id = 500\nsteps = 1\ntrain_data = x\n", "pad_token_id", "vocab");
+    expect_job_error("model = no-such-model\nsteps = 1\ntrain_data = x\n", "model", "no-such-model");
+}
+
+/* Runs the CLI; returns its exit code and leaves stderr in dir/stderr.txt. */
+static int run_cli(const char *dir, const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "./build/tunegraph %s >%s/stdout.txt 2>%s/stderr.txt", args, dir, dir);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int file_has(const char *path, const char *needle) {
+    char *text = tg_test_read_file(path, NULL);
+    int found = text && strstr(text, needle);
+    free(text);
+    return found;
+}
+
+TG_TEST(test_cli_failures_leave_nothing) {
+    const char *dir = tg_test_tmpdir();
+    char out[600], args[1600], err_path[600], job[600];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(job, sizeof job, "%s/bad.job", dir);
+    tg_test_write_file(job, "model = tiny-bert\nseq = 999\nsteps = 1\ntrain_data = x\n");
+    snprintf(out, sizeof out, "%s/out/plan.tgp", dir);
+    snprintf(out, sizeof out, "%s/plan.tgp", dir);
+    snprintf(args, sizeof args, "compile %s -o %s", job, out);
+    CHECK(run_cli(dir, args) == 1, "compile of a bad job must exit 1");
+    CHECK(file_has(err_path, "key 'seq'"), "stderr lacks the key");
+    struct stat st;
+    CHECK(stat(out, &st) != 0, "a plan file was left behind");
+    CHECK(tg_test_count_files(dir) == 3, "files left behind: %d", tg_test_count_files(dir));
+
+    /* A good plan, truncated, is refused by inspect and run. */
+    snprintf(job, sizeof job, "%s/good.job", dir);
+    tg_test_write_file(job, "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, out);
+    REQUIRE(run_cli(dir, args) == 0, "compile failed");
+    long len;
+    char *bytes = tg_test_read_file(out, &len);
+    REQUIRE(bytes, "no plan written");
+    FILE *f = fopen(out, "wb");
+    fwrite(bytes, 1, (size_t)len / 2, f);
+    fclose(f);
+    free(bytes);
+    snprintf(args, sizeof args, "inspect %s", out);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "truncated"), "truncated plan not refused");
+    snprintf(args, sizeof args, "run %s", out);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "truncated"), "run of a truncated plan not refused");
+    /* Usage errors exit 2. */
+    CHECK(run_cli(dir, "frobnicate") == 2, "unknown command");
+    snprintf(args, sizeof args, "run %s --device tpu", out);
+    CHECK(run_cli(dir, args) == 2, "bad --device");
+}
+
+/* A model folder: tiny-bert's config and a safetensors file built by the caller. */
+static const char *model_folder(const tg_st_item *items, int n) {
+    const char *dir = tg_test_tmpdir();
+    char src[600], dst[600], cmd[1400];
+    snprintf(src, sizeof src, "%s/tiny-bert/config.json", tg_presets_dir());
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
+    if (system(cmd) != 0) return NULL;
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    tg_err err;
+    if (n && tg_st_write(dst, items, n, &err)) return NULL;
+    return dir;
+}
+
+static int open_with_folder(const char *dir, tg_plan *p, tg_trainer *tr, tg_err *err) {
+    tg_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (tg_model_config_load(dir, &cfg, err)) return -1;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "%s", dir);
+    job.batch = 2, job.seq = 8, job.steps = 1;
+    if (tg_compile_with_config(&job, &cfg, p, err)) return -1;
+    tg_trainer_options o = {.threads = 1, .load_data = 0};
+    int rc = tg_trainer_open(tr, p, &o, err);
+    if (rc) tg_plan_free(p);
+    return rc;
+}
+
+TG_TEST(test_weights_bad_checkpoints) {
+    static float data[100 * 32];
+    int64_t wrong_vocab[2] = {100, 32};
+    tg_st_item items[] = {{"bert.embeddings.word_embeddings.weight", TG_ST_F32, 2, wrong_vocab, data}};
+    const char *dir = model_folder(items, 1);
+    REQUIRE(dir, "cannot make the model folder");
+    tg_plan p;
+    tg_trainer tr;
+    tg_err err;
+    CHECK(open_with_folder(dir, &p, &tr, &err) != 0, "wrong vocabulary accepted");
+    CHECK(strstr(err.msg, "model.safetensors") && strstr(err.msg, "[100, 32]") && strstr(err.msg, "[128, 32]") &&
+              strstr(err.msg, "vocabulary"),
+          "message: %s", err.msg);
+
+    int64_t shape[1] = {4};
+    tg_st_item other[] = {{"unrelated.tensor", TG_ST_F32, 1, shape, data}};
+    dir = model_folder(other, 1);
+    REQUIRE(dir, "cannot make the model folder");
+    CHECK(open_with_folder(dir, &p, &tr, &err) != 0 && strstr(err.msg, "holds none"), "message: %s", err.msg);
+
+    dir = model_folder(NULL, 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    tg_test_write_file(path, "\x10\0\0\0\0\0\0\0{not json}      ");
+    CHECK(open_with_folder(dir, &p, &tr, &err) != 0 && strstr(err.msg, path), "message: %s", err.msg);
+}
+
+TG_TEST(test_weights_save_load_round_trip) {
+    /* Save a seeded model, load it back through a model folder, and compare. */
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nseed = 7\n", &p, &err,
+                         NULL) == 0,
+            "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.threads = 1, .load_data = 0};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    const char *dir = model_folder(NULL, 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(tg_trainer_save(&tr, path, &err) == 0, "%s", err.msg);
+    tg_plan p2;
+    tg_trainer tr2;
+    REQUIRE(open_with_folder(dir, &p2, &tr2, &err) == 0, "%s", err.msg);
+    CHECK(tr2.weights.loaded > 0 && tr2.weights.missing == 0, "loaded %d, missing %d", tr2.weights.loaded,
+          tr2.weights.missing);
+    const float *a = tg_trainer_tensor(&tr, p.io.params_all), *b = tg_trainer_tensor(&tr2, p2.io.params_all);
+    CHECK(p.pool_bytes[TG_POOL_PARAMS] == p2.pool_bytes[TG_POOL_PARAMS] &&
+              memcmp(a, b, p.pool_bytes[TG_POOL_PARAMS]) == 0,
+          "parameters differ after save and load");
+    /* The random init differs from a different seed's, and padding row 0 is zero. */
+    const tg_tensor *we = NULL;
+    for (int t = 0; t < p.n_tensors; t++)
+        if (strstr(p.tensors[t].name, "word_embeddings")) we = &p.tensors[t];
+    REQUIRE(we, "no word embeddings");
+    const float *row0 = a + we->offset / 4;
+    double sum = 0, sq = 0;
+    for (int i = 0; i < 32; i++) sum += fabs(row0[i]);
+    for (int64_t i = 32; i < tg_tensor_numel(we); i++) sq += (double)row0[i] * row0[i];
+    CHECK(sum == 0, "padding row not zero");
+    double std = sqrt(sq / (double)(tg_tensor_numel(we) - 32));
+    CHECK(fabs(std - 0.02) < 0.002, "init std %.4f, config initializer_range 0.02", std);
+    tg_trainer_close(&tr), tg_trainer_close(&tr2);
+    tg_plan_free(&p), tg_plan_free(&p2);
+}
