@@ -578,16 +578,13 @@ TG_TEST(test_data_sampler) {
 }
 
 TG_TEST(test_job_demo_files_parse) {
-    /* The committed demo jobs must stay valid (skipped when run from another folder). */
+    /* The committed demo jobs must stay valid (tests run from the repository root). */
     static const char *const files[] = {"examples/demo-classify.job", "examples/demo-lm.job"};
     for (int i = 0; i < 2; i++) {
-        FILE *f = fopen(files[i], "r");
-        if (!f) continue;
-        fclose(f);
         tg_job j;
         tg_err err = {{0}};
         CHECK(tg_job_load(files[i], NULL, 0, &j, &err) == 0, "%s", err.msg);
-        CHECK(j.steps == 200 && j.batch == 16 && j.seq == 48, "%s: shape", files[i]);
+        CHECK(j.steps > 0 && j.batch == 16 && j.seq == 48, "%s: shape", files[i]);
         CHECK(strncmp(j.train_data, "examples/data/", 14) == 0, "%s: %s", files[i], j.train_data);
     }
 }
