@@ -1,5 +1,6 @@
 # tunegraph: `make` builds build/libtunegraph.a and build/tunegraph; `make test` runs the
-# CPU test suite. GPU targets arrive with the CUDA executor.
+# CPU test suite. `make gpu` builds the CUDA executor into build/gpu/ (tunegraph and
+# run_tests); `make gpu-test` runs the whole suite on the GPU (needs one).
 CC ?= gcc
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -I. -pthread \
@@ -11,9 +12,9 @@ LIB_SRC := $(wildcard compiler/*.c runtime/*.c models/*.c datasets/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard include/tunegraph.h include/tunegraph/*.h compiler/*.h runtime/*.h models/*.h datasets/*.h kernels/*.h tests/*.h)
+HEADERS := $(wildcard include/tunegraph.h include/tunegraph/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h tests/*.h)
 
-.PHONY: all test clean
+.PHONY: all test clean gpu gpu-test demo
 all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -34,5 +35,42 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 test: $(BUILD)/run_tests $(BUILD)/tunegraph
 	./$(BUILD)/run_tests $(TESTS)
 
+demo: all
+	cd examples && ../$(BUILD)/tunegraph run demo-classify.job --metrics ../$(BUILD)/demo-metrics.jsonl
+
 clean:
 	rm -rf $(BUILD)
+
+# ---- CUDA executor ----------------------------------------------------------------------
+NVCC ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
+NVCCFLAGS ?= -O3
+NVCCFLAGS += $(CUDA_ARCH) -std=c++17 -Iinclude -I. -Xcompiler -Wall
+GPU := $(BUILD)/gpu
+CU_OBJ := $(patsubst %.cu,$(GPU)/%.o,$(wildcard kernels/*.cu))
+CUDA_HOST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard runtime/cuda/*.c))
+GPU_TEST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard tests/gpu/*.c))
+# Objects, not an archive: the CUDA constructor resolves a weak reference in the library.
+GPU_OBJ := $(CU_OBJ) $(CUDA_HOST_OBJ)
+GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+
+$(GPU)/kernels/%.o: kernels/%.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(GPU)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -c $< -o $@
+
+$(GPU)/tunegraph: $(BUILD)/cli/main.o $(GPU_OBJ) $(BUILD)/libtunegraph.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
+
+$(GPU)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_OBJ) $(BUILD)/libtunegraph.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
+
+gpu: $(GPU)/tunegraph $(GPU)/run_tests
+
+# The whole suite with the CUDA executor (TG_TEST_DEVICE=cuda), plus the device tests.
+gpu-test: gpu $(BUILD)/tunegraph
+	TG_TEST_DEVICE=cuda ./$(GPU)/run_tests $(TESTS)

@@ -10,6 +10,7 @@
 #include "compiler/compile.h"
 #include "compiler/inspect.h"
 #include "compiler/job.h"
+#include "runtime/executor.h"
 #include "runtime/plan_file.h"
 #include "runtime/trainer.h"
 #include "tunegraph.h"
@@ -149,10 +150,7 @@ static int cmd_run(int argc, char **argv) {
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
     tg_err err = {{0}};
-    if (a.device && !strcmp(a.device, "cuda")) {
-        fprintf(stderr, "tunegraph: --device cuda: this build has no CUDA executor; use --device cpu\n");
-        return 1;
-    }
+    tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
     double t_start = now_s();
     tg_plan plan;
     if (tg_plan_file_sniff(a.input)) {
@@ -177,15 +175,16 @@ static int cmd_run(int argc, char **argv) {
     }
 
     tg_trainer tr;
-    tg_trainer_options opts = {.threads = a.threads, .load_data = 1};
+    tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1};
     if (tg_trainer_open(&tr, &plan, &opts, &err)) {
         tg_plan_free(&plan);
         return die(&err);
     }
     const tg_job *job = &plan.job;
     int tty = isatty(STDERR_FILENO);
-    fprintf(stderr, "tunegraph: %s %s on cpu: %d examples, batch %d x seq %d, %d steps",
-            tg_arch_name(plan.model.arch), tg_task_name(job->task), tr.train.n, job->batch, job->seq,
+    const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu";
+    fprintf(stderr, "tunegraph: %s %s on %s: %d examples, batch %d x seq %d, %d steps",
+            tg_arch_name(plan.model.arch), tg_task_name(job->task), device_name, tr.train.n, job->batch, job->seq,
             tr.total_steps);
     if (tr.weights_loaded)
         fprintf(stderr, ", %d tensors from %s (%d newly initialised%s%s)", tr.weights.loaded, plan.model.weights,
@@ -248,8 +247,8 @@ static int cmd_run(int argc, char **argv) {
     if (!rc) {
         int n = snprintf(line, sizeof line,
                          "{\"summary\": true, \"steps\": %d, \"first_loss\": %.6g, \"final_loss\": %.6g, "
-                         "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"device\": \"cpu\"",
-                         tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s);
+                         "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"device\": \"%s\"",
+                         tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s, device_name);
         if (evaluated) {
             n += snprintf(line + n, sizeof line - n, ", \"eval_examples\": %d, \"eval_loss\": %.6g", ev.examples,
                           ev.loss);

@@ -13,18 +13,44 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-void *tg_trainer_tensor(tg_trainer *t, int tensor) { return tensor < 0 ? NULL : tg_cpu_tensor(&t->exec, tensor); }
+void *tg_trainer_input(tg_trainer *t, int tensor) {
+    if (tensor < 0 || t->plan->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
+    return t->inputs + t->plan->tensors[tensor].offset;
+}
 
-static float scalar(tg_trainer *t, int tensor) { return *(float *)tg_trainer_tensor(t, tensor); }
+int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err) {
+    return tg_executor_read(&t->ex, tensor, host, err);
+}
+
+int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err) {
+    return tg_executor_write(&t->ex, tensor, host, err);
+}
+
+static int read_scalar(tg_trainer *t, int tensor, float *v, tg_err *err) { return tg_trainer_read(t, tensor, v, err); }
+
+static int write_scalar(tg_trainer *t, int tensor, float v, tg_err *err) { return tg_trainer_write(t, tensor, &v, err); }
+
+/* Uploads every input tensor from the staging. */
+static int upload_inputs(tg_trainer *t, tg_err *err) {
+    for (int i = 0; i < t->plan->n_tensors; i++)
+        if (t->plan->tensors[i].pool == TG_POOL_INPUTS && tg_trainer_write(t, i, tg_trainer_input(t, i), err))
+            return -1;
+    return 0;
+}
+
+int tg_trainer_run(tg_trainer *t, int first, int last, int training, tg_err *err) {
+    if (upload_inputs(t, err)) return -1;
+    return tg_executor_run(&t->ex, first, last, training, err);
+}
 
 static void bind_batch(tg_trainer *t, tg_batch *b) {
     const tg_plan_io *io = &t->plan->io;
-    b->input_ids = tg_trainer_tensor(t, io->input_ids);
-    b->attention_mask = tg_trainer_tensor(t, io->attention_mask);
-    b->position_ids = tg_trainer_tensor(t, io->position_ids);
-    b->labels = tg_trainer_tensor(t, io->labels);
+    b->input_ids = tg_trainer_input(t, io->input_ids);
+    b->attention_mask = tg_trainer_input(t, io->attention_mask);
+    b->position_ids = tg_trainer_input(t, io->position_ids);
+    b->labels = tg_trainer_input(t, io->labels);
     /* GPT-2 has no token types; the batch still needs somewhere to write them. */
-    b->token_type_ids = io->token_type_ids >= 0 ? tg_trainer_tensor(t, io->token_type_ids) : NULL;
+    b->token_type_ids = io->token_type_ids >= 0 ? tg_trainer_input(t, io->token_type_ids) : NULL;
 }
 
 static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, tg_batch *b) {
@@ -43,19 +69,29 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->plan = plan;
     const tg_job *job = &plan->job;
     const tg_model_config *cfg = &plan->model;
-    if (tg_cpu_exec_init(&t->exec, plan, opts ? opts->threads : 0, err)) return -1;
-    t->exec.seed = job->seed;
-    t->exec.training = 1;
+    tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
+                              opts ? !opts->no_graphs : 1, job->seed};
+    if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
-    if (!t->batch_idx) goto fail_oom;
-
-    float *params = tg_trainer_tensor(t, plan->io.params_all);
+    t->inputs = calloc(1, plan->pool_bytes[TG_POOL_INPUTS] + 1);
+    float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
+    if (!t->batch_idx || !t->inputs || !params) {
+        free(params);
+        goto fail_oom;
+    }
+    memset(params, 0, plan->pool_bytes[TG_POOL_PARAMS]);
     tg_weights_init(plan, params, job->seed);
     if (cfg->weights[0]) {
-        if (tg_weights_load(plan, params, cfg->weights, &t->weights, err)) goto fail;
+        if (tg_weights_load(plan, params, cfg->weights, &t->weights, err)) {
+            free(params);
+            goto fail;
+        }
         t->weights_loaded = 1;
     }
+    int up = tg_trainer_write(t, plan->io.params_all, params, err);
+    free(params);
+    if (up) goto fail;
 
     if (!opts || opts->load_data) {
         tg_data_rules rules = {job->task, job->num_labels, cfg->vocab_size, cfg->type_vocab_size};
@@ -69,8 +105,8 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     }
     int32_t per_epoch = t->has_train ? (t->train.n + job->batch - 1) / job->batch : 1;
     t->total_steps = job->steps > 0 ? job->steps : job->epochs * per_epoch;
-    *(float *)tg_trainer_tensor(t, plan->io.total_steps) = (float)t->total_steps;
-    *(float *)tg_trainer_tensor(t, plan->io.step) = 0.0f;
+    if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
+        goto fail;
     return 0;
 fail_oom:
     tg_fail(err, "out of memory");
@@ -84,7 +120,8 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->has_eval) tg_dataset_free(&t->eval);
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
-    tg_cpu_exec_free(&t->exec);
+    free(t->inputs);
+    tg_executor_close(&t->ex);
     memset(t, 0, sizeof *t);
 }
 
@@ -95,7 +132,7 @@ void tg_trainer_next_batch(tg_trainer *t) {
 }
 
 static int64_t real_tokens(tg_trainer *t) {
-    const float *mask = tg_trainer_tensor(t, t->plan->io.attention_mask);
+    const float *mask = tg_trainer_input(t, t->plan->io.attention_mask);
     int64_t n = 0;
     for (int64_t i = 0; i < (int64_t)t->shape.batch * t->shape.seq; i++) n += mask[i] != 0.0f;
     return n;
@@ -104,14 +141,12 @@ static int64_t real_tokens(tg_trainer *t) {
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     const tg_plan *p = t->plan;
     double t0 = now_ms();
-    t->exec.training = 1;
-    if (tg_cpu_exec_phases(&t->exec, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, err)) return -1;
     memset(s, 0, sizeof *s);
+    if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, err) || read_scalar(t, p->io.loss, &s->loss, err) ||
+        read_scalar(t, p->io.lr, &s->lr, err) || read_scalar(t, p->io.grad_norm, &s->grad_norm, err))
+        return -1;
     s->step_ms = now_ms() - t0;
     s->step = ++t->steps_done;
-    s->loss = scalar(t, p->io.loss);
-    s->lr = scalar(t, p->io.lr);
-    s->grad_norm = scalar(t, p->io.grad_norm);
     s->tokens = real_tokens(t);
     if (!isfinite(s->loss))
         return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);
@@ -140,22 +175,24 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
-    t->exec.training = 0;
+    float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(logits_t->bytes) : NULL;
+    if (p->job.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
         tg_batch b;
         fill_batch(t, &t->eval, t->batch_idx, n, &b);
-        if (tg_cpu_exec_phases(&t->exec, TG_PHASE_FORWARD, TG_PHASE_FORWARD, err)) {
-            t->exec.training = 1;
+        float loss;
+        if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
+            (logits && tg_trainer_read(t, p->io.logits, logits, err))) {
+            free(logits);
             return -1;
         }
-        const int32_t *labels = tg_trainer_tensor(t, p->io.labels);
+        const int32_t *labels = tg_trainer_input(t, p->io.labels);
         int64_t counted = counted_labels(labels, n_labels);
-        loss_sum += (double)scalar(t, p->io.loss) * (double)counted;
+        loss_sum += (double)loss * (double)counted;
         s->counted += counted;
-        if (p->job.task == TG_TASK_CLASSIFY) {
-            const float *logits = tg_trainer_tensor(t, p->io.logits);
+        if (logits) {
             for (int64_t r = 0; r < n_labels; r++) {
                 if (labels[r] == TG_IGNORE_INDEX) continue;
                 int64_t best = 0;
@@ -166,7 +203,7 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
         }
         s->examples += n;
     }
-    t->exec.training = 1;
+    free(logits);
     s->loss = s->counted ? loss_sum / (double)s->counted : 0.0;
     s->accuracy = p->job.task == TG_TASK_CLASSIFY && s->counted ? (double)correct / (double)s->counted : -1.0;
     s->perplexity = p->job.task == TG_TASK_LM ? exp(s->loss) : -1.0;
@@ -174,5 +211,9 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
 }
 
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
-    return tg_weights_save(t->plan, tg_trainer_tensor(t, t->plan->io.params_all), path, err);
+    float *params = malloc(t->plan->pool_bytes[TG_POOL_PARAMS]);
+    if (!params) return tg_fail(err, "out of memory");
+    int rc = tg_trainer_read(t, t->plan->io.params_all, params, err) || tg_weights_save(t->plan, params, path, err);
+    free(params);
+    return rc ? -1 : 0;
 }

@@ -6,14 +6,16 @@
 #include <stdint.h>
 
 #include "datasets/dataset.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/executor.h"
 #include "runtime/weights.h"
 #include "tunegraph/error.h"
 #include "tunegraph/plan.h"
 
 typedef struct tg_trainer_options {
+    tg_device device;       /* TG_DEVICE_CPU (the reference) or TG_DEVICE_CUDA */
     int threads;            /* CPU threads; <= 0: one per core */
     int load_data;          /* 0: no datasets (the caller fills the input tensors itself) */
+    int no_graphs;          /* CUDA: launch op by op instead of replaying captured graphs */
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -35,7 +37,8 @@ typedef struct tg_eval_stats {
 
 typedef struct tg_trainer {
     const tg_plan *plan;
-    tg_cpu_exec exec;
+    tg_executor ex;
+    uint8_t *inputs;        /* host staging of the inputs pool, uploaded before each run */
     tg_dataset train, eval;
     int has_train, has_eval;
     tg_sampler sampler;
@@ -53,10 +56,12 @@ typedef struct tg_trainer {
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);
 void tg_trainer_close(tg_trainer *t);
 
-/* Fills the input tensors from the next training batch. */
+/* Fills the input staging from the next training batch. */
 void tg_trainer_next_batch(tg_trainer *t);
-/* Runs forward, backward and optimizer on the bound inputs and reads the step's stats. */
+/* Uploads the input staging, runs forward, backward and optimizer, reads the stats. */
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);
+/* Uploads the input staging and runs phases [first, last] (tests, eval). */
+int tg_trainer_run(tg_trainer *t, int first_phase, int last_phase, int training, tg_err *err);
 /* next_batch + run_step. */
 int tg_trainer_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);
 
@@ -66,7 +71,10 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *stats, tg_err *err);
 /* Writes the current parameters as HF-named safetensors. */
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
 
-/* Pointer to a tensor's storage (inputs, outputs, parameters). */
-void *tg_trainer_tensor(tg_trainer *t, int tensor);
+/* Host staging of an input tensor (ids, masks, positions, labels). */
+void *tg_trainer_input(tg_trainer *t, int tensor);
+/* Copies any tensor between the executor and host memory. */
+int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err);
+int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err);
 
 #endif

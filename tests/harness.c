@@ -115,6 +115,11 @@ void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi
     }
 }
 
+int tg_test_device(void) {
+    const char *d = getenv("TG_TEST_DEVICE");
+    return d && !strcmp(d, "cuda");
+}
+
 static void remove_tree(const char *path) {
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
@@ -152,6 +157,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     remove_tree(g_tmp_root);
+    if (tg_test_device()) printf("(executor: cuda)\n");
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -36,6 +36,9 @@ int tg_test_count_files(const char *dir);
 /* ||a - b|| / max(||b||, tiny), in double; +inf if any element is NaN. */
 double tg_rel_err(const float *a, const float *b, int64_t n);
 
+/* The executor the suite runs on: 1 (CUDA) when TG_TEST_DEVICE=cuda, else 0 (CPU). */
+int tg_test_device(void);
+
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
 

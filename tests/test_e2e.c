@@ -25,7 +25,7 @@ static int train(const char *job_path, const char *const *sets, int n_sets, run_
     memset(r, 0, sizeof *r);
     if (!CHECK(tg_job_load(job_path, sets, n_sets, &job, &err) == 0, "%s", err.msg)) return 0;
     if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
-    tg_trainer_options o = {.threads = 0, .load_data = 1};
+    tg_trainer_options o = {.device = tg_test_device(), .threads = 0, .load_data = 1};
     if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
         tg_plan_free(&plan);
         return 0;

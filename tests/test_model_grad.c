@@ -24,9 +24,9 @@ static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
     const tg_plan_io *io = &p->io;
     int B = p->job.batch, T = p->job.seq, V = p->model.vocab_size;
     int pad = tg_job_pad_id(&p->job, &p->model);
-    int32_t *ids = tg_trainer_tensor(tr, io->input_ids), *pos = tg_trainer_tensor(tr, io->position_ids);
-    int32_t *types = tg_trainer_tensor(tr, io->token_type_ids), *labels = tg_trainer_tensor(tr, io->labels);
-    float *mask = tg_trainer_tensor(tr, io->attention_mask);
+    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
+    int32_t *types = tg_trainer_input(tr, io->token_type_ids), *labels = tg_trainer_input(tr, io->labels);
+    float *mask = tg_trainer_input(tr, io->attention_mask);
     for (int b = 0; b < B; b++) {
         int len = b == 1 ? T / 2 : T;
         int real = 0;
@@ -43,10 +43,14 @@ static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
     }
 }
 
-static double loss_now(tg_trainer *tr, const tg_plan *p) {
+/* Loss of the forward pass (dropout on, same masks) at the given parameters. */
+static double loss_at(tg_trainer *tr, const tg_plan *p, const float *params) {
     tg_err err;
-    if (tg_cpu_exec_phases(&tr->exec, TG_PHASE_FORWARD, TG_PHASE_FORWARD, &err)) return NAN;
-    return *(float *)tg_trainer_tensor(tr, p->io.loss);
+    float loss;
+    if (tg_trainer_write(tr, p->io.params_all, params, &err) ||
+        tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) || tg_trainer_read(tr, p->io.loss, &loss, &err))
+        return NAN;
+    return loss;
 }
 
 static void gradcheck_model(const char *preset, int task, int num_labels) {
@@ -67,17 +71,17 @@ static void gradcheck_model(const char *preset, int task, int num_labels) {
     for (int o = 0; o < p.n_ops; o++) dropouts += p.ops[o].kind == TG_OP_DROPOUT;
     CHECK(dropouts > 0, "%s: the check should run with dropout on", preset);
     tg_trainer tr;
-    tg_trainer_options o = {.threads = 2, .load_data = 0};
+    tg_trainer_options o = {.device = tg_test_device(), .threads = 2, .load_data = 0};
     REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
     rng_state = 0x9E3779B97F4A7C15ull;
     fill_inputs(&tr, &p);
     /* Gradients at the current point; dropout masks depend only on (seed, step, key). */
-    REQUIRE(tg_cpu_exec_phases(&tr.exec, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, &err) == 0, "%s", err.msg);
-    float *params = tg_trainer_tensor(&tr, p.io.params_all);
+    REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, &err) == 0, "%s", err.msg);
     size_t pbytes = p.pool_bytes[TG_POOL_PARAMS];
-    float *grads = malloc(pbytes), *saved = malloc(pbytes);
-    memcpy(grads, tg_trainer_tensor(&tr, p.io.grads_all), pbytes);
-    memcpy(saved, params, pbytes);
+    float *grads = malloc(pbytes), *saved = malloc(pbytes), *params = malloc(pbytes);
+    REQUIRE(tg_trainer_read(&tr, p.io.grads_all, grads, &err) == 0 && tg_trainer_read(&tr, p.io.params_all, saved, &err) == 0,
+            "%s", err.msg);
+    memcpy(params, saved, pbytes);
 
     int checked = 0;
     for (int t = 0; t < p.n_tensors; t++) {
@@ -98,9 +102,9 @@ static void gradcheck_model(const char *preset, int task, int num_labels) {
         const double eps = 1e-2;
         float *w = params + x->offset / 4;
         for (int64_t i = 0; i < n; i++) w[i] = (float)(saved[x->offset / 4 + i] + eps * v[i]);
-        double up = loss_now(&tr, &p);
+        double up = loss_at(&tr, &p, params);
         for (int64_t i = 0; i < n; i++) w[i] = (float)(saved[x->offset / 4 + i] - eps * v[i]);
-        double down = loss_now(&tr, &p);
+        double down = loss_at(&tr, &p, params);
         memcpy(w, saved + x->offset / 4, sizeof(float) * (size_t)n);
         double fd = (up - down) / (2 * eps);
         CHECK(fabs(fd - analytic) <= 2e-2 * fabs(analytic) + 2e-4, "%s: %s: finite difference %.6g, backward %.6g",
@@ -109,7 +113,7 @@ static void gradcheck_model(const char *preset, int task, int num_labels) {
         free(v);
     }
     CHECK(checked > 10, "%s: only %d parameters checked", preset, checked);
-    free(grads), free(saved);
+    free(grads), free(saved), free(params);
     tg_trainer_close(&tr);
     tg_plan_free(&p);
 }

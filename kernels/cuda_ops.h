@@ -1,0 +1,72 @@
+/* The CUDA executor's per-op entry point. Every op kind has one launcher in the table in
+ * kernels/cuda_ops.cu (statically asserted against TG_OP_COUNT); each launches on the
+ * given stream, never allocates and never synchronises, so a whole schedule can be
+ * captured into one CUDA graph. Device numerics follow runtime/cpu_ops.c, the oracle. */
+#ifndef TUNEGRAPH_CUDA_OPS_H
+#define TUNEGRAPH_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "tunegraph/error.h"
+#include "tunegraph/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One parameter segment of the contiguous params/grads/m/v buffers (device table for
+ * the multi-tensor AdamW). */
+typedef struct tg_param_segment {
+    int64_t offset;   /* in elements */
+    int64_t numel;
+    int32_t decay;    /* 0 for TG_TENSOR_NO_DECAY */
+    int32_t pad;
+} tg_param_segment;
+
+typedef struct tg_gemm_cache tg_gemm_cache;
+
+/* State shared by all launches of one executor; owned by runtime/cuda_exec.c. */
+typedef struct tg_cuda_ctx {
+    cudaStream_t stream;
+    void *cublaslt;                 /* cublasLtHandle_t */
+    void *gemm_workspace;           /* device memory for cuBLASLt */
+    size_t gemm_workspace_bytes;
+    tg_gemm_cache *gemm_cache;      /* algorithm per GEMM shape, chosen once at load */
+    int allow_tf32;
+    const tg_param_segment *segments; /* device array for ADAMW */
+    int32_t n_segments;
+    float *reduce_scratch;          /* device scratch for block partial sums */
+    size_t reduce_scratch_floats;
+    uint64_t seed;                  /* dropout stream seed */
+} tg_cuda_ctx;
+
+typedef struct tg_cuda_op_args {
+    const tg_op *op;
+    void *in[TG_OP_MAX_IN];           /* device pointers, NULL for unused slots */
+    void *out[TG_OP_MAX_OUT];
+    int64_t in_numel[TG_OP_MAX_IN];
+    int64_t out_numel[TG_OP_MAX_OUT];
+    int training;                     /* 0: dropout is the identity */
+    tg_cuda_ctx *ctx;
+} tg_cuda_op_args;
+
+/* Launches one op. Returns 0, or -1 with err naming the op and the CUDA/cuBLASLt error. */
+int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err);
+
+/* Floats of ctx->reduce_scratch an op needs (deterministic multi-block reductions write
+ * fixed-order partials there); the executor sizes the scratch as the maximum. */
+int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
+
+/* GEMM (kernels/gemm.cu): row-major batched C = alpha op(A) op(B) (+ bias) (+ C), as
+ * TG_OP_MATMUL, through cuBLASLt with fp32 compute (TF32 only when allowed). */
+int tg_gemm_cache_create(tg_gemm_cache **cache, tg_err *err);
+void tg_gemm_cache_destroy(tg_gemm_cache *cache);
+int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,138 @@
+/* TG_OP_MATMUL through cuBLASLt. Row-major C[M,N] = op(A) op(B) is computed as the
+ * column-major product C^T[N,M] = op(B)^T op(A)^T, which reads the same memory without
+ * copies: a row-major X is a column-major X^T. The algorithm for each shape is chosen once
+ * with the heuristic API and cached; launches never allocate, so they can be captured. */
+#include <cublasLt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_ops.h"
+
+typedef struct gemm_key {
+    int64_t m, n, k, batch;
+    int32_t ta, tb, bias, accumulate, tf32, pad;
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+} gemm_entry;
+
+struct tg_gemm_cache {
+    gemm_entry *entries;
+    int n, cap;
+};
+
+extern "C" int tg_gemm_cache_create(tg_gemm_cache **cache, tg_err *err) {
+    *cache = (tg_gemm_cache *)calloc(1, sizeof **cache);
+    return *cache ? 0 : tg_fail(err, "out of memory");
+}
+
+extern "C" void tg_gemm_cache_destroy(tg_gemm_cache *cache) {
+    if (!cache) return;
+    free(cache->entries);
+    free(cache);
+}
+
+static int lt_fail(tg_err *err, const char *what, cublasStatus_t st, const gemm_key *k) {
+    return tg_fail(err, "matmul M=%lld N=%lld K=%lld batch=%lld transA=%d transB=%d: %s failed: %s (%d)",
+                   (long long)k->n, (long long)k->m, (long long)k->k, (long long)k->batch, k->ta, k->tb, what,
+                   cublasGetStatusString(st), (int)st);
+}
+
+#define LT_TRY(call, what)                                      \
+    do {                                                        \
+        cublasStatus_t st_ = (call);                            \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                     \
+            rc = lt_fail(err, what, st_, &key);                 \
+            goto out;                                           \
+        }                                                       \
+    } while (0)
+
+extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_op *op = a->op;
+    tg_cuda_ctx *ctx = a->ctx;
+    const int64_t M = op->i[0], N = op->i[1], K = op->i[2], batch = op->i[5];
+    const int ta = (int)op->i[3], tb = (int)op->i[4], acc = (int)op->i[6];
+    const float alpha = op->f[0], beta = acc ? 1.0f : 0.0f;
+    const void *bias = a->in[2];
+    /* Column-major problem: m = N, n = M, k = K; A' = B's memory, B' = A's memory. */
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.m = N, key.n = M, key.k = K, key.batch = batch, key.ta = ta, key.tb = tb;
+    key.bias = bias != NULL, key.accumulate = acc, key.tf32 = ctx->allow_tf32;
+    cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    int rc = 0;
+    cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
+    cublasComputeType_t compute = ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    LT_TRY(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "set TRANSA");
+    LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "set TRANSB");
+    if (bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "set EPILOGUE");
+        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+               "set BIAS_POINTER");
+    }
+    /* Stored shapes (before op): A' is B's memory, B' is A's memory, C' is C^T. */
+    LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, tb ? K : N, tb ? N : K, tb ? K : N), "layout A");
+    LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, ta ? M : K, ta ? K : M, ta ? M : K), "layout B");
+    LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N), "layout C");
+    if (batch > 1) {
+        int32_t count = (int32_t)batch;
+        int64_t sa = N * K, sb = M * K, sc = M * N;
+        LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), "batch A");
+        LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), "batch B");
+        LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), "batch C");
+        LT_TRY(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa), "stride A");
+        LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb), "stride B");
+        LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc), "stride C");
+    }
+    {
+        tg_gemm_cache *cache = ctx->gemm_cache;
+        const cublasLtMatmulAlgo_t *algo = NULL;
+        for (int i = 0; i < cache->n && !algo; i++)
+            if (!memcmp(&cache->entries[i].key, &key, sizeof key)) algo = &cache->entries[i].algo;
+        if (!algo) {
+            LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+            size_t ws = ctx->gemm_workspace_bytes;
+            LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                   "set MAX_WORKSPACE_BYTES");
+            cublasLtMatmulHeuristicResult_t result;
+            int found = 0;
+            LT_TRY(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &result, &found),
+                   "cublasLtMatmulAlgoGetHeuristic");
+            if (!found) {
+                rc = tg_fail(err, "matmul M=%lld N=%lld K=%lld: cuBLASLt has no algorithm for this shape",
+                             (long long)M, (long long)N, (long long)K);
+                goto out;
+            }
+            if (cache->n == cache->cap) {
+                int cap = cache->cap ? 2 * cache->cap : 64;
+                gemm_entry *e = (gemm_entry *)realloc(cache->entries, sizeof *e * (size_t)cap);
+                if (!e) {
+                    rc = tg_fail(err, "out of memory");
+                    goto out;
+                }
+                cache->entries = e, cache->cap = cap;
+            }
+            cache->entries[cache->n].key = key;
+            cache->entries[cache->n].algo = result.algo;
+            algo = &cache->entries[cache->n++].algo;
+        }
+        LT_TRY(cublasLtMatmul(lt, desc, &alpha, a->in[1], la, a->in[0], lb, &beta, a->out[0], lc, a->out[0], lc, algo,
+                              ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream),
+               "cublasLtMatmul");
+    }
+out:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return rc;
+}

@@ -1,0 +1,191 @@
+/* The CUDA executor: binds a plan's pools on the device and runs its schedule. */
+#include "runtime/cuda/cuda_exec.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GEMM_WORKSPACE_BYTES (32u << 20)
+
+static int cuda_fail(tg_err *err, const char *what, cudaError_t e) {
+    return tg_fail(err, "%s failed: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define CUDA_TRY(call, what)                         \
+    do {                                             \
+        cudaError_t e_ = (call);                     \
+        if (e_ != cudaSuccess) return cuda_fail(err, what, e_); \
+    } while (0)
+
+int tg_cuda_device_name(char *buf, int len) {
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return -1;
+    snprintf(buf, (size_t)len, "%s", prop.name);
+    return 0;
+}
+
+void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor) {
+    if (tensor < 0) return NULL;
+    const tg_tensor *t = &x->plan->tensors[tensor];
+    return x->pool[t->pool] ? x->pool[t->pool] + t->offset : NULL;
+}
+
+static int build_segments(tg_cuda_exec *x, tg_err *err) {
+    const tg_plan *p = x->plan;
+    int n = 0;
+    for (int t = 0; t < p->n_tensors; t++) n += (p->tensors[t].flags & TG_TENSOR_PARAM) != 0;
+    tg_param_segment *host = calloc((size_t)n, sizeof *host);
+    if (!host) return tg_fail(err, "out of memory");
+    n = 0;
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x2 = &p->tensors[t];
+        if (!(x2->flags & TG_TENSOR_PARAM)) continue;
+        host[n].offset = (int64_t)(x2->offset / sizeof(float));
+        host[n].numel = tg_tensor_numel(x2);
+        host[n].decay = !(x2->flags & TG_TENSOR_NO_DECAY);
+        n++;
+    }
+    cudaError_t e = cudaMalloc((void **)&x->segments_dev, sizeof *host * (size_t)n);
+    if (e == cudaSuccess) e = cudaMemcpy(x->segments_dev, host, sizeof *host * (size_t)n, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess) return cuda_fail(err, "upload of the AdamW segment table", e);
+    x->ctx.segments = x->segments_dev;
+    x->ctx.n_segments = n;
+    return 0;
+}
+
+static void numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *out_n) {
+    for (int s = 0; s < TG_OP_MAX_IN; s++) in_n[s] = op->in[s] >= 0 ? tg_tensor_numel(&p->tensors[op->in[s]]) : 0;
+    if (out_n)
+        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+            out_n[s] = op->out[s] >= 0 ? tg_tensor_numel(&p->tensors[op->out[s]]) : 0;
+}
+
+int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err) {
+    memset(x, 0, sizeof *x);
+    x->plan = plan;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return tg_fail(err, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    CUDA_TRY(cudaSetDevice(0), "cudaSetDevice(0)");
+    for (int p = 0; p < TG_POOL_COUNT; p++) {
+        if (!plan->pool_bytes[p]) continue;
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc of pool %s (%llu bytes)", tg_pool_name(p),
+                 (unsigned long long)plan->pool_bytes[p]);
+        e = cudaMalloc((void **)&x->pool[p], plan->pool_bytes[p]);
+        if (e == cudaSuccess) e = cudaMemset(x->pool[p], 0, plan->pool_bytes[p]);
+        if (e != cudaSuccess) {
+            cuda_fail(err, what, e);
+            tg_cuda_exec_free(x);
+            return -1;
+        }
+    }
+    tg_cuda_ctx *c = &x->ctx;
+    c->seed = seed;
+    c->allow_tf32 = plan->job.allow_tf32;
+    c->gemm_workspace_bytes = GEMM_WORKSPACE_BYTES;
+    int64_t scratch = 1024;
+    for (int o = 0; o < plan->n_ops; o++) {
+        int64_t in_n[TG_OP_MAX_IN];
+        numels(plan, &plan->ops[o], in_n, NULL);
+        int64_t need = tg_cuda_op_scratch_floats(&plan->ops[o], in_n);
+        if (need > scratch) scratch = need;
+    }
+    c->reduce_scratch_floats = (size_t)scratch;
+    cublasLtHandle_t lt = NULL;
+    int rc = 0;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaStreamCreate", e);
+    else if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
+        rc = tg_fail(err, "cublasLtCreate failed");
+    else if ((c->cublaslt = lt, e = cudaMalloc(&c->gemm_workspace, c->gemm_workspace_bytes)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaMalloc of the cuBLASLt workspace", e);
+    else if ((e = cudaMalloc((void **)&c->reduce_scratch, c->reduce_scratch_floats * sizeof(float))) != cudaSuccess)
+        rc = cuda_fail(err, "cudaMalloc of the reduction scratch", e);
+    else if (tg_gemm_cache_create(&c->gemm_cache, err) || build_segments(x, err))
+        rc = -1;
+    if (rc) tg_cuda_exec_free(x);
+    return rc;
+}
+
+void tg_cuda_exec_free(tg_cuda_exec *x) {
+    for (int s = 0; s < 2; s++)
+        if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
+    for (int p = 0; p < TG_POOL_COUNT; p++) cudaFree(x->pool[p]);
+    cudaFree(x->segments_dev);
+    cudaFree(x->ctx.gemm_workspace);
+    cudaFree(x->ctx.reduce_scratch);
+    if (x->ctx.cublaslt) cublasLtDestroy((cublasLtHandle_t)x->ctx.cublaslt);
+    tg_gemm_cache_destroy(x->ctx.gemm_cache);
+    if (x->ctx.stream) cudaStreamDestroy(x->ctx.stream);
+    memset(x, 0, sizeof *x);
+}
+
+int tg_cuda_exec_range(tg_cuda_exec *x, int first, int last, int training, tg_err *err) {
+    const tg_plan *p = x->plan;
+    if (first < 0 || last > p->n_ops || first > last) return tg_fail(err, "op range [%d, %d) out of bounds", first, last);
+    for (int o = first; o < last; o++) {
+        tg_cuda_op_args a;
+        memset(&a, 0, sizeof a);
+        a.op = &p->ops[o];
+        a.ctx = &x->ctx;
+        a.training = training;
+        numels(p, a.op, a.in_numel, a.out_numel);
+        for (int s = 0; s < TG_OP_MAX_IN; s++) a.in[s] = tg_cuda_tensor(x, a.op->in[s]);
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) a.out[s] = tg_cuda_tensor(x, a.op->out[s]);
+        if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
+    }
+    return 0;
+}
+
+int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int training, tg_err *err) {
+    return tg_cuda_exec_range(x, x->plan->phase_begin[first_phase], x->plan->phase_begin[last_phase + 1], training, err);
+}
+
+int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err) {
+    if (slot < 0 || slot > 1) return tg_fail(err, "graph slot %d", slot);
+    if (!x->graph_exec[slot]) {
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CUDA_TRY(cudaStreamBeginCapture(x->ctx.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        int rc = tg_cuda_exec_phases(x, first_phase, last_phase, training, err);
+        cudaError_t e = cudaStreamEndCapture(x->ctx.stream, &graph);
+        if (rc) {
+            if (graph) cudaGraphDestroy(graph);
+            return tg_fail_context(err, "while capturing the step graph");
+        }
+        if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
+        e = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (e != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", e);
+        x->graph_exec[slot] = exec;
+    }
+    CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->graph_exec[slot], x->ctx.stream), "cudaGraphLaunch");
+    return 0;
+}
+
+int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err) {
+    const tg_tensor *t = &x->plan->tensors[tensor];
+    /* On the executor's stream: the legacy stream does not order with a non-blocking one. */
+    CUDA_TRY(cudaMemcpyAsync(tg_cuda_tensor(x, tensor), host, t->bytes, cudaMemcpyHostToDevice, x->ctx.stream),
+             "upload");
+    CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "cudaStreamSynchronize after upload");
+    return 0;
+}
+
+int tg_cuda_download(tg_cuda_exec *x, int tensor, void *host, tg_err *err) {
+    const tg_tensor *t = &x->plan->tensors[tensor];
+    CUDA_TRY(cudaMemcpyAsync(host, tg_cuda_tensor(x, tensor), t->bytes, cudaMemcpyDeviceToHost, x->ctx.stream),
+             "download");
+    CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "cudaStreamSynchronize after download");
+    return 0;
+}
+
+int tg_cuda_sync(tg_cuda_exec *x, tg_err *err) {
+    CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "cudaStreamSynchronize");
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* The CUDA executor behind the executor interface. The train step (forward, backward,
+ * optimizer) and the eval forward are each captured once into a CUDA graph and replayed;
+ * anything else runs op by op on the stream. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "runtime/cuda/cuda_exec.h"
+#include "runtime/executor.h"
+
+typedef struct cuda_impl {
+    tg_cuda_exec x;
+    int use_graphs;
+} cuda_impl;
+
+static int cuda_run(void *impl, int first, int last, int training, tg_err *err) {
+    cuda_impl *c = impl;
+    if (c->use_graphs && first == TG_PHASE_FORWARD && last == TG_PHASE_OPTIMIZER && training)
+        return tg_cuda_exec_graph(&c->x, 0, first, last, 1, err);
+    if (c->use_graphs && first == TG_PHASE_FORWARD && last == TG_PHASE_FORWARD && !training)
+        return tg_cuda_exec_graph(&c->x, 1, first, last, 0, err);
+    return tg_cuda_exec_phases(&c->x, first, last, training, err);
+}
+
+static int cuda_write(void *impl, int tensor, const void *host, tg_err *err) {
+    return tg_cuda_upload(&((cuda_impl *)impl)->x, tensor, host, err);
+}
+
+static int cuda_read(void *impl, int tensor, void *host, tg_err *err) {
+    return tg_cuda_download(&((cuda_impl *)impl)->x, tensor, host, err);
+}
+
+static void cuda_close(void *impl) {
+    tg_cuda_exec_free(&((cuda_impl *)impl)->x);
+    free(impl);
+}
+
+int tg_cuda_device_count(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+static const tg_executor_vtbl cuda_vtbl = {"cuda", cuda_run, cuda_write, cuda_read, cuda_close};
+
+int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
+    cuda_impl *c = calloc(1, sizeof *c);
+    if (!c) return tg_fail(err, "out of memory");
+    if (tg_cuda_exec_init(&c->x, plan, opts->seed, err)) {
+        free(c);
+        return -1;
+    }
+    c->use_graphs = opts->use_graphs;
+    *ex = (tg_executor){plan, &cuda_vtbl, c, TG_DEVICE_CUDA};
+    return 0;
+}

@@ -1,0 +1,65 @@
+/* One interface over the executors (CPU reference, CUDA), so the trainer, the CLI and the
+ * tests run a plan the same way on either. */
+#ifndef TUNEGRAPH_EXECUTOR_H
+#define TUNEGRAPH_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "tunegraph/error.h"
+#include "tunegraph/plan.h"
+
+typedef enum tg_device { TG_DEVICE_CPU = 0, TG_DEVICE_CUDA } tg_device;
+
+typedef struct tg_executor_vtbl {
+    const char *name;
+    /* Runs phases [first, last]; training 0 turns dropout off. */
+    int (*run)(void *impl, int first_phase, int last_phase, int training, tg_err *err);
+    /* Copies a whole tensor between host memory and the executor. */
+    int (*write)(void *impl, int tensor, const void *host, tg_err *err);
+    int (*read)(void *impl, int tensor, void *host, tg_err *err);
+    void (*close)(void *impl);
+} tg_executor_vtbl;
+
+typedef struct tg_executor {
+    const tg_plan *plan;
+    const tg_executor_vtbl *vt;
+    void *impl;
+    tg_device device;
+} tg_executor;
+
+typedef struct tg_executor_options {
+    tg_device device;
+    int threads;       /* CPU: worker threads, <= 0 one per core */
+    int use_graphs;    /* CUDA: capture the train step and the eval forward once, replay */
+    uint64_t seed;     /* dropout stream seed */
+} tg_executor_options;
+
+/* Opens an executor for the plan with every pool zeroed. */
+int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err);
+void tg_executor_close(tg_executor *ex);
+
+static inline int tg_executor_run(tg_executor *ex, int first, int last, int training, tg_err *err) {
+    return ex->vt->run(ex->impl, first, last, training, err);
+}
+static inline int tg_executor_write(tg_executor *ex, int tensor, const void *host, tg_err *err) {
+    return ex->vt->write(ex->impl, tensor, host, err);
+}
+static inline int tg_executor_read(tg_executor *ex, int tensor, void *host, tg_err *err) {
+    return ex->vt->read(ex->impl, tensor, host, err);
+}
+
+/* The CUDA executor's constructor, defined only in GPU builds (runtime/cuda/). */
+int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err)
+    __attribute__((weak));
+
+/* Number of CUDA devices, defined only in GPU builds. */
+int tg_cuda_device_count(void) __attribute__((weak));
+
+/* "cpu"/"cuda" -> tg_device; -1 for anything else. */
+int tg_device_parse(const char *name);
+/* Whether this build includes the CUDA executor. */
+int tg_cuda_built(void);
+/* CUDA when this build has it and a GPU is present, else the CPU. */
+tg_device tg_default_device(void);
+
+#endif
