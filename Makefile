@@ -14,10 +14,14 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HEADERS := $(wildcard include/tunegraph.h include/tunegraph/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h tests/*.h)
 
-.PHONY: all test clean gpu gpu-test demo
+.PHONY: all test clean gpu gpu-test demo deps
 all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph
 
-$(BUILD)/%.o: %.c $(HEADERS)
+# Installs missing build packages (Debian/Ubuntu); the objects wait for it.
+deps:
+	@./scripts/install-deps.sh
+
+$(BUILD)/%.o: %.c $(HEADERS) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -35,8 +39,9 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 test: $(BUILD)/run_tests $(BUILD)/tunegraph
 	./$(BUILD)/run_tests $(TESTS)
 
+# The demo fine-tuning job: on the GPU when there is one, else on the CPU reference.
 demo: all
-	cd examples && ../$(BUILD)/tunegraph run demo-classify.job --metrics ../$(BUILD)/demo-metrics.jsonl
+	./scripts/demo.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -1,5 +1,7 @@
 #include "models/safetensors.h"
 
+#include "runtime/atomic_file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -343,20 +345,6 @@ int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst,
     }
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Builds the JSON header for items laid out back to back in the given order. */
 static json_t *build_header(const char *path, const tg_st_item *items, int n, uint64_t *data_bytes,
                             tg_err *err) {
@@ -446,41 +434,19 @@ int tg_st_write(const char *path, const tg_st_item *items, int n, tg_err *err) {
     memset(hdr + 8 + tlen, ' ', hlen - tlen);
     free(text);
 
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
+    tg_chunk *chunks = calloc((size_t)n + 1, sizeof *chunks);
+    if (!chunks) {
         free(hdr);
-        return tg_fail(err, "%s: cannot create temporary file %s: %s", path, tmp, strerror(e));
+        return tg_fail(err, "%s: out of memory", path);
     }
-    const char *what = "write";
-    int ok = write_all(fd, hdr, 8 + hlen) == 0;
-    free(hdr);
-    for (int i = 0; ok && i < n; i++) {
+    chunks[0] = (tg_chunk){hdr, 8 + hlen};
+    for (int i = 0; i < n; i++) {
         size_t bytes = 4;
         for (int d = 0; d < items[i].ndim; d++) bytes *= (size_t)items[i].shape[d];
-        if (bytes) ok = write_all(fd, items[i].data, bytes) == 0;
+        chunks[i + 1] = (tg_chunk){items[i].data, bytes};
     }
-    if (ok && fsync(fd) != 0) what = "fsync", ok = 0;
-    int e = errno;
-    if (close(fd) != 0 && ok) what = "close", ok = 0, e = errno;
-    if (ok && rename(tmp, path) != 0) what = "rename", ok = 0, e = errno;
-    if (!ok) {
-        unlink(tmp);
-        return tg_fail(err, "%s: %s failed: %s", path, what, strerror(e));
-    }
-    /* Make the rename itself durable; failure here does not lose data already written. */
-    char dir[1100];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = 0;
-    else if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
+    int rc = tg_write_file_atomic(path, chunks, n + 1, "safetensors file", err);
+    free(chunks);
+    free(hdr);
+    return rc;
 }

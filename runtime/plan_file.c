@@ -3,6 +3,8 @@
  * the same bytes for the same plan. */
 #include "runtime/plan_file.h"
 
+#include "runtime/atomic_file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -601,79 +603,14 @@ int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *
 
 /* ---- files ------------------------------------------------------------------- */
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int tg_plan_write(const tg_plan *plan, const char *path, tg_err *err) {
     uint8_t *bytes;
     size_t len;
     if (tg_plan_encode(plan, &bytes, &len, err)) return tg_fail_context(err, "%s", path);
-
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    if (!tmp) {
-        free(bytes);
-        return tg_fail(err, "%s: out of memory", path);
-    }
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-
-    /* Temp file in the same folder, then rename: a reader sees the old plan or the new
-     * one, never a partial file. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        free(bytes);
-        free(tmp);
-        return tg_fail(err, "%s: cannot create the plan file: %s", path, strerror(e));
-    }
-    const char *step = NULL;
-    int e = 0;
-    if (write_all(fd, bytes, len)) {
-        step = "write";
-        e = errno;
-    } else if (fsync(fd)) {
-        step = "fsync";
-        e = errno;
-    }
-    if (close(fd) && !step) {
-        step = "close";
-        e = errno;
-    }
-    if (!step && rename(tmp, path)) {
-        step = "rename";
-        e = errno;
-    }
+    tg_chunk chunk = {bytes, len};
+    int rc = tg_write_file_atomic(path, &chunk, 1, "plan file", err);
     free(bytes);
-    if (step) {
-        unlink(tmp);
-        free(tmp);
-        return tg_fail(err, "%s: cannot write the plan file (%s: %s)", path, step, strerror(e));
-    }
-    free(tmp);
-
-    /* Make the rename itself durable; failure here loses nothing already written. */
-    char *dir = strdup(path);
-    if (dir) {
-        char *slash = strrchr(dir, '/');
-        const char *d = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
-        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
-    return 0;
+    return rc;
 }
 
 int tg_plan_read(const char *path, tg_plan *plan, tg_err *err) {

@@ -1,0 +1,561 @@
+#!/usr/bin/env python3
+"""PyTorch + Hugging Face transformers baseline for tunegraph's training-step benchmark.
+
+One "step" = forward + loss + backward + clip_grad_norm_ + AdamW.step + scheduler.step
++ zero_grad(set_to_none=True), bf16 autocast over fp32 master weights, model.train()
+(dropout 0.1 as in the HF configs), attn_implementation="sdpa".
+
+Usage
+  python3 bench/pytorch_baseline.py --case bert-base-cls-b32-t128 --mode eager --out r.json
+  python3 bench/pytorch_baseline.py --all --out r.json
+  python3 bench/pytorch_baseline.py --cases bert-base-cls-b32-t128,gpt2-lm-b16-t1024 \
+          --modes eager,compile --out r.json
+
+With --all / --cases / --modes, or several combinations, every case x mode runs in its own
+fresh subprocess (own CUDA context, own memory peaks, own empty Inductor/Triton cache
+directory unless --shared-compile-cache), and a failing combination records its error
+instead of aborting the rest.  The combined JSON is rewritten after every combination, so
+a run cut short still leaves the finished results.
+
+Models are built from hard-coded configs with random init (no network on the device).
+"""
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+CASES = {
+    "bert-base-cls-b32-t128": dict(model="bert-cls", batch=32, seq=128),
+    "bert-base-cls-b8-t512": dict(model="bert-cls", batch=8, seq=512),
+    "gpt2-lm-b16-t1024": dict(model="gpt2-lm", batch=16, seq=1024),
+}
+MODES = ["eager", "compile", "compile-reduce-overhead"]
+
+LR = 5e-5
+WEIGHT_DECAY = 0.01
+MAX_GRAD_NORM = 1.0
+N_INPUT_BATCHES = 4          # pre-generated on the GPU, rotated
+DATA_SEED = 1234
+INIT_SEED = 0
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# single combination (runs inside the child process)
+# --------------------------------------------------------------------------------------
+
+def _percentile(xs, q):
+    """Linear-interpolated percentile, q in [0, 100]."""
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    if len(s) == 1:
+        return s[0]
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def build_model(kind):
+    import torch
+    import transformers as tf
+
+    if kind == "bert-cls":
+        # bert-base-uncased values
+        cfg_kw = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                      num_attention_heads=12, intermediate_size=3072,
+                      hidden_act="gelu", hidden_dropout_prob=0.1,
+                      attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+                      type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12,
+                      pad_token_id=0, num_labels=2)
+        cfg_cls, model_cls = tf.BertConfig, tf.BertForSequenceClassification
+    elif kind == "gpt2-lm":
+        # gpt2 (124M) values
+        cfg_kw = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12,
+                      n_head=12, activation_function="gelu_new", resid_pdrop=0.1,
+                      embd_pdrop=0.1, attn_pdrop=0.1, layer_norm_epsilon=1e-5,
+                      initializer_range=0.02, bos_token_id=50256, eos_token_id=50256,
+                      use_cache=False)
+        cfg_cls, model_cls = tf.GPT2Config, tf.GPT2LMHeadModel
+    else:
+        raise ValueError(kind)
+
+    try:
+        config = cfg_cls(attn_implementation="sdpa", **cfg_kw)
+    except TypeError:
+        config = cfg_cls(**cfg_kw)
+    try:
+        config._attn_implementation = "sdpa"
+    except Exception:
+        pass
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    model = model_cls(config)
+    model = model.float()  # fp32 master weights (autocast does the bf16 compute)
+    attn_impl = getattr(model.config, "_attn_implementation", None)
+    return model, config, attn_impl
+
+
+def make_batches(kind, batch, seq, vocab, device):
+    import torch
+
+    g = torch.Generator(device="cpu")
+    g.manual_seed(DATA_SEED)
+    batches = []
+    for _ in range(N_INPUT_BATCHES):
+        ids = torch.randint(0, vocab, (batch, seq), generator=g, dtype=torch.long)
+        mask = torch.ones(batch, seq, dtype=torch.long)  # full attention, no padding
+        if kind == "bert-cls":
+            labels = torch.randint(0, 2, (batch,), generator=g, dtype=torch.long)
+            b = dict(input_ids=ids, attention_mask=mask,
+                     token_type_ids=torch.zeros(batch, seq, dtype=torch.long),
+                     labels=labels)
+        else:
+            b = dict(input_ids=ids, attention_mask=mask, labels=ids.clone())  # HF shifts
+        # host->device copies happen here, once, before anything is timed
+        batches.append({k: v.to(device, non_blocking=False) for k, v in b.items()})
+    return batches
+
+
+def run_one(case, mode, steps, warmup):
+    import torch
+    import transformers
+
+    spec = CASES[case]
+    kind, batch, seq = spec["model"], spec["batch"], spec["seq"]
+    dev = torch.device("cuda")
+    torch.cuda.init()
+    torch.cuda.reset_peak_memory_stats()
+
+    res = dict(case=case, mode=mode, batch=batch, seq=seq, steps=steps, warmup_steps=warmup)
+
+    # ---- build (warm-up wall clock starts at model construction) ----
+    torch.manual_seed(INIT_SEED)
+    torch.cuda.synchronize()
+    t_build0 = time.perf_counter()
+    model, config, attn_impl = build_model(kind)
+    model.to(dev)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+    total_steps = warmup + 2 * steps  # warm-up + timed loop + pipelined loop
+    sched_warm = max(1, int(0.1 * total_steps))
+
+    def lr_lambda(step):
+        if step < sched_warm:
+            return float(step + 1) / float(sched_warm)
+        return max(0.0, float(total_steps + 1 - step) / float(max(1, total_steps + 1 - sched_warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+
+    if mode == "eager":
+        fwd = model
+    elif mode == "compile":
+        fwd = torch.compile(model)
+    elif mode == "compile-reduce-overhead":
+        fwd = torch.compile(model, mode="reduce-overhead")
+    else:
+        raise ValueError(mode)
+    use_cg = mode == "compile-reduce-overhead"
+
+    # Inputs are generated (fixed seed) and copied to the GPU before any timing.
+    batches = make_batches(kind, batch, seq, config.vocab_size, dev)
+    torch.cuda.synchronize()
+    t_build1 = time.perf_counter()
+    log(f"  built {kind}: {n_params / 1e6:.2f}M params, attn={attn_impl}, "
+        f"{t_build1 - t_build0:.1f}s")
+
+    params = [p for p in model.parameters()]
+
+    def step(i):
+        if use_cg:
+            torch.compiler.cudagraph_mark_step_begin()
+        b = batches[i % len(batches)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = fwd(**b)
+        loss = out.loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    # ---- warm-up (compilation happens in step 0; CUDA-graph recording in the next ones) ----
+    warm_times = []
+    first_loss = None
+    for i in range(max(1, warmup)):
+        t0 = time.perf_counter()
+        loss = step(i)
+        torch.cuda.synchronize()
+        warm_times.append(time.perf_counter() - t0)
+        log(f"  warm-up step {i + 1}/{max(1, warmup)}: {warm_times[-1]:.2f}s")
+        if i == 0:
+            first_loss = float(loss.detach().float().item())
+            res["warmup_s"] = time.perf_counter() - t_build0  # construction start -> end of step 1
+    t_warm_end = time.perf_counter()
+    res["build_s"] = t_build1 - t_build0
+    res["first_step_s"] = warm_times[0]            # step 1 alone (includes compilation)
+    res["warmup_step_s"] = warm_times              # every warm-up step (graph recording shows here)
+    res["warmup_total_s"] = t_warm_end - t_build0  # construction start -> end of all warm-up
+    res["first_loss"] = first_loss
+    res["peak_mem_incl_warmup_bytes"] = torch.cuda.max_memory_allocated()
+    res["peak_reserved_incl_warmup_bytes"] = torch.cuda.max_memory_reserved()
+
+    # ---- timed loop: synchronize every step ----
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+           for _ in range(steps)]
+    wall_ms, launch_cpu_us = [], []
+    base = max(1, warmup)
+    cpu_loop0 = time.process_time()
+    for i in range(steps):
+        w0 = time.perf_counter()
+        c0 = time.process_time()
+        evs[i][0].record()
+        loss = step(base + i)
+        evs[i][1].record()
+        c1 = time.process_time()     # all launches issued (excludes the trailing sync)
+        torch.cuda.synchronize()
+        w1 = time.perf_counter()
+        wall_ms.append((w1 - w0) * 1e3)
+        launch_cpu_us.append((c1 - c0) * 1e6)
+    cpu_loop1 = time.process_time()
+    gpu_ms = [a.elapsed_time(b) for a, b in evs]
+    res["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+    res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+
+    med = statistics.median(gpu_ms)
+    res["step_ms_median"] = med
+    res["step_ms_p10"] = _percentile(gpu_ms, 10)
+    res["step_ms_p90"] = _percentile(gpu_ms, 90)
+    res["step_ms_min"] = min(gpu_ms)
+    res["wall_ms_median"] = statistics.median(wall_ms)
+    res["tokens_per_s"] = batch * seq / (med / 1e3)
+    # Host CPU time (process_time: all threads of the process, incl. the autograd worker).
+    # host_cpu_us_per_step: from step start until the last launch was issued (no trailing sync).
+    # host_cpu_us_per_step_incl_sync: whole sync-per-step loop / steps; includes the CPU the
+    #   CUDA runtime burns spin-waiting in synchronize(), so it is an upper bound.
+    res["host_cpu_us_per_step"] = statistics.median(launch_cpu_us)
+    res["host_cpu_us_per_step_mean"] = sum(launch_cpu_us) / len(launch_cpu_us)
+    res["host_cpu_us_per_step_incl_sync"] = (cpu_loop1 - cpu_loop0) * 1e6 / steps
+
+    # ---- pipelined loop: no per-step sync (how a real training loop runs; lets the CPU
+    #      run ahead of the GPU).  One event pair around all steps. ----
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    w0 = time.perf_counter()
+    c0 = time.process_time()
+    e0.record()
+    for i in range(steps):
+        loss = step(base + steps + i)
+    e1.record()
+    c1 = time.process_time()
+    torch.cuda.synchronize()
+    w1 = time.perf_counter()
+    res["pipelined_step_ms"] = e0.elapsed_time(e1) / steps
+    res["pipelined_wall_ms"] = (w1 - w0) * 1e3 / steps
+    res["pipelined_host_cpu_us_per_step"] = (c1 - c0) * 1e6 / steps
+    res["pipelined_tokens_per_s"] = batch * seq / (res["pipelined_step_ms"] / 1e3)
+
+    final_loss = float(loss.detach().float().item())
+    res["final_loss"] = final_loss
+    res["final_loss_finite"] = final_loss == final_loss and abs(final_loss) != float("inf")
+    res["peak_mem_overall_bytes"] = max(res["peak_mem_incl_warmup_bytes"],
+                                        torch.cuda.max_memory_allocated())
+    res["n_params"] = n_params
+    res["attn_implementation"] = attn_impl
+    res["lr_final"] = sched.get_last_lr()[0]
+    res["inputs"] = (f"{N_INPUT_BATCHES} pre-generated batches resident on GPU, rotated; "
+                     "timed loops exclude host->device input copies")
+    res["timed_loop_includes_h2d_input_copies"] = False
+    return res
+
+
+def env_info():
+    import torch
+    import transformers
+
+    info = {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
+    # Record (never change) the fp32/TF32 defaults.  Only affects fp32 matmuls outside
+    # autocast (e.g. none in the model; the optimizer is elementwise).
+    flags = {}
+    for name, getter in [
+        ("cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),
+        ("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32),
+        ("float32_matmul_precision", lambda: torch.get_float32_matmul_precision()),
+        ("cuda.matmul.fp32_precision", lambda: torch.backends.cuda.matmul.fp32_precision),
+        ("cuda.matmul.allow_bf16_reduced_precision_reduction",
+         lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction),
+        ("cuda.flash_sdp_enabled", lambda: torch.backends.cuda.flash_sdp_enabled()),
+        ("cuda.mem_efficient_sdp_enabled", lambda: torch.backends.cuda.mem_efficient_sdp_enabled()),
+        ("cuda.cudnn_sdp_enabled", lambda: torch.backends.cuda.cudnn_sdp_enabled()),
+    ]:
+        try:
+            flags[name] = getter()
+        except Exception as e:  # attribute missing / deprecated in this version
+            flags[name] = f"n/a ({type(e).__name__})"
+    info["backend_flags"] = flags
+    return info
+
+
+SETTINGS = {
+    "precision": "torch.autocast('cuda', dtype=torch.bfloat16), fp32 master weights",
+    "optimizer": f"torch.optim.AdamW(lr={LR}, weight_decay={WEIGHT_DECAY}, fused=True)",
+    "grad_clip": f"torch.nn.utils.clip_grad_norm_(max_norm={MAX_GRAD_NORM})",
+    "scheduler": "LambdaLR linear warmup (10% of steps) then linear decay",
+    "attn_implementation": "sdpa (HF default)",
+    "dropout": "0.1 (HF config defaults), model.train()",
+    "step": "forward+loss+backward+clip+optimizer.step+scheduler.step+zero_grad(set_to_none=True)",
+    "timing": ("per step: torch.cuda.Event pair + synchronize each step (GPU ms, wall ms); "
+               "pipelined_*: same steps back-to-back with no per-step sync"),
+    "inputs": ("random token ids (fixed torch.Generator seed), full attention mask, random "
+               "labels (GPT-2: labels=input_ids, HF shifts); pre-generated on GPU; timed loops "
+               "exclude host->device input copies"),
+    "mode_notes": {
+        "compile": "torch.compile(model) (Inductor, default mode); optimizer/clip run eagerly",
+        "compile-reduce-overhead": ("torch.compile(model, mode='reduce-overhead'): CUDA graphs "
+                                    "(cudagraph trees) over fwd/bwd; optimizer/clip/scheduler "
+                                    "run eagerly outside the graphs; "
+                                    "torch.compiler.cudagraph_mark_step_begin() each step"),
+    },
+}
+
+
+def child_main(args):
+    """Run one case x mode; write {"env":..., "result":...} to args.out."""
+    res = None
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA not available")
+        res = run_one(args.case, args.mode, args.steps, args.warmup)
+    except Exception as e:
+        res = dict(case=args.case, mode=args.mode, batch=CASES.get(args.case, {}).get("batch"),
+                   seq=CASES.get(args.case, {}).get("seq"), steps=args.steps,
+                   error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-4000:])
+        log(res["traceback"])
+    try:
+        env = env_info()
+    except Exception as e:
+        env = {"env_error": repr(e)}
+    return env, res
+
+
+# --------------------------------------------------------------------------------------
+# driver
+# --------------------------------------------------------------------------------------
+
+def fmt(v, spec):
+    if v is None:
+        return "-"
+    try:
+        return format(v, spec)
+    except Exception:
+        return str(v)
+
+
+def print_table(results):
+    hdr = (f"{'case':<24} {'mode':<24} {'ms med':>8} {'p10':>8} {'p90':>8} {'pipe ms':>8} "
+           f"{'wall ms':>8} {'tok/s':>10} {'cpu us':>9} {'peak GiB':>8} {'warm s':>7} {'loss':>7}")
+    log(hdr)
+    log("-" * len(hdr))
+    for r in results:
+        if r.get("error"):
+            log(f"{r['case']:<24} {r['mode']:<24} ERROR: {r['error'][:100]}")
+            continue
+        log(f"{r['case']:<24} {r['mode']:<24} {fmt(r.get('step_ms_median'), '8.2f')} "
+            f"{fmt(r.get('step_ms_p10'), '8.2f')} {fmt(r.get('step_ms_p90'), '8.2f')} "
+            f"{fmt(r.get('pipelined_step_ms'), '8.2f')} {fmt(r.get('wall_ms_median'), '8.2f')} "
+            f"{fmt(r.get('tokens_per_s'), '10.0f')} {fmt(r.get('host_cpu_us_per_step'), '9.0f')} "
+            f"{fmt((r.get('peak_mem_bytes') or 0) / 2**30, '8.2f')} "
+            f"{fmt(r.get('warmup_s'), '7.1f')} {fmt(r.get('final_loss'), '7.3f')}")
+
+
+def write_json(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def driver_main(args, combos):
+    t_start = time.perf_counter()
+    doc = {
+        "device": None, "torch": None, "transformers": None, "cuda": None,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "settings": SETTINGS,
+        "isolation": ("each case x mode in a fresh subprocess"
+                      + ("" if args.shared_compile_cache else
+                         "; fresh empty TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR each (cold compile)")),
+        "results": [],
+    }
+    script = os.path.abspath(__file__)
+    for idx, (case, mode) in enumerate(combos):
+        elapsed = time.perf_counter() - t_start
+        remaining = args.deadline_s - elapsed
+        if remaining < 30:
+            r = dict(case=case, mode=mode, batch=CASES[case]["batch"], seq=CASES[case]["seq"],
+                     steps=args.steps,
+                     error=f"skipped: --deadline-s {args.deadline_s} reached after {elapsed:.0f}s")
+            doc["results"].append(r)
+            log(f"[{idx + 1}/{len(combos)}] {case} {mode}: SKIPPED (deadline)")
+            write_json(args.out, doc)
+            continue
+        timeout = min(args.child_timeout_s, remaining - 10)
+        log(f"[{idx + 1}/{len(combos)}] {case} {mode} (t={elapsed:.0f}s, timeout {timeout:.0f}s)")
+        cache_dir = None
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        if not args.shared_compile_cache:
+            cache_dir = tempfile.mkdtemp(prefix="tg_bench_cache_")
+            env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, "inductor")
+            env["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
+        fd, child_out = tempfile.mkstemp(prefix="tg_bench_", suffix=".json")
+        os.close(fd)
+        cmd = [sys.executable, script, "--child", "--case", case, "--mode", mode,
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", child_out]
+        t0 = time.perf_counter()
+        r = None
+        sys.stdout.flush()
+        try:
+            # child output streams straight through (unbuffered); its result comes back
+            # through child_out, including a caught exception's traceback
+            p = subprocess.run(cmd, env=env, timeout=timeout)
+            try:
+                with open(child_out) as f:
+                    child = json.load(f)
+                r = child["result"]
+                for k in ("device", "torch", "transformers", "cuda", "cudnn", "backend_flags"):
+                    if child.get("env", {}).get(k) is not None and doc.get(k) is None:
+                        doc[k] = child["env"][k]
+            except Exception as e:
+                r = dict(case=case, mode=mode, error=f"child exited rc={p.returncode} without "
+                         f"result ({type(e).__name__}: {e}); see console output")
+        except subprocess.TimeoutExpired:
+            r = dict(case=case, mode=mode, error=f"timeout after {timeout:.0f}s (child killed)")
+        finally:
+            try:
+                os.unlink(child_out)
+            except OSError:
+                pass
+            if cache_dir:
+                shutil.rmtree(cache_dir, ignore_errors=True)
+        r.setdefault("batch", CASES[case]["batch"])
+        r.setdefault("seq", CASES[case]["seq"])
+        r.setdefault("steps", args.steps)
+        r["subprocess_s"] = time.perf_counter() - t0
+        doc["results"].append(r)
+        if r.get("error"):
+            log(f"    -> ERROR {r['error'][:200]}")
+        else:
+            log(f"    -> {r['step_ms_median']:.2f} ms/step (p10 {r['step_ms_p10']:.2f}, "
+                f"p90 {r['step_ms_p90']:.2f}), pipelined {r['pipelined_step_ms']:.2f} ms, "
+                f"{r['tokens_per_s']:.0f} tok/s, cpu {r['host_cpu_us_per_step']:.0f} us/step, "
+                f"peak {r['peak_mem_bytes'] / 2**30:.2f} GiB, warm-up {r['warmup_s']:.1f}s, "
+                f"loss {r['final_loss']:.4f}  [{r['subprocess_s']:.0f}s]")
+        write_json(args.out, doc)
+    doc["total_s"] = time.perf_counter() - t_start
+    write_json(args.out, doc)
+    log("")
+    log(f"device={doc['device']} torch={doc['torch']} transformers={doc['transformers']} "
+        f"cuda={doc['cuda']}  total {doc['total_s']:.0f}s  -> {args.out}")
+    print_table(doc["results"])
+    return 0 if all(not r.get("error") for r in doc["results"]) else 1
+
+
+def parse_list(s, valid, what):
+    if not s:
+        return None
+    items = [x.strip() for x in s.split(",") if x.strip()]
+    for x in items:
+        if x not in valid:
+            raise SystemExit(f"unknown {what} {x!r}; valid: {', '.join(valid)}")
+    return items
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=list(CASES))
+    ap.add_argument("--mode", choices=MODES)
+    ap.add_argument("--cases", help="comma-separated list of cases")
+    ap.add_argument("--modes", help="comma-separated list of modes")
+    ap.add_argument("--all", action="store_true", help="every case x mode")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
+    ap.add_argument("--out", required=True, help="output JSON file")
+    ap.add_argument("--deadline-s", type=float, default=570.0,
+                    help="driver: skip combinations that would start after this many seconds "
+                         "(default 570, fits a 600 s device command)")
+    ap.add_argument("--child-timeout-s", type=float, default=300.0,
+                    help="driver: per-combination timeout (default 300)")
+    ap.add_argument("--shared-compile-cache", action="store_true",
+                    help="driver: let children share the default Inductor/Triton caches "
+                         "(warm compile) instead of a fresh empty cache dir each")
+    ap.add_argument("--in-process", action="store_true",
+                    help="single --case/--mode only: run in this process (no subprocess)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.steps < 1 or args.warmup < 1:
+        raise SystemExit("--steps and --warmup must be >= 1")
+
+    if args.child:
+        env, res = child_main(args)
+        write_json(args.out, {"env": env, "result": res})
+        return 0
+
+    cases = parse_list(args.cases, list(CASES), "case")
+    modes = parse_list(args.modes, MODES, "mode")
+    if args.all:
+        cases = cases or list(CASES)
+        modes = modes or list(MODES)
+    else:
+        if args.case:
+            cases = (cases or []) + [args.case]
+        if args.mode:
+            modes = (modes or []) + [args.mode]
+        if not cases and not modes:
+            raise SystemExit("give --case/--mode, --cases/--modes, or --all")
+        cases = cases or list(CASES)
+        modes = modes or list(MODES)
+    cases = list(dict.fromkeys(cases))
+    modes = list(dict.fromkeys(modes))
+    combos = [(c, m) for c in cases for m in modes]
+
+    if args.in_process:
+        if len(combos) != 1:
+            raise SystemExit("--in-process needs exactly one case and one mode")
+        args.case, args.mode = combos[0]
+        env, res = child_main(args)
+        doc = dict(env)
+        doc.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                   command=sys.argv, settings=SETTINGS, results=[res])
+        write_json(args.out, doc)
+        print_table([res])
+        return 0 if not res.get("error") else 1
+    return driver_main(args, combos)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+/* EMBEDDING (gather) and EMBEDDING_BWD (deterministic scatter-add).
+ *
+ * The forward is a float4 gather; out-of-range ids give a zero row, as on the CPU.
+ *
+ * The backward must not depend on thread timing, so it never adds floats atomically.
+ * Instead it groups the token indices by id with a stable counting sort, then sums each
+ * id's dout rows in token order:
+ *   1. histogram of ids (integer atomics: counts do not depend on order),
+ *   2. one block scans the counts into per-id start offsets (and numbers the chunks of
+ *      long ids, see 4),
+ *   3. one block walks the tokens in tiles of 4096 in index order; each tile is sorted
+ *      by the unique key (id, position) with cub::BlockRadixSort, so equal ids keep index
+ *      order, and placed after the id's tokens from earlier tiles (a per-id cursor),
+ *   4. one warp per (start of a chunk of <= 256 consecutive tokens of one id, 128
+ *      columns) adds the rows in token order. An id with at most 256 tokens is summed
+ *      straight into dtable starting from its old value: exactly the CPU's sequence of
+ *      float additions, so bitwise equal to it. A longer id (a token-type table, a
+ *      padding token that is not the padding index) would serialise one warp over
+ *      thousands of rows, so its chunks are summed in parallel into scratch (the first
+ *      one starting from dtable's value) and
+ *   5. added in chunk order: deterministic, within float rounding of the CPU's order.
+ * Ids equal to the padding index i[3] or outside [0, V) contribute nothing. */
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/cuda_common.cuh"
+
+#define EMB_THREADS 256
+#define SCAN_THREADS 1024
+#define SCAN_ITEMS 8
+#define SORT_THREADS 512
+#define SORT_ITEMS 8
+#define TILE (SORT_THREADS * SORT_ITEMS) /* 4096 tokens */
+#define TILE_BITS 12
+#define CHUNK 256                        /* tokens summed sequentially by one warp */
+#define INVALID_KEY 0xFFFFFFFFu
+
+static_assert(TILE == 1 << TILE_BITS, "tile size");
+
+/* Scratch layout (int32 / float units from ctx->reduce_scratch). */
+struct emb_layout {
+    int64_t start, cursor, chunk_base, sorted, partial, total;
+};
+
+static emb_layout layout_of(int64_t N, int64_t V, int64_t D) {
+    emb_layout l;
+    l.start = 0;                 /* V + 1: counts, then exclusive offsets; [V] = tokens kept */
+    l.cursor = V + 1;            /* V: tokens of each id placed by earlier tiles */
+    l.chunk_base = 2 * V + 1;    /* V + 1: first partial row of each long id */
+    l.sorted = 3 * V + 2;        /* N: token indices grouped by id, index order */
+    l.partial = (l.sorted + N + 3) / 4 * 4;  /* 16-byte aligned floats */
+    int64_t max_chunks = 2 * ((N + CHUNK - 1) / CHUNK) + 2; /* sum of ceil(S/CHUNK) over S > CHUNK */
+    l.total = l.partial + max_chunks * D;
+    return l;
+}
+
+int64_t tg_scratch_embedding_bwd(const tg_op *op) {
+    int64_t N = op->i[0], V = op->i[1], D = op->i[2];
+    if (N <= 0 || V <= 0 || D <= 0) return 0;
+    return layout_of(N, V, D).total;
+}
+
+static __device__ __forceinline__ int valid_id(int id, int V, int pad) { return id >= 0 && id < V && id != pad; }
+
+/* ---- W-float vectors (W = 4: float4, 1: scalar) ------------------------------ */
+
+template <int W>
+struct vec_t;
+template <>
+struct vec_t<4> {
+    typedef float4 T;
+    static __device__ __forceinline__ T zero() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+    static __device__ __forceinline__ void acc(T &a, const T &b) {
+        a.x = fadd(a.x, b.x);
+        a.y = fadd(a.y, b.y);
+        a.z = fadd(a.z, b.z);
+        a.w = fadd(a.w, b.w);
+    }
+};
+template <>
+struct vec_t<1> {
+    typedef float T;
+    static __device__ __forceinline__ T zero() { return 0.0f; }
+    static __device__ __forceinline__ void acc(T &a, const T &b) { a = fadd(a, b); }
+};
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+template <int W> /* W = 4: float4 columns, 1: scalars */
+__global__ void __launch_bounds__(EMB_THREADS)
+emb_fwd_kernel(const int *__restrict__ ids, const float *__restrict__ table, float *__restrict__ y, int64_t N,
+               int V, int64_t DW) {
+    typedef typename vec_t<W>::T T;
+    const T *t = reinterpret_cast<const T *>(table);
+    T *o = reinterpret_cast<T *>(y);
+    const int64_t total = N * DW, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t n = e / DW, c = e - n * DW;
+        int id = ids[n];
+        o[e] = id >= 0 && id < V ? t[(int64_t)id * DW + c] : vec_t<W>::zero();
+    }
+}
+
+int tg_launch_embedding(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
+    if (N <= 0 || D <= 0) return 0;
+    const int *ids = (const int *)a->in[0];
+    const float *table = (const float *)a->in[1];
+    float *y = (float *)a->out[0];
+    if (D % 4 == 0 && tg_aligned16(table) && tg_aligned16(y))
+        emb_fwd_kernel<4><<<tg_blocks(N * D / 4, EMB_THREADS), EMB_THREADS, 0, a->ctx->stream>>>(ids, table, y, N,
+                                                                                                 (int)V, D / 4);
+    else
+        emb_fwd_kernel<1><<<tg_blocks(N * D, EMB_THREADS), EMB_THREADS, 0, a->ctx->stream>>>(ids, table, y, N,
+                                                                                             (int)V, D);
+    return 0;
+}
+
+/* ---- backward: 1. histogram ------------------------------------------------------- */
+
+__global__ void __launch_bounds__(EMB_THREADS)
+emb_hist_kernel(const int *__restrict__ ids, int *__restrict__ counts, int64_t N, int V, int pad) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += stride) {
+        int id = ids[n];
+        if (valid_id(id, V, pad)) atomicAdd(&counts[id], 1);
+    }
+}
+
+/* ---- 2. scan ---------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(SCAN_THREADS) emb_scan_kernel(int *__restrict__ start, int *__restrict__ chunk_base, int V) {
+    typedef cub::BlockScan<int, SCAN_THREADS> scan_t;
+    __shared__ typename scan_t::TempStorage ts;
+    int carry_a = 0, carry_b = 0;
+    for (int base = 0; base < V; base += SCAN_THREADS * SCAN_ITEMS) {
+        int c[SCAN_ITEMS], k[SCAN_ITEMS];
+#pragma unroll
+        for (int j = 0; j < SCAN_ITEMS; j++) {
+            int idx = base + threadIdx.x * SCAN_ITEMS + j;
+            c[j] = idx < V ? start[idx] : 0;
+            k[j] = c[j] > CHUNK ? (c[j] + CHUNK - 1) / CHUNK : 0;
+        }
+        int agg_a, agg_b;
+        scan_t(ts).ExclusiveSum(c, c, agg_a);
+        __syncthreads();
+        scan_t(ts).ExclusiveSum(k, k, agg_b);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < SCAN_ITEMS; j++) {
+            int idx = base + threadIdx.x * SCAN_ITEMS + j;
+            if (idx < V) {
+                start[idx] = c[j] + carry_a;
+                chunk_base[idx] = k[j] + carry_b;
+            }
+        }
+        carry_a += agg_a;
+        carry_b += agg_b;
+    }
+    if (threadIdx.x == 0) {
+        start[V] = carry_a;
+        chunk_base[V] = carry_b;
+    }
+}
+
+/* ---- 3. stable placement ---------------------------------------------------------- */
+
+struct imax_op {
+    __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+__global__ void __launch_bounds__(SORT_THREADS)
+emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int *__restrict__ cursor,
+                 int *__restrict__ sorted, int64_t N, int V, int pad, int end_bit) {
+    typedef cub::BlockRadixSort<unsigned, SORT_THREADS, SORT_ITEMS> sort_t;
+    typedef cub::BlockScan<int, SORT_THREADS> scan_t;
+    __shared__ union {
+        typename sort_t::TempStorage sort;
+        typename scan_t::TempStorage scan;
+    } ts;
+    __shared__ unsigned s_first[SORT_THREADS], s_last[SORT_THREADS];
+    const int t = threadIdx.x;
+    for (int64_t tile = 0; tile < N; tile += TILE) {
+        unsigned key[SORT_ITEMS];
+#pragma unroll
+        for (int j = 0; j < SORT_ITEMS; j++) {
+            int q = t * SORT_ITEMS + j;
+            int64_t n = tile + q;
+            key[j] = INVALID_KEY;
+            if (n < N) {
+                int id = ids[n];
+                if (valid_id(id, V, pad)) key[j] = ((unsigned)id << TILE_BITS) | (unsigned)q;
+            }
+        }
+        sort_t(ts.sort).Sort(key, 0, end_bit); /* blocked: thread t holds sorted [8t, 8t+8) */
+        s_first[t] = key[0];
+        s_last[t] = key[SORT_ITEMS - 1];
+        __syncthreads();
+        int head[SORT_ITEMS];
+#pragma unroll
+        for (int j = 0; j < SORT_ITEMS; j++) {
+            int q = t * SORT_ITEMS + j;
+            unsigned prev = j ? key[j - 1] : (t ? s_last[t - 1] : INVALID_KEY);
+            int is_head = key[j] != INVALID_KEY && (q == 0 || (prev >> TILE_BITS) != (key[j] >> TILE_BITS));
+            head[j] = is_head ? q : 0;
+        }
+        scan_t(ts.scan).InclusiveScan(head, head, imax_op()); /* run start of every item */
+        int base[SORT_ITEMS];
+#pragma unroll
+        for (int j = 0; j < SORT_ITEMS; j++) {
+            base[j] = 0;
+            if (key[j] == INVALID_KEY) continue;
+            int q = t * SORT_ITEMS + j, id = (int)(key[j] >> TILE_BITS);
+            base[j] = cursor[id];
+            sorted[start[id] + base[j] + (q - head[j])] = (int)(tile + (key[j] & (TILE - 1)));
+        }
+        __syncthreads(); /* every cursor read before any is advanced */
+#pragma unroll
+        for (int j = 0; j < SORT_ITEMS; j++) {
+            if (key[j] == INVALID_KEY) continue;
+            int q = t * SORT_ITEMS + j;
+            unsigned next = j < SORT_ITEMS - 1 ? key[j + 1] : (t < SORT_THREADS - 1 ? s_first[t + 1] : INVALID_KEY);
+            if (next == INVALID_KEY || (next >> TILE_BITS) != (key[j] >> TILE_BITS))
+                cursor[key[j] >> TILE_BITS] = base[j] + (q - head[j]) + 1; /* run tail */
+        }
+        __syncthreads();
+    }
+}
+
+/* ---- 4. chunk sums in token order ------------------------------------------------- */
+
+/* One warp per unit (sorted position p, column slice s): units whose p does not start a
+ * chunk return at once. Lane covers column c = s*32 + lane (in W-float units). */
+template <int W>
+__global__ void __launch_bounds__(EMB_THREADS)
+emb_chunk_kernel(const int *__restrict__ ids, const float *__restrict__ dy, float *__restrict__ dtable,
+                 const int *__restrict__ start, const int *__restrict__ chunk_base, const int *__restrict__ sorted,
+                 float *__restrict__ partial, int V, int64_t DW, int nslices) {
+    typedef vec_t<W> ops;
+    typedef typename ops::T T;
+    const T *g = reinterpret_cast<const T *>(dy);
+    T *dt = reinterpret_cast<T *>(dtable);
+    T *part = reinterpret_cast<T *>(partial);
+    const int lane = threadIdx.x & 31;
+    const int64_t units = (int64_t)start[V] * nslices;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < units; u += nwarps) {
+        const int p = (int)(u / nslices), s = (int)(u - (int64_t)p * nslices);
+        const int id = ids[sorted[p]];
+        const int seg = start[id], cnt = start[id + 1] - seg, off = p - seg;
+        if (off % CHUNK) continue;
+        const int64_t c = (int64_t)s * 32 + lane;
+        if (c >= DW) continue;
+        const int e = min(p + CHUNK, seg + cnt);
+        T acc = off == 0 ? dt[(int64_t)id * DW + c] : ops::zero();
+        int q = p;
+        for (; q + 8 <= e; q += 8) {
+            T v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = g[(int64_t)sorted[q + j] * DW + c];
+#pragma unroll
+            for (int j = 0; j < 8; j++) ops::acc(acc, v[j]);
+        }
+        for (; q < e; q++) ops::acc(acc, g[(int64_t)sorted[q] * DW + c]);
+        if (cnt <= CHUNK)
+            dt[(int64_t)id * DW + c] = acc;
+        else
+            part[(int64_t)(chunk_base[id] + off / CHUNK) * DW + c] = acc;
+    }
+}
+
+/* ---- 5. long ids: chunk partials in chunk order ------------------------------------ */
+
+template <int W>
+__global__ void __launch_bounds__(EMB_THREADS)
+emb_combine_kernel(const int *__restrict__ ids, float *__restrict__ dtable, const int *__restrict__ start,
+                   const int *__restrict__ chunk_base, const int *__restrict__ sorted, const float *__restrict__ partial,
+                   int V, int64_t DW, int nslices) {
+    typedef vec_t<W> ops;
+    typedef typename ops::T T;
+    T *dt = reinterpret_cast<T *>(dtable);
+    const T *part = reinterpret_cast<const T *>(partial);
+    const int lane = threadIdx.x & 31;
+    const int64_t units = (int64_t)start[V] * nslices;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < units; u += nwarps) {
+        const int p = (int)(u / nslices), s = (int)(u - (int64_t)p * nslices);
+        const int id = ids[sorted[p]];
+        const int seg = start[id], cnt = start[id + 1] - seg;
+        if (p != seg || cnt <= CHUNK) continue;
+        const int64_t c = (int64_t)s * 32 + lane;
+        if (c >= DW) continue;
+        const int cb = chunk_base[id], nch = (cnt + CHUNK - 1) / CHUNK;
+        T acc = part[(int64_t)cb * DW + c];
+        for (int k = 1; k < nch; k++) ops::acc(acc, part[(int64_t)(cb + k) * DW + c]);
+        dt[(int64_t)id * DW + c] = acc;
+    }
+}
+
+int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
+    if (N <= 0 || V <= 0 || D <= 0) return 0;
+    if (V >= (1 << (32 - TILE_BITS)) - 1) return tg_fail(err, "vocabulary of %lld rows exceeds the sort key (2^20)", (long long)V);
+    if (N >= INT32_MAX / 2) return tg_fail(err, "%lld tokens exceed int32 indexing", (long long)N);
+    const emb_layout l = layout_of(N, V, D);
+    if (tg_scratch_check(a, l.total, err)) return -1;
+    int *S = (int *)a->ctx->reduce_scratch;
+    int *start = S + l.start, *cursor = S + l.cursor, *chunk_base = S + l.chunk_base, *sorted = S + l.sorted;
+    float *partial = a->ctx->reduce_scratch + l.partial;
+    const int *ids = (const int *)a->in[0];
+    const float *dy = (const float *)a->in[1];
+    float *dt = (float *)a->out[0];
+    const int pad = (int)a->op->i[3];
+    cudaStream_t st = a->ctx->stream;
+
+    cudaError_t e = cudaMemsetAsync(S, 0, (size_t)(2 * V + 1) * sizeof(int), st); /* counts, cursors */
+    if (e != cudaSuccess) return tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+    emb_hist_kernel<<<tg_blocks(N, EMB_THREADS), EMB_THREADS, 0, st>>>(ids, start, N, (int)V, pad);
+    emb_scan_kernel<<<1, SCAN_THREADS, 0, st>>>(start, chunk_base, (int)V);
+    int id_bits = 1;
+    while (((int64_t)1 << id_bits) <= V) id_bits++; /* 2^id_bits > V: invalid keys sort last */
+    emb_place_kernel<<<1, SORT_THREADS, 0, st>>>(ids, start, cursor, sorted, N, (int)V, pad, TILE_BITS + id_bits);
+
+    const int vec = D % 4 == 0 && tg_aligned16(dy) && tg_aligned16(dt);
+    const int64_t DW = vec ? D / 4 : D;
+    const int nslices = (int)((DW + 31) / 32);
+    const unsigned blocks = tg_blocks(N * nslices * 32, EMB_THREADS);
+    if (vec) {
+        emb_chunk_kernel<4><<<blocks, EMB_THREADS, 0, st>>>(ids, dy, dt, start, chunk_base, sorted, partial, (int)V, DW,
+                                                           nslices);
+        emb_combine_kernel<4><<<blocks, EMB_THREADS, 0, st>>>(ids, dt, start, chunk_base, sorted, partial, (int)V, DW,
+                                                             nslices);
+    } else {
+        emb_chunk_kernel<1><<<blocks, EMB_THREADS, 0, st>>>(ids, dy, dt, start, chunk_base, sorted, partial, (int)V, DW,
+                                                           nslices);
+        emb_combine_kernel<1><<<blocks, EMB_THREADS, 0, st>>>(ids, dt, start, chunk_base, sorted, partial, (int)V, DW,
+                                                             nslices);
+    }
+    return 0;
+}

@@ -1,0 +1,252 @@
+/* SELECT_TOKEN(_BWD), CROSS_ENTROPY(_BWD).
+ *
+ * Select: a block per sequence finds the selected token with a max-reduction over t
+ * (the largest t whose id is not the pad id, 0 if none) and copies the row; the
+ * backward's blocks each recompute it and write dout there, zeros elsewhere. Bitwise.
+ *
+ * Cross entropy: rows can be 50257 wide and 16384 deep, so one block per row makes one
+ * online pass: each thread keeps a running float max and a double sum of
+ * expf(x - max) (rescaled in double when the max grows), combined over the block in a
+ * fixed tree; lse = log(sum) + max in double, as the CPU's. Accumulating the float
+ * exponentials in double keeps lse accurate where it matters (softmax near 1).
+ * The forward writes one double loss per row to scratch and a single block adds them in
+ * a fixed order and divides by the number of counted rows (labels in [0, C); -100 and
+ * other out-of-range labels are ignored, as on the CPU). The backward first computes
+ * coef = dloss / n_valid in one tiny block (the CPU's float), then per row writes
+ * coef * (softmax - onehot); the label's entry is computed in double to avoid the
+ * cancellation of p - 1 when p is close to 1. */
+#include "kernels/cuda_common.cuh"
+
+#define SEL_THREADS 256
+#define SEL_CHUNK 4096 /* elements of dx per backward block */
+#define FIN_THREADS 1024
+
+/* ---- select token ----------------------------------------------------------------- */
+
+/* Selected token of sequence b, returned to every thread of the block. */
+static __device__ int selected_token(const int *__restrict__ ids, int64_t b, int64_t T, int last_non_pad, int pad) {
+    __shared__ int s_red[32];
+    if (!last_non_pad) return 0;
+    int best = -1;
+    for (int64_t t = threadIdx.x; t < T; t += blockDim.x)
+        if (ids[b * T + t] != pad) best = (int)t;
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) s_red[warp] = best;
+    __syncthreads();
+    int r = -1;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) r = max(r, s_red[w]);
+    __syncthreads();
+    return r < 0 ? 0 : r;
+}
+
+__global__ void __launch_bounds__(SEL_THREADS)
+select_kernel(const float *__restrict__ x, const int *__restrict__ ids, float *__restrict__ y, int64_t T, int64_t D,
+              int last_non_pad, int pad) {
+    const int64_t b = blockIdx.x;
+    const int64_t t = selected_token(ids, b, T, last_non_pad, pad);
+    const float *src = x + (b * T + t) * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) y[b * D + d] = src[d];
+}
+
+/* grid (chunks of T*D, B) */
+__global__ void __launch_bounds__(SEL_THREADS)
+select_bwd_kernel(const float *__restrict__ dy, const int *__restrict__ ids, float *__restrict__ dx, int64_t T,
+                  int64_t D, int last_non_pad, int pad) {
+    const int64_t b = blockIdx.y;
+    const int64_t sel = selected_token(ids, b, T, last_non_pad, pad);
+    const int64_t e0 = (int64_t)blockIdx.x * SEL_CHUNK, e1 = min(e0 + SEL_CHUNK, T * D);
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+        const int64_t t = e / D;
+        dx[b * T * D + e] = t == sel ? dy[b * D + (e - t * D)] : 0.0f;
+    }
+}
+
+int tg_launch_select_token(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t B = a->op->i[0], T = a->op->i[1], D = a->op->i[2];
+    if (B <= 0 || T <= 0 || D <= 0) return 0;
+    if (B > INT32_MAX) return tg_fail(err, "batch %lld too large", (long long)B);
+    const int last = a->op->i[3] == TG_SELECT_LAST_NON_PAD && a->in[1];
+    select_kernel<<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>((const float *)a->in[0], (const int *)a->in[1],
+                                                                    (float *)a->out[0], T, D, last, (int)a->op->i[4]);
+    return 0;
+}
+
+int tg_launch_select_token_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t B = a->op->i[0], T = a->op->i[1], D = a->op->i[2];
+    if (B <= 0 || T <= 0 || D <= 0) return 0;
+    if (B > 65535) return tg_fail(err, "batch %lld exceeds the grid", (long long)B);
+    const int last = a->op->i[3] == TG_SELECT_LAST_NON_PAD && a->in[1];
+    const dim3 grid((unsigned)((T * D + SEL_CHUNK - 1) / SEL_CHUNK), (unsigned)B);
+    select_bwd_kernel<<<grid, SEL_THREADS, 0, a->ctx->stream>>>((const float *)a->in[0], (const int *)a->in[1],
+                                                                 (float *)a->out[0], T, D, last, (int)a->op->i[4]);
+    return 0;
+}
+
+/* ---- cross entropy ---------------------------------------------------------------- */
+
+int64_t tg_scratch_cross_entropy(const tg_op *op) { return op->i[0] > 0 ? 2 * op->i[0] : 0; }
+int64_t tg_scratch_cross_entropy_bwd(const tg_op *op) { return 4; }
+
+static __device__ __forceinline__ int ce_counted(int label, int64_t C) { return label >= 0 && label < C; }
+
+/* Merges running (max m, sum s) with (m2, s2): s is a sum of exp(x - m). */
+static __device__ __forceinline__ void lse_merge(float &m, double &s, float m2, double s2) {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) {
+        m = m2, s = s2;
+        return;
+    }
+    if (m2 > m) {
+        s = s * exp((double)m - (double)m2) + s2;
+        m = m2;
+    } else {
+        s += s2 * exp((double)m2 - (double)m);
+    }
+}
+
+/* log(sum_c exp(x_c)) of one row, in double, returned to every thread. */
+template <int BS>
+static __device__ double row_lse(const float *__restrict__ x, int64_t C) {
+    __shared__ float s_m[32];
+    __shared__ double s_s[32];
+    float m = -INFINITY;
+    double s = 0.0;
+    for (int64_t c = threadIdx.x; c < C; c += BS) {
+        const float v = x[c];
+        if (v > m) {
+            s = (m == -INFINITY ? 0.0 : s * exp((double)m - (double)v)) + 1.0;
+            m = v;
+        } else if (m != -INFINITY) {
+            s += (double)expf(v - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_down_sync(0xffffffffu, m, o);
+        double s2 = __shfl_down_sync(0xffffffffu, s, o);
+        lse_merge(m, s, m2, s2);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (BS > 32) {
+        if (lane == 0) s_m[warp] = m, s_s[warp] = s;
+        __syncthreads();
+        if (warp == 0) {
+            m = lane < BS / 32 ? s_m[lane] : -INFINITY;
+            s = lane < BS / 32 ? s_s[lane] : 0.0;
+            for (int o = 16; o > 0; o >>= 1) {
+                float m2 = __shfl_down_sync(0xffffffffu, m, o);
+                double s2 = __shfl_down_sync(0xffffffffu, s, o);
+                lse_merge(m, s, m2, s2);
+            }
+        }
+    }
+    __shared__ double s_lse;
+    if (threadIdx.x == 0) s_lse = log(s) + (double)m;
+    __syncthreads();
+    const double r = s_lse;
+    __syncthreads();
+    return r;
+}
+
+template <int BS>
+__global__ void __launch_bounds__(BS)
+ce_fwd_rows(const float *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C) {
+    const int64_t n = blockIdx.x;
+    const int l = labels[n];
+    if (!ce_counted(l, C)) {
+        if (threadIdx.x == 0) row_loss[n] = 0.0;
+        return;
+    }
+    const float *x = logits + n * C;
+    const double lse = row_lse<BS>(x, C);
+    if (threadIdx.x == 0) row_loss[n] = lse - (double)x[l];
+}
+
+__global__ void __launch_bounds__(FIN_THREADS)
+ce_fwd_final(const double *__restrict__ row_loss, const int *__restrict__ labels, float *__restrict__ loss, int64_t N,
+             int64_t C) {
+    __shared__ double s_d[32];
+    __shared__ int s_i[32];
+    double s = 0;
+    int valid = 0;
+    for (int64_t n = threadIdx.x; n < N; n += FIN_THREADS) {
+        s += row_loss[n];
+        valid += ce_counted(labels[n], C);
+    }
+    s = block_sum_d<FIN_THREADS>(s, s_d);
+    valid = block_sum_i<FIN_THREADS>(valid, s_i);
+    if (threadIdx.x == 0) loss[0] = valid ? (float)(s / (double)valid) : 0.0f;
+}
+
+__global__ void __launch_bounds__(FIN_THREADS)
+ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, float *__restrict__ coef, int64_t N,
+            int64_t C) {
+    __shared__ int s_i[32];
+    int valid = 0;
+    for (int64_t n = threadIdx.x; n < N; n += FIN_THREADS) valid += ce_counted(labels[n], C);
+    valid = block_sum_i<FIN_THREADS>(valid, s_i);
+    if (threadIdx.x == 0) coef[0] = valid ? (float)((double)dloss[0] / (double)valid) : 0.0f;
+}
+
+template <int BS>
+__global__ void __launch_bounds__(BS)
+ce_bwd_rows(const float *__restrict__ logits, const int *__restrict__ labels, const float *__restrict__ coef_ptr,
+            float *__restrict__ dlogits, int64_t C) {
+    const int64_t n = blockIdx.x;
+    const int l = labels[n];
+    const float coef = coef_ptr[0];
+    float *d = dlogits + n * C;
+    if (!ce_counted(l, C) || coef == 0.0f) {
+        for (int64_t c = threadIdx.x; c < C; c += BS) d[c] = 0.0f;
+        return;
+    }
+    const float *x = logits + n * C;
+    const double lse = row_lse<BS>(x, C);
+    for (int64_t c = threadIdx.x; c < C; c += BS) {
+        const float v = x[c];
+        d[c] = c == l ? (float)((double)coef * (exp((double)v - lse) - 1.0))
+                      : fmul(coef, expf((float)((double)v - lse)));
+    }
+}
+
+int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t N = a->op->i[0], C = a->op->i[1];
+    float *loss = (float *)a->out[0];
+    if (N <= 0 || C <= 0) {
+        cudaError_t e = cudaMemsetAsync(loss, 0, 4, a->ctx->stream);
+        return e == cudaSuccess ? 0 : tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+    }
+    if (N > INT32_MAX) return tg_fail(err, "%lld rows exceed the grid", (long long)N);
+    if (tg_scratch_check(a, tg_scratch_cross_entropy(a->op), err)) return -1;
+    const float *x = (const float *)a->in[0];
+    const int *labels = (const int *)a->in[1];
+    double *row_loss = (double *)a->ctx->reduce_scratch;
+    cudaStream_t st = a->ctx->stream;
+    if (C >= 4096)
+        ce_fwd_rows<512><<<(unsigned)N, 512, 0, st>>>(x, labels, row_loss, C);
+    else if (C >= 256)
+        ce_fwd_rows<128><<<(unsigned)N, 128, 0, st>>>(x, labels, row_loss, C);
+    else
+        ce_fwd_rows<32><<<(unsigned)N, 32, 0, st>>>(x, labels, row_loss, C);
+    ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, loss, N, C);
+    return 0;
+}
+
+int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t N = a->op->i[0], C = a->op->i[1];
+    if (N <= 0 || C <= 0) return 0;
+    if (N > INT32_MAX) return tg_fail(err, "%lld rows exceed the grid", (long long)N);
+    if (tg_scratch_check(a, tg_scratch_cross_entropy_bwd(a->op), err)) return -1;
+    const float *dloss = (const float *)a->in[0], *x = (const float *)a->in[1];
+    const int *labels = (const int *)a->in[2];
+    float *d = (float *)a->out[0], *coef = a->ctx->reduce_scratch;
+    cudaStream_t st = a->ctx->stream;
+    ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, coef, N, C);
+    if (C >= 4096)
+        ce_bwd_rows<512><<<(unsigned)N, 512, 0, st>>>(x, labels, coef, d, C);
+    else if (C >= 256)
+        ce_bwd_rows<128><<<(unsigned)N, 128, 0, st>>>(x, labels, coef, d, C);
+    else
+        ce_bwd_rows<32><<<(unsigned)N, 32, 0, st>>>(x, labels, coef, d, C);
+    return 0;
+}

@@ -1,0 +1,254 @@
+/* SCHEDULE, GRAD_NORM, BIAS_GRAD, ADAMW.
+ *
+ * Everything a captured step needs from the previous step (step counter, total, lr,
+ * norm) is read from device memory inside the kernels, never on the host.
+ *
+ * SCHEDULE is one thread doing the CPU's double arithmetic (in0 and out1 alias).
+ * GRAD_NORM is two-stage and deterministic: a fixed grid (independent of the device)
+ * of blocks each writes a double partial sum of squares over a fixed grid-stride slice
+ * to scratch; one block adds the partials in a fixed tree and writes the sqrt.
+ * BIAS_GRAD is the same two-stage column sum as LayerNorm's dgamma: 32 columns x 128 rows
+ * per block into double partials, then one thread per column adds them in order.
+ * ADAMW is one multi-tensor launch: each block owns a contiguous range of the pooled
+ * parameter elements; a thread binary-searches its first segment once (segments sorted
+ * by offset) and walks forward. Elements in the alignment gaps between segments are not
+ * touched. The scalars (clip, lr/bc1, sqrt(bc2)) are computed per block in double as the
+ * CPU does, and the update uses non-contracting float ops in the CPU's order, so params,
+ * m and v match the CPU bit for bit. Gradients are only read. */
+#include "kernels/cuda_common.cuh"
+
+#define NORM_THREADS 256
+#define NORM_MAX_BLOCKS 1024
+#define NORM_PER_BLOCK 16384 /* elements per block before the grid is capped */
+#define COL_ROWS 128
+#define COL_TY 8
+#define ADAM_THREADS 256
+#define ADAM_ITERS 8 /* float4 groups per thread: a block owns 256*4*8 = 8192 elements */
+
+/* ---- schedule --------------------------------------------------------------------- */
+
+__global__ void schedule_kernel(const float *step, const float *total_steps, float *lr, float *step_out, double warmup,
+                                float base_lr) {
+    const double s = step[0], total = total_steps[0]; /* read before step_out (aliases step) */
+    const double frac = s < warmup ? s / fmax(1.0, warmup) : fmax(0.0, (total - s) / fmax(1.0, total - warmup));
+    lr[0] = (float)((double)base_lr * frac);
+    if (step_out) step_out[0] = (float)(s + 1.0);
+}
+
+int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err) {
+    schedule_kernel<<<1, 1, 0, a->ctx->stream>>>((const float *)a->in[0], (const float *)a->in[1], (float *)a->out[0],
+                                                 (float *)a->out[1], (double)a->op->i[0], a->op->f[0]);
+    return 0;
+}
+
+/* ---- grad norm -------------------------------------------------------------------- */
+
+static int64_t norm_count(const tg_op *op, const int64_t *in_numel) {
+    if (op->i[0] > 0) return op->i[0];
+    return in_numel ? in_numel[0] : 0;
+}
+
+static int norm_blocks(int64_t n) {
+    int64_t b = (n + NORM_PER_BLOCK - 1) / NORM_PER_BLOCK;
+    return (int)(b < 1 ? 1 : b > NORM_MAX_BLOCKS ? NORM_MAX_BLOCKS : b);
+}
+
+int64_t tg_scratch_grad_norm(const tg_op *op, const int64_t *in_numel) {
+    return 2 * (int64_t)norm_blocks(norm_count(op, in_numel));
+}
+
+__global__ void __launch_bounds__(NORM_THREADS)
+norm_partial_kernel(const float *__restrict__ g, int64_t n, int vec, double *__restrict__ partial) {
+    __shared__ double s_red[32];
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n4 = vec ? n / 4 : 0;
+    double s = 0;
+    for (int64_t i = tid; i < n4; i += stride) {
+        float4 v = reinterpret_cast<const float4 *>(g)[i];
+        s += (double)v.x * v.x;
+        s += (double)v.y * v.y;
+        s += (double)v.z * v.z;
+        s += (double)v.w * v.w;
+    }
+    for (int64_t i = n4 * 4 + tid; i < n; i += stride) s += (double)g[i] * g[i];
+    s = block_sum_d<NORM_THREADS>(s, s_red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void __launch_bounds__(NORM_MAX_BLOCKS)
+norm_final_kernel(const double *__restrict__ partial, int blocks, float *__restrict__ out) {
+    __shared__ double s_red[32];
+    double s = threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
+    s = block_sum_d<NORM_MAX_BLOCKS>(s, s_red);
+    if (threadIdx.x == 0) out[0] = (float)sqrt(s);
+}
+
+int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t n = norm_count(a->op, a->in_numel);
+    const int blocks = norm_blocks(n);
+    if (tg_scratch_check(a, 2 * (int64_t)blocks, err)) return -1;
+    const float *g = (const float *)a->in[0];
+    double *partial = (double *)a->ctx->reduce_scratch;
+    norm_partial_kernel<<<blocks, NORM_THREADS, 0, a->ctx->stream>>>(g, n > 0 ? n : 0, tg_aligned16(g), partial);
+    norm_final_kernel<<<1, NORM_MAX_BLOCKS, 0, a->ctx->stream>>>(partial, blocks, (float *)a->out[0]);
+    return 0;
+}
+
+/* ---- bias grad -------------------------------------------------------------------- */
+
+int64_t tg_scratch_bias_grad(const tg_op *op) {
+    int64_t M = op->i[0], N = op->i[1];
+    if (M <= 0 || N <= 0) return 0;
+    return 2 * ((M + COL_ROWS - 1) / COL_ROWS) * N;
+}
+
+__global__ void __launch_bounds__(32 * COL_TY)
+bias_cols_kernel(const float *__restrict__ dy, double *__restrict__ partial, int64_t M, int64_t N) {
+    __shared__ double sp[COL_TY][32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = (int64_t)blockIdx.x * 32 + tx;
+    const int64_t r0 = (int64_t)blockIdx.y * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
+    double s = 0;
+    if (c < N)
+        for (int64_t r = r0 + ty; r < r1; r += COL_TY) s += (double)dy[r * N + c];
+    sp[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < N) {
+        for (int k = 1; k < COL_TY; k++) s += sp[k][tx];
+        partial[blockIdx.y * N + c] = s;
+    }
+}
+
+__global__ void __launch_bounds__(256)
+bias_final_kernel(const double *__restrict__ partial, float *__restrict__ db, int64_t chunks, int64_t N) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= N) return;
+    double s = 0;
+    for (int64_t k = 0; k < chunks; k++) s += partial[k * N + c];
+    db[c] += (float)s;
+}
+
+int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t M = a->op->i[0], N = a->op->i[1];
+    if (M <= 0 || N <= 0) return 0;
+    if (tg_scratch_check(a, tg_scratch_bias_grad(a->op), err)) return -1;
+    const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS;
+    if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
+    double *partial = (double *)a->ctx->reduce_scratch;
+    bias_cols_kernel<<<dim3((unsigned)((N + 31) / 32), (unsigned)chunks), dim3(32, COL_TY), 0, a->ctx->stream>>>(
+        (const float *)a->in[0], partial, M, N);
+    bias_final_kernel<<<(unsigned)((N + 255) / 256), 256, 0, a->ctx->stream>>>(partial, (float *)a->out[0], chunks, N);
+    return 0;
+}
+
+/* ---- adamw ------------------------------------------------------------------------ */
+
+struct adam_hyper {
+    float b1, b2, eps, wd, max_norm;
+};
+
+/* One element, exactly the CPU's expression order. */
+static __device__ __forceinline__ void adam_elem(float g, float &p, float &m, float &v, float clip, float decay,
+                                                 float b1, float b2, float eps, float step_size, float sqrt_bc2) {
+    g = fmul(g, clip);
+    p = fsub(p, fmul(decay, p));
+    m = fadd(fmul(b1, m), fmul(fsub(1.0f, b1), g));
+    v = fadd(fmul(b2, v), fmul(fmul(fsub(1.0f, b2), g), g));
+    p = fsub(p, __fdiv_rn(fmul(step_size, m), fadd(__fdiv_rn(__fsqrt_rn(v), sqrt_bc2), eps)));
+}
+
+/* Last segment whose offset <= e (segments sorted by offset), or -1. */
+static __device__ __forceinline__ int seg_find(const tg_param_segment *seg, int nseg, int64_t e) {
+    int lo = 0, hi = nseg - 1, r = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) >> 1;
+        if (seg[mid].offset <= e) r = mid, lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return r;
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(ADAM_THREADS)
+adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
+             float *__restrict__ v_all, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
+             const float *__restrict__ norm_ptr, const tg_param_segment *__restrict__ seg, int nseg, int64_t n,
+             adam_hyper h) {
+    __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
+    if (threadIdx.x == 0) {
+        const float lr = lr_ptr[0];
+        float clip = 1.0f;
+        if (h.max_norm > 0.0f && norm_ptr) clip = (float)fmin(1.0, (double)h.max_norm / ((double)norm_ptr[0] + 1e-6));
+        const double t = step_ptr[0];
+        const double bc1 = 1.0 - pow((double)h.b1, t), bc2 = 1.0 - pow((double)h.b2, t);
+        s_lr = lr;
+        s_clip = clip;
+        s_step_size = (float)((double)lr / bc1);
+        s_sqrt_bc2 = (float)sqrt(bc2);
+    }
+    __syncthreads();
+    const float lr = s_lr, clip = s_clip, step_size = s_step_size, sqrt_bc2 = s_sqrt_bc2;
+    const float lr_wd = fmul(lr, h.wd);
+    const int64_t block_first = (int64_t)blockIdx.x * ADAM_THREADS * 4 * ADAM_ITERS;
+    int s = -1;
+    for (int it = 0; it < ADAM_ITERS; it++) {
+        const int64_t e = block_first + ((int64_t)it * ADAM_THREADS + threadIdx.x) * 4;
+        if (e >= n) break;
+        if (s < 0) s = seg_find(seg, nseg, e);
+        else
+            while (s + 1 < nseg && seg[s + 1].offset <= e) s++;
+        if (s < 0) continue; /* before the first segment */
+        int64_t end = seg[s].offset + seg[s].numel;
+        if (VEC && e + 4 <= end && e + 4 <= n) {
+            const float decay = seg[s].decay ? lr_wd : 0.0f;
+            const int64_t i4 = e / 4;
+            float4 g = reinterpret_cast<const float4 *>(grads)[i4];
+            float4 p = reinterpret_cast<float4 *>(params)[i4];
+            float4 m = reinterpret_cast<float4 *>(m_all)[i4];
+            float4 v = reinterpret_cast<float4 *>(v_all)[i4];
+            adam_elem(g.x, p.x, m.x, v.x, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            adam_elem(g.y, p.y, m.y, v.y, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            adam_elem(g.z, p.z, m.z, v.z, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            adam_elem(g.w, p.w, m.w, v.w, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            reinterpret_cast<float4 *>(params)[i4] = p;
+            reinterpret_cast<float4 *>(m_all)[i4] = m;
+            reinterpret_cast<float4 *>(v_all)[i4] = v;
+        } else { /* segment tail, gap, or unaligned pools: element by element */
+            for (int j = 0; j < 4 && e + j < n; j++) {
+                const int64_t i = e + j;
+                while (s + 1 < nseg && seg[s + 1].offset <= i) s++;
+                end = seg[s].offset + seg[s].numel;
+                if (i >= end) continue;
+                float p = params[i], m = m_all[i], v = v_all[i];
+                adam_elem(grads[i], p, m, v, clip, seg[s].decay ? lr_wd : 0.0f, h.b1, h.b2, h.eps, step_size,
+                          sqrt_bc2);
+                params[i] = p, m_all[i] = m, v_all[i] = v;
+            }
+        }
+    }
+}
+
+int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_cuda_ctx *ctx = a->ctx;
+    const int64_t n = a->op->i[0];
+    if (n <= 0 || ctx->n_segments <= 0) return 0;
+    if (!ctx->segments) return tg_fail(err, "no parameter segment table");
+    const float *f = a->op->f;
+    const adam_hyper h = {f[0], f[1], f[2], f[3], f[4]};
+    const float *g = (const float *)a->in[0];
+    float *p = (float *)a->out[0], *m = (float *)a->out[1], *v = (float *)a->out[2];
+    const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
+    const int64_t blocks = (n + per_block - 1) / per_block;
+    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)n);
+    const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v);
+    if (vec)
+        adamw_kernel<true><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(
+            g, p, m, v, (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], ctx->segments,
+            ctx->n_segments, n, h);
+    else
+        adamw_kernel<false><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(
+            g, p, m, v, (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], ctx->segments,
+            ctx->n_segments, n, h);
+    return 0;
+}
