@@ -5,7 +5,7 @@ CC ?= gcc
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -I. -pthread \
           -DTG_PRESETS_DIR='"$(CURDIR)/models/presets"'
-LDLIBS = -ljansson -lzstd -lxxhash -lm -lpthread
+LDLIBS = -ljansson -lzstd -lm -lpthread
 
 BUILD := build
 LIB_SRC := $(wildcard compiler/*.c runtime/*.c models/*.c datasets/*.c)

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* Header-only xxHash: no shared library needed where plans are run. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "compiler/autodiff.h"

@@ -4,9 +4,9 @@
  *   tg_job job;  tg_job_load("job.txt", NULL, 0, &job, &err);      (compiler/job.h)
  *   tg_plan plan; tg_compile(&job, &plan, &err);                      (compiler/compile.h)
  *   tg_plan_write(&plan, "job.tgp", &err);                            (runtime/plan_file.h)
- *   tg_trainer *t; tg_trainer_open(&plan, &opts, &t, &err);           (runtime/trainer.h)
- *   while (...) tg_trainer_step(t, &stats, &err);
- *   tg_trainer_eval(t, &eval, &err); tg_trainer_close(t); tg_plan_free(&plan);
+ *   tg_trainer t; tg_trainer_open(&t, &plan, &opts, &err);           (runtime/trainer.h)
+ *   while (...) tg_trainer_step(&t, &stats, &err);
+ *   tg_trainer_eval(&t, &eval, &err); tg_trainer_close(&t); tg_plan_free(&plan);
  */
 #ifndef TUNEGRAPH_H
 #define TUNEGRAPH_H

@@ -93,7 +93,10 @@ template <int W, bool TO_HEADS>
 __global__ void __launch_bounds__(HD_THREADS)
 heads_kernel(float *x, heads_parts parts, int64_t B, int64_t T, int64_t H, int64_t DhW, int64_t P) {
     typedef typename std::conditional<W == 4, float4, float>::type V;
-    V *hp = reinterpret_cast<V *>(parts.p[blockIdx.y]);
+    /* Selected with constant indices: a run-time index into a kernel-parameter array
+     * would copy it to local memory. */
+    float *part_ptr = blockIdx.y == 0 ? parts.p[0] : blockIdx.y == 1 ? parts.p[1] : parts.p[2];
+    V *hp = reinterpret_cast<V *>(part_ptr);
     if (!hp) return;
     V *xv = reinterpret_cast<V *>(x);
     const int64_t part = blockIdx.y, WW = P * H * DhW; /* packed row width */

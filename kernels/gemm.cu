@@ -38,7 +38,7 @@ extern "C" void tg_gemm_cache_destroy(tg_gemm_cache *cache) {
 static int lt_fail(tg_err *err, const char *what, cublasStatus_t st, const gemm_key *k) {
     return tg_fail(err, "matmul M=%lld N=%lld K=%lld batch=%lld transA=%d transB=%d: %s failed: %s (%d)",
                    (long long)k->n, (long long)k->m, (long long)k->k, (long long)k->batch, k->ta, k->tb, what,
-                   cublasGetStatusString(st), (int)st);
+                   cublasLtGetStatusString(st), (int)st);
 }
 
 #define LT_TRY(call, what)                                      \

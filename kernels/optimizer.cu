@@ -79,7 +79,7 @@ norm_partial_kernel(const float *__restrict__ g, int64_t n, int vec, double *__r
 __global__ void __launch_bounds__(NORM_MAX_BLOCKS)
 norm_final_kernel(const double *__restrict__ partial, int blocks, float *__restrict__ out) {
     __shared__ double s_red[32];
-    double s = threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
+    double s = (int)threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
     s = block_sum_d<NORM_MAX_BLOCKS>(s, s_red);
     if (threadIdx.x == 0) out[0] = (float)sqrt(s);
 }

@@ -7,19 +7,47 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef TG_PRESETS_DIR
 #define TG_PRESETS_DIR "models/presets"
 #endif
 
-const char *tg_presets_dir(void) {
-    const char *env = getenv("TUNEGRAPH_PRESETS");
-    return env && env[0] ? env : TG_PRESETS_DIR;
-}
-
 static int is_file(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* $TUNEGRAPH_PRESETS, else the source tree's folder as built, else one found beside the
+ * executable (build/tunegraph, build/gpu/tunegraph, or an installed bin/ next to share/),
+ * so a tree that was moved or copied elsewhere still finds its presets. */
+const char *tg_presets_dir(void) {
+    static char found[1024];
+    const char *env = getenv("TUNEGRAPH_PRESETS");
+    if (env && env[0]) return env;
+    if (is_dir(TG_PRESETS_DIR)) return TG_PRESETS_DIR;
+    if (!found[0]) {
+        char exe[900];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        static const char *const rel[] = {"../models/presets", "../../models/presets", "../share/tunegraph/presets"};
+        if (n > 0) {
+            exe[n] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = 0;
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0] && !found[0]; i++) {
+                char candidate[1024];
+                snprintf(candidate, sizeof candidate, "%s/%s", exe, rel[i]);
+                if (is_dir(candidate)) snprintf(found, sizeof found, "%s", candidate);
+            }
+        }
+        if (!found[0]) snprintf(found, sizeof found, "models/presets");
+    }
+    return found;
 }
 
 /* ---- typed field readers: each error names the file and the field ---- */

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Header-only xxHash: no shared library needed where plans are run. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 #include <zstd.h>
 

@@ -89,10 +89,12 @@ TG_TEST(test_e2e_cli_metrics) {
     char cmd[2048], plan[600], metrics[600];
     snprintf(plan, sizeof plan, "%s/demo.tgp", dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
+    /* The binary of the executor under test: build/gpu/ holds the CUDA one. */
+    const char *bin = tg_test_device() ? "./build/gpu/tunegraph" : "./build/tunegraph";
     snprintf(cmd, sizeof cmd,
-             "./build/tunegraph compile examples/demo-classify.job -o %s >/dev/null && "
-             "./build/tunegraph run %s --set steps=12 --metrics %s 2>%s/stderr.txt",
-             plan, plan, metrics, dir);
+             "%s compile examples/demo-classify.job -o %s >/dev/null && "
+             "%s run %s --set steps=12 --metrics %s 2>%s/stderr.txt",
+             bin, plan, bin, plan, metrics, dir);
     REQUIRE(system(cmd) == 0, "CLI run failed: %s", cmd);
     FILE *f = fopen(metrics, "r");
     REQUIRE(f, "no metrics file");
@@ -107,6 +109,8 @@ TG_TEST(test_e2e_cli_metrics) {
             CHECK(json_integer_value(json_object_get(o, "steps")) == 12, "summary steps");
             double acc = json_number_value(json_object_get(o, "eval_accuracy"));
             CHECK(acc > 0 && acc <= 1, "summary eval_accuracy %g", acc);
+            const char *dev = json_string_value(json_object_get(o, "device"));
+            CHECK(dev && !strcmp(dev, tg_test_device() ? "cuda" : "cpu"), "summary device %s", dev ? dev : "(none)");
         } else {
             steps++;
             CHECK(json_integer_value(json_object_get(o, "step")) == steps, "step numbering");
@@ -121,7 +125,7 @@ TG_TEST(test_e2e_cli_metrics) {
     fclose(f);
     CHECK(steps == 12 && summary == 1, "%d step lines, %d summaries", steps, summary);
     /* A compiled plan refuses overrides that would change it. */
-    snprintf(cmd, sizeof cmd, "./build/tunegraph run %s --set lr=0.1 2>%s/stderr.txt", plan, dir);
+    snprintf(cmd, sizeof cmd, "%s run %s --set lr=0.1 2>%s/stderr.txt", bin, plan, dir);
     CHECK(system(cmd) != 0, "--set lr on a plan must fail");
     snprintf(cmd, sizeof cmd, "%s/stderr.txt", dir);
     char *text = tg_test_read_file(cmd, NULL);

@@ -29,7 +29,7 @@ typedef enum tg_pool {
     TG_POOL_OPTIM,       /* AdamW m and v (each params-shaped), step counter, total steps */
     TG_POOL_ACTIVATIONS, /* forward/backward intermediates, reused by liveness */
     TG_POOL_INPUTS,      /* the batch: ids, masks, positions, labels */
-    TG_POOL_WORKSPACE,   /* per-step scalars (lr, grad norm, loss seed) */
+    TG_POOL_WORKSPACE,   /* per-step scalars (lr, grad norm) */
     TG_POOL_COUNT
 } tg_pool;
 
