@@ -163,13 +163,13 @@ static void op_embedding(const tg_cpu_op_args *a) {
  * has a fixed order whatever the thread count. */
 static void embedding_bwd_range(void *p, int64_t vb, int64_t ve) {
     const tg_cpu_op_args *a = p;
-    int64_t N = a->op->i[0], D = a->op->i[2];
+    int64_t N = a->op->i[0], D = a->op->i[2], pad = a->op->i[3];
     const int32_t *ids = CI32(a->in[0]);
     const float *dy = CF32(a->in[1]);
     float *dt = F32(a->out[0]);
     for (int64_t n = 0; n < N; n++) {
         int64_t id = ids[n];
-        if (id < vb || id >= ve) continue;
+        if (id < vb || id >= ve || id == pad) continue; /* nn.Embedding(padding_idx) */
         float *row = dt + id * D;
         const float *g = dy + n * D;
         for (int64_t d = 0; d < D; d++) row[d] += g[d];

@@ -105,6 +105,33 @@ double tg_rel_err(const float *a, const float *b, int64_t n) {
     return sqrt(num) / fmax(sqrt(den), 1e-30);
 }
 
+double tg_l2_diff(const float *a, const float *b, int64_t n) {
+    double num = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+    }
+    return sqrt(num);
+}
+
+double tg_rel_err_after_update(const float *got, const float *want, const float *grad_a, const float *grad_b,
+                               int64_t n, double floor, int64_t *left_out) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double ga = grad_a ? fabs(grad_a[i]) : 0, gb = grad_b ? fabs(grad_b[i]) : 0;
+        if (ga < floor && gb < floor && (ga != 0 || gb != 0)) {
+            ++*left_out;
+            continue;
+        }
+        if (isnan(got[i]) || isnan(want[i])) return INFINITY;
+        double d = (double)got[i] - (double)want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     for (int64_t i = 0; i < n; i++) {

@@ -39,6 +39,18 @@ double tg_rel_err(const float *a, const float *b, int64_t n);
 /* The executor the suite runs on: 1 (CUDA) when TG_TEST_DEVICE=cuda, else 0 (CPU). */
 int tg_test_device(void);
 
+/* ||a - b|| in double; +inf if any element is NaN. */
+double tg_l2_diff(const float *a, const float *b, int64_t n);
+
+/* Relative L2 error of parameters `got` against `want` after optimizer updates, leaving
+ * out the elements whose gradient is nonzero but below `floor` in both grad_a and grad_b
+ * (either may be NULL): such a gradient is rounding noise (attention key biases have a
+ * true gradient of zero, since softmax ignores a shift shared by all keys), and AdamW's
+ * m / sqrt(v) turns noise into a full +-lr step whose sign differs between two correct
+ * implementations. The count left out is added to *left_out. */
+double tg_rel_err_after_update(const float *got, const float *want, const float *grad_a, const float *grad_b,
+                               int64_t n, double floor, int64_t *left_out);
+
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
 

@@ -427,7 +427,7 @@ TG_TEST(test_op_embedding_grad) {
     memcpy(dt, pre, sizeof(float) * 24);
     memcpy(dt1, pre, sizeof(float) * 24);
     tg_op op = mkop(TG_OP_EMBEDDING_BWD);
-    op.i[0] = 9, op.i[1] = 6, op.i[2] = 4;
+    op.i[0] = 9, op.i[1] = 6, op.i[2] = 4, op.i[3] = -1; /* no padding index */
     tg_cpu_op_args a = {.op = &op, .in = {ids, c.r}, .out = {dt}, .threads = pool3()};
     tg_cpu_op_run(&a);
     a.out[0] = dt1;
@@ -444,6 +444,18 @@ TG_TEST(test_op_embedding_grad) {
     for (int i = 0; i < 24; i++) g[i] = dt[i] - pre[i];
     CHECK(g[5 * 4] == 0.0f && g[5 * 4 + 3] == 0.0f, "unused row got a gradient");
     grad_check("embedding d/dtable", emb_loss, &c, c.table, 24, g);
+
+    /* With padding index 1 (nn.Embedding(padding_idx=1)) row 1 keeps its value; the
+     * other rows get exactly the same sums as before. */
+    float *dp = falloc(6 * 4);
+    memcpy(dp, pre, sizeof(float) * 24);
+    op.i[3] = 1;
+    a.out[0] = dp;
+    tg_cpu_op_run(&a);
+    CHECK(!memcmp(dp + 4, pre + 4, sizeof(float) * 4), "padding row received a gradient");
+    CHECK(!memcmp(dp, dt, sizeof(float) * 4) && !memcmp(dp + 8, dt + 8, sizeof(float) * 16),
+          "padding index changed other rows");
+    free(dp);
     free(c.table), free(c.y), free(c.r), free(pre), free(dt), free(dt1);
 }
 

@@ -102,16 +102,22 @@ static void compare_with_cpu(const char *preset, int task) {
     /* Every gradient of step 3, and every parameter after it. */
     float *ga = read_all(&cpu, cpu.plan.io.grads_all), *gb = read_all(&gpu, gpu.plan.io.grads_all);
     float *pa = read_all(&cpu, cpu.plan.io.params_all), *pb = read_all(&gpu, gpu.plan.io.params_all);
+    double grad_max = 0;
+    int64_t total = (int64_t)(cpu.plan.pool_bytes[TG_POOL_GRADS] / 4), left_out = 0;
+    for (int64_t i = 0; ga && i < total; i++) grad_max = fmax(grad_max, fabs(ga[i]));
     for (int t = 0; ga && gb && pa && pb && t < cpu.plan.n_tensors; t++) {
         const tg_tensor *x = &cpu.plan.tensors[t];
         if (!(x->flags & TG_TENSOR_PARAM)) continue;
         int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
-        double rg = tg_rel_err(gb + off, ga + off, n), rp = tg_rel_err(pb + off, pa + off, n);
-        /* Key biases have zero true gradient (see test_golden.c): noise on both sides. */
-        int noise = strstr(x->name, "key.bias") != NULL;
-        CHECK(noise || rg <= 1e-4, "%s: gradient of %s: relative error %.3g", preset, x->name, rg);
+        /* A gradient of pure rounding noise (attention key biases) matches in size, not
+         * in value: it passes on an absolute floor far below real gradients. */
+        double rg = tg_rel_err(gb + off, ga + off, n), dg = tg_l2_diff(gb + off, ga + off, n);
+        double rp = tg_rel_err_after_update(pb + off, pa + off, ga + off, gb + off, n, 1e-9 * grad_max, &left_out);
+        CHECK(rg <= 1e-4 || dg <= 1e-9 * grad_max, "%s: gradient of %s: relative error %.3g", preset, x->name, rg);
         CHECK(rp <= 1e-4, "%s: %s after 3 steps: relative error %.3g", preset, x->name, rp);
     }
+    CHECK(left_out <= (int64_t)cpu.plan.model.layers * cpu.plan.model.hidden + total / 1000,
+          "%s: %lld elements with noise-level gradients", preset, (long long)left_out);
     free(ga), free(gb), free(pa), free(pb);
     close_run(&cpu);
     close_run(&gpu);
