@@ -72,6 +72,7 @@ int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim
     t->bytes = (uint64_t)numel * (uint64_t)tg_dtype_size(dtype);
     t->first_use = t->last_use = -1;
     t->grad = -1;
+    t->master = -1;
     return g->n_tensors++;
 }
 

@@ -13,13 +13,13 @@ void tg_plan_free(tg_plan *plan) {
 }
 
 static const char *const pool_names[TG_POOL_COUNT] = {
-    "params", "grads", "optim", "activations", "inputs", "workspace",
+    "params", "grads", "optim", "activations", "inputs", "workspace", "params_bf16",
 };
 _Static_assert(sizeof pool_names / sizeof pool_names[0] == TG_POOL_COUNT, "pool names");
 
 static const char *const phase_names[TG_PHASE_COUNT] = {"forward", "backward", "optimizer"};
-static const char *const dtype_names[TG_DTYPE_COUNT] = {"f32", "i32"};
-static const int dtype_sizes[TG_DTYPE_COUNT] = {4, 4};
+static const char *const dtype_names[TG_DTYPE_COUNT] = {"f32", "i32", "bf16"};
+static const int dtype_sizes[TG_DTYPE_COUNT] = {4, 4, 2};
 static const char *const arch_names[TG_ARCH_COUNT] = {"bert", "roberta", "gpt2"};
 static const char *const task_names[TG_TASK_COUNT] = {"classify", "lm"};
 static const char *const precision_names[TG_PREC_COUNT] = {"fp32", "bf16", "fp16"};

@@ -32,7 +32,7 @@ _Static_assert(sizeof(tg_tensor) == 184, "tg_tensor changed: update put_tensor/g
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_job) == 2288, "tg_job changed: update put_job/get_job");
-_Static_assert(sizeof(tg_plan) == 3568, "tg_plan changed: update tg_plan_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3576, "tg_plan changed: update tg_plan_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -160,7 +160,7 @@ static void put_tensor(wbuf *b, const tg_tensor *t) {
     put_i32(b, t->grad);
     put_i32(b, t->init);
     put_f32(b, t->init_std);
-    put_i32(b, t->reserved);
+    put_i32(b, t->master);
 }
 /* Encoded sizes, used to bound counts against the payload before allocating. */
 #define TENSOR_MIN_BYTES (4 + 4 * 4 + 8 * TG_MAX_DIMS + 8 + 8 + 4 * 4 + 4 + 4)
@@ -179,7 +179,7 @@ static void put_io(wbuf *b, const tg_plan_io *io) {
     const int32_t v[] = {io->input_ids, io->attention_mask, io->token_type_ids,
                          io->position_ids, io->labels, io->logits, io->loss, io->step,
                          io->total_steps, io->lr, io->grad_norm, io->params_all,
-                         io->grads_all, io->m_all, io->v_all};
+                         io->grads_all, io->m_all, io->v_all, io->params_bf16_all};
     _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
 }
@@ -387,7 +387,7 @@ static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err
     t->grad = get_i32(r);
     t->init = get_i32(r);
     t->init_std = get_f32(r);
-    t->reserved = get_i32(r);
+    t->master = get_i32(r);
     return 0;
 }
 
@@ -404,7 +404,7 @@ static void get_io(rbuf *r, tg_plan_io *io) {
     int32_t *v[] = {&io->input_ids, &io->attention_mask, &io->token_type_ids,
                     &io->position_ids, &io->labels, &io->logits, &io->loss, &io->step,
                     &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
-                    &io->grads_all, &io->m_all, &io->v_all};
+                    &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all};
     _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
                    "get_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);
@@ -447,6 +447,9 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         if (x->grad < -1 || x->grad >= p->n_tensors)
             return tg_fail(err, "%s: tensor %d (%s) gradient refers to tensor %d of %d", name,
                            t, x->name, x->grad, p->n_tensors);
+        if (x->master < -1 || x->master >= p->n_tensors)
+            return tg_fail(err, "%s: tensor %d (%s) master copy refers to tensor %d of %d", name,
+                           t, x->name, x->master, p->n_tensors);
         if (x->first_use < -1 || x->first_use >= p->n_ops || x->last_use < -1 ||
             x->last_use >= p->n_ops)
             return tg_fail(err, "%s: tensor %d (%s) uses ops %d..%d of %d", name, t, x->name,
@@ -482,7 +485,7 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
     static const char *const io_names[] = {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
         "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
-        "grads_all", "m_all", "v_all"};
+        "grads_all", "m_all", "v_all", "params_bf16_all"};
     int32_t iov[sizeof io_names / sizeof io_names[0]];
     _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
     memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */

@@ -30,6 +30,7 @@ static void set_tensor(tg_plan *p, int t, const char *name, int dtype, int pool,
     x->offset = off;
     x->bytes = (uint64_t)tg_tensor_numel(x) * 4;
     x->grad = -1;
+    x->master = -1;
     x->first_use = x->last_use = -1;
 }
 
@@ -103,7 +104,7 @@ static void build_plan(tg_plan *p) {
                TG_TENSOR_PARAM | TG_TENSOR_NO_DECAY, 1, 2, 0);
     p->tensors[T_CLS_B].grad = T_G_CLS_B;
     p->tensors[T_CLS_B].init = TG_INIT_ZEROS;
-    p->tensors[T_CLS_B].reserved = 7;
+    p->tensors[T_CLS_B].master = 7;
     uint32_t nan_bits = 0x7fc12345u; /* a NaN with a payload */
     memcpy(&p->tensors[T_CLS_B].init_std, &nan_bits, 4);
     set_tensor(p, T_IDS, "input_ids", TG_I32, TG_POOL_INPUTS, 0, TG_TENSOR_INPUT, 2, 2, 4);
@@ -195,7 +196,7 @@ static void build_plan(tg_plan *p) {
         .input_ids = T_IDS, .attention_mask = -1, .token_type_ids = -1, .position_ids = -1,
         .labels = T_LABELS, .logits = T_LOGITS, .loss = T_LOSS, .step = T_STEP,
         .total_steps = T_TOTAL, .lr = T_LR, .grad_norm = T_GNORM, .params_all = T_PARAMS_ALL,
-        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL};
+        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1};
     p->fingerprint = 0x0123456789abcdefull;
 }
 
@@ -268,7 +269,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
         D_INT(tensors[t].grad);
         D_INT(tensors[t].init);
         D_BITS(tensors[t].init_std);
-        D_INT(tensors[t].reserved);
+        D_INT(tensors[t].master);
     }
     D_INT(n_ops);
     for (int o = 0; o < a->n_ops; o++) {
@@ -300,6 +301,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(io.grads_all);
     D_INT(io.m_all);
     D_INT(io.v_all);
+    D_INT(io.params_bf16_all);
     D_INT(fingerprint);
     return 0;
 }
@@ -380,7 +382,7 @@ TG_TEST(test_plan_file_deterministic) {
 TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
-    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
     CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,
@@ -548,7 +550,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_phase_end, "plan.tgp: phase table runs 0..9, expected 0..10"},
         {bad_offset, "plan.tgp: tensor 17 (v_all) at offset 1536 + 768 bytes runs past the "
                      "optim pool (2048 bytes)"},
-        {bad_pool, "plan.tgp: tensor 6 (h) is in pool 6 of 6"},
+        {bad_pool, "plan.tgp: tensor 6 (h) is in pool 7 of 7"},
         {bad_dtype, "plan.tgp: tensor 6 (h) has dtype 5"},
         {bad_ndim, "plan.tgp: tensor 6 (h) has 5 dims"},
         {bad_io, "plan.tgp: io loss refers to tensor 19 of 19"},

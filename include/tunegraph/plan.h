@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 1
+#define TG_PLAN_VERSION 2
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
@@ -21,7 +21,9 @@ extern "C" {
 #define TG_OP_MAX_I 8
 #define TG_OP_MAX_F 6
 
-typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_DTYPE_COUNT } tg_dtype;
+/* bf16: the upper half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), rounded to
+ * nearest even when narrowed. */
+typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_BF16 = 2, TG_DTYPE_COUNT } tg_dtype;
 
 typedef enum tg_pool {
     TG_POOL_PARAMS = 0,  /* trainable parameters, one contiguous buffer */
@@ -30,6 +32,7 @@ typedef enum tg_pool {
     TG_POOL_ACTIVATIONS, /* forward/backward intermediates, reused by liveness */
     TG_POOL_INPUTS,      /* the batch: ids, masks, positions, labels */
     TG_POOL_WORKSPACE,   /* per-step scalars (lr, grad norm) */
+    TG_POOL_PARAMS_BF16, /* bf16 copies of the parameters (bf16 plans; AdamW refreshes them) */
     TG_POOL_COUNT
 } tg_pool;
 
@@ -48,6 +51,7 @@ enum tg_tensor_flags {
     TG_TENSOR_OUTPUT = 1 << 4,   /* read by the runtime after the forward phase */
     TG_TENSOR_VIEW = 1 << 5,     /* aliases a whole pool (grads/params/m/v as one buffer) */
     TG_TENSOR_TIED = 1 << 6,     /* parameter shared by two uses (GPT-2 wte / lm_head) */
+    TG_TENSOR_PARAM_COPY = 1 << 7, /* low-precision copy of the parameter `master` */
 };
 
 typedef enum tg_init { TG_INIT_NONE = 0, TG_INIT_NORMAL, TG_INIT_ZEROS, TG_INIT_ONES } tg_init;
@@ -66,7 +70,7 @@ typedef struct tg_tensor {
     int32_t grad;            /* parameters: index of the gradient tensor; else -1 */
     int32_t init;            /* tg_init, for parameters without pretrained weights */
     float init_std;
-    int32_t reserved;
+    int32_t master;          /* TG_TENSOR_PARAM_COPY: the fp32 parameter it copies; else -1 */
 } tg_tensor;
 
 typedef struct tg_op {
@@ -134,6 +138,7 @@ typedef struct tg_plan_io {
     int32_t logits, loss;
     int32_t step, total_steps, lr, grad_norm;
     int32_t params_all, grads_all, m_all, v_all;
+    int32_t params_bf16_all;  /* the bf16 copies as one buffer (bf16 plans) */
 } tg_plan_io;
 
 typedef struct tg_plan {
