@@ -49,6 +49,8 @@ typedef struct tg_cuda_op_args {
     void *out[TG_OP_MAX_OUT];
     int64_t in_numel[TG_OP_MAX_IN];
     int64_t out_numel[TG_OP_MAX_OUT];
+    int8_t in_dtype[TG_OP_MAX_IN];    /* tg_dtype of each slot; TG_F32 where unused */
+    int8_t out_dtype[TG_OP_MAX_OUT];
     int training;                     /* 0: dropout is the identity */
     tg_cuda_ctx *ctx;
 } tg_cuda_op_args;

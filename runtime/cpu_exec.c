@@ -80,11 +80,15 @@ int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err) {
             return tg_fail(err, "op %d: unknown op kind %d", k, op->kind);
         tg_cpu_op_args a = {.op = op, .seed = x->seed, .training = x->training, .plan = plan,
                             .threads = x->threads};
-        for (int s = 0; s < TG_OP_MAX_IN; s++)
-            if (bind_slot(x, k, "in", s, op->in[s], &a.in[s], NULL, err)) return -1;
-        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+        for (int s = 0; s < TG_OP_MAX_IN; s++) {
+            if (bind_slot(x, k, "in", s, op->in[s], &a.in[s], &a.in_numel[s], err)) return -1;
+            a.in_dtype[s] = (int8_t)(op->in[s] >= 0 ? plan->tensors[op->in[s]].dtype : TG_F32);
+        }
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
             if (bind_slot(x, k, "out", s, op->out[s], &a.out[s], &a.out_numel[s], err)) return -1;
-        tg_cpu_op_run(&a);
+            a.out_dtype[s] = (int8_t)(op->out[s] >= 0 ? plan->tensors[op->out[s]].dtype : TG_F32);
+        }
+        if (tg_cpu_op_run_any(&a)) return tg_fail(err, "op %d (%s): out of memory", k, tg_op_name(op->kind));
     }
     return 0;
 }

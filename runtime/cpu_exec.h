@@ -37,6 +37,9 @@ typedef struct tg_cpu_op_args {
     void *in[TG_OP_MAX_IN];
     void *out[TG_OP_MAX_OUT];
     int64_t out_numel[TG_OP_MAX_OUT];   /* element count of each output (for ZERO/FILL) */
+    int64_t in_numel[TG_OP_MAX_IN];
+    int8_t in_dtype[TG_OP_MAX_IN];      /* tg_dtype of each slot; TG_F32 where unused */
+    int8_t out_dtype[TG_OP_MAX_OUT];
     uint64_t seed;
     int training;
     const tg_plan *plan;                /* ADAMW walks the plan's parameter table */
@@ -44,5 +47,10 @@ typedef struct tg_cpu_op_args {
 } tg_cpu_op_args;
 
 void tg_cpu_op_run(const tg_cpu_op_args *a);
+
+/* As tg_cpu_op_run, for ops with bf16 slots too: bf16 inputs are widened to fp32, the
+ * fp32 kernel runs, and bf16 outputs are rounded back to nearest even, which is what a
+ * bf16 kernel computing in fp32 does. Returns -1 only when out of memory. */
+int tg_cpu_op_run_any(const tg_cpu_op_args *a);
 
 #endif

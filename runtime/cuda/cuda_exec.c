@@ -135,8 +135,14 @@ int tg_cuda_exec_range(tg_cuda_exec *x, int first, int last, int training, tg_er
         a.ctx = &x->ctx;
         a.training = training;
         numels(p, a.op, a.in_numel, a.out_numel);
-        for (int s = 0; s < TG_OP_MAX_IN; s++) a.in[s] = tg_cuda_tensor(x, a.op->in[s]);
-        for (int s = 0; s < TG_OP_MAX_OUT; s++) a.out[s] = tg_cuda_tensor(x, a.op->out[s]);
+        for (int s = 0; s < TG_OP_MAX_IN; s++) {
+            a.in[s] = tg_cuda_tensor(x, a.op->in[s]);
+            a.in_dtype[s] = (int8_t)(a.op->in[s] >= 0 ? p->tensors[a.op->in[s]].dtype : TG_F32);
+        }
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+            a.out[s] = tg_cuda_tensor(x, a.op->out[s]);
+            a.out_dtype[s] = (int8_t)(a.op->out[s] >= 0 ? p->tensors[a.op->out[s]].dtype : TG_F32);
+        }
         if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
     }
     return 0;

@@ -1,0 +1,41 @@
+/* bf16 slots on the CPU reference: widen, run the fp32 kernel, round back. */
+#include <stdlib.h>
+
+#include "runtime/bf16.h"
+#include "runtime/cpu_exec.h"
+
+int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
+    int any = 0;
+    for (int s = 0; s < TG_OP_MAX_IN; s++) any |= a->in[s] && a->in_dtype[s] == TG_BF16;
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) any |= a->out[s] && a->out_dtype[s] == TG_BF16;
+    if (!any) {
+        tg_cpu_op_run(a);
+        return 0;
+    }
+    tg_cpu_op_args w = *a;
+    float *wide_in[TG_OP_MAX_IN] = {0}, *wide_out[TG_OP_MAX_OUT] = {0};
+    int rc = 0;
+    for (int s = 0; s < TG_OP_MAX_IN && !rc; s++) {
+        if (!a->in[s] || a->in_dtype[s] != TG_BF16) continue;
+        if (!(wide_in[s] = malloc(sizeof(float) * (size_t)a->in_numel[s]))) rc = -1;
+        else tg_bf16_widen(wide_in[s], a->in[s], a->in_numel[s]), w.in[s] = wide_in[s];
+    }
+    for (int s = 0; s < TG_OP_MAX_OUT && !rc; s++) {
+        if (!a->out[s] || a->out_dtype[s] != TG_BF16) continue;
+        /* An output that is also an input shares its widened copy. */
+        for (int k = 0; k < TG_OP_MAX_IN; k++)
+            if (a->in[k] == a->out[s] && wide_in[k]) w.out[s] = wide_in[k];
+        if (w.out[s] != a->out[s]) continue;
+        /* Existing contents are widened too, for outputs the op accumulates into. */
+        if (!(wide_out[s] = malloc(sizeof(float) * (size_t)a->out_numel[s]))) rc = -1;
+        else tg_bf16_widen(wide_out[s], a->out[s], a->out_numel[s]), w.out[s] = wide_out[s];
+    }
+    if (!rc) {
+        tg_cpu_op_run(&w);
+        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+            if (a->out[s] && a->out_dtype[s] == TG_BF16) tg_bf16_narrow(a->out[s], w.out[s], a->out_numel[s]);
+    }
+    for (int s = 0; s < TG_OP_MAX_IN; s++) free(wide_in[s]);
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) free(wide_out[s]);
+    return rc;
+}
