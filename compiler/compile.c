@@ -13,6 +13,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/model_build.h"
 #include "compiler/op_table.h"
+#include "compiler/precision.h"
 #include "models/model_config.h"
 #include "tunegraph.h"
 
@@ -29,10 +30,8 @@ static int job_error(const tg_job *job, int key, tg_err *err, const char *what) 
 
 static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
-    if (job->precision != TG_PREC_FP32) {
-        snprintf(msg, sizeof msg,
-                 "precision %s runs on the CUDA executor, which this build does not include; use fp32",
-                 tg_precision_name(job->precision));
+    if (job->precision == TG_PREC_FP16) {
+        snprintf(msg, sizeof msg, "precision fp16 (with loss scaling) is not supported yet; use bf16 or fp32");
         return job_error(job, TG_JOB_PRECISION, err, msg);
     }
     if (job->task == TG_TASK_LM && cfg->arch != TG_ARCH_GPT2) {
@@ -129,7 +128,7 @@ int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg_in, tg_
     int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
     if (g.failed || tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
-    if (g.failed) goto out;
+    if (g.failed || tg_apply_precision(&g, j->precision)) goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];
     for (int p = 0, o = 0; p <= TG_PHASE_COUNT; p++) {

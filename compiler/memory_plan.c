@@ -19,7 +19,9 @@ int tg_plan_param_layout(tg_graph *g) {
     for (int t = 0; t < n; t++) {
         if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
         g->tensors[t].offset = end;
+        /* Twice the tensor alignment, so half-width copies at half the offsets stay aligned. */
         end = align_up(end + g->tensors[t].bytes);
+        end = (end + 2 * TG_TENSOR_ALIGN - 1) / (2 * TG_TENSOR_ALIGN) * (2 * TG_TENSOR_ALIGN);
     }
     if (end == 0) return tg_graph_fail(g, "model has no parameters");
     for (int t = 0; t < n; t++) {
@@ -157,6 +159,7 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
     memset(pool_bytes, 0, sizeof(uint64_t) * TG_POOL_COUNT);
     pool_bytes[TG_POOL_PARAMS] = g->tensors[g->io.params_all].bytes;
     pool_bytes[TG_POOL_GRADS] = g->tensors[g->io.grads_all].bytes;
+    if (g->io.params_bf16_all >= 0) pool_bytes[TG_POOL_PARAMS_BF16] = g->tensors[g->io.params_bf16_all].bytes;
     /* Optimizer pool: m, v, then the scalars. Inputs and workspace: in creation order. */
     uint64_t cursor[TG_POOL_COUNT] = {0};
     cursor[TG_POOL_OPTIM] = 2 * pool_bytes[TG_POOL_PARAMS];

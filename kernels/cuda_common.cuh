@@ -6,12 +6,20 @@
  * kernels that mirror its float expressions use the explicit __f*_rn intrinsics (which
  * nvcc never contracts) to reproduce its roundings; where the CPU accumulates in double,
  * so do we. Reductions use fixed partitions and fixed-order trees (never atomics on
- * floats), so every result is bitwise reproducible run to run. */
+ * floats), so every result is bitwise reproducible run to run.
+ *
+ * Storage types: a kernel's activation slots hold float or bf16 (__nv_bfloat16, "T"),
+ * chosen per launch from the slot dtypes, which tg_cuda_op_run checks against the
+ * op's dtype rules (kernels/README.md) before any launcher runs. bf16 values are widened
+ * to float on load (exact), every computation is the fp32 kernel's, and results are
+ * narrowed with __float2bfloat16_rn on store, which is what the CPU reference does
+ * (runtime/cpu_bf16.c). tg_vec<T, W> moves W elements as one access. */
 #ifndef TUNEGRAPH_CUDA_COMMON_CUH
 #define TUNEGRAPH_CUDA_COMMON_CUH
 
 #include <stdint.h>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_ops.h"
@@ -70,6 +78,13 @@ static inline unsigned tg_blocks(int64_t work_items, int threads) {
 }
 
 static inline int tg_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+static inline int tg_aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
+/* p is aligned to `bytes` (a power of two). */
+static inline int tg_aligned(const void *p, unsigned bytes) { return ((uintptr_t)p & (uintptr_t)(bytes - 1)) == 0; }
+
+/* Checks the slot dtypes of one launch against the op's rules (kernels/cuda_ops.cu);
+ * 0, or -1 with err "unsupported dtypes <slot>=<dtype> ...". */
+int tg_check_dtypes(const tg_cuda_op_args *a, tg_err *err);
 
 /* Checks that ctx->reduce_scratch holds `floats` floats (8-byte aligned for doubles). */
 static inline int tg_scratch_check(const tg_cuda_op_args *a, int64_t floats, tg_err *err) {
@@ -82,6 +97,71 @@ static inline int tg_scratch_check(const tg_cuda_op_args *a, int64_t floats, tg_
 }
 
 /* ---- device helpers --------------------------------------------------------------- */
+
+typedef __nv_bfloat16 tg_bf16;
+
+/* Element i of a float or bf16 array as float (exact), and the store back (bf16: round
+ * to nearest even, as the CPU's tg_bf16_from_f32). */
+static __device__ __forceinline__ float tg_ld(const float *p, int64_t i) { return p[i]; }
+static __device__ __forceinline__ float tg_ld(const tg_bf16 *p, int64_t i) { return __bfloat162float(p[i]); }
+static __device__ __forceinline__ void tg_st(float *p, int64_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void tg_st(tg_bf16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* Two bf16 in one 32-bit word (element j in the low half, j+1 in the high half). */
+static __device__ __forceinline__ float tg_bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float tg_bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+static __device__ __forceinline__ uint32_t tg_bf16_pack(float lo, float hi) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
+/* W consecutive elements at vector index k (elements [k*W, k*W + W)) as one access:
+ * float x4 = float4 (16 bytes), bf16 x4 = uint2 (8 bytes), bf16 x8 = uint4 (16 bytes);
+ * the pointer must be aligned to the access. */
+template <class T, int W>
+struct tg_vec;
+template <>
+struct tg_vec<float, 1> {
+    static __device__ __forceinline__ void load(const float *p, int64_t k, float (&v)[1]) { v[0] = p[k]; }
+    static __device__ __forceinline__ void store(float *p, int64_t k, const float (&v)[1]) { p[k] = v[0]; }
+};
+template <>
+struct tg_vec<float, 4> {
+    static __device__ __forceinline__ void load(const float *p, int64_t k, float (&v)[4]) {
+        float4 t = reinterpret_cast<const float4 *>(p)[k];
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    }
+    static __device__ __forceinline__ void store(float *p, int64_t k, const float (&v)[4]) {
+        reinterpret_cast<float4 *>(p)[k] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+template <>
+struct tg_vec<tg_bf16, 1> {
+    static __device__ __forceinline__ void load(const tg_bf16 *p, int64_t k, float (&v)[1]) { v[0] = tg_ld(p, k); }
+    static __device__ __forceinline__ void store(tg_bf16 *p, int64_t k, const float (&v)[1]) { tg_st(p, k, v[0]); }
+};
+template <>
+struct tg_vec<tg_bf16, 4> {
+    static __device__ __forceinline__ void load(const tg_bf16 *p, int64_t k, float (&v)[4]) {
+        uint2 t = reinterpret_cast<const uint2 *>(p)[k];
+        v[0] = tg_bf16_lo(t.x), v[1] = tg_bf16_hi(t.x), v[2] = tg_bf16_lo(t.y), v[3] = tg_bf16_hi(t.y);
+    }
+    static __device__ __forceinline__ void store(tg_bf16 *p, int64_t k, const float (&v)[4]) {
+        reinterpret_cast<uint2 *>(p)[k] = make_uint2(tg_bf16_pack(v[0], v[1]), tg_bf16_pack(v[2], v[3]));
+    }
+};
+template <>
+struct tg_vec<tg_bf16, 8> {
+    static __device__ __forceinline__ void load(const tg_bf16 *p, int64_t k, float (&v)[8]) {
+        uint4 t = reinterpret_cast<const uint4 *>(p)[k];
+        v[0] = tg_bf16_lo(t.x), v[1] = tg_bf16_hi(t.x), v[2] = tg_bf16_lo(t.y), v[3] = tg_bf16_hi(t.y);
+        v[4] = tg_bf16_lo(t.z), v[5] = tg_bf16_hi(t.z), v[6] = tg_bf16_lo(t.w), v[7] = tg_bf16_hi(t.w);
+    }
+    static __device__ __forceinline__ void store(tg_bf16 *p, int64_t k, const float (&v)[8]) {
+        reinterpret_cast<uint4 *>(p)[k] = make_uint4(tg_bf16_pack(v[0], v[1]), tg_bf16_pack(v[2], v[3]),
+                                                     tg_bf16_pack(v[4], v[5]), tg_bf16_pack(v[6], v[7]));
+    }
+};
 
 /* Float arithmetic exactly as the CPU's (no FMA contraction). */
 static __device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }

@@ -2,8 +2,101 @@
  * no designated array initialisers, so the rows are positional, each commented with its
  * kind, and the count is statically asserted against TG_OP_COUNT). Launch errors are
  * picked up with cudaGetLastError right after each op, so a failure names its op. No
- * launcher allocates or synchronises; all work goes to ctx->stream (graph capturable). */
+ * launcher allocates or synchronises; all work goes to ctx->stream (graph capturable).
+ *
+ * Before its launcher runs, every op's slot dtypes are checked against its row of
+ * dtype_rules, so a launcher can pick its storage type from one slot and trust the
+ * others (kernels/README.md has the same table). */
+#include <stdio.h>
+#include <string.h>
+
 #include "kernels/cuda_common.cuh"
+
+/* ---- dtype rules ---------------------------------------------------------------------
+ * One string per slot: a role letter, then the slot's name for messages. Only slots
+ * with a device pointer are checked (optional inputs may be absent).
+ *   T  the op's storage type: f32 or bf16, the same in every T slot of the launch
+ *   S  f32, or the storage type (attention scores: f32 in bf16 plans)
+ *   F  f32     I  i32     B  bf16     A  any dtype (ZERO)
+ * A kind with no row (MATMUL: kernels/gemm.cu) is not checked here. */
+struct dtype_rule {
+    const char *in[TG_OP_MAX_IN];
+    const char *out[TG_OP_MAX_OUT];
+};
+
+static const dtype_rule dtype_rules[] = {
+    /* TG_OP_ZERO */ {{NULL}, {"Aout"}},
+    /* TG_OP_FILL */ {{NULL}, {"Fout"}},
+    /* TG_OP_EMBEDDING */ {{"Iids", "Ftable"}, {"Tout"}},
+    /* TG_OP_EMBEDDING_BWD */ {{"Iids", "Tdout"}, {"Fdtable"}},
+    /* TG_OP_ADD */ {{"Ta", "Tb"}, {"Tout"}},
+    /* TG_OP_MATMUL */ {{NULL}, {NULL}},
+    /* TG_OP_BIAS_GRAD */ {{"Tdout"}, {"Fdbias"}},
+    /* TG_OP_LAYERNORM */ {{"Tx", "Fgamma", "Fbeta"}, {"Ty", "Fmean", "Frstd"}},
+    /* TG_OP_LAYERNORM_BWD */ {{"Tdy", "Tx", "Fgamma", "Fmean", "Frstd"}, {"Tdx", "Fdgamma", "Fdbeta"}},
+    /* TG_OP_GELU */ {{"Tx"}, {"Ty"}},
+    /* TG_OP_GELU_BWD */ {{"Tdy", "Tx"}, {"Tdx"}},
+    /* TG_OP_TANH */ {{"Tx"}, {"Ty"}},
+    /* TG_OP_TANH_BWD */ {{"Tdy", "Ty"}, {"Tdx"}},
+    /* TG_OP_ATTN_SOFTMAX */ {{"Sscores", "Fmask"}, {"Tprobs"}},
+    /* TG_OP_ATTN_SOFTMAX_BWD */ {{"Tdprobs", "Tprobs"}, {"Tdscores"}},
+    /* TG_OP_DROPOUT */ {{"Tx", "Fstep"}, {"Ty"}},
+    /* TG_OP_HEADS_SPLIT */ {{"Tx"}, {"Tpart0", "Tpart1", "Tpart2"}},
+    /* TG_OP_HEADS_MERGE */ {{"Tpart0", "Tpart1", "Tpart2"}, {"Tx"}},
+    /* TG_OP_SELECT_TOKEN */ {{"Tx", "Iids"}, {"Tout"}},
+    /* TG_OP_SELECT_TOKEN_BWD */ {{"Tdout", "Iids"}, {"Tdx"}},
+    /* TG_OP_CROSS_ENTROPY */ {{"Tlogits", "Ilabels"}, {"Floss"}},
+    /* TG_OP_CROSS_ENTROPY_BWD */ {{"Fdloss", "Tlogits", "Ilabels"}, {"Tdlogits"}},
+    /* TG_OP_SCHEDULE */ {{"Fstep", "Ftotal_steps"}, {"Flr", "Fstep_out"}},
+    /* TG_OP_GRAD_NORM */ {{"Fgrads"}, {"Fnorm"}},
+    /* TG_OP_ADAMW */ {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}},
+};
+static_assert(sizeof dtype_rules / sizeof dtype_rules[0] == TG_OP_COUNT, "every op needs a dtype rule row");
+
+static int dtype_ok(char role, int dt, int *T) {
+    switch (role) {
+    case 'T':
+        if (*T < 0) *T = dt;
+        return dt == *T && (dt == TG_F32 || dt == TG_BF16);
+    case 'F': return dt == TG_F32;
+    case 'I': return dt == TG_I32;
+    case 'B': return dt == TG_BF16;
+    case 'A': return tg_dtype_size(dt) > 0;
+    default: return 0;
+    }
+}
+
+int tg_check_dtypes(const tg_cuda_op_args *a, tg_err *err) {
+    const int kind = a->op->kind;
+    if (kind < 0 || kind >= TG_OP_COUNT) return 0;
+    const dtype_rule *r = &dtype_rules[kind];
+    int T = -1, ok = 1, checked = 0;
+    /* T slots first (they fix the storage type), then the rest. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
+            const int is_in = s < TG_OP_MAX_IN, k = is_in ? s : s - TG_OP_MAX_IN;
+            const char *rule = is_in ? r->in[k] : r->out[k];
+            const void *ptr = is_in ? a->in[k] : a->out[k];
+            if (!rule || !ptr || (rule[0] == 'T') != (pass == 0)) continue;
+            const int dt = is_in ? a->in_dtype[k] : a->out_dtype[k];
+            checked = 1;
+            if (rule[0] == 'S') ok &= dt == TG_F32 || (dt == T && dt == TG_BF16);
+            else ok &= dtype_ok(rule[0], dt, &T);
+        }
+    if (!checked || ok) return 0;
+    char msg[512] = "unsupported dtypes";
+    size_t len = strlen(msg);
+    for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
+        const int is_in = s < TG_OP_MAX_IN, k = is_in ? s : s - TG_OP_MAX_IN;
+        const char *rule = is_in ? r->in[k] : r->out[k];
+        const void *ptr = is_in ? a->in[k] : a->out[k];
+        if (!rule || !ptr || len >= sizeof msg) continue;
+        const int dt = is_in ? a->in_dtype[k] : a->out_dtype[k];
+        const int w = snprintf(msg + len, sizeof msg - len, " %s=%s", rule + 1, tg_dtype_name(dt));
+        if (w > 0) len += (size_t)w;
+    }
+    return tg_fail(err, "%s", msg);
+}
 
 static const tg_cuda_launcher table[] = {
     tg_launch_zero,              /* TG_OP_ZERO */
@@ -39,7 +132,7 @@ static_assert(TG_OP_MATMUL == 5 && TG_OP_DROPOUT == 15 && TG_OP_ADAMW == 24, "ta
 extern "C" int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err) {
     const int kind = a->op->kind;
     if (kind < 0 || kind >= TG_OP_COUNT) return tg_fail(err, "op kind %d is not a known op", kind);
-    if (table[kind](a, err)) return tg_fail_context(err, "op %s (%d)", tg_op_name(kind), kind);
+    if (tg_check_dtypes(a, err) || table[kind](a, err)) return tg_fail_context(err, "op %s (%d)", tg_op_name(kind), kind);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return tg_fail(err, "op %s (%d): %s: %s", tg_op_name(kind), kind, cudaGetErrorName(e), cudaGetErrorString(e));

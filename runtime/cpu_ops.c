@@ -643,6 +643,7 @@ typedef struct adamw_ctx {
     int n_seg;
     const float *g;
     float *p, *m, *v;
+    float *copy; /* out3: the low-precision parameter copies (widened by the caller), or NULL */
     float clip, lr, b1, b2, eps, wd, step_size, sqrt_bc2;
 } adamw_ctx;
 
@@ -666,6 +667,7 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
             c->m[i] = m;
             c->v[i] = v;
             c->p[i] = p - c->step_size * m / (sqrtf(v) / c->sqrt_bc2 + c->eps);
+            if (c->copy) c->copy[i] = c->p[i];
         }
     }
 }
@@ -675,7 +677,8 @@ static void op_adamw(const tg_cpu_op_args *a) {
     if (!plan) return; /* the executor always passes the plan */
     const float *f = a->op->f;
     adamw_ctx c = {.g = CF32(a->in[0]), .p = F32(a->out[0]), .m = F32(a->out[1]),
-                   .v = F32(a->out[2]), .lr = CF32(a->in[1])[0], .b1 = f[0], .b2 = f[1],
+                   .v = F32(a->out[2]), .copy = a->out[3] ? F32(a->out[3]) : NULL,
+                   .lr = CF32(a->in[1])[0], .b1 = f[0], .b2 = f[1],
                    .eps = f[2], .wd = f[3], .clip = 1.0f};
     if (f[4] > 0.0f && a->in[3]) {
         double norm = CF32(a->in[3])[0];

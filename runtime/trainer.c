@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "compiler/compile.h"
+#include "runtime/bf16.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -26,7 +27,19 @@ int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err) {
     return tg_executor_write(&t->ex, tensor, host, err);
 }
 
-static int read_scalar(tg_trainer *t, int tensor, float *v, tg_err *err) { return tg_trainer_read(t, tensor, v, err); }
+int tg_trainer_read_f32(tg_trainer *t, int tensor, float *host, tg_err *err) {
+    const tg_tensor *x = &t->plan->tensors[tensor];
+    if (x->dtype == TG_F32) return tg_trainer_read(t, tensor, host, err);
+    if (x->dtype != TG_BF16) return tg_fail(err, "tensor %s is not a float tensor", x->name);
+    int64_t n = tg_tensor_numel(x);
+    /* The bf16 values land in the upper half of the buffer, then widen downwards. */
+    uint16_t *low = (uint16_t *)(host + n) - n;
+    if (tg_trainer_read(t, tensor, low, err)) return -1;
+    for (int64_t i = 0; i < n; i++) host[i] = tg_f32_from_bf16(low[i]);
+    return 0;
+}
+
+static int read_scalar(tg_trainer *t, int tensor, float *v, tg_err *err) { return tg_trainer_read_f32(t, tensor, v, err); }
 
 static int write_scalar(tg_trainer *t, int tensor, float v, tg_err *err) { return tg_trainer_write(t, tensor, &v, err); }
 
@@ -90,6 +103,16 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         t->weights_loaded = 1;
     }
     int up = tg_trainer_write(t, plan->io.params_all, params, err);
+    if (!up && plan->io.params_bf16_all >= 0) {
+        /* The bf16 copies start as the rounded masters; AdamW keeps them in step. */
+        uint16_t *low = malloc(plan->pool_bytes[TG_POOL_PARAMS_BF16]);
+        if (!low) up = tg_fail(err, "out of memory");
+        else {
+            tg_bf16_narrow(low, params, (int64_t)(plan->pool_bytes[TG_POOL_PARAMS_BF16] / 2));
+            up = tg_trainer_write(t, plan->io.params_bf16_all, low, err);
+            free(low);
+        }
+    }
     free(params);
     if (up) goto fail;
 
@@ -175,7 +198,7 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
-    float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(logits_t->bytes) : NULL;
+    float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
     if (p->job.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
@@ -184,7 +207,7 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
         fill_batch(t, &t->eval, t->batch_idx, n, &b);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
-            (logits && tg_trainer_read(t, p->io.logits, logits, err))) {
+            (logits && tg_trainer_read_f32(t, p->io.logits, logits, err))) {
             free(logits);
             return -1;
         }

@@ -76,5 +76,7 @@ void *tg_trainer_input(tg_trainer *t, int tensor);
 /* Copies any tensor between the executor and host memory. */
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err);
 int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err);
+/* Reads a float tensor of any storage precision, widened to fp32 (numel floats). */
+int tg_trainer_read_f32(tg_trainer *t, int tensor, float *host, tg_err *err);
 
 #endif

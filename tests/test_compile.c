@@ -187,7 +187,7 @@ TG_TEST(test_compile_job_model_mismatch) {
     expect_job_error("model = tiny-bert\nseq = 65\nsteps = 1\ntrain_data = x\n", "seq", "max_position_embeddings 64");
     expect_job_error("model = tiny-roberta\nseq = 65\nsteps = 1\ntrain_data = x\n", "seq", "pad_token_id + 1");
     expect_job_error("model = tiny-bert\ntask = lm\nsteps = 1\ntrain_data = x\n", "task", "needs a decoder");
-    expect_job_error("model = tiny-bert\nprecision = bf16\nsteps = 1\ntrain_data = x\n", "precision", "CUDA");
+    expect_job_error("model = tiny-bert\nseq = 16\nprecision = fp16\nsteps = 1\ntrain_data = x\n", "precision", "fp16");
     expect_job_error("model = gpt2\nnum_labels = 2\nsteps = 1\ntrain_data = x\n", "pad_token_id", "padding id");
     expect_job_error("model = tiny-bert\nseq = 16\npad_token_id = 500\nsteps = 1\ntrain_data = x\n", "pad_token_id", "vocab");
     expect_job_error("model = no-such-model\nsteps = 1\ntrain_data = x\n", "model", "no-such-model");
@@ -340,4 +340,64 @@ TG_TEST(test_weights_save_load_round_trip) {
     free(a), free(b);
     tg_trainer_close(&tr), tg_trainer_close(&tr2);
     tg_plan_free(&p), tg_plan_free(&p2);
+}
+
+TG_TEST(test_compile_bf16_plan) {
+    tg_plan p, f;
+    tg_err err;
+    REQUIRE(compile_text("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nprecision = bf16\nsteps = 1\n"
+                         "train_data = x\n",
+                         &p, &err, NULL) == 0,
+            "%s", err.msg);
+    REQUIRE(compile_text("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nsteps = 1\ntrain_data = x\n", &f, &err,
+                         NULL) == 0,
+            "%s", err.msg);
+    check_plan_memory(&p, "bf16 plan");
+    CHECK(p.pool_bytes[TG_POOL_PARAMS_BF16] * 2 == p.pool_bytes[TG_POOL_PARAMS], "bf16 copies: %llu bytes",
+          (unsigned long long)p.pool_bytes[TG_POOL_PARAMS_BF16]);
+    CHECK(f.pool_bytes[TG_POOL_PARAMS_BF16] == 0 && f.io.params_bf16_all < 0, "fp32 plan has bf16 copies");
+    CHECK(p.pool_bytes[TG_POOL_ACTIVATIONS] < f.pool_bytes[TG_POOL_ACTIVATIONS] * 3 / 4, "activations %llu vs %llu",
+          (unsigned long long)p.pool_bytes[TG_POOL_ACTIVATIONS], (unsigned long long)f.pool_bytes[TG_POOL_ACTIVATIONS]);
+    int copies = 0, params = 0;
+    for (int t = 0; t < p.n_tensors; t++) {
+        const tg_tensor *x = &p.tensors[t];
+        params += (x->flags & TG_TENSOR_PARAM) != 0;
+        if (x->flags & TG_TENSOR_PARAM) CHECK(x->dtype == TG_F32, "master %s is not fp32", x->name);
+        if (x->flags & TG_TENSOR_GRAD) CHECK(x->dtype == TG_F32, "gradient %s is not fp32", x->name);
+        if (x->flags & TG_TENSOR_PARAM_COPY) {
+            copies++;
+            CHECK(x->dtype == TG_BF16 && x->master >= 0 && p.tensors[x->master].offset == 2 * x->offset,
+                  "copy %s: dtype %d, master %d", x->name, x->dtype, x->master);
+        }
+    }
+    CHECK(copies == params && params > 10, "%d copies of %d parameters", copies, params);
+    for (int o = 0; o < p.n_ops; o++) {
+        const tg_op *op = &p.ops[o];
+        const tg_tensor *t0 = op->out[0] >= 0 ? &p.tensors[op->out[0]] : NULL;
+        switch (op->kind) {
+        case TG_OP_MATMUL:
+            for (int s = 0; s < 3; s++)
+                if (op->in[s] >= 0)
+                    CHECK(p.tensors[op->in[s]].dtype == TG_BF16 && !(p.tensors[op->in[s]].flags & TG_TENSOR_PARAM),
+                          "matmul %d reads %s", o, p.tensors[op->in[s]].name);
+            if (t0->pool == TG_POOL_GRADS) CHECK(t0->dtype == TG_F32, "weight gradient %s not fp32", t0->name);
+            break;
+        case TG_OP_LAYERNORM:
+            CHECK(t0->dtype == TG_BF16 && p.tensors[op->out[1]].dtype == TG_F32 && p.tensors[op->out[2]].dtype == TG_F32,
+                  "layernorm %d: y bf16, statistics fp32", o);
+            break;
+        case TG_OP_ATTN_SOFTMAX:
+            CHECK(p.tensors[op->in[0]].dtype == TG_F32 && t0->dtype == TG_BF16, "softmax %d: fp32 scores, bf16 probs", o);
+            break;
+        case TG_OP_CROSS_ENTROPY:
+            CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_F32, "loss fp32 from bf16 logits");
+            break;
+        case TG_OP_ADAMW:
+            CHECK(op->out[3] == p.io.params_bf16_all, "adamw refreshes the bf16 copies");
+            break;
+        default:
+            break;
+        }
+    }
+    tg_plan_free(&p), tg_plan_free(&f);
 }

@@ -84,6 +84,25 @@ TG_TEST(test_e2e_reproducible) {
     CHECK(memcmp(a.losses, c.losses, sizeof a.losses) != 0, "different seeds, same losses");
 }
 
+TG_TEST(test_e2e_bf16_tracks_fp32) {
+    /* Same seed, same batches and dropout masks: the bf16 curve stays within 2% of the
+     * fp32 one over 150 steps of the demo, through the part where the loss falls. */
+    const char *f32[] = {"steps=150"}, *b16[] = {"steps=150", "precision=bf16"};
+    run_result a, b;
+    if (!train("examples/demo-classify.job", f32, 1, &a) || !train("examples/demo-classify.job", b16, 2, &b)) return;
+    double worst = 0;
+    for (int w = 0; w < 150; w += 10) {
+        double fa = mean(a.losses + w, 10), fb = mean(b.losses + w, 10), rel = fabs(fb - fa) / fa;
+        if (rel > worst) worst = rel;
+    }
+    printf("    bf16 vs fp32 over 150 steps: worst 10-step window %.3f%%, final %.4f vs %.4f\n", 100 * worst,
+           mean(b.losses + 140, 10), mean(a.losses + 140, 10));
+    CHECK(worst <= 0.02, "bf16 loss curve departs from fp32 by %.2f%%", 100 * worst);
+    CHECK(mean(a.losses + 140, 10) < 0.6 * mean(a.losses, 10), "fp32 did not learn in 150 steps");
+    CHECK(fabs(b.eval.accuracy - a.eval.accuracy) <= 0.02, "eval accuracy bf16 %.3f, fp32 %.3f", b.eval.accuracy,
+          a.eval.accuracy);
+}
+
 TG_TEST(test_e2e_cli_metrics) {
     const char *dir = tg_test_tmpdir();
     char cmd[2048], plan[600], metrics[600];

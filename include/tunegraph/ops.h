@@ -100,7 +100,8 @@ typedef enum tg_op_kind {
     TG_OP_GRAD_NORM,
     /* One AdamW update of every parameter (torch.optim.AdamW semantics, decoupled decay):
      * in0 all grads, in1 lr [1], in2 step counter [1] (already incremented, the bias-
-     * correction t), in3 grad norm [1] -> out0 all params, out1 all m, out2 all v, in place.
+     * correction t), in3 grad norm [1] -> out0 all params, out1 all m, out2 all v, in place,
+     * and (bf16 plans) out3 the bf16 copies of all parameters, refreshed in the same pass.
      * Gradients are scaled by min(1, f[4] / (norm + 1e-6)) when f[4] > 0 (torch
      * clip_grad_norm_). Parameters flagged TG_TENSOR_NO_DECAY skip weight decay.
      * i[0] = parameter element count (FLOPs), f[0]=beta1, f[1]=beta2, f[2]=eps,

@@ -1,0 +1,79 @@
+#include "compiler/precision.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void set_dtype(tg_graph *g, int t, int dtype) {
+    tg_tensor *x = &g->tensors[t];
+    x->dtype = dtype;
+    x->bytes = (uint64_t)tg_tensor_numel(x) * (uint64_t)tg_dtype_size(dtype);
+}
+
+int tg_apply_precision(tg_graph *g, int precision) {
+    if (g->failed) return -1;
+    if (precision == TG_PREC_FP32) return 0;
+    if (precision != TG_PREC_BF16) return tg_graph_fail(g, "precision %d has no storage rules", precision);
+
+    /* bf16 copies of the parameters, one contiguous buffer with the masters' layout. */
+    int n0 = g->n_tensors;
+    int *copy_of = calloc((size_t)n0, sizeof *copy_of);
+    if (!copy_of) return tg_graph_fail(g, "out of memory");
+    for (int t = 0; t < n0; t++) {
+        copy_of[t] = -1;
+        if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
+        char name[TG_NAME_MAX];
+        snprintf(name, sizeof name, "bf16.%s", g->tensors[t].name);
+        int64_t shape[TG_MAX_DIMS];
+        memcpy(shape, g->tensors[t].shape, sizeof shape);
+        int c = tg_graph_tensor(g, name, TG_BF16, TG_POOL_PARAMS_BF16, g->tensors[t].ndim, shape);
+        if (c < 0) break;
+        g->tensors[c].flags |= TG_TENSOR_PARAM_COPY;
+        g->tensors[c].master = t;
+        g->tensors[c].offset = g->tensors[t].offset / 2; /* same element index */
+        copy_of[t] = c;
+    }
+    int64_t elems = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.params_all]);
+    g->io.params_bf16_all = tg_graph_tensor(g, "params_bf16.all", TG_BF16, TG_POOL_PARAMS_BF16, 1, &elems);
+    if (g->failed) {
+        free(copy_of);
+        return -1;
+    }
+    g->tensors[g->io.params_bf16_all].flags |= TG_TENSOR_VIEW;
+
+    /* Which fp32 activations stay fp32. */
+    char *keep = calloc((size_t)g->n_tensors, 1);
+    if (!keep) {
+        free(copy_of);
+        return tg_graph_fail(g, "out of memory");
+    }
+    for (int o = 0; o < g->n_ops; o++) {
+        tg_op *op = &g->ops[o];
+        switch (op->kind) {
+        case TG_OP_MATMUL:
+            /* Matmuls read the bf16 copies; their weight gradients stay fp32 (grads pool). */
+            for (int s = 0; s < 3; s++)
+                if (op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0) op->in[s] = copy_of[op->in[s]];
+            break;
+        case TG_OP_LAYERNORM:
+            keep[op->out[1]] = keep[op->out[2]] = 1; /* mean, rstd */
+            break;
+        case TG_OP_ATTN_SOFTMAX:
+            keep[op->in[0]] = 1; /* scores: the product accumulates in fp32 and stays fp32 */
+            break;
+        case TG_OP_ADAMW:
+            op->out[3] = g->io.params_bf16_all; /* refreshed in the same pass as the update */
+            break;
+        default:
+            break;
+        }
+    }
+    for (int t = 0; t < g->n_tensors; t++) {
+        tg_tensor *x = &g->tensors[t];
+        if (x->pool == TG_POOL_ACTIVATIONS && x->dtype == TG_F32 && !keep[t] && tg_tensor_numel(x) > 1)
+            set_dtype(g, t, TG_BF16);
+    }
+    free(keep);
+    free(copy_of);
+    return 0;
+}
