@@ -1,8 +1,9 @@
 /* Elementwise ops: ZERO, FILL, ADD, GELU(_BWD), TANH(_BWD), DROPOUT.
  *
- * Memory bound, so one generic grid-stride kernel moves float4s when every pointer is
- * 16-byte aligned (tensors are 256-byte aligned) and finishes the numel % 4 tail with
- * scalars. Each element is read and written by one thread in one iteration, so outputs
+ * Memory bound, so one generic grid-stride kernel moves 16 bytes per access when every
+ * pointer is 16-byte aligned (tensors are 256-byte aligned): 4 floats, or 8 bf16 in bf16
+ * plans (computed in float, rounded on store), and finishes the tail with scalars.
+ * ZERO clears out_numel elements of out0's dtype; FILL is fp32 only. Each element is read and written by one thread in one iteration, so outputs
  * may alias inputs (in-place dropout / accumulation). The formulas are the CPU's,
  * written with non-contracting intrinsics so the roundings match (transcendentals are
  * CUDA's, within 2 ulp of glibc's). Dropout draws its mask from the same counter-based
@@ -67,25 +68,28 @@ struct tanh_bwd_fn {
 
 /* ---- kernels ----------------------------------------------------------------------- */
 
-/* y = f(a, b) over n elements; b may be NULL (unary ops get 0). vec: all pointers
- * 16-byte aligned, so elements [0, 4*(n/4)) move as float4. */
-template <class F>
+/* y = f(a, b) over n elements of storage type T (float or bf16; computed in float);
+ * b may be NULL (unary ops get 0). vec: all pointers 16-byte aligned, so elements
+ * [0, W*(n/W)) move W at a time (float: W = 4, a float4; bf16: W = 8, 16 bytes). */
+template <class T, int W, class F>
 __global__ void __launch_bounds__(EW_THREADS)
-ew_kernel(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ y, int64_t n, int vec, F f) {
+ew_kernel(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y, int64_t n, int vec, F f) {
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t n4 = vec ? n / 4 : 0;
-    for (int64_t i = tid; i < n4; i += stride) {
-        float4 va = reinterpret_cast<const float4 *>(a)[i];
-        float4 vb = b ? reinterpret_cast<const float4 *>(b)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        float4 r;
-        r.x = f(va.x, vb.x);
-        r.y = f(va.y, vb.y);
-        r.z = f(va.z, vb.z);
-        r.w = f(va.w, vb.w);
-        reinterpret_cast<float4 *>(y)[i] = r;
+    const int64_t nw = vec ? n / W : 0;
+    for (int64_t i = tid; i < nw; i += stride) {
+        float va[W], vb[W], r[W];
+        tg_vec<T, W>::load(a, i, va);
+        if (b)
+            tg_vec<T, W>::load(b, i, vb);
+        else
+#pragma unroll
+            for (int j = 0; j < W; j++) vb[j] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < W; j++) r[j] = f(va[j], vb[j]);
+        tg_vec<T, W>::store(y, i, r);
     }
-    for (int64_t i = n4 * 4 + tid; i < n; i += stride) y[i] = f(a[i], b ? b[i] : 0.0f);
+    for (int64_t i = nw * W + tid; i < n; i += stride) tg_st(y, i, f(tg_ld(a, i), b ? tg_ld(b, i) : 0.0f));
 }
 
 __global__ void __launch_bounds__(EW_THREADS) fill_kernel(float *__restrict__ y, int64_t n, int vec, float v) {
@@ -96,10 +100,12 @@ __global__ void __launch_bounds__(EW_THREADS) fill_kernel(float *__restrict__ y,
     for (int64_t i = n4 * 4 + tid; i < n; i += stride) y[i] = v;
 }
 
-/* One thread per Philox block (4 elements). */
+/* One thread per Philox block (4 elements: a float4, or 8 bytes of bf16 when vec). The
+ * mask does not depend on T; the kept value is fmul(x, scale) in float, then stored. */
+template <class T>
 __global__ void __launch_bounds__(EW_THREADS)
-dropout_kernel(const float *__restrict__ x, const float *__restrict__ step_ptr, float *__restrict__ y, int64_t n,
-               int vec, uint64_t seed, uint32_t key, float p, float scale) {
+dropout_kernel(const T *__restrict__ x, const float *__restrict__ step_ptr, T *__restrict__ y, int64_t n, int vec,
+               uint64_t seed, uint32_t key, float p, float scale) {
     const float s = step_ptr ? step_ptr[0] : 0.0f;
     const uint64_t step = s > 0.0f ? (uint64_t)s : 0;
     const int64_t groups = (n + 3) / 4;
@@ -109,37 +115,47 @@ dropout_kernel(const float *__restrict__ x, const float *__restrict__ step_ptr, 
         tg_philox_uniform4(seed, step, key, (uint64_t)g, u);
         const int64_t e = g * 4;
         if (vec && e + 4 <= n) {
-            float4 v = reinterpret_cast<const float4 *>(x)[g];
-            v.x = u[0] >= p ? fmul(v.x, scale) : 0.0f;
-            v.y = u[1] >= p ? fmul(v.y, scale) : 0.0f;
-            v.z = u[2] >= p ? fmul(v.z, scale) : 0.0f;
-            v.w = u[3] >= p ? fmul(v.w, scale) : 0.0f;
-            reinterpret_cast<float4 *>(y)[g] = v;
+            float v[4];
+            tg_vec<T, 4>::load(x, g, v);
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = u[j] >= p ? fmul(v[j], scale) : 0.0f;
+            tg_vec<T, 4>::store(y, g, v);
         } else {
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                if (e + j < n) y[e + j] = u[j] >= p ? fmul(x[e + j], scale) : 0.0f;
+                if (e + j < n) tg_st(y, e + j, u[j] >= p ? fmul(tg_ld(x, e + j), scale) : 0.0f);
         }
     }
 }
 
 /* ---- launchers ------------------------------------------------------------------- */
 
+template <class T, int W, class F>
+static void launch_ew_t(const tg_cuda_op_args *a, int64_t n, const void *in0, const void *in1, F f) {
+    const T *x = (const T *)in0, *b = (const T *)in1;
+    T *y = (T *)a->out[0];
+    const int vec = tg_aligned16(x) && tg_aligned16(b) && tg_aligned16(y);
+    const int64_t items = vec ? n / W + n % W : n;
+    ew_kernel<T, W, F><<<tg_blocks(items, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(x, b, y, n, vec, f);
+}
+
+/* Storage type from out0 (tg_check_dtypes made every T slot agree). */
 template <class F>
 static int launch_ew(const tg_cuda_op_args *a, const void *in0, const void *in1, F f) {
     const int64_t n = a->op->i[0];
     if (n <= 0) return 0;
-    const float *x = (const float *)in0, *b = (const float *)in1;
-    float *y = (float *)a->out[0];
-    const int vec = tg_aligned16(x) && tg_aligned16(b) && tg_aligned16(y);
-    const int64_t items = vec ? n / 4 + (n & 3) : n;
-    ew_kernel<F><<<tg_blocks(items, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(x, b, y, n, vec, f);
+    if (a->out_dtype[0] == TG_BF16)
+        launch_ew_t<tg_bf16, 8>(a, n, in0, in1, f);
+    else
+        launch_ew_t<float, 4>(a, n, in0, in1, f);
     return 0;
 }
 
 int tg_launch_zero(const tg_cuda_op_args *a, tg_err *err) {
     if (!a->out[0] || a->out_numel[0] <= 0) return 0;
-    cudaError_t e = cudaMemsetAsync(a->out[0], 0, (size_t)a->out_numel[0] * 4, a->ctx->stream);
+    const int size = tg_dtype_size(a->out_dtype[0]);
+    if (size <= 0) return tg_fail(err, "unsupported dtype out=%s", tg_dtype_name(a->out_dtype[0]));
+    cudaError_t e = cudaMemsetAsync(a->out[0], 0, (size_t)a->out_numel[0] * (size_t)size, a->ctx->stream);
     if (e != cudaSuccess) return tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
     return 0;
 }
@@ -175,17 +191,29 @@ int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t n = a->op->i[0];
     if (n <= 0) return 0;
     const float p = a->op->f[0];
+    const int bf16 = a->out_dtype[0] == TG_BF16;
     if (!a->training || p <= 0.0f) { /* identity */
         if (a->out[0] == a->in[0]) return 0;
-        cudaError_t e = cudaMemcpyAsync(a->out[0], a->in[0], (size_t)n * 4, cudaMemcpyDeviceToDevice, a->ctx->stream);
+        const size_t bytes = (size_t)n * (bf16 ? sizeof(tg_bf16) : sizeof(float));
+        cudaError_t e = cudaMemcpyAsync(a->out[0], a->in[0], bytes, cudaMemcpyDeviceToDevice, a->ctx->stream);
         if (e != cudaSuccess) return tg_fail(err, "cudaMemcpyAsync: %s", cudaGetErrorString(e));
         return 0;
     }
     const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* the CPU's expression */
-    const float *x = (const float *)a->in[0];
-    float *y = (float *)a->out[0];
-    const int vec = tg_aligned16(x) && tg_aligned16(y);
-    dropout_kernel<<<tg_blocks((n + 3) / 4, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(
-        x, (const float *)a->in[1], y, n, vec, a->ctx->seed, (uint32_t)a->op->i[1], p, scale);
+    const float *step = (const float *)a->in[1];
+    const unsigned blocks = tg_blocks((n + 3) / 4, EW_THREADS);
+    if (bf16) {
+        const tg_bf16 *x = (const tg_bf16 *)a->in[0];
+        tg_bf16 *y = (tg_bf16 *)a->out[0];
+        const int vec = tg_aligned8(x) && tg_aligned8(y);
+        dropout_kernel<tg_bf16><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
+                                                                          (uint32_t)a->op->i[1], p, scale);
+    } else {
+        const float *x = (const float *)a->in[0];
+        float *y = (float *)a->out[0];
+        const int vec = tg_aligned16(x) && tg_aligned16(y);
+        dropout_kernel<float><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
+                                                                        (uint32_t)a->op->i[1], p, scale);
+    }
     return 0;
 }

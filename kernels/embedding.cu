@@ -1,6 +1,8 @@
 /* EMBEDDING (gather) and EMBEDDING_BWD (deterministic scatter-add).
  *
- * The forward is a float4 gather; out-of-range ids give a zero row, as on the CPU.
+ * The forward is a float4 gather from the fp32 table into out0 (float, or bf16 rounded
+ * on store in bf16 plans); out-of-range ids give a zero row, as on the CPU. The backward
+ * reads dout as float or bf16 (widened exactly) and sums in float into fp32 dtable.
  *
  * The backward must not depend on thread timing, so it never adds floats atomically.
  * Instead it groups the token indices by id with a stable counting sort, then sums each
@@ -86,33 +88,46 @@ struct vec_t<1> {
 
 /* ---- forward ----------------------------------------------------------------------- */
 
-template <int W> /* W = 4: float4 columns, 1: scalars */
+/* W = 4: 4-float columns (table float4, out float4 or 8 bytes of bf16), 1: scalars.
+ * The table is fp32; the row is narrowed to TO (bf16 plans) on store. */
+template <int W, class TO>
 __global__ void __launch_bounds__(EMB_THREADS)
-emb_fwd_kernel(const int *__restrict__ ids, const float *__restrict__ table, float *__restrict__ y, int64_t N,
-               int V, int64_t DW) {
-    typedef typename vec_t<W>::T T;
-    const T *t = reinterpret_cast<const T *>(table);
-    T *o = reinterpret_cast<T *>(y);
+emb_fwd_kernel(const int *__restrict__ ids, const float *__restrict__ table, TO *__restrict__ y, int64_t N, int V,
+               int64_t DW) {
     const int64_t total = N * DW, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
         int64_t n = e / DW, c = e - n * DW;
         int id = ids[n];
-        o[e] = id >= 0 && id < V ? t[(int64_t)id * DW + c] : vec_t<W>::zero();
+        float v[W];
+        if (id >= 0 && id < V)
+            tg_vec<float, W>::load(table, (int64_t)id * DW + c, v);
+        else
+#pragma unroll
+            for (int j = 0; j < W; j++) v[j] = 0.0f;
+        tg_vec<TO, W>::store(y, e, v);
     }
+}
+
+template <class TO>
+static void launch_emb_fwd(const tg_cuda_op_args *a, int64_t N, int64_t V, int64_t D) {
+    const int *ids = (const int *)a->in[0];
+    const float *table = (const float *)a->in[1];
+    TO *y = (TO *)a->out[0];
+    if (D % 4 == 0 && tg_aligned16(table) && tg_aligned(y, 4 * sizeof(TO)))
+        emb_fwd_kernel<4, TO><<<tg_blocks(N * D / 4, EMB_THREADS), EMB_THREADS, 0, a->ctx->stream>>>(ids, table, y, N,
+                                                                                                     (int)V, D / 4);
+    else
+        emb_fwd_kernel<1, TO><<<tg_blocks(N * D, EMB_THREADS), EMB_THREADS, 0, a->ctx->stream>>>(ids, table, y, N,
+                                                                                                 (int)V, D);
 }
 
 int tg_launch_embedding(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
     if (N <= 0 || D <= 0) return 0;
-    const int *ids = (const int *)a->in[0];
-    const float *table = (const float *)a->in[1];
-    float *y = (float *)a->out[0];
-    if (D % 4 == 0 && tg_aligned16(table) && tg_aligned16(y))
-        emb_fwd_kernel<4><<<tg_blocks(N * D / 4, EMB_THREADS), EMB_THREADS, 0, a->ctx->stream>>>(ids, table, y, N,
-                                                                                                 (int)V, D / 4);
+    if (a->out_dtype[0] == TG_BF16)
+        launch_emb_fwd<tg_bf16>(a, N, V, D);
     else
-        emb_fwd_kernel<1><<<tg_blocks(N * D, EMB_THREADS), EMB_THREADS, 0, a->ctx->stream>>>(ids, table, y, N,
-                                                                                             (int)V, D);
+        launch_emb_fwd<float>(a, N, V, D);
     return 0;
 }
 
@@ -230,17 +245,13 @@ emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int
 /* ---- 4. chunk sums in token order ------------------------------------------------- */
 
 /* One warp per unit (sorted position p, column slice s): units whose p does not start a
- * chunk return at once. Lane covers column c = s*32 + lane (in W-float units). */
-template <int W>
+ * chunk return at once. Lane covers column c = s*32 + lane (in W-float units). dout is
+ * TD (float or bf16, widened on load); sums are float, dtable and partials fp32. */
+template <int W, class TD>
 __global__ void __launch_bounds__(EMB_THREADS)
-emb_chunk_kernel(const int *__restrict__ ids, const float *__restrict__ dy, float *__restrict__ dtable,
+emb_chunk_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *__restrict__ dtable,
                  const int *__restrict__ start, const int *__restrict__ chunk_base, const int *__restrict__ sorted,
                  float *__restrict__ partial, int V, int64_t DW, int nslices) {
-    typedef vec_t<W> ops;
-    typedef typename ops::T T;
-    const T *g = reinterpret_cast<const T *>(dy);
-    T *dt = reinterpret_cast<T *>(dtable);
-    T *part = reinterpret_cast<T *>(partial);
     const int lane = threadIdx.x & 31;
     const int64_t units = (int64_t)start[V] * nslices;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -252,20 +263,32 @@ emb_chunk_kernel(const int *__restrict__ ids, const float *__restrict__ dy, floa
         const int64_t c = (int64_t)s * 32 + lane;
         if (c >= DW) continue;
         const int e = min(p + CHUNK, seg + cnt);
-        T acc = off == 0 ? dt[(int64_t)id * DW + c] : ops::zero();
+        float acc[W];
+        if (off == 0)
+            tg_vec<float, W>::load(dtable, (int64_t)id * DW + c, acc);
+        else
+#pragma unroll
+            for (int w = 0; w < W; w++) acc[w] = 0.0f;
         int q = p;
         for (; q + 8 <= e; q += 8) {
-            T v[8];
+            float v[8][W];
 #pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = g[(int64_t)sorted[q + j] * DW + c];
+            for (int j = 0; j < 8; j++) tg_vec<TD, W>::load(dy, (int64_t)sorted[q + j] * DW + c, v[j]);
 #pragma unroll
-            for (int j = 0; j < 8; j++) ops::acc(acc, v[j]);
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int w = 0; w < W; w++) acc[w] = fadd(acc[w], v[j][w]);
         }
-        for (; q < e; q++) ops::acc(acc, g[(int64_t)sorted[q] * DW + c]);
+        for (; q < e; q++) {
+            float v[W];
+            tg_vec<TD, W>::load(dy, (int64_t)sorted[q] * DW + c, v);
+#pragma unroll
+            for (int w = 0; w < W; w++) acc[w] = fadd(acc[w], v[w]);
+        }
         if (cnt <= CHUNK)
-            dt[(int64_t)id * DW + c] = acc;
+            tg_vec<float, W>::store(dtable, (int64_t)id * DW + c, acc);
         else
-            part[(int64_t)(chunk_base[id] + off / CHUNK) * DW + c] = acc;
+            tg_vec<float, W>::store(partial, (int64_t)(chunk_base[id] + off / CHUNK) * DW + c, acc);
     }
 }
 
@@ -308,9 +331,10 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     int *start = S + l.start, *cursor = S + l.cursor, *chunk_base = S + l.chunk_base, *sorted = S + l.sorted;
     float *partial = a->ctx->reduce_scratch + l.partial;
     const int *ids = (const int *)a->in[0];
-    const float *dy = (const float *)a->in[1];
+    const void *dy = a->in[1];
     float *dt = (float *)a->out[0];
     const int pad = (int)a->op->i[3];
+    const int dy_bf16 = a->in_dtype[1] == TG_BF16;
     cudaStream_t st = a->ctx->stream;
 
     cudaError_t e = cudaMemsetAsync(S, 0, (size_t)(2 * V + 1) * sizeof(int), st); /* counts, cursors */
@@ -321,20 +345,28 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     while (((int64_t)1 << id_bits) <= V) id_bits++; /* 2^id_bits > V: invalid keys sort last */
     emb_place_kernel<<<1, SORT_THREADS, 0, st>>>(ids, start, cursor, sorted, N, (int)V, pad, TILE_BITS + id_bits);
 
-    const int vec = D % 4 == 0 && tg_aligned16(dy) && tg_aligned16(dt);
+    const int vec = D % 4 == 0 && tg_aligned(dy, dy_bf16 ? 8 : 16) && tg_aligned16(dt);
     const int64_t DW = vec ? D / 4 : D;
     const int nslices = (int)((DW + 31) / 32);
     const unsigned blocks = tg_blocks(N * nslices * 32, EMB_THREADS);
+#define EMB_CHUNK(W, TD)                                                                                              \
+    emb_chunk_kernel<W, TD><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, dt, start, chunk_base, sorted,      \
+                                                            partial, (int)V, DW, nslices)
     if (vec) {
-        emb_chunk_kernel<4><<<blocks, EMB_THREADS, 0, st>>>(ids, dy, dt, start, chunk_base, sorted, partial, (int)V, DW,
-                                                           nslices);
+        if (dy_bf16)
+            EMB_CHUNK(4, tg_bf16);
+        else
+            EMB_CHUNK(4, float);
         emb_combine_kernel<4><<<blocks, EMB_THREADS, 0, st>>>(ids, dt, start, chunk_base, sorted, partial, (int)V, DW,
                                                              nslices);
     } else {
-        emb_chunk_kernel<1><<<blocks, EMB_THREADS, 0, st>>>(ids, dy, dt, start, chunk_base, sorted, partial, (int)V, DW,
-                                                           nslices);
+        if (dy_bf16)
+            EMB_CHUNK(1, tg_bf16);
+        else
+            EMB_CHUNK(1, float);
         emb_combine_kernel<1><<<blocks, EMB_THREADS, 0, st>>>(ids, dt, start, chunk_base, sorted, partial, (int)V, DW,
                                                              nslices);
     }
+#undef EMB_CHUNK
     return 0;
 }

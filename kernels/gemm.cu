@@ -11,8 +11,11 @@
 
 typedef struct gemm_key {
     int64_t m, n, k, batch;
-    int32_t ta, tb, bias, accumulate, tf32, pad;
+    int32_t ta, tb, bias, accumulate, tf32;
+    int32_t type_a, type_b, type_c, type_bias, pad; /* tg_dtype of A, B, C and the bias */
 } gemm_key;
+
+static cudaDataType_t cuda_type(int dtype) { return dtype == TG_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 typedef struct gemm_entry {
     gemm_key key;
@@ -62,13 +65,22 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     memset(&key, 0, sizeof key);
     key.m = N, key.n = M, key.k = K, key.batch = batch, key.ta = ta, key.tb = tb;
     key.bias = bias != NULL, key.accumulate = acc, key.tf32 = ctx->allow_tf32;
+    key.type_a = a->in_dtype[0], key.type_b = a->in_dtype[1], key.type_c = a->out_dtype[0];
+    key.type_bias = bias ? a->in_dtype[2] : TG_F32;
+    for (int s = 0; s < 3; s++)
+        if ((s < 2 || bias) && a->in_dtype[s] != TG_F32 && a->in_dtype[s] != TG_BF16)
+            return tg_fail(err, "matmul: input %d has dtype %s", s, tg_dtype_name(a->in_dtype[s]));
+    if (key.type_c != TG_F32 && key.type_c != TG_BF16)
+        return tg_fail(err, "matmul: output has dtype %s", tg_dtype_name(key.type_c));
+    /* TF32 is an fp32-input mode; bf16 inputs always multiply in bf16 with fp32 sums. */
+    const int fp32_inputs = key.type_a == TG_F32 && key.type_b == TG_F32;
     cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     int rc = 0;
     cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
-    cublasComputeType_t compute = ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = ctx->allow_tf32 && fp32_inputs ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     LT_TRY(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "set TRANSA");
     LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "set TRANSB");
@@ -77,11 +89,14 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
         LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "set EPILOGUE");
         LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
                "set BIAS_POINTER");
+        cudaDataType_t bias_type = cuda_type(key.type_bias);
+        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
+               "set BIAS_DATA_TYPE");
     }
     /* Stored shapes (before op): A' is B's memory, B' is A's memory, C' is C^T. */
-    LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, tb ? K : N, tb ? N : K, tb ? K : N), "layout A");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, ta ? M : K, ta ? K : M, ta ? M : K), "layout B");
-    LT_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, N), "layout C");
+    LT_TRY(cublasLtMatrixLayoutCreate(&la, cuda_type(key.type_b), tb ? K : N, tb ? N : K, tb ? K : N), "layout A");
+    LT_TRY(cublasLtMatrixLayoutCreate(&lb, cuda_type(key.type_a), ta ? M : K, ta ? K : M, ta ? M : K), "layout B");
+    LT_TRY(cublasLtMatrixLayoutCreate(&lc, cuda_type(key.type_c), N, M, N), "layout C");
     if (batch > 1) {
         int32_t count = (int32_t)batch;
         int64_t sa = N * K, sb = M * K, sc = M * N;

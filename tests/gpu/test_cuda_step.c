@@ -18,6 +18,8 @@ typedef struct run {
     int open;
 } run;
 
+static int g_precision = TG_PREC_FP32;
+
 static int open_run(run *r, const char *preset, int task, tg_device device, int no_graphs, uint64_t seed) {
     memset(r, 0, sizeof *r);
     tg_err err;
@@ -27,7 +29,7 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     tg_job_defaults(&job);
     snprintf(job.model, sizeof job.model, "%s", preset);
     job.task = task, job.num_labels = 3, job.batch = 4, job.seq = 24, job.steps = 10, job.seed = seed;
-    job.lr = 1e-3f, job.warmup_steps = 2;
+    job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &r->plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = device, .threads = 0, .load_data = 0, .no_graphs = no_graphs};
     if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
@@ -151,9 +153,10 @@ static size_t params_bytes(const char *preset, int task) {
 }
 
 TG_TEST(test_gpu_graph_replay_matches_stream) {
-    const char *presets[] = {"tiny-bert", "tiny-gpt2"};
-    int tasks[] = {TG_TASK_CLASSIFY, TG_TASK_LM};
-    for (int i = 0; i < 2; i++) {
+    const char *presets[] = {"tiny-bert", "tiny-gpt2", "tiny-bert", "tiny-gpt2"};
+    int tasks[] = {TG_TASK_CLASSIFY, TG_TASK_LM, TG_TASK_CLASSIFY, TG_TASK_LM};
+    for (int i = 0; i < 4; i++) {
+        g_precision = i < 2 ? TG_PREC_FP32 : TG_PREC_BF16;
         float la[6], lb[6];
         float *a = train_gpu(presets[i], tasks[i], 0, 9, 6, la), *b = train_gpu(presets[i], tasks[i], 1, 9, 6, lb);
         size_t n = params_bytes(presets[i], tasks[i]);
@@ -161,6 +164,18 @@ TG_TEST(test_gpu_graph_replay_matches_stream) {
         CHECK(memcmp(la, lb, sizeof la) == 0, "%s: losses differ", presets[i]);
         free(a), free(b);
     }
+    g_precision = TG_PREC_FP32;
+}
+
+TG_TEST(test_gpu_same_seed_bitwise_bf16) {
+    float la[8], lb[8];
+    g_precision = TG_PREC_BF16;
+    float *a = train_gpu("tiny-bert", TG_TASK_CLASSIFY, 0, 21, 8, la), *b = train_gpu("tiny-bert", TG_TASK_CLASSIFY, 0, 21, 8, lb);
+    size_t n = params_bytes("tiny-bert", TG_TASK_CLASSIFY);
+    g_precision = TG_PREC_FP32;
+    CHECK(a && b && n && memcmp(a, b, n) == 0, "two bf16 runs of one seed differ");
+    CHECK(memcmp(la, lb, sizeof la) == 0, "bf16 losses differ between runs of one seed");
+    free(a), free(b);
 }
 
 TG_TEST(test_gpu_same_seed_bitwise) {
