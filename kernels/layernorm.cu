@@ -9,7 +9,10 @@
  * dgamma/dbeta (+=) are column sums over rows, made deterministic with two stages
  * instead of float atomics: stage 1 gives each block a fixed tile of 32 columns x 128
  * rows and writes one double partial per (row chunk, column) to scratch; stage 2 adds
- * the partials of each column in chunk order and does the += into dgamma/dbeta. */
+ * the partials of each column in chunk order and does the += into dgamma/dbeta.
+ *
+ * x, y, dy and dx are T (float, or bf16 in bf16 plans: widened on load, rounded on
+ * store, 8-byte accesses of 4); gamma, beta, mean, rstd, dgamma, dbeta are always fp32. */
 #include "kernels/cuda_common.cuh"
 
 #define LN_THREADS 256     /* 8 rows (warps) per block */
@@ -22,39 +25,22 @@ int64_t tg_scratch_layernorm_bwd(const tg_op *op) {
     return 4 * ((M + COL_ROWS - 1) / COL_ROWS) * D; /* 2 doubles per (chunk, column) */
 }
 
-template <int W>
-struct ln_vec;
-template <>
-struct ln_vec<4> {
-    static __device__ __forceinline__ void load(const float *p, int64_t i, float (&v)[4]) {
-        float4 t = reinterpret_cast<const float4 *>(p)[i];
-        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    }
-    static __device__ __forceinline__ void store(float *p, int64_t i, const float (&v)[4]) {
-        reinterpret_cast<float4 *>(p)[i] = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-template <>
-struct ln_vec<1> {
-    static __device__ __forceinline__ void load(const float *p, int64_t i, float (&v)[1]) { v[0] = p[i]; }
-    static __device__ __forceinline__ void store(float *p, int64_t i, const float (&v)[1]) { p[i] = v[0]; }
-};
-
-/* W = 4: D % 4 == 0 and all row pointers 16-byte aligned; the lane covers float4 k. */
-template <int W>
+/* W = 4: D % 4 == 0 and all row pointers aligned to 4 elements; the lane covers
+ * elements [4k, 4k+4). x and y are T (float or bf16), gamma/beta/mean/rstd fp32. */
+template <int W, class T>
 __global__ void __launch_bounds__(LN_THREADS)
-ln_fwd_kernel(const float *__restrict__ x, const float *__restrict__ gamma, const float *__restrict__ beta,
-              float *__restrict__ y, float *__restrict__ mean_out, float *__restrict__ rstd_out, int64_t M, int64_t D,
+ln_fwd_kernel(const T *__restrict__ x, const float *__restrict__ gamma, const float *__restrict__ beta,
+              T *__restrict__ y, float *__restrict__ mean_out, float *__restrict__ rstd_out, int64_t M, int64_t D,
               float eps) {
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= M) return;
     const int64_t DW = D / W;
-    const float *xr = x + row * D;
+    const T *xr = x + row * D;
     double s = 0;
     for (int64_t k = lane; k < DW; k += 32) {
         float v[W];
-        ln_vec<W>::load(xr, k, v);
+        tg_vec<T, W>::load(xr, k, v);
 #pragma unroll
         for (int j = 0; j < W; j++) s += (double)v[j];
     }
@@ -62,7 +48,7 @@ ln_fwd_kernel(const float *__restrict__ x, const float *__restrict__ gamma, cons
     double ss = 0;
     for (int64_t k = lane; k < DW; k += 32) {
         float v[W];
-        ln_vec<W>::load(xr, k, v);
+        tg_vec<T, W>::load(xr, k, v);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             double d = (double)v[j] - mu;
@@ -71,16 +57,16 @@ ln_fwd_kernel(const float *__restrict__ x, const float *__restrict__ gamma, cons
     }
     ss = warp_sum_d(ss);
     const float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
-    float *yr = y + row * D;
+    T *yr = y + row * D;
     for (int64_t k = lane; k < DW; k += 32) {
         float v[W], g[W], b[W];
-        ln_vec<W>::load(xr, k, v);
-        if (gamma) ln_vec<W>::load(gamma, k, g);
-        if (beta) ln_vec<W>::load(beta, k, b);
+        tg_vec<T, W>::load(xr, k, v);
+        if (gamma) tg_vec<float, W>::load(gamma, k, g);
+        if (beta) tg_vec<float, W>::load(beta, k, b);
 #pragma unroll
         for (int j = 0; j < W; j++)
             v[j] = fadd(fmul(fmul(fsub(v[j], mean), rstd), gamma ? g[j] : 1.0f), beta ? b[j] : 0.0f);
-        ln_vec<W>::store(yr, k, v);
+        tg_vec<T, W>::store(yr, k, v);
     }
     if (lane == 0) {
         if (mean_out) mean_out[row] = mean;
@@ -89,23 +75,23 @@ ln_fwd_kernel(const float *__restrict__ x, const float *__restrict__ gamma, cons
 }
 
 /* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), one warp per row. */
-template <int W>
+template <int W, class T>
 __global__ void __launch_bounds__(LN_THREADS)
-ln_bwd_dx_kernel(const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ gamma,
-                 const float *__restrict__ mean, const float *__restrict__ rstd, float *__restrict__ dx, int64_t M,
+ln_bwd_dx_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ gamma,
+                 const float *__restrict__ mean, const float *__restrict__ rstd, T *__restrict__ dx, int64_t M,
                  int64_t D) {
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= M) return;
     const int64_t DW = D / W;
-    const float *dyr = dy + row * D, *xr = x + row * D;
+    const T *dyr = dy + row * D, *xr = x + row * D;
     const float mu = mean[row], rs = rstd[row];
     double s1 = 0, s2 = 0;
     for (int64_t k = lane; k < DW; k += 32) {
         float d[W], v[W], g[W];
-        ln_vec<W>::load(dyr, k, d);
-        ln_vec<W>::load(xr, k, v);
-        if (gamma) ln_vec<W>::load(gamma, k, g);
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(xr, k, v);
+        if (gamma) tg_vec<float, W>::load(gamma, k, g);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             float dg = fmul(d[j], gamma ? g[j] : 1.0f);
@@ -114,25 +100,26 @@ ln_bwd_dx_kernel(const float *__restrict__ dy, const float *__restrict__ x, cons
         }
     }
     const float m1 = (float)(warp_sum_d(s1) / (double)D), m2 = (float)(warp_sum_d(s2) / (double)D);
-    float *dxr = dx + row * D;
+    T *dxr = dx + row * D;
     for (int64_t k = lane; k < DW; k += 32) {
         float d[W], v[W], g[W];
-        ln_vec<W>::load(dyr, k, d);
-        ln_vec<W>::load(xr, k, v);
-        if (gamma) ln_vec<W>::load(gamma, k, g);
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(xr, k, v);
+        if (gamma) tg_vec<float, W>::load(gamma, k, g);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             float xhat = fmul(fsub(v[j], mu), rs);
             d[j] = fmul(rs, fsub(fsub(fmul(d[j], gamma ? g[j] : 1.0f), m1), fmul(xhat, m2)));
         }
-        ln_vec<W>::store(dxr, k, d);
+        tg_vec<T, W>::store(dxr, k, d);
     }
 }
 
 /* Stage 1: block (32, 8) owns columns [32*bx, +32) and rows [128*by, +128); partials
  * [chunk][D] of sum dy*xhat (pg) and sum dy (pb). */
+template <class T>
 __global__ void __launch_bounds__(32 * COL_TY)
-ln_bwd_cols_kernel(const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ mean,
+ln_bwd_cols_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ mean,
                    const float *__restrict__ rstd, double *__restrict__ pg, double *__restrict__ pb, int64_t M,
                    int64_t D) {
     __shared__ double sg[COL_TY][32], sb[COL_TY][32];
@@ -142,8 +129,8 @@ ln_bwd_cols_kernel(const float *__restrict__ dy, const float *__restrict__ x, co
     double g = 0, b = 0;
     if (c < D) {
         for (int64_t r = r0 + ty; r < r1; r += COL_TY) {
-            float d = dy[r * D + c];
-            g += (double)fmul(d, fmul(fsub(x[r * D + c], mean[r]), rstd[r]));
+            float d = tg_ld(dy, r * D + c);
+            g += (double)fmul(d, fmul(fsub(tg_ld(x, r * D + c), mean[r]), rstd[r]));
             b += (double)d;
         }
     }
@@ -169,43 +156,61 @@ ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, 
     if (dbeta) dbeta[c] += (float)b;
 }
 
+template <class T>
+static void launch_ln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D) {
+    const T *x = (const T *)a->in[0];
+    const float *g = (const float *)a->in[1], *b = (const float *)a->in[2];
+    T *y = (T *)a->out[0];
+    float *mu = (float *)a->out[1], *rs = (float *)a->out[2];
+    const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
+    const unsigned va = 4 * sizeof(T);
+    const int vec = D % 4 == 0 && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned16(b) && tg_aligned(y, va);
+    if (vec)
+        ln_fwd_kernel<4, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+    else
+        ln_fwd_kernel<1, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+}
+
 int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->i[0], D = a->op->i[1];
     if (M <= 0 || D <= 0) return 0;
-    const float *x = (const float *)a->in[0], *g = (const float *)a->in[1], *b = (const float *)a->in[2];
-    float *y = (float *)a->out[0], *mu = (float *)a->out[1], *rs = (float *)a->out[2];
-    const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
-    const int vec = D % 4 == 0 && tg_aligned16(x) && tg_aligned16(g) && tg_aligned16(b) && tg_aligned16(y);
-    if (vec)
-        ln_fwd_kernel<4><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+    if (a->in_dtype[0] == TG_BF16)
+        launch_ln_fwd<tg_bf16>(a, M, D);
     else
-        ln_fwd_kernel<1><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+        launch_ln_fwd<float>(a, M, D);
     return 0;
 }
 
-int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
-    if (M <= 0 || D <= 0) return 0;
-    const float *dy = (const float *)a->in[0], *x = (const float *)a->in[1], *g = (const float *)a->in[2];
-    const float *mu = (const float *)a->in[3], *rs = (const float *)a->in[4];
-    float *dx = (float *)a->out[0], *dg = (float *)a->out[1], *db = (float *)a->out[2];
+template <class T>
+static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
+    const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
+    const float *g = (const float *)a->in[2], *mu = (const float *)a->in[3], *rs = (const float *)a->in[4];
+    T *dx = (T *)a->out[0];
+    float *dg = (float *)a->out[1], *db = (float *)a->out[2];
     cudaStream_t st = a->ctx->stream;
     if (dx) {
         const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
-        const int vec = D % 4 == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(g) && tg_aligned16(dx);
+        const unsigned va = 4 * sizeof(T);
+        const int vec = D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned(dx, va);
         if (vec)
-            ln_bwd_dx_kernel<4><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
+            ln_bwd_dx_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
         else
-            ln_bwd_dx_kernel<1><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
+            ln_bwd_dx_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
     }
     if (dg || db) {
         if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
         const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS;
         if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
         double *pg = (double *)a->ctx->reduce_scratch, *pb = pg + chunks * D;
-        ln_bwd_cols_kernel<<<dim3((unsigned)((D + 31) / 32), (unsigned)chunks), dim3(32, COL_TY), 0, st>>>(
+        ln_bwd_cols_kernel<T><<<dim3((unsigned)((D + 31) / 32), (unsigned)chunks), dim3(32, COL_TY), 0, st>>>(
             dy, x, mu, rs, pg, pb, M, D);
         ln_bwd_cols_final<<<(unsigned)((D + 255) / 256), 256, 0, st>>>(pg, pb, dg, db, chunks, D);
     }
     return 0;
+}
+
+int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t M = a->op->i[0], D = a->op->i[1];
+    if (M <= 0 || D <= 0) return 0;
+    return a->in_dtype[0] == TG_BF16 ? launch_ln_bwd<tg_bf16>(a, M, D, err) : launch_ln_bwd<float>(a, M, D, err);
 }
