@@ -14,7 +14,11 @@
  * other out-of-range labels are ignored, as on the CPU). The backward first computes
  * coef = dloss / n_valid in one tiny block (the CPU's float), then per row writes
  * coef * (softmax - onehot); the label's entry is computed in double to avoid the
- * cancellation of p - 1 when p is close to 1. */
+ * cancellation of p - 1 when p is close to 1.
+ *
+ * Storage: the selected rows and their gradients, logits and dlogits are T (float, or
+ * bf16 in bf16 plans: widened on load, rounded on store; select copies are bitwise);
+ * loss, dloss and all accumulation stay fp32/double. */
 #include "kernels/cuda_common.cuh"
 
 #define SEL_THREADS 256
@@ -40,25 +44,31 @@ static __device__ int selected_token(const int *__restrict__ ids, int64_t b, int
     return r < 0 ? 0 : r;
 }
 
+/* TV: the storage type (float or bf16), copied as is (bitwise). */
+template <class TV>
 __global__ void __launch_bounds__(SEL_THREADS)
-select_kernel(const float *__restrict__ x, const int *__restrict__ ids, float *__restrict__ y, int64_t T, int64_t D,
+select_kernel(const TV *__restrict__ x, const int *__restrict__ ids, TV *__restrict__ y, int64_t T, int64_t D,
               int last_non_pad, int pad) {
     const int64_t b = blockIdx.x;
     const int64_t t = selected_token(ids, b, T, last_non_pad, pad);
-    const float *src = x + (b * T + t) * D;
+    const TV *src = x + (b * T + t) * D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) y[b * D + d] = src[d];
 }
 
 /* grid (chunks of T*D, B) */
+template <class TV>
 __global__ void __launch_bounds__(SEL_THREADS)
-select_bwd_kernel(const float *__restrict__ dy, const int *__restrict__ ids, float *__restrict__ dx, int64_t T,
-                  int64_t D, int last_non_pad, int pad) {
+select_bwd_kernel(const TV *__restrict__ dy, const int *__restrict__ ids, TV *__restrict__ dx, int64_t T, int64_t D,
+                  int last_non_pad, int pad) {
     const int64_t b = blockIdx.y;
     const int64_t sel = selected_token(ids, b, T, last_non_pad, pad);
     const int64_t e0 = (int64_t)blockIdx.x * SEL_CHUNK, e1 = min(e0 + SEL_CHUNK, T * D);
     for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
         const int64_t t = e / D;
-        dx[b * T * D + e] = t == sel ? dy[b * D + (e - t * D)] : 0.0f;
+        if (t == sel)
+            dx[b * T * D + e] = dy[b * D + (e - t * D)];
+        else
+            tg_st(dx, b * T * D + e, 0.0f);
     }
 }
 
@@ -67,8 +77,13 @@ int tg_launch_select_token(const tg_cuda_op_args *a, tg_err *err) {
     if (B <= 0 || T <= 0 || D <= 0) return 0;
     if (B > INT32_MAX) return tg_fail(err, "batch %lld too large", (long long)B);
     const int last = a->op->i[3] == TG_SELECT_LAST_NON_PAD && a->in[1];
-    select_kernel<<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>((const float *)a->in[0], (const int *)a->in[1],
-                                                                    (float *)a->out[0], T, D, last, (int)a->op->i[4]);
+    const int *ids = (const int *)a->in[1];
+    if (a->out_dtype[0] == TG_BF16)
+        select_kernel<tg_bf16><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
+            (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)a->op->i[4]);
+    else
+        select_kernel<float><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
+            (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)a->op->i[4]);
     return 0;
 }
 
@@ -78,8 +93,13 @@ int tg_launch_select_token_bwd(const tg_cuda_op_args *a, tg_err *err) {
     if (B > 65535) return tg_fail(err, "batch %lld exceeds the grid", (long long)B);
     const int last = a->op->i[3] == TG_SELECT_LAST_NON_PAD && a->in[1];
     const dim3 grid((unsigned)((T * D + SEL_CHUNK - 1) / SEL_CHUNK), (unsigned)B);
-    select_bwd_kernel<<<grid, SEL_THREADS, 0, a->ctx->stream>>>((const float *)a->in[0], (const int *)a->in[1],
-                                                                 (float *)a->out[0], T, D, last, (int)a->op->i[4]);
+    const int *ids = (const int *)a->in[1];
+    if (a->out_dtype[0] == TG_BF16)
+        select_bwd_kernel<tg_bf16><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
+            (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)a->op->i[4]);
+    else
+        select_bwd_kernel<float><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
+            (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)a->op->i[4]);
     return 0;
 }
 
@@ -106,14 +126,14 @@ static __device__ __forceinline__ void lse_merge(float &m, double &s, float m2, 
 }
 
 /* log(sum_c exp(x_c)) of one row, in double, returned to every thread. */
-template <int BS>
-static __device__ double row_lse(const float *__restrict__ x, int64_t C) {
+template <int BS, class TX>
+static __device__ double row_lse(const TX *__restrict__ x, int64_t C) {
     __shared__ float s_m[32];
     __shared__ double s_s[32];
     float m = -INFINITY;
     double s = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += BS) {
-        const float v = x[c];
+        const float v = tg_ld(x, c);
         if (v > m) {
             s = (m == -INFINITY ? 0.0 : s * exp((double)m - (double)v)) + 1.0;
             m = v;
@@ -148,18 +168,18 @@ static __device__ double row_lse(const float *__restrict__ x, int64_t C) {
     return r;
 }
 
-template <int BS>
+template <int BS, class TX>
 __global__ void __launch_bounds__(BS)
-ce_fwd_rows(const float *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C) {
+ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C) {
     const int64_t n = blockIdx.x;
     const int l = labels[n];
     if (!ce_counted(l, C)) {
         if (threadIdx.x == 0) row_loss[n] = 0.0;
         return;
     }
-    const float *x = logits + n * C;
+    const TX *x = logits + n * C;
     const double lse = row_lse<BS>(x, C);
-    if (threadIdx.x == 0) row_loss[n] = lse - (double)x[l];
+    if (threadIdx.x == 0) row_loss[n] = lse - (double)tg_ld(x, l);
 }
 
 __global__ void __launch_bounds__(FIN_THREADS)
@@ -188,25 +208,37 @@ ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, flo
     if (threadIdx.x == 0) coef[0] = valid ? (float)((double)dloss[0] / (double)valid) : 0.0f;
 }
 
-template <int BS>
+template <int BS, class TX>
 __global__ void __launch_bounds__(BS)
-ce_bwd_rows(const float *__restrict__ logits, const int *__restrict__ labels, const float *__restrict__ coef_ptr,
-            float *__restrict__ dlogits, int64_t C) {
+ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const float *__restrict__ coef_ptr,
+            TX *__restrict__ dlogits, int64_t C) {
     const int64_t n = blockIdx.x;
     const int l = labels[n];
     const float coef = coef_ptr[0];
-    float *d = dlogits + n * C;
+    TX *d = dlogits + n * C;
     if (!ce_counted(l, C) || coef == 0.0f) {
-        for (int64_t c = threadIdx.x; c < C; c += BS) d[c] = 0.0f;
+        for (int64_t c = threadIdx.x; c < C; c += BS) tg_st(d, c, 0.0f);
         return;
     }
-    const float *x = logits + n * C;
+    const TX *x = logits + n * C;
     const double lse = row_lse<BS>(x, C);
     for (int64_t c = threadIdx.x; c < C; c += BS) {
-        const float v = x[c];
-        d[c] = c == l ? (float)((double)coef * (exp((double)v - lse) - 1.0))
-                      : fmul(coef, expf((float)((double)v - lse)));
+        const float v = tg_ld(x, c);
+        tg_st(d, c,
+              c == l ? (float)((double)coef * (exp((double)v - lse) - 1.0)) : fmul(coef, expf((float)((double)v - lse))));
     }
+}
+
+template <class TX>
+static void launch_ce_fwd(const void *logits, const int *labels, double *row_loss, int64_t N, int64_t C,
+                          cudaStream_t st) {
+    const TX *x = (const TX *)logits;
+    if (C >= 4096)
+        ce_fwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, row_loss, C);
+    else if (C >= 256)
+        ce_fwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, row_loss, C);
+    else
+        ce_fwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, row_loss, C);
 }
 
 int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
@@ -218,18 +250,28 @@ int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
     }
     if (N > INT32_MAX) return tg_fail(err, "%lld rows exceed the grid", (long long)N);
     if (tg_scratch_check(a, tg_scratch_cross_entropy(a->op), err)) return -1;
-    const float *x = (const float *)a->in[0];
     const int *labels = (const int *)a->in[1];
     double *row_loss = (double *)a->ctx->reduce_scratch;
     cudaStream_t st = a->ctx->stream;
-    if (C >= 4096)
-        ce_fwd_rows<512><<<(unsigned)N, 512, 0, st>>>(x, labels, row_loss, C);
-    else if (C >= 256)
-        ce_fwd_rows<128><<<(unsigned)N, 128, 0, st>>>(x, labels, row_loss, C);
+    if (a->in_dtype[0] == TG_BF16)
+        launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, N, C, st);
     else
-        ce_fwd_rows<32><<<(unsigned)N, 32, 0, st>>>(x, labels, row_loss, C);
+        launch_ce_fwd<float>(a->in[0], labels, row_loss, N, C, st);
     ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, loss, N, C);
     return 0;
+}
+
+template <class TX>
+static void launch_ce_bwd(const void *logits, const int *labels, const float *coef, void *dlogits, int64_t N,
+                          int64_t C, cudaStream_t st) {
+    const TX *x = (const TX *)logits;
+    TX *d = (TX *)dlogits;
+    if (C >= 4096)
+        ce_bwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, coef, d, C);
+    else if (C >= 256)
+        ce_bwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, coef, d, C);
+    else
+        ce_bwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, coef, d, C);
 }
 
 int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
@@ -237,16 +279,14 @@ int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
     if (N <= 0 || C <= 0) return 0;
     if (N > INT32_MAX) return tg_fail(err, "%lld rows exceed the grid", (long long)N);
     if (tg_scratch_check(a, tg_scratch_cross_entropy_bwd(a->op), err)) return -1;
-    const float *dloss = (const float *)a->in[0], *x = (const float *)a->in[1];
+    const float *dloss = (const float *)a->in[0];
     const int *labels = (const int *)a->in[2];
-    float *d = (float *)a->out[0], *coef = a->ctx->reduce_scratch;
+    float *coef = a->ctx->reduce_scratch;
     cudaStream_t st = a->ctx->stream;
     ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, coef, N, C);
-    if (C >= 4096)
-        ce_bwd_rows<512><<<(unsigned)N, 512, 0, st>>>(x, labels, coef, d, C);
-    else if (C >= 256)
-        ce_bwd_rows<128><<<(unsigned)N, 128, 0, st>>>(x, labels, coef, d, C);
+    if (a->out_dtype[0] == TG_BF16)
+        launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, st);
     else
-        ce_bwd_rows<32><<<(unsigned)N, 32, 0, st>>>(x, labels, coef, d, C);
+        launch_ce_bwd<float>(a->in[1], labels, coef, a->out[0], N, C, st);
     return 0;
 }

@@ -14,7 +14,12 @@
  * by offset) and walks forward. Elements in the alignment gaps between segments are not
  * touched. The scalars (clip, lr/bc1, sqrt(bc2)) are computed per block in double as the
  * CPU does, and the update uses non-contracting float ops in the CPU's order, so params,
- * m and v match the CPU bit for bit. Gradients are only read. */
+ * m and v match the CPU bit for bit. Gradients are only read. In bf16 plans out[3] is
+ * the params_bf16 pool (same element indexing as params): every updated element of every
+ * segment is also written there, rounded to nearest even, in the same pass (gaps are
+ * left alone).
+ *
+ * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
 #include "kernels/cuda_common.cuh"
 
 #define NORM_THREADS 256
@@ -103,15 +108,16 @@ int64_t tg_scratch_bias_grad(const tg_op *op) {
     return 2 * ((M + COL_ROWS - 1) / COL_ROWS) * N;
 }
 
+template <class T>
 __global__ void __launch_bounds__(32 * COL_TY)
-bias_cols_kernel(const float *__restrict__ dy, double *__restrict__ partial, int64_t M, int64_t N) {
+bias_cols_kernel(const T *__restrict__ dy, double *__restrict__ partial, int64_t M, int64_t N) {
     __shared__ double sp[COL_TY][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 32 + tx;
     const int64_t r0 = (int64_t)blockIdx.y * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
     double s = 0;
     if (c < N)
-        for (int64_t r = r0 + ty; r < r1; r += COL_TY) s += (double)dy[r * N + c];
+        for (int64_t r = r0 + ty; r < r1; r += COL_TY) s += (double)tg_ld(dy, r * N + c);
     sp[ty][tx] = s;
     __syncthreads();
     if (ty == 0 && c < N) {
@@ -136,8 +142,11 @@ int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS;
     if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
     double *partial = (double *)a->ctx->reduce_scratch;
-    bias_cols_kernel<<<dim3((unsigned)((N + 31) / 32), (unsigned)chunks), dim3(32, COL_TY), 0, a->ctx->stream>>>(
-        (const float *)a->in[0], partial, M, N);
+    const dim3 grid((unsigned)((N + 31) / 32), (unsigned)chunks), block(32, COL_TY);
+    if (a->in_dtype[0] == TG_BF16)
+        bias_cols_kernel<tg_bf16><<<grid, block, 0, a->ctx->stream>>>((const tg_bf16 *)a->in[0], partial, M, N);
+    else
+        bias_cols_kernel<float><<<grid, block, 0, a->ctx->stream>>>((const float *)a->in[0], partial, M, N);
     bias_final_kernel<<<(unsigned)((N + 255) / 256), 256, 0, a->ctx->stream>>>(partial, (float *)a->out[0], chunks, N);
     return 0;
 }
@@ -169,10 +178,12 @@ static __device__ __forceinline__ int seg_find(const tg_param_segment *seg, int 
     return r;
 }
 
-template <bool VEC>
+/* COPY: also write the updated parameters, rounded to bf16, to pbf (element i of the
+ * bf16 pool = element i of params), in the same pass. */
+template <bool VEC, bool COPY>
 __global__ void __launch_bounds__(ADAM_THREADS)
 adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
-             float *__restrict__ v_all, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
+             float *__restrict__ v_all, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
              const float *__restrict__ norm_ptr, const tg_param_segment *__restrict__ seg, int nseg, int64_t n,
              adam_hyper h) {
     __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
@@ -214,6 +225,10 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
             reinterpret_cast<float4 *>(params)[i4] = p;
             reinterpret_cast<float4 *>(m_all)[i4] = m;
             reinterpret_cast<float4 *>(v_all)[i4] = v;
+            if (COPY) {
+                const float pv[4] = {p.x, p.y, p.z, p.w};
+                tg_vec<tg_bf16, 4>::store(pbf, i4, pv);
+            }
         } else { /* segment tail, gap, or unaligned pools: element by element */
             for (int j = 0; j < 4 && e + j < n; j++) {
                 const int64_t i = e + j;
@@ -224,6 +239,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
                 adam_elem(grads[i], p, m, v, clip, seg[s].decay ? lr_wd : 0.0f, h.b1, h.b2, h.eps, step_size,
                           sqrt_bc2);
                 params[i] = p, m_all[i] = m, v_all[i] = v;
+                if (COPY) tg_st(pbf, i, p);
             }
         }
     }
@@ -241,14 +257,20 @@ int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
     const int64_t blocks = (n + per_block - 1) / per_block;
     if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)n);
-    const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v);
-    if (vec)
-        adamw_kernel<true><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(
-            g, p, m, v, (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], ctx->segments,
-            ctx->n_segments, n, h);
+    tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
+    const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v) && tg_aligned8(pbf);
+    const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
+#define ADAMW(VEC, COPY)                                                                                              \
+    adamw_kernel<VEC, COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, m, v, pbf, lr, step, norm,       \
+                                                                              ctx->segments, ctx->n_segments, n, h)
+    if (vec && pbf)
+        ADAMW(true, true);
+    else if (vec)
+        ADAMW(true, false);
+    else if (pbf)
+        ADAMW(false, true);
     else
-        adamw_kernel<false><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(
-            g, p, m, v, (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], ctx->segments,
-            ctx->n_segments, n, h);
+        ADAMW(false, false);
+#undef ADAMW
     return 0;
 }

@@ -6,6 +6,13 @@
 
 #include "runtime/cpu_exec.h"
 
+/* The CPU runs a step at once; step_wait hands over the stats it left. The executor comes
+ * first, so impl is also a tg_cpu_exec *. */
+typedef struct cpu_impl {
+    tg_cpu_exec x;
+    float stats[3];
+} cpu_impl;
+
 static int cpu_run(void *impl, int first, int last, int training, tg_err *err) {
     tg_cpu_exec *x = impl;
     x->training = training;
@@ -24,12 +31,33 @@ static int cpu_read(void *impl, int tensor, void *host, tg_err *err) {
     return 0;
 }
 
+static void *cpu_host_alloc(void *impl, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void cpu_host_free(void *impl, void *p) { free(p); }
+
+static int cpu_step_start(void *impl, const void *inputs, tg_err *err) {
+    cpu_impl *c = impl;
+    const tg_plan *p = c->x.plan;
+    if (p->pool_bytes[TG_POOL_INPUTS]) memcpy(c->x.pool[TG_POOL_INPUTS], inputs, p->pool_bytes[TG_POOL_INPUTS]);
+    c->x.training = 1;
+    if (tg_cpu_exec_phases(&c->x, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, err)) return -1;
+    c->stats[0] = *(float *)tg_cpu_tensor(&c->x, p->io.loss);
+    c->stats[1] = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
+    c->stats[2] = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
+    return 0;
+}
+
+static int cpu_step_wait(void *impl, float stats[3], tg_err *err) {
+    memcpy(stats, ((cpu_impl *)impl)->stats, sizeof(float) * 3);
+    return 0;
+}
+
 static void cpu_close(void *impl) {
     tg_cpu_exec_free(impl);
     free(impl);
 }
 
-static const tg_executor_vtbl cpu_vtbl = {"cpu", cpu_run, cpu_write, cpu_read, cpu_close};
+static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read, cpu_host_alloc,
+                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_close};
 
 int tg_cuda_built(void) { return tg_executor_open_cuda != NULL; }
 
@@ -50,14 +78,14 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
             return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`), use --device cpu");
         return tg_executor_open_cuda(ex, plan, opts, err);
     }
-    tg_cpu_exec *x = calloc(1, sizeof *x);
-    if (!x) return tg_fail(err, "out of memory");
-    if (tg_cpu_exec_init(x, plan, opts->threads, err)) {
-        free(x);
+    cpu_impl *c = calloc(1, sizeof *c);
+    if (!c) return tg_fail(err, "out of memory");
+    if (tg_cpu_exec_init(&c->x, plan, opts->threads, err)) {
+        free(c);
         return -1;
     }
-    x->seed = opts->seed;
-    *ex = (tg_executor){plan, &cpu_vtbl, x, TG_DEVICE_CPU};
+    c->x.seed = opts->seed;
+    *ex = (tg_executor){plan, &cpu_vtbl, c, TG_DEVICE_CPU};
     return 0;
 }
 

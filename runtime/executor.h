@@ -3,6 +3,7 @@
 #ifndef TUNEGRAPH_EXECUTOR_H
 #define TUNEGRAPH_EXECUTOR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tunegraph/error.h"
@@ -17,6 +18,16 @@ typedef struct tg_executor_vtbl {
     /* Copies a whole tensor between host memory and the executor. */
     int (*write)(void *impl, int tensor, const void *host, tg_err *err);
     int (*read)(void *impl, int tensor, void *host, tg_err *err);
+    /* Host memory for input staging: page-locked on CUDA, so uploads run asynchronously. */
+    void *(*host_alloc)(void *impl, size_t bytes);
+    void (*host_free)(void *impl, void *p);
+    /* Starts one training step (forward, backward, optimizer) on `inputs`, a host image of
+     * the whole inputs pool that must stay unchanged until step_wait returns. On CUDA the
+     * upload runs on a copy stream and the step is one graph launch, so the host is free
+     * to prepare the next batch meanwhile. */
+    int (*step_start)(void *impl, const void *inputs, tg_err *err);
+    /* Waits for the step started last; stats = {loss, lr, grad_norm}. */
+    int (*step_wait)(void *impl, float stats[3], tg_err *err);
     void (*close)(void *impl);
 } tg_executor_vtbl;
 

@@ -16,7 +16,7 @@ static double now_ms(void) {
 
 void *tg_trainer_input(tg_trainer *t, int tensor) {
     if (tensor < 0 || t->plan->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
-    return t->inputs + t->plan->tensors[tensor].offset;
+    return t->staging[t->cur] + t->plan->tensors[tensor].offset;
 }
 
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err) {
@@ -87,9 +87,9 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
-    t->inputs = calloc(1, plan->pool_bytes[TG_POOL_INPUTS] + 1);
+    for (int k = 0; k < 2; k++) t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
     float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->batch_idx || !t->inputs || !params) {
+    if (!t->batch_idx || !t->staging[0] || !t->staging[1] || !params) {
         free(params);
         goto fail_oom;
     }
@@ -143,7 +143,8 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->has_eval) tg_dataset_free(&t->eval);
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
-    free(t->inputs);
+    for (int k = 0; k < 2; k++)
+        if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);
     memset(t, 0, sizeof *t);
 }
@@ -161,25 +162,40 @@ static int64_t real_tokens(tg_trainer *t) {
     return n;
 }
 
-int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
-    const tg_plan *p = t->plan;
+/* Starts the step on staging[cur]; while it runs, `overlap` (if any) prepares the next
+ * batch in the other buffer; then waits and reads the stats. */
+static int step_on_staging(tg_trainer *t, tg_step_stats *s, void (*overlap)(tg_trainer *), tg_err *err) {
     double t0 = now_ms();
     memset(s, 0, sizeof *s);
-    if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, err) || read_scalar(t, p->io.loss, &s->loss, err) ||
-        read_scalar(t, p->io.lr, &s->lr, err) || read_scalar(t, p->io.grad_norm, &s->grad_norm, err))
-        return -1;
+    s->tokens = real_tokens(t);
+    if (t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], err)) return -1;
+    if (overlap) overlap(t);
+    float stats[3];
+    if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
+    s->loss = stats[0], s->lr = stats[1], s->grad_norm = stats[2];
     s->step_ms = now_ms() - t0;
     s->step = ++t->steps_done;
-    s->tokens = real_tokens(t);
     if (!isfinite(s->loss))
         return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);
     return 0;
 }
 
+int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) { return step_on_staging(t, s, NULL, err); }
+
+/* Fills the other staging buffer with the next training batch (runs during a step). */
+static void prefetch(tg_trainer *t) {
+    t->cur ^= 1;
+    tg_trainer_next_batch(t);
+    t->cur ^= 1;
+}
+
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (!t->has_train) return tg_fail(err, "no training data is bound");
-    tg_trainer_next_batch(t);
-    return tg_trainer_run_step(t, s, err);
+    if (!t->prefetched) tg_trainer_next_batch(t);
+    int rc = step_on_staging(t, s, prefetch, err);
+    t->cur ^= 1; /* the prefetched batch is next */
+    t->prefetched = 1;
+    return rc;
 }
 
 /* Rows (classify) or tokens (lm) whose label counts. */
@@ -198,6 +214,9 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
+    /* The staging buffer not holding a prefetched training batch. */
+    int saved_cur = t->cur;
+    if (t->prefetched) t->cur ^= 1;
     float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
     if (p->job.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
@@ -209,6 +228,7 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err))) {
             free(logits);
+            t->cur = saved_cur;
             return -1;
         }
         const int32_t *labels = tg_trainer_input(t, p->io.labels);
@@ -227,6 +247,7 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
         s->examples += n;
     }
     free(logits);
+    t->cur = saved_cur;
     s->loss = s->counted ? loss_sum / (double)s->counted : 0.0;
     s->accuracy = p->job.task == TG_TASK_CLASSIFY && s->counted ? (double)correct / (double)s->counted : -1.0;
     s->perplexity = p->job.task == TG_TASK_LM ? exp(s->loss) : -1.0;

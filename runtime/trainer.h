@@ -38,7 +38,9 @@ typedef struct tg_eval_stats {
 typedef struct tg_trainer {
     const tg_plan *plan;
     tg_executor ex;
-    uint8_t *inputs;        /* host staging of the inputs pool, uploaded before each run */
+    uint8_t *staging[2];    /* host images of the inputs pool (pinned on CUDA): the batch of */
+    int cur;                /* the next step is staging[cur]; the other one is being uploaded */
+    int prefetched;         /* staging[cur] already holds the next training batch */
     tg_dataset train, eval;
     int has_train, has_eval;
     tg_sampler sampler;

@@ -108,6 +108,17 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
         rc = cuda_fail(err, "cudaMalloc of the reduction scratch", e);
     else if (tg_gemm_cache_create(&c->gemm_cache, err) || build_segments(x, err))
         rc = -1;
+    else if ((e = cudaStreamCreateWithFlags(&x->copy_stream, cudaStreamNonBlocking)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaStreamCreate (copy stream)", e);
+    else if ((e = cudaMalloc((void **)&x->input_staging, plan->pool_bytes[TG_POOL_INPUTS] + 256)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaMalloc of the input staging buffer", e);
+    else if ((e = cudaEventCreateWithFlags(&x->copy_done, cudaEventDisableTiming)) != cudaSuccess ||
+             (e = cudaEventCreateWithFlags(&x->inputs_consumed, cudaEventDisableTiming)) != cudaSuccess ||
+             (e = cudaEventCreateWithFlags(&x->step_done, cudaEventDisableTiming | cudaEventBlockingSync)) !=
+                 cudaSuccess)
+        rc = cuda_fail(err, "cudaEventCreate", e);
+    else if ((e = cudaHostAlloc((void **)&x->stats_host, 4 * sizeof(float), cudaHostAllocDefault)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaHostAlloc of the step statistics", e);
     if (rc) tg_cuda_exec_free(x);
     return rc;
 }
@@ -115,6 +126,13 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
 void tg_cuda_exec_free(tg_cuda_exec *x) {
     for (int s = 0; s < 2; s++)
         if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
+    if (x->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_graph);
+    if (x->copy_done) cudaEventDestroy(x->copy_done);
+    if (x->inputs_consumed) cudaEventDestroy(x->inputs_consumed);
+    if (x->step_done) cudaEventDestroy(x->step_done);
+    if (x->copy_stream) cudaStreamDestroy(x->copy_stream);
+    cudaFreeHost(x->stats_host);
+    cudaFree(x->input_staging);
     for (int p = 0; p < TG_POOL_COUNT; p++) cudaFree(x->pool[p]);
     cudaFree(x->segments_dev);
     cudaFree(x->ctx.gemm_workspace);
@@ -171,6 +189,65 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
         x->graph_exec[slot] = exec;
     }
     CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->graph_exec[slot], x->ctx.stream), "cudaGraphLaunch");
+    return 0;
+}
+
+/* The device work of one step, on the main stream: take the staged batch, run the
+ * schedule, copy the statistics out. Captured once when graphs are on. */
+static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
+    const tg_plan *p = x->plan;
+    cudaStream_t s = x->ctx.stream;
+    if (p->pool_bytes[TG_POOL_INPUTS])
+        CUDA_TRY(cudaMemcpyAsync(x->pool[TG_POOL_INPUTS], x->input_staging, p->pool_bytes[TG_POOL_INPUTS],
+                                 cudaMemcpyDeviceToDevice, s),
+                 "copy of the staged batch");
+    CUDA_TRY(cudaEventRecordWithFlags(x->inputs_consumed, s, cudaEventRecordExternal), "record inputs_consumed");
+    if (tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, err)) return -1;
+    const int stats[3] = {p->io.loss, p->io.lr, p->io.grad_norm};
+    for (int k = 0; k < 3; k++)
+        CUDA_TRY(cudaMemcpyAsync(x->stats_host + k, tg_cuda_tensor(x, stats[k]), sizeof(float),
+                                 cudaMemcpyDeviceToHost, s),
+                 "read-back of the step statistics");
+    return 0;
+}
+
+int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err) {
+    size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
+    /* The staging buffer is free once the previous step has copied it out. */
+    CUDA_TRY(cudaStreamWaitEvent(x->copy_stream, x->inputs_consumed, 0), "wait for inputs_consumed");
+    if (bytes)
+        CUDA_TRY(cudaMemcpyAsync(x->input_staging, inputs, bytes, cudaMemcpyHostToDevice, x->copy_stream),
+                 "upload of the batch");
+    CUDA_TRY(cudaEventRecord(x->copy_done, x->copy_stream), "record copy_done");
+    CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->copy_done, 0), "wait for copy_done");
+    if (!use_graph) {
+        if (enqueue_step(x, err)) return -1;
+    } else {
+        if (!x->step_graph) {
+            cudaGraph_t graph = NULL;
+            cudaGraphExec_t exec = NULL;
+            CUDA_TRY(cudaStreamBeginCapture(x->ctx.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+            int rc = enqueue_step(x, err);
+            cudaError_t e = cudaStreamEndCapture(x->ctx.stream, &graph);
+            if (rc) {
+                if (graph) cudaGraphDestroy(graph);
+                return tg_fail_context(err, "while capturing the step graph");
+            }
+            if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
+            e = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+            if (e != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", e);
+            x->step_graph = exec;
+        }
+        CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
+    }
+    CUDA_TRY(cudaEventRecord(x->step_done, x->ctx.stream), "record step_done");
+    return 0;
+}
+
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[3], tg_err *err) {
+    CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
+    memcpy(stats, x->stats_host, 3 * sizeof(float));
     return 0;
 }
 

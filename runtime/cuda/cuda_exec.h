@@ -16,6 +16,14 @@ typedef struct tg_cuda_exec {
     tg_cuda_ctx ctx;
     tg_param_segment *segments_dev;
     void *graph_exec[2];           /* cudaGraphExec_t: [0] train step, [1] eval forward */
+    void *step_graph;              /* cudaGraphExec_t of the pipelined train step */
+    /* Step pipeline: the batch goes host (pinned) -> input_staging on copy_stream; the step
+     * copies it into the inputs pool first, then signals inputs_consumed, so the next
+     * upload can start while the rest of the step runs. */
+    cudaStream_t copy_stream;
+    uint8_t *input_staging;        /* device, inputs-pool sized */
+    cudaEvent_t copy_done, inputs_consumed, step_done;
+    float *stats_host;             /* pinned: loss, lr, grad norm of the last step */
 } tg_cuda_exec;
 
 /* Allocates pools (zeroed), the cuBLASLt handle and workspace, the AdamW segment table. */
@@ -30,6 +38,12 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
 
 /* Captures phases [first, last] into graph slot `slot` once; replays it after. */
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err);
+
+/* Starts a training step on a pinned host image of the inputs pool; with use_graph the
+ * whole step (input copy, forward, backward, optimizer, stats read-back) is one graph. */
+int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err);
+/* Waits for it (blocking, no spinning); stats = {loss, lr, grad norm}. */
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[3], tg_err *err);
 
 /* Host <-> device copies of a whole tensor, synchronous (tests, weights, results). */
 int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err);

@@ -3,6 +3,7 @@
  * anything else runs op by op on the stream. */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/executor.h"
@@ -29,6 +30,22 @@ static int cuda_read(void *impl, int tensor, void *host, tg_err *err) {
     return tg_cuda_download(&((cuda_impl *)impl)->x, tensor, host, err);
 }
 
+static void *cuda_host_alloc(void *impl, size_t bytes) {
+    void *p = NULL;
+    return cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess ? memset(p, 0, bytes), p : NULL;
+}
+
+static void cuda_host_free(void *impl, void *p) { cudaFreeHost(p); }
+
+static int cuda_step_start(void *impl, const void *inputs, tg_err *err) {
+    cuda_impl *c = impl;
+    return tg_cuda_step_start(&c->x, inputs, c->use_graphs, err);
+}
+
+static int cuda_step_wait(void *impl, float stats[3], tg_err *err) {
+    return tg_cuda_step_wait(&((cuda_impl *)impl)->x, stats, err);
+}
+
 static void cuda_close(void *impl) {
     tg_cuda_exec_free(&((cuda_impl *)impl)->x);
     free(impl);
@@ -39,7 +56,8 @@ int tg_cuda_device_count(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-static const tg_executor_vtbl cuda_vtbl = {"cuda", cuda_run, cuda_write, cuda_read, cuda_close};
+static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read, cuda_host_alloc,
+                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_close};
 
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);
