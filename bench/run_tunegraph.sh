@@ -17,7 +17,7 @@ for c in "${cases[@]}"; do
     *) echo "unknown case $c" >&2; exit 2 ;;
     esac
     python3 bench/make_synthetic_data.py "/tmp/tunegraph-bench/$c.jsonl" $args
-    build/gpu/tunegraph run "bench/jobs/$c.job" --metrics "$out/tunegraph-$c.jsonl" 2> "$out/tunegraph-$c.log" ||
+    build/gpu/tunegraph run "bench/jobs/$c.job" --metrics "$out/tunegraph-$c.jsonl" --profile 2> "$out/tunegraph-$c.log" ||
         { tail -5 "$out/tunegraph-$c.log"; continue; }
-    tail -3 "$out/tunegraph-$c.log"
+    grep -E "^trained|^profile|^  forward" "$out/tunegraph-$c.log"; sed -n "/^  op /,/slowest/p" "$out/tunegraph-$c.log" | head -10
 done

@@ -22,7 +22,7 @@ static const char usage[] =
     "  tunegraph compile JOB [-o PLAN] [--set key=value]...\n"
     "  tunegraph inspect PLAN [--json]\n"
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
-    "                [--threads N] [--save FILE.safetensors]\n"
+    "                [--threads N] [--save FILE.safetensors] [--profile]\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -52,6 +52,7 @@ typedef struct cli_args {
     const char *device;
     const char *save;
     int json;
+    int profile;
     int threads;
     const char *sets[MAX_SETS];
     int n_sets;
@@ -77,6 +78,7 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         else if (!strcmp(s, "--save")) a->save = argv[++i];
         else if (!strcmp(s, "--threads")) a->threads = atoi(argv[++i]);
         else if (!strcmp(s, "--json")) a->json = 1;
+        else if (!strcmp(s, "--profile")) a->profile = 1;
         else if (s[0] == '-' && s[1]) return usage_error("unknown option %s", s);
         else if (a->input) return usage_error("unexpected argument %s", s);
         else a->input = s;
@@ -136,16 +138,81 @@ static int runtime_key(const char *set) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median step time, leaving out the first step (capture, algorithm choice). */
+static double median_after_first(double *ms, int n) {
+    if (n <= 1) return n ? ms[0] : 0;
+    qsort(ms + 1, (size_t)(n - 1), sizeof *ms, cmp_double);
+    return ms[1 + (n - 1) / 2];
+}
+
 static void fmt_eta(double s, char *buf, size_t len) {
     int t = (int)(s + 0.5);
     snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* Where the time of one step goes, op by op (launched singly, so each op's time is its
+ * kernel time plus launch gaps that the captured graph mostly hides). */
+static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
+    const tg_plan *p = tr->plan;
+    double *ms = calloc((size_t)p->n_ops, sizeof *ms);
+    if (!ms) return tg_fail(err, "out of memory");
+    if (tg_trainer_profile(tr, 5, ms, err)) {
+        free(ms);
+        return -1;
+    }
+    double kind_ms[TG_OP_COUNT] = {0}, total = 0, phase_ms[TG_PHASE_COUNT] = {0};
+    int kind_n[TG_OP_COUNT] = {0};
+    for (int o = 0; o < p->n_ops; o++) {
+        kind_ms[p->ops[o].kind] += ms[o];
+        kind_n[p->ops[o].kind]++;
+        phase_ms[p->ops[o].phase] += ms[o];
+        total += ms[o];
+    }
+    fprintf(stderr, "profile (ops launched one by one, mean of 5 steps): %.3f ms in %d ops", total, p->n_ops);
+    if (step_ms > 0) fprintf(stderr, "; the captured step took %.3f ms", step_ms);
+    fprintf(stderr, "\n  forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n", phase_ms[0], phase_ms[1], phase_ms[2]);
+    fprintf(stderr, "  %-18s %5s %10s %6s\n", "op", "count", "ms", "share");
+    for (int shown = 0; shown < TG_OP_COUNT; shown++) {
+        int best = -1;
+        for (int k = 0; k < TG_OP_COUNT; k++)
+            if (kind_n[k] && (best < 0 || kind_ms[k] > kind_ms[best])) best = k;
+        if (best < 0) break;
+        fprintf(stderr, "  %-18s %5d %10.3f %5.1f%%\n", tg_op_name(best), kind_n[best], kind_ms[best],
+                100 * kind_ms[best] / total);
+        if (metrics)
+            fprintf(metrics, "{\"profile_op\": \"%s\", \"count\": %d, \"ms\": %.4f}\n", tg_op_name(best), kind_n[best],
+                    kind_ms[best]);
+        kind_n[best] = 0;
+    }
+    fprintf(stderr, "  slowest ops:\n");
+    for (int shown = 0; shown < 8; shown++) {
+        int best = -1;
+        for (int o = 0; o < p->n_ops; o++)
+            if (ms[o] >= 0 && (best < 0 || ms[o] > ms[best])) best = o;
+        if (best < 0) break;
+        const tg_op *op = &p->ops[best];
+        int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
+        fprintf(stderr, "    %4d %-16s %8.3f ms  %s", best, tg_op_name(op->kind), ms[best], p->tensors[out].name);
+        if (op->kind == TG_OP_MATMUL)
+            fprintf(stderr, "  M=%lld N=%lld K=%lld batch=%lld", (long long)op->i[0], (long long)op->i[1],
+                    (long long)op->i[2], (long long)op->i[5]);
+        fprintf(stderr, "\n");
+        ms[best] = -1;
+    }
+    free(ms);
+    return 0;
 }
 
 static int write_json_line(FILE *f, const char *text) { return fputs(text, f) < 0 || fputc('\n', f) < 0 ? -1 : 0; }
 
 static int cmd_run(int argc, char **argv) {
     cli_args a;
-    int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save");
+    int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save --profile");
     if (rc) return rc;
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
@@ -207,7 +274,8 @@ static int cmd_run(int argc, char **argv) {
     double warmup_s = now_s() - t_start, t_train = now_s(), first_loss = NAN, last_loss = NAN;
     int64_t tokens = 0;
     char line[512];
-    rc = 0;
+    double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
+    rc = step_times ? 0 : 1;
     for (int32_t i = 0; i < tr.total_steps && !rc; i++) {
         tg_step_stats s;
         if (tg_trainer_step(&tr, &s, &err)) {
@@ -216,6 +284,7 @@ static int cmd_run(int argc, char **argv) {
         }
         if (i == 0) first_loss = s.loss;
         last_loss = s.loss;
+        step_times[i] = s.step_ms;
         tokens += s.tokens;
         double tok_s = s.tokens / (s.step_ms / 1e3);
         if (mf) {
@@ -237,6 +306,8 @@ static int cmd_run(int argc, char **argv) {
     }
     if (tty) fprintf(stderr, "\n");
     double train_s = now_s() - t_train;
+    double median_step_ms = median_after_first(step_times, tr.steps_done);
+    free(step_times);
     tg_eval_stats ev = {.accuracy = -1, .perplexity = -1};
     int evaluated = 0;
     if (!rc && tr.has_eval) {
@@ -244,11 +315,15 @@ static int cmd_run(int argc, char **argv) {
         else evaluated = 1;
     }
     if (!rc && a.save && tg_trainer_save(&tr, a.save, &err)) rc = 1;
+    /* Last: profiling runs more steps, which move the weights. */
+    if (!rc && a.profile && report_profile(&tr, mf, median_step_ms, &err)) rc = 1;
     if (!rc) {
         int n = snprintf(line, sizeof line,
                          "{\"summary\": true, \"steps\": %d, \"first_loss\": %.6g, \"final_loss\": %.6g, "
-                         "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"device\": \"%s\"",
-                         tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s, device_name);
+                         "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"median_step_ms\": %.4f, "
+                         "\"device\": \"%s\"",
+                         tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s, median_step_ms,
+                         device_name);
         if (evaluated) {
             n += snprintf(line + n, sizeof line - n, ", \"eval_examples\": %d, \"eval_loss\": %.6g", ev.examples,
                           ev.loss);

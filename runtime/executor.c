@@ -2,6 +2,7 @@
 #include "runtime/executor.h"
 
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "runtime/cpu_exec.h"
@@ -51,13 +52,33 @@ static int cpu_step_wait(void *impl, float stats[3], tg_err *err) {
     return 0;
 }
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cpu_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
+    cpu_impl *c = impl;
+    const tg_plan *p = c->x.plan;
+    c->x.training = 1;
+    for (int o = 0; o < p->n_ops; o++) op_ms[o] = 0;
+    for (int r = 0; r < repeats; r++)
+        for (int o = 0; o < p->n_ops; o++) {
+            double t0 = now_ms();
+            if (tg_cpu_exec_range(&c->x, o, o + 1, err)) return -1;
+            op_ms[o] += (now_ms() - t0) / repeats;
+        }
+    return 0;
+}
+
 static void cpu_close(void *impl) {
     tg_cpu_exec_free(impl);
     free(impl);
 }
 
-static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read, cpu_host_alloc,
-                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_close};
+static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read,    cpu_host_alloc,
+                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close};
 
 int tg_cuda_built(void) { return tg_executor_open_cuda != NULL; }
 

@@ -254,6 +254,11 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     return 0;
 }
 
+int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err) {
+    if (upload_inputs(t, err)) return -1;
+    return t->ex.vt->profile(t->ex.impl, repeats, op_ms, err);
+}
+
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
     float *params = malloc(t->plan->pool_bytes[TG_POOL_PARAMS]);
     if (!params) return tg_fail(err, "out of memory");

@@ -70,6 +70,10 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);
 /* Forward passes (dropout off) over the whole eval set. */
 int tg_trainer_eval(tg_trainer *t, tg_eval_stats *stats, tg_err *err);
 
+/* Times each op of one training step on the current batch (op_ms[op index], mean of
+ * `repeats` runs launched op by op). It trains as it measures: the weights move. */
+int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err);
+
 /* Writes the current parameters as HF-named safetensors. */
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
 

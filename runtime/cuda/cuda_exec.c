@@ -194,14 +194,17 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
 
 /* The device work of one step, on the main stream: take the staged batch, run the
  * schedule, copy the statistics out. Captured once when graphs are on. */
-static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
+static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
     const tg_plan *p = x->plan;
     cudaStream_t s = x->ctx.stream;
     if (p->pool_bytes[TG_POOL_INPUTS])
         CUDA_TRY(cudaMemcpyAsync(x->pool[TG_POOL_INPUTS], x->input_staging, p->pool_bytes[TG_POOL_INPUTS],
                                  cudaMemcpyDeviceToDevice, s),
                  "copy of the staged batch");
-    CUDA_TRY(cudaEventRecordWithFlags(x->inputs_consumed, s, cudaEventRecordExternal), "record inputs_consumed");
+    /* In a graph the record is an event node (external record); outside, a plain record. */
+    CUDA_TRY(capturing ? cudaEventRecordWithFlags(x->inputs_consumed, s, cudaEventRecordExternal)
+                       : cudaEventRecord(x->inputs_consumed, s),
+             "record inputs_consumed");
     if (tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, err)) return -1;
     const int stats[3] = {p->io.loss, p->io.lr, p->io.grad_norm};
     for (int k = 0; k < 3; k++)
@@ -221,13 +224,13 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
     CUDA_TRY(cudaEventRecord(x->copy_done, x->copy_stream), "record copy_done");
     CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->copy_done, 0), "wait for copy_done");
     if (!use_graph) {
-        if (enqueue_step(x, err)) return -1;
+        if (enqueue_step(x, 0, err)) return -1;
     } else {
         if (!x->step_graph) {
             cudaGraph_t graph = NULL;
             cudaGraphExec_t exec = NULL;
             CUDA_TRY(cudaStreamBeginCapture(x->ctx.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-            int rc = enqueue_step(x, err);
+            int rc = enqueue_step(x, 1, err);
             cudaError_t e = cudaStreamEndCapture(x->ctx.stream, &graph);
             if (rc) {
                 if (graph) cudaGraphDestroy(graph);
@@ -249,6 +252,34 @@ int tg_cuda_step_wait(tg_cuda_exec *x, float stats[3], tg_err *err) {
     CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
     memcpy(stats, x->stats_host, 3 * sizeof(float));
     return 0;
+}
+
+int tg_cuda_profile(tg_cuda_exec *x, int repeats, double *op_ms, tg_err *err) {
+    const tg_plan *p = x->plan;
+    int first = p->phase_begin[TG_PHASE_FORWARD], last = p->phase_begin[TG_PHASE_COUNT];
+    cudaEvent_t *ev = calloc((size_t)(last - first + 1), sizeof *ev);
+    if (!ev) return tg_fail(err, "out of memory");
+    int rc = 0;
+    for (int i = 0; i <= last - first && !rc; i++)
+        if (cudaEventCreate(&ev[i]) != cudaSuccess) rc = tg_fail(err, "cudaEventCreate failed");
+    for (int o = first; o < last; o++) op_ms[o] = 0;
+    for (int r = 0; r < repeats && !rc; r++) {
+        cudaEventRecord(ev[0], x->ctx.stream);
+        for (int o = first; o < last && !rc; o++) {
+            rc = tg_cuda_exec_range(x, o, o + 1, 1, err);
+            cudaEventRecord(ev[o - first + 1], x->ctx.stream);
+        }
+        if (!rc && cudaStreamSynchronize(x->ctx.stream) != cudaSuccess) rc = tg_fail(err, "profile run failed");
+        for (int o = first; o < last && !rc; o++) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, ev[o - first], ev[o - first + 1]);
+            op_ms[o] += ms / repeats;
+        }
+    }
+    for (int i = 0; i <= last - first; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ev);
+    return rc;
 }
 
 int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err) {

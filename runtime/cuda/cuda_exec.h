@@ -45,6 +45,11 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
 /* Waits for it (blocking, no spinning); stats = {loss, lr, grad norm}. */
 int tg_cuda_step_wait(tg_cuda_exec *x, float stats[3], tg_err *err);
 
+/* Times every op of the schedule (forward, backward, optimizer) on the current inputs,
+ * launched one by one between events, averaged over `repeats` runs: op_ms[op index]. The
+ * runs update the weights like training steps do. */
+int tg_cuda_profile(tg_cuda_exec *x, int repeats, double *op_ms, tg_err *err);
+
 /* Host <-> device copies of a whole tensor, synchronous (tests, weights, results). */
 int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err);
 int tg_cuda_download(tg_cuda_exec *x, int tensor, void *host, tg_err *err);

@@ -46,6 +46,10 @@ static int cuda_step_wait(void *impl, float stats[3], tg_err *err) {
     return tg_cuda_step_wait(&((cuda_impl *)impl)->x, stats, err);
 }
 
+static int cuda_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
+    return tg_cuda_profile(&((cuda_impl *)impl)->x, repeats, op_ms, err);
+}
+
 static void cuda_close(void *impl) {
     tg_cuda_exec_free(&((cuda_impl *)impl)->x);
     free(impl);
@@ -56,8 +60,8 @@ int tg_cuda_device_count(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read, cuda_host_alloc,
-                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_close};
+static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read,    cuda_host_alloc,
+                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close};
 
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);
