@@ -257,6 +257,8 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, ", %d tensors from %s (%d newly initialised%s%s)", tr.weights.loaded, plan.model.weights,
                 tr.weights.missing, tr.weights.missing ? ", first " : "", tr.weights.first_missing);
     fprintf(stderr, "\n");
+    fprintf(stderr, "tunegraph: ready in %.2f s (executor and pools %.2f s, weights %.2f s, data %.2f s)\n",
+            now_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
 
     char metrics_tmp[TG_PATH_MAX + 32] = "";
     FILE *mf = NULL;

@@ -84,7 +84,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     const tg_model_config *cfg = &plan->model;
     tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
                               opts ? !opts->no_graphs : 1, job->seed};
+    double t0 = now_ms();
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
+    t->open_ms[0] = now_ms() - t0;
+    t0 = now_ms();
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
     for (int k = 0; k < 2; k++) t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
@@ -115,6 +118,8 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     }
     free(params);
     if (up) goto fail;
+    t->open_ms[1] = now_ms() - t0;
+    t0 = now_ms();
 
     if (!opts || opts->load_data) {
         tg_data_rules rules = {job->task, job->num_labels, cfg->vocab_size, cfg->type_vocab_size};
@@ -126,6 +131,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         }
         if (tg_sampler_init(&t->sampler, t->train.n, job->seed, err)) goto fail;
     }
+    t->open_ms[2] = now_ms() - t0;
     int32_t per_epoch = t->has_train ? (t->train.n + job->batch - 1) / job->batch : 1;
     t->total_steps = job->steps > 0 ? job->steps : job->epochs * per_epoch;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))

@@ -50,6 +50,7 @@ typedef struct tg_trainer {
     int32_t *batch_idx;
     tg_weights_report weights;  /* what was loaded from the model folder */
     int weights_loaded;
+    double open_ms[3];          /* time to open: executor and pools, weights, datasets */
 } tg_trainer;
 
 /* Allocates the pools, initialises parameters (random with the job's seed, then the

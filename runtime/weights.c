@@ -7,6 +7,7 @@
 
 #include "kernels/philox.h"
 #include "models/safetensors.h"
+#include "runtime/threadpool.h"
 
 /* Initialisation streams use a step value no training step reaches. */
 #define TG_INIT_STREAM_STEP UINT64_C(0xFFFFFFFFFFFFFFFF)
@@ -24,21 +25,42 @@ static int padding_row_of(const tg_plan *plan, int t) {
     return -1;
 }
 
+typedef struct init_job {
+    const tg_plan *plan;
+    float *pool;
+    uint64_t seed;
+    int tensor;
+} init_job;
+
+/* Normals for blocks [b, e) of 4 elements: one Philox call gives 4 uniforms, two
+ * Box-Muller pairs. Element i depends only on (seed, tensor, i), not on the threading. */
+static void init_normal_range(void *arg, int64_t b, int64_t e) {
+    const init_job *j = arg;
+    const tg_tensor *x = &j->plan->tensors[j->tensor];
+    float *p = param_ptr(j->plan, j->pool, j->tensor);
+    int64_t n = tg_tensor_numel(x);
+    for (int64_t blk = b; blk < e; blk++) {
+        float u[4];
+        tg_philox_uniform4(j->seed, TG_INIT_STREAM_STEP, (uint32_t)j->tensor, (uint64_t)blk, u);
+        for (int k = 0; k < 4; k += 2) {
+            double r = sqrt(-2.0 * log(1.0 - (double)u[k])), a = 6.283185307179586 * u[k + 1];
+            int64_t i = 4 * blk + k;
+            if (i < n) p[i] = (float)(x->init_std * r * cos(a));
+            if (i + 1 < n) p[i + 1] = (float)(x->init_std * r * sin(a));
+        }
+    }
+}
+
 void tg_weights_init(const tg_plan *plan, float *pool, uint64_t seed) {
+    tg_threadpool *threads = tg_threadpool_create(0); /* NULL: runs inline */
     for (int t = 0; t < plan->n_tensors; t++) {
         const tg_tensor *x = &plan->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
         float *p = param_ptr(plan, pool, t);
         int64_t n = tg_tensor_numel(x);
         if (x->init == TG_INIT_NORMAL) {
-            /* Box-Muller over pairs of uniforms; the stream key is the tensor index. */
-            for (int64_t i = 0; i < n; i += 2) {
-                float u1 = tg_philox_uniform(seed, TG_INIT_STREAM_STEP, (uint32_t)t, (uint64_t)i);
-                float u2 = tg_philox_uniform(seed, TG_INIT_STREAM_STEP, (uint32_t)t, (uint64_t)i + 1);
-                double r = sqrt(-2.0 * log(1.0 - (double)u1)), a = 6.283185307179586 * u2;
-                p[i] = (float)(x->init_std * r * cos(a));
-                if (i + 1 < n) p[i + 1] = (float)(x->init_std * r * sin(a));
-            }
+            init_job j = {plan, pool, seed, t};
+            tg_parallel_for(threads, (n + 3) / 4, init_normal_range, &j);
         } else {
             float v = x->init == TG_INIT_ONES ? 1.0f : 0.0f;
             for (int64_t i = 0; i < n; i++) p[i] = v;
@@ -46,6 +68,7 @@ void tg_weights_init(const tg_plan *plan, float *pool, uint64_t seed) {
         int pad = padding_row_of(plan, t);
         if (pad >= 0 && x->ndim == 2 && pad < x->shape[0]) memset(p + pad * x->shape[1], 0, sizeof(float) * x->shape[1]);
     }
+    tg_threadpool_destroy(threads);
 }
 
 /* Candidate names of a parameter in HF checkpoints. */
