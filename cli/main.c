@@ -138,6 +138,13 @@ static int runtime_key(const char *set) {
     return 0;
 }
 
+/* CPU time this process has used (all threads). */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -274,6 +281,7 @@ static int cmd_run(int argc, char **argv) {
         }
     }
     double warmup_s = now_s() - t_start, t_train = now_s(), first_loss = NAN, last_loss = NAN;
+    double cpu_train = cpu_s(), cpu_first_step = 0;
     int64_t tokens = 0;
     char line[512];
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
@@ -284,7 +292,10 @@ static int cmd_run(int argc, char **argv) {
             rc = 1;
             break;
         }
-        if (i == 0) first_loss = s.loss;
+        if (i == 0) {
+            first_loss = s.loss;
+            cpu_first_step = cpu_s() - cpu_train; /* capture and algorithm choice */
+        }
         last_loss = s.loss;
         step_times[i] = s.step_ms;
         tokens += s.tokens;
@@ -292,8 +303,10 @@ static int cmd_run(int argc, char **argv) {
         if (mf) {
             snprintf(line, sizeof line,
                      "{\"step\": %d, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
-                     "\"tokens_per_s\": %.1f}",
-                     s.step, s.loss, s.lr, s.grad_norm, s.step_ms, tok_s);
+                     "\"tokens_per_s\": %.1f, \"batch_ms\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
+                     "\"optimizer_ms\": %.4f}",
+                     s.step, s.loss, s.lr, s.grad_norm, s.step_ms, tok_s, s.phase_ms[0], s.phase_ms[1], s.phase_ms[2],
+                     s.phase_ms[3]);
             if (write_json_line(mf, line)) rc = 1;
         }
         double elapsed = now_s() - t_train;
@@ -308,6 +321,8 @@ static int cmd_run(int argc, char **argv) {
     }
     if (tty) fprintf(stderr, "\n");
     double train_s = now_s() - t_train;
+    /* Host CPU per step after the first, metrics and progress output included. */
+    double host_cpu_us = tr.steps_done > 1 ? (cpu_s() - cpu_train - cpu_first_step) / (tr.steps_done - 1) * 1e6 : 0;
     double median_step_ms = median_after_first(step_times, tr.steps_done);
     free(step_times);
     tg_eval_stats ev = {.accuracy = -1, .perplexity = -1};
@@ -323,9 +338,9 @@ static int cmd_run(int argc, char **argv) {
         int n = snprintf(line, sizeof line,
                          "{\"summary\": true, \"steps\": %d, \"first_loss\": %.6g, \"final_loss\": %.6g, "
                          "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"median_step_ms\": %.4f, "
-                         "\"device\": \"%s\"",
+                         "\"host_cpu_us_per_step\": %.1f, \"device\": \"%s\"",
                          tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s, median_step_ms,
-                         device_name);
+                         host_cpu_us, device_name);
         if (evaluated) {
             n += snprintf(line + n, sizeof line - n, ", \"eval_examples\": %d, \"eval_loss\": %.6g", ev.examples,
                           ev.loss);
@@ -335,8 +350,8 @@ static int cmd_run(int argc, char **argv) {
         }
         snprintf(line + n, sizeof line - n, "}");
         if (mf && write_json_line(mf, line)) rc = 1;
-        fprintf(stderr, "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s\n", tr.steps_done, train_s,
-                first_loss, last_loss, tokens / train_s);
+        fprintf(stderr, "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s, median step %.3f ms, host CPU %.0f us/step\n",
+                tr.steps_done, train_s, first_loss, last_loss, tokens / train_s, median_step_ms, host_cpu_us);
         if (evaluated) {
             fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
             if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f", ev.accuracy);

@@ -11,8 +11,14 @@
  * first, so impl is also a tg_cpu_exec *. */
 typedef struct cpu_impl {
     tg_cpu_exec x;
-    float stats[3];
+    float stats[7];
 } cpu_impl;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 static int cpu_run(void *impl, int first, int last, int training, tg_err *err) {
     tg_cpu_exec *x = impl;
@@ -38,24 +44,25 @@ static void cpu_host_free(void *impl, void *p) { free(p); }
 static int cpu_step_start(void *impl, const void *inputs, tg_err *err) {
     cpu_impl *c = impl;
     const tg_plan *p = c->x.plan;
+    double marks[5];
+    marks[0] = now_ms();
     if (p->pool_bytes[TG_POOL_INPUTS]) memcpy(c->x.pool[TG_POOL_INPUTS], inputs, p->pool_bytes[TG_POOL_INPUTS]);
+    marks[1] = now_ms();
     c->x.training = 1;
-    if (tg_cpu_exec_phases(&c->x, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, err)) return -1;
+    for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
+        if (tg_cpu_exec_phases(&c->x, ph, ph, err)) return -1;
+        marks[2 + ph] = now_ms();
+    }
     c->stats[0] = *(float *)tg_cpu_tensor(&c->x, p->io.loss);
     c->stats[1] = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
     c->stats[2] = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
+    for (int k = 0; k < 4; k++) c->stats[3 + k] = (float)(marks[k + 1] - marks[k]);
     return 0;
 }
 
-static int cpu_step_wait(void *impl, float stats[3], tg_err *err) {
-    memcpy(stats, ((cpu_impl *)impl)->stats, sizeof(float) * 3);
+static int cpu_step_wait(void *impl, float stats[7], tg_err *err) {
+    memcpy(stats, ((cpu_impl *)impl)->stats, sizeof(float) * 7);
     return 0;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static int cpu_profile(void *impl, int repeats, double *op_ms, tg_err *err) {

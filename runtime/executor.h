@@ -26,8 +26,9 @@ typedef struct tg_executor_vtbl {
      * upload runs on a copy stream and the step is one graph launch, so the host is free
      * to prepare the next batch meanwhile. */
     int (*step_start)(void *impl, const void *inputs, tg_err *err);
-    /* Waits for the step started last; stats = {loss, lr, grad_norm}. */
-    int (*step_wait)(void *impl, float stats[3], tg_err *err);
+    /* Waits for the step started last; stats = {loss, lr, grad_norm, then the ms of its
+     * phases: batch in place, forward, backward, optimizer (device time where known)}. */
+    int (*step_wait)(void *impl, float stats[7], tg_err *err);
     /* Times each op of the schedule, run one by one (a full training step each repeat, on
      * the inputs already uploaded): op_ms[op index], mean over repeats. */
     int (*profile)(void *impl, int repeats, double *op_ms, tg_err *err);

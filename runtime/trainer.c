@@ -176,9 +176,10 @@ static int step_on_staging(tg_trainer *t, tg_step_stats *s, void (*overlap)(tg_t
     s->tokens = real_tokens(t);
     if (t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], err)) return -1;
     if (overlap) overlap(t);
-    float stats[3];
+    float stats[7];
     if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
     s->loss = stats[0], s->lr = stats[1], s->grad_norm = stats[2];
+    memcpy(s->phase_ms, stats + 3, sizeof s->phase_ms);
     s->step_ms = now_ms() - t0;
     s->step = ++t->steps_done;
     if (!isfinite(s->loss))

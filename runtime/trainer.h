@@ -24,6 +24,7 @@ typedef struct tg_step_stats {
     float lr;               /* learning rate this step used */
     float grad_norm;        /* before clipping */
     double step_ms;
+    float phase_ms[4];      /* batch in place, forward, backward, optimizer (GPU time on CUDA) */
     int64_t tokens;         /* real tokens in the batch */
 } tg_step_stats;
 

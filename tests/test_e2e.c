@@ -133,11 +133,18 @@ TG_TEST(test_e2e_cli_metrics) {
         } else {
             steps++;
             CHECK(json_integer_value(json_object_get(o, "step")) == steps, "step numbering");
-            static const char *const keys[] = {"loss", "lr", "step_ms", "tokens_per_s", "grad_norm"};
-            for (int k = 0; k < 5; k++)
+            static const char *const keys[] = {"loss",     "lr",         "step_ms",     "tokens_per_s", "grad_norm",
+                                               "batch_ms", "forward_ms", "backward_ms", "optimizer_ms"};
+            for (int k = 0; k < 9; k++)
                 CHECK(json_is_number(json_object_get(o, keys[k])) &&
                           json_number_value(json_object_get(o, keys[k])) >= 0,
                       "step %d: %s missing", steps, keys[k]);
+            double phases = json_number_value(json_object_get(o, "forward_ms")) +
+                            json_number_value(json_object_get(o, "backward_ms")) +
+                            json_number_value(json_object_get(o, "optimizer_ms"));
+            CHECK(phases > 0 && phases <= json_number_value(json_object_get(o, "step_ms")) + 0.05,
+                  "step %d: phases %.3f ms in a step of %.3f ms", steps, phases,
+                  json_number_value(json_object_get(o, "step_ms")));
         }
         json_decref(o);
     }

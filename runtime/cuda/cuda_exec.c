@@ -119,6 +119,8 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
         rc = cuda_fail(err, "cudaEventCreate", e);
     else if ((e = cudaHostAlloc((void **)&x->stats_host, 4 * sizeof(float), cudaHostAllocDefault)) != cudaSuccess)
         rc = cuda_fail(err, "cudaHostAlloc of the step statistics", e);
+    for (int k = 0; k < 5 && !rc; k++)
+        if ((e = cudaEventCreate(&x->phase_ev[k])) != cudaSuccess) rc = cuda_fail(err, "cudaEventCreate (phase marker)", e);
     if (rc) tg_cuda_exec_free(x);
     return rc;
 }
@@ -130,6 +132,8 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     if (x->copy_done) cudaEventDestroy(x->copy_done);
     if (x->inputs_consumed) cudaEventDestroy(x->inputs_consumed);
     if (x->step_done) cudaEventDestroy(x->step_done);
+    for (int k = 0; k < 5; k++)
+        if (x->phase_ev[k]) cudaEventDestroy(x->phase_ev[k]);
     if (x->copy_stream) cudaStreamDestroy(x->copy_stream);
     cudaFreeHost(x->stats_host);
     cudaFree(x->input_staging);
@@ -194,9 +198,15 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
 
 /* The device work of one step, on the main stream: take the staged batch, run the
  * schedule, copy the statistics out. Captured once when graphs are on. */
+/* Records a phase marker: an event node when capturing, a plain record otherwise. */
+static cudaError_t mark(cudaEvent_t ev, cudaStream_t s, int capturing) {
+    return capturing ? cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal) : cudaEventRecord(ev, s);
+}
+
 static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
     const tg_plan *p = x->plan;
     cudaStream_t s = x->ctx.stream;
+    CUDA_TRY(mark(x->phase_ev[0], s, capturing), "record phase marker");
     if (p->pool_bytes[TG_POOL_INPUTS])
         CUDA_TRY(cudaMemcpyAsync(x->pool[TG_POOL_INPUTS], x->input_staging, p->pool_bytes[TG_POOL_INPUTS],
                                  cudaMemcpyDeviceToDevice, s),
@@ -205,7 +215,11 @@ static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
     CUDA_TRY(capturing ? cudaEventRecordWithFlags(x->inputs_consumed, s, cudaEventRecordExternal)
                        : cudaEventRecord(x->inputs_consumed, s),
              "record inputs_consumed");
-    if (tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, err)) return -1;
+    CUDA_TRY(mark(x->phase_ev[1], s, capturing), "record phase marker");
+    for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
+        if (tg_cuda_exec_phases(x, ph, ph, 1, err)) return -1;
+        CUDA_TRY(mark(x->phase_ev[2 + ph], s, capturing), "record phase marker");
+    }
     const int stats[3] = {p->io.loss, p->io.lr, p->io.grad_norm};
     for (int k = 0; k < 3; k++)
         CUDA_TRY(cudaMemcpyAsync(x->stats_host + k, tg_cuda_tensor(x, stats[k]), sizeof(float),
@@ -248,9 +262,11 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
     return 0;
 }
 
-int tg_cuda_step_wait(tg_cuda_exec *x, float stats[3], tg_err *err) {
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err) {
     CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
     memcpy(stats, x->stats_host, 3 * sizeof(float));
+    for (int k = 0; k < 4; k++)
+        if (cudaEventElapsedTime(&stats[3 + k], x->phase_ev[k], x->phase_ev[k + 1]) != cudaSuccess) stats[3 + k] = -1;
     return 0;
 }
 

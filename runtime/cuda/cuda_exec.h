@@ -23,6 +23,9 @@ typedef struct tg_cuda_exec {
     cudaStream_t copy_stream;
     uint8_t *input_staging;        /* device, inputs-pool sized */
     cudaEvent_t copy_done, inputs_consumed, step_done;
+    /* Phase boundaries inside the step (event nodes in the graph): start, batch in place,
+     * end of forward, end of backward, end of optimizer. */
+    cudaEvent_t phase_ev[5];
     float *stats_host;             /* pinned: loss, lr, grad norm of the last step */
 } tg_cuda_exec;
 
@@ -42,8 +45,9 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
 /* Starts a training step on a pinned host image of the inputs pool; with use_graph the
  * whole step (input copy, forward, backward, optimizer, stats read-back) is one graph. */
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err);
-/* Waits for it (blocking, no spinning); stats = {loss, lr, grad norm}. */
-int tg_cuda_step_wait(tg_cuda_exec *x, float stats[3], tg_err *err);
+/* Waits for it (blocking, no spinning); stats = {loss, lr, grad norm, then the GPU ms of
+ * the phases: batch copy, forward, backward, optimizer}. */
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err);
 
 /* Times every op of the schedule (forward, backward, optimizer) on the current inputs,
  * launched one by one between events, averaged over `repeats` runs: op_ms[op index]. The

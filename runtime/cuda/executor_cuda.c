@@ -42,7 +42,7 @@ static int cuda_step_start(void *impl, const void *inputs, tg_err *err) {
     return tg_cuda_step_start(&c->x, inputs, c->use_graphs, err);
 }
 
-static int cuda_step_wait(void *impl, float stats[3], tg_err *err) {
+static int cuda_step_wait(void *impl, float stats[7], tg_err *err) {
     return tg_cuda_step_wait(&((cuda_impl *)impl)->x, stats, err);
 }
 
