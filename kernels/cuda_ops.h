@@ -66,6 +66,14 @@ int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
  * TG_OP_MATMUL, through cuBLASLt with fp32 compute (TF32 only when allowed). */
 int tg_gemm_cache_create(tg_gemm_cache **cache, tg_err *err);
 void tg_gemm_cache_destroy(tg_gemm_cache *cache);
+/* The cache as bytes (malloc'd), for a file keyed by GPU and cuBLASLt version, and back.
+ * Imported algorithms are checked with cublasLtMatmulAlgoCheck before their first use;
+ * one that no longer fits is chosen again. */
+int tg_gemm_cache_export(const tg_gemm_cache *cache, void **bytes, size_t *len);
+int tg_gemm_cache_import(tg_gemm_cache *cache, const void *bytes, size_t len);
+/* Entries chosen in this process (not imported); entries imported. */
+int tg_gemm_cache_new_entries(const tg_gemm_cache *cache);
+int tg_gemm_cache_imported(const tg_gemm_cache *cache);
 int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err);
 
 #ifdef __cplusplus

@@ -20,12 +20,67 @@ static cudaDataType_t cuda_type(int dtype) { return dtype == TG_BF16 ? CUDA_R_16
 typedef struct gemm_entry {
     gemm_key key;
     cublasLtMatmulAlgo_t algo;
+    int32_t imported;  /* from the cache file: still to be checked */
+    int32_t pad;
 } gemm_entry;
 
 struct tg_gemm_cache {
     gemm_entry *entries;
     int n, cap;
+    int n_new, n_imported;
 };
+
+#define GEMM_CACHE_MAGIC 0x31434D47u /* "GMC1" */
+
+static int cache_add(tg_gemm_cache *cache, const gemm_key *key, const cublasLtMatmulAlgo_t *algo, int imported) {
+    if (cache->n == cache->cap) {
+        int cap = cache->cap ? 2 * cache->cap : 64;
+        gemm_entry *e = (gemm_entry *)realloc(cache->entries, sizeof *e * (size_t)cap);
+        if (!e) return -1;
+        cache->entries = e, cache->cap = cap;
+    }
+    gemm_entry *e = &cache->entries[cache->n++];
+    memset(e, 0, sizeof *e);
+    e->key = *key, e->algo = *algo, e->imported = imported;
+    if (imported) cache->n_imported++;
+    else cache->n_new++;
+    return 0;
+}
+
+extern "C" int tg_gemm_cache_export(const tg_gemm_cache *cache, void **bytes, size_t *len) {
+    size_t per = sizeof(gemm_key) + sizeof(cublasLtMatmulAlgo_t);
+    *len = 8 + per * (size_t)cache->n;
+    uint8_t *b = (uint8_t *)malloc(*len);
+    if (!b) return -1;
+    uint32_t head[2] = {GEMM_CACHE_MAGIC, (uint32_t)cache->n};
+    memcpy(b, head, 8);
+    for (int i = 0; i < cache->n; i++) {
+        memcpy(b + 8 + per * i, &cache->entries[i].key, sizeof(gemm_key));
+        memcpy(b + 8 + per * i + sizeof(gemm_key), &cache->entries[i].algo, sizeof(cublasLtMatmulAlgo_t));
+    }
+    *bytes = b;
+    return 0;
+}
+
+extern "C" int tg_gemm_cache_import(tg_gemm_cache *cache, const void *bytes, size_t len) {
+    size_t per = sizeof(gemm_key) + sizeof(cublasLtMatmulAlgo_t);
+    uint32_t head[2];
+    if (len < 8) return -1;
+    memcpy(head, bytes, 8);
+    if (head[0] != GEMM_CACHE_MAGIC || len != 8 + per * head[1]) return -1;
+    const uint8_t *b = (const uint8_t *)bytes + 8;
+    for (uint32_t i = 0; i < head[1]; i++) {
+        gemm_key key;
+        cublasLtMatmulAlgo_t algo;
+        memcpy(&key, b + per * i, sizeof key);
+        memcpy(&algo, b + per * i + sizeof key, sizeof algo);
+        if (cache_add(cache, &key, &algo, 1)) return -1;
+    }
+    return 0;
+}
+
+extern "C" int tg_gemm_cache_new_entries(const tg_gemm_cache *cache) { return cache->n_new; }
+extern "C" int tg_gemm_cache_imported(const tg_gemm_cache *cache) { return cache->n_imported; }
 
 extern "C" int tg_gemm_cache_create(tg_gemm_cache **cache, tg_err *err) {
     *cache = (tg_gemm_cache *)calloc(1, sizeof **cache);
@@ -110,8 +165,21 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     {
         tg_gemm_cache *cache = ctx->gemm_cache;
         const cublasLtMatmulAlgo_t *algo = NULL;
-        for (int i = 0; i < cache->n && !algo; i++)
-            if (!memcmp(&cache->entries[i].key, &key, sizeof key)) algo = &cache->entries[i].algo;
+        for (int i = 0; i < cache->n && !algo; i++) {
+            gemm_entry *e = &cache->entries[i];
+            if (memcmp(&e->key, &key, sizeof key)) continue;
+            if (e->imported) {
+                /* From the cache file: make sure this cuBLASLt still runs it for this problem. */
+                cublasLtMatmulHeuristicResult_t check;
+                if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, lc, lc, &e->algo, &check) != CUBLAS_STATUS_SUCCESS ||
+                    check.workspaceSize > ctx->gemm_workspace_bytes) {
+                    e->key.m = -1; /* stale: never matches again */
+                    continue;
+                }
+                e->imported = 0;
+            }
+            algo = &e->algo;
+        }
         if (!algo) {
             LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
             size_t ws = ctx->gemm_workspace_bytes;
@@ -126,18 +194,11 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
                              (long long)M, (long long)N, (long long)K);
                 goto out;
             }
-            if (cache->n == cache->cap) {
-                int cap = cache->cap ? 2 * cache->cap : 64;
-                gemm_entry *e = (gemm_entry *)realloc(cache->entries, sizeof *e * (size_t)cap);
-                if (!e) {
-                    rc = tg_fail(err, "out of memory");
-                    goto out;
-                }
-                cache->entries = e, cache->cap = cap;
+            if (cache_add(cache, &key, &result.algo, 0)) {
+                rc = tg_fail(err, "out of memory");
+                goto out;
             }
-            cache->entries[cache->n].key = key;
-            cache->entries[cache->n].algo = result.algo;
-            algo = &cache->entries[cache->n++].algo;
+            algo = &cache->entries[cache->n - 1].algo;
         }
         LT_TRY(cublasLtMatmul(lt, desc, &alpha, a->in[1], la, a->in[0], lb, &beta, a->out[0], lc, a->out[0], lc, algo,
                               ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream),

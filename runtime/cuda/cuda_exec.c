@@ -1,6 +1,11 @@
 /* The CUDA executor: binds a plan's pools on the device and runs its schedule. */
 #include "runtime/cuda/cuda_exec.h"
 
+#include <errno.h>
+#include <sys/stat.h>
+
+#include "runtime/atomic_file.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -30,6 +35,60 @@ void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor) {
     if (tensor < 0) return NULL;
     const tg_tensor *t = &x->plan->tensors[tensor];
     return x->pool[t->pool] ? x->pool[t->pool] + t->offset : NULL;
+}
+
+/* The GEMM algorithm cache file for this GPU and cuBLASLt version, in $TUNEGRAPH_CACHE_DIR,
+ * else $XDG_CACHE_HOME/tunegraph, else ~/.cache/tunegraph; 0 when there is no such folder
+ * to use. */
+static int gemm_cache_path(char *path, size_t len) {
+    char dir[600] = "";
+    const char *env = getenv("TUNEGRAPH_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && env[0]) snprintf(dir, sizeof dir, "%s", env);
+    else if (xdg && xdg[0]) snprintf(dir, sizeof dir, "%s/tunegraph", xdg);
+    else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/tunegraph", home);
+    else return 0;
+    char gpu[256] = "gpu";
+    tg_cuda_device_name(gpu, sizeof gpu);
+    for (char *c = gpu; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '-';
+    snprintf(path, len, "%s/gemm-%s-cublasLt%zu.bin", dir, gpu, cublasLtGetVersion());
+    return 1;
+}
+
+static void gemm_cache_load(tg_cuda_exec *x) {
+    char path[1024];
+    if (!gemm_cache_path(path, sizeof path)) return;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = n > 0 ? malloc((size_t)n) : NULL;
+    /* A damaged or foreign file is ignored: the algorithms are chosen again and rewritten. */
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) tg_gemm_cache_import(x->ctx.gemm_cache, buf, (size_t)n);
+    free(buf);
+    fclose(f);
+}
+
+/* Writes the cache when this run chose algorithms the file did not have. */
+static void gemm_cache_save(tg_cuda_exec *x) {
+    char path[1024];
+    if (!x->ctx.gemm_cache || !tg_gemm_cache_new_entries(x->ctx.gemm_cache) || !gemm_cache_path(path, sizeof path))
+        return;
+    for (char *c = path + 1; *c; c++) /* mkdir -p of the folder */
+        if (*c == '/') {
+            *c = 0;
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) return;
+            *c = '/';
+        }
+    void *bytes;
+    size_t len;
+    if (tg_gemm_cache_export(x->ctx.gemm_cache, &bytes, &len)) return;
+    tg_chunk chunk = {bytes, len};
+    tg_err err;
+    if (tg_write_file_atomic(path, &chunk, 1, "GEMM algorithm cache", &err))
+        fprintf(stderr, "tunegraph: warning: %s\n", err.msg); /* a cache: the run itself succeeded */
+    free(bytes);
 }
 
 static int build_segments(tg_cuda_exec *x, tg_err *err) {
@@ -122,10 +181,12 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
     for (int k = 0; k < 5 && !rc; k++)
         if ((e = cudaEventCreate(&x->phase_ev[k])) != cudaSuccess) rc = cuda_fail(err, "cudaEventCreate (phase marker)", e);
     if (rc) tg_cuda_exec_free(x);
+    else gemm_cache_load(x);
     return rc;
 }
 
 void tg_cuda_exec_free(tg_cuda_exec *x) {
+    gemm_cache_save(x);
     for (int s = 0; s < 2; s++)
         if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
     if (x->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_graph);

@@ -9,6 +9,7 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
+#include "runtime/cuda/cuda_exec.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -187,4 +188,39 @@ TG_TEST(test_gpu_same_seed_bitwise) {
     CHECK(memcmp(la, lb, sizeof la) == 0, "losses differ between runs of one seed");
     CHECK(c && memcmp(a, c, n) != 0, "another seed gave the same parameters");
     free(a), free(b), free(c);
+}
+
+/* The GEMM algorithms chosen by one executor are written to the cache folder and taken
+ * from it by the next, which then chooses nothing new and computes the same step. */
+TG_TEST(test_gpu_gemm_cache_on_disk) {
+    const char *dir = tg_test_tmpdir();
+    char saved[1024] = "";
+    const char *old = getenv("TUNEGRAPH_CACHE_DIR");
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    setenv("TUNEGRAPH_CACHE_DIR", dir, 1);
+    run r;
+    float *a = NULL, *b = NULL;
+    int imported = 0, chosen = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        if (!open_run(&r, "tiny-gpt2", TG_TASK_LM, TG_DEVICE_CUDA, 0, 3)) break;
+        tg_err err;
+        tg_step_stats st;
+        fill_inputs(&r, 0);
+        CHECK(tg_trainer_run_step(&r.tr, &st, &err) == 0, "%s", err.msg);
+        tg_cuda_exec *x = (tg_cuda_exec *)r.tr.ex.impl; /* cuda_impl starts with its tg_cuda_exec */
+        if (pass == 1) {
+            imported = tg_gemm_cache_imported(x->ctx.gemm_cache);
+            chosen = tg_gemm_cache_new_entries(x->ctx.gemm_cache);
+            b = read_all(&r, r.plan.io.params_all);
+        } else {
+            a = read_all(&r, r.plan.io.params_all);
+        }
+        close_run(&r);
+    }
+    CHECK(tg_test_count_files(dir) == 1, "cache files in %s: %d", dir, tg_test_count_files(dir));
+    CHECK(imported > 0 && chosen == 0, "second run imported %d algorithms and chose %d", imported, chosen);
+    size_t n = params_bytes("tiny-gpt2", TG_TASK_LM);
+    CHECK(a && b && n && memcmp(a, b, n) == 0, "a step with cached algorithms differs");
+    free(a), free(b);
+    if (saved[0]) setenv("TUNEGRAPH_CACHE_DIR", saved, 1);
 }
