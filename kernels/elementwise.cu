@@ -2,7 +2,9 @@
  *
  * Memory bound, so one generic grid-stride kernel moves 16 bytes per access when every
  * pointer is 16-byte aligned (tensors are 256-byte aligned): 4 floats, or 8 bf16 in bf16
- * plans (computed in float, rounded on store), and finishes the tail with scalars.
+ * plans (computed in float, rounded on store), and finishes the tail with scalars. Each
+ * thread issues EW_UNROLL such loads per input before computing, and the grid is sized
+ * so a [4096 x 768] bf16 tensor is one wave (384 blocks x 256 threads x 4 vectors).
  * ZERO clears out_numel elements of out0's dtype; FILL is fp32 only. Each element is read and written by one thread in one iteration, so outputs
  * may alias inputs (in-place dropout / accumulation). The formulas are the CPU's,
  * written with non-contracting intrinsics so the roundings match (transcendentals are
@@ -19,6 +21,8 @@
 #define INV_SQRT_2PI 0.3989422804014327f
 
 #define EW_THREADS 256
+#define EW_UNROLL 4            /* 16-byte vectors per input per thread in flight together */
+#define EW_MAX_BLOCKS (132 * 8) /* H100: 132 SMs; any grid gives the same results */
 
 /* ---- functors: one element, CPU formulas ------------------------------------------ */
 
@@ -68,20 +72,69 @@ struct tanh_bwd_fn {
 
 /* ---- kernels ----------------------------------------------------------------------- */
 
+/* One 16-byte access as raw bits (float4: 4 floats; uint4: 8 bf16), widened to float
+ * with exactly tg_vec's conversions, so loads can be issued before any arithmetic. */
+template <class T, int W>
+struct ew_pack;
+template <>
+struct ew_pack<float, 4> {
+    typedef float4 raw;
+    static __device__ __forceinline__ raw ld(const float *p, int64_t k) { return reinterpret_cast<const float4 *>(p)[k]; }
+    static __device__ __forceinline__ void unpack(const raw &t, float (&v)[4]) {
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    }
+};
+template <>
+struct ew_pack<tg_bf16, 8> {
+    typedef uint4 raw;
+    static __device__ __forceinline__ raw ld(const tg_bf16 *p, int64_t k) { return reinterpret_cast<const uint4 *>(p)[k]; }
+    static __device__ __forceinline__ void unpack(const raw &t, float (&v)[8]) {
+        v[0] = tg_bf16_lo(t.x), v[1] = tg_bf16_hi(t.x), v[2] = tg_bf16_lo(t.y), v[3] = tg_bf16_hi(t.y);
+        v[4] = tg_bf16_lo(t.z), v[5] = tg_bf16_hi(t.z), v[6] = tg_bf16_lo(t.w), v[7] = tg_bf16_hi(t.w);
+    }
+};
+
 /* y = f(a, b) over n elements of storage type T (float or bf16; computed in float);
  * b may be NULL (unary ops get 0). vec: all pointers 16-byte aligned, so elements
- * [0, W*(n/W)) move W at a time (float: W = 4, a float4; bf16: W = 8, 16 bytes). */
+ * [0, W*(n/W)) move W at a time (float: W = 4, a float4; bf16: W = 8, 16 bytes).
+ * Each thread first loads EW_UNROLL vectors of a (and b) at i, i + stride, ... (all
+ * loads in flight together), then computes and stores them; leftover vectors go one at
+ * a time, then the scalar tail. Every element is still loaded and stored by one thread,
+ * load before store, so y may alias a or b. */
 template <class T, int W, class F>
 __global__ void __launch_bounds__(EW_THREADS)
 ew_kernel(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y, int64_t n, int vec, F f) {
+    typedef ew_pack<T, W> P;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t nw = vec ? n / W : 0;
-    for (int64_t i = tid; i < nw; i += stride) {
+    int64_t i = tid;
+    for (; i + (EW_UNROLL - 1) * stride < nw; i += EW_UNROLL * stride) {
+        typename P::raw ra[EW_UNROLL], rb[EW_UNROLL];
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; u++) {
+            ra[u] = P::ld(a, i + u * stride);
+            if (b) rb[u] = P::ld(b, i + u * stride);
+        }
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; u++) {
+            float va[W], vb[W], r[W];
+            P::unpack(ra[u], va);
+            if (b)
+                P::unpack(rb[u], vb);
+            else
+#pragma unroll
+                for (int j = 0; j < W; j++) vb[j] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < W; j++) r[j] = f(va[j], vb[j]);
+            tg_vec<T, W>::store(y, i + u * stride, r);
+        }
+    }
+    for (; i < nw; i += stride) {
         float va[W], vb[W], r[W];
-        tg_vec<T, W>::load(a, i, va);
+        P::unpack(P::ld(a, i), va);
         if (b)
-            tg_vec<T, W>::load(b, i, vb);
+            P::unpack(P::ld(b, i), vb);
         else
 #pragma unroll
             for (int j = 0; j < W; j++) vb[j] = 0.0f;
@@ -89,7 +142,7 @@ ew_kernel(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y, i
         for (int j = 0; j < W; j++) r[j] = f(va[j], vb[j]);
         tg_vec<T, W>::store(y, i, r);
     }
-    for (int64_t i = nw * W + tid; i < n; i += stride) tg_st(y, i, f(tg_ld(a, i), b ? tg_ld(b, i) : 0.0f));
+    for (int64_t k = nw * W + tid; k < n; k += stride) tg_st(y, k, f(tg_ld(a, k), b ? tg_ld(b, k) : 0.0f));
 }
 
 __global__ void __launch_bounds__(EW_THREADS) fill_kernel(float *__restrict__ y, int64_t n, int vec, float v) {
@@ -135,8 +188,12 @@ static void launch_ew_t(const tg_cuda_op_args *a, int64_t n, const void *in0, co
     const T *x = (const T *)in0, *b = (const T *)in1;
     T *y = (T *)a->out[0];
     const int vec = tg_aligned16(x) && tg_aligned16(b) && tg_aligned16(y);
-    const int64_t items = vec ? n / W + n % W : n;
-    ew_kernel<T, W, F><<<tg_blocks(items, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(x, b, y, n, vec, f);
+    /* Enough blocks that each thread gets EW_UNROLL vectors (or scalars), capped at a few
+     * resident blocks per SM (the grid-stride loops take the rest). */
+    const int64_t items = vec ? n / W : n, per_block = (int64_t)EW_THREADS * EW_UNROLL;
+    int64_t blocks = (items + per_block - 1) / per_block;
+    blocks = blocks < 1 ? 1 : blocks > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : blocks;
+    ew_kernel<T, W, F><<<(unsigned)blocks, EW_THREADS, 0, a->ctx->stream>>>(x, b, y, n, vec, f);
 }
 
 /* Storage type from out0 (tg_check_dtypes made every T slot agree). */

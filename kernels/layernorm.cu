@@ -7,17 +7,22 @@
  * dx match the oracle to a rounding or two. Warp sums use a fixed butterfly.
  *
  * dgamma/dbeta (+=) are column sums over rows, made deterministic with two stages
- * instead of float atomics: stage 1 gives each block a fixed tile of 32 columns x 128
- * rows and writes one double partial per (row chunk, column) to scratch; stage 2 adds
- * the partials of each column in chunk order and does the += into dgamma/dbeta.
+ * instead of float atomics (the scheme of BIAS_GRAD): stage 1 gives each 256-thread
+ * block a fixed stripe of 64 columns x 128 rows, read as coalesced 16-byte vectors,
+ * accumulated per thread in double, combined across the block's row groups in a fixed
+ * order, and writes one double partial per (row chunk, column) to scratch; stage 2 adds
+ * the partials of each column in a fixed order and does the += into dgamma/dbeta.
  *
  * x, y, dy and dx are T (float, or bf16 in bf16 plans: widened on load, rounded on
- * store, 8-byte accesses of 4); gamma, beta, mean, rstd, dgamma, dbeta are always fp32. */
+ * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD 16-byte accesses of 8
+ * when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are always fp32. */
 #include "kernels/cuda_common.cuh"
 
 #define LN_THREADS 256     /* 8 rows (warps) per block */
-#define COL_ROWS 128       /* rows per stage-1 chunk */
-#define COL_TY 8           /* row lanes per stage-1 block (block = 32 x 8) */
+#define COL_ROWS 128       /* rows per stage-1 chunk (the scratch formula depends on it) */
+#define COL_STRIPE 64      /* columns per stage-1 block */
+#define COL_THREADS 256    /* stage-1 block size */
+#define COL_TY 8           /* chunk lanes per stage-2 block (block = 32 x 8) */
 
 int64_t tg_scratch_layernorm_bwd(const tg_op *op) {
     int64_t M = op->i[0], D = op->i[1];
@@ -74,7 +79,20 @@ ln_fwd_kernel(const T *__restrict__ x, const float *__restrict__ gamma, const fl
     }
 }
 
-/* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), one warp per row. */
+/* W fp32 elements at vector index k (elements [k*W, k*W + W)): tg_vec's float accesses,
+ * and for W = 8 two float4s (gamma in the bf16 dx kernel's 16-byte path). */
+template <int W>
+static __device__ __forceinline__ void ln_ldf(const float *p, int64_t k, float (&v)[W]) {
+    tg_vec<float, W>::load(p, k, v);
+}
+template <>
+__device__ __forceinline__ void ln_ldf<8>(const float *p, int64_t k, float (&v)[8]) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[2 * k], b = reinterpret_cast<const float4 *>(p)[2 * k + 1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+/* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), one warp per row. W = 8
+ * (bf16 only: 16-byte accesses) needs D % 8 == 0 and 16-byte aligned dy, x, dx, gamma. */
 template <int W, class T>
 __global__ void __launch_bounds__(LN_THREADS)
 ln_bwd_dx_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ gamma,
@@ -91,7 +109,7 @@ ln_bwd_dx_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float 
         float d[W], v[W], g[W];
         tg_vec<T, W>::load(dyr, k, d);
         tg_vec<T, W>::load(xr, k, v);
-        if (gamma) tg_vec<float, W>::load(gamma, k, g);
+        if (gamma) ln_ldf<W>(gamma, k, g);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             float dg = fmul(d[j], gamma ? g[j] : 1.0f);
@@ -105,7 +123,7 @@ ln_bwd_dx_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float 
         float d[W], v[W], g[W];
         tg_vec<T, W>::load(dyr, k, d);
         tg_vec<T, W>::load(xr, k, v);
-        if (gamma) tg_vec<float, W>::load(gamma, k, g);
+        if (gamma) ln_ldf<W>(gamma, k, g);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             float xhat = fmul(fsub(v[j], mu), rs);
@@ -115,45 +133,76 @@ ln_bwd_dx_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float 
     }
 }
 
-/* Stage 1: block (32, 8) owns columns [32*bx, +32) and rows [128*by, +128); partials
- * [chunk][D] of sum dy*xhat (pg) and sum dy (pb). */
-template <class T>
-__global__ void __launch_bounds__(32 * COL_TY)
+/* Stage 1 (BIAS_GRAD's striped scheme, kernels/optimizer.cu): a 256-thread block owns
+ * the columns [64*bx, +64) and the rows [128*by, +128). A stripe row is VPR = 64/W
+ * vectors of W elements (bf16: 8 x 16 bytes, one 128-byte line), so thread t reads
+ * vector t % VPR of rows r0 + t / VPR, + RG, ... (RG = 256 / VPR row groups) of dy and
+ * x, and adds dy*xhat and dy into its own doubles; the row-group partials of each column
+ * are added in row-group order from shared memory and written as partials
+ * [chunk][D] of sum dy*xhat (pg) and sum dy (pb). W > 1 needs D % W == 0 and dy, x
+ * aligned to the access. */
+template <class T, int W>
+__global__ void __launch_bounds__(COL_THREADS)
 ln_bwd_cols_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ mean,
                    const float *__restrict__ rstd, double *__restrict__ pg, double *__restrict__ pb, int64_t M,
                    int64_t D) {
+    constexpr int VPR = COL_STRIPE / W, RG = COL_THREADS / VPR;
+    static_assert(COL_STRIPE % W == 0 && COL_THREADS % VPR == 0 && COL_ROWS % RG == 0, "stripe shape");
+    __shared__ double sg[RG][COL_STRIPE], sb[RG][COL_STRIPE];
+    const int vx = threadIdx.x % VPR, ry = threadIdx.x / VPR;
+    const int64_t c0 = (int64_t)blockIdx.x * COL_STRIPE + vx * W;
+    const int64_t r0 = (int64_t)blockIdx.y * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
+    double g[W], b[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) g[j] = 0.0, b[j] = 0.0;
+    if (c0 < D) {
+#pragma unroll 2
+        for (int64_t r = r0 + ry; r < r1; r += RG) {
+            float d[W], v[W];
+            tg_vec<T, W>::load(dy + r * D, c0 / W, d);
+            tg_vec<T, W>::load(x + r * D, c0 / W, v);
+            const float mu = mean[r], rs = rstd[r];
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                g[j] += (double)fmul(d[j], fmul(fsub(v[j], mu), rs));
+                b[j] += (double)d[j];
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < W; j++) sg[ry][vx * W + j] = g[j], sb[ry][vx * W + j] = b[j];
+    __syncthreads();
+    if (threadIdx.x < COL_STRIPE) {
+        const int64_t c = (int64_t)blockIdx.x * COL_STRIPE + threadIdx.x;
+        if (c < D) {
+            double tg = sg[0][threadIdx.x], tb = sb[0][threadIdx.x];
+#pragma unroll
+            for (int k = 1; k < RG; k++) tg += sg[k][threadIdx.x], tb += sb[k][threadIdx.x];
+            pg[(int64_t)blockIdx.y * D + c] = tg;
+            pb[(int64_t)blockIdx.y * D + c] = tb;
+        }
+    }
+}
+
+/* Stage 2: block (32, 8) owns 32 columns; lane ty adds chunks ty, ty + 8, ... in order,
+ * then the 8 lane sums are added in lane order and the results += into dgamma/dbeta. */
+__global__ void __launch_bounds__(32 * COL_TY)
+ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, float *__restrict__ dgamma,
+                  float *__restrict__ dbeta, int64_t chunks, int64_t D) {
     __shared__ double sg[COL_TY][32], sb[COL_TY][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    const int64_t r0 = (int64_t)blockIdx.y * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
     double g = 0, b = 0;
-    if (c < D) {
-        for (int64_t r = r0 + ty; r < r1; r += COL_TY) {
-            float d = tg_ld(dy, r * D + c);
-            g += (double)fmul(d, fmul(fsub(tg_ld(x, r * D + c), mean[r]), rstd[r]));
-            b += (double)d;
-        }
-    }
+    if (c < D)
+        for (int64_t k = ty; k < chunks; k += COL_TY) g += pg[k * D + c], b += pb[k * D + c];
     sg[ty][tx] = g;
     sb[ty][tx] = b;
     __syncthreads();
     if (ty == 0 && c < D) {
         for (int k = 1; k < COL_TY; k++) g += sg[k][tx], b += sb[k][tx];
-        pg[blockIdx.y * D + c] = g;
-        pb[blockIdx.y * D + c] = b;
+        if (dgamma) dgamma[c] += (float)g;
+        if (dbeta) dbeta[c] += (float)b;
     }
-}
-
-/* Stage 2: one thread per column adds the chunk partials in order. */
-__global__ void __launch_bounds__(256)
-ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, float *__restrict__ dgamma,
-                  float *__restrict__ dbeta, int64_t chunks, int64_t D) {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= D) return;
-    double g = 0, b = 0;
-    for (int64_t k = 0; k < chunks; k++) g += pg[k * D + c], b += pb[k * D + c];
-    if (dgamma) dgamma[c] += (float)g;
-    if (dbeta) dbeta[c] += (float)b;
 }
 
 template <class T>
@@ -181,6 +230,17 @@ int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
     return 0;
 }
 
+/* The 16-byte width for T: 8 for bf16; float never takes that branch (its float4 path is
+ * W = 4), so its W is 4 to avoid instantiating a float x 8 access. */
+template <class T>
+struct LN_W8 {
+    static constexpr int W = 4;
+};
+template <>
+struct LN_W8<tg_bf16> {
+    static constexpr int W = 8;
+};
+
 template <class T>
 static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
     const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
@@ -192,19 +252,30 @@ static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err 
         const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
         const unsigned va = 4 * sizeof(T);
         const int vec = D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned(dx, va);
-        if (vec)
+        const int vec8 = sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(g) &&
+                         tg_aligned16(dx);
+        if (vec8)
+            ln_bwd_dx_kernel<LN_W8<T>::W, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
+        else if (vec)
             ln_bwd_dx_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
         else
             ln_bwd_dx_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
     }
     if (dg || db) {
         if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
-        const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS;
+        const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (D + COL_STRIPE - 1) / COL_STRIPE;
         if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
+        if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)D);
         double *pg = (double *)a->ctx->reduce_scratch, *pb = pg + chunks * D;
-        ln_bwd_cols_kernel<T><<<dim3((unsigned)((D + 31) / 32), (unsigned)chunks), dim3(32, COL_TY), 0, st>>>(
-            dy, x, mu, rs, pg, pb, M, D);
-        ln_bwd_cols_final<<<(unsigned)((D + 255) / 256), 256, 0, st>>>(pg, pb, dg, db, chunks, D);
+        const dim3 grid((unsigned)stripes, (unsigned)chunks);
+        const unsigned va = 4 * sizeof(T);
+        if (sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x))
+            ln_bwd_cols_kernel<T, LN_W8<T>::W><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+        else if (D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va))
+            ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+        else
+            ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+        ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D);
     }
     return 0;
 }

@@ -130,6 +130,10 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
     if (e != cudaSuccess || count == 0)
         return tg_fail(err, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     CUDA_TRY(cudaSetDevice(0), "cudaSetDevice(0)");
+    /* Waiting for a step sleeps instead of spinning: the host CPU per step stays small. A
+     * context made earlier with other flags keeps them, which is harmless. */
+    (void)cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+    (void)cudaGetLastError();
     for (int p = 0; p < TG_POOL_COUNT; p++) {
         if (!plan->pool_bytes[p]) continue;
         char what[96];
