@@ -239,23 +239,40 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
     return tg_cuda_exec_range(x, x->plan->phase_begin[first_phase], x->plan->phase_begin[last_phase + 1], training, err);
 }
 
+/* Captures what `body` enqueues on the main stream into an instantiated graph. */
+static int capture(tg_cuda_exec *x, int (*body)(tg_cuda_exec *, void *, tg_err *), void *arg, void **exec_out,
+                   tg_err *err) {
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CUDA_TRY(cudaStreamBeginCapture(x->ctx.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    int rc = body(x, arg, err);
+    cudaError_t e = cudaStreamEndCapture(x->ctx.stream, &graph);
+    if (rc) {
+        if (graph) cudaGraphDestroy(graph);
+        return tg_fail_context(err, "while capturing the step graph");
+    }
+    if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", e);
+    *exec_out = exec;
+    return 0;
+}
+
+typedef struct phases_args {
+    int first, last, training;
+} phases_args;
+
+static int enqueue_phases(tg_cuda_exec *x, void *arg, tg_err *err) {
+    const phases_args *a = arg;
+    return tg_cuda_exec_phases(x, a->first, a->last, a->training, err);
+}
+
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err) {
     if (slot < 0 || slot > 1) return tg_fail(err, "graph slot %d", slot);
     if (!x->graph_exec[slot]) {
-        cudaGraph_t graph = NULL;
-        cudaGraphExec_t exec = NULL;
-        CUDA_TRY(cudaStreamBeginCapture(x->ctx.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-        int rc = tg_cuda_exec_phases(x, first_phase, last_phase, training, err);
-        cudaError_t e = cudaStreamEndCapture(x->ctx.stream, &graph);
-        if (rc) {
-            if (graph) cudaGraphDestroy(graph);
-            return tg_fail_context(err, "while capturing the step graph");
-        }
-        if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
-        e = cudaGraphInstantiate(&exec, graph, 0);
-        cudaGraphDestroy(graph);
-        if (e != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", e);
-        x->graph_exec[slot] = exec;
+        phases_args args = {first_phase, last_phase, training};
+        if (capture(x, enqueue_phases, &args, &x->graph_exec[slot], err)) return -1;
     }
     CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->graph_exec[slot], x->ctx.stream), "cudaGraphLaunch");
     return 0;
@@ -293,6 +310,8 @@ static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
     return 0;
 }
 
+static int enqueue_captured_step(tg_cuda_exec *x, void *arg, tg_err *err) { return enqueue_step(x, 1, err); }
+
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
     /* The staging buffer is free once the previous step has copied it out. */
@@ -305,22 +324,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
     if (!use_graph) {
         if (enqueue_step(x, 0, err)) return -1;
     } else {
-        if (!x->step_graph) {
-            cudaGraph_t graph = NULL;
-            cudaGraphExec_t exec = NULL;
-            CUDA_TRY(cudaStreamBeginCapture(x->ctx.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-            int rc = enqueue_step(x, 1, err);
-            cudaError_t e = cudaStreamEndCapture(x->ctx.stream, &graph);
-            if (rc) {
-                if (graph) cudaGraphDestroy(graph);
-                return tg_fail_context(err, "while capturing the step graph");
-            }
-            if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
-            e = cudaGraphInstantiate(&exec, graph, 0);
-            cudaGraphDestroy(graph);
-            if (e != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", e);
-            x->step_graph = exec;
-        }
+        if (!x->step_graph && capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
     }
     CUDA_TRY(cudaEventRecord(x->step_done, x->ctx.stream), "record step_done");

@@ -190,10 +190,16 @@ static void base_job(tg_job *job, const char *model, int task, int batch, int se
     job->num_labels = 3, job->warmup_steps = 5;
 }
 
-TG_TEST(test_gpu_ops_match_cpu) {
-    uint64_t seed = getenv("TG_TEST_SEED") ? strtoull(getenv("TG_TEST_SEED"), NULL, 10) : (uint64_t)time(NULL);
+/* Fresh inputs every run, replayable with TG_TEST_SEED. */
+static uint64_t test_seed(uint64_t offset) {
+    uint64_t seed = getenv("TG_TEST_SEED") ? strtoull(getenv("TG_TEST_SEED"), NULL, 10) : (uint64_t)time(NULL) + offset;
     printf("    random inputs from TG_TEST_SEED=%llu\n", (unsigned long long)seed);
     rng = seed * 0x9E3779B97F4A7C15ull | 1;
+    return seed;
+}
+
+TG_TEST(test_gpu_ops_match_cpu) {
+    uint64_t seed = test_seed(0);
     int kinds_seen[TG_OP_COUNT] = {0};
     tg_model_config cfg;
     tg_err err;
@@ -220,9 +226,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
 }
 
 TG_TEST(test_gpu_ops_match_cpu_bf16) {
-    uint64_t seed = getenv("TG_TEST_SEED") ? strtoull(getenv("TG_TEST_SEED"), NULL, 10) : (uint64_t)time(NULL) + 7;
-    printf("    random inputs from TG_TEST_SEED=%llu\n", (unsigned long long)seed);
-    rng = seed * 0x9E3779B97F4A7C15ull | 1;
+    uint64_t seed = test_seed(7);
     int kinds_seen[TG_OP_COUNT] = {0};
     tg_model_config cfg;
     tg_err err;
