@@ -146,15 +146,25 @@ static int attention(builder *b, const char *prefix, int q, int k, int v, int ca
     s.f[0] = 1.0f;
     tg_graph_op(g, &s);
 
+    /* One op writes the probabilities (kept for the backward) and, with attention
+     * dropout, the dropped probabilities the PV product reads: the [B,H,T,T] tensor is
+     * not read and written again by a separate DROPOUT op. The stream key is taken here,
+     * where the DROPOUT op took it, so every mask is unchanged. */
     snprintf(name, sizeof name, "%s.probs", prefix);
     int probs = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
     s = tg_spec(TG_OP_ATTN_SOFTMAX);
     s.in[0] = scores, s.in[1] = g->io.attention_mask, s.out[0] = probs;
     s.i[0] = b->B, s.i[1] = b->H, s.i[2] = b->T, s.i[3] = causal;
     s.f[0] = 1.0f / sqrtf((float)b->Dh);
+    if (attn_p > 0.0f) {
+        snprintf(name, sizeof name, "%s.probs_dropout", prefix);
+        int dropped = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
+        s.in[2] = g->io.step, s.out[1] = dropped;
+        s.i[4] = g->dropout_key++;
+        s.f[1] = attn_p;
+        probs = dropped;
+    }
     tg_graph_op(g, &s);
-    snprintf(name, sizeof name, "%s.probs_dropout", prefix);
-    probs = dropout(b, name, probs, attn_p);
 
     snprintf(name, sizeof name, "%s.context", prefix);
     int ctx = tg_act(g, name, 4, b->B, b->H, b->T, b->Dh);

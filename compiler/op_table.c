@@ -92,14 +92,20 @@ static const char *shape_dropout(const tg_graph *g, const tg_op *op) {
     return NULL;
 }
 
+/* Both softmax ops; in2 (optional) is the dropout step counter, f[1] the dropout p. */
 static const char *shape_softmax(const tg_graph *g, const tg_op *op) {
     int64_t b = op->i[0], h = op->i[1], t = op->i[2];
     EXPECT(numel(g, op->in[0]) == b * h * t * t && numel(g, op->out[0]) == b * h * t * t,
            "scores != B*H*T*T");
-    if (op->kind == TG_OP_ATTN_SOFTMAX)
+    if (op->kind == TG_OP_ATTN_SOFTMAX) {
         EXPECT(op->in[1] < 0 || numel(g, op->in[1]) == b * t, "mask != B*T");
-    else
+        EXPECT(op->out[1] < 0 || numel(g, op->out[1]) == b * h * t * t, "dropped probs != B*H*T*T");
+        EXPECT(op->out[1] < 0 || op->f[1] <= 0.0f || op->in[2] >= 0, "dropout needs the step counter");
+    } else {
         EXPECT(numel(g, op->in[1]) == b * h * t * t, "probs != B*H*T*T");
+    }
+    EXPECT(op->in[2] < 0 || numel(g, op->in[2]) == 1, "step counter is not a scalar");
+    EXPECT(op->f[1] >= 0.0f && op->f[1] < 1.0f, "dropout p outside [0, 1)");
     return NULL;
 }
 
@@ -170,7 +176,11 @@ static double flops_bias_grad(const tg_op *op) { return (double)op->i[0] * op->i
 static double flops_layernorm(const tg_op *op) { return 8.0 * op->i[0] * op->i[1]; }
 static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->i[0] * op->i[1]; }
 static double flops_gelu(const tg_op *op) { return 10.0 * op->i[0]; }
-static double flops_softmax(const tg_op *op) { return 5.0 * op->i[0] * op->i[1] * op->i[2] * op->i[2]; }
+/* 5 per element, plus the fused dropout's multiply (what a DROPOUT op counted). */
+static double flops_softmax(const tg_op *op) {
+    int drop = op->f[1] > 0.0f && (op->kind == TG_OP_ATTN_SOFTMAX ? op->out[1] >= 0 : op->in[2] >= 0);
+    return (5.0 + drop) * op->i[0] * op->i[1] * op->i[2] * op->i[2];
+}
 static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->i[0] * op->i[1]; }
 static double flops_grad_norm(const tg_op *op) { return 2.0 * op->i[0]; }
 static double flops_adamw(const tg_op *op) { return 16.0 * op->i[0]; }
@@ -299,8 +309,37 @@ static void bwd_pointwise(tg_graph *g, int index, int kind, int saved) {
 
 static void bwd_gelu(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_GELU_BWD, g->ops[index].in[0]); }
 static void bwd_tanh(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_TANH_BWD, g->ops[index].out[0]); }
+/* The gradient flows from the dropped probabilities (out1) when the forward has them:
+ * the backward op applies the same mask (step in2, key i[4], p f[1]) to it on the fly.
+ * Without out1 (or when only P has a gradient) it is the plain softmax backward. */
 static void bwd_softmax(tg_graph *g, int index) {
-    bwd_pointwise(g, index, TG_OP_ATTN_SOFTMAX_BWD, g->ops[index].out[0]);
+    tg_op op = *fwd(g, index);
+    int d_probs = tg_ad_grad_of(g, op.out[0]), d_dropped = tg_ad_grad_of(g, op.out[1]);
+    if (d_probs >= 0 && d_dropped >= 0) {
+        tg_graph_fail(g, "attn_softmax %d: both the probabilities and the dropped probabilities have gradients",
+                      index);
+        return;
+    }
+    int acc, dx = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dx < 0) return;
+    if (acc) {
+        tg_graph_fail(g, "%s of a parameter is not supported", tg_op_name(op.kind));
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_ATTN_SOFTMAX_BWD);
+    s.in[0] = d_dropped >= 0 ? d_dropped : d_probs;
+    s.in[1] = op.out[0];
+    s.out[0] = dx;
+    memcpy(s.i, op.i, sizeof s.i);
+    memcpy(s.f, op.f, sizeof s.f);
+    if (d_dropped >= 0) {
+        s.in[2] = op.in[2];
+    } else { /* no mask to apply */
+        s.i[4] = 0;
+        s.f[1] = 0.0f;
+    }
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
 }
 /* Dropout's gradient is the same mask applied again: the same op, same key and step. */
 static void bwd_dropout(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_DROPOUT, g->ops[index].in[1]); }
@@ -374,7 +413,7 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_GELU_BWD] = {shape_unary, flops_gelu, NULL, {W}},
     [TG_OP_TANH] = {shape_unary, flops_gelu, bwd_tanh, {W}},
     [TG_OP_TANH_BWD] = {shape_unary, flops_n, NULL, {W}},
-    [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W}},
+    [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W, W}},
     [TG_OP_ATTN_SOFTMAX_BWD] = {shape_softmax, flops_softmax, NULL, {W}},
     [TG_OP_DROPOUT] = {shape_dropout, flops_n, bwd_dropout, {W}},
     [TG_OP_HEADS_SPLIT] = {shape_heads, flops_none, bwd_heads_split, {W, W, W}},

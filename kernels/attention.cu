@@ -7,6 +7,13 @@
  * kept key is all zeros. The backward's dot(dP, P) is a double warp sum. Warp sums use a
  * fixed butterfly, so results are deterministic.
  *
+ * Attention dropout is fused in (include/tunegraph/ops.h): the forward's last pass writes
+ * P and the dropped D = P * keep / (1 - p) together, and the backward applies the same
+ * mask to dD as it reads it, so the [B,H,T,T] tensor makes no extra round trip. With
+ * dropout on, those passes hand each lane whole Philox blocks (4 consecutive elements of
+ * the flat index) so one draw serves 4 elements; the mask is bit for bit the DROPOUT
+ * kernel's (kernels/philox.h), as on the CPU.
+ *
  * Storage: scores float (or bf16), probs float or bf16 (bf16 plans keep the scores
  * fp32); the backward's dprobs, probs and dscores share one type. bf16 values are
  * widened on load and rounded on store; all arithmetic is the fp32 kernel's.
@@ -15,17 +22,35 @@
  * 16 bytes of the [B,H,T,Dh] parts when the head rows allow it (8 bytes, then one
  * element, otherwise); blockIdx.y picks the part. */
 #include "kernels/cuda_common.cuh"
+#include "kernels/philox.h"
 
 #define SM_THREADS 256 /* 8 rows per block */
 #define HD_THREADS 256
 
 /* ---- softmax ---------------------------------------------------------------------- */
 
-/* Scores TS, probs TP (float/float, or float/bf16 and bf16/bf16 in bf16 plans). */
+/* The fused attention dropout: keep = philox(seed, step, key, element) >= p with element
+ * the flat index row*T + k, kept value fmul(x, scale), as the DROPOUT kernel. */
+struct sm_drop {
+    uint64_t seed;
+    uint32_t key;
+    float p, scale;
+    int on;  /* 0: no mask (D = P, dP = dD) */
+    int vec; /* T % 4 == 0 and every [B,H,T,T] slot aligned to 4 elements: one access per block */
+};
+
+static __device__ __forceinline__ uint64_t sm_step(const float *step_ptr) {
+    const float s = step_ptr ? step_ptr[0] : 0.0f;
+    return s > 0.0f ? (uint64_t)s : 0;
+}
+
+/* Scores TS, probs TP (float/float, or float/bf16 and bf16/bf16 in bf16 plans); the
+ * dropped probs D (optional) have P's type. */
 template <class TS, class TP>
 __global__ void __launch_bounds__(SM_THREADS)
-attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, TP *__restrict__ P, int64_t rows,
-                    int64_t H, int64_t T, int causal, float scale) {
+attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, const float *__restrict__ step_ptr,
+                    TP *__restrict__ P, TP *__restrict__ D, int64_t rows, int64_t H, int64_t T, int causal, float scale,
+                    sm_drop drop) {
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= rows) return;
@@ -33,46 +58,173 @@ attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, TP
     const TS *sr = s + row * T;
     const float *mr = mask ? mask + bi * T : NULL;
     TP *pr = P + row * T;
+    TP *dr = D ? D + row * T : NULL;
     const int64_t kend = causal ? q + 1 : T;
     float mx = -INFINITY;
     for (int64_t k = lane; k < kend; k += 32)
         if (!mr || mr[k] != 0.0f) mx = fmaxf(mx, fmul(scale, tg_ld(sr, k)));
     mx = warp_max_f(mx);
-    if (mx == -INFINITY) { /* no kept key */
-        for (int64_t k = lane; k < T; k += 32) tg_st(pr, k, 0.0f);
+    if (mx == -INFINITY) { /* no kept key: P = D = 0 */
+        for (int64_t k = lane; k < T; k += 32) {
+            tg_st(pr, k, 0.0f);
+            if (dr) tg_st(dr, k, 0.0f);
+        }
         return;
     }
     double sum = 0;
     for (int64_t k = lane; k < kend; k += 32)
         if (!mr || mr[k] != 0.0f) sum += (double)expf(fsub(fmul(scale, tg_ld(sr, k)), mx));
     const float inv = (float)(1.0 / warp_sum_d(sum));
-    for (int64_t k = lane; k < T; k += 32) {
-        float v = 0.0f;
-        if (k < kend && (!mr || mr[k] != 0.0f)) v = fmul(expf(fsub(fmul(scale, tg_ld(sr, k)), mx)), inv);
-        tg_st(pr, k, v);
+    if (!drop.on) {
+        for (int64_t k = lane; k < T; k += 32) {
+            float v = 0.0f;
+            if (k < kend && (!mr || mr[k] != 0.0f)) v = fmul(expf(fsub(fmul(scale, tg_ld(sr, k)), mx)), inv);
+            tg_st(pr, k, v);
+            if (dr) tg_st(dr, k, v); /* eval mode or p == 0: D = P */
+        }
+        return;
+    }
+    /* Dropout: each lane takes whole Philox blocks (4 consecutive elements of the flat
+     * [B,H,T,T] index), so one draw serves 4 elements; D comes from the float P. With
+     * T % 4 == 0 the blocks are row-aligned and move as one access each (drop.vec). */
+    const uint64_t step = sm_step(step_ptr);
+    const int64_t e0 = row * T, b0 = e0 >> 2, b1 = (e0 + T - 1) >> 2;
+    for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
+        float u[4];
+        tg_philox_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
+        const int64_t kb = blk * 4 - e0; /* row index of the block's element 0 (may be < 0) */
+        if (drop.vec) {
+            float sv[4], pv[4], dv[4];
+            tg_vec<TS, 4>::load(sr, kb >> 2, sv);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t k = kb + j;
+                float v = 0.0f;
+                if (k < kend && (!mr || mr[k] != 0.0f)) v = fmul(expf(fsub(fmul(scale, sv[j]), mx)), inv);
+                pv[j] = v;
+                dv[j] = u[j] >= drop.p ? fmul(v, drop.scale) : 0.0f;
+            }
+            tg_vec<TP, 4>::store(pr, kb >> 2, pv);
+            tg_vec<TP, 4>::store(dr, kb >> 2, dv);
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t k = kb + j;
+            if (k < 0 || k >= T) continue;
+            float v = 0.0f;
+            if (k < kend && (!mr || mr[k] != 0.0f)) v = fmul(expf(fsub(fmul(scale, tg_ld(sr, k)), mx)), inv);
+            tg_st(pr, k, v);
+            tg_st(dr, k, u[j] >= drop.p ? fmul(v, drop.scale) : 0.0f);
+        }
     }
 }
 
+/* dP = dD * keep / (1 - p) (or dD), formed on the fly in both passes. */
 template <class T_>
 __global__ void __launch_bounds__(SM_THREADS)
-attn_softmax_bwd_kernel(const T_ *__restrict__ dP, const T_ *__restrict__ P, T_ *__restrict__ ds, int64_t rows,
-                        int64_t T, float scale) {
+attn_softmax_bwd_kernel(const T_ *__restrict__ dD, const T_ *__restrict__ P, const float *__restrict__ step_ptr,
+                        T_ *__restrict__ ds, int64_t rows, int64_t T, float scale, sm_drop drop) {
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= rows) return;
-    const T_ *dpr = dP + row * T, *pr = P + row * T;
+    const T_ *dpr = dD + row * T, *pr = P + row * T;
     T_ *dsr = ds + row * T;
+    if (!drop.on) {
+        double dot = 0;
+        for (int64_t k = lane; k < T; k += 32) dot += (double)fmul(tg_ld(dpr, k), tg_ld(pr, k));
+        const float fd = (float)warp_sum_d(dot);
+        for (int64_t k = lane; k < T; k += 32)
+            tg_st(dsr, k, fmul(fmul(scale, tg_ld(pr, k)), fsub(tg_ld(dpr, k), fd)));
+        return;
+    }
+    /* Whole Philox blocks per lane as in the forward (the mask is drawn in both passes);
+     * one access per block when T % 4 == 0 (drop.vec). */
+    const uint64_t step = sm_step(step_ptr);
+    const int64_t e0 = row * T, b0 = e0 >> 2, b1 = (e0 + T - 1) >> 2;
     double dot = 0;
-    for (int64_t k = lane; k < T; k += 32) dot += (double)fmul(tg_ld(dpr, k), tg_ld(pr, k));
+    for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
+        float u[4];
+        tg_philox_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
+        const int64_t kb = blk * 4 - e0;
+        if (drop.vec) {
+            float dv[4], pv[4];
+            tg_vec<T_, 4>::load(dpr, kb >> 2, dv);
+            tg_vec<T_, 4>::load(pr, kb >> 2, pv);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float dp = u[j] >= drop.p ? fmul(dv[j], drop.scale) : 0.0f;
+                dot += (double)fmul(dp, pv[j]);
+            }
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t k = kb + j;
+            if (k < 0 || k >= T) continue;
+            const float dp = u[j] >= drop.p ? fmul(tg_ld(dpr, k), drop.scale) : 0.0f;
+            dot += (double)fmul(dp, tg_ld(pr, k));
+        }
+    }
     const float fd = (float)warp_sum_d(dot);
-    for (int64_t k = lane; k < T; k += 32) tg_st(dsr, k, fmul(fmul(scale, tg_ld(pr, k)), fsub(tg_ld(dpr, k), fd)));
+    for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
+        float u[4];
+        tg_philox_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
+        const int64_t kb = blk * 4 - e0;
+        if (drop.vec) {
+            float dv[4], pv[4], out[4];
+            tg_vec<T_, 4>::load(dpr, kb >> 2, dv);
+            tg_vec<T_, 4>::load(pr, kb >> 2, pv);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float dp = u[j] >= drop.p ? fmul(dv[j], drop.scale) : 0.0f;
+                out[j] = fmul(fmul(scale, pv[j]), fsub(dp, fd));
+            }
+            tg_vec<T_, 4>::store(dsr, kb >> 2, out);
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t k = kb + j;
+            if (k < 0 || k >= T) continue;
+            const float dp = u[j] >= drop.p ? fmul(tg_ld(dpr, k), drop.scale) : 0.0f;
+            tg_st(dsr, k, fmul(fmul(scale, tg_ld(pr, k)), fsub(dp, fd)));
+        }
+    }
+}
+
+/* The op's dropout parameters (f[1] = p, i[4] = key); off in eval mode, for p == 0, or
+ * without the step counter / the output it applies to. */
+static sm_drop softmax_drop(const tg_cuda_op_args *a, int applies) {
+    sm_drop d;
+    d.seed = a->ctx->seed;
+    d.key = (uint32_t)a->op->i[4];
+    d.p = a->op->f[1];
+    d.scale = d.p < 1.0f ? 1.0f / (1.0f - d.p) : 0.0f; /* the CPU's expression */
+    d.on = applies && a->training && d.p > 0.0f && a->in[2] != NULL;
+    d.vec = 0;
+    return d;
+}
+
+/* Rows start on a 4-element boundary when T % 4 == 0; then each Philox block is one
+ * 4-element access if the slots are aligned to it. */
+static int softmax_vec(int64_t T, const void *const *ptrs, const int *elem_bytes, int n) {
+    if (T % 4 != 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] && !tg_aligned(ptrs[i], 4u * (unsigned)elem_bytes[i])) return 0;
+    return 1;
 }
 
 template <class TS, class TP>
 static void launch_softmax(const tg_cuda_op_args *a, int64_t rows, int64_t H, int64_t T) {
     const unsigned blocks = (unsigned)((rows * 32 + SM_THREADS - 1) / SM_THREADS);
+    sm_drop drop = softmax_drop(a, a->out[1] != NULL);
+    const void *ptrs[3] = {a->in[0], a->out[0], a->out[1]};
+    const int sizes[3] = {(int)sizeof(TS), (int)sizeof(TP), (int)sizeof(TP)};
+    drop.vec = softmax_vec(T, ptrs, sizes, 3);
     attn_softmax_kernel<TS, TP><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
-        (const TS *)a->in[0], (const float *)a->in[1], (TP *)a->out[0], rows, H, T, a->op->i[3] != 0, a->op->f[0]);
+        (const TS *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (TP *)a->out[0], (TP *)a->out[1], rows,
+        H, T, a->op->i[3] != 0, a->op->f[0], drop);
 }
 
 int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err) {
@@ -96,12 +248,19 @@ int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t rows = B * H * T;
     if (rows <= 0) return 0;
     const unsigned blocks = (unsigned)((rows * 32 + SM_THREADS - 1) / SM_THREADS);
+    sm_drop drop = softmax_drop(a, 1);
+    const float *step = (const float *)a->in[2];
+    const int es = a->out_dtype[0] == TG_BF16 ? (int)sizeof(tg_bf16) : (int)sizeof(float);
+    const void *ptrs[3] = {a->in[0], a->in[1], a->out[0]};
+    const int sizes[3] = {es, es, es};
+    drop.vec = softmax_vec(T, ptrs, sizes, 3);
     if (a->out_dtype[0] == TG_BF16)
         attn_softmax_bwd_kernel<tg_bf16><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
-            (const tg_bf16 *)a->in[0], (const tg_bf16 *)a->in[1], (tg_bf16 *)a->out[0], rows, T, a->op->f[0]);
+            (const tg_bf16 *)a->in[0], (const tg_bf16 *)a->in[1], step, (tg_bf16 *)a->out[0], rows, T, a->op->f[0],
+            drop);
     else
         attn_softmax_bwd_kernel<float><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
-            (const float *)a->in[0], (const float *)a->in[1], (float *)a->out[0], rows, T, a->op->f[0]);
+            (const float *)a->in[0], (const float *)a->in[1], step, (float *)a->out[0], rows, T, a->op->f[0], drop);
     return 0;
 }
 

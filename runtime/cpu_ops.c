@@ -394,13 +394,44 @@ static void op_layernorm_bwd(const tg_cpu_op_args *a) {
 
 /* ---- attention softmax ------------------------------------------------------------- */
 
+/* The fused attention dropout (f[1] = p, i[4] = key, in2 = step): 1 when the op applies
+ * it, with its scale, the DROPOUT op's 1/(1-p). */
+static int softmax_dropout_on(const tg_cpu_op_args *a, float *scale) {
+    float p = a->op->f[1];
+    *scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    return a->training && p > 0.0f && a->in[2] != NULL;
+}
+
+static uint64_t softmax_dropout_step(const tg_cpu_op_args *a) {
+    const float *s = CF32(a->in[2]);
+    return s && s[0] > 0 ? (uint64_t)s[0] : 0;
+}
+
+/* x * keep / (1 - p) for elements [e0, e0 + n) of the stream, exactly as DROPOUT (the
+ * Philox block of 4 is drawn once per group). x and y may alias. */
+static void softmax_dropout_row(const tg_cpu_op_args *a, uint64_t step, float scale, int64_t e0,
+                                const float *x, float *y, int64_t n) {
+    float p = a->op->f[1];
+    uint32_t key = (uint32_t)a->op->i[4];
+    float u[4];
+    uint64_t block = UINT64_MAX;
+    for (int64_t k = 0; k < n; k++) {
+        uint64_t e = (uint64_t)(e0 + k);
+        if (e >> 2 != block) tg_philox_uniform4(a->seed, step, key, block = e >> 2, u);
+        y[k] = u[e & 3] >= p ? x[k] * scale : 0.0f;
+    }
+}
+
 static void attn_softmax_rows(void *p, int64_t b, int64_t e) {
     const tg_cpu_op_args *a = p;
     int64_t H = a->op->i[1], T = a->op->i[2];
     int causal = a->op->i[3] != 0;
     float scale = a->op->f[0];
     const float *s = CF32(a->in[0]), *mask = CF32(a->in[1]);
-    float *P = F32(a->out[0]);
+    float *P = F32(a->out[0]), *D = F32(a->out[1]);
+    float dscale;
+    int drop = D && softmax_dropout_on(a, &dscale);
+    uint64_t step = drop ? softmax_dropout_step(a) : 0;
     for (int64_t row = b; row < e; row++) {
         int64_t q = row % T, bi = row / (T * H);
         const float *sr = s + row * T, *mr = mask ? mask + bi * T : NULL;
@@ -411,17 +442,22 @@ static void attn_softmax_rows(void *p, int64_t b, int64_t e) {
             if (!mr || mr[k] != 0.0f) mx = fmaxf(mx, scale * sr[k]);
         if (mx == -INFINITY) { /* no kept key */
             memset(pr, 0, (size_t)T * 4);
-            continue;
+        } else {
+            double sum = 0;
+            for (int64_t k = 0; k < T; k++) {
+                float v = 0.0f;
+                if (k < kend && (!mr || mr[k] != 0.0f)) v = expf(scale * sr[k] - mx);
+                pr[k] = v;
+                sum += v;
+            }
+            float inv = (float)(1.0 / sum);
+            for (int64_t k = 0; k < T; k++) pr[k] *= inv;
         }
-        double sum = 0;
-        for (int64_t k = 0; k < T; k++) {
-            float v = 0.0f;
-            if (k < kend && (!mr || mr[k] != 0.0f)) v = expf(scale * sr[k] - mx);
-            pr[k] = v;
-            sum += v;
-        }
-        float inv = (float)(1.0 / sum);
-        for (int64_t k = 0; k < T; k++) pr[k] *= inv;
+        if (!D) continue;
+        if (drop)
+            softmax_dropout_row(a, step, dscale, row * T, pr, D + row * T, T);
+        else if (D + row * T != pr)
+            memmove(D + row * T, pr, (size_t)T * 4);
     }
 }
 static void op_attn_softmax(const tg_cpu_op_args *a) {
@@ -429,19 +465,36 @@ static void op_attn_softmax(const tg_cpu_op_args *a) {
                     (void *)a);
 }
 
+/* With dropout, dP = dD * keep / (1 - p) is formed in the output row first (an output
+ * aliasing dD is fine: each element is read before it is written), then turned into dS. */
 static void attn_softmax_bwd_rows(void *p, int64_t b, int64_t e) {
     const tg_cpu_op_args *a = p;
     int64_t T = a->op->i[2];
     float scale = a->op->f[0];
-    const float *dP = CF32(a->in[0]), *P = CF32(a->in[1]);
+    const float *dD = CF32(a->in[0]), *P = CF32(a->in[1]);
     float *ds = F32(a->out[0]);
+    float dscale;
+    int drop = softmax_dropout_on(a, &dscale);
+    uint64_t step = drop ? softmax_dropout_step(a) : 0;
     for (int64_t row = b; row < e; row++) {
-        const float *dpr = dP + row * T, *pr = P + row * T;
+        const float *dpr = dD + row * T, *pr = P + row * T;
+        float *dsr = ds + row * T;
+        if (drop && dsr != pr) {
+            softmax_dropout_row(a, step, dscale, row * T, dpr, dsr, T);
+            dpr = dsr;
+        }
+        float *tmp = NULL;
+        if (drop && dsr == pr) { /* output aliases P: keep dP apart */
+            tmp = malloc((size_t)T * 4);
+            if (!tmp) abort();
+            softmax_dropout_row(a, step, dscale, row * T, dpr, tmp, T);
+            dpr = tmp;
+        }
         double dot = 0;
         for (int64_t k = 0; k < T; k++) dot += dpr[k] * pr[k];
         float fd = (float)dot;
-        float *dsr = ds + row * T;
         for (int64_t k = 0; k < T; k++) dsr[k] = scale * pr[k] * (dpr[k] - fd);
+        free(tmp);
     }
 }
 static void op_attn_softmax_bwd(const tg_cpu_op_args *a) {

@@ -401,3 +401,98 @@ TG_TEST(test_compile_bf16_plan) {
     }
     tg_plan_free(&p), tg_plan_free(&f);
 }
+
+/* Attention dropout is fused into ATTN_SOFTMAX (out1) and ATTN_SOFTMAX_BWD (mask applied to
+ * the incoming gradient): no DROPOUT op touches the [B,H,T,T] probabilities or their
+ * gradients, which saves two ops per layer, and the stream keys keep their order. */
+TG_TEST(test_compile_attention_dropout_fused) {
+    tg_model_config cfg;
+    tg_err err;
+    memset(&cfg, 0, sizeof cfg);
+    REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
+    REQUIRE(cfg.attention_dropout > 0 && cfg.hidden_dropout > 0, "tiny-bert should have dropout on");
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "tiny-bert");
+    job.task = TG_TASK_CLASSIFY, job.num_labels = 2, job.batch = 2, job.seq = 8, job.steps = 1;
+    for (int prec = 0; prec < 2; prec++) {
+        job.precision = prec ? TG_PREC_BF16 : TG_PREC_FP32;
+        tg_plan p, q;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        tg_model_config no_attn = cfg;
+        no_attn.attention_dropout = 0.0f;
+        REQUIRE(tg_compile_with_config(&job, &no_attn, &q, &err) == 0, "%s", err.msg);
+        check_plan_memory(&p, "attention dropout");
+        const int L = p.model.layers;
+        CHECK(L >= 2, "layers %d", L);
+        /* Tensors that are attention probabilities (or the dropped ones) or their gradients. */
+        char *attn = calloc((size_t)p.n_tensors, 1);
+        REQUIRE(attn, "out of memory");
+        int fused = 0, fused_bwd = 0, next_key = 0, keys_in_order = 1;
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind == TG_OP_ATTN_SOFTMAX) {
+                attn[op->out[0]] = 1;
+                if (op->out[1] >= 0) {
+                    attn[op->out[1]] = 1;
+                    fused++;
+                    CHECK(op->in[2] == p.io.step && op->f[1] == cfg.attention_dropout, "softmax %d: step %d, p %g", o,
+                          op->in[2], op->f[1]);
+                    CHECK(p.tensors[op->in[0]].dtype == TG_F32 && p.tensors[op->out[0]].dtype == p.tensors[op->out[1]].dtype &&
+                              p.tensors[op->out[1]].dtype == (prec ? TG_BF16 : TG_F32),
+                          "softmax %d: scores fp32, probs and dropped probs in the activation type", o);
+                    /* The PV product reads the dropped probabilities, nothing reads them otherwise. */
+                    int readers = 0;
+                    for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++)
+                        for (int s = 0; s < TG_OP_MAX_IN; s++)
+                            if (p.ops[k].in[s] == op->out[1]) readers += p.ops[k].kind == TG_OP_MATMUL ? 1 : 100;
+                    CHECK(readers == 1, "softmax %d: dropped probs read by %d forward ops", o, readers);
+                }
+            }
+            if (op->kind == TG_OP_ATTN_SOFTMAX_BWD) {
+                attn[op->in[0]] = attn[op->out[0]] = 1;
+                if (op->in[2] >= 0) {
+                    fused_bwd++;
+                    CHECK(op->in[2] == p.io.step && op->f[1] == cfg.attention_dropout, "softmax bwd %d: step, p", o);
+                }
+            }
+            /* Forward stream keys: one per dropout, in construction order, as before. */
+            if (o < p.phase_begin[TG_PHASE_BACKWARD]) {
+                if (op->kind == TG_OP_DROPOUT) keys_in_order &= op->i[1] == next_key++;
+                if (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0) keys_in_order &= op->i[4] == next_key++;
+            }
+        }
+        CHECK(keys_in_order, "dropout stream keys are not 0, 1, 2, ... in forward order");
+        CHECK(fused == L && fused_bwd == L, "%d fused softmax ops, %d fused backward ops, %d layers", fused, fused_bwd, L);
+        /* The backward's softmax keys match the forward's. */
+        for (int o = p.phase_begin[TG_PHASE_BACKWARD]; o < p.phase_begin[TG_PHASE_OPTIMIZER]; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind != TG_OP_ATTN_SOFTMAX_BWD) continue;
+            int found = 0;
+            for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++)
+                found |= p.ops[k].kind == TG_OP_ATTN_SOFTMAX && p.ops[k].out[0] == op->in[1] && p.ops[k].i[4] == op->i[4];
+            CHECK(found, "softmax bwd %d: key %lld is not its forward's", o, (long long)op->i[4]);
+        }
+        int bad = 0, drops_p = 0, drops_q = 0;
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind != TG_OP_DROPOUT) continue;
+            drops_p++;
+            bad += attn[op->in[0]] || attn[op->out[0]];
+        }
+        for (int o = 0; o < q.n_ops; o++) drops_q += q.ops[o].kind == TG_OP_DROPOUT;
+        CHECK(!bad, "%d DROPOUT ops read or write attention probabilities", bad);
+        CHECK(drops_p == drops_q && drops_p > 0, "DROPOUT ops: %d with attention dropout, %d without", drops_p, drops_q);
+        /* Unfused, attention dropout cost one DROPOUT op per layer forward and one backward
+         * over the plan without it; fused, it costs no op: 2 per layer fewer. */
+        int unfused = q.n_ops + 2 * L;
+        CHECK(p.n_ops == q.n_ops && p.n_ops == unfused - 2 * L, "%d ops; %d without attention dropout, unfused %d",
+              p.n_ops, q.n_ops, unfused);
+        /* FLOPs: the fused ops count the dropout multiply the DROPOUT ops counted. */
+        double bhtt = (double)job.batch * cfg.heads * job.seq * job.seq;
+        CHECK(fabs(p.flops_per_step - (q.flops_per_step + 2.0 * L * bhtt)) < 1e-6 * p.flops_per_step,
+              "flops %.6g vs %.6g + 2 * L * B*H*T*T", p.flops_per_step, q.flops_per_step);
+        free(attn);
+        tg_plan_free(&p), tg_plan_free(&q);
+    }
+}

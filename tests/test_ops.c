@@ -725,6 +725,149 @@ TG_TEST(test_op_dropout_determinism) {
     free(c.x), free(y1), free(y2), free(y3);
 }
 
+/* ---- attention softmax with fused dropout ---------------------------------------------- */
+
+/* T = 7 is not a multiple of 4, so Philox blocks straddle rows. */
+enum { SMD_B = 2, SMD_H = 3, SMD_T = 7 };
+#define SMD_N ((int64_t)SMD_B * SMD_H * SMD_T * SMD_T)
+#define SMD_SCALE 0.4f
+#define SMD_P 0.3f
+#define SMD_SEED 4321u
+#define SMD_KEY 6
+#define SMD_STEP 9.0f
+
+typedef struct smd_ctx {
+    float *s, *mask, *P, *D, *r;
+    int causal, training;
+    float p;
+} smd_ctx;
+
+/* The fused forward: P always, D when c->D is set. */
+static void smd_forward(smd_ctx *c, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_ATTN_SOFTMAX);
+    op.i[0] = SMD_B, op.i[1] = SMD_H, op.i[2] = SMD_T, op.i[3] = c->causal, op.i[4] = SMD_KEY;
+    op.f[0] = SMD_SCALE, op.f[1] = c->p;
+    float step = SMD_STEP;
+    tg_cpu_op_args a = {.op = &op, .in = {c->s, c->mask, &step}, .out = {c->P, c->D}, .seed = SMD_SEED,
+                        .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+/* The fused backward: dscores from dD (dropout applied when with_step). */
+static void smd_backward(const smd_ctx *c, const float *dD, float *ds, int with_step, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_ATTN_SOFTMAX_BWD);
+    op.i[0] = SMD_B, op.i[1] = SMD_H, op.i[2] = SMD_T, op.i[4] = SMD_KEY;
+    op.f[0] = SMD_SCALE, op.f[1] = c->p;
+    float step = SMD_STEP;
+    tg_cpu_op_args a = {.op = &op, .in = {(void *)dD, c->P, with_step ? &step : NULL}, .out = {ds},
+                        .seed = SMD_SEED, .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+/* The DROPOUT op the fused one replaces, with the same stream. */
+static void smd_dropout(const float *x, float *y, float p, int training) {
+    tg_op op = mkop(TG_OP_DROPOUT);
+    op.i[0] = SMD_N, op.i[1] = SMD_KEY, op.f[0] = p;
+    float step = SMD_STEP;
+    tg_cpu_op_args a = {.op = &op, .in = {(void *)x, &step}, .out = {y}, .seed = SMD_SEED,
+                        .training = training, .threads = pool3()};
+    tg_cpu_op_run(&a);
+}
+
+static double smd_loss(void *p) {
+    smd_ctx *c = p;
+    smd_forward(c, NULL);
+    return dot(c->r, c->D, SMD_N);
+}
+
+static float smd_mask[SMD_B * SMD_T] = {1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1};
+
+TG_TEST(test_op_attn_softmax_dropout_fused) {
+    const int64_t n = SMD_N;
+    for (int causal = 0; causal < 2; causal++) {
+        smd_ctx c = {frand(n, 60 + causal, -3, 3), smd_mask, fconst(n, NAN), fconst(n, NAN), NULL, causal, 1,
+                     SMD_P};
+        smd_forward(&c, pool3());
+        /* P is the plain softmax, bit for bit. */
+        smd_ctx plain = c;
+        plain.P = fconst(n, NAN), plain.D = NULL, plain.p = 0.0f;
+        smd_forward(&plain, NULL);
+        CHECK(!memcmp(plain.P, c.P, (size_t)n * 4), "causal=%d: P differs from the softmax without dropout", causal);
+        CHECK(count_nan(c.D, n) == 0, "causal=%d: %lld dropped probs unwritten", causal, (long long)count_nan(c.D, n));
+        /* D is the DROPOUT op applied to P, bit for bit, and the mask is not degenerate. */
+        float *ref = fconst(n, NAN);
+        smd_dropout(c.P, ref, SMD_P, 1);
+        CHECK(!memcmp(ref, c.D, (size_t)n * 4), "causal=%d: D differs from DROPOUT(P)", causal);
+        int64_t dropped = 0, positive = 0;
+        for (int64_t i = 0; i < n; i++) {
+            positive += c.P[i] > 0.0f;
+            dropped += c.P[i] > 0.0f && c.D[i] == 0.0f;
+            int keep = tg_philox_uniform(SMD_SEED, (uint64_t)SMD_STEP, SMD_KEY, (uint64_t)i) >= SMD_P;
+            if (keep && c.D[i] != c.P[i] * (1.0f / (1.0f - SMD_P))) {
+                CHECK(0, "causal=%d: element %lld kept but D %g != P/(1-p)", causal, (long long)i, c.D[i]);
+                break;
+            }
+        }
+        CHECK(dropped > 0 && dropped < positive, "causal=%d: degenerate mask, %lld of %lld dropped", causal,
+              (long long)dropped, (long long)positive);
+        /* Thread count does not matter. */
+        float *D1 = c.D;
+        c.D = fconst(n, NAN);
+        smd_forward(&c, NULL);
+        CHECK(!memcmp(D1, c.D, (size_t)n * 4), "causal=%d: D depends on the thread count", causal);
+        /* Eval mode and p = 0: D = P. */
+        smd_ctx e = c;
+        e.training = 0;
+        smd_forward(&e, pool3());
+        CHECK(!memcmp(e.D, e.P, (size_t)n * 4), "causal=%d: eval-mode D != P", causal);
+        e.training = 1, e.p = 0.0f;
+        memset(e.D, 0xff, (size_t)n * 4);
+        smd_forward(&e, pool3());
+        CHECK(!memcmp(e.D, e.P, (size_t)n * 4), "causal=%d: p = 0 D != P", causal);
+        free(c.s), free(c.P), free(c.D), free(D1), free(plain.P), free(ref);
+    }
+}
+
+TG_TEST(test_op_attn_softmax_dropout_grad) {
+    const int64_t n = SMD_N;
+    for (int causal = 0; causal < 2; causal++) {
+        smd_ctx c = {frand(n, 70 + causal, -3, 3), smd_mask, fconst(n, NAN), fconst(n, NAN), frand(n, 72, -1, 1),
+                     causal, 1, SMD_P};
+        smd_forward(&c, pool3());
+        float *ds = fconst(n, NAN);
+        smd_backward(&c, c.r, ds, 1, pool3());
+        /* Finite differences of L = sum(r * D) through the fused forward (the mask does not
+         * depend on the scores). */
+        grad_check(causal ? "fused softmax dropout causal" : "fused softmax dropout", smd_loss, &c, c.s, n, ds);
+        /* The unfused composition: DROPOUT on the gradient, then the plain softmax backward. */
+        float *dP = fconst(n, NAN), *ds_ref = fconst(n, NAN);
+        smd_dropout(c.r, dP, SMD_P, 1);
+        smd_ctx plain = c;
+        plain.p = 0.0f;
+        smd_backward(&plain, dP, ds_ref, 0, pool3());
+        double diff = max_abs_diff(ds, ds_ref, n);
+        CHECK(diff <= 1e-6, "causal=%d: fused vs unfused backward differ by %g", causal, diff);
+        /* In place on dD gives the same. */
+        float *inplace = falloc(n);
+        memcpy(inplace, c.r, (size_t)n * 4);
+        smd_backward(&c, inplace, inplace, 1, NULL);
+        CHECK(!memcmp(inplace, ds, (size_t)n * 4), "causal=%d: in-place backward differs", causal);
+        /* Without the step counter, with p = 0 or in eval mode: the plain backward. */
+        float *ds0 = fconst(n, NAN), *ds1 = fconst(n, NAN);
+        smd_backward(&plain, c.r, ds0, 0, NULL);
+        smd_backward(&c, c.r, ds1, 0, NULL);
+        CHECK(!memcmp(ds0, ds1, (size_t)n * 4), "causal=%d: no step counter should mean no mask", causal);
+        smd_backward(&plain, c.r, ds1, 1, NULL);
+        CHECK(!memcmp(ds0, ds1, (size_t)n * 4), "causal=%d: p = 0 should mean no mask", causal);
+        smd_ctx e = c;
+        e.training = 0;
+        smd_backward(&e, c.r, ds1, 1, NULL);
+        CHECK(!memcmp(ds0, ds1, (size_t)n * 4), "causal=%d: eval mode should mean no mask", causal);
+        free(c.s), free(c.P), free(c.D), free(c.r), free(ds), free(dP), free(ds_ref), free(inplace), free(ds0),
+            free(ds1);
+    }
+}
+
 /* ---- heads split / merge ---------------------------------------------------------------- */
 
 typedef struct heads_ctx {

@@ -56,12 +56,24 @@ typedef enum tg_op_kind {
     TG_OP_TANH,
     /* in0 dy, in1 y (the forward output) -> out0 dx = dy * (1 - y^2), i[0] elements. */
     TG_OP_TANH_BWD,
-    /* in0 scores [B,H,T,T], in1 key mask float [B,T] (1 keep, 0 masked; optional)
-     * -> out0 probs [B,H,T,T] = softmax_k(f[0] * scores) over kept keys (and k <= q when
-     * causal); masked keys get probability 0. i[0]=B, i[1]=H, i[2]=T, i[3]=causal. */
+    /* Softmax with the attention-probability dropout fused in:
+     * in0 scores [B,H,T,T], in1 key mask float [B,T] (1 keep, 0 masked; optional), in2 step
+     * counter (optimizer state, float [1]; optional) -> out0 probs P [B,H,T,T]
+     * = softmax_k(f[0] * scores) over kept keys (and k <= q when causal); masked keys get
+     * probability 0 (a row with no kept key is all 0); out1 (optional) dropped probs
+     * D [B,H,T,T] = P * keep / (1 - p), with exactly TG_OP_DROPOUT's mask and value:
+     * keep = uniform(seed, step, key=i[4], element) >= p, element = the flat index in
+     * [B,H,T,T], kept value = P * (1 / (1 - p)) in float, from the float P (before any
+     * bf16 rounding of the stored P). D = P when p == 0 or in eval mode. in2 is required
+     * when out1 is present and p > 0.
+     * i[0]=B, i[1]=H, i[2]=T, i[3]=causal, i[4]=dropout stream key, f[0]=scale, f[1]=p. */
     TG_OP_ATTN_SOFTMAX,
-    /* in0 dprobs, in1 probs -> out0 dscores = f[0] * P * (dP - sum_k(dP * P)).
-     * i[0]=B, i[1]=H, i[2]=T. */
+    /* in0 dD (gradient of the forward's out1, or of P when the forward has no dropout),
+     * in1 P, in2 step counter (optional) -> out0 dscores = f[0] * P * (dP - sum_k(dP * P)),
+     * where dP = dD * keep / (1 - p) with the forward's mask (same seed, step, key=i[4],
+     * f[1]=p, value dD * (1 / (1 - p)) in float), or dP = dD when in2 is absent, p == 0 or
+     * in eval mode. i[0]=B, i[1]=H, i[2]=T, i[4]=key, f[0]=scale, f[1]=p (i[3] as the
+     * forward, unused). */
     TG_OP_ATTN_SOFTMAX_BWD,
     /* in0 x, in1 step counter (optimizer state, float [1]) -> out0 y = x * keep / (1 - p).
      * keep = uniform(seed, step, key=i[1], element) >= p, from the counter-based Philox
