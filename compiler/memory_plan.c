@@ -17,20 +17,30 @@ int tg_plan_param_layout(tg_graph *g) {
     uint64_t end = 0;
     int n = g->n_tensors;
     for (int t = 0; t < n; t++) {
-        if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
-        g->tensors[t].offset = end;
+        tg_tensor *x = &g->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        x->offset = end;
+        /* Room for the widest view of it (a padded LM-head table), zero past its end. */
+        uint64_t span = x->bytes;
+        for (int v = 0; v < n; v++)
+            if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].master == t && g->tensors[v].bytes > span)
+                span = g->tensors[v].bytes;
         /* Twice the tensor alignment, so half-width copies at half the offsets stay aligned. */
-        end = align_up(end + g->tensors[t].bytes);
+        end = align_up(end + span);
         end = (end + 2 * TG_TENSOR_ALIGN - 1) / (2 * TG_TENSOR_ALIGN) * (2 * TG_TENSOR_ALIGN);
     }
     if (end == 0) return tg_graph_fail(g, "model has no parameters");
+    for (int t = 0; t < n; t++) {
+        tg_tensor *x = &g->tensors[t];
+        if ((x->flags & TG_TENSOR_PARAM) && (x->flags & TG_TENSOR_VIEW)) x->offset = g->tensors[x->master].offset;
+    }
     for (int t = 0; t < n; t++) {
         if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
         char name[TG_NAME_MAX];
         snprintf(name, sizeof name, "grad.%s", g->tensors[t].name);
         int d = tg_graph_tensor(g, name, TG_F32, TG_POOL_GRADS, g->tensors[t].ndim, g->tensors[t].shape);
         if (d < 0) return -1;
-        g->tensors[d].flags |= TG_TENSOR_GRAD;
+        g->tensors[d].flags |= TG_TENSOR_GRAD | (g->tensors[t].flags & TG_TENSOR_VIEW);
         g->tensors[d].offset = g->tensors[t].offset; /* same layout as the parameters */
         g->tensors[t].grad = d;
     }

@@ -180,13 +180,13 @@ static int attention(builder *b, const char *prefix, int q, int k, int v, int ca
     return merged;
 }
 
-/* Cross-entropy loss over logits [rows, classes]. */
-static int loss_of(builder *b, int logits, int64_t rows, int64_t classes) {
+/* Cross-entropy loss over logits [rows, width] whose first `classes` columns count. */
+static int loss_of(builder *b, int logits, int64_t rows, int64_t width, int64_t classes) {
     tg_graph *g = b->g;
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
     s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
-    s.i[0] = rows, s.i[1] = classes;
+    s.i[0] = rows, s.i[1] = width, s.i[2] = classes < width ? classes : 0;
     tg_graph_op(g, &s);
     g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
     g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
@@ -275,7 +275,7 @@ static int build_encoder(builder *b, int pad_id) {
         x = dropout(b, "classifier.dropout_out", x, c->classifier_dropout);
         logits = linear(b, "classifier.out_proj", x, b->B, b->D, labels, 0, 1, 1.0f);
     }
-    return loss_of(b, logits, b->B, labels);
+    return loss_of(b, logits, b->B, labels, labels);
 }
 
 static int build_gpt2(builder *b, int pad_id) {
@@ -324,20 +324,33 @@ static int build_gpt2(builder *b, int pad_id) {
     h = layernorm(b, "transformer.ln_f", h, b->N);
 
     if (g->job->task == TG_TASK_LM) {
-        /* The LM head is tied to the token embedding (HF tie_word_embeddings). */
+        /* The LM head is tied to the token embedding (HF tie_word_embeddings). It reads
+         * the table through a view padded with zero rows to a multiple of 64: logits rows
+         * of 50257 bf16 values are not 16-byte aligned, which keeps cuBLASLt off its fast
+         * kernels. The padding rows stay zero (AdamW skips views), their logits are 0 and
+         * the loss leaves those columns out. */
         g->tensors[wte].flags |= TG_TENSOR_TIED;
-        int logits = tg_act(g, "lm_head", 2, b->N, c->vocab_size, 0, 0);
+        int64_t V = c->vocab_size, Vp = (V + 63) / 64 * 64;
+        int head = wte;
+        if (Vp != V) {
+            int64_t shape[2] = {Vp, b->D};
+            head = tg_graph_tensor(g, "transformer.wte.weight.padded", TG_F32, TG_POOL_PARAMS, 2, shape);
+            if (head < 0) return -1;
+            g->tensors[head].flags |= TG_TENSOR_PARAM | TG_TENSOR_VIEW | TG_TENSOR_TIED;
+            g->tensors[head].master = wte;
+        }
+        int logits = tg_act(g, "lm_head", 2, b->N, Vp, 0, 0);
         tg_op_spec s = tg_spec(TG_OP_MATMUL);
-        s.in[0] = h, s.in[1] = wte, s.out[0] = logits;
-        s.i[0] = b->N, s.i[1] = c->vocab_size, s.i[2] = b->D, s.i[4] = 1, s.i[5] = 1;
+        s.in[0] = h, s.in[1] = head, s.out[0] = logits;
+        s.i[0] = b->N, s.i[1] = Vp, s.i[2] = b->D, s.i[4] = 1, s.i[5] = 1;
         s.f[0] = 1.0f;
         tg_graph_op(g, &s);
-        return loss_of(b, logits, b->N, c->vocab_size);
+        return loss_of(b, logits, b->N, Vp, V);
     }
     int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
     int labels = g->job->num_labels;
     int logits = linear(b, "score", last, b->B, b->D, labels, 0, 0, 1.0f);
-    return loss_of(b, logits, b->B, labels);
+    return loss_of(b, logits, b->B, labels, labels);
 }
 
 int tg_build_forward(tg_graph *g, int pad_id) {

@@ -28,7 +28,7 @@ int tg_apply_precision(tg_graph *g, int precision) {
         memcpy(shape, g->tensors[t].shape, sizeof shape);
         int c = tg_graph_tensor(g, name, TG_BF16, TG_POOL_PARAMS_BF16, g->tensors[t].ndim, shape);
         if (c < 0) break;
-        g->tensors[c].flags |= TG_TENSOR_PARAM_COPY;
+        g->tensors[c].flags |= TG_TENSOR_PARAM_COPY | (g->tensors[t].flags & TG_TENSOR_VIEW);
         g->tensors[c].master = t;
         g->tensors[c].offset = g->tensors[t].offset / 2; /* same element index */
         copy_of[t] = c;

@@ -170,15 +170,16 @@ static __device__ double row_lse(const TX *__restrict__ x, int64_t C) {
 
 template <int BS, class TX>
 __global__ void __launch_bounds__(BS)
-ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C) {
+ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C,
+            int64_t V) {
     const int64_t n = blockIdx.x;
     const int l = labels[n];
-    if (!ce_counted(l, C)) {
+    if (!ce_counted(l, V)) {
         if (threadIdx.x == 0) row_loss[n] = 0.0;
         return;
     }
     const TX *x = logits + n * C;
-    const double lse = row_lse<BS>(x, C);
+    const double lse = row_lse<BS>(x, V);
     if (threadIdx.x == 0) row_loss[n] = lse - (double)tg_ld(x, l);
 }
 
@@ -211,18 +212,19 @@ ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, flo
 template <int BS, class TX>
 __global__ void __launch_bounds__(BS)
 ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const float *__restrict__ coef_ptr,
-            TX *__restrict__ dlogits, int64_t C) {
+            TX *__restrict__ dlogits, int64_t C, int64_t V) {
     const int64_t n = blockIdx.x;
     const int l = labels[n];
     const float coef = coef_ptr[0];
     TX *d = dlogits + n * C;
-    if (!ce_counted(l, C) || coef == 0.0f) {
-        for (int64_t c = threadIdx.x; c < C; c += BS) tg_st(d, c, 0.0f);
+    for (int64_t c = V + threadIdx.x; c < C; c += BS) tg_st(d, c, 0.0f); /* padding columns */
+    if (!ce_counted(l, V) || coef == 0.0f) {
+        for (int64_t c = threadIdx.x; c < V; c += BS) tg_st(d, c, 0.0f);
         return;
     }
     const TX *x = logits + n * C;
-    const double lse = row_lse<BS>(x, C);
-    for (int64_t c = threadIdx.x; c < C; c += BS) {
+    const double lse = row_lse<BS>(x, V);
+    for (int64_t c = threadIdx.x; c < V; c += BS) {
         const float v = tg_ld(x, c);
         tg_st(d, c,
               c == l ? (float)((double)coef * (exp((double)v - lse) - 1.0)) : fmul(coef, expf((float)((double)v - lse))));
@@ -230,16 +232,19 @@ ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const
 }
 
 template <class TX>
-static void launch_ce_fwd(const void *logits, const int *labels, double *row_loss, int64_t N, int64_t C,
+static void launch_ce_fwd(const void *logits, const int *labels, double *row_loss, int64_t N, int64_t C, int64_t V,
                           cudaStream_t st) {
     const TX *x = (const TX *)logits;
     if (C >= 4096)
-        ce_fwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, row_loss, C);
+        ce_fwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, row_loss, C, V);
     else if (C >= 256)
-        ce_fwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, row_loss, C);
+        ce_fwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, row_loss, C, V);
     else
-        ce_fwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, row_loss, C);
+        ce_fwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, row_loss, C, V);
 }
+
+/* Classes that count: i[2] when set (rows padded to i[1] for aligned GEMMs), else i[1]. */
+static int64_t ce_classes(const tg_op *op) { return op->i[2] > 0 ? op->i[2] : op->i[1]; }
 
 int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t N = a->op->i[0], C = a->op->i[1];
@@ -253,25 +258,26 @@ int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
     const int *labels = (const int *)a->in[1];
     double *row_loss = (double *)a->ctx->reduce_scratch;
     cudaStream_t st = a->ctx->stream;
+    const int64_t V = ce_classes(a->op);
     if (a->in_dtype[0] == TG_BF16)
-        launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, N, C, st);
+        launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, N, C, V, st);
     else
-        launch_ce_fwd<float>(a->in[0], labels, row_loss, N, C, st);
-    ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, loss, N, C);
+        launch_ce_fwd<float>(a->in[0], labels, row_loss, N, C, V, st);
+    ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, loss, N, V);
     return 0;
 }
 
 template <class TX>
 static void launch_ce_bwd(const void *logits, const int *labels, const float *coef, void *dlogits, int64_t N,
-                          int64_t C, cudaStream_t st) {
+                          int64_t C, int64_t V, cudaStream_t st) {
     const TX *x = (const TX *)logits;
     TX *d = (TX *)dlogits;
     if (C >= 4096)
-        ce_bwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, coef, d, C);
+        ce_bwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, coef, d, C, V);
     else if (C >= 256)
-        ce_bwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, coef, d, C);
+        ce_bwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, coef, d, C, V);
     else
-        ce_bwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, coef, d, C);
+        ce_bwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, coef, d, C, V);
 }
 
 int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
@@ -283,10 +289,11 @@ int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int *labels = (const int *)a->in[2];
     float *coef = a->ctx->reduce_scratch;
     cudaStream_t st = a->ctx->stream;
-    ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, coef, N, C);
+    const int64_t V = ce_classes(a->op);
+    ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, coef, N, V);
     if (a->out_dtype[0] == TG_BF16)
-        launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, st);
+        launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
     else
-        launch_ce_bwd<float>(a->in[1], labels, coef, a->out[0], N, C, st);
+        launch_ce_bwd<float>(a->in[1], labels, coef, a->out[0], N, C, V, st);
     return 0;
 }

@@ -579,29 +579,33 @@ static double ce_logsumexp(const float *x, int64_t C) {
     return log(s) + mx;
 }
 
+/* Classes that count: i[2] when set (a row padded to i[1] for aligned GEMMs), else i[1]. */
+static int64_t ce_classes(const tg_op *op) { return op->i[2] > 0 ? op->i[2] : op->i[1]; }
+
 static void ce_fwd_rows(void *p, int64_t b, int64_t e) {
     ce_ctx *c = p;
-    int64_t C = c->a->op->i[1];
+    int64_t C = c->a->op->i[1], V = ce_classes(c->a->op);
     for (int64_t n = b; n < e; n++) {
         int32_t l = c->labels[n];
         const float *x = c->logits + n * C;
-        c->row_loss[n] = ce_counted(l, C) ? ce_logsumexp(x, C) - x[l] : 0.0;
+        c->row_loss[n] = ce_counted(l, V) ? ce_logsumexp(x, V) - x[l] : 0.0;
     }
 }
 
 static void ce_bwd_rows(void *p, int64_t b, int64_t e) {
     ce_ctx *c = p;
-    int64_t C = c->a->op->i[1];
+    int64_t C = c->a->op->i[1], V = ce_classes(c->a->op);
     for (int64_t n = b; n < e; n++) {
         int32_t l = c->labels[n];
         const float *x = c->logits + n * C;
         float *d = c->dlogits + n * C;
-        if (!ce_counted(l, C) || c->coef == 0.0f) {
-            memset(d, 0, (size_t)C * 4);
+        memset(d + V, 0, (size_t)(C - V) * 4); /* padding columns */
+        if (!ce_counted(l, V) || c->coef == 0.0f) {
+            memset(d, 0, (size_t)V * 4);
             continue;
         }
-        double lse = ce_logsumexp(x, C);
-        for (int64_t k = 0; k < C; k++) {
+        double lse = ce_logsumexp(x, V);
+        for (int64_t k = 0; k < V; k++) {
             double sm = exp((double)x[k] - lse) - (k == l ? 1.0 : 0.0);
             d[k] = (float)(c->coef * sm);
         }
@@ -622,7 +626,7 @@ static void op_cross_entropy(const tg_cpu_op_args *a) {
     tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
     double sum = 0; /* summed in row order: deterministic */
     for (int64_t n = 0; n < N; n++) sum += c.row_loss[n];
-    int64_t valid = ce_n_valid(c.labels, N, a->op->i[1]);
+    int64_t valid = ce_n_valid(c.labels, N, ce_classes(a->op));
     F32(a->out[0])[0] = valid ? (float)(sum / (double)valid) : 0.0f;
     free(c.row_loss);
 }
@@ -631,7 +635,7 @@ static void op_cross_entropy_bwd(const tg_cpu_op_args *a) {
     int64_t N = a->op->i[0];
     ce_ctx c = {.a = a, .logits = CF32(a->in[1]), .labels = CI32(a->in[2]),
                 .dlogits = F32(a->out[0])};
-    int64_t valid = ce_n_valid(c.labels, N, a->op->i[1]);
+    int64_t valid = ce_n_valid(c.labels, N, ce_classes(a->op));
     c.coef = valid ? (float)((double)CF32(a->in[0])[0] / (double)valid) : 0.0f;
     tg_parallel_for(a->threads, N, ce_bwd_rows, &c);
 }

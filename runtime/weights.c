@@ -110,7 +110,7 @@ int tg_weights_load(const tg_plan *plan, float *pool, const char *path, tg_weigh
     int rc = 0;
     for (int t = 0; t < plan->n_tensors && !rc; t++) {
         const tg_tensor *x = &plan->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
         char names[6][TG_NAME_MAX];
         int n = name_candidates(x->name, names);
         const tg_st_entry *e = NULL;
@@ -150,7 +150,7 @@ int tg_weights_save(const tg_plan *plan, const float *pool, const char *path, tg
     int n = 0;
     for (int t = 0; t < plan->n_tensors; t++) {
         const tg_tensor *x = &plan->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
         items[n++] = (tg_st_item){x->name, TG_ST_F32, x->ndim, x->shape, pool + x->offset / sizeof(float)};
     }
     int rc = tg_st_write(path, items, n, err);

@@ -30,7 +30,7 @@ static int compile_text(const char *text, tg_plan *plan, tg_err *err, char *job_
 static int64_t param_count(const tg_plan *p) {
     int64_t n = 0;
     for (int t = 0; t < p->n_tensors; t++)
-        if (p->tensors[t].flags & TG_TENSOR_PARAM) n += tg_tensor_numel(&p->tensors[t]);
+        if ((p->tensors[t].flags & TG_TENSOR_PARAM) && !(p->tensors[t].flags & TG_TENSOR_VIEW)) n += tg_tensor_numel(&p->tensors[t]);
     return n;
 }
 
@@ -495,4 +495,37 @@ TG_TEST(test_compile_attention_dropout_fused) {
         free(attn);
         tg_plan_free(&p), tg_plan_free(&q);
     }
+}
+
+TG_TEST(test_compile_lm_head_padded) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("model = gpt2\ntask = lm\nbatch = 2\nseq = 64\nprecision = bf16\nsteps = 1\ntrain_data = x\n", &p,
+                         &err, NULL) == 0,
+            "%s", err.msg);
+    check_plan_memory(&p, "gpt2 lm");
+    const tg_tensor *logits = &p.tensors[p.io.logits];
+    CHECK(logits->shape[1] == 50304, "logits rows of %lld, want 50257 rounded up to 50304", (long long)logits->shape[1]);
+    int views = 0, head_ok = 0;
+    for (int t = 0; t < p.n_tensors; t++) {
+        const tg_tensor *x = &p.tensors[t];
+        if ((x->flags & TG_TENSOR_PARAM) && (x->flags & TG_TENSOR_VIEW)) {
+            views++;
+            const tg_tensor *m = &p.tensors[x->master];
+            CHECK(!strcmp(m->name, "transformer.wte.weight") && x->offset == m->offset && x->shape[0] == 50304,
+                  "padded view %s of %s", x->name, m->name);
+            /* The padding rows lie in space no other parameter uses. */
+            for (int u = 0; u < p.n_tensors; u++) {
+                const tg_tensor *y = &p.tensors[u];
+                if (u != x->master && y->pool == TG_POOL_PARAMS && !(y->flags & TG_TENSOR_VIEW))
+                    CHECK(y->offset >= x->offset + x->bytes || y->offset + y->bytes <= x->offset, "%s overlaps the padding",
+                          y->name);
+            }
+        }
+    }
+    for (int o = 0; o < p.n_ops; o++)
+        if (p.ops[o].kind == TG_OP_CROSS_ENTROPY)
+            head_ok = p.ops[o].i[1] == 50304 && p.ops[o].i[2] == 50257;
+    CHECK(views == 1 && head_ok, "%d padded views; loss over 50257 of 50304 columns: %d", views, head_ok);
+    tg_plan_free(&p);
 }

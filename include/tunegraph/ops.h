@@ -96,11 +96,14 @@ typedef enum tg_op_kind {
      * Same parameters as TG_OP_SELECT_TOKEN. */
     TG_OP_SELECT_TOKEN_BWD,
     /* in0 logits [N,C], in1 labels int32 [N] -> out0 loss [1] = mean over rows whose
-     * label != -100 of -log softmax(logits)[label] (0 when no row counts).
-     * i[0]=N, i[1]=C. */
+     * label != -100 of -log softmax(logits)[label] (0 when no row counts). When i[2] > 0
+     * only the first i[2] columns are classes: rows are padded to C for aligned matrix
+     * products (a vocabulary rounded up), and the padding takes no part in the softmax.
+     * i[0]=N, i[1]=C, i[2]=classes (0: C). */
     TG_OP_CROSS_ENTROPY,
     /* in0 dloss [1], in1 logits, in2 labels -> out0 dlogits [N,C]
-     * = dloss * (softmax - onehot) / n_valid on counted rows, 0 on ignored rows. */
+     * = dloss * (softmax - onehot) / n_valid on counted rows, 0 on ignored rows and on
+     * padding columns. Same parameters as TG_OP_CROSS_ENTROPY. */
     TG_OP_CROSS_ENTROPY_BWD,
     /* Learning-rate schedule, on the device in later executors so a captured step never
      * changes: in0 step counter [1] (updates completed), in1 total steps [1]

@@ -94,13 +94,15 @@ static void gemm_cache_save(tg_cuda_exec *x) {
 static int build_segments(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     int n = 0;
-    for (int t = 0; t < p->n_tensors; t++) n += (p->tensors[t].flags & TG_TENSOR_PARAM) != 0;
+    /* Views alias parameters that have their own segment (AdamW updates each once). */
+    for (int t = 0; t < p->n_tensors; t++)
+        n += (p->tensors[t].flags & TG_TENSOR_PARAM) && !(p->tensors[t].flags & TG_TENSOR_VIEW);
     tg_param_segment *host = calloc((size_t)n, sizeof *host);
     if (!host) return tg_fail(err, "out of memory");
     n = 0;
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x2 = &p->tensors[t];
-        if (!(x2->flags & TG_TENSOR_PARAM)) continue;
+        if (!(x2->flags & TG_TENSOR_PARAM) || (x2->flags & TG_TENSOR_VIEW)) continue;
         host[n].offset = (int64_t)(x2->offset / sizeof(float));
         host[n].numel = tg_tensor_numel(x2);
         host[n].decay = !(x2->flags & TG_TENSOR_NO_DECAY);

@@ -110,7 +110,7 @@ static void compare_with_cpu(const char *preset, int task) {
     for (int64_t i = 0; ga && i < total; i++) grad_max = fmax(grad_max, fabs(ga[i]));
     for (int t = 0; ga && gb && pa && pb && t < cpu.plan.n_tensors; t++) {
         const tg_tensor *x = &cpu.plan.tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM)) continue;
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
         int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
         /* A gradient of pure rounding noise (attention key biases) matches in size, not
          * in value: it passes on an absolute floor far below real gradients. */
