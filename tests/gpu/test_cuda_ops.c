@@ -198,50 +198,37 @@ static uint64_t test_seed(uint64_t offset) {
     return seed;
 }
 
-TG_TEST(test_gpu_ops_match_cpu) {
-    uint64_t seed = test_seed(0);
-    int kinds_seen[TG_OP_COUNT] = {0};
+/* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
+ * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
+ * the embedding gradient, an odd sequence length. */
+static void check_preset(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
+                         int precision, int wide, int *kinds_seen) {
     tg_model_config cfg;
     tg_err err;
     tg_job job;
+    REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
+    if (wide) cfg.vocab_size = 50257, cfg.hidden = 96, cfg.heads = 6, cfg.intermediate = 384, cfg.max_positions = 128;
+    base_job(&job, preset, task, batch, seq, seed);
+    job.precision = precision;
+    if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
+    job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
+    check_plan_ops(what, &job, &cfg, kinds_seen);
+}
 
-    REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
-    base_job(&job, "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed);
-    check_plan_ops("tiny-bert", &job, &cfg, kinds_seen);
-
-    REQUIRE(tg_model_config_load("tiny-roberta", &cfg, &err) == 0, "%s", err.msg);
-    base_job(&job, "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 1);
-    check_plan_ops("tiny-roberta", &job, &cfg, kinds_seen);
-
-    /* Wider than the tiny presets: multi-block rows, a GPT-2-sized vocabulary for the
-     * cross-entropy and the embedding gradient, odd sequence length. */
-    REQUIRE(tg_model_config_load("tiny-gpt2", &cfg, &err) == 0, "%s", err.msg);
-    cfg.vocab_size = 50257, cfg.hidden = 96, cfg.heads = 6, cfg.intermediate = 384, cfg.max_positions = 128;
-    base_job(&job, "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2);
-    check_plan_ops("gpt2-wide lm", &job, &cfg, kinds_seen);
-    job.task = TG_TASK_CLASSIFY, job.num_labels = 2, job.pad_token_id = 0;
-    check_plan_ops("gpt2-wide classify", &job, &cfg, kinds_seen);
-
+TG_TEST(test_gpu_ops_match_cpu) {
+    uint64_t seed = test_seed(0);
+    int kinds_seen[TG_OP_COUNT] = {0};
+    check_preset("tiny-bert", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_FP32, 0, kinds_seen);
+    check_preset("tiny-roberta", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 1, TG_PREC_FP32, 0, kinds_seen);
+    check_preset("gpt2-wide lm", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_FP32, 1, kinds_seen);
+    check_preset("gpt2-wide classify", "tiny-gpt2", TG_TASK_CLASSIFY, 4, 77, seed + 2, TG_PREC_FP32, 1, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
 TG_TEST(test_gpu_ops_match_cpu_bf16) {
     uint64_t seed = test_seed(7);
     int kinds_seen[TG_OP_COUNT] = {0};
-    tg_model_config cfg;
-    tg_err err;
-    tg_job job;
-    REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
-    base_job(&job, "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed);
-    job.precision = TG_PREC_BF16;
-    check_plan_ops("tiny-bert bf16", &job, &cfg, kinds_seen);
-    REQUIRE(tg_model_config_load("tiny-gpt2", &cfg, &err) == 0, "%s", err.msg);
-    cfg.vocab_size = 50257, cfg.hidden = 96, cfg.heads = 6, cfg.intermediate = 384, cfg.max_positions = 128;
-    base_job(&job, "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2);
-    job.precision = TG_PREC_BF16;
-    check_plan_ops("gpt2-wide lm bf16", &job, &cfg, kinds_seen);
-    for (int k = 0; k < TG_OP_COUNT; k++)
-        CHECK(kinds_seen[k] > 0 || k == TG_OP_SELECT_TOKEN || k == TG_OP_SELECT_TOKEN_BWD || k == TG_OP_TANH ||
-                  k == TG_OP_TANH_BWD,
-              "op %s was never tested in bf16", tg_op_name(k));
+    check_preset("tiny-bert bf16", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_BF16, 0, kinds_seen);
+    check_preset("gpt2-wide lm bf16", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_BF16, 1, kinds_seen);
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
