@@ -60,12 +60,10 @@ attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, co
     TP *pr = P + row * T;
     TP *dr = D ? D + row * T : NULL;
     const int64_t kend = causal ? q + 1 : T;
-    /* Max and normaliser in one pass over the row (online softmax), then one pass writes. */
     float mx = -INFINITY;
-    double sum = 0;
     for (int64_t k = lane; k < kend; k += 32)
-        if (!mr || mr[k] != 0.0f) lse_add(mx, sum, fmul(scale, tg_ld(sr, k)));
-    warp_lse(mx, sum);
+        if (!mr || mr[k] != 0.0f) mx = fmaxf(mx, fmul(scale, tg_ld(sr, k)));
+    mx = warp_max_f(mx);
     if (mx == -INFINITY) { /* no kept key: P = D = 0 */
         for (int64_t k = lane; k < T; k += 32) {
             tg_st(pr, k, 0.0f);
@@ -73,7 +71,10 @@ attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, co
         }
         return;
     }
-    const float inv = (float)(1.0 / sum);
+    double sum = 0;
+    for (int64_t k = lane; k < kend; k += 32)
+        if (!mr || mr[k] != 0.0f) sum += (double)expf(fsub(fmul(scale, tg_ld(sr, k)), mx));
+    const float inv = (float)(1.0 / warp_sum_d(sum));
     if (!drop.on) {
         for (int64_t k = lane; k < T; k += 32) {
             float v = 0.0f;

@@ -173,40 +173,6 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
     return v; /* every lane holds the same value: + is commutative bit for bit */
 }
 
-/* Merges a running (max m, sum s), s being a sum of exp(x - m), with (m2, s2). Symmetric
- * to the bit (a + b == b + a, exp(0) == 1), so an xor butterfly leaves every lane equal. */
-static __device__ __forceinline__ void lse_merge(float &m, double &s, float m2, double s2) {
-    if (m2 == -INFINITY) return;
-    if (m == -INFINITY) {
-        m = m2, s = s2;
-        return;
-    }
-    if (m2 > m) {
-        s = s * exp((double)m - (double)m2) + s2;
-        m = m2;
-    } else {
-        s += s2 * exp((double)m2 - (double)m);
-    }
-}
-
-/* One element x into a running (m, s): the online softmax normaliser. */
-static __device__ __forceinline__ void lse_add(float &m, double &s, float x) {
-    if (x > m) {
-        s = (m == -INFINITY ? 0.0 : s * exp((double)m - (double)x)) + 1.0;
-        m = x;
-    } else if (m != -INFINITY) { /* x == m == -inf adds nothing (and no NaN) */
-        s += (double)expf(__fsub_rn(x, m));
-    }
-}
-
-static __device__ __forceinline__ void warp_lse(float &m, double &s) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-        double s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
-    }
-}
-
 static __device__ __forceinline__ float warp_max_f(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;

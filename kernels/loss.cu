@@ -110,6 +110,21 @@ int64_t tg_scratch_cross_entropy_bwd(const tg_op *op) { return 4; }
 
 static __device__ __forceinline__ int ce_counted(int label, int64_t C) { return label >= 0 && label < C; }
 
+/* Merges running (max m, sum s) with (m2, s2): s is a sum of exp(x - m). */
+static __device__ __forceinline__ void lse_merge(float &m, double &s, float m2, double s2) {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) {
+        m = m2, s = s2;
+        return;
+    }
+    if (m2 > m) {
+        s = s * exp((double)m - (double)m2) + s2;
+        m = m2;
+    } else {
+        s += s2 * exp((double)m2 - (double)m);
+    }
+}
+
 /* log(sum_c exp(x_c)) of one row, in double, returned to every thread. */
 template <int BS, class TX>
 static __device__ double row_lse(const TX *__restrict__ x, int64_t C) {
@@ -117,7 +132,15 @@ static __device__ double row_lse(const TX *__restrict__ x, int64_t C) {
     __shared__ double s_s[32];
     float m = -INFINITY;
     double s = 0.0;
-    for (int64_t c = threadIdx.x; c < C; c += BS) lse_add(m, s, tg_ld(x, c));
+    for (int64_t c = threadIdx.x; c < C; c += BS) {
+        const float v = tg_ld(x, c);
+        if (v > m) {
+            s = (m == -INFINITY ? 0.0 : s * exp((double)m - (double)v)) + 1.0;
+            m = v;
+        } else if (m != -INFINITY) {
+            s += (double)expf(v - m);
+        }
+    }
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_down_sync(0xffffffffu, m, o);
         double s2 = __shfl_down_sync(0xffffffffu, s, o);
