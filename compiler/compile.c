@@ -3,9 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-/* Header-only xxHash: no shared library needed where plans are run. */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "compiler/autodiff.h"
 #include "compiler/graph.h"
@@ -15,6 +12,7 @@
 #include "compiler/op_table.h"
 #include "compiler/precision.h"
 #include "models/model_config.h"
+#include "runtime/plan_file.h"
 #include "tunegraph.h"
 
 int tg_job_pad_id(const tg_job *job, const tg_model_config *cfg) {
@@ -98,28 +96,8 @@ static void build_optimizer(tg_graph *g) {
     tg_graph_op(g, &s);
 }
 
-static uint64_t fingerprint(const tg_model_config *cfg, const tg_job *job) {
-    XXH64_state_t *st = XXH64_createState();
-    XXH64_reset(st, 0);
-    XXH64_update(st, TG_VERSION_STRING, sizeof TG_VERSION_STRING);
-    XXH64_update(st, cfg, sizeof *cfg);
-    XXH64_update(st, job, sizeof *job);
-    uint64_t h = XXH64_digest(st);
-    XXH64_freeState(st);
-    return h;
-}
-
-int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg_in, tg_plan *plan, tg_err *err) {
+int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
     memset(plan, 0, sizeof *plan);
-    /* Zeroed copies: the fingerprint hashes the bytes, padding included. */
-    tg_model_config *cfg = calloc(1, sizeof *cfg);
-    tg_job *j = calloc(1, sizeof *j);
-    if (!cfg || !j) {
-        free(cfg), free(j);
-        return tg_fail(err, "out of memory");
-    }
-    memcpy(cfg, cfg_in, sizeof *cfg);
-    memcpy(j, job, sizeof *j);
     int rc = -1;
     tg_graph g;
     tg_graph_init(&g, cfg, j, err);
@@ -146,7 +124,7 @@ int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg_in, tg_
         plan->bytes_per_step += tg_op_bytes(g.tensors, &g.ops[o]);
     }
     plan->io = g.io;
-    plan->fingerprint = fingerprint(cfg, j);
+    plan->fingerprint = tg_plan_fingerprint(cfg, j, TG_VERSION_STRING);
     /* Hand the arrays over to the plan. */
     plan->n_tensors = g.n_tensors;
     plan->n_ops = g.n_ops;
@@ -157,8 +135,6 @@ int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg_in, tg_
     rc = 0;
 out:
     tg_graph_free(&g);
-    free(cfg);
-    free(j);
     if (rc) tg_plan_free(plan);
     return rc;
 }

@@ -199,6 +199,17 @@ static uint32_t get_le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+uint64_t tg_plan_fingerprint(const tg_model_config *model, const tg_job *job, const char *version) {
+    wbuf b = {0};
+    put_str(&b, version, strlen(version) + 1);
+    put_model(&b, model);
+    put_job(&b, job);
+    /* Out of memory hashes what was encoded; the fingerprint is an identity, not a check. */
+    uint64_t h = XXH64(b.p ? b.p : (const uint8_t *)"", b.len, 0);
+    free(b.p);
+    return h;
+}
+
 int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err) {
     *out = NULL;
     *out_len = 0;

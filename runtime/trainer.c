@@ -68,13 +68,8 @@ static void bind_batch(tg_trainer *t, tg_batch *b) {
 
 static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, tg_batch *b) {
     bind_batch(t, b);
-    int32_t *scratch = NULL;
-    if (!b->token_type_ids) {
-        scratch = calloc((size_t)t->shape.batch * (size_t)t->shape.seq, sizeof *scratch);
-        b->token_type_ids = scratch;
-    }
+    if (!b->token_type_ids) b->token_type_ids = t->type_scratch; /* GPT-2: types are not an input */
     tg_batch_fill(ds, idx, n, &t->shape, b);
-    free(scratch);
 }
 
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
@@ -90,9 +85,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t0 = now_ms();
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
+    t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
     for (int k = 0; k < 2; k++) t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
     float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->batch_idx || !t->staging[0] || !t->staging[1] || !params) {
+    if (!t->batch_idx || !t->type_scratch || !t->staging[0] || !t->staging[1] || !params) {
         free(params);
         goto fail_oom;
     }
@@ -149,6 +145,7 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->has_eval) tg_dataset_free(&t->eval);
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
+    free(t->type_scratch);
     for (int k = 0; k < 2; k++)
         if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);

@@ -49,6 +49,7 @@ typedef struct tg_trainer {
     int32_t total_steps;
     int32_t steps_done;
     int32_t *batch_idx;
+    int32_t *type_scratch;      /* where batches put token types a plan has no input for */
     tg_weights_report weights;  /* what was loaded from the model folder */
     int weights_loaded;
     double open_ms[3];          /* time to open: executor and pools, weights, datasets */
