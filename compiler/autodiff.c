@@ -18,11 +18,8 @@ tg_op_spec tg_spec(int kind) {
 
 int tg_ad_grad_of(tg_graph *g, int t) { return t < 0 ? -1 : g->grad[t]; }
 
-static int grad_tensor_like(tg_graph *g, int t) {
-    char name[TG_NAME_MAX];
-    snprintf(name, sizeof name, "d.%s", g->tensors[t].name);
-    const tg_tensor *src = &g->tensors[t];
-    int d = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
+int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *shape) {
+    int d = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, ndim, shape);
     if (d < 0) return -1;
     /* The new tensor extends the per-tensor arrays. */
     int *grad = realloc(g->grad, sizeof *grad * (size_t)g->cap_tensors);
@@ -33,6 +30,13 @@ static int grad_tensor_like(tg_graph *g, int t) {
     g->grad[d] = -1;
     g->needs_grad[d] = 0;
     return d;
+}
+
+static int grad_tensor_like(tg_graph *g, int t) {
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "d.%s", g->tensors[t].name);
+    const tg_tensor *src = &g->tensors[t];
+    return tg_ad_activation(g, name, src->ndim, src->shape);
 }
 
 int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate) {

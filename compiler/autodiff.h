@@ -20,6 +20,9 @@ int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate);
 void tg_ad_commit(tg_graph *g, int t, int dest);
 /* Records an existing tensor as t's gradient contribution without a copy (ADD's rule). */
 void tg_ad_pass(tg_graph *g, int t, int grad);
+/* A new fp32 activation for a backward op's own output (not a gradient, e.g. a row
+ * statistic), with the per-tensor autodiff state extended to it. -1 after failure. */
+int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *shape);
 
 /* Marks needs_grad, then appends the backward phase (gradient zeroing, loss seed, every
  * rule in reverse schedule order) for scalar `loss`. */

@@ -33,6 +33,9 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_TANH_BWD] = {.i = {"n"}, .known = 1},
     [TG_OP_ATTN_SOFTMAX] = {.i = {"B", "H", "T", "causal", "key"}, .f = {"scale", "p"}, .known = 1},
     [TG_OP_ATTN_SOFTMAX_BWD] = {.i = {"B", "H", "T", NULL, "key"}, .f = {"scale", "p"}, .known = 1},
+    [TG_OP_ATTENTION] = {.i = {"B", "H", "T", "causal", "key", "packed", "Dh"}, .f = {"scale", "p"}, .known = 1},
+    [TG_OP_ATTENTION_BWD] = {.i = {"B", "H", "T", "causal", "key", "packed", "Dh"}, .f = {"scale", "p"},
+                             .known = 1},
     [TG_OP_DROPOUT] = {.i = {"n", "key"}, .f = {"p"}, .known = 1},
     [TG_OP_HEADS_SPLIT] = {.i = {"B", "T", "H", "Dh", "P"}, .known = 1},
     [TG_OP_HEADS_MERGE] = {.i = {"B", "T", "H", "Dh", "P"}, .known = 1},
@@ -112,12 +115,23 @@ static void print_tensor_ref(FILE *out, const tg_plan *p, int32_t t, int with_sh
     if (with_shape) print_shape(out, x);
 }
 
+/* The attention the plan runs, from its ops: the job asks for fused attention, but a model
+ * whose heads are too wide for the fused op gets the unfused one. */
+static int plan_attention_mode(const tg_plan *p) {
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == TG_OP_ATTENTION) return TG_ATTENTION_FUSED;
+    return TG_ATTENTION_UNFUSED;
+}
+
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static void print_text(const tg_plan *p, FILE *out) {
     fprintf(out, "model: %s (%s)\n", p->model.source, tg_arch_name(p->model.arch));
-    fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s\n", tg_task_name(p->job.task),
-            p->job.batch, p->job.seq, tg_precision_name(p->job.precision));
+    int attention = plan_attention_mode(p);
+    fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(p->job.task),
+            p->job.batch, p->job.seq, tg_precision_name(p->job.precision), tg_attention_mode_name(attention));
+    if (attention != p->job.attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(p->job.attention));
+    fputc('\n', out);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
 
@@ -248,6 +262,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "batch", jint(p->job.batch));
     jset(&c, root, "seq", jint(p->job.seq));
     jset(&c, root, "precision", jstr(tg_precision_name(p->job.precision)));
+    jset(&c, root, "attention", jstr(tg_attention_mode_name(plan_attention_mode(p))));
     jset(&c, root, "fingerprint", json_string(hex));
     jset(&c, root, "n_ops", jint(p->n_ops));
     jset(&c, root, "n_tensors", jint(p->n_tensors));

@@ -12,7 +12,7 @@
 static const char *const key_names[TG_JOB_KEY_COUNT] = {
     "model", "task", "num_labels", "batch", "seq", "precision", "allow_tf32", "optimizer",
     "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "steps", "epochs",
-    "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data",
+    "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data", "attention",
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -40,6 +40,7 @@ void tg_job_defaults(tg_job *job) {
     job->seed = 42;
     job->pad_token_id = -1;
     job->log_every = 1;
+    job->attention = TG_ATTENTION_FUSED;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -171,6 +172,7 @@ static int set_path(char *dst, const char *v, const origin *o, int resolve, cons
 static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
     static const char *const tasks[] = {"classify", "lm"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
+    static const char *const attention_modes[] = {"fused", "unfused"};
     const char *name = key_names[key];
     int rc = 0;
     switch ((tg_job_key)key) {
@@ -222,6 +224,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_LOG_EVERY: rc = set_int(&job->log_every, v, 1, o, name, err); break;
     case TG_JOB_TRAIN_DATA: rc = set_path(job->train_data, v, o, 1, name, err); break;
     case TG_JOB_EVAL_DATA: rc = set_path(job->eval_data, v, o, 1, name, err); break;
+    case TG_JOB_ATTENTION: rc = set_enum(&job->attention, v, attention_modes, 2, o, name, err); break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;

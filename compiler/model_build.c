@@ -9,6 +9,7 @@
 typedef struct builder {
     tg_graph *g;
     int64_t B, T, D, H, Dh, N; /* N = B*T rows */
+    int fused_attention;       /* one TG_OP_ATTENTION per layer */
 } builder;
 
 static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1) {
@@ -135,7 +136,7 @@ static int heads_op(builder *b, int kind, const int *in, int n_in, int *out, int
 }
 
 /* softmax(q k^T * scale + mask) v over heads; q, k, v are [B,H,T,Dh]. Returns [B*T, D]. */
-static int attention(builder *b, const char *prefix, int q, int k, int v, int causal, float attn_p) {
+static int attention_unfused(builder *b, const char *prefix, int q, int k, int v, int causal, float attn_p) {
     tg_graph *g = b->g;
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s.scores", prefix);
@@ -178,6 +179,32 @@ static int attention(builder *b, const char *prefix, int q, int k, int v, int ca
     snprintf(name, sizeof name, "%s.context_merged", prefix);
     heads_op(b, TG_OP_HEADS_MERGE, &ctx, 1, &merged, 1, name);
     return merged;
+}
+
+/* The same attention as one TG_OP_ATTENTION, reading the projections' [B*T, D] outputs
+ * directly (qkv[0] alone when packed: GPT-2's c_attn [B*T, 3D]). Returns O [B*T, D]. The
+ * dropout stream key is taken where the unfused path takes it and the op draws the same
+ * element indices, so the masks are the same. */
+static int attention_fused(builder *b, const char *prefix, const int *qkv, int packed, int causal, float attn_p) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.context", prefix);
+    int out = tg_act(g, name, 2, b->N, b->D, 0, 0);
+    snprintf(name, sizeof name, "%s.lse", prefix);
+    int lse = tg_act(g, name, 3, b->B, b->H, b->T, 0);
+    tg_op_spec s = tg_spec(TG_OP_ATTENTION);
+    for (int p = 0; p < (packed ? 1 : 3); p++) s.in[p] = qkv[p];
+    s.in[3] = g->io.attention_mask;
+    s.out[0] = out, s.out[1] = lse;
+    s.i[0] = b->B, s.i[1] = b->H, s.i[2] = b->T, s.i[3] = causal, s.i[5] = packed, s.i[6] = b->Dh;
+    s.f[0] = 1.0f / sqrtf((float)b->Dh);
+    if (attn_p > 0.0f) {
+        s.in[4] = g->io.step;
+        s.i[4] = g->dropout_key++;
+        s.f[1] = attn_p;
+    }
+    tg_graph_op(g, &s);
+    return out;
 }
 
 /* Cross-entropy loss over logits [rows, width] whose first `classes` columns count. */
@@ -233,10 +260,11 @@ static int build_encoder(builder *b, int pad_id) {
         for (int i = 0; i < 3; i++) {
             snprintf(name, sizeof name, "%s.attention.self.%s", p, qkv_names[i]);
             qkv[i] = linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
-            heads_op(b, TG_OP_HEADS_SPLIT, &qkv[i], 1, &heads[i], 1, name);
+            if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, &qkv[i], 1, &heads[i], 1, name);
         }
         snprintf(name, sizeof name, "%s.attention", p);
-        int ctx = attention(b, name, heads[0], heads[1], heads[2], 0, c->attention_dropout);
+        int ctx = b->fused_attention ? attention_fused(b, name, qkv, 0, 0, c->attention_dropout)
+                                     : attention_unfused(b, name, heads[0], heads[1], heads[2], 0, c->attention_dropout);
         snprintf(name, sizeof name, "%s.attention.output.dense", p);
         int a = linear(b, name, ctx, b->N, b->D, b->D, 0, 1, 1.0f);
         snprintf(name, sizeof name, "%s.attention.output.dropout", p);
@@ -298,9 +326,10 @@ static int build_gpt2(builder *b, int pad_id) {
         snprintf(name, sizeof name, "%s.attn.c_attn", p);
         int qkv = linear(b, name, a, b->N, b->D, 3 * b->D, 1, 1, 1.0f);
         int heads[3];
-        heads_op(b, TG_OP_HEADS_SPLIT, &qkv, 1, heads, 3, name);
+        if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, &qkv, 1, heads, 3, name);
         snprintf(name, sizeof name, "%s.attn", p);
-        int ctx = attention(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
+        int ctx = b->fused_attention ? attention_fused(b, name, &qkv, 1, 1, c->attention_dropout)
+                                     : attention_unfused(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
         snprintf(name, sizeof name, "%s.attn.c_proj", p);
         int o = linear(b, name, ctx, b->N, b->D, b->D, 1, 1, proj_scale);
         snprintf(name, sizeof name, "%s.attn.resid_dropout", p);
@@ -353,11 +382,17 @@ static int build_gpt2(builder *b, int pad_id) {
     return loss_of(b, logits, b->B, labels, labels);
 }
 
+int tg_fused_attention(const tg_job *job, const tg_model_config *cfg) {
+    return job->attention == TG_ATTENTION_FUSED && cfg->heads > 0 &&
+           cfg->hidden / cfg->heads <= TG_FUSED_ATTENTION_MAX_HEAD_DIM;
+}
+
 int tg_build_forward(tg_graph *g, int pad_id) {
     const tg_model_config *c = g->cfg;
     const tg_job *j = g->job;
     builder b = {.g = g, .B = j->batch, .T = j->seq, .D = c->hidden, .H = c->heads};
     b.Dh = c->hidden / c->heads;
+    b.fused_attention = tg_fused_attention(j, c);
     b.N = b.B * b.T;
     g->phase = TG_PHASE_FORWARD;
 

@@ -2,6 +2,7 @@
  * every op kind. */
 #include "compiler/op_table.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "compiler/autodiff.h"
@@ -109,6 +110,41 @@ static const char *shape_softmax(const tg_graph *g, const tg_op *op) {
     return NULL;
 }
 
+/* Both fused attention ops. q/k/v are [B*T, H*Dh] (or qkv [B*T, 3*H*Dh] when packed),
+ * the key mask [B,T] and the step counter optional (the step is needed for dropout). */
+static const char *shape_attention(const tg_graph *g, const tg_op *op) {
+    int64_t b = op->i[0], h = op->i[1], t = op->i[2], dh = op->i[6];
+    int packed = op->i[5] != 0, bwd = op->kind == TG_OP_ATTENTION_BWD;
+    EXPECT(b > 0 && h > 0 && t > 0 && dh > 0, "non-positive dims");
+    EXPECT(op->i[5] == 0 || op->i[5] == 1, "packed must be 0 or 1");
+    int64_t rows = b * t, d = h * dh;
+    /* Where q/k/v (or qkv) sit: forward in0..in2, backward in5..in7. */
+    const int *qkv = bwd ? op->in + 5 : op->in;
+    if (packed) {
+        EXPECT(numel(g, qkv[0]) == rows * 3 * d, "qkv != B*T*3*H*Dh");
+        EXPECT(qkv[1] < 0 && qkv[2] < 0, "packed attention takes one qkv input");
+    } else {
+        for (int s = 0; s < 3; s++) EXPECT(numel(g, qkv[s]) == rows * d, "q/k/v != B*T*H*Dh");
+    }
+    EXPECT(op->in[3] < 0 || numel(g, op->in[3]) == rows, "mask != B*T");
+    EXPECT(op->in[4] < 0 || numel(g, op->in[4]) == 1, "step counter is not a scalar");
+    EXPECT(op->f[1] >= 0.0f && op->f[1] < 1.0f, "dropout p outside [0, 1)");
+    EXPECT(op->f[1] <= 0.0f || op->in[4] >= 0, "dropout needs the step counter");
+    if (!bwd) {
+        EXPECT(op->in[5] < 0 && op->in[6] < 0 && op->in[7] < 0, "unused inputs must be -1");
+        EXPECT(numel(g, op->out[0]) == rows * d, "O != B*T*H*Dh");
+        EXPECT(numel(g, op->out[1]) == b * h * t, "LSE != B*H*T");
+        return NULL;
+    }
+    EXPECT(numel(g, op->in[0]) == rows * d && numel(g, op->in[1]) == rows * d, "dO/O != B*T*H*Dh");
+    EXPECT(numel(g, op->in[2]) == b * h * t, "LSE != B*H*T");
+    for (int s = 0; s < (packed ? 1 : 3); s++)
+        EXPECT(numel(g, op->out[s]) == numel(g, qkv[s]), "dq/dk/dv differ from q/k/v in size");
+    EXPECT(!packed || (op->out[1] < 0 && op->out[2] < 0), "packed attention has one input gradient");
+    EXPECT(numel(g, op->out[3]) == b * h * t, "delta != B*H*T");
+    return NULL;
+}
+
 static const char *shape_heads(const tg_graph *g, const tg_op *op) {
     int64_t b = op->i[0], t = op->i[1], h = op->i[2], dh = op->i[3], p = op->i[4];
     EXPECT(p >= 1 && p <= 3, "P must be 1..3");
@@ -180,6 +216,13 @@ static double flops_gelu(const tg_op *op) { return 10.0 * op->i[0]; }
 static double flops_softmax(const tg_op *op) {
     int drop = op->f[1] > 0.0f && (op->kind == TG_OP_ATTN_SOFTMAX ? op->out[1] >= 0 : op->in[2] >= 0);
     return (5.0 + drop) * op->i[0] * op->i[1] * op->i[2] * op->i[2];
+}
+/* Useful work only: QK^T and PV are 2*T*T*Dh each per (b, h), half of it under a causal
+ * mask; the backward recomputes the scores and forms dV, dP, dQ and dK: twice the forward. */
+static double flops_attention(const tg_op *op) {
+    double f = 4.0 * op->i[0] * op->i[1] * op->i[2] * op->i[2] * op->i[6];
+    if (op->i[3]) f *= 0.5;
+    return op->kind == TG_OP_ATTENTION_BWD ? 2.0 * f : f;
 }
 static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->i[0] * op->i[1]; }
 static double flops_grad_norm(const tg_op *op) { return 2.0 * op->i[0]; }
@@ -341,6 +384,38 @@ static void bwd_softmax(tg_graph *g, int index) {
     tg_graph_op(g, &s);
     tg_ad_commit(g, op.in[0], dx);
 }
+/* One ATTENTION_BWD for the whole op: the gradients of q, k and v (or of packed qkv),
+ * plus the row term delta it writes for its own use. LSE has no gradient. */
+static void bwd_attention(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    if (tg_ad_grad_of(g, op.out[1]) >= 0) {
+        tg_graph_fail(g, "attention %d: the log-sum-exp has a gradient", index);
+        return;
+    }
+    int parts = op.i[5] ? 1 : 3;
+    tg_op_spec s = tg_spec(TG_OP_ATTENTION_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.out[0], s.in[2] = op.out[1], s.in[3] = op.in[3], s.in[4] = op.in[4];
+    for (int p = 0; p < parts; p++) {
+        int acc;
+        s.in[5 + p] = op.in[p];
+        s.out[p] = tg_ad_grad_dest(g, op.in[p], &acc);
+        if (s.out[p] < 0 || acc) {
+            tg_graph_fail(g, "attention %d: input %d must be an activation needing a gradient", index, p);
+            return;
+        }
+    }
+    /* Named after the LSE tensor: "<prefix>.lse" gives "<prefix>.delta". */
+    char name[TG_NAME_MAX];
+    const char *lse = g->tensors[op.out[1]].name, *dot = strrchr(lse, '.');
+    snprintf(name, sizeof name, "%.*s.delta", dot ? (int)(dot - lse) : (int)strlen(lse), lse);
+    int64_t shape[3] = {op.i[0], op.i[1], op.i[2]};
+    s.out[3] = tg_ad_activation(g, name, 3, shape);
+    memcpy(s.i, op.i, sizeof s.i);
+    memcpy(s.f, op.f, sizeof s.f);
+    tg_graph_op(g, &s);
+    for (int p = 0; p < parts; p++) tg_ad_commit(g, op.in[p], s.out[p]);
+}
 /* Dropout's gradient is the same mask applied again: the same op, same key and step. */
 static void bwd_dropout(tg_graph *g, int index) { bwd_pointwise(g, index, TG_OP_DROPOUT, g->ops[index].in[1]); }
 static void bwd_select(tg_graph *g, int index) {
@@ -415,6 +490,8 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_TANH_BWD] = {shape_unary, flops_n, NULL, {W}},
     [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W, W}},
     [TG_OP_ATTN_SOFTMAX_BWD] = {shape_softmax, flops_softmax, NULL, {W}},
+    [TG_OP_ATTENTION] = {shape_attention, flops_attention, bwd_attention, {W, W}},
+    [TG_OP_ATTENTION_BWD] = {shape_attention, flops_attention, NULL, {W, W, W, W}},
     [TG_OP_DROPOUT] = {shape_dropout, flops_n, bwd_dropout, {W}},
     [TG_OP_HEADS_SPLIT] = {shape_heads, flops_none, bwd_heads_split, {W, W, W}},
     [TG_OP_HEADS_MERGE] = {shape_heads, flops_none, bwd_heads_merge, {W}},

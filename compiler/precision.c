@@ -61,6 +61,12 @@ int tg_apply_precision(tg_graph *g, int precision) {
         case TG_OP_ATTN_SOFTMAX:
             keep[op->in[0]] = 1; /* scores: the product accumulates in fp32 and stays fp32 */
             break;
+        case TG_OP_ATTENTION:
+            keep[op->out[1]] = 1; /* LSE, a row statistic like LayerNorm's */
+            break;
+        case TG_OP_ATTENTION_BWD:
+            keep[op->out[3]] = 1; /* delta, the backward's row statistic */
+            break;
         case TG_OP_ADAMW:
             op->out[3] = g->io.params_bf16_all; /* refreshed in the same pass as the update */
             break;

@@ -23,6 +23,7 @@ static const int dtype_sizes[TG_DTYPE_COUNT] = {4, 4, 2};
 static const char *const arch_names[TG_ARCH_COUNT] = {"bert", "roberta", "gpt2"};
 static const char *const task_names[TG_TASK_COUNT] = {"classify", "lm"};
 static const char *const precision_names[TG_PREC_COUNT] = {"fp32", "bf16", "fp16"};
+static const char *const attention_mode_names[TG_ATTENTION_MODE_COUNT] = {"fused", "unfused"};
 
 #define NAME_OR_UNKNOWN(table, count, v) ((v) >= 0 && (v) < (count) ? table[v] : "?")
 
@@ -32,6 +33,9 @@ const char *tg_dtype_name(int dtype) { return NAME_OR_UNKNOWN(dtype_names, TG_DT
 const char *tg_arch_name(int arch) { return NAME_OR_UNKNOWN(arch_names, TG_ARCH_COUNT, arch); }
 const char *tg_task_name(int task) { return NAME_OR_UNKNOWN(task_names, TG_TASK_COUNT, task); }
 const char *tg_precision_name(int p) { return NAME_OR_UNKNOWN(precision_names, TG_PREC_COUNT, p); }
+const char *tg_attention_mode_name(int mode) {
+    return NAME_OR_UNKNOWN(attention_mode_names, TG_ATTENTION_MODE_COUNT, mode);
+}
 int tg_dtype_size(int dtype) { return dtype >= 0 && dtype < TG_DTYPE_COUNT ? dtype_sizes[dtype] : 0; }
 
 int64_t tg_tensor_numel(const tg_tensor *t) {
@@ -56,6 +60,8 @@ static const char *const op_names[TG_OP_COUNT] = {
     [TG_OP_TANH_BWD] = "tanh_bwd",
     [TG_OP_ATTN_SOFTMAX] = "attn_softmax",
     [TG_OP_ATTN_SOFTMAX_BWD] = "attn_softmax_bwd",
+    [TG_OP_ATTENTION] = "attention",
+    [TG_OP_ATTENTION_BWD] = "attention_bwd",
     [TG_OP_DROPOUT] = "dropout",
     [TG_OP_HEADS_SPLIT] = "heads_split",
     [TG_OP_HEADS_MERGE] = "heads_merge",

@@ -29,7 +29,7 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
  * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_tensor) == 184, "tg_tensor changed: update put_tensor/get_tensor");
-_Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
+_Static_assert(sizeof(tg_op) == 144, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_job) == 2288, "tg_job changed: update put_job/get_job");
 _Static_assert(sizeof(tg_plan) == 3576, "tg_plan changed: update tg_plan_encode/decode");
@@ -127,6 +127,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->seq);
     put_i32(b, j->precision);
     put_i32(b, j->allow_tf32);
+    put_i32(b, j->attention);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -359,6 +360,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->seq = get_i32(r);
     j->precision = get_i32(r);
     j->allow_tf32 = get_i32(r);
+    j->attention = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -432,6 +434,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job task %d is not a known task", name, j->task);
     if (j->precision < 0 || j->precision >= TG_PREC_COUNT)
         return tg_fail(err, "%s: job precision %d is not a known precision", name, j->precision);
+    if (j->attention < 0 || j->attention >= TG_ATTENTION_MODE_COUNT)
+        return tg_fail(err, "%s: job attention mode %d is not a known mode", name, j->attention);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];

@@ -8,8 +8,11 @@
 #include <time.h>
 
 #include "compiler/compile.h"
+#include "compiler/inspect.h"
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"
+#include "compiler/model_build.h"
+#include "compiler/op_table.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
 #include "runtime/plan_file.h"
@@ -245,6 +248,42 @@ TG_TEST(test_cli_failures_leave_nothing) {
     CHECK(run_cli(dir, args) == 2, "bad --device");
 }
 
+/* The `attention` key through the CLI: a bad value names the file, line and key; the
+ * chosen form reaches the plan; a compiled plan refuses to change it. */
+TG_TEST(test_cli_attention_key) {
+    const char *dir = tg_test_tmpdir();
+    char args[1600], err_path[600], out_path[600], job[600], plan[600];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(job, sizeof job, "%s/bad.job", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
+    tg_test_write_file(job, "model = tiny-bert\nattention = flash\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    CHECK(run_cli(dir, args) == 1, "a bad attention value must exit 1");
+    char want[800];
+    snprintf(want, sizeof want, "%s:2: key 'attention': 'flash' is not one of fused, unfused", job);
+    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
+
+    snprintf(job, sizeof job, "%s/good.job", dir);
+    tg_test_write_file(job, "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s --set attention=unfused", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile with --set attention=unfused failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(file_has(out_path, "attention: unfused") && file_has(out_path, "attn_softmax") &&
+              !file_has(out_path, " attention "),
+          "inspect of the unfused plan");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(file_has(out_path, "attention: fused") && file_has(out_path, " attention ") &&
+              file_has(out_path, "attention_bwd") && !file_has(out_path, "attn_softmax"),
+          "inspect of the default (fused) plan");
+    snprintf(args, sizeof args, "run %s --set attention=unfused", plan);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set attention");
+}
+
 /* A model folder: tiny-bert's config and a safetensors file built by the caller. */
 static const char *model_folder(const tg_st_item *items, int n) {
     const char *dir = tg_test_tmpdir();
@@ -343,68 +382,94 @@ TG_TEST(test_weights_save_load_round_trip) {
 }
 
 TG_TEST(test_compile_bf16_plan) {
-    tg_plan p, f;
-    tg_err err;
-    REQUIRE(compile_text("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nprecision = bf16\nsteps = 1\n"
-                         "train_data = x\n",
-                         &p, &err, NULL) == 0,
-            "%s", err.msg);
-    REQUIRE(compile_text("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nsteps = 1\ntrain_data = x\n", &f, &err,
-                         NULL) == 0,
-            "%s", err.msg);
-    check_plan_memory(&p, "bf16 plan");
-    CHECK(p.pool_bytes[TG_POOL_PARAMS_BF16] * 2 == p.pool_bytes[TG_POOL_PARAMS], "bf16 copies: %llu bytes",
-          (unsigned long long)p.pool_bytes[TG_POOL_PARAMS_BF16]);
-    CHECK(f.pool_bytes[TG_POOL_PARAMS_BF16] == 0 && f.io.params_bf16_all < 0, "fp32 plan has bf16 copies");
-    CHECK(p.pool_bytes[TG_POOL_ACTIVATIONS] < f.pool_bytes[TG_POOL_ACTIVATIONS] * 3 / 4, "activations %llu vs %llu",
-          (unsigned long long)p.pool_bytes[TG_POOL_ACTIVATIONS], (unsigned long long)f.pool_bytes[TG_POOL_ACTIVATIONS]);
-    int copies = 0, params = 0;
-    for (int t = 0; t < p.n_tensors; t++) {
-        const tg_tensor *x = &p.tensors[t];
-        params += (x->flags & TG_TENSOR_PARAM) != 0;
-        if (x->flags & TG_TENSOR_PARAM) CHECK(x->dtype == TG_F32, "master %s is not fp32", x->name);
-        if (x->flags & TG_TENSOR_GRAD) CHECK(x->dtype == TG_F32, "gradient %s is not fp32", x->name);
-        if (x->flags & TG_TENSOR_PARAM_COPY) {
-            copies++;
-            CHECK(x->dtype == TG_BF16 && x->master >= 0 && p.tensors[x->master].offset == 2 * x->offset,
-                  "copy %s: dtype %d, master %d", x->name, x->dtype, x->master);
+    /* Both attention forms: fused (the default) and unfused. */
+    for (int mode = 0; mode < TG_ATTENTION_MODE_COUNT; mode++) {
+        char text[256];
+        tg_plan p, f;
+        tg_err err;
+        snprintf(text, sizeof text,
+                 "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nprecision = bf16\nsteps = 1\ntrain_data = x\n"
+                 "attention = %s\n",
+                 tg_attention_mode_name(mode));
+        REQUIRE(compile_text(text, &p, &err, NULL) == 0, "%s", err.msg);
+        REQUIRE(compile_text("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nsteps = 1\ntrain_data = x\n", &f,
+                             &err, NULL) == 0,
+                "%s", err.msg);
+        check_plan_memory(&p, "bf16 plan");
+        CHECK(p.pool_bytes[TG_POOL_PARAMS_BF16] * 2 == p.pool_bytes[TG_POOL_PARAMS], "bf16 copies: %llu bytes",
+              (unsigned long long)p.pool_bytes[TG_POOL_PARAMS_BF16]);
+        CHECK(f.pool_bytes[TG_POOL_PARAMS_BF16] == 0 && f.io.params_bf16_all < 0, "fp32 plan has bf16 copies");
+        CHECK(p.pool_bytes[TG_POOL_ACTIVATIONS] < f.pool_bytes[TG_POOL_ACTIVATIONS] * 3 / 4,
+              "%s: activations %llu vs %llu", tg_attention_mode_name(mode),
+              (unsigned long long)p.pool_bytes[TG_POOL_ACTIVATIONS],
+              (unsigned long long)f.pool_bytes[TG_POOL_ACTIVATIONS]);
+        int copies = 0, params = 0, attention_ops = 0, softmax_ops = 0;
+        for (int t = 0; t < p.n_tensors; t++) {
+            const tg_tensor *x = &p.tensors[t];
+            params += (x->flags & TG_TENSOR_PARAM) != 0;
+            if (x->flags & TG_TENSOR_PARAM) CHECK(x->dtype == TG_F32, "master %s is not fp32", x->name);
+            if (x->flags & TG_TENSOR_GRAD) CHECK(x->dtype == TG_F32, "gradient %s is not fp32", x->name);
+            if (x->flags & TG_TENSOR_PARAM_COPY) {
+                copies++;
+                CHECK(x->dtype == TG_BF16 && x->master >= 0 && p.tensors[x->master].offset == 2 * x->offset,
+                      "copy %s: dtype %d, master %d", x->name, x->dtype, x->master);
+            }
         }
-    }
-    CHECK(copies == params && params > 10, "%d copies of %d parameters", copies, params);
-    for (int o = 0; o < p.n_ops; o++) {
-        const tg_op *op = &p.ops[o];
-        const tg_tensor *t0 = op->out[0] >= 0 ? &p.tensors[op->out[0]] : NULL;
-        switch (op->kind) {
-        case TG_OP_MATMUL:
-            for (int s = 0; s < 3; s++)
-                if (op->in[s] >= 0)
-                    CHECK(p.tensors[op->in[s]].dtype == TG_BF16 && !(p.tensors[op->in[s]].flags & TG_TENSOR_PARAM),
-                          "matmul %d reads %s", o, p.tensors[op->in[s]].name);
-            if (t0->pool == TG_POOL_GRADS) CHECK(t0->dtype == TG_F32, "weight gradient %s not fp32", t0->name);
-            break;
-        case TG_OP_LAYERNORM:
-            CHECK(t0->dtype == TG_BF16 && p.tensors[op->out[1]].dtype == TG_F32 && p.tensors[op->out[2]].dtype == TG_F32,
-                  "layernorm %d: y bf16, statistics fp32", o);
-            break;
-        case TG_OP_ATTN_SOFTMAX:
-            CHECK(p.tensors[op->in[0]].dtype == TG_F32 && t0->dtype == TG_BF16, "softmax %d: fp32 scores, bf16 probs", o);
-            break;
-        case TG_OP_CROSS_ENTROPY:
-            CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_F32, "loss fp32 from bf16 logits");
-            break;
-        case TG_OP_ADAMW:
-            CHECK(op->out[3] == p.io.params_bf16_all, "adamw refreshes the bf16 copies");
-            break;
-        default:
-            break;
+        CHECK(copies == params && params > 10, "%d copies of %d parameters", copies, params);
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            const tg_tensor *t0 = op->out[0] >= 0 ? &p.tensors[op->out[0]] : NULL;
+            switch (op->kind) {
+            case TG_OP_MATMUL:
+                for (int s = 0; s < 3; s++)
+                    if (op->in[s] >= 0)
+                        CHECK(p.tensors[op->in[s]].dtype == TG_BF16 && !(p.tensors[op->in[s]].flags & TG_TENSOR_PARAM),
+                              "matmul %d reads %s", o, p.tensors[op->in[s]].name);
+                if (t0->pool == TG_POOL_GRADS) CHECK(t0->dtype == TG_F32, "weight gradient %s not fp32", t0->name);
+                break;
+            case TG_OP_LAYERNORM:
+                CHECK(t0->dtype == TG_BF16 && p.tensors[op->out[1]].dtype == TG_F32 &&
+                          p.tensors[op->out[2]].dtype == TG_F32,
+                      "layernorm %d: y bf16, statistics fp32", o);
+                break;
+            case TG_OP_ATTN_SOFTMAX:
+                softmax_ops++;
+                CHECK(p.tensors[op->in[0]].dtype == TG_F32 && t0->dtype == TG_BF16, "softmax %d: fp32 scores, bf16 probs",
+                      o);
+                break;
+            case TG_OP_ATTENTION:
+                attention_ops++;
+                CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_BF16 &&
+                          p.tensors[op->out[1]].dtype == TG_F32,
+                      "attention %d: bf16 qkv and O, fp32 LSE", o);
+                break;
+            case TG_OP_ATTENTION_BWD:
+                CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_BF16 &&
+                          p.tensors[op->in[2]].dtype == TG_F32 && p.tensors[op->out[3]].dtype == TG_F32,
+                      "attention_bwd %d: bf16 dO and dqkv, fp32 LSE and delta", o);
+                break;
+            case TG_OP_CROSS_ENTROPY:
+                CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_F32, "loss fp32 from bf16 logits");
+                break;
+            case TG_OP_ADAMW:
+                CHECK(op->out[3] == p.io.params_bf16_all, "adamw refreshes the bf16 copies");
+                break;
+            default:
+                break;
+            }
         }
+        int fused = mode == TG_ATTENTION_FUSED;
+        CHECK(attention_ops == (fused ? p.model.layers : 0) && softmax_ops == (fused ? 0 : p.model.layers),
+              "attention = %s: %d attention ops, %d softmax ops", tg_attention_mode_name(mode), attention_ops,
+              softmax_ops);
+        tg_plan_free(&p), tg_plan_free(&f);
     }
-    tg_plan_free(&p), tg_plan_free(&f);
 }
 
-/* Attention dropout is fused into ATTN_SOFTMAX (out1) and ATTN_SOFTMAX_BWD (mask applied to
- * the incoming gradient): no DROPOUT op touches the [B,H,T,T] probabilities or their
- * gradients, which saves two ops per layer, and the stream keys keep their order. */
+/* In the unfused attention (`attention = unfused`), attention dropout is fused into
+ * ATTN_SOFTMAX (out1) and ATTN_SOFTMAX_BWD (mask applied to the incoming gradient): no
+ * DROPOUT op touches the [B,H,T,T] probabilities or their gradients, which saves two ops
+ * per layer, and the stream keys keep their order. */
 TG_TEST(test_compile_attention_dropout_fused) {
     tg_model_config cfg;
     tg_err err;
@@ -415,6 +480,7 @@ TG_TEST(test_compile_attention_dropout_fused) {
     tg_job_defaults(&job);
     snprintf(job.model, sizeof job.model, "tiny-bert");
     job.task = TG_TASK_CLASSIFY, job.num_labels = 2, job.batch = 2, job.seq = 8, job.steps = 1;
+    job.attention = TG_ATTENTION_UNFUSED;
     for (int prec = 0; prec < 2; prec++) {
         job.precision = prec ? TG_PREC_BF16 : TG_PREC_FP32;
         tg_plan p, q;
@@ -495,6 +561,202 @@ TG_TEST(test_compile_attention_dropout_fused) {
         free(attn);
         tg_plan_free(&p), tg_plan_free(&q);
     }
+}
+
+/* Counts of each op kind in a plan (forward and backward together). */
+static void count_kinds(const tg_plan *p, int *counts) {
+    memset(counts, 0, sizeof(int) * TG_OP_COUNT);
+    for (int o = 0; o < p->n_ops; o++) counts[p->ops[o].kind]++;
+}
+
+/* Forward dropout stream keys in op order: DROPOUT's i[1], and the attention's i[4] when it
+ * applies dropout (fused ATTENTION, or the softmax's dropped probabilities). */
+static int forward_keys(const tg_plan *p, int64_t *keys, int max) {
+    int n = 0;
+    for (int o = 0; o < p->phase_begin[TG_PHASE_BACKWARD] && n < max; o++) {
+        const tg_op *op = &p->ops[o];
+        if (op->kind == TG_OP_DROPOUT) keys[n++] = op->i[1];
+        if ((op->kind == TG_OP_ATTENTION && op->f[1] > 0) || (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0))
+            keys[n++] = op->i[4];
+    }
+    return n;
+}
+
+/* Index of the op that writes tensor t in the forward phase, or -1. */
+static int producer(const tg_plan *p, int t) {
+    for (int o = 0; o < p->phase_begin[TG_PHASE_BACKWARD]; o++)
+        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+            if (p->ops[o].out[s] == t) return o;
+    return -1;
+}
+
+/* Fused attention (the default): one ATTENTION per layer reading the projections directly
+ * (BERT's query/key/value, GPT-2's packed c_attn), one ATTENTION_BWD per layer, no heads
+ * ops or [B,H,T,T] tensors, the dropout keys of the unfused plan, and the FLOPs of the
+ * useful work. */
+TG_TEST(test_compile_attention_fused) {
+    static const struct {
+        const char *preset;
+        int task, packed, causal;
+    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, 0, 0},
+                 {"tiny-roberta", TG_TASK_CLASSIFY, 0, 0},
+                 {"tiny-gpt2", TG_TASK_LM, 1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tg_model_config cfg;
+        tg_err err;
+        memset(&cfg, 0, sizeof cfg);
+        REQUIRE(tg_model_config_load(cases[i].preset, &cfg, &err) == 0, "%s", err.msg);
+        REQUIRE(cfg.attention_dropout > 0, "%s should have attention dropout", cases[i].preset);
+        tg_job job;
+        tg_job_defaults(&job);
+        snprintf(job.model, sizeof job.model, "%s", cases[i].preset);
+        job.task = cases[i].task, job.batch = 3, job.seq = 7, job.steps = 1;
+        CHECK(job.attention == TG_ATTENTION_FUSED, "fused attention is not the default");
+        tg_plan p, q;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        job.attention = TG_ATTENTION_UNFUSED;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &q, &err) == 0, "%s", err.msg);
+        check_plan_memory(&p, cases[i].preset);
+        const char *name = cases[i].preset;
+        int L = cfg.layers, H = cfg.heads, Dh = cfg.hidden / cfg.heads, T = job.seq, B = job.batch;
+        int kp[TG_OP_COUNT], kq[TG_OP_COUNT];
+        count_kinds(&p, kp);
+        count_kinds(&q, kq);
+        CHECK(kp[TG_OP_ATTENTION] == L && kp[TG_OP_ATTENTION_BWD] == L, "%s: %d attention, %d attention_bwd ops", name,
+              kp[TG_OP_ATTENTION], kp[TG_OP_ATTENTION_BWD]);
+        CHECK(!kp[TG_OP_ATTN_SOFTMAX] && !kp[TG_OP_ATTN_SOFTMAX_BWD] && !kp[TG_OP_HEADS_SPLIT] && !kp[TG_OP_HEADS_MERGE],
+              "%s: the fused plan still has softmax or heads ops", name);
+        CHECK(!kq[TG_OP_ATTENTION] && !kq[TG_OP_ATTENTION_BWD] && kq[TG_OP_ATTN_SOFTMAX] == L,
+              "%s: the unfused plan has %d attention ops, %d softmax ops", name, kq[TG_OP_ATTENTION],
+              kq[TG_OP_ATTN_SOFTMAX]);
+        /* Per layer the unfused forward has 5 more ops (split(s), QK^T, softmax, PV, merge
+         * instead of one; BERT splits q, k and v separately) and its backward has more again. */
+        CHECK(p.n_ops < q.n_ops, "%s: fused %d ops, unfused %d", name, p.n_ops, q.n_ops);
+        for (int t = 0; t < p.n_tensors; t++)
+            if (p.tensors[t].pool == TG_POOL_ACTIVATIONS)
+                CHECK(tg_tensor_numel(&p.tensors[t]) != (int64_t)B * H * T * T, "%s: %s has B*H*T*T elements", name,
+                      p.tensors[t].name);
+
+        int64_t keys_p[64], keys_q[64];
+        int nk_p = forward_keys(&p, keys_p, 64), nk_q = forward_keys(&q, keys_q, 64);
+        CHECK(nk_p == nk_q && nk_p > L && !memcmp(keys_p, keys_q, sizeof(int64_t) * (size_t)nk_p),
+              "%s: dropout keys differ between fused and unfused plans", name);
+
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind == TG_OP_ATTENTION) {
+                CHECK(op->i[0] == B && op->i[1] == H && op->i[2] == T && op->i[3] == cases[i].causal &&
+                          op->i[5] == cases[i].packed && op->i[6] == Dh && op->f[0] == 1.0f / sqrtf((float)Dh) &&
+                          op->f[1] == cfg.attention_dropout,
+                      "%s: attention %d parameters", name, o);
+                CHECK(op->in[3] == p.io.attention_mask && op->in[4] == p.io.step, "%s: attention %d mask %d step %d",
+                      name, o, op->in[3], op->in[4]);
+                /* q, k, v (or qkv) come straight from the projections' matmuls. */
+                for (int s = 0; s < 3; s++) {
+                    if (cases[i].packed && s > 0) {
+                        CHECK(op->in[s] == -1, "%s: packed attention %d reads input %d", name, o, s);
+                        continue;
+                    }
+                    int pr = producer(&p, op->in[s]);
+                    const tg_tensor *x = &p.tensors[op->in[s]];
+                    CHECK(pr >= 0 && p.ops[pr].kind == TG_OP_MATMUL &&
+                              x->shape[1] == (cases[i].packed ? 3 : 1) * cfg.hidden,
+                          "%s: attention %d input %d (%s) is not a projection output", name, o, s, x->name);
+                }
+                static const char *const proj[3] = {".query", ".key", ".value"};
+                if (!cases[i].packed)
+                    for (int s = 0; s < 3; s++)
+                        CHECK(strstr(p.tensors[op->in[s]].name, proj[s]) != NULL, "%s: attention %d input %d is %s",
+                              name, o, s, p.tensors[op->in[s]].name);
+                else
+                    CHECK(strstr(p.tensors[op->in[0]].name, "c_attn") != NULL, "%s: attention %d reads %s", name, o,
+                          p.tensors[op->in[0]].name);
+                CHECK(p.tensors[op->out[1]].dtype == TG_F32 && tg_tensor_numel(&p.tensors[op->out[1]]) == B * H * T,
+                      "%s: LSE [B,H,T] fp32", name);
+            }
+            if (op->kind == TG_OP_ATTENTION_BWD) {
+                /* Its forward: the ATTENTION whose O and LSE it reads, with the same parameters. */
+                int found = 0;
+                for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++) {
+                    const tg_op *f = &p.ops[k];
+                    if (f->kind != TG_OP_ATTENTION || f->out[0] != op->in[1]) continue;
+                    found = f->out[1] == op->in[2] && f->in[3] == op->in[3] && f->in[4] == op->in[4] &&
+                            !memcmp(f->i, op->i, sizeof f->i) && !memcmp(f->f, op->f, sizeof f->f);
+                    for (int s = 0; s < 3; s++) found &= f->in[s] == op->in[5 + s];
+                }
+                CHECK(found, "%s: attention_bwd %d does not match its forward", name, o);
+                for (int s = 0; s < 3; s++) {
+                    int want = !cases[i].packed || s == 0;
+                    CHECK((op->out[s] >= 0) == want, "%s: attention_bwd %d output %d", name, o, s);
+                }
+                CHECK(op->out[3] >= 0 && tg_tensor_numel(&p.tensors[op->out[3]]) == B * H * T,
+                      "%s: attention_bwd %d delta", name, o);
+            }
+        }
+        /* FLOPs: the fused ops count 4*B*H*T*T*Dh forward (halved when causal) and twice that
+         * backward; the unfused QK^T and PV matmuls count the full square, and the softmax
+         * ops count 6 per score forward and backward (5, plus the dropout multiply). */
+        double bhtt = (double)B * H * T * T, fwd = 4.0 * bhtt * Dh * (cases[i].causal ? 0.5 : 1.0);
+        double unfused_attn = 3 * 4.0 * bhtt * Dh + 2 * 6.0 * bhtt;
+        double want = q.flops_per_step - L * (unfused_attn - 3 * fwd);
+        CHECK(fabs(p.flops_per_step - want) <= 1e-9 * want, "%s: flops %.9g, expected %.9g", name, p.flops_per_step,
+              want);
+        tg_plan_free(&p), tg_plan_free(&q);
+    }
+}
+
+/* Heads wider than 128 (the CUDA kernel's limit) get the unfused attention even when the
+ * job asks for the fused one; 128 itself is fused. */
+TG_TEST(test_compile_attention_head_dim_limit) {
+    tg_model_config cfg;
+    tg_err err;
+    memset(&cfg, 0, sizeof cfg);
+    REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
+    cfg.hidden = 256;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "tiny-bert");
+    job.batch = 2, job.seq = 8, job.steps = 1;
+    const struct {
+        int heads, fused;
+    } cases[] = {{2, 1}, {1, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        cfg.heads = cases[i].heads;
+        tg_plan p;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        int k[TG_OP_COUNT];
+        count_kinds(&p, k);
+        CHECK(tg_fused_attention(&job, &cfg) == cases[i].fused, "Dh %d: fusion rule", 256 / cases[i].heads);
+        CHECK(k[TG_OP_ATTENTION] == (cases[i].fused ? cfg.layers : 0) &&
+                  k[TG_OP_ATTN_SOFTMAX] == (cases[i].fused ? 0 : cfg.layers),
+              "Dh %d: %d attention ops, %d softmax ops", 256 / cases[i].heads, k[TG_OP_ATTENTION],
+              k[TG_OP_ATTN_SOFTMAX]);
+        check_plan_memory(&p, "head dim limit");
+        /* inspect says what the plan runs, and that the job asked for something else. */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        REQUIRE(f, "open_memstream");
+        CHECK(tg_plan_inspect(&p, f, 0, &err) == 0, "%s", err.msg);
+        fclose(f);
+        const char *want = cases[i].fused ? "attention: fused\n" : "attention: unfused (job asks fused)\n";
+        CHECK(buf && strstr(buf, want), "inspect lacks '%s'", want);
+        free(buf);
+        tg_plan_free(&p);
+    }
+}
+
+/* Every op kind has a name and a compiler row. */
+TG_TEST(test_compile_op_table_complete) {
+    for (int k = 0; k < TG_OP_COUNT; k++) {
+        const tg_op_row *row = tg_op_row_of(k);
+        CHECK(strcmp(tg_op_name(k), "?") != 0 && row->check_shapes && row->flops, "op kind %d (%s) lacks a row or name",
+              k, tg_op_name(k));
+    }
+    CHECK(!strcmp(tg_op_name(TG_OP_ATTENTION), "attention") && !strcmp(tg_op_name(TG_OP_ATTENTION_BWD), "attention_bwd"),
+          "attention op names");
+    CHECK(tg_op_row_of(TG_OP_ATTENTION)->backward && !tg_op_row_of(TG_OP_ATTENTION_BWD)->backward,
+          "attention is differentiated, its backward is not");
 }
 
 TG_TEST(test_compile_lm_head_padded) {

@@ -66,7 +66,7 @@ static int load_input(golden_case *c, const char *name, int tensor) {
     return CHECK(rc == 0, "%s: %s", name, err.msg);
 }
 
-static int open_case(golden_case *c, const char *name) {
+static int open_case(golden_case *c, const char *name, int attention) {
     memset(c, 0, sizeof *c);
     char dir[256], path[320];
     snprintf(dir, sizeof dir, GOLDEN_DIR "/%s", name);
@@ -101,7 +101,13 @@ static int open_case(golden_case *c, const char *name) {
     if (!CHECK(job.batch > 0 && job.seq > 0 && job.lr > 0 && job.steps > 0 && job.grad_clip > 0,
                "%s: meta.json lacks B, T, optimizer, schedule or max_grad_norm", name))
         return 0;
+    job.attention = attention;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &c->plan, &err) == 0, "%s: %s", name, err.msg)) return 0;
+    int fused_ops = 0;
+    for (int o = 0; o < c->plan.n_ops; o++) fused_ops += c->plan.ops[o].kind == TG_OP_ATTENTION;
+    if (!CHECK(fused_ops == (attention == TG_ATTENTION_FUSED ? cfg.layers : 0), "%s: %d fused attention ops with %s",
+               name, fused_ops, tg_attention_mode_name(attention)))
+        return 0;
     tg_trainer_options opts = {.device = tg_test_device(), .threads = 0, .load_data = 0};
     if (!CHECK(tg_trainer_open(&c->tr, &c->plan, &opts, &err) == 0, "%s: %s", name, err.msg)) return 0;
     CHECK(c->tr.weights.missing == 0, "%s: %d parameters not in model.safetensors (first %s)", name,
@@ -195,9 +201,9 @@ static void check_scalar_series(golden_case *c, const char *name, const char *ke
     free(want);
 }
 
-static void run_golden(const char *name) {
+static void run_golden(const char *name, int attention) {
     golden_case c;
-    if (!open_case(&c, name)) {
+    if (!open_case(&c, name, attention)) {
         close_case(&c);
         return;
     }
@@ -247,7 +253,10 @@ static void run_golden(const char *name) {
     close_case(&c);
 }
 
-TG_TEST(test_golden_bert_classify) { run_golden("bert_classify"); }
-TG_TEST(test_golden_roberta_classify) { run_golden("roberta_classify"); }
-TG_TEST(test_golden_gpt2_lm) { run_golden("gpt2_lm"); }
-TG_TEST(test_golden_gpt2_classify) { run_golden("gpt2_classify"); }
+/* The default plans (fused attention), then the unfused attention, the comparison baseline. */
+TG_TEST(test_golden_bert_classify) { run_golden("bert_classify", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_roberta_classify) { run_golden("roberta_classify", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_gpt2_lm) { run_golden("gpt2_lm", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_gpt2_classify) { run_golden("gpt2_classify", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_bert_classify_unfused) { run_golden("bert_classify", TG_ATTENTION_UNFUSED); }
+TG_TEST(test_golden_gpt2_lm_unfused) { run_golden("gpt2_lm", TG_ATTENTION_UNFUSED); }

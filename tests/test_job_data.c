@@ -59,7 +59,8 @@ TG_TEST(test_job_valid_parses) {
                                  "pad_token_id = 1\n"
                                  "log_every = 7\n"
                                  "train_data = /abs/train.jsonl\n"
-                                 "eval_data = /abs/eval.jsonl\n");
+                                 "eval_data = /abs/eval.jsonl\n"
+                                 "attention = unfused\n");
     REQUIRE(path, "write");
     tg_job j;
     tg_err err = {{0}};
@@ -79,6 +80,9 @@ TG_TEST(test_job_valid_parses) {
     CHECK(strcmp(j.eval_data, "/abs/eval.jsonl") == 0, "eval %s", j.eval_data);
     CHECK(j.key_line[TG_JOB_MODEL] == 2 && j.key_line[TG_JOB_EVAL_DATA] == 22, "lines %d %d",
           j.key_line[TG_JOB_MODEL], j.key_line[TG_JOB_EVAL_DATA]);
+    CHECK(j.attention == TG_ATTENTION_UNFUSED && j.key_line[TG_JOB_ATTENTION] == 23, "attention %d line %d",
+          j.attention, j.key_line[TG_JOB_ATTENTION]);
+    CHECK(strcmp(tg_job_key_name(TG_JOB_ATTENTION), "attention") == 0, "attention key name");
     char buf[1200], want[1200];
     snprintf(want, sizeof want, "%s:10", path);
     CHECK(strcmp(tg_job_where(&j, TG_JOB_LR, buf, sizeof buf), want) == 0, "where %s", buf);
@@ -133,6 +137,7 @@ TG_TEST(test_job_defaults_applied) {
     CHECK(j.lr == 5e-5f && j.beta1 == 0.9f && j.beta2 == 0.999f && j.eps == 1e-8f, "adam");
     CHECK(j.weight_decay == 0.01f && j.warmup_steps == 0 && j.grad_clip == 1.0f, "wd/clip");
     CHECK(j.seed == 42 && j.log_every == 1 && j.pad_token_id == -1, "seed/log/pad");
+    CHECK(j.attention == TG_ATTENTION_FUSED && j.key_line[TG_JOB_ATTENTION] == 0, "attention defaults to fused");
     CHECK(j.eval_data[0] == 0, "no eval");
     CHECK(j.key_line[TG_JOB_LR] == 0 && j.key_line[TG_JOB_STEPS] == 3, "lines");
     char buf[1200], want[1200];
@@ -167,10 +172,11 @@ TG_TEST(test_job_set_overrides) {
     const char *path = write_tmp("job.txt", BASE "lr = 1e-3\nbatch = 4\n");
     REQUIRE(path, "write");
     const char *ov[] = {"lr=3e-4", " batch = 32 ", "train_data=rel/x.jsonl", "task=lm",
-                        "epochs=2"};
+                        "epochs=2", "attention=unfused"};
     tg_job j;
     tg_err err = {{0}};
-    REQUIRE(tg_job_load(path, ov, 5, &j, &err) == 0, "load: %s", err.msg);
+    REQUIRE(tg_job_load(path, ov, 6, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(j.attention == TG_ATTENTION_UNFUSED && j.key_line[TG_JOB_ATTENTION] == -1, "--set attention");
     CHECK(j.lr == 3e-4f && j.batch == 32, "lr %g batch %d", j.lr, j.batch);
     CHECK(strcmp(j.train_data, "rel/x.jsonl") == 0, "override path kept: %s", j.train_data);
     CHECK(j.key_line[TG_JOB_LR] == -1 && j.key_line[TG_JOB_BATCH] == -1, "lines -1");
@@ -257,6 +263,16 @@ TG_TEST(test_job_error_bad_enum) {
                      NULL);
     expect_job_error(BASE "eval_data = \"unterminated\n", NULL, 0, "job.txt:4: key 'eval_data'",
                      "unterminated", NULL);
+}
+
+TG_TEST(test_job_error_bad_attention) {
+    expect_job_error(BASE "attention = flash\n", NULL, 0,
+                     "job.txt:4: key 'attention': 'flash' is not one of fused, unfused", NULL, NULL);
+    expect_job_error(BASE "attention =\n", NULL, 0, "job.txt:4: key 'attention': '' is not one of", NULL, NULL);
+    const char *upper[] = {"attention=Fused"};
+    expect_job_error(BASE, upper, 1, "--set attention=Fused: key 'attention'", "'Fused'", "fused, unfused");
+    expect_job_error(BASE "atention = fused\n", NULL, 0, "job.txt:4: key 'atention'", "did you mean 'attention'?",
+                     NULL);
 }
 
 TG_TEST(test_job_error_steps_epochs) {

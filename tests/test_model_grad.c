@@ -129,3 +129,107 @@ TG_TEST(test_model_grad_tiny_gpt2_classify) { gradcheck_model("tiny-gpt2", TG_TA
 
 /* A vocabulary that is not a multiple of 64: the tied LM head reads a zero-padded view. */
 TG_TEST(test_model_grad_tiny_gpt2_lm_padded_vocab) { gradcheck_model_vocab("tiny-gpt2", TG_TASK_LM, 0, 101); }
+
+/* ---- fused vs unfused attention ------------------------------------------------------ */
+
+static int count_kind(const tg_plan *p, int kind) {
+    int n = 0;
+    for (int o = 0; o < p->n_ops; o++) n += p->ops[o].kind == kind;
+    return n;
+}
+
+/* ||a - b|| <= 1e-5 ||b||, or within `floor` (absolute) for a gradient that is zero in exact
+ * arithmetic: softmax ignores a shift shared by all keys, so the attention key biases get
+ * only rounding noise, which differs between any two correct orders of summation. */
+static int grads_match(const float *a, const float *b, int64_t n, double floor, double *rel) {
+    double diff = tg_l2_diff(a, b, n), norm = 0;
+    for (int64_t i = 0; i < n; i++) norm += (double)b[i] * b[i];
+    norm = sqrt(norm);
+    *rel = diff / fmax(norm, 1e-30);
+    return diff <= 1e-5 * norm || diff <= floor;
+}
+
+/* One training step (dropout on) of the fused and the unfused plan of one job, from the
+ * same weights and batch: the same function with the same dropout masks, so the loss, the
+ * gradient norm and every parameter gradient agree to 1e-5. */
+static void fused_matches_unfused(const char *preset, int task, int num_labels) {
+    tg_model_config cfg;
+    tg_err err;
+    memset(&cfg, 0, sizeof cfg);
+    REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
+    REQUIRE(cfg.attention_dropout > 0 && cfg.hidden_dropout > 0, "%s should have dropout on", preset);
+    cfg.initializer_range = 0.2f; /* attention far from uniform */
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "%s", preset);
+    job.task = task, job.num_labels = num_labels, job.batch = 3, job.seq = 7, job.steps = 2, job.seed = 5;
+    job.pad_token_id = cfg.pad_token_id >= 0 ? -1 : 0;
+    tg_plan plans[2];
+    tg_trainer tr[2];
+    const int modes[2] = {TG_ATTENTION_FUSED, TG_ATTENTION_UNFUSED};
+    for (int m = 0; m < 2; m++) {
+        job.attention = modes[m];
+        REQUIRE(tg_compile_with_config(&job, &cfg, &plans[m], &err) == 0, "%s", err.msg);
+    }
+    const tg_plan *f = &plans[0], *u = &plans[1];
+    CHECK(count_kind(f, TG_OP_ATTENTION) == cfg.layers && count_kind(f, TG_OP_ATTN_SOFTMAX) == 0 &&
+              count_kind(u, TG_OP_ATTENTION) == 0 && count_kind(u, TG_OP_ATTN_SOFTMAX) == cfg.layers,
+          "%s: the plans do not differ in their attention", preset);
+    /* The same parameters at the same offsets, so one weight image fits both. */
+    REQUIRE(f->pool_bytes[TG_POOL_PARAMS] == u->pool_bytes[TG_POOL_PARAMS], "%s: parameter pools differ", preset);
+    int params = 0, layout_ok = 1;
+    for (int t = 0; t < f->n_tensors; t++) {
+        const tg_tensor *x = &f->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        params++;
+        int found = 0;
+        for (int v = 0; v < u->n_tensors; v++)
+            found |= !strcmp(u->tensors[v].name, x->name) && u->tensors[v].offset == x->offset &&
+                     u->tensors[v].bytes == x->bytes && (u->tensors[v].flags & TG_TENSOR_PARAM);
+        layout_ok &= found;
+    }
+    REQUIRE(layout_ok && params > 10, "%s: parameter layouts differ", preset);
+
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    size_t pbytes = f->pool_bytes[TG_POOL_PARAMS];
+    float *weights = malloc(pbytes), *grads[2] = {malloc(pbytes), malloc(pbytes)};
+    tg_step_stats st[2];
+    for (int m = 0; m < 2; m++) {
+        REQUIRE(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg);
+        rng_state = 0x5DEECE66Dull; /* the same batch in both */
+        fill_inputs(&tr[m], &plans[m]);
+        if (m == 0)
+            REQUIRE(tg_trainer_read(&tr[0], f->io.params_all, weights, &err) == 0, "%s", err.msg);
+        else
+            REQUIRE(tg_trainer_write(&tr[1], u->io.params_all, weights, &err) == 0, "%s", err.msg);
+        REQUIRE(tg_trainer_run_step(&tr[m], &st[m], &err) == 0, "%s", err.msg);
+        REQUIRE(tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err) == 0, "%s", err.msg);
+    }
+    CHECK(isfinite(st[0].loss) && fabs(st[0].loss - st[1].loss) <= 1e-5 * fabs(st[1].loss),
+          "%s: loss fused %.9g, unfused %.9g", preset, st[0].loss, st[1].loss);
+    CHECK(fabs(st[0].grad_norm - st[1].grad_norm) <= 1e-5 * st[1].grad_norm && st[1].grad_norm > 0,
+          "%s: gradient norm fused %.9g, unfused %.9g", preset, st[0].grad_norm, st[1].grad_norm);
+    /* The whole gradient, then each parameter's; noise-level floor: 1e-7 of the whole norm. */
+    int64_t n_all = (int64_t)(pbytes / 4);
+    double rel_all = 0;
+    CHECK(grads_match(grads[0], grads[1], n_all, 0.0, &rel_all), "%s: gradients differ by %.3g relative", preset,
+          rel_all);
+    double floor = 1e-7 * st[1].grad_norm;
+    int floored = 0;
+    for (int t = 0; t < f->n_tensors; t++) {
+        const tg_tensor *x = &f->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        double rel;
+        const float *a = grads[0] + x->offset / 4, *b = grads[1] + x->offset / 4;
+        int ok = grads_match(a, b, tg_tensor_numel(x), floor, &rel);
+        CHECK(ok, "%s: %s: gradient differs by %.3g relative", preset, x->name, rel);
+        floored += ok && rel > 1e-5;
+    }
+    /* Only the key biases may need the floor. */
+    CHECK(floored <= cfg.layers, "%s: %d parameters matched only within the noise floor", preset, floored);
+    for (int m = 0; m < 2; m++) tg_trainer_close(&tr[m]), tg_plan_free(&plans[m]);
+    free(weights), free(grads[0]), free(grads[1]);
+}
+
+TG_TEST(test_model_fused_attention_tiny_bert) { fused_matches_unfused("tiny-bert", TG_TASK_CLASSIFY, 3); }
+TG_TEST(test_model_fused_attention_tiny_gpt2_lm) { fused_matches_unfused("tiny-gpt2", TG_TASK_LM, 0); }

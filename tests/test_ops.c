@@ -868,6 +868,315 @@ TG_TEST(test_op_attn_softmax_dropout_grad) {
     }
 }
 
+/* ---- fused attention ---------------------------------------------------------------------- */
+
+#define FA_SEED 2718u
+#define FA_KEY 4
+#define FA_STEP 11.0f
+
+typedef struct fa_case {
+    const char *name;
+    int64_t B, H, T, Dh;
+    int packed, causal;
+    float p;           /* attention dropout */
+    const float *mask; /* [B,T], or NULL */
+} fa_case;
+
+typedef struct fa_ctx {
+    fa_case c;
+    int training;
+    float *x[3];  /* q, k, v; only x[0] (qkv) when packed */
+    float *O, *LSE, *r;
+} fa_ctx;
+
+static int64_t fa_rows(const fa_case *c) { return c->B * c->T; }
+static int64_t fa_width(const fa_case *c) { return c->H * c->Dh; }
+/* Elements of input x[s]. */
+static int64_t fa_in_numel(const fa_case *c) { return fa_rows(c) * fa_width(c) * (c->packed ? 3 : 1); }
+static int fa_parts(const fa_case *c) { return c->packed ? 1 : 3; }
+
+static tg_op fa_op(const fa_case *c, int kind) {
+    tg_op op = mkop(kind);
+    op.i[0] = c->B, op.i[1] = c->H, op.i[2] = c->T, op.i[3] = c->causal, op.i[4] = FA_KEY;
+    op.i[5] = c->packed, op.i[6] = c->Dh;
+    op.f[0] = 1.0f / sqrtf((float)c->Dh), op.f[1] = c->p;
+    return op;
+}
+
+static void fa_forward(fa_ctx *c, tg_threadpool *tp) {
+    tg_op op = fa_op(&c->c, TG_OP_ATTENTION);
+    float step = FA_STEP;
+    tg_cpu_op_args a = {.op = &op, .in = {c->x[0], c->x[1], c->x[2], (void *)c->c.mask, c->c.p > 0 ? &step : NULL},
+                        .out = {c->O, c->LSE}, .seed = FA_SEED, .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+/* dx[s] are the gradients of x[s]; delta [B,H,T]. */
+static void fa_backward(const fa_ctx *c, const float *dO, float *const *dx, float *delta, tg_threadpool *tp) {
+    tg_op op = fa_op(&c->c, TG_OP_ATTENTION_BWD);
+    float step = FA_STEP;
+    tg_cpu_op_args a = {.op = &op,
+                        .in = {(void *)dO, c->O, c->LSE, (void *)c->c.mask, c->c.p > 0 ? &step : NULL, c->x[0],
+                               c->x[1], c->x[2]},
+                        .out = {dx[0], dx[1], dx[2], delta}, .seed = FA_SEED, .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+static double fa_loss(void *p) {
+    fa_ctx *c = p;
+    fa_forward(c, NULL);
+    return dot(c->r, c->O, fa_rows(&c->c) * fa_width(&c->c));
+}
+
+static void fa_init(fa_ctx *c, const fa_case *fc, uint64_t seed) {
+    memset(c, 0, sizeof *c);
+    c->c = *fc;
+    c->training = 1;
+    for (int s = 0; s < fa_parts(fc); s++) c->x[s] = frand(fa_in_numel(fc), seed + (uint64_t)s, -1, 1);
+    c->O = fconst(fa_rows(fc) * fa_width(fc), NAN);
+    c->LSE = fconst(fc->B * fc->H * fc->T, NAN);
+    c->r = frand(fa_rows(fc) * fa_width(fc), seed + 7, -1, 1);
+}
+
+static void fa_free(fa_ctx *c) {
+    for (int s = 0; s < 3; s++) free(c->x[s]);
+    free(c->O), free(c->LSE), free(c->r);
+}
+
+/* Element d of head h of row (b, t) of Q (part 0), K (1) or V (2). */
+static double fa_at(const fa_ctx *c, int part, int64_t b, int64_t t, int64_t h, int64_t d) {
+    int64_t D = fa_width(&c->c);
+    if (c->c.packed) return c->x[0][(b * c->c.T + t) * 3 * D + part * D + h * c->c.Dh + d];
+    return c->x[part][(b * c->c.T + t) * D + h * c->c.Dh + d];
+}
+
+/* The definition in double, with the mask drawn element by element from Philox:
+ * O [B*T, D] and LSE [B,H,T] (0 for rows without a kept key). */
+static void fa_reference(const fa_ctx *c, double *O, double *LSE) {
+    const fa_case *fc = &c->c;
+    int64_t T = fc->T, H = fc->H, Dh = fc->Dh, D = fa_width(fc);
+    double scale = 1.0f / sqrtf((float)Dh);
+    double *s = malloc(sizeof(double) * (size_t)T);
+    for (int64_t b = 0; b < fc->B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t q = 0; q < T; q++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t k = 0; k < T; k++) {
+                    int kept = (!fc->mask || fc->mask[b * T + k] != 0) && (!fc->causal || k <= q);
+                    s[k] = -INFINITY;
+                    if (!kept) continue;
+                    double dq = 0;
+                    for (int64_t d = 0; d < Dh; d++) dq += fa_at(c, 0, b, q, h, d) * fa_at(c, 1, b, k, h, d);
+                    s[k] = scale * dq;
+                    mx = fmax(mx, s[k]);
+                }
+                double *orow = O + (b * T + q) * D + h * Dh;
+                for (int64_t d = 0; d < Dh; d++) orow[d] = 0;
+                if (mx == -INFINITY) {
+                    LSE[(b * H + h) * T + q] = 0;
+                    continue;
+                }
+                for (int64_t k = 0; k < T; k++)
+                    if (s[k] != -INFINITY) sum += exp(s[k] - mx);
+                LSE[(b * H + h) * T + q] = mx + log(sum);
+                for (int64_t k = 0; k < T; k++) {
+                    if (s[k] == -INFINITY) continue;
+                    double P = exp(s[k] - mx) / sum;
+                    if (c->training && fc->p > 0) {
+                        uint64_t e = (uint64_t)(((b * H + h) * T + q) * T + k);
+                        P = tg_philox_uniform(FA_SEED, (uint64_t)FA_STEP, FA_KEY, e) >= fc->p ? P / (1.0 - fc->p) : 0;
+                    }
+                    for (int64_t d = 0; d < Dh; d++) orow[d] += P * fa_at(c, 2, b, k, h, d);
+                }
+            }
+    free(s);
+}
+
+/* The unfused ops the builder emits without fused attention (heads split, QK^T, softmax
+ * with its fused dropout, PV, heads merge), run on the same inputs: O [B*T, D]. */
+static void fa_unfused(const fa_ctx *c, float *O) {
+    const fa_case *fc = &c->c;
+    int64_t B = fc->B, H = fc->H, T = fc->T, Dh = fc->Dh, part = B * H * T * Dh, sq = B * H * T * T;
+    float *heads[3], *scores = falloc(sq), *probs = falloc(sq), *dropped = falloc(sq), *ctx = falloc(part);
+    for (int s = 0; s < 3; s++) heads[s] = falloc(part);
+    for (int s = 0; s < fa_parts(fc); s++) {
+        tg_op op = mkop(TG_OP_HEADS_SPLIT);
+        op.i[0] = B, op.i[1] = T, op.i[2] = H, op.i[3] = Dh, op.i[4] = fc->packed ? 3 : 1;
+        tg_cpu_op_args a = {.op = &op, .in = {c->x[s]}};
+        if (fc->packed)
+            for (int q = 0; q < 3; q++) a.out[q] = heads[q];
+        else
+            a.out[0] = heads[s];
+        tg_cpu_op_run(&a);
+    }
+    mm_case qk = {T, T, Dh, B * H, 0, 1, 0, 1.0f}, pv = {T, Dh, T, B * H, 0, 0, 0, 1.0f};
+    run_matmul(&qk, heads[0], heads[1], NULL, scores, pool3());
+    tg_op sm = mkop(TG_OP_ATTN_SOFTMAX);
+    sm.i[0] = B, sm.i[1] = H, sm.i[2] = T, sm.i[3] = fc->causal, sm.i[4] = FA_KEY;
+    sm.f[0] = 1.0f / sqrtf((float)Dh), sm.f[1] = fc->p;
+    float step = FA_STEP;
+    tg_cpu_op_args a = {.op = &sm, .in = {scores, (void *)fc->mask, &step}, .out = {probs, dropped},
+                        .seed = FA_SEED, .training = c->training, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    run_matmul(&pv, dropped, heads[2], NULL, ctx, pool3());
+    tg_op merge = mkop(TG_OP_HEADS_MERGE);
+    merge.i[0] = B, merge.i[1] = T, merge.i[2] = H, merge.i[3] = Dh, merge.i[4] = 1;
+    tg_cpu_op_args m = {.op = &merge, .in = {ctx}, .out = {O}};
+    tg_cpu_op_run(&m);
+    for (int s = 0; s < 3; s++) free(heads[s]);
+    free(scores), free(probs), free(dropped), free(ctx);
+}
+
+/* T = 5 and 8 (Philox blocks of 4 straddle rows or not), Dh = 8 and 16, every form. Batch 1
+ * of the T = 5 mask drops key 0, so under the causal mask its query 0 keeps no key. */
+static const float fa_mask5[2 * 5] = {1, 1, 0, 1, 1, 0, 1, 1, 1, 0};
+static const float fa_mask8[2 * 8] = {1, 1, 1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 0};
+static const fa_case fa_cases[] = {
+    {"unpacked T=5 Dh=8 masked", 2, 2, 5, 8, 0, 0, 0.0f, fa_mask5},
+    {"unpacked causal T=8 Dh=16 masked dropout", 2, 2, 8, 16, 0, 1, 0.3f, fa_mask8},
+    {"packed causal T=5 Dh=8 dropout", 2, 3, 5, 8, 1, 1, 0.25f, NULL},
+    {"packed T=8 Dh=16 masked", 2, 2, 8, 16, 1, 0, 0.0f, fa_mask8},
+    {"unpacked T=8 Dh=8 dropout", 2, 2, 8, 8, 0, 0, 0.2f, NULL},
+    {"packed causal T=5 Dh=16 masked dropout", 2, 2, 5, 16, 1, 1, 0.3f, fa_mask5},
+    {"unpacked causal T=5 Dh=8 masked", 2, 3, 5, 8, 0, 1, 0.0f, fa_mask5},
+};
+
+TG_TEST(test_op_attention_forward) {
+    for (size_t i = 0; i < sizeof fa_cases / sizeof fa_cases[0]; i++) {
+        const fa_case *fc = &fa_cases[i];
+        fa_ctx c;
+        fa_init(&c, fc, 100 + 10 * i);
+        int64_t n = fa_rows(fc) * fa_width(fc), nl = fc->B * fc->H * fc->T;
+        fa_forward(&c, pool3());
+        CHECK(count_nan(c.O, n) == 0 && count_nan(c.LSE, nl) == 0, "%s: O or LSE unwritten", fc->name);
+        double *refO = malloc(sizeof(double) * (size_t)n), *refL = malloc(sizeof(double) * (size_t)nl);
+        fa_reference(&c, refO, refL);
+        double num = 0, den = 0, lse_err = 0;
+        for (int64_t k = 0; k < n; k++) num += pow(c.O[k] - refO[k], 2), den += refO[k] * refO[k];
+        for (int64_t k = 0; k < nl; k++) lse_err = fmax(lse_err, fabs(c.LSE[k] - refL[k]) / fmax(1.0, fabs(refL[k])));
+        CHECK(sqrt(num) <= 1e-5 * sqrt(den) && den > 0, "%s: O vs double reference: rel err %.3g", fc->name,
+              sqrt(num / den));
+        CHECK(lse_err <= 1e-6, "%s: LSE vs double reference: %.3g", fc->name, lse_err);
+
+        /* The unfused ops on the same inputs: the same function and the same mask. */
+        float *unfused = fconst(n, NAN);
+        fa_unfused(&c, unfused);
+        double rel = tg_rel_err(c.O, unfused, n);
+        CHECK(rel <= 1e-5, "%s: fused vs unfused ops: rel err %.3g", fc->name, rel);
+
+        /* Thread count does not matter. */
+        float *O1 = falloc(n), *L1 = falloc(nl);
+        memcpy(O1, c.O, (size_t)n * 4), memcpy(L1, c.LSE, (size_t)nl * 4);
+        fa_forward(&c, NULL);
+        CHECK(!memcmp(O1, c.O, (size_t)n * 4) && !memcmp(L1, c.LSE, (size_t)nl * 4),
+              "%s: result depends on the thread count", fc->name);
+
+        if (fc->p > 0) {
+            /* The mask is real: without it the output moves, and eval mode is p = 0. */
+            fa_ctx e = c;
+            e.O = fconst(n, NAN);
+            e.training = 0;
+            fa_forward(&e, pool3());
+            CHECK(tg_rel_err(O1, e.O, n) > 1e-2, "%s: dropout changed nothing (%.3g)", fc->name,
+                  tg_rel_err(O1, e.O, n));
+            float *O0 = fconst(n, NAN);
+            e.O = O0;
+            e.training = 1, e.c.p = 0.0f;
+            fa_forward(&e, pool3());
+            e.O = fconst(n, NAN);
+            e.training = 0, e.c.p = fc->p;
+            fa_forward(&e, NULL);
+            CHECK(!memcmp(O0, e.O, (size_t)n * 4), "%s: eval mode differs from p = 0", fc->name);
+            free(O0), free(e.O);
+        }
+        free(refO), free(refL), free(unfused), free(O1), free(L1);
+        fa_free(&c);
+    }
+}
+
+TG_TEST(test_op_attention_grad) {
+    static const char *const part_names[3] = {"dq", "dk", "dv"};
+    for (size_t i = 0; i < sizeof fa_cases / sizeof fa_cases[0]; i++) {
+        const fa_case *fc = &fa_cases[i];
+        fa_ctx c;
+        fa_init(&c, fc, 200 + 10 * i);
+        int64_t nin = fa_in_numel(fc), nl = fc->B * fc->H * fc->T;
+        fa_forward(&c, pool3());
+        float *dx[3] = {NULL, NULL, NULL}, *dx1[3] = {NULL, NULL, NULL};
+        for (int s = 0; s < fa_parts(fc); s++) dx[s] = fconst(nin, NAN), dx1[s] = fconst(nin, NAN);
+        float *delta = fconst(nl, NAN), *delta1 = fconst(nl, NAN);
+        fa_backward(&c, c.r, dx, delta, pool3());
+        for (int s = 0; s < fa_parts(fc); s++)
+            CHECK(count_nan(dx[s], nin) == 0, "%s: input gradient %d not fully written", fc->name, s);
+        /* delta = rowwise dO . O per head. */
+        double worst = 0;
+        for (int64_t b = 0; b < fc->B; b++)
+            for (int64_t h = 0; h < fc->H; h++)
+                for (int64_t q = 0; q < fc->T; q++) {
+                    int64_t off = (b * fc->T + q) * fa_width(fc) + h * fc->Dh;
+                    double want = dot(c.r + off, c.O + off, fc->Dh);
+                    worst = fmax(worst, fabs(delta[(b * fc->H + h) * fc->T + q] - want));
+                }
+        CHECK(worst <= 1e-6, "%s: delta differs from sum dO * O by %.3g", fc->name, worst);
+        for (int s = 0; s < fa_parts(fc); s++) {
+            char what[128];
+            snprintf(what, sizeof what, "attention %s: %s", fc->name, fc->packed ? "dqkv" : part_names[s]);
+            grad_check(what, fa_loss, &c, c.x[s], nin, dx[s]);
+        }
+        /* Thread count does not matter. */
+        fa_forward(&c, NULL);
+        fa_backward(&c, c.r, dx1, delta1, NULL);
+        int same = !memcmp(delta, delta1, (size_t)nl * 4);
+        for (int s = 0; s < fa_parts(fc); s++) same &= !memcmp(dx[s], dx1[s], (size_t)nin * 4);
+        CHECK(same, "%s: backward depends on the thread count", fc->name);
+        for (int s = 0; s < 3; s++) free(dx[s]), free(dx1[s]);
+        free(delta), free(delta1);
+        fa_free(&c);
+    }
+}
+
+/* A sequence whose keys are all masked (and, causal, query 0 of a sequence whose key 0 is
+ * masked) keeps no key: O = 0, LSE = 0, zero gradients, and no NaN anywhere. */
+TG_TEST(test_op_attention_no_kept_key) {
+    static const float mask[2 * 6] = {0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0};
+    for (int form = 0; form < 4; form++) {
+        fa_case fc = {"no kept key", 2, 2, 6, 8, form & 1, form >> 1, form & 1 ? 0.3f : 0.0f, mask};
+        fa_ctx c;
+        fa_init(&c, &fc, 300 + form);
+        int64_t D = fa_width(&fc), W = fc.packed ? 3 * D : D, T = fc.T, nin = fa_in_numel(&fc);
+        int64_t n = fa_rows(&fc) * D, nl = fc.B * fc.H * T;
+        fa_forward(&c, pool3());
+        float *dx[3] = {NULL, NULL, NULL}, *delta = fconst(nl, NAN);
+        for (int s = 0; s < fa_parts(&fc); s++) dx[s] = fconst(nin, NAN);
+        fa_backward(&c, c.r, dx, delta, pool3());
+        int64_t nan = count_nan(c.O, n) + count_nan(c.LSE, nl) + count_nan(delta, nl);
+        for (int s = 0; s < fa_parts(&fc); s++) nan += count_nan(dx[s], nin);
+        CHECK(nan == 0, "form %d: %lld NaN in outputs or gradients", form, (long long)nan);
+        /* Batch 1 keeps nothing: every row of its O, LSE, delta and input gradients is 0. */
+        int nonzero = 0;
+        for (int64_t k = T * D; k < 2 * T * D; k++) nonzero += c.O[k] != 0.0f;
+        for (int64_t k = fc.H * T; k < 2 * fc.H * T; k++) nonzero += c.LSE[k] != 0.0f || delta[k] != 0.0f;
+        for (int s = 0; s < fa_parts(&fc); s++)
+            for (int64_t k = T * W; k < 2 * T * W; k++) nonzero += dx[s][k] != 0.0f;
+        CHECK(!nonzero, "form %d: %d nonzero values for the fully masked sequence", form, nonzero);
+        /* Batch 0 is alive, and under the causal mask its query 0 (key 0 masked) is not. */
+        double live = 0;
+        for (int64_t k = D; k < T * D; k++) live += fabs(c.O[k]);
+        CHECK(live > 0, "form %d: the unmasked sequence has a zero output", form);
+        if (fc.causal) {
+            int row0 = 0;
+            for (int64_t h = 0; h < fc.H; h++) row0 += c.LSE[h * T] != 0.0f;
+            for (int64_t d = 0; d < D; d++) row0 += c.O[d] != 0.0f;
+            for (int s = 0; s < fa_parts(&fc); s++)
+                for (int64_t d = 0; d < D; d++) row0 += dx[s][d] != 0.0f; /* dq of query 0 */
+            CHECK(!row0, "form %d: query 0 keeps no key but has %d nonzero values", form, row0);
+        }
+        for (int s = 0; s < 3; s++) free(dx[s]);
+        free(delta);
+        fa_free(&c);
+    }
+}
+
 /* ---- heads split / merge ---------------------------------------------------------------- */
 
 typedef struct heads_ctx {

@@ -76,6 +76,7 @@ static void build_plan(tg_plan *p) {
     j->seq = 4;
     j->precision = TG_PREC_BF16;
     j->allow_tf32 = 1;
+    j->attention = TG_ATTENTION_UNFUSED;
     j->lr = 5e-5f;
     j->beta1 = 0.9f;
     j->beta2 = 0.999f;
@@ -238,6 +239,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(job.seq);
     D_INT(job.precision);
     D_INT(job.allow_tf32);
+    D_INT(job.attention);
     D_BITS(job.lr);
     D_BITS(job.beta1);
     D_BITS(job.beta2);
@@ -323,11 +325,14 @@ static int has(const char *msg, const char *needle) { return strstr(msg, needle)
 TG_TEST(test_plan_file_round_trip) {
     tg_plan p, back;
     build_plan(&p);
+    p.ops[4].in[TG_OP_MAX_IN - 1] = T_LABELS; /* the last input slot is encoded too */
     tg_err err = {{0}};
     int rc = encode_decode(&p, &back, &err);
     REQUIRE(rc == 0, "round trip failed: %s", err.msg);
     char what[128] = "";
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
+    CHECK(back.ops[4].in[TG_OP_MAX_IN - 1] == T_LABELS && back.job.attention == TG_ATTENTION_UNFUSED,
+          "input slot %d or the attention mode lost", TG_OP_MAX_IN - 1);
     tg_plan_free(&p);
     tg_plan_free(&back);
 }
@@ -474,6 +479,7 @@ static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
 static void flip_payload(uint8_t *b, size_t len) { b[40 + (len - 40) / 2] ^= 0x10; }
 static void flip_checksum(uint8_t *b, size_t len) { b[35] ^= 0x01; }
 static void set_version_7(uint8_t *b, size_t len) { b[8] = 7; }
+static void set_version_2(uint8_t *b, size_t len) { b[8] = 2; }
 static void bad_magic(uint8_t *b, size_t len) { b[1] = 'X'; }
 static void bad_usize(uint8_t *b, size_t len) { b[16] ^= 0x04; }
 
@@ -504,6 +510,11 @@ TG_TEST(test_plan_file_wrong_version) {
              "plan.tgp: plan format version 7, this build reads version %d (recompile the job)",
              TG_PLAN_VERSION);
     CHECK(has(err.msg, want), "'%s'", err.msg);
+    /* Version 3 added the attention ops and 8 input slots: version 2 plans are refused. */
+    CHECK(TG_PLAN_VERSION == 3, "plan version %d", TG_PLAN_VERSION);
+    CHECK(decode_patched(set_version_2, &err) == -1 &&
+              has(err.msg, "plan.tgp: plan format version 2, this build reads version 3 (recompile the job)"),
+          "a version 2 plan: '%s'", err.msg);
 }
 
 TG_TEST(test_plan_file_bad_magic) {
@@ -536,6 +547,8 @@ static void bad_grad(tg_plan *p) { p->tensors[T_WTE].grad = 100; }
 static void bad_name(tg_plan *p) { memset(p->tensors[T_H].name, 'x', TG_NAME_MAX); }
 static void bad_source(tg_plan *p) { memset(p->model.source, 'x', TG_PATH_MAX); }
 static void bad_arch(tg_plan *p) { p->model.arch = TG_ARCH_COUNT; }
+static void bad_last_input(tg_plan *p) { p->ops[1].in[TG_OP_MAX_IN - 1] = 9999; }
+static void bad_attention(tg_plan *p) { p->job.attention = TG_ATTENTION_MODE_COUNT; }
 
 TG_TEST(test_plan_file_inconsistent_tables) {
     struct {
@@ -558,6 +571,8 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_name, "plan.tgp: tensor 6 name is 96 bytes, its field holds at most 95"},
         {bad_source, "plan.tgp: model source is 512 bytes"},
         {bad_arch, "plan.tgp: model arch 3"},
+        {bad_last_input, "plan.tgp: op 1 (matmul) input 7 refers to tensor 9999 of 19"},
+        {bad_attention, "plan.tgp: job attention mode 2 is not a known mode"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p, back;
@@ -658,7 +673,7 @@ TG_TEST(test_inspect_text) {
     if (getenv("TG_SHOW_INSPECT")) fputs(text, stderr); /* to eyeball the layout */
     const char *want[] = {
         "== forward (3 ops) ==", "== backward (4 ops) ==", "== optimizer (3 ops) ==",
-        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "0123456789abcdef",
+        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "attention: unfused\n", "0123456789abcdef",
         "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
         "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
@@ -723,6 +738,7 @@ TG_TEST(test_inspect_json) {
     CHECK(!strcmp(jsv(json_object_get(json_object_get(root, "model"), "arch")),
                   "bert"),
           "model arch");
+    CHECK(!strcmp(jsv(json_object_get(root, "attention")), "unfused"), "attention");
     CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&
               json_integer_value(json_object_get(root, "seq")) == 4,
           "batch/seq");

@@ -75,6 +75,35 @@ typedef enum tg_op_kind {
      * in eval mode. i[0]=B, i[1]=H, i[2]=T, i[4]=key, f[0]=scale, f[1]=p (i[3] as the
      * forward, unused). */
     TG_OP_ATTN_SOFTMAX_BWD,
+    /* Fused attention (scores, softmax, attention dropout and the PV product in one op; the
+     * [B,H,T,T] tensors are never stored). Q, K and V are read in the [B*T, H*Dh] layout
+     * the projections write, head h in columns h*Dh .. h*Dh+Dh-1:
+     *   i[5] = 1 (packed): in0 qkv [B*T, 3*H*Dh], Q = columns 0..D-1, K = D..2D-1,
+     *          V = 2D..3D-1 (D = H*Dh, GPT-2's c_attn); in1, in2 unused;
+     *   i[5] = 0: in0 q, in1 k, in2 v, each [B*T, H*Dh].
+     * in3 key mask float [B,T] (optional; 1 keep, 0 masked), in4 step counter (float [1];
+     * required when f[1] > 0) -> out0 O [B*T, H*Dh], out1 LSE float [B,H,T].
+     * For each (b, h, query q): s_k = f[0] * dot(Q[b,q,h], K[b,k,h]) over kept keys k (mask
+     * != 0, and k <= q when i[3] causal); P_k = exp(s_k - LSE) with LSE = log sum_k exp(s_k)
+     * (computed as max + log of the sum of exp(s - max)); D_k = P_k * keep_k * (1 / (1 - p))
+     * with keep_k = uniform(seed, step, key=i[4], e) >= p and e = ((b*H + h)*T + q)*T + k,
+     * exactly TG_OP_ATTN_SOFTMAX's mask (D = P when p == 0 or in eval mode);
+     * O[b,q,h] = sum_k D_k V[b,k,h]. A row with no kept key has O = 0 and LSE = 0.
+     * i[0]=B, i[1]=H, i[2]=T, i[3]=causal, i[4]=dropout stream key, i[5]=packed, i[6]=Dh,
+     * f[0]=scale, f[1]=p. The compiler emits it only for Dh <= 128, the CUDA kernel's limit
+     * (compiler/model_build.h); the CPU reference takes any Dh. */
+    TG_OP_ATTENTION,
+    /* Backward of TG_OP_ATTENTION: in0 dO [B*T, H*Dh], in1 O, in2 LSE, in3 key mask
+     * (optional), in4 step counter (as the forward), in5 q (or qkv when packed), in6 k,
+     * in7 v (unpacked only) -> out0 dq (or dqkv [B*T, 3*H*Dh] when packed), out1 dk, out2 dv
+     * (unpacked only), out3 delta float [B,H,T] = sum_d dO[b,q,h,d] * O[b,q,h,d] (written;
+     * the kernels' row term). With P, keep and D recomputed exactly as the forward from Q, K
+     * and LSE:
+     * dD_qk = dot(dO_q, V_k); dS_qk = f[0] * P_qk * (dD_qk * keep_qk * (1 / (1 - p)) - delta_q)
+     * (keep factor 1 without dropout); dQ_q = sum_k dS_qk K_k; dK_k = sum_q dS_qk Q_q;
+     * dV_k = sum_q D_qk dO_q; masked pairs contribute nothing. All outputs are overwritten.
+     * Same parameters as the forward. */
+    TG_OP_ATTENTION_BWD,
     /* in0 x, in1 step counter (optimizer state, float [1]) -> out0 y = x * keep / (1 - p).
      * keep = uniform(seed, step, key=i[1], element) >= p, from the counter-based Philox
      * stream in kernels/philox.h, so the backward (the same op on the gradient, same key)

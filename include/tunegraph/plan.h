@@ -12,11 +12,11 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 2
+#define TG_PLAN_VERSION 3
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
-#define TG_OP_MAX_IN 6
+#define TG_OP_MAX_IN 8
 #define TG_OP_MAX_OUT 4
 #define TG_OP_MAX_I 8
 #define TG_OP_MAX_F 6
@@ -85,6 +85,9 @@ typedef struct tg_op {
 typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_COUNT } tg_arch;
 typedef enum tg_task { TG_TASK_CLASSIFY = 0, TG_TASK_LM, TG_TASK_COUNT } tg_task;
 typedef enum tg_precision { TG_PREC_FP32 = 0, TG_PREC_BF16, TG_PREC_FP16, TG_PREC_COUNT } tg_precision;
+/* How attention is built: one TG_OP_ATTENTION per layer (fused, where the head dim allows
+ * it), or heads split, QK^T, ATTN_SOFTMAX, PV and heads merge (unfused). */
+typedef enum tg_attention_mode { TG_ATTENTION_FUSED = 0, TG_ATTENTION_UNFUSED, TG_ATTENTION_MODE_COUNT } tg_attention_mode;
 
 /* What the compiler needs from a Hugging Face config.json (or a preset, which is one). */
 typedef struct tg_model_config {
@@ -118,6 +121,7 @@ typedef struct tg_job {
     int32_t seq;
     int32_t precision;           /* tg_precision */
     int32_t allow_tf32;          /* GPU fp32 only */
+    int32_t attention;           /* tg_attention_mode */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */
@@ -167,6 +171,7 @@ const char *tg_dtype_name(int dtype);
 const char *tg_arch_name(int arch);
 const char *tg_task_name(int task);
 const char *tg_precision_name(int precision);
+const char *tg_attention_mode_name(int mode);
 int tg_dtype_size(int dtype);
 int64_t tg_tensor_numel(const tg_tensor *t);
 
