@@ -40,6 +40,9 @@ static const dtype_rule dtype_rules[] = {
     /* TG_OP_TANH_BWD */ {{"Tdy", "Ty"}, {"Tdx"}},
     /* TG_OP_ATTN_SOFTMAX */ {{"Sscores", "Fmask", "Fstep"}, {"Tprobs", "Tprobs_dropout"}},
     /* TG_OP_ATTN_SOFTMAX_BWD */ {{"Tdprobs", "Tprobs", "Fstep"}, {"Tdscores"}},
+    /* TG_OP_ATTENTION */ {{"Tq", "Tk", "Tv", "Fmask", "Fstep"}, {"To", "Flse"}},
+    /* TG_OP_ATTENTION_BWD */
+    {{"Tdo", "To", "Flse", "Fmask", "Fstep", "Tq", "Tk", "Tv"}, {"Tdq", "Tdk", "Tdv", "Fdelta"}},
     /* TG_OP_DROPOUT */ {{"Tx", "Fstep"}, {"Ty"}},
     /* TG_OP_HEADS_SPLIT */ {{"Tx"}, {"Tpart0", "Tpart1", "Tpart2"}},
     /* TG_OP_HEADS_MERGE */ {{"Tpart0", "Tpart1", "Tpart2"}, {"Tx"}},
@@ -114,6 +117,8 @@ static const tg_cuda_launcher table[] = {
     tg_launch_tanh_bwd,          /* TG_OP_TANH_BWD */
     tg_launch_attn_softmax,      /* TG_OP_ATTN_SOFTMAX */
     tg_launch_attn_softmax_bwd,  /* TG_OP_ATTN_SOFTMAX_BWD */
+    tg_launch_attention,         /* TG_OP_ATTENTION (kernels/flash_attention.cu) */
+    tg_launch_attention_bwd,     /* TG_OP_ATTENTION_BWD */
     tg_launch_dropout,           /* TG_OP_DROPOUT */
     tg_launch_heads_split,       /* TG_OP_HEADS_SPLIT */
     tg_launch_heads_merge,       /* TG_OP_HEADS_MERGE */
@@ -127,7 +132,7 @@ static const tg_cuda_launcher table[] = {
 };
 static_assert(sizeof table / sizeof table[0] == TG_OP_COUNT, "every op needs a CUDA launcher");
 /* Spot checks that the positional rows line up with the enum. */
-static_assert(TG_OP_MATMUL == 5 && TG_OP_DROPOUT == 15 && TG_OP_ADAMW == 24, "table rows out of enum order");
+static_assert(TG_OP_MATMUL == 5 && TG_OP_ATTENTION == 15 && TG_OP_DROPOUT == 17 && TG_OP_ADAMW == 26, "table rows out of enum order");
 
 extern "C" int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err) {
     const int kind = a->op->kind;

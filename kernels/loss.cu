@@ -5,9 +5,9 @@
  * backward's blocks each recompute it and write dout there, zeros elsewhere. Bitwise.
  *
  * Cross entropy: rows can be 50257 wide and 16384 deep, so one block per row makes one
- * online pass: each thread keeps a running float max and a double sum of
- * expf(x - max) (rescaled in double when the max grows), combined over the block in a
- * fixed tree; lse = log(sum) + max in double, as the CPU's. Accumulating the float
+ * online pass with 16-byte loads where rows allow: each thread keeps a running float max
+ * and a double sum of expf(x - max) (rescaled in double when the max grows, once per
+ * vector), combined over the block in a fixed tree; lse = log(sum) + max in double, as the CPU's. Accumulating the float
  * exponentials in double keeps lse accurate where it matters (softmax near 1).
  * The forward writes one double loss per row to scratch and a single block adds them in
  * a fixed order and divides by the number of counted rows (labels in [0, C); -100 and
@@ -125,21 +125,36 @@ static __device__ __forceinline__ void lse_merge(float &m, double &s, float m2, 
     }
 }
 
-/* log(sum_c exp(x_c)) of one row, in double, returned to every thread. */
-template <int BS, class TX>
-static __device__ double row_lse(const TX *__restrict__ x, int64_t C) {
+/* log(sum_c exp(x_c)) over the first V of a row, in double, returned to every thread.
+ * W elements per access (W = 1, or a 16-byte vector when the row allows it: C % W == 0
+ * and the base aligned): each thread takes the max of its W values, rescales its running
+ * double sum once if that max is new, and adds the W float exponentials as one float
+ * partial, so the per-element work is float only. */
+template <int BS, int W, class TX>
+static __device__ double row_lse(const TX *__restrict__ x, int64_t C, int64_t V) {
     __shared__ float s_m[32];
     __shared__ double s_s[32];
     float m = -INFINITY;
     double s = 0.0;
-    for (int64_t c = threadIdx.x; c < C; c += BS) {
-        const float v = tg_ld(x, c);
-        if (v > m) {
-            s = (m == -INFINITY ? 0.0 : s * exp((double)m - (double)v)) + 1.0;
-            m = v;
-        } else if (m != -INFINITY) {
-            s += (double)expf(v - m);
+    const int64_t chunks = (W == 1 ? V : C) / W;
+    for (int64_t k = threadIdx.x; k < chunks; k += BS) {
+        float v[W];
+        tg_vec<TX, W>::load(x, k, v);
+        float cm = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            if (k * W + i >= V) v[i] = -INFINITY; /* padding columns */
+            cm = fmaxf(cm, v[i]);
         }
+        if (cm == -INFINITY) continue;
+        if (cm > m) {
+            s = m == -INFINITY ? 0.0 : s * exp((double)m - (double)cm);
+            m = cm;
+        }
+        float cs = 0.0f;
+#pragma unroll
+        for (int i = 0; i < W; i++) cs += expf(v[i] - m);
+        s += (double)cs;
     }
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_down_sync(0xffffffffu, m, o);
@@ -168,7 +183,7 @@ static __device__ double row_lse(const TX *__restrict__ x, int64_t C) {
     return r;
 }
 
-template <int BS, class TX>
+template <int BS, int W, class TX>
 __global__ void __launch_bounds__(BS)
 ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C,
             int64_t V) {
@@ -179,7 +194,7 @@ ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, doubl
         return;
     }
     const TX *x = logits + n * C;
-    const double lse = row_lse<BS>(x, V);
+    const double lse = row_lse<BS, W>(x, C, V);
     if (threadIdx.x == 0) row_loss[n] = lse - (double)tg_ld(x, l);
 }
 
@@ -209,7 +224,7 @@ ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, flo
     if (threadIdx.x == 0) coef[0] = valid ? (float)((double)dloss[0] / (double)valid) : 0.0f;
 }
 
-template <int BS, class TX>
+template <int BS, int W, class TX>
 __global__ void __launch_bounds__(BS)
 ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const float *__restrict__ coef_ptr,
             TX *__restrict__ dlogits, int64_t C, int64_t V) {
@@ -217,30 +232,56 @@ ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const
     const int l = labels[n];
     const float coef = coef_ptr[0];
     TX *d = dlogits + n * C;
-    for (int64_t c = V + threadIdx.x; c < C; c += BS) tg_st(d, c, 0.0f); /* padding columns */
+    const int64_t chunks = C / W; /* W == 1 or C % W == 0 */
     if (!ce_counted(l, V) || coef == 0.0f) {
-        for (int64_t c = threadIdx.x; c < V; c += BS) tg_st(d, c, 0.0f);
+        const float z[W] = {};
+        for (int64_t k = threadIdx.x; k < chunks; k += BS) tg_vec<TX, W>::store(d, k, z);
         return;
     }
     const TX *x = logits + n * C;
-    const double lse = row_lse<BS>(x, V);
-    for (int64_t c = threadIdx.x; c < V; c += BS) {
-        const float v = tg_ld(x, c);
-        tg_st(d, c,
-              c == l ? (float)((double)coef * (exp((double)v - lse) - 1.0)) : fmul(coef, expf((float)((double)v - lse))));
+    const double lse = row_lse<BS, W>(x, C, V);
+    for (int64_t k = threadIdx.x; k < chunks; k += BS) {
+        float v[W];
+        tg_vec<TX, W>::load(x, k, v);
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            const int64_t c = k * W + i;
+            v[i] = c >= V ? 0.0f /* padding columns */
+                   : c == l ? (float)((double)coef * (exp((double)v[i] - lse) - 1.0))
+                            : fmul(coef, expf((float)((double)v[i] - lse)));
+        }
+        tg_vec<TX, W>::store(d, k, v);
     }
+}
+
+/* 16-byte accesses when every row starts aligned to them. */
+template <class TX>
+static int ce_vec_ok(const void *p, const void *q, int64_t C) {
+    const int w = 16 / (int)sizeof(TX);
+    return C % w == 0 && tg_aligned16(p) && (!q || tg_aligned16(q));
+}
+
+template <int BS, class TX>
+static void launch_ce_fwd_bs(const TX *x, const int *labels, double *row_loss, int64_t N, int64_t C, int64_t V,
+                             int vec, cudaStream_t st) {
+    constexpr int W = 16 / sizeof(TX);
+    if (vec)
+        ce_fwd_rows<BS, W, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, row_loss, C, V);
+    else
+        ce_fwd_rows<BS, 1, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, row_loss, C, V);
 }
 
 template <class TX>
 static void launch_ce_fwd(const void *logits, const int *labels, double *row_loss, int64_t N, int64_t C, int64_t V,
                           cudaStream_t st) {
     const TX *x = (const TX *)logits;
+    const int vec = ce_vec_ok<TX>(logits, NULL, C);
     if (C >= 4096)
-        ce_fwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, row_loss, C, V);
+        launch_ce_fwd_bs<512, TX>(x, labels, row_loss, N, C, V, vec, st);
     else if (C >= 256)
-        ce_fwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, row_loss, C, V);
+        launch_ce_fwd_bs<128, TX>(x, labels, row_loss, N, C, V, vec, st);
     else
-        ce_fwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, row_loss, C, V);
+        launch_ce_fwd_bs<32, TX>(x, labels, row_loss, N, C, V, vec, st);
 }
 
 /* Classes that count: i[2] when set (rows padded to i[1] for aligned GEMMs), else i[1]. */
@@ -267,17 +308,28 @@ int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
     return 0;
 }
 
+template <int BS, class TX>
+static void launch_ce_bwd_bs(const TX *x, const int *labels, const float *coef, TX *d, int64_t N, int64_t C,
+                             int64_t V, int vec, cudaStream_t st) {
+    constexpr int W = 16 / sizeof(TX);
+    if (vec)
+        ce_bwd_rows<BS, W, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, coef, d, C, V);
+    else
+        ce_bwd_rows<BS, 1, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, coef, d, C, V);
+}
+
 template <class TX>
 static void launch_ce_bwd(const void *logits, const int *labels, const float *coef, void *dlogits, int64_t N,
                           int64_t C, int64_t V, cudaStream_t st) {
     const TX *x = (const TX *)logits;
     TX *d = (TX *)dlogits;
+    const int vec = ce_vec_ok<TX>(logits, dlogits, C);
     if (C >= 4096)
-        ce_bwd_rows<512, TX><<<(unsigned)N, 512, 0, st>>>(x, labels, coef, d, C, V);
+        launch_ce_bwd_bs<512, TX>(x, labels, coef, d, N, C, V, vec, st);
     else if (C >= 256)
-        ce_bwd_rows<128, TX><<<(unsigned)N, 128, 0, st>>>(x, labels, coef, d, C, V);
+        launch_ce_bwd_bs<128, TX>(x, labels, coef, d, N, C, V, vec, st);
     else
-        ce_bwd_rows<32, TX><<<(unsigned)N, 32, 0, st>>>(x, labels, coef, d, C, V);
+        launch_ce_bwd_bs<32, TX>(x, labels, coef, d, N, C, V, vec, st);
 }
 
 int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "runtime/atomic_file.h"
 
@@ -151,6 +152,7 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
     }
     tg_cuda_ctx *c = &x->ctx;
     c->seed = seed;
+    x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->job.allow_tf32;
     c->gemm_workspace_bytes = GEMM_WORKSPACE_BYTES;
     int64_t scratch = 1024;
@@ -192,6 +194,14 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
 }
 
 void tg_cuda_exec_free(tg_cuda_exec *x) {
+    if (x->host_trace && x->host_steps > 1) {
+        const double n = (double)(x->host_steps - 1) / 1e6;
+        fprintf(stderr,
+                "host trace (thread CPU us per step, %lld steps after the first): upload+events %.1f, graph launch "
+                "%.1f (wall %.1f), step_done record %.1f, wait %.1f, read-back %.1f\n",
+                (long long)(x->host_steps - 1), x->host_cpu_s[0] / n, x->host_cpu_s[1] / n,
+                x->host_launch_wall_s / n, x->host_cpu_s[2] / n, x->host_cpu_s[3] / n, x->host_cpu_s[4] / n);
+    }
     gemm_cache_save(x);
     for (int s = 0; s < 2; s++)
         if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
@@ -284,6 +294,7 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
  * schedule, copy the statistics out. Captured once when graphs are on. */
 /* Records a phase marker: an event node when capturing, a plain record otherwise. */
 static cudaError_t mark(cudaEvent_t ev, cudaStream_t s, int capturing) {
+    if (capturing && getenv("TUNEGRAPH_NO_PHASE_EVENTS")) return cudaSuccess; /* launch-cost experiment */
     return capturing ? cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal) : cudaEventRecord(ev, s);
 }
 
@@ -314,8 +325,29 @@ static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
 
 static int enqueue_captured_step(tg_cuda_exec *x, void *arg, tg_err *err) { return enqueue_step(x, 1, err); }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Adds the thread CPU time since *t0 to part k of the host trace and restarts *t0. */
+static void host_trace(tg_cuda_exec *x, int k, double *t0) {
+    if (!x->host_trace) return;
+    double t = thread_cpu_s();
+    x->host_cpu_s[k] += t - *t0;
+    *t0 = t;
+}
+
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
+    double t0 = x->host_trace ? thread_cpu_s() : 0;
     /* The staging buffer is free once the previous step has copied it out. */
     CUDA_TRY(cudaStreamWaitEvent(x->copy_stream, x->inputs_consumed, 0), "wait for inputs_consumed");
     if (bytes)
@@ -323,21 +355,31 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
                  "upload of the batch");
     CUDA_TRY(cudaEventRecord(x->copy_done, x->copy_stream), "record copy_done");
     CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->copy_done, 0), "wait for copy_done");
+    host_trace(x, 0, &t0);
     if (!use_graph) {
         if (enqueue_step(x, 0, err)) return -1;
     } else {
         if (!x->step_graph && capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
+        double w0 = x->host_trace ? wall_s() : 0;
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
+        if (x->host_trace) x->host_launch_wall_s += wall_s() - w0;
     }
+    host_trace(x, 1, &t0);
     CUDA_TRY(cudaEventRecord(x->step_done, x->ctx.stream), "record step_done");
+    host_trace(x, 2, &t0);
     return 0;
 }
 
 int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err) {
+    double t0 = x->host_trace ? thread_cpu_s() : 0;
     CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
+    host_trace(x, 3, &t0);
     memcpy(stats, x->stats_host, 3 * sizeof(float));
     for (int k = 0; k < 4; k++)
         if (cudaEventElapsedTime(&stats[3 + k], x->phase_ev[k], x->phase_ev[k + 1]) != cudaSuccess) stats[3 + k] = -1;
+    host_trace(x, 4, &t0);
+    /* The first step captures the graph: left out of the trace. */
+    if (++x->host_steps == 1) memset(x->host_cpu_s, 0, sizeof x->host_cpu_s), x->host_launch_wall_s = 0;
     return 0;
 }
 

@@ -27,6 +27,13 @@ typedef struct tg_cuda_exec {
      * end of forward, end of backward, end of optimizer. */
     cudaEvent_t phase_ev[5];
     float *stats_host;             /* pinned: loss, lr, grad norm of the last step */
+    /* Host CPU seconds (this thread) inside the step calls, by part, when
+     * TUNEGRAPH_HOST_TRACE is set: upload+events, graph launch, step_done record, wait,
+     * read-back; printed to stderr when the executor is freed. */
+    int host_trace;
+    double host_cpu_s[5];
+    double host_launch_wall_s;
+    int64_t host_steps;
 } tg_cuda_exec;
 
 /* Allocates pools (zeroed), the cuBLASLt handle and workspace, the AdamW segment table. */

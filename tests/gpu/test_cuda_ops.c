@@ -200,19 +200,44 @@ static uint64_t test_seed(uint64_t offset) {
 
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
- * the embedding gradient, an odd sequence length. */
-static void check_preset(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
-                         int precision, int wide, int *kinds_seen) {
+ * the embedding gradient, an odd sequence length. hidden/heads (0: the preset's) reshape
+ * the attention heads; `attention` picks fused or unfused attention. */
+static void check_shape(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
+                        int precision, int wide, int hidden, int heads, int attention, int *kinds_seen) {
     tg_model_config cfg;
     tg_err err;
     tg_job job;
     REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
     if (wide) cfg.vocab_size = 50257, cfg.hidden = 96, cfg.heads = 6, cfg.intermediate = 384, cfg.max_positions = 128;
+    if (hidden) cfg.hidden = hidden, cfg.heads = heads, cfg.intermediate = 2 * hidden;
+    if (cfg.max_positions < seq) cfg.max_positions = seq;
     base_job(&job, preset, task, batch, seq, seed);
     job.precision = precision;
+    job.attention = attention;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
+}
+
+static void check_preset(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
+                         int precision, int wide, int *kinds_seen) {
+    check_shape(what, preset, task, batch, seq, seed, precision, wide, 0, 0, TG_ATTENTION_FUSED, kinds_seen);
+}
+
+/* Fused attention at the head dims and lengths the kernels treat differently: Dh 8, 12
+ * (no 16-byte rows), 16, 64 and 128 (tile widths 16..128), T with several 64-row tiles and
+ * a partial last one, T % 4 != 0 (one Philox draw per element), causal and key-masked. */
+static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen) {
+    check_shape("bert Dh=64 T=128", "tiny-bert", TG_TASK_CLASSIFY, 2, 128, seed + 11, precision, 0, 256, 4,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("bert Dh=128 T=72", "tiny-bert", TG_TASK_CLASSIFY, 2, 72, seed + 12, precision, 0, 256, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("bert Dh=12 T=21", "tiny-bert", TG_TASK_CLASSIFY, 3, 21, seed + 13, precision, 0, 36, 3,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("gpt2 Dh=64 T=200 causal", "tiny-gpt2", TG_TASK_LM, 2, 200, seed + 14, precision, 0, 128, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("gpt2 Dh=32 T=66 causal", "tiny-gpt2", TG_TASK_LM, 2, 66, seed + 15, precision, 0, 64, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
 }
 
 TG_TEST(test_gpu_ops_match_cpu) {
@@ -222,6 +247,9 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_preset("tiny-roberta", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 1, TG_PREC_FP32, 0, kinds_seen);
     check_preset("gpt2-wide lm", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_FP32, 1, kinds_seen);
     check_preset("gpt2-wide classify", "tiny-gpt2", TG_TASK_CLASSIFY, 4, 77, seed + 2, TG_PREC_FP32, 1, kinds_seen);
+    check_shape("tiny-bert unfused", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 3, TG_PREC_FP32, 0, 0, 0,
+                TG_ATTENTION_UNFUSED, kinds_seen);
+    check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -230,5 +258,8 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     int kinds_seen[TG_OP_COUNT] = {0};
     check_preset("tiny-bert bf16", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_BF16, 0, kinds_seen);
     check_preset("gpt2-wide lm bf16", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_BF16, 1, kinds_seen);
+    check_shape("gpt2-wide lm bf16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_BF16, 1, 0, 0,
+                TG_ATTENTION_UNFUSED, kinds_seen);
+    check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }

@@ -1,0 +1,936 @@
+/* ATTENTION / ATTENTION_BWD: fused attention that never stores the [B,H,T,T] scores.
+ *
+ * bf16 plans: tensor-core kernels (mma.sync m16n8k16, bf16 in, fp32 accumulate) in the
+ * FlashAttention-2 arrangement. A block of 4 warps owns 64 rows; each warp owns 16 of
+ * them and everything it accumulates, so no warp ever reduces with another and no
+ * float atomics are used (results are bitwise reproducible).
+ *   forward  rows = queries; per 64-key tile: S = Q K^T, online softmax (exp2 domain,
+ *            running max and sum per row), dropout, O += P V; out: O / sum, LSE.
+ *   dQ       rows = queries; first delta = rowsum(dO * O) (written: the dK/dV kernel
+ *            reads it), then per key tile: P from LSE, dP = dO V^T,
+ *            dS = P (dP keep/(1-p) - delta) scale, dQ += dS K.
+ *   dK, dV   rows = keys; per 64-query tile: P^T from LSE, dV += D^T dO,
+ *            dP^T = V dO^T, dS^T as above, dK += dS^T Q.
+ * The backward recomputes QK^T twice (once per kernel) instead of accumulating dQ with
+ * atomics across key tiles: 7 instead of 5 tile products, the price of determinism.
+ * With causal masking, tiles wholly above the diagonal are skipped.
+ *
+ * Head dim: any Dh <= 128; tiles are padded with zero columns to DP = 16, 32, 64 or
+ * 128 (the mma k-step is 16), and only the Dh real columns are stored.
+ *
+ * Dropout: the mask is TG_OP_ATTN_SOFTMAX's (kernels/philox.h; element
+ * ((b*H + h)*T + q)*T + k). When T % 4 == 0 every Philox block (4 consecutive keys of
+ * one query) lies inside one thread's tile, so each lane draws one block per 8x8-of-16
+ * fragment and hands the keep bits to the lanes holding those elements by shuffle: one
+ * Philox call per 4 elements. Otherwise each element draws its own.
+ *
+ * fp32 plans: plain fp32 kernels (a warp per row; dots in float, sums over keys in
+ * double), the oracle-precision path for fp32 training and tests. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/philox.h"
+
+#define FA_ROWS 64    /* rows per block (queries, or keys for dK/dV) */
+#define FA_COLS 64    /* columns per tile (keys, or queries for dK/dV) */
+#define FA_THREADS 128
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+struct fa_args {
+    const void *q, *k, *v; /* column 0 of head 0 of each part */
+    int64_t ldq, ldk, ldv; /* row strides in elements */
+    const void *o, *dout;  /* forward output and its gradient (backward) */
+    void *o_out;           /* forward: O */
+    void *dq, *dk, *dv;
+    int64_t ldo, lddq, lddk, lddv;
+    float *lse;            /* forward writes, backward reads */
+    float *delta;          /* backward: dQ kernel writes, dK/dV kernel reads */
+    const float *mask;     /* [B,T] or NULL */
+    const float *step;     /* step counter, or NULL */
+    int B, H, T, Dh, causal, vec;
+    float scale;
+    /* dropout */
+    uint64_t seed;
+    uint32_t key;
+    float p, inv_keep;
+    int drop, drop_vec;
+};
+
+static __device__ __forceinline__ uint64_t fa_step(const float *step_ptr) {
+    const float s = step_ptr ? step_ptr[0] : 0.0f;
+    return s > 0.0f ? (uint64_t)s : 0;
+}
+
+/* 2^x by the SFU (ex2.approx: 2 ulp, exp2(-inf) = 0), for the bf16 kernels. */
+static __device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ---- tensor-core primitives ------------------------------------------------------ */
+
+static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const tg_bf16 *p) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const tg_bf16 *p) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* Shared tiles are [64][DP + 8] bf16: the 16-byte pad puts the 8 rows of every ldmatrix
+ * phase in distinct banks. */
+template <int DP>
+struct fa_tile {
+    static constexpr int LD = DP + 8;
+    static constexpr int ELEMS = FA_ROWS * LD;
+};
+
+/* A fragment (16 rows x 16 k) of a row-major tile, rows r0.., columns k0.. */
+template <int DP>
+static __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const tg_bf16 *t, int r0, int k0, int lane) {
+    ldsm_x4(a, t + (r0 + (lane & 15)) * fa_tile<DP>::LD + k0 + (lane >> 4) * 8);
+}
+
+/* B fragments of two n8 tiles (n0.., n0+8..) x k16 from a tile stored [n][k]. */
+template <int DP>
+static __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const tg_bf16 *t, int n0, int k0, int lane) {
+    ldsm_x4(b, t + (n0 + (lane & 7) + ((lane >> 4) << 3)) * fa_tile<DP>::LD + k0 + ((lane >> 3) & 1) * 8);
+}
+
+/* B fragments of two n8 tiles x k16 from a tile stored [k][n] (transposing load). */
+template <int DP>
+static __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const tg_bf16 *t, int k0, int n0, int lane) {
+    ldsm_x4_t(b, t + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * fa_tile<DP>::LD + n0 + (lane >> 4) * 8);
+}
+
+/* The accumulator of two adjacent n8 tiles (16 x 16, fp32) as the A fragment of the
+ * next product, rounded to bf16. */
+static __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = tg_bf16_pack(c0[0], c0[1]);
+    a[1] = tg_bf16_pack(c0[2], c0[3]);
+    a[2] = tg_bf16_pack(c1[0], c1[1]);
+    a[3] = tg_bf16_pack(c1[2], c1[3]);
+}
+
+/* Asynchronous 16-byte global -> shared copies (sm_80+): the next tile streams in while
+ * the current one is computed. src_bytes 0 zero-fills. */
+static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Rows row0 .. row0+63 (of T; rows past T and columns past Dh are zero) of one head,
+ * g pointing at row 0 column 0 of that head. With 16-byte rows the copy is asynchronous
+ * (part of the caller's next cp.async group); otherwise element by element. */
+template <int DP>
+static __device__ __forceinline__ void load_tile(tg_bf16 *s, const tg_bf16 *g, int64_t ld, int row0, int T, int Dh,
+                                                 int vec) {
+    constexpr int LD = fa_tile<DP>::LD;
+    if (vec) {
+        constexpr int CH = DP / 8; /* 16-byte chunks per row */
+        for (int i = threadIdx.x; i < FA_ROWS * CH; i += FA_THREADS) {
+            const int r = i / CH, c = (i % CH) * 8;
+            const bool in = row0 + r < T && c < Dh;
+            cp_async16(s + r * LD + c, in ? g + (int64_t)(row0 + r) * ld + c : g, in ? 16 : 0);
+        }
+    } else {
+        const tg_bf16 zero = __float2bfloat16_rn(0.0f);
+        for (int i = threadIdx.x; i < FA_ROWS * DP; i += FA_THREADS) {
+            const int r = i / DP, c = i % DP;
+            s[r * LD + c] = row0 + r < T && c < Dh ? g[(int64_t)(row0 + r) * ld + c] : zero;
+        }
+    }
+}
+
+/* The key mask of columns col0 .. col0+63: nonzero where the key is real (inside T and
+ * mask != 0). Mask values stream in with the caller's cp.async group (4-byte copies,
+ * zero past T) so no thread waits on a global load here; without a mask the tile is
+ * written directly. */
+static __device__ __forceinline__ void load_key_mask(float *s, const float *mask, int b, int T, int col0) {
+    for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
+        const int k = col0 + i;
+        if (!mask) {
+            s[i] = k < T ? 1.0f : 0.0f;
+            continue;
+        }
+        const float *src = k < T ? mask + (int64_t)b * T + k : mask;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(s + i);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(k < T ? 4 : 0));
+    }
+}
+
+/* Per-row floats rows row0 .. row0+63 of a [B*H, T] statistic (LSE, delta) into shared
+ * memory with the caller's cp.async group; zero past T. */
+static __device__ __forceinline__ void load_row_stat(float *s, const float *src, int64_t bh, int T, int row0) {
+    for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
+        const int q = row0 + i;
+        const float *p = q < T ? src + bh * T + q : src;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(s + i);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(p), "r"(q < T ? 4 : 0));
+    }
+}
+
+/* Keep bits of one 16 x 8 fragment, [0]: row g, [1]: row g + 8, bit i = column 2c + i.
+ * Query-major fragments (rows are queries q, columns keys k): rows qr0 + 0..15, columns
+ * kc0 + 0..7. Key-major fragments (rows keys, columns queries) when transposed. */
+template <int TRANSPOSED>
+static __device__ __forceinline__ void keep_bits(unsigned (&bits)[2], const fa_args &a, uint64_t step, int64_t bh,
+                                                 int r0, int c0, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+    const float p = a.p;
+    const int64_t T = a.T;
+    if (a.drop_vec) {
+        /* Lane L draws one Philox block (4 keys of one query) and shares its 4 bits. */
+        int64_t q, k;
+        if (!TRANSPOSED) q = r0 + (lane & 15), k = c0 + (lane >> 4) * 4;
+        else q = c0 + (lane & 7), k = r0 + (lane >> 3) * 4;
+        const int64_t e = (bh * T + q) * T + k;
+        float u[4];
+        tg_philox_uniform4(a.seed, step, a.key, (uint64_t)e >> 2, u);
+        const unsigned mine = (unsigned)(u[0] >= p) | (unsigned)(u[1] >= p) << 1 | (unsigned)(u[2] >= p) << 2 |
+                              (unsigned)(u[3] >= p) << 3;
+        if (!TRANSPOSED) {
+            /* (row g, keys 2c, 2c+1) sit in the block of lane g + 16 (c >> 1), bits 2(c & 1). */
+            const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
+            const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
+            bits[0] = (lo >> ((c & 1) * 2)) & 3u;
+            bits[1] = (hi >> ((c & 1) * 2)) & 3u;
+        } else {
+            /* (key g, query 2c + i) sits in lane (2c + i) + 8 (g >> 2), bit g & 3. */
+            const unsigned a0 = __shfl_sync(0xffffffffu, mine, 2 * c + 8 * (g >> 2));
+            const unsigned a1 = __shfl_sync(0xffffffffu, mine, 2 * c + 1 + 8 * (g >> 2));
+            const unsigned b0 = __shfl_sync(0xffffffffu, mine, 2 * c + 8 * (2 + (g >> 2)));
+            const unsigned b1 = __shfl_sync(0xffffffffu, mine, 2 * c + 1 + 8 * (2 + (g >> 2)));
+            const int s = g & 3;
+            bits[0] = ((a0 >> s) & 1u) | ((a1 >> s) & 1u) << 1;
+            bits[1] = ((b0 >> s) & 1u) | ((b1 >> s) & 1u) << 1;
+        }
+        return;
+    }
+    for (int half = 0; half < 2; half++) {
+        unsigned m = 0;
+        for (int i = 0; i < 2; i++) {
+            int64_t q, k;
+            if (!TRANSPOSED) q = r0 + g + 8 * half, k = c0 + 2 * c + i;
+            else q = c0 + 2 * c + i, k = r0 + g + 8 * half;
+            if (q < T && k < T) m |= (unsigned)(tg_philox_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
+        }
+        bits[half] = m;
+    }
+}
+
+/* Rows r0 + g and r0 + g + 8 of a 16-row accumulator (columns below Dh, rows below T)
+ * to a bf16 [rows, ld] head. */
+template <int DP>
+static __device__ __forceinline__ void store_rows(tg_bf16 *base, int64_t ld, const float (&acc)[DP / 8][4], int r0,
+                                                  int T, int Dh, int vec, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = r0 + g + 8 * r;
+        if (row >= T) continue;
+        tg_bf16 *drow = base + (int64_t)row * ld;
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++) {
+            const int col = 8 * d + 2 * c;
+            if (col + 1 < Dh && vec)
+                *reinterpret_cast<uint32_t *>(drow + col) = tg_bf16_pack(acc[d][2 * r], acc[d][2 * r + 1]);
+            else {
+                if (col < Dh) drow[col] = __float2bfloat16_rn(acc[d][2 * r]);
+                if (col + 1 < Dh) drow[col + 1] = __float2bfloat16_rn(acc[d][2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* ---- forward (bf16) ---------------------------------------------------------------- */
+
+/* Scales a 16 x 64 score fragment into the exp2 domain and masks it (keys past T or
+ * masked, and with causal masking keys after the row's query, become -inf); returns the
+ * row maxima folded into mx. MASKED = 0 is the fast path for tiles wholly visible. */
+template <int MASKED>
+static __device__ __forceinline__ void scale_mask_rows(float (&s)[FA_COLS / 8][4], float (&mx)[2], const float *sM,
+                                                       float sl2, int causal, int k0, int row0, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v = s[j][e] * sl2;
+            if (MASKED) {
+                const int col = 8 * j + 2 * c + (e & 1), row = row0 + g + 8 * (e >> 1);
+                if (sM[col] == 0.0f || (causal && k0 + col > row)) v = -INFINITY;
+            }
+            s[j][e] = v;
+            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+}
+
+/* Whether a warp must mask its 16 rows x 64 keys element by element. */
+static __device__ __forceinline__ bool tile_needs_mask(const float *sM, int causal, int k0, int row0, int lane) {
+    const bool full = __all_sync(0xffffffffu, sM[lane] != 0.0f && sM[lane + 32] != 0.0f);
+    return !full || (causal && k0 + FA_COLS - 1 > row0);
+}
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sKV = sQ + E; /* [buf][K, V] */
+    float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);              /* [buf][64] */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* long causal rows first */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr0 = q0 + warp * 16; /* this warp's first query */
+    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    int ktiles = (T + FA_COLS - 1) / FA_COLS;
+    if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
+    load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    load_tile<DP>(sKV, K, a.ldk, 0, T, Dh, a.vec);
+    load_tile<DP>(sKV + E, V, a.ldv, 0, T, Dh, a.vec);
+    load_key_mask(sM2, a.mask, b, T, 0);
+    cp_async_commit();
+
+    float o[DP / 8][4];
+    for (int d = 0; d < DP / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = a.scale * FA_LOG2E;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int k0 = kt * FA_COLS, buf = kt & 1;
+        if (kt + 1 < ktiles) {
+            tg_bf16 *nxt = sKV + 2 * E * (buf ^ 1);
+            load_tile<DP>(nxt, K, a.ldk, k0 + FA_COLS, T, Dh, a.vec);
+            load_tile<DP>(nxt + E, V, a.ldv, k0 + FA_COLS, T, Dh, a.vec);
+            load_key_mask(sM2 + FA_COLS * (buf ^ 1), a.mask, b, T, k0 + FA_COLS);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
+        const float *sM = sM2 + FA_COLS * buf;
+        if (!a.causal || k0 <= wr0 + 15) { /* else the warp's rows see none of these keys */
+            float s[FA_COLS / 8][4];
+            for (int j = 0; j < FA_COLS / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < DP / 16; kk++) {
+                uint32_t af[4];
+                frag_a<DP>(af, sQ, warp * 16, kk * 16, lane);
+#pragma unroll
+                for (int nj = 0; nj < FA_COLS / 16; nj++) {
+                    uint32_t bf[4];
+                    frag_b_nk<DP>(bf, sK, nj * 16, kk * 16, lane);
+                    mma16816(s[2 * nj], af, bf[0], bf[1]);
+                    mma16816(s[2 * nj + 1], af, bf[2], bf[3]);
+                }
+            }
+            float mx[2] = {m[0], m[1]};
+            if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
+                scale_mask_rows<1>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
+            else
+                scale_mask_rows<0>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
+            float alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                alpha[r] = mx[r] == -INFINITY ? 1.0f : fa_exp2(m[r] - mx[r]);
+                m[r] = mx[r];
+            }
+            /* A row with nothing kept so far subtracts 0 instead of -inf (its scores are all
+             * -inf, so every exp is 0 either way, without inf - inf). */
+            const float mb[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+#pragma unroll
+            for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float pv = fa_exp2(s[j][e] - mb[e >> 1]);
+                    s[j][e] = pv;
+                    rs[e >> 1] += pv;
+                }
+            l[0] = l[0] * alpha[0] + rs[0];
+            l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+            for (int d = 0; d < DP / 8; d++)
+                o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+            if (a.drop) {
+#pragma unroll
+                for (int j = 0; j < FA_COLS / 8; j++) {
+                    unsigned kb[2];
+                    keep_bits<0>(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[j][e] = (kb[e >> 1] >> (e & 1)) & 1u ? s[j][e] * a.inv_keep : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < FA_COLS / 16; kk++) {
+                uint32_t pa[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int dj = 0; dj < DP / 16; dj++) {
+                    uint32_t bf[4];
+                    frag_b_kn<DP>(bf, sV, kk * 16, dj * 16, lane);
+                    mma16816(o[2 * dj], pa, bf[0], bf[1]);
+                    mma16816(o[2 * dj + 1], pa, bf[2], bf[3]);
+                }
+            }
+        }
+        __syncthreads(); /* buffer `buf` is refilled next iteration */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    tg_bf16 *O = (tg_bf16 *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++) o[d][2 * r] *= inv, o[d][2 * r + 1] *= inv;
+        const int row = wr0 + g + 8 * r;
+        if (c == 0 && row < T) a.lse[(int64_t)bh * T + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * FA_LN2 : 0.0f;
+    }
+    store_rows<DP>(O, a.ldo, o, wr0, T, Dh, a.vec, lane);
+}
+
+/* ---- backward: dQ (and delta) (bf16) ----------------------------------------------- */
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS) fa_bwd_dq_kernel(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int E = fa_tile<DP>::ELEMS, LD = fa_tile<DP>::LD;
+    tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sdO = sQ + E, *sO = sdO + E, *sKV = sO + E;
+    float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int wr0 = q0 + warp * 16;
+    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const tg_bf16 *O = (const tg_bf16 *)a.o + (int64_t)b * T * a.ldo + h * Dh;
+    int ktiles = (T + FA_COLS - 1) / FA_COLS;
+    if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
+    load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    load_tile<DP>(sdO, dO, a.ldo, q0, T, Dh, a.vec);
+    load_tile<DP>(sO, O, a.ldo, q0, T, Dh, a.vec);
+    cp_async_commit();
+    load_tile<DP>(sKV, K, a.ldk, 0, T, Dh, a.vec);
+    load_tile<DP>(sKV + E, V, a.ldv, 0, T, Dh, a.vec);
+    load_key_mask(sM2, a.mask, b, T, 0);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    /* delta = rowsum(dO * O) from the stored (rounded) O: lane L sums half (L >> 4) of row
+     * L & 15 of the warp's rows; the halves meet by shuffle. */
+    float dl[2], lse2[2];
+    {
+        const int r = lane & 15, d0 = (lane >> 4) * (DP / 2);
+        float acc = 0.0f;
+        for (int d = d0; d < d0 + DP / 2; d++)
+            acc += __bfloat162float(sdO[(warp * 16 + r) * LD + d]) * __bfloat162float(sO[(warp * 16 + r) * LD + d]);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 16);
+        if (lane < 16 && wr0 + r < T) a.delta[(int64_t)bh * T + wr0 + r] = acc;
+        dl[0] = __shfl_sync(0xffffffffu, acc, g);
+        dl[1] = __shfl_sync(0xffffffffu, acc, g + 8);
+    }
+    for (int r = 0; r < 2; r++) {
+        const int row = wr0 + g + 8 * r;
+        lse2[r] = row < T ? a.lse[(int64_t)bh * T + row] * FA_LOG2E : 0.0f;
+    }
+    float dq[DP / 8][4];
+    for (int d = 0; d < DP / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    const float sl2 = a.scale * FA_LOG2E;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int k0 = kt * FA_COLS, buf = kt & 1;
+        if (kt + 1 < ktiles) {
+            tg_bf16 *nxt = sKV + 2 * E * (buf ^ 1);
+            load_tile<DP>(nxt, K, a.ldk, k0 + FA_COLS, T, Dh, a.vec);
+            load_tile<DP>(nxt + E, V, a.ldv, k0 + FA_COLS, T, Dh, a.vec);
+            load_key_mask(sM2 + FA_COLS * (buf ^ 1), a.mask, b, T, k0 + FA_COLS);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
+        const float *sM = sM2 + FA_COLS * buf;
+        if (!a.causal || k0 <= wr0 + 15) {
+            float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+            for (int j = 0; j < FA_COLS / 8; j++)
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < DP / 16; kk++) {
+                uint32_t aq[4], ado[4];
+                frag_a<DP>(aq, sQ, warp * 16, kk * 16, lane);
+                frag_a<DP>(ado, sdO, warp * 16, kk * 16, lane);
+#pragma unroll
+                for (int nj = 0; nj < FA_COLS / 16; nj++) {
+                    uint32_t bk[4], bv[4];
+                    frag_b_nk<DP>(bk, sK, nj * 16, kk * 16, lane);
+                    frag_b_nk<DP>(bv, sV, nj * 16, kk * 16, lane);
+                    mma16816(s[2 * nj], aq, bk[0], bk[1]);
+                    mma16816(s[2 * nj + 1], aq, bk[2], bk[3]);
+                    mma16816(dp[2 * nj], ado, bv[0], bv[1]);
+                    mma16816(dp[2 * nj + 1], ado, bv[2], bv[3]);
+                }
+            }
+            float unused[2] = {0.0f, 0.0f};
+            if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
+                scale_mask_rows<1>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
+            else
+                scale_mask_rows<0>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
+#pragma unroll
+            for (int j = 0; j < FA_COLS / 8; j++) {
+                unsigned kb[2] = {3u, 3u};
+                if (a.drop) keep_bits<0>(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float pv = fa_exp2(s[j][e] - lse2[e >> 1]); /* masked: exp2(-inf) = 0 */
+                    float dpv = dp[j][e];
+                    if (a.drop) dpv = (kb[e >> 1] >> (e & 1)) & 1u ? dpv * a.inv_keep : 0.0f;
+                    s[j][e] = pv * (dpv - dl[e >> 1]) * a.scale; /* dS */
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < FA_COLS / 16; kk++) {
+                uint32_t da[4];
+                acc_to_a(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int dj = 0; dj < DP / 16; dj++) {
+                    uint32_t bk[4];
+                    frag_b_kn<DP>(bk, sK, kk * 16, dj * 16, lane);
+                    mma16816(dq[2 * dj], da, bk[0], bk[1]);
+                    mma16816(dq[2 * dj + 1], da, bk[2], bk[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    store_rows<DP>((tg_bf16 *)a.dq + (int64_t)b * T * a.lddq + h * Dh, a.lddq, dq, wr0, T, Dh, a.vec, lane);
+}
+
+/* ---- backward: dK, dV (bf16) ------------------------------------------------------- */
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS) fa_bwd_dkdv_kernel(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *sK = reinterpret_cast<tg_bf16 *>(fa_smem), *sV = sK + E, *sQO = sV + E; /* [buf][Q, dO] */
+    float *sLD = reinterpret_cast<float *>(sQO + 4 * E); /* [buf][LSE 64, delta 64] (natural log) */
+    float *sM = sLD + 4 * FA_COLS;
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int k0 = blockIdx.x * FA_ROWS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wk0 = k0 + warp * 16; /* this warp's first key */
+    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const int qtiles = (T + FA_COLS - 1) / FA_COLS;
+    const int qt0 = a.causal ? k0 / FA_COLS : 0;
+    load_tile<DP>(sK, K, a.ldk, k0, T, Dh, a.vec);
+    load_tile<DP>(sV, V, a.ldv, k0, T, Dh, a.vec);
+    load_key_mask(sM, a.mask, b, T, k0);
+    /* Query tile qt goes to buffer (qt - qt0) & 1 with its LSE and delta. */
+    auto load_queries = [&](int qt, int buf) {
+        const int q0 = qt * FA_COLS;
+        tg_bf16 *dst = sQO + 2 * E * buf;
+        load_tile<DP>(dst, Q, a.ldq, q0, T, Dh, a.vec);
+        load_tile<DP>(dst + E, dO, a.ldo, q0, T, Dh, a.vec);
+        float *ld = sLD + 2 * FA_COLS * buf;
+        load_row_stat(ld, a.lse, bh, T, q0);
+        load_row_stat(ld + FA_COLS, a.delta, bh, T, q0);
+        cp_async_commit();
+    };
+    if (qt0 < qtiles) load_queries(qt0, 0);
+    float dk[DP / 8][4], dv[DP / 8][4];
+    for (int d = 0; d < DP / 8; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    const float sl2 = a.scale * FA_LOG2E;
+    bool kv[2] = {true, true};
+    for (int qt = qt0; qt < qtiles; qt++) {
+        const int q0 = qt * FA_COLS, buf = (qt - qt0) & 1;
+        if (qt + 1 < qtiles) {
+            load_queries(qt + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (qt == qt0) kv[0] = sM[warp * 16 + g] != 0.0f, kv[1] = sM[warp * 16 + g + 8] != 0.0f;
+        const tg_bf16 *sQ = sQO + 2 * E * buf, *sdO = sQ + E;
+        const float *sL = sLD + 2 * FA_COLS * buf, *sD = sL + FA_COLS;
+        if (!a.causal || q0 + FA_COLS - 1 >= wk0) { /* else every query precedes the warp's keys */
+            float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+            for (int j = 0; j < FA_COLS / 8; j++)
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < DP / 16; kk++) {
+                uint32_t ak[4], av[4];
+                frag_a<DP>(ak, sK, warp * 16, kk * 16, lane);
+                frag_a<DP>(av, sV, warp * 16, kk * 16, lane);
+#pragma unroll
+                for (int nj = 0; nj < FA_COLS / 16; nj++) {
+                    uint32_t bq[4], bo[4];
+                    frag_b_nk<DP>(bq, sQ, nj * 16, kk * 16, lane);
+                    frag_b_nk<DP>(bo, sdO, nj * 16, kk * 16, lane);
+                    mma16816(s[2 * nj], ak, bq[0], bq[1]);
+                    mma16816(s[2 * nj + 1], ak, bq[2], bq[3]);
+                    mma16816(dp[2 * nj], av, bo[0], bo[1]);
+                    mma16816(dp[2 * nj + 1], av, bo[2], bo[3]);
+                }
+            }
+            /* Element-wise masking only where a query past T or a causal pair can occur. */
+            const bool masked = q0 + FA_COLS > T || (a.causal && q0 < wk0 + 15);
+            /* s becomes D^T (dropped probabilities), dp becomes dS^T. */
+#pragma unroll
+            for (int j = 0; j < FA_COLS / 8; j++) {
+                unsigned kb[2] = {3u, 3u};
+                if (a.drop) keep_bits<1>(kb, a, step, bh, wk0, q0 + 8 * j, lane);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qc = 8 * j + 2 * c + (e & 1);
+                    bool ok = kv[e >> 1];
+                    if (masked) ok = ok && q0 + qc < T && (!a.causal || wk0 + g + 8 * (e >> 1) <= q0 + qc);
+                    const float pv = ok ? fa_exp2(s[j][e] * sl2 - sL[qc] * FA_LOG2E) : 0.0f;
+                    const bool keep = (kb[e >> 1] >> (e & 1)) & 1u;
+                    const float dpv = keep ? (a.drop ? dp[j][e] * a.inv_keep : dp[j][e]) : 0.0f;
+                    s[j][e] = keep ? (a.drop ? pv * a.inv_keep : pv) : 0.0f;
+                    dp[j][e] = pv * (dpv - sD[qc]) * a.scale;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < FA_COLS / 16; kk++) {
+                uint32_t pa[4], da[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int dj = 0; dj < DP / 16; dj++) {
+                    uint32_t bo[4], bq[4];
+                    frag_b_kn<DP>(bo, sdO, kk * 16, dj * 16, lane);
+                    frag_b_kn<DP>(bq, sQ, kk * 16, dj * 16, lane);
+                    mma16816(dv[2 * dj], pa, bo[0], bo[1]);
+                    mma16816(dv[2 * dj + 1], pa, bo[2], bo[3]);
+                    mma16816(dk[2 * dj], da, bq[0], bq[1]);
+                    mma16816(dk[2 * dj + 1], da, bq[2], bq[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    store_rows<DP>((tg_bf16 *)a.dk + (int64_t)b * T * a.lddk + h * Dh, a.lddk, dk, wk0, T, Dh, a.vec, lane);
+    store_rows<DP>((tg_bf16 *)a.dv + (int64_t)b * T * a.lddv + h * Dh, a.lddv, dv, wk0, T, Dh, a.vec, lane);
+}
+
+/* ---- fp32 kernels (a warp per row) --------------------------------------------------- */
+
+#define FA32_WARPS 4
+#define FA32_MAXD 4 /* Dh <= 128: up to 4 columns per lane */
+
+static __device__ __forceinline__ bool fa_kept(const fa_args &a, int b, int q, int k) {
+    return k < a.T && (!a.mask || a.mask[(int64_t)b * a.T + k] != 0.0f) && (!a.causal || k <= q);
+}
+
+static __device__ __forceinline__ float fa_dot(const float *x, const float *y, int Dh) {
+    float s = 0.0f;
+    for (int d = 0; d < Dh; d++) s = fadd(s, fmul(x[d], y[d]));
+    return s;
+}
+
+static __device__ __forceinline__ float fa_keep_scale(const fa_args &a, uint64_t step, int64_t bh, int q, int k) {
+    if (!a.drop) return 1.0f;
+    const int64_t e = (bh * a.T + q) * a.T + k;
+    return tg_philox_uniform(a.seed, step, a.key, (uint64_t)e) >= a.p ? a.inv_keep : 0.0f;
+}
+
+__global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
+    __shared__ float sw[FA32_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * FA32_WARPS + w; /* (b, h, q) */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    if (row >= (int64_t)a.B * H * T) return;
+    const int q = (int)(row % T);
+    const int64_t bh = row / T;
+    const int b = (int)(bh / H), h = (int)(bh % H);
+    const float *Q = (const float *)a.q + ((int64_t)b * T + q) * a.ldq + h * Dh;
+    const float *K = (const float *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const float *V = (const float *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    float mx = -INFINITY;
+    for (int k = lane; k < T; k += 32)
+        if (fa_kept(a, b, q, k)) mx = fmaxf(mx, fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)));
+    mx = warp_max_f(mx);
+    double sum = 0.0;
+    if (mx != -INFINITY)
+        for (int k = lane; k < T; k += 32)
+            if (fa_kept(a, b, q, k)) sum += (double)expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), mx));
+    sum = warp_sum_d(sum);
+    const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
+    double acc[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
+    for (int k0 = 0; k0 < T; k0 += 32) {
+        const int k = k0 + lane;
+        float dk = 0.0f;
+        if (k < T && fa_kept(a, b, q, k)) {
+            const float pk = fmul(expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), mx)), inv);
+            dk = fmul(pk, fa_keep_scale(a, step, bh, q, k));
+        }
+        sw[w][lane] = dk;
+        __syncwarp();
+        const int n = min(32, T - k0);
+        for (int j = 0; j < n; j++) {
+            const float dj = sw[w][j];
+            if (dj == 0.0f) continue;
+            const float *vr = V + (int64_t)(k0 + j) * a.ldv;
+            for (int i = 0; i < FA32_MAXD; i++)
+                if (lane + 32 * i < Dh) acc[i] += (double)dj * vr[lane + 32 * i];
+        }
+        __syncwarp();
+    }
+    float *O = (float *)a.o_out + ((int64_t)b * T + q) * a.ldo + h * Dh;
+    for (int i = 0; i < FA32_MAXD; i++)
+        if (lane + 32 * i < Dh) O[lane + 32 * i] = (float)acc[i];
+    if (lane == 0) a.lse[row] = sum > 0.0 ? mx + (float)log(sum) : 0.0f;
+}
+
+/* dQ and delta: a warp per query row. */
+__global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dq_kernel(fa_args a) {
+    __shared__ float sw[FA32_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * FA32_WARPS + w;
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    if (row >= (int64_t)a.B * H * T) return;
+    const int q = (int)(row % T);
+    const int64_t bh = row / T;
+    const int b = (int)(bh / H), h = (int)(bh % H);
+    const int64_t rq = (int64_t)b * T + q;
+    const float *Q = (const float *)a.q + rq * a.ldq + h * Dh;
+    const float *K = (const float *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const float *V = (const float *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const float *dO = (const float *)a.dout + rq * a.ldo + h * Dh;
+    const float *O = (const float *)a.o + rq * a.ldo + h * Dh;
+    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    double dd = 0.0;
+    for (int d = lane; d < Dh; d += 32) dd += (double)dO[d] * O[d];
+    const float delta = (float)warp_sum_d(dd);
+    if (lane == 0) a.delta[row] = delta;
+    const float lse = a.lse[row];
+    double acc[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
+    for (int k0 = 0; k0 < T; k0 += 32) {
+        const int k = k0 + lane;
+        float ds = 0.0f;
+        if (k < T && fa_kept(a, b, q, k)) {
+            const float pk = expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), lse));
+            const float dpk = fmul(fa_dot(dO, V + (int64_t)k * a.ldv, Dh), fa_keep_scale(a, step, bh, q, k));
+            ds = fmul(a.scale, fmul(pk, fsub(dpk, delta)));
+        }
+        sw[w][lane] = ds;
+        __syncwarp();
+        const int n = min(32, T - k0);
+        for (int j = 0; j < n; j++) {
+            const float dj = sw[w][j];
+            if (dj == 0.0f) continue;
+            const float *kr = K + (int64_t)(k0 + j) * a.ldk;
+            for (int i = 0; i < FA32_MAXD; i++)
+                if (lane + 32 * i < Dh) acc[i] += (double)dj * kr[lane + 32 * i];
+        }
+        __syncwarp();
+    }
+    float *dQ = (float *)a.dq + rq * a.lddq + h * Dh;
+    for (int i = 0; i < FA32_MAXD; i++)
+        if (lane + 32 * i < Dh) dQ[lane + 32 * i] = (float)acc[i];
+}
+
+/* dK and dV: a warp per key row. */
+__global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args a) {
+    __shared__ float sd[FA32_WARPS][32], ss[FA32_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * FA32_WARPS + w; /* (b, h, k) */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    if (row >= (int64_t)a.B * H * T) return;
+    const int k = (int)(row % T);
+    const int64_t bh = row / T;
+    const int b = (int)(bh / H), h = (int)(bh % H);
+    const int64_t rk = (int64_t)b * T + k;
+    const float *Q = (const float *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const float *Kr = (const float *)a.k + rk * a.ldk + h * Dh;
+    const float *Vr = (const float *)a.v + rk * a.ldv + h * Dh;
+    const float *dO = (const float *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    double acck[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0}, accv[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
+    for (int q0 = a.causal ? k - (k % 32) : 0; q0 < T; q0 += 32) {
+        const int q = q0 + lane;
+        float dq = 0.0f, ds = 0.0f;
+        if (q < T && fa_kept(a, b, q, k)) {
+            const int64_t bq = bh * T + q;
+            const float pk = expf(fsub(fmul(a.scale, fa_dot(Q + (int64_t)q * a.ldq, Kr, Dh)), a.lse[bq]));
+            const float ks = fa_keep_scale(a, step, bh, q, k);
+            const float dpk = fmul(fa_dot(dO + (int64_t)q * a.ldo, Vr, Dh), ks);
+            dq = fmul(pk, ks);
+            ds = fmul(a.scale, fmul(pk, fsub(dpk, a.delta[bq])));
+        }
+        sd[w][lane] = dq;
+        ss[w][lane] = ds;
+        __syncwarp();
+        const int n = min(32, T - q0);
+        for (int j = 0; j < n; j++) {
+            const float dj = sd[w][j], sj = ss[w][j];
+            const float *dor = dO + (int64_t)(q0 + j) * a.ldo, *qr = Q + (int64_t)(q0 + j) * a.ldq;
+            for (int i = 0; i < FA32_MAXD; i++)
+                if (lane + 32 * i < Dh) {
+                    accv[i] += (double)dj * dor[lane + 32 * i];
+                    acck[i] += (double)sj * qr[lane + 32 * i];
+                }
+        }
+        __syncwarp();
+    }
+    float *dK = (float *)a.dk + rk * a.lddk + h * Dh, *dV = (float *)a.dv + rk * a.lddv + h * Dh;
+    for (int i = 0; i < FA32_MAXD; i++)
+        if (lane + 32 * i < Dh) dK[lane + 32 * i] = (float)acck[i], dV[lane + 32 * i] = (float)accv[i];
+}
+
+/* ---- launchers ---------------------------------------------------------------------- */
+
+/* Fills the shape, the Q/K/V parts (packed or not, slots q_slot..q_slot+2) and dropout. */
+static int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, int step_slot, fa_args *f, tg_err *err) {
+    const tg_op *op = a->op;
+    memset(f, 0, sizeof *f);
+    f->B = (int)op->i[0], f->H = (int)op->i[1], f->T = (int)op->i[2], f->causal = op->i[3] != 0;
+    f->Dh = (int)op->i[6];
+    f->scale = op->f[0];
+    if (f->Dh < 1 || f->Dh > 128) return tg_fail(err, "head dim %d: the fused attention kernels take 1..128", f->Dh);
+    const int64_t D = (int64_t)f->H * f->Dh;
+    const int es = a->in_dtype[q_slot] == TG_BF16 ? 2 : 4;
+    if (op->i[5]) {
+        const char *base = (const char *)a->in[q_slot];
+        f->q = base, f->k = base + D * es, f->v = base + 2 * D * es;
+        f->ldq = f->ldk = f->ldv = 3 * D;
+    } else {
+        f->q = a->in[q_slot], f->k = a->in[q_slot + 1], f->v = a->in[q_slot + 2];
+        f->ldq = f->ldk = f->ldv = D;
+        if (!f->k || !f->v) return tg_fail(err, "unpacked attention needs q, k and v");
+    }
+    f->ldo = D;
+    f->mask = (const float *)a->in[mask_slot];
+    f->step = (const float *)a->in[step_slot];
+    f->seed = a->ctx->seed;
+    f->key = (uint32_t)op->i[4];
+    f->p = op->f[1];
+    f->inv_keep = f->p < 1.0f ? 1.0f / (1.0f - f->p) : 0.0f; /* the CPU's expression */
+    f->drop = a->training && f->p > 0.0f && f->step != NULL;
+    f->drop_vec = f->T % 4 == 0;
+    /* 16-byte row chunks: every row start and head column aligned to 8 bf16. */
+    f->vec = es == 2 && f->Dh % 8 == 0 && D % 8 == 0 && tg_aligned16(f->q) && tg_aligned16(f->k) && tg_aligned16(f->v);
+    return 0;
+}
+
+template <int DP>
+static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
+    const size_t smem = 5 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention forward): %s", cudaGetErrorString(e));
+    dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
+    fa_fwd_kernel<DP><<<grid, FA_THREADS, smem, s>>>(f);
+    return 0;
+}
+
+template <int DP>
+static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
+    const size_t smem_q = 7 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
+    const size_t smem_k = 6 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 5 * FA_COLS * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_k);
+    if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention backward): %s", cudaGetErrorString(e));
+    dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
+    fa_bwd_dq_kernel<DP><<<grid, FA_THREADS, smem_q, s>>>(f);
+    fa_bwd_dkdv_kernel<DP><<<grid, FA_THREADS, smem_k, s>>>(f);
+    return 0;
+}
+
+int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err) {
+    fa_args f;
+    if (fa_setup(a, 0, 3, 4, &f, err)) return -1;
+    if ((int64_t)f.B * f.H * f.T == 0) return 0;
+    f.o_out = a->out[0];
+    f.lse = (float *)a->out[1];
+    f.vec = f.vec && tg_aligned16(a->out[0]);
+    cudaStream_t s = a->ctx->stream;
+    if (a->in_dtype[0] == TG_F32) {
+        const unsigned blocks = (unsigned)(((int64_t)f.B * f.H * f.T + FA32_WARPS - 1) / FA32_WARPS);
+        fa32_fwd_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
+        return 0;
+    }
+    if (f.Dh <= 16) return fa_launch_fwd<16>(f, s, err);
+    if (f.Dh <= 32) return fa_launch_fwd<32>(f, s, err);
+    if (f.Dh <= 64) return fa_launch_fwd<64>(f, s, err);
+    return fa_launch_fwd<128>(f, s, err);
+}
+
+int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    fa_args f;
+    if (fa_setup(a, 5, 3, 4, &f, err)) return -1;
+    if ((int64_t)f.B * f.H * f.T == 0) return 0;
+    f.dout = a->in[0];
+    f.o = a->in[1];
+    f.lse = (float *)a->in[2];
+    f.delta = (float *)a->out[3];
+    const int64_t D = (int64_t)f.H * f.Dh;
+    const int es = a->in_dtype[0] == TG_BF16 ? 2 : 4;
+    if (a->op->i[5]) {
+        char *base = (char *)a->out[0];
+        f.dq = base, f.dk = base + D * es, f.dv = base + 2 * D * es;
+        f.lddq = f.lddk = f.lddv = 3 * D;
+    } else {
+        f.dq = a->out[0], f.dk = a->out[1], f.dv = a->out[2];
+        f.lddq = f.lddk = f.lddv = D;
+        if (!f.dk || !f.dv) return tg_fail(err, "unpacked attention backward needs dk and dv outputs");
+    }
+    f.vec = f.vec && tg_aligned16(a->in[0]) && tg_aligned16(a->in[1]) && tg_aligned16(a->out[0]) &&
+            (a->op->i[5] || (tg_aligned16(a->out[1]) && tg_aligned16(a->out[2])));
+    cudaStream_t s = a->ctx->stream;
+    if (a->in_dtype[0] == TG_F32) {
+        const unsigned blocks = (unsigned)(((int64_t)f.B * f.H * f.T + FA32_WARPS - 1) / FA32_WARPS);
+        fa32_bwd_dq_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
+        fa32_bwd_dkdv_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
+        return 0;
+    }
+    if (f.Dh <= 16) return fa_launch_bwd<16>(f, s, err);
+    if (f.Dh <= 32) return fa_launch_bwd<32>(f, s, err);
+    if (f.Dh <= 64) return fa_launch_bwd<64>(f, s, err);
+    return fa_launch_bwd<128>(f, s, err);
+}
