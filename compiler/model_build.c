@@ -199,6 +199,10 @@ static int attention_fused(builder *b, const char *prefix, const int *qkv, int p
     s.i[0] = b->B, s.i[1] = b->H, s.i[2] = b->T, s.i[3] = causal, s.i[5] = packed, s.i[6] = b->Dh;
     s.f[0] = 1.0f / sqrtf((float)b->Dh);
     if (attn_p > 0.0f) {
+        /* The keep bits the backward reads instead of drawing the mask again. */
+        snprintf(name, sizeof name, "%s.keep_bits", prefix);
+        int64_t shape[4] = {b->B, b->H, b->T, (b->T + 31) / 32};
+        s.out[2] = tg_graph_tensor(g, name, TG_I32, TG_POOL_ACTIVATIONS, 4, shape);
         s.in[4] = g->io.step;
         s.i[4] = g->dropout_key++;
         s.f[1] = attn_p;

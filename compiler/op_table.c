@@ -111,7 +111,8 @@ static const char *shape_softmax(const tg_graph *g, const tg_op *op) {
 }
 
 /* Both fused attention ops. q/k/v are [B*T, H*Dh] (or qkv [B*T, 3*H*Dh] when packed),
- * the key mask [B,T] and the step counter optional (the step is needed for dropout). */
+ * the key mask [B,T] optional. With dropout (p > 0) the forward reads the step counter and
+ * writes the keep bits int32 [B,H,T,ceil(T/32)], which the backward reads in its place. */
 static const char *shape_attention(const tg_graph *g, const tg_op *op) {
     int64_t b = op->i[0], h = op->i[1], t = op->i[2], dh = op->i[6];
     int packed = op->i[5] != 0, bwd = op->kind == TG_OP_ATTENTION_BWD;
@@ -127,10 +128,14 @@ static const char *shape_attention(const tg_graph *g, const tg_op *op) {
         for (int s = 0; s < 3; s++) EXPECT(numel(g, qkv[s]) == rows * d, "q/k/v != B*T*H*Dh");
     }
     EXPECT(op->in[3] < 0 || numel(g, op->in[3]) == rows, "mask != B*T");
-    EXPECT(op->in[4] < 0 || numel(g, op->in[4]) == 1, "step counter is not a scalar");
     EXPECT(op->f[1] >= 0.0f && op->f[1] < 1.0f, "dropout p outside [0, 1)");
-    EXPECT(op->f[1] <= 0.0f || op->in[4] >= 0, "dropout needs the step counter");
+    int drop = op->f[1] > 0.0f, bits = bwd ? op->in[4] : op->out[2];
+    EXPECT((bits >= 0) == drop, "keep bits present exactly when p > 0");
+    EXPECT(bits < 0 || (g->tensors[bits].dtype == TG_I32 && numel(g, bits) == b * h * t * ((t + 31) / 32)),
+           "keep bits != B*H*T*ceil(T/32) (i32)");
     if (!bwd) {
+        EXPECT(op->in[4] < 0 || numel(g, op->in[4]) == 1, "step counter is not a scalar");
+        EXPECT(!drop || op->in[4] >= 0, "dropout needs the step counter");
         EXPECT(op->in[5] < 0 && op->in[6] < 0 && op->in[7] < 0, "unused inputs must be -1");
         EXPECT(numel(g, op->out[0]) == rows * d, "O != B*T*H*Dh");
         EXPECT(numel(g, op->out[1]) == b * h * t, "LSE != B*H*T");
@@ -385,17 +390,19 @@ static void bwd_softmax(tg_graph *g, int index) {
     tg_ad_commit(g, op.in[0], dx);
 }
 /* One ATTENTION_BWD for the whole op: the gradients of q, k and v (or of packed qkv),
- * plus the row term delta it writes for its own use. LSE has no gradient. */
+ * plus the row term delta it writes for its own use. It reads the forward's keep bits
+ * (not the step counter), so it never draws the dropout mask again. LSE and the bits have
+ * no gradient. */
 static void bwd_attention(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
-    if (tg_ad_grad_of(g, op.out[1]) >= 0) {
-        tg_graph_fail(g, "attention %d: the log-sum-exp has a gradient", index);
+    if (tg_ad_grad_of(g, op.out[1]) >= 0 || tg_ad_grad_of(g, op.out[2]) >= 0) {
+        tg_graph_fail(g, "attention %d: the log-sum-exp or the keep bits have a gradient", index);
         return;
     }
     int parts = op.i[5] ? 1 : 3;
     tg_op_spec s = tg_spec(TG_OP_ATTENTION_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
-    s.in[1] = op.out[0], s.in[2] = op.out[1], s.in[3] = op.in[3], s.in[4] = op.in[4];
+    s.in[1] = op.out[0], s.in[2] = op.out[1], s.in[3] = op.in[3], s.in[4] = op.out[2];
     for (int p = 0; p < parts; p++) {
         int acc;
         s.in[5 + p] = op.in[p];
@@ -490,7 +497,7 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_TANH_BWD] = {shape_unary, flops_n, NULL, {W}},
     [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W, W}},
     [TG_OP_ATTN_SOFTMAX_BWD] = {shape_softmax, flops_softmax, NULL, {W}},
-    [TG_OP_ATTENTION] = {shape_attention, flops_attention, bwd_attention, {W, W}},
+    [TG_OP_ATTENTION] = {shape_attention, flops_attention, bwd_attention, {W, W, W}},
     [TG_OP_ATTENTION_BWD] = {shape_attention, flops_attention, NULL, {W, W, W, W}},
     [TG_OP_DROPOUT] = {shape_dropout, flops_n, bwd_dropout, {W}},
     [TG_OP_HEADS_SPLIT] = {shape_heads, flops_none, bwd_heads_split, {W, W, W}},

@@ -509,7 +509,8 @@ static void op_attn_softmax_bwd(const tg_cpu_op_args *a) {
  * dropout factors are the same float expressions in the forward and the backward. K (and V
  * in the backward) of the item are first copied, widened and transposed to [Dh][T], so the
  * dot products of one query with all keys run as T independent sums (each still in d
- * order, the same value as one dot product at a time). */
+ * order, the same value as one dot product at a time). The forward draws the dropout mask
+ * and stores it as keep bits; the backward reads those bits instead of drawing again. */
 
 typedef struct attn_ctx {
     const tg_cpu_op_args *a;
@@ -517,8 +518,11 @@ typedef struct attn_ctx {
     const float *q, *k, *v;   /* row 0, head 0 of each */
     const float *mask;        /* [B,T], or NULL */
     float scale, p, keep_scale;
-    int causal, drop;
+    int causal, drop;         /* drop: the forward draws the mask */
     uint64_t step;
+    int64_t words;            /* keep-bit words per row: ceil(T/32) */
+    int32_t *bits_out;        /* forward out2, or NULL */
+    const int32_t *bits_in;   /* backward in4, or NULL */
 } attn_ctx;
 
 /* qkv_slot: the input slot of q (or qkv): 0 in the forward, 5 in the backward. */
@@ -543,6 +547,12 @@ static void attn_ctx_init(attn_ctx *c, const tg_cpu_op_args *a, int qkv_slot) {
     c->scale = op->f[0];
     c->p = op->f[1];
     c->keep_scale = c->p < 1.0f ? 1.0f / (1.0f - c->p) : 0.0f;
+    c->words = (c->T + 31) / 32;
+    if (qkv_slot) { /* backward: in4 is the forward's keep bits */
+        c->bits_in = CI32(a->in[4]);
+        return;
+    }
+    c->bits_out = (int32_t *)a->out[2];
     /* As ATTN_SOFTMAX: dropout in training only, and only with the step counter. */
     c->drop = a->training && c->p > 0.0f && a->in[4] != NULL;
     const float *step = CF32(a->in[4]);
@@ -565,8 +575,14 @@ static int64_t attn_kept_keys(const attn_ctx *c, int64_t b, int64_t q, char *kep
 }
 
 /* The dropout factor of each key of row ((b*H + h)*T + q): 1/(1-p) kept, 0 dropped, and 1
- * without dropout, so D = P * factor is exactly ATTN_SOFTMAX's dropped probability. */
+ * without dropout, so D = P * factor is exactly ATTN_SOFTMAX's dropped probability. The
+ * forward draws it; the backward reads it from the forward's bits. */
 static void attn_keep_factors(const attn_ctx *c, int64_t bh, int64_t q, int64_t kend, float *factor) {
+    if (c->bits_in) {
+        const uint32_t *row = (const uint32_t *)c->bits_in + (bh * c->T + q) * c->words;
+        for (int64_t k = 0; k < kend; k++) factor[k] = (row[k >> 5] >> (k & 31)) & 1u ? c->keep_scale : 0.0f;
+        return;
+    }
     if (!c->drop) {
         for (int64_t k = 0; k < kend; k++) factor[k] = 1.0f;
         return;
@@ -579,6 +595,17 @@ static void attn_keep_factors(const attn_ctx *c, int64_t bh, int64_t q, int64_t 
         if (e >> 2 != block) tg_philox_uniform4(c->a->seed, c->step, key, block = e >> 2, u);
         factor[k] = u[e & 3] >= c->p ? c->keep_scale : 0.0f;
     }
+}
+
+/* Row ((b*H + h)*T + q) of the keep bits: bit k set iff key k takes part (kept[k], k < kend)
+ * and is not dropped (factor[k] != 0; the factor is never 0 otherwise, as p < 1). Every
+ * word is written, so bits past kend and past T are 0. */
+static void attn_write_bits(const attn_ctx *c, int64_t bh, int64_t q, int64_t kend, const char *kept,
+                            const float *factor) {
+    uint32_t *row = (uint32_t *)c->bits_out + (bh * c->T + q) * c->words;
+    memset(row, 0, sizeof *row * (size_t)c->words);
+    for (int64_t k = 0; k < kend; k++)
+        if (kept[k] && factor[k] != 0.0f) row[k >> 5] |= 1u << (k & 31);
 }
 
 /* xt[d*T + t] = x[t*ld + d]: T rows of Dh values, widened and transposed. */
@@ -682,6 +709,8 @@ static void attention_heads(void *p, int64_t b0, int64_t e0) {
             int64_t kend;
             float mx = -INFINITY;
             if (attn_kept_keys(c, b, q, w.kept, &kend)) mx = attn_scores(c, qh + q * c->ld, &w, kend);
+            attn_keep_factors(c, bh, q, kend, w.factor);
+            if (c->bits_out) attn_write_bits(c, bh, q, kend, w.kept, w.factor);
             if (mx == -INFINITY) { /* no kept key */
                 memset(orow, 0, (size_t)Dh * 4);
                 LSE[bh * T + q] = 0.0f;
@@ -692,7 +721,6 @@ static void attention_heads(void *p, int64_t b0, int64_t e0) {
                 if (w.kept[k]) sum += expf(w.s[k] - mx);
             float lse = (float)((double)mx + log(sum));
             LSE[bh * T + q] = lse;
-            attn_keep_factors(c, bh, q, kend, w.factor);
             for (int64_t d = 0; d < Dh; d++) w.acc[d] = 0;
             for (int64_t k = 0; k < kend; k++) {
                 if (!w.kept[k]) continue;

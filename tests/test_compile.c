@@ -440,13 +440,15 @@ TG_TEST(test_compile_bf16_plan) {
             case TG_OP_ATTENTION:
                 attention_ops++;
                 CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_BF16 &&
-                          p.tensors[op->out[1]].dtype == TG_F32,
-                      "attention %d: bf16 qkv and O, fp32 LSE", o);
+                          p.tensors[op->out[1]].dtype == TG_F32 && op->out[2] >= 0 &&
+                          p.tensors[op->out[2]].dtype == TG_I32,
+                      "attention %d: bf16 qkv and O, fp32 LSE, int32 keep bits", o);
                 break;
             case TG_OP_ATTENTION_BWD:
                 CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_BF16 &&
-                          p.tensors[op->in[2]].dtype == TG_F32 && p.tensors[op->out[3]].dtype == TG_F32,
-                      "attention_bwd %d: bf16 dO and dqkv, fp32 LSE and delta", o);
+                          p.tensors[op->in[2]].dtype == TG_F32 && p.tensors[op->out[3]].dtype == TG_F32 &&
+                          op->in[4] >= 0 && p.tensors[op->in[4]].dtype == TG_I32,
+                      "attention_bwd %d: bf16 dO and dqkv, fp32 LSE and delta, int32 keep bits", o);
                 break;
             case TG_OP_CROSS_ENTROPY:
                 CHECK(p.tensors[op->in[0]].dtype == TG_BF16 && t0->dtype == TG_F32, "loss fp32 from bf16 logits");
@@ -673,6 +675,12 @@ TG_TEST(test_compile_attention_fused) {
                           p.tensors[op->in[0]].name);
                 CHECK(p.tensors[op->out[1]].dtype == TG_F32 && tg_tensor_numel(&p.tensors[op->out[1]]) == B * H * T,
                       "%s: LSE [B,H,T] fp32", name);
+                /* With dropout, the keep bits: int32 [B,H,T,ceil(T/32)] activations. */
+                const tg_tensor *bits = op->out[2] >= 0 ? &p.tensors[op->out[2]] : NULL;
+                int64_t want_shape[4] = {B, H, T, (T + 31) / 32};
+                CHECK(bits && bits->dtype == TG_I32 && bits->pool == TG_POOL_ACTIVATIONS && bits->ndim == 4 &&
+                          !memcmp(bits->shape, want_shape, sizeof want_shape),
+                      "%s: attention %d keep bits", name, o);
             }
             if (op->kind == TG_OP_ATTENTION_BWD) {
                 /* Its forward: the ATTENTION whose O and LSE it reads, with the same parameters. */
@@ -680,8 +688,9 @@ TG_TEST(test_compile_attention_fused) {
                 for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++) {
                     const tg_op *f = &p.ops[k];
                     if (f->kind != TG_OP_ATTENTION || f->out[0] != op->in[1]) continue;
-                    found = f->out[1] == op->in[2] && f->in[3] == op->in[3] && f->in[4] == op->in[4] &&
-                            !memcmp(f->i, op->i, sizeof f->i) && !memcmp(f->f, op->f, sizeof f->f);
+                    /* The backward reads the forward's keep bits where the forward reads the step. */
+                    found = f->out[1] == op->in[2] && f->in[3] == op->in[3] && f->out[2] == op->in[4] &&
+                            op->in[4] >= 0 && !memcmp(f->i, op->i, sizeof f->i) && !memcmp(f->f, op->f, sizeof f->f);
                     for (int s = 0; s < 3; s++) found &= f->in[s] == op->in[5 + s];
                 }
                 CHECK(found, "%s: attention_bwd %d does not match its forward", name, o);

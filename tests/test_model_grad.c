@@ -150,8 +150,9 @@ static int grads_match(const float *a, const float *b, int64_t n, double floor, 
 }
 
 /* One training step (dropout on) of the fused and the unfused plan of one job, from the
- * same weights and batch: the same function with the same dropout masks, so the loss, the
- * gradient norm and every parameter gradient agree to 1e-5. */
+ * same weights and batch: the same function with the same dropout masks (the fused
+ * backward's read from the forward's keep bits), so the loss, the gradient norm and every
+ * parameter gradient agree to 1e-5. */
 static void fused_matches_unfused(const char *preset, int task, int num_labels) {
     tg_model_config cfg;
     tg_err err;
@@ -175,6 +176,17 @@ static void fused_matches_unfused(const char *preset, int task, int num_labels) 
     CHECK(count_kind(f, TG_OP_ATTENTION) == cfg.layers && count_kind(f, TG_OP_ATTN_SOFTMAX) == 0 &&
               count_kind(u, TG_OP_ATTENTION) == 0 && count_kind(u, TG_OP_ATTN_SOFTMAX) == cfg.layers,
           "%s: the plans do not differ in their attention", preset);
+    /* Each fused backward reads its forward's int32 keep bits. */
+    int bits_read = 0;
+    for (int b = 0; b < f->n_ops; b++) {
+        if (f->ops[b].kind != TG_OP_ATTENTION_BWD) continue;
+        for (int a = 0; a < b; a++)
+            bits_read += f->ops[a].kind == TG_OP_ATTENTION && f->ops[a].out[0] == f->ops[b].in[1] &&
+                         f->ops[a].out[2] >= 0 && f->ops[a].out[2] == f->ops[b].in[4] &&
+                         f->tensors[f->ops[a].out[2]].dtype == TG_I32;
+    }
+    CHECK(bits_read == cfg.layers, "%s: %d of %d attention backwards read their forward's keep bits", preset,
+          bits_read, cfg.layers);
     /* The same parameters at the same offsets, so one weight image fits both. */
     REQUIRE(f->pool_bytes[TG_POOL_PARAMS] == u->pool_bytes[TG_POOL_PARAMS], "%s: parameter pools differ", preset);
     int params = 0, layout_ok = 1;

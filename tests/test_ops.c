@@ -885,11 +885,14 @@ typedef struct fa_case {
 typedef struct fa_ctx {
     fa_case c;
     int training;
-    float *x[3];  /* q, k, v; only x[0] (qkv) when packed */
+    float *x[3];   /* q, k, v; only x[0] (qkv) when packed */
     float *O, *LSE, *r;
+    int32_t *bits; /* keep bits [B,H,T,W], written by the forward and read by the backward when p > 0 */
 } fa_ctx;
 
 static int64_t fa_rows(const fa_case *c) { return c->B * c->T; }
+static int64_t fa_words(const fa_case *c) { return (c->T + 31) / 32; }
+static int64_t fa_bits_numel(const fa_case *c) { return c->B * c->H * c->T * fa_words(c); }
 static int64_t fa_width(const fa_case *c) { return c->H * c->Dh; }
 /* Elements of input x[s]. */
 static int64_t fa_in_numel(const fa_case *c) { return fa_rows(c) * fa_width(c) * (c->packed ? 3 : 1); }
@@ -907,16 +910,16 @@ static void fa_forward(fa_ctx *c, tg_threadpool *tp) {
     tg_op op = fa_op(&c->c, TG_OP_ATTENTION);
     float step = FA_STEP;
     tg_cpu_op_args a = {.op = &op, .in = {c->x[0], c->x[1], c->x[2], (void *)c->c.mask, c->c.p > 0 ? &step : NULL},
-                        .out = {c->O, c->LSE}, .seed = FA_SEED, .training = c->training, .threads = tp};
+                        .out = {c->O, c->LSE, c->c.p > 0 ? c->bits : NULL}, .seed = FA_SEED,
+                        .training = c->training, .threads = tp};
     tg_cpu_op_run(&a);
 }
 
-/* dx[s] are the gradients of x[s]; delta [B,H,T]. */
+/* dx[s] are the gradients of x[s]; delta [B,H,T]. The mask comes from the forward's bits. */
 static void fa_backward(const fa_ctx *c, const float *dO, float *const *dx, float *delta, tg_threadpool *tp) {
     tg_op op = fa_op(&c->c, TG_OP_ATTENTION_BWD);
-    float step = FA_STEP;
     tg_cpu_op_args a = {.op = &op,
-                        .in = {(void *)dO, c->O, c->LSE, (void *)c->c.mask, c->c.p > 0 ? &step : NULL, c->x[0],
+                        .in = {(void *)dO, c->O, c->LSE, (void *)c->c.mask, c->c.p > 0 ? c->bits : NULL, c->x[0],
                                c->x[1], c->x[2]},
                         .out = {dx[0], dx[1], dx[2], delta}, .seed = FA_SEED, .training = c->training, .threads = tp};
     tg_cpu_op_run(&a);
@@ -936,11 +939,45 @@ static void fa_init(fa_ctx *c, const fa_case *fc, uint64_t seed) {
     c->O = fconst(fa_rows(fc) * fa_width(fc), NAN);
     c->LSE = fconst(fc->B * fc->H * fc->T, NAN);
     c->r = frand(fa_rows(fc) * fa_width(fc), seed + 7, -1, 1);
+    /* A pattern the forward must overwrite, words past T included. */
+    c->bits = malloc(sizeof *c->bits * (size_t)fa_bits_numel(fc));
+    if (!c->bits) abort();
+    memset(c->bits, 0xA5, sizeof *c->bits * (size_t)fa_bits_numel(fc));
 }
 
 static void fa_free(fa_ctx *c) {
     for (int s = 0; s < 3; s++) free(c->x[s]);
-    free(c->O), free(c->LSE), free(c->r);
+    free(c->O), free(c->LSE), free(c->r), free(c->bits);
+}
+
+/* Whether key k takes part in query q of sequence b: in range, not masked, not in the future. */
+static int fa_visible(const fa_case *fc, int64_t b, int64_t q, int64_t k) {
+    return k < fc->T && (!fc->mask || fc->mask[b * fc->T + k] != 0) && (!fc->causal || k <= q);
+}
+
+/* Checks every bit of c->bits (bits past T included) against the visibility rule and, when
+ * `drawn`, the Philox draw of element ((b*H + h)*T + q)*T + k. Returns the number of set bits,
+ * or -1 after a failed check. */
+static int64_t fa_check_bits(const fa_ctx *c, int drawn, const char *what) {
+    const fa_case *fc = &c->c;
+    int64_t T = fc->T, W = fa_words(fc), set = 0, bad = 0;
+    for (int64_t b = 0; b < fc->B; b++)
+        for (int64_t h = 0; h < fc->H; h++)
+            for (int64_t q = 0; q < T; q++)
+                for (int64_t k = 0; k < 32 * W; k++) {
+                    int want = fa_visible(fc, b, q, k);
+                    if (want && drawn) {
+                        uint64_t e = (uint64_t)(((b * fc->H + h) * T + q) * T + k);
+                        want = tg_philox_uniform(FA_SEED, (uint64_t)FA_STEP, FA_KEY, e) >= fc->p;
+                    }
+                    uint32_t word = (uint32_t)c->bits[((b * fc->H + h) * T + q) * W + k / 32];
+                    int got = (word >> (k % 32)) & 1u;
+                    if (got != want && bad++ < 3)
+                        CHECK(0, "%s: bit (b %lld, h %lld, q %lld, k %lld) is %d, expected %d", what, (long long)b,
+                              (long long)h, (long long)q, (long long)k, got, want);
+                    set += got;
+                }
+    return bad ? -1 : set;
 }
 
 /* Element d of head h of row (b, t) of Q (part 0), K (1) or V (2). */
@@ -1064,11 +1101,17 @@ TG_TEST(test_op_attention_forward) {
         double rel = tg_rel_err(c.O, unfused, n);
         CHECK(rel <= 1e-5, "%s: fused vs unfused ops: rel err %.3g", fc->name, rel);
 
+        /* With dropout, the keep bits are the drawn mask on the visible keys. */
+        int64_t nb = fa_bits_numel(fc);
+        if (fc->p > 0) CHECK(fa_check_bits(&c, 1, fc->name) > 0, "%s: no keep bit set", fc->name);
+
         /* Thread count does not matter. */
         float *O1 = falloc(n), *L1 = falloc(nl);
-        memcpy(O1, c.O, (size_t)n * 4), memcpy(L1, c.LSE, (size_t)nl * 4);
+        int32_t *bits1 = malloc(sizeof *bits1 * (size_t)nb);
+        memcpy(O1, c.O, (size_t)n * 4), memcpy(L1, c.LSE, (size_t)nl * 4), memcpy(bits1, c.bits, (size_t)nb * 4);
         fa_forward(&c, NULL);
-        CHECK(!memcmp(O1, c.O, (size_t)n * 4) && !memcmp(L1, c.LSE, (size_t)nl * 4),
+        CHECK(!memcmp(O1, c.O, (size_t)n * 4) && !memcmp(L1, c.LSE, (size_t)nl * 4) &&
+                  (fc->p == 0 || !memcmp(bits1, c.bits, (size_t)nb * 4)),
               "%s: result depends on the thread count", fc->name);
 
         if (fc->p > 0) {
@@ -1079,6 +1122,7 @@ TG_TEST(test_op_attention_forward) {
             fa_forward(&e, pool3());
             CHECK(tg_rel_err(O1, e.O, n) > 1e-2, "%s: dropout changed nothing (%.3g)", fc->name,
                   tg_rel_err(O1, e.O, n));
+            CHECK(fa_check_bits(&e, 0, fc->name) > 0, "%s: eval mode does not write the visible keys' bits", fc->name);
             float *O0 = fconst(n, NAN);
             e.O = O0;
             e.training = 1, e.c.p = 0.0f;
@@ -1089,7 +1133,7 @@ TG_TEST(test_op_attention_forward) {
             CHECK(!memcmp(O0, e.O, (size_t)n * 4), "%s: eval mode differs from p = 0", fc->name);
             free(O0), free(e.O);
         }
-        free(refO), free(refL), free(unfused), free(O1), free(L1);
+        free(refO), free(refL), free(unfused), free(O1), free(L1), free(bits1);
         fa_free(&c);
     }
 }
@@ -1158,7 +1202,10 @@ TG_TEST(test_op_attention_no_kept_key) {
         for (int64_t k = fc.H * T; k < 2 * fc.H * T; k++) nonzero += c.LSE[k] != 0.0f || delta[k] != 0.0f;
         for (int s = 0; s < fa_parts(&fc); s++)
             for (int64_t k = T * W; k < 2 * T * W; k++) nonzero += dx[s][k] != 0.0f;
+        if (fc.p > 0) /* every bit of batch 1 is 0 */
+            for (int64_t k = fc.H * T; k < 2 * fc.H * T; k++) nonzero += c.bits[k] != 0;
         CHECK(!nonzero, "form %d: %d nonzero values for the fully masked sequence", form, nonzero);
+        if (fc.p > 0) CHECK(fa_check_bits(&c, 1, "no kept key") > 0, "form %d: no keep bit set", form);
         /* Batch 0 is alive, and under the causal mask its query 0 (key 0 masked) is not. */
         double live = 0;
         for (int64_t k = D; k < T * D; k++) live += fabs(c.O[k]);
@@ -1173,6 +1220,118 @@ TG_TEST(test_op_attention_no_kept_key) {
         }
         for (int s = 0; s < 3; s++) free(dx[s]);
         free(delta);
+        fa_free(&c);
+    }
+}
+
+/* Key mask [2,T] with a gap pattern, the last key of sequence 1 masked. */
+static float *fa_gappy_mask(int64_t T) {
+    float *m = falloc(2 * T);
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t k = 0; k < T; k++) m[b * T + k] = (k * 7 + b * 3) % 5 != 0;
+    m[2 * T - 1] = 0;
+    return m;
+}
+
+static int64_t fa_visible_pairs(const fa_case *fc) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < fc->B; b++)
+        for (int64_t q = 0; q < fc->T; q++)
+            for (int64_t k = 0; k < fc->T; k++) n += fa_visible(fc, b, q, k);
+    return n * fc->H;
+}
+
+/* The keep bits with T = 37 (a partial last word) and 64 (two full words): each bit is the
+ * Philox draw on a visible key and 0 elsewhere, the mask ATTN_SOFTMAX applies on the same
+ * stream, and the backward's only source of the mask. */
+TG_TEST(test_op_attention_keep_bits) {
+    static const struct {
+        int64_t T;
+        int packed, causal;
+    } cases[] = {{37, 0, 1}, {64, 0, 1}, {37, 1, 0}, {64, 1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t T = cases[i].T;
+        float *mask = fa_gappy_mask(T);
+        char name[64];
+        snprintf(name, sizeof name, "keep bits T=%lld packed=%d causal=%d", (long long)T, cases[i].packed,
+                 cases[i].causal);
+        fa_case fc = {name, 2, 2, T, 8, cases[i].packed, cases[i].causal, 0.3f, mask};
+        fa_ctx c;
+        fa_init(&c, &fc, 400 + i);
+        fa_forward(&c, pool3());
+        int64_t set = fa_check_bits(&c, 1, name), visible = fa_visible_pairs(&fc);
+        CHECK(set > 0.6 * visible && set < 0.8 * visible, "%s: %lld of %lld visible pairs kept at p = 0.3", name,
+              (long long)set, (long long)visible);
+
+        /* The unfused softmax on zero scores (every visible key has P > 0) drops exactly the
+         * pairs whose bit is 0. */
+        int64_t B = fc.B, H = fc.H, W = fa_words(&fc), sq = B * H * T * T;
+        float *scores = fconst(sq, 0.0f), *probs = falloc(sq), *dropped = falloc(sq);
+        tg_op sm = mkop(TG_OP_ATTN_SOFTMAX);
+        sm.i[0] = B, sm.i[1] = H, sm.i[2] = T, sm.i[3] = fc.causal, sm.i[4] = FA_KEY;
+        sm.f[0] = 1.0f, sm.f[1] = fc.p;
+        float step = FA_STEP;
+        tg_cpu_op_args a = {.op = &sm, .in = {scores, mask, &step}, .out = {probs, dropped}, .seed = FA_SEED,
+                            .training = 1, .threads = pool3()};
+        tg_cpu_op_run(&a);
+        int64_t differ = 0;
+        for (int64_t row = 0; row < B * H * T; row++)
+            for (int64_t k = 0; k < T; k++)
+                differ += (((uint32_t)c.bits[row * W + k / 32] >> (k % 32)) & 1u) != (dropped[row * T + k] != 0.0f);
+        CHECK(differ == 0, "%s: %lld bits differ from the unfused softmax's mask", name, (long long)differ);
+
+        /* The backward reads the mask from the bits: with every bit cleared, no probability
+         * survives dropout and dV is exactly 0; with the forward's bits it is not. */
+        int64_t nin = fa_in_numel(&fc), D = fa_width(&fc), ld = fc.packed ? 3 * D : D, v0 = fc.packed ? 2 * D : 0;
+        const float *dv_of[2];
+        float *dx[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}}, *delta = fconst(B * H * T, NAN);
+        for (int run = 0; run < 2; run++) {
+            for (int s = 0; s < fa_parts(&fc); s++) dx[run][s] = fconst(nin, NAN);
+            if (run == 1) memset(c.bits, 0, sizeof *c.bits * (size_t)fa_bits_numel(&fc));
+            fa_backward(&c, c.r, dx[run], delta, pool3());
+            dv_of[run] = fc.packed ? dx[run][0] : dx[run][2];
+        }
+        double dv_kept = 0, dv_cleared = 0;
+        for (int64_t r = 0; r < fa_rows(&fc); r++)
+            for (int64_t d = 0; d < D; d++) {
+                dv_kept += fabs(dv_of[0][r * ld + v0 + d]);
+                dv_cleared += fabs(dv_of[1][r * ld + v0 + d]);
+            }
+        CHECK(dv_kept > 0 && dv_cleared == 0, "%s: |dV| %.3g with the forward's bits, %.3g with none set", name,
+              dv_kept, dv_cleared);
+        for (int run = 0; run < 2; run++)
+            for (int s = 0; s < 3; s++) free(dx[run][s]);
+        free(delta), free(scores), free(probs), free(dropped), free(mask);
+        fa_free(&c);
+    }
+}
+
+/* Without a draw (eval mode, or no step counter) the forward still writes every word of the
+ * bits: exactly the visible keys, so the backward's factor is 1/(1-p) on each. */
+TG_TEST(test_op_attention_keep_bits_eval) {
+    for (int form = 0; form < 2; form++) {
+        int64_t T = form ? 64 : 37;
+        float *mask = fa_gappy_mask(T);
+        fa_case fc = {form ? "eval T=64" : "eval T=37", 2, 3, T, 8, form, 1, 0.25f, mask};
+        int64_t visible = fa_visible_pairs(&fc);
+        fa_ctx c;
+        fa_init(&c, &fc, 500 + form);
+        c.training = 0;
+        fa_forward(&c, pool3());
+        int64_t set = fa_check_bits(&c, 0, fc.name);
+        CHECK(set == visible && visible > 0, "%s: %lld bits set for %lld visible pairs", fc.name, (long long)set,
+              (long long)visible);
+
+        /* Training without the step counter draws nothing either. */
+        memset(c.bits, 0xA5, sizeof *c.bits * (size_t)fa_bits_numel(&fc));
+        tg_op op = fa_op(&fc, TG_OP_ATTENTION);
+        tg_cpu_op_args a = {.op = &op, .in = {c.x[0], c.x[1], c.x[2], mask, NULL}, .out = {c.O, c.LSE, c.bits},
+                            .seed = FA_SEED, .training = 1, .threads = pool3()};
+        tg_cpu_op_run(&a);
+        set = fa_check_bits(&c, 0, fc.name);
+        CHECK(set == visible, "%s without a step: %lld bits set for %lld visible pairs", fc.name, (long long)set,
+              (long long)visible);
+        free(mask);
         fa_free(&c);
     }
 }

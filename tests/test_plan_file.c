@@ -479,7 +479,8 @@ static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
 static void flip_payload(uint8_t *b, size_t len) { b[40 + (len - 40) / 2] ^= 0x10; }
 static void flip_checksum(uint8_t *b, size_t len) { b[35] ^= 0x01; }
 static void set_version_7(uint8_t *b, size_t len) { b[8] = 7; }
-static void set_version_2(uint8_t *b, size_t len) { b[8] = 2; }
+static int g_old_version;
+static void set_old_version(uint8_t *b, size_t len) { b[8] = (uint8_t)g_old_version; }
 static void bad_magic(uint8_t *b, size_t len) { b[1] = 'X'; }
 static void bad_usize(uint8_t *b, size_t len) { b[16] ^= 0x04; }
 
@@ -510,11 +511,15 @@ TG_TEST(test_plan_file_wrong_version) {
              "plan.tgp: plan format version 7, this build reads version %d (recompile the job)",
              TG_PLAN_VERSION);
     CHECK(has(err.msg, want), "'%s'", err.msg);
-    /* Version 3 added the attention ops and 8 input slots: version 2 plans are refused. */
-    CHECK(TG_PLAN_VERSION == 3, "plan version %d", TG_PLAN_VERSION);
-    CHECK(decode_patched(set_version_2, &err) == -1 &&
-              has(err.msg, "plan.tgp: plan format version 2, this build reads version 3 (recompile the job)"),
-          "a version 2 plan: '%s'", err.msg);
+    /* Every older format is refused: version 3 added the attention ops and 8 input slots,
+     * version 4 the attention's keep bits (its backward's in4 was the step counter). */
+    CHECK(TG_PLAN_VERSION > 3, "plan version %d still reads version 3 plans", TG_PLAN_VERSION);
+    for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
+        snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
+                 g_old_version, TG_PLAN_VERSION);
+        CHECK(decode_patched(set_old_version, &err) == -1 && has(err.msg, want), "a version %d plan: '%s'",
+              g_old_version, err.msg);
+    }
 }
 
 TG_TEST(test_plan_file_bad_magic) {

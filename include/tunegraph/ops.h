@@ -82,7 +82,11 @@ typedef enum tg_op_kind {
      *          V = 2D..3D-1 (D = H*Dh, GPT-2's c_attn); in1, in2 unused;
      *   i[5] = 0: in0 q, in1 k, in2 v, each [B*T, H*Dh].
      * in3 key mask float [B,T] (optional; 1 keep, 0 masked), in4 step counter (float [1];
-     * required when f[1] > 0) -> out0 O [B*T, H*Dh], out1 LSE float [B,H,T].
+     * required when f[1] > 0) -> out0 O [B*T, H*Dh], out1 LSE float [B,H,T], out2 (present
+     * when f[1] > 0) the dropout keep bits int32 [B,H,T,W], W = ceil(T/32): bit k % 32 of
+     * word [b,h,q,k/32] is 1 iff key k takes part in row q (kept, see below) and keep_k
+     * (keep_k = 1 in eval mode); every other bit, to the end of the last word, is 0. The
+     * backward reads the mask from these bits instead of drawing it again.
      * For each (b, h, query q): s_k = f[0] * dot(Q[b,q,h], K[b,k,h]) over kept keys k (mask
      * != 0, and k <= q when i[3] causal); P_k = exp(s_k - LSE) with LSE = log sum_k exp(s_k)
      * (computed as max + log of the sum of exp(s - max)); D_k = P_k * keep_k * (1 / (1 - p))
@@ -94,11 +98,12 @@ typedef enum tg_op_kind {
      * (compiler/model_build.h); the CPU reference takes any Dh. */
     TG_OP_ATTENTION,
     /* Backward of TG_OP_ATTENTION: in0 dO [B*T, H*Dh], in1 O, in2 LSE, in3 key mask
-     * (optional), in4 step counter (as the forward), in5 q (or qkv when packed), in6 k,
+     * (optional), in4 the forward's keep bits (its out2; present when f[1] > 0; keep_qk is
+     * its bit), in5 q (or qkv when packed), in6 k,
      * in7 v (unpacked only) -> out0 dq (or dqkv [B*T, 3*H*Dh] when packed), out1 dk, out2 dv
      * (unpacked only), out3 delta float [B,H,T] = sum_d dO[b,q,h,d] * O[b,q,h,d] (written;
-     * the kernels' row term). With P, keep and D recomputed exactly as the forward from Q, K
-     * and LSE:
+     * the kernels' row term). With P recomputed as the forward from Q, K and LSE, keep from
+     * the bits and D = P * keep * (1 / (1 - p)):
      * dD_qk = dot(dO_q, V_k); dS_qk = f[0] * P_qk * (dD_qk * keep_qk * (1 / (1 - p)) - delta_q)
      * (keep factor 1 without dropout); dQ_q = sum_k dS_qk K_k; dK_k = sum_q dS_qk Q_q;
      * dV_k = sum_q D_qk dO_q; masked pairs contribute nothing. All outputs are overwritten.
