@@ -40,9 +40,9 @@ static const dtype_rule dtype_rules[] = {
     /* TG_OP_TANH_BWD */ {{"Tdy", "Ty"}, {"Tdx"}},
     /* TG_OP_ATTN_SOFTMAX */ {{"Sscores", "Fmask", "Fstep"}, {"Tprobs", "Tprobs_dropout"}},
     /* TG_OP_ATTN_SOFTMAX_BWD */ {{"Tdprobs", "Tprobs", "Fstep"}, {"Tdscores"}},
-    /* TG_OP_ATTENTION */ {{"Tq", "Tk", "Tv", "Fmask", "Fstep"}, {"To", "Flse"}},
+    /* TG_OP_ATTENTION */ {{"Tq", "Tk", "Tv", "Fmask", "Fstep"}, {"To", "Flse", "Ikeep_bits"}},
     /* TG_OP_ATTENTION_BWD */
-    {{"Tdo", "To", "Flse", "Fmask", "Fstep", "Tq", "Tk", "Tv"}, {"Tdq", "Tdk", "Tdv", "Fdelta"}},
+    {{"Tdo", "To", "Flse", "Fmask", "Ikeep_bits", "Tq", "Tk", "Tv"}, {"Tdq", "Tdk", "Tdv", "Fdelta"}},
     /* TG_OP_DROPOUT */ {{"Tx", "Fstep"}, {"Ty"}},
     /* TG_OP_HEADS_SPLIT */ {{"Tx"}, {"Tpart0", "Tpart1", "Tpart2"}},
     /* TG_OP_HEADS_MERGE */ {{"Tpart0", "Tpart1", "Tpart2"}, {"Tx"}},

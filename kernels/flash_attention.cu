@@ -19,10 +19,12 @@
  * 128 (the mma k-step is 16), and only the Dh real columns are stored.
  *
  * Dropout: the mask is TG_OP_ATTN_SOFTMAX's (kernels/philox.h; element
- * ((b*H + h)*T + q)*T + k). When T % 4 == 0 every Philox block (4 consecutive keys of
- * one query) lies inside one thread's tile, so each lane draws one block per 8x8-of-16
- * fragment and hands the keep bits to the lanes holding those elements by shuffle: one
- * Philox call per 4 elements. Otherwise each element draws its own.
+ * ((b*H + h)*T + q)*T + k), drawn once, in the forward: when T % 4 == 0 every Philox
+ * block (4 consecutive keys of one query) lies inside one warp's tile, so each lane draws
+ * one block per 16 x 8 fragment and hands the keep bits to the lanes holding those
+ * elements by shuffle (one Philox call per 4 elements); otherwise each element draws its
+ * own. The forward stores the kept-and-taking-part bits (1 bit per pair: 1/16 of a bf16
+ * probability tensor) and both backward kernels read them, so the backward draws nothing.
  *
  * fp32 plans: plain fp32 kernels (a warp per row; dots in float, sums over keys in
  * double), the oracle-precision path for fp32 training and tests. */
@@ -48,7 +50,9 @@ struct fa_args {
     float *lse;            /* forward writes, backward reads */
     float *delta;          /* backward: dQ kernel writes, dK/dV kernel reads */
     const float *mask;     /* [B,T] or NULL */
-    const float *step;     /* step counter, or NULL */
+    const float *step;     /* step counter, or NULL (forward) */
+    uint32_t *bits;        /* keep bits [B,H,T,W]: forward writes, backward reads; or NULL */
+    int W;                 /* words per row of bits: ceil(T/32) */
     int B, H, T, Dh, causal, vec;
     float scale;
     /* dropout */
@@ -191,49 +195,33 @@ static __device__ __forceinline__ void load_row_stat(float *s, const float *src,
     }
 }
 
-/* Keep bits of one 16 x 8 fragment, [0]: row g, [1]: row g + 8, bit i = column 2c + i.
- * Query-major fragments (rows are queries q, columns keys k): rows qr0 + 0..15, columns
- * kc0 + 0..7. Key-major fragments (rows keys, columns queries) when transposed. */
-template <int TRANSPOSED>
+/* Keep bits of one 16 x 8 fragment (rows are queries q, columns keys k): rows
+ * r0 + 0..15, columns c0 + 0..7; bits[0] for row g, bits[1] for row g + 8, bit i for
+ * column 2c + i. */
 static __device__ __forceinline__ void keep_bits(unsigned (&bits)[2], const fa_args &a, uint64_t step, int64_t bh,
                                                  int r0, int c0, int lane) {
     const int g = lane >> 2, c = lane & 3;
     const float p = a.p;
     const int64_t T = a.T;
     if (a.drop_vec) {
-        /* Lane L draws one Philox block (4 keys of one query) and shares its 4 bits. */
-        int64_t q, k;
-        if (!TRANSPOSED) q = r0 + (lane & 15), k = c0 + (lane >> 4) * 4;
-        else q = c0 + (lane & 7), k = r0 + (lane >> 3) * 4;
-        const int64_t e = (bh * T + q) * T + k;
+        /* Lane L draws one Philox block (keys c0 + 4 (L >> 4) .. +3 of query r0 + (L & 15))
+         * and shares its 4 bits: (row g, keys 2c, 2c+1) sit in the block of lane
+         * g + 16 (c >> 1), bits 2 (c & 1). */
+        const int64_t q = r0 + (lane & 15), k = c0 + (lane >> 4) * 4;
         float u[4];
-        tg_philox_uniform4(a.seed, step, a.key, (uint64_t)e >> 2, u);
+        tg_philox_uniform4(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k) >> 2, u);
         const unsigned mine = (unsigned)(u[0] >= p) | (unsigned)(u[1] >= p) << 1 | (unsigned)(u[2] >= p) << 2 |
                               (unsigned)(u[3] >= p) << 3;
-        if (!TRANSPOSED) {
-            /* (row g, keys 2c, 2c+1) sit in the block of lane g + 16 (c >> 1), bits 2(c & 1). */
-            const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
-            const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
-            bits[0] = (lo >> ((c & 1) * 2)) & 3u;
-            bits[1] = (hi >> ((c & 1) * 2)) & 3u;
-        } else {
-            /* (key g, query 2c + i) sits in lane (2c + i) + 8 (g >> 2), bit g & 3. */
-            const unsigned a0 = __shfl_sync(0xffffffffu, mine, 2 * c + 8 * (g >> 2));
-            const unsigned a1 = __shfl_sync(0xffffffffu, mine, 2 * c + 1 + 8 * (g >> 2));
-            const unsigned b0 = __shfl_sync(0xffffffffu, mine, 2 * c + 8 * (2 + (g >> 2)));
-            const unsigned b1 = __shfl_sync(0xffffffffu, mine, 2 * c + 1 + 8 * (2 + (g >> 2)));
-            const int s = g & 3;
-            bits[0] = ((a0 >> s) & 1u) | ((a1 >> s) & 1u) << 1;
-            bits[1] = ((b0 >> s) & 1u) | ((b1 >> s) & 1u) << 1;
-        }
+        const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
+        const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
+        bits[0] = (lo >> ((c & 1) * 2)) & 3u;
+        bits[1] = (hi >> ((c & 1) * 2)) & 3u;
         return;
     }
     for (int half = 0; half < 2; half++) {
         unsigned m = 0;
         for (int i = 0; i < 2; i++) {
-            int64_t q, k;
-            if (!TRANSPOSED) q = r0 + g + 8 * half, k = c0 + 2 * c + i;
-            else q = c0 + 2 * c + i, k = r0 + g + 8 * half;
+            const int64_t q = r0 + g + 8 * half, k = c0 + 2 * c + i;
             if (q < T && k < T) m |= (unsigned)(tg_philox_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
         }
         bits[half] = m;
@@ -262,6 +250,31 @@ static __device__ __forceinline__ void store_rows(tg_bf16 *base, int64_t ld, con
             }
         }
     }
+}
+
+/* The taking-part-and-kept bits of a warp's 16 rows for key tile k0: each lane holds
+ * its own columns; OR over the 4 lanes of a row gives the row's two words, which lanes
+ * c = 0 (row g) and c = 1 (row g + 8) store. */
+static __device__ __forceinline__ void store_bits(const fa_args &a, const uint32_t (&rb)[2][2], int64_t bh, int row0,
+                                                  int k0, int lane) {
+    uint32_t w[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t v = rb[r][h];
+            v |= __shfl_xor_sync(0xffffffffu, v, 1);
+            v |= __shfl_xor_sync(0xffffffffu, v, 2);
+            w[r][h] = v;
+        }
+    const int c = lane & 3, g = lane >> 2;
+    if (c > 1) return;
+    const int row = row0 + g + 8 * c;
+    if (row >= a.T) return;
+    uint32_t *dst = a.bits + ((int64_t)bh * a.T + row) * a.W;
+    const int w0 = k0 >> 5;
+    if (w0 < a.W) dst[w0] = w[c][0];
+    if (w0 + 1 < a.W) dst[w0 + 1] = w[c][1];
 }
 
 /* ---- forward (bf16) ---------------------------------------------------------------- */
@@ -366,10 +379,13 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
             /* A row with nothing kept so far subtracts 0 instead of -inf (its scores are all
              * -inf, so every exp is 0 either way, without inf - inf). */
             const float mb[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+            uint32_t rb[2][2] = {{0u, 0u}, {0u, 0u}}; /* taking-part bits of rows g, g+8 (64 keys) */
 #pragma unroll
             for (int j = 0; j < FA_COLS / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
+                    const int col = 8 * j + 2 * c + (e & 1);
+                    if (s[j][e] != -INFINITY) rb[e >> 1][col >> 5] |= 1u << (col & 31);
                     const float pv = fa_exp2(s[j][e] - mb[e >> 1]);
                     s[j][e] = pv;
                     rs[e >> 1] += pv;
@@ -383,12 +399,19 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
 #pragma unroll
                 for (int j = 0; j < FA_COLS / 8; j++) {
                     unsigned kb[2];
-                    keep_bits<0>(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+                    keep_bits(kb, a, step, bh, wr0, k0 + 8 * j, lane);
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[j][e] = (kb[e >> 1] >> (e & 1)) & 1u ? s[j][e] * a.inv_keep : 0.0f;
+                    for (int e = 0; e < 4; e++) {
+                        const bool keep = (kb[e >> 1] >> (e & 1)) & 1u;
+                        s[j][e] = keep ? s[j][e] * a.inv_keep : 0.0f;
+                        if (!keep) {
+                            const int col = 8 * j + 2 * c + (e & 1);
+                            rb[e >> 1][col >> 5] &= ~(1u << (col & 31));
+                        }
+                    }
                 }
             }
+            if (a.bits) store_bits(a, rb, bh, wr0, k0, lane);
 #pragma unroll
             for (int kk = 0; kk < FA_COLS / 16; kk++) {
                 uint32_t pa[4];
@@ -401,9 +424,18 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
                     mma16816(o[2 * dj + 1], pa, bf[2], bf[3]);
                 }
             }
+        } else if (a.bits) {
+            const uint32_t zero[2][2] = {{0u, 0u}, {0u, 0u}};
+            store_bits(a, zero, bh, wr0, k0, lane);
         }
         __syncthreads(); /* buffer `buf` is refilled next iteration */
     }
+    /* Words of key tiles this block never visits (past the causal diagonal) are zero. */
+    if (a.bits)
+        for (int i = lane; i < 16 * a.W; i += 32) {
+            const int row = wr0 + i / a.W, wi = i % a.W;
+            if (row < T && wi >= 2 * ktiles) a.bits[((int64_t)bh * T + row) * a.W + wi] = 0u;
+        }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -432,10 +464,9 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dq_kernel(fa_args a) {
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr0 = q0 + warp * 16;
-    const uint64_t step = a.drop ? fa_step(a.step) : 0;
-    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+        const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
     const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
@@ -488,6 +519,17 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dq_kernel(fa_args a) {
         const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
         if (!a.causal || k0 <= wr0 + 15) {
+            /* The forward's keep bits of rows g and g + 8 for these 64 keys. */
+            uint32_t kb[2][2] = {{0u, 0u}, {0u, 0u}};
+            if (a.drop)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = wr0 + g + 8 * r, w0 = k0 >> 5;
+                    if (row >= T) continue;
+                    const uint32_t *src = a.bits + ((int64_t)bh * T + row) * a.W;
+                    kb[r][0] = w0 < a.W ? src[w0] : 0u;
+                    kb[r][1] = w0 + 1 < a.W ? src[w0 + 1] : 0u;
+                }
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
             for (int j = 0; j < FA_COLS / 8; j++)
                 for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
@@ -513,17 +555,15 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dq_kernel(fa_args a) {
             else
                 scale_mask_rows<0>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
 #pragma unroll
-            for (int j = 0; j < FA_COLS / 8; j++) {
-                unsigned kb[2] = {3u, 3u};
-                if (a.drop) keep_bits<0>(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+            for (int j = 0; j < FA_COLS / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
+                    const int col = 8 * j + 2 * c + (e & 1);
                     const float pv = fa_exp2(s[j][e] - lse2[e >> 1]); /* masked: exp2(-inf) = 0 */
                     float dpv = dp[j][e];
-                    if (a.drop) dpv = (kb[e >> 1] >> (e & 1)) & 1u ? dpv * a.inv_keep : 0.0f;
+                    if (a.drop) dpv = (kb[e >> 1][col >> 5] >> (col & 31)) & 1u ? dpv * a.inv_keep : 0.0f;
                     s[j][e] = pv * (dpv - dl[e >> 1]) * a.scale; /* dS */
                 }
-            }
 #pragma unroll
             for (int kk = 0; kk < FA_COLS / 16; kk++) {
                 uint32_t da[4];
@@ -551,12 +591,12 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dkdv_kernel(fa_args a) {
     tg_bf16 *sK = reinterpret_cast<tg_bf16 *>(fa_smem), *sV = sK + E, *sQO = sV + E; /* [buf][Q, dO] */
     float *sLD = reinterpret_cast<float *>(sQO + 4 * E); /* [buf][LSE 64, delta 64] (natural log) */
     float *sM = sLD + 4 * FA_COLS;
+    uint32_t *sB = reinterpret_cast<uint32_t *>(sM + FA_COLS); /* [buf][64 queries][2 words] */
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int k0 = blockIdx.x * FA_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wk0 = k0 + warp * 16; /* this warp's first key */
-    const uint64_t step = a.drop ? fa_step(a.step) : 0;
     const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
     const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
@@ -575,6 +615,14 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dkdv_kernel(fa_args a) {
         float *ld = sLD + 2 * FA_COLS * buf;
         load_row_stat(ld, a.lse, bh, T, q0);
         load_row_stat(ld + FA_COLS, a.delta, bh, T, q0);
+        if (a.drop) /* the two words of this block's 64 keys for each query */
+            for (int i = threadIdx.x; i < 2 * FA_COLS; i += FA_THREADS) {
+                const int q = q0 + (i >> 1), wi = (k0 >> 5) + (i & 1);
+                const bool in = q < T && wi < a.W;
+                const uint32_t *src = in ? a.bits + ((int64_t)bh * T + q) * a.W + wi : a.bits;
+                const unsigned dst = (unsigned)__cvta_generic_to_shared(sB + 2 * FA_COLS * buf + i);
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 4 : 0));
+            }
         cp_async_commit();
     };
     if (qt0 < qtiles) load_queries(qt0, 0);
@@ -595,6 +643,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dkdv_kernel(fa_args a) {
         if (qt == qt0) kv[0] = sM[warp * 16 + g] != 0.0f, kv[1] = sM[warp * 16 + g + 8] != 0.0f;
         const tg_bf16 *sQ = sQO + 2 * E * buf, *sdO = sQ + E;
         const float *sL = sLD + 2 * FA_COLS * buf, *sD = sL + FA_COLS;
+        const uint32_t *sBb = sB + 2 * FA_COLS * buf;
         if (!a.causal || q0 + FA_COLS - 1 >= wk0) { /* else every query precedes the warp's keys */
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
             for (int j = 0; j < FA_COLS / 8; j++)
@@ -620,15 +669,14 @@ __global__ void __launch_bounds__(FA_THREADS) fa_bwd_dkdv_kernel(fa_args a) {
             /* s becomes D^T (dropped probabilities), dp becomes dS^T. */
 #pragma unroll
             for (int j = 0; j < FA_COLS / 8; j++) {
-                unsigned kb[2] = {3u, 3u};
-                if (a.drop) keep_bits<1>(kb, a, step, bh, wk0, q0 + 8 * j, lane);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qc = 8 * j + 2 * c + (e & 1);
+                    const int ko = warp * 16 + g + 8 * (e >> 1); /* key within the block's 64 */
                     bool ok = kv[e >> 1];
                     if (masked) ok = ok && q0 + qc < T && (!a.causal || wk0 + g + 8 * (e >> 1) <= q0 + qc);
                     const float pv = ok ? fa_exp2(s[j][e] * sl2 - sL[qc] * FA_LOG2E) : 0.0f;
-                    const bool keep = (kb[e >> 1] >> (e & 1)) & 1u;
+                    const bool keep = !a.drop || ((sBb[2 * qc + (ko >> 5)] >> (ko & 31)) & 1u);
                     const float dpv = keep ? (a.drop ? dp[j][e] * a.inv_keep : dp[j][e]) : 0.0f;
                     s[j][e] = keep ? (a.drop ? pv * a.inv_keep : pv) : 0.0f;
                     dp[j][e] = pv * (dpv - sD[qc]) * a.scale;
@@ -678,6 +726,12 @@ static __device__ __forceinline__ float fa_keep_scale(const fa_args &a, uint64_t
     return tg_philox_uniform(a.seed, step, a.key, (uint64_t)e) >= a.p ? a.inv_keep : 0.0f;
 }
 
+/* The backward's dropout factor of pair (q, k) from the forward's keep bits. */
+static __device__ __forceinline__ float fa_bits_scale(const fa_args &a, int64_t bh, int q, int k) {
+    if (!a.bits) return 1.0f;
+    return (a.bits[(bh * a.T + q) * a.W + (k >> 5)] >> (k & 31)) & 1u ? a.inv_keep : 0.0f;
+}
+
 __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
     __shared__ float sw[FA32_WARPS][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -705,10 +759,15 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
     for (int k0 = 0; k0 < T; k0 += 32) {
         const int k = k0 + lane;
         float dk = 0.0f;
+        bool bit = false; /* taking part and kept */
         if (k < T && fa_kept(a, b, q, k)) {
             const float pk = fmul(expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), mx)), inv);
-            dk = fmul(pk, fa_keep_scale(a, step, bh, q, k));
+            const float factor = fa_keep_scale(a, step, bh, q, k);
+            dk = fmul(pk, factor);
+            bit = factor != 0.0f;
         }
+        const unsigned word = __ballot_sync(0xffffffffu, bit);
+        if (a.bits && lane == 0) a.bits[row * a.W + k0 / 32] = word;
         sw[w][lane] = dk;
         __syncwarp();
         const int n = min(32, T - k0);
@@ -743,7 +802,6 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dq_kernel(fa_args a)
     const float *V = (const float *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     const float *dO = (const float *)a.dout + rq * a.ldo + h * Dh;
     const float *O = (const float *)a.o + rq * a.ldo + h * Dh;
-    const uint64_t step = a.drop ? fa_step(a.step) : 0;
     double dd = 0.0;
     for (int d = lane; d < Dh; d += 32) dd += (double)dO[d] * O[d];
     const float delta = (float)warp_sum_d(dd);
@@ -755,7 +813,7 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dq_kernel(fa_args a)
         float ds = 0.0f;
         if (k < T && fa_kept(a, b, q, k)) {
             const float pk = expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), lse));
-            const float dpk = fmul(fa_dot(dO, V + (int64_t)k * a.ldv, Dh), fa_keep_scale(a, step, bh, q, k));
+            const float dpk = fmul(fa_dot(dO, V + (int64_t)k * a.ldv, Dh), fa_bits_scale(a, bh, q, k));
             ds = fmul(a.scale, fmul(pk, fsub(dpk, delta)));
         }
         sw[w][lane] = ds;
@@ -790,7 +848,6 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args 
     const float *Kr = (const float *)a.k + rk * a.ldk + h * Dh;
     const float *Vr = (const float *)a.v + rk * a.ldv + h * Dh;
     const float *dO = (const float *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
-    const uint64_t step = a.drop ? fa_step(a.step) : 0;
     double acck[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0}, accv[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
     for (int q0 = a.causal ? k - (k % 32) : 0; q0 < T; q0 += 32) {
         const int q = q0 + lane;
@@ -798,7 +855,7 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args 
         if (q < T && fa_kept(a, b, q, k)) {
             const int64_t bq = bh * T + q;
             const float pk = expf(fsub(fmul(a.scale, fa_dot(Q + (int64_t)q * a.ldq, Kr, Dh)), a.lse[bq]));
-            const float ks = fa_keep_scale(a, step, bh, q, k);
+            const float ks = fa_bits_scale(a, bh, q, k);
             const float dpk = fmul(fa_dot(dO + (int64_t)q * a.ldo, Vr, Dh), ks);
             dq = fmul(pk, ks);
             ds = fmul(a.scale, fmul(pk, fsub(dpk, a.delta[bq])));
@@ -825,8 +882,9 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args 
 
 /* ---- launchers ---------------------------------------------------------------------- */
 
-/* Fills the shape, the Q/K/V parts (packed or not, slots q_slot..q_slot+2) and dropout. */
-static int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, int step_slot, fa_args *f, tg_err *err) {
+/* Fills the shape, the Q/K/V parts (packed or not, slots q_slot..q_slot+2: 0 in the
+ * forward, 5 in the backward) and dropout. */
+static int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, fa_args *f, tg_err *err) {
     const tg_op *op = a->op;
     memset(f, 0, sizeof *f);
     f->B = (int)op->i[0], f->H = (int)op->i[1], f->T = (int)op->i[2], f->causal = op->i[3] != 0;
@@ -846,12 +904,21 @@ static int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, int ste
     }
     f->ldo = D;
     f->mask = (const float *)a->in[mask_slot];
-    f->step = (const float *)a->in[step_slot];
+    f->W = (f->T + 31) / 32;
     f->seed = a->ctx->seed;
     f->key = (uint32_t)op->i[4];
     f->p = op->f[1];
     f->inv_keep = f->p < 1.0f ? 1.0f / (1.0f - f->p) : 0.0f; /* the CPU's expression */
-    f->drop = a->training && f->p > 0.0f && f->step != NULL;
+    /* Forward: draws when training with the step counter and writes out2's bits; the
+     * backward reads the bits (in4) and draws nothing. */
+    if (q_slot == 0) {
+        f->step = (const float *)a->in[4];
+        f->bits = (uint32_t *)a->out[2];
+        f->drop = a->training && f->p > 0.0f && f->step != NULL;
+    } else {
+        f->bits = (uint32_t *)a->in[4];
+        f->drop = f->bits != NULL;
+    }
     f->drop_vec = f->T % 4 == 0;
     /* 16-byte row chunks: every row start and head column aligned to 8 bf16. */
     f->vec = es == 2 && f->Dh % 8 == 0 && D % 8 == 0 && tg_aligned16(f->q) && tg_aligned16(f->k) && tg_aligned16(f->v);
@@ -871,7 +938,8 @@ static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
 template <int DP>
 static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
     const size_t smem_q = 7 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
-    const size_t smem_k = 6 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 5 * FA_COLS * sizeof(float);
+    const size_t smem_k = 6 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 5 * FA_COLS * sizeof(float) +
+                          4 * FA_COLS * sizeof(uint32_t);
     cudaError_t e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_k);
@@ -884,7 +952,7 @@ static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
 
 int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err) {
     fa_args f;
-    if (fa_setup(a, 0, 3, 4, &f, err)) return -1;
+    if (fa_setup(a, 0, 3, &f, err)) return -1;
     if ((int64_t)f.B * f.H * f.T == 0) return 0;
     f.o_out = a->out[0];
     f.lse = (float *)a->out[1];
@@ -903,7 +971,7 @@ int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err) {
 
 int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
     fa_args f;
-    if (fa_setup(a, 5, 3, 4, &f, err)) return -1;
+    if (fa_setup(a, 5, 3, &f, err)) return -1;
     if ((int64_t)f.B * f.H * f.T == 0) return 0;
     f.dout = a->in[0];
     f.o = a->in[1];

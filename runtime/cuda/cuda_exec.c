@@ -294,7 +294,6 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
  * schedule, copy the statistics out. Captured once when graphs are on. */
 /* Records a phase marker: an event node when capturing, a plain record otherwise. */
 static cudaError_t mark(cudaEvent_t ev, cudaStream_t s, int capturing) {
-    if (capturing && getenv("TUNEGRAPH_NO_PHASE_EVENTS")) return cudaSuccess; /* launch-cost experiment */
     return capturing ? cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal) : cudaEventRecord(ev, s);
 }
 
