@@ -13,6 +13,7 @@ static const char *const key_names[TG_JOB_KEY_COUNT] = {
     "model", "task", "num_labels", "batch", "seq", "precision", "allow_tf32", "optimizer",
     "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "steps", "epochs",
     "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data", "attention",
+    "fuse_bias_grad",
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -41,6 +42,7 @@ void tg_job_defaults(tg_job *job) {
     job->pad_token_id = -1;
     job->log_every = 1;
     job->attention = TG_ATTENTION_FUSED;
+    job->fuse_bias_grad = 1;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -154,6 +156,16 @@ static int set_enum(int32_t *dst, const char *v, const char *const *names, int n
     return tg_fail(err, "%skey '%s': '%s' is not one of %s", o->prefix, key, v, list);
 }
 
+static int set_bool(int32_t *dst, const char *v, const origin *o, const char *key, tg_err *err) {
+    if (!strcasecmp(v, "true") || !strcmp(v, "1"))
+        *dst = 1;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+        *dst = 0;
+    else
+        return tg_fail(err, "%skey '%s': '%s' is not a boolean (true, false, 1, 0)", o->prefix, key, v);
+    return 0;
+}
+
 static int set_path(char *dst, const char *v, const origin *o, int resolve, const char *key,
                     tg_err *err) {
     if (!*v) return tg_fail(err, "%skey '%s': value is empty", o->prefix, key);
@@ -184,15 +196,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_BATCH: rc = set_int(&job->batch, v, 1, o, name, err); break;
     case TG_JOB_SEQ: rc = set_int(&job->seq, v, 1, o, name, err); break;
     case TG_JOB_PRECISION: rc = set_enum(&job->precision, v, precisions, 3, o, name, err); break;
-    case TG_JOB_ALLOW_TF32:
-        if (!strcasecmp(v, "true") || !strcmp(v, "1"))
-            job->allow_tf32 = 1;
-        else if (!strcasecmp(v, "false") || !strcmp(v, "0"))
-            job->allow_tf32 = 0;
-        else
-            rc = tg_fail(err, "%skey '%s': '%s' is not a boolean (true, false, 1, 0)", o->prefix,
-                         name, v);
-        break;
+    case TG_JOB_ALLOW_TF32: rc = set_bool(&job->allow_tf32, v, o, name, err); break;
     case TG_JOB_OPTIMIZER:
         if (strcmp(v, "adamw") != 0)
             rc = tg_fail(err, "%skey '%s': '%s' is not supported (only adamw)", o->prefix, name, v);
@@ -225,6 +229,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_TRAIN_DATA: rc = set_path(job->train_data, v, o, 1, name, err); break;
     case TG_JOB_EVAL_DATA: rc = set_path(job->eval_data, v, o, 1, name, err); break;
     case TG_JOB_ATTENTION: rc = set_enum(&job->attention, v, attention_modes, 2, o, name, err); break;
+    case TG_JOB_FUSE_BIAS_GRAD: rc = set_bool(&job->fuse_bias_grad, v, o, name, err); break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;

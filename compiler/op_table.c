@@ -51,6 +51,17 @@ static const char *shape_matmul(const tg_graph *g, const tg_op *op) {
     EXPECT(numel(g, op->in[1]) == b * k * n, "B != batch*K*N");
     EXPECT(numel(g, op->out[0]) == b * m * n, "C != batch*M*N");
     EXPECT(op->in[2] < 0 || numel(g, op->in[2]) == n, "bias != N");
+    /* The fused bias gradient: the sums over k of dC, which must be stored [K, M] as A or
+     * [K, N] as B, so that it is the stored operand's column sums. */
+    int64_t bg = op->i[7];
+    EXPECT(bg >= 0 && bg <= 2, "bias gradient i[7] must be 0, 1 or 2");
+    EXPECT((op->out[1] >= 0) == (bg != 0), "out1 present exactly when i[7] != 0");
+    if (bg) {
+        EXPECT(b == 1 && op->in[2] < 0, "a bias gradient needs batch 1 and no bias input");
+        EXPECT(bg == 1 ? op->i[3] != 0 : op->i[4] == 0, "a bias gradient sums A stored [K,M] or B stored [K,N]");
+        EXPECT(g->tensors[op->out[1]].dtype == TG_F32, "bias gradient must be f32");
+        EXPECT(numel(g, op->out[1]) == (bg == 1 ? m : n), "bias gradient != M (i[7]=1) or N (i[7]=2)");
+    }
     return NULL;
 }
 
@@ -207,9 +218,11 @@ static const char *shape_adamw(const tg_graph *g, const tg_op *op) {
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
 static double flops_none(const tg_op *op) { return 0; }
+/* The product, the bias add, and the fused bias gradient's sums (BIAS_GRAD's count). */
 static double flops_matmul(const tg_op *op) {
+    double sums = op->i[7] == 1 ? (double)op->i[2] * op->i[0] : op->i[7] == 2 ? (double)op->i[2] * op->i[1] : 0;
     return 2.0 * (double)op->i[0] * (double)op->i[1] * (double)op->i[2] * (double)op->i[5] +
-           (op->in[2] >= 0 ? (double)op->i[0] * op->i[1] * op->i[5] : 0);
+           (op->in[2] >= 0 ? (double)op->i[0] * op->i[1] * op->i[5] : 0) + sums;
 }
 static double flops_n(const tg_op *op) { return (double)op->i[0]; }
 static double flops_embedding_bwd(const tg_op *op) { return (double)op->i[0] * op->i[2]; }
@@ -266,11 +279,34 @@ static void bwd_add(tg_graph *g, int index) {
     }
 }
 
+/* Whether the bias gradient of forward matmul `op` may be written by its dB product
+ * (MATMUL i[7]) instead of a BIAS_GRAD: the job allows it, batch 1 (a fused sum covers
+ * one batch), and the bias feeds no other forward op, so this is its gradient's only
+ * contribution and writing it equals BIAS_GRAD's += into the gradient the backward's ZERO
+ * cleared. The dB product always has dC in the summable layout: A stored [K,M] when the
+ * weight is stored [N,K] (nn.Linear), B stored [K,N] when it is [K,N] (Conv1D). */
+static int bias_grad_fusable(const tg_graph *g, const tg_op *op) {
+    if (!g->job || !g->job->fuse_bias_grad || op->i[5] != 1) return 0;
+    int uses = 0;
+    for (int o = 0; o < g->n_ops; o++)
+        for (int s = 0; s < TG_OP_MAX_IN; s++)
+            uses += g->ops[o].phase == TG_PHASE_FORWARD && g->ops[o].in[s] == op->in[2];
+    return uses == 1;
+}
+
 static void bwd_matmul(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
     int64_t m = op.i[0], n = op.i[1], k = op.i[2], ta = op.i[3], tb = op.i[4], b = op.i[5];
     int dc = tg_ad_grad_of(g, op.out[0]);
     int acc;
+    int dbias = -1, acc_bias = 0;
+    if (op.in[2] >= 0) {
+        dbias = tg_ad_grad_dest(g, op.in[2], &acc_bias);
+        if (dbias >= 0 && !acc_bias) {
+            tg_graph_fail(g, "matmul bias %s is not a parameter", g->tensors[op.in[2]].name);
+            return;
+        }
+    }
     int da = tg_ad_grad_dest(g, op.in[0], &acc);
     if (da >= 0) {
         tg_op_spec s = tg_spec(TG_OP_MATMUL);
@@ -298,21 +334,19 @@ static void bwd_matmul(tg_graph *g, int index) {
         }
         s.i[5] = b, s.i[6] = acc, s.f[0] = op.f[0];
         s.out[0] = db;
+        if (dbias >= 0 && bias_grad_fusable(g, &op)) {
+            s.out[1] = dbias;
+            s.i[7] = tb ? 1 : 2; /* dC is A (stored [K=m, M=n]) or B (stored [K=m, N=n]) */
+            dbias = -1;
+        }
         tg_graph_op(g, &s);
         tg_ad_commit(g, op.in[1], db);
     }
-    if (op.in[2] >= 0) {
-        int dbias = tg_ad_grad_dest(g, op.in[2], &acc);
-        if (dbias >= 0) {
-            if (!acc) {
-                tg_graph_fail(g, "matmul bias %s is not a parameter", g->tensors[op.in[2]].name);
-                return;
-            }
-            tg_op_spec s = tg_spec(TG_OP_BIAS_GRAD);
-            s.in[0] = dc, s.out[0] = dbias;
-            s.i[0] = m * b, s.i[1] = n;
-            tg_graph_op(g, &s);
-        }
+    if (dbias >= 0) {
+        tg_op_spec s = tg_spec(TG_OP_BIAS_GRAD);
+        s.in[0] = dc, s.out[0] = dbias;
+        s.i[0] = m * b, s.i[1] = n;
+        tg_graph_op(g, &s);
     }
 }
 
@@ -487,7 +521,8 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_EMBEDDING] = {shape_embedding, flops_none, bwd_embedding, {W}},
     [TG_OP_EMBEDDING_BWD] = {shape_embedding, flops_embedding_bwd, NULL, {A}},
     [TG_OP_ADD] = {shape_add, flops_n, bwd_add, {W}},
-    [TG_OP_MATMUL] = {shape_matmul, flops_matmul, bwd_matmul, {W}}, /* i[6]: accumulate */
+    /* out0 += when i[6]; out1 (i[7]) is a bias gradient, written: its only contribution. */
+    [TG_OP_MATMUL] = {shape_matmul, flops_matmul, bwd_matmul, {W, W}},
     [TG_OP_BIAS_GRAD] = {shape_bias_grad, flops_bias_grad, NULL, {A}},
     [TG_OP_LAYERNORM] = {shape_layernorm, flops_layernorm, bwd_layernorm, {W, W, W}},
     [TG_OP_LAYERNORM_BWD] = {shape_layernorm, flops_layernorm_bwd, NULL, {W, A, A}},

@@ -275,6 +275,31 @@ static void mm_rows(void *p, int64_t b, int64_t e) {
     free(ap);
 }
 
+/* Column sums of a row-major [rows, cols] matrix in double, parallel over columns so each
+ * sum runs in row order: BIAS_GRAD (+=) and MATMUL's fused bias gradient (=), which sum
+ * the same dC in the same order and so give the same bits on a zeroed gradient. */
+typedef struct colsum_ctx {
+    const float *x;
+    float *out;
+    int64_t rows, cols;
+    int acc;
+} colsum_ctx;
+
+static void colsum_range(void *p, int64_t b, int64_t e) {
+    const colsum_ctx *c = p;
+    double *s = calloc((size_t)(e - b), sizeof *s);
+    if (!s) abort();
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t j = b; j < e; j++) s[j - b] += c->x[r * c->cols + j];
+    for (int64_t j = b; j < e; j++) c->out[j] = c->acc ? c->out[j] + (float)s[j - b] : (float)s[j - b];
+    free(s);
+}
+
+static void colsum(const tg_cpu_op_args *a, const float *x, float *out, int64_t rows, int64_t cols, int acc) {
+    colsum_ctx c = {x, out, rows, cols, acc};
+    tg_parallel_for(a->threads, cols, colsum_range, &c);
+}
+
 static void op_matmul(const tg_cpu_op_args *a) {
     const tg_op *op = a->op;
     mm_ctx c = {.a = a, .M = op->i[0], .N = op->i[1], .K = op->i[2], .ta = op->i[3] != 0,
@@ -289,23 +314,13 @@ static void op_matmul(const tg_cpu_op_args *a) {
     tg_parallel_for(a->threads, c.batch * c.n_panels, mm_pack_b, &c);
     tg_parallel_for(a->threads, c.batch * c.row_blocks, mm_rows, &c);
     free(c.bp);
+    /* The fused bias gradient: column sums of the stored A [K,M] or B [K,N] (batch 1). */
+    if (op->i[7] == 1 && a->out[1]) colsum(a, CF32(a->in[0]), F32(a->out[1]), c.K, c.M, 0);
+    if (op->i[7] == 2 && a->out[1]) colsum(a, CF32(a->in[1]), F32(a->out[1]), c.K, c.N, 0);
 }
 
-/* Column sums in double, parallel over columns so each sum runs in row order. */
-static void bias_grad_range(void *p, int64_t b, int64_t e) {
-    const tg_cpu_op_args *a = p;
-    int64_t M = a->op->i[0], N = a->op->i[1];
-    const float *dy = CF32(a->in[0]);
-    float *db = F32(a->out[0]);
-    double *s = calloc((size_t)(e - b), sizeof *s);
-    if (!s) abort();
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t j = b; j < e; j++) s[j - b] += dy[m * N + j];
-    for (int64_t j = b; j < e; j++) db[j] += (float)s[j - b];
-    free(s);
-}
 static void op_bias_grad(const tg_cpu_op_args *a) {
-    tg_parallel_for(a->threads, a->op->i[1], bias_grad_range, (void *)a);
+    colsum(a, CF32(a->in[0]), F32(a->out[0]), a->op->i[0], a->op->i[1], 1);
 }
 
 /* ---- layernorm ---------------------------------------------------------------------- */

@@ -284,6 +284,35 @@ TG_TEST(test_cli_attention_key) {
     CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set attention");
 }
 
+TG_TEST(test_cli_fuse_bias_grad_key) {
+    const char *dir = tg_test_tmpdir();
+    char args[1600], err_path[600], out_path[600], job[600], plan[600], want[800];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(job, sizeof job, "%s/bad.job", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
+    tg_test_write_file(job, "model = tiny-bert\nsteps = 1\nfuse_bias_grad = yes\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    CHECK(run_cli(dir, args) == 1, "a bad fuse_bias_grad value must exit 1");
+    snprintf(want, sizeof want, "%s:3: key 'fuse_bias_grad': 'yes' is not a boolean (true, false, 1, 0)", job);
+    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
+
+    snprintf(job, sizeof job, "%s/good.job", dir);
+    tg_test_write_file(job, "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s --set fuse_bias_grad=false", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_bias_grad=false failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(file_has(out_path, " bias_grad ") && !file_has(out_path, "bias_grad=1"), "inspect of the unfused plan");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(!file_has(out_path, " bias_grad ") && file_has(out_path, "bias_grad=1"), "inspect of the default plan");
+    snprintf(args, sizeof args, "run %s --set fuse_bias_grad=false", plan);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_bias_grad");
+}
+
 /* A model folder: tiny-bert's config and a safetensors file built by the caller. */
 static const char *model_folder(const tg_st_item *items, int n) {
     const char *dir = tg_test_tmpdir();
@@ -799,4 +828,80 @@ TG_TEST(test_compile_lm_head_padded) {
             head_ok = p.ops[o].i[1] == 50304 && p.ops[o].i[2] == 50257;
     CHECK(views == 1 && head_ok, "%d padded views; loss over 50257 of 50304 columns: %d", views, head_ok);
     tg_plan_free(&p);
+}
+
+/* Bias gradients fused into the weight-gradient matmuls (the default): no BIAS_GRAD op;
+ * each linear's dW matmul writes its bias gradient, summing dC as A (i[7] = 1, BERT's
+ * nn.Linear) or as B (i[7] = 2, GPT-2's Conv1D); `fuse_bias_grad = false` keeps one
+ * BIAS_GRAD per biased linear reading the same dC. Same FLOPs, one op fewer per bias. */
+TG_TEST(test_compile_fused_bias_grad) {
+    static const struct {
+        const char *preset;
+        int task, precision, biases, want_i7;
+    } cases[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 12 * 6 + 2, 1},
+                 {"gpt2", TG_TASK_LM, TG_PREC_FP32, 12 * 4, 2},
+                 {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_BF16, 12 * 6 + 2, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_model_config cfg;
+        tg_err err;
+        memset(&cfg, 0, sizeof cfg);
+        REQUIRE(tg_model_config_load(cases[c].preset, &cfg, &err) == 0, "%s", err.msg);
+        tg_job job;
+        tg_job_defaults(&job);
+        CHECK(job.fuse_bias_grad == 1, "fuse_bias_grad is not on by default");
+        snprintf(job.model, sizeof job.model, "%s", cases[c].preset);
+        job.task = cases[c].task, job.precision = cases[c].precision, job.batch = 2, job.seq = 16, job.steps = 1;
+        tg_plan p, q;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        job.fuse_bias_grad = 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &q, &err) == 0, "%s", err.msg);
+        const char *name = cases[c].preset;
+        check_plan_memory(&p, name);
+        int kp[TG_OP_COUNT], kq[TG_OP_COUNT];
+        count_kinds(&p, kp);
+        count_kinds(&q, kq);
+        CHECK(kp[TG_OP_BIAS_GRAD] == 0 && kq[TG_OP_BIAS_GRAD] == cases[c].biases,
+              "%s: %d bias_grad ops fused, %d unfused (want 0, %d)", name, kp[TG_OP_BIAS_GRAD], kq[TG_OP_BIAS_GRAD],
+              cases[c].biases);
+        CHECK(p.n_ops == q.n_ops - cases[c].biases, "%s: %d ops fused, %d unfused", name, p.n_ops, q.n_ops);
+        CHECK(fabs(p.flops_per_step - q.flops_per_step) <= 1e-12 * q.flops_per_step, "%s: flops %.9g vs %.9g", name,
+              p.flops_per_step, q.flops_per_step);
+        int fused = 0;
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind != TG_OP_MATMUL || !op->i[7]) {
+                CHECK(op->kind != TG_OP_MATMUL || op->out[1] < 0, "%s: matmul %d has out1 without i[7]", name, o);
+                continue;
+            }
+            fused++;
+            CHECK(op->phase == TG_PHASE_BACKWARD && op->i[7] == cases[c].want_i7 && op->i[5] == 1 && op->in[2] < 0,
+                  "%s: matmul %d: phase %d i[7]=%lld batch %lld", name, o, op->phase, (long long)op->i[7],
+                  (long long)op->i[5]);
+            const tg_tensor *db = &p.tensors[op->out[1]];
+            CHECK((db->flags & TG_TENSOR_GRAD) && db->dtype == TG_F32, "%s: matmul %d writes %s", name, o, db->name);
+            /* Its forward: the matmul with that bias; out0 is that matmul's weight gradient. */
+            int f = -1;
+            for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++)
+                if (p.ops[k].kind == TG_OP_MATMUL && p.ops[k].in[2] >= 0) {
+                    int bias = p.ops[k].in[2];
+                    if (p.tensors[bias].flags & TG_TENSOR_PARAM_COPY) bias = p.tensors[bias].master;
+                    if (p.tensors[bias].grad == op->out[1]) f = k;
+                }
+            REQUIRE(f >= 0, "%s: no forward matmul has the bias of %s", name, db->name);
+            int w = p.ops[f].in[1];
+            if (p.tensors[w].flags & TG_TENSOR_PARAM_COPY) w = p.tensors[w].master;
+            CHECK(op->out[0] == p.tensors[w].grad && p.ops[f].i[4] == (op->i[7] == 1),
+                  "%s: matmul %d is not the weight gradient of forward matmul %d", name, o, f);
+            /* The unfused plan's BIAS_GRAD of that bias reads the tensor this one sums. */
+            int summed = op->in[op->i[7] == 1 ? 0 : 1], match = 0;
+            for (int k = 0; k < q.n_ops; k++)
+                if (q.ops[k].kind == TG_OP_BIAS_GRAD && !strcmp(q.tensors[q.ops[k].out[0]].name, db->name))
+                    match = !strcmp(q.tensors[q.ops[k].in[0]].name, p.tensors[summed].name) &&
+                            q.ops[k].i[1] == tg_tensor_numel(db);
+            CHECK(match, "%s: matmul %d sums %s, not what bias_grad of %s sums", name, o, p.tensors[summed].name,
+                  db->name);
+        }
+        CHECK(fused == cases[c].biases, "%s: %d fused bias gradients, want %d", name, fused, cases[c].biases);
+        tg_plan_free(&p), tg_plan_free(&q);
+    }
 }

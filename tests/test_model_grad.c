@@ -245,3 +245,82 @@ static void fused_matches_unfused(const char *preset, int task, int num_labels) 
 
 TG_TEST(test_model_fused_attention_tiny_bert) { fused_matches_unfused("tiny-bert", TG_TASK_CLASSIFY, 3); }
 TG_TEST(test_model_fused_attention_tiny_gpt2_lm) { fused_matches_unfused("tiny-gpt2", TG_TASK_LM, 0); }
+
+/* ---- fused vs separate bias gradients ------------------------------------------------ */
+
+/* One training step (dropout on) with the bias gradients fused into the weight-gradient
+ * matmuls (the default) and with separate BIAS_GRAD ops (`fuse_bias_grad = false`), from
+ * the same weights and batch. Both sum dC in the same order into a zeroed gradient, so
+ * the loss and every parameter gradient agree to 1e-6 (on the CPU, bit for bit). */
+static void fused_bias_grad_matches(const char *preset, int task, int num_labels, int precision) {
+    tg_model_config cfg;
+    tg_err err;
+    memset(&cfg, 0, sizeof cfg);
+    REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
+    REQUIRE(cfg.hidden_dropout > 0, "%s should have dropout on", preset);
+    cfg.initializer_range = 0.2f;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "%s", preset);
+    job.task = task, job.num_labels = num_labels, job.batch = 3, job.seq = 7, job.steps = 2, job.seed = 5;
+    job.precision = precision;
+    job.pad_token_id = cfg.pad_token_id >= 0 ? -1 : 0;
+    tg_plan plans[2];
+    tg_trainer tr[2];
+    for (int m = 0; m < 2; m++) {
+        job.fuse_bias_grad = m == 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &plans[m], &err) == 0, "%s", err.msg);
+    }
+    const tg_plan *f = &plans[0], *u = &plans[1];
+    int fused = 0;
+    for (int o = 0; o < f->n_ops; o++) fused += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[7] != 0;
+    CHECK(count_kind(f, TG_OP_BIAS_GRAD) == 0 && fused > 0 && count_kind(u, TG_OP_BIAS_GRAD) == fused,
+          "%s: %d fused bias gradients, bias_grad ops %d and %d", preset, fused, count_kind(f, TG_OP_BIAS_GRAD),
+          count_kind(u, TG_OP_BIAS_GRAD));
+    REQUIRE(f->pool_bytes[TG_POOL_PARAMS] == u->pool_bytes[TG_POOL_PARAMS], "%s: parameter pools differ", preset);
+
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    size_t pbytes = f->pool_bytes[TG_POOL_PARAMS];
+    float *weights = malloc(pbytes), *grads[2] = {malloc(pbytes), malloc(pbytes)};
+    tg_step_stats st[2];
+    for (int m = 0; m < 2; m++) {
+        REQUIRE(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg);
+        rng_state = 0x5DEECE66Dull; /* the same batch in both */
+        fill_inputs(&tr[m], &plans[m]);
+        if (m == 0)
+            REQUIRE(tg_trainer_read(&tr[0], f->io.params_all, weights, &err) == 0, "%s", err.msg);
+        else
+            REQUIRE(tg_trainer_write(&tr[1], u->io.params_all, weights, &err) == 0, "%s", err.msg);
+        REQUIRE(tg_trainer_run_step(&tr[m], &st[m], &err) == 0, "%s", err.msg);
+        REQUIRE(tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err) == 0, "%s", err.msg);
+    }
+    CHECK(isfinite(st[0].loss) && fabs(st[0].loss - st[1].loss) <= 1e-6 * fabs(st[1].loss),
+          "%s: loss fused %.9g, separate %.9g", preset, st[0].loss, st[1].loss);
+    CHECK(fabs(st[0].grad_norm - st[1].grad_norm) <= 1e-6 * st[1].grad_norm && st[1].grad_norm > 0,
+          "%s: gradient norm fused %.9g, separate %.9g", preset, st[0].grad_norm, st[1].grad_norm);
+    int biases = 0;
+    for (int t = 0; t < f->n_tensors; t++) {
+        const tg_tensor *x = &f->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        const float *a = grads[0] + x->offset / 4, *b = grads[1] + x->offset / 4;
+        int64_t n = tg_tensor_numel(x);
+        double diff = tg_l2_diff(a, b, n), norm = 0;
+        for (int64_t i = 0; i < n; i++) norm += (double)b[i] * b[i];
+        norm = sqrt(norm);
+        CHECK(diff <= 1e-6 * norm, "%s: %s: gradient differs by %.3g relative", preset, x->name,
+              diff / fmax(norm, 1e-30));
+        biases += strstr(x->name, ".bias") && norm > 0;
+    }
+    CHECK(biases >= fused, "%s: only %d bias gradients are nonzero", preset, biases);
+    for (int m = 0; m < 2; m++) tg_trainer_close(&tr[m]), tg_plan_free(&plans[m]);
+    free(weights), free(grads[0]), free(grads[1]);
+}
+
+TG_TEST(test_model_fused_bias_grad_tiny_bert) {
+    fused_bias_grad_matches("tiny-bert", TG_TASK_CLASSIFY, 3, TG_PREC_FP32);
+    fused_bias_grad_matches("tiny-bert", TG_TASK_CLASSIFY, 3, TG_PREC_BF16);
+}
+TG_TEST(test_model_fused_bias_grad_tiny_gpt2) {
+    fused_bias_grad_matches("tiny-gpt2", TG_TASK_LM, 0, TG_PREC_FP32);
+    fused_bias_grad_matches("tiny-gpt2", TG_TASK_CLASSIFY, 2, TG_PREC_FP32);
+}

@@ -396,6 +396,48 @@ TG_TEST(test_op_bias_grad_accumulates) {
     free(dy), free(db), free(db0);
 }
 
+/* MATMUL's fused bias gradient (i[7]) against BIAS_GRAD on the same dC: dW = dC^T X with
+ * dC as A stored [K,M] (i[7] = 1, nn.Linear) and dW = X^T dC with dC as B stored [K,N]
+ * (i[7] = 2, Conv1D). The same sums in the same order, so the same bits as BIAS_GRAD into
+ * a zeroed gradient; out1 is overwritten (it starts as NaN) and out0 is the plain product. */
+TG_TEST(test_op_matmul_fused_bias_grad) {
+    const int64_t shapes[3][2] = {{300, 13}, {7, 1}, {130, 70}}; /* rows of dC (K), its width */
+    for (int s = 0; s < 3; s++)
+        for (int which = 1; which <= 2; which++)
+            for (int threaded = 0; threaded < 2; threaded++) {
+                int64_t rows = shapes[s][0], width = shapes[s][1], other = 9;
+                /* i[7] = 1: M = width, N = other; i[7] = 2: M = other, N = width; K = rows. */
+                mm_case m = which == 1 ? (mm_case){width, other, rows, 1, 1, 0, 0, 0.5f}
+                                       : (mm_case){other, width, rows, 1, 1, 0, 0, 0.5f};
+                float *dc = frand(rows * width, 50 + s, -1, 1), *x = frand(rows * other, 60 + s, -1, 1);
+                const float *A = which == 1 ? dc : x, *B = which == 1 ? x : dc;
+                int64_t nC = m.M * m.N;
+                float *C = fconst(nC, NAN), *ref = fconst(nC, NAN);
+                float *db = fconst(width, NAN), *db_ref = fconst(width, 0.0f);
+                tg_threadpool *tp = threaded ? pool3() : NULL;
+                tg_op op = mkop(TG_OP_MATMUL);
+                op.i[0] = m.M, op.i[1] = m.N, op.i[2] = m.K, op.i[3] = m.ta, op.i[4] = m.tb, op.i[5] = 1;
+                op.i[7] = which;
+                op.f[0] = m.alpha;
+                tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B}, .out = {C, db}, .threads = tp};
+                tg_cpu_op_run(&a);
+                run_matmul(&m, A, B, NULL, ref, tp);
+                tg_op bg = mkop(TG_OP_BIAS_GRAD);
+                bg.i[0] = rows, bg.i[1] = width;
+                tg_cpu_op_args ba = {.op = &bg, .in = {dc}, .out = {db_ref}, .threads = tp};
+                tg_cpu_op_run(&ba);
+                CHECK(!memcmp(C, ref, (size_t)nC * 4), "i[7]=%d %lldx%lld threads=%d: the product changed", which,
+                      (long long)rows, (long long)width, threaded);
+                CHECK(!memcmp(db, db_ref, (size_t)width * 4) && !count_nan(db, width),
+                      "i[7]=%d %lldx%lld threads=%d: bias gradient differs from bias_grad by %.3g", which,
+                      (long long)rows, (long long)width, threaded, max_abs_diff(db, db_ref, width));
+                /* Overwritten, not accumulated: a second run gives the same values. */
+                tg_cpu_op_run(&a);
+                CHECK(!memcmp(db, db_ref, (size_t)width * 4), "i[7]=%d: the bias gradient accumulated", which);
+                free(dc), free(x), free(C), free(ref), free(db), free(db_ref);
+            }
+}
+
 /* ---- embedding ------------------------------------------------------------------------- */
 
 typedef struct emb_ctx {

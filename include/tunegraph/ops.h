@@ -38,9 +38,21 @@ typedef enum tg_op_kind {
      *   out0[b] = f[0] * op(in0[b]) @ op(in1[b]) (+ in2 broadcast over rows) (+ out0[b] if i[6])
      * op(A) is A [M,K], or A^T when i[3] (A stored [K,M]); op(B) is B [K,N], or B^T when
      * i[4] (B stored [N,K]). in2 (optional) is a bias [N]. Batches are contiguous.
-     * i[0]=M, i[1]=N, i[2]=K, i[3]=transA, i[4]=transB, i[5]=batch, i[6]=accumulate. */
+     * Optional out1 (present iff i[7] != 0), fp32, overwritten, the sums over k of one
+     * operand (not scaled by f[0]):
+     *   i[7] = 1: out1 [M], out1[m] = sum_k op(in0)[m,k]; requires i[3] (A stored [K,M], so
+     *             these are the column sums of the stored A);
+     *   i[7] = 2: out1 [N], out1[n] = sum_k op(in1)[k,n]; requires !i[4] (B stored [K,N]).
+     * Only with batch 1 and no in2. It is a linear layer's bias gradient fused into its
+     * weight-gradient product, dC being the summed operand: dW = dC^T X (nn.Linear, weight
+     * [out,in]) has dC as A, i[7] = 1; dW = X^T dC (GPT-2 Conv1D, weight [in,out]) has dC
+     * as B, i[7] = 2. The compiler emits it only where the bias gradient has no other
+     * contribution, so writing it equals TG_OP_BIAS_GRAD's += into the zeroed gradient.
+     * i[0]=M, i[1]=N, i[2]=K, i[3]=transA, i[4]=transB, i[5]=batch, i[6]=accumulate (out0
+     * only), i[7]=bias gradient (0 none, 1 of A, 2 of B). */
     TG_OP_MATMUL,
-    /* in0 dout [M,N] -> out0 dbias [N] (+=), the column sums. i[0]=M, i[1]=N. */
+    /* in0 dout [M,N] -> out0 dbias [N] (+=), the column sums. i[0]=M, i[1]=N. Where the
+     * weight-gradient product can take it, TG_OP_MATMUL's i[7] computes this instead. */
     TG_OP_BIAS_GRAD,
     /* in0 x [M,D], in1 gamma [D], in2 beta [D] -> out0 y [M,D], out1 mean [M],
      * out2 rstd [M] (biased variance, as torch). i[0]=M, i[1]=D, f[0]=eps. */
