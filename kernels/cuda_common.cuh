@@ -67,6 +67,8 @@ int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_grad_norm(const tg_op *op, const int64_t *in_numel);
 int64_t tg_scratch_bias_grad(const tg_op *op);
+/* gemm.cu: scratch of a matmul with a fused bias gradient (its column-sum fallback). */
+extern "C" int64_t tg_scratch_matmul(const tg_op *op);
 
 /* ---- host helpers ----------------------------------------------------------------- */
 

@@ -150,6 +150,7 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
     case TG_OP_EMBEDDING_BWD: return tg_scratch_embedding_bwd(op);
     case TG_OP_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op);
     case TG_OP_BIAS_GRAD: return tg_scratch_bias_grad(op);
+    case TG_OP_MATMUL: return tg_scratch_matmul(op);
     case TG_OP_CROSS_ENTROPY: return tg_scratch_cross_entropy(op);
     case TG_OP_CROSS_ENTROPY_BWD: return tg_scratch_cross_entropy_bwd(op);
     case TG_OP_GRAD_NORM: return tg_scratch_grad_norm(op, in_numel);

@@ -41,6 +41,11 @@ typedef struct tg_cuda_ctx {
     float *reduce_scratch;          /* device scratch for block partial sums */
     size_t reduce_scratch_floats;
     uint64_t seed;                  /* dropout stream seed */
+    /* Set by the executor for one untimed, uncaptured pass whose results are discarded:
+     * a GEMM shape not yet in the cache times cuBLASLt's top candidates (and, for a fused
+     * bias gradient, the epilogue against the plain product plus the column sums) and
+     * caches the fastest. Otherwise the heuristic's first choice is taken. */
+    int gemm_tune;
 } tg_cuda_ctx;
 
 typedef struct tg_cuda_op_args {

@@ -1,19 +1,29 @@
 /* TG_OP_MATMUL through cuBLASLt. Row-major C[M,N] = op(A) op(B) is computed as the
  * column-major product C^T[N,M] = op(B)^T op(A)^T, which reads the same memory without
  * copies: a row-major X is a column-major X^T. The algorithm for each shape is chosen once
- * with the heuristic API and cached; launches never allocate, so they can be captured. */
+ * with the heuristic API and cached; launches never allocate, so they can be captured.
+ *
+ * A fused bias gradient (i[7], include/tunegraph/ops.h) is the BGRADB epilogue when it
+ * sums op(A) (A' = B's memory is cuBLASLt's A, so our A is its B) and BGRADA when it sums
+ * op(B), for bf16 products. Where cuBLASLt offers no algorithm with that epilogue, and for
+ * fp32 products, the plain product runs and the BIAS_GRAD kernel sums the same operand
+ * into the zeroed output: same semantics. */
 #include <cublasLt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda_ops.h"
+#include "kernels/cuda_common.cuh"
 
 typedef struct gemm_key {
     int64_t m, n, k, batch;
     int32_t ta, tb, bias, accumulate, tf32;
-    int32_t type_a, type_b, type_c, type_bias, pad; /* tg_dtype of A, B, C and the bias */
+    int32_t type_a, type_b, type_c, type_bias; /* tg_dtype of A, B, C and the bias */
+    int32_t bgrad; /* i[7]; + BGRAD_FALLBACK when the plain product plus the column-sum kernel */
 } gemm_key;
+
+#define BGRAD_FALLBACK 16
 
 static cudaDataType_t cuda_type(int dtype) { return dtype == TG_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
@@ -108,13 +118,129 @@ static int lt_fail(tg_err *err, const char *what, cublasStatus_t st, const gemm_
         }                                                       \
     } while (0)
 
+/* The BIAS_GRAD op equivalent to a fused bias gradient: the column sums of the stored
+ * dC operand ([K, M] for i[7] = 1, [K, N] for i[7] = 2). */
+static tg_op bgrad_sum_op(const tg_op *op) {
+    tg_op s;
+    memset(&s, 0, sizeof s);
+    s.kind = TG_OP_BIAS_GRAD;
+    s.i[0] = op->i[2];
+    s.i[1] = op->i[7] == 1 ? op->i[0] : op->i[1];
+    return s;
+}
+
+extern "C" int64_t tg_scratch_matmul(const tg_op *op) {
+    if (!op->i[7]) return 0;
+    tg_op s = bgrad_sum_op(op);
+    return tg_scratch_bias_grad(&s);
+}
+
+/* Runs the fallback: zero out1, then BIAS_GRAD's column sums (+=) of dC into it. */
+static int bgrad_fallback(const tg_cuda_op_args *a, tg_err *err) {
+    tg_op s = bgrad_sum_op(a->op);
+    tg_cuda_op_args sa;
+    memset(&sa, 0, sizeof sa);
+    const int slot = a->op->i[7] == 1 ? 0 : 1;
+    sa.op = &s, sa.ctx = a->ctx, sa.training = a->training;
+    sa.in[0] = a->in[slot], sa.in_dtype[0] = a->in_dtype[slot];
+    sa.out[0] = a->out[1], sa.out_dtype[0] = TG_F32;
+    const cudaError_t e = cudaMemsetAsync(a->out[1], 0, (size_t)s.i[1] * sizeof(float), a->ctx->stream);
+    if (e != cudaSuccess) return tg_fail(err, "cudaMemsetAsync of the bias gradient: %s", cudaGetErrorString(e));
+    return tg_launch_bias_grad(&sa, err);
+}
+
+#define TUNE_CANDIDATES 8
+#define TUNE_REPS 3
+
+/* The matmul descriptor: transposes, and an epilogue for a bias (in) or a bias gradient
+ * (dbias out, BGRADB when it sums our A, BGRADA when it sums our B). */
+static cublasStatus_t make_desc(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute, cublasOperation_t op_a,
+                                cublasOperation_t op_b, const void *bias, int bias_dtype, void *dbias, int bgrad) {
+    cublasStatus_t st = cublasLtMatmulDescCreate(desc, compute, CUDA_R_32F);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
+    const void *ptr = bias ? bias : dbias;
+    if (st != CUBLAS_STATUS_SUCCESS || !ptr) return st;
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : bgrad == 1 ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+    cudaDataType_t type = cuda_type(bias_dtype);
+    st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
+    return st;
+}
+
+/* The cached algorithm for key, if any; an entry imported from the cache file is checked
+ * against this cuBLASLt first (one that no longer fits is dropped). */
+static const cublasLtMatmulAlgo_t *cache_find(tg_cuda_ctx *ctx, cublasLtHandle_t lt, const gemm_key *key,
+                                              cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc) {
+    tg_gemm_cache *cache = ctx->gemm_cache;
+    for (int i = 0; i < cache->n; i++) {
+        gemm_entry *e = &cache->entries[i];
+        if (memcmp(&e->key, key, sizeof *key)) continue;
+        if (e->imported) {
+            cublasLtMatmulHeuristicResult_t check;
+            if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, lc, lc, &e->algo, &check) != CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > ctx->gemm_workspace_bytes) {
+                e->key.m = -1; /* stale: never matches again */
+                continue;
+            }
+            e->imported = 0;
+        }
+        return &e->algo;
+    }
+    return NULL;
+}
+
+/* Milliseconds of one run of a candidate (the best of TUNE_REPS after a warm-up run), on
+ * the op's own buffers: only in the executor's tuning pass, outside any capture, whose
+ * results are thrown away (accumulating products add into their output each run).
+ * Variant 1 includes the column-sum kernel. INFINITY when it fails. */
+static float time_candidate(const tg_cuda_op_args *a, cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                            const cublasLtMatmulAlgo_t *algo, int variant, const float *alpha, const float *beta) {
+    tg_cuda_ctx *ctx = a->ctx;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    float best = INFINITY;
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) goto done;
+    for (int r = 0; r <= TUNE_REPS; r++) {
+        if (cudaEventRecord(ev[0], ctx->stream) != cudaSuccess) break;
+        if (cublasLtMatmul(lt, desc, alpha, a->in[1], la, a->in[0], lb, beta, a->out[0], lc, a->out[0], lc, algo,
+                           ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream) != CUBLAS_STATUS_SUCCESS)
+            break;
+        if (variant == 1) {
+            tg_err err;
+            if (bgrad_fallback(a, &err)) break;
+        }
+        float ms = 0;
+        if (cudaEventRecord(ev[1], ctx->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
+            break;
+        if (r > 0 && ms < best) best = ms; /* run 0 warms up */
+    }
+done:
+    (void)cudaGetLastError(); /* a candidate that failed to launch is simply not chosen */
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    return best;
+}
+
 extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     const tg_op *op = a->op;
     tg_cuda_ctx *ctx = a->ctx;
     const int64_t M = op->i[0], N = op->i[1], K = op->i[2], batch = op->i[5];
-    const int ta = (int)op->i[3], tb = (int)op->i[4], acc = (int)op->i[6];
+    const int ta = (int)op->i[3], tb = (int)op->i[4], acc = (int)op->i[6], bgrad = (int)op->i[7];
     const float alpha = op->f[0], beta = acc ? 1.0f : 0.0f;
     const void *bias = a->in[2];
+    void *dbias = bgrad ? a->out[1] : NULL;
+    if (bgrad && (bgrad > 2 || !dbias || bias || batch != 1 || (bgrad == 1 && !ta) || (bgrad == 2 && tb) ||
+                  a->out_dtype[1] != TG_F32))
+        return tg_fail(err, "matmul: fused bias gradient i[7]=%d needs an fp32 out1, batch 1, no bias and %s", bgrad,
+                       bgrad == 1 ? "transA" : "no transB");
     /* Column-major problem: m = N, n = M, k = K; A' = B's memory, B' = A's memory. */
     gemm_key key;
     memset(&key, 0, sizeof key);
@@ -122,6 +248,7 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     key.bias = bias != NULL, key.accumulate = acc, key.tf32 = ctx->allow_tf32;
     key.type_a = a->in_dtype[0], key.type_b = a->in_dtype[1], key.type_c = a->out_dtype[0];
     key.type_bias = bias ? a->in_dtype[2] : TG_F32;
+    key.bgrad = bgrad;
     for (int s = 0; s < 3; s++)
         if ((s < 2 || bias) && a->in_dtype[s] != TG_F32 && a->in_dtype[s] != TG_BF16)
             return tg_fail(err, "matmul: input %d has dtype %s", s, tg_dtype_name(a->in_dtype[s]));
@@ -130,24 +257,12 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     /* TF32 is an fp32-input mode; bf16 inputs always multiply in bf16 with fp32 sums. */
     const int fp32_inputs = key.type_a == TG_F32 && key.type_b == TG_F32;
     cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatmulDesc_t desc = NULL, desc2 = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     int rc = 0;
     cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
     cublasComputeType_t compute = ctx->allow_tf32 && fp32_inputs ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    LT_TRY(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "set TRANSA");
-    LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "set TRANSB");
-    if (bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "set EPILOGUE");
-        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-               "set BIAS_POINTER");
-        cudaDataType_t bias_type = cuda_type(key.type_bias);
-        LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
-               "set BIAS_DATA_TYPE");
-    }
     /* Stored shapes (before op): A' is B's memory, B' is A's memory, C' is C^T. */
     LT_TRY(cublasLtMatrixLayoutCreate(&la, cuda_type(key.type_b), tb ? K : N, tb ? N : K, tb ? K : N), "layout A");
     LT_TRY(cublasLtMatrixLayoutCreate(&lb, cuda_type(key.type_a), ta ? M : K, ta ? K : M, ta ? M : K), "layout B");
@@ -162,50 +277,73 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
         LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb), "stride B");
         LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc), "stride C");
     }
+    /* Variant 0: the epilogue (bias, or bias gradient); variant 1 (bias gradient only): the
+     * plain product plus the column-sum kernel. fp32 products with a bias gradient use
+     * variant 1 only: cuBLASLt's bias-gradient sums there are ~1e-5 off in relative
+     * terms (the column-sum kernel adds in double), which the fp32 path, kept at the CPU
+     * reference's precision, does not accept. */
     {
-        tg_gemm_cache *cache = ctx->gemm_cache;
+        const int first = bgrad && fp32_inputs ? 1 : 0, last = bgrad ? 1 : 0;
+        cublasLtMatmulDesc_t descs[2] = {NULL, NULL};
+        for (int v = first; v <= last; v++) {
+            const cublasStatus_t st = make_desc(&descs[v], compute, op_a, op_b, bias, bias ? key.type_bias : TG_F32,
+                                                v == 0 && bgrad ? dbias : NULL, bgrad);
+            if (v == first) desc = descs[v]; /* freed at out: */
+            else desc2 = descs[v];
+            LT_TRY(st, "cublasLtMatmulDesc");
+        }
+        /* A cached choice (either variant) wins. */
         const cublasLtMatmulAlgo_t *algo = NULL;
-        for (int i = 0; i < cache->n && !algo; i++) {
-            gemm_entry *e = &cache->entries[i];
-            if (memcmp(&e->key, &key, sizeof key)) continue;
-            if (e->imported) {
-                /* From the cache file: make sure this cuBLASLt still runs it for this problem. */
-                cublasLtMatmulHeuristicResult_t check;
-                if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, lc, lc, &e->algo, &check) != CUBLAS_STATUS_SUCCESS ||
-                    check.workspaceSize > ctx->gemm_workspace_bytes) {
-                    e->key.m = -1; /* stale: never matches again */
-                    continue;
-                }
-                e->imported = 0;
-            }
-            algo = &e->algo;
+        int variant = -1;
+        for (int v = first; v <= last && !algo; v++) {
+            key.bgrad = bgrad ? (v ? bgrad + BGRAD_FALLBACK : bgrad) : 0;
+            algo = cache_find(ctx, lt, &key, descs[v], la, lb, lc);
+            if (algo) variant = v;
         }
         if (!algo) {
             LT_TRY(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
             size_t ws = ctx->gemm_workspace_bytes;
             LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                    "set MAX_WORKSPACE_BYTES");
-            cublasLtMatmulHeuristicResult_t result;
-            int found = 0;
-            LT_TRY(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &result, &found),
-                   "cublasLtMatmulAlgoGetHeuristic");
-            if (!found) {
+            cublasLtMatmulAlgo_t best;
+            float best_ms = INFINITY;
+            for (int v = first; v <= last; v++) {
+                cublasLtMatmulHeuristicResult_t results[TUNE_CANDIDATES];
+                int found = 0;
+                const int want = ctx->gemm_tune ? TUNE_CANDIDATES : 1;
+                if (cublasLtMatmulAlgoGetHeuristic(lt, descs[v], la, lb, lc, lc, pref, want, results, &found) !=
+                        CUBLAS_STATUS_SUCCESS ||
+                    !found)
+                    continue;
+                if (!ctx->gemm_tune) { /* the heuristic's first choice of the first variant that has one */
+                    best = results[0].algo, variant = v;
+                    break;
+                }
+                for (int c = 0; c < found; c++) {
+                    const float ms = time_candidate(a, lt, descs[v], la, lb, lc, &results[c].algo, v, &alpha, &beta);
+                    if (ms < best_ms) best_ms = ms, best = results[c].algo, variant = v;
+                }
+            }
+            if (variant < 0) {
                 rc = tg_fail(err, "matmul M=%lld N=%lld K=%lld: cuBLASLt has no algorithm for this shape",
                              (long long)M, (long long)N, (long long)K);
                 goto out;
             }
-            if (cache_add(cache, &key, &result.algo, 0)) {
+            key.bgrad = bgrad ? (variant ? bgrad + BGRAD_FALLBACK : bgrad) : 0;
+            if (cache_add(ctx->gemm_cache, &key, &best, 0)) {
                 rc = tg_fail(err, "out of memory");
                 goto out;
             }
-            algo = &cache->entries[cache->n - 1].algo;
+            algo = &ctx->gemm_cache->entries[ctx->gemm_cache->n - 1].algo;
         }
-        LT_TRY(cublasLtMatmul(lt, desc, &alpha, a->in[1], la, a->in[0], lb, &beta, a->out[0], lc, a->out[0], lc, algo,
-                              ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream),
+        LT_TRY(cublasLtMatmul(lt, descs[variant], &alpha, a->in[1], la, a->in[0], lb, &beta, a->out[0], lc, a->out[0],
+                              lc, algo, ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream),
                "cublasLtMatmul");
+        if (bgrad && variant == 1) rc = bgrad_fallback(a, err);
     }
 out:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (desc2) cublasLtMatmulDescDestroy(desc2);
     if (lc) cublasLtMatrixLayoutDestroy(lc);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
     if (la) cublasLtMatrixLayoutDestroy(la);

@@ -344,8 +344,28 @@ static void host_trace(tg_cuda_exec *x, int k, double *t0) {
     *t0 = t;
 }
 
+/* Before the first step: one forward and backward, uncaptured, in which every GEMM shape
+ * missing from the cache times cuBLASLt's candidates and keeps the fastest (the cache
+ * file keeps the choice for later runs). Training state is untouched: forward and backward
+ * write only activations and gradients, which the real step recomputes (the backward
+ * starts by zeroing the gradients). TUNEGRAPH_GEMM_TUNE=0 keeps the heuristic's picks. */
+static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
+    const char *env = getenv("TUNEGRAPH_GEMM_TUNE");
+    if (env && !strcmp(env, "0")) return 0;
+    x->ctx.gemm_tune = 1;
+    int rc = tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, err);
+    x->ctx.gemm_tune = 0;
+    if (rc) return tg_fail_context(err, "in the GEMM tuning pass");
+    CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "the GEMM tuning pass");
+    return 0;
+}
+
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
+    if (!x->gemm_tuned) {
+        x->gemm_tuned = 1;
+        if (gemm_tune_pass(x, err)) return -1;
+    }
     double t0 = x->host_trace ? thread_cpu_s() : 0;
     /* The staging buffer is free once the previous step has copied it out. */
     CUDA_TRY(cudaStreamWaitEvent(x->copy_stream, x->inputs_consumed, 0), "wait for inputs_consumed");

@@ -30,6 +30,7 @@ typedef struct tg_cuda_exec {
     /* Host CPU seconds (this thread) inside the step calls, by part, when
      * TUNEGRAPH_HOST_TRACE is set: upload+events, graph launch, step_done record, wait,
      * read-back; printed to stderr when the executor is freed. */
+    int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
     int host_trace;
     double host_cpu_s[5];
     double host_launch_wall_s;

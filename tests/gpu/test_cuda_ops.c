@@ -92,7 +92,7 @@ static int is_accumulated(const tg_op *op, int slot) {
     switch (op->kind) {
     case TG_OP_EMBEDDING_BWD: case TG_OP_BIAS_GRAD: return slot == 0;
     case TG_OP_LAYERNORM_BWD: return slot >= 1;
-    case TG_OP_MATMUL: return op->i[6] != 0;
+    case TG_OP_MATMUL: return slot == 0 && op->i[6] != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW: return 1; /* updated in place */
     default: return 0;
@@ -201,9 +201,13 @@ static uint64_t test_seed(uint64_t offset) {
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
  * the embedding gradient, an odd sequence length. hidden/heads (0: the preset's) reshape
- * the attention heads; `attention` picks fused or unfused attention. */
+ * the attention heads; `attention` picks fused or unfused attention (and with it fused or
+ * separate bias gradients). */
 static void check_shape(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
                         int precision, int wide, int hidden, int heads, int attention, int *kinds_seen) {
+    /* The unfused-attention plans also keep separate bias gradients, so BIAS_GRAD stays
+     * covered next to the fused form. */
+    const int fuse_bias_grad = attention == TG_ATTENTION_FUSED;
     tg_model_config cfg;
     tg_err err;
     tg_job job;
@@ -214,6 +218,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     base_job(&job, preset, task, batch, seq, seed);
     job.precision = precision;
     job.attention = attention;
+    job.fuse_bias_grad = fuse_bias_grad;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
