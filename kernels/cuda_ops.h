@@ -67,6 +67,13 @@ int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err);
  * fixed-order partials there); the executor sizes the scratch as the maximum. */
 int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
 
+/* Step bookkeeping as kernel nodes (so a captured step holds only kernel and memcpy
+ * nodes and can be instantiated for device launch): the GPU's global nanosecond timer
+ * into *dst, and the loss, lr and grad norm into dst[0..2]; dst may be mapped pinned host
+ * memory. 0, or -1 when the launch failed (cudaGetLastError says why). */
+int tg_cuda_stamp(unsigned long long *dst, cudaStream_t s);
+int tg_cuda_copy_stats(const float *loss, const float *lr, const float *norm, float *dst, cudaStream_t s);
+
 /* GEMM (kernels/gemm.cu): row-major batched C = alpha op(A) op(B) (+ bias) (+ C), as
  * TG_OP_MATMUL, through cuBLASLt with fp32 compute (TF32 only when allowed). */
 int tg_gemm_cache_create(tg_gemm_cache **cache, tg_err *err);

@@ -184,10 +184,10 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
              (e = cudaEventCreateWithFlags(&x->step_done, cudaEventDisableTiming | cudaEventBlockingSync)) !=
                  cudaSuccess)
         rc = cuda_fail(err, "cudaEventCreate", e);
-    else if ((e = cudaHostAlloc((void **)&x->stats_host, 4 * sizeof(float), cudaHostAllocDefault)) != cudaSuccess)
+    else if ((e = cudaHostAlloc((void **)&x->stats_host, 4 * sizeof(float), cudaHostAllocMapped)) != cudaSuccess ||
+             (e = cudaHostAlloc((void **)&x->stamps_host, 5 * sizeof(unsigned long long), cudaHostAllocMapped)) !=
+                 cudaSuccess)
         rc = cuda_fail(err, "cudaHostAlloc of the step statistics", e);
-    for (int k = 0; k < 5 && !rc; k++)
-        if ((e = cudaEventCreate(&x->phase_ev[k])) != cudaSuccess) rc = cuda_fail(err, "cudaEventCreate (phase marker)", e);
     if (rc) tg_cuda_exec_free(x);
     else gemm_cache_load(x);
     return rc;
@@ -198,9 +198,9 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
         const double n = (double)(x->host_steps - 1) / 1e6;
         fprintf(stderr,
                 "host trace (thread CPU us per step, %lld steps after the first): upload+events %.1f, graph launch "
-                "%.1f (wall %.1f), step_done record %.1f, wait %.1f, read-back %.1f\n",
+                "%.1f (wall %.1f; %s graph), step_done record %.1f, wait %.1f, read-back %.1f\n",
                 (long long)(x->host_steps - 1), x->host_cpu_s[0] / n, x->host_cpu_s[1] / n,
-                x->host_launch_wall_s / n, x->host_cpu_s[2] / n, x->host_cpu_s[3] / n, x->host_cpu_s[4] / n);
+                x->host_launch_wall_s / n, x->step_device_graph ? "device-launch" : "host-launch", x->host_cpu_s[2] / n, x->host_cpu_s[3] / n, x->host_cpu_s[4] / n);
     }
     gemm_cache_save(x);
     for (int s = 0; s < 2; s++)
@@ -209,10 +209,9 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     if (x->copy_done) cudaEventDestroy(x->copy_done);
     if (x->inputs_consumed) cudaEventDestroy(x->inputs_consumed);
     if (x->step_done) cudaEventDestroy(x->step_done);
-    for (int k = 0; k < 5; k++)
-        if (x->phase_ev[k]) cudaEventDestroy(x->phase_ev[k]);
     if (x->copy_stream) cudaStreamDestroy(x->copy_stream);
     cudaFreeHost(x->stats_host);
+    cudaFreeHost(x->stamps_host);
     cudaFree(x->input_staging);
     for (int p = 0; p < TG_POOL_COUNT; p++) cudaFree(x->pool[p]);
     cudaFree(x->segments_dev);
@@ -264,7 +263,19 @@ static int capture(tg_cuda_exec *x, int (*body)(tg_cuda_exec *, void *, tg_err *
         return tg_fail_context(err, "while capturing the step graph");
     }
     if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
-    e = cudaGraphInstantiate(&exec, graph, 0);
+    /* Instantiated for device launch where the graph allows it (kernel and memcpy nodes
+     * only) and uploaded once: its launch is then one command for the whole graph, where
+     * a plain graph's launch queues every node from the host. Otherwise a plain graph. */
+    x->device_graph = 0;
+    if (!getenv("TUNEGRAPH_HOST_GRAPH") &&
+        cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagDeviceLaunch) == cudaSuccess &&
+        cudaGraphUpload(exec, x->ctx.stream) == cudaSuccess) {
+        x->device_graph = 1;
+    } else {
+        if (exec) cudaGraphExecDestroy(exec), exec = NULL;
+        (void)cudaGetLastError();
+        e = cudaGraphInstantiate(&exec, graph, 0);
+    }
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", e);
     *exec_out = exec;
@@ -292,33 +303,33 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
 
 /* The device work of one step, on the main stream: take the staged batch, run the
  * schedule, copy the statistics out. Captured once when graphs are on. */
-/* Records a phase marker: an event node when capturing, a plain record otherwise. */
-static cudaError_t mark(cudaEvent_t ev, cudaStream_t s, int capturing) {
-    return capturing ? cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal) : cudaEventRecord(ev, s);
+/* Phase marker k: the GPU's timer into pinned host memory, by a one-thread kernel (a
+ * kernel node in the graph: event nodes would keep the graph from device launch). */
+static int mark(tg_cuda_exec *x, int k, tg_err *err) {
+    if (tg_cuda_stamp(&x->stamps_host[k], x->ctx.stream)) {
+        cudaError_t e = cudaGetLastError();
+        return cuda_fail(err, "phase marker", e);
+    }
+    return 0;
 }
 
 static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
     const tg_plan *p = x->plan;
     cudaStream_t s = x->ctx.stream;
-    CUDA_TRY(mark(x->phase_ev[0], s, capturing), "record phase marker");
+    (void)capturing;
+    if (mark(x, 0, err)) return -1;
     if (p->pool_bytes[TG_POOL_INPUTS])
         CUDA_TRY(cudaMemcpyAsync(x->pool[TG_POOL_INPUTS], x->input_staging, p->pool_bytes[TG_POOL_INPUTS],
                                  cudaMemcpyDeviceToDevice, s),
                  "copy of the staged batch");
-    /* In a graph the record is an event node (external record); outside, a plain record. */
-    CUDA_TRY(capturing ? cudaEventRecordWithFlags(x->inputs_consumed, s, cudaEventRecordExternal)
-                       : cudaEventRecord(x->inputs_consumed, s),
-             "record inputs_consumed");
-    CUDA_TRY(mark(x->phase_ev[1], s, capturing), "record phase marker");
+    if (mark(x, 1, err)) return -1;
     for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
         if (tg_cuda_exec_phases(x, ph, ph, 1, err)) return -1;
-        CUDA_TRY(mark(x->phase_ev[2 + ph], s, capturing), "record phase marker");
+        if (mark(x, 2 + ph, err)) return -1;
     }
-    const int stats[3] = {p->io.loss, p->io.lr, p->io.grad_norm};
-    for (int k = 0; k < 3; k++)
-        CUDA_TRY(cudaMemcpyAsync(x->stats_host + k, tg_cuda_tensor(x, stats[k]), sizeof(float),
-                                 cudaMemcpyDeviceToHost, s),
-                 "read-back of the step statistics");
+    if (tg_cuda_copy_stats(tg_cuda_tensor(x, p->io.loss), tg_cuda_tensor(x, p->io.lr),
+                           tg_cuda_tensor(x, p->io.grad_norm), x->stats_host, s))
+        return cuda_fail(err, "read-back of the step statistics", cudaGetLastError());
     return 0;
 }
 
@@ -378,12 +389,18 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
     if (!use_graph) {
         if (enqueue_step(x, 0, err)) return -1;
     } else {
-        if (!x->step_graph && capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
+        if (!x->step_graph) {
+            if (capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
+            x->step_device_graph = x->device_graph;
+        }
         double w0 = x->host_trace ? wall_s() : 0;
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
         if (x->host_trace) x->host_launch_wall_s += wall_s() - w0;
     }
     host_trace(x, 1, &t0);
+    /* The staging buffer is free again once the step has run (its copy is the step's
+     * first node; the next upload is issued after this step is waited for anyway). */
+    CUDA_TRY(cudaEventRecord(x->inputs_consumed, x->ctx.stream), "record inputs_consumed");
     CUDA_TRY(cudaEventRecord(x->step_done, x->ctx.stream), "record step_done");
     host_trace(x, 2, &t0);
     return 0;
@@ -394,8 +411,7 @@ int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err) {
     CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
     host_trace(x, 3, &t0);
     memcpy(stats, x->stats_host, 3 * sizeof(float));
-    for (int k = 0; k < 4; k++)
-        if (cudaEventElapsedTime(&stats[3 + k], x->phase_ev[k], x->phase_ev[k + 1]) != cudaSuccess) stats[3 + k] = -1;
+    for (int k = 0; k < 4; k++) stats[3 + k] = (float)((double)(x->stamps_host[k + 1] - x->stamps_host[k]) / 1e6);
     host_trace(x, 4, &t0);
     /* The first step captures the graph: left out of the trace. */
     if (++x->host_steps == 1) memset(x->host_cpu_s, 0, sizeof x->host_cpu_s), x->host_launch_wall_s = 0;

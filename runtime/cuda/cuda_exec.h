@@ -23,10 +23,12 @@ typedef struct tg_cuda_exec {
     cudaStream_t copy_stream;
     uint8_t *input_staging;        /* device, inputs-pool sized */
     cudaEvent_t copy_done, inputs_consumed, step_done;
-    /* Phase boundaries inside the step (event nodes in the graph): start, batch in place,
-     * end of forward, end of backward, end of optimizer. */
-    cudaEvent_t phase_ev[5];
-    float *stats_host;             /* pinned: loss, lr, grad norm of the last step */
+    /* Phase boundaries inside the step, GPU timer stamps written by kernel nodes into
+     * mapped pinned memory: start, batch in place, end of forward, backward, optimizer. */
+    unsigned long long *stamps_host;
+    float *stats_host;             /* mapped pinned: loss, lr, grad norm of the last step */
+    int device_graph;              /* the last captured graph was instantiated for device launch */
+    int step_device_graph;         /* the step graph was */
     /* Host CPU seconds (this thread) inside the step calls, by part, when
      * TUNEGRAPH_HOST_TRACE is set: upload+events, graph launch, step_done record, wait,
      * read-back; printed to stderr when the executor is freed. */
