@@ -168,6 +168,22 @@ TG_TEST(test_gpu_graph_replay_matches_stream) {
     g_precision = TG_PREC_FP32;
 }
 
+/* The step graph instantiated for device launch (the default) and as a plain graph
+ * (TUNEGRAPH_HOST_GRAPH=1, the fallback) run the same nodes: bitwise-equal training. */
+TG_TEST(test_gpu_host_launched_graph_matches) {
+    g_precision = TG_PREC_BF16;
+    float la[6], lb[6];
+    float *a = train_gpu("tiny-gpt2", TG_TASK_LM, 0, 9, 6, la);
+    setenv("TUNEGRAPH_HOST_GRAPH", "1", 1);
+    float *b = train_gpu("tiny-gpt2", TG_TASK_LM, 0, 9, 6, lb);
+    unsetenv("TUNEGRAPH_HOST_GRAPH");
+    g_precision = TG_PREC_FP32;
+    size_t n = params_bytes("tiny-gpt2", TG_TASK_LM);
+    CHECK(a && b && n && memcmp(a, b, n) == 0, "device-launch and host-launch graphs differ");
+    CHECK(memcmp(la, lb, sizeof la) == 0, "losses differ between device-launch and host-launch graphs");
+    free(a), free(b);
+}
+
 TG_TEST(test_gpu_same_seed_bitwise_bf16) {
     float la[8], lb[8];
     g_precision = TG_PREC_BF16;
