@@ -47,6 +47,9 @@ typedef struct tg_cpu_op_args {
 } tg_cpu_op_args;
 
 void tg_cpu_op_run(const tg_cpu_op_args *a);
+/* 1 when op kind `kind` has a CPU reference kernel (the table is indexed by kind, so a
+ * missing entry is a NULL the size assertion cannot see; tests check every kind). */
+int tg_cpu_op_has_kernel(int kind);
 
 /* As tg_cpu_op_run, for ops with bf16 slots too: bf16 inputs are widened to fp32, the
  * fp32 kernel runs, and bf16 outputs are rounded back to nearest even, which is what a

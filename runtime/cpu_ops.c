@@ -1112,6 +1112,8 @@ static const tg_cpu_op_fn cpu_ops[TG_OP_COUNT] = {
 };
 _Static_assert(sizeof cpu_ops / sizeof cpu_ops[0] == TG_OP_COUNT, "every op needs a CPU kernel");
 
+int tg_cpu_op_has_kernel(int kind) { return kind >= 0 && kind < TG_OP_COUNT && cpu_ops[kind] != NULL; }
+
 void tg_cpu_op_run(const tg_cpu_op_args *a) {
     /* The executor validates kinds; direct callers with a bad kind get nothing run. */
     if (a->op->kind >= 0 && a->op->kind < TG_OP_COUNT && cpu_ops[a->op->kind]) cpu_ops[a->op->kind](a);

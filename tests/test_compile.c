@@ -17,6 +17,7 @@
 #include "models/safetensors.h"
 #include "runtime/plan_file.h"
 #include "runtime/trainer.h"
+#include "runtime/cpu_exec.h"
 #include "tests/harness.h"
 
 /* Compiles a job given as text (written to a file so messages carry real lines). */
@@ -790,6 +791,7 @@ TG_TEST(test_compile_op_table_complete) {
         const tg_op_row *row = tg_op_row_of(k);
         CHECK(strcmp(tg_op_name(k), "?") != 0 && row->check_shapes && row->flops, "op kind %d (%s) lacks a row or name",
               k, tg_op_name(k));
+        CHECK(tg_cpu_op_has_kernel(k), "op kind %d (%s) has no CPU reference kernel", k, tg_op_name(k));
     }
     CHECK(!strcmp(tg_op_name(TG_OP_ATTENTION), "attention") && !strcmp(tg_op_name(TG_OP_ATTENTION_BWD), "attention_bwd"),
           "attention op names");
