@@ -30,10 +30,20 @@ typedef struct init_job {
     float *pool;
     uint64_t seed;
     int tensor;
+    uint32_t stream; /* Philox stream key: a hash of the parameter's name */
 } init_job;
 
+/* FNV-1a of a parameter name: the initial values of a parameter depend on its name, not
+ * on its position in the plan, so plans that differ only in how they compute (fused or
+ * unfused attention, bias gradients, precision) start from the same weights. */
+static uint32_t name_stream(const char *name) {
+    uint32_t h = 2166136261u;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) h = (h ^ *c) * 16777619u;
+    return h;
+}
+
 /* Normals for blocks [b, e) of 4 elements: one Philox call gives 4 uniforms, two
- * Box-Muller pairs. Element i depends only on (seed, tensor, i), not on the threading. */
+ * Box-Muller pairs. Element i depends only on (seed, name, i), not on the threading. */
 static void init_normal_range(void *arg, int64_t b, int64_t e) {
     const init_job *j = arg;
     const tg_tensor *x = &j->plan->tensors[j->tensor];
@@ -41,7 +51,7 @@ static void init_normal_range(void *arg, int64_t b, int64_t e) {
     int64_t n = tg_tensor_numel(x);
     for (int64_t blk = b; blk < e; blk++) {
         float u[4];
-        tg_philox_uniform4(j->seed, TG_INIT_STREAM_STEP, (uint32_t)j->tensor, (uint64_t)blk, u);
+        tg_philox_uniform4(j->seed, TG_INIT_STREAM_STEP, j->stream, (uint64_t)blk, u);
         for (int k = 0; k < 4; k += 2) {
             double r = sqrt(-2.0 * log(1.0 - (double)u[k])), a = 6.283185307179586 * u[k + 1];
             int64_t i = 4 * blk + k;
@@ -59,7 +69,7 @@ void tg_weights_init(const tg_plan *plan, float *pool, uint64_t seed) {
         float *p = param_ptr(plan, pool, t);
         int64_t n = tg_tensor_numel(x);
         if (x->init == TG_INIT_NORMAL) {
-            init_job j = {plan, pool, seed, t};
+            init_job j = {plan, pool, seed, t, name_stream(x->name)};
             tg_parallel_for(threads, (n + 3) / 4, init_normal_range, &j);
         } else {
             float v = x->init == TG_INIT_ONES ? 1.0f : 0.0f;

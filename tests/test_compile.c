@@ -18,6 +18,7 @@
 #include "runtime/plan_file.h"
 #include "runtime/trainer.h"
 #include "runtime/cpu_exec.h"
+#include "runtime/weights.h"
 #include "tests/harness.h"
 
 /* Compiles a job given as text (written to a file so messages carry real lines). */
@@ -905,5 +906,56 @@ TG_TEST(test_compile_fused_bias_grad) {
         }
         CHECK(fused == cases[c].biases, "%s: %d fused bias gradients, want %d", name, fused, cases[c].biases);
         tg_plan_free(&p), tg_plan_free(&q);
+    }
+}
+
+static int tensor_named(const tg_plan *p, const char *name) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (!strcmp(p->tensors[t].name, name)) return t;
+    return -1;
+}
+
+/* Initial weights depend on the parameter's name and the seed only: plans of one model
+ * that compute differently (fused or unfused attention, fused bias gradients, bf16) start
+ * from the same values, and a different seed changes them. */
+TG_TEST(test_weights_init_by_name) {
+    static const char *const variants[] = {
+        "attention = fused\nfuse_bias_grad = true\n",
+        "attention = unfused\nfuse_bias_grad = false\n",
+        "attention = fused\nprecision = bf16\n",
+    };
+    tg_plan plans[3];
+    float *pools[3] = {NULL, NULL, NULL};
+    tg_err err;
+    for (int v = 0; v < 3; v++) {
+        char text[512];
+        snprintf(text, sizeof text, "model = tiny-bert\nbatch = 2\nseq = 16\nsteps = 1\ntrain_data = x\n%s", variants[v]);
+        REQUIRE(compile_text(text, &plans[v], &err, NULL) == 0, "%s", err.msg);
+        pools[v] = malloc(plans[v].pool_bytes[TG_POOL_PARAMS]);
+        REQUIRE(pools[v], "out of memory");
+        tg_weights_init(&plans[v], pools[v], 7);
+    }
+    int compared = 0;
+    for (int t = 0; t < plans[0].n_tensors; t++) {
+        const tg_tensor *x = &plans[0].tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        for (int v = 1; v < 3; v++) {
+            int u = tensor_named(&plans[v], x->name);
+            if (!CHECK(u >= 0, "%s missing from variant %d", x->name, v)) continue;
+            const tg_tensor *y = &plans[v].tensors[u];
+            CHECK(memcmp((char *)pools[0] + x->offset, (char *)pools[v] + y->offset, x->bytes) == 0,
+                  "%s starts differently in variant %d", x->name, v);
+            compared++;
+        }
+    }
+    CHECK(compared > 20, "only %d parameters compared", compared);
+    float *other = malloc(plans[0].pool_bytes[TG_POOL_PARAMS]);
+    REQUIRE(other, "out of memory");
+    tg_weights_init(&plans[0], other, 8);
+    CHECK(memcmp(other, pools[0], plans[0].pool_bytes[TG_POOL_PARAMS]) != 0, "another seed gave the same weights");
+    free(other);
+    for (int v = 0; v < 3; v++) {
+        free(pools[v]);
+        tg_plan_free(&plans[v]);
     }
 }
