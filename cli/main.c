@@ -10,6 +10,7 @@
 #include "compiler/compile.h"
 #include "compiler/inspect.h"
 #include "compiler/job.h"
+#include "runtime/clock.h"
 #include "runtime/executor.h"
 #include "runtime/plan_file.h"
 #include "runtime/trainer.h"
@@ -26,11 +27,6 @@ static const char usage[] =
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int die(const tg_err *err) {
     fprintf(stderr, "tunegraph: %s\n", err->msg);
@@ -100,11 +96,11 @@ static int cmd_compile(int argc, char **argv) {
     if (rc) return rc;
     tg_err err = {{0}};
     tg_job job;
-    double t0 = now_s();
+    double t0 = tg_wall_s();
     if (tg_job_load(a.input, a.sets, a.n_sets, &job, &err)) return die(&err);
     tg_plan plan;
     if (tg_compile(&job, &plan, &err)) return die(&err);
-    double compile_s = now_s() - t0;
+    double compile_s = tg_wall_s() - t0;
     char path[TG_PATH_MAX];
     if (a.output) snprintf(path, sizeof path, "%s", a.output);
     else default_plan_path(a.input, path, sizeof path);
@@ -138,19 +134,7 @@ static int runtime_key(const char *set) {
     return 0;
 }
 
-/* CPU time this process has used (all threads, the CUDA driver's included). */
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
-/* CPU time of the calling thread: the training loop's own work. */
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -232,7 +216,7 @@ static int cmd_run(int argc, char **argv) {
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
     tg_err err = {{0}};
     tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
-    double t_start = now_s();
+    double t_start = tg_wall_s();
     tg_plan plan;
     if (tg_plan_file_sniff(a.input)) {
         if (tg_plan_read(a.input, &plan, &err)) return die(&err);
@@ -272,7 +256,7 @@ static int cmd_run(int argc, char **argv) {
                 tr.weights.missing, tr.weights.missing ? ", first " : "", tr.weights.first_missing);
     fprintf(stderr, "\n");
     fprintf(stderr, "tunegraph: ready in %.2f s (executor and pools %.2f s, weights %.2f s, data %.2f s)\n",
-            now_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
+            tg_wall_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
 
     char metrics_tmp[TG_PATH_MAX + 32] = "";
     FILE *mf = NULL;
@@ -287,8 +271,8 @@ static int cmd_run(int argc, char **argv) {
             return 1;
         }
     }
-    double warmup_s = now_s() - t_start, t_train = now_s(), first_loss = NAN, last_loss = NAN;
-    double cpu_train = cpu_s(), cpu_first_step = 0, thread_train = thread_cpu_s(), thread_first_step = 0;
+    double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
+    double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0;
     char line[512];
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
@@ -301,8 +285,8 @@ static int cmd_run(int argc, char **argv) {
         }
         if (i == 0) {
             first_loss = s.loss;
-            cpu_first_step = cpu_s() - cpu_train; /* capture and algorithm choice */
-            thread_first_step = thread_cpu_s() - thread_train;
+            cpu_first_step = tg_process_cpu_s() - cpu_train; /* capture and algorithm choice */
+            thread_first_step = tg_thread_cpu_s() - thread_train;
         }
         last_loss = s.loss;
         step_times[i] = s.step_ms;
@@ -317,7 +301,7 @@ static int cmd_run(int argc, char **argv) {
                      s.phase_ms[3]);
             if (write_json_line(mf, line)) rc = 1;
         }
-        double elapsed = now_s() - t_train;
+        double elapsed = tg_wall_s() - t_train;
         char eta[32];
         fmt_eta(elapsed / s.step * (tr.total_steps - s.step), eta, sizeof eta);
         if (tty)
@@ -328,11 +312,12 @@ static int cmd_run(int argc, char **argv) {
                     s.lr, tok_s, eta);
     }
     if (tty) fprintf(stderr, "\n");
-    double train_s = now_s() - t_train;
+    double train_s = tg_wall_s() - t_train;
     /* Host CPU per step after the first, metrics and progress output included. */
-    double host_cpu_us = tr.steps_done > 1 ? (cpu_s() - cpu_train - cpu_first_step) / (tr.steps_done - 1) * 1e6 : 0;
+    double host_cpu_us =
+        tr.steps_done > 1 ? (tg_process_cpu_s() - cpu_train - cpu_first_step) / (tr.steps_done - 1) * 1e6 : 0;
     double loop_cpu_us =
-        tr.steps_done > 1 ? (thread_cpu_s() - thread_train - thread_first_step) / (tr.steps_done - 1) * 1e6 : 0;
+        tr.steps_done > 1 ? (tg_thread_cpu_s() - thread_train - thread_first_step) / (tr.steps_done - 1) * 1e6 : 0;
     double median_step_ms = median_after_first(step_times, tr.steps_done);
     free(step_times);
     tg_eval_stats ev = {.accuracy = -1, .perplexity = -1};

@@ -137,6 +137,45 @@ static __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&
     a[3] = tg_bf16_pack(c1[2], c1[3]);
 }
 
+/* acc = rows r0 .. r0+15 of tile A times tile B^T (both stored [row][DP]): a 16 x 64
+ * product such as Q K^T, fp32. */
+template <int DP>
+static __device__ __forceinline__ void tile_abt(float (&acc)[FA_COLS / 8][4], const tg_bf16 *sA, const tg_bf16 *sB,
+                                                int r0, int lane) {
+    for (int j = 0; j < FA_COLS / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; kk++) {
+        uint32_t af[4];
+        frag_a<DP>(af, sA, r0, kk * 16, lane);
+#pragma unroll
+        for (int nj = 0; nj < FA_COLS / 16; nj++) {
+            uint32_t bf[4];
+            frag_b_nk<DP>(bf, sB, nj * 16, kk * 16, lane);
+            mma16816(acc[2 * nj], af, bf[0], bf[1]);
+            mma16816(acc[2 * nj + 1], af, bf[2], bf[3]);
+        }
+    }
+}
+
+/* acc += P B: P a 16 x 64 fp32 fragment (rounded to bf16 for the product), B a tile
+ * stored [64][DP], such as P V. */
+template <int DP>
+static __device__ __forceinline__ void tile_pb(float (&acc)[DP / 8][4], const float (&p)[FA_COLS / 8][4],
+                                               const tg_bf16 *sB, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < FA_COLS / 16; kk++) {
+        uint32_t pa[4];
+        acc_to_a(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+        for (int dj = 0; dj < DP / 16; dj++) {
+            uint32_t bf[4];
+            frag_b_kn<DP>(bf, sB, kk * 16, dj * 16, lane);
+            mma16816(acc[2 * dj], pa, bf[0], bf[1]);
+            mma16816(acc[2 * dj + 1], pa, bf[2], bf[3]);
+        }
+    }
+}
+
 /* Asynchronous 16-byte global -> shared copies (sm_80+): the next tile streams in while
  * the current one is computed. src_bytes 0 zero-fills. */
 static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
@@ -227,7 +266,8 @@ static __device__ __forceinline__ void keep_bits(unsigned (&bits)[2], const fa_a
         unsigned m = 0;
         for (int i = 0; i < 2; i++) {
             const int64_t q = r0 + g + 8 * half, k = c0 + 2 * c + i;
-            if (q < T && k < T) m |= (unsigned)(tg_philox_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
+            if (q < T && k < T)
+                m |= (unsigned)(tg_philox_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
         }
         bits[half] = m;
     }
@@ -282,6 +322,41 @@ static __device__ __forceinline__ void store_bits(const fa_args &a, const uint32
     if (w0 + 1 < a.W) dst[w0 + 1] = w[c][1];
 }
 
+/* K, V and the key mask of key tile k0 into double-buffer slot `buf` (sKV: [buf][K, V],
+ * sM2: [buf][64]), as part of the caller's next cp.async group. */
+template <int DP>
+struct key_tiles {
+    const tg_bf16 *K, *V; /* head columns of row 0 */
+    int64_t ldk, ldv;
+    const float *mask;
+    int b, T, Dh, vec;
+};
+
+template <int DP>
+static __device__ __forceinline__ void load_key_tile(tg_bf16 *sKV, float *sM2, int buf, const key_tiles<DP> &kv,
+                                                     int k0) {
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *dst = sKV + 2 * E * buf;
+    load_tile<DP>(dst, kv.K, kv.ldk, k0, kv.T, kv.Dh, kv.vec);
+    load_tile<DP>(dst + E, kv.V, kv.ldv, k0, kv.T, kv.Dh, kv.vec);
+    load_key_mask(sM2 + FA_COLS * buf, kv.mask, kv.b, kv.T, k0);
+}
+
+/* Before key tile kt is used: start the next one streaming into the other slot, wait
+ * until tile kt has landed, and make it visible to the whole block. */
+template <int DP>
+static __device__ __forceinline__ void advance_key_tile(tg_bf16 *sKV, float *sM2, int kt, int ktiles,
+                                                        const key_tiles<DP> &kv) {
+    if (kt + 1 < ktiles) {
+        load_key_tile<DP>(sKV, sM2, (kt + 1) & 1, kv, (kt + 1) * FA_COLS);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 /* ---- forward (bf16) ---------------------------------------------------------------- */
 
 /* Scales a 16 x 64 score fragment into the exp2 domain and masks it (keys past T or
@@ -329,9 +404,8 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     int ktiles = (T + FA_COLS - 1) / FA_COLS;
     if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
     load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
-    load_tile<DP>(sKV, K, a.ldk, 0, T, Dh, a.vec);
-    load_tile<DP>(sKV + E, V, a.ldv, 0, T, Dh, a.vec);
-    load_key_mask(sM2, a.mask, b, T, 0);
+    const key_tiles<DP> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    load_key_tile<DP>(sKV, sM2, 0, kv, 0);
     cp_async_commit();
 
     float o[DP / 8][4];
@@ -340,34 +414,12 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     const float sl2 = a.scale * FA_LOG2E;
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * FA_COLS, buf = kt & 1;
-        if (kt + 1 < ktiles) {
-            tg_bf16 *nxt = sKV + 2 * E * (buf ^ 1);
-            load_tile<DP>(nxt, K, a.ldk, k0 + FA_COLS, T, Dh, a.vec);
-            load_tile<DP>(nxt + E, V, a.ldv, k0 + FA_COLS, T, Dh, a.vec);
-            load_key_mask(sM2 + FA_COLS * (buf ^ 1), a.mask, b, T, k0 + FA_COLS);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
         const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
         if (!a.causal || k0 <= wr0 + 15) { /* else the warp's rows see none of these keys */
             float s[FA_COLS / 8][4];
-            for (int j = 0; j < FA_COLS / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < DP / 16; kk++) {
-                uint32_t af[4];
-                frag_a<DP>(af, sQ, warp * 16, kk * 16, lane);
-#pragma unroll
-                for (int nj = 0; nj < FA_COLS / 16; nj++) {
-                    uint32_t bf[4];
-                    frag_b_nk<DP>(bf, sK, nj * 16, kk * 16, lane);
-                    mma16816(s[2 * nj], af, bf[0], bf[1]);
-                    mma16816(s[2 * nj + 1], af, bf[2], bf[3]);
-                }
-            }
+            tile_abt<DP>(s, sQ, sK, warp * 16, lane);
             float mx[2] = {m[0], m[1]};
             if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
                 scale_mask_rows<1>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
@@ -417,18 +469,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
                 }
             }
             if (a.bits) store_bits(a, rb, bh, wr0, k0, lane);
-#pragma unroll
-            for (int kk = 0; kk < FA_COLS / 16; kk++) {
-                uint32_t pa[4];
-                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-                for (int dj = 0; dj < DP / 16; dj++) {
-                    uint32_t bf[4];
-                    frag_b_kn<DP>(bf, sV, kk * 16, dj * 16, lane);
-                    mma16816(o[2 * dj], pa, bf[0], bf[1]);
-                    mma16816(o[2 * dj + 1], pa, bf[2], bf[3]);
-                }
-            }
+            tile_pb<DP>(o, s, sV, lane);
         } else if (a.bits) {
             const uint32_t zero[2][2] = {{0u, 0u}, {0u, 0u}};
             store_bits(a, zero, bh, wr0, k0, lane);
@@ -482,9 +523,8 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
     load_tile<DP>(sdO, dO, a.ldo, q0, T, Dh, a.vec);
     load_tile<DP>(sO, O, a.ldo, q0, T, Dh, a.vec);
     cp_async_commit();
-    load_tile<DP>(sKV, K, a.ldk, 0, T, Dh, a.vec);
-    load_tile<DP>(sKV + E, V, a.ldv, 0, T, Dh, a.vec);
-    load_key_mask(sM2, a.mask, b, T, 0);
+    const key_tiles<DP> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    load_key_tile<DP>(sKV, sM2, 0, kv, 0);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -510,17 +550,7 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
     const float sl2 = a.scale * FA_LOG2E;
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * FA_COLS, buf = kt & 1;
-        if (kt + 1 < ktiles) {
-            tg_bf16 *nxt = sKV + 2 * E * (buf ^ 1);
-            load_tile<DP>(nxt, K, a.ldk, k0 + FA_COLS, T, Dh, a.vec);
-            load_tile<DP>(nxt + E, V, a.ldv, k0 + FA_COLS, T, Dh, a.vec);
-            load_key_mask(sM2 + FA_COLS * (buf ^ 1), a.mask, b, T, k0 + FA_COLS);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
         const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
         if (!a.causal || k0 <= wr0 + 15) {
@@ -536,24 +566,8 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
                     kb[r][1] = w0 + 1 < a.W ? src[w0 + 1] : 0u;
                 }
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
-            for (int j = 0; j < FA_COLS / 8; j++)
-                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < DP / 16; kk++) {
-                uint32_t aq[4], ado[4];
-                frag_a<DP>(aq, sQ, warp * 16, kk * 16, lane);
-                frag_a<DP>(ado, sdO, warp * 16, kk * 16, lane);
-#pragma unroll
-                for (int nj = 0; nj < FA_COLS / 16; nj++) {
-                    uint32_t bk[4], bv[4];
-                    frag_b_nk<DP>(bk, sK, nj * 16, kk * 16, lane);
-                    frag_b_nk<DP>(bv, sV, nj * 16, kk * 16, lane);
-                    mma16816(s[2 * nj], aq, bk[0], bk[1]);
-                    mma16816(s[2 * nj + 1], aq, bk[2], bk[3]);
-                    mma16816(dp[2 * nj], ado, bv[0], bv[1]);
-                    mma16816(dp[2 * nj + 1], ado, bv[2], bv[3]);
-                }
-            }
+            tile_abt<DP>(s, sQ, sK, warp * 16, lane);   /* S = Q K^T */
+            tile_abt<DP>(dp, sdO, sV, warp * 16, lane); /* dD = dO V^T */
             float unused[2] = {0.0f, 0.0f};
             if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
                 scale_mask_rows<1>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
@@ -569,18 +583,7 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
                     if (a.drop) dpv = (kb[e >> 1][col >> 5] >> (col & 31)) & 1u ? dpv * a.inv_keep : 0.0f;
                     s[j][e] = pv * (dpv - dl[e >> 1]) * a.scale; /* dS */
                 }
-#pragma unroll
-            for (int kk = 0; kk < FA_COLS / 16; kk++) {
-                uint32_t da[4];
-                acc_to_a(da, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-                for (int dj = 0; dj < DP / 16; dj++) {
-                    uint32_t bk[4];
-                    frag_b_kn<DP>(bk, sK, kk * 16, dj * 16, lane);
-                    mma16816(dq[2 * dj], da, bk[0], bk[1]);
-                    mma16816(dq[2 * dj + 1], da, bk[2], bk[3]);
-                }
-            }
+            tile_pb<DP>(dq, s, sK, lane); /* dQ += dS K */
         }
         __syncthreads();
     }
@@ -651,24 +654,8 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kern
         const uint32_t *sBb = sB + 2 * FA_COLS * buf;
         if (!a.causal || q0 + FA_COLS - 1 >= wk0) { /* else every query precedes the warp's keys */
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
-            for (int j = 0; j < FA_COLS / 8; j++)
-                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < DP / 16; kk++) {
-                uint32_t ak[4], av[4];
-                frag_a<DP>(ak, sK, warp * 16, kk * 16, lane);
-                frag_a<DP>(av, sV, warp * 16, kk * 16, lane);
-#pragma unroll
-                for (int nj = 0; nj < FA_COLS / 16; nj++) {
-                    uint32_t bq[4], bo[4];
-                    frag_b_nk<DP>(bq, sQ, nj * 16, kk * 16, lane);
-                    frag_b_nk<DP>(bo, sdO, nj * 16, kk * 16, lane);
-                    mma16816(s[2 * nj], ak, bq[0], bq[1]);
-                    mma16816(s[2 * nj + 1], ak, bq[2], bq[3]);
-                    mma16816(dp[2 * nj], av, bo[0], bo[1]);
-                    mma16816(dp[2 * nj + 1], av, bo[2], bo[3]);
-                }
-            }
+            tile_abt<DP>(s, sK, sQ, warp * 16, lane);   /* S^T = K Q^T */
+            tile_abt<DP>(dp, sV, sdO, warp * 16, lane); /* dD^T = V dO^T */
             /* Element-wise masking only where a query past T or a causal pair can occur. */
             const bool masked = q0 + FA_COLS > T || (a.causal && q0 < wk0 + 15);
             /* s becomes D^T (dropped probabilities), dp becomes dS^T. */
@@ -687,22 +674,8 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kern
                     dp[j][e] = pv * (dpv - sD[qc]) * a.scale;
                 }
             }
-#pragma unroll
-            for (int kk = 0; kk < FA_COLS / 16; kk++) {
-                uint32_t pa[4], da[4];
-                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-                acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                for (int dj = 0; dj < DP / 16; dj++) {
-                    uint32_t bo[4], bq[4];
-                    frag_b_kn<DP>(bo, sdO, kk * 16, dj * 16, lane);
-                    frag_b_kn<DP>(bq, sQ, kk * 16, dj * 16, lane);
-                    mma16816(dv[2 * dj], pa, bo[0], bo[1]);
-                    mma16816(dv[2 * dj + 1], pa, bo[2], bo[3]);
-                    mma16816(dk[2 * dj], da, bq[0], bq[1]);
-                    mma16816(dk[2 * dj + 1], da, bq[2], bq[3]);
-                }
-            }
+            tile_pb<DP>(dv, s, sdO, lane); /* dV += D^T dO */
+            tile_pb<DP>(dk, dp, sQ, lane); /* dK += dS^T Q */
         }
         __syncthreads();
     }

@@ -1,8 +1,8 @@
 /* The CPU executor behind the executor interface, and the dispatch to the CUDA one. */
 #include "runtime/executor.h"
+#include "runtime/clock.h"
 
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
 
 #include "runtime/cpu_exec.h"
@@ -14,11 +14,6 @@ typedef struct cpu_impl {
     float stats[7];
 } cpu_impl;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int cpu_run(void *impl, int first, int last, int training, tg_err *err) {
     tg_cpu_exec *x = impl;
@@ -45,13 +40,13 @@ static int cpu_step_start(void *impl, const void *inputs, tg_err *err) {
     cpu_impl *c = impl;
     const tg_plan *p = c->x.plan;
     double marks[5];
-    marks[0] = now_ms();
+    marks[0] = tg_wall_ms();
     if (p->pool_bytes[TG_POOL_INPUTS]) memcpy(c->x.pool[TG_POOL_INPUTS], inputs, p->pool_bytes[TG_POOL_INPUTS]);
-    marks[1] = now_ms();
+    marks[1] = tg_wall_ms();
     c->x.training = 1;
     for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
         if (tg_cpu_exec_phases(&c->x, ph, ph, err)) return -1;
-        marks[2 + ph] = now_ms();
+        marks[2 + ph] = tg_wall_ms();
     }
     c->stats[0] = *(float *)tg_cpu_tensor(&c->x, p->io.loss);
     c->stats[1] = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
@@ -72,9 +67,9 @@ static int cpu_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
     for (int o = 0; o < p->n_ops; o++) op_ms[o] = 0;
     for (int r = 0; r < repeats; r++)
         for (int o = 0; o < p->n_ops; o++) {
-            double t0 = now_ms();
+            double t0 = tg_wall_ms();
             if (tg_cpu_exec_range(&c->x, o, o + 1, err)) return -1;
-            op_ms[o] += (now_ms() - t0) / repeats;
+            op_ms[o] += (tg_wall_ms() - t0) / repeats;
         }
     return 0;
 }

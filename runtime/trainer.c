@@ -1,18 +1,13 @@
 #include "runtime/trainer.h"
+#include "runtime/clock.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "compiler/compile.h"
 #include "runtime/bf16.h"
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void *tg_trainer_input(tg_trainer *t, int tensor) {
     if (tensor < 0 || t->plan->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
@@ -79,10 +74,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     const tg_model_config *cfg = &plan->model;
     tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
                               opts ? !opts->no_graphs : 1, job->seed};
-    double t0 = now_ms();
+    double t0 = tg_wall_ms();
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
-    t->open_ms[0] = now_ms() - t0;
-    t0 = now_ms();
+    t->open_ms[0] = tg_wall_ms() - t0;
+    t0 = tg_wall_ms();
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
     t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
@@ -114,8 +109,8 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     }
     free(params);
     if (up) goto fail;
-    t->open_ms[1] = now_ms() - t0;
-    t0 = now_ms();
+    t->open_ms[1] = tg_wall_ms() - t0;
+    t0 = tg_wall_ms();
 
     if (!opts || opts->load_data) {
         tg_data_rules rules = {job->task, job->num_labels, cfg->vocab_size, cfg->type_vocab_size};
@@ -127,7 +122,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         }
         if (tg_sampler_init(&t->sampler, t->train.n, job->seed, err)) goto fail;
     }
-    t->open_ms[2] = now_ms() - t0;
+    t->open_ms[2] = tg_wall_ms() - t0;
     int32_t per_epoch = t->has_train ? (t->train.n + job->batch - 1) / job->batch : 1;
     t->total_steps = job->steps > 0 ? job->steps : job->epochs * per_epoch;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
@@ -168,7 +163,7 @@ static int64_t real_tokens(tg_trainer *t) {
 /* Starts the step on staging[cur]; while it runs, `overlap` (if any) prepares the next
  * batch in the other buffer; then waits and reads the stats. */
 static int step_on_staging(tg_trainer *t, tg_step_stats *s, void (*overlap)(tg_trainer *), tg_err *err) {
-    double t0 = now_ms();
+    double t0 = tg_wall_ms();
     memset(s, 0, sizeof *s);
     s->tokens = real_tokens(t);
     if (t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], err)) return -1;
@@ -177,7 +172,7 @@ static int step_on_staging(tg_trainer *t, tg_step_stats *s, void (*overlap)(tg_t
     if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
     s->loss = stats[0], s->lr = stats[1], s->grad_norm = stats[2];
     memcpy(s->phase_ms, stats + 3, sizeof s->phase_ms);
-    s->step_ms = now_ms() - t0;
+    s->step_ms = tg_wall_ms() - t0;
     s->step = ++t->steps_done;
     if (!isfinite(s->loss))
         return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);

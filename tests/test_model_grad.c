@@ -149,6 +149,50 @@ static int grads_match(const float *a, const float *b, int64_t n, double floor, 
     return diff <= 1e-5 * norm || diff <= floor;
 }
 
+/* The job and config both pair tests compile twice: a preset with dropout on, larger
+ * initial weights (attention far from uniform), 3 sequences of 7 tokens. */
+static int pair_job(const char *preset, int task, int num_labels, tg_model_config *cfg, tg_job *job) {
+    tg_err err;
+    memset(cfg, 0, sizeof *cfg);
+    if (!CHECK(tg_model_config_load(preset, cfg, &err) == 0, "%s", err.msg)) return -1;
+    if (!CHECK(cfg->attention_dropout > 0 && cfg->hidden_dropout > 0, "%s should have dropout on", preset)) return -1;
+    cfg->initializer_range = 0.2f;
+    tg_job_defaults(job);
+    snprintf(job->model, sizeof job->model, "%s", preset);
+    job->task = task, job->num_labels = num_labels, job->batch = 3, job->seq = 7, job->steps = 2, job->seed = 5;
+    job->pad_token_id = cfg->pad_token_id >= 0 ? -1 : 0;
+    return 0;
+}
+
+/* One CPU training step of each of two plans with one parameter layout, from the same
+ * weights (plan 0's, written into plan 1) and the same batch: their statistics and whole
+ * gradient buffers (grads[m], pool-sized, allocated here). */
+static int step_pair(tg_plan plans[2], tg_step_stats st[2], float *grads[2]) {
+    tg_err err;
+    tg_trainer tr[2];
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    size_t pbytes = plans[0].pool_bytes[TG_POOL_PARAMS];
+    float *weights = malloc(pbytes);
+    grads[0] = malloc(pbytes), grads[1] = malloc(pbytes);
+    int rc = weights && grads[0] && grads[1] ? 0 : -1;
+    for (int m = 0; m < 2 && !rc; m++) {
+        if (!CHECK(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg)) {
+            rc = -1;
+            break;
+        }
+        rng_state = 0x5DEECE66Dull; /* the same batch in both */
+        fill_inputs(&tr[m], &plans[m]);
+        rc = m == 0 ? tg_trainer_read(&tr[0], plans[0].io.params_all, weights, &err)
+                    : tg_trainer_write(&tr[1], plans[1].io.params_all, weights, &err);
+        if (!rc) rc = tg_trainer_run_step(&tr[m], &st[m], &err);
+        if (!rc) rc = tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err);
+        CHECK(rc == 0, "%s", err.msg);
+        tg_trainer_close(&tr[m]);
+    }
+    free(weights);
+    return rc;
+}
+
 /* One training step (dropout on) of the fused and the unfused plan of one job, from the
  * same weights and batch: the same function with the same dropout masks (the fused
  * backward's read from the forward's keep bits), so the loss, the gradient norm and every
@@ -156,17 +200,9 @@ static int grads_match(const float *a, const float *b, int64_t n, double floor, 
 static void fused_matches_unfused(const char *preset, int task, int num_labels) {
     tg_model_config cfg;
     tg_err err;
-    memset(&cfg, 0, sizeof cfg);
-    REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
-    REQUIRE(cfg.attention_dropout > 0 && cfg.hidden_dropout > 0, "%s should have dropout on", preset);
-    cfg.initializer_range = 0.2f; /* attention far from uniform */
     tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "%s", preset);
-    job.task = task, job.num_labels = num_labels, job.batch = 3, job.seq = 7, job.steps = 2, job.seed = 5;
-    job.pad_token_id = cfg.pad_token_id >= 0 ? -1 : 0;
+    if (pair_job(preset, task, num_labels, &cfg, &job)) return;
     tg_plan plans[2];
-    tg_trainer tr[2];
     const int modes[2] = {TG_ATTENTION_FUSED, TG_ATTENTION_UNFUSED};
     for (int m = 0; m < 2; m++) {
         job.attention = modes[m];
@@ -202,20 +238,12 @@ static void fused_matches_unfused(const char *preset, int task, int num_labels) 
     }
     REQUIRE(layout_ok && params > 10, "%s: parameter layouts differ", preset);
 
-    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
     size_t pbytes = f->pool_bytes[TG_POOL_PARAMS];
-    float *weights = malloc(pbytes), *grads[2] = {malloc(pbytes), malloc(pbytes)};
+    float *grads[2] = {NULL, NULL};
     tg_step_stats st[2];
-    for (int m = 0; m < 2; m++) {
-        REQUIRE(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg);
-        rng_state = 0x5DEECE66Dull; /* the same batch in both */
-        fill_inputs(&tr[m], &plans[m]);
-        if (m == 0)
-            REQUIRE(tg_trainer_read(&tr[0], f->io.params_all, weights, &err) == 0, "%s", err.msg);
-        else
-            REQUIRE(tg_trainer_write(&tr[1], u->io.params_all, weights, &err) == 0, "%s", err.msg);
-        REQUIRE(tg_trainer_run_step(&tr[m], &st[m], &err) == 0, "%s", err.msg);
-        REQUIRE(tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err) == 0, "%s", err.msg);
+    if (step_pair(plans, st, grads)) {
+        for (int m = 0; m < 2; m++) free(grads[m]), tg_plan_free(&plans[m]);
+        return;
     }
     CHECK(isfinite(st[0].loss) && fabs(st[0].loss - st[1].loss) <= 1e-5 * fabs(st[1].loss),
           "%s: loss fused %.9g, unfused %.9g", preset, st[0].loss, st[1].loss);
@@ -239,8 +267,8 @@ static void fused_matches_unfused(const char *preset, int task, int num_labels) 
     }
     /* Only the key biases may need the floor. */
     CHECK(floored <= cfg.layers, "%s: %d parameters matched only within the noise floor", preset, floored);
-    for (int m = 0; m < 2; m++) tg_trainer_close(&tr[m]), tg_plan_free(&plans[m]);
-    free(weights), free(grads[0]), free(grads[1]);
+    for (int m = 0; m < 2; m++) tg_plan_free(&plans[m]);
+    free(grads[0]), free(grads[1]);
 }
 
 TG_TEST(test_model_fused_attention_tiny_bert) { fused_matches_unfused("tiny-bert", TG_TASK_CLASSIFY, 3); }
@@ -255,18 +283,10 @@ TG_TEST(test_model_fused_attention_tiny_gpt2_lm) { fused_matches_unfused("tiny-g
 static void fused_bias_grad_matches(const char *preset, int task, int num_labels, int precision) {
     tg_model_config cfg;
     tg_err err;
-    memset(&cfg, 0, sizeof cfg);
-    REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
-    REQUIRE(cfg.hidden_dropout > 0, "%s should have dropout on", preset);
-    cfg.initializer_range = 0.2f;
     tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "%s", preset);
-    job.task = task, job.num_labels = num_labels, job.batch = 3, job.seq = 7, job.steps = 2, job.seed = 5;
+    if (pair_job(preset, task, num_labels, &cfg, &job)) return;
     job.precision = precision;
-    job.pad_token_id = cfg.pad_token_id >= 0 ? -1 : 0;
     tg_plan plans[2];
-    tg_trainer tr[2];
     for (int m = 0; m < 2; m++) {
         job.fuse_bias_grad = m == 0;
         REQUIRE(tg_compile_with_config(&job, &cfg, &plans[m], &err) == 0, "%s", err.msg);
@@ -279,20 +299,11 @@ static void fused_bias_grad_matches(const char *preset, int task, int num_labels
           count_kind(u, TG_OP_BIAS_GRAD));
     REQUIRE(f->pool_bytes[TG_POOL_PARAMS] == u->pool_bytes[TG_POOL_PARAMS], "%s: parameter pools differ", preset);
 
-    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
-    size_t pbytes = f->pool_bytes[TG_POOL_PARAMS];
-    float *weights = malloc(pbytes), *grads[2] = {malloc(pbytes), malloc(pbytes)};
+    float *grads[2] = {NULL, NULL};
     tg_step_stats st[2];
-    for (int m = 0; m < 2; m++) {
-        REQUIRE(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg);
-        rng_state = 0x5DEECE66Dull; /* the same batch in both */
-        fill_inputs(&tr[m], &plans[m]);
-        if (m == 0)
-            REQUIRE(tg_trainer_read(&tr[0], f->io.params_all, weights, &err) == 0, "%s", err.msg);
-        else
-            REQUIRE(tg_trainer_write(&tr[1], u->io.params_all, weights, &err) == 0, "%s", err.msg);
-        REQUIRE(tg_trainer_run_step(&tr[m], &st[m], &err) == 0, "%s", err.msg);
-        REQUIRE(tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err) == 0, "%s", err.msg);
+    if (step_pair(plans, st, grads)) {
+        for (int m = 0; m < 2; m++) free(grads[m]), tg_plan_free(&plans[m]);
+        return;
     }
     CHECK(isfinite(st[0].loss) && fabs(st[0].loss - st[1].loss) <= 1e-6 * fabs(st[1].loss),
           "%s: loss fused %.9g, separate %.9g", preset, st[0].loss, st[1].loss);
@@ -312,8 +323,8 @@ static void fused_bias_grad_matches(const char *preset, int task, int num_labels
         biases += strstr(x->name, ".bias") && norm > 0;
     }
     CHECK(biases >= fused, "%s: only %d bias gradients are nonzero", preset, biases);
-    for (int m = 0; m < 2; m++) tg_trainer_close(&tr[m]), tg_plan_free(&plans[m]);
-    free(weights), free(grads[0]), free(grads[1]);
+    for (int m = 0; m < 2; m++) tg_plan_free(&plans[m]);
+    free(grads[0]), free(grads[1]);
 }
 
 TG_TEST(test_model_fused_bias_grad_tiny_bert) {

@@ -3,9 +3,9 @@
 
 #include <errno.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "runtime/atomic_file.h"
+#include "runtime/clock.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -199,8 +199,9 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
         fprintf(stderr,
                 "host trace (thread CPU us per step, %lld steps after the first): upload+events %.1f, graph launch "
                 "%.1f (wall %.1f; %s graph), step_done record %.1f, wait %.1f, read-back %.1f\n",
-                (long long)(x->host_steps - 1), x->host_cpu_s[0] / n, x->host_cpu_s[1] / n,
-                x->host_launch_wall_s / n, x->step_device_graph ? "device-launch" : "host-launch", x->host_cpu_s[2] / n, x->host_cpu_s[3] / n, x->host_cpu_s[4] / n);
+                (long long)(x->host_steps - 1), x->host_cpu_s[0] / n, x->host_cpu_s[1] / n, x->host_launch_wall_s / n,
+                x->step_device_graph ? "device-launch" : "host-launch", x->host_cpu_s[2] / n, x->host_cpu_s[3] / n,
+                x->host_cpu_s[4] / n);
     }
     gemm_cache_save(x);
     for (int s = 0; s < 2; s++)
@@ -335,22 +336,11 @@ static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
 
 static int enqueue_captured_step(tg_cuda_exec *x, void *arg, tg_err *err) { return enqueue_step(x, 1, err); }
 
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Adds the thread CPU time since *t0 to part k of the host trace and restarts *t0. */
 static void host_trace(tg_cuda_exec *x, int k, double *t0) {
     if (!x->host_trace) return;
-    double t = thread_cpu_s();
+    double t = tg_thread_cpu_s();
     x->host_cpu_s[k] += t - *t0;
     *t0 = t;
 }
@@ -377,7 +367,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
         x->gemm_tuned = 1;
         if (gemm_tune_pass(x, err)) return -1;
     }
-    double t0 = x->host_trace ? thread_cpu_s() : 0;
+    double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
     /* The staging buffer is free once the previous step has copied it out. */
     CUDA_TRY(cudaStreamWaitEvent(x->copy_stream, x->inputs_consumed, 0), "wait for inputs_consumed");
     if (bytes)
@@ -393,9 +383,9 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
             if (capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
             x->step_device_graph = x->device_graph;
         }
-        double w0 = x->host_trace ? wall_s() : 0;
+        double w0 = x->host_trace ? tg_wall_s() : 0;
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
-        if (x->host_trace) x->host_launch_wall_s += wall_s() - w0;
+        if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
     }
     host_trace(x, 1, &t0);
     /* The staging buffer is free again once the step has run (its copy is the step's
@@ -407,7 +397,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
 }
 
 int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err) {
-    double t0 = x->host_trace ? thread_cpu_s() : 0;
+    double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
     CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
     host_trace(x, 3, &t0);
     memcpy(stats, x->stats_host, 3 * sizeof(float));
