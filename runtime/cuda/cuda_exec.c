@@ -302,8 +302,6 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
     return 0;
 }
 
-/* The device work of one step, on the main stream: take the staged batch, run the
- * schedule, copy the statistics out. Captured once when graphs are on. */
 /* Phase marker k: the GPU's timer into pinned host memory, by a one-thread kernel (a
  * kernel node in the graph: event nodes would keep the graph from device launch). */
 static int mark(tg_cuda_exec *x, int k, tg_err *err) {
@@ -314,10 +312,11 @@ static int mark(tg_cuda_exec *x, int k, tg_err *err) {
     return 0;
 }
 
-static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
+/* The device work of one step, on the main stream: take the staged batch, run the
+ * schedule, copy the statistics out. Captured once when graphs are on. */
+static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     cudaStream_t s = x->ctx.stream;
-    (void)capturing;
     if (mark(x, 0, err)) return -1;
     if (p->pool_bytes[TG_POOL_INPUTS])
         CUDA_TRY(cudaMemcpyAsync(x->pool[TG_POOL_INPUTS], x->input_staging, p->pool_bytes[TG_POOL_INPUTS],
@@ -334,7 +333,7 @@ static int enqueue_step(tg_cuda_exec *x, int capturing, tg_err *err) {
     return 0;
 }
 
-static int enqueue_captured_step(tg_cuda_exec *x, void *arg, tg_err *err) { return enqueue_step(x, 1, err); }
+static int enqueue_captured_step(tg_cuda_exec *x, void *arg, tg_err *err) { return enqueue_step(x, err); }
 
 
 /* Adds the thread CPU time since *t0 to part k of the host trace and restarts *t0. */
@@ -377,7 +376,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
     CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->copy_done, 0), "wait for copy_done");
     host_trace(x, 0, &t0);
     if (!use_graph) {
-        if (enqueue_step(x, 0, err)) return -1;
+        if (enqueue_step(x, err)) return -1;
     } else {
         if (!x->step_graph) {
             if (capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
