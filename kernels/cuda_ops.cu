@@ -157,25 +157,3 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
     default: return 0;
     }
 }
-
-/* ---- step bookkeeping kernels (graph nodes of the captured step) --------------------- */
-
-__global__ void stamp_kernel(unsigned long long *dst) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    *dst = t;
-}
-
-__global__ void stats_kernel(const float *a, const float *b, const float *c, float *dst) {
-    dst[0] = *a, dst[1] = *b, dst[2] = *c;
-}
-
-extern "C" int tg_cuda_stamp(unsigned long long *dst, cudaStream_t s) {
-    stamp_kernel<<<1, 1, 0, s>>>(dst);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
-}
-
-extern "C" int tg_cuda_copy_stats(const float *loss, const float *lr, const float *norm, float *dst, cudaStream_t s) {
-    stats_kernel<<<1, 1, 0, s>>>(loss, lr, norm, dst);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
-}

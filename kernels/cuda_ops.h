@@ -67,12 +67,34 @@ int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err);
  * fixed-order partials there); the executor sizes the scratch as the maximum. */
 int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
 
-/* Step bookkeeping as kernel nodes (so a captured step holds only kernel and memcpy
- * nodes and can be instantiated for device launch): the GPU's global nanosecond timer
- * into *dst, and the loss, lr and grad norm into dst[0..2]; dst may be mapped pinned host
- * memory. 0, or -1 when the launch failed (cudaGetLastError says why). */
+/* Step bookkeeping as kernel nodes (kernels/step_io.cu), so a captured step holds only
+ * kernel nodes and can be instantiated for device launch. Each returns 0, or -1 when the
+ * launch failed (cudaGetLastError says why).
+ *
+ * The batch pipeline: two device staging slots of `stride` bytes each. Step number
+ * *seq (a device counter) takes its batch from slot seq & 1 into the inputs pool
+ * (take_batch) and, on a branch beside the forward, copies the next batch from pinned
+ * host memory into slot (seq + 1) & 1 (fetch_batch, reading the host pointer the host
+ * left in ctrl, nothing when it is NULL). step_end publishes the statistics and the
+ * step's sequence number to mapped host memory and advances *seq. */
+typedef struct tg_step_ctrl {
+    const void *next_batch;      /* pinned host image of the next step's inputs, or NULL */
+} tg_step_ctrl;
+
+typedef struct tg_step_report {
+    float loss, lr, grad_norm;
+    uint32_t pad;
+    unsigned long long stamps[5]; /* GPU timer: start, batch in place, end of forward, backward, optimizer */
+    unsigned long long done;      /* the sequence number of the last finished step, plus one */
+} tg_step_report;
+
 int tg_cuda_stamp(unsigned long long *dst, cudaStream_t s);
-int tg_cuda_copy_stats(const float *loss, const float *lr, const float *norm, float *dst, cudaStream_t s);
+int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, size_t bytes, const long long *seq,
+                       cudaStream_t s);
+int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes, const long long *seq,
+                        cudaStream_t s);
+int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report, long long *seq,
+                     cudaStream_t s);
 
 /* GEMM (kernels/gemm.cu): row-major batched C = alpha op(A) op(B) (+ bias) (+ C), as
  * TG_OP_MATMUL, through cuBLASLt with fp32 compute (TF32 only when allowed). */

@@ -36,7 +36,7 @@ static int cpu_read(void *impl, int tensor, void *host, tg_err *err) {
 static void *cpu_host_alloc(void *impl, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 static void cpu_host_free(void *impl, void *p) { free(p); }
 
-static int cpu_step_start(void *impl, const void *inputs, tg_err *err) {
+static int cpu_step_start(void *impl, const void *inputs, const void *next, tg_err *err) {
     cpu_impl *c = impl;
     const tg_plan *p = c->x.plan;
     double marks[5];

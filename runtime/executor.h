@@ -22,10 +22,12 @@ typedef struct tg_executor_vtbl {
     void *(*host_alloc)(void *impl, size_t bytes);
     void (*host_free)(void *impl, void *p);
     /* Starts one training step (forward, backward, optimizer) on `inputs`, a host image of
-     * the whole inputs pool that must stay unchanged until step_wait returns. On CUDA the
-     * upload runs on a copy stream and the step is one graph launch, so the host is free
-     * to prepare the next batch meanwhile. */
-    int (*step_start)(void *impl, const void *inputs, tg_err *err);
+     * the whole inputs pool from host_alloc. `next` (or NULL) is the following step's
+     * image, already filled. Both must stay unchanged until step_wait returns. On CUDA the
+     * step is one graph launch that also fetches `next` on a branch beside its forward, so
+     * a following step_start with inputs == next uploads nothing, and the host is free to
+     * prepare the batch after that meanwhile. */
+    int (*step_start)(void *impl, const void *inputs, const void *next, tg_err *err);
     /* Waits for the step started last; stats = {loss, lr, grad_norm, then the ms of its
      * phases: batch in place, forward, backward, optimizer (device time where known)}. */
     int (*step_wait)(void *impl, float stats[7], tg_err *err);

@@ -81,9 +81,13 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
     t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
-    for (int k = 0; k < 2; k++) t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
+    int staged = 1;
+    for (int k = 0; k < TG_TRAINER_STAGING; k++) {
+        t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
+        staged &= t->staging[k] != NULL;
+    }
     float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->batch_idx || !t->type_scratch || !t->staging[0] || !t->staging[1] || !params) {
+    if (!t->batch_idx || !t->type_scratch || !staged || !params) {
         free(params);
         goto fail_oom;
     }
@@ -141,7 +145,7 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
     free(t->type_scratch);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < TG_TRAINER_STAGING; k++)
         if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);
     memset(t, 0, sizeof *t);
@@ -160,13 +164,14 @@ static int64_t real_tokens(tg_trainer *t) {
     return n;
 }
 
-/* Starts the step on staging[cur]; while it runs, `overlap` (if any) prepares the next
- * batch in the other buffer; then waits and reads the stats. */
-static int step_on_staging(tg_trainer *t, tg_step_stats *s, void (*overlap)(tg_trainer *), tg_err *err) {
+/* Starts the step on staging[cur], handing the executor `next` too; while it runs,
+ * `overlap` (if any) prepares a later batch; then waits and reads the stats. */
+static int step_on_staging(tg_trainer *t, tg_step_stats *s, const void *next, void (*overlap)(tg_trainer *),
+                           tg_err *err) {
     double t0 = tg_wall_ms();
     memset(s, 0, sizeof *s);
     s->tokens = real_tokens(t);
-    if (t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], err)) return -1;
+    if (t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], next, err)) return -1;
     if (overlap) overlap(t);
     float stats[7];
     if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
@@ -179,21 +184,26 @@ static int step_on_staging(tg_trainer *t, tg_step_stats *s, void (*overlap)(tg_t
     return 0;
 }
 
-int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) { return step_on_staging(t, s, NULL, err); }
+int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
+    t->filled = 0; /* the caller filled staging[cur] itself */
+    return step_on_staging(t, s, NULL, NULL, err);
+}
 
-/* Fills the other staging buffer with the next training batch (runs during a step). */
-static void prefetch(tg_trainer *t) {
-    t->cur ^= 1;
+/* Fills the staging buffer `filled` places after cur with the next training batch. */
+static void fill_ahead(tg_trainer *t) {
+    int cur = t->cur;
+    t->cur = (cur + t->filled) % TG_TRAINER_STAGING;
     tg_trainer_next_batch(t);
-    t->cur ^= 1;
+    t->cur = cur;
+    t->filled++;
 }
 
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (!t->has_train) return tg_fail(err, "no training data is bound");
-    if (!t->prefetched) tg_trainer_next_batch(t);
-    int rc = step_on_staging(t, s, prefetch, err);
-    t->cur ^= 1; /* the prefetched batch is next */
-    t->prefetched = 1;
+    while (t->filled < 2) fill_ahead(t);
+    int rc = step_on_staging(t, s, t->staging[(t->cur + 1) % TG_TRAINER_STAGING], fill_ahead, err);
+    t->cur = (t->cur + 1) % TG_TRAINER_STAGING; /* the batch handed over as next */
+    t->filled--;
     return rc;
 }
 
@@ -213,9 +223,10 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
-    /* The staging buffer not holding a prefetched training batch. */
+    /* A staging buffer holding no upcoming training batch. */
     int saved_cur = t->cur;
-    if (t->prefetched) t->cur ^= 1;
+    if (t->filled >= TG_TRAINER_STAGING) return tg_fail(err, "eval while a training step is in flight");
+    t->cur = (t->cur + t->filled) % TG_TRAINER_STAGING;
     float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
     if (p->job.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {

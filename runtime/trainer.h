@@ -36,12 +36,17 @@ typedef struct tg_eval_stats {
     double perplexity;      /* lm; -1 for classify */
 } tg_eval_stats;
 
+#define TG_TRAINER_STAGING 3
+
 typedef struct tg_trainer {
     const tg_plan *plan;
     tg_executor ex;
-    uint8_t *staging[2];    /* host images of the inputs pool (pinned on CUDA): the batch of */
-    int cur;                /* the next step is staging[cur]; the other one is being uploaded */
-    int prefetched;         /* staging[cur] already holds the next training batch */
+    /* Host images of the inputs pool (pinned on CUDA), a ring of three: the next step's
+     * batch is staging[cur]; a step also hands the executor the batch after it, and the
+     * host fills the third while the step runs. */
+    uint8_t *staging[TG_TRAINER_STAGING];
+    int cur;
+    int filled;             /* upcoming training batches held from staging[cur] on (0..3) */
     tg_dataset train, eval;
     int has_train, has_eval;
     tg_sampler sampler;

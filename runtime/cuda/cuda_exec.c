@@ -2,7 +2,9 @@
 #include "runtime/cuda/cuda_exec.h"
 
 #include <errno.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "runtime/atomic_file.h"
 #include "runtime/clock.h"
@@ -175,19 +177,28 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
         rc = cuda_fail(err, "cudaMalloc of the reduction scratch", e);
     else if (tg_gemm_cache_create(&c->gemm_cache, err) || build_segments(x, err))
         rc = -1;
-    else if ((e = cudaStreamCreateWithFlags(&x->copy_stream, cudaStreamNonBlocking)) != cudaSuccess)
-        rc = cuda_fail(err, "cudaStreamCreate (copy stream)", e);
-    else if ((e = cudaMalloc((void **)&x->input_staging, plan->pool_bytes[TG_POOL_INPUTS] + 256)) != cudaSuccess)
-        rc = cuda_fail(err, "cudaMalloc of the input staging buffer", e);
-    else if ((e = cudaEventCreateWithFlags(&x->copy_done, cudaEventDisableTiming)) != cudaSuccess ||
-             (e = cudaEventCreateWithFlags(&x->inputs_consumed, cudaEventDisableTiming)) != cudaSuccess ||
-             (e = cudaEventCreateWithFlags(&x->step_done, cudaEventDisableTiming | cudaEventBlockingSync)) !=
-                 cudaSuccess)
+    else if ((e = cudaStreamCreateWithFlags(&x->side_stream, cudaStreamNonBlocking)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaStreamCreate (batch fetch branch)", e);
+    else if ((e = cudaEventCreateWithFlags(&x->fork, cudaEventDisableTiming)) != cudaSuccess ||
+             (e = cudaEventCreateWithFlags(&x->join, cudaEventDisableTiming)) != cudaSuccess)
         rc = cuda_fail(err, "cudaEventCreate", e);
-    else if ((e = cudaHostAlloc((void **)&x->stats_host, 4 * sizeof(float), cudaHostAllocMapped)) != cudaSuccess ||
-             (e = cudaHostAlloc((void **)&x->stamps_host, 5 * sizeof(unsigned long long), cudaHostAllocMapped)) !=
-                 cudaSuccess)
-        rc = cuda_fail(err, "cudaHostAlloc of the step statistics", e);
+    else if ((x->staging_stride = (plan->pool_bytes[TG_POOL_INPUTS] + 255) / 256 * 256,
+              e = cudaMalloc((void **)&x->staging, 2 * x->staging_stride + 256)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaMalloc of the batch staging slots", e);
+    else if ((e = cudaMalloc((void **)&x->seq_dev, sizeof *x->seq_dev)) != cudaSuccess ||
+             (e = cudaMemset(x->seq_dev, 0, sizeof *x->seq_dev)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaMalloc of the step counter", e);
+    else if ((e = cudaHostAlloc((void **)&x->ctrl, sizeof *x->ctrl, cudaHostAllocMapped)) != cudaSuccess ||
+             (e = cudaHostAlloc((void **)&x->report, sizeof *x->report, cudaHostAllocMapped)) != cudaSuccess)
+        rc = cuda_fail(err, "cudaHostAlloc of the step control block and report", e);
+    else {
+        memset(x->ctrl, 0, sizeof *x->ctrl);
+        memset(x->report, 0, sizeof *x->report);
+        /* The fetch kernel reads host images through their own addresses (unified addressing). */
+        struct cudaDeviceProp prop;
+        if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) rc = cuda_fail(err, "cudaGetDeviceProperties", e);
+        else if (!prop.unifiedAddressing) rc = tg_fail(err, "CUDA device 0 (%s) lacks unified addressing", prop.name);
+    }
     if (rc) tg_cuda_exec_free(x);
     else gemm_cache_load(x);
     return rc;
@@ -197,23 +208,23 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     if (x->host_trace && x->host_steps > 1) {
         const double n = (double)(x->host_steps - 1) / 1e6;
         fprintf(stderr,
-                "host trace (thread CPU us per step, %lld steps after the first): upload+events %.1f, graph launch "
-                "%.1f (wall %.1f; %s graph), step_done record %.1f, wait %.1f, read-back %.1f\n",
+                "host trace (thread CPU us per step, %lld steps after the first): batch hand-over %.1f, graph launch "
+                "%.1f (wall %.1f; %s graph), wait %.1f (%.1f wake-ups), read-back %.1f\n",
                 (long long)(x->host_steps - 1), x->host_cpu_s[0] / n, x->host_cpu_s[1] / n, x->host_launch_wall_s / n,
-                x->step_device_graph ? "device-launch" : "host-launch", x->host_cpu_s[2] / n, x->host_cpu_s[3] / n,
-                x->host_cpu_s[4] / n);
+                x->step_device_graph ? "device-launch" : "host-launch", x->host_cpu_s[2] / n,
+                (double)x->host_wakeups / (double)(x->host_steps - 1), x->host_cpu_s[3] / n);
     }
     gemm_cache_save(x);
     for (int s = 0; s < 2; s++)
         if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
     if (x->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_graph);
-    if (x->copy_done) cudaEventDestroy(x->copy_done);
-    if (x->inputs_consumed) cudaEventDestroy(x->inputs_consumed);
-    if (x->step_done) cudaEventDestroy(x->step_done);
-    if (x->copy_stream) cudaStreamDestroy(x->copy_stream);
-    cudaFreeHost(x->stats_host);
-    cudaFreeHost(x->stamps_host);
-    cudaFree(x->input_staging);
+    if (x->fork) cudaEventDestroy(x->fork);
+    if (x->join) cudaEventDestroy(x->join);
+    if (x->side_stream) cudaStreamDestroy(x->side_stream);
+    cudaFreeHost(x->ctrl);
+    cudaFreeHost(x->report);
+    cudaFree(x->staging);
+    cudaFree(x->seq_dev);
     for (int p = 0; p < TG_POOL_COUNT; p++) cudaFree(x->pool[p]);
     cudaFree(x->segments_dev);
     cudaFree(x->ctx.gemm_workspace);
@@ -302,34 +313,39 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
     return 0;
 }
 
-/* Phase marker k: the GPU's timer into pinned host memory, by a one-thread kernel (a
+/* Phase marker k: the GPU's timer into the mapped step report, by a one-thread kernel (a
  * kernel node in the graph: event nodes would keep the graph from device launch). */
 static int mark(tg_cuda_exec *x, int k, tg_err *err) {
-    if (tg_cuda_stamp(&x->stamps_host[k], x->ctx.stream)) {
-        cudaError_t e = cudaGetLastError();
-        return cuda_fail(err, "phase marker", e);
-    }
+    if (tg_cuda_stamp(&x->report->stamps[k], x->ctx.stream)) return cuda_fail(err, "phase marker", cudaGetLastError());
     return 0;
 }
 
-/* The device work of one step, on the main stream: take the staged batch, run the
- * schedule, copy the statistics out. Captured once when graphs are on. */
+/* The device work of one step, on the main stream: take the staged batch, fetch the next
+ * one on a branch beside the schedule, run the schedule, publish the statistics. Captured
+ * once when graphs are on (the fork and join events then become graph edges). */
 static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     cudaStream_t s = x->ctx.stream;
+    size_t bytes = p->pool_bytes[TG_POOL_INPUTS];
     if (mark(x, 0, err)) return -1;
-    if (p->pool_bytes[TG_POOL_INPUTS])
-        CUDA_TRY(cudaMemcpyAsync(x->pool[TG_POOL_INPUTS], x->input_staging, p->pool_bytes[TG_POOL_INPUTS],
-                                 cudaMemcpyDeviceToDevice, s),
-                 "copy of the staged batch");
+    if (bytes && tg_cuda_take_batch(x->staging, x->staging_stride, x->pool[TG_POOL_INPUTS], bytes, x->seq_dev, s))
+        return cuda_fail(err, "taking the staged batch", cudaGetLastError());
     if (mark(x, 1, err)) return -1;
+    if (bytes) {
+        CUDA_TRY(cudaEventRecord(x->fork, s), "record the fetch branch's fork");
+        CUDA_TRY(cudaStreamWaitEvent(x->side_stream, x->fork, 0), "fork of the fetch branch");
+        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, bytes, x->seq_dev, x->side_stream))
+            return cuda_fail(err, "fetching the next batch", cudaGetLastError());
+        CUDA_TRY(cudaEventRecord(x->join, x->side_stream), "record the fetch branch's join");
+    }
     for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
         if (tg_cuda_exec_phases(x, ph, ph, 1, err)) return -1;
         if (mark(x, 2 + ph, err)) return -1;
     }
-    if (tg_cuda_copy_stats(tg_cuda_tensor(x, p->io.loss), tg_cuda_tensor(x, p->io.lr),
-                           tg_cuda_tensor(x, p->io.grad_norm), x->stats_host, s))
-        return cuda_fail(err, "read-back of the step statistics", cudaGetLastError());
+    if (bytes) CUDA_TRY(cudaStreamWaitEvent(s, x->join, 0), "join of the fetch branch");
+    if (tg_cuda_step_end(tg_cuda_tensor(x, p->io.loss), tg_cuda_tensor(x, p->io.lr), tg_cuda_tensor(x, p->io.grad_norm),
+                         x->report, x->seq_dev, s))
+        return cuda_fail(err, "publishing the step statistics", cudaGetLastError());
     return 0;
 }
 
@@ -360,20 +376,38 @@ static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
     return 0;
 }
 
-int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err) {
+/* The fetch kernel reads `next` through its own address, which only page-locked host
+ * memory allows: checked once per buffer (the trainer cycles through three). */
+static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
+    for (int k = 0; k < 4; k++)
+        if (x->checked_images[k] == p) return 0;
+    struct cudaPointerAttributes attr;
+    cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    if (e != cudaSuccess) return cuda_fail(err, "cudaPointerGetAttributes of the next batch", e);
+    if (attr.type != cudaMemoryTypeHost || attr.devicePointer != p)
+        return tg_fail(err, "the next batch's host image is not page-locked memory mapped at its own address "
+                            "(allocate it with the executor's host_alloc)");
+    x->checked_images[x->n_checked++ % 4] = p;
+    return 0;
+}
+
+int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
+    if (x->step_pending) return tg_fail(err, "a training step was started before the previous one was waited for");
     if (!x->gemm_tuned) {
         x->gemm_tuned = 1;
         if (gemm_tune_pass(x, err)) return -1;
     }
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
-    /* The staging buffer is free once the previous step has copied it out. */
-    CUDA_TRY(cudaStreamWaitEvent(x->copy_stream, x->inputs_consumed, 0), "wait for inputs_consumed");
-    if (bytes)
-        CUDA_TRY(cudaMemcpyAsync(x->input_staging, inputs, bytes, cudaMemcpyHostToDevice, x->copy_stream),
+    /* A batch the previous step did not fetch is uploaded into this step's slot first. */
+    if (bytes && (!x->staged || x->staged != inputs))
+        CUDA_TRY(cudaMemcpyAsync(x->staging + (size_t)(x->steps_started & 1) * x->staging_stride, inputs, bytes,
+                                 cudaMemcpyHostToDevice, x->ctx.stream),
                  "upload of the batch");
-    CUDA_TRY(cudaEventRecord(x->copy_done, x->copy_stream), "record copy_done");
-    CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->copy_done, 0), "wait for copy_done");
+    if (next && check_host_image(x, next, err)) return -1;
+    /* Read by the step's fetch kernel; the previous step, which read it last, has ended. */
+    ((volatile tg_step_ctrl *)x->ctrl)->next_batch = next;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     host_trace(x, 0, &t0);
     if (!use_graph) {
         if (enqueue_step(x, err)) return -1;
@@ -386,24 +420,71 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_er
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
         if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
     }
+    x->step_launch_s = tg_wall_s();
+    x->steps_started++;
+    x->staged = next;
+    x->step_pending = 1;
     host_trace(x, 1, &t0);
-    /* The staging buffer is free again once the step has run (its copy is the step's
-     * first node; the next upload is issued after this step is waited for anyway). */
-    CUDA_TRY(cudaEventRecord(x->inputs_consumed, x->ctx.stream), "record inputs_consumed");
-    CUDA_TRY(cudaEventRecord(x->step_done, x->ctx.stream), "record step_done");
-    host_trace(x, 2, &t0);
+    return 0;
+}
+
+static void sleep_until_s(double t) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* Waiting: sleep until WAIT_MARGIN_S before the step should end (judged by the last
+ * step), then look every WAIT_POLL_S, at most WAIT_POLLS times. The margin exceeds the
+ * interval, so a step as long as the last one is seen at most one interval late; the
+ * thread's timer slack is lowered meanwhile so that the sleeps end on time. A first step,
+ * or one running long, is waited for by the stream's blocking synchronisation, which also
+ * reports a failed step. */
+#define WAIT_MARGIN_S 40e-6 /* covers the launch latency and the statistics kernel */
+#define WAIT_POLL_S 12e-6
+#define WAIT_POLLS 16
+
+static int wait_for_report(tg_cuda_exec *x, unsigned long long want, tg_err *err) {
+    volatile const unsigned long long *done = &x->report->done;
+    if (*done >= want) return 0;
+    if (x->expected_step_s > 0) {
+        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        double now = tg_wall_s(), wake = x->step_launch_s + x->expected_step_s - WAIT_MARGIN_S;
+        if (wake > now + WAIT_POLL_S) sleep_until_s(wake), x->host_wakeups++;
+        for (int k = 0; k < WAIT_POLLS && *done < want; k++) {
+            sleep_until_s(tg_wall_s() + WAIT_POLL_S);
+            x->host_wakeups++;
+        }
+        if (slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+        if (*done >= want) return 0;
+    }
+    CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "the training step");
+    if (*done < want)
+        return tg_fail(err, "the training step ended without publishing its statistics (step %llu, report says %llu)",
+                       want, *done);
     return 0;
 }
 
 int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err) {
+    if (!x->step_pending) return tg_fail(err, "no training step is in flight");
+    x->step_pending = 0;
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
-    CUDA_TRY(cudaEventSynchronize(x->step_done), "the training step");
+    if (wait_for_report(x, (unsigned long long)x->steps_started, err)) return -1;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    host_trace(x, 2, &t0);
+    const volatile tg_step_report *r = x->report;
+    /* The next wait judges by the GPU's own duration of this step, not by when the host
+     * happened to look: a late look would otherwise make every later sleep longer. */
+    x->expected_step_s = (double)(r->stamps[4] - r->stamps[0]) / 1e9;
+    stats[0] = r->loss, stats[1] = r->lr, stats[2] = r->grad_norm;
+    for (int k = 0; k < 4; k++) stats[3 + k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
     host_trace(x, 3, &t0);
-    memcpy(stats, x->stats_host, 3 * sizeof(float));
-    for (int k = 0; k < 4; k++) stats[3 + k] = (float)((double)(x->stamps_host[k + 1] - x->stamps_host[k]) / 1e6);
-    host_trace(x, 4, &t0);
     /* The first step captures the graph: left out of the trace. */
-    if (++x->host_steps == 1) memset(x->host_cpu_s, 0, sizeof x->host_cpu_s), x->host_launch_wall_s = 0;
+    if (++x->host_steps == 1)
+        memset(x->host_cpu_s, 0, sizeof x->host_cpu_s), x->host_launch_wall_s = 0, x->host_wakeups = 0;
     return 0;
 }
 

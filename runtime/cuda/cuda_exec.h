@@ -17,25 +17,34 @@ typedef struct tg_cuda_exec {
     tg_param_segment *segments_dev;
     void *graph_exec[2];           /* cudaGraphExec_t: [0] train step, [1] eval forward */
     void *step_graph;              /* cudaGraphExec_t of the pipelined train step */
-    /* Step pipeline: the batch goes host (pinned) -> input_staging on copy_stream; the step
-     * copies it into the inputs pool first, then signals inputs_consumed, so the next
-     * upload can start while the rest of the step runs. */
-    cudaStream_t copy_stream;
-    uint8_t *input_staging;        /* device, inputs-pool sized */
-    cudaEvent_t copy_done, inputs_consumed, step_done;
-    /* Phase boundaries inside the step, GPU timer stamps written by kernel nodes into
-     * mapped pinned memory: start, batch in place, end of forward, backward, optimizer. */
-    unsigned long long *stamps_host;
-    float *stats_host;             /* mapped pinned: loss, lr, grad norm of the last step */
+    /* Step pipeline (kernels/cuda_ops.h): two device staging slots for batches; the
+     * host's control block and the step report in mapped pinned memory. Handing over a
+     * batch that the previous step already fetched, launching the graph and waiting by
+     * polling the report take no other CUDA call. */
+    uint8_t *staging;              /* device: 2 slots of staging_stride bytes */
+    size_t staging_stride;
+    long long *seq_dev;            /* device: steps finished (the slot selector) */
+    cudaStream_t side_stream;      /* the fetch branch beside the forward */
+    cudaEvent_t fork, join;
+    tg_step_ctrl *ctrl;            /* mapped pinned */
+    tg_step_report *report;        /* mapped pinned */
+    long long steps_started;       /* *seq_dev once the step in flight has finished */
+    const void *staged;            /* host image already in slot steps_started & 1, or NULL */
+    const void *checked_images[4]; /* host images known to be readable by the fetch kernel */
+    int n_checked;
+    int step_pending;
+    double step_launch_s;          /* wall clock at the launch of the step in flight */
+    double expected_step_s;        /* launch to completion of the last step, as observed */
     int device_graph;              /* the last captured graph was instantiated for device launch */
     int step_device_graph;         /* the step graph was */
-    /* Host CPU seconds (this thread) inside the step calls, by part, when
-     * TUNEGRAPH_HOST_TRACE is set: upload+events, graph launch, step_done record, wait,
-     * read-back; printed to stderr when the executor is freed. */
     int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
+    /* Host CPU seconds (this thread) inside the step calls, by part, when
+     * TUNEGRAPH_HOST_TRACE is set: batch hand-over, graph launch, wait, read-back;
+     * printed to stderr when the executor is freed. */
     int host_trace;
-    double host_cpu_s[5];
+    double host_cpu_s[4];
     double host_launch_wall_s;
+    int64_t host_wakeups;
     int64_t host_steps;
 } tg_cuda_exec;
 
@@ -52,11 +61,17 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
 /* Captures phases [first, last] into graph slot `slot` once; replays it after. */
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err);
 
-/* Starts a training step on a pinned host image of the inputs pool; with use_graph the
- * whole step (input copy, forward, backward, optimizer, stats read-back) is one graph. */
-int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, int use_graph, tg_err *err);
-/* Waits for it (blocking, no spinning); stats = {loss, lr, grad norm, then the GPU ms of
- * the phases: batch copy, forward, backward, optimizer}. */
+/* Starts a training step on `inputs`, a pinned host image of the inputs pool; with
+ * use_graph the whole step (batch in place, forward, backward, optimizer, statistics) is
+ * one graph launch. `next` (or NULL) is the following step's image, already filled: the
+ * step fetches it into the other staging slot on a branch beside its forward, so the
+ * next call with inputs == next uploads nothing. Both must stay unchanged until this
+ * step has been waited for; any other `inputs` is uploaded first. */
+int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err);
+/* Waits for it by polling the mapped report, sleeping until shortly before the step is
+ * expected to end (the last step's duration), so neither the GPU idles long nor the host
+ * spins; stats = {loss, lr, grad norm, then the GPU ms of the phases: batch in place,
+ * forward, backward, optimizer}. */
 int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err);
 
 /* Times every op of the schedule (forward, backward, optimizer) on the current inputs,

@@ -32,14 +32,14 @@ static int cuda_read(void *impl, int tensor, void *host, tg_err *err) {
 
 static void *cuda_host_alloc(void *impl, size_t bytes) {
     void *p = NULL;
-    return cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess ? memset(p, 0, bytes), p : NULL;
+    return cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped) == cudaSuccess ? memset(p, 0, bytes), p : NULL;
 }
 
 static void cuda_host_free(void *impl, void *p) { cudaFreeHost(p); }
 
-static int cuda_step_start(void *impl, const void *inputs, tg_err *err) {
+static int cuda_step_start(void *impl, const void *inputs, const void *next, tg_err *err) {
     cuda_impl *c = impl;
-    return tg_cuda_step_start(&c->x, inputs, c->use_graphs, err);
+    return tg_cuda_step_start(&c->x, inputs, next, c->use_graphs, err);
 }
 
 static int cuda_step_wait(void *impl, float stats[7], tg_err *err) {

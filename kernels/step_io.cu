@@ -1,0 +1,73 @@
+/* Step bookkeeping kernels: the graph nodes around the schedule of a captured training
+ * step (kernels/cuda_ops.h describes the batch pipeline they form). They move a few
+ * hundred kilobytes at most, so they are written for latency, not bandwidth. */
+#include "kernels/cuda_common.cuh"
+
+__global__ void stamp_kernel(unsigned long long *dst) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *dst = t;
+}
+
+/* Copies `bytes` from src to dst, 16 bytes per access where both are 16-byte aligned
+ * (the staging slots and the inputs pool are 256-byte aligned; host images from
+ * cudaHostAlloc are page aligned). */
+__device__ void copy_bytes(uint8_t *dst, const uint8_t *src, size_t bytes) {
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    size_t vecs = ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) ? bytes / 16 : 0;
+    for (size_t i = tid; i < vecs; i += stride) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+    for (size_t i = vecs * 16 + tid; i < bytes; i += stride) dst[i] = src[i];
+}
+
+__global__ void take_batch_kernel(const uint8_t *staging, size_t stride, uint8_t *inputs, size_t bytes,
+                                  const long long *seq) {
+    copy_bytes(inputs, staging + (size_t)(*seq & 1) * stride, bytes);
+}
+
+/* Reads the host image over the bus: many blocks, so that many reads are in flight. */
+__global__ void fetch_batch_kernel(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes,
+                                   const long long *seq) {
+    const uint8_t *src = (const uint8_t *)((volatile const tg_step_ctrl *)ctrl)->next_batch;
+    if (src) copy_bytes(staging + (size_t)((*seq + 1) & 1) * stride, src, bytes);
+}
+
+/* The statistics first, then (after a system-wide fence) the sequence number the host
+ * waits for, so the host never reads a step's statistics before they are complete. */
+__global__ void step_end_kernel(const float *loss, const float *lr, const float *norm, tg_step_report *report,
+                                long long *seq) {
+    report->loss = *loss, report->lr = *lr, report->grad_norm = *norm;
+    long long done = *seq + 1;
+    __threadfence_system();
+    *(volatile unsigned long long *)&report->done = (unsigned long long)done;
+    *seq = done;
+}
+
+static int launched(void) { return cudaGetLastError() == cudaSuccess ? 0 : -1; }
+
+static unsigned copy_blocks(size_t bytes) {
+    size_t blocks = (bytes / 16 + 255) / 256;
+    return (unsigned)(blocks < 1 ? 1 : blocks > 64 ? 64 : blocks);
+}
+
+extern "C" int tg_cuda_stamp(unsigned long long *dst, cudaStream_t s) {
+    stamp_kernel<<<1, 1, 0, s>>>(dst);
+    return launched();
+}
+
+extern "C" int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, size_t bytes,
+                                  const long long *seq, cudaStream_t s) {
+    take_batch_kernel<<<copy_blocks(bytes), 256, 0, s>>>(staging, stride, inputs, bytes, seq);
+    return launched();
+}
+
+extern "C" int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes,
+                                   const long long *seq, cudaStream_t s) {
+    fetch_batch_kernel<<<copy_blocks(bytes), 256, 0, s>>>(ctrl, staging, stride, bytes, seq);
+    return launched();
+}
+
+extern "C" int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report,
+                                long long *seq, cudaStream_t s) {
+    step_end_kernel<<<1, 1, 0, s>>>(loss, lr, norm, report, seq);
+    return launched();
+}
