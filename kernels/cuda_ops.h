@@ -72,23 +72,31 @@ int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
  * launch failed (cudaGetLastError says why).
  *
  * The batch pipeline: two device staging slots of `stride` bytes each. Step number
- * *seq (a device counter) takes its batch from slot seq & 1 into the inputs pool
- * (take_batch) and, on a branch beside the forward, copies the next batch from pinned
- * host memory into slot (seq + 1) & 1 (fetch_batch, reading the host pointer the host
- * left in ctrl, nothing when it is NULL). step_end publishes the statistics and the
- * step's sequence number to mapped host memory and advances *seq. */
+ * *seq (a device counter of finished steps) takes its batch from slot seq & 1 into the
+ * inputs pool (take_batch) and, on a branch beside the forward, copies the next batch
+ * from pinned host memory into slot (seq + 1) & 1 (fetch_batch, reading the host pointer
+ * the host left in ctrl->next_batch[seq % TG_STEP_RING], nothing when it is NULL).
+ * Phase stamps and statistics go to report->step[seq % TG_STEP_RING] in mapped host
+ * memory; step_end then publishes report->done = seq + 1 and advances *seq. Up to
+ * TG_STEP_RING steps may be queued before the host reads the oldest one's record. */
+#define TG_STEP_RING 8
+
 typedef struct tg_step_ctrl {
-    const void *next_batch;      /* pinned host image of the next step's inputs, or NULL */
+    const void *next_batch[TG_STEP_RING]; /* pinned host image of the step after, or NULL */
 } tg_step_ctrl;
 
-typedef struct tg_step_report {
+typedef struct tg_step_record {
     float loss, lr, grad_norm;
     uint32_t pad;
     unsigned long long stamps[5]; /* GPU timer: start, batch in place, end of forward, backward, optimizer */
-    unsigned long long done;      /* the sequence number of the last finished step, plus one */
+} tg_step_record;
+
+typedef struct tg_step_report {
+    tg_step_record step[TG_STEP_RING];
+    unsigned long long done; /* steps finished: the record of step n (from 0) is complete once done > n */
 } tg_step_report;
 
-int tg_cuda_stamp(unsigned long long *dst, cudaStream_t s);
+int tg_cuda_stamp(tg_step_report *report, int k, const long long *seq, cudaStream_t s);
 int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, size_t bytes, const long long *seq,
                        cudaStream_t s);
 int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes, const long long *seq,

@@ -3,10 +3,10 @@
  * hundred kilobytes at most, so they are written for latency, not bandwidth. */
 #include "kernels/cuda_common.cuh"
 
-__global__ void stamp_kernel(unsigned long long *dst) {
+__global__ void stamp_kernel(tg_step_report *report, int k, const long long *seq) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    *dst = t;
+    report->step[*seq % TG_STEP_RING].stamps[k] = t;
 }
 
 /* Copies `bytes` from src to dst, 16 bytes per access where both are 16-byte aligned
@@ -27,15 +27,16 @@ __global__ void take_batch_kernel(const uint8_t *staging, size_t stride, uint8_t
 /* Reads the host image over the bus: many blocks, so that many reads are in flight. */
 __global__ void fetch_batch_kernel(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes,
                                    const long long *seq) {
-    const uint8_t *src = (const uint8_t *)((volatile const tg_step_ctrl *)ctrl)->next_batch;
+    const uint8_t *src = (const uint8_t *)((volatile const tg_step_ctrl *)ctrl)->next_batch[*seq % TG_STEP_RING];
     if (src) copy_bytes(staging + (size_t)((*seq + 1) & 1) * stride, src, bytes);
 }
 
-/* The statistics first, then (after a system-wide fence) the sequence number the host
- * waits for, so the host never reads a step's statistics before they are complete. */
+/* The statistics first, then (after a system-wide fence) the count the host waits for,
+ * so the host never reads a step's record before it is complete. */
 __global__ void step_end_kernel(const float *loss, const float *lr, const float *norm, tg_step_report *report,
                                 long long *seq) {
-    report->loss = *loss, report->lr = *lr, report->grad_norm = *norm;
+    tg_step_record *r = &report->step[*seq % TG_STEP_RING];
+    r->loss = *loss, r->lr = *lr, r->grad_norm = *norm;
     long long done = *seq + 1;
     __threadfence_system();
     *(volatile unsigned long long *)&report->done = (unsigned long long)done;
@@ -49,8 +50,8 @@ static unsigned copy_blocks(size_t bytes) {
     return (unsigned)(blocks < 1 ? 1 : blocks > 64 ? 64 : blocks);
 }
 
-extern "C" int tg_cuda_stamp(unsigned long long *dst, cudaStream_t s) {
-    stamp_kernel<<<1, 1, 0, s>>>(dst);
+extern "C" int tg_cuda_stamp(tg_step_report *report, int k, const long long *seq, cudaStream_t s) {
+    stamp_kernel<<<1, 1, 0, s>>>(report, k, seq);
     return launched();
 }
 

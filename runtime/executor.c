@@ -11,7 +11,7 @@
  * first, so impl is also a tg_cpu_exec *. */
 typedef struct cpu_impl {
     tg_cpu_exec x;
-    float stats[7];
+    float stats[8];
 } cpu_impl;
 
 
@@ -52,11 +52,12 @@ static int cpu_step_start(void *impl, const void *inputs, const void *next, tg_e
     c->stats[1] = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
     c->stats[2] = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
     for (int k = 0; k < 4; k++) c->stats[3 + k] = (float)(marks[k + 1] - marks[k]);
+    c->stats[7] = -1.0f;
     return 0;
 }
 
-static int cpu_step_wait(void *impl, float stats[7], tg_err *err) {
-    memcpy(stats, ((cpu_impl *)impl)->stats, sizeof(float) * 7);
+static int cpu_step_wait(void *impl, float stats[8], tg_err *err) {
+    memcpy(stats, ((cpu_impl *)impl)->stats, sizeof(float) * 8);
     return 0;
 }
 
@@ -80,7 +81,7 @@ static void cpu_close(void *impl) {
 }
 
 static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read,    cpu_host_alloc,
-                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close};
+                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close, 1};
 
 int tg_cuda_built(void) { return tg_executor_open_cuda != NULL; }
 

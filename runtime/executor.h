@@ -28,13 +28,17 @@ typedef struct tg_executor_vtbl {
      * a following step_start with inputs == next uploads nothing, and the host is free to
      * prepare the batch after that meanwhile. */
     int (*step_start)(void *impl, const void *inputs, const void *next, tg_err *err);
-    /* Waits for the step started last; stats = {loss, lr, grad_norm, then the ms of its
-     * phases: batch in place, forward, backward, optimizer (device time where known)}. */
-    int (*step_wait)(void *impl, float stats[7], tg_err *err);
+    /* Waits for the oldest step in flight; stats = {loss, lr, grad_norm, the ms of its
+     * phases: batch in place, forward, backward, optimizer (device time where known), the
+     * ms from the end of the step waited for before it to this one's end on the device
+     * clock, or -1 where unknown}. */
+    int (*step_wait)(void *impl, float stats[8], tg_err *err);
     /* Times each op of the schedule, run one by one (a full training step each repeat, on
      * the inputs already uploaded): op_ms[op index], mean over repeats. */
     int (*profile)(void *impl, int repeats, double *op_ms, tg_err *err);
     void (*close)(void *impl);
+    /* Steps that may be started before the oldest is waited for (1: one at a time). */
+    int max_in_flight;
 } tg_executor_vtbl;
 
 typedef struct tg_executor {

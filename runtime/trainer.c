@@ -14,11 +14,21 @@ void *tg_trainer_input(tg_trainer *t, int tensor) {
     return t->staging[t->cur] + t->plan->tensors[tensor].offset;
 }
 
+/* Waits for every step in flight, dropping their statistics. */
+static int drain(tg_trainer *t, tg_err *err) {
+    float stats[8];
+    for (; t->returned < t->launched; t->returned++)
+        if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
+    return 0;
+}
+
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err) {
+    if (drain(t, err)) return -1;
     return tg_executor_read(&t->ex, tensor, host, err);
 }
 
 int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err) {
+    if (drain(t, err)) return -1;
     return tg_executor_write(&t->ex, tensor, host, err);
 }
 
@@ -81,8 +91,13 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
     t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
+    int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
+    if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
+    if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
+    t->max_in_flight = depth;
+    t->n_staging = depth + 2;
     int staged = 1;
-    for (int k = 0; k < TG_TRAINER_STAGING; k++) {
+    for (int k = 0; k < t->n_staging; k++) {
         t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
         staged &= t->staging[k] != NULL;
     }
@@ -145,65 +160,90 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
     free(t->type_scratch);
-    for (int k = 0; k < TG_TRAINER_STAGING; k++)
+    tg_err ignored;
+    if (t->ex.vt) drain(t, &ignored);
+    for (int k = 0; k < t->n_staging; k++)
         if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);
     memset(t, 0, sizeof *t);
 }
 
-void tg_trainer_next_batch(tg_trainer *t) {
+/* Fills staging[k] with the next training batch. */
+static void fill_buffer(tg_trainer *t, int k) {
     tg_batch b;
+    int cur = t->cur;
+    t->cur = k;
     tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
     fill_batch(t, &t->train, t->batch_idx, t->shape.batch, &b);
+    t->cur = cur;
 }
 
-static int64_t real_tokens(tg_trainer *t) {
-    const float *mask = tg_trainer_input(t, t->plan->io.attention_mask);
+void tg_trainer_next_batch(tg_trainer *t) {
+    fill_buffer(t, t->cur);
+    t->filled = t->launched + 1; /* later prefetched batches are dropped */
+}
+
+static int64_t real_tokens(tg_trainer *t, int k) {
+    const float *mask = (const float *)(t->staging[k] + t->plan->tensors[t->plan->io.attention_mask].offset);
     int64_t n = 0;
     for (int64_t i = 0; i < (int64_t)t->shape.batch * t->shape.seq; i++) n += mask[i] != 0.0f;
     return n;
 }
 
-/* Starts the step on staging[cur], handing the executor `next` too; while it runs,
- * `overlap` (if any) prepares a later batch; then waits and reads the stats. */
-static int step_on_staging(tg_trainer *t, tg_step_stats *s, const void *next, void (*overlap)(tg_trainer *),
-                           tg_err *err) {
-    double t0 = tg_wall_ms();
+/* Starts the step on staging[cur], handing the executor `next` too. */
+static int start_step(tg_trainer *t, const void *next, tg_err *err) {
+    t->staging_tokens[t->cur] = real_tokens(t, t->cur);
+    return t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], next, err);
+}
+
+/* Waits for the oldest step in flight and hands out its statistics; `tokens` is its
+ * batch's count of real tokens, `t0` the wall clock at its start, for executors that
+ * give no step period. */
+static int finish_step(tg_trainer *t, tg_step_stats *s, int64_t tokens, double t0, tg_err *err) {
+    float stats[8];
     memset(s, 0, sizeof *s);
-    s->tokens = real_tokens(t);
-    if (t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], next, err)) return -1;
-    if (overlap) overlap(t);
-    float stats[7];
     if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
+    s->tokens = tokens;
     s->loss = stats[0], s->lr = stats[1], s->grad_norm = stats[2];
     memcpy(s->phase_ms, stats + 3, sizeof s->phase_ms);
-    s->step_ms = tg_wall_ms() - t0;
+    s->step_ms = stats[7] > 0 ? stats[7] : tg_wall_ms() - t0;
     s->step = ++t->steps_done;
     if (!isfinite(s->loss))
         return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);
     return 0;
 }
 
+/* Outside the ring's count: staging[cur] stays the caller's batch, so repeated calls
+ * step on the same batch unless the caller refills it. */
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
-    t->filled = 0; /* the caller filled staging[cur] itself */
-    return step_on_staging(t, s, NULL, NULL, err);
+    if (drain(t, err)) return -1;
+    double t0 = tg_wall_ms();
+    if (start_step(t, NULL, err)) return -1;
+    t->filled = t->launched; /* the caller wrote over any batch prefetched there */
+    return finish_step(t, s, t->staging_tokens[t->cur], t0, err);
 }
 
-/* Fills the staging buffer `filled` places after cur with the next training batch. */
-static void fill_ahead(tg_trainer *t) {
-    int cur = t->cur;
-    t->cur = (cur + t->filled) % TG_TRAINER_STAGING;
-    tg_trainer_next_batch(t);
-    t->cur = cur;
+/* Fills the next unfilled batch into its ring buffer; that buffer's previous batch
+ * belongs to a step that has finished (the ring holds max_in_flight + 2). */
+static void fill_next(tg_trainer *t) {
+    fill_buffer(t, (int)(t->filled % t->n_staging));
     t->filled++;
 }
 
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (!t->has_train) return tg_fail(err, "no training data is bound");
-    while (t->filled < 2) fill_ahead(t);
-    int rc = step_on_staging(t, s, t->staging[(t->cur + 1) % TG_TRAINER_STAGING], fill_ahead, err);
-    t->cur = (t->cur + 1) % TG_TRAINER_STAGING; /* the batch handed over as next */
-    t->filled--;
+    double t0 = tg_wall_ms();
+    while (t->launched - t->returned < t->max_in_flight &&
+           (t->launched < t->total_steps || t->launched == t->returned)) {
+        while (t->filled < t->launched + 2) fill_next(t);
+        if (start_step(t, t->staging[(t->launched + 1) % t->n_staging], err)) return -1;
+        t->launched++;
+        t->cur = (int)(t->launched % t->n_staging);
+    }
+    /* The batch the next start hands over as its `next`, filled while the GPU runs. */
+    if (t->filled < t->launched + 2) fill_next(t);
+    int rc = finish_step(t, s, t->staging_tokens[t->returned % t->n_staging], t0, err);
+    t->returned++;
     return rc;
 }
 
@@ -223,10 +263,11 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
-    /* A staging buffer holding no upcoming training batch. */
+    /* A staging buffer holding no upcoming training batch (those are launched and the
+     * one after, at most). */
+    if (drain(t, err)) return -1;
     int saved_cur = t->cur;
-    if (t->filled >= TG_TRAINER_STAGING) return tg_fail(err, "eval while a training step is in flight");
-    t->cur = (t->cur + t->filled) % TG_TRAINER_STAGING;
+    t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
     float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
     if (p->job.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {

@@ -16,6 +16,12 @@ typedef struct tg_trainer_options {
     int threads;            /* CPU threads; <= 0: one per core */
     int load_data;          /* 0: no datasets (the caller fills the input tensors itself) */
     int no_graphs;          /* CUDA: launch op by op instead of replaying captured graphs */
+    /* tg_trainer_step keeps up to this many steps in flight (<= 1: one at a time; capped
+     * by the executor, and never past total_steps), so the GPU never waits for the host
+     * and the host wakes once for several steps. Each call still hands out one step's
+     * statistics, in order; anything else (eval, reads, save) first waits for the steps in
+     * flight, whose statistics are then dropped. */
+    int max_in_flight;
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -36,17 +42,23 @@ typedef struct tg_eval_stats {
     double perplexity;      /* lm; -1 for classify */
 } tg_eval_stats;
 
-#define TG_TRAINER_STAGING 3
+#define TG_TRAINER_STAGING_MAX 8
 
 typedef struct tg_trainer {
     const tg_plan *plan;
     tg_executor ex;
-    /* Host images of the inputs pool (pinned on CUDA), a ring of three: the next step's
-     * batch is staging[cur]; a step also hands the executor the batch after it, and the
-     * host fills the third while the step runs. */
-    uint8_t *staging[TG_TRAINER_STAGING];
+    /* Host images of the inputs pool (pinned on CUDA), a ring of max_in_flight + 2: batch
+     * j of the run (from 0) sits in staging[j % n_staging]. A step is handed its own batch
+     * and the one after (which the CUDA step fetches while it runs); the host fills the
+     * one after that meanwhile. staging[cur] is the batch of the next step to start. */
+    uint8_t *staging[TG_TRAINER_STAGING_MAX];
+    int64_t staging_tokens[TG_TRAINER_STAGING_MAX]; /* real tokens of each buffer's batch */
+    int n_staging;
     int cur;
-    int filled;             /* upcoming training batches held from staging[cur] on (0..3) */
+    int max_in_flight;      /* steps started before the oldest is waited for */
+    int64_t launched;       /* steps started */
+    int64_t returned;       /* steps whose statistics were handed out */
+    int64_t filled;         /* training batches filled */
     tg_dataset train, eval;
     int has_train, has_eval;
     tg_sampler sampler;

@@ -316,7 +316,8 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
 /* Phase marker k: the GPU's timer into the mapped step report, by a one-thread kernel (a
  * kernel node in the graph: event nodes would keep the graph from device launch). */
 static int mark(tg_cuda_exec *x, int k, tg_err *err) {
-    if (tg_cuda_stamp(&x->report->stamps[k], x->ctx.stream)) return cuda_fail(err, "phase marker", cudaGetLastError());
+    if (tg_cuda_stamp(x->report, k, x->seq_dev, x->ctx.stream))
+        return cuda_fail(err, "phase marker", cudaGetLastError());
     return 0;
 }
 
@@ -393,20 +394,24 @@ static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
 
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
-    if (x->step_pending) return tg_fail(err, "a training step was started before the previous one was waited for");
+    long long pending = x->steps_started - x->steps_waited;
+    if (pending >= TG_STEP_RING - 1)
+        return tg_fail(err, "%lld training steps are in flight, the most the step ring allows", pending);
     if (!x->gemm_tuned) {
         x->gemm_tuned = 1;
         if (gemm_tune_pass(x, err)) return -1;
     }
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
-    /* A batch the previous step did not fetch is uploaded into this step's slot first. */
+    /* A batch the previous step did not fetch is uploaded into this step's slot first, in
+     * stream order after the steps before it. */
     if (bytes && (!x->staged || x->staged != inputs))
         CUDA_TRY(cudaMemcpyAsync(x->staging + (size_t)(x->steps_started & 1) * x->staging_stride, inputs, bytes,
                                  cudaMemcpyHostToDevice, x->ctx.stream),
                  "upload of the batch");
     if (next && check_host_image(x, next, err)) return -1;
-    /* Read by the step's fetch kernel; the previous step, which read it last, has ended. */
-    ((volatile tg_step_ctrl *)x->ctrl)->next_batch = next;
+    /* Read by this step's fetch kernel; the step that read this entry last has ended,
+     * being TG_STEP_RING steps back. */
+    ((volatile tg_step_ctrl *)x->ctrl)->next_batch[x->steps_started % TG_STEP_RING] = next;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     host_trace(x, 0, &t0);
     if (!use_graph) {
@@ -420,10 +425,15 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, in
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
         if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
     }
-    x->step_launch_s = tg_wall_s();
+    /* It should end one step's GPU time after it launches or after the step before it. */
+    double now = tg_wall_s(), begin = now;
+    if (pending > 0) {
+        double prev = x->step_end_s[(x->steps_started - 1) % TG_STEP_RING];
+        if (prev > begin) begin = prev;
+    }
+    x->step_end_s[x->steps_started % TG_STEP_RING] = begin + x->step_gpu_s;
     x->steps_started++;
     x->staged = next;
-    x->step_pending = 1;
     host_trace(x, 1, &t0);
     return 0;
 }
@@ -436,51 +446,73 @@ static void sleep_until_s(double t) {
     }
 }
 
-/* Waiting: sleep until WAIT_MARGIN_S before the step should end (judged by the last
- * step), then look every WAIT_POLL_S, at most WAIT_POLLS times. The margin exceeds the
- * interval, so a step as long as the last one is seen at most one interval late; the
- * thread's timer slack is lowered meanwhile so that the sleeps end on time. A first step,
- * or one running long, is waited for by the stream's blocking synchronisation, which also
- * reports a failed step. */
+/* Waiting: sleep until WAIT_MARGIN_S before `wake_at`, then look every WAIT_POLL_S; the
+ * margin exceeds the interval, so a step ending when expected is seen at most one
+ * interval late. The thread's timer slack is lowered meanwhile so that the sleeps end on
+ * time. After WAIT_POLLS looks the interval doubles (to at most WAIT_POLL_MAX_S) and the
+ * stream is asked every WAIT_QUERY_S, so a failed step is reported instead of waited for;
+ * with nothing else queued, the stream's blocking synchronisation takes over. */
 #define WAIT_MARGIN_S 40e-6 /* covers the launch latency and the statistics kernel */
 #define WAIT_POLL_S 12e-6
 #define WAIT_POLLS 16
+#define WAIT_POLL_MAX_S 1e-3
+#define WAIT_QUERY_S 2e-3
 
-static int wait_for_report(tg_cuda_exec *x, unsigned long long want, tg_err *err) {
+static int wait_for_report(tg_cuda_exec *x, unsigned long long want, double wake_at, tg_err *err) {
     volatile const unsigned long long *done = &x->report->done;
     if (*done >= want) return 0;
-    if (x->expected_step_s > 0) {
-        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-        if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-        double now = tg_wall_s(), wake = x->step_launch_s + x->expected_step_s - WAIT_MARGIN_S;
-        if (wake > now + WAIT_POLL_S) sleep_until_s(wake), x->host_wakeups++;
-        for (int k = 0; k < WAIT_POLLS && *done < want; k++) {
-            sleep_until_s(tg_wall_s() + WAIT_POLL_S);
-            x->host_wakeups++;
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0;
+    if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S;
+    if (x->step_gpu_s > 0 && wake_at - WAIT_MARGIN_S > now + WAIT_POLL_S)
+        sleep_until_s(wake_at - WAIT_MARGIN_S), x->host_wakeups++;
+    for (int polls = 0; *done < want; polls++) {
+        if (polls >= WAIT_POLLS) {
+            if (x->steps_started - x->steps_waited == 1) {
+                cudaError_t e = cudaStreamSynchronize(x->ctx.stream);
+                if (e != cudaSuccess) rc = cuda_fail(err, "the training step", e);
+                break;
+            }
+            interval = interval * 2 < WAIT_POLL_MAX_S ? interval * 2 : WAIT_POLL_MAX_S;
         }
-        if (slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
-        if (*done >= want) return 0;
+        now = tg_wall_s();
+        sleep_until_s(now + interval);
+        x->host_wakeups++;
+        if (*done >= want || now - queried < WAIT_QUERY_S) continue;
+        queried = now;
+        cudaError_t e = cudaStreamQuery(x->ctx.stream);
+        if (e != cudaErrorNotReady && e != cudaSuccess) {
+            rc = cuda_fail(err, "the training step", e);
+            break;
+        }
+        if (e == cudaSuccess) break; /* everything queued has run: checked below */
     }
-    CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "the training step");
-    if (*done < want)
-        return tg_fail(err, "the training step ended without publishing its statistics (step %llu, report says %llu)",
-                       want, *done);
-    return 0;
+    if (slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+    if (!rc && *done < want)
+        rc = tg_fail(err, "the training step ended without publishing its statistics (step %llu, report says %llu)",
+                     want, *done);
+    return rc;
 }
 
-int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err) {
-    if (!x->step_pending) return tg_fail(err, "no training step is in flight");
-    x->step_pending = 0;
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err) {
+    long long pending = x->steps_started - x->steps_waited;
+    if (pending <= 0) return tg_fail(err, "no training step is in flight");
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
-    if (wait_for_report(x, (unsigned long long)x->steps_started, err)) return -1;
+    /* With several steps queued, sleep until all but the last should have ended. */
+    long long last = x->steps_waited + (pending > 1 ? pending - 2 : 0);
+    if (wait_for_report(x, (unsigned long long)x->steps_waited + 1, x->step_end_s[last % TG_STEP_RING], err))
+        return -1;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     host_trace(x, 2, &t0);
-    const volatile tg_step_report *r = x->report;
-    /* The next wait judges by the GPU's own duration of this step, not by when the host
-     * happened to look: a late look would otherwise make every later sleep longer. */
-    x->expected_step_s = (double)(r->stamps[4] - r->stamps[0]) / 1e9;
+    const volatile tg_step_record *r = &x->report->step[x->steps_waited % TG_STEP_RING];
     stats[0] = r->loss, stats[1] = r->lr, stats[2] = r->grad_norm;
     for (int k = 0; k < 4; k++) stats[3 + k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
+    stats[7] = x->last_end_stamp ? (float)((double)(r->stamps[4] - x->last_end_stamp) / 1e6) : -1.0f;
+    /* Later waits judge by the GPU's own duration of this step, not by when the host
+     * happened to look: a late look would otherwise make every later sleep longer. */
+    x->step_gpu_s = (double)(r->stamps[4] - r->stamps[0]) / 1e9;
+    x->last_end_stamp = r->stamps[4];
+    x->steps_waited++;
     host_trace(x, 3, &t0);
     /* The first step captures the graph: left out of the trace. */
     if (++x->host_steps == 1)

@@ -28,13 +28,14 @@ typedef struct tg_cuda_exec {
     cudaEvent_t fork, join;
     tg_step_ctrl *ctrl;            /* mapped pinned */
     tg_step_report *report;        /* mapped pinned */
-    long long steps_started;       /* *seq_dev once the step in flight has finished */
+    long long steps_started;       /* steps launched (*seq_dev once they have all finished) */
+    long long steps_waited;        /* steps whose record was handed out */
     const void *staged;            /* host image already in slot steps_started & 1, or NULL */
     const void *checked_images[4]; /* host images known to be readable by the fetch kernel */
     int n_checked;
-    int step_pending;
-    double step_launch_s;          /* wall clock at the launch of the step in flight */
-    double expected_step_s;        /* launch to completion of the last step, as observed */
+    double step_end_s[TG_STEP_RING]; /* expected wall-clock end of each queued step */
+    double step_gpu_s;             /* GPU duration of the last step waited for (0: none yet) */
+    unsigned long long last_end_stamp; /* its optimizer-end stamp, for the step period */
     int device_graph;              /* the last captured graph was instantiated for device launch */
     int step_device_graph;         /* the step graph was */
     int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
@@ -61,18 +62,21 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
 /* Captures phases [first, last] into graph slot `slot` once; replays it after. */
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err);
 
-/* Starts a training step on `inputs`, a pinned host image of the inputs pool; with
+/* Starts a training step on `inputs`, a pinned host image of the inputs pool, behind any
+ * steps still in flight (at most TG_STEP_RING - 1); with
  * use_graph the whole step (batch in place, forward, backward, optimizer, statistics) is
  * one graph launch. `next` (or NULL) is the following step's image, already filled: the
  * step fetches it into the other staging slot on a branch beside its forward, so the
  * next call with inputs == next uploads nothing. Both must stay unchanged until this
  * step has been waited for; any other `inputs` is uploaded first. */
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err);
-/* Waits for it by polling the mapped report, sleeping until shortly before the step is
- * expected to end (the last step's duration), so neither the GPU idles long nor the host
- * spins; stats = {loss, lr, grad norm, then the GPU ms of the phases: batch in place,
- * forward, backward, optimizer}. */
-int tg_cuda_step_wait(tg_cuda_exec *x, float stats[7], tg_err *err);
+/* Waits for the oldest step in flight (up to TG_STEP_RING may be) by polling the mapped
+ * report; stats = {loss, lr, grad norm, the GPU ms of the phases (batch in place,
+ * forward, backward, optimizer), the ms between the end of the previous step waited for
+ * and this one's on the GPU clock (-1 for the first)}. With several steps queued it
+ * sleeps until all but one should have ended, so the host wakes once for several steps
+ * while the GPU never runs dry; with one, until shortly before it should end. */
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err);
 
 /* Times every op of the schedule (forward, backward, optimizer) on the current inputs,
  * launched one by one between events, averaged over `repeats` runs: op_ms[op index]. The

@@ -42,7 +42,7 @@ static int cuda_step_start(void *impl, const void *inputs, const void *next, tg_
     return tg_cuda_step_start(&c->x, inputs, next, c->use_graphs, err);
 }
 
-static int cuda_step_wait(void *impl, float stats[7], tg_err *err) {
+static int cuda_step_wait(void *impl, float stats[8], tg_err *err) {
     return tg_cuda_step_wait(&((cuda_impl *)impl)->x, stats, err);
 }
 
@@ -61,7 +61,8 @@ int tg_cuda_device_count(void) {
 }
 
 static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read,    cuda_host_alloc,
-                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close};
+                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close,
+                                           TG_STEP_RING - 1};
 
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);

@@ -72,15 +72,17 @@ static void fill_inputs(run *r, int step) {
     }
 }
 
-static float *read_all(run *r, int tensor) {
+static float *read_all_trainer(tg_trainer *tr, int tensor, size_t bytes) {
     tg_err err;
-    float *buf = malloc(r->plan.tensors[tensor].bytes);
-    if (buf && !CHECK(tg_trainer_read(&r->tr, tensor, buf, &err) == 0, "%s", err.msg)) {
+    float *buf = malloc(bytes);
+    if (buf && !CHECK(tg_trainer_read(tr, tensor, buf, &err) == 0, "%s", err.msg)) {
         free(buf);
         return NULL;
     }
     return buf;
 }
+
+static float *read_all(run *r, int tensor) { return read_all_trainer(&r->tr, tensor, r->plan.tensors[tensor].bytes); }
 
 static void compare_with_cpu(const char *preset, int task) {
     run cpu, gpu;
@@ -241,46 +243,62 @@ TG_TEST(test_gpu_gemm_cache_on_disk) {
     if (saved[0]) setenv("TUNEGRAPH_CACHE_DIR", saved, 1);
 }
 
-/* Training losses of the demo job on CUDA: through tg_trainer_step (each step fetches the
- * next batch on its branch beside the forward) or, with `explicit`, batch by batch with
- * tg_trainer_next_batch + tg_trainer_run_step (each batch uploaded before its step). */
-static int train_demo(int explicit, int no_graphs, int steps, float *losses) {
+/* Training losses of the demo job on CUDA: through tg_trainer_step with up to `depth`
+ * steps in flight (each step fetches the next batch on its branch beside the forward),
+ * or, with depth 0, batch by batch with tg_trainer_next_batch + tg_trainer_run_step (each
+ * batch uploaded before its step). The final parameters go to *params. */
+static int train_demo(int depth, int no_graphs, int steps, float *losses, float **params, size_t *params_bytes) {
     tg_err err;
     tg_job job;
     tg_plan plan;
     tg_trainer tr;
-    const char *sets[] = {"steps=40"};
+    char total[32];
+    snprintf(total, sizeof total, "steps=%d", steps);
+    const char *sets[] = {total};
     if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 1, &job, &err) == 0, "%s", err.msg)) return 0;
     if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
-    tg_trainer_options o = {.device = TG_DEVICE_CUDA, .threads = 0, .load_data = 1, .no_graphs = no_graphs};
+    tg_trainer_options o = {.device = TG_DEVICE_CUDA, .load_data = 1, .no_graphs = no_graphs, .max_in_flight = depth};
     if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
         tg_plan_free(&plan);
         return 0;
     }
-    int ok = 1;
+    int ok = CHECK(depth == 0 || tr.max_in_flight == depth, "asked for %d steps in flight, got %d", depth, tr.max_in_flight);
     for (int s = 0; ok && s < steps; s++) {
         tg_step_stats st;
-        if (explicit) tg_trainer_next_batch(&tr);
-        ok = CHECK((explicit ? tg_trainer_run_step(&tr, &st, &err) : tg_trainer_step(&tr, &st, &err)) == 0, "%s",
+        if (depth == 0) tg_trainer_next_batch(&tr);
+        ok = CHECK((depth == 0 ? tg_trainer_run_step(&tr, &st, &err) : tg_trainer_step(&tr, &st, &err)) == 0, "%s",
                    err.msg);
+        ok = ok && CHECK(st.step == s + 1 && st.step_ms > 0, "step %d reported as %d, %.3f ms", s + 1, st.step, st.step_ms);
         losses[s] = st.loss;
     }
+    *params_bytes = plan.pool_bytes[TG_POOL_PARAMS];
+    *params = ok ? read_all_trainer(&tr, plan.io.params_all, *params_bytes) : NULL;
     tg_trainer_close(&tr);
     tg_plan_free(&plan);
-    return ok;
+    return ok && *params;
 }
 
-/* The batch each step fetches for the next is exactly that batch: pipelined training
- * equals uploading every batch before its step, bit for bit, with graphs and without. */
+/* The batch each step fetches for the next is exactly that batch, and queued steps train
+ * as steps taken one at a time: pipelined training equals uploading every batch before its
+ * step, bit for bit, with graphs and without, one or several steps in flight. */
 TG_TEST(test_gpu_fetched_batches_match_uploads) {
-    enum { STEPS = 12 };
-    float fetched[STEPS], uploaded[STEPS], stream[STEPS];
-    if (!train_demo(0, 0, STEPS, fetched) || !train_demo(1, 0, STEPS, uploaded) || !train_demo(0, 1, STEPS, stream))
-        return;
-    CHECK(memcmp(fetched, uploaded, sizeof fetched) == 0, "fetched and uploaded batches train differently (step 2 loss %g vs %g)",
-          fetched[1], uploaded[1]);
-    CHECK(memcmp(fetched, stream, sizeof fetched) == 0, "the fetch branch differs between graph replay and stream launches");
+    enum { STEPS = 12, RUNS = 4 };
+    static const int depth[RUNS] = {0, 1, 4, 4}, no_graphs[RUNS] = {0, 0, 0, 1};
+    static const char *const what[RUNS] = {"uploaded", "fetched", "fetched, 4 in flight", "stream launches, 4 in flight"};
+    float losses[RUNS][STEPS];
+    float *params[RUNS] = {NULL};
+    size_t bytes = 0;
+    for (int r = 0; r < RUNS; r++)
+        if (!train_demo(depth[r], no_graphs[r], STEPS, losses[r], &params[r], &bytes)) goto done;
+    for (int r = 1; r < RUNS; r++) {
+        CHECK(memcmp(losses[0], losses[r], sizeof losses[0]) == 0, "%s: losses differ from uploaded batches (step 2: %g vs %g)",
+              what[r], losses[r][1], losses[0][1]);
+        CHECK(memcmp(params[0], params[r], bytes) == 0, "%s: parameters differ from uploaded batches", what[r]);
+    }
     int distinct = 0;
-    for (int s = 1; s < STEPS; s++) distinct += fetched[s] != fetched[s - 1];
-    CHECK(distinct >= STEPS / 2, "losses barely change between steps (%d of %d): batches are not moving", distinct, STEPS - 1);
+    for (int s = 1; s < STEPS; s++) distinct += losses[0][s] != losses[0][s - 1];
+    CHECK(distinct >= STEPS / 2, "losses barely change between steps (%d of %d): batches are not moving", distinct,
+          STEPS - 1);
+done:
+    for (int r = 0; r < RUNS; r++) free(params[r]);
 }
