@@ -425,13 +425,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, in
         CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
         if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
     }
-    /* It should end one step's GPU time after it launches or after the step before it. */
-    double now = tg_wall_s(), begin = now;
-    if (pending > 0) {
-        double prev = x->step_end_s[(x->steps_started - 1) % TG_STEP_RING];
-        if (prev > begin) begin = prev;
-    }
-    x->step_end_s[x->steps_started % TG_STEP_RING] = begin + x->step_gpu_s;
+    x->launch_s[x->steps_started % TG_STEP_RING] = tg_wall_s();
     x->steps_started++;
     x->staged = next;
     host_trace(x, 1, &t0);
@@ -458,14 +452,39 @@ static void sleep_until_s(double t) {
 #define WAIT_POLL_MAX_S 1e-3
 #define WAIT_QUERY_S 2e-3
 
-static int wait_for_report(tg_cuda_exec *x, unsigned long long want, double wake_at, tg_err *err) {
+/* The wall-clock time step `target` should end: from the end of the last finished step
+ * (its GPU stamp on the wall clock), each later step takes one step's GPU time, starting
+ * no earlier than its launch. 0 when there is nothing to judge by yet. */
+static double expected_end_s(tg_cuda_exec *x, long long target) {
+    if (x->step_gpu_s <= 0 || !x->clock_offset_set) return 0;
+    long long finished = (long long)x->report->done - 1; /* its record is intact: not yet waited for, or the last */
+    unsigned long long stamp = x->last_end_stamp;
+    if (finished >= x->steps_waited) stamp = x->report->step[finished % TG_STEP_RING].stamps[4];
+    else finished = x->steps_waited - 1;
+    double end = (double)stamp / 1e9 + x->clock_offset_s;
+    for (long long k = finished + 1; k <= target; k++) {
+        double launch = x->launch_s[k % TG_STEP_RING];
+        end = (end > launch ? end : launch) + x->step_gpu_s;
+    }
+    return end;
+}
+
+/* A sample of the wall clock against the GPU timer, from the step that ended last: seen
+ * now, it ended at or before now, so the least sample is the closest. */
+static void sample_clock_offset(tg_cuda_exec *x) {
+    long long finished = (long long)x->report->done - 1;
+    if (finished < x->steps_waited) return;
+    double sample = tg_wall_s() - (double)x->report->step[finished % TG_STEP_RING].stamps[4] / 1e9;
+    if (!x->clock_offset_set || sample < x->clock_offset_s) x->clock_offset_s = sample, x->clock_offset_set = 1;
+}
+
+static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long target, tg_err *err) {
     volatile const unsigned long long *done = &x->report->done;
     if (*done >= want) return 0;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0;
     if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S;
-    if (x->step_gpu_s > 0 && wake_at - WAIT_MARGIN_S > now + WAIT_POLL_S)
-        sleep_until_s(wake_at - WAIT_MARGIN_S), x->host_wakeups++;
+    double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S, wake_at = expected_end_s(x, target);
+    if (wake_at - WAIT_MARGIN_S > now + WAIT_POLL_S) sleep_until_s(wake_at - WAIT_MARGIN_S), x->host_wakeups++;
     for (int polls = 0; *done < want; polls++) {
         if (polls >= WAIT_POLLS) {
             if (x->steps_started - x->steps_waited == 1) {
@@ -478,7 +497,11 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, double wake
         now = tg_wall_s();
         sleep_until_s(now + interval);
         x->host_wakeups++;
-        if (*done >= want || now - queried < WAIT_QUERY_S) continue;
+        if (*done >= want) {
+            sample_clock_offset(x);
+            break;
+        }
+        if (now - queried < WAIT_QUERY_S) continue;
         queried = now;
         cudaError_t e = cudaStreamQuery(x->ctx.stream);
         if (e != cudaErrorNotReady && e != cudaSuccess) {
@@ -499,9 +522,8 @@ int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err) {
     if (pending <= 0) return tg_fail(err, "no training step is in flight");
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
     /* With several steps queued, sleep until all but the last should have ended. */
-    long long last = x->steps_waited + (pending > 1 ? pending - 2 : 0);
-    if (wait_for_report(x, (unsigned long long)x->steps_waited + 1, x->step_end_s[last % TG_STEP_RING], err))
-        return -1;
+    long long target = x->steps_waited + (pending > 1 ? pending - 2 : 0);
+    if (wait_for_report(x, (unsigned long long)x->steps_waited + 1, target, err)) return -1;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     host_trace(x, 2, &t0);
     const volatile tg_step_record *r = &x->report->step[x->steps_waited % TG_STEP_RING];

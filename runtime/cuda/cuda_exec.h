@@ -33,9 +33,11 @@ typedef struct tg_cuda_exec {
     const void *staged;            /* host image already in slot steps_started & 1, or NULL */
     const void *checked_images[4]; /* host images known to be readable by the fetch kernel */
     int n_checked;
-    double step_end_s[TG_STEP_RING]; /* expected wall-clock end of each queued step */
+    double launch_s[TG_STEP_RING]; /* wall clock at each queued step's launch */
     double step_gpu_s;             /* GPU duration of the last step waited for (0: none yet) */
     unsigned long long last_end_stamp; /* its optimizer-end stamp, for the step period */
+    double clock_offset_s;         /* wall clock minus GPU timer, least seen (valid when set) */
+    int clock_offset_set;
     int device_graph;              /* the last captured graph was instantiated for device launch */
     int step_device_graph;         /* the step graph was */
     int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
