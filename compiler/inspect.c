@@ -22,7 +22,7 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_EMBEDDING] = {.i = {"N", "V", "D", "padding_idx"}, .known = 1},
     [TG_OP_EMBEDDING_BWD] = {.i = {"N", "V", "D", "padding_idx"}, .known = 1},
     [TG_OP_ADD] = {.i = {"n"}, .known = 1},
-    [TG_OP_MATMUL] = {.i = {"M", "N", "K", "transA", "transB", "batch", "accumulate", "bias_grad"},
+    [TG_OP_MATMUL] = {.i = {"M", "N", "K", "transA", "transB", "batch", "accumulate", "bias_grad", "activation"},
                       .f = {"alpha"}, .known = 1},
     [TG_OP_BIAS_GRAD] = {.i = {"M", "N"}, .known = 1},
     [TG_OP_LAYERNORM] = {.i = {"M", "D"}, .f = {"eps"}, .known = 1},

@@ -10,6 +10,7 @@ typedef struct builder {
     tg_graph *g;
     int64_t B, T, D, H, Dh, N; /* N = B*T rows */
     int fused_attention;       /* one TG_OP_ATTENTION per layer */
+    int fused_gelu;            /* the MLP's GELU as the first matmul's epilogue (MATMUL i[8]) */
 } builder;
 
 static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1) {
@@ -19,9 +20,11 @@ static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0,
     return t;
 }
 
-/* y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b (GPT-2 Conv1D, weight [in,out]). */
-static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out,
-                  int conv1d, int with_bias, float init_scale) {
+/* y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b (GPT-2 Conv1D, weight [in,out]).
+ * With gelu_name, the product is the pre-activation (out2, named prefix) and the op returns
+ * the tanh GELU of it (out0, named gelu_name): MATMUL's GELU epilogue, i[8] = 1. */
+static int linear_act(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out,
+                      int conv1d, int with_bias, float init_scale, const char *gelu_name) {
     tg_graph *g = b->g;
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s.weight", prefix);
@@ -38,8 +41,18 @@ static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t i
     s.in[0] = x, s.in[1] = w, s.in[2] = bias, s.out[0] = y;
     s.i[0] = rows, s.i[1] = out, s.i[2] = in, s.i[3] = 0, s.i[4] = !conv1d, s.i[5] = 1;
     s.f[0] = 1.0f;
+    if (gelu_name) {
+        s.out[2] = y;
+        s.out[0] = y = tg_act(g, gelu_name, 2, rows, out, 0, 0);
+        s.i[8] = TG_MATMUL_ACT_GELU;
+    }
     tg_graph_op(g, &s);
     return y;
+}
+
+static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out,
+                  int conv1d, int with_bias, float init_scale) {
+    return linear_act(b, prefix, x, rows, in, out, conv1d, with_bias, init_scale, NULL);
 }
 
 static int layernorm(builder *b, const char *prefix, int x, int64_t rows) {
@@ -73,6 +86,16 @@ static int unary(builder *b, int kind, const char *name, int x, int64_t extra) {
     s.i[1] = extra;
     tg_graph_op(g, &s);
     return y;
+}
+
+/* The MLP's first projection and its GELU over the N rows: one matmul with the GELU
+ * epilogue when the builder fuses it, else the matmul and a GELU op. Either way the
+ * product is named prefix and the activation gelu_name. */
+static int linear_gelu(builder *b, const char *prefix, const char *gelu_name, int x, int64_t in, int64_t out,
+                       int conv1d) {
+    if (b->fused_gelu) return linear_act(b, prefix, x, b->N, in, out, conv1d, 1, 1.0f, gelu_name);
+    int y = linear(b, prefix, x, b->N, in, out, conv1d, 1, 1.0f);
+    return unary(b, TG_OP_GELU, gelu_name, y, b->g->cfg->gelu);
 }
 
 /* Dropout with probability p; no op at all when p is 0. */
@@ -240,7 +263,7 @@ static int build_encoder(builder *b, int pad_id) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
     const char *base = c->arch == TG_ARCH_ROBERTA ? "roberta" : "bert";
-    char p[TG_NAME_MAX], name[TG_NAME_MAX];
+    char p[TG_NAME_MAX], name[TG_NAME_MAX], act[TG_NAME_MAX];
 
     snprintf(p, sizeof p, "%s.embeddings", base);
     snprintf(name, sizeof name, "%s.word_embeddings.weight", p);
@@ -279,9 +302,8 @@ static int build_encoder(builder *b, int pad_id) {
         h = layernorm(b, name, a, b->N);
 
         snprintf(name, sizeof name, "%s.intermediate.dense", p);
-        int f = linear(b, name, h, b->N, b->D, c->intermediate, 0, 1, 1.0f);
-        snprintf(name, sizeof name, "%s.intermediate.gelu", p);
-        f = unary(b, TG_OP_GELU, name, f, c->gelu);
+        snprintf(act, sizeof act, "%s.intermediate.gelu", p);
+        int f = linear_gelu(b, name, act, h, b->D, c->intermediate, 0);
         snprintf(name, sizeof name, "%s.output.dense", p);
         f = linear(b, name, f, b->N, c->intermediate, b->D, 0, 1, 1.0f);
         snprintf(name, sizeof name, "%s.output.dropout", p);
@@ -313,7 +335,7 @@ static int build_encoder(builder *b, int pad_id) {
 static int build_gpt2(builder *b, int pad_id) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
-    char p[TG_NAME_MAX], name[TG_NAME_MAX];
+    char p[TG_NAME_MAX], name[TG_NAME_MAX], act[TG_NAME_MAX];
     /* GPT-2 scales the residual projections' init by 1/sqrt(2 * n_layer). */
     float proj_scale = 1.0f / sqrtf(2.0f * (float)c->layers);
 
@@ -344,9 +366,8 @@ static int build_gpt2(builder *b, int pad_id) {
         snprintf(name, sizeof name, "%s.ln_2", p);
         int m = layernorm(b, name, h, b->N);
         snprintf(name, sizeof name, "%s.mlp.c_fc", p);
-        m = linear(b, name, m, b->N, b->D, c->intermediate, 1, 1, 1.0f);
-        snprintf(name, sizeof name, "%s.mlp.gelu", p);
-        m = unary(b, TG_OP_GELU, name, m, c->gelu);
+        snprintf(act, sizeof act, "%s.mlp.gelu", p);
+        m = linear_gelu(b, name, act, m, b->D, c->intermediate, 1);
         snprintf(name, sizeof name, "%s.mlp.c_proj", p);
         m = linear(b, name, m, b->N, c->intermediate, b->D, 1, 1, proj_scale);
         snprintf(name, sizeof name, "%s.mlp.dropout", p);
@@ -397,6 +418,8 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     builder b = {.g = g, .B = j->batch, .T = j->seq, .D = c->hidden, .H = c->heads};
     b.Dh = c->hidden / c->heads;
     b.fused_attention = tg_fused_attention(j, c);
+    /* cuBLASLt's GELU epilogues are the tanh form only; the exact erf GELU stays an op. */
+    b.fused_gelu = j->fuse_gelu && c->gelu == TG_GELU_TANH;
     b.N = b.B * b.T;
     g->phase = TG_PHASE_FORWARD;
 

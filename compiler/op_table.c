@@ -62,6 +62,21 @@ static const char *shape_matmul(const tg_graph *g, const tg_op *op) {
         EXPECT(g->tensors[op->out[1]].dtype == TG_F32, "bias gradient must be f32");
         EXPECT(numel(g, op->out[1]) == (bg == 1 ? m : n), "bias gradient != M (i[7]=1) or N (i[7]=2)");
     }
+    /* The activation epilogue: the pre-activation it writes (GELU) or reads (GELU backward)
+     * is shaped like out0. */
+    int64_t act = op->i[8];
+    EXPECT(act >= TG_MATMUL_ACT_NONE && act <= TG_MATMUL_ACT_GELU_BWD, "activation i[8] must be 0, 1 or 2");
+    EXPECT((op->out[2] >= 0) == (act == TG_MATMUL_ACT_GELU), "out2 present exactly when i[8] = 1");
+    EXPECT((op->in[3] >= 0) == (act == TG_MATMUL_ACT_GELU_BWD), "in3 present exactly when i[8] = 2");
+    if (act) {
+        EXPECT(b == 1, "an activation epilogue needs batch 1");
+        EXPECT(!op->i[6] && !bg, "an activation epilogue takes no accumulate (i[6]) and no bias gradient (i[7])");
+        EXPECT(act == TG_MATMUL_ACT_GELU || op->in[2] < 0, "the GELU backward epilogue takes no bias");
+        int pre = act == TG_MATMUL_ACT_GELU ? op->out[2] : op->in[3];
+        EXPECT(numel(g, pre) == m * n, "pre-activation != M*N");
+    }
+    for (int s = 4; s < TG_OP_MAX_IN; s++) EXPECT(op->in[s] < 0, "unused inputs must be -1");
+    EXPECT(op->out[3] < 0, "unused outputs must be -1");
     return NULL;
 }
 
@@ -218,11 +233,14 @@ static const char *shape_adamw(const tg_graph *g, const tg_op *op) {
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
 static double flops_none(const tg_op *op) { return 0; }
-/* The product, the bias add, and the fused bias gradient's sums (BIAS_GRAD's count). */
+static double flops_gelu(const tg_op *op);
+/* The product, the bias add, the fused bias gradient's sums (BIAS_GRAD's count) and the
+ * activation epilogue's (GELU's or GELU_BWD's count). */
 static double flops_matmul(const tg_op *op) {
     double sums = op->i[7] == 1 ? (double)op->i[2] * op->i[0] : op->i[7] == 2 ? (double)op->i[2] * op->i[1] : 0;
+    tg_op act = {.kind = TG_OP_GELU, .i = {op->i[0] * op->i[1] * op->i[5], TG_GELU_TANH}};
     return 2.0 * (double)op->i[0] * (double)op->i[1] * (double)op->i[2] * (double)op->i[5] +
-           (op->in[2] >= 0 ? (double)op->i[0] * op->i[1] * op->i[5] : 0) + sums;
+           (op->in[2] >= 0 ? (double)op->i[0] * op->i[1] * op->i[5] : 0) + sums + (op->i[8] ? flops_gelu(&act) : 0);
 }
 static double flops_n(const tg_op *op) { return (double)op->i[0]; }
 static double flops_embedding_bwd(const tg_op *op) { return (double)op->i[0] * op->i[2]; }
@@ -279,6 +297,14 @@ static void bwd_add(tg_graph *g, int index) {
     }
 }
 
+/* Forward ops reading tensor t, counted per input slot. */
+static int forward_uses(const tg_graph *g, int t) {
+    int uses = 0;
+    for (int o = 0; o < g->n_ops; o++)
+        for (int s = 0; s < TG_OP_MAX_IN; s++) uses += g->ops[o].phase == TG_PHASE_FORWARD && g->ops[o].in[s] == t;
+    return uses;
+}
+
 /* Whether the bias gradient of forward matmul `op` may be written by its dB product
  * (MATMUL i[7]) instead of a BIAS_GRAD: the job allows it, batch 1 (a fused sum covers
  * one batch), and the bias feeds no other forward op, so this is its gradient's only
@@ -287,17 +313,52 @@ static void bwd_add(tg_graph *g, int index) {
  * weight is stored [N,K] (nn.Linear), B stored [K,N] when it is [K,N] (Conv1D). */
 static int bias_grad_fusable(const tg_graph *g, const tg_op *op) {
     if (!g->job || !g->job->fuse_bias_grad || op->i[5] != 1) return 0;
-    int uses = 0;
-    for (int o = 0; o < g->n_ops; o++)
-        for (int s = 0; s < TG_OP_MAX_IN; s++)
-            uses += g->ops[o].phase == TG_PHASE_FORWARD && g->ops[o].in[s] == op->in[2];
-    return uses == 1;
+    return forward_uses(g, op->in[2]) == 1;
+}
+
+/* The forward MATMUL with the GELU epilogue (i[8] = 1) whose activation (out0) is the A
+ * operand of forward matmul `op`, when `op`'s dA product can apply the GELU backward
+ * (i[8] = 2) itself: batch 1, and `op` reads the activation once and is its only reader,
+ * so dA is the activation's whole gradient and dA * gelu'(pre) the pre-activation's.
+ * -1 when not. */
+static int gelu_producer_of_a(const tg_graph *g, const tg_op *op) {
+    if (op->i[5] != 1 || forward_uses(g, op->in[0]) != 1) return -1;
+    for (int o = 0; o < g->n_ops; o++) {
+        const tg_op *p = &g->ops[o];
+        if (p->phase == TG_PHASE_FORWARD && p->kind == TG_OP_MATMUL && p->i[8] == TG_MATMUL_ACT_GELU &&
+            p->out[0] == op->in[0])
+            return o;
+    }
+    return -1;
+}
+
+/* The gradient of forward matmul `op`'s product. With the GELU epilogue the product is the
+ * pre-activation (out2): its gradient may already hold the consumer's fused dA * gelu'(pre)
+ * (MATMUL i[8] = 2); a gradient of the activation (out0) from anywhere else goes through a
+ * GELU_BWD on out2 and is added to it. */
+static int product_grad(tg_graph *g, const tg_op *op) {
+    if (op->i[8] != TG_MATMUL_ACT_GELU) return tg_ad_grad_of(g, op->out[0]);
+    int d_act = tg_ad_grad_of(g, op->out[0]);
+    if (d_act >= 0) {
+        int acc, d_pre = tg_ad_grad_dest(g, op->out[2], &acc);
+        if (d_pre < 0) return -1;
+        tg_op_spec s = tg_spec(TG_OP_GELU_BWD);
+        s.in[0] = d_act, s.in[1] = op->out[2], s.out[0] = d_pre;
+        s.i[0] = tg_tensor_numel(&g->tensors[op->out[2]]), s.i[1] = TG_GELU_TANH;
+        tg_graph_op(g, &s);
+        tg_ad_commit(g, op->out[2], d_pre);
+    }
+    return tg_ad_grad_of(g, op->out[2]);
 }
 
 static void bwd_matmul(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
     int64_t m = op.i[0], n = op.i[1], k = op.i[2], ta = op.i[3], tb = op.i[4], b = op.i[5];
-    int dc = tg_ad_grad_of(g, op.out[0]);
+    int dc = product_grad(g, &op);
+    if (dc < 0) {
+        tg_graph_fail(g, "matmul %d: its product has no gradient", index);
+        return;
+    }
     int acc;
     int dbias = -1, acc_bias = 0;
     if (op.in[2] >= 0) {
@@ -307,7 +368,10 @@ static void bwd_matmul(tg_graph *g, int index) {
             return;
         }
     }
-    int da = tg_ad_grad_dest(g, op.in[0], &acc);
+    /* dA with the producer's GELU backward applied: the pre-activation's gradient. */
+    int gelu = g->needs_grad[op.in[0]] ? gelu_producer_of_a(g, &op) : -1;
+    int a_target = gelu >= 0 ? g->ops[gelu].out[2] : op.in[0];
+    int da = tg_ad_grad_dest(g, a_target, &acc);
     if (da >= 0) {
         tg_op_spec s = tg_spec(TG_OP_MATMUL);
         if (!ta) { /* dA[M,K] = dC @ op(B)^T */
@@ -319,8 +383,9 @@ static void bwd_matmul(tg_graph *g, int index) {
         }
         s.i[5] = b, s.i[6] = acc, s.f[0] = op.f[0];
         s.out[0] = da;
+        if (gelu >= 0) s.in[3] = a_target, s.i[8] = TG_MATMUL_ACT_GELU_BWD;
         tg_graph_op(g, &s);
-        tg_ad_commit(g, op.in[0], da);
+        tg_ad_commit(g, a_target, da);
     }
     int db = tg_ad_grad_dest(g, op.in[1], &acc);
     if (db >= 0) {
@@ -521,8 +586,9 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_EMBEDDING] = {shape_embedding, flops_none, bwd_embedding, {W}},
     [TG_OP_EMBEDDING_BWD] = {shape_embedding, flops_embedding_bwd, NULL, {A}},
     [TG_OP_ADD] = {shape_add, flops_n, bwd_add, {W}},
-    /* out0 += when i[6]; out1 (i[7]) is a bias gradient, written: its only contribution. */
-    [TG_OP_MATMUL] = {shape_matmul, flops_matmul, bwd_matmul, {W, W}},
+    /* out0 += when i[6]; out1 (i[7]) is a bias gradient, written: its only contribution;
+     * out2 (i[8] = 1) the pre-activation. */
+    [TG_OP_MATMUL] = {shape_matmul, flops_matmul, bwd_matmul, {W, W, W}},
     [TG_OP_BIAS_GRAD] = {shape_bias_grad, flops_bias_grad, NULL, {A}},
     [TG_OP_LAYERNORM] = {shape_layernorm, flops_layernorm, bwd_layernorm, {W, W, W}},
     [TG_OP_LAYERNORM_BWD] = {shape_layernorm, flops_layernorm_bwd, NULL, {W, A, A}},

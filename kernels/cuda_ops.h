@@ -43,8 +43,9 @@ typedef struct tg_cuda_ctx {
     uint64_t seed;                  /* dropout stream seed */
     /* Set by the executor for one untimed, uncaptured pass whose results are discarded:
      * a GEMM shape not yet in the cache times cuBLASLt's top candidates (and, for a fused
-     * bias gradient, the epilogue against the plain product plus the column sums) and
-     * caches the fastest. Otherwise the heuristic's first choice is taken. */
+     * bias gradient, the epilogue against the plain product plus the column sums; a GELU
+     * epilogue's form is never timed, see kernels/gemm.cu) and caches the fastest.
+     * Otherwise the heuristic's first choice is taken. */
     int gemm_tune;
 } tg_cuda_ctx;
 
@@ -116,6 +117,9 @@ int tg_gemm_cache_import(tg_gemm_cache *cache, const void *bytes, size_t len);
 /* Entries chosen in this process (not imported); entries imported. */
 int tg_gemm_cache_new_entries(const tg_gemm_cache *cache);
 int tg_gemm_cache_imported(const tg_gemm_cache *cache);
+/* Entries for MATMUL's GELU epilogue act (i[8]): run as the cuBLASLt epilogue (fallback 0)
+ * or as the plain product plus the GELU kernel (fallback 1). */
+int tg_gemm_cache_act_entries(const tg_gemm_cache *cache, int act, int fallback);
 int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err);
 
 #ifdef __cplusplus

@@ -7,7 +7,18 @@
  * sums op(A) (A' = B's memory is cuBLASLt's A, so our A is its B) and BGRADA when it sums
  * op(B), for bf16 products. Where cuBLASLt offers no algorithm with that epilogue, and for
  * fp32 products, the plain product runs and the BIAS_GRAD kernel sums the same operand
- * into the zeroed output: same semantics. */
+ * into the zeroed output: same semantics.
+ *
+ * The GELU epilogues (i[8]) are GELU_AUX_BIAS (GELU_AUX without a bias; the aux matrix is
+ * the pre-activation out2) and DGELU (aux = the saved pre-activation in3). The aux matrix
+ * has C's column-major layout [N rows, M columns], leading dimension N, and C's data type
+ * (cuBLASLt's default, so the aux type attribute stays unset). Which form runs is decided
+ * from the launch alone, never by timing, so results are reproducible: the epilogue for
+ * bf16 outputs when the aux leading dimension is a multiple of 8 (cuBLASLt's rule) and the
+ * pointers are 16-byte aligned, and cuBLASLt has an algorithm for it; otherwise (and for
+ * every fp32 output, whose GELU must stay at the CPU reference's precision, which an
+ * epilogue with a fast tanh need not) the plain product (with its bias epilogue) and then
+ * the GELU or GELU_BWD kernel, which complete the op with the separate ops' formulas. */
 #include <cublasLt.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,9 +32,12 @@ typedef struct gemm_key {
     int32_t ta, tb, bias, accumulate, tf32;
     int32_t type_a, type_b, type_c, type_bias; /* tg_dtype of A, B, C and the bias */
     int32_t bgrad; /* i[7]; + BGRAD_FALLBACK when the plain product plus the column-sum kernel */
+    int32_t act;   /* i[8]; + ACT_FALLBACK when the plain product plus the GELU(_BWD) kernel */
+    int32_t pad;   /* explicit, so keys compare and persist without padding bytes */
 } gemm_key;
 
 #define BGRAD_FALLBACK 16
+#define ACT_FALLBACK 16
 
 static cudaDataType_t cuda_type(int dtype) { return dtype == TG_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
@@ -40,7 +54,7 @@ struct tg_gemm_cache {
     int n_new, n_imported;
 };
 
-#define GEMM_CACHE_MAGIC 0x31434D47u /* "GMC1" */
+#define GEMM_CACHE_MAGIC 0x32434D47u /* "GMC2": gemm_key with the activation epilogue */
 
 static int cache_add(tg_gemm_cache *cache, const gemm_key *key, const cublasLtMatmulAlgo_t *algo, int imported) {
     if (cache->n == cache->cap) {
@@ -149,27 +163,63 @@ static int bgrad_fallback(const tg_cuda_op_args *a, tg_err *err) {
     return tg_launch_bias_grad(&sa, err);
 }
 
+/* The GELU(_BWD) op that completes a GELU epilogue's fallback, on the product the plain
+ * GEMM wrote: forward, out0 = gelu(out2); backward, out0 = out0 * gelu'(in3), in place
+ * (each element is read, then written, by one thread). */
+static int act_fallback(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_op *op = a->op;
+    tg_op s;
+    memset(&s, 0, sizeof s);
+    s.kind = op->i[8] == TG_MATMUL_ACT_GELU ? TG_OP_GELU : TG_OP_GELU_BWD;
+    s.i[0] = op->i[0] * op->i[1];
+    s.i[1] = TG_GELU_TANH;
+    tg_cuda_op_args sa;
+    memset(&sa, 0, sizeof sa);
+    sa.op = &s, sa.ctx = a->ctx, sa.training = a->training;
+    sa.out[0] = a->out[0], sa.out_dtype[0] = a->out_dtype[0];
+    if (s.kind == TG_OP_GELU) {
+        sa.in[0] = a->out[2], sa.in_dtype[0] = a->out_dtype[2];
+        return tg_launch_gelu(&sa, err);
+    }
+    sa.in[0] = a->out[0], sa.in_dtype[0] = a->out_dtype[0];
+    sa.in[1] = a->in[3], sa.in_dtype[1] = a->in_dtype[3];
+    return tg_launch_gelu_bwd(&sa, err);
+}
+
 #define TUNE_CANDIDATES 8
 #define TUNE_REPS 3
 
-/* The matmul descriptor: transposes, and an epilogue for a bias (in) or a bias gradient
- * (dbias out, BGRADB when it sums our A, BGRADA when it sums our B). */
+/* What a descriptor's epilogue computes, and its buffers. */
+typedef struct epilogue {
+    cublasLtEpilogue_t kind;  /* CUBLASLT_EPILOGUE_DEFAULT: none */
+    const void *vec;          /* BIAS_POINTER: the bias (in) or the bias gradient (out) */
+    int vec_dtype;            /* tg_dtype of vec */
+    const void *aux;          /* EPILOGUE_AUX_POINTER: the GELU pre-activation (out or in) */
+    int64_t aux_ld;           /* its leading dimension, in elements */
+} epilogue;
+
+/* The matmul descriptor: transposes and the epilogue. */
 static cublasStatus_t make_desc(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute, cublasOperation_t op_a,
-                                cublasOperation_t op_b, const void *bias, int bias_dtype, void *dbias, int bgrad) {
+                                cublasOperation_t op_b, const epilogue *e) {
     cublasStatus_t st = cublasLtMatmulDescCreate(desc, compute, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b);
-    const void *ptr = bias ? bias : dbias;
-    if (st != CUBLAS_STATUS_SUCCESS || !ptr) return st;
-    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : bgrad == 1 ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
-    cudaDataType_t type = cuda_type(bias_dtype);
-    st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
+    if (st != CUBLAS_STATUS_SUCCESS || e->kind == CUBLASLT_EPILOGUE_DEFAULT) return st;
+    st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e->kind, sizeof e->kind);
+    if (st == CUBLAS_STATUS_SUCCESS && e->vec) {
+        const cudaDataType_t type = cuda_type(e->vec_dtype);
+        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->vec, sizeof e->vec);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS && e->aux) {
+        st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e->aux_ld,
+                                                sizeof e->aux_ld);
+    }
     return st;
 }
 
@@ -196,26 +246,34 @@ static const cublasLtMatmulAlgo_t *cache_find(tg_cuda_ctx *ctx, cublasLtHandle_t
     return NULL;
 }
 
+/* The kernel that completes a fallback variant (1) after its plain product: the column
+ * sums of a fused bias gradient, or the GELU(_BWD) of an activation epilogue. */
+static int finish_variant(const tg_cuda_op_args *a, int variant, tg_err *err) {
+    if (variant != 1) return 0;
+    if (a->op->i[7]) return bgrad_fallback(a, err);
+    if (a->op->i[8]) return act_fallback(a, err);
+    return 0;
+}
+
 /* Milliseconds of one run of a candidate (the best of TUNE_REPS after a warm-up run), on
- * the op's own buffers: only in the executor's tuning pass, outside any capture, whose
- * results are thrown away (accumulating products add into their output each run).
- * Variant 1 includes the column-sum kernel. INFINITY when it fails. */
+ * the op's own buffers (the product into d): only in the executor's tuning pass, outside
+ * any capture, whose results are thrown away (accumulating products add into their output
+ * each run). Variant 1 includes its completing kernel. INFINITY when it fails. */
 static float time_candidate(const tg_cuda_op_args *a, cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
                             cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                            const cublasLtMatmulAlgo_t *algo, int variant, const float *alpha, const float *beta) {
+                            const cublasLtMatmulAlgo_t *algo, int variant, const float *alpha, const float *beta,
+                            void *d) {
     tg_cuda_ctx *ctx = a->ctx;
     cudaEvent_t ev[2] = {NULL, NULL};
     float best = INFINITY;
     if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) goto done;
     for (int r = 0; r <= TUNE_REPS; r++) {
         if (cudaEventRecord(ev[0], ctx->stream) != cudaSuccess) break;
-        if (cublasLtMatmul(lt, desc, alpha, a->in[1], la, a->in[0], lb, beta, a->out[0], lc, a->out[0], lc, algo,
+        if (cublasLtMatmul(lt, desc, alpha, a->in[1], la, a->in[0], lb, beta, d, lc, d, lc, algo,
                            ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream) != CUBLAS_STATUS_SUCCESS)
             break;
-        if (variant == 1) {
-            tg_err err;
-            if (bgrad_fallback(a, &err)) break;
-        }
+        tg_err err;
+        if (finish_variant(a, variant, &err)) break;
         float ms = 0;
         if (cudaEventRecord(ev[1], ctx->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
             cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
@@ -234,6 +292,7 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     tg_cuda_ctx *ctx = a->ctx;
     const int64_t M = op->i[0], N = op->i[1], K = op->i[2], batch = op->i[5];
     const int ta = (int)op->i[3], tb = (int)op->i[4], acc = (int)op->i[6], bgrad = (int)op->i[7];
+    const int act = (int)op->i[8];
     const float alpha = op->f[0], beta = acc ? 1.0f : 0.0f;
     const void *bias = a->in[2];
     void *dbias = bgrad ? a->out[1] : NULL;
@@ -241,6 +300,16 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
                   a->out_dtype[1] != TG_F32))
         return tg_fail(err, "matmul: fused bias gradient i[7]=%d needs an fp32 out1, batch 1, no bias and %s", bgrad,
                        bgrad == 1 ? "transA" : "no transB");
+    /* The pre-activation the GELU epilogue writes (out2) or reads (in3), typed like out0. */
+    void *pre = act == TG_MATMUL_ACT_GELU ? a->out[2] : act == TG_MATMUL_ACT_GELU_BWD ? a->in[3] : NULL;
+    const int pre_dtype = act == TG_MATMUL_ACT_GELU ? a->out_dtype[2] : a->in_dtype[3];
+    if (act && (act > TG_MATMUL_ACT_GELU_BWD || act < 0 || !pre || pre_dtype != a->out_dtype[0] || batch != 1 ||
+                acc || bgrad || (act == TG_MATMUL_ACT_GELU_BWD && bias)))
+        return tg_fail(err,
+                       "matmul: activation i[8]=%d needs its pre-activation (%s) typed like out0, batch 1, no "
+                       "accumulate, no bias gradient%s",
+                       act, act == TG_MATMUL_ACT_GELU ? "out2" : "in3",
+                       act == TG_MATMUL_ACT_GELU_BWD ? " and no bias" : "");
     /* Column-major problem: m = N, n = M, k = K; A' = B's memory, B' = A's memory. */
     gemm_key key;
     memset(&key, 0, sizeof key);
@@ -249,6 +318,7 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     key.type_a = a->in_dtype[0], key.type_b = a->in_dtype[1], key.type_c = a->out_dtype[0];
     key.type_bias = bias ? a->in_dtype[2] : TG_F32;
     key.bgrad = bgrad;
+    key.act = act;
     for (int s = 0; s < 3; s++)
         if ((s < 2 || bias) && a->in_dtype[s] != TG_F32 && a->in_dtype[s] != TG_BF16)
             return tg_fail(err, "matmul: input %d has dtype %s", s, tg_dtype_name(a->in_dtype[s]));
@@ -256,6 +326,9 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
         return tg_fail(err, "matmul: output has dtype %s", tg_dtype_name(key.type_c));
     /* TF32 is an fp32-input mode; bf16 inputs always multiply in bf16 with fp32 sums. */
     const int fp32_inputs = key.type_a == TG_F32 && key.type_b == TG_F32;
+    /* The GELU epilogue's conditions (see the top of the file); else only the fallback. */
+    const int act_epilogue_ok = act && key.type_c == TG_BF16 && N % 8 == 0 && tg_aligned16(pre) &&
+                                tg_aligned16(a->out[0]);
     cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDesc_t desc = NULL, desc2 = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -277,27 +350,52 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
         LT_TRY(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb), "stride B");
         LT_TRY(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc), "stride C");
     }
-    /* Variant 0: the epilogue (bias, or bias gradient); variant 1 (bias gradient only): the
-     * plain product plus the column-sum kernel. fp32 products with a bias gradient use
-     * variant 1 only: cuBLASLt's bias-gradient sums there are ~1e-5 off in relative
-     * terms (the column-sum kernel adds in double), which the fp32 path, kept at the CPU
-     * reference's precision, does not accept. */
+    /* Variant 0: the epilogue (bias, bias gradient or GELU); variant 1 (bias gradient or
+     * GELU only): the plain product (with its bias epilogue) plus the kernel that finishes
+     * the op. fp32 products with a bias gradient use variant 1 only: cuBLASLt's
+     * bias-gradient sums there are ~1e-5 off in relative terms (the column-sum kernel adds
+     * in double), which the fp32 path, kept at the CPU reference's precision, does not
+     * accept. Bias-gradient variants are timed against each other in the tuning pass; the
+     * GELU variants never are: the epilogue whenever it is allowed and has an algorithm. */
     {
-        const int first = bgrad && fp32_inputs ? 1 : 0, last = bgrad ? 1 : 0;
+        const int fallback_only = (bgrad && fp32_inputs) || (act && !act_epilogue_ok);
+        const int first = fallback_only ? 1 : 0, last = bgrad || act ? 1 : 0;
         cublasLtMatmulDesc_t descs[2] = {NULL, NULL};
+        void *dst[2] = {a->out[0], a->out[0]}; /* the product's destination per variant */
         for (int v = first; v <= last; v++) {
-            const cublasStatus_t st = make_desc(&descs[v], compute, op_a, op_b, bias, bias ? key.type_bias : TG_F32,
-                                                v == 0 && bgrad ? dbias : NULL, bgrad);
+            epilogue e;
+            memset(&e, 0, sizeof e);
+            e.kind = CUBLASLT_EPILOGUE_DEFAULT;
+            if (bias) {
+                e.kind = CUBLASLT_EPILOGUE_BIAS;
+                e.vec = bias, e.vec_dtype = key.type_bias;
+            }
+            if (v == 0 && bgrad) {
+                e.kind = bgrad == 1 ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+                e.vec = dbias, e.vec_dtype = TG_F32;
+            }
+            if (v == 0 && act) {
+                e.kind = act == TG_MATMUL_ACT_GELU_BWD ? CUBLASLT_EPILOGUE_DGELU
+                         : bias                        ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                       : CUBLASLT_EPILOGUE_GELU_AUX;
+                e.aux = pre, e.aux_ld = N;
+            }
+            /* The GELU fallback's plain forward product is the pre-activation, out2. */
+            if (v == 1 && act == TG_MATMUL_ACT_GELU) dst[v] = a->out[2];
+            const cublasStatus_t st = make_desc(&descs[v], compute, op_a, op_b, &e);
             if (v == first) desc = descs[v]; /* freed at out: */
             else desc2 = descs[v];
             LT_TRY(st, "cublasLtMatmulDesc");
         }
-        /* A cached choice (either variant) wins. */
+        /* The key of each variant's cache entry. */
+        gemm_key keys[2] = {key, key};
+        keys[1].bgrad = bgrad ? bgrad + BGRAD_FALLBACK : 0;
+        keys[1].act = act ? act + ACT_FALLBACK : 0;
+        /* A cached choice (either variant, the epilogue first) wins. */
         const cublasLtMatmulAlgo_t *algo = NULL;
         int variant = -1;
         for (int v = first; v <= last && !algo; v++) {
-            key.bgrad = bgrad ? (v ? bgrad + BGRAD_FALLBACK : bgrad) : 0;
-            algo = cache_find(ctx, lt, &key, descs[v], la, lb, lc);
+            algo = cache_find(ctx, lt, &keys[v], descs[v], la, lb, lc);
             if (algo) variant = v;
         }
         if (!algo) {
@@ -320,26 +418,27 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
                     break;
                 }
                 for (int c = 0; c < found; c++) {
-                    const float ms = time_candidate(a, lt, descs[v], la, lb, lc, &results[c].algo, v, &alpha, &beta);
+                    const float ms =
+                        time_candidate(a, lt, descs[v], la, lb, lc, &results[c].algo, v, &alpha, &beta, dst[v]);
                     if (ms < best_ms) best_ms = ms, best = results[c].algo, variant = v;
                 }
+                if (act && variant >= 0) break; /* GELU: the epilogue when it has one that runs */
             }
             if (variant < 0) {
                 rc = tg_fail(err, "matmul M=%lld N=%lld K=%lld: cuBLASLt has no algorithm for this shape",
                              (long long)M, (long long)N, (long long)K);
                 goto out;
             }
-            key.bgrad = bgrad ? (variant ? bgrad + BGRAD_FALLBACK : bgrad) : 0;
-            if (cache_add(ctx->gemm_cache, &key, &best, 0)) {
+            if (cache_add(ctx->gemm_cache, &keys[variant], &best, 0)) {
                 rc = tg_fail(err, "out of memory");
                 goto out;
             }
             algo = &ctx->gemm_cache->entries[ctx->gemm_cache->n - 1].algo;
         }
-        LT_TRY(cublasLtMatmul(lt, descs[variant], &alpha, a->in[1], la, a->in[0], lb, &beta, a->out[0], lc, a->out[0],
-                              lc, algo, ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream),
+        LT_TRY(cublasLtMatmul(lt, descs[variant], &alpha, a->in[1], la, a->in[0], lb, &beta, dst[variant], lc,
+                              dst[variant], lc, algo, ctx->gemm_workspace, ctx->gemm_workspace_bytes, ctx->stream),
                "cublasLtMatmul");
-        if (bgrad && variant == 1) rc = bgrad_fallback(a, err);
+        rc = finish_variant(a, variant, err);
     }
 out:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -349,4 +448,13 @@ out:
     if (la) cublasLtMatrixLayoutDestroy(la);
     if (desc) cublasLtMatmulDescDestroy(desc);
     return rc;
+}
+
+/* The algorithms cached for GELU epilogues: with the epilogue (fallback 0) or as the plain
+ * product plus the GELU kernel (fallback 1), for activation act (i[8]). */
+extern "C" int tg_gemm_cache_act_entries(const tg_gemm_cache *cache, int act, int fallback) {
+    int n = 0;
+    for (int i = 0; i < cache->n; i++)
+        n += cache->entries[i].key.m >= 0 && cache->entries[i].key.act == act + (fallback ? ACT_FALLBACK : 0);
+    return n;
 }

@@ -60,15 +60,21 @@ static void op_add(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], add_ra
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
+/* The tanh GELU and its derivative, shared by GELU(_BWD) and MATMUL's GELU epilogues so
+ * the fused and separate forms give the same bits. */
+static inline float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v))); }
+static inline float gelu_tanh_grad(float v) {
+    float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+    float du = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+}
+
 static void gelu_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
     e = min64(e, a->op->i[0]);
     const float *x = CF32(a->in[0]);
     float *y = F32(a->out[0]);
     if (a->op->i[1] == TG_GELU_TANH) {
-        for (int64_t i = b; i < e; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
-        }
+        for (int64_t i = b; i < e; i++) y[i] = gelu_tanh(x[i]);
     } else {
         for (int64_t i = b; i < e; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
     }
@@ -80,12 +86,7 @@ static void gelu_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
     const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]);
     float *dx = F32(a->out[0]);
     if (a->op->i[1] == TG_GELU_TANH) {
-        for (int64_t i = b; i < e; i++) {
-            float v = x[i];
-            float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
-            float du = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-        }
+        for (int64_t i = b; i < e; i++) dx[i] = dy[i] * gelu_tanh_grad(x[i]);
     } else {
         const float inv_sqrt_2pi = 0.3989422804014327f;
         for (int64_t i = b; i < e; i++) {
@@ -195,6 +196,7 @@ typedef struct mm_ctx {
     const tg_cpu_op_args *a;
     int64_t M, N, K, batch;
     int ta, tb, acc;
+    int act;            /* i[8]: TG_MATMUL_ACT_* */
     float alpha;
     int64_t n_panels;   /* ceil(N / NR) */
     int64_t row_blocks; /* ceil(M / MC) */
@@ -232,7 +234,8 @@ static void mm_kernel(const float *ap, const float *bp, int64_t K, v4f acc[MR][N
 static void mm_rows(void *p, int64_t b, int64_t e) {
     mm_ctx *c = p;
     const float *A = CF32(c->a->in[0]), *bias = CF32(c->a->in[2]);
-    float *C = F32(c->a->out[0]);
+    const float *pre_in = CF32(c->a->in[3]);
+    float *C = F32(c->a->out[0]), *pre_out = F32(c->a->out[2]);
     int64_t M = c->M, N = c->N, K = c->K;
     float *ap = aligned_alloc(64, (size_t)MC * (size_t)(K > 0 ? K : 1) * 4);
     if (!ap) abort(); /* the executor has no error path inside an op */
@@ -266,6 +269,11 @@ static void mm_rows(void *p, int64_t b, int64_t e) {
                     for (int64_t j = 0; j < nj; j++) {
                         float v = c->alpha * t[j];
                         if (bias) v += bias[j0 + j];
+                        /* The epilogues (batch 1, no accumulate): GELU, keeping the
+                         * pre-activation, or the GELU backward at the saved one. */
+                        int64_t at = bt * M * N + i * N + j0 + j;
+                        if (c->act == TG_MATMUL_ACT_GELU) pre_out[at] = v, v = gelu_tanh(v);
+                        else if (c->act == TG_MATMUL_ACT_GELU_BWD) v = v * gelu_tanh_grad(pre_in[at]);
                         crow[j] = c->acc ? crow[j] + v : v;
                     }
                 }
@@ -304,7 +312,10 @@ static void op_matmul(const tg_cpu_op_args *a) {
     const tg_op *op = a->op;
     mm_ctx c = {.a = a, .M = op->i[0], .N = op->i[1], .K = op->i[2], .ta = op->i[3] != 0,
                 .tb = op->i[4] != 0, .batch = op->i[5] > 0 ? op->i[5] : 1, .acc = op->i[6] != 0,
-                .alpha = op->f[0]};
+                .act = (int)op->i[8], .alpha = op->f[0]};
+    /* An epilogue without its pre-activation buffer (a plan the reader let through) would
+     * write or read through NULL. */
+    if ((c.act == TG_MATMUL_ACT_GELU && !a->out[2]) || (c.act == TG_MATMUL_ACT_GELU_BWD && !a->in[3])) abort();
     if (c.M <= 0 || c.N <= 0) return;
     c.n_panels = (c.N + NR - 1) / NR;
     c.row_blocks = (c.M + MC - 1) / MC;

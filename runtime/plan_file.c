@@ -29,7 +29,7 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
  * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_tensor) == 184, "tg_tensor changed: update put_tensor/get_tensor");
-_Static_assert(sizeof(tg_op) == 144, "tg_op changed: update put_op/get_op");
+_Static_assert(sizeof(tg_op) == 152, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_job) == 2296, "tg_job changed: update put_job/get_job");
 _Static_assert(sizeof(tg_plan) == 3584, "tg_plan changed: update tg_plan_encode/decode");
@@ -129,6 +129,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->allow_tf32);
     put_i32(b, j->attention);
     put_i32(b, j->fuse_bias_grad);
+    put_i32(b, j->fuse_gelu);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -363,6 +364,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->allow_tf32 = get_i32(r);
     j->attention = get_i32(r);
     j->fuse_bias_grad = get_i32(r);
+    j->fuse_gelu = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -440,6 +442,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job attention mode %d is not a known mode", name, j->attention);
     if (j->fuse_bias_grad != 0 && j->fuse_bias_grad != 1)
         return tg_fail(err, "%s: job fuse_bias_grad %d is not a boolean", name, j->fuse_bias_grad);
+    if (j->fuse_gelu != 0 && j->fuse_gelu != 1)
+        return tg_fail(err, "%s: job fuse_gelu %d is not a boolean", name, j->fuse_gelu);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
@@ -499,6 +503,16 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
             if (op->out[k] < -1 || op->out[k] >= p->n_tensors)
                 return tg_fail(err, "%s: op %d (%s) output %d refers to tensor %d of %d", name,
                                o, tg_op_name(op->kind), k, op->out[k], p->n_tensors);
+        /* The activation epilogue and its pre-activation: written (out2) or read (in3). */
+        if (op->kind == TG_OP_MATMUL) {
+            int64_t act = op->i[8];
+            if (act < TG_MATMUL_ACT_NONE || act > TG_MATMUL_ACT_GELU_BWD)
+                return tg_fail(err, "%s: op %d (matmul) has activation i[8]=%lld (0, 1 or 2 allowed)", name,
+                               o, (long long)act);
+            if ((act == TG_MATMUL_ACT_GELU && op->out[2] < 0) || (act == TG_MATMUL_ACT_GELU_BWD && op->in[3] < 0))
+                return tg_fail(err, "%s: op %d (matmul) with activation i[8]=%lld lacks its pre-activation "
+                               "(%s)", name, o, (long long)act, act == TG_MATMUL_ACT_GELU ? "out2" : "in3");
+        }
     }
 
     static const char *const io_names[] = {

@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "compiler/autodiff.h"
 #include "compiler/compile.h"
 #include "compiler/inspect.h"
+#include "compiler/graph.h"
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"
 #include "compiler/model_build.h"
@@ -907,6 +909,149 @@ TG_TEST(test_compile_fused_bias_grad) {
         CHECK(fused == cases[c].biases, "%s: %d fused bias gradients, want %d", name, fused, cases[c].biases);
         tg_plan_free(&p), tg_plan_free(&q);
     }
+}
+
+/* The MLP's tanh GELU inside its matmuls (fuse_gelu, the default): per layer, the c_fc
+ * matmul writes the activation and keeps the pre-activation (i[8] = 1, out2), and the
+ * c_proj dA matmul writes the pre-activation's gradient as product * gelu'(pre) (i[8] = 2,
+ * in3 = that out2), which the c_fc weight-gradient matmul then reads; no GELU or GELU_BWD
+ * op, the same FLOPs, fewer bytes, smaller peak. fuse_gelu = false keeps the separate ops.
+ * BERT's exact erf GELU is never fused: its plan is the same either way. */
+TG_TEST(test_compile_fused_gelu) {
+    static const struct {
+        const char *preset;
+        int task, precision, fused;
+    } cases[] = {{"gpt2", TG_TASK_LM, TG_PREC_FP32, 1},
+                 {"gpt2", TG_TASK_CLASSIFY, TG_PREC_BF16, 1},
+                 {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_model_config cfg;
+        tg_err err;
+        memset(&cfg, 0, sizeof cfg);
+        REQUIRE(tg_model_config_load(cases[c].preset, &cfg, &err) == 0, "%s", err.msg);
+        tg_job job;
+        tg_job_defaults(&job);
+        CHECK(job.fuse_gelu == 1, "fuse_gelu is not on by default");
+        snprintf(job.model, sizeof job.model, "%s", cases[c].preset);
+        job.task = cases[c].task, job.precision = cases[c].precision, job.batch = 2, job.seq = 16, job.steps = 1;
+        job.pad_token_id = cfg.pad_token_id >= 0 ? -1 : 0;
+        tg_plan p, q;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        job.fuse_gelu = 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &q, &err) == 0, "%s", err.msg);
+        const char *name = cases[c].preset;
+        check_plan_memory(&p, name);
+        int kp[TG_OP_COUNT], kq[TG_OP_COUNT];
+        count_kinds(&p, kp);
+        count_kinds(&q, kq);
+        if (!cases[c].fused) {
+            CHECK(p.n_ops == q.n_ops && p.n_tensors == q.n_tensors &&
+                      memcmp(p.ops, q.ops, sizeof *p.ops * (size_t)p.n_ops) == 0 &&
+                      memcmp(p.tensors, q.tensors, sizeof *p.tensors * (size_t)p.n_tensors) == 0,
+                  "%s: fuse_gelu changed a plan whose GELU is the erf form", name);
+            CHECK(kp[TG_OP_GELU] == cfg.layers, "%s: %d gelu ops", name, kp[TG_OP_GELU]);
+            tg_plan_free(&p), tg_plan_free(&q);
+            continue;
+        }
+        CHECK(kp[TG_OP_GELU] == 0 && kp[TG_OP_GELU_BWD] == 0 && kq[TG_OP_GELU] == cfg.layers &&
+                  kq[TG_OP_GELU_BWD] == cfg.layers,
+              "%s: gelu ops fused %d/%d, separate %d/%d", name, kp[TG_OP_GELU], kp[TG_OP_GELU_BWD], kq[TG_OP_GELU],
+              kq[TG_OP_GELU_BWD]);
+        CHECK(p.n_ops == q.n_ops - 2 * cfg.layers, "%s: %d ops fused, %d separate", name, p.n_ops, q.n_ops);
+        CHECK(fabs(p.flops_per_step - q.flops_per_step) <= 1e-12 * q.flops_per_step, "%s: flops %.9g vs %.9g", name,
+              p.flops_per_step, q.flops_per_step);
+        CHECK(p.bytes_per_step < q.bytes_per_step && p.activation_live_peak <= q.activation_live_peak,
+              "%s: bytes per step %.6g vs %.6g, live peak %llu vs %llu", name, p.bytes_per_step, q.bytes_per_step,
+              (unsigned long long)p.activation_live_peak, (unsigned long long)q.activation_live_peak);
+        int pairs = 0;
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind != TG_OP_MATMUL || op->i[8] != TG_MATMUL_ACT_GELU) continue;
+            CHECK(op->phase == TG_PHASE_FORWARD && op->in[2] >= 0 && op->out[2] >= 0 &&
+                      strstr(p.tensors[op->out[0]].name, ".mlp.gelu") && strstr(p.tensors[op->out[2]].name, ".mlp.c_fc") &&
+                      p.tensors[op->out[2]].dtype == p.tensors[op->out[0]].dtype,
+                  "%s: forward gelu matmul %d writes %s, keeps %s", name, o, p.tensors[op->out[0]].name,
+                  p.tensors[op->out[2]].name);
+            /* Its backward partner reads the kept pre-activation and writes its gradient,
+             * which the c_fc weight-gradient matmul reads as dC. */
+            for (int b = p.phase_begin[TG_PHASE_BACKWARD]; b < p.n_ops; b++) {
+                const tg_op *d = &p.ops[b];
+                if (d->kind != TG_OP_MATMUL || d->i[8] != TG_MATMUL_ACT_GELU_BWD || d->in[3] != op->out[2]) continue;
+                int read = 0;
+                for (int k = b + 1; k < p.n_ops; k++)
+                    read += p.ops[k].kind == TG_OP_MATMUL && p.ops[k].in[1] == d->out[0] && p.ops[k].in[0] == op->in[0];
+                CHECK(d->in[2] < 0 && !d->i[6] && !d->i[7] && d->i[5] == 1 && read == 1,
+                      "%s: gelu backward matmul %d: bias %d, accumulate %lld, read by %d weight gradients", name, b,
+                      d->in[2], (long long)d->i[6], read);
+                pairs++;
+            }
+        }
+        CHECK(pairs == cfg.layers, "%s: %d gelu matmul pairs, want %d", name, pairs, cfg.layers);
+        tg_plan_free(&p), tg_plan_free(&q);
+    }
+}
+
+/* The backward rule when the consumer's dA cannot apply the GELU backward: an activation
+ * read by two matmuls has two gradient contributions, so they are added and one GELU_BWD
+ * on the kept pre-activation gives its gradient. A hand-built graph: h = gelu(x W1 + b1)
+ * (i[8] = 1), logits = h W2 + h W3, cross-entropy loss. */
+TG_TEST(test_compile_gelu_epilogue_shared_activation) {
+    tg_model_config cfg;
+    tg_err err;
+    memset(&cfg, 0, sizeof cfg);
+    REQUIRE(tg_model_config_load("tiny-gpt2", &cfg, &err) == 0, "%s", err.msg);
+    tg_job job;
+    tg_job_defaults(&job);
+    tg_graph g;
+    tg_graph_init(&g, &cfg, &job, &err);
+    const int64_t N = 4, D = 8, F = 16, C = 5;
+    int64_t xs[2] = {N, D}, ls[1] = {N};
+    int x = tg_graph_tensor(&g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int labels = tg_graph_tensor(&g, "labels", TG_I32, TG_POOL_INPUTS, 1, ls);
+    g.io.labels = labels;
+    int w1 = tg_param(&g, "w1", 2, D, F, TG_INIT_NORMAL, 0), b1 = tg_param(&g, "b1", 1, F, 0, TG_INIT_ZEROS, 1);
+    int w2 = tg_param(&g, "w2", 2, F, C, TG_INIT_NORMAL, 0), w3 = tg_param(&g, "w3", 2, F, C, TG_INIT_NORMAL, 0);
+    int pre = tg_act(&g, "pre", 2, N, F, 0, 0), h = tg_act(&g, "h", 2, N, F, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = w1, s.in[2] = b1, s.out[0] = h, s.out[2] = pre;
+    s.i[0] = N, s.i[1] = F, s.i[2] = D, s.i[5] = 1, s.i[8] = TG_MATMUL_ACT_GELU, s.f[0] = 1.0f;
+    tg_graph_op(&g, &s);
+    int y[2];
+    for (int k = 0; k < 2; k++) {
+        y[k] = tg_act(&g, k ? "y3" : "y2", 2, N, C, 0, 0);
+        s = tg_spec(TG_OP_MATMUL);
+        s.in[0] = h, s.in[1] = k ? w3 : w2, s.out[0] = y[k];
+        s.i[0] = N, s.i[1] = C, s.i[2] = F, s.i[5] = 1, s.f[0] = 1.0f;
+        tg_graph_op(&g, &s);
+    }
+    int logits = tg_act(&g, "logits", 2, N, C, 0, 0), loss = tg_act(&g, "loss", 1, 1, 0, 0, 0);
+    s = tg_spec(TG_OP_ADD);
+    s.in[0] = y[0], s.in[1] = y[1], s.out[0] = logits, s.i[0] = N * C;
+    tg_graph_op(&g, &s);
+    s = tg_spec(TG_OP_CROSS_ENTROPY);
+    s.in[0] = logits, s.in[1] = labels, s.out[0] = loss, s.i[0] = N, s.i[1] = C;
+    tg_graph_op(&g, &s);
+    REQUIRE(!g.failed && tg_plan_param_layout(&g) == 0 && tg_autodiff(&g, loss) == 0, "%s", err.msg);
+    int fused_bwd = 0, gelu_bwd = 0, dw1 = 0;
+    for (int o = 0; o < g.n_ops; o++) {
+        const tg_op *op = &g.ops[o];
+        fused_bwd += op->kind == TG_OP_MATMUL && op->i[8] == TG_MATMUL_ACT_GELU_BWD;
+        if (op->kind == TG_OP_GELU_BWD) {
+            gelu_bwd++;
+            /* dh is the sum of both dA products; the result is pre's gradient. */
+            int summed = 0;
+            for (int k = 0; k < o; k++) summed |= g.ops[k].kind == TG_OP_ADD && g.ops[k].out[0] == op->in[0];
+            CHECK(op->in[1] == pre && op->i[1] == TG_GELU_TANH && op->i[0] == N * F && summed,
+                  "gelu_bwd %d reads %d (pre %d), mode %lld, summed dh %d", o, op->in[1], pre, (long long)op->i[1],
+                  summed);
+            for (int k = o + 1; k < g.n_ops; k++)
+                dw1 += g.ops[k].kind == TG_OP_MATMUL && g.ops[k].in[1] == op->out[0] &&
+                       g.ops[k].out[0] == g.tensors[w1].grad && g.ops[k].out[1] == g.tensors[b1].grad;
+        }
+    }
+    CHECK(fused_bwd == 0 && gelu_bwd == 1 && dw1 == 1, "%d fused gelu backward matmuls, %d gelu_bwd ops, dW1 %d",
+          fused_bwd, gelu_bwd, dw1);
+    tg_graph_free(&g);
 }
 
 static int tensor_named(const tg_plan *p, const char *name) {

@@ -335,3 +335,66 @@ TG_TEST(test_model_fused_bias_grad_tiny_gpt2) {
     fused_bias_grad_matches("tiny-gpt2", TG_TASK_LM, 0, TG_PREC_FP32);
     fused_bias_grad_matches("tiny-gpt2", TG_TASK_CLASSIFY, 2, TG_PREC_FP32);
 }
+
+/* ---- GELU in the matmuls vs separate GELU ops ----------------------------------------- */
+
+/* One training step (dropout on) with the MLP's tanh GELU as matmul epilogues (fuse_gelu,
+ * the default: MATMUL i[8] = 1 in the forward, i[8] = 2 for the consumer's dA) and with
+ * separate GELU / GELU_BWD ops, from the same weights and batch. In fp32 the epilogues
+ * evaluate the separate ops' expressions on the same floats, so the loss and every
+ * gradient agree bit for bit; in bf16 the fused forms skip one rounding of the product to
+ * bf16, so they agree to bf16 precision. tanh_bert: a BERT-style model given the tanh GELU. */
+static void fused_gelu_matches(const char *preset, int task, int num_labels, int precision, int tanh_bert) {
+    tg_model_config cfg;
+    tg_err err;
+    tg_job job;
+    if (pair_job(preset, task, num_labels, &cfg, &job)) return;
+    if (tanh_bert) cfg.gelu = TG_GELU_TANH;
+    job.precision = precision;
+    tg_plan plans[2];
+    for (int m = 0; m < 2; m++) {
+        job.fuse_gelu = m == 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &plans[m], &err) == 0, "%s", err.msg);
+    }
+    const tg_plan *f = &plans[0], *u = &plans[1];
+    int fwd = 0, bwd = 0;
+    for (int o = 0; o < f->n_ops; o++) {
+        fwd += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[8] == TG_MATMUL_ACT_GELU;
+        bwd += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[8] == TG_MATMUL_ACT_GELU_BWD;
+    }
+    CHECK(fwd == cfg.layers && bwd == cfg.layers && count_kind(f, TG_OP_GELU) == 0 &&
+              count_kind(f, TG_OP_GELU_BWD) == 0 && count_kind(u, TG_OP_GELU) == cfg.layers &&
+              count_kind(u, TG_OP_GELU_BWD) == cfg.layers,
+          "%s: %d/%d fused gelu matmuls; gelu ops %d and %d", preset, fwd, bwd, count_kind(f, TG_OP_GELU),
+          count_kind(u, TG_OP_GELU));
+    REQUIRE(f->pool_bytes[TG_POOL_PARAMS] == u->pool_bytes[TG_POOL_PARAMS], "%s: parameter pools differ", preset);
+
+    float *grads[2] = {NULL, NULL};
+    tg_step_stats st[2];
+    if (step_pair(plans, st, grads)) {
+        for (int m = 0; m < 2; m++) free(grads[m]), tg_plan_free(&plans[m]);
+        return;
+    }
+    size_t pbytes = f->pool_bytes[TG_POOL_PARAMS];
+    if (precision == TG_PREC_FP32) {
+        CHECK(isfinite(st[0].loss) && st[0].loss == st[1].loss && st[0].grad_norm == st[1].grad_norm,
+              "%s: loss fused %.9g, separate %.9g; gradient norm %.9g, %.9g", preset, st[0].loss, st[1].loss,
+              st[0].grad_norm, st[1].grad_norm);
+        CHECK(memcmp(grads[0], grads[1], pbytes) == 0, "%s: gradients differ by %.3g relative", preset,
+              tg_rel_err(grads[0], grads[1], (int64_t)(pbytes / 4)));
+    } else {
+        double rel = tg_rel_err(grads[0], grads[1], (int64_t)(pbytes / 4));
+        CHECK(isfinite(st[0].loss) && fabs(st[0].loss - st[1].loss) <= 1e-2 * fabs(st[1].loss),
+              "%s bf16: loss fused %.9g, separate %.9g", preset, st[0].loss, st[1].loss);
+        CHECK(rel <= 5e-2 && st[0].grad_norm > 0, "%s bf16: gradients differ by %.3g relative", preset, rel);
+    }
+    for (int m = 0; m < 2; m++) tg_plan_free(&plans[m]);
+    free(grads[0]), free(grads[1]);
+}
+
+TG_TEST(test_model_fused_gelu_tiny_gpt2) {
+    fused_gelu_matches("tiny-gpt2", TG_TASK_LM, 0, TG_PREC_FP32, 0);
+    fused_gelu_matches("tiny-gpt2", TG_TASK_CLASSIFY, 2, TG_PREC_FP32, 0);
+    fused_gelu_matches("tiny-gpt2", TG_TASK_LM, 0, TG_PREC_BF16, 0);
+}
+TG_TEST(test_model_fused_gelu_tanh_bert) { fused_gelu_matches("tiny-bert", TG_TASK_CLASSIFY, 3, TG_PREC_FP32, 1); }

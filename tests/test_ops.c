@@ -438,6 +438,103 @@ TG_TEST(test_op_matmul_fused_bias_grad) {
             }
 }
 
+/* MATMUL's GELU epilogues (i[8]) against the separate ops on the same inputs, bit for bit:
+ * i[8] = 1 is MATMUL (+ bias) then GELU (tanh), its out2 the plain product; i[8] = 2 is
+ * MATMUL then GELU_BWD at the saved pre-activation in3. Outputs start as NaN. */
+static void run_matmul_act(const mm_case *m, int act, const float *A, const float *B, const float *bias,
+                           const float *pre_in, float *C, float *pre_out, tg_threadpool *tp) {
+    tg_op op = mkop(TG_OP_MATMUL);
+    op.i[0] = m->M, op.i[1] = m->N, op.i[2] = m->K;
+    op.i[3] = m->ta, op.i[4] = m->tb, op.i[5] = 1, op.i[8] = act;
+    op.f[0] = m->alpha;
+    tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B, (void *)bias, (void *)pre_in},
+                        .out = {C, NULL, pre_out}, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+static void run_gelu_op(int kind, int64_t n, const float *in0, const float *in1, float *out) {
+    tg_op op = mkop(kind);
+    op.i[0] = n, op.i[1] = TG_GELU_TANH;
+    tg_cpu_op_args a = {.op = &op, .in = {(void *)in0, (void *)in1}, .out = {out}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+}
+
+TG_TEST(test_op_matmul_gelu_epilogue) {
+    const int64_t shapes[3][3] = {{37, 29, 53}, {1, 7, 5}, {130, 70, 300}};
+    for (int s = 0; s < 3; s++)
+        for (int combo = 0; combo < 8; combo++)
+            for (int threaded = 0; threaded < 2; threaded++) {
+                mm_case m = {shapes[s][0], shapes[s][1], shapes[s][2], 1, combo & 1, (combo >> 1) & 1, 0, 0.75f};
+                int with_bias = (combo >> 2) & 1;
+                int64_t nA = m.M * m.K, nB = m.K * m.N, nC = m.M * m.N;
+                tg_threadpool *tp = threaded ? pool3() : NULL;
+                float *A = frand(nA, 70 + combo, -2, 2), *B = frand(nB, 80 + combo, -2, 2);
+                float *bias = with_bias ? frand(m.N, 90, -1, 1) : NULL;
+                /* Forward: gelu(product + bias), and the product + bias kept. */
+                float *act = fconst(nC, NAN), *pre = fconst(nC, NAN), *ref_pre = fconst(nC, NAN), *ref = fconst(nC, NAN);
+                run_matmul_act(&m, TG_MATMUL_ACT_GELU, A, B, bias, NULL, act, pre, tp);
+                run_matmul(&m, A, B, bias, ref_pre, tp);
+                run_gelu_op(TG_OP_GELU, nC, ref_pre, NULL, ref);
+                CHECK(!memcmp(pre, ref_pre, (size_t)nC * 4) && !memcmp(act, ref, (size_t)nC * 4),
+                      "gelu epilogue M=%lld N=%lld K=%lld ta=%d tb=%d bias=%d threads=%d: differs from matmul + gelu "
+                      "by %.3g (pre-activation %.3g)",
+                      (long long)m.M, (long long)m.N, (long long)m.K, m.ta, m.tb, with_bias, threaded,
+                      max_abs_diff(act, ref, nC), max_abs_diff(pre, ref_pre, nC));
+                /* Backward: product * gelu'(saved), against matmul then gelu_bwd. */
+                float *saved = frand(nC, 100 + combo, -4, 4), *dx = fconst(nC, NAN), *prod = fconst(nC, NAN);
+                float *dx_ref = fconst(nC, NAN);
+                run_matmul_act(&m, TG_MATMUL_ACT_GELU_BWD, A, B, NULL, saved, dx, NULL, tp);
+                run_matmul(&m, A, B, NULL, prod, tp);
+                run_gelu_op(TG_OP_GELU_BWD, nC, prod, saved, dx_ref);
+                CHECK(!memcmp(dx, dx_ref, (size_t)nC * 4), "gelu backward epilogue M=%lld ta=%d tb=%d threads=%d: "
+                      "differs from matmul + gelu_bwd by %.3g", (long long)m.M, m.ta, m.tb, threaded,
+                      max_abs_diff(dx, dx_ref, nC));
+                free(A), free(B), free(bias), free(act), free(pre), free(ref_pre), free(ref);
+                free(saved), free(dx), free(prod), free(dx_ref);
+            }
+}
+
+/* A GPT-2 MLP as the compiler emits it with fuse_gelu: h = gelu(X W1 + b1) (i[8] = 1,
+ * keeping pre), y = h W2; L = sum(r * y). Its backward: dPre = (r W2^T) * gelu'(pre) as one
+ * matmul (i[8] = 2), then dX = dPre W1^T, dW1 = X^T dPre, db1 = column sums of dPre; each
+ * against finite differences of the fused forward. */
+typedef struct mlp_ctx {
+    int64_t N, D, F;
+    float *X, *W1, *b1, *W2, *pre, *h, *y, *r;
+} mlp_ctx;
+
+static double mlp_loss(void *p) {
+    mlp_ctx *c = p;
+    mm_case fc = {c->N, c->F, c->D, 1, 0, 0, 0, 1.0f}, proj = {c->N, c->D, c->F, 1, 0, 0, 0, 1.0f};
+    run_matmul_act(&fc, TG_MATMUL_ACT_GELU, c->X, c->W1, c->b1, NULL, c->h, c->pre, NULL);
+    run_matmul(&proj, c->h, c->W2, NULL, c->y, NULL);
+    return dot(c->r, c->y, c->N * c->D);
+}
+
+TG_TEST(test_op_matmul_gelu_epilogue_grad) {
+    mlp_ctx c = {.N = 6, .D = 5, .F = 12};
+    int64_t N = c.N, D = c.D, F = c.F;
+    c.X = frand(N * D, 1, -1, 1), c.W1 = frand(D * F, 2, -1, 1), c.b1 = frand(F, 3, -0.5f, 0.5f);
+    c.W2 = frand(F * D, 4, -1, 1), c.r = frand(N * D, 5, -1, 1);
+    c.pre = falloc(N * F), c.h = falloc(N * F), c.y = falloc(N * D);
+    mlp_loss(&c);
+    float *dpre = fconst(N * F, NAN), *dX = fconst(N * D, NAN), *dW1 = fconst(D * F, NAN), *db1 = fconst(F, 0.0f);
+    mm_case dh = {N, F, D, 1, 0, 1, 0, 1.0f}; /* dPre[N,F] = r[N,D] @ W2[F,D]^T, then * gelu'(pre) */
+    run_matmul_act(&dh, TG_MATMUL_ACT_GELU_BWD, c.r, c.W2, NULL, c.pre, dpre, NULL, pool3());
+    mm_case dx = {N, D, F, 1, 0, 1, 0, 1.0f}, dw = {D, F, N, 1, 1, 0, 0, 1.0f};
+    run_matmul(&dx, dpre, c.W1, NULL, dX, pool3());
+    run_matmul(&dw, c.X, dpre, NULL, dW1, pool3());
+    tg_op bg = mkop(TG_OP_BIAS_GRAD);
+    bg.i[0] = N, bg.i[1] = F;
+    tg_cpu_op_args a = {.op = &bg, .in = {dpre}, .out = {db1}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    grad_check("gelu epilogue mlp dX", mlp_loss, &c, c.X, N * D, dX);
+    grad_check("gelu epilogue mlp dW1", mlp_loss, &c, c.W1, D * F, dW1);
+    grad_check("gelu epilogue mlp db1", mlp_loss, &c, c.b1, F, db1);
+    free(c.X), free(c.W1), free(c.b1), free(c.W2), free(c.r), free(c.pre), free(c.h), free(c.y);
+    free(dpre), free(dX), free(dW1), free(db1);
+}
+
 /* ---- embedding ------------------------------------------------------------------------- */
 
 typedef struct emb_ctx {

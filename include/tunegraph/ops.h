@@ -48,8 +48,20 @@ typedef enum tg_op_kind {
      * [out,in]) has dC as A, i[7] = 1; dW = X^T dC (GPT-2 Conv1D, weight [in,out]) has dC
      * as B, i[7] = 2. The compiler emits it only where the bias gradient has no other
      * contribution, so writing it equals TG_OP_BIAS_GRAD's += into the zeroed gradient.
+     * Optional activation epilogue i[8] (TG_MATMUL_ACT_*), the tanh GELU of TG_OP_GELU with
+     * i[1] = TG_GELU_TANH (the same float expressions, so the same values as the separate
+     * ops). With P = f[0] * op(in0) @ op(in1) (+ in2):
+     *   i[8] = 1 (GELU): out0 = gelu(P), out2 = P (the pre-activation, which the backward
+     *             reads); in2 optional;
+     *   i[8] = 2 (GELU backward): out0 = P * gelu'(in3), in3 = the forward's pre-activation;
+     *             no in2. This is TG_OP_GELU_BWD of the product: the product is the
+     *             gradient of the GELU's output, out0 the gradient of its input.
+     * Only with batch 1, no accumulate (i[6]) and no bias gradient (i[7]); out2 (i[8] = 1)
+     * and in3 (i[8] = 2) hold M*N elements, like out0. The compiler emits it only for
+     * models whose activation is the tanh form (job key fuse_gelu).
      * i[0]=M, i[1]=N, i[2]=K, i[3]=transA, i[4]=transB, i[5]=batch, i[6]=accumulate (out0
-     * only), i[7]=bias gradient (0 none, 1 of A, 2 of B). */
+     * only), i[7]=bias gradient (0 none, 1 of A, 2 of B), i[8]=activation (0 none, 1 GELU,
+     * 2 GELU backward). */
     TG_OP_MATMUL,
     /* in0 dout [M,N] -> out0 dbias [N] (+=), the column sums. i[0]=M, i[1]=N. Where the
      * weight-gradient product can take it, TG_OP_MATMUL's i[7] computes this instead. */
@@ -172,6 +184,8 @@ typedef enum tg_op_kind {
 } tg_op_kind;
 
 enum { TG_GELU_ERF = 0, TG_GELU_TANH = 1 };
+/* TG_OP_MATMUL's activation epilogue, i[8]. */
+enum { TG_MATMUL_ACT_NONE = 0, TG_MATMUL_ACT_GELU = 1, TG_MATMUL_ACT_GELU_BWD = 2 };
 enum { TG_SELECT_FIRST = 0, TG_SELECT_LAST_NON_PAD = 1 };
 
 /* The label value that excludes a row from the loss (HF / torch ignore_index). */

@@ -12,13 +12,13 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 5
+#define TG_PLAN_VERSION 6
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
 #define TG_OP_MAX_IN 8
 #define TG_OP_MAX_OUT 4
-#define TG_OP_MAX_I 8
+#define TG_OP_MAX_I 9
 #define TG_OP_MAX_F 6
 
 /* bf16: the upper half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), rounded to
@@ -123,6 +123,7 @@ typedef struct tg_job {
     int32_t allow_tf32;          /* GPU fp32 only */
     int32_t attention;           /* tg_attention_mode */
     int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
+    int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */

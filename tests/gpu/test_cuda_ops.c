@@ -105,6 +105,16 @@ static int tensor_in_slots(const int *slots, int n, int t) {
     return 0;
 }
 
+/* MATMUL's GELU epilogues met by check_plan_ops, by activation (i[8] = 1, 2): op-by-op
+ * comparisons, and the GEMM cache entries that say how they ran (as the cuBLASLt epilogue
+ * or as the fallback product plus GELU kernel). */
+typedef struct act_seen {
+    int ops[3];
+    int epilogue[3], fallback[3];
+} act_seen;
+
+static act_seen g_act;
+
 static void check_plan_ops(const char *what, const tg_job *job, const tg_model_config *cfg, int *kinds_seen) {
     tg_plan p;
     tg_err err;
@@ -123,6 +133,7 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
     for (int o = 0; o < p.n_ops && failures < 5; o++) {
         const tg_op *op = &p.ops[o];
         kinds_seen[op->kind]++;
+        if (op->kind == TG_OP_MATMUL && op->i[8] > 0 && op->i[8] < 3) g_act.ops[op->i[8]]++;
         /* Inputs and accumulated outputs: fresh random values, the same on both sides. */
         int ok = 1;
         for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
@@ -177,6 +188,10 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
             }
             free(got);
         }
+    }
+    for (int act = 1; act < 3; act++) {
+        g_act.epilogue[act] += tg_gemm_cache_act_entries(gpu.ctx.gemm_cache, act, 0);
+        g_act.fallback[act] += tg_gemm_cache_act_entries(gpu.ctx.gemm_cache, act, 1);
     }
     tg_cuda_exec_free(&gpu);
     tg_cpu_exec_free(&cpu);
@@ -245,6 +260,73 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
 }
 
+/* One plan of a preset with the tanh GELU, run op by op against the CPU with an empty
+ * GEMM cache folder, so the cache entries it leaves say how its GELU matmuls ran; *delta
+ * gets its counts. intermediate 0: the preset's MLP width. */
+static void check_gelu_plan(const char *what, const char *preset, int task, int intermediate, int fuse_gelu,
+                            int precision, uint64_t seed, int *kinds_seen, act_seen *delta) {
+    tg_model_config cfg;
+    tg_err err;
+    tg_job job;
+    REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
+    cfg.gelu = TG_GELU_TANH;
+    if (intermediate) cfg.intermediate = intermediate;
+    base_job(&job, preset, task, 3, 19, seed);
+    job.precision = precision;
+    job.fuse_gelu = fuse_gelu;
+    if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
+    char saved[1024] = "";
+    const char *old = getenv("TUNEGRAPH_CACHE_DIR");
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    setenv("TUNEGRAPH_CACHE_DIR", tg_test_tmpdir(), 1);
+    act_seen before = g_act;
+    check_plan_ops(what, &job, &cfg, kinds_seen);
+    for (int a = 1; a < 3; a++) {
+        delta->ops[a] = g_act.ops[a] - before.ops[a];
+        delta->epilogue[a] = g_act.epilogue[a] - before.epilogue[a];
+        delta->fallback[a] = g_act.fallback[a] - before.fallback[a];
+    }
+    if (saved[0]) setenv("TUNEGRAPH_CACHE_DIR", saved, 1);
+    else unsetenv("TUNEGRAPH_CACHE_DIR");
+}
+
+/* The GELU epilogues (MATMUL i[8]) in plans made for them: GPT-2 (Conv1D) at the preset's
+ * MLP width (a multiple of 8: the cuBLASLt epilogue in bf16) and at an odd width (aux
+ * leading dimension not a multiple of 8: the fallback), a BERT-style model with the tanh
+ * GELU (nn.Linear: the other transposes), and GPT-2 with fuse_gelu = false (the separate
+ * tanh GELU and GELU_BWD kernels). fp32 products always take the fallback. */
+static void check_gelu_plans(int precision, uint64_t seed, int *kinds_seen) {
+    const int bf16 = precision == TG_PREC_BF16;
+    const struct {
+        const char *what, *preset;
+        int task, intermediate, fuse_gelu, odd;
+    } plans[] = {
+        {"gpt2 gelu epilogue", "tiny-gpt2", TG_TASK_LM, 0, 1, 0},
+        {"gpt2 gelu epilogue odd width", "tiny-gpt2", TG_TASK_CLASSIFY, 100, 1, 1},
+        {"bert tanh gelu epilogue", "tiny-bert", TG_TASK_CLASSIFY, 0, 1, 0},
+        {"gpt2 separate tanh gelu", "tiny-gpt2", TG_TASK_LM, 0, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s (%s)", plans[k].what, bf16 ? "bf16" : "fp32");
+        act_seen d;
+        memset(&d, 0, sizeof d);
+        check_gelu_plan(what, plans[k].preset, plans[k].task, plans[k].intermediate, plans[k].fuse_gelu, precision,
+                        seed + 20 + k, kinds_seen, &d);
+        if (!plans[k].fuse_gelu) {
+            CHECK(d.ops[1] == 0 && d.ops[2] == 0, "%s: fuse_gelu = false still fused the GELU", what);
+            continue;
+        }
+        CHECK(d.ops[1] > 0 && d.ops[2] > 0, "%s: %d forward and %d backward GELU matmuls", what, d.ops[1], d.ops[2]);
+        /* Each GELU matmul shape has one cache entry, of the form it ran in. */
+        const int want_epilogue = bf16 && !plans[k].odd;
+        for (int a = 1; a < 3; a++)
+            CHECK(want_epilogue ? d.epilogue[a] > 0 && d.fallback[a] == 0 : d.epilogue[a] == 0 && d.fallback[a] > 0,
+                  "%s: i[8]=%d ran %d times as the cuBLASLt epilogue and %d times as the fallback (want the %s)",
+                  what, a, d.epilogue[a], d.fallback[a], want_epilogue ? "epilogue" : "fallback");
+    }
+}
+
 TG_TEST(test_gpu_ops_match_cpu) {
     uint64_t seed = test_seed(0);
     int kinds_seen[TG_OP_COUNT] = {0};
@@ -255,6 +337,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_shape("tiny-bert unfused", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 3, TG_PREC_FP32, 0, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
+    check_gelu_plans(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -266,5 +349,6 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_shape("gpt2-wide lm bf16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_BF16, 1, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
+    check_gelu_plans(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }

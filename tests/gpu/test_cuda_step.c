@@ -20,6 +20,7 @@ typedef struct run {
 } run;
 
 static int g_precision = TG_PREC_FP32;
+static int g_fuse_gelu = 1;
 
 static int open_run(run *r, const char *preset, int task, tg_device device, int no_graphs, uint64_t seed) {
     memset(r, 0, sizeof *r);
@@ -30,7 +31,7 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     tg_job_defaults(&job);
     snprintf(job.model, sizeof job.model, "%s", preset);
     job.task = task, job.num_labels = 3, job.batch = 4, job.seq = 24, job.steps = 10, job.seed = seed;
-    job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision;
+    job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision, job.fuse_gelu = g_fuse_gelu;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &r->plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = device, .threads = 0, .load_data = 0, .no_graphs = no_graphs};
     if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
@@ -129,7 +130,51 @@ static void compare_with_cpu(const char *preset, int task) {
 }
 
 TG_TEST(test_gpu_step_bert_matches_cpu) { compare_with_cpu("tiny-bert", TG_TASK_CLASSIFY); }
+/* GPT-2's MLP runs with the GELU in its matmuls (fuse_gelu, the default); fp32 products
+ * take the plain product plus the GELU kernels. */
 TG_TEST(test_gpu_step_gpt2_matches_cpu) { compare_with_cpu("tiny-gpt2", TG_TASK_LM); }
+TG_TEST(test_gpu_step_gpt2_separate_gelu_matches_cpu) {
+    g_fuse_gelu = 0;
+    compare_with_cpu("tiny-gpt2", TG_TASK_LM);
+    g_fuse_gelu = 1;
+}
+
+/* bf16 GPT-2 steps with the cuBLASLt GELU epilogues (GELU_AUX_BIAS, DGELU) against the CPU
+ * reference of the same plan and against the GPU with separate GELU ops (fuse_gelu =
+ * false): three steps, the loss within 2e-2 and the gradient norm within 5e-2 relative
+ * (bf16 activations round differently along the three paths). */
+TG_TEST(test_gpu_step_gpt2_gelu_epilogue_bf16) {
+    g_precision = TG_PREC_BF16;
+    run r[3];
+    const tg_device device[3] = {TG_DEVICE_CPU, TG_DEVICE_CUDA, TG_DEVICE_CUDA};
+    const int fuse[3] = {1, 1, 0};
+    int opened = 0;
+    for (int k = 0; k < 3; k++) {
+        g_fuse_gelu = fuse[k];
+        if (!open_run(&r[k], "tiny-gpt2", TG_TASK_LM, device[k], 0, 5)) break;
+        opened++;
+    }
+    g_fuse_gelu = 1;
+    g_precision = TG_PREC_FP32;
+    tg_err err;
+    static const char *const names[3] = {"cpu fused", "cuda fused", "cuda separate"};
+    for (int step = 0; opened == 3 && step < 3; step++) {
+        tg_step_stats st[3];
+        int ok = 1;
+        for (int k = 0; k < 3 && ok; k++) {
+            fill_inputs(&r[k], step);
+            ok = CHECK(tg_trainer_run_step(&r[k].tr, &st[k], &err) == 0, "%s: %s", names[k], err.msg);
+        }
+        if (!ok) break;
+        for (int k = 1; k < 3; k++) {
+            CHECK(isfinite(st[k].loss) && fabsf(st[k].loss - st[0].loss) <= 2e-2f * fabsf(st[0].loss),
+                  "step %d: loss %s %.7g, cpu %.7g", step, names[k], st[k].loss, st[0].loss);
+            CHECK(isfinite(st[k].grad_norm) && fabsf(st[k].grad_norm - st[0].grad_norm) <= 5e-2f * st[0].grad_norm,
+                  "step %d: gradient norm %s %.7g, cpu %.7g", step, names[k], st[k].grad_norm, st[0].grad_norm);
+        }
+    }
+    for (int k = 0; k < opened; k++) close_run(&r[k]);
+}
 
 /* Runs `steps` steps and returns the final parameters (and losses). */
 static float *train_gpu(const char *preset, int task, int no_graphs, uint64_t seed, int steps, float *losses) {
