@@ -129,6 +129,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->allow_tf32);
     put_i32(b, j->attention);
     put_i32(b, j->fuse_bias_grad);
+    put_i32(b, j->fuse_residual_layernorm);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -363,6 +364,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->allow_tf32 = get_i32(r);
     j->attention = get_i32(r);
     j->fuse_bias_grad = get_i32(r);
+    j->fuse_residual_layernorm = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -440,6 +442,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job attention mode %d is not a known mode", name, j->attention);
     if (j->fuse_bias_grad != 0 && j->fuse_bias_grad != 1)
         return tg_fail(err, "%s: job fuse_bias_grad %d is not a boolean", name, j->fuse_bias_grad);
+    if (j->fuse_residual_layernorm != 0 && j->fuse_residual_layernorm != 1)
+        return tg_fail(err, "%s: job fuse_residual_layernorm %d is not a boolean", name, j->fuse_residual_layernorm);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];

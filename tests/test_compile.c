@@ -559,6 +559,7 @@ TG_TEST(test_compile_attention_dropout_fused) {
             if (o < p.phase_begin[TG_PHASE_BACKWARD]) {
                 if (op->kind == TG_OP_DROPOUT) keys_in_order &= op->i[1] == next_key++;
                 if (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0) keys_in_order &= op->i[4] == next_key++;
+                if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->f[1] > 0) keys_in_order &= op->i[2] == next_key++;
             }
         }
         CHECK(keys_in_order, "dropout stream keys are not 0, 1, 2, ... in forward order");
@@ -602,8 +603,9 @@ static void count_kinds(const tg_plan *p, int *counts) {
     for (int o = 0; o < p->n_ops; o++) counts[p->ops[o].kind]++;
 }
 
-/* Forward dropout stream keys in op order: DROPOUT's i[1], and the attention's i[4] when it
- * applies dropout (fused ATTENTION, or the softmax's dropped probabilities). */
+/* Forward dropout stream keys in op order: DROPOUT's i[1], the attention's i[4] when it
+ * applies dropout (fused ATTENTION, or the softmax's dropped probabilities), and the
+ * residual LayerNorm's i[2] when it does. */
 static int forward_keys(const tg_plan *p, int64_t *keys, int max) {
     int n = 0;
     for (int o = 0; o < p->phase_begin[TG_PHASE_BACKWARD] && n < max; o++) {
@@ -611,6 +613,7 @@ static int forward_keys(const tg_plan *p, int64_t *keys, int max) {
         if (op->kind == TG_OP_DROPOUT) keys[n++] = op->i[1];
         if ((op->kind == TG_OP_ATTENTION && op->f[1] > 0) || (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0))
             keys[n++] = op->i[4];
+        if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->f[1] > 0) keys[n++] = op->i[2];
     }
     return n;
 }

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 5
+#define TG_PLAN_VERSION 6
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
@@ -123,6 +123,7 @@ typedef struct tg_job {
     int32_t allow_tf32;          /* GPU fp32 only */
     int32_t attention;           /* tg_attention_mode */
     int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
+    int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */
