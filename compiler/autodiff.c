@@ -65,6 +65,18 @@ void tg_ad_pass(tg_graph *g, int t, int grad) {
     g->grad[t] = sum;
 }
 
+int tg_ad_grad_accumulable(tg_graph *g, int t) {
+    if (t < 0 || g->failed || !g->needs_grad[t] || (g->tensors[t].flags & TG_TENSOR_PARAM)) return -1;
+    int sum = g->grad[t];
+    if (sum < 0) return -1;
+    const tg_tensor *x = &g->tensors[sum];
+    if (x->pool != TG_POOL_ACTIVATIONS || (x->flags & (TG_TENSOR_PARAM | TG_TENSOR_GRAD | TG_TENSOR_VIEW))) return -1;
+    /* ADD's rule hands one tensor to both inputs: updating it would change the other's. */
+    for (int u = 0; u < g->n_tensors; u++)
+        if (u != t && g->grad[u] == sum) return -1;
+    return sum;
+}
+
 void tg_ad_commit(tg_graph *g, int t, int dest) {
     if (dest < 0 || (g->tensors[t].flags & TG_TENSOR_PARAM)) return;
     tg_ad_pass(g, t, dest);

@@ -2,7 +2,7 @@
  * these helpers to find output gradients and to deliver input gradients under the
  * gradient contract: parameter gradients accumulate (+=) into the grads pool;
  * activation gradients are written (=) into fresh tensors and summed with ADD when a
- * tensor feeds several ops. */
+ * tensor feeds several ops, except where a matmul can accumulate into the sum. */
 #ifndef TUNEGRAPH_AUTODIFF_H
 #define TUNEGRAPH_AUTODIFF_H
 
@@ -20,6 +20,13 @@ int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate);
 void tg_ad_commit(tg_graph *g, int t, int dest);
 /* Records an existing tensor as t's gradient contribution without a copy (ADD's rule). */
 void tg_ad_pass(tg_graph *g, int t, int grad);
+/* t's gradient so far, when the next contribution may be accumulated into it in place
+ * (an op writing it with +=, e.g. MATMUL i[6]) instead of going through a fresh tensor and
+ * an ADD: an activation-pool tensor that is not a parameter gradient nor a view, and no
+ * other tensor's gradient (tg_ad_pass may have handed it to several). The ops emitted
+ * before read it as it was, those after read the sum: emission order is schedule order,
+ * and the planner's lifetimes cover the read-modify-write. -1 when there is none. */
+int tg_ad_grad_accumulable(tg_graph *g, int t);
 /* A new fp32 activation for a backward op's own output (not a gradient, e.g. a row
  * statistic), with the per-tensor autodiff state extended to it. -1 after failure. */
 int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *shape);

@@ -48,6 +48,8 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_ADAMW] = {.i = {"n"},
                      .f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
                      .known = 1},
+    [TG_OP_RESIDUAL_LAYERNORM] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
+    [TG_OP_RESIDUAL_LAYERNORM_BWD] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
 };
 
 static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",

@@ -11,6 +11,7 @@ typedef struct builder {
     int64_t B, T, D, H, Dh, N; /* N = B*T rows */
     int fused_attention;       /* one TG_OP_ATTENTION per layer */
     int fused_gelu;            /* the MLP's GELU as the first matmul's epilogue (MATMUL i[8]) */
+    int fused_residual_ln;     /* dropout + residual add + LayerNorm as one op */
 } builder;
 
 static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1) {
@@ -55,25 +56,38 @@ static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t i
     return linear_act(b, prefix, x, rows, in, out, conv1d, with_bias, init_scale, NULL);
 }
 
-static int layernorm(builder *b, const char *prefix, int x, int64_t rows) {
+/* A LayerNorm's parameters (HF names "<prefix>.weight" and ".bias") and outputs: y named
+ * after the module, its row mean and rstd. */
+typedef struct ln_tensors {
+    int gamma, beta, y, mean, rstd;
+} ln_tensors;
+
+static ln_tensors ln_tensors_of(builder *b, const char *prefix, int64_t rows) {
     tg_graph *g = b->g;
     char name[TG_NAME_MAX];
+    ln_tensors t;
     snprintf(name, sizeof name, "%s.weight", prefix);
-    int gamma = tg_param(g, name, 1, b->D, 0, TG_INIT_ONES, 1);
+    t.gamma = tg_param(g, name, 1, b->D, 0, TG_INIT_ONES, 1);
     snprintf(name, sizeof name, "%s.bias", prefix);
-    int beta = tg_param(g, name, 1, b->D, 0, TG_INIT_ZEROS, 1);
-    int y = tg_act(g, prefix, 2, rows, b->D, 0, 0);
+    t.beta = tg_param(g, name, 1, b->D, 0, TG_INIT_ZEROS, 1);
+    t.y = tg_act(g, prefix, 2, rows, b->D, 0, 0);
     snprintf(name, sizeof name, "%s.mean", prefix);
-    int mean = tg_act(g, name, 1, rows, 0, 0, 0);
+    t.mean = tg_act(g, name, 1, rows, 0, 0, 0);
     snprintf(name, sizeof name, "%s.rstd", prefix);
-    int rstd = tg_act(g, name, 1, rows, 0, 0, 0);
+    t.rstd = tg_act(g, name, 1, rows, 0, 0, 0);
+    return t;
+}
+
+static int layernorm(builder *b, const char *prefix, int x, int64_t rows) {
+    tg_graph *g = b->g;
+    ln_tensors t = ln_tensors_of(b, prefix, rows);
     tg_op_spec s = tg_spec(TG_OP_LAYERNORM);
-    s.in[0] = x, s.in[1] = gamma, s.in[2] = beta;
-    s.out[0] = y, s.out[1] = mean, s.out[2] = rstd;
+    s.in[0] = x, s.in[1] = t.gamma, s.in[2] = t.beta;
+    s.out[0] = t.y, s.out[1] = t.mean, s.out[2] = t.rstd;
     s.i[0] = rows, s.i[1] = b->D;
     s.f[0] = g->cfg->layer_norm_eps;
     tg_graph_op(g, &s);
-    return y;
+    return t.y;
 }
 
 static int unary(builder *b, int kind, const char *name, int x, int64_t extra) {
@@ -122,6 +136,32 @@ static int add(builder *b, const char *name, int x, int y) {
     s.i[0] = tg_tensor_numel(src);
     tg_graph_op(g, &s);
     return z;
+}
+
+/* The residual connection of a block followed by a LayerNorm: s = dropout(x) + r (named
+ * `residual`, *s_out) and y = LayerNorm(s) (module `ln`, returned). With the job's
+ * fuse_residual_layernorm one RESIDUAL_LAYERNORM, else DROPOUT (none when p is 0), ADD
+ * and LAYERNORM. Both take the dropout's stream key at the same point, create the
+ * parameters in the same order and draw the same elements, so their masks and parameter
+ * layouts are the same. */
+static int residual_layernorm(builder *b, const char *dropout_name, const char *residual, const char *ln, int x,
+                              int r, float p, int *s_out) {
+    tg_graph *g = b->g;
+    if (!b->fused_residual_ln) {
+        *s_out = add(b, residual, dropout(b, dropout_name, x, p), r);
+        return layernorm(b, ln, *s_out, b->N);
+    }
+    int64_t key = p > 0.0f ? g->dropout_key++ : 0;
+    ln_tensors t = ln_tensors_of(b, ln, b->N);
+    int sum = tg_act(g, residual, 2, b->N, b->D, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+    s.in[0] = x, s.in[1] = r, s.in[2] = t.gamma, s.in[3] = t.beta, s.in[4] = p > 0.0f ? g->io.step : -1;
+    s.out[0] = t.y, s.out[1] = sum, s.out[2] = t.mean, s.out[3] = t.rstd;
+    s.i[0] = b->N, s.i[1] = b->D, s.i[2] = key;
+    s.f[0] = g->cfg->layer_norm_eps, s.f[1] = p > 0.0f ? p : 0.0f;
+    tg_graph_op(g, &s);
+    *s_out = sum;
+    return t.y;
 }
 
 static int embedding(builder *b, const char *name, int ids, int64_t vocab, int padding_idx, int *table_out) {
@@ -292,26 +332,24 @@ static int build_encoder(builder *b, int pad_id) {
         snprintf(name, sizeof name, "%s.attention", p);
         int ctx = b->fused_attention ? attention_fused(b, name, qkv, 0, 0, c->attention_dropout)
                                      : attention_unfused(b, name, heads[0], heads[1], heads[2], 0, c->attention_dropout);
+        char drop[TG_NAME_MAX], resid[TG_NAME_MAX];
+        int s;
         snprintf(name, sizeof name, "%s.attention.output.dense", p);
         int a = linear(b, name, ctx, b->N, b->D, b->D, 0, 1, 1.0f);
-        snprintf(name, sizeof name, "%s.attention.output.dropout", p);
-        a = dropout(b, name, a, c->hidden_dropout);
-        snprintf(name, sizeof name, "%s.attention.output.residual", p);
-        a = add(b, name, a, h);
+        snprintf(drop, sizeof drop, "%s.attention.output.dropout", p);
+        snprintf(resid, sizeof resid, "%s.attention.output.residual", p);
         snprintf(name, sizeof name, "%s.attention.output.LayerNorm", p);
-        h = layernorm(b, name, a, b->N);
+        h = residual_layernorm(b, drop, resid, name, a, h, c->hidden_dropout, &s);
 
         snprintf(name, sizeof name, "%s.intermediate.dense", p);
         snprintf(act, sizeof act, "%s.intermediate.gelu", p);
         int f = linear_gelu(b, name, act, h, b->D, c->intermediate, 0);
         snprintf(name, sizeof name, "%s.output.dense", p);
         f = linear(b, name, f, b->N, c->intermediate, b->D, 0, 1, 1.0f);
-        snprintf(name, sizeof name, "%s.output.dropout", p);
-        f = dropout(b, name, f, c->hidden_dropout);
-        snprintf(name, sizeof name, "%s.output.residual", p);
-        f = add(b, name, f, h);
+        snprintf(drop, sizeof drop, "%s.output.dropout", p);
+        snprintf(resid, sizeof resid, "%s.output.residual", p);
         snprintf(name, sizeof name, "%s.output.LayerNorm", p);
-        h = layernorm(b, name, f, b->N);
+        h = residual_layernorm(b, drop, resid, name, f, h, c->hidden_dropout, &s);
     }
 
     int labels = g->job->num_labels;
@@ -345,10 +383,15 @@ static int build_gpt2(builder *b, int pad_id) {
     int h = add(b, "transformer.embeddings", we, pe);
     h = dropout(b, "transformer.drop", h, c->embedding_dropout);
 
+    /* Pre-LN: each residual add is followed by the next LayerNorm (ln_2 of the block, ln_1
+     * of the next, ln_f after the last), which residual_layernorm emits with it; `normed`
+     * is that LayerNorm's output, the next sublayer's input. Block 0's ln_1 reads the
+     * embeddings, which have no residual add before them. */
+    int normed = layernorm(b, "transformer.h.0.ln_1", h, b->N);
     for (int l = 0; l < c->layers; l++) {
+        char drop[TG_NAME_MAX], resid[TG_NAME_MAX];
         snprintf(p, sizeof p, "transformer.h.%d", l);
-        snprintf(name, sizeof name, "%s.ln_1", p);
-        int a = layernorm(b, name, h, b->N);
+        int a = normed;
         snprintf(name, sizeof name, "%s.attn.c_attn", p);
         int qkv = linear(b, name, a, b->N, b->D, 3 * b->D, 1, 1, 1.0f);
         int heads[3];
@@ -358,24 +401,22 @@ static int build_gpt2(builder *b, int pad_id) {
                                      : attention_unfused(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
         snprintf(name, sizeof name, "%s.attn.c_proj", p);
         int o = linear(b, name, ctx, b->N, b->D, b->D, 1, 1, proj_scale);
-        snprintf(name, sizeof name, "%s.attn.resid_dropout", p);
-        o = dropout(b, name, o, c->hidden_dropout);
-        snprintf(name, sizeof name, "%s.attn.residual", p);
-        h = add(b, name, o, h);
-
+        snprintf(drop, sizeof drop, "%s.attn.resid_dropout", p);
+        snprintf(resid, sizeof resid, "%s.attn.residual", p);
         snprintf(name, sizeof name, "%s.ln_2", p);
-        int m = layernorm(b, name, h, b->N);
+        int m = residual_layernorm(b, drop, resid, name, o, h, c->hidden_dropout, &h);
         snprintf(name, sizeof name, "%s.mlp.c_fc", p);
         snprintf(act, sizeof act, "%s.mlp.gelu", p);
         m = linear_gelu(b, name, act, m, b->D, c->intermediate, 1);
         snprintf(name, sizeof name, "%s.mlp.c_proj", p);
         m = linear(b, name, m, b->N, c->intermediate, b->D, 1, 1, proj_scale);
-        snprintf(name, sizeof name, "%s.mlp.dropout", p);
-        m = dropout(b, name, m, c->hidden_dropout);
-        snprintf(name, sizeof name, "%s.mlp.residual", p);
-        h = add(b, name, m, h);
+        snprintf(drop, sizeof drop, "%s.mlp.dropout", p);
+        snprintf(resid, sizeof resid, "%s.mlp.residual", p);
+        if (l + 1 < c->layers) snprintf(name, sizeof name, "transformer.h.%d.ln_1", l + 1);
+        else snprintf(name, sizeof name, "transformer.ln_f");
+        normed = residual_layernorm(b, drop, resid, name, m, h, c->hidden_dropout, &h);
     }
-    h = layernorm(b, "transformer.ln_f", h, b->N);
+    h = normed; /* ln_f's output */
 
     if (g->job->task == TG_TASK_LM) {
         /* The LM head is tied to the token embedding (HF tie_word_embeddings). It reads
@@ -420,6 +461,7 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     b.fused_attention = tg_fused_attention(j, c);
     /* cuBLASLt's GELU epilogues are the tanh form only; the exact erf GELU stays an op. */
     b.fused_gelu = j->fuse_gelu && c->gelu == TG_GELU_TANH;
+    b.fused_residual_ln = j->fuse_residual_layernorm != 0;
     b.N = b.B * b.T;
     g->phase = TG_PHASE_FORWARD;
 

@@ -104,6 +104,33 @@ static const char *shape_layernorm(const tg_graph *g, const tg_op *op) {
     return NULL;
 }
 
+/* Both residual LayerNorm ops: [M,D] operands, fp32 row statistics, and the dropout's
+ * step counter present whenever p > 0. */
+static const char *shape_residual_layernorm(const tg_graph *g, const tg_op *op) {
+    int64_t m = op->i[0], d = op->i[1];
+    int bwd = op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD;
+    EXPECT(m > 0 && d > 0, "non-positive dims");
+    EXPECT(op->f[1] >= 0.0f && op->f[1] < 1.0f, "dropout p outside [0, 1)");
+    int gamma = op->in[2], mean = bwd ? op->in[3] : op->out[2], rstd = bwd ? op->in[4] : op->out[3];
+    int step = bwd ? op->in[6] : op->in[4];
+    EXPECT(numel(g, gamma) == d, "gamma != D");
+    EXPECT(numel(g, mean) == m && numel(g, rstd) == m, "mean/rstd != M");
+    EXPECT(g->tensors[mean].dtype == TG_F32 && g->tensors[rstd].dtype == TG_F32, "mean/rstd must be f32");
+    EXPECT(step < 0 || numel(g, step) == 1, "step counter is not a scalar");
+    EXPECT(op->f[1] <= 0.0f || step >= 0, "dropout needs the step counter");
+    EXPECT(numel(g, op->in[0]) == m * d && numel(g, op->in[1]) == m * d, bwd ? "dy/s != M*D" : "x/r != M*D");
+    EXPECT(numel(g, op->out[0]) == m * d && numel(g, op->out[1]) == m * d, bwd ? "ds/dx != M*D" : "y/s != M*D");
+    if (bwd) {
+        EXPECT(op->in[5] < 0 || numel(g, op->in[5]) == m * d, "ds_extra != M*D");
+        EXPECT(numel(g, op->out[2]) == d && numel(g, op->out[3]) == d, "dgamma/dbeta != D");
+        EXPECT(op->in[7] < 0, "unused input 7 must be -1");
+    } else {
+        EXPECT(numel(g, op->in[3]) == d, "beta != D");
+        for (int s = 5; s < TG_OP_MAX_IN; s++) EXPECT(op->in[s] < 0, "unused inputs must be -1");
+    }
+    return NULL;
+}
+
 /* Elementwise ops: every input and the output hold i[0] elements. */
 static const char *shape_unary(const tg_graph *g, const tg_op *op) {
     for (int s = 0; s < TG_OP_MAX_IN && op->in[s] >= 0; s++)
@@ -248,6 +275,13 @@ static double flops_bias_grad(const tg_op *op) { return (double)op->i[0] * op->i
 static double flops_layernorm(const tg_op *op) { return 8.0 * op->i[0] * op->i[1]; }
 static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->i[0] * op->i[1]; }
 static double flops_gelu(const tg_op *op) { return 10.0 * op->i[0]; }
+/* LAYERNORM's or LAYERNORM_BWD's count, plus one per element for the residual add (the
+ * backward's ds_extra) and one for the dropout's multiply: what the separate ops counted. */
+static double flops_residual_layernorm(const tg_op *op) {
+    int bwd = op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD;
+    double per = (bwd ? 12.0 : 8.0) + (bwd ? op->in[5] >= 0 : 1) + (op->f[1] > 0.0f);
+    return per * op->i[0] * op->i[1];
+}
 /* 5 per element, plus the fused dropout's multiply (what a DROPOUT op counted). */
 static double flops_softmax(const tg_op *op) {
     int drop = op->f[1] > 0.0f && (op->kind == TG_OP_ATTN_SOFTMAX ? op->out[1] >= 0 : op->in[2] >= 0);
@@ -368,10 +402,14 @@ static void bwd_matmul(tg_graph *g, int index) {
             return;
         }
     }
-    /* dA with the producer's GELU backward applied: the pre-activation's gradient. */
+    /* dA with the producer's GELU backward applied: the pre-activation's gradient. Else dA
+     * adds into A's gradient when it already has one that may be updated in place,
+     * instead of a fresh tensor and an ADD. */
     int gelu = g->needs_grad[op.in[0]] ? gelu_producer_of_a(g, &op) : -1;
     int a_target = gelu >= 0 ? g->ops[gelu].out[2] : op.in[0];
-    int da = tg_ad_grad_dest(g, a_target, &acc);
+    int da = gelu < 0 ? tg_ad_grad_accumulable(g, op.in[0]) : -1, into = da >= 0;
+    if (into) acc = 1;
+    else da = tg_ad_grad_dest(g, a_target, &acc);
     if (da >= 0) {
         tg_op_spec s = tg_spec(TG_OP_MATMUL);
         if (!ta) { /* dA[M,K] = dC @ op(B)^T */
@@ -385,7 +423,7 @@ static void bwd_matmul(tg_graph *g, int index) {
         s.out[0] = da;
         if (gelu >= 0) s.in[3] = a_target, s.i[8] = TG_MATMUL_ACT_GELU_BWD;
         tg_graph_op(g, &s);
-        tg_ad_commit(g, a_target, da);
+        if (!into) tg_ad_commit(g, a_target, da);
     }
     int db = tg_ad_grad_dest(g, op.in[1], &acc);
     if (db >= 0) {
@@ -432,6 +470,44 @@ static void bwd_layernorm(tg_graph *g, int index) {
     memcpy(s.i, op.i, sizeof s.i);
     memcpy(s.f, op.f, sizeof s.f);
     tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+/* One RESIDUAL_LAYERNORM_BWD: ds = the LayerNorm backward of dy plus the gradient s
+ * already has (GPT-2: the next block's residual), passed on as the residual's gradient
+ * without a copy; dx = ds through the forward's dropout mask. ds is a fresh tensor that is
+ * no other tensor's gradient, so later contributions to r may accumulate into it. */
+static void bwd_residual_layernorm(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int dy = tg_ad_grad_of(g, op.out[0]), ds_extra = tg_ad_grad_of(g, op.out[1]);
+    if (dy < 0 || tg_ad_grad_of(g, op.out[2]) >= 0 || tg_ad_grad_of(g, op.out[3]) >= 0) {
+        tg_graph_fail(g, "residual_layernorm %d: y must have a gradient and mean/rstd none", index);
+        return;
+    }
+    int acc_x, acc_g, acc_b;
+    int dx = tg_ad_grad_dest(g, op.in[0], &acc_x);
+    int dgamma = tg_ad_grad_dest(g, op.in[2], &acc_g);
+    int dbeta = tg_ad_grad_dest(g, op.in[3], &acc_b);
+    if (dx < 0 || acc_x || dgamma < 0 || !acc_g || dbeta < 0 || !acc_b ||
+        (g->tensors[op.in[1]].flags & TG_TENSOR_PARAM)) {
+        tg_graph_fail(g, "residual_layernorm %d needs activations x and r and parameters gamma and beta", index);
+        return;
+    }
+    char name[TG_NAME_MAX];
+    const tg_tensor *s_t = &g->tensors[op.out[1]];
+    snprintf(name, sizeof name, "d.%s", s_t->name);
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, s_t->shape, sizeof shape);
+    int ds = tg_ad_activation(g, name, s_t->ndim, shape);
+    if (ds < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM_BWD);
+    s.in[0] = dy, s.in[1] = op.out[1], s.in[2] = op.in[2], s.in[3] = op.out[2], s.in[4] = op.out[3];
+    s.in[5] = ds_extra, s.in[6] = op.in[4];
+    s.out[0] = ds, s.out[1] = dx, s.out[2] = dgamma, s.out[3] = dbeta;
+    memcpy(s.i, op.i, sizeof s.i);
+    memcpy(s.f, op.f, sizeof s.f);
+    tg_graph_op(g, &s);
+    if (g->needs_grad[op.in[1]]) tg_ad_pass(g, op.in[1], ds);
     tg_ad_commit(g, op.in[0], dx);
 }
 
@@ -610,6 +686,9 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_SCHEDULE] = {shape_schedule, flops_none, NULL, {W, W}},
     [TG_OP_GRAD_NORM] = {shape_grad_norm, flops_grad_norm, NULL, {W}},
     [TG_OP_ADAMW] = {shape_adamw, flops_adamw, NULL, {W, W, W}},
+    [TG_OP_RESIDUAL_LAYERNORM] = {shape_residual_layernorm, flops_residual_layernorm, bwd_residual_layernorm,
+                                  {W, W, W, W}},
+    [TG_OP_RESIDUAL_LAYERNORM_BWD] = {shape_residual_layernorm, flops_residual_layernorm, NULL, {W, W, A, A}},
 };
 #undef W
 #undef A

@@ -58,6 +58,9 @@ int tg_apply_precision(tg_graph *g, int precision) {
         case TG_OP_LAYERNORM:
             keep[op->out[1]] = keep[op->out[2]] = 1; /* mean, rstd */
             break;
+        case TG_OP_RESIDUAL_LAYERNORM:
+            keep[op->out[2]] = keep[op->out[3]] = 1; /* mean, rstd */
+            break;
         case TG_OP_ATTN_SOFTMAX:
             keep[op->in[0]] = 1; /* scores: the product accumulates in fp32 and stays fp32 */
             break;

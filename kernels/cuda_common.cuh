@@ -45,6 +45,8 @@ int64_t tg_scratch_embedding_bwd(const tg_op *op);
 int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_layernorm_bwd(const tg_op *op);
+int tg_launch_residual_layernorm(const tg_cuda_op_args *a, tg_err *err);
+int tg_launch_residual_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err); /* scratch: tg_scratch_layernorm_bwd */
 /* attention.cu */
 int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err);

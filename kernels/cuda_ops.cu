@@ -53,6 +53,9 @@ static const dtype_rule dtype_rules[] = {
     /* TG_OP_SCHEDULE */ {{"Fstep", "Ftotal_steps"}, {"Flr", "Fstep_out"}},
     /* TG_OP_GRAD_NORM */ {{"Fgrads"}, {"Fnorm"}},
     /* TG_OP_ADAMW */ {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}},
+    /* TG_OP_RESIDUAL_LAYERNORM */ {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}},
+    /* TG_OP_RESIDUAL_LAYERNORM_BWD */
+    {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}},
 };
 static_assert(sizeof dtype_rules / sizeof dtype_rules[0] == TG_OP_COUNT, "every op needs a dtype rule row");
 
@@ -129,10 +132,14 @@ static const tg_cuda_launcher table[] = {
     tg_launch_schedule,          /* TG_OP_SCHEDULE */
     tg_launch_grad_norm,         /* TG_OP_GRAD_NORM */
     tg_launch_adamw,             /* TG_OP_ADAMW */
+    tg_launch_residual_layernorm,     /* TG_OP_RESIDUAL_LAYERNORM (kernels/layernorm.cu) */
+    tg_launch_residual_layernorm_bwd, /* TG_OP_RESIDUAL_LAYERNORM_BWD */
 };
 static_assert(sizeof table / sizeof table[0] == TG_OP_COUNT, "every op needs a CUDA launcher");
 /* Spot checks that the positional rows line up with the enum. */
-static_assert(TG_OP_MATMUL == 5 && TG_OP_ATTENTION == 15 && TG_OP_DROPOUT == 17 && TG_OP_ADAMW == 26, "table rows out of enum order");
+static_assert(TG_OP_MATMUL == 5 && TG_OP_ATTENTION == 15 && TG_OP_DROPOUT == 17 && TG_OP_ADAMW == 26 &&
+                  TG_OP_RESIDUAL_LAYERNORM_BWD == 28,
+              "table rows out of enum order");
 
 extern "C" int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err) {
     const int kind = a->op->kind;
@@ -149,6 +156,7 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
     switch (op->kind) {
     case TG_OP_EMBEDDING_BWD: return tg_scratch_embedding_bwd(op);
     case TG_OP_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op);
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op); /* the same column stages */
     case TG_OP_BIAS_GRAD: return tg_scratch_bias_grad(op);
     case TG_OP_MATMUL: return tg_scratch_matmul(op);
     case TG_OP_CROSS_ENTROPY: return tg_scratch_cross_entropy(op);

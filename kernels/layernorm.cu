@@ -1,4 +1,4 @@
-/* LAYERNORM and LAYERNORM_BWD.
+/* LAYERNORM, LAYERNORM_BWD, RESIDUAL_LAYERNORM and RESIDUAL_LAYERNORM_BWD.
  *
  * One warp per row (rows are a few KB, so the repeated passes hit L1): the row
  * statistics are accumulated in double exactly like the CPU (two passes: mean, then the
@@ -13,10 +13,21 @@
  * order, and writes one double partial per (row chunk, column) to scratch; stage 2 adds
  * the partials of each column in a fixed order and does the += into dgamma/dbeta.
  *
+ * The residual ops are the same row kernels with the hidden dropout and the residual add
+ * folded in (one warp per row, one kernel per direction for the rows): the forward forms
+ * s = dropout(x) + r as it reads x and r, stores it, and normalises the stored values (the
+ * lane re-reads only the vectors it wrote, so the repeated passes stay in L1); the backward
+ * forms ds = LayerNorm backward + ds_extra, stores it, and stores dx = its dropout. The
+ * mask is the DROPOUT kernel's: tg_philox_uniform4 block e / 4 for elements e..e+3 of the
+ * flat [M, D] index, and the kept value fmul(v, 1 / (1 - p)). dgamma/dbeta run the two
+ * column stages below over dy and s.
+ *
  * x, y, dy and dx are T (float, or bf16 in bf16 plans: widened on load, rounded on
- * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD 16-byte accesses of 8
- * when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are always fp32. */
+ * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD and the residual ops
+ * 16-byte accesses of 8 when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are
+ * always fp32. */
 #include "kernels/cuda_common.cuh"
+#include "kernels/philox.h"
 
 #define LN_THREADS 256     /* 8 rows (warps) per block */
 #define COL_ROWS 128       /* rows per stage-1 chunk (the scratch formula depends on it) */
@@ -241,6 +252,29 @@ struct LN_W8<tg_bf16> {
     static constexpr int W = 8;
 };
 
+/* dgamma += sum dy*xhat, dbeta += sum dy over the rows of dy and x (both stages). */
+template <class T>
+static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, const float *mu, const float *rs,
+                          float *dg, float *db, int64_t M, int64_t D, tg_err *err) {
+    if (!dg && !db) return 0;
+    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
+    const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (D + COL_STRIPE - 1) / COL_STRIPE;
+    if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
+    if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)D);
+    double *pg = (double *)a->ctx->reduce_scratch, *pb = pg + chunks * D;
+    const dim3 grid((unsigned)stripes, (unsigned)chunks);
+    const unsigned va = 4 * sizeof(T);
+    cudaStream_t st = a->ctx->stream;
+    if (sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x))
+        ln_bwd_cols_kernel<T, LN_W8<T>::W><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+    else if (D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va))
+        ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+    else
+        ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+    ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D);
+    return 0;
+}
+
 template <class T>
 static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
     const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
@@ -261,27 +295,246 @@ static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err 
         else
             ln_bwd_dx_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
     }
-    if (dg || db) {
-        if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
-        const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (D + COL_STRIPE - 1) / COL_STRIPE;
-        if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
-        if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)D);
-        double *pg = (double *)a->ctx->reduce_scratch, *pb = pg + chunks * D;
-        const dim3 grid((unsigned)stripes, (unsigned)chunks);
-        const unsigned va = 4 * sizeof(T);
-        if (sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x))
-            ln_bwd_cols_kernel<T, LN_W8<T>::W><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-        else if (D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va))
-            ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-        else
-            ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-        ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D);
-    }
-    return 0;
+    return launch_ln_cols<T>(a, dy, x, mu, rs, dg, db, M, D, err);
 }
 
 int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->i[0], D = a->op->i[1];
     if (M <= 0 || D <= 0) return 0;
     return a->in_dtype[0] == TG_BF16 ? launch_ln_bwd<tg_bf16>(a, M, D, err) : launch_ln_bwd<float>(a, M, D, err);
+}
+
+/* ---- residual layernorm ---------------------------------------------------------------- */
+
+/* What a T slot stores of v, read back as float: v itself, or v rounded to bf16. The
+ * residual ops normalise s, and form dx from ds, as stored (the CPU reference does the
+ * same), so the backward sees the s the forward normalised. */
+template <class T>
+struct ln_stored {
+    static __device__ __forceinline__ float of(float v) { return v; }
+};
+template <>
+struct ln_stored<tg_bf16> {
+    static __device__ __forceinline__ float of(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+};
+
+/* The dropout draws of elements [e, e + W) of the flat [M, D] index: whole Philox blocks
+ * when W is a multiple of 4 (then D % 4 == 0 and e is a multiple of 4 too), else one
+ * element at a time. The same values as the DROPOUT kernel's for those elements. */
+template <int W>
+static __device__ __forceinline__ void rln_draws(uint64_t seed, uint64_t step, uint32_t key, uint64_t e,
+                                                 float (&u)[W]) {
+    if constexpr (W % 4 == 0) {
+#pragma unroll
+        for (int b = 0; b < W / 4; b++) tg_philox_uniform4(seed, step, key, (e >> 2) + (uint64_t)b, u + 4 * b);
+    } else {
+#pragma unroll
+        for (int j = 0; j < W; j++) u[j] = tg_philox_uniform(seed, step, key, e + (uint64_t)j);
+    }
+}
+
+/* The dropout's parameters for one launch: on in training with p > 0; the step is read on
+ * the device so a captured graph sees each replay's counter (as the DROPOUT kernel). */
+struct rln_dropout {
+    int on;
+    uint64_t seed;
+    uint32_t key;
+    float p, scale;
+};
+
+static __device__ __forceinline__ uint64_t rln_step(const float *step_ptr) {
+    const float s = step_ptr ? step_ptr[0] : 0.0f;
+    return s > 0.0f ? (uint64_t)s : 0;
+}
+
+/* s = dropout(x) + r (stored, then read back as stored), y = LayerNorm(s); one warp per
+ * row. W = 8 (bf16 only) needs D % 8 == 0 and 16-byte aligned x, r, y, s, gamma, beta;
+ * W = 4 needs D % 4 == 0 and x, r, y, s aligned to 4 elements, gamma/beta to 16 bytes. */
+template <int W, class T>
+__global__ void __launch_bounds__(LN_THREADS)
+rln_fwd_kernel(const T *__restrict__ x, const T *__restrict__ r, const float *__restrict__ gamma,
+               const float *__restrict__ beta, const float *__restrict__ step_ptr, T *__restrict__ y, T *s,
+               float *__restrict__ mean_out, float *__restrict__ rstd_out, int64_t M, int64_t D, float eps,
+               rln_dropout drop) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= M) return;
+    const uint64_t step = drop.on ? rln_step(step_ptr) : 0;
+    const int64_t DW = D / W;
+    const T *xr = x + row * D, *rr = r + row * D;
+    T *sr = s + row * D;
+    double sum = 0;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W], res[W];
+        tg_vec<T, W>::load(xr, k, v);
+        tg_vec<T, W>::load(rr, k, res);
+        if (drop.on) {
+            float u[W];
+            rln_draws<W>(drop.seed, step, drop.key, (uint64_t)(row * D + k * W), u);
+#pragma unroll
+            for (int j = 0; j < W; j++) v[j] = u[j] >= drop.p ? fmul(v[j], drop.scale) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            v[j] = ln_stored<T>::of(fadd(v[j], res[j]));
+            sum += (double)v[j];
+        }
+        tg_vec<T, W>::store(sr, k, v);
+    }
+    const double mu = warp_sum_d(sum) / (double)D;
+    double ss = 0;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W];
+        tg_vec<T, W>::load(sr, k, v); /* this lane's own stores */
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            double d = (double)v[j] - mu;
+            ss = __dadd_rn(ss, __dmul_rn(d, d));
+        }
+    }
+    ss = warp_sum_d(ss);
+    const float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    T *yr = y + row * D;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W], g[W], b[W];
+        tg_vec<T, W>::load(sr, k, v);
+        if (gamma) ln_ldf<W>(gamma, k, g);
+        if (beta) ln_ldf<W>(beta, k, b);
+#pragma unroll
+        for (int j = 0; j < W; j++)
+            v[j] = fadd(fmul(fmul(fsub(v[j], mean), rstd), gamma ? g[j] : 1.0f), beta ? b[j] : 0.0f);
+        tg_vec<T, W>::store(yr, k, v);
+    }
+    if (lane == 0) {
+        if (mean_out) mean_out[row] = mean;
+        if (rstd_out) rstd_out[row] = rstd;
+    }
+}
+
+/* ds = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) (+ ds_extra), stored; dx = the
+ * dropout of ds as stored. One warp per row; W as the forward (ds_extra, when present,
+ * aligned like dy). */
+template <int W, class T>
+__global__ void __launch_bounds__(LN_THREADS)
+rln_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ s, const float *__restrict__ gamma,
+               const float *__restrict__ mean, const float *__restrict__ rstd, const T *__restrict__ extra,
+               const float *__restrict__ step_ptr, T *__restrict__ ds, T *__restrict__ dx, int64_t M, int64_t D,
+               rln_dropout drop) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= M) return;
+    const uint64_t step = drop.on ? rln_step(step_ptr) : 0;
+    const int64_t DW = D / W;
+    const T *dyr = dy + row * D, *sr = s + row * D;
+    const float mu = mean[row], rs = rstd[row];
+    double s1 = 0, s2 = 0;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float d[W], v[W], g[W];
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(sr, k, v);
+        if (gamma) ln_ldf<W>(gamma, k, g);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            float dg = fmul(d[j], gamma ? g[j] : 1.0f);
+            s1 += (double)dg;
+            s2 += (double)fmul(dg, fmul(fsub(v[j], mu), rs));
+        }
+    }
+    const float m1 = (float)(warp_sum_d(s1) / (double)D), m2 = (float)(warp_sum_d(s2) / (double)D);
+    const T *er = extra ? extra + row * D : NULL;
+    T *dsr = ds + row * D, *dxr = dx + row * D;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float d[W], v[W], g[W], e[W];
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(sr, k, v);
+        if (gamma) ln_ldf<W>(gamma, k, g);
+        if (er) tg_vec<T, W>::load(er, k, e);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            float xhat = fmul(fsub(v[j], mu), rs);
+            float t = fmul(rs, fsub(fsub(fmul(d[j], gamma ? g[j] : 1.0f), m1), fmul(xhat, m2)));
+            d[j] = ln_stored<T>::of(er ? fadd(t, e[j]) : t);
+        }
+        tg_vec<T, W>::store(dsr, k, d);
+        if (drop.on) {
+            float u[W];
+            rln_draws<W>(drop.seed, step, drop.key, (uint64_t)(row * D + k * W), u);
+#pragma unroll
+            for (int j = 0; j < W; j++) d[j] = u[j] >= drop.p ? fmul(d[j], drop.scale) : 0.0f;
+        }
+        tg_vec<T, W>::store(dxr, k, d);
+    }
+}
+
+static rln_dropout rln_dropout_of(const tg_cuda_op_args *a) {
+    const float p = a->op->f[1];
+    rln_dropout d;
+    d.on = a->training && p > 0.0f;
+    d.seed = a->ctx->seed;
+    d.key = (uint32_t)a->op->i[2];
+    d.p = p;
+    d.scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* the CPU's expression */
+    return d;
+}
+
+template <class T>
+static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
+    const T *x = (const T *)a->in[0], *r = (const T *)a->in[1];
+    const float *g = (const float *)a->in[2], *b = (const float *)a->in[3], *step = (const float *)a->in[4];
+    T *y = (T *)a->out[0], *s = (T *)a->out[1];
+    float *mu = (float *)a->out[2], *rs = (float *)a->out[3];
+    if (!x || !r || !y || !s) return tg_fail(err, "residual_layernorm needs x, r, y and s");
+    const rln_dropout drop = rln_dropout_of(a);
+    const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
+    const unsigned va = 4 * sizeof(T);
+    cudaStream_t st = a->ctx->stream;
+    const int vec8 = sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(x) && tg_aligned16(r) && tg_aligned16(y) &&
+                     tg_aligned16(s) && tg_aligned16(g) && tg_aligned16(b);
+    const int vec = D % 4 == 0 && tg_aligned(x, va) && tg_aligned(r, va) && tg_aligned(y, va) && tg_aligned(s, va) &&
+                    tg_aligned16(g) && tg_aligned16(b);
+    const float eps = a->op->f[0];
+    if (vec8)
+        rln_fwd_kernel<LN_W8<T>::W, T><<<blocks, LN_THREADS, 0, st>>>(x, r, g, b, step, y, s, mu, rs, M, D, eps, drop);
+    else if (vec)
+        rln_fwd_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(x, r, g, b, step, y, s, mu, rs, M, D, eps, drop);
+    else
+        rln_fwd_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(x, r, g, b, step, y, s, mu, rs, M, D, eps, drop);
+    return 0;
+}
+
+int tg_launch_residual_layernorm(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t M = a->op->i[0], D = a->op->i[1];
+    if (M <= 0 || D <= 0) return 0;
+    return a->in_dtype[0] == TG_BF16 ? launch_rln_fwd<tg_bf16>(a, M, D, err) : launch_rln_fwd<float>(a, M, D, err);
+}
+
+template <class T>
+static int launch_rln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
+    const T *dy = (const T *)a->in[0], *s = (const T *)a->in[1], *extra = (const T *)a->in[5];
+    const float *g = (const float *)a->in[2], *mu = (const float *)a->in[3], *rs = (const float *)a->in[4];
+    const float *step = (const float *)a->in[6];
+    T *ds = (T *)a->out[0], *dx = (T *)a->out[1];
+    float *dg = (float *)a->out[2], *db = (float *)a->out[3];
+    if (!dy || !s || !mu || !rs || !ds || !dx) return tg_fail(err, "residual_layernorm_bwd needs dy, s, mean, rstd, ds and dx");
+    const rln_dropout drop = rln_dropout_of(a);
+    const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
+    const unsigned va = 4 * sizeof(T);
+    cudaStream_t st = a->ctx->stream;
+    const int vec8 = sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(s) && tg_aligned16(extra) &&
+                     tg_aligned16(ds) && tg_aligned16(dx) && tg_aligned16(g);
+    const int vec = D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(s, va) && tg_aligned(extra, va) &&
+                    tg_aligned(ds, va) && tg_aligned(dx, va) && tg_aligned16(g);
+    if (vec8)
+        rln_bwd_kernel<LN_W8<T>::W, T><<<blocks, LN_THREADS, 0, st>>>(dy, s, g, mu, rs, extra, step, ds, dx, M, D, drop);
+    else if (vec)
+        rln_bwd_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(dy, s, g, mu, rs, extra, step, ds, dx, M, D, drop);
+    else
+        rln_bwd_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, s, g, mu, rs, extra, step, ds, dx, M, D, drop);
+    return launch_ln_cols<T>(a, dy, s, mu, rs, dg, db, M, D, err);
+}
+
+int tg_launch_residual_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t M = a->op->i[0], D = a->op->i[1];
+    if (M <= 0 || D <= 0) return 0;
+    return a->in_dtype[0] == TG_BF16 ? launch_rln_bwd<tg_bf16>(a, M, D, err) : launch_rln_bwd<float>(a, M, D, err);
 }

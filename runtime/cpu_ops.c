@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/philox.h"
+#include "runtime/bf16.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/threadpool.h"
 
@@ -119,20 +120,24 @@ static uint64_t dropout_step(const tg_cpu_op_args *a) {
     return s && s[0] > 0 ? (uint64_t)s[0] : 0;
 }
 
+/* DROPOUT of elements e0 .. e0+n-1 of a tensor (x and y point at element e0; they may
+ * alias): y = x * (1 / (1 - p)) where the element's draw is >= p, else 0. One Philox call
+ * serves four consecutive elements. */
+static void dropout_elements(uint64_t seed, uint64_t step, uint32_t key, float p, int64_t e0, int64_t n,
+                             const float *x, float *y) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    float u[4];
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t e = (uint64_t)(e0 + i);
+        if (i == 0 || (e & 3) == 0) tg_philox_uniform4(seed, step, key, e >> 2, u);
+        y[i] = u[e & 3] >= p ? x[i] * scale : 0.0f;
+    }
+}
+
 static void dropout_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
     e = min64(e, a->op->i[0]);
-    const float *x = CF32(a->in[0]);
-    float *y = F32(a->out[0]);
-    float p = a->op->f[0];
-    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    uint64_t step = dropout_step(a);
-    uint32_t key = (uint32_t)a->op->i[1];
-    /* b is a multiple of EW_BLOCK, hence of 4: whole Philox blocks per iteration. */
-    for (int64_t i = b; i < e; i += 4) {
-        float u[4];
-        tg_philox_uniform4(a->seed, step, key, (uint64_t)i >> 2, u);
-        for (int j = 0; j < 4 && i + j < e; j++) y[i + j] = u[j] >= p ? x[i + j] * scale : 0.0f;
-    }
+    dropout_elements(a->seed, dropout_step(a), (uint32_t)a->op->i[1], a->op->f[0], b, e - b, CF32(a->in[0]) + b,
+                     F32(a->out[0]) + b);
 }
 
 static void op_dropout(const tg_cpu_op_args *a) {
@@ -336,64 +341,72 @@ static void op_bias_grad(const tg_cpu_op_args *a) {
 
 /* ---- layernorm ---------------------------------------------------------------------- */
 
+/* One row: y = (x - mean) * rstd * g + b with the statistics in double (two passes). */
+static void layernorm_row(const float *xr, const float *g, const float *bt, int64_t D, float eps, float *yr,
+                          float *mean_out, float *rstd_out) {
+    double s = 0, ss = 0;
+    for (int64_t d = 0; d < D; d++) s += xr[d];
+    double mu = s / (double)D;
+    for (int64_t d = 0; d < D; d++) ss += (xr[d] - mu) * (xr[d] - mu);
+    float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    for (int64_t d = 0; d < D; d++) {
+        float v = (xr[d] - mean) * rstd;
+        yr[d] = v * (g ? g[d] : 1.0f) + (bt ? bt[d] : 0.0f);
+    }
+    if (mean_out) *mean_out = mean;
+    if (rstd_out) *rstd_out = rstd;
+}
+
 static void layernorm_rows(void *p, int64_t b, int64_t e) {
     const tg_cpu_op_args *a = p;
     int64_t D = a->op->i[1];
-    float eps = a->op->f[0];
-    const float *x = CF32(a->in[0]), *g = CF32(a->in[1]), *bt = CF32(a->in[2]);
-    float *y = F32(a->out[0]), *mean_out = F32(a->out[1]), *rstd_out = F32(a->out[2]);
-    for (int64_t m = b; m < e; m++) {
-        const float *xr = x + m * D;
-        double s = 0, ss = 0;
-        for (int64_t d = 0; d < D; d++) s += xr[d];
-        double mu = s / (double)D;
-        for (int64_t d = 0; d < D; d++) ss += (xr[d] - mu) * (xr[d] - mu);
-        float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
-        float *yr = y + m * D;
-        for (int64_t d = 0; d < D; d++) {
-            float v = (xr[d] - mean) * rstd;
-            yr[d] = v * (g ? g[d] : 1.0f) + (bt ? bt[d] : 0.0f);
-        }
-        if (mean_out) mean_out[m] = mean;
-        if (rstd_out) rstd_out[m] = rstd;
-    }
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]), *mean = F32(a->out[1]), *rstd = F32(a->out[2]);
+    for (int64_t m = b; m < e; m++)
+        layernorm_row(x + m * D, CF32(a->in[1]), CF32(a->in[2]), D, a->op->f[0], y + m * D, mean ? mean + m : NULL,
+                      rstd ? rstd + m : NULL);
 }
 static void op_layernorm(const tg_cpu_op_args *a) {
     tg_parallel_for(a->threads, a->op->i[0], layernorm_rows, (void *)a);
 }
 
-/* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), per row. */
-static void layernorm_bwd_rows(void *p, int64_t b, int64_t e) {
-    const tg_cpu_op_args *a = p;
-    int64_t D = a->op->i[1];
-    const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]), *g = CF32(a->in[2]);
-    const float *mean = CF32(a->in[3]), *rstd = CF32(a->in[4]);
-    float *dx = F32(a->out[0]);
-    for (int64_t m = b; m < e; m++) {
-        const float *dyr = dy + m * D, *xr = x + m * D;
-        float mu = mean[m], rs = rstd[m];
-        double s1 = 0, s2 = 0;
-        for (int64_t d = 0; d < D; d++) {
-            float dg = dyr[d] * (g ? g[d] : 1.0f);
-            s1 += dg;
-            s2 += dg * ((xr[d] - mu) * rs);
-        }
-        float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
-        float *dxr = dx + m * D;
-        for (int64_t d = 0; d < D; d++) {
-            float xhat = (xr[d] - mu) * rs;
-            dxr[d] = rs * (dyr[d] * (g ? g[d] : 1.0f) - m1 - xhat * m2);
-        }
+/* One row: dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)). */
+static void layernorm_bwd_row(const float *dyr, const float *xr, const float *g, float mu, float rs, int64_t D,
+                              float *dxr) {
+    double s1 = 0, s2 = 0;
+    for (int64_t d = 0; d < D; d++) {
+        float dg = dyr[d] * (g ? g[d] : 1.0f);
+        s1 += dg;
+        s2 += dg * ((xr[d] - mu) * rs);
+    }
+    float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
+    for (int64_t d = 0; d < D; d++) {
+        float xhat = (xr[d] - mu) * rs;
+        dxr[d] = rs * (dyr[d] * (g ? g[d] : 1.0f) - m1 - xhat * m2);
     }
 }
 
+static void layernorm_bwd_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t D = a->op->i[1];
+    const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]), *mean = CF32(a->in[3]), *rstd = CF32(a->in[4]);
+    for (int64_t m = b; m < e; m++)
+        layernorm_bwd_row(dy + m * D, x + m * D, CF32(a->in[2]), mean[m], rstd[m], D, F32(a->out[0]) + m * D);
+}
+
+/* The column sums of a LayerNorm backward, over [M, D] dy and the normalised input x. */
+typedef struct ln_cols_ctx {
+    const float *dy, *x, *mean, *rstd;
+    float *dgamma, *dbeta;
+    int64_t M, D;
+} ln_cols_ctx;
+
 /* dgamma += sum_m dy*xhat, dbeta += sum_m dy: parallel over columns, rows in order. */
 static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
-    const tg_cpu_op_args *a = p;
-    int64_t M = a->op->i[0], D = a->op->i[1];
-    const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]);
-    const float *mean = CF32(a->in[3]), *rstd = CF32(a->in[4]);
-    float *dg = F32(a->out[1]), *db = F32(a->out[2]);
+    const ln_cols_ctx *c = p;
+    int64_t M = c->M, D = c->D;
+    const float *dy = c->dy, *x = c->x, *mean = c->mean, *rstd = c->rstd;
+    float *dg = c->dgamma, *db = c->dbeta;
     double *s = calloc((size_t)(e - b) * 2, sizeof *s);
     if (!s) abort();
     double *sg = s, *sb = s + (e - b);
@@ -412,10 +425,79 @@ static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
     free(s);
 }
 
+static void layernorm_cols(const tg_cpu_op_args *a, const float *dy, const float *x, const float *mean,
+                           const float *rstd, float *dgamma, float *dbeta) {
+    ln_cols_ctx c = {dy, x, mean, rstd, dgamma, dbeta, a->op->i[0], a->op->i[1]};
+    if (dgamma || dbeta) tg_parallel_for(a->threads, c.D, layernorm_bwd_cols, &c);
+}
+
 static void op_layernorm_bwd(const tg_cpu_op_args *a) {
     if (a->out[0]) tg_parallel_for(a->threads, a->op->i[0], layernorm_bwd_rows, (void *)a);
-    if (a->out[1] || a->out[2])
-        tg_parallel_for(a->threads, a->op->i[1], layernorm_bwd_cols, (void *)a);
+    layernorm_cols(a, CF32(a->in[0]), CF32(a->in[1]), CF32(a->in[3]), CF32(a->in[4]), F32(a->out[1]),
+                   F32(a->out[2]));
+}
+
+/* ---- residual layernorm -------------------------------------------------------------- */
+
+/* v as an output slot of dtype `dtype` stores it: rounded to bf16 in bf16 slots. The op
+ * reads back s (forward) and ds (backward) as stored, like the separate ops it replaces. */
+static void round_as_stored(float *v, int64_t n, int dtype) {
+    if (dtype != TG_BF16) return;
+    for (int64_t i = 0; i < n; i++) v[i] = tg_f32_from_bf16(tg_bf16_from_f32(v[i]));
+}
+
+/* The dropout of RESIDUAL_LAYERNORM(_BWD) (f[1] = p, i[2] = key, the step counter in
+ * slot `step_slot`): 1 when it applies (training, p > 0), with the step it draws at. */
+static int residual_dropout_on(const tg_cpu_op_args *a, int step_slot, uint64_t *step) {
+    const float *s = CF32(a->in[step_slot]);
+    *step = s && s[0] > 0 ? (uint64_t)s[0] : 0;
+    return a->training && a->op->f[1] > 0.0f;
+}
+
+static void residual_layernorm_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t D = a->op->i[1];
+    uint64_t step;
+    int drop = residual_dropout_on(a, 4, &step);
+    const float *x = CF32(a->in[0]), *r = CF32(a->in[1]);
+    float *y = F32(a->out[0]), *s = F32(a->out[1]), *mean = F32(a->out[2]), *rstd = F32(a->out[3]);
+    for (int64_t m = b; m < e; m++) {
+        const float *xr = x + m * D, *rr = r + m * D;
+        float *sr = s + m * D;
+        if (drop) dropout_elements(a->seed, step, (uint32_t)a->op->i[2], a->op->f[1], m * D, D, xr, sr);
+        else memcpy(sr, xr, sizeof(float) * (size_t)D);
+        for (int64_t d = 0; d < D; d++) sr[d] = sr[d] + rr[d];
+        round_as_stored(sr, D, a->out_dtype[1]);
+        layernorm_row(sr, CF32(a->in[2]), CF32(a->in[3]), D, a->op->f[0], y + m * D, mean ? mean + m : NULL,
+                      rstd ? rstd + m : NULL);
+    }
+}
+static void op_residual_layernorm(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[0], residual_layernorm_rows, (void *)a);
+}
+
+static void residual_layernorm_bwd_rows(void *p, int64_t b, int64_t e) {
+    const tg_cpu_op_args *a = p;
+    int64_t D = a->op->i[1];
+    uint64_t step;
+    int drop = residual_dropout_on(a, 6, &step);
+    const float *dy = CF32(a->in[0]), *s = CF32(a->in[1]), *mean = CF32(a->in[3]), *rstd = CF32(a->in[4]);
+    const float *extra = CF32(a->in[5]);
+    float *ds = F32(a->out[0]), *dx = F32(a->out[1]);
+    for (int64_t m = b; m < e; m++) {
+        float *dsr = ds + m * D;
+        layernorm_bwd_row(dy + m * D, s + m * D, CF32(a->in[2]), mean[m], rstd[m], D, dsr);
+        if (extra)
+            for (int64_t d = 0; d < D; d++) dsr[d] = dsr[d] + extra[m * D + d];
+        round_as_stored(dsr, D, a->out_dtype[0]);
+        if (drop) dropout_elements(a->seed, step, (uint32_t)a->op->i[2], a->op->f[1], m * D, D, dsr, dx + m * D);
+        else memcpy(dx + m * D, dsr, sizeof(float) * (size_t)D);
+    }
+}
+static void op_residual_layernorm_bwd(const tg_cpu_op_args *a) {
+    tg_parallel_for(a->threads, a->op->i[0], residual_layernorm_bwd_rows, (void *)a);
+    layernorm_cols(a, CF32(a->in[0]), CF32(a->in[1]), CF32(a->in[3]), CF32(a->in[4]), F32(a->out[2]),
+                   F32(a->out[3]));
 }
 
 /* ---- attention softmax ------------------------------------------------------------- */
@@ -1120,6 +1202,8 @@ static const tg_cpu_op_fn cpu_ops[TG_OP_COUNT] = {
     [TG_OP_SCHEDULE] = op_schedule,
     [TG_OP_GRAD_NORM] = op_grad_norm,
     [TG_OP_ADAMW] = op_adamw,
+    [TG_OP_RESIDUAL_LAYERNORM] = op_residual_layernorm,
+    [TG_OP_RESIDUAL_LAYERNORM_BWD] = op_residual_layernorm_bwd,
 };
 _Static_assert(sizeof cpu_ops / sizeof cpu_ops[0] == TG_OP_COUNT, "every op needs a CPU kernel");
 

@@ -31,8 +31,8 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
 _Static_assert(sizeof(tg_tensor) == 184, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 152, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
-_Static_assert(sizeof(tg_job) == 2296, "tg_job changed: update put_job/get_job");
-_Static_assert(sizeof(tg_plan) == 3584, "tg_plan changed: update tg_plan_encode/decode");
+_Static_assert(sizeof(tg_job) == 2304, "tg_job changed: update put_job/get_job");
+_Static_assert(sizeof(tg_plan) == 3592, "tg_plan changed: update tg_plan_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -130,6 +130,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->attention);
     put_i32(b, j->fuse_bias_grad);
     put_i32(b, j->fuse_gelu);
+    put_i32(b, j->fuse_residual_layernorm);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -365,6 +366,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->attention = get_i32(r);
     j->fuse_bias_grad = get_i32(r);
     j->fuse_gelu = get_i32(r);
+    j->fuse_residual_layernorm = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -444,6 +446,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job fuse_bias_grad %d is not a boolean", name, j->fuse_bias_grad);
     if (j->fuse_gelu != 0 && j->fuse_gelu != 1)
         return tg_fail(err, "%s: job fuse_gelu %d is not a boolean", name, j->fuse_gelu);
+    if (j->fuse_residual_layernorm != 0 && j->fuse_residual_layernorm != 1)
+        return tg_fail(err, "%s: job fuse_residual_layernorm %d is not a boolean", name, j->fuse_residual_layernorm);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];

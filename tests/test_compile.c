@@ -317,6 +317,30 @@ TG_TEST(test_cli_fuse_bias_grad_key) {
     CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_bias_grad");
 }
 
+TG_TEST(test_cli_fuse_residual_layernorm_key) {
+    const char *dir = tg_test_tmpdir();
+    char args[1600], err_path[600], out_path[600], job[600], plan[600];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(job, sizeof job, "%s/good.job", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
+    tg_test_write_file(job, "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s --set fuse_residual_layernorm=false", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_residual_layernorm=false failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(!file_has(out_path, "residual_layernorm") && file_has(out_path, " layernorm "), "inspect of the unfused plan");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(file_has(out_path, " residual_layernorm ") && file_has(out_path, " residual_layernorm_bwd ") &&
+              file_has(out_path, "key=") && file_has(out_path, "p=0.1"),
+          "inspect of the default plan");
+    snprintf(args, sizeof args, "run %s --set fuse_residual_layernorm=false", plan);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_residual_layernorm");
+}
+
 /* A model folder: tiny-bert's config and a safetensors file built by the caller. */
 static const char *model_folder(const tg_st_item *items, int n) {
     const char *dir = tg_test_tmpdir();
@@ -561,6 +585,7 @@ TG_TEST(test_compile_attention_dropout_fused) {
             if (o < p.phase_begin[TG_PHASE_BACKWARD]) {
                 if (op->kind == TG_OP_DROPOUT) keys_in_order &= op->i[1] == next_key++;
                 if (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0) keys_in_order &= op->i[4] == next_key++;
+                if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->f[1] > 0) keys_in_order &= op->i[2] == next_key++;
             }
         }
         CHECK(keys_in_order, "dropout stream keys are not 0, 1, 2, ... in forward order");
@@ -604,8 +629,9 @@ static void count_kinds(const tg_plan *p, int *counts) {
     for (int o = 0; o < p->n_ops; o++) counts[p->ops[o].kind]++;
 }
 
-/* Forward dropout stream keys in op order: DROPOUT's i[1], and the attention's i[4] when it
- * applies dropout (fused ATTENTION, or the softmax's dropped probabilities). */
+/* Forward dropout stream keys in op order: DROPOUT's i[1], the attention's i[4] when it
+ * applies dropout (fused ATTENTION, or the softmax's dropped probabilities), and the
+ * residual LayerNorm's i[2] when it does. */
 static int forward_keys(const tg_plan *p, int64_t *keys, int max) {
     int n = 0;
     for (int o = 0; o < p->phase_begin[TG_PHASE_BACKWARD] && n < max; o++) {
@@ -613,6 +639,7 @@ static int forward_keys(const tg_plan *p, int64_t *keys, int max) {
         if (op->kind == TG_OP_DROPOUT) keys[n++] = op->i[1];
         if ((op->kind == TG_OP_ATTENTION && op->f[1] > 0) || (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0))
             keys[n++] = op->i[4];
+        if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->f[1] > 0) keys[n++] = op->i[2];
     }
     return n;
 }
@@ -1038,9 +1065,16 @@ TG_TEST(test_compile_gelu_epilogue_shared_activation) {
         fused_bwd += op->kind == TG_OP_MATMUL && op->i[8] == TG_MATMUL_ACT_GELU_BWD;
         if (op->kind == TG_OP_GELU_BWD) {
             gelu_bwd++;
-            /* dh is the sum of both dA products; the result is pre's gradient. */
-            int summed = 0;
-            for (int k = 0; k < o; k++) summed |= g.ops[k].kind == TG_OP_ADD && g.ops[k].out[0] == op->in[0];
+            /* dh is the sum of both dA products (the second accumulating into the first's
+             * output, or an ADD of the two); the result is pre's gradient. */
+            int summed = 0, writes = 0, accumulates = 0;
+            for (int k = 0; k < o; k++) {
+                const tg_op *w = &g.ops[k];
+                summed |= w->kind == TG_OP_ADD && w->out[0] == op->in[0];
+                writes += w->kind == TG_OP_MATMUL && w->out[0] == op->in[0];
+                accumulates += w->kind == TG_OP_MATMUL && w->out[0] == op->in[0] && w->i[6];
+            }
+            summed |= writes == 2 && accumulates == 1;
             CHECK(op->in[1] == pre && op->i[1] == TG_GELU_TANH && op->i[0] == N * F && summed,
                   "gelu_bwd %d reads %d (pre %d), mode %lld, summed dh %d", o, op->in[1], pre, (long long)op->i[1],
                   summed);
@@ -1052,6 +1086,177 @@ TG_TEST(test_compile_gelu_epilogue_shared_activation) {
     CHECK(fused_bwd == 0 && gelu_bwd == 1 && dw1 == 1, "%d fused gelu backward matmuls, %d gelu_bwd ops, dW1 %d",
           fused_bwd, gelu_bwd, dw1);
     tg_graph_free(&g);
+}
+
+/* The residual adds with their dropout and following LayerNorm as RESIDUAL_LAYERNORM ops
+ * (the default): two per layer, at the LayerNorms that in the separate-op plan read a
+ * residual ADD, reading the branch's matmul output and the residual stream, with the
+ * hidden dropout's p, the step counter, fp32 statistics; GPT-2's s is the next op's
+ * residual and its backward takes that op's gradient as ds_extra. */
+TG_TEST(test_compile_residual_layernorm) {
+    static const struct {
+        const char *preset;
+        int task, precision, gpt2;
+    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 0},
+                 {"tiny-roberta", TG_TASK_CLASSIFY, TG_PREC_FP32, 0},
+                 {"tiny-gpt2", TG_TASK_LM, TG_PREC_FP32, 1},
+                 {"tiny-gpt2", TG_TASK_LM, TG_PREC_BF16, 1},
+                 {"tiny-bert", TG_TASK_CLASSIFY, TG_PREC_BF16, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_model_config cfg;
+        tg_err err;
+        memset(&cfg, 0, sizeof cfg);
+        REQUIRE(tg_model_config_load(cases[c].preset, &cfg, &err) == 0, "%s", err.msg);
+        REQUIRE(cfg.hidden_dropout > 0, "%s should have hidden dropout", cases[c].preset);
+        tg_job job;
+        tg_job_defaults(&job);
+        CHECK(job.fuse_residual_layernorm == 1, "fuse_residual_layernorm is not on by default");
+        snprintf(job.model, sizeof job.model, "%s", cases[c].preset);
+        job.task = cases[c].task, job.precision = cases[c].precision, job.batch = 2, job.seq = 8, job.steps = 1;
+        tg_plan p, q;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        job.fuse_residual_layernorm = 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &q, &err) == 0, "%s", err.msg);
+        const char *name = cases[c].preset;
+        check_plan_memory(&p, name);
+        check_plan_memory(&q, name);
+        int L = cfg.layers, kp[TG_OP_COUNT], kq[TG_OP_COUNT];
+        count_kinds(&p, kp);
+        count_kinds(&q, kq);
+        CHECK(kp[TG_OP_RESIDUAL_LAYERNORM] == 2 * L && kp[TG_OP_RESIDUAL_LAYERNORM_BWD] == 2 * L &&
+                  !kq[TG_OP_RESIDUAL_LAYERNORM] && !kq[TG_OP_RESIDUAL_LAYERNORM_BWD],
+              "%s: %d/%d fused ops, %d/%d without the fusion", name, kp[TG_OP_RESIDUAL_LAYERNORM],
+              kp[TG_OP_RESIDUAL_LAYERNORM_BWD], kq[TG_OP_RESIDUAL_LAYERNORM], kq[TG_OP_RESIDUAL_LAYERNORM_BWD]);
+        /* The separate-op plan's LayerNorms that read a residual ADD of a DROPOUT output. */
+        int separate = 0;
+        for (int o = 0; o < q.phase_begin[TG_PHASE_BACKWARD]; o++) {
+            const tg_op *ln = &q.ops[o];
+            if (ln->kind != TG_OP_LAYERNORM) continue;
+            int a = producer(&q, ln->in[0]);
+            if (a < 0 || q.ops[a].kind != TG_OP_ADD) continue;
+            int d = producer(&q, q.ops[a].in[0]);
+            if (d < 0 || q.ops[d].kind != TG_OP_DROPOUT) continue;
+            separate++;
+            const char *gamma = q.tensors[ln->in[1]].name;
+            int found = 0;
+            for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++)
+                found |= p.ops[k].kind == TG_OP_RESIDUAL_LAYERNORM && !strcmp(p.tensors[p.ops[k].in[2]].name, gamma) &&
+                         p.ops[k].i[2] == q.ops[d].i[1];
+            CHECK(found, "%s: no fused op with %s and dropout key %lld", name, gamma, (long long)q.ops[d].i[1]);
+        }
+        CHECK(separate == 2 * L, "%s: %d residual LayerNorms in the separate-op plan", name, separate);
+        int low = cases[c].precision == TG_PREC_BF16, extra = 0;
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind == TG_OP_RESIDUAL_LAYERNORM) {
+                CHECK(op->f[1] == cfg.hidden_dropout && op->in[4] == p.io.step && op->f[0] == cfg.layer_norm_eps &&
+                          op->i[0] == job.batch * job.seq && op->i[1] == cfg.hidden,
+                      "%s: residual_layernorm %d parameters", name, o);
+                int x = producer(&p, op->in[0]);
+                CHECK(x >= 0 && p.ops[x].kind == TG_OP_MATMUL && p.ops[x].in[2] >= 0,
+                      "%s: residual_layernorm %d: x is not a linear layer's output", name, o);
+                int r = producer(&p, op->in[1]);
+                /* GPT-2: the residual stream (a previous op's s, or the embeddings' dropout);
+                 * BERT: the previous LayerNorm's output. */
+                int stream = r >= 0 && ((p.ops[r].kind == TG_OP_RESIDUAL_LAYERNORM &&
+                                         p.ops[r].out[cases[c].gpt2 ? 1 : 0] == op->in[1]) ||
+                                        p.ops[r].kind == TG_OP_DROPOUT);
+                CHECK(stream, "%s: residual_layernorm %d: r is %s", name, o, p.tensors[op->in[1]].name);
+                const tg_tensor *y = &p.tensors[op->out[0]], *s = &p.tensors[op->out[1]];
+                CHECK(y->dtype == (low ? TG_BF16 : TG_F32) && s->dtype == y->dtype &&
+                          p.tensors[op->out[2]].dtype == TG_F32 && p.tensors[op->out[3]].dtype == TG_F32,
+                      "%s: residual_layernorm %d: y %s, s %s, statistics fp32", name, o, tg_dtype_name(y->dtype),
+                      tg_dtype_name(s->dtype));
+            }
+            if (op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD) {
+                int f = producer(&p, op->in[1]);
+                CHECK(f >= 0 && p.ops[f].kind == TG_OP_RESIDUAL_LAYERNORM && p.ops[f].out[2] == op->in[3] &&
+                          p.ops[f].out[3] == op->in[4] && p.ops[f].i[2] == op->i[2] && p.ops[f].f[1] == op->f[1] &&
+                          op->in[6] == p.io.step,
+                      "%s: residual_layernorm_bwd %d does not read its forward's s, statistics, key and step", name, o);
+                CHECK((p.tensors[op->out[2]].flags & TG_TENSOR_GRAD) && (p.tensors[op->out[3]].flags & TG_TENSOR_GRAD),
+                      "%s: residual_layernorm_bwd %d: dgamma/dbeta are not parameter gradients", name, o);
+                extra += op->in[5] >= 0;
+            }
+        }
+        /* GPT-2: every s but the last block's is the next op's residual. */
+        CHECK(extra == (cases[c].gpt2 ? 2 * L - 1 : 0), "%s: %d backward ops take ds_extra", name, extra);
+        tg_plan_free(&p), tg_plan_free(&q);
+    }
+}
+
+/* A matmul's dA contribution to an activation gradient that already exists accumulates
+ * into it (MATMUL i[6]) instead of going to a fresh tensor summed by an ADD. With the
+ * residual LayerNorm fused, tiny-bert's backward has no ADD at all (each layer input's
+ * gradient starts as the residual gradient ds and takes the V, K and Q products, the FFN
+ * input's the intermediate product: 4 accumulating matmuls per layer); without it, ADD's
+ * rule hands one gradient to both addends, which is then not updated in place, so one ADD
+ * per such tensor remains (2 per layer, 2 accumulating matmuls). The planner must keep the
+ * accumulated tensor live and its bytes unshared from its first write to its last
+ * accumulation. */
+TG_TEST(test_compile_gradient_accumulation) {
+    static const struct {
+        const char *preset;
+        int task, fuse, precision, adds_per_layer, acc_per_layer, adds_extra;
+    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, 1, TG_PREC_FP32, 0, 4, 0},
+                 {"tiny-bert", TG_TASK_CLASSIFY, 0, TG_PREC_FP32, 2, 2, 0},
+                 {"tiny-bert", TG_TASK_CLASSIFY, 1, TG_PREC_BF16, 0, 4, 0},
+                 /* GPT-2: block 0's ln_1 and first residual share the embeddings' output. */
+                 {"tiny-gpt2", TG_TASK_LM, 1, TG_PREC_FP32, 0, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_model_config cfg;
+        tg_err err;
+        memset(&cfg, 0, sizeof cfg);
+        REQUIRE(tg_model_config_load(cases[c].preset, &cfg, &err) == 0, "%s", err.msg);
+        tg_job job;
+        tg_job_defaults(&job);
+        snprintf(job.model, sizeof job.model, "%s", cases[c].preset);
+        job.task = cases[c].task, job.precision = cases[c].precision, job.batch = 2, job.seq = 8, job.steps = 1;
+        job.fuse_residual_layernorm = cases[c].fuse;
+        tg_plan p;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        char what[64];
+        snprintf(what, sizeof what, "%s fuse %d %s", cases[c].preset, cases[c].fuse,
+                 tg_precision_name(cases[c].precision));
+        check_plan_memory(&p, what);
+        int L = cfg.layers, adds = 0, accumulating = 0;
+        for (int o = p.phase_begin[TG_PHASE_BACKWARD]; o < p.phase_begin[TG_PHASE_OPTIMIZER]; o++) {
+            const tg_op *op = &p.ops[o];
+            adds += op->kind == TG_OP_ADD;
+            if (op->kind != TG_OP_MATMUL || !op->i[6]) continue;
+            int g = op->out[0];
+            const tg_tensor *x = &p.tensors[g];
+            if (x->pool != TG_POOL_ACTIVATIONS) {
+                CHECK(x->flags & TG_TENSOR_GRAD, "%s: matmul %d accumulates into %s", what, o, x->name);
+                continue;
+            }
+            accumulating++;
+            CHECK(!(x->flags & (TG_TENSOR_GRAD | TG_TENSOR_VIEW | TG_TENSOR_PARAM)), "%s: matmul %d accumulates into %s",
+                  what, o, x->name);
+            /* Written (not accumulated) by an earlier backward op, and live from there on. */
+            int first = -1;
+            for (int k = p.phase_begin[TG_PHASE_BACKWARD]; k < o && first < 0; k++)
+                for (int s = 0; s < TG_OP_MAX_OUT; s++)
+                    if (p.ops[k].out[s] == g && !(p.ops[k].kind == TG_OP_MATMUL && p.ops[k].i[6] && s == 0)) first = k;
+            CHECK(first >= 0 && x->first_use <= first && x->last_use >= o,
+                  "%s: %s is accumulated at op %d, first written at %d, live %d..%d", what, x->name, o, first,
+                  x->first_use, x->last_use);
+            /* No other activation shares its bytes while it holds the partial sum. */
+            for (int t = 0; t < p.n_tensors; t++) {
+                const tg_tensor *y = &p.tensors[t];
+                if (t == g || y->pool != TG_POOL_ACTIVATIONS || y->first_use < 0) continue;
+                int bytes = y->offset < x->offset + x->bytes && x->offset < y->offset + y->bytes;
+                int time = !(y->last_use < first || y->first_use > o);
+                CHECK(!(bytes && time), "%s: %s shares bytes with %s while it accumulates (ops %d..%d)", what, y->name,
+                      x->name, first, o);
+            }
+        }
+        CHECK(adds == cases[c].adds_per_layer * L + cases[c].adds_extra &&
+                  accumulating == cases[c].acc_per_layer * L,
+              "%s: %d backward ADD ops (want %d), %d accumulating matmuls (want %d)", what, adds,
+              cases[c].adds_per_layer * L + cases[c].adds_extra, accumulating, cases[c].acc_per_layer * L);
+        tg_plan_free(&p);
+    }
 }
 
 static int tensor_named(const tg_plan *p, const char *name) {
@@ -1066,7 +1271,7 @@ static int tensor_named(const tg_plan *p, const char *name) {
 TG_TEST(test_weights_init_by_name) {
     static const char *const variants[] = {
         "attention = fused\nfuse_bias_grad = true\n",
-        "attention = unfused\nfuse_bias_grad = false\n",
+        "attention = unfused\nfuse_bias_grad = false\nfuse_residual_layernorm = false\n",
         "attention = fused\nprecision = bf16\n",
     };
     tg_plan plans[3];

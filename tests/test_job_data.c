@@ -62,7 +62,8 @@ TG_TEST(test_job_valid_parses) {
                                  "eval_data = /abs/eval.jsonl\n"
                                  "attention = unfused\n"
                                  "fuse_bias_grad = false\n"
-                                 "fuse_gelu = false\n");
+                                 "fuse_gelu = false\n"
+                                 "fuse_residual_layernorm = 0\n");
     REQUIRE(path, "write");
     tg_job j;
     tg_err err = {{0}};
@@ -91,6 +92,10 @@ TG_TEST(test_job_valid_parses) {
     CHECK(j.fuse_gelu == 0 && j.key_line[TG_JOB_FUSE_GELU] == 25, "fuse_gelu %d line %d", j.fuse_gelu,
           j.key_line[TG_JOB_FUSE_GELU]);
     CHECK(strcmp(tg_job_key_name(TG_JOB_FUSE_GELU), "fuse_gelu") == 0, "fuse_gelu key name");
+    CHECK(j.fuse_residual_layernorm == 0 && j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM] == 26,
+          "fuse_residual_layernorm %d line %d", j.fuse_residual_layernorm, j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM]);
+    CHECK(strcmp(tg_job_key_name(TG_JOB_FUSE_RESIDUAL_LAYERNORM), "fuse_residual_layernorm") == 0,
+          "fuse_residual_layernorm key name");
     char buf[1200], want[1200];
     snprintf(want, sizeof want, "%s:10", path);
     CHECK(strcmp(tg_job_where(&j, TG_JOB_LR, buf, sizeof buf), want) == 0, "where %s", buf);
@@ -148,6 +153,8 @@ TG_TEST(test_job_defaults_applied) {
     CHECK(j.attention == TG_ATTENTION_FUSED && j.key_line[TG_JOB_ATTENTION] == 0, "attention defaults to fused");
     CHECK(j.fuse_bias_grad == 1 && j.key_line[TG_JOB_FUSE_BIAS_GRAD] == 0, "fuse_bias_grad defaults to true");
     CHECK(j.fuse_gelu == 1 && j.key_line[TG_JOB_FUSE_GELU] == 0, "fuse_gelu defaults to true");
+    CHECK(j.fuse_residual_layernorm == 1 && j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM] == 0,
+          "fuse_residual_layernorm defaults to true");
     CHECK(j.eval_data[0] == 0, "no eval");
     CHECK(j.key_line[TG_JOB_LR] == 0 && j.key_line[TG_JOB_STEPS] == 3, "lines");
     char buf[1200], want[1200];
@@ -182,12 +189,15 @@ TG_TEST(test_job_set_overrides) {
     const char *path = write_tmp("job.txt", BASE "lr = 1e-3\nbatch = 4\n");
     REQUIRE(path, "write");
     const char *ov[] = {"lr=3e-4", " batch = 32 ", "train_data=rel/x.jsonl", "task=lm",
-                        "epochs=2", "attention=unfused", "fuse_bias_grad=0", "fuse_gelu=false"};
+                        "epochs=2", "attention=unfused", "fuse_bias_grad=0", "fuse_gelu=false",
+                        "fuse_residual_layernorm=false"};
     tg_job j;
     tg_err err = {{0}};
-    REQUIRE(tg_job_load(path, ov, 8, &j, &err) == 0, "load: %s", err.msg);
+    REQUIRE(tg_job_load(path, ov, 9, &j, &err) == 0, "load: %s", err.msg);
     CHECK(j.fuse_gelu == 0 && j.key_line[TG_JOB_FUSE_GELU] == -1, "--set fuse_gelu");
     CHECK(j.fuse_bias_grad == 0 && j.key_line[TG_JOB_FUSE_BIAS_GRAD] == -1, "--set fuse_bias_grad");
+    CHECK(j.fuse_residual_layernorm == 0 && j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM] == -1,
+          "--set fuse_residual_layernorm");
     CHECK(j.attention == TG_ATTENTION_UNFUSED && j.key_line[TG_JOB_ATTENTION] == -1, "--set attention");
     CHECK(j.lr == 3e-4f && j.batch == 32, "lr %g batch %d", j.lr, j.batch);
     CHECK(strcmp(j.train_data, "rel/x.jsonl") == 0, "override path kept: %s", j.train_data);
@@ -305,6 +315,16 @@ TG_TEST(test_job_error_bad_fuse_gelu) {
     expect_job_error(BASE, two, 1, "--set fuse_gelu=2: key 'fuse_gelu'", "'2' is not a boolean", NULL);
     expect_job_error(BASE "fuse_gelus = true\n", NULL, 0, "job.txt:4: key 'fuse_gelus'", "did you mean 'fuse_gelu'?",
                      NULL);
+}
+
+TG_TEST(test_job_error_bad_fuse_residual_layernorm) {
+    expect_job_error(BASE "fuse_residual_layernorm = on\n", NULL, 0,
+                     "job.txt:4: key 'fuse_residual_layernorm': 'on' is not a boolean (true, false, 1, 0)", NULL, NULL);
+    const char *two[] = {"fuse_residual_layernorm=2"};
+    expect_job_error(BASE, two, 1, "--set fuse_residual_layernorm=2: key 'fuse_residual_layernorm'",
+                     "'2' is not a boolean", NULL);
+    expect_job_error(BASE "fuse_residual_layernorms = true\n", NULL, 0, "job.txt:4: key 'fuse_residual_layernorms'",
+                     "did you mean 'fuse_residual_layernorm'?", NULL);
 }
 
 TG_TEST(test_job_error_steps_epochs) {

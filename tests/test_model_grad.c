@@ -164,17 +164,19 @@ static int pair_job(const char *preset, int task, int num_labels, tg_model_confi
     return 0;
 }
 
-/* One CPU training step of each of two plans with one parameter layout, from the same
- * weights (plan 0's, written into plan 1) and the same batch: their statistics and whole
- * gradient buffers (grads[m], pool-sized, allocated here). */
-static int step_pair(tg_plan plans[2], tg_step_stats st[2], float *grads[2]) {
+/* `steps` CPU training steps of each of two plans with one parameter layout, from the same
+ * weights (plan 0's, written into plan 1) and the same batch: each step's statistics
+ * (st[step * 2 + m]), and after the last step the whole gradient buffers (grads[m]) and,
+ * when `weights` is not NULL, the weights (weights[m]); all pool-sized, allocated here. */
+static int train_pair(tg_plan plans[2], int steps, tg_step_stats *st, float *grads[2], float *weights[2]) {
     tg_err err;
     tg_trainer tr[2];
     tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
     size_t pbytes = plans[0].pool_bytes[TG_POOL_PARAMS];
-    float *weights = malloc(pbytes);
+    float *start = malloc(pbytes);
     grads[0] = malloc(pbytes), grads[1] = malloc(pbytes);
-    int rc = weights && grads[0] && grads[1] ? 0 : -1;
+    if (weights) weights[0] = malloc(pbytes), weights[1] = malloc(pbytes);
+    int rc = start && grads[0] && grads[1] && (!weights || (weights[0] && weights[1])) ? 0 : -1;
     for (int m = 0; m < 2 && !rc; m++) {
         if (!CHECK(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg)) {
             rc = -1;
@@ -182,15 +184,21 @@ static int step_pair(tg_plan plans[2], tg_step_stats st[2], float *grads[2]) {
         }
         rng_state = 0x5DEECE66Dull; /* the same batch in both */
         fill_inputs(&tr[m], &plans[m]);
-        rc = m == 0 ? tg_trainer_read(&tr[0], plans[0].io.params_all, weights, &err)
-                    : tg_trainer_write(&tr[1], plans[1].io.params_all, weights, &err);
-        if (!rc) rc = tg_trainer_run_step(&tr[m], &st[m], &err);
+        rc = m == 0 ? tg_trainer_read(&tr[0], plans[0].io.params_all, start, &err)
+                    : tg_trainer_write(&tr[1], plans[1].io.params_all, start, &err);
+        for (int s = 0; s < steps && !rc; s++) rc = tg_trainer_run_step(&tr[m], &st[s * 2 + m], &err);
         if (!rc) rc = tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err);
+        if (!rc && weights) rc = tg_trainer_read(&tr[m], plans[m].io.params_all, weights[m], &err);
         CHECK(rc == 0, "%s", err.msg);
         tg_trainer_close(&tr[m]);
     }
-    free(weights);
+    free(start);
     return rc;
+}
+
+/* One training step of each plan: st[m] and grads[m] as train_pair's. */
+static int step_pair(tg_plan plans[2], tg_step_stats st[2], float *grads[2]) {
+    return train_pair(plans, 1, st, grads, NULL);
 }
 
 /* One training step (dropout on) of the fused and the unfused plan of one job, from the
@@ -398,3 +406,73 @@ TG_TEST(test_model_fused_gelu_tiny_gpt2) {
     fused_gelu_matches("tiny-gpt2", TG_TASK_LM, 0, TG_PREC_BF16, 0);
 }
 TG_TEST(test_model_fused_gelu_tanh_bert) { fused_gelu_matches("tiny-bert", TG_TASK_CLASSIFY, 3, TG_PREC_FP32, 1); }
+
+/* ---- fused vs separate residual LayerNorm --------------------------------------------- */
+
+/* Three training steps (hidden dropout on) with the residual add, its dropout and the
+ * LayerNorm after it as RESIDUAL_LAYERNORM ops (the default) and as separate DROPOUT, ADD
+ * and LAYERNORM ops (`fuse_residual_layernorm = false`), from the same weights and batch.
+ * The fused ops compute the same float expressions in the same order, and the gradient
+ * sums that autodiff forms with matmul accumulation instead of ADD ops add the same
+ * contributions in the same order, so on the CPU every loss, the gradients and the
+ * weights after the last step are equal bit for bit. */
+static void fused_residual_layernorm_matches(const char *preset, int task, int num_labels) {
+    tg_model_config cfg;
+    tg_err err;
+    tg_job job;
+    if (pair_job(preset, task, num_labels, &cfg, &job)) return;
+    job.steps = 3;
+    tg_plan plans[2];
+    for (int m = 0; m < 2; m++) {
+        job.fuse_residual_layernorm = m == 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &plans[m], &err) == 0, "%s", err.msg);
+    }
+    const tg_plan *f = &plans[0], *u = &plans[1];
+    /* Two per layer: attention and FFN outputs (BERT, RoBERTa), or the two residual adds
+     * of each block, which carry ln_2, the next ln_1 and ln_f (GPT-2). */
+    int L = cfg.layers, fused = count_kind(f, TG_OP_RESIDUAL_LAYERNORM);
+    CHECK(fused == 2 * L && count_kind(f, TG_OP_RESIDUAL_LAYERNORM_BWD) == 2 * L &&
+              count_kind(u, TG_OP_RESIDUAL_LAYERNORM) == 0,
+          "%s: %d fused ops (want %d), unfused plan has %d", preset, fused, 2 * L,
+          count_kind(u, TG_OP_RESIDUAL_LAYERNORM));
+    CHECK(count_kind(u, TG_OP_DROPOUT) - count_kind(f, TG_OP_DROPOUT) == 4 * L &&
+              count_kind(u, TG_OP_LAYERNORM) - count_kind(f, TG_OP_LAYERNORM) == 2 * L,
+          "%s: dropout %d vs %d, layernorm %d vs %d", preset, count_kind(f, TG_OP_DROPOUT),
+          count_kind(u, TG_OP_DROPOUT), count_kind(f, TG_OP_LAYERNORM), count_kind(u, TG_OP_LAYERNORM));
+    REQUIRE(f->pool_bytes[TG_POOL_PARAMS] == u->pool_bytes[TG_POOL_PARAMS], "%s: parameter pools differ", preset);
+    for (int t = 0; t < f->n_tensors; t++) {
+        const tg_tensor *x = &f->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        int found = 0;
+        for (int v = 0; v < u->n_tensors && !found; v++)
+            found = !strcmp(u->tensors[v].name, x->name) && u->tensors[v].offset == x->offset;
+        CHECK(found, "%s: parameter %s is not at the same offset in both plans", preset, x->name);
+    }
+
+    size_t pbytes = f->pool_bytes[TG_POOL_PARAMS];
+    float *grads[2] = {NULL, NULL}, *weights[2] = {NULL, NULL};
+    tg_step_stats st[3 * 2];
+    if (train_pair(plans, 3, st, grads, weights) == 0) {
+        for (int s = 0; s < 3; s++)
+            CHECK(isfinite(st[2 * s].loss) && st[2 * s].loss == st[2 * s + 1].loss &&
+                      st[2 * s].grad_norm == st[2 * s + 1].grad_norm,
+                  "%s: step %d: loss fused %.9g, separate %.9g; gradient norm %.9g vs %.9g", preset, s + 1,
+                  st[2 * s].loss, st[2 * s + 1].loss, st[2 * s].grad_norm, st[2 * s + 1].grad_norm);
+        CHECK(!memcmp(grads[0], grads[1], pbytes), "%s: gradients differ (%.3g L2)", preset,
+              tg_l2_diff(grads[0], grads[1], (int64_t)(pbytes / 4)));
+        CHECK(!memcmp(weights[0], weights[1], pbytes), "%s: weights after 3 steps differ (%.3g L2)", preset,
+              tg_l2_diff(weights[0], weights[1], (int64_t)(pbytes / 4)));
+    }
+    for (int m = 0; m < 2; m++) free(grads[m]), free(weights[m]), tg_plan_free(&plans[m]);
+}
+
+TG_TEST(test_model_fused_residual_layernorm_tiny_bert) {
+    fused_residual_layernorm_matches("tiny-bert", TG_TASK_CLASSIFY, 3);
+}
+TG_TEST(test_model_fused_residual_layernorm_tiny_roberta) {
+    fused_residual_layernorm_matches("tiny-roberta", TG_TASK_CLASSIFY, 2);
+}
+TG_TEST(test_model_fused_residual_layernorm_tiny_gpt2) {
+    fused_residual_layernorm_matches("tiny-gpt2", TG_TASK_LM, 0);
+    fused_residual_layernorm_matches("tiny-gpt2", TG_TASK_CLASSIFY, 2);
+}

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/philox.h"
+#include "runtime/bf16.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/threadpool.h"
 #include "tests/harness.h"
@@ -862,6 +863,187 @@ TG_TEST(test_op_dropout_determinism) {
     run_dropout(&e, c.x, y3, pool3());
     CHECK(!memcmp(y3, c.x, (size_t)n * 4), "p = 0 dropout is not the identity");
     free(c.x), free(y1), free(y2), free(y3);
+}
+
+/* ---- residual layernorm ------------------------------------------------------------------ */
+
+/* [M, D] with D = 13: rows start inside Philox blocks of four, so each row draws its mask
+ * from the middle of the stream, as one DROPOUT over the whole tensor does. The loss is
+ * sum(ry * y) + sum(rs * s): rs is the gradient s gets from its other readers (ds_extra),
+ * NULL when s has none. */
+typedef struct rln_ctx {
+    float *x, *r, *g, *b;
+    float *y, *s, *mean, *rstd;
+    float *ry, *rs;
+    int64_t M, D;
+    float p, step;
+    int training;
+} rln_ctx;
+
+#define RLN_SEED 4321u
+#define RLN_KEY 6
+
+static tg_op rln_op(const rln_ctx *c, int kind) {
+    tg_op op = mkop(kind);
+    op.i[0] = c->M, op.i[1] = c->D, op.i[2] = RLN_KEY;
+    op.f[0] = 1e-5f, op.f[1] = c->p;
+    return op;
+}
+
+static void rln_forward(rln_ctx *c, tg_threadpool *tp) {
+    tg_op op = rln_op(c, TG_OP_RESIDUAL_LAYERNORM);
+    tg_cpu_op_args a = {.op = &op, .in = {c->x, c->r, c->g, c->b, &c->step}, .out = {c->y, c->s, c->mean, c->rstd},
+                        .seed = RLN_SEED, .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+/* ds, dx and dgamma/dbeta (+=) for dy = ry and ds_extra = rs. */
+static void rln_backward(rln_ctx *c, float *ds, float *dx, float *dg, float *db, tg_threadpool *tp) {
+    tg_op op = rln_op(c, TG_OP_RESIDUAL_LAYERNORM_BWD);
+    tg_cpu_op_args a = {.op = &op, .in = {c->ry, c->s, c->g, c->mean, c->rstd, c->rs, &c->step},
+                        .out = {ds, dx, dg, db}, .seed = RLN_SEED, .training = c->training, .threads = tp};
+    tg_cpu_op_run(&a);
+}
+
+static double rln_loss(void *p) {
+    rln_ctx *c = p;
+    rln_forward(c, NULL);
+    double l = dot(c->ry, c->y, c->M * c->D);
+    return c->rs ? l + dot(c->rs, c->s, c->M * c->D) : l;
+}
+
+static rln_ctx rln_make(int64_t M, int64_t D, float p, int training, int extra, uint64_t seed) {
+    int64_t n = M * D;
+    rln_ctx c = {frand(n, seed, -2, 2), frand(n, seed + 1, -1, 1), frand(D, seed + 2, 0.5f, 1.5f),
+                 frand(D, seed + 3, -0.5f, 0.5f), fconst(n, NAN), fconst(n, NAN), fconst(M, NAN), fconst(M, NAN),
+                 frand(n, seed + 4, -1, 1), extra ? frand(n, seed + 5, -1, 1) : NULL, M, D, p, 9.0f, training};
+    return c;
+}
+
+static void rln_free(rln_ctx *c) {
+    free(c->x), free(c->r), free(c->g), free(c->b), free(c->y), free(c->s), free(c->mean), free(c->rstd);
+    free(c->ry), free(c->rs);
+}
+
+/* The backward against finite differences of the forward, dropout on (training) and off
+ * (p = 0, and eval mode), with and without a gradient of s from other readers. */
+TG_TEST(test_op_residual_layernorm_grad) {
+    static const struct {
+        const char *what;
+        float p;
+        int training, extra;
+    } cases[] = {{"dropout, ds_extra", 0.3f, 1, 1},
+                 {"dropout, no ds_extra", 0.3f, 1, 0},
+                 {"p = 0, ds_extra", 0.0f, 1, 1},
+                 {"eval, ds_extra", 0.3f, 0, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t M = 5, D = 13, n = M * D;
+        rln_ctx c = rln_make(M, D, cases[k].p, cases[k].training, cases[k].extra, 50 + 10 * k);
+        rln_forward(&c, pool3());
+        CHECK(count_nan(c.y, n) + count_nan(c.s, n) + count_nan(c.mean, M) + count_nan(c.rstd, M) == 0,
+              "%s: forward outputs not fully written", cases[k].what);
+        float *ds = fconst(n, NAN), *dx = fconst(n, NAN), *dg = fconst(D, 0.25f), *db = fconst(D, 0.25f);
+        rln_backward(&c, ds, dx, dg, db, pool3());
+        CHECK(count_nan(ds, n) + count_nan(dx, n) == 0, "%s: ds/dx not fully written", cases[k].what);
+        for (int64_t d = 0; d < D; d++) dg[d] -= 0.25f, db[d] -= 0.25f; /* they accumulated */
+        int dropped = 0;
+        for (int64_t i = 0; i < n; i++) dropped += dx[i] == 0.0f && ds[i] != 0.0f;
+        int want_drop = cases[k].p > 0 && cases[k].training;
+        CHECK(want_drop ? dropped > 0 && dropped < n : dropped == 0, "%s: %d of %lld elements dropped", cases[k].what,
+              dropped, (long long)n);
+        char what[96];
+        snprintf(what, sizeof what, "residual layernorm (%s) dx", cases[k].what);
+        grad_check(what, rln_loss, &c, c.x, n, dx);
+        snprintf(what, sizeof what, "residual layernorm (%s) dr = ds", cases[k].what);
+        grad_check(what, rln_loss, &c, c.r, n, ds);
+        snprintf(what, sizeof what, "residual layernorm (%s) dgamma (+=)", cases[k].what);
+        grad_check(what, rln_loss, &c, c.g, D, dg);
+        snprintf(what, sizeof what, "residual layernorm (%s) dbeta (+=)", cases[k].what);
+        grad_check(what, rln_loss, &c, c.b, D, db);
+        free(ds), free(dx), free(dg), free(db);
+        rln_free(&c);
+    }
+}
+
+/* The fused ops compute exactly what DROPOUT, ADD and LAYERNORM (forward) and
+ * LAYERNORM_BWD, ADD and DROPOUT (backward) compute, bit for bit, in training and eval
+ * mode and on any thread count. */
+TG_TEST(test_op_residual_layernorm_matches_separate_ops) {
+    for (int training = 0; training < 2; training++) {
+        int64_t M = 6, D = 13, n = M * D;
+        rln_ctx c = rln_make(M, D, 0.3f, training, 1, 90);
+        rln_forward(&c, pool3());
+        float *ds = fconst(n, NAN), *dx = fconst(n, NAN), *dg = frand(D, 97, -1, 1), *db = frand(D, 98, -1, 1);
+        float *dg2 = falloc(D), *db2 = falloc(D);
+        memcpy(dg2, dg, sizeof(float) * (size_t)D), memcpy(db2, db, sizeof(float) * (size_t)D);
+        rln_backward(&c, ds, dx, dg, db, pool3());
+
+        /* Separate ops: d = DROPOUT(x), s = d + r, y = LAYERNORM(s). */
+        drop_ctx dc = {.step = c.step, .n = n, .p = c.p, .seed = RLN_SEED, .key = RLN_KEY, .training = training};
+        float *d = falloc(n), *s = falloc(n), *y = falloc(n), *mean = falloc(M), *rstd = falloc(M);
+        run_dropout(&dc, c.x, d, NULL);
+        tg_op add = mkop(TG_OP_ADD);
+        add.i[0] = n;
+        tg_cpu_op_args aa = {.op = &add, .in = {d, c.r}, .out = {s}};
+        tg_cpu_op_run(&aa);
+        ln_ctx lc = {s, c.g, c.b, y, mean, rstd, NULL, M, D};
+        ln_forward(&lc, NULL);
+        CHECK(!memcmp(c.s, s, sizeof(float) * (size_t)n) && !memcmp(c.y, y, sizeof(float) * (size_t)n) &&
+                  !memcmp(c.mean, mean, sizeof(float) * (size_t)M) && !memcmp(c.rstd, rstd, sizeof(float) * (size_t)M),
+              "training %d: the forward differs from dropout + add + layernorm", training);
+
+        /* dln = LAYERNORM_BWD(dy), ds = ds_extra + dln (autodiff's ADD order), dx = DROPOUT(ds). */
+        float *dln = falloc(n), *ds2 = falloc(n), *dx2 = falloc(n);
+        tg_op lb = mkop(TG_OP_LAYERNORM_BWD);
+        lb.i[0] = M, lb.i[1] = D;
+        tg_cpu_op_args la = {.op = &lb, .in = {c.ry, s, c.g, mean, rstd}, .out = {dln, dg2, db2}};
+        tg_cpu_op_run(&la);
+        tg_cpu_op_args ab = {.op = &add, .in = {c.rs, dln}, .out = {ds2}};
+        tg_cpu_op_run(&ab);
+        run_dropout(&dc, ds2, dx2, NULL);
+        CHECK(!memcmp(ds, ds2, sizeof(float) * (size_t)n) && !memcmp(dx, dx2, sizeof(float) * (size_t)n),
+              "training %d: ds/dx differ from layernorm_bwd + add + dropout", training);
+        CHECK(!memcmp(dg, dg2, sizeof(float) * (size_t)D) && !memcmp(db, db2, sizeof(float) * (size_t)D),
+              "training %d: dgamma/dbeta differ from layernorm_bwd's", training);
+
+        /* One thread gives the same bits. */
+        float *y1 = falloc(n), *ds1 = falloc(n);
+        memcpy(y1, c.y, sizeof(float) * (size_t)n), memcpy(ds1, ds, sizeof(float) * (size_t)n);
+        rln_forward(&c, NULL);
+        rln_backward(&c, ds, dx, dg, db, NULL);
+        CHECK(!memcmp(y1, c.y, sizeof(float) * (size_t)n) && !memcmp(ds1, ds, sizeof(float) * (size_t)n),
+              "training %d: results depend on the thread count", training);
+        free(y1), free(ds1), free(dln), free(ds2), free(dx2), free(d), free(s), free(y), free(mean), free(rstd);
+        free(ds), free(dx), free(dg), free(db), free(dg2), free(db2);
+        rln_free(&c);
+    }
+}
+
+/* In a bf16 plan the op normalises s as stored (rounded to bf16), as a LAYERNORM reading
+ * the stored s of a separate ADD does, and dx is the dropout of ds as stored. */
+TG_TEST(test_op_residual_layernorm_bf16_reads_stored_sum) {
+    int64_t M = 4, D = 16, n = M * D;
+    rln_ctx c = rln_make(M, D, 0.25f, 1, 1, 120);
+    uint16_t *xb = malloc(2 * (size_t)n), *rb = malloc(2 * (size_t)n), *yb = malloc(2 * (size_t)n);
+    uint16_t *sb = malloc(2 * (size_t)n);
+    REQUIRE(xb && rb && yb && sb, "out of memory");
+    tg_bf16_narrow(xb, c.x, n), tg_bf16_narrow(rb, c.r, n);
+    tg_op op = rln_op(&c, TG_OP_RESIDUAL_LAYERNORM);
+    tg_cpu_op_args a = {.op = &op, .in = {xb, rb, c.g, c.b, &c.step}, .out = {yb, sb, c.mean, c.rstd},
+                        .in_numel = {n, n, D, D, 1}, .out_numel = {n, n, M, M},
+                        .in_dtype = {TG_BF16, TG_BF16, TG_F32, TG_F32, TG_F32},
+                        .out_dtype = {TG_BF16, TG_BF16, TG_F32, TG_F32}, .seed = RLN_SEED, .training = 1};
+    REQUIRE(tg_cpu_op_run_any(&a) == 0, "out of memory");
+    float *s = falloc(n), *y = falloc(n), *mean = falloc(M), *rstd = falloc(M);
+    tg_bf16_widen(s, sb, n);
+    ln_ctx lc = {s, c.g, c.b, y, mean, rstd, NULL, M, D};
+    ln_forward(&lc, NULL);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += tg_bf16_from_f32(y[i]) != yb[i];
+    CHECK(!bad && !memcmp(mean, c.mean, sizeof(float) * (size_t)M) && !memcmp(rstd, c.rstd, sizeof(float) * (size_t)M),
+          "%d elements of y (or the statistics) are not the layernorm of the stored s", bad);
+    free(xb), free(rb), free(yb), free(sb), free(s), free(y), free(mean), free(rstd);
+    rln_free(&c);
 }
 
 /* ---- attention softmax with fused dropout ---------------------------------------------- */

@@ -79,6 +79,7 @@ static void build_plan(tg_plan *p) {
     j->attention = TG_ATTENTION_UNFUSED;
     j->fuse_bias_grad = 0; /* not the default, so a lost field shows */
     j->fuse_gelu = 0;
+    j->fuse_residual_layernorm = 0;
     j->lr = 5e-5f;
     j->beta1 = 0.9f;
     j->beta2 = 0.999f;
@@ -244,6 +245,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(job.attention);
     D_INT(job.fuse_bias_grad);
     D_INT(job.fuse_gelu);
+    D_INT(job.fuse_residual_layernorm);
     D_BITS(job.lr);
     D_BITS(job.beta1);
     D_BITS(job.beta2);
@@ -340,7 +342,8 @@ TG_TEST(test_plan_file_round_trip) {
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
     CHECK(back.ops[4].in[TG_OP_MAX_IN - 1] == T_LABELS && back.job.attention == TG_ATTENTION_UNFUSED,
           "input slot %d or the attention mode lost", TG_OP_MAX_IN - 1);
-    CHECK(back.ops[1].i[7] == 2 && back.job.fuse_bias_grad == 0, "matmul i[7] or fuse_bias_grad lost");
+    CHECK(back.ops[1].i[7] == 2 && back.job.fuse_bias_grad == 0 && back.job.fuse_residual_layernorm == 0,
+          "matmul i[7], fuse_bias_grad or fuse_residual_layernorm lost");
     CHECK(back.ops[1].i[8] == TG_MATMUL_ACT_GELU_BWD && back.ops[1].in[3] == T_H && back.job.fuse_gelu == 0,
           "matmul i[8], its in3 or fuse_gelu lost");
     tg_plan_free(&p);
@@ -524,8 +527,9 @@ TG_TEST(test_plan_file_wrong_version) {
     /* Every older format is refused: version 3 added the attention ops and 8 input slots,
      * version 4 the attention's keep bits (its backward's in4 was the step counter),
      * version 5 the matmul's fused bias gradient (i[7], out1) and the job's fuse_bias_grad,
-     * version 6 the matmul's GELU epilogue (i[8], out2 / in3) and the job's fuse_gelu. */
-    CHECK(TG_PLAN_VERSION > 4, "plan version %d still reads version 4 plans", TG_PLAN_VERSION);
+     * version 6 the matmul's GELU epilogue (i[8], out2 / in3), the residual LayerNorm ops
+     * and the job's fuse_gelu and fuse_residual_layernorm. */
+    CHECK(TG_PLAN_VERSION > 5, "plan version %d still reads version 5 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);
@@ -570,6 +574,7 @@ static void bad_fuse_bias_grad(tg_plan *p) { p->job.fuse_bias_grad = 2; }
 static void bad_fuse_gelu(tg_plan *p) { p->job.fuse_gelu = 7; }
 static void bad_activation(tg_plan *p) { p->ops[1].i[8] = 3; }
 static void activation_without_pre(tg_plan *p) { p->ops[1].i[8] = TG_MATMUL_ACT_GELU; }
+static void bad_fuse_residual_layernorm(tg_plan *p) { p->job.fuse_residual_layernorm = -1; }
 
 TG_TEST(test_plan_file_inconsistent_tables) {
     struct {
@@ -598,6 +603,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_fuse_gelu, "plan.tgp: job fuse_gelu 7 is not a boolean"},
         {bad_activation, "plan.tgp: op 1 (matmul) has activation i[8]=3 (0, 1 or 2 allowed)"},
         {activation_without_pre, "plan.tgp: op 1 (matmul) with activation i[8]=1 lacks its pre-activation (out2)"},
+        {bad_fuse_residual_layernorm, "plan.tgp: job fuse_residual_layernorm -1 is not a boolean"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p, back;

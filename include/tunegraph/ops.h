@@ -180,6 +180,24 @@ typedef enum tg_op_kind {
      * i[0] = parameter element count (FLOPs), f[0]=beta1, f[1]=beta2, f[2]=eps,
      * f[3]=weight decay, f[4]=max grad norm. */
     TG_OP_ADAMW,
+    /* The residual connection and its LayerNorm as one op (a hidden dropout, the residual
+     * add and the LayerNorm of a transformer block, with nothing stored in between):
+     * in0 x [M,D] (the branch output), in1 residual r [M,D], in2 gamma [D], in3 beta [D],
+     * in4 step counter (float [1]; required when f[1] > 0) -> out0 y [M,D] = LayerNorm(s)
+     * (as TG_OP_LAYERNORM, over s as stored), out1 s [M,D] = dropout(x) + r (the residual
+     * stream), out2 mean [M], out3 rstd [M] (fp32). dropout(x) is exactly TG_OP_DROPOUT's
+     * on the flat [M,D] element index e = m*D + d: x * (1 / (1 - p)) in float where
+     * uniform(seed, step, key=i[2], e) >= p, else 0; x itself when p == 0 or in eval mode.
+     * i[0]=M, i[1]=D, i[2]=dropout stream key, f[0]=eps, f[1]=p. */
+    TG_OP_RESIDUAL_LAYERNORM,
+    /* Backward of TG_OP_RESIDUAL_LAYERNORM: in0 dy [M,D], in1 s, in2 gamma, in3 mean,
+     * in4 rstd, in5 ds_extra [M,D] (optional: the gradient s has from its other readers),
+     * in6 step counter (required when f[1] > 0) -> out0 ds [M,D] = LayerNorm backward of dy
+     * (TG_OP_LAYERNORM_BWD's dx) + ds_extra, which is also the residual's gradient;
+     * out1 dx [M,D] = TG_OP_DROPOUT of ds as stored (same key, step and elements as the
+     * forward; ds itself when p == 0 or in eval mode); out2 dgamma [D] (+=), out3 dbeta
+     * [D] (+=). Same parameters as the forward. */
+    TG_OP_RESIDUAL_LAYERNORM_BWD,
     TG_OP_COUNT
 } tg_op_kind;
 

@@ -124,6 +124,7 @@ typedef struct tg_job {
     int32_t attention;           /* tg_attention_mode */
     int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
     int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
+    int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */

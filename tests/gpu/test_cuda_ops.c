@@ -92,6 +92,7 @@ static int is_accumulated(const tg_op *op, int slot) {
     switch (op->kind) {
     case TG_OP_EMBEDDING_BWD: case TG_OP_BIAS_GRAD: return slot == 0;
     case TG_OP_LAYERNORM_BWD: return slot >= 1;
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2;
     case TG_OP_MATMUL: return slot == 0 && op->i[6] != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW: return 1; /* updated in place */
@@ -217,11 +218,12 @@ static uint64_t test_seed(uint64_t offset) {
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
  * the embedding gradient, an odd sequence length. hidden/heads (0: the preset's) reshape
  * the attention heads; `attention` picks fused or unfused attention (and with it fused or
- * separate bias gradients). */
+ * separate bias gradients and residual LayerNorms). */
 static void check_shape(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
                         int precision, int wide, int hidden, int heads, int attention, int *kinds_seen) {
-    /* The unfused-attention plans also keep separate bias gradients, so BIAS_GRAD stays
-     * covered next to the fused form. */
+    /* The unfused-attention plans also keep separate bias gradients and the residual
+     * add, dropout and LayerNorm as separate ops, so those stay covered next to the
+     * fused forms. */
     const int fuse_bias_grad = attention == TG_ATTENTION_FUSED;
     tg_model_config cfg;
     tg_err err;
@@ -234,6 +236,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.precision = precision;
     job.attention = attention;
     job.fuse_bias_grad = fuse_bias_grad;
+    job.fuse_residual_layernorm = fuse_bias_grad;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -338,6 +341,9 @@ TG_TEST(test_gpu_ops_match_cpu) {
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
     check_gelu_plans(TG_PREC_FP32, seed, kinds_seen);
+    /* D = 30: rows of the residual LayerNorm kernels that take no vector access. */
+    check_shape("bert D=30 Dh=10 T=21", "tiny-bert", TG_TASK_CLASSIFY, 3, 21, seed + 4, TG_PREC_FP32, 0, 30, 3,
+                TG_ATTENTION_FUSED, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 

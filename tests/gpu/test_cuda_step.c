@@ -93,6 +93,10 @@ static void compare_with_cpu(const char *preset, int task) {
         return;
     }
     tg_err err;
+    /* The default plan: the residual adds, their dropout and LayerNorms fused. */
+    int fused = 0;
+    for (int o = 0; o < gpu.plan.n_ops; o++) fused += gpu.plan.ops[o].kind == TG_OP_RESIDUAL_LAYERNORM_BWD;
+    CHECK(fused == 2 * gpu.plan.model.layers, "%s: %d residual_layernorm_bwd ops", preset, fused);
     for (int step = 0; step < 3; step++) {
         tg_step_stats a, b;
         fill_inputs(&cpu, step);
