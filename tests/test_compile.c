@@ -631,8 +631,9 @@ TG_TEST(test_compile_attention_fused) {
     static const struct {
         const char *preset;
         int task, packed, causal;
-    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, 0, 0},
-                 {"tiny-roberta", TG_TASK_CLASSIFY, 0, 0},
+    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, 1, 0},
+                 {"tiny-roberta", TG_TASK_CLASSIFY, 1, 0},
+                 {"tiny-bert", TG_TASK_CLASSIFY, 0, 0}, /* fuse_qkv = false: three projections */
                  {"tiny-gpt2", TG_TASK_LM, 1, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tg_model_config cfg;
@@ -643,7 +644,7 @@ TG_TEST(test_compile_attention_fused) {
         tg_job job;
         tg_job_defaults(&job);
         snprintf(job.model, sizeof job.model, "%s", cases[i].preset);
-        job.task = cases[i].task, job.batch = 3, job.seq = 7, job.steps = 1;
+        job.task = cases[i].task, job.batch = 3, job.seq = 7, job.steps = 1, job.fuse_qkv = cases[i].packed;
         CHECK(job.attention == TG_ATTENTION_FUSED, "fused attention is not the default");
         tg_plan p, q;
         REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
@@ -702,8 +703,8 @@ TG_TEST(test_compile_attention_fused) {
                         CHECK(strstr(p.tensors[op->in[s]].name, proj[s]) != NULL, "%s: attention %d input %d is %s",
                               name, o, s, p.tensors[op->in[s]].name);
                 else
-                    CHECK(strstr(p.tensors[op->in[0]].name, "c_attn") != NULL, "%s: attention %d reads %s", name, o,
-                          p.tensors[op->in[0]].name);
+                    CHECK(strstr(p.tensors[op->in[0]].name, cfg.arch == TG_ARCH_GPT2 ? "c_attn" : "self.qkv") != NULL,
+                          "%s: attention %d reads %s", name, o, p.tensors[op->in[0]].name);
                 CHECK(p.tensors[op->out[1]].dtype == TG_F32 && tg_tensor_numel(&p.tensors[op->out[1]]) == B * H * T,
                       "%s: LSE [B,H,T] fp32", name);
                 /* With dropout, the keep bits: int32 [B,H,T,ceil(T/32)] activations. */
@@ -841,9 +842,9 @@ TG_TEST(test_compile_fused_bias_grad) {
     static const struct {
         const char *preset;
         int task, precision, biases, want_i7;
-    } cases[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 12 * 6 + 2, 1},
+    } cases[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 12 * 4 + 2, 1}, /* one packed q|k|v bias */
                  {"gpt2", TG_TASK_LM, TG_PREC_FP32, 12 * 4, 2},
-                 {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_BF16, 12 * 6 + 2, 1}};
+                 {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_BF16, 12 * 4 + 2, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_model_config cfg;
         tg_err err;
