@@ -910,12 +910,6 @@ TG_TEST(test_compile_fused_bias_grad) {
     }
 }
 
-static int tensor_named(const tg_plan *p, const char *name) {
-    for (int t = 0; t < p->n_tensors; t++)
-        if (!strcmp(p->tensors[t].name, name)) return t;
-    return -1;
-}
-
 /* Initial weights depend on the parameter's name and the seed only: plans of one model
  * that compute differently (fused or unfused attention, fused bias gradients, bf16) start
  * from the same values, and a different seed changes them. */
@@ -941,7 +935,7 @@ TG_TEST(test_weights_init_by_name) {
         const tg_tensor *x = &plans[0].tensors[t];
         if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
         for (int v = 1; v < 3; v++) {
-            int u = tensor_named(&plans[v], x->name);
+            int u = tg_test_tensor_named(&plans[v], x->name);
             if (!CHECK(u >= 0, "%s missing from variant %d", x->name, v)) continue;
             const tg_tensor *y = &plans[v].tensors[u];
             CHECK(memcmp((char *)pools[0] + x->offset, (char *)pools[v] + y->offset, x->bytes) == 0,
