@@ -352,6 +352,47 @@ TG_TEST(test_cli_fuse_bias_grad_key) {
     CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_bias_grad");
 }
 
+/* The `fuse_qkv` key through the CLI: a bad value names the file, line and key; inspect
+ * shows the packed views and the members packed in them, or three separate projections;
+ * a compiled plan refuses to change it. */
+TG_TEST(test_cli_fuse_qkv_key) {
+    const char *dir = tg_test_tmpdir();
+    char args[1600], err_path[600], out_path[600], job[600], plan[600], want[800];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(job, sizeof job, "%s/bad.job", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
+    tg_test_write_file(job, "model = tiny-bert\nsteps = 1\nfuse_qkv = packed\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    CHECK(run_cli(dir, args) == 1, "a bad fuse_qkv value must exit 1");
+    snprintf(want, sizeof want, "%s:3: key 'fuse_qkv': 'packed' is not a boolean (true, false, 1, 0)", job);
+    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
+
+    snprintf(job, sizeof job, "%s/good.job", dir);
+    tg_test_write_file(job, "model = tiny-roberta\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(file_has(out_path, "roberta.encoder.layer.0.attention.self.qkv.weight[96,32]") &&
+              file_has(out_path, "param,no_decay  packed in roberta.encoder.layer.1.attention.self.qkv.bias") &&
+              file_has(out_path, "grad  packed in grad.roberta.encoder.layer.0.attention.self.qkv.weight"),
+          "inspect of the packed plan");
+    snprintf(args, sizeof args, "inspect %s --json", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect --json failed");
+    CHECK(file_has(out_path, "\"packed_in\": \"roberta.encoder.layer.0.attention.self.qkv.weight\""),
+          "inspect --json of the packed plan");
+    snprintf(args, sizeof args, "compile %s -o %s --set fuse_qkv=false", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_qkv=false failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(!file_has(out_path, "qkv") && !file_has(out_path, "packed in") &&
+              file_has(out_path, "roberta.encoder.layer.0.attention.self.key[16,32]"),
+          "inspect of the separate plan");
+    snprintf(args, sizeof args, "run %s --set fuse_qkv=true", plan);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_qkv");
+}
+
 /* A model folder: tiny-bert's config and a safetensors file built by the caller. */
 static const char *model_folder(const tg_st_item *items, int n) {
     const char *dir = tg_test_tmpdir();

@@ -31,6 +31,7 @@ static void set_tensor(tg_plan *p, int t, const char *name, int dtype, int pool,
     x->bytes = (uint64_t)tg_tensor_numel(x) * 4;
     x->grad = -1;
     x->master = -1;
+    x->group = -1;
     x->first_use = x->last_use = -1;
 }
 
@@ -78,6 +79,7 @@ static void build_plan(tg_plan *p) {
     j->allow_tf32 = 1;
     j->attention = TG_ATTENTION_UNFUSED;
     j->fuse_bias_grad = 0; /* not the default, so a lost field shows */
+    j->fuse_qkv = 0;
     j->lr = 5e-5f;
     j->beta1 = 0.9f;
     j->beta2 = 0.999f;
@@ -107,6 +109,7 @@ static void build_plan(tg_plan *p) {
     p->tensors[T_CLS_B].grad = T_G_CLS_B;
     p->tensors[T_CLS_B].init = TG_INIT_ZEROS;
     p->tensors[T_CLS_B].master = 7;
+    p->tensors[T_CLS_B].group = 9; /* encoded as given: the decoder checks only its range */
     uint32_t nan_bits = 0x7fc12345u; /* a NaN with a payload */
     memcpy(&p->tensors[T_CLS_B].init_std, &nan_bits, 4);
     set_tensor(p, T_IDS, "input_ids", TG_I32, TG_POOL_INPUTS, 0, TG_TENSOR_INPUT, 2, 2, 4);
@@ -242,6 +245,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(job.allow_tf32);
     D_INT(job.attention);
     D_INT(job.fuse_bias_grad);
+    D_INT(job.fuse_qkv);
     D_BITS(job.lr);
     D_BITS(job.beta1);
     D_BITS(job.beta2);
@@ -274,6 +278,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
         D_INT(tensors[t].init);
         D_BITS(tensors[t].init_std);
         D_INT(tensors[t].master);
+        D_INT(tensors[t].group);
     }
     D_INT(n_ops);
     for (int o = 0; o < a->n_ops; o++) {
@@ -337,6 +342,8 @@ TG_TEST(test_plan_file_round_trip) {
     CHECK(back.ops[4].in[TG_OP_MAX_IN - 1] == T_LABELS && back.job.attention == TG_ATTENTION_UNFUSED,
           "input slot %d or the attention mode lost", TG_OP_MAX_IN - 1);
     CHECK(back.ops[1].i[7] == 2 && back.job.fuse_bias_grad == 0, "matmul i[7] or fuse_bias_grad lost");
+    CHECK(back.tensors[T_CLS_B].group == 9 && back.tensors[T_WTE].group == -1 && back.job.fuse_qkv == 0,
+          "packed group or fuse_qkv lost");
     tg_plan_free(&p);
     tg_plan_free(&back);
 }
@@ -517,8 +524,9 @@ TG_TEST(test_plan_file_wrong_version) {
     CHECK(has(err.msg, want), "'%s'", err.msg);
     /* Every older format is refused: version 3 added the attention ops and 8 input slots,
      * version 4 the attention's keep bits (its backward's in4 was the step counter),
-     * version 5 the matmul's fused bias gradient (i[7], out1) and the job's fuse_bias_grad. */
-    CHECK(TG_PLAN_VERSION > 4, "plan version %d still reads version 4 plans", TG_PLAN_VERSION);
+     * version 5 the matmul's fused bias gradient (i[7], out1) and the job's fuse_bias_grad,
+     * version 6 the tensors' packed group and the job's fuse_qkv. */
+    CHECK(TG_PLAN_VERSION > 5, "plan version %d still reads version 5 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);
@@ -560,6 +568,8 @@ static void bad_arch(tg_plan *p) { p->model.arch = TG_ARCH_COUNT; }
 static void bad_last_input(tg_plan *p) { p->ops[1].in[TG_OP_MAX_IN - 1] = 9999; }
 static void bad_attention(tg_plan *p) { p->job.attention = TG_ATTENTION_MODE_COUNT; }
 static void bad_fuse_bias_grad(tg_plan *p) { p->job.fuse_bias_grad = 2; }
+static void bad_fuse_qkv(tg_plan *p) { p->job.fuse_qkv = -1; }
+static void bad_group(tg_plan *p) { p->tensors[T_WTE].group = N_T; }
 
 TG_TEST(test_plan_file_inconsistent_tables) {
     struct {
@@ -585,6 +595,8 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_last_input, "plan.tgp: op 1 (matmul) input 7 refers to tensor 9999 of 19"},
         {bad_attention, "plan.tgp: job attention mode 2 is not a known mode"},
         {bad_fuse_bias_grad, "plan.tgp: job fuse_bias_grad 2 is not a boolean"},
+        {bad_fuse_qkv, "plan.tgp: job fuse_qkv -1 is not a boolean"},
+        {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p, back;
