@@ -13,12 +13,6 @@ static int view(tg_graph *g, const char *name, int pool, uint64_t bytes) {
     return t;
 }
 
-/* Places parameter t at *end and moves *end past it. */
-static void place_param(tg_graph *g, int t, uint64_t span, uint64_t *end) {
-    g->tensors[t].offset = *end;
-    *end += span;
-}
-
 /* Rounds the layout's end up to twice the tensor alignment, so that half-width copies at
  * half the offsets stay aligned. */
 static uint64_t align_param_end(uint64_t end) {
@@ -44,8 +38,12 @@ int tg_plan_param_layout(tg_graph *g) {
         if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW) || placed[t]) continue;
         if (x->group >= 0) {
             /* A packed group: all its members back to back, in tensor order, as one block. */
-            for (int m = t; m < n; m++)
-                if (g->tensors[m].group == x->group) place_param(g, m, g->tensors[m].bytes, &end), placed[m] = 1;
+            for (int m = t; m < n; m++) {
+                if (g->tensors[m].group != x->group) continue;
+                g->tensors[m].offset = end;
+                end += g->tensors[m].bytes;
+                placed[m] = 1;
+            }
         } else {
             /* Room for the widest view of it (a padded LM-head table), zero past its end. */
             uint64_t span = x->bytes;
@@ -53,8 +51,8 @@ int tg_plan_param_layout(tg_graph *g) {
                 if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].master == t && !member_bytes[v] &&
                     g->tensors[v].bytes > span)
                     span = g->tensors[v].bytes;
-            place_param(g, t, span, &end);
-            placed[t] = 1;
+            x->offset = end;
+            end += span;
         }
         end = align_param_end(end);
     }

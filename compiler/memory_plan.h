@@ -22,8 +22,8 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
 /* Independent check of a finished plan: every op touching a tensor lies within its
  * [first_use, last_use]; every offset is aligned, except packed group members, which must
  * tile their group's view exactly; no two tensors of one pool overlap in bytes while both
- * are live (views aside); every tensor fits its pool. Reports the pools' extents summed (which
- * must equal plan->peak_bytes) and the largest live activation sum. */
+ * are live (views aside); every tensor fits its pool. Reports the pools' extents summed
+ * (which must equal plan->peak_bytes) and the largest live activation sum. */
 typedef struct tg_memory_report {
     uint64_t pool_extent[TG_POOL_COUNT];
     uint64_t peak_bytes;

@@ -20,6 +20,9 @@ static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0,
     return t;
 }
 
+/* BERT's attention projections, in the order of the packed [3D, D] weight's rows. */
+static const char *const qkv_names[3] = {"query", "key", "value"};
+
 /* The product of a linear layer: y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b
  * (GPT-2 Conv1D, weight [in,out]); bias -1 for none. */
 static int linear_apply(builder *b, const char *name, int x, int w, int bias, int64_t rows, int64_t in,
@@ -63,7 +66,6 @@ static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t i
  * keep their names and init; packed groups lay them out as one weight [3D, D] (rows
  * query, key, value) and one bias [3D], which the product reads through views. */
 static int qkv_packed(builder *b, const char *prefix, int x) {
-    static const char *const qkv_names[3] = {"query", "key", "value"};
     int w[3], bias[3];
     char name[TG_NAME_MAX];
     for (int i = 0; i < 3; i++) {
@@ -302,7 +304,6 @@ static int build_encoder(builder *b, int pad_id) {
             snprintf(name, sizeof name, "%s.attention.self.qkv", p);
             if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, qkv, 1, heads, 3, name);
         } else {
-            static const char *const qkv_names[3] = {"query", "key", "value"};
             for (int i = 0; i < 3; i++) {
                 snprintf(name, sizeof name, "%s.attention.self.%s", p, qkv_names[i]);
                 qkv[i] = linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
