@@ -73,6 +73,7 @@ int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim
     t->first_use = t->last_use = -1;
     t->grad = -1;
     t->master = -1;
+    t->group = -1;
     return g->n_tensors++;
 }
 
@@ -89,6 +90,26 @@ int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, in
     g->tensors[t].init = init;
     g->tensors[t].init_std = init == TG_INIT_NORMAL ? g->cfg->initializer_range : 0.0f;
     return t;
+}
+
+int tg_param_pack(tg_graph *g, const char *name, const int *members, int n, int ndim, int64_t d0, int64_t d1) {
+    if (g->failed) return -1;
+    int64_t shape[2] = {d0, d1}, covered = 0;
+    for (int i = 0; i < n; i++) {
+        const tg_tensor *m = &g->tensors[members[i]];
+        if (!(m->flags & TG_TENSOR_PARAM) || (m->flags & TG_TENSOR_VIEW) || m->group >= 0 ||
+            m->dtype != g->tensors[members[0]].dtype || (i && members[i] <= members[i - 1]))
+            return tg_graph_fail(g, "%s cannot pack %s", name, m->name);
+        covered += tg_tensor_numel(m);
+    }
+    int v = tg_graph_tensor(g, name, g->tensors[members[0]].dtype, TG_POOL_PARAMS, ndim, shape);
+    if (v < 0) return -1;
+    tg_tensor *x = &g->tensors[v];
+    if (covered != tg_tensor_numel(x)) return tg_graph_fail(g, "%s does not cover its members", name);
+    x->flags |= TG_TENSOR_PARAM | TG_TENSOR_VIEW | (g->tensors[members[0]].flags & TG_TENSOR_NO_DECAY);
+    x->master = members[0];
+    for (int i = 0; i < n; i++) g->tensors[members[i]].group = v;
+    return v;
 }
 
 int tg_graph_op(tg_graph *g, const tg_op_spec *spec) {

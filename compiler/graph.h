@@ -35,6 +35,12 @@ int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int6
 /* A trainable parameter with its HF name, init rule and decay flag. */
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay);
 
+/* A packed group: the parameters members[0..n) (in tensor order, one dtype) laid out back
+ * to back, seen as one parameter view `name` of the given shape (its gradient and bf16
+ * copy views follow). Ops read the view; the members keep their own names, init, decay
+ * flags and optimizer state. Returns the view's index. */
+int tg_param_pack(tg_graph *g, const char *name, const int *members, int n, int ndim, int64_t d0, int64_t d1);
+
 /* Appends an op in the current phase. ins/outs are -1 terminated or padded; the op
  * table's shape rule checks the tensors against the parameters. Returns the op index. */
 typedef struct tg_op_spec {

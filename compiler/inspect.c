@@ -183,7 +183,12 @@ static void print_text(const tg_plan *p, FILE *out) {
         int n = 0;
         for (size_t f = 0; f < sizeof k_flag_names / sizeof k_flag_names[0]; f++)
             if (x->flags & (1 << f)) fprintf(out, "%s%s", n++ ? "," : "", k_flag_names[f]);
-        fputs(n ? "\n" : "-\n", out);
+        if (!n) fputc('-', out);
+        if (x->group != -1) {
+            fputs("  packed in ", out);
+            print_tensor_ref(out, p, x->group, 0);
+        }
+        fputc('\n', out);
     }
 
     fputs("\n== pools ==\n", out);
@@ -330,6 +335,8 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, jt, "flags", flags);
         for (size_t f = 0; flags && f < sizeof k_flag_names / sizeof k_flag_names[0]; f++)
             if (x->flags & (1 << f)) jpush(&c, flags, json_string(k_flag_names[f]));
+        /* A packed group member: the view that reads it with the rest of its group. */
+        if (x->group != -1) jset(&c, jt, "packed_in", tensor_name_json(p, x->group));
     }
 
     json_t *pools = json_object();

@@ -13,22 +13,55 @@ static int view(tg_graph *g, const char *name, int pool, uint64_t bytes) {
     return t;
 }
 
+/* Rounds the layout's end up to twice the tensor alignment, so that half-width copies at
+ * half the offsets stay aligned. */
+static uint64_t align_param_end(uint64_t end) {
+    end = align_up(end);
+    return (end + 2 * TG_TENSOR_ALIGN - 1) / (2 * TG_TENSOR_ALIGN) * (2 * TG_TENSOR_ALIGN);
+}
+
 int tg_plan_param_layout(tg_graph *g) {
     uint64_t end = 0;
     int n = g->n_tensors;
+    /* Per tensor: the bytes of the packed group members it covers (views of a group), and
+     * whether it is placed yet. */
+    uint64_t *member_bytes = calloc((size_t)n + 1, sizeof *member_bytes);
+    char *placed = calloc((size_t)n + 1, 1);
+    if (!member_bytes || !placed) {
+        free(member_bytes), free(placed);
+        return tg_graph_fail(g, "out of memory");
+    }
+    for (int t = 0; t < n; t++)
+        if (g->tensors[t].group >= 0) member_bytes[g->tensors[t].group] += g->tensors[t].bytes;
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
-        x->offset = end;
-        /* Room for the widest view of it (a padded LM-head table), zero past its end. */
-        uint64_t span = x->bytes;
-        for (int v = 0; v < n; v++)
-            if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].master == t && g->tensors[v].bytes > span)
-                span = g->tensors[v].bytes;
-        /* Twice the tensor alignment, so half-width copies at half the offsets stay aligned. */
-        end = align_up(end + span);
-        end = (end + 2 * TG_TENSOR_ALIGN - 1) / (2 * TG_TENSOR_ALIGN) * (2 * TG_TENSOR_ALIGN);
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW) || placed[t]) continue;
+        if (x->group >= 0) {
+            /* A packed group: all its members back to back, in tensor order, as one block. */
+            for (int m = t; m < n; m++) {
+                if (g->tensors[m].group != x->group) continue;
+                g->tensors[m].offset = end;
+                end += g->tensors[m].bytes;
+                placed[m] = 1;
+            }
+        } else {
+            /* Room for the widest view of it (a padded LM-head table), zero past its end. */
+            uint64_t span = x->bytes;
+            for (int v = 0; v < n; v++)
+                if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].master == t && !member_bytes[v] &&
+                    g->tensors[v].bytes > span)
+                    span = g->tensors[v].bytes;
+            x->offset = end;
+            end += span;
+        }
+        end = align_param_end(end);
     }
+    int bad_group = -1;
+    for (int t = 0; t < n; t++)
+        if (member_bytes[t] && member_bytes[t] != g->tensors[t].bytes) bad_group = t;
+    free(placed);
+    free(member_bytes);
+    if (bad_group >= 0) return tg_graph_fail(g, "packed view %s does not cover its members", g->tensors[bad_group].name);
     if (end == 0) return tg_graph_fail(g, "model has no parameters");
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
@@ -44,6 +77,10 @@ int tg_plan_param_layout(tg_graph *g) {
         g->tensors[d].offset = g->tensors[t].offset; /* same layout as the parameters */
         g->tensors[t].grad = d;
     }
+    /* A packed group's gradients form the same group under the gradient of its view. */
+    for (int t = 0; t < n; t++)
+        if ((g->tensors[t].flags & TG_TENSOR_PARAM) && g->tensors[t].group >= 0)
+            g->tensors[g->tensors[t].grad].group = g->tensors[g->tensors[t].group].grad;
     g->io.params_all = view(g, "params.all", TG_POOL_PARAMS, end);
     g->io.grads_all = view(g, "grads.all", TG_POOL_GRADS, end);
     g->io.m_all = view(g, "optim.m", TG_POOL_OPTIM, end);
@@ -211,18 +248,49 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
         }
     }
     int *order = malloc(sizeof *order * (size_t)p->n_tensors);
-    if (!order) return tg_fail(err, "out of memory");
+    uint64_t *member_bytes = calloc((size_t)p->n_tensors + 1, sizeof *member_bytes);
+    if (!order || !member_bytes) {
+        free(order), free(member_bytes);
+        return tg_fail(err, "out of memory");
+    }
     int n = 0;
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
-        if (x->offset % TG_TENSOR_ALIGN) {
-            free(order);
+        /* A packed group member need not be aligned: it follows the member before it, and
+         * the group's view, which the ops read, is aligned. */
+        const char *bad = NULL;
+        if (x->group >= 0) {
+            const tg_tensor *v = &p->tensors[x->group];
+            if (!(v->flags & TG_TENSOR_VIEW) || v->pool != x->pool || v->dtype != x->dtype ||
+                (x->flags & TG_TENSOR_VIEW) || x->pool == TG_POOL_ACTIVATIONS)
+                bad = "its group is not a view of its pool and dtype, or it is not a whole-step tensor";
+            else if (x->offset < v->offset || x->offset + x->bytes > v->offset + v->bytes)
+                bad = "it lies outside its group's view";
+            else
+                member_bytes[x->group] += x->bytes;
+        } else if (x->offset % TG_TENSOR_ALIGN) {
+            free(order), free(member_bytes);
             return tg_fail(err, "tensor %s offset %llu is not %d-byte aligned", x->name,
                            (unsigned long long)x->offset, TG_TENSOR_ALIGN);
+        }
+        if (bad) {
+            free(order), free(member_bytes);
+            return tg_fail(err, "tensor %s at offset %llu, packed in %s: %s", x->name,
+                           (unsigned long long)x->offset, p->tensors[x->group].name, bad);
         }
         if (x->offset + x->bytes > r->pool_extent[x->pool]) r->pool_extent[x->pool] = x->offset + x->bytes;
         if (!(x->flags & TG_TENSOR_VIEW)) order[n++] = t;
     }
+    /* Members inside the view that do not overlap (checked below) and add up to its size
+     * tile it exactly: the view reads the members and nothing else. */
+    for (int t = 0; t < p->n_tensors; t++)
+        if (member_bytes[t] && member_bytes[t] != p->tensors[t].bytes) {
+            uint64_t covered = member_bytes[t];
+            free(order), free(member_bytes);
+            return tg_fail(err, "packed view %s holds %llu bytes but its members %llu", p->tensors[t].name,
+                           (unsigned long long)p->tensors[t].bytes, (unsigned long long)covered);
+        }
+    free(member_bytes);
     c_sort_tensors = p->tensors;
     qsort(order, (size_t)n, sizeof *order, by_pool_offset);
     for (int i = 0; i < n; i++) {

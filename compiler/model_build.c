@@ -12,6 +12,7 @@ typedef struct builder {
     int fused_attention;       /* one TG_OP_ATTENTION per layer */
     int fused_gelu;            /* the MLP's GELU as the first matmul's epilogue (MATMUL i[8]) */
     int fused_residual_ln;     /* dropout + residual add + LayerNorm as one op */
+    int fuse_qkv;              /* BERT/RoBERTa: query, key and value as one packed product */
 } builder;
 
 static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1) {
@@ -21,23 +22,17 @@ static int input(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0,
     return t;
 }
 
-/* y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b (GPT-2 Conv1D, weight [in,out]).
- * With gelu_name, the product is the pre-activation (out2, named prefix) and the op returns
- * the tanh GELU of it (out0, named gelu_name): MATMUL's GELU epilogue, i[8] = 1. */
-static int linear_act(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out,
-                      int conv1d, int with_bias, float init_scale, const char *gelu_name) {
+/* BERT's attention projections, in the order of the packed [3D, D] weight's rows. */
+static const char *const qkv_names[3] = {"query", "key", "value"};
+
+/* The product of a linear layer: y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b
+ * (GPT-2 Conv1D, weight [in,out]); bias -1 for none. With gelu_name, the product is the
+ * pre-activation (out2, named `name`) and the op returns the tanh GELU of it (out0, named
+ * gelu_name): MATMUL's GELU epilogue, i[8] = 1. */
+static int linear_apply(builder *b, const char *name, int x, int w, int bias, int64_t rows, int64_t in,
+                        int64_t out, int conv1d, const char *gelu_name) {
     tg_graph *g = b->g;
-    char name[TG_NAME_MAX];
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    int w = conv1d ? tg_param(g, name, 2, in, out, TG_INIT_NORMAL, 0)
-                   : tg_param(g, name, 2, out, in, TG_INIT_NORMAL, 0);
-    if (w >= 0) g->tensors[w].init_std *= init_scale;
-    int bias = -1;
-    if (with_bias) {
-        snprintf(name, sizeof name, "%s.bias", prefix);
-        bias = tg_param(g, name, 1, out, 0, TG_INIT_ZEROS, 1);
-    }
-    int y = tg_act(g, prefix, 2, rows, out, 0, 0);
+    int y = tg_act(g, name, 2, rows, out, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_MATMUL);
     s.in[0] = x, s.in[1] = w, s.in[2] = bias, s.out[0] = y;
     s.i[0] = rows, s.i[1] = out, s.i[2] = in, s.i[3] = 0, s.i[4] = !conv1d, s.i[5] = 1;
@@ -51,9 +46,52 @@ static int linear_act(builder *b, const char *prefix, int x, int64_t rows, int64
     return y;
 }
 
+/* A linear layer's parameters `prefix.weight` and `prefix.bias` (none: *bias = -1). */
+static int linear_params(builder *b, const char *prefix, int64_t in, int64_t out, int conv1d, int with_bias,
+                         float init_scale, int *bias) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    int w = conv1d ? tg_param(g, name, 2, in, out, TG_INIT_NORMAL, 0)
+                   : tg_param(g, name, 2, out, in, TG_INIT_NORMAL, 0);
+    if (w >= 0) g->tensors[w].init_std *= init_scale;
+    *bias = -1;
+    if (with_bias) {
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        *bias = tg_param(g, name, 1, out, 0, TG_INIT_ZEROS, 1);
+    }
+    return w;
+}
+
+static int linear_act(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out, int conv1d,
+                      int with_bias, float init_scale, const char *gelu_name) {
+    int bias;
+    int w = linear_params(b, prefix, in, out, conv1d, with_bias, init_scale, &bias);
+    return linear_apply(b, prefix, x, w, bias, rows, in, out, conv1d, gelu_name);
+}
+
 static int linear(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out,
                   int conv1d, int with_bias, float init_scale) {
     return linear_act(b, prefix, x, rows, in, out, conv1d, with_bias, init_scale, NULL);
+}
+
+/* BERT's query, key and value projections as one product [N, D] x [3D, D]^T + [3D] ->
+ * [N, 3D] (q | k | v per row, GPT-2's c_attn layout). The three nn.Linear parameters
+ * keep their names and init; packed groups lay them out as one weight [3D, D] (rows
+ * query, key, value) and one bias [3D], which the product reads through views. */
+static int qkv_packed(builder *b, const char *prefix, int x) {
+    int w[3], bias[3];
+    char name[TG_NAME_MAX];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s.%s", prefix, qkv_names[i]);
+        w[i] = linear_params(b, name, b->D, b->D, 0, 1, 1.0f, &bias[i]);
+    }
+    snprintf(name, sizeof name, "%s.qkv.weight", prefix);
+    int wv = tg_param_pack(b->g, name, w, 3, 2, 3 * b->D, b->D);
+    snprintf(name, sizeof name, "%s.qkv.bias", prefix);
+    int bv = tg_param_pack(b->g, name, bias, 3, 1, 3 * b->D, 0);
+    snprintf(name, sizeof name, "%s.qkv", prefix);
+    return linear_apply(b, name, x, wv, bv, b->N, b->D, 3 * b->D, 0, NULL);
 }
 
 /* A LayerNorm's parameters (HF names "<prefix>.weight" and ".bias") and outputs: y named
@@ -323,14 +361,20 @@ static int build_encoder(builder *b, int pad_id) {
     for (int l = 0; l < c->layers; l++) {
         snprintf(p, sizeof p, "%s.encoder.layer.%d", base, l);
         int qkv[3], heads[3];
-        static const char *const qkv_names[3] = {"query", "key", "value"};
-        for (int i = 0; i < 3; i++) {
-            snprintf(name, sizeof name, "%s.attention.self.%s", p, qkv_names[i]);
-            qkv[i] = linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
-            if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, &qkv[i], 1, &heads[i], 1, name);
+        if (b->fuse_qkv) {
+            snprintf(name, sizeof name, "%s.attention.self", p);
+            qkv[0] = qkv_packed(b, name, h);
+            snprintf(name, sizeof name, "%s.attention.self.qkv", p);
+            if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, qkv, 1, heads, 3, name);
+        } else {
+            for (int i = 0; i < 3; i++) {
+                snprintf(name, sizeof name, "%s.attention.self.%s", p, qkv_names[i]);
+                qkv[i] = linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
+                if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, &qkv[i], 1, &heads[i], 1, name);
+            }
         }
         snprintf(name, sizeof name, "%s.attention", p);
-        int ctx = b->fused_attention ? attention_fused(b, name, qkv, 0, 0, c->attention_dropout)
+        int ctx = b->fused_attention ? attention_fused(b, name, qkv, b->fuse_qkv, 0, c->attention_dropout)
                                      : attention_unfused(b, name, heads[0], heads[1], heads[2], 0, c->attention_dropout);
         char drop[TG_NAME_MAX], resid[TG_NAME_MAX];
         int s;
@@ -462,6 +506,7 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     /* cuBLASLt's GELU epilogues are the tanh form only; the exact erf GELU stays an op. */
     b.fused_gelu = j->fuse_gelu && c->gelu == TG_GELU_TANH;
     b.fused_residual_ln = j->fuse_residual_layernorm != 0;
+    b.fuse_qkv = j->fuse_qkv;
     b.N = b.B * b.T;
     g->phase = TG_PHASE_FORWARD;
 

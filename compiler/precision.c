@@ -33,6 +33,9 @@ int tg_apply_precision(tg_graph *g, int precision) {
         g->tensors[c].offset = g->tensors[t].offset / 2; /* same element index */
         copy_of[t] = c;
     }
+    /* The copies of a packed group's members form a group under the copy of its view. */
+    for (int t = 0; t < n0 && !g->failed; t++)
+        if (copy_of[t] >= 0 && g->tensors[t].group >= 0) g->tensors[copy_of[t]].group = copy_of[g->tensors[t].group];
     int64_t elems = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.params_all]);
     g->io.params_bf16_all = tg_graph_tensor(g, "params_bf16.all", TG_BF16, TG_POOL_PARAMS_BF16, 1, &elems);
     if (g->failed) {

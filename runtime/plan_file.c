@@ -28,7 +28,7 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
 /* A field added to plan.h must be added to the put_/get_ functions below (and
  * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
 #if UINTPTR_MAX == 0xffffffffffffffffu
-_Static_assert(sizeof(tg_tensor) == 184, "tg_tensor changed: update put_tensor/get_tensor");
+_Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 152, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_job) == 2304, "tg_job changed: update put_job/get_job");
@@ -131,6 +131,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->fuse_bias_grad);
     put_i32(b, j->fuse_gelu);
     put_i32(b, j->fuse_residual_layernorm);
+    put_i32(b, j->fuse_qkv);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -165,9 +166,10 @@ static void put_tensor(wbuf *b, const tg_tensor *t) {
     put_i32(b, t->init);
     put_f32(b, t->init_std);
     put_i32(b, t->master);
+    put_i32(b, t->group);
 }
 /* Encoded sizes, used to bound counts against the payload before allocating. */
-#define TENSOR_MIN_BYTES (4 + 4 * 4 + 8 * TG_MAX_DIMS + 8 + 8 + 4 * 4 + 4 + 4)
+#define TENSOR_MIN_BYTES (4 + 4 * 4 + 8 * TG_MAX_DIMS + 8 + 8 + 4 * 4 + 4 + 4 + 4)
 #define OP_BYTES (4 + 4 + 4 * TG_OP_MAX_IN + 4 * TG_OP_MAX_OUT + 8 * TG_OP_MAX_I + 4 * TG_OP_MAX_F)
 
 static void put_op(wbuf *b, const tg_op *op) {
@@ -367,6 +369,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->fuse_bias_grad = get_i32(r);
     j->fuse_gelu = get_i32(r);
     j->fuse_residual_layernorm = get_i32(r);
+    j->fuse_qkv = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -407,6 +410,7 @@ static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err
     t->init = get_i32(r);
     t->init_std = get_f32(r);
     t->master = get_i32(r);
+    t->group = get_i32(r);
     return 0;
 }
 
@@ -448,6 +452,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job fuse_gelu %d is not a boolean", name, j->fuse_gelu);
     if (j->fuse_residual_layernorm != 0 && j->fuse_residual_layernorm != 1)
         return tg_fail(err, "%s: job fuse_residual_layernorm %d is not a boolean", name, j->fuse_residual_layernorm);
+    if (j->fuse_qkv != 0 && j->fuse_qkv != 1)
+        return tg_fail(err, "%s: job fuse_qkv %d is not a boolean", name, j->fuse_qkv);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
@@ -477,6 +483,9 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         if (x->master < -1 || x->master >= p->n_tensors)
             return tg_fail(err, "%s: tensor %d (%s) master copy refers to tensor %d of %d", name,
                            t, x->name, x->master, p->n_tensors);
+        if (x->group < -1 || x->group >= p->n_tensors)
+            return tg_fail(err, "%s: tensor %d (%s) packed group refers to tensor %d of %d", name,
+                           t, x->name, x->group, p->n_tensors);
         if (x->first_use < -1 || x->first_use >= p->n_ops || x->last_use < -1 ||
             x->last_use >= p->n_ops)
             return tg_fail(err, "%s: tensor %d (%s) uses ops %d..%d of %d", name, t, x->name,

@@ -132,6 +132,12 @@ double tg_rel_err_after_update(const float *got, const float *want, const float 
     return sqrt(num) / fmax(sqrt(den), 1e-30);
 }
 
+int tg_test_tensor_named(const tg_plan *p, const char *name) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (!strcmp(p->tensors[t].name, name)) return t;
+    return -1;
+}
+
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     for (int64_t i = 0; i < n; i++) {

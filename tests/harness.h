@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "tunegraph/plan.h"
+
 typedef void (*tg_test_fn)(void);
 void tg_test_register(const char *name, const char *file, tg_test_fn fn);
 int tg_test_check(int ok, const char *file, int line, const char *fmt, ...)
@@ -51,6 +53,8 @@ double tg_l2_diff(const float *a, const float *b, int64_t n);
 double tg_rel_err_after_update(const float *got, const float *want, const float *grad_a, const float *grad_b,
                                int64_t n, double floor, int64_t *left_out);
 
+/* Index of the tensor of plan p named `name`, or -1. */
+int tg_test_tensor_named(const tg_plan *p, const char *name);
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
 

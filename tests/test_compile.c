@@ -111,8 +111,9 @@ TG_TEST(test_compile_all_presets) {
     }
 }
 
-TG_TEST(test_compile_deterministic) {
-    const char *text = "model = tiny-gpt2\ntask = lm\nbatch = 4\nseq = 32\nsteps = 5\ntrain_data = x.jsonl\n";
+/* GPT-2 (a padded view), and BERT in bf16 (packed groups of parameters, gradients and
+ * bf16 copies). */
+static void compile_deterministic(const char *text) {
     char path[512];
     tg_plan a, b;
     tg_err err;
@@ -135,6 +136,11 @@ TG_TEST(test_compile_deterministic) {
     CHECK(c.fingerprint == a.fingerprint && c.fingerprint != 0, "fingerprint");
     free(ea), free(eb), free(ec);
     tg_plan_free(&a), tg_plan_free(&b), tg_plan_free(&c);
+}
+
+TG_TEST(test_compile_deterministic) {
+    compile_deterministic("model = tiny-gpt2\ntask = lm\nbatch = 4\nseq = 32\nsteps = 5\ntrain_data = x.jsonl\n");
+    compile_deterministic("model = tiny-bert\nbatch = 4\nseq = 32\nprecision = bf16\nsteps = 5\ntrain_data = x\n");
 }
 
 TG_TEST(test_memory_checker_catches_bad_plans) {
@@ -168,6 +174,37 @@ TG_TEST(test_memory_checker_catches_bad_plans) {
     p.tensors[a].last_use = p.tensors[a].first_use - 1;
     CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "outside its lifetime"), "lifetime: %s", err.msg);
     p.tensors[a].last_use = last;
+    /* Packed groups: tiny-bert's q|k|v biases are 128 bytes each, so key.bias and
+     * value.bias sit off the alignment, back to back after query.bias. */
+    int qb = tg_test_tensor_named(&p, "bert.encoder.layer.0.attention.self.query.bias");
+    int kb = tg_test_tensor_named(&p, "bert.encoder.layer.0.attention.self.key.bias");
+    int vb = tg_test_tensor_named(&p, "bert.encoder.layer.0.attention.self.value.bias");
+    REQUIRE(qb >= 0 && kb >= 0 && vb >= 0, "no packed biases");
+    tg_tensor *k = &p.tensors[kb];
+    const tg_tensor *view = &p.tensors[k->group];
+    CHECK(k->group >= 0 && k->group == p.tensors[qb].group && k->group == p.tensors[vb].group &&
+              !strcmp(view->name, "bert.encoder.layer.0.attention.self.qkv.bias") && view->offset == p.tensors[qb].offset &&
+              k->offset == view->offset + 128 && p.tensors[vb].offset == view->offset + 256 && k->offset % 256,
+          "key bias at %llu, packed in %d", (unsigned long long)k->offset, k->group);
+    saved = k->offset;
+    k->offset -= 64; /* into query.bias */
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "overlap"), "member overlap: %s", err.msg);
+    k->offset = view->offset + view->bytes; /* past its view */
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "outside its group"), "outside: %s", err.msg);
+    k->offset = saved;
+    int32_t group = k->group;
+    k->group = -1; /* unaligned without a group */
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "aligned"), "alignment: %s", err.msg);
+    k->group = group;
+    k->bytes -= 4; /* members no longer cover the view */
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "its members"), "tiling: %s", err.msg);
+    k->bytes += 4;
+    tg_tensor *gk = &p.tensors[k->grad];
+    CHECK(gk->group >= 0 && p.tensors[gk->group].pool == TG_POOL_GRADS && gk->offset == k->offset, "key bias gradient");
+    gk->offset += 64; /* gradients are checked alike */
+    CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "overlap"), "gradient overlap: %s", err.msg);
+    gk->offset -= 64;
+    REQUIRE(tg_plan_check_memory(&p, &r, &err) == 0, "restored plan: %s", err.msg);
     /* A pool smaller than its tensors. */
     p.pool_bytes[TG_POOL_ACTIVATIONS] -= 256;
     CHECK(tg_plan_check_memory(&p, &r, &err) != 0 && strstr(err.msg, "pool activations"), "extent: %s", err.msg);
@@ -341,6 +378,47 @@ TG_TEST(test_cli_fuse_residual_layernorm_key) {
     CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_residual_layernorm");
 }
 
+/* The `fuse_qkv` key through the CLI: a bad value names the file, line and key; inspect
+ * shows the packed views and the members packed in them, or three separate projections;
+ * a compiled plan refuses to change it. */
+TG_TEST(test_cli_fuse_qkv_key) {
+    const char *dir = tg_test_tmpdir();
+    char args[1600], err_path[600], out_path[600], job[600], plan[600], want[800];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
+    snprintf(job, sizeof job, "%s/bad.job", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
+    tg_test_write_file(job, "model = tiny-bert\nsteps = 1\nfuse_qkv = packed\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    CHECK(run_cli(dir, args) == 1, "a bad fuse_qkv value must exit 1");
+    snprintf(want, sizeof want, "%s:3: key 'fuse_qkv': 'packed' is not a boolean (true, false, 1, 0)", job);
+    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
+
+    snprintf(job, sizeof job, "%s/good.job", dir);
+    tg_test_write_file(job, "model = tiny-roberta\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(file_has(out_path, "roberta.encoder.layer.0.attention.self.qkv.weight[96,32]") &&
+              file_has(out_path, "param,no_decay  packed in roberta.encoder.layer.1.attention.self.qkv.bias") &&
+              file_has(out_path, "grad  packed in grad.roberta.encoder.layer.0.attention.self.qkv.weight"),
+          "inspect of the packed plan");
+    snprintf(args, sizeof args, "inspect %s --json", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect --json failed");
+    CHECK(file_has(out_path, "\"packed_in\": \"roberta.encoder.layer.0.attention.self.qkv.weight\""),
+          "inspect --json of the packed plan");
+    snprintf(args, sizeof args, "compile %s -o %s --set fuse_qkv=false", job, plan);
+    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_qkv=false failed");
+    snprintf(args, sizeof args, "inspect %s", plan);
+    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
+    CHECK(!file_has(out_path, "qkv") && !file_has(out_path, "packed in") &&
+              file_has(out_path, "roberta.encoder.layer.0.attention.self.key[16,32]"),
+          "inspect of the separate plan");
+    snprintf(args, sizeof args, "run %s --set fuse_qkv=true", plan);
+    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_qkv");
+}
+
 /* A model folder: tiny-bert's config and a safetensors file built by the caller. */
 static const char *model_folder(const tg_st_item *items, int n) {
     const char *dir = tg_test_tmpdir();
@@ -355,19 +433,23 @@ static const char *model_folder(const tg_st_item *items, int n) {
     return dir;
 }
 
-static int open_with_folder(const char *dir, tg_plan *p, tg_trainer *tr, tg_err *err) {
+static int open_with_folder_qkv(const char *dir, int fuse_qkv, tg_plan *p, tg_trainer *tr, tg_err *err) {
     tg_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (tg_model_config_load(dir, &cfg, err)) return -1;
     tg_job job;
     tg_job_defaults(&job);
     snprintf(job.model, sizeof job.model, "%s", dir);
-    job.batch = 2, job.seq = 8, job.steps = 1;
+    job.batch = 2, job.seq = 8, job.steps = 1, job.fuse_qkv = fuse_qkv;
     if (tg_compile_with_config(&job, &cfg, p, err)) return -1;
     tg_trainer_options o = {.device = tg_test_device(), .threads = 1, .load_data = 0};
     int rc = tg_trainer_open(tr, p, &o, err);
     if (rc) tg_plan_free(p);
     return rc;
+}
+
+static int open_with_folder(const char *dir, tg_plan *p, tg_trainer *tr, tg_err *err) {
+    return open_with_folder_qkv(dir, 1, p, tr, err);
 }
 
 TG_TEST(test_weights_bad_checkpoints) {
@@ -421,6 +503,38 @@ TG_TEST(test_weights_save_load_round_trip) {
     REQUIRE(tg_trainer_read(&tr, p.io.params_all, a, &err) == 0 && tg_trainer_read(&tr2, p2.io.params_all, b, &err) == 0,
             "%s", err.msg);
     CHECK(memcmp(a, b, p.pool_bytes[TG_POOL_PARAMS]) == 0, "parameters differ after save and load");
+    /* The file holds the HF parameters by name (query, key and value apart, no packed
+     * views), and loads into the plan with three separate projections as well. */
+    tg_safetensors st;
+    REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
+    int params = 0, named = 0;
+    for (int t = 0; t < p.n_tensors; t++)
+        params += (p.tensors[t].flags & TG_TENSOR_PARAM) && !(p.tensors[t].flags & TG_TENSOR_VIEW);
+    for (int e = 0; e < st.n; e++) {
+        int t = tg_test_tensor_named(&p, st.entries[e].name);
+        named += t >= 0 && !(p.tensors[t].flags & TG_TENSOR_VIEW) && (p.tensors[t].flags & TG_TENSOR_PARAM);
+    }
+    CHECK(st.n == params && named == params && tg_st_find(&st, "bert.encoder.layer.1.attention.self.key.bias") &&
+              tg_st_find(&st, "bert.encoder.layer.0.attention.self.value.weight"),
+          "the checkpoint holds %d tensors, %d of them parameters, of %d", st.n, named, params);
+    tg_st_close(&st);
+    tg_plan p3;
+    tg_trainer tr3;
+    REQUIRE(open_with_folder_qkv(dir, 0, &p3, &tr3, &err) == 0, "%s", err.msg);
+    float *c = malloc(p3.pool_bytes[TG_POOL_PARAMS]);
+    REQUIRE(c && tg_trainer_read(&tr3, p3.io.params_all, c, &err) == 0, "%s", err.msg);
+    int same = 0;
+    for (int t = 0; t < p3.n_tensors; t++) {
+        const tg_tensor *y = &p3.tensors[t];
+        if (!(y->flags & TG_TENSOR_PARAM) || (y->flags & TG_TENSOR_VIEW)) continue;
+        int k = tg_test_tensor_named(&p, y->name);
+        same += k >= 0 && !memcmp((char *)a + p.tensors[k].offset, (char *)c + y->offset, y->bytes);
+    }
+    CHECK(same == params && tr3.weights.loaded == params, "%d of %d parameters load alike into separate projections",
+          same, params);
+    free(c);
+    tg_trainer_close(&tr3);
+    tg_plan_free(&p3);
     /* The random init differs from a different seed's, and padding row 0 is zero. */
     const tg_tensor *we = NULL;
     for (int t = 0; t < p.n_tensors; t++)
@@ -660,8 +774,9 @@ TG_TEST(test_compile_attention_fused) {
     static const struct {
         const char *preset;
         int task, packed, causal;
-    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, 0, 0},
-                 {"tiny-roberta", TG_TASK_CLASSIFY, 0, 0},
+    } cases[] = {{"tiny-bert", TG_TASK_CLASSIFY, 1, 0},
+                 {"tiny-roberta", TG_TASK_CLASSIFY, 1, 0},
+                 {"tiny-bert", TG_TASK_CLASSIFY, 0, 0}, /* fuse_qkv = false: three projections */
                  {"tiny-gpt2", TG_TASK_LM, 1, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tg_model_config cfg;
@@ -672,7 +787,7 @@ TG_TEST(test_compile_attention_fused) {
         tg_job job;
         tg_job_defaults(&job);
         snprintf(job.model, sizeof job.model, "%s", cases[i].preset);
-        job.task = cases[i].task, job.batch = 3, job.seq = 7, job.steps = 1;
+        job.task = cases[i].task, job.batch = 3, job.seq = 7, job.steps = 1, job.fuse_qkv = cases[i].packed;
         CHECK(job.attention == TG_ATTENTION_FUSED, "fused attention is not the default");
         tg_plan p, q;
         REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
@@ -731,8 +846,8 @@ TG_TEST(test_compile_attention_fused) {
                         CHECK(strstr(p.tensors[op->in[s]].name, proj[s]) != NULL, "%s: attention %d input %d is %s",
                               name, o, s, p.tensors[op->in[s]].name);
                 else
-                    CHECK(strstr(p.tensors[op->in[0]].name, "c_attn") != NULL, "%s: attention %d reads %s", name, o,
-                          p.tensors[op->in[0]].name);
+                    CHECK(strstr(p.tensors[op->in[0]].name, cfg.arch == TG_ARCH_GPT2 ? "c_attn" : "self.qkv") != NULL,
+                          "%s: attention %d reads %s", name, o, p.tensors[op->in[0]].name);
                 CHECK(p.tensors[op->out[1]].dtype == TG_F32 && tg_tensor_numel(&p.tensors[op->out[1]]) == B * H * T,
                       "%s: LSE [B,H,T] fp32", name);
                 /* With dropout, the keep bits: int32 [B,H,T,ceil(T/32)] activations. */
@@ -870,9 +985,9 @@ TG_TEST(test_compile_fused_bias_grad) {
     static const struct {
         const char *preset;
         int task, precision, biases, want_i7;
-    } cases[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 12 * 6 + 2, 1},
+    } cases[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 12 * 4 + 2, 1}, /* one packed q|k|v bias */
                  {"gpt2", TG_TASK_LM, TG_PREC_FP32, 12 * 4, 2},
-                 {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_BF16, 12 * 6 + 2, 1}};
+                 {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_BF16, 12 * 4 + 2, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_model_config cfg;
         tg_err err;
@@ -1210,6 +1325,7 @@ TG_TEST(test_compile_gradient_accumulation) {
         REQUIRE(tg_model_config_load(cases[c].preset, &cfg, &err) == 0, "%s", err.msg);
         tg_job job;
         tg_job_defaults(&job);
+        job.fuse_qkv = 0; /* three q/k/v products: three dA contributions per layer */
         snprintf(job.model, sizeof job.model, "%s", cases[c].preset);
         job.task = cases[c].task, job.precision = cases[c].precision, job.batch = 2, job.seq = 8, job.steps = 1;
         job.fuse_residual_layernorm = cases[c].fuse;
@@ -1259,25 +1375,22 @@ TG_TEST(test_compile_gradient_accumulation) {
     }
 }
 
-static int tensor_named(const tg_plan *p, const char *name) {
-    for (int t = 0; t < p->n_tensors; t++)
-        if (!strcmp(p->tensors[t].name, name)) return t;
-    return -1;
-}
-
 /* Initial weights depend on the parameter's name and the seed only: plans of one model
- * that compute differently (fused or unfused attention, fused bias gradients, bf16) start
- * from the same values, and a different seed changes them. */
+ * that compute differently (fused or unfused attention, fused bias gradients, bf16, packed
+ * or separate q/k/v projections) start from the same values, and a different seed changes
+ * them. */
 TG_TEST(test_weights_init_by_name) {
     static const char *const variants[] = {
         "attention = fused\nfuse_bias_grad = true\n",
         "attention = unfused\nfuse_bias_grad = false\nfuse_residual_layernorm = false\n",
         "attention = fused\nprecision = bf16\n",
+        "fuse_qkv = false\n",
     };
-    tg_plan plans[3];
-    float *pools[3] = {NULL, NULL, NULL};
+    enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
+    tg_plan plans[N_VARIANTS];
+    float *pools[N_VARIANTS] = {NULL};
     tg_err err;
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < N_VARIANTS; v++) {
         char text[512];
         snprintf(text, sizeof text, "model = tiny-bert\nbatch = 2\nseq = 16\nsteps = 1\ntrain_data = x\n%s", variants[v]);
         REQUIRE(compile_text(text, &plans[v], &err, NULL) == 0, "%s", err.msg);
@@ -1289,8 +1402,8 @@ TG_TEST(test_weights_init_by_name) {
     for (int t = 0; t < plans[0].n_tensors; t++) {
         const tg_tensor *x = &plans[0].tensors[t];
         if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
-        for (int v = 1; v < 3; v++) {
-            int u = tensor_named(&plans[v], x->name);
+        for (int v = 1; v < N_VARIANTS; v++) {
+            int u = tg_test_tensor_named(&plans[v], x->name);
             if (!CHECK(u >= 0, "%s missing from variant %d", x->name, v)) continue;
             const tg_tensor *y = &plans[v].tensors[u];
             CHECK(memcmp((char *)pools[0] + x->offset, (char *)pools[v] + y->offset, x->bytes) == 0,
@@ -1304,8 +1417,133 @@ TG_TEST(test_weights_init_by_name) {
     tg_weights_init(&plans[0], other, 8);
     CHECK(memcmp(other, pools[0], plans[0].pool_bytes[TG_POOL_PARAMS]) != 0, "another seed gave the same weights");
     free(other);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < N_VARIANTS; v++) {
         free(pools[v]);
         tg_plan_free(&plans[v]);
+    }
+}
+
+/* The parameter a matmul operand reads (through its bf16 copy in bf16 plans). */
+static int master_of(const tg_plan *p, int t) {
+    return t >= 0 && (p->tensors[t].flags & TG_TENSOR_PARAM_COPY) ? p->tensors[t].master : t;
+}
+
+/* BERT's and RoBERTa's query, key and value projections as one packed product (`fuse_qkv`,
+ * the default): per layer one forward matmul [N, D] x [3D, D]^T + [3D] through the packed
+ * views, and one input-gradient and one weight-gradient product (with the bias gradient)
+ * in the backward, writing the packed gradient views; `fuse_qkv = false` keeps three of
+ * each. The parameters (names, shapes, init, decay), their count and the FLOPs are the
+ * same; the packed groups lie back to back (q, k, v rows) in params, grads and the bf16
+ * copies. */
+TG_TEST(test_compile_packed_qkv) {
+    static const char *const jobs[] = {
+        "model = bert-base-uncased\nbatch = 32\nseq = 128\n",
+        "model = roberta-base\nbatch = 8\nseq = 128\nprecision = bf16\nattention = unfused\n",
+        "model = tiny-bert\nbatch = 2\nseq = 8\nprecision = bf16\n",
+    };
+    for (size_t c = 0; c < sizeof jobs / sizeof jobs[0]; c++) {
+        char text[512];
+        tg_plan plans[2];
+        tg_err err;
+        for (int m = 0; m < 2; m++) {
+            snprintf(text, sizeof text, "%ssteps = 1\ntrain_data = x\nfuse_qkv = %s\n", jobs[c], m ? "false" : "true");
+            REQUIRE(compile_text(text, &plans[m], &err, NULL) == 0, "%s", err.msg);
+        }
+        const tg_plan *p = &plans[0], *q = &plans[1];
+        const char *name = p->model.source;
+        int L = p->model.layers;
+        int64_t D = p->model.hidden;
+        check_plan_memory(p, name);
+        check_plan_memory(q, name);
+        CHECK(param_count(p) == param_count(q), "%s: %lld parameters packed, %lld separate", name,
+              (long long)param_count(p), (long long)param_count(q));
+        /* The same products; the separate plan sums the three input gradients by
+         * accumulating matmuls, so no ADD either. The packed groups leave no alignment gaps
+         * between small members. */
+        int kp[TG_OP_COUNT], kq[TG_OP_COUNT];
+        count_kinds(p, kp);
+        count_kinds(q, kq);
+        double mm_flops[2] = {0, 0};
+        for (int m = 0; m < 2; m++)
+            for (int o = 0; o < plans[m].n_ops; o++)
+                if (plans[m].ops[o].kind == TG_OP_MATMUL)
+                    mm_flops[m] += tg_op_row_of(TG_OP_MATMUL)->flops(&plans[m].ops[o]);
+        CHECK(kq[TG_OP_ADD] == kp[TG_OP_ADD] && fabs(mm_flops[0] - mm_flops[1]) <= 1e-12 * mm_flops[1],
+              "%s: matmul flops %.9g packed, %.9g separate; adds %d, %d", name, mm_flops[0], mm_flops[1],
+              kp[TG_OP_ADD], kq[TG_OP_ADD]);
+        CHECK(p->pool_bytes[TG_POOL_PARAMS] <= q->pool_bytes[TG_POOL_PARAMS], "%s: params pool %llu packed, %llu separate",
+              name, (unsigned long long)p->pool_bytes[TG_POOL_PARAMS], (unsigned long long)q->pool_bytes[TG_POOL_PARAMS]);
+        /* The same parameters, one by one. */
+        for (int t = 0; t < q->n_tensors; t++) {
+            const tg_tensor *y = &q->tensors[t];
+            if (!(y->flags & TG_TENSOR_PARAM) || (y->flags & TG_TENSOR_VIEW)) continue;
+            int k = tg_test_tensor_named(p, y->name);
+            const tg_tensor *x = k >= 0 ? &p->tensors[k] : NULL;
+            CHECK(x && x->ndim == y->ndim && !memcmp(x->shape, y->shape, sizeof x->shape) && x->flags == y->flags &&
+                      x->init == y->init && x->init_std == y->init_std,
+                  "%s: %s differs in the packed plan", name, y->name);
+        }
+        /* Matmuls: forward, backward, and those reading or writing a packed view. */
+        int fwd[2] = {0, 0}, bwd[2] = {0, 0}, packed_fwd = 0, packed_dw = 0;
+        for (int m = 0; m < 2; m++)
+            for (int o = 0; o < plans[m].n_ops; o++) {
+                const tg_op *op = &plans[m].ops[o];
+                if (op->kind != TG_OP_MATMUL) continue;
+                (op->phase == TG_PHASE_FORWARD ? fwd : bwd)[m]++;
+                if (m) continue;
+                int w = master_of(p, op->in[1]);
+                if (op->phase == TG_PHASE_FORWARD && w >= 0 && p->tensors[w].group < 0 &&
+                    (p->tensors[w].flags & TG_TENSOR_VIEW) && strstr(p->tensors[w].name, "self.qkv.weight")) {
+                    int b = master_of(p, op->in[2]);
+                    packed_fwd += op->i[0] == p->job.batch * p->job.seq && op->i[1] == 3 * D && op->i[2] == D &&
+                                  op->i[4] == 1 && b >= 0 && strstr(p->tensors[b].name, "self.qkv.bias") &&
+                                  p->tensors[op->out[0]].shape[1] == 3 * D;
+                }
+                if (op->phase == TG_PHASE_BACKWARD && op->out[1] >= 0 &&
+                    strstr(p->tensors[op->out[0]].name, "self.qkv.weight"))
+                    packed_dw += op->i[0] == 3 * D && op->i[1] == D && op->i[7] == 1 &&
+                                 strstr(p->tensors[op->out[1]].name, "self.qkv.bias") != NULL;
+            }
+        CHECK(packed_fwd == L && packed_dw == L, "%s: %d packed q|k|v products, %d packed weight gradients (want %d)",
+              name, packed_fwd, packed_dw, L);
+        CHECK(fwd[1] - fwd[0] == 2 * L && bwd[1] - bwd[0] == 4 * L,
+              "%s: forward matmuls %d packed, %d separate; backward %d, %d", name, fwd[0], fwd[1], bwd[0], bwd[1]);
+        if (strstr(name, "bert-base"))
+            CHECK(fwd[0] == 4 * L + 2 && fwd[1] == 6 * L + 2, "%s: %d forward matmuls", name, fwd[0]);
+        /* Every layer's groups: q, k, v back to back under their views, in every pool. */
+        static const char *const part[3] = {"query", "key", "value"};
+        const char *base = p->model.arch == TG_ARCH_ROBERTA ? "roberta" : "bert";
+        for (int l = 0; l < L; l++)
+            for (int w = 0; w < 2; w++) {
+                const char *kind = w ? "bias" : "weight";
+                char vname[TG_NAME_MAX], mname[TG_NAME_MAX];
+                snprintf(vname, sizeof vname, "%s.encoder.layer.%d.attention.self.qkv.%s", base, l, kind);
+                int v = tg_test_tensor_named(p, vname);
+                if (!CHECK(v >= 0, "%s: no view %s", name, vname)) continue;
+                const tg_tensor *vt = &p->tensors[v];
+                int64_t member_bytes = (w ? D : D * D) * 4;
+                CHECK((vt->flags & TG_TENSOR_PARAM) && (vt->flags & TG_TENSOR_VIEW) && vt->shape[0] == 3 * D &&
+                          vt->bytes == 3 * (uint64_t)member_bytes && vt->offset % 512 == 0 && vt->grad >= 0 &&
+                          p->tensors[vt->grad].offset == vt->offset,
+                      "%s: view %s", name, vname);
+                for (int i = 0; i < 3; i++) {
+                    snprintf(mname, sizeof mname, "%s.encoder.layer.%d.attention.self.%s.%s", base, l, part[i], kind);
+                    int k = tg_test_tensor_named(p, mname);
+                    if (!CHECK(k >= 0, "%s: no %s", name, mname)) continue;
+                    const tg_tensor *x = &p->tensors[k], *g = &p->tensors[x->grad];
+                    CHECK(x->group == v && x->offset == vt->offset + (uint64_t)(i * member_bytes) &&
+                              g->group == vt->grad && g->offset == x->offset,
+                          "%s: %s at %llu in group %d", name, mname, (unsigned long long)x->offset, x->group);
+                    if (p->job.precision == TG_PREC_BF16) {
+                        char cname[TG_NAME_MAX + 8];
+                        snprintf(cname, sizeof cname, "bf16.%s", mname);
+                        int cc = tg_test_tensor_named(p, cname);
+                        CHECK(cc >= 0 && p->tensors[cc].offset * 2 == x->offset && p->tensors[cc].group >= 0 &&
+                                  p->tensors[p->tensors[cc].group].master == v,
+                              "%s: bf16 copy of %s", name, mname);
+                    }
+                }
+            }
+        tg_plan_free(&plans[0]), tg_plan_free(&plans[1]);
     }
 }

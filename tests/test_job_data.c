@@ -63,7 +63,8 @@ TG_TEST(test_job_valid_parses) {
                                  "attention = unfused\n"
                                  "fuse_bias_grad = false\n"
                                  "fuse_gelu = false\n"
-                                 "fuse_residual_layernorm = 0\n");
+                                 "fuse_residual_layernorm = 0\n"
+                                 "fuse_qkv = false\n");
     REQUIRE(path, "write");
     tg_job j;
     tg_err err = {{0}};
@@ -96,6 +97,9 @@ TG_TEST(test_job_valid_parses) {
           "fuse_residual_layernorm %d line %d", j.fuse_residual_layernorm, j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM]);
     CHECK(strcmp(tg_job_key_name(TG_JOB_FUSE_RESIDUAL_LAYERNORM), "fuse_residual_layernorm") == 0,
           "fuse_residual_layernorm key name");
+    CHECK(j.fuse_qkv == 0 && j.key_line[TG_JOB_FUSE_QKV] == 27, "fuse_qkv %d line %d", j.fuse_qkv,
+          j.key_line[TG_JOB_FUSE_QKV]);
+    CHECK(strcmp(tg_job_key_name(TG_JOB_FUSE_QKV), "fuse_qkv") == 0, "fuse_qkv key name");
     char buf[1200], want[1200];
     snprintf(want, sizeof want, "%s:10", path);
     CHECK(strcmp(tg_job_where(&j, TG_JOB_LR, buf, sizeof buf), want) == 0, "where %s", buf);
@@ -155,6 +159,7 @@ TG_TEST(test_job_defaults_applied) {
     CHECK(j.fuse_gelu == 1 && j.key_line[TG_JOB_FUSE_GELU] == 0, "fuse_gelu defaults to true");
     CHECK(j.fuse_residual_layernorm == 1 && j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM] == 0,
           "fuse_residual_layernorm defaults to true");
+    CHECK(j.fuse_qkv == 1 && j.key_line[TG_JOB_FUSE_QKV] == 0, "fuse_qkv defaults to true");
     CHECK(j.eval_data[0] == 0, "no eval");
     CHECK(j.key_line[TG_JOB_LR] == 0 && j.key_line[TG_JOB_STEPS] == 3, "lines");
     char buf[1200], want[1200];
@@ -190,10 +195,11 @@ TG_TEST(test_job_set_overrides) {
     REQUIRE(path, "write");
     const char *ov[] = {"lr=3e-4", " batch = 32 ", "train_data=rel/x.jsonl", "task=lm",
                         "epochs=2", "attention=unfused", "fuse_bias_grad=0", "fuse_gelu=false",
-                        "fuse_residual_layernorm=false"};
+                        "fuse_residual_layernorm=false", "fuse_qkv=0"};
     tg_job j;
     tg_err err = {{0}};
-    REQUIRE(tg_job_load(path, ov, 9, &j, &err) == 0, "load: %s", err.msg);
+    REQUIRE(tg_job_load(path, ov, 10, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(j.fuse_qkv == 0 && j.key_line[TG_JOB_FUSE_QKV] == -1, "--set fuse_qkv");
     CHECK(j.fuse_gelu == 0 && j.key_line[TG_JOB_FUSE_GELU] == -1, "--set fuse_gelu");
     CHECK(j.fuse_bias_grad == 0 && j.key_line[TG_JOB_FUSE_BIAS_GRAD] == -1, "--set fuse_bias_grad");
     CHECK(j.fuse_residual_layernorm == 0 && j.key_line[TG_JOB_FUSE_RESIDUAL_LAYERNORM] == -1,
@@ -295,6 +301,14 @@ TG_TEST(test_job_error_bad_attention) {
     expect_job_error(BASE, upper, 1, "--set attention=Fused: key 'attention'", "'Fused'", "fused, unfused");
     expect_job_error(BASE "atention = fused\n", NULL, 0, "job.txt:4: key 'atention'", "did you mean 'attention'?",
                      NULL);
+}
+
+TG_TEST(test_job_error_bad_fuse_qkv) {
+    expect_job_error(BASE "fuse_qkv = packed\n", NULL, 0,
+                     "job.txt:4: key 'fuse_qkv': 'packed' is not a boolean (true, false, 1, 0)", NULL, NULL);
+    const char *two[] = {"fuse_qkv=2"};
+    expect_job_error(BASE, two, 1, "--set fuse_qkv=2: key 'fuse_qkv'", "'2' is not a boolean", NULL);
+    expect_job_error(BASE "fuse_qvk = true\n", NULL, 0, "job.txt:4: key 'fuse_qvk'", "did you mean 'fuse_qkv'?", NULL);
 }
 
 TG_TEST(test_job_error_bad_fuse_bias_grad) {

@@ -196,6 +196,54 @@ static int train_pair(tg_plan plans[2], int steps, tg_step_stats *st, float *gra
     return rc;
 }
 
+/* `steps` CPU training steps of each of two plans of one model, their parameters matched by
+ * name, from the same weights
+ * (plan 0's, written into plan 1 parameter by parameter, so the layouts may differ) and
+ * the same batches: the last step's statistics, the whole gradient of the first step (from
+ * the same weights in both) and, when params is not NULL, the parameters after the last
+ * step (grads[m], params[m]: plan m's pool, allocated here). */
+static int train_pair_by_name(tg_plan plans[2], int steps, tg_step_stats st[2], float *grads[2], float *params[2]) {
+    tg_err err;
+    tg_trainer tr[2];
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    float *weights[2] = {NULL, NULL};
+    int rc = 0;
+    for (int m = 0; m < 2; m++) {
+        size_t pbytes = plans[m].pool_bytes[TG_POOL_PARAMS];
+        weights[m] = malloc(pbytes), grads[m] = malloc(pbytes);
+        if (params) params[m] = malloc(pbytes);
+        if (!weights[m] || !grads[m] || (params && !params[m])) rc = -1;
+    }
+    for (int m = 0; m < 2 && !rc; m++) {
+        if (!CHECK(tg_trainer_open(&tr[m], &plans[m], &o, &err) == 0, "%s", err.msg)) {
+            rc = -1;
+            break;
+        }
+        rc = tg_trainer_read(&tr[m], plans[m].io.params_all, weights[m], &err);
+        for (int t = 0; m == 1 && !rc && t < plans[1].n_tensors; t++) {
+            const tg_tensor *x = &plans[1].tensors[t];
+            if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+            int u = tg_test_tensor_named(&plans[0], x->name);
+            if (!CHECK(u >= 0 && plans[0].tensors[u].bytes == x->bytes, "%s is not a parameter of both plans", x->name))
+                rc = -1;
+            else
+                memcpy((char *)weights[1] + x->offset, (char *)weights[0] + plans[0].tensors[u].offset, x->bytes);
+        }
+        if (!rc && m == 1) rc = tg_trainer_write(&tr[1], plans[1].io.params_all, weights[1], &err);
+        for (int s = 0; s < steps && !rc; s++) {
+            rng_state = 0x5DEECE66Dull + (uint64_t)s; /* the same batches in both */
+            fill_inputs(&tr[m], &plans[m]);
+            rc = tg_trainer_run_step(&tr[m], &st[m], &err);
+            if (!rc && s == 0) rc = tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err);
+        }
+        if (!rc && params) rc = tg_trainer_read(&tr[m], plans[m].io.params_all, params[m], &err);
+        CHECK(rc == 0, "%s", err.msg);
+        tg_trainer_close(&tr[m]);
+    }
+    free(weights[0]), free(weights[1]);
+    return rc;
+}
+
 /* One training step of each plan: st[m] and grads[m] as train_pair's. */
 static int step_pair(tg_plan plans[2], tg_step_stats st[2], float *grads[2]) {
     return train_pair(plans, 1, st, grads, NULL);
@@ -475,4 +523,96 @@ TG_TEST(test_model_fused_residual_layernorm_tiny_roberta) {
 TG_TEST(test_model_fused_residual_layernorm_tiny_gpt2) {
     fused_residual_layernorm_matches("tiny-gpt2", TG_TASK_LM, 0);
     fused_residual_layernorm_matches("tiny-gpt2", TG_TASK_CLASSIFY, 2);
+}
+
+/* ---- packed vs separate query, key and value projections ----------------------------- */
+
+/* Three training steps (dropout on) of BERT or RoBERTa with query, key and value as one
+ * packed product (`fuse_qkv`, the default) and as three (`fuse_qkv = false`), from the
+ * same weights and batches. The packed plan's parameters keep their names and shapes. The
+ * forward products are the same sums; the input gradient sums q, k and v's contributions
+ * in one product instead of three products and two adds, which changes only rounding. So
+ * the third step's loss, the first step's whole gradient and the whole weights after the
+ * three updates agree to 1e-6, and each parameter's gradient and weights to 1e-5 (AdamW's
+ * m / sqrt(v) magnifies the relative error of small gradient elements). The key biases' gradient is zero in exact
+ * arithmetic: rounding noise, below a floor, whose updates are left out
+ * (tg_rel_err_after_update). */
+static void packed_qkv_matches(const char *preset, int num_labels, int attention) {
+    tg_model_config cfg;
+    tg_err err;
+    tg_job job;
+    if (pair_job(preset, TG_TASK_CLASSIFY, num_labels, &cfg, &job)) return;
+    job.attention = attention, job.steps = 3;
+    tg_plan plans[2];
+    for (int m = 0; m < 2; m++) {
+        job.fuse_qkv = m == 0;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &plans[m], &err) == 0, "%s", err.msg);
+    }
+    const tg_plan *f = &plans[0], *u = &plans[1];
+    int L = cfg.layers, mm[2] = {0, 0}, packed_views = 0;
+    for (int m = 0; m < 2; m++)
+        for (int o = 0; o < plans[m].n_ops; o++) mm[m] += plans[m].ops[o].kind == TG_OP_MATMUL;
+    /* Per layer 2 forward and 4 backward products fewer. */
+    CHECK(mm[1] - mm[0] == 6 * L, "%s: %d matmuls packed, %d separate", preset, mm[0], mm[1]);
+    for (int t = 0; t < f->n_tensors; t++)
+        packed_views += (f->tensors[t].flags & TG_TENSOR_PARAM) && (f->tensors[t].flags & TG_TENSOR_VIEW);
+    CHECK(packed_views == 2 * L, "%s: %d packed parameter views", preset, packed_views);
+
+    float *grads[2] = {NULL, NULL}, *params[2] = {NULL, NULL};
+    tg_step_stats st[2];
+    if (train_pair_by_name(plans, 3, st, grads, params) == 0) {
+        CHECK(isfinite(st[0].loss) && fabs(st[0].loss - st[1].loss) <= 1e-6 * fabs(st[1].loss),
+              "%s: step 3 loss packed %.9g, separate %.9g", preset, st[0].loss, st[1].loss);
+        CHECK(fabs(st[0].grad_norm - st[1].grad_norm) <= 1e-6 * st[1].grad_norm && st[1].grad_norm > 0,
+              "%s: step 3 gradient norm packed %.9g, separate %.9g", preset, st[0].grad_norm, st[1].grad_norm);
+        double grad_max = 0, grad_norm = 0;
+        for (int64_t i = 0; i < (int64_t)(u->pool_bytes[TG_POOL_GRADS] / 4); i++)
+            grad_max = fmax(grad_max, fabs(grads[1][i])), grad_norm += (double)grads[1][i] * grads[1][i];
+        /* Noise floors: a parameter's whole gradient (as fused_matches_unfused), an element. */
+        double floor = 1e-7 * sqrt(grad_norm), elem_floor = 1e-7 * grad_max;
+        double sq[4] = {0, 0, 0, 0}; /* gradient diff, norm; weight diff, norm */
+        int compared = 0, floored = 0;
+        int64_t left_out = 0, n_params = 0;
+        for (int t = 0; t < u->n_tensors; t++) {
+            const tg_tensor *y = &u->tensors[t];
+            if (!(y->flags & TG_TENSOR_PARAM) || (y->flags & TG_TENSOR_VIEW)) continue;
+            int k = tg_test_tensor_named(f, y->name);
+            if (!CHECK(k >= 0 && f->tensors[k].bytes == y->bytes, "%s: %s is missing from the packed plan", preset,
+                       y->name))
+                continue;
+            const tg_tensor *x = &f->tensors[k];
+            int64_t n = tg_tensor_numel(y);
+            n_params += n;
+            const float *ga = grads[0] + x->offset / 4, *gb = grads[1] + y->offset / 4;
+            const float *pa = params[0] + x->offset / 4, *pb = params[1] + y->offset / 4;
+            double diff = tg_l2_diff(ga, gb, n), norm = 0, wnorm = 0;
+            for (int64_t i = 0; i < n; i++) norm += (double)gb[i] * gb[i], wnorm += (double)pb[i] * pb[i];
+            sq[0] += diff * diff, sq[1] += norm, sq[3] += wnorm;
+            norm = sqrt(norm);
+            CHECK(diff <= 1e-5 * norm || diff <= floor, "%s: %s: gradient differs by %.3g relative", preset, y->name,
+                  diff / fmax(norm, 1e-30));
+            floored += diff > 1e-5 * norm;
+            double rel = tg_rel_err_after_update(pa, pb, ga, gb, n, elem_floor, &left_out);
+            CHECK(rel <= 1e-5, "%s: %s: weights differ by %.3g relative after 3 steps", preset, y->name, rel);
+            sq[2] += rel * rel * wnorm;
+            compared++;
+        }
+        double grel = sqrt(sq[0] / sq[1]), wrel = sqrt(sq[2] / sq[3]);
+        CHECK(grel <= 1e-6 && wrel <= 1e-6, "%s: the whole gradient differs by %.3g, the weights by %.3g relative",
+              preset, grel, wrel);
+        CHECK(compared > 10 && floored <= L, "%s: %d parameters compared, %d only within the noise floor", preset,
+              compared, floored);
+        CHECK(left_out <= (int64_t)L * cfg.hidden + n_params / 1000, "%s: %lld elements with noise-level gradients",
+              preset, (long long)left_out);
+    }
+    for (int m = 0; m < 2; m++) free(grads[m]), free(params[m]), tg_plan_free(&plans[m]);
+}
+
+TG_TEST(test_model_packed_qkv_tiny_bert) {
+    packed_qkv_matches("tiny-bert", 3, TG_ATTENTION_FUSED);
+    packed_qkv_matches("tiny-bert", 3, TG_ATTENTION_UNFUSED);
+}
+TG_TEST(test_model_packed_qkv_tiny_roberta) {
+    packed_qkv_matches("tiny-roberta", 2, TG_ATTENTION_FUSED);
+    packed_qkv_matches("tiny-roberta", 2, TG_ATTENTION_UNFUSED);
 }

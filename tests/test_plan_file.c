@@ -31,6 +31,7 @@ static void set_tensor(tg_plan *p, int t, const char *name, int dtype, int pool,
     x->bytes = (uint64_t)tg_tensor_numel(x) * 4;
     x->grad = -1;
     x->master = -1;
+    x->group = -1;
     x->first_use = x->last_use = -1;
 }
 
@@ -80,6 +81,7 @@ static void build_plan(tg_plan *p) {
     j->fuse_bias_grad = 0; /* not the default, so a lost field shows */
     j->fuse_gelu = 0;
     j->fuse_residual_layernorm = 0;
+    j->fuse_qkv = 0;
     j->lr = 5e-5f;
     j->beta1 = 0.9f;
     j->beta2 = 0.999f;
@@ -109,6 +111,7 @@ static void build_plan(tg_plan *p) {
     p->tensors[T_CLS_B].grad = T_G_CLS_B;
     p->tensors[T_CLS_B].init = TG_INIT_ZEROS;
     p->tensors[T_CLS_B].master = 7;
+    p->tensors[T_CLS_B].group = 9; /* encoded as given: the decoder checks only its range */
     uint32_t nan_bits = 0x7fc12345u; /* a NaN with a payload */
     memcpy(&p->tensors[T_CLS_B].init_std, &nan_bits, 4);
     set_tensor(p, T_IDS, "input_ids", TG_I32, TG_POOL_INPUTS, 0, TG_TENSOR_INPUT, 2, 2, 4);
@@ -246,6 +249,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(job.fuse_bias_grad);
     D_INT(job.fuse_gelu);
     D_INT(job.fuse_residual_layernorm);
+    D_INT(job.fuse_qkv);
     D_BITS(job.lr);
     D_BITS(job.beta1);
     D_BITS(job.beta2);
@@ -278,6 +282,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
         D_INT(tensors[t].init);
         D_BITS(tensors[t].init_std);
         D_INT(tensors[t].master);
+        D_INT(tensors[t].group);
     }
     D_INT(n_ops);
     for (int o = 0; o < a->n_ops; o++) {
@@ -344,6 +349,8 @@ TG_TEST(test_plan_file_round_trip) {
           "input slot %d or the attention mode lost", TG_OP_MAX_IN - 1);
     CHECK(back.ops[1].i[7] == 2 && back.job.fuse_bias_grad == 0 && back.job.fuse_residual_layernorm == 0,
           "matmul i[7], fuse_bias_grad or fuse_residual_layernorm lost");
+    CHECK(back.tensors[T_CLS_B].group == 9 && back.tensors[T_WTE].group == -1 && back.job.fuse_qkv == 0,
+          "packed group or fuse_qkv lost");
     CHECK(back.ops[1].i[8] == TG_MATMUL_ACT_GELU_BWD && back.ops[1].in[3] == T_H && back.job.fuse_gelu == 0,
           "matmul i[8], its in3 or fuse_gelu lost");
     tg_plan_free(&p);
@@ -528,7 +535,7 @@ TG_TEST(test_plan_file_wrong_version) {
      * version 4 the attention's keep bits (its backward's in4 was the step counter),
      * version 5 the matmul's fused bias gradient (i[7], out1) and the job's fuse_bias_grad,
      * version 6 the matmul's GELU epilogue (i[8], out2 / in3), the residual LayerNorm ops
-     * and the job's fuse_gelu and fuse_residual_layernorm. */
+     * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv. */
     CHECK(TG_PLAN_VERSION > 5, "plan version %d still reads version 5 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
@@ -575,6 +582,8 @@ static void bad_fuse_gelu(tg_plan *p) { p->job.fuse_gelu = 7; }
 static void bad_activation(tg_plan *p) { p->ops[1].i[8] = 3; }
 static void activation_without_pre(tg_plan *p) { p->ops[1].i[8] = TG_MATMUL_ACT_GELU; }
 static void bad_fuse_residual_layernorm(tg_plan *p) { p->job.fuse_residual_layernorm = -1; }
+static void bad_fuse_qkv(tg_plan *p) { p->job.fuse_qkv = -1; }
+static void bad_group(tg_plan *p) { p->tensors[T_WTE].group = N_T; }
 
 TG_TEST(test_plan_file_inconsistent_tables) {
     struct {
@@ -604,6 +613,8 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_activation, "plan.tgp: op 1 (matmul) has activation i[8]=3 (0, 1 or 2 allowed)"},
         {activation_without_pre, "plan.tgp: op 1 (matmul) with activation i[8]=1 lacks its pre-activation (out2)"},
         {bad_fuse_residual_layernorm, "plan.tgp: job fuse_residual_layernorm -1 is not a boolean"},
+        {bad_fuse_qkv, "plan.tgp: job fuse_qkv -1 is not a boolean"},
+        {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p, back;

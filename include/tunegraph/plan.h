@@ -49,7 +49,8 @@ enum tg_tensor_flags {
     TG_TENSOR_NO_DECAY = 1 << 2, /* parameter excluded from weight decay (biases, LayerNorm) */
     TG_TENSOR_INPUT = 1 << 3,    /* filled by the runtime from the batch */
     TG_TENSOR_OUTPUT = 1 << 4,   /* read by the runtime after the forward phase */
-    TG_TENSOR_VIEW = 1 << 5,     /* aliases a whole pool (grads/params/m/v as one buffer) */
+    TG_TENSOR_VIEW = 1 << 5,     /* aliases other tensors: a whole pool, a padded parameter, or a
+                                    packed group of parameters (see tg_tensor.group) */
     TG_TENSOR_TIED = 1 << 6,     /* parameter shared by two uses (GPT-2 wte / lm_head) */
     TG_TENSOR_PARAM_COPY = 1 << 7, /* low-precision copy of the parameter `master` */
 };
@@ -63,14 +64,19 @@ typedef struct tg_tensor {
     int32_t ndim;
     int32_t flags;           /* tg_tensor_flags */
     int64_t shape[TG_MAX_DIMS];
-    uint64_t offset;         /* bytes from the pool's base, 256-byte aligned */
+    uint64_t offset;         /* bytes from the pool's base, 256-byte aligned (packed group
+                                members: the group's start is, they follow back to back) */
     uint64_t bytes;
     int32_t first_use;       /* index of the first op reading or writing it, -1 if none */
     int32_t last_use;        /* index of the last such op */
     int32_t grad;            /* parameters: index of the gradient tensor; else -1 */
     int32_t init;            /* tg_init, for parameters without pretrained weights */
     float init_std;
-    int32_t master;          /* TG_TENSOR_PARAM_COPY: the fp32 parameter it copies; else -1 */
+    int32_t master;          /* TG_TENSOR_PARAM_COPY: the fp32 parameter it copies; a parameter
+                                view: the parameter it starts at; else -1 */
+    int32_t group;           /* member of a packed group: the view that covers the group's
+                                members back to back, as one tensor (BERT's query, key and
+                                value weights as one [3D, D] matrix); else -1 */
 } tg_tensor;
 
 typedef struct tg_op {
@@ -125,6 +131,7 @@ typedef struct tg_job {
     int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
     int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
     int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
+    int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */

@@ -94,6 +94,11 @@ static void gemm_cache_save(tg_cuda_exec *x) {
     free(bytes);
 }
 
+static int by_segment_offset(const void *a, const void *b) {
+    const tg_param_segment *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
 static int build_segments(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     int n = 0;
@@ -111,6 +116,9 @@ static int build_segments(tg_cuda_exec *x, tg_err *err) {
         host[n].decay = !(x2->flags & TG_TENSOR_NO_DECAY);
         n++;
     }
+    /* The kernel finds segments by binary search over offsets; packed groups place their
+     * members out of tensor order (query, key, value weights, then their biases). */
+    qsort(host, (size_t)n, sizeof *host, by_segment_offset);
     cudaError_t e = cudaMalloc((void **)&x->segments_dev, sizeof *host * (size_t)n);
     if (e == cudaSuccess) e = cudaMemcpy(x->segments_dev, host, sizeof *host * (size_t)n, cudaMemcpyHostToDevice);
     free(host);

@@ -214,11 +214,16 @@ static uint64_t test_seed(uint64_t offset) {
     return seed;
 }
 
+/* BERT plans with query, key and value as three products (`fuse_qkv = false`): the fused
+ * attention then reads three [B*T, D] tensors instead of one packed [B*T, 3D]. */
+static int g_separate_qkv;
+
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
  * the embedding gradient, an odd sequence length. hidden/heads (0: the preset's) reshape
  * the attention heads; `attention` picks fused or unfused attention (and with it fused or
- * separate bias gradients and residual LayerNorms). */
+ * separate bias gradients and residual LayerNorms). BERT's q/k/v projections are one
+ * packed product unless g_separate_qkv is set. */
 static void check_shape(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
                         int precision, int wide, int hidden, int heads, int attention, int *kinds_seen) {
     /* The unfused-attention plans also keep separate bias gradients and the residual
@@ -237,6 +242,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.attention = attention;
     job.fuse_bias_grad = fuse_bias_grad;
     job.fuse_residual_layernorm = fuse_bias_grad;
+    job.fuse_qkv = !g_separate_qkv;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -245,6 +251,20 @@ static void check_shape(const char *what, const char *preset, int task, int batc
 static void check_preset(const char *what, const char *preset, int task, int batch, int seq, uint64_t seed,
                          int precision, int wide, int *kinds_seen) {
     check_shape(what, preset, task, batch, seq, seed, precision, wide, 0, 0, TG_ATTENTION_FUSED, kinds_seen);
+}
+
+/* The packed q|k|v product (the default, checked by every BERT plan above) next to three
+ * separate ones: the same layers with fused attention (three inputs), with unfused
+ * attention (three single-part head splits), and at a head dim without 16-byte rows. */
+static void check_separate_qkv(int precision, uint64_t seed, int *kinds_seen) {
+    g_separate_qkv = 1;
+    check_shape("tiny-bert separate q/k/v", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 21, precision, 0, 0, 0,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("tiny-roberta separate q/k/v unfused", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 22, precision, 0,
+                0, 0, TG_ATTENTION_UNFUSED, kinds_seen);
+    check_shape("bert Dh=12 T=21 separate q/k/v", "tiny-bert", TG_TASK_CLASSIFY, 3, 21, seed + 23, precision, 0, 36, 3,
+                TG_ATTENTION_FUSED, kinds_seen);
+    g_separate_qkv = 0;
 }
 
 /* Fused attention at the head dims and lengths the kernels treat differently: Dh 8, 12
@@ -344,6 +364,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     /* D = 30: rows of the residual LayerNorm kernels that take no vector access. */
     check_shape("bert D=30 Dh=10 T=21", "tiny-bert", TG_TASK_CLASSIFY, 3, 21, seed + 4, TG_PREC_FP32, 0, 30, 3,
                 TG_ATTENTION_FUSED, kinds_seen);
+    check_separate_qkv(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -356,5 +377,6 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
     check_gelu_plans(TG_PREC_BF16, seed, kinds_seen);
+    check_separate_qkv(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }

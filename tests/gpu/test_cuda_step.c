@@ -21,6 +21,7 @@ typedef struct run {
 
 static int g_precision = TG_PREC_FP32;
 static int g_fuse_gelu = 1;
+static int g_fuse_qkv = 1; /* BERT/RoBERTa: one packed q|k|v product (the default) */
 
 static int open_run(run *r, const char *preset, int task, tg_device device, int no_graphs, uint64_t seed) {
     memset(r, 0, sizeof *r);
@@ -32,6 +33,7 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     snprintf(job.model, sizeof job.model, "%s", preset);
     job.task = task, job.num_labels = 3, job.batch = 4, job.seq = 24, job.steps = 10, job.seed = seed;
     job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision, job.fuse_gelu = g_fuse_gelu;
+    job.fuse_qkv = g_fuse_qkv;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &r->plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = device, .threads = 0, .load_data = 0, .no_graphs = no_graphs};
     if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
@@ -134,6 +136,13 @@ static void compare_with_cpu(const char *preset, int task) {
 }
 
 TG_TEST(test_gpu_step_bert_matches_cpu) { compare_with_cpu("tiny-bert", TG_TASK_CLASSIFY); }
+/* RoBERTa's packed q|k|v groups, and BERT with three separate projections. */
+TG_TEST(test_gpu_step_roberta_matches_cpu) { compare_with_cpu("tiny-roberta", TG_TASK_CLASSIFY); }
+TG_TEST(test_gpu_step_bert_separate_qkv_matches_cpu) {
+    g_fuse_qkv = 0;
+    compare_with_cpu("tiny-bert", TG_TASK_CLASSIFY);
+    g_fuse_qkv = 1;
+}
 /* GPT-2's MLP runs with the GELU in its matmuls (fuse_gelu, the default); fp32 products
  * take the plain product plus the GELU kernels. */
 TG_TEST(test_gpu_step_gpt2_matches_cpu) { compare_with_cpu("tiny-gpt2", TG_TASK_LM); }
