@@ -242,7 +242,8 @@ static int cmd_run(int argc, char **argv) {
     tg_trainer tr;
     /* The run takes every step of the schedule, so steps may queue up: the host then
      * wakes once for several of them and the GPU never waits for it. */
-    tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1, .max_in_flight = 4};
+    tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
+                               .max_in_flight = TG_TRAINER_STAGING_MAX - 2};
     if (tg_trainer_open(&tr, &plan, &opts, &err)) {
         tg_plan_free(&plan);
         return die(&err);

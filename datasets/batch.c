@@ -14,6 +14,8 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
     if (n < 0) n = 0;
     out->n_real = n;
     out->n_tokens = 0;
+    /* Row by row with block copies and fills (the host prepares every batch, so this is
+     * on the per-step path). */
     for (int32_t b = 0; b < B; b++) {
         const tg_example *ex = b < n ? &ds->examples[idx[b]] : NULL;
         const int32_t len = ex ? (ex->len < T ? ex->len : T) : 0; /* truncate to T */
@@ -21,20 +23,22 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
         float *mask = out->attention_mask + (int64_t)b * T;
         int32_t *types = out->token_type_ids + (int64_t)b * T;
         int32_t *pos = out->position_ids + (int64_t)b * T;
-        for (int32_t t = 0; t < T; t++) {
-            const int real = t < len;
-            ids[t] = real ? ex->input_ids[t] : shape->pad_id;
-            mask[t] = real ? 1.0f : 0.0f;
-            types[t] = real && ex->token_type_ids ? ex->token_type_ids[t] : 0;
-            /* RoBERTa numbers real tokens from pad_id + 1 (HF's
-             * create_position_ids_from_input_ids); padding sits at pad_id. */
-            pos[t] = roberta ? (real ? shape->pad_id + 1 + t : shape->pad_id) : t;
-        }
+        if (len) memcpy(ids, ex->input_ids, sizeof *ids * (size_t)len);
+        if (len && ex->token_type_ids) memcpy(types, ex->token_type_ids, sizeof *types * (size_t)len);
+        else memset(types, 0, sizeof *types * (size_t)len);
+        memset(types + len, 0, sizeof *types * (size_t)(T - len));
+        for (int32_t t = 0; t < len; t++) mask[t] = 1.0f;
+        memset(mask + len, 0, sizeof *mask * (size_t)(T - len)); /* all-zero bits are 0.0f */
+        for (int32_t t = len; t < T; t++) ids[t] = shape->pad_id;
+        /* RoBERTa numbers real tokens from pad_id + 1 (HF's
+         * create_position_ids_from_input_ids); padding sits at pad_id. */
+        for (int32_t t = 0; t < T; t++) pos[t] = roberta ? (t < len ? shape->pad_id + 1 + t : shape->pad_id) : t;
         if (lm) {
             /* Token t predicts token t+1, only while t+1 is inside the kept sequence. */
             int32_t *lab = out->labels + (int64_t)b * T;
-            for (int32_t t = 0; t < T; t++)
-                lab[t] = t + 1 < len ? ex->input_ids[t + 1] : TG_IGNORE_INDEX;
+            int32_t shifted = len > 1 ? len - 1 : 0;
+            if (shifted) memcpy(lab, ex->input_ids + 1, sizeof *lab * (size_t)shifted);
+            for (int32_t t = shifted; t < T; t++) lab[t] = TG_IGNORE_INDEX;
         } else {
             out->labels[b] = ex ? ex->label : TG_IGNORE_INDEX;
         }

@@ -175,6 +175,7 @@ static void fill_buffer(tg_trainer *t, int k) {
     t->cur = k;
     tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
     fill_batch(t, &t->train, t->batch_idx, t->shape.batch, &b);
+    t->staging_tokens[k] = b.n_tokens;
     t->cur = cur;
 }
 
@@ -192,7 +193,6 @@ static int64_t real_tokens(tg_trainer *t, int k) {
 
 /* Starts the step on staging[cur], handing the executor `next` too. */
 static int start_step(tg_trainer *t, const void *next, tg_err *err) {
-    t->staging_tokens[t->cur] = real_tokens(t, t->cur);
     return t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], next, err);
 }
 
@@ -218,6 +218,7 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int64_t tokens, double t
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (drain(t, err)) return -1;
     double t0 = tg_wall_ms();
+    t->staging_tokens[t->cur] = real_tokens(t, t->cur);
     if (start_step(t, NULL, err)) return -1;
     t->filled = t->launched; /* the caller wrote over any batch prefetched there */
     return finish_step(t, s, t->staging_tokens[t->cur], t0, err);
