@@ -243,7 +243,8 @@ static int cmd_run(int argc, char **argv) {
     /* The run takes every step of the schedule, so steps may queue up: the host then
      * wakes once for several of them and the GPU never waits for it. */
     tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
-                               .max_in_flight = TG_TRAINER_STAGING_MAX - 2};
+                               .max_in_flight = TG_TRAINER_STAGING_MAX - 2,
+                               .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL};
     if (tg_trainer_open(&tr, &plan, &opts, &err)) {
         tg_plan_free(&plan);
         return die(&err);
@@ -280,17 +281,24 @@ static int cmd_run(int argc, char **argv) {
     char line[512];
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
     rc = step_times ? 0 : 1;
+    /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills
+     * included) and outside it (metrics and progress), steps after the first. */
+    double trace_step_s = 0, trace_rest_s = 0, trace_fill0 = 0, trace_t = 0;
     for (int32_t i = 0; i < tr.total_steps && !rc; i++) {
         tg_step_stats s;
+        if (opts.host_trace) trace_t = tg_thread_cpu_s();
         if (tg_trainer_step(&tr, &s, &err)) {
             rc = 1;
             break;
         }
+        if (opts.host_trace && i > 0) trace_step_s += tg_thread_cpu_s() - trace_t;
         if (i == 0) {
             first_loss = s.loss;
             cpu_first_step = tg_process_cpu_s() - cpu_train; /* capture and algorithm choice */
             thread_first_step = tg_thread_cpu_s() - thread_train;
+            trace_fill0 = tr.fill_cpu_s;
         }
+        if (opts.host_trace) trace_t = tg_thread_cpu_s();
         last_loss = s.loss;
         step_times[i] = s.step_ms;
         tokens += s.tokens;
@@ -313,6 +321,13 @@ static int cmd_run(int argc, char **argv) {
         else if (s.step % job->log_every == 0 || s.step == tr.total_steps)
             fprintf(stderr, "step %d/%d loss %.4f lr %.2e %.0f tok/s ETA %s\n", s.step, tr.total_steps, s.loss,
                     s.lr, tok_s, eta);
+        if (opts.host_trace && i > 0) trace_rest_s += tg_thread_cpu_s() - trace_t;
+    }
+    if (opts.host_trace && tr.steps_done > 1) {
+        double n = (tr.steps_done - 1) / 1e6;
+        fprintf(stderr, "loop trace (thread CPU us per step after the first): in tg_trainer_step %.1f (batch fills %.1f), "
+                        "metrics and progress %.1f\n",
+                trace_step_s / n, (tr.fill_cpu_s - trace_fill0) / n, trace_rest_s / n);
     }
     if (tty) fprintf(stderr, "\n");
     double train_s = tg_wall_s() - t_train;

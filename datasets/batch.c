@@ -14,6 +14,8 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
     if (n < 0) n = 0;
     out->n_real = n;
     out->n_tokens = 0;
+    const int keep_fixed = out->fixed_parts_written;
+    int copied_types = 0;
     /* Row by row with block copies and fills (the host prepares every batch, so this is
      * on the per-step path). */
     for (int32_t b = 0; b < B; b++) {
@@ -24,15 +26,22 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
         int32_t *types = out->token_type_ids + (int64_t)b * T;
         int32_t *pos = out->position_ids + (int64_t)b * T;
         if (len) memcpy(ids, ex->input_ids, sizeof *ids * (size_t)len);
-        if (len && ex->token_type_ids) memcpy(types, ex->token_type_ids, sizeof *types * (size_t)len);
-        else memset(types, 0, sizeof *types * (size_t)len);
-        memset(types + len, 0, sizeof *types * (size_t)(T - len));
+        if (len && ex->token_type_ids) {
+            memcpy(types, ex->token_type_ids, sizeof *types * (size_t)len);
+            memset(types + len, 0, sizeof *types * (size_t)(T - len));
+            copied_types = 1;
+        } else if (!keep_fixed) {
+            memset(types, 0, sizeof *types * (size_t)T);
+        }
         for (int32_t t = 0; t < len; t++) mask[t] = 1.0f;
         memset(mask + len, 0, sizeof *mask * (size_t)(T - len)); /* all-zero bits are 0.0f */
         for (int32_t t = len; t < T; t++) ids[t] = shape->pad_id;
         /* RoBERTa numbers real tokens from pad_id + 1 (HF's
          * create_position_ids_from_input_ids); padding sits at pad_id. */
-        for (int32_t t = 0; t < T; t++) pos[t] = roberta ? (t < len ? shape->pad_id + 1 + t : shape->pad_id) : t;
+        if (roberta)
+            for (int32_t t = 0; t < T; t++) pos[t] = t < len ? shape->pad_id + 1 + t : shape->pad_id;
+        else if (!keep_fixed)
+            for (int32_t t = 0; t < T; t++) pos[t] = t;
         if (lm) {
             /* Token t predicts token t+1, only while t+1 is inside the kept sequence. */
             int32_t *lab = out->labels + (int64_t)b * T;
@@ -44,6 +53,7 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
         }
         out->n_tokens += len;
     }
+    out->fixed_parts_written = !copied_types;
 }
 
 /* ---- sampler ---- */

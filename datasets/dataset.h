@@ -46,6 +46,10 @@ typedef struct tg_batch {
     int32_t *labels;          /* classify [B]; lm [B,T] */
     int32_t n_real;           /* examples that are not padding rows */
     int64_t n_tokens;         /* real (unpadded) tokens */
+    /* In and out: the buffers already hold the parts of a batch that do not depend on
+     * its examples, 0..T-1 positions (not RoBERTa) and all-zero token types, so a fill
+     * skips writing them again; set after a fill that copied no token types. */
+    int32_t fixed_parts_written;
 } tg_batch;
 
 typedef struct tg_batch_shape {

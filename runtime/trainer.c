@@ -9,9 +9,14 @@
 #include "runtime/bf16.h"
 
 
-void *tg_trainer_input(tg_trainer *t, int tensor) {
+static void *staging_input(tg_trainer *t, int tensor) {
     if (tensor < 0 || t->plan->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
     return t->staging[t->cur] + t->plan->tensors[tensor].offset;
+}
+
+void *tg_trainer_input(tg_trainer *t, int tensor) {
+    t->staging_fixed[t->cur] = 0; /* the caller may write anything there */
+    return staging_input(t, tensor);
 }
 
 /* Waits for every step in flight, dropping their statistics. */
@@ -63,18 +68,23 @@ int tg_trainer_run(tg_trainer *t, int first, int last, int training, tg_err *err
 
 static void bind_batch(tg_trainer *t, tg_batch *b) {
     const tg_plan_io *io = &t->plan->io;
-    b->input_ids = tg_trainer_input(t, io->input_ids);
-    b->attention_mask = tg_trainer_input(t, io->attention_mask);
-    b->position_ids = tg_trainer_input(t, io->position_ids);
-    b->labels = tg_trainer_input(t, io->labels);
+    memset(b, 0, sizeof *b);
+    b->input_ids = staging_input(t, io->input_ids);
+    b->attention_mask = staging_input(t, io->attention_mask);
+    b->position_ids = staging_input(t, io->position_ids);
+    b->labels = staging_input(t, io->labels);
     /* GPT-2 has no token types; the batch still needs somewhere to write them. */
-    b->token_type_ids = io->token_type_ids >= 0 ? tg_trainer_input(t, io->token_type_ids) : NULL;
+    b->token_type_ids = io->token_type_ids >= 0 ? staging_input(t, io->token_type_ids) : NULL;
 }
 
+/* Fills staging[cur]; its example-independent parts are rewritten only when the last fill
+ * there may have left others. */
 static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, tg_batch *b) {
     bind_batch(t, b);
     if (!b->token_type_ids) b->token_type_ids = t->type_scratch; /* GPT-2: types are not an input */
+    b->fixed_parts_written = t->staging_fixed[t->cur];
     tg_batch_fill(ds, idx, n, &t->shape, b);
+    t->staging_fixed[t->cur] = b->fixed_parts_written;
 }
 
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
@@ -95,6 +105,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
     t->max_in_flight = depth;
+    t->host_trace = opts && opts->host_trace;
     t->n_staging = depth + 2;
     int staged = 1;
     for (int k = 0; k < t->n_staging; k++) {
@@ -170,6 +181,7 @@ void tg_trainer_close(tg_trainer *t) {
 
 /* Fills staging[k] with the next training batch. */
 static void fill_buffer(tg_trainer *t, int k) {
+    double t0 = t->host_trace ? tg_thread_cpu_s() : 0;
     tg_batch b;
     int cur = t->cur;
     t->cur = k;
@@ -177,6 +189,7 @@ static void fill_buffer(tg_trainer *t, int k) {
     fill_batch(t, &t->train, t->batch_idx, t->shape.batch, &b);
     t->staging_tokens[k] = b.n_tokens;
     t->cur = cur;
+    if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
 }
 
 void tg_trainer_next_batch(tg_trainer *t) {

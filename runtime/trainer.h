@@ -22,6 +22,7 @@ typedef struct tg_trainer_options {
      * statistics, in order; anything else (eval, reads, save) first waits for the steps in
      * flight, whose statistics are then dropped. */
     int max_in_flight;
+    int host_trace;         /* add up the thread CPU time spent filling batches (fill_cpu_s) */
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -53,12 +54,15 @@ typedef struct tg_trainer {
      * one after that meanwhile. staging[cur] is the batch of the next step to start. */
     uint8_t *staging[TG_TRAINER_STAGING_MAX];
     int64_t staging_tokens[TG_TRAINER_STAGING_MAX]; /* real tokens of each buffer's batch */
+    int32_t staging_fixed[TG_TRAINER_STAGING_MAX];  /* tg_batch.fixed_parts_written of each */
     int n_staging;
     int cur;
     int max_in_flight;      /* steps started before the oldest is waited for */
     int64_t launched;       /* steps started */
     int64_t returned;       /* steps whose statistics were handed out */
     int64_t filled;         /* training batches filled */
+    int host_trace;
+    double fill_cpu_s;      /* with host_trace: thread CPU seconds spent filling batches */
     tg_dataset train, eval;
     int has_train, has_eval;
     tg_sampler sampler;

@@ -516,7 +516,7 @@ typedef struct bufs {
 
 static void bufs_init(bufs *x) {
     memset(x, 0x5A, sizeof *x); /* garbage, so every slot must be written */
-    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1};
+    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1, 0};
 }
 
 static int load_text(const char *text, const tg_data_rules *r, tg_dataset *ds) {
@@ -559,6 +559,37 @@ TG_TEST(test_data_batch_classify) {
     sh.pad_id = 7;
     tg_batch_fill(&ds, idx + 1, 1, &sh, &x.b);
     CHECK(x.ids[3] == 7 && x.ids[14] == 7 && x.b.n_real == 1 && x.b.n_tokens == 3, "pad 7");
+    tg_dataset_free(&ds);
+}
+
+/* A refill of the same buffers skips the example-independent parts (positions, zero
+ * token types) only while they hold what a full fill writes: a batch that copied token
+ * types marks them stale, and the next fill writes them all again. */
+TG_TEST(test_data_batch_fixed_parts) {
+    tg_dataset ds;
+    REQUIRE(load_text("{\"input_ids\": [11, 12, 13], \"token_type_ids\": [0, 1, 1], \"label\": 1}\n"
+                      "{\"input_ids\": [21, 22], \"label\": 0}\n",
+                      &k_classify, &ds) == 0, "load");
+    bufs x, ref;
+    bufs_init(&x);
+    tg_batch_shape sh = {.batch = 2, .seq = 4, .task = TG_TASK_CLASSIFY, .arch = TG_ARCH_BERT, .pad_id = 0};
+    int32_t no_types[2] = {1, 1}, with_types[2] = {0, 1};
+    const int32_t *order[4] = {no_types, with_types, no_types, no_types};
+    for (int round = 0; round < 4; round++) {
+        int kept = x.b.fixed_parts_written;
+        tg_batch_fill(&ds, order[round], 2, &sh, &x.b);
+        bufs_init(&ref);
+        tg_batch_fill(&ds, order[round], 2, &sh, &ref.b);
+        CHECK(memcmp(x.ids, ref.ids, sizeof(int32_t) * 8) == 0 && memcmp(x.mask, ref.mask, sizeof(float) * 8) == 0 &&
+                  memcmp(x.types, ref.types, sizeof(int32_t) * 8) == 0 && memcmp(x.pos, ref.pos, sizeof(int32_t) * 8) == 0 &&
+                  memcmp(x.labels, ref.labels, sizeof(int32_t) * 2) == 0,
+              "round %d (fixed parts kept: %d): the refill differs from a full fill", round, kept);
+        CHECK(x.b.fixed_parts_written == (order[round] == no_types), "round %d: fixed parts %d", round,
+              x.b.fixed_parts_written);
+        /* What a later fill may skip must still be in place: poison only the rest. */
+        memset(x.ids, 0x5A, sizeof(int32_t) * 8), memset(x.mask, 0x5A, sizeof(float) * 8);
+    }
+    CHECK(x.b.fixed_parts_written, "a fill without token types leaves the fixed parts written");
     tg_dataset_free(&ds);
 }
 
