@@ -21,15 +21,13 @@ typedef struct tg_executor_vtbl {
     /* Host memory for input staging: page-locked on CUDA, so uploads run asynchronously. */
     void *(*host_alloc)(void *impl, size_t bytes);
     void (*host_free)(void *impl, void *p);
-    /* Starts n consecutive training steps (forward, backward, optimizer), step i on
-     * batches[i], a host image of the whole inputs pool from host_alloc; batches[n] (or
-     * NULL) is the image of the step after them, already filled. Each image must stay
-     * unchanged until its step and the one before it have been waited for. On CUDA a step
-     * is one graph launch (two steps may be one launch) that also fetches the next step's
-     * image on a branch beside its forward, so a following start on that image uploads
-     * nothing, and the host is free to prepare later batches meanwhile. n is at most
-     * max_in_flight. */
-    int (*step_start)(void *impl, int n, const void *const *batches, tg_err *err);
+    /* Starts one training step (forward, backward, optimizer) on `inputs`, a host image of
+     * the whole inputs pool from host_alloc. `next` (or NULL) is the following step's
+     * image, already filled. Both must stay unchanged until step_wait returns. On CUDA the
+     * step is one graph launch that also fetches `next` on a branch beside its forward, so
+     * a following step_start with inputs == next uploads nothing, and the host is free to
+     * prepare the batch after that meanwhile. */
+    int (*step_start)(void *impl, const void *inputs, const void *next, tg_err *err);
     /* Waits for the oldest step in flight; stats = {loss, lr, grad_norm, the ms of its
      * phases: batch in place, forward, backward, optimizer (device time where known), the
      * ms from the end of the step waited for before it to this one's end on the device

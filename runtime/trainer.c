@@ -206,8 +206,7 @@ static int64_t real_tokens(tg_trainer *t, int k) {
 
 /* Starts the step on staging[cur], handing the executor `next` too. */
 static int start_step(tg_trainer *t, const void *next, tg_err *err) {
-    const void *batches[2] = {t->staging[t->cur], next};
-    return t->ex.vt->step_start(t->ex.impl, 1, batches, err);
+    return t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], next, err);
 }
 
 /* Waits for the oldest step in flight and hands out its statistics; `tokens` is its
@@ -248,17 +247,11 @@ static void fill_next(tg_trainer *t) {
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (!t->has_train) return tg_fail(err, "no training data is bound");
     double t0 = tg_wall_ms();
-    /* Steps go out two at a time (one launch on CUDA) once two places are free, one at a
-     * time when nothing is in flight or one step is left. */
-    for (;;) {
-        int64_t in_flight = t->launched - t->returned, left = t->total_steps - t->launched;
-        int n = t->max_in_flight - in_flight >= 2 && left >= 2 ? 2 : 1;
-        if (in_flight > 0 && (t->max_in_flight - in_flight < 2 || left < 1)) break;
-        while (t->filled < t->launched + n + 1) fill_next(t);
-        const void *batches[3];
-        for (int k = 0; k <= n; k++) batches[k] = t->staging[(t->launched + k) % t->n_staging];
-        if (t->ex.vt->step_start(t->ex.impl, n, batches, err)) return -1;
-        t->launched += n;
+    while (t->launched - t->returned < t->max_in_flight &&
+           (t->launched < t->total_steps || t->launched == t->returned)) {
+        while (t->filled < t->launched + 2) fill_next(t);
+        if (start_step(t, t->staging[(t->launched + 1) % t->n_staging], err)) return -1;
+        t->launched++;
         t->cur = (int)(t->launched % t->n_staging);
     }
     /* The batch the next start hands over as its `next`, filled while the GPU runs. */

@@ -226,7 +226,6 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     for (int s = 0; s < 2; s++)
         if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
     if (x->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_graph);
-    if (x->step_pair_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_pair_graph);
     if (x->fork) cudaEventDestroy(x->fork);
     if (x->join) cudaEventDestroy(x->join);
     if (x->side_stream) cudaStreamDestroy(x->side_stream);
@@ -401,91 +400,43 @@ static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
     return 0;
 }
 
-/* Before the launch of step number steps_started + k (k = 0, 1 within one launch): its
- * batch uploaded if the step before did not fetch it, and the host image its fetch
- * kernel reads. */
-static int hand_over(tg_cuda_exec *x, int k, const void *inputs, const void *next, tg_err *err) {
+int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
-    long long step = x->steps_started + k;
+    long long pending = x->steps_started - x->steps_waited;
+    if (pending >= TG_STEP_RING - 1)
+        return tg_fail(err, "%lld training steps are in flight, the most the step ring allows", pending);
+    if (!x->gemm_tuned) {
+        x->gemm_tuned = 1;
+        if (gemm_tune_pass(x, err)) return -1;
+    }
+    double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
     /* A batch the previous step did not fetch is uploaded into this step's slot first, in
      * stream order after the steps before it. */
     if (bytes && (!x->staged || x->staged != inputs))
-        CUDA_TRY(cudaMemcpyAsync(x->staging + (size_t)(step & 1) * x->staging_stride, inputs, bytes,
+        CUDA_TRY(cudaMemcpyAsync(x->staging + (size_t)(x->steps_started & 1) * x->staging_stride, inputs, bytes,
                                  cudaMemcpyHostToDevice, x->ctx.stream),
                  "upload of the batch");
     if (next && check_host_image(x, next, err)) return -1;
     /* Read by this step's fetch kernel; the step that read this entry last has ended,
      * being TG_STEP_RING steps back. */
-    ((volatile tg_step_ctrl *)x->ctrl)->next_batch[step % TG_STEP_RING] = next;
-    x->staged = next;
-    return 0;
-}
-
-/* Bookkeeping after a launch of n steps. */
-static void launched(tg_cuda_exec *x, int n) {
-    double now = tg_wall_s();
-    for (int k = 0; k < n; k++) x->launch_s[(x->steps_started + k) % TG_STEP_RING] = now;
-    x->steps_started += n;
-}
-
-static int enqueue_captured_pair(tg_cuda_exec *x, void *arg, tg_err *err) {
-    return enqueue_step(x, err) || enqueue_step(x, err) ? -1 : 0;
-}
-
-static int launch_graph(tg_cuda_exec *x, void **graph, int pair, tg_err *err) {
-    if (!*graph) {
-        if (capture(x, pair ? enqueue_captured_pair : enqueue_captured_step, NULL, graph, err)) return -1;
-        if (!pair) x->step_device_graph = x->device_graph;
-    }
-    double w0 = x->host_trace ? tg_wall_s() : 0;
-    CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)*graph, x->ctx.stream), "cudaGraphLaunch");
-    if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
-    return 0;
-}
-
-static int check_room(tg_cuda_exec *x, int n, tg_err *err) {
-    long long pending = x->steps_started - x->steps_waited;
-    if (pending + n > TG_STEP_RING - 1)
-        return tg_fail(err, "%lld training steps in flight and %d more asked for: the step ring holds %d", pending, n,
-                       TG_STEP_RING - 1);
-    if (!x->gemm_tuned) {
-        x->gemm_tuned = 1;
-        if (gemm_tune_pass(x, err)) return -1;
-    }
-    return 0;
-}
-
-int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err) {
-    if (check_room(x, 1, err)) return -1;
-    double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
-    if (hand_over(x, 0, inputs, next, err)) return -1;
+    ((volatile tg_step_ctrl *)x->ctrl)->next_batch[x->steps_started % TG_STEP_RING] = next;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     host_trace(x, 0, &t0);
-    if (use_graph ? launch_graph(x, &x->step_graph, 0, err) : enqueue_step(x, err)) return -1;
-    launched(x, 1);
-    host_trace(x, 1, &t0);
-    return 0;
-}
-
-int tg_cuda_steps_start(tg_cuda_exec *x, int n, const void *const *batches, int use_graph, tg_err *err) {
-    /* The pair graph needs the first step's fetch to deliver the second step's batch,
-     * which holds by construction (batches[1] is the first step's next). It is captured
-     * after the single-step graph, so a run that never pairs captures nothing extra. */
-    int k = 0;
-    for (; n - k >= 2 && use_graph && x->step_graph; k += 2) {
-        if (check_room(x, 2, err)) return -1;
-        double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
-        /* The first hand-over leaves batches[k + 1] staged: the second uploads nothing. */
-        if (hand_over(x, 0, batches[k], batches[k + 1], err) || hand_over(x, 1, batches[k + 1], batches[k + 2], err))
-            return -1;
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        host_trace(x, 0, &t0);
-        if (launch_graph(x, &x->step_pair_graph, 1, err)) return -1;
-        launched(x, 2);
-        host_trace(x, 1, &t0);
+    if (!use_graph) {
+        if (enqueue_step(x, err)) return -1;
+    } else {
+        if (!x->step_graph) {
+            if (capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
+            x->step_device_graph = x->device_graph;
+        }
+        double w0 = x->host_trace ? tg_wall_s() : 0;
+        CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
+        if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
     }
-    for (; k < n; k++)
-        if (tg_cuda_step_start(x, batches[k], batches[k + 1], use_graph, err)) return -1;
+    x->launch_s[x->steps_started % TG_STEP_RING] = tg_wall_s();
+    x->steps_started++;
+    x->staged = next;
+    host_trace(x, 1, &t0);
     return 0;
 }
 

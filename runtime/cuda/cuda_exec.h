@@ -17,7 +17,6 @@ typedef struct tg_cuda_exec {
     tg_param_segment *segments_dev;
     void *graph_exec[2];           /* cudaGraphExec_t: [0] train step, [1] eval forward */
     void *step_graph;              /* cudaGraphExec_t of the pipelined train step */
-    void *step_pair_graph;         /* cudaGraphExec_t of two steps in a row */
     /* Step pipeline (kernels/cuda_ops.h): two device staging slots for batches; the
      * host's control block and the step report in mapped pinned memory. Handing over a
      * batch that the previous step already fetched, launching the graph and waiting by
@@ -73,10 +72,6 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
  * next call with inputs == next uploads nothing. Both must stay unchanged until this
  * step has been waited for; any other `inputs` is uploaded first. */
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err);
-/* n consecutive steps, step i on batches[i] with next batches[i + 1]: as n calls of
- * tg_cuda_step_start, except that two steps whose second batch is the first's next go
- * out as one launch of a graph holding both. */
-int tg_cuda_steps_start(tg_cuda_exec *x, int n, const void *const *batches, int use_graph, tg_err *err);
 /* Waits for the oldest step in flight (up to TG_STEP_RING may be) by polling the mapped
  * report; stats = {loss, lr, grad norm, the GPU ms of the phases (batch in place,
  * forward, backward, optimizer), the ms between the end of the previous step waited for

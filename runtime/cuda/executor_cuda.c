@@ -37,9 +37,9 @@ static void *cuda_host_alloc(void *impl, size_t bytes) {
 
 static void cuda_host_free(void *impl, void *p) { cudaFreeHost(p); }
 
-static int cuda_step_start(void *impl, int n, const void *const *batches, tg_err *err) {
+static int cuda_step_start(void *impl, const void *inputs, const void *next, tg_err *err) {
     cuda_impl *c = impl;
-    return tg_cuda_steps_start(&c->x, n, batches, c->use_graphs, err);
+    return tg_cuda_step_start(&c->x, inputs, next, c->use_graphs, err);
 }
 
 static int cuda_step_wait(void *impl, float stats[8], tg_err *err) {
