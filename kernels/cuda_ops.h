@@ -80,7 +80,7 @@ int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
  * Phase stamps and statistics go to report->step[seq % TG_STEP_RING] in mapped host
  * memory; step_end then publishes report->done = seq + 1 and advances *seq. Up to
  * TG_STEP_RING steps may be queued before the host reads the oldest one's record. */
-#define TG_STEP_RING 8
+#define TG_STEP_RING 16
 
 typedef struct tg_step_ctrl {
     const void *next_batch[TG_STEP_RING]; /* pinned host image of the step after, or NULL */

@@ -43,7 +43,7 @@ typedef struct tg_eval_stats {
     double perplexity;      /* lm; -1 for classify */
 } tg_eval_stats;
 
-#define TG_TRAINER_STAGING_MAX 8
+#define TG_TRAINER_STAGING_MAX 16
 
 typedef struct tg_trainer {
     const tg_plan *plan;
