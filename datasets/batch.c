@@ -32,6 +32,8 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
         float *mask = out->attention_mask + (int64_t)b * T;
         int32_t *types = out->token_type_ids + (int64_t)b * T;
         int32_t *pos = out->position_ids + (int64_t)b * T;
+        const int same_len = keep_fixed && out->row_len && out->row_len[b] == len;
+        if (out->row_len) out->row_len[b] = len;
         if (len) memcpy(ids, ex->input_ids, sizeof *ids * (size_t)len);
         if (len && ex->token_type_ids) {
             memcpy(types, ex->token_type_ids, sizeof *types * (size_t)len);
@@ -40,12 +42,14 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
         } else if (!keep_fixed) {
             memset(types, 0, sizeof *types * (size_t)T);
         }
-        for (int32_t t = 0; t < len; t++) mask[t] = 1.0f;
-        memset(mask + len, 0, sizeof *mask * (size_t)(T - len)); /* all-zero bits are 0.0f */
-        for (int32_t t = len; t < T; t++) ids[t] = shape->pad_id;
+        if (!same_len) {
+            for (int32_t t = 0; t < len; t++) mask[t] = 1.0f;
+            memset(mask + len, 0, sizeof *mask * (size_t)(T - len)); /* all-zero bits are 0.0f */
+            for (int32_t t = len; t < T; t++) ids[t] = shape->pad_id;
+        }
         /* RoBERTa numbers real tokens from pad_id + 1 (HF's
          * create_position_ids_from_input_ids); padding sits at pad_id. */
-        if (roberta)
+        if (roberta && !same_len)
             for (int32_t t = 0; t < T; t++) pos[t] = t < len ? shape->pad_id + 1 + t : shape->pad_id;
         else if (!keep_fixed)
             for (int32_t t = 0; t < T; t++) pos[t] = t;
@@ -54,7 +58,8 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
             int32_t *lab = out->labels + (int64_t)b * T;
             int32_t shifted = len > 1 ? len - 1 : 0;
             if (shifted) memcpy(lab, ex->input_ids + 1, sizeof *lab * (size_t)shifted);
-            for (int32_t t = shifted; t < T; t++) lab[t] = TG_IGNORE_INDEX;
+            if (!same_len)
+                for (int32_t t = shifted; t < T; t++) lab[t] = TG_IGNORE_INDEX;
         } else {
             out->labels[b] = ex ? ex->label : TG_IGNORE_INDEX;
         }

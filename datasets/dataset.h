@@ -50,6 +50,11 @@ typedef struct tg_batch {
      * its examples, 0..T-1 positions (not RoBERTa) and all-zero token types, so a fill
      * skips writing them again; set after a fill that copied no token types. */
     int32_t fixed_parts_written;
+    /* Optional, in and out: each row's real length as the buffers hold it, trusted only
+     * with fixed_parts_written. A row refilled to the same length keeps its mask, its
+     * padding and (RoBERTa) its positions; full-length rows, the common case, then write
+     * just their ids and labels. */
+    int32_t *row_len;
 } tg_batch;
 
 typedef struct tg_batch_shape {

@@ -83,6 +83,7 @@ static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, 
     bind_batch(t, b);
     if (!b->token_type_ids) b->token_type_ids = t->type_scratch; /* GPT-2: types are not an input */
     b->fixed_parts_written = t->staging_fixed[t->cur];
+    b->row_len = t->staging_rows + (size_t)t->cur * (size_t)t->shape.batch;
     tg_batch_fill(ds, idx, n, &t->shape, b);
     t->staging_fixed[t->cur] = b->fixed_parts_written;
 }
@@ -101,6 +102,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
     t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
+    t->staging_rows = calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)job->batch, sizeof *t->staging_rows);
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
@@ -113,7 +115,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         staged &= t->staging[k] != NULL;
     }
     float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->batch_idx || !t->type_scratch || !staged || !params) {
+    if (!t->batch_idx || !t->type_scratch || !t->staging_rows || !staged || !params) {
         free(params);
         goto fail_oom;
     }
@@ -171,6 +173,7 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
     free(t->type_scratch);
+    free(t->staging_rows);
     tg_err ignored;
     if (t->ex.vt) drain(t, &ignored);
     for (int k = 0; k < t->n_staging; k++)

@@ -55,6 +55,7 @@ typedef struct tg_trainer {
     uint8_t *staging[TG_TRAINER_STAGING_MAX];
     int64_t staging_tokens[TG_TRAINER_STAGING_MAX]; /* real tokens of each buffer's batch */
     int32_t staging_fixed[TG_TRAINER_STAGING_MAX];  /* tg_batch.fixed_parts_written of each */
+    int32_t *staging_rows;  /* tg_batch.row_len of each buffer: n_staging x batch */
     int n_staging;
     int cur;
     int max_in_flight;      /* steps started before the oldest is waited for */

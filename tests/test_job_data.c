@@ -516,7 +516,7 @@ typedef struct bufs {
 
 static void bufs_init(bufs *x) {
     memset(x, 0x5A, sizeof *x); /* garbage, so every slot must be written */
-    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1, 0};
+    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1, 0, NULL};
 }
 
 static int load_text(const char *text, const tg_data_rules *r, tg_dataset *ds) {
@@ -591,6 +591,40 @@ TG_TEST(test_data_batch_fixed_parts) {
     }
     CHECK(x.b.fixed_parts_written, "a fill without token types leaves the fixed parts written");
     tg_dataset_free(&ds);
+}
+
+/* With row lengths kept per buffer, a row refilled to its previous length skips its mask,
+ * padding, label tail and RoBERTa positions; refills whose rows change length in either
+ * direction, or keep it, must still equal a fresh fill (classify with RoBERTa positions,
+ * and LM labels). */
+TG_TEST(test_data_batch_row_lengths) {
+    for (int lm = 0; lm < 2; lm++) {
+        tg_dataset ds;
+        REQUIRE(load_text("{\"input_ids\": [11, 12, 13], \"label\": 1}\n{\"input_ids\": [21, 22], \"label\": 0}\n"
+                          "{\"input_ids\": [31, 32, 33, 34, 35, 36], \"label\": 1}\n",
+                          lm ? &k_lm : &k_classify, &ds) == 0, "load");
+        bufs x, ref;
+        bufs_init(&x);
+        int32_t rows[2] = {-1, -1};
+        x.b.row_len = rows;
+        tg_batch_shape sh = {.batch = 2, .seq = 4, .task = lm ? TG_TASK_LM : TG_TASK_CLASSIFY,
+                             .arch = lm ? TG_ARCH_GPT2 : TG_ARCH_ROBERTA, .pad_id = 1};
+        static const int32_t order[6][2] = {{0, 1}, {0, 1}, {1, 0}, {2, 2}, {2, 1}, {0, 1}};
+        int labels = lm ? 8 : 2;
+        for (int round = 0; round < 6; round++) {
+            tg_batch_fill(&ds, order[round], 2, &sh, &x.b);
+            bufs_init(&ref);
+            tg_batch_fill(&ds, order[round], 2, &sh, &ref.b);
+            CHECK(memcmp(x.ids, ref.ids, sizeof(int32_t) * 8) == 0 && memcmp(x.mask, ref.mask, sizeof(float) * 8) == 0 &&
+                      memcmp(x.pos, ref.pos, sizeof(int32_t) * 8) == 0 &&
+                      memcmp(x.labels, ref.labels, sizeof(int32_t) * (size_t)labels) == 0,
+                  "%s round %d: the refill differs from a full fill", lm ? "lm" : "classify", round);
+            CHECK(rows[0] == (order[round][0] == 2 ? 4 : 3 - order[round][0]) &&
+                      rows[1] == (order[round][1] == 2 ? 4 : 3 - order[round][1]),
+                  "round %d: row lengths %d %d", round, rows[0], rows[1]);
+        }
+        tg_dataset_free(&ds);
+    }
 }
 
 TG_TEST(test_data_batch_lm_shift) {
