@@ -16,6 +16,8 @@
 #include "runtime/trainer.h"
 #include "tunegraph.h"
 
+_Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight message names the limit");
+
 #define MAX_SETS 64
 
 static const char usage[] =
@@ -23,7 +25,7 @@ static const char usage[] =
     "  tunegraph compile JOB [-o PLAN] [--set key=value]...\n"
     "  tunegraph inspect PLAN [--json]\n"
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
-    "                [--threads N] [--save FILE.safetensors] [--profile]\n"
+    "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -50,6 +52,7 @@ typedef struct cli_args {
     int json;
     int profile;
     int threads;
+    int in_flight;          /* 0: the default */
     const char *sets[MAX_SETS];
     int n_sets;
 } cli_args;
@@ -59,7 +62,8 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
         int takes_value = !strcmp(s, "-o") || !strcmp(s, "--set") || !strcmp(s, "--metrics") ||
-                          !strcmp(s, "--device") || !strcmp(s, "--threads") || !strcmp(s, "--save");
+                          !strcmp(s, "--device") || !strcmp(s, "--threads") || !strcmp(s, "--save") ||
+                          !strcmp(s, "--in-flight");
         if (s[0] == '-' && s[1]) {
             if (!strstr(allowed, s)) return usage_error("unknown option %s", s);
             if (takes_value && i + 1 >= argc) return usage_error("%s needs a value", s);
@@ -73,6 +77,13 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         else if (!strcmp(s, "--device")) a->device = argv[++i];
         else if (!strcmp(s, "--save")) a->save = argv[++i];
         else if (!strcmp(s, "--threads")) a->threads = atoi(argv[++i]);
+        else if (!strcmp(s, "--in-flight")) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > TG_TRAINER_STAGING_MAX - 2)
+                return usage_error("--in-flight needs a whole number from 1 to 14, got '%s'", argv[i]);
+            a->in_flight = (int)v;
+        }
         else if (!strcmp(s, "--json")) a->json = 1;
         else if (!strcmp(s, "--profile")) a->profile = 1;
         else if (s[0] == '-' && s[1]) return usage_error("unknown option %s", s);
@@ -210,7 +221,7 @@ static int write_json_line(FILE *f, const char *text) { return fputs(text, f) < 
 
 static int cmd_run(int argc, char **argv) {
     cli_args a;
-    int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save --profile");
+    int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save --profile --in-flight");
     if (rc) return rc;
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
@@ -243,7 +254,7 @@ static int cmd_run(int argc, char **argv) {
     /* The run takes every step of the schedule, so steps may queue up: the host then
      * wakes once for several of them and the GPU never waits for it. */
     tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
-                               .max_in_flight = TG_TRAINER_STAGING_MAX - 2,
+                               .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
                                .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL};
     if (tg_trainer_open(&tr, &plan, &opts, &err)) {
         tg_plan_free(&plan);

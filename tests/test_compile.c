@@ -291,6 +291,37 @@ TG_TEST(test_cli_failures_leave_nothing) {
 
 /* The `attention` key through the CLI: a bad value names the file, line and key; the
  * chosen form reaches the plan; a compiled plan refuses to change it. */
+/* --in-flight: 1 to 14 steps queued; anything else is a usage error naming the value. A
+ * run with steps queued trains as one with one step at a time (on the CPU the executor
+ * takes one at a time either way). */
+TG_TEST(test_cli_in_flight) {
+    const char *dir = tg_test_tmpdir();
+    char args[1600], err_path[600], m1[600], m2[600];
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    static const char *const bad[] = {"0", "15", "x", "3x"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(args, sizeof args, "run examples/demo-classify.job --set steps=3 --in-flight %s", bad[k]);
+        CHECK(run_cli(dir, args) == 2, "--in-flight %s was accepted", bad[k]);
+        char want[64];
+        snprintf(want, sizeof want, "got '%s'", bad[k]);
+        CHECK(file_has(err_path, "--in-flight needs a whole number from 1 to 14") && file_has(err_path, want),
+              "message for --in-flight %s", bad[k]);
+    }
+    snprintf(m1, sizeof m1, "%s/one.jsonl", dir);
+    snprintf(m2, sizeof m2, "%s/many.jsonl", dir);
+    snprintf(args, sizeof args, "run examples/demo-classify.job --set steps=6 --in-flight 1 --metrics %s", m1);
+    REQUIRE(run_cli(dir, args) == 0, "run with --in-flight 1 failed");
+    snprintf(args, sizeof args, "run examples/demo-classify.job --set steps=6 --in-flight 14 --metrics %s", m2);
+    REQUIRE(run_cli(dir, args) == 0, "run with --in-flight 14 failed");
+    char *a = tg_test_read_file(m1, NULL), *b = tg_test_read_file(m2, NULL);
+    int same = a && b;
+    /* The loss of every step agrees (the timings do not). */
+    for (const char *p = a, *q = b; same && (p = strstr(p, "\"loss\": ")) && (q = strstr(q, "\"loss\": ")); p++, q++)
+        same = strncmp(p, q, 20) == 0;
+    CHECK(same, "losses differ between --in-flight 1 and 14");
+    free(a), free(b);
+}
+
 TG_TEST(test_cli_attention_key) {
     const char *dir = tg_test_tmpdir();
     char args[1600], err_path[600], out_path[600], job[600], plan[600];
