@@ -448,9 +448,9 @@ static void sleep_until_s(double t) {
     }
 }
 
-/* Waiting: sleep until WAIT_MARGIN_S before `wake_at`, then look every WAIT_POLL_S; the
- * margin exceeds the interval, so a step ending when expected is seen at most one
- * interval late. The thread's timer slack is lowered meanwhile so that the sleeps end on
+/* Waiting: sleep until a margin (at least WAIT_MARGIN_S, adapted) before the expected end,
+ * then look every WAIT_POLL_S; the margin exceeds the interval, so a step ending when
+ * expected is seen at most one interval late. The thread's timer slack is lowered meanwhile so that the sleeps end on
  * time. After WAIT_POLLS looks the interval doubles (to at most WAIT_POLL_MAX_S) and the
  * stream is asked every WAIT_QUERY_S, so a failed step is reported instead of waited for;
  * with nothing else queued, the stream's blocking synchronisation takes over. */
@@ -489,11 +489,15 @@ static void sample_clock_offset(tg_cuda_exec *x) {
 static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long target, tg_err *err) {
     volatile const unsigned long long *done = &x->report->done;
     if (*done >= want) return 0;
-    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0;
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0, slept = 0, polls = 0;
     if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    if (x->wait_margin_s <= 0) x->wait_margin_s = WAIT_MARGIN_S;
     double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S, wake_at = expected_end_s(x, target);
-    if (wake_at - WAIT_MARGIN_S > now + WAIT_POLL_S) sleep_until_s(wake_at - WAIT_MARGIN_S), x->host_wakeups++;
-    for (int polls = 0; *done < want; polls++) {
+    if (wake_at - x->wait_margin_s > now + WAIT_POLL_S)
+        sleep_until_s(wake_at - x->wait_margin_s), x->host_wakeups++, slept = 1;
+    /* The sleep overshot when the step it aimed at had already ended at the first look. */
+    const int overshot = slept && *done >= (unsigned long long)target + 1;
+    for (; *done < want; polls++) {
         if (polls >= WAIT_POLLS) {
             if (x->steps_started - x->steps_waited == 1) {
                 cudaError_t e = cudaStreamSynchronize(x->ctx.stream);
@@ -505,11 +509,7 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long t
         now = tg_wall_s();
         sleep_until_s(now + interval);
         x->host_wakeups++;
-        if (*done >= want) {
-            sample_clock_offset(x);
-            break;
-        }
-        if (now - queried < WAIT_QUERY_S) continue;
+        if (*done >= want || now - queried < WAIT_QUERY_S) continue;
         queried = now;
         cudaError_t e = cudaStreamQuery(x->ctx.stream);
         if (e != cudaErrorNotReady && e != cudaSuccess) {
@@ -520,8 +520,13 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long t
     }
     if (slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
     if (!rc && *done < want)
-        rc = tg_fail(err, "the training step ended without publishing its statistics (step %llu, report says %llu)",
-                     want, *done);
+        return tg_fail(err, "the training step ended without publishing its statistics (step %llu, report says %llu)",
+                       want, *done);
+    /* A clock sample from every wait; the margin widens when the sleep overshot and
+     * narrows when it took many looks, so the wake-up tracks the estimate's error. */
+    sample_clock_offset(x);
+    if (overshot) x->wait_margin_s = x->wait_margin_s * 2 < 1e-3 ? x->wait_margin_s * 2 : 1e-3;
+    else if (polls > 4) x->wait_margin_s = x->wait_margin_s / 2 > WAIT_MARGIN_S ? x->wait_margin_s / 2 : WAIT_MARGIN_S;
     return rc;
 }
 

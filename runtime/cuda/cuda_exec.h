@@ -37,6 +37,7 @@ typedef struct tg_cuda_exec {
     double step_gpu_s;             /* GPU duration of the last step waited for (0: none yet) */
     unsigned long long last_end_stamp; /* its optimizer-end stamp, for the step period */
     double clock_offset_s;         /* wall clock minus GPU timer, least seen (valid when set) */
+    double wait_margin_s;          /* how long before the expected end a wait wakes */
     int clock_offset_set;
     int device_graph;              /* the last captured graph was instantiated for device launch */
     int step_device_graph;         /* the step graph was */
