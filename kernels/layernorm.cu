@@ -43,6 +43,54 @@ int64_t tg_scratch_layernorm_bwd(const tg_op *op) {
 
 /* W = 4: D % 4 == 0 and all row pointers aligned to 4 elements; the lane covers
  * elements [4k, 4k+4). x and y are T (float or bf16), gamma/beta/mean/rstd fp32. */
+/* W fp32 elements at vector index k (elements [k*W, k*W + W)): tg_vec's float accesses,
+ * and for W = 8 two float4s (gamma in the bf16 dx kernel's 16-byte path). */
+template <int W>
+static __device__ __forceinline__ void ln_ldf(const float *p, int64_t k, float (&v)[W]) {
+    tg_vec<float, W>::load(p, k, v);
+}
+template <>
+__device__ __forceinline__ void ln_ldf<8>(const float *p, int64_t k, float (&v)[8]) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[2 * k], b = reinterpret_cast<const float4 *>(p)[2 * k + 1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+/* The rest of a LayerNorm forward row once its mean is known: the biased variance around
+ * it in double (the CPU's order), then y = (v - mean) * rstd * gamma + beta from the row
+ * xr (which this lane may just have written), and the row's mean and rstd. */
+template <int W, class T>
+__device__ __forceinline__ void ln_fwd_finish_row(const T *xr, double mu, const float *gamma, const float *beta, T *yr,
+                                                  float *mean_out, float *rstd_out, int64_t row, int64_t D, float eps,
+                                                  int lane) {
+    const int64_t DW = D / W;
+    double ss = 0;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W];
+        tg_vec<T, W>::load(xr, k, v);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            double d = (double)v[j] - mu;
+            ss = __dadd_rn(ss, __dmul_rn(d, d));
+        }
+    }
+    ss = warp_sum_d(ss);
+    const float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W], g[W], b[W];
+        tg_vec<T, W>::load(xr, k, v);
+        if (gamma) ln_ldf<W>(gamma, k, g);
+        if (beta) ln_ldf<W>(beta, k, b);
+#pragma unroll
+        for (int j = 0; j < W; j++)
+            v[j] = fadd(fmul(fmul(fsub(v[j], mean), rstd), gamma ? g[j] : 1.0f), beta ? b[j] : 0.0f);
+        tg_vec<T, W>::store(yr, k, v);
+    }
+    if (lane == 0) {
+        if (mean_out) mean_out[row] = mean;
+        if (rstd_out) rstd_out[row] = rstd;
+    }
+}
+
 template <int W, class T>
 __global__ void __launch_bounds__(LN_THREADS)
 ln_fwd_kernel(const T *__restrict__ x, const float *__restrict__ gamma, const float *__restrict__ beta,
@@ -60,46 +108,29 @@ ln_fwd_kernel(const T *__restrict__ x, const float *__restrict__ gamma, const fl
 #pragma unroll
         for (int j = 0; j < W; j++) s += (double)v[j];
     }
-    const double mu = warp_sum_d(s) / (double)D;
-    double ss = 0;
-    for (int64_t k = lane; k < DW; k += 32) {
-        float v[W];
-        tg_vec<T, W>::load(xr, k, v);
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            double d = (double)v[j] - mu;
-            ss = __dadd_rn(ss, __dmul_rn(d, d));
-        }
-    }
-    ss = warp_sum_d(ss);
-    const float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
-    T *yr = y + row * D;
-    for (int64_t k = lane; k < DW; k += 32) {
-        float v[W], g[W], b[W];
-        tg_vec<T, W>::load(xr, k, v);
-        if (gamma) tg_vec<float, W>::load(gamma, k, g);
-        if (beta) tg_vec<float, W>::load(beta, k, b);
-#pragma unroll
-        for (int j = 0; j < W; j++)
-            v[j] = fadd(fmul(fmul(fsub(v[j], mean), rstd), gamma ? g[j] : 1.0f), beta ? b[j] : 0.0f);
-        tg_vec<T, W>::store(yr, k, v);
-    }
-    if (lane == 0) {
-        if (mean_out) mean_out[row] = mean;
-        if (rstd_out) rstd_out[row] = rstd;
-    }
+    ln_fwd_finish_row<W, T>(xr, warp_sum_d(s) / (double)D, gamma, beta, y + row * D, mean_out, rstd_out, row, D,
+                            eps, lane);
 }
 
-/* W fp32 elements at vector index k (elements [k*W, k*W + W)): tg_vec's float accesses,
- * and for W = 8 two float4s (gamma in the bf16 dx kernel's 16-byte path). */
-template <int W>
-static __device__ __forceinline__ void ln_ldf(const float *p, int64_t k, float (&v)[W]) {
-    tg_vec<float, W>::load(p, k, v);
-}
-template <>
-__device__ __forceinline__ void ln_ldf<8>(const float *p, int64_t k, float (&v)[8]) {
-    const float4 a = reinterpret_cast<const float4 *>(p)[2 * k], b = reinterpret_cast<const float4 *>(p)[2 * k + 1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+/* The two row means of the LayerNorm backward, mean(dy*g) and mean(dy*g*xhat), summed by
+ * the warp in double in the CPU's order (both backward row kernels). */
+template <int W, class T>
+__device__ __forceinline__ void ln_bwd_row_means(const T *dyr, const T *xr, const float *gamma, float mu, float rs,
+                                                 int64_t D, int lane, float &m1, float &m2) {
+    double s1 = 0, s2 = 0;
+    for (int64_t k = lane; k < D / W; k += 32) {
+        float d[W], v[W], g[W];
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(xr, k, v);
+        if (gamma) ln_ldf<W>(gamma, k, g);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            float dg = fmul(d[j], gamma ? g[j] : 1.0f);
+            s1 += (double)dg;
+            s2 += (double)fmul(dg, fmul(fsub(v[j], mu), rs));
+        }
+    }
+    m1 = (float)(warp_sum_d(s1) / (double)D), m2 = (float)(warp_sum_d(s2) / (double)D);
 }
 
 /* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), one warp per row. W = 8
@@ -115,20 +146,8 @@ ln_bwd_dx_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float 
     const int64_t DW = D / W;
     const T *dyr = dy + row * D, *xr = x + row * D;
     const float mu = mean[row], rs = rstd[row];
-    double s1 = 0, s2 = 0;
-    for (int64_t k = lane; k < DW; k += 32) {
-        float d[W], v[W], g[W];
-        tg_vec<T, W>::load(dyr, k, d);
-        tg_vec<T, W>::load(xr, k, v);
-        if (gamma) ln_ldf<W>(gamma, k, g);
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            float dg = fmul(d[j], gamma ? g[j] : 1.0f);
-            s1 += (double)dg;
-            s2 += (double)fmul(dg, fmul(fsub(v[j], mu), rs));
-        }
-    }
-    const float m1 = (float)(warp_sum_d(s1) / (double)D), m2 = (float)(warp_sum_d(s2) / (double)D);
+    float m1, m2;
+    ln_bwd_row_means<W, T>(dyr, xr, gamma, mu, rs, D, lane, m1, m2);
     T *dxr = dx + row * D;
     for (int64_t k = lane; k < DW; k += 32) {
         float d[W], v[W], g[W];
@@ -381,34 +400,9 @@ rln_fwd_kernel(const T *__restrict__ x, const T *__restrict__ r, const float *__
         }
         tg_vec<T, W>::store(sr, k, v);
     }
-    const double mu = warp_sum_d(sum) / (double)D;
-    double ss = 0;
-    for (int64_t k = lane; k < DW; k += 32) {
-        float v[W];
-        tg_vec<T, W>::load(sr, k, v); /* this lane's own stores */
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            double d = (double)v[j] - mu;
-            ss = __dadd_rn(ss, __dmul_rn(d, d));
-        }
-    }
-    ss = warp_sum_d(ss);
-    const float mean = (float)mu, rstd = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
-    T *yr = y + row * D;
-    for (int64_t k = lane; k < DW; k += 32) {
-        float v[W], g[W], b[W];
-        tg_vec<T, W>::load(sr, k, v);
-        if (gamma) ln_ldf<W>(gamma, k, g);
-        if (beta) ln_ldf<W>(beta, k, b);
-#pragma unroll
-        for (int j = 0; j < W; j++)
-            v[j] = fadd(fmul(fmul(fsub(v[j], mean), rstd), gamma ? g[j] : 1.0f), beta ? b[j] : 0.0f);
-        tg_vec<T, W>::store(yr, k, v);
-    }
-    if (lane == 0) {
-        if (mean_out) mean_out[row] = mean;
-        if (rstd_out) rstd_out[row] = rstd;
-    }
+    /* The rest reads back this lane's own stores of s. */
+    ln_fwd_finish_row<W, T>(sr, warp_sum_d(sum) / (double)D, gamma, beta, y + row * D, mean_out, rstd_out, row, D,
+                            eps, lane);
 }
 
 /* ds = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) (+ ds_extra), stored; dx = the
@@ -427,20 +421,8 @@ rln_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ s, const float *_
     const int64_t DW = D / W;
     const T *dyr = dy + row * D, *sr = s + row * D;
     const float mu = mean[row], rs = rstd[row];
-    double s1 = 0, s2 = 0;
-    for (int64_t k = lane; k < DW; k += 32) {
-        float d[W], v[W], g[W];
-        tg_vec<T, W>::load(dyr, k, d);
-        tg_vec<T, W>::load(sr, k, v);
-        if (gamma) ln_ldf<W>(gamma, k, g);
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            float dg = fmul(d[j], gamma ? g[j] : 1.0f);
-            s1 += (double)dg;
-            s2 += (double)fmul(dg, fmul(fsub(v[j], mu), rs));
-        }
-    }
-    const float m1 = (float)(warp_sum_d(s1) / (double)D), m2 = (float)(warp_sum_d(s2) / (double)D);
+    float m1, m2;
+    ln_bwd_row_means<W, T>(dyr, sr, gamma, mu, rs, D, lane, m1, m2);
     const T *er = extra ? extra + row * D : NULL;
     T *dsr = ds + row * D, *dxr = dx + row * D;
     for (int64_t k = lane; k < DW; k += 32) {

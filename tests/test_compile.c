@@ -322,132 +322,117 @@ TG_TEST(test_cli_in_flight) {
     free(a), free(b);
 }
 
-TG_TEST(test_cli_attention_key) {
-    const char *dir = tg_test_tmpdir();
-    char args[1600], err_path[600], out_path[600], job[600], plan[600];
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(job, sizeof job, "%s/bad.job", dir);
-    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
-    tg_test_write_file(job, "model = tiny-bert\nattention = flash\nsteps = 1\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    CHECK(run_cli(dir, args) == 1, "a bad attention value must exit 1");
-    char want[800];
-    snprintf(want, sizeof want, "%s:2: key 'attention': 'flash' is not one of fused, unfused", job);
-    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
+/* A job key through the CLI: files in one scratch folder, compile + inspect of a job. */
+typedef struct cli_key_run {
+    char dir[600], err[700], out[700], job[700], plan[700];
+} cli_key_run;
 
-    snprintf(job, sizeof job, "%s/good.job", dir);
-    tg_test_write_file(job, "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s --set attention=unfused", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile with --set attention=unfused failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(file_has(out_path, "attention: unfused") && file_has(out_path, "attn_softmax") &&
-              !file_has(out_path, " attention "),
+static void cli_key_open(cli_key_run *k) {
+    snprintf(k->dir, sizeof k->dir, "%s", tg_test_tmpdir());
+    snprintf(k->err, sizeof k->err, "%s/stderr.txt", k->dir);
+    snprintf(k->out, sizeof k->out, "%s/stdout.txt", k->dir);
+    snprintf(k->plan, sizeof k->plan, "%s/plan.tgp", k->dir);
+}
+
+/* A job whose bad value compile refuses with exit 1 and "<job>:<where>" on stderr. */
+static void cli_key_refused(cli_key_run *k, const char *text, const char *where) {
+    char args[1600], want[1000];
+    snprintf(k->job, sizeof k->job, "%s/bad.job", k->dir);
+    tg_test_write_file(k->job, text);
+    snprintf(args, sizeof args, "compile %s -o %s", k->job, k->plan);
+    CHECK(run_cli(k->dir, args) == 1, "a bad value must exit 1 (%s)", where);
+    snprintf(want, sizeof want, "%s:%s", k->job, where);
+    CHECK(file_has(k->err, want), "stderr lacks '%s'", want);
+}
+
+/* Compiles the good job (with --set `set` unless NULL) and inspects the plan (with
+ * `inspect_flags`, "" for none) into k->out. */
+static int cli_key_inspect(cli_key_run *k, const char *set, const char *inspect_flags) {
+    char args[1600];
+    snprintf(args, sizeof args, "compile %s -o %s%s%s", k->job, k->plan, set ? " --set " : "", set ? set : "");
+    if (!CHECK(run_cli(k->dir, args) == 0, "%s failed", args)) return 0;
+    snprintf(args, sizeof args, "inspect %s %s", k->plan, inspect_flags);
+    return CHECK(run_cli(k->dir, args) == 0, "%s failed", args);
+}
+
+static void cli_key_good_job(cli_key_run *k, const char *text) {
+    snprintf(k->job, sizeof k->job, "%s/good.job", k->dir);
+    tg_test_write_file(k->job, text);
+}
+
+/* A compiled plan refuses --set of a key that changes what it computes. */
+static void cli_key_plan_refuses(cli_key_run *k, const char *set) {
+    char args[1600];
+    snprintf(args, sizeof args, "run %s --set %s", k->plan, set);
+    CHECK(run_cli(k->dir, args) == 1 && file_has(k->err, "compiled into"), "a plan accepted --set %s", set);
+}
+
+static const char *const k_tiny_gpt2_lm = "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n";
+
+TG_TEST(test_cli_attention_key) {
+    cli_key_run k;
+    cli_key_open(&k);
+    cli_key_refused(&k, "model = tiny-bert\nattention = flash\nsteps = 1\ntrain_data = x\n",
+                    "2: key 'attention': 'flash' is not one of fused, unfused");
+    cli_key_good_job(&k, k_tiny_gpt2_lm);
+    if (!cli_key_inspect(&k, "attention=unfused", "")) return;
+    CHECK(file_has(k.out, "attention: unfused") && file_has(k.out, "attn_softmax") && !file_has(k.out, " attention "),
           "inspect of the unfused plan");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(file_has(out_path, "attention: fused") && file_has(out_path, " attention ") &&
-              file_has(out_path, "attention_bwd") && !file_has(out_path, "attn_softmax"),
+    if (!cli_key_inspect(&k, NULL, "")) return;
+    CHECK(file_has(k.out, "attention: fused") && file_has(k.out, " attention ") && file_has(k.out, "attention_bwd") &&
+              !file_has(k.out, "attn_softmax"),
           "inspect of the default (fused) plan");
-    snprintf(args, sizeof args, "run %s --set attention=unfused", plan);
-    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set attention");
+    cli_key_plan_refuses(&k, "attention=unfused");
 }
 
 TG_TEST(test_cli_fuse_bias_grad_key) {
-    const char *dir = tg_test_tmpdir();
-    char args[1600], err_path[600], out_path[600], job[600], plan[600], want[800];
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(job, sizeof job, "%s/bad.job", dir);
-    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
-    tg_test_write_file(job, "model = tiny-bert\nsteps = 1\nfuse_bias_grad = yes\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    CHECK(run_cli(dir, args) == 1, "a bad fuse_bias_grad value must exit 1");
-    snprintf(want, sizeof want, "%s:3: key 'fuse_bias_grad': 'yes' is not a boolean (true, false, 1, 0)", job);
-    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
-
-    snprintf(job, sizeof job, "%s/good.job", dir);
-    tg_test_write_file(job, "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s --set fuse_bias_grad=false", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_bias_grad=false failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(file_has(out_path, " bias_grad ") && !file_has(out_path, "bias_grad=1"), "inspect of the unfused plan");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(!file_has(out_path, " bias_grad ") && file_has(out_path, "bias_grad=1"), "inspect of the default plan");
-    snprintf(args, sizeof args, "run %s --set fuse_bias_grad=false", plan);
-    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_bias_grad");
+    cli_key_run k;
+    cli_key_open(&k);
+    cli_key_refused(&k, "model = tiny-bert\nsteps = 1\nfuse_bias_grad = yes\ntrain_data = x\n",
+                    "3: key 'fuse_bias_grad': 'yes' is not a boolean (true, false, 1, 0)");
+    cli_key_good_job(&k, "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    if (!cli_key_inspect(&k, "fuse_bias_grad=false", "")) return;
+    CHECK(file_has(k.out, " bias_grad ") && !file_has(k.out, "bias_grad=1"), "inspect of the unfused plan");
+    if (!cli_key_inspect(&k, NULL, "")) return;
+    CHECK(!file_has(k.out, " bias_grad ") && file_has(k.out, "bias_grad=1"), "inspect of the default plan");
+    cli_key_plan_refuses(&k, "fuse_bias_grad=false");
 }
 
 TG_TEST(test_cli_fuse_residual_layernorm_key) {
-    const char *dir = tg_test_tmpdir();
-    char args[1600], err_path[600], out_path[600], job[600], plan[600];
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(job, sizeof job, "%s/good.job", dir);
-    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
-    tg_test_write_file(job, "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s --set fuse_residual_layernorm=false", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_residual_layernorm=false failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(!file_has(out_path, "residual_layernorm") && file_has(out_path, " layernorm "), "inspect of the unfused plan");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(file_has(out_path, " residual_layernorm ") && file_has(out_path, " residual_layernorm_bwd ") &&
-              file_has(out_path, "key=") && file_has(out_path, "p=0.1"),
+    cli_key_run k;
+    cli_key_open(&k);
+    cli_key_good_job(&k, k_tiny_gpt2_lm);
+    if (!cli_key_inspect(&k, "fuse_residual_layernorm=false", "")) return;
+    CHECK(!file_has(k.out, "residual_layernorm") && file_has(k.out, " layernorm "), "inspect of the unfused plan");
+    if (!cli_key_inspect(&k, NULL, "")) return;
+    CHECK(file_has(k.out, " residual_layernorm ") && file_has(k.out, " residual_layernorm_bwd ") &&
+              file_has(k.out, "key=") && file_has(k.out, "p=0.1"),
           "inspect of the default plan");
-    snprintf(args, sizeof args, "run %s --set fuse_residual_layernorm=false", plan);
-    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_residual_layernorm");
+    cli_key_plan_refuses(&k, "fuse_residual_layernorm=false");
 }
 
 /* The `fuse_qkv` key through the CLI: a bad value names the file, line and key; inspect
  * shows the packed views and the members packed in them, or three separate projections;
  * a compiled plan refuses to change it. */
 TG_TEST(test_cli_fuse_qkv_key) {
-    const char *dir = tg_test_tmpdir();
-    char args[1600], err_path[600], out_path[600], job[600], plan[600], want[800];
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", dir);
-    snprintf(job, sizeof job, "%s/bad.job", dir);
-    snprintf(plan, sizeof plan, "%s/plan.tgp", dir);
-    tg_test_write_file(job, "model = tiny-bert\nsteps = 1\nfuse_qkv = packed\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    CHECK(run_cli(dir, args) == 1, "a bad fuse_qkv value must exit 1");
-    snprintf(want, sizeof want, "%s:3: key 'fuse_qkv': 'packed' is not a boolean (true, false, 1, 0)", job);
-    CHECK(file_has(err_path, want), "stderr lacks '%s'", want);
-
-    snprintf(job, sizeof job, "%s/good.job", dir);
-    tg_test_write_file(job, "model = tiny-roberta\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
-    snprintf(args, sizeof args, "compile %s -o %s", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(file_has(out_path, "roberta.encoder.layer.0.attention.self.qkv.weight[96,32]") &&
-              file_has(out_path, "param,no_decay  packed in roberta.encoder.layer.1.attention.self.qkv.bias") &&
-              file_has(out_path, "grad  packed in grad.roberta.encoder.layer.0.attention.self.qkv.weight"),
+    cli_key_run k;
+    cli_key_open(&k);
+    cli_key_refused(&k, "model = tiny-bert\nsteps = 1\nfuse_qkv = packed\ntrain_data = x\n",
+                    "3: key 'fuse_qkv': 'packed' is not a boolean (true, false, 1, 0)");
+    cli_key_good_job(&k, "model = tiny-roberta\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n");
+    if (!cli_key_inspect(&k, NULL, "")) return;
+    CHECK(file_has(k.out, "roberta.encoder.layer.0.attention.self.qkv.weight[96,32]") &&
+              file_has(k.out, "param,no_decay  packed in roberta.encoder.layer.1.attention.self.qkv.bias") &&
+              file_has(k.out, "grad  packed in grad.roberta.encoder.layer.0.attention.self.qkv.weight"),
           "inspect of the packed plan");
-    snprintf(args, sizeof args, "inspect %s --json", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect --json failed");
-    CHECK(file_has(out_path, "\"packed_in\": \"roberta.encoder.layer.0.attention.self.qkv.weight\""),
+    if (!cli_key_inspect(&k, NULL, "--json")) return;
+    CHECK(file_has(k.out, "\"packed_in\": \"roberta.encoder.layer.0.attention.self.qkv.weight\""),
           "inspect --json of the packed plan");
-    snprintf(args, sizeof args, "compile %s -o %s --set fuse_qkv=false", job, plan);
-    REQUIRE(run_cli(dir, args) == 0, "compile with --set fuse_qkv=false failed");
-    snprintf(args, sizeof args, "inspect %s", plan);
-    REQUIRE(run_cli(dir, args) == 0, "inspect failed");
-    CHECK(!file_has(out_path, "qkv") && !file_has(out_path, "packed in") &&
-              file_has(out_path, "roberta.encoder.layer.0.attention.self.key[16,32]"),
+    if (!cli_key_inspect(&k, "fuse_qkv=false", "")) return;
+    CHECK(!file_has(k.out, "qkv") && !file_has(k.out, "packed in") &&
+              file_has(k.out, "roberta.encoder.layer.0.attention.self.key[16,32]"),
           "inspect of the separate plan");
-    snprintf(args, sizeof args, "run %s --set fuse_qkv=true", plan);
-    CHECK(run_cli(dir, args) == 1 && file_has(err_path, "compiled into"), "a plan accepted --set fuse_qkv");
+    cli_key_plan_refuses(&k, "fuse_qkv=true");
 }
 
 /* A model folder: tiny-bert's config and a safetensors file built by the caller. */

@@ -303,43 +303,36 @@ TG_TEST(test_job_error_bad_attention) {
                      NULL);
 }
 
-TG_TEST(test_job_error_bad_fuse_qkv) {
-    expect_job_error(BASE "fuse_qkv = packed\n", NULL, 0,
-                     "job.txt:4: key 'fuse_qkv': 'packed' is not a boolean (true, false, 1, 0)", NULL, NULL);
-    const char *two[] = {"fuse_qkv=2"};
-    expect_job_error(BASE, two, 1, "--set fuse_qkv=2: key 'fuse_qkv'", "'2' is not a boolean", NULL);
-    expect_job_error(BASE "fuse_qvk = true\n", NULL, 0, "job.txt:4: key 'fuse_qvk'", "did you mean 'fuse_qkv'?", NULL);
+/* A boolean key: a value that is none of true, false, 1, 0 (in the file and through
+ * --set) and a misspelt name get errors naming the line or override and the key. */
+static void expect_bool_key_errors(const char *key, const char *bad, const char *typo) {
+    char text[512], want[512], set[128], where[256];
+    snprintf(text, sizeof text, BASE "%s = %s\n", key, bad);
+    snprintf(want, sizeof want, "job.txt:4: key '%s': '%s' is not a boolean (true, false, 1, 0)", key, bad);
+    expect_job_error(text, NULL, 0, want, NULL, NULL);
+    snprintf(set, sizeof set, "%s=2", key);
+    snprintf(where, sizeof where, "--set %s=2: key '%s'", key, key);
+    const char *two[] = {set};
+    expect_job_error(BASE, two, 1, where, "'2' is not a boolean", NULL);
+    snprintf(text, sizeof text, BASE "%s = true\n", typo);
+    snprintf(where, sizeof where, "job.txt:4: key '%s'", typo);
+    snprintf(want, sizeof want, "did you mean '%s'?", key);
+    expect_job_error(text, NULL, 0, where, want, NULL);
 }
 
 TG_TEST(test_job_error_bad_fuse_bias_grad) {
-    expect_job_error(BASE "fuse_bias_grad = yes\n", NULL, 0,
-                     "job.txt:4: key 'fuse_bias_grad': 'yes' is not a boolean (true, false, 1, 0)", NULL, NULL);
+    expect_bool_key_errors("fuse_bias_grad", "yes", "fuse_bias_grads");
     expect_job_error(BASE "fuse_bias_grad =\n", NULL, 0, "job.txt:4: key 'fuse_bias_grad': '' is not a boolean", NULL,
                      NULL);
-    const char *two[] = {"fuse_bias_grad=2"};
-    expect_job_error(BASE, two, 1, "--set fuse_bias_grad=2: key 'fuse_bias_grad'", "'2' is not a boolean", NULL);
-    expect_job_error(BASE "fuse_bias_grads = true\n", NULL, 0, "job.txt:4: key 'fuse_bias_grads'",
-                     "did you mean 'fuse_bias_grad'?", NULL);
 }
 
-TG_TEST(test_job_error_bad_fuse_gelu) {
-    expect_job_error(BASE "fuse_gelu = tanh\n", NULL, 0,
-                     "job.txt:4: key 'fuse_gelu': 'tanh' is not a boolean (true, false, 1, 0)", NULL, NULL);
-    const char *two[] = {"fuse_gelu=2"};
-    expect_job_error(BASE, two, 1, "--set fuse_gelu=2: key 'fuse_gelu'", "'2' is not a boolean", NULL);
-    expect_job_error(BASE "fuse_gelus = true\n", NULL, 0, "job.txt:4: key 'fuse_gelus'", "did you mean 'fuse_gelu'?",
-                     NULL);
-}
+TG_TEST(test_job_error_bad_fuse_gelu) { expect_bool_key_errors("fuse_gelu", "tanh", "fuse_gelus"); }
 
 TG_TEST(test_job_error_bad_fuse_residual_layernorm) {
-    expect_job_error(BASE "fuse_residual_layernorm = on\n", NULL, 0,
-                     "job.txt:4: key 'fuse_residual_layernorm': 'on' is not a boolean (true, false, 1, 0)", NULL, NULL);
-    const char *two[] = {"fuse_residual_layernorm=2"};
-    expect_job_error(BASE, two, 1, "--set fuse_residual_layernorm=2: key 'fuse_residual_layernorm'",
-                     "'2' is not a boolean", NULL);
-    expect_job_error(BASE "fuse_residual_layernorms = true\n", NULL, 0, "job.txt:4: key 'fuse_residual_layernorms'",
-                     "did you mean 'fuse_residual_layernorm'?", NULL);
+    expect_bool_key_errors("fuse_residual_layernorm", "on", "fuse_residual_layernorms");
 }
+
+TG_TEST(test_job_error_bad_fuse_qkv) { expect_bool_key_errors("fuse_qkv", "packed", "fuse_qvk"); }
 
 TG_TEST(test_job_error_steps_epochs) {
     expect_job_error(BASE "epochs = 2\n", NULL, 0, "'steps'", "'epochs'", "both");
