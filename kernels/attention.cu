@@ -39,11 +39,6 @@ struct sm_drop {
     int vec; /* T % 4 == 0 and every [B,H,T,T] slot aligned to 4 elements: one access per block */
 };
 
-static __device__ __forceinline__ uint64_t sm_step(const float *step_ptr) {
-    const float s = step_ptr ? step_ptr[0] : 0.0f;
-    return s > 0.0f ? (uint64_t)s : 0;
-}
-
 /* Scores TS, probs TP (float/float, or float/bf16 and bf16/bf16 in bf16 plans); the
  * dropped probs D (optional) have P's type. */
 template <class TS, class TP>
@@ -87,7 +82,7 @@ attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, co
     /* Dropout: each lane takes whole Philox blocks (4 consecutive elements of the flat
      * [B,H,T,T] index), so one draw serves 4 elements; D comes from the float P. With
      * T % 4 == 0 the blocks are row-aligned and move as one access each (drop.vec). */
-    const uint64_t step = sm_step(step_ptr);
+    const uint64_t step = tg_dropout_step(step_ptr);
     const int64_t e0 = row * T, b0 = e0 >> 2, b1 = (e0 + T - 1) >> 2;
     for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
         float u[4];
@@ -140,7 +135,7 @@ attn_softmax_bwd_kernel(const T_ *__restrict__ dD, const T_ *__restrict__ P, con
     }
     /* Whole Philox blocks per lane as in the forward (the mask is drawn in both passes);
      * one access per block when T % 4 == 0 (drop.vec). */
-    const uint64_t step = sm_step(step_ptr);
+    const uint64_t step = tg_dropout_step(step_ptr);
     const int64_t e0 = row * T, b0 = e0 >> 2, b1 = (e0 + T - 1) >> 2;
     double dot = 0;
     for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {

@@ -105,6 +105,13 @@ static inline int tg_scratch_check(const tg_cuda_op_args *a, int64_t floats, tg_
 
 /* ---- device helpers --------------------------------------------------------------- */
 
+/* The dropout stream's step: the optimizer's step counter, read on the device so that a
+ * captured graph sees each replay's value (0 when absent or not yet positive). */
+static __device__ __forceinline__ uint64_t tg_dropout_step(const float *step_ptr) {
+    const float s = step_ptr ? step_ptr[0] : 0.0f;
+    return s > 0.0f ? (uint64_t)s : 0;
+}
+
 typedef __nv_bfloat16 tg_bf16;
 
 /* Element i of a float or bf16 array as float (exact), and the store back (bf16: round

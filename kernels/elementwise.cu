@@ -159,8 +159,7 @@ template <class T>
 __global__ void __launch_bounds__(EW_THREADS)
 dropout_kernel(const T *__restrict__ x, const float *__restrict__ step_ptr, T *__restrict__ y, int64_t n, int vec,
                uint64_t seed, uint32_t key, float p, float scale) {
-    const float s = step_ptr ? step_ptr[0] : 0.0f;
-    const uint64_t step = s > 0.0f ? (uint64_t)s : 0;
+    const uint64_t step = tg_dropout_step(step_ptr);
     const int64_t groups = (n + 3) / 4;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride) {

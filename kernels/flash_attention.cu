@@ -67,11 +67,6 @@ struct fa_args {
     int drop, drop_vec;
 };
 
-static __device__ __forceinline__ uint64_t fa_step(const float *step_ptr) {
-    const float s = step_ptr ? step_ptr[0] : 0.0f;
-    return s > 0.0f ? (uint64_t)s : 0;
-}
-
 /* 2^x by the SFU (ex2.approx: 2 ulp, exp2(-inf) = 0), for the bf16 kernels. */
 static __device__ __forceinline__ float fa_exp2(float x) {
     float y;
@@ -397,7 +392,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* long causal rows first */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr0 = q0 + warp * 16; /* this warp's first query */
-    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
     const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
     const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
@@ -722,7 +717,7 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
     const float *Q = (const float *)a.q + ((int64_t)b * T + q) * a.ldq + h * Dh;
     const float *K = (const float *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const float *V = (const float *)a.v + (int64_t)b * T * a.ldv + h * Dh;
-    const uint64_t step = a.drop ? fa_step(a.step) : 0;
+    const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
     float mx = -INFINITY;
     for (int k = lane; k < T; k += 32)
         if (fa_kept(a, b, q, k)) mx = fmaxf(mx, fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)));

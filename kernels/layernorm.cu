@@ -361,9 +361,14 @@ struct rln_dropout {
     float p, scale;
 };
 
-static __device__ __forceinline__ uint64_t rln_step(const float *step_ptr) {
-    const float s = step_ptr ? step_ptr[0] : 0.0f;
-    return s > 0.0f ? (uint64_t)s : 0;
+/* v = dropout(v) for elements [e, e + W) of the flat [M, D] index: the DROPOUT kernel's
+ * mask and kept value fmul(v, 1 / (1 - p)). */
+template <int W>
+static __device__ __forceinline__ void rln_apply(const rln_dropout &drop, uint64_t step, uint64_t e, float (&v)[W]) {
+    float u[W];
+    rln_draws<W>(drop.seed, step, drop.key, e, u);
+#pragma unroll
+    for (int j = 0; j < W; j++) v[j] = u[j] >= drop.p ? fmul(v[j], drop.scale) : 0.0f;
 }
 
 /* s = dropout(x) + r (stored, then read back as stored), y = LayerNorm(s); one warp per
@@ -378,7 +383,7 @@ rln_fwd_kernel(const T *__restrict__ x, const T *__restrict__ r, const float *__
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= M) return;
-    const uint64_t step = drop.on ? rln_step(step_ptr) : 0;
+    const uint64_t step = drop.on ? tg_dropout_step(step_ptr) : 0;
     const int64_t DW = D / W;
     const T *xr = x + row * D, *rr = r + row * D;
     T *sr = s + row * D;
@@ -387,12 +392,7 @@ rln_fwd_kernel(const T *__restrict__ x, const T *__restrict__ r, const float *__
         float v[W], res[W];
         tg_vec<T, W>::load(xr, k, v);
         tg_vec<T, W>::load(rr, k, res);
-        if (drop.on) {
-            float u[W];
-            rln_draws<W>(drop.seed, step, drop.key, (uint64_t)(row * D + k * W), u);
-#pragma unroll
-            for (int j = 0; j < W; j++) v[j] = u[j] >= drop.p ? fmul(v[j], drop.scale) : 0.0f;
-        }
+        if (drop.on) rln_apply<W>(drop, step, (uint64_t)(row * D + k * W), v);
 #pragma unroll
         for (int j = 0; j < W; j++) {
             v[j] = ln_stored<T>::of(fadd(v[j], res[j]));
@@ -417,7 +417,7 @@ rln_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ s, const float *_
     const int lane = threadIdx.x & 31;
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (row >= M) return;
-    const uint64_t step = drop.on ? rln_step(step_ptr) : 0;
+    const uint64_t step = drop.on ? tg_dropout_step(step_ptr) : 0;
     const int64_t DW = D / W;
     const T *dyr = dy + row * D, *sr = s + row * D;
     const float mu = mean[row], rs = rstd[row];
@@ -438,12 +438,7 @@ rln_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ s, const float *_
             d[j] = ln_stored<T>::of(er ? fadd(t, e[j]) : t);
         }
         tg_vec<T, W>::store(dsr, k, d);
-        if (drop.on) {
-            float u[W];
-            rln_draws<W>(drop.seed, step, drop.key, (uint64_t)(row * D + k * W), u);
-#pragma unroll
-            for (int j = 0; j < W; j++) d[j] = u[j] >= drop.p ? fmul(d[j], drop.scale) : 0.0f;
-        }
+        if (drop.on) rln_apply<W>(drop, step, (uint64_t)(row * D + k * W), d);
         tg_vec<T, W>::store(dxr, k, d);
     }
 }

@@ -12,7 +12,7 @@ __global__ void stamp_kernel(tg_step_report *report, int k, const long long *seq
 /* Copies `bytes` from src to dst, 16 bytes per access where both are 16-byte aligned
  * (the staging slots and the inputs pool are 256-byte aligned; host images from
  * cudaHostAlloc are page aligned). */
-__device__ void copy_bytes(uint8_t *dst, const uint8_t *src, size_t bytes) {
+static __device__ void copy_bytes(uint8_t *dst, const uint8_t *src, size_t bytes) {
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     size_t vecs = ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) ? bytes / 16 : 0;
     for (size_t i = tid; i < vecs; i += stride) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];

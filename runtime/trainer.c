@@ -168,14 +168,14 @@ fail:
 }
 
 void tg_trainer_close(tg_trainer *t) {
+    tg_err ignored;
+    if (t->ex.vt) drain(t, &ignored); /* no step may still read a staging buffer */
     if (t->has_train) tg_dataset_free(&t->train);
     if (t->has_eval) tg_dataset_free(&t->eval);
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
     free(t->type_scratch);
     free(t->staging_rows);
-    tg_err ignored;
-    if (t->ex.vt) drain(t, &ignored);
     for (int k = 0; k < t->n_staging; k++)
         if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);

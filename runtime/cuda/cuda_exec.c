@@ -17,6 +17,19 @@
 
 #define GEMM_WORKSPACE_BYTES (32u << 20)
 
+/* Waiting: sleep until a margin (at least WAIT_MARGIN_S, adapted) before the expected end,
+ * then look every WAIT_POLL_S; the margin exceeds the interval, so a step ending when
+ * expected is seen at most one interval late. The thread's timer slack is lowered
+ * meanwhile so that the sleeps end on time. After WAIT_POLLS looks the interval doubles
+ * (to at most WAIT_POLL_MAX_S) and the stream is asked every WAIT_QUERY_S, so a failed
+ * step is reported instead of waited for; with nothing else queued, the stream's
+ * blocking synchronisation takes over. */
+#define WAIT_MARGIN_S 40e-6 /* covers the launch latency and the statistics kernel */
+#define WAIT_POLL_S 12e-6
+#define WAIT_POLLS 16
+#define WAIT_POLL_MAX_S 1e-3
+#define WAIT_QUERY_S 2e-3
+
 static int cuda_fail(tg_err *err, const char *what, cudaError_t e) {
     return tg_fail(err, "%s failed: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
@@ -138,6 +151,7 @@ static void numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *ou
 int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err) {
     memset(x, 0, sizeof *x);
     x->plan = plan;
+    x->wait_margin_s = WAIT_MARGIN_S;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -386,9 +400,9 @@ static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
 }
 
 /* The fetch kernel reads `next` through its own address, which only page-locked host
- * memory allows: checked once per buffer (the trainer cycles through three). */
+ * memory allows: checked once per buffer. */
 static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < TG_STEP_RING; k++)
         if (x->checked_images[k] == p) return 0;
     struct cudaPointerAttributes attr;
     cudaError_t e = cudaPointerGetAttributes(&attr, p);
@@ -396,7 +410,7 @@ static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
     if (attr.type != cudaMemoryTypeHost || attr.devicePointer != p)
         return tg_fail(err, "the next batch's host image is not page-locked memory mapped at its own address "
                             "(allocate it with the executor's host_alloc)");
-    x->checked_images[x->n_checked++ % 4] = p;
+    x->checked_images[x->n_checked++ % TG_STEP_RING] = p;
     return 0;
 }
 
@@ -448,17 +462,6 @@ static void sleep_until_s(double t) {
     }
 }
 
-/* Waiting: sleep until a margin (at least WAIT_MARGIN_S, adapted) before the expected end,
- * then look every WAIT_POLL_S; the margin exceeds the interval, so a step ending when
- * expected is seen at most one interval late. The thread's timer slack is lowered meanwhile so that the sleeps end on
- * time. After WAIT_POLLS looks the interval doubles (to at most WAIT_POLL_MAX_S) and the
- * stream is asked every WAIT_QUERY_S, so a failed step is reported instead of waited for;
- * with nothing else queued, the stream's blocking synchronisation takes over. */
-#define WAIT_MARGIN_S 40e-6 /* covers the launch latency and the statistics kernel */
-#define WAIT_POLL_S 12e-6
-#define WAIT_POLLS 16
-#define WAIT_POLL_MAX_S 1e-3
-#define WAIT_QUERY_S 2e-3
 
 /* The wall-clock time step `target` should end: from the end of the last finished step
  * (its GPU stamp on the wall clock), each later step takes one step's GPU time, starting
@@ -491,7 +494,6 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long t
     if (*done >= want) return 0;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0, slept = 0, polls = 0;
     if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    if (x->wait_margin_s <= 0) x->wait_margin_s = WAIT_MARGIN_S;
     double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S, wake_at = expected_end_s(x, target);
     if (wake_at - x->wait_margin_s > now + WAIT_POLL_S)
         sleep_until_s(wake_at - x->wait_margin_s), x->host_wakeups++, slept = 1;

@@ -31,7 +31,9 @@ typedef struct tg_cuda_exec {
     long long steps_started;       /* steps launched (*seq_dev once they have all finished) */
     long long steps_waited;        /* steps whose record was handed out */
     const void *staged;            /* host image already in slot steps_started & 1, or NULL */
-    const void *checked_images[4]; /* host images known to be readable by the fetch kernel */
+    /* Host images known to be readable by the fetch kernel: as many as a step ring's worth
+     * of staging buffers, so a trainer cycling through its ring never asks again. */
+    const void *checked_images[TG_STEP_RING];
     int n_checked;
     double launch_s[TG_STEP_RING]; /* wall clock at each queued step's launch */
     double step_gpu_s;             /* GPU duration of the last step waited for (0: none yet) */
@@ -73,7 +75,7 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
  * next call with inputs == next uploads nothing. Both must stay unchanged until this
  * step has been waited for; any other `inputs` is uploaded first. */
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err);
-/* Waits for the oldest step in flight (up to TG_STEP_RING may be) by polling the mapped
+/* Waits for the oldest step in flight (up to TG_STEP_RING - 1 may be) by polling the mapped
  * report; stats = {loss, lr, grad norm, the GPU ms of the phases (batch in place,
  * forward, backward, optimizer), the ms between the end of the previous step waited for
  * and this one's on the GPU clock (-1 for the first)}. With several steps queued it
