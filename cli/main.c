@@ -13,6 +13,7 @@
 #include "runtime/clock.h"
 #include "runtime/executor.h"
 #include "runtime/plan_file.h"
+#include "runtime/thread_cpu.h"
 #include "runtime/trainer.h"
 #include "tunegraph.h"
 
@@ -198,6 +199,22 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
                     kind_ms[best]);
         kind_n[best] = 0;
     }
+    /* Every op's time in the metrics, so a report can say where each millisecond went. */
+    for (int o = 0; metrics && o < p->n_ops; o++) {
+        const tg_op *op = &p->ops[o];
+        int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
+        fprintf(metrics, "{\"profile_op_index\": %d, \"op\": \"%s\", \"tensor\": \"%s\", \"ms\": %.4f", o,
+                tg_op_name(op->kind), out >= 0 ? p->tensors[out].name : "", ms[o]);
+        if (op->kind == TG_OP_MATMUL)
+            fprintf(metrics,
+                    ", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"batch\": %lld, \"trans_a\": %lld, \"trans_b\": %lld, "
+                    "\"accumulate\": %lld, \"bias_grad\": %lld, \"act\": %lld, \"tflops\": %.1f",
+                    (long long)op->i[0], (long long)op->i[1], (long long)op->i[2], (long long)op->i[5],
+                    (long long)op->i[3], (long long)op->i[4], (long long)op->i[6], (long long)op->i[7],
+                    (long long)op->i[8],
+                    ms[o] > 0 ? 2.0 * op->i[0] * op->i[1] * op->i[2] * op->i[5] / (ms[o] * 1e9) : 0.0);
+        fprintf(metrics, "}\n");
+    }
     fprintf(stderr, "  slowest ops:\n");
     for (int shown = 0; shown < 8; shown++) {
         int best = -1;
@@ -295,6 +312,8 @@ static int cmd_run(int argc, char **argv) {
     /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills
      * included) and outside it (metrics and progress), steps after the first. */
     double trace_step_s = 0, trace_rest_s = 0, trace_fill0 = 0, trace_t = 0;
+    tg_thread_cpu threads_after_first; /* every thread's CPU time once the first step is back */
+    int threads_ok = 0;
     for (int32_t i = 0; i < tr.total_steps && !rc; i++) {
         tg_step_stats s;
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
@@ -308,6 +327,7 @@ static int cmd_run(int argc, char **argv) {
             cpu_first_step = tg_process_cpu_s() - cpu_train; /* capture and algorithm choice */
             thread_first_step = tg_thread_cpu_s() - thread_train;
             trace_fill0 = tr.fill_cpu_s;
+            if (opts.host_trace) threads_ok = tg_thread_cpu_snapshot(&threads_after_first) == 0;
         }
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
         last_loss = s.loss;
@@ -339,6 +359,12 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "loop trace (thread CPU us per step after the first): in tg_trainer_step %.1f (batch fills %.1f), "
                         "metrics and progress %.1f\n",
                 trace_step_s / n, (tr.fill_cpu_s - trace_fill0) / n, trace_rest_s / n);
+        tg_thread_cpu now;
+        if (threads_ok && tg_thread_cpu_snapshot(&now) == 0) {
+            char buf[2048];
+            tg_thread_cpu_report(&threads_after_first, &now, tr.steps_done - 1, buf, sizeof buf);
+            fprintf(stderr, "thread trace (CPU us per step after the first, by thread): %s\n", buf);
+        }
     }
     if (tty) fprintf(stderr, "\n");
     double train_s = tg_wall_s() - t_train;

@@ -21,7 +21,14 @@
  *      thousands of rows, so its chunks are summed in parallel into scratch (the first
  *      one starting from dtable's value) and
  *   5. added in chunk order: deterministic, within float rounding of the CPU's order.
- * Ids equal to the padding index i[3] or outside [0, V) contribute nothing. */
+ * Ids equal to the padding index i[3] or outside [0, V) contribute nothing.
+ *
+ * Tables of at most SMALL_V rows (token types) skip the sort: every id there is long,
+ * and sorting thousands of tokens in one block to find that out cost more than the sums.
+ * One warp per (chunk of SMALL_ROWS tokens, 32 column vectors) keeps a float sum per id,
+ * adding the chunk's rows in token order, and writes them as partials [chunk][id][D];
+ * then each (id, column) adds its chunks in order, in double, onto dtable's value:
+ * deterministic, within float rounding of the CPU's order (like the long ids above). */
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -36,6 +43,8 @@
 #define TILE_BITS 12
 #define CHUNK 256                        /* tokens summed sequentially by one warp */
 #define INVALID_KEY 0xFFFFFFFFu
+#define SMALL_V 4                        /* tables of at most this many rows: column sums */
+#define SMALL_ROWS 64                    /* tokens per small-table partial */
 
 static_assert(TILE == 1 << TILE_BITS, "tile size");
 
@@ -59,6 +68,7 @@ static emb_layout layout_of(int64_t N, int64_t V, int64_t D) {
 int64_t tg_scratch_embedding_bwd(const tg_op *op) {
     int64_t N = op->i[0], V = op->i[1], D = op->i[2];
     if (N <= 0 || V <= 0 || D <= 0) return 0;
+    if (V <= SMALL_V) return (N + SMALL_ROWS - 1) / SMALL_ROWS * V * D;
     return layout_of(N, V, D).total;
 }
 
@@ -320,11 +330,92 @@ emb_combine_kernel(const int *__restrict__ ids, float *__restrict__ dtable, cons
     }
 }
 
+/* ---- small tables: per-id column sums ------------------------------------------------ */
+
+/* Warp u = (chunk, slice): lane covers column vector c = slice*32 + lane (W floats) and
+ * adds dy rows [chunk*SMALL_ROWS, +SMALL_ROWS) into the sum of the row's id. */
+template <int W, int V, class TD>
+__global__ void __launch_bounds__(EMB_THREADS)
+emb_small_partial_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *__restrict__ partial,
+                         int64_t N, int64_t DW, int nslices, int64_t units, int pad) {
+    const int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (u >= units) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t chunk = u / nslices, c = (u - chunk * nslices) * 32 + lane;
+    if (c >= DW) return;
+    float acc[V][W];
+#pragma unroll
+    for (int v = 0; v < V; v++)
+#pragma unroll
+        for (int w = 0; w < W; w++) acc[v][w] = 0.0f;
+    const int64_t r0 = chunk * SMALL_ROWS, r1 = min(r0 + SMALL_ROWS, N);
+    for (int64_t r = r0; r < r1; r++) {
+        const int id = ids[r];
+        if (!valid_id(id, V, pad)) continue;
+        float x[W];
+        tg_vec<TD, W>::load(dy, r * DW + c, x);
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            if (v == id)
+#pragma unroll
+                for (int w = 0; w < W; w++) acc[v][w] = fadd(acc[v][w], x[w]);
+    }
+#pragma unroll
+    for (int v = 0; v < V; v++) tg_vec<float, W>::store(partial, (chunk * V + v) * DW + c, acc[v]);
+}
+
+/* dtable[id][col] += the chunks' partials, added in chunk order in double. */
+__global__ void __launch_bounds__(EMB_THREADS)
+emb_small_final_kernel(const float *__restrict__ partial, float *__restrict__ dtable, int64_t chunks, int V,
+                       int64_t D) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (int64_t)V * D) return;
+    const int64_t id = e / D, col = e - id * D;
+    double t = 0.0;
+    for (int64_t k = 0; k < chunks; k++) t += (double)partial[(k * V + id) * D + col];
+    dtable[e] = (float)((double)dtable[e] + t);
+}
+
+template <int V>
+static void launch_emb_small(const tg_cuda_op_args *a, int64_t N, int64_t D, float *partial, tg_err *err) {
+    const int *ids = (const int *)a->in[0];
+    const void *dy = a->in[1];
+    const int pad = (int)a->op->i[3];
+    const int dy_bf16 = a->in_dtype[1] == TG_BF16;
+    const int vec = D % 4 == 0 && tg_aligned(dy, dy_bf16 ? 8 : 16) && tg_aligned16(partial);
+    const int64_t DW = vec ? D / 4 : D, chunks = (N + SMALL_ROWS - 1) / SMALL_ROWS;
+    const int nslices = (int)((DW + 31) / 32);
+    const int64_t units = chunks * nslices;
+    const unsigned blocks = tg_blocks(units * 32, EMB_THREADS);
+    cudaStream_t st = a->ctx->stream;
+#define EMB_SMALL(W, TD)                                                                                              \
+    emb_small_partial_kernel<W, V, TD><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, partial, N, DW, nslices, \
+                                                                       units, pad)
+    if (vec && dy_bf16) EMB_SMALL(4, tg_bf16);
+    else if (vec) EMB_SMALL(4, float);
+    else if (dy_bf16) EMB_SMALL(1, tg_bf16);
+    else EMB_SMALL(1, float);
+#undef EMB_SMALL
+    emb_small_final_kernel<<<tg_blocks(V * D, EMB_THREADS), EMB_THREADS, 0, st>>>(partial, (float *)a->out[0], chunks,
+                                                                                  V, D);
+}
+
 int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
     if (N <= 0 || V <= 0 || D <= 0) return 0;
     if (V >= (1 << (32 - TILE_BITS)) - 1) return tg_fail(err, "vocabulary of %lld rows exceeds the sort key (2^20)", (long long)V);
     if (N >= INT32_MAX / 2) return tg_fail(err, "%lld tokens exceed int32 indexing", (long long)N);
+    if (V <= SMALL_V) {
+        if (tg_scratch_check(a, tg_scratch_embedding_bwd(a->op), err)) return -1;
+        float *partial = a->ctx->reduce_scratch;
+        switch (V) {
+        case 1: launch_emb_small<1>(a, N, D, partial, err); break;
+        case 2: launch_emb_small<2>(a, N, D, partial, err); break;
+        case 3: launch_emb_small<3>(a, N, D, partial, err); break;
+        default: launch_emb_small<4>(a, N, D, partial, err); break;
+        }
+        return 0;
+    }
     const emb_layout l = layout_of(N, V, D);
     if (tg_scratch_check(a, l.total, err)) return -1;
     int *S = (int *)a->ctx->reduce_scratch;

@@ -22,10 +22,17 @@
  * flat [M, D] index, and the kept value fmul(v, 1 / (1 - p)). dgamma/dbeta run the two
  * column stages below over dy and s.
  *
+ * Where D % 8 (bf16; fp32: 4) == 0, D <= FC_MAX_D and the rows are 16-byte aligned, the
+ * backward sums dgamma/dbeta inside the row kernel instead (fc_bwd_kernel: a fixed grid,
+ * per-warp column sums in shared memory, one float partial per block), so dy and the
+ * normalised input are read once; the column kernels remain for the other shapes.
+ *
  * x, y, dy and dx are T (float, or bf16 in bf16 plans: widened on load, rounded on
  * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD and the residual ops
  * 16-byte accesses of 8 when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are
  * always fp32. */
+#include <string.h>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/philox.h"
 
@@ -34,11 +41,15 @@
 #define COL_STRIPE 64      /* columns per stage-1 block */
 #define COL_THREADS 256    /* stage-1 block size */
 #define COL_TY 8           /* chunk lanes per stage-2 block (block = 32 x 8) */
+#define FC_GRID 512        /* blocks of the fused-column backward: at most this many partials */
+#define FC_MAX_D 2048      /* its widest row: 2 * 8 * D floats of shared memory */
 
 int64_t tg_scratch_layernorm_bwd(const tg_op *op) {
     int64_t M = op->i[0], D = op->i[1];
     if (M <= 0 || D <= 0) return 0;
-    return 4 * ((M + COL_ROWS - 1) / COL_ROWS) * D; /* 2 doubles per (chunk, column) */
+    const int64_t cols = 4 * ((M + COL_ROWS - 1) / COL_ROWS) * D; /* 2 doubles per (chunk, column) */
+    const int64_t rows = 2 * FC_GRID * D;                          /* 2 floats per (block, column) */
+    return cols > rows ? cols : rows;
 }
 
 /* W = 4: D % 4 == 0 and all row pointers aligned to 4 elements; the lane covers
@@ -235,31 +246,6 @@ ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, 
     }
 }
 
-template <class T>
-static void launch_ln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D) {
-    const T *x = (const T *)a->in[0];
-    const float *g = (const float *)a->in[1], *b = (const float *)a->in[2];
-    T *y = (T *)a->out[0];
-    float *mu = (float *)a->out[1], *rs = (float *)a->out[2];
-    const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
-    const unsigned va = 4 * sizeof(T);
-    const int vec = D % 4 == 0 && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned16(b) && tg_aligned(y, va);
-    if (vec)
-        ln_fwd_kernel<4, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
-    else
-        ln_fwd_kernel<1, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
-}
-
-int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
-    if (M <= 0 || D <= 0) return 0;
-    if (a->in_dtype[0] == TG_BF16)
-        launch_ln_fwd<tg_bf16>(a, M, D);
-    else
-        launch_ln_fwd<float>(a, M, D);
-    return 0;
-}
-
 /* The 16-byte width for T: 8 for bf16; float never takes that branch (its float4 path is
  * W = 4), so its W is 4 to avoid instantiating a float x 8 access. */
 template <class T>
@@ -270,58 +256,6 @@ template <>
 struct LN_W8<tg_bf16> {
     static constexpr int W = 8;
 };
-
-/* dgamma += sum dy*xhat, dbeta += sum dy over the rows of dy and x (both stages). */
-template <class T>
-static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, const float *mu, const float *rs,
-                          float *dg, float *db, int64_t M, int64_t D, tg_err *err) {
-    if (!dg && !db) return 0;
-    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
-    const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (D + COL_STRIPE - 1) / COL_STRIPE;
-    if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
-    if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)D);
-    double *pg = (double *)a->ctx->reduce_scratch, *pb = pg + chunks * D;
-    const dim3 grid((unsigned)stripes, (unsigned)chunks);
-    const unsigned va = 4 * sizeof(T);
-    cudaStream_t st = a->ctx->stream;
-    if (sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x))
-        ln_bwd_cols_kernel<T, LN_W8<T>::W><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-    else if (D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va))
-        ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-    else
-        ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-    ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D);
-    return 0;
-}
-
-template <class T>
-static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
-    const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
-    const float *g = (const float *)a->in[2], *mu = (const float *)a->in[3], *rs = (const float *)a->in[4];
-    T *dx = (T *)a->out[0];
-    float *dg = (float *)a->out[1], *db = (float *)a->out[2];
-    cudaStream_t st = a->ctx->stream;
-    if (dx) {
-        const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
-        const unsigned va = 4 * sizeof(T);
-        const int vec = D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned(dx, va);
-        const int vec8 = sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(g) &&
-                         tg_aligned16(dx);
-        if (vec8)
-            ln_bwd_dx_kernel<LN_W8<T>::W, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
-        else if (vec)
-            ln_bwd_dx_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
-        else
-            ln_bwd_dx_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
-    }
-    return launch_ln_cols<T>(a, dy, x, mu, rs, dg, db, M, D, err);
-}
-
-int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
-    if (M <= 0 || D <= 0) return 0;
-    return a->in_dtype[0] == TG_BF16 ? launch_ln_bwd<tg_bf16>(a, M, D, err) : launch_ln_bwd<float>(a, M, D, err);
-}
 
 /* ---- residual layernorm ---------------------------------------------------------------- */
 
@@ -454,6 +388,239 @@ static rln_dropout rln_dropout_of(const tg_cuda_op_args *a) {
     return d;
 }
 
+/* ---- backward with fused column sums ------------------------------------------------ */
+
+/* The row kernels' backward (one warp per row, the second pass re-reading its row from
+ * L1) over a fixed grid of FC_GRID blocks of 8 warps: block b takes the row groups
+ * b, b + FC_GRID, ... of 8 rows (one per warp), so there are at most FC_GRID partials
+ * whatever M is, and a fixed grid keeps the sums independent of the GPU. Each warp adds
+ * its rows' dy*xhat and dy, in row order, into its own smem rows sg[warp][D] and
+ * sb[warp][D] (float; 2 * 8 * D floats), and the block writes their sums, added in warp
+ * order, as partials pg/pb[b][D]; fc_final adds those in block order in double and does
+ * the += into dgamma/dbeta. dy and the normalised input are read once (the column kernel
+ * read them again).
+ *
+ * o = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) (+ extra) is stored, as stored,
+ * to ds when set and, through the dropout, to dx when set (no dropout unless drop.on):
+ * the plain LAYERNORM_BWD passes its dx as ds. W: the 16-byte access of T, with D % W ==
+ * 0 and every pointer 16-byte aligned. */
+/* W floats at vector index k of a shared row, as float4s (W = 4 or 8). */
+template <int W>
+static __device__ __forceinline__ void fc_ld(const float *p, int64_t k, float (&v)[W]) {
+#pragma unroll
+    for (int q = 0; q < W / 4; q++) {
+        const float4 t = reinterpret_cast<const float4 *>(p)[k * (W / 4) + q];
+        v[4 * q] = t.x, v[4 * q + 1] = t.y, v[4 * q + 2] = t.z, v[4 * q + 3] = t.w;
+    }
+}
+template <int W>
+static __device__ __forceinline__ void fc_st(float *p, int64_t k, const float (&v)[W]) {
+#pragma unroll
+    for (int q = 0; q < W / 4; q++)
+        reinterpret_cast<float4 *>(p)[k * (W / 4) + q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+template <int W, class T>
+__global__ void __launch_bounds__(LN_THREADS, 4) /* 4 blocks per SM: the whole grid in one wave on an H100 */
+fc_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ gamma,
+              const float *__restrict__ mean, const float *__restrict__ rstd, const T *__restrict__ extra,
+              const float *__restrict__ step_ptr, T *__restrict__ ds, T *__restrict__ dx, float *__restrict__ pg,
+              float *__restrict__ pb, int64_t M, int64_t D, rln_dropout drop) {
+    extern __shared__ float fc_smem[];
+    constexpr int WARPS = LN_THREADS / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t DW = D / W;
+    const uint64_t step = drop.on ? tg_dropout_step(step_ptr) : 0;
+    float *sg = fc_smem + (int64_t)warp * D, *sb = fc_smem + (int64_t)(WARPS + warp) * D;
+    for (int64_t k = lane; k < DW; k += 32) {
+        const float z[W] = {};
+        fc_st<W>(sg, k, z);
+        fc_st<W>(sb, k, z);
+    }
+    for (int64_t group = blockIdx.x; group * WARPS < M; group += gridDim.x) {
+        const int64_t row = group * WARPS + warp;
+        if (row >= M) break;
+        const T *dyr = dy + row * D, *xr = x + row * D;
+        const float mu = mean[row], rs = rstd[row];
+        float m1, m2;
+        ln_bwd_row_means<W, T>(dyr, xr, gamma, mu, rs, D, lane, m1, m2);
+        for (int64_t k = lane; k < DW; k += 32) {
+            float d[W], v[W], g[W], e[W], o[W], ag[W], ab[W];
+            tg_vec<T, W>::load(dyr, k, d);
+            tg_vec<T, W>::load(xr, k, v);
+            if (gamma) ln_ldf<W>(gamma, k, g);
+            if (extra) tg_vec<T, W>::load(extra + row * D, k, e);
+            fc_ld<W>(sg, k, ag);
+            fc_ld<W>(sb, k, ab);
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                const float xhat = fmul(fsub(v[j], mu), rs);
+                const float t = fmul(rs, fsub(fsub(fmul(d[j], gamma ? g[j] : 1.0f), m1), fmul(xhat, m2)));
+                o[j] = ln_stored<T>::of(extra ? fadd(t, e[j]) : t);
+                ag[j] = fadd(ag[j], fmul(d[j], xhat));
+                ab[j] = fadd(ab[j], d[j]);
+            }
+            fc_st<W>(sg, k, ag);
+            fc_st<W>(sb, k, ab);
+            if (ds) tg_vec<T, W>::store(ds + row * D, k, o);
+            if (dx) {
+                if (drop.on) rln_apply<W>(drop, step, (uint64_t)(row * D + k * W), o);
+                tg_vec<T, W>::store(dx + row * D, k, o);
+            }
+        }
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < D; c += LN_THREADS) {
+        float tg = fc_smem[c], tb = fc_smem[WARPS * D + c];
+#pragma unroll
+        for (int w = 1; w < WARPS; w++) tg = fadd(tg, fc_smem[w * D + c]), tb = fadd(tb, fc_smem[(WARPS + w) * D + c]);
+        pg[(int64_t)blockIdx.x * D + c] = tg;
+        pb[(int64_t)blockIdx.x * D + c] = tb;
+    }
+}
+
+/* dgamma/dbeta += the column sums of `chunks` float partials: block (8, 128) owns 8
+ * columns; lane ty adds chunks ty, ty + 128, ... in order (in double), then the 128 lane
+ * sums meet in a fixed tree (deterministic). D / 8 blocks of 1024 threads, so the few MB
+ * of partials are read by many SMs at once. */
+#define FC_FINAL_TY 128
+__global__ void __launch_bounds__(8 * FC_FINAL_TY)
+fc_final_kernel(const float *__restrict__ pg, const float *__restrict__ pb, float *__restrict__ dgamma,
+                float *__restrict__ dbeta, int64_t chunks, int64_t D) {
+    __shared__ double sg[FC_FINAL_TY][8], sb[FC_FINAL_TY][8];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = (int64_t)blockIdx.x * 8 + tx;
+    double g = 0, b = 0;
+    if (c < D)
+        for (int64_t k = ty; k < chunks; k += FC_FINAL_TY) g += (double)pg[k * D + c], b += (double)pb[k * D + c];
+    sg[ty][tx] = g;
+    sb[ty][tx] = b;
+    __syncthreads();
+    for (int s = FC_FINAL_TY / 2; s > 0; s >>= 1) {
+        if (ty < s) sg[ty][tx] += sg[ty + s][tx], sb[ty][tx] += sb[ty + s][tx];
+        __syncthreads();
+    }
+    if (ty == 0 && c < D) {
+        if (dgamma) dgamma[c] += (float)sg[0][tx];
+        if (dbeta) dbeta[c] += (float)sb[0][tx];
+    }
+}
+
+/* The fused-column backward and its final sums when D and every pointer allow it (with
+ * dgamma or dbeta to compute); 1 if it ran, 0 if the caller must take the row and column
+ * kernels, -1 on error. */
+template <class T>
+static int fc_bwd(const tg_cuda_op_args *a, const T *dy, const T *x, const float *g, const float *mu,
+                  const float *rs, const T *extra, const float *step, T *ds, T *dx, float *dg, float *db, int64_t M,
+                  int64_t D, rln_dropout drop, tg_err *err) {
+    constexpr int W = LN_W8<T>::W; /* 16 bytes */
+    if ((!dg && !db) || D % W || D > FC_MAX_D || !tg_aligned16(dy) || !tg_aligned16(x) || !tg_aligned16(g) ||
+        !tg_aligned16(extra) || !tg_aligned16(ds) || !tg_aligned16(dx))
+        return 0;
+    const int64_t groups = (M + LN_THREADS / 32 - 1) / (LN_THREADS / 32);
+    const int64_t blocks = groups < FC_GRID ? groups : FC_GRID;
+    if (tg_scratch_check(a, 2 * blocks * D, err)) return -1;
+    float *pg = a->ctx->reduce_scratch, *pb = pg + blocks * D;
+    const size_t smem = 2 * (size_t)(LN_THREADS / 32) * (size_t)D * sizeof(float);
+    cudaStream_t st = a->ctx->stream;
+    if (smem > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(fc_bwd_kernel<W, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return tg_fail(err, "layernorm backward: %zu bytes of shared memory refused: %s", smem,
+                           cudaGetErrorString(e));
+    }
+    fc_bwd_kernel<W, T><<<(unsigned)blocks, LN_THREADS, smem, st>>>(dy, x, g, mu, rs, extra, step, ds, dx, pg, pb, M, D,
+                                                                    drop);
+    fc_final_kernel<<<(unsigned)((D + 7) / 8), dim3(8, FC_FINAL_TY), 0, st>>>(pg, pb, dg, db, blocks, D);
+    return 1;
+}
+
+/* ---- plain layernorm launchers ------------------------------------------------------ */
+
+template <class T>
+static void launch_ln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D) {
+    const T *x = (const T *)a->in[0];
+    const float *g = (const float *)a->in[1], *b = (const float *)a->in[2];
+    T *y = (T *)a->out[0];
+    float *mu = (float *)a->out[1], *rs = (float *)a->out[2];
+    const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
+    const unsigned va = 4 * sizeof(T);
+    const int vec = D % 4 == 0 && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned16(b) && tg_aligned(y, va);
+    if (vec)
+        ln_fwd_kernel<4, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+    else
+        ln_fwd_kernel<1, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+}
+
+int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t M = a->op->i[0], D = a->op->i[1];
+    if (M <= 0 || D <= 0) return 0;
+    if (a->in_dtype[0] == TG_BF16)
+        launch_ln_fwd<tg_bf16>(a, M, D);
+    else
+        launch_ln_fwd<float>(a, M, D);
+    return 0;
+}
+
+/* dgamma += sum dy*xhat, dbeta += sum dy over the rows of dy and x (both stages). */
+template <class T>
+static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, const float *mu, const float *rs,
+                          float *dg, float *db, int64_t M, int64_t D, tg_err *err) {
+    if (!dg && !db) return 0;
+    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
+    const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (D + COL_STRIPE - 1) / COL_STRIPE;
+    if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
+    if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)D);
+    double *pg = (double *)a->ctx->reduce_scratch, *pb = pg + chunks * D;
+    const dim3 grid((unsigned)stripes, (unsigned)chunks);
+    const unsigned va = 4 * sizeof(T);
+    cudaStream_t st = a->ctx->stream;
+    if (sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x))
+        ln_bwd_cols_kernel<T, LN_W8<T>::W><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+    else if (D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va))
+        ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+    else
+        ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
+    ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D);
+    return 0;
+}
+
+template <class T>
+static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
+    const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
+    const float *g = (const float *)a->in[2], *mu = (const float *)a->in[3], *rs = (const float *)a->in[4];
+    T *dx = (T *)a->out[0];
+    float *dg = (float *)a->out[1], *db = (float *)a->out[2];
+    rln_dropout off;
+    memset(&off, 0, sizeof off);
+    const int fc = fc_bwd<T>(a, dy, x, g, mu, rs, NULL, NULL, dx, NULL, dg, db, M, D, off, err);
+    if (fc) return fc < 0 ? -1 : 0;
+    cudaStream_t st = a->ctx->stream;
+    if (dx) {
+        const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
+        const unsigned va = 4 * sizeof(T);
+        const int vec = D % 4 == 0 && tg_aligned(dy, va) && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned(dx, va);
+        const int vec8 = sizeof(T) == 2 && D % 8 == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(g) &&
+                         tg_aligned16(dx);
+        if (vec8)
+            ln_bwd_dx_kernel<LN_W8<T>::W, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
+        else if (vec)
+            ln_bwd_dx_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
+        else
+            ln_bwd_dx_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
+    }
+    return launch_ln_cols<T>(a, dy, x, mu, rs, dg, db, M, D, err);
+}
+
+int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t M = a->op->i[0], D = a->op->i[1];
+    if (M <= 0 || D <= 0) return 0;
+    return a->in_dtype[0] == TG_BF16 ? launch_ln_bwd<tg_bf16>(a, M, D, err) : launch_ln_bwd<float>(a, M, D, err);
+}
+
+/* ---- residual layernorm launchers --------------------------------------------------- */
+
 template <class T>
 static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err *err) {
     const T *x = (const T *)a->in[0], *r = (const T *)a->in[1];
@@ -462,6 +629,7 @@ static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
     float *mu = (float *)a->out[2], *rs = (float *)a->out[3];
     if (!x || !r || !y || !s) return tg_fail(err, "residual_layernorm needs x, r, y and s");
     const rln_dropout drop = rln_dropout_of(a);
+    const float eps = a->op->f[0];
     const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
     const unsigned va = 4 * sizeof(T);
     cudaStream_t st = a->ctx->stream;
@@ -469,7 +637,6 @@ static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
                      tg_aligned16(s) && tg_aligned16(g) && tg_aligned16(b);
     const int vec = D % 4 == 0 && tg_aligned(x, va) && tg_aligned(r, va) && tg_aligned(y, va) && tg_aligned(s, va) &&
                     tg_aligned16(g) && tg_aligned16(b);
-    const float eps = a->op->f[0];
     if (vec8)
         rln_fwd_kernel<LN_W8<T>::W, T><<<blocks, LN_THREADS, 0, st>>>(x, r, g, b, step, y, s, mu, rs, M, D, eps, drop);
     else if (vec)
@@ -494,6 +661,8 @@ static int launch_rln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
     float *dg = (float *)a->out[2], *db = (float *)a->out[3];
     if (!dy || !s || !mu || !rs || !ds || !dx) return tg_fail(err, "residual_layernorm_bwd needs dy, s, mean, rstd, ds and dx");
     const rln_dropout drop = rln_dropout_of(a);
+    const int fc = fc_bwd<T>(a, dy, s, g, mu, rs, extra, step, ds, dx, dg, db, M, D, drop, err);
+    if (fc) return fc < 0 ? -1 : 0;
     const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
     const unsigned va = 4 * sizeof(T);
     cudaStream_t st = a->ctx->stream;

@@ -387,11 +387,12 @@ static void host_trace(tg_cuda_exec *x, int k, double *t0) {
  * missing from the cache times cuBLASLt's candidates and keeps the fastest (the cache
  * file keeps the choice for later runs). Training state is untouched: forward and backward
  * write only activations and gradients, which the real step recomputes (the backward
- * starts by zeroing the gradients). TUNEGRAPH_GEMM_TUNE=0 keeps the heuristic's picks. */
+ * starts by zeroing the gradients). TUNEGRAPH_GEMM_TUNE=0 keeps the heuristic's picks;
+ * TUNEGRAPH_GEMM_TUNE=log prints what each shape's timing found. */
 static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
     const char *env = getenv("TUNEGRAPH_GEMM_TUNE");
     if (env && !strcmp(env, "0")) return 0;
-    x->ctx.gemm_tune = 1;
+    x->ctx.gemm_tune = env && !strcmp(env, "log") ? 2 : 1; /* log: one line per shape on stderr */
     int rc = tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, err);
     x->ctx.gemm_tune = 0;
     if (rc) return tg_fail_context(err, "in the GEMM tuning pass");

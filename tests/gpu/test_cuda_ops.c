@@ -283,6 +283,20 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
 }
 
+/* The LayerNorm backward with fused column sums (kernels/layernorm.cu) at D = 768 and
+ * 1024 (more than 48 KB of shared memory: the opt-in path), with row counts (42, 135)
+ * that leave the last group of 8 partial, and 4608 rows (more row groups than the fixed
+ * grid of 512 blocks, so blocks take several). D = 96 and 256 are in the presets and
+ * attention shapes above; D = 30 (fp32) and 36 take the row and column kernels. */
+static void check_layernorm_widths(int precision, uint64_t seed, int *kinds_seen) {
+    check_shape("bert D=768 T=21", "tiny-bert", TG_TASK_CLASSIFY, 2, 21, seed + 31, precision, 0, 768, 12,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("gpt2 D=1024 T=45", "tiny-gpt2", TG_TASK_LM, 3, 45, seed + 32, precision, 0, 1024, 16,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("gpt2 D=64 M=4608", "tiny-gpt2", TG_TASK_LM, 9, 512, seed + 33, precision, 0, 64, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
+}
+
 /* One plan of a preset with the tanh GELU, run op by op against the CPU with an empty
  * GEMM cache folder, so the cache entries it leaves say how its GELU matmuls ran; *delta
  * gets its counts. intermediate 0: the preset's MLP width. */
@@ -365,6 +379,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_shape("bert D=30 Dh=10 T=21", "tiny-bert", TG_TASK_CLASSIFY, 3, 21, seed + 4, TG_PREC_FP32, 0, 30, 3,
                 TG_ATTENTION_FUSED, kinds_seen);
     check_separate_qkv(TG_PREC_FP32, seed, kinds_seen);
+    check_layernorm_widths(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -378,5 +393,6 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
     check_gelu_plans(TG_PREC_BF16, seed, kinds_seen);
     check_separate_qkv(TG_PREC_BF16, seed, kinds_seen);
+    check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
