@@ -1,4 +1,5 @@
 #include "compiler/compile.h"
+#include "compiler/grad_writes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +107,7 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
     int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
     if (g.failed || tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
-    if (g.failed || tg_apply_precision(&g, j->precision)) goto out;
+    if (g.failed || tg_apply_precision(&g, j->precision) || tg_first_gradient_writes(&g)) goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];
     for (int p = 0, o = 0; p <= TG_PHASE_COUNT; p++) {

@@ -6,7 +6,7 @@
  * the per-element expressions use non-contracting float ops in the CPU's order, so y and
  * dx match the oracle to a rounding or two. Warp sums use a fixed butterfly.
  *
- * dgamma/dbeta (+=) are column sums over rows, made deterministic with two stages
+ * dgamma/dbeta (+=, or = when i[3] says the op is their first writer) are column sums over rows, made deterministic with two stages
  * instead of float atomics (the scheme of BIAS_GRAD): stage 1 gives each 256-thread
  * block a fixed stripe of 64 columns x 128 rows, read as coalesced 16-byte vectors,
  * accumulated per thread in double, combined across the block's row groups in a fixed
@@ -229,7 +229,7 @@ ln_bwd_cols_kernel(const T *__restrict__ dy, const T *__restrict__ x, const floa
  * then the 8 lane sums are added in lane order and the results += into dgamma/dbeta. */
 __global__ void __launch_bounds__(32 * COL_TY)
 ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, float *__restrict__ dgamma,
-                  float *__restrict__ dbeta, int64_t chunks, int64_t D) {
+                  float *__restrict__ dbeta, int64_t chunks, int64_t D, int overwrite) {
     __shared__ double sg[COL_TY][32], sb[COL_TY][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 32 + tx;
@@ -241,8 +241,8 @@ ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, 
     __syncthreads();
     if (ty == 0 && c < D) {
         for (int k = 1; k < COL_TY; k++) g += sg[k][tx], b += sb[k][tx];
-        if (dgamma) dgamma[c] += (float)g;
-        if (dbeta) dbeta[c] += (float)b;
+        if (dgamma) dgamma[c] = (overwrite ? 0.0f : dgamma[c]) + (float)g;
+        if (dbeta) dbeta[c] = (overwrite ? 0.0f : dbeta[c]) + (float)b;
     }
 }
 
@@ -486,7 +486,7 @@ fc_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__
 #define FC_FINAL_TY 128
 __global__ void __launch_bounds__(8 * FC_FINAL_TY)
 fc_final_kernel(const float *__restrict__ pg, const float *__restrict__ pb, float *__restrict__ dgamma,
-                float *__restrict__ dbeta, int64_t chunks, int64_t D) {
+                float *__restrict__ dbeta, int64_t chunks, int64_t D, int overwrite) {
     __shared__ double sg[FC_FINAL_TY][8], sb[FC_FINAL_TY][8];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 8 + tx;
@@ -501,8 +501,8 @@ fc_final_kernel(const float *__restrict__ pg, const float *__restrict__ pb, floa
         __syncthreads();
     }
     if (ty == 0 && c < D) {
-        if (dgamma) dgamma[c] += (float)sg[0][tx];
-        if (dbeta) dbeta[c] += (float)sb[0][tx];
+        if (dgamma) dgamma[c] = (overwrite ? 0.0f : dgamma[c]) + (float)sg[0][tx];
+        if (dbeta) dbeta[c] = (overwrite ? 0.0f : dbeta[c]) + (float)sb[0][tx];
     }
 }
 
@@ -532,7 +532,7 @@ static int fc_bwd(const tg_cuda_op_args *a, const T *dy, const T *x, const float
     }
     fc_bwd_kernel<W, T><<<(unsigned)blocks, LN_THREADS, smem, st>>>(dy, x, g, mu, rs, extra, step, ds, dx, pg, pb, M, D,
                                                                     drop);
-    fc_final_kernel<<<(unsigned)((D + 7) / 8), dim3(8, FC_FINAL_TY), 0, st>>>(pg, pb, dg, db, blocks, D);
+    fc_final_kernel<<<(unsigned)((D + 7) / 8), dim3(8, FC_FINAL_TY), 0, st>>>(pg, pb, dg, db, blocks, D, a->op->i[3] != 0);
     return 1;
 }
 
@@ -582,7 +582,7 @@ static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, con
         ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
     else
         ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-    ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D);
+    ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D, a->op->i[3] != 0);
     return 0;
 }
 

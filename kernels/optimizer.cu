@@ -156,9 +156,11 @@ bias_stripe_kernel(const T *__restrict__ dy, double *__restrict__ partial, int64
 }
 
 /* Stage 2: block (32, 8) owns 32 columns; lane ty adds chunks ty, ty + 8, ... in order,
- * then the 8 lane sums are added in lane order and the result += into db. */
+ * then the 8 lane sums are added in lane order and the result += into db (= with
+ * overwrite: BIAS_GRAD's i[2]). */
 __global__ void __launch_bounds__(32 * COL_TY)
-bias_final_kernel(const double *__restrict__ partial, float *__restrict__ db, int64_t chunks, int64_t N) {
+bias_final_kernel(const double *__restrict__ partial, float *__restrict__ db, int64_t chunks, int64_t N,
+                  int overwrite) {
     __shared__ double sp[COL_TY][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 32 + tx;
@@ -169,7 +171,7 @@ bias_final_kernel(const double *__restrict__ partial, float *__restrict__ db, in
     __syncthreads();
     if (ty == 0 && c < N) {
         for (int k = 1; k < COL_TY; k++) s += sp[k][tx];
-        db[c] += (float)s;
+        db[c] = (overwrite ? 0.0f : db[c]) + (float)s;
     }
 }
 
@@ -198,7 +200,8 @@ int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
         else
             bias_stripe_kernel<float, 1><<<grid, COL_THREADS, 0, st>>>(dy, partial, M, N);
     }
-    bias_final_kernel<<<(unsigned)((N + 31) / 32), dim3(32, COL_TY), 0, st>>>(partial, (float *)a->out[0], chunks, N);
+    bias_final_kernel<<<(unsigned)((N + 31) / 32), dim3(32, COL_TY), 0, st>>>(partial, (float *)a->out[0], chunks, N,
+                                                                              a->op->i[2] != 0);
     return 0;
 }
 

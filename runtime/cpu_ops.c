@@ -336,7 +336,7 @@ static void op_matmul(const tg_cpu_op_args *a) {
 }
 
 static void op_bias_grad(const tg_cpu_op_args *a) {
-    colsum(a, CF32(a->in[0]), F32(a->out[0]), a->op->i[0], a->op->i[1], 1);
+    colsum(a, CF32(a->in[0]), F32(a->out[0]), a->op->i[0], a->op->i[1], !a->op->i[2]);
 }
 
 /* ---- layernorm ---------------------------------------------------------------------- */
@@ -399,9 +399,11 @@ typedef struct ln_cols_ctx {
     const float *dy, *x, *mean, *rstd;
     float *dgamma, *dbeta;
     int64_t M, D;
+    int overwrite; /* i[3]: = instead of += */
 } ln_cols_ctx;
 
-/* dgamma += sum_m dy*xhat, dbeta += sum_m dy: parallel over columns, rows in order. */
+/* dgamma += sum_m dy*xhat, dbeta += sum_m dy (= with i[3]): parallel over columns, rows in
+ * order. */
 static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
     const ln_cols_ctx *c = p;
     int64_t M = c->M, D = c->D;
@@ -419,15 +421,15 @@ static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
         }
     }
     for (int64_t d = b; d < e; d++) {
-        if (dg) dg[d] += (float)sg[d - b];
-        if (db) db[d] += (float)sb[d - b];
+        if (dg) dg[d] = (c->overwrite ? 0.0f : dg[d]) + (float)sg[d - b];
+        if (db) db[d] = (c->overwrite ? 0.0f : db[d]) + (float)sb[d - b];
     }
     free(s);
 }
 
 static void layernorm_cols(const tg_cpu_op_args *a, const float *dy, const float *x, const float *mean,
                            const float *rstd, float *dgamma, float *dbeta) {
-    ln_cols_ctx c = {dy, x, mean, rstd, dgamma, dbeta, a->op->i[0], a->op->i[1]};
+    ln_cols_ctx c = {dy, x, mean, rstd, dgamma, dbeta, a->op->i[0], a->op->i[1], a->op->i[3] != 0};
     if (dgamma || dbeta) tg_parallel_for(a->threads, c.D, layernorm_bwd_cols, &c);
 }
 

@@ -1563,3 +1563,96 @@ TG_TEST(test_compile_packed_qkv) {
         tg_plan_free(&plans[0]), tg_plan_free(&plans[1]);
     }
 }
+
+/* Whether the first op writing bytes [a, b) of the gradient pool overwrites them (MATMUL
+ * without i[6], BIAS_GRAD with i[2], the LayerNorm backwards with i[3], a fused bias
+ * gradient), looking only at ops after `from`; -1 if no op writes there. */
+static int first_write_overwrites(const tg_plan *p, int from, uint64_t a, uint64_t b) {
+    for (int o = from; o < p->n_ops; o++) {
+        const tg_op *op = &p->ops[o];
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+            const int t = op->out[s];
+            if (t < 0 || t == p->io.grads_all || p->tensors[t].pool != TG_POOL_GRADS) continue;
+            const tg_tensor *x = &p->tensors[t];
+            if (x->offset >= b || x->offset + x->bytes <= a) continue;
+            switch (op->kind) {
+            case TG_OP_MATMUL: return s == 1 || !op->i[6];
+            case TG_OP_BIAS_GRAD: return op->i[2] != 0;
+            case TG_OP_LAYERNORM_BWD: return op->i[3] != 0;
+            case TG_OP_RESIDUAL_LAYERNORM_BWD: return op->i[3] != 0;
+            default: return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+/* The backward clears only what must start at zero (compiler/grad_writes.c): BERT's three
+ * embedding tables (scattered into), GPT-2's position table (its token table's first
+ * writer is the tied LM head's product); every other gradient's first writer overwrites
+ * it, with fused or separate bias gradients. */
+TG_TEST(test_compile_first_gradient_writes) {
+    static const struct {
+        const char *preset;
+        int task, fuse_bias_grad;
+        const char *zeroed[4];
+    } cases[] = {
+        {"bert-base-uncased", TG_TASK_CLASSIFY, 1,
+         {"grad.bert.embeddings.word_embeddings.weight", "grad.bert.embeddings.position_embeddings.weight",
+          "grad.bert.embeddings.token_type_embeddings.weight", NULL}},
+        {"bert-base-uncased", TG_TASK_CLASSIFY, 0,
+         {"grad.bert.embeddings.word_embeddings.weight", "grad.bert.embeddings.position_embeddings.weight",
+          "grad.bert.embeddings.token_type_embeddings.weight", NULL}},
+        {"gpt2", TG_TASK_LM, 1, {"grad.transformer.wpe.weight", NULL}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_model_config cfg;
+        tg_err err;
+        REQUIRE(tg_model_config_load(cases[c].preset, &cfg, &err) == 0, "%s", err.msg);
+        tg_job job;
+        tg_job_defaults(&job);
+        snprintf(job.model, sizeof job.model, "%s", cases[c].preset);
+        job.task = cases[c].task, job.precision = TG_PREC_BF16, job.batch = 2, job.seq = 16, job.steps = 1;
+        job.fuse_bias_grad = cases[c].fuse_bias_grad;
+        tg_plan p;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        check_plan_memory(&p, cases[c].preset);
+        int zeros = 0, zero_op = -1;
+        uint64_t za = 0, zb = 0, zeroed = 0;
+        for (int o = 0; o < p.n_ops; o++)
+            if (p.ops[o].kind == TG_OP_ZERO && p.tensors[p.ops[o].out[0]].pool == TG_POOL_GRADS) {
+                const tg_tensor *z = &p.tensors[p.ops[o].out[0]];
+                CHECK(z->offset + z->bytes <= p.pool_bytes[TG_POOL_GRADS] && p.ops[o].out[0] != p.io.grads_all,
+                      "%s: ZERO %s is not a view inside the gradients", cases[c].preset, z->name);
+                zeros++, zero_op = o, za = z->offset, zb = z->offset + z->bytes, zeroed += z->bytes;
+            }
+        CHECK(zeros == 1 && p.ops[zero_op].phase == TG_PHASE_BACKWARD, "%s: %d ZERO ops (want 1)", cases[c].preset,
+              zeros);
+        CHECK(zeroed * 4 < p.pool_bytes[TG_POOL_GRADS], "%s: %llu of %llu gradient bytes cleared", cases[c].preset,
+              (unsigned long long)zeroed, (unsigned long long)p.pool_bytes[TG_POOL_GRADS]);
+        int n_zeroed = 0;
+        for (int t = 0; t < p.n_tensors; t++) {
+            const tg_tensor *x = &p.tensors[t];
+            if (!(x->flags & TG_TENSOR_GRAD) || (x->flags & TG_TENSOR_VIEW)) continue;
+            int want_zero = 0;
+            for (int k = 0; cases[c].zeroed[k]; k++) want_zero |= !strcmp(x->name, cases[c].zeroed[k]);
+            const int inside = x->offset >= za && x->offset + x->bytes <= zb;
+            n_zeroed += want_zero;
+            if (want_zero) {
+                CHECK(inside, "%s: %s is not cleared", cases[c].preset, x->name);
+                continue;
+            }
+            CHECK(first_write_overwrites(&p, zero_op + 1, x->offset, x->offset + x->bytes) == 1,
+                  "%s: %s: its first writer does not overwrite it%s", cases[c].preset, x->name,
+                  inside ? " (and it is cleared)" : "");
+        }
+        for (int o = 0; o < p.n_ops; o++) {
+            const tg_op *op = &p.ops[o];
+            if (op->kind == TG_OP_LAYERNORM_BWD || op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD)
+                CHECK(op->i[3] == 1, "%s: LayerNorm backward %d adds into its parameter gradients", cases[c].preset, o);
+            if (op->kind == TG_OP_BIAS_GRAD) CHECK(op->i[2] == 1, "%s: bias gradient %d adds", cases[c].preset, o);
+        }
+        CHECK(n_zeroed > 0, "%s: none of the cleared tables found", cases[c].preset);
+        tg_plan_free(&p);
+    }
+}

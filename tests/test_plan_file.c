@@ -498,7 +498,7 @@ static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
 
 static void flip_payload(uint8_t *b, size_t len) { b[40 + (len - 40) / 2] ^= 0x10; }
 static void flip_checksum(uint8_t *b, size_t len) { b[35] ^= 0x01; }
-static void set_version_7(uint8_t *b, size_t len) { b[8] = 7; }
+static void set_version_8(uint8_t *b, size_t len) { b[8] = 8; }
 static int g_old_version;
 static void set_old_version(uint8_t *b, size_t len) { b[8] = (uint8_t)g_old_version; }
 static void bad_magic(uint8_t *b, size_t len) { b[1] = 'X'; }
@@ -525,18 +525,20 @@ TG_TEST(test_plan_file_corrupt_size) {
 
 TG_TEST(test_plan_file_wrong_version) {
     tg_err err = {{0}};
-    CHECK(decode_patched(set_version_7, &err) == -1, "version 7 accepted");
+    CHECK(decode_patched(set_version_8, &err) == -1, "version 8 accepted");
     char want[128];
     snprintf(want, sizeof want,
-             "plan.tgp: plan format version 7, this build reads version %d (recompile the job)",
+             "plan.tgp: plan format version 8, this build reads version %d (recompile the job)",
              TG_PLAN_VERSION);
     CHECK(has(err.msg, want), "'%s'", err.msg);
     /* Every older format is refused: version 3 added the attention ops and 8 input slots,
      * version 4 the attention's keep bits (its backward's in4 was the step counter),
      * version 5 the matmul's fused bias gradient (i[7], out1) and the job's fuse_bias_grad,
      * version 6 the matmul's GELU epilogue (i[8], out2 / in3), the residual LayerNorm ops
-     * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv. */
-    CHECK(TG_PLAN_VERSION > 5, "plan version %d still reads version 5 plans", TG_PLAN_VERSION);
+     * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv,
+     * version 7 parameter gradients without a ZERO of the whole buffer (first writers
+     * overwrite: the LayerNorm backwards' i[3]). */
+    CHECK(TG_PLAN_VERSION > 6, "plan version %d still reads version 6 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);

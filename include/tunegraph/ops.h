@@ -10,6 +10,10 @@
  * first. An op reads in[0..] and writes out[0..]; unused slots hold -1. Integer
  * parameters live in op.i[], float parameters in op.f[]. "(+=)" marks an output
  * the op accumulates into (parameter gradients); every other output is overwritten.
+ * Parameter gradients start the backward unset: the first op to write each one
+ * overwrites it where the op has that form (TG_OP_MATMUL's i[6] = 0, TG_OP_BIAS_GRAD's
+ * i[2] = 1, the LayerNorm backwards' i[3] = 1), and TG_OP_ZERO clears the rest (embedding tables, which are
+ * scattered into, and any gradient nothing writes) first (compiler/grad_writes.c).
  */
 #ifndef TUNEGRAPH_OPS_H
 #define TUNEGRAPH_OPS_H
@@ -63,14 +67,16 @@ typedef enum tg_op_kind {
      * only), i[7]=bias gradient (0 none, 1 of A, 2 of B), i[8]=activation (0 none, 1 GELU,
      * 2 GELU backward). */
     TG_OP_MATMUL,
-    /* in0 dout [M,N] -> out0 dbias [N] (+=), the column sums. i[0]=M, i[1]=N. Where the
-     * weight-gradient product can take it, TG_OP_MATMUL's i[7] computes this instead. */
+    /* in0 dout [M,N] -> out0 dbias [N] (+=), the column sums. i[0]=M, i[1]=N, i[2]=1:
+     * out0 is overwritten instead (its first writer). Where the weight-gradient product
+     * can take it, TG_OP_MATMUL's i[7] computes this instead. */
     TG_OP_BIAS_GRAD,
     /* in0 x [M,D], in1 gamma [D], in2 beta [D] -> out0 y [M,D], out1 mean [M],
      * out2 rstd [M] (biased variance, as torch). i[0]=M, i[1]=D, f[0]=eps. */
     TG_OP_LAYERNORM,
     /* in0 dy [M,D], in1 x, in2 gamma, in3 mean, in4 rstd -> out0 dx [M,D],
-     * out1 dgamma [D] (+=), out2 dbeta [D] (+=). i[0]=M, i[1]=D. */
+     * out1 dgamma [D] (+=), out2 dbeta [D] (+=). i[0]=M, i[1]=D, i[3]=1: dgamma and dbeta
+     * are overwritten instead (the compiler sets it where the op writes them first). */
     TG_OP_LAYERNORM_BWD,
     /* in0 x -> out0 gelu(x), i[0] elements. i[1]=TG_GELU_ERF or TG_GELU_TANH. */
     TG_OP_GELU,
@@ -196,7 +202,7 @@ typedef enum tg_op_kind {
      * (TG_OP_LAYERNORM_BWD's dx) + ds_extra, which is also the residual's gradient;
      * out1 dx [M,D] = TG_OP_DROPOUT of ds as stored (same key, step and elements as the
      * forward; ds itself when p == 0 or in eval mode); out2 dgamma [D] (+=), out3 dbeta
-     * [D] (+=). Same parameters as the forward. */
+     * [D] (+=). Same parameters as the forward, and i[3] as TG_OP_LAYERNORM_BWD's. */
     TG_OP_RESIDUAL_LAYERNORM_BWD,
     TG_OP_COUNT
 } tg_op_kind;

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 6
+#define TG_PLAN_VERSION 7
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4

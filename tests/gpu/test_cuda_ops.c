@@ -90,9 +90,10 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
 
 static int is_accumulated(const tg_op *op, int slot) {
     switch (op->kind) {
-    case TG_OP_EMBEDDING_BWD: case TG_OP_BIAS_GRAD: return slot == 0;
-    case TG_OP_LAYERNORM_BWD: return slot >= 1;
-    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2;
+    case TG_OP_EMBEDDING_BWD: return slot == 0;
+    case TG_OP_BIAS_GRAD: return slot == 0 && !op->i[2]; /* i[2]: overwritten */
+    case TG_OP_LAYERNORM_BWD: return slot >= 1 && !op->i[3];
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2 && !op->i[3];
     case TG_OP_MATMUL: return slot == 0 && op->i[6] != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW: return 1; /* updated in place */
@@ -116,10 +117,24 @@ typedef struct act_seen {
 
 static act_seen g_act;
 
+/* Set: the plan's first gradient writers are turned back into accumulating ones (MATMUL
+ * i[6], BIAS_GRAD i[2], the LayerNorm backwards' i[3]), so both forms of each op run. */
+static int g_accumulate_gradients;
+
+static void accumulate_gradients(tg_plan *p) {
+    for (int o = 0; o < p->n_ops; o++) {
+        tg_op *op = &p->ops[o];
+        if (op->kind == TG_OP_LAYERNORM_BWD || op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD) op->i[3] = 0;
+        if (op->kind == TG_OP_BIAS_GRAD) op->i[2] = 0;
+        if (op->kind == TG_OP_MATMUL && !op->i[8] && p->tensors[op->out[0]].pool == TG_POOL_GRADS) op->i[6] = 1;
+    }
+}
+
 static void check_plan_ops(const char *what, const tg_job *job, const tg_model_config *cfg, int *kinds_seen) {
     tg_plan p;
     tg_err err;
     REQUIRE(tg_compile_with_config(job, cfg, &p, &err) == 0, "%s: %s", what, err.msg);
+    if (g_accumulate_gradients) accumulate_gradients(&p);
     tg_cpu_exec cpu;
     tg_cuda_exec gpu;
     REQUIRE(tg_cpu_exec_init(&cpu, &p, 0, &err) == 0, "%s", err.msg);
@@ -283,6 +298,17 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
 }
 
+/* Parameter-gradient ops in both forms: as compiled (first writers overwrite) above, and
+ * accumulating here, with separate bias gradients (BIAS_GRAD) and with fused ones. */
+static void check_accumulating_gradients(int precision, uint64_t seed, int *kinds_seen) {
+    g_accumulate_gradients = 1;
+    check_shape("tiny-bert accumulating gradients", "tiny-bert", TG_TASK_CLASSIFY, 3, 24, seed + 41, precision, 0, 0,
+                0, TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("tiny-bert unfused accumulating gradients", "tiny-bert", TG_TASK_CLASSIFY, 3, 24, seed + 42,
+                precision, 0, 0, 0, TG_ATTENTION_UNFUSED, kinds_seen);
+    g_accumulate_gradients = 0;
+}
+
 /* The LayerNorm backward with fused column sums (kernels/layernorm.cu) at D = 768 and
  * 1024 (more than 48 KB of shared memory: the opt-in path), with row counts (42, 135)
  * that leave the last group of 8 partial, and 4608 rows (more row groups than the fixed
@@ -380,6 +406,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
                 TG_ATTENTION_FUSED, kinds_seen);
     check_separate_qkv(TG_PREC_FP32, seed, kinds_seen);
     check_layernorm_widths(TG_PREC_FP32, seed, kinds_seen);
+    check_accumulating_gradients(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -394,5 +421,6 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_gelu_plans(TG_PREC_BF16, seed, kinds_seen);
     check_separate_qkv(TG_PREC_BF16, seed, kinds_seen);
     check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
+    check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
