@@ -645,6 +645,47 @@ TG_TEST(test_data_batch_lm_shift) {
     tg_dataset_free(&ds);
 }
 
+/* Rows of 1 KB and more are copied with streaming stores (datasets/batch.c): rows of 700
+ * and 650 tokens (lengths that leave a tail past the last 64 bytes) into 16-byte aligned
+ * buffers, ids and shifted labels checked element by element. */
+TG_TEST(test_data_batch_long_rows) {
+    enum { T = 704, B = 2 };
+    const int lens[B] = {700, 650};
+    size_t cap = 64 + 12 * T * B, n = 0;
+    char *text = malloc(cap);
+    REQUIRE(text, "out of memory");
+    for (int r = 0; r < B; r++) {
+        n += (size_t)snprintf(text + n, cap - n, "{\"input_ids\": [");
+        for (int t = 0; t < lens[r]; t++) n += (size_t)snprintf(text + n, cap - n, "%s%d", t ? ", " : "", (r * 1000 + t * 7) % 97 + 1);
+        n += (size_t)snprintf(text + n, cap - n, "]}\n");
+    }
+    tg_dataset ds;
+    int loaded = load_text(text, &k_lm, &ds);
+    free(text);
+    REQUIRE(loaded == 0, "load");
+    int32_t *ids = aligned_alloc(64, sizeof(int32_t) * B * T), *types = aligned_alloc(64, sizeof(int32_t) * B * T);
+    int32_t *pos = aligned_alloc(64, sizeof(int32_t) * B * T), *labels = aligned_alloc(64, sizeof(int32_t) * B * T);
+    float *mask = aligned_alloc(64, sizeof(float) * B * T);
+    REQUIRE(ids && types && pos && labels && mask, "out of memory");
+    memset(ids, 0x5A, sizeof(int32_t) * B * T), memset(labels, 0x5A, sizeof(int32_t) * B * T);
+    tg_batch b = {ids, mask, types, pos, labels, -1, -1, 0, NULL};
+    tg_batch_shape sh = {.batch = B, .seq = T, .task = TG_TASK_LM, .arch = TG_ARCH_GPT2, .pad_id = 0};
+    int32_t idx[B] = {0, 1};
+    tg_batch_fill(&ds, idx, B, &sh, &b);
+    int bad = 0;
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            const int32_t want_id = t < lens[r] ? (r * 1000 + t * 7) % 97 + 1 : 0;
+            const int32_t want_label = t + 1 < lens[r] ? (r * 1000 + (t + 1) * 7) % 97 + 1 : TG_IGNORE_INDEX;
+            bad += !CHECK(ids[r * T + t] == want_id && labels[r * T + t] == want_label,
+                          "row %d token %d: id %d label %d (want %d, %d)", r, t, ids[r * T + t], labels[r * T + t],
+                          want_id, want_label);
+            if (bad > 3) break;
+        }
+    free(ids), free(types), free(pos), free(labels), free(mask);
+    tg_dataset_free(&ds);
+}
+
 TG_TEST(test_data_batch_roberta_positions) {
     tg_dataset ds;
     REQUIRE(load_text("{\"input_ids\": [0, 9, 2], \"label\": 1}\n", &k_classify, &ds) == 0, "load");
