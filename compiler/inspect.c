@@ -24,9 +24,9 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_ADD] = {.i = {"n"}, .known = 1},
     [TG_OP_MATMUL] = {.i = {"M", "N", "K", "transA", "transB", "batch", "accumulate", "bias_grad", "activation"},
                       .f = {"alpha"}, .known = 1},
-    [TG_OP_BIAS_GRAD] = {.i = {"M", "N"}, .known = 1},
+    [TG_OP_BIAS_GRAD] = {.i = {"M", "N", "overwrite"}, .known = 1},
     [TG_OP_LAYERNORM] = {.i = {"M", "D"}, .f = {"eps"}, .known = 1},
-    [TG_OP_LAYERNORM_BWD] = {.i = {"M", "D"}, .known = 1},
+    [TG_OP_LAYERNORM_BWD] = {.i = {"M", "D", NULL, "overwrite"}, .known = 1},
     [TG_OP_GELU] = {.i = {"n", "tanh_approx"}, .known = 1},
     [TG_OP_GELU_BWD] = {.i = {"n", "tanh_approx"}, .known = 1},
     [TG_OP_TANH] = {.i = {"n"}, .known = 1},
@@ -49,7 +49,7 @@ static const op_params k_params[TG_OP_COUNT] = {
                      .f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
                      .known = 1},
     [TG_OP_RESIDUAL_LAYERNORM] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
-    [TG_OP_RESIDUAL_LAYERNORM_BWD] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
+    [TG_OP_RESIDUAL_LAYERNORM_BWD] = {.i = {"M", "D", "key", "overwrite"}, .f = {"eps", "p"}, .known = 1},
 };
 
 static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",
