@@ -54,7 +54,7 @@ struct tg_gemm_cache {
     int n_new, n_imported;
 };
 
-#define GEMM_CACHE_MAGIC 0x33434D47u /* "GMC3": chosen from 32 timed candidates */
+#define GEMM_CACHE_MAGIC 0x33434D47u /* "GMC3": choices may be split-K forms */
 
 static int cache_add(tg_gemm_cache *cache, const gemm_key *key, const cublasLtMatmulAlgo_t *algo, int imported) {
     if (cache->n == cache->cap) {
@@ -186,9 +186,8 @@ static int act_fallback(const tg_cuda_op_args *a, tg_err *err) {
     return tg_launch_gelu_bwd(&sa, err);
 }
 
-/* Candidates timed per shape: the heuristic's first choice is often a 128x128 tile that
- * leaves SMs idle on BERT-sized weight gradients (36-144 tiles on 132 SMs); further down
- * its list are split-K and narrower tiles that fill the GPU. */
+/* Heuristic candidates asked for per shape (cuBLASLt 13 returns at most 8 for the
+ * shapes of the benchmark models), each timed. */
 #define TUNE_CANDIDATES 32
 #define TUNE_REPS 3
 
@@ -260,7 +259,9 @@ static int finish_variant(const tg_cuda_op_args *a, int variant, tg_err *err) {
 
 /* Split-K variants of the first SPLITK_BASES heuristic candidates are timed too: K-long
  * products with few output tiles (BERT's weight gradients: K = B*T = 4096, 36-144 tiles
- * of 128 x 128 on 132 SMs) leave most SMs idle otherwise. The parts are added in fp32:
+ * of 128 x 128 on 132 SMs) leave most SMs idle otherwise. (On an H100 none won for the
+ * benchmark models: the sm90 kernels the heuristic returns cannot split, and the older
+ * ones that can are slower; a few small shapes take one.) The parts are added in fp32:
  * in place in an fp32 output (cuBLASLt orders that with counters: deterministic), else
  * in the workspace at the compute type. */
 #define SPLITK_BASES 4
