@@ -259,9 +259,9 @@ static int finish_variant(const tg_cuda_op_args *a, int variant, tg_err *err) {
 
 /* Split-K variants of the first SPLITK_BASES heuristic candidates are timed too: K-long
  * products with few output tiles (BERT's weight gradients: K = B*T = 4096, 36-144 tiles
- * of 128 x 128 on 132 SMs) leave most SMs idle otherwise. (On an H100 none won for the
- * benchmark models: the sm90 kernels the heuristic returns cannot split, and the older
- * ones that can are slower; a few small shapes take one.) The parts are added in fp32:
+ * of 128 x 128 on 132 SMs) leave most SMs idle otherwise. (On an H100 the split forms
+ * were timed slower than the unsplit ones for every large shape of the benchmark models;
+ * a few small shapes take one.) The parts are added in fp32:
  * in place in an fp32 output (cuBLASLt orders that with counters: deterministic), else
  * in the workspace at the compute type. */
 #define SPLITK_BASES 4
