@@ -102,7 +102,6 @@ static int always_overwrites(const tg_op *op, int slot) {
     case TG_OP_BIAS_GRAD: return op->i[2] != 0;
     case TG_OP_LAYERNORM_BWD: return slot == 0 || op->i[3];
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot < 2 || op->i[3];
-    case TG_OP_ADAMW: return 0;
     default: return 1;
     }
 }

@@ -112,6 +112,12 @@ static __device__ __forceinline__ uint64_t tg_dropout_step(const float *step_ptr
     return s > 0.0f ? (uint64_t)s : 0;
 }
 
+/* A parameter gradient's sum v into *p: += by default, = for the op that writes it first
+ * (compiler/grad_writes.c). */
+static __device__ __forceinline__ void tg_grad_store(float *p, float v, int overwrite) {
+    *p = (overwrite ? 0.0f : *p) + v;
+}
+
 typedef __nv_bfloat16 tg_bf16;
 
 /* Element i of a float or bf16 array as float (exact), and the store back (bf16: round

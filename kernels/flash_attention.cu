@@ -185,27 +185,40 @@ static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* Rows row0 .. row0+63 (of T; rows past T and columns past Dh are zero) of one head,
- * g pointing at row 0 column 0 of that head. With 16-byte rows the copy is asynchronous
- * (part of the caller's next cp.async group); otherwise element by element. */
-template <int DP>
+/* Rows row0 .. row0+ROWS-1 (of T; rows past T and columns past Dh are zero) of one head,
+ * g pointing at row 0 column 0 of that head, by the block's THREADS threads. With 16-byte
+ * rows the copy is asynchronous (part of the caller's next cp.async group); otherwise
+ * element by element. */
+template <int DP, int ROWS = FA_ROWS, int THREADS = FA_THREADS>
 static __device__ __forceinline__ void load_tile(tg_bf16 *s, const tg_bf16 *g, int64_t ld, int row0, int T, int Dh,
                                                  int vec) {
     constexpr int LD = fa_tile<DP>::LD;
     if (vec) {
         constexpr int CH = DP / 8; /* 16-byte chunks per row */
-        for (int i = threadIdx.x; i < FA_ROWS * CH; i += FA_THREADS) {
+        for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
             const int r = i / CH, c = (i % CH) * 8;
             const bool in = row0 + r < T && c < Dh;
             cp_async16(s + r * LD + c, in ? g + (int64_t)(row0 + r) * ld + c : g, in ? 16 : 0);
         }
     } else {
         const tg_bf16 zero = __float2bfloat16_rn(0.0f);
-        for (int i = threadIdx.x; i < FA_ROWS * DP; i += FA_THREADS) {
+        for (int i = threadIdx.x; i < ROWS * DP; i += THREADS) {
             const int r = i / DP, c = i % DP;
             s[r * LD + c] = row0 + r < T && c < Dh ? g[(int64_t)(row0 + r) * ld + c] : zero;
         }
     }
+}
+
+/* delta = rowsum(dO * O) of tile row r (stored, rounded O), by a warp: lane L sums half
+ * (L >> 4) of row r0 + (L & 15) and the halves meet by shuffle, so lanes L and L ^ 16 both
+ * return that row's sum. */
+template <int DP>
+static __device__ __forceinline__ float row_delta(const tg_bf16 *sdO, const tg_bf16 *sO, int r0, int lane) {
+    constexpr int LD = fa_tile<DP>::LD;
+    const int r = r0 + (lane & 15), d0 = (lane >> 4) * (DP / 2);
+    float acc = 0.0f;
+    for (int d = d0; d < d0 + DP / 2; d++) acc += __bfloat162float(sdO[r * LD + d]) * __bfloat162float(sO[r * LD + d]);
+    return acc + __shfl_xor_sync(0xffffffffu, acc, 16);
 }
 
 /* The key mask of columns col0 .. col0+63: nonzero where the key is real (inside T and
@@ -501,7 +514,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
 template <int DP>
 __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    constexpr int E = fa_tile<DP>::ELEMS, LD = fa_tile<DP>::LD;
+    constexpr int E = fa_tile<DP>::ELEMS;
     tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sdO = sQ + E, *sO = sdO + E, *sKV = sO + E;
     float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);
     const int T = a.T, H = a.H, Dh = a.Dh;
@@ -525,16 +538,11 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    /* delta = rowsum(dO * O) from the stored (rounded) O: lane L sums half (L >> 4) of row
-     * L & 15 of the warp's rows; the halves meet by shuffle. */
+    /* delta of the warp's 16 rows (lanes L and L ^ 16 hold row L & 15's). */
     float dl[2], lse2[2];
     {
-        const int r = lane & 15, d0 = (lane >> 4) * (DP / 2);
-        float acc = 0.0f;
-        for (int d = d0; d < d0 + DP / 2; d++)
-            acc += __bfloat162float(sdO[(warp * 16 + r) * LD + d]) * __bfloat162float(sO[(warp * 16 + r) * LD + d]);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 16);
-        if (lane < 16 && wr0 + r < T) a.delta[(int64_t)bh * T + wr0 + r] = acc;
+        const float acc = row_delta<DP>(sdO, sO, warp * 16, lane);
+        if (lane < 16 && wr0 + lane < T) a.delta[(int64_t)bh * T + wr0 + lane] = acc;
         dl[0] = __shfl_sync(0xffffffffu, acc, g);
         dl[1] = __shfl_sync(0xffffffffu, acc, g + 8);
     }
@@ -702,27 +710,6 @@ struct fs_smem {
                                     3 * TP * sizeof(float) + (size_t)TP * (TP / 32) * sizeof(uint32_t);
 };
 
-/* Rows 0 .. TP-1 of one head (zero past T and past Dh) into s [TP][LD], all threads. */
-template <int DP, int TP>
-static __device__ __forceinline__ void fs_load_rows(tg_bf16 *s, const tg_bf16 *g, int64_t ld, int T, int Dh,
-                                                    int vec) {
-    constexpr int LD = fa_tile<DP>::LD;
-    if (vec) {
-        constexpr int CH = DP / 8;
-        for (int i = threadIdx.x; i < TP * CH; i += blockDim.x) {
-            const int r = i / CH, c = (i % CH) * 8;
-            const bool in = r < T && c < Dh;
-            cp_async16(s + r * LD + c, in ? g + (int64_t)r * ld + c : g, in ? 16 : 0);
-        }
-    } else {
-        const tg_bf16 zero = __float2bfloat16_rn(0.0f);
-        for (int i = threadIdx.x; i < TP * DP; i += blockDim.x) {
-            const int r = i / DP, c = i % DP;
-            s[r * LD + c] = r < T && c < Dh ? g[(int64_t)r * ld + c] : zero;
-        }
-    }
-}
-
 template <int DP, int TP>
 __global__ void __launch_bounds__(TP * 2, 1) fa_bwd_short_kernel(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -741,11 +728,11 @@ __global__ void __launch_bounds__(TP * 2, 1) fa_bwd_short_kernel(fa_args a) {
     const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
     const tg_bf16 *O = (const tg_bf16 *)a.o + (int64_t)b * T * a.ldo + h * Dh;
-    fs_load_rows<DP, TP>(sK, K, a.ldk, T, Dh, a.vec);
-    fs_load_rows<DP, TP>(sV, V, a.ldv, T, Dh, a.vec);
-    fs_load_rows<DP, TP>(sQ, Q, a.ldq, T, Dh, a.vec);
-    fs_load_rows<DP, TP>(sdO, dO, a.ldo, T, Dh, a.vec);
-    fs_load_rows<DP, TP>(sdS, O, a.ldo, T, Dh, a.vec); /* O in the dS^T area, LD rows */
+    load_tile<DP, TP, TP * 2>(sK, K, a.ldk, 0, T, Dh, a.vec);
+    load_tile<DP, TP, TP * 2>(sV, V, a.ldv, 0, T, Dh, a.vec);
+    load_tile<DP, TP, TP * 2>(sQ, Q, a.ldq, 0, T, Dh, a.vec);
+    load_tile<DP, TP, TP * 2>(sdO, dO, a.ldo, 0, T, Dh, a.vec);
+    load_tile<DP, TP, TP * 2>(sdS, O, a.ldo, 0, T, Dh, a.vec); /* O in the dS^T area, LD rows */
     cp_async_commit();
     for (int i = threadIdx.x; i < TP; i += blockDim.x) {
         sL[i] = i < T ? a.lse[(int64_t)bh * T + i] * FA_LOG2E : 0.0f;
@@ -758,14 +745,10 @@ __global__ void __launch_bounds__(TP * 2, 1) fa_bwd_short_kernel(fa_args a) {
         }
     cp_async_wait<0>();
     __syncthreads();
-    /* delta = rowsum(dO * O) from the stored (rounded) O, the dQ kernel's order: lane L of
-     * warp w sums half (L >> 4) of query 16w + (L & 15), the halves meet by shuffle. */
+    /* delta of the warp's 16 queries, as the dQ kernel forms it. */
     {
-        const int r = w0 + (lane & 15), d0 = (lane >> 4) * (DP / 2);
-        float acc = 0.0f;
-        for (int d = d0; d < d0 + DP / 2; d++)
-            acc += __bfloat162float(sdO[r * LD + d]) * __bfloat162float(sdS[r * LD + d]);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 16);
+        const float acc = row_delta<DP>(sdO, sdS, w0, lane);
+        const int r = w0 + lane;
         if (lane < 16) {
             sD[r] = acc;
             if (r < T) a.delta[(int64_t)bh * T + r] = acc;

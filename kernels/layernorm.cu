@@ -31,8 +31,6 @@
  * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD and the residual ops
  * 16-byte accesses of 8 when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are
  * always fp32. */
-#include <string.h>
-
 #include "kernels/cuda_common.cuh"
 #include "kernels/philox.h"
 
@@ -48,7 +46,8 @@ int64_t tg_scratch_layernorm_bwd(const tg_op *op) {
     int64_t M = op->i[0], D = op->i[1];
     if (M <= 0 || D <= 0) return 0;
     const int64_t cols = 4 * ((M + COL_ROWS - 1) / COL_ROWS) * D; /* 2 doubles per (chunk, column) */
-    const int64_t rows = 2 * FC_GRID * D;                          /* 2 floats per (block, column) */
+    const int64_t groups = (M + LN_THREADS / 32 - 1) / (LN_THREADS / 32), blocks = groups < FC_GRID ? groups : FC_GRID;
+    const int64_t rows = 2 * blocks * D; /* the fused-column backward: 2 floats per (block, column) */
     return cols > rows ? cols : rows;
 }
 
@@ -241,8 +240,8 @@ ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, 
     __syncthreads();
     if (ty == 0 && c < D) {
         for (int k = 1; k < COL_TY; k++) g += sg[k][tx], b += sb[k][tx];
-        if (dgamma) dgamma[c] = (overwrite ? 0.0f : dgamma[c]) + (float)g;
-        if (dbeta) dbeta[c] = (overwrite ? 0.0f : dbeta[c]) + (float)b;
+        if (dgamma) tg_grad_store(dgamma + c, (float)g, overwrite);
+        if (dbeta) tg_grad_store(dbeta + c, (float)b, overwrite);
     }
 }
 
@@ -390,20 +389,6 @@ static rln_dropout rln_dropout_of(const tg_cuda_op_args *a) {
 
 /* ---- backward with fused column sums ------------------------------------------------ */
 
-/* The row kernels' backward (one warp per row, the second pass re-reading its row from
- * L1) over a fixed grid of FC_GRID blocks of 8 warps: block b takes the row groups
- * b, b + FC_GRID, ... of 8 rows (one per warp), so there are at most FC_GRID partials
- * whatever M is, and a fixed grid keeps the sums independent of the GPU. Each warp adds
- * its rows' dy*xhat and dy, in row order, into its own smem rows sg[warp][D] and
- * sb[warp][D] (float; 2 * 8 * D floats), and the block writes their sums, added in warp
- * order, as partials pg/pb[b][D]; fc_final adds those in block order in double and does
- * the += into dgamma/dbeta. dy and the normalised input are read once (the column kernel
- * read them again).
- *
- * o = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) (+ extra) is stored, as stored,
- * to ds when set and, through the dropout, to dx when set (no dropout unless drop.on):
- * the plain LAYERNORM_BWD passes its dx as ds. W: the 16-byte access of T, with D % W ==
- * 0 and every pointer 16-byte aligned. */
 /* W floats at vector index k of a shared row, as float4s (W = 4 or 8). */
 template <int W>
 static __device__ __forceinline__ void fc_ld(const float *p, int64_t k, float (&v)[W]) {
@@ -420,6 +405,20 @@ static __device__ __forceinline__ void fc_st(float *p, int64_t k, const float (&
         reinterpret_cast<float4 *>(p)[k * (W / 4) + q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
 }
 
+/* The row kernels' backward (one warp per row, the second pass re-reading its row from
+ * L1) over a fixed grid of FC_GRID blocks of 8 warps: block b takes the row groups
+ * b, b + FC_GRID, ... of 8 rows (one per warp), so there are at most FC_GRID partials
+ * whatever M is, and a fixed grid keeps the sums independent of the GPU. Each warp adds
+ * its rows' dy*xhat and dy, in row order, into its own smem rows sg[warp][D] and
+ * sb[warp][D] (float; 2 * 8 * D floats), and the block writes their sums, added in warp
+ * order, as partials pg/pb[b][D]; fc_final adds those in block order in double and does
+ * the += into dgamma/dbeta. dy and the normalised input are read once (the column kernel
+ * read them again).
+ *
+ * o = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) (+ extra) is stored, as stored,
+ * to ds when set and, through the dropout, to dx when set (no dropout unless drop.on):
+ * the plain LAYERNORM_BWD passes its dx as ds. W: the 16-byte access of T, with D % W ==
+ * 0 and every pointer 16-byte aligned. */
 template <int W, class T>
 __global__ void __launch_bounds__(LN_THREADS, 4) /* 4 blocks per SM: the whole grid in one wave on an H100 */
 fc_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ gamma,
@@ -501,8 +500,8 @@ fc_final_kernel(const float *__restrict__ pg, const float *__restrict__ pb, floa
         __syncthreads();
     }
     if (ty == 0 && c < D) {
-        if (dgamma) dgamma[c] = (overwrite ? 0.0f : dgamma[c]) + (float)sg[0][tx];
-        if (dbeta) dbeta[c] = (overwrite ? 0.0f : dbeta[c]) + (float)sb[0][tx];
+        if (dgamma) tg_grad_store(dgamma + c, (float)sg[0][tx], overwrite);
+        if (dbeta) tg_grad_store(dbeta + c, (float)sb[0][tx], overwrite);
     }
 }
 
@@ -519,7 +518,7 @@ static int fc_bwd(const tg_cuda_op_args *a, const T *dy, const T *x, const float
         return 0;
     const int64_t groups = (M + LN_THREADS / 32 - 1) / (LN_THREADS / 32);
     const int64_t blocks = groups < FC_GRID ? groups : FC_GRID;
-    if (tg_scratch_check(a, 2 * blocks * D, err)) return -1;
+    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
     float *pg = a->ctx->reduce_scratch, *pb = pg + blocks * D;
     const size_t smem = 2 * (size_t)(LN_THREADS / 32) * (size_t)D * sizeof(float);
     cudaStream_t st = a->ctx->stream;
@@ -592,8 +591,7 @@ static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err 
     const float *g = (const float *)a->in[2], *mu = (const float *)a->in[3], *rs = (const float *)a->in[4];
     T *dx = (T *)a->out[0];
     float *dg = (float *)a->out[1], *db = (float *)a->out[2];
-    rln_dropout off;
-    memset(&off, 0, sizeof off);
+    const rln_dropout off = {};
     const int fc = fc_bwd<T>(a, dy, x, g, mu, rs, NULL, NULL, dx, NULL, dg, db, M, D, off, err);
     if (fc) return fc < 0 ? -1 : 0;
     cudaStream_t st = a->ctx->stream;

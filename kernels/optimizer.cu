@@ -171,7 +171,7 @@ bias_final_kernel(const double *__restrict__ partial, float *__restrict__ db, in
     __syncthreads();
     if (ty == 0 && c < N) {
         for (int k = 1; k < COL_TY; k++) s += sp[k][tx];
-        db[c] = (overwrite ? 0.0f : db[c]) + (float)s;
+        tg_grad_store(db + c, (float)s, overwrite);
     }
 }
 
