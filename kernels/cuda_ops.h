@@ -102,8 +102,15 @@ int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, s
                        cudaStream_t s);
 int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes, const long long *seq,
                         cudaStream_t s);
+/* update_due (device, or NULL): set to 1, marking this step's deferred update as due. */
 int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report, long long *seq,
-                     cudaStream_t s);
+                     int *update_due, cudaStream_t s);
+
+/* TG_OP_ADAMW (kernels/optimizer.cu) over parameter elements [first, end) only (first a
+ * multiple of 4), on a->ctx->stream; with `gate` (device), the launch does nothing while
+ * *gate is 0. The executor's deferred update (runtime/deferred_update.h) runs a step's
+ * update this way, in chunks beside the next step's forward. */
+int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err);
 
 /* GEMM (kernels/gemm.cu): row-major batched C = alpha op(A) op(B) (+ bias) (+ C), as
  * TG_OP_MATMUL, through cuBLASLt with fp32 compute (TF32 only when allowed). */

@@ -20,7 +20,9 @@
  * m and v match the CPU bit for bit. Gradients are only read. In bf16 plans out[3] is
  * the params_bf16 pool (same element indexing as params): every updated element of every
  * segment is also written there, rounded to nearest even, in the same pass (gaps are
- * left alone).
+ * left alone). A launch may cover a range of the elements (the executor's deferred update
+ * runs the update in chunks beside the next forward, kernels/cuda_ops.h), and may be
+ * gated by a device flag, doing nothing while it is 0.
  *
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
 #include "kernels/cuda_common.cuh"
@@ -238,9 +240,10 @@ template <bool VEC, bool COPY>
 __global__ void __launch_bounds__(ADAM_THREADS)
 adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
              float *__restrict__ v_all, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
-             const float *__restrict__ norm_ptr, const tg_param_segment *__restrict__ seg, int nseg, int64_t n,
-             adam_hyper h) {
+             const float *__restrict__ norm_ptr, const tg_param_segment *__restrict__ seg, int nseg, int64_t first,
+             int64_t n, const int *__restrict__ gate, adam_hyper h) {
     __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
+    if (gate && *gate == 0) return;
     if (threadIdx.x == 0) {
         const float lr = lr_ptr[0];
         float clip = 1.0f;
@@ -255,7 +258,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
     __syncthreads();
     const float lr = s_lr, clip = s_clip, step_size = s_step_size, sqrt_bc2 = s_sqrt_bc2;
     const float lr_wd = fmul(lr, h.wd);
-    const int64_t block_first = (int64_t)blockIdx.x * ADAM_THREADS * 4 * ADAM_ITERS;
+    const int64_t block_first = first + (int64_t)blockIdx.x * ADAM_THREADS * 4 * ADAM_ITERS;
     int s = -1;
     for (int it = 0; it < ADAM_ITERS; it++) {
         const int64_t e = block_first + ((int64_t)it * ADAM_THREADS + threadIdx.x) * 4;
@@ -299,24 +302,25 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
     }
 }
 
-int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
+int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
     const tg_cuda_ctx *ctx = a->ctx;
-    const int64_t n = a->op->i[0];
-    if (n <= 0 || ctx->n_segments <= 0) return 0;
+    if (end > a->op->i[0]) end = a->op->i[0];
+    if (first >= end || ctx->n_segments <= 0) return 0;
+    if (first % 4) return tg_fail(err, "AdamW range starts at element %lld, not a multiple of 4", (long long)first);
     if (!ctx->segments) return tg_fail(err, "no parameter segment table");
     const float *f = a->op->f;
     const adam_hyper h = {f[0], f[1], f[2], f[3], f[4]};
     const float *g = (const float *)a->in[0];
     float *p = (float *)a->out[0], *m = (float *)a->out[1], *v = (float *)a->out[2];
     const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
-    const int64_t blocks = (n + per_block - 1) / per_block;
-    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)n);
+    const int64_t blocks = (end - first + per_block - 1) / per_block;
+    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
     tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
     const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v) && tg_aligned8(pbf);
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
 #define ADAMW(VEC, COPY)                                                                                              \
-    adamw_kernel<VEC, COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, m, v, pbf, lr, step, norm,       \
-                                                                              ctx->segments, ctx->n_segments, n, h)
+    adamw_kernel<VEC, COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                      \
+        g, p, m, v, pbf, lr, step, norm, ctx->segments, ctx->n_segments, first, end, gate, h)
     if (vec && pbf)
         ADAMW(true, true);
     else if (vec)
@@ -328,3 +332,5 @@ int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
 #undef ADAMW
     return 0;
 }
+
+int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) { return tg_cuda_adamw_range(a, 0, a->op->i[0], NULL, err); }

@@ -34,7 +34,8 @@ __global__ void fetch_batch_kernel(const tg_step_ctrl *ctrl, uint8_t *staging, s
 /* The statistics first, then (after a system-wide fence) the count the host waits for,
  * so the host never reads a step's record before it is complete. */
 __global__ void step_end_kernel(const float *loss, const float *lr, const float *norm, tg_step_report *report,
-                                long long *seq) {
+                                long long *seq, int *update_due) {
+    if (update_due) *update_due = 1;
     tg_step_record *r = &report->step[*seq % TG_STEP_RING];
     r->loss = *loss, r->lr = *lr, r->grad_norm = *norm;
     long long done = *seq + 1;
@@ -68,7 +69,7 @@ extern "C" int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, s
 }
 
 extern "C" int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report,
-                                long long *seq, cudaStream_t s) {
-    step_end_kernel<<<1, 1, 0, s>>>(loss, lr, norm, report, seq);
+                                long long *seq, int *update_due, cudaStream_t s) {
+    step_end_kernel<<<1, 1, 0, s>>>(loss, lr, norm, report, seq, update_due);
     return launched();
 }

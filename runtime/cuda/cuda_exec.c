@@ -148,6 +148,33 @@ static void numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *ou
             out_n[s] = op->out[s] >= 0 ? tg_tensor_numel(&p->tensors[op->out[s]]) : 0;
 }
 
+/* Plans the deferred update and creates its stream, flag and events; leaves it off where
+ * the plan does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0. */
+static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
+    const char *env = getenv("TUNEGRAPH_DEFERRED_UPDATE");
+    if (env && !strcmp(env, "0")) return 0;
+    const tg_plan *p = x->plan;
+    const int64_t n = p->n_ops ? p->ops[p->n_ops - 1].i[0] : 0;
+    /* Chunks of at least 2M elements (a few microseconds of update each), fewer on small
+     * models: at most about 16. */
+    int64_t min_chunk = n / 16 > 4096 ? n / 16 : 4096;
+    if (min_chunk > (1 << 21)) min_chunk = 1 << 21;
+    int rc = tg_deferred_update_plan(p, min_chunk, &x->defer, err);
+    if (rc <= 0) return rc;
+    cudaError_t e;
+    CUDA_TRY(cudaStreamCreateWithFlags(&x->update_stream, cudaStreamNonBlocking), "cudaStreamCreate (deferred update)");
+    CUDA_TRY(cudaMalloc((void **)&x->update_due, sizeof *x->update_due), "cudaMalloc of the update flag");
+    CUDA_TRY(cudaMemset(x->update_due, 0, sizeof *x->update_due), "cudaMemset of the update flag");
+    CUDA_TRY(cudaEventCreateWithFlags(&x->update_fork, cudaEventDisableTiming), "cudaEventCreate");
+    x->chunk_done = calloc((size_t)x->defer.n_chunks, sizeof *x->chunk_done);
+    if (!x->chunk_done) return tg_fail(err, "out of memory");
+    for (int k = 0; k < x->defer.n_chunks; k++)
+        if ((e = cudaEventCreateWithFlags(&x->chunk_done[k], cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_fail(err, "cudaEventCreate (update chunk)", e);
+    x->defer_on = 1;
+    return 0;
+}
+
 int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err) {
     memset(x, 0, sizeof *x);
     x->plan = plan;
@@ -201,6 +228,8 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
         rc = -1;
     else if ((e = cudaStreamCreateWithFlags(&x->side_stream, cudaStreamNonBlocking)) != cudaSuccess)
         rc = cuda_fail(err, "cudaStreamCreate (batch fetch branch)", e);
+    else if (deferred_update_init(x, err))
+        rc = -1;
     else if ((e = cudaEventCreateWithFlags(&x->fork, cudaEventDisableTiming)) != cudaSuccess ||
              (e = cudaEventCreateWithFlags(&x->join, cudaEventDisableTiming)) != cudaSuccess)
         rc = cuda_fail(err, "cudaEventCreate", e);
@@ -243,6 +272,13 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     if (x->fork) cudaEventDestroy(x->fork);
     if (x->join) cudaEventDestroy(x->join);
     if (x->side_stream) cudaStreamDestroy(x->side_stream);
+    for (int k = 0; x->chunk_done && k < x->defer.n_chunks; k++)
+        if (x->chunk_done[k]) cudaEventDestroy(x->chunk_done[k]);
+    free(x->chunk_done);
+    if (x->update_fork) cudaEventDestroy(x->update_fork);
+    if (x->update_stream) cudaStreamDestroy(x->update_stream);
+    cudaFree(x->update_due);
+    tg_deferred_update_free(&x->defer);
     cudaFreeHost(x->ctrl);
     cudaFreeHost(x->report);
     cudaFree(x->staging);
@@ -257,27 +293,64 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     memset(x, 0, sizeof *x);
 }
 
-int tg_cuda_exec_range(tg_cuda_exec *x, int first, int last, int training, tg_err *err) {
+/* The launch arguments of schedule op o, on the executor's context. */
+static void op_args(tg_cuda_exec *x, int o, int training, tg_cuda_op_args *a) {
+    const tg_plan *p = x->plan;
+    memset(a, 0, sizeof *a);
+    a->op = &p->ops[o];
+    a->ctx = &x->ctx;
+    a->training = training;
+    numels(p, a->op, a->in_numel, a->out_numel);
+    for (int s = 0; s < TG_OP_MAX_IN; s++) {
+        a->in[s] = tg_cuda_tensor(x, a->op->in[s]);
+        a->in_dtype[s] = (int8_t)(a->op->in[s] >= 0 ? p->tensors[a->op->in[s]].dtype : TG_F32);
+    }
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+        a->out[s] = tg_cuda_tensor(x, a->op->out[s]);
+        a->out_dtype[s] = (int8_t)(a->op->out[s] >= 0 ? p->tensors[a->op->out[s]].dtype : TG_F32);
+    }
+}
+
+/* Launches ops [first, last) on the main stream as they are (no pending update applied). */
+static int run_ops(tg_cuda_exec *x, int first, int last, int training, tg_err *err) {
     const tg_plan *p = x->plan;
     if (first < 0 || last > p->n_ops || first > last) return tg_fail(err, "op range [%d, %d) out of bounds", first, last);
     for (int o = first; o < last; o++) {
         tg_cuda_op_args a;
-        memset(&a, 0, sizeof a);
-        a.op = &p->ops[o];
-        a.ctx = &x->ctx;
-        a.training = training;
-        numels(p, a.op, a.in_numel, a.out_numel);
-        for (int s = 0; s < TG_OP_MAX_IN; s++) {
-            a.in[s] = tg_cuda_tensor(x, a.op->in[s]);
-            a.in_dtype[s] = (int8_t)(a.op->in[s] >= 0 ? p->tensors[a.op->in[s]].dtype : TG_F32);
-        }
-        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
-            a.out[s] = tg_cuda_tensor(x, a.op->out[s]);
-            a.out_dtype[s] = (int8_t)(a.op->out[s] >= 0 ? p->tensors[a.op->out[s]].dtype : TG_F32);
-        }
+        op_args(x, o, training, &a);
         if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
     }
     return 0;
+}
+
+static int run_phases(tg_cuda_exec *x, int first_phase, int last_phase, int training, tg_err *err) {
+    return run_ops(x, x->plan->phase_begin[first_phase], x->plan->phase_begin[last_phase + 1], training, err);
+}
+
+/* Parameter elements [first, end) of the plan's AdamW, on `stream`, gated by `gate`. */
+static int run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int64_t end, const int *gate, tg_err *err) {
+    tg_cuda_op_args a;
+    op_args(x, x->defer.adamw_op, 1, &a);
+    tg_cuda_ctx ctx = x->ctx;
+    ctx.stream = stream;
+    a.ctx = &ctx;
+    if (tg_cuda_adamw_range(&a, first, end, gate, err) || cudaPeekAtLastError() != cudaSuccess)
+        return tg_fail_context(err, "deferred AdamW over parameters [%lld, %lld): %s", (long long)first,
+                               (long long)end, cudaGetErrorString(cudaGetLastError()));
+    return 0;
+}
+
+int tg_cuda_finish_update(tg_cuda_exec *x, tg_err *err) {
+    if (!x->update_pending) return 0;
+    if (run_update(x, x->ctx.stream, 0, x->defer.begin[x->defer.n_chunks], x->update_due, err)) return -1;
+    CUDA_TRY(cudaMemsetAsync(x->update_due, 0, sizeof *x->update_due, x->ctx.stream), "clearing the update flag");
+    x->update_pending = 0;
+    return 0;
+}
+
+int tg_cuda_exec_range(tg_cuda_exec *x, int first, int last, int training, tg_err *err) {
+    if (tg_cuda_finish_update(x, err)) return -1;
+    return run_ops(x, first, last, training, err);
 }
 
 int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int training, tg_err *err) {
@@ -322,11 +395,12 @@ typedef struct phases_args {
 
 static int enqueue_phases(tg_cuda_exec *x, void *arg, tg_err *err) {
     const phases_args *a = arg;
-    return tg_cuda_exec_phases(x, a->first, a->last, a->training, err);
+    return run_phases(x, a->first, a->last, a->training, err);
 }
 
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err) {
     if (slot < 0 || slot > 1) return tg_fail(err, "graph slot %d", slot);
+    if (tg_cuda_finish_update(x, err)) return -1;
     if (!x->graph_exec[slot]) {
         phases_args args = {first_phase, last_phase, training};
         if (capture(x, enqueue_phases, &args, &x->graph_exec[slot], err)) return -1;
@@ -341,6 +415,41 @@ static int mark(tg_cuda_exec *x, int k, tg_err *err) {
     if (tg_cuda_stamp(x->report, k, x->seq_dev, x->ctx.stream))
         return cuda_fail(err, "phase marker", cudaGetLastError());
     return 0;
+}
+
+/* The previous step's update (when one is due) in chunks on the update stream, and this
+ * step's forward on the main stream, each op after the chunks holding the parameters it
+ * reads; the backward, which overwrites the gradients, after all of them. */
+static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
+    const tg_deferred_update *u = &x->defer;
+    cudaStream_t s = x->ctx.stream;
+    CUDA_TRY(cudaEventRecord(x->update_fork, s), "record the update branch's fork");
+    CUDA_TRY(cudaStreamWaitEvent(x->update_stream, x->update_fork, 0), "fork of the update branch");
+    for (int k = 0; k < u->n_chunks; k++) {
+        if (run_update(x, x->update_stream, u->begin[k], u->begin[k + 1], x->update_due, err)) return -1;
+        CUDA_TRY(cudaEventRecord(x->chunk_done[k], x->update_stream), "record an update chunk's end");
+    }
+    const int f0 = x->plan->phase_begin[TG_PHASE_FORWARD];
+    int done = 0;
+    for (int j = 0; j < u->n_forward; j++) {
+        if (u->chunks_before[j] > done) {
+            done = u->chunks_before[j];
+            CUDA_TRY(cudaStreamWaitEvent(s, x->chunk_done[done - 1], 0), "wait for an update chunk");
+        }
+        if (run_ops(x, f0 + j, f0 + j + 1, 1, err)) return -1;
+    }
+    if (done < u->n_chunks) CUDA_TRY(cudaStreamWaitEvent(s, x->chunk_done[u->n_chunks - 1], 0), "join of the update");
+    return 0;
+}
+
+/* The backward and the optimizer phase, less the AdamW when it is deferred. */
+static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
+    const tg_plan *p = x->plan;
+    const int end = x->defer_on ? x->defer.adamw_op : p->n_ops;
+    if (run_phases(x, TG_PHASE_BACKWARD, TG_PHASE_BACKWARD, 1, err) || mark(x, 2 + TG_PHASE_BACKWARD, err) ||
+        run_ops(x, p->phase_begin[TG_PHASE_OPTIMIZER], end, 1, err))
+        return -1;
+    return mark(x, 2 + TG_PHASE_OPTIMIZER, err);
 }
 
 /* The device work of one step, on the main stream: take the staged batch, fetch the next
@@ -361,13 +470,12 @@ static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
             return cuda_fail(err, "fetching the next batch", cudaGetLastError());
         CUDA_TRY(cudaEventRecord(x->join, x->side_stream), "record the fetch branch's join");
     }
-    for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
-        if (tg_cuda_exec_phases(x, ph, ph, 1, err)) return -1;
-        if (mark(x, 2 + ph, err)) return -1;
-    }
+    if ((x->defer_on ? enqueue_forward_beside_update(x, err) : run_phases(x, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, err)) ||
+        mark(x, 2 + TG_PHASE_FORWARD, err) || enqueue_backward_and_optimizer(x, err))
+        return -1;
     if (bytes) CUDA_TRY(cudaStreamWaitEvent(s, x->join, 0), "join of the fetch branch");
     if (tg_cuda_step_end(tg_cuda_tensor(x, p->io.loss), tg_cuda_tensor(x, p->io.lr), tg_cuda_tensor(x, p->io.grad_norm),
-                         x->report, x->seq_dev, s))
+                         x->report, x->seq_dev, x->defer_on ? x->update_due : NULL, s))
         return cuda_fail(err, "publishing the step statistics", cudaGetLastError());
     return 0;
 }
@@ -450,6 +558,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, in
     }
     x->launch_s[x->steps_started % TG_STEP_RING] = tg_wall_s();
     x->steps_started++;
+    x->update_pending = x->defer_on;
     x->staged = next;
     host_trace(x, 1, &t0);
     return 0;
@@ -561,6 +670,7 @@ int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err) {
 int tg_cuda_profile(tg_cuda_exec *x, int repeats, double *op_ms, tg_err *err) {
     const tg_plan *p = x->plan;
     int first = p->phase_begin[TG_PHASE_FORWARD], last = p->phase_begin[TG_PHASE_COUNT];
+    if (tg_cuda_finish_update(x, err)) return -1;
     cudaEvent_t *ev = calloc((size_t)(last - first + 1), sizeof *ev);
     if (!ev) return tg_fail(err, "out of memory");
     int rc = 0;
@@ -588,6 +698,7 @@ int tg_cuda_profile(tg_cuda_exec *x, int repeats, double *op_ms, tg_err *err) {
 
 int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err) {
     const tg_tensor *t = &x->plan->tensors[tensor];
+    if (tg_cuda_finish_update(x, err)) return -1;
     /* On the executor's stream: the legacy stream does not order with a non-blocking one. */
     CUDA_TRY(cudaMemcpyAsync(tg_cuda_tensor(x, tensor), host, t->bytes, cudaMemcpyHostToDevice, x->ctx.stream),
              "upload");
@@ -597,6 +708,7 @@ int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err) {
 
 int tg_cuda_download(tg_cuda_exec *x, int tensor, void *host, tg_err *err) {
     const tg_tensor *t = &x->plan->tensors[tensor];
+    if (tg_cuda_finish_update(x, err)) return -1;
     CUDA_TRY(cudaMemcpyAsync(host, tg_cuda_tensor(x, tensor), t->bytes, cudaMemcpyDeviceToHost, x->ctx.stream),
              "download");
     CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "cudaStreamSynchronize after download");

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda_ops.h"
+#include "runtime/deferred_update.h"
 #include "tunegraph/error.h"
 #include "tunegraph/plan.h"
 
@@ -44,6 +45,19 @@ typedef struct tg_cuda_exec {
     int device_graph;              /* the last captured graph was instantiated for device launch */
     int step_device_graph;         /* the step graph was */
     int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
+    /* The deferred update (runtime/deferred_update.h), on for training steps unless the
+     * plan does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0: a step ends after its
+     * gradient norm, and its AdamW runs in chunks on update_stream beside the next step's
+     * forward, gated by *update_due (set by a step's end, cleared once the update has been
+     * applied outside a step). update_pending: a step ended with its update not yet run;
+     * every other use of the executor applies it first (tg_cuda_finish_update). */
+    tg_deferred_update defer;
+    int defer_on;
+    int update_pending;
+    int *update_due;               /* device */
+    cudaStream_t update_stream;
+    cudaEvent_t update_fork;
+    cudaEvent_t *chunk_done;       /* one per chunk */
     /* Host CPU seconds (this thread) inside the step calls, by part, when
      * TUNEGRAPH_HOST_TRACE is set: batch hand-over, graph launch, wait, read-back;
      * printed to stderr when the executor is freed. */
@@ -60,7 +74,8 @@ void tg_cuda_exec_free(tg_cuda_exec *x);
 
 void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor);
 
-/* Launches ops [first, last) on the executor's stream (no capture). */
+/* Launches ops [first, last) on the executor's stream (no capture), after any pending
+ * deferred update. */
 int tg_cuda_exec_range(tg_cuda_exec *x, int first, int last, int training, tg_err *err);
 int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int training, tg_err *err);
 
@@ -68,12 +83,14 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err);
 
 /* Starts a training step on `inputs`, a pinned host image of the inputs pool, behind any
- * steps still in flight (at most TG_STEP_RING - 1); with
- * use_graph the whole step (batch in place, forward, backward, optimizer, statistics) is
- * one graph launch. `next` (or NULL) is the following step's image, already filled: the
- * step fetches it into the other staging slot on a branch beside its forward, so the
- * next call with inputs == next uploads nothing. Both must stay unchanged until this
- * step has been waited for; any other `inputs` is uploaded first. */
+ * steps still in flight (at most TG_STEP_RING - 1); with use_graph the whole step (batch
+ * in place, forward, backward, optimizer, statistics) is one graph launch. `next` (or
+ * NULL) is the following step's image, already filled: the step fetches it into the
+ * other staging slot on a branch beside its forward, so the next call with inputs ==
+ * next uploads nothing. Both must stay unchanged until this step has been waited for;
+ * any other `inputs` is uploaded first. With the deferred update on, the step's AdamW
+ * runs at the start of the next step, beside its forward (or before anything else next
+ * uses the executor), so the forward phase's time includes the previous step's update. */
 int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err);
 /* Waits for the oldest step in flight (up to TG_STEP_RING - 1 may be) by polling the mapped
  * report; stats = {loss, lr, grad norm, the GPU ms of the phases (batch in place,
@@ -87,6 +104,10 @@ int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err);
  * launched one by one between events, averaged over `repeats` runs: op_ms[op index]. The
  * runs update the weights like training steps do. */
 int tg_cuda_profile(tg_cuda_exec *x, int repeats, double *op_ms, tg_err *err);
+
+/* Applies a deferred update still pending (in stream order, after the steps in flight);
+ * the functions here that run ops or move tensors call it first. */
+int tg_cuda_finish_update(tg_cuda_exec *x, tg_err *err);
 
 /* Host <-> device copies of a whole tensor, synchronous (tests, weights, results). */
 int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err);

@@ -304,8 +304,11 @@ TG_TEST(test_gpu_gemm_cache_on_disk) {
 /* Training losses of the demo job on CUDA: through tg_trainer_step with up to `depth`
  * steps in flight (each step fetches the next batch on its branch beside the forward),
  * or, with depth 0, batch by batch with tg_trainer_next_batch + tg_trainer_run_step (each
- * batch uploaded before its step). The final parameters go to *params. */
-static int train_demo(int depth, int no_graphs, int steps, float *losses, float **params, size_t *params_bytes) {
+ * batch uploaded before its step). defer 0 turns the deferred update off
+ * (TUNEGRAPH_DEFERRED_UPDATE=0); read_at > 0 reads the parameters after that many steps
+ * (which applies a pending update) and trains on. The final parameters go to *params. */
+static int train_demo(int depth, int no_graphs, int defer, int read_at, int steps, float *losses, float **params,
+                      size_t *params_bytes) {
     tg_err err;
     tg_job job;
     tg_plan plan;
@@ -316,7 +319,10 @@ static int train_demo(int depth, int no_graphs, int steps, float *losses, float 
     if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 1, &job, &err) == 0, "%s", err.msg)) return 0;
     if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = TG_DEVICE_CUDA, .load_data = 1, .no_graphs = no_graphs, .max_in_flight = depth};
-    if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
+    if (!defer) setenv("TUNEGRAPH_DEFERRED_UPDATE", "0", 1);
+    int opened = CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg);
+    unsetenv("TUNEGRAPH_DEFERRED_UPDATE");
+    if (!opened) {
         tg_plan_free(&plan);
         return 0;
     }
@@ -328,6 +334,11 @@ static int train_demo(int depth, int no_graphs, int steps, float *losses, float 
                    err.msg);
         ok = ok && CHECK(st.step == s + 1 && st.step_ms > 0, "step %d reported as %d, %.3f ms", s + 1, st.step, st.step_ms);
         losses[s] = st.loss;
+        if (ok && s + 1 == read_at) {
+            float *mid = read_all_trainer(&tr, plan.io.params_all, plan.pool_bytes[TG_POOL_PARAMS]);
+            ok = mid != NULL;
+            free(mid);
+        }
     }
     *params_bytes = plan.pool_bytes[TG_POOL_PARAMS];
     *params = ok ? read_all_trainer(&tr, plan.io.params_all, *params_bytes) : NULL;
@@ -340,14 +351,19 @@ static int train_demo(int depth, int no_graphs, int steps, float *losses, float 
  * as steps taken one at a time: pipelined training equals uploading every batch before its
  * step, bit for bit, with graphs and without, one or several steps in flight. */
 TG_TEST(test_gpu_fetched_batches_match_uploads) {
-    enum { STEPS = 12, RUNS = 4 };
-    static const int depth[RUNS] = {0, 1, 4, 4}, no_graphs[RUNS] = {0, 0, 0, 1};
-    static const char *const what[RUNS] = {"uploaded", "fetched", "fetched, 4 in flight", "stream launches, 4 in flight"};
+    enum { STEPS = 12, RUNS = 6 };
+    static const int depth[RUNS] = {0, 1, 4, 4, 0, 1}, no_graphs[RUNS] = {0, 0, 0, 1, 0, 0};
+    /* The first run applies every update in schedule order; the others defer it beside
+     * the next forward (the last one also reads the parameters midway, applying it there). */
+    static const int defer[RUNS] = {0, 1, 1, 1, 1, 1}, read_at[RUNS] = {0, 0, 0, 0, 0, 5};
+    static const char *const what[RUNS] = {"uploaded, update in schedule order", "fetched",
+                                           "fetched, 4 in flight", "stream launches, 4 in flight", "uploaded",
+                                           "fetched, parameters read after step 5"};
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
     size_t bytes = 0;
     for (int r = 0; r < RUNS; r++)
-        if (!train_demo(depth[r], no_graphs[r], STEPS, losses[r], &params[r], &bytes)) goto done;
+        if (!train_demo(depth[r], no_graphs[r], defer[r], read_at[r], STEPS, losses[r], &params[r], &bytes)) goto done;
     for (int r = 1; r < RUNS; r++) {
         CHECK(memcmp(losses[0], losses[r], sizeof losses[0]) == 0, "%s: losses differ from uploaded batches (step 2: %g vs %g)",
               what[r], losses[r][1], losses[0][1]);
