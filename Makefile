@@ -58,7 +58,7 @@ CUDA_HOST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard runtime/cuda/*.c))
 GPU_TEST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard tests/gpu/*.c))
 # Objects, not an archive: the CUDA constructor resolves a weak reference in the library.
 GPU_OBJ := $(CU_OBJ) $(CUDA_HOST_OBJ)
-GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt -lstdc++
 
 $(GPU)/kernels/%.o: kernels/%.cu $(HEADERS)
 	@mkdir -p $(dir $@)

@@ -1,6 +1,7 @@
 /* tunegraph command line: compile, inspect, run. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "compiler/inspect.h"
 #include "compiler/job.h"
 #include "runtime/clock.h"
+#include "runtime/comm.h"
 #include "runtime/executor.h"
 #include "runtime/plan_file.h"
 #include "runtime/thread_cpu.h"
@@ -20,6 +22,7 @@
 _Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight message names the limit");
 
 #define MAX_SETS 64
+#define PROFILE_REPEATS 5
 
 static const char usage[] =
     "usage:\n"
@@ -171,7 +174,7 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
     const tg_plan *p = tr->plan;
     double *ms = calloc((size_t)p->n_ops, sizeof *ms);
     if (!ms) return tg_fail(err, "out of memory");
-    if (tg_trainer_profile(tr, 5, ms, err)) {
+    if (tg_trainer_profile(tr, PROFILE_REPEATS, ms, err)) {
         free(ms);
         return -1;
     }
@@ -183,7 +186,8 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
         phase_ms[p->ops[o].phase] += ms[o];
         total += ms[o];
     }
-    fprintf(stderr, "profile (ops launched one by one, mean of 5 steps): %.3f ms in %d ops", total, p->n_ops);
+    fprintf(stderr, "profile (ops launched one by one, mean of %d steps): %.3f ms in %d ops", PROFILE_REPEATS, total,
+            p->n_ops);
     if (step_ms > 0) fprintf(stderr, "; the captured step took %.3f ms", step_ms);
     fprintf(stderr, "\n  forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n", phase_ms[0], phase_ms[1], phase_ms[2]);
     fprintf(stderr, "  %-18s %5s %10s %6s\n", "op", "count", "ms", "share");
@@ -234,6 +238,53 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
     return 0;
 }
 
+/* Data parallelism: replica 0 is the run the CLI reports on; the others train beside it
+ * in threads of their own, on their rows of each global batch, taking part in every
+ * collective (the steps' gradient sums, and the profile's steps when asked). Replica 0
+ * alone evaluates and saves, which need no collective. A replica that fails ends the
+ * process: the others would wait for it forever. */
+typedef struct replica_run {
+    const tg_plan *plan;
+    tg_trainer_options opts;
+    int profile;
+    pthread_t thread;
+} replica_run;
+
+static void *run_replica(void *arg) {
+    replica_run *r = arg;
+    tg_err err = {{0}};
+    tg_trainer tr;
+    int rc = tg_trainer_open(&tr, r->plan, &r->opts, &err);
+    for (int32_t i = 0; !rc && i < tr.total_steps; i++) {
+        tg_step_stats s;
+        rc = tg_trainer_step(&tr, &s, &err);
+    }
+    if (!rc && r->profile) {
+        double *ms = calloc((size_t)r->plan->n_ops, sizeof *ms);
+        rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory");
+        free(ms);
+    }
+    if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
+    if (rc) {
+        fprintf(stderr, "tunegraph: replica %d: %s\n", r->opts.rank, err.msg);
+        exit(1);
+    }
+    tg_trainer_close(&tr);
+    return NULL;
+}
+
+/* The communicator(s) for `replicas` replicas on `device`: one CPU group shared by all,
+ * or one NCCL communicator per GPU. */
+static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_group **group, tg_err *err) {
+    if (device == TG_DEVICE_CPU) {
+        if (tg_cpu_comm_group_create(group, replicas, err)) return -1;
+        for (int r = 0; r < replicas; r++) comms[r] = *group;
+        return 0;
+    }
+    if (!tg_cuda_comms_create) return tg_fail(err, "this build has no CUDA executor");
+    return tg_cuda_comms_create(comms, replicas, err);
+}
+
 static int write_json_line(FILE *f, const char *text) { return fputs(text, f) < 0 || fputc('\n', f) < 0 ? -1 : 0; }
 
 static int cmd_run(int argc, char **argv) {
@@ -273,16 +324,34 @@ static int cmd_run(int argc, char **argv) {
     tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
                                .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
                                .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL};
-    if (tg_trainer_open(&tr, &plan, &opts, &err)) {
-        tg_plan_free(&plan);
-        return die(&err);
+    const int replicas = plan.job.data_parallel;
+    void *comms[TG_MAX_DATA_PARALLEL] = {0};
+    tg_cpu_comm_group *cpu_group = NULL;
+    replica_run followers[TG_MAX_DATA_PARALLEL];
+    if (replicas > 1) {
+        if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
+        if (open_comms(device, replicas, comms, &cpu_group, &err)) {
+            tg_plan_free(&plan);
+            return die(&err);
+        }
+        for (int r = 1; r < replicas; r++) {
+            followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile};
+            followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
+            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
+                fprintf(stderr, "tunegraph: cannot start the thread of replica %d\n", r);
+                return 1;
+            }
+        }
+        opts.comm = comms[0];
     }
+    if (tg_trainer_open(&tr, &plan, &opts, &err)) return die(&err); /* replicas may be waiting: exit */
     const tg_job *job = &plan.job;
     int tty = isatty(STDERR_FILENO);
     const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu";
-    fprintf(stderr, "tunegraph: %s %s on %s: %d examples, batch %d x seq %d, %d steps",
-            tg_arch_name(plan.model.arch), tg_task_name(job->task), device_name, tr.train.n, job->batch, job->seq,
-            tr.total_steps);
+    fprintf(stderr, "tunegraph: %s %s on %s: %d examples, batch %d x seq %d", tg_arch_name(plan.model.arch),
+            tg_task_name(job->task), device_name, tr.train.n, job->batch, job->seq);
+    if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
+    fprintf(stderr, ", %d steps", tr.total_steps);
     if (tr.weights_loaded)
         fprintf(stderr, ", %d tensors from %s (%d newly initialised%s%s)", tr.weights.loaded, plan.model.weights,
                 tr.weights.missing, tr.weights.missing ? ", first " : "", tr.weights.first_missing);
@@ -332,8 +401,9 @@ static int cmd_run(int argc, char **argv) {
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
         last_loss = s.loss;
         step_times[i] = s.step_ms;
-        tokens += s.tokens;
-        double tok_s = s.tokens / (s.step_ms / 1e3);
+        /* Replica 0's tokens stand for each replica's (equal for fixed-length rows). */
+        tokens += s.tokens * replicas;
+        double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
         if (mf) {
             snprintf(line, sizeof line,
                      "{\"step\": %d, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
@@ -388,9 +458,10 @@ static int cmd_run(int argc, char **argv) {
         int n = snprintf(line, sizeof line,
                          "{\"summary\": true, \"steps\": %d, \"first_loss\": %.6g, \"final_loss\": %.6g, "
                          "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"median_step_ms\": %.4f, "
-                         "\"host_cpu_us_per_step\": %.1f, \"loop_cpu_us_per_step\": %.1f, \"device\": \"%s\"",
+                         "\"host_cpu_us_per_step\": %.1f, \"loop_cpu_us_per_step\": %.1f, \"device\": \"%s\", "
+                         "\"replicas\": %d",
                          tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s, median_step_ms,
-                         host_cpu_us, loop_cpu_us, device_name);
+                         host_cpu_us, loop_cpu_us, device_name, replicas);
         if (evaluated) {
             n += snprintf(line + n, sizeof line - n, ", \"eval_examples\": %d, \"eval_loss\": %.6g", ev.examples,
                           ev.loss);
@@ -424,9 +495,13 @@ static int cmd_run(int argc, char **argv) {
         }
         if (rc) remove(metrics_tmp);
     }
+    if (rc) return die(&err); /* replicas may be waiting for this one: exit */
     tg_trainer_close(&tr);
+    for (int r = 1; r < replicas; r++) pthread_join(followers[r].thread, NULL);
+    if (cpu_group) tg_cpu_comm_group_destroy(cpu_group);
+    else if (replicas > 1) tg_cuda_comms_destroy(comms, replicas);
     tg_plan_free(&plan);
-    return rc ? die(&err) : 0;
+    return 0;
 }
 
 int main(int argc, char **argv) {

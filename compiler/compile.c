@@ -75,15 +75,23 @@ static void build_optimizer(tg_graph *g) {
     g->phase = TG_PHASE_OPTIMIZER;
     g->io.lr = scalar(g, "lr", TG_POOL_WORKSPACE);
     g->io.grad_norm = scalar(g, "grad_norm", TG_POOL_WORKSPACE);
+    int64_t n = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.grads_all]);
 
-    tg_op_spec s = tg_spec(TG_OP_SCHEDULE);
+    tg_op_spec s;
+    if (j->data_parallel > 1) { /* every replica's gradients, summed, before anything reads them */
+        s = tg_spec(TG_OP_ALL_REDUCE);
+        s.in[0] = s.out[0] = g->io.grads_all;
+        s.i[0] = n;
+        tg_graph_op(g, &s);
+    }
+
+    s = tg_spec(TG_OP_SCHEDULE);
     s.in[0] = g->io.step, s.in[1] = g->io.total_steps;
     s.out[0] = g->io.lr, s.out[1] = g->io.step;
     s.i[0] = j->warmup_steps;
     s.f[0] = j->lr;
     tg_graph_op(g, &s);
 
-    int64_t n = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.grads_all]);
     s = tg_spec(TG_OP_GRAD_NORM);
     s.in[0] = g->io.grads_all, s.out[0] = g->io.grad_norm;
     s.i[0] = n;

@@ -50,6 +50,7 @@ static const op_params k_params[TG_OP_COUNT] = {
                      .known = 1},
     [TG_OP_RESIDUAL_LAYERNORM] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = {.i = {"M", "D", "key", "overwrite"}, .f = {"eps", "p"}, .known = 1},
+    [TG_OP_ALL_REDUCE] = {.i = {"n"}, .known = 1},
 };
 
 static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",

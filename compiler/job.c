@@ -13,7 +13,7 @@ static const char *const key_names[TG_JOB_KEY_COUNT] = {
     "model", "task", "num_labels", "batch", "seq", "precision", "allow_tf32", "optimizer",
     "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "steps", "epochs",
     "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data", "attention",
-    "fuse_bias_grad", "fuse_gelu", "fuse_residual_layernorm", "fuse_qkv",
+    "fuse_bias_grad", "fuse_gelu", "fuse_residual_layernorm", "fuse_qkv", "data_parallel",
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -46,6 +46,7 @@ void tg_job_defaults(tg_job *job) {
     job->fuse_gelu = 1;
     job->fuse_residual_layernorm = 1;
     job->fuse_qkv = 1;
+    job->data_parallel = 1;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -236,6 +237,12 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_FUSE_GELU: rc = set_bool(&job->fuse_gelu, v, o, name, err); break;
     case TG_JOB_FUSE_RESIDUAL_LAYERNORM: rc = set_bool(&job->fuse_residual_layernorm, v, o, name, err); break;
     case TG_JOB_FUSE_QKV: rc = set_bool(&job->fuse_qkv, v, o, name, err); break;
+    case TG_JOB_DATA_PARALLEL:
+        rc = set_int(&job->data_parallel, v, 1, o, name, err);
+        if (!rc && job->data_parallel > TG_MAX_DATA_PARALLEL)
+            rc = tg_fail(err, "%skey '%s': %d replicas is more than the %d supported", o->prefix, name,
+                         job->data_parallel, TG_MAX_DATA_PARALLEL);
+        break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;

@@ -11,7 +11,7 @@ typedef enum tg_job_key {
     TG_JOB_BETA2, TG_JOB_EPS, TG_JOB_WEIGHT_DECAY, TG_JOB_WARMUP_STEPS, TG_JOB_STEPS,
     TG_JOB_EPOCHS, TG_JOB_GRAD_CLIP, TG_JOB_SEED, TG_JOB_PAD_TOKEN_ID, TG_JOB_LOG_EVERY,
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
-    TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV,
+    TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL,
     TG_JOB_KEY_COUNT
 } tg_job_key;
 
@@ -20,7 +20,7 @@ const char *tg_job_key_name(int key);
 /* Fills defaults: task classify, num_labels 2, batch 8, seq 128, fp32, adamw lr 5e-5,
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
  * log_every 1, attention fused, fuse_bias_grad, fuse_gelu, fuse_residual_layernorm and
- * fuse_qkv true. model, train_data and steps/epochs have no default. */
+ * fuse_qkv true, data_parallel 1. model, train_data and steps/epochs have no default. */
 void tg_job_defaults(tg_job *job);
 
 /* Reads `path`, then applies each override ("key=value", from --set). Relative paths

@@ -247,6 +247,13 @@ static const char *shape_grad_norm(const tg_graph *g, const tg_op *op) {
     return NULL;
 }
 
+static const char *shape_all_reduce(const tg_graph *g, const tg_op *op) {
+    EXPECT(op->in[0] >= 0 && op->in[0] == op->out[0], "works in place: in0 and out0 are one tensor");
+    EXPECT(g->tensors[op->in[0]].dtype == TG_F32, "sums fp32 tensors");
+    EXPECT(numel(g, op->in[0]) == op->i[0], "i[0] != element count");
+    return NULL;
+}
+
 static const char *shape_adamw(const tg_graph *g, const tg_op *op) {
     int64_t n = numel(g, op->in[0]);
     EXPECT(numel(g, op->out[0]) == n && numel(g, op->out[1]) == n && numel(g, op->out[2]) == n,
@@ -297,6 +304,7 @@ static double flops_attention(const tg_op *op) {
 static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->i[0] * op->i[1]; }
 static double flops_grad_norm(const tg_op *op) { return 2.0 * op->i[0]; }
 static double flops_adamw(const tg_op *op) { return 16.0 * op->i[0]; }
+static double flops_all_reduce(const tg_op *op) { return (double)op->i[0]; }
 
 /* ---- backward rules ---------------------------------------------------------------- */
 
@@ -689,6 +697,7 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_RESIDUAL_LAYERNORM] = {shape_residual_layernorm, flops_residual_layernorm, bwd_residual_layernorm,
                                   {W, W, W, W}},
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = {shape_residual_layernorm, flops_residual_layernorm, NULL, {W, W, A, A}},
+    [TG_OP_ALL_REDUCE] = {shape_all_reduce, flops_all_reduce, NULL, {W}},
 };
 #undef W
 #undef A

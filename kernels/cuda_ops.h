@@ -47,6 +47,7 @@ typedef struct tg_cuda_ctx {
      * epilogue's form is never timed, see kernels/gemm.cu) and caches the fastest.
      * Otherwise the heuristic's first choice is taken. */
     int gemm_tune;
+    void *nccl_comm;                /* ncclComm_t joining the data-parallel replicas, or NULL */
 } tg_cuda_ctx;
 
 typedef struct tg_cuda_op_args {

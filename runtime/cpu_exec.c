@@ -79,7 +79,7 @@ int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err) {
         if (op->kind < 0 || op->kind >= TG_OP_COUNT)
             return tg_fail(err, "op %d: unknown op kind %d", k, op->kind);
         tg_cpu_op_args a = {.op = op, .seed = x->seed, .training = x->training, .plan = plan,
-                            .threads = x->threads};
+                            .threads = x->threads, .comm = x->comm, .rank = x->rank};
         for (int s = 0; s < TG_OP_MAX_IN; s++) {
             if (bind_slot(x, k, "in", s, op->in[s], &a.in[s], &a.in_numel[s], err)) return -1;
             a.in_dtype[s] = (int8_t)(op->in[s] >= 0 ? plan->tensors[op->in[s]].dtype : TG_F32);

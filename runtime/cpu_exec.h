@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "runtime/comm.h"
 #include "tunegraph/error.h"
 #include "tunegraph/plan.h"
 
@@ -16,6 +17,8 @@ typedef struct tg_cpu_exec {
     uint64_t seed;                 /* dropout stream seed (the job's seed) */
     int training;                  /* 0: dropout is the identity (eval) */
     tg_threadpool *threads;
+    tg_cpu_comm_group *comm;       /* data-parallel replicas (ALL_REDUCE), or NULL: one */
+    int rank;
 } tg_cpu_exec;
 
 /* Allocates every pool of the plan. threads <= 0: one per online core. */
@@ -44,6 +47,8 @@ typedef struct tg_cpu_op_args {
     int training;
     const tg_plan *plan;                /* ADAMW walks the plan's parameter table */
     tg_threadpool *threads;             /* may be NULL: run on the calling thread */
+    tg_cpu_comm_group *comm;            /* ALL_REDUCE's replicas, or NULL (one) */
+    int rank;                           /* this replica's index in comm */
 } tg_cpu_op_args;
 
 void tg_cpu_op_run(const tg_cpu_op_args *a);

@@ -1087,6 +1087,11 @@ static void norm_blocks(void *p, int64_t b, int64_t e) {
     }
 }
 
+/* One replica (no communicator): the sum over one is the tensor itself. */
+static void op_all_reduce(const tg_cpu_op_args *a) {
+    if (a->comm) tg_cpu_all_reduce_sum(a->comm, a->rank, F32(a->out[0]), a->op->i[0]);
+}
+
 static void op_grad_norm(const tg_cpu_op_args *a) {
     norm_ctx c = {.g = CF32(a->in[0]), .n = view_numel(a, 0)};
     int64_t blocks = (c.n + NORM_BLOCK - 1) / NORM_BLOCK;
@@ -1206,6 +1211,7 @@ static const tg_cpu_op_fn cpu_ops[TG_OP_COUNT] = {
     [TG_OP_ADAMW] = op_adamw,
     [TG_OP_RESIDUAL_LAYERNORM] = op_residual_layernorm,
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = op_residual_layernorm_bwd,
+    [TG_OP_ALL_REDUCE] = op_all_reduce,
 };
 _Static_assert(sizeof cpu_ops / sizeof cpu_ops[0] == TG_OP_COUNT, "every op needs a CPU kernel");
 

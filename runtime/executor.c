@@ -97,6 +97,11 @@ int tg_device_parse(const char *name) {
 
 int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     memset(ex, 0, sizeof *ex);
+    const int replicas = plan->job.data_parallel;
+    if (replicas > 1 && (!opts->comm || opts->rank < 0 || opts->rank >= replicas))
+        return tg_fail(err, "the plan trains %d data-parallel replicas: the executor needs a communicator and a rank "
+                            "in [0, %d) (rank %d%s)",
+                       replicas, replicas, opts->rank, opts->comm ? "" : ", no communicator");
     if (opts->device == TG_DEVICE_CUDA) {
         if (!tg_cuda_built())
             return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`), use --device cpu");
@@ -109,6 +114,16 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
         return -1;
     }
     c->x.seed = opts->seed;
+    if (replicas > 1) {
+        c->x.comm = opts->comm;
+        c->x.rank = opts->rank;
+        if (tg_cpu_comm_group_ranks(c->x.comm) != replicas) {
+            int n = tg_cpu_comm_group_ranks(c->x.comm);
+            tg_cpu_exec_free(&c->x);
+            free(c);
+            return tg_fail(err, "the plan trains %d data-parallel replicas, the communicator joins %d", replicas, n);
+        }
+    }
     *ex = (tg_executor){plan, &cpu_vtbl, c, TG_DEVICE_CPU};
     return 0;
 }

@@ -53,6 +53,11 @@ typedef struct tg_executor_options {
     int threads;       /* CPU: worker threads, <= 0 one per core */
     int use_graphs;    /* CUDA: capture the train step and the eval forward once, replay */
     uint64_t seed;     /* dropout stream seed */
+    /* Plans with data_parallel > 1: this replica's rank, and the communicator joining the
+     * replicas: a tg_cpu_comm_group (CPU) or one from tg_cuda_comms_create (CUDA, which
+     * also runs the replica on GPU `rank`). Ignored for one replica. */
+    int rank;
+    void *comm;
 } tg_executor_options;
 
 /* Opens an executor for the plan with every pool zeroed. */
@@ -75,6 +80,11 @@ int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executo
 
 /* Number of CUDA devices, defined only in GPU builds. */
 int tg_cuda_device_count(void) __attribute__((weak));
+
+/* NCCL communicators for `ranks` replicas in this process, replica r on GPU r
+ * (comms[r]); defined only in GPU builds. */
+int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) __attribute__((weak));
+void tg_cuda_comms_destroy(void **comms, int ranks) __attribute__((weak));
 
 /* "cpu"/"cuda" -> tg_device; -1 for anything else. */
 int tg_device_parse(const char *name);

@@ -31,8 +31,8 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 152, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
-_Static_assert(sizeof(tg_job) == 2304, "tg_job changed: update put_job/get_job");
-_Static_assert(sizeof(tg_plan) == 3592, "tg_plan changed: update tg_plan_encode/decode");
+_Static_assert(sizeof(tg_job) == 2312, "tg_job changed: update put_job/get_job");
+_Static_assert(sizeof(tg_plan) == 3600, "tg_plan changed: update tg_plan_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -132,6 +132,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->fuse_gelu);
     put_i32(b, j->fuse_residual_layernorm);
     put_i32(b, j->fuse_qkv);
+    put_i32(b, j->data_parallel);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -370,6 +371,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->fuse_gelu = get_i32(r);
     j->fuse_residual_layernorm = get_i32(r);
     j->fuse_qkv = get_i32(r);
+    j->data_parallel = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -454,6 +456,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job fuse_residual_layernorm %d is not a boolean", name, j->fuse_residual_layernorm);
     if (j->fuse_qkv != 0 && j->fuse_qkv != 1)
         return tg_fail(err, "%s: job fuse_qkv %d is not a boolean", name, j->fuse_qkv);
+    if (j->data_parallel < 1 || j->data_parallel > TG_MAX_DATA_PARALLEL)
+        return tg_fail(err, "%s: job data_parallel %d is not in [1, %d]", name, j->data_parallel, TG_MAX_DATA_PARALLEL);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];

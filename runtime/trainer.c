@@ -93,14 +93,19 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->plan = plan;
     const tg_job *job = &plan->job;
     const tg_model_config *cfg = &plan->model;
+    t->rank = opts && job->data_parallel > 1 ? opts->rank : 0;
+    /* Each replica draws its own dropout masks (replica 0 those of a single trainer). */
     tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
-                              opts ? !opts->no_graphs : 1, job->seed};
+                              opts ? !opts->no_graphs : 1, job->seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull,
+                              t->rank, opts ? opts->comm : NULL};
+    t->replicas = job->data_parallel > 1 ? job->data_parallel : 1;
     double t0 = tg_wall_ms();
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
     t->open_ms[0] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
     t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
     t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
+    t->global_idx = calloc((size_t)job->batch * (size_t)t->replicas, sizeof *t->global_idx);
     t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
     t->staging_rows = calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)job->batch, sizeof *t->staging_rows);
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
@@ -115,7 +120,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         staged &= t->staging[k] != NULL;
     }
     float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->batch_idx || !t->type_scratch || !t->staging_rows || !staged || !params) {
+    if (!t->batch_idx || !t->global_idx || !t->type_scratch || !t->staging_rows || !staged || !params) {
         free(params);
         goto fail_oom;
     }
@@ -155,7 +160,8 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         if (tg_sampler_init(&t->sampler, t->train.n, job->seed, err)) goto fail;
     }
     t->open_ms[2] = tg_wall_ms() - t0;
-    int32_t per_epoch = t->has_train ? (t->train.n + job->batch - 1) / job->batch : 1;
+    const int64_t global_batch = (int64_t)job->batch * t->replicas;
+    int32_t per_epoch = t->has_train ? (int32_t)((t->train.n + global_batch - 1) / global_batch) : 1;
     t->total_steps = job->steps > 0 ? job->steps : job->epochs * per_epoch;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
         goto fail;
@@ -174,6 +180,7 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->has_eval) tg_dataset_free(&t->eval);
     if (t->sampler.order) tg_sampler_free(&t->sampler);
     free(t->batch_idx);
+    free(t->global_idx);
     free(t->type_scratch);
     free(t->staging_rows);
     for (int k = 0; k < t->n_staging; k++)
@@ -188,7 +195,13 @@ static void fill_buffer(tg_trainer *t, int k) {
     tg_batch b;
     int cur = t->cur;
     t->cur = k;
-    tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
+    if (t->replicas > 1) { /* every replica draws the whole global batch and keeps its rows */
+        tg_sampler_next(&t->sampler, t->global_idx, t->shape.batch * t->replicas);
+        memcpy(t->batch_idx, t->global_idx + (size_t)t->rank * (size_t)t->shape.batch,
+               (size_t)t->shape.batch * sizeof *t->batch_idx);
+    } else {
+        tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
+    }
     fill_batch(t, &t->train, t->batch_idx, t->shape.batch, &b);
     t->staging_tokens[k] = b.n_tokens;
     t->cur = cur;

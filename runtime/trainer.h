@@ -23,6 +23,12 @@ typedef struct tg_trainer_options {
      * flight, whose statistics are then dropped. */
     int max_in_flight;
     int host_trace;         /* add up the thread CPU time spent filling batches (fill_cpu_s) */
+    /* Plans with data_parallel = N > 1: this replica's rank and the communicator joining
+     * the N replicas (tg_executor_options). Replica r trains on rows [r*batch, (r+1)*batch)
+     * of each global batch of N*batch examples, so the N replicas together see what one
+     * trainer with batch N*batch would, in the same order. */
+    int rank;
+    void *comm;
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -70,7 +76,9 @@ typedef struct tg_trainer {
     tg_batch_shape shape;
     int32_t total_steps;
     int32_t steps_done;
-    int32_t *batch_idx;
+    int32_t *batch_idx;         /* this replica's examples of the step */
+    int32_t *global_idx;        /* data parallel: the whole global batch's */
+    int rank, replicas;
     int32_t *type_scratch;      /* where batches put token types a plan has no input for */
     tg_weights_report weights;  /* what was loaded from the model folder */
     int weights_loaded;
@@ -79,7 +87,7 @@ typedef struct tg_trainer {
 
 /* Allocates the pools, initialises parameters (random with the job's seed, then the
  * model folder's model.safetensors where there is one), loads the datasets, and sets the
- * schedule's total steps (steps, or epochs x batches per epoch). */
+ * schedule's total steps (steps, or epochs x global batches per epoch). */
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);
 void tg_trainer_close(tg_trainer *t);
 

@@ -82,6 +82,7 @@ static void build_plan(tg_plan *p) {
     j->fuse_gelu = 0;
     j->fuse_residual_layernorm = 0;
     j->fuse_qkv = 0;
+    j->data_parallel = 3; /* not the default, so a lost field shows */
     j->lr = 5e-5f;
     j->beta1 = 0.9f;
     j->beta2 = 0.999f;
@@ -250,6 +251,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(job.fuse_gelu);
     D_INT(job.fuse_residual_layernorm);
     D_INT(job.fuse_qkv);
+    D_INT(job.data_parallel);
     D_BITS(job.lr);
     D_BITS(job.beta1);
     D_BITS(job.beta2);
@@ -407,6 +409,7 @@ TG_TEST(test_plan_file_deterministic) {
 TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
+    p.job.data_parallel = 1;
     p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
@@ -498,7 +501,7 @@ static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
 
 static void flip_payload(uint8_t *b, size_t len) { b[40 + (len - 40) / 2] ^= 0x10; }
 static void flip_checksum(uint8_t *b, size_t len) { b[35] ^= 0x01; }
-static void set_version_8(uint8_t *b, size_t len) { b[8] = 8; }
+static void set_future_version(uint8_t *b, size_t len) { b[8] = TG_PLAN_VERSION + 1; }
 static int g_old_version;
 static void set_old_version(uint8_t *b, size_t len) { b[8] = (uint8_t)g_old_version; }
 static void bad_magic(uint8_t *b, size_t len) { b[1] = 'X'; }
@@ -525,11 +528,11 @@ TG_TEST(test_plan_file_corrupt_size) {
 
 TG_TEST(test_plan_file_wrong_version) {
     tg_err err = {{0}};
-    CHECK(decode_patched(set_version_8, &err) == -1, "version 8 accepted");
+    CHECK(decode_patched(set_future_version, &err) == -1, "version %d accepted", TG_PLAN_VERSION + 1);
     char want[128];
     snprintf(want, sizeof want,
-             "plan.tgp: plan format version 8, this build reads version %d (recompile the job)",
-             TG_PLAN_VERSION);
+             "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
+             TG_PLAN_VERSION + 1, TG_PLAN_VERSION);
     CHECK(has(err.msg, want), "'%s'", err.msg);
     /* Every older format is refused: version 3 added the attention ops and 8 input slots,
      * version 4 the attention's keep bits (its backward's in4 was the step counter),
@@ -537,8 +540,9 @@ TG_TEST(test_plan_file_wrong_version) {
      * version 6 the matmul's GELU epilogue (i[8], out2 / in3), the residual LayerNorm ops
      * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv,
      * version 7 parameter gradients without a ZERO of the whole buffer (first writers
-     * overwrite: the LayerNorm backwards' i[3]). */
-    CHECK(TG_PLAN_VERSION > 6, "plan version %d still reads version 6 plans", TG_PLAN_VERSION);
+     * overwrite: the LayerNorm backwards' i[3]), version 8 the job's data_parallel and
+     * TG_OP_ALL_REDUCE. */
+    CHECK(TG_PLAN_VERSION > 7, "plan version %d still reads version 7 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);
@@ -586,6 +590,7 @@ static void activation_without_pre(tg_plan *p) { p->ops[1].i[8] = TG_MATMUL_ACT_
 static void bad_fuse_residual_layernorm(tg_plan *p) { p->job.fuse_residual_layernorm = -1; }
 static void bad_fuse_qkv(tg_plan *p) { p->job.fuse_qkv = -1; }
 static void bad_group(tg_plan *p) { p->tensors[T_WTE].group = N_T; }
+static void bad_data_parallel(tg_plan *p) { p->job.data_parallel = 0; }
 
 TG_TEST(test_plan_file_inconsistent_tables) {
     struct {
@@ -617,6 +622,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_fuse_residual_layernorm, "plan.tgp: job fuse_residual_layernorm -1 is not a boolean"},
         {bad_fuse_qkv, "plan.tgp: job fuse_qkv -1 is not a boolean"},
         {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
+        {bad_data_parallel, "plan.tgp: job data_parallel 0 is not in [1, 64]"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p, back;

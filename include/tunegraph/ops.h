@@ -204,6 +204,11 @@ typedef enum tg_op_kind {
      * forward; ds itself when p == 0 or in eval mode); out2 dgamma [D] (+=), out3 dbeta
      * [D] (+=). Same parameters as the forward, and i[3] as TG_OP_LAYERNORM_BWD's. */
     TG_OP_RESIDUAL_LAYERNORM_BWD,
+    /* Data parallelism: in0 x -> out0, the same tensor (in place), = the sum of x over the
+     * job's data_parallel replicas (runtime/comm.h), the same on every replica. The loss
+     * gradient is seeded with 1 / data_parallel, so the sum is the mean gradient over the
+     * replicas' batches. i[0] = element count. */
+    TG_OP_ALL_REDUCE,
     TG_OP_COUNT
 } tg_op_kind;
 

@@ -12,7 +12,9 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 7
+#define TG_PLAN_VERSION 8
+/* The most data-parallel replicas a job may ask for. */
+#define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
@@ -132,6 +134,8 @@ typedef struct tg_job {
     int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
     int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
     int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
+    int32_t data_parallel;       /* replicas training together, each on its own batch of `batch`
+                                    rows (1: one); their gradients are summed (TG_OP_ALL_REDUCE) */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */

@@ -176,14 +176,22 @@ static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
 }
 
 int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err) {
+    return tg_cuda_exec_init_on(x, plan, seed, 0, NULL, err);
+}
+
+int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
+                         tg_err *err) {
     memset(x, 0, sizeof *x);
     x->plan = plan;
+    x->device = device;
     x->wait_margin_s = WAIT_MARGIN_S;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
         return tg_fail(err, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-    CUDA_TRY(cudaSetDevice(0), "cudaSetDevice(0)");
+    if (device < 0 || device >= count)
+        return tg_fail(err, "CUDA device %d requested, %d present", device, count);
+    if ((e = cudaSetDevice(device)) != cudaSuccess) return cuda_fail(err, "cudaSetDevice", e);
     /* Waiting for a step sleeps instead of spinning: the host CPU per step stays small. A
      * context made earlier with other flags keeps them, which is harmless. */
     (void)cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
@@ -203,6 +211,7 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
     }
     tg_cuda_ctx *c = &x->ctx;
     c->seed = seed;
+    c->nccl_comm = nccl_comm;
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->job.allow_tf32;
     c->gemm_workspace_bytes = GEMM_WORKSPACE_BYTES;
@@ -247,8 +256,10 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
         memset(x->report, 0, sizeof *x->report);
         /* The fetch kernel reads host images through their own addresses (unified addressing). */
         struct cudaDeviceProp prop;
-        if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) rc = cuda_fail(err, "cudaGetDeviceProperties", e);
-        else if (!prop.unifiedAddressing) rc = tg_fail(err, "CUDA device 0 (%s) lacks unified addressing", prop.name);
+        if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+            rc = cuda_fail(err, "cudaGetDeviceProperties", e);
+        else if (!prop.unifiedAddressing)
+            rc = tg_fail(err, "CUDA device %d (%s) lacks unified addressing", device, prop.name);
     }
     if (rc) tg_cuda_exec_free(x);
     else gemm_cache_load(x);

@@ -68,8 +68,14 @@ typedef struct tg_cuda_exec {
     int64_t host_steps;
 } tg_cuda_exec;
 
-/* Allocates pools (zeroed), the cuBLASLt handle and workspace, the AdamW segment table. */
+/* Allocates pools (zeroed), the cuBLASLt handle and workspace, the AdamW segment table,
+ * on GPU 0. */
 int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err);
+/* The same on GPU `device` (made the calling thread's current device), as one
+ * data-parallel replica joined to the others by the NCCL communicator `nccl_comm` (or
+ * NULL). Every later call on this executor must come from the same thread. */
+int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
+                         tg_err *err);
 void tg_cuda_exec_free(tg_cuda_exec *x);
 
 void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor);

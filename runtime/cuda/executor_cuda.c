@@ -2,6 +2,7 @@
  * optimizer) and the eval forward are each captured once into a CUDA graph and replayed;
  * anything else runs op by op on the stream. */
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,31 @@ static void cuda_close(void *impl) {
     free(impl);
 }
 
+int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) {
+    int count = tg_cuda_device_count();
+    if (ranks > count)
+        return tg_fail(err, "%d data-parallel replicas need %d GPUs, %d present", ranks, ranks, count);
+    ncclComm_t *c = calloc((size_t)ranks, sizeof *c);
+    if (!c) return tg_fail(err, "out of memory");
+    /* NVLink SHARP (multicast) stays off unless the environment asks for it: on shared
+     * hosts a fault there can take the GPUs out of service. */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    ncclResult_t r = ncclCommInitAll(c, ranks, NULL); /* replica r on GPU r */
+    if (r != ncclSuccess) {
+        free(c);
+        return tg_fail(err, "ncclCommInitAll for %d GPUs failed: %s (%s)", ranks, ncclGetErrorString(r),
+                       ncclGetLastError(NULL));
+    }
+    for (int k = 0; k < ranks; k++) comms[k] = c[k];
+    free(c);
+    return 0;
+}
+
+void tg_cuda_comms_destroy(void **comms, int ranks) {
+    for (int k = 0; k < ranks; k++)
+        if (comms[k]) ncclCommDestroy((ncclComm_t)comms[k]), comms[k] = NULL;
+}
+
 int tg_cuda_device_count(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
@@ -67,7 +93,9 @@ static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cud
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);
     if (!c) return tg_fail(err, "out of memory");
-    if (tg_cuda_exec_init(&c->x, plan, opts->seed, err)) {
+    const int replicas = plan->job.data_parallel;
+    if (tg_cuda_exec_init_on(&c->x, plan, opts->seed, replicas > 1 ? opts->rank : 0, replicas > 1 ? opts->comm : NULL,
+                             err)) {
         free(c);
         return -1;
     }

@@ -15,6 +15,7 @@
 #include "runtime/bf16.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/cuda/cuda_exec.h"
+#include "runtime/executor.h"
 #include "tests/harness.h"
 
 static uint64_t rng;
@@ -97,6 +98,7 @@ static int is_accumulated(const tg_op *op, int slot) {
     case TG_OP_MATMUL: return slot == 0 && op->i[6] != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW: return 1; /* updated in place */
+    case TG_OP_ALL_REDUCE: return 1; /* in place */
     default: return 0;
     }
 }
@@ -138,7 +140,14 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
     tg_cpu_exec cpu;
     tg_cuda_exec gpu;
     REQUIRE(tg_cpu_exec_init(&cpu, &p, 0, &err) == 0, "%s", err.msg);
-    if (!CHECK(tg_cuda_exec_init(&gpu, &p, job->seed, &err) == 0, "%s", err.msg)) {
+    void *nccl = NULL; /* data-parallel plans: a communicator of this GPU alone */
+    if (p.job.data_parallel > 1 && !CHECK(tg_cuda_comms_create(&nccl, 1, &err) == 0, "%s: %s", what, err.msg)) {
+        tg_cpu_exec_free(&cpu);
+        tg_plan_free(&p);
+        return;
+    }
+    if (!CHECK(tg_cuda_exec_init_on(&gpu, &p, job->seed, 0, nccl, &err) == 0, "%s", err.msg)) {
+        if (nccl) tg_cuda_comms_destroy(&nccl, 1);
         tg_cpu_exec_free(&cpu);
         tg_plan_free(&p);
         return;
@@ -210,6 +219,7 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
         g_act.fallback[act] += tg_gemm_cache_act_entries(gpu.ctx.gemm_cache, act, 1);
     }
     tg_cuda_exec_free(&gpu);
+    if (nccl) tg_cuda_comms_destroy(&nccl, 1);
     tg_cpu_exec_free(&cpu);
     tg_plan_free(&p);
 }
@@ -228,6 +238,10 @@ static uint64_t test_seed(uint64_t offset) {
     rng = seed * 0x9E3779B97F4A7C15ull | 1;
     return seed;
 }
+
+/* Plans of this many data-parallel replicas (their ALL_REDUCE runs through a one-GPU NCCL
+ * communicator: the sum over one replica, by NCCL inside the executor's stream). */
+static int g_data_parallel = 1;
 
 /* BERT plans with query, key and value as three products (`fuse_qkv = false`): the fused
  * attention then reads three [B*T, D] tensors instead of one packed [B*T, 3D]. */
@@ -258,6 +272,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.fuse_bias_grad = fuse_bias_grad;
     job.fuse_residual_layernorm = fuse_bias_grad;
     job.fuse_qkv = !g_separate_qkv;
+    job.data_parallel = g_data_parallel;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -271,6 +286,13 @@ static void check_preset(const char *what, const char *preset, int task, int bat
 /* The packed q|k|v product (the default, checked by every BERT plan above) next to three
  * separate ones: the same layers with fused attention (three inputs), with unfused
  * attention (three single-part head splits), and at a head dim without 16-byte rows. */
+static void check_data_parallel_plan(int precision, uint64_t seed, int *kinds_seen) {
+    g_data_parallel = 2;
+    check_shape("tiny-bert, 2 data-parallel replicas", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 31, precision, 0, 0,
+                0, TG_ATTENTION_FUSED, kinds_seen);
+    g_data_parallel = 1;
+}
+
 static void check_separate_qkv(int precision, uint64_t seed, int *kinds_seen) {
     g_separate_qkv = 1;
     check_shape("tiny-bert separate q/k/v", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 21, precision, 0, 0, 0,
@@ -405,6 +427,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_shape("bert D=30 Dh=10 T=21", "tiny-bert", TG_TASK_CLASSIFY, 3, 21, seed + 4, TG_PREC_FP32, 0, 30, 3,
                 TG_ATTENTION_FUSED, kinds_seen);
     check_separate_qkv(TG_PREC_FP32, seed, kinds_seen);
+    check_data_parallel_plan(TG_PREC_FP32, seed, kinds_seen);
     check_layernorm_widths(TG_PREC_FP32, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
@@ -420,6 +443,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
     check_gelu_plans(TG_PREC_BF16, seed, kinds_seen);
     check_separate_qkv(TG_PREC_BF16, seed, kinds_seen);
+    check_data_parallel_plan(TG_PREC_BF16, seed, kinds_seen);
     check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));

@@ -1,0 +1,63 @@
+#include "runtime/comm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tg_cpu_comm_group {
+    int ranks;
+    pthread_barrier_t barrier;
+    float **bufs;    /* each rank's buffer during a collective */
+    float **sums;    /* each rank's private result */
+    int64_t *cap;    /* floats allocated in sums[r] */
+};
+
+int tg_cpu_comm_group_create(tg_cpu_comm_group **out, int ranks, tg_err *err) {
+    *out = NULL;
+    if (ranks < 1) return tg_fail(err, "a communicator needs at least one rank (got %d)", ranks);
+    tg_cpu_comm_group *g = calloc(1, sizeof *g);
+    if (!g) return tg_fail(err, "out of memory");
+    g->ranks = ranks;
+    g->bufs = calloc((size_t)ranks, sizeof *g->bufs);
+    g->sums = calloc((size_t)ranks, sizeof *g->sums);
+    g->cap = calloc((size_t)ranks, sizeof *g->cap);
+    if (!g->bufs || !g->sums || !g->cap || pthread_barrier_init(&g->barrier, NULL, (unsigned)ranks)) {
+        free(g->bufs), free(g->sums), free(g->cap), free(g);
+        return tg_fail(err, "cannot create a communicator for %d ranks", ranks);
+    }
+    *out = g;
+    return 0;
+}
+
+void tg_cpu_comm_group_destroy(tg_cpu_comm_group *g) {
+    if (!g) return;
+    pthread_barrier_destroy(&g->barrier);
+    for (int r = 0; r < g->ranks; r++) free(g->sums[r]);
+    free(g->bufs), free(g->sums), free(g->cap), free(g);
+}
+
+int tg_cpu_comm_group_ranks(const tg_cpu_comm_group *g) { return g ? g->ranks : 1; }
+
+void tg_cpu_comm_barrier(tg_cpu_comm_group *g) {
+    if (g && g->ranks > 1) pthread_barrier_wait(&g->barrier);
+}
+
+void tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n) {
+    if (!g || g->ranks == 1 || n <= 0) return;
+    if (g->cap[rank] < n) {
+        free(g->sums[rank]);
+        g->sums[rank] = malloc((size_t)n * sizeof(float));
+        g->cap[rank] = g->sums[rank] ? n : 0;
+        if (!g->sums[rank]) abort(); /* the other ranks wait in the barrier: nothing to recover */
+    }
+    g->bufs[rank] = buf;
+    pthread_barrier_wait(&g->barrier); /* every buffer published */
+    float *sum = g->sums[rank];
+    memcpy(sum, g->bufs[0], (size_t)n * sizeof(float));
+    for (int r = 1; r < g->ranks; r++) {
+        const float *x = g->bufs[r];
+        for (int64_t i = 0; i < n; i++) sum[i] += x[i];
+    }
+    pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
+    memcpy(buf, sum, (size_t)n * sizeof(float));
+}

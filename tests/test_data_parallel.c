@@ -1,0 +1,185 @@
+/* Data parallelism: replicas in threads, joined by the shared-memory communicator
+ * (runtime/comm.c) on the CPU reference or by NCCL on CUDA (TG_TEST_DEVICE=cuda, one GPU
+ * per replica), train like one trainer on their batches together. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "models/model_config.h"
+#include "runtime/comm.h"
+#include "runtime/executor.h"
+#include "runtime/trainer.h"
+#include "tests/harness.h"
+
+/* The demo job with `replicas` data-parallel replicas of `batch` rows each, dropout off
+ * (each replica draws its own masks, so with dropout the runs would differ by design). */
+static int compile_demo(int replicas, int batch, int steps, tg_plan *p) {
+    tg_err err;
+    tg_job job;
+    char b[32], r[32], s[32];
+    snprintf(b, sizeof b, "batch=%d", batch);
+    snprintf(r, sizeof r, "data_parallel=%d", replicas);
+    snprintf(s, sizeof s, "steps=%d", steps);
+    const char *sets[] = {b, r, s};
+    if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 3, &job, &err) == 0, "%s", err.msg)) return 0;
+    tg_model_config cfg;
+    if (!CHECK(tg_model_config_load(job.model, &cfg, &err) == 0, "%s", err.msg)) return 0;
+    cfg.hidden_dropout = cfg.attention_dropout = cfg.embedding_dropout = cfg.classifier_dropout = 0;
+    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+}
+
+typedef struct replica {
+    const tg_plan *plan;
+    void *comm;
+    int rank, steps, ok;
+    float loss[8];
+    float *params;
+    char msg[512];
+} replica;
+
+static void *run_replica(void *arg) {
+    replica *r = arg;
+    tg_err err = {{0}};
+    tg_trainer tr;
+    tg_trainer_options o = {.device = tg_test_device(), .threads = 1, .load_data = 1, .rank = r->rank, .comm = r->comm};
+    if (tg_trainer_open(&tr, r->plan, &o, &err)) {
+        snprintf(r->msg, sizeof r->msg, "rank %d: %s", r->rank, err.msg);
+        return NULL;
+    }
+    int ok = 1;
+    for (int s = 0; s < r->steps && ok; s++) {
+        tg_step_stats st;
+        ok = tg_trainer_step(&tr, &st, &err) == 0;
+        if (ok) r->loss[s] = st.loss;
+    }
+    r->params = ok ? malloc(r->plan->pool_bytes[TG_POOL_PARAMS]) : NULL;
+    ok = ok && r->params && tg_trainer_read(&tr, r->plan->io.params_all, r->params, &err) == 0;
+    if (!ok) snprintf(r->msg, sizeof r->msg, "rank %d: %s", r->rank, err.msg);
+    r->ok = ok;
+    tg_trainer_close(&tr);
+    return NULL;
+}
+
+TG_TEST(test_data_parallel_plan) {
+    tg_plan p;
+    if (!compile_demo(2, 4, 3, &p)) return;
+    int reduces = 0, at = -1, norm = -1;
+    for (int o = 0; o < p.n_ops; o++) {
+        if (p.ops[o].kind == TG_OP_ALL_REDUCE) reduces++, at = o;
+        if (p.ops[o].kind == TG_OP_GRAD_NORM) norm = o;
+        if (p.ops[o].kind == TG_OP_FILL)
+            CHECK(p.ops[o].f[0] == 0.5f, "loss gradient seeded with %g, not 1/2", p.ops[o].f[0]);
+    }
+    CHECK(reduces == 1 && at >= 0 && p.ops[at].in[0] == p.io.grads_all && p.ops[at].out[0] == p.io.grads_all &&
+              p.ops[at].phase == TG_PHASE_OPTIMIZER && at < norm,
+          "%d ALL_REDUCE ops (the one at %d, the norm at %d)", reduces, at, norm);
+    /* Without a communicator the executor refuses the plan. */
+    tg_trainer tr;
+    tg_err err = {{0}};
+    tg_trainer_options o = {.device = tg_test_device(), .threads = 1, .load_data = 0};
+    CHECK(tg_trainer_open(&tr, &p, &o, &err) != 0 && strstr(err.msg, "2 data-parallel replicas"),
+          "a 2-replica plan opened without a communicator: '%s'", err.msg);
+    tg_plan_free(&p);
+    tg_plan one;
+    if (compile_demo(1, 4, 3, &one)) {
+        for (int o2 = 0; o2 < one.n_ops; o2++) CHECK(one.ops[o2].kind != TG_OP_ALL_REDUCE, "one replica all-reduces");
+        tg_plan_free(&one);
+    }
+}
+
+TG_TEST(test_data_parallel_matches_one_trainer) {
+    enum { STEPS = 4, BATCH = 4 };
+    const int cuda = tg_test_device();
+    for (int replicas = 2; replicas <= 4; replicas += 2) {
+        if (cuda && (!tg_cuda_device_count || tg_cuda_device_count() < replicas)) {
+            printf("    %d replicas not run: %d GPU(s)\n", replicas, tg_cuda_device_count ? tg_cuda_device_count() : 0);
+            continue;
+        }
+        tg_plan dp, single;
+        if (!compile_demo(replicas, BATCH / replicas, STEPS, &dp)) return;
+        if (!compile_demo(1, BATCH, STEPS, &single)) {
+            tg_plan_free(&dp);
+            return;
+        }
+        tg_cpu_comm_group *group = NULL;
+        void *comms[4] = {NULL};
+        tg_err err;
+        if (cuda) REQUIRE(tg_cuda_comms_create(comms, replicas, &err) == 0, "%s", err.msg);
+        else REQUIRE(tg_cpu_comm_group_create(&group, replicas, &err) == 0, "%s", err.msg);
+        replica r[4] = {{0}};
+        pthread_t th[4];
+        for (int k = 0; k < replicas; k++) {
+            r[k] = (replica){.plan = &dp, .comm = cuda ? comms[k] : (void *)group, .rank = k, .steps = STEPS};
+            REQUIRE(pthread_create(&th[k], NULL, run_replica, &r[k]) == 0, "pthread_create");
+        }
+        for (int k = 0; k < replicas; k++) pthread_join(th[k], NULL);
+        replica one = {.plan = &single, .comm = NULL, .rank = 0, .steps = STEPS};
+        run_replica(&one);
+        const int64_t n = (int64_t)(single.pool_bytes[TG_POOL_PARAMS] / 4);
+        int ok = one.ok;
+        CHECK(one.ok, "%s", one.msg);
+        for (int k = 0; k < replicas; k++) ok &= CHECK(r[k].ok, "%s", r[k].msg);
+        if (ok) {
+            /* The replicas stay equal bit for bit: they apply the same summed gradients. */
+            for (int k = 1; k < replicas; k++)
+                CHECK(memcmp(r[0].params, r[k].params, (size_t)n * 4) == 0, "%d replicas: replica %d differs from 0",
+                      replicas, k);
+            /* Together they train as one trainer on the whole batch (mean of the replicas'
+             * means = the mean over the batch, up to rounding: on CUDA the products also
+             * sum over fewer rows per replica, in another order). */
+            double rel = tg_rel_err(r[0].params, one.params, n), tol = cuda ? 1e-4 : 1e-5;
+            CHECK(rel <= tol, "%d replicas of %d rows against one of %d: parameters differ by %.3g (relative)",
+                  replicas, BATCH / replicas, BATCH, rel);
+            float mean_loss = 0;
+            for (int k = 0; k < replicas; k++) mean_loss += r[k].loss[0] / (float)replicas;
+            CHECK(fabsf(mean_loss - one.loss[0]) <= 1e-5f * fabsf(one.loss[0]),
+                  "%d replicas: mean first loss %.7g, one trainer %.7g", replicas, mean_loss, one.loss[0]);
+        }
+        for (int k = 0; k < replicas; k++) free(r[k].params);
+        free(one.params);
+        if (cuda) tg_cuda_comms_destroy(comms, replicas);
+        else tg_cpu_comm_group_destroy(group);
+        tg_plan_free(&dp);
+        tg_plan_free(&single);
+    }
+}
+
+/* The communicator adds the ranks' buffers in rank order, the same sum on every rank. */
+typedef struct sum_arg {
+    tg_cpu_comm_group *g;
+    int rank;
+    float v[5];
+} sum_arg;
+
+static void *sum_rank(void *arg) {
+    sum_arg *a = arg;
+    tg_cpu_all_reduce_sum(a->g, a->rank, a->v, 5);
+    return NULL;
+}
+
+TG_TEST(test_cpu_comm_all_reduce) {
+    tg_cpu_comm_group *g;
+    tg_err err;
+    REQUIRE(tg_cpu_comm_group_create(&g, 3, &err) == 0, "%s", err.msg);
+    sum_arg a[3];
+    pthread_t th[3];
+    for (int r = 0; r < 3; r++) {
+        a[r] = (sum_arg){.g = g, .rank = r};
+        for (int i = 0; i < 5; i++) a[r].v[i] = (float)(r + 1) * (i == 4 ? 1e8f : 1.0f) + (r == 1 && i == 4 ? -1e8f : 0);
+        pthread_create(&th[r], NULL, sum_rank, &a[r]);
+    }
+    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < 4; i++) CHECK(a[r].v[i] == 6.0f, "rank %d element %d: %g, want 6", r, i, a[r].v[i]);
+        /* (1e8 + (2e8 - 1e8)) + 3e8, in that order */
+        const float want = (1e8f + (2e8f - 1e8f)) + 3e8f;
+        CHECK(a[r].v[4] == want, "rank %d: %.9g, want %.9g (rank order)", r, a[r].v[4], want);
+    }
+    tg_cpu_comm_group_destroy(g);
+    tg_cpu_comm_group *none;
+    CHECK(tg_cpu_comm_group_create(&none, 0, &err) != 0 && none == NULL, "a group of 0 ranks created");
+}
