@@ -12,7 +12,7 @@ LIB_SRC := $(wildcard compiler/*.c runtime/*.c models/*.c datasets/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard include/tunegraph.h include/tunegraph/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h tests/*.h)
+HEADERS := $(wildcard include/tunegraph.h include/tunegraph/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
 
 .PHONY: all test clean gpu gpu-test demo deps
 all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph

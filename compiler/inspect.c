@@ -28,7 +28,7 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_LAYERNORM] = {.i = {"M", "D"}, .f = {"eps"}, .known = 1},
     [TG_OP_LAYERNORM_BWD] = {.i = {"M", "D", NULL, "overwrite"}, .known = 1},
     [TG_OP_GELU] = {.i = {"n", "tanh_approx"}, .known = 1},
-    [TG_OP_GELU_BWD] = {.i = {"n", "tanh_approx"}, .known = 1},
+    [TG_OP_GELU_BWD] = {.i = {"n", "tanh_approx", "bias_cols"}, .known = 1},
     [TG_OP_TANH] = {.i = {"n"}, .known = 1},
     [TG_OP_TANH_BWD] = {.i = {"n"}, .known = 1},
     [TG_OP_ATTN_SOFTMAX] = {.i = {"B", "H", "T", "causal", "key"}, .f = {"scale", "p"}, .known = 1},

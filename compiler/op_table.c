@@ -136,6 +136,14 @@ static const char *shape_unary(const tg_graph *g, const tg_op *op) {
     for (int s = 0; s < TG_OP_MAX_IN && op->in[s] >= 0; s++)
         EXPECT(numel(g, op->in[s]) == op->i[0], "input size != i[0]");
     EXPECT(numel(g, op->out[0]) == op->i[0], "output size != i[0]");
+    if (op->kind == TG_OP_GELU_BWD) {
+        const int64_t n = op->i[2];
+        EXPECT((op->out[1] >= 0) == (n > 0), "out1 (the bias gradient) present exactly when i[2] > 0");
+        EXPECT(n <= 0 || (op->i[0] % n == 0 && numel(g, op->out[1]) == n), "bias gradient != i[2] columns of dx");
+        EXPECT(n <= 0 || g->tensors[op->out[1]].dtype == TG_F32, "bias gradient must be fp32");
+    } else {
+        EXPECT(op->out[1] < 0, "one output");
+    }
     return NULL;
 }
 
@@ -281,7 +289,10 @@ static double flops_embedding_bwd(const tg_op *op) { return (double)op->i[0] * o
 static double flops_bias_grad(const tg_op *op) { return (double)op->i[0] * op->i[1]; }
 static double flops_layernorm(const tg_op *op) { return 8.0 * op->i[0] * op->i[1]; }
 static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->i[0] * op->i[1]; }
-static double flops_gelu(const tg_op *op) { return 10.0 * op->i[0]; }
+/* GELU_BWD's fused bias gradient (i[2]) adds BIAS_GRAD's count. */
+static double flops_gelu(const tg_op *op) {
+    return 10.0 * op->i[0] + (op->kind == TG_OP_GELU_BWD && op->i[2] > 0 ? (double)op->i[0] : 0);
+}
 /* LAYERNORM's or LAYERNORM_BWD's count, plus one per element for the residual add (the
  * backward's ds_extra) and one for the dropout's multiply: what the separate ops counted. */
 static double flops_residual_layernorm(const tg_op *op) {
@@ -393,6 +404,21 @@ static int product_grad(tg_graph *g, const tg_op *op) {
     return tg_ad_grad_of(g, op->out[2]);
 }
 
+/* The GELU_BWD that alone writes dc, the gradient of forward matmul `op`'s product, when
+ * it can also write the bias gradient (GELU_BWD out1) from the values it makes: batch 1,
+ * a bias gradient that may be fused at all, no other writer of dc. -1 when not. */
+static int gelu_bwd_writing(const tg_graph *g, const tg_op *op, int dc) {
+    if (!bias_grad_fusable(g, op)) return -1;
+    int writer = -1;
+    for (int o = 0; o < g->n_ops; o++)
+        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+            if (g->ops[o].out[s] == dc) {
+                if (writer >= 0 || g->ops[o].kind != TG_OP_GELU_BWD || s != 0 || g->ops[o].out[1] >= 0) return -1;
+                writer = o;
+            }
+    return writer;
+}
+
 static void bwd_matmul(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
     int64_t m = op.i[0], n = op.i[1], k = op.i[2], ta = op.i[3], tb = op.i[4], b = op.i[5];
@@ -408,6 +434,13 @@ static void bwd_matmul(tg_graph *g, int index) {
         if (dbias >= 0 && !acc_bias) {
             tg_graph_fail(g, "matmul bias %s is not a parameter", g->tensors[op.in[2]].name);
             return;
+        }
+        /* Summed by the GELU backward that makes dc, while dc is in its registers. */
+        int gb = dbias >= 0 && b == 1 ? gelu_bwd_writing(g, &op, dc) : -1;
+        if (gb >= 0) {
+            g->ops[gb].out[1] = dbias;
+            g->ops[gb].i[2] = n;
+            dbias = -1;
         }
     }
     /* dA with the producer's GELU backward applied: the pre-activation's gradient. Else dA
@@ -677,7 +710,8 @@ static const tg_op_row rows[TG_OP_COUNT] = {
     [TG_OP_LAYERNORM] = {shape_layernorm, flops_layernorm, bwd_layernorm, {W, W, W}},
     [TG_OP_LAYERNORM_BWD] = {shape_layernorm, flops_layernorm_bwd, NULL, {W, A, A}},
     [TG_OP_GELU] = {shape_unary, flops_gelu, bwd_gelu, {W}},
-    [TG_OP_GELU_BWD] = {shape_unary, flops_gelu, NULL, {W}},
+    /* out1 (i[2]) is a bias gradient, written: its only contribution. */
+    [TG_OP_GELU_BWD] = {shape_unary, flops_gelu, NULL, {W, W}},
     [TG_OP_TANH] = {shape_unary, flops_gelu, bwd_tanh, {W}},
     [TG_OP_TANH_BWD] = {shape_unary, flops_n, NULL, {W}},
     [TG_OP_ATTN_SOFTMAX] = {shape_softmax, flops_softmax, bwd_softmax, {W, W}},

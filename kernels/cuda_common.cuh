@@ -34,6 +34,7 @@ int tg_launch_fill(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_add(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err);
+int64_t tg_scratch_gelu_bwd(const tg_op *op);
 int tg_launch_tanh(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_tanh_bwd(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err);
@@ -140,6 +141,16 @@ static __device__ __forceinline__ uint32_t tg_bf16_pack(float lo, float hi) {
 /* W consecutive elements at vector index k (elements [k*W, k*W + W)) as one access:
  * float x4 = float4 (16 bytes), bf16 x4 = uint2 (8 bytes), bf16 x8 = uint4 (16 bytes);
  * the pointer must be aligned to the access. */
+/* What a T slot stores of v, read back as float: v itself, or v rounded to bf16. */
+template <class T>
+struct tg_stored {
+    static __device__ __forceinline__ float of(float v) { return v; }
+};
+template <>
+struct tg_stored<tg_bf16> {
+    static __device__ __forceinline__ float of(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+};
+
 template <class T, int W>
 struct tg_vec;
 template <>

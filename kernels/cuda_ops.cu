@@ -35,7 +35,7 @@ static const dtype_rule dtype_rules[] = {
     /* TG_OP_LAYERNORM */ {{"Tx", "Fgamma", "Fbeta"}, {"Ty", "Fmean", "Frstd"}},
     /* TG_OP_LAYERNORM_BWD */ {{"Tdy", "Tx", "Fgamma", "Fmean", "Frstd"}, {"Tdx", "Fdgamma", "Fdbeta"}},
     /* TG_OP_GELU */ {{"Tx"}, {"Ty"}},
-    /* TG_OP_GELU_BWD */ {{"Tdy", "Tx"}, {"Tdx"}},
+    /* TG_OP_GELU_BWD */ {{"Tdy", "Tx"}, {"Tdx", "Fdbias"}},
     /* TG_OP_TANH */ {{"Tx"}, {"Ty"}},
     /* TG_OP_TANH_BWD */ {{"Tdy", "Ty"}, {"Tdx"}},
     /* TG_OP_ATTN_SOFTMAX */ {{"Sscores", "Fmask", "Fstep"}, {"Tprobs", "Tprobs_dropout"}},
@@ -160,6 +160,7 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
     case TG_OP_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op);
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op); /* the same column stages */
     case TG_OP_BIAS_GRAD: return tg_scratch_bias_grad(op);
+    case TG_OP_GELU_BWD: return tg_scratch_gelu_bwd(op);
     case TG_OP_MATMUL: return tg_scratch_matmul(op);
     case TG_OP_CROSS_ENTROPY: return tg_scratch_cross_entropy(op);
     case TG_OP_CROSS_ENTROPY_BWD: return tg_scratch_cross_entropy_bwd(op);

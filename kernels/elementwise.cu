@@ -1,4 +1,5 @@
-/* Elementwise ops: ZERO, FILL, ADD, GELU(_BWD), TANH(_BWD), DROPOUT.
+/* Elementwise ops: ZERO, FILL, ADD, GELU(_BWD), TANH(_BWD), DROPOUT. GELU_BWD with a bias
+ * gradient (i[2]) runs as the column-sum stripes of column_sums.cuh instead.
  *
  * Memory bound, so one generic grid-stride kernel moves 16 bytes per access when every
  * pointer is 16-byte aligned (tensors are 256-byte aligned): 4 floats, or 8 bf16 in bf16
@@ -12,7 +13,7 @@
  * Philox stream as the CPU: Philox block g covers elements 4g..4g+3, which is exactly
  * one float4, and the step is read from device memory inside the kernel so a captured
  * graph sees each replay's step. */
-#include "kernels/cuda_common.cuh"
+#include "kernels/column_sums.cuh"
 #include "kernels/philox.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -232,8 +233,57 @@ int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err) {
     return launch_ew(a, a->in[0], NULL, gelu_erf_fn());
 }
 
+/* GELU_BWD with its bias gradient (i[2] columns): the column-sum stripes compute dx as
+ * they go, store it, and sum it as stored, so dx is read once instead of twice. */
+template <class T, int W, class F>
+struct gelu_bwd_cols {
+    const T *dy, *x;
+    T *dx;
+    int64_t N;
+    F f;
+    __device__ __forceinline__ void operator()(int64_t r, int64_t k, float (&v)[W]) const {
+        float d[W], xv[W];
+        tg_vec<T, W>::load(dy + r * N, k, d);
+        tg_vec<T, W>::load(x + r * N, k, xv);
+#pragma unroll
+        for (int j = 0; j < W; j++) v[j] = f(d[j], xv[j]);
+        tg_vec<T, W>::store(dx + r * N, k, v);
+#pragma unroll
+        for (int j = 0; j < W; j++) v[j] = tg_stored<T>::of(v[j]);
+    }
+};
+
+int64_t tg_scratch_gelu_bwd(const tg_op *op) {
+    return op->i[2] > 0 ? tg_col_sum_scratch(op->i[0] / op->i[2], op->i[2]) : 0;
+}
+
+template <class T, class F>
+static int gelu_bwd_with_bias(const tg_cuda_op_args *a, F f, tg_err *err) {
+    const int64_t N = a->op->i[2], M = a->op->i[0] / N;
+    const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
+    T *dx = (T *)a->out[0];
+    double *partial = (double *)a->ctx->reduce_scratch;
+    float *db = (float *)a->out[1];
+    cudaStream_t st = a->ctx->stream;
+    constexpr int W = sizeof(T) == 2 ? 8 : 4; /* 16 bytes */
+    if (N % W == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(dx))
+        return col_sums<W>(gelu_bwd_cols<T, W, F>{dy, x, dx, N, f}, M, N, partial, db, 1, st, err);
+    return col_sums<1>(gelu_bwd_cols<T, 1, F>{dy, x, dx, N, f}, M, N, partial, db, 1, st, err);
+}
+
 int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    if (a->op->i[1] == TG_GELU_TANH) return launch_ew(a, a->in[0], a->in[1], gelu_tanh_bwd_fn());
+    const int tanh_form = a->op->i[1] == TG_GELU_TANH;
+    if (a->op->i[2] > 0 && a->out[1]) {
+        if (a->op->i[0] % a->op->i[2]) return tg_fail(err, "gelu_bwd: %lld elements are not rows of %lld",
+                                                      (long long)a->op->i[0], (long long)a->op->i[2]);
+        if (tg_scratch_check(a, tg_scratch_gelu_bwd(a->op), err)) return -1;
+        if (a->out_dtype[0] == TG_BF16)
+            return tanh_form ? gelu_bwd_with_bias<tg_bf16>(a, gelu_tanh_bwd_fn(), err)
+                             : gelu_bwd_with_bias<tg_bf16>(a, gelu_erf_bwd_fn(), err);
+        return tanh_form ? gelu_bwd_with_bias<float>(a, gelu_tanh_bwd_fn(), err)
+                         : gelu_bwd_with_bias<float>(a, gelu_erf_bwd_fn(), err);
+    }
+    if (tanh_form) return launch_ew(a, a->in[0], a->in[1], gelu_tanh_bwd_fn());
     return launch_ew(a, a->in[0], a->in[1], gelu_erf_bwd_fn());
 }
 

@@ -258,18 +258,8 @@ struct LN_W8<tg_bf16> {
 
 /* ---- residual layernorm ---------------------------------------------------------------- */
 
-/* What a T slot stores of v, read back as float: v itself, or v rounded to bf16. The
- * residual ops normalise s, and form dx from ds, as stored (the CPU reference does the
- * same), so the backward sees the s the forward normalised. */
-template <class T>
-struct ln_stored {
-    static __device__ __forceinline__ float of(float v) { return v; }
-};
-template <>
-struct ln_stored<tg_bf16> {
-    static __device__ __forceinline__ float of(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-};
-
+/* The residual ops normalise s, and form dx from ds, as stored (tg_stored; the CPU
+ * reference does the same), so the backward sees the s the forward normalised. */
 /* The dropout draws of elements [e, e + W) of the flat [M, D] index: whole Philox blocks
  * when W is a multiple of 4 (then D % 4 == 0 and e is a multiple of 4 too), else one
  * element at a time. The same values as the DROPOUT kernel's for those elements. */
@@ -328,7 +318,7 @@ rln_fwd_kernel(const T *__restrict__ x, const T *__restrict__ r, const float *__
         if (drop.on) rln_apply<W>(drop, step, (uint64_t)(row * D + k * W), v);
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            v[j] = ln_stored<T>::of(fadd(v[j], res[j]));
+            v[j] = tg_stored<T>::of(fadd(v[j], res[j]));
             sum += (double)v[j];
         }
         tg_vec<T, W>::store(sr, k, v);
@@ -368,7 +358,7 @@ rln_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ s, const float *_
         for (int j = 0; j < W; j++) {
             float xhat = fmul(fsub(v[j], mu), rs);
             float t = fmul(rs, fsub(fsub(fmul(d[j], gamma ? g[j] : 1.0f), m1), fmul(xhat, m2)));
-            d[j] = ln_stored<T>::of(er ? fadd(t, e[j]) : t);
+            d[j] = tg_stored<T>::of(er ? fadd(t, e[j]) : t);
         }
         tg_vec<T, W>::store(dsr, k, d);
         if (drop.on) rln_apply<W>(drop, step, (uint64_t)(row * D + k * W), d);
@@ -455,7 +445,7 @@ fc_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__
             for (int j = 0; j < W; j++) {
                 const float xhat = fmul(fsub(v[j], mu), rs);
                 const float t = fmul(rs, fsub(fsub(fmul(d[j], gamma ? g[j] : 1.0f), m1), fmul(xhat, m2)));
-                o[j] = ln_stored<T>::of(extra ? fadd(t, e[j]) : t);
+                o[j] = tg_stored<T>::of(extra ? fadd(t, e[j]) : t);
                 ag[j] = fadd(ag[j], fmul(d[j], xhat));
                 ab[j] = fadd(ab[j], d[j]);
             }

@@ -7,11 +7,9 @@
  * GRAD_NORM is two-stage and deterministic: a fixed grid (independent of the device)
  * of blocks each writes a double partial sum of squares over a fixed grid-stride slice
  * to scratch; one block adds the partials in a fixed tree and writes the sqrt.
- * BIAS_GRAD is the same two-stage column sum as LayerNorm's dgamma/dbeta: stage 1 gives
- * each 256-thread block a 64-column stripe x 128 rows, read as coalesced 16-byte vectors
- * (8 bf16 / 4 floats), accumulated per thread in double and combined across the block's
- * row groups in a fixed order into one double partial per (row chunk, column); stage 2
- * adds each column's chunk partials in a fixed order (8 strided lanes, then lane order).
+ * BIAS_GRAD is the two-stage column sum of kernels/column_sums.cuh (LayerNorm's dgamma /
+ * dbeta column stages have the same shape): 64-column x 128-row stripes read as 16-byte
+ * vectors, double partials per (row chunk, column), then a fixed-order sum of those.
  * ADAMW is one multi-tensor launch: each block owns a contiguous range of the pooled
  * parameter elements; a thread binary-searches its first segment once (segments sorted
  * by offset) and walks forward. Elements in the alignment gaps between segments are not
@@ -25,15 +23,11 @@
  * gated by a device flag, doing nothing while it is 0.
  *
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
-#include "kernels/cuda_common.cuh"
+#include "kernels/column_sums.cuh"
 
 #define NORM_THREADS 256
 #define NORM_MAX_BLOCKS 1024
 #define NORM_PER_BLOCK 16384 /* elements per block before the grid is capped */
-#define COL_ROWS 128    /* rows per stage-1 chunk (the scratch formula depends on it) */
-#define COL_STRIPE 64   /* columns per stage-1 block */
-#define COL_THREADS 256 /* stage-1 block size */
-#define COL_TY 8        /* chunk lanes per stage-2 block (block = 32 x 8) */
 #define ADAM_THREADS 256
 #define ADAM_ITERS 8 /* float4 groups per thread: a block owns 256*4*8 = 8192 elements */
 
@@ -109,102 +103,25 @@ int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err) {
 
 /* ---- bias grad -------------------------------------------------------------------- */
 
-int64_t tg_scratch_bias_grad(const tg_op *op) {
-    int64_t M = op->i[0], N = op->i[1];
-    if (M <= 0 || N <= 0) return 0;
-    return 2 * ((M + COL_ROWS - 1) / COL_ROWS) * N;
-}
-
-/* Stage 1: block (256 threads) owns the COL_STRIPE columns [64*bx, +64) and the rows
- * [128*by, +128). A row of the stripe is VPR = 64/W vectors of W elements (bf16: 8 x
- * 16 bytes = one 128-byte line), so thread t reads vector t % VPR of rows
- * r0 + t / VPR, + RG, ... (RG = 256 / VPR row groups), all loads independent, and adds
- * each element into its own double. The RG row-group partials of each column are then
- * added in row-group order from shared memory and written to partial[chunk][column].
- * W > 1 needs N % W == 0 and dy aligned to the access (so vectors never straddle rows). */
-template <class T, int W>
-__global__ void __launch_bounds__(COL_THREADS)
-bias_stripe_kernel(const T *__restrict__ dy, double *__restrict__ partial, int64_t M, int64_t N) {
-    constexpr int VPR = COL_STRIPE / W, RG = COL_THREADS / VPR;
-    static_assert(COL_STRIPE % W == 0 && COL_THREADS % VPR == 0 && COL_ROWS % RG == 0, "stripe shape");
-    __shared__ double sp[RG][COL_STRIPE];
-    const int vx = threadIdx.x % VPR, ry = threadIdx.x / VPR;
-    const int64_t c0 = (int64_t)blockIdx.x * COL_STRIPE + vx * W;
-    const int64_t r0 = (int64_t)blockIdx.y * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
-    double s[W];
-#pragma unroll
-    for (int j = 0; j < W; j++) s[j] = 0.0;
-    if (c0 < N) {
-#pragma unroll 4
-        for (int64_t r = r0 + ry; r < r1; r += RG) {
-            float v[W];
-            tg_vec<T, W>::load(dy + r * N, c0 / W, v);
-#pragma unroll
-            for (int j = 0; j < W; j++) s[j] += (double)v[j];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < W; j++) sp[ry][vx * W + j] = s[j];
-    __syncthreads();
-    if (threadIdx.x < COL_STRIPE) {
-        const int64_t c = (int64_t)blockIdx.x * COL_STRIPE + threadIdx.x;
-        if (c < N) {
-            double t = sp[0][threadIdx.x];
-#pragma unroll
-            for (int k = 1; k < RG; k++) t += sp[k][threadIdx.x];
-            partial[(int64_t)blockIdx.y * N + c] = t;
-        }
-    }
-}
-
-/* Stage 2: block (32, 8) owns 32 columns; lane ty adds chunks ty, ty + 8, ... in order,
- * then the 8 lane sums are added in lane order and the result += into db (= with
- * overwrite: BIAS_GRAD's i[2]). */
-__global__ void __launch_bounds__(32 * COL_TY)
-bias_final_kernel(const double *__restrict__ partial, float *__restrict__ db, int64_t chunks, int64_t N,
-                  int overwrite) {
-    __shared__ double sp[COL_TY][32];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    double s = 0;
-    if (c < N)
-        for (int64_t k = ty; k < chunks; k += COL_TY) s += partial[k * N + c];
-    sp[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < N) {
-        for (int k = 1; k < COL_TY; k++) s += sp[k][tx];
-        tg_grad_store(db + c, (float)s, overwrite);
-    }
-}
+int64_t tg_scratch_bias_grad(const tg_op *op) { return tg_col_sum_scratch(op->i[0], op->i[1]); }
 
 int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->i[0], N = a->op->i[1];
     if (M <= 0 || N <= 0) return 0;
     if (tg_scratch_check(a, tg_scratch_bias_grad(a->op), err)) return -1;
-    const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (N + COL_STRIPE - 1) / COL_STRIPE;
-    if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
-    if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)N);
     double *partial = (double *)a->ctx->reduce_scratch;
+    float *db = (float *)a->out[0];
+    const int ow = a->op->i[2] != 0;
     cudaStream_t st = a->ctx->stream;
-    const dim3 grid((unsigned)stripes, (unsigned)chunks);
     if (a->in_dtype[0] == TG_BF16) {
         const tg_bf16 *dy = (const tg_bf16 *)a->in[0];
-        if (N % 8 == 0 && tg_aligned16(dy))
-            bias_stripe_kernel<tg_bf16, 8><<<grid, COL_THREADS, 0, st>>>(dy, partial, M, N);
-        else if (N % 4 == 0 && tg_aligned8(dy))
-            bias_stripe_kernel<tg_bf16, 4><<<grid, COL_THREADS, 0, st>>>(dy, partial, M, N);
-        else
-            bias_stripe_kernel<tg_bf16, 1><<<grid, COL_THREADS, 0, st>>>(dy, partial, M, N);
-    } else {
-        const float *dy = (const float *)a->in[0];
-        if (N % 4 == 0 && tg_aligned16(dy))
-            bias_stripe_kernel<float, 4><<<grid, COL_THREADS, 0, st>>>(dy, partial, M, N);
-        else
-            bias_stripe_kernel<float, 1><<<grid, COL_THREADS, 0, st>>>(dy, partial, M, N);
+        if (N % 8 == 0 && tg_aligned16(dy)) return col_sums<8>(col_read<tg_bf16, 8>{dy, N}, M, N, partial, db, ow, st, err);
+        if (N % 4 == 0 && tg_aligned8(dy)) return col_sums<4>(col_read<tg_bf16, 4>{dy, N}, M, N, partial, db, ow, st, err);
+        return col_sums<1>(col_read<tg_bf16, 1>{dy, N}, M, N, partial, db, ow, st, err);
     }
-    bias_final_kernel<<<(unsigned)((N + 31) / 32), dim3(32, COL_TY), 0, st>>>(partial, (float *)a->out[0], chunks, N,
-                                                                              a->op->i[2] != 0);
-    return 0;
+    const float *dy = (const float *)a->in[0];
+    if (N % 4 == 0 && tg_aligned16(dy)) return col_sums<4>(col_read<float, 4>{dy, N}, M, N, partial, db, ow, st, err);
+    return col_sums<1>(col_read<float, 1>{dy, N}, M, N, partial, db, ow, st, err);
 }
 
 /* ---- adamw ------------------------------------------------------------------------ */

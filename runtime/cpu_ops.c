@@ -97,7 +97,19 @@ static void gelu_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
         }
     }
 }
-static void op_gelu_bwd(const tg_cpu_op_args *a) { ew_parallel(a, a->op->i[0], gelu_bwd_range); }
+static void colsum(const tg_cpu_op_args *a, const float *x, float *out, int64_t rows, int64_t cols, int acc);
+
+/* out1 (i[2] columns): the bias gradient, summed over dx as stored, so a bf16 dx is
+ * rounded first (the executor's narrowing afterwards leaves it as it is). */
+static void op_gelu_bwd(const tg_cpu_op_args *a) {
+    ew_parallel(a, a->op->i[0], gelu_bwd_range);
+    const int64_t cols = a->op->i[2];
+    if (cols <= 0 || !a->out[1]) return;
+    float *dx = F32(a->out[0]);
+    if (a->out_dtype[0] == TG_BF16)
+        for (int64_t i = 0; i < a->op->i[0]; i++) dx[i] = tg_f32_from_bf16(tg_bf16_from_f32(dx[i]));
+    colsum(a, dx, F32(a->out[1]), a->op->i[0] / cols, cols, 0);
+}
 
 static void tanh_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
     e = min64(e, a->op->i[0]);

@@ -349,7 +349,9 @@ static void fused_bias_grad_matches(const char *preset, int task, int num_labels
     }
     const tg_plan *f = &plans[0], *u = &plans[1];
     int fused = 0;
-    for (int o = 0; o < f->n_ops; o++) fused += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[7] != 0;
+    for (int o = 0; o < f->n_ops; o++)
+        fused += (f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[7] != 0) ||
+                 (f->ops[o].kind == TG_OP_GELU_BWD && f->ops[o].out[1] >= 0);
     CHECK(count_kind(f, TG_OP_BIAS_GRAD) == 0 && fused > 0 && count_kind(u, TG_OP_BIAS_GRAD) == fused,
           "%s: %d fused bias gradients, bias_grad ops %d and %d", preset, fused, count_kind(f, TG_OP_BIAS_GRAD),
           count_kind(u, TG_OP_BIAS_GRAD));

@@ -80,7 +80,12 @@ typedef enum tg_op_kind {
     TG_OP_LAYERNORM_BWD,
     /* in0 x -> out0 gelu(x), i[0] elements. i[1]=TG_GELU_ERF or TG_GELU_TANH. */
     TG_OP_GELU,
-    /* in0 dy, in1 x -> out0 dx = dy * gelu'(x). i[0] elements, i[1] as TG_OP_GELU. */
+    /* in0 dy, in1 x -> out0 dx = dy * gelu'(x). i[0] elements, i[1] as TG_OP_GELU.
+     * Optional out1 [i[2]] (present iff i[2] > 0), fp32, written: the column sums of dx as
+     * stored, dx viewed as [i[0] / i[2], i[2]]: the bias gradient of the linear layer
+     * whose output the GELU reads, summed where dx is made instead of read again (TG_OP_
+     * MATMUL's i[7] otherwise). The compiler emits it only where the bias gradient has no
+     * other contribution (job key fuse_bias_grad). */
     TG_OP_GELU_BWD,
     /* in0 x -> out0 tanh(x), i[0] elements. */
     TG_OP_TANH,
