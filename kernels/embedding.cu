@@ -16,23 +16,22 @@
  *   4. one warp per (start of a chunk of <= 256 consecutive tokens of one id, 128
  *      columns) adds the rows in token order. An id with at most 256 tokens is summed
  *      straight into dtable starting from its old value: exactly the CPU's sequence of
- *      float additions, so bitwise equal to it. A longer id (a token-type table, a
- *      padding token that is not the padding index) would serialise one warp over
- *      thousands of rows, so its chunks are summed in parallel into scratch (the first
- *      one starting from dtable's value) and
- *   5. added in chunk order: deterministic, within float rounding of the CPU's order.
+ *      float additions, so bitwise equal to it. A longer id (a padding token that is not
+ *      the padding index) would serialise one warp over thousands of rows, so its chunks
+ *      are summed in parallel into scratch (the first one starting from dtable's value),
+ *      and the warp that finishes the id's last chunk adds them in chunk order:
+ *      deterministic, within float rounding of the CPU's order.
  * Ids equal to the padding index i[3] or outside [0, V) contribute nothing.
  *
  * Tables of at most SMALL_V rows (token types) skip the sort: every id there is long,
  * and sorting thousands of tokens in one block to find that out cost more than the sums.
- * One warp per (chunk of SMALL_ROWS tokens, 32 column vectors) keeps a float sum per id,
- * adding the chunk's rows in token order, and writes them as partials [chunk][id][D];
- * then each (id, column) adds its chunks in order, in double, onto dtable's value:
+ * Each id's row is the column sum of the dy rows with that id (kernels/column_sums.cuh,
+ * one pass per id, the other rows read as zeros), in double, added onto dtable's value:
  * deterministic, within float rounding of the CPU's order (like the long ids above). */
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include "kernels/cuda_common.cuh"
+#include "kernels/column_sums.cuh"
 
 #define EMB_THREADS 256
 #define SCAN_THREADS 1024
@@ -44,23 +43,24 @@
 #define CHUNK 256                        /* tokens summed sequentially by one warp */
 #define INVALID_KEY 0xFFFFFFFFu
 #define SMALL_V 4                        /* tables of at most this many rows: column sums */
-#define SMALL_ROWS 64                    /* tokens per small-table partial */
 
 static_assert(TILE == 1 << TILE_BITS, "tile size");
 
 /* Scratch layout (int32 / float units from ctx->reduce_scratch). */
 struct emb_layout {
-    int64_t start, cursor, chunk_base, sorted, partial, total;
+    int64_t start, cursor, arrive, chunk_base, sorted, partial, zeroed, total;
 };
 
 static emb_layout layout_of(int64_t N, int64_t V, int64_t D) {
     emb_layout l;
+    const int64_t max_chunks = 2 * ((N + CHUNK - 1) / CHUNK) + 2; /* sum of ceil(S/CHUNK) over S > CHUNK */
     l.start = 0;                 /* V + 1: counts, then exclusive offsets; [V] = tokens kept */
     l.cursor = V + 1;            /* V: tokens of each id placed by earlier tiles */
-    l.chunk_base = 2 * V + 1;    /* V + 1: first partial row of each long id */
-    l.sorted = 3 * V + 2;        /* N: token indices grouped by id, index order */
+    l.arrive = 2 * V + 1;        /* per (long id, column slice): its chunks summed so far */
+    l.zeroed = l.arrive + max_chunks * ((D + 31) / 32); /* counts, cursors and arrivals start at 0 */
+    l.chunk_base = l.zeroed;     /* V + 1: first partial row of each long id */
+    l.sorted = l.chunk_base + V + 1; /* N: token indices grouped by id, index order */
     l.partial = (l.sorted + N + 3) / 4 * 4;  /* 16-byte aligned floats */
-    int64_t max_chunks = 2 * ((N + CHUNK - 1) / CHUNK) + 2; /* sum of ceil(S/CHUNK) over S > CHUNK */
     l.total = l.partial + max_chunks * D;
     return l;
 }
@@ -68,7 +68,7 @@ static emb_layout layout_of(int64_t N, int64_t V, int64_t D) {
 int64_t tg_scratch_embedding_bwd(const tg_op *op) {
     int64_t N = op->i[0], V = op->i[1], D = op->i[2];
     if (N <= 0 || V <= 0 || D <= 0) return 0;
-    if (V <= SMALL_V) return (N + SMALL_ROWS - 1) / SMALL_ROWS * V * D;
+    if (V <= SMALL_V) return tg_col_sum_scratch(N, D);
     return layout_of(N, V, D).total;
 }
 
@@ -217,7 +217,10 @@ emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int
                 if (valid_id(id, V, pad)) key[j] = ((unsigned)id << TILE_BITS) | (unsigned)q;
             }
         }
-        sort_t(ts.sort).Sort(key, 0, end_bit); /* blocked: thread t holds sorted [8t, 8t+8) */
+        /* Only the id bits: the sort is stable and the keys enter in position order, so equal
+         * ids keep it (the low TILE_BITS only make keys unique). Blocked: thread t holds
+         * sorted [8t, 8t+8). */
+        sort_t(ts.sort).Sort(key, TILE_BITS, end_bit);
         s_first[t] = key[0];
         s_last[t] = key[SORT_ITEMS - 1];
         __syncthreads();
@@ -256,12 +259,16 @@ emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int
 
 /* One warp per unit (sorted position p, column slice s): units whose p does not start a
  * chunk return at once. Lane covers column c = s*32 + lane (in W-float units). dout is
- * TD (float or bf16, widened on load); sums are float, dtable and partials fp32. */
+ * TD (float or bf16, widened on load); sums are float, dtable and partials fp32.
+ * A long id's chunks go to partials; the warp that finishes its id's last chunk (counted
+ * in arrive[]) then adds them in chunk order into dtable, the first one having started
+ * from dtable's value: the same order whichever warp comes last. */
 template <int W, class TD>
 __global__ void __launch_bounds__(EMB_THREADS)
 emb_chunk_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *__restrict__ dtable,
                  const int *__restrict__ start, const int *__restrict__ chunk_base, const int *__restrict__ sorted,
-                 float *__restrict__ partial, int V, int64_t DW, int nslices) {
+                 float *__restrict__ partial, int *__restrict__ arrive, int V, int64_t DW, int nslices) {
+    typedef vec_t<W> ops;
     const int lane = threadIdx.x & 31;
     const int64_t units = (int64_t)start[V] * nslices;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -269,135 +276,90 @@ emb_chunk_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *
         const int p = (int)(u / nslices), s = (int)(u - (int64_t)p * nslices);
         const int id = ids[sorted[p]];
         const int seg = start[id], cnt = start[id + 1] - seg, off = p - seg;
-        if (off % CHUNK) continue;
+        if (off % CHUNK) continue; /* warp-uniform */
         const int64_t c = (int64_t)s * 32 + lane;
-        if (c >= DW) continue;
+        const bool active = c < DW;
         const int e = min(p + CHUNK, seg + cnt);
         float acc[W];
-        if (off == 0)
+        if (off == 0 && active)
             tg_vec<float, W>::load(dtable, (int64_t)id * DW + c, acc);
         else
 #pragma unroll
             for (int w = 0; w < W; w++) acc[w] = 0.0f;
         int q = p;
-        for (; q + 8 <= e; q += 8) {
-            float v[8][W];
+        if (active) {
+            for (; q + 8 <= e; q += 8) {
+                float v[8][W];
 #pragma unroll
-            for (int j = 0; j < 8; j++) tg_vec<TD, W>::load(dy, (int64_t)sorted[q + j] * DW + c, v[j]);
+                for (int j = 0; j < 8; j++) tg_vec<TD, W>::load(dy, (int64_t)sorted[q + j] * DW + c, v[j]);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 8; j++)
 #pragma unroll
-                for (int w = 0; w < W; w++) acc[w] = fadd(acc[w], v[j][w]);
+                    for (int w = 0; w < W; w++) acc[w] = fadd(acc[w], v[j][w]);
+            }
+            for (; q < e; q++) {
+                float v[W];
+                tg_vec<TD, W>::load(dy, (int64_t)sorted[q] * DW + c, v);
+#pragma unroll
+                for (int w = 0; w < W; w++) acc[w] = fadd(acc[w], v[w]);
+            }
         }
-        for (; q < e; q++) {
-            float v[W];
-            tg_vec<TD, W>::load(dy, (int64_t)sorted[q] * DW + c, v);
-#pragma unroll
-            for (int w = 0; w < W; w++) acc[w] = fadd(acc[w], v[w]);
+        if (cnt <= CHUNK) {
+            if (active) tg_vec<float, W>::store(dtable, (int64_t)id * DW + c, acc);
+            continue;
         }
-        if (cnt <= CHUNK)
-            tg_vec<float, W>::store(dtable, (int64_t)id * DW + c, acc);
-        else
-            tg_vec<float, W>::store(partial, (int64_t)(chunk_base[id] + off / CHUNK) * DW + c, acc);
-    }
-}
-
-/* ---- 5. long ids: chunk partials in chunk order ------------------------------------ */
-
-template <int W>
-__global__ void __launch_bounds__(EMB_THREADS)
-emb_combine_kernel(const int *__restrict__ ids, float *__restrict__ dtable, const int *__restrict__ start,
-                   const int *__restrict__ chunk_base, const int *__restrict__ sorted, const float *__restrict__ partial,
-                   int V, int64_t DW, int nslices) {
-    typedef vec_t<W> ops;
-    typedef typename ops::T T;
-    T *dt = reinterpret_cast<T *>(dtable);
-    const T *part = reinterpret_cast<const T *>(partial);
-    const int lane = threadIdx.x & 31;
-    const int64_t units = (int64_t)start[V] * nslices;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < units; u += nwarps) {
-        const int p = (int)(u / nslices), s = (int)(u - (int64_t)p * nslices);
-        const int id = ids[sorted[p]];
-        const int seg = start[id], cnt = start[id + 1] - seg;
-        if (p != seg || cnt <= CHUNK) continue;
-        const int64_t c = (int64_t)s * 32 + lane;
-        if (c >= DW) continue;
         const int cb = chunk_base[id], nch = (cnt + CHUNK - 1) / CHUNK;
-        T acc = part[(int64_t)cb * DW + c];
-        for (int k = 1; k < nch; k++) ops::acc(acc, part[(int64_t)(cb + k) * DW + c]);
-        dt[(int64_t)id * DW + c] = acc;
+        if (active) tg_vec<float, W>::store(partial, (int64_t)(cb + off / CHUNK) * DW + c, acc);
+        __threadfence(); /* this chunk's partial is visible before it is counted */
+        int last = 0;
+        if (lane == 0) last = atomicAdd(&arrive[(int64_t)cb * nslices + s], 1) == nch - 1;
+        if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+        __threadfence();
+        if (!active) continue;
+        typedef typename ops::T T;
+        const T *part = reinterpret_cast<const T *>(partial);
+        T sum = __ldcg(part + (int64_t)cb * DW + c);
+        for (int k = 1; k < nch; k++) ops::acc(sum, __ldcg(part + (int64_t)(cb + k) * DW + c));
+        reinterpret_cast<T *>(dtable)[(int64_t)id * DW + c] = sum;
     }
 }
 
 /* ---- small tables: per-id column sums ------------------------------------------------ */
 
-/* Warp u = (chunk, slice): lane covers column vector c = slice*32 + lane (W floats) and
- * adds dy rows [chunk*SMALL_ROWS, +SMALL_ROWS) into the sum of the row's id. */
-template <int W, int V, class TD>
-__global__ void __launch_bounds__(EMB_THREADS)
-emb_small_partial_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *__restrict__ partial,
-                         int64_t N, int64_t DW, int nslices, int64_t units, int pad) {
-    const int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (u >= units) return;
-    const int lane = threadIdx.x & 31;
-    const int64_t chunk = u / nslices, c = (u - chunk * nslices) * 32 + lane;
-    if (c >= DW) return;
-    float acc[V][W];
+/* Row r of dy where ids[r] is `id`, else zeros: the column sums of these rows are that
+ * id's gradient row (kernels/column_sums.cuh, one pass per id). */
+template <class T, int W>
+struct emb_id_rows {
+    const T *dy;
+    const int *ids;
+    int64_t D;
+    int id;
+    __device__ __forceinline__ void operator()(int64_t r, int64_t k, float (&v)[W]) const {
+        if (ids[r] == id) {
+            tg_vec<T, W>::load(dy + r * D, k, v);
+        } else {
 #pragma unroll
-    for (int v = 0; v < V; v++)
-#pragma unroll
-        for (int w = 0; w < W; w++) acc[v][w] = 0.0f;
-    const int64_t r0 = chunk * SMALL_ROWS, r1 = min(r0 + SMALL_ROWS, N);
-    for (int64_t r = r0; r < r1; r++) {
-        const int id = ids[r];
-        if (!valid_id(id, V, pad)) continue;
-        float x[W];
-        tg_vec<TD, W>::load(dy, r * DW + c, x);
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            if (v == id)
-#pragma unroll
-                for (int w = 0; w < W; w++) acc[v][w] = fadd(acc[v][w], x[w]);
+            for (int j = 0; j < W; j++) v[j] = 0.0f;
+        }
     }
-#pragma unroll
-    for (int v = 0; v < V; v++) tg_vec<float, W>::store(partial, (chunk * V + v) * DW + c, acc[v]);
-}
+};
 
-/* dtable[id][col] += the chunks' partials, added in chunk order in double. */
-__global__ void __launch_bounds__(EMB_THREADS)
-emb_small_final_kernel(const float *__restrict__ partial, float *__restrict__ dtable, int64_t chunks, int V,
-                       int64_t D) {
-    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= (int64_t)V * D) return;
-    const int64_t id = e / D, col = e - id * D;
-    double t = 0.0;
-    for (int64_t k = 0; k < chunks; k++) t += (double)partial[(k * V + id) * D + col];
-    dtable[e] = (float)((double)dtable[e] + t);
-}
-
-template <int V>
-static void launch_emb_small(const tg_cuda_op_args *a, int64_t N, int64_t D, float *partial, tg_err *err) {
+template <class T>
+static int emb_small(const tg_cuda_op_args *a, int64_t N, int64_t V, int64_t D, tg_err *err) {
+    const T *dy = (const T *)a->in[1];
     const int *ids = (const int *)a->in[0];
-    const void *dy = a->in[1];
     const int pad = (int)a->op->i[3];
-    const int dy_bf16 = a->in_dtype[1] == TG_BF16;
-    const int vec = D % 4 == 0 && tg_aligned(dy, dy_bf16 ? 8 : 16) && tg_aligned16(partial);
-    const int64_t DW = vec ? D / 4 : D, chunks = (N + SMALL_ROWS - 1) / SMALL_ROWS;
-    const int nslices = (int)((DW + 31) / 32);
-    const int64_t units = chunks * nslices;
-    const unsigned blocks = tg_blocks(units * 32, EMB_THREADS);
-    cudaStream_t st = a->ctx->stream;
-#define EMB_SMALL(W, TD)                                                                                              \
-    emb_small_partial_kernel<W, V, TD><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, partial, N, DW, nslices, \
-                                                                       units, pad)
-    if (vec && dy_bf16) EMB_SMALL(4, tg_bf16);
-    else if (vec) EMB_SMALL(4, float);
-    else if (dy_bf16) EMB_SMALL(1, tg_bf16);
-    else EMB_SMALL(1, float);
-#undef EMB_SMALL
-    emb_small_final_kernel<<<tg_blocks(V * D, EMB_THREADS), EMB_THREADS, 0, st>>>(partial, (float *)a->out[0], chunks,
-                                                                                  V, D);
+    double *partial = (double *)a->ctx->reduce_scratch;
+    constexpr int W = sizeof(T) == 2 ? 8 : 4;
+    const int vec = D % W == 0 && tg_aligned16(dy);
+    for (int id = 0; id < (int)V; id++) {
+        if (id == pad) continue;
+        float *row = (float *)a->out[0] + (int64_t)id * D;
+        int rc = vec ? col_sums<W>(emb_id_rows<T, W>{dy, ids, D, id}, N, D, partial, row, 0, a->ctx->stream, err)
+                     : col_sums<1>(emb_id_rows<T, 1>{dy, ids, D, id}, N, D, partial, row, 0, a->ctx->stream, err);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
@@ -407,19 +369,13 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     if (N >= INT32_MAX / 2) return tg_fail(err, "%lld tokens exceed int32 indexing", (long long)N);
     if (V <= SMALL_V) {
         if (tg_scratch_check(a, tg_scratch_embedding_bwd(a->op), err)) return -1;
-        float *partial = a->ctx->reduce_scratch;
-        switch (V) {
-        case 1: launch_emb_small<1>(a, N, D, partial, err); break;
-        case 2: launch_emb_small<2>(a, N, D, partial, err); break;
-        case 3: launch_emb_small<3>(a, N, D, partial, err); break;
-        default: launch_emb_small<4>(a, N, D, partial, err); break;
-        }
-        return 0;
+        return a->in_dtype[1] == TG_BF16 ? emb_small<tg_bf16>(a, N, V, D, err) : emb_small<float>(a, N, V, D, err);
     }
     const emb_layout l = layout_of(N, V, D);
     if (tg_scratch_check(a, l.total, err)) return -1;
     int *S = (int *)a->ctx->reduce_scratch;
-    int *start = S + l.start, *cursor = S + l.cursor, *chunk_base = S + l.chunk_base, *sorted = S + l.sorted;
+    int *start = S + l.start, *cursor = S + l.cursor, *arrive = S + l.arrive, *chunk_base = S + l.chunk_base,
+        *sorted = S + l.sorted;
     float *partial = a->ctx->reduce_scratch + l.partial;
     const int *ids = (const int *)a->in[0];
     const void *dy = a->in[1];
@@ -428,7 +384,7 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int dy_bf16 = a->in_dtype[1] == TG_BF16;
     cudaStream_t st = a->ctx->stream;
 
-    cudaError_t e = cudaMemsetAsync(S, 0, (size_t)(2 * V + 1) * sizeof(int), st); /* counts, cursors */
+    cudaError_t e = cudaMemsetAsync(S, 0, (size_t)l.zeroed * sizeof(int), st); /* counts, cursors, arrivals */
     if (e != cudaSuccess) return tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
     emb_hist_kernel<<<tg_blocks(N, EMB_THREADS), EMB_THREADS, 0, st>>>(ids, start, N, (int)V, pad);
     emb_scan_kernel<<<1, SCAN_THREADS, 0, st>>>(start, chunk_base, (int)V);
@@ -442,22 +398,11 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const unsigned blocks = tg_blocks(N * nslices * 32, EMB_THREADS);
 #define EMB_CHUNK(W, TD)                                                                                              \
     emb_chunk_kernel<W, TD><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, dt, start, chunk_base, sorted,      \
-                                                            partial, (int)V, DW, nslices)
-    if (vec) {
-        if (dy_bf16)
-            EMB_CHUNK(4, tg_bf16);
-        else
-            EMB_CHUNK(4, float);
-        emb_combine_kernel<4><<<blocks, EMB_THREADS, 0, st>>>(ids, dt, start, chunk_base, sorted, partial, (int)V, DW,
-                                                             nslices);
-    } else {
-        if (dy_bf16)
-            EMB_CHUNK(1, tg_bf16);
-        else
-            EMB_CHUNK(1, float);
-        emb_combine_kernel<1><<<blocks, EMB_THREADS, 0, st>>>(ids, dt, start, chunk_base, sorted, partial, (int)V, DW,
-                                                             nslices);
-    }
+                                                            partial, arrive, (int)V, DW, nslices)
+    if (vec && dy_bf16) EMB_CHUNK(4, tg_bf16);
+    else if (vec) EMB_CHUNK(4, float);
+    else if (dy_bf16) EMB_CHUNK(1, tg_bf16);
+    else EMB_CHUNK(1, float);
 #undef EMB_CHUNK
     return 0;
 }

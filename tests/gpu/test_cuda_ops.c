@@ -448,3 +448,73 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
+
+/* EMBEDDING_BWD on ids the plan tests rarely make: one id on 40% of 3000 tokens (summed in
+ * 256-token chunks whose last finisher adds them up), the padding id, ids outside the
+ * table, small tables (token types: per-id column sums) and rows without 16-byte vectors
+ * (D = 30), fp32 and bf16 dout, against the CPU, accumulating onto random table values. */
+TG_TEST(test_gpu_embedding_bwd_long_ids) {
+    (void)test_seed(41);
+    static const struct {
+        int V, D, dtype;
+    } cases[] = {{700, 96, TG_F32}, {700, 96, TG_BF16}, {700, 30, TG_F32}, {2, 96, TG_BF16}, {3, 30, TG_F32}};
+    const int64_t N = 3000;
+    cudaStream_t st;
+    REQUIRE(cudaStreamCreate(&st) == cudaSuccess, "cudaStreamCreate");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int V = cases[k].V, D = cases[k].D, bf16 = cases[k].dtype == TG_BF16, pad = V > 3 ? 3 : -1;
+        tg_op op = {.kind = TG_OP_EMBEDDING_BWD, .phase = TG_PHASE_BACKWARD};
+        for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
+        op.in[0] = 0, op.in[1] = 1, op.out[0] = 2;
+        op.i[0] = N, op.i[1] = V, op.i[2] = D, op.i[3] = pad;
+        int32_t *ids = malloc(sizeof *ids * N);
+        float *dy = malloc(sizeof *dy * N * D), *table = malloc(sizeof *table * V * D), *want = malloc(sizeof *want * V * D);
+        uint16_t *dy16 = malloc(sizeof *dy16 * N * D);
+        for (int64_t n = 0; n < N; n++) {
+            const uint32_t r = next_u32() % 100;
+            ids[n] = r < 40 ? V / 2 : r < 45 ? pad : r < 48 ? (r & 1 ? -1 : V) : (int32_t)(next_u32() % (uint32_t)V);
+        }
+        for (int64_t i = 0; i < N * D; i++) dy[i] = uniform(-1.0f, 1.0f);
+        if (bf16) tg_bf16_narrow(dy16, dy, N * D);
+        for (int64_t i = 0; i < (int64_t)V * D; i++) want[i] = table[i] = uniform(-1.0f, 1.0f);
+        /* CPU */
+        tg_cpu_op_args c = {.op = &op, .in = {ids, bf16 ? (void *)dy16 : (void *)dy}, .out = {want},
+                            .in_numel = {N, N * D}, .out_numel = {(int64_t)V * D},
+                            .in_dtype = {TG_I32, (int8_t)cases[k].dtype}, .out_dtype = {TG_F32}};
+        REQUIRE(tg_cpu_op_run_any(&c) == 0, "cpu embedding_bwd");
+        /* GPU */
+        void *d_ids, *d_dy, *d_table;
+        float *scratch;
+        const int64_t in_numel[TG_OP_MAX_IN] = {N, N * D};
+        const int64_t floats = tg_cuda_op_scratch_floats(&op, in_numel);
+        REQUIRE(cudaMalloc(&d_ids, sizeof *ids * N) == cudaSuccess &&
+                    cudaMalloc(&d_dy, (bf16 ? 2 : 4) * (size_t)(N * D)) == cudaSuccess &&
+                    cudaMalloc(&d_table, sizeof(float) * V * D) == cudaSuccess &&
+                    cudaMalloc((void **)&scratch, sizeof(float) * (size_t)(floats > 0 ? floats : 1)) == cudaSuccess,
+                "cudaMalloc");
+        cudaMemcpy(d_ids, ids, sizeof *ids * N, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_dy, bf16 ? (void *)dy16 : (void *)dy, (bf16 ? 2 : 4) * (size_t)(N * D), cudaMemcpyHostToDevice);
+        cudaMemcpy(d_table, table, sizeof(float) * V * D, cudaMemcpyHostToDevice);
+        cudaMemset(scratch, 0xff, sizeof(float) * (size_t)floats); /* stale scratch from other ops */
+        tg_cuda_ctx ctx = {.stream = st, .reduce_scratch = scratch, .reduce_scratch_floats = (size_t)floats};
+        tg_cuda_op_args g = {.op = &op, .in = {d_ids, d_dy}, .out = {d_table}, .in_numel = {N, N * D},
+                             .out_numel = {(int64_t)V * D}, .in_dtype = {TG_I32, (int8_t)cases[k].dtype},
+                             .out_dtype = {TG_F32}, .training = 1, .ctx = &ctx};
+        tg_err err;
+        float *got = malloc(sizeof *got * V * D);
+        for (int rep = 0; rep < 2; rep++) { /* twice: the arrival counters start from zero again */
+            cudaMemcpy(d_table, table, sizeof(float) * V * D, cudaMemcpyHostToDevice);
+            CHECK(tg_cuda_op_run(&g, &err) == 0, "V=%d D=%d: %s", V, D, err.msg);
+            CHECK(cudaStreamSynchronize(st) == cudaSuccess, "V=%d D=%d: %s", V, D, cudaGetErrorString(cudaGetLastError()));
+            cudaMemcpy(got, d_table, sizeof(float) * V * D, cudaMemcpyDeviceToHost);
+            const double rel = tg_rel_err(got, want, (int64_t)V * D);
+            CHECK(rel <= 1e-5, "V=%d D=%d %s run %d: relative error %.3g", V, D, bf16 ? "bf16" : "fp32", rep, rel);
+        }
+        if (pad >= 0) CHECK(memcmp(got + (int64_t)pad * D, table + (int64_t)pad * D, sizeof(float) * D) == 0,
+                            "V=%d: the padding row changed", V);
+        cudaFree(d_ids), cudaFree(d_dy), cudaFree(d_table), cudaFree(scratch);
+        free(ids), free(dy), free(dy16), free(table), free(want), free(got);
+    }
+    cudaStreamDestroy(st);
+}
