@@ -21,6 +21,9 @@
  *      are summed in parallel into scratch (the first one starting from dtable's value),
  *      and the warp that finishes the id's last chunk adds them in chunk order:
  *      deterministic, within float rounding of the CPU's order.
+ * When every token fits one tile (N <= 4096: BERT at B x T = 4096), steps 1-3 are one
+ * block's sort of that tile: the sorted runs of equal ids are the segments, so nothing
+ * the size of the table is counted, scanned or cleared.
  * Ids equal to the padding index i[3] or outside [0, V) contribute nothing.
  *
  * Tables of at most SMALL_V rows (token types) skip the sort: every id there is long,
@@ -65,11 +68,32 @@ static emb_layout layout_of(int64_t N, int64_t V, int64_t D) {
     return l;
 }
 
+/* One tile (N <= TILE): arrival counters first (the part cleared), then sorted[N],
+ * run_start[N], run_end[N], chunk_at[N], n_valid, the partials. */
+struct emb_tile_layout {
+    int64_t arrive, zeroed, sorted, run_start, run_end, chunk_at, n_valid, partial, total;
+};
+
+static emb_tile_layout tile_layout_of(int64_t N, int64_t D) {
+    emb_tile_layout l;
+    const int64_t max_chunks = 2 * ((N + CHUNK - 1) / CHUNK) + 2;
+    l.arrive = 0;
+    l.zeroed = max_chunks * ((D + 31) / 32);
+    l.sorted = l.zeroed;
+    l.run_start = l.sorted + N;
+    l.run_end = l.run_start + N;
+    l.chunk_at = l.run_end + N;
+    l.n_valid = l.chunk_at + N;
+    l.partial = (l.n_valid + 1 + 3) / 4 * 4; /* 16-byte aligned floats */
+    l.total = l.partial + max_chunks * D;
+    return l;
+}
+
 int64_t tg_scratch_embedding_bwd(const tg_op *op) {
     int64_t N = op->i[0], V = op->i[1], D = op->i[2];
     if (N <= 0 || V <= 0 || D <= 0) return 0;
     if (V <= SMALL_V) return tg_col_sum_scratch(N, D);
-    return layout_of(N, V, D).total;
+    return N <= TILE ? tile_layout_of(N, D).total : layout_of(N, V, D).total;
 }
 
 static __device__ __forceinline__ int valid_id(int id, int V, int pad) { return id >= 0 && id < V && id != pad; }
@@ -194,45 +218,69 @@ struct imax_op {
     __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
 };
 
+typedef cub::BlockRadixSort<unsigned, SORT_THREADS, SORT_ITEMS> emb_sort_t;
+typedef cub::BlockScan<int, SORT_THREADS> emb_scan_t;
+union emb_sort_storage {
+    typename emb_sort_t::TempStorage sort;
+    typename emb_scan_t::TempStorage scan;
+};
+
+/* The tokens [tile, tile + TILE) sorted by id, position order within an id (invalid ids
+ * last): thread t holds sorted items [8t, 8t + 8) as keys (id << TILE_BITS | position in
+ * the tile), and head[j] = the sorted index where item j's run of equal ids starts. */
+static __device__ __forceinline__ void emb_sort_tile(const int *__restrict__ ids, int64_t tile, int64_t N, int V,
+                                                     int pad, int end_bit, emb_sort_storage &ts, unsigned *s_first,
+                                                     unsigned *s_last, unsigned (&key)[SORT_ITEMS],
+                                                     int (&head)[SORT_ITEMS]) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < SORT_ITEMS; j++) {
+        int q = t * SORT_ITEMS + j;
+        int64_t n = tile + q;
+        key[j] = INVALID_KEY;
+        if (n < N) {
+            int id = ids[n];
+            if (valid_id(id, V, pad)) key[j] = ((unsigned)id << TILE_BITS) | (unsigned)q;
+        }
+    }
+    /* Only the id bits: the sort is stable and the keys enter in position order, so equal
+     * ids keep it (the low TILE_BITS only make keys unique). */
+    emb_sort_t(ts.sort).Sort(key, TILE_BITS, end_bit);
+    s_first[t] = key[0];
+    s_last[t] = key[SORT_ITEMS - 1];
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < SORT_ITEMS; j++) {
+        int q = t * SORT_ITEMS + j;
+        unsigned prev = j ? key[j - 1] : (t ? s_last[t - 1] : INVALID_KEY);
+        int is_head = key[j] != INVALID_KEY && (q == 0 || (prev >> TILE_BITS) != (key[j] >> TILE_BITS));
+        head[j] = is_head ? q : 0;
+    }
+    emb_scan_t(ts.scan).InclusiveScan(head, head, imax_op()); /* run start of every item */
+}
+
+/* The key after sorted item j of thread t (INVALID_KEY past the end). */
+static __device__ __forceinline__ unsigned emb_next_key(const unsigned (&key)[SORT_ITEMS], int j,
+                                                        const unsigned *s_first) {
+    const int t = threadIdx.x;
+    return j < SORT_ITEMS - 1 ? key[j + 1] : (t < SORT_THREADS - 1 ? s_first[t + 1] : INVALID_KEY);
+}
+
+/* Whether a valid key ends its run: the next key has another id. */
+static __device__ __forceinline__ bool emb_run_tail(unsigned key, unsigned next) {
+    return next == INVALID_KEY || (next >> TILE_BITS) != (key >> TILE_BITS);
+}
+
 __global__ void __launch_bounds__(SORT_THREADS)
 emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int *__restrict__ cursor,
                  int *__restrict__ sorted, int64_t N, int V, int pad, int end_bit) {
-    typedef cub::BlockRadixSort<unsigned, SORT_THREADS, SORT_ITEMS> sort_t;
-    typedef cub::BlockScan<int, SORT_THREADS> scan_t;
-    __shared__ union {
-        typename sort_t::TempStorage sort;
-        typename scan_t::TempStorage scan;
-    } ts;
+    __shared__ emb_sort_storage ts;
     __shared__ unsigned s_first[SORT_THREADS], s_last[SORT_THREADS];
     const int t = threadIdx.x;
     for (int64_t tile = 0; tile < N; tile += TILE) {
         unsigned key[SORT_ITEMS];
-#pragma unroll
-        for (int j = 0; j < SORT_ITEMS; j++) {
-            int q = t * SORT_ITEMS + j;
-            int64_t n = tile + q;
-            key[j] = INVALID_KEY;
-            if (n < N) {
-                int id = ids[n];
-                if (valid_id(id, V, pad)) key[j] = ((unsigned)id << TILE_BITS) | (unsigned)q;
-            }
-        }
-        /* Only the id bits: the sort is stable and the keys enter in position order, so equal
-         * ids keep it (the low TILE_BITS only make keys unique). Blocked: thread t holds
-         * sorted [8t, 8t+8). */
-        sort_t(ts.sort).Sort(key, TILE_BITS, end_bit);
-        s_first[t] = key[0];
-        s_last[t] = key[SORT_ITEMS - 1];
-        __syncthreads();
         int head[SORT_ITEMS];
-#pragma unroll
-        for (int j = 0; j < SORT_ITEMS; j++) {
-            int q = t * SORT_ITEMS + j;
-            unsigned prev = j ? key[j - 1] : (t ? s_last[t - 1] : INVALID_KEY);
-            int is_head = key[j] != INVALID_KEY && (q == 0 || (prev >> TILE_BITS) != (key[j] >> TILE_BITS));
-            head[j] = is_head ? q : 0;
-        }
-        scan_t(ts.scan).InclusiveScan(head, head, imax_op()); /* run start of every item */
+        emb_sort_tile(ids, tile, N, V, pad, end_bit, ts, s_first, s_last, key, head);
         int base[SORT_ITEMS];
 #pragma unroll
         for (int j = 0; j < SORT_ITEMS; j++) {
@@ -247,12 +295,56 @@ emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int
         for (int j = 0; j < SORT_ITEMS; j++) {
             if (key[j] == INVALID_KEY) continue;
             int q = t * SORT_ITEMS + j;
-            unsigned next = j < SORT_ITEMS - 1 ? key[j + 1] : (t < SORT_THREADS - 1 ? s_first[t + 1] : INVALID_KEY);
-            if (next == INVALID_KEY || (next >> TILE_BITS) != (key[j] >> TILE_BITS))
-                cursor[key[j] >> TILE_BITS] = base[j] + (q - head[j]) + 1; /* run tail */
+            if (emb_run_tail(key[j], emb_next_key(key, j, s_first)))
+                cursor[key[j] >> TILE_BITS] = base[j] + (q - head[j]) + 1;
         }
         __syncthreads();
     }
+}
+
+/* ---- one tile: the sorted runs are the segments ------------------------------------ */
+
+/* When every token fits one tile (N <= TILE), the sorted tile is the whole grouping: for
+ * sorted position p, sorted[p] is the token, run_start[p] where its id's run starts, and
+ * at each run start h, run_end[h] where it ends and chunk_at[h] (runs longer than CHUNK)
+ * its first partial row; *n_valid counts the tokens with a valid id. No per-id histogram,
+ * scan or cursor: nothing the size of the table. */
+__global__ void __launch_bounds__(SORT_THREADS)
+emb_tile_kernel(const int *__restrict__ ids, int64_t N, int V, int pad, int end_bit, int *__restrict__ sorted,
+                int *__restrict__ run_start, int *__restrict__ run_end, int *__restrict__ chunk_at,
+                int *__restrict__ n_valid) {
+    __shared__ emb_sort_storage ts;
+    __shared__ unsigned s_first[SORT_THREADS], s_last[SORT_THREADS];
+    __shared__ int s_valid;
+    const int t = threadIdx.x;
+    if (t == 0) s_valid = 0;
+    unsigned key[SORT_ITEMS];
+    int head[SORT_ITEMS];
+    emb_sort_tile(ids, 0, N, V, pad, end_bit, ts, s_first, s_last, key, head);
+#pragma unroll
+    for (int j = 0; j < SORT_ITEMS; j++) {
+        if (key[j] == INVALID_KEY) continue;
+        const int q = t * SORT_ITEMS + j;
+        const unsigned next = emb_next_key(key, j, s_first);
+        sorted[q] = (int)(key[j] & (TILE - 1));
+        run_start[q] = head[j];
+        if (emb_run_tail(key[j], next)) run_end[head[j]] = q + 1;
+        if (next == INVALID_KEY) s_valid = q + 1; /* the last valid token */
+    }
+    __syncthreads(); /* run_end written, the scan storage free */
+    int k[SORT_ITEMS];
+#pragma unroll
+    for (int j = 0; j < SORT_ITEMS; j++) {
+        const int q = t * SORT_ITEMS + j;
+        const int len = key[j] != INVALID_KEY && head[j] == q ? run_end[q] - q : 0;
+        k[j] = len > CHUNK ? (len + CHUNK - 1) / CHUNK : 0;
+    }
+    int first[SORT_ITEMS];
+    emb_scan_t(ts.scan).ExclusiveSum(k, first);
+#pragma unroll
+    for (int j = 0; j < SORT_ITEMS; j++)
+        if (k[j]) chunk_at[t * SORT_ITEMS + j] = first[j];
+    if (t == 0) *n_valid = s_valid;
 }
 
 /* ---- 4. chunk sums in token order ------------------------------------------------- */
@@ -263,19 +355,28 @@ emb_place_kernel(const int *__restrict__ ids, const int *__restrict__ start, int
  * A long id's chunks go to partials; the warp that finishes its id's last chunk (counted
  * in arrive[]) then adds them in chunk order into dtable, the first one having started
  * from dtable's value: the same order whichever warp comes last. */
-template <int W, class TD>
+/* Where a sorted position's segment starts and ends: by id (start[], chunk_base[]) after
+ * the several-tile placement, or by run (run_start[], run_end[], chunk_at[], *n_valid)
+ * after the one-tile sort. */
+struct emb_segments {
+    const int *start, *chunk_base;
+    const int *run_start, *run_end, *chunk_at, *n_valid;
+};
+
+template <int W, class TD, bool RUNS>
 __global__ void __launch_bounds__(EMB_THREADS)
 emb_chunk_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *__restrict__ dtable,
-                 const int *__restrict__ start, const int *__restrict__ chunk_base, const int *__restrict__ sorted,
-                 float *__restrict__ partial, int *__restrict__ arrive, int V, int64_t DW, int nslices) {
+                 emb_segments sg, const int *__restrict__ sorted, float *__restrict__ partial,
+                 int *__restrict__ arrive, int V, int64_t DW, int nslices) {
     typedef vec_t<W> ops;
     const int lane = threadIdx.x & 31;
-    const int64_t units = (int64_t)start[V] * nslices;
+    const int64_t units = (int64_t)(RUNS ? *sg.n_valid : sg.start[V]) * nslices;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t u = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < units; u += nwarps) {
         const int p = (int)(u / nslices), s = (int)(u - (int64_t)p * nslices);
         const int id = ids[sorted[p]];
-        const int seg = start[id], cnt = start[id + 1] - seg, off = p - seg;
+        const int seg = RUNS ? sg.run_start[p] : sg.start[id];
+        const int cnt = (RUNS ? sg.run_end[seg] : sg.start[id + 1]) - seg, off = p - seg;
         if (off % CHUNK) continue; /* warp-uniform */
         const int64_t c = (int64_t)s * 32 + lane;
         const bool active = c < DW;
@@ -308,7 +409,7 @@ emb_chunk_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *
             if (active) tg_vec<float, W>::store(dtable, (int64_t)id * DW + c, acc);
             continue;
         }
-        const int cb = chunk_base[id], nch = (cnt + CHUNK - 1) / CHUNK;
+        const int cb = RUNS ? sg.chunk_at[seg] : sg.chunk_base[id], nch = (cnt + CHUNK - 1) / CHUNK;
         if (active) tg_vec<float, W>::store(partial, (int64_t)(cb + off / CHUNK) * DW + c, acc);
         __threadfence(); /* this chunk's partial is visible before it is counted */
         int last = 0;
@@ -371,34 +472,53 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
         if (tg_scratch_check(a, tg_scratch_embedding_bwd(a->op), err)) return -1;
         return a->in_dtype[1] == TG_BF16 ? emb_small<tg_bf16>(a, N, V, D, err) : emb_small<float>(a, N, V, D, err);
     }
-    const emb_layout l = layout_of(N, V, D);
-    if (tg_scratch_check(a, l.total, err)) return -1;
-    int *S = (int *)a->ctx->reduce_scratch;
-    int *start = S + l.start, *cursor = S + l.cursor, *arrive = S + l.arrive, *chunk_base = S + l.chunk_base,
-        *sorted = S + l.sorted;
-    float *partial = a->ctx->reduce_scratch + l.partial;
     const int *ids = (const int *)a->in[0];
     const void *dy = a->in[1];
     float *dt = (float *)a->out[0];
     const int pad = (int)a->op->i[3];
     const int dy_bf16 = a->in_dtype[1] == TG_BF16;
     cudaStream_t st = a->ctx->stream;
-
-    cudaError_t e = cudaMemsetAsync(S, 0, (size_t)l.zeroed * sizeof(int), st); /* counts, cursors, arrivals */
-    if (e != cudaSuccess) return tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
-    emb_hist_kernel<<<tg_blocks(N, EMB_THREADS), EMB_THREADS, 0, st>>>(ids, start, N, (int)V, pad);
-    emb_scan_kernel<<<1, SCAN_THREADS, 0, st>>>(start, chunk_base, (int)V);
     int id_bits = 1;
     while (((int64_t)1 << id_bits) <= V) id_bits++; /* 2^id_bits > V: invalid keys sort last */
-    emb_place_kernel<<<1, SORT_THREADS, 0, st>>>(ids, start, cursor, sorted, N, (int)V, pad, TILE_BITS + id_bits);
+    int *S = (int *)a->ctx->reduce_scratch;
+    emb_segments sg = {};
+    int *sorted, *arrive;
+    float *partial;
+    cudaError_t e;
+    const int runs = N <= TILE;
+    if (runs) {
+        const emb_tile_layout l = tile_layout_of(N, D);
+        if (tg_scratch_check(a, l.total, err)) return -1;
+        sorted = S + l.sorted, arrive = S + l.arrive, partial = a->ctx->reduce_scratch + l.partial;
+        sg.run_start = S + l.run_start, sg.run_end = S + l.run_end, sg.chunk_at = S + l.chunk_at;
+        sg.n_valid = S + l.n_valid;
+        if ((e = cudaMemsetAsync(S, 0, (size_t)l.zeroed * sizeof(int), st)) != cudaSuccess) /* arrivals */
+            return tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+        emb_tile_kernel<<<1, SORT_THREADS, 0, st>>>(ids, N, (int)V, pad, TILE_BITS + id_bits, sorted, S + l.run_start,
+                                                    S + l.run_end, S + l.chunk_at, S + l.n_valid);
+    } else {
+        const emb_layout l = layout_of(N, V, D);
+        if (tg_scratch_check(a, l.total, err)) return -1;
+        int *start = S + l.start, *cursor = S + l.cursor, *chunk_base = S + l.chunk_base;
+        sorted = S + l.sorted, arrive = S + l.arrive, partial = a->ctx->reduce_scratch + l.partial;
+        sg.start = start, sg.chunk_base = chunk_base;
+        /* counts, cursors, arrivals */
+        if ((e = cudaMemsetAsync(S, 0, (size_t)l.zeroed * sizeof(int), st)) != cudaSuccess)
+            return tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+        emb_hist_kernel<<<tg_blocks(N, EMB_THREADS), EMB_THREADS, 0, st>>>(ids, start, N, (int)V, pad);
+        emb_scan_kernel<<<1, SCAN_THREADS, 0, st>>>(start, chunk_base, (int)V);
+        emb_place_kernel<<<1, SORT_THREADS, 0, st>>>(ids, start, cursor, sorted, N, (int)V, pad, TILE_BITS + id_bits);
+    }
 
     const int vec = D % 4 == 0 && tg_aligned(dy, dy_bf16 ? 8 : 16) && tg_aligned16(dt);
     const int64_t DW = vec ? D / 4 : D;
     const int nslices = (int)((DW + 31) / 32);
     const unsigned blocks = tg_blocks(N * nslices * 32, EMB_THREADS);
 #define EMB_CHUNK(W, TD)                                                                                              \
-    emb_chunk_kernel<W, TD><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, dt, start, chunk_base, sorted,      \
-                                                            partial, arrive, (int)V, DW, nslices)
+    (runs ? emb_chunk_kernel<W, TD, true><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, dt, sg, sorted,       \
+                                                                         partial, arrive, (int)V, DW, nslices)      \
+          : emb_chunk_kernel<W, TD, false><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, dt, sg, sorted,      \
+                                                                          partial, arrive, (int)V, DW, nslices))
     if (vec && dy_bf16) EMB_CHUNK(4, tg_bf16);
     else if (vec) EMB_CHUNK(4, float);
     else if (dy_bf16) EMB_CHUNK(1, tg_bf16);

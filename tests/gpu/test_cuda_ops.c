@@ -449,20 +449,24 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
 
-/* EMBEDDING_BWD on ids the plan tests rarely make: one id on 40% of 3000 tokens (summed in
+/* EMBEDDING_BWD on ids the plan tests rarely make: one id on 40% of the tokens (summed in
  * 256-token chunks whose last finisher adds them up), the padding id, ids outside the
  * table, small tables (token types: per-id column sums) and rows without 16-byte vectors
  * (D = 30), fp32 and bf16 dout, against the CPU, accumulating onto random table values. */
 TG_TEST(test_gpu_embedding_bwd_long_ids) {
     (void)test_seed(41);
+    /* N <= 4096: one tile, its sorted runs as the segments; 9000: three tiles placed by
+     * per-id counts and cursors. */
     static const struct {
         int V, D, dtype;
-    } cases[] = {{700, 96, TG_F32}, {700, 96, TG_BF16}, {700, 30, TG_F32}, {2, 96, TG_BF16}, {3, 30, TG_F32}};
-    const int64_t N = 3000;
+        int64_t N;
+    } cases[] = {{700, 96, TG_F32, 3000},  {700, 96, TG_BF16, 3000}, {700, 30, TG_F32, 3000}, {2, 96, TG_BF16, 3000},
+                 {3, 30, TG_F32, 3000},    {700, 96, TG_F32, 9000},  {700, 96, TG_BF16, 9000}, {700, 30, TG_F32, 9000}};
     cudaStream_t st;
     REQUIRE(cudaStreamCreate(&st) == cudaSuccess, "cudaStreamCreate");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int V = cases[k].V, D = cases[k].D, bf16 = cases[k].dtype == TG_BF16, pad = V > 3 ? 3 : -1;
+        const int64_t N = cases[k].N;
         tg_op op = {.kind = TG_OP_EMBEDDING_BWD, .phase = TG_PHASE_BACKWARD};
         for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
         for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
@@ -509,7 +513,8 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
             CHECK(cudaStreamSynchronize(st) == cudaSuccess, "V=%d D=%d: %s", V, D, cudaGetErrorString(cudaGetLastError()));
             cudaMemcpy(got, d_table, sizeof(float) * V * D, cudaMemcpyDeviceToHost);
             const double rel = tg_rel_err(got, want, (int64_t)V * D);
-            CHECK(rel <= 1e-5, "V=%d D=%d %s run %d: relative error %.3g", V, D, bf16 ? "bf16" : "fp32", rep, rel);
+            CHECK(rel <= 1e-5, "V=%d D=%d N=%lld %s run %d: relative error %.3g", V, D, (long long)N,
+                  bf16 ? "bf16" : "fp32", rep, rel);
         }
         if (pad >= 0) CHECK(memcmp(got + (int64_t)pad * D, table + (int64_t)pad * D, sizeof(float) * D) == 0,
                             "V=%d: the padding row changed", V);
