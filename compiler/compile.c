@@ -1,4 +1,5 @@
 #include "compiler/compile.h"
+#include "compiler/grad_buckets.h"
 #include "compiler/grad_writes.h"
 
 #include <stdio.h>
@@ -77,15 +78,8 @@ static void build_optimizer(tg_graph *g) {
     g->io.grad_norm = scalar(g, "grad_norm", TG_POOL_WORKSPACE);
     int64_t n = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.grads_all]);
 
-    tg_op_spec s;
-    if (j->data_parallel > 1) { /* every replica's gradients, summed, before anything reads them */
-        s = tg_spec(TG_OP_ALL_REDUCE);
-        s.in[0] = s.out[0] = g->io.grads_all;
-        s.i[0] = n;
-        tg_graph_op(g, &s);
-    }
-
-    s = tg_spec(TG_OP_SCHEDULE);
+    /* Data parallelism sums the replicas' gradients in the backward (compiler/grad_buckets.c). */
+    tg_op_spec s = tg_spec(TG_OP_SCHEDULE);
     s.in[0] = g->io.step, s.in[1] = g->io.total_steps;
     s.out[0] = g->io.lr, s.out[1] = g->io.step;
     s.i[0] = j->warmup_steps;
@@ -115,7 +109,8 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
     int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
     if (g.failed || tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
-    if (g.failed || tg_apply_precision(&g, j->precision) || tg_first_gradient_writes(&g)) goto out;
+    if (g.failed || tg_apply_precision(&g, j->precision) || tg_first_gradient_writes(&g) || tg_gradient_buckets(&g))
+        goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];
     for (int p = 0, o = 0; p <= TG_PHASE_COUNT; p++) {

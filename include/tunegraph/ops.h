@@ -212,7 +212,9 @@ typedef enum tg_op_kind {
     /* Data parallelism: in0 x -> out0, the same tensor (in place), = the sum of x over the
      * job's data_parallel replicas (runtime/comm.h), the same on every replica. The loss
      * gradient is seeded with 1 / data_parallel, so the sum is the mean gradient over the
-     * replicas' batches. i[0] = element count. */
+     * replicas' batches. The compiler sums the gradient buffer in buckets (views), each
+     * right after the last backward op that writes into it (compiler/grad_buckets.c).
+     * i[0] = element count. */
     TG_OP_ALL_REDUCE,
     TG_OP_COUNT
 } tg_op_kind;

@@ -239,6 +239,11 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
         rc = cuda_fail(err, "cudaStreamCreate (batch fetch branch)", e);
     else if (deferred_update_init(x, err))
         rc = -1;
+    else if (nccl_comm && plan->job.data_parallel > 1 &&
+             ((e = cudaStreamCreateWithFlags(&x->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+              (e = cudaEventCreateWithFlags(&x->comm_fork, cudaEventDisableTiming)) != cudaSuccess ||
+              (e = cudaEventCreateWithFlags(&x->comm_done, cudaEventDisableTiming)) != cudaSuccess))
+        rc = cuda_fail(err, "creating the gradient-sum stream and events", e);
     else if ((e = cudaEventCreateWithFlags(&x->fork, cudaEventDisableTiming)) != cudaSuccess ||
              (e = cudaEventCreateWithFlags(&x->join, cudaEventDisableTiming)) != cudaSuccess)
         rc = cuda_fail(err, "cudaEventCreate", e);
@@ -288,6 +293,9 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     free(x->chunk_done);
     if (x->update_fork) cudaEventDestroy(x->update_fork);
     if (x->update_stream) cudaStreamDestroy(x->update_stream);
+    if (x->comm_fork) cudaEventDestroy(x->comm_fork);
+    if (x->comm_done) cudaEventDestroy(x->comm_done);
+    if (x->comm_stream) cudaStreamDestroy(x->comm_stream);
     cudaFree(x->update_due);
     tg_deferred_update_free(&x->defer);
     cudaFreeHost(x->ctrl);
@@ -453,13 +461,32 @@ static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
     return 0;
 }
 
-/* The backward and the optimizer phase, less the AdamW when it is deferred. */
+/* The backward and the optimizer phase, less the AdamW when it is deferred; with
+ * replicas, each gradient bucket's sum on the communication stream beside the backward. */
 static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     const int end = x->defer_on ? x->defer.adamw_op : p->n_ops;
-    if (run_phases(x, TG_PHASE_BACKWARD, TG_PHASE_BACKWARD, 1, err) || mark(x, 2 + TG_PHASE_BACKWARD, err) ||
-        run_ops(x, p->phase_begin[TG_PHASE_OPTIMIZER], end, 1, err))
-        return -1;
+    const int b0 = p->phase_begin[TG_PHASE_BACKWARD], b1 = p->phase_begin[TG_PHASE_OPTIMIZER];
+    int summing = 0;
+    for (int o = b0; o < b1; o++) {
+        if (!x->comm_stream || p->ops[o].kind != TG_OP_ALL_REDUCE) {
+            if (run_ops(x, o, o + 1, 1, err)) return -1;
+            continue;
+        }
+        tg_cuda_op_args a;
+        op_args(x, o, 1, &a);
+        tg_cuda_ctx ctx = x->ctx;
+        ctx.stream = x->comm_stream;
+        a.ctx = &ctx;
+        CUDA_TRY(cudaEventRecord(x->comm_fork, x->ctx.stream), "record a gradient sum's fork");
+        CUDA_TRY(cudaStreamWaitEvent(x->comm_stream, x->comm_fork, 0), "fork of a gradient sum");
+        if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
+        CUDA_TRY(cudaEventRecord(x->comm_done, x->comm_stream), "record a gradient sum's end");
+        summing = 1;
+    }
+    if (mark(x, 2 + TG_PHASE_BACKWARD, err)) return -1;
+    if (summing) CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->comm_done, 0), "join of the gradient sums");
+    if (run_ops(x, b1, end, 1, err)) return -1;
     return mark(x, 2 + TG_PHASE_OPTIMIZER, err);
 }
 

@@ -53,6 +53,12 @@ typedef struct tg_cuda_exec {
      * every other use of the executor applies it first (tg_cuda_finish_update). */
     tg_deferred_update defer;
     int defer_on;
+    /* Data parallelism: a training step sums each gradient bucket (its ALL_REDUCE) on
+     * comm_stream as soon as the backward has written it, beside the rest of the
+     * backward; the optimizer phase waits for the last sum (so its time shows the
+     * communication the backward did not hide). */
+    cudaStream_t comm_stream;
+    cudaEvent_t comm_fork, comm_done;
     int update_pending;
     int *update_due;               /* device */
     cudaStream_t update_stream;

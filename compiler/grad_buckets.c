@@ -1,0 +1,95 @@
+#include "compiler/grad_buckets.h"
+#include "compiler/autodiff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Highest gradient element (exclusive) that op writes, 0 if none. */
+static int64_t grad_write_end(const tg_graph *g, const tg_op *op) {
+    int64_t end = 0;
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+        const int t = op->out[s];
+        if (t < 0 || t == g->io.grads_all || g->tensors[t].pool != TG_POOL_GRADS) continue;
+        const int64_t e = (int64_t)((g->tensors[t].offset + g->tensors[t].bytes + 3) / 4);
+        if (e > end) end = e;
+    }
+    return end;
+}
+
+int tg_gradient_buckets(tg_graph *g) {
+    if (g->failed) return -1;
+    if (!g->job || g->job->data_parallel <= 1) return 0;
+    const int64_t n = tg_tensor_numel(&g->tensors[g->io.grads_all]);
+    int b0 = -1, b1 = -1; /* the backward's ops [b0, b1) */
+    for (int o = 0; o < g->n_ops; o++)
+        if (g->ops[o].phase == TG_PHASE_BACKWARD) {
+            if (b0 < 0) b0 = o;
+            b1 = o + 1;
+        }
+    if (b0 < 0 || n <= 0) return tg_graph_fail(g, "data parallelism: no backward to sum gradients after");
+    int64_t bucket = (int64_t)(TG_GRAD_BUCKET_BYTES / 4), small = n / 8 > 1024 ? n / 8 : 1024;
+    if (bucket > small) bucket = small;
+    /* final_from[k]: every gradient element at or above it is final once backward op b0 + k
+     * has run (nothing after it writes there). */
+    const int nb = b1 - b0;
+    int64_t *final_from = malloc(sizeof *final_from * (size_t)nb);
+    int64_t *cut = malloc(sizeof *cut * (size_t)(nb + 1)); /* bucket start after op b0 + k, or -1 */
+    if (!final_from || !cut) {
+        free(final_from), free(cut);
+        return tg_graph_fail(g, "out of memory");
+    }
+    int64_t later = 0;
+    for (int k = nb - 1; k >= 0; k--) {
+        final_from[k] = later;
+        const int64_t e = grad_write_end(g, &g->ops[b0 + k]);
+        if (e > later) later = e;
+    }
+    int64_t upper = n;
+    int buckets = 0;
+    for (int k = 0; k < nb; k++) {
+        cut[k] = -1;
+        int64_t lo = (final_from[k] + 63) / 64 * 64; /* 256-byte aligned starts */
+        if (k == nb - 1) lo = 0;                    /* the rest, once the backward ends */
+        if (lo < upper && (upper - lo >= bucket || k == nb - 1)) cut[k] = lo, upper = lo, buckets++;
+    }
+    /* The new ops, appended in the backward phase, then moved after their ops. */
+    const int first_new = g->n_ops, phase = g->phase;
+    g->phase = TG_PHASE_BACKWARD;
+    int64_t top = n;
+    for (int k = 0; k < nb && !g->failed; k++) {
+        if (cut[k] < 0) continue;
+        char name[TG_NAME_MAX];
+        snprintf(name, sizeof name, "grads.bucket.%lld", (long long)(cut[k] / 64));
+        const int64_t len = top - cut[k];
+        const int t = tg_graph_tensor(g, name, TG_F32, TG_POOL_GRADS, 1, &len);
+        if (t < 0) break;
+        g->tensors[t].flags |= TG_TENSOR_VIEW;
+        g->tensors[t].offset = (uint64_t)cut[k] * 4;
+        tg_op_spec s = tg_spec(TG_OP_ALL_REDUCE);
+        s.in[0] = s.out[0] = t;
+        s.i[0] = len;
+        tg_graph_op(g, &s);
+        top = cut[k];
+    }
+    g->phase = phase;
+    if (g->failed) {
+        free(final_from), free(cut);
+        return -1;
+    }
+    /* Rebuild the schedule: each bucket's op right after the backward op that completes it. */
+    const int total = g->n_ops;
+    tg_op *ops = malloc(sizeof *ops * (size_t)total);
+    if (!ops) {
+        free(final_from), free(cut);
+        return tg_graph_fail(g, "out of memory");
+    }
+    int w = 0, next_new = first_new;
+    for (int o = 0; o < first_new; o++) {
+        ops[w++] = g->ops[o];
+        if (o >= b0 && o < b1 && cut[o - b0] >= 0) ops[w++] = g->ops[next_new++];
+    }
+    memcpy(g->ops, ops, sizeof *ops * (size_t)total);
+    free(ops), free(final_from), free(cut);
+    return 0;
+}

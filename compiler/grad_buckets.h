@@ -1,0 +1,16 @@
+/* Data parallelism: the gradient sum in buckets, each as soon as its gradients are final. */
+#ifndef TUNEGRAPH_GRAD_BUCKETS_H
+#define TUNEGRAPH_GRAD_BUCKETS_H
+
+#include "compiler/graph.h"
+
+/* For a job with data_parallel > 1: one TG_OP_ALL_REDUCE per bucket of the gradient
+ * buffer, placed in the backward right after the last op that writes any gradient in it,
+ * so that an executor can sum a bucket while the backward goes on (buckets of about
+ * TG_GRAD_BUCKET_BYTES, fewer on small models; the gradients below the last boundary,
+ * final only when the backward ends, form the last). The buckets tile the buffer. Run
+ * after every gradient writer is in place. Returns 0 or -1 (g->err). */
+#define TG_GRAD_BUCKET_BYTES (25u << 20)
+int tg_gradient_buckets(tg_graph *g);
+
+#endif
