@@ -134,6 +134,7 @@ static void print_text(const tg_plan *p, FILE *out) {
     fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(p->job.task),
             p->job.batch, p->job.seq, tg_precision_name(p->job.precision), tg_attention_mode_name(attention));
     if (attention != p->job.attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(p->job.attention));
+    if (p->job.data_parallel > 1) fprintf(out, "  data parallel: %d replicas", p->job.data_parallel);
     fputc('\n', out);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
@@ -271,6 +272,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "seq", jint(p->job.seq));
     jset(&c, root, "precision", jstr(tg_precision_name(p->job.precision)));
     jset(&c, root, "attention", jstr(tg_attention_mode_name(plan_attention_mode(p))));
+    jset(&c, root, "data_parallel", jint(p->job.data_parallel));
     jset(&c, root, "fingerprint", json_string(hex));
     jset(&c, root, "n_ops", jint(p->n_ops));
     jset(&c, root, "n_tensors", jint(p->n_tensors));

@@ -723,7 +723,8 @@ TG_TEST(test_inspect_text) {
     if (getenv("TG_SHOW_INSPECT")) fputs(text, stderr); /* to eyeball the layout */
     const char *want[] = {
         "== forward (3 ops) ==", "== backward (4 ops) ==", "== optimizer (3 ops) ==",
-        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "attention: unfused\n", "0123456789abcdef",
+        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "attention: unfused  data parallel: 3 replicas\n",
+        "0123456789abcdef",
         "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
         "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
@@ -789,6 +790,7 @@ TG_TEST(test_inspect_json) {
                   "bert"),
           "model arch");
     CHECK(!strcmp(jsv(json_object_get(root, "attention")), "unfused"), "attention");
+    CHECK(json_integer_value(json_object_get(root, "data_parallel")) == 3, "data_parallel");
     CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&
               json_integer_value(json_object_get(root, "seq")) == 4,
           "batch/seq");
