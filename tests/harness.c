@@ -3,6 +3,10 @@
 #endif
 #include "tests/harness.h"
 
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "models/model_config.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
@@ -197,4 +201,16 @@ int main(int argc, char **argv) {
     if (tg_test_device()) printf("(executor: cuda)\n");
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
+}
+
+int tg_test_compile_preset(const char *preset, int task, int precision, int data_parallel, tg_plan *p) {
+    tg_model_config cfg;
+    tg_err err;
+    if (!CHECK(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg)) return 0;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "%s", preset);
+    job.task = task, job.precision = precision, job.batch = 2, job.seq = 16, job.steps = 1;
+    job.data_parallel = data_parallel;
+    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s: %s", preset, err.msg);
 }

@@ -55,6 +55,9 @@ double tg_rel_err_after_update(const float *got, const float *want, const float 
 
 /* Index of the tensor of plan p named `name`, or -1. */
 int tg_test_tensor_named(const tg_plan *p, const char *name);
+/* Compiles a preset for a small batch (2 x 16, one step) with the job defaults but task,
+ * precision and data_parallel; 1 on success, else a failed CHECK and 0. */
+int tg_test_compile_preset(const char *preset, int task, int precision, int data_parallel, tg_plan *p);
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
 

@@ -126,15 +126,8 @@ TG_TEST(test_data_parallel_plan) {
         int task, replicas;
     } big[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, 8}, {"gpt2", TG_TASK_LM, 4}};
     for (size_t c = 0; c < sizeof big / sizeof big[0]; c++) {
-        tg_model_config cfg;
-        REQUIRE(tg_model_config_load(big[c].preset, &cfg, &err) == 0, "%s", err.msg);
-        tg_job job;
-        tg_job_defaults(&job);
-        snprintf(job.model, sizeof job.model, "%s", big[c].preset);
-        job.task = big[c].task, job.precision = TG_PREC_BF16, job.batch = 2, job.seq = 16, job.steps = 1;
-        job.data_parallel = big[c].replicas;
         tg_plan q;
-        if (!CHECK(tg_compile_with_config(&job, &cfg, &q, &err) == 0, "%s: %s", big[c].preset, err.msg)) continue;
+        if (!tg_test_compile_preset(big[c].preset, big[c].task, TG_PREC_BF16, big[c].replicas, &q)) continue;
         check_buckets(&q, big[c].preset, 10);
         tg_plan_free(&q);
     }

@@ -2,22 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/compile.h"
-#include "compiler/job.h"
-#include "models/model_config.h"
 #include "runtime/deferred_update.h"
 #include "tests/harness.h"
-
-static int compile_preset(const char *preset, int task, int precision, tg_plan *p) {
-    tg_model_config cfg;
-    tg_err err;
-    if (!CHECK(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg)) return 0;
-    tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "%s", preset);
-    job.task = task, job.precision = precision, job.batch = 2, job.seq = 16, job.steps = 1;
-    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s: %s", preset, err.msg);
-}
 
 /* Element range [*a, *b) of a tensor in the parameter pools. */
 static void param_elements(const tg_tensor *t, int64_t *a, int64_t *b) {
@@ -83,7 +69,7 @@ TG_TEST(test_deferred_update_chunks) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p;
-        if (!compile_preset(cases[c].preset, cases[c].task, cases[c].precision, &p)) continue;
+        if (!tg_test_compile_preset(cases[c].preset, cases[c].task, cases[c].precision, 1, &p)) continue;
         char what[96];
         snprintf(what, sizeof what, "%s %s", cases[c].preset, cases[c].precision == TG_PREC_BF16 ? "bf16" : "fp32");
         const int64_t n = p.ops[p.n_ops - 1].i[0];
@@ -118,7 +104,7 @@ TG_TEST(test_deferred_update_chunks) {
  * writes the optimizer state is not either. */
 TG_TEST(test_deferred_update_refuses) {
     tg_plan p;
-    if (!compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, &p)) return;
+    if (!tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &p)) return;
     tg_deferred_update u;
     tg_err err;
     tg_op saved = p.ops[p.n_ops - 1];
