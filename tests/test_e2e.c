@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "runtime/trainer.h"
+#include "runtime/executor.h"
 #include "tests/harness.h"
 
 typedef struct run_result {
@@ -157,4 +159,37 @@ TG_TEST(test_e2e_cli_metrics) {
     char *text = tg_test_read_file(cmd, NULL);
     CHECK(text && strstr(text, "recompile"), "message: %s", text ? text : "(none)");
     free(text);
+}
+
+/* tunegraph run with data_parallel = 2: the CLI starts the second replica itself, trains,
+ * evaluates and saves from replica 0, and reports both replicas. On CUDA it needs two
+ * GPUs. */
+TG_TEST(test_e2e_cli_data_parallel) {
+    const int cuda = tg_test_device();
+    if (cuda && (!tg_cuda_device_count || tg_cuda_device_count() < 2)) {
+        printf("    not run: 2 replicas on CUDA need 2 GPUs\n");
+        return;
+    }
+    const char *dir = tg_test_tmpdir();
+    char cmd[2048], metrics[600], saved[600];
+    snprintf(metrics, sizeof metrics, "%s/dp.jsonl", dir);
+    snprintf(saved, sizeof saved, "%s/dp.safetensors", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s run examples/demo-classify.job --device %s --set data_parallel=2 --set batch=8 "
+             "--set steps=20 --metrics %s --save %s 2>%s/dp-stderr.txt",
+             cuda ? "./build/gpu/tunegraph" : "./build/tunegraph", cuda ? "cuda" : "cpu", metrics, saved, dir);
+    REQUIRE(system(cmd) == 0, "CLI run failed: %s", cmd);
+    char *text = tg_test_read_file(metrics, NULL);
+    REQUIRE(text, "no metrics file");
+    const char *last = strstr(text, "\"summary\"");
+    CHECK(last && strstr(last, "\"replicas\": 2") && strstr(last, "\"steps\": 20") && strstr(last, "eval_accuracy"),
+          "summary: %s", last ? last : "(none)");
+    free(text);
+    snprintf(cmd, sizeof cmd, "%s/dp-stderr.txt", dir);
+    text = tg_test_read_file(cmd, NULL);
+    CHECK(text && strstr(text, "on each of 2 data-parallel replicas") && strstr(text, "saved"), "stderr: %s",
+          text ? text : "(none)");
+    free(text);
+    struct stat st;
+    CHECK(stat(saved, &st) == 0 && st.st_size > 0, "no checkpoint from replica 0");
 }
