@@ -250,6 +250,18 @@ typedef struct replica_run {
     pthread_t thread;
 } replica_run;
 
+/* Ends a run that failed: with replica threads running, returning would free what they
+ * use (and a second thread's exit could race this one's), so the process ends here. */
+static int end_failed_run(int replicas, const tg_err *err) {
+    const int rc = err ? die(err) : 1;
+    if (replicas > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    return rc;
+}
+
 static void *run_replica(void *arg) {
     replica_run *r = arg;
     tg_err err = {{0}};
@@ -267,7 +279,8 @@ static void *run_replica(void *arg) {
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
     if (rc) {
         fprintf(stderr, "tunegraph: replica %d: %s\n", r->opts.rank, err.msg);
-        exit(1);
+        fflush(stderr);
+        _exit(1); /* the other replicas would wait for this one forever */
     }
     tg_trainer_close(&tr);
     return NULL;
@@ -338,13 +351,16 @@ static int cmd_run(int argc, char **argv) {
             followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile};
             followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
             if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
-                fprintf(stderr, "tunegraph: cannot start the thread of replica %d\n", r);
-                return 1;
+                tg_fail(&err, "cannot start the thread of replica %d", r);
+                return end_failed_run(replicas, &err);
             }
         }
         opts.comm = comms[0];
     }
-    if (tg_trainer_open(&tr, &plan, &opts, &err)) return die(&err); /* replicas may be waiting: exit */
+    if (tg_trainer_open(&tr, &plan, &opts, &err)) {
+        if (replicas == 1) tg_plan_free(&plan);
+        return end_failed_run(replicas, &err);
+    }
     const tg_job *job = &plan.job;
     int tty = isatty(STDERR_FILENO);
     const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu";
@@ -366,10 +382,11 @@ static int cmd_run(int argc, char **argv) {
         snprintf(metrics_tmp, sizeof metrics_tmp, "%s.tmp.%d", a.metrics, (int)getpid());
         mf = fopen(metrics_tmp, "w");
         if (!mf) {
-            fprintf(stderr, "tunegraph: %s: cannot write metrics: %s\n", a.metrics, strerror(errno));
+            tg_fail(&err, "%s: cannot write metrics: %s", a.metrics, strerror(errno));
+            if (replicas > 1) return end_failed_run(replicas, &err);
             tg_trainer_close(&tr);
             tg_plan_free(&plan);
-            return 1;
+            return die(&err);
         }
     }
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
@@ -495,7 +512,10 @@ static int cmd_run(int argc, char **argv) {
         }
         if (rc) remove(metrics_tmp);
     }
-    if (rc) return die(&err); /* replicas may be waiting for this one: exit */
+    if (rc) {
+        if (replicas == 1) tg_trainer_close(&tr), tg_plan_free(&plan);
+        return end_failed_run(replicas, &err);
+    }
     tg_trainer_close(&tr);
     for (int r = 1; r < replicas; r++) pthread_join(followers[r].thread, NULL);
     if (cpu_group) tg_cpu_comm_group_destroy(cpu_group);

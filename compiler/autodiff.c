@@ -110,8 +110,8 @@ int tg_autodiff(tg_graph *g, int loss) {
     int seed = grad_tensor_like(g, loss);
     tg_op_spec fill = tg_spec(TG_OP_FILL);
     fill.out[0] = seed;
-    /* The replicas' gradients are summed (TG_OP_ALL_REDUCE): each contributes its share of
-     * the mean. */
+    /* The replicas' gradients are summed (TG_OP_ALL_REDUCE): the mean of their losses'
+     * gradients, each loss a mean over its own batch (as PyTorch DDP). */
     fill.f[0] = g->job && g->job->data_parallel > 1 ? 1.0f / (float)g->job->data_parallel : 1.0f;
     tg_graph_op(g, &fill);
     g->grad[loss] = seed;

@@ -46,30 +46,35 @@ col_stripe_kernel(L load, double *__restrict__ partial, int64_t M, int64_t N) {
     __shared__ double sp[RG][COL_STRIPE];
     const int vx = threadIdx.x % VPR, ry = threadIdx.x / VPR;
     const int64_t c0 = (int64_t)blockIdx.x * COL_STRIPE + vx * W;
-    const int64_t r0 = (int64_t)blockIdx.y * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
-    double s[W];
+    const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS;
+    /* Chunks beyond the grid's y extent (65535) come round again. */
+    for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+        const int64_t r0 = chunk * COL_ROWS, r1 = min(r0 + COL_ROWS, M);
+        double s[W];
 #pragma unroll
-    for (int j = 0; j < W; j++) s[j] = 0.0;
-    if (c0 < N) {
+        for (int j = 0; j < W; j++) s[j] = 0.0;
+        if (c0 < N) {
 #pragma unroll 4
-        for (int64_t r = r0 + ry; r < r1; r += RG) {
-            float v[W];
-            load(r, c0 / W, v);
+            for (int64_t r = r0 + ry; r < r1; r += RG) {
+                float v[W];
+                load(r, c0 / W, v);
 #pragma unroll
-            for (int j = 0; j < W; j++) s[j] += (double)v[j];
+                for (int j = 0; j < W; j++) s[j] += (double)v[j];
+            }
         }
-    }
 #pragma unroll
-    for (int j = 0; j < W; j++) sp[ry][vx * W + j] = s[j];
-    __syncthreads();
-    if (threadIdx.x < COL_STRIPE) {
-        const int64_t c = (int64_t)blockIdx.x * COL_STRIPE + threadIdx.x;
-        if (c < N) {
-            double t = sp[0][threadIdx.x];
+        for (int j = 0; j < W; j++) sp[ry][vx * W + j] = s[j];
+        __syncthreads();
+        if (threadIdx.x < COL_STRIPE) {
+            const int64_t c = (int64_t)blockIdx.x * COL_STRIPE + threadIdx.x;
+            if (c < N) {
+                double t = sp[0][threadIdx.x];
 #pragma unroll
-            for (int k = 1; k < RG; k++) t += sp[k][threadIdx.x];
-            partial[(int64_t)blockIdx.y * N + c] = t;
+                for (int k = 1; k < RG; k++) t += sp[k][threadIdx.x];
+                partial[chunk * N + c] = t;
+            }
         }
+        __syncthreads(); /* sp is written again by the next chunk */
     }
 }
 
@@ -95,9 +100,9 @@ template <int W, class L>
 static int col_sums(L load, int64_t M, int64_t N, double *partial, float *out, int overwrite, cudaStream_t st,
                     tg_err *err) {
     const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (N + COL_STRIPE - 1) / COL_STRIPE;
-    if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
     if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)N);
-    col_stripe_kernel<W, L><<<dim3((unsigned)stripes, (unsigned)chunks), COL_THREADS, 0, st>>>(load, partial, M, N);
+    const unsigned grid_y = (unsigned)(chunks < 65535 ? chunks : 65535);
+    col_stripe_kernel<W, L><<<dim3((unsigned)stripes, grid_y), COL_THREADS, 0, st>>>(load, partial, M, N);
     col_final_kernel<<<(unsigned)((N + 31) / 32), dim3(32, COL_TY), 0, st>>>(partial, out, chunks, N, overwrite);
     return 0;
 }

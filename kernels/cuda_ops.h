@@ -103,6 +103,8 @@ int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, s
                        cudaStream_t s);
 int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes, const long long *seq,
                         cudaStream_t s);
+/* *flag = value, as a kernel node (the deferred update's gate, cleared once its chunks ran). */
+int tg_cuda_set_flag(int *flag, int value, cudaStream_t s);
 /* update_due (device, or NULL): set to 1, marking this step's deferred update as due. */
 int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report, long long *seq,
                      int *update_due, cudaStream_t s);

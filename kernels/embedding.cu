@@ -412,6 +412,7 @@ emb_chunk_kernel(const int *__restrict__ ids, const TD *__restrict__ dy, float *
         const int cb = RUNS ? sg.chunk_at[seg] : sg.chunk_base[id], nch = (cnt + CHUNK - 1) / CHUNK;
         if (active) tg_vec<float, W>::store(partial, (int64_t)(cb + off / CHUNK) * DW + c, acc);
         __threadfence(); /* this chunk's partial is visible before it is counted */
+        __syncwarp();    /* every lane's part of it, before lane 0 counts the chunk */
         int last = 0;
         if (lane == 0) last = atomicAdd(&arrive[(int64_t)cb * nslices + s], 1) == nch - 1;
         if (!__shfl_sync(0xffffffffu, last, 0)) continue;

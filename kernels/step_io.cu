@@ -53,6 +53,13 @@ static unsigned copy_blocks(size_t bytes) {
     return (unsigned)(blocks < 1 ? 1 : blocks > 64 ? 64 : blocks);
 }
 
+__global__ void set_flag_kernel(int *flag, int value) { *flag = value; }
+
+extern "C" int tg_cuda_set_flag(int *flag, int value, cudaStream_t s) {
+    set_flag_kernel<<<1, 1, 0, s>>>(flag, value);
+    return launched();
+}
+
 extern "C" int tg_cuda_stamp(tg_step_report *report, int k, const long long *seq, cudaStream_t s) {
     stamp_kernel<<<1, 1, 0, s>>>(report, k, seq);
     return launched();

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -39,7 +40,9 @@ int tg_write_file_atomic(const char *path, const tg_chunk *chunks, int n_chunks,
     size_t tmp_len = strlen(path) + 32;
     char *tmp = malloc(tmp_len);
     if (!tmp) return tg_fail(err, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    /* Unique per thread as well as per process: the replicas of a data-parallel run are
+     * threads that may save the same cache file at once. */
+    snprintf(tmp, tmp_len, "%s.tmp.%ld.%ld", path, (long)getpid(), (long)syscall(SYS_gettid));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;

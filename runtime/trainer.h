@@ -26,7 +26,9 @@ typedef struct tg_trainer_options {
     /* Plans with data_parallel = N > 1: this replica's rank and the communicator joining
      * the N replicas (tg_executor_options). Replica r trains on rows [r*batch, (r+1)*batch)
      * of each global batch of N*batch examples, so the N replicas together see what one
-     * trainer with batch N*batch would, in the same order. */
+     * trainer with batch N*batch would, in the same order; the update is the mean of the
+     * replicas' gradients, each of its own batch's mean loss (the whole batch's mean when
+     * the replicas count as many loss terms, as in classification). */
     int rank;
     void *comm;
 } tg_trainer_options;

@@ -1,6 +1,7 @@
 /* Data parallelism: replicas in threads, joined by the shared-memory communicator
  * (runtime/comm.c) on the CPU reference or by NCCL on CUDA (TG_TEST_DEVICE=cuda, one GPU
- * per replica), train like one trainer on their batches together. */
+ * per replica), train like one trainer on their batches together (classification, where
+ * every replica's loss averages as many rows). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -211,8 +211,8 @@ typedef enum tg_op_kind {
     TG_OP_RESIDUAL_LAYERNORM_BWD,
     /* Data parallelism: in0 x -> out0, the same tensor (in place), = the sum of x over the
      * job's data_parallel replicas (runtime/comm.h), the same on every replica. The loss
-     * gradient is seeded with 1 / data_parallel, so the sum is the mean gradient over the
-     * replicas' batches. The compiler sums the gradient buffer in buckets (views), each
+     * gradient is seeded with 1 / data_parallel, so the sum is the mean of the replicas'
+     * gradients, each of its own batch's mean loss (as PyTorch DDP). The compiler sums the gradient buffer in buckets (views), each
      * right after the last backward op that writes into it (compiler/grad_buckets.c).
      * i[0] = element count. */
     TG_OP_ALL_REDUCE,

@@ -53,10 +53,11 @@ void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor) {
     return x->pool[t->pool] ? x->pool[t->pool] + t->offset : NULL;
 }
 
-/* The GEMM algorithm cache file for this GPU and cuBLASLt version, in $TUNEGRAPH_CACHE_DIR,
+/* The GEMM algorithm cache file for the model of GPU `device` and this cuBLASLt version, in
+ * $TUNEGRAPH_CACHE_DIR,
  * else $XDG_CACHE_HOME/tunegraph, else ~/.cache/tunegraph; 0 when there is no such folder
  * to use. */
-static int gemm_cache_path(char *path, size_t len) {
+static int gemm_cache_path(int device, char *path, size_t len) {
     char dir[600] = "";
     const char *env = getenv("TUNEGRAPH_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (env && env[0]) snprintf(dir, sizeof dir, "%s", env);
@@ -64,7 +65,8 @@ static int gemm_cache_path(char *path, size_t len) {
     else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/tunegraph", home);
     else return 0;
     char gpu[256] = "gpu";
-    tg_cuda_device_name(gpu, sizeof gpu);
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) snprintf(gpu, sizeof gpu, "%s", prop.name);
     for (char *c = gpu; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) *c = '-';
     snprintf(path, len, "%s/gemm-%s-cublasLt%zu.bin", dir, gpu, cublasLtGetVersion());
@@ -73,7 +75,7 @@ static int gemm_cache_path(char *path, size_t len) {
 
 static void gemm_cache_load(tg_cuda_exec *x) {
     char path[1024];
-    if (!gemm_cache_path(path, sizeof path)) return;
+    if (!gemm_cache_path(x->device, path, sizeof path)) return;
     FILE *f = fopen(path, "rb");
     if (!f) return;
     fseek(f, 0, SEEK_END);
@@ -89,7 +91,8 @@ static void gemm_cache_load(tg_cuda_exec *x) {
 /* Writes the cache when this run chose algorithms the file did not have. */
 static void gemm_cache_save(tg_cuda_exec *x) {
     char path[1024];
-    if (!x->ctx.gemm_cache || !tg_gemm_cache_new_entries(x->ctx.gemm_cache) || !gemm_cache_path(path, sizeof path))
+    if (!x->ctx.gemm_cache || !tg_gemm_cache_new_entries(x->ctx.gemm_cache) ||
+        !gemm_cache_path(x->device, path, sizeof path))
         return;
     for (char *c = path + 1; *c; c++) /* mkdir -p of the folder */
         if (*c == '/') {
@@ -353,9 +356,12 @@ static int run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int64
     tg_cuda_ctx ctx = x->ctx;
     ctx.stream = stream;
     a.ctx = &ctx;
-    if (tg_cuda_adamw_range(&a, first, end, gate, err) || cudaPeekAtLastError() != cudaSuccess)
-        return tg_fail_context(err, "deferred AdamW over parameters [%lld, %lld): %s", (long long)first,
-                               (long long)end, cudaGetErrorString(cudaGetLastError()));
+    if (tg_cuda_adamw_range(&a, first, end, gate, err))
+        return tg_fail_context(err, "deferred AdamW over parameters [%lld, %lld)", (long long)first, (long long)end);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return tg_fail(err, "deferred AdamW over parameters [%lld, %lld): launch failed: %s", (long long)first,
+                       (long long)end, cudaGetErrorString(e));
     return 0;
 }
 
@@ -446,6 +452,10 @@ static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
     CUDA_TRY(cudaStreamWaitEvent(x->update_stream, x->update_fork, 0), "fork of the update branch");
     for (int k = 0; k < u->n_chunks; k++) {
         if (run_update(x, x->update_stream, u->begin[k], u->begin[k + 1], x->update_due, err)) return -1;
+        /* The update is applied: its gate closes with the last chunk (this step's end opens
+         * it again), so a step that fails after this point never has it applied twice. */
+        if (k == u->n_chunks - 1 && tg_cuda_set_flag(x->update_due, 0, x->update_stream))
+            return cuda_fail(err, "closing the update gate", cudaGetLastError());
         CUDA_TRY(cudaEventRecord(x->chunk_done[k], x->update_stream), "record an update chunk's end");
     }
     const int f0 = x->plan->phase_begin[TG_PHASE_FORWARD];
