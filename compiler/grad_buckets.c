@@ -46,12 +46,11 @@ int tg_gradient_buckets(tg_graph *g) {
         if (e > later) later = e;
     }
     int64_t upper = n;
-    int buckets = 0;
     for (int k = 0; k < nb; k++) {
         cut[k] = -1;
         int64_t lo = (final_from[k] + 63) / 64 * 64; /* 256-byte aligned starts */
         if (k == nb - 1) lo = 0;                    /* the rest, once the backward ends */
-        if (lo < upper && (upper - lo >= bucket || k == nb - 1)) cut[k] = lo, upper = lo, buckets++;
+        if (lo < upper && (upper - lo >= bucket || k == nb - 1)) cut[k] = lo, upper = lo;
     }
     /* The new ops, appended in the backward phase, then moved after their ops. */
     const int first_new = g->n_ops, phase = g->phase;

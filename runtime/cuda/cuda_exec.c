@@ -349,13 +349,20 @@ static int run_phases(tg_cuda_exec *x, int first_phase, int last_phase, int trai
     return run_ops(x, x->plan->phase_begin[first_phase], x->plan->phase_begin[last_phase + 1], training, err);
 }
 
+/* The launch arguments of schedule op o (training) on another stream: *ctx is the
+ * executor's context with that stream, and must live as long as *a is used. */
+static void op_args_on(tg_cuda_exec *x, int o, cudaStream_t stream, tg_cuda_ctx *ctx, tg_cuda_op_args *a) {
+    op_args(x, o, 1, a);
+    *ctx = x->ctx;
+    ctx->stream = stream;
+    a->ctx = ctx;
+}
+
 /* Parameter elements [first, end) of the plan's AdamW, on `stream`, gated by `gate`. */
 static int run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int64_t end, const int *gate, tg_err *err) {
     tg_cuda_op_args a;
-    op_args(x, x->defer.adamw_op, 1, &a);
-    tg_cuda_ctx ctx = x->ctx;
-    ctx.stream = stream;
-    a.ctx = &ctx;
+    tg_cuda_ctx ctx;
+    op_args_on(x, x->defer.adamw_op, stream, &ctx, &a);
     if (tg_cuda_adamw_range(&a, first, end, gate, err))
         return tg_fail_context(err, "deferred AdamW over parameters [%lld, %lld)", (long long)first, (long long)end);
     const cudaError_t e = cudaGetLastError();
@@ -484,10 +491,8 @@ static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
             continue;
         }
         tg_cuda_op_args a;
-        op_args(x, o, 1, &a);
-        tg_cuda_ctx ctx = x->ctx;
-        ctx.stream = x->comm_stream;
-        a.ctx = &ctx;
+        tg_cuda_ctx ctx;
+        op_args_on(x, o, x->comm_stream, &ctx, &a);
         CUDA_TRY(cudaEventRecord(x->comm_fork, x->ctx.stream), "record a gradient sum's fork");
         CUDA_TRY(cudaStreamWaitEvent(x->comm_stream, x->comm_fork, 0), "fork of a gradient sum");
         if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
