@@ -85,7 +85,9 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
             for (int32_t t = 0; t < T; t++) pos[t] = t < len ? shape->pad_id + 1 + t : shape->pad_id;
         else if (!keep_fixed)
             for (int32_t t = 0; t < T; t++) pos[t] = t;
-        if (lm) {
+        if (lm && out->mark_label_rows) {
+            out->labels[(int64_t)b * T] = TG_LABELS_FROM_IDS; /* the step derives the row */
+        } else if (lm) {
             /* Token t predicts token t+1, only while t+1 is inside the kept sequence. */
             int32_t *lab = out->labels + (int64_t)b * T;
             int32_t shifted = len > 1 ? len - 1 : 0;
@@ -103,6 +105,16 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
 #else
     (void)streamed;
 #endif
+}
+
+void tg_batch_derive_label_rows(int32_t *labels, const int32_t *ids, const float *mask, int32_t rows, int32_t seq) {
+    for (int64_t b = 0; b < rows; b++) {
+        int32_t *lab = labels + b * seq;
+        if (lab[0] != TG_LABELS_FROM_IDS) continue;
+        const int32_t *id = ids + b * seq;
+        const float *m = mask + b * seq;
+        for (int32_t t = 0; t < seq; t++) lab[t] = t + 1 < seq && m[t + 1] != 0.0f ? id[t + 1] : TG_IGNORE_INDEX;
+    }
 }
 
 /* ---- sampler ---- */

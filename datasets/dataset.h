@@ -55,6 +55,9 @@ typedef struct tg_batch {
      * padding and (RoBERTa) its positions; full-length rows, the common case, then write
      * just their ids and labels. */
     int32_t *row_len;
+    /* In: LM rows get TG_LABELS_FROM_IDS as their first label and nothing else, for a
+     * training step that derives the rest on the device (tg_batch_derive_label_rows). */
+    int32_t mark_label_rows;
 } tg_batch;
 
 typedef struct tg_batch_shape {
@@ -72,6 +75,10 @@ typedef struct tg_batch_shape {
  * pad_id + 1 + (count of real tokens so far) on real tokens and pad_id on padding. */
 void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
                    const tg_batch_shape *shape, tg_batch *out);
+
+/* Writes the labels of each row marked TG_LABELS_FROM_IDS as tg_batch_fill would have
+ * (labels[t] = ids[t + 1] while mask[t + 1] != 0, else TG_IGNORE_INDEX); [rows, seq]. */
+void tg_batch_derive_label_rows(int32_t *labels, const int32_t *ids, const float *mask, int32_t rows, int32_t seq);
 
 /* A seeded shuffled stream over a dataset, reshuffled each epoch (xorshift-based,
  * identical across machines). */

@@ -101,8 +101,20 @@ typedef struct tg_step_report {
 int tg_cuda_stamp(tg_step_report *report, int k, const long long *seq, cudaStream_t s);
 int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, size_t bytes, const long long *seq,
                        cudaStream_t s);
+/* Where an LM batch's ids, mask (float) and labels sit in an image of the inputs pool, so
+ * that the labels of rows marked TG_LABELS_FROM_IDS (tunegraph/ops.h) are derived on the
+ * device; rows = 0: the plan has none to derive. */
+typedef struct tg_lm_label_rows {
+    size_t ids, mask, labels; /* byte offsets in the image */
+    int rows, seq;
+} tg_lm_label_rows;
+
+/* Also derives the marked label rows of the batch it fetched. */
 int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes, const long long *seq,
-                        cudaStream_t s);
+                        tg_lm_label_rows label_rows, cudaStream_t s);
+/* Derives the marked label rows of a batch image in device memory (one uploaded, not
+ * fetched). */
+int tg_cuda_derive_label_rows(uint8_t *image, tg_lm_label_rows label_rows, cudaStream_t s);
 /* *flag = value, as a kernel node (the deferred update's gate, cleared once its chunks ran). */
 int tg_cuda_set_flag(int *flag, int value, cudaStream_t s);
 /* update_due (device, or NULL): set to 1, marking this step's deferred update as due. */

@@ -26,12 +26,41 @@ __global__ void take_batch_kernel(const uint8_t *staging, size_t stride, uint8_t
     copy_bytes(inputs, staging + (size_t)(*seq & 1) * stride, bytes);
 }
 
+/* By one block, after the image is in place: each row marked TG_LABELS_FROM_IDS gets
+ * labels[t] = ids[t + 1] while token t + 1 is real (mask != 0), else TG_IGNORE_INDEX, as
+ * the host's batch fill would have written (datasets/batch.c). The marks are read, a
+ * chunk of rows at a time, before any of their labels is written over. */
+static __device__ void derive_label_rows(uint8_t *image, tg_lm_label_rows r) {
+    __shared__ unsigned char marked[FETCH_THREADS];
+    const int32_t *ids = (const int32_t *)(image + r.ids);
+    const float *mask = (const float *)(image + r.mask);
+    int32_t *labels = (int32_t *)(image + r.labels);
+    const size_t T = (size_t)r.seq;
+    for (int r0 = 0; r0 < r.rows; r0 += FETCH_THREADS) {
+        const int n = r.rows - r0 < FETCH_THREADS ? r.rows - r0 : FETCH_THREADS;
+        __syncthreads(); /* the copy, or the last chunk's labels, are complete */
+        for (int i = threadIdx.x; i < n; i += blockDim.x) marked[i] = labels[(size_t)(r0 + i) * T] == TG_LABELS_FROM_IDS;
+        __syncthreads();
+        for (size_t e = threadIdx.x; e < (size_t)n * T; e += blockDim.x) {
+            const size_t b = e / T, t = e - b * T;
+            if (!marked[b]) continue;
+            const size_t k = (size_t)r0 * T + e;
+            labels[k] = t + 1 < T && mask[k + 1] != 0.0f ? ids[k + 1] : TG_IGNORE_INDEX;
+        }
+    }
+}
+
 /* Reads the host image over the bus (one block, see tg_cuda_fetch_batch). */
 __global__ void fetch_batch_kernel(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes,
-                                   const long long *seq) {
+                                   const long long *seq, tg_lm_label_rows label_rows) {
     const uint8_t *src = (const uint8_t *)((volatile const tg_step_ctrl *)ctrl)->next_batch[*seq % TG_STEP_RING];
-    if (src) copy_bytes(staging + (size_t)((*seq + 1) & 1) * stride, src, bytes);
+    if (!src) return;
+    uint8_t *dst = staging + (size_t)((*seq + 1) & 1) * stride;
+    copy_bytes(dst, src, bytes);
+    derive_label_rows(dst, label_rows);
 }
+
+__global__ void label_rows_kernel(uint8_t *image, tg_lm_label_rows label_rows) { derive_label_rows(image, label_rows); }
 
 /* The statistics first, then (after a system-wide fence) the count the host waits for,
  * so the host never reads a step's record before it is complete. */
@@ -72,11 +101,17 @@ extern "C" int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t
 }
 
 extern "C" int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t stride, size_t bytes,
-                                   const long long *seq, cudaStream_t s) {
+                                   const long long *seq, tg_lm_label_rows label_rows, cudaStream_t s) {
     /* One block: reads of mapped host memory are slow whatever the grid (64 KB took 130 us
      * on 64 blocks, 32 us on one), and a single block leaves the other SMs to the forward
      * beside it. */
-    fetch_batch_kernel<<<1, FETCH_THREADS, 0, s>>>(ctrl, staging, stride, bytes, seq);
+    fetch_batch_kernel<<<1, FETCH_THREADS, 0, s>>>(ctrl, staging, stride, bytes, seq, label_rows);
+    return launched();
+}
+
+extern "C" int tg_cuda_derive_label_rows(uint8_t *image, tg_lm_label_rows label_rows, cudaStream_t s) {
+    if (!label_rows.rows) return 0;
+    label_rows_kernel<<<1, FETCH_THREADS, 0, s>>>(image, label_rows);
     return launched();
 }
 

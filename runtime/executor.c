@@ -36,9 +36,11 @@ static int cpu_read(void *impl, int tensor, void *host, tg_err *err) {
 static void *cpu_host_alloc(void *impl, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 static void cpu_host_free(void *impl, void *p) { free(p); }
 
-static int cpu_step_start(void *impl, const void *inputs, const void *next, tg_err *err) {
+static int cpu_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
     cpu_impl *c = impl;
     const tg_plan *p = c->x.plan;
+    const void *inputs = batches[0];
+    if (steps != 1) return tg_fail(err, "the CPU executor runs one step per start, asked for %d", steps);
     double marks[5];
     marks[0] = tg_wall_ms();
     if (p->pool_bytes[TG_POOL_INPUTS]) memcpy(c->x.pool[TG_POOL_INPUTS], inputs, p->pool_bytes[TG_POOL_INPUTS]);
@@ -81,7 +83,7 @@ static void cpu_close(void *impl) {
 }
 
 static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read,    cpu_host_alloc,
-                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close, 1};
+                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close, 1, 1, 0};
 
 int tg_cuda_built(void) { return tg_executor_open_cuda != NULL; }
 

@@ -21,13 +21,17 @@ typedef struct tg_executor_vtbl {
     /* Host memory for input staging: page-locked on CUDA, so uploads run asynchronously. */
     void *(*host_alloc)(void *impl, size_t bytes);
     void (*host_free)(void *impl, void *p);
-    /* Starts one training step (forward, backward, optimizer) on `inputs`, a host image of
-     * the whole inputs pool from host_alloc. `next` (or NULL) is the following step's
-     * image, already filled. Both must stay unchanged until step_wait returns. On CUDA the
-     * step is one graph launch that also fetches `next` on a branch beside its forward, so
-     * a following step_start with inputs == next uploads nothing, and the host is free to
-     * prepare the batch after that meanwhile. */
-    int (*step_start)(void *impl, const void *inputs, const void *next, tg_err *err);
+    /* Starts `steps` training steps (forward, backward, optimizer), in order: step j on
+     * batches[j], a host image of the whole inputs pool from host_alloc. batches[steps]
+     * (or NULL) is the image of the step after the last, already filled. Every image must
+     * stay unchanged until its steps have been waited for. On CUDA a start is one graph
+     * launch (a group of step_group steps captured together, or one step) that fetches each
+     * step's following batch on a branch beside its forward, so a later start whose first
+     * batch is the last one's batches[steps] uploads nothing, and the host is free to
+     * prepare the batch after that meanwhile. LM label rows whose first label is
+     * TG_LABELS_FROM_IDS are derived from the row's ids and mask where lm_label_rows says
+     * so (datasets/dataset.h). */
+    int (*step_start)(void *impl, const void *const *batches, int steps, tg_err *err);
     /* Waits for the oldest step in flight; stats = {loss, lr, grad_norm, the ms of its
      * phases: batch in place, forward, backward, optimizer (device time where known), the
      * ms from the end of the step waited for before it to this one's end on the device
@@ -39,6 +43,10 @@ typedef struct tg_executor_vtbl {
     void (*close)(void *impl);
     /* Steps that may be started before the oldest is waited for (1: one at a time). */
     int max_in_flight;
+    /* Steps one start runs most cheaply together (1: starting several gains nothing). */
+    int step_group;
+    /* step_start derives the labels of LM rows marked TG_LABELS_FROM_IDS itself. */
+    int lm_label_rows;
 } tg_executor_vtbl;
 
 typedef struct tg_executor {

@@ -46,6 +46,17 @@ int tg_thread_cpu_snapshot(tg_thread_cpu *snap) {
     return 0;
 }
 
+double tg_thread_cpu_named(const tg_thread_cpu *before, const tg_thread_cpu *after, const char *prefix) {
+    double total = 0;
+    for (int i = 0; i < after->n; i++) {
+        if (strncmp(after->thread[i].name, prefix, strlen(prefix))) continue;
+        total += after->thread[i].cpu_s;
+        for (int j = 0; j < before->n; j++)
+            if (before->thread[j].tid == after->thread[i].tid) total -= before->thread[j].cpu_s;
+    }
+    return total;
+}
+
 void tg_thread_cpu_report(const tg_thread_cpu *before, const tg_thread_cpu *after, double per, char *buf,
                           size_t len) {
     double delta[TG_THREAD_CPU_MAX];

@@ -17,6 +17,10 @@ typedef struct tg_thread_cpu {
 /* Reads every thread's CPU time; 0, or -1 where /proc cannot say. */
 int tg_thread_cpu_snapshot(tg_thread_cpu *snap);
 
+/* CPU seconds between two snapshots of the threads whose names start with `prefix` (the
+ * CUDA driver's event thread: "cuda-EvtHandlr"). */
+double tg_thread_cpu_named(const tg_thread_cpu *before, const tg_thread_cpu *after, const char *prefix);
+
 /* Writes "name tid: X us" for each thread's CPU time between two snapshots divided by
  * `per` (e.g. steps), busiest first, into buf. */
 void tg_thread_cpu_report(const tg_thread_cpu *before, const tg_thread_cpu *after, double per, char *buf,

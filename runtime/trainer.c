@@ -14,7 +14,18 @@ static void *staging_input(tg_trainer *t, int tensor) {
     return t->staging[t->cur] + t->plan->tensors[tensor].offset;
 }
 
+/* Writes out the label rows of staging[cur] that were left for a step to derive. */
+static void resolve_label_rows(tg_trainer *t) {
+    if (!t->staging_marked[t->cur]) return;
+    const tg_tensor *labels = &t->plan->tensors[t->plan->io.labels];
+    tg_batch_derive_label_rows(staging_input(t, t->plan->io.labels), staging_input(t, t->plan->io.input_ids),
+                               staging_input(t, t->plan->io.attention_mask), (int32_t)labels->shape[0],
+                               (int32_t)labels->shape[1]);
+    t->staging_marked[t->cur] = 0;
+}
+
 void *tg_trainer_input(tg_trainer *t, int tensor) {
+    resolve_label_rows(t);
     t->staging_fixed[t->cur] = 0; /* the caller may write anything there */
     return staging_input(t, tensor);
 }
@@ -55,6 +66,7 @@ static int write_scalar(tg_trainer *t, int tensor, float v, tg_err *err) { retur
 
 /* Uploads every input tensor from the staging. */
 static int upload_inputs(tg_trainer *t, tg_err *err) {
+    resolve_label_rows(t);
     for (int i = 0; i < t->plan->n_tensors; i++)
         if (t->plan->tensors[i].pool == TG_POOL_INPUTS && tg_trainer_write(t, i, tg_trainer_input(t, i), err))
             return -1;
@@ -78,14 +90,19 @@ static void bind_batch(tg_trainer *t, tg_batch *b) {
 }
 
 /* Fills staging[cur]; its example-independent parts are rewritten only when the last fill
- * there may have left others. */
-static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, tg_batch *b) {
+ * there may have left others. mark: LM label rows are left for the step to derive. */
+static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, int mark, tg_batch *b) {
     bind_batch(t, b);
     if (!b->token_type_ids) b->token_type_ids = t->type_scratch; /* GPT-2: types are not an input */
+    mark = mark && t->plan->job.task == TG_TASK_LM && t->ex.vt->lm_label_rows;
+    /* A marked fill leaves the rest of each label row as it was: trust nothing there. */
+    if (mark != t->staging_marked[t->cur]) t->staging_fixed[t->cur] = 0;
     b->fixed_parts_written = t->staging_fixed[t->cur];
     b->row_len = t->staging_rows + (size_t)t->cur * (size_t)t->shape.batch;
+    b->mark_label_rows = mark;
     tg_batch_fill(ds, idx, n, &t->shape, b);
     t->staging_fixed[t->cur] = b->fixed_parts_written;
+    t->staging_marked[t->cur] = mark;
 }
 
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
@@ -112,6 +129,9 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
     t->max_in_flight = depth;
+    int group = opts && opts->step_group > 0 ? opts->step_group : t->ex.vt->step_group;
+    t->step_group = group > depth / 2 ? depth / 2 : group;
+    if (t->step_group < 1) t->step_group = 1;
     t->host_trace = opts && opts->host_trace;
     t->n_staging = depth + 2;
     int staged = 1;
@@ -202,7 +222,7 @@ static void fill_buffer(tg_trainer *t, int k) {
     } else {
         tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
     }
-    fill_batch(t, &t->train, t->batch_idx, t->shape.batch, &b);
+    fill_batch(t, &t->train, t->batch_idx, t->shape.batch, 1, &b);
     t->staging_tokens[k] = b.n_tokens;
     t->cur = cur;
     if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
@@ -220,10 +240,6 @@ static int64_t real_tokens(tg_trainer *t, int k) {
     return n;
 }
 
-/* Starts the step on staging[cur], handing the executor `next` too. */
-static int start_step(tg_trainer *t, const void *next, tg_err *err) {
-    return t->ex.vt->step_start(t->ex.impl, t->staging[t->cur], next, err);
-}
 
 /* Waits for the oldest step in flight and hands out its statistics; `tokens` is its
  * batch's count of real tokens, `t0` the wall clock at its start, for executors that
@@ -248,7 +264,8 @@ int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (drain(t, err)) return -1;
     double t0 = tg_wall_ms();
     t->staging_tokens[t->cur] = real_tokens(t, t->cur);
-    if (start_step(t, NULL, err)) return -1;
+    const void *batches[2] = {t->staging[t->cur], NULL};
+    if (t->ex.vt->step_start(t->ex.impl, batches, 1, err)) return -1;
     t->filled = t->launched; /* the caller wrote over any batch prefetched there */
     return finish_step(t, s, t->staging_tokens[t->cur], t0, err);
 }
@@ -260,14 +277,27 @@ static void fill_next(tg_trainer *t) {
     t->filled++;
 }
 
+/* Steps to start now: a whole group while the schedule has one left and there is room
+ * for it, else single steps into the room the schedule's last few leave; one when none is
+ * in flight (past total_steps too). */
+static int steps_to_start(const tg_trainer *t) {
+    const int64_t in_flight = t->launched - t->returned, room = t->max_in_flight - in_flight;
+    const int64_t left = t->total_steps - t->launched;
+    if (t->step_group > 1 && left >= t->step_group) return room >= t->step_group ? t->step_group : 0;
+    if (room > 0 && left > 0) return 1;
+    return in_flight == 0;
+}
+
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (!t->has_train) return tg_fail(err, "no training data is bound");
     double t0 = tg_wall_ms();
-    while (t->launched - t->returned < t->max_in_flight &&
-           (t->launched < t->total_steps || t->launched == t->returned)) {
-        while (t->filled < t->launched + 2) fill_next(t);
-        if (start_step(t, t->staging[(t->launched + 1) % t->n_staging], err)) return -1;
-        t->launched++;
+    for (int k; (k = steps_to_start(t)) > 0;) {
+        /* Step j of the start runs on batch launched + j and fetches the one after. */
+        const void *batches[TG_TRAINER_STAGING_MAX + 1];
+        while (t->filled < t->launched + k + 1) fill_next(t);
+        for (int j = 0; j <= k; j++) batches[j] = t->staging[(t->launched + j) % t->n_staging];
+        if (t->ex.vt->step_start(t->ex.impl, batches, k, err)) return -1;
+        t->launched += k;
         t->cur = (int)(t->launched % t->n_staging);
     }
     /* The batch the next start hands over as its `next`, filled while the GPU runs. */
@@ -304,7 +334,7 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
         tg_batch b;
-        fill_batch(t, &t->eval, t->batch_idx, n, &b);
+        fill_batch(t, &t->eval, t->batch_idx, n, 0, &b);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err))) {

@@ -23,6 +23,9 @@ typedef struct tg_trainer_options {
      * flight, whose statistics are then dropped. */
     int max_in_flight;
     int host_trace;         /* add up the thread CPU time spent filling batches (fill_cpu_s) */
+    /* tg_trainer_step starts this many steps at once where it can (0: what the executor
+     * does best; 1: one per start); at most half of max_in_flight. */
+    int step_group;
     /* Plans with data_parallel = N > 1: this replica's rank and the communicator joining
      * the N replicas (tg_executor_options). Replica r trains on rows [r*batch, (r+1)*batch)
      * of each global batch of N*batch examples, so the N replicas together see what one
@@ -63,10 +66,13 @@ typedef struct tg_trainer {
     uint8_t *staging[TG_TRAINER_STAGING_MAX];
     int64_t staging_tokens[TG_TRAINER_STAGING_MAX]; /* real tokens of each buffer's batch */
     int32_t staging_fixed[TG_TRAINER_STAGING_MAX];  /* tg_batch.fixed_parts_written of each */
+    /* Each buffer's LM label rows are marked for the step to derive (tg_batch.mark_label_rows). */
+    int32_t staging_marked[TG_TRAINER_STAGING_MAX];
     int32_t *staging_rows;  /* tg_batch.row_len of each buffer: n_staging x batch */
     int n_staging;
     int cur;
     int max_in_flight;      /* steps started before the oldest is waited for */
+    int step_group;         /* steps started together where max_in_flight and total_steps allow */
     int64_t launched;       /* steps started */
     int64_t returned;       /* steps whose statistics were handed out */
     int64_t filled;         /* training batches filled */

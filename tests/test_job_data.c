@@ -509,7 +509,7 @@ typedef struct bufs {
 
 static void bufs_init(bufs *x) {
     memset(x, 0x5A, sizeof *x); /* garbage, so every slot must be written */
-    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1, 0, NULL};
+    x->b = (tg_batch){x->ids, x->mask, x->types, x->pos, x->labels, -1, -1, 0, NULL, 0};
 }
 
 static int load_text(const char *text, const tg_data_rules *r, tg_dataset *ds) {
@@ -668,7 +668,7 @@ TG_TEST(test_data_batch_long_rows) {
     float *mask = aligned_alloc(64, sizeof(float) * B * T);
     REQUIRE(ids && types && pos && labels && mask, "out of memory");
     memset(ids, 0x5A, sizeof(int32_t) * B * T), memset(labels, 0x5A, sizeof(int32_t) * B * T);
-    tg_batch b = {ids, mask, types, pos, labels, -1, -1, 0, NULL};
+    tg_batch b = {ids, mask, types, pos, labels, -1, -1, 0, NULL, 0};
     tg_batch_shape sh = {.batch = B, .seq = T, .task = TG_TASK_LM, .arch = TG_ARCH_GPT2, .pad_id = 0};
     int32_t idx[B] = {0, 1};
     tg_batch_fill(&ds, idx, B, &sh, &b);
@@ -683,6 +683,47 @@ TG_TEST(test_data_batch_long_rows) {
             if (bad > 3) break;
         }
     free(ids), free(types), free(pos), free(labels), free(mask);
+    tg_dataset_free(&ds);
+}
+
+/* LM rows marked for the step to derive (mark_label_rows): the fill writes only the mark,
+ * and tg_batch_derive_label_rows then gives what an unmarked fill writes, for full,
+ * short, truncated and padding rows, refilled over earlier batches of other lengths. */
+TG_TEST(test_data_batch_lm_marked_label_rows) {
+    tg_dataset ds;
+    REQUIRE(load_text("{\"input_ids\": [5, 6, 7, 8, 9, 10, 11]}\n{\"input_ids\": [3, 4]}\n{\"input_ids\": [12]}\n"
+                      "{\"input_ids\": [1, 2, 3, 4, 5]}\n",
+                      &k_lm, &ds) == 0,
+            "load");
+    enum { B = 4, T = 5 };
+    tg_batch_shape sh = {.batch = B, .seq = T, .task = TG_TASK_LM, .arch = TG_ARCH_GPT2, .pad_id = 0};
+    const int32_t orders[3][3] = {{0, 1, 2}, {3, 0, 1}, {2, 3, 0}};
+    bufs plain, marked;
+    bufs_init(&plain), bufs_init(&marked);
+    int32_t row_len[2][B] = {{0}};
+    plain.b.row_len = row_len[0], marked.b.row_len = row_len[1];
+    for (int round = 0; round < 3; round++) {
+        /* Three real rows and a padding row; the buffers keep their fixed parts between rounds. */
+        tg_batch_fill(&ds, orders[round], 3, &sh, &plain.b);
+        marked.b.mark_label_rows = 1;
+        tg_batch_fill(&ds, orders[round], 3, &sh, &marked.b);
+        for (int r = 0; r < B; r++)
+            CHECK(marked.labels[r * T] == TG_LABELS_FROM_IDS, "round %d row %d: first label %d, not the mark", round, r,
+                  marked.labels[r * T]);
+        tg_batch_derive_label_rows(marked.labels, marked.ids, marked.mask, B, T);
+        for (int i = 0; i < B * T; i++)
+            CHECK(marked.labels[i] == plain.labels[i] && marked.ids[i] == plain.ids[i] && marked.mask[i] == plain.mask[i],
+                  "round %d element %d: marked then derived label %d id %d, unmarked %d %d", round, i, marked.labels[i],
+                  marked.ids[i], plain.labels[i], plain.ids[i]);
+    }
+    /* The last round's row 2 is the first example, truncated to T tokens. */
+    CHECK(plain.labels[2 * T] == 6 && plain.labels[2 * T + 3] == 9 && plain.labels[2 * T + 4] == TG_IGNORE_INDEX,
+          "round 3 row 2 labels %d %d %d", plain.labels[2 * T], plain.labels[2 * T + 3], plain.labels[2 * T + 4]);
+    /* Unmarked rows are left alone. */
+    int32_t labels[T] = {1, 2, 3, 4, 5}, ids[T] = {9, 9, 9, 9, 9};
+    float mask[T] = {1, 1, 1, 1, 1};
+    tg_batch_derive_label_rows(labels, ids, mask, 1, T);
+    CHECK(labels[0] == 1 && labels[4] == 5, "an unmarked row changed: %d .. %d", labels[0], labels[4]);
     tg_dataset_free(&ds);
 }
 

@@ -226,6 +226,10 @@ enum { TG_SELECT_FIRST = 0, TG_SELECT_LAST_NON_PAD = 1 };
 
 /* The label value that excludes a row from the loss (HF / torch ignore_index). */
 #define TG_IGNORE_INDEX (-100)
+/* In an LM batch handed to a training step: a row whose first label is this has the rest
+ * of its labels derived by the step from its ids and mask (labels[t] = ids[t + 1] while
+ * token t + 1 is real, else TG_IGNORE_INDEX), so the host need not write them. */
+#define TG_LABELS_FROM_IDS (-2147483647 - 1)
 
 #ifdef __cplusplus
 }

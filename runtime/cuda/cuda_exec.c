@@ -182,12 +182,29 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
     return tg_cuda_exec_init_on(x, plan, seed, 0, NULL, err);
 }
 
+/* Where an LM plan's batch images hold ids, mask and labels (rows 0 for other plans). */
+static tg_lm_label_rows lm_label_rows(const tg_plan *p) {
+    tg_lm_label_rows r = {0};
+    const tg_plan_io *io = &p->io;
+    if (p->job.task != TG_TASK_LM || io->labels < 0 || io->input_ids < 0 || io->attention_mask < 0) return r;
+    const tg_tensor *ids = &p->tensors[io->input_ids], *mask = &p->tensors[io->attention_mask],
+                    *labels = &p->tensors[io->labels];
+    if (ids->pool != TG_POOL_INPUTS || mask->pool != TG_POOL_INPUTS || labels->pool != TG_POOL_INPUTS ||
+        ids->dtype != TG_I32 || mask->dtype != TG_F32 || labels->dtype != TG_I32 || labels->ndim != 2 ||
+        tg_tensor_numel(ids) != tg_tensor_numel(labels) || tg_tensor_numel(mask) != tg_tensor_numel(labels))
+        return r;
+    r.ids = (size_t)ids->offset, r.mask = (size_t)mask->offset, r.labels = (size_t)labels->offset;
+    r.rows = (int)labels->shape[0], r.seq = (int)labels->shape[1];
+    return r;
+}
+
 int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
                          tg_err *err) {
     memset(x, 0, sizeof *x);
     x->plan = plan;
     x->device = device;
     x->wait_margin_s = WAIT_MARGIN_S;
+    x->label_rows = lm_label_rows(plan);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -288,6 +305,7 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     for (int s = 0; s < 2; s++)
         if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
     if (x->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_graph);
+    if (x->group_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->group_graph);
     if (x->fork) cudaEventDestroy(x->fork);
     if (x->join) cudaEventDestroy(x->join);
     if (x->side_stream) cudaStreamDestroy(x->side_stream);
@@ -519,7 +537,8 @@ static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     if (bytes) {
         CUDA_TRY(cudaEventRecord(x->fork, s), "record the fetch branch's fork");
         CUDA_TRY(cudaStreamWaitEvent(x->side_stream, x->fork, 0), "fork of the fetch branch");
-        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, bytes, x->seq_dev, x->side_stream))
+        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, bytes, x->seq_dev, x->label_rows,
+                                x->side_stream))
             return cuda_fail(err, "fetching the next batch", cudaGetLastError());
         CUDA_TRY(cudaEventRecord(x->join, x->side_stream), "record the fetch branch's join");
     }
@@ -533,7 +552,12 @@ static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     return 0;
 }
 
-static int enqueue_captured_step(tg_cuda_exec *x, void *arg, tg_err *err) { return enqueue_step(x, err); }
+/* `*(int *)steps` steps in a row, for capture. */
+static int enqueue_captured_steps(tg_cuda_exec *x, void *steps, tg_err *err) {
+    for (int k = 0; k < *(int *)steps; k++)
+        if (enqueue_step(x, err)) return -1;
+    return 0;
+}
 
 
 /* Adds the thread CPU time since *t0 to part k of the host trace and restarts *t0. */
@@ -576,11 +600,40 @@ static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
     return 0;
 }
 
-int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err) {
+/* The graph for a start of `steps` steps: the group graph where it holds that many (or
+ * none has been captured and steps > 1), else the one-step graph, to be launched `steps`
+ * times. Captured on first use; the first group start captures the one-step graph too, so
+ * that a run's last few steps never wait for a capture. */
+static int step_graph_for(tg_cuda_exec *x, int steps, void **exec, int *launches, tg_err *err) {
+    if (steps > 1 && (!x->group_steps || x->group_steps == steps)) {
+        if (!x->group_graph) {
+            int one = 1;
+            if (capture(x, enqueue_captured_steps, &steps, &x->group_graph, err)) return -1;
+            x->group_steps = steps;
+            x->step_device_graph = x->device_graph;
+            if (!x->step_graph && capture(x, enqueue_captured_steps, &one, &x->step_graph, err)) return -1;
+        }
+        *exec = x->group_graph, *launches = 1;
+        return 0;
+    }
+    if (!x->step_graph) {
+        int one = 1;
+        if (capture(x, enqueue_captured_steps, &one, &x->step_graph, err)) return -1;
+        x->step_device_graph = x->device_graph;
+    }
+    *exec = x->step_graph, *launches = steps;
+    return 0;
+}
+
+int tg_cuda_step_start(tg_cuda_exec *x, const void *const *batches, int steps, int use_graph, tg_err *err) {
     size_t bytes = x->plan->pool_bytes[TG_POOL_INPUTS];
     long long pending = x->steps_started - x->steps_waited;
-    if (pending >= TG_STEP_RING - 1)
-        return tg_fail(err, "%lld training steps are in flight, the most the step ring allows", pending);
+    if (steps < 1) return tg_fail(err, "a start of %d training steps", steps);
+    if (pending + steps > TG_STEP_RING - 1)
+        return tg_fail(err, "%lld training steps are in flight and %d more asked for, past the %d the step ring allows",
+                       pending, steps, TG_STEP_RING - 1);
+    for (int j = 1; j < steps; j++)
+        if (!batches[j]) return tg_fail(err, "step %d of a start of %d has no batch", j + 1, steps);
     if (!x->gemm_tuned) {
         x->gemm_tuned = 1;
         if (gemm_tune_pass(x, err)) return -1;
@@ -588,31 +641,37 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, in
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
     /* A batch the previous step did not fetch is uploaded into this step's slot first, in
      * stream order after the steps before it. */
-    if (bytes && (!x->staged || x->staged != inputs))
-        CUDA_TRY(cudaMemcpyAsync(x->staging + (size_t)(x->steps_started & 1) * x->staging_stride, inputs, bytes,
-                                 cudaMemcpyHostToDevice, x->ctx.stream),
-                 "upload of the batch");
-    if (next && check_host_image(x, next, err)) return -1;
-    /* Read by this step's fetch kernel; the step that read this entry last has ended,
+    if (bytes && (!x->staged || x->staged != batches[0])) {
+        uint8_t *slot = x->staging + (size_t)(x->steps_started & 1) * x->staging_stride;
+        CUDA_TRY(cudaMemcpyAsync(slot, batches[0], bytes, cudaMemcpyHostToDevice, x->ctx.stream), "upload of the batch");
+        if (tg_cuda_derive_label_rows(slot, x->label_rows, x->ctx.stream))
+            return cuda_fail(err, "deriving the uploaded batch's labels", cudaGetLastError());
+    }
+    /* Read by the steps' fetch kernels; the steps that read these entries last have ended,
      * being TG_STEP_RING steps back. */
-    ((volatile tg_step_ctrl *)x->ctrl)->next_batch[x->steps_started % TG_STEP_RING] = next;
+    for (int j = 0; j < steps; j++) {
+        if (batches[j + 1] && check_host_image(x, batches[j + 1], err)) return -1;
+        ((volatile tg_step_ctrl *)x->ctrl)->next_batch[(x->steps_started + j) % TG_STEP_RING] = batches[j + 1];
+    }
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     host_trace(x, 0, &t0);
     if (!use_graph) {
-        if (enqueue_step(x, err)) return -1;
+        for (int j = 0; j < steps; j++)
+            if (enqueue_step(x, err)) return -1;
     } else {
-        if (!x->step_graph) {
-            if (capture(x, enqueue_captured_step, NULL, &x->step_graph, err)) return -1;
-            x->step_device_graph = x->device_graph;
-        }
+        void *exec;
+        int launches;
+        if (step_graph_for(x, steps, &exec, &launches, err)) return -1;
         double w0 = x->host_trace ? tg_wall_s() : 0;
-        CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->step_graph, x->ctx.stream), "cudaGraphLaunch");
+        for (int j = 0; j < launches; j++)
+            CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)exec, x->ctx.stream), "cudaGraphLaunch");
         if (x->host_trace) x->host_launch_wall_s += tg_wall_s() - w0;
     }
-    x->launch_s[x->steps_started % TG_STEP_RING] = tg_wall_s();
-    x->steps_started++;
+    const double now = tg_wall_s();
+    for (int j = 0; j < steps; j++) x->launch_s[(x->steps_started + j) % TG_STEP_RING] = now;
+    x->steps_started += steps;
     x->update_pending = x->defer_on;
-    x->staged = next;
+    x->staged = batches[steps];
     host_trace(x, 1, &t0);
     return 0;
 }

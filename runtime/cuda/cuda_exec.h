@@ -10,6 +10,10 @@
 #include "tunegraph/error.h"
 #include "tunegraph/plan.h"
 
+/* Training steps the trainer starts together where it can: one graph launch for all of
+ * them costs the host about what one step's launch does. */
+#define TG_CUDA_STEP_GROUP 4
+
 typedef struct tg_cuda_exec {
     const tg_plan *plan;
     int device;
@@ -18,6 +22,9 @@ typedef struct tg_cuda_exec {
     tg_param_segment *segments_dev;
     void *graph_exec[2];           /* cudaGraphExec_t: [0] train step, [1] eval forward */
     void *step_graph;              /* cudaGraphExec_t of the pipelined train step */
+    void *group_graph;             /* cudaGraphExec_t of group_steps of them in a row (0: none yet) */
+    int group_steps;
+    tg_lm_label_rows label_rows;   /* LM plans: where a batch's label rows are derived from */
     /* Step pipeline (kernels/cuda_ops.h): two device staging slots for batches; the
      * host's control block and the step report in mapped pinned memory. Handing over a
      * batch that the previous step already fetched, launching the graph and waiting by
@@ -43,7 +50,7 @@ typedef struct tg_cuda_exec {
     double wait_margin_s;          /* how long before the expected end a wait wakes */
     int clock_offset_set;
     int device_graph;              /* the last captured graph was instantiated for device launch */
-    int step_device_graph;         /* the step graph was */
+    int step_device_graph;         /* the step graph was (and the group graph) */
     int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
     /* The deferred update (runtime/deferred_update.h), on for training steps unless the
      * plan does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0: a step ends after its
@@ -94,16 +101,20 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
 /* Captures phases [first, last] into graph slot `slot` once; replays it after. */
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err);
 
-/* Starts a training step on `inputs`, a pinned host image of the inputs pool, behind any
- * steps still in flight (at most TG_STEP_RING - 1); with use_graph the whole step (batch
- * in place, forward, backward, optimizer, statistics) is one graph launch. `next` (or
- * NULL) is the following step's image, already filled: the step fetches it into the
- * other staging slot on a branch beside its forward, so the next call with inputs ==
- * next uploads nothing. Both must stay unchanged until this step has been waited for;
- * any other `inputs` is uploaded first. With the deferred update on, the step's AdamW
- * runs at the start of the next step, beside its forward (or before anything else next
- * uses the executor), so the forward phase's time includes the previous step's update. */
-int tg_cuda_step_start(tg_cuda_exec *x, const void *inputs, const void *next, int use_graph, tg_err *err);
+/* Starts `steps` training steps behind any still in flight (at most TG_STEP_RING - 1 in
+ * all): step j on batches[j], a pinned host image of the inputs pool; batches[steps] (or
+ * NULL) is the image of the step after the last, already filled. Each step fetches the
+ * batch after its own into the other staging slot on a branch beside its forward, so a
+ * later start whose first batch is this one's batches[steps] uploads nothing; any other
+ * first batch is uploaded first. Every image must stay unchanged until its step has been
+ * waited for. LM label rows marked TG_LABELS_FROM_IDS are derived on the device. With
+ * use_graph the whole of each step (batch in place, forward, backward, optimizer,
+ * statistics) is replayed from a captured graph: a start of as many steps as the first
+ * start of several asked for is one launch of a graph holding them all (captured then),
+ * any other start one launch per step. With the deferred update on, a step's AdamW runs
+ * at the start of the next step, beside its forward (or before anything else next uses
+ * the executor), so the forward phase's time includes the previous step's update. */
+int tg_cuda_step_start(tg_cuda_exec *x, const void *const *batches, int steps, int use_graph, tg_err *err);
 /* Waits for the oldest step in flight (up to TG_STEP_RING - 1 may be) by polling the mapped
  * report; stats = {loss, lr, grad norm, the GPU ms of the phases (batch in place,
  * forward, backward, optimizer), the ms between the end of the previous step waited for

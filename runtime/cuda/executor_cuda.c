@@ -38,9 +38,9 @@ static void *cuda_host_alloc(void *impl, size_t bytes) {
 
 static void cuda_host_free(void *impl, void *p) { cudaFreeHost(p); }
 
-static int cuda_step_start(void *impl, const void *inputs, const void *next, tg_err *err) {
+static int cuda_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
     cuda_impl *c = impl;
-    return tg_cuda_step_start(&c->x, inputs, next, c->use_graphs, err);
+    return tg_cuda_step_start(&c->x, batches, steps, c->use_graphs, err);
 }
 
 static int cuda_step_wait(void *impl, float stats[8], tg_err *err) {
@@ -88,7 +88,7 @@ int tg_cuda_device_count(void) {
 
 static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read,    cuda_host_alloc,
                                            cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close,
-                                           TG_STEP_RING - 1};
+                                           TG_STEP_RING - 1, TG_CUDA_STEP_GROUP, 1};
 
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
@@ -301,14 +302,21 @@ TG_TEST(test_gpu_gemm_cache_on_disk) {
     if (saved[0]) setenv("TUNEGRAPH_CACHE_DIR", saved, 1);
 }
 
-/* Training losses of the demo job on CUDA: through tg_trainer_step with up to `depth`
- * steps in flight (each step fetches the next batch on its branch beside the forward),
- * or, with depth 0, batch by batch with tg_trainer_next_batch + tg_trainer_run_step (each
- * batch uploaded before its step). defer 0 turns the deferred update off
- * (TUNEGRAPH_DEFERRED_UPDATE=0); read_at > 0 reads the parameters after that many steps
- * (which applies a pending update) and trains on. The final parameters go to *params. */
-static int train_demo(int depth, int no_graphs, int defer, int read_at, int steps, float *losses, float **params,
-                      size_t *params_bytes) {
+/* One training run of a demo job (examples/): through tg_trainer_step with up to `depth`
+ * steps in flight, `group` started together where they fit (each step fetches the next
+ * batch on its branch beside the forward), or, with depth 0, batch by batch with
+ * tg_trainer_next_batch + tg_trainer_run_step (each batch uploaded before its step).
+ * defer 0 turns the deferred update off (TUNEGRAPH_DEFERRED_UPDATE=0); read_at > 0 reads
+ * the parameters after that many steps (which applies a pending update) and trains on. */
+typedef struct demo_run {
+    const char *job;
+    tg_device device;
+    int depth, group, no_graphs, defer, read_at;
+    const char *what;
+} demo_run;
+
+/* Runs it for `steps` steps: each step's loss, and the final parameters into *params. */
+static int train_demo(const demo_run *d, int steps, float *losses, float **params, size_t *params_bytes) {
     tg_err err;
     tg_job job;
     tg_plan plan;
@@ -316,25 +324,31 @@ static int train_demo(int depth, int no_graphs, int defer, int read_at, int step
     char total[32];
     snprintf(total, sizeof total, "steps=%d", steps);
     const char *sets[] = {total};
-    if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 1, &job, &err) == 0, "%s", err.msg)) return 0;
+    *params = NULL;
+    if (!CHECK(tg_job_load(d->job, sets, 1, &job, &err) == 0, "%s", err.msg)) return 0;
     if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
-    tg_trainer_options o = {.device = TG_DEVICE_CUDA, .load_data = 1, .no_graphs = no_graphs, .max_in_flight = depth};
-    if (!defer) setenv("TUNEGRAPH_DEFERRED_UPDATE", "0", 1);
+    tg_trainer_options o = {.device = d->device, .load_data = 1, .no_graphs = d->no_graphs, .max_in_flight = d->depth,
+                            .step_group = d->group};
+    if (!d->defer) setenv("TUNEGRAPH_DEFERRED_UPDATE", "0", 1);
     int opened = CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg);
     unsetenv("TUNEGRAPH_DEFERRED_UPDATE");
     if (!opened) {
         tg_plan_free(&plan);
         return 0;
     }
-    int ok = CHECK(depth == 0 || tr.max_in_flight == depth, "asked for %d steps in flight, got %d", depth, tr.max_in_flight);
+    int ok = CHECK(d->depth == 0 || d->device == TG_DEVICE_CPU || tr.max_in_flight == d->depth,
+                   "%s: asked for %d steps in flight, got %d", d->what, d->depth, tr.max_in_flight);
+    ok = ok && CHECK(d->group == 0 || tr.step_group == d->group, "%s: asked for groups of %d steps, got %d", d->what,
+                     d->group, tr.step_group);
     for (int s = 0; ok && s < steps; s++) {
         tg_step_stats st;
-        if (depth == 0) tg_trainer_next_batch(&tr);
-        ok = CHECK((depth == 0 ? tg_trainer_run_step(&tr, &st, &err) : tg_trainer_step(&tr, &st, &err)) == 0, "%s",
-                   err.msg);
-        ok = ok && CHECK(st.step == s + 1 && st.step_ms > 0, "step %d reported as %d, %.3f ms", s + 1, st.step, st.step_ms);
+        if (d->depth == 0) tg_trainer_next_batch(&tr);
+        ok = CHECK((d->depth == 0 ? tg_trainer_run_step(&tr, &st, &err) : tg_trainer_step(&tr, &st, &err)) == 0,
+                   "%s: %s", d->what, err.msg);
+        ok = ok && CHECK(st.step == s + 1 && st.step_ms > 0, "%s: step %d reported as %d, %.3f ms", d->what, s + 1,
+                         st.step, st.step_ms);
         losses[s] = st.loss;
-        if (ok && s + 1 == read_at) {
+        if (ok && s + 1 == d->read_at) {
             float *mid = read_all_trainer(&tr, plan.io.params_all, plan.pool_bytes[TG_POOL_PARAMS]);
             ok = mid != NULL;
             free(mid);
@@ -351,23 +365,30 @@ static int train_demo(int depth, int no_graphs, int defer, int read_at, int step
  * as steps taken one at a time: pipelined training equals uploading every batch before its
  * step, bit for bit, with graphs and without, one or several steps in flight. */
 TG_TEST(test_gpu_fetched_batches_match_uploads) {
-    enum { STEPS = 12, RUNS = 6 };
-    static const int depth[RUNS] = {0, 1, 4, 4, 0, 1}, no_graphs[RUNS] = {0, 0, 0, 1, 0, 0};
+    enum { STEPS = 14, RUNS = 8 };
+    const char *job = "examples/demo-classify.job";
     /* The first run applies every update in schedule order; the others defer it beside
-     * the next forward (the last one also reads the parameters midway, applying it there). */
-    static const int defer[RUNS] = {0, 1, 1, 1, 1, 1}, read_at[RUNS] = {0, 0, 0, 0, 0, 5};
-    static const char *const what[RUNS] = {"uploaded, update in schedule order", "fetched",
-                                           "fetched, 4 in flight", "stream launches, 4 in flight", "uploaded",
-                                           "fetched, parameters read after step 5"};
+     * the next forward (one also reads the parameters midway, applying it there). Groups
+     * of 4 in 8 in flight run 14 steps as three groups and two single starts. */
+    const demo_run runs[RUNS] = {
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "uploaded, update in schedule order"},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched"},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "fetched, 4 in flight"},
+        {job, TG_DEVICE_CUDA, 4, 1, 1, 1, 0, "stream launches, 4 in flight"},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 1, 0, "uploaded"},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 5, "fetched, parameters read after step 5"},
+        {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4 steps in one graph, 8 in flight"},
+        {job, TG_DEVICE_CUDA, 8, 4, 1, 1, 0, "groups of 4 by stream launches"},
+    };
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
     size_t bytes = 0;
     for (int r = 0; r < RUNS; r++)
-        if (!train_demo(depth[r], no_graphs[r], defer[r], read_at[r], STEPS, losses[r], &params[r], &bytes)) goto done;
+        if (!train_demo(&runs[r], STEPS, losses[r], &params[r], &bytes)) goto done;
     for (int r = 1; r < RUNS; r++) {
         CHECK(memcmp(losses[0], losses[r], sizeof losses[0]) == 0, "%s: losses differ from uploaded batches (step 2: %g vs %g)",
-              what[r], losses[r][1], losses[0][1]);
-        CHECK(memcmp(params[0], params[r], bytes) == 0, "%s: parameters differ from uploaded batches", what[r]);
+              runs[r].what, losses[r][1], losses[0][1]);
+        CHECK(memcmp(params[0], params[r], bytes) == 0, "%s: parameters differ from uploaded batches", runs[r].what);
     }
     int distinct = 0;
     for (int s = 1; s < STEPS; s++) distinct += losses[0][s] != losses[0][s - 1];
@@ -375,4 +396,74 @@ TG_TEST(test_gpu_fetched_batches_match_uploads) {
           STEPS - 1);
 done:
     for (int r = 0; r < RUNS; r++) free(params[r]);
+}
+
+/* LM batches leave their labels to the step (TG_LABELS_FROM_IDS rows): the demo LM job
+ * (padded rows of many lengths) trains on CUDA as on the CPU, whose batches carry every
+ * label, through uploads, fetches and groups of steps; the CUDA runs agree bit for bit. */
+TG_TEST(test_gpu_lm_label_rows_train_as_cpu) {
+    enum { STEPS = 10, RUNS = 4 };
+    const char *job = "examples/demo-lm.job";
+    const demo_run runs[RUNS] = {
+        {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference"},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 1, 0, "uploaded"},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched"},
+        {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4, 8 in flight"},
+    };
+    float losses[RUNS][STEPS];
+    float *params[RUNS] = {NULL};
+    size_t bytes = 0;
+    for (int r = 0; r < RUNS; r++)
+        if (!train_demo(&runs[r], STEPS, losses[r], &params[r], &bytes)) goto done;
+    for (int s = 0; s < STEPS; s++)
+        CHECK(fabsf(losses[1][s] - losses[0][s]) <= 1e-4f * fabsf(losses[0][s]), "step %d: loss cpu %.7g cuda %.7g", s + 1,
+              losses[0][s], losses[1][s]);
+    for (int r = 2; r < RUNS; r++) {
+        CHECK(memcmp(losses[1], losses[r], sizeof losses[1]) == 0, "%s: losses differ from uploads (step 2: %g vs %g)",
+              runs[r].what, losses[r][1], losses[1][1]);
+        CHECK(memcmp(params[1], params[r], bytes) == 0, "%s: parameters differ from uploads", runs[r].what);
+    }
+done:
+    for (int r = 0; r < RUNS; r++) free(params[r]);
+}
+
+/* The label-row kernel against the host's derivation (datasets/batch.c) on random rows
+ * of every length, marked or not, more rows than one chunk of the kernel's marks; the
+ * image's other bytes unchanged. */
+TG_TEST(test_gpu_derive_label_rows_matches_host) {
+    enum { ROWS = 1500, SEQ = 7 };
+    const size_t n = (size_t)ROWS * SEQ, ids_off = 0, mask_off = n * 4, labels_off = 2 * n * 4, bytes = 3 * n * 4 + 64;
+    uint8_t *host = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes), *dev = NULL;
+    REQUIRE(host && want && got, "out of memory");
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    for (size_t i = 0; i < bytes; i++) host[i] = (uint8_t)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+    int32_t *ids = (int32_t *)(host + ids_off), *labels = (int32_t *)(host + labels_off);
+    float *mask = (float *)(host + mask_off);
+    for (int r = 0; r < ROWS; r++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const int len = (int)((s >> 33) % (SEQ + 1)), marked = (s >> 20) % 3 != 0;
+        for (int t = 0; t < SEQ; t++) {
+            ids[r * SEQ + t] = (int32_t)((s >> (t + 3)) % 50000);
+            mask[r * SEQ + t] = t < len ? 1.0f : 0.0f;
+            labels[r * SEQ + t] = (int32_t)(s >> 40) - 100;
+        }
+        if (marked) labels[r * SEQ] = TG_LABELS_FROM_IDS;
+    }
+    memcpy(want, host, bytes);
+    tg_batch_derive_label_rows((int32_t *)(want + labels_off), (int32_t *)(want + ids_off), (float *)(want + mask_off),
+                               ROWS, SEQ);
+    tg_lm_label_rows rows = {ids_off, mask_off, labels_off, ROWS, SEQ};
+    int ok = CHECK(cudaMalloc((void **)&dev, bytes) == cudaSuccess, "cudaMalloc") &&
+             CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload") &&
+             CHECK(tg_cuda_derive_label_rows(dev, rows, 0) == 0, "launch: %s", cudaGetErrorString(cudaGetLastError())) &&
+             CHECK(cudaMemcpy(got, dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+    int bad = 0;
+    for (size_t i = 0; ok && i < bytes && bad < 4; i++)
+        bad += !CHECK(got[i] == want[i], "byte %zu (label %zu): device %u, host %u", i, (i - labels_off) / 4, got[i],
+                      want[i]);
+    int derived = 0;
+    for (int r = 0; r < ROWS; r++) derived += ((int32_t *)(want + labels_off))[r * SEQ] != labels[r * SEQ];
+    CHECK(derived > ROWS / 3, "only %d rows were derived", derived);
+    cudaFree(dev);
+    free(host), free(want), free(got);
 }
