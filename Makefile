@@ -74,7 +74,11 @@ $(GPU)/tunegraph: $(BUILD)/cli/main.o $(GPU_OBJ) $(BUILD)/libtunegraph.a
 $(GPU)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
-gpu: $(GPU)/tunegraph $(GPU)/run_tests
+# The CUDA driver's event thread's CPU in an idle process (bench/driver_thread_cpu.c).
+$(GPU)/driver_thread_cpu: bench/driver_thread_cpu.c $(BUILD)/libtunegraph.a
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
+
+gpu: $(GPU)/tunegraph $(GPU)/run_tests $(GPU)/driver_thread_cpu
 
 # The whole suite with the CUDA executor (TG_TEST_DEVICE=cuda), plus the device tests.
 gpu-test: gpu $(BUILD)/tunegraph

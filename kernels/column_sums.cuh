@@ -1,6 +1,7 @@
 /* Deterministic column sums of a [M, N] row-major tensor, in two stages, shared by
- * BIAS_GRAD (kernels/optimizer.cu) and the GELU backward that also writes its bias
- * gradient (kernels/elementwise.cu).
+ * BIAS_GRAD (kernels/optimizer.cu), the GELU backward that also writes its bias gradient
+ * (kernels/elementwise.cu), the embedding backward (kernels/embedding.cu), and (stage 2,
+ * for its own stage 1) the LayerNorm backward's dgamma and dbeta (kernels/layernorm.cu).
  *
  * Stage 1: block (256 threads) owns the COL_STRIPE columns [64*bx, +64) and the rows
  * [128*by, +128). A row of the stripe is VPR = 64/W vectors of W elements (bf16: 8 x
@@ -78,20 +79,28 @@ col_stripe_kernel(L load, double *__restrict__ partial, int64_t M, int64_t N) {
     }
 }
 
+/* Stage 2 of one column set, or of two sharing the grid (partial2 and out2; the
+ * LayerNorm backward's dgamma and dbeta), each summed as described above; a NULL out is
+ * left unwritten. */
 static __global__ void __launch_bounds__(32 * COL_TY)
-col_final_kernel(const double *__restrict__ partial, float *__restrict__ out, int64_t chunks, int64_t N,
-                 int overwrite) {
-    __shared__ double sp[COL_TY][32];
+col_final_kernel(const double *__restrict__ partial, float *__restrict__ out, const double *__restrict__ partial2,
+                 float *__restrict__ out2, int64_t chunks, int64_t N, int overwrite) {
+    __shared__ double sp[2][COL_TY][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    double s = 0;
+    double s = 0, s2 = 0;
     if (c < N)
-        for (int64_t k = ty; k < chunks; k += COL_TY) s += partial[k * N + c];
-    sp[ty][tx] = s;
+        for (int64_t k = ty; k < chunks; k += COL_TY) {
+            s += partial[k * N + c];
+            if (partial2) s2 += partial2[k * N + c];
+        }
+    sp[0][ty][tx] = s;
+    sp[1][ty][tx] = s2;
     __syncthreads();
     if (ty == 0 && c < N) {
-        for (int k = 1; k < COL_TY; k++) s += sp[k][tx];
-        tg_grad_store(out + c, (float)s, overwrite);
+        for (int k = 1; k < COL_TY; k++) s += sp[0][k][tx], s2 += sp[1][k][tx];
+        if (out) tg_grad_store(out + c, (float)s, overwrite);
+        if (partial2 && out2) tg_grad_store(out2 + c, (float)s2, overwrite);
     }
 }
 
@@ -103,7 +112,8 @@ static int col_sums(L load, int64_t M, int64_t N, double *partial, float *out, i
     if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)N);
     const unsigned grid_y = (unsigned)(chunks < 65535 ? chunks : 65535);
     col_stripe_kernel<W, L><<<dim3((unsigned)stripes, grid_y), COL_THREADS, 0, st>>>(load, partial, M, N);
-    col_final_kernel<<<(unsigned)((N + 31) / 32), dim3(32, COL_TY), 0, st>>>(partial, out, chunks, N, overwrite);
+    col_final_kernel<<<(unsigned)((N + 31) / 32), dim3(32, COL_TY), 0, st>>>(partial, out, NULL, NULL, chunks, N,
+                                                                             overwrite);
     return 0;
 }
 

@@ -31,14 +31,10 @@
  * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD and the residual ops
  * 16-byte accesses of 8 when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are
  * always fp32. */
-#include "kernels/cuda_common.cuh"
+#include "kernels/column_sums.cuh"
 #include "kernels/philox.h"
 
 #define LN_THREADS 256     /* 8 rows (warps) per block */
-#define COL_ROWS 128       /* rows per stage-1 chunk (the scratch formula depends on it) */
-#define COL_STRIPE 64      /* columns per stage-1 block */
-#define COL_THREADS 256    /* stage-1 block size */
-#define COL_TY 8           /* chunk lanes per stage-2 block (block = 32 x 8) */
 #define FC_GRID 512        /* blocks of the fused-column backward: at most this many partials */
 #define FC_MAX_D 2048      /* its widest row: 2 * 8 * D floats of shared memory */
 
@@ -221,27 +217,6 @@ ln_bwd_cols_kernel(const T *__restrict__ dy, const T *__restrict__ x, const floa
             pg[(int64_t)blockIdx.y * D + c] = tg;
             pb[(int64_t)blockIdx.y * D + c] = tb;
         }
-    }
-}
-
-/* Stage 2: block (32, 8) owns 32 columns; lane ty adds chunks ty, ty + 8, ... in order,
- * then the 8 lane sums are added in lane order and the results += into dgamma/dbeta. */
-__global__ void __launch_bounds__(32 * COL_TY)
-ln_bwd_cols_final(const double *__restrict__ pg, const double *__restrict__ pb, float *__restrict__ dgamma,
-                  float *__restrict__ dbeta, int64_t chunks, int64_t D, int overwrite) {
-    __shared__ double sg[COL_TY][32], sb[COL_TY][32];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    double g = 0, b = 0;
-    if (c < D)
-        for (int64_t k = ty; k < chunks; k += COL_TY) g += pg[k * D + c], b += pb[k * D + c];
-    sg[ty][tx] = g;
-    sb[ty][tx] = b;
-    __syncthreads();
-    if (ty == 0 && c < D) {
-        for (int k = 1; k < COL_TY; k++) g += sg[k][tx], b += sb[k][tx];
-        if (dgamma) tg_grad_store(dgamma + c, (float)g, overwrite);
-        if (dbeta) tg_grad_store(dbeta + c, (float)b, overwrite);
     }
 }
 
@@ -571,7 +546,8 @@ static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, con
         ln_bwd_cols_kernel<T, 4><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
     else
         ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
-    ln_bwd_cols_final<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, pb, dg, db, chunks, D, a->op->i[3] != 0);
+    col_final_kernel<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, dg, pb, db, chunks, D,
+                                                                             a->op->i[3] != 0);
     return 0;
 }
 
