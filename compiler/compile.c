@@ -50,6 +50,13 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  cfg->source, cfg->max_positions, cfg->arch == TG_ARCH_ROBERTA ? ", less pad_token_id + 1" : "");
         return job_error(job, TG_JOB_SEQ, err, msg);
     }
+    if (job->zero_stage > 0 && job->data_parallel < 2) {
+        snprintf(msg, sizeof msg,
+                 "zero_stage %d shards the optimizer state over data-parallel replicas; it needs data_parallel >= 2 "
+                 "(got %d)",
+                 job->zero_stage, job->data_parallel);
+        return job_error(job, TG_JOB_ZERO_STAGE, err, msg);
+    }
     int pad = tg_job_pad_id(job, cfg);
     if (pad >= cfg->vocab_size) {
         snprintf(msg, sizeof msg, "pad_token_id %d is outside the vocabulary (vocab_size %d)", pad, cfg->vocab_size);
@@ -95,8 +102,10 @@ static void build_optimizer(tg_graph *g) {
     s.in[0] = g->io.grads_all, s.in[1] = g->io.lr, s.in[2] = g->io.step, s.in[3] = g->io.grad_norm;
     s.out[0] = g->io.params_all, s.out[1] = g->io.m_all, s.out[2] = g->io.v_all;
     s.i[0] = n;
+    s.i[1] = tg_zero_slice(j, n); /* ZeRO-1: this replica's slice only */
     s.f[0] = j->beta1, s.f[1] = j->beta2, s.f[2] = j->eps, s.f[3] = j->weight_decay, s.f[4] = j->grad_clip;
     tg_graph_op(g, &s);
+    if (s.i[1]) tg_zero_gather(g, g->io.params_all, "params.slices");
 }
 
 int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {

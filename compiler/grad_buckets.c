@@ -1,5 +1,6 @@
 #include "compiler/grad_buckets.h"
 #include "compiler/autodiff.h"
+#include "compiler/memory_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,4 +92,19 @@ int tg_gradient_buckets(tg_graph *g) {
     memcpy(g->ops, ops, sizeof *ops * (size_t)total);
     free(ops), free(final_from), free(cut);
     return 0;
+}
+
+int tg_zero_gather(tg_graph *g, int all, const char *name) {
+    if (g->failed) return -1;
+    const int64_t slice = tg_zero_slice(g->job, tg_tensor_numel(&g->tensors[all]));
+    const tg_tensor *x = &g->tensors[all];
+    int64_t n = slice * g->job->data_parallel;
+    int t = tg_graph_tensor(g, name, x->dtype, x->pool, 1, &n);
+    if (t < 0) return -1;
+    g->tensors[t].flags |= TG_TENSOR_VIEW; /* at offset 0, over the pool's padded end */
+    tg_op_spec s = tg_spec(TG_OP_ALL_GATHER);
+    s.in[0] = s.out[0] = t;
+    s.i[0] = slice;
+    g->phase = TG_PHASE_OPTIMIZER;
+    return tg_graph_op(g, &s) < 0 ? -1 : 0;
 }

@@ -13,4 +13,10 @@
 #define TG_GRAD_BUCKET_BYTES (25u << 20)
 int tg_gradient_buckets(tg_graph *g);
 
+/* ZeRO-1: appends the TG_OP_ALL_GATHER that shares every replica's updated slice
+ * (tg_zero_slice) of the pool of the whole-pool view `all` (params.all or
+ * params_bf16.all), over a new view `name` of data_parallel slices from offset 0.
+ * Returns 0 or -1 (g->err). */
+int tg_zero_gather(tg_graph *g, int all, const char *name);
+
 #endif

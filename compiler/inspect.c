@@ -45,12 +45,13 @@ static const op_params k_params[TG_OP_COUNT] = {
     [TG_OP_CROSS_ENTROPY_BWD] = {.i = {"N", "C", "classes"}, .known = 1},
     [TG_OP_SCHEDULE] = {.i = {"warmup"}, .f = {"lr"}, .known = 1},
     [TG_OP_GRAD_NORM] = {.i = {"n"}, .known = 1},
-    [TG_OP_ADAMW] = {.i = {"n"},
+    [TG_OP_ADAMW] = {.i = {"n", "zero_slice"},
                      .f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
                      .known = 1},
     [TG_OP_RESIDUAL_LAYERNORM] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = {.i = {"M", "D", "key", "overwrite"}, .f = {"eps", "p"}, .known = 1},
     [TG_OP_ALL_REDUCE] = {.i = {"n"}, .known = 1},
+    [TG_OP_ALL_GATHER] = {.i = {"slice"}, .known = 1},
 };
 
 static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",
@@ -135,6 +136,7 @@ static void print_text(const tg_plan *p, FILE *out) {
             p->job.batch, p->job.seq, tg_precision_name(p->job.precision), tg_attention_mode_name(attention));
     if (attention != p->job.attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(p->job.attention));
     if (p->job.data_parallel > 1) fprintf(out, "  data parallel: %d replicas", p->job.data_parallel);
+    if (p->job.zero_stage > 0) fprintf(out, " (ZeRO-%d: optimizer state sharded)", p->job.zero_stage);
     fputc('\n', out);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
@@ -273,6 +275,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "precision", jstr(tg_precision_name(p->job.precision)));
     jset(&c, root, "attention", jstr(tg_attention_mode_name(plan_attention_mode(p))));
     jset(&c, root, "data_parallel", jint(p->job.data_parallel));
+    jset(&c, root, "zero_stage", jint(p->job.zero_stage));
     jset(&c, root, "fingerprint", json_string(hex));
     jset(&c, root, "n_ops", jint(p->n_ops));
     jset(&c, root, "n_tensors", jint(p->n_tensors));

@@ -14,6 +14,7 @@ static const char *const key_names[TG_JOB_KEY_COUNT] = {
     "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "steps", "epochs",
     "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data", "attention",
     "fuse_bias_grad", "fuse_gelu", "fuse_residual_layernorm", "fuse_qkv", "data_parallel",
+    "zero_stage",
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -242,6 +243,12 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         if (!rc && job->data_parallel > TG_MAX_DATA_PARALLEL)
             rc = tg_fail(err, "%skey '%s': %d replicas is more than the %d supported", o->prefix, name,
                          job->data_parallel, TG_MAX_DATA_PARALLEL);
+        break;
+    case TG_JOB_ZERO_STAGE:
+        rc = set_int(&job->zero_stage, v, 0, o, name, err);
+        if (!rc && job->zero_stage > 1)
+            rc = tg_fail(err, "%skey '%s': stage %d is not supported (0: none, 1: the optimizer state sharded)",
+                         o->prefix, name, job->zero_stage);
         break;
     case TG_JOB_KEY_COUNT: break;
     }

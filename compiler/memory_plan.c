@@ -83,10 +83,19 @@ int tg_plan_param_layout(tg_graph *g) {
             g->tensors[g->tensors[t].grad].group = g->tensors[g->tensors[t].group].grad;
     g->io.params_all = view(g, "params.all", TG_POOL_PARAMS, end);
     g->io.grads_all = view(g, "grads.all", TG_POOL_GRADS, end);
-    g->io.m_all = view(g, "optim.m", TG_POOL_OPTIM, end);
-    g->io.v_all = view(g, "optim.v", TG_POOL_OPTIM, end);
-    if (g->io.v_all >= 0) g->tensors[g->io.v_all].offset = end;
+    /* ZeRO-1: each replica keeps the AdamW state of its own slice of the parameters. */
+    const int64_t slice = tg_zero_slice(g->job, (int64_t)(end / 4));
+    const uint64_t state = slice ? (uint64_t)slice * 4 : end;
+    g->io.m_all = view(g, "optim.m", TG_POOL_OPTIM, state);
+    g->io.v_all = view(g, "optim.v", TG_POOL_OPTIM, state);
+    if (g->io.v_all >= 0) g->tensors[g->io.v_all].offset = state;
     return g->failed ? -1 : 0;
+}
+
+int64_t tg_zero_slice(const tg_job *job, int64_t elements) {
+    if (!job || job->zero_stage < 1 || job->data_parallel < 2) return 0;
+    const int64_t n = job->data_parallel, align = TG_TENSOR_ALIGN / 2; /* elements: aligned for fp32 and bf16 */
+    return ((elements + n - 1) / n + align - 1) / align * align;
 }
 
 /* ---- liveness ---------------------------------------------------------------------- */
@@ -204,12 +213,16 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
                    uint64_t *live_peak) {
     compute_liveness(g, phase_begin);
     memset(pool_bytes, 0, sizeof(uint64_t) * TG_POOL_COUNT);
-    pool_bytes[TG_POOL_PARAMS] = g->tensors[g->io.params_all].bytes;
     pool_bytes[TG_POOL_GRADS] = g->tensors[g->io.grads_all].bytes;
-    if (g->io.params_bf16_all >= 0) pool_bytes[TG_POOL_PARAMS_BF16] = g->tensors[g->io.params_bf16_all].bytes;
+    /* The parameter pools end at their widest view (ZeRO-1's replica slices pad them). */
+    for (int t = 0; t < g->n_tensors; t++) {
+        const tg_tensor *x = &g->tensors[t];
+        if ((x->pool == TG_POOL_PARAMS || x->pool == TG_POOL_PARAMS_BF16) && x->offset + x->bytes > pool_bytes[x->pool])
+            pool_bytes[x->pool] = x->offset + x->bytes;
+    }
     /* Optimizer pool: m, v, then the scalars. Inputs and workspace: in creation order. */
     uint64_t cursor[TG_POOL_COUNT] = {0};
-    cursor[TG_POOL_OPTIM] = 2 * pool_bytes[TG_POOL_PARAMS];
+    cursor[TG_POOL_OPTIM] = g->tensors[g->io.v_all].offset + g->tensors[g->io.v_all].bytes;
     for (int t = 0; t < g->n_tensors; t++) {
         tg_tensor *x = &g->tensors[t];
         if (x->flags & TG_TENSOR_VIEW) continue;

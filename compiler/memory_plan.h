@@ -14,6 +14,10 @@
  * tensor order, where the first member is reached. */
 int tg_plan_param_layout(tg_graph *g);
 
+/* ZeRO-1 (job zero_stage 1): the parameter elements each replica updates, a slice of
+ * ceil(elements / data_parallel) rounded up to an aligned count, so that data_parallel
+ * slices cover the parameters (the pools are padded to their sum); 0 without ZeRO. */
+int64_t tg_zero_slice(const tg_job *job, int64_t elements);
 /* Liveness and offsets of every other tensor; fills pool sizes into pool_bytes and the
  * largest sum of simultaneously live activations into *live_peak. */
 int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],

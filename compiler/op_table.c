@@ -262,10 +262,20 @@ static const char *shape_all_reduce(const tg_graph *g, const tg_op *op) {
     return NULL;
 }
 
+static const char *shape_all_gather(const tg_graph *g, const tg_op *op) {
+    EXPECT(op->in[0] >= 0 && op->in[0] == op->out[0], "works in place: in0 and out0 are one tensor");
+    EXPECT(g->tensors[op->in[0]].dtype == TG_F32 || g->tensors[op->in[0]].dtype == TG_BF16, "gathers fp32 or bf16");
+    EXPECT(op->i[0] > 0 && g->job && numel(g, op->in[0]) == op->i[0] * g->job->data_parallel,
+           "the tensor is not data_parallel slices of i[0] elements");
+    return NULL;
+}
+
 static const char *shape_adamw(const tg_graph *g, const tg_op *op) {
-    int64_t n = numel(g, op->in[0]);
-    EXPECT(numel(g, op->out[0]) == n && numel(g, op->out[1]) == n && numel(g, op->out[2]) == n,
+    int64_t n = numel(g, op->in[0]), state = op->i[1] > 0 ? op->i[1] : n;
+    EXPECT(numel(g, op->out[0]) == n && numel(g, op->out[1]) == state && numel(g, op->out[2]) == state,
            "params, grads, m and v views differ in size");
+    EXPECT(op->i[1] == 0 || (g->job && op->i[1] * (int64_t)g->job->data_parallel >= n),
+           "i[1]: the replicas' slices do not cover the parameters");
     EXPECT(n == op->i[0], "i[0] != parameter count");
     EXPECT(numel(g, op->in[1]) == 1 && numel(g, op->in[2]) == 1 && numel(g, op->in[3]) == 1,
            "lr, step and norm are scalars");
@@ -732,6 +742,7 @@ static const tg_op_row rows[TG_OP_COUNT] = {
                                   {W, W, W, W}},
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = {shape_residual_layernorm, flops_residual_layernorm, NULL, {W, W, A, A}},
     [TG_OP_ALL_REDUCE] = {shape_all_reduce, flops_all_reduce, NULL, {W}},
+    [TG_OP_ALL_GATHER] = {shape_all_gather, flops_none, NULL, {W}},
 };
 #undef W
 #undef A

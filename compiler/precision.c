@@ -1,4 +1,5 @@
 #include "compiler/precision.h"
+#include "compiler/grad_buckets.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,5 +88,9 @@ int tg_apply_precision(tg_graph *g, int precision) {
     }
     free(keep);
     free(copy_of);
+    /* ZeRO-1: each replica refreshed the copies of its own slice; share them too. */
+    for (int o = 0; o < g->n_ops; o++)
+        if (g->ops[o].kind == TG_OP_ADAMW && g->ops[o].i[1] > 0)
+            return tg_zero_gather(g, g->io.params_bf16_all, "params_bf16.slices");
     return 0;
 }

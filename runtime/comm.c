@@ -42,6 +42,18 @@ void tg_cpu_comm_barrier(tg_cpu_comm_group *g) {
     if (g && g->ranks > 1) pthread_barrier_wait(&g->barrier);
 }
 
+void tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice, size_t elem_size) {
+    if (!g || g->ranks == 1 || slice <= 0) return;
+    g->bufs[rank] = buf;
+    pthread_barrier_wait(&g->barrier); /* every buffer published */
+    /* Each rank writes only the others' slices of its own buffer and reads only their
+     * owners' slices of theirs, which nobody writes during the gather. */
+    const size_t bytes = (size_t)slice * elem_size;
+    for (int r = 0; r < g->ranks; r++)
+        if (r != rank) memcpy((uint8_t *)buf + (size_t)r * bytes, (const uint8_t *)g->bufs[r] + (size_t)r * bytes, bytes);
+    pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
+}
+
 void tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n) {
     if (!g || g->ranks == 1 || n <= 0) return;
     if (g->cap[rank] < n) {

@@ -1100,6 +1100,11 @@ static void norm_blocks(void *p, int64_t b, int64_t e) {
 }
 
 /* One replica (no communicator): the sum over one is the tensor itself. */
+static void op_all_gather(const tg_cpu_op_args *a) {
+    /* bf16 slots arrive widened (runtime/cpu_bf16.c): every slot is a float here. */
+    if (a->comm) tg_cpu_all_gather(a->comm, a->rank, F32(a->out[0]), a->op->i[0], sizeof(float));
+}
+
 static void op_all_reduce(const tg_cpu_op_args *a) {
     if (a->comm) tg_cpu_all_reduce_sum(a->comm, a->rank, F32(a->out[0]), a->op->i[0]);
 }
@@ -1129,6 +1134,7 @@ typedef struct adamw_ctx {
     const float *g;
     float *p, *m, *v;
     float *copy; /* out3: the low-precision parameter copies (widened by the caller), or NULL */
+    int64_t state_first; /* the parameter element m[0] and v[0] belong to (ZeRO-1's slice) */
     float clip, lr, b1, b2, eps, wd, step_size, sqrt_bc2;
 } adamw_ctx;
 
@@ -1144,13 +1150,13 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
         int64_t j0 = b > sg->start ? b - sg->start : 0, j1 = min64(sg->n, e - sg->start);
         float decay = sg->decay ? c->lr * c->wd : 0.0f;
         for (int64_t j = j0; j < j1; j++) {
-            int64_t i = sg->first + j;
+            int64_t i = sg->first + j, k = i - c->state_first;
             float g = c->g[i] * c->clip;
             float p = c->p[i] - decay * c->p[i];
-            float m = c->b1 * c->m[i] + (1.0f - c->b1) * g;
-            float v = c->b2 * c->v[i] + (1.0f - c->b2) * g * g;
-            c->m[i] = m;
-            c->v[i] = v;
+            float m = c->b1 * c->m[k] + (1.0f - c->b1) * g;
+            float v = c->b2 * c->v[k] + (1.0f - c->b2) * g * g;
+            c->m[k] = m;
+            c->v[k] = v;
             c->p[i] = p - c->step_size * m / (sqrtf(v) / c->sqrt_bc2 + c->eps);
             if (c->copy) c->copy[i] = c->p[i];
         }
@@ -1176,15 +1182,21 @@ static void op_adamw(const tg_cpu_op_args *a) {
 
     adamw_seg *seg = malloc((size_t)(plan->n_tensors > 0 ? plan->n_tensors : 1) * sizeof *seg);
     if (!seg) abort();
+    /* ZeRO-1: only this replica's slice of the elements, whose state starts at m[0]. */
+    const int64_t slice = a->op->i[1];
+    const int64_t lo = slice > 0 ? (int64_t)a->rank * slice : 0, hi = slice > 0 ? lo + slice : INT64_MAX;
+    c.state_first = lo;
     int64_t total = 0;
     for (int i = 0; i < plan->n_tensors; i++) {
         const tg_tensor *tt = &plan->tensors[i];
         /* Whole-pool views would update every parameter a second time. */
         if (!(tt->flags & TG_TENSOR_PARAM) || (tt->flags & TG_TENSOR_VIEW)) continue;
-        int64_t n = tg_tensor_numel(tt);
-        seg[c.n_seg++] = (adamw_seg){(int64_t)(tt->offset / 4), total, n,
-                                     !(tt->flags & TG_TENSOR_NO_DECAY)};
-        total += n;
+        int64_t first = (int64_t)(tt->offset / 4), end = first + tg_tensor_numel(tt);
+        if (first < lo) first = lo;
+        if (end > hi) end = hi;
+        if (end <= first) continue;
+        seg[c.n_seg++] = (adamw_seg){first, total, end - first, !(tt->flags & TG_TENSOR_NO_DECAY)};
+        total += end - first;
     }
     c.seg = seg;
     if (c.n_seg) tg_parallel_for(a->threads, total, adamw_range, &c);
@@ -1224,6 +1236,7 @@ static const tg_cpu_op_fn cpu_ops[TG_OP_COUNT] = {
     [TG_OP_RESIDUAL_LAYERNORM] = op_residual_layernorm,
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = op_residual_layernorm_bwd,
     [TG_OP_ALL_REDUCE] = op_all_reduce,
+    [TG_OP_ALL_GATHER] = op_all_gather,
 };
 _Static_assert(sizeof cpu_ops / sizeof cpu_ops[0] == TG_OP_COUNT, "every op needs a CPU kernel");
 

@@ -75,6 +75,7 @@ static const char *const op_names[TG_OP_COUNT] = {
     [TG_OP_RESIDUAL_LAYERNORM] = "residual_layernorm",
     [TG_OP_RESIDUAL_LAYERNORM_BWD] = "residual_layernorm_bwd",
     [TG_OP_ALL_REDUCE] = "all_reduce",
+    [TG_OP_ALL_GATHER] = "all_gather",
 };
 _Static_assert(sizeof op_names / sizeof op_names[0] == TG_OP_COUNT, "every op needs a name");
 

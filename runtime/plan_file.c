@@ -133,6 +133,7 @@ static void put_job(wbuf *b, const tg_job *j) {
     put_i32(b, j->fuse_residual_layernorm);
     put_i32(b, j->fuse_qkv);
     put_i32(b, j->data_parallel);
+    put_i32(b, j->zero_stage);
     put_f32(b, j->lr);
     put_f32(b, j->beta1);
     put_f32(b, j->beta2);
@@ -372,6 +373,7 @@ static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
     j->fuse_residual_layernorm = get_i32(r);
     j->fuse_qkv = get_i32(r);
     j->data_parallel = get_i32(r);
+    j->zero_stage = get_i32(r);
     j->lr = get_f32(r);
     j->beta1 = get_f32(r);
     j->beta2 = get_f32(r);
@@ -458,6 +460,8 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: job fuse_qkv %d is not a boolean", name, j->fuse_qkv);
     if (j->data_parallel < 1 || j->data_parallel > TG_MAX_DATA_PARALLEL)
         return tg_fail(err, "%s: job data_parallel %d is not in [1, %d]", name, j->data_parallel, TG_MAX_DATA_PARALLEL);
+    if (j->zero_stage < 0 || j->zero_stage > 1 || (j->zero_stage && j->data_parallel < 2))
+        return tg_fail(err, "%s: job zero_stage %d is not 0, or 1 with data_parallel >= 2", name, j->zero_stage);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];

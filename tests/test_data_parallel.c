@@ -10,27 +10,35 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "compiler/memory_plan.h"
 #include "models/model_config.h"
 #include "runtime/comm.h"
 #include "runtime/executor.h"
+#include "runtime/plan_file.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
 /* The demo job with `replicas` data-parallel replicas of `batch` rows each, dropout off
- * (each replica draws its own masks, so with dropout the runs would differ by design). */
-static int compile_demo(int replicas, int batch, int steps, tg_plan *p) {
+ * (each replica draws its own masks, so with dropout the runs would differ by design);
+ * `extra` holds n_extra more job settings. */
+static int compile_demo_with(int replicas, int batch, int steps, const char *const *extra, int n_extra, tg_plan *p) {
     tg_err err;
     tg_job job;
     char b[32], r[32], s[32];
     snprintf(b, sizeof b, "batch=%d", batch);
     snprintf(r, sizeof r, "data_parallel=%d", replicas);
     snprintf(s, sizeof s, "steps=%d", steps);
-    const char *sets[] = {b, r, s};
-    if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 3, &job, &err) == 0, "%s", err.msg)) return 0;
+    const char *sets[8] = {b, r, s};
+    for (int k = 0; k < n_extra && k < 5; k++) sets[3 + k] = extra[k];
+    if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 3 + n_extra, &job, &err) == 0, "%s", err.msg)) return 0;
     tg_model_config cfg;
     if (!CHECK(tg_model_config_load(job.model, &cfg, &err) == 0, "%s", err.msg)) return 0;
     cfg.hidden_dropout = cfg.attention_dropout = cfg.embedding_dropout = cfg.classifier_dropout = 0;
     return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+}
+
+static int compile_demo(int replicas, int batch, int steps, tg_plan *p) {
+    return compile_demo_with(replicas, batch, steps, NULL, 0, p);
 }
 
 typedef struct replica {
@@ -225,4 +233,156 @@ TG_TEST(test_cpu_comm_all_reduce) {
     tg_cpu_comm_group_destroy(g);
     tg_cpu_comm_group *none;
     CHECK(tg_cpu_comm_group_create(&none, 0, &err) != 0 && none == NULL, "a group of 0 ranks created");
+}
+
+/* ZeRO-1 plans: AdamW over one replica's slice, with m and v of the slice only; the
+ * slices cover the (padded) parameter pools; the gathers of the parameters (and of their
+ * bf16 copies) end the step, so the update is not deferred; the plan file keeps the
+ * stage; a job asking for it with one replica is refused, naming the key. */
+TG_TEST(test_zero_plan) {
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int replicas = 2; replicas <= 3; replicas++) {
+            const char *extra[] = {"zero_stage=1", bf16 ? "precision=bf16" : "precision=fp32"};
+            tg_plan z, plain;
+            if (!compile_demo_with(replicas, 2, 3, extra, 2, &z)) return;
+            if (!compile_demo_with(replicas, 2, 3, extra + 1, 1, &plain)) {
+                tg_plan_free(&z);
+                return;
+            }
+            const int64_t n = (int64_t)(plain.tensors[plain.io.params_all].bytes / 4);
+            int adamw = -1, gathers = 0, last = z.n_ops - 1;
+            for (int o = 0; o < z.n_ops; o++) {
+                const tg_op *op = &z.ops[o];
+                if (op->kind == TG_OP_ADAMW) adamw = o;
+                if (op->kind != TG_OP_ALL_GATHER) continue;
+                gathers++;
+                const tg_tensor *t = &z.tensors[op->in[0]];
+                CHECK(o > adamw && adamw >= 0 && t->offset == 0 && (t->flags & TG_TENSOR_VIEW) &&
+                          tg_tensor_numel(t) == op->i[0] * replicas && t->bytes == z.pool_bytes[t->pool],
+                      "all_gather %d over %s: %lld elements of %lld bytes in a pool of %llu", o, t->name,
+                      (long long)tg_tensor_numel(t), (long long)t->bytes, (unsigned long long)z.pool_bytes[t->pool]);
+            }
+            REQUIRE(adamw >= 0, "no adamw");
+            const int64_t slice = z.ops[adamw].i[1];
+            CHECK(slice > 0 && slice * replicas >= n && (slice - 1) * replicas < n + 128 * replicas && slice % 64 == 0,
+                  "%d replicas: slice %lld for %lld parameters", replicas, (long long)slice, (long long)n);
+            CHECK(gathers == 1 + bf16 && z.ops[last].kind == TG_OP_ALL_GATHER, "%d gathers, last op %s", gathers,
+                  tg_op_name(z.ops[last].kind));
+            CHECK(tg_tensor_numel(&z.tensors[z.io.m_all]) == slice && tg_tensor_numel(&z.tensors[z.io.v_all]) == slice,
+                  "m and v are not the slice");
+            CHECK(z.pool_bytes[TG_POOL_OPTIM] < plain.pool_bytes[TG_POOL_OPTIM] / (uint64_t)replicas + 4096,
+                  "optimizer pool %llu bytes against %llu unsharded", (unsigned long long)z.pool_bytes[TG_POOL_OPTIM],
+                  (unsigned long long)plain.pool_bytes[TG_POOL_OPTIM]);
+            tg_memory_report mr;
+            tg_err err = {{0}};
+            CHECK(tg_plan_check_memory(&z, &mr, &err) == 0, "memory check: %s", err.msg);
+            /* Through the plan file and back. */
+            uint8_t *bytes = NULL;
+            size_t len = 0;
+            tg_plan back;
+            if (CHECK(tg_plan_encode(&z, &bytes, &len, &err) == 0, "%s", err.msg)) {
+                if (CHECK(tg_plan_decode(bytes, len, "zero.plan", &back, &err) == 0, "%s", err.msg)) {
+                    CHECK(back.job.zero_stage == 1 && back.ops[adamw].i[1] == slice, "the plan file lost the stage");
+                    tg_plan_free(&back);
+                }
+                free(bytes);
+            }
+            tg_plan_free(&z);
+            tg_plan_free(&plain);
+        }
+    tg_err err = {{0}};
+    tg_job job;
+    const char *one[] = {"zero_stage=1"};
+    tg_plan p;
+    int loaded = tg_job_load("examples/demo-classify.job", one, 1, &job, &err) == 0;
+    CHECK(loaded && tg_compile(&job, &p, &err) != 0 && strstr(err.msg, "zero_stage") &&
+              strstr(err.msg, "data_parallel >= 2"),
+          "zero_stage with one replica: '%s'", err.msg);
+    const char *two[] = {"zero_stage=2"};
+    CHECK(tg_job_load("examples/demo-classify.job", two, 1, &job, &err) != 0 && strstr(err.msg, "zero_stage"),
+          "zero_stage 2 accepted: '%s'", err.msg);
+}
+
+/* ZeRO-1 trains exactly as plain data parallelism: every replica updates its slice with
+ * the same summed gradients and the gathers share the slices, so the parameters agree
+ * bit for bit with the plain replicas' (2 and 3 replicas, the last slice short; fp32 and
+ * bf16 plans). */
+TG_TEST(test_zero_matches_plain_data_parallel) {
+    enum { STEPS = 4, BATCH = 2 };
+    const int cuda = tg_test_device();
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int replicas = 2; replicas <= 3; replicas++) {
+            if (cuda && (!tg_cuda_device_count || tg_cuda_device_count() < replicas)) {
+                printf("    %d replicas not run: %d GPU(s)\n", replicas, tg_cuda_device_count ? tg_cuda_device_count() : 0);
+                continue;
+            }
+            const char *extra[] = {"zero_stage=1", bf16 ? "precision=bf16" : "precision=fp32"};
+            replica runs[2][3] = {{{0}}};
+            for (int zero = 0; zero <= 1; zero++) {
+                tg_plan plan;
+                if (!compile_demo_with(replicas, BATCH, STEPS, extra + 1 - zero, 1 + zero, &plan)) return;
+                tg_cpu_comm_group *group = NULL;
+                void *comms[3] = {NULL};
+                tg_err err;
+                if (cuda) REQUIRE(tg_cuda_comms_create(comms, replicas, &err) == 0, "%s", err.msg);
+                else REQUIRE(tg_cpu_comm_group_create(&group, replicas, &err) == 0, "%s", err.msg);
+                pthread_t th[3];
+                for (int k = 0; k < replicas; k++) {
+                    runs[zero][k] = (replica){.plan = &plan, .comm = cuda ? comms[k] : (void *)group, .rank = k,
+                                              .steps = STEPS};
+                    REQUIRE(pthread_create(&th[k], NULL, run_replica, &runs[zero][k]) == 0, "pthread_create");
+                }
+                for (int k = 0; k < replicas; k++) pthread_join(th[k], NULL);
+                if (cuda) tg_cuda_comms_destroy(comms, replicas);
+                else tg_cpu_comm_group_destroy(group);
+                tg_plan_free(&plan);
+            }
+            /* params.all's bytes: the same in both plans (ZeRO only pads the pool past it). */
+            tg_plan sizes;
+            if (!compile_demo_with(replicas, BATCH, STEPS, extra + 1, 1, &sizes)) return;
+            const size_t bytes = sizes.tensors[sizes.io.params_all].bytes;
+            tg_plan_free(&sizes);
+            for (int k = 0; k < replicas; k++) {
+                int ok = CHECK(runs[0][k].ok, "plain: %s", runs[0][k].msg) & CHECK(runs[1][k].ok, "ZeRO-1: %s", runs[1][k].msg);
+                if (ok) {
+                    CHECK(memcmp(runs[0][k].params, runs[1][k].params, bytes) == 0,
+                          "%s, %d replicas: replica %d's parameters differ between ZeRO-1 and plain", bf16 ? "bf16" : "fp32",
+                          replicas, k);
+                    CHECK(memcmp(runs[0][k].loss, runs[1][k].loss, sizeof runs[0][k].loss) == 0,
+                          "%s, %d replicas: replica %d's losses differ", bf16 ? "bf16" : "fp32", replicas, k);
+                }
+                free(runs[0][k].params), free(runs[1][k].params);
+            }
+        }
+}
+
+/* The gather: every rank ends with every rank's slice, bytes of any element size. */
+typedef struct gather_arg {
+    tg_cpu_comm_group *g;
+    int rank;
+    uint16_t v[3 * 4];
+} gather_arg;
+
+static void *gather_rank(void *arg) {
+    gather_arg *a = arg;
+    tg_cpu_all_gather(a->g, a->rank, a->v, 4, sizeof(uint16_t));
+    return NULL;
+}
+
+TG_TEST(test_cpu_comm_all_gather) {
+    tg_cpu_comm_group *g;
+    tg_err err;
+    REQUIRE(tg_cpu_comm_group_create(&g, 3, &err) == 0, "%s", err.msg);
+    gather_arg a[3];
+    pthread_t th[3];
+    for (int r = 0; r < 3; r++) {
+        a[r] = (gather_arg){.g = g, .rank = r};
+        for (int i = 0; i < 12; i++) a[r].v[i] = i / 4 == r ? (uint16_t)(100 * r + i) : 0xDEAD; /* the others: poison */
+        pthread_create(&th[r], NULL, gather_rank, &a[r]);
+    }
+    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 12; i++)
+            CHECK(a[r].v[i] == 100 * (i / 4) + i, "rank %d element %d: %u, want %d", r, i, a[r].v[i], 100 * (i / 4) + i);
+    tg_cpu_comm_group_destroy(g);
 }

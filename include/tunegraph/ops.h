@@ -189,7 +189,10 @@ typedef enum tg_op_kind {
      * Gradients are scaled by min(1, f[4] / (norm + 1e-6)) when f[4] > 0 (torch
      * clip_grad_norm_). Parameters flagged TG_TENSOR_NO_DECAY skip weight decay.
      * i[0] = parameter element count (FLOPs), f[0]=beta1, f[1]=beta2, f[2]=eps,
-     * f[3]=weight decay, f[4]=max grad norm. */
+     * f[3]=weight decay, f[4]=max grad norm. ZeRO-1 (i[1] = S > 0): replica r updates
+     * only the parameter elements [r*S, min(i[0], (r+1)*S)) (and their bf16 copies), whose
+     * m and v are elements [0, S) of out1 and out2 (S-element tensors): the replicas'
+     * slices together cover every parameter once, and TG_OP_ALL_GATHER then shares them. */
     TG_OP_ADAMW,
     /* The residual connection and its LayerNorm as one op (a hidden dropout, the residual
      * add and the LayerNorm of a transformer block, with nothing stored in between):
@@ -216,6 +219,11 @@ typedef enum tg_op_kind {
      * right after the last backward op that writes into it (compiler/grad_buckets.c).
      * i[0] = element count. */
     TG_OP_ALL_REDUCE,
+    /* ZeRO-1: in0 x -> out0, the same tensor (in place, fp32 or bf16, N*S elements for the
+     * job's N = data_parallel replicas), where replica r's elements [r*S, (r+1)*S) are
+     * copied to every replica, so all hold what each updated of the parameters (or of
+     * their bf16 copies). i[0] = S, the elements per replica. */
+    TG_OP_ALL_GATHER,
     TG_OP_COUNT
 } tg_op_kind;
 

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 8
+#define TG_PLAN_VERSION 9
 /* The most data-parallel replicas a job may ask for. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -136,6 +136,9 @@ typedef struct tg_job {
     int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
     int32_t data_parallel;       /* replicas training together, each on its own batch of `batch`
                                     rows (1: one); their gradients are summed (TG_OP_ALL_REDUCE) */
+    int32_t zero_stage;          /* 1: the AdamW state is sharded over the replicas (ZeRO-1): each
+                                    updates its own slice of the parameters, then they are
+                                    gathered (TG_OP_ALL_GATHER); 0: every replica updates all */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
     int32_t steps;               /* 0 when epochs is set instead */
