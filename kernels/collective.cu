@@ -1,5 +1,6 @@
-/* ALL_REDUCE: the data-parallel replicas' sum of a tensor, in place, through NCCL on the
- * op's stream (captured into the step graph like any kernel launch). */
+/* ALL_REDUCE: the data-parallel replicas' sum of a tensor, in place, and ALL_GATHER (ZeRO-1):
+ * every replica's slice of a tensor to every replica, in place, through NCCL on the op's
+ * stream (captured into the step graph like any kernel launch). */
 #include <nccl.h>
 
 #include "kernels/cuda_common.cuh"
@@ -13,5 +14,20 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
     if (r != ncclSuccess)
         return tg_fail(err, "ncclAllReduce of %lld floats failed: %s (%s)", (long long)n, ncclGetErrorString(r),
                        ncclGetLastError((ncclComm_t)a->ctx->nccl_comm));
+    return 0;
+}
+
+int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t slice = a->op->i[0];
+    if (slice <= 0 || !a->ctx->nccl_comm) return 0; /* one replica holds every slice */
+    const int bf16 = a->out_dtype[0] == TG_BF16;
+    uint8_t *x = (uint8_t *)a->out[0];
+    const size_t bytes = (size_t)slice * (bf16 ? 2 : 4);
+    /* In place: each replica sends its own slice of the buffer it receives into. */
+    ncclResult_t r = ncclAllGather(x + (size_t)a->ctx->rank * bytes, x, (size_t)slice, bf16 ? ncclBfloat16 : ncclFloat,
+                                   (ncclComm_t)a->ctx->nccl_comm, a->ctx->stream);
+    if (r != ncclSuccess)
+        return tg_fail(err, "ncclAllGather of %lld-element slices failed: %s (%s)", (long long)slice,
+                       ncclGetErrorString(r), ncclGetLastError((ncclComm_t)a->ctx->nccl_comm));
     return 0;
 }

@@ -65,6 +65,7 @@ int64_t tg_scratch_cross_entropy(const tg_op *op);
 int64_t tg_scratch_cross_entropy_bwd(const tg_op *op);
 /* collective.cu */
 int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err);
+int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err);
 /* optimizer.cu */
 int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err);

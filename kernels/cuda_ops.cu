@@ -57,6 +57,7 @@ static const dtype_rule dtype_rules[] = {
     /* TG_OP_RESIDUAL_LAYERNORM_BWD */
     {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}},
     /* TG_OP_ALL_REDUCE */ {{"Fx"}, {"Fx"}},
+    /* TG_OP_ALL_GATHER */ {{"Tx"}, {"Tx"}},
 };
 static_assert(sizeof dtype_rules / sizeof dtype_rules[0] == TG_OP_COUNT, "every op needs a dtype rule row");
 
@@ -136,6 +137,7 @@ static const tg_cuda_launcher table[] = {
     tg_launch_residual_layernorm,     /* TG_OP_RESIDUAL_LAYERNORM (kernels/layernorm.cu) */
     tg_launch_residual_layernorm_bwd, /* TG_OP_RESIDUAL_LAYERNORM_BWD */
     tg_launch_all_reduce,             /* TG_OP_ALL_REDUCE (kernels/collective.cu) */
+    tg_launch_all_gather,             /* TG_OP_ALL_GATHER */
 };
 static_assert(sizeof table / sizeof table[0] == TG_OP_COUNT, "every op needs a CUDA launcher");
 /* Spot checks that the positional rows line up with the enum. */

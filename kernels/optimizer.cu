@@ -20,7 +20,8 @@
  * segment is also written there, rounded to nearest even, in the same pass (gaps are
  * left alone). A launch may cover a range of the elements (the executor's deferred update
  * runs the update in chunks beside the next forward, kernels/cuda_ops.h), and may be
- * gated by a device flag, doing nothing while it is 0.
+ * gated by a device flag, doing nothing while it is 0. ZeRO-1 (i[1] = slice) updates the
+ * replica's slice only, m and v indexed from the slice's first element.
  *
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
 #include "kernels/column_sums.cuh"
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(ADAM_THREADS)
 adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
              float *__restrict__ v_all, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
              const float *__restrict__ norm_ptr, const tg_param_segment *__restrict__ seg, int nseg, int64_t first,
-             int64_t n, const int *__restrict__ gate, adam_hyper h) {
+             int64_t n, int64_t state_first, const int *__restrict__ gate, adam_hyper h) {
     __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
     if (gate && *gate == 0) return;
     if (threadIdx.x == 0) {
@@ -190,15 +191,16 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
             const int64_t i4 = e / 4;
             float4 g = reinterpret_cast<const float4 *>(grads)[i4];
             float4 p = reinterpret_cast<float4 *>(params)[i4];
-            float4 m = reinterpret_cast<float4 *>(m_all)[i4];
-            float4 v = reinterpret_cast<float4 *>(v_all)[i4];
+            const int64_t k4 = i4 - state_first / 4; /* state_first: a multiple of 4 */
+            float4 m = reinterpret_cast<float4 *>(m_all)[k4];
+            float4 v = reinterpret_cast<float4 *>(v_all)[k4];
             adam_elem(g.x, p.x, m.x, v.x, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
             adam_elem(g.y, p.y, m.y, v.y, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
             adam_elem(g.z, p.z, m.z, v.z, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
             adam_elem(g.w, p.w, m.w, v.w, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
             reinterpret_cast<float4 *>(params)[i4] = p;
-            reinterpret_cast<float4 *>(m_all)[i4] = m;
-            reinterpret_cast<float4 *>(v_all)[i4] = v;
+            reinterpret_cast<float4 *>(m_all)[k4] = m;
+            reinterpret_cast<float4 *>(v_all)[k4] = v;
             if (COPY) {
                 const float pv[4] = {p.x, p.y, p.z, p.w};
                 tg_vec<tg_bf16, 4>::store(pbf, i4, pv);
@@ -209,21 +211,26 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
                 while (s + 1 < nseg && seg[s + 1].offset <= i) s++;
                 end = seg[s].offset + seg[s].numel;
                 if (i >= end) continue;
-                float p = params[i], m = m_all[i], v = v_all[i];
+                const int64_t k = i - state_first;
+                float p = params[i], m = m_all[k], v = v_all[k];
                 adam_elem(grads[i], p, m, v, clip, seg[s].decay ? lr_wd : 0.0f, h.b1, h.b2, h.eps, step_size,
                           sqrt_bc2);
-                params[i] = p, m_all[i] = m, v_all[i] = v;
+                params[i] = p, m_all[k] = m, v_all[k] = v;
                 if (COPY) tg_st(pbf, i, p);
             }
         }
     }
 }
 
-int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
+/* Elements [first, end) of the parameters, whose m and v sit at [first - state_first, ...). */
+static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
+                        tg_err *err) {
     const tg_cuda_ctx *ctx = a->ctx;
     if (end > a->op->i[0]) end = a->op->i[0];
     if (first >= end || ctx->n_segments <= 0) return 0;
-    if (first % 4) return tg_fail(err, "AdamW range starts at element %lld, not a multiple of 4", (long long)first);
+    if (first % 4 || state_first % 4)
+        return tg_fail(err, "AdamW range starts at element %lld (state at %lld), not a multiple of 4", (long long)first,
+                       (long long)state_first);
     if (!ctx->segments) return tg_fail(err, "no parameter segment table");
     const float *f = a->op->f;
     const adam_hyper h = {f[0], f[1], f[2], f[3], f[4]};
@@ -237,7 +244,7 @@ int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, co
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
 #define ADAMW(VEC, COPY)                                                                                              \
     adamw_kernel<VEC, COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                      \
-        g, p, m, v, pbf, lr, step, norm, ctx->segments, ctx->n_segments, first, end, gate, h)
+        g, p, m, v, pbf, lr, step, norm, ctx->segments, ctx->n_segments, first, end, state_first, gate, h)
     if (vec && pbf)
         ADAMW(true, true);
     else if (vec)
@@ -250,4 +257,14 @@ int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, co
     return 0;
 }
 
-int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) { return tg_cuda_adamw_range(a, 0, a->op->i[0], NULL, err); }
+int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
+    if (a->op->i[1] > 0) return tg_fail(err, "a ZeRO-1 AdamW updates only its replica's slice, not a range");
+    return adamw_launch(a, first, end, 0, gate, err);
+}
+
+int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t slice = a->op->i[1]; /* ZeRO-1: this replica's slice, its state from m[0] */
+    if (slice > 0) return adamw_launch(a, (int64_t)a->ctx->rank * slice, (int64_t)(a->ctx->rank + 1) * slice,
+                                       (int64_t)a->ctx->rank * slice, NULL, err);
+    return adamw_launch(a, 0, a->op->i[0], 0, NULL, err);
+}

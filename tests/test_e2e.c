@@ -161,7 +161,7 @@ TG_TEST(test_e2e_cli_metrics) {
     free(text);
 }
 
-/* tunegraph run with data_parallel = 2: the CLI starts the second replica itself, trains,
+/* tunegraph run with data_parallel = 2 and ZeRO-1: the CLI starts the second replica itself, trains,
  * evaluates and saves from replica 0, and reports both replicas. On CUDA it needs two
  * GPUs. */
 TG_TEST(test_e2e_cli_data_parallel) {
@@ -175,7 +175,7 @@ TG_TEST(test_e2e_cli_data_parallel) {
     snprintf(metrics, sizeof metrics, "%s/dp.jsonl", dir);
     snprintf(saved, sizeof saved, "%s/dp.safetensors", dir);
     snprintf(cmd, sizeof cmd,
-             "%s run examples/demo-classify.job --device %s --set data_parallel=2 --set batch=8 "
+             "%s run examples/demo-classify.job --device %s --set data_parallel=2 --set zero_stage=1 --set batch=8 "
              "--set steps=20 --metrics %s --save %s 2>%s/dp-stderr.txt",
              cuda ? "./build/gpu/tunegraph" : "./build/tunegraph", cuda ? "cuda" : "cpu", metrics, saved, dir);
     REQUIRE(system(cmd) == 0, "CLI run failed: %s", cmd);

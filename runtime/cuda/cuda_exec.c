@@ -232,6 +232,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     tg_cuda_ctx *c = &x->ctx;
     c->seed = seed;
     c->nccl_comm = nccl_comm;
+    c->rank = nccl_comm ? device : 0; /* replica r runs on GPU r */
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->job.allow_tf32;
     c->gemm_workspace_bytes = GEMM_WORKSPACE_BYTES;

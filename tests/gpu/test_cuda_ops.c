@@ -123,6 +123,12 @@ static act_seen g_act;
  * i[6], BIAS_GRAD i[2], the LayerNorm backwards' i[3]), so both forms of each op run. */
 static int g_accumulate_gradients;
 
+/* With g_data_parallel > 1: ZeRO-1 plans, run as replica g_zero_rank. As replica 0 the
+ * one-GPU communicator gathers (the slice it holds already); as another replica both sides
+ * run without a communicator (no sum, no gather), so that the AdamW of a slice that does
+ * not start at element 0 is compared. */
+static int g_zero, g_zero_rank;
+
 static void accumulate_gradients(tg_plan *p) {
     for (int o = 0; o < p->n_ops; o++) {
         tg_op *op = &p->ops[o];
@@ -154,6 +160,7 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
     }
     cpu.seed = job->seed;
     cpu.training = 1;
+    if (g_zero_rank) cpu.rank = gpu.ctx.rank = g_zero_rank, gpu.ctx.nccl_comm = NULL;
     int failures = 0;
     for (int o = 0; o < p.n_ops && failures < 5; o++) {
         const tg_op *op = &p.ops[o];
@@ -273,6 +280,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.fuse_residual_layernorm = fuse_bias_grad;
     job.fuse_qkv = !g_separate_qkv;
     job.data_parallel = g_data_parallel;
+    job.zero_stage = g_zero;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -290,6 +298,11 @@ static void check_data_parallel_plan(int precision, uint64_t seed, int *kinds_se
     g_data_parallel = 2;
     check_shape("tiny-bert, 2 data-parallel replicas", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 31, precision, 0, 0,
                 0, TG_ATTENTION_FUSED, kinds_seen);
+    g_zero = 1;
+    for (g_zero_rank = 0; g_zero_rank < 2; g_zero_rank++)
+        check_shape(g_zero_rank ? "tiny-gpt2, ZeRO-1, replica 1 of 2" : "tiny-gpt2, ZeRO-1, replica 0 of 2", "tiny-gpt2",
+                    TG_TASK_LM, 2, 24, seed + 32, precision, 0, 0, 0, TG_ATTENTION_FUSED, kinds_seen);
+    g_zero = g_zero_rank = 0;
     g_data_parallel = 1;
 }
 
