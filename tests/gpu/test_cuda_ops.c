@@ -99,6 +99,7 @@ static int is_accumulated(const tg_op *op, int slot) {
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW: return 1; /* updated in place */
     case TG_OP_ALL_REDUCE: return 1; /* in place */
+    case TG_OP_ALL_GATHER: return 1; /* in place */
     default: return 0;
     }
 }
