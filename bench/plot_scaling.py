@@ -14,9 +14,12 @@ import sys
 CASES = ["bert-base-cls-b32-t128", "gpt2-lm-b16-t1024"]
 
 
-def tunegraph_runs(out, case):
+def tunegraph_runs(out, case, zero1=False):
+    """Plain data parallelism, or ZeRO-1 (files ending -zero1.jsonl)."""
     runs = {}
     for path in glob.glob(os.path.join(out, f"scaling-tunegraph-{case}-*.jsonl")):
+        if path.endswith("-zero1.jsonl") != zero1:
+            continue
         rows = [json.loads(l) for l in open(path) if l.strip()]
         steps = [r for r in rows if "step_ms" in r and "summary" not in r][10:]
         summary = [r for r in rows if r.get("summary")]
@@ -40,10 +43,13 @@ def ddp_runs(out, case):
     return best
 
 
-def speedups(runs):
-    if 1 not in runs:
+def speedups(runs, base=None):
+    """Throughput over one GPU: n * (one GPU's step) / (n GPUs' step); base: the one-GPU runs
+    to compare with (ZeRO-1 has no one-GPU run of its own)."""
+    base = base or runs
+    if 1 not in base:
         return {}
-    return {n: n * runs[1]["step_ms"] / r["step_ms"] for n, r in sorted(runs.items())}
+    return {n: n * base[1]["step_ms"] / r["step_ms"] for n, r in sorted(runs.items())}
 
 
 def svg(series, path):
@@ -51,7 +57,7 @@ def svg(series, path):
     xs = [1, 2, 4, 8]
     x = lambda n: pad + (w - 2 * pad) * (xs.index(n) if n in xs else 0) / (len(xs) - 1)
     y = lambda s: h - pad - (h - 2 * pad) * s / 8.0
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"]
+    colors = ["#1f77b4", "#9467bd", "#d62728", "#2ca02c", "#17becf", "#ff7f0e"]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
              f'<rect width="{w}" height="{h}" fill="white"/>',
              f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
@@ -80,14 +86,16 @@ def main():
     out = sys.argv[1]
     doc, series = {}, []
     for case in CASES:
-        tg, ddp = tunegraph_runs(out, case), ddp_runs(out, case)
-        entry = dict(tunegraph=tg, ddp=ddp, tunegraph_speedup=speedups(tg), ddp_speedup=speedups(ddp))
+        tg, ddp, zero = tunegraph_runs(out, case), ddp_runs(out, case), tunegraph_runs(out, case, zero1=True)
+        entry = dict(tunegraph=tg, ddp=ddp, tunegraph_zero1=zero, tunegraph_speedup=speedups(tg),
+                     tunegraph_zero1_speedup=speedups(zero, tg), ddp_speedup=speedups(ddp))
         # Exposed communication: the optimizer phase's growth over one GPU, as a share of the step.
         if 1 in tg:
             entry["exposed_comm_share"] = {n: (r["optimizer_ms"] - tg[1]["optimizer_ms"]) / r["step_ms"]
                                            for n, r in tg.items()}
         doc[case] = entry
-        series += [(f"tunegraph {case}", entry["tunegraph_speedup"]), (f"DDP {case}", entry["ddp_speedup"])]
+        series += [(f"tunegraph {case}", entry["tunegraph_speedup"]),
+                   (f"tunegraph ZeRO-1 {case}", entry["tunegraph_zero1_speedup"]), (f"DDP {case}", entry["ddp_speedup"])]
     with open(os.path.join(out, "scaling.json"), "w") as f:
         json.dump(doc, f, indent=1)
     svg(series, os.path.join(out, "scaling.svg"))
