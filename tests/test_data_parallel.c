@@ -73,6 +73,26 @@ static void *run_replica(void *arg) {
     return NULL;
 }
 
+/* Runs `replicas` replicas of the plan for `steps` steps, each in its own thread, joined
+ * by the test device's communicator (NCCL on CUDA, one GPU each; else the CPU group). */
+static void run_replicas(const tg_plan *plan, int replicas, int steps, replica *r) {
+    const int cuda = tg_test_device();
+    tg_cpu_comm_group *group = NULL;
+    void *comms[8] = {NULL};
+    pthread_t th[8];
+    tg_err err;
+    if (cuda) REQUIRE(tg_cuda_comms_create(comms, replicas, &err) == 0, "%s", err.msg);
+    else REQUIRE(tg_cpu_comm_group_create(&group, replicas, &err) == 0, "%s", err.msg);
+    int started = 0;
+    for (; started < replicas; started++) {
+        r[started] = (replica){.plan = plan, .comm = cuda ? comms[started] : (void *)group, .rank = started, .steps = steps};
+        if (!CHECK(pthread_create(&th[started], NULL, run_replica, &r[started]) == 0, "pthread_create")) break;
+    }
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    if (cuda) tg_cuda_comms_destroy(comms, replicas);
+    else tg_cpu_comm_group_destroy(group);
+}
+
 /* The gradient sums of a data-parallel plan: ALL_REDUCE ops over views that tile the
  * gradient buffer, each placed in the backward after the last op that writes into it (so
  * nothing after it changes what it sums), several on a real model, the first well before
@@ -156,18 +176,8 @@ TG_TEST(test_data_parallel_matches_one_trainer) {
             tg_plan_free(&dp);
             return;
         }
-        tg_cpu_comm_group *group = NULL;
-        void *comms[4] = {NULL};
-        tg_err err;
-        if (cuda) REQUIRE(tg_cuda_comms_create(comms, replicas, &err) == 0, "%s", err.msg);
-        else REQUIRE(tg_cpu_comm_group_create(&group, replicas, &err) == 0, "%s", err.msg);
         replica r[4] = {{0}};
-        pthread_t th[4];
-        for (int k = 0; k < replicas; k++) {
-            r[k] = (replica){.plan = &dp, .comm = cuda ? comms[k] : (void *)group, .rank = k, .steps = STEPS};
-            REQUIRE(pthread_create(&th[k], NULL, run_replica, &r[k]) == 0, "pthread_create");
-        }
-        for (int k = 0; k < replicas; k++) pthread_join(th[k], NULL);
+        run_replicas(&dp, replicas, STEPS, r);
         replica one = {.plan = &single, .comm = NULL, .rank = 0, .steps = STEPS};
         run_replica(&one);
         const int64_t n = (int64_t)(single.pool_bytes[TG_POOL_PARAMS] / 4);
@@ -192,36 +202,39 @@ TG_TEST(test_data_parallel_matches_one_trainer) {
         }
         for (int k = 0; k < replicas; k++) free(r[k].params);
         free(one.params);
-        if (cuda) tg_cuda_comms_destroy(comms, replicas);
-        else tg_cpu_comm_group_destroy(group);
         tg_plan_free(&dp);
         tg_plan_free(&single);
     }
 }
 
-/* The communicator adds the ranks' buffers in rank order, the same sum on every rank. */
-typedef struct sum_arg {
+/* The CPU communicator's collectives, each rank in its own thread: the sum adds the ranks'
+ * buffers in rank order, the same on every rank; the gather gives every rank every rank's
+ * slice, for elements of any size. */
+typedef struct rank_arg {
     tg_cpu_comm_group *g;
     int rank;
     float v[5];
-} sum_arg;
+    uint16_t slices[3 * 4];
+} rank_arg;
 
-static void *sum_rank(void *arg) {
-    sum_arg *a = arg;
+static void *collectives_rank(void *arg) {
+    rank_arg *a = arg;
     tg_cpu_all_reduce_sum(a->g, a->rank, a->v, 5);
+    tg_cpu_all_gather(a->g, a->rank, a->slices, 4, sizeof(uint16_t));
     return NULL;
 }
 
-TG_TEST(test_cpu_comm_all_reduce) {
+TG_TEST(test_cpu_comm_collectives) {
     tg_cpu_comm_group *g;
     tg_err err;
     REQUIRE(tg_cpu_comm_group_create(&g, 3, &err) == 0, "%s", err.msg);
-    sum_arg a[3];
+    rank_arg a[3];
     pthread_t th[3];
     for (int r = 0; r < 3; r++) {
-        a[r] = (sum_arg){.g = g, .rank = r};
+        a[r] = (rank_arg){.g = g, .rank = r};
         for (int i = 0; i < 5; i++) a[r].v[i] = (float)(r + 1) * (i == 4 ? 1e8f : 1.0f) + (r == 1 && i == 4 ? -1e8f : 0);
-        pthread_create(&th[r], NULL, sum_rank, &a[r]);
+        for (int i = 0; i < 12; i++) a[r].slices[i] = i / 4 == r ? (uint16_t)(100 * r + i) : 0xDEAD; /* others: poison */
+        pthread_create(&th[r], NULL, collectives_rank, &a[r]);
     }
     for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
     for (int r = 0; r < 3; r++) {
@@ -229,6 +242,9 @@ TG_TEST(test_cpu_comm_all_reduce) {
         /* (1e8 + (2e8 - 1e8)) + 3e8, in that order */
         const float want = (1e8f + (2e8f - 1e8f)) + 3e8f;
         CHECK(a[r].v[4] == want, "rank %d: %.9g, want %.9g (rank order)", r, a[r].v[4], want);
+        for (int i = 0; i < 12; i++)
+            CHECK(a[r].slices[i] == 100 * (i / 4) + i, "rank %d gathered element %d: %u, want %d", r, i, a[r].slices[i],
+                  100 * (i / 4) + i);
     }
     tg_cpu_comm_group_destroy(g);
     tg_cpu_comm_group *none;
@@ -321,20 +337,7 @@ TG_TEST(test_zero_matches_plain_data_parallel) {
             for (int zero = 0; zero <= 1; zero++) {
                 tg_plan plan;
                 if (!compile_demo_with(replicas, BATCH, STEPS, extra + 1 - zero, 1 + zero, &plan)) return;
-                tg_cpu_comm_group *group = NULL;
-                void *comms[3] = {NULL};
-                tg_err err;
-                if (cuda) REQUIRE(tg_cuda_comms_create(comms, replicas, &err) == 0, "%s", err.msg);
-                else REQUIRE(tg_cpu_comm_group_create(&group, replicas, &err) == 0, "%s", err.msg);
-                pthread_t th[3];
-                for (int k = 0; k < replicas; k++) {
-                    runs[zero][k] = (replica){.plan = &plan, .comm = cuda ? comms[k] : (void *)group, .rank = k,
-                                              .steps = STEPS};
-                    REQUIRE(pthread_create(&th[k], NULL, run_replica, &runs[zero][k]) == 0, "pthread_create");
-                }
-                for (int k = 0; k < replicas; k++) pthread_join(th[k], NULL);
-                if (cuda) tg_cuda_comms_destroy(comms, replicas);
-                else tg_cpu_comm_group_destroy(group);
+                run_replicas(&plan, replicas, STEPS, runs[zero]);
                 tg_plan_free(&plan);
             }
             /* params.all's bytes: the same in both plans (ZeRO only pads the pool past it). */
@@ -354,35 +357,4 @@ TG_TEST(test_zero_matches_plain_data_parallel) {
                 free(runs[0][k].params), free(runs[1][k].params);
             }
         }
-}
-
-/* The gather: every rank ends with every rank's slice, bytes of any element size. */
-typedef struct gather_arg {
-    tg_cpu_comm_group *g;
-    int rank;
-    uint16_t v[3 * 4];
-} gather_arg;
-
-static void *gather_rank(void *arg) {
-    gather_arg *a = arg;
-    tg_cpu_all_gather(a->g, a->rank, a->v, 4, sizeof(uint16_t));
-    return NULL;
-}
-
-TG_TEST(test_cpu_comm_all_gather) {
-    tg_cpu_comm_group *g;
-    tg_err err;
-    REQUIRE(tg_cpu_comm_group_create(&g, 3, &err) == 0, "%s", err.msg);
-    gather_arg a[3];
-    pthread_t th[3];
-    for (int r = 0; r < 3; r++) {
-        a[r] = (gather_arg){.g = g, .rank = r};
-        for (int i = 0; i < 12; i++) a[r].v[i] = i / 4 == r ? (uint16_t)(100 * r + i) : 0xDEAD; /* the others: poison */
-        pthread_create(&th[r], NULL, gather_rank, &a[r]);
-    }
-    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < 3; r++)
-        for (int i = 0; i < 12; i++)
-            CHECK(a[r].v[i] == 100 * (i / 4) + i, "rank %d element %d: %u, want %d", r, i, a[r].v[i], 100 * (i / 4) + i);
-    tg_cpu_comm_group_destroy(g);
 }

@@ -361,6 +361,26 @@ static int train_demo(const demo_run *d, int steps, float *losses, float **param
     return ok && *params;
 }
 
+/* Trains each of n runs for `steps` steps: losses[r * steps + s], params[r]; 0 when one
+ * failed (the rest are not run). */
+static int train_runs(const demo_run *runs, int n, int steps, float *losses, float **params, size_t *bytes) {
+    for (int r = 0; r < n; r++)
+        if (!train_demo(&runs[r], steps, losses + (size_t)r * (size_t)steps, &params[r], bytes)) return 0;
+    return 1;
+}
+
+/* Runs [first, n) against run `ref`: the same losses and parameters, bit for bit. */
+static void check_bitwise(const demo_run *runs, int ref, int first, int n, int steps, const float *losses,
+                          float *const *params, size_t bytes, const char *against) {
+    const float *want = losses + (size_t)ref * (size_t)steps;
+    for (int r = first; r < n; r++) {
+        const float *got = losses + (size_t)r * (size_t)steps;
+        CHECK(memcmp(want, got, sizeof(float) * (size_t)steps) == 0, "%s: losses differ from %s (step 2: %g vs %g)",
+              runs[r].what, against, got[1], want[1]);
+        CHECK(memcmp(params[ref], params[r], bytes) == 0, "%s: parameters differ from %s", runs[r].what, against);
+    }
+}
+
 /* The batch each step fetches for the next is exactly that batch, and queued steps train
  * as steps taken one at a time: pipelined training equals uploading every batch before its
  * step, bit for bit, with graphs and without, one or several steps in flight. */
@@ -383,18 +403,13 @@ TG_TEST(test_gpu_fetched_batches_match_uploads) {
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
     size_t bytes = 0;
-    for (int r = 0; r < RUNS; r++)
-        if (!train_demo(&runs[r], STEPS, losses[r], &params[r], &bytes)) goto done;
-    for (int r = 1; r < RUNS; r++) {
-        CHECK(memcmp(losses[0], losses[r], sizeof losses[0]) == 0, "%s: losses differ from uploaded batches (step 2: %g vs %g)",
-              runs[r].what, losses[r][1], losses[0][1]);
-        CHECK(memcmp(params[0], params[r], bytes) == 0, "%s: parameters differ from uploaded batches", runs[r].what);
+    if (train_runs(runs, RUNS, STEPS, &losses[0][0], params, &bytes)) {
+        check_bitwise(runs, 0, 1, RUNS, STEPS, &losses[0][0], params, bytes, "uploaded batches");
+        int distinct = 0;
+        for (int s = 1; s < STEPS; s++) distinct += losses[0][s] != losses[0][s - 1];
+        CHECK(distinct >= STEPS / 2, "losses barely change between steps (%d of %d): batches are not moving", distinct,
+              STEPS - 1);
     }
-    int distinct = 0;
-    for (int s = 1; s < STEPS; s++) distinct += losses[0][s] != losses[0][s - 1];
-    CHECK(distinct >= STEPS / 2, "losses barely change between steps (%d of %d): batches are not moving", distinct,
-          STEPS - 1);
-done:
     for (int r = 0; r < RUNS; r++) free(params[r]);
 }
 
@@ -413,17 +428,12 @@ TG_TEST(test_gpu_lm_label_rows_train_as_cpu) {
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
     size_t bytes = 0;
-    for (int r = 0; r < RUNS; r++)
-        if (!train_demo(&runs[r], STEPS, losses[r], &params[r], &bytes)) goto done;
-    for (int s = 0; s < STEPS; s++)
-        CHECK(fabsf(losses[1][s] - losses[0][s]) <= 1e-4f * fabsf(losses[0][s]), "step %d: loss cpu %.7g cuda %.7g", s + 1,
-              losses[0][s], losses[1][s]);
-    for (int r = 2; r < RUNS; r++) {
-        CHECK(memcmp(losses[1], losses[r], sizeof losses[1]) == 0, "%s: losses differ from uploads (step 2: %g vs %g)",
-              runs[r].what, losses[r][1], losses[1][1]);
-        CHECK(memcmp(params[1], params[r], bytes) == 0, "%s: parameters differ from uploads", runs[r].what);
+    if (train_runs(runs, RUNS, STEPS, &losses[0][0], params, &bytes)) {
+        for (int s = 0; s < STEPS; s++)
+            CHECK(fabsf(losses[1][s] - losses[0][s]) <= 1e-4f * fabsf(losses[0][s]), "step %d: loss cpu %.7g cuda %.7g",
+                  s + 1, losses[0][s], losses[1][s]);
+        check_bitwise(runs, 1, 2, RUNS, STEPS, &losses[0][0], params, bytes, "uploads");
     }
-done:
     for (int r = 0; r < RUNS; r++) free(params[r]);
 }
 
