@@ -56,7 +56,9 @@ typedef struct tg_batch {
      * just their ids and labels. */
     int32_t *row_len;
     /* In: LM rows get TG_LABELS_FROM_IDS as their first label and nothing else, for a
-     * training step that derives the rest on the device (tg_batch_derive_label_rows). */
+     * training step that derives the rest on the device (tg_batch_derive_label_rows). A
+     * marked fill leaves the rest of each label row as it was, so a fill that changes this
+     * over buffers filled before must come with fixed_parts_written = 0. */
     int32_t mark_label_rows;
 } tg_batch;
 

@@ -1101,8 +1101,9 @@ static void norm_blocks(void *p, int64_t b, int64_t e) {
 
 /* One replica (no communicator): the sum over one is the tensor itself. */
 static void op_all_gather(const tg_cpu_op_args *a) {
-    /* bf16 slots arrive widened (runtime/cpu_bf16.c): every slot is a float here. */
-    if (a->comm) tg_cpu_all_gather(a->comm, a->rank, F32(a->out[0]), a->op->i[0], sizeof(float));
+    /* Run on the stored values, bf16 ones too (runtime/cpu_bf16.c). */
+    if (a->comm)
+        tg_cpu_all_gather(a->comm, a->rank, a->out[0], a->op->i[0], a->out_dtype[0] == TG_BF16 ? 2 : sizeof(float));
 }
 
 static void op_all_reduce(const tg_cpu_op_args *a) {

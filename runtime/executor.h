@@ -24,9 +24,10 @@ typedef struct tg_executor_vtbl {
     /* Starts `steps` training steps (forward, backward, optimizer), in order: step j on
      * batches[j], a host image of the whole inputs pool from host_alloc. batches[steps]
      * (or NULL) is the image of the step after the last, already filled. Every image must
-     * stay unchanged until its steps have been waited for. On CUDA a start is one graph
-     * launch (a group of step_group steps captured together, or one step) that fetches each
-     * step's following batch on a branch beside its forward, so a later start whose first
+     * stay unchanged until its steps have been waited for. On CUDA a start replays captured
+     * graphs (a start of step_group steps launches one graph holding them all; other starts
+     * one graph per step), each step fetching its following batch on a branch beside its
+     * forward, so a later start whose first
      * batch is the last one's batches[steps] uploads nothing, and the host is free to
      * prepare the batch after that meanwhile. LM label rows whose first label is
      * TG_LABELS_FROM_IDS are derived from the row's ids and mask where lm_label_rows says

@@ -14,7 +14,16 @@ static void *staging_input(tg_trainer *t, int tensor) {
     return t->staging[t->cur] + t->plan->tensors[tensor].offset;
 }
 
-/* Writes out the label rows of staging[cur] that were left for a step to derive. */
+/* Waits for every step in flight, dropping their statistics. */
+static int drain(tg_trainer *t, tg_err *err) {
+    float stats[8];
+    for (; t->returned < t->launched; t->returned++)
+        if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
+    return 0;
+}
+
+/* Writes out the label rows of staging[cur] that were left for a step to derive; the
+ * caller has waited for the steps in flight (one may be fetching the buffer). */
 static void resolve_label_rows(tg_trainer *t) {
     if (!t->staging_marked[t->cur]) return;
     const tg_tensor *labels = &t->plan->tensors[t->plan->io.labels];
@@ -25,18 +34,12 @@ static void resolve_label_rows(tg_trainer *t) {
 }
 
 void *tg_trainer_input(tg_trainer *t, int tensor) {
-    resolve_label_rows(t);
+    tg_err ignored; /* a failed step reports itself at the next step or read */
+    if (drain(t, &ignored) == 0) resolve_label_rows(t);
     t->staging_fixed[t->cur] = 0; /* the caller may write anything there */
     return staging_input(t, tensor);
 }
 
-/* Waits for every step in flight, dropping their statistics. */
-static int drain(tg_trainer *t, tg_err *err) {
-    float stats[8];
-    for (; t->returned < t->launched; t->returned++)
-        if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
-    return 0;
-}
 
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err) {
     if (drain(t, err)) return -1;
@@ -66,6 +69,7 @@ static int write_scalar(tg_trainer *t, int tensor, float v, tg_err *err) { retur
 
 /* Uploads every input tensor from the staging. */
 static int upload_inputs(tg_trainer *t, tg_err *err) {
+    if (drain(t, err)) return -1;
     resolve_label_rows(t);
     for (int i = 0; i < t->plan->n_tensors; i++)
         if (t->plan->tensors[i].pool == TG_POOL_INPUTS && tg_trainer_write(t, i, tg_trainer_input(t, i), err))
@@ -134,6 +138,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     if (t->step_group < 1) t->step_group = 1;
     t->host_trace = opts && opts->host_trace;
     t->n_staging = depth + 2;
+    t->handed = -1;
     int staged = 1;
     for (int k = 0; k < t->n_staging; k++) {
         t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
@@ -265,6 +270,15 @@ int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     double t0 = tg_wall_ms();
     t->staging_tokens[t->cur] = real_tokens(t, t->cur);
     const void *batches[2] = {t->staging[t->cur], NULL};
+    if (t->handed == t->cur) {
+        /* The executor holds this buffer's earlier batch as already fetched, and the caller
+         * may have rewritten it since: hand it a copy, which it uploads. */
+        const int spare = (t->cur + 1) % t->n_staging;
+        memcpy(t->staging[spare], t->staging[t->cur], t->plan->pool_bytes[TG_POOL_INPUTS]);
+        t->staging_fixed[spare] = 0, t->staging_marked[spare] = t->staging_marked[t->cur];
+        batches[0] = t->staging[spare];
+    }
+    t->handed = -1;
     if (t->ex.vt->step_start(t->ex.impl, batches, 1, err)) return -1;
     t->filled = t->launched; /* the caller wrote over any batch prefetched there */
     return finish_step(t, s, t->staging_tokens[t->cur], t0, err);
@@ -298,6 +312,7 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         for (int j = 0; j <= k; j++) batches[j] = t->staging[(t->launched + j) % t->n_staging];
         if (t->ex.vt->step_start(t->ex.impl, batches, k, err)) return -1;
         t->launched += k;
+        t->handed = (int)(t->launched % t->n_staging);
         t->cur = (int)(t->launched % t->n_staging);
     }
     /* The batch the next start hands over as its `next`, filled while the GPU runs. */

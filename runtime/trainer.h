@@ -71,6 +71,9 @@ typedef struct tg_trainer {
     int32_t *staging_rows;  /* tg_batch.row_len of each buffer: n_staging x batch */
     int n_staging;
     int cur;
+    /* The buffer the last start handed the executor as the batch after its last step (the
+     * executor fetched it and will not upload it again), or -1. */
+    int handed;
     int max_in_flight;      /* steps started before the oldest is waited for */
     int step_group;         /* steps started together where max_in_flight and total_steps allow */
     int64_t launched;       /* steps started */

@@ -205,6 +205,11 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     x->device = device;
     x->wait_margin_s = WAIT_MARGIN_S;
     x->label_rows = lm_label_rows(plan);
+    /* The trainer leaves an LM batch's labels to the step: a plan whose labels cannot be
+     * derived would train on whatever the rows held. */
+    if (plan->job.task == TG_TASK_LM && !x->label_rows.rows)
+        return tg_fail(err, "LM plan: its input_ids, attention_mask and labels are not the [batch, seq] int32, float "
+                            "and int32 inputs the step derives labels from");
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)

@@ -10,8 +10,8 @@
 #include "tunegraph/error.h"
 #include "tunegraph/plan.h"
 
-/* Training steps the trainer starts together where it can: one graph launch for all of
- * them costs the host about what one step's launch does. */
+/* Training steps the trainer starts together where it can: one graph launch for all four
+ * costs the host about two and a half single launches (docs/perf-notes.md). */
 #define TG_CUDA_STEP_GROUP 4
 
 typedef struct tg_cuda_exec {

@@ -477,3 +477,38 @@ TG_TEST(test_gpu_derive_label_rows_matches_host) {
     cudaFree(dev);
     free(host), free(want), free(got);
 }
+
+/* Steps taken through tg_trainer_step hand the executor the next batch, which it fetches;
+ * a caller that then rewrites that batch (tg_trainer_input) and takes a step with
+ * tg_trainer_run_step trains on what it wrote: the step's loss is the forward's loss on
+ * those inputs (same parameters, same step counter, so the same dropout masks). */
+TG_TEST(test_gpu_run_step_after_pipelined_steps) {
+    tg_err err;
+    tg_job job;
+    tg_plan plan;
+    tg_trainer tr;
+    const char *sets[] = {"steps=20"};
+    REQUIRE(tg_job_load("examples/demo-classify.job", sets, 1, &job, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    tg_trainer_options o = {.device = TG_DEVICE_CUDA, .load_data = 1, .max_in_flight = 4};
+    if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
+        tg_plan_free(&plan);
+        return;
+    }
+    tg_step_stats st;
+    int ok = 1;
+    for (int s = 0; s < 3 && ok; s++) ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0, "step %d: %s", s + 1, err.msg);
+    const int B = plan.job.batch, T = plan.job.seq;
+    int32_t *ids = tg_trainer_input(&tr, plan.io.input_ids), *labels = tg_trainer_input(&tr, plan.io.labels);
+    for (int i = 0; ok && i < B * T; i++) ids[i] = ids[i] ? 1 + (i * 7) % 100 : 0; /* same padding, other tokens */
+    for (int b = 0; ok && b < B; b++) labels[b] = (b + 1) % 2;
+    float forward_loss = 0;
+    ok = ok && CHECK(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0, "%s", err.msg) &&
+         CHECK(tg_trainer_read_f32(&tr, plan.io.loss, &forward_loss, &err) == 0, "%s", err.msg);
+    ok = ok && CHECK(tg_trainer_run_step(&tr, &st, &err) == 0, "%s", err.msg);
+    if (ok)
+        CHECK(st.loss == forward_loss, "the step trained on another batch: loss %.7g, the forward on the written inputs %.7g",
+              st.loss, forward_loss);
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
+}
