@@ -121,7 +121,9 @@ int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err);
 /* Writes the current parameters as HF-named safetensors. */
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
 
-/* Host staging of an input tensor (ids, masks, positions, labels). */
+/* Host staging of an input tensor (ids, masks, positions, labels) of the batch the next
+ * step takes, for the caller to read or write; waits first for the steps in flight (one
+ * may be fetching it), dropping their statistics. */
 void *tg_trainer_input(tg_trainer *t, int tensor);
 /* Copies any tensor between the executor and host memory. */
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err);
