@@ -3,16 +3,16 @@
 # run_tests); `make gpu-test` runs the whole suite on the GPU (needs one).
 CC ?= gcc
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Iinclude -I. -pthread \
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -I. -pthread \
           -DTG_PRESETS_DIR='"$(CURDIR)/models/presets"'
 LDLIBS = -ljansson -lzstd -lm -lpthread
 
 BUILD := build
-LIB_SRC := $(wildcard compiler/*.c runtime/*.c models/*.c datasets/*.c)
+LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c models/*.c datasets/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard include/tunegraph.h include/tunegraph/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
+HEADERS := $(wildcard base/*.h plan/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
 
 .PHONY: all test clean gpu gpu-test demo deps
 all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph
@@ -51,7 +51,7 @@ NVCC ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCCFLAGS ?= -O3
-NVCCFLAGS += $(CUDA_ARCH) -std=c++17 -Iinclude -I. -Xcompiler -Wall
+NVCCFLAGS += $(CUDA_ARCH) -std=c++17 -I. -Xcompiler -Wall
 GPU := $(BUILD)/gpu
 CU_OBJ := $(patsubst %.cu,$(GPU)/%.o,$(wildcard kernels/*.cu))
 CUDA_HOST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard runtime/cuda/*.c))

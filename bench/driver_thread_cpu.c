@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "runtime/clock.h"
+#include "base/clock.h"
 #include "runtime/thread_cpu.h"
 
 int main(int argc, char **argv) {

@@ -9,15 +9,15 @@
 #include <unistd.h>
 
 #include "compiler/compile.h"
-#include "compiler/inspect.h"
+#include "plan/inspect.h"
 #include "compiler/job.h"
-#include "runtime/clock.h"
+#include "base/clock.h"
 #include "runtime/comm.h"
 #include "runtime/executor.h"
-#include "runtime/plan_file.h"
+#include "plan/plan_file.h"
 #include "runtime/thread_cpu.h"
 #include "runtime/trainer.h"
-#include "tunegraph.h"
+#include "base/version.h"
 
 _Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight message names the limit");
 

@@ -14,8 +14,8 @@
 #include "compiler/op_table.h"
 #include "compiler/precision.h"
 #include "models/model_config.h"
-#include "runtime/plan_file.h"
-#include "tunegraph.h"
+#include "plan/plan_file.h"
+#include "base/version.h"
 
 int tg_job_pad_id(const tg_job *job, const tg_model_config *cfg) {
     if (job->pad_token_id >= 0) return job->pad_token_id;

@@ -2,8 +2,8 @@
 #ifndef TUNEGRAPH_COMPILE_H
 #define TUNEGRAPH_COMPILE_H
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 /* Loads the job's model config, checks the job against it, builds the forward graph,
  * differentiates it, appends the optimizer and plans memory. Same job -> byte-identical

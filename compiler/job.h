@@ -2,8 +2,8 @@
 #ifndef TUNEGRAPH_JOB_H
 #define TUNEGRAPH_JOB_H
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 typedef enum tg_job_key {
     TG_JOB_MODEL = 0, TG_JOB_TASK, TG_JOB_NUM_LABELS, TG_JOB_BATCH, TG_JOB_SEQ,

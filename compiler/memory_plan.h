@@ -6,8 +6,6 @@
 
 #include "compiler/graph.h"
 
-#define TG_TENSOR_ALIGN 256
-
 /* Offsets of parameters, their gradients and the whole-pool views (before autodiff,
  * which needs the gradient tensors). Parameters are placed in tensor order, each aligned;
  * the members of a packed group (tg_tensor.group) go back to back as one aligned block, in
@@ -23,16 +21,6 @@ int64_t tg_zero_slice(const tg_job *job, int64_t elements);
 int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],
                    uint64_t *live_peak);
 
-/* Independent check of a finished plan: every op touching a tensor lies within its
- * [first_use, last_use]; every offset is aligned, except packed group members, which must
- * tile their group's view exactly; no two tensors of one pool overlap in bytes while both
- * are live (views aside); every tensor fits its pool. Reports the pools' extents summed
- * (which must equal plan->peak_bytes) and the largest live activation sum. */
-typedef struct tg_memory_report {
-    uint64_t pool_extent[TG_POOL_COUNT];
-    uint64_t peak_bytes;
-    uint64_t activation_live_peak;
-} tg_memory_report;
-int tg_plan_check_memory(const tg_plan *plan, tg_memory_report *report, tg_err *err);
+
 
 #endif

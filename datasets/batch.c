@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "datasets/dataset.h"
-#include "tunegraph/ops.h"
+#include "plan/ops.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 typedef struct tg_example {
     int32_t len;

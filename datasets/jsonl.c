@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tunegraph/ops.h"
+#include "plan/ops.h"
 
 typedef struct loader {
     const char *path;

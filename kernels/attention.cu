@@ -7,7 +7,7 @@
  * kept key is all zeros. The backward's dot(dP, P) is a double warp sum. Warp sums use a
  * fixed butterfly, so results are deterministic.
  *
- * Attention dropout is fused in (include/tunegraph/ops.h): the forward's last pass writes
+ * Attention dropout is fused in (plan/ops.h): the forward's last pass writes
  * P and the dropped D = P * keep / (1 - p) together, and the backward applies the same
  * mask to dD as it reads it, so the [B,H,T,T] tensor makes no extra round trip. With
  * dropout on, those passes hand each lane whole Philox blocks (4 consecutive elements of

@@ -10,8 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,7 +103,7 @@ int tg_cuda_stamp(tg_step_report *report, int k, const long long *seq, cudaStrea
 int tg_cuda_take_batch(const uint8_t *staging, size_t stride, uint8_t *inputs, size_t bytes, const long long *seq,
                        cudaStream_t s);
 /* Where an LM batch's ids, mask (float) and labels sit in an image of the inputs pool, so
- * that the labels of rows marked TG_LABELS_FROM_IDS (tunegraph/ops.h) are derived on the
+ * that the labels of rows marked TG_LABELS_FROM_IDS (plan/ops.h) are derived on the
  * device; rows = 0: the plan has none to derive. */
 typedef struct tg_lm_label_rows {
     size_t ids, mask, labels; /* byte offsets in the image */

@@ -3,7 +3,7 @@
  * copies: a row-major X is a column-major X^T. The algorithm for each shape is chosen once
  * with the heuristic API and cached; launches never allocate, so they can be captured.
  *
- * A fused bias gradient (i[7], include/tunegraph/ops.h) is the BGRADB epilogue when it
+ * A fused bias gradient (i[7], plan/ops.h) is the BGRADB epilogue when it
  * sums op(A) (A' = B's memory is cuBLASLt's A, so our A is its B) and BGRADA when it sums
  * op(B), for bf16 products. Where cuBLASLt offers no algorithm with that epilogue, and for
  * fp32 products, the plain product runs and the BIAS_GRAD kernel sums the same operand

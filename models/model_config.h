@@ -3,8 +3,8 @@
 #ifndef TUNEGRAPH_MODEL_CONFIG_H
 #define TUNEGRAPH_MODEL_CONFIG_H
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 /* source: a preset name (see tg_presets_dir) or a folder holding config.json and,
  * optionally, model.safetensors (recorded in cfg->weights). */

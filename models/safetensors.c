@@ -1,6 +1,6 @@
 #include "models/safetensors.h"
 
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tunegraph/error.h"
+#include "base/error.h"
 
 typedef enum tg_st_dtype {
     TG_ST_F32 = 0, TG_ST_F16, TG_ST_BF16, TG_ST_F64, TG_ST_I64, TG_ST_I32, TG_ST_I8, TG_ST_U8,

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "tunegraph/error.h"
+#include "base/error.h"
 
 /* N CPU ranks in one process. Every rank must call each collective, in the same order. */
 typedef struct tg_cpu_comm_group tg_cpu_comm_group;

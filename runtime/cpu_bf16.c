@@ -1,7 +1,7 @@
 /* bf16 slots on the CPU reference: widen, run the fp32 kernel, round back. */
 #include <stdlib.h>
 
-#include "runtime/bf16.h"
+#include "base/bf16.h"
 #include "runtime/cpu_exec.h"
 
 int tg_cpu_op_run_any(const tg_cpu_op_args *a) {

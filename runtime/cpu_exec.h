@@ -6,8 +6,8 @@
 #include <stdint.h>
 
 #include "runtime/comm.h"
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 typedef struct tg_threadpool tg_threadpool;
 

@@ -1,4 +1,4 @@
-/* The CPU fp32 reference implementation of every op (semantics: include/tunegraph/ops.h).
+/* The CPU fp32 reference implementation of every op (semantics: plan/ops.h).
  * Reductions that cross threads (parameter gradients, norms, losses) are split so every
  * sum runs in a fixed order, making results independent of the thread count. */
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/philox.h"
-#include "runtime/bf16.h"
+#include "base/bf16.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/threadpool.h"
 

@@ -17,8 +17,8 @@
 
 #include <stdint.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 typedef struct tg_deferred_update {
     int adamw_op;        /* schedule index of the plan's TG_OP_ADAMW (the last op) */

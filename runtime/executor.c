@@ -1,6 +1,6 @@
 /* The CPU executor behind the executor interface, and the dispatch to the CUDA one. */
 #include "runtime/executor.h"
-#include "runtime/clock.h"
+#include "base/clock.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 typedef enum tg_device { TG_DEVICE_CPU = 0, TG_DEVICE_CUDA } tg_device;
 

@@ -1,12 +1,12 @@
 #include "runtime/trainer.h"
-#include "runtime/clock.h"
+#include "base/clock.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/compile.h"
-#include "runtime/bf16.h"
+#include "base/bf16.h"
 
 
 static void *staging_input(tg_trainer *t, int tensor) {

@@ -8,8 +8,8 @@
 #include "datasets/dataset.h"
 #include "runtime/executor.h"
 #include "runtime/weights.h"
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 typedef struct tg_trainer_options {
     tg_device device;       /* TG_DEVICE_CPU (the reference) or TG_DEVICE_CUDA */

@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 /* Initialises every parameter in the params pool: normal(0, std) from a seeded Philox
  * stream (per tensor, so the result does not depend on the tensor order), zeros or ones;

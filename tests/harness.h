@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "tunegraph/plan.h"
+#include "plan/plan.h"
 
 typedef void (*tg_test_fn)(void);
 void tg_test_register(const char *name, const char *file, tg_test_fn fn);

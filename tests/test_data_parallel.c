@@ -11,10 +11,11 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"
+#include "plan/validate.h"
 #include "models/model_config.h"
 #include "runtime/comm.h"
 #include "runtime/executor.h"
-#include "runtime/plan_file.h"
+#include "plan/plan_file.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 

@@ -7,7 +7,7 @@
 #include "compiler/job.h"
 #include "datasets/dataset.h"
 #include "tests/harness.h"
-#include "tunegraph/ops.h"
+#include "plan/ops.h"
 
 /* ---- job helpers ---- */
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kernels/philox.h"
-#include "runtime/bf16.h"
+#include "base/bf16.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/threadpool.h"
 #include "tests/harness.h"

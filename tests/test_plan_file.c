@@ -5,8 +5,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "compiler/inspect.h"
-#include "runtime/plan_file.h"
+#include "plan/inspect.h"
+#include "plan/plan_file.h"
 #include "tests/harness.h"
 
 /* ---- a small consistent plan ------------------------------------------------- */

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "runtime/atomic_file.h"
-#include "runtime/clock.h"
+#include "base/atomic_file.h"
+#include "base/clock.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

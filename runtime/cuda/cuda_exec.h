@@ -7,8 +7,8 @@
 
 #include "kernels/cuda_ops.h"
 #include "runtime/deferred_update.h"
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 /* Training steps the trainer starts together where it can: one graph launch for all four
  * costs the host about two and a half single launches (docs/perf-notes.md). */

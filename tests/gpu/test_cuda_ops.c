@@ -12,7 +12,7 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
-#include "runtime/bf16.h"
+#include "base/bf16.h"
 #include "runtime/cpu_exec.h"
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/executor.h"

@@ -1,6 +1,6 @@
 /* `tunegraph inspect`: prints a plan for people (text) or tools (JSON). Reads only the
  * plan, and tolerates out-of-range indices (prints them) so it can show a bad plan. */
-#include "compiler/inspect.h"
+#include "plan/inspect.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 /* The exact file bytes (malloc'd into *out). Same plan -> same bytes. */
 int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err);

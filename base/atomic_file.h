@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "tunegraph/error.h"
+#include "base/error.h"
 
 typedef struct tg_chunk {
     const void *data;

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "tunegraph/ops.h"
+#include "plan/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,6 +18,8 @@ extern "C" {
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
+/* Every tensor offset is a multiple of this (packed group members excepted). */
+#define TG_TENSOR_ALIGN 256
 #define TG_OP_MAX_IN 8
 #define TG_OP_MAX_OUT 4
 #define TG_OP_MAX_I 9

@@ -1,9 +1,9 @@
 /* The plan file: 40-byte header + zstd payload. The payload is written field by field,
  * little-endian, so struct padding never reaches the file and every compiler produces
  * the same bytes for the same plan. */
-#include "runtime/plan_file.h"
+#include "plan/plan_file.h"
 
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

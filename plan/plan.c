@@ -1,5 +1,5 @@
 /* Names and sizes shared by every reader of a plan. */
-#include "tunegraph/plan.h"
+#include "plan/plan.h"
 
 #include <stdlib.h>
 

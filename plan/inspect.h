@@ -4,8 +4,8 @@
 
 #include <stdio.h>
 
-#include "tunegraph/error.h"
-#include "tunegraph/plan.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 /* Writes the plan to `out`: text (json == 0) or a JSON object (json != 0). Returns 0,
  * or -1 with a message when the output cannot be built or written. */

@@ -1,4 +1,4 @@
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

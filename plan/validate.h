@@ -1,0 +1,25 @@
+/* Checks of a finished plan that trust nothing the compiler recorded about it. */
+#ifndef TUNEGRAPH_PLAN_VALIDATE_H
+#define TUNEGRAPH_PLAN_VALIDATE_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "plan/plan.h"
+
+/* Independent check of a finished plan: every op touching a tensor lies within its
+ * [first_use, last_use]; every offset is aligned, except packed group members, which must
+ * tile their group's view exactly; no two tensors of one pool overlap in bytes while both
+ * are live (views aside); every tensor fits its pool. Reports the pools' extents summed
+ * (which must equal plan->peak_bytes) and the largest live activation sum. */
+typedef struct tg_memory_report {
+    uint64_t pool_extent[TG_POOL_COUNT];
+    uint64_t peak_bytes;
+    uint64_t activation_live_peak;
+} tg_memory_report;
+int tg_plan_check_memory(const tg_plan *plan, tg_memory_report *report, tg_err *err);
+
+/* The largest sum of activation bytes live at once, from the tensors' lifetimes. */
+uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops);
+
+#endif
