@@ -872,6 +872,27 @@ TG_TEST(test_inspect_json) {
     CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&
               json_integer_value(json_object_get(root, "seq")) == 4,
           "batch/seq");
+    json_t *train = json_object_get(root, "train"), *run = json_object_get(root, "run");
+    CHECK(!strcmp(jsv(json_object_get(train, "task")), "classify") &&
+              json_integer_value(json_object_get(train, "batch")) == 2 &&
+              json_integer_value(json_object_get(train, "seq")) == 4 &&
+              json_integer_value(json_object_get(train, "num_labels")) == 3 &&
+              json_integer_value(json_object_get(train, "pad_id")) == 5 &&
+              !strcmp(jsv(json_object_get(train, "precision")), "bf16") &&
+              json_is_true(json_object_get(train, "allow_tf32")) &&
+              json_integer_value(json_object_get(train, "replicas")) == 3 &&
+              json_integer_value(json_object_get(train, "zero_stage")) == 1 &&
+              !strcmp(jsv(json_object_get(train, "attention")), "unfused"),
+          "train object");
+    /* The seed is past jansson's signed 64 bits, so it comes as its decimal text. */
+    CHECK(!strcmp(jsv(json_object_get(run, "train_data")), "/data/train.jsonl") &&
+              !strcmp(jsv(json_object_get(run, "eval_data")), "/data/eval.jsonl") &&
+              json_integer_value(json_object_get(run, "steps")) == 100 &&
+              json_integer_value(json_object_get(run, "epochs")) == 0 &&
+              json_integer_value(json_object_get(run, "log_every")) == 5 &&
+              !strcmp(jsv(json_object_get(run, "seed")), "18364758544493064720"),
+          "run object");
+    CHECK(!strcmp(jsv(json_object_get(root, "job_path")), "/jobs/sst2.job"), "job_path");
 
     json_t *tensors = json_object_get(root, "tensors");
     REQUIRE(json_array_size(tensors) == N_T, "tensor count");
