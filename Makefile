@@ -35,8 +35,11 @@ $(BUILD)/tunegraph: $(BUILD)/cli/main.o $(BUILD)/libtunegraph.a
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-# TESTS=substring runs only the tests whose name contains it.
+# TESTS=substring runs only the tests whose name contains it. The layering rules are
+# checked first (scripts/check_layers.sh), with the check's own test.
 test: $(BUILD)/run_tests $(BUILD)/tunegraph
+	./scripts/check_layers.sh
+	./tests/test_check_layers.sh
 	./$(BUILD)/run_tests $(TESTS)
 
 # The demo fine-tuning job: on the GPU when there is one, else on the CPU reference.

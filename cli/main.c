@@ -140,17 +140,6 @@ static int cmd_inspect(int argc, char **argv) {
     return rc ? die(&err) : 0;
 }
 
-/* Keys a compiled plan leaves to the runtime; any other --set needs a recompile. */
-static int runtime_key(const char *set) {
-    static const char *const keys[] = {"train_data", "eval_data", "steps", "epochs", "seed", "log_every"};
-    size_t klen = strcspn(set, "= ");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strlen(keys[i]) == klen && !strncmp(set, keys[i], klen)) return 1;
-    return 0;
-}
-
-
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -312,16 +301,7 @@ static int cmd_run(int argc, char **argv) {
     tg_plan plan;
     if (tg_plan_file_sniff(a.input)) {
         if (tg_plan_read(a.input, &plan, &err)) return die(&err);
-        for (int i = 0; i < a.n_sets; i++)
-            if (!runtime_key(a.sets[i])) {
-                fprintf(stderr,
-                        "tunegraph: --set %s: this key is compiled into %s; recompile the job to change it "
-                        "(a plan takes train_data, eval_data, steps, epochs, seed, log_every)\n",
-                        a.sets[i], a.input);
-                tg_plan_free(&plan);
-                return 1;
-            }
-        if (tg_job_apply_overrides(&plan.job, a.sets, a.n_sets, &err)) {
+        if (tg_job_apply_run_overrides(&plan.run, a.sets, a.n_sets, a.input, &err)) {
             tg_plan_free(&plan);
             return die(&err);
         }
@@ -338,7 +318,7 @@ static int cmd_run(int argc, char **argv) {
                                .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
                                .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL,
                                .step_group = getenv("TUNEGRAPH_STEP_GROUP") ? atoi(getenv("TUNEGRAPH_STEP_GROUP")) : 0};
-    const int replicas = plan.job.data_parallel;
+    const int replicas = plan.train.replicas;
     void *comms[TG_MAX_DATA_PARALLEL] = {0};
     tg_cpu_comm_group *cpu_group = NULL;
     replica_run followers[TG_MAX_DATA_PARALLEL];
@@ -362,11 +342,11 @@ static int cmd_run(int argc, char **argv) {
         if (replicas == 1) tg_plan_free(&plan);
         return end_failed_run(replicas, &err);
     }
-    const tg_job *job = &plan.job;
+    const tg_plan_train *train = &plan.train;
     int tty = isatty(STDERR_FILENO);
     const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu";
     fprintf(stderr, "tunegraph: %s %s on %s: %d examples, batch %d x seq %d", tg_arch_name(plan.model.arch),
-            tg_task_name(job->task), device_name, tr.train.n, job->batch, job->seq);
+            tg_task_name(train->task), device_name, tr.train.n, train->batch, train->seq);
     if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
     fprintf(stderr, ", %d steps", tr.total_steps);
     if (tr.weights_loaded)
@@ -437,7 +417,7 @@ static int cmd_run(int argc, char **argv) {
         if (tty)
             fprintf(stderr, "\rstep %d/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", s.step, tr.total_steps,
                     s.loss, s.lr, tok_s, eta);
-        else if (s.step % job->log_every == 0 || s.step == tr.total_steps)
+        else if (s.step % plan.run.log_every == 0 || s.step == tr.total_steps)
             fprintf(stderr, "step %d/%d loss %.4f lr %.2e %.0f tok/s ETA %s\n", s.step, tr.total_steps, s.loss,
                     s.lr, tok_s, eta);
         if (opts.host_trace && i > 0) trace_rest_s += tg_thread_cpu_s() - trace_t;

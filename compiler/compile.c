@@ -14,7 +14,6 @@
 #include "compiler/op_table.h"
 #include "compiler/precision.h"
 #include "models/model_config.h"
-#include "plan/plan_file.h"
 #include "base/version.h"
 
 int tg_job_pad_id(const tg_job *job, const tg_model_config *cfg) {
@@ -129,7 +128,18 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
     if (tg_plan_memory(&g, phase_begin, plan->pool_bytes, &plan->activation_live_peak)) goto out;
 
     plan->model = *cfg;
-    plan->job = *j;
+    plan->train = (tg_plan_train){.task = j->task,
+                                  .batch = j->batch,
+                                  .seq = j->seq,
+                                  .num_labels = j->num_labels,
+                                  .pad_id = tg_job_pad_id(j, cfg),
+                                  .precision = j->precision,
+                                  .allow_tf32 = j->allow_tf32,
+                                  .replicas = j->data_parallel,
+                                  .zero_stage = j->zero_stage,
+                                  .attention = j->attention};
+    tg_job_run_settings(j, &plan->run);
+    memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
     for (int p = 0; p < TG_POOL_COUNT; p++) plan->peak_bytes += plan->pool_bytes[p];
     for (int o = 0; o < g.n_ops; o++) {
@@ -137,7 +147,7 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
         plan->bytes_per_step += tg_op_bytes(g.tensors, &g.ops[o]);
     }
     plan->io = g.io;
-    plan->fingerprint = tg_plan_fingerprint(cfg, j, TG_VERSION_STRING);
+    plan->fingerprint = tg_job_fingerprint(cfg, j, TG_VERSION_STRING);
     /* Hand the arrays over to the plan. */
     plan->n_tensors = g.n_tensors;
     plan->n_ops = g.n_ops;

@@ -3,6 +3,7 @@
 #define TUNEGRAPH_COMPILE_H
 
 #include "base/error.h"
+#include "compiler/job.h"
 #include "plan/plan.h"
 
 /* Loads the job's model config, checks the job against it, builds the forward graph,

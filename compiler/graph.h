@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "compiler/job.h"
 #include "plan/plan.h"
 
 typedef struct tg_graph {

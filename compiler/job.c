@@ -9,20 +9,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const key_names[TG_JOB_KEY_COUNT] = {
-    "model", "task", "num_labels", "batch", "seq", "precision", "allow_tf32", "optimizer",
-    "lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "steps", "epochs",
-    "grad_clip", "seed", "pad_token_id", "log_every", "train_data", "eval_data", "attention",
-    "fuse_bias_grad", "fuse_gelu", "fuse_residual_layernorm", "fuse_qkv", "data_parallel",
-    "zero_stage",
+/* Header-only xxHash, as the plan file uses. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* Each key's name, and whether a compiled plan leaves it to the run (tg_plan_run): the
+ * rest shape what the plan computes, so changing them means recompiling. */
+static const struct job_key {
+    const char *name;
+    int run;
+} k_keys[TG_JOB_KEY_COUNT] = {
+    [TG_JOB_MODEL] = {"model", 0},
+    [TG_JOB_TASK] = {"task", 0},
+    [TG_JOB_NUM_LABELS] = {"num_labels", 0},
+    [TG_JOB_BATCH] = {"batch", 0},
+    [TG_JOB_SEQ] = {"seq", 0},
+    [TG_JOB_PRECISION] = {"precision", 0},
+    [TG_JOB_ALLOW_TF32] = {"allow_tf32", 0},
+    [TG_JOB_OPTIMIZER] = {"optimizer", 0},
+    [TG_JOB_LR] = {"lr", 0},
+    [TG_JOB_BETA1] = {"beta1", 0},
+    [TG_JOB_BETA2] = {"beta2", 0},
+    [TG_JOB_EPS] = {"eps", 0},
+    [TG_JOB_WEIGHT_DECAY] = {"weight_decay", 0},
+    [TG_JOB_WARMUP_STEPS] = {"warmup_steps", 0},
+    [TG_JOB_STEPS] = {"steps", 1},
+    [TG_JOB_EPOCHS] = {"epochs", 1},
+    [TG_JOB_GRAD_CLIP] = {"grad_clip", 0},
+    [TG_JOB_SEED] = {"seed", 1},
+    [TG_JOB_PAD_TOKEN_ID] = {"pad_token_id", 0},
+    [TG_JOB_LOG_EVERY] = {"log_every", 1},
+    [TG_JOB_TRAIN_DATA] = {"train_data", 1},
+    [TG_JOB_EVAL_DATA] = {"eval_data", 1},
+    [TG_JOB_ATTENTION] = {"attention", 0},
+    [TG_JOB_FUSE_BIAS_GRAD] = {"fuse_bias_grad", 0},
+    [TG_JOB_FUSE_GELU] = {"fuse_gelu", 0},
+    [TG_JOB_FUSE_RESIDUAL_LAYERNORM] = {"fuse_residual_layernorm", 0},
+    [TG_JOB_FUSE_QKV] = {"fuse_qkv", 0},
+    [TG_JOB_DATA_PARALLEL] = {"data_parallel", 0},
+    [TG_JOB_ZERO_STAGE] = {"zero_stage", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
                "tg_job.key_line too small for the job keys");
 
 const char *tg_job_key_name(int key) {
-    return key >= 0 && key < TG_JOB_KEY_COUNT ? key_names[key] : "?";
+    return key >= 0 && key < TG_JOB_KEY_COUNT ? k_keys[key].name : "?";
 }
+
+int tg_job_key_is_run(int key) { return key >= 0 && key < TG_JOB_KEY_COUNT && k_keys[key].run; }
 
 void tg_job_defaults(tg_job *job) {
     memset(job, 0, sizeof *job);
@@ -82,7 +117,7 @@ static int edit_distance(const char *a, const char *b) {
 
 static int find_key(const char *name) {
     for (int k = 0; k < TG_JOB_KEY_COUNT; k++)
-        if (strcmp(name, key_names[k]) == 0) return k;
+        if (strcmp(name, k_keys[k].name) == 0) return k;
     return -1;
 }
 
@@ -190,7 +225,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const tasks[] = {"classify", "lm"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
-    const char *name = key_names[key];
+    const char *name = k_keys[key].name;
     int rc = 0;
     switch ((tg_job_key)key) {
     case TG_JOB_MODEL:
@@ -286,11 +321,11 @@ static char *unquote(char *v, const origin *o, const char *key, tg_err *err) {
 static void unknown_key(const char *key, const origin *o, tg_err *err) {
     int best = -1, best_d = 3;
     for (int k = 0; k < TG_JOB_KEY_COUNT; k++) {
-        int d = edit_distance(key, key_names[k]);
+        int d = edit_distance(key, k_keys[k].name);
         if (d < best_d) best_d = d, best = k;
     }
     if (best >= 0)
-        tg_fail(err, "%skey '%s': unknown key (did you mean '%s'?)", o->prefix, key, key_names[best]);
+        tg_fail(err, "%skey '%s': unknown key (did you mean '%s'?)", o->prefix, key, k_keys[best].name);
     else
         tg_fail(err, "%skey '%s': unknown key", o->prefix, key);
 }
@@ -379,44 +414,96 @@ static int validate(const tg_job *job, tg_err *err) {
     return 0;
 }
 
+/* One --set "key=value": fills its origin (the message prefix) and returns the key, with
+ * *value pointing into *copy (the caller frees *copy, also on failure); -1 with the
+ * message when it is not a known key=value. */
+static int parse_set(const char *set, origin *o, char **copy, char **value, tg_err *err) {
+    o->line = -1;
+    o->dir = NULL; /* relative paths stay relative to the current directory */
+    snprintf(o->prefix, sizeof o->prefix, "--set %.300s: ", set);
+    *copy = strdup(set);
+    if (!*copy) return tg_fail(err, "%sout of memory", o->prefix);
+    char *eq = strchr(*copy, '=');
+    if (!eq) return tg_fail(err, "%sexpected key=value (missing '=')", o->prefix);
+    *eq = 0;
+    char *key = trim(*copy);
+    if (!*key) return tg_fail(err, "%smissing key before '='", o->prefix);
+    int k = find_key(key);
+    if (k < 0) {
+        unknown_key(key, o, err);
+        return -1;
+    }
+    *value = unquote(eq + 1, o, key, err);
+    return *value ? k : -1;
+}
+
 int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_overrides,
                            tg_err *err) {
     for (int i = 0; i < n_overrides; i++) {
-        const char *ov = overrides[i];
         origin o;
-        o.line = -1;
-        o.dir = NULL;
-        snprintf(o.prefix, sizeof o.prefix, "--set %.300s: ", ov);
-        char *copy = strdup(ov);
-        if (!copy) return tg_fail(err, "%sout of memory", o.prefix);
-        char *eq = strchr(copy, '=');
-        int rc = 0;
-        if (!eq) {
-            rc = tg_fail(err, "%sexpected key=value (missing '=')", o.prefix);
-        } else {
-            *eq = 0;
-            char *key = trim(copy);
-            int k = find_key(key);
-            if (!*key) {
-                rc = tg_fail(err, "%smissing key before '='", o.prefix);
-            } else if (k < 0) {
-                unknown_key(key, &o, err);
-                rc = -1;
-            } else {
-                char *v = unquote(eq + 1, &o, key, err);
-                rc = v ? set_value(job, k, v, &o, err) : -1;
-                /* steps and epochs are alternatives: choosing one on the command line
-                 * replaces the other rather than conflicting with the file. */
-                if (rc == 0 && k == TG_JOB_STEPS && job->key_line[TG_JOB_EPOCHS] >= 0)
-                    job->epochs = 0, job->key_line[TG_JOB_EPOCHS] = 0;
-                if (rc == 0 && k == TG_JOB_EPOCHS && job->key_line[TG_JOB_STEPS] >= 0)
-                    job->steps = 0, job->key_line[TG_JOB_STEPS] = 0;
-            }
-        }
+        char *copy = NULL, *v = NULL;
+        int k = parse_set(overrides[i], &o, &copy, &v, err);
+        int rc = k < 0 ? -1 : set_value(job, k, v, &o, err);
+        /* steps and epochs are alternatives: choosing one on the command line replaces
+         * the other rather than conflicting with the file. */
+        if (rc == 0 && k == TG_JOB_STEPS && job->key_line[TG_JOB_EPOCHS] >= 0)
+            job->epochs = 0, job->key_line[TG_JOB_EPOCHS] = 0;
+        if (rc == 0 && k == TG_JOB_EPOCHS && job->key_line[TG_JOB_STEPS] >= 0)
+            job->steps = 0, job->key_line[TG_JOB_STEPS] = 0;
         free(copy);
         if (rc) return rc;
     }
     return validate(job, err);
+}
+
+void tg_job_run_settings(const tg_job *job, tg_plan_run *run) {
+    memset(run, 0, sizeof *run);
+    memcpy(run->train_data, job->train_data, sizeof run->train_data);
+    memcpy(run->eval_data, job->eval_data, sizeof run->eval_data);
+    run->steps = job->steps;
+    run->epochs = job->epochs;
+    run->log_every = job->log_every;
+    run->seed = job->seed;
+}
+
+int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n, const char *plan_name,
+                               tg_err *err) {
+    /* The run keys go through a job holding the plan's run settings, so they are parsed
+     * and checked exactly as in a job file. */
+    tg_job job;
+    tg_job_defaults(&job);
+    memcpy(job.train_data, run->train_data, sizeof job.train_data);
+    memcpy(job.eval_data, run->eval_data, sizeof job.eval_data);
+    job.steps = run->steps, job.epochs = run->epochs, job.log_every = run->log_every, job.seed = run->seed;
+    snprintf(job.path, sizeof job.path, "%s", plan_name);
+    for (int i = 0; i < n; i++) {
+        origin o;
+        char *copy = NULL, *v = NULL;
+        int k = parse_set(sets[i], &o, &copy, &v, err);
+        int rc = k < 0 ? -1 : 0;
+        if (rc == 0 && !k_keys[k].run) {
+            char list[160] = "";
+            for (int r = 0; r < TG_JOB_KEY_COUNT; r++)
+                if (k_keys[r].run) {
+                    strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
+                    strncat(list, k_keys[r].name, sizeof list - strlen(list) - 1);
+                }
+            rc = tg_fail(err, "--set %.300s: this key is compiled into %s; recompile the job to change it "
+                              "(a plan takes %s)",
+                         sets[i], plan_name, list);
+        }
+        if (rc == 0) rc = set_value(&job, k, v, &o, err);
+        /* steps and epochs replace each other, unless both are given here. */
+        if (rc == 0 && k == TG_JOB_STEPS && job.key_line[TG_JOB_EPOCHS] >= 0) job.epochs = 0;
+        if (rc == 0 && k == TG_JOB_EPOCHS && job.key_line[TG_JOB_STEPS] >= 0) job.steps = 0;
+        free(copy);
+        if (rc) return rc;
+    }
+    if (job.key_line[TG_JOB_STEPS] < 0 && job.key_line[TG_JOB_EPOCHS] < 0)
+        return tg_fail(err, "%s: keys 'steps' (--set) and 'epochs' (--set) are both set; give exactly one",
+                       plan_name);
+    tg_job_run_settings(&job, run);
+    return 0;
 }
 
 int tg_job_load(const char *path, const char *const *overrides, int n_overrides, tg_job *job,
@@ -426,4 +513,99 @@ int tg_job_load(const char *path, const char *const *overrides, int n_overrides,
         return tg_fail(err, "%s: job file path is too long", path);
     if (parse_file(path, job, err) != 0) return -1;
     return tg_job_apply_overrides(job, overrides, n_overrides, err);
+}
+
+/* ---- the fingerprint ---- */
+
+/* Every value is hashed little-endian, field by field, so struct padding and the bytes
+ * after a string's NUL never reach the hash and every build agrees. */
+static void fp_u32(XXH64_state_t *h, uint32_t v) {
+    uint8_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+    XXH64_update(h, x, 4);
+}
+
+static void fp_u64(XXH64_state_t *h, uint64_t v) {
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+    XXH64_update(h, x, 8);
+}
+
+static void fp_i32(XXH64_state_t *h, int32_t v) { fp_u32(h, (uint32_t)v); }
+
+static void fp_f32(XXH64_state_t *h, float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    fp_u32(h, u);
+}
+
+/* A string as its length, then its bytes (at most `field`). */
+static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
+    size_t n = strnlen(s, field);
+    fp_u32(h, (uint32_t)n);
+    XXH64_update(h, s, n);
+}
+
+#if UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(tg_job) == 2312, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update tg_job_fingerprint");
+#endif
+
+uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const char *version) {
+    XXH64_state_t h;
+    XXH64_reset(&h, 0);
+    fp_str(&h, version, strlen(version) + 1);
+
+    fp_str(&h, m->source, sizeof m->source);
+    fp_str(&h, m->weights, sizeof m->weights);
+    fp_i32(&h, m->arch);
+    fp_i32(&h, m->vocab_size);
+    fp_i32(&h, m->hidden);
+    fp_i32(&h, m->layers);
+    fp_i32(&h, m->heads);
+    fp_i32(&h, m->intermediate);
+    fp_i32(&h, m->max_positions);
+    fp_i32(&h, m->type_vocab_size);
+    fp_i32(&h, m->pad_token_id);
+    fp_i32(&h, m->gelu);
+    fp_f32(&h, m->layer_norm_eps);
+    fp_f32(&h, m->initializer_range);
+    fp_f32(&h, m->hidden_dropout);
+    fp_f32(&h, m->attention_dropout);
+    fp_f32(&h, m->embedding_dropout);
+    fp_f32(&h, m->classifier_dropout);
+
+    fp_str(&h, j->path, sizeof j->path);
+    fp_str(&h, j->model, sizeof j->model);
+    fp_i32(&h, j->task);
+    fp_i32(&h, j->num_labels);
+    fp_i32(&h, j->batch);
+    fp_i32(&h, j->seq);
+    fp_i32(&h, j->precision);
+    fp_i32(&h, j->allow_tf32);
+    fp_i32(&h, j->attention);
+    fp_i32(&h, j->fuse_bias_grad);
+    fp_i32(&h, j->fuse_gelu);
+    fp_i32(&h, j->fuse_residual_layernorm);
+    fp_i32(&h, j->fuse_qkv);
+    fp_i32(&h, j->data_parallel);
+    fp_i32(&h, j->zero_stage);
+    fp_f32(&h, j->lr);
+    fp_f32(&h, j->beta1);
+    fp_f32(&h, j->beta2);
+    fp_f32(&h, j->eps);
+    fp_f32(&h, j->weight_decay);
+    fp_i32(&h, j->warmup_steps);
+    fp_i32(&h, j->steps);
+    fp_i32(&h, j->epochs);
+    fp_f32(&h, j->grad_clip);
+    fp_u64(&h, j->seed);
+    fp_i32(&h, j->pad_token_id);
+    fp_i32(&h, j->log_every);
+    fp_str(&h, j->train_data, sizeof j->train_data);
+    fp_str(&h, j->eval_data, sizeof j->eval_data);
+    const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
+    fp_u32(&h, (uint32_t)n_lines);
+    for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);
+    return XXH64_digest(&h);
 }

@@ -2,8 +2,43 @@
 #ifndef TUNEGRAPH_JOB_H
 #define TUNEGRAPH_JOB_H
 
+#include <stdint.h>
+
 #include "base/error.h"
 #include "plan/plan.h"
+
+/* A training job, from a job file plus --set overrides. The compiler turns it into a
+ * plan's train and run settings and the op parameters (the optimizer's live in the
+ * SCHEDULE and ADAMW ops). */
+typedef struct tg_job {
+    char path[TG_PATH_MAX];      /* the job file, for messages */
+    char model[TG_PATH_MAX];     /* model folder or preset name, as written */
+    int32_t task;                /* tg_task */
+    int32_t num_labels;          /* classify only */
+    int32_t batch;
+    int32_t seq;
+    int32_t precision;           /* tg_precision */
+    int32_t allow_tf32;          /* GPU fp32 only */
+    int32_t attention;           /* tg_attention_mode */
+    int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
+    int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
+    int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
+    int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
+    int32_t data_parallel;       /* replicas training together (tg_plan_train.replicas) */
+    int32_t zero_stage;          /* tg_plan_train.zero_stage */
+    float lr, beta1, beta2, eps, weight_decay;
+    int32_t warmup_steps;
+    int32_t steps;               /* 0 when epochs is set instead */
+    int32_t epochs;              /* 0 when steps is set instead */
+    float grad_clip;             /* 0 disables clipping */
+    uint64_t seed;
+    int32_t pad_token_id;        /* -1: take the model config's */
+    int32_t log_every;
+    char train_data[TG_PATH_MAX];
+    char eval_data[TG_PATH_MAX];  /* "" when none */
+    int32_t key_line[40];         /* per tg_job_key: line that set it, 0 = default,
+                                     -1 = --set override */
+} tg_job;
 
 typedef enum tg_job_key {
     TG_JOB_MODEL = 0, TG_JOB_TASK, TG_JOB_NUM_LABELS, TG_JOB_BATCH, TG_JOB_SEQ,
@@ -16,6 +51,8 @@ typedef enum tg_job_key {
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
+/* True for the keys a compiled plan leaves to the run (tg_plan_run). */
+int tg_job_key_is_run(int key);
 
 /* Fills defaults: task classify, num_labels 2, batch 8, seq 128, fp32, adamw lr 5e-5,
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
@@ -34,5 +71,20 @@ int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_over
 
 /* "job.txt:7" / "--set" / "job.txt (default)", for messages about a key's value. */
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len);
+
+/* The run settings of a job: what its plan leaves open. */
+void tg_job_run_settings(const tg_job *job, tg_plan_run *run);
+
+/* Applies `tunegraph run PLAN --set key=value` overrides to a plan's run settings, with
+ * the job file's value parsers and rules: relative paths are taken as given (against the
+ * current directory), and steps and epochs replace each other unless both are set here.
+ * A key compiled into the plan is refused, naming it and `plan_name`. */
+int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n, const char *plan_name,
+                               tg_err *err);
+
+/* xxh64 of the field-by-field little-endian encoding of a model config and job (padding
+ * and bytes past each string's end play no part), with the producing version: the plan's
+ * fingerprint. */
+uint64_t tg_job_fingerprint(const tg_model_config *model, const tg_job *job, const char *version);
 
 #endif

@@ -132,11 +132,12 @@ static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 static void print_text(const tg_plan *p, FILE *out) {
     fprintf(out, "model: %s (%s)\n", p->model.source, tg_arch_name(p->model.arch));
     int attention = plan_attention_mode(p);
-    fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(p->job.task),
-            p->job.batch, p->job.seq, tg_precision_name(p->job.precision), tg_attention_mode_name(attention));
-    if (attention != p->job.attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(p->job.attention));
-    if (p->job.data_parallel > 1) fprintf(out, "  data parallel: %d replicas", p->job.data_parallel);
-    if (p->job.zero_stage > 0) fprintf(out, " (ZeRO-%d: optimizer state sharded)", p->job.zero_stage);
+    const tg_plan_train *t = &p->train;
+    fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(t->task), t->batch,
+            t->seq, tg_precision_name(t->precision), tg_attention_mode_name(attention));
+    if (attention != t->attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(t->attention));
+    if (t->replicas > 1) fprintf(out, "  data parallel: %d replicas", t->replicas);
+    if (t->zero_stage > 0) fprintf(out, " (ZeRO-%d: optimizer state sharded)", t->zero_stage);
     fputc('\n', out);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
@@ -269,13 +270,43 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, model, "intermediate", jint(p->model.intermediate));
         jset(&c, model, "max_positions", jint(p->model.max_positions));
     }
-    jset(&c, root, "task", jstr(tg_task_name(p->job.task)));
-    jset(&c, root, "batch", jint(p->job.batch));
-    jset(&c, root, "seq", jint(p->job.seq));
-    jset(&c, root, "precision", jstr(tg_precision_name(p->job.precision)));
+    const tg_plan_train *t = &p->train;
+    json_t *train = json_object();
+    jset(&c, root, "train", train);
+    if (train) {
+        jset(&c, train, "task", jstr(tg_task_name(t->task)));
+        jset(&c, train, "batch", jint(t->batch));
+        jset(&c, train, "seq", jint(t->seq));
+        jset(&c, train, "num_labels", jint(t->num_labels));
+        jset(&c, train, "pad_id", jint(t->pad_id));
+        jset(&c, train, "precision", jstr(tg_precision_name(t->precision)));
+        jset(&c, train, "allow_tf32", json_boolean(t->allow_tf32));
+        jset(&c, train, "replicas", jint(t->replicas));
+        jset(&c, train, "zero_stage", jint(t->zero_stage));
+        jset(&c, train, "attention", jstr(tg_attention_mode_name(t->attention))); /* as the job asked */
+    }
+    const tg_plan_run *r = &p->run;
+    json_t *run = json_object();
+    jset(&c, root, "run", run);
+    if (run) {
+        jset(&c, run, "train_data", jstr(r->train_data));
+        jset(&c, run, "eval_data", jstr(r->eval_data));
+        jset(&c, run, "steps", jint(r->steps));
+        jset(&c, run, "epochs", jint(r->epochs));
+        jset(&c, run, "log_every", jint(r->log_every));
+        /* A JSON integer where it fits jansson's signed 64 bits, else its decimal text. */
+        char seed[24];
+        snprintf(seed, sizeof seed, "%" PRIu64, r->seed);
+        jset(&c, run, "seed", r->seed <= (uint64_t)INT64_MAX ? jint((int64_t)r->seed) : json_string(seed));
+    }
+    jset(&c, root, "job_path", jstr(p->job_path));
+    jset(&c, root, "task", jstr(tg_task_name(t->task)));
+    jset(&c, root, "batch", jint(t->batch));
+    jset(&c, root, "seq", jint(t->seq));
+    jset(&c, root, "precision", jstr(tg_precision_name(t->precision)));
     jset(&c, root, "attention", jstr(tg_attention_mode_name(plan_attention_mode(p))));
-    jset(&c, root, "data_parallel", jint(p->job.data_parallel));
-    jset(&c, root, "zero_stage", jint(p->job.zero_stage));
+    jset(&c, root, "data_parallel", jint(t->replicas));
+    jset(&c, root, "zero_stage", jint(t->zero_stage));
     jset(&c, root, "fingerprint", json_string(hex));
     jset(&c, root, "n_ops", jint(p->n_ops));
     jset(&c, root, "n_tensors", jint(p->n_tensors));

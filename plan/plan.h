@@ -1,6 +1,7 @@
 /* The plan: the immutable program the compiler writes and every executor runs.
  * One tensor table, one schedule of ops (sorted by phase), memory pools with fixed
- * offsets, and the model and job it was compiled from. */
+ * offsets, the model it was compiled for, and the training settings the runtime needs
+ * (compiled in, or left to the run). */
 #ifndef TUNEGRAPH_PLAN_H
 #define TUNEGRAPH_PLAN_H
 
@@ -12,8 +13,8 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 9
-/* The most data-parallel replicas a job may ask for. */
+#define TG_PLAN_VERSION 10
+/* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
 #define TG_PATH_MAX 512
@@ -121,39 +122,36 @@ typedef struct tg_model_config {
     float classifier_dropout;   /* BERT classifier_dropout (or hidden); GPT-2 none (0) */
 } tg_model_config;
 
-/* A training job, from a job file plus --set overrides. */
-typedef struct tg_job {
-    char path[TG_PATH_MAX];      /* the job file, for messages */
-    char model[TG_PATH_MAX];     /* model folder or preset name, as written */
+/* What the plan was compiled for: shapes and numerics depend on every field, so a run
+ * cannot change them (recompile the job instead). */
+typedef struct tg_plan_train {
     int32_t task;                /* tg_task */
-    int32_t num_labels;          /* classify only */
-    int32_t batch;
+    int32_t batch;               /* rows per step, per replica */
     int32_t seq;
+    int32_t num_labels;          /* classify: the classes */
+    int32_t pad_id;              /* the padding id batches use: the job's pad_token_id, else the
+                                    model config's, else 0 */
     int32_t precision;           /* tg_precision */
     int32_t allow_tf32;          /* GPU fp32 only */
-    int32_t attention;           /* tg_attention_mode */
-    int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
-    int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
-    int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
-    int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
-    int32_t data_parallel;       /* replicas training together, each on its own batch of `batch`
-                                    rows (1: one); their gradients are summed (TG_OP_ALL_REDUCE) */
+    int32_t replicas;            /* data-parallel replicas training together, each on its own
+                                    batch of `batch` rows (1: one); their gradients are summed
+                                    (TG_OP_ALL_REDUCE) */
     int32_t zero_stage;          /* 1: the AdamW state is sharded over the replicas (ZeRO-1): each
                                     updates its own slice of the parameters, then they are
                                     gathered (TG_OP_ALL_GATHER); 0: every replica updates all */
-    float lr, beta1, beta2, eps, weight_decay;
-    int32_t warmup_steps;
+    int32_t attention;           /* tg_attention_mode the job asked for; the ops say what runs
+                                    (wide heads get unfused attention whatever was asked) */
+} tg_plan_train;
+
+/* The run settings a plan leaves open: `tunegraph run PLAN --set` may change them. */
+typedef struct tg_plan_run {
+    char train_data[TG_PATH_MAX];
+    char eval_data[TG_PATH_MAX]; /* "" when none */
     int32_t steps;               /* 0 when epochs is set instead */
     int32_t epochs;              /* 0 when steps is set instead */
-    float grad_clip;             /* 0 disables clipping */
-    uint64_t seed;
-    int32_t pad_token_id;        /* -1: take the model config's */
     int32_t log_every;
-    char train_data[TG_PATH_MAX];
-    char eval_data[TG_PATH_MAX];  /* "" when none */
-    int32_t key_line[40];         /* per tg_job_key (compiler/job.h): line that set it,
-                                     0 = default, -1 = --set override */
-} tg_job;
+    uint64_t seed;               /* initialisation, shuffling and dropout */
+} tg_plan_run;
 
 /* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */
 typedef struct tg_plan_io {
@@ -166,7 +164,9 @@ typedef struct tg_plan_io {
 
 typedef struct tg_plan {
     tg_model_config model;
-    tg_job job;
+    tg_plan_train train;
+    tg_plan_run run;
+    char job_path[TG_PATH_MAX];          /* the job file it was compiled from, for messages */
     int32_t n_tensors;
     int32_t n_ops;
     tg_tensor *tensors;
@@ -178,7 +178,8 @@ typedef struct tg_plan {
     double flops_per_step;
     double bytes_per_step;
     tg_plan_io io;
-    uint64_t fingerprint;                /* xxh64 of model config, job and tunegraph version */
+    uint64_t fingerprint;                /* xxh64 of model config, job and tunegraph version
+                                            (computed by the compiler) */
 } tg_plan;
 
 void tg_plan_free(tg_plan *plan);

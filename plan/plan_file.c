@@ -31,8 +31,9 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 152, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
-_Static_assert(sizeof(tg_job) == 2312, "tg_job changed: update put_job/get_job");
-_Static_assert(sizeof(tg_plan) == 3600, "tg_plan changed: update tg_plan_encode/decode");
+_Static_assert(sizeof(tg_plan_train) == 40, "tg_plan_train changed: update put_train/get_train");
+_Static_assert(sizeof(tg_plan_run) == 1048, "tg_plan_run changed: update put_run/get_run");
+_Static_assert(sizeof(tg_plan) == 2888, "tg_plan changed: update tg_plan_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -116,41 +117,26 @@ static void put_model(wbuf *b, const tg_model_config *m) {
     put_f32(b, m->classifier_dropout);
 }
 
-#define N_KEY_LINES ((int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)))
+static void put_train(wbuf *b, const tg_plan_train *t) {
+    put_i32(b, t->task);
+    put_i32(b, t->batch);
+    put_i32(b, t->seq);
+    put_i32(b, t->num_labels);
+    put_i32(b, t->pad_id);
+    put_i32(b, t->precision);
+    put_i32(b, t->allow_tf32);
+    put_i32(b, t->replicas);
+    put_i32(b, t->zero_stage);
+    put_i32(b, t->attention);
+}
 
-static void put_job(wbuf *b, const tg_job *j) {
-    put_str(b, j->path, sizeof j->path);
-    put_str(b, j->model, sizeof j->model);
-    put_i32(b, j->task);
-    put_i32(b, j->num_labels);
-    put_i32(b, j->batch);
-    put_i32(b, j->seq);
-    put_i32(b, j->precision);
-    put_i32(b, j->allow_tf32);
-    put_i32(b, j->attention);
-    put_i32(b, j->fuse_bias_grad);
-    put_i32(b, j->fuse_gelu);
-    put_i32(b, j->fuse_residual_layernorm);
-    put_i32(b, j->fuse_qkv);
-    put_i32(b, j->data_parallel);
-    put_i32(b, j->zero_stage);
-    put_f32(b, j->lr);
-    put_f32(b, j->beta1);
-    put_f32(b, j->beta2);
-    put_f32(b, j->eps);
-    put_f32(b, j->weight_decay);
-    put_i32(b, j->warmup_steps);
-    put_i32(b, j->steps);
-    put_i32(b, j->epochs);
-    put_f32(b, j->grad_clip);
-    put_u64(b, j->seed);
-    put_i32(b, j->pad_token_id);
-    put_i32(b, j->log_every);
-    put_str(b, j->train_data, sizeof j->train_data);
-    put_str(b, j->eval_data, sizeof j->eval_data);
-    /* Count first, so a future change of the array length is caught, not misread. */
-    put_u32(b, (uint32_t)N_KEY_LINES);
-    for (int k = 0; k < N_KEY_LINES; k++) put_i32(b, j->key_line[k]);
+static void put_run(wbuf *b, const tg_plan_run *r) {
+    put_str(b, r->train_data, sizeof r->train_data);
+    put_str(b, r->eval_data, sizeof r->eval_data);
+    put_i32(b, r->steps);
+    put_i32(b, r->epochs);
+    put_i32(b, r->log_every);
+    put_u64(b, r->seed);
 }
 
 static void put_tensor(wbuf *b, const tg_tensor *t) {
@@ -207,17 +193,6 @@ static uint32_t get_le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-uint64_t tg_plan_fingerprint(const tg_model_config *model, const tg_job *job, const char *version) {
-    wbuf b = {0};
-    put_str(&b, version, strlen(version) + 1);
-    put_model(&b, model);
-    put_job(&b, job);
-    /* Out of memory hashes what was encoded; the fingerprint is an identity, not a check. */
-    uint64_t h = XXH64(b.p ? b.p : (const uint8_t *)"", b.len, 0);
-    free(b.p);
-    return h;
-}
-
 int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err) {
     *out = NULL;
     *out_len = 0;
@@ -227,7 +202,9 @@ int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *
                        plan->n_tensors, plan->n_ops);
     wbuf b = {0};
     put_model(&b, &plan->model);
-    put_job(&b, &plan->job);
+    put_str(&b, plan->job_path, sizeof plan->job_path);
+    put_train(&b, &plan->train);
+    put_run(&b, &plan->run);
     put_i32(&b, plan->n_tensors);
     for (int t = 0; t < plan->n_tensors; t++) put_tensor(&b, &plan->tensors[t]);
     put_i32(&b, plan->n_ops);
@@ -356,44 +333,29 @@ static int get_model(rbuf *r, tg_model_config *m, const char *name, tg_err *err)
     return 0;
 }
 
-static int get_job(rbuf *r, tg_job *j, const char *name, tg_err *err) {
-    r->section = "job";
-    if (get_str(r, j->path, sizeof j->path, "job path", name, err) ||
-        get_str(r, j->model, sizeof j->model, "job model", name, err))
+static void get_train(rbuf *r, tg_plan_train *t) {
+    r->section = "train settings";
+    t->task = get_i32(r);
+    t->batch = get_i32(r);
+    t->seq = get_i32(r);
+    t->num_labels = get_i32(r);
+    t->pad_id = get_i32(r);
+    t->precision = get_i32(r);
+    t->allow_tf32 = get_i32(r);
+    t->replicas = get_i32(r);
+    t->zero_stage = get_i32(r);
+    t->attention = get_i32(r);
+}
+
+static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
+    r->section = "run settings";
+    if (get_str(r, run->train_data, sizeof run->train_data, "run train_data", name, err) ||
+        get_str(r, run->eval_data, sizeof run->eval_data, "run eval_data", name, err))
         return -1;
-    j->task = get_i32(r);
-    j->num_labels = get_i32(r);
-    j->batch = get_i32(r);
-    j->seq = get_i32(r);
-    j->precision = get_i32(r);
-    j->allow_tf32 = get_i32(r);
-    j->attention = get_i32(r);
-    j->fuse_bias_grad = get_i32(r);
-    j->fuse_gelu = get_i32(r);
-    j->fuse_residual_layernorm = get_i32(r);
-    j->fuse_qkv = get_i32(r);
-    j->data_parallel = get_i32(r);
-    j->zero_stage = get_i32(r);
-    j->lr = get_f32(r);
-    j->beta1 = get_f32(r);
-    j->beta2 = get_f32(r);
-    j->eps = get_f32(r);
-    j->weight_decay = get_f32(r);
-    j->warmup_steps = get_i32(r);
-    j->steps = get_i32(r);
-    j->epochs = get_i32(r);
-    j->grad_clip = get_f32(r);
-    j->seed = get_u64(r);
-    j->pad_token_id = get_i32(r);
-    j->log_every = get_i32(r);
-    if (get_str(r, j->train_data, sizeof j->train_data, "job train_data", name, err) ||
-        get_str(r, j->eval_data, sizeof j->eval_data, "job eval_data", name, err))
-        return -1;
-    uint32_t n = get_u32(r);
-    if (!r->failed && n != (uint32_t)N_KEY_LINES)
-        return tg_fail(err, "%s: job has %u key lines, this build has %d (recompile the job)",
-                       name, n, N_KEY_LINES);
-    for (int k = 0; k < N_KEY_LINES; k++) j->key_line[k] = get_i32(r);
+    run->steps = get_i32(r);
+    run->epochs = get_i32(r);
+    run->log_every = get_i32(r);
+    run->seed = get_u64(r);
     return 0;
 }
 
@@ -441,27 +403,36 @@ static void get_io(rbuf *r, tg_plan_io *io) {
  * here instead of indexing out of bounds later. */
 static int validate(const tg_plan *p, const char *name, tg_err *err) {
     const tg_model_config *m = &p->model;
-    const tg_job *j = &p->job;
+    const tg_plan_train *t = &p->train;
+    const tg_plan_run *r = &p->run;
     if (m->arch < 0 || m->arch >= TG_ARCH_COUNT)
         return tg_fail(err, "%s: model arch %d is not a known architecture", name, m->arch);
-    if (j->task < 0 || j->task >= TG_TASK_COUNT)
-        return tg_fail(err, "%s: job task %d is not a known task", name, j->task);
-    if (j->precision < 0 || j->precision >= TG_PREC_COUNT)
-        return tg_fail(err, "%s: job precision %d is not a known precision", name, j->precision);
-    if (j->attention < 0 || j->attention >= TG_ATTENTION_MODE_COUNT)
-        return tg_fail(err, "%s: job attention mode %d is not a known mode", name, j->attention);
-    if (j->fuse_bias_grad != 0 && j->fuse_bias_grad != 1)
-        return tg_fail(err, "%s: job fuse_bias_grad %d is not a boolean", name, j->fuse_bias_grad);
-    if (j->fuse_gelu != 0 && j->fuse_gelu != 1)
-        return tg_fail(err, "%s: job fuse_gelu %d is not a boolean", name, j->fuse_gelu);
-    if (j->fuse_residual_layernorm != 0 && j->fuse_residual_layernorm != 1)
-        return tg_fail(err, "%s: job fuse_residual_layernorm %d is not a boolean", name, j->fuse_residual_layernorm);
-    if (j->fuse_qkv != 0 && j->fuse_qkv != 1)
-        return tg_fail(err, "%s: job fuse_qkv %d is not a boolean", name, j->fuse_qkv);
-    if (j->data_parallel < 1 || j->data_parallel > TG_MAX_DATA_PARALLEL)
-        return tg_fail(err, "%s: job data_parallel %d is not in [1, %d]", name, j->data_parallel, TG_MAX_DATA_PARALLEL);
-    if (j->zero_stage < 0 || j->zero_stage > 1 || (j->zero_stage && j->data_parallel < 2))
-        return tg_fail(err, "%s: job zero_stage %d is not 0, or 1 with data_parallel >= 2", name, j->zero_stage);
+    if (t->task < 0 || t->task >= TG_TASK_COUNT)
+        return tg_fail(err, "%s: train task %d is not a known task", name, t->task);
+    if (t->batch < 1)
+        return tg_fail(err, "%s: train batch %d is not a positive row count", name, t->batch);
+    if (t->seq < 1)
+        return tg_fail(err, "%s: train seq %d is not a positive length", name, t->seq);
+    if (t->num_labels < 1)
+        return tg_fail(err, "%s: train num_labels %d is not a positive count", name, t->num_labels);
+    if (t->pad_id < 0 || t->pad_id >= m->vocab_size)
+        return tg_fail(err, "%s: train pad_id %d is outside the model's vocabulary (vocab_size %d)", name,
+                       t->pad_id, m->vocab_size);
+    if (t->precision < 0 || t->precision >= TG_PREC_COUNT)
+        return tg_fail(err, "%s: train precision %d is not a known precision", name, t->precision);
+    if (t->allow_tf32 != 0 && t->allow_tf32 != 1)
+        return tg_fail(err, "%s: train allow_tf32 %d is not a boolean", name, t->allow_tf32);
+    if (t->replicas < 1 || t->replicas > TG_MAX_DATA_PARALLEL)
+        return tg_fail(err, "%s: train replicas %d is not in [1, %d]", name, t->replicas, TG_MAX_DATA_PARALLEL);
+    if (t->zero_stage < 0 || t->zero_stage > 1 || (t->zero_stage && t->replicas < 2))
+        return tg_fail(err, "%s: train zero_stage %d is not 0, or 1 with replicas >= 2", name, t->zero_stage);
+    if (t->attention < 0 || t->attention >= TG_ATTENTION_MODE_COUNT)
+        return tg_fail(err, "%s: train attention mode %d is not a known mode", name, t->attention);
+    if (r->steps < 0 || r->epochs < 0 || (r->steps > 0) == (r->epochs > 0))
+        return tg_fail(err, "%s: run steps %d and epochs %d: exactly one must be positive", name, r->steps,
+                       r->epochs);
+    if (r->log_every < 1)
+        return tg_fail(err, "%s: run log_every %d is not a positive step count", name, r->log_every);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
@@ -553,7 +524,11 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
 static int decode_payload(const uint8_t *buf, size_t len, const char *name, tg_plan *p,
                           tg_err *err) {
     rbuf r = {buf, len, 0, "", NULL};
-    if (get_model(&r, &p->model, name, err) || get_job(&r, &p->job, name, err)) return -1;
+    if (get_model(&r, &p->model, name, err)) return -1;
+    r.section = "job path";
+    if (get_str(&r, p->job_path, sizeof p->job_path, "job path", name, err)) return -1;
+    get_train(&r, &p->train);
+    if (get_run(&r, &p->run, name, err)) return -1;
 
     r.section = "tensor table";
     int32_t nt = get_i32(&r);

@@ -20,10 +20,6 @@ int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *
 int tg_plan_write(const tg_plan *plan, const char *path, tg_err *err);
 int tg_plan_read(const char *path, tg_plan *plan, tg_err *err);
 
-/* xxh64 of the field-by-field encoding of a model config and job (padding and bytes past
- * each string's end play no part), with the producing version: the plan's fingerprint. */
-uint64_t tg_plan_fingerprint(const tg_model_config *model, const tg_job *job, const char *version);
-
 /* True when the file starts with the plan magic (used by `run PLAN|JOB`). */
 int tg_plan_file_sniff(const char *path);
 

@@ -10,7 +10,7 @@
 int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *err) {
     memset(x, 0, sizeof *x);
     x->plan = plan;
-    x->seed = plan->job.seed;
+    x->seed = plan->run.seed;
     x->training = 1;
     for (int p = 0; p < TG_POOL_COUNT; p++) {
         uint64_t bytes = plan->pool_bytes[p];

@@ -14,7 +14,7 @@ typedef struct tg_threadpool tg_threadpool;
 typedef struct tg_cpu_exec {
     const tg_plan *plan;
     uint8_t *pool[TG_POOL_COUNT];  /* 64-byte aligned, zero-filled at init */
-    uint64_t seed;                 /* dropout stream seed (the job's seed) */
+    uint64_t seed;                 /* dropout stream seed (the run's seed) */
     int training;                  /* 0: dropout is the identity (eval) */
     tg_threadpool *threads;
     tg_cpu_comm_group *comm;       /* data-parallel replicas (ALL_REDUCE), or NULL: one */

@@ -99,7 +99,7 @@ int tg_device_parse(const char *name) {
 
 int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     memset(ex, 0, sizeof *ex);
-    const int replicas = plan->job.data_parallel;
+    const int replicas = plan->train.replicas;
     if (replicas > 1 && (!opts->comm || opts->rank < 0 || opts->rank >= replicas))
         return tg_fail(err, "the plan trains %d data-parallel replicas: the executor needs a communicator and a rank "
                             "in [0, %d) (rank %d%s)",

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/compile.h"
 #include "base/bf16.h"
 
 
@@ -97,7 +96,7 @@ static void bind_batch(tg_trainer *t, tg_batch *b) {
 static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, int mark, tg_batch *b) {
     bind_batch(t, b);
     if (!b->token_type_ids) b->token_type_ids = t->type_scratch; /* GPT-2: types are not an input */
-    mark = mark && t->plan->job.task == TG_TASK_LM && t->ex.vt->lm_label_rows;
+    mark = mark && t->plan->train.task == TG_TASK_LM && t->ex.vt->lm_label_rows;
     /* A marked fill leaves the rest of each label row as it was: trust nothing there. */
     if (mark != t->staging_marked[t->cur]) t->staging_fixed[t->cur] = 0;
     b->fixed_parts_written = t->staging_fixed[t->cur];
@@ -111,23 +110,24 @@ static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, 
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
     memset(t, 0, sizeof *t);
     t->plan = plan;
-    const tg_job *job = &plan->job;
+    const tg_plan_train *train = &plan->train;
+    const tg_plan_run *run = &plan->run;
     const tg_model_config *cfg = &plan->model;
-    t->rank = opts && job->data_parallel > 1 ? opts->rank : 0;
+    t->rank = opts && train->replicas > 1 ? opts->rank : 0;
     /* Each replica draws its own dropout masks (replica 0 those of a single trainer). */
     tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
-                              opts ? !opts->no_graphs : 1, job->seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull,
+                              opts ? !opts->no_graphs : 1, run->seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull,
                               t->rank, opts ? opts->comm : NULL};
-    t->replicas = job->data_parallel > 1 ? job->data_parallel : 1;
+    t->replicas = train->replicas > 1 ? train->replicas : 1;
     double t0 = tg_wall_ms();
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
     t->open_ms[0] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
-    t->shape = (tg_batch_shape){job->batch, job->seq, job->task, cfg->arch, tg_job_pad_id(job, cfg)};
-    t->batch_idx = calloc((size_t)job->batch, sizeof *t->batch_idx);
-    t->global_idx = calloc((size_t)job->batch * (size_t)t->replicas, sizeof *t->global_idx);
-    t->type_scratch = calloc((size_t)job->batch * (size_t)job->seq, sizeof *t->type_scratch);
-    t->staging_rows = calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)job->batch, sizeof *t->staging_rows);
+    t->shape = (tg_batch_shape){train->batch, train->seq, train->task, cfg->arch, train->pad_id};
+    t->batch_idx = calloc((size_t)train->batch, sizeof *t->batch_idx);
+    t->global_idx = calloc((size_t)train->batch * (size_t)t->replicas, sizeof *t->global_idx);
+    t->type_scratch = calloc((size_t)train->batch * (size_t)train->seq, sizeof *t->type_scratch);
+    t->staging_rows = calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)train->batch, sizeof *t->staging_rows);
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
@@ -149,7 +149,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         goto fail_oom;
     }
     memset(params, 0, plan->pool_bytes[TG_POOL_PARAMS]);
-    tg_weights_init(plan, params, job->seed);
+    tg_weights_init(plan, params, run->seed);
     if (cfg->weights[0]) {
         if (tg_weights_load(plan, params, cfg->weights, &t->weights, err)) {
             free(params);
@@ -174,19 +174,19 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t0 = tg_wall_ms();
 
     if (!opts || opts->load_data) {
-        tg_data_rules rules = {job->task, job->num_labels, cfg->vocab_size, cfg->type_vocab_size};
-        if (tg_dataset_load(job->train_data, &rules, &t->train, err)) goto fail;
+        tg_data_rules rules = {train->task, train->num_labels, cfg->vocab_size, cfg->type_vocab_size};
+        if (tg_dataset_load(run->train_data, &rules, &t->train, err)) goto fail;
         t->has_train = 1;
-        if (job->eval_data[0]) {
-            if (tg_dataset_load(job->eval_data, &rules, &t->eval, err)) goto fail;
+        if (run->eval_data[0]) {
+            if (tg_dataset_load(run->eval_data, &rules, &t->eval, err)) goto fail;
             t->has_eval = 1;
         }
-        if (tg_sampler_init(&t->sampler, t->train.n, job->seed, err)) goto fail;
+        if (tg_sampler_init(&t->sampler, t->train.n, run->seed, err)) goto fail;
     }
     t->open_ms[2] = tg_wall_ms() - t0;
-    const int64_t global_batch = (int64_t)job->batch * t->replicas;
+    const int64_t global_batch = (int64_t)train->batch * t->replicas;
     int32_t per_epoch = t->has_train ? (int32_t)((t->train.n + global_batch - 1) / global_batch) : 1;
-    t->total_steps = job->steps > 0 ? job->steps : job->epochs * per_epoch;
+    t->total_steps = run->steps > 0 ? run->steps : run->epochs * per_epoch;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
         goto fail;
     return 0;
@@ -329,7 +329,7 @@ static int64_t counted_labels(const int32_t *labels, int64_t n) {
 
 int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     memset(s, 0, sizeof *s);
-    if (!t->has_eval) return tg_fail(err, "no eval_data in the job");
+    if (!t->has_eval) return tg_fail(err, "no eval_data in the run settings");
     const tg_plan *p = t->plan;
     const tg_tensor *logits_t = &p->tensors[p->io.logits];
     int64_t classes = logits_t->shape[logits_t->ndim - 1];
@@ -341,8 +341,8 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     if (drain(t, err)) return -1;
     int saved_cur = t->cur;
     t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
-    float *logits = p->job.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
-    if (p->job.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
+    float *logits = p->train.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
+    if (p->train.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
@@ -373,8 +373,8 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     free(logits);
     t->cur = saved_cur;
     s->loss = s->counted ? loss_sum / (double)s->counted : 0.0;
-    s->accuracy = p->job.task == TG_TASK_CLASSIFY && s->counted ? (double)correct / (double)s->counted : -1.0;
-    s->perplexity = p->job.task == TG_TASK_LM ? exp(s->loss) : -1.0;
+    s->accuracy = p->train.task == TG_TASK_CLASSIFY && s->counted ? (double)correct / (double)s->counted : -1.0;
+    s->perplexity = p->train.task == TG_TASK_LM ? exp(s->loss) : -1.0;
     return 0;
 }
 

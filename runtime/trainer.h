@@ -96,7 +96,7 @@ typedef struct tg_trainer {
     double open_ms[3];          /* time to open: executor and pools, weights, datasets */
 } tg_trainer;
 
-/* Allocates the pools, initialises parameters (random with the job's seed, then the
+/* Allocates the pools, initialises parameters (random with the run's seed, then the
  * model folder's model.safetensors where there is one), loads the datasets, and sets the
  * schedule's total steps (steps, or epochs x global batches per epoch). */
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);

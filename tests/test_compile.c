@@ -1531,7 +1531,7 @@ TG_TEST(test_compile_packed_qkv) {
                 if (op->phase == TG_PHASE_FORWARD && w >= 0 && p->tensors[w].group < 0 &&
                     (p->tensors[w].flags & TG_TENSOR_VIEW) && strstr(p->tensors[w].name, "self.qkv.weight")) {
                     int b = master_of(p, op->in[2]);
-                    packed_fwd += op->i[0] == p->job.batch * p->job.seq && op->i[1] == 3 * D && op->i[2] == D &&
+                    packed_fwd += op->i[0] == p->train.batch * p->train.seq && op->i[1] == 3 * D && op->i[2] == D &&
                                   op->i[4] == 1 && b >= 0 && strstr(p->tensors[b].name, "self.qkv.bias") &&
                                   p->tensors[op->out[0]].shape[1] == 3 * D;
                 }
@@ -1570,7 +1570,7 @@ TG_TEST(test_compile_packed_qkv) {
                     CHECK(x->group == v && x->offset == vt->offset + (uint64_t)(i * member_bytes) &&
                               g->group == vt->grad && g->offset == x->offset,
                           "%s: %s at %llu in group %d", name, mname, (unsigned long long)x->offset, x->group);
-                    if (p->job.precision == TG_PREC_BF16) {
+                    if (p->train.precision == TG_PREC_BF16) {
                         char cname[TG_NAME_MAX + 8];
                         snprintf(cname, sizeof cname, "bf16.%s", mname);
                         int cc = tg_test_tensor_named(p, cname);

@@ -105,7 +105,7 @@ static void check_buckets(const tg_plan *p, const char *what, int min_buckets) {
     for (int o = 0; o < p->n_ops; o++) {
         const tg_op *op = &p->ops[o];
         if (op->kind == TG_OP_FILL)
-            CHECK(op->f[0] == 1.0f / (float)p->job.data_parallel, "%s: loss gradient seeded with %g", what, op->f[0]);
+            CHECK(op->f[0] == 1.0f / (float)p->train.replicas, "%s: loss gradient seeded with %g", what, op->f[0]);
         if (op->kind != TG_OP_ALL_REDUCE) continue;
         buckets++;
         if (first < 0) first = o;
@@ -299,7 +299,7 @@ TG_TEST(test_zero_plan) {
             tg_plan back;
             if (CHECK(tg_plan_encode(&z, &bytes, &len, &err) == 0, "%s", err.msg)) {
                 if (CHECK(tg_plan_decode(bytes, len, "zero.plan", &back, &err) == 0, "%s", err.msg)) {
-                    CHECK(back.job.zero_stage == 1 && back.ops[adamw].i[1] == slice, "the plan file lost the stage");
+                    CHECK(back.train.zero_stage == 1 && back.ops[adamw].i[1] == slice, "the plan file lost the stage");
                     tg_plan_free(&back);
                 }
                 free(bytes);

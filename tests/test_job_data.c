@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/compile.h"
 #include "compiler/job.h"
 #include "datasets/dataset.h"
 #include "tests/harness.h"
@@ -188,6 +189,70 @@ TG_TEST(test_job_relative_paths) {
             "write");
     REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
     CHECK(strcmp(j.model, "roberta-base") == 0, "model %s", j.model);
+}
+
+/* `run PLAN --set`: the run keys change the plan's run settings (parsed as in a job
+ * file), a compiled-in key or a bad value is refused naming the key, and a refused list
+ * leaves the settings as they were. */
+TG_TEST(test_job_run_overrides_on_plan) {
+    tg_job job;
+    tg_plan plan;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load("examples/demo-classify.job", NULL, 0, &job, &err) == 0, "load: %s", err.msg);
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "compile: %s", err.msg);
+    const tg_plan_train train = plan.train;
+    CHECK(plan.run.steps == 200 && plan.run.epochs == 0 && plan.run.seed == 42 && plan.run.log_every == 10 &&
+              strcmp(plan.run.train_data, "examples/data/sentiment-train.jsonl") == 0,
+          "compiled run settings: steps %d seed %llu log_every %d train %s", plan.run.steps,
+          (unsigned long long)plan.run.seed, plan.run.log_every, plan.run.train_data);
+
+    const char *sets[] = {"steps = 7", "seed=18446744073709551615", "log_every=3", "train_data=rel/t.jsonl",
+                          "eval_data=\"/abs/e.jsonl\""};
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, sets, 5, "d.tgp", &err) == 0, "run keys: %s", err.msg);
+    CHECK(plan.run.steps == 7 && plan.run.epochs == 0 && plan.run.seed == UINT64_MAX && plan.run.log_every == 3,
+          "steps %d epochs %d seed %llu log_every %d", plan.run.steps, plan.run.epochs,
+          (unsigned long long)plan.run.seed, plan.run.log_every);
+    /* Command-line paths stay relative to the current directory, not the job's folder. */
+    CHECK(strcmp(plan.run.train_data, "rel/t.jsonl") == 0 && strcmp(plan.run.eval_data, "/abs/e.jsonl") == 0,
+          "train %s eval %s", plan.run.train_data, plan.run.eval_data);
+    CHECK(memcmp(&train, &plan.train, sizeof train) == 0, "run keys changed the compiled-in settings");
+
+    /* epochs replaces the plan's steps, and the other way round. */
+    const char *epochs[] = {"epochs=2"};
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, epochs, 1, "d.tgp", &err) == 0, "epochs: %s", err.msg);
+    CHECK(plan.run.epochs == 2 && plan.run.steps == 0, "epochs %d steps %d", plan.run.epochs, plan.run.steps);
+    const char *steps[] = {"steps=5"};
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, steps, 1, "d.tgp", &err) == 0, "steps: %s", err.msg);
+    CHECK(plan.run.steps == 5 && plan.run.epochs == 0, "steps %d epochs %d", plan.run.steps, plan.run.epochs);
+
+    const tg_plan_run before = plan.run;
+    struct {
+        const char *set;
+        const char *want;
+    } refused[] = {
+        {"batch=4", "--set batch=4: this key is compiled into d.tgp; recompile the job to change it (a plan takes "
+                    "steps, epochs, seed, log_every, train_data, eval_data)"},
+        {"lr=0.1", "--set lr=0.1: this key is compiled into d.tgp"},
+        {"steps=0", "--set steps=0: key 'steps': 0 is out of range (must be 1..2147483647)"},
+        {"seed=-1", "--set seed=-1: key 'seed': '-1' is not a non-negative integer"},
+        {"log_every=often", "--set log_every=often: key 'log_every': 'often' is not an integer"},
+        {"train_data=", "--set train_data=: key 'train_data': value is empty"},
+        {"stpes=3", "--set stpes=3: key 'stpes': unknown key (did you mean 'steps'?)"},
+    };
+    for (size_t c = 0; c < sizeof refused / sizeof refused[0]; c++) {
+        const char *one[] = {"seed=5", refused[c].set}; /* the good key before it is not kept either */
+        memset(&err, 0, sizeof err);
+        CHECK(tg_job_apply_run_overrides(&plan.run, one, 2, "d.tgp", &err) == -1, "--set %s accepted",
+              refused[c].set);
+        CHECK(strstr(err.msg, refused[c].want) == err.msg, "--set %s: '%s' lacks '%s'", refused[c].set, err.msg,
+              refused[c].want);
+        CHECK(memcmp(&before, &plan.run, sizeof before) == 0, "--set %s changed the run settings", refused[c].set);
+    }
+    const char *both[] = {"steps=5", "epochs=1"};
+    CHECK(tg_job_apply_run_overrides(&plan.run, both, 2, "d.tgp", &err) == -1 &&
+              strstr(err.msg, "d.tgp: keys 'steps' (--set) and 'epochs' (--set) are both set; give exactly one"),
+          "both: %s", err.msg);
+    tg_plan_free(&plan);
 }
 
 TG_TEST(test_job_set_overrides) {

@@ -22,8 +22,8 @@ static uint32_t rnd(void) {
 /* Random inputs with one padded row; positions as the dataset code makes them. */
 static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
     const tg_plan_io *io = &p->io;
-    int B = p->job.batch, T = p->job.seq, V = p->model.vocab_size;
-    int pad = tg_job_pad_id(&p->job, &p->model);
+    int B = p->train.batch, T = p->train.seq, V = p->model.vocab_size;
+    int pad = p->train.pad_id;
     int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
     int32_t *types = tg_trainer_input(tr, io->token_type_ids), *labels = tg_trainer_input(tr, io->labels);
     float *mask = tg_trainer_input(tr, io->attention_mask);
@@ -37,9 +37,9 @@ static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
             real += keep;
             pos[i] = p->model.arch == TG_ARCH_ROBERTA ? (keep ? pad + real : pad) : t;
             if (types) types[i] = keep && p->model.type_vocab_size > 1 ? (int32_t)(rnd() % 2) : 0;
-            if (p->job.task == TG_TASK_LM) labels[i] = t + 1 < len ? (int32_t)(rnd() % (uint32_t)V) : TG_IGNORE_INDEX;
+            if (p->train.task == TG_TASK_LM) labels[i] = t + 1 < len ? (int32_t)(rnd() % (uint32_t)V) : TG_IGNORE_INDEX;
         }
-        if (p->job.task == TG_TASK_CLASSIFY) labels[b] = (int32_t)(rnd() % (uint32_t)p->job.num_labels);
+        if (p->train.task == TG_TASK_CLASSIFY) labels[b] = (int32_t)(rnd() % (uint32_t)p->train.num_labels);
     }
 }
 

@@ -2036,7 +2036,7 @@ TG_TEST(test_op_exec) {
     plan.phase_begin[0] = 0, plan.phase_begin[1] = 2, plan.phase_begin[2] = 3;
     plan.phase_begin[3] = 3;
     plan.pool_bytes[TG_POOL_ACTIVATIONS] = 532;
-    plan.job.seed = 77;
+    plan.run.seed = 77;
 
     tg_cpu_exec x;
     tg_err err = {{0}};

@@ -5,6 +5,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <zstd.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "plan/inspect.h"
 #include "plan/plan_file.h"
 #include "tests/harness.h"
@@ -68,36 +72,25 @@ static void build_plan(tg_plan *p) {
     m->embedding_dropout = 1e-40f; /* denormal */
     m->classifier_dropout = 0.25f;
 
-    tg_job *j = &p->job;
-    snprintf(j->path, sizeof j->path, "%s", "/jobs/sst2.job");
-    snprintf(j->model, sizeof j->model, "%s", "bert-tiny");
-    j->task = TG_TASK_CLASSIFY;
-    j->num_labels = 2;
-    j->batch = 2;
-    j->seq = 4;
-    j->precision = TG_PREC_BF16;
-    j->allow_tf32 = 1;
-    j->attention = TG_ATTENTION_UNFUSED;
-    j->fuse_bias_grad = 0; /* not the default, so a lost field shows */
-    j->fuse_gelu = 0;
-    j->fuse_residual_layernorm = 0;
-    j->fuse_qkv = 0;
-    j->data_parallel = 3; /* not the default, so a lost field shows */
-    j->lr = 5e-5f;
-    j->beta1 = 0.9f;
-    j->beta2 = 0.999f;
-    j->eps = 1e-8f;
-    j->weight_decay = 0.01f;
-    j->warmup_steps = 10;
-    j->steps = 100;
-    j->epochs = 0;
-    j->grad_clip = 1.0f;
-    j->seed = 0xfedcba9876543210ull;
-    j->pad_token_id = -1;
-    j->log_every = 5;
-    snprintf(j->train_data, sizeof j->train_data, "%s", "/data/train.jsonl");
-    j->eval_data[0] = 0;
-    for (int k = 0; k < 40; k++) j->key_line[k] = k % 3 == 0 ? -1 : k;
+    snprintf(p->job_path, sizeof p->job_path, "%s", "/jobs/sst2.job");
+    tg_plan_train *t = &p->train; /* no field at its default, so a lost field shows */
+    t->task = TG_TASK_CLASSIFY;
+    t->batch = 2;
+    t->seq = 4;
+    t->num_labels = 3;
+    t->pad_id = 5;
+    t->precision = TG_PREC_BF16;
+    t->allow_tf32 = 1;
+    t->replicas = 3;
+    t->zero_stage = 1;
+    t->attention = TG_ATTENTION_UNFUSED;
+    tg_plan_run *r = &p->run;
+    snprintf(r->train_data, sizeof r->train_data, "%s", "/data/train.jsonl");
+    snprintf(r->eval_data, sizeof r->eval_data, "%s", "/data/eval.jsonl");
+    r->steps = 100;
+    r->epochs = 0;
+    r->log_every = 5;
+    r->seed = 0xfedcba9876543210ull;
 
     p->tensors = calloc(N_T, sizeof *p->tensors);
     p->ops = calloc(16, sizeof *p->ops);
@@ -238,35 +231,23 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_BITS(model.embedding_dropout);
     D_BITS(model.classifier_dropout);
 
-    D_STR(job.path);
-    D_STR(job.model);
-    D_INT(job.task);
-    D_INT(job.num_labels);
-    D_INT(job.batch);
-    D_INT(job.seq);
-    D_INT(job.precision);
-    D_INT(job.allow_tf32);
-    D_INT(job.attention);
-    D_INT(job.fuse_bias_grad);
-    D_INT(job.fuse_gelu);
-    D_INT(job.fuse_residual_layernorm);
-    D_INT(job.fuse_qkv);
-    D_INT(job.data_parallel);
-    D_BITS(job.lr);
-    D_BITS(job.beta1);
-    D_BITS(job.beta2);
-    D_BITS(job.eps);
-    D_BITS(job.weight_decay);
-    D_INT(job.warmup_steps);
-    D_INT(job.steps);
-    D_INT(job.epochs);
-    D_BITS(job.grad_clip);
-    D_INT(job.seed);
-    D_INT(job.pad_token_id);
-    D_INT(job.log_every);
-    D_STR(job.train_data);
-    D_STR(job.eval_data);
-    for (int k = 0; k < 40; k++) D_INT(job.key_line[k]);
+    D_STR(job_path);
+    D_INT(train.task);
+    D_INT(train.batch);
+    D_INT(train.seq);
+    D_INT(train.num_labels);
+    D_INT(train.pad_id);
+    D_INT(train.precision);
+    D_INT(train.allow_tf32);
+    D_INT(train.replicas);
+    D_INT(train.zero_stage);
+    D_INT(train.attention);
+    D_STR(run.train_data);
+    D_STR(run.eval_data);
+    D_INT(run.steps);
+    D_INT(run.epochs);
+    D_INT(run.log_every);
+    D_INT(run.seed);
 
     D_INT(n_tensors);
     for (int t = 0; t < a->n_tensors; t++) {
@@ -347,14 +328,11 @@ TG_TEST(test_plan_file_round_trip) {
     REQUIRE(rc == 0, "round trip failed: %s", err.msg);
     char what[128] = "";
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
-    CHECK(back.ops[4].in[TG_OP_MAX_IN - 1] == T_LABELS && back.job.attention == TG_ATTENTION_UNFUSED,
+    CHECK(back.ops[4].in[TG_OP_MAX_IN - 1] == T_LABELS && back.train.attention == TG_ATTENTION_UNFUSED,
           "input slot %d or the attention mode lost", TG_OP_MAX_IN - 1);
-    CHECK(back.ops[1].i[7] == 2 && back.job.fuse_bias_grad == 0 && back.job.fuse_residual_layernorm == 0,
-          "matmul i[7], fuse_bias_grad or fuse_residual_layernorm lost");
-    CHECK(back.tensors[T_CLS_B].group == 9 && back.tensors[T_WTE].group == -1 && back.job.fuse_qkv == 0,
-          "packed group or fuse_qkv lost");
-    CHECK(back.ops[1].i[8] == TG_MATMUL_ACT_GELU_BWD && back.ops[1].in[3] == T_H && back.job.fuse_gelu == 0,
-          "matmul i[8], its in3 or fuse_gelu lost");
+    CHECK(back.ops[1].i[7] == 2, "matmul i[7] lost");
+    CHECK(back.tensors[T_CLS_B].group == 9 && back.tensors[T_WTE].group == -1, "packed group lost");
+    CHECK(back.ops[1].i[8] == TG_MATMUL_ACT_GELU_BWD && back.ops[1].in[3] == T_H, "matmul i[8] or its in3 lost");
     tg_plan_free(&p);
     tg_plan_free(&back);
 }
@@ -370,10 +348,10 @@ TG_TEST(test_plan_file_diff_detects_changes) {
     CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "ops[o].f[k]"),
           "-0.0 vs 0.0 not seen (got '%s')", what);
     b.ops[1].f[5] = -0.0f;
-    b.job.key_line[39] = 99;
-    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "key_line"),
-          "key_line change not seen (got '%s')", what);
-    b.job.key_line[39] = a.job.key_line[39];
+    b.run.seed ^= 1ull << 63;
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "run.seed"),
+          "seed change not seen (got '%s')", what);
+    b.run.seed = a.run.seed;
     b.tensors[T_V_ALL].name[0] = 'w';
     CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "name"),
           "name change not seen (got '%s')", what);
@@ -409,7 +387,9 @@ TG_TEST(test_plan_file_deterministic) {
 TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
-    p.job.data_parallel = 1;
+    p.model.vocab_size = 1;
+    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 1, .replicas = 1};
+    p.run.steps = 1, p.run.log_every = 1;
     p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
@@ -428,13 +408,13 @@ TG_TEST(test_plan_file_write_read) {
     REQUIRE(tg_plan_write(&p, path, &err) == 0, "write: %s", err.msg);
     CHECK(tg_test_count_files(dir) == 1, "write left %d files", tg_test_count_files(dir));
     /* Overwrite in place with a changed plan; the reader sees the new one. */
-    p.job.steps = 12345;
+    p.run.steps = 12345;
     REQUIRE(tg_plan_write(&p, path, &err) == 0, "rewrite: %s", err.msg);
     CHECK(tg_test_count_files(dir) == 1, "rewrite left %d files", tg_test_count_files(dir));
     REQUIRE(tg_plan_read(path, &back, &err) == 0, "read: %s", err.msg);
     char what[128] = "";
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "read plan differs at %s", what);
-    CHECK(back.job.steps == 12345, "old plan read back");
+    CHECK(back.run.steps == 12345, "old plan read back");
     tg_plan_free(&back);
 
     char missing[640];
@@ -541,8 +521,8 @@ TG_TEST(test_plan_file_wrong_version) {
      * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv,
      * version 7 parameter gradients without a ZERO of the whole buffer (first writers
      * overwrite: the LayerNorm backwards' i[3]), version 8 the job's data_parallel and
-     * TG_OP_ALL_REDUCE. */
-    CHECK(TG_PLAN_VERSION > 7, "plan version %d still reads version 7 plans", TG_PLAN_VERSION);
+     * TG_OP_ALL_REDUCE, version 10 the train and run settings in place of the whole job. */
+    CHECK(TG_PLAN_VERSION > 9, "plan version %d still reads version 9 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);
@@ -582,15 +562,24 @@ static void bad_name(tg_plan *p) { memset(p->tensors[T_H].name, 'x', TG_NAME_MAX
 static void bad_source(tg_plan *p) { memset(p->model.source, 'x', TG_PATH_MAX); }
 static void bad_arch(tg_plan *p) { p->model.arch = TG_ARCH_COUNT; }
 static void bad_last_input(tg_plan *p) { p->ops[1].in[TG_OP_MAX_IN - 1] = 9999; }
-static void bad_attention(tg_plan *p) { p->job.attention = TG_ATTENTION_MODE_COUNT; }
-static void bad_fuse_bias_grad(tg_plan *p) { p->job.fuse_bias_grad = 2; }
-static void bad_fuse_gelu(tg_plan *p) { p->job.fuse_gelu = 7; }
+static void bad_attention(tg_plan *p) { p->train.attention = TG_ATTENTION_MODE_COUNT; }
 static void bad_activation(tg_plan *p) { p->ops[1].i[8] = 3; }
 static void activation_without_pre(tg_plan *p) { p->ops[1].i[8] = TG_MATMUL_ACT_GELU; }
-static void bad_fuse_residual_layernorm(tg_plan *p) { p->job.fuse_residual_layernorm = -1; }
-static void bad_fuse_qkv(tg_plan *p) { p->job.fuse_qkv = -1; }
 static void bad_group(tg_plan *p) { p->tensors[T_WTE].group = N_T; }
-static void bad_data_parallel(tg_plan *p) { p->job.data_parallel = 0; }
+static void bad_replicas(tg_plan *p) { p->train.replicas = 0; }
+static void bad_task(tg_plan *p) { p->train.task = TG_TASK_COUNT; }
+static void bad_batch(tg_plan *p) { p->train.batch = 0; }
+static void bad_seq(tg_plan *p) { p->train.seq = -4; }
+static void bad_num_labels(tg_plan *p) { p->train.num_labels = 0; }
+static void bad_pad_id(tg_plan *p) { p->train.pad_id = 16; }
+static void bad_precision(tg_plan *p) { p->train.precision = TG_PREC_COUNT; }
+static void bad_allow_tf32(tg_plan *p) { p->train.allow_tf32 = 2; }
+static void bad_zero_stage(tg_plan *p) { p->train.replicas = 1; }
+static void bad_steps_and_epochs(tg_plan *p) { p->run.epochs = 2; }
+static void no_steps_or_epochs(tg_plan *p) { p->run.steps = 0; }
+static void bad_log_every(tg_plan *p) { p->run.log_every = 0; }
+static void bad_train_data(tg_plan *p) { memset(p->run.train_data, 'x', TG_PATH_MAX); }
+static void bad_job_path(tg_plan *p) { memset(p->job_path, 'x', TG_PATH_MAX); }
 
 TG_TEST(test_plan_file_inconsistent_tables) {
     struct {
@@ -614,15 +603,24 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_source, "plan.tgp: model source is 512 bytes"},
         {bad_arch, "plan.tgp: model arch 3"},
         {bad_last_input, "plan.tgp: op 1 (matmul) input 7 refers to tensor 9999 of 19"},
-        {bad_attention, "plan.tgp: job attention mode 2 is not a known mode"},
-        {bad_fuse_bias_grad, "plan.tgp: job fuse_bias_grad 2 is not a boolean"},
-        {bad_fuse_gelu, "plan.tgp: job fuse_gelu 7 is not a boolean"},
+        {bad_attention, "plan.tgp: train attention mode 2 is not a known mode"},
         {bad_activation, "plan.tgp: op 1 (matmul) has activation i[8]=3 (0, 1 or 2 allowed)"},
         {activation_without_pre, "plan.tgp: op 1 (matmul) with activation i[8]=1 lacks its pre-activation (out2)"},
-        {bad_fuse_residual_layernorm, "plan.tgp: job fuse_residual_layernorm -1 is not a boolean"},
-        {bad_fuse_qkv, "plan.tgp: job fuse_qkv -1 is not a boolean"},
         {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
-        {bad_data_parallel, "plan.tgp: job data_parallel 0 is not in [1, 64]"},
+        {bad_replicas, "plan.tgp: train replicas 0 is not in [1, 64]"},
+        {bad_task, "plan.tgp: train task 2 is not a known task"},
+        {bad_batch, "plan.tgp: train batch 0 is not a positive row count"},
+        {bad_seq, "plan.tgp: train seq -4 is not a positive length"},
+        {bad_num_labels, "plan.tgp: train num_labels 0 is not a positive count"},
+        {bad_pad_id, "plan.tgp: train pad_id 16 is outside the model's vocabulary (vocab_size 16)"},
+        {bad_precision, "plan.tgp: train precision 3 is not a known precision"},
+        {bad_allow_tf32, "plan.tgp: train allow_tf32 2 is not a boolean"},
+        {bad_zero_stage, "plan.tgp: train zero_stage 1 is not 0, or 1 with replicas >= 2"},
+        {bad_steps_and_epochs, "plan.tgp: run steps 100 and epochs 2: exactly one must be positive"},
+        {no_steps_or_epochs, "plan.tgp: run steps 0 and epochs 0: exactly one must be positive"},
+        {bad_log_every, "plan.tgp: run log_every 0 is not a positive step count"},
+        {bad_train_data, "plan.tgp: run train_data is 512 bytes, its field holds at most 511"},
+        {bad_job_path, "plan.tgp: job path is 512 bytes"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_plan p, back;
@@ -637,6 +635,86 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         tg_plan_free(&p);
         tg_plan_free(&back);
     }
+}
+
+/* ---- train and run settings edited inside a sealed file ---------------------------- */
+
+/* Where the train settings start in the test plan's payload: after the model config
+ * (its two strings, ten int32 and six float fields) and the job path. */
+static size_t train_offset(const tg_plan *p) {
+    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 16 * 4 + 4 + strlen(p->job_path);
+}
+
+static void put32(uint8_t *b, uint32_t v) {
+    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Encodes the test plan, writes `value` as the int32 at payload offset `at`, recompresses
+ * and re-seals the file (sizes and checksum), and decodes it: only the decoder's field
+ * checks stand between the edit and a plan. */
+static int decode_edited(size_t at, int32_t value, tg_plan *back, tg_err *err) {
+    tg_plan p;
+    build_plan(&p);
+    uint8_t *file = NULL;
+    size_t len = 0;
+    int rc = -2;
+    if (tg_plan_encode(&p, &file, &len, err)) goto out;
+    size_t usize = ZSTD_getFrameContentSize(file + 40, len - 40);
+    uint8_t *payload = malloc(usize);
+    size_t bound = ZSTD_compressBound(usize);
+    uint8_t *sealed = malloc(40 + bound);
+    if (payload && sealed && ZSTD_decompress(payload, usize, file + 40, len - 40) == usize && at + 4 <= usize) {
+        put32(payload + at, (uint32_t)value);
+        size_t csize = ZSTD_compress(sealed + 40, bound, payload, usize, 3);
+        if (!ZSTD_isError(csize)) {
+            memcpy(sealed, file, 16); /* magic, version, flags */
+            put64(sealed + 16, usize);
+            put64(sealed + 24, csize);
+            put64(sealed + 32, XXH64(sealed + 40, csize, 0));
+            rc = tg_plan_decode(sealed, 40 + csize, "plan.tgp", back, err);
+        }
+    }
+    free(payload);
+    free(sealed);
+out:
+    free(file);
+    tg_plan_free(&p);
+    return rc;
+}
+
+TG_TEST(test_plan_file_edited_train_field) {
+    tg_plan p, back;
+    build_plan(&p);
+    const size_t train = train_offset(&p);
+    tg_err err = {{0}};
+    /* The edit path itself: the unchanged value (batch 2) re-sealed reads back whole. */
+    REQUIRE(decode_edited(train + 4, p.train.batch, &back, &err) == 0, "re-sealed plan refused: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "re-sealed plan differs at %s", what);
+    tg_plan_free(&back);
+    struct {
+        size_t at;
+        int32_t value;
+        const char *want;
+    } cases[] = {
+        {train + 4, 0, "plan.tgp: train batch 0 is not a positive row count"},
+        {train + 16, -1, "plan.tgp: train pad_id -1 is outside the model's vocabulary (vocab_size 16)"},
+        {train + 20, 7, "plan.tgp: train precision 7 is not a known precision"},
+        {train + 28, TG_MAX_DATA_PARALLEL + 1, "plan.tgp: train replicas 65 is not in [1, 64]"},
+        {train + 32, 2, "plan.tgp: train zero_stage 2 is not 0, or 1 with replicas >= 2"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(&err, 0, sizeof err);
+        CHECK(decode_edited(cases[c].at, cases[c].value, &back, &err) == -1, "case %zu accepted: want '%s'", c,
+              cases[c].want);
+        CHECK(has(err.msg, cases[c].want), "case %zu: '%s' lacks '%s'", c, err.msg, cases[c].want);
+        CHECK(!back.ops && !back.tensors, "case %zu left tables", c);
+        tg_plan_free(&back);
+    }
+    tg_plan_free(&p);
 }
 
 /* ---- atomic write ------------------------------------------------------------------ */
@@ -723,7 +801,7 @@ TG_TEST(test_inspect_text) {
     if (getenv("TG_SHOW_INSPECT")) fputs(text, stderr); /* to eyeball the layout */
     const char *want[] = {
         "== forward (3 ops) ==", "== backward (4 ops) ==", "== optimizer (3 ops) ==",
-        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "attention: unfused  data parallel: 3 replicas\n",
+        "models/bert-tiny (bert)", "classify", "2 x 4", "bf16", "attention: unfused  data parallel: 3 replicas (ZeRO-1: optimizer state sharded)\n",
         "0123456789abcdef",
         "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
@@ -794,6 +872,27 @@ TG_TEST(test_inspect_json) {
     CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&
               json_integer_value(json_object_get(root, "seq")) == 4,
           "batch/seq");
+    json_t *train = json_object_get(root, "train"), *run = json_object_get(root, "run");
+    CHECK(!strcmp(jsv(json_object_get(train, "task")), "classify") &&
+              json_integer_value(json_object_get(train, "batch")) == 2 &&
+              json_integer_value(json_object_get(train, "seq")) == 4 &&
+              json_integer_value(json_object_get(train, "num_labels")) == 3 &&
+              json_integer_value(json_object_get(train, "pad_id")) == 5 &&
+              !strcmp(jsv(json_object_get(train, "precision")), "bf16") &&
+              json_is_true(json_object_get(train, "allow_tf32")) &&
+              json_integer_value(json_object_get(train, "replicas")) == 3 &&
+              json_integer_value(json_object_get(train, "zero_stage")) == 1 &&
+              !strcmp(jsv(json_object_get(train, "attention")), "unfused"),
+          "train object");
+    /* The seed is past jansson's signed 64 bits, so it comes as its decimal text. */
+    CHECK(!strcmp(jsv(json_object_get(run, "train_data")), "/data/train.jsonl") &&
+              !strcmp(jsv(json_object_get(run, "eval_data")), "/data/eval.jsonl") &&
+              json_integer_value(json_object_get(run, "steps")) == 100 &&
+              json_integer_value(json_object_get(run, "epochs")) == 0 &&
+              json_integer_value(json_object_get(run, "log_every")) == 5 &&
+              !strcmp(jsv(json_object_get(run, "seed")), "18364758544493064720"),
+          "run object");
+    CHECK(!strcmp(jsv(json_object_get(root, "job_path")), "/jobs/sst2.job"), "job_path");
 
     json_t *tensors = json_object_get(root, "tensors");
     REQUIRE(json_array_size(tensors) == N_T, "tensor count");

@@ -186,7 +186,7 @@ int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_er
 static tg_lm_label_rows lm_label_rows(const tg_plan *p) {
     tg_lm_label_rows r = {0};
     const tg_plan_io *io = &p->io;
-    if (p->job.task != TG_TASK_LM || io->labels < 0 || io->input_ids < 0 || io->attention_mask < 0) return r;
+    if (p->train.task != TG_TASK_LM || io->labels < 0 || io->input_ids < 0 || io->attention_mask < 0) return r;
     const tg_tensor *ids = &p->tensors[io->input_ids], *mask = &p->tensors[io->attention_mask],
                     *labels = &p->tensors[io->labels];
     if (ids->pool != TG_POOL_INPUTS || mask->pool != TG_POOL_INPUTS || labels->pool != TG_POOL_INPUTS ||
@@ -207,7 +207,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     x->label_rows = lm_label_rows(plan);
     /* The trainer leaves an LM batch's labels to the step: a plan whose labels cannot be
      * derived would train on whatever the rows held. */
-    if (plan->job.task == TG_TASK_LM && !x->label_rows.rows)
+    if (plan->train.task == TG_TASK_LM && !x->label_rows.rows)
         return tg_fail(err, "LM plan: its input_ids, attention_mask and labels are not the [batch, seq] int32, float "
                             "and int32 inputs the step derives labels from");
     int count = 0;
@@ -239,7 +239,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     c->nccl_comm = nccl_comm;
     c->rank = nccl_comm ? device : 0; /* replica r runs on GPU r */
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
-    c->allow_tf32 = plan->job.allow_tf32;
+    c->allow_tf32 = plan->train.allow_tf32;
     c->gemm_workspace_bytes = GEMM_WORKSPACE_BYTES;
     int64_t scratch = 1024;
     for (int o = 0; o < plan->n_ops; o++) {
@@ -265,7 +265,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
         rc = cuda_fail(err, "cudaStreamCreate (batch fetch branch)", e);
     else if (deferred_update_init(x, err))
         rc = -1;
-    else if (nccl_comm && plan->job.data_parallel > 1 &&
+    else if (nccl_comm && plan->train.replicas > 1 &&
              ((e = cudaStreamCreateWithFlags(&x->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
               (e = cudaEventCreateWithFlags(&x->comm_fork, cudaEventDisableTiming)) != cudaSuccess ||
               (e = cudaEventCreateWithFlags(&x->comm_done, cudaEventDisableTiming)) != cudaSuccess))

@@ -93,7 +93,7 @@ static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cud
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);
     if (!c) return tg_fail(err, "out of memory");
-    const int replicas = plan->job.data_parallel;
+    const int replicas = plan->train.replicas;
     if (tg_cuda_exec_init_on(&c->x, plan, opts->seed, replicas > 1 ? opts->rank : 0, replicas > 1 ? opts->comm : NULL,
                              err)) {
         free(c);

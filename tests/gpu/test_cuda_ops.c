@@ -63,14 +63,14 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
     if (t == io->input_ids)
         for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)(next_u32() % (uint32_t)p->model.vocab_size);
     else if (t == io->position_ids)
-        for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)(next_u32() % (uint32_t)p->job.seq);
+        for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)(next_u32() % (uint32_t)p->train.seq);
     else if (t == io->token_type_ids)
         for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)(next_u32() % (uint32_t)(p->model.type_vocab_size));
     else if (t == io->labels) {
-        int classes = p->job.task == TG_TASK_LM ? p->model.vocab_size : p->job.num_labels;
+        int classes = p->train.task == TG_TASK_LM ? p->model.vocab_size : p->train.num_labels;
         for (int64_t i = 0; i < n; i++) iv[i] = next_u32() % 5 == 0 ? TG_IGNORE_INDEX : (int32_t)(next_u32() % (uint32_t)classes);
     } else if (t == io->attention_mask)
-        for (int64_t i = 0; i < n; i++) fv[i] = (i % p->job.seq == 0 || next_u32() % 4) ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < n; i++) fv[i] = (i % p->train.seq == 0 || next_u32() % 4) ? 1.0f : 0.0f;
     else if (t == io->step)
         fv[0] = (float)(1 + next_u32() % 50); /* AdamW bias correction needs t >= 1 */
     else if (t == io->total_steps)
@@ -148,7 +148,7 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
     tg_cuda_exec gpu;
     REQUIRE(tg_cpu_exec_init(&cpu, &p, 0, &err) == 0, "%s", err.msg);
     void *nccl = NULL; /* data-parallel plans: a communicator of this GPU alone */
-    if (p.job.data_parallel > 1 && !CHECK(tg_cuda_comms_create(&nccl, 1, &err) == 0, "%s: %s", what, err.msg)) {
+    if (p.train.replicas > 1 && !CHECK(tg_cuda_comms_create(&nccl, 1, &err) == 0, "%s: %s", what, err.msg)) {
         tg_cpu_exec_free(&cpu);
         tg_plan_free(&p);
         return;

@@ -56,7 +56,7 @@ static void close_run(run *r) {
 static void fill_inputs(run *r, int step) {
     const tg_plan *p = &r->plan;
     const tg_plan_io *io = &p->io;
-    int B = p->job.batch, T = p->job.seq, V = p->model.vocab_size;
+    int B = p->train.batch, T = p->train.seq, V = p->model.vocab_size;
     int32_t *ids = tg_trainer_input(&r->tr, io->input_ids), *pos = tg_trainer_input(&r->tr, io->position_ids);
     int32_t *labels = tg_trainer_input(&r->tr, io->labels), *types = tg_trainer_input(&r->tr, io->token_type_ids);
     float *mask = tg_trainer_input(&r->tr, io->attention_mask);
@@ -70,9 +70,9 @@ static void fill_inputs(run *r, int step) {
             mask[i] = t < len;
             pos[i] = p->model.arch == TG_ARCH_ROBERTA ? (t < len ? p->model.pad_token_id + 1 + t : p->model.pad_token_id) : t;
             if (types) types[i] = 0;
-            if (p->job.task == TG_TASK_LM) labels[i] = t + 1 < len ? (int32_t)((s >> 40) % (uint64_t)V) : TG_IGNORE_INDEX;
+            if (p->train.task == TG_TASK_LM) labels[i] = t + 1 < len ? (int32_t)((s >> 40) % (uint64_t)V) : TG_IGNORE_INDEX;
         }
-        if (p->job.task == TG_TASK_CLASSIFY) labels[b] = b % 3;
+        if (p->train.task == TG_TASK_CLASSIFY) labels[b] = b % 3;
     }
 }
 
@@ -498,7 +498,7 @@ TG_TEST(test_gpu_run_step_after_pipelined_steps) {
     tg_step_stats st;
     int ok = 1;
     for (int s = 0; s < 3 && ok; s++) ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0, "step %d: %s", s + 1, err.msg);
-    const int B = plan.job.batch, T = plan.job.seq;
+    const int B = plan.train.batch, T = plan.train.seq;
     int32_t *ids = tg_trainer_input(&tr, plan.io.input_ids), *labels = tg_trainer_input(&tr, plan.io.labels);
     for (int i = 0; ok && i < B * T; i++) ids[i] = ids[i] ? 1 + (i * 7) % 100 : 0; /* same padding, other tokens */
     for (int b = 0; ok && b < B; b++) labels[b] = (b + 1) % 2;
