@@ -992,15 +992,15 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args 
 /* Fills the shape, the Q/K/V parts (packed or not, slots q_slot..q_slot+2: 0 in the
  * forward, 5 in the backward) and dropout. */
 static int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, fa_args *f, tg_err *err) {
-    const tg_op *op = a->op;
+    const tg_attention_params *at = &a->op->p.attention; /* ATTENTION and ATTENTION_BWD share the set */
     memset(f, 0, sizeof *f);
-    f->B = (int)op->i[0], f->H = (int)op->i[1], f->T = (int)op->i[2], f->causal = op->i[3] != 0;
-    f->Dh = (int)op->i[6];
-    f->scale = op->f[0];
+    f->B = (int)at->b, f->H = (int)at->h, f->T = (int)at->t, f->causal = at->causal != 0;
+    f->Dh = (int)at->head_dim;
+    f->scale = at->scale;
     if (f->Dh < 1 || f->Dh > 128) return tg_fail(err, "head dim %d: the fused attention kernels take 1..128", f->Dh);
     const int64_t D = (int64_t)f->H * f->Dh;
     const int es = a->in_dtype[q_slot] == TG_BF16 ? 2 : 4;
-    if (op->i[5]) {
+    if (at->packed) {
         const char *base = (const char *)a->in[q_slot];
         f->q = base, f->k = base + D * es, f->v = base + 2 * D * es;
         f->ldq = f->ldk = f->ldv = 3 * D;
@@ -1013,8 +1013,8 @@ static int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, fa_args
     f->mask = (const float *)a->in[mask_slot];
     f->W = (f->T + 31) / 32;
     f->seed = a->ctx->seed;
-    f->key = (uint32_t)op->i[4];
-    f->p = op->f[1];
+    f->key = (uint32_t)at->key;
+    f->p = at->p;
     f->inv_keep = f->p < 1.0f ? 1.0f / (1.0f - f->p) : 0.0f; /* the CPU's expression */
     /* Forward: draws when training with the step counter and writes out2's bits; the
      * backward reads the bits (in4) and draws nothing. */
@@ -1112,7 +1112,7 @@ int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
     f.delta = (float *)a->out[3];
     const int64_t D = (int64_t)f.H * f.Dh;
     const int es = a->in_dtype[0] == TG_BF16 ? 2 : 4;
-    if (a->op->i[5]) {
+    if (a->op->p.attention.packed) {
         char *base = (char *)a->out[0];
         f.dq = base, f.dk = base + D * es, f.dv = base + 2 * D * es;
         f.lddq = f.lddk = f.lddv = 3 * D;
@@ -1122,7 +1122,7 @@ int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
         if (!f.dk || !f.dv) return tg_fail(err, "unpacked attention backward needs dk and dv outputs");
     }
     f.vec = f.vec && tg_aligned16(a->in[0]) && tg_aligned16(a->in[1]) && tg_aligned16(a->out[0]) &&
-            (a->op->i[5] || (tg_aligned16(a->out[1]) && tg_aligned16(a->out[2])));
+            (a->op->p.attention.packed || (tg_aligned16(a->out[1]) && tg_aligned16(a->out[2])));
     cudaStream_t s = a->ctx->stream;
     if (a->in_dtype[0] == TG_F32) {
         const unsigned blocks = (unsigned)(((int64_t)f.B * f.H * f.T + FA32_WARPS - 1) / FA32_WARPS);
