@@ -639,8 +639,10 @@ TG_TEST(test_plan_file_wrong_version) {
      * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv,
      * version 7 parameter gradients without a ZERO of the whole buffer (first writers
      * overwrite: the LayerNorm backwards' overwrite), version 8 the job's data_parallel and
-     * TG_OP_ALL_REDUCE. */
-    CHECK(TG_PLAN_VERSION > 7, "plan version %d still reads version 7 plans", TG_PLAN_VERSION);
+     * TG_OP_ALL_REDUCE, version 9 ZeRO-1 (the job's zero_stage, AdamW's zero_slice,
+     * TG_OP_ALL_GATHER), version 10 each op's typed parameters (only its set's fields, in
+     * plan/ops.def order) instead of nine integer and six float slots. */
+    CHECK(TG_PLAN_VERSION > 9, "plan version %d still reads version 9 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);
@@ -715,8 +717,8 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_attention, "plan.tgp: job attention mode 2 is not a known mode"},
         {bad_fuse_bias_grad, "plan.tgp: job fuse_bias_grad 2 is not a boolean"},
         {bad_fuse_gelu, "plan.tgp: job fuse_gelu 7 is not a boolean"},
-        {bad_activation, "plan.tgp: op 1 (matmul) has activation i[8]=3 (0, 1 or 2 allowed)"},
-        {activation_without_pre, "plan.tgp: op 1 (matmul) with activation i[8]=1 lacks its pre-activation (out2)"},
+        {bad_activation, "plan.tgp: op 1 (matmul) has activation=3 (0, 1 or 2 allowed)"},
+        {activation_without_pre, "plan.tgp: op 1 (matmul) with activation=1 lacks its pre-activation (out2)"},
         {bad_fuse_residual_layernorm, "plan.tgp: job fuse_residual_layernorm -1 is not a boolean"},
         {bad_fuse_qkv, "plan.tgp: job fuse_qkv -1 is not a boolean"},
         {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
