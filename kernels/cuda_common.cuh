@@ -54,7 +54,7 @@ int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_heads_split(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_heads_merge(const tg_cuda_op_args *a, tg_err *err);
-/* flash_attention.cu */
+/* flash_attention_fwd.cu, flash_attention_bwd.cu */
 int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err);
 /* loss.cu */
