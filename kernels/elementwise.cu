@@ -222,7 +222,8 @@ int tg_launch_fill(const tg_cuda_op_args *a, tg_err *err) {
     if (!a->out[0] || n <= 0) return 0;
     float *y = (float *)a->out[0];
     const int vec = tg_aligned16(y);
-    fill_kernel<<<tg_blocks(vec ? n / 4 + 4 : n, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(y, n, vec, a->op->p.fill.value);
+    fill_kernel<<<tg_blocks(vec ? n / 4 + 4 : n, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(y, n, vec,
+                                                                                          a->op->p.fill.value);
     return 0;
 }
 
