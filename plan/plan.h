@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 9
+#define TG_PLAN_VERSION 10
 /* The most data-parallel replicas a job may ask for. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
