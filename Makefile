@@ -8,11 +8,11 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format
 LDLIBS = -ljansson -lzstd -lm -lpthread
 
 BUILD := build
-LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c models/*.c datasets/*.c)
+LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard base/*.h plan/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
+HEADERS := $(wildcard base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
 
 .PHONY: all test clean gpu gpu-test demo deps
 all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph

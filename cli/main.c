@@ -198,14 +198,15 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
         int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
         fprintf(metrics, "{\"profile_op_index\": %d, \"op\": \"%s\", \"tensor\": \"%s\", \"ms\": %.4f", o,
                 tg_op_name(op->kind), out >= 0 ? p->tensors[out].name : "", ms[o]);
+        const tg_matmul_params *mm = &op->p.matmul;
         if (op->kind == TG_OP_MATMUL)
             fprintf(metrics,
                     ", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"batch\": %lld, \"trans_a\": %lld, \"trans_b\": %lld, "
                     "\"accumulate\": %lld, \"bias_grad\": %lld, \"act\": %lld, \"tflops\": %.1f",
-                    (long long)op->i[0], (long long)op->i[1], (long long)op->i[2], (long long)op->i[5],
-                    (long long)op->i[3], (long long)op->i[4], (long long)op->i[6], (long long)op->i[7],
-                    (long long)op->i[8],
-                    ms[o] > 0 ? 2.0 * op->i[0] * op->i[1] * op->i[2] * op->i[5] / (ms[o] * 1e9) : 0.0);
+                    (long long)mm->m, (long long)mm->n, (long long)mm->k, (long long)mm->batch,
+                    (long long)mm->trans_a, (long long)mm->trans_b, (long long)mm->accumulate,
+                    (long long)mm->bias_grad, (long long)mm->activation,
+                    ms[o] > 0 ? 2.0 * mm->m * mm->n * mm->k * mm->batch / (ms[o] * 1e9) : 0.0);
         fprintf(metrics, "}\n");
     }
     fprintf(stderr, "  slowest ops:\n");
@@ -217,9 +218,10 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
         const tg_op *op = &p->ops[best];
         int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
         fprintf(stderr, "    %4d %-16s %8.3f ms  %s", best, tg_op_name(op->kind), ms[best], p->tensors[out].name);
+        const tg_matmul_params *mm = &op->p.matmul;
         if (op->kind == TG_OP_MATMUL)
-            fprintf(stderr, "  M=%lld N=%lld K=%lld batch=%lld", (long long)op->i[0], (long long)op->i[1],
-                    (long long)op->i[2], (long long)op->i[5]);
+            fprintf(stderr, "  M=%lld N=%lld K=%lld batch=%lld", (long long)mm->m, (long long)mm->n,
+                    (long long)mm->k, (long long)mm->batch);
         fprintf(stderr, "\n");
         ms[best] = -1;
     }

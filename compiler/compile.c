@@ -11,9 +11,9 @@
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"
 #include "compiler/model_build.h"
-#include "compiler/op_table.h"
 #include "compiler/precision.h"
 #include "models/model_config.h"
+#include "plan/op_meta.h"
 #include "base/version.h"
 
 int tg_job_pad_id(const tg_job *job, const tg_model_config *cfg) {
@@ -88,23 +88,25 @@ static void build_optimizer(tg_graph *g) {
     tg_op_spec s = tg_spec(TG_OP_SCHEDULE);
     s.in[0] = g->io.step, s.in[1] = g->io.total_steps;
     s.out[0] = g->io.lr, s.out[1] = g->io.step;
-    s.i[0] = j->warmup_steps;
-    s.f[0] = j->lr;
+    s.p.schedule.warmup = j->warmup_steps;
+    s.p.schedule.lr = j->lr;
     tg_graph_op(g, &s);
 
     s = tg_spec(TG_OP_GRAD_NORM);
     s.in[0] = g->io.grads_all, s.out[0] = g->io.grad_norm;
-    s.i[0] = n;
+    s.p.count.n = n;
     tg_graph_op(g, &s);
 
     s = tg_spec(TG_OP_ADAMW);
     s.in[0] = g->io.grads_all, s.in[1] = g->io.lr, s.in[2] = g->io.step, s.in[3] = g->io.grad_norm;
     s.out[0] = g->io.params_all, s.out[1] = g->io.m_all, s.out[2] = g->io.v_all;
-    s.i[0] = n;
-    s.i[1] = tg_zero_slice(j, n); /* ZeRO-1: this replica's slice only */
-    s.f[0] = j->beta1, s.f[1] = j->beta2, s.f[2] = j->eps, s.f[3] = j->weight_decay, s.f[4] = j->grad_clip;
+    tg_adamw_params *a = &s.p.adamw;
+    a->n = n;
+    a->zero_slice = tg_zero_slice(j, n); /* ZeRO-1: this replica's slice only */
+    a->beta1 = j->beta1, a->beta2 = j->beta2, a->eps = j->eps, a->weight_decay = j->weight_decay;
+    a->max_grad_norm = j->grad_clip;
     tg_graph_op(g, &s);
-    if (s.i[1]) tg_zero_gather(g, g->io.params_all, "params.slices");
+    if (a->zero_slice) tg_zero_gather(g, g->io.params_all, "params.slices");
 }
 
 int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
@@ -143,7 +145,7 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
     for (int p = 0; p < TG_POOL_COUNT; p++) plan->peak_bytes += plan->pool_bytes[p];
     for (int o = 0; o < g.n_ops; o++) {
-        plan->flops_per_step += tg_op_row_of(g.ops[o].kind)->flops(&g.ops[o]);
+        plan->flops_per_step += tg_op_flops(&g.ops[o]);
         plan->bytes_per_step += tg_op_bytes(g.tensors, &g.ops[o]);
     }
     plan->io = g.io;

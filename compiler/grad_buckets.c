@@ -1,5 +1,5 @@
 #include "compiler/grad_buckets.h"
-#include "compiler/autodiff.h"
+#include "compiler/grad_state.h"
 #include "compiler/memory_plan.h"
 
 #include <stdio.h>
@@ -68,7 +68,7 @@ int tg_gradient_buckets(tg_graph *g) {
         g->tensors[t].offset = (uint64_t)cut[k] * 4;
         tg_op_spec s = tg_spec(TG_OP_ALL_REDUCE);
         s.in[0] = s.out[0] = t;
-        s.i[0] = len;
+        s.p.count.n = len;
         tg_graph_op(g, &s);
         top = cut[k];
     }
@@ -104,7 +104,7 @@ int tg_zero_gather(tg_graph *g, int all, const char *name) {
     g->tensors[t].flags |= TG_TENSOR_VIEW; /* at offset 0, over the pool's padded end */
     tg_op_spec s = tg_spec(TG_OP_ALL_GATHER);
     s.in[0] = s.out[0] = t;
-    s.i[0] = slice;
+    s.p.all_gather.slice = slice;
     g->phase = TG_PHASE_OPTIMIZER;
     return tg_graph_op(g, &s) < 0 ? -1 : 0;
 }

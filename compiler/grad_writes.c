@@ -1,5 +1,5 @@
 #include "compiler/grad_writes.h"
-#include "compiler/autodiff.h"
+#include "compiler/grad_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,21 +67,22 @@ static int is_grad(const tg_graph *g, int t) {
 }
 
 /* The gradient outputs an op can overwrite instead of adding to, as one decision: MATMUL's
- * out0 (i[6]), or both LayerNorm parameter gradients (i[3]); 0 if none. Fills slots. */
+ * out0 (accumulate), BIAS_GRAD's out0, or both LayerNorm parameter gradients (overwrite);
+ * 0 if none. Fills slots. */
 static int overwritable_slots(const tg_op *op, int slots[2]) {
-    if (op->kind == TG_OP_MATMUL && op->i[6]) {
+    if (op->kind == TG_OP_MATMUL && op->p.matmul.accumulate) {
         slots[0] = 0;
         return 1;
     }
-    if (op->kind == TG_OP_BIAS_GRAD && !op->i[2]) {
+    if (op->kind == TG_OP_BIAS_GRAD && !op->p.bias_grad.overwrite) {
         slots[0] = 0;
         return 1;
     }
-    if (op->kind == TG_OP_LAYERNORM_BWD && !op->i[3]) {
+    if (op->kind == TG_OP_LAYERNORM_BWD && !op->p.layernorm_bwd.overwrite) {
         slots[0] = 1, slots[1] = 2;
         return 2;
     }
-    if (op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD && !op->i[3]) {
+    if (op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD && !op->p.residual_layernorm_bwd.overwrite) {
         slots[0] = 2, slots[1] = 3;
         return 2;
     }
@@ -89,19 +90,20 @@ static int overwritable_slots(const tg_op *op, int slots[2]) {
 }
 
 static void set_overwrite(tg_op *op) {
-    if (op->kind == TG_OP_MATMUL) op->i[6] = 0;
-    else if (op->kind == TG_OP_BIAS_GRAD) op->i[2] = 1;
-    else op->i[3] = 1;
+    if (op->kind == TG_OP_MATMUL) op->p.matmul.accumulate = 0;
+    else if (op->kind == TG_OP_BIAS_GRAD) op->p.bias_grad.overwrite = 1;
+    else if (op->kind == TG_OP_LAYERNORM_BWD) op->p.layernorm_bwd.overwrite = 1;
+    else op->p.residual_layernorm_bwd.overwrite = 1;
 }
 
 /* Outputs an op always overwrites: anything but the (+=) gradient outputs. */
 static int always_overwrites(const tg_op *op, int slot) {
     switch (op->kind) {
-    case TG_OP_MATMUL: return slot == 1 || !op->i[6]; /* the fused bias gradient is written */
+    case TG_OP_MATMUL: return slot == 1 || !op->p.matmul.accumulate; /* the fused bias gradient is written */
     case TG_OP_EMBEDDING_BWD: return 0;
-    case TG_OP_BIAS_GRAD: return op->i[2] != 0;
-    case TG_OP_LAYERNORM_BWD: return slot == 0 || op->i[3];
-    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot < 2 || op->i[3];
+    case TG_OP_BIAS_GRAD: return op->p.bias_grad.overwrite != 0;
+    case TG_OP_LAYERNORM_BWD: return slot == 0 || op->p.layernorm_bwd.overwrite;
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot < 2 || op->p.residual_layernorm_bwd.overwrite;
     default: return 1;
     }
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/op_table.h"
+#include "plan/op_meta.h"
 
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err) {
     memset(g, 0, sizeof *g);
@@ -120,19 +120,13 @@ int tg_graph_op(tg_graph *g, const tg_op_spec *spec) {
     memset(op, 0, sizeof *op);
     op->kind = spec->kind;
     op->phase = g->phase;
-    for (int s = 0; s < TG_OP_MAX_IN; s++) {
-        op->in[s] = spec->in[s];
-        if (op->in[s] < -1 || op->in[s] >= g->n_tensors)
-            return tg_graph_fail(g, "%s input %d is tensor %d", tg_op_name(op->kind), s, op->in[s]);
-    }
-    for (int s = 0; s < TG_OP_MAX_OUT; s++) {
-        op->out[s] = spec->out[s];
-        if (op->out[s] < -1 || op->out[s] >= g->n_tensors)
-            return tg_graph_fail(g, "%s output %d is tensor %d", tg_op_name(op->kind), s, op->out[s]);
-    }
-    memcpy(op->i, spec->i, sizeof op->i);
-    memcpy(op->f, spec->f, sizeof op->f);
-    const char *bad = tg_op_row_of(op->kind)->check_shapes(g, op);
-    if (bad) return tg_graph_fail(g, "op %d (%s): %s", g->n_ops, tg_op_name(op->kind), bad);
+    for (int s = 0; s < TG_OP_MAX_IN; s++) op->in[s] = spec->in[s];
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) op->out[s] = spec->out[s];
+    op->p = spec->p;
+    /* A graph without a job (hand-built) is one replica. */
+    const tg_op_check_ctx ctx = {g->tensors, g->n_tensors, g->job ? g->job->data_parallel : 1};
+    char why[256];
+    if (tg_op_check(&ctx, op, why, sizeof why))
+        return tg_graph_fail(g, "op %d (%s): %s", g->n_ops, tg_op_name(op->kind), why);
     return g->n_ops++;
 }

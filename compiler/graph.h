@@ -42,14 +42,14 @@ int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, in
  * flags and optimizer state. Returns the view's index. */
 int tg_param_pack(tg_graph *g, const char *name, const int *members, int n, int ndim, int64_t d0, int64_t d1);
 
-/* Appends an op in the current phase. ins/outs are -1 terminated or padded; the op
- * table's shape rule checks the tensors against the parameters. Returns the op index. */
+/* Appends an op in the current phase. ins/outs are -1 terminated or padded; tg_op_check
+ * (plan/op_meta.h) checks the slots and the tensors against the parameters. Returns the
+ * op index. */
 typedef struct tg_op_spec {
     int kind;
     int in[TG_OP_MAX_IN];
     int out[TG_OP_MAX_OUT];
-    int64_t i[TG_OP_MAX_I];
-    float f[TG_OP_MAX_F];
+    tg_op_params p; /* the member of the kind's parameter set */
 } tg_op_spec;
 int tg_graph_op(tg_graph *g, const tg_op_spec *spec);
 

@@ -4,13 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/autodiff.h"
+#include "compiler/grad_state.h"
 
 typedef struct builder {
     tg_graph *g;
     int64_t B, T, D, H, Dh, N; /* N = B*T rows */
     int fused_attention;       /* one TG_OP_ATTENTION per layer */
-    int fused_gelu;            /* the MLP's GELU as the first matmul's epilogue (MATMUL i[8]) */
+    int fused_gelu;            /* the MLP's GELU as the first matmul's epilogue (MATMUL activation) */
     int fused_residual_ln;     /* dropout + residual add + LayerNorm as one op */
     int fuse_qkv;              /* BERT/RoBERTa: query, key and value as one packed product */
 } builder;
@@ -28,19 +28,20 @@ static const char *const qkv_names[3] = {"query", "key", "value"};
 /* The product of a linear layer: y = x W^T + b (nn.Linear, weight [out,in]) or y = x W + b
  * (GPT-2 Conv1D, weight [in,out]); bias -1 for none. With gelu_name, the product is the
  * pre-activation (out2, named `name`) and the op returns the tanh GELU of it (out0, named
- * gelu_name): MATMUL's GELU epilogue, i[8] = 1. */
+ * gelu_name): MATMUL's GELU epilogue, activation 1. */
 static int linear_apply(builder *b, const char *name, int x, int w, int bias, int64_t rows, int64_t in,
                         int64_t out, int conv1d, const char *gelu_name) {
     tg_graph *g = b->g;
     int y = tg_act(g, name, 2, rows, out, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_MATMUL);
     s.in[0] = x, s.in[1] = w, s.in[2] = bias, s.out[0] = y;
-    s.i[0] = rows, s.i[1] = out, s.i[2] = in, s.i[3] = 0, s.i[4] = !conv1d, s.i[5] = 1;
-    s.f[0] = 1.0f;
+    tg_matmul_params *mm = &s.p.matmul;
+    mm->m = rows, mm->n = out, mm->k = in, mm->trans_a = 0, mm->trans_b = !conv1d, mm->batch = 1;
+    mm->alpha = 1.0f;
     if (gelu_name) {
         s.out[2] = y;
         s.out[0] = y = tg_act(g, gelu_name, 2, rows, out, 0, 0);
-        s.i[8] = TG_MATMUL_ACT_GELU;
+        mm->activation = TG_MATMUL_ACT_GELU;
     }
     tg_graph_op(g, &s);
     return y;
@@ -122,20 +123,22 @@ static int layernorm(builder *b, const char *prefix, int x, int64_t rows) {
     tg_op_spec s = tg_spec(TG_OP_LAYERNORM);
     s.in[0] = x, s.in[1] = t.gamma, s.in[2] = t.beta;
     s.out[0] = t.y, s.out[1] = t.mean, s.out[2] = t.rstd;
-    s.i[0] = rows, s.i[1] = b->D;
-    s.f[0] = g->cfg->layer_norm_eps;
+    s.p.layernorm.m = rows, s.p.layernorm.d = b->D;
+    s.p.layernorm.eps = g->cfg->layer_norm_eps;
     tg_graph_op(g, &s);
     return t.y;
 }
 
-static int unary(builder *b, int kind, const char *name, int x, int64_t extra) {
+/* GELU (of the model's form) or TANH of x. */
+static int unary(builder *b, int kind, const char *name, int x) {
     tg_graph *g = b->g;
     const tg_tensor *src = &g->tensors[x];
     int y = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
     tg_op_spec s = tg_spec(kind);
     s.in[0] = x, s.out[0] = y;
-    s.i[0] = tg_tensor_numel(&g->tensors[x]);
-    s.i[1] = extra;
+    const int64_t n = tg_tensor_numel(&g->tensors[x]);
+    if (kind == TG_OP_GELU) s.p.gelu.n = n, s.p.gelu.form = g->cfg->gelu;
+    else s.p.count.n = n;
     tg_graph_op(g, &s);
     return y;
 }
@@ -147,7 +150,7 @@ static int linear_gelu(builder *b, const char *prefix, const char *gelu_name, in
                        int conv1d) {
     if (b->fused_gelu) return linear_act(b, prefix, x, b->N, in, out, conv1d, 1, 1.0f, gelu_name);
     int y = linear(b, prefix, x, b->N, in, out, conv1d, 1, 1.0f);
-    return unary(b, TG_OP_GELU, gelu_name, y, b->g->cfg->gelu);
+    return unary(b, TG_OP_GELU, gelu_name, y);
 }
 
 /* Dropout with probability p; no op at all when p is 0. */
@@ -158,9 +161,9 @@ static int dropout(builder *b, const char *name, int x, float p) {
     int y = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
     tg_op_spec s = tg_spec(TG_OP_DROPOUT);
     s.in[0] = x, s.in[1] = g->io.step, s.out[0] = y;
-    s.i[0] = tg_tensor_numel(&g->tensors[x]);
-    s.i[1] = g->dropout_key++;
-    s.f[0] = p;
+    s.p.dropout.n = tg_tensor_numel(&g->tensors[x]);
+    s.p.dropout.key = g->dropout_key++;
+    s.p.dropout.p = p;
     tg_graph_op(g, &s);
     return y;
 }
@@ -171,7 +174,7 @@ static int add(builder *b, const char *name, int x, int y) {
     int z = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
     tg_op_spec s = tg_spec(TG_OP_ADD);
     s.in[0] = x, s.in[1] = y, s.out[0] = z;
-    s.i[0] = tg_tensor_numel(src);
+    s.p.count.n = tg_tensor_numel(src);
     tg_graph_op(g, &s);
     return z;
 }
@@ -195,8 +198,9 @@ static int residual_layernorm(builder *b, const char *dropout_name, const char *
     tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
     s.in[0] = x, s.in[1] = r, s.in[2] = t.gamma, s.in[3] = t.beta, s.in[4] = p > 0.0f ? g->io.step : -1;
     s.out[0] = t.y, s.out[1] = sum, s.out[2] = t.mean, s.out[3] = t.rstd;
-    s.i[0] = b->N, s.i[1] = b->D, s.i[2] = key;
-    s.f[0] = g->cfg->layer_norm_eps, s.f[1] = p > 0.0f ? p : 0.0f;
+    tg_residual_layernorm_params *rl = &s.p.residual_layernorm;
+    rl->m = b->N, rl->d = b->D, rl->key = key;
+    rl->eps = g->cfg->layer_norm_eps, rl->p = p > 0.0f ? p : 0.0f;
     tg_graph_op(g, &s);
     *s_out = sum;
     return t.y;
@@ -211,7 +215,8 @@ static int embedding(builder *b, const char *name, int ids, int64_t vocab, int p
     int y = tg_act(g, out_name, 2, b->N, b->D, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_EMBEDDING);
     s.in[0] = ids, s.in[1] = table, s.out[0] = y;
-    s.i[0] = b->N, s.i[1] = vocab, s.i[2] = b->D, s.i[3] = padding_idx;
+    s.p.embedding.n = b->N, s.p.embedding.vocab = vocab, s.p.embedding.dim = b->D;
+    s.p.embedding.padding_idx = padding_idx;
     tg_graph_op(g, &s);
     return y;
 }
@@ -232,7 +237,8 @@ static int heads_op(builder *b, int kind, const int *in, int n_in, int *out, int
         out[0] = tg_act(g, prefix, 2, b->N, parts * b->D, 0, 0);
         s.out[0] = out[0];
     }
-    s.i[0] = b->B, s.i[1] = b->T, s.i[2] = b->H, s.i[3] = b->Dh, s.i[4] = parts;
+    tg_heads_params *hp = &s.p.heads;
+    hp->b = b->B, hp->t = b->T, hp->h = b->H, hp->head_dim = b->Dh, hp->parts = parts;
     return tg_graph_op(g, &s);
 }
 
@@ -244,8 +250,8 @@ static int attention_unfused(builder *b, const char *prefix, int q, int k, int v
     int scores = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
     tg_op_spec s = tg_spec(TG_OP_MATMUL);
     s.in[0] = q, s.in[1] = k, s.out[0] = scores;
-    s.i[0] = b->T, s.i[1] = b->T, s.i[2] = b->Dh, s.i[4] = 1, s.i[5] = b->B * b->H;
-    s.f[0] = 1.0f;
+    s.p.matmul.m = b->T, s.p.matmul.n = b->T, s.p.matmul.k = b->Dh, s.p.matmul.trans_b = 1;
+    s.p.matmul.batch = b->B * b->H, s.p.matmul.alpha = 1.0f;
     tg_graph_op(g, &s);
 
     /* One op writes the probabilities (kept for the backward) and, with attention
@@ -256,14 +262,15 @@ static int attention_unfused(builder *b, const char *prefix, int q, int k, int v
     int probs = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
     s = tg_spec(TG_OP_ATTN_SOFTMAX);
     s.in[0] = scores, s.in[1] = g->io.attention_mask, s.out[0] = probs;
-    s.i[0] = b->B, s.i[1] = b->H, s.i[2] = b->T, s.i[3] = causal;
-    s.f[0] = 1.0f / sqrtf((float)b->Dh);
+    tg_softmax_params *sm = &s.p.softmax;
+    sm->b = b->B, sm->h = b->H, sm->t = b->T, sm->causal = causal;
+    sm->scale = 1.0f / sqrtf((float)b->Dh);
     if (attn_p > 0.0f) {
         snprintf(name, sizeof name, "%s.probs_dropout", prefix);
         int dropped = tg_act(g, name, 4, b->B, b->H, b->T, b->T);
         s.in[2] = g->io.step, s.out[1] = dropped;
-        s.i[4] = g->dropout_key++;
-        s.f[1] = attn_p;
+        sm->key = g->dropout_key++;
+        sm->p = attn_p;
         probs = dropped;
     }
     tg_graph_op(g, &s);
@@ -272,8 +279,8 @@ static int attention_unfused(builder *b, const char *prefix, int q, int k, int v
     int ctx = tg_act(g, name, 4, b->B, b->H, b->T, b->Dh);
     s = tg_spec(TG_OP_MATMUL);
     s.in[0] = probs, s.in[1] = v, s.out[0] = ctx;
-    s.i[0] = b->T, s.i[1] = b->Dh, s.i[2] = b->T, s.i[5] = b->B * b->H;
-    s.f[0] = 1.0f;
+    s.p.matmul.m = b->T, s.p.matmul.n = b->Dh, s.p.matmul.k = b->T;
+    s.p.matmul.batch = b->B * b->H, s.p.matmul.alpha = 1.0f;
     tg_graph_op(g, &s);
 
     int merged;
@@ -297,16 +304,17 @@ static int attention_fused(builder *b, const char *prefix, const int *qkv, int p
     for (int p = 0; p < (packed ? 1 : 3); p++) s.in[p] = qkv[p];
     s.in[3] = g->io.attention_mask;
     s.out[0] = out, s.out[1] = lse;
-    s.i[0] = b->B, s.i[1] = b->H, s.i[2] = b->T, s.i[3] = causal, s.i[5] = packed, s.i[6] = b->Dh;
-    s.f[0] = 1.0f / sqrtf((float)b->Dh);
+    tg_attention_params *at = &s.p.attention;
+    at->b = b->B, at->h = b->H, at->t = b->T, at->causal = causal, at->packed = packed, at->head_dim = b->Dh;
+    at->scale = 1.0f / sqrtf((float)b->Dh);
     if (attn_p > 0.0f) {
         /* The keep bits the backward reads instead of drawing the mask again. */
         snprintf(name, sizeof name, "%s.keep_bits", prefix);
         int64_t shape[4] = {b->B, b->H, b->T, (b->T + 31) / 32};
         s.out[2] = tg_graph_tensor(g, name, TG_I32, TG_POOL_ACTIVATIONS, 4, shape);
         s.in[4] = g->io.step;
-        s.i[4] = g->dropout_key++;
-        s.f[1] = attn_p;
+        at->key = g->dropout_key++;
+        at->p = attn_p;
     }
     tg_graph_op(g, &s);
     return out;
@@ -318,7 +326,8 @@ static int loss_of(builder *b, int logits, int64_t rows, int64_t width, int64_t 
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
     s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
-    s.i[0] = rows, s.i[1] = width, s.i[2] = classes < width ? classes : 0;
+    s.p.cross_entropy.n = rows, s.p.cross_entropy.c = width;
+    s.p.cross_entropy.classes = classes < width ? classes : 0;
     tg_graph_op(g, &s);
     g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
     g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
@@ -332,7 +341,8 @@ static int select_token(builder *b, const char *name, int x, int mode, int pad_i
     int y = tg_act(g, name, 2, b->B, b->D, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_SELECT_TOKEN);
     s.in[0] = x, s.in[1] = g->io.input_ids, s.out[0] = y;
-    s.i[0] = b->B, s.i[1] = b->T, s.i[2] = b->D, s.i[3] = mode, s.i[4] = pad_id;
+    tg_select_params *sp = &s.p.select;
+    sp->b = b->B, sp->t = b->T, sp->d = b->D, sp->mode = mode, sp->pad_id = pad_id;
     tg_graph_op(g, &s);
     return y;
 }
@@ -401,13 +411,13 @@ static int build_encoder(builder *b, int pad_id) {
     int logits;
     if (c->arch == TG_ARCH_BERT) {
         int pooled = linear(b, "bert.pooler.dense", cls, b->B, b->D, b->D, 0, 1, 1.0f);
-        pooled = unary(b, TG_OP_TANH, "bert.pooler.tanh", pooled, 0);
+        pooled = unary(b, TG_OP_TANH, "bert.pooler.tanh", pooled);
         pooled = dropout(b, "classifier.dropout", pooled, c->classifier_dropout);
         logits = linear(b, "classifier", pooled, b->B, b->D, labels, 0, 1, 1.0f);
     } else { /* RobertaClassificationHead */
         int x = dropout(b, "classifier.dropout_in", cls, c->classifier_dropout);
         x = linear(b, "classifier.dense", x, b->B, b->D, b->D, 0, 1, 1.0f);
-        x = unary(b, TG_OP_TANH, "classifier.tanh", x, 0);
+        x = unary(b, TG_OP_TANH, "classifier.tanh", x);
         x = dropout(b, "classifier.dropout_out", x, c->classifier_dropout);
         logits = linear(b, "classifier.out_proj", x, b->B, b->D, labels, 0, 1, 1.0f);
     }
@@ -481,8 +491,8 @@ static int build_gpt2(builder *b, int pad_id) {
         int logits = tg_act(g, "lm_head", 2, b->N, Vp, 0, 0);
         tg_op_spec s = tg_spec(TG_OP_MATMUL);
         s.in[0] = h, s.in[1] = head, s.out[0] = logits;
-        s.i[0] = b->N, s.i[1] = Vp, s.i[2] = b->D, s.i[4] = 1, s.i[5] = 1;
-        s.f[0] = 1.0f;
+        s.p.matmul.m = b->N, s.p.matmul.n = Vp, s.p.matmul.k = b->D, s.p.matmul.trans_b = 1;
+        s.p.matmul.batch = 1, s.p.matmul.alpha = 1.0f;
         tg_graph_op(g, &s);
         return loss_of(b, logits, b->N, Vp, V);
     }

@@ -90,7 +90,7 @@ int tg_apply_precision(tg_graph *g, int precision) {
     free(copy_of);
     /* ZeRO-1: each replica refreshed the copies of its own slice; share them too. */
     for (int o = 0; o < g->n_ops; o++)
-        if (g->ops[o].kind == TG_OP_ADAMW && g->ops[o].i[1] > 0)
+        if (g->ops[o].kind == TG_OP_ADAMW && g->ops[o].p.adamw.zero_slice > 0)
             return tg_zero_gather(g, g->io.params_bf16_all, "params_bf16.slices");
     return 0;
 }

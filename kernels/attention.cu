@@ -188,13 +188,14 @@ attn_softmax_bwd_kernel(const T_ *__restrict__ dD, const T_ *__restrict__ P, con
     }
 }
 
-/* The op's dropout parameters (f[1] = p, i[4] = key); off in eval mode, for p == 0, or
- * without the step counter / the output it applies to. */
-static sm_drop softmax_drop(const tg_cuda_op_args *a, int applies) {
+/* The op's dropout parameters (key and p, from the caller: the forward's and the
+ * backward's parameter sets both hold them); off in eval mode, for p == 0, or without the
+ * step counter / the output it applies to. */
+static sm_drop softmax_drop(const tg_cuda_op_args *a, int64_t key, float p, int applies) {
     sm_drop d;
     d.seed = a->ctx->seed;
-    d.key = (uint32_t)a->op->i[4];
-    d.p = a->op->f[1];
+    d.key = (uint32_t)key;
+    d.p = p;
     d.scale = d.p < 1.0f ? 1.0f / (1.0f - d.p) : 0.0f; /* the CPU's expression */
     d.on = applies && a->training && d.p > 0.0f && a->in[2] != NULL;
     d.vec = 0;
@@ -213,17 +214,19 @@ static int softmax_vec(int64_t T, const void *const *ptrs, const int *elem_bytes
 template <class TS, class TP>
 static void launch_softmax(const tg_cuda_op_args *a, int64_t rows, int64_t H, int64_t T) {
     const unsigned blocks = (unsigned)((rows * 32 + SM_THREADS - 1) / SM_THREADS);
-    sm_drop drop = softmax_drop(a, a->out[1] != NULL);
+    const tg_softmax_params *sp = &a->op->p.softmax;
+    sm_drop drop = softmax_drop(a, sp->key, sp->p, a->out[1] != NULL);
     const void *ptrs[3] = {a->in[0], a->out[0], a->out[1]};
     const int sizes[3] = {(int)sizeof(TS), (int)sizeof(TP), (int)sizeof(TP)};
     drop.vec = softmax_vec(T, ptrs, sizes, 3);
     attn_softmax_kernel<TS, TP><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
         (const TS *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (TP *)a->out[0], (TP *)a->out[1], rows,
-        H, T, a->op->i[3] != 0, a->op->f[0], drop);
+        H, T, sp->causal != 0, sp->scale, drop);
 }
 
 int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t B = a->op->i[0], H = a->op->i[1], T = a->op->i[2];
+    const tg_softmax_params *sp = &a->op->p.softmax;
+    const int64_t B = sp->b, H = sp->h, T = sp->t;
     const int64_t rows = B * H * T;
     if (rows <= 0) return 0;
     const int s_bf16 = a->in_dtype[0] == TG_BF16, p_bf16 = a->out_dtype[0] == TG_BF16;
@@ -239,11 +242,12 @@ int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err) {
 }
 
 int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t B = a->op->i[0], H = a->op->i[1], T = a->op->i[2];
+    const tg_softmax_bwd_params *sp = &a->op->p.softmax_bwd;
+    const int64_t B = sp->b, H = sp->h, T = sp->t;
     const int64_t rows = B * H * T;
     if (rows <= 0) return 0;
     const unsigned blocks = (unsigned)((rows * 32 + SM_THREADS - 1) / SM_THREADS);
-    sm_drop drop = softmax_drop(a, 1);
+    sm_drop drop = softmax_drop(a, sp->key, sp->p, 1);
     const float *step = (const float *)a->in[2];
     const int es = a->out_dtype[0] == TG_BF16 ? (int)sizeof(tg_bf16) : (int)sizeof(float);
     const void *ptrs[3] = {a->in[0], a->in[1], a->out[0]};
@@ -251,11 +255,11 @@ int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err) {
     drop.vec = softmax_vec(T, ptrs, sizes, 3);
     if (a->out_dtype[0] == TG_BF16)
         attn_softmax_bwd_kernel<tg_bf16><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
-            (const tg_bf16 *)a->in[0], (const tg_bf16 *)a->in[1], step, (tg_bf16 *)a->out[0], rows, T, a->op->f[0],
+            (const tg_bf16 *)a->in[0], (const tg_bf16 *)a->in[1], step, (tg_bf16 *)a->out[0], rows, T, sp->scale,
             drop);
     else
         attn_softmax_bwd_kernel<float><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
-            (const float *)a->in[0], (const float *)a->in[1], step, (float *)a->out[0], rows, T, a->op->f[0], drop);
+            (const float *)a->in[0], (const float *)a->in[1], step, (float *)a->out[0], rows, T, sp->scale, drop);
     return 0;
 }
 
@@ -292,8 +296,9 @@ heads_kernel(void *x, heads_parts parts, int64_t B, int64_t T, int64_t H, int64_
 /* Access of `vb` bytes: 16 (float4 / 8 bf16), 8 (4 bf16), or one element (4 or 2). */
 template <bool TO_HEADS>
 static int launch_heads(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t B = a->op->i[0], T = a->op->i[1], H = a->op->i[2], Dh = a->op->i[3];
-    const int64_t P = a->op->i[4] < 1 ? 1 : a->op->i[4];
+    const tg_heads_params *hp = &a->op->p.heads;
+    const int64_t B = hp->b, T = hp->t, H = hp->h, Dh = hp->head_dim;
+    const int64_t P = hp->parts < 1 ? 1 : hp->parts;
     if (P > 3) return tg_fail(err, "P = %lld (must be 1..3)", (long long)P);
     if (B * T * H * Dh <= 0) return 0;
     const unsigned es = (TO_HEADS ? a->in_dtype[0] : a->out_dtype[0]) == TG_BF16 ? 2 : 4;

@@ -6,7 +6,7 @@
 #include "kernels/cuda_common.cuh"
 
 int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t n = a->op->i[0];
+    const int64_t n = a->op->p.count.n;
     if (n <= 0) return 0;
     if (!a->ctx->nccl_comm) return 0; /* one replica: the sum over one is the tensor */
     float *x = (float *)a->out[0];
@@ -18,7 +18,7 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
 }
 
 int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t slice = a->op->i[0];
+    const int64_t slice = a->op->p.all_gather.slice;
     if (slice <= 0 || !a->ctx->nccl_comm) return 0; /* one replica holds every slice */
     const int bf16 = a->out_dtype[0] == TG_BF16;
     uint8_t *x = (uint8_t *)a->out[0];

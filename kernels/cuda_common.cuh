@@ -45,7 +45,8 @@ int64_t tg_scratch_embedding_bwd(const tg_op *op);
 /* layernorm.cu */
 int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err);
-int64_t tg_scratch_layernorm_bwd(const tg_op *op);
+/* Both backwards' scratch (the same column stages), from the op's M and D. */
+int64_t tg_scratch_layernorm_bwd(int64_t M, int64_t D);
 int tg_launch_residual_layernorm(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_residual_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err); /* scratch: tg_scratch_layernorm_bwd */
 /* attention.cu */
@@ -53,7 +54,7 @@ int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_heads_split(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_heads_merge(const tg_cuda_op_args *a, tg_err *err);
-/* flash_attention.cu */
+/* flash_attention_fwd.cu, flash_attention_bwd.cu */
 int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err);
 /* loss.cu */
@@ -73,7 +74,9 @@ int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err);
 int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_grad_norm(const tg_op *op, const int64_t *in_numel);
 int64_t tg_scratch_bias_grad(const tg_op *op);
-/* gemm.cu: scratch of a matmul with a fused bias gradient (its column-sum fallback). */
+/* gemm.cu: MATMUL, and the scratch of one with a fused bias gradient (its column-sum
+ * fallback). */
+int tg_launch_matmul(const tg_cuda_op_args *a, tg_err *err);
 extern "C" int64_t tg_scratch_matmul(const tg_op *op);
 
 /* ---- host helpers ----------------------------------------------------------------- */

@@ -1,12 +1,13 @@
-/* The CUDA executor's per-op dispatch: one launcher per op kind, in enum order (C++ has
- * no designated array initialisers, so the rows are positional, each commented with its
- * kind, and the count is statically asserted against TG_OP_COUNT). Launch errors are
- * picked up with cudaGetLastError right after each op, so a failure names its op. No
- * launcher allocates or synchronises; all work goes to ctx->stream (graph capturable).
+/* The CUDA executor's per-op dispatch: one launcher per op kind, tg_launch_<name>, in a
+ * table generated from plan/ops.def (so it follows the enum whatever its order, and an op
+ * without a launcher does not link). Launch errors are picked up with cudaGetLastError
+ * right after each op, so a failure names its op. No launcher allocates or synchronises;
+ * all work goes to ctx->stream (graph capturable).
  *
  * Before its launcher runs, every op's slot dtypes are checked against its row of
  * dtype_rules, so a launcher can pick its storage type from one slot and trust the
- * others (kernels/README.md has the same table). */
+ * others (kernels/README.md has the same table). The rows name their kind and are placed
+ * by it at compile time, where a missing or repeated kind fails a static assertion. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,48 +19,73 @@
  *   T  the op's storage type: f32 or bf16, the same in every T slot of the launch
  *   S  f32, or the storage type (attention scores: f32 in bf16 plans)
  *   F  f32     I  i32     B  bf16     A  any dtype (ZERO)
- * A kind with no row (MATMUL: kernels/gemm.cu) is not checked here. */
+ * MATMUL's row is empty: kernels/gemm.cu checks its own dtypes. */
 struct dtype_rule {
     const char *in[TG_OP_MAX_IN];
     const char *out[TG_OP_MAX_OUT];
 };
 
-static const dtype_rule dtype_rules[] = {
-    /* TG_OP_ZERO */ {{NULL}, {"Aout"}},
-    /* TG_OP_FILL */ {{NULL}, {"Fout"}},
-    /* TG_OP_EMBEDDING */ {{"Iids", "Ftable"}, {"Tout"}},
-    /* TG_OP_EMBEDDING_BWD */ {{"Iids", "Tdout"}, {"Fdtable"}},
-    /* TG_OP_ADD */ {{"Ta", "Tb"}, {"Tout"}},
-    /* TG_OP_MATMUL */ {{NULL}, {NULL}},
-    /* TG_OP_BIAS_GRAD */ {{"Tdout"}, {"Fdbias"}},
-    /* TG_OP_LAYERNORM */ {{"Tx", "Fgamma", "Fbeta"}, {"Ty", "Fmean", "Frstd"}},
-    /* TG_OP_LAYERNORM_BWD */ {{"Tdy", "Tx", "Fgamma", "Fmean", "Frstd"}, {"Tdx", "Fdgamma", "Fdbeta"}},
-    /* TG_OP_GELU */ {{"Tx"}, {"Ty"}},
-    /* TG_OP_GELU_BWD */ {{"Tdy", "Tx"}, {"Tdx", "Fdbias"}},
-    /* TG_OP_TANH */ {{"Tx"}, {"Ty"}},
-    /* TG_OP_TANH_BWD */ {{"Tdy", "Ty"}, {"Tdx"}},
-    /* TG_OP_ATTN_SOFTMAX */ {{"Sscores", "Fmask", "Fstep"}, {"Tprobs", "Tprobs_dropout"}},
-    /* TG_OP_ATTN_SOFTMAX_BWD */ {{"Tdprobs", "Tprobs", "Fstep"}, {"Tdscores"}},
-    /* TG_OP_ATTENTION */ {{"Tq", "Tk", "Tv", "Fmask", "Fstep"}, {"To", "Flse", "Ikeep_bits"}},
-    /* TG_OP_ATTENTION_BWD */
-    {{"Tdo", "To", "Flse", "Fmask", "Ikeep_bits", "Tq", "Tk", "Tv"}, {"Tdq", "Tdk", "Tdv", "Fdelta"}},
-    /* TG_OP_DROPOUT */ {{"Tx", "Fstep"}, {"Ty"}},
-    /* TG_OP_HEADS_SPLIT */ {{"Tx"}, {"Tpart0", "Tpart1", "Tpart2"}},
-    /* TG_OP_HEADS_MERGE */ {{"Tpart0", "Tpart1", "Tpart2"}, {"Tx"}},
-    /* TG_OP_SELECT_TOKEN */ {{"Tx", "Iids"}, {"Tout"}},
-    /* TG_OP_SELECT_TOKEN_BWD */ {{"Tdout", "Iids"}, {"Tdx"}},
-    /* TG_OP_CROSS_ENTROPY */ {{"Tlogits", "Ilabels"}, {"Floss"}},
-    /* TG_OP_CROSS_ENTROPY_BWD */ {{"Fdloss", "Tlogits", "Ilabels"}, {"Tdlogits"}},
-    /* TG_OP_SCHEDULE */ {{"Fstep", "Ftotal_steps"}, {"Flr", "Fstep_out"}},
-    /* TG_OP_GRAD_NORM */ {{"Fgrads"}, {"Fnorm"}},
-    /* TG_OP_ADAMW */ {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}},
-    /* TG_OP_RESIDUAL_LAYERNORM */ {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}},
-    /* TG_OP_RESIDUAL_LAYERNORM_BWD */
-    {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}},
-    /* TG_OP_ALL_REDUCE */ {{"Fx"}, {"Fx"}},
-    /* TG_OP_ALL_GATHER */ {{"Tx"}, {"Tx"}},
+struct dtype_row {
+    int kind;
+    dtype_rule rule;
 };
-static_assert(sizeof dtype_rules / sizeof dtype_rules[0] == TG_OP_COUNT, "every op needs a dtype rule row");
+
+static constexpr dtype_row dtype_rows[] = {
+    {TG_OP_ZERO, {{NULL}, {"Aout"}}},
+    {TG_OP_FILL, {{NULL}, {"Fout"}}},
+    {TG_OP_EMBEDDING, {{"Iids", "Ftable"}, {"Tout"}}},
+    {TG_OP_EMBEDDING_BWD, {{"Iids", "Tdout"}, {"Fdtable"}}},
+    {TG_OP_ADD, {{"Ta", "Tb"}, {"Tout"}}},
+    {TG_OP_MATMUL, {{NULL}, {NULL}}},
+    {TG_OP_BIAS_GRAD, {{"Tdout"}, {"Fdbias"}}},
+    {TG_OP_LAYERNORM, {{"Tx", "Fgamma", "Fbeta"}, {"Ty", "Fmean", "Frstd"}}},
+    {TG_OP_LAYERNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Fmean", "Frstd"}, {"Tdx", "Fdgamma", "Fdbeta"}}},
+    {TG_OP_GELU, {{"Tx"}, {"Ty"}}},
+    {TG_OP_GELU_BWD, {{"Tdy", "Tx"}, {"Tdx", "Fdbias"}}},
+    {TG_OP_TANH, {{"Tx"}, {"Ty"}}},
+    {TG_OP_TANH_BWD, {{"Tdy", "Ty"}, {"Tdx"}}},
+    {TG_OP_ATTN_SOFTMAX, {{"Sscores", "Fmask", "Fstep"}, {"Tprobs", "Tprobs_dropout"}}},
+    {TG_OP_ATTN_SOFTMAX_BWD, {{"Tdprobs", "Tprobs", "Fstep"}, {"Tdscores"}}},
+    {TG_OP_ATTENTION, {{"Tq", "Tk", "Tv", "Fmask", "Fstep"}, {"To", "Flse", "Ikeep_bits"}}},
+    {TG_OP_ATTENTION_BWD,
+     {{"Tdo", "To", "Flse", "Fmask", "Ikeep_bits", "Tq", "Tk", "Tv"}, {"Tdq", "Tdk", "Tdv", "Fdelta"}}},
+    {TG_OP_DROPOUT, {{"Tx", "Fstep"}, {"Ty"}}},
+    {TG_OP_HEADS_SPLIT, {{"Tx"}, {"Tpart0", "Tpart1", "Tpart2"}}},
+    {TG_OP_HEADS_MERGE, {{"Tpart0", "Tpart1", "Tpart2"}, {"Tx"}}},
+    {TG_OP_SELECT_TOKEN, {{"Tx", "Iids"}, {"Tout"}}},
+    {TG_OP_SELECT_TOKEN_BWD, {{"Tdout", "Iids"}, {"Tdx"}}},
+    {TG_OP_CROSS_ENTROPY, {{"Tlogits", "Ilabels"}, {"Floss"}}},
+    {TG_OP_CROSS_ENTROPY_BWD, {{"Fdloss", "Tlogits", "Ilabels"}, {"Tdlogits"}}},
+    {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps"}, {"Flr", "Fstep_out"}}},
+    {TG_OP_GRAD_NORM, {{"Fgrads"}, {"Fnorm"}}},
+    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}}},
+    {TG_OP_RESIDUAL_LAYERNORM, {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}}},
+    {TG_OP_RESIDUAL_LAYERNORM_BWD,
+     {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}}},
+    {TG_OP_ALL_REDUCE, {{"Fx"}, {"Fx"}}},
+    {TG_OP_ALL_GATHER, {{"Tx"}, {"Tx"}}},
+};
+
+/* The rows indexed by kind, and how many rows name each kind (must be 1). */
+struct dtype_table {
+    dtype_rule by_kind[TG_OP_COUNT];
+    int rows[TG_OP_COUNT];
+};
+static constexpr dtype_table dtype_table_of_rows() {
+    dtype_table t{};
+    for (const dtype_row &r : dtype_rows) {
+        t.by_kind[r.kind] = r.rule;
+        t.rows[r.kind]++;
+    }
+    return t;
+}
+static constexpr dtype_table dtype_rules = dtype_table_of_rows();
+static constexpr bool every_kind_has_one_row() {
+    for (int k = 0; k < TG_OP_COUNT; k++)
+        if (dtype_rules.rows[k] != 1) return false;
+    return true;
+}
+static_assert(every_kind_has_one_row(), "every op needs exactly one dtype rule row");
 
 static int dtype_ok(char role, int dt, int *T) {
     switch (role) {
@@ -77,7 +103,7 @@ static int dtype_ok(char role, int dt, int *T) {
 int tg_check_dtypes(const tg_cuda_op_args *a, tg_err *err) {
     const int kind = a->op->kind;
     if (kind < 0 || kind >= TG_OP_COUNT) return 0;
-    const dtype_rule *r = &dtype_rules[kind];
+    const dtype_rule *r = &dtype_rules.by_kind[kind];
     int T = -1, ok = 1, checked = 0;
     /* T slots first (they fix the storage type), then the rest. */
     for (int pass = 0; pass < 2; pass++)
@@ -107,43 +133,10 @@ int tg_check_dtypes(const tg_cuda_op_args *a, tg_err *err) {
 }
 
 static const tg_cuda_launcher table[] = {
-    tg_launch_zero,              /* TG_OP_ZERO */
-    tg_launch_fill,              /* TG_OP_FILL */
-    tg_launch_embedding,         /* TG_OP_EMBEDDING */
-    tg_launch_embedding_bwd,     /* TG_OP_EMBEDDING_BWD */
-    tg_launch_add,               /* TG_OP_ADD */
-    tg_cuda_matmul,              /* TG_OP_MATMUL (kernels/gemm.cu) */
-    tg_launch_bias_grad,         /* TG_OP_BIAS_GRAD */
-    tg_launch_layernorm,         /* TG_OP_LAYERNORM */
-    tg_launch_layernorm_bwd,     /* TG_OP_LAYERNORM_BWD */
-    tg_launch_gelu,              /* TG_OP_GELU */
-    tg_launch_gelu_bwd,          /* TG_OP_GELU_BWD */
-    tg_launch_tanh,              /* TG_OP_TANH */
-    tg_launch_tanh_bwd,          /* TG_OP_TANH_BWD */
-    tg_launch_attn_softmax,      /* TG_OP_ATTN_SOFTMAX */
-    tg_launch_attn_softmax_bwd,  /* TG_OP_ATTN_SOFTMAX_BWD */
-    tg_launch_attention,         /* TG_OP_ATTENTION (kernels/flash_attention.cu) */
-    tg_launch_attention_bwd,     /* TG_OP_ATTENTION_BWD */
-    tg_launch_dropout,           /* TG_OP_DROPOUT */
-    tg_launch_heads_split,       /* TG_OP_HEADS_SPLIT */
-    tg_launch_heads_merge,       /* TG_OP_HEADS_MERGE */
-    tg_launch_select_token,      /* TG_OP_SELECT_TOKEN */
-    tg_launch_select_token_bwd,  /* TG_OP_SELECT_TOKEN_BWD */
-    tg_launch_cross_entropy,     /* TG_OP_CROSS_ENTROPY */
-    tg_launch_cross_entropy_bwd, /* TG_OP_CROSS_ENTROPY_BWD */
-    tg_launch_schedule,          /* TG_OP_SCHEDULE */
-    tg_launch_grad_norm,         /* TG_OP_GRAD_NORM */
-    tg_launch_adamw,             /* TG_OP_ADAMW */
-    tg_launch_residual_layernorm,     /* TG_OP_RESIDUAL_LAYERNORM (kernels/layernorm.cu) */
-    tg_launch_residual_layernorm_bwd, /* TG_OP_RESIDUAL_LAYERNORM_BWD */
-    tg_launch_all_reduce,             /* TG_OP_ALL_REDUCE (kernels/collective.cu) */
-    tg_launch_all_gather,             /* TG_OP_ALL_GATHER */
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) tg_launch_##name,
+#include "plan/ops.def"
 };
 static_assert(sizeof table / sizeof table[0] == TG_OP_COUNT, "every op needs a CUDA launcher");
-/* Spot checks that the positional rows line up with the enum. */
-static_assert(TG_OP_MATMUL == 5 && TG_OP_ATTENTION == 15 && TG_OP_DROPOUT == 17 && TG_OP_ADAMW == 26 &&
-                  TG_OP_RESIDUAL_LAYERNORM_BWD == 28,
-              "table rows out of enum order");
 
 extern "C" int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err) {
     const int kind = a->op->kind;
@@ -159,8 +152,9 @@ extern "C" int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err) {
 extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel) {
     switch (op->kind) {
     case TG_OP_EMBEDDING_BWD: return tg_scratch_embedding_bwd(op);
-    case TG_OP_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op);
-    case TG_OP_RESIDUAL_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op); /* the same column stages */
+    case TG_OP_LAYERNORM_BWD: return tg_scratch_layernorm_bwd(op->p.layernorm_bwd.m, op->p.layernorm_bwd.d);
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: /* the same column stages */
+        return tg_scratch_layernorm_bwd(op->p.residual_layernorm_bwd.m, op->p.residual_layernorm_bwd.d);
     case TG_OP_BIAS_GRAD: return tg_scratch_bias_grad(op);
     case TG_OP_GELU_BWD: return tg_scratch_gelu_bwd(op);
     case TG_OP_MATMUL: return tg_scratch_matmul(op);

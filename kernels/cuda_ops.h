@@ -128,8 +128,9 @@ int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_s
  * update this way, in chunks beside the next step's forward. */
 int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err);
 
-/* GEMM (kernels/gemm.cu): row-major batched C = alpha op(A) op(B) (+ bias) (+ C), as
- * TG_OP_MATMUL, through cuBLASLt with fp32 compute (TF32 only when allowed). */
+/* GEMM (kernels/gemm.cu): TG_OP_MATMUL's row-major batched C = alpha op(A) op(B) (+ bias)
+ * (+ C) runs through cuBLASLt with fp32 compute (TF32 only when allowed), its algorithm per
+ * shape from this cache. */
 int tg_gemm_cache_create(tg_gemm_cache **cache, tg_err *err);
 void tg_gemm_cache_destroy(tg_gemm_cache *cache);
 /* The cache as bytes (malloc'd), for a file keyed by GPU and cuBLASLt version, and back.
@@ -140,10 +141,9 @@ int tg_gemm_cache_import(tg_gemm_cache *cache, const void *bytes, size_t len);
 /* Entries chosen in this process (not imported); entries imported. */
 int tg_gemm_cache_new_entries(const tg_gemm_cache *cache);
 int tg_gemm_cache_imported(const tg_gemm_cache *cache);
-/* Entries for MATMUL's GELU epilogue act (i[8]): run as the cuBLASLt epilogue (fallback 0)
- * or as the plain product plus the GELU kernel (fallback 1). */
+/* Entries for MATMUL's GELU epilogue act (tg_matmul_params.activation): run as the
+ * cuBLASLt epilogue (fallback 0) or as the plain product plus the GELU kernel (fallback 1). */
 int tg_gemm_cache_act_entries(const tg_gemm_cache *cache, int act, int fallback);
-int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err);
 
 #ifdef __cplusplus
 }

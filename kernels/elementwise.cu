@@ -1,5 +1,5 @@
 /* Elementwise ops: ZERO, FILL, ADD, GELU(_BWD), TANH(_BWD), DROPOUT. GELU_BWD with a bias
- * gradient (i[2]) runs as the column-sum stripes of column_sums.cuh instead.
+ * gradient (bias_cols) runs as the column-sum stripes of column_sums.cuh instead.
  *
  * Memory bound, so one generic grid-stride kernel moves 16 bytes per access when every
  * pointer is 16-byte aligned (tensors are 256-byte aligned): 4 floats, or 8 bf16 in bf16
@@ -196,10 +196,10 @@ static void launch_ew_t(const tg_cuda_op_args *a, int64_t n, const void *in0, co
     ew_kernel<T, W, F><<<(unsigned)blocks, EW_THREADS, 0, a->ctx->stream>>>(x, b, y, n, vec, f);
 }
 
-/* Storage type from out0 (tg_check_dtypes made every T slot agree). */
+/* Storage type from out0 (tg_check_dtypes made every T slot agree); n elements, from the
+ * caller, which knows its kind's parameter set. */
 template <class F>
-static int launch_ew(const tg_cuda_op_args *a, const void *in0, const void *in1, F f) {
-    const int64_t n = a->op->i[0];
+static int launch_ew(const tg_cuda_op_args *a, int64_t n, const void *in0, const void *in1, F f) {
     if (n <= 0) return 0;
     if (a->out_dtype[0] == TG_BF16)
         launch_ew_t<tg_bf16, 8>(a, n, in0, in1, f);
@@ -222,18 +222,22 @@ int tg_launch_fill(const tg_cuda_op_args *a, tg_err *err) {
     if (!a->out[0] || n <= 0) return 0;
     float *y = (float *)a->out[0];
     const int vec = tg_aligned16(y);
-    fill_kernel<<<tg_blocks(vec ? n / 4 + 4 : n, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(y, n, vec, a->op->f[0]);
+    fill_kernel<<<tg_blocks(vec ? n / 4 + 4 : n, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(y, n, vec,
+                                                                                          a->op->p.fill.value);
     return 0;
 }
 
-int tg_launch_add(const tg_cuda_op_args *a, tg_err *err) { return launch_ew(a, a->in[0], a->in[1], add_fn()); }
-
-int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err) {
-    if (a->op->i[1] == TG_GELU_TANH) return launch_ew(a, a->in[0], NULL, gelu_tanh_fn());
-    return launch_ew(a, a->in[0], NULL, gelu_erf_fn());
+int tg_launch_add(const tg_cuda_op_args *a, tg_err *err) {
+    return launch_ew(a, a->op->p.count.n, a->in[0], a->in[1], add_fn());
 }
 
-/* GELU_BWD with its bias gradient (i[2] columns): the column-sum stripes compute dx as
+int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_gelu_params *g = &a->op->p.gelu;
+    if (g->form == TG_GELU_TANH) return launch_ew(a, g->n, a->in[0], NULL, gelu_tanh_fn());
+    return launch_ew(a, g->n, a->in[0], NULL, gelu_erf_fn());
+}
+
+/* GELU_BWD with its bias gradient (bias_cols columns): the column-sum stripes compute dx as
  * they go, store it, and sum it as stored, so dx is read once instead of twice. */
 template <class T, int W, class F>
 struct gelu_bwd_cols {
@@ -254,12 +258,13 @@ struct gelu_bwd_cols {
 };
 
 int64_t tg_scratch_gelu_bwd(const tg_op *op) {
-    return op->i[2] > 0 ? tg_col_sum_scratch(op->i[0] / op->i[2], op->i[2]) : 0;
+    const tg_gelu_bwd_params *g = &op->p.gelu_bwd;
+    return g->bias_cols > 0 ? tg_col_sum_scratch(g->n / g->bias_cols, g->bias_cols) : 0;
 }
 
 template <class T, class F>
 static int gelu_bwd_with_bias(const tg_cuda_op_args *a, F f, tg_err *err) {
-    const int64_t N = a->op->i[2], M = a->op->i[0] / N;
+    const int64_t N = a->op->p.gelu_bwd.bias_cols, M = a->op->p.gelu_bwd.n / N;
     const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
     T *dx = (T *)a->out[0];
     double *partial = (double *)a->ctx->reduce_scratch;
@@ -272,10 +277,11 @@ static int gelu_bwd_with_bias(const tg_cuda_op_args *a, F f, tg_err *err) {
 }
 
 int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int tanh_form = a->op->i[1] == TG_GELU_TANH;
-    if (a->op->i[2] > 0 && a->out[1]) {
-        if (a->op->i[0] % a->op->i[2]) return tg_fail(err, "gelu_bwd: %lld elements are not rows of %lld",
-                                                      (long long)a->op->i[0], (long long)a->op->i[2]);
+    const tg_gelu_bwd_params *g = &a->op->p.gelu_bwd;
+    const int tanh_form = g->form == TG_GELU_TANH;
+    if (g->bias_cols > 0 && a->out[1]) {
+        if (g->n % g->bias_cols) return tg_fail(err, "gelu_bwd: %lld elements are not rows of %lld",
+                                                (long long)g->n, (long long)g->bias_cols);
         if (tg_scratch_check(a, tg_scratch_gelu_bwd(a->op), err)) return -1;
         if (a->out_dtype[0] == TG_BF16)
             return tanh_form ? gelu_bwd_with_bias<tg_bf16>(a, gelu_tanh_bwd_fn(), err)
@@ -283,20 +289,23 @@ int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err) {
         return tanh_form ? gelu_bwd_with_bias<float>(a, gelu_tanh_bwd_fn(), err)
                          : gelu_bwd_with_bias<float>(a, gelu_erf_bwd_fn(), err);
     }
-    if (tanh_form) return launch_ew(a, a->in[0], a->in[1], gelu_tanh_bwd_fn());
-    return launch_ew(a, a->in[0], a->in[1], gelu_erf_bwd_fn());
+    if (tanh_form) return launch_ew(a, g->n, a->in[0], a->in[1], gelu_tanh_bwd_fn());
+    return launch_ew(a, g->n, a->in[0], a->in[1], gelu_erf_bwd_fn());
 }
 
-int tg_launch_tanh(const tg_cuda_op_args *a, tg_err *err) { return launch_ew(a, a->in[0], NULL, tanh_fn()); }
+int tg_launch_tanh(const tg_cuda_op_args *a, tg_err *err) {
+    return launch_ew(a, a->op->p.count.n, a->in[0], NULL, tanh_fn());
+}
 
 int tg_launch_tanh_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    return launch_ew(a, a->in[0], a->in[1], tanh_bwd_fn());
+    return launch_ew(a, a->op->p.count.n, a->in[0], a->in[1], tanh_bwd_fn());
 }
 
 int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t n = a->op->i[0];
+    const tg_dropout_params *dp = &a->op->p.dropout;
+    const int64_t n = dp->n;
     if (n <= 0) return 0;
-    const float p = a->op->f[0];
+    const float p = dp->p;
     const int bf16 = a->out_dtype[0] == TG_BF16;
     if (!a->training || p <= 0.0f) { /* identity */
         if (a->out[0] == a->in[0]) return 0;
@@ -313,13 +322,13 @@ int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err) {
         tg_bf16 *y = (tg_bf16 *)a->out[0];
         const int vec = tg_aligned8(x) && tg_aligned8(y);
         dropout_kernel<tg_bf16><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
-                                                                          (uint32_t)a->op->i[1], p, scale);
+                                                                          (uint32_t)dp->key, p, scale);
     } else {
         const float *x = (const float *)a->in[0];
         float *y = (float *)a->out[0];
         const int vec = tg_aligned16(x) && tg_aligned16(y);
         dropout_kernel<float><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
-                                                                        (uint32_t)a->op->i[1], p, scale);
+                                                                        (uint32_t)dp->key, p, scale);
     }
     return 0;
 }

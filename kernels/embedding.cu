@@ -24,7 +24,7 @@
  * When every token fits one tile (N <= 4096: BERT at B x T = 4096), steps 1-3 are one
  * block's sort of that tile: the sorted runs of equal ids are the segments, so nothing
  * the size of the table is counted, scanned or cleared.
- * Ids equal to the padding index i[3] or outside [0, V) contribute nothing.
+ * Ids equal to the padding index (padding_idx) or outside [0, V) contribute nothing.
  *
  * Tables of at most SMALL_V rows (token types) skip the sort: every id there is long,
  * and sorting thousands of tokens in one block to find that out cost more than the sums.
@@ -90,7 +90,8 @@ static emb_tile_layout tile_layout_of(int64_t N, int64_t D) {
 }
 
 int64_t tg_scratch_embedding_bwd(const tg_op *op) {
-    int64_t N = op->i[0], V = op->i[1], D = op->i[2];
+    const tg_embedding_params *e = &op->p.embedding;
+    const int64_t N = e->n, V = e->vocab, D = e->dim;
     if (N <= 0 || V <= 0 || D <= 0) return 0;
     if (V <= SMALL_V) return tg_col_sum_scratch(N, D);
     return N <= TILE ? tile_layout_of(N, D).total : layout_of(N, V, D).total;
@@ -156,7 +157,8 @@ static void launch_emb_fwd(const tg_cuda_op_args *a, int64_t N, int64_t V, int64
 }
 
 int tg_launch_embedding(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
+    const tg_embedding_params *ep = &a->op->p.embedding;
+    const int64_t N = ep->n, V = ep->vocab, D = ep->dim;
     if (N <= 0 || D <= 0) return 0;
     if (a->out_dtype[0] == TG_BF16)
         launch_emb_fwd<tg_bf16>(a, N, V, D);
@@ -450,7 +452,7 @@ template <class T>
 static int emb_small(const tg_cuda_op_args *a, int64_t N, int64_t V, int64_t D, tg_err *err) {
     const T *dy = (const T *)a->in[1];
     const int *ids = (const int *)a->in[0];
-    const int pad = (int)a->op->i[3];
+    const int pad = (int)a->op->p.embedding.padding_idx;
     double *partial = (double *)a->ctx->reduce_scratch;
     constexpr int W = sizeof(T) == 2 ? 8 : 4;
     const int vec = D % W == 0 && tg_aligned16(dy);
@@ -465,7 +467,8 @@ static int emb_small(const tg_cuda_op_args *a, int64_t N, int64_t V, int64_t D, 
 }
 
 int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t N = a->op->i[0], V = a->op->i[1], D = a->op->i[2];
+    const tg_embedding_params *ep = &a->op->p.embedding;
+    const int64_t N = ep->n, V = ep->vocab, D = ep->dim;
     if (N <= 0 || V <= 0 || D <= 0) return 0;
     if (V >= (1 << (32 - TILE_BITS)) - 1) return tg_fail(err, "vocabulary of %lld rows exceeds the sort key (2^20)", (long long)V);
     if (N >= INT32_MAX / 2) return tg_fail(err, "%lld tokens exceed int32 indexing", (long long)N);
@@ -476,7 +479,7 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int *ids = (const int *)a->in[0];
     const void *dy = a->in[1];
     float *dt = (float *)a->out[0];
-    const int pad = (int)a->op->i[3];
+    const int pad = (int)a->op->p.embedding.padding_idx;
     const int dy_bf16 = a->in_dtype[1] == TG_BF16;
     cudaStream_t st = a->ctx->stream;
     int id_bits = 1;

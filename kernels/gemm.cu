@@ -3,13 +3,13 @@
  * copies: a row-major X is a column-major X^T. The algorithm for each shape is chosen once
  * with the heuristic API and cached; launches never allocate, so they can be captured.
  *
- * A fused bias gradient (i[7], plan/ops.h) is the BGRADB epilogue when it
+ * A fused bias gradient (bias_grad, plan/ops.def) is the BGRADB epilogue when it
  * sums op(A) (A' = B's memory is cuBLASLt's A, so our A is its B) and BGRADA when it sums
  * op(B), for bf16 products. Where cuBLASLt offers no algorithm with that epilogue, and for
  * fp32 products, the plain product runs and the BIAS_GRAD kernel sums the same operand
  * into the zeroed output: same semantics.
  *
- * The GELU epilogues (i[8]) are GELU_AUX_BIAS (GELU_AUX without a bias; the aux matrix is
+ * The GELU epilogues (activation) are GELU_AUX_BIAS (GELU_AUX without a bias; the aux matrix is
  * the pre-activation out2) and DGELU (aux = the saved pre-activation in3). The aux matrix
  * has C's column-major layout [N rows, M columns], leading dimension N, and C's data type
  * (cuBLASLt's default, so the aux type attribute stays unset). Which form runs is decided
@@ -31,8 +31,8 @@ typedef struct gemm_key {
     int64_t m, n, k, batch;
     int32_t ta, tb, bias, accumulate, tf32;
     int32_t type_a, type_b, type_c, type_bias; /* tg_dtype of A, B, C and the bias */
-    int32_t bgrad; /* i[7]; + BGRAD_FALLBACK when the plain product plus the column-sum kernel */
-    int32_t act;   /* i[8]; + ACT_FALLBACK when the plain product plus the GELU(_BWD) kernel */
+    int32_t bgrad; /* bias_grad; + BGRAD_FALLBACK when the plain product plus the column-sum kernel */
+    int32_t act;   /* activation; + ACT_FALLBACK when the plain product plus the GELU(_BWD) kernel */
     int32_t pad;   /* explicit, so keys compare and persist without padding bytes */
 } gemm_key;
 
@@ -133,18 +133,19 @@ static int lt_fail(tg_err *err, const char *what, cublasStatus_t st, const gemm_
     } while (0)
 
 /* The BIAS_GRAD op equivalent to a fused bias gradient: the column sums of the stored
- * dC operand ([K, M] for i[7] = 1, [K, N] for i[7] = 2). */
+ * dC operand ([K, M] for bias_grad = 1, [K, N] for bias_grad = 2). */
 static tg_op bgrad_sum_op(const tg_op *op) {
     tg_op s;
     memset(&s, 0, sizeof s);
     s.kind = TG_OP_BIAS_GRAD;
-    s.i[0] = op->i[2];
-    s.i[1] = op->i[7] == 1 ? op->i[0] : op->i[1];
+    const tg_matmul_params *mm = &op->p.matmul;
+    s.p.bias_grad.m = mm->k;
+    s.p.bias_grad.n = mm->bias_grad == 1 ? mm->m : mm->n;
     return s;
 }
 
 extern "C" int64_t tg_scratch_matmul(const tg_op *op) {
-    if (!op->i[7]) return 0;
+    if (!op->p.matmul.bias_grad) return 0;
     tg_op s = bgrad_sum_op(op);
     return tg_scratch_bias_grad(&s);
 }
@@ -154,11 +155,11 @@ static int bgrad_fallback(const tg_cuda_op_args *a, tg_err *err) {
     tg_op s = bgrad_sum_op(a->op);
     tg_cuda_op_args sa;
     memset(&sa, 0, sizeof sa);
-    const int slot = a->op->i[7] == 1 ? 0 : 1;
+    const int slot = a->op->p.matmul.bias_grad == 1 ? 0 : 1;
     sa.op = &s, sa.ctx = a->ctx, sa.training = a->training;
     sa.in[0] = a->in[slot], sa.in_dtype[0] = a->in_dtype[slot];
     sa.out[0] = a->out[1], sa.out_dtype[0] = TG_F32;
-    const cudaError_t e = cudaMemsetAsync(a->out[1], 0, (size_t)s.i[1] * sizeof(float), a->ctx->stream);
+    const cudaError_t e = cudaMemsetAsync(a->out[1], 0, (size_t)s.p.bias_grad.n * sizeof(float), a->ctx->stream);
     if (e != cudaSuccess) return tg_fail(err, "cudaMemsetAsync of the bias gradient: %s", cudaGetErrorString(e));
     return tg_launch_bias_grad(&sa, err);
 }
@@ -167,12 +168,17 @@ static int bgrad_fallback(const tg_cuda_op_args *a, tg_err *err) {
  * GEMM wrote: forward, out0 = gelu(out2); backward, out0 = out0 * gelu'(in3), in place
  * (each element is read, then written, by one thread). */
 static int act_fallback(const tg_cuda_op_args *a, tg_err *err) {
-    const tg_op *op = a->op;
+    const tg_matmul_params *mm = &a->op->p.matmul;
     tg_op s;
     memset(&s, 0, sizeof s);
-    s.kind = op->i[8] == TG_MATMUL_ACT_GELU ? TG_OP_GELU : TG_OP_GELU_BWD;
-    s.i[0] = op->i[0] * op->i[1];
-    s.i[1] = TG_GELU_TANH;
+    s.kind = mm->activation == TG_MATMUL_ACT_GELU ? TG_OP_GELU : TG_OP_GELU_BWD;
+    if (s.kind == TG_OP_GELU) {
+        s.p.gelu.n = mm->m * mm->n;
+        s.p.gelu.form = TG_GELU_TANH;
+    } else {
+        s.p.gelu_bwd.n = mm->m * mm->n;
+        s.p.gelu_bwd.form = TG_GELU_TANH; /* bias_cols 0: no bias gradient */
+    }
     tg_cuda_op_args sa;
     memset(&sa, 0, sizeof sa);
     sa.op = &s, sa.ctx = a->ctx, sa.training = a->training;
@@ -257,8 +263,8 @@ static const cublasLtMatmulAlgo_t *cache_find(tg_cuda_ctx *ctx, cublasLtHandle_t
  * sums of a fused bias gradient, or the GELU(_BWD) of an activation epilogue. */
 static int finish_variant(const tg_cuda_op_args *a, int variant, tg_err *err) {
     if (variant != 1) return 0;
-    if (a->op->i[7]) return bgrad_fallback(a, err);
-    if (a->op->i[8]) return act_fallback(a, err);
+    if (a->op->p.matmul.bias_grad) return bgrad_fallback(a, err);
+    if (a->op->p.matmul.activation) return act_fallback(a, err);
     return 0;
 }
 
@@ -332,18 +338,18 @@ done:
     return best;
 }
 
-extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
-    const tg_op *op = a->op;
+int tg_launch_matmul(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_matmul_params *mm = &a->op->p.matmul;
     tg_cuda_ctx *ctx = a->ctx;
-    const int64_t M = op->i[0], N = op->i[1], K = op->i[2], batch = op->i[5];
-    const int ta = (int)op->i[3], tb = (int)op->i[4], acc = (int)op->i[6], bgrad = (int)op->i[7];
-    const int act = (int)op->i[8];
-    const float alpha = op->f[0], beta = acc ? 1.0f : 0.0f;
+    const int64_t M = mm->m, N = mm->n, K = mm->k, batch = mm->batch;
+    const int ta = (int)mm->trans_a, tb = (int)mm->trans_b, acc = (int)mm->accumulate, bgrad = (int)mm->bias_grad;
+    const int act = (int)mm->activation;
+    const float alpha = mm->alpha, beta = acc ? 1.0f : 0.0f;
     const void *bias = a->in[2];
     void *dbias = bgrad ? a->out[1] : NULL;
     if (bgrad && (bgrad > 2 || !dbias || bias || batch != 1 || (bgrad == 1 && !ta) || (bgrad == 2 && tb) ||
                   a->out_dtype[1] != TG_F32))
-        return tg_fail(err, "matmul: fused bias gradient i[7]=%d needs an fp32 out1, batch 1, no bias and %s", bgrad,
+        return tg_fail(err, "matmul: fused bias gradient bias_grad=%d needs an fp32 out1, batch 1, no bias and %s", bgrad,
                        bgrad == 1 ? "transA" : "no transB");
     /* The pre-activation the GELU epilogue writes (out2) or reads (in3), typed like out0. */
     void *pre = act == TG_MATMUL_ACT_GELU ? a->out[2] : act == TG_MATMUL_ACT_GELU_BWD ? a->in[3] : NULL;
@@ -351,7 +357,7 @@ extern "C" int tg_cuda_matmul(const tg_cuda_op_args *a, tg_err *err) {
     if (act && (act > TG_MATMUL_ACT_GELU_BWD || act < 0 || !pre || pre_dtype != a->out_dtype[0] || batch != 1 ||
                 acc || bgrad || (act == TG_MATMUL_ACT_GELU_BWD && bias)))
         return tg_fail(err,
-                       "matmul: activation i[8]=%d needs its pre-activation (%s) typed like out0, batch 1, no "
+                       "matmul: activation=%d needs its pre-activation (%s) typed like out0, batch 1, no "
                        "accumulate, no bias gradient%s",
                        act, act == TG_MATMUL_ACT_GELU ? "out2" : "in3",
                        act == TG_MATMUL_ACT_GELU_BWD ? " and no bias" : "");
@@ -518,7 +524,7 @@ out:
 }
 
 /* The algorithms cached for GELU epilogues: with the epilogue (fallback 0) or as the plain
- * product plus the GELU kernel (fallback 1), for activation act (i[8]). */
+ * product plus the GELU kernel (fallback 1), for activation act (tg_matmul_params.activation). */
 extern "C" int tg_gemm_cache_act_entries(const tg_gemm_cache *cache, int act, int fallback) {
     int n = 0;
     for (int i = 0; i < cache->n; i++)

@@ -6,7 +6,7 @@
  * the per-element expressions use non-contracting float ops in the CPU's order, so y and
  * dx match the oracle to a rounding or two. Warp sums use a fixed butterfly.
  *
- * dgamma/dbeta (+=, or = when i[3] says the op is their first writer) are column sums over rows, made deterministic with two stages
+ * dgamma/dbeta (+=, or = when overwrite says the op is their first writer) are column sums over rows, made deterministic with two stages
  * instead of float atomics (the scheme of BIAS_GRAD): stage 1 gives each 256-thread
  * block a fixed stripe of 64 columns x 128 rows, read as coalesced 16-byte vectors,
  * accumulated per thread in double, combined across the block's row groups in a fixed
@@ -38,8 +38,7 @@
 #define FC_GRID 512        /* blocks of the fused-column backward: at most this many partials */
 #define FC_MAX_D 2048      /* its widest row: 2 * 8 * D floats of shared memory */
 
-int64_t tg_scratch_layernorm_bwd(const tg_op *op) {
-    int64_t M = op->i[0], D = op->i[1];
+int64_t tg_scratch_layernorm_bwd(int64_t M, int64_t D) {
     if (M <= 0 || D <= 0) return 0;
     const int64_t cols = 4 * ((M + COL_ROWS - 1) / COL_ROWS) * D; /* 2 doubles per (chunk, column) */
     const int64_t groups = (M + LN_THREADS / 32 - 1) / (LN_THREADS / 32), blocks = groups < FC_GRID ? groups : FC_GRID;
@@ -341,12 +340,12 @@ rln_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ s, const float *_
     }
 }
 
-static rln_dropout rln_dropout_of(const tg_cuda_op_args *a) {
-    const float p = a->op->f[1];
+/* key and p from the caller: the forward's and the backward's parameter sets both hold them. */
+static rln_dropout rln_dropout_of(const tg_cuda_op_args *a, int64_t key, float p) {
     rln_dropout d;
     d.on = a->training && p > 0.0f;
     d.seed = a->ctx->seed;
-    d.key = (uint32_t)a->op->i[2];
+    d.key = (uint32_t)key;
     d.p = p;
     d.scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* the CPU's expression */
     return d;
@@ -472,18 +471,18 @@ fc_final_kernel(const float *__restrict__ pg, const float *__restrict__ pb, floa
 
 /* The fused-column backward and its final sums when D and every pointer allow it (with
  * dgamma or dbeta to compute); 1 if it ran, 0 if the caller must take the row and column
- * kernels, -1 on error. */
+ * kernels, -1 on error. overwrite: the caller's op writes dgamma and dbeta first. */
 template <class T>
 static int fc_bwd(const tg_cuda_op_args *a, const T *dy, const T *x, const float *g, const float *mu,
                   const float *rs, const T *extra, const float *step, T *ds, T *dx, float *dg, float *db, int64_t M,
-                  int64_t D, rln_dropout drop, tg_err *err) {
+                  int64_t D, int overwrite, rln_dropout drop, tg_err *err) {
     constexpr int W = LN_W8<T>::W; /* 16 bytes */
     if ((!dg && !db) || D % W || D > FC_MAX_D || !tg_aligned16(dy) || !tg_aligned16(x) || !tg_aligned16(g) ||
         !tg_aligned16(extra) || !tg_aligned16(ds) || !tg_aligned16(dx))
         return 0;
     const int64_t groups = (M + LN_THREADS / 32 - 1) / (LN_THREADS / 32);
     const int64_t blocks = groups < FC_GRID ? groups : FC_GRID;
-    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
+    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(M, D), err)) return -1;
     float *pg = a->ctx->reduce_scratch, *pb = pg + blocks * D;
     const size_t smem = 2 * (size_t)(LN_THREADS / 32) * (size_t)D * sizeof(float);
     cudaStream_t st = a->ctx->stream;
@@ -496,7 +495,7 @@ static int fc_bwd(const tg_cuda_op_args *a, const T *dy, const T *x, const float
     }
     fc_bwd_kernel<W, T><<<(unsigned)blocks, LN_THREADS, smem, st>>>(dy, x, g, mu, rs, extra, step, ds, dx, pg, pb, M, D,
                                                                     drop);
-    fc_final_kernel<<<(unsigned)((D + 7) / 8), dim3(8, FC_FINAL_TY), 0, st>>>(pg, pb, dg, db, blocks, D, a->op->i[3] != 0);
+    fc_final_kernel<<<(unsigned)((D + 7) / 8), dim3(8, FC_FINAL_TY), 0, st>>>(pg, pb, dg, db, blocks, D, overwrite);
     return 1;
 }
 
@@ -511,14 +510,15 @@ static void launch_ln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D) {
     const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
     const unsigned va = 4 * sizeof(T);
     const int vec = D % 4 == 0 && tg_aligned(x, va) && tg_aligned16(g) && tg_aligned16(b) && tg_aligned(y, va);
+    const float eps = a->op->p.layernorm.eps;
     if (vec)
-        ln_fwd_kernel<4, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+        ln_fwd_kernel<4, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, eps);
     else
-        ln_fwd_kernel<1, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, a->op->f[0]);
+        ln_fwd_kernel<1, T><<<blocks, LN_THREADS, 0, a->ctx->stream>>>(x, g, b, y, mu, rs, M, D, eps);
 }
 
 int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
+    const int64_t M = a->op->p.layernorm.m, D = a->op->p.layernorm.d;
     if (M <= 0 || D <= 0) return 0;
     if (a->in_dtype[0] == TG_BF16)
         launch_ln_fwd<tg_bf16>(a, M, D);
@@ -527,12 +527,13 @@ int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
     return 0;
 }
 
-/* dgamma += sum dy*xhat, dbeta += sum dy over the rows of dy and x (both stages). */
+/* dgamma += sum dy*xhat, dbeta += sum dy over the rows of dy and x (both stages); = with
+ * overwrite (the caller's op writes them first). */
 template <class T>
 static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, const float *mu, const float *rs,
-                          float *dg, float *db, int64_t M, int64_t D, tg_err *err) {
+                          float *dg, float *db, int64_t M, int64_t D, int overwrite, tg_err *err) {
     if (!dg && !db) return 0;
-    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(a->op), err)) return -1;
+    if (tg_scratch_check(a, tg_scratch_layernorm_bwd(M, D), err)) return -1;
     const int64_t chunks = (M + COL_ROWS - 1) / COL_ROWS, stripes = (D + COL_STRIPE - 1) / COL_STRIPE;
     if (chunks > 65535) return tg_fail(err, "%lld rows exceed the column-sum grid", (long long)M);
     if (stripes > INT32_MAX) return tg_fail(err, "%lld columns exceed the column-sum grid", (long long)D);
@@ -547,7 +548,7 @@ static int launch_ln_cols(const tg_cuda_op_args *a, const T *dy, const T *x, con
     else
         ln_bwd_cols_kernel<T, 1><<<grid, COL_THREADS, 0, st>>>(dy, x, mu, rs, pg, pb, M, D);
     col_final_kernel<<<(unsigned)((D + 31) / 32), dim3(32, COL_TY), 0, st>>>(pg, dg, pb, db, chunks, D,
-                                                                             a->op->i[3] != 0);
+                                                                             overwrite);
     return 0;
 }
 
@@ -558,7 +559,8 @@ static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err 
     T *dx = (T *)a->out[0];
     float *dg = (float *)a->out[1], *db = (float *)a->out[2];
     const rln_dropout off = {};
-    const int fc = fc_bwd<T>(a, dy, x, g, mu, rs, NULL, NULL, dx, NULL, dg, db, M, D, off, err);
+    const int overwrite = a->op->p.layernorm_bwd.overwrite != 0;
+    const int fc = fc_bwd<T>(a, dy, x, g, mu, rs, NULL, NULL, dx, NULL, dg, db, M, D, overwrite, off, err);
     if (fc) return fc < 0 ? -1 : 0;
     cudaStream_t st = a->ctx->stream;
     if (dx) {
@@ -574,11 +576,11 @@ static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err 
         else
             ln_bwd_dx_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, x, g, mu, rs, dx, M, D);
     }
-    return launch_ln_cols<T>(a, dy, x, mu, rs, dg, db, M, D, err);
+    return launch_ln_cols<T>(a, dy, x, mu, rs, dg, db, M, D, overwrite, err);
 }
 
 int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
+    const int64_t M = a->op->p.layernorm_bwd.m, D = a->op->p.layernorm_bwd.d;
     if (M <= 0 || D <= 0) return 0;
     return a->in_dtype[0] == TG_BF16 ? launch_ln_bwd<tg_bf16>(a, M, D, err) : launch_ln_bwd<float>(a, M, D, err);
 }
@@ -592,8 +594,9 @@ static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
     T *y = (T *)a->out[0], *s = (T *)a->out[1];
     float *mu = (float *)a->out[2], *rs = (float *)a->out[3];
     if (!x || !r || !y || !s) return tg_fail(err, "residual_layernorm needs x, r, y and s");
-    const rln_dropout drop = rln_dropout_of(a);
-    const float eps = a->op->f[0];
+    const tg_residual_layernorm_params *rp = &a->op->p.residual_layernorm;
+    const rln_dropout drop = rln_dropout_of(a, rp->key, rp->p);
+    const float eps = rp->eps;
     const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
     const unsigned va = 4 * sizeof(T);
     cudaStream_t st = a->ctx->stream;
@@ -611,7 +614,7 @@ static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
 }
 
 int tg_launch_residual_layernorm(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
+    const int64_t M = a->op->p.residual_layernorm.m, D = a->op->p.residual_layernorm.d;
     if (M <= 0 || D <= 0) return 0;
     return a->in_dtype[0] == TG_BF16 ? launch_rln_fwd<tg_bf16>(a, M, D, err) : launch_rln_fwd<float>(a, M, D, err);
 }
@@ -624,8 +627,10 @@ static int launch_rln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
     T *ds = (T *)a->out[0], *dx = (T *)a->out[1];
     float *dg = (float *)a->out[2], *db = (float *)a->out[3];
     if (!dy || !s || !mu || !rs || !ds || !dx) return tg_fail(err, "residual_layernorm_bwd needs dy, s, mean, rstd, ds and dx");
-    const rln_dropout drop = rln_dropout_of(a);
-    const int fc = fc_bwd<T>(a, dy, s, g, mu, rs, extra, step, ds, dx, dg, db, M, D, drop, err);
+    const tg_residual_layernorm_bwd_params *rp = &a->op->p.residual_layernorm_bwd;
+    const rln_dropout drop = rln_dropout_of(a, rp->key, rp->p);
+    const int overwrite = rp->overwrite != 0;
+    const int fc = fc_bwd<T>(a, dy, s, g, mu, rs, extra, step, ds, dx, dg, db, M, D, overwrite, drop, err);
     if (fc) return fc < 0 ? -1 : 0;
     const unsigned blocks = (unsigned)((M * 32 + LN_THREADS - 1) / LN_THREADS);
     const unsigned va = 4 * sizeof(T);
@@ -640,11 +645,11 @@ static int launch_rln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
         rln_bwd_kernel<4, T><<<blocks, LN_THREADS, 0, st>>>(dy, s, g, mu, rs, extra, step, ds, dx, M, D, drop);
     else
         rln_bwd_kernel<1, T><<<blocks, LN_THREADS, 0, st>>>(dy, s, g, mu, rs, extra, step, ds, dx, M, D, drop);
-    return launch_ln_cols<T>(a, dy, s, mu, rs, dg, db, M, D, err);
+    return launch_ln_cols<T>(a, dy, s, mu, rs, dg, db, M, D, overwrite, err);
 }
 
 int tg_launch_residual_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], D = a->op->i[1];
+    const int64_t M = a->op->p.residual_layernorm_bwd.m, D = a->op->p.residual_layernorm_bwd.d;
     if (M <= 0 || D <= 0) return 0;
     return a->in_dtype[0] == TG_BF16 ? launch_rln_bwd<tg_bf16>(a, M, D, err) : launch_rln_bwd<float>(a, M, D, err);
 }

@@ -73,39 +73,44 @@ select_bwd_kernel(const TV *__restrict__ dy, const int *__restrict__ ids, TV *__
 }
 
 int tg_launch_select_token(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t B = a->op->i[0], T = a->op->i[1], D = a->op->i[2];
+    const tg_select_params *sp = &a->op->p.select;
+    const int64_t B = sp->b, T = sp->t, D = sp->d;
     if (B <= 0 || T <= 0 || D <= 0) return 0;
     if (B > INT32_MAX) return tg_fail(err, "batch %lld too large", (long long)B);
-    const int last = a->op->i[3] == TG_SELECT_LAST_NON_PAD && a->in[1];
+    const int last = sp->mode == TG_SELECT_LAST_NON_PAD && a->in[1];
     const int *ids = (const int *)a->in[1];
     if (a->out_dtype[0] == TG_BF16)
         select_kernel<tg_bf16><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
-            (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)a->op->i[4]);
+            (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)sp->pad_id);
     else
         select_kernel<float><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
-            (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)a->op->i[4]);
+            (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)sp->pad_id);
     return 0;
 }
 
 int tg_launch_select_token_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t B = a->op->i[0], T = a->op->i[1], D = a->op->i[2];
+    const tg_select_params *sp = &a->op->p.select;
+    const int64_t B = sp->b, T = sp->t, D = sp->d;
     if (B <= 0 || T <= 0 || D <= 0) return 0;
     if (B > 65535) return tg_fail(err, "batch %lld exceeds the grid", (long long)B);
-    const int last = a->op->i[3] == TG_SELECT_LAST_NON_PAD && a->in[1];
+    const int last = sp->mode == TG_SELECT_LAST_NON_PAD && a->in[1];
     const dim3 grid((unsigned)((T * D + SEL_CHUNK - 1) / SEL_CHUNK), (unsigned)B);
     const int *ids = (const int *)a->in[1];
     if (a->out_dtype[0] == TG_BF16)
         select_bwd_kernel<tg_bf16><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
-            (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)a->op->i[4]);
+            (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)sp->pad_id);
     else
         select_bwd_kernel<float><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
-            (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)a->op->i[4]);
+            (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)sp->pad_id);
     return 0;
 }
 
 /* ---- cross entropy ---------------------------------------------------------------- */
 
-int64_t tg_scratch_cross_entropy(const tg_op *op) { return op->i[0] > 0 ? 2 * op->i[0] : 0; }
+int64_t tg_scratch_cross_entropy(const tg_op *op) {
+    const int64_t n = op->p.cross_entropy.n;
+    return n > 0 ? 2 * n : 0;
+}
 int64_t tg_scratch_cross_entropy_bwd(const tg_op *op) { return 4; }
 
 static __device__ __forceinline__ int ce_counted(int label, int64_t C) { return label >= 0 && label < C; }
@@ -284,11 +289,15 @@ static void launch_ce_fwd(const void *logits, const int *labels, double *row_los
         launch_ce_fwd_bs<32, TX>(x, labels, row_loss, N, C, V, vec, st);
 }
 
-/* Classes that count: i[2] when set (rows padded to i[1] for aligned GEMMs), else i[1]. */
-static int64_t ce_classes(const tg_op *op) { return op->i[2] > 0 ? op->i[2] : op->i[1]; }
+/* Classes that count: classes when set (rows padded to c for aligned GEMMs), else c. Both
+ * kinds use the cross_entropy set. */
+static int64_t ce_classes(const tg_op *op) {
+    const tg_cross_entropy_params *ce = &op->p.cross_entropy;
+    return ce->classes > 0 ? ce->classes : ce->c;
+}
 
 int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t N = a->op->i[0], C = a->op->i[1];
+    const int64_t N = a->op->p.cross_entropy.n, C = a->op->p.cross_entropy.c;
     float *loss = (float *)a->out[0];
     if (N <= 0 || C <= 0) {
         cudaError_t e = cudaMemsetAsync(loss, 0, 4, a->ctx->stream);
@@ -333,7 +342,7 @@ static void launch_ce_bwd(const void *logits, const int *labels, const float *co
 }
 
 int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t N = a->op->i[0], C = a->op->i[1];
+    const int64_t N = a->op->p.cross_entropy.n, C = a->op->p.cross_entropy.c;
     if (N <= 0 || C <= 0) return 0;
     if (N > INT32_MAX) return tg_fail(err, "%lld rows exceed the grid", (long long)N);
     if (tg_scratch_check(a, tg_scratch_cross_entropy_bwd(a->op), err)) return -1;

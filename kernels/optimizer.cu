@@ -20,7 +20,7 @@
  * segment is also written there, rounded to nearest even, in the same pass (gaps are
  * left alone). A launch may cover a range of the elements (the executor's deferred update
  * runs the update in chunks beside the next forward, kernels/cuda_ops.h), and may be
- * gated by a device flag, doing nothing while it is 0. ZeRO-1 (i[1] = slice) updates the
+ * gated by a device flag, doing nothing while it is 0. ZeRO-1 (zero_slice) updates the
  * replica's slice only, m and v indexed from the slice's first element.
  *
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
@@ -44,14 +44,15 @@ __global__ void schedule_kernel(const float *step, const float *total_steps, flo
 
 int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err) {
     schedule_kernel<<<1, 1, 0, a->ctx->stream>>>((const float *)a->in[0], (const float *)a->in[1], (float *)a->out[0],
-                                                 (float *)a->out[1], (double)a->op->i[0], a->op->f[0]);
+                                                 (float *)a->out[1], (double)a->op->p.schedule.warmup,
+                                                 a->op->p.schedule.lr);
     return 0;
 }
 
 /* ---- grad norm -------------------------------------------------------------------- */
 
 static int64_t norm_count(const tg_op *op, const int64_t *in_numel) {
-    if (op->i[0] > 0) return op->i[0];
+    if (op->p.count.n > 0) return op->p.count.n;
     return in_numel ? in_numel[0] : 0;
 }
 
@@ -104,15 +105,15 @@ int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err) {
 
 /* ---- bias grad -------------------------------------------------------------------- */
 
-int64_t tg_scratch_bias_grad(const tg_op *op) { return tg_col_sum_scratch(op->i[0], op->i[1]); }
+int64_t tg_scratch_bias_grad(const tg_op *op) { return tg_col_sum_scratch(op->p.bias_grad.m, op->p.bias_grad.n); }
 
 int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t M = a->op->i[0], N = a->op->i[1];
+    const int64_t M = a->op->p.bias_grad.m, N = a->op->p.bias_grad.n;
     if (M <= 0 || N <= 0) return 0;
     if (tg_scratch_check(a, tg_scratch_bias_grad(a->op), err)) return -1;
     double *partial = (double *)a->ctx->reduce_scratch;
     float *db = (float *)a->out[0];
-    const int ow = a->op->i[2] != 0;
+    const int ow = a->op->p.bias_grad.overwrite != 0;
     cudaStream_t st = a->ctx->stream;
     if (a->in_dtype[0] == TG_BF16) {
         const tg_bf16 *dy = (const tg_bf16 *)a->in[0];
@@ -226,14 +227,14 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
 static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
                         tg_err *err) {
     const tg_cuda_ctx *ctx = a->ctx;
-    if (end > a->op->i[0]) end = a->op->i[0];
+    const tg_adamw_params *ap = &a->op->p.adamw;
+    if (end > ap->n) end = ap->n;
     if (first >= end || ctx->n_segments <= 0) return 0;
     if (first % 4 || state_first % 4)
         return tg_fail(err, "AdamW range starts at element %lld (state at %lld), not a multiple of 4", (long long)first,
                        (long long)state_first);
     if (!ctx->segments) return tg_fail(err, "no parameter segment table");
-    const float *f = a->op->f;
-    const adam_hyper h = {f[0], f[1], f[2], f[3], f[4]};
+    const adam_hyper h = {ap->beta1, ap->beta2, ap->eps, ap->weight_decay, ap->max_grad_norm};
     const float *g = (const float *)a->in[0];
     float *p = (float *)a->out[0], *m = (float *)a->out[1], *v = (float *)a->out[2];
     const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
@@ -258,13 +259,13 @@ static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, in
 }
 
 int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
-    if (a->op->i[1] > 0) return tg_fail(err, "a ZeRO-1 AdamW updates only its replica's slice, not a range");
+    if (a->op->p.adamw.zero_slice > 0) return tg_fail(err, "a ZeRO-1 AdamW updates only its replica's slice, not a range");
     return adamw_launch(a, first, end, 0, gate, err);
 }
 
 int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t slice = a->op->i[1]; /* ZeRO-1: this replica's slice, its state from m[0] */
+    const int64_t slice = a->op->p.adamw.zero_slice; /* ZeRO-1: this replica's slice, its state from m[0] */
     if (slice > 0) return adamw_launch(a, (int64_t)a->ctx->rank * slice, (int64_t)(a->ctx->rank + 1) * slice,
                                        (int64_t)a->ctx->rank * slice, NULL, err);
-    return adamw_launch(a, 0, a->op->i[0], 0, NULL, err);
+    return adamw_launch(a, 0, a->op->p.adamw.n, 0, NULL, err);
 }

@@ -8,51 +8,7 @@
 
 #include <jansson.h>
 
-/* Names of each op's documented parameters (ops.h); NULL slots are not printed. An op
- * missing here falls back to printing its nonzero parameters by slot. */
-typedef struct op_params {
-    const char *i[TG_OP_MAX_I];
-    const char *f[TG_OP_MAX_F];
-    int known;
-} op_params;
-
-static const op_params k_params[TG_OP_COUNT] = {
-    [TG_OP_ZERO] = {.known = 1},
-    [TG_OP_FILL] = {.f = {"value"}, .known = 1},
-    [TG_OP_EMBEDDING] = {.i = {"N", "V", "D", "padding_idx"}, .known = 1},
-    [TG_OP_EMBEDDING_BWD] = {.i = {"N", "V", "D", "padding_idx"}, .known = 1},
-    [TG_OP_ADD] = {.i = {"n"}, .known = 1},
-    [TG_OP_MATMUL] = {.i = {"M", "N", "K", "transA", "transB", "batch", "accumulate", "bias_grad", "activation"},
-                      .f = {"alpha"}, .known = 1},
-    [TG_OP_BIAS_GRAD] = {.i = {"M", "N", "overwrite"}, .known = 1},
-    [TG_OP_LAYERNORM] = {.i = {"M", "D"}, .f = {"eps"}, .known = 1},
-    [TG_OP_LAYERNORM_BWD] = {.i = {"M", "D", NULL, "overwrite"}, .known = 1},
-    [TG_OP_GELU] = {.i = {"n", "tanh_approx"}, .known = 1},
-    [TG_OP_GELU_BWD] = {.i = {"n", "tanh_approx", "bias_cols"}, .known = 1},
-    [TG_OP_TANH] = {.i = {"n"}, .known = 1},
-    [TG_OP_TANH_BWD] = {.i = {"n"}, .known = 1},
-    [TG_OP_ATTN_SOFTMAX] = {.i = {"B", "H", "T", "causal", "key"}, .f = {"scale", "p"}, .known = 1},
-    [TG_OP_ATTN_SOFTMAX_BWD] = {.i = {"B", "H", "T", NULL, "key"}, .f = {"scale", "p"}, .known = 1},
-    [TG_OP_ATTENTION] = {.i = {"B", "H", "T", "causal", "key", "packed", "Dh"}, .f = {"scale", "p"}, .known = 1},
-    [TG_OP_ATTENTION_BWD] = {.i = {"B", "H", "T", "causal", "key", "packed", "Dh"}, .f = {"scale", "p"},
-                             .known = 1},
-    [TG_OP_DROPOUT] = {.i = {"n", "key"}, .f = {"p"}, .known = 1},
-    [TG_OP_HEADS_SPLIT] = {.i = {"B", "T", "H", "Dh", "P"}, .known = 1},
-    [TG_OP_HEADS_MERGE] = {.i = {"B", "T", "H", "Dh", "P"}, .known = 1},
-    [TG_OP_SELECT_TOKEN] = {.i = {"B", "T", "D", "select", "pad"}, .known = 1},
-    [TG_OP_SELECT_TOKEN_BWD] = {.i = {"B", "T", "D", "select", "pad"}, .known = 1},
-    [TG_OP_CROSS_ENTROPY] = {.i = {"N", "C", "classes"}, .known = 1},
-    [TG_OP_CROSS_ENTROPY_BWD] = {.i = {"N", "C", "classes"}, .known = 1},
-    [TG_OP_SCHEDULE] = {.i = {"warmup"}, .f = {"lr"}, .known = 1},
-    [TG_OP_GRAD_NORM] = {.i = {"n"}, .known = 1},
-    [TG_OP_ADAMW] = {.i = {"n", "zero_slice"},
-                     .f = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"},
-                     .known = 1},
-    [TG_OP_RESIDUAL_LAYERNORM] = {.i = {"M", "D", "key"}, .f = {"eps", "p"}, .known = 1},
-    [TG_OP_RESIDUAL_LAYERNORM_BWD] = {.i = {"M", "D", "key", "overwrite"}, .f = {"eps", "p"}, .known = 1},
-    [TG_OP_ALL_REDUCE] = {.i = {"n"}, .known = 1},
-    [TG_OP_ALL_GATHER] = {.i = {"slice"}, .known = 1},
-};
+#include "plan/op_meta.h"
 
 static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",
                                            "output", "view", "tied"};
@@ -61,28 +17,11 @@ static const tg_tensor *tensor_at(const tg_plan *p, int32_t t) {
     return t >= 0 && t < p->n_tensors ? &p->tensors[t] : NULL;
 }
 
-/* Calls fn(name, is_float, ivalue, fvalue) for each parameter worth showing. */
-typedef void (*param_fn)(void *ctx, const char *name, int is_float, int64_t iv, float fv);
-
-static void each_param(const tg_op *op, param_fn fn, void *ctx) {
-    const op_params *np = op->kind >= 0 && op->kind < TG_OP_COUNT ? &k_params[op->kind] : NULL;
-    char slot[8];
-    for (int k = 0; k < TG_OP_MAX_I; k++) {
-        if (np && np->known) {
-            if (np->i[k]) fn(ctx, np->i[k], 0, op->i[k], 0);
-        } else if (op->i[k]) {
-            snprintf(slot, sizeof slot, "i%d", k);
-            fn(ctx, slot, 0, op->i[k], 0);
-        }
-    }
-    for (int k = 0; k < TG_OP_MAX_F; k++) {
-        if (np && np->known) {
-            if (np->f[k]) fn(ctx, np->f[k], 1, 0, op->f[k]);
-        } else if (op->f[k] != 0.0f) {
-            snprintf(slot, sizeof slot, "f%d", k);
-            fn(ctx, slot, 1, 0, op->f[k]);
-        }
-    }
+/* Walks the op's parameters (those of its kind's set, in plan/ops.def order, with their
+ * display names) with the visitor's functions. */
+static void each_param(const tg_op *op, const tg_param_visitor *v) {
+    tg_op_params params = op->p;
+    tg_op_params_visit(op->kind, &params, v);
 }
 
 /* ---- text -------------------------------------------------------------------- */
@@ -92,14 +31,15 @@ typedef struct text_ctx {
     int n;
 } text_ctx;
 
-static void text_param(void *ctx, const char *name, int is_float, int64_t iv, float fv) {
+static void text_i64(void *ctx, const char *name, int64_t *value) {
     text_ctx *c = ctx;
-    FILE *out = c->out;
-    if (!c->n++) fputs(" |", out);
-    if (is_float)
-        fprintf(out, " %s=%g", name, (double)fv);
-    else
-        fprintf(out, " %s=%" PRId64, name, iv);
+    if (!c->n++) fputs(" |", c->out);
+    fprintf(c->out, " %s=%" PRId64, name, *value);
+}
+static void text_f32(void *ctx, const char *name, float *value) {
+    text_ctx *c = ctx;
+    if (!c->n++) fputs(" |", c->out);
+    fprintf(c->out, " %s=%g", name, (double)*value);
 }
 
 static void print_shape(FILE *out, const tg_tensor *t) {
@@ -165,7 +105,7 @@ static void print_text(const tg_plan *p, FILE *out) {
             }
             if (!n) fputs("-", out);
             text_ctx tc = {out, 0};
-            each_param(op, text_param, &tc);
+            each_param(op, &(const tg_param_visitor){&tc, text_i64, text_f32});
             fputc('\n', out);
         }
     }
@@ -234,9 +174,13 @@ static void jpush(jctx *c, json_t *arr, json_t *v) {
     if (!v || json_array_append_new(arr, v)) c->bad = 1;
 }
 
-static void json_param(void *ctx, const char *name, int is_float, int64_t iv, float fv) {
+static void json_i64(void *ctx, const char *name, int64_t *value) {
     jctx *c = ctx;
-    jset(c, c->obj, name, is_float ? jreal((double)fv) : jint(iv));
+    jset(c, c->obj, name, jint(*value));
+}
+static void json_f32(void *ctx, const char *name, float *value) {
+    jctx *c = ctx;
+    jset(c, c->obj, name, jreal((double)*value));
 }
 
 static json_t *tensor_name_json(const tg_plan *p, int32_t t) {
@@ -343,7 +287,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
             if (op->out[k] != -1) jpush(&c, outs, tensor_name_json(p, op->out[k]));
         if (params) {
             jctx pc = {params, 0};
-            each_param(op, json_param, &pc);
+            each_param(op, &(const tg_param_visitor){&pc, json_i64, json_f32});
             c.bad |= pc.bad;
         }
     }

@@ -21,10 +21,6 @@ extern "C" {
 #define TG_MAX_DIMS 4
 /* Every tensor offset is a multiple of this (packed group members excepted). */
 #define TG_TENSOR_ALIGN 256
-#define TG_OP_MAX_IN 8
-#define TG_OP_MAX_OUT 4
-#define TG_OP_MAX_I 9
-#define TG_OP_MAX_F 6
 
 /* bf16: the upper half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), rounded to
  * nearest even when narrowed. */
@@ -84,14 +80,6 @@ typedef struct tg_tensor {
                                 value weights as one [3D, D] matrix); else -1 */
 } tg_tensor;
 
-typedef struct tg_op {
-    int32_t kind;            /* tg_op_kind */
-    int32_t phase;           /* tg_phase */
-    int32_t in[TG_OP_MAX_IN];
-    int32_t out[TG_OP_MAX_OUT];
-    int64_t i[TG_OP_MAX_I];
-    float f[TG_OP_MAX_F];
-} tg_op;
 
 typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_COUNT } tg_arch;
 typedef enum tg_task { TG_TASK_CLASSIFY = 0, TG_TASK_LM, TG_TASK_COUNT } tg_task;

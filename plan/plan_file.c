@@ -4,6 +4,7 @@
 #include "plan/plan_file.h"
 
 #include "base/atomic_file.h"
+#include "plan/op_meta.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +30,7 @@ static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
  * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
-_Static_assert(sizeof(tg_op) == 152, "tg_op changed: update put_op/get_op");
+_Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 40, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1048, "tg_plan_run changed: update put_run/get_run");
@@ -158,15 +159,20 @@ static void put_tensor(wbuf *b, const tg_tensor *t) {
 }
 /* Encoded sizes, used to bound counts against the payload before allocating. */
 #define TENSOR_MIN_BYTES (4 + 4 * 4 + 8 * TG_MAX_DIMS + 8 + 8 + 4 * 4 + 4 + 4 + 4)
-#define OP_BYTES (4 + 4 + 4 * TG_OP_MAX_IN + 4 * TG_OP_MAX_OUT + 8 * TG_OP_MAX_I + 4 * TG_OP_MAX_F)
+/* An op without parameters; each parameter adds 8 (int) or 4 (float) bytes. */
+#define OP_MIN_BYTES (4 + 4 + 4 * TG_OP_MAX_IN + 4 * TG_OP_MAX_OUT)
+
+/* An op's parameters are the fields of its kind's set, in plan/ops.def order. */
+static void put_param_i64(void *b, const char *display, int64_t *value) { put_i64(b, *value); }
+static void put_param_f32(void *b, const char *display, float *value) { put_f32(b, *value); }
 
 static void put_op(wbuf *b, const tg_op *op) {
     put_i32(b, op->kind);
     put_i32(b, op->phase);
     for (int k = 0; k < TG_OP_MAX_IN; k++) put_i32(b, op->in[k]);
     for (int k = 0; k < TG_OP_MAX_OUT; k++) put_i32(b, op->out[k]);
-    for (int k = 0; k < TG_OP_MAX_I; k++) put_i64(b, op->i[k]);
-    for (int k = 0; k < TG_OP_MAX_F; k++) put_f32(b, op->f[k]);
+    tg_op_params params = op->p;
+    tg_op_params_visit(op->kind, &params, &(const tg_param_visitor){b, put_param_i64, put_param_f32});
 }
 
 static void put_io(wbuf *b, const tg_plan_io *io) {
@@ -380,13 +386,19 @@ static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err
     return 0;
 }
 
-static void get_op(rbuf *r, tg_op *op) {
+static void get_param_i64(void *r, const char *display, int64_t *value) { *value = get_i64(r); }
+static void get_param_f32(void *r, const char *display, float *value) { *value = get_f32(r); }
+
+/* -1 for a kind outside the enum, whose parameters cannot be known (nor the rest read). */
+static int get_op(rbuf *r, tg_op *op) {
+    memset(op, 0, sizeof *op);
     op->kind = get_i32(r);
     op->phase = get_i32(r);
     for (int k = 0; k < TG_OP_MAX_IN; k++) op->in[k] = get_i32(r);
     for (int k = 0; k < TG_OP_MAX_OUT; k++) op->out[k] = get_i32(r);
-    for (int k = 0; k < TG_OP_MAX_I; k++) op->i[k] = get_i64(r);
-    for (int k = 0; k < TG_OP_MAX_F; k++) op->f[k] = get_f32(r);
+    if (!r->failed && !tg_op_info_of(op->kind)) return -1;
+    tg_op_params_visit(op->kind, &op->p, &(const tg_param_visitor){r, get_param_i64, get_param_f32});
+    return 0;
 }
 
 static void get_io(rbuf *r, tg_plan_io *io) {
@@ -497,12 +509,12 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
                                o, tg_op_name(op->kind), k, op->out[k], p->n_tensors);
         /* The activation epilogue and its pre-activation: written (out2) or read (in3). */
         if (op->kind == TG_OP_MATMUL) {
-            int64_t act = op->i[8];
+            int64_t act = op->p.matmul.activation;
             if (act < TG_MATMUL_ACT_NONE || act > TG_MATMUL_ACT_GELU_BWD)
-                return tg_fail(err, "%s: op %d (matmul) has activation i[8]=%lld (0, 1 or 2 allowed)", name,
+                return tg_fail(err, "%s: op %d (matmul) has activation=%lld (0, 1 or 2 allowed)", name,
                                o, (long long)act);
             if ((act == TG_MATMUL_ACT_GELU && op->out[2] < 0) || (act == TG_MATMUL_ACT_GELU_BWD && op->in[3] < 0))
-                return tg_fail(err, "%s: op %d (matmul) with activation i[8]=%lld lacks its pre-activation "
+                return tg_fail(err, "%s: op %d (matmul) with activation=%lld lacks its pre-activation "
                                "(%s)", name, o, (long long)act, act == TG_MATMUL_ACT_GELU ? "out2" : "in3");
         }
     }
@@ -545,14 +557,16 @@ static int decode_payload(const uint8_t *buf, size_t len, const char *name, tg_p
 
     r.section = "op table";
     int32_t no = get_i32(&r);
-    if (!r.failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r.pos) / OP_BYTES))
+    if (!r.failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r.pos) / OP_MIN_BYTES))
         return tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no,
                        len);
     if (!r.failed && no > 0) {
         p->ops = calloc((size_t)no, sizeof *p->ops);
         if (!p->ops) return tg_fail(err, "%s: out of memory for %d ops", name, no);
         p->n_ops = no;
-        for (int o = 0; o < no && !r.failed; o++) get_op(&r, &p->ops[o]);
+        for (int o = 0; o < no && !r.failed; o++)
+            if (get_op(&r, &p->ops[o]))
+                return tg_fail(err, "%s: op %d has kind %d of %d", name, o, p->ops[o].kind, TG_OP_COUNT);
     }
 
     r.section = "plan totals";

@@ -26,7 +26,7 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
     for (int o = 0; o < last; o++)
         if (p->ops[o].kind == TG_OP_ADAMW) return 0;
     const tg_op *adam = &p->ops[last];
-    const int64_t n = adam->i[0];
+    const int64_t n = adam->p.adamw.n;
     if (n <= 0) return 0;
     int64_t *need = calloc((size_t)(f1 - f0) + 1, sizeof *need);
     if (!need) return tg_fail(err, "out of memory");

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/cpu_exec.h"
 
 /* The CPU runs a step at once; step_wait hands over the stats it left. The executor comes
  * first, so impl is also a tg_cpu_exec *. */

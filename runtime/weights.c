@@ -7,7 +7,7 @@
 
 #include "kernels/philox.h"
 #include "models/safetensors.h"
-#include "runtime/threadpool.h"
+#include "runtime/cpu/threadpool.h"
 
 /* Initialisation streams use a step value no training step reaches. */
 #define TG_INIT_STREAM_STEP UINT64_C(0xFFFFFFFFFFFFFFFF)
@@ -20,7 +20,7 @@ static float *param_ptr(const tg_plan *plan, float *pool, int t) {
 static int padding_row_of(const tg_plan *plan, int t) {
     for (int o = plan->phase_begin[TG_PHASE_FORWARD]; o < plan->phase_begin[TG_PHASE_BACKWARD]; o++) {
         const tg_op *op = &plan->ops[o];
-        if (op->kind == TG_OP_EMBEDDING && op->in[1] == t) return (int)op->i[3];
+        if (op->kind == TG_OP_EMBEDDING && op->in[1] == t) return (int)op->p.embedding.padding_idx;
     }
     return -1;
 }

@@ -8,19 +8,21 @@
 #include <time.h>
 
 #include "compiler/autodiff.h"
+#include "compiler/backward_rules.h"
 #include "compiler/compile.h"
 #include "plan/inspect.h"
+#include "compiler/grad_state.h"
 #include "compiler/graph.h"
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"
 #include "plan/validate.h"
 #include "compiler/model_build.h"
-#include "compiler/op_table.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
+#include "plan/op_meta.h"
 #include "plan/plan_file.h"
 #include "runtime/trainer.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/cpu_exec.h"
 #include "runtime/weights.h"
 #include "tests/harness.h"
 
@@ -692,8 +694,8 @@ TG_TEST(test_compile_attention_dropout_fused) {
                 if (op->out[1] >= 0) {
                     attn[op->out[1]] = 1;
                     fused++;
-                    CHECK(op->in[2] == p.io.step && op->f[1] == cfg.attention_dropout, "softmax %d: step %d, p %g", o,
-                          op->in[2], op->f[1]);
+                    CHECK(op->in[2] == p.io.step && op->p.softmax.p == cfg.attention_dropout, "softmax %d: step %d, p %g",
+                          o, op->in[2], op->p.softmax.p);
                     CHECK(p.tensors[op->in[0]].dtype == TG_F32 && p.tensors[op->out[0]].dtype == p.tensors[op->out[1]].dtype &&
                               p.tensors[op->out[1]].dtype == (prec ? TG_BF16 : TG_F32),
                           "softmax %d: scores fp32, probs and dropped probs in the activation type", o);
@@ -709,14 +711,16 @@ TG_TEST(test_compile_attention_dropout_fused) {
                 attn[op->in[0]] = attn[op->out[0]] = 1;
                 if (op->in[2] >= 0) {
                     fused_bwd++;
-                    CHECK(op->in[2] == p.io.step && op->f[1] == cfg.attention_dropout, "softmax bwd %d: step, p", o);
+                    CHECK(op->in[2] == p.io.step && op->p.softmax_bwd.p == cfg.attention_dropout, "softmax bwd %d: step, p",
+                          o);
                 }
             }
             /* Forward stream keys: one per dropout, in construction order, as before. */
             if (o < p.phase_begin[TG_PHASE_BACKWARD]) {
-                if (op->kind == TG_OP_DROPOUT) keys_in_order &= op->i[1] == next_key++;
-                if (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0) keys_in_order &= op->i[4] == next_key++;
-                if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->f[1] > 0) keys_in_order &= op->i[2] == next_key++;
+                if (op->kind == TG_OP_DROPOUT) keys_in_order &= op->p.dropout.key == next_key++;
+                if (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0) keys_in_order &= op->p.softmax.key == next_key++;
+                if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->p.residual_layernorm.p > 0)
+                    keys_in_order &= op->p.residual_layernorm.key == next_key++;
             }
         }
         CHECK(keys_in_order, "dropout stream keys are not 0, 1, 2, ... in forward order");
@@ -727,8 +731,9 @@ TG_TEST(test_compile_attention_dropout_fused) {
             if (op->kind != TG_OP_ATTN_SOFTMAX_BWD) continue;
             int found = 0;
             for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++)
-                found |= p.ops[k].kind == TG_OP_ATTN_SOFTMAX && p.ops[k].out[0] == op->in[1] && p.ops[k].i[4] == op->i[4];
-            CHECK(found, "softmax bwd %d: key %lld is not its forward's", o, (long long)op->i[4]);
+                found |= p.ops[k].kind == TG_OP_ATTN_SOFTMAX && p.ops[k].out[0] == op->in[1] &&
+                         p.ops[k].p.softmax.key == op->p.softmax_bwd.key;
+            CHECK(found, "softmax bwd %d: key %lld is not its forward's", o, (long long)op->p.softmax_bwd.key);
         }
         int bad = 0, drops_p = 0, drops_q = 0;
         for (int o = 0; o < p.n_ops; o++) {
@@ -760,17 +765,17 @@ static void count_kinds(const tg_plan *p, int *counts) {
     for (int o = 0; o < p->n_ops; o++) counts[p->ops[o].kind]++;
 }
 
-/* Forward dropout stream keys in op order: DROPOUT's i[1], the attention's i[4] when it
- * applies dropout (fused ATTENTION, or the softmax's dropped probabilities), and the
- * residual LayerNorm's i[2] when it does. */
+/* Forward dropout stream keys in op order: DROPOUT's key, the attention's when it applies
+ * dropout (fused ATTENTION, or the softmax's dropped probabilities), and the residual
+ * LayerNorm's when it does. */
 static int forward_keys(const tg_plan *p, int64_t *keys, int max) {
     int n = 0;
     for (int o = 0; o < p->phase_begin[TG_PHASE_BACKWARD] && n < max; o++) {
         const tg_op *op = &p->ops[o];
-        if (op->kind == TG_OP_DROPOUT) keys[n++] = op->i[1];
-        if ((op->kind == TG_OP_ATTENTION && op->f[1] > 0) || (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0))
-            keys[n++] = op->i[4];
-        if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->f[1] > 0) keys[n++] = op->i[2];
+        if (op->kind == TG_OP_DROPOUT) keys[n++] = op->p.dropout.key;
+        if (op->kind == TG_OP_ATTENTION && op->p.attention.p > 0) keys[n++] = op->p.attention.key;
+        if (op->kind == TG_OP_ATTN_SOFTMAX && op->out[1] >= 0) keys[n++] = op->p.softmax.key;
+        if (op->kind == TG_OP_RESIDUAL_LAYERNORM && op->p.residual_layernorm.p > 0) keys[n++] = op->p.residual_layernorm.key;
     }
     return n;
 }
@@ -839,9 +844,10 @@ TG_TEST(test_compile_attention_fused) {
         for (int o = 0; o < p.n_ops; o++) {
             const tg_op *op = &p.ops[o];
             if (op->kind == TG_OP_ATTENTION) {
-                CHECK(op->i[0] == B && op->i[1] == H && op->i[2] == T && op->i[3] == cases[i].causal &&
-                          op->i[5] == cases[i].packed && op->i[6] == Dh && op->f[0] == 1.0f / sqrtf((float)Dh) &&
-                          op->f[1] == cfg.attention_dropout,
+                const tg_attention_params *at = &op->p.attention;
+                CHECK(at->b == B && at->h == H && at->t == T && at->causal == cases[i].causal &&
+                          at->packed == cases[i].packed && at->head_dim == Dh && at->scale == 1.0f / sqrtf((float)Dh) &&
+                          at->p == cfg.attention_dropout,
                       "%s: attention %d parameters", name, o);
                 CHECK(op->in[3] == p.io.attention_mask && op->in[4] == p.io.step, "%s: attention %d mask %d step %d",
                       name, o, op->in[3], op->in[4]);
@@ -882,7 +888,7 @@ TG_TEST(test_compile_attention_fused) {
                     if (f->kind != TG_OP_ATTENTION || f->out[0] != op->in[1]) continue;
                     /* The backward reads the forward's keep bits where the forward reads the step. */
                     found = f->out[1] == op->in[2] && f->in[3] == op->in[3] && f->out[2] == op->in[4] &&
-                            op->in[4] >= 0 && !memcmp(f->i, op->i, sizeof f->i) && !memcmp(f->f, op->f, sizeof f->f);
+                            op->in[4] >= 0 && !memcmp(&f->p.attention, &op->p.attention, sizeof f->p.attention);
                     for (int s = 0; s < 3; s++) found &= f->in[s] == op->in[5 + s];
                 }
                 CHECK(found, "%s: attention_bwd %d does not match its forward", name, o);
@@ -947,18 +953,20 @@ TG_TEST(test_compile_attention_head_dim_limit) {
     }
 }
 
-/* Every op kind has a name and a compiler row. */
-TG_TEST(test_compile_op_table_complete) {
+/* The forward ops the models use have a backward rule; backward, optimizer, collective and
+ * filling ops have none (names, rows and CPU kernels: tests/test_op_meta.c). */
+TG_TEST(test_compile_backward_rules) {
+    static const int differentiated[] = {TG_OP_EMBEDDING,    TG_OP_ADD,         TG_OP_GELU,
+                                         TG_OP_TANH,         TG_OP_DROPOUT,     TG_OP_MATMUL,
+                                         TG_OP_LAYERNORM,    TG_OP_ATTN_SOFTMAX, TG_OP_ATTENTION,
+                                         TG_OP_HEADS_SPLIT,  TG_OP_HEADS_MERGE, TG_OP_SELECT_TOKEN,
+                                         TG_OP_CROSS_ENTROPY, TG_OP_RESIDUAL_LAYERNORM};
     for (int k = 0; k < TG_OP_COUNT; k++) {
-        const tg_op_row *row = tg_op_row_of(k);
-        CHECK(strcmp(tg_op_name(k), "?") != 0 && row->check_shapes && row->flops, "op kind %d (%s) lacks a row or name",
-              k, tg_op_name(k));
-        CHECK(tg_cpu_op_has_kernel(k), "op kind %d (%s) has no CPU reference kernel", k, tg_op_name(k));
+        int want = 0;
+        for (size_t d = 0; d < sizeof differentiated / sizeof differentiated[0]; d++) want |= differentiated[d] == k;
+        CHECK((tg_backward_rule_of(k) != NULL) == want, "op kind %d (%s): %s a backward rule", k, tg_op_name(k),
+              want ? "lacks" : "has");
     }
-    CHECK(!strcmp(tg_op_name(TG_OP_ATTENTION), "attention") && !strcmp(tg_op_name(TG_OP_ATTENTION_BWD), "attention_bwd"),
-          "attention op names");
-    CHECK(tg_op_row_of(TG_OP_ATTENTION)->backward && !tg_op_row_of(TG_OP_ATTENTION_BWD)->backward,
-          "attention is differentiated, its backward is not");
 }
 
 TG_TEST(test_compile_lm_head_padded) {
@@ -989,19 +997,19 @@ TG_TEST(test_compile_lm_head_padded) {
     }
     for (int o = 0; o < p.n_ops; o++)
         if (p.ops[o].kind == TG_OP_CROSS_ENTROPY)
-            head_ok = p.ops[o].i[1] == 50304 && p.ops[o].i[2] == 50257;
+            head_ok = p.ops[o].p.cross_entropy.c == 50304 && p.ops[o].p.cross_entropy.classes == 50257;
     CHECK(views == 1 && head_ok, "%d padded views; loss over 50257 of 50304 columns: %d", views, head_ok);
     tg_plan_free(&p);
 }
 
 /* Bias gradients fused into the weight-gradient matmuls (the default): no BIAS_GRAD op;
- * each linear's dW matmul writes its bias gradient, summing dC as A (i[7] = 1, BERT's
- * nn.Linear) or as B (i[7] = 2, GPT-2's Conv1D); `fuse_bias_grad = false` keeps one
+ * each linear's dW matmul writes its bias gradient, summing dC as A (bias_grad = 1, BERT's
+ * nn.Linear) or as B (bias_grad = 2, GPT-2's Conv1D); `fuse_bias_grad = false` keeps one
  * BIAS_GRAD per biased linear reading the same dC. Same FLOPs, one op fewer per bias. */
 TG_TEST(test_compile_fused_bias_grad) {
     static const struct {
         const char *preset;
-        int task, precision, biases, want_i7;
+        int task, precision, biases, want_bias_grad;
     } cases[] = {{"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_FP32, 12 * 4 + 2, 1}, /* one packed q|k|v bias */
                  {"gpt2", TG_TASK_LM, TG_PREC_FP32, 12 * 4, 2},
                  {"bert-base-uncased", TG_TASK_CLASSIFY, TG_PREC_BF16, 12 * 4 + 2, 1}};
@@ -1041,20 +1049,23 @@ TG_TEST(test_compile_fused_bias_grad) {
                 for (int k = 0; k < q.n_ops; k++)
                     if (q.ops[k].kind == TG_OP_BIAS_GRAD && !strcmp(q.tensors[q.ops[k].out[0]].name, db->name))
                         match = !strcmp(q.tensors[q.ops[k].in[0]].name, p.tensors[op->out[0]].name) &&
-                                q.ops[k].i[1] == op->i[2] && q.ops[k].i[0] * q.ops[k].i[1] == op->i[0];
+                                q.ops[k].p.bias_grad.n == op->p.gelu_bwd.bias_cols &&
+                                q.ops[k].p.bias_grad.m * q.ops[k].p.bias_grad.n == op->p.gelu_bwd.n;
                 CHECK((db->flags & TG_TENSOR_GRAD) && db->dtype == TG_F32 && match,
                       "%s: gelu_bwd %d writes %s, not what bias_grad of it sums", name, o, db->name);
                 fused++, in_gelu++;
                 continue;
             }
-            if (op->kind != TG_OP_MATMUL || !op->i[7]) {
-                CHECK(op->kind != TG_OP_MATMUL || op->out[1] < 0, "%s: matmul %d has out1 without i[7]", name, o);
+            if (op->kind != TG_OP_MATMUL || !op->p.matmul.bias_grad) {
+                CHECK(op->kind != TG_OP_MATMUL || op->out[1] < 0, "%s: matmul %d has out1 without bias_grad", name, o);
                 continue;
             }
             fused++;
-            CHECK(op->phase == TG_PHASE_BACKWARD && op->i[7] == cases[c].want_i7 && op->i[5] == 1 && op->in[2] < 0,
-                  "%s: matmul %d: phase %d i[7]=%lld batch %lld", name, o, op->phase, (long long)op->i[7],
-                  (long long)op->i[5]);
+            const tg_matmul_params *mm = &op->p.matmul;
+            CHECK(op->phase == TG_PHASE_BACKWARD && mm->bias_grad == cases[c].want_bias_grad && mm->batch == 1 &&
+                      op->in[2] < 0,
+                  "%s: matmul %d: phase %d bias_grad=%lld batch %lld", name, o, op->phase, (long long)mm->bias_grad,
+                  (long long)mm->batch);
             const tg_tensor *db = &p.tensors[op->out[1]];
             CHECK((db->flags & TG_TENSOR_GRAD) && db->dtype == TG_F32, "%s: matmul %d writes %s", name, o, db->name);
             /* Its forward: the matmul with that bias; out0 is that matmul's weight gradient. */
@@ -1068,14 +1079,14 @@ TG_TEST(test_compile_fused_bias_grad) {
             REQUIRE(f >= 0, "%s: no forward matmul has the bias of %s", name, db->name);
             int w = p.ops[f].in[1];
             if (p.tensors[w].flags & TG_TENSOR_PARAM_COPY) w = p.tensors[w].master;
-            CHECK(op->out[0] == p.tensors[w].grad && p.ops[f].i[4] == (op->i[7] == 1),
+            CHECK(op->out[0] == p.tensors[w].grad && p.ops[f].p.matmul.trans_b == (mm->bias_grad == 1),
                   "%s: matmul %d is not the weight gradient of forward matmul %d", name, o, f);
             /* The unfused plan's BIAS_GRAD of that bias reads the tensor this one sums. */
-            int summed = op->in[op->i[7] == 1 ? 0 : 1], match = 0;
+            int summed = op->in[mm->bias_grad == 1 ? 0 : 1], match = 0;
             for (int k = 0; k < q.n_ops; k++)
                 if (q.ops[k].kind == TG_OP_BIAS_GRAD && !strcmp(q.tensors[q.ops[k].out[0]].name, db->name))
                     match = !strcmp(q.tensors[q.ops[k].in[0]].name, p.tensors[summed].name) &&
-                            q.ops[k].i[1] == tg_tensor_numel(db);
+                            q.ops[k].p.bias_grad.n == tg_tensor_numel(db);
             CHECK(match, "%s: matmul %d sums %s, not what bias_grad of %s sums", name, o, p.tensors[summed].name,
                   db->name);
         }
@@ -1088,8 +1099,8 @@ TG_TEST(test_compile_fused_bias_grad) {
 }
 
 /* The MLP's tanh GELU inside its matmuls (fuse_gelu, the default): per layer, the c_fc
- * matmul writes the activation and keeps the pre-activation (i[8] = 1, out2), and the
- * c_proj dA matmul writes the pre-activation's gradient as product * gelu'(pre) (i[8] = 2,
+ * matmul writes the activation and keeps the pre-activation (activation 1, out2), and the
+ * c_proj dA matmul writes the pre-activation's gradient as product * gelu'(pre) (activation 2,
  * in3 = that out2), which the c_fc weight-gradient matmul then reads; no GELU or GELU_BWD
  * op, the same FLOPs, fewer bytes, smaller peak. fuse_gelu = false keeps the separate ops.
  * BERT's exact erf GELU is never fused: its plan is the same either way. */
@@ -1142,7 +1153,7 @@ TG_TEST(test_compile_fused_gelu) {
         int pairs = 0;
         for (int o = 0; o < p.n_ops; o++) {
             const tg_op *op = &p.ops[o];
-            if (op->kind != TG_OP_MATMUL || op->i[8] != TG_MATMUL_ACT_GELU) continue;
+            if (op->kind != TG_OP_MATMUL || op->p.matmul.activation != TG_MATMUL_ACT_GELU) continue;
             CHECK(op->phase == TG_PHASE_FORWARD && op->in[2] >= 0 && op->out[2] >= 0 &&
                       strstr(p.tensors[op->out[0]].name, ".mlp.gelu") && strstr(p.tensors[op->out[2]].name, ".mlp.c_fc") &&
                       p.tensors[op->out[2]].dtype == p.tensors[op->out[0]].dtype,
@@ -1152,13 +1163,15 @@ TG_TEST(test_compile_fused_gelu) {
              * which the c_fc weight-gradient matmul reads as dC. */
             for (int b = p.phase_begin[TG_PHASE_BACKWARD]; b < p.n_ops; b++) {
                 const tg_op *d = &p.ops[b];
-                if (d->kind != TG_OP_MATMUL || d->i[8] != TG_MATMUL_ACT_GELU_BWD || d->in[3] != op->out[2]) continue;
+                if (d->kind != TG_OP_MATMUL || d->p.matmul.activation != TG_MATMUL_ACT_GELU_BWD || d->in[3] != op->out[2])
+                    continue;
                 int read = 0;
                 for (int k = b + 1; k < p.n_ops; k++)
                     read += p.ops[k].kind == TG_OP_MATMUL && p.ops[k].in[1] == d->out[0] && p.ops[k].in[0] == op->in[0];
-                CHECK(d->in[2] < 0 && !d->i[6] && !d->i[7] && d->i[5] == 1 && read == 1,
+                CHECK(d->in[2] < 0 && !d->p.matmul.accumulate && !d->p.matmul.bias_grad && d->p.matmul.batch == 1 &&
+                          read == 1,
                       "%s: gelu backward matmul %d: bias %d, accumulate %lld, read by %d weight gradients", name, b,
-                      d->in[2], (long long)d->i[6], read);
+                      d->in[2], (long long)d->p.matmul.accumulate, read);
                 pairs++;
             }
         }
@@ -1170,7 +1183,7 @@ TG_TEST(test_compile_fused_gelu) {
 /* The backward rule when the consumer's dA cannot apply the GELU backward: an activation
  * read by two matmuls has two gradient contributions, so they are added and one GELU_BWD
  * on the kept pre-activation gives its gradient. A hand-built graph: h = gelu(x W1 + b1)
- * (i[8] = 1), logits = h W2 + h W3, cross-entropy loss. */
+ * (activation 1), logits = h W2 + h W3, cross-entropy loss. */
 TG_TEST(test_compile_gelu_epilogue_shared_activation) {
     tg_model_config cfg;
     tg_err err;
@@ -1190,28 +1203,28 @@ TG_TEST(test_compile_gelu_epilogue_shared_activation) {
     int pre = tg_act(&g, "pre", 2, N, F, 0, 0), h = tg_act(&g, "h", 2, N, F, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_MATMUL);
     s.in[0] = x, s.in[1] = w1, s.in[2] = b1, s.out[0] = h, s.out[2] = pre;
-    s.i[0] = N, s.i[1] = F, s.i[2] = D, s.i[5] = 1, s.i[8] = TG_MATMUL_ACT_GELU, s.f[0] = 1.0f;
+    s.p.matmul = (tg_matmul_params){.m = N, .n = F, .k = D, .batch = 1, .activation = TG_MATMUL_ACT_GELU, .alpha = 1.0f};
     tg_graph_op(&g, &s);
     int y[2];
     for (int k = 0; k < 2; k++) {
         y[k] = tg_act(&g, k ? "y3" : "y2", 2, N, C, 0, 0);
         s = tg_spec(TG_OP_MATMUL);
         s.in[0] = h, s.in[1] = k ? w3 : w2, s.out[0] = y[k];
-        s.i[0] = N, s.i[1] = C, s.i[2] = F, s.i[5] = 1, s.f[0] = 1.0f;
+        s.p.matmul = (tg_matmul_params){.m = N, .n = C, .k = F, .batch = 1, .alpha = 1.0f};
         tg_graph_op(&g, &s);
     }
     int logits = tg_act(&g, "logits", 2, N, C, 0, 0), loss = tg_act(&g, "loss", 1, 1, 0, 0, 0);
     s = tg_spec(TG_OP_ADD);
-    s.in[0] = y[0], s.in[1] = y[1], s.out[0] = logits, s.i[0] = N * C;
+    s.in[0] = y[0], s.in[1] = y[1], s.out[0] = logits, s.p.count.n = N * C;
     tg_graph_op(&g, &s);
     s = tg_spec(TG_OP_CROSS_ENTROPY);
-    s.in[0] = logits, s.in[1] = labels, s.out[0] = loss, s.i[0] = N, s.i[1] = C;
+    s.in[0] = logits, s.in[1] = labels, s.out[0] = loss, s.p.cross_entropy.n = N, s.p.cross_entropy.c = C;
     tg_graph_op(&g, &s);
     REQUIRE(!g.failed && tg_plan_param_layout(&g) == 0 && tg_autodiff(&g, loss) == 0, "%s", err.msg);
     int fused_bwd = 0, gelu_bwd = 0, dw1 = 0;
     for (int o = 0; o < g.n_ops; o++) {
         const tg_op *op = &g.ops[o];
-        fused_bwd += op->kind == TG_OP_MATMUL && op->i[8] == TG_MATMUL_ACT_GELU_BWD;
+        fused_bwd += op->kind == TG_OP_MATMUL && op->p.matmul.activation == TG_MATMUL_ACT_GELU_BWD;
         if (op->kind == TG_OP_GELU_BWD) {
             gelu_bwd++;
             /* dh is the sum of both dA products (the second accumulating into the first's
@@ -1221,17 +1234,17 @@ TG_TEST(test_compile_gelu_epilogue_shared_activation) {
                 const tg_op *w = &g.ops[k];
                 summed |= w->kind == TG_OP_ADD && w->out[0] == op->in[0];
                 writes += w->kind == TG_OP_MATMUL && w->out[0] == op->in[0];
-                accumulates += w->kind == TG_OP_MATMUL && w->out[0] == op->in[0] && w->i[6];
+                accumulates += w->kind == TG_OP_MATMUL && w->out[0] == op->in[0] && w->p.matmul.accumulate;
             }
             summed |= writes == 2 && accumulates == 1;
-            CHECK(op->in[1] == pre && op->i[1] == TG_GELU_TANH && op->i[0] == N * F && summed,
-                  "gelu_bwd %d reads %d (pre %d), mode %lld, summed dh %d", o, op->in[1], pre, (long long)op->i[1],
-                  summed);
+            CHECK(op->in[1] == pre && op->p.gelu_bwd.form == TG_GELU_TANH && op->p.gelu_bwd.n == N * F && summed,
+                  "gelu_bwd %d reads %d (pre %d), mode %lld, summed dh %d", o, op->in[1], pre,
+                  (long long)op->p.gelu_bwd.form, summed);
             /* dW1 reads its output; the bias gradient is summed by the GELU backward itself. */
             for (int k = o + 1; k < g.n_ops; k++)
                 dw1 += g.ops[k].kind == TG_OP_MATMUL && g.ops[k].in[1] == op->out[0] &&
                        g.ops[k].out[0] == g.tensors[w1].grad && g.ops[k].out[1] < 0 &&
-                       op->out[1] == g.tensors[b1].grad && op->i[2] == F;
+                       op->out[1] == g.tensors[b1].grad && op->p.gelu_bwd.bias_cols == F;
         }
     }
     CHECK(fused_bwd == 0 && gelu_bwd == 1 && dw1 == 1, "%d fused gelu backward matmuls, %d gelu_bwd ops, dW1 %d",
@@ -1292,16 +1305,17 @@ TG_TEST(test_compile_residual_layernorm) {
             int found = 0;
             for (int k = 0; k < p.phase_begin[TG_PHASE_BACKWARD]; k++)
                 found |= p.ops[k].kind == TG_OP_RESIDUAL_LAYERNORM && !strcmp(p.tensors[p.ops[k].in[2]].name, gamma) &&
-                         p.ops[k].i[2] == q.ops[d].i[1];
-            CHECK(found, "%s: no fused op with %s and dropout key %lld", name, gamma, (long long)q.ops[d].i[1]);
+                         p.ops[k].p.residual_layernorm.key == q.ops[d].p.dropout.key;
+            CHECK(found, "%s: no fused op with %s and dropout key %lld", name, gamma, (long long)q.ops[d].p.dropout.key);
         }
         CHECK(separate == 2 * L, "%s: %d residual LayerNorms in the separate-op plan", name, separate);
         int low = cases[c].precision == TG_PREC_BF16, extra = 0;
         for (int o = 0; o < p.n_ops; o++) {
             const tg_op *op = &p.ops[o];
             if (op->kind == TG_OP_RESIDUAL_LAYERNORM) {
-                CHECK(op->f[1] == cfg.hidden_dropout && op->in[4] == p.io.step && op->f[0] == cfg.layer_norm_eps &&
-                          op->i[0] == job.batch * job.seq && op->i[1] == cfg.hidden,
+                const tg_residual_layernorm_params *rl = &op->p.residual_layernorm;
+                CHECK(rl->p == cfg.hidden_dropout && op->in[4] == p.io.step && rl->eps == cfg.layer_norm_eps &&
+                          rl->m == job.batch * job.seq && rl->d == cfg.hidden,
                       "%s: residual_layernorm %d parameters", name, o);
                 int x = producer(&p, op->in[0]);
                 CHECK(x >= 0 && p.ops[x].kind == TG_OP_MATMUL && p.ops[x].in[2] >= 0,
@@ -1321,9 +1335,10 @@ TG_TEST(test_compile_residual_layernorm) {
             }
             if (op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD) {
                 int f = producer(&p, op->in[1]);
+                const tg_residual_layernorm_bwd_params *rb = &op->p.residual_layernorm_bwd;
                 CHECK(f >= 0 && p.ops[f].kind == TG_OP_RESIDUAL_LAYERNORM && p.ops[f].out[2] == op->in[3] &&
-                          p.ops[f].out[3] == op->in[4] && p.ops[f].i[2] == op->i[2] && p.ops[f].f[1] == op->f[1] &&
-                          op->in[6] == p.io.step,
+                          p.ops[f].out[3] == op->in[4] && p.ops[f].p.residual_layernorm.key == rb->key &&
+                          p.ops[f].p.residual_layernorm.p == rb->p && op->in[6] == p.io.step,
                       "%s: residual_layernorm_bwd %d does not read its forward's s, statistics, key and step", name, o);
                 CHECK((p.tensors[op->out[2]].flags & TG_TENSOR_GRAD) && (p.tensors[op->out[3]].flags & TG_TENSOR_GRAD),
                       "%s: residual_layernorm_bwd %d: dgamma/dbeta are not parameter gradients", name, o);
@@ -1337,7 +1352,7 @@ TG_TEST(test_compile_residual_layernorm) {
 }
 
 /* A matmul's dA contribution to an activation gradient that already exists accumulates
- * into it (MATMUL i[6]) instead of going to a fresh tensor summed by an ADD. With the
+ * into it (MATMUL accumulate) instead of going to a fresh tensor summed by an ADD. With the
  * residual LayerNorm fused, tiny-bert's backward has no ADD at all (each layer input's
  * gradient starts as the residual gradient ds and takes the V, K and Q products, the FFN
  * input's the intermediate product: 4 accumulating matmuls per layer); without it, ADD's
@@ -1375,7 +1390,7 @@ TG_TEST(test_compile_gradient_accumulation) {
         for (int o = p.phase_begin[TG_PHASE_BACKWARD]; o < p.phase_begin[TG_PHASE_OPTIMIZER]; o++) {
             const tg_op *op = &p.ops[o];
             adds += op->kind == TG_OP_ADD;
-            if (op->kind != TG_OP_MATMUL || !op->i[6]) continue;
+            if (op->kind != TG_OP_MATMUL || !op->p.matmul.accumulate) continue;
             int g = op->out[0];
             const tg_tensor *x = &p.tensors[g];
             if (x->pool != TG_POOL_ACTIVATIONS) {
@@ -1389,7 +1404,8 @@ TG_TEST(test_compile_gradient_accumulation) {
             int first = -1;
             for (int k = p.phase_begin[TG_PHASE_BACKWARD]; k < o && first < 0; k++)
                 for (int s = 0; s < TG_OP_MAX_OUT; s++)
-                    if (p.ops[k].out[s] == g && !(p.ops[k].kind == TG_OP_MATMUL && p.ops[k].i[6] && s == 0)) first = k;
+                    if (p.ops[k].out[s] == g && !(p.ops[k].kind == TG_OP_MATMUL && p.ops[k].p.matmul.accumulate && s == 0))
+                        first = k;
             CHECK(first >= 0 && x->first_use <= first && x->last_use >= o,
                   "%s: %s is accumulated at op %d, first written at %d, live %d..%d", what, x->name, o, first,
                   x->first_use, x->last_use);
@@ -1503,7 +1519,7 @@ TG_TEST(test_compile_packed_qkv) {
         for (int m = 0; m < 2; m++)
             for (int o = 0; o < plans[m].n_ops; o++)
                 if (plans[m].ops[o].kind == TG_OP_MATMUL)
-                    mm_flops[m] += tg_op_row_of(TG_OP_MATMUL)->flops(&plans[m].ops[o]);
+                    mm_flops[m] += tg_op_flops(&plans[m].ops[o]);
         CHECK(kq[TG_OP_ADD] == kp[TG_OP_ADD] && fabs(mm_flops[0] - mm_flops[1]) <= 1e-12 * mm_flops[1],
               "%s: matmul flops %.9g packed, %.9g separate; adds %d, %d", name, mm_flops[0], mm_flops[1],
               kp[TG_OP_ADD], kq[TG_OP_ADD]);
@@ -1531,13 +1547,14 @@ TG_TEST(test_compile_packed_qkv) {
                 if (op->phase == TG_PHASE_FORWARD && w >= 0 && p->tensors[w].group < 0 &&
                     (p->tensors[w].flags & TG_TENSOR_VIEW) && strstr(p->tensors[w].name, "self.qkv.weight")) {
                     int b = master_of(p, op->in[2]);
-                    packed_fwd += op->i[0] == p->train.batch * p->train.seq && op->i[1] == 3 * D && op->i[2] == D &&
-                                  op->i[4] == 1 && b >= 0 && strstr(p->tensors[b].name, "self.qkv.bias") &&
+                    const tg_matmul_params *mm = &op->p.matmul;
+                    packed_fwd += mm->m == p->train.batch * p->train.seq && mm->n == 3 * D && mm->k == D &&
+                                  mm->trans_b == 1 && b >= 0 && strstr(p->tensors[b].name, "self.qkv.bias") &&
                                   p->tensors[op->out[0]].shape[1] == 3 * D;
                 }
                 if (op->phase == TG_PHASE_BACKWARD && op->out[1] >= 0 &&
                     strstr(p->tensors[op->out[0]].name, "self.qkv.weight"))
-                    packed_dw += op->i[0] == 3 * D && op->i[1] == D && op->i[7] == 1 &&
+                    packed_dw += op->p.matmul.m == 3 * D && op->p.matmul.n == D && op->p.matmul.bias_grad == 1 &&
                                  strstr(p->tensors[op->out[1]].name, "self.qkv.bias") != NULL;
             }
         CHECK(packed_fwd == L && packed_dw == L, "%s: %d packed q|k|v products, %d packed weight gradients (want %d)",
@@ -1585,7 +1602,7 @@ TG_TEST(test_compile_packed_qkv) {
 }
 
 /* Whether the first op writing bytes [a, b) of the gradient pool overwrites them (MATMUL
- * without i[6], BIAS_GRAD with i[2], the LayerNorm backwards with i[3], a fused bias
+ * without accumulate, BIAS_GRAD and the LayerNorm backwards with overwrite, a fused bias
  * gradient), looking only at ops after `from`; -1 if no op writes there. */
 static int first_write_overwrites(const tg_plan *p, int from, uint64_t a, uint64_t b) {
     for (int o = from; o < p->n_ops; o++) {
@@ -1596,11 +1613,11 @@ static int first_write_overwrites(const tg_plan *p, int from, uint64_t a, uint64
             const tg_tensor *x = &p->tensors[t];
             if (x->offset >= b || x->offset + x->bytes <= a) continue;
             switch (op->kind) {
-            case TG_OP_MATMUL: return s == 1 || !op->i[6];
+            case TG_OP_MATMUL: return s == 1 || !op->p.matmul.accumulate;
             case TG_OP_GELU_BWD: return s == 1; /* its fused bias gradient is written */
-            case TG_OP_BIAS_GRAD: return op->i[2] != 0;
-            case TG_OP_LAYERNORM_BWD: return op->i[3] != 0;
-            case TG_OP_RESIDUAL_LAYERNORM_BWD: return op->i[3] != 0;
+            case TG_OP_BIAS_GRAD: return op->p.bias_grad.overwrite != 0;
+            case TG_OP_LAYERNORM_BWD: return op->p.layernorm_bwd.overwrite != 0;
+            case TG_OP_RESIDUAL_LAYERNORM_BWD: return op->p.residual_layernorm_bwd.overwrite != 0;
             default: return 0;
             }
         }
@@ -1669,9 +1686,14 @@ TG_TEST(test_compile_first_gradient_writes) {
         }
         for (int o = 0; o < p.n_ops; o++) {
             const tg_op *op = &p.ops[o];
-            if (op->kind == TG_OP_LAYERNORM_BWD || op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD)
-                CHECK(op->i[3] == 1, "%s: LayerNorm backward %d adds into its parameter gradients", cases[c].preset, o);
-            if (op->kind == TG_OP_BIAS_GRAD) CHECK(op->i[2] == 1, "%s: bias gradient %d adds", cases[c].preset, o);
+            if (op->kind == TG_OP_LAYERNORM_BWD)
+                CHECK(op->p.layernorm_bwd.overwrite == 1, "%s: LayerNorm backward %d adds into its parameter gradients",
+                      cases[c].preset, o);
+            if (op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD)
+                CHECK(op->p.residual_layernorm_bwd.overwrite == 1,
+                      "%s: LayerNorm backward %d adds into its parameter gradients", cases[c].preset, o);
+            if (op->kind == TG_OP_BIAS_GRAD)
+                CHECK(op->p.bias_grad.overwrite == 1, "%s: bias gradient %d adds", cases[c].preset, o);
         }
         CHECK(n_zeroed > 0, "%s: none of the cleared tables found", cases[c].preset);
         tg_plan_free(&p);

@@ -105,14 +105,15 @@ static void check_buckets(const tg_plan *p, const char *what, int min_buckets) {
     for (int o = 0; o < p->n_ops; o++) {
         const tg_op *op = &p->ops[o];
         if (op->kind == TG_OP_FILL)
-            CHECK(op->f[0] == 1.0f / (float)p->train.replicas, "%s: loss gradient seeded with %g", what, op->f[0]);
+            CHECK(op->p.fill.value == 1.0f / (float)p->train.replicas, "%s: loss gradient seeded with %g", what,
+                  op->p.fill.value);
         if (op->kind != TG_OP_ALL_REDUCE) continue;
         buckets++;
         if (first < 0) first = o;
         const tg_tensor *t = &p->tensors[op->in[0]];
         const int64_t a = (int64_t)(t->offset / 4), b = a + (int64_t)(t->bytes / 4);
         CHECK(op->phase == TG_PHASE_BACKWARD && op->out[0] == op->in[0] && t->pool == TG_POOL_GRADS &&
-                  (t->flags & TG_TENSOR_VIEW) && op->i[0] == b - a,
+                  (t->flags & TG_TENSOR_VIEW) && op->p.count.n == b - a,
               "%s: all_reduce %d over %s [%lld, %lld)", what, o, t->name, (long long)a, (long long)b);
         /* Buckets come from the top of the buffer down, back to back. */
         CHECK(b == n - covered, "%s: bucket %d ends at %lld, want %lld", what, buckets, (long long)b,
@@ -275,12 +276,12 @@ TG_TEST(test_zero_plan) {
                 gathers++;
                 const tg_tensor *t = &z.tensors[op->in[0]];
                 CHECK(o > adamw && adamw >= 0 && t->offset == 0 && (t->flags & TG_TENSOR_VIEW) &&
-                          tg_tensor_numel(t) == op->i[0] * replicas && t->bytes == z.pool_bytes[t->pool],
+                          tg_tensor_numel(t) == op->p.all_gather.slice * replicas && t->bytes == z.pool_bytes[t->pool],
                       "all_gather %d over %s: %lld elements of %lld bytes in a pool of %llu", o, t->name,
                       (long long)tg_tensor_numel(t), (long long)t->bytes, (unsigned long long)z.pool_bytes[t->pool]);
             }
             REQUIRE(adamw >= 0, "no adamw");
-            const int64_t slice = z.ops[adamw].i[1];
+            const int64_t slice = z.ops[adamw].p.adamw.zero_slice;
             CHECK(slice > 0 && slice * replicas >= n && (slice - 1) * replicas < n + 128 * replicas && slice % 64 == 0,
                   "%d replicas: slice %lld for %lld parameters", replicas, (long long)slice, (long long)n);
             CHECK(gathers == 1 + bf16 && z.ops[last].kind == TG_OP_ALL_GATHER, "%d gathers, last op %s", gathers,
@@ -299,7 +300,7 @@ TG_TEST(test_zero_plan) {
             tg_plan back;
             if (CHECK(tg_plan_encode(&z, &bytes, &len, &err) == 0, "%s", err.msg)) {
                 if (CHECK(tg_plan_decode(bytes, len, "zero.plan", &back, &err) == 0, "%s", err.msg)) {
-                    CHECK(back.train.zero_stage == 1 && back.ops[adamw].i[1] == slice, "the plan file lost the stage");
+                    CHECK(back.train.zero_stage == 1 && back.ops[adamw].p.adamw.zero_slice == slice, "the plan file lost the stage");
                     tg_plan_free(&back);
                 }
                 free(bytes);

@@ -15,7 +15,7 @@ static void param_elements(const tg_tensor *t, int64_t *a, int64_t *b) {
 /* Every forward op waits for the chunks holding every parameter element it reads, and
  * the chunks tile the parameters in vector-aligned pieces of at least min_chunk. */
 static void check_chunks(const tg_plan *p, const tg_deferred_update *u, int64_t min_chunk, const char *what) {
-    const int64_t n = p->ops[p->n_ops - 1].i[0];
+    const int64_t n = p->ops[p->n_ops - 1].p.adamw.n;
     CHECK(u->adamw_op == p->n_ops - 1 && p->ops[u->adamw_op].kind == TG_OP_ADAMW, "%s: AdamW op %d", what, u->adamw_op);
     CHECK(u->n_chunks >= 1 && u->begin[0] == 0 && u->begin[u->n_chunks] == n, "%s: chunks [%lld, %lld) of %lld", what,
           (long long)u->begin[0], (long long)u->begin[u->n_chunks], (long long)n);
@@ -72,7 +72,7 @@ TG_TEST(test_deferred_update_chunks) {
         if (!tg_test_compile_preset(cases[c].preset, cases[c].task, cases[c].precision, 1, &p)) continue;
         char what[96];
         snprintf(what, sizeof what, "%s %s", cases[c].preset, cases[c].precision == TG_PREC_BF16 ? "bf16" : "fp32");
-        const int64_t n = p.ops[p.n_ops - 1].i[0];
+        const int64_t n = p.ops[p.n_ops - 1].p.adamw.n;
         const int64_t mins[2] = {1 << 21, n / 16 > 4 ? n / 16 : 4};
         for (int m = 0; m < 2; m++) {
             tg_deferred_update u;

@@ -350,7 +350,7 @@ static void fused_bias_grad_matches(const char *preset, int task, int num_labels
     const tg_plan *f = &plans[0], *u = &plans[1];
     int fused = 0;
     for (int o = 0; o < f->n_ops; o++)
-        fused += (f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[7] != 0) ||
+        fused += (f->ops[o].kind == TG_OP_MATMUL && f->ops[o].p.matmul.bias_grad != 0) ||
                  (f->ops[o].kind == TG_OP_GELU_BWD && f->ops[o].out[1] >= 0);
     CHECK(count_kind(f, TG_OP_BIAS_GRAD) == 0 && fused > 0 && count_kind(u, TG_OP_BIAS_GRAD) == fused,
           "%s: %d fused bias gradients, bias_grad ops %d and %d", preset, fused, count_kind(f, TG_OP_BIAS_GRAD),
@@ -397,7 +397,7 @@ TG_TEST(test_model_fused_bias_grad_tiny_gpt2) {
 /* ---- GELU in the matmuls vs separate GELU ops ----------------------------------------- */
 
 /* One training step (dropout on) with the MLP's tanh GELU as matmul epilogues (fuse_gelu,
- * the default: MATMUL i[8] = 1 in the forward, i[8] = 2 for the consumer's dA) and with
+ * the default: MATMUL activation 1 in the forward, 2 for the consumer's dA) and with
  * separate GELU / GELU_BWD ops, from the same weights and batch. In fp32 the epilogues
  * evaluate the separate ops' expressions on the same floats, so the loss and every
  * gradient agree bit for bit; in bf16 the fused forms skip one rounding of the product to
@@ -417,8 +417,8 @@ static void fused_gelu_matches(const char *preset, int task, int num_labels, int
     const tg_plan *f = &plans[0], *u = &plans[1];
     int fwd = 0, bwd = 0;
     for (int o = 0; o < f->n_ops; o++) {
-        fwd += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[8] == TG_MATMUL_ACT_GELU;
-        bwd += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].i[8] == TG_MATMUL_ACT_GELU_BWD;
+        fwd += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].p.matmul.activation == TG_MATMUL_ACT_GELU;
+        bwd += f->ops[o].kind == TG_OP_MATMUL && f->ops[o].p.matmul.activation == TG_MATMUL_ACT_GELU_BWD;
     }
     CHECK(fwd == cfg.layers && bwd == cfg.layers && count_kind(f, TG_OP_GELU) == 0 &&
               count_kind(f, TG_OP_GELU_BWD) == 0 && count_kind(u, TG_OP_GELU) == cfg.layers &&

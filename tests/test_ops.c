@@ -14,8 +14,8 @@
 
 #include "kernels/philox.h"
 #include "base/bf16.h"
-#include "runtime/cpu_exec.h"
-#include "runtime/threadpool.h"
+#include "runtime/cpu/cpu_exec.h"
+#include "runtime/cpu/threadpool.h"
 #include "tests/harness.h"
 
 #define GRAD_EPS 1e-2
@@ -216,7 +216,7 @@ TG_TEST(test_op_zero_fill) {
     for (int i = 0; i < 10; i++) bad += buf[i] != 0.0f;
     CHECK(!bad && buf[10] == 7.0f, "zero: %d wrong elements, guard %g", bad, buf[10]);
     op = mkop(TG_OP_FILL);
-    op.f[0] = -1.25f;
+    op.p.fill.value = -1.25f;
     tg_cpu_op_run(&a);
     bad = 0;
     for (int i = 0; i < 10; i++) bad += buf[i] != -1.25f;
@@ -231,7 +231,7 @@ typedef struct add_ctx {
 static double add_loss(void *p) {
     add_ctx *c = p;
     tg_op op = mkop(TG_OP_ADD);
-    op.i[0] = c->n;
+    op.p.count.n = c->n;
     tg_cpu_op_args a = {.op = &op, .in = {c->a, c->b}, .out = {c->y}};
     tg_cpu_op_run(&a);
     return dot(c->r, c->y, c->n);
@@ -241,7 +241,7 @@ TG_TEST(test_op_add_grad) {
     int64_t n = 40000; /* several parallel blocks */
     add_ctx c = {frand(n, 1, -1, 1), frand(n, 2, -1, 1), fconst(n, NAN), frand(n, 3, -1, 1), n};
     tg_op op = mkop(TG_OP_ADD);
-    op.i[0] = n;
+    op.p.count.n = n;
     tg_cpu_op_args a = {.op = &op, .in = {c.a, c.b}, .out = {c.y}, .threads = pool3()};
     tg_cpu_op_run(&a);
     int bad = 0;
@@ -264,9 +264,8 @@ typedef struct mm_case {
 static void run_matmul(const mm_case *m, const float *A, const float *B, const float *bias,
                        float *C, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_MATMUL);
-    op.i[0] = m->M, op.i[1] = m->N, op.i[2] = m->K;
-    op.i[3] = m->ta, op.i[4] = m->tb, op.i[5] = m->batch, op.i[6] = m->acc;
-    op.f[0] = m->alpha;
+    op.p.matmul = (tg_matmul_params){.m = m->M, .n = m->N, .k = m->K, .trans_a = m->ta, .trans_b = m->tb,
+                                     .batch = m->batch, .accumulate = m->acc, .alpha = m->alpha};
     tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B, (void *)bias}, .out = {C},
                         .threads = tp};
     tg_cpu_op_run(&a);
@@ -357,7 +356,7 @@ TG_TEST(test_op_matmul_grad) {
         else
             run_matmul(&gb, c.A, c.r, NULL, dB, pool3());
         tg_op bg = mkop(TG_OP_BIAS_GRAD);
-        bg.i[0] = batch * M, bg.i[1] = N;
+        bg.p.bias_grad.m = batch * M, bg.p.bias_grad.n = N;
         tg_cpu_op_args a = {.op = &bg, .in = {c.r}, .out = {dbias}, .threads = pool3()};
         tg_cpu_op_run(&a);
         char what[64];
@@ -384,7 +383,7 @@ TG_TEST(test_op_bias_grad_accumulates) {
     float *dy = frand(M * N, 3, -1, 1), *db = frand(N, 4, -1, 1), *db0 = falloc(N);
     memcpy(db0, db, (size_t)N * 4);
     tg_op op = mkop(TG_OP_BIAS_GRAD);
-    op.i[0] = M, op.i[1] = N;
+    op.p.bias_grad.m = M, op.p.bias_grad.n = N;
     tg_cpu_op_args a = {.op = &op, .in = {dy}, .out = {db}, .threads = pool3()};
     tg_cpu_op_run(&a);
     double worst = 0;
@@ -397,9 +396,9 @@ TG_TEST(test_op_bias_grad_accumulates) {
     free(dy), free(db), free(db0);
 }
 
-/* MATMUL's fused bias gradient (i[7]) against BIAS_GRAD on the same dC: dW = dC^T X with
- * dC as A stored [K,M] (i[7] = 1, nn.Linear) and dW = X^T dC with dC as B stored [K,N]
- * (i[7] = 2, Conv1D). The same sums in the same order, so the same bits as BIAS_GRAD into
+/* MATMUL's fused bias gradient (bias_grad) against BIAS_GRAD on the same dC: dW = dC^T X with
+ * dC as A stored [K,M] (bias_grad = 1, nn.Linear) and dW = X^T dC with dC as B stored [K,N]
+ * (bias_grad = 2, Conv1D). The same sums in the same order, so the same bits as BIAS_GRAD into
  * a zeroed gradient; out1 is overwritten (it starts as NaN) and out0 is the plain product. */
 TG_TEST(test_op_matmul_fused_bias_grad) {
     const int64_t shapes[3][2] = {{300, 13}, {7, 1}, {130, 70}}; /* rows of dC (K), its width */
@@ -407,7 +406,7 @@ TG_TEST(test_op_matmul_fused_bias_grad) {
         for (int which = 1; which <= 2; which++)
             for (int threaded = 0; threaded < 2; threaded++) {
                 int64_t rows = shapes[s][0], width = shapes[s][1], other = 9;
-                /* i[7] = 1: M = width, N = other; i[7] = 2: M = other, N = width; K = rows. */
+                /* bias_grad = 1: M = width, N = other; 2: M = other, N = width; K = rows. */
                 mm_case m = which == 1 ? (mm_case){width, other, rows, 1, 1, 0, 0, 0.5f}
                                        : (mm_case){other, width, rows, 1, 1, 0, 0, 0.5f};
                 float *dc = frand(rows * width, 50 + s, -1, 1), *x = frand(rows * other, 60 + s, -1, 1);
@@ -417,37 +416,35 @@ TG_TEST(test_op_matmul_fused_bias_grad) {
                 float *db = fconst(width, NAN), *db_ref = fconst(width, 0.0f);
                 tg_threadpool *tp = threaded ? pool3() : NULL;
                 tg_op op = mkop(TG_OP_MATMUL);
-                op.i[0] = m.M, op.i[1] = m.N, op.i[2] = m.K, op.i[3] = m.ta, op.i[4] = m.tb, op.i[5] = 1;
-                op.i[7] = which;
-                op.f[0] = m.alpha;
+                op.p.matmul = (tg_matmul_params){.m = m.M, .n = m.N, .k = m.K, .trans_a = m.ta, .trans_b = m.tb,
+                                                 .batch = 1, .bias_grad = which, .alpha = m.alpha};
                 tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B}, .out = {C, db}, .threads = tp};
                 tg_cpu_op_run(&a);
                 run_matmul(&m, A, B, NULL, ref, tp);
                 tg_op bg = mkop(TG_OP_BIAS_GRAD);
-                bg.i[0] = rows, bg.i[1] = width;
+                bg.p.bias_grad.m = rows, bg.p.bias_grad.n = width;
                 tg_cpu_op_args ba = {.op = &bg, .in = {dc}, .out = {db_ref}, .threads = tp};
                 tg_cpu_op_run(&ba);
-                CHECK(!memcmp(C, ref, (size_t)nC * 4), "i[7]=%d %lldx%lld threads=%d: the product changed", which,
+                CHECK(!memcmp(C, ref, (size_t)nC * 4), "bias_grad=%d %lldx%lld threads=%d: the product changed", which,
                       (long long)rows, (long long)width, threaded);
                 CHECK(!memcmp(db, db_ref, (size_t)width * 4) && !count_nan(db, width),
-                      "i[7]=%d %lldx%lld threads=%d: bias gradient differs from bias_grad by %.3g", which,
+                      "bias_grad=%d %lldx%lld threads=%d: bias gradient differs from bias_grad by %.3g", which,
                       (long long)rows, (long long)width, threaded, max_abs_diff(db, db_ref, width));
                 /* Overwritten, not accumulated: a second run gives the same values. */
                 tg_cpu_op_run(&a);
-                CHECK(!memcmp(db, db_ref, (size_t)width * 4), "i[7]=%d: the bias gradient accumulated", which);
+                CHECK(!memcmp(db, db_ref, (size_t)width * 4), "bias_grad=%d: the bias gradient accumulated", which);
                 free(dc), free(x), free(C), free(ref), free(db), free(db_ref);
             }
 }
 
-/* MATMUL's GELU epilogues (i[8]) against the separate ops on the same inputs, bit for bit:
- * i[8] = 1 is MATMUL (+ bias) then GELU (tanh), its out2 the plain product; i[8] = 2 is
+/* MATMUL's GELU epilogues (activation) against the separate ops on the same inputs, bit for
+ * bit: activation = 1 is MATMUL (+ bias) then GELU (tanh), its out2 the plain product; 2 is
  * MATMUL then GELU_BWD at the saved pre-activation in3. Outputs start as NaN. */
 static void run_matmul_act(const mm_case *m, int act, const float *A, const float *B, const float *bias,
                            const float *pre_in, float *C, float *pre_out, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_MATMUL);
-    op.i[0] = m->M, op.i[1] = m->N, op.i[2] = m->K;
-    op.i[3] = m->ta, op.i[4] = m->tb, op.i[5] = 1, op.i[8] = act;
-    op.f[0] = m->alpha;
+    op.p.matmul = (tg_matmul_params){.m = m->M, .n = m->N, .k = m->K, .trans_a = m->ta, .trans_b = m->tb,
+                                     .batch = 1, .activation = act, .alpha = m->alpha};
     tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B, (void *)bias, (void *)pre_in},
                         .out = {C, NULL, pre_out}, .threads = tp};
     tg_cpu_op_run(&a);
@@ -455,7 +452,10 @@ static void run_matmul_act(const mm_case *m, int act, const float *A, const floa
 
 static void run_gelu_op(int kind, int64_t n, const float *in0, const float *in1, float *out) {
     tg_op op = mkop(kind);
-    op.i[0] = n, op.i[1] = TG_GELU_TANH;
+    if (kind == TG_OP_GELU)
+        op.p.gelu = (tg_gelu_params){.n = n, .form = TG_GELU_TANH};
+    else
+        op.p.gelu_bwd = (tg_gelu_bwd_params){.n = n, .form = TG_GELU_TANH};
     tg_cpu_op_args a = {.op = &op, .in = {(void *)in0, (void *)in1}, .out = {out}, .threads = pool3()};
     tg_cpu_op_run(&a);
 }
@@ -495,9 +495,9 @@ TG_TEST(test_op_matmul_gelu_epilogue) {
             }
 }
 
-/* A GPT-2 MLP as the compiler emits it with fuse_gelu: h = gelu(X W1 + b1) (i[8] = 1,
+/* A GPT-2 MLP as the compiler emits it with fuse_gelu: h = gelu(X W1 + b1) (activation 1,
  * keeping pre), y = h W2; L = sum(r * y). Its backward: dPre = (r W2^T) * gelu'(pre) as one
- * matmul (i[8] = 2), then dX = dPre W1^T, dW1 = X^T dPre, db1 = column sums of dPre; each
+ * matmul (activation 2), then dX = dPre W1^T, dW1 = X^T dPre, db1 = column sums of dPre; each
  * against finite differences of the fused forward. */
 typedef struct mlp_ctx {
     int64_t N, D, F;
@@ -526,7 +526,7 @@ TG_TEST(test_op_matmul_gelu_epilogue_grad) {
     run_matmul(&dx, dpre, c.W1, NULL, dX, pool3());
     run_matmul(&dw, c.X, dpre, NULL, dW1, pool3());
     tg_op bg = mkop(TG_OP_BIAS_GRAD);
-    bg.i[0] = N, bg.i[1] = F;
+    bg.p.bias_grad.m = N, bg.p.bias_grad.n = F;
     tg_cpu_op_args a = {.op = &bg, .in = {dpre}, .out = {db1}, .threads = pool3()};
     tg_cpu_op_run(&a);
     grad_check("gelu epilogue mlp dX", mlp_loss, &c, c.X, N * D, dX);
@@ -547,7 +547,7 @@ typedef struct emb_ctx {
 static double emb_loss(void *p) {
     emb_ctx *c = p;
     tg_op op = mkop(TG_OP_EMBEDDING);
-    op.i[0] = c->N, op.i[1] = c->V, op.i[2] = c->D;
+    op.p.embedding = (tg_embedding_params){.n = c->N, .vocab = c->V, .dim = c->D};
     tg_cpu_op_args a = {.op = &op, .in = {c->ids, c->table}, .out = {c->y}};
     tg_cpu_op_run(&a);
     return dot(c->r, c->y, c->N * c->D);
@@ -567,7 +567,7 @@ TG_TEST(test_op_embedding_grad) {
     memcpy(dt, pre, sizeof(float) * 24);
     memcpy(dt1, pre, sizeof(float) * 24);
     tg_op op = mkop(TG_OP_EMBEDDING_BWD);
-    op.i[0] = 9, op.i[1] = 6, op.i[2] = 4, op.i[3] = -1; /* no padding index */
+    op.p.embedding = (tg_embedding_params){.n = 9, .vocab = 6, .dim = 4, .padding_idx = -1}; /* no padding index */
     tg_cpu_op_args a = {.op = &op, .in = {ids, c.r}, .out = {dt}, .threads = pool3()};
     tg_cpu_op_run(&a);
     a.out[0] = dt1;
@@ -589,7 +589,7 @@ TG_TEST(test_op_embedding_grad) {
      * other rows get exactly the same sums as before. */
     float *dp = falloc(6 * 4);
     memcpy(dp, pre, sizeof(float) * 24);
-    op.i[3] = 1;
+    op.p.embedding.padding_idx = 1;
     a.out[0] = dp;
     tg_cpu_op_run(&a);
     CHECK(!memcmp(dp + 4, pre + 4, sizeof(float) * 4), "padding row received a gradient");
@@ -608,7 +608,7 @@ typedef struct ln_ctx {
 
 static void ln_forward(ln_ctx *c, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_LAYERNORM);
-    op.i[0] = c->M, op.i[1] = c->D, op.f[0] = 1e-5f;
+    op.p.layernorm = (tg_layernorm_params){.m = c->M, .d = c->D, .eps = 1e-5f};
     tg_cpu_op_args a = {.op = &op, .in = {c->x, c->g, c->b}, .out = {c->y, c->mean, c->rstd},
                         .threads = tp};
     tg_cpu_op_run(&a);
@@ -642,7 +642,7 @@ TG_TEST(test_op_layernorm_grad) {
 
     float *dx = fconst(M * D, NAN), *dg = fconst(D, 0.25f), *db = fconst(D, 0.25f);
     tg_op op = mkop(TG_OP_LAYERNORM_BWD);
-    op.i[0] = M, op.i[1] = D;
+    op.p.layernorm_bwd.m = M, op.p.layernorm_bwd.d = D;
     tg_cpu_op_args a = {.op = &op, .in = {c.r, c.x, c.g, c.mean, c.rstd}, .out = {dx, dg, db},
                         .threads = pool3()};
     tg_cpu_op_run(&a);
@@ -666,7 +666,10 @@ typedef struct unary_ctx {
 static double unary_loss(void *p) {
     unary_ctx *c = p;
     tg_op op = mkop(c->kind);
-    op.i[0] = c->n, op.i[1] = c->mode;
+    if (c->kind == TG_OP_GELU)
+        op.p.gelu = (tg_gelu_params){.n = c->n, .form = c->mode};
+    else
+        op.p.count.n = c->n;
     tg_cpu_op_args a = {.op = &op, .in = {c->x}, .out = {c->y}};
     tg_cpu_op_run(&a);
     return dot(c->r, c->y, c->n);
@@ -679,7 +682,7 @@ TG_TEST(test_op_gelu_grad) {
     for (int mode = 0; mode < 2; mode++) {
         float pts[2] = {1.0f, -1.0f}, out[2];
         tg_op op = mkop(TG_OP_GELU);
-        op.i[0] = 2, op.i[1] = mode;
+        op.p.gelu = (tg_gelu_params){.n = 2, .form = mode};
         tg_cpu_op_args a = {.op = &op, .in = {pts}, .out = {out}};
         tg_cpu_op_run(&a);
         CHECK(fabs(out[0] - expect[mode][0]) < 1e-6 && fabs(out[1] - expect[mode][1]) < 1e-6,
@@ -689,7 +692,7 @@ TG_TEST(test_op_gelu_grad) {
         unary_ctx c = {TG_OP_GELU, mode, frand(n, 5 + mode, -4, 4), falloc(n), frand(n, 7, -1, 1), n};
         float *dx = fconst(n, NAN);
         tg_op bop = mkop(TG_OP_GELU_BWD);
-        bop.i[0] = n, bop.i[1] = mode;
+        bop.p.gelu_bwd = (tg_gelu_bwd_params){.n = n, .form = mode};
         tg_cpu_op_args b = {.op = &bop, .in = {c.r, c.x}, .out = {dx}, .threads = pool3()};
         tg_cpu_op_run(&b);
         grad_check(mode ? "gelu tanh" : "gelu erf", unary_loss, &c, c.x, n, dx);
@@ -706,7 +709,7 @@ TG_TEST(test_op_tanh_grad) {
     CHECK(worst < 1e-6, "tanh forward error %g", worst);
     float *dx = fconst(n, NAN);
     tg_op op = mkop(TG_OP_TANH_BWD);
-    op.i[0] = n;
+    op.p.count.n = n;
     tg_cpu_op_args a = {.op = &op, .in = {c.r, c.y}, .out = {dx}};
     tg_cpu_op_run(&a);
     grad_check("tanh", unary_loss, &c, c.x, n, dx);
@@ -724,7 +727,7 @@ typedef struct sm_ctx {
 
 static void sm_forward(sm_ctx *c, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_ATTN_SOFTMAX);
-    op.i[0] = c->B, op.i[1] = c->H, op.i[2] = c->T, op.i[3] = c->causal, op.f[0] = c->scale;
+    op.p.softmax = (tg_softmax_params){.b = c->B, .h = c->H, .t = c->T, .causal = c->causal, .scale = c->scale};
     tg_cpu_op_args a = {.op = &op, .in = {c->s, c->mask}, .out = {c->P}, .threads = tp};
     tg_cpu_op_run(&a);
 }
@@ -772,7 +775,7 @@ TG_TEST(test_op_attn_softmax_grad) {
         }
         float *ds = fconst(n, NAN);
         tg_op op = mkop(TG_OP_ATTN_SOFTMAX_BWD);
-        op.i[0] = B, op.i[1] = H, op.i[2] = T, op.f[0] = 0.35f;
+        op.p.softmax_bwd = (tg_softmax_bwd_params){.b = B, .h = H, .t = T, .scale = 0.35f};
         tg_cpu_op_args a = {.op = &op, .in = {c.r, c.P}, .out = {ds}, .threads = pool3()};
         tg_cpu_op_run(&a);
         grad_check(causal ? "attn softmax causal" : "attn softmax", sm_loss, &c, c.s, n, ds);
@@ -792,7 +795,7 @@ typedef struct drop_ctx {
 
 static void run_dropout(const drop_ctx *c, const float *x, float *y, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_DROPOUT);
-    op.i[0] = c->n, op.i[1] = c->key, op.f[0] = c->p;
+    op.p.dropout = (tg_dropout_params){.n = c->n, .key = c->key, .p = c->p};
     float step = c->step;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)x, &step}, .out = {y}, .seed = c->seed,
                         .training = c->training, .threads = tp};
@@ -885,8 +888,12 @@ typedef struct rln_ctx {
 
 static tg_op rln_op(const rln_ctx *c, int kind) {
     tg_op op = mkop(kind);
-    op.i[0] = c->M, op.i[1] = c->D, op.i[2] = RLN_KEY;
-    op.f[0] = 1e-5f, op.f[1] = c->p;
+    if (kind == TG_OP_RESIDUAL_LAYERNORM)
+        op.p.residual_layernorm = (tg_residual_layernorm_params){.m = c->M, .d = c->D, .key = RLN_KEY, .eps = 1e-5f,
+                                                                 .p = c->p};
+    else
+        op.p.residual_layernorm_bwd =
+            (tg_residual_layernorm_bwd_params){.m = c->M, .d = c->D, .key = RLN_KEY, .eps = 1e-5f, .p = c->p};
     return op;
 }
 
@@ -983,7 +990,7 @@ TG_TEST(test_op_residual_layernorm_matches_separate_ops) {
         float *d = falloc(n), *s = falloc(n), *y = falloc(n), *mean = falloc(M), *rstd = falloc(M);
         run_dropout(&dc, c.x, d, NULL);
         tg_op add = mkop(TG_OP_ADD);
-        add.i[0] = n;
+        add.p.count.n = n;
         tg_cpu_op_args aa = {.op = &add, .in = {d, c.r}, .out = {s}};
         tg_cpu_op_run(&aa);
         ln_ctx lc = {s, c.g, c.b, y, mean, rstd, NULL, M, D};
@@ -995,7 +1002,7 @@ TG_TEST(test_op_residual_layernorm_matches_separate_ops) {
         /* dln = LAYERNORM_BWD(dy), ds = ds_extra + dln (autodiff's ADD order), dx = DROPOUT(ds). */
         float *dln = falloc(n), *ds2 = falloc(n), *dx2 = falloc(n);
         tg_op lb = mkop(TG_OP_LAYERNORM_BWD);
-        lb.i[0] = M, lb.i[1] = D;
+        lb.p.layernorm_bwd.m = M, lb.p.layernorm_bwd.d = D;
         tg_cpu_op_args la = {.op = &lb, .in = {c.ry, s, c.g, mean, rstd}, .out = {dln, dg2, db2}};
         tg_cpu_op_run(&la);
         tg_cpu_op_args ab = {.op = &add, .in = {c.rs, dln}, .out = {ds2}};
@@ -1066,8 +1073,8 @@ typedef struct smd_ctx {
 /* The fused forward: P always, D when c->D is set. */
 static void smd_forward(smd_ctx *c, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_ATTN_SOFTMAX);
-    op.i[0] = SMD_B, op.i[1] = SMD_H, op.i[2] = SMD_T, op.i[3] = c->causal, op.i[4] = SMD_KEY;
-    op.f[0] = SMD_SCALE, op.f[1] = c->p;
+    op.p.softmax = (tg_softmax_params){.b = SMD_B, .h = SMD_H, .t = SMD_T, .causal = c->causal, .key = SMD_KEY,
+                                       .scale = SMD_SCALE, .p = c->p};
     float step = SMD_STEP;
     tg_cpu_op_args a = {.op = &op, .in = {c->s, c->mask, &step}, .out = {c->P, c->D}, .seed = SMD_SEED,
                         .training = c->training, .threads = tp};
@@ -1077,8 +1084,8 @@ static void smd_forward(smd_ctx *c, tg_threadpool *tp) {
 /* The fused backward: dscores from dD (dropout applied when with_step). */
 static void smd_backward(const smd_ctx *c, const float *dD, float *ds, int with_step, tg_threadpool *tp) {
     tg_op op = mkop(TG_OP_ATTN_SOFTMAX_BWD);
-    op.i[0] = SMD_B, op.i[1] = SMD_H, op.i[2] = SMD_T, op.i[4] = SMD_KEY;
-    op.f[0] = SMD_SCALE, op.f[1] = c->p;
+    op.p.softmax_bwd =
+        (tg_softmax_bwd_params){.b = SMD_B, .h = SMD_H, .t = SMD_T, .key = SMD_KEY, .scale = SMD_SCALE, .p = c->p};
     float step = SMD_STEP;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)dD, c->P, with_step ? &step : NULL}, .out = {ds},
                         .seed = SMD_SEED, .training = c->training, .threads = tp};
@@ -1088,7 +1095,7 @@ static void smd_backward(const smd_ctx *c, const float *dD, float *ds, int with_
 /* The DROPOUT op the fused one replaces, with the same stream. */
 static void smd_dropout(const float *x, float *y, float p, int training) {
     tg_op op = mkop(TG_OP_DROPOUT);
-    op.i[0] = SMD_N, op.i[1] = SMD_KEY, op.f[0] = p;
+    op.p.dropout = (tg_dropout_params){.n = SMD_N, .key = SMD_KEY, .p = p};
     float step = SMD_STEP;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)x, &step}, .out = {y}, .seed = SMD_SEED,
                         .training = training, .threads = pool3()};
@@ -1221,9 +1228,9 @@ static int fa_parts(const fa_case *c) { return c->packed ? 1 : 3; }
 
 static tg_op fa_op(const fa_case *c, int kind) {
     tg_op op = mkop(kind);
-    op.i[0] = c->B, op.i[1] = c->H, op.i[2] = c->T, op.i[3] = c->causal, op.i[4] = FA_KEY;
-    op.i[5] = c->packed, op.i[6] = c->Dh;
-    op.f[0] = 1.0f / sqrtf((float)c->Dh), op.f[1] = c->p;
+    op.p.attention = (tg_attention_params){.b = c->B, .h = c->H, .t = c->T, .causal = c->causal, .key = FA_KEY,
+                                           .packed = c->packed, .head_dim = c->Dh,
+                                           .scale = 1.0f / sqrtf((float)c->Dh), .p = c->p};
     return op;
 }
 
@@ -1359,7 +1366,7 @@ static void fa_unfused(const fa_ctx *c, float *O) {
     for (int s = 0; s < 3; s++) heads[s] = falloc(part);
     for (int s = 0; s < fa_parts(fc); s++) {
         tg_op op = mkop(TG_OP_HEADS_SPLIT);
-        op.i[0] = B, op.i[1] = T, op.i[2] = H, op.i[3] = Dh, op.i[4] = fc->packed ? 3 : 1;
+        op.p.heads = (tg_heads_params){.b = B, .t = T, .h = H, .head_dim = Dh, .parts = fc->packed ? 3 : 1};
         tg_cpu_op_args a = {.op = &op, .in = {c->x[s]}};
         if (fc->packed)
             for (int q = 0; q < 3; q++) a.out[q] = heads[q];
@@ -1370,15 +1377,15 @@ static void fa_unfused(const fa_ctx *c, float *O) {
     mm_case qk = {T, T, Dh, B * H, 0, 1, 0, 1.0f}, pv = {T, Dh, T, B * H, 0, 0, 0, 1.0f};
     run_matmul(&qk, heads[0], heads[1], NULL, scores, pool3());
     tg_op sm = mkop(TG_OP_ATTN_SOFTMAX);
-    sm.i[0] = B, sm.i[1] = H, sm.i[2] = T, sm.i[3] = fc->causal, sm.i[4] = FA_KEY;
-    sm.f[0] = 1.0f / sqrtf((float)Dh), sm.f[1] = fc->p;
+    sm.p.softmax = (tg_softmax_params){.b = B, .h = H, .t = T, .causal = fc->causal, .key = FA_KEY,
+                                       .scale = 1.0f / sqrtf((float)Dh), .p = fc->p};
     float step = FA_STEP;
     tg_cpu_op_args a = {.op = &sm, .in = {scores, (void *)fc->mask, &step}, .out = {probs, dropped},
                         .seed = FA_SEED, .training = c->training, .threads = pool3()};
     tg_cpu_op_run(&a);
     run_matmul(&pv, dropped, heads[2], NULL, ctx, pool3());
     tg_op merge = mkop(TG_OP_HEADS_MERGE);
-    merge.i[0] = B, merge.i[1] = T, merge.i[2] = H, merge.i[3] = Dh, merge.i[4] = 1;
+    merge.p.heads = (tg_heads_params){.b = B, .t = T, .h = H, .head_dim = Dh, .parts = 1};
     tg_cpu_op_args m = {.op = &merge, .in = {ctx}, .out = {O}};
     tg_cpu_op_run(&m);
     for (int s = 0; s < 3; s++) free(heads[s]);
@@ -1589,8 +1596,8 @@ TG_TEST(test_op_attention_keep_bits) {
         int64_t B = fc.B, H = fc.H, W = fa_words(&fc), sq = B * H * T * T;
         float *scores = fconst(sq, 0.0f), *probs = falloc(sq), *dropped = falloc(sq);
         tg_op sm = mkop(TG_OP_ATTN_SOFTMAX);
-        sm.i[0] = B, sm.i[1] = H, sm.i[2] = T, sm.i[3] = fc.causal, sm.i[4] = FA_KEY;
-        sm.f[0] = 1.0f, sm.f[1] = fc.p;
+        sm.p.softmax =
+            (tg_softmax_params){.b = B, .h = H, .t = T, .causal = fc.causal, .key = FA_KEY, .scale = 1.0f, .p = fc.p};
         float step = FA_STEP;
         tg_cpu_op_args a = {.op = &sm, .in = {scores, mask, &step}, .out = {probs, dropped}, .seed = FA_SEED,
                             .training = 1, .threads = pool3()};
@@ -1666,7 +1673,7 @@ typedef struct heads_ctx {
 
 static void run_heads(const heads_ctx *c, int kind, float *x, float *const *h) {
     tg_op op = mkop(kind);
-    op.i[0] = c->B, op.i[1] = c->T, op.i[2] = c->H, op.i[3] = c->Dh, op.i[4] = c->P;
+    op.p.heads = (tg_heads_params){.b = c->B, .t = c->T, .h = c->H, .head_dim = c->Dh, .parts = c->P};
     tg_cpu_op_args a = {.op = &op};
     for (int p = 0; p < c->P; p++) {
         if (kind == TG_OP_HEADS_SPLIT) a.out[p] = h[p]; else a.in[p] = h[p];
@@ -1743,7 +1750,7 @@ typedef struct sel_ctx {
 static double sel_loss(void *p) {
     sel_ctx *c = p;
     tg_op op = mkop(TG_OP_SELECT_TOKEN);
-    op.i[0] = c->B, op.i[1] = c->T, op.i[2] = c->D, op.i[3] = c->mode, op.i[4] = 0;
+    op.p.select = (tg_select_params){.b = c->B, .t = c->T, .d = c->D, .mode = c->mode, .pad_id = 0};
     tg_cpu_op_args a = {.op = &op, .in = {c->x, c->ids}, .out = {c->y}};
     tg_cpu_op_run(&a);
     return dot(c->r, c->y, c->B * c->D);
@@ -1765,7 +1772,7 @@ TG_TEST(test_op_select_token_grad) {
         CHECK(!bad, "mode %d: %d rows selected the wrong token", mode, bad);
         float *dx = fconst(B * T * D, NAN);
         tg_op op = mkop(TG_OP_SELECT_TOKEN_BWD);
-        op.i[0] = B, op.i[1] = T, op.i[2] = D, op.i[3] = mode, op.i[4] = 0;
+        op.p.select = (tg_select_params){.b = B, .t = T, .d = D, .mode = mode, .pad_id = 0};
         tg_cpu_op_args a = {.op = &op, .in = {c.r, ids}, .out = {dx}};
         tg_cpu_op_run(&a);
         int wrong = 0;
@@ -1794,7 +1801,7 @@ typedef struct ce_ctx {
 static float run_ce(const ce_ctx *c, tg_threadpool *tp) {
     float loss = NAN;
     tg_op op = mkop(TG_OP_CROSS_ENTROPY);
-    op.i[0] = c->N, op.i[1] = c->C;
+    op.p.cross_entropy = (tg_cross_entropy_params){.n = c->N, .c = c->C};
     tg_cpu_op_args a = {.op = &op, .in = {c->logits, c->labels}, .out = {&loss}, .threads = tp};
     tg_cpu_op_run(&a);
     return loss;
@@ -1829,7 +1836,7 @@ TG_TEST(test_op_cross_entropy_grad) {
 
     float *dl = fconst(6 * 7, NAN);
     tg_op op = mkop(TG_OP_CROSS_ENTROPY_BWD);
-    op.i[0] = 6, op.i[1] = 7;
+    op.p.cross_entropy = (tg_cross_entropy_params){.n = 6, .c = 7};
     tg_cpu_op_args a = {.op = &op, .in = {&c.dloss, c.logits, labels}, .out = {dl},
                         .threads = pool3()};
     tg_cpu_op_run(&a);
@@ -1859,7 +1866,7 @@ TG_TEST(test_op_cross_entropy_grad) {
 
 static void run_schedule(float base, int warmup, float *step, float total, float *lr) {
     tg_op op = mkop(TG_OP_SCHEDULE);
-    op.i[0] = warmup, op.f[0] = base;
+    op.p.schedule = (tg_schedule_params){.warmup = warmup, .lr = base};
     tg_cpu_op_args a = {.op = &op, .in = {step, &total}, .out = {lr, step}}; /* aliased */
     tg_cpu_op_run(&a);
 }
@@ -1972,7 +1979,7 @@ TG_TEST(test_op_adamw) {
     for (int k = 0; k < 9; k++) rp[k] = P[idx[k]];
 
     tg_op op = mkop(TG_OP_ADAMW);
-    op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd, op.f[4] = max_norm;
+    op.p.adamw = (tg_adamw_params){.beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd, .max_grad_norm = max_norm};
     tg_op nop = mkop(TG_OP_GRAD_NORM);
     nop.in[0] = 3;
     /* Step 1: gradients of norm ~3, clipped to 1. Step 2: small gradients, not clipped. */
@@ -2026,9 +2033,9 @@ TG_TEST(test_op_exec) {
         t[i].offset = (uint64_t)i * 256, t[i].bytes = 20;
     }
     tg_op ops[3] = {mkop(TG_OP_FILL), mkop(TG_OP_FILL), mkop(TG_OP_ADD)};
-    ops[0].out[0] = 0, ops[0].f[0] = 2.0f;
-    ops[1].out[0] = 1, ops[1].f[0] = 3.5f;
-    ops[2].in[0] = 0, ops[2].in[1] = 1, ops[2].out[0] = 2, ops[2].i[0] = 5;
+    ops[0].out[0] = 0, ops[0].p.fill.value = 2.0f;
+    ops[1].out[0] = 1, ops[1].p.fill.value = 3.5f;
+    ops[2].in[0] = 0, ops[2].in[1] = 1, ops[2].out[0] = 2, ops[2].p.count.n = 5;
     ops[2].phase = TG_PHASE_BACKWARD;
     tg_plan plan;
     memset(&plan, 0, sizeof plan);

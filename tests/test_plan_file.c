@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "plan/inspect.h"
+#include "plan/op_meta.h"
 #include "plan/plan_file.h"
 #include "tests/harness.h"
 
@@ -135,38 +136,35 @@ static void build_plan(tg_plan *p) {
     p->phase_begin[TG_PHASE_FORWARD] = p->n_ops;
     op = add_op(p, TG_OP_EMBEDDING, TG_PHASE_FORWARD);
     op->in[0] = T_IDS, op->in[1] = T_WTE, op->out[0] = T_H;
-    op->i[0] = 8, op->i[1] = 16, op->i[2] = 8;
+    op->p.embedding = (tg_embedding_params){.n = 8, .vocab = 16, .dim = 8};
     op = add_op(p, TG_OP_MATMUL, TG_PHASE_FORWARD);
     op->in[0] = T_H, op->in[1] = T_WTE, op->in[2] = T_CLS_B, op->out[0] = T_LOGITS;
-    op->i[0] = 2, op->i[1] = 2, op->i[2] = 8, op->i[3] = 0, op->i[4] = 1, op->i[5] = 1;
-    op->f[0] = 1.0f;
-    op->f[5] = -0.0f;
+    op->p.matmul = (tg_matmul_params){.m = 2, .n = 2, .k = 8, .trans_a = 0, .trans_b = 1, .batch = 1, .alpha = 1.0f};
     op = add_op(p, TG_OP_CROSS_ENTROPY, TG_PHASE_FORWARD);
     op->in[0] = T_LOGITS, op->in[1] = T_LABELS, op->out[0] = T_LOSS;
-    op->i[0] = 2, op->i[1] = 2;
+    op->p.cross_entropy = (tg_cross_entropy_params){.n = 2, .c = 2};
     p->phase_begin[TG_PHASE_BACKWARD] = p->n_ops;
     op = add_op(p, TG_OP_FILL, TG_PHASE_BACKWARD);
     op->out[0] = T_DLOSS;
-    op->f[0] = 1.0f;
+    op->p.fill.value = 1.0f;
     op = add_op(p, TG_OP_CROSS_ENTROPY_BWD, TG_PHASE_BACKWARD);
     op->in[0] = T_DLOSS, op->in[1] = T_LOGITS, op->in[2] = T_LABELS, op->out[0] = T_DLOGITS;
     op = add_op(p, TG_OP_BIAS_GRAD, TG_PHASE_BACKWARD);
     op->in[0] = T_DLOGITS, op->out[0] = T_G_CLS_B;
-    op->i[0] = 2, op->i[1] = 2;
+    op->p.bias_grad = (tg_bias_grad_params){.m = 2, .n = 2};
     op = add_op(p, TG_OP_EMBEDDING_BWD, TG_PHASE_BACKWARD);
     op->in[0] = T_IDS, op->in[1] = T_H, op->out[0] = T_G_WTE;
-    op->i[0] = 8, op->i[1] = 16, op->i[2] = 8;
+    op->p.embedding = (tg_embedding_params){.n = 8, .vocab = 16, .dim = 8};
     p->phase_begin[TG_PHASE_OPTIMIZER] = p->n_ops;
     op = add_op(p, TG_OP_SCHEDULE, TG_PHASE_OPTIMIZER);
     op->in[0] = T_STEP, op->in[1] = T_TOTAL, op->out[0] = T_LR, op->out[1] = T_STEP;
-    op->i[0] = 10;
-    op->f[0] = 5e-5f;
+    op->p.schedule = (tg_schedule_params){.warmup = 10, .lr = 5e-5f};
     op = add_op(p, TG_OP_GRAD_NORM, TG_PHASE_OPTIMIZER);
     op->in[0] = T_GRADS_ALL, op->out[0] = T_GNORM;
     op = add_op(p, TG_OP_ADAMW, TG_PHASE_OPTIMIZER);
     op->in[0] = T_GRADS_ALL, op->in[1] = T_LR, op->in[2] = T_STEP, op->in[3] = T_GNORM;
     op->out[0] = T_PARAMS_ALL, op->out[1] = T_M_ALL, op->out[2] = T_V_ALL;
-    op->f[0] = 0.9f, op->f[1] = 0.999f, op->f[2] = 1e-8f, op->f[3] = 0.01f, op->f[4] = 1.0f;
+    op->p.adamw = (tg_adamw_params){.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .max_grad_norm = 1.0f};
     p->phase_begin[TG_PHASE_COUNT] = p->n_ops;
 
     /* Liveness from the schedule, as the compiler would record it. */
@@ -209,6 +207,45 @@ static void build_plan(tg_plan *p) {
     if (strcmp(a->f, b->f)) return snprintf(what, whatn, "%s", #f), 1
 #define D_BITS(f) /* floats compared bitwise: -0.0 and NaN payloads must survive */  \
     if (memcmp(&a->f, &b->f, sizeof a->f)) return snprintf(what, whatn, "%s", #f), 1
+
+/* An op's parameters as the plan file sees them: each one's display name and bits, in
+ * ops.def order. */
+typedef struct param_bits {
+    int n;
+    const char *display[16];
+    uint8_t bits[16][8];
+    int size[16];
+} param_bits;
+
+static void add_bits(param_bits *pb, const char *display, const void *value, int size) {
+    if (pb->n < 16) {
+        pb->display[pb->n] = display, pb->size[pb->n] = size;
+        memcpy(pb->bits[pb->n], value, (size_t)size);
+    }
+    pb->n++;
+}
+static void bits_i64(void *ctx, const char *display, int64_t *value) { add_bits(ctx, display, value, 8); }
+static void bits_f32(void *ctx, const char *display, float *value) { add_bits(ctx, display, value, 4); }
+
+static void params_bits(const tg_op *op, param_bits *pb) {
+    tg_op_params p = op->p;
+    memset(pb, 0, sizeof *pb);
+    tg_param_visitor v = {pb, bits_i64, bits_f32};
+    tg_op_params_visit(op->kind, &p, &v);
+}
+
+/* 0 when ops a and b (of one kind) have the same parameters bit for bit (-0.0 and NaN
+ * payloads must survive); otherwise 1 with the first differing one named in `what`. */
+static int params_diff(const tg_op *a, const tg_op *b, int o, char *what, size_t whatn) {
+    param_bits pa, pb;
+    params_bits(a, &pa);
+    params_bits(b, &pb);
+    if (pa.n != pb.n) return snprintf(what, whatn, "ops[%d].p: %d vs %d parameters", o, pa.n, pb.n), 1;
+    for (int k = 0; k < pa.n && k < 16; k++)
+        if (pa.size[k] != pb.size[k] || memcmp(pa.bits[k], pb.bits[k], (size_t)pa.size[k]))
+            return snprintf(what, whatn, "ops[%d].p.%s", o, pa.display[k]), 1;
+    return 0;
+}
 
 /* 0 when equal; otherwise 1 with the first differing field named in `what`. */
 static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t whatn) {
@@ -273,8 +310,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
         D_INT(ops[o].phase);
         for (int k = 0; k < TG_OP_MAX_IN; k++) D_INT(ops[o].in[k]);
         for (int k = 0; k < TG_OP_MAX_OUT; k++) D_INT(ops[o].out[k]);
-        for (int k = 0; k < TG_OP_MAX_I; k++) D_INT(ops[o].i[k]);
-        for (int k = 0; k < TG_OP_MAX_F; k++) D_BITS(ops[o].f[k]);
+        if (params_diff(&a->ops[o], &b->ops[o], o, what, whatn)) return 1;
     }
     for (int p = 0; p <= TG_PHASE_COUNT; p++) D_INT(phase_begin[p]);
     for (int q = 0; q < TG_POOL_COUNT; q++) D_INT(pool_bytes[q]);
@@ -320,9 +356,9 @@ TG_TEST(test_plan_file_round_trip) {
     tg_plan p, back;
     build_plan(&p);
     p.ops[4].in[TG_OP_MAX_IN - 1] = T_LABELS; /* the last input slot is encoded too */
-    p.ops[1].i[7] = 2;
-    p.ops[1].i[TG_OP_MAX_I - 1] = TG_MATMUL_ACT_GELU_BWD; /* the last integer parameter, i[8] */
-    p.ops[1].in[3] = T_H;                                 /* with the pre-activation it reads */
+    p.ops[1].p.matmul.bias_grad = 2;
+    p.ops[1].p.matmul.activation = TG_MATMUL_ACT_GELU_BWD; /* matmul's last integer parameter */
+    p.ops[1].in[3] = T_H;                                  /* with the pre-activation it reads */
     tg_err err = {{0}};
     int rc = encode_decode(&p, &back, &err);
     REQUIRE(rc == 0, "round trip failed: %s", err.msg);
@@ -330,9 +366,65 @@ TG_TEST(test_plan_file_round_trip) {
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
     CHECK(back.ops[4].in[TG_OP_MAX_IN - 1] == T_LABELS && back.train.attention == TG_ATTENTION_UNFUSED,
           "input slot %d or the attention mode lost", TG_OP_MAX_IN - 1);
-    CHECK(back.ops[1].i[7] == 2, "matmul i[7] lost");
+    CHECK(back.ops[1].p.matmul.bias_grad == 2, "matmul bias_grad lost");
     CHECK(back.tensors[T_CLS_B].group == 9 && back.tensors[T_WTE].group == -1, "packed group lost");
-    CHECK(back.ops[1].i[8] == TG_MATMUL_ACT_GELU_BWD && back.ops[1].in[3] == T_H, "matmul i[8] or its in3 lost");
+    CHECK(back.ops[1].p.matmul.activation == TG_MATMUL_ACT_GELU_BWD && back.ops[1].in[3] == T_H,
+          "matmul activation or its in3 lost");
+    tg_plan_free(&p);
+    tg_plan_free(&back);
+}
+
+/* Every parameter of every kind through the plan file: each gets a value whose bits show a
+ * lost, truncated or misplaced field (wide and negative integers; -0.0, a NaN payload, a
+ * denormal, infinity and the largest float). */
+typedef struct param_fill {
+    int kind, j;
+} param_fill;
+
+static void fill_i64(void *ctx, const char *display, int64_t *value) {
+    param_fill *f = ctx;
+    int64_t v = (int64_t)(0x0123456789abcdefull ^ (uint64_t)f->kind << 40 ^ (uint64_t)f->j << 56);
+    *value = f->j % 2 ? -v : v;
+    f->j++;
+}
+
+static void fill_f32(void *ctx, const char *display, float *value) {
+    param_fill *f = ctx;
+    static const uint32_t bits[6] = {0x80000000u, 0x7fc12345u, 0x00000001u, 0xff800000u, 0x7f7fffffu, 0x40490fd0u};
+    memcpy(value, &bits[(f->kind + f->j) % 6], 4);
+    f->j++;
+}
+
+TG_TEST(test_plan_file_round_trip_every_op) {
+    tg_plan p, back;
+    build_plan(&p);
+    tg_op *ops = realloc(p.ops, sizeof *ops * (size_t)(p.n_ops + TG_OP_COUNT));
+    REQUIRE(ops, "out of memory");
+    p.ops = ops;
+    /* Each kind once more at the end of the optimizer phase, its slots unused. */
+    int first = p.n_ops, params = 0;
+    for (int k = 0; k < TG_OP_COUNT; k++) {
+        tg_op *op = add_op(&p, k, TG_PHASE_OPTIMIZER);
+        memset(&op->p, 0, sizeof op->p);
+        param_fill f = {k, 0};
+        tg_param_visitor v = {&f, fill_i64, fill_f32};
+        tg_op_params_visit(k, &op->p, &v);
+        params += f.j;
+        /* The decoder refuses an activation it does not know (test_plan_file_inconsistent_tables). */
+        if (k == TG_OP_MATMUL) op->p.matmul.activation = TG_MATMUL_ACT_NONE;
+    }
+    p.phase_begin[TG_PHASE_COUNT] = p.n_ops;
+    tg_err err = {{0}};
+    REQUIRE(encode_decode(&p, &back, &err) == 0, "round trip failed: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
+    int seen = 0;
+    for (int o = first; o < back.n_ops; o++) {
+        param_bits pb;
+        params_bits(&back.ops[o], &pb);
+        seen += pb.n;
+    }
+    CHECK(params > 50 && seen == params, "%d parameters decoded of %d", seen, params);
     tg_plan_free(&p);
     tg_plan_free(&back);
 }
@@ -344,10 +436,16 @@ TG_TEST(test_plan_file_diff_detects_changes) {
     build_plan(&b);
     char what[128] = "";
     CHECK(plan_diff(&a, &b, what, sizeof what) == 0, "identical plans differ at %s", what);
-    b.ops[1].f[5] = 0.0f; /* was -0.0: equal as floats, different bits */
-    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "ops[o].f[k]"),
+    a.ops[1].p.matmul.alpha = b.ops[1].p.matmul.alpha = -0.0f;
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 0, "identical plans differ at %s", what);
+    b.ops[1].p.matmul.alpha = 0.0f; /* equal as floats, different bits */
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "ops[1].p.alpha"),
           "-0.0 vs 0.0 not seen (got '%s')", what);
-    b.ops[1].f[5] = -0.0f;
+    b.ops[1].p.matmul.alpha = -0.0f;
+    b.ops[7].p.schedule.warmup = 11;
+    CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "ops[7].p.warmup"),
+          "an integer parameter's change not seen (got '%s')", what);
+    b.ops[7].p.schedule.warmup = a.ops[7].p.schedule.warmup;
     b.run.seed ^= 1ull << 63;
     CHECK(plan_diff(&a, &b, what, sizeof what) == 1 && has(what, "run.seed"),
           "seed change not seen (got '%s')", what);
@@ -516,12 +614,15 @@ TG_TEST(test_plan_file_wrong_version) {
     CHECK(has(err.msg, want), "'%s'", err.msg);
     /* Every older format is refused: version 3 added the attention ops and 8 input slots,
      * version 4 the attention's keep bits (its backward's in4 was the step counter),
-     * version 5 the matmul's fused bias gradient (i[7], out1) and the job's fuse_bias_grad,
-     * version 6 the matmul's GELU epilogue (i[8], out2 / in3), the residual LayerNorm ops
+     * version 5 the matmul's fused bias gradient (bias_grad, out1) and the job's fuse_bias_grad,
+     * version 6 the matmul's GELU epilogue (activation, out2 / in3), the residual LayerNorm ops
      * the tensors' packed group and the job's fuse_gelu, fuse_residual_layernorm and fuse_qkv,
      * version 7 parameter gradients without a ZERO of the whole buffer (first writers
-     * overwrite: the LayerNorm backwards' i[3]), version 8 the job's data_parallel and
-     * TG_OP_ALL_REDUCE, version 10 the train and run settings in place of the whole job. */
+     * overwrite: the LayerNorm backwards' overwrite), version 8 the job's data_parallel and
+     * TG_OP_ALL_REDUCE, version 9 ZeRO-1 (the job's zero_stage, AdamW's zero_slice,
+     * TG_OP_ALL_GATHER), version 10 the train and run settings in place of the whole job and
+     * each op's typed parameters (only its set's fields, in plan/ops.def order) instead of
+     * nine integer and six float slots. */
     CHECK(TG_PLAN_VERSION > 9, "plan version %d still reads version 9 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
@@ -563,8 +664,8 @@ static void bad_source(tg_plan *p) { memset(p->model.source, 'x', TG_PATH_MAX); 
 static void bad_arch(tg_plan *p) { p->model.arch = TG_ARCH_COUNT; }
 static void bad_last_input(tg_plan *p) { p->ops[1].in[TG_OP_MAX_IN - 1] = 9999; }
 static void bad_attention(tg_plan *p) { p->train.attention = TG_ATTENTION_MODE_COUNT; }
-static void bad_activation(tg_plan *p) { p->ops[1].i[8] = 3; }
-static void activation_without_pre(tg_plan *p) { p->ops[1].i[8] = TG_MATMUL_ACT_GELU; }
+static void bad_activation(tg_plan *p) { p->ops[1].p.matmul.activation = 3; }
+static void activation_without_pre(tg_plan *p) { p->ops[1].p.matmul.activation = TG_MATMUL_ACT_GELU; }
 static void bad_group(tg_plan *p) { p->tensors[T_WTE].group = N_T; }
 static void bad_replicas(tg_plan *p) { p->train.replicas = 0; }
 static void bad_task(tg_plan *p) { p->train.task = TG_TASK_COUNT; }
@@ -604,8 +705,8 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_arch, "plan.tgp: model arch 3"},
         {bad_last_input, "plan.tgp: op 1 (matmul) input 7 refers to tensor 9999 of 19"},
         {bad_attention, "plan.tgp: train attention mode 2 is not a known mode"},
-        {bad_activation, "plan.tgp: op 1 (matmul) has activation i[8]=3 (0, 1 or 2 allowed)"},
-        {activation_without_pre, "plan.tgp: op 1 (matmul) with activation i[8]=1 lacks its pre-activation (out2)"},
+        {bad_activation, "plan.tgp: op 1 (matmul) has activation=3 (0, 1 or 2 allowed)"},
+        {activation_without_pre, "plan.tgp: op 1 (matmul) with activation=1 lacks its pre-activation (out2)"},
         {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
         {bad_replicas, "plan.tgp: train replicas 0 is not in [1, 64]"},
         {bad_task, "plan.tgp: train task 2 is not a known task"},

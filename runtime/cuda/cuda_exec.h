@@ -1,5 +1,6 @@
 /* The CUDA executor: pools allocated once with cudaMalloc, the schedule launched op by op
- * on one stream or captured once into a CUDA graph and replayed. */
+ * on one stream or captured once into a CUDA graph and replayed. Its functions are spread
+ * over runtime/cuda/ by concern (runtime/cuda/cuda_exec_internal.h lists the files). */
 #ifndef TUNEGRAPH_CUDA_EXEC_H
 #define TUNEGRAPH_CUDA_EXEC_H
 

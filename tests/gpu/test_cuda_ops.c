@@ -13,7 +13,7 @@
 #include "compiler/job.h"
 #include "models/model_config.h"
 #include "base/bf16.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/cpu_exec.h"
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/executor.h"
 #include "tests/harness.h"
@@ -92,10 +92,10 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
 static int is_accumulated(const tg_op *op, int slot) {
     switch (op->kind) {
     case TG_OP_EMBEDDING_BWD: return slot == 0;
-    case TG_OP_BIAS_GRAD: return slot == 0 && !op->i[2]; /* i[2]: overwritten */
-    case TG_OP_LAYERNORM_BWD: return slot >= 1 && !op->i[3];
-    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2 && !op->i[3];
-    case TG_OP_MATMUL: return slot == 0 && op->i[6] != 0; /* out1 (a fused bias gradient) is written */
+    case TG_OP_BIAS_GRAD: return slot == 0 && !op->p.bias_grad.overwrite;
+    case TG_OP_LAYERNORM_BWD: return slot >= 1 && !op->p.layernorm_bwd.overwrite;
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2 && !op->p.residual_layernorm_bwd.overwrite;
+    case TG_OP_MATMUL: return slot == 0 && op->p.matmul.accumulate != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW: return 1; /* updated in place */
     case TG_OP_ALL_REDUCE: return 1; /* in place */
@@ -110,7 +110,7 @@ static int tensor_in_slots(const int *slots, int n, int t) {
     return 0;
 }
 
-/* MATMUL's GELU epilogues met by check_plan_ops, by activation (i[8] = 1, 2): op-by-op
+/* MATMUL's GELU epilogues met by check_plan_ops, by activation (1, 2): op-by-op
  * comparisons, and the GEMM cache entries that say how they ran (as the cuBLASLt epilogue
  * or as the fallback product plus GELU kernel). */
 typedef struct act_seen {
@@ -121,7 +121,7 @@ typedef struct act_seen {
 static act_seen g_act;
 
 /* Set: the plan's first gradient writers are turned back into accumulating ones (MATMUL
- * i[6], BIAS_GRAD i[2], the LayerNorm backwards' i[3]), so both forms of each op run. */
+ * accumulate, BIAS_GRAD's and the LayerNorm backwards' overwrite), so both forms of each op run. */
 static int g_accumulate_gradients;
 
 /* With g_data_parallel > 1: ZeRO-1 plans, run as replica g_zero_rank. As replica 0 the
@@ -133,9 +133,11 @@ static int g_zero, g_zero_rank;
 static void accumulate_gradients(tg_plan *p) {
     for (int o = 0; o < p->n_ops; o++) {
         tg_op *op = &p->ops[o];
-        if (op->kind == TG_OP_LAYERNORM_BWD || op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD) op->i[3] = 0;
-        if (op->kind == TG_OP_BIAS_GRAD) op->i[2] = 0;
-        if (op->kind == TG_OP_MATMUL && !op->i[8] && p->tensors[op->out[0]].pool == TG_POOL_GRADS) op->i[6] = 1;
+        if (op->kind == TG_OP_LAYERNORM_BWD) op->p.layernorm_bwd.overwrite = 0;
+        if (op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD) op->p.residual_layernorm_bwd.overwrite = 0;
+        if (op->kind == TG_OP_BIAS_GRAD) op->p.bias_grad.overwrite = 0;
+        if (op->kind == TG_OP_MATMUL && !op->p.matmul.activation && p->tensors[op->out[0]].pool == TG_POOL_GRADS)
+            op->p.matmul.accumulate = 1;
     }
 }
 
@@ -166,7 +168,8 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
     for (int o = 0; o < p.n_ops && failures < 5; o++) {
         const tg_op *op = &p.ops[o];
         kinds_seen[op->kind]++;
-        if (op->kind == TG_OP_MATMUL && op->i[8] > 0 && op->i[8] < 3) g_act.ops[op->i[8]]++;
+        if (op->kind == TG_OP_MATMUL && op->p.matmul.activation > 0 && op->p.matmul.activation < 3)
+            g_act.ops[op->p.matmul.activation]++;
         /* Inputs and accumulated outputs: fresh random values, the same on both sides. */
         int ok = 1;
         for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
@@ -389,7 +392,7 @@ static void check_gelu_plan(const char *what, const char *preset, int task, int 
     else unsetenv("TUNEGRAPH_CACHE_DIR");
 }
 
-/* The GELU epilogues (MATMUL i[8]) in plans made for them: GPT-2 (Conv1D) at the preset's
+/* The GELU epilogues (MATMUL activation) in plans made for them: GPT-2 (Conv1D) at the preset's
  * MLP width (a multiple of 8: the cuBLASLt epilogue in bf16) and at an odd width (aux
  * leading dimension not a multiple of 8: the fallback), a BERT-style model with the tanh
  * GELU (nn.Linear: the other transposes), and GPT-2 with fuse_gelu = false (the separate
@@ -421,7 +424,7 @@ static void check_gelu_plans(int precision, uint64_t seed, int *kinds_seen) {
         const int want_epilogue = bf16 && !plans[k].odd;
         for (int a = 1; a < 3; a++)
             CHECK(want_epilogue ? d.epilogue[a] > 0 && d.fallback[a] == 0 : d.epilogue[a] == 0 && d.fallback[a] > 0,
-                  "%s: i[8]=%d ran %d times as the cuBLASLt epilogue and %d times as the fallback (want the %s)",
+                  "%s: activation %d ran %d times as the cuBLASLt epilogue and %d times as the fallback (want the %s)",
                   what, a, d.epilogue[a], d.fallback[a], want_epilogue ? "epilogue" : "fallback");
     }
 }
@@ -485,7 +488,7 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
         for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
         for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
         op.in[0] = 0, op.in[1] = 1, op.out[0] = 2;
-        op.i[0] = N, op.i[1] = V, op.i[2] = D, op.i[3] = pad;
+        op.p.embedding = (tg_embedding_params){.n = N, .vocab = V, .dim = D, .padding_idx = pad};
         int32_t *ids = malloc(sizeof *ids * N);
         float *dy = malloc(sizeof *dy * N * D), *table = malloc(sizeof *table * V * D), *want = malloc(sizeof *want * V * D);
         uint16_t *dy16 = malloc(sizeof *dy16 * N * D);

@@ -2,7 +2,7 @@
  * publishes it under the mutex and bumps a generation counter, every thread (caller
  * included, as chunk 0) runs its contiguous chunk, and the caller waits until the
  * remaining-chunk count drops to zero. */
-#include "runtime/threadpool.h"
+#include "runtime/cpu/threadpool.h"
 
 #include <pthread.h>
 #include <stdlib.h>

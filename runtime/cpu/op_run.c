@@ -1,9 +1,26 @@
-/* bf16 slots on the CPU reference: widen, run the fp32 kernel, round back. */
+/* Running one op on the CPU reference: the kind -> kernel table (generated from
+ * plan/ops.def, so every kind has its row) and, for ops with bf16 slots, widening to fp32,
+ * running the fp32 kernel and rounding back. */
 #include <stdlib.h>
 
 #include "base/bf16.h"
-#include "runtime/cpu_exec.h"
+#include "runtime/cpu/cpu_kernels.h"
 
+typedef void (*tg_cpu_kernel_fn)(const tg_cpu_op_args *a);
+
+static const tg_cpu_kernel_fn cpu_kernels[TG_OP_COUNT] = {
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = tg_cpu_kernel_##name,
+#include "plan/ops.def"
+};
+
+int tg_cpu_op_has_kernel(int kind) { return kind >= 0 && kind < TG_OP_COUNT && cpu_kernels[kind] != NULL; }
+
+void tg_cpu_op_run(const tg_cpu_op_args *a) {
+    /* The executor validates kinds; direct callers with a bad kind get nothing run. */
+    if (tg_cpu_op_has_kernel(a->op->kind)) cpu_kernels[a->op->kind](a);
+}
+
+/* bf16 slots: widen, run the fp32 kernel, round back. */
 int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
     /* The gather only moves bits: it runs on the stored values, so that no rank can fail
      * to widen and leave the others waiting in the collective. */

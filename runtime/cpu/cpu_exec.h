@@ -52,8 +52,8 @@ typedef struct tg_cpu_op_args {
 } tg_cpu_op_args;
 
 void tg_cpu_op_run(const tg_cpu_op_args *a);
-/* 1 when op kind `kind` has a CPU reference kernel (the table is indexed by kind, so a
- * missing entry is a NULL the size assertion cannot see; tests check every kind). */
+/* 1 when op kind `kind` has a CPU reference kernel: every kind of plan/ops.def (the
+ * table is generated from it), 0 outside the enum. */
 int tg_cpu_op_has_kernel(int kind);
 
 /* As tg_cpu_op_run, for ops with bf16 slots too: bf16 inputs are widened to fp32, the

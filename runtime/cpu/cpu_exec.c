@@ -1,11 +1,11 @@
 /* The CPU reference executor: owns the pools and walks the schedule, handing each op
- * its buffers (resolved from the tensor table) and running it with runtime/cpu_ops.c. */
-#include "runtime/cpu_exec.h"
+ * its buffers (resolved from the tensor table) and running its kernel (runtime/cpu/). */
+#include "runtime/cpu/cpu_exec.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/threadpool.h"
+#include "runtime/cpu/threadpool.h"
 
 int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *err) {
     memset(x, 0, sizeof *x);

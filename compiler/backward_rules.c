@@ -1,0 +1,446 @@
+/* Backward rules: one per differentiable op kind, emitting the gradient ops of a forward
+ * op through the gradient bookkeeping of compiler/grad_state.h. */
+#include "compiler/backward_rules.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/grad_state.h"
+
+static const tg_op *fwd(tg_graph *g, int index) { return &g->ops[index]; }
+
+static void bwd_embedding(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dst = tg_ad_grad_dest(g, op.in[1], &acc);
+    if (dst < 0) return;
+    if (!acc) {
+        tg_graph_fail(g, "embedding table %s is not a parameter", g->tensors[op.in[1]].name);
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_EMBEDDING_BWD);
+    s.in[0] = op.in[0];
+    s.in[1] = tg_ad_grad_of(g, op.out[0]);
+    s.out[0] = dst;
+    s.p.embedding = op.p.embedding;
+    tg_graph_op(g, &s);
+}
+
+static void bwd_add(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int dy = tg_ad_grad_of(g, op.out[0]);
+    for (int s = 0; s < 2; s++) {
+        if (!g->needs_grad[op.in[s]]) continue;
+        if (g->tensors[op.in[s]].flags & TG_TENSOR_PARAM) {
+            tg_graph_fail(g, "add of parameter %s directly is not supported", g->tensors[op.in[s]].name);
+            return;
+        }
+        tg_ad_pass(g, op.in[s], dy); /* dy is each input's gradient as it is: no copy */
+    }
+}
+
+/* Forward ops reading tensor t, counted per input slot. */
+static int forward_uses(const tg_graph *g, int t) {
+    int uses = 0;
+    for (int o = 0; o < g->n_ops; o++)
+        for (int s = 0; s < TG_OP_MAX_IN; s++) uses += g->ops[o].phase == TG_PHASE_FORWARD && g->ops[o].in[s] == t;
+    return uses;
+}
+
+/* Whether the bias gradient of forward matmul `op` may be written by its dB product
+ * (MATMUL bias_grad) instead of a BIAS_GRAD: the job allows it, batch 1 (a fused sum covers
+ * one batch), and the bias feeds no other forward op, so this is its gradient's only
+ * contribution and writing it equals BIAS_GRAD's += into the gradient the backward's ZERO
+ * cleared. The dB product always has dC in the summable layout: A stored [K,M] when the
+ * weight is stored [N,K] (nn.Linear), B stored [K,N] when it is [K,N] (Conv1D). */
+static int bias_grad_fusable(const tg_graph *g, const tg_op *op) {
+    if (!g->job || !g->job->fuse_bias_grad || op->p.matmul.batch != 1) return 0;
+    return forward_uses(g, op->in[2]) == 1;
+}
+
+/* The forward MATMUL with the GELU epilogue (activation 1) whose activation (out0) is the A
+ * operand of forward matmul `op`, when `op`'s dA product can apply the GELU backward
+ * (activation 2) itself: batch 1, and `op` reads the activation once and is its only reader,
+ * so dA is the activation's whole gradient and dA * gelu'(pre) the pre-activation's.
+ * -1 when not. */
+static int gelu_producer_of_a(const tg_graph *g, const tg_op *op) {
+    if (op->p.matmul.batch != 1 || forward_uses(g, op->in[0]) != 1) return -1;
+    for (int o = 0; o < g->n_ops; o++) {
+        const tg_op *p = &g->ops[o];
+        if (p->phase == TG_PHASE_FORWARD && p->kind == TG_OP_MATMUL && p->p.matmul.activation == TG_MATMUL_ACT_GELU &&
+            p->out[0] == op->in[0])
+            return o;
+    }
+    return -1;
+}
+
+/* The gradient of forward matmul `op`'s product. With the GELU epilogue the product is the
+ * pre-activation (out2): its gradient may already hold the consumer's fused dA * gelu'(pre)
+ * (MATMUL activation 2); a gradient of the activation (out0) from anywhere else goes through a
+ * GELU_BWD on out2 and is added to it. */
+static int product_grad(tg_graph *g, const tg_op *op) {
+    if (op->p.matmul.activation != TG_MATMUL_ACT_GELU) return tg_ad_grad_of(g, op->out[0]);
+    int d_act = tg_ad_grad_of(g, op->out[0]);
+    if (d_act >= 0) {
+        int acc, d_pre = tg_ad_grad_dest(g, op->out[2], &acc);
+        if (d_pre < 0) return -1;
+        tg_op_spec s = tg_spec(TG_OP_GELU_BWD);
+        s.in[0] = d_act, s.in[1] = op->out[2], s.out[0] = d_pre;
+        s.p.gelu_bwd.n = tg_tensor_numel(&g->tensors[op->out[2]]), s.p.gelu_bwd.form = TG_GELU_TANH;
+        tg_graph_op(g, &s);
+        tg_ad_commit(g, op->out[2], d_pre);
+    }
+    return tg_ad_grad_of(g, op->out[2]);
+}
+
+/* The GELU_BWD that alone writes dc, the gradient of forward matmul `op`'s product, when
+ * it can also write the bias gradient (GELU_BWD out1) from the values it makes: batch 1,
+ * a bias gradient that may be fused at all, no other writer of dc. -1 when not. */
+static int gelu_bwd_writing(const tg_graph *g, const tg_op *op, int dc) {
+    if (!bias_grad_fusable(g, op)) return -1;
+    int writer = -1;
+    for (int o = 0; o < g->n_ops; o++)
+        for (int s = 0; s < TG_OP_MAX_OUT; s++)
+            if (g->ops[o].out[s] == dc) {
+                if (writer >= 0 || g->ops[o].kind != TG_OP_GELU_BWD || s != 0 || g->ops[o].out[1] >= 0) return -1;
+                writer = o;
+            }
+    return writer;
+}
+
+static void bwd_matmul(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    const tg_matmul_params mm = op.p.matmul;
+    int64_t m = mm.m, n = mm.n, k = mm.k, ta = mm.trans_a, tb = mm.trans_b, b = mm.batch;
+    int dc = product_grad(g, &op);
+    if (dc < 0) {
+        tg_graph_fail(g, "matmul %d: its product has no gradient", index);
+        return;
+    }
+    int acc;
+    int dbias = -1, acc_bias = 0;
+    if (op.in[2] >= 0) {
+        dbias = tg_ad_grad_dest(g, op.in[2], &acc_bias);
+        if (dbias >= 0 && !acc_bias) {
+            tg_graph_fail(g, "matmul bias %s is not a parameter", g->tensors[op.in[2]].name);
+            return;
+        }
+        /* Summed by the GELU backward that makes dc, while dc is in its registers. */
+        int gb = dbias >= 0 && b == 1 ? gelu_bwd_writing(g, &op, dc) : -1;
+        if (gb >= 0) {
+            g->ops[gb].out[1] = dbias;
+            g->ops[gb].p.gelu_bwd.bias_cols = n;
+            dbias = -1;
+        }
+    }
+    /* dA with the producer's GELU backward applied: the pre-activation's gradient. Else dA
+     * adds into A's gradient when it already has one that may be updated in place,
+     * instead of a fresh tensor and an ADD. */
+    int gelu = g->needs_grad[op.in[0]] ? gelu_producer_of_a(g, &op) : -1;
+    int a_target = gelu >= 0 ? g->ops[gelu].out[2] : op.in[0];
+    int da = gelu < 0 ? tg_ad_grad_accumulable(g, op.in[0]) : -1, into = da >= 0;
+    if (into) acc = 1;
+    else da = tg_ad_grad_dest(g, a_target, &acc);
+    if (da >= 0) {
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        tg_matmul_params *d = &s.p.matmul;
+        if (!ta) { /* dA[M,K] = dC @ op(B)^T */
+            s.in[0] = dc, s.in[1] = op.in[1];
+            d->m = m, d->n = k, d->k = n, d->trans_a = 0, d->trans_b = !tb;
+        } else { /* A stored [K,M]: dA = op(B) @ dC^T */
+            s.in[0] = op.in[1], s.in[1] = dc;
+            d->m = k, d->n = m, d->k = n, d->trans_a = tb, d->trans_b = 1;
+        }
+        d->batch = b, d->accumulate = acc, d->alpha = mm.alpha;
+        s.out[0] = da;
+        if (gelu >= 0) s.in[3] = a_target, d->activation = TG_MATMUL_ACT_GELU_BWD;
+        tg_graph_op(g, &s);
+        if (!into) tg_ad_commit(g, a_target, da);
+    }
+    int db = tg_ad_grad_dest(g, op.in[1], &acc);
+    if (db >= 0) {
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        tg_matmul_params *d = &s.p.matmul;
+        if (!tb) { /* dB[K,N] = op(A)^T @ dC */
+            s.in[0] = op.in[0], s.in[1] = dc;
+            d->m = k, d->n = n, d->k = m, d->trans_a = !ta, d->trans_b = 0;
+        } else { /* B stored [N,K]: dB = dC^T @ op(A) */
+            s.in[0] = dc, s.in[1] = op.in[0];
+            d->m = n, d->n = k, d->k = m, d->trans_a = 1, d->trans_b = ta;
+        }
+        d->batch = b, d->accumulate = acc, d->alpha = mm.alpha;
+        s.out[0] = db;
+        if (dbias >= 0 && bias_grad_fusable(g, &op)) {
+            s.out[1] = dbias;
+            d->bias_grad = tb ? 1 : 2; /* dC is A (stored [K=m, M=n]) or B (stored [K=m, N=n]) */
+            dbias = -1;
+        }
+        tg_graph_op(g, &s);
+        tg_ad_commit(g, op.in[1], db);
+    }
+    if (dbias >= 0) {
+        tg_op_spec s = tg_spec(TG_OP_BIAS_GRAD);
+        s.in[0] = dc, s.out[0] = dbias;
+        s.p.bias_grad.m = m * b, s.p.bias_grad.n = n;
+        tg_graph_op(g, &s);
+    }
+}
+
+static void bwd_layernorm(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc_x, acc_g, acc_b;
+    int dx = tg_ad_grad_dest(g, op.in[0], &acc_x);
+    int dgamma = tg_ad_grad_dest(g, op.in[1], &acc_g);
+    int dbeta = tg_ad_grad_dest(g, op.in[2], &acc_b);
+    if (dx < 0 || acc_x || dgamma < 0 || !acc_g || dbeta < 0 || !acc_b) {
+        tg_graph_fail(g, "layernorm %d needs an activation input and parameter gamma/beta", index);
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_LAYERNORM_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.out[1], s.in[4] = op.out[2];
+    s.out[0] = dx, s.out[1] = dgamma, s.out[2] = dbeta;
+    s.p.layernorm_bwd.m = op.p.layernorm.m, s.p.layernorm_bwd.d = op.p.layernorm.d;
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+/* One RESIDUAL_LAYERNORM_BWD: ds = the LayerNorm backward of dy plus the gradient s
+ * already has (GPT-2: the next block's residual), passed on as the residual's gradient
+ * without a copy; dx = ds through the forward's dropout mask. ds is a fresh tensor that is
+ * no other tensor's gradient, so later contributions to r may accumulate into it. */
+static void bwd_residual_layernorm(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int dy = tg_ad_grad_of(g, op.out[0]), ds_extra = tg_ad_grad_of(g, op.out[1]);
+    if (dy < 0 || tg_ad_grad_of(g, op.out[2]) >= 0 || tg_ad_grad_of(g, op.out[3]) >= 0) {
+        tg_graph_fail(g, "residual_layernorm %d: y must have a gradient and mean/rstd none", index);
+        return;
+    }
+    int acc_x, acc_g, acc_b;
+    int dx = tg_ad_grad_dest(g, op.in[0], &acc_x);
+    int dgamma = tg_ad_grad_dest(g, op.in[2], &acc_g);
+    int dbeta = tg_ad_grad_dest(g, op.in[3], &acc_b);
+    if (dx < 0 || acc_x || dgamma < 0 || !acc_g || dbeta < 0 || !acc_b ||
+        (g->tensors[op.in[1]].flags & TG_TENSOR_PARAM)) {
+        tg_graph_fail(g, "residual_layernorm %d needs activations x and r and parameters gamma and beta", index);
+        return;
+    }
+    char name[TG_NAME_MAX];
+    const tg_tensor *s_t = &g->tensors[op.out[1]];
+    snprintf(name, sizeof name, "d.%s", s_t->name);
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, s_t->shape, sizeof shape);
+    int ds = tg_ad_activation(g, name, s_t->ndim, shape);
+    if (ds < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM_BWD);
+    s.in[0] = dy, s.in[1] = op.out[1], s.in[2] = op.in[2], s.in[3] = op.out[2], s.in[4] = op.out[3];
+    s.in[5] = ds_extra, s.in[6] = op.in[4];
+    s.out[0] = ds, s.out[1] = dx, s.out[2] = dgamma, s.out[3] = dbeta;
+    const tg_residual_layernorm_params *f = &op.p.residual_layernorm;
+    tg_residual_layernorm_bwd_params *r = &s.p.residual_layernorm_bwd;
+    r->m = f->m, r->d = f->d, r->key = f->key, r->eps = f->eps, r->p = f->p;
+    tg_graph_op(g, &s);
+    if (g->needs_grad[op.in[1]]) tg_ad_pass(g, op.in[1], ds);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+/* Rules of the shape dx = f(dy, saved) for one activation input: s is the backward op
+ * with its parameters and in1 (the saved tensor) set; this sets dy and dx. */
+static void bwd_pointwise(tg_graph *g, int index, tg_op_spec *s) {
+    tg_op op = *fwd(g, index);
+    int acc, dx = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dx < 0) return;
+    if (acc) {
+        tg_graph_fail(g, "%s of a parameter is not supported", tg_op_name(op.kind));
+        return;
+    }
+    s->in[0] = tg_ad_grad_of(g, op.out[0]);
+    s->out[0] = dx;
+    tg_graph_op(g, s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+static void bwd_gelu(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_GELU_BWD);
+    s.in[1] = op->in[0];
+    s.p.gelu_bwd.n = op->p.gelu.n, s.p.gelu_bwd.form = op->p.gelu.form;
+    bwd_pointwise(g, index, &s);
+}
+static void bwd_tanh(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_TANH_BWD);
+    s.in[1] = op->out[0];
+    s.p.count = op->p.count;
+    bwd_pointwise(g, index, &s);
+}
+/* The gradient flows from the dropped probabilities (out1) when the forward has them:
+ * the backward op applies the same mask (step in2, key, p) to it on the fly.
+ * Without out1 (or when only P has a gradient) it is the plain softmax backward. */
+static void bwd_softmax(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int d_probs = tg_ad_grad_of(g, op.out[0]), d_dropped = tg_ad_grad_of(g, op.out[1]);
+    if (d_probs >= 0 && d_dropped >= 0) {
+        tg_graph_fail(g, "attn_softmax %d: both the probabilities and the dropped probabilities have gradients",
+                      index);
+        return;
+    }
+    int acc, dx = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dx < 0) return;
+    if (acc) {
+        tg_graph_fail(g, "%s of a parameter is not supported", tg_op_name(op.kind));
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_ATTN_SOFTMAX_BWD);
+    s.in[0] = d_dropped >= 0 ? d_dropped : d_probs;
+    s.in[1] = op.out[0];
+    s.out[0] = dx;
+    const tg_softmax_params *f = &op.p.softmax;
+    tg_softmax_bwd_params *b = &s.p.softmax_bwd;
+    b->b = f->b, b->h = f->h, b->t = f->t, b->scale = f->scale;
+    if (d_dropped >= 0) { /* else no mask to apply: key and p stay 0 */
+        s.in[2] = op.in[2];
+        b->key = f->key, b->p = f->p;
+    }
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+/* One ATTENTION_BWD for the whole op: the gradients of q, k and v (or of packed qkv),
+ * plus the row term delta it writes for its own use. It reads the forward's keep bits
+ * (not the step counter), so it never draws the dropout mask again. LSE and the bits have
+ * no gradient. */
+static void bwd_attention(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    if (tg_ad_grad_of(g, op.out[1]) >= 0 || tg_ad_grad_of(g, op.out[2]) >= 0) {
+        tg_graph_fail(g, "attention %d: the log-sum-exp or the keep bits have a gradient", index);
+        return;
+    }
+    int parts = op.p.attention.packed ? 1 : 3;
+    tg_op_spec s = tg_spec(TG_OP_ATTENTION_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.out[0], s.in[2] = op.out[1], s.in[3] = op.in[3], s.in[4] = op.out[2];
+    for (int p = 0; p < parts; p++) {
+        int acc;
+        s.in[5 + p] = op.in[p];
+        s.out[p] = tg_ad_grad_dest(g, op.in[p], &acc);
+        if (s.out[p] < 0 || acc) {
+            tg_graph_fail(g, "attention %d: input %d must be an activation needing a gradient", index, p);
+            return;
+        }
+    }
+    /* Named after the LSE tensor: "<prefix>.lse" gives "<prefix>.delta". */
+    char name[TG_NAME_MAX];
+    const char *lse = g->tensors[op.out[1]].name, *dot = strrchr(lse, '.');
+    snprintf(name, sizeof name, "%.*s.delta", dot ? (int)(dot - lse) : (int)strlen(lse), lse);
+    int64_t shape[3] = {op.p.attention.b, op.p.attention.h, op.p.attention.t};
+    s.out[3] = tg_ad_activation(g, name, 3, shape);
+    s.p.attention = op.p.attention;
+    tg_graph_op(g, &s);
+    for (int p = 0; p < parts; p++) tg_ad_commit(g, op.in[p], s.out[p]);
+}
+/* Dropout's gradient is the same mask applied again: the same op, same key and step. */
+static void bwd_dropout(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_DROPOUT);
+    s.in[1] = op->in[1];
+    s.p.dropout = op->p.dropout;
+    bwd_pointwise(g, index, &s);
+}
+static void bwd_select(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_SELECT_TOKEN_BWD);
+    s.in[1] = op->in[1];
+    s.p.select = op->p.select;
+    bwd_pointwise(g, index, &s);
+}
+
+static void bwd_heads_split(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dx = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dx < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_HEADS_MERGE);
+    for (int p = 0; p < op.p.heads.parts; p++) {
+        s.in[p] = tg_ad_grad_of(g, op.out[p]);
+        if (s.in[p] < 0) {
+            tg_graph_fail(g, "heads_split %d: part %d has no gradient", index, p);
+            return;
+        }
+    }
+    s.out[0] = dx;
+    s.p.heads = op.p.heads;
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dx);
+}
+
+static void bwd_heads_merge(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_HEADS_SPLIT);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    int acc;
+    for (int p = 0; p < op.p.heads.parts; p++) {
+        s.out[p] = tg_ad_grad_dest(g, op.in[p], &acc);
+        if (s.out[p] < 0 || acc) {
+            tg_graph_fail(g, "heads_merge %d: part %d must be an activation needing a gradient", index, p);
+            return;
+        }
+    }
+    s.p.heads = op.p.heads;
+    tg_graph_op(g, &s);
+    for (int p = 0; p < op.p.heads.parts; p++) tg_ad_commit(g, op.in[p], s.out[p]);
+}
+
+static void bwd_cross_entropy(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dlogits = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dlogits < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1];
+    s.out[0] = dlogits;
+    s.p.cross_entropy = op.p.cross_entropy;
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dlogits);
+}
+
+/* ---- the table --------------------------------------------------------------------- */
+
+/* Every op kind names its rule here, NULL where it has no gradient: the table below is
+ * generated from plan/ops.def, so a new kind does not compile without its line. */
+#define BACKWARD_ZERO NULL
+#define BACKWARD_FILL NULL
+#define BACKWARD_EMBEDDING bwd_embedding
+#define BACKWARD_EMBEDDING_BWD NULL
+#define BACKWARD_ADD bwd_add
+#define BACKWARD_GELU bwd_gelu
+#define BACKWARD_GELU_BWD NULL
+#define BACKWARD_TANH bwd_tanh
+#define BACKWARD_TANH_BWD NULL
+#define BACKWARD_DROPOUT bwd_dropout
+#define BACKWARD_MATMUL bwd_matmul
+#define BACKWARD_BIAS_GRAD NULL
+#define BACKWARD_LAYERNORM bwd_layernorm
+#define BACKWARD_LAYERNORM_BWD NULL
+#define BACKWARD_RESIDUAL_LAYERNORM bwd_residual_layernorm
+#define BACKWARD_RESIDUAL_LAYERNORM_BWD NULL
+#define BACKWARD_ATTN_SOFTMAX bwd_softmax
+#define BACKWARD_ATTN_SOFTMAX_BWD NULL
+#define BACKWARD_ATTENTION bwd_attention
+#define BACKWARD_ATTENTION_BWD NULL
+#define BACKWARD_HEADS_SPLIT bwd_heads_split
+#define BACKWARD_HEADS_MERGE bwd_heads_merge
+#define BACKWARD_SELECT_TOKEN bwd_select
+#define BACKWARD_SELECT_TOKEN_BWD NULL
+#define BACKWARD_CROSS_ENTROPY bwd_cross_entropy
+#define BACKWARD_CROSS_ENTROPY_BWD NULL
+#define BACKWARD_SCHEDULE NULL
+#define BACKWARD_GRAD_NORM NULL
+#define BACKWARD_ADAMW NULL
+#define BACKWARD_ALL_REDUCE NULL
+#define BACKWARD_ALL_GATHER NULL
+
+static const tg_backward_rule rules[] = {
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = BACKWARD_##KIND,
+#include "plan/ops.def"
+};
+_Static_assert(sizeof rules / sizeof rules[0] == TG_OP_COUNT, "every op kind needs a backward rule or NULL");
+
+tg_backward_rule tg_backward_rule_of(int kind) { return kind >= 0 && kind < TG_OP_COUNT ? rules[kind] : NULL; }

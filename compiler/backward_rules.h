@@ -1,0 +1,14 @@
+/* The backward rule of each differentiable op kind: given forward op `index`, it emits
+ * the ops that deliver the gradients of the op's inputs from those of its outputs
+ * (compiler/grad_state.h). */
+#ifndef TUNEGRAPH_BACKWARD_RULES_H
+#define TUNEGRAPH_BACKWARD_RULES_H
+
+#include "compiler/graph.h"
+
+typedef void (*tg_backward_rule)(tg_graph *g, int index);
+/* The rule of op kind `kind`; NULL for kinds without a gradient (backward and optimizer
+ * ops, collectives) and for kinds outside the enum. */
+tg_backward_rule tg_backward_rule_of(int kind);
+
+#endif

@@ -1,0 +1,414 @@
+/* Internal to the fused attention (ATTENTION / ATTENTION_BWD) kernels: what the forward
+ * (flash_attention_fwd.cu), the two-kernel backward (flash_attention_bwd.cu) and the
+ * short-sequence backward (flash_attention_bwd_short.cu) share: the launch arguments and
+ * their setup from the op, the tensor-core primitives (mma, ldmatrix fragment loaders, tile
+ * products), the shared-memory tile layout and its cp.async loads, masking, and the fp32
+ * kernels' row helpers.
+ *
+ * Fused attention never stores the [B,H,T,T] scores.
+ *
+ * bf16 plans: tensor-core kernels (mma.sync m16n8k16, bf16 in, fp32 accumulate) in the
+ * FlashAttention-2 arrangement. A block of 4 warps owns 64 rows; each warp owns 16 of
+ * them and everything it accumulates, so no warp ever reduces with another and no
+ * float atomics are used (results are bitwise reproducible).
+ *   forward  rows = queries; per 64-key tile: S = Q K^T, online softmax (exp2 domain,
+ *            running max and sum per row), dropout, O += P V; out: O / sum, LSE.
+ *   dQ       rows = queries; first delta = rowsum(dO * O) (written: the dK/dV kernel
+ *            reads it), then per key tile: P from LSE, dP = dO V^T,
+ *            dS = P (dP keep/(1-p) - delta) scale, dQ += dS K.
+ *   dK, dV   rows = keys; per 64-query tile: P^T from LSE, dV += D^T dO,
+ *            dP^T = V dO^T, dS^T as above, dK += dS^T Q.
+ * The backward recomputes QK^T twice (once per kernel) instead of accumulating dQ with
+ * atomics across key tiles: 7 instead of 5 tile products, the price of determinism.
+ * With causal masking, tiles wholly above the diagonal are skipped. Sequences of at most
+ * 128 take one kernel instead (fa_bwd_short_kernel, flash_attention_bwd_short.cu): a block
+ * per (batch, head) holds the whole sequence and shares dS through shared memory, 5
+ * products, no recomputation.
+ *
+ * Occupancy: the backward kernels are capped to 4 (dQ) and 3 (dK/dV) blocks of 4 warps
+ * per SM at DP <= 64 (128 and 168 registers, a few bytes of spill), which measured 7-11%
+ * faster than 2-3 blocks without spills; the forward at 159 registers (3 blocks) is
+ * faster than capped to 128 (which spills 120 bytes).
+ *
+ * Head dim: any Dh <= 128; tiles are padded with zero columns to DP = 16, 32, 64 or
+ * 128 (the mma k-step is 16), and only the Dh real columns are stored.
+ *
+ * Dropout: the mask is TG_OP_ATTN_SOFTMAX's (kernels/philox.h; element
+ * ((b*H + h)*T + q)*T + k), drawn once, in the forward: when T % 4 == 0 every Philox
+ * block (4 consecutive keys of one query) lies inside one warp's tile, so each lane draws
+ * one block per 16 x 8 fragment and hands the keep bits to the lanes holding those
+ * elements by shuffle (one Philox call per 4 elements); otherwise each element draws its
+ * own. The forward stores the kept-and-taking-part bits (1 bit per pair: 1/16 of a bf16
+ * probability tensor) and both backward kernels read them, so the backward draws nothing.
+ *
+ * fp32 plans: plain fp32 kernels (a warp per row; dots in float, sums over keys in
+ * double), the oracle-precision path for fp32 training and tests. */
+#ifndef TUNEGRAPH_FLASH_ATTENTION_CUH
+#define TUNEGRAPH_FLASH_ATTENTION_CUH
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/philox.h"
+
+#define FA_ROWS 64    /* rows per block (queries, or keys for dK/dV) */
+#define FA_COLS 64    /* columns per tile (keys, or queries for dK/dV) */
+#define FA_THREADS 128
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+struct fa_args {
+    const void *q, *k, *v; /* column 0 of head 0 of each part */
+    int64_t ldq, ldk, ldv; /* row strides in elements */
+    const void *o, *dout;  /* forward output and its gradient (backward) */
+    void *o_out;           /* forward: O */
+    void *dq, *dk, *dv;
+    int64_t ldo, lddq, lddk, lddv;
+    float *lse;            /* forward writes, backward reads */
+    float *delta;          /* backward: dQ kernel writes, dK/dV kernel reads */
+    const float *mask;     /* [B,T] or NULL */
+    const float *step;     /* step counter, or NULL (forward) */
+    uint32_t *bits;        /* keep bits [B,H,T,W]: forward writes, backward reads; or NULL */
+    int W;                 /* words per row of bits: ceil(T/32) */
+    int B, H, T, Dh, causal, vec;
+    float scale;
+    /* dropout */
+    uint64_t seed;
+    uint32_t key;
+    float p, inv_keep;
+    int drop, drop_vec;
+};
+
+/* 2^x by the SFU (ex2.approx: 2 ulp, exp2(-inf) = 0), for the bf16 kernels. */
+static __device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ---- tensor-core primitives ------------------------------------------------------ */
+
+static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const tg_bf16 *p) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const tg_bf16 *p) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* Shared tiles are [64][DP + 8] bf16: the 16-byte pad puts the 8 rows of every ldmatrix
+ * phase in distinct banks. */
+template <int DP>
+struct fa_tile {
+    static constexpr int LD = DP + 8;
+    static constexpr int ELEMS = FA_ROWS * LD;
+};
+
+/* A fragment (16 rows x 16 k) of a row-major tile, rows r0.., columns k0.. */
+template <int DP>
+static __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const tg_bf16 *t, int r0, int k0, int lane) {
+    ldsm_x4(a, t + (r0 + (lane & 15)) * fa_tile<DP>::LD + k0 + (lane >> 4) * 8);
+}
+
+/* B fragments of two n8 tiles (n0.., n0+8..) x k16 from a tile stored [n][k]. */
+template <int DP>
+static __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const tg_bf16 *t, int n0, int k0, int lane) {
+    ldsm_x4(b, t + (n0 + (lane & 7) + ((lane >> 4) << 3)) * fa_tile<DP>::LD + k0 + ((lane >> 3) & 1) * 8);
+}
+
+/* B fragments of two n8 tiles x k16 from a tile stored [k][n] (transposing load). */
+template <int DP>
+static __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const tg_bf16 *t, int k0, int n0, int lane) {
+    ldsm_x4_t(b, t + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * fa_tile<DP>::LD + n0 + (lane >> 4) * 8);
+}
+
+/* The accumulator of two adjacent n8 tiles (16 x 16, fp32) as the A fragment of the
+ * next product, rounded to bf16. */
+static __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = tg_bf16_pack(c0[0], c0[1]);
+    a[1] = tg_bf16_pack(c0[2], c0[3]);
+    a[2] = tg_bf16_pack(c1[0], c1[1]);
+    a[3] = tg_bf16_pack(c1[2], c1[3]);
+}
+
+/* acc = rows r0 .. r0+15 of tile A times tile B^T (both stored [row][DP]): a 16 x 64
+ * product such as Q K^T, fp32. */
+template <int DP>
+static __device__ __forceinline__ void tile_abt(float (&acc)[FA_COLS / 8][4], const tg_bf16 *sA, const tg_bf16 *sB,
+                                                int r0, int lane) {
+    for (int j = 0; j < FA_COLS / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; kk++) {
+        uint32_t af[4];
+        frag_a<DP>(af, sA, r0, kk * 16, lane);
+#pragma unroll
+        for (int nj = 0; nj < FA_COLS / 16; nj++) {
+            uint32_t bf[4];
+            frag_b_nk<DP>(bf, sB, nj * 16, kk * 16, lane);
+            mma16816(acc[2 * nj], af, bf[0], bf[1]);
+            mma16816(acc[2 * nj + 1], af, bf[2], bf[3]);
+        }
+    }
+}
+
+/* acc += P B: P a 16 x 64 fp32 fragment (rounded to bf16 for the product), B a tile
+ * stored [64][DP], such as P V. */
+template <int DP>
+static __device__ __forceinline__ void tile_pb(float (&acc)[DP / 8][4], const float (&p)[FA_COLS / 8][4],
+                                               const tg_bf16 *sB, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < FA_COLS / 16; kk++) {
+        uint32_t pa[4];
+        acc_to_a(pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+        for (int dj = 0; dj < DP / 16; dj++) {
+            uint32_t bf[4];
+            frag_b_kn<DP>(bf, sB, kk * 16, dj * 16, lane);
+            mma16816(acc[2 * dj], pa, bf[0], bf[1]);
+            mma16816(acc[2 * dj + 1], pa, bf[2], bf[3]);
+        }
+    }
+}
+
+/* Asynchronous 16-byte global -> shared copies (sm_80+): the next tile streams in while
+ * the current one is computed. src_bytes 0 zero-fills. */
+static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Rows row0 .. row0+ROWS-1 (of T; rows past T and columns past Dh are zero) of one head,
+ * g pointing at row 0 column 0 of that head, by the block's THREADS threads. With 16-byte
+ * rows the copy is asynchronous (part of the caller's next cp.async group); otherwise
+ * element by element. */
+template <int DP, int ROWS = FA_ROWS, int THREADS = FA_THREADS>
+static __device__ __forceinline__ void load_tile(tg_bf16 *s, const tg_bf16 *g, int64_t ld, int row0, int T, int Dh,
+                                                 int vec) {
+    constexpr int LD = fa_tile<DP>::LD;
+    if (vec) {
+        constexpr int CH = DP / 8; /* 16-byte chunks per row */
+        for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
+            const int r = i / CH, c = (i % CH) * 8;
+            const bool in = row0 + r < T && c < Dh;
+            cp_async16(s + r * LD + c, in ? g + (int64_t)(row0 + r) * ld + c : g, in ? 16 : 0);
+        }
+    } else {
+        const tg_bf16 zero = __float2bfloat16_rn(0.0f);
+        for (int i = threadIdx.x; i < ROWS * DP; i += THREADS) {
+            const int r = i / DP, c = i % DP;
+            s[r * LD + c] = row0 + r < T && c < Dh ? g[(int64_t)(row0 + r) * ld + c] : zero;
+        }
+    }
+}
+
+/* delta = rowsum(dO * O) of tile row r (stored, rounded O), by a warp: lane L sums half
+ * (L >> 4) of row r0 + (L & 15) and the halves meet by shuffle, so lanes L and L ^ 16 both
+ * return that row's sum. */
+template <int DP>
+static __device__ __forceinline__ float row_delta(const tg_bf16 *sdO, const tg_bf16 *sO, int r0, int lane) {
+    constexpr int LD = fa_tile<DP>::LD;
+    const int r = r0 + (lane & 15), d0 = (lane >> 4) * (DP / 2);
+    float acc = 0.0f;
+    for (int d = d0; d < d0 + DP / 2; d++) acc += __bfloat162float(sdO[r * LD + d]) * __bfloat162float(sO[r * LD + d]);
+    return acc + __shfl_xor_sync(0xffffffffu, acc, 16);
+}
+
+/* The key mask of columns col0 .. col0+63: nonzero where the key is real (inside T and
+ * mask != 0). Mask values stream in with the caller's cp.async group (4-byte copies,
+ * zero past T) so no thread waits on a global load here; without a mask the tile is
+ * written directly. */
+static __device__ __forceinline__ void load_key_mask(float *s, const float *mask, int b, int T, int col0) {
+    for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
+        const int k = col0 + i;
+        if (!mask) {
+            s[i] = k < T ? 1.0f : 0.0f;
+            continue;
+        }
+        const float *src = k < T ? mask + (int64_t)b * T + k : mask;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(s + i);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(k < T ? 4 : 0));
+    }
+}
+
+/* Per-row floats rows row0 .. row0+63 of a [B*H, T] statistic (LSE, delta) into shared
+ * memory with the caller's cp.async group; zero past T. */
+static __device__ __forceinline__ void load_row_stat(float *s, const float *src, int64_t bh, int T, int row0) {
+    for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
+        const int q = row0 + i;
+        const float *p = q < T ? src + bh * T + q : src;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(s + i);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(p), "r"(q < T ? 4 : 0));
+    }
+}
+
+/* Rows r0 + g and r0 + g + 8 of a 16-row accumulator (columns below Dh, rows below T)
+ * to a bf16 [rows, ld] head. */
+template <int DP>
+static __device__ __forceinline__ void store_rows(tg_bf16 *base, int64_t ld, const float (&acc)[DP / 8][4], int r0,
+                                                  int T, int Dh, int vec, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = r0 + g + 8 * r;
+        if (row >= T) continue;
+        tg_bf16 *drow = base + (int64_t)row * ld;
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++) {
+            const int col = 8 * d + 2 * c;
+            if (col + 1 < Dh && vec)
+                *reinterpret_cast<uint32_t *>(drow + col) = tg_bf16_pack(acc[d][2 * r], acc[d][2 * r + 1]);
+            else {
+                if (col < Dh) drow[col] = __float2bfloat16_rn(acc[d][2 * r]);
+                if (col + 1 < Dh) drow[col + 1] = __float2bfloat16_rn(acc[d][2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* K, V and the key mask of key tile k0 into double-buffer slot `buf` (sKV: [buf][K, V],
+ * sM2: [buf][64]), as part of the caller's next cp.async group. */
+template <int DP>
+struct key_tiles {
+    const tg_bf16 *K, *V; /* head columns of row 0 */
+    int64_t ldk, ldv;
+    const float *mask;
+    int b, T, Dh, vec;
+};
+
+template <int DP>
+static __device__ __forceinline__ void load_key_tile(tg_bf16 *sKV, float *sM2, int buf, const key_tiles<DP> &kv,
+                                                     int k0) {
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *dst = sKV + 2 * E * buf;
+    load_tile<DP>(dst, kv.K, kv.ldk, k0, kv.T, kv.Dh, kv.vec);
+    load_tile<DP>(dst + E, kv.V, kv.ldv, k0, kv.T, kv.Dh, kv.vec);
+    load_key_mask(sM2 + FA_COLS * buf, kv.mask, kv.b, kv.T, k0);
+}
+
+/* Before key tile kt is used: start the next one streaming into the other slot, wait
+ * until tile kt has landed, and make it visible to the whole block. */
+template <int DP>
+static __device__ __forceinline__ void advance_key_tile(tg_bf16 *sKV, float *sM2, int kt, int ktiles,
+                                                        const key_tiles<DP> &kv) {
+    if (kt + 1 < ktiles) {
+        load_key_tile<DP>(sKV, sM2, (kt + 1) & 1, kv, (kt + 1) * FA_COLS);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
+/* ---- score masking (forward and dQ) ------------------------------------------------- */
+
+/* Scales a 16 x 64 score fragment into the exp2 domain and masks it (keys past T or
+ * masked, and with causal masking keys after the row's query, become -inf); returns the
+ * row maxima folded into mx. MASKED = 0 is the fast path for tiles wholly visible. */
+template <int MASKED>
+static __device__ __forceinline__ void scale_mask_rows(float (&s)[FA_COLS / 8][4], float (&mx)[2], const float *sM,
+                                                       float sl2, int causal, int k0, int row0, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v = s[j][e] * sl2;
+            if (MASKED) {
+                const int col = 8 * j + 2 * c + (e & 1), row = row0 + g + 8 * (e >> 1);
+                if (sM[col] == 0.0f || (causal && k0 + col > row)) v = -INFINITY;
+            }
+            s[j][e] = v;
+            mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        }
+}
+
+/* Whether a warp must mask its 16 rows x 64 keys element by element. */
+static __device__ __forceinline__ bool tile_needs_mask(const float *sM, int causal, int k0, int row0, int lane) {
+    const bool full = __all_sync(0xffffffffu, sM[lane] != 0.0f && sM[lane + 32] != 0.0f);
+    return !full || (causal && k0 + FA_COLS - 1 > row0);
+}
+
+/* ---- fp32 kernels' helpers (a warp per row) ------------------------------------------ */
+
+#define FA32_WARPS 4
+#define FA32_MAXD 4 /* Dh <= 128: up to 4 columns per lane */
+
+static __device__ __forceinline__ bool fa_kept(const fa_args &a, int b, int q, int k) {
+    return k < a.T && (!a.mask || a.mask[(int64_t)b * a.T + k] != 0.0f) && (!a.causal || k <= q);
+}
+
+static __device__ __forceinline__ float fa_dot(const float *x, const float *y, int Dh) {
+    float s = 0.0f;
+    for (int d = 0; d < Dh; d++) s = fadd(s, fmul(x[d], y[d]));
+    return s;
+}
+
+/* ---- launch setup ------------------------------------------------------------------- */
+
+/* Fills the shape, the Q/K/V parts (packed or not, slots q_slot..q_slot+2: 0 in the
+ * forward, 5 in the backward) and dropout. */
+static inline int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, fa_args *f, tg_err *err) {
+    const tg_attention_params *at = &a->op->p.attention; /* ATTENTION and ATTENTION_BWD share the set */
+    memset(f, 0, sizeof *f);
+    f->B = (int)at->b, f->H = (int)at->h, f->T = (int)at->t, f->causal = at->causal != 0;
+    f->Dh = (int)at->head_dim;
+    f->scale = at->scale;
+    if (f->Dh < 1 || f->Dh > 128) return tg_fail(err, "head dim %d: the fused attention kernels take 1..128", f->Dh);
+    const int64_t D = (int64_t)f->H * f->Dh;
+    const int es = a->in_dtype[q_slot] == TG_BF16 ? 2 : 4;
+    if (at->packed) {
+        const char *base = (const char *)a->in[q_slot];
+        f->q = base, f->k = base + D * es, f->v = base + 2 * D * es;
+        f->ldq = f->ldk = f->ldv = 3 * D;
+    } else {
+        f->q = a->in[q_slot], f->k = a->in[q_slot + 1], f->v = a->in[q_slot + 2];
+        f->ldq = f->ldk = f->ldv = D;
+        if (!f->k || !f->v) return tg_fail(err, "unpacked attention needs q, k and v");
+    }
+    f->ldo = D;
+    f->mask = (const float *)a->in[mask_slot];
+    f->W = (f->T + 31) / 32;
+    f->seed = a->ctx->seed;
+    f->key = (uint32_t)at->key;
+    f->p = at->p;
+    f->inv_keep = f->p < 1.0f ? 1.0f / (1.0f - f->p) : 0.0f; /* the CPU's expression */
+    /* Forward: draws when training with the step counter and writes out2's bits; the
+     * backward reads the bits (in4) and draws nothing. */
+    if (q_slot == 0) {
+        f->step = (const float *)a->in[4];
+        f->bits = (uint32_t *)a->out[2];
+        f->drop = a->training && f->p > 0.0f && f->step != NULL;
+    } else {
+        f->bits = (uint32_t *)a->in[4];
+        f->drop = f->bits != NULL;
+    }
+    f->drop_vec = f->T % 4 == 0;
+    /* 16-byte row chunks: every row start and head column aligned to 8 bf16. */
+    f->vec = es == 2 && f->Dh % 8 == 0 && D % 8 == 0 && tg_aligned16(f->q) && tg_aligned16(f->k) && tg_aligned16(f->v);
+    return 0;
+}
+
+/* The one-kernel backward for T <= 128 (flash_attention_bwd_short.cu), bf16. */
+int tg_fa_launch_bwd_short(const fa_args &f, cudaStream_t s, tg_err *err);
+
+#endif

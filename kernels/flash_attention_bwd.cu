@@ -1,0 +1,350 @@
+/* ATTENTION_BWD: the fused attention backward (kernels/flash_attention.cuh describes the
+ * arrangement), reading the forward's LSE and keep bits (nothing is drawn again). bf16
+ * plans with T > 128: two tensor-core kernels, dQ (rows = queries; first delta =
+ * rowsum(dO * O), written for the other kernel, then per key tile P from LSE, dP = dO V^T,
+ * dS = P (dP keep/(1-p) - delta) scale, dQ += dS K) and dK/dV (rows = keys; per query tile
+ * P^T from LSE, dV += D^T dO, dP^T = V dO^T, dS^T as above, dK += dS^T Q), which recompute
+ * QK^T once each instead of summing dQ with atomics; T <= 128 takes the one-kernel backward
+ * (flash_attention_bwd_short.cu). fp32 plans: a warp per query row (dQ, delta) and per key
+ * row (dK, dV). */
+#include "kernels/flash_attention.cuh"
+
+/* ---- backward: dQ (and delta) (bf16) ----------------------------------------------- */
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sdO = sQ + E, *sO = sdO + E, *sKV = sO + E;
+    float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr0 = q0 + warp * 16;
+        const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const tg_bf16 *O = (const tg_bf16 *)a.o + (int64_t)b * T * a.ldo + h * Dh;
+    int ktiles = (T + FA_COLS - 1) / FA_COLS;
+    if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
+    load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    load_tile<DP>(sdO, dO, a.ldo, q0, T, Dh, a.vec);
+    load_tile<DP>(sO, O, a.ldo, q0, T, Dh, a.vec);
+    cp_async_commit();
+    const key_tiles<DP> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    load_key_tile<DP>(sKV, sM2, 0, kv, 0);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    /* delta of the warp's 16 rows (lanes L and L ^ 16 hold row L & 15's). */
+    float dl[2], lse2[2];
+    {
+        const float acc = row_delta<DP>(sdO, sO, warp * 16, lane);
+        if (lane < 16 && wr0 + lane < T) a.delta[(int64_t)bh * T + wr0 + lane] = acc;
+        dl[0] = __shfl_sync(0xffffffffu, acc, g);
+        dl[1] = __shfl_sync(0xffffffffu, acc, g + 8);
+    }
+    for (int r = 0; r < 2; r++) {
+        const int row = wr0 + g + 8 * r;
+        lse2[r] = row < T ? a.lse[(int64_t)bh * T + row] * FA_LOG2E : 0.0f;
+    }
+    float dq[DP / 8][4];
+    for (int d = 0; d < DP / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    const float sl2 = a.scale * FA_LOG2E;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int k0 = kt * FA_COLS, buf = kt & 1;
+        advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
+        const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
+        const float *sM = sM2 + FA_COLS * buf;
+        if (!a.causal || k0 <= wr0 + 15) {
+            /* The forward's keep bits of rows g and g + 8 for these 64 keys. */
+            uint32_t kb[2][2] = {{0u, 0u}, {0u, 0u}};
+            if (a.drop)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = wr0 + g + 8 * r, w0 = k0 >> 5;
+                    if (row >= T) continue;
+                    const uint32_t *src = a.bits + ((int64_t)bh * T + row) * a.W;
+                    kb[r][0] = w0 < a.W ? src[w0] : 0u;
+                    kb[r][1] = w0 + 1 < a.W ? src[w0 + 1] : 0u;
+                }
+            float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+            tile_abt<DP>(s, sQ, sK, warp * 16, lane);   /* S = Q K^T */
+            tile_abt<DP>(dp, sdO, sV, warp * 16, lane); /* dD = dO V^T */
+            float unused[2] = {0.0f, 0.0f};
+            if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
+                scale_mask_rows<1>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
+            else
+                scale_mask_rows<0>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
+#pragma unroll
+            for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int col = 8 * j + 2 * c + (e & 1);
+                    const float pv = fa_exp2(s[j][e] - lse2[e >> 1]); /* masked: exp2(-inf) = 0 */
+                    float dpv = dp[j][e];
+                    if (a.drop) dpv = (kb[e >> 1][col >> 5] >> (col & 31)) & 1u ? dpv * a.inv_keep : 0.0f;
+                    s[j][e] = pv * (dpv - dl[e >> 1]) * a.scale; /* dS */
+                }
+            tile_pb<DP>(dq, s, sK, lane); /* dQ += dS K */
+        }
+        __syncthreads();
+    }
+    store_rows<DP>((tg_bf16 *)a.dq + (int64_t)b * T * a.lddq + h * Dh, a.lddq, dq, wr0, T, Dh, a.vec, lane);
+}
+
+/* ---- backward: dK, dV (bf16) ------------------------------------------------------- */
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kernel(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *sK = reinterpret_cast<tg_bf16 *>(fa_smem), *sV = sK + E, *sQO = sV + E; /* [buf][Q, dO] */
+    float *sLD = reinterpret_cast<float *>(sQO + 4 * E); /* [buf][LSE 64, delta 64] (natural log) */
+    float *sM = sLD + 4 * FA_COLS;
+    uint32_t *sB = reinterpret_cast<uint32_t *>(sM + FA_COLS); /* [buf][64 queries][2 words] */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int k0 = blockIdx.x * FA_ROWS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wk0 = k0 + warp * 16; /* this warp's first key */
+    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const int qtiles = (T + FA_COLS - 1) / FA_COLS;
+    const int qt0 = a.causal ? k0 / FA_COLS : 0;
+    load_tile<DP>(sK, K, a.ldk, k0, T, Dh, a.vec);
+    load_tile<DP>(sV, V, a.ldv, k0, T, Dh, a.vec);
+    load_key_mask(sM, a.mask, b, T, k0);
+    /* Query tile qt goes to buffer (qt - qt0) & 1 with its LSE and delta. */
+    auto load_queries = [&](int qt, int buf) {
+        const int q0 = qt * FA_COLS;
+        tg_bf16 *dst = sQO + 2 * E * buf;
+        load_tile<DP>(dst, Q, a.ldq, q0, T, Dh, a.vec);
+        load_tile<DP>(dst + E, dO, a.ldo, q0, T, Dh, a.vec);
+        float *ld = sLD + 2 * FA_COLS * buf;
+        load_row_stat(ld, a.lse, bh, T, q0);
+        load_row_stat(ld + FA_COLS, a.delta, bh, T, q0);
+        if (a.drop) /* the two words of this block's 64 keys for each query */
+            for (int i = threadIdx.x; i < 2 * FA_COLS; i += FA_THREADS) {
+                const int q = q0 + (i >> 1), wi = (k0 >> 5) + (i & 1);
+                const bool in = q < T && wi < a.W;
+                const uint32_t *src = in ? a.bits + ((int64_t)bh * T + q) * a.W + wi : a.bits;
+                const unsigned dst = (unsigned)__cvta_generic_to_shared(sB + 2 * FA_COLS * buf + i);
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 4 : 0));
+            }
+        cp_async_commit();
+    };
+    if (qt0 < qtiles) load_queries(qt0, 0);
+    float dk[DP / 8][4], dv[DP / 8][4];
+    for (int d = 0; d < DP / 8; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    const float sl2 = a.scale * FA_LOG2E;
+    bool kv[2] = {true, true};
+    for (int qt = qt0; qt < qtiles; qt++) {
+        const int q0 = qt * FA_COLS, buf = (qt - qt0) & 1;
+        if (qt + 1 < qtiles) {
+            load_queries(qt + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (qt == qt0) kv[0] = sM[warp * 16 + g] != 0.0f, kv[1] = sM[warp * 16 + g + 8] != 0.0f;
+        const tg_bf16 *sQ = sQO + 2 * E * buf, *sdO = sQ + E;
+        const float *sL = sLD + 2 * FA_COLS * buf, *sD = sL + FA_COLS;
+        const uint32_t *sBb = sB + 2 * FA_COLS * buf;
+        if (!a.causal || q0 + FA_COLS - 1 >= wk0) { /* else every query precedes the warp's keys */
+            float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+            tile_abt<DP>(s, sK, sQ, warp * 16, lane);   /* S^T = K Q^T */
+            tile_abt<DP>(dp, sV, sdO, warp * 16, lane); /* dD^T = V dO^T */
+            /* Element-wise masking only where a query past T or a causal pair can occur. */
+            const bool masked = q0 + FA_COLS > T || (a.causal && q0 < wk0 + 15);
+            /* s becomes D^T (dropped probabilities), dp becomes dS^T. */
+#pragma unroll
+            for (int j = 0; j < FA_COLS / 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qc = 8 * j + 2 * c + (e & 1);
+                    const int ko = warp * 16 + g + 8 * (e >> 1); /* key within the block's 64 */
+                    bool ok = kv[e >> 1];
+                    if (masked) ok = ok && q0 + qc < T && (!a.causal || wk0 + g + 8 * (e >> 1) <= q0 + qc);
+                    const float pv = ok ? fa_exp2(s[j][e] * sl2 - sL[qc] * FA_LOG2E) : 0.0f;
+                    const bool keep = !a.drop || ((sBb[2 * qc + (ko >> 5)] >> (ko & 31)) & 1u);
+                    const float dpv = keep ? (a.drop ? dp[j][e] * a.inv_keep : dp[j][e]) : 0.0f;
+                    s[j][e] = keep ? (a.drop ? pv * a.inv_keep : pv) : 0.0f;
+                    dp[j][e] = pv * (dpv - sD[qc]) * a.scale;
+                }
+            }
+            tile_pb<DP>(dv, s, sdO, lane); /* dV += D^T dO */
+            tile_pb<DP>(dk, dp, sQ, lane); /* dK += dS^T Q */
+        }
+        __syncthreads();
+    }
+    store_rows<DP>((tg_bf16 *)a.dk + (int64_t)b * T * a.lddk + h * Dh, a.lddk, dk, wk0, T, Dh, a.vec, lane);
+    store_rows<DP>((tg_bf16 *)a.dv + (int64_t)b * T * a.lddv + h * Dh, a.lddv, dv, wk0, T, Dh, a.vec, lane);
+}
+
+/* ---- backward (fp32, a warp per row) ------------------------------------------------- */
+
+/* The backward's dropout factor of pair (q, k) from the forward's keep bits. */
+static __device__ __forceinline__ float fa_bits_scale(const fa_args &a, int64_t bh, int q, int k) {
+    if (!a.bits) return 1.0f;
+    return (a.bits[(bh * a.T + q) * a.W + (k >> 5)] >> (k & 31)) & 1u ? a.inv_keep : 0.0f;
+}
+
+/* dQ and delta: a warp per query row. */
+__global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dq_kernel(fa_args a) {
+    __shared__ float sw[FA32_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * FA32_WARPS + w;
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    if (row >= (int64_t)a.B * H * T) return;
+    const int q = (int)(row % T);
+    const int64_t bh = row / T;
+    const int b = (int)(bh / H), h = (int)(bh % H);
+    const int64_t rq = (int64_t)b * T + q;
+    const float *Q = (const float *)a.q + rq * a.ldq + h * Dh;
+    const float *K = (const float *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const float *V = (const float *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const float *dO = (const float *)a.dout + rq * a.ldo + h * Dh;
+    const float *O = (const float *)a.o + rq * a.ldo + h * Dh;
+    double dd = 0.0;
+    for (int d = lane; d < Dh; d += 32) dd += (double)dO[d] * O[d];
+    const float delta = (float)warp_sum_d(dd);
+    if (lane == 0) a.delta[row] = delta;
+    const float lse = a.lse[row];
+    double acc[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
+    for (int k0 = 0; k0 < T; k0 += 32) {
+        const int k = k0 + lane;
+        float ds = 0.0f;
+        if (k < T && fa_kept(a, b, q, k)) {
+            const float pk = expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), lse));
+            const float dpk = fmul(fa_dot(dO, V + (int64_t)k * a.ldv, Dh), fa_bits_scale(a, bh, q, k));
+            ds = fmul(a.scale, fmul(pk, fsub(dpk, delta)));
+        }
+        sw[w][lane] = ds;
+        __syncwarp();
+        const int n = min(32, T - k0);
+        for (int j = 0; j < n; j++) {
+            const float dj = sw[w][j];
+            if (dj == 0.0f) continue;
+            const float *kr = K + (int64_t)(k0 + j) * a.ldk;
+            for (int i = 0; i < FA32_MAXD; i++)
+                if (lane + 32 * i < Dh) acc[i] += (double)dj * kr[lane + 32 * i];
+        }
+        __syncwarp();
+    }
+    float *dQ = (float *)a.dq + rq * a.lddq + h * Dh;
+    for (int i = 0; i < FA32_MAXD; i++)
+        if (lane + 32 * i < Dh) dQ[lane + 32 * i] = (float)acc[i];
+}
+
+/* dK and dV: a warp per key row. */
+__global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args a) {
+    __shared__ float sd[FA32_WARPS][32], ss[FA32_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * FA32_WARPS + w; /* (b, h, k) */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    if (row >= (int64_t)a.B * H * T) return;
+    const int k = (int)(row % T);
+    const int64_t bh = row / T;
+    const int b = (int)(bh / H), h = (int)(bh % H);
+    const int64_t rk = (int64_t)b * T + k;
+    const float *Q = (const float *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const float *Kr = (const float *)a.k + rk * a.ldk + h * Dh;
+    const float *Vr = (const float *)a.v + rk * a.ldv + h * Dh;
+    const float *dO = (const float *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    double acck[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0}, accv[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
+    for (int q0 = a.causal ? k - (k % 32) : 0; q0 < T; q0 += 32) {
+        const int q = q0 + lane;
+        float dq = 0.0f, ds = 0.0f;
+        if (q < T && fa_kept(a, b, q, k)) {
+            const int64_t bq = bh * T + q;
+            const float pk = expf(fsub(fmul(a.scale, fa_dot(Q + (int64_t)q * a.ldq, Kr, Dh)), a.lse[bq]));
+            const float ks = fa_bits_scale(a, bh, q, k);
+            const float dpk = fmul(fa_dot(dO + (int64_t)q * a.ldo, Vr, Dh), ks);
+            dq = fmul(pk, ks);
+            ds = fmul(a.scale, fmul(pk, fsub(dpk, a.delta[bq])));
+        }
+        sd[w][lane] = dq;
+        ss[w][lane] = ds;
+        __syncwarp();
+        const int n = min(32, T - q0);
+        for (int j = 0; j < n; j++) {
+            const float dj = sd[w][j], sj = ss[w][j];
+            const float *dor = dO + (int64_t)(q0 + j) * a.ldo, *qr = Q + (int64_t)(q0 + j) * a.ldq;
+            for (int i = 0; i < FA32_MAXD; i++)
+                if (lane + 32 * i < Dh) {
+                    accv[i] += (double)dj * dor[lane + 32 * i];
+                    acck[i] += (double)sj * qr[lane + 32 * i];
+                }
+        }
+        __syncwarp();
+    }
+    float *dK = (float *)a.dk + rk * a.lddk + h * Dh, *dV = (float *)a.dv + rk * a.lddv + h * Dh;
+    for (int i = 0; i < FA32_MAXD; i++)
+        if (lane + 32 * i < Dh) dK[lane + 32 * i] = (float)acck[i], dV[lane + 32 * i] = (float)accv[i];
+}
+
+/* ---- launcher ----------------------------------------------------------------------- */
+
+/* The dQ and the dK/dV kernels, for T > 128. */
+template <int DP>
+static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
+    const size_t smem_q = 7 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
+    const size_t smem_k = 6 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 5 * FA_COLS * sizeof(float) +
+                          4 * FA_COLS * sizeof(uint32_t);
+    cudaError_t e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_k);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention backward): %s", cudaGetErrorString(e));
+    dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
+    fa_bwd_dq_kernel<DP><<<grid, FA_THREADS, smem_q, s>>>(f);
+    fa_bwd_dkdv_kernel<DP><<<grid, FA_THREADS, smem_k, s>>>(f);
+    return 0;
+}
+
+int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    fa_args f;
+    if (fa_setup(a, 5, 3, &f, err)) return -1;
+    if ((int64_t)f.B * f.H * f.T == 0) return 0;
+    f.dout = a->in[0];
+    f.o = a->in[1];
+    f.lse = (float *)a->in[2];
+    f.delta = (float *)a->out[3];
+    const int64_t D = (int64_t)f.H * f.Dh;
+    const int es = a->in_dtype[0] == TG_BF16 ? 2 : 4;
+    if (a->op->p.attention.packed) {
+        char *base = (char *)a->out[0];
+        f.dq = base, f.dk = base + D * es, f.dv = base + 2 * D * es;
+        f.lddq = f.lddk = f.lddv = 3 * D;
+    } else {
+        f.dq = a->out[0], f.dk = a->out[1], f.dv = a->out[2];
+        f.lddq = f.lddk = f.lddv = D;
+        if (!f.dk || !f.dv) return tg_fail(err, "unpacked attention backward needs dk and dv outputs");
+    }
+    f.vec = f.vec && tg_aligned16(a->in[0]) && tg_aligned16(a->in[1]) && tg_aligned16(a->out[0]) &&
+            (a->op->p.attention.packed || (tg_aligned16(a->out[1]) && tg_aligned16(a->out[2])));
+    cudaStream_t s = a->ctx->stream;
+    if (a->in_dtype[0] == TG_F32) {
+        const unsigned blocks = (unsigned)(((int64_t)f.B * f.H * f.T + FA32_WARPS - 1) / FA32_WARPS);
+        fa32_bwd_dq_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
+        fa32_bwd_dkdv_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
+        return 0;
+    }
+    if (f.T <= 128) return tg_fa_launch_bwd_short(f, s, err);
+    if (f.Dh <= 16) return fa_launch_bwd<16>(f, s, err);
+    if (f.Dh <= 32) return fa_launch_bwd<32>(f, s, err);
+    if (f.Dh <= 64) return fa_launch_bwd<64>(f, s, err);
+    return fa_launch_bwd<128>(f, s, err);
+}

@@ -1,0 +1,278 @@
+/* ATTENTION: the fused attention forward (kernels/flash_attention.cuh describes the
+ * arrangement). bf16 plans: the tensor-core kernel, per 64-key tile S = Q K^T, online
+ * softmax (exp2 domain, running max and sum per row), dropout, O += P V; out: O / sum, LSE,
+ * and the keep bits the backward reads (the dropout mask is drawn here only). fp32 plans: a
+ * warp per query row, dots in float, sums over keys in double. */
+#include "kernels/flash_attention.cuh"
+
+/* ---- dropout bits (bf16) ------------------------------------------------------------ */
+
+/* Keep bits of one 16 x 8 fragment (rows are queries q, columns keys k): rows
+ * r0 + 0..15, columns c0 + 0..7; bits[0] for row g, bits[1] for row g + 8, bit i for
+ * column 2c + i. */
+static __device__ __forceinline__ void keep_bits(unsigned (&bits)[2], const fa_args &a, uint64_t step, int64_t bh,
+                                                 int r0, int c0, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+    const float p = a.p;
+    const int64_t T = a.T;
+    if (a.drop_vec) {
+        /* Lane L draws one Philox block (keys c0 + 4 (L >> 4) .. +3 of query r0 + (L & 15))
+         * and shares its 4 bits: (row g, keys 2c, 2c+1) sit in the block of lane
+         * g + 16 (c >> 1), bits 2 (c & 1). */
+        const int64_t q = r0 + (lane & 15), k = c0 + (lane >> 4) * 4;
+        float u[4];
+        tg_philox_uniform4(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k) >> 2, u);
+        const unsigned mine = (unsigned)(u[0] >= p) | (unsigned)(u[1] >= p) << 1 | (unsigned)(u[2] >= p) << 2 |
+                              (unsigned)(u[3] >= p) << 3;
+        const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
+        const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
+        bits[0] = (lo >> ((c & 1) * 2)) & 3u;
+        bits[1] = (hi >> ((c & 1) * 2)) & 3u;
+        return;
+    }
+    for (int half = 0; half < 2; half++) {
+        unsigned m = 0;
+        for (int i = 0; i < 2; i++) {
+            const int64_t q = r0 + g + 8 * half, k = c0 + 2 * c + i;
+            if (q < T && k < T)
+                m |= (unsigned)(tg_philox_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
+        }
+        bits[half] = m;
+    }
+}
+
+/* The taking-part-and-kept bits of a warp's 16 rows for key tile k0: each lane holds
+ * its own columns; OR over the 4 lanes of a row gives the row's two words, which lanes
+ * c = 0 (row g) and c = 1 (row g + 8) store. */
+static __device__ __forceinline__ void store_bits(const fa_args &a, const uint32_t (&rb)[2][2], int64_t bh, int row0,
+                                                  int k0, int lane) {
+    uint32_t w[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t v = rb[r][h];
+            v |= __shfl_xor_sync(0xffffffffu, v, 1);
+            v |= __shfl_xor_sync(0xffffffffu, v, 2);
+            w[r][h] = v;
+        }
+    const int c = lane & 3, g = lane >> 2;
+    if (c > 1) return;
+    const int row = row0 + g + 8 * c;
+    if (row >= a.T) return;
+    uint32_t *dst = a.bits + ((int64_t)bh * a.T + row) * a.W;
+    const int w0 = k0 >> 5;
+    if (w0 < a.W) dst[w0] = w[c][0];
+    if (w0 + 1 < a.W) dst[w0 + 1] = w[c][1];
+}
+
+/* ---- forward (bf16) ---------------------------------------------------------------- */
+
+template <int DP>
+__global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr int E = fa_tile<DP>::ELEMS;
+    tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sKV = sQ + E; /* [buf][K, V] */
+    float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);              /* [buf][64] */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* long causal rows first */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr0 = q0 + warp * 16; /* this warp's first query */
+    const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
+    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    int ktiles = (T + FA_COLS - 1) / FA_COLS;
+    if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
+    load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    const key_tiles<DP> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    load_key_tile<DP>(sKV, sM2, 0, kv, 0);
+    cp_async_commit();
+
+    float o[DP / 8][4];
+    for (int d = 0; d < DP / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = a.scale * FA_LOG2E;
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int k0 = kt * FA_COLS, buf = kt & 1;
+        advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
+        const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
+        const float *sM = sM2 + FA_COLS * buf;
+        if (!a.causal || k0 <= wr0 + 15) { /* else the warp's rows see none of these keys */
+            float s[FA_COLS / 8][4];
+            tile_abt<DP>(s, sQ, sK, warp * 16, lane);
+            float mx[2] = {m[0], m[1]};
+            if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
+                scale_mask_rows<1>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
+            else
+                scale_mask_rows<0>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
+            float alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                alpha[r] = mx[r] == -INFINITY ? 1.0f : fa_exp2(m[r] - mx[r]);
+                m[r] = mx[r];
+            }
+            /* A row with nothing kept so far subtracts 0 instead of -inf (its scores are all
+             * -inf, so every exp is 0 either way, without inf - inf). */
+            const float mb[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+            uint32_t rb[2][2] = {{0u, 0u}, {0u, 0u}}; /* taking-part bits of rows g, g+8 (64 keys) */
+#pragma unroll
+            for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int col = 8 * j + 2 * c + (e & 1);
+                    if (s[j][e] != -INFINITY) rb[e >> 1][col >> 5] |= 1u << (col & 31);
+                    const float pv = fa_exp2(s[j][e] - mb[e >> 1]);
+                    s[j][e] = pv;
+                    rs[e >> 1] += pv;
+                }
+            l[0] = l[0] * alpha[0] + rs[0];
+            l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+            for (int d = 0; d < DP / 8; d++)
+                o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+            if (a.drop) {
+#pragma unroll
+                for (int j = 0; j < FA_COLS / 8; j++) {
+                    unsigned kb[2];
+                    keep_bits(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const bool keep = (kb[e >> 1] >> (e & 1)) & 1u;
+                        s[j][e] = keep ? s[j][e] * a.inv_keep : 0.0f;
+                        if (!keep) {
+                            const int col = 8 * j + 2 * c + (e & 1);
+                            rb[e >> 1][col >> 5] &= ~(1u << (col & 31));
+                        }
+                    }
+                }
+            }
+            if (a.bits) store_bits(a, rb, bh, wr0, k0, lane);
+            tile_pb<DP>(o, s, sV, lane);
+        } else if (a.bits) {
+            const uint32_t zero[2][2] = {{0u, 0u}, {0u, 0u}};
+            store_bits(a, zero, bh, wr0, k0, lane);
+        }
+        __syncthreads(); /* buffer `buf` is refilled next iteration */
+    }
+    /* Words of key tiles this block never visits (past the causal diagonal) are zero. */
+    if (a.bits)
+        for (int i = lane; i < 16 * a.W; i += 32) {
+            const int row = wr0 + i / a.W, wi = i % a.W;
+            if (row < T && wi >= 2 * ktiles) a.bits[((int64_t)bh * T + row) * a.W + wi] = 0u;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    tg_bf16 *O = (tg_bf16 *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++) o[d][2 * r] *= inv, o[d][2 * r + 1] *= inv;
+        const int row = wr0 + g + 8 * r;
+        if (c == 0 && row < T) a.lse[(int64_t)bh * T + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * FA_LN2 : 0.0f;
+    }
+    store_rows<DP>(O, a.ldo, o, wr0, T, Dh, a.vec, lane);
+}
+
+/* ---- forward (fp32, a warp per row) -------------------------------------------------- */
+
+static __device__ __forceinline__ float fa_keep_scale(const fa_args &a, uint64_t step, int64_t bh, int q, int k) {
+    if (!a.drop) return 1.0f;
+    const int64_t e = (bh * a.T + q) * a.T + k;
+    return tg_philox_uniform(a.seed, step, a.key, (uint64_t)e) >= a.p ? a.inv_keep : 0.0f;
+}
+
+__global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
+    __shared__ float sw[FA32_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * FA32_WARPS + w; /* (b, h, q) */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    if (row >= (int64_t)a.B * H * T) return;
+    const int q = (int)(row % T);
+    const int64_t bh = row / T;
+    const int b = (int)(bh / H), h = (int)(bh % H);
+    const float *Q = (const float *)a.q + ((int64_t)b * T + q) * a.ldq + h * Dh;
+    const float *K = (const float *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const float *V = (const float *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
+    float mx = -INFINITY;
+    for (int k = lane; k < T; k += 32)
+        if (fa_kept(a, b, q, k)) mx = fmaxf(mx, fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)));
+    mx = warp_max_f(mx);
+    double sum = 0.0;
+    if (mx != -INFINITY)
+        for (int k = lane; k < T; k += 32)
+            if (fa_kept(a, b, q, k)) sum += (double)expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), mx));
+    sum = warp_sum_d(sum);
+    const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
+    double acc[FA32_MAXD] = {0.0, 0.0, 0.0, 0.0};
+    for (int k0 = 0; k0 < T; k0 += 32) {
+        const int k = k0 + lane;
+        float dk = 0.0f;
+        bool bit = false; /* taking part and kept */
+        if (k < T && fa_kept(a, b, q, k)) {
+            const float pk = fmul(expf(fsub(fmul(a.scale, fa_dot(Q, K + (int64_t)k * a.ldk, Dh)), mx)), inv);
+            const float factor = fa_keep_scale(a, step, bh, q, k);
+            dk = fmul(pk, factor);
+            bit = factor != 0.0f;
+        }
+        const unsigned word = __ballot_sync(0xffffffffu, bit);
+        if (a.bits && lane == 0) a.bits[row * a.W + k0 / 32] = word;
+        sw[w][lane] = dk;
+        __syncwarp();
+        const int n = min(32, T - k0);
+        for (int j = 0; j < n; j++) {
+            const float dj = sw[w][j];
+            if (dj == 0.0f) continue;
+            const float *vr = V + (int64_t)(k0 + j) * a.ldv;
+            for (int i = 0; i < FA32_MAXD; i++)
+                if (lane + 32 * i < Dh) acc[i] += (double)dj * vr[lane + 32 * i];
+        }
+        __syncwarp();
+    }
+    float *O = (float *)a.o_out + ((int64_t)b * T + q) * a.ldo + h * Dh;
+    for (int i = 0; i < FA32_MAXD; i++)
+        if (lane + 32 * i < Dh) O[lane + 32 * i] = (float)acc[i];
+    if (lane == 0) a.lse[row] = sum > 0.0 ? mx + (float)log(sum) : 0.0f;
+}
+
+/* ---- launcher ----------------------------------------------------------------------- */
+
+template <int DP>
+static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
+    const size_t smem = 5 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess) /* L1 as shared memory: the register count (3 blocks) stays the limit */
+        e = cudaFuncSetAttribute(fa_fwd_kernel<DP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention forward): %s", cudaGetErrorString(e));
+    dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
+    fa_fwd_kernel<DP><<<grid, FA_THREADS, smem, s>>>(f);
+    return 0;
+}
+
+int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err) {
+    fa_args f;
+    if (fa_setup(a, 0, 3, &f, err)) return -1;
+    if ((int64_t)f.B * f.H * f.T == 0) return 0;
+    f.o_out = a->out[0];
+    f.lse = (float *)a->out[1];
+    f.vec = f.vec && tg_aligned16(a->out[0]);
+    cudaStream_t s = a->ctx->stream;
+    if (a->in_dtype[0] == TG_F32) {
+        const unsigned blocks = (unsigned)(((int64_t)f.B * f.H * f.T + FA32_WARPS - 1) / FA32_WARPS);
+        fa32_fwd_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
+        return 0;
+    }
+    if (f.Dh <= 16) return fa_launch_fwd<16>(f, s, err);
+    if (f.Dh <= 32) return fa_launch_fwd<32>(f, s, err);
+    if (f.Dh <= 64) return fa_launch_fwd<64>(f, s, err);
+    return fa_launch_fwd<128>(f, s, err);
+}

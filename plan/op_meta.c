@@ -1,0 +1,546 @@
+/* Per-op knowledge generated from plan/ops.def: the op table (names, slot signatures,
+ * gradient contracts), the parameter walk, and each op's shape rule and FLOPs. */
+#include "plan/op_meta.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the table --------------------------------------------------------------------- */
+
+/* Parameters per set: n_params_<set>. */
+#define TG_I(field, display) +1
+#define TG_F(field, display) +1
+#define TG_PARAMS(set, fields) enum { n_params_##set = 0 fields };
+#include "plan/ops.def"
+#undef TG_I
+#undef TG_F
+enum { n_params_none = 0 };
+
+static const tg_op_info infos[] = {
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) \
+    [TG_OP_##KIND] = {#name, inputs, outputs, contract, n_params_##set},
+#include "plan/ops.def"
+};
+_Static_assert(sizeof infos / sizeof infos[0] == TG_OP_COUNT, "every op kind needs a row");
+
+const tg_op_info *tg_op_info_of(int kind) { return kind >= 0 && kind < TG_OP_COUNT ? &infos[kind] : NULL; }
+
+const char *tg_op_name(int kind) {
+    const tg_op_info *info = tg_op_info_of(kind);
+    return info ? info->name : "?";
+}
+
+int tg_op_out_contract(int kind, int slot) {
+    const tg_op_info *info = tg_op_info_of(kind);
+    if (!info || slot < 0 || (size_t)slot >= strlen(info->contract)) return TG_WRITE;
+    return info->contract[slot] == '+' ? TG_ACCUMULATE : TG_WRITE;
+}
+
+/* ---- parameters -------------------------------------------------------------------- */
+
+/* visit_<set>: calls the visitor on each field of the set, in ops.def order. */
+#define TG_I(field, display) v->i64(v->ctx, display, &p->field);
+#define TG_F(field, display) v->f32(v->ctx, display, &p->field);
+#define TG_PARAMS(set, fields)                                                  \
+    static void visit_##set(tg_op_params *params, const tg_param_visitor *v) { \
+        tg_##set##_params *p = &params->set;                                    \
+        fields                                                                  \
+    }
+#include "plan/ops.def"
+#undef TG_I
+#undef TG_F
+static void visit_none(tg_op_params *params, const tg_param_visitor *v) {}
+
+typedef void (*visit_fn)(tg_op_params *params, const tg_param_visitor *v);
+static const visit_fn visitors[] = {
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = visit_##set,
+#include "plan/ops.def"
+};
+_Static_assert(sizeof visitors / sizeof visitors[0] == TG_OP_COUNT, "every op kind needs a parameter walk");
+
+void tg_op_params_visit(int kind, tg_op_params *params, const tg_param_visitor *v) {
+    if (kind >= 0 && kind < TG_OP_COUNT) visitors[kind](params, v);
+}
+
+/* ---- shape rules ------------------------------------------------------------------- */
+
+/* Each rule checks element counts against the op's parameters (shape inference for the
+ * builders, which compute the shapes, and a guard against their bugs) after the slot
+ * signatures have held: required slots are present, every present slot has its dtype.
+ * NULL when consistent, else what is wrong. */
+
+static int64_t numel(const tg_op_check_ctx *c, int t) { return t < 0 ? -1 : tg_tensor_numel(&c->tensors[t]); }
+
+#define EXPECT(cond, msg)        \
+    do {                         \
+        if (!(cond)) return msg; \
+    } while (0)
+
+/* ZERO and FILL: one output of any size; the signature says it all. */
+static const char *check_fill(const tg_op_check_ctx *c, const tg_op *op) { return NULL; }
+
+static const char *check_embedding(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_embedding_params *p = &op->p.embedding;
+    EXPECT(numel(c, op->in[0]) == p->n, "in[0]: ids count != N");
+    if (op->kind == TG_OP_EMBEDDING) {
+        EXPECT(numel(c, op->in[1]) == p->vocab * p->dim, "in[1]: table != V*D");
+        EXPECT(numel(c, op->out[0]) == p->n * p->dim, "out[0]: output != N*D");
+    } else {
+        EXPECT(numel(c, op->in[1]) == p->n * p->dim, "in[1]: dout != N*D");
+        EXPECT(numel(c, op->out[0]) == p->vocab * p->dim, "out[0]: dtable != V*D");
+    }
+    return NULL;
+}
+
+/* ADD, GELU, GELU_BWD, TANH, TANH_BWD: every input (one or two) and out0 hold n elements. */
+static const char *check_elementwise(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t n = op->kind == TG_OP_GELU       ? op->p.gelu.n
+                      : op->kind == TG_OP_GELU_BWD ? op->p.gelu_bwd.n
+                                                   : op->p.count.n;
+    EXPECT(numel(c, op->in[0]) == n, "in[0]: size != n");
+    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == n, "in[1]: size != n");
+    EXPECT(numel(c, op->out[0]) == n, "out[0]: size != n");
+    if (op->kind == TG_OP_GELU_BWD) {
+        const int64_t cols = op->p.gelu_bwd.bias_cols;
+        EXPECT((op->out[1] >= 0) == (cols > 0), "out[1]: the bias gradient is present exactly when bias_cols > 0");
+        EXPECT(cols <= 0 || (n % cols == 0 && numel(c, op->out[1]) == cols),
+               "out[1]: bias gradient != bias_cols columns of dx");
+    }
+    return NULL;
+}
+
+static const char *check_dropout(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_dropout_params *p = &op->p.dropout;
+    EXPECT(numel(c, op->in[0]) == p->n, "in[0]: size != n");
+    EXPECT(numel(c, op->out[0]) == p->n, "out[0]: size != n");
+    EXPECT(numel(c, op->in[1]) == 1, "in[1]: step counter is not a scalar");
+    EXPECT(p->p >= 0.0f && p->p < 1.0f, "p outside [0, 1)");
+    return NULL;
+}
+
+static const char *check_matmul(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_matmul_params *p = &op->p.matmul;
+    const int64_t m = p->m, n = p->n, k = p->k, b = p->batch;
+    EXPECT(m > 0 && n > 0 && k > 0 && b > 0, "non-positive dims");
+    EXPECT(numel(c, op->in[0]) == b * m * k, "in[0]: A != batch*M*K");
+    EXPECT(numel(c, op->in[1]) == b * k * n, "in[1]: B != batch*K*N");
+    EXPECT(numel(c, op->out[0]) == b * m * n, "out[0]: C != batch*M*N");
+    EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == n, "in[2]: bias != N");
+    /* The fused bias gradient: the sums over k of dC, which must be stored [K, M] as A or
+     * [K, N] as B, so that it is the stored operand's column sums. */
+    const int64_t bg = p->bias_grad;
+    EXPECT(bg >= 0 && bg <= 2, "bias_grad must be 0, 1 or 2");
+    EXPECT((op->out[1] >= 0) == (bg != 0), "out[1]: present exactly when bias_grad != 0");
+    if (bg) {
+        EXPECT(b == 1, "a bias gradient needs batch 1");
+        EXPECT(op->in[2] < 0, "in[2]: a bias gradient takes no bias input");
+        EXPECT(bg == 1 ? p->trans_a != 0 : p->trans_b == 0, "a bias gradient sums A stored [K,M] or B stored [K,N]");
+        EXPECT(numel(c, op->out[1]) == (bg == 1 ? m : n), "out[1]: bias gradient != M (bias_grad=1) or N (bias_grad=2)");
+    }
+    /* The activation epilogue: the pre-activation it writes (GELU) or reads (GELU backward)
+     * is shaped like out0. */
+    const int64_t act = p->activation;
+    EXPECT(act >= TG_MATMUL_ACT_NONE && act <= TG_MATMUL_ACT_GELU_BWD, "activation must be 0, 1 or 2");
+    EXPECT((op->out[2] >= 0) == (act == TG_MATMUL_ACT_GELU), "out[2]: present exactly when activation = 1");
+    EXPECT((op->in[3] >= 0) == (act == TG_MATMUL_ACT_GELU_BWD), "in[3]: present exactly when activation = 2");
+    if (act) {
+        EXPECT(b == 1, "an activation epilogue needs batch 1");
+        EXPECT(!p->accumulate && !bg, "an activation epilogue takes no accumulate and no bias gradient");
+        EXPECT(act == TG_MATMUL_ACT_GELU || op->in[2] < 0, "in[2]: the GELU backward epilogue takes no bias");
+        if (act == TG_MATMUL_ACT_GELU) EXPECT(numel(c, op->out[2]) == m * n, "out[2]: pre-activation != M*N");
+        else EXPECT(numel(c, op->in[3]) == m * n, "in[3]: pre-activation != M*N");
+    }
+    return NULL;
+}
+
+static const char *check_bias_grad(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_bias_grad_params *p = &op->p.bias_grad;
+    EXPECT(numel(c, op->in[0]) == p->m * p->n, "in[0]: dout != M*N");
+    EXPECT(numel(c, op->out[0]) == p->n, "out[0]: dbias != N");
+    return NULL;
+}
+
+static const char *check_layernorm(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t m = op->p.layernorm.m, d = op->p.layernorm.d;
+    EXPECT(numel(c, op->in[0]) == m * d, "in[0]: x != M*D");
+    EXPECT(numel(c, op->in[1]) == d, "in[1]: gamma != D");
+    EXPECT(numel(c, op->in[2]) == d, "in[2]: beta != D");
+    EXPECT(numel(c, op->out[0]) == m * d, "out[0]: y != M*D");
+    EXPECT(numel(c, op->out[1]) == m, "out[1]: mean != M");
+    EXPECT(numel(c, op->out[2]) == m, "out[2]: rstd != M");
+    return NULL;
+}
+
+static const char *check_layernorm_bwd(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t m = op->p.layernorm_bwd.m, d = op->p.layernorm_bwd.d;
+    EXPECT(numel(c, op->in[0]) == m * d, "in[0]: dy != M*D");
+    EXPECT(numel(c, op->in[1]) == m * d, "in[1]: x != M*D");
+    EXPECT(numel(c, op->in[2]) == d, "in[2]: gamma != D");
+    EXPECT(numel(c, op->in[3]) == m, "in[3]: mean != M");
+    EXPECT(numel(c, op->in[4]) == m, "in[4]: rstd != M");
+    EXPECT(numel(c, op->out[0]) == m * d, "out[0]: dx != M*D");
+    EXPECT(numel(c, op->out[1]) == d, "out[1]: dgamma != D");
+    EXPECT(numel(c, op->out[2]) == d, "out[2]: dbeta != D");
+    return NULL;
+}
+
+/* Both residual LayerNorm ops: [M,D] operands, [M] row statistics, and the dropout's step
+ * counter present whenever p > 0. */
+static const char *check_residual_layernorm(const tg_op_check_ctx *c, const tg_op *op) {
+    const int bwd = op->kind == TG_OP_RESIDUAL_LAYERNORM_BWD;
+    const int64_t m = bwd ? op->p.residual_layernorm_bwd.m : op->p.residual_layernorm.m;
+    const int64_t d = bwd ? op->p.residual_layernorm_bwd.d : op->p.residual_layernorm.d;
+    const float p = bwd ? op->p.residual_layernorm_bwd.p : op->p.residual_layernorm.p;
+    EXPECT(m > 0 && d > 0, "non-positive dims");
+    EXPECT(p >= 0.0f && p < 1.0f, "dropout p outside [0, 1)");
+    EXPECT(numel(c, op->in[2]) == d, "in[2]: gamma != D");
+    if (!bwd) {
+        EXPECT(numel(c, op->in[0]) == m * d, "in[0]: x != M*D");
+        EXPECT(numel(c, op->in[1]) == m * d, "in[1]: r != M*D");
+        EXPECT(numel(c, op->in[3]) == d, "in[3]: beta != D");
+        EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == 1, "in[4]: step counter is not a scalar");
+        EXPECT(p <= 0.0f || op->in[4] >= 0, "in[4]: dropout needs the step counter");
+        EXPECT(numel(c, op->out[0]) == m * d, "out[0]: y != M*D");
+        EXPECT(numel(c, op->out[1]) == m * d, "out[1]: s != M*D");
+        EXPECT(numel(c, op->out[2]) == m, "out[2]: mean != M");
+        EXPECT(numel(c, op->out[3]) == m, "out[3]: rstd != M");
+        return NULL;
+    }
+    EXPECT(numel(c, op->in[0]) == m * d, "in[0]: dy != M*D");
+    EXPECT(numel(c, op->in[1]) == m * d, "in[1]: s != M*D");
+    EXPECT(numel(c, op->in[3]) == m, "in[3]: mean != M");
+    EXPECT(numel(c, op->in[4]) == m, "in[4]: rstd != M");
+    EXPECT(op->in[5] < 0 || numel(c, op->in[5]) == m * d, "in[5]: ds_extra != M*D");
+    EXPECT(op->in[6] < 0 || numel(c, op->in[6]) == 1, "in[6]: step counter is not a scalar");
+    EXPECT(p <= 0.0f || op->in[6] >= 0, "in[6]: dropout needs the step counter");
+    EXPECT(numel(c, op->out[0]) == m * d, "out[0]: ds != M*D");
+    EXPECT(numel(c, op->out[1]) == m * d, "out[1]: dx != M*D");
+    EXPECT(numel(c, op->out[2]) == d, "out[2]: dgamma != D");
+    EXPECT(numel(c, op->out[3]) == d, "out[3]: dbeta != D");
+    return NULL;
+}
+
+/* in2 (optional) is the dropout step counter. */
+static const char *check_softmax(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_softmax_params *p = &op->p.softmax;
+    const int64_t probs = p->b * p->h * p->t * p->t;
+    EXPECT(numel(c, op->in[0]) == probs, "in[0]: scores != B*H*T*T");
+    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == p->b * p->t, "in[1]: mask != B*T");
+    EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
+    EXPECT(numel(c, op->out[0]) == probs, "out[0]: probs != B*H*T*T");
+    EXPECT(op->out[1] < 0 || numel(c, op->out[1]) == probs, "out[1]: dropped probs != B*H*T*T");
+    EXPECT(op->out[1] < 0 || p->p <= 0.0f || op->in[2] >= 0, "in[2]: dropout needs the step counter");
+    EXPECT(p->p >= 0.0f && p->p < 1.0f, "dropout p outside [0, 1)");
+    return NULL;
+}
+
+static const char *check_softmax_bwd(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_softmax_bwd_params *p = &op->p.softmax_bwd;
+    const int64_t probs = p->b * p->h * p->t * p->t;
+    EXPECT(numel(c, op->in[0]) == probs, "in[0]: dD != B*H*T*T");
+    EXPECT(numel(c, op->in[1]) == probs, "in[1]: probs != B*H*T*T");
+    EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
+    EXPECT(numel(c, op->out[0]) == probs, "out[0]: dscores != B*H*T*T");
+    EXPECT(p->p >= 0.0f && p->p < 1.0f, "dropout p outside [0, 1)");
+    return NULL;
+}
+
+/* Both fused attention ops. q/k/v are [B*T, H*Dh] (or qkv [B*T, 3*H*Dh] when packed),
+ * the key mask [B,T] optional. With dropout (p > 0) the forward reads the step counter and
+ * writes the keep bits [B,H,T,ceil(T/32)], which the backward reads in its place. */
+static const char *check_attention(const tg_op_check_ctx *c, const tg_op *op) {
+    /* Where q/k/v (or qkv) sit: forward in0..in2, backward in5..in7; their gradients. */
+    static const char *const qkv_size[2][3] = {
+        {"in[0]: q != B*T*H*Dh", "in[1]: k != B*T*H*Dh", "in[2]: v != B*T*H*Dh"},
+        {"in[5]: q != B*T*H*Dh", "in[6]: k != B*T*H*Dh", "in[7]: v != B*T*H*Dh"}};
+    static const char *const grad_size[3] = {"out[0]: dq differs from q in size", "out[1]: dk differs from k in size",
+                                             "out[2]: dv differs from v in size"};
+    const tg_attention_params *p = &op->p.attention;
+    const int64_t b = p->b, h = p->h, t = p->t, dh = p->head_dim;
+    const int packed = p->packed != 0, bwd = op->kind == TG_OP_ATTENTION_BWD;
+    EXPECT(b > 0 && h > 0 && t > 0 && dh > 0, "non-positive dims");
+    EXPECT(p->packed == 0 || p->packed == 1, "packed must be 0 or 1");
+    EXPECT(p->p >= 0.0f && p->p < 1.0f, "dropout p outside [0, 1)");
+    const int64_t rows = b * t, d = h * dh;
+    const int32_t *qkv = bwd ? op->in + 5 : op->in;
+    if (packed) {
+        EXPECT(numel(c, qkv[0]) == rows * 3 * d, bwd ? "in[5]: qkv != B*T*3*H*Dh" : "in[0]: qkv != B*T*3*H*Dh");
+        EXPECT(qkv[1] < 0 && qkv[2] < 0, bwd ? "in[6], in[7]: packed attention takes one qkv input"
+                                             : "in[1], in[2]: packed attention takes one qkv input");
+    } else {
+        for (int s = 0; s < 3; s++) EXPECT(numel(c, qkv[s]) == rows * d, qkv_size[bwd][s]);
+    }
+    EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == rows, "in[3]: mask != B*T");
+    const int drop = p->p > 0.0f, bits = bwd ? op->in[4] : op->out[2];
+    EXPECT((bits >= 0) == drop, bwd ? "in[4]: keep bits present exactly when p > 0"
+                                    : "out[2]: keep bits present exactly when p > 0");
+    EXPECT(bits < 0 || numel(c, bits) == b * h * t * ((t + 31) / 32),
+           bwd ? "in[4]: keep bits != B*H*T*ceil(T/32)" : "out[2]: keep bits != B*H*T*ceil(T/32)");
+    if (!bwd) {
+        EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == 1, "in[4]: step counter is not a scalar");
+        EXPECT(!drop || op->in[4] >= 0, "in[4]: dropout needs the step counter");
+        EXPECT(numel(c, op->out[0]) == rows * d, "out[0]: O != B*T*H*Dh");
+        EXPECT(numel(c, op->out[1]) == b * h * t, "out[1]: LSE != B*H*T");
+        return NULL;
+    }
+    EXPECT(numel(c, op->in[0]) == rows * d, "in[0]: dO != B*T*H*Dh");
+    EXPECT(numel(c, op->in[1]) == rows * d, "in[1]: O != B*T*H*Dh");
+    EXPECT(numel(c, op->in[2]) == b * h * t, "in[2]: LSE != B*H*T");
+    for (int s = 0; s < (packed ? 1 : 3); s++) EXPECT(numel(c, op->out[s]) == numel(c, qkv[s]), grad_size[s]);
+    EXPECT(!packed || (op->out[1] < 0 && op->out[2] < 0), "out[1], out[2]: packed attention has one input gradient");
+    EXPECT(numel(c, op->out[3]) == b * h * t, "out[3]: delta != B*H*T");
+    return NULL;
+}
+
+static const char *check_heads(const tg_op_check_ctx *c, const tg_op *op) {
+    static const char *const part_size[2][3] = {
+        {"in[0]: part != B*H*T*Dh", "in[1]: part != B*H*T*Dh", "in[2]: part != B*H*T*Dh"},
+        {"out[0]: part != B*H*T*Dh", "out[1]: part != B*H*T*Dh", "out[2]: part != B*H*T*Dh"}};
+    static const char *const part_unused[2][3] = {
+        {"in[0]: a part past P", "in[1]: a part past P", "in[2]: a part past P"},
+        {"out[0]: a part past P", "out[1]: a part past P", "out[2]: a part past P"}};
+    const tg_heads_params *p = &op->p.heads;
+    EXPECT(p->parts >= 1 && p->parts <= 3, "P must be 1..3");
+    const int split = op->kind == TG_OP_HEADS_SPLIT;
+    const int32_t *parts = split ? op->out : op->in;
+    EXPECT(numel(c, split ? op->in[0] : op->out[0]) == p->b * p->t * p->parts * p->h * p->head_dim,
+           split ? "in[0]: packed != B*T*P*H*Dh" : "out[0]: packed != B*T*P*H*Dh");
+    for (int s = 0; s < 3; s++)
+        if (s < p->parts) EXPECT(numel(c, parts[s]) == p->b * p->h * p->t * p->head_dim, part_size[split][s]);
+        else EXPECT(parts[s] < 0, part_unused[split][s]);
+    return NULL;
+}
+
+static const char *check_select(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_select_params *p = &op->p.select;
+    if (op->kind == TG_OP_SELECT_TOKEN) {
+        EXPECT(numel(c, op->in[0]) == p->b * p->t * p->d, "in[0]: x != B*T*D");
+        EXPECT(numel(c, op->out[0]) == p->b * p->d, "out[0]: rows != B*D");
+    } else {
+        EXPECT(numel(c, op->in[0]) == p->b * p->d, "in[0]: dout != B*D");
+        EXPECT(numel(c, op->out[0]) == p->b * p->t * p->d, "out[0]: dx != B*T*D");
+    }
+    EXPECT(numel(c, op->in[1]) == p->b * p->t, "in[1]: ids != B*T");
+    return NULL;
+}
+
+static const char *check_cross_entropy(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_cross_entropy_params *p = &op->p.cross_entropy;
+    if (op->kind == TG_OP_CROSS_ENTROPY) {
+        EXPECT(numel(c, op->in[0]) == p->n * p->c, "in[0]: logits != N*C");
+        EXPECT(numel(c, op->in[1]) == p->n, "in[1]: labels != N");
+        EXPECT(numel(c, op->out[0]) == 1, "out[0]: loss is not a scalar");
+    } else {
+        EXPECT(numel(c, op->in[0]) == 1, "in[0]: dloss is not a scalar");
+        EXPECT(numel(c, op->in[1]) == p->n * p->c, "in[1]: logits != N*C");
+        EXPECT(numel(c, op->in[2]) == p->n, "in[2]: labels != N");
+        EXPECT(numel(c, op->out[0]) == p->n * p->c, "out[0]: dlogits != N*C");
+    }
+    return NULL;
+}
+
+static const char *check_schedule(const tg_op_check_ctx *c, const tg_op *op) {
+    EXPECT(numel(c, op->in[0]) == 1, "in[0]: step counter is not a scalar");
+    EXPECT(numel(c, op->in[1]) == 1, "in[1]: total steps is not a scalar");
+    EXPECT(numel(c, op->out[0]) == 1, "out[0]: lr is not a scalar");
+    EXPECT(op->out[1] == op->in[0], "out[1]: the step counter is updated in place: must be in[0]");
+    return NULL;
+}
+
+static const char *check_grad_norm(const tg_op_check_ctx *c, const tg_op *op) {
+    EXPECT(c->tensors[op->in[0]].flags & TG_TENSOR_VIEW, "in[0]: must be the grads view");
+    EXPECT(numel(c, op->in[0]) == op->p.count.n, "in[0]: n != gradient count");
+    EXPECT(numel(c, op->out[0]) == 1, "out[0]: norm is not a scalar");
+    return NULL;
+}
+
+static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_adamw_params *p = &op->p.adamw;
+    const int64_t n = numel(c, op->in[0]), state = p->zero_slice > 0 ? p->zero_slice : n;
+    EXPECT(n == p->n, "in[0]: n != parameter count");
+    EXPECT(numel(c, op->in[1]) == 1, "in[1]: lr is not a scalar");
+    EXPECT(numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
+    EXPECT(numel(c, op->in[3]) == 1, "in[3]: grad norm is not a scalar");
+    EXPECT(numel(c, op->out[0]) == n, "out[0]: params differ from the grads in size");
+    EXPECT(numel(c, op->out[1]) == state, "out[1]: m != zero_slice (or n) elements");
+    EXPECT(numel(c, op->out[2]) == state, "out[2]: v != zero_slice (or n) elements");
+    EXPECT(p->zero_slice == 0 || p->zero_slice * (int64_t)c->replicas >= n,
+           "zero_slice: the replicas' slices do not cover the parameters");
+    return NULL;
+}
+
+static const char *check_all_reduce(const tg_op_check_ctx *c, const tg_op *op) {
+    EXPECT(op->out[0] == op->in[0], "out[0]: works in place: must be in[0]");
+    EXPECT(numel(c, op->in[0]) == op->p.count.n, "in[0]: n != element count");
+    return NULL;
+}
+
+static const char *check_all_gather(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t slice = op->p.all_gather.slice;
+    EXPECT(op->out[0] == op->in[0], "out[0]: works in place: must be in[0]");
+    EXPECT(slice > 0 && numel(c, op->in[0]) == slice * c->replicas,
+           "in[0]: not one slice of `slice` elements per replica");
+    return NULL;
+}
+
+typedef const char *(*check_fn)(const tg_op_check_ctx *c, const tg_op *op);
+static const check_fn checks[] = {
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = check_##rule,
+#include "plan/ops.def"
+};
+_Static_assert(sizeof checks / sizeof checks[0] == TG_OP_COUNT, "every op kind needs a shape rule");
+
+/* ---- slot signatures --------------------------------------------------------------- */
+
+/* The dtype class a signature character asks for, as printed; NULL: any. */
+static const char *dtype_class(char sig) {
+    switch (sig) {
+    case 'F': case 'f': return "f32 or bf16";
+    case 'S': case 's': return "f32";
+    case 'I': case 'i': return "i32";
+    default: return NULL;
+    }
+}
+
+static int dtype_fits(char sig, int dtype) {
+    switch (sig) {
+    case 'F': case 'f': return dtype == TG_F32 || dtype == TG_BF16;
+    case 'S': case 's': return dtype == TG_F32;
+    case 'I': case 'i': return dtype == TG_I32;
+    default: return dtype >= 0 && dtype < TG_DTYPE_COUNT;
+    }
+}
+
+/* Checks slots[0..n) against the signature sig ("in" or "out" in messages). */
+static int check_slots(const tg_op_check_ctx *c, const char *dir, const int32_t *slots, int n, const char *sig,
+                       char *why, size_t why_len) {
+    const size_t n_sig = strlen(sig);
+    for (int s = 0; s < n; s++) {
+        const char want = (size_t)s < n_sig ? sig[s] : '-';
+        const int32_t t = slots[s];
+        if (t < -1 || t >= c->n_tensors) {
+            snprintf(why, why_len, "%s[%d] refers to tensor %d of %d", dir, s, t, c->n_tensors);
+            return -1;
+        }
+        if (want == '-') {
+            if (t >= 0) {
+                snprintf(why, why_len, "%s[%d] is unused and must be -1, is tensor %d", dir, s, t);
+                return -1;
+            }
+            continue;
+        }
+        if (t < 0) {
+            if (want >= 'A' && want <= 'Z') {
+                snprintf(why, why_len, "%s[%d] is required", dir, s);
+                return -1;
+            }
+            continue;
+        }
+        const int dtype = c->tensors[t].dtype;
+        if (!dtype_fits(want, dtype)) {
+            const char *cls = dtype_class(want);
+            snprintf(why, why_len, "%s[%d] must be %s, is %s", dir, s, cls ? cls : "a known dtype",
+                     tg_dtype_name(dtype));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int tg_op_check(const tg_op_check_ctx *c, const tg_op *op, char *why, size_t why_len) {
+    const tg_op_info *info = tg_op_info_of(op->kind);
+    if (!info) {
+        snprintf(why, why_len, "unknown op kind %d", op->kind);
+        return -1;
+    }
+    if (check_slots(c, "in", op->in, TG_OP_MAX_IN, info->inputs, why, why_len) ||
+        check_slots(c, "out", op->out, TG_OP_MAX_OUT, info->outputs, why, why_len))
+        return -1;
+    const char *bad = checks[op->kind](c, op);
+    if (bad) {
+        snprintf(why, why_len, "%s", bad);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- FLOPs ------------------------------------------------------------------------- */
+
+static double flops_none(const tg_op *op) { return 0; }
+/* ADD, TANH_BWD, DROPOUT, ALL_REDUCE: one per element. */
+static double flops_n(const tg_op *op) {
+    return (double)(op->kind == TG_OP_DROPOUT ? op->p.dropout.n : op->p.count.n);
+}
+static double flops_gelu(const tg_op *op) { return 10.0 * op->p.gelu.n; }
+static double flops_tanh(const tg_op *op) { return 10.0 * op->p.count.n; }
+/* The fused bias gradient (bias_cols) adds BIAS_GRAD's count. */
+static double flops_gelu_bwd(const tg_op *op) {
+    const tg_gelu_bwd_params *p = &op->p.gelu_bwd;
+    return 10.0 * p->n + (p->bias_cols > 0 ? (double)p->n : 0);
+}
+/* The product, the bias add, the fused bias gradient's sums (BIAS_GRAD's count) and the
+ * activation epilogue's (GELU's or GELU_BWD's count). */
+static double flops_matmul(const tg_op *op) {
+    const tg_matmul_params *p = &op->p.matmul;
+    double sums = p->bias_grad == 1 ? (double)p->k * p->m : p->bias_grad == 2 ? (double)p->k * p->n : 0;
+    return 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)p->batch +
+           (op->in[2] >= 0 ? (double)p->m * p->n * p->batch : 0) + sums +
+           (p->activation ? 10.0 * (p->m * p->n * p->batch) : 0);
+}
+static double flops_embedding_bwd(const tg_op *op) { return (double)op->p.embedding.n * op->p.embedding.dim; }
+static double flops_bias_grad(const tg_op *op) { return (double)op->p.bias_grad.m * op->p.bias_grad.n; }
+static double flops_layernorm(const tg_op *op) { return 8.0 * op->p.layernorm.m * op->p.layernorm.d; }
+static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->p.layernorm_bwd.m * op->p.layernorm_bwd.d; }
+/* LAYERNORM's or LAYERNORM_BWD's count, plus one per element for the residual add (the
+ * backward's ds_extra) and one for the dropout's multiply: what the separate ops counted. */
+static double flops_residual_layernorm(const tg_op *op) {
+    const tg_residual_layernorm_params *p = &op->p.residual_layernorm;
+    double per = 8.0 + 1 + (p->p > 0.0f);
+    return per * p->m * p->d;
+}
+static double flops_residual_layernorm_bwd(const tg_op *op) {
+    const tg_residual_layernorm_bwd_params *p = &op->p.residual_layernorm_bwd;
+    double per = 12.0 + (op->in[5] >= 0) + (p->p > 0.0f);
+    return per * p->m * p->d;
+}
+/* 5 per element, plus the fused dropout's multiply (what a DROPOUT op counted). */
+static double flops_softmax(const tg_op *op) {
+    const tg_softmax_params *p = &op->p.softmax;
+    int drop = p->p > 0.0f && op->out[1] >= 0;
+    return (5.0 + drop) * p->b * p->h * p->t * p->t;
+}
+static double flops_softmax_bwd(const tg_op *op) {
+    const tg_softmax_bwd_params *p = &op->p.softmax_bwd;
+    int drop = p->p > 0.0f && op->in[2] >= 0;
+    return (5.0 + drop) * p->b * p->h * p->t * p->t;
+}
+/* Useful work only: QK^T and PV are 2*T*T*Dh each per (b, h), half of it under a causal
+ * mask; the backward recomputes the scores and forms dV, dP, dQ and dK: twice the forward. */
+static double flops_attention(const tg_op *op) {
+    const tg_attention_params *p = &op->p.attention;
+    double f = 4.0 * p->b * p->h * p->t * p->t * p->head_dim;
+    return p->causal ? f * 0.5 : f;
+}
+static double flops_attention_bwd(const tg_op *op) { return 2.0 * flops_attention(op); }
+static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->p.cross_entropy.n * op->p.cross_entropy.c; }
+static double flops_grad_norm(const tg_op *op) { return 2.0 * op->p.count.n; }
+static double flops_adamw(const tg_op *op) { return 16.0 * op->p.adamw.n; }
+
+typedef double (*flops_fn)(const tg_op *op);
+static const flops_fn flops_of[] = {
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = flops_##flops,
+#include "plan/ops.def"
+};
+_Static_assert(sizeof flops_of / sizeof flops_of[0] == TG_OP_COUNT, "every op kind needs a FLOPs formula");
+
+double tg_op_flops(const tg_op *op) { return op->kind >= 0 && op->kind < TG_OP_COUNT ? flops_of[op->kind](op) : 0; }
+
+double tg_op_bytes(const tg_tensor *tensors, const tg_op *op) {
+    double bytes = 0;
+    for (int s = 0; s < TG_OP_MAX_IN; s++)
+        if (op->in[s] >= 0) bytes += (double)tensors[op->in[s]].bytes;
+    /* SCHEDULE's out1 is its in0, the step counter updated in place: counted once. */
+    for (int s = 0; s < TG_OP_MAX_OUT; s++)
+        if (op->out[s] >= 0 && (op->kind != TG_OP_SCHEDULE || s == 0)) bytes += (double)tensors[op->out[s]].bytes;
+    return bytes;
+}

@@ -1,0 +1,15 @@
+/* CPU reference: the data-parallel collectives (ALL_REDUCE, ALL_GATHER) over the CPU
+ * communicator of replicas running in threads (runtime/comm.h). With one replica (no
+ * communicator) the sum over one is the tensor itself, and so is the gather. */
+#include "runtime/cpu/cpu_kernels.h"
+
+void tg_cpu_kernel_all_gather(const tg_cpu_op_args *a) {
+    /* Run on the stored values, bf16 ones too (tg_cpu_op_run_any, op_run.c). */
+    if (a->comm)
+        tg_cpu_all_gather(a->comm, a->rank, a->out[0], a->op->p.all_gather.slice,
+                          a->out_dtype[0] == TG_BF16 ? 2 : sizeof(float));
+}
+
+void tg_cpu_kernel_all_reduce(const tg_cpu_op_args *a) {
+    if (a->comm) tg_cpu_all_reduce_sum(a->comm, a->rank, F32(a->out[0]), a->op->p.count.n);
+}

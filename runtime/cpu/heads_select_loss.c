@@ -1,0 +1,152 @@
+/* CPU reference: the attention heads' layout (HEADS_SPLIT, HEADS_MERGE), the sequence
+ * classifier's token (SELECT_TOKEN and its backward) and the loss (CROSS_ENTROPY and its
+ * backward). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu/cpu_kernels.h"
+
+/* ---- heads split / merge ----------------------------------------------------------- */
+
+/* Copies between x [B*T, P*H*Dh] and part p [B,H,T,Dh]; to_heads picks the direction. */
+static void heads_copy(const tg_cpu_op_args *a, int to_heads) {
+    const tg_heads_params *hp = &a->op->p.heads;
+    int64_t B = hp->b, T = hp->t, H = hp->h, Dh = hp->head_dim;
+    int64_t P = hp->parts < 1 ? 1 : hp->parts;
+    int64_t W = P * H * Dh;
+    float *x = F32(to_heads ? a->in[0] : a->out[0]);
+    for (int64_t part = 0; part < P; part++) {
+        float *hp = F32(to_heads ? a->out[part] : a->in[part]);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++) {
+                    float *xr = x + (b * T + t) * W + part * H * Dh + h * Dh;
+                    float *hr = hp + ((b * H + h) * T + t) * Dh;
+                    if (to_heads)
+                        memcpy(hr, xr, (size_t)Dh * 4);
+                    else
+                        memcpy(xr, hr, (size_t)Dh * 4);
+                }
+    }
+}
+void tg_cpu_kernel_heads_split(const tg_cpu_op_args *a) { heads_copy(a, 1); }
+void tg_cpu_kernel_heads_merge(const tg_cpu_op_args *a) { heads_copy(a, 0); }
+
+/* ---- select token ------------------------------------------------------------------ */
+
+static int64_t selected_token(const tg_cpu_op_args *a, int64_t b) {
+    const tg_select_params *sp = &a->op->p.select;
+    int64_t T = sp->t;
+    if (sp->mode != TG_SELECT_LAST_NON_PAD || !a->in[1]) return 0;
+    const int32_t *ids = CI32(a->in[1]) + b * T;
+    for (int64_t t = T - 1; t >= 0; t--)
+        if (ids[t] != sp->pad_id) return t;
+    return 0;
+}
+
+void tg_cpu_kernel_select_token(const tg_cpu_op_args *a) {
+    const tg_select_params *sp = &a->op->p.select;
+    int64_t B = sp->b, T = sp->t, D = sp->d;
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]);
+    for (int64_t b = 0; b < B; b++)
+        memcpy(y + b * D, x + (b * T + selected_token(a, b)) * D, (size_t)D * 4);
+}
+
+void tg_cpu_kernel_select_token_bwd(const tg_cpu_op_args *a) {
+    const tg_select_params *sp = &a->op->p.select;
+    int64_t B = sp->b, T = sp->t, D = sp->d;
+    const float *dy = CF32(a->in[0]);
+    float *dx = F32(a->out[0]);
+    memset(dx, 0, (size_t)(B * T * D) * 4);
+    for (int64_t b = 0; b < B; b++)
+        memcpy(dx + (b * T + selected_token(a, b)) * D, dy + b * D, (size_t)D * 4);
+}
+
+/* ---- cross entropy ----------------------------------------------------------------- */
+
+/* Labels outside [0, C) other than -100 cannot be reported from inside an op; they are
+ * treated like ignored rows rather than read out of bounds. */
+static int ce_counted(int32_t label, int64_t C) { return label >= 0 && label < C; }
+
+typedef struct ce_ctx {
+    const tg_cpu_op_args *a;
+    const float *logits;
+    const int32_t *labels;
+    double *row_loss;  /* forward */
+    float coef;        /* backward: dloss / n_valid */
+    float *dlogits;    /* backward */
+} ce_ctx;
+
+/* log(sum_c exp(x_c - max)) + max, in double. */
+static double ce_logsumexp(const float *x, int64_t C) {
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < C; c++) mx = fmaxf(mx, x[c]);
+    double s = 0;
+    for (int64_t c = 0; c < C; c++) s += exp((double)x[c] - mx);
+    return log(s) + mx;
+}
+
+/* Classes that count: `classes` when set (a row padded to c for aligned GEMMs), else c. */
+static int64_t ce_classes(const tg_op *op) {
+    const tg_cross_entropy_params *cp = &op->p.cross_entropy;
+    return cp->classes > 0 ? cp->classes : cp->c;
+}
+
+static void ce_fwd_rows(void *p, int64_t b, int64_t e) {
+    ce_ctx *c = p;
+    int64_t C = c->a->op->p.cross_entropy.c, V = ce_classes(c->a->op);
+    for (int64_t n = b; n < e; n++) {
+        int32_t l = c->labels[n];
+        const float *x = c->logits + n * C;
+        c->row_loss[n] = ce_counted(l, V) ? ce_logsumexp(x, V) - x[l] : 0.0;
+    }
+}
+
+static void ce_bwd_rows(void *p, int64_t b, int64_t e) {
+    ce_ctx *c = p;
+    int64_t C = c->a->op->p.cross_entropy.c, V = ce_classes(c->a->op);
+    for (int64_t n = b; n < e; n++) {
+        int32_t l = c->labels[n];
+        const float *x = c->logits + n * C;
+        float *d = c->dlogits + n * C;
+        memset(d + V, 0, (size_t)(C - V) * 4); /* padding columns */
+        if (!ce_counted(l, V) || c->coef == 0.0f) {
+            memset(d, 0, (size_t)V * 4);
+            continue;
+        }
+        double lse = ce_logsumexp(x, V);
+        for (int64_t k = 0; k < V; k++) {
+            double sm = exp((double)x[k] - lse) - (k == l ? 1.0 : 0.0);
+            d[k] = (float)(c->coef * sm);
+        }
+    }
+}
+
+static int64_t ce_n_valid(const int32_t *labels, int64_t N, int64_t C) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < N; i++) n += ce_counted(labels[i], C);
+    return n;
+}
+
+void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
+    int64_t N = a->op->p.cross_entropy.n;
+    ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1])};
+    c.row_loss = malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
+    if (!c.row_loss) abort();
+    tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
+    double sum = 0; /* summed in row order: deterministic */
+    for (int64_t n = 0; n < N; n++) sum += c.row_loss[n];
+    int64_t valid = ce_n_valid(c.labels, N, ce_classes(a->op));
+    F32(a->out[0])[0] = valid ? (float)(sum / (double)valid) : 0.0f;
+    free(c.row_loss);
+}
+
+void tg_cpu_kernel_cross_entropy_bwd(const tg_cpu_op_args *a) {
+    int64_t N = a->op->p.cross_entropy.n;
+    ce_ctx c = {.a = a, .logits = CF32(a->in[1]), .labels = CI32(a->in[2]),
+                .dlogits = F32(a->out[0])};
+    int64_t valid = ce_n_valid(c.labels, N, ce_classes(a->op));
+    c.coef = valid ? (float)((double)CF32(a->in[0])[0] / (double)valid) : 0.0f;
+    tg_parallel_for(a->threads, N, ce_bwd_rows, &c);
+}

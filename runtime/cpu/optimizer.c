@@ -1,0 +1,133 @@
+/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW). */
+#include <stdlib.h>
+
+#include "runtime/cpu/cpu_kernels.h"
+
+void tg_cpu_kernel_schedule(const tg_cpu_op_args *a) {
+    const tg_schedule_params *sp = &a->op->p.schedule;
+    double s = CF32(a->in[0])[0], total = CF32(a->in[1])[0]; /* read before out1 aliases in0 */
+    double warmup = (double)sp->warmup;
+    double frac = s < warmup ? s / fmax(1.0, warmup)
+                             : fmax(0.0, (total - s) / fmax(1.0, total - warmup));
+    F32(a->out[0])[0] = (float)(sp->lr * frac);
+    if (a->out[1]) F32(a->out[1])[0] = (float)(s + 1.0);
+}
+
+/* Element count of an op's whole-pool view, from the plan's tensor table. */
+static int64_t view_numel(const tg_cpu_op_args *a, int slot) {
+    int t = a->op->in[slot];
+    if (!a->plan || t < 0 || t >= a->plan->n_tensors) return 0;
+    return tg_tensor_numel(&a->plan->tensors[t]);
+}
+
+#define NORM_BLOCK 65536
+
+typedef struct norm_ctx {
+    const float *g;
+    int64_t n;
+    double *partial; /* one per block, summed in block order */
+} norm_ctx;
+
+static void norm_blocks(void *p, int64_t b, int64_t e) {
+    norm_ctx *c = p;
+    for (int64_t blk = b; blk < e; blk++) {
+        int64_t i0 = blk * NORM_BLOCK, i1 = min64(c->n, i0 + NORM_BLOCK);
+        double s = 0;
+        for (int64_t i = i0; i < i1; i++) s += (double)c->g[i] * c->g[i];
+        c->partial[blk] = s;
+    }
+}
+
+void tg_cpu_kernel_grad_norm(const tg_cpu_op_args *a) {
+    norm_ctx c = {.g = CF32(a->in[0]), .n = view_numel(a, 0)};
+    int64_t blocks = (c.n + NORM_BLOCK - 1) / NORM_BLOCK;
+    c.partial = calloc((size_t)(blocks > 0 ? blocks : 1), sizeof *c.partial);
+    if (!c.partial) abort();
+    tg_parallel_for(a->threads, blocks, norm_blocks, &c);
+    double s = 0;
+    for (int64_t i = 0; i < blocks; i++) s += c.partial[i];
+    F32(a->out[0])[0] = (float)sqrt(s);
+    free(c.partial);
+}
+
+typedef struct adamw_seg {
+    int64_t first; /* element index into the pools */
+    int64_t start; /* prefix sum of the segment sizes before this one */
+    int64_t n;
+    int decay;
+} adamw_seg;
+
+typedef struct adamw_ctx {
+    const adamw_seg *seg;
+    int n_seg;
+    const float *g;
+    float *p, *m, *v;
+    float *copy; /* out3: the low-precision parameter copies (widened by the caller), or NULL */
+    int64_t state_first; /* the parameter element m[0] and v[0] belong to (ZeRO-1's slice) */
+    float clip, lr, b1, b2, eps, wd, step_size, sqrt_bc2;
+} adamw_ctx;
+
+static void adamw_range(void *pv, int64_t b, int64_t e) {
+    const adamw_ctx *c = pv;
+    int lo = 0, hi = c->n_seg - 1; /* last segment with start <= b */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (c->seg[mid].start <= b) lo = mid; else hi = mid - 1;
+    }
+    for (int s = lo; s < c->n_seg && c->seg[s].start < e; s++) {
+        const adamw_seg *sg = &c->seg[s];
+        int64_t j0 = b > sg->start ? b - sg->start : 0, j1 = min64(sg->n, e - sg->start);
+        float decay = sg->decay ? c->lr * c->wd : 0.0f;
+        for (int64_t j = j0; j < j1; j++) {
+            int64_t i = sg->first + j, k = i - c->state_first;
+            float g = c->g[i] * c->clip;
+            float p = c->p[i] - decay * c->p[i];
+            float m = c->b1 * c->m[k] + (1.0f - c->b1) * g;
+            float v = c->b2 * c->v[k] + (1.0f - c->b2) * g * g;
+            c->m[k] = m;
+            c->v[k] = v;
+            c->p[i] = p - c->step_size * m / (sqrtf(v) / c->sqrt_bc2 + c->eps);
+            if (c->copy) c->copy[i] = c->p[i];
+        }
+    }
+}
+
+void tg_cpu_kernel_adamw(const tg_cpu_op_args *a) {
+    const tg_plan *plan = a->plan;
+    if (!plan) return; /* the executor always passes the plan */
+    const tg_adamw_params *ap = &a->op->p.adamw;
+    adamw_ctx c = {.g = CF32(a->in[0]), .p = F32(a->out[0]), .m = F32(a->out[1]),
+                   .v = F32(a->out[2]), .copy = a->out[3] ? F32(a->out[3]) : NULL,
+                   .lr = CF32(a->in[1])[0], .b1 = ap->beta1, .b2 = ap->beta2,
+                   .eps = ap->eps, .wd = ap->weight_decay, .clip = 1.0f};
+    if (ap->max_grad_norm > 0.0f && a->in[3]) {
+        double norm = CF32(a->in[3])[0];
+        c.clip = (float)fmin(1.0, (double)ap->max_grad_norm / (norm + 1e-6));
+    }
+    double t = CF32(a->in[2])[0];
+    double bc1 = 1.0 - pow(ap->beta1, t), bc2 = 1.0 - pow(ap->beta2, t);
+    c.step_size = (float)(c.lr / bc1);
+    c.sqrt_bc2 = (float)sqrt(bc2);
+
+    adamw_seg *seg = malloc((size_t)(plan->n_tensors > 0 ? plan->n_tensors : 1) * sizeof *seg);
+    if (!seg) abort();
+    /* ZeRO-1: only this replica's slice of the elements, whose state starts at m[0]. */
+    const int64_t slice = ap->zero_slice;
+    const int64_t lo = slice > 0 ? (int64_t)a->rank * slice : 0, hi = slice > 0 ? lo + slice : INT64_MAX;
+    c.state_first = lo;
+    int64_t total = 0;
+    for (int i = 0; i < plan->n_tensors; i++) {
+        const tg_tensor *tt = &plan->tensors[i];
+        /* Whole-pool views would update every parameter a second time. */
+        if (!(tt->flags & TG_TENSOR_PARAM) || (tt->flags & TG_TENSOR_VIEW)) continue;
+        int64_t first = (int64_t)(tt->offset / 4), end = first + tg_tensor_numel(tt);
+        if (first < lo) first = lo;
+        if (end > hi) end = hi;
+        if (end <= first) continue;
+        seg[c.n_seg++] = (adamw_seg){first, total, end - first, !(tt->flags & TG_TENSOR_NO_DECAY)};
+        total += end - first;
+    }
+    c.seg = seg;
+    if (c.n_seg) tg_parallel_for(a->threads, total, adamw_range, &c);
+    free(seg);
+}

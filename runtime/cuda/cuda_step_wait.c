@@ -1,0 +1,112 @@
+/* Waiting for the CUDA executor's training steps: by polling the step report in mapped host
+ * memory, sleeping until shortly before each step should end (judged from the GPU's own
+ * step times and the wall clock's offset to its timer), so the host wakes rarely and the
+ * GPU never runs dry; then the step's statistics. */
+#include <errno.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "runtime/cuda/cuda_exec_internal.h"
+
+static void sleep_until_s(double t) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+/* The wall-clock time step `target` should end: from the end of the last finished step
+ * (its GPU stamp on the wall clock), each later step takes one step's GPU time, starting
+ * no earlier than its launch. 0 when there is nothing to judge by yet. */
+static double expected_end_s(tg_cuda_exec *x, long long target) {
+    if (x->step_gpu_s <= 0 || !x->clock_offset_set) return 0;
+    long long finished = (long long)x->report->done - 1; /* its record is intact: not yet waited for, or the last */
+    unsigned long long stamp = x->last_end_stamp;
+    if (finished >= x->steps_waited) stamp = x->report->step[finished % TG_STEP_RING].stamps[4];
+    else finished = x->steps_waited - 1;
+    double end = (double)stamp / 1e9 + x->clock_offset_s;
+    for (long long k = finished + 1; k <= target; k++) {
+        double launch = x->launch_s[k % TG_STEP_RING];
+        end = (end > launch ? end : launch) + x->step_gpu_s;
+    }
+    return end;
+}
+
+/* A sample of the wall clock against the GPU timer, from the step that ended last: seen
+ * now, it ended at or before now, so the least sample is the closest. */
+static void sample_clock_offset(tg_cuda_exec *x) {
+    long long finished = (long long)x->report->done - 1;
+    if (finished < x->steps_waited) return;
+    double sample = tg_wall_s() - (double)x->report->step[finished % TG_STEP_RING].stamps[4] / 1e9;
+    if (!x->clock_offset_set || sample < x->clock_offset_s) x->clock_offset_s = sample, x->clock_offset_set = 1;
+}
+
+static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long target, tg_err *err) {
+    volatile const unsigned long long *done = &x->report->done;
+    if (*done >= want) return 0;
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0, slept = 0, polls = 0;
+    if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S, wake_at = expected_end_s(x, target);
+    if (wake_at - x->wait_margin_s > now + WAIT_POLL_S)
+        sleep_until_s(wake_at - x->wait_margin_s), x->host_wakeups++, slept = 1;
+    /* The sleep overshot when the step it aimed at had already ended at the first look. */
+    const int overshot = slept && *done >= (unsigned long long)target + 1;
+    for (; *done < want; polls++) {
+        if (polls >= WAIT_POLLS) {
+            if (x->steps_started - x->steps_waited == 1) {
+                cudaError_t e = cudaStreamSynchronize(x->ctx.stream);
+                if (e != cudaSuccess) rc = tg_cuda_fail(err, "the training step", e);
+                break;
+            }
+            interval = interval * 2 < WAIT_POLL_MAX_S ? interval * 2 : WAIT_POLL_MAX_S;
+        }
+        now = tg_wall_s();
+        sleep_until_s(now + interval);
+        x->host_wakeups++;
+        if (*done >= want || now - queried < WAIT_QUERY_S) continue;
+        queried = now;
+        cudaError_t e = cudaStreamQuery(x->ctx.stream);
+        if (e != cudaErrorNotReady && e != cudaSuccess) {
+            rc = tg_cuda_fail(err, "the training step", e);
+            break;
+        }
+        if (e == cudaSuccess) break; /* everything queued has run: checked below */
+    }
+    if (slack > 1000) prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+    if (!rc && *done < want)
+        return tg_fail(err, "the training step ended without publishing its statistics (step %llu, report says %llu)",
+                       want, *done);
+    /* A clock sample from every wait; the margin widens when the sleep overshot and
+     * narrows when it took many looks, so the wake-up tracks the estimate's error. */
+    sample_clock_offset(x);
+    if (overshot) x->wait_margin_s = x->wait_margin_s * 2 < 1e-3 ? x->wait_margin_s * 2 : 1e-3;
+    else if (polls > 4) x->wait_margin_s = x->wait_margin_s / 2 > WAIT_MARGIN_S ? x->wait_margin_s / 2 : WAIT_MARGIN_S;
+    return rc;
+}
+
+int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err) {
+    long long pending = x->steps_started - x->steps_waited;
+    if (pending <= 0) return tg_fail(err, "no training step is in flight");
+    double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
+    /* With several steps queued, sleep until all but the last should have ended. */
+    long long target = x->steps_waited + (pending > 1 ? pending - 2 : 0);
+    if (wait_for_report(x, (unsigned long long)x->steps_waited + 1, target, err)) return -1;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    tg_cuda_host_trace(x, 2, &t0);
+    const volatile tg_step_record *r = &x->report->step[x->steps_waited % TG_STEP_RING];
+    stats[0] = r->loss, stats[1] = r->lr, stats[2] = r->grad_norm;
+    for (int k = 0; k < 4; k++) stats[3 + k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
+    stats[7] = x->last_end_stamp ? (float)((double)(r->stamps[4] - x->last_end_stamp) / 1e6) : -1.0f;
+    /* Later waits judge by the GPU's own duration of this step, not by when the host
+     * happened to look: a late look would otherwise make every later sleep longer. */
+    x->step_gpu_s = (double)(r->stamps[4] - r->stamps[0]) / 1e9;
+    x->last_end_stamp = r->stamps[4];
+    x->steps_waited++;
+    tg_cuda_host_trace(x, 3, &t0);
+    /* The first step captures the graph: left out of the trace. */
+    if (++x->host_steps == 1)
+        memset(x->host_cpu_s, 0, sizeof x->host_cpu_s), x->host_launch_wall_s = 0, x->host_wakeups = 0;
+    return 0;
+}
