@@ -140,17 +140,6 @@ static int cmd_inspect(int argc, char **argv) {
     return rc ? die(&err) : 0;
 }
 
-/* Keys a compiled plan leaves to the runtime; any other --set needs a recompile. */
-static int runtime_key(const char *set) {
-    static const char *const keys[] = {"train_data", "eval_data", "steps", "epochs", "seed", "log_every"};
-    size_t klen = strcspn(set, "= ");
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strlen(keys[i]) == klen && !strncmp(set, keys[i], klen)) return 1;
-    return 0;
-}
-
-
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -313,7 +302,7 @@ static int cmd_run(int argc, char **argv) {
     if (tg_plan_file_sniff(a.input)) {
         if (tg_plan_read(a.input, &plan, &err)) return die(&err);
         for (int i = 0; i < a.n_sets; i++)
-            if (!runtime_key(a.sets[i])) {
+            if (!tg_job_is_run_key(a.sets[i])) {
                 fprintf(stderr,
                         "tunegraph: --set %s: this key is compiled into %s; recompile the job to change it "
                         "(a plan takes train_data, eval_data, steps, epochs, seed, log_every)\n",

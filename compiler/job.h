@@ -29,8 +29,17 @@ void tg_job_defaults(tg_job *job);
 int tg_job_load(const char *path, const char *const *overrides, int n_overrides,
                 tg_job *job, tg_err *err);
 
+/* Same, from job text already in memory: `name` stands for the file in messages, and
+ * relative paths in the text resolve against base_dir (NULL or "": the current directory). */
+int tg_job_parse_text(const char *text, const char *name, const char *base_dir,
+                      const char *const *overrides, int n_overrides, tg_job *job, tg_err *err);
+
 /* Applies overrides to an existing job (e.g. one read back from a plan). */
 int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_overrides, tg_err *err);
+
+/* Whether a "key=value" setting names a key a compiled plan leaves to the run
+ * (train_data, eval_data, steps, epochs, seed, log_every). */
+int tg_job_is_run_key(const char *setting);
 
 /* "job.txt:7" / "--set" / "job.txt (default)", for messages about a key's value. */
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len);
