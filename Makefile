@@ -1,21 +1,29 @@
-# tunegraph: `make` builds build/libtunegraph.a and build/tunegraph; `make test` runs the
-# CPU test suite. `make gpu` builds the CUDA executor into build/gpu/ (tunegraph and
-# run_tests); `make gpu-test` runs the whole suite on the GPU (needs one).
+# tunegraph: `make` builds build/libtunegraph.a, build/libtunegraph.so and build/tunegraph;
+# `make test` runs the CPU test suite and the embedding example against an installed copy.
+# `make gpu` builds the libraries with the CUDA executor into build/gpu/ (and tunegraph,
+# run_tests); `make gpu-test` runs the whole suite on the GPU (needs one). `make install`
+# installs the CPU build under PREFIX (DESTDIR for staging), `make install GPU=1` the GPU one.
 CC ?= gcc
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -I. -pthread \
+          -fPIC -fvisibility=hidden \
           -DTG_PRESETS_DIR='"$(CURDIR)/models/presets"'
-LDLIBS = -ljansson -lzstd -lm -lpthread
+LDLIBS = -ljansson -lzstd -lm -lpthread -ldl
+# The library's version, from the public header; its soname changes with the API version.
+version_part = $(shell sed -n 's/^\#define TUNEGRAPH_$(1) \([0-9]*\)$$/\1/p' include/tunegraph.h)
+VERSION := $(call version_part,VERSION_MAJOR).$(call version_part,VERSION_MINOR).$(call version_part,VERSION_PATCH)
+SONAME := libtunegraph.so.$(call version_part,API_VERSION)
 
 BUILD := build
-LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c)
+GPU_DIR := $(BUILD)/gpu
+LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c api/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
+HEADERS := $(wildcard include/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
 
-.PHONY: all test clean gpu gpu-test demo deps
-all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph
+.PHONY: all test embed-test install clean gpu gpu-test demo deps
+all: $(BUILD)/libtunegraph.a $(BUILD)/libtunegraph.so $(BUILD)/tunegraph
 
 # Installs missing build packages (Debian/Ubuntu); the objects wait for it.
 deps:
@@ -29,18 +37,59 @@ $(BUILD)/libtunegraph.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# Exports only the public API (everything is compiled with -fvisibility=hidden).
+$(BUILD)/libtunegraph.so: $(LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS)
+
 $(BUILD)/tunegraph: $(BUILD)/cli/main.o $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-# TESTS=substring runs only the tests whose name contains it. The layering rules are
-# checked first (scripts/check_layers.sh), with the check's own test.
+# TESTS=substring runs only the tests whose name contains it ("embed": the example). The
+# layering rules are checked first (scripts/check_layers.sh), with the check's own test.
 test: $(BUILD)/run_tests $(BUILD)/tunegraph
 	./scripts/check_layers.sh
 	./tests/test_check_layers.sh
 	./$(BUILD)/run_tests $(TESTS)
+	$(if $(if $(TESTS),$(findstring $(TESTS),embed),all),@$(MAKE) --no-print-directory embed-test)
+
+# examples/embed.c built as a user would, against a copy installed into build/prefix
+# (shared library, pkg-config), and run from outside the tree; also checks that the
+# shared library exports the API alone and that the header compiles as C++.
+EMBED_PREFIX := $(CURDIR)/$(BUILD)/prefix
+EMBED_PKG_CONFIG = PKG_CONFIG_PATH=$(EMBED_PREFIX)/lib/pkgconfig pkg-config
+embed-test: all
+	@rm -rf $(EMBED_PREFIX)
+	@$(MAKE) --no-print-directory install PREFIX=$(EMBED_PREFIX) DESTDIR= GPU= >/dev/null
+	@! nm -D --defined-only $(EMBED_PREFIX)/lib/libtunegraph.so | awk '$$2 == "T" && $$3 !~ /^tunegraph_/' | grep . || \
+	    { echo "embed-test: libtunegraph.so exports symbols outside the API (above)"; exit 1; }
+	echo '#include <tunegraph.h>' | $(CXX) -x c++ -Wall -Wextra -Werror -fsyntax-only $$($(EMBED_PKG_CONFIG) --cflags tunegraph) -
+	$(CC) -std=c11 -Wall -Wextra -Werror examples/embed.c -o $(BUILD)/embed $$($(EMBED_PKG_CONFIG) --cflags --libs tunegraph) \
+	    -Wl,-rpath,$$($(EMBED_PKG_CONFIG) --variable=libdir tunegraph)
+	@readelf -d $(BUILD)/embed | grep -q 'NEEDED.*\[$(SONAME)\]' || \
+	    { echo "embed-test: $(BUILD)/embed was not linked against $(SONAME)"; exit 1; }
+	@dir=$$(mktemp -d) && cd $$dir && $(CURDIR)/$(BUILD)/embed $(CURDIR)/examples/demo-classify.job steps=80 lr=3e-3 warmup_steps=10; \
+	    rc=$$?; rm -rf $$dir; [ $$rc -eq 0 ] && echo "embed example: passed" || { echo "embed example: FAILED"; exit 1; }
+
+# ---- install ----------------------------------------------------------------------------
+PREFIX ?= /usr/local
+# GPU=1: the GPU build (CUDA executor), whose static library needs the CUDA libraries.
+INSTALL_FROM = $(if $(filter 1,$(GPU)),$(GPU_DIR),$(BUILD))
+PC_CUDA_LIBS = $(if $(filter 1,$(GPU)),-L$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++)
+install: $(INSTALL_FROM)/libtunegraph.a $(INSTALL_FROM)/libtunegraph.so $(INSTALL_FROM)/tunegraph
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
+	    $(DESTDIR)$(PREFIX)/share/tunegraph/presets
+	install -m 644 $(INSTALL_FROM)/libtunegraph.a $(DESTDIR)$(PREFIX)/lib/libtunegraph.a
+	install -m 755 $(INSTALL_FROM)/libtunegraph.so $(DESTDIR)$(PREFIX)/lib/libtunegraph.so.$(VERSION)
+	ln -sf libtunegraph.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libtunegraph.so
+	install -m 644 include/tunegraph.h $(DESTDIR)$(PREFIX)/include/tunegraph.h
+	install -m 755 $(INSTALL_FROM)/tunegraph $(DESTDIR)$(PREFIX)/bin/tunegraph
+	cp -R models/presets/. $(DESTDIR)$(PREFIX)/share/tunegraph/presets/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_LIBS@|$(PC_CUDA_LIBS)|' \
+	    api/tunegraph.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tunegraph.pc
 
 # The demo fine-tuning job: on the GPU when there is one, else on the CPU reference.
 demo: all
@@ -54,35 +103,43 @@ NVCC ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 NVCCFLAGS ?= -O3
-NVCCFLAGS += $(CUDA_ARCH) -std=c++17 -I. -Xcompiler -Wall
-GPU := $(BUILD)/gpu
-CU_OBJ := $(patsubst %.cu,$(GPU)/%.o,$(wildcard kernels/*.cu))
-CUDA_HOST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard runtime/cuda/*.c))
-GPU_TEST_OBJ := $(patsubst %.c,$(GPU)/%.o,$(wildcard tests/gpu/*.c))
-# Objects, not an archive: the CUDA constructor resolves a weak reference in the library.
-GPU_OBJ := $(CU_OBJ) $(CUDA_HOST_OBJ)
+NVCCFLAGS += $(CUDA_ARCH) -std=c++17 -I. -Xcompiler -Wall -Xcompiler -fPIC -Xcompiler -fvisibility=hidden
+CU_OBJ := $(patsubst %.cu,$(GPU_DIR)/%.o,$(wildcard kernels/*.cu))
+CUDA_HOST_OBJ := $(patsubst %.c,$(GPU_DIR)/%.o,$(wildcard runtime/cuda/*.c))
+GPU_TEST_OBJ := $(patsubst %.c,$(GPU_DIR)/%.o,$(wildcard tests/gpu/*.c))
+# The CPU build's objects with runtime/cuda/ and the kernels in place of runtime/cuda_absent.c.
+GPU_LIB_OBJ := $(filter-out $(BUILD)/runtime/cuda_absent.o,$(LIB_OBJ)) $(CU_OBJ) $(CUDA_HOST_OBJ)
 GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt -lstdc++
 
-$(GPU)/kernels/%.o: kernels/%.cu $(HEADERS)
+$(GPU_DIR)/kernels/%.o: kernels/%.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(GPU)/%.o: %.c $(HEADERS)
+$(GPU_DIR)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -c $< -o $@
 
-$(GPU)/tunegraph: $(BUILD)/cli/main.o $(GPU_OBJ) $(BUILD)/libtunegraph.a
+$(GPU_DIR)/libtunegraph.a: $(GPU_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(GPU_DIR)/libtunegraph.so: $(GPU_LIB_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS) \
+	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
+
+$(GPU_DIR)/tunegraph: $(BUILD)/cli/main.o $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
-$(GPU)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_OBJ) $(BUILD)/libtunegraph.a
+$(GPU_DIR)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
 # The CUDA driver's event thread's CPU in an idle process (bench/driver_thread_cpu.c).
-$(GPU)/driver_thread_cpu: bench/driver_thread_cpu.c $(BUILD)/libtunegraph.a
+$(GPU_DIR)/driver_thread_cpu: bench/driver_thread_cpu.c $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
-gpu: $(GPU)/tunegraph $(GPU)/run_tests $(GPU)/driver_thread_cpu
+gpu: $(GPU_DIR)/libtunegraph.a $(GPU_DIR)/libtunegraph.so $(GPU_DIR)/tunegraph $(GPU_DIR)/run_tests \
+     $(GPU_DIR)/driver_thread_cpu
 
 # The whole suite with the CUDA executor (TG_TEST_DEVICE=cuda), plus the device tests.
 gpu-test: gpu $(BUILD)/tunegraph
-	TG_TEST_DEVICE=cuda ./$(GPU)/run_tests $(TESTS)
+	TG_TEST_DEVICE=cuda ./$(GPU_DIR)/run_tests $(TESTS)

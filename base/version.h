@@ -2,6 +2,6 @@
 #ifndef TUNEGRAPH_VERSION_H
 #define TUNEGRAPH_VERSION_H
 
-#define TG_VERSION_STRING "tunegraph 0.1.0"
+#define TG_VERSION_STRING "tunegraph 0.2.0"
 
 #endif

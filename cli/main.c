@@ -285,7 +285,6 @@ static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_
         for (int r = 0; r < replicas; r++) comms[r] = *group;
         return 0;
     }
-    if (!tg_cuda_comms_create) return tg_fail(err, "this build has no CUDA executor");
     return tg_cuda_comms_create(comms, replicas, err);
 }
 

@@ -332,28 +332,20 @@ static void unknown_key(const char *key, const origin *o, tg_err *err) {
 
 /* ---- the file ---- */
 
-static int parse_file(const char *path, tg_job *job, tg_err *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return tg_fail(err, "%s: cannot open job file: %s", path, strerror(errno));
-
-    /* The folder prefix, trailing slash included ("a/b/", "/", or "" for the cwd). */
-    char dir[TG_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        slash[1] = 0;
-    else
-        dir[0] = 0;
-
-    char *line = NULL;
-    size_t cap = 0;
+/* `text` as job lines; `name` prefixes messages, `dir` ("a/b/", "/" or "") is where
+ * relative paths resolve. */
+static int parse_text(const char *text, const char *name, const char *dir, tg_job *job, tg_err *err) {
+    char *copy = strdup(text);
+    if (!copy) return tg_fail(err, "%s: out of memory", name);
     int lineno = 0, rc = 0;
     origin o;
     o.dir = dir;
-    while (getline(&line, &cap, f) >= 0) {
+    for (char *line = copy, *next; line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
         lineno++;
         o.line = lineno;
-        snprintf(o.prefix, sizeof o.prefix, "%s:%d: ", path, lineno);
+        snprintf(o.prefix, sizeof o.prefix, "%s:%d: ", name, lineno);
         char *s = line;
         if (lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
             (unsigned char)s[2] == 0xBF)
@@ -388,10 +380,35 @@ static int parse_file(const char *path, tg_job *job, tg_err *err) {
             break;
         }
     }
-    if (rc == 0 && ferror(f)) rc = tg_fail(err, "%s: read error: %s", path, strerror(errno));
-    free(line);
-    fclose(f);
+    free(copy);
     return rc;
+}
+
+/* The whole file as one NUL-terminated string (malloc'd). */
+static char *read_file(const char *path, tg_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        tg_fail(err, "%s: cannot open job file: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t len = 0, cap = 4096;
+    char *text = malloc(cap);
+    while (text) {
+        len += fread(text + len, 1, cap - len - 1, f);
+        if (len < cap - 1) break;
+        char *grown = realloc(text, cap *= 2);
+        if (!grown) free(text);
+        text = grown;
+    }
+    if (!text) tg_fail(err, "%s: out of memory", path);
+    else if (ferror(f)) {
+        tg_fail(err, "%s: read error: %s", path, strerror(errno));
+        free(text);
+        text = NULL;
+    } else
+        text[len] = 0;
+    fclose(f);
+    return text;
 }
 
 /* ---- overrides and the cross-key checks ---- */
@@ -506,12 +523,18 @@ int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n,
     return 0;
 }
 
-int tg_job_load(const char *path, const char *const *overrides, int n_overrides, tg_job *job,
-                tg_err *err) {
+int tg_job_parse_text(const char *text, const char *name, const char *base_dir,
+                      const char *const *overrides, int n_overrides, tg_job *job, tg_err *err) {
     tg_job_defaults(job);
-    if (snprintf(job->path, sizeof job->path, "%s", path) >= (int)sizeof job->path)
-        return tg_fail(err, "%s: job file path is too long", path);
-    if (parse_file(path, job, err) != 0) return -1;
+    if (snprintf(job->path, sizeof job->path, "%s", name) >= (int)sizeof job->path)
+        return tg_fail(err, "%s: job name is too long", name);
+    /* The folder as a prefix with its trailing slash ("a/b/", "/", or "" for the cwd). */
+    char dir[TG_PATH_MAX];
+    size_t n = base_dir ? strlen(base_dir) : 0;
+    if (snprintf(dir, sizeof dir, "%s%s", n ? base_dir : "", n && base_dir[n - 1] != '/' ? "/" : "") >=
+        (int)sizeof dir)
+        return tg_fail(err, "%s: base folder %s is too long", name, base_dir);
+    if (parse_text(text, name, dir, job, err) != 0) return -1;
     return tg_job_apply_overrides(job, overrides, n_overrides, err);
 }
 
@@ -608,4 +631,21 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);
     return XXH64_digest(&h);
+}
+
+int tg_job_load(const char *path, const char *const *overrides, int n_overrides, tg_job *job,
+                tg_err *err) {
+    if (strlen(path) >= sizeof job->path) return tg_fail(err, "%s: job file path is too long", path);
+    char dir[TG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[1] = 0;
+    else
+        dir[0] = 0;
+    char *text = read_file(path, err);
+    if (!text) return -1;
+    int rc = tg_job_parse_text(text, path, dir, overrides, n_overrides, job, err);
+    free(text);
+    return rc;
 }

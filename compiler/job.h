@@ -66,6 +66,11 @@ void tg_job_defaults(tg_job *job);
 int tg_job_load(const char *path, const char *const *overrides, int n_overrides,
                 tg_job *job, tg_err *err);
 
+/* Same, from job text already in memory: `name` stands for the file in messages, and
+ * relative paths in the text resolve against base_dir (NULL or "": the current directory). */
+int tg_job_parse_text(const char *text, const char *name, const char *base_dir,
+                      const char *const *overrides, int n_overrides, tg_job *job, tg_err *err);
+
 /* Applies overrides to an existing job (e.g. one read back from a plan). */
 int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_overrides, tg_err *err);
 

@@ -1,7 +1,9 @@
 #include "models/model_config.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,31 +25,44 @@ static int is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* $TUNEGRAPH_PRESETS, else the source tree's folder as built, else one found beside the
- * executable (build/tunegraph, build/gpu/tunegraph, or an installed bin/ next to share/),
- * so a tree that was moved or copied elsewhere still finds its presets. */
+/* The first of the preset folders' usual places relative to `file`'s folder: a build
+ * tree's build/ or build/gpu/, or an installed bin/ or lib/ next to share/. */
+static int presets_beside(const char *file, char *out, size_t cap) {
+    static const char *const rel[] = {"../models/presets", "../../models/presets", "../share/tunegraph/presets"};
+    const char *slash = strrchr(file, '/');
+    if (!slash) return 0;
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(out, cap, "%.*s/%s", (int)(slash - file), file, rel[i]);
+        if (is_dir(out)) return 1;
+    }
+    return 0;
+}
+
+static char found_presets[1024];
+
+static void find_presets(void) {
+    Dl_info self;
+    char exe[900];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) exe[n] = 0;
+    /* A relative name is the main program's argv[0]: /proc/self/exe says it better. */
+    int ok = dladdr((void *)tg_presets_dir, &self) && self.dli_fname && self.dli_fname[0] == '/' &&
+             presets_beside(self.dli_fname, found_presets, sizeof found_presets);
+    if (!ok && n > 0) ok = presets_beside(exe, found_presets, sizeof found_presets);
+    if (!ok)
+        snprintf(found_presets, sizeof found_presets, "%s", is_dir(TG_PRESETS_DIR) ? TG_PRESETS_DIR : "models/presets");
+}
+
+/* $TUNEGRAPH_PRESETS, else the folder beside the code that runs this (libtunegraph.so
+ * when linked as one, else the executable; so an installed library or CLI uses the
+ * presets installed with it, and a moved or copied tree still finds its own), else the
+ * source tree's folder as built. Searched once, whichever thread asks first. */
 const char *tg_presets_dir(void) {
-    static char found[1024];
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     const char *env = getenv("TUNEGRAPH_PRESETS");
     if (env && env[0]) return env;
-    if (is_dir(TG_PRESETS_DIR)) return TG_PRESETS_DIR;
-    if (!found[0]) {
-        char exe[900];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        static const char *const rel[] = {"../models/presets", "../../models/presets", "../share/tunegraph/presets"};
-        if (n > 0) {
-            exe[n] = 0;
-            char *slash = strrchr(exe, '/');
-            if (slash) *slash = 0;
-            for (size_t i = 0; i < sizeof rel / sizeof rel[0] && !found[0]; i++) {
-                char candidate[1024];
-                snprintf(candidate, sizeof candidate, "%s/%s", exe, rel[i]);
-                if (is_dir(candidate)) snprintf(found, sizeof found, "%s", candidate);
-            }
-        }
-        if (!found[0]) snprintf(found, sizeof found, "models/presets");
-    }
-    return found;
+    pthread_once(&once, find_presets);
+    return found_presets;
 }
 
 /* ---- typed field readers: each error names the file and the field ---- */

@@ -83,17 +83,17 @@ static inline int tg_executor_read(tg_executor *ex, int tensor, void *host, tg_e
     return ex->vt->read(ex->impl, tensor, host, err);
 }
 
-/* The CUDA executor's constructor, defined only in GPU builds (runtime/cuda/). */
-int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err)
-    __attribute__((weak));
+/* The CUDA side, defined by runtime/cuda/ in GPU builds and by runtime/cuda_absent.c
+ * (which fails, or reports no devices) in CPU-only ones. */
+int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err);
 
-/* Number of CUDA devices, defined only in GPU builds. */
-int tg_cuda_device_count(void) __attribute__((weak));
+/* Number of CUDA devices (0 in a CPU-only build). */
+int tg_cuda_device_count(void);
 
 /* NCCL communicators for `ranks` replicas in this process, replica r on GPU r
- * (comms[r]); defined only in GPU builds. */
-int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) __attribute__((weak));
-void tg_cuda_comms_destroy(void **comms, int ranks) __attribute__((weak));
+ * (comms[r]). */
+int tg_cuda_comms_create(void **comms, int ranks, tg_err *err);
+void tg_cuda_comms_destroy(void **comms, int ranks);
 
 /* "cpu"/"cuda" -> tg_device; -1 for anything else. */
 int tg_device_parse(const char *name);

@@ -7,6 +7,7 @@ for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev; 
     [ -f "/usr/include/$header" ] || missing+=("${pair##*:}")
 done
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "installing: ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else

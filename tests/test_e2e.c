@@ -166,7 +166,7 @@ TG_TEST(test_e2e_cli_metrics) {
  * GPUs. */
 TG_TEST(test_e2e_cli_data_parallel) {
     const int cuda = tg_test_device();
-    if (cuda && (!tg_cuda_device_count || tg_cuda_device_count() < 2)) {
+    if (cuda && tg_cuda_device_count() < 2) {
         printf("    not run: 2 replicas on CUDA need 2 GPUs\n");
         return;
     }

@@ -81,6 +81,8 @@ void tg_cuda_comms_destroy(void **comms, int ranks) {
         if (comms[k]) ncclCommDestroy((ncclComm_t)comms[k]), comms[k] = NULL;
 }
 
+int tg_cuda_built(void) { return 1; }
+
 int tg_cuda_device_count(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;

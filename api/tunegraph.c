@@ -1,0 +1,296 @@
+/* The public API (include/tunegraph.h) over the compiler, the plan and the trainer. Each
+ * call turns the internal tg_err into the calling thread's last error and returns -1. */
+#include "include/tunegraph.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/version.h"
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "plan/inspect.h"
+#include "plan/plan_file.h"
+#include "runtime/trainer.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define VERSION STR(TUNEGRAPH_VERSION_MAJOR) "." STR(TUNEGRAPH_VERSION_MINOR) "." STR(TUNEGRAPH_VERSION_PATCH)
+
+struct tunegraph_plan {
+    tg_plan plan;
+};
+
+/* The trainer holds its own plan: tg_trainer points into it for as long as it is open. */
+struct tunegraph_trainer {
+    tg_plan plan;
+    tg_trainer tr;
+};
+
+static _Thread_local char last_error[sizeof(((tg_err *)0)->msg)];
+
+static int fail_err(const tg_err *err) {
+    snprintf(last_error, sizeof last_error, "%s", err->msg);
+    return -1;
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *tunegraph_version(void) { return VERSION; }
+
+const char *tunegraph_last_error(void) { return last_error; }
+
+/* ---- caller-allocated structs: struct_size says how much of ours the caller knows ---- */
+
+/* The caller's struct_size, or 0 (and the message) when it is too small to be one. */
+static size_t struct_size(const void *s, const char *type) {
+    size_t size;
+    memcpy(&size, s, sizeof size);
+    if (size < sizeof(size_t)) fail("%s.struct_size is %zu: set it to sizeof(%s)", type, size, type);
+    return size < sizeof(size_t) ? 0 : size;
+}
+
+/* Fills the caller's struct from ours: the bytes both know, zeros past ours. */
+static int fill_out(void *dst, const void *src, size_t src_size, const char *type) {
+    size_t size = struct_size(dst, type);
+    if (!size) return -1;
+    memset(dst, 0, size);
+    memcpy(dst, src, size < src_size ? size : src_size);
+    memcpy(dst, &size, sizeof size);
+    return 0;
+}
+
+/* Reads the caller's struct into ours (zeroed first): fields it does not know stay 0,
+ * and fields past ours (a newer header) must be 0, since this library cannot honour them. */
+static int read_in(void *dst, size_t dst_size, const void *src, const char *type) {
+    size_t size = struct_size(src, type);
+    if (!size) return -1;
+    memset(dst, 0, dst_size);
+    memcpy(dst, src, size < dst_size ? size : dst_size);
+    for (size_t i = dst_size; i < size; i++)
+        if (((const unsigned char *)src)[i])
+            return fail("%s: byte %zu is set, but this library (%s) knows %zu bytes of the struct", type, i, VERSION,
+                        dst_size);
+    return 0;
+}
+
+/* ---- plans ---- */
+
+static int compile_job(tg_job *job, tunegraph_plan **out) {
+    tg_err err = {{0}};
+    tunegraph_plan *p = calloc(1, sizeof *p);
+    if (!p) return fail("out of memory");
+    if (tg_compile(job, &p->plan, &err)) {
+        free(p);
+        return fail_err(&err);
+    }
+    *out = p;
+    return 0;
+}
+
+int tunegraph_compile_file(const char *job_path, const char *const *overrides, int n_overrides,
+                           tunegraph_plan **plan) {
+    if (!job_path || !plan || n_overrides < 0 || (n_overrides && !overrides))
+        return fail("tunegraph_compile_file: job_path and plan are required, and overrides for n_overrides > 0");
+    tg_err err = {{0}};
+    tg_job job;
+    if (tg_job_load(job_path, overrides, n_overrides, &job, &err)) return fail_err(&err);
+    return compile_job(&job, plan);
+}
+
+int tunegraph_compile_text(const char *job_text, const char *base_dir, const char *const *overrides,
+                           int n_overrides, tunegraph_plan **plan) {
+    if (!job_text || !plan || n_overrides < 0 || (n_overrides && !overrides))
+        return fail("tunegraph_compile_text: job_text and plan are required, and overrides for n_overrides > 0");
+    tg_err err = {{0}};
+    tg_job job;
+    if (tg_job_parse_text(job_text, "<job text>", base_dir, overrides, n_overrides, &job, &err))
+        return fail_err(&err);
+    return compile_job(&job, plan);
+}
+
+int tunegraph_plan_load(const char *path, tunegraph_plan **plan) {
+    if (!path || !plan) return fail("tunegraph_plan_load: path and plan are required");
+    tg_err err = {{0}};
+    tunegraph_plan *p = calloc(1, sizeof *p);
+    if (!p) return fail("out of memory");
+    if (tg_plan_read(path, &p->plan, &err)) {
+        free(p);
+        return fail_err(&err);
+    }
+    *plan = p;
+    return 0;
+}
+
+int tunegraph_plan_save(const tunegraph_plan *plan, const char *path) {
+    if (!plan || !path) return fail("tunegraph_plan_save: plan and path are required");
+    tg_err err = {{0}};
+    return tg_plan_write(&plan->plan, path, &err) ? fail_err(&err) : 0;
+}
+
+int tunegraph_plan_inspect(const tunegraph_plan *plan, FILE *out, tunegraph_format format) {
+    if (!plan || !out) return fail("tunegraph_plan_inspect: plan and out are required");
+    if (format != TUNEGRAPH_FORMAT_TEXT && format != TUNEGRAPH_FORMAT_JSON)
+        return fail("tunegraph_plan_inspect: format %d is neither TUNEGRAPH_FORMAT_TEXT nor TUNEGRAPH_FORMAT_JSON",
+                    (int)format);
+    tg_err err = {{0}};
+    return tg_plan_inspect(&plan->plan, out, format == TUNEGRAPH_FORMAT_JSON, &err) ? fail_err(&err) : 0;
+}
+
+int tunegraph_plan_summarize(const tunegraph_plan *plan, tunegraph_plan_summary *summary) {
+    if (!plan || !summary) return fail("tunegraph_plan_summarize: plan and summary are required");
+    const tg_plan *p = &plan->plan;
+    tunegraph_plan_summary s = {
+        .struct_size = sizeof s,
+        .ops = p->n_ops,
+        .tensors = p->n_tensors,
+        .planned_peak_bytes = p->peak_bytes,
+        .flops_per_step = p->flops_per_step,
+        .batch = p->train.batch,
+        .seq = p->train.seq,
+        .replicas = p->train.replicas,
+        .total_steps = p->run.steps > 0 ? p->run.steps : -1,
+    };
+    return fill_out(summary, &s, sizeof s, "tunegraph_plan_summary");
+}
+
+/* A run setting goes through the job file's parsers and rules (compiler/job.c); a refused
+ * setting leaves the plan as it was. */
+static int plan_set_run_key(tg_plan *plan, const char *setting) {
+    tg_err err = {{0}};
+    const char *name = plan->job_path[0] ? plan->job_path : "the plan";
+    if (tg_job_apply_run_overrides(&plan->run, &setting, 1, name, &err)) return fail_err(&err);
+    return 0;
+}
+
+int tunegraph_plan_set(tunegraph_plan *plan, const char *setting) {
+    if (!plan || !setting) return fail("tunegraph_plan_set: plan and setting are required");
+    return plan_set_run_key(&plan->plan, setting);
+}
+
+void tunegraph_plan_free(tunegraph_plan *plan) {
+    if (!plan) return;
+    tg_plan_free(&plan->plan);
+    free(plan);
+}
+
+/* ---- trainers ---- */
+
+/* A deep copy through the plan file's encoding, which carries every field. */
+static int copy_plan(const tg_plan *src, tg_plan *dst, tg_err *err) {
+    uint8_t *bytes;
+    size_t len;
+    if (tg_plan_encode(src, &bytes, &len, err)) return -1;
+    int rc = tg_plan_decode(bytes, len, "plan", dst, err);
+    free(bytes);
+    return rc;
+}
+
+int tunegraph_trainer_open(const tunegraph_plan *plan, const tunegraph_trainer_options *options,
+                           tunegraph_trainer **trainer) {
+    if (!plan || !trainer) return fail("tunegraph_trainer_open: plan and trainer are required");
+    tunegraph_trainer_options o = {.struct_size = sizeof o};
+    if (options && read_in(&o, sizeof o, options, "tunegraph_trainer_options")) return -1;
+    tg_device device;
+    switch (o.device) {
+    case TUNEGRAPH_DEVICE_AUTO: device = tg_default_device(); break;
+    case TUNEGRAPH_DEVICE_CPU: device = TG_DEVICE_CPU; break;
+    case TUNEGRAPH_DEVICE_CUDA: device = TG_DEVICE_CUDA; break;
+    default: return fail("tunegraph_trainer_options.device: %d is not a tunegraph_device", (int)o.device);
+    }
+    if (o.threads < 0) return fail("tunegraph_trainer_options.threads: %d is negative (0: one per core)", o.threads);
+    const int in_flight_max = TG_TRAINER_STAGING_MAX - 2;
+    if (o.max_in_flight < 0 || o.max_in_flight > in_flight_max)
+        return fail("tunegraph_trainer_options.max_in_flight: %d is not in 0..%d (0: the default, %d)",
+                    o.max_in_flight, in_flight_max, in_flight_max);
+    if (plan->plan.train.replicas > 1)
+        return fail("%s: the plan trains %d data-parallel replicas; the library runs one (use `tunegraph run`)",
+                    plan->plan.job_path, plan->plan.train.replicas);
+
+    tg_err err = {{0}};
+    tunegraph_trainer *t = calloc(1, sizeof *t);
+    if (!t) return fail("out of memory");
+    if (copy_plan(&plan->plan, &t->plan, &err)) {
+        free(t);
+        return fail_err(&err);
+    }
+    tg_trainer_options to = {.device = device, .threads = o.threads, .load_data = 1,
+                             .max_in_flight = o.max_in_flight ? o.max_in_flight : in_flight_max};
+    if (tg_trainer_open(&t->tr, &t->plan, &to, &err)) {
+        tg_plan_free(&t->plan);
+        free(t);
+        return fail_err(&err);
+    }
+    *trainer = t;
+    return 0;
+}
+
+int tunegraph_trainer_total_steps(const tunegraph_trainer *trainer, int64_t *total_steps) {
+    if (!trainer || !total_steps) return fail("tunegraph_trainer_total_steps: trainer and total_steps are required");
+    *total_steps = trainer->tr.total_steps;
+    return 0;
+}
+
+static int take_step(tunegraph_trainer *t, tunegraph_step_metrics *m) {
+    if (t->tr.steps_done >= t->tr.total_steps)
+        return fail("%s: all %d steps of the schedule are taken", t->plan.job_path, t->tr.total_steps);
+    tg_err err = {{0}};
+    tg_step_stats s;
+    if (tg_trainer_step(&t->tr, &s, &err)) return fail_err(&err);
+    *m = (tunegraph_step_metrics){.struct_size = sizeof *m, .step = s.step, .loss = s.loss, .lr = s.lr,
+                                  .grad_norm = s.grad_norm, .step_ms = s.step_ms, .tokens = s.tokens};
+    return 0;
+}
+
+int tunegraph_trainer_step(tunegraph_trainer *trainer, tunegraph_step_metrics *metrics) {
+    if (!trainer) return fail("tunegraph_trainer_step: trainer is required");
+    /* Checked first: a step taken cannot be given back. */
+    if (metrics && !struct_size(metrics, "tunegraph_step_metrics")) return -1;
+    tunegraph_step_metrics m;
+    if (take_step(trainer, &m)) return -1;
+    return metrics ? fill_out(metrics, &m, sizeof m, "tunegraph_step_metrics") : 0;
+}
+
+int tunegraph_trainer_train(tunegraph_trainer *trainer, tunegraph_step_callback on_step, void *ctx) {
+    if (!trainer) return fail("tunegraph_trainer_train: trainer is required");
+    while (trainer->tr.steps_done < trainer->tr.total_steps) {
+        tunegraph_step_metrics m;
+        if (take_step(trainer, &m)) return -1;
+        if (on_step) on_step(ctx, &m);
+    }
+    return 0;
+}
+
+int tunegraph_trainer_evaluate(tunegraph_trainer *trainer, tunegraph_eval_metrics *metrics) {
+    if (!trainer || !metrics) return fail("tunegraph_trainer_evaluate: trainer and metrics are required");
+    if (!struct_size(metrics, "tunegraph_eval_metrics")) return -1;
+    tg_err err = {{0}};
+    tg_eval_stats s;
+    if (tg_trainer_eval(&trainer->tr, &s, &err))
+        return fail("%s: evaluate: %s", trainer->plan.job_path, err.msg);
+    tunegraph_eval_metrics m = {.struct_size = sizeof m, .examples = s.examples, .counted = s.counted, .loss = s.loss,
+                                .has_accuracy = s.accuracy >= 0, .accuracy = s.accuracy >= 0 ? s.accuracy : 0,
+                                .has_perplexity = s.perplexity >= 0, .perplexity = s.perplexity >= 0 ? s.perplexity : 0};
+    return fill_out(metrics, &m, sizeof m, "tunegraph_eval_metrics");
+}
+
+int tunegraph_trainer_save_weights(tunegraph_trainer *trainer, const char *path) {
+    if (!trainer || !path) return fail("tunegraph_trainer_save_weights: trainer and path are required");
+    tg_err err = {{0}};
+    return tg_trainer_save(&trainer->tr, path, &err) ? fail_err(&err) : 0;
+}
+
+void tunegraph_trainer_close(tunegraph_trainer *trainer) {
+    if (!trainer) return;
+    tg_trainer_close(&trainer->tr);
+    tg_plan_free(&trainer->plan);
+    free(trainer);
+}
