@@ -14,7 +14,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HEADERS := $(wildcard base/*.h plan/*.h compiler/*.h runtime/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
 
-.PHONY: all test clean gpu gpu-test demo deps
+.PHONY: all test clean gpu gpu-test demo deps test-asan fuzz
 all: $(BUILD)/libtunegraph.a $(BUILD)/tunegraph
 
 # Installs missing build packages (Debian/Ubuntu); the objects wait for it.
@@ -45,6 +45,32 @@ demo: all
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- sanitizers -------------------------------------------------------------------------
+# The library, CLI and suite again with AddressSanitizer and UBSan (leaks included); the
+# first report aborts. The suite runs the CLI it was built with (TG_TEST_CLI).
+ASAN := $(BUILD)/asan
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g
+ASAN_LIB_OBJ := $(LIB_SRC:%.c=$(ASAN)/%.o)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+$(ASAN)/%.o: %.c $(HEADERS) | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) -c $< -o $@
+
+$(ASAN)/libtunegraph.a: $(ASAN_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(ASAN)/tunegraph: $(ASAN)/cli/main.o $(ASAN)/libtunegraph.a
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
+
+$(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
+
+test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
+	$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph ./$(ASAN)/run_tests $(TESTS)
 
 # ---- CUDA executor ----------------------------------------------------------------------
 NVCC ?= nvcc
