@@ -627,7 +627,10 @@ int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *
         return tg_fail(err, "%s: header says %llu payload bytes, the compressed frame does not "
                             "agree (file corrupt)",
                        name, (unsigned long long)usize);
-    if (usize > SIZE_MAX / 2 || usize == 0)
+    /* A zstd block yields at most 128 KiB from at least 4 bytes (an RLE block), so no frame
+     * expands more than 32768-fold: a larger size is a damaged or hostile frame header and
+     * must not drive the allocation below. */
+    if (usize > SIZE_MAX / 2 || usize == 0 || usize / 32768 > csize)
         return tg_fail(err, "%s: payload size %llu is impossible (file corrupt)", name,
                        (unsigned long long)usize);
     uint8_t *buf = malloc((size_t)usize);

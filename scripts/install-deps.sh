@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages tunegraph builds against, when any is missing.
+# `install-deps.sh fuzz` also makes sure of what `make fuzz` needs: clang and its
+# compiler-rt (libclang-rt-dev: libFuzzer and the sanitizer runtimes, which clang's
+# package only recommends).
 set -euo pipefail
 missing=()
 for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev; do
@@ -8,6 +11,14 @@ for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev; 
 done
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+if [ "${1:-}" = fuzz ]; then
+    # The real test: can clang link a libFuzzer target with ASan and UBSan?
+    probe='int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }'
+    if ! command -v clang >/dev/null 2>&1 ||
+        ! echo "$probe" | clang -x c -fsanitize=fuzzer,address,undefined - -o /dev/null >/dev/null 2>&1; then
+        missing+=(clang libclang-rt-dev)
+    fi
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "installing: ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else

@@ -152,6 +152,11 @@ void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi
     }
 }
 
+const char *tg_test_cli(void) {
+    const char *cli = getenv("TG_TEST_CLI");
+    return cli && *cli ? cli : "./build/tunegraph";
+}
+
 int tg_test_device(void) {
     const char *d = getenv("TG_TEST_DEVICE");
     return d && !strcmp(d, "cuda");

@@ -38,6 +38,10 @@ int tg_test_count_files(const char *dir);
 /* ||a - b|| / max(||b||, tiny), in double; +inf if any element is NaN. */
 double tg_rel_err(const float *a, const float *b, int64_t n);
 
+/* The CPU build of the CLI the suite runs: $TG_TEST_CLI (the sanitizer build sets it), else
+ * ./build/tunegraph. */
+const char *tg_test_cli(void);
+
 /* The executor the suite runs on: 1 (CUDA) when TG_TEST_DEVICE=cuda, else 0 (CPU). */
 int tg_test_device(void);
 

@@ -243,7 +243,7 @@ TG_TEST(test_compile_job_model_mismatch) {
 /* Runs the CLI; returns its exit code and leaves stderr in dir/stderr.txt. */
 static int run_cli(const char *dir, const char *args) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "./build/tunegraph %s >%s/stdout.txt 2>%s/stderr.txt", args, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s %s >%s/stdout.txt 2>%s/stderr.txt", tg_test_cli(), args, dir, dir);
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

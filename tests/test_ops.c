@@ -1452,6 +1452,7 @@ TG_TEST(test_op_attention_forward) {
                   tg_rel_err(O1, e.O, n));
             CHECK(fa_check_bits(&e, 0, fc->name) > 0, "%s: eval mode does not write the visible keys' bits", fc->name);
             float *O0 = fconst(n, NAN);
+            free(e.O);
             e.O = O0;
             e.training = 1, e.c.p = 0.0f;
             fa_forward(&e, pool3());

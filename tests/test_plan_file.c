@@ -604,6 +604,32 @@ TG_TEST(test_plan_file_corrupt_size) {
     CHECK(has(err.msg, "plan.tgp: ") && has(err.msg, "corrupt"), "'%s'", err.msg);
 }
 
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+TG_TEST(test_plan_file_impossible_size) {
+    /* A 57-byte file whose header and zstd frame agree on an 8 GiB payload (one RLE block
+     * and a correct checksum) is refused before the payload buffer is allocated. */
+    uint8_t f[64] = {0}, *z = f + 40;
+    uint64_t usize = 8ull << 30;
+    memcpy(f, "TGPLAN\0\0", 8);
+    put_le(f + 8, TG_PLAN_VERSION, 4);
+    size_t n = 0;
+    put_le(z, 0xFD2FB528u, 4), n += 4; /* zstd frame magic */
+    z[n++] = 0xE0;                     /* single segment, 8-byte content size */
+    put_le(z + n, usize, 8), n += 8;
+    put_le(z + n, 1 | 1 << 1 | 131072u << 3, 3), n += 3; /* last block, RLE, 128 KiB */
+    z[n++] = 0;
+    put_le(f + 16, usize, 8);
+    put_le(f + 24, n, 8);
+    put_le(f + 32, XXH64(z, n, 0), 8);
+    tg_plan back;
+    tg_err err = {{0}};
+    CHECK(tg_plan_decode(f, 40 + n, "plan.tgp", &back, &err) == -1, "8 GiB payload claim accepted");
+    CHECK(has(err.msg, "plan.tgp: payload size 8589934592 is impossible (file corrupt)"), "'%s'", err.msg);
+}
+
 TG_TEST(test_plan_file_wrong_version) {
     tg_err err = {{0}};
     CHECK(decode_patched(set_future_version, &err) == -1, "version %d accepted", TG_PLAN_VERSION + 1);
