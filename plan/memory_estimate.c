@@ -6,13 +6,14 @@
 
 /* The reduction kernels' layout constants the scratch bound depends on. They mirror
  * kernels/column_sums.cuh (COL_ROWS), kernels/layernorm.cu (LN_THREADS / 32 rows per
- * block, FC_GRID), kernels/embedding.cu (CHUNK, SMALL_V) and kernels/optimizer.cu
+ * block, FC_GRID), kernels/embedding.cu (CHUNK, TILE, SMALL_V) and kernels/optimizer.cu
  * (NORM_MAX_BLOCKS); tests/gpu/test_cuda_memory.c checks the bound against the kernels'
  * own formulas (tg_cuda_op_scratch_floats), so a change there that breaks it fails. */
 #define COL_ROWS 128
 #define LN_ROWS_PER_BLOCK 8
 #define FC_GRID 512
 #define EMB_CHUNK 256
+#define EMB_TILE 4096
 #define EMB_SMALL_V 4
 #define NORM_MAX_BLOCKS 1024
 
@@ -45,13 +46,14 @@ static int64_t layernorm_bwd_bound(int64_t M, int64_t D) {
 }
 
 /* EMBEDDING_BWD of N rows of width D into a [V, D] table: small tables are column sums;
- * else the sort's counts, cursors and arrival counters (about 3V + 4N ints) and one
- * partial row per chunk of a long id (2 ceil(N / EMB_CHUNK) + 2 chunks). */
+ * else the sort's ints (4N for one tile of tokens, else counts, offsets and cursors per
+ * id, 3V + N), an arrival counter per (chunk, 32 columns) and a partial row per chunk of
+ * a long id (2 ceil(N / EMB_CHUNK) + 2 chunks), with a few for alignment. */
 static int64_t embedding_bwd_bound(int64_t N, int64_t V, int64_t D) {
     if (N <= 0 || V <= 0 || D <= 0) return 0;
     if (V <= EMB_SMALL_V) return col_sums_bound(N, D);
     const int64_t chunks = 2 * ceil_div(N, EMB_CHUNK) + 2;
-    return 3 * V + 4 * N + 5 + chunks * (ceil_div(D, 32) + D);
+    return (N <= EMB_TILE ? 4 * N : 3 * V + N) + 5 + chunks * (ceil_div(D, 32) + D);
 }
 
 /* Floats of scratch op `op` may need, from its tensors' shapes (plan/ops.h gives them). */
@@ -85,10 +87,17 @@ static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
     }
 }
 
+uint64_t tg_op_scratch_bound_floats(const tg_plan *plan, int op) {
+    return op >= 0 && op < plan->n_ops ? (uint64_t)op_scratch_bound(plan, &plan->ops[op]) : 0;
+}
+
 uint64_t tg_reduce_scratch_bound_floats(const tg_plan *plan) {
-    int64_t floats = TG_MEM_REDUCE_SCRATCH_MIN_FLOATS;
-    for (int o = 0; o < plan->n_ops; o++) floats = max64(floats, op_scratch_bound(plan, &plan->ops[o]));
-    return (uint64_t)floats;
+    uint64_t floats = TG_MEM_REDUCE_SCRATCH_MIN_FLOATS;
+    for (int o = 0; o < plan->n_ops; o++) {
+        const uint64_t need = tg_op_scratch_bound_floats(plan, o);
+        if (need > floats) floats = need;
+    }
+    return floats;
 }
 
 void tg_estimate_memory(const tg_plan *plan, int device, tg_memory_estimate *est) {

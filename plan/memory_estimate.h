@@ -77,6 +77,8 @@ void tg_estimate_memory(const tg_plan *plan, int device, tg_memory_estimate *est
  * of the plan asks for, from the shapes of its tensors (plan/memory_estimate.c gives the
  * bound of each op kind). */
 uint64_t tg_reduce_scratch_bound_floats(const tg_plan *plan);
+/* The bound for schedule op `op` alone (0 for ops that need no scratch). */
+uint64_t tg_op_scratch_bound_floats(const tg_plan *plan, int op);
 
 /* The part's key ("pools", "gemm_workspace", ...) and its words ("cuBLASLt workspace"). */
 const char *tg_mem_part_key(int part);
