@@ -44,6 +44,9 @@ $(BUILD)/libtunegraph.so: $(LIB_OBJ)
 $(BUILD)/tunegraph: $(BUILD)/cli/main.o $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# It compiles the CLI's source in, to test its metrics helpers.
+$(BUILD)/tests/test_cli_metrics.o: cli/main.c
+
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 

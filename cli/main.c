@@ -1,5 +1,7 @@
 /* tunegraph command line: compile, inspect, run. */
+#include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,14 +17,16 @@
 #include "runtime/comm.h"
 #include "runtime/executor.h"
 #include "plan/plan_file.h"
+#include "plan/memory_estimate.h"
 #include "runtime/thread_cpu.h"
 #include "runtime/trainer.h"
 #include "base/version.h"
 
-_Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight message names the limit");
+_Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight and TUNEGRAPH_STEP_GROUP messages name the limit");
 
 #define MAX_SETS 64
 #define PROFILE_REPEATS 5
+#define MAX_THREADS 1024
 
 static const char usage[] =
     "usage:\n"
@@ -44,6 +48,18 @@ static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n%s", usage);
     return 2;
+}
+
+/* A whole number in [lo, hi] written as all of `text` in decimal: "", "abc", "4x", " 4" and
+ * numbers out of range are refused. 0, or -1. */
+static int parse_whole(const char *text, long lo, long hi, int *out) {
+    if (!text[0] || isspace((unsigned char)text[0])) return -1; /* strtol would skip blanks */
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
 }
 
 /* Options shared by the subcommands; each one accepts the subset it documents. */
@@ -80,13 +96,12 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         } else if (!strcmp(s, "--metrics")) a->metrics = argv[++i];
         else if (!strcmp(s, "--device")) a->device = argv[++i];
         else if (!strcmp(s, "--save")) a->save = argv[++i];
-        else if (!strcmp(s, "--threads")) a->threads = atoi(argv[++i]);
-        else if (!strcmp(s, "--in-flight")) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > TG_TRAINER_STAGING_MAX - 2)
+        else if (!strcmp(s, "--threads")) {
+            if (parse_whole(argv[++i], 0, MAX_THREADS, &a->threads))
+                return usage_error("--threads needs a whole number from 0 to 1024 (0: one per core), got '%s'", argv[i]);
+        } else if (!strcmp(s, "--in-flight")) {
+            if (parse_whole(argv[++i], 1, TG_TRAINER_STAGING_MAX - 2, &a->in_flight))
                 return usage_error("--in-flight needs a whole number from 1 to 14, got '%s'", argv[i]);
-            a->in_flight = (int)v;
         }
         else if (!strcmp(s, "--json")) a->json = 1;
         else if (!strcmp(s, "--profile")) a->profile = 1;
@@ -157,6 +172,53 @@ static void fmt_eta(double s, char *buf, size_t len) {
     snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
 }
 
+/* ---- metrics: one JSON object per line, built with jansson ------------------------ */
+
+/* An object under construction; `bad` records a value or key that could not be added. */
+typedef struct metrics_line {
+    json_t *o;
+    int bad;
+} metrics_line;
+
+static metrics_line line_begin(void) {
+    json_t *o = json_object();
+    return (metrics_line){o, o == NULL};
+}
+
+static void put(metrics_line *l, const char *key, json_t *v) {
+    if (!v || !l->o || json_object_set_new(l->o, key, v)) l->bad = 1;
+}
+
+static void put_int(metrics_line *l, const char *key, long long v) { put(l, key, json_integer((json_int_t)v)); }
+static void put_str(metrics_line *l, const char *key, const char *v) { put(l, key, json_string(v)); }
+static void put_bool(metrics_line *l, const char *key, int v) { put(l, key, json_boolean(v)); }
+
+/* A real written with the digits `fmt` gives it (each field's precision): the value is
+ * rounded through that text, which the dump's 15 significant digits print back as it is.
+ * A value JSON cannot hold (inf, nan) is written as null, with "<key>_error":
+ * "not finite" beside it. */
+static void put_real(metrics_line *l, const char *key, double v, const char *fmt) {
+    if (!isfinite(v)) {
+        char error_key[128];
+        snprintf(error_key, sizeof error_key, "%s_error", key);
+        put(l, key, json_null());
+        put_str(l, error_key, "not finite");
+        return;
+    }
+    char text[64];
+    snprintf(text, sizeof text, fmt, v);
+    put(l, key, json_real(strtod(text, NULL)));
+}
+
+/* Writes the object as one line (keys in the order they were put) and releases it:
+ * 0, or -1 when it could not be built or written. */
+static int line_write(metrics_line *l, FILE *f) {
+    int rc = l->bad || json_dumpf(l->o, f, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) || fputc('\n', f) == EOF;
+    json_decref(l->o);
+    l->o = NULL;
+    return rc ? -1 : 0;
+}
+
 /* Where the time of one step goes, op by op (launched singly, so each op's time is its
  * kernel time plus launch gaps that the captured graph mostly hides). */
 static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
@@ -168,6 +230,7 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
         return -1;
     }
     double kind_ms[TG_OP_COUNT] = {0}, total = 0, phase_ms[TG_PHASE_COUNT] = {0};
+    int wrote = 0; /* -1 once a metrics line could not be written */
     int kind_n[TG_OP_COUNT] = {0};
     for (int o = 0; o < p->n_ops; o++) {
         kind_ms[p->ops[o].kind] += ms[o];
@@ -187,27 +250,39 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
         if (best < 0) break;
         fprintf(stderr, "  %-18s %5d %10.3f %5.1f%%\n", tg_op_name(best), kind_n[best], kind_ms[best],
                 100 * kind_ms[best] / total);
-        if (metrics)
-            fprintf(metrics, "{\"profile_op\": \"%s\", \"count\": %d, \"ms\": %.4f}\n", tg_op_name(best), kind_n[best],
-                    kind_ms[best]);
+        if (metrics) {
+            metrics_line l = line_begin();
+            put_str(&l, "profile_op", tg_op_name(best));
+            put_int(&l, "count", kind_n[best]);
+            put_real(&l, "ms", kind_ms[best], "%.4f");
+            if (line_write(&l, metrics)) wrote = -1;
+        }
         kind_n[best] = 0;
     }
     /* Every op's time in the metrics, so a report can say where each millisecond went. */
     for (int o = 0; metrics && o < p->n_ops; o++) {
         const tg_op *op = &p->ops[o];
         int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
-        fprintf(metrics, "{\"profile_op_index\": %d, \"op\": \"%s\", \"tensor\": \"%s\", \"ms\": %.4f", o,
-                tg_op_name(op->kind), out >= 0 ? p->tensors[out].name : "", ms[o]);
-        const tg_matmul_params *mm = &op->p.matmul;
-        if (op->kind == TG_OP_MATMUL)
-            fprintf(metrics,
-                    ", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"batch\": %lld, \"trans_a\": %lld, \"trans_b\": %lld, "
-                    "\"accumulate\": %lld, \"bias_grad\": %lld, \"act\": %lld, \"tflops\": %.1f",
-                    (long long)mm->m, (long long)mm->n, (long long)mm->k, (long long)mm->batch,
-                    (long long)mm->trans_a, (long long)mm->trans_b, (long long)mm->accumulate,
-                    (long long)mm->bias_grad, (long long)mm->activation,
-                    ms[o] > 0 ? 2.0 * mm->m * mm->n * mm->k * mm->batch / (ms[o] * 1e9) : 0.0);
-        fprintf(metrics, "}\n");
+        metrics_line l = line_begin();
+        put_int(&l, "profile_op_index", o);
+        put_str(&l, "op", tg_op_name(op->kind));
+        put_str(&l, "tensor", out >= 0 ? p->tensors[out].name : "");
+        put_real(&l, "ms", ms[o], "%.4f");
+        if (op->kind == TG_OP_MATMUL) {
+            const tg_matmul_params *mm = &op->p.matmul;
+            put_int(&l, "M", mm->m);
+            put_int(&l, "N", mm->n);
+            put_int(&l, "K", mm->k);
+            put_int(&l, "batch", mm->batch);
+            put_int(&l, "trans_a", mm->trans_a);
+            put_int(&l, "trans_b", mm->trans_b);
+            put_int(&l, "accumulate", mm->accumulate);
+            put_int(&l, "bias_grad", mm->bias_grad);
+            put_int(&l, "act", mm->activation);
+            put_real(&l, "tflops", ms[o] > 0 ? 2.0 * mm->m * mm->n * mm->k * mm->batch / (ms[o] * 1e9) : 0.0,
+                     "%.1f");
+        }
+        if (line_write(&l, metrics)) wrote = -1;
     }
     fprintf(stderr, "  slowest ops:\n");
     for (int shown = 0; shown < 8; shown++) {
@@ -226,7 +301,7 @@ static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err 
         ms[best] = -1;
     }
     free(ms);
-    return 0;
+    return wrote ? tg_fail(err, "cannot write the profile to the metrics file") : 0;
 }
 
 /* Data parallelism: replica 0 is the run the CLI reports on; the others train beside it
@@ -288,14 +363,18 @@ static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_
     return tg_cuda_comms_create(comms, replicas, err);
 }
 
-static int write_json_line(FILE *f, const char *text) { return fputs(text, f) < 0 || fputc('\n', f) < 0 ? -1 : 0; }
-
 static int cmd_run(int argc, char **argv) {
     cli_args a;
     int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save --profile --in-flight");
     if (rc) return rc;
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
+    const char *step_group = getenv("TUNEGRAPH_STEP_GROUP");
+    int step_group_n = 0; /* 0: what the executor does best */
+    if (step_group && parse_whole(step_group, 0, TG_TRAINER_STAGING_MAX - 2, &step_group_n))
+        return usage_error("TUNEGRAPH_STEP_GROUP needs a whole number from 0 to 14 (0: the executor's choice), got "
+                           "'%s'",
+                           step_group);
     tg_err err = {{0}};
     tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
     double t_start = tg_wall_s();
@@ -318,7 +397,7 @@ static int cmd_run(int argc, char **argv) {
     tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
                                .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
                                .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL,
-                               .step_group = getenv("TUNEGRAPH_STEP_GROUP") ? atoi(getenv("TUNEGRAPH_STEP_GROUP")) : 0};
+                               .step_group = step_group_n};
     const int replicas = plan.train.replicas;
     void *comms[TG_MAX_DATA_PARALLEL] = {0};
     tg_cpu_comm_group *cpu_group = NULL;
@@ -374,7 +453,6 @@ static int cmd_run(int argc, char **argv) {
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0;
-    char line[512];
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
     rc = step_times ? 0 : 1;
     /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills
@@ -404,13 +482,18 @@ static int cmd_run(int argc, char **argv) {
         tokens += s.tokens * replicas;
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
         if (mf) {
-            snprintf(line, sizeof line,
-                     "{\"step\": %d, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
-                     "\"tokens_per_s\": %.1f, \"batch_ms\": %.4f, \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
-                     "\"optimizer_ms\": %.4f}",
-                     s.step, s.loss, s.lr, s.grad_norm, s.step_ms, tok_s, s.phase_ms[0], s.phase_ms[1], s.phase_ms[2],
-                     s.phase_ms[3]);
-            if (write_json_line(mf, line)) rc = 1;
+            metrics_line l = line_begin();
+            put_int(&l, "step", s.step);
+            put_real(&l, "loss", s.loss, "%.6g");
+            put_real(&l, "lr", s.lr, "%.6g");
+            put_real(&l, "grad_norm", s.grad_norm, "%.6g");
+            put_real(&l, "step_ms", s.step_ms, "%.3f");
+            put_real(&l, "tokens_per_s", tok_s, "%.1f");
+            put_real(&l, "batch_ms", s.phase_ms[0], "%.4f");
+            put_real(&l, "forward_ms", s.phase_ms[1], "%.4f");
+            put_real(&l, "backward_ms", s.phase_ms[2], "%.4f");
+            put_real(&l, "optimizer_ms", s.phase_ms[3], "%.4f");
+            if (line_write(&l, mf)) rc = 1;
         }
         double elapsed = tg_wall_s() - t_train;
         char eta[32];
@@ -462,23 +545,35 @@ static int cmd_run(int argc, char **argv) {
     /* Last: profiling runs more steps, which move the weights. */
     if (!rc && a.profile && report_profile(&tr, mf, median_step_ms, &err)) rc = 1;
     if (!rc) {
-        int n = snprintf(line, sizeof line,
-                         "{\"summary\": true, \"steps\": %d, \"first_loss\": %.6g, \"final_loss\": %.6g, "
-                         "\"train_s\": %.3f, \"warmup_s\": %.3f, \"tokens_per_s\": %.1f, \"median_step_ms\": %.4f, "
-                         "\"host_cpu_us_per_step\": %.1f, \"host_cpu_own_us_per_step\": %.1f, "
-                         "\"loop_cpu_us_per_step\": %.1f, \"driver_thread_cpu_us_per_step\": %.1f, \"device\": \"%s\", "
-                         "\"replicas\": %d",
-                         tr.steps_done, first_loss, last_loss, train_s, warmup_s, tokens / train_s, median_step_ms,
-                         host_cpu_us, host_cpu_us - driver_cpu_us, loop_cpu_us, driver_cpu_us, device_name, replicas);
+        tg_memory_use mem;
+        tg_trainer_memory(&tr, &mem);
+        metrics_line l = line_begin();
+        put_bool(&l, "summary", 1);
+        put_int(&l, "steps", tr.steps_done);
+        put_real(&l, "first_loss", first_loss, "%.6g");
+        put_real(&l, "final_loss", last_loss, "%.6g");
+        put_real(&l, "train_s", train_s, "%.3f");
+        put_real(&l, "warmup_s", warmup_s, "%.3f");
+        put_real(&l, "tokens_per_s", tokens / train_s, "%.1f");
+        put_real(&l, "median_step_ms", median_step_ms, "%.4f");
+        put_real(&l, "host_cpu_us_per_step", host_cpu_us, "%.1f");
+        put_real(&l, "host_cpu_own_us_per_step", host_cpu_us - driver_cpu_us, "%.1f");
+        put_real(&l, "loop_cpu_us_per_step", loop_cpu_us, "%.1f");
+        put_real(&l, "driver_thread_cpu_us_per_step", driver_cpu_us, "%.1f");
+        put_str(&l, "device", device_name);
+        put_int(&l, "replicas", replicas);
+        put_int(&l, "planned_peak_bytes", (long long)mem.planned);
+        put_int(&l, "memory_estimate_bytes", (long long)mem.estimated);
+        if (mem.measured >= 0) put_int(&l, "measured_peak_bytes", mem.measured);
+        else put(&l, "measured_peak_bytes", json_null()), put_str(&l, "measured_peak_bytes_error", "not measurable here");
         if (evaluated) {
-            n += snprintf(line + n, sizeof line - n, ", \"eval_examples\": %d, \"eval_loss\": %.6g", ev.examples,
-                          ev.loss);
-            if (ev.accuracy >= 0) n += snprintf(line + n, sizeof line - n, ", \"eval_accuracy\": %.6g", ev.accuracy);
-            if (ev.perplexity >= 0)
-                n += snprintf(line + n, sizeof line - n, ", \"eval_perplexity\": %.6g", ev.perplexity);
+            put_int(&l, "eval_examples", ev.examples);
+            put_real(&l, "eval_loss", ev.loss, "%.6g");
+            if (ev.accuracy >= 0) put_real(&l, "eval_accuracy", ev.accuracy, "%.6g");
+            if (ev.perplexity >= 0) put_real(&l, "eval_perplexity", ev.perplexity, "%.6g");
         }
-        snprintf(line + n, sizeof line - n, "}");
-        if (mf && write_json_line(mf, line)) rc = 1;
+        if (mf && line_write(&l, mf)) rc = 1;
+        json_decref(l.o); /* not written without a metrics file */
         fprintf(stderr,
                 "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s, median step %.3f ms, host CPU %.0f us/step "
                 "(training loop thread %.0f us",
@@ -486,6 +581,13 @@ static int cmd_run(int argc, char **argv) {
                 host_cpu_us - driver_cpu_us, loop_cpu_us);
         if (driver_cpu_us > 0) fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
+        char planned_s[32], estimate_s[32], measured_s[32] = "not measurable here";
+        if (mem.measured >= 0) tg_mem_format_bytes((uint64_t)mem.measured, measured_s, sizeof measured_s);
+        fprintf(stderr, "peak memory on %s: measured %s (%s), planned %s (the pools; estimate %s)\n",
+                device == TG_DEVICE_CUDA ? "the GPU" : "the CPU", measured_s,
+                device == TG_DEVICE_CUDA ? "device memory taken beyond the CUDA context" : "resident set growth",
+                tg_mem_format_bytes(mem.planned, planned_s, sizeof planned_s),
+                tg_mem_format_bytes(mem.estimated, estimate_s, sizeof estimate_s));
         if (evaluated) {
             fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
             if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f", ev.accuracy);

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 
 static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",
@@ -141,6 +142,15 @@ static void print_text(const tg_plan *p, FILE *out) {
         fprintf(out, "%-12s %14" PRIu64 " bytes %12.2f MiB\n", tg_pool_name(q), p->pool_bytes[q],
                 mib(p->pool_bytes[q]));
     fprintf(out, "peak: %" PRIu64 " bytes (%.2f MiB)\n", p->peak_bytes, mib(p->peak_bytes));
+    /* What a run needs on each device beside the pools (plan/memory_estimate.h). */
+    for (int d = TG_MEM_DEVICE_CUDA; d >= TG_MEM_DEVICE_CPU; d--) {
+        tg_memory_estimate est;
+        char total[32], parts[512];
+        tg_estimate_memory(p, d, &est);
+        fprintf(out, "memory estimate, %s: %s (%s)\n", d == TG_MEM_DEVICE_CUDA ? "GPU" : "CPU",
+                tg_mem_format_bytes(est.total, total, sizeof total),
+                tg_memory_estimate_parts(&est, -1, parts, sizeof parts));
+    }
     fprintf(out, "activation live peak: %" PRIu64 " bytes (%.2f MiB)\n", p->activation_live_peak,
             mib(p->activation_live_peak));
     fprintf(out, "flops per step: %.6g (%.3f GFLOP)\n", p->flops_per_step,
@@ -325,6 +335,23 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     for (int q = 0; pools && q < TG_POOL_COUNT; q++)
         jset(&c, pools, tg_pool_name(q), jbytes(p->pool_bytes[q]));
     jset(&c, root, "peak_bytes", jbytes(p->peak_bytes));
+    /* {"cuda": {"total_bytes": N, "parts": {"pools": N, ...}}, "cpu": {...}}: every part,
+     * 0 where it does not apply to the device. */
+    json_t *memory = json_object();
+    jset(&c, root, "memory_estimate", memory);
+    for (int d = TG_MEM_DEVICE_CUDA; memory && d >= TG_MEM_DEVICE_CPU; d--) {
+        tg_memory_estimate est;
+        tg_estimate_memory(p, d, &est);
+        json_t *dev = json_object(), *parts = json_object();
+        jset(&c, memory, d == TG_MEM_DEVICE_CUDA ? "cuda" : "cpu", dev);
+        if (!dev) {
+            json_decref(parts);
+            continue;
+        }
+        jset(&c, dev, "total_bytes", jbytes(est.total));
+        jset(&c, dev, "parts", parts);
+        for (int k = 0; parts && k < TG_MEM_PART_COUNT; k++) jset(&c, parts, tg_mem_part_key(k), jbytes(est.part[k]));
+    }
     jset(&c, root, "activation_live_peak", jbytes(p->activation_live_peak));
     jset(&c, root, "flops_per_step", jreal(p->flops_per_step));
     jset(&c, root, "bytes_per_step", jreal(p->bytes_per_step));

@@ -90,6 +90,11 @@ int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executo
 /* Number of CUDA devices (0 in a CPU-only build). */
 int tg_cuda_device_count(void);
 
+/* Free and total memory of GPU `device`, which becomes the calling thread's current
+ * device (its context is created if it was not yet): 0, or -1 with a message (always, in a
+ * CPU-only build). */
+int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err);
+
 /* NCCL communicators for `ranks` replicas in this process, replica r on GPU r
  * (comms[r]). */
 int tg_cuda_comms_create(void **comms, int ranks, tg_err *err);

@@ -120,6 +120,9 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
                               t->rank, opts ? opts->comm : NULL};
     t->replicas = train->replicas > 1 ? train->replicas : 1;
     double t0 = tg_wall_ms();
+    /* Before anything is allocated: a plan that cannot fit is refused now, not by an
+     * allocation failure part way (or the OOM killer later). */
+    if (tg_preflight(plan, eo.device, t->rank, &t->memory, err)) return -1;
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
     t->open_ms[0] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
@@ -256,6 +259,7 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int64_t tokens, double t
     memcpy(s->phase_ms, stats + 3, sizeof s->phase_ms);
     s->step_ms = stats[7] > 0 ? stats[7] : tg_wall_ms() - t0;
     s->step = ++t->steps_done;
+    if (s->step == 1) tg_memory_probe_sample(&t->memory); /* every buffer of a step is in use by now */
     if (!isfinite(s->loss))
         return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);
     return 0;
@@ -381,6 +385,14 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
 int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err) {
     if (upload_inputs(t, err)) return -1;
     return t->ex.vt->profile(t->ex.impl, repeats, op_ms, err);
+}
+
+void tg_trainer_memory(tg_trainer *t, tg_memory_use *use) {
+    tg_memory_estimate est;
+    tg_estimate_memory(t->plan, t->memory.device, &est);
+    use->planned = t->plan->peak_bytes;
+    use->estimated = est.total;
+    use->measured = tg_memory_probe_peak(&t->memory);
 }
 
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {

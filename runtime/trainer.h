@@ -7,6 +7,7 @@
 
 #include "datasets/dataset.h"
 #include "runtime/executor.h"
+#include "runtime/preflight.h"
 #include "runtime/weights.h"
 #include "base/error.h"
 #include "plan/plan.h"
@@ -94,9 +95,23 @@ typedef struct tg_trainer {
     tg_weights_report weights;  /* what was loaded from the model folder */
     int weights_loaded;
     double open_ms[3];          /* time to open: executor and pools, weights, datasets */
+    tg_memory_probe memory;     /* the measured peak, from the preflight's reading on */
 } tg_trainer;
 
-/* Allocates the pools, initialises parameters (random with the run's seed, then the
+/* The run's memory on its device, planned and measured. */
+typedef struct tg_memory_use {
+    uint64_t planned;   /* the plan's pools (plan->peak_bytes) */
+    uint64_t estimated; /* what the preflight expects the run to need (plan/memory_estimate.h) */
+    /* The peak measured so far (runtime/preflight.h): on CUDA, device memory taken beyond
+     * what was in use once the context existed (pools, workspace, scratch, staging,
+     * kernels), from free memory read after the first step and now; on the CPU, the
+     * growth of the process's resident set since the trainer began opening. -1 where it
+     * cannot be measured. */
+    int64_t measured;
+} tg_memory_use;
+
+/* Checks first that the plan fits the device's free memory (runtime/preflight.h; skipped
+ * with TUNEGRAPH_PREFLIGHT=0), then allocates the pools, initialises parameters (random with the run's seed, then the
  * model folder's model.safetensors where there is one), loads the datasets, and sets the
  * schedule's total steps (steps, or epochs x global batches per epoch). */
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);
@@ -117,6 +132,10 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *stats, tg_err *err);
 /* Times each op of one training step on the current batch (op_ms[op index], mean of
  * `repeats` runs launched op by op). It trains as it measures: the weights move. */
 int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err);
+
+/* The planned and measured peak memory of the run so far (reads the device's memory now;
+ * the steps in flight keep running). */
+void tg_trainer_memory(tg_trainer *t, tg_memory_use *use);
 
 /* Writes the current parameters as HF-named safetensors. */
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/memory_estimate.h"
 #include "runtime/cuda/cuda_exec_internal.h"
 
-#define GEMM_WORKSPACE_BYTES (32u << 20)
 
 int tg_cuda_fail(tg_err *err, const char *what, cudaError_t e) {
     return tg_fail(err, "%s failed: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
@@ -162,8 +162,8 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     c->rank = nccl_comm ? device : 0; /* replica r runs on GPU r */
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->train.allow_tf32;
-    c->gemm_workspace_bytes = GEMM_WORKSPACE_BYTES;
-    int64_t scratch = 1024;
+    c->gemm_workspace_bytes = TG_MEM_GEMM_WORKSPACE_BYTES; /* what the memory estimate counts */
+    int64_t scratch = TG_MEM_REDUCE_SCRATCH_MIN_FLOATS;
     for (int o = 0; o < plan->n_ops; o++) {
         int64_t in_n[TG_OP_MAX_IN];
         tg_cuda_numels(plan, &plan->ops[o], in_n, NULL);
@@ -195,8 +195,9 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     else if ((e = cudaEventCreateWithFlags(&x->fork, cudaEventDisableTiming)) != cudaSuccess ||
              (e = cudaEventCreateWithFlags(&x->join, cudaEventDisableTiming)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaEventCreate", e);
-    else if ((x->staging_stride = (plan->pool_bytes[TG_POOL_INPUTS] + 255) / 256 * 256,
-              e = cudaMalloc((void **)&x->staging, 2 * x->staging_stride + 256)) != cudaSuccess)
+    else if ((x->staging_stride = (plan->pool_bytes[TG_POOL_INPUTS] + TG_MEM_STAGING_ALIGN - 1) / TG_MEM_STAGING_ALIGN *
+                                  TG_MEM_STAGING_ALIGN,
+              e = cudaMalloc((void **)&x->staging, TG_MEM_STAGING_SLOTS * x->staging_stride + TG_MEM_STAGING_ALIGN)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaMalloc of the batch staging slots", e);
     else if ((e = cudaMalloc((void **)&x->seq_dev, sizeof *x->seq_dev)) != cudaSuccess ||
              (e = cudaMemset(x->seq_dev, 0, sizeof *x->seq_dev)) != cudaSuccess)

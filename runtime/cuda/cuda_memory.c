@@ -1,0 +1,18 @@
+/* Device memory as the CUDA runtime reports it, for the memory preflight and the measured
+ * peak (runtime/preflight.c). */
+#include <cuda_runtime_api.h>
+
+#include "runtime/executor.h"
+
+int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err) {
+    cudaError_t e = cudaSetDevice(device);
+    size_t free_b = 0, total_b = 0;
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tg_fail(err, "cannot read the free memory of GPU %d: %s: %s", device, cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+    }
+    *free_bytes = free_b, *total_bytes = total_b;
+    return 0;
+}

@@ -1,0 +1,70 @@
+/* The CLI's metrics lines: jansson objects written one per line, each real with its
+ * field's digits, a non-finite value as null with "<key>_error" beside it. The CLI's
+ * source is compiled in here (its main renamed) to reach its static helpers. */
+#define main tunegraph_cli_main
+#include "cli/main.c"
+#undef main
+
+#include "tests/harness.h"
+
+/* The line the object gives, without its newline (malloc'd). */
+static char *written(metrics_line *l, int *rc) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    *rc = line_write(l, f);
+    fclose(f);
+    if (buf && len && buf[len - 1] == '\n') buf[len - 1] = 0;
+    return buf;
+}
+
+TG_TEST(test_cli_metrics_line_json) {
+    metrics_line l = line_begin();
+    put_int(&l, "step", 3);
+    put_real(&l, "loss", 0.69555401802062988, "%.6g");
+    put_real(&l, "lr", 0.0, "%.6g");
+    put_real(&l, "step_ms", 18.956000123, "%.3f");
+    put_real(&l, "tokens_per_s", 1234567.891, "%.1f");
+    put_str(&l, "tensor", "a \"quoted\" name");
+    put_bool(&l, "summary", 1);
+    int rc = -1;
+    char *text = written(&l, &rc);
+    REQUIRE(text && rc == 0, "not written");
+    const char *want = "{\"step\": 3, \"loss\": 0.695554, \"lr\": 0.0, \"step_ms\": 18.956, \"tokens_per_s\": "
+                       "1234567.9, \"tensor\": \"a \\\"quoted\\\" name\", \"summary\": true}";
+    CHECK(!strcmp(text, want), "line %s\n      want %s", text, want);
+    json_error_t e;
+    json_t *o = json_loads(text, 0, &e);
+    CHECK(o && json_real_value(json_object_get(o, "step_ms")) == 18.956, "does not parse back: %s", e.text);
+    json_decref(o);
+    free(text);
+}
+
+TG_TEST(test_cli_metrics_non_finite) {
+    metrics_line l = line_begin();
+    put_real(&l, "loss", NAN, "%.6g");
+    put_real(&l, "grad_norm", INFINITY, "%.6g");
+    put_real(&l, "lr", -INFINITY, "%.6g");
+    put_real(&l, "step_ms", 1.5, "%.3f");
+    int rc = -1;
+    char *text = written(&l, &rc);
+    REQUIRE(text && rc == 0, "not written");
+    const char *want = "{\"loss\": null, \"loss_error\": \"not finite\", \"grad_norm\": null, \"grad_norm_error\": "
+                       "\"not finite\", \"lr\": null, \"lr_error\": \"not finite\", \"step_ms\": 1.5}";
+    CHECK(!strcmp(text, want), "line %s\n      want %s", text, want);
+    json_error_t e;
+    json_t *o = json_loads(text, 0, &e);
+    CHECK(o && json_is_null(json_object_get(o, "loss")), "not JSON: %s", e.text);
+    json_decref(o);
+    free(text);
+}
+
+TG_TEST(test_cli_parse_whole) {
+    int v = -7;
+    CHECK(parse_whole("0", 0, 1024, &v) == 0 && v == 0, "0");
+    CHECK(parse_whole("1024", 0, 1024, &v) == 0 && v == 1024, "1024");
+    static const char *const bad[] = {"", "abc", "4x", "1025", "-1", " 4", "4 ", "+", "0x10", "99999999999999999999"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        CHECK(parse_whole(bad[k], 0, 1024, &v) == -1, "'%s' accepted as %d", bad[k], v);
+}
