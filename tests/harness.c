@@ -154,7 +154,8 @@ void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi
 
 const char *tg_test_cli(void) {
     const char *cli = getenv("TG_TEST_CLI");
-    return cli && *cli ? cli : "./build/tunegraph";
+    if (cli && *cli) return cli;
+    return tg_test_device() ? "./build/gpu/tunegraph" : "./build/tunegraph";
 }
 
 int tg_test_device(void) {

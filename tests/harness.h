@@ -38,8 +38,8 @@ int tg_test_count_files(const char *dir);
 /* ||a - b|| / max(||b||, tiny), in double; +inf if any element is NaN. */
 double tg_rel_err(const float *a, const float *b, int64_t n);
 
-/* The CPU build of the CLI the suite runs: $TG_TEST_CLI (the sanitizer build sets it), else
- * ./build/tunegraph. */
+/* The CLI the suite runs: $TG_TEST_CLI (the sanitizer build and device runs set it), else
+ * ./build/gpu/tunegraph when the suite runs on CUDA, ./build/tunegraph otherwise. */
 const char *tg_test_cli(void);
 
 /* The executor the suite runs on: 1 (CUDA) when TG_TEST_DEVICE=cuda, else 0 (CPU). */

@@ -14,8 +14,8 @@ static int run_cli(const char *env, const char *args, char **text) {
     const char *dir = tg_test_tmpdir();
     char cmd[1600], path[700];
     snprintf(path, sizeof path, "%s/stderr.txt", dir);
-    snprintf(cmd, sizeof cmd, "%s ./build/tunegraph run examples/demo-classify.job --device cpu --set steps=1 %s 2>%s",
-             env, args, path);
+    snprintf(cmd, sizeof cmd, "%s %s run examples/demo-classify.job --device cpu --set steps=1 %s 2>%s", env, tg_test_cli(),
+             args, path);
     int st = system(cmd);
     *text = tg_test_read_file(path, NULL);
     return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

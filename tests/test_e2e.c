@@ -111,7 +111,7 @@ TG_TEST(test_e2e_cli_metrics) {
     snprintf(plan, sizeof plan, "%s/demo.tgp", dir);
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", dir);
     /* The binary of the executor under test: build/gpu/ holds the CUDA one. */
-    const char *bin = tg_test_device() ? "./build/gpu/tunegraph" : tg_test_cli();
+    const char *bin = tg_test_cli();
     snprintf(cmd, sizeof cmd,
              "%s compile examples/demo-classify.job -o %s >/dev/null && "
              "%s run %s --set steps=12 --metrics %s 2>%s/stderr.txt",
@@ -177,7 +177,7 @@ TG_TEST(test_e2e_cli_data_parallel) {
     snprintf(cmd, sizeof cmd,
              "%s run examples/demo-classify.job --device %s --set data_parallel=2 --set zero_stage=1 --set batch=8 "
              "--set steps=20 --metrics %s --save %s 2>%s/dp-stderr.txt",
-             cuda ? "./build/gpu/tunegraph" : tg_test_cli(), cuda ? "cuda" : "cpu", metrics, saved, dir);
+             tg_test_cli(), cuda ? "cuda" : "cpu", metrics, saved, dir);
     REQUIRE(system(cmd) == 0, "CLI run failed: %s", cmd);
     char *text = tg_test_read_file(metrics, NULL);
     REQUIRE(text, "no metrics file");

@@ -249,8 +249,8 @@ TG_TEST(test_cli_run_refuses_plan_that_cannot_fit) {
     free(cwd);
     REQUIRE(tg_test_write_file(job, text) == 0, "cannot write %s", job);
     /* The estimate, as inspect shows it, is far past any test machine's memory. */
-    snprintf(cmd, sizeof cmd, "./build/tunegraph compile %s -o %s >/dev/null && ./build/tunegraph inspect %s --json > %s/big.json",
-             job, plan, plan, dir);
+    snprintf(cmd, sizeof cmd, "%s compile %s -o %s >/dev/null && %s inspect %s --json > %s/big.json", tg_test_cli(), job,
+             plan, tg_test_cli(), plan, dir);
     REQUIRE(run_status(cmd) == 0, "compile or inspect failed: %s", cmd);
     snprintf(path, sizeof path, "%s/big.json", dir);
     json_error_t je;
@@ -263,7 +263,7 @@ TG_TEST(test_cli_run_refuses_plan_that_cannot_fit) {
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    snprintf(cmd, sizeof cmd, "./build/tunegraph run %s --device cpu 2>%s/stderr.txt", job, dir);
+    snprintf(cmd, sizeof cmd, "%s run %s --device cpu 2>%s/stderr.txt", tg_test_cli(), job, dir);
     int rc = run_status(cmd);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -288,9 +288,9 @@ TG_TEST(test_cli_run_reports_measured_peak_cpu) {
     const char *dir = tg_test_tmpdir();
     char cmd[1200], path[700];
     snprintf(cmd, sizeof cmd,
-             "./build/tunegraph run examples/demo-classify.job --device cpu --set batch=128 --set seq=64 --set steps=2 "
+             "%s run examples/demo-classify.job --device cpu --set batch=128 --set seq=64 --set steps=2 "
              "--metrics %s/m.jsonl 2>%s/stderr.txt",
-             dir, dir);
+             tg_test_cli(), dir, dir);
     REQUIRE(run_status(cmd) == 0, "run failed: %s", cmd);
     snprintf(path, sizeof path, "%s/m.jsonl", dir);
     char *text = tg_test_read_file(path, NULL);
