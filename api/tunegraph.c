@@ -8,8 +8,7 @@
 
 #include "base/error.h"
 #include "base/version.h"
-#include "compiler/compile.h"
-#include "compiler/job.h"
+#include "api/front.h"
 #include "plan/inspect.h"
 #include "plan/plan_file.h"
 #include "runtime/trainer.h"
@@ -84,13 +83,11 @@ static int read_in(void *dst, size_t dst_size, const void *src, const char *type
 
 /* ---- plans ---- */
 
-static int compile_job(tg_job *job, tunegraph_plan **out) {
-    tg_err err = {{0}};
-    tunegraph_plan *p = calloc(1, sizeof *p);
-    if (!p) return fail("out of memory");
-    if (tg_compile(job, &p->plan, &err)) {
+/* A new plan handle compiled by `compile` (a tg_front_compile_* call bound to its input). */
+static int new_plan(tunegraph_plan **out, int rc, tunegraph_plan *p, const tg_err *err) {
+    if (rc) {
         free(p);
-        return fail_err(&err);
+        return fail_err(err);
     }
     *out = p;
     return 0;
@@ -100,21 +97,22 @@ int tunegraph_compile_file(const char *job_path, const char *const *overrides, i
                            tunegraph_plan **plan) {
     if (!job_path || !plan || n_overrides < 0 || (n_overrides && !overrides))
         return fail("tunegraph_compile_file: job_path and plan are required, and overrides for n_overrides > 0");
+    tunegraph_plan *p = calloc(1, sizeof *p);
+    if (!p) return fail("out of memory");
     tg_err err = {{0}};
-    tg_job job;
-    if (tg_job_load(job_path, overrides, n_overrides, &job, &err)) return fail_err(&err);
-    return compile_job(&job, plan);
+    return new_plan(plan, tg_front_compile_file(job_path, overrides, n_overrides, &p->plan, &err), p, &err);
 }
 
 int tunegraph_compile_text(const char *job_text, const char *base_dir, const char *const *overrides,
                            int n_overrides, tunegraph_plan **plan) {
     if (!job_text || !plan || n_overrides < 0 || (n_overrides && !overrides))
         return fail("tunegraph_compile_text: job_text and plan are required, and overrides for n_overrides > 0");
+    tunegraph_plan *p = calloc(1, sizeof *p);
+    if (!p) return fail("out of memory");
     tg_err err = {{0}};
-    tg_job job;
-    if (tg_job_parse_text(job_text, "<job text>", base_dir, overrides, n_overrides, &job, &err))
-        return fail_err(&err);
-    return compile_job(&job, plan);
+    return new_plan(plan,
+                    tg_front_compile_text(job_text, "<job text>", base_dir, overrides, n_overrides, &p->plan, &err),
+                    p, &err);
 }
 
 int tunegraph_plan_load(const char *path, tunegraph_plan **plan) {
@@ -167,7 +165,7 @@ int tunegraph_plan_summarize(const tunegraph_plan *plan, tunegraph_plan_summary 
 static int plan_set_run_key(tg_plan *plan, const char *setting) {
     tg_err err = {{0}};
     const char *name = plan->job_path[0] ? plan->job_path : "the plan";
-    if (tg_job_apply_run_overrides(&plan->run, &setting, 1, name, &err)) return fail_err(&err);
+    if (tg_front_set_run(plan, &setting, 1, name, &err)) return fail_err(&err);
     return 0;
 }
 

@@ -10,9 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compiler/compile.h"
+#include "api/front.h"
 #include "plan/inspect.h"
-#include "compiler/job.h"
 #include "base/clock.h"
 #include "runtime/comm.h"
 #include "runtime/executor.h"
@@ -125,11 +124,9 @@ static int cmd_compile(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a, "-o --set");
     if (rc) return rc;
     tg_err err = {{0}};
-    tg_job job;
     double t0 = tg_wall_s();
-    if (tg_job_load(a.input, a.sets, a.n_sets, &job, &err)) return die(&err);
     tg_plan plan;
-    if (tg_compile(&job, &plan, &err)) return die(&err);
+    if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
     double compile_s = tg_wall_s() - t0;
     char path[TG_PATH_MAX];
     if (a.output) snprintf(path, sizeof path, "%s", a.output);
@@ -381,14 +378,12 @@ static int cmd_run(int argc, char **argv) {
     tg_plan plan;
     if (tg_plan_file_sniff(a.input)) {
         if (tg_plan_read(a.input, &plan, &err)) return die(&err);
-        if (tg_job_apply_run_overrides(&plan.run, a.sets, a.n_sets, a.input, &err)) {
+        if (tg_front_set_run(&plan, a.sets, a.n_sets, a.input, &err)) {
             tg_plan_free(&plan);
             return die(&err);
         }
     } else {
-        tg_job job;
-        if (tg_job_load(a.input, a.sets, a.n_sets, &job, &err)) return die(&err);
-        if (tg_compile(&job, &plan, &err)) return die(&err);
+        if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
     }
 
     tg_trainer tr;

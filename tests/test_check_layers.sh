@@ -32,7 +32,8 @@ put kernels/ops.cu '#include "kernels/ops.cuh"\n#include "plan/plan.h"\n'
 put kernels/ops.cuh '#include "base/error.h"\n'
 put runtime/trainer.c '#include "datasets/batch.h"\n#include "kernels/ops.cuh"\n#include "models/config.h"\n#include "local.h"\n'
 put runtime/local.h '\n'
-put cli/main.c '#include "compiler/compile.h"\n#include "runtime/trainer.h"\n'
+put cli/main.c '#include "api/front.h"\n#include "runtime/trainer.h"\n'
+put api/front.c '#include "compiler/compile.h"\n'
 put tests/test_x.c '#include "compiler/job.h"\ntg_job j;\n'
 
 out=$("$check" "$tmp/tree" 2>&1)
@@ -69,6 +70,8 @@ expect_violation models/config.h '#include "plan/plan.h"\nint pad(const tg_job *
     'check_layers: models/config.h:2: names tg_job: models/ reads the plan (tg_plan_train, tg_plan_run), never the job'
 expect_violation runtime/local.h '/* see tg_job_pad_id */\n' \
     'check_layers: runtime/local.h:1: names tg_job_pad_id: runtime/'
+expect_violation cli/main.c '#include "runtime/trainer.h"\n#include "compiler/job.h"\n' \
+    'check_layers: cli/main.c:2: includes "compiler/job.h": cli/ may include only base/ plan/ runtime/ api/ cli/'
 
 if [ $failed -ne 0 ]; then exit 1; fi
-echo "ok   test_check_layers (clean tree passes, 8 violations caught)"
+echo "ok   test_check_layers (clean tree passes, 9 violations caught)"

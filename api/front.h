@@ -1,0 +1,23 @@
+/* The compiler's front door: a job (a file, or text) with --set overrides becomes a plan,
+ * and a compiled plan takes new run settings. The CLI and the public library reach the
+ * compiler only through here, so no command-line or API code depends on its internals. */
+#ifndef TUNEGRAPH_API_FRONT_H
+#define TUNEGRAPH_API_FRONT_H
+
+#include "base/error.h"
+#include "plan/plan.h"
+
+/* Reads the job file, applies the overrides ("key=value") and compiles it. Errors name the
+ * file, line and key. */
+int tg_front_compile_file(const char *path, const char *const *overrides, int n_overrides, tg_plan *plan,
+                          tg_err *err);
+/* The same from job text; `name` stands for the file in messages, and relative paths in the
+ * text resolve against base_dir (NULL or "": the current directory). */
+int tg_front_compile_text(const char *text, const char *name, const char *base_dir, const char *const *overrides,
+                          int n_overrides, tg_plan *plan, tg_err *err);
+/* Applies run settings (train_data, eval_data, steps, epochs, seed, log_every) to a compiled
+ * plan, parsed and checked as in a job file; any other key is refused as compiled in, and a
+ * refusal leaves the plan as it was. `plan_name` names the plan in messages. */
+int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const char *plan_name, tg_err *err);
+
+#endif
