@@ -16,6 +16,17 @@ int tg_cuda_fail(tg_err *err, const char *what, cudaError_t e) {
     return tg_fail(err, "%s failed: %s: %s", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+int tg_cuda_select_device(int device, tg_err *err) {
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) return tg_cuda_fail(err, "cudaSetDevice", e);
+    /* Waiting for a step sleeps instead of spinning, so the host CPU per step stays small.
+     * The flag takes effect only while the device's context does not exist yet, so every
+     * first use of a device (the memory preflight's query too) comes through here. */
+    (void)cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+    (void)cudaGetLastError();
+    return 0;
+}
+
 int tg_cuda_device_name(char *buf, int len) {
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return -1;
@@ -138,11 +149,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
         return tg_fail(err, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     if (device < 0 || device >= count)
         return tg_fail(err, "CUDA device %d requested, %d present", device, count);
-    if ((e = cudaSetDevice(device)) != cudaSuccess) return tg_cuda_fail(err, "cudaSetDevice", e);
-    /* Waiting for a step sleeps instead of spinning: the host CPU per step stays small. A
-     * context made earlier with other flags keeps them, which is harmless. */
-    (void)cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
-    (void)cudaGetLastError();
+    if (tg_cuda_select_device(device, err)) return -1;
     for (int p = 0; p < TG_POOL_COUNT; p++) {
         if (!plan->pool_bytes[p]) continue;
         char what[96];

@@ -26,6 +26,9 @@
 
 /* -1, with err "<what> failed: <CUDA error name>: <its text>". */
 int tg_cuda_fail(tg_err *err, const char *what, cudaError_t e);
+/* Makes `device` the calling thread's current device, asking for blocking waits before
+ * its context is created. */
+int tg_cuda_select_device(int device, tg_err *err);
 
 /* Returns -1 with err naming `what` and the CUDA error when `call` fails. */
 #define CUDA_TRY(call, what)                                           \

@@ -2,12 +2,13 @@
  * peak (runtime/preflight.c). */
 #include <cuda_runtime_api.h>
 
-#include "runtime/executor.h"
+#include "runtime/cuda/cuda_exec_internal.h"
 
 int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err) {
-    cudaError_t e = cudaSetDevice(device);
+    /* The query creates the device's context: it must come with the executor's flags. */
+    if (tg_cuda_select_device(device, err)) return -1;
     size_t free_b = 0, total_b = 0;
-    if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return tg_fail(err, "cannot read the free memory of GPU %d: %s: %s", device, cudaGetErrorName(e),
