@@ -20,8 +20,8 @@ typedef struct tg_job {
     int32_t precision;           /* tg_precision */
     int32_t allow_tf32;          /* GPU fp32 only */
     int32_t attention;           /* tg_attention_mode */
-    int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL i[7]) */
-    int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL i[8]) */
+    int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL bias_grad) */
+    int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL activation) */
     int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
     int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
     int32_t data_parallel;       /* replicas training together (tg_plan_train.replicas) */

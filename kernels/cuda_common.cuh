@@ -2,7 +2,7 @@
  * table in kernels/cuda_ops.cu points at, the per-op scratch sizes, and small device
  * helpers shared by several op families.
  *
- * Numerics: the CPU reference (runtime/cpu_ops.c) is built without FMA contraction, so
+ * Numerics: the CPU reference (runtime/cpu/) is built without FMA contraction, so
  * kernels that mirror its float expressions use the explicit __f*_rn intrinsics (which
  * nvcc never contracts) to reproduce its roundings; where the CPU accumulates in double,
  * so do we. Reductions use fixed partitions and fixed-order trees (never atomics on
@@ -13,7 +13,7 @@
  * op's dtype rules (kernels/README.md) before any launcher runs. bf16 values are widened
  * to float on load (exact), every computation is the fp32 kernel's, and results are
  * narrowed with __float2bfloat16_rn on store, which is what the CPU reference does
- * (runtime/cpu_bf16.c). tg_vec<T, W> moves W elements as one access. */
+ * (runtime/cpu/op_run.c). tg_vec<T, W> moves W elements as one access. */
 #ifndef TUNEGRAPH_CUDA_COMMON_CUH
 #define TUNEGRAPH_CUDA_COMMON_CUH
 

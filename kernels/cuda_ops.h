@@ -1,7 +1,7 @@
 /* The CUDA executor's per-op entry point. Every op kind has one launcher in the table in
  * kernels/cuda_ops.cu (statically asserted against TG_OP_COUNT); each launches on the
  * given stream, never allocates and never synchronises, so a whole schedule can be
- * captured into one CUDA graph. Device numerics follow runtime/cpu_ops.c, the oracle. */
+ * captured into one CUDA graph. Device numerics follow runtime/cpu/, the oracle. */
 #ifndef TUNEGRAPH_CUDA_OPS_H
 #define TUNEGRAPH_CUDA_OPS_H
 
@@ -28,7 +28,7 @@ typedef struct tg_param_segment {
 
 typedef struct tg_gemm_cache tg_gemm_cache;
 
-/* State shared by all launches of one executor; owned by runtime/cuda_exec.c. */
+/* State shared by all launches of one executor; owned by runtime/cuda/cuda_exec.c. */
 typedef struct tg_cuda_ctx {
     cudaStream_t stream;
     void *cublaslt;                 /* cublasLtHandle_t */

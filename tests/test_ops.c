@@ -1,4 +1,4 @@
-/* Op-level tests of the CPU reference (runtime/cpu_ops.c), its executor and thread pool.
+/* Op-level tests of the CPU reference (runtime/cpu/), its executor and thread pool.
  *
  * Gradients are checked against central finite differences of L = sum(r * forward(x)) for
  * a random projection r, with the forward run in fp32 and L accumulated in double. With
