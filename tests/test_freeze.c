@@ -12,6 +12,7 @@
 #include "compiler/job.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
+#include "plan/inspect.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -469,5 +470,30 @@ TG_TEST(test_buffers_int64_position_ids) {
     REQUIRE(write_position_ids_checkpoint(path, ids) == 0, "cannot write %s", path);
     CHECK(tg_trainer_open(&tr, &p, &o, &err) != 0 && strstr(err.msg, "position_ids") && strstr(err.msg, "int32"),
           "message: %s", err.msg);
+    tg_plan_free(&p);
+}
+
+/* inspect counts the classes and flags the tensors of each. */
+TG_TEST(test_freeze_inspect) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text(TINY_BERT "freeze = bert.embeddings.*, bert.encoder.layer.0.*\n", &p, &err) == 0, "%s",
+            err.msg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    REQUIRE(f, "open_memstream");
+    int rc = tg_plan_inspect(&p, f, 0, &err);
+    fclose(f);
+    REQUIRE(rc == 0 && text, "%s", err.msg);
+    char line[160];
+    snprintf(line, sizeof line, "parameters: trainable 20 (%llu bytes), frozen 21 (%llu bytes), buffers 2 (%llu bytes)\n",
+             (unsigned long long)p.pool_bytes[TG_POOL_PARAMS], (unsigned long long)p.pool_bytes[TG_POOL_FROZEN],
+             (unsigned long long)p.pool_bytes[TG_POOL_BUFFERS]);
+    CHECK(strstr(text, line), "text lacks '%s'", line);
+    CHECK(strstr(text, "bert.embeddings.LayerNorm.weight") && strstr(text, "  frozen\n") && strstr(text, "  buffer\n") &&
+              strstr(text, "view,frozen"),
+          "the flags column lacks frozen, buffer or frozen views");
+    free(text);
     tg_plan_free(&p);
 }

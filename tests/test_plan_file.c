@@ -931,7 +931,7 @@ TG_TEST(test_inspect_text) {
         "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
         "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
-        "1.500 GFLOP", "param,no_decay"};
+        "1.500 GFLOP", "param,no_decay", "parameters: trainable 2 ("};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
         CHECK(has(text, want[k]), "text lacks '%s'", want[k]);
     /* Phases appear in order. */
@@ -975,6 +975,11 @@ TG_TEST(test_inspect_json) {
     CHECK(json_integer_value(json_object_get(pools, "optim")) == 2048, "optim pool");
     CHECK(json_integer_value(json_object_get(pools, "activations")) == 768, "activations");
     CHECK(json_object_size(pools) == TG_POOL_COUNT, "pool count");
+    json_t *classes = json_object_get(root, "classes");
+    CHECK(json_integer_value(json_object_get(json_object_get(classes, "trainable"), "count")) == 2 &&
+              json_integer_value(json_object_get(json_object_get(classes, "frozen"), "count")) == 0 &&
+              json_integer_value(json_object_get(json_object_get(classes, "buffers"), "bytes")) == 0,
+          "classes");
     CHECK(json_integer_value(json_object_get(root, "peak_bytes")) == 5632, "peak_bytes");
     CHECK(json_integer_value(json_object_get(root, "activation_live_peak")) == 528,
           "activation_live_peak");
