@@ -13,6 +13,8 @@
 #include "models/model_config.h"
 #include "models/safetensors.h"
 #include "plan/inspect.h"
+#include "plan/plan_file.h"
+#include "plan/validate.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -135,6 +137,19 @@ TG_TEST(test_freeze_pools) {
            (unsigned long long)fz.pool_bytes[TG_POOL_PARAMS], (unsigned long long)fz.pool_bytes[TG_POOL_FROZEN],
            (unsigned long long)fz.peak_bytes);
     CHECK(fz.peak_bytes < full.peak_bytes, "the frozen plan is not smaller");
+    /* The memory checker accepts its layout, and the plan file keeps the classes. */
+    tg_memory_report mr;
+    CHECK(tg_plan_check_memory(&fz, &mr, &err) == 0 && mr.peak_bytes == fz.peak_bytes, "memory check: %s", err.msg);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    tg_plan back;
+    REQUIRE(tg_plan_encode(&fz, &bytes, &len, &err) == 0, "%s", err.msg);
+    CHECK(tg_plan_decode(bytes, len, "frozen.tgp", &back, &err) == 0, "%s", err.msg);
+    CHECK(back.n_tensors == fz.n_tensors && count_class(&back, TG_CLASS_FROZEN) == frozen &&
+              back.pool_bytes[TG_POOL_FROZEN] == fz.pool_bytes[TG_POOL_FROZEN],
+          "the classes do not survive the plan file");
+    free(bytes);
+    tg_plan_free(&back);
     tg_plan_free(&full);
     tg_plan_free(&fz);
 }
