@@ -424,9 +424,18 @@ static int cmd_run(int argc, char **argv) {
             tg_task_name(train->task), device_name, tr.train.n, train->batch, train->seq);
     if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
     fprintf(stderr, ", %d steps", tr.total_steps);
-    if (tr.weights_loaded)
-        fprintf(stderr, ", %d tensors from %s (%d newly initialised%s%s)", tr.weights.loaded, plan.model.weights,
+    int n_class[TG_CLASS_COUNT] = {0};
+    for (int i = 0; i < plan.n_tensors; i++)
+        if (tg_tensor_is_value(&plan.tensors[i])) n_class[tg_tensor_class_of(&plan.tensors[i])]++;
+    if (n_class[TG_CLASS_FROZEN])
+        fprintf(stderr, ", %d parameters trainable, %d frozen", n_class[TG_CLASS_TRAINABLE], n_class[TG_CLASS_FROZEN]);
+    if (tr.weights_loaded) {
+        fprintf(stderr, ", %d tensors from %s (%d trainable, %d frozen, %d buffers; %d newly initialised%s%s",
+                tr.weights.loaded, plan.model.weights, tr.weights.trainable, tr.weights.frozen, tr.weights.buffers,
                 tr.weights.missing, tr.weights.missing ? ", first " : "", tr.weights.first_missing);
+        if (tr.weights.ignored) fprintf(stderr, "; %d ignored as Hugging Face does", tr.weights.ignored);
+        fputc(')', stderr);
+    }
     fprintf(stderr, "\n");
     fprintf(stderr, "tunegraph: ready in %.2f s (executor and pools %.2f s, weights %.2f s, data %.2f s)\n",
             tg_wall_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);

@@ -13,15 +13,21 @@ int tg_autodiff(tg_graph *g, int loss) {
         g->grad[t] = -1;
         g->needs_grad[t] = (g->tensors[t].flags & TG_TENSOR_PARAM) != 0;
     }
-    /* Forward dependence on parameters, in schedule order. */
+    /* Forward dependence on trainable parameters, in schedule order (frozen parameters
+     * need no gradient, so nothing below the lowest trainable one is differentiated). An
+     * output depends on every input, except RESIDUAL_LAYERNORM's residual stream s = dropout(x)
+     * + r and its row statistics, which do not depend on gamma and beta: a trainable LayerNorm
+     * above frozen layers does not carry gradients down the residual stream. */
     for (int o = 0; o < n_forward; o++) {
         const tg_op *op = &g->ops[o];
         int any = 0;
         for (int s = 0; s < TG_OP_MAX_IN; s++) any |= op->in[s] >= 0 && g->needs_grad[op->in[s]];
+        const int stream = op->kind == TG_OP_RESIDUAL_LAYERNORM && (g->needs_grad[op->in[0]] || g->needs_grad[op->in[1]]);
         for (int s = 0; s < TG_OP_MAX_OUT; s++)
-            if (op->out[s] >= 0 && any) g->needs_grad[op->out[s]] = 1;
+            if (op->out[s] >= 0 && (op->kind == TG_OP_RESIDUAL_LAYERNORM && s > 0 ? stream : any))
+                g->needs_grad[op->out[s]] = 1;
     }
-    if (!g->needs_grad[loss]) return tg_graph_fail(g, "loss does not depend on any parameter");
+    if (!g->needs_grad[loss]) return tg_graph_fail(g, "loss does not depend on any trainable parameter");
 
     g->phase = TG_PHASE_BACKWARD;
     tg_op_spec zero = tg_spec(TG_OP_ZERO);

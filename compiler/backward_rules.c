@@ -185,29 +185,42 @@ static void bwd_matmul(tg_graph *g, int index) {
     }
 }
 
+/* The LayerNorm backwards compute dx, dgamma and dbeta in one pass. Where gamma or beta is
+ * frozen, or x needs no gradient (below the lowest trainable parameter), that output goes to
+ * a scratch activation nothing reads (tg_ad_grad_dest_or_scratch): the kernels compute the
+ * sums in the same pass as dx, so pruning them needs kernel changes. Nothing is emitted
+ * when none of the three is needed. */
+static int layernorm_outputs(tg_graph *g, int x, int gamma, int beta, int needed, int *dx, int *dgamma, int *dbeta,
+                             int *dx_scratch) {
+    if (!needed && !g->needs_grad[x] && !g->needs_grad[gamma] && !g->needs_grad[beta]) return 0;
+    int acc_x, acc_g, acc_b, sg, sb;
+    *dx = tg_ad_grad_dest_or_scratch(g, x, &acc_x, dx_scratch);
+    *dgamma = tg_ad_grad_dest_or_scratch(g, gamma, &acc_g, &sg);
+    *dbeta = tg_ad_grad_dest_or_scratch(g, beta, &acc_b, &sb);
+    if (*dx < 0 || *dgamma < 0 || *dbeta < 0 || acc_x || !(acc_g || sg) || !(acc_b || sb)) return -1;
+    return 1;
+}
+
 static void bwd_layernorm(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
-    int acc_x, acc_g, acc_b;
-    int dx = tg_ad_grad_dest(g, op.in[0], &acc_x);
-    int dgamma = tg_ad_grad_dest(g, op.in[1], &acc_g);
-    int dbeta = tg_ad_grad_dest(g, op.in[2], &acc_b);
-    if (dx < 0 || acc_x || dgamma < 0 || !acc_g || dbeta < 0 || !acc_b) {
-        tg_graph_fail(g, "layernorm %d needs an activation input and parameter gamma/beta", index);
-        return;
-    }
+    int dx, dgamma, dbeta, dx_scratch;
+    int rc = layernorm_outputs(g, op.in[0], op.in[1], op.in[2], 0, &dx, &dgamma, &dbeta, &dx_scratch);
+    if (rc < 0) tg_graph_fail(g, "layernorm %d needs an activation input and parameter gamma/beta", index);
+    if (rc <= 0) return;
     tg_op_spec s = tg_spec(TG_OP_LAYERNORM_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
     s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.out[1], s.in[4] = op.out[2];
     s.out[0] = dx, s.out[1] = dgamma, s.out[2] = dbeta;
     s.p.layernorm_bwd.m = op.p.layernorm.m, s.p.layernorm_bwd.d = op.p.layernorm.d;
     tg_graph_op(g, &s);
-    tg_ad_commit(g, op.in[0], dx);
+    if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
 }
 
 /* One RESIDUAL_LAYERNORM_BWD: ds = the LayerNorm backward of dy plus the gradient s
  * already has (GPT-2: the next block's residual), passed on as the residual's gradient
  * without a copy; dx = ds through the forward's dropout mask. ds is a fresh tensor that is
- * no other tensor's gradient, so later contributions to r may accumulate into it. */
+ * no other tensor's gradient, so later contributions to r may accumulate into it. Frozen
+ * gamma/beta and an x that needs no gradient write scratch (layernorm_outputs). */
 static void bwd_residual_layernorm(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
     int dy = tg_ad_grad_of(g, op.out[0]), ds_extra = tg_ad_grad_of(g, op.out[1]);
@@ -215,15 +228,17 @@ static void bwd_residual_layernorm(tg_graph *g, int index) {
         tg_graph_fail(g, "residual_layernorm %d: y must have a gradient and mean/rstd none", index);
         return;
     }
-    int acc_x, acc_g, acc_b;
-    int dx = tg_ad_grad_dest(g, op.in[0], &acc_x);
-    int dgamma = tg_ad_grad_dest(g, op.in[2], &acc_g);
-    int dbeta = tg_ad_grad_dest(g, op.in[3], &acc_b);
-    if (dx < 0 || acc_x || dgamma < 0 || !acc_g || dbeta < 0 || !acc_b ||
-        (g->tensors[op.in[1]].flags & TG_TENSOR_PARAM)) {
+    if (g->tensors[op.in[1]].flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) {
         tg_graph_fail(g, "residual_layernorm %d needs activations x and r and parameters gamma and beta", index);
         return;
     }
+    int dx, dgamma, dbeta, dx_scratch;
+    /* The residual's gradient (ds) needs the LayerNorm backward even where x, gamma and beta
+     * need none. */
+    int rc = layernorm_outputs(g, op.in[0], op.in[2], op.in[3], g->needs_grad[op.in[1]], &dx, &dgamma, &dbeta,
+                               &dx_scratch);
+    if (rc < 0) tg_graph_fail(g, "residual_layernorm %d needs activations x and r and parameters gamma and beta", index);
+    if (rc <= 0) return;
     char name[TG_NAME_MAX];
     const tg_tensor *s_t = &g->tensors[op.out[1]];
     snprintf(name, sizeof name, "d.%s", s_t->name);
@@ -240,7 +255,7 @@ static void bwd_residual_layernorm(tg_graph *g, int index) {
     r->m = f->m, r->d = f->d, r->key = f->key, r->eps = f->eps, r->p = f->p;
     tg_graph_op(g, &s);
     if (g->needs_grad[op.in[1]]) tg_ad_pass(g, op.in[1], ds);
-    tg_ad_commit(g, op.in[0], dx);
+    if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
 }
 
 /* Rules of the shape dx = f(dy, saved) for one activation input: s is the backward op
@@ -318,12 +333,15 @@ static void bwd_attention(tg_graph *g, int index) {
     tg_op_spec s = tg_spec(TG_OP_ATTENTION_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
     s.in[1] = op.out[0], s.in[2] = op.out[1], s.in[3] = op.in[3], s.in[4] = op.out[2];
+    /* One op writes dq, dk and dv: an input that needs no gradient (a projection whose
+     * parameters are frozen, below the lowest trainable one) takes its output in scratch. */
+    int scratch[3] = {0, 0, 0};
     for (int p = 0; p < parts; p++) {
         int acc;
         s.in[5 + p] = op.in[p];
-        s.out[p] = tg_ad_grad_dest(g, op.in[p], &acc);
+        s.out[p] = tg_ad_grad_dest_or_scratch(g, op.in[p], &acc, &scratch[p]);
         if (s.out[p] < 0 || acc) {
-            tg_graph_fail(g, "attention %d: input %d must be an activation needing a gradient", index, p);
+            tg_graph_fail(g, "attention %d: input %d must be an activation", index, p);
             return;
         }
     }
@@ -335,7 +353,8 @@ static void bwd_attention(tg_graph *g, int index) {
     s.out[3] = tg_ad_activation(g, name, 3, shape);
     s.p.attention = op.p.attention;
     tg_graph_op(g, &s);
-    for (int p = 0; p < parts; p++) tg_ad_commit(g, op.in[p], s.out[p]);
+    for (int p = 0; p < parts; p++)
+        if (!scratch[p]) tg_ad_commit(g, op.in[p], s.out[p]);
 }
 /* Dropout's gradient is the same mask applied again: the same op, same key and step. */
 static void bwd_dropout(tg_graph *g, int index) {

@@ -72,6 +72,18 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
     return 0;
 }
 
+/* A job whose freeze leaves no trainable parameter has nothing to train. */
+static int check_trainable(tg_graph *g) {
+    int trainable = 0, frozen = 0;
+    for (int t = 0; t < g->n_tensors; t++) {
+        trainable += (g->tensors[t].flags & TG_TENSOR_PARAM) != 0;
+        frozen += (g->tensors[t].flags & TG_TENSOR_FROZEN) && !(g->tensors[t].flags & TG_TENSOR_VIEW);
+    }
+    if (trainable) return 0;
+    return tg_graph_job_fail(g, TG_JOB_FREEZE, "freezes all %d parameters of model '%s': nothing to train", frozen,
+                             g->cfg->source);
+}
+
 static int scalar(tg_graph *g, const char *name, int pool) {
     int64_t one = 1;
     return tg_graph_tensor(g, name, TG_F32, pool, 1, &one);
@@ -117,9 +129,11 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
     if (check_job(j, cfg, err)) goto out;
 
     int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
-    if (g.failed || tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
+    if (g.failed || tg_graph_check_freeze(&g) || check_trainable(&g)) goto out;
+    if (tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
-    if (g.failed || tg_apply_precision(&g, j->precision) || tg_first_gradient_writes(&g) || tg_gradient_buckets(&g))
+    if (g.failed || tg_apply_precision(&g, j->precision) || tg_plan_fixed_layout(&g) || tg_first_gradient_writes(&g) ||
+        tg_gradient_buckets(&g))
         goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];

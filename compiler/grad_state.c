@@ -48,6 +48,19 @@ int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate) {
     return tg_ad_grad_like(g, t);
 }
 
+int tg_ad_grad_dest_or_scratch(tg_graph *g, int t, int *accumulate, int *scratch) {
+    *scratch = 0;
+    int d = tg_ad_grad_dest(g, t, accumulate);
+    if (d >= 0 || g->failed) return d;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "scratch.d.%s", g->tensors[t].name);
+    const tg_tensor *src = &g->tensors[t];
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, src->shape, sizeof shape);
+    *scratch = 1;
+    return tg_ad_activation(g, name, src->ndim, shape);
+}
+
 void tg_ad_pass(tg_graph *g, int t, int grad) {
     if (g->failed) return;
     if (g->grad[t] < 0) {

@@ -16,6 +16,12 @@ int tg_ad_grad_of(tg_graph *g, int t);
 /* Where a contribution to t's gradient goes: the parameter's gradient (with *accumulate
  * = 1), a fresh activation tensor (*accumulate = 0), or -1 when t needs no gradient. */
 int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate);
+/* For an op that writes several gradients in one pass (the LayerNorm backwards' dx, dgamma
+ * and dbeta; the attention backward's dq, dk and dv): tg_ad_grad_dest's answer when t needs a
+ * gradient, else a scratch activation shaped like t ("scratch.d.<t's name>", *scratch = 1)
+ * that takes the output nothing reads: a frozen gamma's, an input's below the lowest
+ * trainable parameter. Not t's gradient: never commit it. -1 only after failure. */
+int tg_ad_grad_dest_or_scratch(tg_graph *g, int t, int *accumulate, int *scratch);
 /* Records dest (from tg_ad_grad_dest) as a contribution to t's gradient. */
 void tg_ad_commit(tg_graph *g, int t, int dest);
 /* Records an existing tensor as t's gradient contribution without a copy (ADD's rule). */

@@ -128,6 +128,9 @@ int tg_first_gradient_writes(tg_graph *g) {
         int slots[2], n = overwritable_slots(op, slots), fresh = n > 0;
         for (int k = 0; k < n; k++) {
             const int t = op->out[slots[k]];
+            /* A LayerNorm backward's scratch dgamma/dbeta (frozen parameters) is nobody's
+             * sum: overwriting it is what it wants. */
+            if (t >= 0 && op->kind != TG_OP_MATMUL && g->tensors[t].pool == TG_POOL_ACTIVATIONS) continue;
             if (t >= 0 && (!is_grad(g, t) || set_covered(&written, g->tensors[t].offset,
                                                          g->tensors[t].offset + g->tensors[t].bytes)))
                 fresh = 0;

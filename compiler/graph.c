@@ -1,5 +1,6 @@
 #include "compiler/graph.h"
 
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@ void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, t
     g->job = job;
     g->err = err;
     memset(&g->io, 0xff, sizeof g->io); /* every role -1 */
+    if (job) g->n_freeze = tg_job_freeze_patterns(job, g->freeze, TG_JOB_FREEZE_MAX);
 }
 
 void tg_graph_free(tg_graph *g) {
@@ -34,6 +36,43 @@ int tg_graph_fail(tg_graph *g, const char *fmt, ...) {
         g->failed = 1;
     }
     return -1;
+}
+
+/* A parameter name for messages: the first parameter built. */
+static const char *first_param_name(const tg_graph *g) {
+    for (int t = 0; t < g->n_tensors; t++)
+        if ((g->tensors[t].flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) && !(g->tensors[t].flags & TG_TENSOR_VIEW))
+            return g->tensors[t].name;
+    return "?";
+}
+
+int tg_graph_job_fail(tg_graph *g, int key, const char *fmt, ...) {
+    if (!g->failed) {
+        char msg[700], where[TG_PATH_MAX + 32];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        tg_fail(g->err, "%s: key '%s': %s", tg_job_where(g->job, key, where, sizeof where), tg_job_key_name(key),
+                msg);
+        g->failed = 1;
+    }
+    return -1;
+}
+
+int tg_graph_check_freeze(tg_graph *g) {
+    if (g->failed) return -1;
+    char unmatched[600] = "";
+    int n = 0;
+    for (int i = 0; i < g->n_freeze; i++)
+        if (!g->freeze_hits[i]) {
+            size_t len = strlen(unmatched);
+            snprintf(unmatched + len, sizeof unmatched - len, "%s'%s'", n++ ? ", " : "", g->freeze[i]);
+        }
+    if (!n) return 0;
+    return tg_graph_job_fail(g, TG_JOB_FREEZE, "%s %s %s no parameter of model '%s' (patterns match Hugging Face "
+                             "parameter names such as '%s')", n > 1 ? "patterns" : "pattern", unmatched,
+                             n > 1 ? "match" : "matches", g->cfg->source, first_param_name(g));
 }
 
 static int grow(void **p, int *cap, int need, size_t elem) {
@@ -82,31 +121,61 @@ int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int6
     return tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, ndim, shape);
 }
 
+/* Whether a parameter named `name` is frozen: some freeze pattern matches it (each
+ * matching pattern counts the hit). */
+static int frozen_by_job(tg_graph *g, const char *name) {
+    int frozen = 0;
+    for (int i = 0; i < g->n_freeze; i++)
+        if (fnmatch(g->freeze[i], name, 0) == 0) frozen = 1, g->freeze_hits[i]++;
+    return frozen;
+}
+
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay) {
     int64_t shape[2] = {d0, d1};
-    int t = tg_graph_tensor(g, name, TG_F32, TG_POOL_PARAMS, ndim, shape);
+    const int frozen = frozen_by_job(g, name);
+    int t = tg_graph_tensor(g, name, TG_F32, frozen ? TG_POOL_FROZEN : TG_POOL_PARAMS, ndim, shape);
     if (t < 0) return t;
-    g->tensors[t].flags |= TG_TENSOR_PARAM | (no_decay ? TG_TENSOR_NO_DECAY : 0);
+    /* Weight decay is AdamW's: a frozen parameter has none to skip. */
+    g->tensors[t].flags |= frozen ? TG_TENSOR_FROZEN : TG_TENSOR_PARAM | (no_decay ? TG_TENSOR_NO_DECAY : 0);
     g->tensors[t].init = init;
     g->tensors[t].init_std = init == TG_INIT_NORMAL ? g->cfg->initializer_range : 0.0f;
+    return t;
+}
+
+int tg_buffer(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1, int init, int persistent) {
+    int64_t shape[2] = {d0, d1};
+    if (init == TG_INIT_NORMAL) return tg_graph_fail(g, "buffer %s cannot have a random init", name);
+    int t = tg_graph_tensor(g, name, dtype, TG_POOL_BUFFERS, ndim, shape);
+    if (t < 0) return t;
+    g->tensors[t].flags |= TG_TENSOR_BUFFER | (persistent ? TG_TENSOR_PERSISTENT : 0);
+    g->tensors[t].init = init;
     return t;
 }
 
 int tg_param_pack(tg_graph *g, const char *name, const int *members, int n, int ndim, int64_t d0, int64_t d1) {
     if (g->failed) return -1;
     int64_t shape[2] = {d0, d1}, covered = 0;
+    const tg_tensor *first = &g->tensors[members[0]];
+    const int cls = tg_tensor_class_of(first);
     for (int i = 0; i < n; i++) {
         const tg_tensor *m = &g->tensors[members[i]];
-        if (!(m->flags & TG_TENSOR_PARAM) || (m->flags & TG_TENSOR_VIEW) || m->group >= 0 ||
-            m->dtype != g->tensors[members[0]].dtype || (i && members[i] <= members[i - 1]))
+        if ((cls != TG_CLASS_TRAINABLE && cls != TG_CLASS_FROZEN) || (m->flags & TG_TENSOR_VIEW) || m->group >= 0 ||
+            m->dtype != first->dtype || (i && members[i] <= members[i - 1]))
             return tg_graph_fail(g, "%s cannot pack %s", name, m->name);
+        if (tg_tensor_class_of(m) != cls) {
+            const tg_tensor *fz = cls == TG_CLASS_FROZEN ? first : m, *tr = cls == TG_CLASS_FROZEN ? m : first;
+            return tg_graph_job_fail(g, TG_JOB_FREEZE,
+                                     "freezes %s but not %s, which the plan reads as one packed parameter %s "
+                                     "(fuse_qkv): freeze all of them, or set fuse_qkv = false",
+                                     fz->name, tr->name, name);
+        }
         covered += tg_tensor_numel(m);
     }
-    int v = tg_graph_tensor(g, name, g->tensors[members[0]].dtype, TG_POOL_PARAMS, ndim, shape);
+    int v = tg_graph_tensor(g, name, first->dtype, first->pool, ndim, shape);
     if (v < 0) return -1;
     tg_tensor *x = &g->tensors[v];
     if (covered != tg_tensor_numel(x)) return tg_graph_fail(g, "%s does not cover its members", name);
-    x->flags |= TG_TENSOR_PARAM | TG_TENSOR_VIEW | (g->tensors[members[0]].flags & TG_TENSOR_NO_DECAY);
+    x->flags |= TG_TENSOR_VIEW | (g->tensors[members[0]].flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN | TG_TENSOR_NO_DECAY));
     x->master = members[0];
     for (int i = 0; i < n; i++) g->tensors[members[i]].group = v;
     return v;

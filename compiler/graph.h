@@ -16,7 +16,7 @@ typedef struct tg_graph {
     tg_op *ops;
     int n_ops, cap_ops;
     int *grad;          /* per tensor: its gradient during autodiff, -1 if none yet */
-    char *needs_grad;   /* per tensor: depends on a parameter */
+    char *needs_grad;   /* per tensor: depends on a trainable parameter */
     int phase;          /* phase of ops being appended */
     int failed;         /* first error is kept in err */
     tg_err *err;
@@ -24,6 +24,10 @@ typedef struct tg_graph {
     const tg_job *job;
     tg_plan_io io;
     int dropout_key;    /* next dropout stream key */
+    /* The job's freeze patterns (tg_job_freeze_patterns) and how many parameters each matched. */
+    int n_freeze;
+    char freeze[TG_JOB_FREEZE_MAX][TG_NAME_MAX];
+    int freeze_hits[TG_JOB_FREEZE_MAX];
 } tg_graph;
 
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err);
@@ -33,13 +37,22 @@ void tg_graph_free(tg_graph *g);
 int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim, const int64_t *shape);
 /* Shorthands for fp32 activations of 1..4 dims. */
 int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
-/* A trainable parameter with its HF name, init rule and decay flag. */
+/* A parameter with its HF name, init rule and decay flag: trainable (params pool), or frozen
+ * (TG_TENSOR_FROZEN, frozen pool) when the name matches one of the job's freeze patterns. */
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay);
+/* A buffer with its HF name (TG_TENSOR_BUFFER, buffers pool), of plan dtype `dtype`;
+ * persistent: Hugging Face saves and loads it (else never saved, and ignored in checkpoints). */
+int tg_buffer(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1, int init, int persistent);
+/* Fails the compilation with a job error: "<where key was set>: key '<key>': <message>". */
+int tg_graph_job_fail(tg_graph *g, int key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Fails naming every freeze pattern that matched no parameter; 0 when each matched one. */
+int tg_graph_check_freeze(tg_graph *g);
 
-/* A packed group: the parameters members[0..n) (in tensor order, one dtype) laid out back
- * to back, seen as one parameter view `name` of the given shape (its gradient and bf16
- * copy views follow). Ops read the view; the members keep their own names, init, decay
- * flags and optimizer state. Returns the view's index. */
+/* A packed group: the parameters members[0..n) (in tensor order, one dtype, one class) laid
+ * out back to back, seen as one parameter view `name` of the given shape (its gradient and
+ * bf16 copy views follow), of the members' class and pool. Ops read the view; the members
+ * keep their own names, init, decay flags and optimizer state. A freeze that takes some
+ * members and not the others is a job error. Returns the view's index. */
 int tg_param_pack(tg_graph *g, const char *name, const int *members, int n, int ndim, int64_t d0, int64_t d1);
 
 /* Appends an op in the current phase. ins/outs are -1 terminated or padded; tg_op_check

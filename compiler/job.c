@@ -48,6 +48,7 @@ static const struct job_key {
     [TG_JOB_FUSE_QKV] = {"fuse_qkv", 0},
     [TG_JOB_DATA_PARALLEL] = {"data_parallel", 0},
     [TG_JOB_ZERO_STAGE] = {"zero_stage", 0},
+    [TG_JOB_FREEZE] = {"freeze", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -221,6 +222,46 @@ static int set_path(char *dst, const char *v, const origin *o, int resolve, cons
     return 0;
 }
 
+/* `freeze`: comma-separated glob patterns, each non-empty after trimming and short enough
+ * to be a parameter name; the value is kept as written. */
+static int set_freeze(tg_job *job, const char *v, const origin *o, const char *key, tg_err *err) {
+    if (strlen(v) >= sizeof job->freeze)
+        return tg_fail(err, "%skey '%s': value is too long (limit %zu bytes)", o->prefix, key, sizeof job->freeze - 1);
+    int n = 0;
+    for (const char *p = v;; n++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) p++, len--;
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        if (!len && (comma || n > 0))
+            return tg_fail(err, "%skey '%s': empty pattern in '%s' (patterns are separated by commas)", o->prefix,
+                           key, v);
+        if (len >= TG_NAME_MAX)
+            return tg_fail(err, "%skey '%s': pattern '%.*s' is longer than a parameter name can be (%d bytes)",
+                           o->prefix, key, (int)len, p, TG_NAME_MAX - 1);
+        if (n >= TG_JOB_FREEZE_MAX)
+            return tg_fail(err, "%skey '%s': more than %d patterns", o->prefix, key, TG_JOB_FREEZE_MAX);
+        if (!comma) break;
+        p = comma + 1;
+    }
+    snprintf(job->freeze, sizeof job->freeze, "%s", v);
+    return 0;
+}
+
+int tg_job_freeze_patterns(const tg_job *job, char patterns[][TG_NAME_MAX], int max) {
+    int n = 0;
+    for (const char *p = job->freeze; *p && n < max;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) p++, len--;
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        if (len && len < TG_NAME_MAX) snprintf(patterns[n++], TG_NAME_MAX, "%.*s", (int)len, p);
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return n;
+}
+
 static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
     static const char *const tasks[] = {"classify", "lm"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
@@ -285,6 +326,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
             rc = tg_fail(err, "%skey '%s': stage %d is not supported (0: none, 1: the optimizer state sharded)",
                          o->prefix, name, job->zero_stage);
         break;
+    case TG_JOB_FREEZE: rc = set_freeze(job, v, o, name, err); break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;
@@ -570,7 +612,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 }
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
-_Static_assert(sizeof(tg_job) == 2312, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 4360, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -627,6 +669,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_i32(&h, j->log_every);
     fp_str(&h, j->train_data, sizeof j->train_data);
     fp_str(&h, j->eval_data, sizeof j->eval_data);
+    fp_str(&h, j->freeze, sizeof j->freeze);
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

@@ -7,6 +7,10 @@
 #include "base/error.h"
 #include "plan/plan.h"
 
+/* The longest `freeze` value, and the most patterns it may hold. */
+#define TG_JOB_FREEZE_BYTES 2048
+#define TG_JOB_FREEZE_MAX 64
+
 /* A training job, from a job file plus --set overrides. The compiler turns it into a
  * plan's train and run settings and the op parameters (the optimizer's live in the
  * SCHEDULE and ADAMW ops). */
@@ -36,6 +40,9 @@ typedef struct tg_job {
     int32_t log_every;
     char train_data[TG_PATH_MAX];
     char eval_data[TG_PATH_MAX];  /* "" when none */
+    /* Parameters to freeze: comma-separated glob patterns (fnmatch) over Hugging Face
+     * parameter names, as written; "" freezes nothing (tg_job_freeze_patterns splits it). */
+    char freeze[TG_JOB_FREEZE_BYTES];
     int32_t key_line[40];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -47,7 +54,7 @@ typedef enum tg_job_key {
     TG_JOB_EPOCHS, TG_JOB_GRAD_CLIP, TG_JOB_SEED, TG_JOB_PAD_TOKEN_ID, TG_JOB_LOG_EVERY,
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
-    TG_JOB_KEY_COUNT
+    TG_JOB_FREEZE, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
@@ -73,6 +80,11 @@ int tg_job_parse_text(const char *text, const char *name, const char *base_dir,
 
 /* Applies overrides to an existing job (e.g. one read back from a plan). */
 int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_overrides, tg_err *err);
+
+/* The job's freeze patterns, trimmed, in order, into patterns[0..max); returns their count
+ * (the job parser has checked that they are non-empty, fit TG_NAME_MAX and number at most
+ * TG_JOB_FREEZE_MAX). */
+int tg_job_freeze_patterns(const tg_job *job, char patterns[][TG_NAME_MAX], int max);
 
 /* "job.txt:7" / "--set" / "job.txt (default)", for messages about a key's value. */
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len);

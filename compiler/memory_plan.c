@@ -21,7 +21,12 @@ static uint64_t align_param_end(uint64_t end) {
     return (end + 2 * TG_TENSOR_ALIGN - 1) / (2 * TG_TENSOR_ALIGN) * (2 * TG_TENSOR_ALIGN);
 }
 
-int tg_plan_param_layout(tg_graph *g) {
+/* Places the tensors of one whole-step pool (parameters, frozen parameters, buffers) in
+ * tensor order, each aligned: a packed group's members back to back as one block where the
+ * first member is reached, any other tensor with room for its widest view (a padded LM-head
+ * table, zero past its end); then every view at its master's offset. *end is the layout's
+ * end. */
+static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
     uint64_t end = 0;
     int n = g->n_tensors;
     /* Per tensor: the bytes of the packed group members it covers (views of a group), and
@@ -33,10 +38,10 @@ int tg_plan_param_layout(tg_graph *g) {
         return tg_graph_fail(g, "out of memory");
     }
     for (int t = 0; t < n; t++)
-        if (g->tensors[t].group >= 0) member_bytes[g->tensors[t].group] += g->tensors[t].bytes;
+        if (g->tensors[t].pool == pool && g->tensors[t].group >= 0) member_bytes[g->tensors[t].group] += g->tensors[t].bytes;
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW) || placed[t]) continue;
+        if (x->pool != pool || (x->flags & TG_TENSOR_VIEW) || placed[t]) continue;
         if (x->group >= 0) {
             /* A packed group: all its members back to back, in tensor order, as one block. */
             for (int m = t; m < n; m++) {
@@ -49,8 +54,8 @@ int tg_plan_param_layout(tg_graph *g) {
             /* Room for the widest view of it (a padded LM-head table), zero past its end. */
             uint64_t span = x->bytes;
             for (int v = 0; v < n; v++)
-                if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].master == t && !member_bytes[v] &&
-                    g->tensors[v].bytes > span)
+                if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].pool == pool && g->tensors[v].master == t &&
+                    !member_bytes[v] && g->tensors[v].bytes > span)
                     span = g->tensors[v].bytes;
             x->offset = end;
             end += span;
@@ -63,11 +68,19 @@ int tg_plan_param_layout(tg_graph *g) {
     free(placed);
     free(member_bytes);
     if (bad_group >= 0) return tg_graph_fail(g, "packed view %s does not cover its members", g->tensors[bad_group].name);
-    if (end == 0) return tg_graph_fail(g, "model has no parameters");
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
-        if ((x->flags & TG_TENSOR_PARAM) && (x->flags & TG_TENSOR_VIEW)) x->offset = g->tensors[x->master].offset;
+        if (x->pool == pool && (x->flags & TG_TENSOR_VIEW) && x->master >= 0) x->offset = g->tensors[x->master].offset;
     }
+    *end_out = end;
+    return 0;
+}
+
+int tg_plan_param_layout(tg_graph *g) {
+    uint64_t end = 0;
+    const int n = g->n_tensors;
+    if (place_pool(g, TG_POOL_PARAMS, &end)) return -1;
+    if (end == 0) return tg_graph_fail(g, "model has no trainable parameters");
     for (int t = 0; t < n; t++) {
         if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
         char name[TG_NAME_MAX];
@@ -91,6 +104,12 @@ int tg_plan_param_layout(tg_graph *g) {
     g->io.v_all = view(g, "optim.v", TG_POOL_OPTIM, state);
     if (g->io.v_all >= 0) g->tensors[g->io.v_all].offset = state;
     return g->failed ? -1 : 0;
+}
+
+int tg_plan_fixed_layout(tg_graph *g) {
+    if (g->failed) return -1;
+    uint64_t end;
+    return place_pool(g, TG_POOL_FROZEN, &end) || place_pool(g, TG_POOL_BUFFERS, &end) ? -1 : 0;
 }
 
 int64_t tg_zero_slice(const tg_job *job, int64_t elements) {
@@ -196,10 +215,13 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
     compute_liveness(g, phase_begin);
     memset(pool_bytes, 0, sizeof(uint64_t) * TG_POOL_COUNT);
     pool_bytes[TG_POOL_GRADS] = g->tensors[g->io.grads_all].bytes;
-    /* The parameter pools end at their widest view (ZeRO-1's replica slices pad them). */
+    /* The parameter pools end at their widest view (ZeRO-1's replica slices pad them); the
+     * frozen and buffers pools at their last tensor. */
     for (int t = 0; t < g->n_tensors; t++) {
         const tg_tensor *x = &g->tensors[t];
-        if ((x->pool == TG_POOL_PARAMS || x->pool == TG_POOL_PARAMS_BF16) && x->offset + x->bytes > pool_bytes[x->pool])
+        if ((x->pool == TG_POOL_PARAMS || x->pool == TG_POOL_PARAMS_BF16 || x->pool == TG_POOL_FROZEN ||
+             x->pool == TG_POOL_BUFFERS) &&
+            x->offset + x->bytes > pool_bytes[x->pool])
             pool_bytes[x->pool] = x->offset + x->bytes;
     }
     /* Optimizer pool: m, v, then the scalars. Inputs and workspace: in creation order. */

@@ -6,11 +6,16 @@
 
 #include "compiler/graph.h"
 
-/* Offsets of parameters, their gradients and the whole-pool views (before autodiff,
- * which needs the gradient tensors). Parameters are placed in tensor order, each aligned;
- * the members of a packed group (tg_tensor.group) go back to back as one aligned block, in
- * tensor order, where the first member is reached. */
+/* Offsets of the trainable parameters, their gradients and the whole-pool views (before
+ * autodiff, which needs the gradient tensors). Parameters are placed in tensor order, each
+ * aligned; the members of a packed group (tg_tensor.group) go back to back as one aligned
+ * block, in tensor order, where the first member is reached. The params, grads and optim
+ * pools hold the trainable parameters only. */
 int tg_plan_param_layout(tg_graph *g);
+/* Offsets of the frozen parameters and the buffers, each pool laid out as the parameters are
+ * (packed groups, room for padded views). After the precision pass, which decides the
+ * frozen tensors' storage dtypes. */
+int tg_plan_fixed_layout(tg_graph *g);
 
 /* ZeRO-1 (job zero_stage 1): the parameter elements each replica updates, a slice of
  * ceil(elements / data_parallel) rounded up to an aligned count, so that data_parallel

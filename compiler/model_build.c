@@ -132,6 +132,7 @@ static int layernorm(builder *b, const char *prefix, int x, int64_t rows) {
 /* GELU (of the model's form) or TANH of x. */
 static int unary(builder *b, int kind, const char *name, int x) {
     tg_graph *g = b->g;
+    if (x < 0) return -1; /* an earlier failure, already recorded */
     const tg_tensor *src = &g->tensors[x];
     int y = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
     tg_op_spec s = tg_spec(kind);
@@ -329,6 +330,7 @@ static int loss_of(builder *b, int logits, int64_t rows, int64_t width, int64_t 
     s.p.cross_entropy.n = rows, s.p.cross_entropy.c = width;
     s.p.cross_entropy.classes = classes < width ? classes : 0;
     tg_graph_op(g, &s);
+    if (logits < 0 || loss < 0) return -1; /* an earlier failure, already recorded */
     g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
     g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
     g->io.logits = logits;
@@ -363,6 +365,15 @@ static int build_encoder(builder *b, int pad_id) {
     snprintf(name, sizeof name, "%s.position_embeddings.weight", p);
     int pe = embedding(b, name, g->io.position_ids, c->max_positions,
                        c->arch == TG_ARCH_ROBERTA ? cfg_pad : -1, NULL);
+    /* HF's buffers of the embeddings (transformers 5 BertEmbeddings and RobertaEmbeddings,
+     * both persistent=False): the default position ids (arange) and token types (zeros) for
+     * inputs that lack them. The plan takes both from the batch, so no op reads them; they
+     * are declared so that checkpoints holding them (older HF versions saved position_ids)
+     * are recognised, and the tensors ignored as HF ignores them. */
+    snprintf(name, sizeof name, "%s.position_ids", p);
+    tg_buffer(g, name, TG_I32, 2, 1, c->max_positions, TG_INIT_ARANGE, 0);
+    snprintf(name, sizeof name, "%s.token_type_ids", p);
+    tg_buffer(g, name, TG_I32, 2, 1, c->max_positions, TG_INIT_ZEROS, 0);
     int h = add(b, "embeddings.sum", add(b, "embeddings.word_type", we, te), pe);
     snprintf(name, sizeof name, "%s.LayerNorm", p);
     h = layernorm(b, name, h, b->N);
@@ -472,6 +483,7 @@ static int build_gpt2(builder *b, int pad_id) {
     }
     h = normed; /* ln_f's output */
 
+    if (wte < 0) return -1; /* an earlier failure, already recorded */
     if (g->job->task == TG_TASK_LM) {
         /* The LM head is tied to the token embedding (HF tie_word_embeddings). It reads
          * the table through a view padded with zero rows to a multiple of 64: logits rows
@@ -483,9 +495,11 @@ static int build_gpt2(builder *b, int pad_id) {
         int head = wte;
         if (Vp != V) {
             int64_t shape[2] = {Vp, b->D};
-            head = tg_graph_tensor(g, "transformer.wte.weight.padded", TG_F32, TG_POOL_PARAMS, 2, shape);
+            /* The view has the table's class: trainable, or frozen (frozen pool). */
+            head = tg_graph_tensor(g, "transformer.wte.weight.padded", TG_F32, g->tensors[wte].pool, 2, shape);
             if (head < 0) return -1;
-            g->tensors[head].flags |= TG_TENSOR_PARAM | TG_TENSOR_VIEW | TG_TENSOR_TIED;
+            g->tensors[head].flags |=
+                (g->tensors[wte].flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) | TG_TENSOR_VIEW | TG_TENSOR_TIED;
             g->tensors[head].master = wte;
         }
         int logits = tg_act(g, "lm_head", 2, b->N, Vp, 0, 0);

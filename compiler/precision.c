@@ -11,6 +11,78 @@ static void set_dtype(tg_graph *g, int t, int dtype) {
     x->bytes = (uint64_t)tg_tensor_numel(x) * (uint64_t)tg_dtype_size(dtype);
 }
 
+/* The storage unit a frozen tensor belongs to: a packed group's view for its members and
+ * itself, the table itself for the table and its padded view. */
+static int frozen_unit(const tg_graph *g, int t) {
+    const tg_tensor *x = &g->tensors[t];
+    if ((x->flags & TG_TENSOR_VIEW) && x->master >= 0 && g->tensors[x->master].group != t) t = x->master;
+    return g->tensors[t].group >= 0 ? g->tensors[t].group : t;
+}
+
+/* Frozen parameters in a bf16 plan are stored once, in the working precision. A unit (a
+ * tensor with its views, or a packed group) that only matmuls read becomes bf16 and the
+ * matmuls read it directly; one that an op taking fp32 reads (LayerNorm, embeddings) stays
+ * fp32. Where a matmul reads such an fp32 unit too (GPT-2's wte, also the tied LM head), it
+ * gets a bf16 copy in the frozen pool (TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY, master the
+ * fp32 tensor; its views as views of the copy), which the runtime fills once when it uploads
+ * the weights, and the matmuls read the copy. Offsets come later (tg_plan_fixed_layout). */
+static int frozen_storage(tg_graph *g) {
+    const int n0 = g->n_tensors;
+    char *by_matmul = calloc((size_t)n0, 1), *by_other = calloc((size_t)n0, 1);
+    int *copy_of = malloc(sizeof *copy_of * (size_t)n0);
+    if (!by_matmul || !by_other || !copy_of) {
+        free(by_matmul), free(by_other), free(copy_of);
+        return tg_graph_fail(g, "out of memory");
+    }
+    for (int o = 0; o < g->n_ops; o++) {
+        const tg_op *op = &g->ops[o];
+        for (int s = 0; s < TG_OP_MAX_IN; s++) {
+            const int t = op->in[s];
+            if (t < 0 || g->tensors[t].pool != TG_POOL_FROZEN) continue;
+            if (op->kind == TG_OP_MATMUL && s < 3) by_matmul[frozen_unit(g, t)] = 1;
+            else by_other[frozen_unit(g, t)] = 1;
+        }
+    }
+    for (int t = 0; t < n0; t++) {
+        copy_of[t] = -1;
+        const int u = g->tensors[t].pool == TG_POOL_FROZEN ? frozen_unit(g, t) : -1;
+        if (u >= 0 && by_matmul[u] && !by_other[u]) set_dtype(g, t, TG_BF16);
+    }
+    /* The copies: each mixed unit's table first, then its views over the copy. */
+    for (int t = 0; t < n0 && !g->failed; t++) {
+        const tg_tensor *x = &g->tensors[t];
+        if (x->pool != TG_POOL_FROZEN || (x->flags & TG_TENSOR_VIEW) || x->group >= 0 || !by_matmul[t] || !by_other[t])
+            continue;
+        for (int v = t; v < n0 && !g->failed; v++) {
+            const tg_tensor *y = &g->tensors[v];
+            if (v != t && !((y->flags & TG_TENSOR_VIEW) && y->pool == TG_POOL_FROZEN && y->master == t)) continue;
+            char name[TG_NAME_MAX];
+            snprintf(name, sizeof name, "bf16.%s", y->name);
+            int64_t shape[TG_MAX_DIMS];
+            memcpy(shape, y->shape, sizeof shape);
+            const int ndim = y->ndim, flags = y->flags;
+            int c = tg_graph_tensor(g, name, TG_BF16, TG_POOL_FROZEN, ndim, shape);
+            if (c < 0) break;
+            if (v == t) {
+                g->tensors[c].flags |= TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY;
+                g->tensors[c].master = t;
+            } else {
+                g->tensors[c].flags |= flags & (TG_TENSOR_FROZEN | TG_TENSOR_VIEW | TG_TENSOR_TIED);
+                g->tensors[c].master = copy_of[t];
+            }
+            copy_of[v] = c;
+        }
+    }
+    for (int o = 0; o < g->n_ops && !g->failed; o++) {
+        tg_op *op = &g->ops[o];
+        if (op->kind != TG_OP_MATMUL) continue;
+        for (int s = 0; s < 3; s++)
+            if (op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0) op->in[s] = copy_of[op->in[s]];
+    }
+    free(by_matmul), free(by_other), free(copy_of);
+    return g->failed ? -1 : 0;
+}
+
 int tg_apply_precision(tg_graph *g, int precision) {
     if (g->failed) return -1;
     if (precision == TG_PREC_FP32) return 0;
@@ -44,6 +116,10 @@ int tg_apply_precision(tg_graph *g, int precision) {
         return -1;
     }
     g->tensors[g->io.params_bf16_all].flags |= TG_TENSOR_VIEW;
+    if (frozen_storage(g)) {
+        free(copy_of);
+        return -1;
+    }
 
     /* Which fp32 activations stay fp32. */
     char *keep = calloc((size_t)g->n_tensors, 1);
@@ -70,6 +146,13 @@ int tg_apply_precision(tg_graph *g, int precision) {
             break;
         case TG_OP_ATTENTION:
             keep[op->out[1]] = 1; /* LSE, a row statistic like LayerNorm's */
+            break;
+        case TG_OP_LAYERNORM_BWD:
+            /* dgamma and dbeta of frozen parameters: scratch activations, fp32 as the slots are. */
+            keep[op->out[1]] = keep[op->out[2]] = 1;
+            break;
+        case TG_OP_RESIDUAL_LAYERNORM_BWD:
+            keep[op->out[2]] = keep[op->out[3]] = 1;
             break;
         case TG_OP_ATTENTION_BWD:
             keep[op->out[3]] = 1; /* delta, the backward's row statistic */

@@ -11,8 +11,29 @@
 #include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 
-static const char *const k_flag_names[] = {"param", "grad", "no_decay", "input",
-                                           "output", "view", "tied"};
+/* Names of the tensor flags, bit by bit (bit 7, a low-precision copy, shows as "copy"). */
+static const char *const k_flag_names[] = {"param", "grad",   "no_decay", "input",     "output", "view",
+                                           "tied",  "copy",   "frozen",   "buffer",    "persistent"};
+_Static_assert(sizeof k_flag_names / sizeof k_flag_names[0] == 11 && TG_TENSOR_FLAGS_ALL == (1 << 11) - 1,
+               "a name for every tensor flag");
+
+/* Per class (trainable, frozen, buffer): its tensors (parameters or buffers with values of
+ * their own: no views, no low-precision copies) and the bytes of its pool. */
+typedef struct class_counts {
+    int count[TG_CLASS_COUNT];
+    uint64_t bytes[TG_CLASS_COUNT];
+} class_counts;
+
+static class_counts count_classes(const tg_plan *p) {
+    class_counts c;
+    memset(&c, 0, sizeof c);
+    for (int t = 0; t < p->n_tensors; t++)
+        if (tg_tensor_is_value(&p->tensors[t])) c.count[tg_tensor_class_of(&p->tensors[t])]++;
+    c.bytes[TG_CLASS_TRAINABLE] = p->pool_bytes[TG_POOL_PARAMS];
+    c.bytes[TG_CLASS_FROZEN] = p->pool_bytes[TG_POOL_FROZEN];
+    c.bytes[TG_CLASS_BUFFER] = p->pool_bytes[TG_POOL_BUFFERS];
+    return c;
+}
 
 static const tg_tensor *tensor_at(const tg_plan *p, int32_t t) {
     return t >= 0 && t < p->n_tensors ? &p->tensors[t] : NULL;
@@ -82,6 +103,11 @@ static void print_text(const tg_plan *p, FILE *out) {
     fputc('\n', out);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
+    const class_counts cc = count_classes(p);
+    fprintf(out, "parameters: trainable %d (%" PRIu64 " bytes), frozen %d (%" PRIu64 " bytes), buffers %d (%" PRIu64
+                 " bytes)\n",
+            cc.count[TG_CLASS_TRAINABLE], cc.bytes[TG_CLASS_TRAINABLE], cc.count[TG_CLASS_FROZEN],
+            cc.bytes[TG_CLASS_FROZEN], cc.count[TG_CLASS_BUFFER], cc.bytes[TG_CLASS_BUFFER]);
 
     for (int ph = 0; ph < TG_PHASE_COUNT; ph++) {
         int b = p->phase_begin[ph], e = p->phase_begin[ph + 1];
@@ -264,6 +290,19 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "fingerprint", json_string(hex));
     jset(&c, root, "n_ops", jint(p->n_ops));
     jset(&c, root, "n_tensors", jint(p->n_tensors));
+
+    /* Per class: its parameters (or buffers) and its pool's bytes. */
+    const class_counts cc = count_classes(p);
+    json_t *classes = json_object();
+    jset(&c, root, "classes", classes);
+    static const char *const class_keys[TG_CLASS_COUNT] = {NULL, "trainable", "frozen", "buffers"};
+    for (int k = TG_CLASS_TRAINABLE; classes && k < TG_CLASS_COUNT; k++) {
+        json_t *jc = json_object();
+        jset(&c, classes, class_keys[k], jc);
+        if (!jc) continue;
+        jset(&c, jc, "count", jint(cc.count[k]));
+        jset(&c, jc, "bytes", jbytes(cc.bytes[k]));
+    }
 
     json_t *per_phase = json_object();
     jset(&c, root, "ops_per_phase", per_phase);

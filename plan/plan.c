@@ -13,7 +13,7 @@ void tg_plan_free(tg_plan *plan) {
 }
 
 static const char *const pool_names[TG_POOL_COUNT] = {
-    "params", "grads", "optim", "activations", "inputs", "workspace", "params_bf16",
+    "params", "grads", "optim", "activations", "inputs", "workspace", "params_bf16", "frozen", "buffers",
 };
 _Static_assert(sizeof pool_names / sizeof pool_names[0] == TG_POOL_COUNT, "pool names");
 
@@ -42,4 +42,18 @@ int64_t tg_tensor_numel(const tg_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
     return n;
+}
+
+int tg_tensor_class_of(const tg_tensor *t) {
+    if (t->flags & TG_TENSOR_PARAM) return TG_CLASS_TRAINABLE;
+    if (t->flags & TG_TENSOR_FROZEN) return TG_CLASS_FROZEN;
+    if (t->flags & TG_TENSOR_BUFFER) return TG_CLASS_BUFFER;
+    return TG_CLASS_NONE;
+}
+
+static const char *const class_names[TG_CLASS_COUNT] = {"none", "trainable", "frozen", "buffer"};
+const char *tg_tensor_class_name(int cls) { return NAME_OR_UNKNOWN(class_names, TG_CLASS_COUNT, cls); }
+
+int tg_tensor_is_value(const tg_tensor *t) {
+    return tg_tensor_class_of(t) != TG_CLASS_NONE && !(t->flags & (TG_TENSOR_VIEW | TG_TENSOR_PARAM_COPY));
 }

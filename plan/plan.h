@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 10
+#define TG_PLAN_VERSION 11
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -27,13 +27,16 @@ extern "C" {
 typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_BF16 = 2, TG_DTYPE_COUNT } tg_dtype;
 
 typedef enum tg_pool {
-    TG_POOL_PARAMS = 0,  /* trainable parameters, one contiguous buffer */
+    TG_POOL_PARAMS = 0,  /* trainable parameters (fp32 masters), one contiguous buffer */
     TG_POOL_GRADS,       /* parameter gradients, same layout as params */
     TG_POOL_OPTIM,       /* AdamW m and v (each params-shaped), step counter, total steps */
     TG_POOL_ACTIVATIONS, /* forward/backward intermediates, reused by liveness */
     TG_POOL_INPUTS,      /* the batch: ids, masks, positions, labels */
     TG_POOL_WORKSPACE,   /* per-step scalars (lr, grad norm) */
     TG_POOL_PARAMS_BF16, /* bf16 copies of the parameters (bf16 plans; AdamW refreshes them) */
+    TG_POOL_FROZEN,      /* frozen parameters, stored once in the working precision (see
+                            TG_TENSOR_FROZEN); no gradients, no optimizer state */
+    TG_POOL_BUFFERS,     /* buffers: non-trainable tensors of the model (HF register_buffer) */
     TG_POOL_COUNT
 } tg_pool;
 
@@ -54,9 +57,40 @@ enum tg_tensor_flags {
                                     packed group of parameters (see tg_tensor.group) */
     TG_TENSOR_TIED = 1 << 6,     /* parameter shared by two uses (GPT-2 wte / lm_head) */
     TG_TENSOR_PARAM_COPY = 1 << 7, /* low-precision copy of the parameter `master` */
+    /* A frozen parameter (TG_POOL_FROZEN): loaded, initialised and saved like a trainable one
+     * under its Hugging Face name, but it has no gradient and no optimizer state. It is stored
+     * once, in the working precision: in bf16 plans a frozen tensor that only matmuls read is
+     * bf16 (narrowed from the fp32 values when uploaded) and the matmuls read it directly; one
+     * that an op taking fp32 also reads (LayerNorm gamma/beta, embedding tables) stays fp32.
+     * The exception: an fp32 frozen tensor that a matmul reads as well (GPT-2's wte, also the
+     * tied LM head) gets a bf16 copy in the frozen pool too (flags FROZEN | PARAM_COPY, master
+     * the fp32 tensor), filled once when the weights are uploaded. */
+    TG_TENSOR_FROZEN = 1 << 8,
+    /* A buffer (TG_POOL_BUFFERS): a non-trainable tensor of the model that a checkpoint may
+     * hold, of any plan dtype (BERT's embeddings.position_ids). */
+    TG_TENSOR_BUFFER = 1 << 9,
+    /* A buffer Hugging Face saves and loads (register_buffer's persistent=True). A buffer
+     * without it is never saved, and ignored when a checkpoint holds it, as HF does. */
+    TG_TENSOR_PERSISTENT = 1 << 10,
 };
+/* Every flag bit a plan may use. */
+#define TG_TENSOR_FLAGS_ALL ((1 << 11) - 1)
 
-typedef enum tg_init { TG_INIT_NONE = 0, TG_INIT_NORMAL, TG_INIT_ZEROS, TG_INIT_ONES } tg_init;
+/* What a tensor of the model is: a trainable parameter (TG_TENSOR_PARAM: fp32 master in the
+ * params pool, a gradient, AdamW state, a bf16 copy in bf16 plans), a frozen parameter
+ * (TG_TENSOR_FROZEN), a buffer (TG_TENSOR_BUFFER), or none of these (activations, inputs,
+ * gradients, optimizer state, the trainable parameters' bf16 copies, whole-pool views).
+ * Views of a parameter (packed groups, the padded LM-head view) have their master's class. */
+typedef enum tg_tensor_class {
+    TG_CLASS_NONE = 0,
+    TG_CLASS_TRAINABLE,
+    TG_CLASS_FROZEN,
+    TG_CLASS_BUFFER,
+    TG_CLASS_COUNT
+} tg_tensor_class;
+
+/* TG_INIT_ARANGE: element i holds i modulo the last dimension (torch.arange(n).expand). */
+typedef enum tg_init { TG_INIT_NONE = 0, TG_INIT_NORMAL, TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_ARANGE, TG_INIT_COUNT } tg_init;
 
 typedef struct tg_tensor {
     char name[TG_NAME_MAX];  /* parameters carry their Hugging Face name */
@@ -71,7 +105,7 @@ typedef struct tg_tensor {
     int32_t first_use;       /* index of the first op reading or writing it, -1 if none */
     int32_t last_use;        /* index of the last such op */
     int32_t grad;            /* parameters: index of the gradient tensor; else -1 */
-    int32_t init;            /* tg_init, for parameters without pretrained weights */
+    int32_t init;            /* tg_init, for parameters and buffers without pretrained weights */
     float init_std;
     int32_t master;          /* TG_TENSOR_PARAM_COPY: the fp32 parameter it copies; a parameter
                                 view: the parameter it starts at; else -1 */
@@ -182,6 +216,12 @@ const char *tg_precision_name(int precision);
 const char *tg_attention_mode_name(int mode);
 int tg_dtype_size(int dtype);
 int64_t tg_tensor_numel(const tg_tensor *t);
+/* The tensor's class (tg_tensor_class) from its flags. */
+int tg_tensor_class_of(const tg_tensor *t);
+const char *tg_tensor_class_name(int cls);
+/* Whether t holds values of its own that weights are initialised, loaded and saved into: a
+ * parameter (trainable or frozen) or a buffer that is neither a view nor a low-precision copy. */
+int tg_tensor_is_value(const tg_tensor *t);
 
 #ifdef __cplusplus
 }

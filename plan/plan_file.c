@@ -34,7 +34,7 @@ _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 40, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1048, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 2888, "tg_plan changed: update tg_plan_encode/decode");
+_Static_assert(sizeof(tg_plan) == 2904, "tg_plan changed: update tg_plan_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -411,6 +411,27 @@ static void get_io(rbuf *r, tg_plan_io *io) {
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);
 }
 
+/* What is wrong with a tensor's class flags and pool, or NULL: a tensor has at most one
+ * class; trainable parameters live in the params pool, frozen ones in the frozen pool,
+ * buffers in the buffers pool, and those pools hold nothing else (the params pool's
+ * whole-pool views excepted); only buffers may be persistent, and only trainable parameters
+ * have gradients. */
+static const char *tensor_class_error(const tg_tensor *x) {
+    const int param = (x->flags & TG_TENSOR_PARAM) != 0, frozen = (x->flags & TG_TENSOR_FROZEN) != 0,
+              buffer = (x->flags & TG_TENSOR_BUFFER) != 0;
+    if (param + frozen + buffer > 1) return "it has more than one of the flags param, frozen and buffer";
+    if (param && x->pool != TG_POOL_PARAMS) return "a trainable parameter must be in the params pool";
+    if (frozen && x->pool != TG_POOL_FROZEN) return "a frozen parameter must be in the frozen pool";
+    if (buffer && x->pool != TG_POOL_BUFFERS) return "a buffer must be in the buffers pool";
+    if (x->pool == TG_POOL_FROZEN && !frozen) return "the frozen pool holds frozen parameters only";
+    if (x->pool == TG_POOL_BUFFERS && !buffer) return "the buffers pool holds buffers only";
+    if (x->pool == TG_POOL_PARAMS && !param && !(x->flags & TG_TENSOR_VIEW))
+        return "the params pool holds trainable parameters (and views of the pool) only";
+    if ((x->flags & TG_TENSOR_PERSISTENT) && !buffer) return "only a buffer may be persistent";
+    if ((frozen || buffer) && x->grad != -1) return "only a trainable parameter has a gradient";
+    return NULL;
+}
+
 /* The checks every executor relies on, so a damaged or hand-edited plan is refused
  * here instead of indexing out of bounds later. */
 static int validate(const tg_plan *p, const char *name, tg_err *err) {
@@ -468,6 +489,16 @@ static int validate(const tg_plan *p, const char *name, tg_err *err) {
                            name, t, x->name, (unsigned long long)x->offset,
                            (unsigned long long)x->bytes, tg_pool_name(x->pool),
                            (unsigned long long)cap);
+        if (x->flags & ~TG_TENSOR_FLAGS_ALL)
+            return tg_fail(err, "%s: tensor %d (%s) has unknown flag bits 0x%x (file corrupt or from a newer build)",
+                           name, t, x->name, (unsigned)(x->flags & ~TG_TENSOR_FLAGS_ALL));
+        const char *class_error = tensor_class_error(x);
+        if (class_error)
+            return tg_fail(err, "%s: tensor %d (%s) in the %s pool: %s", name, t, x->name, tg_pool_name(x->pool),
+                           class_error);
+        if (x->init < 0 || x->init >= TG_INIT_COUNT)
+            return tg_fail(err, "%s: tensor %d (%s) has init rule %d of %d", name, t, x->name, x->init,
+                           TG_INIT_COUNT);
         if (x->grad < -1 || x->grad >= p->n_tensors)
             return tg_fail(err, "%s: tensor %d (%s) gradient refers to tensor %d of %d", name,
                            t, x->name, x->grad, p->n_tensors);

@@ -80,6 +80,44 @@ int tg_trainer_run(tg_trainer *t, int first, int last, int training, tg_err *err
     return tg_executor_run(&t->ex, first, last, training, err);
 }
 
+/* Uploads the initial values: the trainable parameters as the params pool (and their bf16
+ * copies), then each frozen parameter and buffer in its storage dtype, and the bf16 copies
+ * of frozen fp32 tables that matmuls read (filled here, once). */
+static int upload_values(tg_trainer *t, tg_err *err) {
+    const tg_plan *plan = t->plan;
+    int up = tg_trainer_write(t, plan->io.params_all, t->values.params, err);
+    if (!up && plan->io.params_bf16_all >= 0) {
+        /* The bf16 copies start as the rounded masters; AdamW keeps them in step. */
+        uint16_t *low = malloc(plan->pool_bytes[TG_POOL_PARAMS_BF16]);
+        if (!low) up = tg_fail(err, "out of memory");
+        else {
+            tg_bf16_narrow(low, t->values.params, (int64_t)(plan->pool_bytes[TG_POOL_PARAMS_BF16] / 2));
+            up = tg_trainer_write(t, plan->io.params_bf16_all, low, err);
+            free(low);
+        }
+    }
+    for (int i = 0; i < plan->n_tensors && !up; i++) {
+        const tg_tensor *x = &plan->tensors[i];
+        const int cls = tg_tensor_class_of(x);
+        if ((cls != TG_CLASS_FROZEN && cls != TG_CLASS_BUFFER) || (x->flags & TG_TENSOR_VIEW)) continue;
+        /* A value tensor, or the bf16 copy of its master's values. */
+        const void *src = tg_weights_value(&t->values, x->flags & TG_TENSOR_PARAM_COPY ? x->master : i);
+        if (!src) continue;
+        if (x->dtype != TG_BF16) {
+            up = tg_trainer_write(t, i, src, err);
+            continue;
+        }
+        uint16_t *low = malloc((size_t)x->bytes);
+        if (!low) up = tg_fail(err, "out of memory");
+        else {
+            tg_bf16_narrow(low, src, tg_tensor_numel(x));
+            up = tg_trainer_write(t, i, low, err);
+            free(low);
+        }
+    }
+    return up ? -1 : 0;
+}
+
 static void bind_batch(tg_trainer *t, tg_batch *b) {
     const tg_plan_io *io = &t->plan->io;
     memset(b, 0, sizeof *b);
@@ -146,33 +184,17 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
         staged &= t->staging[k] != NULL;
     }
-    float *params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->batch_idx || !t->global_idx || !t->type_scratch || !t->staging_rows || !staged || !params) {
-        free(params);
-        goto fail_oom;
-    }
-    memset(params, 0, plan->pool_bytes[TG_POOL_PARAMS]);
-    tg_weights_init(plan, params, run->seed);
+    if (!t->batch_idx || !t->global_idx || !t->type_scratch || !t->staging_rows || !staged) goto fail_oom;
+    if (tg_weights_image_alloc(plan, &t->values, err)) goto fail;
+    tg_weights_init(&t->values, run->seed);
     if (cfg->weights[0]) {
-        if (tg_weights_load(plan, params, cfg->weights, &t->weights, err)) {
-            free(params);
-            goto fail;
-        }
+        if (tg_weights_load(&t->values, cfg->weights, &t->weights, err)) goto fail;
         t->weights_loaded = 1;
     }
-    int up = tg_trainer_write(t, plan->io.params_all, params, err);
-    if (!up && plan->io.params_bf16_all >= 0) {
-        /* The bf16 copies start as the rounded masters; AdamW keeps them in step. */
-        uint16_t *low = malloc(plan->pool_bytes[TG_POOL_PARAMS_BF16]);
-        if (!low) up = tg_fail(err, "out of memory");
-        else {
-            tg_bf16_narrow(low, params, (int64_t)(plan->pool_bytes[TG_POOL_PARAMS_BF16] / 2));
-            up = tg_trainer_write(t, plan->io.params_bf16_all, low, err);
-            free(low);
-        }
-    }
-    free(params);
-    if (up) goto fail;
+    if (upload_values(t, err)) goto fail;
+    /* The trainable parameters live in the params pool from here on (save reads them back). */
+    free(t->values.params);
+    t->values.params = NULL;
     t->open_ms[1] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
 
@@ -213,6 +235,7 @@ void tg_trainer_close(tg_trainer *t) {
     for (int k = 0; k < t->n_staging; k++)
         if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);
+    tg_weights_image_free(&t->values);
     memset(t, 0, sizeof *t);
 }
 
@@ -396,9 +419,20 @@ void tg_trainer_memory(tg_trainer *t, tg_memory_use *use) {
 }
 
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
-    float *params = malloc(t->plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!params) return tg_fail(err, "out of memory");
-    int rc = tg_trainer_read(t, t->plan->io.params_all, params, err) || tg_weights_save(t->plan, params, path, err);
-    free(params);
+    /* The trainable parameters as they are now; the frozen parameters and the buffers as
+     * the executor holds them where it stores them in fp32 or int32 (anything written since
+     * the upload), else (bf16 frozen tensors) the fp32 values they were narrowed from. */
+    const tg_plan *plan = t->plan;
+    t->values.params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
+    if (!t->values.params) return tg_fail(err, "out of memory");
+    int rc = tg_trainer_read(t, plan->io.params_all, t->values.params, err);
+    for (int i = 0; i < plan->n_tensors && !rc; i++) {
+        const tg_tensor *x = &plan->tensors[i];
+        if (tg_tensor_is_value(x) && tg_tensor_class_of(x) != TG_CLASS_TRAINABLE && x->dtype != TG_BF16)
+            rc = tg_trainer_read(t, i, tg_weights_value(&t->values, i), err);
+    }
+    if (!rc) rc = tg_weights_save(&t->values, path, err);
+    free(t->values.params);
+    t->values.params = NULL;
     return rc ? -1 : 0;
 }

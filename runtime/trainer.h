@@ -93,6 +93,9 @@ typedef struct tg_trainer {
     int rank, replicas;
     int32_t *type_scratch;      /* where batches put token types a plan has no input for */
     tg_weights_report weights;  /* what was loaded from the model folder */
+    /* Host values of the frozen parameters and buffers (kept for saving: a bf16 frozen
+     * tensor's fp32 values are nowhere else); its params image only while opening and saving. */
+    tg_weights_image values;
     int weights_loaded;
     double open_ms[3];          /* time to open: executor and pools, weights, datasets */
     tg_memory_probe memory;     /* the measured peak, from the preflight's reading on */

@@ -12,8 +12,43 @@
 /* Initialisation streams use a step value no training step reaches. */
 #define TG_INIT_STREAM_STEP UINT64_C(0xFFFFFFFFFFFFFFFF)
 
-static float *param_ptr(const tg_plan *plan, float *pool, int t) {
-    return pool + plan->tensors[t].offset / sizeof(float);
+int tg_weights_image_alloc(const tg_plan *plan, tg_weights_image *img, tg_err *err) {
+    memset(img, 0, sizeof *img);
+    img->plan = plan;
+    img->fixed_offset = malloc(sizeof *img->fixed_offset * (size_t)(plan->n_tensors ? plan->n_tensors : 1));
+    img->params = calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    if (!img->fixed_offset || !img->params) {
+        tg_weights_image_free(img);
+        return tg_fail(err, "out of memory for the weights");
+    }
+    for (int t = 0; t < plan->n_tensors; t++) {
+        const tg_tensor *x = &plan->tensors[t];
+        img->fixed_offset[t] = UINT64_MAX;
+        const int cls = tg_tensor_class_of(x);
+        if (!tg_tensor_is_value(x) || cls == TG_CLASS_TRAINABLE) continue;
+        img->fixed_offset[t] = img->fixed_bytes;
+        img->fixed_bytes += (uint64_t)tg_tensor_numel(x) * 4; /* fp32 or int32 */
+    }
+    img->fixed = calloc(1, img->fixed_bytes ? img->fixed_bytes : 1);
+    if (!img->fixed) {
+        tg_weights_image_free(img);
+        return tg_fail(err, "out of memory for the weights");
+    }
+    return 0;
+}
+
+void tg_weights_image_free(tg_weights_image *img) {
+    free(img->params);
+    free(img->fixed);
+    free(img->fixed_offset);
+    memset(img, 0, sizeof *img);
+}
+
+void *tg_weights_value(const tg_weights_image *img, int t) {
+    const tg_tensor *x = &img->plan->tensors[t];
+    if (!tg_tensor_is_value(x)) return NULL;
+    if (tg_tensor_class_of(x) == TG_CLASS_TRAINABLE) return img->params ? img->params + x->offset / sizeof(float) : NULL;
+    return img->fixed + img->fixed_offset[t];
 }
 
 /* Padding index of the embedding that uses table t, or -1. */
@@ -26,8 +61,7 @@ static int padding_row_of(const tg_plan *plan, int t) {
 }
 
 typedef struct init_job {
-    const tg_plan *plan;
-    float *pool;
+    const tg_weights_image *img;
     uint64_t seed;
     int tensor;
     uint32_t stream; /* Philox stream key: a hash of the parameter's name */
@@ -46,8 +80,8 @@ static uint32_t name_stream(const char *name) {
  * Box-Muller pairs. Element i depends only on (seed, name, i), not on the threading. */
 static void init_normal_range(void *arg, int64_t b, int64_t e) {
     const init_job *j = arg;
-    const tg_tensor *x = &j->plan->tensors[j->tensor];
-    float *p = param_ptr(j->plan, j->pool, j->tensor);
+    const tg_tensor *x = &j->img->plan->tensors[j->tensor];
+    float *p = tg_weights_value(j->img, j->tensor);
     int64_t n = tg_tensor_numel(x);
     for (int64_t blk = b; blk < e; blk++) {
         float u[4];
@@ -61,16 +95,27 @@ static void init_normal_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
-void tg_weights_init(const tg_plan *plan, float *pool, uint64_t seed) {
+void tg_weights_init(tg_weights_image *img, uint64_t seed) {
+    const tg_plan *plan = img->plan;
     tg_threadpool *threads = tg_threadpool_create(0); /* NULL: runs inline */
     for (int t = 0; t < plan->n_tensors; t++) {
         const tg_tensor *x = &plan->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
-        float *p = param_ptr(plan, pool, t);
+        if (!tg_tensor_is_value(x)) continue;
         int64_t n = tg_tensor_numel(x);
+        if (x->dtype == TG_I32) {
+            int32_t *v = tg_weights_value(img, t);
+            const int64_t row = x->ndim > 0 && x->shape[x->ndim - 1] > 0 ? x->shape[x->ndim - 1] : 1;
+            for (int64_t i = 0; i < n; i++)
+                v[i] = x->init == TG_INIT_ARANGE ? (int32_t)(i % row) : x->init == TG_INIT_ONES ? 1 : 0;
+            continue;
+        }
+        float *p = tg_weights_value(img, t);
         if (x->init == TG_INIT_NORMAL) {
-            init_job j = {plan, pool, seed, t, name_stream(x->name)};
+            init_job j = {img, seed, t, name_stream(x->name)};
             tg_parallel_for(threads, (n + 3) / 4, init_normal_range, &j);
+        } else if (x->init == TG_INIT_ARANGE) {
+            const int64_t row = x->ndim > 0 && x->shape[x->ndim - 1] > 0 ? x->shape[x->ndim - 1] : 1;
+            for (int64_t i = 0; i < n; i++) p[i] = (float)(i % row);
         } else {
             float v = x->init == TG_INIT_ONES ? 1.0f : 0.0f;
             for (int64_t i = 0; i < n; i++) p[i] = v;
@@ -112,19 +157,26 @@ static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
-int tg_weights_load(const tg_plan *plan, float *pool, const char *path, tg_weights_report *report,
-                    tg_err *err) {
+int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *report, tg_err *err) {
+    const tg_plan *plan = img->plan;
     memset(report, 0, sizeof *report);
     tg_safetensors st;
     if (tg_st_open(path, &st, err)) return -1;
-    int rc = 0;
+    int rc = 0, params = 0;
     for (int t = 0; t < plan->n_tensors && !rc; t++) {
         const tg_tensor *x = &plan->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        if (!tg_tensor_is_value(x)) continue;
+        const int cls = tg_tensor_class_of(x);
+        const int skip = cls == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT);
+        params += cls != TG_CLASS_BUFFER;
         char names[6][TG_NAME_MAX];
         int n = name_candidates(x->name, names);
         const tg_st_entry *e = NULL;
         for (int i = 0; i < n && !e; i++) e = tg_st_find(&st, names[i]);
+        if (skip) { /* HF ignores a non-persistent buffer in a checkpoint (and expects none) */
+            report->ignored += e != NULL;
+            continue;
+        }
         if (!e) {
             if (!report->missing++) snprintf(report->first_missing, TG_NAME_MAX, "%s", x->name);
             continue;
@@ -141,27 +193,36 @@ int tg_weights_load(const tg_plan *plan, float *pool, const char *path, tg_weigh
                                                                                        : "");
             break;
         }
-        if (tg_st_read_f32(&st, e, param_ptr(plan, pool, t), tg_tensor_numel(x), err)) {
+        void *dst = tg_weights_value(img, t);
+        if (x->dtype == TG_I32 ? tg_st_read_i32(&st, e, dst, tg_tensor_numel(x), err)
+                               : tg_st_read_f32(&st, e, dst, tg_tensor_numel(x), err)) {
             rc = -1;
             break;
         }
         report->loaded++;
+        report->trainable += cls == TG_CLASS_TRAINABLE;
+        report->frozen += cls == TG_CLASS_FROZEN;
+        report->buffers += cls == TG_CLASS_BUFFER;
     }
     if (!rc && report->loaded == 0)
         rc = tg_fail(err, "%s: holds none of the model's %d parameters (first: %s); is it a checkpoint of this model?",
-                     path, report->missing, report->first_missing);
+                     path, params, report->first_missing);
     tg_st_close(&st);
     return rc;
 }
 
-int tg_weights_save(const tg_plan *plan, const float *pool, const char *path, tg_err *err) {
-    tg_st_item *items = calloc((size_t)plan->n_tensors, sizeof *items);
+int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) {
+    const tg_plan *plan = img->plan;
+    tg_st_item *items = calloc((size_t)plan->n_tensors + 1, sizeof *items);
     if (!items) return tg_fail(err, "%s: out of memory", path);
     int n = 0;
     for (int t = 0; t < plan->n_tensors; t++) {
         const tg_tensor *x = &plan->tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
-        items[n++] = (tg_st_item){x->name, TG_ST_F32, x->ndim, x->shape, pool + x->offset / sizeof(float)};
+        if (!tg_tensor_is_value(x)) continue;
+        /* HF saves parameters and persistent buffers, never the others. */
+        if (tg_tensor_class_of(x) == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT)) continue;
+        items[n++] = (tg_st_item){x->name, x->dtype == TG_I32 ? TG_ST_I32 : TG_ST_F32, x->ndim, x->shape,
+                                  tg_weights_value(img, t)};
     }
     int rc = tg_st_write(path, items, n, err);
     free(items);

@@ -1437,40 +1437,47 @@ TG_TEST(test_weights_init_by_name) {
         "attention = unfused\nfuse_bias_grad = false\nfuse_residual_layernorm = false\n",
         "attention = fused\nprecision = bf16\n",
         "fuse_qkv = false\n",
+        /* Frozen parameters start from the same values as trainable ones. */
+        "freeze = bert.encoder.layer.0.*, bert.embeddings.word_embeddings.*\nprecision = bf16\n",
     };
     enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
     tg_plan plans[N_VARIANTS];
-    float *pools[N_VARIANTS] = {NULL};
+    tg_weights_image images[N_VARIANTS];
     tg_err err;
     for (int v = 0; v < N_VARIANTS; v++) {
         char text[512];
         snprintf(text, sizeof text, "model = tiny-bert\nbatch = 2\nseq = 16\nsteps = 1\ntrain_data = x\n%s", variants[v]);
         REQUIRE(compile_text(text, &plans[v], &err, NULL) == 0, "%s", err.msg);
-        pools[v] = malloc(plans[v].pool_bytes[TG_POOL_PARAMS]);
-        REQUIRE(pools[v], "out of memory");
-        tg_weights_init(&plans[v], pools[v], 7);
+        REQUIRE(tg_weights_image_alloc(&plans[v], &images[v], &err) == 0, "%s", err.msg);
+        tg_weights_init(&images[v], 7);
     }
-    int compared = 0;
+    int compared = 0, frozen = 0;
     for (int t = 0; t < plans[0].n_tensors; t++) {
         const tg_tensor *x = &plans[0].tensors[t];
-        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        if (!tg_tensor_is_value(x)) continue;
         for (int v = 1; v < N_VARIANTS; v++) {
             int u = tg_test_tensor_named(&plans[v], x->name);
             if (!CHECK(u >= 0, "%s missing from variant %d", x->name, v)) continue;
-            const tg_tensor *y = &plans[v].tensors[u];
-            CHECK(memcmp((char *)pools[0] + x->offset, (char *)pools[v] + y->offset, x->bytes) == 0,
+            frozen += tg_tensor_class_of(&plans[v].tensors[u]) == TG_CLASS_FROZEN;
+            CHECK(memcmp(tg_weights_value(&images[0], t), tg_weights_value(&images[v], u), (size_t)tg_tensor_numel(x) * 4) == 0,
                   "%s starts differently in variant %d", x->name, v);
             compared++;
         }
     }
-    CHECK(compared > 20, "only %d parameters compared", compared);
-    float *other = malloc(plans[0].pool_bytes[TG_POOL_PARAMS]);
-    REQUIRE(other, "out of memory");
-    tg_weights_init(&plans[0], other, 8);
-    CHECK(memcmp(other, pools[0], plans[0].pool_bytes[TG_POOL_PARAMS]) != 0, "another seed gave the same weights");
-    free(other);
+    CHECK(compared > 20 && frozen == 17, "only %d parameters compared, %d of them frozen", compared, frozen);
+    /* The buffers: positions 0..63 and zero token types. */
+    int pos = tg_test_tensor_named(&plans[0], "bert.embeddings.position_ids");
+    REQUIRE(pos >= 0 && plans[0].tensors[pos].dtype == TG_I32, "no position_ids buffer");
+    const int32_t *ids = tg_weights_value(&images[0], pos);
+    CHECK(ids[0] == 0 && ids[63] == 63, "position_ids start %d and end %d", ids[0], ids[63]);
+    tg_weights_image other;
+    REQUIRE(tg_weights_image_alloc(&plans[0], &other, &err) == 0, "%s", err.msg);
+    tg_weights_init(&other, 8);
+    CHECK(memcmp(other.params, images[0].params, plans[0].pool_bytes[TG_POOL_PARAMS]) != 0,
+          "another seed gave the same weights");
+    tg_weights_image_free(&other);
     for (int v = 0; v < N_VARIANTS; v++) {
-        free(pools[v]);
+        tg_weights_image_free(&images[v]);
         tg_plan_free(&plans[v]);
     }
 }

@@ -681,6 +681,20 @@ static void bad_phase_begin(tg_plan *p) { p->phase_begin[1] = 8; }
 static void bad_phase_end(tg_plan *p) { p->phase_begin[TG_PHASE_COUNT] = 9; }
 static void bad_offset(tg_plan *p) { p->tensors[T_V_ALL].offset = 1536; }
 static void bad_pool(tg_plan *p) { p->tensors[T_H].pool = TG_POOL_COUNT; }
+static void unknown_flag(tg_plan *p) { p->tensors[T_H].flags |= 1 << 11; }
+static void frozen_in_params(tg_plan *p) { p->tensors[T_WTE].flags |= TG_TENSOR_FROZEN; }
+static void frozen_outside_pool(tg_plan *p) { p->tensors[T_H].flags |= TG_TENSOR_FROZEN; }
+static void buffer_pool_intruder(tg_plan *p) {
+    p->tensors[T_H].pool = TG_POOL_BUFFERS;
+    p->pool_bytes[TG_POOL_BUFFERS] = 1024;
+}
+static void persistent_activation(tg_plan *p) { p->tensors[T_H].flags |= TG_TENSOR_PERSISTENT; }
+static void frozen_with_grad(tg_plan *p) {
+    p->tensors[T_WTE].flags = TG_TENSOR_FROZEN; /* still has its gradient */
+    p->tensors[T_WTE].pool = TG_POOL_FROZEN;
+    p->pool_bytes[TG_POOL_FROZEN] = 1024;
+}
+static void bad_init(tg_plan *p) { p->tensors[T_H].init = 9; }
 static void bad_dtype(tg_plan *p) { p->tensors[T_H].dtype = 5; }
 static void bad_ndim(tg_plan *p) { p->tensors[T_H].ndim = 5; }
 static void bad_io(tg_plan *p) { p->io.loss = N_T; }
@@ -721,7 +735,17 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_phase_end, "plan.tgp: phase table runs 0..9, expected 0..10"},
         {bad_offset, "plan.tgp: tensor 17 (v_all) at offset 1536 + 768 bytes runs past the "
                      "optim pool (2048 bytes)"},
-        {bad_pool, "plan.tgp: tensor 6 (h) is in pool 7 of 7"},
+        {bad_pool, "plan.tgp: tensor 6 (h) is in pool 9 of 9"},
+        {unknown_flag, "plan.tgp: tensor 6 (h) has unknown flag bits 0x800"},
+        {frozen_in_params, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) in the params pool: it has "
+                           "more than one of the flags param, frozen and buffer"},
+        {frozen_outside_pool, "plan.tgp: tensor 6 (h) in the activations pool: a frozen parameter must be in the "
+                              "frozen pool"},
+        {buffer_pool_intruder, "plan.tgp: tensor 6 (h) in the buffers pool: the buffers pool holds buffers only"},
+        {persistent_activation, "plan.tgp: tensor 6 (h) in the activations pool: only a buffer may be persistent"},
+        {frozen_with_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) in the frozen pool: only a "
+                           "trainable parameter has a gradient"},
+        {bad_init, "plan.tgp: tensor 6 (h) has init rule 9 of 5"},
         {bad_dtype, "plan.tgp: tensor 6 (h) has dtype 5"},
         {bad_ndim, "plan.tgp: tensor 6 (h) has 5 dims"},
         {bad_io, "plan.tgp: io loss refers to tensor 19 of 19"},
@@ -933,7 +957,7 @@ TG_TEST(test_inspect_text) {
         "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
         "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
-        "1.500 GFLOP", "param,no_decay"};
+        "1.500 GFLOP", "param,no_decay", "parameters: trainable 2 ("};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
         CHECK(has(text, want[k]), "text lacks '%s'", want[k]);
     /* Phases appear in order. */
@@ -977,6 +1001,11 @@ TG_TEST(test_inspect_json) {
     CHECK(json_integer_value(json_object_get(pools, "optim")) == 2048, "optim pool");
     CHECK(json_integer_value(json_object_get(pools, "activations")) == 768, "activations");
     CHECK(json_object_size(pools) == TG_POOL_COUNT, "pool count");
+    json_t *classes = json_object_get(root, "classes");
+    CHECK(json_integer_value(json_object_get(json_object_get(classes, "trainable"), "count")) == 2 &&
+              json_integer_value(json_object_get(json_object_get(classes, "frozen"), "count")) == 0 &&
+              json_integer_value(json_object_get(json_object_get(classes, "buffers"), "bytes")) == 0,
+          "classes");
     CHECK(json_integer_value(json_object_get(root, "peak_bytes")) == 5632, "peak_bytes");
     CHECK(json_integer_value(json_object_get(root, "activation_live_peak")) == 528,
           "activation_live_peak");

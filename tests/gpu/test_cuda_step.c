@@ -23,6 +23,7 @@ typedef struct run {
 static int g_precision = TG_PREC_FP32;
 static int g_fuse_gelu = 1;
 static int g_fuse_qkv = 1; /* BERT/RoBERTa: one packed q|k|v product (the default) */
+static const char *g_freeze = ""; /* the job's freeze patterns */
 
 static int open_run(run *r, const char *preset, int task, tg_device device, int no_graphs, uint64_t seed) {
     memset(r, 0, sizeof *r);
@@ -35,6 +36,7 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     job.task = task, job.num_labels = 3, job.batch = 4, job.seq = 24, job.steps = 10, job.seed = seed;
     job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision, job.fuse_gelu = g_fuse_gelu;
     job.fuse_qkv = g_fuse_qkv;
+    snprintf(job.freeze, sizeof job.freeze, "%s", g_freeze);
     if (!CHECK(tg_compile_with_config(&job, &cfg, &r->plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = device, .threads = 0, .load_data = 0, .no_graphs = no_graphs};
     if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
@@ -188,6 +190,76 @@ TG_TEST(test_gpu_step_gpt2_gelu_epilogue_bf16) {
         }
     }
     for (int k = 0; k < opened; k++) close_run(&r[k]);
+}
+
+/* A job with a freeze, three steps on the CPU and on CUDA: the loss and gradient norm of
+ * each step agree (to 1e-4 in fp32; to 2e-2 and 5e-2 in bf16, whose activations round
+ * differently), in fp32 so does every trainable parameter's gradient and value, and the
+ * frozen tensors (bf16 ones narrowed on upload, the bf16 copy of a frozen tied table) hold
+ * on the GPU exactly what the CPU holds. */
+static void frozen_matches_cpu(const char *preset, int task, int precision, const char *freeze) {
+    g_precision = precision, g_freeze = freeze;
+    run r[2];
+    int opened = open_run(&r[0], preset, task, TG_DEVICE_CPU, 0, 5);
+    opened += opened && open_run(&r[1], preset, task, TG_DEVICE_CUDA, 0, 5);
+    g_precision = TG_PREC_FP32, g_freeze = "";
+    const float loss_tol = precision == TG_PREC_FP32 ? 1e-4f : 2e-2f, norm_tol = precision == TG_PREC_FP32 ? 1e-4f : 5e-2f;
+    tg_err err;
+    int frozen = 0;
+    for (int t = 0; opened == 2 && t < r[0].plan.n_tensors; t++) frozen += tg_tensor_class_of(&r[0].plan.tensors[t]) == TG_CLASS_FROZEN;
+    CHECK(opened < 2 || frozen > 0, "%s: nothing frozen", preset);
+    for (int step = 0; opened == 2 && step < 3; step++) {
+        tg_step_stats st[2];
+        fill_inputs(&r[0], step);
+        fill_inputs(&r[1], step);
+        if (!CHECK(tg_trainer_run_step(&r[0].tr, &st[0], &err) == 0, "%s", err.msg) ||
+            !CHECK(tg_trainer_run_step(&r[1].tr, &st[1], &err) == 0, "%s", err.msg))
+            break;
+        CHECK(isfinite(st[1].loss) && fabsf(st[1].loss - st[0].loss) <= loss_tol * fabsf(st[0].loss),
+              "%s step %d: loss cpu %.7g cuda %.7g", preset, step, st[0].loss, st[1].loss);
+        CHECK(fabsf(st[1].grad_norm - st[0].grad_norm) <= norm_tol * st[0].grad_norm,
+              "%s step %d: grad norm cpu %.7g cuda %.7g", preset, step, st[0].grad_norm, st[1].grad_norm);
+    }
+    const tg_plan *p = &r[0].plan;
+    if (opened == 2 && precision == TG_PREC_FP32) {
+        float *ga = read_all(&r[0], p->io.grads_all), *gb = read_all(&r[1], p->io.grads_all);
+        float *pa = read_all(&r[0], p->io.params_all), *pb = read_all(&r[1], p->io.params_all);
+        double grad_max = 0;
+        int64_t total = (int64_t)(p->pool_bytes[TG_POOL_GRADS] / 4), left_out = 0;
+        for (int64_t i = 0; ga && i < total; i++) grad_max = fmax(grad_max, fabs(ga[i]));
+        for (int t = 0; ga && gb && pa && pb && t < p->n_tensors; t++) {
+            const tg_tensor *x = &p->tensors[t];
+            if (!tg_tensor_is_value(x) || tg_tensor_class_of(x) != TG_CLASS_TRAINABLE) continue;
+            int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
+            double rg = tg_rel_err(gb + off, ga + off, n), dg = tg_l2_diff(gb + off, ga + off, n);
+            double rp = tg_rel_err_after_update(pb + off, pa + off, ga + off, gb + off, n, 1e-9 * grad_max, &left_out);
+            CHECK(rg <= 1e-4 || dg <= 1e-9 * grad_max, "%s: gradient of %s: relative error %.3g", preset, x->name, rg);
+            CHECK(rp <= 1e-4, "%s: %s after 3 steps: relative error %.3g", preset, x->name, rp);
+        }
+        free(ga), free(gb), free(pa), free(pb);
+    }
+    for (int t = 0; opened == 2 && t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (tg_tensor_class_of(x) != TG_CLASS_FROZEN || (x->flags & TG_TENSOR_VIEW)) continue;
+        void *a = read_all(&r[0], t), *b = read_all(&r[1], t);
+        CHECK(a && b && memcmp(a, b, x->bytes) == 0, "%s: frozen %s differs between the CPU and CUDA", preset, x->name);
+        free(a), free(b);
+    }
+    for (int k = 0; k < opened; k++) close_run(&r[k]);
+}
+
+TG_TEST(test_gpu_step_frozen_bert_matches_cpu) {
+    frozen_matches_cpu("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, "bert.embeddings.*, bert.encoder.layer.0.*");
+}
+TG_TEST(test_gpu_step_frozen_bert_bf16_matches_cpu) {
+    frozen_matches_cpu("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_BF16, "bert.embeddings.*, bert.encoder.layer.0.*");
+}
+/* The tied table frozen: bf16 plans read a bf16 copy of it in the LM head. */
+TG_TEST(test_gpu_step_frozen_gpt2_matches_cpu) {
+    frozen_matches_cpu("tiny-gpt2", TG_TASK_LM, TG_PREC_FP32, "transformer.wte.*, transformer.wpe.*, transformer.h.0.*");
+}
+TG_TEST(test_gpu_step_frozen_gpt2_bf16_matches_cpu) {
+    frozen_matches_cpu("tiny-gpt2", TG_TASK_LM, TG_PREC_BF16, "transformer.wte.*, transformer.wpe.*, transformer.h.0.*");
 }
 
 /* Runs `steps` steps and returns the final parameters (and losses). */
