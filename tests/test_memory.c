@@ -308,9 +308,16 @@ TG_TEST(test_cli_run_reports_measured_peak_cpu) {
     CHECK(json_is_integer(json_object_get(o, "measured_peak_bytes")), "measured_peak_bytes missing");
     CHECK(planned > 16.0 * 1048576 && estimate >= planned, "planned %.0f, estimate %.0f", planned, estimate);
     /* At least the pools (every page of them is written) and the staging; at most the
-     * estimate plus what the run holds besides (datasets, threads, allocator slack). */
-    CHECK(measured >= 0.9 * planned && measured <= estimate + 64.0 * 1048576, "measured %.0f for planned %.0f",
-          measured, planned);
+     * estimate plus what the run holds besides (datasets, threads, allocator slack). Under
+     * AddressSanitizer (make test-asan) the CLI's heap carries redzones and a quarantine of
+     * freed blocks, which the resident set counts too. */
+#if defined(__SANITIZE_ADDRESS__)
+    const double besides = 256.0 * 1048576;
+#else
+    const double besides = 64.0 * 1048576;
+#endif
+    CHECK(measured >= 0.9 * planned && measured <= estimate + besides, "measured %.0f for planned %.0f", measured,
+          planned);
     json_decref(o);
     snprintf(path, sizeof path, "%s/stderr.txt", dir);
     text = tg_test_read_file(path, NULL);
