@@ -18,9 +18,11 @@ BUILD := build
 GPU_DIR := $(BUILD)/gpu
 LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c api/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_SRC := $(wildcard cli/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard include/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh tests/*.h)
+HEADERS := $(wildcard include/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh cli/*.h tests/*.h)
 
 .PHONY: all test embed-test install clean gpu gpu-test demo deps fuzz-deps test-asan fuzz
 all: $(BUILD)/libtunegraph.a $(BUILD)/libtunegraph.so $(BUILD)/tunegraph
@@ -41,11 +43,11 @@ $(BUILD)/libtunegraph.a: $(LIB_OBJ)
 $(BUILD)/libtunegraph.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tunegraph: $(BUILD)/cli/main.o $(BUILD)/libtunegraph.a
+$(BUILD)/tunegraph: $(CLI_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-# It compiles the CLI's source in, to test its metrics helpers.
-$(BUILD)/tests/test_cli_metrics.o: cli/main.c
+# It compiles the CLI's sources in, to test their static helpers.
+$(BUILD)/tests/test_cli_metrics.o: $(CLI_SRC)
 
 $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -118,7 +120,7 @@ $(ASAN)/libtunegraph.a: $(ASAN_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(ASAN)/tunegraph: $(ASAN)/cli/main.o $(ASAN)/libtunegraph.a
+$(ASAN)/tunegraph: $(CLI_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 
 $(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
@@ -200,7 +202,7 @@ $(GPU_DIR)/libtunegraph.so: $(GPU_LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS) \
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
 
-$(GPU_DIR)/tunegraph: $(BUILD)/cli/main.o $(GPU_DIR)/libtunegraph.a
+$(GPU_DIR)/tunegraph: $(CLI_OBJ) $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
 $(GPU_DIR)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_DIR)/libtunegraph.a

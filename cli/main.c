@@ -1,7 +1,7 @@
-/* tunegraph command line: compile, inspect, run. */
+/* tunegraph command line: compile, inspect, run (the metrics file's lines are cli/metrics.c,
+ * the --profile report cli/profile.c). */
 #include <ctype.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "api/front.h"
+#include "cli/metrics.h"
+#include "cli/profile.h"
 #include "plan/inspect.h"
 #include "base/clock.h"
 #include "runtime/comm.h"
@@ -24,7 +26,6 @@
 _Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight and TUNEGRAPH_STEP_GROUP messages name the limit");
 
 #define MAX_SETS 64
-#define PROFILE_REPEATS 5
 #define MAX_THREADS 1024
 
 static const char usage[] =
@@ -167,138 +168,6 @@ static double median_after_first(double *ms, int n) {
 static void fmt_eta(double s, char *buf, size_t len) {
     int t = (int)(s + 0.5);
     snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
-}
-
-/* ---- metrics: one JSON object per line, built with jansson ------------------------ */
-
-/* An object under construction; `bad` records a value or key that could not be added. */
-typedef struct metrics_line {
-    json_t *o;
-    int bad;
-} metrics_line;
-
-static metrics_line line_begin(void) {
-    json_t *o = json_object();
-    return (metrics_line){o, o == NULL};
-}
-
-static void put(metrics_line *l, const char *key, json_t *v) {
-    if (!v || !l->o || json_object_set_new(l->o, key, v)) l->bad = 1;
-}
-
-static void put_int(metrics_line *l, const char *key, long long v) { put(l, key, json_integer((json_int_t)v)); }
-static void put_str(metrics_line *l, const char *key, const char *v) { put(l, key, json_string(v)); }
-static void put_bool(metrics_line *l, const char *key, int v) { put(l, key, json_boolean(v)); }
-
-/* A real written with the digits `fmt` gives it (each field's precision): the value is
- * rounded through that text, which the dump's 15 significant digits print back as it is.
- * A value JSON cannot hold (inf, nan) is written as null, with "<key>_error":
- * "not finite" beside it. */
-static void put_real(metrics_line *l, const char *key, double v, const char *fmt) {
-    if (!isfinite(v)) {
-        char error_key[128];
-        snprintf(error_key, sizeof error_key, "%s_error", key);
-        put(l, key, json_null());
-        put_str(l, error_key, "not finite");
-        return;
-    }
-    char text[64];
-    snprintf(text, sizeof text, fmt, v);
-    put(l, key, json_real(strtod(text, NULL)));
-}
-
-/* Writes the object as one line (keys in the order they were put) and releases it:
- * 0, or -1 when it could not be built or written. */
-static int line_write(metrics_line *l, FILE *f) {
-    int rc = l->bad || json_dumpf(l->o, f, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) || fputc('\n', f) == EOF;
-    json_decref(l->o);
-    l->o = NULL;
-    return rc ? -1 : 0;
-}
-
-/* Where the time of one step goes, op by op (launched singly, so each op's time is its
- * kernel time plus launch gaps that the captured graph mostly hides). */
-static int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
-    const tg_plan *p = tr->plan;
-    double *ms = calloc((size_t)p->n_ops, sizeof *ms);
-    if (!ms) return tg_fail(err, "out of memory");
-    if (tg_trainer_profile(tr, PROFILE_REPEATS, ms, err)) {
-        free(ms);
-        return -1;
-    }
-    double kind_ms[TG_OP_COUNT] = {0}, total = 0, phase_ms[TG_PHASE_COUNT] = {0};
-    int wrote = 0; /* -1 once a metrics line could not be written */
-    int kind_n[TG_OP_COUNT] = {0};
-    for (int o = 0; o < p->n_ops; o++) {
-        kind_ms[p->ops[o].kind] += ms[o];
-        kind_n[p->ops[o].kind]++;
-        phase_ms[p->ops[o].phase] += ms[o];
-        total += ms[o];
-    }
-    fprintf(stderr, "profile (ops launched one by one, mean of %d steps): %.3f ms in %d ops", PROFILE_REPEATS, total,
-            p->n_ops);
-    if (step_ms > 0) fprintf(stderr, "; the captured step took %.3f ms", step_ms);
-    fprintf(stderr, "\n  forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n", phase_ms[0], phase_ms[1], phase_ms[2]);
-    fprintf(stderr, "  %-18s %5s %10s %6s\n", "op", "count", "ms", "share");
-    for (int shown = 0; shown < TG_OP_COUNT; shown++) {
-        int best = -1;
-        for (int k = 0; k < TG_OP_COUNT; k++)
-            if (kind_n[k] && (best < 0 || kind_ms[k] > kind_ms[best])) best = k;
-        if (best < 0) break;
-        fprintf(stderr, "  %-18s %5d %10.3f %5.1f%%\n", tg_op_name(best), kind_n[best], kind_ms[best],
-                100 * kind_ms[best] / total);
-        if (metrics) {
-            metrics_line l = line_begin();
-            put_str(&l, "profile_op", tg_op_name(best));
-            put_int(&l, "count", kind_n[best]);
-            put_real(&l, "ms", kind_ms[best], "%.4f");
-            if (line_write(&l, metrics)) wrote = -1;
-        }
-        kind_n[best] = 0;
-    }
-    /* Every op's time in the metrics, so a report can say where each millisecond went. */
-    for (int o = 0; metrics && o < p->n_ops; o++) {
-        const tg_op *op = &p->ops[o];
-        int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
-        metrics_line l = line_begin();
-        put_int(&l, "profile_op_index", o);
-        put_str(&l, "op", tg_op_name(op->kind));
-        put_str(&l, "tensor", out >= 0 ? p->tensors[out].name : "");
-        put_real(&l, "ms", ms[o], "%.4f");
-        if (op->kind == TG_OP_MATMUL) {
-            const tg_matmul_params *mm = &op->p.matmul;
-            put_int(&l, "M", mm->m);
-            put_int(&l, "N", mm->n);
-            put_int(&l, "K", mm->k);
-            put_int(&l, "batch", mm->batch);
-            put_int(&l, "trans_a", mm->trans_a);
-            put_int(&l, "trans_b", mm->trans_b);
-            put_int(&l, "accumulate", mm->accumulate);
-            put_int(&l, "bias_grad", mm->bias_grad);
-            put_int(&l, "act", mm->activation);
-            put_real(&l, "tflops", ms[o] > 0 ? 2.0 * mm->m * mm->n * mm->k * mm->batch / (ms[o] * 1e9) : 0.0,
-                     "%.1f");
-        }
-        if (line_write(&l, metrics)) wrote = -1;
-    }
-    fprintf(stderr, "  slowest ops:\n");
-    for (int shown = 0; shown < 8; shown++) {
-        int best = -1;
-        for (int o = 0; o < p->n_ops; o++)
-            if (ms[o] >= 0 && (best < 0 || ms[o] > ms[best])) best = o;
-        if (best < 0) break;
-        const tg_op *op = &p->ops[best];
-        int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
-        fprintf(stderr, "    %4d %-16s %8.3f ms  %s", best, tg_op_name(op->kind), ms[best], p->tensors[out].name);
-        const tg_matmul_params *mm = &op->p.matmul;
-        if (op->kind == TG_OP_MATMUL)
-            fprintf(stderr, "  M=%lld N=%lld K=%lld batch=%lld", (long long)mm->m, (long long)mm->n,
-                    (long long)mm->k, (long long)mm->batch);
-        fprintf(stderr, "\n");
-        ms[best] = -1;
-    }
-    free(ms);
-    return wrote ? tg_fail(err, "cannot write the profile to the metrics file") : 0;
 }
 
 /* Data parallelism: replica 0 is the run the CLI reports on; the others train beside it
@@ -485,20 +354,7 @@ static int cmd_run(int argc, char **argv) {
         /* Replica 0's tokens stand for each replica's (equal for fixed-length rows). */
         tokens += s.tokens * replicas;
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
-        if (mf) {
-            metrics_line l = line_begin();
-            put_int(&l, "step", s.step);
-            put_real(&l, "loss", s.loss, "%.6g");
-            put_real(&l, "lr", s.lr, "%.6g");
-            put_real(&l, "grad_norm", s.grad_norm, "%.6g");
-            put_real(&l, "step_ms", s.step_ms, "%.3f");
-            put_real(&l, "tokens_per_s", tok_s, "%.1f");
-            put_real(&l, "batch_ms", s.phase_ms[0], "%.4f");
-            put_real(&l, "forward_ms", s.phase_ms[1], "%.4f");
-            put_real(&l, "backward_ms", s.phase_ms[2], "%.4f");
-            put_real(&l, "optimizer_ms", s.phase_ms[3], "%.4f");
-            if (line_write(&l, mf)) rc = 1;
-        }
+        if (mf && metrics_write_step(mf, &s, tok_s)) rc = 1;
         double elapsed = tg_wall_s() - t_train;
         char eta[32];
         fmt_eta(elapsed / s.step * (tr.total_steps - s.step), eta, sizeof eta);
@@ -551,33 +407,12 @@ static int cmd_run(int argc, char **argv) {
     if (!rc) {
         tg_memory_use mem;
         tg_trainer_memory(&tr, &mem);
-        metrics_line l = line_begin();
-        put_bool(&l, "summary", 1);
-        put_int(&l, "steps", tr.steps_done);
-        put_real(&l, "first_loss", first_loss, "%.6g");
-        put_real(&l, "final_loss", last_loss, "%.6g");
-        put_real(&l, "train_s", train_s, "%.3f");
-        put_real(&l, "warmup_s", warmup_s, "%.3f");
-        put_real(&l, "tokens_per_s", tokens / train_s, "%.1f");
-        put_real(&l, "median_step_ms", median_step_ms, "%.4f");
-        put_real(&l, "host_cpu_us_per_step", host_cpu_us, "%.1f");
-        put_real(&l, "host_cpu_own_us_per_step", host_cpu_us - driver_cpu_us, "%.1f");
-        put_real(&l, "loop_cpu_us_per_step", loop_cpu_us, "%.1f");
-        put_real(&l, "driver_thread_cpu_us_per_step", driver_cpu_us, "%.1f");
-        put_str(&l, "device", device_name);
-        put_int(&l, "replicas", replicas);
-        put_int(&l, "planned_peak_bytes", (long long)mem.planned);
-        put_int(&l, "memory_estimate_bytes", (long long)mem.estimated);
-        if (mem.measured >= 0) put_int(&l, "measured_peak_bytes", mem.measured);
-        else put(&l, "measured_peak_bytes", json_null()), put_str(&l, "measured_peak_bytes_error", "not measurable here");
-        if (evaluated) {
-            put_int(&l, "eval_examples", ev.examples);
-            put_real(&l, "eval_loss", ev.loss, "%.6g");
-            if (ev.accuracy >= 0) put_real(&l, "eval_accuracy", ev.accuracy, "%.6g");
-            if (ev.perplexity >= 0) put_real(&l, "eval_perplexity", ev.perplexity, "%.6g");
-        }
-        if (mf && line_write(&l, mf)) rc = 1;
-        json_decref(l.o); /* not written without a metrics file */
+        const metrics_summary summary = {
+            .steps = tr.steps_done, .first_loss = first_loss, .final_loss = last_loss, .train_s = train_s,
+            .warmup_s = warmup_s, .tokens = tokens, .median_step_ms = median_step_ms, .host_cpu_us = host_cpu_us,
+            .loop_cpu_us = loop_cpu_us, .driver_cpu_us = driver_cpu_us, .device = device_name,
+            .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL};
+        if (mf && metrics_write_summary(mf, &summary)) rc = 1;
         fprintf(stderr,
                 "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s, median step %.3f ms, host CPU %.0f us/step "
                 "(training loop thread %.0f us",

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "compiler/autodiff.h"
+#include "compiler/fingerprint.h"
 #include "compiler/graph.h"
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"

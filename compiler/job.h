@@ -99,9 +99,4 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run);
 int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n, const char *plan_name,
                                tg_err *err);
 
-/* xxh64 of the field-by-field little-endian encoding of a model config and job (padding
- * and bytes past each string's end play no part), with the producing version: the plan's
- * fingerprint. */
-uint64_t tg_job_fingerprint(const tg_model_config *model, const tg_job *job, const char *version);
-
 #endif

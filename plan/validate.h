@@ -1,4 +1,5 @@
-/* Checks of a finished plan that trust nothing the compiler recorded about it. */
+/* Checks of a finished plan that trust nothing the compiler recorded about it: the memory
+ * checker, and the table consistency checks the plan decoder runs. */
 #ifndef TUNEGRAPH_PLAN_VALIDATE_H
 #define TUNEGRAPH_PLAN_VALIDATE_H
 
@@ -21,5 +22,12 @@ int tg_plan_check_memory(const tg_plan *plan, tg_memory_report *report, tg_err *
 
 /* The largest sum of activation bytes live at once, from the tensors' lifetimes. */
 uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops);
+
+/* The table checks every executor relies on, run by the plan decoder on what it read, so a
+ * damaged or hand-edited plan is refused there instead of indexing out of bounds later: enums
+ * in range, positive train and run settings, tensor dims, pools, offsets within their pool,
+ * known flag bits and a consistent parameter class, tensor and op indices in range, the phase
+ * table, matmul activations. `name` (the file) starts each message. */
+int tg_plan_validate_tables(const tg_plan *plan, const char *name, tg_err *err);
 
 #endif

@@ -1,6 +1,9 @@
 /* The CLI's metrics lines: jansson objects written one per line, each real with its
- * field's digits, a non-finite value as null with "<key>_error" beside it. The CLI's
- * source is compiled in here (its main renamed) to reach its static helpers. */
+ * field's digits, a non-finite value as null with "<key>_error" beside it; and its whole-number
+ * parser. The CLI's sources are compiled in here (its main renamed) to reach their static
+ * helpers. */
+#include "cli/metrics.c"
+#include "cli/profile.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main

@@ -1,0 +1,131 @@
+/* The metrics file's lines: jansson objects written one per line (keys in the order they
+ * were put), each real with its field's digits, a non-finite value as null with
+ * "<key>_error" beside it; and the CLI's records built from them (step, summary, profile). */
+#include "cli/metrics.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+
+/* An object under construction; `bad` records a value or key that could not be added. */
+typedef struct metrics_line {
+    json_t *o;
+    int bad;
+} metrics_line;
+
+static metrics_line line_begin(void) {
+    json_t *o = json_object();
+    return (metrics_line){o, o == NULL};
+}
+
+static void put(metrics_line *l, const char *key, json_t *v) {
+    if (!v || !l->o || json_object_set_new(l->o, key, v)) l->bad = 1;
+}
+
+static void put_int(metrics_line *l, const char *key, long long v) { put(l, key, json_integer((json_int_t)v)); }
+static void put_str(metrics_line *l, const char *key, const char *v) { put(l, key, json_string(v)); }
+static void put_bool(metrics_line *l, const char *key, int v) { put(l, key, json_boolean(v)); }
+
+/* A real written with the digits `fmt` gives it (each field's precision): the value is
+ * rounded through that text, which the dump's 15 significant digits print back as it is.
+ * A value JSON cannot hold (inf, nan) is written as null, with "<key>_error":
+ * "not finite" beside it. */
+static void put_real(metrics_line *l, const char *key, double v, const char *fmt) {
+    if (!isfinite(v)) {
+        char error_key[128];
+        snprintf(error_key, sizeof error_key, "%s_error", key);
+        put(l, key, json_null());
+        put_str(l, error_key, "not finite");
+        return;
+    }
+    char text[64];
+    snprintf(text, sizeof text, fmt, v);
+    put(l, key, json_real(strtod(text, NULL)));
+}
+
+/* Writes the object as one line (keys in the order they were put) and releases it:
+ * 0, or -1 when it could not be built or written. */
+static int line_write(metrics_line *l, FILE *f) {
+    int rc = l->bad || json_dumpf(l->o, f, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) || fputc('\n', f) == EOF;
+    json_decref(l->o);
+    l->o = NULL;
+    return rc ? -1 : 0;
+}
+
+int metrics_write_step(FILE *f, const tg_step_stats *s, double tokens_per_s) {
+    metrics_line l = line_begin();
+    put_int(&l, "step", s->step);
+    put_real(&l, "loss", s->loss, "%.6g");
+    put_real(&l, "lr", s->lr, "%.6g");
+    put_real(&l, "grad_norm", s->grad_norm, "%.6g");
+    put_real(&l, "step_ms", s->step_ms, "%.3f");
+    put_real(&l, "tokens_per_s", tokens_per_s, "%.1f");
+    put_real(&l, "batch_ms", s->phase_ms[0], "%.4f");
+    put_real(&l, "forward_ms", s->phase_ms[1], "%.4f");
+    put_real(&l, "backward_ms", s->phase_ms[2], "%.4f");
+    put_real(&l, "optimizer_ms", s->phase_ms[3], "%.4f");
+    return line_write(&l, f);
+}
+
+int metrics_write_summary(FILE *f, const metrics_summary *s) {
+    const tg_memory_use *mem = s->mem;
+    metrics_line l = line_begin();
+    put_bool(&l, "summary", 1);
+    put_int(&l, "steps", s->steps);
+    put_real(&l, "first_loss", s->first_loss, "%.6g");
+    put_real(&l, "final_loss", s->final_loss, "%.6g");
+    put_real(&l, "train_s", s->train_s, "%.3f");
+    put_real(&l, "warmup_s", s->warmup_s, "%.3f");
+    put_real(&l, "tokens_per_s", s->tokens / s->train_s, "%.1f");
+    put_real(&l, "median_step_ms", s->median_step_ms, "%.4f");
+    put_real(&l, "host_cpu_us_per_step", s->host_cpu_us, "%.1f");
+    put_real(&l, "host_cpu_own_us_per_step", s->host_cpu_us - s->driver_cpu_us, "%.1f");
+    put_real(&l, "loop_cpu_us_per_step", s->loop_cpu_us, "%.1f");
+    put_real(&l, "driver_thread_cpu_us_per_step", s->driver_cpu_us, "%.1f");
+    put_str(&l, "device", s->device);
+    put_int(&l, "replicas", s->replicas);
+    put_int(&l, "planned_peak_bytes", (long long)mem->planned);
+    put_int(&l, "memory_estimate_bytes", (long long)mem->estimated);
+    if (mem->measured >= 0) put_int(&l, "measured_peak_bytes", mem->measured);
+    else put(&l, "measured_peak_bytes", json_null()), put_str(&l, "measured_peak_bytes_error", "not measurable here");
+    if (s->eval) {
+        const tg_eval_stats *ev = s->eval;
+        put_int(&l, "eval_examples", ev->examples);
+        put_real(&l, "eval_loss", ev->loss, "%.6g");
+        if (ev->accuracy >= 0) put_real(&l, "eval_accuracy", ev->accuracy, "%.6g");
+        if (ev->perplexity >= 0) put_real(&l, "eval_perplexity", ev->perplexity, "%.6g");
+    }
+    return line_write(&l, f);
+}
+
+int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms) {
+    metrics_line l = line_begin();
+    put_str(&l, "profile_op", op_name);
+    put_int(&l, "count", count);
+    put_real(&l, "ms", ms, "%.4f");
+    return line_write(&l, f);
+}
+
+int metrics_write_profile_op(FILE *f, const tg_plan *p, int o, double ms) {
+    const tg_op *op = &p->ops[o];
+    int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
+    metrics_line l = line_begin();
+    put_int(&l, "profile_op_index", o);
+    put_str(&l, "op", tg_op_name(op->kind));
+    put_str(&l, "tensor", out >= 0 ? p->tensors[out].name : "");
+    put_real(&l, "ms", ms, "%.4f");
+    if (op->kind == TG_OP_MATMUL) {
+        const tg_matmul_params *mm = &op->p.matmul;
+        put_int(&l, "M", mm->m);
+        put_int(&l, "N", mm->n);
+        put_int(&l, "K", mm->k);
+        put_int(&l, "batch", mm->batch);
+        put_int(&l, "trans_a", mm->trans_a);
+        put_int(&l, "trans_b", mm->trans_b);
+        put_int(&l, "accumulate", mm->accumulate);
+        put_int(&l, "bias_grad", mm->bias_grad);
+        put_int(&l, "act", mm->activation);
+        put_real(&l, "tflops", ms > 0 ? 2.0 * mm->m * mm->n * mm->k * mm->batch / (ms * 1e9) : 0.0, "%.1f");
+    }
+    return line_write(&l, f);
+}

@@ -1,0 +1,36 @@
+/* The metrics file of `tunegraph run --metrics`: one JSON object per line, one line per
+ * step, per profiled op kind and op, and a summary line at the end. */
+#ifndef TUNEGRAPH_CLI_METRICS_H
+#define TUNEGRAPH_CLI_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "plan/plan.h"
+#include "runtime/trainer.h"
+
+/* What the summary line reports about a finished run. */
+typedef struct metrics_summary {
+    int32_t steps;
+    double first_loss, final_loss;
+    double train_s, warmup_s;
+    int64_t tokens;              /* every replica's, over the whole run */
+    double median_step_ms;
+    double host_cpu_us;          /* the whole process per step after the first, driver included */
+    double loop_cpu_us;          /* the training loop thread's */
+    double driver_cpu_us;        /* the CUDA driver's event thread's */
+    const char *device;          /* "cpu" or "cuda" */
+    int replicas;
+    const tg_memory_use *mem;
+    const tg_eval_stats *eval;   /* NULL when the run did not evaluate */
+} metrics_summary;
+
+/* Each writes one line to `f`: 0, or -1 when it could not be built or written. */
+int metrics_write_step(FILE *f, const tg_step_stats *s, double tokens_per_s);
+int metrics_write_summary(FILE *f, const metrics_summary *s);
+/* One op kind's profiled time: its name, how many ops of it the plan runs, their sum. */
+int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
+/* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */
+int metrics_write_profile_op(FILE *f, const tg_plan *plan, int o, double ms);
+
+#endif

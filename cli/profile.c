@@ -1,0 +1,63 @@
+/* `tunegraph run --profile`: where the time of one step goes, op by op, on stderr and in
+ * the metrics file. */
+#include "cli/profile.h"
+
+#include <stdlib.h>
+
+#include "cli/metrics.h"
+
+int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
+    const tg_plan *p = tr->plan;
+    double *ms = calloc((size_t)p->n_ops, sizeof *ms);
+    if (!ms) return tg_fail(err, "out of memory");
+    if (tg_trainer_profile(tr, PROFILE_REPEATS, ms, err)) {
+        free(ms);
+        return -1;
+    }
+    double kind_ms[TG_OP_COUNT] = {0}, total = 0, phase_ms[TG_PHASE_COUNT] = {0};
+    int wrote = 0; /* -1 once a metrics line could not be written */
+    int kind_n[TG_OP_COUNT] = {0};
+    for (int o = 0; o < p->n_ops; o++) {
+        kind_ms[p->ops[o].kind] += ms[o];
+        kind_n[p->ops[o].kind]++;
+        phase_ms[p->ops[o].phase] += ms[o];
+        total += ms[o];
+    }
+    fprintf(stderr, "profile (ops launched one by one, mean of %d steps): %.3f ms in %d ops", PROFILE_REPEATS, total,
+            p->n_ops);
+    if (step_ms > 0) fprintf(stderr, "; the captured step took %.3f ms", step_ms);
+    fprintf(stderr, "\n  forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n", phase_ms[0], phase_ms[1], phase_ms[2]);
+    fprintf(stderr, "  %-18s %5s %10s %6s\n", "op", "count", "ms", "share");
+    for (int shown = 0; shown < TG_OP_COUNT; shown++) {
+        int best = -1;
+        for (int k = 0; k < TG_OP_COUNT; k++)
+            if (kind_n[k] && (best < 0 || kind_ms[k] > kind_ms[best])) best = k;
+        if (best < 0) break;
+        fprintf(stderr, "  %-18s %5d %10.3f %5.1f%%\n", tg_op_name(best), kind_n[best], kind_ms[best],
+                100 * kind_ms[best] / total);
+        if (metrics && metrics_write_profile_kind(metrics, tg_op_name(best), kind_n[best], kind_ms[best]))
+            wrote = -1;
+        kind_n[best] = 0;
+    }
+    /* Every op's time in the metrics, so a report can say where each millisecond went. */
+    for (int o = 0; metrics && o < p->n_ops; o++)
+        if (metrics_write_profile_op(metrics, p, o, ms[o])) wrote = -1;
+    fprintf(stderr, "  slowest ops:\n");
+    for (int shown = 0; shown < 8; shown++) {
+        int best = -1;
+        for (int o = 0; o < p->n_ops; o++)
+            if (ms[o] >= 0 && (best < 0 || ms[o] > ms[best])) best = o;
+        if (best < 0) break;
+        const tg_op *op = &p->ops[best];
+        int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
+        fprintf(stderr, "    %4d %-16s %8.3f ms  %s", best, tg_op_name(op->kind), ms[best], p->tensors[out].name);
+        const tg_matmul_params *mm = &op->p.matmul;
+        if (op->kind == TG_OP_MATMUL)
+            fprintf(stderr, "  M=%lld N=%lld K=%lld batch=%lld", (long long)mm->m, (long long)mm->n,
+                    (long long)mm->k, (long long)mm->batch);
+        fprintf(stderr, "\n");
+        ms[best] = -1;
+    }
+    free(ms);
+    return wrote ? tg_fail(err, "cannot write the profile to the metrics file") : 0;
+}

@@ -1,0 +1,20 @@
+/* `tunegraph run --profile`: the step's time op by op. */
+#ifndef TUNEGRAPH_CLI_PROFILE_H
+#define TUNEGRAPH_CLI_PROFILE_H
+
+#include <stdio.h>
+
+#include "base/error.h"
+#include "runtime/trainer.h"
+
+/* Steps the profile averages over (every replica takes them). */
+#define PROFILE_REPEATS 5
+
+/* Where the time of one step goes, op by op (launched singly, so each op's time is its
+ * kernel time plus launch gaps that the captured graph mostly hides): totals by op kind and
+ * the slowest ops on stderr, beside step_ms (the captured step's median; 0: unknown), and a
+ * line per op kind and per op in `metrics` when it is not NULL. Runs PROFILE_REPEATS more
+ * steps, which move the weights. */
+int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err);
+
+#endif

@@ -1,0 +1,103 @@
+/* The plan fingerprint: xxh64 of a model config and job, field by field, with the producing
+ * version. */
+#include "compiler/fingerprint.h"
+
+#include <string.h>
+
+/* Header-only xxHash, as the plan file uses. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* Every value is hashed little-endian, field by field, so struct padding and the bytes
+ * after a string's NUL never reach the hash and every build agrees. */
+static void fp_u32(XXH64_state_t *h, uint32_t v) {
+    uint8_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+    XXH64_update(h, x, 4);
+}
+
+static void fp_u64(XXH64_state_t *h, uint64_t v) {
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+    XXH64_update(h, x, 8);
+}
+
+static void fp_i32(XXH64_state_t *h, int32_t v) { fp_u32(h, (uint32_t)v); }
+
+static void fp_f32(XXH64_state_t *h, float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    fp_u32(h, u);
+}
+
+/* A string as its length, then its bytes (at most `field`). */
+static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
+    size_t n = strnlen(s, field);
+    fp_u32(h, (uint32_t)n);
+    XXH64_update(h, s, n);
+}
+
+#if UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(tg_job) == 4360, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update tg_job_fingerprint");
+#endif
+
+uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const char *version) {
+    XXH64_state_t h;
+    XXH64_reset(&h, 0);
+    fp_str(&h, version, strlen(version) + 1);
+
+    fp_str(&h, m->source, sizeof m->source);
+    fp_str(&h, m->weights, sizeof m->weights);
+    fp_i32(&h, m->arch);
+    fp_i32(&h, m->vocab_size);
+    fp_i32(&h, m->hidden);
+    fp_i32(&h, m->layers);
+    fp_i32(&h, m->heads);
+    fp_i32(&h, m->intermediate);
+    fp_i32(&h, m->max_positions);
+    fp_i32(&h, m->type_vocab_size);
+    fp_i32(&h, m->pad_token_id);
+    fp_i32(&h, m->gelu);
+    fp_f32(&h, m->layer_norm_eps);
+    fp_f32(&h, m->initializer_range);
+    fp_f32(&h, m->hidden_dropout);
+    fp_f32(&h, m->attention_dropout);
+    fp_f32(&h, m->embedding_dropout);
+    fp_f32(&h, m->classifier_dropout);
+
+    fp_str(&h, j->path, sizeof j->path);
+    fp_str(&h, j->model, sizeof j->model);
+    fp_i32(&h, j->task);
+    fp_i32(&h, j->num_labels);
+    fp_i32(&h, j->batch);
+    fp_i32(&h, j->seq);
+    fp_i32(&h, j->precision);
+    fp_i32(&h, j->allow_tf32);
+    fp_i32(&h, j->attention);
+    fp_i32(&h, j->fuse_bias_grad);
+    fp_i32(&h, j->fuse_gelu);
+    fp_i32(&h, j->fuse_residual_layernorm);
+    fp_i32(&h, j->fuse_qkv);
+    fp_i32(&h, j->data_parallel);
+    fp_i32(&h, j->zero_stage);
+    fp_f32(&h, j->lr);
+    fp_f32(&h, j->beta1);
+    fp_f32(&h, j->beta2);
+    fp_f32(&h, j->eps);
+    fp_f32(&h, j->weight_decay);
+    fp_i32(&h, j->warmup_steps);
+    fp_i32(&h, j->steps);
+    fp_i32(&h, j->epochs);
+    fp_f32(&h, j->grad_clip);
+    fp_u64(&h, j->seed);
+    fp_i32(&h, j->pad_token_id);
+    fp_i32(&h, j->log_every);
+    fp_str(&h, j->train_data, sizeof j->train_data);
+    fp_str(&h, j->eval_data, sizeof j->eval_data);
+    fp_str(&h, j->freeze, sizeof j->freeze);
+    const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
+    fp_u32(&h, (uint32_t)n_lines);
+    for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);
+    return XXH64_digest(&h);
+}

@@ -1,0 +1,419 @@
+/* The plan payload: every tg_plan field written one by one, little-endian, so struct padding
+ * never reaches the file and every compiler produces the same bytes for the same plan; and
+ * read back, every count bounded by the payload, then checked by tg_plan_validate_tables. */
+#include "plan/plan_codec.h"
+
+#include "plan/op_meta.h"
+#include "plan/validate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Far above any real model; keeps a hostile count from driving a huge malloc. */
+#define MAX_COUNT (1 << 24)
+
+/* A field added to plan.h must be added to the put_/get_ functions below (and
+ * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
+_Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
+_Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
+_Static_assert(sizeof(tg_plan_train) == 40, "tg_plan_train changed: update put_train/get_train");
+_Static_assert(sizeof(tg_plan_run) == 1048, "tg_plan_run changed: update put_run/get_run");
+_Static_assert(sizeof(tg_plan) == 2904, "tg_plan changed: update tg_plan_payload_encode/decode");
+#endif
+
+/* ---- encoding ---------------------------------------------------------------- */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom;
+} wbuf;
+
+static void put_bytes(wbuf *b, const void *src, size_t n) {
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u32(wbuf *b, uint32_t v) {
+    uint8_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+    put_bytes(b, x, 4);
+}
+
+static void put_u64(wbuf *b, uint64_t v) {
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+    put_bytes(b, x, 8);
+}
+
+static void put_i32(wbuf *b, int32_t v) { put_u32(b, (uint32_t)v); }
+static void put_i64(wbuf *b, int64_t v) { put_u64(b, (uint64_t)v); }
+
+static void put_f32(wbuf *b, float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    put_u32(b, u);
+}
+
+static void put_f64(wbuf *b, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    put_u64(b, u);
+}
+
+/* A fixed char field as length + bytes; a field without a NUL is written at full size
+ * and refused by the decoder, so the encoder stays total. */
+static void put_str(wbuf *b, const char *s, size_t field) {
+    size_t n = strnlen(s, field);
+    put_u32(b, (uint32_t)n);
+    put_bytes(b, s, n);
+}
+
+static void put_model(wbuf *b, const tg_model_config *m) {
+    put_str(b, m->source, sizeof m->source);
+    put_str(b, m->weights, sizeof m->weights);
+    put_i32(b, m->arch);
+    put_i32(b, m->vocab_size);
+    put_i32(b, m->hidden);
+    put_i32(b, m->layers);
+    put_i32(b, m->heads);
+    put_i32(b, m->intermediate);
+    put_i32(b, m->max_positions);
+    put_i32(b, m->type_vocab_size);
+    put_i32(b, m->pad_token_id);
+    put_i32(b, m->gelu);
+    put_f32(b, m->layer_norm_eps);
+    put_f32(b, m->initializer_range);
+    put_f32(b, m->hidden_dropout);
+    put_f32(b, m->attention_dropout);
+    put_f32(b, m->embedding_dropout);
+    put_f32(b, m->classifier_dropout);
+}
+
+static void put_train(wbuf *b, const tg_plan_train *t) {
+    put_i32(b, t->task);
+    put_i32(b, t->batch);
+    put_i32(b, t->seq);
+    put_i32(b, t->num_labels);
+    put_i32(b, t->pad_id);
+    put_i32(b, t->precision);
+    put_i32(b, t->allow_tf32);
+    put_i32(b, t->replicas);
+    put_i32(b, t->zero_stage);
+    put_i32(b, t->attention);
+}
+
+static void put_run(wbuf *b, const tg_plan_run *r) {
+    put_str(b, r->train_data, sizeof r->train_data);
+    put_str(b, r->eval_data, sizeof r->eval_data);
+    put_i32(b, r->steps);
+    put_i32(b, r->epochs);
+    put_i32(b, r->log_every);
+    put_u64(b, r->seed);
+}
+
+static void put_tensor(wbuf *b, const tg_tensor *t) {
+    put_str(b, t->name, sizeof t->name);
+    put_i32(b, t->dtype);
+    put_i32(b, t->pool);
+    put_i32(b, t->ndim);
+    put_i32(b, t->flags);
+    for (int d = 0; d < TG_MAX_DIMS; d++) put_i64(b, t->shape[d]);
+    put_u64(b, t->offset);
+    put_u64(b, t->bytes);
+    put_i32(b, t->first_use);
+    put_i32(b, t->last_use);
+    put_i32(b, t->grad);
+    put_i32(b, t->init);
+    put_f32(b, t->init_std);
+    put_i32(b, t->master);
+    put_i32(b, t->group);
+}
+/* Encoded sizes, used to bound counts against the payload before allocating. */
+#define TENSOR_MIN_BYTES (4 + 4 * 4 + 8 * TG_MAX_DIMS + 8 + 8 + 4 * 4 + 4 + 4 + 4)
+/* An op without parameters; each parameter adds 8 (int) or 4 (float) bytes. */
+#define OP_MIN_BYTES (4 + 4 + 4 * TG_OP_MAX_IN + 4 * TG_OP_MAX_OUT)
+
+/* An op's parameters are the fields of its kind's set, in plan/ops.def order. */
+static void put_param_i64(void *b, const char *display, int64_t *value) { put_i64(b, *value); }
+static void put_param_f32(void *b, const char *display, float *value) { put_f32(b, *value); }
+
+static void put_op(wbuf *b, const tg_op *op) {
+    put_i32(b, op->kind);
+    put_i32(b, op->phase);
+    for (int k = 0; k < TG_OP_MAX_IN; k++) put_i32(b, op->in[k]);
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) put_i32(b, op->out[k]);
+    tg_op_params params = op->p;
+    tg_op_params_visit(op->kind, &params, &(const tg_param_visitor){b, put_param_i64, put_param_f32});
+}
+
+static void put_io(wbuf *b, const tg_plan_io *io) {
+    const int32_t v[] = {io->input_ids, io->attention_mask, io->token_type_ids,
+                         io->position_ids, io->labels, io->logits, io->loss, io->step,
+                         io->total_steps, io->lr, io->grad_norm, io->params_all,
+                         io->grads_all, io->m_all, io->v_all, io->params_bf16_all};
+    _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
+}
+
+int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err) {
+    *out = NULL;
+    *out_len = 0;
+    if (plan->n_tensors < 0 || plan->n_ops < 0 || (plan->n_tensors && !plan->tensors) ||
+        (plan->n_ops && !plan->ops))
+        return tg_fail(err, "plan encode: bad table (n_tensors %d, n_ops %d)",
+                       plan->n_tensors, plan->n_ops);
+    wbuf b = {0};
+    put_model(&b, &plan->model);
+    put_str(&b, plan->job_path, sizeof plan->job_path);
+    put_train(&b, &plan->train);
+    put_run(&b, &plan->run);
+    put_i32(&b, plan->n_tensors);
+    for (int t = 0; t < plan->n_tensors; t++) put_tensor(&b, &plan->tensors[t]);
+    put_i32(&b, plan->n_ops);
+    for (int o = 0; o < plan->n_ops; o++) put_op(&b, &plan->ops[o]);
+    for (int p = 0; p <= TG_PHASE_COUNT; p++) put_i32(&b, plan->phase_begin[p]);
+    for (int p = 0; p < TG_POOL_COUNT; p++) put_u64(&b, plan->pool_bytes[p]);
+    put_u64(&b, plan->peak_bytes);
+    put_u64(&b, plan->activation_live_peak);
+    put_f64(&b, plan->flops_per_step);
+    put_f64(&b, plan->bytes_per_step);
+    put_io(&b, &plan->io);
+    put_u64(&b, plan->fingerprint);
+    if (b.oom) {
+        free(b.p);
+        return tg_fail(err, "plan encode: out of memory");
+    }
+    *out = b.p;
+    *out_len = b.len;
+    return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len, pos;
+    const char *section; /* what is being read, for the message */
+    const char *failed;  /* the section of the first short read */
+} rbuf;
+
+static int take(rbuf *r, size_t n) {
+    if (r->failed) return 0;
+    if (n > r->len - r->pos) {
+        r->failed = r->section;
+        return 0;
+    }
+    return 1;
+}
+
+static uint32_t get_u32(rbuf *r) {
+    if (!take(r, 4)) return 0;
+    uint32_t v = get_le32(r->p + r->pos);
+    r->pos += 4;
+    return v;
+}
+static uint64_t get_u64(rbuf *r) {
+    if (!take(r, 8)) return 0;
+    uint64_t v = get_le64(r->p + r->pos);
+    r->pos += 8;
+    return v;
+}
+static int32_t get_i32(rbuf *r) { return (int32_t)get_u32(r); }
+static int64_t get_i64(rbuf *r) { return (int64_t)get_u64(r); }
+static float get_f32(rbuf *r) {
+    uint32_t u = get_u32(r);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static double get_f64(rbuf *r) {
+    uint64_t u = get_u64(r);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+/* Returns 0, or -1 (with the message) when the string does not fit its field with
+ * its NUL. */
+static int get_str(rbuf *r, char *dst, size_t field, const char *what, const char *name,
+                   tg_err *err) {
+    memset(dst, 0, field);
+    uint32_t n = get_u32(r);
+    if (r->failed) return 0; /* reported by the caller as a truncation */
+    if (n >= field)
+        return tg_fail(err, "%s: %s is %u bytes, its field holds at most %zu (file corrupt)",
+                       name, what, n, field - 1);
+    if (!take(r, n)) return 0;
+    memcpy(dst, r->p + r->pos, n);
+    r->pos += n;
+    if (memchr(dst, 0, n))
+        return tg_fail(err, "%s: %s contains a NUL byte (file corrupt)", name, what);
+    return 0;
+}
+
+static int get_model(rbuf *r, tg_model_config *m, const char *name, tg_err *err) {
+    r->section = "model config";
+    if (get_str(r, m->source, sizeof m->source, "model source", name, err) ||
+        get_str(r, m->weights, sizeof m->weights, "model weights path", name, err))
+        return -1;
+    m->arch = get_i32(r);
+    m->vocab_size = get_i32(r);
+    m->hidden = get_i32(r);
+    m->layers = get_i32(r);
+    m->heads = get_i32(r);
+    m->intermediate = get_i32(r);
+    m->max_positions = get_i32(r);
+    m->type_vocab_size = get_i32(r);
+    m->pad_token_id = get_i32(r);
+    m->gelu = get_i32(r);
+    m->layer_norm_eps = get_f32(r);
+    m->initializer_range = get_f32(r);
+    m->hidden_dropout = get_f32(r);
+    m->attention_dropout = get_f32(r);
+    m->embedding_dropout = get_f32(r);
+    m->classifier_dropout = get_f32(r);
+    return 0;
+}
+
+static void get_train(rbuf *r, tg_plan_train *t) {
+    r->section = "train settings";
+    t->task = get_i32(r);
+    t->batch = get_i32(r);
+    t->seq = get_i32(r);
+    t->num_labels = get_i32(r);
+    t->pad_id = get_i32(r);
+    t->precision = get_i32(r);
+    t->allow_tf32 = get_i32(r);
+    t->replicas = get_i32(r);
+    t->zero_stage = get_i32(r);
+    t->attention = get_i32(r);
+}
+
+static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
+    r->section = "run settings";
+    if (get_str(r, run->train_data, sizeof run->train_data, "run train_data", name, err) ||
+        get_str(r, run->eval_data, sizeof run->eval_data, "run eval_data", name, err))
+        return -1;
+    run->steps = get_i32(r);
+    run->epochs = get_i32(r);
+    run->log_every = get_i32(r);
+    run->seed = get_u64(r);
+    return 0;
+}
+
+static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err *err) {
+    char what[48];
+    snprintf(what, sizeof what, "tensor %d name", index);
+    if (get_str(r, t->name, sizeof t->name, what, name, err)) return -1;
+    t->dtype = get_i32(r);
+    t->pool = get_i32(r);
+    t->ndim = get_i32(r);
+    t->flags = get_i32(r);
+    for (int d = 0; d < TG_MAX_DIMS; d++) t->shape[d] = get_i64(r);
+    t->offset = get_u64(r);
+    t->bytes = get_u64(r);
+    t->first_use = get_i32(r);
+    t->last_use = get_i32(r);
+    t->grad = get_i32(r);
+    t->init = get_i32(r);
+    t->init_std = get_f32(r);
+    t->master = get_i32(r);
+    t->group = get_i32(r);
+    return 0;
+}
+
+static void get_param_i64(void *r, const char *display, int64_t *value) { *value = get_i64(r); }
+static void get_param_f32(void *r, const char *display, float *value) { *value = get_f32(r); }
+
+/* -1 for a kind outside the enum, whose parameters cannot be known (nor the rest read). */
+static int get_op(rbuf *r, tg_op *op) {
+    memset(op, 0, sizeof *op);
+    op->kind = get_i32(r);
+    op->phase = get_i32(r);
+    for (int k = 0; k < TG_OP_MAX_IN; k++) op->in[k] = get_i32(r);
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) op->out[k] = get_i32(r);
+    if (!r->failed && !tg_op_info_of(op->kind)) return -1;
+    tg_op_params_visit(op->kind, &op->p, &(const tg_param_visitor){r, get_param_i64, get_param_f32});
+    return 0;
+}
+
+static void get_io(rbuf *r, tg_plan_io *io) {
+    int32_t *v[] = {&io->input_ids, &io->attention_mask, &io->token_type_ids,
+                    &io->position_ids, &io->labels, &io->logits, &io->loss, &io->step,
+                    &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
+                    &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all};
+    _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
+                   "get_io must list every io field");
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);
+}
+
+int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan *p, tg_err *err) {
+    rbuf r = {buf, len, 0, "", NULL};
+    if (get_model(&r, &p->model, name, err)) return -1;
+    r.section = "job path";
+    if (get_str(&r, p->job_path, sizeof p->job_path, "job path", name, err)) return -1;
+    get_train(&r, &p->train);
+    if (get_run(&r, &p->run, name, err)) return -1;
+
+    r.section = "tensor table";
+    int32_t nt = get_i32(&r);
+    if (!r.failed && (nt < 0 || nt > MAX_COUNT || (size_t)nt > (len - r.pos) / TENSOR_MIN_BYTES))
+        return tg_fail(err, "%s: tensor count %d is impossible for a %zu-byte payload", name,
+                       nt, len);
+    if (!r.failed && nt > 0) {
+        p->tensors = calloc((size_t)nt, sizeof *p->tensors);
+        if (!p->tensors) return tg_fail(err, "%s: out of memory for %d tensors", name, nt);
+        p->n_tensors = nt;
+        for (int t = 0; t < nt && !r.failed; t++)
+            if (get_tensor(&r, &p->tensors[t], t, name, err)) return -1;
+    }
+
+    r.section = "op table";
+    int32_t no = get_i32(&r);
+    if (!r.failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r.pos) / OP_MIN_BYTES))
+        return tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no,
+                       len);
+    if (!r.failed && no > 0) {
+        p->ops = calloc((size_t)no, sizeof *p->ops);
+        if (!p->ops) return tg_fail(err, "%s: out of memory for %d ops", name, no);
+        p->n_ops = no;
+        for (int o = 0; o < no && !r.failed; o++)
+            if (get_op(&r, &p->ops[o]))
+                return tg_fail(err, "%s: op %d has kind %d of %d", name, o, p->ops[o].kind, TG_OP_COUNT);
+    }
+
+    r.section = "plan totals";
+    for (int ph = 0; ph <= TG_PHASE_COUNT; ph++) p->phase_begin[ph] = get_i32(&r);
+    for (int q = 0; q < TG_POOL_COUNT; q++) p->pool_bytes[q] = get_u64(&r);
+    p->peak_bytes = get_u64(&r);
+    p->activation_live_peak = get_u64(&r);
+    p->flops_per_step = get_f64(&r);
+    p->bytes_per_step = get_f64(&r);
+    r.section = "io table";
+    get_io(&r, &p->io);
+    r.section = "fingerprint";
+    p->fingerprint = get_u64(&r);
+
+    if (r.failed)
+        return tg_fail(err, "%s: payload ends inside the %s (file corrupt)", name, r.failed);
+    if (r.pos != len)
+        return tg_fail(err, "%s: %zu unexpected bytes after the plan payload (file corrupt)",
+                       name, len - r.pos);
+    return tg_plan_validate_tables(p, name, err);
+}

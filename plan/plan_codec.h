@@ -1,0 +1,31 @@
+/* The plan file's payload (private to plan/plan_file.c and plan/plan_codec.c): the explicit
+ * little-endian encoding of every tg_plan field, and its decoding with the tables checked. */
+#ifndef TUNEGRAPH_PLAN_CODEC_H
+#define TUNEGRAPH_PLAN_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "plan/plan.h"
+
+/* The uncompressed payload bytes of `plan` (malloc'd into *out); refuses a plan whose
+ * table counts are negative or whose tables are missing. */
+int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err);
+/* Fills `plan` (zeroed by the caller) from `len` payload bytes; refuses a short or overlong
+ * payload, impossible counts, unterminated strings, unknown op kinds, and inconsistent tables
+ * (tg_plan_validate_tables). On failure the caller frees what was filled in. `name` is used in
+ * messages. */
+int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan *plan, tg_err *err);
+
+/* Little-endian reads, shared by the header and the payload. */
+static inline uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint32_t get_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+#endif
