@@ -327,7 +327,8 @@ static int cmd_run(int argc, char **argv) {
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0;
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
-    rc = step_times ? 0 : 1;
+    metrics_step_line *step_line = mf ? metrics_step_line_new() : NULL;
+    rc = step_times && (!mf || step_line) ? 0 : 1;
     /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills
      * included) and outside it (metrics and progress), steps after the first. */
     double trace_step_s = 0, trace_rest_s = 0, trace_fill0 = 0, trace_t = 0;
@@ -354,7 +355,7 @@ static int cmd_run(int argc, char **argv) {
         /* Replica 0's tokens stand for each replica's (equal for fixed-length rows). */
         tokens += s.tokens * replicas;
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
-        if (mf && metrics_write_step(mf, &s, tok_s)) rc = 1;
+        if (mf && metrics_write_step(step_line, mf, &s, tok_s)) rc = 1;
         double elapsed = tg_wall_s() - t_train;
         char eta[32];
         fmt_eta(elapsed / s.step * (tr.total_steps - s.step), eta, sizeof eta);
@@ -435,6 +436,7 @@ static int cmd_run(int argc, char **argv) {
         }
         if (a.save) fprintf(stderr, "saved %s\n", a.save);
     }
+    metrics_step_line_free(step_line);
     if (mf) {
         int close_failed = fclose(mf) != 0;
         if (!rc && close_failed) {

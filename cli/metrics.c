@@ -52,19 +52,64 @@ static int line_write(metrics_line *l, FILE *f) {
     return rc ? -1 : 0;
 }
 
-int metrics_write_step(FILE *f, const tg_step_stats *s, double tokens_per_s) {
-    metrics_line l = line_begin();
-    put_int(&l, "step", s->step);
-    put_real(&l, "loss", s->loss, "%.6g");
-    put_real(&l, "lr", s->lr, "%.6g");
-    put_real(&l, "grad_norm", s->grad_norm, "%.6g");
-    put_real(&l, "step_ms", s->step_ms, "%.3f");
-    put_real(&l, "tokens_per_s", tokens_per_s, "%.1f");
-    put_real(&l, "batch_ms", s->phase_ms[0], "%.4f");
-    put_real(&l, "forward_ms", s->phase_ms[1], "%.4f");
-    put_real(&l, "backward_ms", s->phase_ms[2], "%.4f");
-    put_real(&l, "optimizer_ms", s->phase_ms[3], "%.4f");
-    return line_write(&l, f);
+/* The step line comes once per training step, so it is built once and updated in place:
+ * its values are set on the same object every step, and the line is dumped into a buffer
+ * and written with one fwrite. A fresh object per step, its reals rounded through text and
+ * dumped piece by piece, took about 15 us of the training loop's time per step on an H100
+ * host, half of the loop's own work. Reals carry 9 significant digits, which reads every
+ * float statistic back exactly. */
+#define STEP_FIELDS 10
+static const char *const step_keys[STEP_FIELDS] = {"step",         "loss",     "lr",         "grad_norm",
+                                                   "step_ms",      "tokens_per_s", "batch_ms", "forward_ms",
+                                                   "backward_ms",  "optimizer_ms"};
+
+struct metrics_step_line {
+    json_t *o;
+    json_t *v[STEP_FIELDS];
+};
+
+metrics_step_line *metrics_step_line_new(void) {
+    metrics_step_line *w = calloc(1, sizeof *w);
+    if (!w || !(w->o = json_object())) {
+        free(w);
+        return NULL;
+    }
+    for (int k = 0; k < STEP_FIELDS; k++) {
+        w->v[k] = k == 0 ? json_integer(0) : json_real(0.0);
+        /* set (not set_new): the line keeps a reference of its own to update. */
+        if (!w->v[k] || json_object_set(w->o, step_keys[k], w->v[k])) {
+            metrics_step_line_free(w);
+            return NULL;
+        }
+    }
+    return w;
+}
+
+void metrics_step_line_free(metrics_step_line *w) {
+    if (!w) return;
+    for (int k = 0; k < STEP_FIELDS; k++) json_decref(w->v[k]);
+    json_decref(w->o);
+    free(w);
+}
+
+int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, double tokens_per_s) {
+    const double v[STEP_FIELDS] = {0,           s->loss,        s->lr,          s->grad_norm,   s->step_ms,
+                                   tokens_per_s, s->phase_ms[0], s->phase_ms[1], s->phase_ms[2], s->phase_ms[3]};
+    int finite = 1;
+    for (int k = 1; k < STEP_FIELDS; k++) finite &= isfinite(v[k]) != 0;
+    if (!finite) { /* rare: the general line, with null and "<key>_error" where needed */
+        metrics_line l = line_begin();
+        put_int(&l, step_keys[0], s->step);
+        for (int k = 1; k < STEP_FIELDS; k++) put_real(&l, step_keys[k], v[k], "%.9g");
+        return line_write(&l, f);
+    }
+    json_integer_set(w->v[0], s->step);
+    for (int k = 1; k < STEP_FIELDS; k++) json_real_set(w->v[k], v[k]);
+    char buf[1024];
+    size_t n = json_dumpb(w->o, buf, sizeof buf - 1, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    if (n == 0 || n >= sizeof buf - 1) return -1;
+    buf[n++] = '\n';
+    return fwrite(buf, 1, n, f) == n ? 0 : -1;
 }
 
 int metrics_write_summary(FILE *f, const metrics_summary *s) {

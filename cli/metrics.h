@@ -25,8 +25,13 @@ typedef struct metrics_summary {
     const tg_eval_stats *eval;   /* NULL when the run did not evaluate */
 } metrics_summary;
 
+/* The step line, kept from step to step (metrics_write_step updates it in place). */
+typedef struct metrics_step_line metrics_step_line;
+metrics_step_line *metrics_step_line_new(void); /* NULL when out of memory */
+void metrics_step_line_free(metrics_step_line *w);
+
 /* Each writes one line to `f`: 0, or -1 when it could not be built or written. */
-int metrics_write_step(FILE *f, const tg_step_stats *s, double tokens_per_s);
+int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, double tokens_per_s);
 int metrics_write_summary(FILE *f, const metrics_summary *s);
 /* One op kind's profiled time: its name, how many ops of it the plan runs, their sum. */
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
