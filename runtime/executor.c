@@ -7,11 +7,11 @@
 
 #include "runtime/cpu/cpu_exec.h"
 
-/* The CPU runs a step at once; step_wait hands over the stats it left. The executor comes
+/* The CPU runs a step at once; step_wait hands over the result it left. The executor comes
  * first, so impl is also a tg_cpu_exec *. */
 typedef struct cpu_impl {
     tg_cpu_exec x;
-    float stats[8];
+    tg_step_result last;
 } cpu_impl;
 
 
@@ -50,16 +50,17 @@ static int cpu_step_start(void *impl, const void *const *batches, int steps, tg_
         if (tg_cpu_exec_phases(&c->x, ph, ph, err)) return -1;
         marks[2 + ph] = tg_wall_ms();
     }
-    c->stats[0] = *(float *)tg_cpu_tensor(&c->x, p->io.loss);
-    c->stats[1] = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
-    c->stats[2] = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
-    for (int k = 0; k < 4; k++) c->stats[3 + k] = (float)(marks[k + 1] - marks[k]);
-    c->stats[7] = -1.0f;
+    tg_step_result *r = &c->last;
+    r->loss = *(float *)tg_cpu_tensor(&c->x, p->io.loss);
+    r->lr = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
+    r->grad_norm = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
+    for (int k = 0; k < 4; k++) r->phase_ms[k] = (float)(marks[k + 1] - marks[k]);
+    r->period_ms = -1.0f;
     return 0;
 }
 
-static int cpu_step_wait(void *impl, float stats[8], tg_err *err) {
-    memcpy(stats, ((cpu_impl *)impl)->stats, sizeof(float) * 8);
+static int cpu_step_wait(void *impl, tg_step_result *result, tg_err *err) {
+    *result = ((cpu_impl *)impl)->last;
     return 0;
 }
 

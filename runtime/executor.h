@@ -11,6 +11,19 @@
 
 typedef enum tg_device { TG_DEVICE_CPU = 0, TG_DEVICE_CUDA } tg_device;
 
+/* What a training step reports back to the host. */
+typedef struct tg_step_result {
+    float loss;
+    float lr;          /* the learning rate the step used */
+    float grad_norm;   /* before clipping */
+    /* ms of the step's phases: batch in place, forward, backward, optimizer (device time
+     * where the executor measures it). */
+    float phase_ms[4];
+    /* ms from the end of the step waited for before this one to this one's end, on the
+     * device's clock; -1 where unknown (the first step, or an executor without one). */
+    float period_ms;
+} tg_step_result;
+
 typedef struct tg_executor_vtbl {
     const char *name;
     /* Runs phases [first, last]; training 0 turns dropout off. */
@@ -33,11 +46,8 @@ typedef struct tg_executor_vtbl {
      * TG_LABELS_FROM_IDS are derived from the row's ids and mask where lm_label_rows says
      * so (datasets/dataset.h). */
     int (*step_start)(void *impl, const void *const *batches, int steps, tg_err *err);
-    /* Waits for the oldest step in flight; stats = {loss, lr, grad_norm, the ms of its
-     * phases: batch in place, forward, backward, optimizer (device time where known), the
-     * ms from the end of the step waited for before it to this one's end on the device
-     * clock, or -1 where unknown}. */
-    int (*step_wait)(void *impl, float stats[8], tg_err *err);
+    /* Waits for the oldest step in flight and fills its statistics. */
+    int (*step_wait)(void *impl, tg_step_result *result, tg_err *err);
     /* Times each op of the schedule, run one by one (a full training step each repeat, on
      * the inputs already uploaded): op_ms[op index], mean over repeats. */
     int (*profile)(void *impl, int repeats, double *op_ms, tg_err *err);

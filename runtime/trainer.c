@@ -15,9 +15,9 @@ static void *staging_input(tg_trainer *t, int tensor) {
 
 /* Waits for every step in flight, dropping their statistics. */
 static int drain(tg_trainer *t, tg_err *err) {
-    float stats[8];
+    tg_step_result dropped;
     for (; t->returned < t->launched; t->returned++)
-        if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
+        if (t->ex.vt->step_wait(t->ex.impl, &dropped, err)) return -1;
     return 0;
 }
 
@@ -274,13 +274,13 @@ static int64_t real_tokens(tg_trainer *t, int k) {
  * batch's count of real tokens, `t0` the wall clock at its start, for executors that
  * give no step period. */
 static int finish_step(tg_trainer *t, tg_step_stats *s, int64_t tokens, double t0, tg_err *err) {
-    float stats[8];
+    tg_step_result r;
     memset(s, 0, sizeof *s);
-    if (t->ex.vt->step_wait(t->ex.impl, stats, err)) return -1;
+    if (t->ex.vt->step_wait(t->ex.impl, &r, err)) return -1;
     s->tokens = tokens;
-    s->loss = stats[0], s->lr = stats[1], s->grad_norm = stats[2];
-    memcpy(s->phase_ms, stats + 3, sizeof s->phase_ms);
-    s->step_ms = stats[7] > 0 ? stats[7] : tg_wall_ms() - t0;
+    s->loss = r.loss, s->lr = r.lr, s->grad_norm = r.grad_norm;
+    memcpy(s->phase_ms, r.phase_ms, sizeof s->phase_ms);
+    s->step_ms = r.period_ms > 0 ? r.period_ms : tg_wall_ms() - t0;
     s->step = ++t->steps_done;
     if (s->step == 1) tg_memory_probe_sample(&t->memory); /* every buffer of a step is in use by now */
     if (!isfinite(s->loss))

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda_ops.h"
 #include "runtime/deferred_update.h"
+#include "runtime/executor.h"
 #include "base/error.h"
 #include "plan/plan.h"
 
@@ -117,12 +118,10 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
  * the executor), so the forward phase's time includes the previous step's update. */
 int tg_cuda_step_start(tg_cuda_exec *x, const void *const *batches, int steps, int use_graph, tg_err *err);
 /* Waits for the oldest step in flight (up to TG_STEP_RING - 1 may be) by polling the mapped
- * report; stats = {loss, lr, grad norm, the GPU ms of the phases (batch in place,
- * forward, backward, optimizer), the ms between the end of the previous step waited for
- * and this one's on the GPU clock (-1 for the first)}. With several steps queued it
+ * report, and fills its result (phase times and the period on the GPU clock). With several steps queued it
  * sleeps until all but one should have ended, so the host wakes once for several steps
  * while the GPU never runs dry; with one, until shortly before it should end. */
-int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err);
+int tg_cuda_step_wait(tg_cuda_exec *x, tg_step_result *result, tg_err *err);
 
 /* Times every op of the schedule (forward, backward, optimizer) on the current inputs,
  * launched one by one between events, averaged over `repeats` runs: op_ms[op index]. The

@@ -86,7 +86,7 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long t
     return rc;
 }
 
-int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err) {
+int tg_cuda_step_wait(tg_cuda_exec *x, tg_step_result *result, tg_err *err) {
     long long pending = x->steps_started - x->steps_waited;
     if (pending <= 0) return tg_fail(err, "no training step is in flight");
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
@@ -96,9 +96,9 @@ int tg_cuda_step_wait(tg_cuda_exec *x, float stats[8], tg_err *err) {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     tg_cuda_host_trace(x, 2, &t0);
     const volatile tg_step_record *r = &x->report->step[x->steps_waited % TG_STEP_RING];
-    stats[0] = r->loss, stats[1] = r->lr, stats[2] = r->grad_norm;
-    for (int k = 0; k < 4; k++) stats[3 + k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
-    stats[7] = x->last_end_stamp ? (float)((double)(r->stamps[4] - x->last_end_stamp) / 1e6) : -1.0f;
+    result->loss = r->loss, result->lr = r->lr, result->grad_norm = r->grad_norm;
+    for (int k = 0; k < 4; k++) result->phase_ms[k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
+    result->period_ms = x->last_end_stamp ? (float)((double)(r->stamps[4] - x->last_end_stamp) / 1e6) : -1.0f;
     /* Later waits judge by the GPU's own duration of this step, not by when the host
      * happened to look: a late look would otherwise make every later sleep longer. */
     x->step_gpu_s = (double)(r->stamps[4] - r->stamps[0]) / 1e9;

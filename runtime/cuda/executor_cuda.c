@@ -43,8 +43,8 @@ static int cuda_step_start(void *impl, const void *const *batches, int steps, tg
     return tg_cuda_step_start(&c->x, batches, steps, c->use_graphs, err);
 }
 
-static int cuda_step_wait(void *impl, float stats[8], tg_err *err) {
-    return tg_cuda_step_wait(&((cuda_impl *)impl)->x, stats, err);
+static int cuda_step_wait(void *impl, tg_step_result *result, tg_err *err) {
+    return tg_cuda_step_wait(&((cuda_impl *)impl)->x, result, err);
 }
 
 static int cuda_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
