@@ -6,6 +6,7 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
+#include "runtime/trainer.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -152,6 +153,46 @@ void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi
     }
 }
 
+tg_op tg_test_op(int kind) {
+    tg_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = kind;
+    memset(op.in, 0xff, sizeof op.in); /* all-ones int32: -1 */
+    memset(op.out, 0xff, sizeof op.out);
+    return op;
+}
+
+uint32_t tg_test_rand(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 32);
+}
+
+void tg_test_fill_random_inputs(tg_trainer *tr, const tg_plan *p, uint64_t *rng) {
+    const tg_plan_io *io = &p->io;
+    int B = p->train.batch, T = p->train.seq, V = p->model.vocab_size;
+    int pad = p->train.pad_id;
+    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
+    int32_t *types = tg_trainer_input(tr, io->token_type_ids), *labels = tg_trainer_input(tr, io->labels);
+    float *mask = tg_trainer_input(tr, io->attention_mask);
+    for (int b = 0; b < B; b++) {
+        int len = b == 1 ? T / 2 : T;
+        int real = 0;
+        for (int t = 0; t < T; t++) {
+            int i = b * T + t, keep = t < len;
+            ids[i] = keep ? (int32_t)(pad + 1 + tg_test_rand(rng) % (uint32_t)(V - pad - 1)) : pad;
+            mask[i] = keep ? 1.0f : 0.0f;
+            real += keep;
+            pos[i] = p->model.arch == TG_ARCH_ROBERTA ? (keep ? pad + real : pad) : t;
+            if (types) types[i] = keep && p->model.type_vocab_size > 1 ? (int32_t)(tg_test_rand(rng) % 2) : 0;
+            if (p->train.task == TG_TASK_LM)
+                labels[i] = t + 1 < len ? (int32_t)(tg_test_rand(rng) % (uint32_t)V) : TG_IGNORE_INDEX;
+        }
+        if (p->train.task == TG_TASK_CLASSIFY) labels[b] = (int32_t)(tg_test_rand(rng) % (uint32_t)p->train.num_labels);
+    }
+}
+
 const char *tg_test_cli(void) {
     const char *cli = getenv("TG_TEST_CLI");
     if (cli && *cli) return cli;
@@ -210,13 +251,18 @@ int main(int argc, char **argv) {
 }
 
 int tg_test_compile_preset(const char *preset, int task, int precision, int data_parallel, tg_plan *p) {
+    return tg_test_compile_sized(preset, task, 2, 16, data_parallel, precision, p);
+}
+
+int tg_test_compile_sized(const char *preset, int task, int batch, int seq, int data_parallel, int precision,
+                          tg_plan *p) {
     tg_model_config cfg;
     tg_err err;
     if (!CHECK(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg)) return 0;
     tg_job job;
     tg_job_defaults(&job);
     snprintf(job.model, sizeof job.model, "%s", preset);
-    job.task = task, job.precision = precision, job.batch = 2, job.seq = 16, job.steps = 1;
+    job.task = task, job.precision = precision, job.batch = batch, job.seq = seq, job.steps = 1;
     job.data_parallel = data_parallel;
     return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s: %s", preset, err.msg);
 }

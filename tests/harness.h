@@ -62,7 +62,21 @@ int tg_test_tensor_named(const tg_plan *p, const char *name);
 /* Compiles a preset for a small batch (2 x 16, one step) with the job defaults but task,
  * precision and data_parallel; 1 on success, else a failed CHECK and 0. */
 int tg_test_compile_preset(const char *preset, int task, int precision, int data_parallel, tg_plan *p);
+/* The same for batch x seq, one step; 1 on success, else a failed CHECK and 0. */
+int tg_test_compile_sized(const char *preset, int task, int batch, int seq, int data_parallel, int precision,
+                          tg_plan *p);
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
+/* An op of the given kind, every slot -1 and every parameter 0. */
+tg_op tg_test_op(int kind);
+/* Advances a xorshift state (nonzero) and returns its high 32 bits. */
+uint32_t tg_test_rand(uint64_t *state);
+
+struct tg_trainer;
+/* Fills the trainer's input tensors with a random batch drawn from *rng: token ids above
+ * pad_id, row 1 padded from seq / 2, positions as the dataset code makes them (RoBERTa's
+ * count from pad_id + 1), random token types where the model has more than one, and random
+ * labels (LM: the next-token slots of the real tokens; classification: one per row). */
+void tg_test_fill_random_inputs(struct tg_trainer *tr, const tg_plan *p, uint64_t *rng);
 
 #endif

@@ -204,35 +204,6 @@ TG_TEST(test_freeze_prunes_below_lowest_trainable) {
 
 /* ---- training with a freeze ---------------------------------------------------------- */
 
-static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-
-/* Random inputs with one half-padded row. */
-static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
-    const tg_plan_io *io = &p->io;
-    int B = p->train.batch, T = p->train.seq, V = p->model.vocab_size, pad = p->train.pad_id;
-    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
-    int32_t *types = tg_trainer_input(tr, io->token_type_ids), *labels = tg_trainer_input(tr, io->labels);
-    float *mask = tg_trainer_input(tr, io->attention_mask);
-    for (int b = 0; b < B; b++) {
-        int len = b == 1 ? T / 2 : T;
-        for (int t = 0; t < T; t++) {
-            int i = b * T + t, keep = t < len;
-            ids[i] = keep ? (int32_t)(pad + 1 + rnd() % (uint32_t)(V - pad - 1)) : pad;
-            mask[i] = keep ? 1.0f : 0.0f;
-            pos[i] = t;
-            if (types) types[i] = keep ? (int32_t)(rnd() % 2) : 0;
-            if (p->train.task == TG_TASK_LM) labels[i] = t + 1 < len ? (int32_t)(rnd() % (uint32_t)V) : TG_IGNORE_INDEX;
-        }
-        if (p->train.task == TG_TASK_CLASSIFY) labels[b] = (int32_t)(rnd() % (uint32_t)p->train.num_labels);
-    }
-}
-
 /* One step (dropout on) of a plan with a freeze and of the unfrozen plan, from the same
  * seeded weights (initialisation is by name, whatever the class) and batch: the same loss
  * and bit for bit the same gradient of every trainable parameter. Then two more steps of
@@ -281,8 +252,8 @@ static void freeze_trains_alike(const char *preset, int task, int precision, int
             break;
         }
         opened++;
-        rng_state = 0x5DEECE66Dull;
-        fill_inputs(&tr[m], &plans[m]);
+        uint64_t rng = 0x5DEECE66Dull;
+        tg_test_fill_random_inputs(&tr[m], &plans[m], &rng);
         grads[m] = malloc(plans[m].pool_bytes[TG_POOL_GRADS]);
         rc = !grads[m] || tg_trainer_run_step(&tr[m], &st[m], &err) ||
              tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err);
@@ -304,8 +275,8 @@ static void freeze_trains_alike(const char *preset, int task, int precision, int
         CHECK(compared > 5, "%s: %d gradients compared", preset, compared);
         /* Two more steps, then every frozen tensor as it was uploaded. */
         for (int s = 0; s < 2 && !rc; s++) {
-            rng_state = 0x1234567ull + (uint64_t)s;
-            fill_inputs(&tr[1], fz);
+            uint64_t rng = 0x1234567ull + (uint64_t)s;
+            tg_test_fill_random_inputs(&tr[1], fz, &rng);
             rc = tg_trainer_run_step(&tr[1], &st[1], &err);
             CHECK(rc == 0, "%s", err.msg);
         }
@@ -389,8 +360,8 @@ TG_TEST(test_freeze_checkpoint_loads_unfrozen) {
     tg_err err;
     REQUIRE(open_tiny_bert("tiny-bert", "bert.embeddings.*, bert.encoder.layer.0.*", TG_PREC_BF16, &p, &tr, &err) == 0,
             "%s", err.msg);
-    rng_state = 77;
-    fill_inputs(&tr, &p);
+    uint64_t rng = 77;
+    tg_test_fill_random_inputs(&tr, &p, &rng);
     tg_step_stats st;
     REQUIRE(tg_trainer_run_step(&tr, &st, &err) == 0, "%s", err.msg);
     const char *dir = tiny_bert_folder();

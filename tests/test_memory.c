@@ -7,26 +7,16 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "compiler/compile.h"
-#include "compiler/job.h"
-#include "models/model_config.h"
 #include "plan/inspect.h"
 #include "plan/memory_estimate.h"
 #include "runtime/preflight.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
-/* A preset compiled for batch x seq (classification unless the preset is GPT-2's). */
-static int compile_sized(const char *preset, int task, int batch, int seq, int replicas, int precision, tg_plan *p) {
-    tg_model_config cfg;
-    tg_err err;
-    if (!CHECK(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg)) return 0;
-    tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "%s", preset);
-    job.task = task, job.batch = batch, job.seq = seq, job.steps = 1, job.data_parallel = replicas;
-    job.precision = precision;
-    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s: %s", preset, err.msg);
+/* The estimate of plan p on a GPU and on the CPU. */
+static void estimate_both(const tg_plan *p, tg_memory_estimate *gpu, tg_memory_estimate *cpu) {
+    tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, gpu);
+    tg_estimate_memory(p, TG_MEM_DEVICE_CPU, cpu);
 }
 
 static uint64_t sum_parts(const tg_memory_estimate *e) {
@@ -37,10 +27,9 @@ static uint64_t sum_parts(const tg_memory_estimate *e) {
 
 TG_TEST(test_memory_estimate_parts_add_up) {
     tg_plan p;
-    if (!compile_sized("tiny-bert", TG_TASK_CLASSIFY, 4, 32, 1, TG_PREC_BF16, &p)) return;
+    if (!tg_test_compile_sized("tiny-bert", TG_TASK_CLASSIFY, 4, 32, 1, TG_PREC_BF16, &p)) return;
     tg_memory_estimate gpu, cpu;
-    tg_estimate_memory(&p, TG_MEM_DEVICE_CUDA, &gpu);
-    tg_estimate_memory(&p, TG_MEM_DEVICE_CPU, &cpu);
+    estimate_both(&p, &gpu, &cpu);
     const uint64_t inputs = p.pool_bytes[TG_POOL_INPUTS];
     CHECK(gpu.total == sum_parts(&gpu) && cpu.total == sum_parts(&cpu), "totals %llu, %llu are not the sums",
           (unsigned long long)gpu.total, (unsigned long long)cpu.total);
@@ -71,7 +60,7 @@ TG_TEST(test_memory_estimate_parts_add_up) {
     tg_plan_free(&p);
 
     /* Data parallel: NCCL's buffers on each GPU. */
-    if (!compile_sized("tiny-bert", TG_TASK_CLASSIFY, 4, 32, 2, TG_PREC_FP32, &p)) return;
+    if (!tg_test_compile_sized("tiny-bert", TG_TASK_CLASSIFY, 4, 32, 2, TG_PREC_FP32, &p)) return;
     tg_estimate_memory(&p, TG_MEM_DEVICE_CUDA, &gpu);
     CHECK(gpu.part[TG_MEM_NCCL] == TG_MEM_NCCL_BYTES && gpu.total == sum_parts(&gpu), "NCCL part with 2 replicas");
     tg_plan_free(&p);
@@ -81,16 +70,14 @@ TG_TEST(test_memory_estimate_scales_with_plan) {
     /* Four times the rows: the pools, the staging and the scratch bound grow, and the
      * constant parts stay. */
     tg_plan small, big;
-    if (!compile_sized("tiny-gpt2", TG_TASK_LM, 2, 32, 1, TG_PREC_FP32, &small)) return;
-    if (!compile_sized("tiny-gpt2", TG_TASK_LM, 8, 32, 1, TG_PREC_FP32, &big)) {
+    if (!tg_test_compile_sized("tiny-gpt2", TG_TASK_LM, 2, 32, 1, TG_PREC_FP32, &small)) return;
+    if (!tg_test_compile_sized("tiny-gpt2", TG_TASK_LM, 8, 32, 1, TG_PREC_FP32, &big)) {
         tg_plan_free(&small);
         return;
     }
     tg_memory_estimate gs, gb, cs, cb;
-    tg_estimate_memory(&small, TG_MEM_DEVICE_CUDA, &gs);
-    tg_estimate_memory(&big, TG_MEM_DEVICE_CUDA, &gb);
-    tg_estimate_memory(&small, TG_MEM_DEVICE_CPU, &cs);
-    tg_estimate_memory(&big, TG_MEM_DEVICE_CPU, &cb);
+    estimate_both(&small, &gs, &cs);
+    estimate_both(&big, &gb, &cb);
     CHECK(gb.part[TG_MEM_POOLS] > gs.part[TG_MEM_POOLS] && gb.total > gs.total && cb.total > cs.total,
           "totals did not grow: GPU %llu -> %llu, CPU %llu -> %llu", (unsigned long long)gs.total,
           (unsigned long long)gb.total, (unsigned long long)cs.total, (unsigned long long)cb.total);
@@ -108,7 +95,7 @@ TG_TEST(test_memory_estimate_scales_with_plan) {
 
     /* The scratch bound follows the widest reduction: the LM head's cross entropy and the
      * LayerNorm backwards over B*T rows grow with the rows. */
-    if (!compile_sized("bert-base-uncased", TG_TASK_CLASSIFY, 64, 512, 1, TG_PREC_FP32, &big)) return;
+    if (!tg_test_compile_sized("bert-base-uncased", TG_TASK_CLASSIFY, 64, 512, 1, TG_PREC_FP32, &big)) return;
     const uint64_t floats = tg_reduce_scratch_bound_floats(&big);
     /* LayerNorm backward over 64*512 rows of 768: 4 floats per 128-row chunk and column. */
     CHECK(floats >= 4ull * (64 * 512 / 128) * 768, "scratch bound %llu floats", (unsigned long long)floats);
@@ -119,10 +106,9 @@ TG_TEST(test_memory_estimate_scales_with_plan) {
  * "memory_estimate" object with every part. */
 TG_TEST(test_inspect_memory_estimate) {
     tg_plan p;
-    if (!compile_sized("tiny-bert", TG_TASK_CLASSIFY, 16, 48, 1, TG_PREC_FP32, &p)) return;
+    if (!tg_test_compile_sized("tiny-bert", TG_TASK_CLASSIFY, 16, 48, 1, TG_PREC_FP32, &p)) return;
     tg_memory_estimate gpu, cpu;
-    tg_estimate_memory(&p, TG_MEM_DEVICE_CUDA, &gpu);
-    tg_estimate_memory(&p, TG_MEM_DEVICE_CPU, &cpu);
+    estimate_both(&p, &gpu, &cpu);
     for (int json = 0; json < 2; json++) {
         char *text = NULL;
         size_t len = 0;
@@ -168,7 +154,7 @@ TG_TEST(test_inspect_memory_estimate) {
 /* A plan whose pools are far past any machine's memory: tiny, but claiming 2^60 bytes
  * of activations (never allocated: the preflight refuses first). */
 static int huge_plan(tg_plan *p) {
-    if (!compile_sized("tiny-bert", TG_TASK_CLASSIFY, 2, 16, 1, TG_PREC_FP32, p)) return 0;
+    if (!tg_test_compile_sized("tiny-bert", TG_TASK_CLASSIFY, 2, 16, 1, TG_PREC_FP32, p)) return 0;
     p->pool_bytes[TG_POOL_ACTIVATIONS] = 1ull << 60;
     p->peak_bytes = 0;
     for (int q = 0; q < TG_POOL_COUNT; q++) p->peak_bytes += p->pool_bytes[q];
@@ -200,7 +186,7 @@ TG_TEST(test_preflight_refuses_before_allocating) {
     tg_plan_free(&p);
 
     /* A plan that fits passes, and its probe measures. */
-    if (!compile_sized("tiny-bert", TG_TASK_CLASSIFY, 2, 16, 1, TG_PREC_FP32, &p)) return;
+    if (!tg_test_compile_sized("tiny-bert", TG_TASK_CLASSIFY, 2, 16, 1, TG_PREC_FP32, &p)) return;
     CHECK(tg_preflight(&p, TG_DEVICE_CPU, 0, &probe, &err) == 0, "%s", err.msg);
     CHECK(probe.started && tg_memory_probe_peak(&probe) >= 0, "the CPU probe did not start");
     tg_plan_free(&p);

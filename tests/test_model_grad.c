@@ -11,38 +11,6 @@
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
-static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-
-/* Random inputs with one padded row; positions as the dataset code makes them. */
-static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
-    const tg_plan_io *io = &p->io;
-    int B = p->train.batch, T = p->train.seq, V = p->model.vocab_size;
-    int pad = p->train.pad_id;
-    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
-    int32_t *types = tg_trainer_input(tr, io->token_type_ids), *labels = tg_trainer_input(tr, io->labels);
-    float *mask = tg_trainer_input(tr, io->attention_mask);
-    for (int b = 0; b < B; b++) {
-        int len = b == 1 ? T / 2 : T;
-        int real = 0;
-        for (int t = 0; t < T; t++) {
-            int i = b * T + t, keep = t < len;
-            ids[i] = keep ? (int32_t)(pad + 1 + rnd() % (uint32_t)(V - pad - 1)) : pad;
-            mask[i] = keep ? 1.0f : 0.0f;
-            real += keep;
-            pos[i] = p->model.arch == TG_ARCH_ROBERTA ? (keep ? pad + real : pad) : t;
-            if (types) types[i] = keep && p->model.type_vocab_size > 1 ? (int32_t)(rnd() % 2) : 0;
-            if (p->train.task == TG_TASK_LM) labels[i] = t + 1 < len ? (int32_t)(rnd() % (uint32_t)V) : TG_IGNORE_INDEX;
-        }
-        if (p->train.task == TG_TASK_CLASSIFY) labels[b] = (int32_t)(rnd() % (uint32_t)p->train.num_labels);
-    }
-}
-
 /* Loss of the forward pass (dropout on, same masks) at the given parameters. */
 static double loss_at(tg_trainer *tr, const tg_plan *p, const float *params) {
     tg_err err;
@@ -77,8 +45,8 @@ static void gradcheck_model_vocab(const char *preset, int task, int num_labels, 
     tg_trainer tr;
     tg_trainer_options o = {.device = tg_test_device(), .threads = 2, .load_data = 0};
     REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
-    rng_state = 0x9E3779B97F4A7C15ull;
-    fill_inputs(&tr, &p);
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    tg_test_fill_random_inputs(&tr, &p, &rng);
     /* Gradients at the current point; dropout masks depend only on (seed, step, key). */
     REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, &err) == 0, "%s", err.msg);
     size_t pbytes = p.pool_bytes[TG_POOL_PARAMS];
@@ -98,7 +66,7 @@ static void gradcheck_model_vocab(const char *preset, int task, int num_labels, 
         for (int64_t i = 0; i < n; i++) gn += (double)g[i] * g[i];
         gn = sqrt(gn);
         for (int64_t i = 0; i < n; i++) {
-            v[i] = (gn > 0 ? g[i] / gn : 0) + ((double)(rnd() % 2001) / 1000.0 - 1.0) / sqrt((double)n);
+            v[i] = (gn > 0 ? g[i] / gn : 0) + ((double)(tg_test_rand(&rng) % 2001) / 1000.0 - 1.0) / sqrt((double)n);
             vn += v[i] * v[i];
         }
         vn = sqrt(vn);
@@ -182,8 +150,8 @@ static int train_pair(tg_plan plans[2], int steps, tg_step_stats *st, float *gra
             rc = -1;
             break;
         }
-        rng_state = 0x5DEECE66Dull; /* the same batch in both */
-        fill_inputs(&tr[m], &plans[m]);
+        uint64_t rng = 0x5DEECE66Dull; /* the same batch in both */
+        tg_test_fill_random_inputs(&tr[m], &plans[m], &rng);
         rc = m == 0 ? tg_trainer_read(&tr[0], plans[0].io.params_all, start, &err)
                     : tg_trainer_write(&tr[1], plans[1].io.params_all, start, &err);
         for (int s = 0; s < steps && !rc; s++) rc = tg_trainer_run_step(&tr[m], &st[s * 2 + m], &err);
@@ -231,8 +199,8 @@ static int train_pair_by_name(tg_plan plans[2], int steps, tg_step_stats st[2], 
         }
         if (!rc && m == 1) rc = tg_trainer_write(&tr[1], plans[1].io.params_all, weights[1], &err);
         for (int s = 0; s < steps && !rc; s++) {
-            rng_state = 0x5DEECE66Dull + (uint64_t)s; /* the same batches in both */
-            fill_inputs(&tr[m], &plans[m]);
+            uint64_t rng = 0x5DEECE66Dull + (uint64_t)s; /* the same batches in both */
+            tg_test_fill_random_inputs(&tr[m], &plans[m], &rng);
             rc = tg_trainer_run_step(&tr[m], &st[m], &err);
             if (!rc && s == 0) rc = tg_trainer_read(&tr[m], plans[m].io.grads_all, grads[m], &err);
         }

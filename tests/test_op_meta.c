@@ -187,18 +187,9 @@ static void check_tensors(tg_tensor *t) {
     set_tensor(&t[T_BIAS_BF16], "bias_bf16", TG_BF16, 5, 0);
 }
 
-static tg_op blank_op(int kind) {
-    tg_op op;
-    memset(&op, 0, sizeof op);
-    op.kind = kind;
-    for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
-    for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
-    return op;
-}
-
 /* C[4,5] = A[4,3] @ B[3,5] + bias[5]. */
 static tg_op good_matmul(void) {
-    tg_op op = blank_op(TG_OP_MATMUL);
+    tg_op op = tg_test_op(TG_OP_MATMUL);
     op.in[0] = T_A, op.in[1] = T_B, op.in[2] = T_BIAS, op.out[0] = T_C;
     op.p.matmul = (tg_matmul_params){.m = 4, .n = 5, .k = 3, .batch = 1, .alpha = 1.0f};
     return op;
@@ -253,7 +244,7 @@ TG_TEST(test_op_meta_check) {
     CHECK(refused_naming(&c, &op, NULL, why, sizeof why), "matmul with K = 4 over A[4,3]: '%s'", why);
 
     /* Dtypes: ids are i32 (I), a bias gradient f32 (S). */
-    op = blank_op(TG_OP_EMBEDDING);
+    op = tg_test_op(TG_OP_EMBEDDING);
     op.in[0] = T_IDS, op.in[1] = T_TABLE, op.out[0] = T_ROWS;
     op.p.embedding = (tg_embedding_params){.n = 6, .vocab = 10, .dim = 3, .padding_idx = -1};
     CHECK(tg_op_check(&c, &op, why, sizeof why) == 0, "a consistent embedding refused: %s", why);
@@ -262,7 +253,7 @@ TG_TEST(test_op_meta_check) {
     op.in[0] = T_IDS;
     op.in[2] = T_BIAS;
     CHECK(refused_naming(&c, &op, "in[2]", why, sizeof why), "embedding reading in[2]: '%s'", why);
-    op = blank_op(TG_OP_BIAS_GRAD);
+    op = tg_test_op(TG_OP_BIAS_GRAD);
     op.in[0] = T_C, op.out[0] = T_BIAS;
     op.p.bias_grad = (tg_bias_grad_params){.m = 4, .n = 5};
     CHECK(tg_op_check(&c, &op, why, sizeof why) == 0, "a consistent bias_grad refused: %s", why);
@@ -270,7 +261,7 @@ TG_TEST(test_op_meta_check) {
     CHECK(refused_naming(&c, &op, "out[0]", why, sizeof why), "bias_grad into bf16: '%s'", why);
 
     /* The replica count: ALL_GATHER's tensor is the replicas' slices. */
-    op = blank_op(TG_OP_ALL_GATHER);
+    op = tg_test_op(TG_OP_ALL_GATHER);
     op.in[0] = op.out[0] = T_C;
     op.p.all_gather.slice = 10;
     c.replicas = 2;
@@ -313,33 +304,33 @@ TG_TEST(test_op_meta_flops) {
     op.p.matmul.activation = TG_MATMUL_ACT_GELU; /* + GELU's 10 per element */
     CHECK(tg_op_flops(&op) == 2.0 * 4 * 5 * 3 + 10.0 * 4 * 5, "matmul with GELU: %g", tg_op_flops(&op));
 
-    op = blank_op(TG_OP_GELU_BWD);
+    op = tg_test_op(TG_OP_GELU_BWD);
     op.p.gelu_bwd = (tg_gelu_bwd_params){.n = 20, .form = TG_GELU_TANH, .bias_cols = 5};
     CHECK(tg_op_flops(&op) == 10.0 * 20 + 20, "gelu_bwd with its bias gradient: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_TANH);
+    op = tg_test_op(TG_OP_TANH);
     op.p.count.n = 7;
     CHECK(tg_op_flops(&op) == 70.0, "tanh: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_ADD);
+    op = tg_test_op(TG_OP_ADD);
     op.p.count.n = 7;
     CHECK(tg_op_flops(&op) == 7.0, "add: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_LAYERNORM_BWD);
+    op = tg_test_op(TG_OP_LAYERNORM_BWD);
     op.p.layernorm_bwd = (tg_layernorm_bwd_params){.m = 4, .d = 6, .overwrite = 1};
     CHECK(tg_op_flops(&op) == 12.0 * 24, "layernorm_bwd: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_RESIDUAL_LAYERNORM_BWD);
+    op = tg_test_op(TG_OP_RESIDUAL_LAYERNORM_BWD);
     op.in[5] = T_C; /* ds_extra: + 1 per element; p > 0: + 1 */
     op.p.residual_layernorm_bwd = (tg_residual_layernorm_bwd_params){.m = 4, .d = 6, .eps = 1e-5f, .p = 0.1f};
     CHECK(tg_op_flops(&op) == 14.0 * 24, "residual_layernorm_bwd: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_ATTN_SOFTMAX);
+    op = tg_test_op(TG_OP_ATTN_SOFTMAX);
     op.out[1] = T_C; /* the dropped probabilities with p > 0: + 1 per element */
     op.p.softmax = (tg_softmax_params){.b = 2, .h = 3, .t = 4, .scale = 1.0f, .p = 0.1f};
     CHECK(tg_op_flops(&op) == 6.0 * 2 * 3 * 4 * 4, "attn_softmax with dropout: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_ATTENTION_BWD);
+    op = tg_test_op(TG_OP_ATTENTION_BWD);
     op.p.attention = (tg_attention_params){.b = 2, .h = 3, .t = 4, .causal = 1, .head_dim = 8, .scale = 1.0f};
     CHECK(tg_op_flops(&op) == 2.0 * 0.5 * 4.0 * 2 * 3 * 4 * 4 * 8, "causal attention_bwd: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_ADAMW);
+    op = tg_test_op(TG_OP_ADAMW);
     op.p.adamw.n = 9;
     CHECK(tg_op_flops(&op) == 16.0 * 9, "adamw: %g", tg_op_flops(&op));
-    op = blank_op(TG_OP_HEADS_SPLIT);
+    op = tg_test_op(TG_OP_HEADS_SPLIT);
     op.p.heads = (tg_heads_params){.b = 2, .t = 4, .h = 3, .head_dim = 8, .parts = 3};
     CHECK(tg_op_flops(&op) == 0.0, "heads_split: %g", tg_op_flops(&op));
 }

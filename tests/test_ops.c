@@ -32,15 +32,6 @@ static tg_threadpool *pool3(void) {
 }
 __attribute__((destructor)) static void pool3_free(void) { tg_threadpool_destroy(g_pool); }
 
-static tg_op mkop(int kind) {
-    tg_op op;
-    memset(&op, 0, sizeof op);
-    op.kind = kind;
-    for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
-    for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
-    return op;
-}
-
 static float *falloc(int64_t n) {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
     if (!p) abort();
@@ -209,13 +200,13 @@ TG_TEST(test_op_zero_fill) {
     float buf[11];
     for (int i = 0; i < 11; i++) buf[i] = NAN;
     buf[10] = 7.0f; /* guard past the output */
-    tg_op op = mkop(TG_OP_ZERO);
+    tg_op op = tg_test_op(TG_OP_ZERO);
     tg_cpu_op_args a = {.op = &op, .out = {buf}, .out_numel = {10}};
     tg_cpu_op_run(&a);
     int bad = 0;
     for (int i = 0; i < 10; i++) bad += buf[i] != 0.0f;
     CHECK(!bad && buf[10] == 7.0f, "zero: %d wrong elements, guard %g", bad, buf[10]);
-    op = mkop(TG_OP_FILL);
+    op = tg_test_op(TG_OP_FILL);
     op.p.fill.value = -1.25f;
     tg_cpu_op_run(&a);
     bad = 0;
@@ -230,7 +221,7 @@ typedef struct add_ctx {
 
 static double add_loss(void *p) {
     add_ctx *c = p;
-    tg_op op = mkop(TG_OP_ADD);
+    tg_op op = tg_test_op(TG_OP_ADD);
     op.p.count.n = c->n;
     tg_cpu_op_args a = {.op = &op, .in = {c->a, c->b}, .out = {c->y}};
     tg_cpu_op_run(&a);
@@ -240,7 +231,7 @@ static double add_loss(void *p) {
 TG_TEST(test_op_add_grad) {
     int64_t n = 40000; /* several parallel blocks */
     add_ctx c = {frand(n, 1, -1, 1), frand(n, 2, -1, 1), fconst(n, NAN), frand(n, 3, -1, 1), n};
-    tg_op op = mkop(TG_OP_ADD);
+    tg_op op = tg_test_op(TG_OP_ADD);
     op.p.count.n = n;
     tg_cpu_op_args a = {.op = &op, .in = {c.a, c.b}, .out = {c.y}, .threads = pool3()};
     tg_cpu_op_run(&a);
@@ -263,7 +254,7 @@ typedef struct mm_case {
 
 static void run_matmul(const mm_case *m, const float *A, const float *B, const float *bias,
                        float *C, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_MATMUL);
+    tg_op op = tg_test_op(TG_OP_MATMUL);
     op.p.matmul = (tg_matmul_params){.m = m->M, .n = m->N, .k = m->K, .trans_a = m->ta, .trans_b = m->tb,
                                      .batch = m->batch, .accumulate = m->acc, .alpha = m->alpha};
     tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B, (void *)bias}, .out = {C},
@@ -355,7 +346,7 @@ TG_TEST(test_op_matmul_grad) {
             run_matmul(&gb, c.r, c.A, NULL, dB, pool3());
         else
             run_matmul(&gb, c.A, c.r, NULL, dB, pool3());
-        tg_op bg = mkop(TG_OP_BIAS_GRAD);
+        tg_op bg = tg_test_op(TG_OP_BIAS_GRAD);
         bg.p.bias_grad.m = batch * M, bg.p.bias_grad.n = N;
         tg_cpu_op_args a = {.op = &bg, .in = {c.r}, .out = {dbias}, .threads = pool3()};
         tg_cpu_op_run(&a);
@@ -382,7 +373,7 @@ TG_TEST(test_op_bias_grad_accumulates) {
     int64_t M = 300, N = 13;
     float *dy = frand(M * N, 3, -1, 1), *db = frand(N, 4, -1, 1), *db0 = falloc(N);
     memcpy(db0, db, (size_t)N * 4);
-    tg_op op = mkop(TG_OP_BIAS_GRAD);
+    tg_op op = tg_test_op(TG_OP_BIAS_GRAD);
     op.p.bias_grad.m = M, op.p.bias_grad.n = N;
     tg_cpu_op_args a = {.op = &op, .in = {dy}, .out = {db}, .threads = pool3()};
     tg_cpu_op_run(&a);
@@ -415,13 +406,13 @@ TG_TEST(test_op_matmul_fused_bias_grad) {
                 float *C = fconst(nC, NAN), *ref = fconst(nC, NAN);
                 float *db = fconst(width, NAN), *db_ref = fconst(width, 0.0f);
                 tg_threadpool *tp = threaded ? pool3() : NULL;
-                tg_op op = mkop(TG_OP_MATMUL);
+                tg_op op = tg_test_op(TG_OP_MATMUL);
                 op.p.matmul = (tg_matmul_params){.m = m.M, .n = m.N, .k = m.K, .trans_a = m.ta, .trans_b = m.tb,
                                                  .batch = 1, .bias_grad = which, .alpha = m.alpha};
                 tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B}, .out = {C, db}, .threads = tp};
                 tg_cpu_op_run(&a);
                 run_matmul(&m, A, B, NULL, ref, tp);
-                tg_op bg = mkop(TG_OP_BIAS_GRAD);
+                tg_op bg = tg_test_op(TG_OP_BIAS_GRAD);
                 bg.p.bias_grad.m = rows, bg.p.bias_grad.n = width;
                 tg_cpu_op_args ba = {.op = &bg, .in = {dc}, .out = {db_ref}, .threads = tp};
                 tg_cpu_op_run(&ba);
@@ -442,7 +433,7 @@ TG_TEST(test_op_matmul_fused_bias_grad) {
  * MATMUL then GELU_BWD at the saved pre-activation in3. Outputs start as NaN. */
 static void run_matmul_act(const mm_case *m, int act, const float *A, const float *B, const float *bias,
                            const float *pre_in, float *C, float *pre_out, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_MATMUL);
+    tg_op op = tg_test_op(TG_OP_MATMUL);
     op.p.matmul = (tg_matmul_params){.m = m->M, .n = m->N, .k = m->K, .trans_a = m->ta, .trans_b = m->tb,
                                      .batch = 1, .activation = act, .alpha = m->alpha};
     tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B, (void *)bias, (void *)pre_in},
@@ -451,7 +442,7 @@ static void run_matmul_act(const mm_case *m, int act, const float *A, const floa
 }
 
 static void run_gelu_op(int kind, int64_t n, const float *in0, const float *in1, float *out) {
-    tg_op op = mkop(kind);
+    tg_op op = tg_test_op(kind);
     if (kind == TG_OP_GELU)
         op.p.gelu = (tg_gelu_params){.n = n, .form = TG_GELU_TANH};
     else
@@ -525,7 +516,7 @@ TG_TEST(test_op_matmul_gelu_epilogue_grad) {
     mm_case dx = {N, D, F, 1, 0, 1, 0, 1.0f}, dw = {D, F, N, 1, 1, 0, 0, 1.0f};
     run_matmul(&dx, dpre, c.W1, NULL, dX, pool3());
     run_matmul(&dw, c.X, dpre, NULL, dW1, pool3());
-    tg_op bg = mkop(TG_OP_BIAS_GRAD);
+    tg_op bg = tg_test_op(TG_OP_BIAS_GRAD);
     bg.p.bias_grad.m = N, bg.p.bias_grad.n = F;
     tg_cpu_op_args a = {.op = &bg, .in = {dpre}, .out = {db1}, .threads = pool3()};
     tg_cpu_op_run(&a);
@@ -546,7 +537,7 @@ typedef struct emb_ctx {
 
 static double emb_loss(void *p) {
     emb_ctx *c = p;
-    tg_op op = mkop(TG_OP_EMBEDDING);
+    tg_op op = tg_test_op(TG_OP_EMBEDDING);
     op.p.embedding = (tg_embedding_params){.n = c->N, .vocab = c->V, .dim = c->D};
     tg_cpu_op_args a = {.op = &op, .in = {c->ids, c->table}, .out = {c->y}};
     tg_cpu_op_run(&a);
@@ -566,7 +557,7 @@ TG_TEST(test_op_embedding_grad) {
     float *pre = frand(6 * 4, 3, -1, 1), *dt = falloc(6 * 4), *dt1 = falloc(6 * 4);
     memcpy(dt, pre, sizeof(float) * 24);
     memcpy(dt1, pre, sizeof(float) * 24);
-    tg_op op = mkop(TG_OP_EMBEDDING_BWD);
+    tg_op op = tg_test_op(TG_OP_EMBEDDING_BWD);
     op.p.embedding = (tg_embedding_params){.n = 9, .vocab = 6, .dim = 4, .padding_idx = -1}; /* no padding index */
     tg_cpu_op_args a = {.op = &op, .in = {ids, c.r}, .out = {dt}, .threads = pool3()};
     tg_cpu_op_run(&a);
@@ -607,7 +598,7 @@ typedef struct ln_ctx {
 } ln_ctx;
 
 static void ln_forward(ln_ctx *c, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_LAYERNORM);
+    tg_op op = tg_test_op(TG_OP_LAYERNORM);
     op.p.layernorm = (tg_layernorm_params){.m = c->M, .d = c->D, .eps = 1e-5f};
     tg_cpu_op_args a = {.op = &op, .in = {c->x, c->g, c->b}, .out = {c->y, c->mean, c->rstd},
                         .threads = tp};
@@ -641,7 +632,7 @@ TG_TEST(test_op_layernorm_grad) {
     CHECK(worst < 1e-5, "layernorm forward vs double reference: max error %g", worst);
 
     float *dx = fconst(M * D, NAN), *dg = fconst(D, 0.25f), *db = fconst(D, 0.25f);
-    tg_op op = mkop(TG_OP_LAYERNORM_BWD);
+    tg_op op = tg_test_op(TG_OP_LAYERNORM_BWD);
     op.p.layernorm_bwd.m = M, op.p.layernorm_bwd.d = D;
     tg_cpu_op_args a = {.op = &op, .in = {c.r, c.x, c.g, c.mean, c.rstd}, .out = {dx, dg, db},
                         .threads = pool3()};
@@ -665,7 +656,7 @@ typedef struct unary_ctx {
 
 static double unary_loss(void *p) {
     unary_ctx *c = p;
-    tg_op op = mkop(c->kind);
+    tg_op op = tg_test_op(c->kind);
     if (c->kind == TG_OP_GELU)
         op.p.gelu = (tg_gelu_params){.n = c->n, .form = c->mode};
     else
@@ -681,7 +672,7 @@ TG_TEST(test_op_gelu_grad) {
                                  {0.8411919906082768, -0.15880800939172324}};
     for (int mode = 0; mode < 2; mode++) {
         float pts[2] = {1.0f, -1.0f}, out[2];
-        tg_op op = mkop(TG_OP_GELU);
+        tg_op op = tg_test_op(TG_OP_GELU);
         op.p.gelu = (tg_gelu_params){.n = 2, .form = mode};
         tg_cpu_op_args a = {.op = &op, .in = {pts}, .out = {out}};
         tg_cpu_op_run(&a);
@@ -691,7 +682,7 @@ TG_TEST(test_op_gelu_grad) {
         int64_t n = 200;
         unary_ctx c = {TG_OP_GELU, mode, frand(n, 5 + mode, -4, 4), falloc(n), frand(n, 7, -1, 1), n};
         float *dx = fconst(n, NAN);
-        tg_op bop = mkop(TG_OP_GELU_BWD);
+        tg_op bop = tg_test_op(TG_OP_GELU_BWD);
         bop.p.gelu_bwd = (tg_gelu_bwd_params){.n = n, .form = mode};
         tg_cpu_op_args b = {.op = &bop, .in = {c.r, c.x}, .out = {dx}, .threads = pool3()};
         tg_cpu_op_run(&b);
@@ -708,7 +699,7 @@ TG_TEST(test_op_tanh_grad) {
     for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(c.y[i] - tanh(c.x[i])));
     CHECK(worst < 1e-6, "tanh forward error %g", worst);
     float *dx = fconst(n, NAN);
-    tg_op op = mkop(TG_OP_TANH_BWD);
+    tg_op op = tg_test_op(TG_OP_TANH_BWD);
     op.p.count.n = n;
     tg_cpu_op_args a = {.op = &op, .in = {c.r, c.y}, .out = {dx}};
     tg_cpu_op_run(&a);
@@ -726,7 +717,7 @@ typedef struct sm_ctx {
 } sm_ctx;
 
 static void sm_forward(sm_ctx *c, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_ATTN_SOFTMAX);
+    tg_op op = tg_test_op(TG_OP_ATTN_SOFTMAX);
     op.p.softmax = (tg_softmax_params){.b = c->B, .h = c->H, .t = c->T, .causal = c->causal, .scale = c->scale};
     tg_cpu_op_args a = {.op = &op, .in = {c->s, c->mask}, .out = {c->P}, .threads = tp};
     tg_cpu_op_run(&a);
@@ -774,7 +765,7 @@ TG_TEST(test_op_attn_softmax_grad) {
             CHECK(c.P[row * T + 1] == 0.0f, "a row with no kept key must be zeros");
         }
         float *ds = fconst(n, NAN);
-        tg_op op = mkop(TG_OP_ATTN_SOFTMAX_BWD);
+        tg_op op = tg_test_op(TG_OP_ATTN_SOFTMAX_BWD);
         op.p.softmax_bwd = (tg_softmax_bwd_params){.b = B, .h = H, .t = T, .scale = 0.35f};
         tg_cpu_op_args a = {.op = &op, .in = {c.r, c.P}, .out = {ds}, .threads = pool3()};
         tg_cpu_op_run(&a);
@@ -794,7 +785,7 @@ typedef struct drop_ctx {
 } drop_ctx;
 
 static void run_dropout(const drop_ctx *c, const float *x, float *y, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_DROPOUT);
+    tg_op op = tg_test_op(TG_OP_DROPOUT);
     op.p.dropout = (tg_dropout_params){.n = c->n, .key = c->key, .p = c->p};
     float step = c->step;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)x, &step}, .out = {y}, .seed = c->seed,
@@ -887,7 +878,7 @@ typedef struct rln_ctx {
 #define RLN_KEY 6
 
 static tg_op rln_op(const rln_ctx *c, int kind) {
-    tg_op op = mkop(kind);
+    tg_op op = tg_test_op(kind);
     if (kind == TG_OP_RESIDUAL_LAYERNORM)
         op.p.residual_layernorm = (tg_residual_layernorm_params){.m = c->M, .d = c->D, .key = RLN_KEY, .eps = 1e-5f,
                                                                  .p = c->p};
@@ -989,7 +980,7 @@ TG_TEST(test_op_residual_layernorm_matches_separate_ops) {
         drop_ctx dc = {.step = c.step, .n = n, .p = c.p, .seed = RLN_SEED, .key = RLN_KEY, .training = training};
         float *d = falloc(n), *s = falloc(n), *y = falloc(n), *mean = falloc(M), *rstd = falloc(M);
         run_dropout(&dc, c.x, d, NULL);
-        tg_op add = mkop(TG_OP_ADD);
+        tg_op add = tg_test_op(TG_OP_ADD);
         add.p.count.n = n;
         tg_cpu_op_args aa = {.op = &add, .in = {d, c.r}, .out = {s}};
         tg_cpu_op_run(&aa);
@@ -1001,7 +992,7 @@ TG_TEST(test_op_residual_layernorm_matches_separate_ops) {
 
         /* dln = LAYERNORM_BWD(dy), ds = ds_extra + dln (autodiff's ADD order), dx = DROPOUT(ds). */
         float *dln = falloc(n), *ds2 = falloc(n), *dx2 = falloc(n);
-        tg_op lb = mkop(TG_OP_LAYERNORM_BWD);
+        tg_op lb = tg_test_op(TG_OP_LAYERNORM_BWD);
         lb.p.layernorm_bwd.m = M, lb.p.layernorm_bwd.d = D;
         tg_cpu_op_args la = {.op = &lb, .in = {c.ry, s, c.g, mean, rstd}, .out = {dln, dg2, db2}};
         tg_cpu_op_run(&la);
@@ -1072,7 +1063,7 @@ typedef struct smd_ctx {
 
 /* The fused forward: P always, D when c->D is set. */
 static void smd_forward(smd_ctx *c, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_ATTN_SOFTMAX);
+    tg_op op = tg_test_op(TG_OP_ATTN_SOFTMAX);
     op.p.softmax = (tg_softmax_params){.b = SMD_B, .h = SMD_H, .t = SMD_T, .causal = c->causal, .key = SMD_KEY,
                                        .scale = SMD_SCALE, .p = c->p};
     float step = SMD_STEP;
@@ -1083,7 +1074,7 @@ static void smd_forward(smd_ctx *c, tg_threadpool *tp) {
 
 /* The fused backward: dscores from dD (dropout applied when with_step). */
 static void smd_backward(const smd_ctx *c, const float *dD, float *ds, int with_step, tg_threadpool *tp) {
-    tg_op op = mkop(TG_OP_ATTN_SOFTMAX_BWD);
+    tg_op op = tg_test_op(TG_OP_ATTN_SOFTMAX_BWD);
     op.p.softmax_bwd =
         (tg_softmax_bwd_params){.b = SMD_B, .h = SMD_H, .t = SMD_T, .key = SMD_KEY, .scale = SMD_SCALE, .p = c->p};
     float step = SMD_STEP;
@@ -1094,7 +1085,7 @@ static void smd_backward(const smd_ctx *c, const float *dD, float *ds, int with_
 
 /* The DROPOUT op the fused one replaces, with the same stream. */
 static void smd_dropout(const float *x, float *y, float p, int training) {
-    tg_op op = mkop(TG_OP_DROPOUT);
+    tg_op op = tg_test_op(TG_OP_DROPOUT);
     op.p.dropout = (tg_dropout_params){.n = SMD_N, .key = SMD_KEY, .p = p};
     float step = SMD_STEP;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)x, &step}, .out = {y}, .seed = SMD_SEED,
@@ -1227,7 +1218,7 @@ static int64_t fa_in_numel(const fa_case *c) { return fa_rows(c) * fa_width(c) *
 static int fa_parts(const fa_case *c) { return c->packed ? 1 : 3; }
 
 static tg_op fa_op(const fa_case *c, int kind) {
-    tg_op op = mkop(kind);
+    tg_op op = tg_test_op(kind);
     op.p.attention = (tg_attention_params){.b = c->B, .h = c->H, .t = c->T, .causal = c->causal, .key = FA_KEY,
                                            .packed = c->packed, .head_dim = c->Dh,
                                            .scale = 1.0f / sqrtf((float)c->Dh), .p = c->p};
@@ -1365,7 +1356,7 @@ static void fa_unfused(const fa_ctx *c, float *O) {
     float *heads[3], *scores = falloc(sq), *probs = falloc(sq), *dropped = falloc(sq), *ctx = falloc(part);
     for (int s = 0; s < 3; s++) heads[s] = falloc(part);
     for (int s = 0; s < fa_parts(fc); s++) {
-        tg_op op = mkop(TG_OP_HEADS_SPLIT);
+        tg_op op = tg_test_op(TG_OP_HEADS_SPLIT);
         op.p.heads = (tg_heads_params){.b = B, .t = T, .h = H, .head_dim = Dh, .parts = fc->packed ? 3 : 1};
         tg_cpu_op_args a = {.op = &op, .in = {c->x[s]}};
         if (fc->packed)
@@ -1376,7 +1367,7 @@ static void fa_unfused(const fa_ctx *c, float *O) {
     }
     mm_case qk = {T, T, Dh, B * H, 0, 1, 0, 1.0f}, pv = {T, Dh, T, B * H, 0, 0, 0, 1.0f};
     run_matmul(&qk, heads[0], heads[1], NULL, scores, pool3());
-    tg_op sm = mkop(TG_OP_ATTN_SOFTMAX);
+    tg_op sm = tg_test_op(TG_OP_ATTN_SOFTMAX);
     sm.p.softmax = (tg_softmax_params){.b = B, .h = H, .t = T, .causal = fc->causal, .key = FA_KEY,
                                        .scale = 1.0f / sqrtf((float)Dh), .p = fc->p};
     float step = FA_STEP;
@@ -1384,7 +1375,7 @@ static void fa_unfused(const fa_ctx *c, float *O) {
                         .seed = FA_SEED, .training = c->training, .threads = pool3()};
     tg_cpu_op_run(&a);
     run_matmul(&pv, dropped, heads[2], NULL, ctx, pool3());
-    tg_op merge = mkop(TG_OP_HEADS_MERGE);
+    tg_op merge = tg_test_op(TG_OP_HEADS_MERGE);
     merge.p.heads = (tg_heads_params){.b = B, .t = T, .h = H, .head_dim = Dh, .parts = 1};
     tg_cpu_op_args m = {.op = &merge, .in = {ctx}, .out = {O}};
     tg_cpu_op_run(&m);
@@ -1596,7 +1587,7 @@ TG_TEST(test_op_attention_keep_bits) {
          * pairs whose bit is 0. */
         int64_t B = fc.B, H = fc.H, W = fa_words(&fc), sq = B * H * T * T;
         float *scores = fconst(sq, 0.0f), *probs = falloc(sq), *dropped = falloc(sq);
-        tg_op sm = mkop(TG_OP_ATTN_SOFTMAX);
+        tg_op sm = tg_test_op(TG_OP_ATTN_SOFTMAX);
         sm.p.softmax =
             (tg_softmax_params){.b = B, .h = H, .t = T, .causal = fc.causal, .key = FA_KEY, .scale = 1.0f, .p = fc.p};
         float step = FA_STEP;
@@ -1673,7 +1664,7 @@ typedef struct heads_ctx {
 } heads_ctx;
 
 static void run_heads(const heads_ctx *c, int kind, float *x, float *const *h) {
-    tg_op op = mkop(kind);
+    tg_op op = tg_test_op(kind);
     op.p.heads = (tg_heads_params){.b = c->B, .t = c->T, .h = c->H, .head_dim = c->Dh, .parts = c->P};
     tg_cpu_op_args a = {.op = &op};
     for (int p = 0; p < c->P; p++) {
@@ -1750,7 +1741,7 @@ typedef struct sel_ctx {
 
 static double sel_loss(void *p) {
     sel_ctx *c = p;
-    tg_op op = mkop(TG_OP_SELECT_TOKEN);
+    tg_op op = tg_test_op(TG_OP_SELECT_TOKEN);
     op.p.select = (tg_select_params){.b = c->B, .t = c->T, .d = c->D, .mode = c->mode, .pad_id = 0};
     tg_cpu_op_args a = {.op = &op, .in = {c->x, c->ids}, .out = {c->y}};
     tg_cpu_op_run(&a);
@@ -1772,7 +1763,7 @@ TG_TEST(test_op_select_token_grad) {
             bad += memcmp(c.y + b * D, c.x + (b * T + expect[mode][b]) * D, D * 4) != 0;
         CHECK(!bad, "mode %d: %d rows selected the wrong token", mode, bad);
         float *dx = fconst(B * T * D, NAN);
-        tg_op op = mkop(TG_OP_SELECT_TOKEN_BWD);
+        tg_op op = tg_test_op(TG_OP_SELECT_TOKEN_BWD);
         op.p.select = (tg_select_params){.b = B, .t = T, .d = D, .mode = mode, .pad_id = 0};
         tg_cpu_op_args a = {.op = &op, .in = {c.r, ids}, .out = {dx}};
         tg_cpu_op_run(&a);
@@ -1801,7 +1792,7 @@ typedef struct ce_ctx {
 
 static float run_ce(const ce_ctx *c, tg_threadpool *tp) {
     float loss = NAN;
-    tg_op op = mkop(TG_OP_CROSS_ENTROPY);
+    tg_op op = tg_test_op(TG_OP_CROSS_ENTROPY);
     op.p.cross_entropy = (tg_cross_entropy_params){.n = c->N, .c = c->C};
     tg_cpu_op_args a = {.op = &op, .in = {c->logits, c->labels}, .out = {&loss}, .threads = tp};
     tg_cpu_op_run(&a);
@@ -1836,7 +1827,7 @@ TG_TEST(test_op_cross_entropy_grad) {
           ce_reference(&c));
 
     float *dl = fconst(6 * 7, NAN);
-    tg_op op = mkop(TG_OP_CROSS_ENTROPY_BWD);
+    tg_op op = tg_test_op(TG_OP_CROSS_ENTROPY_BWD);
     op.p.cross_entropy = (tg_cross_entropy_params){.n = 6, .c = 7};
     tg_cpu_op_args a = {.op = &op, .in = {&c.dloss, c.logits, labels}, .out = {dl},
                         .threads = pool3()};
@@ -1866,7 +1857,7 @@ TG_TEST(test_op_cross_entropy_grad) {
 /* ---- optimizer ops ------------------------------------------------------------------------- */
 
 static void run_schedule(float base, int warmup, float *step, float total, float *lr) {
-    tg_op op = mkop(TG_OP_SCHEDULE);
+    tg_op op = tg_test_op(TG_OP_SCHEDULE);
     op.p.schedule = (tg_schedule_params){.warmup = warmup, .lr = base};
     tg_cpu_op_args a = {.op = &op, .in = {step, &total}, .out = {lr, step}}; /* aliased */
     tg_cpu_op_run(&a);
@@ -1931,7 +1922,7 @@ TG_TEST(test_op_grad_norm) {
     mini_plan_init(&mp);
     float g[PARAM_POOL_FLOATS];
     tg_test_fill_uniform(g, PARAM_POOL_FLOATS, 80, -1, 1);
-    tg_op op = mkop(TG_OP_GRAD_NORM);
+    tg_op op = tg_test_op(TG_OP_GRAD_NORM);
     op.in[0] = 3;
     float norm = NAN;
     tg_cpu_op_args a = {.op = &op, .in = {g}, .out = {&norm}, .plan = &mp.plan};
@@ -1979,9 +1970,9 @@ TG_TEST(test_op_adamw) {
     double rp[9], rm[9] = {0}, rv[9] = {0};
     for (int k = 0; k < 9; k++) rp[k] = P[idx[k]];
 
-    tg_op op = mkop(TG_OP_ADAMW);
+    tg_op op = tg_test_op(TG_OP_ADAMW);
     op.p.adamw = (tg_adamw_params){.beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd, .max_grad_norm = max_norm};
-    tg_op nop = mkop(TG_OP_GRAD_NORM);
+    tg_op nop = tg_test_op(TG_OP_GRAD_NORM);
     nop.in[0] = 3;
     /* Step 1: gradients of norm ~3, clipped to 1. Step 2: small gradients, not clipped. */
     const float lrs[2] = {1e-2f, 5e-3f};
@@ -2033,7 +2024,7 @@ TG_TEST(test_op_exec) {
         t[i].pool = TG_POOL_ACTIVATIONS, t[i].ndim = 1, t[i].shape[0] = 5;
         t[i].offset = (uint64_t)i * 256, t[i].bytes = 20;
     }
-    tg_op ops[3] = {mkop(TG_OP_FILL), mkop(TG_OP_FILL), mkop(TG_OP_ADD)};
+    tg_op ops[3] = {tg_test_op(TG_OP_FILL), tg_test_op(TG_OP_FILL), tg_test_op(TG_OP_ADD)};
     ops[0].out[0] = 0, ops[0].p.fill.value = 2.0f;
     ops[1].out[0] = 1, ops[1].p.fill.value = 3.5f;
     ops[2].in[0] = 0, ops[2].in[1] = 1, ops[2].out[0] = 2, ops[2].p.count.n = 5;

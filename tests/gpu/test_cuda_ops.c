@@ -19,12 +19,7 @@
 #include "tests/harness.h"
 
 static uint64_t rng;
-static uint32_t next_u32(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
+static uint32_t next_u32(void) { return tg_test_rand(&rng); }
 static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)(next_u32() >> 8) * (1.0f / 16777216.0f); }
 
 static int exact_op(int kind) {
@@ -484,9 +479,8 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int V = cases[k].V, D = cases[k].D, bf16 = cases[k].dtype == TG_BF16, pad = V > 3 ? 3 : -1;
         const int64_t N = cases[k].N;
-        tg_op op = {.kind = TG_OP_EMBEDDING_BWD, .phase = TG_PHASE_BACKWARD};
-        for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = -1;
-        for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = -1;
+        tg_op op = tg_test_op(TG_OP_EMBEDDING_BWD);
+        op.phase = TG_PHASE_BACKWARD;
         op.in[0] = 0, op.in[1] = 1, op.out[0] = 2;
         op.p.embedding = (tg_embedding_params){.n = N, .vocab = V, .dim = D, .padding_idx = pad};
         int32_t *ids = malloc(sizeof *ids * N);
