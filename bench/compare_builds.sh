@@ -5,24 +5,19 @@
 # usage: bench/compare_builds.sh OUT BIN_A BIN_B [REPEATS] [case...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/cases.sh
 out=${1:?usage: bench/compare_builds.sh OUT BIN_A BIN_B [REPEATS] [case...]}
 bin_a=${2:?}
 bin_b=${3:?}
 repeats=${4:-3}
 shift 4 || shift $#
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(bert-base-cls-b32-t128 bert-base-cls-b8-t512 gpt2-lm-b16-t1024)
-mkdir -p "$out" /tmp/tunegraph-bench
+[ ${#cases[@]} -gt 0 ] || cases=("${bench_default_cases[@]}")
+mkdir -p "$out"
 summary="$out/compare.txt"
 printf '%-24s %-6s %s\n' case build "median step ms per run" > "$summary"
 for c in "${cases[@]}"; do
-    case $c in
-    bert-base-cls-b32-t128) args="--vocab 30522 --seq 128 --count 2048 --labels 2" ;;
-    bert-base-cls-b8-t512) args="--vocab 30522 --seq 512 --count 512 --labels 2" ;;
-    gpt2-lm-b16-t1024) args="--vocab 50257 --seq 1024 --count 512" ;;
-    *) echo "unknown case $c" >&2; exit 2 ;;
-    esac
-    python3 bench/make_synthetic_data.py "/tmp/tunegraph-bench/$c.jsonl" $args
+    bench_make_case_data "$c"
     declare -A runs=([A]="" [B]="")
     for r in $(seq 1 "$repeats"); do
         for which in A B; do

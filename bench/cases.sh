@@ -1,0 +1,21 @@
+# The benchmark cases (bench/jobs/CASE.job) and their synthetic data, sourced by the bench
+# scripts that run them. Each job reads /tmp/tunegraph-bench/CASE.jsonl.
+bench_default_cases=(bert-base-cls-b32-t128 bert-base-cls-b8-t512 gpt2-lm-b16-t1024)
+
+# Prints the arguments of bench/make_synthetic_data.py for CASE; an unknown case fails (2).
+bench_case_data_args() {
+    case $1 in
+    bert-base-cls-b32-t128) echo "--vocab 30522 --seq 128 --count 2048 --labels 2" ;;
+    bert-base-cls-b8-t512) echo "--vocab 30522 --seq 512 --count 512 --labels 2" ;;
+    gpt2-lm-b16-t1024) echo "--vocab 50257 --seq 1024 --count 512" ;;
+    *) echo "unknown case $1" >&2; return 2 ;;
+    esac
+}
+
+# Writes CASE's synthetic data where its job reads it.
+bench_make_case_data() {
+    local args
+    args=$(bench_case_data_args "$1") || return 2
+    mkdir -p /tmp/tunegraph-bench
+    python3 bench/make_synthetic_data.py "/tmp/tunegraph-bench/$1.jsonl" $args
+}
