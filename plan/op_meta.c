@@ -25,6 +25,12 @@ _Static_assert(sizeof infos / sizeof infos[0] == TG_OP_COUNT, "every op kind nee
 
 const tg_op_info *tg_op_info_of(int kind) { return kind >= 0 && kind < TG_OP_COUNT ? &infos[kind] : NULL; }
 
+int tg_op_kind_of_name(const char *name) {
+    for (int k = 0; k < TG_OP_COUNT; k++)
+        if (!strcmp(infos[k].name, name)) return k;
+    return -1;
+}
+
 const char *tg_op_name(int kind) {
     const tg_op_info *info = tg_op_info_of(kind);
     return info ? info->name : "?";

@@ -28,6 +28,9 @@ typedef struct tg_op_info {
 
 /* The row of op kind `kind`, or NULL for a kind outside the enum. */
 const tg_op_info *tg_op_info_of(int kind);
+/* The kind whose name (tg_op_info.name, plan/ops.def) is `name`, or -1 when none is: how a
+ * plan file's op kinds, stored by name, become this build's. */
+int tg_op_kind_of_name(const char *name);
 /* TG_WRITE or TG_ACCUMULATE for output slot `slot` of `kind` (TG_WRITE for unused slots). */
 int tg_op_out_contract(int kind, int slot);
 

@@ -1,6 +1,12 @@
 /* The plan payload: every tg_plan field written one by one, little-endian, so struct padding
  * never reaches the file and every compiler produces the same bytes for the same plan; and
- * read back, every count bounded by the payload, then checked by tg_plan_validate_tables. */
+ * read back, every count bounded by the payload, then checked by tg_plan_validate_tables.
+ *
+ * Op kinds are stored by name: the payload lists the names of the kinds the plan uses
+ * (plan/ops.def's, in first-use order) and each op stores its index into that list. The
+ * decoder maps each name to this build's kind, so the enum's numbering never reaches the
+ * file: an op added anywhere in ops.def leaves existing plans readable, and a plan that
+ * uses an op this build lacks is refused by that op's name. */
 #include "plan/plan_codec.h"
 
 #include "plan/op_meta.h"
@@ -12,6 +18,10 @@
 
 /* Far above any real model; keeps a hostile count from driving a huge malloc. */
 #define MAX_COUNT (1 << 24)
+/* The op kind name table: far more names than any build has kinds, each shorter than this. */
+#define MAX_KIND_NAMES 4096
+#define KIND_NAME_MAX 64
+_Static_assert(TG_OP_COUNT <= MAX_KIND_NAMES, "the op kind name table must hold every kind");
 
 /* A field added to plan.h must be added to the put_/get_ functions below (and
  * TG_PLAN_VERSION bumped); these trip on LP64 when a struct changes size. */
@@ -153,8 +163,9 @@ static void put_tensor(wbuf *b, const tg_tensor *t) {
 static void put_param_i64(void *b, const char *display, int64_t *value) { put_i64(b, *value); }
 static void put_param_f32(void *b, const char *display, float *value) { put_f32(b, *value); }
 
-static void put_op(wbuf *b, const tg_op *op) {
-    put_i32(b, op->kind);
+/* `index`: the kind's place in the payload's op kind name table. */
+static void put_op(wbuf *b, const tg_op *op, int32_t index) {
+    put_i32(b, index);
     put_i32(b, op->phase);
     for (int k = 0; k < TG_OP_MAX_IN; k++) put_i32(b, op->in[k]);
     for (int k = 0; k < TG_OP_MAX_OUT; k++) put_i32(b, op->out[k]);
@@ -178,6 +189,9 @@ int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, 
         (plan->n_ops && !plan->ops))
         return tg_fail(err, "plan encode: bad table (n_tensors %d, n_ops %d)",
                        plan->n_tensors, plan->n_ops);
+    for (int o = 0; o < plan->n_ops; o++)
+        if (!tg_op_info_of(plan->ops[o].kind))
+            return tg_fail(err, "plan encode: op %d has kind %d of %d", o, plan->ops[o].kind, TG_OP_COUNT);
     wbuf b = {0};
     put_model(&b, &plan->model);
     put_str(&b, plan->job_path, sizeof plan->job_path);
@@ -185,8 +199,17 @@ int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, 
     put_run(&b, &plan->run);
     put_i32(&b, plan->n_tensors);
     for (int t = 0; t < plan->n_tensors; t++) put_tensor(&b, &plan->tensors[t]);
+    /* The kinds' names in first-use order (index[kind]: its place, -1 while unused). */
+    int32_t index[TG_OP_COUNT], n_names = 0;
+    for (int k = 0; k < TG_OP_COUNT; k++) index[k] = -1;
+    for (int o = 0; o < plan->n_ops; o++)
+        if (index[plan->ops[o].kind] < 0) index[plan->ops[o].kind] = n_names++;
+    put_i32(&b, n_names);
+    for (int32_t j = 0; j < n_names; j++)
+        for (int k = 0; k < TG_OP_COUNT; k++)
+            if (index[k] == j) put_str(&b, tg_op_name(k), KIND_NAME_MAX);
     put_i32(&b, plan->n_ops);
-    for (int o = 0; o < plan->n_ops; o++) put_op(&b, &plan->ops[o]);
+    for (int o = 0; o < plan->n_ops; o++) put_op(&b, &plan->ops[o], index[plan->ops[o].kind]);
     for (int p = 0; p <= TG_PHASE_COUNT; p++) put_i32(&b, plan->phase_begin[p]);
     for (int p = 0; p < TG_POOL_COUNT; p++) put_u64(&b, plan->pool_bytes[p]);
     put_u64(&b, plan->peak_bytes);
@@ -338,17 +361,64 @@ static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err
     return 0;
 }
 
+/* One entry of the payload's op kind name table: the name as stored, and this build's
+ * kind of that name (-1: none). */
+typedef struct kind_name {
+    char name[KIND_NAME_MAX];
+    int kind;
+} kind_name;
+
+/* Reads the op kind name table into *names (malloc'd, *n entries); refuses an impossible
+ * count, an overlong or NUL-holding name, and a kind named twice. A name this build does
+ * not know is refused only where an op uses it (get_op), which can say which op. */
+static int get_kind_names(rbuf *r, kind_name **names, int32_t *n, const char *name, tg_err *err) {
+    *names = NULL;
+    *n = 0;
+    r->section = "op kind names";
+    const int32_t count = get_i32(r);
+    if (r->failed) return 0;
+    if (count < 0 || count > MAX_KIND_NAMES || (size_t)count > (r->len - r->pos) / 4)
+        return tg_fail(err, "%s: op kind name count %d is impossible (at most %d, file corrupt)", name, count,
+                       MAX_KIND_NAMES);
+    if (count == 0) return 0;
+    kind_name *t = calloc((size_t)count, sizeof *t);
+    if (!t) return tg_fail(err, "%s: out of memory for %d op kind names", name, count);
+    *names = t;
+    for (int32_t j = 0; j < count && !r->failed; j++) {
+        char what[48];
+        snprintf(what, sizeof what, "op kind name %d", j);
+        if (get_str(r, t[j].name, sizeof t[j].name, what, name, err)) return -1;
+        t[j].kind = tg_op_kind_of_name(t[j].name);
+        for (int32_t i = 0; i < j && t[j].kind >= 0; i++)
+            if (t[i].kind == t[j].kind)
+                return tg_fail(err, "%s: op kind names %d and %d are both '%s' (file corrupt)", name, i, j,
+                               t[j].name);
+        *n = j + 1;
+    }
+    return 0;
+}
+
 static void get_param_i64(void *r, const char *display, int64_t *value) { *value = get_i64(r); }
 static void get_param_f32(void *r, const char *display, float *value) { *value = get_f32(r); }
 
-/* -1 for a kind outside the enum, whose parameters cannot be known (nor the rest read). */
-static int get_op(rbuf *r, tg_op *op) {
+/* Op `index`, its kind through the name table; -1 (with the message) for an index outside
+ * the table or a name this build does not know, whose parameters cannot be known (nor the
+ * rest read). */
+static int get_op(rbuf *r, tg_op *op, int index, const kind_name *names, int32_t n_names, const char *name,
+                  tg_err *err) {
     memset(op, 0, sizeof *op);
-    op->kind = get_i32(r);
+    const int32_t entry = get_i32(r);
     op->phase = get_i32(r);
     for (int k = 0; k < TG_OP_MAX_IN; k++) op->in[k] = get_i32(r);
     for (int k = 0; k < TG_OP_MAX_OUT; k++) op->out[k] = get_i32(r);
-    if (!r->failed && !tg_op_info_of(op->kind)) return -1;
+    if (r->failed) return 0; /* reported by the caller as a truncation */
+    if (entry < 0 || entry >= n_names)
+        return tg_fail(err, "%s: op %d names op kind %d of the %d the plan lists (file corrupt)", name, index,
+                       entry, n_names);
+    if (names[entry].kind < 0)
+        return tg_fail(err, "%s: op %d is '%s', an op this build does not know (recompile the job)", name, index,
+                       names[entry].name);
+    op->kind = names[entry].kind;
     tg_op_params_visit(op->kind, &op->p, &(const tg_param_visitor){r, get_param_i64, get_param_f32});
     return 0;
 }
@@ -384,19 +454,25 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
             if (get_tensor(&r, &p->tensors[t], t, name, err)) return -1;
     }
 
+    kind_name *names;
+    int32_t n_names;
+    if (get_kind_names(&r, &names, &n_names, name, err)) {
+        free(names);
+        return -1;
+    }
     r.section = "op table";
     int32_t no = get_i32(&r);
+    int rc = 0;
     if (!r.failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r.pos) / OP_MIN_BYTES))
-        return tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no,
-                       len);
-    if (!r.failed && no > 0) {
+        rc = tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no, len);
+    else if (!r.failed && no > 0) {
         p->ops = calloc((size_t)no, sizeof *p->ops);
-        if (!p->ops) return tg_fail(err, "%s: out of memory for %d ops", name, no);
-        p->n_ops = no;
-        for (int o = 0; o < no && !r.failed; o++)
-            if (get_op(&r, &p->ops[o]))
-                return tg_fail(err, "%s: op %d has kind %d of %d", name, o, p->ops[o].kind, TG_OP_COUNT);
+        if (!p->ops) rc = tg_fail(err, "%s: out of memory for %d ops", name, no);
+        else p->n_ops = no;
+        for (int o = 0; o < no && !r.failed && !rc; o++) rc = get_op(&r, &p->ops[o], o, names, n_names, name, err);
     }
+    free(names);
+    if (rc) return -1;
 
     r.section = "plan totals";
     for (int ph = 0; ph <= TG_PHASE_COUNT; ph++) p->phase_begin[ph] = get_i32(&r);

@@ -10,12 +10,12 @@
 #include "plan/plan.h"
 
 /* The uncompressed payload bytes of `plan` (malloc'd into *out); refuses a plan whose
- * table counts are negative or whose tables are missing. */
+ * table counts are negative, whose tables are missing, or with an op kind outside the enum. */
 int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err);
 /* Fills `plan` (zeroed by the caller) from `len` payload bytes; refuses a short or overlong
- * payload, impossible counts, unterminated strings, unknown op kinds, and inconsistent tables
- * (tg_plan_validate_tables). On failure the caller frees what was filled in. `name` is used in
- * messages. */
+ * payload, impossible counts, unterminated strings, an op whose kind name this build does not
+ * know, and inconsistent tables (tg_plan_validate_tables). On failure the caller frees what
+ * was filled in. `name` is used in messages. */
 int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan *plan, tg_err *err);
 
 /* Little-endian reads, shared by the header and the payload. */

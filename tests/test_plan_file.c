@@ -648,8 +648,11 @@ TG_TEST(test_plan_file_wrong_version) {
      * TG_OP_ALL_REDUCE, version 9 ZeRO-1 (the job's zero_stage, AdamW's zero_slice,
      * TG_OP_ALL_GATHER), version 10 the train and run settings in place of the whole job and
      * each op's typed parameters (only its set's fields, in plan/ops.def order) instead of
-     * nine integer and six float slots. */
-    CHECK(TG_PLAN_VERSION > 9, "plan version %d still reads version 9 plans", TG_PLAN_VERSION);
+     * nine integer and six float slots, version 11 the parameter classes (frozen parameters
+     * and buffers, their pools and flags), version 12 op kinds by name (the payload's table
+     * of the kind names the plan uses; each op its index there) instead of enum numbers,
+     * so that an op added to plan/ops.def no longer needs a new version. */
+    CHECK(TG_PLAN_VERSION > 11, "plan version %d still reads version 11 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
                  g_old_version, TG_PLAN_VERSION);
@@ -675,7 +678,6 @@ TG_TEST(test_plan_file_bad_magic) {
 typedef void (*plan_patch)(tg_plan *);
 static void bad_input(tg_plan *p) { p->ops[1].in[1] = 9999; }
 static void bad_output(tg_plan *p) { p->ops[8].out[0] = -2; }
-static void bad_kind(tg_plan *p) { p->ops[0].kind = TG_OP_COUNT; }
 static void bad_phase(tg_plan *p) { p->ops[3].phase = TG_PHASE_FORWARD; }
 static void bad_phase_begin(tg_plan *p) { p->phase_begin[1] = 8; }
 static void bad_phase_end(tg_plan *p) { p->phase_begin[TG_PHASE_COUNT] = 9; }
@@ -729,7 +731,6 @@ TG_TEST(test_plan_file_inconsistent_tables) {
     } cases[] = {
         {bad_input, "plan.tgp: op 1 (matmul) input 1 refers to tensor 9999 of 19"},
         {bad_output, "plan.tgp: op 8 (grad_norm) output 0 refers to tensor -2 of 19"},
-        {bad_kind, "plan.tgp: op 0 has kind"},
         {bad_phase, "plan.tgp: op 3 (fill) has phase 0 but sits in the backward phase"},
         {bad_phase_begin, "plan.tgp: phase backward begins at op 8 but ends at op 7"},
         {bad_phase_end, "plan.tgp: phase table runs 0..9, expected 0..10"},
@@ -803,34 +804,49 @@ static void put64(uint8_t *b, uint64_t v) {
     for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Encodes the test plan, writes `value` as the int32 at payload offset `at`, recompresses
- * and re-seals the file (sizes and checksum), and decodes it: only the decoder's field
- * checks stand between the edit and a plan. */
+/* The decompressed payload of an encoded plan file (malloc'd), or NULL. */
+static uint8_t *payload_of(const uint8_t *file, size_t len, size_t *usize) {
+    *usize = ZSTD_getFrameContentSize(file + 40, len - 40);
+    uint8_t *payload = malloc(*usize ? *usize : 1);
+    if (payload && ZSTD_decompress(payload, *usize, file + 40, len - 40) != *usize) {
+        free(payload);
+        return NULL;
+    }
+    return payload;
+}
+
+/* Compresses `payload` and seals it under `file`'s magic, version and flags (sizes and
+ * checksum recomputed), then decodes the result: only the decoder's own checks stand
+ * between an edited payload and a plan. -2 if the sealing itself fails. */
+static int reseal_decode(const uint8_t *file, const uint8_t *payload, size_t usize, tg_plan *back, tg_err *err) {
+    size_t bound = ZSTD_compressBound(usize);
+    uint8_t *sealed = malloc(40 + bound);
+    int rc = -2;
+    size_t csize = sealed ? ZSTD_compress(sealed + 40, bound, payload, usize, 3) : 0;
+    if (sealed && !ZSTD_isError(csize)) {
+        memcpy(sealed, file, 16); /* magic, version, flags */
+        put64(sealed + 16, usize);
+        put64(sealed + 24, csize);
+        put64(sealed + 32, XXH64(sealed + 40, csize, 0));
+        rc = tg_plan_decode(sealed, 40 + csize, "plan.tgp", back, err);
+    }
+    free(sealed);
+    return rc;
+}
+
+/* Encodes the test plan, writes `value` as the int32 at payload offset `at`, re-seals the
+ * file and decodes it. */
 static int decode_edited(size_t at, int32_t value, tg_plan *back, tg_err *err) {
     tg_plan p;
     build_plan(&p);
-    uint8_t *file = NULL;
-    size_t len = 0;
+    uint8_t *file = NULL, *payload = NULL;
+    size_t len = 0, usize = 0;
     int rc = -2;
-    if (tg_plan_encode(&p, &file, &len, err)) goto out;
-    size_t usize = ZSTD_getFrameContentSize(file + 40, len - 40);
-    uint8_t *payload = malloc(usize);
-    size_t bound = ZSTD_compressBound(usize);
-    uint8_t *sealed = malloc(40 + bound);
-    if (payload && sealed && ZSTD_decompress(payload, usize, file + 40, len - 40) == usize && at + 4 <= usize) {
+    if (tg_plan_encode(&p, &file, &len, err) == 0 && (payload = payload_of(file, len, &usize)) && at + 4 <= usize) {
         put32(payload + at, (uint32_t)value);
-        size_t csize = ZSTD_compress(sealed + 40, bound, payload, usize, 3);
-        if (!ZSTD_isError(csize)) {
-            memcpy(sealed, file, 16); /* magic, version, flags */
-            put64(sealed + 16, usize);
-            put64(sealed + 24, csize);
-            put64(sealed + 32, XXH64(sealed + 40, csize, 0));
-            rc = tg_plan_decode(sealed, 40 + csize, "plan.tgp", back, err);
-        }
+        rc = reseal_decode(file, payload, usize, back, err);
     }
     free(payload);
-    free(sealed);
-out:
     free(file);
     tg_plan_free(&p);
     return rc;
@@ -864,6 +880,210 @@ TG_TEST(test_plan_file_edited_train_field) {
         CHECK(has(err.msg, cases[c].want), "case %zu: '%s' lacks '%s'", c, err.msg, cases[c].want);
         CHECK(!back.ops && !back.tensors, "case %zu left tables", c);
         tg_plan_free(&back);
+    }
+    tg_plan_free(&p);
+}
+
+/* ---- op kinds by name ------------------------------------------------------------- */
+
+/* The payload's op kind name table: where it lies, and its names in table order. */
+#define MAX_TABLE 128
+typedef struct name_table {
+    size_t at, end; /* payload bytes [at, end): the count, then each name as length + bytes */
+    int n;
+    char names[MAX_TABLE][80];
+} name_table;
+
+/* The kinds of p's ops in first-use order: what the table must list. */
+static int first_use_kinds(const tg_plan *p, int *kinds) {
+    int n = 0;
+    for (int o = 0; o < p->n_ops; o++) {
+        int seen = 0;
+        for (int j = 0; j < n; j++) seen |= kinds[j] == p->ops[o].kind;
+        if (!seen) kinds[n++] = p->ops[o].kind;
+    }
+    return n;
+}
+
+/* Finds the table of p's encoding in `payload`: its count and first name, as p's first op
+ * has it, right before the op count; 0, or -1 when it is not there. */
+static int find_name_table(const tg_plan *p, const uint8_t *payload, size_t len, name_table *t) {
+    int kinds[MAX_TABLE];
+    const int n = first_use_kinds(p, kinds);
+    uint8_t head[8 + 64];
+    const char *first = tg_op_name(kinds[0]);
+    put32(head, (uint32_t)n);
+    put32(head + 4, (uint32_t)strlen(first));
+    memcpy(head + 8, first, strlen(first));
+    const uint8_t *at = memmem(payload, len, head, 8 + strlen(first));
+    if (!at) return -1;
+    t->at = (size_t)(at - payload);
+    t->n = n;
+    size_t pos = t->at + 4;
+    for (int j = 0; j < n; j++) {
+        uint32_t k = (uint32_t)payload[pos] | (uint32_t)payload[pos + 1] << 8 | (uint32_t)payload[pos + 2] << 16 |
+                     (uint32_t)payload[pos + 3] << 24;
+        if (k >= sizeof t->names[j] || pos + 4 + k > len) return -1;
+        memcpy(t->names[j], payload + pos + 4, k);
+        t->names[j][k] = 0;
+        pos += 4 + k;
+    }
+    t->end = pos;
+    return 0;
+}
+
+/* Encodes p, lets `edit` change the name table (names, count), writes the table back in
+ * place of the original, re-seals and decodes. */
+static int decode_with_names(const tg_plan *p, void (*edit)(name_table *), tg_plan *back, tg_err *err) {
+    uint8_t *file = NULL, *payload = NULL, *edited = NULL;
+    size_t len = 0, usize = 0;
+    int rc = -2;
+    name_table t;
+    if (tg_plan_encode(p, &file, &len, err) || !(payload = payload_of(file, len, &usize)) ||
+        find_name_table(p, payload, usize, &t) || !(edited = malloc(usize + MAX_TABLE * 68)))
+        goto out;
+    if (edit) edit(&t);
+    size_t n = t.at;
+    memcpy(edited, payload, t.at);
+    put32(edited + n, (uint32_t)t.n), n += 4;
+    for (int j = 0; j < t.n; j++) {
+        const size_t k = strlen(t.names[j]);
+        put32(edited + n, (uint32_t)k), n += 4;
+        memcpy(edited + n, t.names[j], k), n += k;
+    }
+    memcpy(edited + n, payload + t.end, usize - t.end), n += usize - t.end;
+    rc = reseal_decode(file, edited, n, back, err);
+out:
+    free(edited);
+    free(payload);
+    free(file);
+    return rc;
+}
+
+/* build_plan's ops have kinds, in order: embedding, matmul, cross_entropy, fill,
+ * cross_entropy_bwd, bias_grad, embedding_bwd, schedule, grad_norm, adamw; one op each, so
+ * table entry j is op j's kind. */
+static void swap_embeddings(name_table *t) {
+    char tmp[sizeof t->names[0]];
+    memcpy(tmp, t->names[0], sizeof tmp);
+    memcpy(t->names[0], t->names[6], sizeof tmp);
+    memcpy(t->names[6], tmp, sizeof tmp);
+}
+static void unknown_name(name_table *t) { snprintf(t->names[t->n - 1], sizeof t->names[0], "%s", "swiglu"); }
+static void repeated_name(name_table *t) { snprintf(t->names[1], sizeof t->names[1], "%s", t->names[0]); }
+static void short_table(name_table *t) { t->n--; }
+static void overlong_name(name_table *t) { memset(t->names[2], 'x', 64), t->names[2][64] = 0; }
+static const char *g_rename;
+static void rename_to_swiglu(name_table *t) {
+    for (int j = 0; j < t->n; j++)
+        if (!strcmp(t->names[j], g_rename)) snprintf(t->names[j], sizeof t->names[j], "%s", "swiglu");
+}
+
+TG_TEST(test_plan_file_op_kinds_by_name) {
+    tg_plan p, back;
+    build_plan(&p);
+    tg_err err = {{0}};
+
+    /* The table lists the kinds the plan uses in first-use order, by their ops.def names,
+     * and an unchanged table written back reads back whole. */
+    REQUIRE(decode_with_names(&p, NULL, &back, &err) == 0, "re-sealed plan refused: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "re-sealed plan differs at %s", what);
+    tg_plan_free(&back);
+
+    /* The decoder takes each op's kind from the name its index points at, not from a
+     * number: EMBEDDING and EMBEDDING_BWD (one parameter set) exchanged in the table come
+     * back exchanged, every other op as it was. */
+    REQUIRE(decode_with_names(&p, swap_embeddings, &back, &err) == 0, "swapped names refused: %s", err.msg);
+    CHECK(back.ops[0].kind == TG_OP_EMBEDDING_BWD && back.ops[6].kind == TG_OP_EMBEDDING,
+          "swapped names decoded as kinds %d and %d", back.ops[0].kind, back.ops[6].kind);
+    back.ops[0].kind = TG_OP_EMBEDDING, back.ops[6].kind = TG_OP_EMBEDDING_BWD;
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "swapped names changed %s", what);
+    tg_plan_free(&back);
+
+    struct {
+        void (*edit)(name_table *);
+        const char *want;
+    } cases[] = {
+        {unknown_name, "plan.tgp: op 9 is 'swiglu', an op this build does not know (recompile the job)"},
+        {repeated_name, "plan.tgp: op kind names 0 and 1 are both 'embedding' (file corrupt)"},
+        {short_table, "plan.tgp: op 9 names op kind 9 of the 9 the plan lists (file corrupt)"},
+        {overlong_name, "plan.tgp: op kind name 2 is 64 bytes, its field holds at most 63 (file corrupt)"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(&err, 0, sizeof err);
+        CHECK(decode_with_names(&p, cases[c].edit, &back, &err) == -1, "case %zu accepted: want '%s'", c,
+              cases[c].want);
+        CHECK(has(err.msg, cases[c].want), "case %zu: '%s' lacks '%s'", c, err.msg, cases[c].want);
+        CHECK(!back.ops && !back.tensors && back.n_ops == 0, "case %zu left tables", c);
+        tg_plan_free(&back);
+    }
+    tg_plan_free(&p);
+}
+
+/* Every kind, appended in descending enum order: the table follows the plan's first uses,
+ * not the enum, so the indices ops store say nothing of this build's numbering (as when
+ * ops.def is reordered), and each kind still comes back as itself. An unknown name is
+ * named with the first op that uses it. */
+TG_TEST(test_plan_file_op_kinds_any_order) {
+    tg_plan p, back;
+    build_plan(&p);
+    tg_op *ops = realloc(p.ops, sizeof *ops * (size_t)(p.n_ops + TG_OP_COUNT));
+    REQUIRE(ops, "out of memory");
+    p.ops = ops;
+    const int first = p.n_ops;
+    for (int k = TG_OP_COUNT - 1; k >= 0; k--) memset(&add_op(&p, k, TG_PHASE_OPTIMIZER)->p, 0, sizeof(tg_op_params));
+    p.phase_begin[TG_PHASE_COUNT] = p.n_ops;
+    tg_err err = {{0}};
+    REQUIRE(encode_decode(&p, &back, &err) == 0, "round trip failed: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
+    tg_plan_free(&back);
+
+    uint8_t *file = NULL, *payload = NULL;
+    size_t len = 0, usize = 0;
+    name_table t;
+    REQUIRE(tg_plan_encode(&p, &file, &len, &err) == 0, "%s", err.msg);
+    payload = payload_of(file, len, &usize);
+    REQUIRE(payload && find_name_table(&p, payload, usize, &t) == 0, "no op kind name table in the payload");
+    int kinds[MAX_TABLE];
+    const int n = first_use_kinds(&p, kinds);
+    CHECK(t.n == n && n == TG_OP_COUNT, "%d names for %d kinds used, %d kinds", t.n, n, TG_OP_COUNT);
+    for (int j = 0; j < t.n && j < n; j++)
+        CHECK(!strcmp(t.names[j], tg_op_name(kinds[j])), "entry %d is '%s', first use order has '%s'", j,
+              t.names[j], tg_op_name(kinds[j]));
+    /* The kinds build_plan lacks follow its ten in descending order: the last entry is
+     * kind 0's, first used by the last op. */
+    CHECK(!strcmp(t.names[t.n - 1], tg_op_name(0)), "last entry '%s', want '%s'", t.names[t.n - 1], tg_op_name(0));
+    free(payload);
+    free(file);
+
+    /* TANH (not in build_plan) renamed: refused at its first op. */
+    char want[160];
+    snprintf(want, sizeof want, "plan.tgp: op %d is 'swiglu', an op this build does not know (recompile the job)",
+             first + (TG_OP_COUNT - 1 - TG_OP_TANH));
+    g_rename = tg_op_name(TG_OP_TANH);
+    memset(&err, 0, sizeof err);
+    CHECK(decode_with_names(&p, rename_to_swiglu, &back, &err) == -1 && has(err.msg, want), "'%s' lacks '%s'",
+          err.msg, want);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+/* The encoder refuses a kind outside the enum: it has no name to store. */
+TG_TEST(test_plan_file_encode_unknown_kind) {
+    tg_plan p;
+    build_plan(&p);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    tg_err err = {{0}};
+    char want[96];
+    const int bad[] = {TG_OP_COUNT, -1};
+    for (int i = 0; i < 2; i++) {
+        p.ops[3].kind = bad[i];
+        snprintf(want, sizeof want, "plan encode: op 3 has kind %d of %d", bad[i], TG_OP_COUNT);
+        CHECK(tg_plan_encode(&p, &bytes, &len, &err) == -1 && !bytes && has(err.msg, want), "kind %d: '%s'", bad[i],
+              err.msg);
     }
     tg_plan_free(&p);
 }
