@@ -28,55 +28,28 @@
 
 typedef int (*tg_cuda_launcher)(const tg_cuda_op_args *a, tg_err *err);
 
+/* tg_launch_<name> for every row of plan/ops.def, defined in its family's .cu file
+ * (elementwise, embedding, layernorm, attention, flash_attention_fwd/bwd, loss, collective,
+ * optimizer, gemm). */
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) \
+    int tg_launch_##name(const tg_cuda_op_args *a, tg_err *err);
+#include "plan/ops.def"
+
+/* ---- scratch sizes (floats), for tg_cuda_op_scratch_floats -------------------------- */
+
 /* elementwise.cu */
-int tg_launch_zero(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_fill(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_add(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_gelu_bwd(const tg_op *op);
-int tg_launch_tanh(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_tanh_bwd(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err);
 /* embedding.cu */
-int tg_launch_embedding(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_embedding_bwd(const tg_op *op);
-/* layernorm.cu */
-int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err);
-/* Both backwards' scratch (the same column stages), from the op's M and D. */
+/* layernorm.cu: both backwards' scratch (the same column stages), from the op's M and D. */
 int64_t tg_scratch_layernorm_bwd(int64_t M, int64_t D);
-int tg_launch_residual_layernorm(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_residual_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err); /* scratch: tg_scratch_layernorm_bwd */
-/* attention.cu */
-int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_heads_split(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_heads_merge(const tg_cuda_op_args *a, tg_err *err);
-/* flash_attention_fwd.cu, flash_attention_bwd.cu */
-int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err);
 /* loss.cu */
-int tg_launch_select_token(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_select_token_bwd(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_cross_entropy(const tg_op *op);
 int64_t tg_scratch_cross_entropy_bwd(const tg_op *op);
-/* collective.cu */
-int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err);
 /* optimizer.cu */
-int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err);
-int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err);
 int64_t tg_scratch_grad_norm(const tg_op *op, const int64_t *in_numel);
 int64_t tg_scratch_bias_grad(const tg_op *op);
-/* gemm.cu: MATMUL, and the scratch of one with a fused bias gradient (its column-sum
- * fallback). */
-int tg_launch_matmul(const tg_cuda_op_args *a, tg_err *err);
+/* gemm.cu: the scratch of a MATMUL with a fused bias gradient (its column-sum fallback). */
 extern "C" int64_t tg_scratch_matmul(const tg_op *op);
 
 /* ---- host helpers ----------------------------------------------------------------- */
