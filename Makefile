@@ -22,7 +22,7 @@ CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
-HEADERS := $(wildcard include/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh cli/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h api/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh cli/*.h tests/*.h)
 
 .PHONY: all test embed-test install clean gpu gpu-test demo deps fuzz-deps test-asan fuzz
 all: $(BUILD)/libtunegraph.a $(BUILD)/libtunegraph.so $(BUILD)/tunegraph
