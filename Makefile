@@ -116,6 +116,8 @@ $(ASAN)/%.o: %.c $(HEADERS) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) -c $< -o $@
 
+$(ASAN)/tests/test_cli_metrics.o: $(CLI_SRC)
+
 $(ASAN)/libtunegraph.a: $(ASAN_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
