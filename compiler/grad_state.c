@@ -20,11 +20,13 @@ int tg_ad_grad_of(tg_graph *g, int t) { return t < 0 ? -1 : g->grad[t]; }
 int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *shape) {
     int d = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, ndim, shape);
     if (d < 0) return -1;
-    /* The new tensor extends the per-tensor arrays. */
+    /* The new tensor extends the per-tensor arrays. Each is stored as soon as it moves: a
+     * successful realloc has freed the old block. */
     int *grad = realloc(g->grad, sizeof *grad * (size_t)g->cap_tensors);
-    char *needs = realloc(g->needs_grad, (size_t)g->cap_tensors);
-    if (!grad || !needs) return tg_graph_fail(g, "out of memory");
+    if (!grad) return tg_graph_fail(g, "out of memory");
     g->grad = grad;
+    char *needs = realloc(g->needs_grad, (size_t)g->cap_tensors);
+    if (!needs) return tg_graph_fail(g, "out of memory");
     g->needs_grad = needs;
     g->grad[d] = -1;
     g->needs_grad[d] = 0;
