@@ -57,7 +57,7 @@ static inline uint64_t step_counter(const float *s) { return s && s[0] > 0 ? (ui
 
 /* DROPOUT of elements e0 .. e0+n-1 of a tensor (x and y point at element e0; they may
  * alias): y = x * (1 / (1 - p)) where the element's draw is >= p, else 0 (elementwise.c;
- * the residual LayerNorms draw the same stream). */
+ * the residual LayerNorms and the attention softmax draw the same stream through it). */
 void tg_cpu_dropout_elements(uint64_t seed, uint64_t step, uint32_t key, float p, int64_t e0, int64_t n,
                              const float *x, float *y);
 

@@ -3,35 +3,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/philox.h"
 #include "runtime/cpu/cpu_kernels.h"
 
-/* The fused attention dropout of either kind (its p and key, the step counter in2). */
+/* The fused attention dropout of either kind (its p and key, the step counter in2): DROPOUT's
+ * mask and value on the flat [b,h,t,t] element index (tg_cpu_dropout_elements). */
 typedef struct softmax_dropout {
-    float p, scale; /* scale: the DROPOUT op's 1/(1-p) */
+    float p;
     uint32_t key;
     uint64_t step;
     int on;         /* the op applies it */
 } softmax_dropout;
 
 static softmax_dropout softmax_dropout_of(const tg_cpu_op_args *a, float p, int64_t key) {
-    softmax_dropout d = {.p = p, .scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, .key = (uint32_t)key};
+    softmax_dropout d = {.p = p, .key = (uint32_t)key};
     d.on = a->training && p > 0.0f && a->in[2] != NULL;
     d.step = d.on ? step_counter(CF32(a->in[2])) : 0;
     return d;
-}
-
-/* x * keep / (1 - p) for elements [e0, e0 + n) of the stream, exactly as DROPOUT (the
- * Philox block of 4 is drawn once per group). x and y may alias. */
-static void softmax_dropout_row(const tg_cpu_op_args *a, const softmax_dropout *d, int64_t e0, const float *x,
-                                float *y, int64_t n) {
-    float u[4];
-    uint64_t block = UINT64_MAX;
-    for (int64_t k = 0; k < n; k++) {
-        uint64_t e = (uint64_t)(e0 + k);
-        if (e >> 2 != block) tg_philox_uniform4(a->seed, d->step, d->key, block = e >> 2, u);
-        y[k] = u[e & 3] >= d->p ? x[k] * d->scale : 0.0f;
-    }
 }
 
 static void attn_softmax_rows(void *p, int64_t b, int64_t e) {
@@ -67,7 +54,7 @@ static void attn_softmax_rows(void *p, int64_t b, int64_t e) {
         }
         if (!D) continue;
         if (drop.on)
-            softmax_dropout_row(a, &drop, row * T, pr, D + row * T, T);
+            tg_cpu_dropout_elements(a->seed, drop.step, drop.key, drop.p, row * T, T, pr, D + row * T);
         else if (D + row * T != pr)
             memmove(D + row * T, pr, (size_t)T * 4);
     }
@@ -91,14 +78,14 @@ static void attn_softmax_bwd_rows(void *p, int64_t b, int64_t e) {
         const float *dpr = dD + row * T, *pr = P + row * T;
         float *dsr = ds + row * T;
         if (drop.on && dsr != pr) {
-            softmax_dropout_row(a, &drop, row * T, dpr, dsr, T);
+            tg_cpu_dropout_elements(a->seed, drop.step, drop.key, drop.p, row * T, T, dpr, dsr);
             dpr = dsr;
         }
         float *tmp = NULL;
         if (drop.on && dsr == pr) { /* output aliases P: keep dP apart */
             tmp = malloc((size_t)T * 4);
             if (!tmp) abort();
-            softmax_dropout_row(a, &drop, row * T, dpr, tmp, T);
+            tg_cpu_dropout_elements(a->seed, drop.step, drop.key, drop.p, row * T, T, dpr, tmp);
             dpr = tmp;
         }
         double dot = 0;
