@@ -9,7 +9,7 @@
 /* ---- fused attention ----------------------------------------------------------------
  * One work item per (batch, head): it owns that head's columns of every output, so items
  * never share an element and each sum keeps one order whatever the thread count. Dot
- * products and sums run in double, as in the softmax above; the scores, probabilities and
+ * products and sums run in double, as in the softmax (softmax.c); the scores, probabilities and
  * dropout factors are the same float expressions in the forward and the backward. K (and V
  * in the backward) of the item are first copied, widened and transposed to [Dh][T], so the
  * dot products of one query with all keys run as T independent sums (each still in d
