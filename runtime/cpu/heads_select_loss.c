@@ -16,12 +16,12 @@ static void heads_copy(const tg_cpu_op_args *a, int to_heads) {
     int64_t W = P * H * Dh;
     float *x = F32(to_heads ? a->in[0] : a->out[0]);
     for (int64_t part = 0; part < P; part++) {
-        float *hp = F32(to_heads ? a->out[part] : a->in[part]);
+        float *heads = F32(to_heads ? a->out[part] : a->in[part]);
         for (int64_t b = 0; b < B; b++)
             for (int64_t h = 0; h < H; h++)
                 for (int64_t t = 0; t < T; t++) {
                     float *xr = x + (b * T + t) * W + part * H * Dh + h * Dh;
-                    float *hr = hp + ((b * H + h) * T + t) * Dh;
+                    float *hr = heads + ((b * H + h) * T + t) * Dh;
                     if (to_heads)
                         memcpy(hr, xr, (size_t)Dh * 4);
                     else
