@@ -162,7 +162,8 @@ TUNEGRAPH_API int tunegraph_trainer_step(tunegraph_trainer *trainer, tunegraph_s
 typedef void (*tunegraph_step_callback)(void *ctx, const tunegraph_step_metrics *metrics);
 
 /* Takes every remaining step of the schedule, calling on_step (if not NULL) after each
- * with ctx and that step's metrics (valid during the call). */
+ * with ctx and that step's metrics (valid during the call). The library fills that struct,
+ * so its struct_size is the library's: fields past it (a newer header's) are not there. */
 TUNEGRAPH_API int tunegraph_trainer_train(tunegraph_trainer *trainer, tunegraph_step_callback on_step, void *ctx);
 
 /* Forward passes (dropout off) over the job's eval_data; fails when the job has none. */
