@@ -121,6 +121,9 @@ typedef struct tunegraph_trainer_options {
     /* Training steps queued ahead of the one whose metrics come back (1: one at a time;
      * 0: the default, 14), so a GPU never waits for the host. */
     int max_in_flight;
+    /* On 64-bit targets 4 bytes of tail padding follow. A field appended later must not
+     * fit in them: sizeof would not change, and the library could not tell an older
+     * caller (whose padding may hold anything) from a newer one. Append 8-byte fields. */
 } tunegraph_trainer_options;
 
 typedef struct tunegraph_step_metrics {
