@@ -54,8 +54,6 @@ const char *tg_job_key_name(int key) {
     return key >= 0 && key < TG_JOB_KEY_COUNT ? k_keys[key].name : "?";
 }
 
-int tg_job_key_is_run(int key) { return key >= 0 && key < TG_JOB_KEY_COUNT && k_keys[key].run; }
-
 void tg_job_defaults(tg_job *job) {
     memset(job, 0, sizeof *job);
     job->task = TG_TASK_CLASSIFY;

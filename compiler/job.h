@@ -58,8 +58,6 @@ typedef enum tg_job_key {
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
-/* True for the keys a compiled plan leaves to the run (tg_plan_run). */
-int tg_job_key_is_run(int key);
 
 /* Fills defaults: task classify, num_labels 2, batch 8, seq 128, fp32, adamw lr 5e-5,
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
