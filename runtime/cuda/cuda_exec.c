@@ -27,13 +27,6 @@ int tg_cuda_select_device(int device, tg_err *err) {
     return 0;
 }
 
-int tg_cuda_device_name(char *buf, int len) {
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return -1;
-    snprintf(buf, (size_t)len, "%s", prop.name);
-    return 0;
-}
-
 void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor) {
     if (tensor < 0) return NULL;
     const tg_tensor *t = &x->plan->tensors[tensor];
@@ -109,10 +102,6 @@ static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
             return tg_cuda_fail(err, "cudaEventCreate (update chunk)", e);
     x->defer_on = 1;
     return 0;
-}
-
-int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err) {
-    return tg_cuda_exec_init_on(x, plan, seed, 0, NULL, err);
 }
 
 /* Where an LM plan's batch images hold ids, mask and labels (rows 0 for other plans). */

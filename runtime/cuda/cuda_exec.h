@@ -84,11 +84,9 @@ typedef struct tg_cuda_exec {
 } tg_cuda_exec;
 
 /* Allocates pools (zeroed), the cuBLASLt handle and workspace, the AdamW segment table,
- * on GPU 0. */
-int tg_cuda_exec_init(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, tg_err *err);
-/* The same on GPU `device` (made the calling thread's current device), as one
- * data-parallel replica joined to the others by the NCCL communicator `nccl_comm` (or
- * NULL). Every later call on this executor must come from the same thread. */
+ * on GPU `device` (made the calling thread's current device), as one data-parallel
+ * replica joined to the others by the NCCL communicator `nccl_comm` (or NULL: one
+ * replica). Every later call on this executor must come from the same thread. */
 int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
                          tg_err *err);
 void tg_cuda_exec_free(tg_cuda_exec *x);
@@ -136,8 +134,5 @@ int tg_cuda_finish_update(tg_cuda_exec *x, tg_err *err);
 int tg_cuda_upload(tg_cuda_exec *x, int tensor, const void *host, tg_err *err);
 int tg_cuda_download(tg_cuda_exec *x, int tensor, void *host, tg_err *err);
 int tg_cuda_sync(tg_cuda_exec *x, tg_err *err);
-
-/* Name and memory of device 0, for reports. */
-int tg_cuda_device_name(char *buf, int len);
 
 #endif
