@@ -116,6 +116,13 @@ void tg_estimate_memory(const tg_plan *plan, int device, tg_memory_estimate *est
     } else {
         est->part[TG_MEM_BATCH_STAGING] = TG_MEM_CPU_STAGING_BUFFERS * inputs;
         est->part[TG_MEM_WEIGHTS_UPLOAD] = plan->pool_bytes[TG_POOL_PARAMS] + plan->pool_bytes[TG_POOL_PARAMS_BF16];
+        /* The frozen parameters and buffers, each in fp32 or int32 whatever its storage
+         * dtype (runtime/weights.h's image). */
+        for (int t = 0; t < plan->n_tensors; t++) {
+            const tg_tensor *x = &plan->tensors[t];
+            if (tg_tensor_is_value(x) && tg_tensor_class_of(x) != TG_CLASS_TRAINABLE)
+                est->part[TG_MEM_WEIGHTS_UPLOAD] += (uint64_t)tg_tensor_numel(x) * 4;
+        }
     }
     for (int k = 0; k < TG_MEM_PART_COUNT; k++) est->total += est->part[k];
 }

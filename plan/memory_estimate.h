@@ -59,8 +59,10 @@ typedef enum tg_mem_part {
     TG_MEM_NCCL,              /* CUDA with replicas > 1: NCCL buffers */
     TG_MEM_CUDA_CONTEXT,      /* CUDA: the context */
     TG_MEM_CUDA_KERNELS,      /* CUDA: loaded kernels, cuBLASLt, uploaded graphs */
-    TG_MEM_WEIGHTS_UPLOAD,    /* CPU: the host copy of the parameters the trainer fills and
-                                 uploads while it opens (fp32, and bf16 for bf16 plans) */
+    TG_MEM_WEIGHTS_UPLOAD,    /* CPU: the host image of the values the trainer fills and
+                                 uploads while it opens: the trainable parameters (fp32, and
+                                 bf16 for bf16 plans), the frozen ones and the buffers (fp32
+                                 or int32) */
     TG_MEM_PART_COUNT
 } tg_mem_part;
 
