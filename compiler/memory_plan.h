@@ -26,6 +26,4 @@ int64_t tg_zero_slice(const tg_job *job, int64_t elements);
 int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],
                    uint64_t *live_peak);
 
-
-
 #endif

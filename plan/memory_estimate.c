@@ -56,7 +56,7 @@ static int64_t embedding_bwd_bound(int64_t N, int64_t V, int64_t D) {
     return (N <= EMB_TILE ? 4 * N : 3 * V + N) + 5 + chunks * (ceil_div(D, 32) + D);
 }
 
-/* Floats of scratch op `op` may need, from its tensors' shapes (plan/ops.h gives them). */
+/* Floats of scratch op `op` may need, from its tensors' shapes (plan/ops.def gives them). */
 static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
     switch (op->kind) {
     case TG_OP_EMBEDDING_BWD: { /* in1 dout [N, D] -> out0 dtable [V, D] */

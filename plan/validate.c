@@ -25,7 +25,6 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
     return (uint64_t)peak;
 }
 
-
 static const tg_tensor *c_sort_tensors;
 static int by_pool_offset(const void *a, const void *b) {
     const tg_tensor *x = &c_sort_tensors[*(const int *)a], *y = &c_sort_tensors[*(const int *)b];
