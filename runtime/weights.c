@@ -204,7 +204,8 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         report->frozen += cls == TG_CLASS_FROZEN;
         report->buffers += cls == TG_CLASS_BUFFER;
     }
-    if (!rc && report->loaded == 0)
+    /* Buffers alone (position_ids) do not make a checkpoint of this model. */
+    if (!rc && report->trainable + report->frozen == 0)
         rc = tg_fail(err, "%s: holds none of the model's %d parameters (first: %s); is it a checkpoint of this model?",
                      path, params, report->first_missing);
     tg_st_close(&st);

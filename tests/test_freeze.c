@@ -403,21 +403,24 @@ TG_TEST(test_freeze_checkpoint_loads_unfrozen) {
 }
 
 /* Writes a safetensors file by hand: the int64 position_ids HF checkpoints hold (values
- * `ids`, 64 of them) beside a zero word-embedding table. */
-static int write_position_ids_checkpoint(const char *path, const int64_t *ids) {
-    static const char header[] =
-        "{\"bert.embeddings.position_ids\":{\"dtype\":\"I64\",\"shape\":[1,64],\"data_offsets\":[0,512]},"
-        "\"bert.embeddings.word_embeddings.weight\":{\"dtype\":\"F32\",\"shape\":[128,32],\"data_offsets\":[512,16896]}}";
-    size_t hlen = (sizeof header - 1 + 7) / 8 * 8; /* padded with spaces to 8 bytes */
+ * `ids`, 64 of them), beside a zero word-embedding table when with_table. */
+static int write_position_ids_checkpoint(const char *path, const int64_t *ids, int with_table) {
+    static const char ids_entry[] =
+        "\"bert.embeddings.position_ids\":{\"dtype\":\"I64\",\"shape\":[1,64],\"data_offsets\":[0,512]}";
+    static const char table_entry[] =
+        "\"bert.embeddings.word_embeddings.weight\":{\"dtype\":\"F32\",\"shape\":[128,32],\"data_offsets\":[512,16896]}";
+    char header[512];
+    snprintf(header, sizeof header, "{%s%s%s}", ids_entry, with_table ? "," : "", with_table ? table_entry : "");
+    const size_t n = strlen(header), hlen = (n + 7) / 8 * 8; /* padded with spaces to 8 bytes */
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(header, 1, sizeof header - 1, f) == sizeof header - 1;
-    for (size_t i = sizeof header - 1; i < hlen && ok; i++) ok = fputc(' ', f) != EOF;
+    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(header, 1, n, f) == n;
+    for (size_t i = n; i < hlen && ok; i++) ok = fputc(' ', f) != EOF;
     ok = ok && fwrite(ids, 8, 64, f) == 64;
     static const float table[128 * 32];
-    ok = ok && fwrite(table, 4, 128 * 32, f) == 128 * 32;
+    if (with_table) ok = ok && fwrite(table, 4, 128 * 32, f) == 128 * 32;
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
@@ -428,7 +431,7 @@ TG_TEST(test_buffers_int64_position_ids) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     int64_t ids[64];
     for (int i = 0; i < 64; i++) ids[i] = 63 - i;
-    REQUIRE(write_position_ids_checkpoint(path, ids) == 0, "cannot write %s", path);
+    REQUIRE(write_position_ids_checkpoint(path, ids, 1) == 0, "cannot write %s", path);
     tg_plan p;
     tg_trainer tr;
     tg_err err;
@@ -453,9 +456,17 @@ TG_TEST(test_buffers_int64_position_ids) {
     CHECK(got[0] == 63 && got[63] == 0, "position_ids hold %d .. %d", got[0], got[63]);
     tg_trainer_close(&tr);
     ids[5] = (int64_t)1 << 40;
-    REQUIRE(write_position_ids_checkpoint(path, ids) == 0, "cannot write %s", path);
+    REQUIRE(write_position_ids_checkpoint(path, ids, 1) == 0, "cannot write %s", path);
     CHECK(tg_trainer_open(&tr, &p, &o, &err) != 0 && strstr(err.msg, "position_ids") && strstr(err.msg, "int32"),
           "message: %s", err.msg);
+
+    /* A file with a buffer and no parameter is no checkpoint of this model. */
+    ids[5] = 58;
+    REQUIRE(write_position_ids_checkpoint(path, ids, 0) == 0, "cannot write %s", path);
+    const int rc = tg_trainer_open(&tr, &p, &o, &err);
+    if (rc == 0) tg_trainer_close(&tr);
+    CHECK(rc != 0 && strstr(err.msg, "holds none of the model's"), "a checkpoint of one buffer was accepted (%s)",
+          rc ? err.msg : "opened");
     tg_plan_free(&p);
 }
 
