@@ -13,16 +13,19 @@ int tg_cuda_profile(tg_cuda_exec *x, int repeats, double *op_ms, tg_err *err) {
     for (int i = 0; i <= last - first && !rc; i++)
         if (cudaEventCreate(&ev[i]) != cudaSuccess) rc = tg_fail(err, "cudaEventCreate failed");
     for (int o = first; o < last; o++) op_ms[o] = 0;
+    cudaError_t e;
     for (int r = 0; r < repeats && !rc; r++) {
-        cudaEventRecord(ev[0], x->ctx.stream);
+        if ((e = cudaEventRecord(ev[0], x->ctx.stream)) != cudaSuccess) rc = tg_cuda_fail(err, "cudaEventRecord", e);
         for (int o = first; o < last && !rc; o++) {
             rc = tg_cuda_exec_range(x, o, o + 1, 1, err);
-            cudaEventRecord(ev[o - first + 1], x->ctx.stream);
+            if (!rc && (e = cudaEventRecord(ev[o - first + 1], x->ctx.stream)) != cudaSuccess)
+                rc = tg_cuda_fail(err, "cudaEventRecord", e);
         }
-        if (!rc && cudaStreamSynchronize(x->ctx.stream) != cudaSuccess) rc = tg_fail(err, "profile run failed");
+        if (!rc && (e = cudaStreamSynchronize(x->ctx.stream)) != cudaSuccess) rc = tg_cuda_fail(err, "the profile run", e);
         for (int o = first; o < last && !rc; o++) {
             float ms = 0;
-            cudaEventElapsedTime(&ms, ev[o - first], ev[o - first + 1]);
+            if ((e = cudaEventElapsedTime(&ms, ev[o - first], ev[o - first + 1])) != cudaSuccess)
+                rc = tg_cuda_fail(err, "cudaEventElapsedTime", e);
             op_ms[o] += ms / repeats;
         }
     }
