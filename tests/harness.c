@@ -145,12 +145,8 @@ int tg_test_tensor_named(const tg_plan *p, const char *name) {
 
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        x[i] = lo + (hi - lo) * (float)((s >> 40) * (1.0 / 16777216.0));
-    }
+    /* The state's top 24 bits: a float's worth of uniform mantissa. */
+    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((tg_test_rand(&s) >> 8) * (1.0 / 16777216.0));
 }
 
 tg_op tg_test_op(int kind) {
