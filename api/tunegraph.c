@@ -83,7 +83,7 @@ static int read_in(void *dst, size_t dst_size, const void *src, const char *type
 
 /* ---- plans ---- */
 
-/* A new plan handle compiled by `compile` (a tg_front_compile_* call bound to its input). */
+/* Hands p to the caller when rc (the call that filled p->plan) succeeded, else frees it. */
 static int new_plan(tunegraph_plan **out, int rc, tunegraph_plan *p, const tg_err *err) {
     if (rc) {
         free(p);
@@ -117,15 +117,10 @@ int tunegraph_compile_text(const char *job_text, const char *base_dir, const cha
 
 int tunegraph_plan_load(const char *path, tunegraph_plan **plan) {
     if (!path || !plan) return fail("tunegraph_plan_load: path and plan are required");
-    tg_err err = {{0}};
     tunegraph_plan *p = calloc(1, sizeof *p);
     if (!p) return fail("out of memory");
-    if (tg_plan_read(path, &p->plan, &err)) {
-        free(p);
-        return fail_err(&err);
-    }
-    *plan = p;
-    return 0;
+    tg_err err = {{0}};
+    return new_plan(plan, tg_plan_read(path, &p->plan, &err), p, &err);
 }
 
 int tunegraph_plan_save(const tunegraph_plan *plan, const char *path) {
