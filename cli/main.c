@@ -77,6 +77,16 @@ typedef struct cli_args {
     int n_sets;
 } cli_args;
 
+/* Whether `option` is one of the space-separated words of `allowed`. */
+static int option_allowed(const char *allowed, const char *option) {
+    const size_t n = strlen(option);
+    for (const char *w = allowed; *w; w += strcspn(w, " "), w += *w == ' ') {
+        const size_t len = strcspn(w, " ");
+        if (len == n && !strncmp(w, option, n)) return 1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
     memset(a, 0, sizeof *a);
     for (int i = 0; i < argc; i++) {
@@ -85,7 +95,7 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
                           !strcmp(s, "--device") || !strcmp(s, "--threads") || !strcmp(s, "--save") ||
                           !strcmp(s, "--in-flight");
         if (s[0] == '-' && s[1]) {
-            if (!strstr(allowed, s)) return usage_error("unknown option %s", s);
+            if (!option_allowed(allowed, s)) return usage_error("unknown option %s", s);
             if (takes_value && i + 1 >= argc) return usage_error("%s needs a value", s);
         }
         if (!strcmp(s, "-o")) a->output = argv[++i];

@@ -189,6 +189,15 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
             if (x->shape[d] < 0)
                 return tg_fail(err, "%s: tensor %d (%s) dim %d is %lld", name, t, x->name, d,
                                (long long)x->shape[d]);
+        /* The byte size is what every copy of the tensor moves: it must be its elements'. */
+        uint64_t elements = 1, bytes = 0;
+        int overflow = 0;
+        for (int d = 0; d < x->ndim; d++) overflow |= __builtin_mul_overflow(elements, (uint64_t)x->shape[d], &elements);
+        overflow |= __builtin_mul_overflow(elements, (uint64_t)tg_dtype_size(x->dtype), &bytes);
+        if (overflow || bytes != x->bytes)
+            return tg_fail(err, "%s: tensor %d (%s) holds %llu bytes, but its shape and dtype make %s%llu", name, t,
+                           x->name, (unsigned long long)x->bytes, overflow ? "more than " : "",
+                           (unsigned long long)(overflow ? UINT64_MAX : bytes));
         if (x->pool < 0 || x->pool >= TG_POOL_COUNT)
             return tg_fail(err, "%s: tensor %d (%s) is in pool %d of %d", name, t, x->name,
                            x->pool, TG_POOL_COUNT);

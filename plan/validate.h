@@ -24,10 +24,13 @@ int tg_plan_check_memory(const tg_plan *plan, tg_memory_report *report, tg_err *
 uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops);
 
 /* The table checks every executor relies on, run by the plan decoder on what it read, so a
- * damaged or hand-edited plan is refused there instead of indexing out of bounds later: enums
- * in range, positive train and run settings, tensor dims, pools, offsets within their pool,
- * known flag bits and a consistent parameter class, tensor and op indices in range, the phase
- * table, matmul activations. `name` (the file) starts each message. */
+ * damaged or hand-edited plan is refused there instead of indexing outside the tables later:
+ * enums in range, positive train and run settings, tensor dims and byte sizes (the element
+ * count times the dtype's size, without overflow), pools, offsets within their pool, known
+ * flag bits and a consistent parameter class, tensor and op indices in range, the phase
+ * table, matmul activations. Each op's parameters against its tensors are checked where the
+ * compiler emits it (tg_op_check, plan/op_meta.h), not yet here. `name` (the file) starts
+ * each message. */
 int tg_plan_validate_tables(const tg_plan *plan, const char *name, tg_err *err);
 
 #endif

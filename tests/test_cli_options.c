@@ -68,3 +68,20 @@ TG_TEST(test_cli_step_group_env_strict) {
     expect_accepted("TUNEGRAPH_STEP_GROUP=2", "");
     expect_accepted("TUNEGRAPH_STEP_GROUP=0", "");
 }
+
+/* An option is one of the command's words, not any piece of one: "--se" (a prefix of
+ * "--set") and "--threads2" are unknown options. */
+TG_TEST(test_cli_option_words_exact) {
+    static const char *const bad[] = {"--se", "--threads2", "--in", "-"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char *text = NULL;
+        int rc = run_cli("", bad[k], &text);
+        char want[64];
+        snprintf(want, sizeof want, "unknown option %s", bad[k]);
+        if (!strcmp(bad[k], "-")) /* a lone dash is an argument, not an option */
+            CHECK(rc == 2 && text && strstr(text, "unexpected argument -"), "'-': %d %s", rc, text ? text : "");
+        else
+            CHECK(rc == 2 && text && strstr(text, want), "'%s': exit %d, message %s", bad[k], rc, text ? text : "(none)");
+        free(text);
+    }
+}

@@ -699,6 +699,8 @@ static void frozen_with_grad(tg_plan *p) {
 static void bad_init(tg_plan *p) { p->tensors[T_H].init = 9; }
 static void bad_dtype(tg_plan *p) { p->tensors[T_H].dtype = 5; }
 static void bad_ndim(tg_plan *p) { p->tensors[T_H].ndim = 5; }
+static void bad_bytes(tg_plan *p) { p->tensors[T_H].bytes -= 4; }
+static void huge_shape(tg_plan *p) { p->tensors[T_H].shape[0] = (int64_t)1 << 62; }
 static void bad_io(tg_plan *p) { p->io.loss = N_T; }
 static void bad_grad(tg_plan *p) { p->tensors[T_WTE].grad = 100; }
 static void bad_name(tg_plan *p) { memset(p->tensors[T_H].name, 'x', TG_NAME_MAX); }
@@ -749,6 +751,8 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_init, "plan.tgp: tensor 6 (h) has init rule 9 of 5"},
         {bad_dtype, "plan.tgp: tensor 6 (h) has dtype 5"},
         {bad_ndim, "plan.tgp: tensor 6 (h) has 5 dims"},
+        {bad_bytes, "plan.tgp: tensor 6 (h) holds 252 bytes, but its shape and dtype make 256"},
+        {huge_shape, "plan.tgp: tensor 6 (h) holds 256 bytes, but its shape and dtype make more than "},
         {bad_io, "plan.tgp: io loss refers to tensor 19 of 19"},
         {bad_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) gradient"},
         {bad_name, "plan.tgp: tensor 6 name is 96 bytes, its field holds at most 95"},
