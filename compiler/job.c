@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,27 +131,35 @@ typedef struct origin {
     const char *dir; /* job file's folder prefix ("a/b/") for relative paths; NULL for --set */
 } origin;
 
+/* -1: not an integer; -2: an integer outside lo..hi (also one too large for long long,
+ * which strtoll reports as ERANGE: it is still a number, only out of range). */
 static int parse_int(const char *v, long long lo, long long hi, long long *out) {
     if (!*v) return -1;
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (*end || errno == ERANGE || isspace((unsigned char)*v)) return -1;
-    if (x < lo || x > hi) return -2;
+    if (*end || end == v || isspace((unsigned char)*v)) return -1;
+    if (errno == ERANGE || x < lo || x > hi) return -2;
     *out = x;
+    return 0;
+}
+
+/* An integer key whose valid values are lo..hi; `note` (or NULL) says what they mean. */
+static int set_int_range(int32_t *dst, const char *v, long long lo, long long hi, const char *note,
+                         const origin *o, const char *key, tg_err *err) {
+    long long x;
+    int rc = parse_int(v, lo, hi, &x);
+    if (rc == -1) return tg_fail(err, "%skey '%s': '%s' is not an integer", o->prefix, key, v);
+    if (rc == -2)
+        return tg_fail(err, "%skey '%s': %s is out of range (must be %lld..%lld%s%s)", o->prefix, key, v, lo,
+                       hi, note ? "; " : "", note ? note : "");
+    *dst = (int32_t)x;
     return 0;
 }
 
 static int set_int(int32_t *dst, const char *v, long long lo, const origin *o, const char *key,
                    tg_err *err) {
-    long long x;
-    int rc = parse_int(v, lo, INT32_MAX, &x);
-    if (rc == -1) return tg_fail(err, "%skey '%s': '%s' is not an integer", o->prefix, key, v);
-    if (rc == -2)
-        return tg_fail(err, "%skey '%s': %s is out of range (must be %lld..%d)", o->prefix, key, v,
-                       lo, INT32_MAX);
-    *dst = (int32_t)x;
-    return 0;
+    return set_int_range(dst, v, lo, INT32_MAX, NULL, o, key, err);
 }
 
 /* lo/hi bounds; *_open says the bound itself is excluded. */
@@ -161,18 +170,30 @@ static int set_float(float *dst, const char *v, double lo, int lo_open, double h
     double x = *v && !isspace((unsigned char)*v) ? strtod(v, &end) : NAN;
     if (isnan(x) || *end)
         return tg_fail(err, "%skey '%s': '%s' is not a number", o->prefix, key, v);
-    if (!isfinite(x) || !isfinite((float)x))
-        return tg_fail(err, "%skey '%s': %s is not a finite 32-bit float", o->prefix, key, v);
-    if ((lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi)) {
-        char range[96];
+    int underflow = errno == ERANGE && fabs(x) < 1;
+    if (!underflow && (!isfinite(x) || !isfinite((float)x)))
+        return tg_fail(err, "%skey '%s': %s is not a finite 32-bit float (largest %g)", o->prefix, key, v,
+                       (double)FLT_MAX);
+    float f = (float)x;
+    /* A nonzero value written as such must stay a normal float: stored as 0 or as a
+     * denormal it is not the value the job asked for. */
+    if (underflow || (x != 0 && fabsf(f) < FLT_MIN))
+        return tg_fail(err, "%skey '%s': %s is too small for a 32-bit float (smallest nonzero %g)", o->prefix, key,
+                       v, (double)FLT_MIN);
+    /* The bounds hold for the value as stored: 0.999999999 is below 1 but rounds to it. */
+    double fx = f;
+    int x_out = (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi);
+    if (x_out || (lo_open ? fx <= lo : fx < lo) || (hi_open ? fx >= hi : fx > hi)) {
+        char range[96], rounded[64] = "";
         if (isinf(hi))
             snprintf(range, sizeof range, "%s %g", lo_open ? ">" : ">=", lo);
         else
             snprintf(range, sizeof range, "in %c%g, %g%c", lo_open ? '(' : '[', lo, hi,
                      hi_open ? ')' : ']');
-        return tg_fail(err, "%skey '%s': %s is out of range (must be %s)", o->prefix, key, v, range);
+        if (!x_out) snprintf(rounded, sizeof rounded, " as a 32-bit float (it rounds to %.9g)", fx);
+        return tg_fail(err, "%skey '%s': %s is out of range%s (must be %s)", o->prefix, key, v, rounded, range);
     }
-    *dst = (float)x;
+    *dst = f;
     return 0;
 }
 
@@ -267,7 +288,8 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         rc = set_path(job->model, v, o, strchr(v, '/') != NULL, name, err);
         break;
     case TG_JOB_TASK: rc = set_enum(&job->task, v, tasks, 2, o, name, err); break;
-    case TG_JOB_NUM_LABELS: rc = set_int(&job->num_labels, v, 1, o, name, err); break;
+    /* Classification needs two classes at least (the compiler refuses fewer). */
+    case TG_JOB_NUM_LABELS: rc = set_int(&job->num_labels, v, 2, o, name, err); break;
     case TG_JOB_BATCH: rc = set_int(&job->batch, v, 1, o, name, err); break;
     case TG_JOB_SEQ: rc = set_int(&job->seq, v, 1, o, name, err); break;
     case TG_JOB_PRECISION: rc = set_enum(&job->precision, v, precisions, 3, o, name, err); break;
@@ -309,16 +331,10 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_FUSE_RESIDUAL_LAYERNORM: rc = set_bool(&job->fuse_residual_layernorm, v, o, name, err); break;
     case TG_JOB_FUSE_QKV: rc = set_bool(&job->fuse_qkv, v, o, name, err); break;
     case TG_JOB_DATA_PARALLEL:
-        rc = set_int(&job->data_parallel, v, 1, o, name, err);
-        if (!rc && job->data_parallel > TG_MAX_DATA_PARALLEL)
-            rc = tg_fail(err, "%skey '%s': %d replicas is more than the %d supported", o->prefix, name,
-                         job->data_parallel, TG_MAX_DATA_PARALLEL);
+        rc = set_int_range(&job->data_parallel, v, 1, TG_MAX_DATA_PARALLEL, "replicas", o, name, err);
         break;
     case TG_JOB_ZERO_STAGE:
-        rc = set_int(&job->zero_stage, v, 0, o, name, err);
-        if (!rc && job->zero_stage > 1)
-            rc = tg_fail(err, "%skey '%s': stage %d is not supported (0: none, 1: the optimizer state sharded)",
-                         o->prefix, name, job->zero_stage);
+        rc = set_int_range(&job->zero_stage, v, 0, 1, "0: none, 1: the optimizer state sharded", o, name, err);
         break;
     case TG_JOB_FREEZE: rc = set_freeze(job, v, o, name, err); break;
     case TG_JOB_KEY_COUNT: break;
@@ -368,6 +384,43 @@ static void unknown_key(const char *key, const origin *o, tg_err *err) {
 
 /* ---- the file ---- */
 
+/* A line ends at \n, \r\n or a lone \r (files from old Mac editors); returns the first
+ * byte of the line end, or the terminating NUL. */
+static char *line_end(char *s) { return s + strcspn(s, "\r\n"); }
+
+/* Past the line end at `e` (which is not the terminating NUL). */
+static char *next_line(char *e) { return e + (e[0] == '\r' && e[1] == '\n' ? 2 : 1); }
+
+/* The offset of the first byte that is not part of well-formed UTF-8 (no overlong forms,
+ * no surrogates, nothing past U+10FFFF), or -1 when all `n` bytes are. */
+static long utf8_invalid_at(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else
+            return (long)i;
+        if (i + len > n || s[i + 1] < lo || s[i + 1] > hi) return (long)i;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
 /* `text` as job lines; `name` prefixes messages, `dir` ("a/b/", "/" or "") is where
  * relative paths resolve. */
 static int parse_text(const char *text, const char *name, const char *dir, tg_job *job, tg_err *err) {
@@ -377,11 +430,18 @@ static int parse_text(const char *text, const char *name, const char *dir, tg_jo
     origin o;
     o.dir = dir;
     for (char *line = copy, *next; line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
+        char *end = line_end(line);
+        next = *end ? next_line(end) : NULL;
+        *end = 0;
         lineno++;
         o.line = lineno;
         snprintf(o.prefix, sizeof o.prefix, "%s:%d: ", name, lineno);
+        long bad = utf8_invalid_at((const unsigned char *)line, (size_t)(end - line));
+        if (bad >= 0) {
+            rc = tg_fail(err, "%sinvalid UTF-8 (byte 0x%02X at column %ld)", o.prefix, (unsigned char)line[bad],
+                         bad + 1);
+            break;
+        }
         char *s = line;
         if (lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
             (unsigned char)s[2] == 0xBF)
@@ -441,8 +501,19 @@ static char *read_file(const char *path, tg_err *err) {
         tg_fail(err, "%s: read error: %s", path, strerror(errno));
         free(text);
         text = NULL;
-    } else
+    } else {
         text[len] = 0;
+        /* A NUL would end the text early and hide the rest of the line and file. */
+        const char *nul = memchr(text, 0, len);
+        if (nul) {
+            int line = 1;
+            char *start = text;
+            for (char *e = line_end(text); *e; e = line_end(start)) start = next_line(e), line++;
+            tg_fail(err, "%s:%d: NUL byte at column %ld (a job file is text)", path, line, (long)(nul - start) + 1);
+            free(text);
+            text = NULL;
+        }
+    }
     fclose(f);
     return text;
 }
@@ -476,6 +547,10 @@ static int parse_set(const char *set, origin *o, char **copy, char **value, tg_e
     snprintf(o->prefix, sizeof o->prefix, "--set %.300s: ", set);
     *copy = strdup(set);
     if (!*copy) return tg_fail(err, "%sout of memory", o->prefix);
+    long bad = utf8_invalid_at((const unsigned char *)set, strlen(set));
+    if (bad >= 0)
+        return tg_fail(err, "%sinvalid UTF-8 (byte 0x%02X at column %ld)", o->prefix, (unsigned char)set[bad],
+                       bad + 1);
     char *eq = strchr(*copy, '=');
     if (!eq) return tg_fail(err, "%sexpected key=value (missing '=')", o->prefix);
     *eq = 0;

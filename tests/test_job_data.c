@@ -417,6 +417,125 @@ TG_TEST(test_job_error_missing_required) {
     CHECK(strstr(err.msg, "/nonexistent/dir/job.txt: cannot open job file: "), "msg %s", err.msg);
 }
 
+/* A number must survive conversion to its stored type: floats that would be stored as 0,
+ * as a denormal or as infinity, or that round onto an excluded bound, and integers outside
+ * the key's range (however large) are refused with the true range. */
+TG_TEST(test_job_error_number_conversion) {
+    expect_job_error(BASE "lr = 1e-50\n", NULL, 0,
+                     "job.txt:4: key 'lr': 1e-50 is too small for a 32-bit float (smallest nonzero 1.17549e-38)", NULL,
+                     NULL);
+    expect_job_error(BASE "eps = 1e-50\n", NULL, 0, "job.txt:4: key 'eps': 1e-50 is too small for a 32-bit float",
+                     NULL, NULL);
+    expect_job_error(BASE "eps = 1e-40\n", NULL, 0, "job.txt:4: key 'eps': 1e-40 is too small", NULL, NULL);
+    expect_job_error(BASE "weight_decay = 1e-400\n", NULL, 0, "job.txt:4: key 'weight_decay': 1e-400 is too small",
+                     NULL, NULL);
+    expect_job_error(BASE "grad_clip = 1e39\n", NULL, 0,
+                     "job.txt:4: key 'grad_clip': 1e39 is not a finite 32-bit float (largest 3.40282e+38)", NULL,
+                     NULL);
+    expect_job_error(BASE "beta2 = 0.9999999999\n", NULL, 0,
+                     "job.txt:4: key 'beta2': 0.9999999999 is out of range as a 32-bit float (it rounds to 1) "
+                     "(must be in [0, 1))",
+                     NULL, NULL);
+    expect_job_error(BASE "batch = 0\n", NULL, 0, "job.txt:4: key 'batch': 0 is out of range (must be 1..2147483647)",
+                     NULL, NULL);
+    expect_job_error(BASE "batch = 9223372036854775808\n", NULL, 0,
+                     "job.txt:4: key 'batch': 9223372036854775808 is out of range (must be 1..2147483647)", NULL, NULL);
+    expect_job_error(BASE "seq = -99999999999999999999\n", NULL, 0,
+                     "job.txt:4: key 'seq': -99999999999999999999 is out of range (must be 1..2147483647)", NULL, NULL);
+    expect_job_error(BASE "data_parallel = 65\n", NULL, 0,
+                     "job.txt:4: key 'data_parallel': 65 is out of range (must be 1..64; replicas)", NULL, NULL);
+    expect_job_error(BASE "zero_stage = 2\n", NULL, 0,
+                     "job.txt:4: key 'zero_stage': 2 is out of range (must be 0..1; 0: none, 1: the optimizer state "
+                     "sharded)",
+                     NULL, NULL);
+    expect_job_error(BASE "num_labels = 1\n", NULL, 0, "job.txt:4: key 'num_labels': 1 is out of range (must be "
+                                                       "2..2147483647)",
+                     NULL, NULL);
+    expect_job_error(BASE "pad_token_id = 2147483648\n", NULL, 0,
+                     "job.txt:4: key 'pad_token_id': 2147483648 is out of range (must be 0..2147483647)", NULL, NULL);
+    const char *set[] = {"eps=1e-50"};
+    expect_job_error(BASE, set, 1, "--set eps=1e-50: key 'eps': 1e-50 is too small", NULL, NULL);
+
+    /* The limits themselves are taken, as is the smallest normal float. */
+    const char *path = write_tmp("job.txt", BASE "data_parallel = 64\nnum_labels = 2\nlr = 1.2e-38\nseed = 0\n");
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(j.data_parallel == 64 && j.num_labels == 2 && j.lr > 0 && j.seed == 0, "dp %d labels %d lr %g",
+          j.data_parallel, j.num_labels, (double)j.lr);
+}
+
+/* Writes `n` bytes (NULs included) as the job file. */
+static const char *write_tmp_bytes(const char *name, const char *bytes, size_t n) {
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", tg_test_tmpdir(), name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return NULL;
+    int ok = fwrite(bytes, 1, n, f) == n;
+    if (fclose(f) != 0 || !ok) return NULL;
+    return path;
+}
+
+static void expect_job_bytes_error(const char *bytes, size_t n, const char *want) {
+    const char *path = write_tmp_bytes("job.txt", bytes, n);
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    CHECK(tg_job_load(path, NULL, 0, &j, &err) == -1, "expected failure for '%s'", want);
+    CHECK(strstr(err.msg, want) != NULL, "message '%s' lacks '%s'", err.msg, want);
+}
+
+/* A job file is UTF-8 text: a NUL byte anywhere (it would end the text early, so that
+ * `batch = 4\0garbage` read as batch 4) and malformed UTF-8 are refused with the line. */
+TG_TEST(test_job_error_not_text) {
+    static const char nul_value[] = BASE "batch = 4\0garbage\n";
+    expect_job_bytes_error(nul_value, sizeof nul_value - 1, "job.txt:4: NUL byte at column 10 (a job file is text)");
+    static const char nul_late[] = BASE "batch = 4\r\n# c\r\0\n";
+    expect_job_bytes_error(nul_late, sizeof nul_late - 1, "job.txt:6: NUL byte at column 1");
+    static const char nul_first[] = "\0" BASE;
+    expect_job_bytes_error(nul_first, sizeof nul_first - 1, "job.txt:1: NUL byte at column 1");
+
+    expect_job_error(BASE "model2 = caf\xC3\xA9\n", NULL, 0, "job.txt:4: key 'model2': unknown key", NULL, NULL);
+    expect_job_error(BASE "eval_data = e\xFF.jsonl\n", NULL, 0, "job.txt:4: invalid UTF-8 (byte 0xFF at column 14)",
+                     NULL, NULL);
+    expect_job_error(BASE "# caf\xC3\n", NULL, 0, "job.txt:4: invalid UTF-8 (byte 0xC3 at column 6)", NULL, NULL);
+    expect_job_error(BASE "# overlong \xC0\xAF\n", NULL, 0, "job.txt:4: invalid UTF-8 (byte 0xC0", NULL, NULL);
+    expect_job_error(BASE "# surrogate \xED\xA0\x80\n", NULL, 0, "job.txt:4: invalid UTF-8 (byte 0xED", NULL, NULL);
+    expect_job_error(BASE "# past U+10FFFF \xF4\x90\x80\x80\n", NULL, 0, "job.txt:4: invalid UTF-8 (byte 0xF4",
+                     NULL, NULL);
+    const char *set[] = {"eval_data=\xFF"};
+    expect_job_error(BASE, set, 1, "--set eval_data=\xFF: invalid UTF-8 (byte 0xFF at column 11)", NULL, NULL);
+
+    /* Well-formed multi-byte text is fine, in values and comments. */
+    const char *path = write_tmp("job.txt", BASE "# \xE2\x9C\x93 \xF0\x9F\x98\x80\neval_data = caf\xC3\xA9.jsonl\n");
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    CHECK(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+}
+
+/* Lines end at \n, \r\n or a lone \r, and the line numbers count each. */
+TG_TEST(test_job_line_ends) {
+    const char *path = write_tmp("job.txt", "model = tiny-bert\rtrain_data = t.jsonl\r\rsteps = 10\r\nbatch = 4\rseq = 16");
+    REQUIRE(path, "write");
+    tg_job j;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load(path, NULL, 0, &j, &err) == 0, "load: %s", err.msg);
+    CHECK(strcmp(j.model, "tiny-bert") == 0 && j.steps == 10 && j.batch == 4 && j.seq == 16,
+          "model '%s' steps %d batch %d seq %d", j.model, j.steps, j.batch, j.seq);
+    CHECK(j.key_line[TG_JOB_TRAIN_DATA] == 2 && j.key_line[TG_JOB_STEPS] == 4 && j.key_line[TG_JOB_BATCH] == 5 &&
+              j.key_line[TG_JOB_SEQ] == 6,
+          "lines %d %d %d %d", j.key_line[TG_JOB_TRAIN_DATA], j.key_line[TG_JOB_STEPS], j.key_line[TG_JOB_BATCH],
+          j.key_line[TG_JOB_SEQ]);
+    expect_job_error("model = tiny-bert\rtrain_data = t.jsonl\rsteps = 10\r\rbatch = 4x\r", NULL, 0,
+                     "job.txt:5: key 'batch': '4x' is not an integer", NULL, NULL);
+    expect_job_error("model = tiny-bert\r\ntrain_data = t.jsonl\r\nsteps = 10\r\nlr = 1e-3\rlr = 2e-3\r\n", NULL, 0,
+                     "job.txt:5: key 'lr': duplicate key (first set on line 4)", NULL, NULL);
+    expect_job_error("model = tiny-bert\rtrain_data = \"t.jsonl\rsteps = 10\r", NULL, 0,
+                     "job.txt:2: key 'train_data': unterminated quoted value", NULL, NULL);
+}
+
 /* ---- datasets ---- */
 
 static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 2, 100, 2};
