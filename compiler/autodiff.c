@@ -1,5 +1,6 @@
 /* Reverse-mode autodiff over the forward schedule. */
 #include "compiler/autodiff.h"
+#include "compiler/backward_rules.h"
 
 #include <stdlib.h>
 
@@ -28,6 +29,7 @@ int tg_autodiff(tg_graph *g, int loss) {
                 g->needs_grad[op->out[s]] = 1;
     }
     if (!g->needs_grad[loss]) return tg_graph_fail(g, "loss does not depend on any trainable parameter");
+    if (tg_backward_index(g)) return -1;
 
     g->phase = TG_PHASE_BACKWARD;
     tg_op_spec zero = tg_spec(TG_OP_ZERO);
