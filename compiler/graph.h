@@ -17,6 +17,7 @@ typedef struct tg_graph {
     int n_ops, cap_ops;
     int *grad;          /* per tensor: its gradient during autodiff, -1 if none yet */
     char *needs_grad;   /* per tensor: depends on a trainable parameter */
+    int *grad_holders;  /* per tensor: how many tensors have it as their gradient (grad) */
     int phase;          /* phase of ops being appended */
     /* Indexes the backward rules read instead of scanning every op per op (built by
      * tg_backward_index; tensors from n_indexed_tensors on are neither read nor made by a
