@@ -1743,7 +1743,8 @@ TG_TEST(test_compile_first_gradient_writes) {
 }
 
 /* Compile time must not grow with the square of the depth: a 2,000-layer tiny BERT (122k
- * tensors) once took 34 s, nearly all of it in scans of every tensor per tensor. */
+ * tensors) once took 34 s, nearly all of it in scans of every tensor or op per tensor or
+ * op; about 1.2 s on two cores now, most of it the activations' best-fit placement. */
 TG_TEST(test_compile_deep_model_time) {
     char dir[512], path[600], job[2048];
     snprintf(dir, sizeof dir, "%s/deep-bert", tg_test_tmpdir());
@@ -1764,7 +1765,7 @@ TG_TEST(test_compile_deep_model_time) {
     clock_gettime(CLOCK_MONOTONIC, &b);
     double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     printf("  2,000-layer compile: %.2f s (%d ops, %d tensors)\n", s, p.n_ops, p.n_tensors);
-    CHECK(s < 12.0, "2,000-layer compile took %.2f s", s);
+    CHECK(s < 2.0, "2,000-layer compile took %.2f s", s);
     check_plan_memory(&p, "2,000 layers");
     tg_plan_free(&p);
 }
