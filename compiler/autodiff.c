@@ -1,5 +1,6 @@
 /* Reverse-mode autodiff over the forward schedule. */
 #include "compiler/autodiff.h"
+#include "compiler/backward_rules.h"
 
 #include <stdlib.h>
 
@@ -8,7 +9,8 @@ int tg_autodiff(tg_graph *g, int loss) {
     int n_forward = g->n_ops;
     g->grad = malloc(sizeof *g->grad * (size_t)g->cap_tensors);
     g->needs_grad = calloc((size_t)g->cap_tensors, 1);
-    if (!g->grad || !g->needs_grad) return tg_graph_fail(g, "out of memory");
+    g->grad_holders = calloc((size_t)g->cap_tensors, sizeof *g->grad_holders);
+    if (!g->grad || !g->needs_grad || !g->grad_holders) return tg_graph_fail(g, "out of memory");
     for (int t = 0; t < g->n_tensors; t++) {
         g->grad[t] = -1;
         g->needs_grad[t] = (g->tensors[t].flags & TG_TENSOR_PARAM) != 0;
@@ -28,6 +30,7 @@ int tg_autodiff(tg_graph *g, int loss) {
                 g->needs_grad[op->out[s]] = 1;
     }
     if (!g->needs_grad[loss]) return tg_graph_fail(g, "loss does not depend on any trainable parameter");
+    if (tg_backward_index(g)) return -1;
 
     g->phase = TG_PHASE_BACKWARD;
     tg_op_spec zero = tg_spec(TG_OP_ZERO);
@@ -42,6 +45,7 @@ int tg_autodiff(tg_graph *g, int loss) {
     fill.p.fill.value = g->job && g->job->data_parallel > 1 ? 1.0f / (float)g->job->data_parallel : 1.0f;
     tg_graph_op(g, &fill);
     g->grad[loss] = seed;
+    g->grad_holders[seed]++;
 
     for (int o = n_forward - 1; o >= 0 && !g->failed; o--) {
         const tg_op *op = &g->ops[o];

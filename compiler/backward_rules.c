@@ -3,6 +3,7 @@
 #include "compiler/backward_rules.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/grad_state.h"
@@ -40,10 +41,52 @@ static void bwd_add(tg_graph *g, int index) {
 
 /* Forward ops reading tensor t, counted per input slot. */
 static int forward_uses(const tg_graph *g, int t) {
-    int uses = 0;
-    for (int o = 0; o < g->n_ops; o++)
-        for (int s = 0; s < TG_OP_MAX_IN; s++) uses += g->ops[o].phase == TG_PHASE_FORWARD && g->ops[o].in[s] == t;
-    return uses;
+    return t >= 0 && t < g->n_indexed_tensors ? g->forward_reads[t] : 0;
+}
+
+int tg_backward_index(tg_graph *g) {
+    const int n = g->n_tensors;
+    free(g->forward_reads), free(g->gelu_producer), free(g->writes), free(g->last_write);
+    g->writes = g->last_write = NULL;
+    g->writes_cap = g->ops_indexed = 0;
+    g->forward_reads = calloc((size_t)n + 1, sizeof *g->forward_reads);
+    g->gelu_producer = malloc(sizeof *g->gelu_producer * ((size_t)n + 1));
+    if (!g->forward_reads || !g->gelu_producer) return tg_graph_fail(g, "out of memory");
+    g->n_indexed_tensors = n;
+    for (int t = 0; t < n; t++) g->gelu_producer[t] = -1;
+    for (int o = 0; o < g->n_ops; o++) {
+        const tg_op *p = &g->ops[o];
+        if (p->phase != TG_PHASE_FORWARD) continue;
+        for (int s = 0; s < TG_OP_MAX_IN; s++)
+            if (p->in[s] >= 0 && p->in[s] < n) g->forward_reads[p->in[s]]++;
+        if (p->kind == TG_OP_MATMUL && p->p.matmul.activation == TG_MATMUL_ACT_GELU && p->out[0] >= 0 &&
+            p->out[0] < n && g->gelu_producer[p->out[0]] < 0)
+            g->gelu_producer[p->out[0]] = o;
+    }
+    return 0;
+}
+
+/* Brings the writer counts up to the ops appended since the last call. -1 when out of memory. */
+static int index_writes(tg_graph *g) {
+    if (g->writes_cap < g->n_tensors) {
+        int cap = g->cap_tensors > g->n_tensors ? g->cap_tensors : g->n_tensors;
+        int *w = realloc(g->writes, sizeof *w * (size_t)cap);
+        if (!w) return tg_graph_fail(g, "out of memory");
+        g->writes = w;
+        int *l = realloc(g->last_write, sizeof *l * (size_t)cap);
+        if (!l) return tg_graph_fail(g, "out of memory");
+        g->last_write = l;
+        memset(g->writes + g->writes_cap, 0, sizeof *w * (size_t)(cap - g->writes_cap));
+        g->writes_cap = cap;
+    }
+    for (; g->ops_indexed < g->n_ops; g->ops_indexed++)
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+            int t = g->ops[g->ops_indexed].out[s];
+            if (t < 0) continue;
+            g->writes[t]++;
+            g->last_write[t] = g->ops_indexed * TG_OP_MAX_OUT + s;
+        }
+    return 0;
 }
 
 /* Whether the bias gradient of forward matmul `op` may be written by its dB product
@@ -64,13 +107,8 @@ static int bias_grad_fusable(const tg_graph *g, const tg_op *op) {
  * -1 when not. */
 static int gelu_producer_of_a(const tg_graph *g, const tg_op *op) {
     if (op->p.matmul.batch != 1 || forward_uses(g, op->in[0]) != 1) return -1;
-    for (int o = 0; o < g->n_ops; o++) {
-        const tg_op *p = &g->ops[o];
-        if (p->phase == TG_PHASE_FORWARD && p->kind == TG_OP_MATMUL && p->p.matmul.activation == TG_MATMUL_ACT_GELU &&
-            p->out[0] == op->in[0])
-            return o;
-    }
-    return -1;
+    const int a = op->in[0];
+    return a >= 0 && a < g->n_indexed_tensors ? g->gelu_producer[a] : -1;
 }
 
 /* The gradient of forward matmul `op`'s product. With the GELU epilogue the product is the
@@ -95,16 +133,10 @@ static int product_grad(tg_graph *g, const tg_op *op) {
 /* The GELU_BWD that alone writes dc, the gradient of forward matmul `op`'s product, when
  * it can also write the bias gradient (GELU_BWD out1) from the values it makes: batch 1,
  * a bias gradient that may be fused at all, no other writer of dc. -1 when not. */
-static int gelu_bwd_writing(const tg_graph *g, const tg_op *op, int dc) {
-    if (!bias_grad_fusable(g, op)) return -1;
-    int writer = -1;
-    for (int o = 0; o < g->n_ops; o++)
-        for (int s = 0; s < TG_OP_MAX_OUT; s++)
-            if (g->ops[o].out[s] == dc) {
-                if (writer >= 0 || g->ops[o].kind != TG_OP_GELU_BWD || s != 0 || g->ops[o].out[1] >= 0) return -1;
-                writer = o;
-            }
-    return writer;
+static int gelu_bwd_writing(tg_graph *g, const tg_op *op, int dc) {
+    if (!bias_grad_fusable(g, op) || index_writes(g) || dc < 0 || dc >= g->n_tensors || g->writes[dc] != 1) return -1;
+    const int o = g->last_write[dc] / TG_OP_MAX_OUT, s = g->last_write[dc] % TG_OP_MAX_OUT;
+    return g->ops[o].kind == TG_OP_GELU_BWD && s == 0 && g->ops[o].out[1] < 0 ? o : -1;
 }
 
 static void bwd_matmul(tg_graph *g, int index) {
@@ -128,6 +160,7 @@ static void bwd_matmul(tg_graph *g, int index) {
         int gb = dbias >= 0 && b == 1 ? gelu_bwd_writing(g, &op, dc) : -1;
         if (gb >= 0) {
             g->ops[gb].out[1] = dbias;
+            g->writes[dbias]++, g->last_write[dbias] = gb * TG_OP_MAX_OUT + 1; /* gb is indexed */
             g->ops[gb].p.gelu_bwd.bias_cols = n;
             dbias = -1;
         }

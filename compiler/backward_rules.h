@@ -10,5 +10,8 @@ typedef void (*tg_backward_rule)(tg_graph *g, int index);
 /* The rule of op kind `kind`; NULL for kinds without a gradient (backward and optimizer
  * ops, collectives) and for kinds outside the enum. */
 tg_backward_rule tg_backward_rule_of(int kind);
+/* Builds the forward indexes the rules read (graph.h); call once the forward schedule is
+ * complete, before any rule. -1 (graph failed) when out of memory. */
+int tg_backward_index(tg_graph *g);
 
 #endif

@@ -28,6 +28,10 @@ int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *sha
     char *needs = realloc(g->needs_grad, (size_t)g->cap_tensors);
     if (!needs) return tg_graph_fail(g, "out of memory");
     g->needs_grad = needs;
+    int *holders = realloc(g->grad_holders, sizeof *holders * (size_t)g->cap_tensors);
+    if (!holders) return tg_graph_fail(g, "out of memory");
+    g->grad_holders = holders;
+    g->grad_holders[d] = 0;
     g->grad[d] = -1;
     g->needs_grad[d] = 0;
     return d;
@@ -67,6 +71,7 @@ void tg_ad_pass(tg_graph *g, int t, int grad) {
     if (g->failed) return;
     if (g->grad[t] < 0) {
         g->grad[t] = grad;
+        if (grad >= 0) g->grad_holders[grad]++;
         return;
     }
     /* A second consumer: the gradient is the sum of the contributions. */
@@ -76,6 +81,7 @@ void tg_ad_pass(tg_graph *g, int t, int grad) {
     s.in[0] = g->grad[t], s.in[1] = grad, s.out[0] = sum;
     s.p.count.n = tg_tensor_numel(&g->tensors[t]);
     tg_graph_op(g, &s);
+    g->grad_holders[g->grad[t]]--, g->grad_holders[sum]++;
     g->grad[t] = sum;
 }
 
@@ -86,9 +92,7 @@ int tg_ad_grad_accumulable(tg_graph *g, int t) {
     const tg_tensor *x = &g->tensors[sum];
     if (x->pool != TG_POOL_ACTIVATIONS || (x->flags & (TG_TENSOR_PARAM | TG_TENSOR_GRAD | TG_TENSOR_VIEW))) return -1;
     /* ADD's rule hands one tensor to both inputs: updating it would change the other's. */
-    for (int u = 0; u < g->n_tensors; u++)
-        if (u != t && g->grad[u] == sum) return -1;
-    return sum;
+    return g->grad_holders[sum] > 1 ? -1 : sum; /* t holds it; any other holder forbids */
 }
 
 void tg_ad_commit(tg_graph *g, int t, int dest) {

@@ -18,6 +18,19 @@ typedef struct span_set {
     int n, cap;
 } span_set;
 
+/* The first span ending at or after a (after a when `past`): the spans are disjoint and
+ * sorted, so their ends rise, and a binary search keeps the pass over the ops linear in
+ * them instead of scanning the set from its start. */
+static int first_ending_at(const span_set *s, uint64_t a, int past) {
+    int lo = 0, hi = s->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (s->v[mid].b < a || (past && s->v[mid].b == a)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static int set_add(span_set *s, uint64_t a, uint64_t b) {
     if (a >= b) return 0;
     if (s->n == s->cap) {
@@ -26,8 +39,7 @@ static int set_add(span_set *s, uint64_t a, uint64_t b) {
         if (!v) return -1;
         s->v = v, s->cap = cap;
     }
-    int i = 0;
-    while (i < s->n && s->v[i].b < a) i++; /* first span that touches or follows [a, b) */
+    int i = first_ending_at(s, a, 0); /* first span that touches or follows [a, b) */
     int j = i;
     while (j < s->n && s->v[j].a <= b) { /* spans merged into the new one */
         if (s->v[j].a < a) a = s->v[j].a;
@@ -43,7 +55,7 @@ static int set_add(span_set *s, uint64_t a, uint64_t b) {
 /* Bytes of [a, b) that s covers. */
 static uint64_t set_covered(const span_set *s, uint64_t a, uint64_t b) {
     uint64_t c = 0;
-    for (int i = 0; i < s->n; i++) {
+    for (int i = first_ending_at(s, a, 1); i < s->n && s->v[i].a < b; i++) {
         uint64_t lo = s->v[i].a > a ? s->v[i].a : a, hi = s->v[i].b < b ? s->v[i].b : b;
         if (lo < hi) c += hi - lo;
     }
@@ -53,7 +65,7 @@ static uint64_t set_covered(const span_set *s, uint64_t a, uint64_t b) {
 /* Adds the parts of [a, b) that `have` does not cover to `out`. */
 static int set_add_gaps(const span_set *have, uint64_t a, uint64_t b, span_set *out) {
     uint64_t cur = a;
-    for (int i = 0; i < have->n && cur < b; i++) {
+    for (int i = first_ending_at(have, a, 1); i < have->n && cur < b; i++) {
         if (have->v[i].b <= cur) continue;
         if (have->v[i].a >= b) break;
         if (have->v[i].a > cur && set_add(out, cur, have->v[i].a)) return -1;

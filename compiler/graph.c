@@ -22,6 +22,7 @@ void tg_graph_free(tg_graph *g) {
     free(g->ops);
     free(g->grad);
     free(g->needs_grad);
+    free(g->grad_holders), free(g->forward_reads), free(g->gelu_producer), free(g->writes), free(g->last_write);
     memset(g, 0, sizeof *g);
 }
 

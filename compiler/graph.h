@@ -17,7 +17,18 @@ typedef struct tg_graph {
     int n_ops, cap_ops;
     int *grad;          /* per tensor: its gradient during autodiff, -1 if none yet */
     char *needs_grad;   /* per tensor: depends on a trainable parameter */
+    int *grad_holders;  /* per tensor: how many tensors have it as their gradient (grad) */
     int phase;          /* phase of ops being appended */
+    /* Indexes the backward rules read instead of scanning every op per op (built by
+     * tg_backward_index; tensors from n_indexed_tensors on are neither read nor made by a
+     * forward op). */
+    int n_indexed_tensors;
+    int *forward_reads;   /* per tensor: input slots of forward ops that read it */
+    int *gelu_producer;   /* per tensor: the first forward MATMUL with the GELU epilogue making it (out0), or -1 */
+    /* Per tensor, over the output slots of ops[0, ops_indexed): how many write it, and the
+     * last one as op * TG_OP_MAX_OUT + slot; caught up with appended ops when read. */
+    int *writes, *last_write;
+    int writes_cap, ops_indexed;
     int failed;         /* first error is kept in err */
     tg_err *err;
     const tg_model_config *cfg;

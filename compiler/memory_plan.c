@@ -33,30 +33,47 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
      * whether it is placed yet. */
     uint64_t *member_bytes = calloc((size_t)n + 1, sizeof *member_bytes);
     char *placed = calloc((size_t)n + 1, 1);
-    if (!member_bytes || !placed) {
-        free(member_bytes), free(placed);
+    /* Built once, so the layout is linear in the tensors: the widest view of each tensor
+     * (packed views excluded), and each group member's next member in tensor order. */
+    uint64_t *widest_view = calloc((size_t)n + 1, sizeof *widest_view);
+    int *next_member = malloc(sizeof *next_member * ((size_t)n + 1));
+    if (!member_bytes || !placed || !widest_view || !next_member) {
+        free(member_bytes), free(placed), free(widest_view), free(next_member);
         return tg_graph_fail(g, "out of memory");
     }
     for (int t = 0; t < n; t++)
         if (g->tensors[t].pool == pool && g->tensors[t].group >= 0) member_bytes[g->tensors[t].group] += g->tensors[t].bytes;
+    for (int v = 0; v < n; v++) {
+        const tg_tensor *w = &g->tensors[v];
+        if ((w->flags & TG_TENSOR_VIEW) && w->pool == pool && w->master >= 0 && w->master < n && !member_bytes[v] &&
+            w->bytes > widest_view[w->master])
+            widest_view[w->master] = w->bytes;
+    }
+    int *head = widest_view ? (int *)calloc((size_t)n + 1, sizeof *head) : NULL; /* group -> first member + 1 */
+    if (!head) {
+        free(member_bytes), free(placed), free(widest_view), free(next_member);
+        return tg_graph_fail(g, "out of memory");
+    }
+    for (int t = n - 1; t >= 0; t--) {
+        int grp = g->tensors[t].group;
+        if (grp < 0 || grp >= n) continue;
+        next_member[t] = head[grp] - 1;
+        head[grp] = t + 1;
+    }
+    free(head);
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
         if (x->pool != pool || (x->flags & TG_TENSOR_VIEW) || placed[t]) continue;
         if (x->group >= 0) {
             /* A packed group: all its members back to back, in tensor order, as one block. */
-            for (int m = t; m < n; m++) {
-                if (g->tensors[m].group != x->group) continue;
+            for (int m = t; m >= 0; m = next_member[m]) {
                 g->tensors[m].offset = end;
                 end += g->tensors[m].bytes;
                 placed[m] = 1;
             }
         } else {
             /* Room for the widest view of it (a padded LM-head table), zero past its end. */
-            uint64_t span = x->bytes;
-            for (int v = 0; v < n; v++)
-                if ((g->tensors[v].flags & TG_TENSOR_VIEW) && g->tensors[v].pool == pool && g->tensors[v].master == t &&
-                    !member_bytes[v] && g->tensors[v].bytes > span)
-                    span = g->tensors[v].bytes;
+            uint64_t span = widest_view[t] > x->bytes ? widest_view[t] : x->bytes;
             x->offset = end;
             end += span;
         }
@@ -65,8 +82,7 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
     int bad_group = -1;
     for (int t = 0; t < n; t++)
         if (member_bytes[t] && member_bytes[t] != g->tensors[t].bytes) bad_group = t;
-    free(placed);
-    free(member_bytes);
+    free(placed), free(member_bytes), free(widest_view), free(next_member);
     if (bad_group >= 0) return tg_graph_fail(g, "packed view %s does not cover its members", g->tensors[bad_group].name);
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
@@ -160,25 +176,83 @@ static int by_size_desc(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b;
 }
 
-static int by_offset(const void *a, const void *b) {
-    const placed *x = a, *y = b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
+/* The placed activations in offset order, in blocks of at most PLACED_BLOCK, each block
+ * with the earliest first use and latest last use of its members: a placement scans the
+ * blocks in offset order and skips those whose members' lifetimes cannot overlap its own,
+ * instead of collecting and sorting the overlapping ones again for every tensor. */
+enum { PLACED_BLOCK = 64 };
+
+typedef struct placed_block {
+    int n, min_first, max_last;
+    placed item[PLACED_BLOCK];
+} placed_block;
+
+typedef struct placed_set {
+    placed_block **block;
+    int n_blocks, cap;
+} placed_set;
+
+static void block_bounds(placed_block *b) {
+    b->min_first = b->item[0].first, b->max_last = b->item[0].last;
+    for (int i = 1; i < b->n; i++) {
+        if (b->item[i].first < b->min_first) b->min_first = b->item[i].first;
+        if (b->item[i].last > b->max_last) b->max_last = b->item[i].last;
+    }
+}
+
+/* Adds p after every member with an offset at or below its own. -1 when out of memory. */
+static int placed_insert(placed_set *s, placed p) {
+    int bi = 0;
+    while (bi < s->n_blocks - 1 && s->block[bi]->item[s->block[bi]->n - 1].offset <= p.offset) bi++;
+    if (s->n_blocks == 0 || s->block[bi]->n == PLACED_BLOCK) {
+        if (s->n_blocks == s->cap) {
+            int cap = s->cap ? 2 * s->cap : 16;
+            placed_block **grown = realloc(s->block, sizeof *grown * (size_t)cap);
+            if (!grown) return -1;
+            s->block = grown, s->cap = cap;
+        }
+        placed_block *fresh = malloc(sizeof *fresh);
+        if (!fresh) return -1;
+        fresh->n = 0;
+        if (s->n_blocks == 0) {
+            s->block[s->n_blocks++] = fresh;
+        } else { /* split the full block: its upper half moves to the fresh one after it */
+            placed_block *full = s->block[bi];
+            fresh->n = PLACED_BLOCK / 2;
+            memcpy(fresh->item, full->item + PLACED_BLOCK / 2, sizeof *fresh->item * (size_t)fresh->n);
+            full->n = PLACED_BLOCK / 2;
+            block_bounds(full), block_bounds(fresh);
+            memmove(s->block + bi + 2, s->block + bi + 1, sizeof *s->block * (size_t)(s->n_blocks - bi - 1));
+            s->block[bi + 1] = fresh;
+            s->n_blocks++;
+            if (fresh->item[0].offset <= p.offset) bi++;
+        }
+    }
+    placed_block *b = s->block[bi];
+    int at = b->n;
+    while (at > 0 && b->item[at - 1].offset > p.offset) at--;
+    memmove(b->item + at + 1, b->item + at, sizeof *b->item * (size_t)(b->n - at));
+    b->item[at] = p;
+    if (b->n++ == 0 || p.first < b->min_first) b->min_first = p.first;
+    if (b->n == 1 || p.last > b->max_last) b->max_last = p.last;
+    return 0;
+}
+
+static void placed_free(placed_set *s) {
+    for (int i = 0; i < s->n_blocks; i++) free(s->block[i]);
+    free(s->block);
 }
 
 static int place_activations(tg_graph *g, uint64_t *extent) {
     int n = 0;
     int *order = malloc(sizeof *order * (size_t)g->n_tensors);
-    placed *done = malloc(sizeof *done * (size_t)g->n_tensors);
-    placed *overlap = malloc(sizeof *overlap * (size_t)g->n_tensors);
-    if (!order || !done || !overlap) {
-        free(order), free(done), free(overlap);
-        return tg_graph_fail(g, "out of memory");
-    }
+    placed_set done = {0};
+    if (!order) return tg_graph_fail(g, "out of memory");
     for (int t = 0; t < g->n_tensors; t++) {
         const tg_tensor *x = &g->tensors[t];
         if (x->pool != TG_POOL_ACTIVATIONS) continue;
         if (x->first_use < 0) {
-            free(order), free(done), free(overlap);
+            free(order);
             return tg_graph_fail(g, "activation %s is never used", x->name);
         }
         order[n++] = t;
@@ -188,24 +262,32 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
     uint64_t top = 0;
     for (int i = 0; i < n; i++) {
         tg_tensor *x = &g->tensors[order[i]];
-        int k = 0;
-        for (int j = 0; j < i; j++)
-            if (!(done[j].last < x->first_use || done[j].first > x->last_use)) overlap[k++] = done[j];
-        qsort(overlap, (size_t)k, sizeof *overlap, by_offset);
+        /* Best fit: the smallest gap that holds x between the placed tensors whose lifetimes
+         * overlap x's, taken in offset order (the lowest of equal ones), else above them all.
+         * Members at equal offsets give the same gaps in any order. */
         uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
-        for (int j = 0; j < k; j++) {
-            if (overlap[j].offset > cursor) {
-                uint64_t gap = overlap[j].offset - cursor;
-                if (gap >= x->bytes && gap < best_gap) best = cursor, best_gap = gap;
+        for (int bi = 0; bi < done.n_blocks; bi++) {
+            const placed_block *b = done.block[bi];
+            if (b->max_last < x->first_use || b->min_first > x->last_use) continue;
+            for (int j = 0; j < b->n; j++) {
+                const placed *p = &b->item[j];
+                if (p->last < x->first_use || p->first > x->last_use) continue;
+                if (p->offset > cursor) {
+                    uint64_t gap = p->offset - cursor;
+                    if (gap >= x->bytes && gap < best_gap) best = cursor, best_gap = gap;
+                }
+                uint64_t e = align_up(p->end);
+                if (e > cursor) cursor = e;
             }
-            uint64_t e = align_up(overlap[j].end);
-            if (e > cursor) cursor = e;
         }
         x->offset = best != UINT64_MAX ? best : cursor;
-        done[i] = (placed){x->offset, x->offset + x->bytes, x->first_use, x->last_use};
+        if (placed_insert(&done, (placed){x->offset, x->offset + x->bytes, x->first_use, x->last_use})) {
+            free(order), placed_free(&done);
+            return tg_graph_fail(g, "out of memory");
+        }
         if (x->offset + x->bytes > top) top = x->offset + x->bytes;
     }
-    free(order), free(done), free(overlap);
+    free(order), placed_free(&done);
     *extent = top;
     return 0;
 }
