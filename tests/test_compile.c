@@ -1765,7 +1765,14 @@ TG_TEST(test_compile_deep_model_time) {
     clock_gettime(CLOCK_MONOTONIC, &b);
     double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
     printf("  2,000-layer compile: %.2f s (%d ops, %d tensors)\n", s, p.n_ops, p.n_tensors);
-    CHECK(s < 2.0, "2,000-layer compile took %.2f s", s);
+    /* Quadratic compile took 34 s here; linear, about 1 s (sanitizer builds run several
+     * times slower, so their bound is looser). */
+#if defined(__SANITIZE_ADDRESS__)
+    const double limit = 12.0;
+#else
+    const double limit = 3.0;
+#endif
+    CHECK(s < limit, "2,000-layer compile took %.2f s (limit %.0f s)", s, limit);
     check_plan_memory(&p, "2,000 layers");
     tg_plan_free(&p);
 }
