@@ -56,6 +56,36 @@ static void cuda_close(void *impl) {
     free(impl);
 }
 
+/* One eager all-reduce and all-gather on every communicator, so that whatever NCCL still
+ * sets up on first use (an NCCL without NCCL_RUNTIME_CONNECT) happens outside a capture. */
+static int comms_warm_up(ncclComm_t *c, int ranks, tg_err *err) {
+    float **buf = calloc((size_t)ranks, sizeof *buf);
+    if (!buf) return tg_fail(err, "out of memory");
+    const char *step = NULL;
+    cudaError_t ce = cudaSuccess;
+    ncclResult_t r = ncclSuccess;
+    for (int k = 0; k < ranks && !step; k++)
+        if ((ce = cudaSetDevice(k)) != cudaSuccess || (ce = cudaMalloc((void **)&buf[k], 2 * ranks * sizeof(float))) != cudaSuccess ||
+            (ce = cudaMemset(buf[k], 0, 2 * ranks * sizeof(float))) != cudaSuccess)
+            step = "cudaMalloc of the warm-up buffer";
+    if (!step && (r = ncclGroupStart()) != ncclSuccess) step = "ncclGroupStart";
+    for (int k = 0; k < ranks && !step; k++)
+        if ((r = ncclAllReduce(buf[k], buf[k], 1, ncclFloat, ncclSum, c[k], 0)) != ncclSuccess ||
+            (r = ncclAllGather(buf[k] + k, buf[k], 1, ncclFloat, c[k], 0)) != ncclSuccess)
+            step = "ncclAllReduce/ncclAllGather";
+    if (!step && (r = ncclGroupEnd()) != ncclSuccess) step = "ncclGroupEnd";
+    for (int k = 0; k < ranks; k++) {
+        if (!buf[k]) continue;
+        cudaSetDevice(k);
+        if (!step && (ce = cudaDeviceSynchronize()) != cudaSuccess) step = "cudaDeviceSynchronize";
+        cudaFree(buf[k]);
+    }
+    free(buf);
+    if (!step) return 0;
+    return tg_fail(err, "warming up the NCCL communicators of %d GPUs: %s failed: %s", ranks, step,
+                   r != ncclSuccess ? ncclGetErrorString(r) : cudaGetErrorString(ce));
+}
+
 int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) {
     int count = tg_cuda_device_count();
     if (ranks > count)
@@ -65,11 +95,21 @@ int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) {
     /* NVLink SHARP (multicast) stays off unless the environment asks for it: on shared
      * hosts a fault there can take the GPUs out of service. */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
+    /* NCCL otherwise connects peers at a communicator's first collective, and when that
+     * is inside a step graph's capture the connection fails ("operation not permitted when
+     * stream is capturing"): whenever no eager step ran first (GEMM tuning off, or every
+     * algorithm already in the cache). Connect at init instead. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     ncclResult_t r = ncclCommInitAll(c, ranks, NULL); /* replica r on GPU r */
     if (r != ncclSuccess) {
         free(c);
         return tg_fail(err, "ncclCommInitAll for %d GPUs failed: %s (%s)", ranks, ncclGetErrorString(r),
                        ncclGetLastError(NULL));
+    }
+    if (comms_warm_up(c, ranks, err)) {
+        for (int k = 0; k < ranks; k++) ncclCommDestroy(c[k]);
+        free(c);
+        return -1;
     }
     for (int k = 0; k < ranks; k++) comms[k] = c[k];
     free(c);
