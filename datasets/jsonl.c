@@ -224,7 +224,7 @@ static int next_line(line_reader *r, const loader *L, tg_err *err) {
             r->line = grown;
             r->cap = cap;
         }
-        memcpy(r->line + r->len, start, take);
+        if (take) memcpy(r->line + r->len, start, take); /* an empty line may come before any buffer */
         r->len += take;
         r->pos += take + (nl != NULL);
         if (nl) return 1;
