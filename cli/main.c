@@ -438,7 +438,10 @@ static int cmd_run(int argc, char **argv) {
                 device == TG_DEVICE_CUDA ? "device memory taken beyond the CUDA context" : "resident set growth",
                 tg_mem_format_bytes(mem.planned, planned_s, sizeof planned_s),
                 tg_mem_format_bytes(mem.estimated, estimate_s, sizeof estimate_s));
-        if (evaluated) {
+        if (evaluated && metrics_eval_nothing_counted(&ev)) {
+            fprintf(stderr, "eval on %d examples: %s, so no loss or %s\n", ev.examples,
+                    metrics_eval_nothing_counted(&ev), ev.perplexity < 0 ? "accuracy" : "perplexity");
+        } else if (evaluated) {
             fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
             if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f", ev.accuracy);
             if (ev.perplexity >= 0) fprintf(stderr, ", perplexity %.3f", ev.perplexity);

@@ -26,16 +26,26 @@ static void put_int(metrics_line *l, const char *key, long long v) { put(l, key,
 static void put_str(metrics_line *l, const char *key, const char *v) { put(l, key, json_string(v)); }
 static void put_bool(metrics_line *l, const char *key, int v) { put(l, key, json_boolean(v)); }
 
+/* null, with "<key>_error": why beside it. */
+static void put_missing(metrics_line *l, const char *key, const char *why) {
+    char error_key[128];
+    snprintf(error_key, sizeof error_key, "%s_error", key);
+    put(l, key, json_null());
+    put_str(l, error_key, why);
+}
+
+const char *metrics_eval_nothing_counted(const tg_eval_stats *ev) {
+    if (ev->counted != 0) return NULL;
+    return ev->perplexity < 0 ? "no rows to count in eval_data" : "no tokens to count in eval_data";
+}
+
 /* A real written with the digits `fmt` gives it (each field's precision): the value is
  * rounded through that text, which the dump's 15 significant digits print back as it is.
  * A value JSON cannot hold (inf, nan) is written as null, with "<key>_error":
  * "not finite" beside it. */
 static void put_real(metrics_line *l, const char *key, double v, const char *fmt) {
     if (!isfinite(v)) {
-        char error_key[128];
-        snprintf(error_key, sizeof error_key, "%s_error", key);
-        put(l, key, json_null());
-        put_str(l, error_key, "not finite");
+        put_missing(l, key, "not finite");
         return;
     }
     char text[64];
@@ -135,10 +145,17 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     else put(&l, "measured_peak_bytes", json_null()), put_str(&l, "measured_peak_bytes_error", "not measurable here");
     if (s->eval) {
         const tg_eval_stats *ev = s->eval;
+        const int classify = ev->perplexity < 0;
         put_int(&l, "eval_examples", ev->examples);
-        put_real(&l, "eval_loss", ev->loss, "%.6g");
-        if (ev->accuracy >= 0) put_real(&l, "eval_accuracy", ev->accuracy, "%.6g");
-        if (ev->perplexity >= 0) put_real(&l, "eval_perplexity", ev->perplexity, "%.6g");
+        if (ev->counted == 0) { /* nothing measured: null with the reason, not 0 and 1 */
+            const char *why = metrics_eval_nothing_counted(ev);
+            put_missing(&l, "eval_loss", why);
+            put_missing(&l, classify ? "eval_accuracy" : "eval_perplexity", why);
+        } else {
+            put_real(&l, "eval_loss", ev->loss, "%.6g");
+            if (classify) put_real(&l, "eval_accuracy", ev->accuracy, "%.6g");
+            else put_real(&l, "eval_perplexity", ev->perplexity, "%.6g");
+        }
     }
     return line_write(&l, f);
 }

@@ -32,7 +32,12 @@ void metrics_step_line_free(metrics_step_line *w);
 
 /* Each writes one line to `f`: 0, or -1 when it could not be built or written. */
 int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, double tokens_per_s);
+/* The eval fields are null with "<key>_error" beside them when the eval counted nothing
+ * (metrics_eval_nothing_counted) or a value is not finite. */
 int metrics_write_summary(FILE *f, const metrics_summary *s);
+/* Why an eval measured nothing ("no tokens to count in eval_data"), or NULL when it counted
+ * rows or tokens. */
+const char *metrics_eval_nothing_counted(const tg_eval_stats *ev);
 /* One op kind's profiled time: its name, how many ops of it the plan runs, their sum. */
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
 /* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */

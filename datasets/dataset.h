@@ -9,6 +9,11 @@
 #include "base/error.h"
 #include "plan/plan.h"
 
+/* The longest line a dataset may have, newline excluded: 16 MiB, some two million token
+ * ids, far past any sequence the models take. A longer line (a file that is not JSON
+ * Lines, /dev/zero) is refused once this much of it has been read. */
+#define TG_JSONL_MAX_LINE_BYTES (16 << 20)
+
 typedef struct tg_example {
     int32_t len;
     int32_t *input_ids;
@@ -26,7 +31,8 @@ typedef struct tg_dataset {
 /* What a dataset is checked against: ids < vocab_size, type ids < type_vocab_size
  * (or 0 when type_vocab_size is 0), 0 <= label < num_labels for classify. Errors name
  * file, line and field: "train.jsonl:12: input_ids[3] = 40000 is outside the vocabulary
- * (vocab_size 30522)". An empty file or an empty input_ids is an error. */
+ * (vocab_size 30522)". An empty file or an empty input_ids is an error, and so is a line
+ * longer than TG_JSONL_MAX_LINE_BYTES or an object that names a key twice. */
 typedef struct tg_data_rules {
     int32_t task;
     int32_t num_labels;

@@ -10,11 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json_strict.h"
 #include "plan/ops.h"
 
 typedef struct loader {
     const char *path;
-    int line;
+    long long line;
     int32_t *pool;
     int64_t pool_n, pool_cap;
     tg_example *ex;
@@ -57,10 +58,10 @@ static int read_ids(loader *L, json_t *arr, const char *name, int32_t limit,
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
         if (!json_is_integer(v))
-            return tg_fail(err, "%s:%d: %s[%zu] is not an integer", L->path, L->line, name, i);
+            return tg_fail(err, "%s:%lld: %s[%zu] is not an integer", L->path, L->line, name, i);
         json_int_t x = json_integer_value(v);
         if (x < 0 || x >= limit)
-            return tg_fail(err, "%s:%d: %s[%zu] = %lld %s", L->path, L->line, name, i,
+            return tg_fail(err, "%s:%lld: %s[%zu] = %lld %s", L->path, L->line, name, i,
                            (long long)x, limit_msg);
         L->pool[L->pool_n + (int64_t)i] = (int32_t)x;
     }
@@ -71,34 +72,38 @@ static int read_ids(loader *L, json_t *arr, const char *name, int32_t limit,
 static int parse_line(loader *L, const char *text, size_t len, const tg_data_rules *r,
                       tg_err *err) {
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
+    char dup[128];
+    json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
+    if (!root && dup[0])
+        return tg_fail(err, "%s:%lld: key \"%s\" appears twice in one object (column %d)", L->path, L->line, dup,
+                       jerr.column);
     if (!root)
-        return tg_fail(err, "%s:%d: invalid JSON: %s (column %d)", L->path, L->line, jerr.text,
+        return tg_fail(err, "%s:%lld: invalid JSON: %s (column %d)", L->path, L->line, jerr.text,
                        jerr.column);
     int rc = -1;
     char msg[160];
     int64_t ids_at = L->pool_n;
     if (!json_is_object(root)) {
-        tg_fail(err, "%s:%d: expected a JSON object like {\"input_ids\": [...]}", L->path, L->line);
+        tg_fail(err, "%s:%lld: expected a JSON object like {\"input_ids\": [...]}", L->path, L->line);
         goto done;
     }
     json_t *ids = json_object_get(root, "input_ids");
     if (!ids) {
-        tg_fail(err, "%s:%d: missing \"input_ids\" (pre-tokenized ids are required)", L->path,
+        tg_fail(err, "%s:%lld: missing \"input_ids\" (pre-tokenized ids are required)", L->path,
                 L->line);
         goto done;
     }
     if (!json_is_array(ids)) {
-        tg_fail(err, "%s:%d: input_ids must be an array of integers", L->path, L->line);
+        tg_fail(err, "%s:%lld: input_ids must be an array of integers", L->path, L->line);
         goto done;
     }
     size_t n = json_array_size(ids);
     if (n == 0) {
-        tg_fail(err, "%s:%d: input_ids is empty", L->path, L->line);
+        tg_fail(err, "%s:%lld: input_ids is empty", L->path, L->line);
         goto done;
     }
     if (n > INT32_MAX) {
-        tg_fail(err, "%s:%d: input_ids is too long", L->path, L->line);
+        tg_fail(err, "%s:%lld: input_ids is too long", L->path, L->line);
         goto done;
     }
     /* vocab_size <= 0 means "unknown": only negative ids are rejected. */
@@ -112,11 +117,11 @@ static int parse_line(loader *L, const char *text, size_t len, const tg_data_rul
     json_t *types = json_object_get(root, "token_type_ids");
     if (types && !json_is_null(types)) {
         if (!json_is_array(types)) {
-            tg_fail(err, "%s:%d: token_type_ids must be an array of integers", L->path, L->line);
+            tg_fail(err, "%s:%lld: token_type_ids must be an array of integers", L->path, L->line);
             goto done;
         }
         if (json_array_size(types) != n) {
-            tg_fail(err, "%s:%d: token_type_ids has %zu entries but input_ids has %zu", L->path,
+            tg_fail(err, "%s:%lld: token_type_ids has %zu entries but input_ids has %zu", L->path,
                     L->line, json_array_size(types), n);
             goto done;
         }
@@ -140,17 +145,17 @@ static int parse_line(loader *L, const char *text, size_t len, const tg_data_rul
     if (r->task == TG_TASK_CLASSIFY) {
         json_t *lab = json_object_get(root, "label");
         if (!lab) {
-            tg_fail(err, "%s:%d: missing \"label\" (task classify needs an integer label per line)",
+            tg_fail(err, "%s:%lld: missing \"label\" (task classify needs an integer label per line)",
                     L->path, L->line);
             goto done;
         }
         if (!json_is_integer(lab)) {
-            tg_fail(err, "%s:%d: label must be an integer", L->path, L->line);
+            tg_fail(err, "%s:%lld: label must be an integer", L->path, L->line);
             goto done;
         }
         json_int_t x = json_integer_value(lab);
         if (x < 0 || x >= r->num_labels) {
-            tg_fail(err, "%s:%d: label %lld is out of range for num_labels %d", L->path, L->line,
+            tg_fail(err, "%s:%lld: label %lld is out of range for num_labels %d", L->path, L->line,
                     (long long)x, r->num_labels);
             goto done;
         }
@@ -176,6 +181,56 @@ static int is_blank(const char *s, size_t n) {
     return 1;
 }
 
+/* Lines read through a block buffer into a line buffer that never grows past
+ * TG_JSONL_MAX_LINE_BYTES (getline would grow without bound on a file with no newline). */
+typedef struct line_reader {
+    FILE *f;
+    char *block;
+    size_t pos, end;
+    char *line;
+    size_t len, cap;
+} line_reader;
+
+enum { READ_BLOCK = 1 << 16 };
+
+/* Next line (newline dropped) in r->line[0..r->len): 1, 0 at the end of the file, -1 on a
+ * read error or a line past the limit (message naming the file and line). */
+static int next_line(line_reader *r, const loader *L, tg_err *err) {
+    r->len = 0;
+    int any = 0;
+    for (;;) {
+        if (r->pos == r->end) {
+            r->pos = 0;
+            r->end = fread(r->block, 1, READ_BLOCK, r->f);
+            if (r->end == 0) {
+                if (ferror(r->f)) return tg_fail(err, "%s: read error: %s", L->path, strerror(errno));
+                return any;
+            }
+        }
+        any = 1;
+        const char *start = r->block + r->pos;
+        const char *nl = memchr(start, '\n', r->end - r->pos);
+        const size_t take = nl ? (size_t)(nl - start) : r->end - r->pos;
+        if (take > TG_JSONL_MAX_LINE_BYTES - r->len)
+            return tg_fail(err, "%s:%lld: line is longer than %d bytes (%d MiB), the limit for a JSON Lines row; is this "
+                                "a JSON Lines file?",
+                           L->path, L->line + 1, TG_JSONL_MAX_LINE_BYTES, TG_JSONL_MAX_LINE_BYTES >> 20);
+        if (r->len + take > r->cap) {
+            size_t cap = r->cap ? r->cap : 4096;
+            while (cap < r->len + take) cap *= 2;
+            if (cap > TG_JSONL_MAX_LINE_BYTES) cap = TG_JSONL_MAX_LINE_BYTES;
+            char *grown = realloc(r->line, cap);
+            if (!grown) return tg_fail(err, "%s: out of memory", L->path);
+            r->line = grown;
+            r->cap = cap;
+        }
+        if (take) memcpy(r->line + r->len, start, take); /* an empty line may come before any buffer */
+        r->len += take;
+        r->pos += take + (nl != NULL);
+        if (nl) return 1;
+    }
+}
+
 int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds, tg_err *err) {
     memset(ds, 0, sizeof *ds);
     if (snprintf(ds->path, sizeof ds->path, "%s", path) >= (int)sizeof ds->path)
@@ -184,21 +239,21 @@ int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds
     if (!f) return tg_fail(err, "%s: cannot open dataset: %s", path, strerror(errno));
 
     loader L = {.path = path};
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t got;
-    int rc = 0;
-    while ((got = getline(&line, &cap, f)) >= 0) {
-        L.line++;
-        if (is_blank(line, (size_t)got)) continue;
-        if (parse_line(&L, line, (size_t)got, rules, err)) {
+    line_reader reader = {.f = f, .block = malloc(READ_BLOCK)};
+    int rc = reader.block ? 0 : tg_fail(err, "%s: out of memory", path);
+    int got;
+    while (!rc && (got = next_line(&reader, &L, err)) != 0) {
+        if (got < 0) {
             rc = -1;
             break;
         }
+        L.line++;
+        if (is_blank(reader.line, reader.len)) continue;
+        if (parse_line(&L, reader.line, reader.len, rules, err)) rc = -1;
     }
-    if (rc == 0 && ferror(f)) rc = tg_fail(err, "%s: read error: %s", path, strerror(errno));
+    free(reader.block);
+    free(reader.line);
     if (rc == 0 && L.n == 0) rc = tg_fail(err, "%s: no examples", path);
-    free(line);
     fclose(f);
     if (rc) {
         free(L.pool);

@@ -139,7 +139,8 @@ typedef struct tunegraph_step_metrics {
 typedef struct tunegraph_eval_metrics {
     size_t struct_size;         /* set by the caller: sizeof(tunegraph_eval_metrics) */
     int64_t examples;
-    int64_t counted;            /* rows (classify) or tokens (lm) the loss averages over */
+    int64_t counted;            /* rows (classify) or tokens (lm) the loss averages over; 0: nothing
+                                   to count (loss NaN, has_accuracy and has_perplexity 0) */
     double loss;
     int has_accuracy;           /* classify */
     double accuracy;

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -10,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "base/json_strict.h"
 
 #ifndef TG_PRESETS_DIR
 #define TG_PRESETS_DIR "models/presets"
@@ -73,8 +77,8 @@ typedef struct reader {
     tg_err *err;
 } reader;
 
-/* Integer field; absent -> def (or an error when required). min is the smallest valid value. */
-static int get_int(reader *r, const char *key, int required, int32_t def, int64_t min, int32_t *out) {
+/* Integer field in [min, max]; absent -> def (or an error when required). */
+static int get_int(reader *r, const char *key, int required, int32_t def, int64_t min, int32_t max, int32_t *out) {
     json_t *v = json_object_get(r->root, key);
     if (!v) {
         if (required) return tg_fail(r->err, "%s: field '%s': missing", r->path, key);
@@ -82,20 +86,23 @@ static int get_int(reader *r, const char *key, int required, int32_t def, int64_
         return 0;
     }
     const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > INT32_MAX)
+    if (!json_is_integer(v) || json_integer_value(v) < min)
         return tg_fail(r->err, "%s: field '%s': expected %s", r->path, key, what);
+    if (json_integer_value(v) > max)
+        return tg_fail(r->err, "%s: field '%s': %lld is past the limit of %d", r->path, key,
+                       (long long)json_integer_value(v), max);
     *out = (int32_t)json_integer_value(v);
     return 0;
 }
 
 /* Like get_int, but JSON null (as HF writes for "unset") also gives null_value. */
-static int get_int_or_null(reader *r, const char *key, int32_t null_value, int64_t min, int32_t *out) {
+static int get_int_or_null(reader *r, const char *key, int32_t null_value, int64_t min, int32_t max, int32_t *out) {
     json_t *v = json_object_get(r->root, key);
     if (!v || json_is_null(v)) {
         *out = null_value;
         return 0;
     }
-    return get_int(r, key, 1, 0, min, out);
+    return get_int(r, key, 1, 0, min, max, out);
 }
 
 /* Number field in [lo, hi] (hi_open: hi excluded); absent -> def. */
@@ -162,17 +169,72 @@ static int check_pad(reader *r, const char *key, const tg_model_config *c) {
     return 0;
 }
 
+/* The config's names for the sizes (NULL: the architecture has no such field). */
+typedef struct size_fields {
+    const char *vocab, *hidden, *layers, *intermediate, *positions, *types;
+} size_fields;
+
+static const size_fields k_bert_fields = {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+                                          "max_position_embeddings", "type_vocab_size"};
+static const size_fields k_gpt2_fields = {"vocab_size", "n_embd", "n_layer", "n_inner", "n_positions", NULL};
+
+/* a x b elements of one weight (`what`), refused naming `field` (the one named a) past
+ * TG_MODEL_MAX_TENSOR_ELEMENTS. */
+static int weight_numel(reader *r, const char *what, const char *field, int64_t a, const char *b_name, int64_t b,
+                        int64_t *out) {
+    int over = __builtin_mul_overflow(a, b, out);
+    if (over || *out > TG_MODEL_MAX_TENSOR_ELEMENTS)
+        return tg_fail(r->err,
+                       "%s: field '%s': %s of %lld x %s %lld elements is past the limit of %lld elements per weight",
+                       r->path, field, what, (long long)a, b_name, (long long)b,
+                       (long long)TG_MODEL_MAX_TENSOR_ELEMENTS);
+    return 0;
+}
+
+/* The weights the sizes imply, each within TG_MODEL_MAX_TENSOR_ELEMENTS, and the whole
+ * model's parameters within TG_MODEL_MAX_PARAMS; every product and sum overflow-checked.
+ * The count leaves out the task head (num_labels comes with the job), which is no bigger
+ * than a layer. */
+static int check_sizes(reader *r, const tg_model_config *c, const size_fields *f) {
+    const int64_t h = c->hidden;
+    int64_t words, positions, types = 0, square, wide, fused;
+    if (weight_numel(r, "the token embeddings", f->vocab, c->vocab_size, f->hidden, h, &words) ||
+        weight_numel(r, "the position embeddings", f->positions, c->max_positions, f->hidden, h, &positions) ||
+        (f->types && weight_numel(r, "the token type embeddings", f->types, c->type_vocab_size, f->hidden, h, &types)) ||
+        weight_numel(r, "an attention projection", f->hidden, h, f->hidden, h, &square) ||
+        weight_numel(r, "the fused query, key and value projection", f->hidden, 3 * h, f->hidden, h, &fused) ||
+        weight_numel(r, "a feed-forward projection", f->intermediate, c->intermediate, f->hidden, h, &wide))
+        return -1;
+    /* Per layer: query, key, value and output projections with biases, two feed-forward
+     * projections with biases, two LayerNorms. */
+    int64_t layer = 0, embed = 0, total = 0, layers_total = 0;
+    int over = __builtin_add_overflow(fused, square, &layer) || __builtin_add_overflow(layer, 2 * wide, &layer) ||
+               __builtin_add_overflow(layer, 9 * h + c->intermediate, &layer) ||
+               __builtin_add_overflow(words, positions, &embed) || __builtin_add_overflow(embed, types, &embed) ||
+               __builtin_add_overflow(embed, square + 5 * h, &embed) || /* pooler or final LayerNorm */
+               __builtin_mul_overflow(layer, (int64_t)c->layers, &layers_total) ||
+               __builtin_add_overflow(layers_total, embed, &total);
+    if (over || total > TG_MODEL_MAX_PARAMS)
+        return tg_fail(r->err,
+                       "%s: field '%s': %d layers of %lld parameters, with %lld more in the embeddings, make %s%lld "
+                       "parameters, past the limit of %lld",
+                       r->path, f->layers, c->layers, (long long)layer, (long long)embed, over ? "more than " : "",
+                       over ? (long long)INT64_MAX : (long long)total, (long long)TG_MODEL_MAX_PARAMS);
+    return 0;
+}
+
 /* BERT and RoBERTa share the field names (RobertaConfig subclasses BertConfig). */
 static int parse_bert(reader *r, tg_model_config *c, int roberta) {
     const char *act = NULL, *pos = NULL;
     float hidden_drop = 0;
-    if (get_int(r, "vocab_size", 1, 0, 1, &c->vocab_size) || get_int(r, "hidden_size", 1, 0, 1, &c->hidden) ||
-        get_int(r, "num_hidden_layers", 1, 0, 1, &c->layers) ||
-        get_int(r, "num_attention_heads", 1, 0, 1, &c->heads) ||
-        get_int(r, "intermediate_size", 1, 0, 1, &c->intermediate) ||
-        get_int(r, "max_position_embeddings", 1, 0, 1, &c->max_positions) ||
-        get_int(r, "type_vocab_size", 1, 0, 1, &c->type_vocab_size) ||
-        get_int_or_null(r, "pad_token_id", -1, 0, &c->pad_token_id) ||
+    if (get_int(r, "vocab_size", 1, 0, 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
+        get_int(r, "hidden_size", 1, 0, 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
+        get_int(r, "num_hidden_layers", 1, 0, 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
+        get_int(r, "num_attention_heads", 1, 0, 1, TG_MODEL_MAX_HEADS, &c->heads) ||
+        get_int(r, "intermediate_size", 1, 0, 1, TG_MODEL_MAX_INTERMEDIATE, &c->intermediate) ||
+        get_int(r, "max_position_embeddings", 1, 0, 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
+        get_int(r, "type_vocab_size", 1, 0, 1, TG_MODEL_MAX_TYPE_VOCAB, &c->type_vocab_size) ||
+        get_int_or_null(r, "pad_token_id", -1, 0, INT32_MAX, &c->pad_token_id) ||
         get_float(r, "layer_norm_eps", 1e-12, 1e-30, 1, 0, &c->layer_norm_eps) ||
         get_float(r, "initializer_range", 0.02, 0, 10, 0, &c->initializer_range) ||
         get_float(r, "hidden_dropout_prob", 0.1, 0, 1, 1, &hidden_drop) ||
@@ -190,7 +252,9 @@ static int parse_bert(reader *r, tg_model_config *c, int roberta) {
     if (strcmp(pos, "absolute") != 0)
         return tg_fail(r->err, "%s: field 'position_embedding_type': '%s' is not supported (only 'absolute')",
                        r->path, pos);
-    if (check_heads(r, "hidden_size", "num_attention_heads", c) || check_pad(r, "pad_token_id", c)) return -1;
+    if (check_heads(r, "hidden_size", "num_attention_heads", c) || check_pad(r, "pad_token_id", c) ||
+        check_sizes(r, c, &k_bert_fields))
+        return -1;
     /* RoBERTa positions start at pad_token_id + 1, so the table must reach past that. */
     if (roberta && c->max_positions <= c->pad_token_id + 1)
         return tg_fail(r->err,
@@ -202,11 +266,13 @@ static int parse_bert(reader *r, tg_model_config *c, int roberta) {
 
 static int parse_gpt2(reader *r, tg_model_config *c) {
     const char *act = NULL;
-    if (get_int(r, "vocab_size", 1, 0, 1, &c->vocab_size) || get_int(r, "n_embd", 1, 0, 1, &c->hidden) ||
-        get_int(r, "n_layer", 1, 0, 1, &c->layers) || get_int(r, "n_head", 1, 0, 1, &c->heads) ||
-        get_int(r, "n_positions", 1, 0, 1, &c->max_positions) ||
-        get_int_or_null(r, "n_inner", 0, 1, &c->intermediate) ||
-        get_int_or_null(r, "pad_token_id", -1, 0, &c->pad_token_id) ||
+    if (get_int(r, "vocab_size", 1, 0, 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
+        get_int(r, "n_embd", 1, 0, 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
+        get_int(r, "n_layer", 1, 0, 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
+        get_int(r, "n_head", 1, 0, 1, TG_MODEL_MAX_HEADS, &c->heads) ||
+        get_int(r, "n_positions", 1, 0, 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
+        get_int_or_null(r, "n_inner", 0, 1, TG_MODEL_MAX_INTERMEDIATE, &c->intermediate) ||
+        get_int_or_null(r, "pad_token_id", -1, 0, INT32_MAX, &c->pad_token_id) ||
         get_string(r, "activation_function", "gelu_new", &act) ||
         get_float(r, "layer_norm_epsilon", 1e-5, 1e-30, 1, 0, &c->layer_norm_eps) ||
         get_float(r, "initializer_range", 0.02, 0, 10, 0, &c->initializer_range) ||
@@ -217,23 +283,70 @@ static int parse_gpt2(reader *r, tg_model_config *c) {
         reject_bool(r, "scale_attn_by_inverse_layer_idx", 1) || reject_bool(r, "reorder_and_upcast_attn", 1) ||
         reject_bool(r, "scale_attn_weights", 0) || reject_bool(r, "add_cross_attention", 1))
         return -1;
-    if (c->intermediate == 0) {
-        if ((int64_t)c->hidden * 4 > INT32_MAX)
-            return tg_fail(r->err, "%s: field 'n_embd': %d is too large", r->path, c->hidden);
-        c->intermediate = 4 * c->hidden;
-    }
+    /* n_inner null: 4 x n_embd, within TG_MODEL_MAX_INTERMEDIATE as n_embd is within its limit. */
+    if (c->intermediate == 0) c->intermediate = 4 * c->hidden;
     c->type_vocab_size = 0;
     c->classifier_dropout = 0;
-    if (check_heads(r, "n_embd", "n_head", c) || check_pad(r, "pad_token_id", c)) return -1;
+    if (check_heads(r, "n_embd", "n_head", c) || check_pad(r, "pad_token_id", c) || check_sizes(r, c, &k_gpt2_fields))
+        return -1;
+    return 0;
+}
+
+/* The whole file, NUL-terminated, in *text (malloc'd); at most TG_MODEL_CONFIG_MAX_BYTES
+ * are read, so a huge file or an endless one (a FIFO, /dev/zero) is refused promptly. */
+static int read_config(const char *path, char **text, size_t *len, tg_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tg_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (n == cap) {
+            if (cap > TG_MODEL_CONFIG_MAX_BYTES) {
+                rc = tg_fail(err, "%s: more than %d bytes: too big for a config.json", path, TG_MODEL_CONFIG_MAX_BYTES);
+                break;
+            }
+            cap = cap ? 2 * cap : 16384;
+            if (cap > TG_MODEL_CONFIG_MAX_BYTES) cap = TG_MODEL_CONFIG_MAX_BYTES + 1; /* one past: too big */
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) {
+                rc = tg_fail(err, "%s: out of memory", path);
+                break;
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) rc = tg_fail(err, "%s: cannot read: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return -1;
+    }
+    if (!buf && !(buf = malloc(1))) return tg_fail(err, "%s: out of memory", path);
+    buf[n] = 0;
+    *text = buf;
+    *len = n;
     return 0;
 }
 
 int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
     memset(cfg, 0, sizeof *cfg);
+    char *text = NULL;
+    size_t len = 0;
+    if (read_config(path, &text, &len, err)) return -1;
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    char dup[128];
+    json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
+    free(text);
     if (!root) {
-        if (jerr.line < 1) return tg_fail(err, "%s: %s", path, jerr.text); /* could not open */
+        if (dup[0])
+            return tg_fail(err, "%s: key '%s' appears twice in one object (line %d, column %d)", path, dup, jerr.line,
+                           jerr.column);
         return tg_fail(err, "%s: invalid JSON at line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
     }
     reader r = {path, root, err};
@@ -294,6 +407,32 @@ static void list_presets(char *buf, size_t cap) {
     if (n == 0) snprintf(buf, cap, "none in %s", dir);
 }
 
+/* What `path` holds: 0 nothing at all, 1 a regular file this process can read, else -1
+ * with an error naming it: something is there (a dangling link, a folder, a FIFO, a file
+ * without read permission) that the user meant as the file but that cannot be read. */
+static int probe_file(const char *path, tg_err *err) {
+    struct stat lsb, sb;
+    if (lstat(path, &lsb) != 0) {
+        if (errno == ENOENT) return 0;
+        return tg_fail(err, "%s: cannot look at it: %s", path, strerror(errno));
+    }
+    if (stat(path, &sb) != 0)
+        return tg_fail(err, "%s: a symbolic link to nothing readable: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) {
+        const char *kind = S_ISDIR(sb.st_mode)    ? "a folder"
+                           : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                                                  : "not a regular file";
+        return tg_fail(err, "%s: is %s, not a regular file", path, kind);
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tg_fail(err, "%s: cannot be read: %s", path, strerror(errno));
+    close(fd);
+    return 1;
+}
+
 int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) {
     memset(cfg, 0, sizeof *cfg);
     if (!source || !source[0]) return tg_fail(err, "model: empty model name");
@@ -301,17 +440,20 @@ int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) 
 
     char folder[TG_PATH_MAX + 512], config[TG_PATH_MAX + 600];
     folder[0] = 0;
+    int found = 0;
     if (!strchr(source, '/')) {
         snprintf(folder, sizeof folder, "%s/%s", tg_presets_dir(), source);
         snprintf(config, sizeof config, "%s/config.json", folder);
-        if (!is_file(config)) folder[0] = 0;
+        if ((found = probe_file(config, err)) < 0) return tg_fail_context(err, "model '%s'", source);
+        if (!found) folder[0] = 0;
     }
     if (!folder[0]) {
         snprintf(folder, sizeof folder, "%s", source);
         size_t n = strlen(folder);
         while (n > 1 && folder[n - 1] == '/') folder[--n] = 0; /* avoid "dir//config.json" */
         snprintf(config, sizeof config, "%s/config.json", folder);
-        if (!is_file(config)) {
+        if ((found = probe_file(config, err)) < 0) return tg_fail_context(err, "model '%s'", source);
+        if (!found) {
             char presets[700];
             list_presets(presets, sizeof presets);
             return tg_fail(err, "model '%s': no preset of that name and no folder %s/config.json (presets: %s)",
@@ -323,7 +465,11 @@ int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) 
     char weights[TG_PATH_MAX + 600];
     snprintf(weights, sizeof weights, "%s/model.safetensors", folder);
     if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);
+    /* Absent: random initial weights. Present but unreadable: an error, never a silent
+     * random start. */
+    int have_weights = probe_file(weights, err);
+    if (have_weights < 0) return tg_fail_context(err, "model '%s'", source);
     snprintf(cfg->source, sizeof cfg->source, "%s", source);
-    snprintf(cfg->weights, sizeof cfg->weights, "%s", is_file(weights) ? weights : "");
+    snprintf(cfg->weights, sizeof cfg->weights, "%s", have_weights ? weights : "");
     return 0;
 }

@@ -6,11 +6,33 @@
 #include "base/error.h"
 #include "plan/plan.h"
 
+/* Limits on a config's sizes, each refused naming its field. They lie far past the models
+ * these architectures come in (GPT-2 XL: 48 layers of 1,600, vocabulary 50,257; BERT-large:
+ * 24 of 1,024) and keep every size derived from them, in elements or bytes, with gradients
+ * and optimizer states, well inside 64 bits. */
+#define TG_MODEL_MAX_HIDDEN 65536            /* hidden_size, n_embd */
+#define TG_MODEL_MAX_LAYERS 4096             /* num_hidden_layers, n_layer */
+#define TG_MODEL_MAX_HEADS 4096              /* num_attention_heads, n_head */
+#define TG_MODEL_MAX_INTERMEDIATE 262144     /* intermediate_size, n_inner (4 x the widest hidden) */
+#define TG_MODEL_MAX_VOCAB 4194304           /* vocab_size (2^22) */
+#define TG_MODEL_MAX_POSITIONS 1048576       /* max_position_embeddings, n_positions (2^20) */
+#define TG_MODEL_MAX_TYPE_VOCAB 1024         /* type_vocab_size */
+/* Elements of any one weight (2^34: 64 GiB in fp32) and parameters of the whole model (2^40). */
+#define TG_MODEL_MAX_TENSOR_ELEMENTS (INT64_C(1) << 34)
+#define TG_MODEL_MAX_PARAMS (INT64_C(1) << 40)
+/* config.json files are a few KB; a bigger one is not a config. */
+#define TG_MODEL_CONFIG_MAX_BYTES (16 << 20)
+
 /* source: a preset name (see tg_presets_dir) or a folder holding config.json and,
- * optionally, model.safetensors (recorded in cfg->weights). */
+ * optionally, model.safetensors (recorded in cfg->weights). A model.safetensors that is
+ * there but is no readable regular file (a dangling link, a folder, a FIFO, no read
+ * permission) is an error naming it: the model would otherwise train from random weights. */
 int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err);
 
-/* Parses one config.json. Errors name the file and the field. */
+/* Parses one config.json. Errors name the file and the field: invalid JSON, a key named
+ * twice in an object, a missing or ill-typed field, a size past its limit above, or a
+ * weight or parameter count derived from the sizes past TG_MODEL_MAX_TENSOR_ELEMENTS or
+ * TG_MODEL_MAX_PARAMS. */
 int tg_model_config_parse(const char *config_json_path, tg_model_config *cfg, tg_err *err);
 
 /* The presets folder: $TUNEGRAPH_PRESETS if set, else the one compiled in. */

@@ -1,6 +1,7 @@
 #include "models/safetensors.h"
 
 #include "base/atomic_file.h"
+#include "base/json_strict.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 
 #define ST_MAX_HEADER (100u * 1024u * 1024u)
 #define ST_MAX_DIMS 8
+#define TG_ST_NAME_IN_MESSAGE 256 /* a repeated key is quoted up to this many bytes */
 
 static const char *const k_dtype_names[TG_ST_DTYPE_COUNT] = {
     "F32", "F16", "BF16", "F64", "I64", "I32", "I8", "U8", "BOOL",
@@ -120,40 +122,71 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
     return 0;
 }
 
-static int cmp_begin(const void *a, const void *b) {
+/* By start, then end, so an empty tensor sorts before a tensor starting where it sits. */
+static int cmp_range(const void *a, const void *b) {
     const tg_st_entry *x = *(const tg_st_entry *const *)a, *y = *(const tg_st_entry *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* Sorted by start, any overlap shows up between neighbours; empty tensors take no bytes. */
-static int check_overlap(tg_safetensors *st, tg_err *err) {
-    if (st->n < 2) return 0;
+/* The tensors must tile the data section exactly, as the safetensors format requires:
+ * sorted by range, each starts where the one before ends (no overlap, no hole; an empty
+ * tensor sits on a boundary), the first at 0 and the last at the section's end (no
+ * trailing bytes). Anything else is a damaged file, or a header length that is off, which
+ * shifts every tensor. */
+static int check_tiling(tg_safetensors *st, uint64_t data_size, uint64_t header_len, tg_err *err) {
+    if (st->n == 0) {
+        if (data_size == 0) return 0;
+        return tg_fail(err, "%s: the header names no tensor but %llu bytes of data follow it (header length %llu)",
+                       st->path, (unsigned long long)data_size, (unsigned long long)header_len);
+    }
     const tg_st_entry **order = malloc(sizeof *order * (size_t)st->n);
     if (!order) return tg_fail(err, "%s: out of memory", st->path);
-    int m = 0;
-    for (int i = 0; i < st->n; i++)
-        if (st->entries[i].end > st->entries[i].begin) order[m++] = &st->entries[i];
-    qsort(order, (size_t)m, sizeof *order, cmp_begin);
+    for (int i = 0; i < st->n; i++) order[i] = &st->entries[i];
+    qsort(order, (size_t)st->n, sizeof *order, cmp_range);
     int rc = 0;
-    for (int i = 0; i + 1 < m; i++) {
-        if (order[i]->end > order[i + 1]->begin) {
-            rc = tg_fail(err, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", st->path,
-                         order[i]->name, (unsigned long long)order[i]->begin,
-                         (unsigned long long)order[i]->end, order[i + 1]->name,
-                         (unsigned long long)order[i + 1]->begin, (unsigned long long)order[i + 1]->end);
-            break;
-        }
+    uint64_t at = 0;
+    for (int i = 0; i < st->n && !rc; i++) {
+        const tg_st_entry *e = order[i], *prev = i ? order[i - 1] : NULL;
+        if (e->begin < at) /* only after a tensor: at is 0 before the first */
+            rc = tg_fail(err, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", st->path, prev->name,
+                         (unsigned long long)prev->begin, (unsigned long long)prev->end, e->name,
+                         (unsigned long long)e->begin, (unsigned long long)e->end);
+        else if (e->begin > at)
+            rc = tg_fail(err,
+                         "%s: bytes [%llu, %llu) of the data section belong to no tensor (a hole %s%s%s'%s'): "
+                         "tensors must tile the data section exactly",
+                         st->path, (unsigned long long)at, (unsigned long long)e->begin, prev ? "between '" : "before",
+                         prev ? prev->name : "", prev ? "' and " : " ", e->name);
+        at = e->end;
     }
+    if (!rc && at != data_size)
+        rc = tg_fail(err,
+                     "%s: the data section holds %llu bytes but its tensors end at byte %llu: %llu trailing byte%s "
+                     "belong to no tensor (bytes appended to the file, or a header length, %llu, that is too small)",
+                     st->path, (unsigned long long)data_size, (unsigned long long)at,
+                     (unsigned long long)(data_size - at), data_size - at == 1 ? "" : "s", (unsigned long long)header_len);
     free(order);
     return rc;
 }
 
 static int parse_header(tg_safetensors *st, const char *hdr, size_t hlen, uint64_t data_size, tg_err *err) {
     json_error_t jerr;
-    json_t *root = json_loadb(hdr, hlen, 0, &jerr);
-    if (!root)
-        return tg_fail(err, "%s: header is not valid JSON (line %d, column %d: %s)", st->path, jerr.line,
-                       jerr.column, jerr.text);
+    char dup[TG_ST_NAME_IN_MESSAGE];
+    json_t *root = tg_json_loadb_strict(hdr, hlen, 0, &jerr, dup, sizeof dup);
+    if (!root && dup[0])
+        return tg_fail(err, "%s: header: key '%s' appears twice in one object (line %d, column %d)", st->path, dup,
+                       jerr.line, jerr.column);
+    if (!root) {
+        /* The JSON cut short, or followed by more: the length field may be what is wrong. */
+        const enum json_error_code code = json_error_code(&jerr);
+        const int length_suspect = code == json_error_premature_end_of_input || code == json_error_end_of_input_expected;
+        if (length_suspect)
+            return tg_fail(err, "%s: header is not valid JSON (line %d, column %d: %s); is the header length, %llu, right?",
+                           st->path, jerr.line, jerr.column, jerr.text, (unsigned long long)hlen);
+        return tg_fail(err, "%s: header is not valid JSON (line %d, column %d: %s)", st->path, jerr.line, jerr.column,
+                       jerr.text);
+    }
     int rc = 0;
     if (!json_is_object(root)) {
         rc = tg_fail(err, "%s: header is not a JSON object", st->path);
@@ -190,7 +223,7 @@ static int parse_header(tg_safetensors *st, const char *hdr, size_t hlen, uint64
         }
         st->n++;
     }
-    rc = check_overlap(st, err);
+    rc = check_tiling(st, data_size, hlen, err);
 done:
     json_decref(root);
     return rc;
@@ -319,6 +352,42 @@ int tg_st_read_f32(const tg_safetensors *st, const tg_st_entry *e, float *dst, i
         return tg_fail(err, "%s: tensor '%s' has dtype %s, expected a float dtype (F32, F16, BF16 or F64)",
                        st->path, e->name, tg_st_dtype_name(e->dtype));
     }
+}
+
+/* Index of the first non-finite value of x[0..n), or -1: blocks are checked without a
+ * branch per element (an infinity or NaN has every exponent bit set), so the check costs
+ * little beside the copy. */
+static int64_t first_non_finite(const float *x, int64_t n) {
+    enum { BLOCK = 4096 };
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        const int64_t end = n - b < BLOCK ? n : b + BLOCK;
+        uint32_t any = 0;
+        for (int64_t i = b; i < end; i++) {
+            uint32_t bits;
+            memcpy(&bits, &x[i], 4);
+            any |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+        if (!any) continue;
+        for (int64_t i = b; i < end; i++)
+            if (!isfinite(x[i])) return i;
+    }
+    return -1;
+}
+
+int tg_st_read_f32_finite(const tg_safetensors *st, const tg_st_entry *e, float *dst, int64_t numel, tg_err *err) {
+    if (tg_st_read_f32(st, e, dst, numel, err)) return -1;
+    const int64_t i = first_non_finite(dst, numel);
+    if (i < 0) return 0;
+    if (e->dtype == TG_ST_F64) {
+        double d;
+        memcpy(&d, st->data + e->begin + 8 * (uint64_t)i, 8);
+        if (isfinite(d))
+            return tg_fail(err, "%s: tensor '%s' (F64): element %lld = %g is outside float32's range", st->path,
+                           e->name, (long long)i, d);
+    }
+    return tg_fail(err, "%s: tensor '%s' (%s): element %lld is %s; weights must be finite numbers", st->path, e->name,
+                   tg_st_dtype_name(e->dtype), (long long)i,
+                   isnan(dst[i]) ? "NaN" : dst[i] > 0 ? "+infinity" : "-infinity");
 }
 
 int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst, int64_t numel, tg_err *err) {

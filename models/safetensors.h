@@ -30,8 +30,9 @@ typedef struct tg_safetensors {
     size_t map_size;
 } tg_safetensors;
 
-/* Opens and validates the whole header (sizes, offsets in range and non-overlapping,
- * dtype known, byte size = product of shape x dtype size). */
+/* Opens and validates the whole header: JSON with no key named twice in an object, dtype
+ * known, byte size = product of shape x dtype size, and the tensors tiling the data
+ * section exactly (no overlap, no hole, no trailing bytes). */
 int tg_st_open(const char *path, tg_safetensors *st, tg_err *err);
 void tg_st_close(tg_safetensors *st);
 const tg_st_entry *tg_st_find(const tg_safetensors *st, const char *name);
@@ -41,6 +42,10 @@ const char *tg_st_dtype_name(int dtype);
 /* Copies a tensor into dst as float32 (from F32, F16, BF16 or F64). Fails, naming the
  * file and tensor, when the element count differs from numel or the dtype is not float. */
 int tg_st_read_f32(const tg_safetensors *st, const tg_st_entry *e, float *dst, int64_t numel, tg_err *err);
+/* tg_st_read_f32 for values that must be numbers, such as weights: a NaN, an infinity or
+ * an F64 value past float32's range is refused, naming the file, the tensor and the
+ * element's index. */
+int tg_st_read_f32_finite(const tg_safetensors *st, const tg_st_entry *e, float *dst, int64_t numel, tg_err *err);
 /* Copies an integer tensor (I64, I32) into dst as int32, failing on overflow. */
 int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst, int64_t numel, tg_err *err);
 

@@ -399,9 +399,16 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     }
     free(logits);
     t->cur = saved_cur;
-    s->loss = s->counted ? loss_sum / (double)s->counted : 0.0;
-    s->accuracy = p->train.task == TG_TASK_CLASSIFY && s->counted ? (double)correct / (double)s->counted : -1.0;
-    s->perplexity = p->train.task == TG_TASK_LM ? exp(s->loss) : -1.0;
+    const int classify = p->train.task == TG_TASK_CLASSIFY;
+    if (s->counted == 0) { /* nothing to average: no loss, accuracy or perplexity, not 0 and 1 */
+        s->loss = NAN;
+        s->accuracy = classify ? NAN : -1.0;
+        s->perplexity = classify ? -1.0 : NAN;
+        return 0;
+    }
+    s->loss = loss_sum / (double)s->counted;
+    s->accuracy = classify ? (double)correct / (double)s->counted : -1.0;
+    s->perplexity = classify ? -1.0 : exp(s->loss);
     return 0;
 }
 

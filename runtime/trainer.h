@@ -47,6 +47,9 @@ typedef struct tg_step_stats {
     int64_t tokens;         /* real tokens in the batch */
 } tg_step_stats;
 
+/* counted 0 (an LM eval set whose examples are all one token long, so no token has a
+ * next one to predict; a classification eval with no rows): nothing was measured, and
+ * loss, accuracy (classify) and perplexity (lm) are NaN rather than 0, 0 and 1. */
 typedef struct tg_eval_stats {
     int32_t examples;
     int64_t counted;        /* rows (classify) or tokens (lm) the loss averages over */

@@ -195,7 +195,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         }
         void *dst = tg_weights_value(img, t);
         if (x->dtype == TG_I32 ? tg_st_read_i32(&st, e, dst, tg_tensor_numel(x), err)
-                               : tg_st_read_f32(&st, e, dst, tg_tensor_numel(x), err)) {
+                               : tg_st_read_f32_finite(&st, e, dst, tg_tensor_numel(x), err)) {
             rc = -1;
             break;
         }

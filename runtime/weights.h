@@ -45,7 +45,8 @@ typedef struct tg_weights_report {
 /* Copies every parameter and persistent buffer that the safetensors file holds into the
  * image. Names are matched as HF does: the exact name, without the base-model prefix
  * ("bert.", "roberta.", "transformer."), and with the old LayerNorm names gamma/beta. A
- * tensor whose shape differs is an error naming the file, the tensor and both shapes; a file
+ * tensor whose shape differs is an error naming the file, the tensor and both shapes, and
+ * so is a float value that is not finite (NaN, an infinity), naming the element; a file
  * holding none of the parameters is an error too. Integer buffers take I32 or I64 entries
  * (out-of-range values are an error). Non-persistent buffers found in the file are counted
  * as ignored and keep their initial values. */

@@ -63,6 +63,47 @@ TG_TEST(test_cli_metrics_non_finite) {
     free(text);
 }
 
+/* The summary's eval fields: null with the reason when the eval counted nothing (never
+ * loss 0 and perplexity 1), null with "not finite" for an overflowing perplexity. */
+TG_TEST(test_cli_metrics_summary_eval) {
+    const tg_memory_use mem = {.planned = 1, .estimated = 2, .measured = 3};
+    const tg_eval_stats lm_none = {.examples = 3, .counted = 0, .loss = NAN, .accuracy = -1, .perplexity = NAN};
+    const tg_eval_stats cls_none = {.examples = 0, .counted = 0, .loss = NAN, .accuracy = NAN, .perplexity = -1};
+    const tg_eval_stats lm_inf = {.examples = 2, .counted = 9, .loss = 800.0, .accuracy = -1, .perplexity = INFINITY};
+    const tg_eval_stats cls = {.examples = 4, .counted = 4, .loss = 0.5, .accuracy = 0.75, .perplexity = -1};
+    const struct {
+        const tg_eval_stats *ev;
+        const char *want;
+    } cases[] = {
+        {&lm_none, "\"eval_examples\": 3, \"eval_loss\": null, \"eval_loss_error\": \"no tokens to count in eval_data\", "
+                   "\"eval_perplexity\": null, \"eval_perplexity_error\": \"no tokens to count in eval_data\"}"},
+        {&cls_none, "\"eval_examples\": 0, \"eval_loss\": null, \"eval_loss_error\": \"no rows to count in eval_data\", "
+                    "\"eval_accuracy\": null, \"eval_accuracy_error\": \"no rows to count in eval_data\"}"},
+        {&lm_inf, "\"eval_examples\": 2, \"eval_loss\": 800.0, \"eval_perplexity\": null, "
+                  "\"eval_perplexity_error\": \"not finite\"}"},
+        {&cls, "\"eval_examples\": 4, \"eval_loss\": 0.5, \"eval_accuracy\": 0.75}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        metrics_summary s = {.steps = 1, .train_s = 1, .device = "cpu", .replicas = 1, .mem = &mem, .eval = cases[i].ev};
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        REQUIRE(f, "open_memstream");
+        int rc = metrics_write_summary(f, &s);
+        fclose(f);
+        REQUIRE(rc == 0 && buf, "case %zu not written", i);
+        const char *eval = strstr(buf, "\"eval_examples\"");
+        CHECK(eval && !strncmp(eval, cases[i].want, strlen(cases[i].want)), "case %zu: %s\n      want ...%s", i, buf,
+              cases[i].want);
+        json_error_t e;
+        json_t *o = json_loads(buf, 0, &e);
+        CHECK(o, "case %zu: not JSON: %s", i, e.text);
+        json_decref(o);
+        free(buf);
+    }
+    CHECK(metrics_eval_nothing_counted(&cls) == NULL, "a counted eval has a reason");
+}
+
 /* The step line, updated in place from step to step: each line is the step's own values,
  * with enough digits to read the float statistics back exactly; a non-finite value takes
  * the general line (null and "<key>_error"). */

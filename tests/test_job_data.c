@@ -582,7 +582,7 @@ TG_TEST(test_data_classify_loads) {
 }
 
 TG_TEST(test_data_lm_loads) {
-    /* Long line: no line-length limit. */
+    /* A long line (some 80 KB), well inside TG_JSONL_MAX_LINE_BYTES. */
     size_t n = 20000;
     char *text = malloc(n * 4 + 64);
     REQUIRE(text, "alloc");
@@ -681,6 +681,56 @@ TG_TEST(test_data_error_empty) {
     CHECK(tg_dataset_load("/nonexistent/x.jsonl", &k_lm, &ds, &err) == -1 &&
               strstr(err.msg, "/nonexistent/x.jsonl: cannot open"),
           "msg %s", err.msg);
+}
+
+/* A key named twice in one row: jansson would keep the last value, even over a first one
+ * that is invalid. */
+TG_TEST(test_data_error_duplicate_key) {
+    expect_data_error("{\"input_ids\": [1], \"label\": 0}\n{\"input_ids\": [1], \"label\": 9, \"label\": 1}\n",
+                      &k_classify, "d.jsonl:2: key \"label\" appears twice", NULL);
+    expect_data_error("{\"input_ids\": [1, 2], \"input_ids\": [3]}\n", &k_lm, "d.jsonl:1:",
+                      "key \"input_ids\" appears twice");
+    expect_data_error("{\"input_ids\": [1], \"meta\": {\"source\": \"a\", \"source\": \"b\"}}\n", &k_lm,
+                      "d.jsonl:1:", "key \"source\" appears twice");
+    expect_data_error("\n{\"input_ids\": [1], \"a_key_longer_than_twenty_chars\": 1, "
+                      "\"a_key_longer_than_twenty_chars\": 2}\n",
+                      &k_lm, "d.jsonl:2:", "key \"a_key_longer_than_twenty_chars\" appears twice");
+}
+
+/* No line may pass TG_JSONL_MAX_LINE_BYTES: /dev/zero (an endless line) or a huge line is
+ * refused once that much is read, not read into memory without end. */
+TG_TEST(test_data_error_line_too_long) {
+    tg_dataset ds;
+    tg_err err = {{0}};
+    CHECK(tg_dataset_load("/dev/zero", &k_lm, &ds, &err) == -1, "/dev/zero loaded");
+    CHECK(strstr(err.msg, "/dev/zero:1: line is longer than 16777216 bytes (16 MiB)"), "message '%s'", err.msg);
+
+    /* A line of exactly the limit loads; one byte more is refused, naming its line. */
+    const size_t max = TG_JSONL_MAX_LINE_BYTES;
+    char *text = malloc(max + 64);
+    REQUIRE(text, "alloc");
+    int head = sprintf(text, "{\"input_ids\": [3]}\n");
+    for (int extra = 0; extra < 2; extra++) {
+        const char *open = "{\"input_ids\": [1, 2], \"text\": \"", *close = "\"}";
+        size_t fill = max + (size_t)extra - strlen(open) - strlen(close);
+        char *p = text + head;
+        p += sprintf(p, "%s", open);
+        memset(p, 'x', fill);
+        p += fill;
+        sprintf(p, "%s\n", close);
+        REQUIRE(strlen(text) == (size_t)head + max + (size_t)extra + 1, "layout");
+        const char *path = write_tmp("long.jsonl", text);
+        REQUIRE(path, "write");
+        int rc = tg_dataset_load(path, &k_lm, &ds, &err);
+        if (extra == 0) {
+            CHECK(rc == 0 && ds.n == 2, "a line of exactly the limit: %s", rc ? err.msg : "wrong count");
+            if (rc == 0) tg_dataset_free(&ds);
+        } else {
+            CHECK(rc == -1, "a line one byte past the limit loaded");
+            CHECK(strstr(err.msg, "long.jsonl:2: line is longer than 16777216 bytes"), "message '%s'", err.msg);
+        }
+    }
+    free(text);
 }
 
 /* ---- batches ---- */

@@ -550,3 +550,393 @@ TG_TEST(test_config_unknown_model) {
     CHECK_MSG(err, dir);
     CHECK(tg_model_config_load("", &c, &err) != 0, "empty name loaded");
 }
+
+/* ---------------- strict parsing: bad inputs refused by name ---------------- */
+
+/* Opens a hand-written safetensors file and expects a refusal naming the file and each needle. */
+static void expect_st_refused(const char *name, const char *header, const void *data, size_t data_len,
+                              const char *n1, const char *n2) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s.safetensors", tg_test_tmpdir(), name);
+    REQUIRE(write_raw_st(path, header, data, data_len) == 0, "write %s", path);
+    tg_safetensors st;
+    tg_err err = {{0}};
+    if (!CHECK(tg_st_open(path, &st, &err) != 0, "%s: opened", name)) {
+        tg_st_close(&st);
+        return;
+    }
+    CHECK(st.n == 0 && st.entries == NULL && st.map == NULL, "%s: failed open left state", name);
+    CHECK_MSG(err, path);
+    if (n1) CHECK_MSG(err, n1);
+    if (n2) CHECK_MSG(err, n2);
+}
+
+/* A key named twice in one object: jansson would keep the last value, even over an
+ * invalid first one. */
+TG_TEST(test_st_duplicate_keys) {
+    static const uint8_t zeros[16] = {0};
+    expect_st_refused("dup-tensor",
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                      zeros, 16, "key 'w' appears twice", "line 1");
+    /* A long name, past the 20 characters jansson quotes itself. */
+    expect_st_refused("dup-long",
+                      "{\"bert.encoder.layer.0.attention.self.query.weight\":{\"dtype\":\"F32\",\"shape\":[1],"
+                      "\"data_offsets\":[0,4]},\n\"bert.encoder.layer.0.attention.self.query.weight\":{\"dtype\":"
+                      "\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                      zeros, 8, "key 'bert.encoder.layer.0.attention.self.query.weight' appears twice", "line 2");
+    expect_st_refused("dup-field", "{\"w\":{\"dtype\":\"BOOL\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                      zeros, 4, "key 'dtype' appears twice", NULL);
+    expect_st_refused("dup-metadata",
+                      "{\"__metadata__\":{\"format\":\"pt\",\"format\":\"tf\"},"
+                      "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                      zeros, 4, "key 'format' appears twice", NULL);
+    expect_st_refused("dup-escaped",
+                      "{\"a\\\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"a\\\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                      zeros, 8, "key 'a\"b' appears twice", NULL);
+}
+
+/* The tensors must tile the data section: no hole, no overlap, no trailing bytes. */
+TG_TEST(test_st_tiling) {
+    static const uint8_t zeros[64] = {0};
+    expect_st_refused("hole-first", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", zeros, 16,
+                      "bytes [0, 8) of the data section belong to no tensor", "before 'w'");
+    expect_st_refused("hole-between",
+                      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]}}",
+                      zeros, 16, "bytes [8, 12)", "between 'a' and 'b'");
+    expect_st_refused("trailing", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", zeros, 9,
+                      "holds 9 bytes but its tensors end at byte 8", "1 trailing byte belong");
+    expect_st_refused("no-tensors-data", "{\"__metadata__\":{\"format\":\"pt\"}}", zeros, 4, "names no tensor",
+                      "4 bytes of data");
+    expect_st_refused("empty-inside",
+                      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}",
+                      zeros, 8, "'a' [0, 8] and 'e' [4, 4] overlap", NULL);
+    expect_st_refused("same-start",
+                      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                      zeros, 8, "overlap", NULL);
+
+    /* Empty tensors on the boundaries, out of order in the header, are a valid tiling. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiled.safetensors", tg_test_tmpdir());
+    REQUIRE(write_raw_st(path,
+                         "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[12,12]},"
+                         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+                         "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                         zeros, 12) == 0,
+            "write");
+    tg_safetensors st;
+    tg_err err = {{0}};
+    CHECK(tg_st_open(path, &st, &err) == 0, "valid tiling refused: %s", err.msg);
+    tg_st_close(&st);
+}
+
+/* A header length that is off by one shifts every tensor by a byte: refused, with the
+ * length named. */
+TG_TEST(test_st_header_length_off) {
+    const char *dir = tg_test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    float w[4] = {1, 2, 3, 4};
+    int64_t shape[] = {4};
+    tg_st_item item = {"w", TG_ST_F32, 1, shape, w};
+    tg_err err = {{0}};
+    REQUIRE(tg_st_write(path, &item, 1, &err) == 0, "%s", err.msg);
+    long len = 0;
+    char *raw = tg_test_read_file(path, &len);
+    REQUIRE(raw && len > 8, "read back");
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (uint8_t)raw[i];
+    /* The writer pads its header with spaces to 8 bytes; make sure there is one to lose. */
+    REQUIRE(raw[8 + hlen - 1] == ' ', "header has no padding");
+    const int64_t deltas[] = {-1, +1};
+    for (int d = 0; d < 2; d++) {
+        uint64_t off = hlen + (uint64_t)deltas[d];
+        for (int i = 0; i < 8; i++) raw[i] = (char)((off >> (8 * i)) & 0xff);
+        FILE *f = fopen(path, "wb");
+        REQUIRE(f && fwrite(raw, 1, (size_t)len, f) == (size_t)len && fclose(f) == 0, "rewrite");
+        tg_safetensors st;
+        if (!CHECK(tg_st_open(path, &st, &err) != 0, "header length %+lld accepted", (long long)deltas[d])) {
+            tg_st_close(&st);
+            continue;
+        }
+        char want[64];
+        snprintf(want, sizeof want, "header length%s %llu", deltas[d] < 0 ? "," : ",", (unsigned long long)off);
+        CHECK_MSG(err, path);
+        CHECK_MSG(err, want);
+    }
+    free(raw);
+    /* Without padding, one byte short cuts the JSON. */
+    expect_st_refused("cut-json", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", "}abc", 4,
+                      "not valid JSON", "is the header length");
+}
+
+/* Non-finite weights are refused naming the tensor and element, in every float dtype;
+ * tg_st_read_f32 itself converts them as they are (test_st_half_conversion). */
+TG_TEST(test_st_non_finite_weights) {
+    const char *dir = tg_test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/nf.safetensors", dir);
+    const float f32_nan[3] = {1, 2, NAN}, f32_inf[2] = {INFINITY, 0};
+    const uint16_t f16_inf[2] = {0x3c00, 0xfc00}, f16_nan[1] = {0x7e00}, bf16_nan[2] = {0x3f80, 0x7fc0},
+                   bf16_inf[1] = {0x7f80};
+    const double f64_big[2] = {0.5, 1e300}, f64_nan[1] = {NAN};
+    const float f32_ok[2] = {-3.0e38f, 1e-45f};
+    uint8_t data[12 + 8 + 4 + 2 + 4 + 2 + 16 + 8 + 8];
+    size_t at = 0;
+#define PUT(x) (memcpy(data + at, (x), sizeof(x)), at += sizeof(x))
+    PUT(f32_nan), PUT(f32_inf), PUT(f16_inf), PUT(f16_nan), PUT(bf16_nan), PUT(bf16_inf), PUT(f64_big), PUT(f64_nan),
+        PUT(f32_ok);
+#undef PUT
+    REQUIRE(at == sizeof data, "layout");
+    const char *hdr = "{\"f32_nan\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+                      "\"f32_inf\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]},"
+                      "\"f16_inf\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[20,24]},"
+                      "\"f16_nan\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[24,26]},"
+                      "\"bf16_nan\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[26,30]},"
+                      "\"bf16_inf\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[30,32]},"
+                      "\"f64_big\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[32,48]},"
+                      "\"f64_nan\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[48,56]},"
+                      "\"f32_ok\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[56,64]}}";
+    REQUIRE(write_raw_st(path, hdr, data, sizeof data) == 0, "write");
+    tg_safetensors st;
+    tg_err err = {{0}};
+    REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
+    static const struct {
+        const char *name;
+        int64_t numel;
+        const char *expect;
+    } cases[] = {
+        {"f32_nan", 3, "tensor 'f32_nan' (F32): element 2 is NaN"},
+        {"f32_inf", 2, "tensor 'f32_inf' (F32): element 0 is +infinity"},
+        {"f16_inf", 2, "tensor 'f16_inf' (F16): element 1 is -infinity"},
+        {"f16_nan", 1, "tensor 'f16_nan' (F16): element 0 is NaN"},
+        {"bf16_nan", 2, "tensor 'bf16_nan' (BF16): element 1 is NaN"},
+        {"bf16_inf", 1, "tensor 'bf16_inf' (BF16): element 0 is +infinity"},
+        {"f64_big", 2, "tensor 'f64_big' (F64): element 1 = 1e+300 is outside float32's range"},
+        {"f64_nan", 1, "tensor 'f64_nan' (F64): element 0 is NaN"},
+    };
+    float out[4];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const tg_st_entry *e = tg_st_find(&st, cases[i].name);
+        REQUIRE(e, "%s missing", cases[i].name);
+        CHECK(tg_st_read_f32(&st, e, out, cases[i].numel, &err) == 0, "%s: plain read: %s", cases[i].name, err.msg);
+        if (!CHECK(tg_st_read_f32_finite(&st, e, out, cases[i].numel, &err) != 0, "%s accepted", cases[i].name))
+            continue;
+        CHECK_MSG(err, path);
+        CHECK_MSG(err, cases[i].expect);
+    }
+    CHECK(tg_st_read_f32_finite(&st, tg_st_find(&st, "f32_ok"), out, 2, &err) == 0, "finite extremes: %s", err.msg);
+    CHECK(out[0] == -3.0e38f && out[1] == 1e-45f, "values %g %g", out[0], out[1]);
+    tg_st_close(&st);
+}
+
+/* A preset's config written into dir/name/config.json, its text edited by each pair
+ * {from, to} of `edits` (NULL-terminated; NULL: none) in turn. */
+static void write_model_folder(const char *name, const char *preset, const char *const *edits, char *folder,
+                               size_t cap) {
+    char src[1100], config[1200];
+    snprintf(src, sizeof src, "%s/%s/config.json", tg_presets_dir(), preset);
+    char *text = tg_test_read_file(src, NULL);
+    if (!text) abort();
+    for (int e = 0; edits && edits[e]; e += 2) {
+        const char *from = edits[e], *to = edits[e + 1];
+        char *hit = strstr(text, from);
+        if (!hit) abort();
+        char *edited = malloc(strlen(text) + strlen(to) + 1);
+        if (!edited) abort();
+        sprintf(edited, "%.*s%s%s", (int)(hit - text), text, to, hit + strlen(from));
+        free(text);
+        text = edited;
+    }
+    snprintf(folder, cap, "%s/%s", tg_test_tmpdir(), name);
+    mkdir(folder, 0755);
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    if (tg_test_write_file(config, text) != 0) abort();
+    free(text);
+}
+
+TG_TEST(test_config_duplicate_keys) {
+    char folder[700], config[800];
+    tg_model_config c;
+    tg_err err = {{0}};
+    /* The second value is invalid: last-wins would have hidden the first, valid one. */
+    const char *const dup_top[] = {"\"hidden_size\": 32,", "\"hidden_size\": 32,\n  \"hidden_size\": -1,", NULL};
+    write_model_folder("dup-top", "tiny-bert", dup_top, folder, sizeof folder);
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    CHECK(tg_model_config_parse(config, &c, &err) != 0, "duplicate hidden_size accepted");
+    CHECK_MSG(err, config);
+    CHECK_MSG(err, "key 'hidden_size' appears twice");
+    CHECK_MSG(err, "line ");
+    CHECK(tg_model_config_load(folder, &c, &err) != 0, "duplicate loaded through the folder");
+    CHECK_MSG(err, "'hidden_size'");
+    /* Keys past 20 characters, and in nested objects, are named too. */
+    const char *const dup_long[] = {"\"hidden_size\": 32,", "\"hidden_size\": 32, \"max_position_embeddings\": 64,",
+                                    NULL};
+    write_model_folder("dup-long", "tiny-bert", dup_long, folder, sizeof folder);
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    CHECK(tg_model_config_parse(config, &c, &err) != 0, "duplicate max_position_embeddings accepted");
+    CHECK_MSG(err, "key 'max_position_embeddings' appears twice");
+    const char *const dup_nested[] = {"\"hidden_size\": 32,",
+                                      "\"hidden_size\": 32, \"id2label\": {\"0\": \"neg\", \"0\": \"pos\"},", NULL};
+    write_model_folder("dup-nested", "tiny-bert", dup_nested, folder, sizeof folder);
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    CHECK(tg_model_config_parse(config, &c, &err) != 0, "duplicate id2label key accepted");
+    CHECK_MSG(err, "key '0' appears twice");
+}
+
+typedef struct size_case {
+    const char *preset;
+    const char *edits[7]; /* {from, to} pairs on the preset's config.json text, NULL-terminated */
+    const char *expect[2];
+} size_case;
+
+/* Every size has a limit, and the weights and parameter count derived from the sizes are
+ * checked too: a hidden size of 2^30 once overflowed the element counts and compiled to a
+ * plan of 8.8e12 MiB. */
+TG_TEST(test_config_size_limits) {
+#define H(v) "\"hidden_size\": 32", "\"hidden_size\": " v
+#define E(v) "\"n_embd\": 32", "\"n_embd\": " v
+    static const size_case cases[] = {
+        {"tiny-bert", {H("1073741824")}, {"field 'hidden_size': 1073741824 is past the limit of 65536"}},
+        {"tiny-bert", {"\"vocab_size\": 128", "\"vocab_size\": 4194305"}, {"field 'vocab_size'", "limit of 4194304"}},
+        {"tiny-bert", {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 4097"},
+         {"field 'num_hidden_layers'", "limit of 4096"}},
+        {"tiny-bert", {"\"num_attention_heads\": 4", "\"num_attention_heads\": 4097"},
+         {"field 'num_attention_heads'", "limit of 4096"}},
+        {"tiny-bert", {"\"intermediate_size\": 64", "\"intermediate_size\": 262145"},
+         {"field 'intermediate_size'", "limit of 262144"}},
+        {"tiny-bert", {"\"max_position_embeddings\": 64", "\"max_position_embeddings\": 1048577"},
+         {"field 'max_position_embeddings'", "limit of 1048576"}},
+        {"tiny-bert", {"\"type_vocab_size\": 2", "\"type_vocab_size\": 1025"}, {"field 'type_vocab_size'", "limit of 1024"}},
+        {"tiny-bert", {H("9223372036854775807")}, {"field 'hidden_size'", "past the limit"}},
+        {"tiny-gpt2", {E("65540")}, {"field 'n_embd'", "limit of 65536"}},
+        {"tiny-gpt2", {"\"n_layer\": 2", "\"n_layer\": 5000"}, {"field 'n_layer'", "limit of 4096"}},
+        {"tiny-gpt2", {"\"n_head\": 4", "\"n_head\": 8192"}, {"field 'n_head'", "limit of 4096"}},
+        {"tiny-gpt2", {"\"n_positions\": 64", "\"n_positions\": 2000000"}, {"field 'n_positions'", "limit of 1048576"}},
+        {"tiny-gpt2", {"\"n_inner\": null", "\"n_inner\": 300000"}, {"field 'n_inner'", "limit of 262144"}},
+        {"tiny-gpt2", {"\"vocab_size\": 128", "\"vocab_size\": 5000000"}, {"field 'vocab_size'", "limit of 4194304"}},
+        /* Each size within its limit, their products past the per-weight limit (2^34). */
+        {"tiny-bert",
+         {H("65536"), "\"vocab_size\": 128", "\"vocab_size\": 4194304"},
+         {"field 'vocab_size': the token embeddings of 4194304 x hidden_size 65536 elements",
+          "limit of 17179869184 elements per weight"}},
+        {"tiny-gpt2",
+         {E("65536"), "\"n_positions\": 64", "\"n_positions\": 1048576"},
+         {"field 'n_positions': the position embeddings of 1048576 x n_embd 65536", "per weight"}},
+        /* Every weight within its limit, the whole model past 2^40 parameters. */
+        {"tiny-bert",
+         {H("65536"), "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 4096"},
+         {"field 'num_hidden_layers': 4096 layers of", "past the limit of 1099511627776"}},
+        {"tiny-gpt2",
+         {E("16384"), "\"n_layer\": 2", "\"n_layer\": 1024"},
+         {"field 'n_layer': 1024 layers of 3221438464 parameters", "past the limit of 1099511627776"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[32], folder[700], config[800];
+        snprintf(name, sizeof name, "size%zu", i);
+        write_model_folder(name, cases[i].preset, cases[i].edits, folder, sizeof folder);
+        snprintf(config, sizeof config, "%s/config.json", folder);
+        tg_model_config c;
+        tg_err err = {{0}};
+        if (!CHECK(tg_model_config_parse(config, &c, &err) != 0, "case %zu (%s) parsed", i, cases[i].edits[1]))
+            continue;
+        CHECK_MSG(err, config);
+        for (int k = 0; k < 2 && cases[i].expect[k]; k++) CHECK_MSG(err, cases[i].expect[k]);
+        /* The compiler's door refuses it the same way. */
+        CHECK(tg_model_config_load(folder, &c, &err) != 0, "case %zu loaded", i);
+    }
+    /* The largest sizes that fit every limit together still parse (a wide, shallow model). */
+    char folder[700], config[800];
+    const char *const widest[] = {E("65536"), "\"n_positions\": 64", "\"n_positions\": 262144", "\"n_inner\": null",
+                                  "\"n_inner\": 262144", NULL};
+#undef H
+#undef E
+    write_model_folder("size-max", "tiny-gpt2", widest, folder, sizeof folder);
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    tg_model_config c;
+    tg_err err = {{0}};
+    CHECK(tg_model_config_parse(config, &c, &err) == 0, "sizes at their limits refused: %s", err.msg);
+}
+
+/* An endless or huge config.json is refused once the limit has been read. */
+TG_TEST(test_config_too_big) {
+    tg_model_config c;
+    tg_err err = {{0}};
+    CHECK(tg_model_config_parse("/dev/zero", &c, &err) != 0, "/dev/zero parsed");
+    CHECK_MSG(err, "/dev/zero: more than 16777216 bytes");
+    char path[700];
+    snprintf(path, sizeof path, "%s/big.json", tg_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "create");
+    CHECK(ftruncate(fileno(f), TG_MODEL_CONFIG_MAX_BYTES + 1) == 0, "truncate");
+    fclose(f);
+    CHECK(tg_model_config_parse(path, &c, &err) != 0, "17 MB file parsed");
+    CHECK_MSG(err, "too big for a config.json");
+}
+
+/* A model.safetensors (or config.json) that is there but cannot be read is an error
+ * naming it, never a silent start from random weights. */
+TG_TEST(test_config_weights_not_readable) {
+    char folder[700], weights[800], target[800];
+    tg_model_config c;
+    tg_err err = {{0}};
+    write_model_folder("weights-link", "tiny-bert", NULL, folder, sizeof folder);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", folder);
+
+    REQUIRE(symlink("no-such-file.safetensors", weights) == 0, "symlink");
+    CHECK(tg_model_config_load(folder, &c, &err) != 0, "dangling symlink ignored");
+    CHECK_MSG(err, weights);
+    CHECK_MSG(err, "symbolic link to nothing readable");
+    unlink(weights);
+
+    REQUIRE(symlink("model.safetensors", weights) == 0, "symlink loop");
+    CHECK(tg_model_config_load(folder, &c, &err) != 0, "symlink loop ignored");
+    CHECK_MSG(err, weights);
+    unlink(weights);
+
+    REQUIRE(mkdir(weights, 0755) == 0, "mkdir");
+    CHECK(tg_model_config_load(folder, &c, &err) != 0, "folder ignored");
+    CHECK_MSG(err, weights);
+    CHECK_MSG(err, "is a folder, not a regular file");
+    rmdir(weights);
+
+    REQUIRE(mkfifo(weights, 0644) == 0, "mkfifo");
+    CHECK(tg_model_config_load(folder, &c, &err) != 0, "FIFO ignored");
+    CHECK_MSG(err, weights);
+    CHECK_MSG(err, "is a FIFO");
+    unlink(weights);
+
+    /* Without read permission (root reads anything, so only checked for others). */
+    float x = 1;
+    tg_st_item item = {"bert.embeddings.word_embeddings.weight", TG_ST_F32, 0, NULL, &x};
+    REQUIRE(tg_st_write(weights, &item, 1, &err) == 0, "%s", err.msg);
+    if (geteuid() != 0) {
+        REQUIRE(chmod(weights, 0) == 0, "chmod");
+        CHECK(tg_model_config_load(folder, &c, &err) != 0, "unreadable file ignored");
+        CHECK_MSG(err, weights);
+        CHECK_MSG(err, "cannot be read");
+        chmod(weights, 0644);
+    }
+    /* A link to a readable file is the file. */
+    snprintf(target, sizeof target, "%s/real.safetensors", folder);
+    REQUIRE(rename(weights, target) == 0 && symlink("real.safetensors", weights) == 0, "link to a file");
+    REQUIRE(tg_model_config_load(folder, &c, &err) == 0, "%s", err.msg);
+    CHECK(strcmp(c.weights, weights) == 0, "weights '%s'", c.weights);
+    unlink(weights);
+    REQUIRE(tg_model_config_load(folder, &c, &err) == 0, "%s", err.msg);
+    CHECK(c.weights[0] == 0, "absent weights gave '%s'", c.weights);
+
+    /* config.json as a dangling link: named, not "no folder". */
+    char config[800];
+    snprintf(config, sizeof config, "%s/config.json", folder);
+    unlink(config);
+    REQUIRE(symlink("gone.json", config) == 0, "symlink config");
+    CHECK(tg_model_config_load(folder, &c, &err) != 0, "dangling config.json loaded");
+    CHECK_MSG(err, config);
+    CHECK_MSG(err, "symbolic link to nothing readable");
+}

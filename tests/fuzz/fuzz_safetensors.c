@@ -1,6 +1,7 @@
 /* libFuzzer target: safetensors files (tg_st_open), then every entry read as the loader
- * would: float dtypes with tg_st_read_f32, integer ones with tg_st_read_i32, the others
- * refused by both. */
+ * would: float dtypes with tg_st_read_f32 (and tg_st_read_f32_finite, refusing exactly the
+ * non-finite values), integer ones with tg_st_read_i32, the others refused by both. */
+#include <math.h>
 #include <string.h>
 
 #include "models/safetensors.h"
@@ -32,6 +33,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         void *dst = malloc((size_t)numel * 4 + 4);
         if (!dst) abort();
         int f = tg_st_read_f32(&st, e, dst, numel, &err) == 0;
+        if (f) { /* the weights loader's read: refused exactly when a value is not finite */
+            int finite = 1;
+            for (int64_t k = 0; k < numel; k++) finite &= isfinite(((const float *)dst)[k]) != 0;
+            int ok = tg_st_read_f32_finite(&st, e, dst, numel, &err) == 0;
+            FUZZ_ASSERT(ok == finite, "'%s' (%s): finite read gave %d for finite %d", e->name,
+                        tg_st_dtype_name(e->dtype), ok, finite);
+        }
         int n = tg_st_read_i32(&st, e, dst, numel, &err) == 0;
         int is_int = e->dtype == TG_ST_I32 || e->dtype == TG_ST_I64;
         /* Empty tensors are read by either; an int64 value past int32 fails the int read. */
