@@ -510,17 +510,17 @@ static int cmd_run(int argc, char **argv) {
     return rc;
 }
 
-/* SIGINT, SIGTERM and SIGHUP end the process as they would, after removing the temporary
- * files of the outputs being written (each target is left as it was). Async-signal-safe
- * calls only; SA_RESETHAND has restored the default action, which the signal raised again
- * takes once the handler returns. */
+/* SIGINT, SIGTERM, SIGHUP and SIGPIPE (a pipe read by --metrics or -o closed early) end the
+ * process as they would, after removing the temporary files of the outputs being written
+ * (each target is left as it was). Async-signal-safe calls only; SA_RESETHAND has restored
+ * the default action, which the signal raised again takes once the handler returns. */
 static void on_ending_signal(int sig) {
     tg_atomic_remove_temps();
     raise(sig);
 }
 
 static void install_signal_handlers(void) {
-    static const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+    static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_ending_signal;

@@ -341,7 +341,8 @@ TG_TEST(test_outputs_long_paths) {
     snprintf(huge_args, 5300, "compile job.job -o %s", huge);
     expect_refused(dir, huge_args, (const char *const[]){"plan (-o)", "longer than the system accepts", NULL});
     snprintf(huge_args, 5300, "run job.job --device cpu --metrics %s", huge);
-    expect_refused(dir, huge_args, (const char *const[]){"metrics (--metrics)", "longer than the system accepts", NULL});
+    expect_refused(dir, huge_args,
+                   (const char *const[]){"metrics (--metrics)", "longer than the system accepts", NULL});
     free(huge), free(huge_args);
 }
 
