@@ -1,7 +1,13 @@
 #include "api/front.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "models/model_config.h"
 
 int tg_front_compile_file(const char *path, const char *const *overrides, int n_overrides, tg_plan *plan,
                           tg_err *err) {
@@ -19,4 +25,29 @@ int tg_front_compile_text(const char *text, const char *name, const char *base_d
 
 int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const char *plan_name, tg_err *err) {
     return tg_job_apply_run_overrides(&plan->run, settings, n, plan_name, err);
+}
+
+/* The config.json tg_model_config_load read for `source`: a preset's when the name has no
+ * '/' and such a preset exists, else the folder's. */
+static char *model_config_path(const char *source) {
+    struct stat st;
+    char *path = NULL;
+    if (!strchr(source, '/')) {
+        if (asprintf(&path, "%s/%s/config.json", tg_presets_dir(), source) < 0) return NULL;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return path;
+        free(path);
+    }
+    size_t n = strlen(source);
+    while (n > 1 && source[n - 1] == '/') n--;
+    return asprintf(&path, "%.*s/config.json", (int)n, source) < 0 ? NULL : path;
+}
+
+int tg_front_plan_inputs(const tg_plan *plan, tg_named_path inputs[TG_PLAN_INPUTS], char **config_path, tg_err *err) {
+    *config_path = plan->model.source[0] ? model_config_path(plan->model.source) : strdup("");
+    if (!*config_path) return tg_fail(err, "out of memory");
+    inputs[0] = (tg_named_path){*config_path, "model config"};
+    inputs[1] = (tg_named_path){plan->model.weights, "model weights"};
+    inputs[2] = (tg_named_path){plan->run.train_data, "training data (train_data)"};
+    inputs[3] = (tg_named_path){plan->run.eval_data, "eval data (eval_data)"};
+    return 0;
 }

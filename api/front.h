@@ -5,6 +5,7 @@
 #define TUNEGRAPH_API_FRONT_H
 
 #include "base/error.h"
+#include "base/output_paths.h"
 #include "plan/plan.h"
 
 /* Reads the job file, applies the overrides ("key=value") and compiles it. Errors name the
@@ -19,5 +20,11 @@ int tg_front_compile_text(const char *text, const char *name, const char *base_d
  * plan, parsed and checked as in a job file; any other key is refused as compiled in, and a
  * refusal leaves the plan as it was. `plan_name` names the plan in messages. */
 int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const char *plan_name, tg_err *err);
+
+/* The files a plan's run reads, for the output checks (tg_outputs_check): its model's
+ * config.json and weights, its training and eval data (paths "" where it has none).
+ * *config_path holds the first one's path (malloc'd; the caller frees it). */
+#define TG_PLAN_INPUTS 4
+int tg_front_plan_inputs(const tg_plan *plan, tg_named_path inputs[TG_PLAN_INPUTS], char **config_path, tg_err *err);
 
 #endif

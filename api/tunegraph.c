@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/output_paths.h"
 #include "base/version.h"
 #include "api/front.h"
 #include "plan/inspect.h"
@@ -123,9 +124,22 @@ int tunegraph_plan_load(const char *path, tunegraph_plan **plan) {
     return new_plan(plan, tg_plan_read(path, &p->plan, &err), p, &err);
 }
 
+/* Refuses to write `path` over a file the plan reads (its model's config and weights, its
+ * training and eval data), or where it cannot be written (base/output_paths.h). */
+static int check_output(const tg_plan *plan, const char *path, const char *what, tg_err *err) {
+    tg_named_path inputs[TG_PLAN_INPUTS];
+    char *config_path;
+    if (tg_front_plan_inputs(plan, inputs, &config_path, err)) return -1;
+    const tg_named_path output = {path, what};
+    int rc = tg_outputs_check(&output, 1, inputs, TG_PLAN_INPUTS, err);
+    free(config_path);
+    return rc;
+}
+
 int tunegraph_plan_save(const tunegraph_plan *plan, const char *path) {
     if (!plan || !path) return fail("tunegraph_plan_save: plan and path are required");
     tg_err err = {{0}};
+    if (check_output(&plan->plan, path, "plan", &err)) return fail_err(&err);
     return tg_plan_write(&plan->plan, path, &err) ? fail_err(&err) : 0;
 }
 
@@ -278,6 +292,7 @@ int tunegraph_trainer_evaluate(tunegraph_trainer *trainer, tunegraph_eval_metric
 int tunegraph_trainer_save_weights(tunegraph_trainer *trainer, const char *path) {
     if (!trainer || !path) return fail("tunegraph_trainer_save_weights: trainer and path are required");
     tg_err err = {{0}};
+    if (check_output(&trainer->plan, path, "weights", &err)) return fail_err(&err);
     return tg_trainer_save(&trainer->tr, path, &err) ? fail_err(&err) : 0;
 }
 

@@ -4,13 +4,17 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "api/front.h"
+#include "base/atomic_file.h"
+#include "base/output_paths.h"
 #include "cli/metrics.h"
 #include "cli/profile.h"
 #include "plan/inspect.h"
@@ -123,11 +127,32 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
     return 0;
 }
 
-static void default_plan_path(const char *job, char *out, size_t len) {
+/* The job's name with its extension replaced by .tgp (malloc'd; NULL when out of memory). */
+static char *default_plan_path(const char *job) {
     const char *slash = strrchr(job, '/');
     const char *dot = strrchr(job, '.');
     size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - job) : strlen(job);
-    snprintf(out, len, "%.*s.tgp", (int)stem, job);
+    char *path;
+    return asprintf(&path, "%.*s.tgp", (int)stem, job) < 0 ? NULL : path;
+}
+
+/* Refuses a command's outputs that would overwrite its input file (the job or plan named
+ * on the command line), a file the plan reads (model config and weights, training and
+ * eval data) or one another, or that cannot be written (base/output_paths.h). */
+static int check_outputs(const tg_named_path *outputs, int n_outputs, const char *input, const char *input_what,
+                         const tg_plan *plan, tg_err *err) {
+    tg_named_path inputs[1 + TG_PLAN_INPUTS] = {{input, input_what}};
+    char *config_path;
+    if (tg_front_plan_inputs(plan, inputs + 1, &config_path, err)) return -1;
+    int rc = tg_outputs_check(outputs, n_outputs, inputs, 1 + TG_PLAN_INPUTS, err);
+    free(config_path);
+    return rc;
+}
+
+/* Whether `path` is the file standard output writes to (-o /dev/stdout). */
+static int is_stdout(const char *path) {
+    struct stat a, b;
+    return fstat(STDOUT_FILENO, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 static int cmd_compile(int argc, char **argv) {
@@ -139,14 +164,16 @@ static int cmd_compile(int argc, char **argv) {
     tg_plan plan;
     if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
     double compile_s = tg_wall_s() - t0;
-    char path[TG_PATH_MAX];
-    if (a.output) snprintf(path, sizeof path, "%s", a.output);
-    else default_plan_path(a.input, path, sizeof path);
-    rc = tg_plan_write(&plan, path, &err);
-    if (!rc)
-        printf("compiled %s -> %s: %d ops, %d tensors, planned peak %.1f MiB, %.2f GFLOP/step (%.0f ms)\n", a.input,
-               path, plan.n_ops, plan.n_tensors, plan.peak_bytes / 1048576.0, plan.flops_per_step / 1e9,
-               compile_s * 1e3);
+    char *path = a.output ? strdup(a.output) : default_plan_path(a.input);
+    const tg_named_path output = {path, a.output ? "plan (-o)" : "plan"};
+    rc = path ? check_outputs(&output, 1, a.input, "job file", &plan, &err) : tg_fail(&err, "out of memory");
+    if (!rc) rc = tg_plan_write(&plan, path, &err);
+    if (!rc) /* beside the plan when that goes to standard output */
+        fprintf(is_stdout(path) ? stderr : stdout,
+                "compiled %s -> %s: %d ops, %d tensors, planned peak %.1f MiB, %.2f GFLOP/step (%.0f ms)\n", a.input,
+                path, plan.n_ops, plan.n_tensors, plan.peak_bytes / 1048576.0, plan.flops_per_step / 1e9,
+                compile_s * 1e3);
+    free(path);
     tg_plan_free(&plan);
     return rc ? die(&err) : 0;
 }
@@ -189,19 +216,29 @@ typedef struct replica_run {
     const tg_plan *plan;
     tg_trainer_options opts;
     int profile;
+    metrics_file *metrics; /* the run's, NULL without --metrics */
     pthread_t thread;
 } replica_run;
 
-/* Ends a run that failed: with replica threads running, returning would free what they
- * use (and a second thread's exit could race this one's), so the process ends here. */
-static int end_failed_run(int replicas, const tg_err *err) {
-    const int rc = err ? die(err) : 1;
+/* Ends a run that failed, from replica `replica`'s thread: the metrics file gets the error
+ * and goes into place with the lines written so far. With replica threads running the
+ * process ends here, whichever thread failed: returning would free what the others use,
+ * and they would wait for the failed one forever; the temporary files of what is still
+ * being written (a save under way) are removed first. The first thread to fail ends the
+ * metrics; a second finds them ended. */
+static int end_failed_run(metrics_file *metrics, int replicas, int replica, const tg_err *err) {
+    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg);
+    else die(err);
+    tg_err metrics_err;
+    if (metrics && metrics_file_end(metrics, err->msg, replicas > 1 ? replica : -1, &metrics_err))
+        fprintf(stderr, "tunegraph: %s\n", metrics_err.msg);
     if (replicas > 1) {
+        tg_atomic_remove_temps();
         fflush(stdout);
         fflush(stderr);
-        _exit(rc);
+        _exit(1);
     }
-    return rc;
+    return 1;
 }
 
 static void *run_replica(void *arg) {
@@ -219,11 +256,7 @@ static void *run_replica(void *arg) {
         free(ms);
     }
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
-    if (rc) {
-        fprintf(stderr, "tunegraph: replica %d: %s\n", r->opts.rank, err.msg);
-        fflush(stderr);
-        _exit(1); /* the other replicas would wait for this one forever */
-    }
+    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return */
     tg_trainer_close(&tr);
     return NULL;
 }
@@ -255,7 +288,8 @@ static int cmd_run(int argc, char **argv) {
     tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
     double t_start = tg_wall_s();
     tg_plan plan;
-    if (tg_plan_file_sniff(a.input)) {
+    const int from_plan = tg_plan_file_sniff(a.input);
+    if (from_plan) {
         if (tg_plan_read(a.input, &plan, &err)) return die(&err);
         if (tg_front_set_run(&plan, a.sets, a.n_sets, a.input, &err)) {
             tg_plan_free(&plan);
@@ -263,6 +297,22 @@ static int cmd_run(int argc, char **argv) {
         }
     } else {
         if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
+    }
+    /* Before the weights and data are read: an output that cannot be written, or would
+     * overwrite an input, is refused now rather than after the training. */
+    tg_named_path outputs[2];
+    int n_outputs = 0;
+    if (a.metrics) outputs[n_outputs++] = (tg_named_path){a.metrics, "metrics (--metrics)"};
+    if (a.save) outputs[n_outputs++] = (tg_named_path){a.save, "weights (--save)"};
+    if (check_outputs(outputs, n_outputs, a.input, from_plan ? "plan file" : "job file", &plan, &err)) {
+        tg_plan_free(&plan);
+        return die(&err);
+    }
+    /* From here on a failed run's metrics end with its error, whatever failed. */
+    metrics_file *metrics = NULL;
+    if (a.metrics && metrics_file_open(&metrics, a.metrics, &err)) {
+        tg_plan_free(&plan);
+        return die(&err);
     }
 
     tg_trainer tr;
@@ -278,23 +328,22 @@ static int cmd_run(int argc, char **argv) {
     replica_run followers[TG_MAX_DATA_PARALLEL];
     if (replicas > 1) {
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
-        if (open_comms(device, replicas, comms, &cpu_group, &err)) {
-            tg_plan_free(&plan);
-            return die(&err);
-        }
+        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err);
         for (int r = 1; r < replicas; r++) {
-            followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile};
+            followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile, .metrics = metrics};
             followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
             if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
                 tg_fail(&err, "cannot start the thread of replica %d", r);
-                return end_failed_run(replicas, &err);
+                return end_failed_run(metrics, replicas, 0, &err);
             }
         }
         opts.comm = comms[0];
     }
     if (tg_trainer_open(&tr, &plan, &opts, &err)) {
-        if (replicas == 1) tg_plan_free(&plan);
-        return end_failed_run(replicas, &err);
+        rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
+        metrics_file_free(metrics);
+        tg_plan_free(&plan);
+        return rc;
     }
     const tg_plan_train *train = &plan.train;
     int tty = isatty(STDERR_FILENO);
@@ -319,26 +368,12 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "tunegraph: ready in %.2f s (executor and pools %.2f s, weights %.2f s, data %.2f s)\n",
             tg_wall_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
 
-    char metrics_tmp[TG_PATH_MAX + 32] = "";
-    FILE *mf = NULL;
-    if (a.metrics) {
-        /* Written beside the final name, renamed into place when the run ends well. */
-        snprintf(metrics_tmp, sizeof metrics_tmp, "%s.tmp.%d", a.metrics, (int)getpid());
-        mf = fopen(metrics_tmp, "w");
-        if (!mf) {
-            tg_fail(&err, "%s: cannot write metrics: %s", a.metrics, strerror(errno));
-            if (replicas > 1) return end_failed_run(replicas, &err);
-            tg_trainer_close(&tr);
-            tg_plan_free(&plan);
-            return die(&err);
-        }
-    }
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0;
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
-    metrics_step_line *step_line = mf ? metrics_step_line_new() : NULL;
-    rc = step_times && (!mf || step_line) ? 0 : 1;
+    metrics_step_line *step_line = metrics ? metrics_step_line_new() : NULL;
+    rc = step_times && (!metrics || step_line) ? 0 : tg_fail(&err, "out of memory");
     /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills
      * included) and outside it (metrics and progress), steps after the first. */
     double trace_step_s = 0, trace_rest_s = 0, trace_fill0 = 0, trace_t = 0;
@@ -365,7 +400,12 @@ static int cmd_run(int argc, char **argv) {
         /* Replica 0's tokens stand for each replica's (equal for fixed-length rows). */
         tokens += s.tokens * replicas;
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
-        if (mf && metrics_write_step(step_line, mf, &s, tok_s)) rc = 1;
+        if (metrics) {
+            FILE *f = metrics_file_lock(metrics);
+            if (f && metrics_write_step(step_line, f, &s, tok_s))
+                rc = tg_fail(&err, "%s: cannot write a line of the metrics file", a.metrics);
+            metrics_file_unlock(metrics);
+        }
         double elapsed = tg_wall_s() - t_train;
         char eta[32];
         fmt_eta(elapsed / s.step * (tr.total_steps - s.step), eta, sizeof eta);
@@ -414,7 +454,7 @@ static int cmd_run(int argc, char **argv) {
     }
     if (!rc && a.save && tg_trainer_save(&tr, a.save, &err)) rc = 1;
     /* Last: profiling runs more steps, which move the weights. */
-    if (!rc && a.profile && report_profile(&tr, mf, median_step_ms, &err)) rc = 1;
+    if (!rc && a.profile && report_profile(&tr, metrics, median_step_ms, &err)) rc = 1;
     if (!rc) {
         tg_memory_use mem;
         tg_trainer_memory(&tr, &mem);
@@ -423,7 +463,12 @@ static int cmd_run(int argc, char **argv) {
             .warmup_s = warmup_s, .tokens = tokens, .median_step_ms = median_step_ms, .host_cpu_us = host_cpu_us,
             .loop_cpu_us = loop_cpu_us, .driver_cpu_us = driver_cpu_us, .device = device_name,
             .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL};
-        if (mf && metrics_write_summary(mf, &summary)) rc = 1;
+        if (metrics) {
+            FILE *f = metrics_file_lock(metrics);
+            if (f && metrics_write_summary(f, &summary))
+                rc = tg_fail(&err, "%s: cannot write the summary line of the metrics file", a.metrics);
+            metrics_file_unlock(metrics);
+        }
         fprintf(stderr,
                 "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s, median step %.3f ms, host CPU %.0f us/step "
                 "(training loop thread %.0f us",
@@ -450,31 +495,50 @@ static int cmd_run(int argc, char **argv) {
         if (a.save) fprintf(stderr, "saved %s\n", a.save);
     }
     metrics_step_line_free(step_line);
-    if (mf) {
-        int close_failed = fclose(mf) != 0;
-        if (!rc && close_failed) {
-            tg_fail(&err, "%s: write failed", a.metrics);
-            rc = 1;
-        }
-        if (!rc && rename(metrics_tmp, a.metrics) != 0) {
-            tg_fail(&err, "%s: cannot rename metrics file into place: %s", a.metrics, strerror(errno));
-            rc = 1;
-        }
-        if (rc) remove(metrics_tmp);
-    }
     if (rc) {
-        if (replicas == 1) tg_trainer_close(&tr), tg_plan_free(&plan);
-        return end_failed_run(replicas, &err);
+        rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
+        tg_trainer_close(&tr);
+        metrics_file_free(metrics);
+        tg_plan_free(&plan);
+        return rc;
     }
     tg_trainer_close(&tr);
     for (int r = 1; r < replicas; r++) pthread_join(followers[r].thread, NULL);
     if (cpu_group) tg_cpu_comm_group_destroy(cpu_group);
     else if (replicas > 1) tg_cuda_comms_destroy(comms, replicas);
+    /* Last, with every replica done: none can fail after the file is in place. */
+    if (metrics && metrics_file_end(metrics, NULL, -1, &err)) rc = die(&err);
+    metrics_file_free(metrics);
     tg_plan_free(&plan);
-    return 0;
+    return rc;
+}
+
+/* SIGINT, SIGTERM, SIGHUP and SIGPIPE (a pipe read by --metrics or -o closed early) end the
+ * process as they would, after removing the temporary files of the outputs being written
+ * (each target is left as it was). Async-signal-safe calls only; SA_RESETHAND has restored
+ * the default action, which the signal raised again takes once the handler returns. */
+static void on_ending_signal(int sig) {
+    tg_atomic_remove_temps();
+    raise(sig);
+}
+
+static void install_signal_handlers(void) {
+    static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_ending_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) sigaddset(&sa.sa_mask, signals[i]);
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+        struct sigaction old;
+        /* A signal the caller ignores (nohup, a background job) stays ignored. */
+        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(signals[i], &sa, NULL);
+    }
 }
 
 int main(int argc, char **argv) {
+    install_signal_handlers();
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;

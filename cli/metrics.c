@@ -5,7 +5,11 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "base/atomic_file.h"
 
 /* An object under construction; `bad` records a value or key that could not be added. */
 typedef struct metrics_line {
@@ -160,6 +164,14 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     return line_write(&l, f);
 }
 
+int metrics_write_error(FILE *f, const char *message, int replica) {
+    metrics_line l = line_begin();
+    put_str(&l, "event", "error");
+    put_str(&l, "message", message);
+    if (replica >= 0) put_int(&l, "replica", replica);
+    return line_write(&l, f);
+}
+
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms) {
     metrics_line l = line_begin();
     put_str(&l, "profile_op", op_name);
@@ -190,4 +202,69 @@ int metrics_write_profile_op(FILE *f, const tg_plan *p, int o, double ms) {
         put_real(&l, "tflops", ms > 0 ? 2.0 * mm->m * mm->n * mm->k * mm->batch / (ms * 1e9) : 0.0, "%.1f");
     }
     return line_write(&l, f);
+}
+
+/* ---- the file ---------------------------------------------------------------------- */
+
+struct metrics_file {
+    pthread_mutex_t lock;
+    tg_atomic_file *file; /* NULL once ended */
+    FILE *stream;
+    char *path;
+};
+
+int metrics_file_open(metrics_file **out, const char *path, tg_err *err) {
+    *out = NULL;
+    metrics_file *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return tg_fail(err, "%s: out of memory", path);
+    }
+    if (tg_atomic_begin(path, "metrics file", &m->file, err)) {
+        free(m->path);
+        free(m);
+        return -1;
+    }
+    if (!(m->stream = tg_atomic_stream(m->file))) {
+        tg_atomic_discard(m->file);
+        free(m->path);
+        free(m);
+        return tg_fail(err, "%s: out of memory", path);
+    }
+    pthread_mutex_init(&m->lock, NULL);
+    *out = m;
+    return 0;
+}
+
+FILE *metrics_file_lock(metrics_file *m) {
+    pthread_mutex_lock(&m->lock);
+    return m->file ? m->stream : NULL;
+}
+
+void metrics_file_unlock(metrics_file *m) { pthread_mutex_unlock(&m->lock); }
+
+int metrics_file_end(metrics_file *m, const char *error, int replica, tg_err *err) {
+    pthread_mutex_lock(&m->lock);
+    int rc = 0;
+    if (m->file) {
+        /* The lines so far go into place even when the error line cannot be added. */
+        if (error && metrics_write_error(m->stream, error, replica))
+            rc = tg_fail(err, "%s: cannot add the error line to the metrics file", m->path);
+        tg_err commit_err;
+        if (tg_atomic_commit(m->file, &commit_err)) {
+            if (err) *err = commit_err;
+            rc = -1;
+        }
+        m->file = NULL, m->stream = NULL;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+void metrics_file_free(metrics_file *m) {
+    if (!m) return;
+    if (m->file) tg_atomic_discard(m->file);
+    pthread_mutex_destroy(&m->lock);
+    free(m->path);
+    free(m);
 }

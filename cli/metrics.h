@@ -1,5 +1,6 @@
 /* The metrics file of `tunegraph run --metrics`: one JSON object per line, one line per
- * step, per profiled op kind and op, and a summary line at the end. */
+ * step, per profiled op kind and op, and a summary line at the end; a run that fails ends
+ * it with an error line instead. */
 #ifndef TUNEGRAPH_CLI_METRICS_H
 #define TUNEGRAPH_CLI_METRICS_H
 
@@ -30,6 +31,23 @@ typedef struct metrics_step_line metrics_step_line;
 metrics_step_line *metrics_step_line_new(void); /* NULL when out of memory */
 void metrics_step_line_free(metrics_step_line *w);
 
+/* The file itself: written under a temporary name beside its own (base/atomic_file.h) and
+ * renamed into place when the run ends, well or not. Any thread may end it (a failing
+ * data-parallel replica), so lines are written with its lock held. */
+typedef struct metrics_file metrics_file;
+/* Creates the temporary file; err reads "PATH: cannot create the metrics file: reason". */
+int metrics_file_open(metrics_file **m, const char *path, tg_err *err);
+/* Takes the lock and gives the stream to write lines to; NULL (the lock taken all the
+ * same) once the file has ended. */
+FILE *metrics_file_lock(metrics_file *m);
+void metrics_file_unlock(metrics_file *m);
+/* Ends the file: with `error`, first an error line (metrics_write_error); then renames it
+ * into place. Once ended, later calls do nothing and return 0. 0, or -1 with err set (the
+ * error line or the rename failed). */
+int metrics_file_end(metrics_file *m, const char *error, int replica, tg_err *err);
+/* Frees the file; one that has not ended is dropped (its temporary file removed). */
+void metrics_file_free(metrics_file *m);
+
 /* Each writes one line to `f`: 0, or -1 when it could not be built or written. */
 int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, double tokens_per_s);
 /* The eval fields are null with "<key>_error" beside them when the eval counted nothing
@@ -38,6 +56,9 @@ int metrics_write_summary(FILE *f, const metrics_summary *s);
 /* Why an eval measured nothing ("no tokens to count in eval_data"), or NULL when it counted
  * rows or tokens. */
 const char *metrics_eval_nothing_counted(const tg_eval_stats *ev);
+/* The last line of a run that failed: {"event": "error", "message": ...}, with "replica":
+ * the failing replica's index when `replica` >= 0 (data-parallel runs). */
+int metrics_write_error(FILE *f, const char *message, int replica);
 /* One op kind's profiled time: its name, how many ops of it the plan runs, their sum. */
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
 /* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */

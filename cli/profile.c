@@ -6,7 +6,7 @@
 
 #include "cli/metrics.h"
 
-int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
+int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg_err *err) {
     const tg_plan *p = tr->plan;
     double *ms = calloc((size_t)p->n_ops, sizeof *ms);
     if (!ms) return tg_fail(err, "out of memory");
@@ -14,6 +14,9 @@ int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
         free(ms);
         return -1;
     }
+    /* Locked after the profile's steps: a failing replica ends the file from its own
+     * thread, and must not wait on this one while this one waits on it. */
+    FILE *metrics = metrics_out ? metrics_file_lock(metrics_out) : NULL;
     double kind_ms[TG_OP_COUNT] = {0}, total = 0, phase_ms[TG_PHASE_COUNT] = {0};
     int wrote = 0; /* -1 once a metrics line could not be written */
     int kind_n[TG_OP_COUNT] = {0};
@@ -42,6 +45,7 @@ int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err) {
     /* Every op's time in the metrics, so a report can say where each millisecond went. */
     for (int o = 0; metrics && o < p->n_ops; o++)
         if (metrics_write_profile_op(metrics, p, o, ms[o])) wrote = -1;
+    if (metrics_out) metrics_file_unlock(metrics_out);
     fprintf(stderr, "  slowest ops:\n");
     for (int shown = 0; shown < 8; shown++) {
         int best = -1;

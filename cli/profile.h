@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "cli/metrics.h"
 #include "runtime/trainer.h"
 
 /* Steps the profile averages over (every replica takes them). */
@@ -13,8 +14,8 @@
 /* Where the time of one step goes, op by op (launched singly, so each op's time is its
  * kernel time plus launch gaps that the captured graph mostly hides): totals by op kind and
  * the slowest ops on stderr, beside step_ms (the captured step's median; 0: unknown), and a
- * line per op kind and per op in `metrics` when it is not NULL. Runs PROFILE_REPEATS more
- * steps, which move the weights. */
-int report_profile(tg_trainer *tr, FILE *metrics, double step_ms, tg_err *err);
+ * line per op kind and per op in the metrics file when it is not NULL. Runs PROFILE_REPEATS
+ * more steps, which move the weights. */
+int report_profile(tg_trainer *tr, metrics_file *metrics, double step_ms, tg_err *err);
 
 #endif

@@ -73,7 +73,11 @@ TUNEGRAPH_API int tunegraph_compile_text(const char *job_text, const char *base_
 /* Reads a plan file written by tunegraph_plan_save or `tunegraph compile`. */
 TUNEGRAPH_API int tunegraph_plan_load(const char *path, tunegraph_plan **plan);
 
-/* Writes the plan file atomically: a reader sees the old file or the whole new one. */
+/* Writes the plan file atomically: a reader sees the old file or the whole new one. A
+ * symlink at path is followed and its target replaced; a FIFO or device is written
+ * directly. Refused, naming both files, when path is a file the plan reads (its model's
+ * config.json or weights, its training or eval data), and when its folder is missing or
+ * not writable or path is a folder. */
 TUNEGRAPH_API int tunegraph_plan_save(const tunegraph_plan *plan, const char *path);
 
 typedef enum tunegraph_format { TUNEGRAPH_FORMAT_TEXT = 0, TUNEGRAPH_FORMAT_JSON = 1 } tunegraph_format;
@@ -173,7 +177,8 @@ TUNEGRAPH_API int tunegraph_trainer_train(tunegraph_trainer *trainer, tunegraph_
 /* Forward passes (dropout off) over the job's eval_data; fails when the job has none. */
 TUNEGRAPH_API int tunegraph_trainer_evaluate(tunegraph_trainer *trainer, tunegraph_eval_metrics *metrics);
 
-/* Writes the current parameters as safetensors under their Hugging Face names. */
+/* Writes the current parameters as safetensors under their Hugging Face names, atomically
+ * and with the refusals of tunegraph_plan_save (never over a file the run reads). */
 TUNEGRAPH_API int tunegraph_trainer_save_weights(tunegraph_trainer *trainer, const char *path);
 
 TUNEGRAPH_API void tunegraph_trainer_close(tunegraph_trainer *trainer);
