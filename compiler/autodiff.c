@@ -11,7 +11,7 @@ int tg_autodiff(tg_graph *g, int loss) {
     g->grad = tg_compiler_malloc(sizeof *g->grad * (size_t)g->cap_tensors);
     g->needs_grad = tg_compiler_calloc((size_t)g->cap_tensors, 1);
     g->grad_holders = tg_compiler_calloc((size_t)g->cap_tensors, sizeof *g->grad_holders);
-    if (!g->grad || !g->needs_grad || !g->grad_holders) return tg_graph_fail(g, "out of memory");
+    if (!g->grad || !g->needs_grad || !g->grad_holders) return tg_graph_out_of_memory(g);
     for (int t = 0; t < g->n_tensors; t++) {
         g->grad[t] = -1;
         g->needs_grad[t] = (g->tensors[t].flags & TG_TENSOR_PARAM) != 0;

@@ -52,7 +52,7 @@ int tg_backward_index(tg_graph *g) {
     g->writes_cap = g->ops_indexed = 0;
     g->forward_reads = tg_compiler_calloc((size_t)n + 1, sizeof *g->forward_reads);
     g->gelu_producer = tg_compiler_malloc(sizeof *g->gelu_producer * ((size_t)n + 1));
-    if (!g->forward_reads || !g->gelu_producer) return tg_graph_fail(g, "out of memory");
+    if (!g->forward_reads || !g->gelu_producer) return tg_graph_out_of_memory(g);
     g->n_indexed_tensors = n;
     for (int t = 0; t < n; t++) g->gelu_producer[t] = -1;
     for (int o = 0; o < g->n_ops; o++) {
@@ -72,10 +72,10 @@ static int index_writes(tg_graph *g) {
     if (g->writes_cap < g->n_tensors) {
         int cap = g->cap_tensors > g->n_tensors ? g->cap_tensors : g->n_tensors;
         int *w = tg_compiler_realloc(g->writes, sizeof *w * (size_t)cap);
-        if (!w) return tg_graph_fail(g, "out of memory");
+        if (!w) return tg_graph_out_of_memory(g);
         g->writes = w;
         int *l = tg_compiler_realloc(g->last_write, sizeof *l * (size_t)cap);
-        if (!l) return tg_graph_fail(g, "out of memory");
+        if (!l) return tg_graph_out_of_memory(g);
         g->last_write = l;
         memset(g->writes + g->writes_cap, 0, sizeof *w * (size_t)(cap - g->writes_cap));
         g->writes_cap = cap;

@@ -39,7 +39,7 @@ int tg_gradient_buckets(tg_graph *g) {
     int64_t *cut = tg_compiler_malloc(sizeof *cut * (size_t)(nb + 1)); /* bucket start after op b0 + k, or -1 */
     if (!final_from || !cut) {
         free(final_from), free(cut);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     int64_t later = 0;
     for (int k = nb - 1; k >= 0; k--) {
@@ -83,7 +83,7 @@ int tg_gradient_buckets(tg_graph *g) {
     tg_op *ops = tg_compiler_malloc(sizeof *ops * (size_t)total);
     if (!ops) {
         free(final_from), free(cut);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     int w = 0, next_new = first_new;
     for (int o = 0; o < first_new; o++) {

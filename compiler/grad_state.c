@@ -24,13 +24,13 @@ int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *sha
     /* The new tensor extends the per-tensor arrays. Each is stored as soon as it moves: a
      * successful realloc has freed the old block. */
     int *grad = tg_compiler_realloc(g->grad, sizeof *grad * (size_t)g->cap_tensors);
-    if (!grad) return tg_graph_fail(g, "out of memory");
+    if (!grad) return tg_graph_out_of_memory(g);
     g->grad = grad;
     char *needs = tg_compiler_realloc(g->needs_grad, (size_t)g->cap_tensors);
-    if (!needs) return tg_graph_fail(g, "out of memory");
+    if (!needs) return tg_graph_out_of_memory(g);
     g->needs_grad = needs;
     int *holders = tg_compiler_realloc(g->grad_holders, sizeof *holders * (size_t)g->cap_tensors);
-    if (!holders) return tg_graph_fail(g, "out of memory");
+    if (!holders) return tg_graph_out_of_memory(g);
     g->grad_holders = holders;
     g->grad_holders[d] = 0;
     g->grad[d] = -1;

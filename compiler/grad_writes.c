@@ -163,7 +163,7 @@ int tg_first_gradient_writes(tg_graph *g) {
     cells c;
     if (cells_init(&c, g)) {
         cells_free(&c);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int o = zero_op + 1; o < g->n_ops; o++) {
         tg_op *op = &g->ops[o];
@@ -196,7 +196,7 @@ int tg_first_gradient_writes(tg_graph *g) {
     tg_span *zero = tg_compiler_malloc(sizeof *zero * ((size_t)c.m + 1));
     if (!zero) {
         cells_free(&c);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     int n_zero = 0;
     for (int k = 0; k < c.m;) {
@@ -231,7 +231,7 @@ int tg_first_gradient_writes(tg_graph *g) {
     /* Move the new ops (the tail) to where the old ZERO was, which goes. */
     const int added = g->n_ops - first_new;
     tg_op *moved = tg_compiler_malloc(sizeof *moved * (size_t)(added ? added : 1));
-    if (!moved) return tg_graph_fail(g, "out of memory");
+    if (!moved) return tg_graph_out_of_memory(g);
     memcpy(moved, g->ops + first_new, sizeof *moved * (size_t)added);
     memmove(g->ops + zero_op + added, g->ops + zero_op + 1, sizeof *g->ops * (size_t)(first_new - zero_op - 1));
     memcpy(g->ops + zero_op, moved, sizeof *moved * (size_t)added);

@@ -65,6 +65,15 @@ int tg_graph_job_fail(tg_graph *g, int key, const char *fmt, ...) {
     return -1;
 }
 
+int tg_graph_out_of_memory(tg_graph *g) {
+    if (!g->failed) {
+        tg_fail(g->err, "out of memory compiling model '%s' (at %d tensors and %d ops)", g->cfg ? g->cfg->source : "?",
+                g->n_tensors, g->n_ops);
+        g->failed = 1;
+    }
+    return -1;
+}
+
 int tg_graph_size_fail(tg_graph *g, int key, const char *fmt, ...) {
     if (!g->failed) {
         char msg[900];
@@ -144,7 +153,7 @@ int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim
     if (g->n_tensors >= TG_MAX_GRAPH_TENSORS)
         return tg_graph_size_fail(g, TG_JOB_MODEL, "the graph needs more than %d tensors", TG_MAX_GRAPH_TENSORS);
     if (grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1, sizeof *g->tensors))
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     tg_tensor *t = &g->tensors[g->n_tensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -230,7 +239,7 @@ int tg_graph_op(tg_graph *g, const tg_op_spec *spec) {
     if (g->n_ops >= TG_MAX_GRAPH_OPS)
         return tg_graph_size_fail(g, TG_JOB_MODEL, "the graph needs more than %d ops", TG_MAX_GRAPH_OPS);
     if (grow((void **)&g->ops, &g->cap_ops, g->n_ops + 1, sizeof *g->ops))
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     tg_op *op = &g->ops[g->n_ops];
     memset(op, 0, sizeof *op);
     op->kind = spec->kind;

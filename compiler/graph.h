@@ -79,6 +79,10 @@ typedef struct tg_op_spec {
 } tg_op_spec;
 int tg_graph_op(tg_graph *g, const tg_op_spec *spec);
 
+/* Fails the compilation for want of memory (an allocation failed; not a builder bug):
+ * "out of memory compiling model '<source>' (at <n> tensors and <m> ops)". */
+int tg_graph_out_of_memory(tg_graph *g);
+
 /* Fails the compilation with a size past a limit (compiler/limits.h): "<where key was set>:
  * key '<key>': <message>", or the message alone for a graph without a job. */
 int tg_graph_size_fail(tg_graph *g, int key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

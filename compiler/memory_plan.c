@@ -58,7 +58,7 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
     int *head = tg_compiler_calloc((size_t)n + 1, sizeof *head); /* group -> first member + 1 */
     if (!member_bytes || !placed || !widest_view || !next_member || !head) {
         free(member_bytes), free(placed), free(widest_view), free(next_member), free(head);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int t = 0; t < n; t++)
         if (g->tensors[t].pool == pool && g->tensors[t].group >= 0)
@@ -250,7 +250,7 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
     tg_span_set taken = {0};
     if (!order || life_tree_init(&tree, g->n_ops)) {
         free(order), life_tree_free(&tree);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int t = 0; t < g->n_tensors; t++) {
         const tg_tensor *x = &g->tensors[t];
@@ -272,7 +272,7 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
          * equal ones, else above them all. */
         taken.n = 0;
         if (life_tree_taken(&tree, 1, 0, tree.leaves - 1, x->first_use, x->last_use, &taken)) {
-            rc = tg_graph_fail(g, "out of memory");
+            rc = tg_graph_out_of_memory(g);
             break;
         }
         uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
@@ -290,7 +290,7 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
         }
         if (life_tree_add(&tree, 1, 0, tree.leaves - 1, x->first_use, x->last_use, x->offset,
                           align_up(x->offset + x->bytes)))
-            rc = tg_graph_fail(g, "out of memory");
+            rc = tg_graph_out_of_memory(g);
         if (x->offset + x->bytes > top) top = x->offset + x->bytes;
     }
     free(order), life_tree_free(&tree), tg_span_set_free(&taken);

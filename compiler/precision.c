@@ -33,7 +33,7 @@ static int frozen_storage(tg_graph *g) {
     int *copy_of = tg_compiler_malloc(sizeof *copy_of * (size_t)n0);
     if (!by_matmul || !by_other || !copy_of) {
         free(by_matmul), free(by_other), free(copy_of);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int o = 0; o < g->n_ops; o++) {
         const tg_op *op = &g->ops[o];
@@ -92,7 +92,7 @@ int tg_apply_precision(tg_graph *g, int precision) {
     /* bf16 copies of the parameters, one contiguous buffer with the masters' layout. */
     int n0 = g->n_tensors;
     int *copy_of = tg_compiler_calloc((size_t)n0, sizeof *copy_of);
-    if (!copy_of) return tg_graph_fail(g, "out of memory");
+    if (!copy_of) return tg_graph_out_of_memory(g);
     for (int t = 0; t < n0; t++) {
         copy_of[t] = -1;
         if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
@@ -126,7 +126,7 @@ int tg_apply_precision(tg_graph *g, int precision) {
     char *keep = tg_compiler_calloc((size_t)g->n_tensors, 1);
     if (!keep) {
         free(copy_of);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int o = 0; o < g->n_ops; o++) {
         tg_op *op = &g->ops[o];
