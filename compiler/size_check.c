@@ -69,6 +69,8 @@ static int check_tensor(const tg_job *job, const tg_model_config *cfg, tg_err *e
                         int elem_bytes, const factor *f, int n) {
     uint64_t elements = 1, bytes = 0;
     int overflow = 0;
+    for (int i = 0; i < n; i++)
+        if (f[i].value < 1) return 0; /* not a size: refused by the check of that field */
     for (int i = 0; i < n; i++) overflow |= tg_mul_u64(elements, (uint64_t)f[i].value, &elements) != 0;
     overflow |= tg_mul_u64(elements, (uint64_t)elem_bytes, &bytes) != 0;
     if (!overflow && bytes <= TG_MAX_POOL_BYTES) return 0;
@@ -108,8 +110,6 @@ int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     }
     if (job->batch < 1) return size_error(job, TG_JOB_BATCH, err, "batch must be at least 1");
     if (job->seq < 1) return size_error(job, TG_JOB_SEQ, err, "seq must be at least 1");
-    if (job->task == TG_TASK_CLASSIFY && job->num_labels < 1)
-        return size_error(job, TG_JOB_NUM_LABELS, err, "num_labels must be at least 1");
 
     /* The largest tensors each family builds (fp32; bf16 plans store some in half). */
     const factor B = {"batch", job->batch}, T = {"seq", job->seq}, D = {field_name(cfg, F_HIDDEN), cfg->hidden},

@@ -14,7 +14,8 @@
 #include "plan/plan.h"
 
 /* 0, or -1 with a message naming where the job sets the key (model, batch, seq,
- * num_labels) and the config fields involved. */
+ * num_labels) and the config fields involved. A non-positive num_labels is left to the
+ * compiler's job checks (classify needs at least 2). */
 int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err);
 
 /* For a pool past the limit: the job key to blame (batch for the per-step pools, model for
