@@ -1,5 +1,6 @@
 /* Reverse-mode autodiff over the forward schedule. */
 #include "compiler/autodiff.h"
+#include "compiler/compiler_alloc.h"
 #include "compiler/backward_rules.h"
 
 #include <stdlib.h>
@@ -7,10 +8,10 @@
 int tg_autodiff(tg_graph *g, int loss) {
     if (g->failed) return -1;
     int n_forward = g->n_ops;
-    g->grad = malloc(sizeof *g->grad * (size_t)g->cap_tensors);
-    g->needs_grad = calloc((size_t)g->cap_tensors, 1);
-    g->grad_holders = calloc((size_t)g->cap_tensors, sizeof *g->grad_holders);
-    if (!g->grad || !g->needs_grad || !g->grad_holders) return tg_graph_fail(g, "out of memory");
+    g->grad = tg_compiler_malloc(sizeof *g->grad * (size_t)g->cap_tensors);
+    g->needs_grad = tg_compiler_calloc((size_t)g->cap_tensors, 1);
+    g->grad_holders = tg_compiler_calloc((size_t)g->cap_tensors, sizeof *g->grad_holders);
+    if (!g->grad || !g->needs_grad || !g->grad_holders) return tg_graph_out_of_memory(g);
     for (int t = 0; t < g->n_tensors; t++) {
         g->grad[t] = -1;
         g->needs_grad[t] = (g->tensors[t].flags & TG_TENSOR_PARAM) != 0;
@@ -38,6 +39,7 @@ int tg_autodiff(tg_graph *g, int loss) {
     tg_graph_op(g, &zero);
 
     int seed = tg_ad_grad_like(g, loss);
+    if (seed < 0) return -1; /* out of memory, already recorded */
     tg_op_spec fill = tg_spec(TG_OP_FILL);
     fill.out[0] = seed;
     /* The replicas' gradients are summed (TG_OP_ALL_REDUCE): the mean of their losses'

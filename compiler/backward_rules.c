@@ -1,6 +1,7 @@
 /* Backward rules: one per differentiable op kind, emitting the gradient ops of a forward
  * op through the gradient bookkeeping of compiler/grad_state.h. */
 #include "compiler/backward_rules.h"
+#include "compiler/compiler_alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,9 +50,9 @@ int tg_backward_index(tg_graph *g) {
     free(g->forward_reads), free(g->gelu_producer), free(g->writes), free(g->last_write);
     g->writes = g->last_write = NULL;
     g->writes_cap = g->ops_indexed = 0;
-    g->forward_reads = calloc((size_t)n + 1, sizeof *g->forward_reads);
-    g->gelu_producer = malloc(sizeof *g->gelu_producer * ((size_t)n + 1));
-    if (!g->forward_reads || !g->gelu_producer) return tg_graph_fail(g, "out of memory");
+    g->forward_reads = tg_compiler_calloc((size_t)n + 1, sizeof *g->forward_reads);
+    g->gelu_producer = tg_compiler_malloc(sizeof *g->gelu_producer * ((size_t)n + 1));
+    if (!g->forward_reads || !g->gelu_producer) return tg_graph_out_of_memory(g);
     g->n_indexed_tensors = n;
     for (int t = 0; t < n; t++) g->gelu_producer[t] = -1;
     for (int o = 0; o < g->n_ops; o++) {
@@ -70,11 +71,11 @@ int tg_backward_index(tg_graph *g) {
 static int index_writes(tg_graph *g) {
     if (g->writes_cap < g->n_tensors) {
         int cap = g->cap_tensors > g->n_tensors ? g->cap_tensors : g->n_tensors;
-        int *w = realloc(g->writes, sizeof *w * (size_t)cap);
-        if (!w) return tg_graph_fail(g, "out of memory");
+        int *w = tg_compiler_realloc(g->writes, sizeof *w * (size_t)cap);
+        if (!w) return tg_graph_out_of_memory(g);
         g->writes = w;
-        int *l = realloc(g->last_write, sizeof *l * (size_t)cap);
-        if (!l) return tg_graph_fail(g, "out of memory");
+        int *l = tg_compiler_realloc(g->last_write, sizeof *l * (size_t)cap);
+        if (!l) return tg_graph_out_of_memory(g);
         g->last_write = l;
         memset(g->writes + g->writes_cap, 0, sizeof *w * (size_t)(cap - g->writes_cap));
         g->writes_cap = cap;

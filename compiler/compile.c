@@ -13,6 +13,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/model_build.h"
 #include "compiler/precision.h"
+#include "compiler/size_check.h"
 #include "models/model_config.h"
 #include "plan/op_meta.h"
 #include "base/version.h"
@@ -127,7 +128,7 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
     int rc = -1;
     tg_graph g;
     tg_graph_init(&g, cfg, j, err);
-    if (check_job(j, cfg, err)) goto out;
+    if (tg_check_sizes(j, cfg, err) || check_job(j, cfg, err)) goto out;
 
     int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
     if (g.failed || tg_graph_check_freeze(&g) || check_trainable(&g)) goto out;

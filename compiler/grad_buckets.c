@@ -1,4 +1,5 @@
 #include "compiler/grad_buckets.h"
+#include "compiler/compiler_alloc.h"
 #include "compiler/grad_state.h"
 #include "compiler/memory_plan.h"
 
@@ -34,11 +35,11 @@ int tg_gradient_buckets(tg_graph *g) {
     /* final_from[k]: every gradient element at or above it is final once backward op b0 + k
      * has run (nothing after it writes there). */
     const int nb = b1 - b0;
-    int64_t *final_from = malloc(sizeof *final_from * (size_t)nb);
-    int64_t *cut = malloc(sizeof *cut * (size_t)(nb + 1)); /* bucket start after op b0 + k, or -1 */
+    int64_t *final_from = tg_compiler_malloc(sizeof *final_from * (size_t)nb);
+    int64_t *cut = tg_compiler_malloc(sizeof *cut * (size_t)(nb + 1)); /* bucket start after op b0 + k, or -1 */
     if (!final_from || !cut) {
         free(final_from), free(cut);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     int64_t later = 0;
     for (int k = nb - 1; k >= 0; k--) {
@@ -79,10 +80,10 @@ int tg_gradient_buckets(tg_graph *g) {
     }
     /* Rebuild the schedule: each bucket's op right after the backward op that completes it. */
     const int total = g->n_ops;
-    tg_op *ops = malloc(sizeof *ops * (size_t)total);
+    tg_op *ops = tg_compiler_malloc(sizeof *ops * (size_t)total);
     if (!ops) {
         free(final_from), free(cut);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     int w = 0, next_new = first_new;
     for (int o = 0; o < first_new; o++) {

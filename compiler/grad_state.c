@@ -1,6 +1,7 @@
 /* Per-tensor gradient state during autodiff: which tensor holds each gradient so far, and
  * where the next contribution goes. */
 #include "compiler/grad_state.h"
+#include "compiler/compiler_alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,14 +23,14 @@ int tg_ad_activation(tg_graph *g, const char *name, int ndim, const int64_t *sha
     if (d < 0) return -1;
     /* The new tensor extends the per-tensor arrays. Each is stored as soon as it moves: a
      * successful realloc has freed the old block. */
-    int *grad = realloc(g->grad, sizeof *grad * (size_t)g->cap_tensors);
-    if (!grad) return tg_graph_fail(g, "out of memory");
+    int *grad = tg_compiler_realloc(g->grad, sizeof *grad * (size_t)g->cap_tensors);
+    if (!grad) return tg_graph_out_of_memory(g);
     g->grad = grad;
-    char *needs = realloc(g->needs_grad, (size_t)g->cap_tensors);
-    if (!needs) return tg_graph_fail(g, "out of memory");
+    char *needs = tg_compiler_realloc(g->needs_grad, (size_t)g->cap_tensors);
+    if (!needs) return tg_graph_out_of_memory(g);
     g->needs_grad = needs;
-    int *holders = realloc(g->grad_holders, sizeof *holders * (size_t)g->cap_tensors);
-    if (!holders) return tg_graph_fail(g, "out of memory");
+    int *holders = tg_compiler_realloc(g->grad_holders, sizeof *holders * (size_t)g->cap_tensors);
+    if (!holders) return tg_graph_out_of_memory(g);
     g->grad_holders = holders;
     g->grad_holders[d] = 0;
     g->grad[d] = -1;
@@ -57,7 +58,7 @@ int tg_ad_grad_dest(tg_graph *g, int t, int *accumulate) {
 int tg_ad_grad_dest_or_scratch(tg_graph *g, int t, int *accumulate, int *scratch) {
     *scratch = 0;
     int d = tg_ad_grad_dest(g, t, accumulate);
-    if (d >= 0 || g->failed) return d;
+    if (d >= 0 || g->failed || t < 0) return d;
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "scratch.d.%s", g->tensors[t].name);
     const tg_tensor *src = &g->tensors[t];

@@ -1,5 +1,7 @@
 #include "compiler/grad_writes.h"
 #include "compiler/grad_state.h"
+#include "compiler/compiler_alloc.h"
+#include "compiler/span_set.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,72 +9,6 @@
 
 /* A cudaMemset launch costs about what clearing 4 MB does. */
 #define ZERO_MERGE_BYTES (4u << 20)
-
-/* Byte ranges [a, b) of the gradient pool, sorted and merged. */
-typedef struct span {
-    uint64_t a, b;
-} span;
-
-typedef struct span_set {
-    span *v;
-    int n, cap;
-} span_set;
-
-/* The first span ending at or after a (after a when `past`): the spans are disjoint and
- * sorted, so their ends rise, and a binary search keeps the pass over the ops linear in
- * them instead of scanning the set from its start. */
-static int first_ending_at(const span_set *s, uint64_t a, int past) {
-    int lo = 0, hi = s->n;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (s->v[mid].b < a || (past && s->v[mid].b == a)) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static int set_add(span_set *s, uint64_t a, uint64_t b) {
-    if (a >= b) return 0;
-    if (s->n == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 64;
-        span *v = realloc(s->v, sizeof *v * (size_t)cap);
-        if (!v) return -1;
-        s->v = v, s->cap = cap;
-    }
-    int i = first_ending_at(s, a, 0); /* first span that touches or follows [a, b) */
-    int j = i;
-    while (j < s->n && s->v[j].a <= b) { /* spans merged into the new one */
-        if (s->v[j].a < a) a = s->v[j].a;
-        if (s->v[j].b > b) b = s->v[j].b;
-        j++;
-    }
-    memmove(s->v + i + 1, s->v + j, sizeof *s->v * (size_t)(s->n - j));
-    s->v[i] = (span){a, b};
-    s->n += 1 - (j - i);
-    return 0;
-}
-
-/* Bytes of [a, b) that s covers. */
-static uint64_t set_covered(const span_set *s, uint64_t a, uint64_t b) {
-    uint64_t c = 0;
-    for (int i = first_ending_at(s, a, 1); i < s->n && s->v[i].a < b; i++) {
-        uint64_t lo = s->v[i].a > a ? s->v[i].a : a, hi = s->v[i].b < b ? s->v[i].b : b;
-        if (lo < hi) c += hi - lo;
-    }
-    return c;
-}
-
-/* Adds the parts of [a, b) that `have` does not cover to `out`. */
-static int set_add_gaps(const span_set *have, uint64_t a, uint64_t b, span_set *out) {
-    uint64_t cur = a;
-    for (int i = first_ending_at(have, a, 1); i < have->n && cur < b; i++) {
-        if (have->v[i].b <= cur) continue;
-        if (have->v[i].a >= b) break;
-        if (have->v[i].a > cur && set_add(out, cur, have->v[i].a)) return -1;
-        if (have->v[i].b > cur) cur = have->v[i].b;
-    }
-    return cur < b ? set_add(out, cur, b) : 0;
-}
 
 static int is_grad(const tg_graph *g, int t) {
     return t >= 0 && t != g->io.grads_all && g->tensors[t].pool == TG_POOL_GRADS;
@@ -120,79 +56,182 @@ static int always_overwrites(const tg_op *op, int slot) {
     }
 }
 
+/* The gradient pool cut at every gradient tensor's start and end into cells: every range
+ * the pass asks about is a run of whole cells. A cell's two marks, written and to clear,
+ * only ever turn on, so two next-cell forests (union-find with path halving) skip the
+ * written cells (`unwritten`) and the cells written or to clear (`open`): each cell is
+ * marked at most once and the pass stays near linear in the ops, whatever order the
+ * gradients are written in. A Fenwick tree counts the written cells, for whether a range
+ * holds any. */
+typedef struct cells {
+    uint64_t *edge; /* m + 1 sorted distinct offsets: cell k is [edge[k], edge[k + 1]) */
+    int m;
+    int *unwritten, *open; /* next-cell forests over 0..m (m: none left) */
+    int *written;          /* Fenwick tree of written cells, 1-based */
+    char *zero;            /* per cell: to clear first */
+} cells;
+
+static int by_offset(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void cells_free(cells *c) {
+    free(c->edge), free(c->unwritten), free(c->open), free(c->written), free(c->zero);
+}
+
+/* The cells of every gradient tensor's range. -1 when out of memory. */
+static int cells_init(cells *c, const tg_graph *g) {
+    memset(c, 0, sizeof *c);
+    int n = 0;
+    for (int t = 0; t < g->n_tensors; t++) n += is_grad(g, t);
+    c->edge = tg_compiler_malloc(sizeof *c->edge * (2 * (size_t)n + 1));
+    if (!c->edge) return -1;
+    int e = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        if (is_grad(g, t)) c->edge[e++] = g->tensors[t].offset, c->edge[e++] = g->tensors[t].offset + g->tensors[t].bytes;
+    qsort(c->edge, (size_t)e, sizeof *c->edge, by_offset);
+    int distinct = 0;
+    for (int i = 0; i < e; i++)
+        if (!distinct || c->edge[i] != c->edge[distinct - 1]) c->edge[distinct++] = c->edge[i];
+    c->m = distinct > 0 ? distinct - 1 : 0;
+    c->unwritten = tg_compiler_malloc(sizeof *c->unwritten * ((size_t)c->m + 1));
+    c->open = tg_compiler_malloc(sizeof *c->open * ((size_t)c->m + 1));
+    c->written = tg_compiler_calloc((size_t)c->m + 1, sizeof *c->written);
+    c->zero = tg_compiler_calloc((size_t)c->m + 1, 1);
+    if (!c->unwritten || !c->open || !c->written || !c->zero) return -1;
+    for (int k = 0; k <= c->m; k++) c->unwritten[k] = c->open[k] = k;
+    return 0;
+}
+
+/* The cell starting at offset x (an edge). */
+static int cell_at(const cells *c, uint64_t x) {
+    int lo = 0, hi = c->m;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (c->edge[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The first cell at or after k still in forest f (m when none). */
+static int next_cell(int *f, int k) {
+    while (f[k] != k) {
+        f[k] = f[f[k]];
+        k = f[k];
+    }
+    return k;
+}
+
+/* Written cells before cell k. */
+static int written_before(const cells *c, int k) {
+    int n = 0;
+    for (; k > 0; k -= k & -k) n += c->written[k];
+    return n;
+}
+
+/* Whether any byte of tensor t's range is written. */
+static int any_written(const cells *c, const tg_tensor *t) {
+    return written_before(c, cell_at(c, t->offset + t->bytes)) > written_before(c, cell_at(c, t->offset));
+}
+
+/* Marks the cells of tensor t's range not yet written as to clear. */
+static void clear_unwritten(cells *c, const tg_tensor *t) {
+    const int end = cell_at(c, t->offset + t->bytes);
+    for (int k = next_cell(c->open, cell_at(c, t->offset)); k < end; k = next_cell(c->open, k + 1)) {
+        c->zero[k] = 1;
+        c->open[k] = k + 1;
+    }
+}
+
+/* Marks the cells of tensor t's range written. */
+static void mark_written(cells *c, const tg_tensor *t) {
+    const int end = cell_at(c, t->offset + t->bytes);
+    for (int k = next_cell(c->unwritten, cell_at(c, t->offset)); k < end; k = next_cell(c->unwritten, k + 1)) {
+        c->unwritten[k] = c->open[k] = k + 1;
+        for (int i = k + 1; i <= c->m; i += i & -i) c->written[i]++;
+    }
+}
+
 int tg_first_gradient_writes(tg_graph *g) {
     if (g->failed) return -1;
     int zero_op = -1;
     for (int o = 0; o < g->n_ops && zero_op < 0; o++)
         if (g->ops[o].kind == TG_OP_ZERO && g->ops[o].out[0] == g->io.grads_all) zero_op = o;
     if (zero_op < 0) return 0;
-    span_set written = {0}, zero = {0};
-    int rc = 0;
-    for (int o = zero_op + 1; o < g->n_ops && !rc; o++) {
+    cells c;
+    if (cells_init(&c, g)) {
+        cells_free(&c);
+        return tg_graph_out_of_memory(g);
+    }
+    for (int o = zero_op + 1; o < g->n_ops; o++) {
         tg_op *op = &g->ops[o];
         /* A gradient read before it is complete (none is, in the models built here) must
          * hold zeros where nothing has written it yet. */
-        for (int s = 0; s < TG_OP_MAX_IN && !rc; s++) {
-            const int t = op->in[s];
-            if (is_grad(g, t))
-                rc = set_add_gaps(&written, g->tensors[t].offset, g->tensors[t].offset + g->tensors[t].bytes, &zero);
-        }
+        for (int s = 0; s < TG_OP_MAX_IN; s++)
+            if (is_grad(g, op->in[s])) clear_unwritten(&c, &g->tensors[op->in[s]]);
         int slots[2], n = overwritable_slots(op, slots), fresh = n > 0;
         for (int k = 0; k < n; k++) {
             const int t = op->out[slots[k]];
             /* A LayerNorm backward's scratch dgamma/dbeta (frozen parameters) is nobody's
              * sum: overwriting it is what it wants. */
             if (t >= 0 && op->kind != TG_OP_MATMUL && g->tensors[t].pool == TG_POOL_ACTIVATIONS) continue;
-            if (t >= 0 && (!is_grad(g, t) || set_covered(&written, g->tensors[t].offset,
-                                                         g->tensors[t].offset + g->tensors[t].bytes)))
-                fresh = 0;
+            if (t >= 0 && (!is_grad(g, t) || any_written(&c, &g->tensors[t]))) fresh = 0;
         }
         if (fresh) set_overwrite(op);
-        for (int s = 0; s < TG_OP_MAX_OUT && !rc; s++) {
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
             const int t = op->out[s];
             if (!is_grad(g, t)) continue;
-            const uint64_t a = g->tensors[t].offset, b = a + g->tensors[t].bytes;
-            if (!always_overwrites(op, s)) rc = set_add_gaps(&written, a, b, &zero); /* adds onto zeros */
-            if (!rc) rc = set_add(&written, a, b);
+            if (!always_overwrites(op, s)) clear_unwritten(&c, &g->tensors[t]); /* adds onto zeros */
+            mark_written(&c, &g->tensors[t]);
         }
     }
     /* Gradients nothing writes stay zero. */
-    for (int t = 0; t < g->n_tensors && !rc; t++)
-        if (is_grad(g, t) && (g->tensors[t].flags & TG_TENSOR_GRAD))
-            rc = set_add_gaps(&written, g->tensors[t].offset, g->tensors[t].offset + g->tensors[t].bytes, &zero);
-    /* Spans closer than ZERO_MERGE_BYTES become one: clearing bytes that are overwritten
-     * later is harmless (every ZERO runs before the first gradient write) and costs less
-     * than another launch. */
-    int m = 0;
-    for (int k = 0; k < zero.n; k++) {
-        if (m && zero.v[k].a - zero.v[m - 1].b < ZERO_MERGE_BYTES) zero.v[m - 1].b = zero.v[k].b;
-        else zero.v[m++] = zero.v[k];
+    for (int t = 0; t < g->n_tensors; t++)
+        if (is_grad(g, t) && (g->tensors[t].flags & TG_TENSOR_GRAD)) clear_unwritten(&c, &g->tensors[t]);
+    /* The runs of cells to clear, as byte ranges in offset order; ranges closer than
+     * ZERO_MERGE_BYTES become one: clearing bytes that are overwritten later is harmless
+     * (every ZERO runs before the first gradient write) and costs less than another launch. */
+    tg_span *zero = tg_compiler_malloc(sizeof *zero * ((size_t)c.m + 1));
+    if (!zero) {
+        cells_free(&c);
+        return tg_graph_out_of_memory(g);
     }
-    zero.n = m;
+    int n_zero = 0;
+    for (int k = 0; k < c.m;) {
+        if (!c.zero[k]) {
+            k++;
+            continue;
+        }
+        const uint64_t a = c.edge[k];
+        while (k < c.m && c.zero[k]) k++;
+        if (n_zero && a - zero[n_zero - 1].b < ZERO_MERGE_BYTES) zero[n_zero - 1].b = c.edge[k];
+        else zero[n_zero++] = (tg_span){a, c.edge[k]};
+    }
+    cells_free(&c);
     /* One ZERO per span, in place of the ZERO of the whole buffer. */
     const int first_new = g->n_ops, phase = g->phase;
     g->phase = g->ops[zero_op].phase;
-    for (int k = 0; k < zero.n && !rc && !g->failed; k++) {
+    for (int k = 0; k < n_zero && !g->failed; k++) {
         char name[TG_NAME_MAX];
         snprintf(name, sizeof name, "grads.zero.%d", k);
-        const int64_t n = (int64_t)((zero.v[k].b - zero.v[k].a) / 4);
+        const int64_t n = (int64_t)((zero[k].b - zero[k].a) / 4);
         const int t = tg_graph_tensor(g, name, TG_F32, TG_POOL_GRADS, 1, &n);
         if (t < 0) break;
         g->tensors[t].flags |= TG_TENSOR_VIEW;
-        g->tensors[t].offset = zero.v[k].a;
+        g->tensors[t].offset = zero[k].a;
         tg_op_spec z = tg_spec(TG_OP_ZERO);
         z.out[0] = t;
         tg_graph_op(g, &z);
     }
     g->phase = phase;
-    free(written.v);
-    free(zero.v);
-    if (rc) return tg_graph_fail(g, "out of memory");
+    free(zero);
     if (g->failed) return -1;
     /* Move the new ops (the tail) to where the old ZERO was, which goes. */
     const int added = g->n_ops - first_new;
-    tg_op *moved = malloc(sizeof *moved * (size_t)(added ? added : 1));
-    if (!moved) return tg_graph_fail(g, "out of memory");
+    tg_op *moved = tg_compiler_malloc(sizeof *moved * (size_t)(added ? added : 1));
+    if (!moved) return tg_graph_out_of_memory(g);
     memcpy(moved, g->ops + first_new, sizeof *moved * (size_t)added);
     memmove(g->ops + zero_op + added, g->ops + zero_op + 1, sizeof *g->ops * (size_t)(first_new - zero_op - 1));
     memcpy(g->ops + zero_op, moved, sizeof *moved * (size_t)added);

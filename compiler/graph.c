@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checked.h"
+#include "compiler/compiler_alloc.h"
+#include "compiler/limits.h"
+#include "compiler/size_check.h"
 #include "plan/op_meta.h"
 
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err) {
@@ -61,6 +65,33 @@ int tg_graph_job_fail(tg_graph *g, int key, const char *fmt, ...) {
     return -1;
 }
 
+int tg_graph_out_of_memory(tg_graph *g) {
+    if (!g->failed) {
+        tg_fail(g->err, "out of memory compiling model '%s' (at %d tensors and %d ops)", g->cfg ? g->cfg->source : "?",
+                g->n_tensors, g->n_ops);
+        g->failed = 1;
+    }
+    return -1;
+}
+
+int tg_graph_size_fail(tg_graph *g, int key, const char *fmt, ...) {
+    if (!g->failed) {
+        char msg[900];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        if (g->job) {
+            char where[TG_PATH_MAX + 32];
+            tg_fail(g->err, "%s: key '%s': %s", tg_job_where(g->job, key, where, sizeof where), tg_job_key_name(key), msg);
+        } else {
+            tg_fail(g->err, "%s", msg);
+        }
+        g->failed = 1;
+    }
+    return -1;
+}
+
 int tg_graph_check_freeze(tg_graph *g) {
     if (g->failed) return -1;
     char unmatched[600] = "";
@@ -76,11 +107,13 @@ int tg_graph_check_freeze(tg_graph *g) {
                              n > 1 ? "match" : "matches", g->cfg->source, first_param_name(g));
 }
 
+/* Grows an array to hold `need` entries; need is at most TG_MAX_GRAPH_TENSORS or
+ * TG_MAX_GRAPH_OPS (2^24), so the doubling stays far from overflowing int. */
 static int grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int n = *cap ? *cap * 2 : 256;
     while (n < need) n *= 2;
-    void *q = realloc(*p, (size_t)n * elem);
+    void *q = tg_compiler_realloc(*p, (size_t)n * elem);
     if (!q) return -1;
     *p = q;
     *cap = n;
@@ -95,21 +128,40 @@ int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim
     int64_t dims[TG_MAX_DIMS] = {0};
     for (int d = 0; d < ndim; d++) dims[d] = shape[d];
     shape = dims;
+    /* The size, checked before the tensor is added: any tensor must fit one pool. */
+    uint64_t numel = 1, bytes = 0;
+    int overflow = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] <= 0) return tg_graph_fail(g, "tensor %s dim %d is %lld", name, d, (long long)shape[d]);
+        overflow |= tg_mul_u64(numel, (uint64_t)shape[d], &numel) != 0;
+    }
+    overflow |= tg_mul_u64(numel, (uint64_t)tg_dtype_size(dtype), &bytes) != 0;
+    if (overflow || bytes > TG_MAX_POOL_BYTES) {
+        char what[600], dims_text[200] = "", size[32], limit[32];
+        tg_describe_pool_size(g->job, g->cfg, pool, what, sizeof what);
+        for (int d = 0; d < ndim; d++) {
+            size_t at = strlen(dims_text);
+            snprintf(dims_text + at, sizeof dims_text - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+        }
+        if (overflow) snprintf(size, sizeof size, "more than 2^64 bytes");
+        else tg_format_bytes(bytes, size, sizeof size);
+        tg_format_bytes(TG_MAX_POOL_BYTES, limit, sizeof limit);
+        return tg_graph_size_fail(g, tg_pool_size_key(pool),
+                                  "%s: tensor %s [%s] is %s, more than the %s one memory pool may hold", what, name,
+                                  dims_text, size, limit);
+    }
+    if (g->n_tensors >= TG_MAX_GRAPH_TENSORS)
+        return tg_graph_size_fail(g, TG_JOB_MODEL, "the graph needs more than %d tensors", TG_MAX_GRAPH_TENSORS);
     if (grow((void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1, sizeof *g->tensors))
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     tg_tensor *t = &g->tensors[g->n_tensors];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = dtype;
     t->pool = pool;
     t->ndim = ndim;
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] <= 0) return tg_graph_fail(g, "tensor %s dim %d is %lld", name, d, (long long)shape[d]);
-        t->shape[d] = shape[d];
-        numel *= shape[d];
-    }
-    t->bytes = (uint64_t)numel * (uint64_t)tg_dtype_size(dtype);
+    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+    t->bytes = bytes;
     t->first_use = t->last_use = -1;
     t->grad = -1;
     t->master = -1;
@@ -184,8 +236,10 @@ int tg_param_pack(tg_graph *g, const char *name, const int *members, int n, int 
 
 int tg_graph_op(tg_graph *g, const tg_op_spec *spec) {
     if (g->failed) return -1;
+    if (g->n_ops >= TG_MAX_GRAPH_OPS)
+        return tg_graph_size_fail(g, TG_JOB_MODEL, "the graph needs more than %d ops", TG_MAX_GRAPH_OPS);
     if (grow((void **)&g->ops, &g->cap_ops, g->n_ops + 1, sizeof *g->ops))
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     tg_op *op = &g->ops[g->n_ops];
     memset(op, 0, sizeof *op);
     op->kind = spec->kind;

@@ -44,7 +44,9 @@ typedef struct tg_graph {
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err);
 void tg_graph_free(tg_graph *g);
 
-/* Adds a tensor; shape is given as ndim dims. Returns its index (or -1 after failure). */
+/* Adds a tensor; shape is given as ndim dims, each positive, of at most TG_MAX_POOL_BYTES
+ * in all (refused naming the tensor and the fields that size its pool). Returns its index,
+ * or -1 after any failure of the graph. */
 int tg_graph_tensor(tg_graph *g, const char *name, int dtype, int pool, int ndim, const int64_t *shape);
 /* Shorthands for fp32 activations of 1..4 dims. */
 int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
@@ -76,6 +78,14 @@ typedef struct tg_op_spec {
     tg_op_params p; /* the member of the kind's parameter set */
 } tg_op_spec;
 int tg_graph_op(tg_graph *g, const tg_op_spec *spec);
+
+/* Fails the compilation for want of memory (an allocation failed; not a builder bug):
+ * "out of memory compiling model '<source>' (at <n> tensors and <m> ops)". */
+int tg_graph_out_of_memory(tg_graph *g);
+
+/* Fails the compilation with a size past a limit (compiler/limits.h): "<where key was set>:
+ * key '<key>': <message>", or the message alone for a graph without a job. */
+int tg_graph_size_fail(tg_graph *g, int key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Records an internal error once (a builder bug, not a user error). */
 int tg_graph_fail(tg_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

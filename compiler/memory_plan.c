@@ -1,11 +1,29 @@
 #include "compiler/memory_plan.h"
+#include "compiler/compiler_alloc.h"
+#include "compiler/limits.h"
+#include "compiler/size_check.h"
+#include "compiler/span_set.h"
+#include "base/checked.h"
 #include "plan/validate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Callers keep x at most TG_MAX_POOL_BYTES plus a tensor (at most as much again), far from
+ * overflowing. */
 static uint64_t align_up(uint64_t x) { return (x + TG_TENSOR_ALIGN - 1) / TG_TENSOR_ALIGN * TG_TENSOR_ALIGN; }
+
+/* A pool that would pass TG_MAX_POOL_BYTES (at least `bytes`): a job error naming the
+ * fields that size it. */
+static int pool_too_large(tg_graph *g, int pool, uint64_t bytes) {
+    char what[600], need[32], limit[32];
+    tg_describe_pool_size(g->job, g->cfg, pool, what, sizeof what);
+    tg_format_bytes(bytes, need, sizeof need);
+    tg_format_bytes(TG_MAX_POOL_BYTES, limit, sizeof limit);
+    return tg_graph_size_fail(g, tg_pool_size_key(pool), "%s: the %s pool needs at least %s, more than the %s one pool may hold",
+                              what, tg_pool_name(pool), need, limit);
+}
 
 static int view(tg_graph *g, const char *name, int pool, uint64_t bytes) {
     int64_t n = (int64_t)(bytes / 4);
@@ -31,28 +49,25 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
     int n = g->n_tensors;
     /* Per tensor: the bytes of the packed group members it covers (views of a group), and
      * whether it is placed yet. */
-    uint64_t *member_bytes = calloc((size_t)n + 1, sizeof *member_bytes);
-    char *placed = calloc((size_t)n + 1, 1);
+    uint64_t *member_bytes = tg_compiler_calloc((size_t)n + 1, sizeof *member_bytes);
+    char *placed = tg_compiler_calloc((size_t)n + 1, 1);
     /* Built once, so the layout is linear in the tensors: the widest view of each tensor
      * (packed views excluded), and each group member's next member in tensor order. */
-    uint64_t *widest_view = calloc((size_t)n + 1, sizeof *widest_view);
-    int *next_member = malloc(sizeof *next_member * ((size_t)n + 1));
-    if (!member_bytes || !placed || !widest_view || !next_member) {
-        free(member_bytes), free(placed), free(widest_view), free(next_member);
-        return tg_graph_fail(g, "out of memory");
+    uint64_t *widest_view = tg_compiler_calloc((size_t)n + 1, sizeof *widest_view);
+    int *next_member = tg_compiler_malloc(sizeof *next_member * ((size_t)n + 1));
+    int *head = tg_compiler_calloc((size_t)n + 1, sizeof *head); /* group -> first member + 1 */
+    if (!member_bytes || !placed || !widest_view || !next_member || !head) {
+        free(member_bytes), free(placed), free(widest_view), free(next_member), free(head);
+        return tg_graph_out_of_memory(g);
     }
     for (int t = 0; t < n; t++)
-        if (g->tensors[t].pool == pool && g->tensors[t].group >= 0) member_bytes[g->tensors[t].group] += g->tensors[t].bytes;
+        if (g->tensors[t].pool == pool && g->tensors[t].group >= 0)
+            member_bytes[g->tensors[t].group] = tg_add_sat_u64(member_bytes[g->tensors[t].group], g->tensors[t].bytes);
     for (int v = 0; v < n; v++) {
         const tg_tensor *w = &g->tensors[v];
         if ((w->flags & TG_TENSOR_VIEW) && w->pool == pool && w->master >= 0 && w->master < n && !member_bytes[v] &&
             w->bytes > widest_view[w->master])
             widest_view[w->master] = w->bytes;
-    }
-    int *head = widest_view ? (int *)calloc((size_t)n + 1, sizeof *head) : NULL; /* group -> first member + 1 */
-    if (!head) {
-        free(member_bytes), free(placed), free(widest_view), free(next_member);
-        return tg_graph_fail(g, "out of memory");
     }
     for (int t = n - 1; t >= 0; t--) {
         int grp = g->tensors[t].group;
@@ -61,14 +76,18 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
         head[grp] = t + 1;
     }
     free(head);
-    for (int t = 0; t < n; t++) {
+    /* Every tensor is at most TG_MAX_POOL_BYTES (tg_graph_tensor) and end stays at most
+     * that, so each sum below is checked before it could overflow. */
+    int too_large = 0;
+    for (int t = 0; t < n && !too_large; t++) {
         tg_tensor *x = &g->tensors[t];
         if (x->pool != pool || (x->flags & TG_TENSOR_VIEW) || placed[t]) continue;
         if (x->group >= 0) {
             /* A packed group: all its members back to back, in tensor order, as one block. */
-            for (int m = t; m >= 0; m = next_member[m]) {
+            for (int m = t; m >= 0 && !too_large; m = next_member[m]) {
                 g->tensors[m].offset = end;
                 end += g->tensors[m].bytes;
+                too_large = end > TG_MAX_POOL_BYTES;
                 placed[m] = 1;
             }
         } else {
@@ -78,11 +97,13 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
             end += span;
         }
         end = align_param_end(end);
+        too_large |= end > TG_MAX_POOL_BYTES;
     }
     int bad_group = -1;
     for (int t = 0; t < n; t++)
         if (member_bytes[t] && member_bytes[t] != g->tensors[t].bytes) bad_group = t;
     free(placed), free(member_bytes), free(widest_view), free(next_member);
+    if (too_large) return pool_too_large(g, pool, end);
     if (bad_group >= 0) return tg_graph_fail(g, "packed view %s does not cover its members", g->tensors[bad_group].name);
     for (int t = 0; t < n; t++) {
         tg_tensor *x = &g->tensors[t];
@@ -162,11 +183,6 @@ static void compute_liveness(tg_graph *g, const int *phase_begin) {
 
 /* ---- activation offsets: greedy by size, best fit among overlapping lifetimes -------- */
 
-typedef struct placed {
-    uint64_t offset, end;
-    int first, last;
-} placed;
-
 static const tg_tensor *g_sort_tensors;
 
 static int by_size_desc(const void *a, const void *b) {
@@ -176,83 +192,71 @@ static int by_size_desc(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b;
 }
 
-/* The placed activations in offset order, in blocks of at most PLACED_BLOCK, each block
- * with the earliest first use and latest last use of its members: a placement scans the
- * blocks in offset order and skips those whose members' lifetimes cannot overlap its own,
- * instead of collecting and sorting the overlapping ones again for every tensor. */
-enum { PLACED_BLOCK = 64 };
+/* The placed activations by lifetime: a segment tree over the ops, where each placed
+ * tensor's op range [first, last] is split into O(log ops) nodes that it covers whole. Each
+ * node keeps the byte ranges [offset, aligned end) of the tensors split into it (own) and of
+ * those split into it or any node below it (sub), as merged span sets. The tensors whose
+ * lifetimes meet [first, last] are then those in `sub` of the nodes that [first, last]
+ * covers whole and in `own` of the nodes above them: their union is read from O(log ops)
+ * sets, whose sizes are the number of separate runs of occupied bytes, instead of from every
+ * overlapping tensor (all the saved activations of a deep model overlap each other). */
+typedef struct life_tree {
+    int leaves; /* a power of two >= the ops */
+    tg_span_set *own, *sub; /* per node: 1 the root, 2k and 2k+1 the halves of k */
+} life_tree;
 
-typedef struct placed_block {
-    int n, min_first, max_last;
-    placed item[PLACED_BLOCK];
-} placed_block;
-
-typedef struct placed_set {
-    placed_block **block;
-    int n_blocks, cap;
-} placed_set;
-
-static void block_bounds(placed_block *b) {
-    b->min_first = b->item[0].first, b->max_last = b->item[0].last;
-    for (int i = 1; i < b->n; i++) {
-        if (b->item[i].first < b->min_first) b->min_first = b->item[i].first;
-        if (b->item[i].last > b->max_last) b->max_last = b->item[i].last;
-    }
+static int life_tree_init(life_tree *t, int n_ops) {
+    t->leaves = 1;
+    while (t->leaves < n_ops) t->leaves *= 2;
+    t->own = tg_compiler_calloc(2 * (size_t)t->leaves, sizeof *t->own);
+    t->sub = tg_compiler_calloc(2 * (size_t)t->leaves, sizeof *t->sub);
+    return t->own && t->sub ? 0 : -1;
 }
 
-/* Adds p after every member with an offset at or below its own. -1 when out of memory. */
-static int placed_insert(placed_set *s, placed p) {
-    int bi = 0;
-    while (bi < s->n_blocks - 1 && s->block[bi]->item[s->block[bi]->n - 1].offset <= p.offset) bi++;
-    if (s->n_blocks == 0 || s->block[bi]->n == PLACED_BLOCK) {
-        if (s->n_blocks == s->cap) {
-            int cap = s->cap ? 2 * s->cap : 16;
-            placed_block **grown = realloc(s->block, sizeof *grown * (size_t)cap);
-            if (!grown) return -1;
-            s->block = grown, s->cap = cap;
-        }
-        placed_block *fresh = malloc(sizeof *fresh);
-        if (!fresh) return -1;
-        fresh->n = 0;
-        if (s->n_blocks == 0) {
-            s->block[s->n_blocks++] = fresh;
-        } else { /* split the full block: its upper half moves to the fresh one after it */
-            placed_block *full = s->block[bi];
-            fresh->n = PLACED_BLOCK / 2;
-            memcpy(fresh->item, full->item + PLACED_BLOCK / 2, sizeof *fresh->item * (size_t)fresh->n);
-            full->n = PLACED_BLOCK / 2;
-            block_bounds(full), block_bounds(fresh);
-            memmove(s->block + bi + 2, s->block + bi + 1, sizeof *s->block * (size_t)(s->n_blocks - bi - 1));
-            s->block[bi + 1] = fresh;
-            s->n_blocks++;
-            if (fresh->item[0].offset <= p.offset) bi++;
-        }
-    }
-    placed_block *b = s->block[bi];
-    int at = b->n;
-    while (at > 0 && b->item[at - 1].offset > p.offset) at--;
-    memmove(b->item + at + 1, b->item + at, sizeof *b->item * (size_t)(b->n - at));
-    b->item[at] = p;
-    if (b->n++ == 0 || p.first < b->min_first) b->min_first = p.first;
-    if (b->n == 1 || p.last > b->max_last) b->max_last = p.last;
-    return 0;
+static void life_tree_free(life_tree *t) {
+    for (int k = 0; t->own && t->sub && k < 2 * t->leaves; k++) tg_span_set_free(&t->own[k]), tg_span_set_free(&t->sub[k]);
+    free(t->own), free(t->sub);
 }
 
-static void placed_free(placed_set *s) {
-    for (int i = 0; i < s->n_blocks; i++) free(s->block[i]);
-    free(s->block);
+/* Records bytes [a, b) as taken during ops [first, last], under node k (ops [lo, hi]). */
+static int life_tree_add(life_tree *t, int k, int lo, int hi, int first, int last, uint64_t a, uint64_t b) {
+    if (last < lo || first > hi) return 0;
+    if (first <= lo && hi <= last) return tg_span_set_add(&t->own[k], a, b) || tg_span_set_add(&t->sub[k], a, b) ? -1 : 0;
+    const int mid = lo + (hi - lo) / 2;
+    if (life_tree_add(t, 2 * k, lo, mid, first, last, a, b) || life_tree_add(t, 2 * k + 1, mid + 1, hi, first, last, a, b))
+        return -1;
+    return tg_span_set_add(&t->sub[k], a, b);
+}
+
+/* Adds to *taken the bytes taken at any op of [first, last], under node k (ops [lo, hi]). */
+static int life_tree_taken(const life_tree *t, int k, int lo, int hi, int first, int last, tg_span_set *taken) {
+    if (last < lo || first > hi) return 0;
+    const int whole = first <= lo && hi <= last;
+    const tg_span_set *s = whole ? &t->sub[k] : &t->own[k];
+    for (int i = 0; i < s->n; i++)
+        if (tg_span_set_add(taken, s->v[i].a, s->v[i].b)) return -1;
+    if (whole) return 0;
+    const int mid = lo + (hi - lo) / 2;
+    return life_tree_taken(t, 2 * k, lo, mid, first, last, taken) ||
+                   life_tree_taken(t, 2 * k + 1, mid + 1, hi, first, last, taken)
+               ? -1
+               : 0;
 }
 
 static int place_activations(tg_graph *g, uint64_t *extent) {
     int n = 0;
-    int *order = malloc(sizeof *order * (size_t)g->n_tensors);
-    placed_set done = {0};
-    if (!order) return tg_graph_fail(g, "out of memory");
+    int *order = tg_compiler_malloc(sizeof *order * ((size_t)g->n_tensors + 1));
+    life_tree tree = {0};
+    tg_span_set taken = {0};
+    if (!order || life_tree_init(&tree, g->n_ops)) {
+        free(order), life_tree_free(&tree);
+        return tg_graph_out_of_memory(g);
+    }
     for (int t = 0; t < g->n_tensors; t++) {
         const tg_tensor *x = &g->tensors[t];
         if (x->pool != TG_POOL_ACTIVATIONS) continue;
         if (x->first_use < 0) {
-            free(order);
+            free(order), life_tree_free(&tree);
             return tg_graph_fail(g, "activation %s is never used", x->name);
         }
         order[n++] = t;
@@ -260,36 +264,38 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
     g_sort_tensors = g->tensors;
     qsort(order, (size_t)n, sizeof *order, by_size_desc);
     uint64_t top = 0;
-    for (int i = 0; i < n; i++) {
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
         tg_tensor *x = &g->tensors[order[i]];
-        /* Best fit: the smallest gap that holds x between the placed tensors whose lifetimes
-         * overlap x's, taken in offset order (the lowest of equal ones), else above them all.
-         * Members at equal offsets give the same gaps in any order. */
+        /* Best fit: the smallest gap that holds x between the bytes taken (up to their
+         * aligned ends) by the placed tensors whose lifetimes overlap x's, the lowest of
+         * equal ones, else above them all. */
+        taken.n = 0;
+        if (life_tree_taken(&tree, 1, 0, tree.leaves - 1, x->first_use, x->last_use, &taken)) {
+            rc = tg_graph_out_of_memory(g);
+            break;
+        }
         uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
-        for (int bi = 0; bi < done.n_blocks; bi++) {
-            const placed_block *b = done.block[bi];
-            if (b->max_last < x->first_use || b->min_first > x->last_use) continue;
-            for (int j = 0; j < b->n; j++) {
-                const placed *p = &b->item[j];
-                if (p->last < x->first_use || p->first > x->last_use) continue;
-                if (p->offset > cursor) {
-                    uint64_t gap = p->offset - cursor;
-                    if (gap >= x->bytes && gap < best_gap) best = cursor, best_gap = gap;
-                }
-                uint64_t e = align_up(p->end);
-                if (e > cursor) cursor = e;
+        for (int j = 0; j < taken.n; j++) {
+            if (taken.v[j].a > cursor) {
+                const uint64_t gap = taken.v[j].a - cursor;
+                if (gap >= x->bytes && gap < best_gap) best = cursor, best_gap = gap;
             }
+            cursor = taken.v[j].b;
         }
         x->offset = best != UINT64_MAX ? best : cursor;
-        if (placed_insert(&done, (placed){x->offset, x->offset + x->bytes, x->first_use, x->last_use})) {
-            free(order), placed_free(&done);
-            return tg_graph_fail(g, "out of memory");
+        if (x->offset + x->bytes > TG_MAX_POOL_BYTES) {
+            rc = pool_too_large(g, TG_POOL_ACTIVATIONS, x->offset + x->bytes);
+            break;
         }
+        if (life_tree_add(&tree, 1, 0, tree.leaves - 1, x->first_use, x->last_use, x->offset,
+                          align_up(x->offset + x->bytes)))
+            rc = tg_graph_out_of_memory(g);
         if (x->offset + x->bytes > top) top = x->offset + x->bytes;
     }
-    free(order), placed_free(&done);
+    free(order), life_tree_free(&tree), tg_span_set_free(&taken);
     *extent = top;
-    return 0;
+    return rc;
 }
 
 int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],
@@ -313,6 +319,8 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
         tg_tensor *x = &g->tensors[t];
         if (x->flags & TG_TENSOR_VIEW) continue;
         if (x->pool == TG_POOL_OPTIM || x->pool == TG_POOL_INPUTS || x->pool == TG_POOL_WORKSPACE) {
+            /* cursor and x->bytes are each at most TG_MAX_POOL_BYTES: the sum cannot overflow. */
+            if (cursor[x->pool] + x->bytes > TG_MAX_POOL_BYTES) return pool_too_large(g, x->pool, cursor[x->pool] + x->bytes);
             x->offset = cursor[x->pool];
             cursor[x->pool] = align_up(cursor[x->pool] + x->bytes);
             if (x->offset + x->bytes > pool_bytes[x->pool]) pool_bytes[x->pool] = x->offset + x->bytes;

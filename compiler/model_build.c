@@ -171,6 +171,7 @@ static int dropout(builder *b, const char *name, int x, float p) {
 
 static int add(builder *b, const char *name, int x, int y) {
     tg_graph *g = b->g;
+    if (x < 0) return -1; /* an earlier failure, already recorded */
     const tg_tensor *src = &g->tensors[x];
     int z = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
     tg_op_spec s = tg_spec(TG_OP_ADD);

@@ -1,4 +1,5 @@
 #include "compiler/precision.h"
+#include "compiler/compiler_alloc.h"
 #include "compiler/grad_buckets.h"
 
 #include <stdio.h>
@@ -28,11 +29,11 @@ static int frozen_unit(const tg_graph *g, int t) {
  * the weights, and the matmuls read the copy. Offsets come later (tg_plan_fixed_layout). */
 static int frozen_storage(tg_graph *g) {
     const int n0 = g->n_tensors;
-    char *by_matmul = calloc((size_t)n0, 1), *by_other = calloc((size_t)n0, 1);
-    int *copy_of = malloc(sizeof *copy_of * (size_t)n0);
+    char *by_matmul = tg_compiler_calloc((size_t)n0, 1), *by_other = tg_compiler_calloc((size_t)n0, 1);
+    int *copy_of = tg_compiler_malloc(sizeof *copy_of * (size_t)n0);
     if (!by_matmul || !by_other || !copy_of) {
         free(by_matmul), free(by_other), free(copy_of);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int o = 0; o < g->n_ops; o++) {
         const tg_op *op = &g->ops[o];
@@ -90,8 +91,8 @@ int tg_apply_precision(tg_graph *g, int precision) {
 
     /* bf16 copies of the parameters, one contiguous buffer with the masters' layout. */
     int n0 = g->n_tensors;
-    int *copy_of = calloc((size_t)n0, sizeof *copy_of);
-    if (!copy_of) return tg_graph_fail(g, "out of memory");
+    int *copy_of = tg_compiler_calloc((size_t)n0, sizeof *copy_of);
+    if (!copy_of) return tg_graph_out_of_memory(g);
     for (int t = 0; t < n0; t++) {
         copy_of[t] = -1;
         if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
@@ -122,10 +123,10 @@ int tg_apply_precision(tg_graph *g, int precision) {
     }
 
     /* Which fp32 activations stay fp32. */
-    char *keep = calloc((size_t)g->n_tensors, 1);
+    char *keep = tg_compiler_calloc((size_t)g->n_tensors, 1);
     if (!keep) {
         free(copy_of);
-        return tg_graph_fail(g, "out of memory");
+        return tg_graph_out_of_memory(g);
     }
     for (int o = 0; o < g->n_ops; o++) {
         tg_op *op = &g->ops[o];

@@ -1,4 +1,5 @@
 #include "runtime/trainer.h"
+#include "base/checked.h"
 #include "base/clock.h"
 
 #include <math.h>
@@ -145,6 +146,9 @@ static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, 
     t->staging_marked[t->cur] = mark;
 }
 
+/* The most steps one run may take: what the step counters (int32, total_steps) hold. */
+#define MAX_RUN_STEPS INT32_MAX
+
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
     memset(t, 0, sizeof *t);
     t->plan = plan;
@@ -210,8 +214,18 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     }
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
-    int32_t per_epoch = t->has_train ? (int32_t)((t->train.n + global_batch - 1) / global_batch) : 1;
-    t->total_steps = run->steps > 0 ? run->steps : run->epochs * per_epoch;
+    const int64_t per_epoch = t->has_train ? ((int64_t)t->train.n + global_batch - 1) / global_batch : 1;
+    /* epochs x steps per epoch, both from user input: computed without overflow and at most
+     * MAX_RUN_STEPS. */
+    int64_t total = run->steps;
+    if (run->steps <= 0 && (tg_mul_i64(run->epochs, per_epoch, &total) || total > MAX_RUN_STEPS)) {
+        tg_fail(err, "%s: key 'epochs': %d epochs of %lld steps (%d rows in batches of %lld) make %lld steps, more "
+                "than the %d one run may take",
+                plan->job_path, run->epochs, (long long)per_epoch, t->has_train ? t->train.n : 0,
+                (long long)global_batch, (long long)total, MAX_RUN_STEPS);
+        goto fail;
+    }
+    t->total_steps = (int32_t)total;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
         goto fail;
     return 0;
