@@ -271,6 +271,7 @@ int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_s
         free(w);
         return -1;
     }
+    (void)chmod(w->tmp, 0755); /* mkdtemp's 0700 would carry over to OUTDIR */
     tg_shard_manifest *m = &w->m;
     m->version = TG_SHARD_VERSION;
     m->task = desc->task;
