@@ -19,6 +19,16 @@ GPU_DIR := $(BUILD)/gpu
 LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c api/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard cli/*.c)
+# NOTE (until the tokenizers branch is merged): `data convert` (cli/data_convert.c) calls the
+# tokenizer of datasets/tokenizer.h, implemented in datasets/tokenizer.c on that branch.
+# Without it the CLI is linked without the command (TG_DATA_CONVERT_PENDING hides its
+# dispatch in cli/main.c and its include in tests/test_cli_metrics.c); cli/data_convert.c is
+# still compiled so it keeps building. At merge: delete this block and those two #ifndefs.
+ifeq ($(wildcard datasets/tokenizer.c),)
+CLI_SRC := $(filter-out cli/data_convert.c,$(CLI_SRC))
+CFLAGS += -DTG_DATA_CONVERT_PENDING
+all: $(BUILD)/cli/data_convert.o
+endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -139,7 +149,7 @@ test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := job plan model_config safetensors dataset
+FUZZ_TARGETS := job plan model_config safetensors dataset shards csv squad
 FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, and the job reader.

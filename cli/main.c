@@ -15,6 +15,7 @@
 #include "api/front.h"
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
+#include "cli/data_convert.h"
 #include "cli/metrics.h"
 #include "cli/profile.h"
 #include "plan/inspect.h"
@@ -38,6 +39,7 @@ static const char usage[] =
     "  tunegraph inspect PLAN [--json]\n"
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
+    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -547,6 +549,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+#ifndef TG_DATA_CONVERT_PENDING /* the Makefile's note says why */
+    if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
+#endif
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         puts(TG_VERSION_STRING);
         return 0;

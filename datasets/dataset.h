@@ -1,6 +1,8 @@
 /* Pre-tokenized JSON Lines datasets and fixed-shape batches.
  * Each line: {"input_ids": [..], "label": n} for classify, {"input_ids": [..]} for lm;
- * optional "token_type_ids": [..] (same length as input_ids). */
+ * optional "token_type_ids": [..] (same length as input_ids). tg_dataset_load also takes
+ * a shard set made by `data convert` (datasets/shard_dataset.h): OUTDIR for its train
+ * split, OUTDIR/train or OUTDIR/eval. */
 #ifndef TUNEGRAPH_DATASET_H
 #define TUNEGRAPH_DATASET_H
 

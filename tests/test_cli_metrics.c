@@ -4,6 +4,9 @@
  * helpers. */
 #include "cli/metrics.c"
 #include "cli/profile.c"
+#ifndef TG_DATA_CONVERT_PENDING
+#include "cli/data_convert.c"
+#endif
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main

@@ -1,0 +1,193 @@
+/* `tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]`: opens the
+ * tokenizer, wraps it as the converter's text encoder and reports what was written. */
+#include "cli/data_convert.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "datasets/convert.h"
+#include "datasets/shard_format.h"
+#include "datasets/tokenizer.h"
+
+static const char data_usage[] =
+    "usage:\n"
+    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [--format csv|tsv|jsonl|squad|text|folders]\n"
+    "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
+    "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
+    "See README.md (Data) for the formats and the shard set it writes.\n";
+
+static int data_usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "tunegraph: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", data_usage);
+    return 2;
+}
+
+typedef struct tokenizer_encoder {
+    tg_tokenizer *tok;
+    tg_encoding enc;
+} tokenizer_encoder;
+
+static int encode_with_tokenizer(void *ctx, const char *text, size_t len, const char *pair, size_t pair_len,
+                                 const tg_encode_options *opt, const tg_encoding **out, tg_err *err) {
+    tokenizer_encoder *t = ctx;
+    if (tg_tokenizer_encode(t->tok, text, len, pair, pair_len, opt, &t->enc, err)) return -1;
+    *out = &t->enc;
+    return 0;
+}
+
+/* The command line as a shell would take it back, for the manifest: words with anything
+ * but [A-Za-z0-9_./=:,+-] single-quoted, bytes that are not printable ASCII as '?'. */
+static char *command_line(int argc, char **argv) {
+    size_t cap = 64;
+    for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
+    char *s = malloc(cap), *p = s;
+    if (!s) return NULL;
+    p += sprintf(p, "tunegraph data");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int plain = a[0] != 0;
+        for (const char *c = a; *c && plain; c++) plain = isalnum((unsigned char)*c) || strchr("_./=:,+-", *c);
+        *p++ = ' ';
+        if (!plain) *p++ = '\'';
+        for (const char *c = a; *c; c++) {
+            unsigned char u = (unsigned char)*c;
+            if (u == '\'' && !plain) p += sprintf(p, "'\\''");
+            else *p++ = u >= 0x20 && u < 0x7F ? (char)u : '?';
+        }
+        if (!plain) *p++ = '\'';
+    }
+    *p = 0;
+    return s;
+}
+
+static int parse_int(const char *text, long lo, long hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (!text[0] || isspace((unsigned char)text[0]) || errno || *end || v < lo || v > hi) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
+    tg_convert_options o = {.doc_stride = -1, .seed = 42};
+    const char *tokenizer = NULL;
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    if (!inputs) return 1;
+    o.inputs = inputs;
+    int seed_given = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = !strcmp(s, "-o") || !strcmp(s, "--tokenizer") || !strcmp(s, "--format") ||
+                    !strcmp(s, "--text-column") || !strcmp(s, "--pair-column") || !strcmp(s, "--label-column") ||
+                    !strcmp(s, "--labels") || !strcmp(s, "--seq") || !strcmp(s, "--doc-stride") ||
+                    !strcmp(s, "--eval-fraction") || !strcmp(s, "--seed");
+        if (takes && !value) {
+            free(inputs);
+            return data_usage_error("%s needs a value", s);
+        }
+        int bad = 0;
+        if (!strcmp(s, "-o")) o.outdir = value;
+        else if (!strcmp(s, "--tokenizer")) tokenizer = value;
+        else if (!strcmp(s, "--format")) bad = (o.format = tg_input_format_parse(value)) < 0;
+        else if (!strcmp(s, "--text-column")) o.text_column = value;
+        else if (!strcmp(s, "--pair-column")) o.pair_column = value;
+        else if (!strcmp(s, "--label-column")) o.label_column = value;
+        else if (!strcmp(s, "--labels")) o.labels = value;
+        else if (!strcmp(s, "--seq")) bad = parse_int(value, 2, 1 << 22, &o.seq);
+        else if (!strcmp(s, "--doc-stride")) bad = parse_int(value, 0, 1 << 22, &o.doc_stride);
+        else if (!strcmp(s, "--eval-fraction")) {
+            char *end;
+            o.eval_fraction = strtod(value, &end);
+            bad = !value[0] || *end || !(o.eval_fraction >= 0 && o.eval_fraction < 1);
+        } else if (!strcmp(s, "--seed")) {
+            char *end;
+            errno = 0;
+            o.seed = strtoull(value, &end, 10);
+            bad = !value[0] || *end || errno || value[0] == '-';
+            seed_given = 1;
+        } else if (!strcmp(s, "--skip-invalid")) o.skip_invalid = 1;
+        else if (s[0] == '-' && s[1]) {
+            free(inputs);
+            return data_usage_error("unknown option %s", s);
+        } else {
+            inputs[o.n_inputs++] = s;
+        }
+        if (bad) {
+            free(inputs);
+            if (!strcmp(s, "--format")) return data_usage_error("--format must be csv, tsv, jsonl, squad, text or folders, got '%s'", value);
+            if (!strcmp(s, "--eval-fraction")) return data_usage_error("--eval-fraction needs a number in [0, 1), got '%s'", value);
+            if (!strcmp(s, "--seed")) return data_usage_error("--seed needs a whole number from 0 to 2^64-1, got '%s'", value);
+            if (!strcmp(s, "--seq")) return data_usage_error("--seq needs a whole number from 2 to 4194304, got '%s'", value);
+            return data_usage_error("--doc-stride needs a whole number >= 0, got '%s'", value);
+        }
+        if (takes) i++;
+    }
+    const char *missing = !o.n_inputs ? "missing INPUT" : !o.outdir ? "missing -o OUTDIR"
+                        : !tokenizer  ? "missing --tokenizer PATH" : NULL;
+    if (!missing && seed_given && o.eval_fraction == 0) missing = "--seed picks the eval split: give --eval-fraction too";
+    if (missing) {
+        free(inputs);
+        return data_usage_error("%s", missing);
+    }
+    tg_err err = {{0}};
+    tokenizer_encoder te = {0};
+    if (tg_tokenizer_open(tokenizer, &te.tok, &err)) {
+        free(inputs);
+        fprintf(stderr, "tunegraph: %s\n", err.msg);
+        return 1;
+    }
+    tg_text_encoder enc = {.ctx = &te,
+                           .encode = encode_with_tokenizer,
+                           .family = tg_tokenizer_family_of(te.tok),
+                           .special = tg_tokenizer_special_ids(te.tok),
+                           .vocab_size = tg_tokenizer_vocab_size(te.tok),
+                           .identity = tg_tokenizer_identity(te.tok)};
+    char *command = command_line(all_argc, all_argv);
+    o.command = command;
+    tg_convert_report rep;
+    int rc = tg_convert(&o, &enc, &rep, &err);
+    free(command);
+    tg_encoding_free(&te.enc);
+    tg_tokenizer_free(te.tok);
+    free(inputs);
+    if (rc) {
+        fprintf(stderr, "tunegraph: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "tunegraph: wrote %s: %s", o.outdir, tg_shard_task_name(rep.task));
+    if (rep.n_labels) fprintf(stderr, " with %d labels", rep.n_labels);
+    fprintf(stderr, ", %" PRId64 " train records (%" PRId64 " tokens)", rep.records[0], rep.tokens[0]);
+    if (rep.records[1]) fprintf(stderr, " and %" PRId64 " eval records (%" PRId64 " tokens)", rep.records[1], rep.tokens[1]);
+    fprintf(stderr, " from %" PRId64 " %s", rep.units,
+            rep.format == TG_INPUT_SQUAD     ? "questions"
+            : rep.format == TG_INPUT_FOLDERS ? "files"
+            : rep.format == TG_INPUT_TEXT    ? "lines"
+                                             : "rows");
+    if (rep.format == TG_INPUT_SQUAD) fprintf(stderr, " (%" PRId64 " windows hold their answer)", rep.answered);
+    fprintf(stderr, "\n");
+    if (rep.skipped_invalid)
+        fprintf(stderr, "tunegraph: left out %" PRId64 " %s that %s not UTF-8 (--skip-invalid)\n", rep.skipped_invalid,
+                rep.format == TG_INPUT_FOLDERS ? (rep.skipped_invalid == 1 ? "file" : "files")
+                                               : (rep.skipped_invalid == 1 ? "row" : "rows"),
+                rep.skipped_invalid == 1 ? "is" : "are");
+    if (rep.skipped_empty)
+        fprintf(stderr, "tunegraph: left out %" PRId64 " rows that encode to no tokens\n", rep.skipped_empty);
+    return 0;
+}
+
+int cmd_data(int argc, char **argv) {
+    if (argc < 1) return data_usage_error("%s", "data needs a subcommand: convert");
+    if (!strcmp(argv[0], "convert")) return cmd_convert(argc - 1, argv + 1, argc, argv);
+    if (!strcmp(argv[0], "help") || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+        fputs(data_usage, stdout);
+        return 0;
+    }
+    return data_usage_error("unknown data subcommand '%s' (there is: convert)", argv[0]);
+}

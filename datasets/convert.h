@@ -1,0 +1,75 @@
+/* `data convert`: labelled text in (CSV, TSV, JSONL, a folder per label, SQuAD JSON, plain
+ * text), a shard set out (datasets/shard_writer.h).
+ *
+ * What each format gives:
+ *   csv, tsv, jsonl  a record per row: the text column (and pair column) encoded with the
+ *                    tokenizer's template, truncated to seq (longest first over a pair);
+ *                    classify when the rows have labels (the label column: "label", or
+ *                    the one named), else lm
+ *   folders          ROOT/LABEL/FILE: a classify record per file
+ *   squad            qa records: a window of the context per question, doc_stride apart
+ *                    (datasets/qa_features.h)
+ *   text             lm records: the lines encoded without template, each followed by the
+ *                    separator (the tokenizer's eos token, else its sep token), joined and
+ *                    cut into records of seq tokens; a last record of one token is dropped
+ * Label ids follow the sorted label names (datasets/labels.h) or the given list.
+ * With eval_fraction F > 0, ceil(F x N) of the N units (rows, files, lines, or SQuAD
+ * articles, so windows of one context stay together) go to the eval split, picked by a
+ * shuffle seeded with `seed`; both splits keep the input order. */
+#ifndef TUNEGRAPH_CONVERT_H
+#define TUNEGRAPH_CONVERT_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "datasets/text_encoder.h"
+
+typedef enum tg_input_format {
+    TG_INPUT_AUTO = 0,        /* from each input: .csv .tsv .jsonl .json (squad) .txt, a folder */
+    TG_INPUT_CSV,
+    TG_INPUT_TSV,
+    TG_INPUT_JSONL,
+    TG_INPUT_SQUAD,
+    TG_INPUT_TEXT,
+    TG_INPUT_FOLDERS
+} tg_input_format;
+
+#define TG_CONVERT_DEFAULT_SEQ 512
+#define TG_CONVERT_DEFAULT_QA_SEQ 384
+#define TG_CONVERT_DEFAULT_DOC_STRIDE 128
+
+typedef struct tg_convert_options {
+    const char *const *inputs;
+    int32_t n_inputs;
+    const char *outdir;
+    int32_t format;           /* tg_input_format */
+    const char *text_column;  /* NULL: "text" */
+    const char *pair_column;  /* NULL: none */
+    const char *label_column; /* NULL: "label" when the input has it */
+    const char *labels;       /* "a,b,c": the label names in id order; NULL: from the data */
+    int32_t seq;              /* 0: 512, squad 384 */
+    int32_t doc_stride;       /* squad: context tokens shared by consecutive windows; < 0: 128 */
+    double eval_fraction;     /* 0: no eval split */
+    uint64_t seed;
+    int32_t skip_invalid;     /* leave out text that is not UTF-8, counting it */
+    const char *command;      /* recorded in the manifest */
+    int64_t frame_bytes, shard_bytes; /* 0: the writer's defaults */
+} tg_convert_options;
+
+typedef struct tg_convert_report {
+    int32_t format, task;     /* tg_input_format, tg_shard_task */
+    int64_t units;            /* rows, files, lines or questions read */
+    int64_t records[2], tokens[2];
+    int64_t skipped_invalid;  /* rows or files left out as not UTF-8 */
+    int64_t skipped_empty;    /* rows that encode to no tokens */
+    int64_t answered;         /* qa windows holding their answer */
+    int32_t n_labels;
+} tg_convert_report;
+
+/* "csv" -> TG_INPUT_CSV ..., or -1. */
+int tg_input_format_parse(const char *name);
+const char *tg_input_format_name(int format);
+
+int tg_convert(const tg_convert_options *opt, const tg_text_encoder *enc, tg_convert_report *rep, tg_err *err);
+
+#endif
