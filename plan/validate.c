@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/op_meta.h"
+
 uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops) {
     /* Sweep over op indices with +bytes at first use and -bytes after last use. */
     int64_t *delta = calloc((size_t)n_ops + 1, sizeof *delta);
@@ -281,5 +283,20 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         if (iov[k] < -1 || iov[k] >= p->n_tensors)
             return tg_fail(err, "%s: io %s refers to tensor %d of %d", name, io_names[k],
                            iov[k], p->n_tensors);
+    return 0;
+}
+
+int tg_plan_validate_ops(const tg_plan *p, const char *name, tg_err *err) {
+    /* The same check the compiler runs on every op it emits: slots and dtypes by the op's
+     * signature, then its shape rule, so no kernel reads or writes past a tensor. */
+    const tg_op_check_ctx ctx = {p->tensors, p->n_tensors, p->train.replicas};
+    for (int o = 0; o < p->n_ops; o++) {
+        char why[160];
+        if (tg_op_check(&ctx, &p->ops[o], why, sizeof why))
+            return tg_fail(err, "%s: op %d (%s): %s", name, o, tg_op_name(p->ops[o].kind), why);
+    }
+    /* Then the layout: lifetimes, alignment, no two live tensors sharing bytes. */
+    tg_memory_report report;
+    if (tg_plan_check_memory(p, &report, err)) return tg_fail_context(err, "%s", name);
     return 0;
 }

@@ -28,9 +28,14 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
  * enums in range, positive train and run settings, tensor dims and byte sizes (the element
  * count times the dtype's size, without overflow), pools, offsets within their pool, known
  * flag bits and a consistent parameter class, tensor and op indices in range, the phase
- * table, matmul activations. Each op's parameters against its tensors are checked where the
- * compiler emits it (tg_op_check, plan/op_meta.h), not yet here. `name` (the file) starts
- * each message. */
+ * table, matmul activations. `name` (the file) starts each message. */
 int tg_plan_validate_tables(const tg_plan *plan, const char *name, tg_err *err);
+
+/* What the plan decoder checks next, on tables that passed tg_plan_validate_tables: each op
+ * against the tensors it touches, as the compiler checks every op it emits (tg_op_check,
+ * plan/op_meta.h: slots and dtypes, then the shape rule over its parameters; "NAME: op O
+ * (KIND): WHY"), then the layout (tg_plan_check_memory), so that no op of a loaded plan
+ * reads or writes outside its tensors or into a live tensor's bytes. */
+int tg_plan_validate_ops(const tg_plan *plan, const char *name, tg_err *err);
 
 #endif

@@ -9,9 +9,13 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "compiler/compile.h"
+#include "compiler/job.h"
 #include "plan/inspect.h"
 #include "plan/op_meta.h"
+#include "plan/plan_codec.h"
 #include "plan/plan_file.h"
+#include "plan/validate.h"
 #include "tests/harness.h"
 
 /* ---- a small consistent plan ------------------------------------------------- */
@@ -338,12 +342,19 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     return 0;
 }
 
+/* The decoder up to its table checks: build_plan's ops carry every field and parameter but
+ * are not consistent with their tensors (nor its layout sound), so the codec is tested
+ * below tg_plan_validate_ops, which test_plan_file_refuses_* test on compiled plans. */
+static int decode_tables(const uint8_t *bytes, size_t len, const char *name, tg_plan *back, tg_err *err) {
+    return tg_plan_decode_checked(bytes, len, name, TG_PLAN_CHECK_TABLES, back, err);
+}
+
 /* Encodes p, then decodes the bytes; returns the decode's result. */
 static int encode_decode(const tg_plan *p, tg_plan *back, tg_err *err) {
     uint8_t *bytes = NULL;
     size_t len = 0;
     if (tg_plan_encode(p, &bytes, &len, err)) return -2;
-    int rc = tg_plan_decode(bytes, len, "plan.tgp", back, err);
+    int rc = decode_tables(bytes, len, "plan.tgp", back, err);
     free(bytes);
     return rc;
 }
@@ -509,7 +520,14 @@ TG_TEST(test_plan_file_write_read) {
     p.run.steps = 12345;
     REQUIRE(tg_plan_write(&p, path, &err) == 0, "rewrite: %s", err.msg);
     CHECK(tg_test_count_files(dir) == 1, "rewrite left %d files", tg_test_count_files(dir));
-    REQUIRE(tg_plan_read(path, &back, &err) == 0, "read: %s", err.msg);
+    /* Read back as tg_plan_read does, decoded up to the table checks (decode_tables). */
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f, "cannot open %s", path);
+    uint8_t file[4096];
+    const size_t len = fread(file, 1, sizeof file, f);
+    fclose(f);
+    REQUIRE(len > 40 && len < sizeof file, "read %zu bytes", len);
+    REQUIRE(decode_tables(file, len, path, &back, &err) == 0, "read: %s", err.msg);
     char what[128] = "";
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "read plan differs at %s", what);
     CHECK(back.run.steps == 12345, "old plan read back");
@@ -534,7 +552,7 @@ TG_TEST(test_plan_file_truncated) {
     size_t cuts[] = {0, 3, 8, 20, 39, 40, 41, len / 2, len - 1};
     for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
         memset(&err, 0, sizeof err);
-        int rc = tg_plan_decode(bytes, cuts[c], "plan.tgp", &back, &err);
+        int rc = decode_tables(bytes, cuts[c], "plan.tgp", &back, &err);
         CHECK(rc == -1, "cut at %zu accepted", cuts[c]);
         CHECK(strncmp(err.msg, "plan.tgp: truncated", 19) == 0, "cut at %zu: '%s'", cuts[c],
               err.msg);
@@ -544,7 +562,7 @@ TG_TEST(test_plan_file_truncated) {
     char want[128];
     snprintf(want, sizeof want, "header says %zu compressed bytes, file has %zu", len - 40,
              len / 2 - 40);
-    tg_plan_decode(bytes, len / 2, "plan.tgp", &back, &err);
+    decode_tables(bytes, len / 2, "plan.tgp", &back, &err);
     CHECK(has(err.msg, want), "'%s' lacks '%s'", err.msg, want);
 
     /* The same through a file on disk. */
@@ -570,7 +588,7 @@ static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
     size_t len;
     if (tg_plan_encode(&p, &bytes, &len, err)) return -2;
     patch(bytes, len);
-    int rc = tg_plan_decode(bytes, len, "plan.tgp", &back, err);
+    int rc = decode_tables(bytes, len, "plan.tgp", &back, err);
     free(bytes);
     tg_plan_free(&p);
     tg_plan_free(&back);
@@ -832,7 +850,7 @@ static int reseal_decode(const uint8_t *file, const uint8_t *payload, size_t usi
         put64(sealed + 16, usize);
         put64(sealed + 24, csize);
         put64(sealed + 32, XXH64(sealed + 40, csize, 0));
-        rc = tg_plan_decode(sealed, 40 + csize, "plan.tgp", back, err);
+        rc = decode_tables(sealed, 40 + csize, "plan.tgp", back, err);
     }
     free(sealed);
     return rc;
@@ -1288,5 +1306,128 @@ TG_TEST(test_inspect_json) {
     CHECK(json_array_size(shape) == 2 && json_integer_value(json_array_get(shape, 0)) == 8,
           "tensor h shape");
     json_decref(root);
+    tg_plan_free(&p);
+}
+
+/* ---- compiled plans edited and re-sealed: each op and the layout are checked ---------- */
+
+#define TINY_BERT_JOB "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n"
+
+static int compile_tiny_bert(tg_plan *plan, tg_err *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/job.txt", tg_test_tmpdir());
+    if (tg_test_write_file(path, TINY_BERT_JOB)) return tg_fail(err, "cannot write %s", path);
+    tg_job job;
+    if (tg_job_load(path, NULL, 0, &job, err)) return -1;
+    return tg_compile(&job, plan, err);
+}
+
+/* Encodes (seals) p and decodes it with every check, as tg_plan_read does. */
+static int decode_all(const tg_plan *p, tg_plan *back, tg_err *err) {
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (tg_plan_encode(p, &bytes, &len, err)) return -2;
+    int rc = tg_plan_decode(bytes, len, "plan.tgp", back, err);
+    free(bytes);
+    return rc;
+}
+
+static int first_op_of(const tg_plan *p, int kind) {
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == kind) return o;
+    return -1;
+}
+
+/* The compiled plan itself passes every check, through a file on disk too. */
+TG_TEST(test_plan_file_compiled_plan_accepted) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    REQUIRE(decode_all(&p, &back, &err) == 0, "compiled plan refused: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
+    tg_plan_free(&back);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiny.tgp", tg_test_tmpdir());
+    REQUIRE(tg_plan_write(&p, path, &err) == 0, "%s", err.msg);
+    CHECK(tg_plan_read(path, &back, &err) == 0, "read: %s", err.msg);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_wrong_matmul_dim) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    const int o = first_op_of(&p, TG_OP_MATMUL);
+    REQUIRE(o >= 0, "no matmul in the plan");
+    p.ops[o].p.matmul.k += 1; /* K no longer agrees with A's and B's element counts */
+    char want[64];
+    snprintf(want, sizeof want, "plan.tgp: op %d (matmul): ", o);
+    CHECK(decode_all(&p, &back, &err) == -1, "a matmul with a wrong K accepted");
+    printf("    %s\n", err.msg);
+    CHECK(has(err.msg, want) && has(err.msg, "K"), "'%s' lacks '%s' and 'K'", err.msg, want);
+    CHECK(!back.ops && !back.tensors, "failed decode left tables");
+    /* The same edit is below the table checks: they accept it. */
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    REQUIRE(tg_plan_encode(&p, &bytes, &len, &err) == 0, "%s", err.msg);
+    CHECK(decode_tables(bytes, len, "plan.tgp", &back, &err) == 0, "tables refused: %s", err.msg);
+    free(bytes);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_changed_input_dtype) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    const int o = first_op_of(&p, TG_OP_EMBEDDING);
+    REQUIRE(o >= 0 && p.ops[o].in[0] >= 0, "no embedding in the plan");
+    tg_tensor *ids = &p.tensors[p.ops[o].in[0]];
+    REQUIRE(ids->dtype == TG_I32, "embedding ids are dtype %d", ids->dtype);
+    ids->dtype = TG_F32; /* the same bytes, so only the op's signature can tell */
+    int first = -1; /* the first op that reads the ids is the one named */
+    for (int q = 0; q < p.n_ops && first < 0; q++)
+        for (int k = 0; k < TG_OP_MAX_IN; k++)
+            if (p.ops[q].in[k] == p.ops[o].in[0]) first = q;
+    char want[64];
+    snprintf(want, sizeof want, "plan.tgp: op %d (%s): in[", first, tg_op_name(p.ops[first].kind));
+    CHECK(decode_all(&p, &back, &err) == -1, "an f32 ids tensor accepted");
+    printf("    %s\n", err.msg);
+    CHECK(has(err.msg, want), "'%s' lacks '%s'", err.msg, want);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_overlapping_live_tensors) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    /* Two activations live at one op, neither a view nor packed: the second moved onto the
+     * first's offset (aligned, inside the pool) shares its bytes while both are live. */
+    int x = -1, y = -1;
+    for (int a = 0; a < p.n_tensors && y < 0; a++) {
+        const tg_tensor *ta = &p.tensors[a];
+        if (ta->pool != TG_POOL_ACTIVATIONS || ta->first_use < 0 || (ta->flags & TG_TENSOR_VIEW) || ta->group >= 0)
+            continue;
+        for (int b = a + 1; b < p.n_tensors && y < 0; b++) {
+            const tg_tensor *tb = &p.tensors[b];
+            if (tb->pool != TG_POOL_ACTIVATIONS || tb->first_use < 0 || (tb->flags & TG_TENSOR_VIEW) ||
+                tb->group >= 0 || tb->offset == ta->offset)
+                continue;
+            if (tb->first_use <= ta->last_use && ta->first_use <= tb->last_use &&
+                ta->offset + tb->bytes <= p.pool_bytes[TG_POOL_ACTIVATIONS])
+                x = a, y = b;
+        }
+    }
+    REQUIRE(y >= 0, "no two activations live at once");
+    p.tensors[y].offset = p.tensors[x].offset;
+    CHECK(decode_all(&p, &back, &err) == -1, "overlapping live tensors accepted");
+    printf("    %s\n", err.msg);
+    CHECK(has(err.msg, "plan.tgp: ") && has(err.msg, "overlap while both live") && has(err.msg, p.tensors[x].name) &&
+              has(err.msg, p.tensors[y].name),
+          "'%s' does not name %s and %s overlapping", err.msg, p.tensors[x].name, p.tensors[y].name);
+    tg_plan_free(&back);
     tg_plan_free(&p);
 }
