@@ -497,7 +497,7 @@ TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
     p.model.vocab_size = 1;
-    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 1, .replicas = 1};
+    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1};
     p.run.steps = 1, p.run.log_every = 1;
     p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
@@ -785,7 +785,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_task, "plan.tgp: train task 2 is not a known task"},
         {bad_batch, "plan.tgp: train batch 0 is not a positive row count"},
         {bad_seq, "plan.tgp: train seq -4 is not a positive length"},
-        {bad_num_labels, "plan.tgp: train num_labels 0 is not a positive count"},
+        {bad_num_labels, "plan.tgp: train num_labels 0 is not 2 or more"},
         {bad_pad_id, "plan.tgp: train pad_id 16 is outside the model's vocabulary (vocab_size 16)"},
         {bad_precision, "plan.tgp: train precision 3 is not a known precision"},
         {bad_allow_tf32, "plan.tgp: train allow_tf32 2 is not a boolean"},
@@ -1430,4 +1430,246 @@ TG_TEST(test_plan_file_refuses_overlapping_live_tensors) {
           "'%s' does not name %s and %s overlapping", err.msg, p.tensors[x].name, p.tensors[y].name);
     tg_plan_free(&back);
     tg_plan_free(&p);
+}
+
+/* ---- compiled plans edited and re-sealed: every class of edit is refused on load ------- */
+
+static int compile_text(const char *text, tg_plan *plan, tg_err *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/job.txt", tg_test_tmpdir());
+    if (tg_test_write_file(path, text)) return tg_fail(err, "cannot write %s", path);
+    tg_job job;
+    if (tg_job_load(path, NULL, 0, &job, err)) return -1;
+    return tg_compile(&job, plan, err);
+}
+
+static int first_tensor_where(const tg_plan *p, int (*pick)(const tg_plan *, const tg_tensor *)) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (pick(p, &p->tensors[t])) return t;
+    return -1;
+}
+
+/* An edit of a compiled plan: it changes the plan and writes what the refusal must say. */
+typedef void (*plan_edit)(tg_plan *p, char *want, size_t len);
+
+static void edit_batch(tg_plan *p, char *want, size_t len) {
+    p->train.batch = 3; /* the batch tensors stay [2, 8]: the batch filler would write past them */
+    snprintf(want, len, "plan.tgp: io input_ids is tensor %d (input_ids) of shape [2, 8]; it must be [3, 8]",
+             p->io.input_ids);
+}
+static void edit_seq(tg_plan *p, char *want, size_t len) {
+    p->train.seq = 16;
+    snprintf(want, len, "io input_ids is tensor %d (input_ids) of shape [2, 8]; it must be [2, 16]", p->io.input_ids);
+}
+static void edit_batch_zero(tg_plan *p, char *want, size_t len) {
+    p->train.batch = 0;
+    snprintf(want, len, "plan.tgp: train batch 0 is not a positive row count");
+}
+static void edit_log_every_zero(tg_plan *p, char *want, size_t len) {
+    p->run.log_every = 0;
+    snprintf(want, len, "plan.tgp: run log_every 0 is not a positive step count");
+}
+static void edit_steps_zero(tg_plan *p, char *want, size_t len) {
+    p->run.steps = 0;
+    snprintf(want, len, "plan.tgp: run steps 0 and epochs 0: exactly one must be positive");
+}
+static void edit_num_labels(tg_plan *p, char *want, size_t len) {
+    p->train.num_labels = 3; /* the logits stay [2, 2] */
+    snprintf(want, len, "io logits is tensor %d (classifier) of shape [2, 2]; it must be [2, 3]", p->io.logits);
+}
+static void edit_io_step(tg_plan *p, char *want, size_t len) {
+    const int was = p->io.step;
+    p->io.step = p->io.total_steps; /* an f32 scalar of the optim pool too */
+    const int o = first_op_of(p, TG_OP_DROPOUT);
+    snprintf(want, len, "plan.tgp: op %d (dropout): in[1] is the step counter, tensor %d (io step), not tensor %d", o,
+             p->io.step, was);
+}
+static void edit_io_step_pool(tg_plan *p, char *want, size_t len) {
+    p->io.step = p->io.lr;
+    snprintf(want, len, "plan.tgp: io step is tensor %d (lr) in the workspace pool; it must be in the optim pool",
+             p->io.lr);
+}
+static void edit_io_labels(tg_plan *p, char *want, size_t len) {
+    p->io.labels = p->io.attention_mask;
+    snprintf(want, len, "plan.tgp: io labels is tensor %d (attention_mask) of dtype f32; it must be i32",
+             p->io.attention_mask);
+}
+static void edit_io_params_all(tg_plan *p, char *want, size_t len) {
+    p->io.params_all = p->io.grads_all;
+    snprintf(want, len, "plan.tgp: io params_all is tensor %d (grads.all) in the grads pool; it must be in the params pool",
+             p->io.grads_all);
+}
+static int is_table(const tg_plan *p, const tg_tensor *x) { return x == &p->tensors[p->ops[0].in[1]]; }
+static void edit_tensor_shape(tg_plan *p, char *want, size_t len) {
+    tg_tensor *wte = &p->tensors[first_tensor_where(p, is_table)];
+    wte->shape[0] -= 1; /* and its bytes with it, so only the op can tell */
+    wte->bytes -= (uint64_t)wte->shape[1] * 4;
+    snprintf(want, len, "plan.tgp: op 0 (embedding): in[1]: table != V*D");
+}
+static void edit_matmul_dim(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_MATMUL);
+    p->ops[o].p.matmul.n += 1;
+    snprintf(want, len, "plan.tgp: op %d (matmul): in[1]: B != batch*K*N", o);
+}
+static void edit_matmul_overflow(tg_plan *p, char *want, size_t len) {
+    /* The fuzzed plan that overflowed the unchecked product (UBSan: 288230376151711745 * 768). */
+    const int o = first_op_of(p, TG_OP_MATMUL);
+    p->ops[o].p.matmul.batch = 288230376151711745;
+    p->ops[o].p.matmul.k = 768;
+    snprintf(want, len, "plan.tgp: op %d (matmul): batch*M*K overflows", o);
+}
+static void edit_negative_dim(tg_plan *p, char *want, size_t len) {
+    p->ops[0].p.embedding.dim = -p->ops[0].p.embedding.dim;
+    p->ops[0].p.embedding.vocab = -p->ops[0].p.embedding.vocab;
+    snprintf(want, len, "plan.tgp: op 0 (embedding): V is negative");
+}
+static void edit_fill_step(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_FILL);
+    p->ops[o].out[0] = p->io.step;
+    /* Its lifetime covers the op, so the layout passes and the binding is what is refused. */
+    p->tensors[p->io.step].first_use = 0;
+    snprintf(want, len, "plan.tgp: op %d (fill): out[0] writes the step counter, which only the runtime and SCHEDULE sets",
+             o);
+}
+static void edit_adamw_state(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_ADAMW);
+    p->ops[o].out[1] = p->io.v_all, p->ops[o].out[2] = p->io.m_all;
+    snprintf(want, len, "plan.tgp: op %d (adamw): out[1] (io m_all) must be tensor %d, is tensor %d", o, p->io.m_all,
+             p->io.v_all);
+}
+static void edit_pool_limit(tg_plan *p, char *want, size_t len) {
+    p->pool_bytes[TG_POOL_WORKSPACE] = TG_POOL_MAX_BYTES + 1;
+    snprintf(want, len, "plan.tgp: pool workspace holds 281474976710657 bytes, more than the 281474976710656");
+}
+static void edit_lifetime(tg_plan *p, char *want, size_t len) {
+    tg_tensor *x = &p->tensors[p->io.loss];
+    const int first = x->first_use;
+    x->first_use = x->last_use, x->last_use = first - 1;
+    snprintf(want, len, "(loss) has lifetime %d..%d (both -1, or first <= last)", x->first_use, x->last_use);
+}
+static void edit_peak(tg_plan *p, char *want, size_t len) {
+    p->peak_bytes -= 4096; /* the preflight would trust a smaller footprint */
+    snprintf(want, len, "plan.tgp: the plan says peak %llu bytes", (unsigned long long)p->peak_bytes);
+}
+static int is_param(const tg_plan *p, const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM) && !(x->flags & TG_TENSOR_VIEW);
+}
+static void edit_param_dtype(tg_plan *p, char *want, size_t len) {
+    const int t = first_tensor_where(p, is_param);
+    p->tensors[t].dtype = TG_BF16, p->tensors[t].bytes /= 2;
+    snprintf(want, len, "plan.tgp: tensor %d (%s) in the params pool: a trainable parameter must be f32", t,
+             p->tensors[t].name);
+}
+static void edit_replicas(tg_plan *p, char *want, size_t len) {
+    p->train.replicas = 2; /* no gradient sums: each replica would train alone */
+    snprintf(want, len, "plan.tgp: train replicas 2, but the plan sums no gradients over replicas (0 all_reduce)");
+}
+
+typedef struct edit_case {
+    const char *what;
+    plan_edit edit;
+} edit_case;
+
+/* Compiles `job`, then for each case edits a fresh copy of the plan, seals it (checksum
+ * and all) and decodes it: the decoder must refuse it with the case's message. */
+static void check_edits_refused(const char *job, const edit_case *cases, size_t n) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_text(job, &p, &err) == 0, "%s", err.msg);
+    REQUIRE(decode_all(&p, &back, &err) == 0, "the compiled plan refused: %s", err.msg);
+    tg_plan_free(&back);
+    for (size_t c = 0; c < n; c++) {
+        tg_plan e;
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        /* A fresh copy of the compiled plan for each edit, through the file format. */
+        REQUIRE(tg_plan_encode(&p, &bytes, &len, &err) == 0, "%s", err.msg);
+        REQUIRE(tg_plan_decode(bytes, len, "copy", &e, &err) == 0, "%s", err.msg);
+        free(bytes);
+        char want[256];
+        cases[c].edit(&e, want, sizeof want);
+        memset(&err, 0, sizeof err);
+        CHECK(decode_all(&e, &back, &err) == -1, "%s: the edited plan accepted, want '%s'", cases[c].what, want);
+        CHECK(has(err.msg, want), "%s: '%s' lacks '%s'", cases[c].what, err.msg, want);
+        CHECK(!back.ops && !back.tensors, "%s: a refused decode left tables", cases[c].what);
+        tg_plan_free(&back);
+        tg_plan_free(&e);
+    }
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_edited_compiled_plan) {
+    static const edit_case cases[] = {
+        {"train batch", edit_batch},
+        {"train seq", edit_seq},
+        {"train batch 0", edit_batch_zero},
+        {"run log_every 0", edit_log_every_zero},
+        {"run steps 0", edit_steps_zero},
+        {"train num_labels", edit_num_labels},
+        {"io step", edit_io_step},
+        {"io step in another pool", edit_io_step_pool},
+        {"io labels", edit_io_labels},
+        {"io params_all", edit_io_params_all},
+        {"a tensor shape", edit_tensor_shape},
+        {"a matmul dimension", edit_matmul_dim},
+        {"a matmul product past int64", edit_matmul_overflow},
+        {"negative dimensions", edit_negative_dim},
+        {"an op writing the step counter", edit_fill_step},
+        {"adamw's state swapped", edit_adamw_state},
+        {"a pool past the limit", edit_pool_limit},
+        {"a lifetime backwards", edit_lifetime},
+        {"the peak", edit_peak},
+        {"a bf16 trainable parameter", edit_param_dtype},
+        {"train replicas", edit_replicas},
+    };
+    check_edits_refused(TINY_BERT_JOB, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* LM plans: the labels are a row of next tokens per sequence, the logits a row per token. */
+static void edit_lm_labels(tg_plan *p, char *want, size_t len) {
+    tg_tensor *labels = &p->tensors[p->io.labels];
+    labels->ndim = 1, labels->shape[0] *= labels->shape[1], labels->shape[1] = 0;
+    snprintf(want, len, "plan.tgp: io labels is tensor %d (labels) of shape [16]; it must be [2, 8]", p->io.labels);
+}
+static void edit_lm_vocab(tg_plan *p, char *want, size_t len) {
+    p->model.vocab_size = 4096; /* ids past the logits' columns */
+    snprintf(want, len, "plan.tgp: io logits is tensor %d (lm_head) of 128 columns, fewer than the vocabulary (4096)",
+             p->io.logits);
+}
+
+TG_TEST(test_plan_file_refuses_edited_lm_plan) {
+    static const edit_case cases[] = {
+        {"labels shape", edit_lm_labels},
+        {"vocab size", edit_lm_vocab},
+    };
+    check_edits_refused("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
+                        cases, sizeof cases / sizeof cases[0]);
+}
+
+/* ZeRO-1 and bf16 plans: the optimizer's slices and the parameters' copies. */
+static void edit_zero_stage(tg_plan *p, char *want, size_t len) {
+    p->train.zero_stage = 0; /* the AdamW slice and the gathers stay */
+    snprintf(want, len, "(adamw): zero_slice ");
+}
+static int is_copy(const tg_plan *p, const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM_COPY) && !(x->flags & TG_TENSOR_VIEW) && x->ndim == 2;
+}
+static int is_bias(const tg_plan *p, const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM) && !(x->flags & TG_TENSOR_VIEW) && x->ndim == 1;
+}
+static void edit_copy_master(tg_plan *p, char *want, size_t len) {
+    const int t = first_tensor_where(p, is_copy);
+    p->tensors[t].master = first_tensor_where(p, is_bias); /* fewer elements than the copy */
+    snprintf(want, len, "plan.tgp: tensor %d (%s) is a parameter copy of tensor %d", t, p->tensors[t].name,
+             p->tensors[t].master);
+}
+
+TG_TEST(test_plan_file_refuses_edited_zero_bf16_plan) {
+    static const edit_case cases[] = {
+        {"zero_stage", edit_zero_stage},
+        {"a copy's master", edit_copy_master},
+    };
+    check_edits_refused("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = bf16\n"
+                        "data_parallel = 2\nzero_stage = 1\n",
+                        cases, sizeof cases / sizeof cases[0]);
 }
