@@ -2,6 +2,7 @@
 #include "base/clock.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,7 +212,15 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
     int32_t per_epoch = t->has_train ? (int32_t)((t->train.n + global_batch - 1) / global_batch) : 1;
-    t->total_steps = run->steps > 0 ? run->steps : run->epochs * per_epoch;
+    /* epochs comes from the plan (or --set): its product with the data's steps per epoch
+     * must still count in int32, as the step counters do. */
+    const int64_t total = run->steps > 0 ? run->steps : (int64_t)run->epochs * per_epoch;
+    if (total > INT32_MAX) {
+        tg_fail(err, "run: %d epochs of %d steps make %lld steps, more than %d", run->epochs, per_epoch,
+                (long long)total, INT32_MAX);
+        goto fail;
+    }
+    t->total_steps = (int32_t)total;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
         goto fail;
     return 0;

@@ -16,6 +16,7 @@
 #include "plan/plan_codec.h"
 #include "plan/plan_file.h"
 #include "plan/validate.h"
+#include "runtime/trainer.h"
 #include "tests/harness.h"
 
 /* ---- a small consistent plan ------------------------------------------------- */
@@ -1672,4 +1673,24 @@ TG_TEST(test_plan_file_refuses_edited_zero_bf16_plan) {
     check_edits_refused("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = bf16\n"
                         "data_parallel = 2\nzero_stage = 1\n",
                         cases, sizeof cases / sizeof cases[0]);
+}
+
+/* epochs is a plan field: times the data's steps per epoch it must still count in int32
+ * (2147483647 epochs of 2 steps overflowed into a negative step count). */
+TG_TEST(test_plan_epochs_past_int32_refused_at_open) {
+    char data[600], job[1400];
+    snprintf(data, sizeof data, "%s/epochs.jsonl", tg_test_tmpdir());
+    REQUIRE(tg_test_write_file(data, "{\"input_ids\":[1,2,3],\"label\":0}\n{\"input_ids\":[4,5],\"label\":1}\n"
+                                     "{\"input_ids\":[6],\"label\":1}\n") == 0,
+            "cannot write %s", data);
+    snprintf(job, sizeof job, "model = tiny-bert\nbatch = 2\nseq = 8\nepochs = 2147483647\ntrain_data = %s\n", data);
+    tg_plan p;
+    tg_err err = {{0}};
+    REQUIRE(compile_text(job, &p, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1};
+    CHECK(tg_trainer_open(&tr, &p, &o, &err) == -1, "2147483647 epochs of 2 steps opened");
+    CHECK(has(err.msg, "run: 2147483647 epochs of 2 steps make 4294967294 steps, more than 2147483647"), "'%s'",
+          err.msg);
+    tg_plan_free(&p);
 }
