@@ -15,7 +15,9 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
     if (!delta) return 0;
     for (int t = 0; t < n_tensors; t++) {
         const tg_tensor *x = &tensors[t];
-        if (x->pool != TG_POOL_ACTIVATIONS || x->first_use < 0) continue;
+        /* Lifetimes outside the schedule are the table checks' to refuse, never indices here. */
+        if (x->pool != TG_POOL_ACTIVATIONS || x->first_use < 0 || x->last_use < x->first_use || x->last_use >= n_ops)
+            continue;
         delta[x->first_use] += (int64_t)x->bytes;
         delta[x->last_use + 1] -= (int64_t)x->bytes;
     }
@@ -416,6 +418,24 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: io logits is tensor %d (%s) of %lld columns, fewer than the vocabulary (%d)", name,
                        io->logits, p->tensors[io->logits].name, (long long)p->tensors[io->logits].shape[1],
                        p->model.vocab_size);
+    /* The step counter and the total steps are the runtime's: the dropouts draw their masks
+     * at the counter (converted to an integer), so no other tensor, a view included, may
+     * reach their bytes. */
+    const int32_t counters[] = {io->step, io->total_steps};
+    for (int k = 0; k < 2; k++) {
+        const tg_tensor *c = &p->tensors[counters[k]];
+        const char *field = k ? "total_steps" : "step";
+        if (c->flags & TG_TENSOR_VIEW)
+            return tg_fail(err, "%s: io %s is tensor %d (%s), a view; it must be a tensor of its own", name, field,
+                           counters[k], c->name);
+        for (int t = 0; t < p->n_tensors; t++) {
+            const tg_tensor *x = &p->tensors[t];
+            if (t != counters[k] && x->pool == c->pool && x->bytes && x->offset < c->offset + c->bytes &&
+                c->offset < x->offset + x->bytes)
+                return tg_fail(err, "%s: tensor %d (%s) shares bytes with io %s (tensor %d)", name, t, x->name, field,
+                               counters[k]);
+        }
+    }
     /* The parameters as one view, element i of which AdamW updates from gradient i (and
      * writes into bf16 copy i): the gradients and the copies line up with it, and every
      * trainable parameter lies inside it. */

@@ -1532,6 +1532,14 @@ static void edit_fill_step(tg_plan *p, char *want, size_t len) {
     snprintf(want, len, "plan.tgp: op %d (fill): out[0] writes the step counter, which only the runtime and SCHEDULE sets",
              o);
 }
+static void edit_view_over_step(tg_plan *p, char *want, size_t len) {
+    /* optim.v, a view (the layout check leaves views to overlap what they cover), moved up
+     * one alignment step onto the step counter: AdamW would write the counter the dropouts
+     * convert to an integer. */
+    p->tensors[p->io.v_all].offset += TG_TENSOR_ALIGN;
+    snprintf(want, len, "plan.tgp: tensor %d (optim.v) shares bytes with io step (tensor %d)", p->io.v_all,
+             p->io.step);
+}
 static void edit_adamw_state(tg_plan *p, char *want, size_t len) {
     const int o = first_op_of(p, TG_OP_ADAMW);
     p->ops[o].out[1] = p->io.v_all, p->ops[o].out[2] = p->io.m_all;
@@ -1616,6 +1624,7 @@ TG_TEST(test_plan_file_refuses_edited_compiled_plan) {
         {"a matmul product past int64", edit_matmul_overflow},
         {"negative dimensions", edit_negative_dim},
         {"an op writing the step counter", edit_fill_step},
+        {"a view over the step counter", edit_view_over_step},
         {"adamw's state swapped", edit_adamw_state},
         {"a pool past the limit", edit_pool_limit},
         {"a lifetime backwards", edit_lifetime},
