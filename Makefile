@@ -142,14 +142,15 @@ test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 	$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph ./$(ASAN)/run_tests $(TESTS)
 
 # ---- fuzzing ----------------------------------------------------------------------------
-# One libFuzzer target per parser (tests/fuzz/fuzz_*.c), built with clang into build/fuzz/
-# with ASan and UBSan. `make fuzz` runs each for FUZZ_SECONDS from a fresh copy of its seed
-# corpus and fails on any crash, leak or sanitizer report. Plan seeds are compiled from
+# One libFuzzer target per parser (tests/fuzz/fuzz_*.c), and one (plan_fields) that edits
+# decoded plans field by field, re-seals them and runs what the decoder accepts, built with
+# clang into build/fuzz/ with ASan and UBSan. `make fuzz` runs each for FUZZ_SECONDS from a
+# fresh copy of its seed corpus and fails on any crash, leak or sanitizer report. Plan seeds are compiled from
 # examples/*.job here rather than committed, so they follow the plan format version.
 CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := job plan model_config safetensors dataset shards csv squad
+FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad
 FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, and the job reader.
@@ -168,6 +169,20 @@ $(FUZZ)/obj/%.o: %.c $(HEADERS) | deps fuzz-deps
 $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_LIB_OBJ) | fuzz-deps
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
 
+# The edited-plan target runs what it loads: it links the runtime and the CPU executor too.
+# The CPU kernels are built with the sanitizers but without coverage: their inner loops
+# would only slow every step down, and the plan's shapes, not the kernels' branches, are
+# what the fuzzer explores.
+FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(wildcard runtime/*.c)) \
+                    $(patsubst %.c,$(FUZZ)/nocov/%.o,$(wildcard runtime/cpu/*.c))
+.SECONDARY: $(FUZZ_RUNTIME_OBJ)
+$(FUZZ)/nocov/%.o: %.c $(HEADERS) | deps fuzz-deps
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -c $< -o $@
+$(FUZZ)/fuzz_plan_fields: tests/fuzz/fuzz_plan_fields.c tests/fuzz/fuzz_input.h $(FUZZ_LIB_OBJ) $(FUZZ_RUNTIME_OBJ) \
+                          | fuzz-deps
+	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(FUZZ_RUNTIME_OBJ) -o $@ $(LDLIBS)
+
 # Plan seeds: the example jobs as they are and with a few keys varied.
 $(FUZZ)/corpus/plan: $(BUILD)/tunegraph $(wildcard examples/*.job)
 	@rm -rf $@ && mkdir -p $@
@@ -182,7 +197,31 @@ $(FUZZ)/corpus/plan: $(BUILD)/tunegraph $(wildcard examples/*.job)
 	./$(BUILD)/tunegraph compile examples/demo-classify.job -o $@/gpt2-classify.tgp --set model=tiny-gpt2 \
 	    --set pad_token_id=0 --set seq=16 >/dev/null
 
-fuzz: $(FUZZ_TARGETS:%=$(FUZZ)/fuzz_%) $(FUZZ)/corpus/plan
+# Edited-plan seeds: plan files, each followed by an edit program of no-op records (room for
+# the mutator to edit in place): the plan seeds and the benchmark jobs as they are (loaded
+# and inspected; the benchmark models are too large to run), and small-batch versions of the
+# example variants and of the benchmark jobs with tiny models, which run fast enough for
+# the fuzzer to take many steps.
+PLAN_FIELDS_NOOPS := 64
+PLAN_FIELDS_SMALL := 'demo-classify.job|' 'demo-classify.job|--set precision=bf16' \
+    'demo-classify.job|--set attention=unfused --set fuse_bias_grad=false --set fuse_gelu=false' \
+    'demo-classify.job|--set model=tiny-roberta --set data_parallel=2 --set zero_stage=1' \
+    'demo-classify.job|--set model=tiny-gpt2 --set pad_token_id=0' 'demo-lm.job|' \
+    'demo-lm.job|--set precision=bf16 --set data_parallel=2'
+$(FUZZ)/corpus/plan_fields: $(BUILD)/tunegraph $(FUZZ)/corpus/plan $(wildcard bench/jobs/*.job)
+	@rm -rf $@ && mkdir -p $@
+	@cp $(FUZZ)/corpus/plan/*.tgp $@/
+	@for job in bench/jobs/*.job; do name=$$(basename $$job .job); \
+	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name.tgp >/dev/null || exit 1; \
+	    case $$name in gpt2*) tiny="--set model=tiny-gpt2";; *) tiny="--set model=tiny-bert";; esac; \
+	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name-tiny.tgp $$tiny --set batch=2 --set seq=16 >/dev/null \
+	        || exit 1; done
+	@printf '%s\n' $(PLAN_FIELDS_SMALL) | { k=0; while IFS='|' read -r job sets; do k=$$((k + 1)); \
+	    ./$(BUILD)/tunegraph compile examples/$$job -o $@/small-$$k.tgp --set batch=2 --set seq=8 $$sets \
+	        >/dev/null || exit 1; done; }
+	@for f in $@/*.tgp; do head -c $(PLAN_FIELDS_NOOPS) /dev/zero >> $$f; done
+
+fuzz: $(FUZZ_TARGETS:%=$(FUZZ)/fuzz_%) $(FUZZ)/corpus/plan $(FUZZ)/corpus/plan_fields
 	./tests/fuzz/run.sh $(FUZZ) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # ---- CUDA executor ----------------------------------------------------------------------

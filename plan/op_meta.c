@@ -73,7 +73,12 @@ void tg_op_params_visit(int kind, tg_op_params *params, const tg_param_visitor *
 /* Each rule checks element counts against the op's parameters (shape inference for the
  * builders, which compute the shapes, and a guard against their bugs) after the slot
  * signatures have held: required slots are present, every present slot has its dtype.
- * NULL when consistent, else what is wrong. */
+ * NULL when consistent, else what is wrong.
+ *
+ * The parameters come from a plan file too, which may hold anything: every dimension a
+ * kernel loops over is checked not to be negative before it is used, and every product of
+ * dimensions is computed with an overflow check (PRODUCT), so a rule never overflows and
+ * a product past int64 is refused by name ("batch*M*K overflows"). */
 
 static int64_t numel(const tg_op_check_ctx *c, int t) { return t < 0 ? -1 : tg_tensor_numel(&c->tensors[t]); }
 
@@ -82,18 +87,45 @@ static int64_t numel(const tg_op_check_ctx *c, int t) { return t < 0 ? -1 : tg_t
         if (!(cond)) return msg; \
     } while (0)
 
+/* A dimension parameter: kernels loop over it and size copies by it. */
+#define NOT_NEGATIVE(v, name) EXPECT((v) >= 0, name " is negative")
+
+/* *out = the product of f[0..n), all non-negative; -1 when it overflows int64. */
+static int checked_product(int64_t *out, const int64_t *f, int n) {
+    int64_t r = 1;
+    for (int i = 0; i < n; i++)
+        if (f[i] < 0 || __builtin_mul_overflow(r, f[i], &r)) return -1;
+    *out = r;
+    return 0;
+}
+
+/* Declares `var` = the product of the (non-negative) factors, or fails the rule with
+ * "<what> overflows". */
+#define PRODUCT(var, what, ...)                                                     \
+    int64_t var;                                                                    \
+    do {                                                                            \
+        const int64_t factors_[] = {__VA_ARGS__};                                   \
+        if (checked_product(&var, factors_, (int)(sizeof factors_ / sizeof factors_[0]))) \
+            return what " overflows";                                               \
+    } while (0)
+
 /* ZERO and FILL: one output of any size; the signature says it all. */
 static const char *check_fill(const tg_op_check_ctx *c, const tg_op *op) { return NULL; }
 
 static const char *check_embedding(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_embedding_params *p = &op->p.embedding;
+    NOT_NEGATIVE(p->n, "N");
+    NOT_NEGATIVE(p->vocab, "V");
+    NOT_NEGATIVE(p->dim, "D");
+    PRODUCT(table, "V*D", p->vocab, p->dim);
+    PRODUCT(rows, "N*D", p->n, p->dim);
     EXPECT(numel(c, op->in[0]) == p->n, "in[0]: ids count != N");
     if (op->kind == TG_OP_EMBEDDING) {
-        EXPECT(numel(c, op->in[1]) == p->vocab * p->dim, "in[1]: table != V*D");
-        EXPECT(numel(c, op->out[0]) == p->n * p->dim, "out[0]: output != N*D");
+        EXPECT(numel(c, op->in[1]) == table, "in[1]: table != V*D");
+        EXPECT(numel(c, op->out[0]) == rows, "out[0]: output != N*D");
     } else {
-        EXPECT(numel(c, op->in[1]) == p->n * p->dim, "in[1]: dout != N*D");
-        EXPECT(numel(c, op->out[0]) == p->vocab * p->dim, "out[0]: dtable != V*D");
+        EXPECT(numel(c, op->in[1]) == rows, "in[1]: dout != N*D");
+        EXPECT(numel(c, op->out[0]) == table, "out[0]: dtable != V*D");
     }
     return NULL;
 }
@@ -103,6 +135,7 @@ static const char *check_elementwise(const tg_op_check_ctx *c, const tg_op *op) 
     const int64_t n = op->kind == TG_OP_GELU       ? op->p.gelu.n
                       : op->kind == TG_OP_GELU_BWD ? op->p.gelu_bwd.n
                                                    : op->p.count.n;
+    NOT_NEGATIVE(n, "n");
     EXPECT(numel(c, op->in[0]) == n, "in[0]: size != n");
     EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == n, "in[1]: size != n");
     EXPECT(numel(c, op->out[0]) == n, "out[0]: size != n");
@@ -117,6 +150,7 @@ static const char *check_elementwise(const tg_op_check_ctx *c, const tg_op *op) 
 
 static const char *check_dropout(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_dropout_params *p = &op->p.dropout;
+    NOT_NEGATIVE(p->n, "n");
     EXPECT(numel(c, op->in[0]) == p->n, "in[0]: size != n");
     EXPECT(numel(c, op->out[0]) == p->n, "out[0]: size != n");
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: step counter is not a scalar");
@@ -128,9 +162,12 @@ static const char *check_matmul(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_matmul_params *p = &op->p.matmul;
     const int64_t m = p->m, n = p->n, k = p->k, b = p->batch;
     EXPECT(m > 0 && n > 0 && k > 0 && b > 0, "non-positive dims");
-    EXPECT(numel(c, op->in[0]) == b * m * k, "in[0]: A != batch*M*K");
-    EXPECT(numel(c, op->in[1]) == b * k * n, "in[1]: B != batch*K*N");
-    EXPECT(numel(c, op->out[0]) == b * m * n, "out[0]: C != batch*M*N");
+    PRODUCT(a_size, "batch*M*K", b, m, k);
+    PRODUCT(b_size, "batch*K*N", b, k, n);
+    PRODUCT(c_size, "batch*M*N", b, m, n);
+    EXPECT(numel(c, op->in[0]) == a_size, "in[0]: A != batch*M*K");
+    EXPECT(numel(c, op->in[1]) == b_size, "in[1]: B != batch*K*N");
+    EXPECT(numel(c, op->out[0]) == c_size, "out[0]: C != batch*M*N");
     EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == n, "in[2]: bias != N");
     /* The fused bias gradient: the sums over k of dC, which must be stored [K, M] as A or
      * [K, N] as B, so that it is the stored operand's column sums. */
@@ -153,25 +190,31 @@ static const char *check_matmul(const tg_op_check_ctx *c, const tg_op *op) {
         EXPECT(b == 1, "an activation epilogue needs batch 1");
         EXPECT(!p->accumulate && !bg, "an activation epilogue takes no accumulate and no bias gradient");
         EXPECT(act == TG_MATMUL_ACT_GELU || op->in[2] < 0, "in[2]: the GELU backward epilogue takes no bias");
-        if (act == TG_MATMUL_ACT_GELU) EXPECT(numel(c, op->out[2]) == m * n, "out[2]: pre-activation != M*N");
-        else EXPECT(numel(c, op->in[3]) == m * n, "in[3]: pre-activation != M*N");
+        if (act == TG_MATMUL_ACT_GELU) EXPECT(numel(c, op->out[2]) == c_size, "out[2]: pre-activation != M*N");
+        else EXPECT(numel(c, op->in[3]) == c_size, "in[3]: pre-activation != M*N");
     }
     return NULL;
 }
 
 static const char *check_bias_grad(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_bias_grad_params *p = &op->p.bias_grad;
-    EXPECT(numel(c, op->in[0]) == p->m * p->n, "in[0]: dout != M*N");
+    NOT_NEGATIVE(p->m, "M");
+    NOT_NEGATIVE(p->n, "N");
+    PRODUCT(dout, "M*N", p->m, p->n);
+    EXPECT(numel(c, op->in[0]) == dout, "in[0]: dout != M*N");
     EXPECT(numel(c, op->out[0]) == p->n, "out[0]: dbias != N");
     return NULL;
 }
 
 static const char *check_layernorm(const tg_op_check_ctx *c, const tg_op *op) {
     const int64_t m = op->p.layernorm.m, d = op->p.layernorm.d;
-    EXPECT(numel(c, op->in[0]) == m * d, "in[0]: x != M*D");
+    NOT_NEGATIVE(m, "M");
+    NOT_NEGATIVE(d, "D");
+    PRODUCT(md, "M*D", m, d);
+    EXPECT(numel(c, op->in[0]) == md, "in[0]: x != M*D");
     EXPECT(numel(c, op->in[1]) == d, "in[1]: gamma != D");
     EXPECT(numel(c, op->in[2]) == d, "in[2]: beta != D");
-    EXPECT(numel(c, op->out[0]) == m * d, "out[0]: y != M*D");
+    EXPECT(numel(c, op->out[0]) == md, "out[0]: y != M*D");
     EXPECT(numel(c, op->out[1]) == m, "out[1]: mean != M");
     EXPECT(numel(c, op->out[2]) == m, "out[2]: rstd != M");
     return NULL;
@@ -179,12 +222,15 @@ static const char *check_layernorm(const tg_op_check_ctx *c, const tg_op *op) {
 
 static const char *check_layernorm_bwd(const tg_op_check_ctx *c, const tg_op *op) {
     const int64_t m = op->p.layernorm_bwd.m, d = op->p.layernorm_bwd.d;
-    EXPECT(numel(c, op->in[0]) == m * d, "in[0]: dy != M*D");
-    EXPECT(numel(c, op->in[1]) == m * d, "in[1]: x != M*D");
+    NOT_NEGATIVE(m, "M");
+    NOT_NEGATIVE(d, "D");
+    PRODUCT(md, "M*D", m, d);
+    EXPECT(numel(c, op->in[0]) == md, "in[0]: dy != M*D");
+    EXPECT(numel(c, op->in[1]) == md, "in[1]: x != M*D");
     EXPECT(numel(c, op->in[2]) == d, "in[2]: gamma != D");
     EXPECT(numel(c, op->in[3]) == m, "in[3]: mean != M");
     EXPECT(numel(c, op->in[4]) == m, "in[4]: rstd != M");
-    EXPECT(numel(c, op->out[0]) == m * d, "out[0]: dx != M*D");
+    EXPECT(numel(c, op->out[0]) == md, "out[0]: dx != M*D");
     EXPECT(numel(c, op->out[1]) == d, "out[1]: dgamma != D");
     EXPECT(numel(c, op->out[2]) == d, "out[2]: dbeta != D");
     return NULL;
@@ -199,28 +245,29 @@ static const char *check_residual_layernorm(const tg_op_check_ctx *c, const tg_o
     const float p = bwd ? op->p.residual_layernorm_bwd.p : op->p.residual_layernorm.p;
     EXPECT(m > 0 && d > 0, "non-positive dims");
     EXPECT(p >= 0.0f && p < 1.0f, "dropout p outside [0, 1)");
+    PRODUCT(md, "M*D", m, d);
     EXPECT(numel(c, op->in[2]) == d, "in[2]: gamma != D");
     if (!bwd) {
-        EXPECT(numel(c, op->in[0]) == m * d, "in[0]: x != M*D");
-        EXPECT(numel(c, op->in[1]) == m * d, "in[1]: r != M*D");
+        EXPECT(numel(c, op->in[0]) == md, "in[0]: x != M*D");
+        EXPECT(numel(c, op->in[1]) == md, "in[1]: r != M*D");
         EXPECT(numel(c, op->in[3]) == d, "in[3]: beta != D");
         EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == 1, "in[4]: step counter is not a scalar");
         EXPECT(p <= 0.0f || op->in[4] >= 0, "in[4]: dropout needs the step counter");
-        EXPECT(numel(c, op->out[0]) == m * d, "out[0]: y != M*D");
-        EXPECT(numel(c, op->out[1]) == m * d, "out[1]: s != M*D");
+        EXPECT(numel(c, op->out[0]) == md, "out[0]: y != M*D");
+        EXPECT(numel(c, op->out[1]) == md, "out[1]: s != M*D");
         EXPECT(numel(c, op->out[2]) == m, "out[2]: mean != M");
         EXPECT(numel(c, op->out[3]) == m, "out[3]: rstd != M");
         return NULL;
     }
-    EXPECT(numel(c, op->in[0]) == m * d, "in[0]: dy != M*D");
-    EXPECT(numel(c, op->in[1]) == m * d, "in[1]: s != M*D");
+    EXPECT(numel(c, op->in[0]) == md, "in[0]: dy != M*D");
+    EXPECT(numel(c, op->in[1]) == md, "in[1]: s != M*D");
     EXPECT(numel(c, op->in[3]) == m, "in[3]: mean != M");
     EXPECT(numel(c, op->in[4]) == m, "in[4]: rstd != M");
-    EXPECT(op->in[5] < 0 || numel(c, op->in[5]) == m * d, "in[5]: ds_extra != M*D");
+    EXPECT(op->in[5] < 0 || numel(c, op->in[5]) == md, "in[5]: ds_extra != M*D");
     EXPECT(op->in[6] < 0 || numel(c, op->in[6]) == 1, "in[6]: step counter is not a scalar");
     EXPECT(p <= 0.0f || op->in[6] >= 0, "in[6]: dropout needs the step counter");
-    EXPECT(numel(c, op->out[0]) == m * d, "out[0]: ds != M*D");
-    EXPECT(numel(c, op->out[1]) == m * d, "out[1]: dx != M*D");
+    EXPECT(numel(c, op->out[0]) == md, "out[0]: ds != M*D");
+    EXPECT(numel(c, op->out[1]) == md, "out[1]: dx != M*D");
     EXPECT(numel(c, op->out[2]) == d, "out[2]: dgamma != D");
     EXPECT(numel(c, op->out[3]) == d, "out[3]: dbeta != D");
     return NULL;
@@ -229,9 +276,13 @@ static const char *check_residual_layernorm(const tg_op_check_ctx *c, const tg_o
 /* in2 (optional) is the dropout step counter. */
 static const char *check_softmax(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_softmax_params *p = &op->p.softmax;
-    const int64_t probs = p->b * p->h * p->t * p->t;
+    NOT_NEGATIVE(p->b, "B");
+    NOT_NEGATIVE(p->h, "H");
+    NOT_NEGATIVE(p->t, "T");
+    PRODUCT(probs, "B*H*T*T", p->b, p->h, p->t, p->t);
+    PRODUCT(mask, "B*T", p->b, p->t);
     EXPECT(numel(c, op->in[0]) == probs, "in[0]: scores != B*H*T*T");
-    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == p->b * p->t, "in[1]: mask != B*T");
+    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == mask, "in[1]: mask != B*T");
     EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
     EXPECT(numel(c, op->out[0]) == probs, "out[0]: probs != B*H*T*T");
     EXPECT(op->out[1] < 0 || numel(c, op->out[1]) == probs, "out[1]: dropped probs != B*H*T*T");
@@ -242,7 +293,10 @@ static const char *check_softmax(const tg_op_check_ctx *c, const tg_op *op) {
 
 static const char *check_softmax_bwd(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_softmax_bwd_params *p = &op->p.softmax_bwd;
-    const int64_t probs = p->b * p->h * p->t * p->t;
+    NOT_NEGATIVE(p->b, "B");
+    NOT_NEGATIVE(p->h, "H");
+    NOT_NEGATIVE(p->t, "T");
+    PRODUCT(probs, "B*H*T*T", p->b, p->h, p->t, p->t);
     EXPECT(numel(c, op->in[0]) == probs, "in[0]: dD != B*H*T*T");
     EXPECT(numel(c, op->in[1]) == probs, "in[1]: probs != B*H*T*T");
     EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
@@ -267,34 +321,39 @@ static const char *check_attention(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(b > 0 && h > 0 && t > 0 && dh > 0, "non-positive dims");
     EXPECT(p->packed == 0 || p->packed == 1, "packed must be 0 or 1");
     EXPECT(p->p >= 0.0f && p->p < 1.0f, "dropout p outside [0, 1)");
-    const int64_t rows = b * t, d = h * dh;
+    PRODUCT(rows, "B*T", b, t);
+    PRODUCT(d, "H*Dh", h, dh);
+    PRODUCT(qkv_elems, "B*T*H*Dh", rows, d);
+    PRODUCT(packed_elems, "B*T*3*H*Dh", qkv_elems, 3);
+    PRODUCT(rows_per_head, "B*H*T", b, h, t);
+    PRODUCT(bit_words, "B*H*T*ceil(T/32)", rows_per_head, t / 32 + (t % 32 != 0));
     const int32_t *qkv = bwd ? op->in + 5 : op->in;
     if (packed) {
-        EXPECT(numel(c, qkv[0]) == rows * 3 * d, bwd ? "in[5]: qkv != B*T*3*H*Dh" : "in[0]: qkv != B*T*3*H*Dh");
+        EXPECT(numel(c, qkv[0]) == packed_elems, bwd ? "in[5]: qkv != B*T*3*H*Dh" : "in[0]: qkv != B*T*3*H*Dh");
         EXPECT(qkv[1] < 0 && qkv[2] < 0, bwd ? "in[6], in[7]: packed attention takes one qkv input"
                                              : "in[1], in[2]: packed attention takes one qkv input");
     } else {
-        for (int s = 0; s < 3; s++) EXPECT(numel(c, qkv[s]) == rows * d, qkv_size[bwd][s]);
+        for (int s = 0; s < 3; s++) EXPECT(numel(c, qkv[s]) == qkv_elems, qkv_size[bwd][s]);
     }
     EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == rows, "in[3]: mask != B*T");
     const int drop = p->p > 0.0f, bits = bwd ? op->in[4] : op->out[2];
     EXPECT((bits >= 0) == drop, bwd ? "in[4]: keep bits present exactly when p > 0"
                                     : "out[2]: keep bits present exactly when p > 0");
-    EXPECT(bits < 0 || numel(c, bits) == b * h * t * ((t + 31) / 32),
+    EXPECT(bits < 0 || numel(c, bits) == bit_words,
            bwd ? "in[4]: keep bits != B*H*T*ceil(T/32)" : "out[2]: keep bits != B*H*T*ceil(T/32)");
     if (!bwd) {
         EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == 1, "in[4]: step counter is not a scalar");
         EXPECT(!drop || op->in[4] >= 0, "in[4]: dropout needs the step counter");
-        EXPECT(numel(c, op->out[0]) == rows * d, "out[0]: O != B*T*H*Dh");
-        EXPECT(numel(c, op->out[1]) == b * h * t, "out[1]: LSE != B*H*T");
+        EXPECT(numel(c, op->out[0]) == qkv_elems, "out[0]: O != B*T*H*Dh");
+        EXPECT(numel(c, op->out[1]) == rows_per_head, "out[1]: LSE != B*H*T");
         return NULL;
     }
-    EXPECT(numel(c, op->in[0]) == rows * d, "in[0]: dO != B*T*H*Dh");
-    EXPECT(numel(c, op->in[1]) == rows * d, "in[1]: O != B*T*H*Dh");
-    EXPECT(numel(c, op->in[2]) == b * h * t, "in[2]: LSE != B*H*T");
+    EXPECT(numel(c, op->in[0]) == qkv_elems, "in[0]: dO != B*T*H*Dh");
+    EXPECT(numel(c, op->in[1]) == qkv_elems, "in[1]: O != B*T*H*Dh");
+    EXPECT(numel(c, op->in[2]) == rows_per_head, "in[2]: LSE != B*H*T");
     for (int s = 0; s < (packed ? 1 : 3); s++) EXPECT(numel(c, op->out[s]) == numel(c, qkv[s]), grad_size[s]);
     EXPECT(!packed || (op->out[1] < 0 && op->out[2] < 0), "out[1], out[2]: packed attention has one input gradient");
-    EXPECT(numel(c, op->out[3]) == b * h * t, "out[3]: delta != B*H*T");
+    EXPECT(numel(c, op->out[3]) == rows_per_head, "out[3]: delta != B*H*T");
     return NULL;
 }
 
@@ -307,40 +366,57 @@ static const char *check_heads(const tg_op_check_ctx *c, const tg_op *op) {
         {"out[0]: a part past P", "out[1]: a part past P", "out[2]: a part past P"}};
     const tg_heads_params *p = &op->p.heads;
     EXPECT(p->parts >= 1 && p->parts <= 3, "P must be 1..3");
+    NOT_NEGATIVE(p->b, "B");
+    NOT_NEGATIVE(p->t, "T");
+    NOT_NEGATIVE(p->h, "H");
+    NOT_NEGATIVE(p->head_dim, "Dh");
+    PRODUCT(part, "B*H*T*Dh", p->b, p->h, p->t, p->head_dim);
+    PRODUCT(whole, "B*T*P*H*Dh", part, p->parts);
     const int split = op->kind == TG_OP_HEADS_SPLIT;
     const int32_t *parts = split ? op->out : op->in;
-    EXPECT(numel(c, split ? op->in[0] : op->out[0]) == p->b * p->t * p->parts * p->h * p->head_dim,
+    EXPECT(numel(c, split ? op->in[0] : op->out[0]) == whole,
            split ? "in[0]: packed != B*T*P*H*Dh" : "out[0]: packed != B*T*P*H*Dh");
     for (int s = 0; s < 3; s++)
-        if (s < p->parts) EXPECT(numel(c, parts[s]) == p->b * p->h * p->t * p->head_dim, part_size[split][s]);
+        if (s < p->parts) EXPECT(numel(c, parts[s]) == part, part_size[split][s]);
         else EXPECT(parts[s] < 0, part_unused[split][s]);
     return NULL;
 }
 
 static const char *check_select(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_select_params *p = &op->p.select;
+    NOT_NEGATIVE(p->b, "B");
+    NOT_NEGATIVE(p->t, "T");
+    NOT_NEGATIVE(p->d, "D");
+    PRODUCT(tokens, "B*T*D", p->b, p->t, p->d);
+    PRODUCT(rows, "B*D", p->b, p->d);
+    PRODUCT(ids, "B*T", p->b, p->t);
     if (op->kind == TG_OP_SELECT_TOKEN) {
-        EXPECT(numel(c, op->in[0]) == p->b * p->t * p->d, "in[0]: x != B*T*D");
-        EXPECT(numel(c, op->out[0]) == p->b * p->d, "out[0]: rows != B*D");
+        EXPECT(numel(c, op->in[0]) == tokens, "in[0]: x != B*T*D");
+        EXPECT(numel(c, op->out[0]) == rows, "out[0]: rows != B*D");
     } else {
-        EXPECT(numel(c, op->in[0]) == p->b * p->d, "in[0]: dout != B*D");
-        EXPECT(numel(c, op->out[0]) == p->b * p->t * p->d, "out[0]: dx != B*T*D");
+        EXPECT(numel(c, op->in[0]) == rows, "in[0]: dout != B*D");
+        EXPECT(numel(c, op->out[0]) == tokens, "out[0]: dx != B*T*D");
     }
-    EXPECT(numel(c, op->in[1]) == p->b * p->t, "in[1]: ids != B*T");
+    EXPECT(numel(c, op->in[1]) == ids, "in[1]: ids != B*T");
     return NULL;
 }
 
 static const char *check_cross_entropy(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_cross_entropy_params *p = &op->p.cross_entropy;
+    NOT_NEGATIVE(p->n, "N");
+    NOT_NEGATIVE(p->c, "C");
+    /* The classes are the first `classes` columns of a row of C (0: all of them). */
+    EXPECT(p->classes >= 0 && p->classes <= p->c, "classes outside [0, C]");
+    PRODUCT(logits, "N*C", p->n, p->c);
     if (op->kind == TG_OP_CROSS_ENTROPY) {
-        EXPECT(numel(c, op->in[0]) == p->n * p->c, "in[0]: logits != N*C");
+        EXPECT(numel(c, op->in[0]) == logits, "in[0]: logits != N*C");
         EXPECT(numel(c, op->in[1]) == p->n, "in[1]: labels != N");
         EXPECT(numel(c, op->out[0]) == 1, "out[0]: loss is not a scalar");
     } else {
         EXPECT(numel(c, op->in[0]) == 1, "in[0]: dloss is not a scalar");
-        EXPECT(numel(c, op->in[1]) == p->n * p->c, "in[1]: logits != N*C");
+        EXPECT(numel(c, op->in[1]) == logits, "in[1]: logits != N*C");
         EXPECT(numel(c, op->in[2]) == p->n, "in[2]: labels != N");
-        EXPECT(numel(c, op->out[0]) == p->n * p->c, "out[0]: dlogits != N*C");
+        EXPECT(numel(c, op->out[0]) == logits, "out[0]: dlogits != N*C");
     }
     return NULL;
 }
@@ -362,6 +438,7 @@ static const char *check_grad_norm(const tg_op_check_ctx *c, const tg_op *op) {
 
 static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_adamw_params *p = &op->p.adamw;
+    NOT_NEGATIVE(p->zero_slice, "zero_slice");
     const int64_t n = numel(c, op->in[0]), state = p->zero_slice > 0 ? p->zero_slice : n;
     EXPECT(n == p->n, "in[0]: n != parameter count");
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: lr is not a scalar");
@@ -370,7 +447,11 @@ static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->out[0]) == n, "out[0]: params differ from the grads in size");
     EXPECT(numel(c, op->out[1]) == state, "out[1]: m != zero_slice (or n) elements");
     EXPECT(numel(c, op->out[2]) == state, "out[2]: v != zero_slice (or n) elements");
-    EXPECT(p->zero_slice == 0 || p->zero_slice * (int64_t)c->replicas >= n,
+    /* The low-precision copies are refreshed element for element with the parameters. */
+    EXPECT(op->out[3] < 0 || numel(c, op->out[3]) == n, "out[3]: parameter copies differ from the params in size");
+    int64_t covered;
+    EXPECT(p->zero_slice == 0 || __builtin_mul_overflow(p->zero_slice, (int64_t)c->replicas, &covered) ||
+               covered >= n,
            "zero_slice: the replicas' slices do not cover the parameters");
     return NULL;
 }
@@ -384,8 +465,10 @@ static const char *check_all_reduce(const tg_op_check_ctx *c, const tg_op *op) {
 static const char *check_all_gather(const tg_op_check_ctx *c, const tg_op *op) {
     const int64_t slice = op->p.all_gather.slice;
     EXPECT(op->out[0] == op->in[0], "out[0]: works in place: must be in[0]");
-    EXPECT(slice > 0 && numel(c, op->in[0]) == slice * c->replicas,
-           "in[0]: not one slice of `slice` elements per replica");
+    EXPECT(slice > 0, "slice is not positive");
+    EXPECT(c->replicas >= 1, "the plan has no replicas");
+    PRODUCT(gathered, "slice*replicas", slice, c->replicas);
+    EXPECT(numel(c, op->in[0]) == gathered, "in[0]: not one slice of `slice` elements per replica");
     return NULL;
 }
 
@@ -491,7 +574,7 @@ static double flops_matmul(const tg_op *op) {
     double sums = p->bias_grad == 1 ? (double)p->k * p->m : p->bias_grad == 2 ? (double)p->k * p->n : 0;
     return 2.0 * (double)p->m * (double)p->n * (double)p->k * (double)p->batch +
            (op->in[2] >= 0 ? (double)p->m * p->n * p->batch : 0) + sums +
-           (p->activation ? 10.0 * (p->m * p->n * p->batch) : 0);
+           (p->activation ? 10.0 * (double)p->m * p->n * p->batch : 0);
 }
 static double flops_embedding_bwd(const tg_op *op) { return (double)op->p.embedding.n * op->p.embedding.dim; }
 static double flops_bias_grad(const tg_op *op) { return (double)op->p.bias_grad.m * op->p.bias_grad.n; }

@@ -21,6 +21,9 @@ extern "C" {
 #define TG_MAX_DIMS 4
 /* Every tensor offset is a multiple of this (packed group members excepted). */
 #define TG_TENSOR_ALIGN 256
+/* The most bytes one memory pool of a plan may hold (256 TiB, far past any device), so
+ * that sums of pool sizes, offsets and byte counts never overflow. */
+#define TG_POOL_MAX_BYTES (UINT64_C(1) << 48)
 
 /* bf16: the upper half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), rounded to
  * nearest even when narrowed. */

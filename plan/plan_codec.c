@@ -1,6 +1,7 @@
 /* The plan payload: every tg_plan field written one by one, little-endian, so struct padding
  * never reaches the file and every compiler produces the same bytes for the same plan; and
- * read back, every count bounded by the payload, then checked by tg_plan_validate_tables.
+ * read back, every count bounded by the payload, then checked by tg_plan_validate_tables and
+ * tg_plan_validate_ops.
  *
  * Op kinds are stored by name: the payload lists the names of the kinds the plan uses
  * (plan/ops.def's, in first-use order) and each op stores its index into that list. The
@@ -433,7 +434,8 @@ static void get_io(rbuf *r, tg_plan_io *io) {
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);
 }
 
-int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan *p, tg_err *err) {
+int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan_checks checks, tg_plan *p,
+                           tg_err *err) {
     rbuf r = {buf, len, 0, "", NULL};
     if (get_model(&r, &p->model, name, err)) return -1;
     r.section = "job path";
@@ -491,5 +493,6 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
     if (r.pos != len)
         return tg_fail(err, "%s: %zu unexpected bytes after the plan payload (file corrupt)",
                        name, len - r.pos);
-    return tg_plan_validate_tables(p, name, err);
+    if (tg_plan_validate_tables(p, name, err)) return -1;
+    return checks == TG_PLAN_CHECK_TABLES ? 0 : tg_plan_validate_ops(p, name, err);
 }

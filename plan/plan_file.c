@@ -61,8 +61,12 @@ int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *
     return 0;
 }
 
-int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *plan,
-                   tg_err *err) {
+int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *plan, tg_err *err) {
+    return tg_plan_decode_checked(bytes, len, name, TG_PLAN_CHECK_ALL, plan, err);
+}
+
+int tg_plan_decode_checked(const uint8_t *bytes, size_t len, const char *name, tg_plan_checks checks, tg_plan *plan,
+                           tg_err *err) {
     memset(plan, 0, sizeof *plan);
     if (!name) name = "plan";
     /* Magic before length, so a short non-plan file is called what it is. */
@@ -115,7 +119,7 @@ int tg_plan_decode(const uint8_t *bytes, size_t len, const char *name, tg_plan *
         return tg_fail(err, "%s: payload does not decompress: %s (file corrupt)", name,
                        ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
     }
-    int rc = tg_plan_payload_decode(buf, (size_t)usize, name, plan, err);
+    int rc = tg_plan_payload_decode(buf, (size_t)usize, name, checks, plan, err);
     free(buf);
     if (rc) {
         tg_plan_free(plan);

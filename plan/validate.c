@@ -3,8 +3,11 @@
  * and the table consistency checks the plan decoder runs on what it read. */
 #include "plan/validate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "plan/op_meta.h"
 
 uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops) {
     /* Sweep over op indices with +bytes at first use and -bytes after last use. */
@@ -12,7 +15,9 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
     if (!delta) return 0;
     for (int t = 0; t < n_tensors; t++) {
         const tg_tensor *x = &tensors[t];
-        if (x->pool != TG_POOL_ACTIVATIONS || x->first_use < 0) continue;
+        /* Lifetimes outside the schedule are the table checks' to refuse, never indices here. */
+        if (x->pool != TG_POOL_ACTIVATIONS || x->first_use < 0 || x->last_use < x->first_use || x->last_use >= n_ops)
+            continue;
         delta[x->first_use] += (int64_t)x->bytes;
         delta[x->last_use + 1] -= (int64_t)x->bytes;
     }
@@ -25,12 +30,20 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
     return (uint64_t)peak;
 }
 
-static const tg_tensor *c_sort_tensors;
+/* A tensor's place in its pool, the sort key of the overlap check. The key travels with
+ * the index, so the comparison needs no global (tg_plan_check_memory is called from any
+ * thread: every plan load runs it). */
+typedef struct placed {
+    int32_t pool;
+    int32_t tensor;
+    uint64_t offset;
+} placed;
+
 static int by_pool_offset(const void *a, const void *b) {
-    const tg_tensor *x = &c_sort_tensors[*(const int *)a], *y = &c_sort_tensors[*(const int *)b];
-    if (x->pool != y->pool) return x->pool - y->pool;
+    const placed *x = a, *y = b;
+    if (x->pool != y->pool) return x->pool < y->pool ? -1 : 1;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-    return *(const int *)a - *(const int *)b;
+    return x->tensor < y->tensor ? -1 : x->tensor > y->tensor;
 }
 
 int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
@@ -46,7 +59,7 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
                                tg_op_name(op->kind), x->name, x->first_use, x->last_use);
         }
     }
-    int *order = malloc(sizeof *order * (size_t)p->n_tensors);
+    placed *order = malloc(sizeof *order * (size_t)(p->n_tensors ? p->n_tensors : 1));
     uint64_t *member_bytes = calloc((size_t)p->n_tensors + 1, sizeof *member_bytes);
     if (!order || !member_bytes) {
         free(order), free(member_bytes);
@@ -55,8 +68,8 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
     int n = 0;
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
-        /* A packed group member need not be aligned: it follows the member before it, and
-         * the group's view, which the ops read, is aligned. */
+        /* A packed group member need not be 256-byte aligned: it follows the member before
+         * it, and the group's view, which the ops read, is aligned. Its elements are. */
         const char *bad = NULL;
         if (x->group >= 0) {
             const tg_tensor *v = &p->tensors[x->group];
@@ -65,6 +78,8 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
                 bad = "its group is not a view of its pool and dtype, or it is not a whole-step tensor";
             else if (x->offset < v->offset || x->offset + x->bytes > v->offset + v->bytes)
                 bad = "it lies outside its group's view";
+            else if (x->offset % (uint64_t)tg_dtype_size(x->dtype))
+                bad = "its offset is not a multiple of its element size";
             else
                 member_bytes[x->group] += x->bytes;
         } else if (x->offset % TG_TENSOR_ALIGN) {
@@ -78,7 +93,7 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
                            (unsigned long long)x->offset, p->tensors[x->group].name, bad);
         }
         if (x->offset + x->bytes > r->pool_extent[x->pool]) r->pool_extent[x->pool] = x->offset + x->bytes;
-        if (!(x->flags & TG_TENSOR_VIEW)) order[n++] = t;
+        if (!(x->flags & TG_TENSOR_VIEW)) order[n++] = (placed){x->pool, t, x->offset};
     }
     /* Members inside the view that do not overlap (checked below) and add up to its size
      * tile it exactly: the view reads the members and nothing else. */
@@ -90,14 +105,13 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
                            (unsigned long long)p->tensors[t].bytes, (unsigned long long)covered);
         }
     free(member_bytes);
-    c_sort_tensors = p->tensors;
     qsort(order, (size_t)n, sizeof *order, by_pool_offset);
     for (int i = 0; i < n; i++) {
-        const tg_tensor *x = &p->tensors[order[i]];
+        const tg_tensor *x = &p->tensors[order[i].tensor];
         /* Pools other than activations hold tensors for the whole step. */
         int x_whole = x->pool != TG_POOL_ACTIVATIONS;
         for (int j = i + 1; j < n; j++) {
-            const tg_tensor *y = &p->tensors[order[j]];
+            const tg_tensor *y = &p->tensors[order[j].tensor];
             if (y->pool != x->pool || y->offset >= x->offset + x->bytes) break;
             int overlap_in_time = x_whole || !(x->last_use < y->first_use || y->last_use < x->first_use);
             if (overlap_in_time) {
@@ -134,6 +148,7 @@ static const char *tensor_class_error(const tg_tensor *x) {
               buffer = (x->flags & TG_TENSOR_BUFFER) != 0;
     if (param + frozen + buffer > 1) return "it has more than one of the flags param, frozen and buffer";
     if (param && x->pool != TG_POOL_PARAMS) return "a trainable parameter must be in the params pool";
+    if (param && x->dtype != TG_F32) return "a trainable parameter must be f32 (the params pool holds fp32 masters)";
     if (frozen && x->pool != TG_POOL_FROZEN) return "a frozen parameter must be in the frozen pool";
     if (buffer && x->pool != TG_POOL_BUFFERS) return "a buffer must be in the buffers pool";
     if (x->pool == TG_POOL_FROZEN && !frozen) return "the frozen pool holds frozen parameters only";
@@ -157,11 +172,17 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: train batch %d is not a positive row count", name, t->batch);
     if (t->seq < 1)
         return tg_fail(err, "%s: train seq %d is not a positive length", name, t->seq);
-    if (t->num_labels < 1)
-        return tg_fail(err, "%s: train num_labels %d is not a positive count", name, t->num_labels);
+    /* A classifier has two classes or more; an LM plan carries no class count. */
+    if (t->task == TG_TASK_CLASSIFY ? t->num_labels < 2 : t->num_labels < 0)
+        return tg_fail(err, "%s: train num_labels %d is not %s", name, t->num_labels,
+                       t->task == TG_TASK_CLASSIFY ? "2 or more" : "0 or more");
     if (t->pad_id < 0 || t->pad_id >= m->vocab_size)
         return tg_fail(err, "%s: train pad_id %d is outside the model's vocabulary (vocab_size %d)", name,
                        t->pad_id, m->vocab_size);
+    /* RoBERTa numbers positions from pad_id + 1 (datasets/batch.c): they must stay int32. */
+    if ((int64_t)t->pad_id + t->seq > INT32_MAX)
+        return tg_fail(err, "%s: train pad_id %d + seq %d passes the largest position id (%d)", name, t->pad_id,
+                       t->seq, INT32_MAX);
     if (t->precision < 0 || t->precision >= TG_PREC_COUNT)
         return tg_fail(err, "%s: train precision %d is not a known precision", name, t->precision);
     if (t->allow_tf32 != 0 && t->allow_tf32 != 1)
@@ -177,6 +198,14 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
                        r->epochs);
     if (r->log_every < 1)
         return tg_fail(err, "%s: run log_every %d is not a positive step count", name, r->log_every);
+
+    /* Every sum of pool sizes, offsets and byte counts below stays far inside uint64 and
+     * int64 (nine pools of at most 2^48 bytes). */
+    for (int q = 0; q < TG_POOL_COUNT; q++)
+        if (p->pool_bytes[q] > TG_POOL_MAX_BYTES)
+            return tg_fail(err, "%s: pool %s holds %llu bytes, more than the %llu a plan may have", name,
+                           tg_pool_name(q), (unsigned long long)p->pool_bytes[q],
+                           (unsigned long long)TG_POOL_MAX_BYTES);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
@@ -232,6 +261,9 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
             x->last_use >= p->n_ops)
             return tg_fail(err, "%s: tensor %d (%s) uses ops %d..%d of %d", name, t, x->name,
                            x->first_use, x->last_use, p->n_ops);
+        if ((x->first_use < 0) != (x->last_use < 0) || x->first_use > x->last_use)
+            return tg_fail(err, "%s: tensor %d (%s) has lifetime %d..%d (both -1, or first <= last)", name, t,
+                           x->name, x->first_use, x->last_use);
     }
 
     if (p->phase_begin[0] != 0 || p->phase_begin[TG_PHASE_COUNT] != p->n_ops)
@@ -281,5 +313,282 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         if (iov[k] < -1 || iov[k] >= p->n_tensors)
             return tg_fail(err, "%s: io %s refers to tensor %d of %d", name, io_names[k],
                            iov[k], p->n_tensors);
+    return 0;
+}
+
+/* ---- what the runtime binds (run by the plan decoder after the ops) ------------- */
+
+/* What one io binding must be for the runtime to write or read it as it does: its pool
+ * (-1: any), its dtypes (a bit per tg_dtype) and its shape (ndim 0: one element, of any
+ * dims; dims -1: any size). */
+typedef struct io_rule {
+    const char *field; /* tg_plan_io's field, as messages name it */
+    int32_t tensor;
+    int required;
+    int pool;
+    unsigned dtypes;
+    int ndim;
+    int64_t dims[2];
+    const char *why; /* what the runtime does with it, for the message */
+} io_rule;
+
+#define DT(d) (1u << (d))
+
+static void shape_text(const tg_tensor *x, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < x->ndim && d < TG_MAX_DIMS && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static int check_io_rule(const tg_plan *p, const io_rule *r, const char *name, tg_err *err) {
+    if (r->tensor < 0) {
+        if (r->required) return tg_fail(err, "%s: io %s is required (%s)", name, r->field, r->why);
+        return 0;
+    }
+    const tg_tensor *x = &p->tensors[r->tensor];
+    if (r->pool >= 0 && x->pool != r->pool)
+        return tg_fail(err, "%s: io %s is tensor %d (%s) in the %s pool; it must be in the %s pool (%s)", name,
+                       r->field, r->tensor, x->name, tg_pool_name(x->pool), tg_pool_name(r->pool), r->why);
+    if (!(r->dtypes & DT(x->dtype))) {
+        char want[32] = "";
+        for (int d = 0; d < TG_DTYPE_COUNT; d++)
+            if (r->dtypes & DT(d)) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", want[0] ? " or " : "", tg_dtype_name(d));
+        return tg_fail(err, "%s: io %s is tensor %d (%s) of dtype %s; it must be %s (%s)", name, r->field, r->tensor,
+                       x->name, tg_dtype_name(x->dtype), want, r->why);
+    }
+    int ok = r->ndim == 0 ? tg_tensor_numel(x) == 1 : x->ndim == r->ndim;
+    for (int d = 0; ok && d < r->ndim; d++) ok = r->dims[d] < 0 || x->shape[d] == r->dims[d];
+    if (!ok) {
+        char have[96], want[64] = "one element";
+        shape_text(x, have, sizeof have);
+        if (r->ndim == 1) snprintf(want, sizeof want, "[%lld]", (long long)r->dims[0]);
+        if (r->ndim == 2 && r->dims[1] >= 0)
+            snprintf(want, sizeof want, "[%lld, %lld]", (long long)r->dims[0], (long long)r->dims[1]);
+        if (r->ndim == 2 && r->dims[1] < 0) snprintf(want, sizeof want, "[%lld, any]", (long long)r->dims[0]);
+        return tg_fail(err, "%s: io %s is tensor %d (%s) of shape %s; it must be %s (%s)", name, r->field, r->tensor,
+                       x->name, have, want, r->why);
+    }
+    return 0;
+}
+
+/* A view the runtime copies a pool's contents through (weights in and out, the bf16
+ * copies filled from the parameters): it starts the pool. */
+static int check_pool_start(const tg_plan *p, const char *field, int32_t t, const char *name, tg_err *err) {
+    const tg_tensor *x = &p->tensors[t];
+    if (x->offset != 0)
+        return tg_fail(err, "%s: io %s is tensor %d (%s) at offset %llu; it must start the %s pool", name, field, t,
+                       x->name, (unsigned long long)x->offset, tg_pool_name(x->pool));
+    return 0;
+}
+
+/* The io table against the train settings: every tensor the runtime writes (the batch,
+ * the step counters, the weights) or reads (loss, lr, grad norm, logits, the pools) is
+ * where, of the dtype and of the shape it writes or reads. */
+static int check_io(const tg_plan *p, const char *name, tg_err *err) {
+    const tg_plan_io *io = &p->io;
+    const int64_t B = p->train.batch, T = p->train.seq, lm = p->train.task == TG_TASK_LM;
+    const io_rule rules[] = {
+        {"input_ids", io->input_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T}, "the batch's token ids, train batch x seq"},
+        {"attention_mask", io->attention_mask, 1, TG_POOL_INPUTS, DT(TG_F32), 2, {B, T},
+         "the batch's mask, train batch x seq"},
+        {"token_type_ids", io->token_type_ids, 0, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T},
+         "the batch's token types, train batch x seq"},
+        {"position_ids", io->position_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T},
+         "the batch's positions, train batch x seq"},
+        {"labels", io->labels, 1, TG_POOL_INPUTS, DT(TG_I32), lm ? 2 : 1, {B, lm ? T : -1},
+         lm ? "the batch's next tokens, train batch x seq" : "the batch's labels, one per row"},
+        {"logits", io->logits, 1, -1, DT(TG_F32) | DT(TG_BF16), 2, {lm ? B * T : B, lm ? -1 : p->train.num_labels},
+         lm ? "a row of scores per token" : "a row of num_labels scores per row of the batch"},
+        {"loss", io->loss, 1, -1, DT(TG_F32), 0, {0}, "the step's loss, read after each step"},
+        {"step", io->step, 1, TG_POOL_OPTIM, DT(TG_F32), 0, {0}, "the step counter the runtime sets"},
+        {"total_steps", io->total_steps, 1, TG_POOL_OPTIM, DT(TG_F32), 0, {0}, "the step count the runtime sets"},
+        {"lr", io->lr, 1, -1, DT(TG_F32), 0, {0}, "the learning rate, read after each step"},
+        {"grad_norm", io->grad_norm, 1, -1, DT(TG_F32), 0, {0}, "the gradient norm, read after each step"},
+        {"params_all", io->params_all, 1, TG_POOL_PARAMS, DT(TG_F32), 1, {-1}, "the parameters, loaded and saved"},
+        {"grads_all", io->grads_all, 1, TG_POOL_GRADS, DT(TG_F32), 1, {-1}, "the gradients AdamW reads"},
+        {"m_all", io->m_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's first moments"},
+        {"v_all", io->v_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's second moments"},
+        {"params_bf16_all", io->params_bf16_all, 0, TG_POOL_PARAMS_BF16, DT(TG_BF16), 1, {-1},
+         "the bf16 copies of the parameters, filled from them"},
+    };
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (check_io_rule(p, &rules[k], name, err)) return -1;
+    if (lm && p->tensors[io->logits].shape[1] < p->model.vocab_size)
+        return tg_fail(err, "%s: io logits is tensor %d (%s) of %lld columns, fewer than the vocabulary (%d)", name,
+                       io->logits, p->tensors[io->logits].name, (long long)p->tensors[io->logits].shape[1],
+                       p->model.vocab_size);
+    /* The step counter and the total steps are the runtime's: the dropouts draw their masks
+     * at the counter (converted to an integer), so no other tensor, a view included, may
+     * reach their bytes. */
+    const int32_t counters[] = {io->step, io->total_steps};
+    for (int k = 0; k < 2; k++) {
+        const tg_tensor *c = &p->tensors[counters[k]];
+        const char *field = k ? "total_steps" : "step";
+        if (c->flags & TG_TENSOR_VIEW)
+            return tg_fail(err, "%s: io %s is tensor %d (%s), a view; it must be a tensor of its own", name, field,
+                           counters[k], c->name);
+        for (int t = 0; t < p->n_tensors; t++) {
+            const tg_tensor *x = &p->tensors[t];
+            if (t != counters[k] && x->pool == c->pool && x->bytes && x->offset < c->offset + c->bytes &&
+                c->offset < x->offset + x->bytes)
+                return tg_fail(err, "%s: tensor %d (%s) shares bytes with io %s (tensor %d)", name, t, x->name, field,
+                               counters[k]);
+        }
+    }
+    /* The parameters as one view, element i of which AdamW updates from gradient i (and
+     * writes into bf16 copy i): the gradients and the copies line up with it, and every
+     * trainable parameter lies inside it. */
+    if (check_pool_start(p, "params_all", io->params_all, name, err)) return -1;
+    const int64_t n = tg_tensor_numel(&p->tensors[io->params_all]);
+    const int32_t same_count[] = {io->grads_all, io->params_bf16_all};
+    const char *const same_name[] = {"grads_all", "params_bf16_all"};
+    for (int k = 0; k < 2; k++) {
+        const int32_t t = same_count[k];
+        if (t < 0) continue;
+        if (check_pool_start(p, same_name[k], t, name, err)) return -1;
+        if (tg_tensor_numel(&p->tensors[t]) != n)
+            return tg_fail(err, "%s: io %s is tensor %d (%s) of %lld elements; the parameters have %lld", name,
+                           same_name[k], t, p->tensors[t].name, (long long)tg_tensor_numel(&p->tensors[t]),
+                           (long long)n);
+    }
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if ((x->flags & TG_TENSOR_PARAM) && x->offset + x->bytes > p->tensors[io->params_all].bytes)
+            return tg_fail(err, "%s: tensor %d (%s) at offset %llu + %llu bytes lies outside io params_all (%lld "
+                                "elements)",
+                           name, t, x->name, (unsigned long long)x->offset, (unsigned long long)x->bytes,
+                           (long long)n);
+    }
+    /* The runtime fills the bf16 pool from the parameters' values, two bytes for four. */
+    if (p->pool_bytes[TG_POOL_PARAMS_BF16] > p->pool_bytes[TG_POOL_PARAMS] / 2)
+        return tg_fail(err, "%s: pool params_bf16 holds %llu bytes, more than half the params pool (%llu)", name,
+                       (unsigned long long)p->pool_bytes[TG_POOL_PARAMS_BF16],
+                       (unsigned long long)p->pool_bytes[TG_POOL_PARAMS]);
+    return 0;
+}
+
+/* The slot through which an op of `kind` reads the optimizer's step counter (plan/ops.def:
+ * the dropouts draw their masks at it, SCHEDULE and ADAMW count with it), or -1. */
+static int step_counter_slot(int kind) {
+    switch (kind) {
+    case TG_OP_DROPOUT: return 1;
+    case TG_OP_RESIDUAL_LAYERNORM: return 4;
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return 6;
+    case TG_OP_ATTN_SOFTMAX:
+    case TG_OP_ATTN_SOFTMAX_BWD: return 2;
+    case TG_OP_ATTENTION: return 4;
+    case TG_OP_SCHEDULE: return 0;
+    case TG_OP_ADAMW: return 2;
+    default: return -1;
+    }
+}
+
+/* A slot of an op and the io tensor it must hold. */
+typedef struct binding {
+    int32_t slot, want;
+    const char *what;
+} binding;
+
+/* The optimizer's state and scalars are the io tensors the runtime sets and reads: each op
+ * reads its step counter at io.step; SCHEDULE counts io.step against io.total_steps into
+ * io.lr, GRAD_NORM measures io.grads_all into io.grad_norm, ADAMW updates io.params_all,
+ * io.m_all and io.v_all (and io.params_bf16_all) from them; no other op writes the step
+ * counter or the total steps, which the runtime sets. */
+static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *err) {
+    const tg_plan_io *io = &p->io;
+    int sums = 0, gathers = 0;
+    for (int o = 0; o < p->n_ops; o++) {
+        sums += p->ops[o].kind == TG_OP_ALL_REDUCE;
+        gathers += p->ops[o].kind == TG_OP_ALL_GATHER;
+        const tg_op *op = &p->ops[o];
+        const char *kind = tg_op_name(op->kind);
+        const int step = step_counter_slot(op->kind);
+        if (step >= 0 && op->in[step] >= 0 && op->in[step] != io->step)
+            return tg_fail(err, "%s: op %d (%s): in[%d] is the step counter, tensor %d (io step), not tensor %d", name,
+                           o, kind, step, io->step, op->in[step]);
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+            const int32_t t = op->out[s];
+            if (t >= 0 && (t == io->total_steps || (t == io->step && !(op->kind == TG_OP_SCHEDULE && s == 1))))
+                return tg_fail(err, "%s: op %d (%s): out[%d] writes %s, which only the runtime%s sets", name, o, kind,
+                               s, t == io->step ? "the step counter" : "the total steps",
+                               t == io->step ? " and SCHEDULE" : "");
+        }
+        binding want[8];
+        int n_want = 0;
+        if (op->kind == TG_OP_SCHEDULE) {
+            want[n_want++] = (binding){op->in[1], io->total_steps, "in[1] (io total_steps)"};
+            want[n_want++] = (binding){op->out[0], io->lr, "out[0] (io lr)"};
+        } else if (op->kind == TG_OP_GRAD_NORM) {
+            want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};
+            want[n_want++] = (binding){op->out[0], io->grad_norm, "out[0] (io grad_norm)"};
+        } else if (op->kind == TG_OP_ADAMW) {
+            want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};
+            want[n_want++] = (binding){op->in[1], io->lr, "in[1] (io lr)"};
+            want[n_want++] = (binding){op->in[3], io->grad_norm, "in[3] (io grad_norm)"};
+            want[n_want++] = (binding){op->out[0], io->params_all, "out[0] (io params_all)"};
+            want[n_want++] = (binding){op->out[1], io->m_all, "out[1] (io m_all)"};
+            want[n_want++] = (binding){op->out[2], io->v_all, "out[2] (io v_all)"};
+            want[n_want++] = (binding){op->out[3], io->params_bf16_all, "out[3] (io params_bf16_all)"};
+            if ((op->p.adamw.zero_slice > 0) != (p->train.zero_stage == 1))
+                return tg_fail(err, "%s: op %d (adamw): zero_slice %lld, but train zero_stage is %d (a slice exactly "
+                                    "with ZeRO-1)",
+                               name, o, (long long)op->p.adamw.zero_slice, p->train.zero_stage);
+        }
+        for (int k = 0; k < n_want; k++)
+            if (want[k].slot != want[k].want)
+                return tg_fail(err, "%s: op %d (%s): %s must be tensor %d, is tensor %d", name, o, kind, want[k].what,
+                               want[k].want, want[k].slot);
+    }
+    /* Replicas train as one only through their gradient sums (and, with ZeRO-1, the
+     * gathers of what each updated). */
+    if ((p->train.replicas > 1) != (sums > 0))
+        return tg_fail(err, "%s: train replicas %d, but the plan sums %s gradients over replicas (%d all_reduce)", name,
+                       p->train.replicas, sums ? "its" : "no", sums);
+    if ((p->train.zero_stage == 1) != (gathers > 0))
+        return tg_fail(err, "%s: train zero_stage %d, but the plan has %d all_gather", name, p->train.zero_stage,
+                       gathers);
+    return 0;
+}
+
+/* The parameter copies: a low-precision copy (TG_TENSOR_PARAM_COPY) is filled element for
+ * element from its master, so the master is a parameter or buffer of as many elements,
+ * a view exactly when the copy is one. */
+static int check_copies(const tg_plan *p, const char *name, tg_err *err) {
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM_COPY)) continue;
+        const tg_tensor *m = x->master >= 0 ? &p->tensors[x->master] : NULL;
+        if (!m || (m->flags & TG_TENSOR_PARAM_COPY) || tg_tensor_class_of(m) == TG_CLASS_NONE ||
+            tg_tensor_numel(m) != tg_tensor_numel(x) || !(m->flags & TG_TENSOR_VIEW) != !(x->flags & TG_TENSOR_VIEW))
+            return tg_fail(err, "%s: tensor %d (%s) is a parameter copy of tensor %d%s%s, which is not a parameter or "
+                                "buffer of its elements",
+                           name, t, x->name, x->master, m ? " " : "", m ? m->name : "");
+    }
+    return 0;
+}
+
+int tg_plan_validate_ops(const tg_plan *p, const char *name, tg_err *err) {
+    /* The same check the compiler runs on every op it emits: slots and dtypes by the op's
+     * signature, then its shape rule, so no kernel reads or writes past a tensor. */
+    const tg_op_check_ctx ctx = {p->tensors, p->n_tensors, p->train.replicas};
+    for (int o = 0; o < p->n_ops; o++) {
+        char why[160];
+        if (tg_op_check(&ctx, &p->ops[o], why, sizeof why))
+            return tg_fail(err, "%s: op %d (%s): %s", name, o, tg_op_name(p->ops[o].kind), why);
+    }
+    /* Then the layout: lifetimes, alignment, no two live tensors sharing bytes; the totals
+     * the preflight and inspect report are the layout's. */
+    tg_memory_report report;
+    if (tg_plan_check_memory(p, &report, err)) return tg_fail_context(err, "%s", name);
+    uint64_t pools = 0;
+    for (int q = 0; q < TG_POOL_COUNT; q++) pools += p->pool_bytes[q]; /* each at most 2^48 */
+    if (pools != p->peak_bytes || report.activation_live_peak != p->activation_live_peak)
+        return tg_fail(err, "%s: the plan says peak %llu bytes (live activations %llu), its pools and layout make "
+                            "%llu (%llu)",
+                       name, (unsigned long long)p->peak_bytes, (unsigned long long)p->activation_live_peak,
+                       (unsigned long long)pools, (unsigned long long)report.activation_live_peak);
+    /* Then what the runtime binds by role. */
+    if (check_io(p, name, err) || check_optimizer_bindings(p, name, err) || check_copies(p, name, err)) return -1;
     return 0;
 }

@@ -10,7 +10,7 @@
 
 /* Independent check of a finished plan: every op touching a tensor lies within its
  * [first_use, last_use]; every offset is aligned, except packed group members, which must
- * tile their group's view exactly; no two tensors of one pool overlap in bytes while both
+ * tile their group's view exactly (at offsets that are multiples of their element size); no two tensors of one pool overlap in bytes while both
  * are live (views aside); every tensor fits its pool. Reports the pools' extents summed
  * (which must equal plan->peak_bytes) and the largest live activation sum. */
 typedef struct tg_memory_report {
@@ -25,12 +25,27 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
 
 /* The table checks every executor relies on, run by the plan decoder on what it read, so a
  * damaged or hand-edited plan is refused there instead of indexing outside the tables later:
- * enums in range, positive train and run settings, tensor dims and byte sizes (the element
- * count times the dtype's size, without overflow), pools, offsets within their pool, known
- * flag bits and a consistent parameter class, tensor and op indices in range, the phase
- * table, matmul activations. Each op's parameters against its tensors are checked where the
- * compiler emits it (tg_op_check, plan/op_meta.h), not yet here. `name` (the file) starts
+ * enums in range, positive train and run settings (num_labels 2 or more for a classifier),
+ * pool sizes up to TG_POOL_MAX_BYTES, tensor dims and byte sizes (the element count times
+ * the dtype's size, without overflow), pools, offsets within their pool, known flag bits
+ * and a consistent parameter class (trainable parameters f32), tensor and op indices in
+ * range, lifetimes in order, the phase table, matmul activations. `name` (the file) starts
  * each message. */
 int tg_plan_validate_tables(const tg_plan *plan, const char *name, tg_err *err);
+
+/* What the plan decoder checks next, on tables that passed tg_plan_validate_tables: each op
+ * against the tensors it touches, as the compiler checks every op it emits (tg_op_check,
+ * plan/op_meta.h: slots and dtypes, then the shape rule over its parameters, every product
+ * checked for overflow; "NAME: op O (KIND): WHY"), then the layout (tg_plan_check_memory)
+ * and the totals the preflight trusts (peak_bytes, activation_live_peak), then what the
+ * runtime binds by role: each io tensor in its pool, of the dtype and shape the runtime
+ * writes or reads (the batch tensors train batch x seq, the scalars one element, the
+ * parameter views starting their pools, every trainable parameter inside params_all), the
+ * optimizer ops bound to the io tensors (every step counter slot is io.step, which only
+ * SCHEDULE writes), replicas and zero_stage matched by the gradient sums and gathers, and
+ * each parameter copy as large as its master. So no op or runtime copy of a loaded plan
+ * reads or writes outside its tensors or into a live tensor's bytes. "NAME: io FIELD ..."
+ * or "NAME: op O (KIND): ...". */
+int tg_plan_validate_ops(const tg_plan *plan, const char *name, tg_err *err);
 
 #endif

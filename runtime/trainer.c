@@ -3,6 +3,7 @@
 #include "base/clock.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 

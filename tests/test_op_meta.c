@@ -286,6 +286,83 @@ TG_TEST(test_op_meta_check) {
           "the reason overran an 8-byte buffer");
 }
 
+/* Parameters from a plan file may hold anything: a product of them that overflows int64
+ * is refused by name (the rules compute it checked; under UBSan an unchecked one would
+ * stop the suite), and so is a negative dimension whose products come out right. */
+TG_TEST(test_op_meta_check_untrusted_params) {
+    tg_tensor t[N_T];
+    check_tensors(t);
+    tg_op_check_ctx c = {.tensors = t, .n_tensors = N_T, .replicas = 1};
+    char why[256];
+
+    /* The fuzzed plan that overflowed batch*M*K: 288230376151711745 * 768 * ... */
+    tg_op op = good_matmul();
+    op.p.matmul.batch = 288230376151711745;
+    op.p.matmul.k = 768;
+    CHECK(refused_naming(&c, &op, "batch*M*K overflows", why, sizeof why), "matmul batch 2^58+1: '%s'", why);
+    op = good_matmul();
+    op.p.matmul.m = INT64_MAX, op.p.matmul.k = INT64_MAX;
+    CHECK(refused_naming(&c, &op, "overflows", why, sizeof why), "matmul M = K = INT64_MAX: '%s'", why);
+    op = good_matmul();
+    op.p.matmul.activation = TG_MATMUL_ACT_GELU, op.out[2] = T_C;
+    op.p.matmul.m = INT64_MAX / 2, op.p.matmul.n = INT64_MAX / 2;
+    CHECK(refused_naming(&c, &op, "overflows", why, sizeof why), "matmul M*N past int64: '%s'", why);
+
+    /* Two negative dimensions whose product is the table's size. */
+    op = tg_test_op(TG_OP_EMBEDDING);
+    op.in[0] = T_IDS, op.in[1] = T_TABLE, op.out[0] = T_ROWS;
+    op.p.embedding = (tg_embedding_params){.n = 6, .vocab = -10, .dim = -3, .padding_idx = -1};
+    CHECK(refused_naming(&c, &op, "V is negative", why, sizeof why), "embedding V = -10, D = -3: '%s'", why);
+    op.p.embedding = (tg_embedding_params){.n = 6, .vocab = 10, .dim = 3, .padding_idx = -1};
+    op.p.embedding.n = (int64_t)1 << 62, op.p.embedding.dim = 4;
+    CHECK(refused_naming(&c, &op, "N*D overflows", why, sizeof why), "embedding N*D past int64: '%s'", why);
+
+    /* Every rule with products, at INT64_MAX in each of its dimensions: refused, never
+     * computed past int64. */
+    static const int kinds[] = {TG_OP_BIAS_GRAD, TG_OP_LAYERNORM, TG_OP_LAYERNORM_BWD, TG_OP_ATTN_SOFTMAX,
+                                TG_OP_ATTN_SOFTMAX_BWD, TG_OP_HEADS_SPLIT, TG_OP_HEADS_MERGE, TG_OP_SELECT_TOKEN,
+                                TG_OP_SELECT_TOKEN_BWD, TG_OP_CROSS_ENTROPY, TG_OP_CROSS_ENTROPY_BWD,
+                                TG_OP_RESIDUAL_LAYERNORM, TG_OP_ATTENTION, TG_OP_ATTENTION_BWD};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        op = tg_test_op(kinds[k]);
+        const tg_op_info *info = tg_op_info_of(kinds[k]);
+        /* Every slot its signature requires holds a tensor of the required dtype. */
+        for (int s = 0; s < TG_OP_MAX_IN && info->inputs[s]; s++)
+            if (info->inputs[s] >= 'A' && info->inputs[s] <= 'Z') op.in[s] = info->inputs[s] == 'I' ? T_IDS : T_C;
+        for (int s = 0; s < TG_OP_MAX_OUT && info->outputs[s]; s++)
+            if (info->outputs[s] >= 'A' && info->outputs[s] <= 'Z') op.out[s] = T_C;
+        /* Each parameter set's integer fields, all at INT64_MAX. */
+        int64_t all[sizeof op.p / sizeof(int64_t)];
+        for (size_t w = 0; w < sizeof all / sizeof all[0]; w++) all[w] = INT64_MAX;
+        memcpy(&op.p, all, sizeof all);
+        if (kinds[k] == TG_OP_HEADS_SPLIT || kinds[k] == TG_OP_HEADS_MERGE) op.p.heads.parts = 1;
+        if (kinds[k] == TG_OP_RESIDUAL_LAYERNORM) op.p.residual_layernorm.p = 0.0f;
+        if (kinds[k] == TG_OP_ATTENTION || kinds[k] == TG_OP_ATTENTION_BWD) op.p.attention.packed = 0, op.p.attention.p = 0.0f;
+        CHECK(refused_naming(&c, &op, "overflows", why, sizeof why), "%s with every dimension INT64_MAX: '%s'",
+              tg_op_name(kinds[k]), why);
+    }
+
+    /* The loss's classes lie inside a row of C. */
+    op = tg_test_op(TG_OP_CROSS_ENTROPY);
+    op.in[0] = T_C, op.in[1] = T_IDS, op.out[0] = T_BIAS4;
+    op.p.cross_entropy = (tg_cross_entropy_params){.n = 4, .c = 5, .classes = 6};
+    CHECK(refused_naming(&c, &op, "classes", why, sizeof why), "cross_entropy with 6 classes of 5 columns: '%s'", why);
+
+    /* The replicas' slices: slice * replicas past int64. */
+    op = tg_test_op(TG_OP_ALL_GATHER);
+    op.in[0] = op.out[0] = T_C;
+    op.p.all_gather.slice = INT64_MAX / 2;
+    c.replicas = 3;
+    CHECK(refused_naming(&c, &op, "slice*replicas overflows", why, sizeof why), "all_gather slice 2^62 x 3: '%s'", why);
+    c.replicas = 1;
+
+    /* FLOPs of parameters no rule accepts are still computed without overflow. */
+    op = good_matmul();
+    op.p.matmul.m = op.p.matmul.n = op.p.matmul.batch = INT64_MAX;
+    op.p.matmul.activation = TG_MATMUL_ACT_GELU;
+    CHECK(tg_op_flops(&op) > 1e50, "matmul FLOPs at INT64_MAX: %g", tg_op_flops(&op));
+}
+
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
 /* The counts the compiler has always used (plans' flops_per_step depend on them). */

@@ -9,9 +9,14 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "compiler/compile.h"
+#include "compiler/job.h"
 #include "plan/inspect.h"
 #include "plan/op_meta.h"
+#include "plan/plan_codec.h"
 #include "plan/plan_file.h"
+#include "plan/validate.h"
+#include "runtime/trainer.h"
 #include "tests/harness.h"
 
 /* ---- a small consistent plan ------------------------------------------------- */
@@ -338,12 +343,19 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     return 0;
 }
 
+/* The decoder up to its table checks: build_plan's ops carry every field and parameter but
+ * are not consistent with their tensors (nor its layout sound), so the codec is tested
+ * below tg_plan_validate_ops, which test_plan_file_refuses_* test on compiled plans. */
+static int decode_tables(const uint8_t *bytes, size_t len, const char *name, tg_plan *back, tg_err *err) {
+    return tg_plan_decode_checked(bytes, len, name, TG_PLAN_CHECK_TABLES, back, err);
+}
+
 /* Encodes p, then decodes the bytes; returns the decode's result. */
 static int encode_decode(const tg_plan *p, tg_plan *back, tg_err *err) {
     uint8_t *bytes = NULL;
     size_t len = 0;
     if (tg_plan_encode(p, &bytes, &len, err)) return -2;
-    int rc = tg_plan_decode(bytes, len, "plan.tgp", back, err);
+    int rc = decode_tables(bytes, len, "plan.tgp", back, err);
     free(bytes);
     return rc;
 }
@@ -486,7 +498,7 @@ TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
     p.model.vocab_size = 1;
-    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 1, .replicas = 1};
+    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1};
     p.run.steps = 1, p.run.log_every = 1;
     p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
@@ -509,7 +521,14 @@ TG_TEST(test_plan_file_write_read) {
     p.run.steps = 12345;
     REQUIRE(tg_plan_write(&p, path, &err) == 0, "rewrite: %s", err.msg);
     CHECK(tg_test_count_files(dir) == 1, "rewrite left %d files", tg_test_count_files(dir));
-    REQUIRE(tg_plan_read(path, &back, &err) == 0, "read: %s", err.msg);
+    /* Read back as tg_plan_read does, decoded up to the table checks (decode_tables). */
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f, "cannot open %s", path);
+    uint8_t file[4096];
+    const size_t len = fread(file, 1, sizeof file, f);
+    fclose(f);
+    REQUIRE(len > 40 && len < sizeof file, "read %zu bytes", len);
+    REQUIRE(decode_tables(file, len, path, &back, &err) == 0, "read: %s", err.msg);
     char what[128] = "";
     CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "read plan differs at %s", what);
     CHECK(back.run.steps == 12345, "old plan read back");
@@ -534,7 +553,7 @@ TG_TEST(test_plan_file_truncated) {
     size_t cuts[] = {0, 3, 8, 20, 39, 40, 41, len / 2, len - 1};
     for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
         memset(&err, 0, sizeof err);
-        int rc = tg_plan_decode(bytes, cuts[c], "plan.tgp", &back, &err);
+        int rc = decode_tables(bytes, cuts[c], "plan.tgp", &back, &err);
         CHECK(rc == -1, "cut at %zu accepted", cuts[c]);
         CHECK(strncmp(err.msg, "plan.tgp: truncated", 19) == 0, "cut at %zu: '%s'", cuts[c],
               err.msg);
@@ -544,7 +563,7 @@ TG_TEST(test_plan_file_truncated) {
     char want[128];
     snprintf(want, sizeof want, "header says %zu compressed bytes, file has %zu", len - 40,
              len / 2 - 40);
-    tg_plan_decode(bytes, len / 2, "plan.tgp", &back, &err);
+    decode_tables(bytes, len / 2, "plan.tgp", &back, &err);
     CHECK(has(err.msg, want), "'%s' lacks '%s'", err.msg, want);
 
     /* The same through a file on disk. */
@@ -570,7 +589,7 @@ static int decode_patched(void (*patch)(uint8_t *, size_t), tg_err *err) {
     size_t len;
     if (tg_plan_encode(&p, &bytes, &len, err)) return -2;
     patch(bytes, len);
-    int rc = tg_plan_decode(bytes, len, "plan.tgp", &back, err);
+    int rc = decode_tables(bytes, len, "plan.tgp", &back, err);
     free(bytes);
     tg_plan_free(&p);
     tg_plan_free(&back);
@@ -767,7 +786,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_task, "plan.tgp: train task 2 is not a known task"},
         {bad_batch, "plan.tgp: train batch 0 is not a positive row count"},
         {bad_seq, "plan.tgp: train seq -4 is not a positive length"},
-        {bad_num_labels, "plan.tgp: train num_labels 0 is not a positive count"},
+        {bad_num_labels, "plan.tgp: train num_labels 0 is not 2 or more"},
         {bad_pad_id, "plan.tgp: train pad_id 16 is outside the model's vocabulary (vocab_size 16)"},
         {bad_precision, "plan.tgp: train precision 3 is not a known precision"},
         {bad_allow_tf32, "plan.tgp: train allow_tf32 2 is not a boolean"},
@@ -832,7 +851,7 @@ static int reseal_decode(const uint8_t *file, const uint8_t *payload, size_t usi
         put64(sealed + 16, usize);
         put64(sealed + 24, csize);
         put64(sealed + 32, XXH64(sealed + 40, csize, 0));
-        rc = tg_plan_decode(sealed, 40 + csize, "plan.tgp", back, err);
+        rc = decode_tables(sealed, 40 + csize, "plan.tgp", back, err);
     }
     free(sealed);
     return rc;
@@ -1289,4 +1308,378 @@ TG_TEST(test_inspect_json) {
           "tensor h shape");
     json_decref(root);
     tg_plan_free(&p);
+}
+
+/* ---- compiled plans edited and re-sealed: each op and the layout are checked ---------- */
+
+#define TINY_BERT_JOB "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n"
+
+static int compile_tiny_bert(tg_plan *plan, tg_err *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/job.txt", tg_test_tmpdir());
+    if (tg_test_write_file(path, TINY_BERT_JOB)) return tg_fail(err, "cannot write %s", path);
+    tg_job job;
+    if (tg_job_load(path, NULL, 0, &job, err)) return -1;
+    return tg_compile(&job, plan, err);
+}
+
+/* Encodes (seals) p and decodes it with every check, as tg_plan_read does. */
+static int decode_all(const tg_plan *p, tg_plan *back, tg_err *err) {
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (tg_plan_encode(p, &bytes, &len, err)) return -2;
+    int rc = tg_plan_decode(bytes, len, "plan.tgp", back, err);
+    free(bytes);
+    return rc;
+}
+
+static int first_op_of(const tg_plan *p, int kind) {
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == kind) return o;
+    return -1;
+}
+
+/* The compiled plan itself passes every check, through a file on disk too. */
+TG_TEST(test_plan_file_compiled_plan_accepted) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    REQUIRE(decode_all(&p, &back, &err) == 0, "compiled plan refused: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0, "decoded plan differs at %s", what);
+    tg_plan_free(&back);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiny.tgp", tg_test_tmpdir());
+    REQUIRE(tg_plan_write(&p, path, &err) == 0, "%s", err.msg);
+    CHECK(tg_plan_read(path, &back, &err) == 0, "read: %s", err.msg);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_wrong_matmul_dim) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    const int o = first_op_of(&p, TG_OP_MATMUL);
+    REQUIRE(o >= 0, "no matmul in the plan");
+    p.ops[o].p.matmul.k += 1; /* K no longer agrees with A's and B's element counts */
+    char want[64];
+    snprintf(want, sizeof want, "plan.tgp: op %d (matmul): ", o);
+    CHECK(decode_all(&p, &back, &err) == -1, "a matmul with a wrong K accepted");
+    printf("    %s\n", err.msg);
+    CHECK(has(err.msg, want) && has(err.msg, "K"), "'%s' lacks '%s' and 'K'", err.msg, want);
+    CHECK(!back.ops && !back.tensors, "failed decode left tables");
+    /* The same edit is below the table checks: they accept it. */
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    REQUIRE(tg_plan_encode(&p, &bytes, &len, &err) == 0, "%s", err.msg);
+    CHECK(decode_tables(bytes, len, "plan.tgp", &back, &err) == 0, "tables refused: %s", err.msg);
+    free(bytes);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_changed_input_dtype) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    const int o = first_op_of(&p, TG_OP_EMBEDDING);
+    REQUIRE(o >= 0 && p.ops[o].in[0] >= 0, "no embedding in the plan");
+    tg_tensor *ids = &p.tensors[p.ops[o].in[0]];
+    REQUIRE(ids->dtype == TG_I32, "embedding ids are dtype %d", ids->dtype);
+    ids->dtype = TG_F32; /* the same bytes, so only the op's signature can tell */
+    int first = -1; /* the first op that reads the ids is the one named */
+    for (int q = 0; q < p.n_ops && first < 0; q++)
+        for (int k = 0; k < TG_OP_MAX_IN; k++)
+            if (p.ops[q].in[k] == p.ops[o].in[0]) first = q;
+    char want[64];
+    snprintf(want, sizeof want, "plan.tgp: op %d (%s): in[", first, tg_op_name(p.ops[first].kind));
+    CHECK(decode_all(&p, &back, &err) == -1, "an f32 ids tensor accepted");
+    printf("    %s\n", err.msg);
+    CHECK(has(err.msg, want), "'%s' lacks '%s'", err.msg, want);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_overlapping_live_tensors) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_tiny_bert(&p, &err) == 0, "%s", err.msg);
+    /* Two activations live at one op, neither a view nor packed: the second moved onto the
+     * first's offset (aligned, inside the pool) shares its bytes while both are live. */
+    int x = -1, y = -1;
+    for (int a = 0; a < p.n_tensors && y < 0; a++) {
+        const tg_tensor *ta = &p.tensors[a];
+        if (ta->pool != TG_POOL_ACTIVATIONS || ta->first_use < 0 || (ta->flags & TG_TENSOR_VIEW) || ta->group >= 0)
+            continue;
+        for (int b = a + 1; b < p.n_tensors && y < 0; b++) {
+            const tg_tensor *tb = &p.tensors[b];
+            if (tb->pool != TG_POOL_ACTIVATIONS || tb->first_use < 0 || (tb->flags & TG_TENSOR_VIEW) ||
+                tb->group >= 0 || tb->offset == ta->offset)
+                continue;
+            if (tb->first_use <= ta->last_use && ta->first_use <= tb->last_use &&
+                ta->offset + tb->bytes <= p.pool_bytes[TG_POOL_ACTIVATIONS])
+                x = a, y = b;
+        }
+    }
+    REQUIRE(y >= 0, "no two activations live at once");
+    p.tensors[y].offset = p.tensors[x].offset;
+    CHECK(decode_all(&p, &back, &err) == -1, "overlapping live tensors accepted");
+    printf("    %s\n", err.msg);
+    CHECK(has(err.msg, "plan.tgp: ") && has(err.msg, "overlap while both live") && has(err.msg, p.tensors[x].name) &&
+              has(err.msg, p.tensors[y].name),
+          "'%s' does not name %s and %s overlapping", err.msg, p.tensors[x].name, p.tensors[y].name);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
+/* ---- compiled plans edited and re-sealed: every class of edit is refused on load ------- */
+
+static int compile_text(const char *text, tg_plan *plan, tg_err *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/job.txt", tg_test_tmpdir());
+    if (tg_test_write_file(path, text)) return tg_fail(err, "cannot write %s", path);
+    tg_job job;
+    if (tg_job_load(path, NULL, 0, &job, err)) return -1;
+    return tg_compile(&job, plan, err);
+}
+
+static int first_tensor_where(const tg_plan *p, int (*pick)(const tg_plan *, const tg_tensor *)) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (pick(p, &p->tensors[t])) return t;
+    return -1;
+}
+
+/* An edit of a compiled plan: it changes the plan and writes what the refusal must say. */
+typedef void (*plan_edit)(tg_plan *p, char *want, size_t len);
+
+static void edit_batch(tg_plan *p, char *want, size_t len) {
+    p->train.batch = 3; /* the batch tensors stay [2, 8]: the batch filler would write past them */
+    snprintf(want, len, "plan.tgp: io input_ids is tensor %d (input_ids) of shape [2, 8]; it must be [3, 8]",
+             p->io.input_ids);
+}
+static void edit_seq(tg_plan *p, char *want, size_t len) {
+    p->train.seq = 16;
+    snprintf(want, len, "io input_ids is tensor %d (input_ids) of shape [2, 8]; it must be [2, 16]", p->io.input_ids);
+}
+static void edit_batch_zero(tg_plan *p, char *want, size_t len) {
+    p->train.batch = 0;
+    snprintf(want, len, "plan.tgp: train batch 0 is not a positive row count");
+}
+static void edit_log_every_zero(tg_plan *p, char *want, size_t len) {
+    p->run.log_every = 0;
+    snprintf(want, len, "plan.tgp: run log_every 0 is not a positive step count");
+}
+static void edit_steps_zero(tg_plan *p, char *want, size_t len) {
+    p->run.steps = 0;
+    snprintf(want, len, "plan.tgp: run steps 0 and epochs 0: exactly one must be positive");
+}
+static void edit_num_labels(tg_plan *p, char *want, size_t len) {
+    p->train.num_labels = 3; /* the logits stay [2, 2] */
+    snprintf(want, len, "io logits is tensor %d (classifier) of shape [2, 2]; it must be [2, 3]", p->io.logits);
+}
+static void edit_io_step(tg_plan *p, char *want, size_t len) {
+    const int was = p->io.step;
+    p->io.step = p->io.total_steps; /* an f32 scalar of the optim pool too */
+    const int o = first_op_of(p, TG_OP_DROPOUT);
+    snprintf(want, len, "plan.tgp: op %d (dropout): in[1] is the step counter, tensor %d (io step), not tensor %d", o,
+             p->io.step, was);
+}
+static void edit_io_step_pool(tg_plan *p, char *want, size_t len) {
+    p->io.step = p->io.lr;
+    snprintf(want, len, "plan.tgp: io step is tensor %d (lr) in the workspace pool; it must be in the optim pool",
+             p->io.lr);
+}
+static void edit_io_labels(tg_plan *p, char *want, size_t len) {
+    p->io.labels = p->io.attention_mask;
+    snprintf(want, len, "plan.tgp: io labels is tensor %d (attention_mask) of dtype f32; it must be i32",
+             p->io.attention_mask);
+}
+static void edit_io_params_all(tg_plan *p, char *want, size_t len) {
+    p->io.params_all = p->io.grads_all;
+    snprintf(want, len, "plan.tgp: io params_all is tensor %d (grads.all) in the grads pool; it must be in the params pool",
+             p->io.grads_all);
+}
+static int is_table(const tg_plan *p, const tg_tensor *x) { return x == &p->tensors[p->ops[0].in[1]]; }
+static void edit_tensor_shape(tg_plan *p, char *want, size_t len) {
+    tg_tensor *wte = &p->tensors[first_tensor_where(p, is_table)];
+    wte->shape[0] -= 1; /* and its bytes with it, so only the op can tell */
+    wte->bytes -= (uint64_t)wte->shape[1] * 4;
+    snprintf(want, len, "plan.tgp: op 0 (embedding): in[1]: table != V*D");
+}
+static void edit_matmul_dim(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_MATMUL);
+    p->ops[o].p.matmul.n += 1;
+    snprintf(want, len, "plan.tgp: op %d (matmul): in[1]: B != batch*K*N", o);
+}
+static void edit_matmul_overflow(tg_plan *p, char *want, size_t len) {
+    /* The fuzzed plan that overflowed the unchecked product (UBSan: 288230376151711745 * 768). */
+    const int o = first_op_of(p, TG_OP_MATMUL);
+    p->ops[o].p.matmul.batch = 288230376151711745;
+    p->ops[o].p.matmul.k = 768;
+    snprintf(want, len, "plan.tgp: op %d (matmul): batch*M*K overflows", o);
+}
+static void edit_negative_dim(tg_plan *p, char *want, size_t len) {
+    p->ops[0].p.embedding.dim = -p->ops[0].p.embedding.dim;
+    p->ops[0].p.embedding.vocab = -p->ops[0].p.embedding.vocab;
+    snprintf(want, len, "plan.tgp: op 0 (embedding): V is negative");
+}
+static void edit_fill_step(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_FILL);
+    p->ops[o].out[0] = p->io.step;
+    /* Its lifetime covers the op, so the layout passes and the binding is what is refused. */
+    p->tensors[p->io.step].first_use = 0;
+    snprintf(want, len, "plan.tgp: op %d (fill): out[0] writes the step counter, which only the runtime and SCHEDULE sets",
+             o);
+}
+static void edit_view_over_step(tg_plan *p, char *want, size_t len) {
+    /* optim.v, a view (the layout check leaves views to overlap what they cover), moved up
+     * one alignment step onto the step counter: AdamW would write the counter the dropouts
+     * convert to an integer. */
+    p->tensors[p->io.v_all].offset += TG_TENSOR_ALIGN;
+    snprintf(want, len, "plan.tgp: tensor %d (optim.v) shares bytes with io step (tensor %d)", p->io.v_all,
+             p->io.step);
+}
+static void edit_adamw_state(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_ADAMW);
+    p->ops[o].out[1] = p->io.v_all, p->ops[o].out[2] = p->io.m_all;
+    snprintf(want, len, "plan.tgp: op %d (adamw): out[1] (io m_all) must be tensor %d, is tensor %d", o, p->io.m_all,
+             p->io.v_all);
+}
+static void edit_pool_limit(tg_plan *p, char *want, size_t len) {
+    p->pool_bytes[TG_POOL_WORKSPACE] = TG_POOL_MAX_BYTES + 1;
+    snprintf(want, len, "plan.tgp: pool workspace holds 281474976710657 bytes, more than the 281474976710656");
+}
+static void edit_lifetime(tg_plan *p, char *want, size_t len) {
+    tg_tensor *x = &p->tensors[p->io.loss];
+    const int first = x->first_use;
+    x->first_use = x->last_use, x->last_use = first - 1;
+    snprintf(want, len, "(loss) has lifetime %d..%d (both -1, or first <= last)", x->first_use, x->last_use);
+}
+static void edit_peak(tg_plan *p, char *want, size_t len) {
+    p->peak_bytes -= 4096; /* the preflight would trust a smaller footprint */
+    snprintf(want, len, "plan.tgp: the plan says peak %llu bytes", (unsigned long long)p->peak_bytes);
+}
+static int is_param(const tg_plan *p, const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM) && !(x->flags & TG_TENSOR_VIEW);
+}
+static void edit_param_dtype(tg_plan *p, char *want, size_t len) {
+    const int t = first_tensor_where(p, is_param);
+    p->tensors[t].dtype = TG_BF16, p->tensors[t].bytes /= 2;
+    snprintf(want, len, "plan.tgp: tensor %d (%s) in the params pool: a trainable parameter must be f32", t,
+             p->tensors[t].name);
+}
+static void edit_replicas(tg_plan *p, char *want, size_t len) {
+    p->train.replicas = 2; /* no gradient sums: each replica would train alone */
+    snprintf(want, len, "plan.tgp: train replicas 2, but the plan sums no gradients over replicas (0 all_reduce)");
+}
+
+typedef struct edit_case {
+    const char *what;
+    plan_edit edit;
+} edit_case;
+
+/* Compiles `job`, then for each case edits a fresh copy of the plan, seals it (checksum
+ * and all) and decodes it: the decoder must refuse it with the case's message. */
+static void check_edits_refused(const char *job, const edit_case *cases, size_t n) {
+    tg_plan p, back;
+    tg_err err = {{0}};
+    REQUIRE(compile_text(job, &p, &err) == 0, "%s", err.msg);
+    REQUIRE(decode_all(&p, &back, &err) == 0, "the compiled plan refused: %s", err.msg);
+    tg_plan_free(&back);
+    for (size_t c = 0; c < n; c++) {
+        tg_plan e;
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        /* A fresh copy of the compiled plan for each edit, through the file format. */
+        REQUIRE(tg_plan_encode(&p, &bytes, &len, &err) == 0, "%s", err.msg);
+        REQUIRE(tg_plan_decode(bytes, len, "copy", &e, &err) == 0, "%s", err.msg);
+        free(bytes);
+        char want[256];
+        cases[c].edit(&e, want, sizeof want);
+        memset(&err, 0, sizeof err);
+        CHECK(decode_all(&e, &back, &err) == -1, "%s: the edited plan accepted, want '%s'", cases[c].what, want);
+        CHECK(has(err.msg, want), "%s: '%s' lacks '%s'", cases[c].what, err.msg, want);
+        CHECK(!back.ops && !back.tensors, "%s: a refused decode left tables", cases[c].what);
+        tg_plan_free(&back);
+        tg_plan_free(&e);
+    }
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_plan_file_refuses_edited_compiled_plan) {
+    static const edit_case cases[] = {
+        {"train batch", edit_batch},
+        {"train seq", edit_seq},
+        {"train batch 0", edit_batch_zero},
+        {"run log_every 0", edit_log_every_zero},
+        {"run steps 0", edit_steps_zero},
+        {"train num_labels", edit_num_labels},
+        {"io step", edit_io_step},
+        {"io step in another pool", edit_io_step_pool},
+        {"io labels", edit_io_labels},
+        {"io params_all", edit_io_params_all},
+        {"a tensor shape", edit_tensor_shape},
+        {"a matmul dimension", edit_matmul_dim},
+        {"a matmul product past int64", edit_matmul_overflow},
+        {"negative dimensions", edit_negative_dim},
+        {"an op writing the step counter", edit_fill_step},
+        {"a view over the step counter", edit_view_over_step},
+        {"adamw's state swapped", edit_adamw_state},
+        {"a pool past the limit", edit_pool_limit},
+        {"a lifetime backwards", edit_lifetime},
+        {"the peak", edit_peak},
+        {"a bf16 trainable parameter", edit_param_dtype},
+        {"train replicas", edit_replicas},
+    };
+    check_edits_refused(TINY_BERT_JOB, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* LM plans: the labels are a row of next tokens per sequence, the logits a row per token. */
+static void edit_lm_labels(tg_plan *p, char *want, size_t len) {
+    tg_tensor *labels = &p->tensors[p->io.labels];
+    labels->ndim = 1, labels->shape[0] *= labels->shape[1], labels->shape[1] = 0;
+    snprintf(want, len, "plan.tgp: io labels is tensor %d (labels) of shape [16]; it must be [2, 8]", p->io.labels);
+}
+static void edit_lm_vocab(tg_plan *p, char *want, size_t len) {
+    p->model.vocab_size = 4096; /* ids past the logits' columns */
+    snprintf(want, len, "plan.tgp: io logits is tensor %d (lm_head) of 128 columns, fewer than the vocabulary (4096)",
+             p->io.logits);
+}
+
+TG_TEST(test_plan_file_refuses_edited_lm_plan) {
+    static const edit_case cases[] = {
+        {"labels shape", edit_lm_labels},
+        {"vocab size", edit_lm_vocab},
+    };
+    check_edits_refused("model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
+                        cases, sizeof cases / sizeof cases[0]);
+}
+
+/* ZeRO-1 and bf16 plans: the optimizer's slices and the parameters' copies. */
+static void edit_zero_stage(tg_plan *p, char *want, size_t len) {
+    p->train.zero_stage = 0; /* the AdamW slice and the gathers stay */
+    snprintf(want, len, "(adamw): zero_slice ");
+}
+static int is_copy(const tg_plan *p, const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM_COPY) && !(x->flags & TG_TENSOR_VIEW) && x->ndim == 2;
+}
+static int is_bias(const tg_plan *p, const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM) && !(x->flags & TG_TENSOR_VIEW) && x->ndim == 1;
+}
+static void edit_copy_master(tg_plan *p, char *want, size_t len) {
+    const int t = first_tensor_where(p, is_copy);
+    p->tensors[t].master = first_tensor_where(p, is_bias); /* fewer elements than the copy */
+    snprintf(want, len, "plan.tgp: tensor %d (%s) is a parameter copy of tensor %d", t, p->tensors[t].name,
+             p->tensors[t].master);
+}
+
+TG_TEST(test_plan_file_refuses_edited_zero_bf16_plan) {
+    static const edit_case cases[] = {
+        {"zero_stage", edit_zero_stage},
+        {"a copy's master", edit_copy_master},
+    };
+    check_edits_refused("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = bf16\n"
+                        "data_parallel = 2\nzero_stage = 1\n",
+                        cases, sizeof cases / sizeof cases[0]);
 }
