@@ -13,6 +13,7 @@
 #include "api/front.h"
 #include "cli/metrics.h"
 #include "cli/profile.h"
+#include "cli/tokenize.h"
 #include "plan/inspect.h"
 #include "base/clock.h"
 #include "runtime/comm.h"
@@ -34,6 +35,7 @@ static const char usage[] =
     "  tunegraph inspect PLAN [--json]\n"
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
+    "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -480,6 +482,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         puts(TG_VERSION_STRING);
         return 0;

@@ -8,7 +8,7 @@
 #   compiler/             -> base/ plan/ models/ compiler/
 #   kernels/              -> base/ plan/ kernels/
 #   runtime/              -> base/ plan/ models/ datasets/ kernels/ runtime/
-#   cli/                  -> base/ plan/ runtime/ api/ cli/   (the compiler through api/front.h)
+#   cli/                  -> base/ plan/ datasets/ runtime/ api/ cli/   (the compiler through api/front.h)
 #   api/                  -> anything
 #
 # and no code under runtime/ kernels/ datasets/ models/ plan/ names tg_job (the compiler's
@@ -31,7 +31,7 @@ allowed_for() {
     compiler) echo "base plan models compiler" ;;
     kernels) echo "base plan kernels" ;;
     runtime) echo "base plan models datasets kernels runtime" ;;
-    cli) echo "base plan runtime api cli" ;;
+    cli) echo "base plan datasets runtime api cli" ;;
     *) echo "*" ;; # api/ and folders without a rule
     esac
 }

@@ -71,7 +71,7 @@ expect_violation models/config.h '#include "plan/plan.h"\nint pad(const tg_job *
 expect_violation runtime/local.h '/* see tg_job_pad_id */\n' \
     'check_layers: runtime/local.h:1: names tg_job_pad_id: runtime/'
 expect_violation cli/main.c '#include "runtime/trainer.h"\n#include "compiler/job.h"\n' \
-    'check_layers: cli/main.c:2: includes "compiler/job.h": cli/ may include only base/ plan/ runtime/ api/ cli/'
+    'check_layers: cli/main.c:2: includes "compiler/job.h": cli/ may include only base/ plan/ datasets/ runtime/ api/ cli/'
 
 if [ $failed -ne 0 ]; then exit 1; fi
 echo "ok   test_check_layers (clean tree passes, 9 violations caught)"

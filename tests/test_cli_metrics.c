@@ -4,6 +4,7 @@
  * helpers. */
 #include "cli/metrics.c"
 #include "cli/profile.c"
+#include "cli/tokenize.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main
