@@ -314,10 +314,10 @@ typedef struct tok_hints {
     char tokenizer_class[64], model_type[64];
 } tok_hints;
 
+/* What loading builds: the tokenizer, and the hash of what defines its output. */
 typedef struct tok_loader {
     tg_tokenizer *t;
     XXH64_state_t *hash;
-    const char *path; /* what the user named, for messages */
 } tok_loader;
 
 static int read_file(const char *path, char **out, size_t *len, tg_err *err) {
@@ -1057,7 +1057,7 @@ int tg_tokenizer_open(const char *path, tg_tokenizer **out, tg_err *err) {
     XXH64_reset(hash, 0);
     t->wp.unk_id = -1;
     t->bpe.unk_id = -1;
-    tok_loader L = {t, hash, path};
+    tok_loader L = {t, hash};
     int rc;
     if (is_dir(path)) rc = open_folder(&L, path, err);
     else rc = open_file(&L, path, err);

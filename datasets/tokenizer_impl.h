@@ -122,6 +122,10 @@ typedef struct tok_wordpiece {
     int64_t norm_cap;
     char *word; /* prefix + word, for lookups */
     int64_t word_cap;
+    struct tok_nchar *pending; /* accent stripping: characters awaiting canonical order, */
+    int32_t pending_cap;
+    int64_t *fifo;             /* and the original ranges they will take, in order */
+    int64_t fifo_cap;
 } tok_wordpiece;
 
 typedef struct tok_merge {

@@ -5,6 +5,7 @@
  * come from utf8proc. */
 #include "datasets/tokenizer_impl.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -35,20 +36,37 @@ static int is_punct(uint32_t cp) {
 
 /* ---- the normalizer ------------------------------------------------------------------ */
 
-/* A character on its way through the normalizer, with the original bytes it stands for. */
-typedef struct nchar {
+/* A character out of NFD, waiting for its run of combining marks to be put in canonical
+ * order. change is HF's: 0 for the first character of a decomposition, which takes the
+ * next original character's place; 1 for the others, inserted after it. */
+typedef struct tok_nchar {
     uint32_t cp;
     int32_t ccc;
-    int64_t os, oe;
+    int32_t seq; /* arrival order in its run, for a stable sort */
+    int32_t change;
 } nchar;
+
+/* Runs of combining marks longer than this are sorted once at their end (qsort on class
+ * and arrival) rather than by insertion, which is quadratic. */
+#define INSERTION_MAX 32
 
 typedef struct normalizer {
     tok_wordpiece *w;
-    int64_t n; /* bytes written to w->norm */
-    nchar pending[64]; /* NFD: the characters since the last starter, in canonical order */
-    int32_t n_pending;
+    int64_t n;         /* bytes written to w->norm */
+    int32_t n_pending; /* NFD: w->pending holds the characters since the last starter */
+    int unsorted;      /* the run outgrew insertion: sort it before it goes out */
+    /* HF's alignments through NFD are positional: the original ranges of the characters
+     * that went in (w->fifo[head, tail)), handed out in order to the characters that come
+     * out with change 0; a change 1 character gets the last one handed out. */
+    int64_t head, tail, last_os, last_oe;
     int failed;
 } normalizer;
+
+static int by_class_then_arrival(const void *a, const void *b) {
+    const nchar *x = a, *y = b;
+    if (x->ccc != y->ccc) return x->ccc < y->ccc ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
 
 static int norm_reserve(tok_wordpiece *w, int64_t need) {
     if (need <= w->norm_cap) return 0;
@@ -89,12 +107,44 @@ static void emit(normalizer *N, uint32_t cp, int64_t os, int64_t oe) {
 }
 
 static void flush_pending(normalizer *N) {
+    tok_wordpiece *w = N->w;
+    /* a run's starter has class 0 and stays first; the marks after it in class order */
+    if (N->unsorted) qsort(w->pending, (size_t)N->n_pending, sizeof *w->pending, by_class_then_arrival);
+    N->unsorted = 0;
     for (int32_t i = 0; i < N->n_pending; i++) {
-        const nchar *c = &N->pending[i];
+        const nchar *c = &w->pending[i];
+        if (c->change == 0 && N->head < N->tail) {
+            N->last_os = w->fifo[2 * N->head];
+            N->last_oe = w->fifo[2 * N->head + 1];
+            N->head++;
+        }
         if (c->cp >= 0x80 && utf8proc_category((utf8proc_int32_t)c->cp) == UTF8PROC_CATEGORY_MN) continue;
-        emit(N, c->cp, c->os, c->oe);
+        emit(N, c->cp, N->last_os, N->last_oe);
     }
     N->n_pending = 0;
+    if (N->head == N->tail) N->head = N->tail = 0;
+}
+
+static int fifo_push(normalizer *N, int64_t os, int64_t oe) {
+    tok_wordpiece *w = N->w;
+    if (N->tail == w->fifo_cap) {
+        if (N->head > 0) {
+            memmove(w->fifo, w->fifo + 2 * N->head, (size_t)(N->tail - N->head) * 2 * sizeof *w->fifo);
+            N->tail -= N->head;
+            N->head = 0;
+        }
+        if (N->tail == w->fifo_cap) {
+            const int64_t cap = w->fifo_cap ? 2 * w->fifo_cap : 64;
+            int64_t *f = realloc(w->fifo, (size_t)cap * 2 * sizeof *f);
+            if (!f) return -1;
+            w->fifo = f;
+            w->fifo_cap = cap;
+        }
+    }
+    w->fifo[2 * N->tail] = os;
+    w->fifo[2 * N->tail + 1] = oe;
+    N->tail++;
+    return 0;
 }
 
 /* Accent stripping: NFD (decomposition, then combining marks in canonical order, which
@@ -104,9 +154,14 @@ static void strip_stage(normalizer *N, uint32_t cp, int64_t os, int64_t oe) {
         emit(N, cp, os, oe);
         return;
     }
-    if (cp < 0x80) {
+    if (cp < 0x80) { /* a starter of its own: the run before it goes out, then it */
         flush_pending(N);
+        N->last_os = os, N->last_oe = oe;
         emit(N, cp, os, oe);
+        return;
+    }
+    if (fifo_push(N, os, oe)) {
+        N->failed = 1;
         return;
     }
     utf8proc_int32_t d[32];
@@ -114,20 +169,33 @@ static void strip_stage(normalizer *N, uint32_t cp, int64_t os, int64_t oe) {
     if (n < 1 || n > 32) d[0] = (utf8proc_int32_t)cp, n = 1;
     for (utf8proc_ssize_t k = 0; k < n; k++) {
         const int32_t ccc = utf8proc_get_property(d[k])->combining_class;
-        if (ccc == 0 || N->n_pending == (int32_t)(sizeof N->pending / sizeof *N->pending)) flush_pending(N);
+        if (ccc == 0) flush_pending(N);
+        tok_wordpiece *w = N->w;
+        if (N->n_pending == w->pending_cap) {
+            const int32_t cap = w->pending_cap ? 2 * w->pending_cap : 64;
+            nchar *p = cap < INT32_MAX / 2 ? realloc(w->pending, (size_t)cap * sizeof *p) : NULL;
+            if (!p) {
+                N->failed = 1;
+                return;
+            }
+            w->pending = p;
+            w->pending_cap = cap;
+        }
+        const int32_t seq = N->n_pending;
         int32_t j = N->n_pending++;
-        /* insertion keeps equal classes in order: the canonical ordering algorithm */
-        while (ccc != 0 && j > 0 && N->pending[j - 1].ccc > ccc) {
-            N->pending[j] = N->pending[j - 1];
+        /* a stable sort on the class: the canonical ordering algorithm */
+        if (j >= INSERTION_MAX) N->unsorted = 1;
+        while (!N->unsorted && ccc != 0 && j > 0 && w->pending[j - 1].ccc > ccc) {
+            w->pending[j] = w->pending[j - 1];
             j--;
         }
-        N->pending[j] = (nchar){(uint32_t)d[k], ccc, os, oe};
+        w->pending[j] = (nchar){(uint32_t)d[k], ccc, seq, k > 0};
     }
 }
 
 /* BertNormalizer over text[start, end) into w->norm; returns the bytes written, or -1. */
 static int64_t normalize(tok_wordpiece *w, const char *text, int64_t start, int64_t end) {
-    normalizer N = {.w = w};
+    normalizer N = {.w = w, .last_os = start, .last_oe = start};
     const unsigned char *s = (const unsigned char *)text;
     if (norm_reserve(w, (end - start) + 16)) return -1;
     int64_t i = start;
@@ -151,6 +219,7 @@ static int64_t normalize(tok_wordpiece *w, const char *text, int64_t start, int6
                 w->norm_end[n] = i + 1;
                 n++;
             }
+            if (n > N.n) N.last_os = w->norm_start[n - 1], N.last_oe = w->norm_end[n - 1];
             N.n = n;
             continue;
         }
@@ -202,10 +271,12 @@ static int wordpiece_word(tok_wordpiece *w, int64_t ws, int64_t we, tok_list *ou
             if (start == ws) {
                 key = norm + start;
             } else {
+                /* the prefix and as much of the rest as the longest entry can hold */
                 pre = w->prefix_len;
-                if (word_reserve(w, pre + (we - start))) return tg_fail(err, "out of memory");
+                const int64_t n = we - start < (int64_t)w->vocab.max_len ? we - start : (int64_t)w->vocab.max_len;
+                if (word_reserve(w, pre + n)) return tg_fail(err, "out of memory");
                 memcpy(w->word, w->prefix, pre);
-                memcpy(w->word + pre, norm + start, (size_t)(we - start));
+                memcpy(w->word + pre, norm + start, (size_t)n);
                 key = w->word;
             }
             /* longer than the longest entry cannot match: start there, on a character */
@@ -308,5 +379,7 @@ void tok_wordpiece_free(tok_wordpiece *w) {
     free(w->norm_start);
     free(w->norm_end);
     free(w->word);
+    free(w->pending);
+    free(w->fifo);
     memset(w, 0, sizeof *w);
 }

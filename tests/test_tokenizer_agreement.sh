@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tunegraph tokenize` against Hugging Face `tokenizers`, token for token and offset for
-# offset, on the committed corpus (tests/data/tokenizer_corpus.txt, 2,400 lines, and
+# offset, on the committed corpus (tests/data/tokenizer_corpus.txt, 2,500 lines, and
 # tests/data/tokenizer_pairs.txt, 1,200 pairs; tests/data/make_tokenizer_corpus.py makes
 # them), with real tokenizer files fetched by scripts/fetch_assets.sh:
 #   all-MiniLM-L6-v2 (WordPiece, lower-casing): its tokenizer.json, its folder, and its

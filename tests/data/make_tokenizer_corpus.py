@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Writes the tokenizer agreement corpus: tests/data/tokenizer_corpus.txt (one text a
 line) and tests/data/tokenizer_pairs.txt (text TAB pair a line), deterministic from a
-fixed seed. The lines mix what trips tokenizers: accents and combining marks, emoji
-(with skin tones, ZWJ sequences and flags), CJK, Japanese, Korean, Thai, Arabic, Hebrew,
-Devanagari, Cyrillic and Greek, mixed scripts, long whitespace runs, tabs and unusual
-spaces, numbers in several scripts, URLs, code, contractions, control and format
-characters, special tokens written in the text, empty lines and words of more than 100
-characters. Lines never hold '\\n' or NUL (the files are line-based text); '\\r' appears
-inside lines only.
+fixed seed. The lines mix what trips tokenizers: accents and combining marks (with dense
+runs that NFD reorders), emoji (with skin tones, ZWJ sequences and flags), CJK, Japanese,
+Korean, Thai, Arabic, Hebrew, Devanagari, Cyrillic and Greek, mixed scripts, long
+whitespace runs, tabs and unusual spaces, numbers in several scripts, URLs, code,
+contractions, control and format characters, special tokens written in the text, empty
+lines and words of more than 100 characters. Lines never hold '\\n' or NUL (the files are
+line-based text); '\\r' appears inside lines only.
 
 usage: tests/data/make_tokenizer_corpus.py [OUTDIR]   (default: this script's folder)
 """
@@ -223,6 +223,19 @@ def line(rng):
     return out
 
 
+# Dense mixes of precomposed letters, Hangul syllables and combining marks of many
+# classes (spacing ones too), where NFD reorders marks across characters.
+MARK_ALPHABET = list("abcxyzA\u00c9 .") + ["\u00e9", "\u01d6", "\u0344", "\uac00", "\uac01", "\u1e9b", "\u01d5",
+                                            "\u0390", "\u0130", "\ufb01", "\u4e2d", "\u0301", "\u0323", "\u0334",
+                                            "\u0f71", "\u0f72", "\u0f73", "\u302e", "\U0001d165", "\u0345", "\u05b0",
+                                            "\u0308", "\u00a0", "\u200b", "\u00df", "\u03a3"]
+N_MARK_LINES = 100
+
+
+def mark_line(rng):
+    return "".join(rng.choice(MARK_ALPHABET) for _ in range(rng.randrange(1, 40)))
+
+
 def check(text):
     assert "\n" not in text and "\x00" not in text and not text.endswith("\r"), repr(text)
     return text
@@ -239,6 +252,8 @@ def main():
     lines.extend(c + "x" + c + "y" for c in CONTROLS)
     while len(lines) < N_LINES:
         lines.append(line(rng))
+    marks = random.Random(SEED + 1)
+    lines.extend(mark_line(marks) for _ in range(N_MARK_LINES))
     with open(os.path.join(outdir, "tokenizer_corpus.txt"), "w", encoding="utf-8", newline="") as f:
         for t in lines:
             f.write(check(t) + "\n")
