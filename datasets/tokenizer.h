@@ -8,8 +8,8 @@
  * first, then vocab.txt, then vocab.json + merges.txt; tokenizer_config.json and
  * config.json there say lower-casing and the model family when no tokenizer.json does).
  *
- * A tokenizer is read-only after open except for the BPE merge cache, so a handle is used
- * by one thread at a time; open one per thread to tokenize in parallel. */
+ * A tokenizer keeps a BPE merge cache and scratch buffers that encoding writes, so a
+ * handle is used by one thread at a time; open one per thread to tokenize in parallel. */
 #ifndef TUNEGRAPH_TOKENIZER_H
 #define TUNEGRAPH_TOKENIZER_H
 
