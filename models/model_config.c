@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/json_strict.h"
+#include "models/checkpoint.h"
 
 #ifndef TG_PRESETS_DIR
 #define TG_PRESETS_DIR "models/presets"
@@ -462,13 +463,18 @@ int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) 
     }
     if (tg_model_config_parse(config, cfg, err) != 0) return -1;
 
+    /* model.safetensors, else a sharded checkpoint's index (Hugging Face looks in that
+     * order). Absent: random initial weights. Present but unreadable: an error, never a
+     * silent random start. */
     char weights[TG_PATH_MAX + 600];
-    snprintf(weights, sizeof weights, "%s/model.safetensors", folder);
-    if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);
-    /* Absent: random initial weights. Present but unreadable: an error, never a silent
-     * random start. */
-    int have_weights = probe_file(weights, err);
-    if (have_weights < 0) return tg_fail_context(err, "model '%s'", source);
+    int have_weights = 0;
+    static const char *const weight_files[] = {TG_CHECKPOINT_FILE, TG_CHECKPOINT_INDEX_FILE};
+    for (size_t i = 0; i < sizeof weight_files / sizeof weight_files[0] && !have_weights; i++) {
+        snprintf(weights, sizeof weights, "%s/%s", folder, weight_files[i]);
+        if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);
+        have_weights = probe_file(weights, err);
+        if (have_weights < 0) return tg_fail_context(err, "model '%s'", source);
+    }
     snprintf(cfg->source, sizeof cfg->source, "%s", source);
     snprintf(cfg->weights, sizeof cfg->weights, "%s", have_weights ? weights : "");
     return 0;
