@@ -67,6 +67,14 @@ static int put_gpt2(json_t *c, const tg_model_config *m) {
            set(c, "reorder_and_upcast_attn", json_false());
 }
 
+/* bos_token_id or eos_token_id: the model's own, else null where transformers' default
+ * (GPT2Config's 50256) would lie outside the vocabulary. */
+static int put_special(json_t *c, const char *key, int32_t id, const tg_model_config *m) {
+    if (id >= 0 && id < m->vocab_size) return set(c, key, json_integer(id));
+    if (m->arch == TG_ARCH_GPT2 && m->vocab_size <= 50256) return set(c, key, json_null());
+    return 0;
+}
+
 /* id2label, label2id, num_labels and problem_type; label names must be distinct and not
  * empty (label2id maps each back to its index). */
 static int put_labels(json_t *c, const tg_hf_head *h, tg_err *err) {
@@ -114,6 +122,8 @@ char *tg_model_config_hf_json(const tg_model_config *cfg, const tg_hf_head *head
     } else if (set(c, "architectures", archs) | set(c, "model_type", json_string(tg_arch_name(cfg->arch))) |
                (cfg->arch == TG_ARCH_GPT2 ? put_gpt2(c, cfg) : put_encoder(c, cfg)) |
                (head->pad_token_id >= 0 ? set(c, "pad_token_id", json_integer(head->pad_token_id)) : 0) |
+               put_special(c, "bos_token_id", head->bos_token_id, cfg) |
+               put_special(c, "eos_token_id", head->eos_token_id, cfg) |
                set(c, "torch_dtype", json_string("float32"))) {
         rc = tg_fail(err, "out of memory");
     }

@@ -49,7 +49,15 @@ typedef struct tg_hf_head {
     int32_t num_labels;        /* classify: the classes */
     const char *const *labels; /* classify: num_labels distinct names; NULL: LABEL_0, LABEL_1, ... */
     int32_t pad_token_id;      /* -1: none */
+    /* The model's own, carried over (tg_model_config_special_ids); -1: unknown, written as
+     * null where transformers' default would lie outside the vocabulary (GPT-2's 50256 in
+     * a smaller one), else left to that default. */
+    int32_t bos_token_id, eos_token_id;
 } tg_hf_head;
+
+/* bos_token_id and eos_token_id of the config.json that tg_model_config_load reads for
+ * `source`; -1 each where it has none (or null), or cannot be read. */
+void tg_model_config_special_ids(const char *source, int32_t *bos, int32_t *eos);
 
 /* The transformers class of that model and task ("BertForSequenceClassification",
  * "GPT2LMHeadModel", ...); NULL for a pair tunegraph does not build. */

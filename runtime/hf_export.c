@@ -19,6 +19,11 @@ const char *const tg_hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config
                                              "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", NULL};
 #define MAX_TOKENIZER_FILES 7
 
+const char *tg_hf_model_class(const tg_plan *plan) {
+    const char *name = tg_hf_architecture(plan->model.arch, plan->train.task);
+    return name ? name : "the model";
+}
+
 /* out_dir as found: missing, an empty folder, or a folder with entries. */
 enum { OUT_ABSENT, OUT_EMPTY, OUT_FULL };
 
@@ -151,7 +156,8 @@ static int resolve_out(const tg_hf_export_options *o, export_plan *p, tg_err *er
 /* The head the plan trains, as config.json describes it. */
 static tg_hf_head plan_head(const tg_plan *plan, const tg_hf_export_options *o) {
     const tg_model_config *c = &plan->model;
-    tg_hf_head h = {plan->train.task, plan->train.num_labels, o->labels, c->pad_token_id};
+    tg_hf_head h = {plan->train.task, plan->train.num_labels, o->labels, c->pad_token_id, -1, -1};
+    tg_model_config_special_ids(c->source, &h.bos_token_id, &h.eos_token_id);
     /* GPT-2 classification finds each row's last token by the padding id it trained with;
      * BERT and RoBERTa keep their config's (their embeddings' padding index). */
     if (c->arch == TG_ARCH_GPT2 && plan->train.task == TG_TASK_CLASSIFY) h.pad_token_id = plan->train.pad_id;

@@ -23,6 +23,10 @@ typedef struct tg_hf_export_options {
     int bf16;                  /* store the weights in bf16 (rounded to nearest even) instead of fp32 */
 } tg_hf_export_options;
 
+/* The transformers class the plan's model and task export as ("BertForSequenceClassification",
+ * "GPT2LMHeadModel", ...). */
+const char *tg_hf_model_class(const tg_plan *plan);
+
 /* The file names copied from a tokenizer folder, NULL-terminated. */
 extern const char *const tg_hf_tokenizer_files[];
 

@@ -274,10 +274,9 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         if (hf_ignores(plan, name)) report->ignored++;
         else if (push_name(&report->unexpected_names, &report->unexpected, name)) rc = tg_fail(err, "out of memory");
     }
-    if (!rc) {
-        qsort(report->missing_names, (size_t)report->missing, sizeof(char *), cmp_name);
+    if (!rc && report->missing > 1) qsort(report->missing_names, (size_t)report->missing, sizeof(char *), cmp_name);
+    if (!rc && report->unexpected > 1)
         qsort(report->unexpected_names, (size_t)report->unexpected, sizeof(char *), cmp_name);
-    }
     /* Buffers alone (position_ids) do not make a checkpoint of this model. */
     if (!rc && report->trainable + report->frozen == 0)
         rc = tg_fail(err, "%s: holds none of the model's %d parameters (first: %s); is it a checkpoint of this model?",

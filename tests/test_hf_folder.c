@@ -392,6 +392,12 @@ static void check_config_json(const char *dir, const tg_plan *p, const char *arc
           "positions");
     CHECK((float)json_number_value(json_object_get(c, gpt2 ? "layer_norm_epsilon" : "layer_norm_eps")) ==
           m->layer_norm_eps, "eps");
+    /* bos and eos come from the model's own config: tiny-gpt2's are 0, tiny-bert has none
+     * (BertConfig's default, None, stands). */
+    json_t *bos = json_object_get(c, "bos_token_id"), *eos = json_object_get(c, "eos_token_id");
+    if (gpt2) CHECK(json_integer_value(bos) == 0 && json_is_integer(bos) && json_integer_value(eos) == 0, "bos/eos");
+    if (m->arch == TG_ARCH_BERT) CHECK(!bos && !eos, "a BERT config with bos/eos");
+    if (m->arch == TG_ARCH_ROBERTA) CHECK(json_integer_value(bos) == 0 && json_integer_value(eos) == 2, "roberta bos/eos");
     json_t *padv = json_object_get(c, "pad_token_id");
     CHECK(pad < 0 ? !padv : json_integer_value(padv) == pad, "pad_token_id %lld, want %d",
           (long long)json_integer_value(padv), pad);
