@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/bf16.h"
+#include "include/tunegraph.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/checkpoint.h"
@@ -733,6 +734,66 @@ TG_TEST(test_hf_cli_report) {
     free(said);
     tg_weights_image_free(&img);
     tg_plan_free(&p);
+}
+
+/* ---------------- the library ---------------- */
+
+/* tunegraph_trainer_weights_report words the load as HF does; tunegraph_trainer_export_hf
+ * writes the folder, with the library's checks. */
+TG_TEST(test_hf_api_export_and_report) {
+    tg_plan p;
+    if (!compile_model("tiny-bert", TG_TASK_CLASSIFY, 2, -1, &p)) return;
+    tg_weights_image img;
+    tg_err err;
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    tg_weights_init(&img, 9);
+    char root[600];
+    snprintf(root, sizeof root, "%s", tg_test_tmpdir());
+    char *model = join(root, "model"), *weights = join(root, "model/model.safetensors"),
+         *config = join(root, "model/config.json"), *out = join(root, "out"), *set_model = NULL;
+    char *vocab = join(root, "model/vocab.txt");
+    REQUIRE(mkdir(model, 0755) == 0 && write_bert_model_checkpoint(&p, &img, weights) == 0 &&
+            copy_text("models/presets/tiny-bert/config.json", config) == 0 &&
+            tg_test_write_file(vocab, "[PAD]\n[UNK]\n") == 0, "model folder");
+    free(vocab);
+    tg_weights_image_free(&img);
+    tg_plan_free(&p);
+    REQUIRE(asprintf(&set_model, "model=%s", model) > 0, "asprintf");
+    const char *sets[] = {"steps=2", set_model};
+    tunegraph_plan *plan = NULL;
+    tunegraph_trainer *tr = NULL;
+    const tunegraph_trainer_options o = {.struct_size = sizeof o,
+                                         .device = tg_test_device() ? TUNEGRAPH_DEVICE_CUDA : TUNEGRAPH_DEVICE_CPU};
+    REQUIRE(tunegraph_compile_file("examples/demo-classify.job", sets, 2, &plan) == 0 &&
+            tunegraph_trainer_open(plan, &o, &tr) == 0, "%s", tunegraph_last_error());
+    const char *report = tunegraph_trainer_weights_report(tr);
+    CHECK(strstr(report, "were not used when initializing BertForSequenceClassification: ['cls.predictions.bias']") &&
+          strstr(report, "are newly initialized: ['classifier.bias', 'classifier.weight']"), "report: %s", report);
+    CHECK(tunegraph_trainer_train(tr, NULL, NULL) == 0, "%s", tunegraph_last_error());
+    static const char *const labels[] = {"neg", "pos"};
+    tunegraph_export_options eo = {.struct_size = sizeof eo, .labels = labels, .n_labels = 2};
+    CHECK(tunegraph_trainer_export_hf(tr, out, &eo) == 0, "%s", tunegraph_last_error());
+    char *cfg_out = join(out, "config.json");
+    char *text = tg_test_read_file(cfg_out, NULL);
+    CHECK(text && strstr(text, "\"pos\": 1") && strstr(text, "\"num_labels\": 2"), "config.json: %s",
+          text ? text : "(none)");
+    free(text);
+    char *vocab_out = join(out, "vocab.txt");
+    CHECK(entries(out) == 3 && access(vocab_out, R_OK) == 0,
+          "%d files: config.json, model.safetensors and the model folder's vocab.txt", entries(out));
+    free(vocab_out);
+    CHECK(tunegraph_trainer_export_hf(tr, out, &eo) == -1, "exported over a full folder");
+    CHECK(strstr(tunegraph_last_error(), "exists and is not empty"), "%s", tunegraph_last_error());
+    eo.n_labels = 3;
+    eo.force = 1;
+    CHECK(tunegraph_trainer_export_hf(tr, out, &eo) == -1, "3 labels accepted for 2 classes");
+    CHECK(strstr(tunegraph_last_error(), "3 names for a plan of num_labels 2"), "%s", tunegraph_last_error());
+    eo.n_labels = 2;
+    CHECK(tunegraph_trainer_export_hf(tr, model, &eo) == -1, "exported over the model folder");
+    CHECK(strstr(tunegraph_last_error(), "is inside it"), "%s", tunegraph_last_error());
+    tunegraph_trainer_close(tr);
+    tunegraph_plan_free(plan);
+    free(model), free(weights), free(config), free(out), free(set_model), free(cfg_out);
 }
 
 /* ---------------- all-MiniLM-L6-v2 ---------------- */
