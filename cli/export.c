@@ -328,8 +328,8 @@ int cmd_predict(int argc, char **argv) {
         else rc = tg_atomic_commit(f, &err);
     }
     if (!rc) {
-        fprintf(stderr, "predicted %d examples on %s: loss %.4f", ev.examples, a.device ? a.device : "the default device",
-                ev.loss);
+        fprintf(stderr, "predicted %d examples on %s: loss %.4f", ev.examples,
+                opts.device == TG_DEVICE_CUDA ? "cuda" : "cpu", ev.loss);
         if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f", ev.accuracy);
         if (ev.perplexity >= 0) fprintf(stderr, ", perplexity %.3f", ev.perplexity);
         fprintf(stderr, "; logits in %s\n", a.output);
