@@ -150,7 +150,7 @@ test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad tokenizer
+FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad tokenizer checkpoint
 FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, and the job reader.

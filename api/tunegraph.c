@@ -26,6 +26,7 @@ struct tunegraph_plan {
 struct tunegraph_trainer {
     tg_plan plan;
     tg_trainer tr;
+    char *weights_report; /* tg_weights_report_text of the load, "" when none */
 };
 
 static _Thread_local char last_error[sizeof(((tg_err *)0)->msg)];
@@ -236,6 +237,14 @@ int tunegraph_trainer_open(const tunegraph_plan *plan, const tunegraph_trainer_o
         free(t);
         return fail_err(&err);
     }
+    const char *checkpoint = t->plan.model.source; /* Hugging Face names the model folder */
+    t->weights_report = t->tr.weights_loaded
+                            ? tg_weights_report_text(&t->tr.weights, tg_hf_model_class(&t->plan), checkpoint)
+                            : strdup("");
+    if (!t->weights_report) {
+        tunegraph_trainer_close(t);
+        return fail("out of memory");
+    }
     *trainer = t;
     return 0;
 }
@@ -296,8 +305,32 @@ int tunegraph_trainer_save_weights(tunegraph_trainer *trainer, const char *path)
     return tg_trainer_save(&trainer->tr, path, &err) ? fail_err(&err) : 0;
 }
 
+int tunegraph_trainer_export_hf(tunegraph_trainer *trainer, const char *out_dir,
+                                const tunegraph_export_options *options) {
+    if (!trainer || !out_dir) return fail("tunegraph_trainer_export_hf: trainer and out_dir are required");
+    tunegraph_export_options o = {.struct_size = sizeof o};
+    if (options && read_in(&o, sizeof o, options, "tunegraph_export_options")) return -1;
+    if (o.n_labels < 0 || o.n_labels > INT32_MAX || (o.n_labels && !o.labels))
+        return fail("tunegraph_export_options.n_labels: %lld names%s", (long long)o.n_labels,
+                    o.labels ? "" : " with labels NULL");
+    const tg_hf_export_options eo = {out_dir, o.tokenizer, o.labels, (int)o.n_labels, o.force != 0, o.bf16 != 0};
+    tg_named_path inputs[TG_PLAN_INPUTS];
+    char *config_path;
+    tg_err err = {{0}};
+    if (tg_front_plan_inputs(&trainer->plan, inputs, &config_path, &err)) return fail_err(&err);
+    int rc = tg_hf_export_check(&trainer->plan, &eo, inputs, TG_PLAN_INPUTS, &err) ||
+             tg_trainer_export_hf(&trainer->tr, &eo, &err);
+    free(config_path);
+    return rc ? fail_err(&err) : 0;
+}
+
+const char *tunegraph_trainer_weights_report(const tunegraph_trainer *trainer) {
+    return trainer && trainer->weights_report ? trainer->weights_report : "";
+}
+
 void tunegraph_trainer_close(tunegraph_trainer *trainer) {
     if (!trainer) return;
+    free(trainer->weights_report);
     tg_trainer_close(&trainer->tr);
     tg_plan_free(&trainer->plan);
     free(trainer);

@@ -16,6 +16,7 @@
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
 #include "cli/data_convert.h"
+#include "cli/export.h"
 #include "cli/metrics.h"
 #include "cli/profile.h"
 #include "cli/tokenize.h"
@@ -40,8 +41,13 @@ static const char usage[] =
     "  tunegraph inspect PLAN [--json]\n"
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
+    "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
     "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
+    "  tunegraph export PLAN|JOB --weights FILE.safetensors -o OUTDIR [--tokenizer PATH] [--labels a,b,...]\n"
+    "                [--dtype fp32|bf16] [--force] [--set key=value]...\n"
+    "  tunegraph predict PLAN|JOB -o LOGITS.jsonl [--weights FILE.safetensors] [--data FILE.jsonl]\n"
+    "                [--device cpu|cuda] [--threads N] [--set key=value]...\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -276,7 +282,7 @@ static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_
     return tg_cuda_comms_create(comms, replicas, err);
 }
 
-static int cmd_run(int argc, char **argv) {
+static int run_plan(int argc, char **argv, const run_export *ex) {
     cli_args a;
     int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save --profile --in-flight");
     if (rc) return rc;
@@ -308,7 +314,9 @@ static int cmd_run(int argc, char **argv) {
     int n_outputs = 0;
     if (a.metrics) outputs[n_outputs++] = (tg_named_path){a.metrics, "metrics (--metrics)"};
     if (a.save) outputs[n_outputs++] = (tg_named_path){a.save, "weights (--save)"};
-    if (check_outputs(outputs, n_outputs, a.input, from_plan ? "plan file" : "job file", &plan, &err)) {
+    if (check_outputs(outputs, n_outputs, a.input, from_plan ? "plan file" : "job file", &plan, &err) ||
+        (ex->save_dir &&
+         run_export_check(ex, &plan, a.input, from_plan ? "plan file" : "job file", outputs, n_outputs, &err))) {
         tg_plan_free(&plan);
         return die(&err);
     }
@@ -369,6 +377,7 @@ static int cmd_run(int argc, char **argv) {
         fputc(')', stderr);
     }
     fprintf(stderr, "\n");
+    print_weights_report(stderr, &tr);
     fprintf(stderr, "tunegraph: ready in %.2f s (executor and pools %.2f s, weights %.2f s, data %.2f s)\n",
             tg_wall_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
 
@@ -457,6 +466,7 @@ static int cmd_run(int argc, char **argv) {
         else evaluated = 1;
     }
     if (!rc && a.save && tg_trainer_save(&tr, a.save, &err)) rc = 1;
+    if (!rc && ex->save_dir && run_export_write(ex, &tr, &err)) rc = 1;
     /* Last: profiling runs more steps, which move the weights. */
     if (!rc && a.profile && report_profile(&tr, metrics, median_step_ms, &err)) rc = 1;
     if (!rc) {
@@ -497,6 +507,7 @@ static int cmd_run(int argc, char **argv) {
             fprintf(stderr, "\n");
         }
         if (a.save) fprintf(stderr, "saved %s\n", a.save);
+        if (ex->save_dir) fprintf(stderr, "exported %s\n", ex->save_dir);
     }
     metrics_step_line_free(step_line);
     if (rc) {
@@ -514,6 +525,15 @@ static int cmd_run(int argc, char **argv) {
     if (metrics && metrics_file_end(metrics, NULL, -1, &err)) rc = die(&err);
     metrics_file_free(metrics);
     tg_plan_free(&plan);
+    return rc;
+}
+
+/* run's --save-dir options come out of argv first (cli/export.c); the rest is run_plan's. */
+static int cmd_run(int argc, char **argv) {
+    run_export ex;
+    int rc = run_export_args(&argc, argv, &ex);
+    if (!rc) rc = run_plan(argc, argv, &ex);
+    run_export_free(&ex);
     return rc;
 }
 
@@ -553,6 +573,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         puts(TG_VERSION_STRING);
         return 0;

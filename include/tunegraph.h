@@ -181,6 +181,34 @@ TUNEGRAPH_API int tunegraph_trainer_evaluate(tunegraph_trainer *trainer, tunegra
  * and with the refusals of tunegraph_plan_save (never over a file the run reads). */
 TUNEGRAPH_API int tunegraph_trainer_save_weights(tunegraph_trainer *trainer, const char *path);
 
+typedef struct tunegraph_export_options {
+    size_t struct_size;         /* set by the caller: sizeof(tunegraph_export_options) */
+    /* A tokenizer file Hugging Face loads by name (tokenizer.json, tokenizer_config.json,
+     * special_tokens_map.json, added_tokens.json, vocab.txt, vocab.json, merges.txt) or a
+     * folder holding some of them; NULL: those in the model's folder, if any. */
+    const char *tokenizer;
+    const char *const *labels;  /* classification: num_labels class names; NULL: LABEL_0, LABEL_1, ... */
+    int64_t n_labels;
+    int64_t force;              /* nonzero: replace an out_dir that is not empty */
+    int64_t bf16;               /* nonzero: store the weights in bf16 (rounded to nearest even), not fp32 */
+} tunegraph_export_options;
+
+/* Writes the current parameters as a Hugging Face model folder that transformers'
+ * from_pretrained loads (AutoModelForSequenceClassification, or AutoModelForCausalLM for
+ * an LM): config.json with the model, its task head (architectures, num_labels, id2label,
+ * label2id, pad_token_id), model.safetensors under Hugging Face's names, and the tokenizer
+ * files. The folder is written under a temporary name beside out_dir and renamed into
+ * place whole; an out_dir that exists must be an empty folder unless options->force, and
+ * may not hold a file the plan reads. options NULL: the defaults. */
+TUNEGRAPH_API int tunegraph_trainer_export_hf(tunegraph_trainer *trainer, const char *out_dir,
+                                              const tunegraph_export_options *options);
+
+/* What loading the model folder's weights found, as Hugging Face words it: a line listing
+ * the checkpoint's tensors the model did not use, and one listing the parameters it lacked
+ * (newly initialized, such as a new classification head), each sorted. "" when every
+ * tensor matched or the model has no weights. Valid until the trainer is closed. */
+TUNEGRAPH_API const char *tunegraph_trainer_weights_report(const tunegraph_trainer *trainer);
+
 TUNEGRAPH_API void tunegraph_trainer_close(tunegraph_trainer *trainer);
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/json_strict.h"
+#include "models/checkpoint.h"
 
 #ifndef TG_PRESETS_DIR
 #define TG_PRESETS_DIR "models/presets"
@@ -462,14 +463,48 @@ int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) 
     }
     if (tg_model_config_parse(config, cfg, err) != 0) return -1;
 
+    /* model.safetensors, else a sharded checkpoint's index (Hugging Face looks in that
+     * order). Absent: random initial weights. Present but unreadable: an error, never a
+     * silent random start. */
     char weights[TG_PATH_MAX + 600];
-    snprintf(weights, sizeof weights, "%s/model.safetensors", folder);
-    if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);
-    /* Absent: random initial weights. Present but unreadable: an error, never a silent
-     * random start. */
-    int have_weights = probe_file(weights, err);
-    if (have_weights < 0) return tg_fail_context(err, "model '%s'", source);
+    int have_weights = 0;
+    static const char *const weight_files[] = {TG_CHECKPOINT_FILE, TG_CHECKPOINT_INDEX_FILE};
+    for (size_t i = 0; i < sizeof weight_files / sizeof weight_files[0] && !have_weights; i++) {
+        snprintf(weights, sizeof weights, "%s/%s", folder, weight_files[i]);
+        if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);
+        have_weights = probe_file(weights, err);
+        if (have_weights < 0) return tg_fail_context(err, "model '%s'", source);
+    }
     snprintf(cfg->source, sizeof cfg->source, "%s", source);
     snprintf(cfg->weights, sizeof cfg->weights, "%s", have_weights ? weights : "");
     return 0;
+}
+
+/* An integer field of the config, -1 when absent, null, negative or not an integer. */
+static int32_t id_field(json_t *root, const char *key) {
+    json_t *v = json_object_get(root, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX
+               ? (int32_t)json_integer_value(v)
+               : -1;
+}
+
+void tg_model_config_special_ids(const char *source, int32_t *bos, int32_t *eos) {
+    *bos = *eos = -1;
+    char path[TG_PATH_MAX + 600];
+    snprintf(path, sizeof path, "%s/%s/config.json", tg_presets_dir(), source);
+    if (strchr(source, '/') || !is_file(path)) {
+        size_t n = strlen(source);
+        while (n > 1 && source[n - 1] == '/') n--;
+        snprintf(path, sizeof path, "%.*s/config.json", (int)n, source);
+    }
+    char *text;
+    size_t len;
+    tg_err ignored;
+    if (read_config(path, &text, &len, &ignored)) return;
+    json_error_t jerr;
+    char dup[8];
+    json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
+    free(text);
+    if (json_is_object(root)) *bos = id_field(root, "bos_token_id"), *eos = id_field(root, "eos_token_id");
+    json_decref(root);
 }

@@ -3,6 +3,8 @@
 #ifndef TUNEGRAPH_MODEL_CONFIG_H
 #define TUNEGRAPH_MODEL_CONFIG_H
 
+#include <stdint.h>
+
 #include "base/error.h"
 #include "plan/plan.h"
 
@@ -24,9 +26,10 @@
 #define TG_MODEL_CONFIG_MAX_BYTES (16 << 20)
 
 /* source: a preset name (see tg_presets_dir) or a folder holding config.json and,
- * optionally, model.safetensors (recorded in cfg->weights). A model.safetensors that is
- * there but is no readable regular file (a dangling link, a folder, a FIFO, no read
- * permission) is an error naming it: the model would otherwise train from random weights. */
+ * optionally, model.safetensors or a sharded checkpoint's model.safetensors.index.json
+ * (the first there is recorded in cfg->weights). A weights file that is there but is no
+ * readable regular file (a dangling link, a folder, a FIFO, no read permission) is an
+ * error naming it: the model would otherwise train from random weights. */
 int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err);
 
 /* Parses one config.json. Errors name the file and the field: invalid JSON, a key named
@@ -37,5 +40,36 @@ int tg_model_config_parse(const char *config_json_path, tg_model_config *cfg, tg
 
 /* The presets folder: $TUNEGRAPH_PRESETS if set, else the one compiled in. */
 const char *tg_presets_dir(void);
+
+/* ---- writing: config.json for a Hugging Face model folder (models/config_write.c) ---- */
+
+/* The task head a written config describes. */
+typedef struct tg_hf_head {
+    int32_t task;              /* tg_task */
+    int32_t num_labels;        /* classify: the classes */
+    const char *const *labels; /* classify: num_labels distinct names; NULL: LABEL_0, LABEL_1, ... */
+    int32_t pad_token_id;      /* -1: none */
+    /* The model's own, carried over (tg_model_config_special_ids); -1: unknown, written as
+     * null where transformers' default would lie outside the vocabulary (GPT-2's 50256 in
+     * a smaller one), else left to that default. */
+    int32_t bos_token_id, eos_token_id;
+} tg_hf_head;
+
+/* bos_token_id and eos_token_id of the config.json that tg_model_config_load reads for
+ * `source`; -1 each where it has none (or null), or cannot be read. */
+void tg_model_config_special_ids(const char *source, int32_t *bos, int32_t *eos);
+
+/* The transformers class of that model and task ("BertForSequenceClassification",
+ * "GPT2LMHeadModel", ...); NULL for a pair tunegraph does not build. */
+const char *tg_hf_architecture(int arch, int task);
+
+/* config.json text (malloc'd, NUL-terminated) that transformers reads back as this model
+ * with this head: model_type, architectures, every size, dropout, activation and
+ * LayerNorm field of cfg under its Hugging Face name, pad_token_id, torch_dtype float32,
+ * and for classification num_labels, id2label, label2id and problem_type. Floats are
+ * written as the shortest decimal that reads back as the same float32. tg_model_config_parse
+ * reads the file back to the same fields. Errors: an empty or repeated label name, a head
+ * tunegraph does not build. */
+char *tg_model_config_hf_json(const tg_model_config *cfg, const tg_hf_head *head, tg_err *err);
 
 #endif

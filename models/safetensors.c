@@ -414,13 +414,38 @@ int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst,
     }
 }
 
-/* Builds the JSON header for items laid out back to back in the given order. */
-static json_t *build_header(const char *path, const tg_st_item *items, int n, uint64_t *data_bytes,
-                            tg_err *err) {
+/* The dtypes a file may be written in: the bytes in `data` are stored as they are. */
+static int writable_dtype(int dtype) {
+    return dtype == TG_ST_F32 || dtype == TG_ST_I32 || dtype == TG_ST_BF16 || dtype == TG_ST_I64;
+}
+
+/* Bytes of one item's data. */
+static size_t item_bytes(const tg_st_item *it) {
+    size_t bytes = (size_t)k_dtype_sizes[it->dtype];
+    for (int d = 0; d < it->ndim; d++) bytes *= (size_t)it->shape[d];
+    return bytes;
+}
+
+/* Builds the JSON header for items laid out back to back in the given order, with
+ * __metadata__ from the key/value pairs meta[0..2*n_meta). */
+static json_t *build_header(const char *path, const tg_st_item *items, int n, const char *const *meta, int n_meta,
+                            uint64_t *data_bytes, tg_err *err) {
     json_t *root = json_object();
     if (!root) {
         tg_fail(err, "%s: out of memory", path);
         return NULL;
+    }
+    if (n_meta > 0) {
+        json_t *m = json_object();
+        if (json_object_set_new(root, "__metadata__", m)) {
+            tg_fail(err, "%s: out of memory", path);
+            goto fail;
+        }
+        for (int i = 0; i < n_meta; i++)
+            if (json_object_set_new(m, meta[2 * i], json_string(meta[2 * i + 1]))) {
+                tg_fail(err, "%s: __metadata__ '%s': not valid UTF-8", path, meta[2 * i]);
+                goto fail;
+            }
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -434,8 +459,8 @@ static json_t *build_header(const char *path, const tg_st_item *items, int n, ui
             tg_fail(err, "%s: tensor '%s': name appears twice", path, name);
             goto fail;
         }
-        if (it->dtype != TG_ST_F32 && it->dtype != TG_ST_I32) {
-            tg_fail(err, "%s: tensor '%s': dtype %s cannot be written (only F32 and I32)", path, name,
+        if (!writable_dtype(it->dtype)) {
+            tg_fail(err, "%s: tensor '%s': dtype %s cannot be written (only F32, BF16, I32 and I64)", path, name,
                     tg_st_dtype_name(it->dtype));
             goto fail;
         }
@@ -468,7 +493,7 @@ static json_t *build_header(const char *path, const tg_st_item *items, int n, ui
             numel *= (uint64_t)it->shape[d];
             json_array_append_new(shape, json_integer(it->shape[d]));
         }
-        uint64_t bytes = numel * 4;
+        uint64_t bytes = numel * (uint64_t)k_dtype_sizes[it->dtype];
         if (bytes > 0 && !it->data) {
             tg_fail(err, "%s: tensor '%s': no data", path, name);
             goto fail;
@@ -485,8 +510,13 @@ fail:
 }
 
 int tg_st_write(const char *path, const tg_st_item *items, int n, tg_err *err) {
+    return tg_st_write_with_metadata(path, items, n, NULL, 0, err);
+}
+
+int tg_st_write_with_metadata(const char *path, const tg_st_item *items, int n, const char *const *meta, int n_meta,
+                              tg_err *err) {
     uint64_t data_bytes = 0;
-    json_t *root = build_header(path, items, n, &data_bytes, err);
+    json_t *root = build_header(path, items, n, meta, n_meta, &data_bytes, err);
     if (!root) return -1;
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
@@ -509,11 +539,7 @@ int tg_st_write(const char *path, const tg_st_item *items, int n, tg_err *err) {
         return tg_fail(err, "%s: out of memory", path);
     }
     chunks[0] = (tg_chunk){hdr, 8 + hlen};
-    for (int i = 0; i < n; i++) {
-        size_t bytes = 4;
-        for (int d = 0; d < items[i].ndim; d++) bytes *= (size_t)items[i].shape[d];
-        chunks[i + 1] = (tg_chunk){items[i].data, bytes};
-    }
+    for (int i = 0; i < n; i++) chunks[i + 1] = (tg_chunk){items[i].data, item_bytes(&items[i])};
     int rc = tg_write_file_atomic(path, chunks, n + 1, "safetensors file", err);
     free(chunks);
     free(hdr);

