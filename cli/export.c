@@ -18,7 +18,7 @@ static const char export_usage[] =
     "                        [--dtype fp32|bf16] [--force] [--set key=value]...\n";
 static const char predict_usage[] =
     "usage: tunegraph predict PLAN|JOB -o LOGITS.jsonl [--weights FILE.safetensors] [--data FILE.jsonl]\n"
-    "                         [--device cpu|cuda] [--threads N] [--set key=value]...\n";
+    "                         [--device cpu|cuda] [--threads N] [--init-missing] [--set key=value]...\n";
 
 static int usage_refused(const char *usage, const char *fmt, const char *arg) {
     fprintf(stderr, "tunegraph: ");
@@ -35,6 +35,7 @@ static int report_error(const tg_err *err) {
 typedef struct cmd_args {
     const char *input, *output, *weights, *tokenizer, *labels, *dtype, *data, *device, *threads;
     int force;
+    int init_missing; /* predict: parameters the weights lack keep their initial values */
     const char *sets[EXPORT_MAX_SETS];
     int n_sets;
 } cmd_args;
@@ -58,6 +59,10 @@ static int parse(int argc, char **argv, const char *allowed, const char *usage, 
         if (!known) return usage_refused(usage, "unknown option %s", s);
         if (!strcmp(s, "--force")) {
             a->force = 1;
+            continue;
+        }
+        if (!strcmp(s, "--init-missing")) {
+            a->init_missing = 1;
             continue;
         }
         const char **slot = NULL;
@@ -265,7 +270,7 @@ static int write_logits(void *ctx, const float *logits, int32_t first, int32_t r
 
 int cmd_predict(int argc, char **argv) {
     cmd_args a;
-    int rc = parse(argc, argv, "-o --weights --data --device --threads --set", predict_usage, &a);
+    int rc = parse(argc, argv, "-o --weights --data --device --threads --init-missing --set", predict_usage, &a);
     if (rc) return rc;
     if (!a.output) return usage_refused(predict_usage, "%s", "-o LOGITS.jsonl is required");
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
@@ -317,7 +322,9 @@ int cmd_predict(int argc, char **argv) {
     }
     print_weights_report(stderr, &tr); /* tensors the model does not use */
     tg_atomic_file *f = NULL;
-    rc = require_complete(&tr.weights, tr.weights_path, "a prediction", &err) ||
+    /* --init-missing: as transformers' from_pretrained, a head the checkpoint lacks keeps its
+     * seeded initial values (reported above), e.g. the accuracy of a new classifier. */
+    rc = (!a.init_missing && require_complete(&tr.weights, tr.weights_path, "a prediction", &err)) ||
          tg_atomic_begin(a.output, "logits file", &f, &err);
     logits_writer w = {f ? tg_atomic_stream(f) : NULL, &tr, 0};
     if (!rc && !w.f) rc = tg_fail(&err, "out of memory");

@@ -47,7 +47,7 @@ static const char usage[] =
     "  tunegraph export PLAN|JOB --weights FILE.safetensors -o OUTDIR [--tokenizer PATH] [--labels a,b,...]\n"
     "                [--dtype fp32|bf16] [--force] [--set key=value]...\n"
     "  tunegraph predict PLAN|JOB -o LOGITS.jsonl [--weights FILE.safetensors] [--data FILE.jsonl]\n"
-    "                [--device cpu|cuda] [--threads N] [--set key=value]...\n"
+    "                [--device cpu|cuda] [--threads N] [--init-missing] [--set key=value]...\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 

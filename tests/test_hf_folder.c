@@ -732,6 +732,28 @@ TG_TEST(test_hf_cli_report) {
     CHECK(said && strstr(said, "were not used when initializing BertForSequenceClassification: "
                                "['cls.predictions.bias']"), "no unexpected line: %s", said ? said : "(nothing)");
     free(said);
+
+    /* predict needs every parameter, unless --init-missing keeps the new head's initial
+     * values (the accuracy of an untrained classifier). */
+    snprintf(cmd, sizeof cmd, "%s predict examples/demo-classify.job --set model=%s -o %s/p.jsonl 2>%s/p.txt",
+             tg_test_cli(), dir, dir, dir);
+    CHECK(sh(cmd) == 1, "predict without the head succeeded");
+    snprintf(path, sizeof path, "%s/p.txt", dir);
+    said = tg_test_read_file(path, NULL);
+    CHECK(said && strstr(said, "lacks 2 of the plan's parameters, which a prediction needs: ['classifier.bias', "
+                               "'classifier.weight']"), "predict said: %s", said ? said : "(nothing)");
+    free(said);
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    CHECK(access(path, F_OK) != 0, "a refused predict wrote %s", path);
+    snprintf(cmd, sizeof cmd,
+             "%s predict examples/demo-classify.job --set model=%s -o %s/p.jsonl --init-missing 2>%s/p.txt",
+             tg_test_cli(), dir, dir, dir);
+    CHECK(sh(cmd) == 0, "predict --init-missing failed: %s", cmd);
+    snprintf(path, sizeof path, "%s/p.txt", dir);
+    said = tg_test_read_file(path, NULL);
+    CHECK(said && strstr(said, want) && strstr(said, "predicted 400 examples"), "predict --init-missing said: %s",
+          said ? said : "(nothing)");
+    free(said);
     tg_weights_image_free(&img);
     tg_plan_free(&p);
 }
