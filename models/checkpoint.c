@@ -1,5 +1,7 @@
 #include "models/checkpoint.h"
 
+#include "base/text_file.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -49,48 +51,6 @@ static int collect(tg_checkpoint *ck, tg_err *err) {
                            a->entry->name, file_name(ck, first), file_name(ck, second));
         }
     }
-    return 0;
-}
-
-/* The whole file, NUL-terminated, in *text (malloc'd); more than `max` bytes is refused, so
- * an endless file (a FIFO, /dev/zero) is refused promptly. */
-static int read_text(const char *path, size_t max, const char *what, char **text, size_t *len, tg_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tg_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    size_t n = 0, cap = 0;
-    char *buf = NULL;
-    int rc = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap > max) {
-                rc = tg_fail(err, "%s: more than %zu bytes: too big for %s", path, max, what);
-                break;
-            }
-            cap = cap ? 2 * cap : 16384;
-            if (cap > max) cap = max + 1; /* one past: too big */
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) {
-                rc = tg_fail(err, "%s: out of memory", path);
-                break;
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) rc = tg_fail(err, "%s: cannot read: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return -1;
-    }
-    if (!buf && !(buf = malloc(1))) return tg_fail(err, "%s: out of memory", path);
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
     return 0;
 }
 
@@ -164,7 +124,7 @@ static int check_map(const tg_checkpoint *ck, json_t *map, json_t *ids, tg_err *
 static int open_index(tg_checkpoint *ck, tg_err *err) {
     char *text = NULL;
     size_t len = 0;
-    if (read_text(ck->path, TG_CHECKPOINT_INDEX_MAX_BYTES, "a checkpoint index", &text, &len, err)) return -1;
+    if (tg_read_text_file(ck->path, TG_CHECKPOINT_INDEX_MAX_BYTES, "a checkpoint index", &text, &len, err)) return -1;
     json_error_t jerr;
     char dup[KEY_IN_MESSAGE];
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);

@@ -1,5 +1,7 @@
 #include "models/model_config.h"
 
+#include "base/text_file.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -293,46 +295,10 @@ static int parse_gpt2(reader *r, tg_model_config *c) {
     return 0;
 }
 
-/* The whole file, NUL-terminated, in *text (malloc'd); at most TG_MODEL_CONFIG_MAX_BYTES
- * are read, so a huge file or an endless one (a FIFO, /dev/zero) is refused promptly. */
+/* The whole file; at most TG_MODEL_CONFIG_MAX_BYTES are read, so a huge file or an endless
+ * one (a FIFO, /dev/zero) is refused promptly. */
 static int read_config(const char *path, char **text, size_t *len, tg_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tg_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap > TG_MODEL_CONFIG_MAX_BYTES) {
-                rc = tg_fail(err, "%s: more than %d bytes: too big for a config.json", path, TG_MODEL_CONFIG_MAX_BYTES);
-                break;
-            }
-            cap = cap ? 2 * cap : 16384;
-            if (cap > TG_MODEL_CONFIG_MAX_BYTES) cap = TG_MODEL_CONFIG_MAX_BYTES + 1; /* one past: too big */
-            char *grown = realloc(buf, cap + 1);
-            if (!grown) {
-                rc = tg_fail(err, "%s: out of memory", path);
-                break;
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) rc = tg_fail(err, "%s: cannot read: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (rc) {
-        free(buf);
-        return -1;
-    }
-    if (!buf && !(buf = malloc(1))) return tg_fail(err, "%s: out of memory", path);
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
-    return 0;
+    return tg_read_text_file(path, TG_MODEL_CONFIG_MAX_BYTES, "a config.json", text, len, err);
 }
 
 int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
