@@ -177,6 +177,9 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
                        r->epochs);
     if (r->log_every < 1)
         return tg_fail(err, "%s: run log_every %d is not a positive step count", name, r->log_every);
+    if (r->checkpoint_every < 0 || r->keep_checkpoints < 0)
+        return tg_fail(err, "%s: run checkpoint_every %d and keep_checkpoints %d: neither may be negative", name,
+                       r->checkpoint_every, r->keep_checkpoints);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];

@@ -2,6 +2,7 @@
  * field's digits, a non-finite value as null with "<key>_error" beside it; and its whole-number
  * parser. The CLI's sources are compiled in here (its main renamed) to reach their static
  * helpers. */
+#include "cli/checkpoints.c"
 #include "cli/metrics.c"
 #include "cli/profile.c"
 #ifndef TG_DATA_CONVERT_PENDING
