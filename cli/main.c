@@ -430,6 +430,13 @@ static int cmd_run(int argc, char **argv) {
         g_defer_stop = 1; /* a signal now stops the run at a checkpoint */
     }
     const tg_checkpoint *resume_ck = resume.path ? &resume.ck : NULL;
+    /* With checkpoints, SIGINT and SIGTERM go to this thread, which writes them: the threads
+     * started until the trainer is open (replicas, workers, drivers) inherit them blocked. */
+    sigset_t ending, unblocked;
+    sigemptyset(&ending);
+    sigaddset(&ending, SIGINT);
+    sigaddset(&ending, SIGTERM);
+    if (ckpts) pthread_sigmask(SIG_BLOCK, &ending, &unblocked);
     const int replicas = plan.train.replicas;
     void *comms[TG_MAX_DATA_PARALLEL] = {0};
     tg_cpu_comm_group *cpu_group = NULL;
@@ -449,6 +456,7 @@ static int cmd_run(int argc, char **argv) {
         opts.comm = comms[0];
     }
     int opened = tg_trainer_open(&tr, &plan, &opts, &err) == 0;
+    if (ckpts) pthread_sigmask(SIG_SETMASK, &unblocked, NULL);
     if (!opened || (resume_ck && tg_trainer_restore(&tr, resume_ck, resume.path, &err))) {
         rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
         if (opened) tg_trainer_close(&tr);

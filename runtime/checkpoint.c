@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -382,25 +383,39 @@ static int feed_tensor(writer *w, const tg_checkpoint_tensor *t) {
                : 0;
 }
 
-/* The step at which TUNEGRAPH_TEST_CHECKPOINT_STALL asks the writer to stop for good part
- * way through the file (tests kill the process there); -1 when unset. */
+/* The step at which TUNEGRAPH_TEST_CHECKPOINT_STALL asks the writer to stop part way
+ * through the file until a signal is handled (tests signal or kill the process there); -1
+ * when unset. */
 static long stall_step(void) {
     const char *s = getenv("TUNEGRAPH_TEST_CHECKPOINT_STALL");
     return s && *s ? strtol(s, NULL, 10) : -1;
 }
 
-/* Test hook: the part written so far reaches the file, then the process waits to be killed. */
+/* Test hook: the part written so far reaches the file, then the thread waits until a
+ * SIGINT or SIGTERM has been handled (one that came before the wait is not missed: they
+ * are blocked until sigsuspend), and goes on. */
 static void stall(writer *w, const char *path) {
     ZSTD_inBuffer in = {NULL, 0, 0};
     for (size_t left = 1; left;) {
         ZSTD_outBuffer o = {w->buf, w->buf_cap, 0};
         left = ZSTD_compressStream2(w->z, &o, &in, ZSTD_e_flush);
         if (ZSTD_isError(left) || (o.pos && sink_put(w->out, w->buf, o.pos))) break;
+        w->compressed += o.pos;
     }
     if (w->out->fd >= 0) (void)fsync(w->out->fd);
-    fprintf(stderr, "tunegraph: %s: stalled part-written (TUNEGRAPH_TEST_CHECKPOINT_STALL)\n", path);
+    sigset_t ending, old;
+    sigemptyset(&ending);
+    sigaddset(&ending, SIGINT);
+    sigaddset(&ending, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &ending, &old);
+    fprintf(stderr, "tunegraph: %s: stalled part-written (TUNEGRAPH_TEST_CHECKPOINT_STALL), waiting for a signal\n",
+            path);
     fflush(stderr);
-    for (;;) pause();
+    sigset_t wait_mask = old;
+    sigdelset(&wait_mask, SIGINT);
+    sigdelset(&wait_mask, SIGTERM);
+    sigsuspend(&wait_mask);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void make_header(uint8_t h[HEADER_BYTES], const tg_checkpoint *ck, uint64_t raw, uint64_t compressed,
@@ -453,7 +468,7 @@ static int write_payload(const tg_checkpoint *ck, sink *out, const char *path, u
     rc = rc || feed_head(&w, "STAT", STAT_BYTES) || feed(&w, stat, STAT_BYTES, ZSTD_e_continue);
     for (int i = 0; i < ck->n_tensors && !rc; i++) {
         rc = feed_tensor(&w, &ck->tensors[i]);
-        if (!rc && stall_at == s->step) stall(&w, path);
+        if (!rc && i == 0 && stall_at == s->step) stall(&w, path);
     }
     rc = rc || feed_head(&w, "END!", 0) || feed(&w, NULL, 0, ZSTD_e_end);
     *sum = XXH64_digest(&w.hash);
@@ -875,6 +890,13 @@ static void remove_stale_temps(const char *dir) {
 
 int tg_checkpoint_save_in_dir(const tg_checkpoint *ck, const char *dir, int keep, char **path_out, tg_err *err) {
     if (path_out) *path_out = NULL;
+    int32_t newest;
+    if (tg_checkpoint_dir_newest(dir, &newest))
+        return tg_fail(err, "%s: cannot list the checkpoint folder: %s", dir, strerror(errno));
+    if (newest > ck->state.step)
+        return tg_fail(err, "%s: the checkpoint folder holds step-%06d%s, past step %d being written (another run's "
+                            "checkpoints: give another folder)",
+                       dir, newest, TG_CHECKPOINT_EXT, ck->state.step);
     char name[64];
     snprintf(name, sizeof name, "step-%06d%s", ck->state.step, TG_CHECKPOINT_EXT);
     char *path = NULL, *latest = NULL;

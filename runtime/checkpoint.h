@@ -132,9 +132,10 @@ int tg_checkpoint_read(const char *path, tg_checkpoint *ck, tg_err *err);
  * folder. */
 int tg_checkpoint_dir_prepare(const char *dir, tg_err *err);
 /* Writes ck as DIR/step-NNNNNN.tgckpt, then DIR/latest naming it, then removes all but the
- * `keep` newest checkpoints (keep 0: none) (and temporary files of checkpoints that processes now gone
- * left behind), each only once what replaces it is on disk. The new file's path goes to
- * path_out (malloc'd) when that is not NULL. */
+ * `keep` newest checkpoints (0: removes none), and temporary files of checkpoints that
+ * processes now gone left behind, each only once what replaces it is on disk. Refused when
+ * the folder holds a checkpoint of a later step (another run's: pruning by step number
+ * would remove this run's). The new file's path goes to path_out (malloc'd) unless NULL. */
 int tg_checkpoint_save_in_dir(const tg_checkpoint *ck, const char *dir, int keep, char **path_out, tg_err *err);
 /* The step of the newest checkpoint in the folder (-1: none, or no such folder); -1 with
  * errno when it cannot be listed. */
