@@ -190,12 +190,13 @@ TUNEGRAPH_API int tunegraph_trainer_save_weights(tunegraph_trainer *trainer, con
  * trainer resumed from one takes the remaining steps with the same losses and parameters,
  * bit for bit, as the run it was written by would have. */
 
-/* Writes a checkpoint of the steps taken so far into the folder dir (NULL: the job's
- * checkpoint_dir), created if missing, as dir/step-NNNNNN.tgckpt, atomically, then
- * dir/latest naming it; then only the job's keep_checkpoints newest checkpoints stay.
- * Steps queued ahead (max_in_flight) are finished first; their metrics still come, in
- * order, from the next tunegraph_trainer_step calls. Refused when the folder holds a
- * checkpoint of a later step (another run's). */
+/* Writes a checkpoint into the folder dir (NULL: the job's checkpoint_dir), created if
+ * missing, as dir/step-NNNNNN.tgckpt, atomically, then dir/latest naming it; then only the
+ * job's keep_checkpoints newest checkpoints stay. It holds the state after every step
+ * started so far: steps queued ahead (max_in_flight) finish first, and the checkpoint is
+ * of the last of them (its name says which); their metrics still come, in order, from the
+ * next tunegraph_trainer_step calls. Refused when the folder holds a checkpoint of a later
+ * step (another run's). */
 TUNEGRAPH_API int tunegraph_trainer_save_checkpoint(tunegraph_trainer *trainer, const char *dir);
 
 /* Continues from a checkpoint before the first step: path is a checkpoint file, or a folder
