@@ -150,11 +150,12 @@ test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad tokenizer checkpoint
+FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv squad tokenizer checkpoint hf_index
 FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
-# The parsers and what they link: the layers below the compiler, and the job reader.
-FUZZ_LIB_SRC := $(wildcard base/*.c plan/*.c models/*.c datasets/*.c) compiler/job.c
+# The parsers and what they link: the layers below the compiler, the job reader and the
+# checkpoint reader.
+FUZZ_LIB_SRC := $(wildcard base/*.c plan/*.c models/*.c datasets/*.c) compiler/job.c runtime/checkpoint.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ)/obj/%.o)
 .SECONDARY: $(FUZZ_LIB_OBJ)
 

@@ -22,11 +22,16 @@ struct tunegraph_plan {
     tg_plan plan;
 };
 
-/* The trainer holds its own plan: tg_trainer points into it for as long as it is open. */
+/* The trainer holds its own plan: tg_trainer points into it for as long as it is open.
+ * A checkpoint finishes the steps in flight first; their metrics wait in `queued` for the
+ * next step calls. */
 struct tunegraph_trainer {
     tg_plan plan;
     tg_trainer tr;
     char *weights_report; /* tg_weights_report_text of the load, "" when none */
+    tunegraph_step_metrics queued[TG_TRAINER_STAGING_MAX];
+    int n_queued, queue_head;
+    int32_t checkpointed;   /* the step of the last checkpoint written or resumed (-1: none) */
 };
 
 static _Thread_local char last_error[sizeof(((tg_err *)0)->msg)];
@@ -230,6 +235,10 @@ int tunegraph_trainer_open(const tunegraph_plan *plan, const tunegraph_trainer_o
         free(t);
         return fail_err(&err);
     }
+    const tg_plan_run *run = &plan->plan.run;
+    if (run->checkpoint_every > 0 && !run->checkpoint_dir[0])
+        return fail("%s: key 'checkpoint_every' (%d) needs a folder for the checkpoints: key 'checkpoint_dir'",
+                    plan->plan.job_path, run->checkpoint_every);
     tg_trainer_options to = {.device = device, .threads = o.threads, .load_data = 1,
                              .max_in_flight = o.max_in_flight ? o.max_in_flight : in_flight_max};
     if (tg_trainer_open(&t->tr, &t->plan, &to, &err)) {
@@ -245,6 +254,7 @@ int tunegraph_trainer_open(const tunegraph_plan *plan, const tunegraph_trainer_o
         tunegraph_trainer_close(t);
         return fail("out of memory");
     }
+    t->checkpointed = -1;
     *trainer = t;
     return 0;
 }
@@ -255,14 +265,53 @@ int tunegraph_trainer_total_steps(const tunegraph_trainer *trainer, int64_t *tot
     return 0;
 }
 
-static int take_step(tunegraph_trainer *t, tunegraph_step_metrics *m) {
-    if (t->tr.steps_done >= t->tr.total_steps)
-        return fail("%s: all %d steps of the schedule are taken", t->plan.job_path, t->tr.total_steps);
+/* One step of the trainer, its statistics as metrics. */
+static int trainer_step(tunegraph_trainer *t, tunegraph_step_metrics *m) {
     tg_err err = {{0}};
     tg_step_stats s;
     if (tg_trainer_step(&t->tr, &s, &err)) return fail_err(&err);
     *m = (tunegraph_step_metrics){.struct_size = sizeof *m, .step = s.step, .loss = s.loss, .lr = s.lr,
                                   .grad_norm = s.grad_norm, .step_ms = s.step_ms, .tokens = s.tokens};
+    return 0;
+}
+
+/* Writes a checkpoint of the trainer's state into dir: the steps in flight are taken
+ * first, their metrics queued. */
+static int write_checkpoint(tunegraph_trainer *t, const char *dir) {
+    tg_err err = {{0}};
+    tg_trainer_hold(&t->tr, 1);
+    int rc = 0;
+    while (!rc && t->tr.returned < t->tr.launched) {
+        const int slot = (t->queue_head + t->n_queued) % TG_TRAINER_STAGING_MAX;
+        if ((rc = trainer_step(t, &t->queued[slot])) == 0) t->n_queued++;
+    }
+    tg_trainer_hold(&t->tr, 0);
+    if (rc) return -1;
+    tg_checkpoint ck;
+    if (tg_checkpoint_dir_prepare(dir, &err) || tg_trainer_checkpoint(&t->tr, &ck, 1, &err)) return fail_err(&err);
+    rc = tg_checkpoint_save_in_dir(&ck, dir, t->plan.run.keep_checkpoints, NULL, &err);
+    tg_checkpoint_free(&ck);
+    if (rc) return fail_err(&err);
+    t->checkpointed = t->tr.steps_done;
+    return 0;
+}
+
+static int take_step(tunegraph_trainer *t, tunegraph_step_metrics *m) {
+    if (t->n_queued) {
+        *m = t->queued[t->queue_head];
+        t->queue_head = (t->queue_head + 1) % TG_TRAINER_STAGING_MAX;
+        t->n_queued--;
+    } else if (t->tr.steps_done >= t->tr.total_steps) {
+        return fail("%s: all %d steps of the schedule are taken", t->plan.job_path, t->tr.total_steps);
+    } else if (trainer_step(t, m)) {
+        return -1;
+    }
+    /* The job's checkpoints: due at a multiple of checkpoint_every, where the trainer has
+     * nothing in flight (it starts no step past one). */
+    const tg_plan_run *run = &t->plan.run;
+    if (run->checkpoint_every > 0 && m->step % run->checkpoint_every == 0 && m->step == t->tr.steps_done &&
+        t->checkpointed != t->tr.steps_done)
+        return write_checkpoint(t, run->checkpoint_dir);
     return 0;
 }
 
@@ -277,7 +326,7 @@ int tunegraph_trainer_step(tunegraph_trainer *trainer, tunegraph_step_metrics *m
 
 int tunegraph_trainer_train(tunegraph_trainer *trainer, tunegraph_step_callback on_step, void *ctx) {
     if (!trainer) return fail("tunegraph_trainer_train: trainer is required");
-    while (trainer->tr.steps_done < trainer->tr.total_steps) {
+    while (trainer->n_queued || trainer->tr.steps_done < trainer->tr.total_steps) {
         tunegraph_step_metrics m;
         if (take_step(trainer, &m)) return -1;
         if (on_step) on_step(ctx, &m);
@@ -326,6 +375,37 @@ int tunegraph_trainer_export_hf(tunegraph_trainer *trainer, const char *out_dir,
 
 const char *tunegraph_trainer_weights_report(const tunegraph_trainer *trainer) {
     return trainer && trainer->weights_report ? trainer->weights_report : "";
+}
+
+int tunegraph_trainer_save_checkpoint(tunegraph_trainer *trainer, const char *dir) {
+    if (!trainer) return fail("tunegraph_trainer_save_checkpoint: trainer is required");
+    if (!dir && !trainer->plan.run.checkpoint_dir[0])
+        return fail("%s: tunegraph_trainer_save_checkpoint: no folder given and the job has no checkpoint_dir",
+                    trainer->plan.job_path);
+    return write_checkpoint(trainer, dir ? dir : trainer->plan.run.checkpoint_dir);
+}
+
+int tunegraph_trainer_resume(tunegraph_trainer *trainer, const char *path) {
+    if (!trainer || !path) return fail("tunegraph_trainer_resume: trainer and path are required");
+    tg_err err = {{0}};
+    char *file;
+    tg_checkpoint ck;
+    if (tg_checkpoint_locate(path, &file, &err)) return fail_err(&err);
+    int rc = tg_checkpoint_read(file, &ck, &err);
+    if (!rc) {
+        rc = tg_trainer_restore(&trainer->tr, &ck, file, &err);
+        tg_checkpoint_free(&ck);
+    }
+    free(file);
+    if (rc) return fail_err(&err);
+    trainer->checkpointed = trainer->tr.steps_done;
+    return 0;
+}
+
+int tunegraph_trainer_steps_done(const tunegraph_trainer *trainer, int64_t *steps) {
+    if (!trainer || !steps) return fail("tunegraph_trainer_steps_done: trainer and steps are required");
+    *steps = trainer->tr.steps_done - trainer->n_queued;
+    return 0;
 }
 
 void tunegraph_trainer_close(tunegraph_trainer *trainer) {

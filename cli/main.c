@@ -15,6 +15,7 @@
 #include "api/front.h"
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
+#include "cli/checkpoints.h"
 #include "cli/data_convert.h"
 #include "cli/export.h"
 #include "cli/metrics.h"
@@ -35,6 +36,11 @@ _Static_assert(TG_TRAINER_STAGING_MAX - 2 == 14, "the --in-flight and TUNEGRAPH_
 #define MAX_SETS 64
 #define MAX_THREADS 1024
 
+/* A run that writes checkpoints stops on the first SIGINT or SIGTERM at a step every
+ * replica can reach, writes a checkpoint there and then ends by the signal
+ * (g_defer_stop: such a run is under way; g_stop_signal: the signal received). */
+static volatile sig_atomic_t g_defer_stop, g_stop_signal;
+
 static const char usage[] =
     "usage:\n"
     "  tunegraph compile JOB [-o PLAN] [--set key=value]...\n"
@@ -42,6 +48,7 @@ static const char usage[] =
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
+    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
     "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
     "  tunegraph export PLAN|JOB --weights FILE.safetensors -o OUTDIR [--tokenizer PATH] [--labels a,b,...]\n"
@@ -83,6 +90,8 @@ typedef struct cli_args {
     const char *metrics;
     const char *device;
     const char *save;
+    const char *resume;         /* a checkpoint folder or file */
+    const char *checkpoint_dir;
     int json;
     int profile;
     int threads;
@@ -107,7 +116,7 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         const char *s = argv[i];
         int takes_value = !strcmp(s, "-o") || !strcmp(s, "--set") || !strcmp(s, "--metrics") ||
                           !strcmp(s, "--device") || !strcmp(s, "--threads") || !strcmp(s, "--save") ||
-                          !strcmp(s, "--in-flight");
+                          !strcmp(s, "--in-flight") || !strcmp(s, "--resume") || !strcmp(s, "--checkpoint-dir");
         if (s[0] == '-' && s[1]) {
             if (!option_allowed(allowed, s)) return usage_error("unknown option %s", s);
             if (takes_value && i + 1 >= argc) return usage_error("%s needs a value", s);
@@ -120,6 +129,8 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         } else if (!strcmp(s, "--metrics")) a->metrics = argv[++i];
         else if (!strcmp(s, "--device")) a->device = argv[++i];
         else if (!strcmp(s, "--save")) a->save = argv[++i];
+        else if (!strcmp(s, "--resume")) a->resume = argv[++i];
+        else if (!strcmp(s, "--checkpoint-dir")) a->checkpoint_dir = argv[++i];
         else if (!strcmp(s, "--threads")) {
             if (parse_whole(argv[++i], 0, MAX_THREADS, &a->threads))
                 return usage_error("--threads needs a whole number from 0 to 1024 (0: one per core), got '%s'", argv[i]);
@@ -227,6 +238,9 @@ typedef struct replica_run {
     tg_trainer_options opts;
     int profile;
     metrics_file *metrics; /* the run's, NULL without --metrics */
+    run_checkpoints *ckpts; /* NULL: no checkpoints */
+    const tg_checkpoint *resume; /* the checkpoint resumed from, or NULL */
+    const char *resume_path;
     pthread_t thread;
 } replica_run;
 
@@ -251,16 +265,33 @@ static int end_failed_run(metrics_file *metrics, int replicas, int replica, cons
     return 1;
 }
 
+/* Whether the run stops before its next step: a stop was requested and every step up to
+ * the stop step is taken. */
+static int stopping(run_checkpoints *ckpts, const tg_trainer *tr) {
+    if (!ckpts) return 0;
+    const int64_t stop = run_checkpoints_stop_step(ckpts);
+    return stop >= 0 && tr->steps_done >= stop;
+}
+
 static void *run_replica(void *arg) {
     replica_run *r = arg;
     tg_err err = {{0}};
     tg_trainer tr;
     int rc = tg_trainer_open(&tr, r->plan, &r->opts, &err);
-    for (int32_t i = 0; !rc && i < tr.total_steps; i++) {
+    if (!rc && r->resume) rc = tg_trainer_restore(&tr, r->resume, r->resume_path, &err);
+    /* Replica 0 writes the checkpoints; this one hands over its part of each (ZeRO-1). */
+    int32_t handed = r->resume ? tr.steps_done : -1;
+    int stopped = 0;
+    while (!rc && tr.steps_done < tr.total_steps) {
+        if ((stopped = stopping(r->ckpts, &tr))) break;
         tg_step_stats s;
         rc = tg_trainer_step(&tr, &s, &err);
+        if (!rc && r->ckpts && run_checkpoints_due(r->ckpts, tr.steps_done))
+            rc = run_checkpoints_hand_over(r->ckpts, &tr, &err), handed = tr.steps_done;
     }
-    if (!rc && r->profile) {
+    /* At a stop, and at the end, which a stop requested late may still checkpoint. */
+    if (!rc && r->ckpts && handed != tr.steps_done) rc = run_checkpoints_hand_over(r->ckpts, &tr, &err);
+    if (!rc && r->profile && !stopped) {
         double *ms = calloc((size_t)r->plan->n_ops, sizeof *ms);
         rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory");
         free(ms);
@@ -282,9 +313,69 @@ static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_
     return tg_cuda_comms_create(comms, replicas, err);
 }
 
+/* The run's checkpoints: the folder they go to (--checkpoint-dir, else the job's
+ * checkpoint_dir, else the folder of the checkpoint resumed from) and the checkpoint
+ * resumed from (--resume), read before anything else. */
+typedef struct run_resume {
+    char *dir;          /* NULL: the run writes none */
+    char *path;         /* NULL: a fresh run */
+    tg_checkpoint ck;
+} run_resume;
+
+static void run_resume_free(run_resume *r) {
+    free(r->dir);
+    free(r->path);
+    tg_checkpoint_free(&r->ck);
+}
+
+static int setup_checkpoints(const cli_args *a, const tg_plan *plan, run_resume *r, tg_err *err) {
+    memset(r, 0, sizeof *r);
+    if (a->resume && (tg_checkpoint_locate(a->resume, &r->path, err) || tg_checkpoint_read(r->path, &r->ck, err)))
+        return -1;
+    if (a->checkpoint_dir) r->dir = strdup(a->checkpoint_dir);
+    else if (plan->run.checkpoint_dir[0]) r->dir = strdup(plan->run.checkpoint_dir);
+    else if (r->path) { /* the folder of the checkpoint resumed from */
+        const char *slash = strrchr(r->path, '/');
+        r->dir = slash ? strndup(r->path, slash == r->path ? 1 : (size_t)(slash - r->path)) : strdup(".");
+    }
+    if ((a->checkpoint_dir || plan->run.checkpoint_dir[0] || r->path) && !r->dir) return tg_fail(err, "out of memory");
+    if (plan->run.checkpoint_every > 0 && !r->dir)
+        return tg_fail(err, "%s: key 'checkpoint_every' (%d) needs a folder for the checkpoints: key 'checkpoint_dir' "
+                            "or --checkpoint-dir",
+                       a->input, plan->run.checkpoint_every);
+    if (!r->dir) return 0;
+    int32_t newest;
+    if (tg_checkpoint_dir_prepare(r->dir, err)) return -1;
+    if (tg_checkpoint_dir_newest(r->dir, &newest))
+        return tg_fail(err, "%s: cannot list the checkpoint folder: %s", r->dir, strerror(errno));
+    /* One folder, one line of training: checkpoints of this run beside later or other ones
+     * would be pruned and resumed from by step number as if they were one run. */
+    if (!r->path && newest >= 0)
+        return tg_fail(err, "%s: the checkpoint folder already holds checkpoints (the newest step-%06d%s): resume "
+                            "from them with --resume %s, or give another folder",
+                       r->dir, newest, TG_CHECKPOINT_EXT, r->dir);
+    if (r->path && newest > r->ck.state.step)
+        return tg_fail(err, "%s: the checkpoint folder holds step-%06d%s, past step %d resumed from: give "
+                            "--checkpoint-dir another folder for this run's checkpoints",
+                       r->dir, newest, TG_CHECKPOINT_EXT, r->ck.state.step);
+    return 0;
+}
+
+/* Writes the checkpoint at the trainer's step; its path replaces *last. */
+static int write_checkpoint(run_checkpoints *ckpts, tg_trainer *tr, int tty, char **last, tg_err *err) {
+    char *path;
+    double t0 = tg_wall_s();
+    if (run_checkpoints_write(ckpts, tr, &path, err)) return -1;
+    fprintf(stderr, "%scheckpoint %s (%.2f s)\n", tty ? "\n" : "", path, tg_wall_s() - t0);
+    free(*last);
+    *last = path;
+    return 0;
+}
+
 static int run_plan(int argc, char **argv, const run_export *ex) {
     cli_args a;
-    int rc = parse_args(argc, argv, &a, "--set --metrics --device --threads --save --profile --in-flight");
+    int rc = parse_args(argc, argv, &a,
+                        "--set --metrics --device --threads --save --profile --in-flight --resume --checkpoint-dir");
     if (rc) return rc;
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
@@ -320,9 +411,16 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         tg_plan_free(&plan);
         return die(&err);
     }
+    run_resume resume;
+    if (setup_checkpoints(&a, &plan, &resume, &err)) {
+        run_resume_free(&resume);
+        tg_plan_free(&plan);
+        return die(&err);
+    }
     /* From here on a failed run's metrics end with its error, whatever failed. */
     metrics_file *metrics = NULL;
     if (a.metrics && metrics_file_open(&metrics, a.metrics, &err)) {
+        run_resume_free(&resume);
         tg_plan_free(&plan);
         return die(&err);
     }
@@ -334,6 +432,21 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                                .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
                                .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL,
                                .step_group = step_group_n};
+    run_checkpoints ckpts_state, *ckpts = NULL;
+    if (resume.dir) {
+        run_checkpoints_init(&ckpts_state, resume.dir, &plan, resume.path ? resume.ck.state.step : 0, &g_stop_signal);
+        ckpts = &ckpts_state;
+        opts.launch_gate = run_checkpoints_gate, opts.gate_ctx = ckpts;
+        g_defer_stop = 1; /* a signal now stops the run at a checkpoint */
+    }
+    const tg_checkpoint *resume_ck = resume.path ? &resume.ck : NULL;
+    /* With checkpoints, SIGINT and SIGTERM go to this thread, which writes them: the threads
+     * started until the trainer is open (replicas, workers, drivers) inherit them blocked. */
+    sigset_t ending, unblocked;
+    sigemptyset(&ending);
+    sigaddset(&ending, SIGINT);
+    sigaddset(&ending, SIGTERM);
+    if (ckpts) pthread_sigmask(SIG_BLOCK, &ending, &unblocked);
     const int replicas = plan.train.replicas;
     void *comms[TG_MAX_DATA_PARALLEL] = {0};
     tg_cpu_comm_group *cpu_group = NULL;
@@ -342,7 +455,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
         if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err);
         for (int r = 1; r < replicas; r++) {
-            followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile, .metrics = metrics};
+            followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile, .metrics = metrics,
+                                         .ckpts = ckpts, .resume = resume_ck, .resume_path = resume.path};
             followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
             if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
                 tg_fail(&err, "cannot start the thread of replica %d", r);
@@ -351,8 +465,13 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         }
         opts.comm = comms[0];
     }
-    if (tg_trainer_open(&tr, &plan, &opts, &err)) {
+    int opened = tg_trainer_open(&tr, &plan, &opts, &err) == 0;
+    if (ckpts) pthread_sigmask(SIG_SETMASK, &unblocked, NULL);
+    if (!opened || (resume_ck && tg_trainer_restore(&tr, resume_ck, resume.path, &err))) {
         rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
+        if (opened) tg_trainer_close(&tr);
+        if (ckpts) run_checkpoints_free(ckpts);
+        run_resume_free(&resume);
         metrics_file_free(metrics);
         tg_plan_free(&plan);
         return rc;
@@ -380,6 +499,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     print_weights_report(stderr, &tr);
     fprintf(stderr, "tunegraph: ready in %.2f s (executor and pools %.2f s, weights %.2f s, data %.2f s)\n",
             tg_wall_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
+    if (resume_ck) fprintf(stderr, "tunegraph: resumed from %s at step %d of %d\n", resume.path, tr.steps_done, tr.total_steps);
 
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
@@ -392,7 +512,13 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     double trace_step_s = 0, trace_rest_s = 0, trace_fill0 = 0, trace_t = 0;
     tg_thread_cpu threads_after_first; /* every thread's CPU time once the first step is back */
     int threads_ok = 0;
-    for (int32_t i = 0; i < tr.total_steps && !rc; i++) {
+    /* ran: the steps this process takes (a resumed run starts past the checkpoint's). */
+    int32_t ran = 0, checkpointed = resume_ck ? tr.steps_done : -1;
+    int stopped = 0;
+    char *last_checkpoint = resume.path ? strdup(resume.path) : NULL;
+    for (; tr.steps_done < tr.total_steps && !rc; ran++) {
+        if ((stopped = stopping(ckpts, &tr))) break;
+        const int32_t i = ran;
         tg_step_stats s;
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
         if (tg_trainer_step(&tr, &s, &err)) {
@@ -421,7 +547,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         }
         double elapsed = tg_wall_s() - t_train;
         char eta[32];
-        fmt_eta(elapsed / s.step * (tr.total_steps - s.step), eta, sizeof eta);
+        fmt_eta(elapsed / (i + 1) * (tr.total_steps - s.step), eta, sizeof eta);
         if (tty)
             fprintf(stderr, "\rstep %d/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", s.step, tr.total_steps,
                     s.loss, s.lr, tok_s, eta);
@@ -429,35 +555,55 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             fprintf(stderr, "step %d/%d loss %.4f lr %.2e %.0f tok/s ETA %s\n", s.step, tr.total_steps, s.loss,
                     s.lr, tok_s, eta);
         if (opts.host_trace && i > 0) trace_rest_s += tg_thread_cpu_s() - trace_t;
+        if (!rc && ckpts && run_checkpoints_due(ckpts, tr.steps_done)) {
+            if (write_checkpoint(ckpts, &tr, tty, &last_checkpoint, &err)) rc = 1;
+            else checkpointed = tr.steps_done;
+        }
     }
+    /* A stop requested once the last step was taken checkpoints there. */
+    if (!rc && ckpts && g_stop_signal) stopped = 1;
+    if (!rc && stopped && checkpointed != tr.steps_done && write_checkpoint(ckpts, &tr, tty, &last_checkpoint, &err))
+        rc = 1;
+    if (!rc && stopped) { /* ends the process by the signal */
+        const int sig = g_stop_signal;
+        char msg[TG_PATH_MAX + 200];
+        snprintf(msg, sizeof msg, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
+                 last_checkpoint ? last_checkpoint : "(none)", resume.dir);
+        fprintf(stderr, "%stunegraph: %s\n", tty ? "\n" : "", msg);
+        if (metrics && metrics_file_end(metrics, msg, -1, &err)) fprintf(stderr, "tunegraph: %s\n", err.msg);
+        fflush(stdout);
+        fflush(stderr);
+        signal(sig, SIG_DFL);
+        raise(sig);
+        _exit(128 + sig);
+    }
+    free(last_checkpoint);
     double train_s = tg_wall_s() - t_train;
     /* Host CPU per step after the first, metrics and progress output included: the whole
      * process, its training loop thread, and the CUDA driver's event thread, which burns
      * about 1 us per ms of wall time in any process with a CUDA context, idle or not
      * (docs/perf-notes.md), so is left out of what the run itself costs. */
-    double host_cpu_us =
-        tr.steps_done > 1 ? (tg_process_cpu_s() - cpu_train - cpu_first_step) / (tr.steps_done - 1) * 1e6 : 0;
-    double loop_cpu_us =
-        tr.steps_done > 1 ? (tg_thread_cpu_s() - thread_train - thread_first_step) / (tr.steps_done - 1) * 1e6 : 0;
+    double host_cpu_us = ran > 1 ? (tg_process_cpu_s() - cpu_train - cpu_first_step) / (ran - 1) * 1e6 : 0;
+    double loop_cpu_us = ran > 1 ? (tg_thread_cpu_s() - thread_train - thread_first_step) / (ran - 1) * 1e6 : 0;
     double driver_cpu_us = 0;
     tg_thread_cpu threads_now;
-    if (threads_ok && tr.steps_done > 1 && tg_thread_cpu_snapshot(&threads_now) == 0) {
-        driver_cpu_us = tg_thread_cpu_named(&threads_after_first, &threads_now, "cuda-EvtHandlr") /
-                        (tr.steps_done - 1) * 1e6;
+    if (threads_ok && ran > 1 && tg_thread_cpu_snapshot(&threads_now) == 0) {
+        driver_cpu_us = tg_thread_cpu_named(&threads_after_first, &threads_now, "cuda-EvtHandlr") / (ran - 1) * 1e6;
         if (opts.host_trace) {
             char buf[2048];
-            tg_thread_cpu_report(&threads_after_first, &threads_now, tr.steps_done - 1, buf, sizeof buf);
+            tg_thread_cpu_report(&threads_after_first, &threads_now, ran - 1, buf, sizeof buf);
             fprintf(stderr, "thread trace (CPU us per step after the first, by thread): %s\n", buf);
         }
     }
-    if (opts.host_trace && tr.steps_done > 1) {
-        double n = (tr.steps_done - 1) / 1e6;
+    if (opts.host_trace && ran > 1) {
+        double n = (ran - 1) / 1e6;
         fprintf(stderr, "loop trace (thread CPU us per step after the first): in tg_trainer_step %.1f (batch fills %.1f), "
                         "metrics and progress %.1f\n",
                 trace_step_s / n, (tr.fill_cpu_s - trace_fill0) / n, trace_rest_s / n);
     }
     if (tty) fprintf(stderr, "\n");
-    double median_step_ms = median_after_first(step_times, tr.steps_done);
+    double median_step_ms = median_after_first(step_times, ran);
     free(step_times);
     tg_eval_stats ev = {.accuracy = -1, .perplexity = -1};
     int evaluated = 0;
@@ -486,7 +632,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         fprintf(stderr,
                 "trained %d steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s, median step %.3f ms, host CPU %.0f us/step "
                 "(training loop thread %.0f us",
-                tr.steps_done, train_s, first_loss, last_loss, tokens / train_s, median_step_ms,
+                ran, train_s, first_loss, last_loss, tokens / train_s, median_step_ms,
                 host_cpu_us - driver_cpu_us, loop_cpu_us);
         if (driver_cpu_us > 0) fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
@@ -513,6 +659,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     if (rc) {
         rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
         tg_trainer_close(&tr);
+        if (ckpts) run_checkpoints_free(ckpts);
+        run_resume_free(&resume);
         metrics_file_free(metrics);
         tg_plan_free(&plan);
         return rc;
@@ -521,10 +669,21 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     for (int r = 1; r < replicas; r++) pthread_join(followers[r].thread, NULL);
     if (cpu_group) tg_cpu_comm_group_destroy(cpu_group);
     else if (replicas > 1) tg_cuda_comms_destroy(comms, replicas);
+    if (ckpts) run_checkpoints_free(ckpts);
+    run_resume_free(&resume);
     /* Last, with every replica done: none can fail after the file is in place. */
     if (metrics && metrics_file_end(metrics, NULL, -1, &err)) rc = die(&err);
     metrics_file_free(metrics);
     tg_plan_free(&plan);
+    /* A stop requested after the last step's checkpoint (during eval or the save) ends the
+     * finished run by the signal all the same. */
+    const int sig = g_stop_signal;
+    if (sig) {
+        fflush(stdout);
+        fflush(stderr);
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
     return rc;
 }
 
@@ -540,8 +699,24 @@ static int cmd_run(int argc, char **argv) {
 /* SIGINT, SIGTERM, SIGHUP and SIGPIPE (a pipe read by --metrics or -o closed early) end the
  * process as they would, after removing the temporary files of the outputs being written
  * (each target is left as it was). Async-signal-safe calls only; SA_RESETHAND has restored
- * the default action, which the signal raised again takes once the handler returns. */
+ * the default action, which the signal raised again takes once the handler returns.
+ * Except the first SIGINT or SIGTERM of a run that writes checkpoints: it only asks the
+ * run to stop (g_stop_signal), which then writes a checkpoint and ends by the signal; the
+ * handler is set again, so a second signal ends the process at once. */
 static void on_ending_signal(int sig) {
+    if (g_defer_stop && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
+        g_stop_signal = sig;
+        static const char note[] = "\ntunegraph: stopping after the steps in flight to write a checkpoint (signal "
+                                   "again to stop at once)\n";
+        (void)!write(STDERR_FILENO, note, sizeof note - 1);
+        struct sigaction sa;
+        if (sigaction(sig, NULL, &sa) == 0) {
+            sa.sa_handler = on_ending_signal;
+            sa.sa_flags |= SA_RESETHAND;
+            sigaction(sig, &sa, NULL);
+        }
+        return;
+    }
     tg_atomic_remove_temps();
     raise(sig);
 }

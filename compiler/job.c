@@ -46,6 +46,9 @@ static const struct job_key {
     [TG_JOB_DATA_PARALLEL] = {"data_parallel", 0},
     [TG_JOB_ZERO_STAGE] = {"zero_stage", 0},
     [TG_JOB_FREEZE] = {"freeze", 0},
+    [TG_JOB_CHECKPOINT_EVERY] = {"checkpoint_every", 1},
+    [TG_JOB_KEEP_CHECKPOINTS] = {"keep_checkpoints", 1},
+    [TG_JOB_CHECKPOINT_DIR] = {"checkpoint_dir", 1},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -79,6 +82,7 @@ void tg_job_defaults(tg_job *job) {
     job->fuse_residual_layernorm = 1;
     job->fuse_qkv = 1;
     job->data_parallel = 1;
+    job->keep_checkpoints = 3;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -337,6 +341,13 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         rc = set_int_range(&job->zero_stage, v, 0, 1, "0: none, 1: the optimizer state sharded", o, name, err);
         break;
     case TG_JOB_FREEZE: rc = set_freeze(job, v, o, name, err); break;
+    case TG_JOB_CHECKPOINT_EVERY:
+        rc = set_int_range(&job->checkpoint_every, v, 0, INT32_MAX, "steps; 0: none", o, name, err);
+        break;
+    case TG_JOB_KEEP_CHECKPOINTS:
+        rc = set_int_range(&job->keep_checkpoints, v, 0, INT32_MAX, "0: every one", o, name, err);
+        break;
+    case TG_JOB_CHECKPOINT_DIR: rc = set_path(job->checkpoint_dir, v, o, 1, name, err); break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;
@@ -592,6 +603,9 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run) {
     run->epochs = job->epochs;
     run->log_every = job->log_every;
     run->seed = job->seed;
+    run->checkpoint_every = job->checkpoint_every;
+    run->keep_checkpoints = job->keep_checkpoints;
+    memcpy(run->checkpoint_dir, job->checkpoint_dir, sizeof run->checkpoint_dir);
 }
 
 int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n, const char *plan_name,
@@ -603,6 +617,8 @@ int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n,
     memcpy(job.train_data, run->train_data, sizeof job.train_data);
     memcpy(job.eval_data, run->eval_data, sizeof job.eval_data);
     job.steps = run->steps, job.epochs = run->epochs, job.log_every = run->log_every, job.seed = run->seed;
+    job.checkpoint_every = run->checkpoint_every, job.keep_checkpoints = run->keep_checkpoints;
+    memcpy(job.checkpoint_dir, run->checkpoint_dir, sizeof job.checkpoint_dir);
     snprintf(job.path, sizeof job.path, "%s", plan_name);
     for (int i = 0; i < n; i++) {
         origin o;
@@ -610,7 +626,7 @@ int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n,
         int k = parse_set(sets[i], &o, &copy, &v, err);
         int rc = k < 0 ? -1 : 0;
         if (rc == 0 && !k_keys[k].run) {
-            char list[160] = "";
+            char list[256] = "";
             for (int r = 0; r < TG_JOB_KEY_COUNT; r++)
                 if (k_keys[r].run) {
                     strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);

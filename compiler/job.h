@@ -43,6 +43,9 @@ typedef struct tg_job {
     /* Parameters to freeze: comma-separated glob patterns (fnmatch) over Hugging Face
      * parameter names, as written; "" freezes nothing (tg_job_freeze_patterns splits it). */
     char freeze[TG_JOB_FREEZE_BYTES];
+    int32_t checkpoint_every;     /* steps between checkpoints; 0: none */
+    int32_t keep_checkpoints;     /* the newest checkpoints kept; 0: all */
+    char checkpoint_dir[TG_PATH_MAX]; /* "" when none */
     int32_t key_line[40];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -54,7 +57,7 @@ typedef enum tg_job_key {
     TG_JOB_EPOCHS, TG_JOB_GRAD_CLIP, TG_JOB_SEED, TG_JOB_PAD_TOKEN_ID, TG_JOB_LOG_EVERY,
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
-    TG_JOB_FREEZE, TG_JOB_KEY_COUNT
+    TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
@@ -62,7 +65,7 @@ const char *tg_job_key_name(int key);
 /* Fills defaults: task classify, num_labels 2, batch 8, seq 128, fp32, adamw lr 5e-5,
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
  * log_every 1, attention fused, fuse_bias_grad, fuse_gelu, fuse_residual_layernorm and
- * fuse_qkv true, data_parallel 1. model, train_data and steps/epochs have no default. */
+ * fuse_qkv true, data_parallel 1, checkpoint_every 0 (none), keep_checkpoints 3. model, train_data and steps/epochs have no default. */
 void tg_job_defaults(tg_job *job);
 
 /* Reads `path`, then applies each override ("key=value", from --set). Relative paths

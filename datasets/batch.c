@@ -160,6 +160,15 @@ int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err) {
     return 0;
 }
 
+int tg_sampler_seek(tg_sampler *s, int32_t epoch, int32_t pos, tg_err *err) {
+    if (epoch < 0 || pos < 0 || pos > s->n)
+        return tg_fail(err, "sampler: epoch %d, position %d is outside an epoch of %d examples", epoch, pos, s->n);
+    s->epoch = epoch;
+    s->pos = pos;
+    shuffle(s);
+    return 0;
+}
+
 void tg_sampler_next(tg_sampler *s, int32_t *idx, int32_t count) {
     for (int32_t i = 0; i < count; i++) {
         if (s->pos == s->n) {

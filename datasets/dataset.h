@@ -101,6 +101,9 @@ typedef struct tg_sampler {
 } tg_sampler;
 
 int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err);
+/* Puts the sampler where one that has drawn `pos` indices of epoch `epoch` would be (pos
+ * in [0, n], epoch >= 0): a resumed run's data position (runtime/checkpoint.h). */
+int tg_sampler_seek(tg_sampler *s, int32_t epoch, int32_t pos, tg_err *err);
 /* Writes the next `count` example indices, crossing epochs as needed. */
 void tg_sampler_next(tg_sampler *s, int32_t *idx, int32_t count);
 void tg_sampler_free(tg_sampler *s);

@@ -101,8 +101,8 @@ typedef struct tunegraph_plan_summary {
 TUNEGRAPH_API int tunegraph_plan_summarize(const tunegraph_plan *plan, tunegraph_plan_summary *summary);
 
 /* Changes one of the keys a compiled plan leaves to the run, as "key=value": train_data,
- * eval_data, steps, epochs, seed, log_every (relative paths resolve against the current
- * directory). Any other key is compiled into the plan and refused: recompile the job
+ * eval_data, steps, epochs, seed, log_every, checkpoint_every, keep_checkpoints,
+ * checkpoint_dir (relative paths resolve against the current directory). Any other key is compiled into the plan and refused: recompile the job
  * with an override instead. Trainers already open keep what they started with. */
 TUNEGRAPH_API int tunegraph_plan_set(tunegraph_plan *plan, const char *setting);
 
@@ -164,7 +164,9 @@ TUNEGRAPH_API int tunegraph_trainer_open(const tunegraph_plan *plan, const tuneg
 TUNEGRAPH_API int tunegraph_trainer_total_steps(const tunegraph_trainer *trainer, int64_t *total_steps);
 
 /* Takes the next training step and fills metrics (NULL: not wanted). Fails once every
- * step of the schedule has been taken. */
+ * step of the schedule has been taken. When the job sets checkpoint_every (and
+ * checkpoint_dir), a step whose number is a multiple of it also writes a checkpoint there
+ * (tunegraph_trainer_save_checkpoint), and so does tunegraph_trainer_train. */
 TUNEGRAPH_API int tunegraph_trainer_step(tunegraph_trainer *trainer, tunegraph_step_metrics *metrics);
 
 typedef void (*tunegraph_step_callback)(void *ctx, const tunegraph_step_metrics *metrics);
@@ -208,6 +210,32 @@ TUNEGRAPH_API int tunegraph_trainer_export_hf(tunegraph_trainer *trainer, const 
  * (newly initialized, such as a new classification head), each sorted. "" when every
  * tensor matched or the model has no weights. Valid until the trainer is closed. */
 TUNEGRAPH_API const char *tunegraph_trainer_weights_report(const tunegraph_trainer *trainer);
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+/* A checkpoint holds the whole training state after a step: every parameter and buffer,
+ * the optimizer state, the step, and where the dropout streams and the data sampler are. A
+ * trainer resumed from one takes the remaining steps with the same losses and parameters,
+ * bit for bit, as the run it was written by would have. */
+
+/* Writes a checkpoint into the folder dir (NULL: the job's checkpoint_dir), created if
+ * missing, as dir/step-NNNNNN.tgckpt, atomically, then dir/latest naming it; then only the
+ * job's keep_checkpoints newest checkpoints stay. It holds the state after every step
+ * started so far: steps queued ahead (max_in_flight) finish first, and the checkpoint is
+ * of the last of them (its name says which); their metrics still come, in order, from the
+ * next tunegraph_trainer_step calls. Refused when the folder holds a checkpoint of a later
+ * step (another run's). */
+TUNEGRAPH_API int tunegraph_trainer_save_checkpoint(tunegraph_trainer *trainer, const char *dir);
+
+/* Continues from a checkpoint before the first step: path is a checkpoint file, or a folder
+ * (the checkpoint its `latest` file names, else its highest-numbered one). Refused, naming
+ * the file and what differs, for a checkpoint of another job or plan (model, task, shapes,
+ * precision, optimizer and schedule settings, seed, steps, training data, the plan's
+ * tensors and ops) and for a damaged file (naming the field). */
+TUNEGRAPH_API int tunegraph_trainer_resume(tunegraph_trainer *trainer, const char *path);
+
+/* The steps taken so far: a resumed trainer starts at its checkpoint's step. */
+TUNEGRAPH_API int tunegraph_trainer_steps_done(const tunegraph_trainer *trainer, int64_t *steps);
 
 TUNEGRAPH_API void tunegraph_trainer_close(tunegraph_trainer *trainer);
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "base/json_strict.h"
-#include "models/checkpoint.h"
+#include "models/hf_checkpoint.h"
 
 #ifndef TG_PRESETS_DIR
 #define TG_PRESETS_DIR "models/presets"
@@ -434,7 +434,7 @@ int tg_model_config_load(const char *source, tg_model_config *cfg, tg_err *err) 
      * silent random start. */
     char weights[TG_PATH_MAX + 600];
     int have_weights = 0;
-    static const char *const weight_files[] = {TG_CHECKPOINT_FILE, TG_CHECKPOINT_INDEX_FILE};
+    static const char *const weight_files[] = {TG_HF_CHECKPOINT_FILE, TG_HF_CHECKPOINT_INDEX_FILE};
     for (size_t i = 0; i < sizeof weight_files / sizeof weight_files[0] && !have_weights; i++) {
         snprintf(weights, sizeof weights, "%s/%s", folder, weight_files[i]);
         if (strlen(weights) >= TG_PATH_MAX) return tg_fail(err, "model '%s': path %s is too long", source, weights);

@@ -274,6 +274,9 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, run, "steps", jint(r->steps));
         jset(&c, run, "epochs", jint(r->epochs));
         jset(&c, run, "log_every", jint(r->log_every));
+        jset(&c, run, "checkpoint_every", jint(r->checkpoint_every));
+        jset(&c, run, "keep_checkpoints", jint(r->keep_checkpoints));
+        jset(&c, run, "checkpoint_dir", jstr(r->checkpoint_dir));
         /* A JSON integer where it fits jansson's signed 64 bits, else its decimal text. */
         char seed[24];
         snprintf(seed, sizeof seed, "%" PRIu64, r->seed);

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 12
+#define TG_PLAN_VERSION 13
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -176,6 +176,9 @@ typedef struct tg_plan_run {
     int32_t epochs;              /* 0 when steps is set instead */
     int32_t log_every;
     uint64_t seed;               /* initialisation, shuffling and dropout */
+    int32_t checkpoint_every;    /* steps between checkpoints (runtime/checkpoint.h); 0: none */
+    int32_t keep_checkpoints;    /* how many of the newest checkpoints the folder keeps; 0: all */
+    char checkpoint_dir[TG_PATH_MAX]; /* where checkpoints go; "" when the job names none */
 } tg_plan_run;
 
 /* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */

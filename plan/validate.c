@@ -198,6 +198,9 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
                        r->epochs);
     if (r->log_every < 1)
         return tg_fail(err, "%s: run log_every %d is not a positive step count", name, r->log_every);
+    if (r->checkpoint_every < 0 || r->keep_checkpoints < 0)
+        return tg_fail(err, "%s: run checkpoint_every %d and keep_checkpoints %d: neither may be negative", name,
+                       r->checkpoint_every, r->keep_checkpoints);
 
     /* Every sum of pool sizes, offsets and byte counts below stays far inside uint64 and
      * int64 (nine pools of at most 2^48 bytes). */

@@ -10,6 +10,10 @@
 
 #include "base/bf16.h"
 
+/* Header-only xxHash, as the plan file uses: the training data's identity. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 
 static void *staging_input(tg_trainer *t, int tensor) {
     if (tensor < 0 || t->plan->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
@@ -185,6 +189,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->host_trace = opts && opts->host_trace;
     t->n_staging = depth + 2;
     t->handed = -1;
+    t->stop_at = -1;
+    t->checkpoint_every = run->checkpoint_every;
+    t->gate = opts ? opts->launch_gate : NULL;
+    t->gate_ctx = opts ? opts->gate_ctx : NULL;
     int staged = 1;
     for (int k = 0; k < t->n_staging; k++) {
         t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
@@ -266,6 +274,8 @@ static void fill_buffer(tg_trainer *t, int k) {
     tg_batch b;
     int cur = t->cur;
     t->cur = k;
+    t->staging_epoch[k] = t->sampler.epoch;
+    t->staging_pos[k] = t->sampler.pos;
     if (t->replicas > 1) { /* every replica draws the whole global batch and keeps its rows */
         tg_sampler_next(&t->sampler, t->global_idx, t->shape.batch * t->replicas);
         memcpy(t->batch_idx, t->global_idx + (size_t)t->rank * (size_t)t->shape.batch,
@@ -337,21 +347,42 @@ static void fill_next(tg_trainer *t) {
     t->filled++;
 }
 
-/* Steps to start now: a whole group while the schedule has one left and there is room
- * for it, else single steps into the room the schedule's last few leave; one when none is
- * in flight (past total_steps too). */
+/* The count no start may pass: the schedule's end, the step the run stops at, and the next
+ * checkpoint step above the steps handed out (none is then in flight when it is taken). */
+static int64_t launch_limit(const tg_trainer *t) {
+    int64_t limit = t->total_steps;
+    if (t->stop_at >= 0 && t->stop_at < limit) limit = t->stop_at;
+    if (t->checkpoint_every > 0) {
+        const int64_t next = (t->returned / t->checkpoint_every + 1) * t->checkpoint_every;
+        if (next < limit) limit = next;
+    }
+    return limit;
+}
+
+/* Steps to start now: a whole group while the limit leaves one and there is room for it,
+ * else single steps into the room the limit's last few leave; one when none is in flight
+ * (past total_steps too), unless the run stops. */
 static int steps_to_start(const tg_trainer *t) {
     const int64_t in_flight = t->launched - t->returned, room = t->max_in_flight - in_flight;
-    const int64_t left = t->total_steps - t->launched;
+    const int64_t left = launch_limit(t) - t->launched;
     if (t->step_group > 1 && left >= t->step_group) return room >= t->step_group ? t->step_group : 0;
     if (room > 0 && left > 0) return 1;
-    return in_flight == 0;
+    return in_flight == 0 && t->stop_at < 0;
 }
+
+void tg_trainer_hold(tg_trainer *t, int hold) { t->stop_at = hold ? t->launched : -1; }
 
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     if (!t->has_train) return tg_fail(err, "no training data is bound");
     double t0 = tg_wall_ms();
     for (int k; (k = steps_to_start(t)) > 0;) {
+        if (t->gate) {
+            const int64_t allowed = t->gate(t->gate_ctx, t->launched, k);
+            if (allowed < k) { /* the run stops there: start what is allowed, if anything */
+                t->stop_at = t->launched + (allowed > 0 ? allowed : 0);
+                continue;
+            }
+        }
         /* Step j of the start runs on batch launched + j and fetches the one after. */
         const void *batches[TG_TRAINER_STAGING_MAX + 1];
         while (t->filled < t->launched + k + 1) fill_next(t);
@@ -361,6 +392,8 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         t->handed = (int)(t->launched % t->n_staging);
         t->cur = (int)(t->launched % t->n_staging);
     }
+    if (t->returned == t->launched)
+        return tg_fail(err, "no step to take: the run stops at step %lld", (long long)t->stop_at);
     /* The batch the next start hands over as its `next`, filled while the GPU runs. */
     if (t->filled < t->launched + 2) fill_next(t);
     int rc = finish_step(t, s, t->staging_tokens[t->returned % t->n_staging], t0, err);
@@ -482,4 +515,200 @@ int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) { return write
 
 int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_err *err) {
     return write_values(t, export_to, options, err);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------- */
+
+/* xxh64 of the training examples as the batches read them: each one's ids, token types
+ * (or their absence) and label. */
+static uint64_t train_data_hash(tg_trainer *t) {
+    if (t->train_hashed) return t->train_hash;
+    XXH64_state_t h;
+    XXH64_reset(&h, 0);
+    for (int32_t i = 0; t->has_train && i < t->train.n; i++) {
+        const tg_example *e = &t->train.examples[i];
+        const int32_t head[3] = {e->len, e->label, e->token_type_ids != NULL};
+        XXH64_update(&h, head, sizeof head);
+        XXH64_update(&h, e->input_ids, (size_t)e->len * sizeof *e->input_ids);
+        if (e->token_type_ids) XXH64_update(&h, e->token_type_ids, (size_t)e->len * sizeof *e->token_type_ids);
+    }
+    t->train_hash = XXH64_digest(&h);
+    t->train_hashed = 1;
+    return t->train_hash;
+}
+
+static tg_checkpoint_run run_identity(tg_trainer *t) {
+    return (tg_checkpoint_run){t->total_steps, t->has_train ? t->train.n : 0, train_data_hash(t)};
+}
+
+/* The host form of a value tensor: fp32 floats (whatever the storage dtype) or int32. */
+static int host_dtype(const tg_tensor *x) { return x->dtype == TG_I32 ? TG_I32 : TG_F32; }
+
+/* A copy of tensor i as the executor holds it, added to ck as `replica`'s. */
+static int add_read(tg_trainer *t, tg_checkpoint *ck, int i, int replica, tg_err *err) {
+    const tg_tensor *x = &t->plan->tensors[i];
+    void *buf = malloc(x->bytes ? (size_t)x->bytes : 1);
+    if (!buf) return tg_fail(err, "out of memory");
+    if (tg_trainer_read(t, i, buf, err)) {
+        free(buf);
+        return -1;
+    }
+    return tg_checkpoint_add_tensor(ck, x->name, replica, x->dtype, x->ndim, x->shape, buf, err);
+}
+
+/* A value tensor's values in host form (the fp32 ones a bf16 frozen tensor was narrowed
+ * from, which the executor does not hold). */
+static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
+    const tg_tensor *x = &t->plan->tensors[i];
+    if (x->dtype != TG_BF16) return add_read(t, ck, i, -1, err);
+    const size_t bytes = (size_t)tg_tensor_numel(x) * sizeof(float);
+    void *buf = malloc(bytes ? bytes : 1);
+    if (!buf) return tg_fail(err, "out of memory");
+    memcpy(buf, tg_weights_value(&t->values, i), bytes);
+    return tg_checkpoint_add_tensor(ck, x->name, -1, TG_F32, x->ndim, x->shape, buf, err);
+}
+
+/* Whether replicas keep optimizer state of their own (ZeRO-1 slices). */
+static int sliced_state(const tg_trainer *t) { return t->plan->train.zero_stage > 0 && t->replicas > 1; }
+
+int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *err) {
+    tg_checkpoint_init(ck);
+    const tg_plan *plan = t->plan;
+    const tg_plan_io *io = &plan->io;
+    if (t->launched > t->returned)
+        return tg_fail(err, "checkpoint: %lld steps are in flight; hold the trainer and take them first",
+                       (long long)(t->launched - t->returned));
+    int rc = 0;
+    if (whole) {
+        float counter = 0;
+        const tg_checkpoint_run run = run_identity(t);
+        rc = tg_checkpoint_identify(ck, plan, &run, err) || read_scalar(t, io->step, &counter, err);
+        /* The next step's batch: drawn already into staging[cur] when filled ahead. */
+        const int ahead = t->filled > t->launched;
+        ck->state = (tg_checkpoint_state){
+            .step = t->steps_done, .total_steps = t->total_steps, .replicas = t->replicas,
+            .plan_fingerprint = plan->fingerprint, .dropout_seed = plan->run.seed,
+            .dropout_counter = (uint64_t)counter, .sampler_examples = t->has_train ? t->train.n : 0,
+            .sampler_epoch = ahead ? t->staging_epoch[t->cur] : t->sampler.epoch,
+            .sampler_pos = ahead ? t->staging_pos[t->cur] : t->sampler.pos, .sampler_seed = plan->run.seed};
+        for (int i = 0; i < plan->n_tensors && !rc; i++)
+            if (tg_tensor_is_value(&plan->tensors[i])) rc = add_value(t, ck, i, err);
+        if (!rc && io->params_bf16_all >= 0) rc = add_read(t, ck, io->params_bf16_all, -1, err);
+        if (!rc) rc = add_read(t, ck, io->step, -1, err) || add_read(t, ck, io->total_steps, -1, err);
+    }
+    const int replica = sliced_state(t) ? t->rank : -1;
+    if (!rc && (whole || replica >= 0))
+        rc = add_read(t, ck, io->m_all, replica, err) || add_read(t, ck, io->v_all, replica, err);
+    if (rc) tg_checkpoint_free(ck);
+    return rc ? -1 : 0;
+}
+
+/* "768,32" (out: 96 bytes). */
+static const char *shape_text(const int64_t *shape, int ndim, char *out) {
+    out[0] = 0;
+    for (int d = 0; d < ndim; d++) snprintf(out + strlen(out), 96 - strlen(out), "%s%lld", d ? "," : "", (long long)shape[d]);
+    return out;
+}
+
+/* The checkpoint's tensor named as x of `replica`, checked against the plan's tensor x in
+ * host form (host 1) or as stored; NULL with the message when it is missing or differs. */
+static const tg_checkpoint_tensor *expect(const tg_checkpoint *ck, const char *name, const tg_tensor *x, int replica,
+                                          int host, tg_err *err) {
+    const tg_checkpoint_tensor *r = tg_checkpoint_find(ck, x->name, replica);
+    if (!r) {
+        tg_fail(err, "%s: tensor '%s'%s is missing from the checkpoint", name, x->name,
+                replica >= 0 ? " (this replica's slice)" : "");
+        return NULL;
+    }
+    const int dtype = host ? host_dtype(x) : x->dtype;
+    int same = r->dtype == dtype && r->ndim == x->ndim;
+    for (int d = 0; same && d < x->ndim; d++) same = r->shape[d] == x->shape[d];
+    if (!same) {
+        char a[96], b[96];
+        tg_fail(err, "%s: tensor '%s' is %s [%s] in the checkpoint, the plan needs %s [%s]", name, x->name,
+                tg_dtype_name(r->dtype), shape_text(r->shape, r->ndim, a), tg_dtype_name(dtype),
+                shape_text(x->shape, x->ndim, b));
+        return NULL;
+    }
+    return r;
+}
+
+/* Whether every tensor of the checkpoint is one the plan has (other replicas' optimizer
+ * slices included); refuses the first that is not. */
+static int check_known(const tg_trainer *t, const tg_checkpoint *ck, const char *name, tg_err *err) {
+    const tg_plan *plan = t->plan;
+    const tg_plan_io *io = &plan->io;
+    for (int k = 0; k < ck->n_tensors; k++) {
+        const tg_checkpoint_tensor *r = &ck->tensors[k];
+        int known = 0;
+        for (int i = 0; i < plan->n_tensors && !known; i++) {
+            if (strcmp(plan->tensors[i].name, r->name)) continue;
+            const int state = i == io->m_all || i == io->v_all;
+            known = state ? (r->replica >= 0) == sliced_state(t)
+                          : r->replica == -1 && (tg_tensor_is_value(&plan->tensors[i]) || i == io->params_bf16_all ||
+                                                 i == io->step || i == io->total_steps);
+        }
+        if (!known)
+            return tg_fail(err, "%s: tensor '%s' (replica %d) is not part of this plan's training state", name, r->name,
+                           r->replica);
+    }
+    return 0;
+}
+
+int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name, tg_err *err) {
+    const tg_plan *plan = t->plan;
+    const tg_plan_io *io = &plan->io;
+    const tg_checkpoint_state *s = &ck->state;
+    if (t->steps_done || t->launched || t->returned)
+        return tg_fail(err, "%s: a trainer that has taken steps cannot resume a checkpoint", name);
+    const tg_checkpoint_run run = run_identity(t);
+    if (tg_checkpoint_check_identity(ck, plan, &run, name, err)) return -1;
+    if (s->replicas != t->replicas || s->total_steps != t->total_steps || s->step > t->total_steps ||
+        s->sampler_examples != run.train_examples || s->sampler_seed != plan->run.seed ||
+        s->dropout_seed != plan->run.seed)
+        return tg_fail(err, "%s: the state record (step %d of %d, %d replicas, %d examples) does not fit this run "
+                            "(%d steps, %d replicas, %d examples) or its seed",
+                       name, s->step, s->total_steps, s->replicas, s->sampler_examples, t->total_steps, t->replicas,
+                       run.train_examples);
+    if (check_known(t, ck, name, err)) return -1;
+    /* Every value, through the host image and the upload that opened the trainer. */
+    t->values.params = calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    if (!t->values.params) return tg_fail(err, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < plan->n_tensors && !rc; i++) {
+        const tg_tensor *x = &plan->tensors[i];
+        if (!tg_tensor_is_value(x)) continue;
+        const tg_checkpoint_tensor *r = expect(ck, name, x, -1, 1, err);
+        if (!r) rc = -1;
+        else if (tg_tensor_class_of(x) == TG_CLASS_TRAINABLE)
+            memcpy((uint8_t *)t->values.params + x->offset, r->data, r->bytes);
+        else memcpy(tg_weights_value(&t->values, i), r->data, r->bytes);
+    }
+    if (!rc) rc = upload_values(t, err);
+    free(t->values.params);
+    t->values.params = NULL;
+    if (rc) return -1;
+    /* The bf16 copies, the optimizer state and the step counter (the dropout streams'). */
+    const int replica = sliced_state(t) ? t->rank : -1;
+    const struct { int tensor, replica; } state[] = {
+        {io->params_bf16_all, -1}, {io->m_all, replica}, {io->v_all, replica}, {io->step, -1}, {io->total_steps, -1}};
+    for (size_t k = 0; k < sizeof state / sizeof state[0]; k++) {
+        if (state[k].tensor < 0) continue;
+        const tg_checkpoint_tensor *r = expect(ck, name, &plan->tensors[state[k].tensor], state[k].replica, 0, err);
+        if (!r || tg_trainer_write(t, state[k].tensor, r->data, err)) return -1;
+    }
+    float counter;
+    memcpy(&counter, tg_checkpoint_find(ck, plan->tensors[io->step].name, -1)->data, sizeof counter);
+    if ((uint64_t)counter != s->dropout_counter)
+        return tg_fail(err, "%s: tensor '%s' is %g, the state record's dropout counter %llu (file corrupt)", name,
+                       plan->tensors[io->step].name, counter, (unsigned long long)s->dropout_counter);
+    if (t->has_train && tg_sampler_seek(&t->sampler, s->sampler_epoch, s->sampler_pos, err))
+        return tg_fail_context(err, "%s", name);
+    /* The ring starts over at the checkpoint's step: nothing in flight or filled ahead. */
+    t->steps_done = s->step;
+    t->launched = t->returned = t->filled = s->step;
+    t->cur = (int)(s->step % t->n_staging);
+    t->handed = -1;
+    memset(t->staging_fixed, 0, sizeof t->staging_fixed);
+    return 0;
 }

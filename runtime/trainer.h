@@ -6,12 +6,20 @@
 #include <stdint.h>
 
 #include "datasets/dataset.h"
+#include "runtime/checkpoint.h"
 #include "runtime/executor.h"
 #include "runtime/hf_export.h"
 #include "runtime/preflight.h"
 #include "runtime/weights.h"
 #include "base/error.h"
 #include "plan/plan.h"
+
+/* Asked by tg_trainer_step before it starts `steps` more training steps, `launched` having
+ * been started: how many of them may start (0..steps). Once it allows fewer, the trainer
+ * starts no step past launched + that many. Data-parallel replicas use it to agree on a
+ * step to stop at (each reserves the steps it starts, so the one asked first after a stop
+ * request can pick a step none has passed). */
+typedef int64_t (*tg_launch_gate)(void *ctx, int64_t launched, int64_t steps);
 
 typedef struct tg_trainer_options {
     tg_device device;       /* TG_DEVICE_CPU (the reference) or TG_DEVICE_CUDA */
@@ -40,6 +48,8 @@ typedef struct tg_trainer_options {
      * folder's weights; NULL: the model folder's. */
     const char *weights;
     int eval_only;          /* with load_data: the eval set alone (no training data, no steps) */
+    tg_launch_gate launch_gate; /* NULL: none */
+    void *gate_ctx;
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -78,6 +88,10 @@ typedef struct tg_trainer {
     /* Each buffer's LM label rows are marked for the step to derive (tg_batch.mark_label_rows). */
     int32_t staging_marked[TG_TRAINER_STAGING_MAX];
     int32_t *staging_rows;  /* tg_batch.row_len of each buffer: n_staging x batch */
+    /* The sampler's epoch and position before each buffer's batch was drawn: the data
+     * position a checkpoint records for the step that takes it. */
+    int32_t staging_epoch[TG_TRAINER_STAGING_MAX];
+    int32_t staging_pos[TG_TRAINER_STAGING_MAX];
     int n_staging;
     int cur;
     /* The buffer the last start handed the executor as the batch after its last step (the
@@ -88,6 +102,15 @@ typedef struct tg_trainer {
     int64_t launched;       /* steps started */
     int64_t returned;       /* steps whose statistics were handed out */
     int64_t filled;         /* training batches filled */
+    /* tg_trainer_step starts no step past this count (-1: no such limit; see
+     * tg_trainer_hold and tg_launch_gate), nor past the next multiple of checkpoint_every
+     * (the plan's) above `returned`, so that a checkpoint is taken with no step in flight. */
+    int64_t stop_at;
+    int32_t checkpoint_every;
+    tg_launch_gate gate;
+    void *gate_ctx;
+    uint64_t train_hash;        /* of the training examples, once computed (train_hashed) */
+    int train_hashed;
     int host_trace;
     double fill_cpu_s;      /* with host_trace: thread CPU seconds spent filling batches */
     tg_dataset train, eval;
@@ -161,6 +184,24 @@ void tg_trainer_memory(tg_trainer *t, tg_memory_use *use);
 int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
 /* Writes the current parameters as a Hugging Face model folder (runtime/hf_export.h). */
 int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_err *err);
+
+/* Stops (hold 1) or allows again (hold 0) the start of new steps by tg_trainer_step: the
+ * steps in flight still hand out their statistics, after which tg_trainer_step fails while
+ * held. A caller about to checkpoint holds the trainer and takes the steps in flight. */
+void tg_trainer_hold(tg_trainer *t, int hold);
+
+/* The training state after the steps taken so far, into ck (initialised here; the caller
+ * frees it): with `whole`, everything runtime/checkpoint.h lists (this replica's optimizer
+ * slice among it); without, only this replica's own part (its ZeRO-1 slice of m and v, none
+ * without ZeRO-1), for replica 0 to add to its own with tg_checkpoint_take_tensors. Refused
+ * while steps are in flight (tg_trainer_hold, then take them). */
+int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *err);
+/* Puts a freshly opened trainer (no step taken) in the state ck holds, as this replica:
+ * refused, naming `name` and what differs, when ck is of another job or plan
+ * (tg_checkpoint_check_identity), or lacks, or has a wrong shape for, anything the plan
+ * needs. The next step is then ck's step + 1, on the batch and dropout masks an
+ * uninterrupted run would have had. */
+int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name, tg_err *err);
 
 /* Host staging of an input tensor (ids, masks, positions, labels) of the batch the next
  * step takes, for the caller to read or write; waits first for the steps in flight (one

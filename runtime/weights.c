@@ -7,7 +7,7 @@
 
 #include "kernels/philox.h"
 #include "base/bf16.h"
-#include "models/checkpoint.h"
+#include "models/hf_checkpoint.h"
 #include "models/safetensors.h"
 #include "runtime/cpu/threadpool.h"
 
@@ -201,19 +201,19 @@ static int hf_ignores(const tg_plan *plan, const char *name) {
 }
 
 /* The checkpoint tensor a value tensor loads from (its candidate names in order), or NULL. */
-static const tg_checkpoint_tensor *find_tensor(const tg_checkpoint *ck, const tg_tensor *x) {
+static const tg_hf_checkpoint_tensor *find_tensor(const tg_hf_checkpoint *ck, const tg_tensor *x) {
     char names[6][TG_NAME_MAX];
     int n = name_candidates(x->name, names);
-    const tg_checkpoint_tensor *e = NULL;
-    for (int i = 0; i < n && !e; i++) e = tg_checkpoint_find(ck, names[i]);
+    const tg_hf_checkpoint_tensor *e = NULL;
+    for (int i = 0; i < n && !e; i++) e = tg_hf_checkpoint_find(ck, names[i]);
     return e;
 }
 
 /* Loads value tensor x (index t) from checkpoint tensor e. */
-static int load_tensor(tg_weights_image *img, int t, const tg_checkpoint *ck, const tg_checkpoint_tensor *e,
+static int load_tensor(tg_weights_image *img, int t, const tg_hf_checkpoint *ck, const tg_hf_checkpoint_tensor *e,
                        tg_err *err) {
     const tg_tensor *x = &img->plan->tensors[t];
-    const tg_safetensors *file = tg_checkpoint_file(ck, e);
+    const tg_safetensors *file = tg_hf_checkpoint_file(ck, e);
     const tg_st_entry *st = e->entry;
     int same = st->ndim == x->ndim;
     for (int d = 0; same && d < x->ndim; d++) same = st->shape[d] == x->shape[d];
@@ -233,8 +233,8 @@ static int load_tensor(tg_weights_image *img, int t, const tg_checkpoint *ck, co
 int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *report, tg_err *err) {
     const tg_plan *plan = img->plan;
     memset(report, 0, sizeof *report);
-    tg_checkpoint ck;
-    if (tg_checkpoint_open(path, &ck, err)) return -1;
+    tg_hf_checkpoint ck;
+    if (tg_hf_checkpoint_open(path, &ck, err)) return -1;
     report->files = ck.n_files;
     uint8_t *used = calloc((size_t)ck.n + 1, 1); /* per checkpoint tensor */
     int rc = used ? 0 : tg_fail(err, "%s: out of memory", path), params = 0;
@@ -243,10 +243,10 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         if (!tg_tensor_is_value(x)) continue;
         const int cls = tg_tensor_class_of(x);
         params += cls != TG_CLASS_BUFFER;
-        const tg_checkpoint_tensor *e = find_tensor(&ck, x);
+        const tg_hf_checkpoint_tensor *e = find_tensor(&ck, x);
         if (e) used[e - ck.tensors] = 1;
         if (x->flags & TG_TENSOR_TIED) { /* GPT2LMHeadModel's lm_head.weight is this table */
-            const tg_checkpoint_tensor *head = tg_checkpoint_find(&ck, "lm_head.weight");
+            const tg_hf_checkpoint_tensor *head = tg_hf_checkpoint_find(&ck, "lm_head.weight");
             if (head) used[head - ck.tensors] = 1;
         }
         if (cls == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT)) {
@@ -282,7 +282,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         rc = tg_fail(err, "%s: holds none of the model's %d parameters (first: %s); is it a checkpoint of this model?",
                      path, params, report->first_missing);
     free(used);
-    tg_checkpoint_close(&ck);
+    tg_hf_checkpoint_close(&ck);
     return rc;
 }
 

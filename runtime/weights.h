@@ -64,7 +64,7 @@ void tg_weights_report_free(tg_weights_report *r);
 char *tg_weights_report_text(const tg_weights_report *r, const char *model_class, const char *checkpoint);
 
 /* Copies every parameter and persistent buffer that the checkpoint holds into the image.
- * `path` is a safetensors file or a sharded checkpoint's index (models/checkpoint.h).
+ * `path` is a safetensors file or a sharded checkpoint's index (models/hf_checkpoint.h).
  * Names are matched as HF does: the exact name, without the base-model prefix ("bert.",
  * "roberta.", "transformer.": checkpoints saved from BertModel, RobertaModel, GPT2Model),
  * and with the old LayerNorm names gamma/beta; GPT-2's lm_head.weight is the tied

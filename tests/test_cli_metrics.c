@@ -3,6 +3,7 @@
  * parser. The CLI's sources are compiled in here (its main renamed) to reach their static
  * helpers. */
 #include "cli/export.c"
+#include "cli/checkpoints.c"
 #include "cli/metrics.c"
 #include "cli/profile.c"
 #include "cli/data_convert.c"

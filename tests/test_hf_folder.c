@@ -16,7 +16,7 @@
 #include "include/tunegraph.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
-#include "models/checkpoint.h"
+#include "models/hf_checkpoint.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
 #include "runtime/hf_export.h"
@@ -189,7 +189,7 @@ TG_TEST(test_hf_sharded_checkpoint_errors) {
     const raw_tensor a = {"a", "F32", 1, {2}, v, 8}, b = {"b", "F32", 1, {2}, v, 8}, c = {"c", "F32", 1, {2}, v, 8};
     char *s1 = join(dir, "s1.safetensors"), *s2 = join(dir, "s2.safetensors"), *idx = join(dir, "index.json");
     REQUIRE(write_raw(s1, (raw_tensor[]){a, b}, 2) == 0 && write_raw(s2, (raw_tensor[]){c}, 1) == 0, "shards");
-    tg_checkpoint ck;
+    tg_hf_checkpoint ck;
     tg_err err;
     struct {
         const char *index, *want1, *want2;
@@ -212,7 +212,7 @@ TG_TEST(test_hf_sharded_checkpoint_errors) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         REQUIRE(tg_test_write_file(idx, cases[i].index) == 0, "write index");
-        CHECK(tg_checkpoint_open(idx, &ck, &err) != 0, "case %zu accepted", i);
+        CHECK(tg_hf_checkpoint_open(idx, &ck, &err) != 0, "case %zu accepted", i);
         CHECK_MSG(err, cases[i].want1);
         CHECK_MSG(err, cases[i].want2);
         CHECK_MSG(err, "index.json");
@@ -221,16 +221,16 @@ TG_TEST(test_hf_sharded_checkpoint_errors) {
     REQUIRE(write_raw(s2, (raw_tensor[]){c, a}, 2) == 0, "shard");
     REQUIRE(tg_test_write_file(idx, "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s1.safetensors\", "
                                     "\"c\": \"s2.safetensors\"}}") == 0, "write index");
-    CHECK(tg_checkpoint_open(idx, &ck, &err) != 0, "a tensor in two shards accepted");
+    CHECK(tg_hf_checkpoint_open(idx, &ck, &err) != 0, "a tensor in two shards accepted");
     CHECK_MSG(err, "tensor 'a' is in two shards");
     CHECK_MSG(err, "s1.safetensors");
     CHECK_MSG(err, "s2.safetensors");
     /* And a good one. */
     REQUIRE(write_raw(s2, (raw_tensor[]){c}, 1) == 0, "shard");
-    REQUIRE(tg_checkpoint_open(idx, &ck, &err) == 0, "%s", err.msg);
-    CHECK(ck.n == 3 && ck.n_files == 2 && tg_checkpoint_find(&ck, "c") && tg_checkpoint_find(&ck, "c")->file == 1 &&
-          !tg_checkpoint_find(&ck, "d"), "the good index reads wrong");
-    tg_checkpoint_close(&ck);
+    REQUIRE(tg_hf_checkpoint_open(idx, &ck, &err) == 0, "%s", err.msg);
+    CHECK(ck.n == 3 && ck.n_files == 2 && tg_hf_checkpoint_find(&ck, "c") && tg_hf_checkpoint_find(&ck, "c")->file == 1 &&
+          !tg_hf_checkpoint_find(&ck, "d"), "the good index reads wrong");
+    tg_hf_checkpoint_close(&ck);
     free(s1), free(s2), free(idx);
 }
 

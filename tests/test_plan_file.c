@@ -97,6 +97,9 @@ static void build_plan(tg_plan *p) {
     r->epochs = 0;
     r->log_every = 5;
     r->seed = 0xfedcba9876543210ull;
+    r->checkpoint_every = 7;
+    r->keep_checkpoints = 2;
+    snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", "/runs/ckpt");
 
     p->tensors = calloc(N_T, sizeof *p->tensors);
     p->ops = calloc(16, sizeof *p->ops);
@@ -290,6 +293,9 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(run.epochs);
     D_INT(run.log_every);
     D_INT(run.seed);
+    D_INT(run.checkpoint_every);
+    D_INT(run.keep_checkpoints);
+    D_STR(run.checkpoint_dir);
 
     D_INT(n_tensors);
     for (int t = 0; t < a->n_tensors; t++) {

@@ -1,4 +1,4 @@
-#include "models/checkpoint.h"
+#include "models/hf_checkpoint.h"
 
 #include "base/text_file.h"
 
@@ -12,7 +12,7 @@
 
 #define KEY_IN_MESSAGE 256 /* a repeated key is quoted up to this many bytes */
 
-void tg_checkpoint_close(tg_checkpoint *ck) {
+void tg_hf_checkpoint_close(tg_hf_checkpoint *ck) {
     if (!ck) return;
     for (int i = 0; i < ck->n_files; i++) tg_st_close(&ck->files[i]);
     free(ck->files);
@@ -21,30 +21,30 @@ void tg_checkpoint_close(tg_checkpoint *ck) {
 }
 
 static int cmp_tensor(const void *a, const void *b) {
-    const tg_checkpoint_tensor *x = a, *y = b;
+    const tg_hf_checkpoint_tensor *x = a, *y = b;
     return strcmp(x->entry->name, y->entry->name);
 }
 
-const tg_checkpoint_tensor *tg_checkpoint_find(const tg_checkpoint *ck, const char *name) {
+const tg_hf_checkpoint_tensor *tg_hf_checkpoint_find(const tg_hf_checkpoint *ck, const char *name) {
     tg_st_entry key_entry = {.name = (char *)name};
-    const tg_checkpoint_tensor key = {&key_entry, 0};
+    const tg_hf_checkpoint_tensor key = {&key_entry, 0};
     return bsearch(&key, ck->tensors, (size_t)ck->n, sizeof *ck->tensors, cmp_tensor);
 }
 
 /* The name of file i for messages: its path as opened. */
-static const char *file_name(const tg_checkpoint *ck, int i) { return ck->files[i].path; }
+static const char *file_name(const tg_hf_checkpoint *ck, int i) { return ck->files[i].path; }
 
 /* Every tensor of every file, sorted by name; a name in two files is an error. */
-static int collect(tg_checkpoint *ck, tg_err *err) {
+static int collect(tg_hf_checkpoint *ck, tg_err *err) {
     size_t n = 0;
     for (int i = 0; i < ck->n_files; i++) n += (size_t)ck->files[i].n;
     ck->tensors = malloc(sizeof *ck->tensors * (n ? n : 1));
     if (!ck->tensors) return tg_fail(err, "%s: out of memory", ck->path);
     for (int i = 0; i < ck->n_files; i++)
-        for (int k = 0; k < ck->files[i].n; k++) ck->tensors[ck->n++] = (tg_checkpoint_tensor){&ck->files[i].entries[k], i};
+        for (int k = 0; k < ck->files[i].n; k++) ck->tensors[ck->n++] = (tg_hf_checkpoint_tensor){&ck->files[i].entries[k], i};
     qsort(ck->tensors, n, sizeof *ck->tensors, cmp_tensor);
     for (int k = 1; k < ck->n; k++) {
-        const tg_checkpoint_tensor *a = &ck->tensors[k - 1], *b = &ck->tensors[k];
+        const tg_hf_checkpoint_tensor *a = &ck->tensors[k - 1], *b = &ck->tensors[k];
         if (!strcmp(a->entry->name, b->entry->name)) {
             int first = a->file < b->file ? a->file : b->file, second = a->file < b->file ? b->file : a->file;
             return tg_fail(err, "%s: tensor '%s' is in two shards, %s and %s: each tensor must be in one", ck->path,
@@ -66,13 +66,13 @@ static int shard_name_ok(const char *name) {
 
 /* Opens the distinct shards the weight map names, in order of first mention; `ids` maps
  * each shard name to its index in ck->files. */
-static int open_shards(tg_checkpoint *ck, json_t *map, json_t *ids, tg_err *err) {
+static int open_shards(tg_hf_checkpoint *ck, json_t *map, json_t *ids, tg_err *err) {
     const char *slash = strrchr(ck->path, '/');
     const int dir_len = slash ? (int)(slash - ck->path + 1) : 0;
     const char *tensor;
     json_t *v;
     size_t n_entries = json_object_size(map);
-    ck->files = calloc(n_entries < TG_CHECKPOINT_MAX_SHARDS ? n_entries : TG_CHECKPOINT_MAX_SHARDS,
+    ck->files = calloc(n_entries < TG_HF_CHECKPOINT_MAX_SHARDS ? n_entries : TG_HF_CHECKPOINT_MAX_SHARDS,
                        sizeof *ck->files);
     if (!ck->files) return tg_fail(err, "%s: out of memory", ck->path);
     json_object_foreach(map, tensor, v) {
@@ -86,8 +86,8 @@ static int open_shards(tg_checkpoint *ck, json_t *map, json_t *ids, tg_err *err)
                            "folder (empty, absolute or with '..')",
                            ck->path, tensor, shard);
         if (json_object_get(ids, shard)) continue;
-        if (ck->n_files == TG_CHECKPOINT_MAX_SHARDS)
-            return tg_fail(err, "%s: weight_map names more than %d shard files", ck->path, TG_CHECKPOINT_MAX_SHARDS);
+        if (ck->n_files == TG_HF_CHECKPOINT_MAX_SHARDS)
+            return tg_fail(err, "%s: weight_map names more than %d shard files", ck->path, TG_HF_CHECKPOINT_MAX_SHARDS);
         char path[TG_ST_PATH_MAX];
         if (snprintf(path, sizeof path, "%.*s%s", dir_len, ck->path, shard) >= (int)sizeof path)
             return tg_fail(err, "%s: shard '%s' (of tensor '%s'): path too long", ck->path, shard, tensor);
@@ -101,12 +101,12 @@ static int open_shards(tg_checkpoint *ck, json_t *map, json_t *ids, tg_err *err)
 
 /* The index and its shards agree: each tensor it names is in the shard it names, and
  * each shard's tensors are all named, with that shard. */
-static int check_map(const tg_checkpoint *ck, json_t *map, json_t *ids, tg_err *err) {
+static int check_map(const tg_hf_checkpoint *ck, json_t *map, json_t *ids, tg_err *err) {
     const char *tensor;
     json_t *v;
     json_object_foreach(map, tensor, v) {
         const int want = (int)json_integer_value(json_object_get(ids, json_string_value(v)));
-        const tg_checkpoint_tensor *t = tg_checkpoint_find(ck, tensor);
+        const tg_hf_checkpoint_tensor *t = tg_hf_checkpoint_find(ck, tensor);
         if (!t)
             return tg_fail(err, "%s: weight_map puts tensor '%s' in %s, which does not hold it", ck->path, tensor,
                            file_name(ck, want));
@@ -121,10 +121,10 @@ static int check_map(const tg_checkpoint *ck, json_t *map, json_t *ids, tg_err *
     return 0;
 }
 
-static int open_index(tg_checkpoint *ck, tg_err *err) {
+static int open_index(tg_hf_checkpoint *ck, tg_err *err) {
     char *text = NULL;
     size_t len = 0;
-    if (tg_read_text_file(ck->path, TG_CHECKPOINT_INDEX_MAX_BYTES, "a checkpoint index", &text, &len, err)) return -1;
+    if (tg_read_text_file(ck->path, TG_HF_CHECKPOINT_INDEX_MAX_BYTES, "a checkpoint index", &text, &len, err)) return -1;
     json_error_t jerr;
     char dup[KEY_IN_MESSAGE];
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
@@ -152,7 +152,7 @@ static int open_index(tg_checkpoint *ck, tg_err *err) {
     return rc;
 }
 
-int tg_checkpoint_open(const char *path, tg_checkpoint *ck, tg_err *err) {
+int tg_hf_checkpoint_open(const char *path, tg_hf_checkpoint *ck, tg_err *err) {
     memset(ck, 0, sizeof *ck);
     if (strlen(path) >= sizeof ck->path) return tg_fail(err, "%s: path too long", path);
     snprintf(ck->path, sizeof ck->path, "%s", path);
@@ -167,6 +167,6 @@ int tg_checkpoint_open(const char *path, tg_checkpoint *ck, tg_err *err) {
         if (!rc) ck->n_files = 1;
         if (!rc) rc = collect(ck, err);
     }
-    if (rc) tg_checkpoint_close(ck);
+    if (rc) tg_hf_checkpoint_close(ck);
     return rc;
 }

@@ -1,0 +1,95 @@
+/* The run command's checkpoints: the stop step the replicas agree on, and replica 0
+ * gathering the replicas' parts into one file (cli/checkpoints.h). */
+#include "cli/checkpoints.h"
+
+#include <string.h>
+
+void run_checkpoints_init(run_checkpoints *c, const char *dir, const tg_plan *plan, int32_t start_step,
+                          const volatile sig_atomic_t *stop_signal) {
+    memset(c, 0, sizeof *c);
+    c->dir = dir;
+    c->every = plan->run.checkpoint_every;
+    c->keep = plan->run.keep_checkpoints;
+    c->replicas = plan->train.replicas > 1 ? plan->train.replicas : 1;
+    c->parts = c->replicas > 1 && plan->train.zero_stage > 0;
+    c->stop_signal = stop_signal;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->changed, NULL);
+    c->reserved = start_step;
+    c->stop_at = -1;
+    for (int r = 0; r < TG_MAX_DATA_PARALLEL; r++) c->part_step[r] = -1;
+}
+
+void run_checkpoints_free(run_checkpoints *c) {
+    for (int r = 0; r < TG_MAX_DATA_PARALLEL; r++) tg_checkpoint_free(&c->part[r]);
+    pthread_cond_destroy(&c->changed);
+    pthread_mutex_destroy(&c->lock);
+}
+
+/* With the lock held: chooses the stop step when a stop has been requested. */
+static void choose_stop(run_checkpoints *c) {
+    if (c->stop_at < 0 && *c->stop_signal) c->stop_at = c->reserved;
+}
+
+int64_t run_checkpoints_gate(void *ctx, int64_t launched, int64_t steps) {
+    run_checkpoints *c = ctx;
+    pthread_mutex_lock(&c->lock);
+    choose_stop(c);
+    int64_t allowed = steps;
+    if (c->stop_at >= 0) {
+        allowed = c->stop_at - launched;
+        if (allowed < 0) allowed = 0;
+        if (allowed > steps) allowed = steps;
+    } else if (launched + steps > c->reserved) {
+        c->reserved = launched + steps;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return allowed;
+}
+
+int64_t run_checkpoints_stop_step(run_checkpoints *c) {
+    pthread_mutex_lock(&c->lock);
+    choose_stop(c);
+    const int64_t stop = c->stop_at;
+    pthread_mutex_unlock(&c->lock);
+    return stop;
+}
+
+int run_checkpoints_due(const run_checkpoints *c, int32_t step) { return c->every > 0 && step % c->every == 0; }
+
+int run_checkpoints_hand_over(run_checkpoints *c, tg_trainer *t, tg_err *err) {
+    if (!c->parts) return 0;
+    tg_checkpoint part;
+    if (tg_trainer_checkpoint(t, &part, 0, err)) return -1;
+    pthread_mutex_lock(&c->lock);
+    while (c->part_step[t->rank] >= 0) pthread_cond_wait(&c->changed, &c->lock);
+    c->part[t->rank] = part;
+    c->part_step[t->rank] = t->steps_done;
+    pthread_cond_broadcast(&c->changed);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+int run_checkpoints_write(run_checkpoints *c, tg_trainer *t, char **path, tg_err *err) {
+    *path = NULL;
+    tg_checkpoint ck;
+    if (tg_trainer_checkpoint(t, &ck, 1, err)) return -1;
+    int rc = 0;
+    for (int r = 1; c->parts && r < c->replicas && !rc; r++) {
+        pthread_mutex_lock(&c->lock);
+        while (c->part_step[r] < 0) pthread_cond_wait(&c->changed, &c->lock);
+        if (c->part_step[r] != t->steps_done) {
+            rc = tg_fail(err, "checkpoint at step %d: replica %d handed over its part at step %d", t->steps_done, r,
+                         c->part_step[r]);
+            tg_checkpoint_free(&c->part[r]);
+        } else {
+            rc = tg_checkpoint_take_tensors(&ck, &c->part[r], err);
+        }
+        c->part_step[r] = -1;
+        pthread_cond_broadcast(&c->changed);
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (!rc) rc = tg_checkpoint_save_in_dir(&ck, c->dir, c->keep, path, err);
+    tg_checkpoint_free(&ck);
+    return rc;
+}
