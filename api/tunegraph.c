@@ -31,7 +31,7 @@ struct tunegraph_trainer {
     char *weights_report; /* tg_weights_report_text of the load, "" when none */
     tunegraph_step_metrics queued[TG_TRAINER_STAGING_MAX];
     int n_queued, queue_head;
-    int32_t checkpointed;   /* the step of the last checkpoint written or resumed (-1: none) */
+    int32_t checkpointed;   /* the step of the last checkpoint written into the job's folder, or resumed (-1: none) */
 };
 
 static _Thread_local char last_error[sizeof(((tg_err *)0)->msg)];
@@ -292,7 +292,9 @@ static int write_checkpoint(tunegraph_trainer *t, const char *dir) {
     rc = tg_checkpoint_save_in_dir(&ck, dir, t->plan.run.keep_checkpoints, NULL, &err);
     tg_checkpoint_free(&ck);
     if (rc) return fail_err(&err);
-    t->checkpointed = t->tr.steps_done;
+    /* Only one in the job's folder stands for the job's checkpoint at this step: one made by
+     * hand elsewhere (of steps queued ahead, perhaps a multiple of checkpoint_every) does not. */
+    if (!strcmp(dir, t->plan.run.checkpoint_dir)) t->checkpointed = t->tr.steps_done;
     return 0;
 }
 

@@ -957,7 +957,9 @@ TG_TEST(test_checkpoint_api) {
         tg_checkpoint_free(&read);
     }
     free(path);
-    ok = ok && CHECK(file_exists(ck_dir, "step-000006.tgckpt") && manual_step >= 3 && manual_step <= 6 &&
+    /* On CUDA the trainer queues steps ahead (as many as its ring holds), so the one made by
+     * hand after step 3's metrics is of step 3 up to the last of the 14. */
+    ok = ok && CHECK(file_exists(ck_dir, "step-000006.tgckpt") && manual_step >= 3 && manual_step <= 14 &&
                          (tg_test_device() || manual_step == 3),
                      "the checkpoints (by hand at step %d)", manual_step);
     /* From the job's checkpoint at step 6, and from the one made by hand. */
