@@ -170,11 +170,12 @@ $(FUZZ)/obj/%.o: %.c $(HEADERS) | deps fuzz-deps
 $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_LIB_OBJ) | fuzz-deps
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
 
-# The edited-plan target runs what it loads: it links the runtime and the CPU executor too.
+# The edited-plan target runs what it loads: it links the runtime and the CPU executor too
+# (runtime/checkpoint.c is in FUZZ_LIB_OBJ already).
 # The CPU kernels are built with the sanitizers but without coverage: their inner loops
 # would only slow every step down, and the plan's shapes, not the kernels' branches, are
 # what the fuzzer explores.
-FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(wildcard runtime/*.c)) \
+FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(filter-out runtime/checkpoint.c,$(wildcard runtime/*.c))) \
                     $(patsubst %.c,$(FUZZ)/nocov/%.o,$(wildcard runtime/cpu/*.c))
 .SECONDARY: $(FUZZ_RUNTIME_OBJ)
 $(FUZZ)/nocov/%.o: %.c $(HEADERS) | deps fuzz-deps
