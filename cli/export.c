@@ -299,9 +299,10 @@ int cmd_predict(int argc, char **argv) {
         rc = tg_fail(&err, "%s: predict runs one replica; compile the job with data_parallel = 1", a.input);
     if (!rc && !plan.run.eval_data[0])
         rc = tg_fail(&err, "%s: no examples to predict: give --data FILE.jsonl or set eval_data", a.input);
-    if (!rc && !weights[0])
-        rc = tg_fail(&err, "%s: the model (%s) has no weights of its own: give --weights FILE.safetensors", a.input,
-                     plan.model.source);
+    if (!rc && !weights[0] && !a.init_missing)
+        rc = tg_fail(&err, "%s: the model (%s) has no weights of its own: give --weights FILE.safetensors (or "
+                           "--init-missing to predict with its initial values)",
+                     a.input, plan.model.source);
     tg_named_path inputs[TG_PLAN_INPUTS + 2];
     int n_inputs = 0;
     char *config_path = NULL;
@@ -323,7 +324,8 @@ int cmd_predict(int argc, char **argv) {
     print_weights_report(stderr, &tr); /* tensors the model does not use */
     tg_atomic_file *f = NULL;
     /* --init-missing: as transformers' from_pretrained, a head the checkpoint lacks keeps its
-     * seeded initial values (reported above), e.g. the accuracy of a new classifier. */
+     * seeded initial values (reported above), e.g. the accuracy of a new classifier; a
+     * model without weights predicts with its initial values throughout. */
     rc = (!a.init_missing && require_complete(&tr.weights, tr.weights_path, "a prediction", &err)) ||
          tg_atomic_begin(a.output, "logits file", &f, &err);
     logits_writer w = {f ? tg_atomic_stream(f) : NULL, &tr, 0};

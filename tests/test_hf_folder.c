@@ -754,6 +754,22 @@ TG_TEST(test_hf_cli_report) {
     CHECK(said && strstr(said, want) && strstr(said, "predicted 400 examples"), "predict --init-missing said: %s",
           said ? said : "(nothing)");
     free(said);
+    /* A model without weights (a preset): refused, or its initial values throughout. */
+    snprintf(cmd, sizeof cmd,
+             "%s predict examples/demo-lm.job -o %s/lm.jsonl 2>%s/lm.txt; echo $? >%s/lm-rc.txt; "
+             "%s predict examples/demo-lm.job -o %s/lm.jsonl --init-missing 2>>%s/lm.txt",
+             tg_test_cli(), dir, dir, dir, tg_test_cli(), dir, dir);
+    CHECK(sh(cmd) == 0, "predict --init-missing of a preset failed: %s", cmd);
+    snprintf(path, sizeof path, "%s/lm-rc.txt", dir);
+    said = tg_test_read_file(path, NULL);
+    CHECK(said && said[0] == '1', "predict of a model without weights exited %s", said ? said : "(nothing)");
+    free(said);
+    snprintf(path, sizeof path, "%s/lm.txt", dir);
+    said = tg_test_read_file(path, NULL);
+    CHECK(said && strstr(said, "has no weights of its own") && strstr(said, "predicted 200 examples") &&
+              strstr(said, "perplexity"),
+          "predict of a preset said: %s", said ? said : "(nothing)");
+    free(said);
     tg_weights_image_free(&img);
     tg_plan_free(&p);
 }
