@@ -167,7 +167,7 @@ $(FUZZ)/obj/%.o: %.c $(HEADERS) | deps fuzz-deps
 	@mkdir -p $(dir $@)
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_LIB_OBJ) | fuzz-deps
+$(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h tests/fuzz/fuzz_framed.h $(FUZZ_LIB_OBJ) | fuzz-deps
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
 
 # The edited-plan target runs what it loads: it links the runtime and the CPU executor too

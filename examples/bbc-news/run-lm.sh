@@ -19,27 +19,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 out=build/examples/bbc-news-lm
-device=""
-sets=()
-while [ $# -gt 0 ]; do
-    case $1 in
-    --device) device=$2; shift 2 ;;
-    --set) sets+=(--set "$2"); shift 2 ;;
-    *) echo "usage: examples/bbc-news/run-lm.sh [--device cpu|cuda] [--set key=value]..." >&2; exit 2 ;;
-    esac
-done
-if [ -z "$device" ]; then
-    device=cpu
-    if [ -x build/gpu/tunegraph ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-        device=cuda
-    fi
-fi
-if [ "$device" = cuda ]; then
-    tg=${TUNEGRAPH:-build/gpu/tunegraph}
-    fallback=()
-else
-    tg=${TUNEGRAPH:-build/tunegraph}
-    [ -x "$tg" ] || make -s build/tunegraph
+usage="usage: examples/bbc-news/run-lm.sh [--device cpu|cuda] [--set key=value]..."
+source examples/bbc-news/options.sh
+fallback=()
+if [ "$device" = cpu ]; then
     fallback=(--set precision=fp32 --set batch=8 --set steps=60 --set warmup_steps=6 --set log_every=10)
 fi
 

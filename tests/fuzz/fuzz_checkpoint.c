@@ -13,6 +13,7 @@
 #include <zstd.h>
 
 #include "runtime/checkpoint.h"
+#include "tests/fuzz/fuzz_framed.h"
 #include "tests/fuzz/fuzz_input.h"
 
 #define HEADER_BYTES TG_CHECKPOINT_HEADER_BYTES
@@ -89,37 +90,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 /* ---- the mutator --------------------------------------------------------------- */
 
-size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
-
-static void put_le(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The decompressed payload of a checkpoint-shaped input, or NULL. */
-static uint8_t *payload_of(const uint8_t *data, size_t size, size_t *len, size_t *cap) {
-    if (size < HEADER_BYTES || memcmp(data, "TGCKPT\0\0", 8) != 0) return NULL;
-    unsigned long long n = ZSTD_getFrameContentSize(data + HEADER_BYTES, size - HEADER_BYTES);
-    if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n > (16u << 20)) return NULL;
-    *cap = (size_t)n + 4096;
-    uint8_t *buf = malloc(*cap);
-    if (!buf) return NULL;
-    size_t got = ZSTD_decompress(buf, *cap, data + HEADER_BYTES, size - HEADER_BYTES);
-    if (ZSTD_isError(got)) {
-        free(buf);
-        return NULL;
-    }
-    *len = got;
-    return buf;
-}
-
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
     size_t len, cap;
-    uint8_t *payload = seed % 8 ? payload_of(data, size, &len, &cap) : NULL;
+    uint8_t *payload = seed % 8 ? fuzz_framed_payload(data, size, "TGCKPT\0\0", HEADER_BYTES, 16u << 20, &len, &cap) : NULL;
     if (!payload) {
         /* The raw file: header fields and frame bytes, then (most of the time) the header
          * checksum made to match so the mutation reaches past it. */
         size = LLVMFuzzerMutate(data, size, max_size);
-        if (size >= HEADER_BYTES && seed % 16 != 1) put_le(data + 56, XXH64(data, 56, 0), 8);
+        if (size >= HEADER_BYTES && seed % 16 != 1) fuzz_put_le(data + 56, XXH64(data, 56, 0), 8);
         return size;
     }
     len = LLVMFuzzerMutate(payload, len, cap);
@@ -133,9 +111,9 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         return LLVMFuzzerMutate(data, size, max_size);
     }
     memcpy(out, data, 32); /* magic, version, flags, step, reserved, fingerprint as they were */
-    put_le(out + 32, len, 8);
-    put_le(out + 40, csize, 8);
-    put_le(out + 48, XXH64(payload, len, 0), 8);
+    fuzz_put_le(out + 32, len, 8);
+    fuzz_put_le(out + 40, csize, 8);
+    fuzz_put_le(out + 48, XXH64(payload, len, 0), 8);
     /* The header's step and fingerprint follow the state record where it sits (second
      * record), so the mutation reaches the records after it. */
     const size_t stat = len >= 12 ? 12 + (size_t)(payload[4] | payload[5] << 8 | payload[6] << 16) : 0;
@@ -143,7 +121,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         memcpy(out + 16, payload + stat + 12, 4);
         memcpy(out + 24, payload + stat + 12 + 12, 8);
     }
-    put_le(out + 56, XXH64(out, 56, 0), 8);
+    fuzz_put_le(out + 56, XXH64(out, 56, 0), 8);
     free(payload);
     memcpy(data, out, HEADER_BYTES + csize);
     free(out);

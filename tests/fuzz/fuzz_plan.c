@@ -12,6 +12,7 @@
 
 #include "plan/inspect.h"
 #include "plan/plan_file.h"
+#include "tests/fuzz/fuzz_framed.h"
 #include "tests/fuzz/fuzz_input.h"
 
 #define HEADER_BYTES 40
@@ -53,38 +54,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 /* ---- the mutator --------------------------------------------------------------- */
 
-size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
-
-static void put_le(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The decompressed payload of a plan-shaped input, or NULL. */
-static uint8_t *payload_of(const uint8_t *data, size_t size, size_t *len, size_t *cap) {
-    if (size < HEADER_BYTES || memcmp(data, "TGPLAN\0\0", 8) != 0) return NULL;
-    unsigned long long n = ZSTD_getFrameContentSize(data + HEADER_BYTES, size - HEADER_BYTES);
-    if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n > (64u << 20)) return NULL;
-    *cap = (size_t)n + 4096;
-    uint8_t *buf = malloc(*cap);
-    if (!buf) return NULL;
-    size_t got = ZSTD_decompress(buf, *cap, data + HEADER_BYTES, size - HEADER_BYTES);
-    if (ZSTD_isError(got)) {
-        free(buf);
-        return NULL;
-    }
-    *len = got;
-    return buf;
-}
-
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
     size_t len, cap;
-    uint8_t *payload = seed % 8 ? payload_of(data, size, &len, &cap) : NULL;
+    uint8_t *payload = seed % 8 ? fuzz_framed_payload(data, size, "TGPLAN\0\0", HEADER_BYTES, 64u << 20, &len, &cap) : NULL;
     if (!payload) {
         /* The raw file: header fields and frame bytes, then the checksum made to match
          * (most of the time) so the mutation reaches past it. */
         size = LLVMFuzzerMutate(data, size, max_size);
         if (size >= HEADER_BYTES && seed % 16 != 1)
-            put_le(data + 32, XXH64(data + HEADER_BYTES, size - HEADER_BYTES, 0), 8);
+            fuzz_put_le(data + 32, XXH64(data + HEADER_BYTES, size - HEADER_BYTES, 0), 8);
         return size;
     }
     len = LLVMFuzzerMutate(payload, len, cap);
@@ -98,9 +76,9 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         return LLVMFuzzerMutate(data, size, max_size);
     }
     memcpy(out, data, 16); /* magic, version and flags as they were */
-    put_le(out + 16, len, 8);
-    put_le(out + 24, csize, 8);
-    put_le(out + 32, XXH64(out + HEADER_BYTES, csize, 0), 8);
+    fuzz_put_le(out + 16, len, 8);
+    fuzz_put_le(out + 24, csize, 8);
+    fuzz_put_le(out + 32, XXH64(out + HEADER_BYTES, csize, 0), 8);
     memcpy(data, out, HEADER_BYTES + csize);
     free(out);
     return HEADER_BYTES + csize;
