@@ -1,6 +1,7 @@
 /* `tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]`: opens the
  * tokenizer, wraps it as the converter's text encoder and reports what was written. */
 #include "cli/data_convert.h"
+#include "cli/usage.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,10 +22,7 @@ static const char data_usage[] =
     "See README.md (Data) for the formats and the shard set it writes.\n";
 
 static int data_usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "tunegraph: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", data_usage);
-    return 2;
+    return cli_usage_error(NULL, data_usage, fmt, arg);
 }
 
 typedef struct tokenizer_encoder {

@@ -1,5 +1,6 @@
 /* tunegraph export, tunegraph predict, and run --save-dir (cli/export.h). */
 #include "cli/export.h"
+#include "cli/usage.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,10 +22,7 @@ static const char predict_usage[] =
     "                         [--device cpu|cuda] [--threads N] [--init-missing] [--set key=value]...\n";
 
 static int usage_refused(const char *usage, const char *fmt, const char *arg) {
-    fprintf(stderr, "tunegraph: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage);
-    return 2;
+    return cli_usage_error(NULL, usage, fmt, arg);
 }
 
 static int report_error(const tg_err *err) {

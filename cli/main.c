@@ -16,6 +16,7 @@
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
 #include "cli/checkpoints.h"
+#include "cli/usage.h"
 #include "cli/data_convert.h"
 #include "cli/export.h"
 #include "cli/metrics.h"
@@ -65,10 +66,7 @@ static int die(const tg_err *err) {
 }
 
 static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "tunegraph: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage);
-    return 2;
+    return cli_usage_error(NULL, usage, fmt, arg);
 }
 
 /* A whole number in [lo, hi] written as all of `text` in decimal: "", "abc", "4x", " 4" and

@@ -5,6 +5,7 @@
  * own text) and template tokens as ID:-. Lines end at '\n' alone; a line that fails
  * (invalid UTF-8, no TAB with --pair) stops the command with its line number. */
 #include "cli/tokenize.h"
+#include "cli/usage.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,10 +22,7 @@ static const char tokenize_usage[] =
     "  as ID:START-END, byte offsets into its text; template tokens as ID:-).\n";
 
 static int tokenize_usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "tunegraph tokenize: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", tokenize_usage);
-    return 2;
+    return cli_usage_error("tokenize", tokenize_usage, fmt, arg);
 }
 
 /* Output through one buffer: ids are written with a hand-rolled decimal conversion,
