@@ -5,11 +5,27 @@
 
 void tg_plan_free(tg_plan *plan) {
     if (!plan) return;
+    if (plan->buckets) {
+        for (int k = 0; k + 1 < plan->train.n_buckets; k++) tg_plan_free(&plan->buckets[k]);
+        free(plan->buckets);
+        plan->buckets = NULL;
+    }
     free(plan->tensors);
     free(plan->ops);
     plan->tensors = NULL;
     plan->ops = NULL;
     plan->n_tensors = plan->n_ops = 0;
+}
+
+const tg_plan *tg_plan_bucket(const tg_plan *plan, int k) {
+    return plan->buckets && k >= 0 && k < plan->train.n_buckets - 1 ? &plan->buckets[k] : plan;
+}
+
+int tg_plan_bucket_for(const tg_plan *plan, int32_t len) {
+    const tg_plan_train *t = &plan->train;
+    for (int k = 0; k + 1 < t->n_buckets; k++)
+        if (len <= t->bucket_seq[k]) return k;
+    return t->n_buckets > 1 ? t->n_buckets - 1 : 0;
 }
 
 static const char *const pool_names[TG_POOL_COUNT] = {
@@ -24,6 +40,7 @@ static const char *const arch_names[TG_ARCH_COUNT] = {"bert", "roberta", "gpt2"}
 static const char *const task_names[TG_TASK_COUNT] = {"classify", "lm"};
 static const char *const precision_names[TG_PREC_COUNT] = {"fp32", "bf16", "fp16"};
 static const char *const attention_mode_names[TG_ATTENTION_MODE_COUNT] = {"fused", "unfused"};
+static const char *const last_batch_names[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
 
 #define NAME_OR_UNKNOWN(table, count, v) ((v) >= 0 && (v) < (count) ? table[v] : "?")
 
@@ -36,6 +53,7 @@ const char *tg_precision_name(int p) { return NAME_OR_UNKNOWN(precision_names, T
 const char *tg_attention_mode_name(int mode) {
     return NAME_OR_UNKNOWN(attention_mode_names, TG_ATTENTION_MODE_COUNT, mode);
 }
+const char *tg_last_batch_name(int mode) { return NAME_OR_UNKNOWN(last_batch_names, TG_LAST_BATCH_COUNT, mode); }
 int tg_dtype_size(int dtype) { return dtype >= 0 && dtype < TG_DTYPE_COUNT ? dtype_sizes[dtype] : 0; }
 
 int64_t tg_tensor_numel(const tg_tensor *t) {

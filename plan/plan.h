@@ -13,10 +13,12 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 13
+#define TG_PLAN_VERSION 14
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
+/* The most sequence-length buckets (job key seq_buckets) a plan may hold. */
+#define TG_MAX_BUCKETS 8
 #define TG_PATH_MAX 512
 #define TG_MAX_DIMS 4
 /* Every tensor offset is a multiple of this (packed group members excepted). */
@@ -166,7 +168,23 @@ typedef struct tg_plan_train {
                                     gathered (TG_OP_ALL_GATHER); 0: every replica updates all */
     int32_t attention;           /* tg_attention_mode the job asked for; the ops say what runs
                                     (wide heads get unfused attention whatever was asked) */
+    /* Sequence-length buckets (job key seq_buckets): n_buckets lengths, ascending, the last
+     * one seq; n_buckets 1 (bucket_seq[0] = seq) when the job names none. A batch runs in
+     * the smallest bucket that holds its longest example (tg_plan_bucket). */
+    int32_t n_buckets;
+    int32_t bucket_seq[TG_MAX_BUCKETS];
 } tg_plan_train;
+
+/* What a run does with the examples left over when an epoch's count is not a multiple of
+ * the global batch (job key last_batch). */
+typedef enum tg_last_batch {
+    TG_LAST_BATCH_PAD = 0,  /* a short last batch, its missing rows padding that counts for
+                               nothing (PyTorch's DataLoader with drop_last=False) */
+    TG_LAST_BATCH_DROP,     /* left out of that epoch (drop_last=True) */
+    TG_LAST_BATCH_WRAP,     /* completed from the next epoch's order: every batch is full
+                               (no buckets) */
+    TG_LAST_BATCH_COUNT
+} tg_last_batch;
 
 /* The run settings a plan leaves open: `tunegraph run PLAN --set` may change them. */
 typedef struct tg_plan_run {
@@ -179,6 +197,7 @@ typedef struct tg_plan_run {
     int32_t checkpoint_every;    /* steps between checkpoints (runtime/checkpoint.h); 0: none */
     int32_t keep_checkpoints;    /* how many of the newest checkpoints the folder keeps; 0: all */
     char checkpoint_dir[TG_PATH_MAX]; /* where checkpoints go; "" when the job names none */
+    int32_t last_batch;          /* tg_last_batch */
 } tg_plan_run;
 
 /* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */
@@ -208,9 +227,27 @@ typedef struct tg_plan {
     tg_plan_io io;
     uint64_t fingerprint;                /* xxh64 of model config, job and tunegraph version
                                             (computed by the compiler) */
+    /* Length buckets (train.n_buckets > 1): the same schedule compiled at each of
+     * train.bucket_seq but the last, ascending (n_buckets - 1 plans); the plan itself is
+     * the last bucket (seq = train.seq). A bucket plan has this plan's tensors and ops
+     * index for index: the same names, dtypes, pools, flags and op kinds, and every tensor
+     * outside the activation and input pools at the same offset with the same shape. Only
+     * the shapes that follow seq, the offsets in the activation and input pools, the ops'
+     * parameters, costs and the schedule's liveness differ; every pool_bytes is this
+     * plan's (the largest bucket's need), so one set of pools serves them all. Its own
+     * train, run, model and io are this plan's but for train.seq; its buckets is NULL. */
+    tg_plan *buckets;
 } tg_plan;
 
 void tg_plan_free(tg_plan *plan);
+
+/* Bucket k of the plan (0 .. train.n_buckets - 1): the plan itself for the last (or when
+ * it has no buckets). */
+const tg_plan *tg_plan_bucket(const tg_plan *plan, int k);
+/* The smallest bucket whose seq holds `len` tokens; the last when none does (the batch
+ * is truncated to seq). */
+int tg_plan_bucket_for(const tg_plan *plan, int32_t len);
+const char *tg_last_batch_name(int mode);
 
 const char *tg_op_name(int kind);
 const char *tg_pool_name(int pool);

@@ -52,6 +52,14 @@ typedef struct tg_executor_vtbl {
      * the inputs already uploaded): op_ms[op index], mean over repeats. */
     int (*profile)(void *impl, int repeats, double *op_ms, tg_err *err);
     void (*close)(void *impl);
+    /* Makes bucket k of the plan (tg_plan_bucket; 0 .. train.n_buckets - 1) the one that
+     * run, step_start and profile run, and that read and write place tensors by (a bucket
+     * plan's tensors are the plan's, index for index). Steps of another bucket may still be
+     * in flight: they finish as started, and step_wait hands out every step in order
+     * whatever its bucket. An executor opens on the last bucket (the plan itself). On CUDA
+     * each bucket has its own captured graphs (captured on the bucket's first use, after a
+     * GEMM tuning pass of its shapes), all on the one set of pools. */
+    int (*select_bucket)(void *impl, int bucket, tg_err *err);
     /* Steps that may be started before the oldest is waited for (1: one at a time). */
     int max_in_flight;
     /* Steps one start runs most cheaply together (1: starting several gains nothing). */
@@ -85,6 +93,9 @@ void tg_executor_close(tg_executor *ex);
 
 static inline int tg_executor_run(tg_executor *ex, int first, int last, int training, tg_err *err) {
     return ex->vt->run(ex->impl, first, last, training, err);
+}
+static inline int tg_executor_select_bucket(tg_executor *ex, int bucket, tg_err *err) {
+    return ex->vt->select_bucket(ex->impl, bucket, err);
 }
 static inline int tg_executor_write(tg_executor *ex, int tensor, const void *host, tg_err *err) {
     return ex->vt->write(ex->impl, tensor, host, err);
