@@ -209,6 +209,12 @@ static int cmd_inspect(int argc, char **argv) {
     return rc ? die(&err) : 0;
 }
 
+/* Whether environment variable `name` is set to "0" (a switch turned off). */
+static int env_is_zero(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -429,7 +435,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
                                .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
                                .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL,
-                               .step_group = step_group_n};
+                               .step_group = step_group_n, .no_loader_thread = env_is_zero("TUNEGRAPH_LOADER_THREAD")};
     run_checkpoints ckpts_state, *ckpts = NULL;
     if (resume.dir) {
         run_checkpoints_init(&ckpts_state, resume.dir, &plan, resume.path ? resume.ck.state.step : 0, &g_stop_signal);
@@ -479,8 +485,14 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu";
     fprintf(stderr, "tunegraph: %s %s on %s: %d examples, batch %d x seq %d", tg_arch_name(plan.model.arch),
             tg_task_name(train->task), device_name, tr.train.n, train->batch, train->seq);
+    if (train->n_buckets > 1) {
+        fprintf(stderr, " (length buckets");
+        for (int k = 0; k < train->n_buckets; k++) fprintf(stderr, "%s%d", k ? "," : " ", train->bucket_seq[k]);
+        fputc(')', stderr);
+    }
     if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
-    fprintf(stderr, ", %d steps", tr.total_steps);
+    fprintf(stderr, ", %d steps (%d per epoch, last batch: %s)", tr.total_steps, tr.sampler.per_epoch,
+            tg_last_batch_name(plan.run.last_batch));
     int n_class[TG_CLASS_COUNT] = {0};
     for (int i = 0; i < plan.n_tensors; i++)
         if (tg_tensor_is_value(&plan.tensors[i])) n_class[tg_tensor_class_of(&plan.tensors[i])]++;
@@ -501,7 +513,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
 
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
-    int64_t tokens = 0;
+    int64_t tokens = 0, own_tokens = 0, own_slots = 0;
     double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
     metrics_step_line *step_line = metrics ? metrics_step_line_new() : NULL;
     rc = step_times && (!metrics || step_line) ? 0 : tg_fail(&err, "out of memory");
@@ -536,6 +548,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         step_times[i] = s.step_ms;
         /* Replica 0's tokens stand for each replica's (equal for fixed-length rows). */
         tokens += s.tokens * replicas;
+        own_tokens += s.tokens, own_slots += s.slots;
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
@@ -618,7 +631,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         tg_trainer_memory(&tr, &mem);
         const metrics_summary summary = {
             .steps = tr.steps_done, .first_loss = first_loss, .final_loss = last_loss, .train_s = train_s,
-            .warmup_s = warmup_s, .tokens = tokens, .median_step_ms = median_step_ms, .host_cpu_us = host_cpu_us,
+            .warmup_s = warmup_s, .tokens = tokens,
+            .padding_fraction = own_slots ? 1.0 - (double)own_tokens / (double)own_slots : 0,
+            .batch_wait_s = tr.batch_wait_s, .median_step_ms = median_step_ms, .host_cpu_us = host_cpu_us,
             .loop_cpu_us = loop_cpu_us, .driver_cpu_us = driver_cpu_us, .device = device_name,
             .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL};
         if (metrics) {
@@ -634,6 +649,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                 host_cpu_us - driver_cpu_us, loop_cpu_us);
         if (driver_cpu_us > 0) fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
+        fprintf(stderr, "batches: %.1f%% of the token slots padding%s, waited for %.1f ms (%.2f%% of the training time)\n",
+                summary.padding_fraction * 100, plan.train.n_buckets > 1 ? " (with length buckets)" : "",
+                tr.batch_wait_s * 1e3, train_s > 0 ? tr.batch_wait_s / train_s * 100 : 0);
         char planned_s[32], estimate_s[32], measured_s[32] = "not measurable here";
         if (mem.measured >= 0) tg_mem_format_bytes((uint64_t)mem.measured, measured_s, sizeof measured_s);
         fprintf(stderr, "peak memory on %s: measured %s (%s), planned %s (the pools; estimate %s)\n",

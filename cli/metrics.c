@@ -137,6 +137,9 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     put_real(&l, "warmup_s", s->warmup_s, "%.3f");
     put_real(&l, "tokens_per_s", s->tokens / s->train_s, "%.1f");
     put_real(&l, "median_step_ms", s->median_step_ms, "%.4f");
+    put_real(&l, "padding_fraction", s->padding_fraction, "%.4f");
+    put_real(&l, "batch_wait_s", s->batch_wait_s, "%.4f");
+    put_real(&l, "batch_wait_share", s->train_s > 0 ? s->batch_wait_s / s->train_s : 0, "%.5f");
     put_real(&l, "host_cpu_us_per_step", s->host_cpu_us, "%.1f");
     put_real(&l, "host_cpu_own_us_per_step", s->host_cpu_us - s->driver_cpu_us, "%.1f");
     put_real(&l, "loop_cpu_us_per_step", s->loop_cpu_us, "%.1f");

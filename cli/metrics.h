@@ -16,6 +16,10 @@ typedef struct metrics_summary {
     double first_loss, final_loss;
     double train_s, warmup_s;
     int64_t tokens;              /* every replica's, over the whole run */
+    /* Of the token slots the steps computed (batch x each step's seq), the share that was
+     * padding: replica 0's, standing for each. */
+    double padding_fraction;
+    double batch_wait_s;         /* the training loop's waits for batches not yet filled */
     double median_step_ms;
     double host_cpu_us;          /* the whole process per step after the first, driver included */
     double loop_cpu_us;          /* the training loop thread's */

@@ -15,9 +15,32 @@
 #include <xxhash.h>
 
 
-static void *staging_input(tg_trainer *t, int tensor) {
-    if (tensor < 0 || t->plan->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
-    return t->staging[t->cur] + t->plan->tensors[tensor].offset;
+/* The plan of buffer k's bucket (where its input tensors sit). */
+static const tg_plan *buffer_plan(const tg_trainer *t, int k) { return tg_plan_bucket(t->plan, t->staging_bucket[k]); }
+
+/* Input tensor `tensor` in staging buffer k, laid out for that buffer's bucket. */
+static void *staging_in(tg_trainer *t, int k, int tensor) {
+    const tg_plan *p = buffer_plan(t, k);
+    if (tensor < 0 || p->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
+    return t->staging[k] + p->tensors[tensor].offset;
+}
+
+static void *staging_input(tg_trainer *t, int tensor) { return staging_in(t, t->cur, tensor); }
+
+/* Stops the loader filling ahead (the caller then owns the sampler and every buffer);
+ * t->filled is the batches it filled. */
+static void park_loader(tg_trainer *t) {
+    if (!t->loader_running) return;
+    t->filled = tg_batch_loader_park(t->loader);
+    t->loader_running = 0;
+}
+
+/* Puts the executor on bucket k for what follows. */
+static int select_bucket(tg_trainer *t, int k, tg_err *err) {
+    if (t->bucket == k) return 0;
+    if (tg_executor_select_bucket(&t->ex, k, err)) return -1;
+    t->bucket = k;
+    return 0;
 }
 
 /* Waits for every step in flight, dropping their statistics. */
@@ -32,7 +55,7 @@ static int drain(tg_trainer *t, tg_err *err) {
  * caller has waited for the steps in flight (one may be fetching the buffer). */
 static void resolve_label_rows(tg_trainer *t) {
     if (!t->staging_marked[t->cur]) return;
-    const tg_tensor *labels = &t->plan->tensors[t->plan->io.labels];
+    const tg_tensor *labels = &buffer_plan(t, t->cur)->tensors[t->plan->io.labels];
     tg_batch_derive_label_rows(staging_input(t, t->plan->io.labels), staging_input(t, t->plan->io.input_ids),
                                staging_input(t, t->plan->io.attention_mask), (int32_t)labels->shape[0],
                                (int32_t)labels->shape[1]);
@@ -41,17 +64,20 @@ static void resolve_label_rows(tg_trainer *t) {
 
 void *tg_trainer_input(tg_trainer *t, int tensor) {
     tg_err ignored; /* a failed step reports itself at the next step or read */
+    park_loader(t);
     if (drain(t, &ignored) == 0) resolve_label_rows(t);
     t->staging_fixed[t->cur] = 0; /* the caller may write anything there */
     return staging_input(t, tensor);
 }
 
 int tg_trainer_read(tg_trainer *t, int tensor, void *host, tg_err *err) {
+    park_loader(t);
     if (drain(t, err)) return -1;
     return tg_executor_read(&t->ex, tensor, host, err);
 }
 
 int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err) {
+    park_loader(t);
     if (drain(t, err)) return -1;
     return tg_executor_write(&t->ex, tensor, host, err);
 }
@@ -72,10 +98,12 @@ static int read_scalar(tg_trainer *t, int tensor, float *v, tg_err *err) { retur
 
 static int write_scalar(tg_trainer *t, int tensor, float v, tg_err *err) { return tg_trainer_write(t, tensor, &v, err); }
 
-/* Uploads every input tensor from the staging. */
+/* Uploads every input tensor from the staging, on the executor put on its bucket. */
 static int upload_inputs(tg_trainer *t, tg_err *err) {
+    park_loader(t);
     if (drain(t, err)) return -1;
     resolve_label_rows(t);
+    if (select_bucket(t, t->staging_bucket[t->cur], err)) return -1;
     for (int i = 0; i < t->plan->n_tensors; i++)
         if (t->plan->tensors[i].pool == TG_POOL_INPUTS && tg_trainer_write(t, i, staging_input(t, i), err))
             return -1;
@@ -125,32 +153,51 @@ static int upload_values(tg_trainer *t, tg_err *err) {
     return up ? -1 : 0;
 }
 
-static void bind_batch(tg_trainer *t, tg_batch *b) {
+/* Fills staging buffer k, laid out for `bucket`; its example-independent parts are
+ * rewritten only when the last fill there, of the same bucket, may have left others. mark:
+ * LM label rows are left for the step to derive (not with buckets: the step fetching the
+ * next batch derives it with its own bucket's layout). Touches buffer k's state alone, so
+ * the loader thread may fill one buffer while the stepping thread reads others (the two
+ * never fill at once: the stepping thread fills only with the loader parked). */
+static void fill_batch(tg_trainer *t, int k, int bucket, const tg_dataset *ds, const int32_t *idx, int32_t n, int mark,
+                       tg_batch *b) {
+    if (bucket != t->staging_bucket[k]) t->staging_fixed[k] = 0; /* another layout */
+    t->staging_bucket[k] = bucket;
     const tg_plan_io *io = &t->plan->io;
     memset(b, 0, sizeof *b);
-    b->input_ids = staging_input(t, io->input_ids);
-    b->attention_mask = staging_input(t, io->attention_mask);
-    b->position_ids = staging_input(t, io->position_ids);
-    b->labels = staging_input(t, io->labels);
+    b->input_ids = staging_in(t, k, io->input_ids);
+    b->attention_mask = staging_in(t, k, io->attention_mask);
+    b->position_ids = staging_in(t, k, io->position_ids);
+    b->labels = staging_in(t, k, io->labels);
     /* GPT-2 has no token types; the batch still needs somewhere to write them. */
-    b->token_type_ids = io->token_type_ids >= 0 ? staging_input(t, io->token_type_ids) : NULL;
+    b->token_type_ids = io->token_type_ids >= 0 ? staging_in(t, k, io->token_type_ids) : t->type_scratch;
+    mark = mark && t->plan->train.task == TG_TASK_LM && t->ex.vt->lm_label_rows && t->plan->train.n_buckets <= 1;
+    /* A marked fill leaves the rest of each label row as it was: trust nothing there. */
+    if (mark != t->staging_marked[k]) t->staging_fixed[k] = 0;
+    b->fixed_parts_written = t->staging_fixed[k];
+    b->row_len = t->staging_rows + (size_t)k * (size_t)t->shape.batch;
+    b->mark_label_rows = mark;
+    tg_batch_shape shape = t->shape;
+    shape.seq = buffer_plan(t, k)->train.seq;
+    tg_batch_fill(ds, idx, n, &shape, b);
+    t->staging_fixed[k] = b->fixed_parts_written;
+    t->staging_marked[k] = mark;
 }
 
-/* Fills staging[cur]; its example-independent parts are rewritten only when the last fill
- * there may have left others. mark: LM label rows are left for the step to derive. */
-static void fill_batch(tg_trainer *t, const tg_dataset *ds, const int32_t *idx, int32_t n, int mark, tg_batch *b) {
-    bind_batch(t, b);
-    if (!b->token_type_ids) b->token_type_ids = t->type_scratch; /* GPT-2: types are not an input */
-    mark = mark && t->plan->train.task == TG_TASK_LM && t->ex.vt->lm_label_rows;
-    /* A marked fill leaves the rest of each label row as it was: trust nothing there. */
-    if (mark != t->staging_marked[t->cur]) t->staging_fixed[t->cur] = 0;
-    b->fixed_parts_written = t->staging_fixed[t->cur];
-    b->row_len = t->staging_rows + (size_t)t->cur * (size_t)t->shape.batch;
-    b->mark_label_rows = mark;
-    tg_batch_fill(ds, idx, n, &t->shape, b);
-    t->staging_fixed[t->cur] = b->fixed_parts_written;
-    t->staging_marked[t->cur] = mark;
+/* The training examples' order (datasets/batch_sampler.h): the run's last-batch rule and
+ * the plan's length buckets over the examples' lengths. */
+static int open_sampler(tg_trainer *t, tg_err *err) {
+    const tg_plan_train *train = &t->plan->train;
+    int32_t *lengths = malloc((size_t)t->train.n * sizeof *lengths);
+    if (!lengths) return tg_fail(err, "out of memory");
+    for (int32_t i = 0; i < t->train.n; i++) lengths[i] = t->train.examples[i].len;
+    int rc = tg_batch_sampler_init(&t->sampler, lengths, t->train.n, train->batch * t->replicas,
+                                   t->plan->run.last_batch, train->n_buckets, train->bucket_seq, t->plan->run.seed, err);
+    free(lengths);
+    return rc ? tg_fail_context(err, "%s", t->plan->run.train_data) : 0;
 }
+
+static void loader_fill(void *ctx, int64_t j);
 
 /* The most steps one run may take: what the step counters (int32, total_steps) hold. */
 #define MAX_RUN_STEPS INT32_MAX
@@ -191,6 +238,9 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->handed = -1;
     t->stop_at = -1;
     t->checkpoint_every = run->checkpoint_every;
+    /* The executor opens on the last bucket (the plan itself); so do the buffers. */
+    t->bucket = train->n_buckets > 1 ? train->n_buckets - 1 : 0;
+    for (int k = 0; k < TG_TRAINER_STAGING_MAX; k++) t->staging_bucket[k] = t->bucket;
     t->gate = opts ? opts->launch_gate : NULL;
     t->gate_ctx = opts ? opts->gate_ctx : NULL;
     int staged = 1;
@@ -224,11 +274,11 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
             if (tg_dataset_load(run->eval_data, &rules, &t->eval, err)) goto fail;
             t->has_eval = 1;
         }
-        if (t->has_train && tg_sampler_init(&t->sampler, t->train.n, run->seed, err)) goto fail;
+        if (t->has_train && open_sampler(t, err)) goto fail;
     }
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
-    const int64_t per_epoch = t->has_train ? ((int64_t)t->train.n + global_batch - 1) / global_batch : 1;
+    const int64_t per_epoch = t->has_train ? t->sampler.per_epoch : 1;
     /* epochs x steps per epoch, both from user input: computed without overflow and at most
      * MAX_RUN_STEPS. */
     int64_t total = run->steps;
@@ -242,6 +292,9 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->total_steps = (int32_t)total;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
         goto fail;
+    if (t->has_train && !(opts && opts->no_loader_thread) &&
+        tg_batch_loader_start(&t->loader, loader_fill, t, err))
+        goto fail;
     return 0;
 fail_oom:
     tg_fail(err, "out of memory");
@@ -252,10 +305,12 @@ fail:
 
 void tg_trainer_close(tg_trainer *t) {
     tg_err ignored;
+    tg_batch_loader_stop(t->loader); /* before anything it fills from goes */
+    t->loader = NULL;
     if (t->ex.vt) drain(t, &ignored); /* no step may still read a staging buffer */
     if (t->has_train) tg_dataset_free(&t->train);
     if (t->has_eval) tg_dataset_free(&t->eval);
-    if (t->sampler.order) tg_sampler_free(&t->sampler);
+    tg_batch_sampler_free(&t->sampler);
     free(t->batch_idx);
     free(t->global_idx);
     free(t->type_scratch);
@@ -268,47 +323,53 @@ void tg_trainer_close(tg_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Fills staging[k] with the next training batch. */
+/* Fills staging[k] with the next training batch: every replica draws the whole global
+ * batch and keeps its rows, replica r rows [r * batch, (r + 1) * batch) (fewer, or none, in
+ * a short last batch). */
 static void fill_buffer(tg_trainer *t, int k) {
     double t0 = t->host_trace ? tg_thread_cpu_s() : 0;
     tg_batch b;
-    int cur = t->cur;
-    t->cur = k;
     t->staging_epoch[k] = t->sampler.epoch;
     t->staging_pos[k] = t->sampler.pos;
-    if (t->replicas > 1) { /* every replica draws the whole global batch and keeps its rows */
-        tg_sampler_next(&t->sampler, t->global_idx, t->shape.batch * t->replicas);
-        memcpy(t->batch_idx, t->global_idx + (size_t)t->rank * (size_t)t->shape.batch,
-               (size_t)t->shape.batch * sizeof *t->batch_idx);
-    } else {
-        tg_sampler_next(&t->sampler, t->batch_idx, t->shape.batch);
-    }
-    fill_batch(t, &t->train, t->batch_idx, t->shape.batch, 1, &b);
+    int32_t bucket;
+    const int32_t rows = tg_batch_sampler_next(&t->sampler, t->global_idx, &bucket);
+    const int32_t first = t->rank * t->shape.batch;
+    const int32_t mine = rows <= first ? 0 : rows - first < t->shape.batch ? rows - first : t->shape.batch;
+    fill_batch(t, k, bucket, &t->train, t->global_idx + first, mine, 1, &b);
     t->staging_tokens[k] = b.n_tokens;
-    t->cur = cur;
     if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
 }
 
+/* The loader thread's fill of batch j (runtime/batch_loader.h). */
+static void loader_fill(void *ctx, int64_t j) {
+    tg_trainer *t = ctx;
+    fill_buffer(t, (int)(j % t->n_staging));
+}
+
 void tg_trainer_next_batch(tg_trainer *t) {
+    park_loader(t);
+    tg_err ignored; /* a failed step reports itself at the next step or read */
+    drain(t, &ignored); /* the buffer may be a step's in flight */
     fill_buffer(t, t->cur);
     t->filled = t->launched + 1; /* later prefetched batches are dropped */
 }
 
 static int64_t real_tokens(tg_trainer *t, int k) {
-    const float *mask = (const float *)(t->staging[k] + t->plan->tensors[t->plan->io.attention_mask].offset);
+    const float *mask = staging_in(t, k, t->plan->io.attention_mask);
     int64_t n = 0;
-    for (int64_t i = 0; i < (int64_t)t->shape.batch * t->shape.seq; i++) n += mask[i] != 0.0f;
+    for (int64_t i = 0; i < (int64_t)t->shape.batch * buffer_plan(t, k)->train.seq; i++) n += mask[i] != 0.0f;
     return n;
 }
 
-/* Waits for the oldest step in flight and hands out its statistics; `tokens` is its
- * batch's count of real tokens, `t0` the wall clock at its start, for executors that
- * give no step period. */
-static int finish_step(tg_trainer *t, tg_step_stats *s, int64_t tokens, double t0, tg_err *err) {
+/* Waits for the oldest step in flight and hands out its statistics; k is its batch's
+ * buffer, `t0` the wall clock at its start, for executors that give no step period. */
+static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err *err) {
     tg_step_result r;
     memset(s, 0, sizeof *s);
     if (t->ex.vt->step_wait(t->ex.impl, &r, err)) return -1;
-    s->tokens = tokens;
+    s->tokens = t->staging_tokens[k];
+    s->seq = buffer_plan(t, k)->train.seq;
+    s->slots = (int64_t)t->shape.batch * s->seq;
     s->loss = r.loss, s->lr = r.lr, s->grad_norm = r.grad_norm;
     memcpy(s->phase_ms, r.phase_ms, sizeof s->phase_ms);
     s->step_ms = r.period_ms > 0 ? r.period_ms : tg_wall_ms() - t0;
@@ -322,7 +383,9 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int64_t tokens, double t
 /* Outside the ring's count: staging[cur] stays the caller's batch, so repeated calls
  * step on the same batch unless the caller refills it. */
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
+    park_loader(t);
     if (drain(t, err)) return -1;
+    if (select_bucket(t, t->staging_bucket[t->cur], err)) return -1;
     double t0 = tg_wall_ms();
     t->staging_tokens[t->cur] = real_tokens(t, t->cur);
     const void *batches[2] = {t->staging[t->cur], NULL};
@@ -332,19 +395,41 @@ int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         const int spare = (t->cur + 1) % t->n_staging;
         memcpy(t->staging[spare], t->staging[t->cur], t->plan->pool_bytes[TG_POOL_INPUTS]);
         t->staging_fixed[spare] = 0, t->staging_marked[spare] = t->staging_marked[t->cur];
+        t->staging_bucket[spare] = t->staging_bucket[t->cur];
         batches[0] = t->staging[spare];
     }
     t->handed = -1;
     if (t->ex.vt->step_start(t->ex.impl, batches, 1, err)) return -1;
     t->filled = t->launched; /* the caller wrote over any batch prefetched there */
-    return finish_step(t, s, t->staging_tokens[t->cur], t0, err);
+    return finish_step(t, s, t->cur, t0, err);
 }
 
-/* Fills the next unfilled batch into its ring buffer; that buffer's previous batch
- * belongs to a step that has finished (the ring holds max_in_flight + 2). */
-static void fill_next(tg_trainer *t) {
-    fill_buffer(t, (int)(t->filled % t->n_staging));
-    t->filled++;
+/* Batches below this may be filled: batch j goes where batch j - n_staging was, whose
+ * step (and the one before, which fetched it) has finished once j < returned + n_staging;
+ * one less keeps the buffer after the last filled one free for eval and the caller. */
+static int64_t fill_limit(const tg_trainer *t) { return t->returned + t->n_staging - 1; }
+
+/* Makes sure batches below `end` are filled (end <= fill_limit): waits for the loader, or
+ * fills them on this thread without one. */
+static void have_batches(tg_trainer *t, int64_t end) {
+    if (t->loader) {
+        if (!t->loader_running) {
+            tg_batch_loader_resume(t->loader, t->filled, fill_limit(t));
+            t->loader_running = 1;
+        }
+        t->batch_wait_s += tg_batch_loader_wait(t->loader, end);
+        return;
+    }
+    for (; t->filled < end; t->filled++) fill_buffer(t, (int)(t->filled % t->n_staging));
+}
+
+/* Of the k steps about to start from batch `launched` on, how many in a row share its
+ * bucket (one start runs one bucket's graph). */
+static int same_bucket_run(const tg_trainer *t, int k) {
+    const int32_t b = t->staging_bucket[t->launched % t->n_staging];
+    int n = 1;
+    while (n < k && t->staging_bucket[(t->launched + n) % t->n_staging] == b) n++;
+    return n;
 }
 
 /* The count no start may pass: the schedule's end, the step the run stops at, and the next
@@ -385,7 +470,9 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         }
         /* Step j of the start runs on batch launched + j and fetches the one after. */
         const void *batches[TG_TRAINER_STAGING_MAX + 1];
-        while (t->filled < t->launched + k + 1) fill_next(t);
+        have_batches(t, t->launched + k + 1);
+        k = same_bucket_run(t, k);
+        if (select_bucket(t, t->staging_bucket[t->launched % t->n_staging], err)) return -1;
         for (int j = 0; j <= k; j++) batches[j] = t->staging[(t->launched + j) % t->n_staging];
         if (t->ex.vt->step_start(t->ex.impl, batches, k, err)) return -1;
         t->launched += k;
@@ -394,10 +481,12 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     }
     if (t->returned == t->launched)
         return tg_fail(err, "no step to take: the run stops at step %lld", (long long)t->stop_at);
-    /* The batch the next start hands over as its `next`, filled while the GPU runs. */
-    if (t->filled < t->launched + 2) fill_next(t);
-    int rc = finish_step(t, s, t->staging_tokens[t->returned % t->n_staging], t0, err);
+    /* The batch the next start hands over as its `next`, filled while the GPU runs (the
+     * loader fills further ahead on its own). */
+    if (!t->loader) have_batches(t, t->launched + 2);
+    int rc = finish_step(t, s, (int)(t->returned % t->n_staging), t0, err);
     t->returned++;
+    if (t->loader_running) tg_batch_loader_allow(t->loader, fill_limit(t));
     return rc;
 }
 
@@ -419,8 +508,8 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
-    /* A staging buffer holding no upcoming training batch (those are launched and the
-     * one after, at most). */
+    /* A staging buffer holding no upcoming training batch (fill_limit keeps one). */
+    park_loader(t);
     if (drain(t, err)) return -1;
     int saved_cur = t->cur;
     t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
@@ -431,7 +520,8 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
         tg_batch b;
-        fill_batch(t, &t->eval, t->batch_idx, n, 0, &b);
+        /* The eval runs in the last bucket (train.seq): its batches keep the set's order. */
+        fill_batch(t, t->cur, p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0, &t->eval, t->batch_idx, n, 0, &b);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err))) {
@@ -575,6 +665,7 @@ int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *e
     tg_checkpoint_init(ck);
     const tg_plan *plan = t->plan;
     const tg_plan_io *io = &plan->io;
+    park_loader(t);
     if (t->launched > t->returned)
         return tg_fail(err, "checkpoint: %lld steps are in flight; hold the trainer and take them first",
                        (long long)(t->launched - t->returned));
@@ -702,7 +793,8 @@ int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name,
     if ((uint64_t)counter != s->dropout_counter)
         return tg_fail(err, "%s: tensor '%s' is %g, the state record's dropout counter %llu (file corrupt)", name,
                        plan->tensors[io->step].name, counter, (unsigned long long)s->dropout_counter);
-    if (t->has_train && tg_sampler_seek(&t->sampler, s->sampler_epoch, s->sampler_pos, err))
+    park_loader(t);
+    if (t->has_train && tg_batch_sampler_seek(&t->sampler, s->sampler_epoch, s->sampler_pos, err))
         return tg_fail_context(err, "%s", name);
     /* The ring starts over at the checkpoint's step: nothing in flight or filled ahead. */
     t->steps_done = s->step;

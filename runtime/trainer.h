@@ -5,7 +5,9 @@
 
 #include <stdint.h>
 
+#include "datasets/batch_sampler.h"
 #include "datasets/dataset.h"
+#include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
 #include "runtime/executor.h"
 #include "runtime/hf_export.h"
@@ -33,6 +35,9 @@ typedef struct tg_trainer_options {
      * flight, whose statistics are then dropped. */
     int max_in_flight;
     int host_trace;         /* add up the thread CPU time spent filling batches (fill_cpu_s) */
+    /* Fill training batches on the calling thread between steps instead of on the
+     * background loader thread (runtime/batch_loader.h) that fills them ahead. */
+    int no_loader_thread;
     /* tg_trainer_step starts this many steps at once where it can (0: what the executor
      * does best; 1: one per start); at most half of max_in_flight. */
     int step_group;
@@ -60,6 +65,8 @@ typedef struct tg_step_stats {
     double step_ms;
     float phase_ms[4];      /* batch in place, forward, backward, optimizer (GPU time on CUDA) */
     int64_t tokens;         /* real tokens in the batch */
+    int32_t seq;            /* the step's sequence length: its bucket's (train.seq without buckets) */
+    int64_t slots;          /* token slots the step computed: batch x seq (tokens + padding) */
 } tg_step_stats;
 
 /* counted 0 (an LM eval set whose examples are all one token long, so no token has a
@@ -92,6 +99,9 @@ typedef struct tg_trainer {
      * position a checkpoint records for the step that takes it. */
     int32_t staging_epoch[TG_TRAINER_STAGING_MAX];
     int32_t staging_pos[TG_TRAINER_STAGING_MAX];
+    /* The length bucket each buffer's batch is laid out for (tg_plan_bucket): its input
+     * tensors sit where that bucket's plan places them. */
+    int32_t staging_bucket[TG_TRAINER_STAGING_MAX];
     int n_staging;
     int cur;
     /* The buffer the last start handed the executor as the batch after its last step (the
@@ -101,7 +111,14 @@ typedef struct tg_trainer {
     int step_group;         /* steps started together where max_in_flight and total_steps allow */
     int64_t launched;       /* steps started */
     int64_t returned;       /* steps whose statistics were handed out */
-    int64_t filled;         /* training batches filled */
+    int64_t filled;         /* training batches filled (while the loader runs: its count) */
+    /* The background filler of training batches (NULL: the stepping thread fills them).
+     * Batch j may be filled once batch j - n_staging + 1 is no step's: below returned +
+     * n_staging - 1, which keeps one buffer free for eval and the caller's own batches. */
+    tg_batch_loader *loader;
+    int loader_running;     /* resumed by a step call, not parked since */
+    double batch_wait_s;    /* time tg_trainer_step waited for batches not yet filled */
+    int bucket;             /* the bucket the executor has selected */
     /* tg_trainer_step starts no step past this count (-1: no such limit; see
      * tg_trainer_hold and tg_launch_gate), nor past the next multiple of checkpoint_every
      * (the plan's) above `returned`, so that a checkpoint is taken with no step in flight. */
@@ -115,12 +132,12 @@ typedef struct tg_trainer {
     double fill_cpu_s;      /* with host_trace: thread CPU seconds spent filling batches */
     tg_dataset train, eval;
     int has_train, has_eval;
-    tg_sampler sampler;
+    tg_batch_sampler sampler;
     tg_batch_shape shape;
     int32_t total_steps;
     int32_t steps_done;
     int32_t *batch_idx;         /* this replica's examples of the step */
-    int32_t *global_idx;        /* data parallel: the whole global batch's */
+    int32_t *global_idx;        /* the whole global batch's (every replica's rows) */
     int rank, replicas;
     int32_t *type_scratch;      /* where batches put token types a plan has no input for */
     tg_weights_report weights;  /* what was loaded from the model folder (or options.weights) */
@@ -152,7 +169,7 @@ typedef struct tg_memory_use {
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);
 void tg_trainer_close(tg_trainer *t);
 
-/* Fills the input staging from the next training batch. */
+/* Fills the input staging from the next training batch (dropping any filled ahead). */
 void tg_trainer_next_batch(tg_trainer *t);
 /* Uploads the input staging, runs forward, backward and optimizer, reads the stats. */
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *stats, tg_err *err);

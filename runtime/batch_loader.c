@@ -1,0 +1,109 @@
+#include "runtime/batch_loader.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "base/clock.h"
+
+struct tg_batch_loader {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work;   /* to the thread: resumed, limit raised, or stop */
+    pthread_cond_t done;   /* to the consumer: a batch filled, or the thread went idle */
+    tg_batch_fill_fn fill;
+    void *ctx;
+    int64_t next;          /* the first batch not filled */
+    int64_t limit;         /* batches below it may be filled */
+    int running;           /* resumed and not parked */
+    int busy;              /* inside fill */
+    int stop;
+};
+
+static void *loader_main(void *arg) {
+    tg_batch_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && !(l->running && l->next < l->limit)) pthread_cond_wait(&l->work, &l->mu);
+        if (l->stop) break;
+        const int64_t j = l->next;
+        l->busy = 1;
+        pthread_mutex_unlock(&l->mu);
+        l->fill(l->ctx, j);
+        pthread_mutex_lock(&l->mu);
+        l->busy = 0;
+        l->next = j + 1;
+        pthread_cond_broadcast(&l->done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+int tg_batch_loader_start(tg_batch_loader **out, tg_batch_fill_fn fill, void *ctx, tg_err *err) {
+    *out = NULL;
+    tg_batch_loader *l = calloc(1, sizeof *l);
+    if (!l) return tg_fail(err, "out of memory for the batch loader");
+    l->fill = fill, l->ctx = ctx;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work, NULL);
+    pthread_cond_init(&l->done, NULL);
+    const int rc = pthread_create(&l->thread, NULL, loader_main, l);
+    if (rc) {
+        pthread_cond_destroy(&l->done);
+        pthread_cond_destroy(&l->work);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return tg_fail(err, "cannot start the batch loader thread (error %d)", rc);
+    }
+    *out = l;
+    return 0;
+}
+
+void tg_batch_loader_stop(tg_batch_loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_signal(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    pthread_cond_destroy(&l->done);
+    pthread_cond_destroy(&l->work);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+void tg_batch_loader_resume(tg_batch_loader *l, int64_t next, int64_t limit) {
+    pthread_mutex_lock(&l->mu);
+    l->next = next, l->limit = limit, l->running = 1;
+    pthread_cond_signal(&l->work);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void tg_batch_loader_allow(tg_batch_loader *l, int64_t limit) {
+    pthread_mutex_lock(&l->mu);
+    if (limit > l->limit) {
+        l->limit = limit;
+        pthread_cond_signal(&l->work);
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+double tg_batch_loader_wait(tg_batch_loader *l, int64_t end) {
+    pthread_mutex_lock(&l->mu);
+    double waited = 0;
+    if (l->next < end) {
+        const double t0 = tg_wall_s();
+        while (l->next < end && l->running) pthread_cond_wait(&l->done, &l->mu);
+        waited = tg_wall_s() - t0;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return waited;
+}
+
+int64_t tg_batch_loader_park(tg_batch_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    l->running = 0;
+    while (l->busy) pthread_cond_wait(&l->done, &l->mu);
+    const int64_t next = l->next;
+    pthread_mutex_unlock(&l->mu);
+    return next;
+}
