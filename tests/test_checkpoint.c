@@ -153,29 +153,32 @@ static int round_trip(const tg_checkpoint *ck, tg_checkpoint *out) {
 /* Trains `steps` steps uninterrupted, and again as a run checkpointed after `at` steps and
  * resumed from the checkpoint (through the file format) in a new trainer: the resumed
  * steps' losses, and the final parameters, m and v, equal bit for bit. */
-static void resume_matches(const char *kind, const char *precision, int steps, int at) {
+static void resume_matches_with(const char *kind, const char *precision, int steps, int at, const char *more[2]) {
     const char *dir = tg_test_tmpdir();
     REQUIRE(write_job(dir, kind, steps) == 0, "cannot write the job");
     char every[32];
     snprintf(every, sizeof every, "checkpoint_every=%d", at);
-    const char *sets[] = {precision, every};
+    const int n_more = more ? 2 : 0;
+    const char *sets[4] = {precision, more ? more[0] : NULL, more ? more[1] : NULL};
+    sets[1 + n_more] = every;
     float *want = calloc((size_t)steps, sizeof *want), *got = calloc((size_t)steps, sizeof *got);
     final_state a = {0}, c = {0};
     tg_checkpoint ck, read;
     tg_checkpoint_init(&ck), tg_checkpoint_init(&read);
     deterministic_gemms(1);
     run r;
-    int ok = want && got && open_run(&r, dir, sets, 1);
+    int ok = want && got && open_run(&r, dir, sets, 1 + n_more);
     ok = ok && train_until(&r, steps, want) && read_final(&r, &a);
     close_run(&r);
     /* The interrupted run: the trainer starts no step past the checkpoint step. */
-    ok = ok && open_run(&r, dir, sets, 2) && train_until(&r, at, got);
+    ok = ok && open_run(&r, dir, sets, 2 + n_more) && train_until(&r, at, got);
     tg_err err;
     ok = ok && CHECK(r.tr.launched == at, "%lld steps started at the checkpoint step %d", (long long)r.tr.launched, at);
     ok = ok && CHECK(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == 0, "%s", err.msg);
     close_run(&r);
     ok = ok && round_trip(&ck, &read);
-    ok = ok && open_run(&r, dir, sets, 1) && CHECK(tg_trainer_restore(&r.tr, &read, "ck", &err) == 0, "%s", err.msg);
+    ok = ok && open_run(&r, dir, sets, 1 + n_more) &&
+         CHECK(tg_trainer_restore(&r.tr, &read, "ck", &err) == 0, "%s", err.msg);
     ok = ok && CHECK(r.tr.steps_done == at, "resumed at step %d, not %d", r.tr.steps_done, at);
     ok = ok && train_until(&r, steps, got) && read_final(&r, &c);
     close_run(&r);
@@ -195,7 +198,19 @@ static void resume_matches(const char *kind, const char *precision, int steps, i
     free(want), free(got);
 }
 
+static void resume_matches(const char *kind, const char *precision, int steps, int at) {
+    resume_matches_with(kind, precision, steps, at, NULL);
+}
+
 TG_TEST(test_checkpoint_resume_bitwise_fp32) { resume_matches("classify", "precision=fp32", 24, 7); }
+/* Length buckets and a short last batch: the data position is a batch of the epoch's
+ * bucketed order. */
+TG_TEST(test_checkpoint_resume_bitwise_buckets) {
+    const char *buckets[2] = {"seq=32", "seq_buckets=12,16,24,32"};
+    resume_matches_with("classify", "precision=fp32", 24, 13, buckets);
+    const char *lm[2] = {"seq=48", "seq_buckets=24,48"};
+    resume_matches_with("lm", "precision=bf16", 16, 9, lm);
+}
 TG_TEST(test_checkpoint_resume_bitwise_bf16) { resume_matches("classify", "precision=bf16", 24, 7); }
 TG_TEST(test_checkpoint_resume_bitwise_lm) { resume_matches("lm", "precision=fp32", 16, 11); }
 TG_TEST(test_checkpoint_resume_bitwise_lm_bf16) { resume_matches("lm", "precision=bf16", 16, 5); }
