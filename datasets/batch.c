@@ -135,19 +135,25 @@ static uint64_t xorshift64s(uint64_t *s) {
     return x * 0x2545F4914F6CDD1Dull;
 }
 
-/* Each epoch's order depends only on (seed, epoch), so a resumed run can rebuild it. */
-static void shuffle(tg_sampler *s) {
-    uint64_t state = splitmix64(s->seed ^ splitmix64((uint64_t)s->epoch + 1));
+/* Each epoch's order depends only on (seed, epoch, stream), so a resumed run can rebuild
+ * it. The example stream keeps the generator state it always had, so runs keep their
+ * batches; another stream mixes its number in once more. */
+void tg_seeded_order(int32_t *order, int32_t n, uint64_t seed, int32_t epoch, int stream) {
+    uint64_t key = seed ^ splitmix64((uint64_t)epoch + 1);
+    if (stream != TG_ORDER_EXAMPLES) key = splitmix64(key) ^ splitmix64(0xD1B54A32D192ED03ull * (uint64_t)stream);
+    uint64_t state = splitmix64(key);
     if (state == 0) state = 0x9E3779B97F4A7C15ull; /* xorshift's one bad state */
-    for (int32_t i = 0; i < s->n; i++) s->order[i] = i;
-    for (int32_t i = s->n - 1; i > 0; i--) {
+    for (int32_t i = 0; i < n; i++) order[i] = i;
+    for (int32_t i = n - 1; i > 0; i--) {
         /* Multiply-shift instead of modulo: unbiased enough and the same everywhere. */
         int32_t j = (int32_t)(((xorshift64s(&state) >> 32) * (uint64_t)(i + 1)) >> 32);
-        int32_t t = s->order[i];
-        s->order[i] = s->order[j];
-        s->order[j] = t;
+        int32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
     }
 }
+
+static void shuffle(tg_sampler *s) { tg_seeded_order(s->order, s->n, s->seed, s->epoch, TG_ORDER_EXAMPLES); }
 
 int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err) {
     memset(s, 0, sizeof *s);

@@ -100,6 +100,14 @@ typedef struct tg_sampler {
     uint64_t seed;
 } tg_sampler;
 
+/* The streams of tg_seeded_order: the examples' order of an epoch (tg_sampler's), and the
+ * order a batch sampler puts an epoch's batches in (datasets/batch_sampler.h). */
+enum { TG_ORDER_EXAMPLES = 0, TG_ORDER_BATCHES = 1 };
+
+/* Writes a shuffled permutation of 0..n-1 into order that depends only on (seed, epoch,
+ * stream); TG_ORDER_EXAMPLES gives epoch `epoch`'s order of tg_sampler. */
+void tg_seeded_order(int32_t *order, int32_t n, uint64_t seed, int32_t epoch, int stream);
+
 int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err);
 /* Puts the sampler where one that has drawn `pos` indices of epoch `epoch` would be (pos
  * in [0, n], epoch >= 0): a resumed run's data position (runtime/checkpoint.h). */
