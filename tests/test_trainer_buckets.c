@@ -76,7 +76,7 @@ TG_TEST(test_buckets_steps_run_in_their_bucket) {
     const char *dir = tg_test_tmpdir();
     REQUIRE(write_job(dir, 40) == 0, "cannot write the job");
     const char *buckets[] = {"seq_buckets=16,32,48"};
-    run a, b;
+    run a = {0}, b = {0};
     tg_step_stats sa[64], sb[64];
     int ok = open_run(&a, dir, buckets, 1, 0) && CHECK(a.tr.total_steps == 20, "%d steps", a.tr.total_steps);
     ok = ok && train_all(&a, sa);
@@ -108,7 +108,7 @@ TG_TEST(test_buckets_steps_run_in_their_bucket) {
 static void loader_changes_nothing(const char *const *sets, int n_sets) {
     const char *dir = tg_test_tmpdir();
     REQUIRE(write_job(dir, 40) == 0, "cannot write the job");
-    run a, b;
+    run a = {0}, b = {0};
     tg_step_stats sa[64], sb[64];
     int ok = open_run(&a, dir, sets, n_sets, 0) && train_all(&a, sa);
     close_run(&a);
@@ -136,7 +136,7 @@ TG_TEST(test_last_batch_rules) {
         {"last_batch=pad", 10, 1}, {"last_batch=drop", 9, 0}, {"last_batch=wrap", 10, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const char *sets[] = {cases[c].set};
-        run r;
+        run r = {0};
         tg_step_stats s[64];
         int ok = open_run(&r, dir, sets, 1, 0) &&
                  CHECK(r.tr.total_steps == 2 * cases[c].per_epoch, "%s: %d steps for 2 epochs", cases[c].set,
