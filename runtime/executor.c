@@ -84,7 +84,7 @@ static void cpu_close(void *impl) {
 }
 
 static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read,    cpu_host_alloc,
-                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close, 1, 1, 0};
+                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close, NULL, 1, 1, 0};
 
 tg_device tg_default_device(void) { return tg_cuda_device_count() > 0 ? TG_DEVICE_CUDA : TG_DEVICE_CPU; }
 

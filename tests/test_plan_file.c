@@ -90,6 +90,8 @@ static void build_plan(tg_plan *p) {
     t->replicas = 3;
     t->zero_stage = 1;
     t->attention = TG_ATTENTION_UNFUSED;
+    t->n_buckets = 1;
+    t->bucket_seq[0] = 4;
     tg_plan_run *r = &p->run;
     snprintf(r->train_data, sizeof r->train_data, "%s", "/data/train.jsonl");
     snprintf(r->eval_data, sizeof r->eval_data, "%s", "/data/eval.jsonl");
@@ -100,6 +102,7 @@ static void build_plan(tg_plan *p) {
     r->checkpoint_every = 7;
     r->keep_checkpoints = 2;
     snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", "/runs/ckpt");
+    r->last_batch = TG_LAST_BATCH_DROP;
 
     p->tensors = calloc(N_T, sizeof *p->tensors);
     p->ops = calloc(16, sizeof *p->ops);
@@ -504,7 +507,7 @@ TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
     p.model.vocab_size = 1;
-    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1};
+    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1}};
     p.run.steps = 1, p.run.log_every = 1;
     p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
@@ -1465,7 +1468,7 @@ static void edit_batch(tg_plan *p, char *want, size_t len) {
              p->io.input_ids);
 }
 static void edit_seq(tg_plan *p, char *want, size_t len) {
-    p->train.seq = 16;
+    p->train.seq = p->train.bucket_seq[0] = 16; /* the one bucket follows seq */
     snprintf(want, len, "io input_ids is tensor %d (input_ids) of shape [2, 8]; it must be [2, 16]", p->io.input_ids);
 }
 static void edit_batch_zero(tg_plan *p, char *want, size_t len) {
