@@ -570,11 +570,13 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
     if (r.pos != len)
         return tg_fail(err, "%s: %zu unexpected bytes after the plan payload (file corrupt)",
                        name, len - r.pos);
-    if (check_plan(p, name, checks, err)) return -1;
+    /* The plan, then what its bucket plans must share with it (compared field by field,
+     * no index followed), then each bucket plan as a plan. */
+    if (check_plan(p, name, checks, err) || tg_plan_validate_buckets(p, name, err)) return -1;
     for (int k = 0; k < n_bucket_plans; k++) {
         char bname[TG_PATH_MAX + 64];
         snprintf(bname, sizeof bname, "%s: bucket %d (seq %d)", name, k, p->buckets[k].train.seq);
         if (check_plan(&p->buckets[k], bname, checks, err)) return -1;
     }
-    return tg_plan_validate_buckets(p, name, err);
+    return 0;
 }
