@@ -7,7 +7,12 @@
  * (plan/ops.def's, in first-use order) and each op stores its index into that list. The
  * decoder maps each name to this build's kind, so the enum's numbering never reaches the
  * file: an op added anywhere in ops.def leaves existing plans readable, and a plan that
- * uses an op this build lacks is refused by that op's name. */
+ * uses an op this build lacks is refused by that op's name.
+ *
+ * A plan with length buckets (train.n_buckets > 1) is followed by its n_buckets - 1 bucket
+ * plans, each as its own tensor and op tables, phase table, pools and totals: the rest of a
+ * bucket plan is the plan's but for seq, so it is not written twice. The decoder checks
+ * each bucket plan as a plan and against the plan (tg_plan_validate_buckets). */
 #include "plan/plan_codec.h"
 
 #include "plan/op_meta.h"
