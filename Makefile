@@ -185,7 +185,7 @@ $(FUZZ)/fuzz_plan_fields: tests/fuzz/fuzz_plan_fields.c tests/fuzz/fuzz_input.h 
                           | fuzz-deps
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(FUZZ_RUNTIME_OBJ) -o $@ $(LDLIBS)
 
-# Plan seeds: the example jobs as they are and with a few keys varied.
+# Plan seeds: the example jobs as they are and with a few keys varied (length buckets among them).
 $(FUZZ)/corpus/plan: $(BUILD)/tunegraph $(wildcard examples/*.job)
 	@rm -rf $@ && mkdir -p $@
 	@for job in examples/*.job; do \
@@ -198,6 +198,10 @@ $(FUZZ)/corpus/plan: $(BUILD)/tunegraph $(wildcard examples/*.job)
 	./$(BUILD)/tunegraph compile examples/demo-lm.job -o $@/lm-bf16.tgp --set model=tiny-gpt2 --set precision=bf16 >/dev/null
 	./$(BUILD)/tunegraph compile examples/demo-classify.job -o $@/gpt2-classify.tgp --set model=tiny-gpt2 \
 	    --set pad_token_id=0 --set seq=16 >/dev/null
+	./$(BUILD)/tunegraph compile examples/demo-classify.job -o $@/classify-buckets.tgp --set seq_buckets=16,32,48 \
+	    --set last_batch=drop >/dev/null
+	./$(BUILD)/tunegraph compile examples/demo-lm.job -o $@/lm-buckets-bf16.tgp --set model=tiny-gpt2 \
+	    --set precision=bf16 --set seq_buckets=8,48 >/dev/null
 
 # Edited-plan seeds: plan files, each followed by an edit program of no-op records (room for
 # the mutator to edit in place): the plan seeds and the benchmark jobs as they are (loaded
@@ -209,7 +213,8 @@ PLAN_FIELDS_SMALL := 'demo-classify.job|' 'demo-classify.job|--set precision=bf1
     'demo-classify.job|--set attention=unfused --set fuse_bias_grad=false --set fuse_gelu=false' \
     'demo-classify.job|--set model=tiny-roberta --set data_parallel=2 --set zero_stage=1' \
     'demo-classify.job|--set model=tiny-gpt2 --set pad_token_id=0' 'demo-lm.job|' \
-    'demo-lm.job|--set precision=bf16 --set data_parallel=2'
+    'demo-lm.job|--set precision=bf16 --set data_parallel=2' 'demo-classify.job|--set seq_buckets=4,8' \
+    'demo-lm.job|--set seq_buckets=2,5,8 --set last_batch=drop'
 $(FUZZ)/corpus/plan_fields: $(BUILD)/tunegraph $(FUZZ)/corpus/plan $(wildcard bench/jobs/*.job)
 	@rm -rf $@ && mkdir -p $@
 	@cp $(FUZZ)/corpus/plan/*.tgp $@/

@@ -24,7 +24,10 @@ int tg_front_compile_text(const char *text, const char *name, const char *base_d
 }
 
 int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const char *plan_name, tg_err *err) {
-    return tg_job_apply_run_overrides(&plan->run, settings, n, plan_name, err);
+    if (tg_job_apply_run_overrides(&plan->run, plan->train.n_buckets, settings, n, plan_name, err)) return -1;
+    /* A bucket plan's run settings are the plan's. */
+    for (int k = 0; plan->buckets && k + 1 < plan->train.n_buckets; k++) plan->buckets[k].run = plan->run;
+    return 0;
 }
 
 /* The config.json tg_model_config_load read for `source`: a preset's when the name has no

@@ -17,9 +17,9 @@ int tg_front_compile_file(const char *path, const char *const *overrides, int n_
 int tg_front_compile_text(const char *text, const char *name, const char *base_dir, const char *const *overrides,
                           int n_overrides, tg_plan *plan, tg_err *err);
 /* Applies run settings (train_data, eval_data, steps, epochs, seed, log_every,
- * checkpoint_every, keep_checkpoints, checkpoint_dir) to a compiled
- * plan, parsed and checked as in a job file; any other key is refused as compiled in, and a
- * refusal leaves the plan as it was. `plan_name` names the plan in messages. */
+ * checkpoint_every, keep_checkpoints, checkpoint_dir, last_batch) to a
+ * compiled plan and its bucket plans, parsed and checked as in a job file; any other key is
+ * refused as compiled in, and a refusal leaves the plan as it was. `plan_name` names the plan in messages. */
 int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const char *plan_name, tg_err *err);
 
 /* The files a plan's run reads, for the output checks (tg_outputs_check): its model's

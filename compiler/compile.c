@@ -16,6 +16,7 @@
 #include "compiler/size_check.h"
 #include "models/model_config.h"
 #include "plan/op_meta.h"
+#include "plan/validate.h"
 #include "base/version.h"
 
 int tg_job_pad_id(const tg_job *job, const tg_model_config *cfg) {
@@ -44,12 +45,16 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
         snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
         return job_error(job, TG_JOB_NUM_LABELS, err, msg);
     }
-    /* RoBERTa positions start after the padding id, so they use pad_id + 1 slots more. */
-    int64_t needed = job->seq + (cfg->arch == TG_ARCH_ROBERTA ? cfg->pad_token_id + 1 : 0);
-    if (needed > cfg->max_positions) {
-        snprintf(msg, sizeof msg, "seq %d exceeds what model '%s' can hold (max_position_embeddings %d%s)", job->seq,
-                 cfg->source, cfg->max_positions, cfg->arch == TG_ARCH_ROBERTA ? ", less pad_token_id + 1" : "");
-        return job_error(job, TG_JOB_SEQ, err, msg);
+    /* RoBERTa positions start after the padding id, so they use pad_id + 1 slots more.
+     * Every bucket holds its length in positions (the last one is seq). */
+    const int64_t extra = cfg->arch == TG_ARCH_ROBERTA ? cfg->pad_token_id + 1 : 0;
+    for (int k = 0; k < job->n_buckets; k++) {
+        const int32_t seq = job->n_buckets > 1 ? job->bucket_seq[k] : job->seq;
+        if (seq + extra <= cfg->max_positions) continue;
+        snprintf(msg, sizeof msg, "%s %d exceeds what model '%s' can hold (max_position_embeddings %d%s)",
+                 job->n_buckets > 1 ? "bucket length" : "seq", seq, cfg->source, cfg->max_positions,
+                 cfg->arch == TG_ARCH_ROBERTA ? ", less pad_token_id + 1" : "");
+        return job_error(job, job->n_buckets > 1 ? TG_JOB_SEQ_BUCKETS : TG_JOB_SEQ, err, msg);
     }
     if (job->zero_stage > 0 && job->data_parallel < 2) {
         snprintf(msg, sizeof msg,
@@ -123,7 +128,9 @@ static void build_optimizer(tg_graph *g) {
     if (a->zero_slice) tg_zero_gather(g, g->io.params_all, "params.slices");
 }
 
-int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+/* The job compiled at its seq, as one plan without buckets of its own (train records the
+ * job's buckets all the same). */
+static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
     memset(plan, 0, sizeof *plan);
     int rc = -1;
     tg_graph g;
@@ -155,7 +162,9 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
                                   .allow_tf32 = j->allow_tf32,
                                   .replicas = j->data_parallel,
                                   .zero_stage = j->zero_stage,
-                                  .attention = j->attention};
+                                  .attention = j->attention,
+                                  .n_buckets = j->n_buckets};
+    memcpy(plan->train.bucket_seq, j->bucket_seq, sizeof plan->train.bucket_seq);
     tg_job_run_settings(j, &plan->run);
     memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
@@ -178,6 +187,58 @@ out:
     tg_graph_free(&g);
     if (rc) tg_plan_free(plan);
     return rc;
+}
+
+/* The length buckets: the job compiled again at each bucket length but the last (the
+ * plan itself), each a complete plan whose settings, io and fingerprint are the plan's but
+ * for seq; then one set of pools, every pool as large as the largest bucket needs it, and
+ * the identity rules of plan.h checked on the result. */
+static int compile_buckets(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    const int n = j->n_buckets - 1;
+    plan->buckets = calloc((size_t)n, sizeof *plan->buckets);
+    if (!plan->buckets) return tg_fail(err, "%s: out of memory for %d bucket plans", j->path, n);
+    tg_job *bj = malloc(sizeof *bj);
+    if (!bj) return tg_fail(err, "%s: out of memory", j->path);
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) {
+        *bj = *j;
+        bj->seq = j->bucket_seq[k];
+        tg_plan *b = &plan->buckets[k];
+        if (compile_one(bj, cfg, b, err)) {
+            char where[TG_PATH_MAX + 32];
+            rc = tg_fail_context(err, "%s: key 'seq_buckets': bucket %d (seq %d)",
+                                 tg_job_where(j, TG_JOB_SEQ_BUCKETS, where, sizeof where), k, bj->seq);
+            break;
+        }
+        b->train = plan->train;
+        b->train.seq = j->bucket_seq[k];
+        b->fingerprint = plan->fingerprint;
+    }
+    free(bj);
+    if (rc) return -1;
+    uint64_t pools[TG_POOL_COUNT];
+    memcpy(pools, plan->pool_bytes, sizeof pools);
+    for (int k = 0; k < n; k++)
+        for (int q = 0; q < TG_POOL_COUNT; q++)
+            if (plan->buckets[k].pool_bytes[q] > pools[q]) pools[q] = plan->buckets[k].pool_bytes[q];
+    for (int k = 0; k <= n; k++) {
+        tg_plan *b = k < n ? &plan->buckets[k] : plan;
+        memcpy(b->pool_bytes, pools, sizeof pools);
+        b->peak_bytes = 0;
+        for (int q = 0; q < TG_POOL_COUNT; q++) b->peak_bytes += pools[q];
+    }
+    if (tg_plan_validate_buckets(plan, j->path, err))
+        return tg_fail_context(err, "internal error: the bucket plans do not share the plan's tensors and layout");
+    return 0;
+}
+
+int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    if (compile_one(j, cfg, plan, err)) return -1;
+    if (j->n_buckets > 1 && compile_buckets(j, cfg, plan, err)) {
+        tg_plan_free(plan);
+        return -1;
+    }
+    return 0;
 }
 
 int tg_compile(const tg_job *job, tg_plan *plan, tg_err *err) {

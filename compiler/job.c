@@ -49,6 +49,8 @@ static const struct job_key {
     [TG_JOB_CHECKPOINT_EVERY] = {"checkpoint_every", 1},
     [TG_JOB_KEEP_CHECKPOINTS] = {"keep_checkpoints", 1},
     [TG_JOB_CHECKPOINT_DIR] = {"checkpoint_dir", 1},
+    [TG_JOB_SEQ_BUCKETS] = {"seq_buckets", 0},
+    [TG_JOB_LAST_BATCH] = {"last_batch", 1},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -83,6 +85,9 @@ void tg_job_defaults(tg_job *job) {
     job->fuse_qkv = 1;
     job->data_parallel = 1;
     job->keep_checkpoints = 3;
+    job->n_buckets = 1;
+    job->bucket_seq[0] = job->seq;
+    job->last_batch = TG_LAST_BATCH_PAD;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -281,10 +286,53 @@ int tg_job_freeze_patterns(const tg_job *job, char patterns[][TG_NAME_MAX], int 
     return n;
 }
 
+/* `seq_buckets`: 2..TG_MAX_BUCKETS comma-separated lengths, each a positive integer, in
+ * strictly ascending order (the last is the plan's seq: see resolve_buckets). */
+static int set_seq_buckets(tg_job *job, const char *v, const origin *o, const char *key, tg_err *err) {
+    int32_t seq[TG_MAX_BUCKETS];
+    int n = 0;
+    for (const char *p = v;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) p++, len--;
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        if (!len)
+            return tg_fail(err, "%skey '%s': empty length in '%s' (lengths are separated by commas, as in 64,128,256)",
+                           o->prefix, key, v);
+        if (n == TG_MAX_BUCKETS)
+            return tg_fail(err, "%skey '%s': more than %d buckets in '%s'", o->prefix, key, TG_MAX_BUCKETS, v);
+        char item[32];
+        long long x = 0;
+        int bad = len >= sizeof item;
+        if (!bad) {
+            memcpy(item, p, len);
+            item[len] = 0;
+            bad = parse_int(item, 1, INT32_MAX, &x) != 0;
+        }
+        if (bad)
+            return tg_fail(err, "%skey '%s': '%.*s' is not a positive integer length (must be 1..%d)", o->prefix, key,
+                           (int)len, p, INT32_MAX);
+        if (n > 0 && x <= seq[n - 1])
+            return tg_fail(err, "%skey '%s': %lld follows %d; the lengths must be strictly ascending", o->prefix, key,
+                           x, seq[n - 1]);
+        seq[n++] = (int32_t)x;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (n < 2)
+        return tg_fail(err, "%skey '%s': '%s' names one length; give 2 to %d (one length is key 'seq')", o->prefix,
+                       key, v, TG_MAX_BUCKETS);
+    memset(job->bucket_seq, 0, sizeof job->bucket_seq);
+    memcpy(job->bucket_seq, seq, sizeof seq[0] * (size_t)n);
+    job->n_buckets = n;
+    return 0;
+}
+
 static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
     static const char *const tasks[] = {"classify", "lm"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
+    static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
     const char *name = k_keys[key].name;
     int rc = 0;
     switch ((tg_job_key)key) {
@@ -348,6 +396,8 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         rc = set_int_range(&job->keep_checkpoints, v, 0, INT32_MAX, "0: every one", o, name, err);
         break;
     case TG_JOB_CHECKPOINT_DIR: rc = set_path(job->checkpoint_dir, v, o, 1, name, err); break;
+    case TG_JOB_SEQ_BUCKETS: rc = set_seq_buckets(job, v, o, name, err); break;
+    case TG_JOB_LAST_BATCH: rc = set_enum(&job->last_batch, v, last_batches, TG_LAST_BATCH_COUNT, o, name, err); break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;
@@ -531,6 +581,33 @@ static char *read_file(const char *path, tg_err *err) {
 
 /* ---- overrides and the cross-key checks ---- */
 
+/* seq and seq_buckets together: the plan's seq is the last bucket, so a job that gives
+ * both must agree, and one that gives only the buckets gets seq from them; a job without
+ * buckets has the one, seq. */
+static int resolve_buckets(tg_job *job, tg_err *err) {
+    char w1[TG_PATH_MAX + 32], w2[TG_PATH_MAX + 32];
+    if (!job->key_line[TG_JOB_SEQ_BUCKETS]) {
+        memset(job->bucket_seq, 0, sizeof job->bucket_seq);
+        job->n_buckets = 1;
+        job->bucket_seq[0] = job->seq;
+        return 0;
+    }
+    const int32_t last = job->bucket_seq[job->n_buckets - 1];
+    if (!job->key_line[TG_JOB_SEQ])
+        job->seq = last;
+    else if (job->seq != last)
+        return tg_fail(err, "%s: key 'seq': %d differs from the last of seq_buckets (%d, %s); the plan's seq is its "
+                            "largest bucket (give the same, or leave seq out)",
+                       tg_job_where(job, TG_JOB_SEQ, w1, sizeof w1), job->seq, last,
+                       tg_job_where(job, TG_JOB_SEQ_BUCKETS, w2, sizeof w2));
+    if (job->last_batch == TG_LAST_BATCH_WRAP)
+        return tg_fail(err, "%s: key 'last_batch': wrap is not allowed with seq_buckets (%s): batches are formed per "
+                            "bucket, so none completes from the next epoch (use pad or drop)",
+                       tg_job_where(job, TG_JOB_LAST_BATCH, w1, sizeof w1),
+                       tg_job_where(job, TG_JOB_SEQ_BUCKETS, w2, sizeof w2));
+    return 0;
+}
+
 static int validate(const tg_job *job, tg_err *err) {
     char w1[TG_PATH_MAX + 32], w2[TG_PATH_MAX + 32];
     if (!job->key_line[TG_JOB_MODEL] || !job->model[0])
@@ -592,6 +669,7 @@ int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_over
         free(copy);
         if (rc) return rc;
     }
+    if (resolve_buckets(job, err)) return -1;
     return validate(job, err);
 }
 
@@ -606,10 +684,11 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run) {
     run->checkpoint_every = job->checkpoint_every;
     run->keep_checkpoints = job->keep_checkpoints;
     memcpy(run->checkpoint_dir, job->checkpoint_dir, sizeof run->checkpoint_dir);
+    run->last_batch = job->last_batch;
 }
 
-int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n, const char *plan_name,
-                               tg_err *err) {
+int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *const *sets, int n,
+                               const char *plan_name, tg_err *err) {
     /* The run keys go through a job holding the plan's run settings, so they are parsed
      * and checked exactly as in a job file. */
     tg_job job;
@@ -619,6 +698,7 @@ int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n,
     job.steps = run->steps, job.epochs = run->epochs, job.log_every = run->log_every, job.seed = run->seed;
     job.checkpoint_every = run->checkpoint_every, job.keep_checkpoints = run->keep_checkpoints;
     memcpy(job.checkpoint_dir, run->checkpoint_dir, sizeof job.checkpoint_dir);
+    job.last_batch = run->last_batch;
     snprintf(job.path, sizeof job.path, "%s", plan_name);
     for (int i = 0; i < n; i++) {
         origin o;
@@ -646,6 +726,10 @@ int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n,
     if (job.key_line[TG_JOB_STEPS] < 0 && job.key_line[TG_JOB_EPOCHS] < 0)
         return tg_fail(err, "%s: keys 'steps' (--set) and 'epochs' (--set) are both set; give exactly one",
                        plan_name);
+    if (job.key_line[TG_JOB_LAST_BATCH] < 0 && job.last_batch == TG_LAST_BATCH_WRAP && n_buckets > 1)
+        return tg_fail(err, "--set last_batch=wrap: %s has %d length buckets (seq_buckets), and wrap is not allowed "
+                            "with buckets (use pad or drop)",
+                       plan_name, n_buckets);
     tg_job_run_settings(&job, run);
     return 0;
 }

@@ -46,6 +46,11 @@ typedef struct tg_job {
     int32_t checkpoint_every;     /* steps between checkpoints; 0: none */
     int32_t keep_checkpoints;     /* the newest checkpoints kept; 0: all */
     char checkpoint_dir[TG_PATH_MAX]; /* "" when none */
+    /* Sequence-length buckets (tg_plan_train.n_buckets/bucket_seq): ascending, the last
+     * one seq; 1 bucket (seq) when the job names none. */
+    int32_t n_buckets;
+    int32_t bucket_seq[TG_MAX_BUCKETS];
+    int32_t last_batch;           /* tg_last_batch */
     int32_t key_line[40];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -57,7 +62,8 @@ typedef enum tg_job_key {
     TG_JOB_EPOCHS, TG_JOB_GRAD_CLIP, TG_JOB_SEED, TG_JOB_PAD_TOKEN_ID, TG_JOB_LOG_EVERY,
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
-    TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_KEY_COUNT
+    TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
+    TG_JOB_LAST_BATCH, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
@@ -65,7 +71,8 @@ const char *tg_job_key_name(int key);
 /* Fills defaults: task classify, num_labels 2, batch 8, seq 128, fp32, adamw lr 5e-5,
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
  * log_every 1, attention fused, fuse_bias_grad, fuse_gelu, fuse_residual_layernorm and
- * fuse_qkv true, data_parallel 1, checkpoint_every 0 (none), keep_checkpoints 3. model, train_data and steps/epochs have no default. */
+ * fuse_qkv true, data_parallel 1, checkpoint_every 0 (none), keep_checkpoints 3, one bucket
+ * (seq), last_batch pad. model, train_data and steps/epochs have no default. */
 void tg_job_defaults(tg_job *job);
 
 /* Reads `path`, then applies each override ("key=value", from --set). Relative paths
@@ -96,8 +103,9 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run);
 /* Applies `tunegraph run PLAN --set key=value` overrides to a plan's run settings, with
  * the job file's value parsers and rules: relative paths are taken as given (against the
  * current directory), and steps and epochs replace each other unless both are set here.
- * A key compiled into the plan is refused, naming it and `plan_name`. */
-int tg_job_apply_run_overrides(tg_plan_run *run, const char *const *sets, int n, const char *plan_name,
-                               tg_err *err);
+ * A key compiled into the plan is refused, naming it and `plan_name`, and so is
+ * last_batch=wrap for a plan of n_buckets > 1 length buckets. */
+int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *const *sets, int n,
+                               const char *plan_name, tg_err *err);
 
 #endif

@@ -91,6 +91,48 @@ static int plan_attention_mode(const tg_plan *p) {
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
+/* The bytes of `pool` a plan's own layout reaches (its pool_bytes may be larger: a bucket
+ * plan's pools are the largest bucket's). */
+static uint64_t pool_need(const tg_plan *p, int pool) {
+    uint64_t need = 0;
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (x->pool == pool && x->offset + x->bytes > need) need = x->offset + x->bytes;
+    }
+    return need;
+}
+
+/* The bucket count the plan's tables hold (1 when it has no bucket plans). */
+static int bucket_count(const tg_plan *p) {
+    return p->buckets && p->train.n_buckets > 1 && p->train.n_buckets <= TG_MAX_BUCKETS ? p->train.n_buckets : 1;
+}
+
+/* The bucket whose activations set the pool's size (the first that needs the most). */
+static int sizing_bucket(const tg_plan *p) {
+    int best = 0;
+    for (int k = 1; k < bucket_count(p); k++)
+        if (pool_need(tg_plan_bucket(p, k), TG_POOL_ACTIVATIONS) >
+            pool_need(tg_plan_bucket(p, best), TG_POOL_ACTIVATIONS))
+            best = k;
+    return best;
+}
+
+static void print_buckets(const tg_plan *p, FILE *out) {
+    const int n = bucket_count(p);
+    if (n < 2) return;
+    const int sizing = sizing_bucket(p);
+    fprintf(out, "buckets: %d lengths, one set of pools: activations %" PRIu64 " bytes (%.2f MiB), sized by bucket %d "
+                 "(seq %d), serve them all\n",
+            n, p->pool_bytes[TG_POOL_ACTIVATIONS], mib(p->pool_bytes[TG_POOL_ACTIVATIONS]), sizing,
+            tg_plan_bucket(p, sizing)->train.seq);
+    for (int k = 0; k < n; k++) {
+        const tg_plan *b = tg_plan_bucket(p, k);
+        const uint64_t act = pool_need(b, TG_POOL_ACTIVATIONS);
+        fprintf(out, "  bucket %d: seq %-6d activations %12" PRIu64 " bytes (%.2f MiB)  ops %d  %.3f GFLOP/step\n", k,
+                b->train.seq, act, mib(act), b->n_ops, b->flops_per_step / 1e9);
+    }
+}
+
 static void print_text(const tg_plan *p, FILE *out) {
     fprintf(out, "model: %s (%s)\n", p->model.source, tg_arch_name(p->model.arch));
     int attention = plan_attention_mode(p);
@@ -101,6 +143,10 @@ static void print_text(const tg_plan *p, FILE *out) {
     if (t->replicas > 1) fprintf(out, "  data parallel: %d replicas", t->replicas);
     if (t->zero_stage > 0) fprintf(out, " (ZeRO-%d: optimizer state sharded)", t->zero_stage);
     fputc('\n', out);
+    print_buckets(p, out);
+    const tg_plan_run *r = &p->run;
+    fprintf(out, "run: steps %d  epochs %d  seed %" PRIu64 "  last_batch: %s\n", r->steps, r->epochs, r->seed,
+            tg_last_batch_name(r->last_batch));
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
     const class_counts cc = count_classes(p);
@@ -264,6 +310,9 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, train, "replicas", jint(t->replicas));
         jset(&c, train, "zero_stage", jint(t->zero_stage));
         jset(&c, train, "attention", jstr(tg_attention_mode_name(t->attention))); /* as the job asked */
+        json_t *lengths = json_array();
+        jset(&c, train, "bucket_seq", lengths);
+        for (int k = 0; lengths && k < t->n_buckets && k < TG_MAX_BUCKETS; k++) jpush(&c, lengths, jint(t->bucket_seq[k]));
     }
     const tg_plan_run *r = &p->run;
     json_t *run = json_object();
@@ -277,6 +326,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, run, "checkpoint_every", jint(r->checkpoint_every));
         jset(&c, run, "keep_checkpoints", jint(r->keep_checkpoints));
         jset(&c, run, "checkpoint_dir", jstr(r->checkpoint_dir));
+        jset(&c, run, "last_batch", jstr(tg_last_batch_name(r->last_batch)));
         /* A JSON integer where it fits jansson's signed 64 bits, else its decimal text. */
         char seed[24];
         snprintf(seed, sizeof seed, "%" PRIu64, r->seed);
@@ -394,6 +444,22 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, dev, "parts", parts);
         for (int k = 0; parts && k < TG_MEM_PART_COUNT; k++) jset(&c, parts, tg_mem_part_key(k), jbytes(est.part[k]));
     }
+    /* Every bucket (the plan itself the last, or the only one): its length, the activation
+     * bytes it needs itself, its ops and work; the pools serve the largest need. */
+    json_t *buckets = json_array();
+    jset(&c, root, "buckets", buckets);
+    for (int k = 0; buckets && k < bucket_count(p); k++) {
+        const tg_plan *b = tg_plan_bucket(p, k);
+        json_t *jb = json_object();
+        jpush(&c, buckets, jb);
+        if (!jb) continue;
+        jset(&c, jb, "seq", jint(b->train.seq));
+        jset(&c, jb, "activation_bytes", jbytes(pool_need(b, TG_POOL_ACTIVATIONS)));
+        jset(&c, jb, "activation_live_peak", jbytes(b->activation_live_peak));
+        jset(&c, jb, "n_ops", jint(b->n_ops));
+        jset(&c, jb, "flops_per_step", jreal(b->flops_per_step));
+    }
+    jset(&c, root, "pools_sized_by_bucket", jint(sizing_bucket(p)));
     jset(&c, root, "activation_live_peak", jbytes(p->activation_live_peak));
     jset(&c, root, "flops_per_step", jreal(p->flops_per_step));
     jset(&c, root, "bytes_per_step", jreal(p->bytes_per_step));

@@ -7,7 +7,12 @@
  * (plan/ops.def's, in first-use order) and each op stores its index into that list. The
  * decoder maps each name to this build's kind, so the enum's numbering never reaches the
  * file: an op added anywhere in ops.def leaves existing plans readable, and a plan that
- * uses an op this build lacks is refused by that op's name. */
+ * uses an op this build lacks is refused by that op's name.
+ *
+ * A plan with length buckets (train.n_buckets > 1) is followed by its n_buckets - 1 bucket
+ * plans, each as its own tensor and op tables, phase table, pools and totals: the rest of a
+ * bucket plan is the plan's but for seq, so it is not written twice. The decoder checks
+ * each bucket plan as a plan and against the plan (tg_plan_validate_buckets). */
 #include "plan/plan_codec.h"
 
 #include "plan/op_meta.h"
@@ -127,6 +132,8 @@ static void put_train(wbuf *b, const tg_plan_train *t) {
     put_i32(b, t->replicas);
     put_i32(b, t->zero_stage);
     put_i32(b, t->attention);
+    put_i32(b, t->n_buckets);
+    for (int k = 0; k < TG_MAX_BUCKETS; k++) put_i32(b, t->bucket_seq[k]);
 }
 
 static void put_run(wbuf *b, const tg_plan_run *r) {
@@ -187,42 +194,67 @@ static void put_io(wbuf *b, const tg_plan_io *io) {
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
 }
 
-int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err) {
-    *out = NULL;
-    *out_len = 0;
-    if (plan->n_tensors < 0 || plan->n_ops < 0 || (plan->n_tensors && !plan->tensors) ||
-        (plan->n_ops && !plan->ops))
-        return tg_fail(err, "plan encode: bad table (n_tensors %d, n_ops %d)",
-                       plan->n_tensors, plan->n_ops);
-    for (int o = 0; o < plan->n_ops; o++)
-        if (!tg_op_info_of(plan->ops[o].kind))
-            return tg_fail(err, "plan encode: op %d has kind %d of %d", o, plan->ops[o].kind, TG_OP_COUNT);
-    wbuf b = {0};
-    put_model(&b, &plan->model);
-    put_str(&b, plan->job_path, sizeof plan->job_path);
-    put_train(&b, &plan->train);
-    put_run(&b, &plan->run);
-    put_i32(&b, plan->n_tensors);
-    for (int t = 0; t < plan->n_tensors; t++) put_tensor(&b, &plan->tensors[t]);
+/* What a plan and each of its bucket plans hold of their own: the tensor and op tables,
+ * the phase table, the pools and the totals. */
+static void put_body(wbuf *b, const tg_plan *plan) {
+    put_i32(b, plan->n_tensors);
+    for (int t = 0; t < plan->n_tensors; t++) put_tensor(b, &plan->tensors[t]);
     /* The kinds' names in first-use order (index[kind]: its place, -1 while unused). */
     int32_t index[TG_OP_COUNT], n_names = 0;
     for (int k = 0; k < TG_OP_COUNT; k++) index[k] = -1;
     for (int o = 0; o < plan->n_ops; o++)
         if (index[plan->ops[o].kind] < 0) index[plan->ops[o].kind] = n_names++;
-    put_i32(&b, n_names);
+    put_i32(b, n_names);
     for (int32_t j = 0; j < n_names; j++)
         for (int k = 0; k < TG_OP_COUNT; k++)
-            if (index[k] == j) put_str(&b, tg_op_name(k), KIND_NAME_MAX);
-    put_i32(&b, plan->n_ops);
-    for (int o = 0; o < plan->n_ops; o++) put_op(&b, &plan->ops[o], index[plan->ops[o].kind]);
-    for (int p = 0; p <= TG_PHASE_COUNT; p++) put_i32(&b, plan->phase_begin[p]);
-    for (int p = 0; p < TG_POOL_COUNT; p++) put_u64(&b, plan->pool_bytes[p]);
-    put_u64(&b, plan->peak_bytes);
-    put_u64(&b, plan->activation_live_peak);
-    put_f64(&b, plan->flops_per_step);
-    put_f64(&b, plan->bytes_per_step);
+            if (index[k] == j) put_str(b, tg_op_name(k), KIND_NAME_MAX);
+    put_i32(b, plan->n_ops);
+    for (int o = 0; o < plan->n_ops; o++) put_op(b, &plan->ops[o], index[plan->ops[o].kind]);
+    for (int p = 0; p <= TG_PHASE_COUNT; p++) put_i32(b, plan->phase_begin[p]);
+    for (int p = 0; p < TG_POOL_COUNT; p++) put_u64(b, plan->pool_bytes[p]);
+    put_u64(b, plan->peak_bytes);
+    put_u64(b, plan->activation_live_peak);
+    put_f64(b, plan->flops_per_step);
+    put_f64(b, plan->bytes_per_step);
+}
+
+/* The tables put_body writes must be there, and every op kind inside the enum. */
+static int check_encodable(const tg_plan *plan, const char *what, tg_err *err) {
+    if (plan->n_tensors < 0 || plan->n_ops < 0 || (plan->n_tensors && !plan->tensors) ||
+        (plan->n_ops && !plan->ops))
+        return tg_fail(err, "plan encode%s: bad table (n_tensors %d, n_ops %d)", what, plan->n_tensors,
+                       plan->n_ops);
+    for (int o = 0; o < plan->n_ops; o++)
+        if (!tg_op_info_of(plan->ops[o].kind))
+            return tg_fail(err, "plan encode%s: op %d has kind %d of %d", what, o, plan->ops[o].kind, TG_OP_COUNT);
+    return 0;
+}
+
+int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *err) {
+    *out = NULL;
+    *out_len = 0;
+    if (check_encodable(plan, "", err)) return -1;
+    /* The bucket plans follow the plan: n_buckets - 1 of them, all present. */
+    const int n_bucket_plans = plan->train.n_buckets > 1 ? plan->train.n_buckets - 1 : 0;
+    if (n_bucket_plans && (plan->train.n_buckets > TG_MAX_BUCKETS || !plan->buckets))
+        return tg_fail(err, "plan encode: train n_buckets %d without its %d bucket plans", plan->train.n_buckets,
+                       n_bucket_plans);
+    for (int k = 0; k < n_bucket_plans; k++) {
+        char what[48];
+        snprintf(what, sizeof what, ", bucket %d", k);
+        if (check_encodable(&plan->buckets[k], what, err)) return -1;
+    }
+    wbuf b = {0};
+    put_model(&b, &plan->model);
+    put_str(&b, plan->job_path, sizeof plan->job_path);
+    put_train(&b, &plan->train);
+    put_run(&b, &plan->run);
+    put_body(&b, plan);
     put_io(&b, &plan->io);
     put_u64(&b, plan->fingerprint);
+    /* A bucket plan's settings, io and fingerprint are the plan's (its seq is
+     * bucket_seq[k]): only its own tables and totals are written. */
+    for (int k = 0; k < n_bucket_plans; k++) put_body(&b, &plan->buckets[k]);
     if (b.oom) {
         free(b.p);
         return tg_fail(err, "plan encode: out of memory");
@@ -331,6 +363,8 @@ static void get_train(rbuf *r, tg_plan_train *t) {
     t->replicas = get_i32(r);
     t->zero_stage = get_i32(r);
     t->attention = get_i32(r);
+    t->n_buckets = get_i32(r);
+    for (int k = 0; k < TG_MAX_BUCKETS; k++) t->bucket_seq[k] = get_i32(r);
 }
 
 static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
@@ -442,6 +476,57 @@ static void get_io(rbuf *r, tg_plan_io *io) {
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);
 }
 
+/* What put_body wrote, into p (its tables calloc'd there); `name` starts the messages. */
+static int get_body(rbuf *r, tg_plan *p, const char *name, tg_err *err) {
+    const size_t len = r->len;
+    r->section = "tensor table";
+    int32_t nt = get_i32(r);
+    if (!r->failed && (nt < 0 || nt > MAX_COUNT || (size_t)nt > (len - r->pos) / TENSOR_MIN_BYTES))
+        return tg_fail(err, "%s: tensor count %d is impossible for a %zu-byte payload", name, nt, len);
+    if (!r->failed && nt > 0) {
+        p->tensors = calloc((size_t)nt, sizeof *p->tensors);
+        if (!p->tensors) return tg_fail(err, "%s: out of memory for %d tensors", name, nt);
+        p->n_tensors = nt;
+        for (int t = 0; t < nt && !r->failed; t++)
+            if (get_tensor(r, &p->tensors[t], t, name, err)) return -1;
+    }
+
+    kind_name *names;
+    int32_t n_names;
+    if (get_kind_names(r, &names, &n_names, name, err)) {
+        free(names);
+        return -1;
+    }
+    r->section = "op table";
+    int32_t no = get_i32(r);
+    int rc = 0;
+    if (!r->failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r->pos) / OP_MIN_BYTES))
+        rc = tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no, len);
+    else if (!r->failed && no > 0) {
+        p->ops = calloc((size_t)no, sizeof *p->ops);
+        if (!p->ops) rc = tg_fail(err, "%s: out of memory for %d ops", name, no);
+        else p->n_ops = no;
+        for (int o = 0; o < no && !r->failed && !rc; o++) rc = get_op(r, &p->ops[o], o, names, n_names, name, err);
+    }
+    free(names);
+    if (rc) return -1;
+
+    r->section = "plan totals";
+    for (int ph = 0; ph <= TG_PHASE_COUNT; ph++) p->phase_begin[ph] = get_i32(r);
+    for (int q = 0; q < TG_POOL_COUNT; q++) p->pool_bytes[q] = get_u64(r);
+    p->peak_bytes = get_u64(r);
+    p->activation_live_peak = get_u64(r);
+    p->flops_per_step = get_f64(r);
+    p->bytes_per_step = get_f64(r);
+    return 0;
+}
+
+/* The tables, then (TG_PLAN_CHECK_ALL) the ops and layout, of one plan. */
+static int check_plan(const tg_plan *p, const char *name, tg_plan_checks checks, tg_err *err) {
+    if (tg_plan_validate_tables(p, name, err)) return -1;
+    return checks == TG_PLAN_CHECK_TABLES ? 0 : tg_plan_validate_ops(p, name, err);
+}
+
 int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan_checks checks, tg_plan *p,
                            tg_err *err) {
     rbuf r = {buf, len, 0, "", NULL};
@@ -449,58 +534,54 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
     r.section = "job path";
     if (get_str(&r, p->job_path, sizeof p->job_path, "job path", name, err)) return -1;
     get_train(&r, &p->train);
+    /* The bucket count says how many bucket plans follow: bounded before anything is read
+     * or allocated for them. */
+    if (!r.failed && (p->train.n_buckets < 1 || p->train.n_buckets > TG_MAX_BUCKETS))
+        return tg_fail(err, "%s: train n_buckets %d is not in [1, %d] (file corrupt)", name, p->train.n_buckets,
+                       TG_MAX_BUCKETS);
     if (get_run(&r, &p->run, name, err)) return -1;
-
-    r.section = "tensor table";
-    int32_t nt = get_i32(&r);
-    if (!r.failed && (nt < 0 || nt > MAX_COUNT || (size_t)nt > (len - r.pos) / TENSOR_MIN_BYTES))
-        return tg_fail(err, "%s: tensor count %d is impossible for a %zu-byte payload", name,
-                       nt, len);
-    if (!r.failed && nt > 0) {
-        p->tensors = calloc((size_t)nt, sizeof *p->tensors);
-        if (!p->tensors) return tg_fail(err, "%s: out of memory for %d tensors", name, nt);
-        p->n_tensors = nt;
-        for (int t = 0; t < nt && !r.failed; t++)
-            if (get_tensor(&r, &p->tensors[t], t, name, err)) return -1;
-    }
-
-    kind_name *names;
-    int32_t n_names;
-    if (get_kind_names(&r, &names, &n_names, name, err)) {
-        free(names);
-        return -1;
-    }
-    r.section = "op table";
-    int32_t no = get_i32(&r);
-    int rc = 0;
-    if (!r.failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r.pos) / OP_MIN_BYTES))
-        rc = tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no, len);
-    else if (!r.failed && no > 0) {
-        p->ops = calloc((size_t)no, sizeof *p->ops);
-        if (!p->ops) rc = tg_fail(err, "%s: out of memory for %d ops", name, no);
-        else p->n_ops = no;
-        for (int o = 0; o < no && !r.failed && !rc; o++) rc = get_op(&r, &p->ops[o], o, names, n_names, name, err);
-    }
-    free(names);
-    if (rc) return -1;
-
-    r.section = "plan totals";
-    for (int ph = 0; ph <= TG_PHASE_COUNT; ph++) p->phase_begin[ph] = get_i32(&r);
-    for (int q = 0; q < TG_POOL_COUNT; q++) p->pool_bytes[q] = get_u64(&r);
-    p->peak_bytes = get_u64(&r);
-    p->activation_live_peak = get_u64(&r);
-    p->flops_per_step = get_f64(&r);
-    p->bytes_per_step = get_f64(&r);
+    if (get_body(&r, p, name, err)) return -1;
     r.section = "io table";
     get_io(&r, &p->io);
     r.section = "fingerprint";
     p->fingerprint = get_u64(&r);
 
+    /* Each bucket plan: its own tables and totals; the rest is the plan's, but for seq. */
+    const int n_bucket_plans = !r.failed && p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0;
+    int failed_bucket = -1; /* the bucket plan the payload ends in */
+    if (n_bucket_plans) {
+        p->buckets = calloc((size_t)n_bucket_plans, sizeof *p->buckets);
+        if (!p->buckets) return tg_fail(err, "%s: out of memory for %d bucket plans", name, n_bucket_plans);
+    }
+    for (int k = 0; k < n_bucket_plans && !r.failed; k++) {
+        tg_plan *b = &p->buckets[k];
+        b->model = p->model;
+        memcpy(b->job_path, p->job_path, sizeof b->job_path);
+        b->train = p->train;
+        b->train.seq = p->train.bucket_seq[k];
+        b->run = p->run;
+        b->io = p->io;
+        b->fingerprint = p->fingerprint;
+        char bname[TG_PATH_MAX + 64];
+        snprintf(bname, sizeof bname, "%s: bucket %d (seq %d)", name, k, b->train.seq);
+        if (get_body(&r, b, bname, err)) return -1;
+        if (r.failed) failed_bucket = k;
+    }
+
+    if (r.failed && failed_bucket >= 0)
+        return tg_fail(err, "%s: payload ends inside bucket %d's %s (file corrupt)", name, failed_bucket, r.failed);
     if (r.failed)
         return tg_fail(err, "%s: payload ends inside the %s (file corrupt)", name, r.failed);
     if (r.pos != len)
         return tg_fail(err, "%s: %zu unexpected bytes after the plan payload (file corrupt)",
                        name, len - r.pos);
-    if (tg_plan_validate_tables(p, name, err)) return -1;
-    return checks == TG_PLAN_CHECK_TABLES ? 0 : tg_plan_validate_ops(p, name, err);
+    /* The plan, then what its bucket plans must share with it (compared field by field,
+     * no index followed), then each bucket plan as a plan. */
+    if (check_plan(p, name, checks, err) || tg_plan_validate_buckets(p, name, err)) return -1;
+    for (int k = 0; k < n_bucket_plans; k++) {
+        char bname[TG_PATH_MAX + 64];
+        snprintf(bname, sizeof bname, "%s: bucket %d (seq %d)", name, k, p->buckets[k].train.seq);
+        if (check_plan(&p->buckets[k], bname, checks, err)) return -1;
+    }
+    return 0;
 }

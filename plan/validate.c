@@ -3,6 +3,7 @@
  * and the table consistency checks the plan decoder runs on what it read. */
 #include "plan/validate.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,28 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: train zero_stage %d is not 0, or 1 with replicas >= 2", name, t->zero_stage);
     if (t->attention < 0 || t->attention >= TG_ATTENTION_MODE_COUNT)
         return tg_fail(err, "%s: train attention mode %d is not a known mode", name, t->attention);
+    /* The buckets: 1..TG_MAX_BUCKETS lengths, positive and strictly ascending, the unused
+     * entries 0, seq one of them (a bucket plan's; the plan's is the last, which
+     * tg_plan_validate_buckets checks). */
+    if (t->n_buckets < 1 || t->n_buckets > TG_MAX_BUCKETS)
+        return tg_fail(err, "%s: train n_buckets %d is not in [1, %d]", name, t->n_buckets, TG_MAX_BUCKETS);
+    int seq_is_bucket = 0;
+    for (int k = 0; k < TG_MAX_BUCKETS; k++) {
+        const int32_t b = t->bucket_seq[k];
+        if (k >= t->n_buckets ? b != 0 : b < 1 || (k > 0 && b <= t->bucket_seq[k - 1]))
+            return tg_fail(err, "%s: train bucket_seq[%d] is %d; the %d bucket lengths must be positive and strictly "
+                                "ascending (the entries past them 0)",
+                           name, k, b, t->n_buckets);
+        seq_is_bucket |= k < t->n_buckets && b == t->seq;
+    }
+    if (!seq_is_bucket)
+        return tg_fail(err, "%s: train seq %d is none of the %d bucket lengths (bucket_seq)", name, t->seq,
+                       t->n_buckets);
+    if (r->last_batch < 0 || r->last_batch >= TG_LAST_BATCH_COUNT)
+        return tg_fail(err, "%s: run last_batch %d is not pad, drop or wrap", name, r->last_batch);
+    if (r->last_batch == TG_LAST_BATCH_WRAP && t->n_buckets > 1)
+        return tg_fail(err, "%s: run last_batch is wrap, which is not allowed with length buckets (n_buckets %d)", name,
+                       t->n_buckets);
     if (r->steps < 0 || r->epochs < 0 || (r->steps > 0) == (r->epochs > 0))
         return tg_fail(err, "%s: run steps %d and epochs %d: exactly one must be positive", name, r->steps,
                        r->epochs);
@@ -593,5 +616,98 @@ int tg_plan_validate_ops(const tg_plan *p, const char *name, tg_err *err) {
                        (unsigned long long)pools, (unsigned long long)report.activation_live_peak);
     /* Then what the runtime binds by role. */
     if (check_io(p, name, err) || check_optimizer_bindings(p, name, err) || check_copies(p, name, err)) return -1;
+    return 0;
+}
+
+/* ---- length buckets ------------------------------------------------------------- */
+
+/* Whether two tensors agree on what a bucket plan must keep: name, dtype, pool, flags and
+ * the links between tensors (gradient, master, packed group) and the initial values;
+ * outside the activation and input pools also rank, shape, bytes and offset. NULL, or the
+ * field that differs. */
+static const char *tensor_difference(const tg_tensor *x, const tg_tensor *y) {
+    if (strcmp(x->name, y->name)) return "name";
+    if (x->dtype != y->dtype) return "dtype";
+    if (x->pool != y->pool) return "pool";
+    if (x->flags != y->flags) return "flags";
+    if (x->grad != y->grad) return "gradient";
+    if (x->master != y->master) return "master";
+    if (x->group != y->group) return "packed group";
+    if (x->init != y->init || memcmp(&x->init_std, &y->init_std, sizeof x->init_std)) return "initialisation";
+    if (x->pool == TG_POOL_ACTIVATIONS || x->pool == TG_POOL_INPUTS) return NULL;
+    if (x->ndim != y->ndim || memcmp(x->shape, y->shape, sizeof x->shape) || x->bytes != y->bytes) return "shape";
+    if (x->offset != y->offset) return "offset";
+    return NULL;
+}
+
+/* Field by field: tg_plan_run has padding before its seed. */
+static int run_equal(const tg_plan_run *a, const tg_plan_run *b) {
+    return !strcmp(a->train_data, b->train_data) && !strcmp(a->eval_data, b->eval_data) && a->steps == b->steps &&
+           a->epochs == b->epochs && a->log_every == b->log_every && a->seed == b->seed &&
+           a->checkpoint_every == b->checkpoint_every && a->keep_checkpoints == b->keep_checkpoints &&
+           !strcmp(a->checkpoint_dir, b->checkpoint_dir) && a->last_batch == b->last_batch;
+}
+
+/* The strings up to their NULs, the numbers (int32 and float, no padding) bit for bit. */
+static int model_equal(const tg_model_config *a, const tg_model_config *b) {
+    const size_t numbers = offsetof(tg_model_config, arch);
+    return !strcmp(a->source, b->source) && !strcmp(a->weights, b->weights) &&
+           !memcmp((const char *)a + numbers, (const char *)b + numbers, sizeof *a - numbers);
+}
+
+int tg_plan_validate_buckets(const tg_plan *p, const char *name, tg_err *err) {
+    const tg_plan_train *t = &p->train;
+    const int n = t->n_buckets;
+    if (n < 1 || n > TG_MAX_BUCKETS)
+        return tg_fail(err, "%s: train n_buckets %d is not in [1, %d]", name, n, TG_MAX_BUCKETS);
+    if (t->bucket_seq[n - 1] != t->seq)
+        return tg_fail(err, "%s: train seq %d is not the last bucket length (bucket_seq[%d] = %d)", name, t->seq,
+                       n - 1, t->bucket_seq[n - 1]);
+    if ((n > 1) != (p->buckets != NULL))
+        return tg_fail(err, "%s: train n_buckets %d, but the plan %s bucket plans", name, n,
+                       p->buckets ? "has" : "lacks its");
+    for (int k = 0; k + 1 < n; k++) {
+        const tg_plan *b = &p->buckets[k];
+        char where[TG_PATH_MAX + 64];
+        snprintf(where, sizeof where, "%s: bucket %d (seq %d)", name, k, t->bucket_seq[k]);
+        tg_plan_train want = *t;
+        want.seq = t->bucket_seq[k];
+        const char *what = memcmp(&b->train, &want, sizeof want)                  ? "train settings"
+                           : !run_equal(&b->run, &p->run)                         ? "run settings"
+                           : !model_equal(&b->model, &p->model)                   ? "model config"
+                           : memcmp(&b->io, &p->io, sizeof b->io)                 ? "io table"
+                           : strcmp(b->job_path, p->job_path)                      ? "job path"
+                           : b->fingerprint != p->fingerprint                     ? "fingerprint"
+                           : b->buckets                                           ? "bucket plans"
+                                                                                  : NULL;
+        if (what)
+            return tg_fail(err, "%s: its %s differ from the plan's (a bucket plan has the plan's, but for train seq)",
+                           where, what);
+        if (b->n_tensors != p->n_tensors || b->n_ops != p->n_ops)
+            return tg_fail(err, "%s: %d tensors and %d ops, the plan %d and %d (a bucket plan has the plan's, index "
+                                "for index)",
+                           where, b->n_tensors, b->n_ops, p->n_tensors, p->n_ops);
+        for (int i = 0; i < p->n_tensors; i++) {
+            const tg_tensor *x = &b->tensors[i], *y = &p->tensors[i];
+            const char *diff = tensor_difference(x, y);
+            if (diff)
+                return tg_fail(err, "%s: tensor %d (%s, %s pool) differs from the plan's tensor %d (%s) in its %s "
+                                    "(only activations and inputs follow seq)",
+                               where, i, x->name, tg_pool_name(x->pool), i, y->name, diff);
+        }
+        for (int o = 0; o < p->n_ops; o++) {
+            const tg_op *x = &b->ops[o], *y = &p->ops[o];
+            if (x->kind != y->kind || x->phase != y->phase || memcmp(x->in, y->in, sizeof x->in) ||
+                memcmp(x->out, y->out, sizeof x->out))
+                return tg_fail(err, "%s: op %d (%s) differs from the plan's op %d (%s) in its kind, phase or tensors",
+                               where, o, tg_op_name(x->kind), o, tg_op_name(y->kind));
+        }
+        for (int q = 0; q < TG_POOL_COUNT; q++)
+            if (b->pool_bytes[q] != p->pool_bytes[q])
+                return tg_fail(err, "%s: pool %s holds %llu bytes, the plan's %llu (one set of pools serves every "
+                                    "bucket)",
+                               where, tg_pool_name(q), (unsigned long long)b->pool_bytes[q],
+                               (unsigned long long)p->pool_bytes[q]);
+    }
     return 0;
 }

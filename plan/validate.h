@@ -48,4 +48,15 @@ int tg_plan_validate_tables(const tg_plan *plan, const char *name, tg_err *err);
  * or "NAME: op O (KIND): ...". */
 int tg_plan_validate_ops(const tg_plan *plan, const char *name, tg_err *err);
 
+/* The plan's length buckets (plan.h, tg_plan.buckets), on a plan and bucket plans that
+ * each passed the checks above: the last bucket length is train seq; n_buckets - 1 bucket
+ * plans exactly when n_buckets > 1; each with the plan's train (seq bucket_seq[k]), run,
+ * model, io, job path and fingerprint, no buckets of its own, the plan's tensors and ops
+ * index for index (names, dtypes, pools, flags, links and initial values; op kinds,
+ * phases and slots; outside the activation and input pools every tensor at the same
+ * offset with the same shape) and every pool_bytes the plan's. "NAME: bucket K (seq S):
+ * ..." names what differs. The compiler runs it on what it built, the decoder on what it
+ * read. */
+int tg_plan_validate_buckets(const tg_plan *plan, const char *name, tg_err *err);
+
 #endif

@@ -208,7 +208,7 @@ TG_TEST(test_job_run_overrides_on_plan) {
 
     const char *sets[] = {"steps = 7", "seed=18446744073709551615", "log_every=3", "train_data=rel/t.jsonl",
                           "eval_data=\"/abs/e.jsonl\""};
-    REQUIRE(tg_job_apply_run_overrides(&plan.run, sets, 5, "d.tgp", &err) == 0, "run keys: %s", err.msg);
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, 1, sets, 5, "d.tgp", &err) == 0, "run keys: %s", err.msg);
     CHECK(plan.run.steps == 7 && plan.run.epochs == 0 && plan.run.seed == UINT64_MAX && plan.run.log_every == 3,
           "steps %d epochs %d seed %llu log_every %d", plan.run.steps, plan.run.epochs,
           (unsigned long long)plan.run.seed, plan.run.log_every);
@@ -219,10 +219,10 @@ TG_TEST(test_job_run_overrides_on_plan) {
 
     /* epochs replaces the plan's steps, and the other way round. */
     const char *epochs[] = {"epochs=2"};
-    REQUIRE(tg_job_apply_run_overrides(&plan.run, epochs, 1, "d.tgp", &err) == 0, "epochs: %s", err.msg);
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, 1, epochs, 1, "d.tgp", &err) == 0, "epochs: %s", err.msg);
     CHECK(plan.run.epochs == 2 && plan.run.steps == 0, "epochs %d steps %d", plan.run.epochs, plan.run.steps);
     const char *steps[] = {"steps=5"};
-    REQUIRE(tg_job_apply_run_overrides(&plan.run, steps, 1, "d.tgp", &err) == 0, "steps: %s", err.msg);
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, 1, steps, 1, "d.tgp", &err) == 0, "steps: %s", err.msg);
     CHECK(plan.run.steps == 5 && plan.run.epochs == 0, "steps %d epochs %d", plan.run.steps, plan.run.epochs);
 
     const tg_plan_run before = plan.run;
@@ -232,7 +232,7 @@ TG_TEST(test_job_run_overrides_on_plan) {
     } refused[] = {
         {"batch=4", "--set batch=4: this key is compiled into d.tgp; recompile the job to change it (a plan takes "
                     "steps, epochs, seed, log_every, train_data, eval_data, checkpoint_every, keep_checkpoints, "
-                    "checkpoint_dir)"},
+                    "checkpoint_dir, last_batch)"},
         {"lr=0.1", "--set lr=0.1: this key is compiled into d.tgp"},
         {"steps=0", "--set steps=0: key 'steps': 0 is out of range (must be 1..2147483647)"},
         {"seed=-1", "--set seed=-1: key 'seed': '-1' is not a non-negative integer"},
@@ -243,14 +243,14 @@ TG_TEST(test_job_run_overrides_on_plan) {
     for (size_t c = 0; c < sizeof refused / sizeof refused[0]; c++) {
         const char *one[] = {"seed=5", refused[c].set}; /* the good key before it is not kept either */
         memset(&err, 0, sizeof err);
-        CHECK(tg_job_apply_run_overrides(&plan.run, one, 2, "d.tgp", &err) == -1, "--set %s accepted",
+        CHECK(tg_job_apply_run_overrides(&plan.run, 1, one, 2, "d.tgp", &err) == -1, "--set %s accepted",
               refused[c].set);
         CHECK(strstr(err.msg, refused[c].want) == err.msg, "--set %s: '%s' lacks '%s'", refused[c].set, err.msg,
               refused[c].want);
         CHECK(memcmp(&before, &plan.run, sizeof before) == 0, "--set %s changed the run settings", refused[c].set);
     }
     const char *both[] = {"steps=5", "epochs=1"};
-    CHECK(tg_job_apply_run_overrides(&plan.run, both, 2, "d.tgp", &err) == -1 &&
+    CHECK(tg_job_apply_run_overrides(&plan.run, 1, both, 2, "d.tgp", &err) == -1 &&
               strstr(err.msg, "d.tgp: keys 'steps' (--set) and 'epochs' (--set) are both set; give exactly one"),
           "both: %s", err.msg);
     tg_plan_free(&plan);

@@ -90,6 +90,8 @@ static void build_plan(tg_plan *p) {
     t->replicas = 3;
     t->zero_stage = 1;
     t->attention = TG_ATTENTION_UNFUSED;
+    t->n_buckets = 1;
+    t->bucket_seq[0] = 4;
     tg_plan_run *r = &p->run;
     snprintf(r->train_data, sizeof r->train_data, "%s", "/data/train.jsonl");
     snprintf(r->eval_data, sizeof r->eval_data, "%s", "/data/eval.jsonl");
@@ -100,6 +102,7 @@ static void build_plan(tg_plan *p) {
     r->checkpoint_every = 7;
     r->keep_checkpoints = 2;
     snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", "/runs/ckpt");
+    r->last_batch = TG_LAST_BATCH_DROP;
 
     p->tensors = calloc(N_T, sizeof *p->tensors);
     p->ops = calloc(16, sizeof *p->ops);
@@ -287,6 +290,9 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(train.replicas);
     D_INT(train.zero_stage);
     D_INT(train.attention);
+    D_INT(train.n_buckets);
+    for (int k = 0; k < TG_MAX_BUCKETS; k++) D_INT(train.bucket_seq[k]);
+    D_INT(run.last_batch);
     D_STR(run.train_data);
     D_STR(run.eval_data);
     D_INT(run.steps);
@@ -504,7 +510,7 @@ TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
     p.model.vocab_size = 1;
-    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1};
+    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1}};
     p.run.steps = 1, p.run.log_every = 1;
     p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
@@ -1206,7 +1212,8 @@ TG_TEST(test_inspect_text) {
         "matmul", "logits[2,2] <- h, bert.embeddings.word_embeddings.weight, classifier.bias",
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
         "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
-        "1.500 GFLOP", "param,no_decay", "parameters: trainable 2 ("};
+        "1.500 GFLOP", "param,no_decay", "parameters: trainable 2 (",
+        "run: steps 100  epochs 0  seed 18364758544493064720  last_batch: drop\n"};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
         CHECK(has(text, want[k]), "text lacks '%s'", want[k]);
     /* Phases appear in order. */
@@ -1298,6 +1305,14 @@ TG_TEST(test_inspect_json) {
               !strcmp(jsv(json_object_get(run, "seed")), "18364758544493064720"),
           "run object");
     CHECK(!strcmp(jsv(json_object_get(root, "job_path")), "/jobs/sst2.job"), "job_path");
+    /* No buckets: the plan is the one bucket, of its seq. */
+    CHECK(!strcmp(jsv(json_object_get(run, "last_batch")), "drop"), "run last_batch");
+    json_t *buckets = json_object_get(root, "buckets"), *seqs = json_object_get(train, "bucket_seq");
+    CHECK(json_array_size(buckets) == 1 && json_integer_value(json_object_get(json_array_get(buckets, 0), "seq")) == 4 &&
+              json_integer_value(json_object_get(json_array_get(buckets, 0), "n_ops")) == 10 &&
+              json_integer_value(json_object_get(root, "pools_sized_by_bucket")) == 0,
+          "buckets");
+    CHECK(json_array_size(seqs) == 1 && json_integer_value(json_array_get(seqs, 0)) == 4, "train bucket_seq");
 
     json_t *tensors = json_object_get(root, "tensors");
     REQUIRE(json_array_size(tensors) == N_T, "tensor count");
@@ -1465,7 +1480,7 @@ static void edit_batch(tg_plan *p, char *want, size_t len) {
              p->io.input_ids);
 }
 static void edit_seq(tg_plan *p, char *want, size_t len) {
-    p->train.seq = 16;
+    p->train.seq = p->train.bucket_seq[0] = 16; /* the one bucket follows seq */
     snprintf(want, len, "io input_ids is tensor %d (input_ids) of shape [2, 8]; it must be [2, 16]", p->io.input_ids);
 }
 static void edit_batch_zero(tg_plan *p, char *want, size_t len) {

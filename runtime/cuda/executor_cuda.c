@@ -129,7 +129,7 @@ int tg_cuda_device_count(void) {
 }
 
 static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read,    cuda_host_alloc,
-                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close,
+                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close, NULL,
                                            TG_STEP_RING - 1, TG_CUDA_STEP_GROUP, 1};
 
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {

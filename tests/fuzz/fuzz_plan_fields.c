@@ -11,8 +11,12 @@
  * training step (and an eval pass) on tiny synthetic data, with two threads per replica,
  * without a sanitizer report. A step may fail (a diverged loss) but only with a message.
  *
+ * A plan with length buckets (seq_buckets) has its bucket plans edited too: a record of
+ * the classes that edit a plan's own tables and totals picks the plan or one of them; the
+ * smallest bucket of an accepted plan is run as well.
+ *
  * The seeds are compiled plans (the examples, the benchmark jobs as they are and with tiny
- * models) each with an edit program of no-op records; the custom mutator mutates the edit
+ * models, some with length buckets) each with an edit program of no-op records; the custom mutator mutates the edit
  * program and leaves the plan bytes alone, so nearly every input reaches the decoder's
  * checks past the checksum. Plans whose pools exceed RUN_MAX_BYTES are checked and
  * inspected but not run (the benchmark models), as are plans of more than RUN_MAX_REPLICAS
@@ -20,6 +24,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/inspect.h"
@@ -183,8 +188,14 @@ static void recompute_lifetimes(tg_plan *p) {
         }
 }
 
-static void apply_record(tg_plan *p, const uint8_t *r) {
+/* A record edits the plan or, for the classes of a plan's own tables and totals (ops,
+ * tensors, pools, the fix-ups), one of its bucket plans: r[0] / 12 picks which (0: the
+ * plan, k: bucket plan k - 1, of the n_bucket_plans it was decoded with). */
+static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
     const int cls = r[0] % 12, mode = r[4] % 10;
+    const int which = r[0] / 12 % (n_bucket_plans + 1);
+    const int own_tables = cls <= 5 || cls == 9 || cls == 11;
+    tg_plan *p = own_tables && which > 0 ? &top->buckets[which - 1] : top;
     const uint32_t sel = (uint32_t)r[1] | (uint32_t)r[2] << 8, pick = r[3];
     const uint32_t operand = (uint32_t)r[5] | (uint32_t)r[6] << 8 | (uint32_t)r[7] << 16;
     field f = {0};
@@ -262,8 +273,8 @@ static void apply_record(tg_plan *p, const uint8_t *r) {
         break;
     }
     case 8: { /* a run setting */
-        void *const at[] = {&p->run.steps, &p->run.epochs, &p->run.log_every, &p->run.seed};
-        const int k = (int)(pick % 4);
+        void *const at[] = {&p->run.steps, &p->run.epochs, &p->run.log_every, &p->run.seed, &p->run.last_batch};
+        const int k = (int)(pick % 5);
         f = (field){at[k], k == 3 ? F_U64 : F_I32, k < 2 ? at[1 - k] : NULL};
         break;
     }
@@ -393,6 +404,13 @@ static void run_plan(tg_plan *p) {
 
 /* ---- the target ----------------------------------------------------------------------- */
 
+/* An edited plan: its bucket plans are all TG_MAX_BUCKETS - 1 of the array, whatever its
+ * (maybe edited) count says. */
+static void free_edited(tg_plan *p) {
+    if (p->buckets) p->train.n_buckets = TG_MAX_BUCKETS;
+    tg_plan_free(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t file = plan_bytes(data, size);
     if (!file) return 0;
@@ -400,16 +418,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tg_err err;
     /* The seed must load: a plan damaged by byte mutations is fuzz_plan's input, not this one's. */
     if (tg_plan_decode(data, file, "seed", &plan, &err) != 0) return 0;
-    for (size_t at = file; at + RECORD_BYTES <= size; at += RECORD_BYTES) apply_record(&plan, data + at);
+    /* The bucket plans in an array of the most a plan may have (the extra ones empty), so
+     * that an edited bucket count reads no further than the array: the encoder writes as
+     * many as the count says, and the decoder must refuse what does not match. */
+    const int n_bucket_plans = plan.buckets ? plan.train.n_buckets - 1 : 0;
+    if (plan.buckets) {
+        tg_plan *all = calloc(TG_MAX_BUCKETS - 1, sizeof *all);
+        FUZZ_ASSERT(all, "out of memory");
+        memcpy(all, plan.buckets, sizeof *all * (size_t)n_bucket_plans);
+        free(plan.buckets);
+        plan.buckets = all;
+    }
+    for (size_t at = file; at + RECORD_BYTES <= size; at += RECORD_BYTES)
+        apply_record(&plan, n_bucket_plans, data + at);
 
     uint8_t *sealed = NULL, *again = NULL;
     size_t n_sealed = 0, n_again = 0;
     if (tg_plan_encode(&plan, &sealed, &n_sealed, &err) != 0) { /* an op kind outside the enum, say */
         FUZZ_ASSERT(err.msg[0], "encode failed without a message");
-        tg_plan_free(&plan);
+        free_edited(&plan);
         return 0;
     }
-    tg_plan_free(&plan);
+    free_edited(&plan);
     if (tg_plan_decode(sealed, n_sealed, "edited.tgp", &plan, &err) != 0) {
         FUZZ_ASSERT(err.msg[0], "refused without a message");
         free(sealed);
@@ -422,6 +452,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(sealed);
     free(again);
     run_plan(&plan);
+    /* The smallest bucket, run as the plan of its length that it is. */
+    if (plan.buckets) run_plan(&plan.buckets[0]);
     tg_plan_free(&plan);
     return 0;
 }
