@@ -236,7 +236,7 @@ typedef struct tg_plan {
      * parameters, costs and the schedule's liveness differ; every pool_bytes is this
      * plan's (the largest bucket's need), so one set of pools serves them all. Its own
      * train, run, model and io are this plan's but for train.seq; its buckets is NULL. */
-    tg_plan *buckets;
+    struct tg_plan *buckets;
 } tg_plan;
 
 void tg_plan_free(tg_plan *plan);

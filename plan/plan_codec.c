@@ -30,9 +30,9 @@ _Static_assert(TG_OP_COUNT <= MAX_KIND_NAMES, "the op kind name table must hold 
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
-_Static_assert(sizeof(tg_plan_train) == 40, "tg_plan_train changed: update put_train/get_train");
-_Static_assert(sizeof(tg_plan_run) == 1568, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3424, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan_train) == 76, "tg_plan_train changed: update put_train/get_train");
+_Static_assert(sizeof(tg_plan_run) == 1576, "tg_plan_run changed: update put_run/get_run");
+_Static_assert(sizeof(tg_plan) == 3480, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -139,6 +139,7 @@ static void put_run(wbuf *b, const tg_plan_run *r) {
     put_i32(b, r->checkpoint_every);
     put_i32(b, r->keep_checkpoints);
     put_str(b, r->checkpoint_dir, sizeof r->checkpoint_dir);
+    put_i32(b, r->last_batch);
 }
 
 static void put_tensor(wbuf *b, const tg_tensor *t) {
@@ -343,7 +344,9 @@ static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
     run->seed = get_u64(r);
     run->checkpoint_every = get_i32(r);
     run->keep_checkpoints = get_i32(r);
-    return get_str(r, run->checkpoint_dir, sizeof run->checkpoint_dir, "run checkpoint_dir", name, err);
+    if (get_str(r, run->checkpoint_dir, sizeof run->checkpoint_dir, "run checkpoint_dir", name, err)) return -1;
+    run->last_batch = get_i32(r);
+    return 0;
 }
 
 static int get_tensor(rbuf *r, tg_tensor *t, int index, const char *name, tg_err *err) {
