@@ -8,10 +8,13 @@
 #include "runtime/cpu/cpu_exec.h"
 
 /* The CPU runs a step at once; step_wait hands over the result it left. The executor comes
- * first, so impl is also a tg_cpu_exec *. */
+ * first, so impl is also a tg_cpu_exec *. x.plan is the selected bucket's plan; root the
+ * plan the executor was opened for. The CPU reference keeps no scratch of its own beside
+ * the pools (which every bucket shares), so a bucket is only the plan it runs. */
 typedef struct cpu_impl {
     tg_cpu_exec x;
     tg_step_result last;
+    const tg_plan *root;
 } cpu_impl;
 
 
@@ -78,13 +81,68 @@ static int cpu_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
     return 0;
 }
 
+static int cpu_select_bucket(void *impl, int bucket, tg_err *err) {
+    cpu_impl *c = impl;
+    if (tg_executor_check_bucket(c->root, bucket, err)) return -1;
+    c->x.plan = tg_plan_bucket(c->root, bucket);
+    return 0;
+}
+
 static void cpu_close(void *impl) {
     tg_cpu_exec_free(impl);
     free(impl);
 }
 
-static const tg_executor_vtbl cpu_vtbl = {"cpu",          cpu_run,        cpu_write,     cpu_read,    cpu_host_alloc,
-                                          cpu_host_free, cpu_step_start, cpu_step_wait, cpu_profile, cpu_close, NULL, 1, 1, 0};
+static const tg_executor_vtbl cpu_vtbl = {
+    .name = "cpu",
+    .run = cpu_run,
+    .write = cpu_write,
+    .read = cpu_read,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .step_start = cpu_step_start,
+    .step_wait = cpu_step_wait,
+    .profile = cpu_profile,
+    .close = cpu_close,
+    .select_bucket = cpu_select_bucket,
+    .max_in_flight = 1,
+    .step_group = 1,
+    .lm_label_rows = 0,
+};
+
+int tg_executor_bucket_count(const tg_plan *plan) { return plan->train.n_buckets > 1 ? plan->train.n_buckets : 1; }
+
+int tg_executor_check_bucket(const tg_plan *plan, int bucket, tg_err *err) {
+    const int n = tg_executor_bucket_count(plan);
+    if (bucket < 0 || bucket >= n)
+        return tg_fail(err, "length bucket %d asked for: the plan has %d (0 .. %d)%s", bucket, n, n - 1,
+                       n == 1 ? ", it was compiled without seq_buckets" : "");
+    return 0;
+}
+
+/* What the executors rely on in a plan's buckets (plan.h): one bucket plan for each length
+ * but the last, each with the plan's tensor and op counts and pool sizes. */
+static int check_bucket_plans(const tg_plan *plan, tg_err *err) {
+    const int n = plan->train.n_buckets;
+    if (n <= 1) return 0;
+    if (n > TG_MAX_BUCKETS)
+        return tg_fail(err, "the plan has %d length buckets, more than the %d a plan may hold", n, TG_MAX_BUCKETS);
+    if (!plan->buckets)
+        return tg_fail(err, "the plan names %d length buckets but holds no bucket plans", n);
+    for (int k = 0; k + 1 < n; k++) {
+        const tg_plan *b = &plan->buckets[k];
+        if (b->n_tensors != plan->n_tensors || b->n_ops != plan->n_ops)
+            return tg_fail(err, "length bucket %d (seq %d) has %d tensors and %d ops, the plan %d and %d", k,
+                           b->train.seq, b->n_tensors, b->n_ops, plan->n_tensors, plan->n_ops);
+        for (int p = 0; p < TG_POOL_COUNT; p++)
+            if (b->pool_bytes[p] != plan->pool_bytes[p])
+                return tg_fail(err, "length bucket %d (seq %d): its %s pool is %llu bytes, the plan's %llu (one set "
+                                    "of pools serves every bucket)",
+                               k, b->train.seq, tg_pool_name(p), (unsigned long long)b->pool_bytes[p],
+                               (unsigned long long)plan->pool_bytes[p]);
+    }
+    return 0;
+}
 
 tg_device tg_default_device(void) { return tg_cuda_device_count() > 0 ? TG_DEVICE_CUDA : TG_DEVICE_CPU; }
 
@@ -101,6 +159,7 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
         return tg_fail(err, "the plan trains %d data-parallel replicas: the executor needs a communicator and a rank "
                             "in [0, %d) (rank %d%s)",
                        replicas, replicas, opts->rank, opts->comm ? "" : ", no communicator");
+    if (check_bucket_plans(plan, err)) return -1;
     if (opts->device == TG_DEVICE_CUDA) {
         if (!tg_cuda_built())
             return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`), use --device cpu");
@@ -113,6 +172,7 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
         return -1;
     }
     c->x.seed = opts->seed;
+    c->root = plan; /* the last bucket, where the executor opens */
     if (replicas > 1) {
         c->x.comm = opts->comm;
         c->x.rank = opts->rank;

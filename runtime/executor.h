@@ -64,7 +64,10 @@ typedef struct tg_executor_vtbl {
     int max_in_flight;
     /* Steps one start runs most cheaply together (1: starting several gains nothing). */
     int step_group;
-    /* step_start derives the labels of LM rows marked TG_LABELS_FROM_IDS itself. */
+    /* step_start derives the labels of LM rows marked TG_LABELS_FROM_IDS itself. Never for
+     * a plan with length buckets (the CUDA executor opens those with a table saying 0): a
+     * step fetches the next batch before the host selects its bucket, so it cannot know
+     * where that batch's labels lie; every label is written by the host. */
     int lm_label_rows;
 } tg_executor_vtbl;
 
@@ -87,13 +90,21 @@ typedef struct tg_executor_options {
     void *comm;
 } tg_executor_options;
 
-/* Opens an executor for the plan with every pool zeroed. */
+/* Opens an executor for the plan with every pool zeroed, on its last length bucket (the
+ * plan itself). A plan with buckets must hold them as plan.h says (counts and pool sizes
+ * are checked here). */
 int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err);
 void tg_executor_close(tg_executor *ex);
 
 static inline int tg_executor_run(tg_executor *ex, int first, int last, int training, tg_err *err) {
     return ex->vt->run(ex->impl, first, last, training, err);
 }
+/* The plan's length buckets: train.n_buckets, or 1 for a plan without any. */
+int tg_executor_bucket_count(const tg_plan *plan);
+/* 0 when `bucket` is one of the plan's (0 .. tg_executor_bucket_count - 1), else -1 with a
+ * message; every executor's select_bucket checks with it. */
+int tg_executor_check_bucket(const tg_plan *plan, int bucket, tg_err *err);
+
 static inline int tg_executor_select_bucket(tg_executor *ex, int bucket, tg_err *err) {
     return ex->vt->select_bucket(ex->impl, bucket, err);
 }

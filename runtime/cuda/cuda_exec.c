@@ -74,30 +74,41 @@ void tg_cuda_numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *o
             out_n[s] = op->out[s] >= 0 ? tg_tensor_numel(&p->tensors[op->out[s]]) : 0;
 }
 
-/* Plans the deferred update and creates its stream, flag and events; leaves it off where
- * the plan does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0. */
+/* Plans the deferred update of every bucket and creates its stream, flag and events
+ * (chunk events for the bucket with the most chunks); leaves it off where a bucket's plan
+ * does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0. */
 static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
     const char *env = getenv("TUNEGRAPH_DEFERRED_UPDATE");
     if (env && !strcmp(env, "0")) return 0;
     const tg_plan *p = x->plan;
-    /* The parameter count: the plan's AdamW is its last op where the update can be deferred
-     * (tg_deferred_update_plan refuses every other plan). */
+    /* The parameter count (every bucket's): the plan's AdamW is its last op where the update
+     * can be deferred (tg_deferred_update_plan refuses every other plan). */
     const tg_op *last = p->n_ops ? &p->ops[p->n_ops - 1] : NULL;
     const int64_t n = last && last->kind == TG_OP_ADAMW ? last->p.adamw.n : 0;
     /* Chunks of at least 2M elements (a few microseconds of update each), fewer on small
      * models: at most about 16. */
     int64_t min_chunk = n / 16 > 4096 ? n / 16 : 4096;
     if (min_chunk > (1 << 21)) min_chunk = 1 << 21;
-    int rc = tg_deferred_update_plan(p, min_chunk, &x->defer, err);
-    if (rc <= 0) return rc;
+    int chunks = 0;
+    for (int k = 0; k < x->n_buckets; k++) {
+        tg_cuda_bucket *b = &x->bucket[k];
+        int rc = tg_deferred_update_plan(b->plan, min_chunk, &b->defer, err);
+        if (rc < 0) return x->n_buckets > 1 ? tg_fail_context(err, "length bucket %d (seq %d)", k, b->plan->train.seq) : -1;
+        if (rc == 0) { /* the buckets share one update: all defer it or none */
+            for (int j = 0; j < k; j++) tg_deferred_update_free(&x->bucket[j].defer);
+            return 0;
+        }
+        if (b->defer.n_chunks > chunks) chunks = b->defer.n_chunks;
+    }
     cudaError_t e;
     CUDA_TRY(cudaStreamCreateWithFlags(&x->update_stream, cudaStreamNonBlocking), "cudaStreamCreate (deferred update)");
     CUDA_TRY(cudaMalloc((void **)&x->update_due, sizeof *x->update_due), "cudaMalloc of the update flag");
     CUDA_TRY(cudaMemset(x->update_due, 0, sizeof *x->update_due), "cudaMemset of the update flag");
     CUDA_TRY(cudaEventCreateWithFlags(&x->update_fork, cudaEventDisableTiming), "cudaEventCreate");
-    x->chunk_done = calloc((size_t)x->defer.n_chunks, sizeof *x->chunk_done);
+    x->chunk_done = calloc((size_t)chunks, sizeof *x->chunk_done);
     if (!x->chunk_done) return tg_fail(err, "out of memory");
-    for (int k = 0; k < x->defer.n_chunks; k++)
+    x->n_chunk_events = chunks;
+    for (int k = 0; k < chunks; k++)
         if ((e = cudaEventCreateWithFlags(&x->chunk_done[k], cudaEventDisableTiming)) != cudaSuccess)
             return tg_cuda_fail(err, "cudaEventCreate (update chunk)", e);
     x->defer_on = 1;
@@ -120,18 +131,45 @@ static tg_lm_label_rows lm_label_rows(const tg_plan *p) {
     return r;
 }
 
+/* The plan's buckets, the executor on the last (the plan itself). */
+static int buckets_init(tg_cuda_exec *x, const tg_plan *plan, tg_err *err) {
+    x->n_buckets = tg_executor_bucket_count(plan);
+    if (x->n_buckets > TG_MAX_BUCKETS || (x->n_buckets > 1 && !plan->buckets))
+        return tg_fail(err, "the plan names %d length buckets: at most %d, each with its bucket plan", x->n_buckets,
+                       TG_MAX_BUCKETS);
+    for (int k = 0; k < x->n_buckets; k++) {
+        tg_cuda_bucket *b = &x->bucket[k];
+        b->plan = tg_plan_bucket(plan, k);
+        /* With several buckets the host writes every label (executor.h's lm_label_rows). */
+        if (x->n_buckets > 1) continue;
+        b->label_rows = lm_label_rows(b->plan);
+        /* The trainer leaves an LM batch's labels to the step: a plan whose labels cannot
+         * be derived would train on whatever the rows held. */
+        if (b->plan->train.task == TG_TASK_LM && !b->label_rows.rows)
+            return tg_fail(err, "LM plan: its input_ids, attention_mask and labels are not the [batch, seq] int32, "
+                                "float and int32 inputs the step derives labels from");
+    }
+    x->cur = &x->bucket[x->n_buckets - 1];
+    x->plan = x->cur->plan;
+    return 0;
+}
+
+int tg_cuda_exec_select_bucket(tg_cuda_exec *x, int bucket, tg_err *err) {
+    if (tg_executor_check_bucket(x->bucket[x->n_buckets - 1].plan, bucket, err)) return -1;
+    x->cur = &x->bucket[bucket];
+    x->plan = x->cur->plan;
+    return 0;
+}
+
 int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
                          tg_err *err) {
     memset(x, 0, sizeof *x);
-    x->plan = plan;
     x->device = device;
     x->wait_margin_s = WAIT_MARGIN_S;
-    x->label_rows = lm_label_rows(plan);
-    /* The trainer leaves an LM batch's labels to the step: a plan whose labels cannot be
-     * derived would train on whatever the rows held. */
-    if (plan->train.task == TG_TASK_LM && !x->label_rows.rows)
-        return tg_fail(err, "LM plan: its input_ids, attention_mask and labels are not the [batch, seq] int32, float "
-                            "and int32 inputs the step derives labels from");
+    if (buckets_init(x, plan, err)) {
+        memset(x, 0, sizeof *x);
+        return -1;
+    }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
@@ -159,12 +197,16 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->train.allow_tf32;
     c->gemm_workspace_bytes = TG_MEM_GEMM_WORKSPACE_BYTES; /* what the memory estimate counts */
+    /* The reduction scratch serves every bucket's ops: sized for the largest need. */
     int64_t scratch = TG_MEM_REDUCE_SCRATCH_MIN_FLOATS;
-    for (int o = 0; o < plan->n_ops; o++) {
-        int64_t in_n[TG_OP_MAX_IN];
-        tg_cuda_numels(plan, &plan->ops[o], in_n, NULL);
-        int64_t need = tg_cuda_op_scratch_floats(&plan->ops[o], in_n);
-        if (need > scratch) scratch = need;
+    for (int k = 0; k < x->n_buckets; k++) {
+        const tg_plan *b = x->bucket[k].plan;
+        for (int o = 0; o < b->n_ops; o++) {
+            int64_t in_n[TG_OP_MAX_IN];
+            tg_cuda_numels(b, &b->ops[o], in_n, NULL);
+            int64_t need = tg_cuda_op_scratch_floats(&b->ops[o], in_n);
+            if (need > scratch) scratch = need;
+        }
     }
     c->reduce_scratch_floats = (size_t)scratch;
     cublasLtHandle_t lt = NULL;
@@ -227,14 +269,18 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
                 (double)x->host_wakeups / (double)(x->host_steps - 1), x->host_cpu_s[3] / n);
     }
     tg_cuda_gemm_cache_save(x);
-    for (int s = 0; s < 2; s++)
-        if (x->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)x->graph_exec[s]);
-    if (x->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->step_graph);
-    if (x->group_graph) cudaGraphExecDestroy((cudaGraphExec_t)x->group_graph);
+    for (int k = 0; k < x->n_buckets; k++) {
+        tg_cuda_bucket *b = &x->bucket[k];
+        for (int s = 0; s < 2; s++)
+            if (b->graph_exec[s]) cudaGraphExecDestroy((cudaGraphExec_t)b->graph_exec[s]);
+        if (b->step_graph) cudaGraphExecDestroy((cudaGraphExec_t)b->step_graph);
+        if (b->group_graph) cudaGraphExecDestroy((cudaGraphExec_t)b->group_graph);
+        tg_deferred_update_free(&b->defer);
+    }
     if (x->fork) cudaEventDestroy(x->fork);
     if (x->join) cudaEventDestroy(x->join);
     if (x->side_stream) cudaStreamDestroy(x->side_stream);
-    for (int k = 0; x->chunk_done && k < x->defer.n_chunks; k++)
+    for (int k = 0; x->chunk_done && k < x->n_chunk_events; k++)
         if (x->chunk_done[k]) cudaEventDestroy(x->chunk_done[k]);
     free(x->chunk_done);
     if (x->update_fork) cudaEventDestroy(x->update_fork);
@@ -243,7 +289,6 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     if (x->comm_done) cudaEventDestroy(x->comm_done);
     if (x->comm_stream) cudaStreamDestroy(x->comm_stream);
     cudaFree(x->update_due);
-    tg_deferred_update_free(&x->defer);
     cudaFreeHost(x->ctrl);
     cudaFreeHost(x->report);
     cudaFree(x->staging);

@@ -16,17 +16,32 @@
  * costs the host about two and a half single launches (docs/perf-notes.md). */
 #define TG_CUDA_STEP_GROUP 4
 
-typedef struct tg_cuda_exec {
+/* What one length bucket of the plan (tg_plan_bucket) has of its own: its plan, the graphs
+ * captured from it (each bakes in the bucket's shapes and activation offsets), its deferred
+ * update's chunks, where its batches' label rows lie, and whether its GEMM shapes have been
+ * tuned. Everything else of the executor serves every bucket. */
+typedef struct tg_cuda_bucket {
     const tg_plan *plan;
-    int device;
-    uint8_t *pool[TG_POOL_COUNT];  /* device memory */
-    tg_cuda_ctx ctx;
-    tg_param_segment *segments_dev;
     void *graph_exec[2];           /* cudaGraphExec_t: [0] train step, [1] eval forward */
     void *step_graph;              /* cudaGraphExec_t of the pipelined train step */
     void *group_graph;             /* cudaGraphExec_t of group_steps of them in a row (0: none yet) */
     int group_steps;
-    tg_lm_label_rows label_rows;   /* LM plans: where a batch's label rows are derived from */
+    /* LM plans: where a batch's label rows are derived from; none (rows 0) in a plan with
+     * several buckets, whose next batch is fetched before its bucket is known. */
+    tg_lm_label_rows label_rows;
+    tg_deferred_update defer;      /* planned when the executor's defer_on */
+    int gemm_tuned;                /* the GEMM tuning pass has run for its shapes */
+} tg_cuda_bucket;
+
+typedef struct tg_cuda_exec {
+    const tg_plan *plan;           /* the selected bucket's plan (cur->plan) */
+    tg_cuda_bucket bucket[TG_MAX_BUCKETS];
+    int n_buckets;                 /* 1 for a plan without buckets */
+    tg_cuda_bucket *cur;           /* the selected bucket: what runs next */
+    int device;
+    uint8_t *pool[TG_POOL_COUNT];  /* device memory, one set for every bucket */
+    tg_cuda_ctx ctx;
+    tg_param_segment *segments_dev;
     /* Step pipeline (kernels/cuda_ops.h): two device staging slots for batches; the
      * host's control block and the step report in mapped pinned memory. Handing over a
      * batch that the previous step already fetched, launching the graph and waiting by
@@ -52,15 +67,15 @@ typedef struct tg_cuda_exec {
     double wait_margin_s;          /* how long before the expected end a wait wakes */
     int clock_offset_set;
     int device_graph;              /* the last captured graph was instantiated for device launch */
-    int step_device_graph;         /* the step graph was (and the group graph) */
-    int gemm_tuned;                /* the GEMM tuning pass has run (before the first step) */
-    /* The deferred update (runtime/deferred_update.h), on for training steps unless the
-     * plan does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0: a step ends after its
-     * gradient norm, and its AdamW runs in chunks on update_stream beside the next step's
-     * forward, gated by *update_due (set by a step's end, cleared once the update has been
-     * applied outside a step). update_pending: a step ended with its update not yet run;
-     * every other use of the executor applies it first (tg_cuda_finish_update). */
-    tg_deferred_update defer;
+    int step_device_graph;         /* the last captured step graph was (and its group graph) */
+    /* The deferred update (runtime/deferred_update.h), on for training steps unless a
+     * bucket's plan does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0: a step ends after its
+     * gradient norm, and its AdamW runs in chunks (cur->defer's) on update_stream beside the
+     * next step's forward, gated by *update_due (set by a step's end, cleared once the update
+     * has been applied outside a step). update_pending: a step ended with its update not yet
+     * run; every other use of the executor applies it first (tg_cuda_finish_update). The
+     * update covers every parameter whatever the chunks, and the buckets share the
+     * parameters, gradients and AdamW state, so any bucket's step applies another's. */
     int defer_on;
     /* Data parallelism: a training step sums each gradient bucket (its ALL_REDUCE) on
      * comm_stream as soon as the backward has written it, beside the rest of the
@@ -72,7 +87,8 @@ typedef struct tg_cuda_exec {
     int *update_due;               /* device */
     cudaStream_t update_stream;
     cudaEvent_t update_fork;
-    cudaEvent_t *chunk_done;       /* one per chunk */
+    cudaEvent_t *chunk_done;       /* one per chunk, as many as the bucket with the most has */
+    int n_chunk_events;
     /* Host CPU seconds (this thread) inside the step calls, by part, when
      * TUNEGRAPH_HOST_TRACE is set: batch hand-over, graph launch, wait, read-back;
      * printed to stderr when the executor is freed. */
@@ -83,13 +99,18 @@ typedef struct tg_cuda_exec {
     int64_t host_steps;
 } tg_cuda_exec;
 
-/* Allocates pools (zeroed), the cuBLASLt handle and workspace, the AdamW segment table,
- * on GPU `device` (made the calling thread's current device), as one data-parallel
- * replica joined to the others by the NCCL communicator `nccl_comm` (or NULL: one
- * replica). Every later call on this executor must come from the same thread. */
+/* Allocates pools (zeroed), the cuBLASLt handle and workspace (the scratch sized for every
+ * bucket's ops), the AdamW segment table, on GPU `device` (made the calling thread's
+ * current device), as one data-parallel replica joined to the others by the NCCL
+ * communicator `nccl_comm` (or NULL: one replica). Opens on the plan's last bucket (the
+ * plan itself). Every later call on this executor must come from the same thread. */
 int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
                          tg_err *err);
 void tg_cuda_exec_free(tg_cuda_exec *x);
+
+/* Makes bucket k the one that runs next (executor.h's select_bucket): steps of another
+ * bucket in flight finish as they were started, on the same stream. */
+int tg_cuda_exec_select_bucket(tg_cuda_exec *x, int bucket, tg_err *err);
 
 void *tg_cuda_tensor(const tg_cuda_exec *x, int tensor);
 
@@ -107,7 +128,9 @@ int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phas
  * batch after its own into the other staging slot on a branch beside its forward, so a
  * later start whose first batch is this one's batches[steps] uploads nothing; any other
  * first batch is uploaded first. Every image must stay unchanged until its step has been
- * waited for. LM label rows marked TG_LABELS_FROM_IDS are derived on the device. With
+ * waited for, and is laid out for the bucket selected when its step starts (a fetch copies
+ * the whole inputs pool, the same size in every bucket). LM label rows marked
+ * TG_LABELS_FROM_IDS are derived on the device (plans without buckets). With
  * use_graph the whole of each step (batch in place, forward, backward, optimizer,
  * statistics) is replayed from a captured graph: a start of as many steps as the first
  * start of several asked for is one launch of a graph holding them all (captured then),

@@ -54,7 +54,7 @@ int tg_cuda_run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int6
                        tg_err *err) {
     tg_cuda_op_args a;
     tg_cuda_ctx ctx;
-    tg_cuda_op_args_on(x, x->defer.adamw_op, stream, &ctx, &a);
+    tg_cuda_op_args_on(x, x->cur->defer.adamw_op, stream, &ctx, &a);
     if (tg_cuda_adamw_range(&a, first, end, gate, err))
         return tg_fail_context(err, "deferred AdamW over parameters [%lld, %lld)", (long long)first, (long long)end);
     const cudaError_t e = cudaGetLastError();
@@ -66,7 +66,10 @@ int tg_cuda_run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int6
 
 int tg_cuda_finish_update(tg_cuda_exec *x, tg_err *err) {
     if (!x->update_pending) return 0;
-    if (tg_cuda_run_update(x, x->ctx.stream, 0, x->defer.begin[x->defer.n_chunks], x->update_due, err)) return -1;
+    /* The pending update may be another bucket's step's: the selected bucket's AdamW is the
+     * same op on the same tensors. */
+    const tg_deferred_update *u = &x->cur->defer;
+    if (tg_cuda_run_update(x, x->ctx.stream, 0, u->begin[u->n_chunks], x->update_due, err)) return -1;
     CUDA_TRY(cudaMemsetAsync(x->update_due, 0, sizeof *x->update_due, x->ctx.stream), "clearing the update flag");
     x->update_pending = 0;
     return 0;
@@ -125,10 +128,11 @@ static int enqueue_phases(tg_cuda_exec *x, void *arg, tg_err *err) {
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err) {
     if (slot < 0 || slot > 1) return tg_fail(err, "graph slot %d", slot);
     if (tg_cuda_finish_update(x, err)) return -1;
-    if (!x->graph_exec[slot]) {
+    void **exec = &x->cur->graph_exec[slot];
+    if (!*exec) {
         phases_args args = {first_phase, last_phase, training};
-        if (tg_cuda_capture(x, enqueue_phases, &args, &x->graph_exec[slot], err)) return -1;
+        if (tg_cuda_capture(x, enqueue_phases, &args, exec, err)) return -1;
     }
-    CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)x->graph_exec[slot], x->ctx.stream), "cudaGraphLaunch");
+    CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)*exec, x->ctx.stream), "cudaGraphLaunch");
     return 0;
 }

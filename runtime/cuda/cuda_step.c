@@ -20,7 +20,7 @@ static int mark(tg_cuda_exec *x, int k, tg_err *err) {
  * step's forward on the main stream, each op after the chunks holding the parameters it
  * reads; the backward, which overwrites the gradients, after all of them. */
 static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
-    const tg_deferred_update *u = &x->defer;
+    const tg_deferred_update *u = &x->cur->defer;
     cudaStream_t s = x->ctx.stream;
     CUDA_TRY(cudaEventRecord(x->update_fork, s), "record the update branch's fork");
     CUDA_TRY(cudaStreamWaitEvent(x->update_stream, x->update_fork, 0), "fork of the update branch");
@@ -49,7 +49,7 @@ static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
  * replicas, each gradient bucket's sum on the communication stream beside the backward. */
 static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
-    const int end = x->defer_on ? x->defer.adamw_op : p->n_ops;
+    const int end = x->defer_on ? x->cur->defer.adamw_op : p->n_ops;
     const int b0 = p->phase_begin[TG_PHASE_BACKWARD], b1 = p->phase_begin[TG_PHASE_OPTIMIZER];
     int summing = 0;
     for (int o = b0; o < b1; o++) {
@@ -86,7 +86,7 @@ static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     if (bytes) {
         CUDA_TRY(cudaEventRecord(x->fork, s), "record the fetch branch's fork");
         CUDA_TRY(cudaStreamWaitEvent(x->side_stream, x->fork, 0), "fork of the fetch branch");
-        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, bytes, x->seq_dev, x->label_rows,
+        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, bytes, x->seq_dev, x->cur->label_rows,
                                 x->side_stream))
             return tg_cuda_fail(err, "fetching the next batch", cudaGetLastError());
         CUDA_TRY(cudaEventRecord(x->join, x->side_stream), "record the fetch branch's join");
@@ -109,7 +109,7 @@ static int enqueue_captured_steps(tg_cuda_exec *x, void *steps, tg_err *err) {
     return 0;
 }
 
-/* Before the first step: one forward and backward, uncaptured, in which every GEMM shape
+/* Before a bucket's first step: one forward and backward, uncaptured, in which every GEMM shape
  * missing from the cache times cuBLASLt's candidates and keeps the fastest (the cache
  * file keeps the choice for later runs). Training state is untouched: forward and backward
  * write only activations and gradients, which the real step recomputes (the backward
@@ -118,6 +118,13 @@ static int enqueue_captured_steps(tg_cuda_exec *x, void *steps, tg_err *err) {
 static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
     const char *env = getenv("TUNEGRAPH_GEMM_TUNE");
     if (env && !strcmp(env, "0")) return 0;
+    /* With buckets, the inputs pool may hold a batch laid out for another bucket (a step in
+     * flight, or the last one): the pass reads zeros instead, which are valid ids, positions
+     * and labels in every layout. The next step takes its own batch from the staging. */
+    const size_t inputs = x->plan->pool_bytes[TG_POOL_INPUTS];
+    if (x->n_buckets > 1 && inputs)
+        CUDA_TRY(cudaMemsetAsync(x->pool[TG_POOL_INPUTS], 0, inputs, x->ctx.stream),
+                 "clearing the inputs pool for the GEMM tuning pass");
     x->ctx.gemm_tune = env && !strcmp(env, "log") ? 2 : 1; /* log: one line per shape on stderr */
     int rc = tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, err);
     x->ctx.gemm_tune = 0;
@@ -147,17 +154,18 @@ static int check_host_image(tg_cuda_exec *x, const void *p, tg_err *err) {
  * second, the group graph ran 0.14 ms slower per BERT step), and the one-step graph with
  * the first group, so that a run's last few steps never wait for a capture. */
 static int step_graph_for(tg_cuda_exec *x, int steps, void **exec, int *launches, tg_err *err) {
-    const int group = steps > 1 && (!x->group_steps || x->group_steps == steps);
-    if (group && !x->group_graph) {
-        if (tg_cuda_capture(x, enqueue_captured_steps, &steps, &x->group_graph, err)) return -1;
-        x->group_steps = steps;
+    tg_cuda_bucket *b = x->cur;
+    const int group = steps > 1 && (!b->group_steps || b->group_steps == steps);
+    if (group && !b->group_graph) {
+        if (tg_cuda_capture(x, enqueue_captured_steps, &steps, &b->group_graph, err)) return -1;
+        b->group_steps = steps;
     }
-    if (!x->step_graph) {
+    if (!b->step_graph) {
         int one = 1;
-        if (tg_cuda_capture(x, enqueue_captured_steps, &one, &x->step_graph, err)) return -1;
+        if (tg_cuda_capture(x, enqueue_captured_steps, &one, &b->step_graph, err)) return -1;
         x->step_device_graph = x->device_graph;
     }
-    *exec = group ? x->group_graph : x->step_graph, *launches = group ? 1 : steps;
+    *exec = group ? b->group_graph : b->step_graph, *launches = group ? 1 : steps;
     return 0;
 }
 
@@ -170,8 +178,8 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *const *batches, int steps, i
                        pending, steps, TG_STEP_RING - 1);
     for (int j = 1; j < steps; j++)
         if (!batches[j]) return tg_fail(err, "step %d of a start of %d has no batch", j + 1, steps);
-    if (!x->gemm_tuned) {
-        x->gemm_tuned = 1;
+    if (!x->cur->gemm_tuned) {
+        x->cur->gemm_tuned = 1;
         if (gemm_tune_pass(x, err)) return -1;
     }
     double t0 = x->host_trace ? tg_thread_cpu_s() : 0;
@@ -180,7 +188,7 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *const *batches, int steps, i
     if (bytes && (!x->staged || x->staged != batches[0])) {
         uint8_t *slot = x->staging + (size_t)(x->steps_started & 1) * x->staging_stride;
         CUDA_TRY(cudaMemcpyAsync(slot, batches[0], bytes, cudaMemcpyHostToDevice, x->ctx.stream), "upload of the batch");
-        if (tg_cuda_derive_label_rows(slot, x->label_rows, x->ctx.stream))
+        if (tg_cuda_derive_label_rows(slot, x->cur->label_rows, x->ctx.stream))
             return tg_cuda_fail(err, "deriving the uploaded batch's labels", cudaGetLastError());
     }
     /* Read by the steps' fetch kernels; the steps that read these entries last have ended,

@@ -51,6 +51,10 @@ static int cuda_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
     return tg_cuda_profile(&((cuda_impl *)impl)->x, repeats, op_ms, err);
 }
 
+static int cuda_select_bucket(void *impl, int bucket, tg_err *err) {
+    return tg_cuda_exec_select_bucket(&((cuda_impl *)impl)->x, bucket, err);
+}
+
 static void cuda_close(void *impl) {
     tg_cuda_exec_free(&((cuda_impl *)impl)->x);
     free(impl);
@@ -128,9 +132,17 @@ int tg_cuda_device_count(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-static const tg_executor_vtbl cuda_vtbl = {"cuda",          cuda_run,        cuda_write,     cuda_read,    cuda_host_alloc,
-                                           cuda_host_free, cuda_step_start, cuda_step_wait, cuda_profile, cuda_close, NULL,
-                                           TG_STEP_RING - 1, TG_CUDA_STEP_GROUP, 1};
+#define CUDA_VTBL_FUNCTIONS                                                                                            \
+    .name = "cuda", .run = cuda_run, .write = cuda_write, .read = cuda_read, .host_alloc = cuda_host_alloc,            \
+    .host_free = cuda_host_free, .step_start = cuda_step_start, .step_wait = cuda_step_wait, .profile = cuda_profile, \
+    .close = cuda_close, .select_bucket = cuda_select_bucket, .max_in_flight = TG_STEP_RING - 1,                       \
+    .step_group = TG_CUDA_STEP_GROUP
+
+static const tg_executor_vtbl cuda_vtbl = {CUDA_VTBL_FUNCTIONS, .lm_label_rows = 1};
+/* Plans with length buckets: a step fetches the next batch before the host has selected
+ * that batch's bucket, so it cannot know where the batch's labels lie; the host writes
+ * them all (executor.h). */
+static const tg_executor_vtbl cuda_bucketed_vtbl = {CUDA_VTBL_FUNCTIONS, .lm_label_rows = 0};
 
 int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executor_options *opts, tg_err *err) {
     cuda_impl *c = calloc(1, sizeof *c);
@@ -142,6 +154,6 @@ int tg_executor_open_cuda(tg_executor *ex, const tg_plan *plan, const tg_executo
         return -1;
     }
     c->use_graphs = opts->use_graphs;
-    *ex = (tg_executor){plan, &cuda_vtbl, c, TG_DEVICE_CUDA};
+    *ex = (tg_executor){plan, c->x.n_buckets > 1 ? &cuda_bucketed_vtbl : &cuda_vtbl, c, TG_DEVICE_CUDA};
     return 0;
 }
