@@ -15,7 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 data=build/bench-buckets
-model=build/assets/all-minilm-l6-v2
+model=${BENCH_MODEL:-build/assets/all-minilm-l6-v2} # BENCH_MODEL: another copy of the model folder
 
 prepare() {
     local tg=${TUNEGRAPH:-build/tunegraph}
