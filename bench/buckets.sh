@@ -71,12 +71,24 @@ run_case() {
     } >"$job"
     "$tg" compile "$job" -o "$plan"
     "$tg" run "$plan" --device "$device" --metrics "$out/$name.jsonl" 2>&1 | tee "$out/$name.log"
-    python3 - "$out/$name.jsonl" "$name" "${buckets:-$seq}" >>"$out/buckets-summary.txt" <<'PY'
+    python3 - "$out/$name.jsonl" "$name" "${buckets:-$seq}" "$epochs" >>"$out/buckets-summary.txt" <<'PY'
 import json, sys
-s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
-print(f"{sys.argv[2]:<24} {sys.argv[3]:<16} {s['steps']:>6} {100 * s['padding_fraction']:>8.1f}% "
-      f"{s['train_s']:>9.2f} {s['median_step_ms']:>9.3f} {1e3 * s['batch_wait_s']:>9.1f} "
-      f"{100 * s['batch_wait_share']:>7.2f}% {s.get('eval_accuracy', float('nan')):>8.4f}")
+lines = [json.loads(l) for l in open(sys.argv[1])]
+s = [l for l in lines if l.get("summary")][-1]
+steps = [l for l in lines if "step" in l and "summary" not in l]
+# Step time without each bucket's first step (which waits for its graph's capture and GEMM
+# timing), and the mean step per length.
+by_seq, seen, steps_ms = {}, set(), 0.0
+for l in steps:
+    if l["seq"] in seen:
+        steps_ms += l["step_ms"]
+        by_seq.setdefault(l["seq"], []).append(l["step_ms"])
+    seen.add(l["seq"])
+per_seq = " ".join(f"{q}:{sum(v) / len(v):.3f}x{len(v) + 1}" for q, v in sorted(by_seq.items()))
+print(f"{sys.argv[2]:<20} {sys.argv[3]:<16} {s['steps']:>6} {100 * s['padding_fraction']:>8.1f}% "
+      f"{s['train_s'] / int(sys.argv[4]):>9.3f} {steps_ms / 1e3 / int(sys.argv[4]):>9.3f} {s['median_step_ms']:>8.3f} "
+      f"{1e3 * s['batch_wait_s']:>8.1f} {100 * s['batch_wait_share']:>6.2f}% "
+      f"{s.get('eval_accuracy', float('nan')):>7.4f}  {per_seq}")
 PY
 }
 
@@ -97,7 +109,10 @@ run)
     if [ "$device" = cuda ]; then tg=${TUNEGRAPH:-build/gpu/tunegraph}; precision=bf16
     else tg=${TUNEGRAPH:-build/tunegraph}; precision=fp32; fi
     mkdir -p "$out"
-    printf "%-24s %-16s %6s %9s %9s %9s %9s %8s %8s\n" case seq steps padding train_s step_ms wait_ms wait acc \
+    # epoch_s: training time per epoch; steps_s: its steps alone (each bucket's first left
+    # out); ms by seq: mean step ms x steps, per length.
+    printf "%-20s %-16s %6s %9s %9s %9s %8s %8s %7s %7s  %s\n" case seq steps padding epoch_s steps_s step_ms \
+        wait_ms wait acc "ms by seq" \
         >"$out/buckets-summary.txt"
     run_case articles-seq512 articles 512 ""
     run_case articles-buckets articles 512 "128,256,384,512"

@@ -72,10 +72,13 @@ static int line_write(metrics_line *l, FILE *f) {
  * dumped piece by piece, took about 15 us of the training loop's time per step on an H100
  * host, half of the loop's own work. Reals carry 9 significant digits, which reads every
  * float statistic back exactly. */
-#define STEP_FIELDS 10
+#define STEP_FIELDS 11
 static const char *const step_keys[STEP_FIELDS] = {"step",         "loss",     "lr",         "grad_norm",
                                                    "step_ms",      "tokens_per_s", "batch_ms", "forward_ms",
-                                                   "backward_ms",  "optimizer_ms"};
+                                                   "backward_ms",  "optimizer_ms", "seq"};
+/* The integer fields: the step and its sequence length (its bucket's). */
+#define STEP_SEQ_FIELD 10
+static int step_field_is_int(int k) { return k == 0 || k == STEP_SEQ_FIELD; }
 
 struct metrics_step_line {
     json_t *o;
@@ -89,7 +92,7 @@ metrics_step_line *metrics_step_line_new(void) {
         return NULL;
     }
     for (int k = 0; k < STEP_FIELDS; k++) {
-        w->v[k] = k == 0 ? json_integer(0) : json_real(0.0);
+        w->v[k] = step_field_is_int(k) ? json_integer(0) : json_real(0.0);
         /* set (not set_new): the line keeps a reference of its own to update. */
         if (!w->v[k] || json_object_set(w->o, step_keys[k], w->v[k])) {
             metrics_step_line_free(w);
@@ -107,18 +110,21 @@ void metrics_step_line_free(metrics_step_line *w) {
 }
 
 int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, double tokens_per_s) {
-    const double v[STEP_FIELDS] = {0,           s->loss,        s->lr,          s->grad_norm,   s->step_ms,
-                                   tokens_per_s, s->phase_ms[0], s->phase_ms[1], s->phase_ms[2], s->phase_ms[3]};
+    const double v[STEP_FIELDS] = {s->step,      s->loss,        s->lr,          s->grad_norm,   s->step_ms,
+                                   tokens_per_s, s->phase_ms[0], s->phase_ms[1], s->phase_ms[2], s->phase_ms[3],
+                                   s->seq};
     int finite = 1;
     for (int k = 1; k < STEP_FIELDS; k++) finite &= isfinite(v[k]) != 0;
     if (!finite) { /* rare: the general line, with null and "<key>_error" where needed */
         metrics_line l = line_begin();
-        put_int(&l, step_keys[0], s->step);
-        for (int k = 1; k < STEP_FIELDS; k++) put_real(&l, step_keys[k], v[k], "%.9g");
+        for (int k = 0; k < STEP_FIELDS; k++)
+            if (step_field_is_int(k)) put_int(&l, step_keys[k], (long long)v[k]);
+            else put_real(&l, step_keys[k], v[k], "%.9g");
         return line_write(&l, f);
     }
-    json_integer_set(w->v[0], s->step);
-    for (int k = 1; k < STEP_FIELDS; k++) json_real_set(w->v[k], v[k]);
+    for (int k = 0; k < STEP_FIELDS; k++)
+        if (step_field_is_int(k)) json_integer_set(w->v[k], (json_int_t)v[k]);
+        else json_real_set(w->v[k], v[k]);
     char buf[1024];
     size_t n = json_dumpb(w->o, buf, sizeof buf - 1, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
     if (n == 0 || n >= sizeof buf - 1) return -1;

@@ -119,7 +119,7 @@ TG_TEST(test_cli_metrics_step_line) {
     FILE *f = open_memstream(&buf, &len);
     REQUIRE(f, "open_memstream");
     tg_step_stats s = {.step = 1, .loss = 0.695554018f, .lr = 5e-5f, .grad_norm = 2.5f, .step_ms = 7.8521,
-                       .phase_ms = {0.01f, 2.25f, 4.5f, 1.0f}};
+                       .phase_ms = {0.01f, 2.25f, 4.5f, 1.0f}, .seq = 128};
     int rc = metrics_write_step(w, f, &s, 521000.25);
     s.step = 2, s.loss = 0.5f, s.grad_norm = NAN;
     rc |= metrics_write_step(w, f, &s, 600000.0);
@@ -130,12 +130,13 @@ TG_TEST(test_cli_metrics_step_line) {
     REQUIRE(rc == 0 && buf, "not written");
     const char *want1 = "{\"step\": 1, \"loss\": 0.695554018, \"lr\": 4.99999987e-5, \"grad_norm\": 2.5, "
                         "\"step_ms\": 7.8521, \"tokens_per_s\": 521000.25, \"batch_ms\": 0.00999999978, "
-                        "\"forward_ms\": 2.25, \"backward_ms\": 4.5, \"optimizer_ms\": 1.0}\n";
+                        "\"forward_ms\": 2.25, \"backward_ms\": 4.5, \"optimizer_ms\": 1.0, \"seq\": 128}\n";
     CHECK(!strncmp(buf, want1, strlen(want1)), "first line %s\n      want %s", buf, want1);
     const char *line2 = strchr(buf, '\n') ? strchr(buf, '\n') + 1 : "";
     const char *line3 = strchr(line2, '\n') ? strchr(line2, '\n') + 1 : "";
     const char *want2 = "{\"step\": 2, \"loss\": 0.5, ", *want3 = "{\"step\": 3, \"loss\": 0.5, \"lr\": 4.99999987e-5, \"grad_norm\": 1.0, ";
-    CHECK(!strncmp(line2, want2, strlen(want2)) && strstr(line2, "\"grad_norm\": null, \"grad_norm_error\": \"not finite\""),
+    CHECK(!strncmp(line2, want2, strlen(want2)) && strstr(line2, "\"grad_norm\": null, \"grad_norm_error\": \"not finite\"") &&
+              strstr(line2, "\"seq\": 128}"),
           "second line %s", line2);
     CHECK(!strncmp(line3, want3, strlen(want3)),
           "third line %s", line3);

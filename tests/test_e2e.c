@@ -144,6 +144,8 @@ TG_TEST(test_e2e_cli_metrics) {
             double phases = json_number_value(json_object_get(o, "forward_ms")) +
                             json_number_value(json_object_get(o, "backward_ms")) +
                             json_number_value(json_object_get(o, "optimizer_ms"));
+            CHECK(json_integer_value(json_object_get(o, "seq")) == 48, "step %d: seq %lld", steps,
+                  (long long)json_integer_value(json_object_get(o, "seq")));
             CHECK(phases > 0 && phases <= json_number_value(json_object_get(o, "step_ms")) + 0.05,
                   "step %d: phases %.3f ms in a step of %.3f ms", steps, phases,
                   json_number_value(json_object_get(o, "step_ms")));
