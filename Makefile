@@ -29,7 +29,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HEADERS := $(wildcard include/*.h api/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh cli/*.h tests/*.h)
 
-.PHONY: all test embed-test install clean gpu gpu-test demo deps fuzz-deps test-asan fuzz
+.PHONY: all test embed-test install clean gpu gpu-test demo deps fuzz-deps test-asan fuzz coverage
 all: $(BUILD)/libtunegraph.a $(BUILD)/libtunegraph.so $(BUILD)/tunegraph
 
 # Installs missing build packages (Debian/Ubuntu); the objects wait for it.
@@ -140,6 +140,40 @@ $(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
 test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 	$(if $(TOKENIZER_AGREEMENT),$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph $(TOKENIZER_AGREEMENT))
 	$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph ./$(ASAN)/run_tests $(TESTS)
+
+# ---- coverage ---------------------------------------------------------------------------
+# The library, CLI and suite again with gcov's counters at -O0 (each source line and branch
+# stays its own) into build/coverage/; the suite runs the CLI built there (TG_TEST_CLI).
+# Counts start afresh each run; then scripts/coverage.sh reports line and branch coverage
+# per file of the CPU sources with gcovr (installed into build/coverage/venv with pip) and
+# writes build/coverage/coverage.json.
+COV := $(BUILD)/coverage
+COV_FLAGS := -O0 --coverage
+COV_LIB_OBJ := $(LIB_SRC:%.c=$(COV)/%.o)
+
+$(COV)/%.o: %.c $(HEADERS) | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COV_FLAGS) -c $< -o $@
+
+$(COV)/tests/test_cli_metrics.o: $(CLI_SRC)
+
+$(COV)/libtunegraph.a: $(COV_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(COV)/tunegraph: $(CLI_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a
+	$(CC) $(CFLAGS) $(COV_FLAGS) $^ -o $@ $(LDLIBS)
+
+$(COV)/run_tests: $(TEST_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a
+	$(CC) $(CFLAGS) $(COV_FLAGS) $^ -o $@ $(LDLIBS)
+
+# A failing test still gets the report (of the counts of that run); the target then fails.
+coverage: $(COV)/run_tests $(COV)/tunegraph
+	@find $(COV) -name '*.gcda' -delete && rm -f $(COV)/suite.failed
+	$(if $(TOKENIZER_AGREEMENT),TG_TEST_CLI=./$(COV)/tunegraph $(TOKENIZER_AGREEMENT) || touch $(COV)/suite.failed)
+	TG_TEST_CLI=./$(COV)/tunegraph ./$(COV)/run_tests $(TESTS) || touch $(COV)/suite.failed
+	./scripts/coverage.sh $(COV)
+	@[ ! -f $(COV)/suite.failed ] || { echo "coverage: the suite failed (above); the counts are those of that run"; exit 1; }
 
 # ---- fuzzing ----------------------------------------------------------------------------
 # One libFuzzer target per parser (tests/fuzz/fuzz_*.c), and one (plan_fields) that edits
