@@ -1,6 +1,8 @@
 /* `tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]`: opens the
- * tokenizer, wraps it as the converter's text encoder and reports what was written. */
+ * tokenizer, wraps it as the converter's text encoder and reports what was written.
+ * `tunegraph data` also dispatches `dump` (cli/data_dump.c). */
 #include "cli/data_convert.h"
+#include "cli/data_dump.h"
 #include "cli/usage.h"
 
 #include <ctype.h>
@@ -19,6 +21,9 @@ static const char data_usage[] =
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [--format csv|tsv|jsonl|squad|text|folders]\n"
     "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
+    "  tunegraph data dump SET [-o FILE.jsonl]\n"
+    "                SET: a shard set (OUTDIR, OUTDIR/train, OUTDIR/eval) or a .jsonl file; its records\n"
+    "                as pre-tokenized JSON Lines, in order (standard output without -o)\n"
     "See README.md (Data) for the formats and the shard set it writes.\n";
 
 static int data_usage_error(const char *fmt, const char *arg) {
@@ -181,11 +186,12 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
 }
 
 int cmd_data(int argc, char **argv) {
-    if (argc < 1) return data_usage_error("%s", "data needs a subcommand: convert");
+    if (argc < 1) return data_usage_error("%s", "data needs a subcommand: convert or dump");
     if (!strcmp(argv[0], "convert")) return cmd_convert(argc - 1, argv + 1, argc, argv);
+    if (!strcmp(argv[0], "dump")) return cmd_data_dump(argc - 1, argv + 1, data_usage);
     if (!strcmp(argv[0], "help") || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
         fputs(data_usage, stdout);
         return 0;
     }
-    return data_usage_error("unknown data subcommand '%s' (there is: convert)", argv[0]);
+    return data_usage_error("unknown data subcommand '%s' (there are: convert, dump)", argv[0]);
 }

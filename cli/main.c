@@ -51,6 +51,7 @@ static const char usage[] =
     "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
     "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
+    "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
     "  tunegraph export PLAN|JOB --weights FILE.safetensors -o OUTDIR [--tokenizer PATH] [--labels a,b,...]\n"
     "                [--dtype fp32|bf16] [--force] [--set key=value]...\n"

