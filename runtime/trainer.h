@@ -39,7 +39,7 @@ typedef struct tg_trainer_options {
      * background loader thread (runtime/batch_loader.h) that fills them ahead. */
     int no_loader_thread;
     /* tg_trainer_step starts this many steps at once where it can (0: what the executor
-     * does best; 1: one per start); at most half of max_in_flight. */
+     * does best, 1 with length buckets; 1: one per start); at most half of max_in_flight. */
     int step_group;
     /* Plans with data_parallel = N > 1: this replica's rank and the communicator joining
      * the N replicas (tg_executor_options). Replica r trains on rows [r*batch, (r+1)*batch)
