@@ -29,7 +29,7 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HEADERS := $(wildcard include/*.h api/*.h base/*.h plan/*.h plan/*.def compiler/*.h runtime/*.h runtime/cpu/*.h runtime/cuda/*.h models/*.h datasets/*.h kernels/*.h kernels/*.cuh cli/*.h tests/*.h)
 
-.PHONY: all test embed-test install clean gpu gpu-test demo deps fuzz-deps test-asan fuzz coverage
+.PHONY: all test embed-test install clean gpu gpu-test demo deps fuzz-deps test-asan fuzz coverage mutate
 all: $(BUILD)/libtunegraph.a $(BUILD)/libtunegraph.so $(BUILD)/tunegraph
 
 # Installs missing build packages (Debian/Ubuntu); the objects wait for it.
@@ -174,6 +174,18 @@ coverage: $(COV)/run_tests $(COV)/tunegraph
 	TG_TEST_CLI=./$(COV)/tunegraph ./$(COV)/run_tests $(TESTS) || touch $(COV)/suite.failed
 	./scripts/coverage.sh $(COV)
 	@[ ! -f $(COV)/suite.failed ] || { echo "coverage: the suite failed (above); the counts are those of that run"; exit 1; }
+
+# ---- mutation testing -------------------------------------------------------------------
+# MUTANTS mutants of the CPU sources (universalmutator's C rules; FILES="glob..." narrows
+# the files), drawn for SEED and run against the suite with TG_TEST_FAIL_FAST=1 by JOBS
+# workers, each in its own copy of the tree under build/mutate/ (scripts/mutate.py). Prints
+# the score per file and every survivor; writes build/mutate/report.json. Too slow for CI.
+MUTATE := $(BUILD)/mutate
+MUTANTS ?= 300
+SEED ?= 1
+JOBS ?= 2
+mutate: | deps
+	./scripts/mutate.sh $(MUTATE) --mutants $(MUTANTS) --seed $(SEED) --jobs $(JOBS) $(if $(FILES),--files "$(FILES)")
 
 # ---- fuzzing ----------------------------------------------------------------------------
 # One libFuzzer target per parser (tests/fuzz/fuzz_*.c), and one (plan_fields) that edits

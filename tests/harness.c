@@ -224,8 +224,12 @@ int main(int argc, char **argv) {
     char cache_dir[600];
     snprintf(cache_dir, sizeof cache_dir, "%s/cache", g_tmp_root);
     setenv("TUNEGRAPH_CACHE_DIR", cache_dir, 1);
+    /* TG_TEST_FAIL_FAST=1 stops at the first failing test (mutation testing: one failure
+     * decides, and the rest of the suite would only cost time). */
+    const char *ff = getenv("TG_TEST_FAIL_FAST");
+    int fail_fast = ff && !strcmp(ff, "1");
     int passed = 0, failed = 0;
-    for (int i = 0; i < g_n_tests; i++) {
+    for (int i = 0; i < g_n_tests && !(fail_fast && failed); i++) {
         if (filter && !strstr(g_tests[i].name, filter)) continue;
         g_current_failed = 0;
         double t0 = now_ms();

@@ -1,6 +1,6 @@
 /* A small test runner: TG_TEST(name) registers a test; CHECK records a failure and
  * continues, REQUIRE stops the test. The runner prints one line per test and ends with
- * "N passed, N failed". */
+ * "N passed, N failed"; with TG_TEST_FAIL_FAST=1 it stops after the first failing test. */
 #ifndef TUNEGRAPH_TEST_HARNESS_H
 #define TUNEGRAPH_TEST_HARNESS_H
 

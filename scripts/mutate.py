@@ -1,0 +1,417 @@
+"""Mutation testing of the CPU sources: universalmutator's C rules make single-line mutants,
+a seeded sample of them is built and run against the suite in parallel worker copies of
+the tree, and the score is printed per file and in total. `make mutate` runs it through
+scripts/mutate.sh, which installs universalmutator into build/mutate/venv first.
+
+usage: mutate.py --root ROOT --out OUT [--mutants N] [--seed S] [--jobs J] [--files "GLOB..."]
+
+What happens:
+  1. Mutants: universalmutator's regexp mutator (mutator.mutants_regexp, what its `mutate`
+     command runs) with the rules that command picks for C (universal, c, c_like) over each
+     tracked .c file of compiler/ plan/ runtime/ (less runtime/cuda/) models/ datasets/ cli/
+     api/ base/, or of those matching FILES (shell globs on the path). Each mutant changes
+     one line; they are kept in memory, not written out as whole files.
+  2. Sample: N mutants for seed S, spread over the files in proportion to their mutant
+     counts (largest remainders), each file's share drawn with its own generator seeded
+     from S and the path: the same tree and seed give the same mutants.
+  3. Workers: J copies of the tree in OUT/w1..wJ (its tracked and unignored files),
+     each with its own build/ folder: the first is built with make, the others start from a
+     copy of it. A mutant is written into a worker's copy, make rebuilds only the objects
+     that depend on that file (found once per file with `make -n -W`) and relinks; a build
+     failure makes the mutant invalid. The suite then runs with TG_TEST_FAIL_FAST=1: a
+     failing test, a crash or running past 3x the unmutated suite's time kills it.
+     Afterwards the source gets back its text and time stamp and the objects their
+     unmutated copies (stamped now, so that the next make relinks them).
+  4. Report: the score per file and in total, killed / (killed + survived); invalid mutants
+     and those in tests/mutation/equivalent.txt are left out. Every survivor is printed as
+     a unified diff under file:line; everything goes to OUT/report.json.
+"""
+import argparse
+import difflib
+import fnmatch
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from universalmutator import mutator
+
+SOURCE_DIRS = ["compiler", "plan", "runtime", "models", "datasets", "cli", "api", "base"]
+EXCLUDED_DIRS = ["runtime/cuda/"]
+# The rules universalmutator's `mutate` uses for a .c file.
+RULES = ["universal.rules", "c.rules", "c_like.rules"]
+TARGETS = ["build/run_tests", "build/tunegraph"]
+EQUIVALENT_LIST = "tests/mutation/equivalent.txt"
+TIMEOUT_FACTOR = 3
+# The suite's own time varies with the load; a floor keeps a short baseline from killing
+# slow-but-correct mutants.
+MIN_TIMEOUT_S = 30
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def run(cmd, cwd, **kw):
+    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def cpu_sources(root, globs):
+    out = run(["git", "ls-files", "--"] + [f"{d}/*.c" for d in SOURCE_DIRS], root)
+    if out.returncode != 0:
+        sys.exit(f"mutate: git ls-files failed: {out.stdout.strip()}")
+    files = [f for f in out.stdout.split() if not any(f.startswith(x) for x in EXCLUDED_DIRS)]
+    if globs:
+        files = [f for f in files if any(fnmatch.fnmatch(f, g) for g in globs)]
+    return sorted(files)
+
+
+def generate(root, files):
+    """{path: (source lines, [(line number, mutated line)])}"""
+    table = {}
+    devnull = open(os.devnull, "w")
+    for path in files:
+        with open(os.path.join(root, path)) as f:
+            source = f.readlines()
+        # mutants_regexp prints its progress; the report is ours.
+        saved, sys.stdout = sys.stdout, devnull
+        try:
+            found = mutator.mutants_regexp(source, ruleFiles=RULES, ignorePatterns=[], ignoreStringOnly=True)
+        finally:
+            sys.stdout = saved
+        table[path] = (source, [(m[0], m[1]) for m in found])
+    return table
+
+
+def sample(table, n, seed):
+    """n mutants, each file's share proportional to its count (largest remainders)."""
+    counts = {p: len(m) for p, (_, m) in table.items()}
+    total = sum(counts.values())
+    n = min(n, total)
+    if n == 0:
+        return []
+    exact = {p: n * c / total for p, c in counts.items()}
+    share = {p: int(q) for p, q in exact.items()}
+    left = n - sum(share.values())
+    for p in sorted(exact, key=lambda p: (-(exact[p] - share[p]), p))[:left]:
+        share[p] += 1
+    chosen = []
+    for path in sorted(table):
+        mutants = table[path][1]
+        picks = random.Random(f"{seed}:{path}").sample(range(len(mutants)), share[path])
+        chosen += [(path, mutants[i][0], mutants[i][1]) for i in sorted(picks)]
+    return chosen
+
+
+def load_equivalent(root):
+    """{(path, line, mutated text stripped): reason}. The file's entries:
+         path:line: mutated line
+             why: the reason it cannot change behaviour"""
+    entries, path = {}, os.path.join(root, EQUIVALENT_LIST)
+    if not os.path.exists(path):
+        return entries
+    key = None
+    with open(path) as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            m = re.match(r"^(\S+\.c):(\d+): (.*)$", line.rstrip("\n"))
+            if m:
+                key = (m.group(1), int(m.group(2)), m.group(3).strip())
+                entries[key] = None
+            elif line.strip().startswith("why:") and key and entries[key] is None:
+                entries[key] = line.strip()[4:].strip()
+            else:
+                sys.exit(f"mutate: {EQUIVALENT_LIST}:{no}: expected 'path.c:line: mutated line' or "
+                         f"an indented 'why: reason' after one")
+    missing = [k for k, why in entries.items() if not why]
+    if missing:
+        sys.exit(f"mutate: {EQUIVALENT_LIST}: {missing[0][0]}:{missing[0][1]} has no 'why:' line")
+    return entries
+
+
+class Worker:
+    def __init__(self, root, out, index):
+        self.root, self.index = root, index
+        self.dir = os.path.join(out, f"w{index}")
+        # Present while a mutant is in this copy: a run cut short leaves it, and the next
+        # run starts that copy's build afresh rather than trust objects of unknown source.
+        self.dirty = os.path.join(self.dir, ".mutant-in-place")
+        self.objects_of = {}
+
+    def sync(self):
+        os.makedirs(self.dir, exist_ok=True)
+        if os.path.exists(self.dirty):
+            shutil.rmtree(os.path.join(self.dir, "build"), ignore_errors=True)
+            os.remove(self.dirty)
+        listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], self.root)
+        names = [n for n in listed.stdout.split("\0") if n and os.path.isfile(os.path.join(self.root, n))]
+        # Copies keep their time stamps, so make in the copy rebuilds what changed since the
+        # last run; files whose size and time agree are left alone.
+        for name in names:
+            src, dst = os.path.join(self.root, name), os.path.join(self.dir, name)
+            a = os.stat(src)
+            try:
+                b = os.stat(dst)
+                if (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns):
+                    continue
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(src, dst)
+        # Files gone from the tree go from the copy too (the Makefile globs the sources).
+        keep = set(names)
+        for top, dirs, found in os.walk(self.dir):
+            rel = os.path.relpath(top, self.dir)
+            if rel == ".":
+                dirs[:] = [d for d in dirs if d != "build"]
+            for name in found:
+                path = os.path.normpath(os.path.join(rel, name))
+                if path not in keep:
+                    os.remove(os.path.join(self.dir, path))
+
+    def make(self, timeout=None):
+        return run(["make", "--no-print-directory", "-j1"] + TARGETS, self.dir, timeout=timeout)
+
+    def objects_for(self, path):
+        """The objects make rebuilds when path changes (its own, and any that compile it in)."""
+        if path not in self.objects_of:
+            r = run(["make", "-n", "--no-print-directory", "-W", path] + TARGETS, self.dir)
+            self.objects_of[path] = sorted(set(re.findall(r"-c \S+ -o (\S+\.o)", r.stdout)))
+        return self.objects_of[path]
+
+    def suite(self, timeout):
+        env = dict(os.environ, TG_TEST_FAIL_FAST="1", TMPDIR=self.tmp)
+        env.pop("TG_TEST_CLI", None)
+        env.pop("TG_TEST_DEVICE", None)
+        t0 = time.monotonic()
+        p = subprocess.Popen(["./build/run_tests"], cwd=self.dir, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = p.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            output, _ = p.communicate()
+            timed_out = True
+        return p.returncode, timed_out, output, time.monotonic() - t0
+
+    @property
+    def tmp(self):
+        d = os.path.join(self.dir, "build", "tmp")
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def evaluate(self, path, line, text, timeout):
+        src = os.path.join(self.dir, path)
+        with open(src) as f:
+            original = f.readlines()
+        st = os.stat(src)
+        objects = self.objects_for(path)
+        saved = os.path.join(self.dir, "build", "unmutated")
+        os.makedirs(saved, exist_ok=True)
+        copies = []
+        for i, obj in enumerate(objects):
+            copy = os.path.join(saved, f"{i}.o")
+            shutil.copy2(os.path.join(self.dir, obj), copy)
+            copies.append((copy, os.path.join(self.dir, obj)))
+        open(self.dirty, "w").close()
+        result = {"file": path, "line": line, "original": original[line - 1], "mutant": text}
+        t0 = time.monotonic()
+        try:
+            mutated = list(original)
+            mutated[line - 1] = text
+            with open(src, "w") as f:
+                f.writelines(mutated)
+            # Newer than every object, whatever the clock's resolution.
+            newest = max(os.stat(os.path.join(self.dir, o)).st_mtime for o in objects) if objects else 0
+            stamp = max(time.time(), newest + 1)
+            os.utime(src, (stamp, stamp))
+            built = self.make()
+            if built.returncode != 0:
+                result["status"] = "invalid"
+                error = re.search(r"^.*error:.*$", built.stdout, re.M)
+                result["by"] = error.group(0).strip() if error else built.stdout.strip().splitlines()[-1]
+            else:
+                rc, timed_out, output, secs = self.suite(timeout)
+                failing = re.search(r"^FAIL (\S+)", output, re.M)
+                if timed_out:
+                    result["status"], result["by"] = "killed", f"timeout after {timeout:.0f} s"
+                elif rc != 0:
+                    result["status"] = "killed"
+                    result["by"] = failing.group(1) if failing else f"exit status {rc} (crash)"
+                else:
+                    result["status"] = "survived"
+                result["suite_seconds"] = round(secs, 1)
+        finally:
+            with open(src, "w") as f:
+                f.writelines(original)
+            os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+            now = time.time()
+            for copy, obj in copies:
+                shutil.copy2(copy, obj)
+                os.utime(obj, (now, now))
+            os.remove(self.dirty)
+        result["seconds"] = round(time.monotonic() - t0, 1)
+        return result
+
+
+def prepare(root, out, jobs):
+    workers = [Worker(root, out, i + 1) for i in range(jobs)]
+    for w in workers:
+        w.sync()
+    first = workers[0]
+    log(f"mutate: building {first.dir}/build")
+    built = first.make()
+    if built.returncode != 0:
+        sys.exit(f"mutate: the unmutated tree does not build in {first.dir}:\n{built.stdout[-3000:]}")
+    for w in workers[1:]:
+        if not os.path.isdir(os.path.join(w.dir, "build")):
+            shutil.copytree(os.path.join(first.dir, "build"), os.path.join(w.dir, "build"), symlinks=True)
+        built = w.make()
+        if built.returncode != 0:
+            sys.exit(f"mutate: the unmutated tree does not build in {w.dir}:\n{built.stdout[-3000:]}")
+    log("mutate: running the unmutated suite for the time limit")
+    rc, _, output, secs = first.suite(None)
+    if rc != 0:
+        sys.exit(f"mutate: the unmutated suite fails; a score would mean nothing:\n{output[-3000:]}")
+    return workers, secs
+
+
+def score(killed, survived):
+    return f"{100.0 * killed / (killed + survived):5.1f}%" if killed + survived else "    -"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mutants", type=int, default=300)
+    ap.add_argument("--seed", default="1")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--files", default="", help="shell globs of the paths to mutate, space-separated")
+    a = ap.parse_args()
+    root, out = os.path.abspath(a.root), os.path.abspath(a.out)
+    jobs = max(1, a.jobs)
+    globs = a.files.split()
+
+    files = cpu_sources(root, globs)
+    if not files:
+        sys.exit(f"mutate: no CPU source matches FILES={a.files!r}")
+    table = generate(root, files)
+    total = sum(len(m) for _, m in table.values())
+    chosen = sample(table, a.mutants, a.seed)
+    equivalent = load_equivalent(root)
+    log(f"mutate: {total} mutants of {len(files)} files; {len(chosen)} sampled with seed {a.seed}, "
+        f"{jobs} worker(s)")
+
+    todo, results = [], []
+    for path, line, text in chosen:
+        why = equivalent.get((path, line, text.strip()))
+        if why:
+            results.append({"file": path, "line": line, "original": table[path][0][line - 1], "mutant": text,
+                            "status": "equivalent", "why": why})
+        else:
+            todo.append((path, line, text))
+    stale = [k for k in equivalent
+             if not any(k[2] == t.strip() for ln, t in table.get(k[0], ([], []))[1] if ln == k[1])]
+
+    workers, base_secs = prepare(root, out, jobs)
+    timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * base_secs)
+    log(f"mutate: unmutated suite {base_secs:.1f} s; a mutant's suite is stopped (killed) after {timeout:.0f} s")
+
+    free = list(workers)
+    lock = threading.Lock()
+    done = [0]
+
+    def one(item):
+        with lock:
+            w = free.pop()
+        try:
+            r = w.evaluate(*item, timeout)
+        finally:
+            with lock:
+                free.append(w)
+        with lock:
+            done[0] += 1
+            by = f" ({r['by']})" if r.get("by") and r["status"] == "killed" else ""
+            log(f"[{done[0]}/{len(todo)}] {r['file']}:{r['line']}: {r['status']}{by}, {r['seconds']:.1f} s")
+        return r
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results += list(pool.map(one, todo))
+    wall = time.monotonic() - t0
+    results.sort(key=lambda r: (r["file"], r["line"], r["mutant"]))
+
+    per_file = {}
+    for r in results:
+        f = per_file.setdefault(r["file"], {"killed": 0, "survived": 0, "invalid": 0, "equivalent": 0})
+        f[r["status"]] += 1
+    totals = {k: sum(f[k] for f in per_file.values()) for k in ("killed", "survived", "invalid", "equivalent")}
+
+    survivors = [r for r in results if r["status"] == "survived"]
+    if survivors:
+        log(f"\nsurvivors ({len(survivors)}):")
+    for r in survivors:
+        log(f"{r['file']}:{r['line']}:")
+        src = table[r["file"]][0]
+        lo, hi = max(0, r["line"] - 3), min(len(src), r["line"] + 2)
+        mutated = src[lo:r["line"] - 1] + [r["mutant"]] + src[r["line"]:hi]
+        diff = difflib.unified_diff(src[lo:hi], mutated, f"a/{r['file']}", f"b/{r['file']}", n=2)
+        # difflib numbers hunks from the slice; the file's own line numbers are wanted.
+        for d in diff:
+            m = re.match(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", d)
+            if m:
+                d = (f"@@ -{int(m.group(1)) + lo}{m.group(2) or ''} "
+                     f"+{int(m.group(3)) + lo}{m.group(4) or ''} @@\n")
+            log("    " + d.rstrip("\n"))
+
+    width = max([len(p) for p in per_file] + [5])
+    log(f"\n{'file':<{width}}  killed  survived  invalid  equivalent   score")
+    for p in sorted(per_file):
+        f = per_file[p]
+        log(f"{p:<{width}}  {f['killed']:6d}  {f['survived']:8d}  {f['invalid']:7d}  {f['equivalent']:10d}  "
+            f"{score(f['killed'], f['survived'])}")
+    log(f"{'TOTAL':<{width}}  {totals['killed']:6d}  {totals['survived']:8d}  {totals['invalid']:7d}  "
+        f"{totals['equivalent']:10d}  {score(totals['killed'], totals['survived'])}")
+    for k in stale:
+        log(f"mutate: {EQUIVALENT_LIST}: {k[0]}:{k[1]} matches no mutant of the tree (stale entry)")
+    per_mutant = wall * jobs / len(todo) if todo else 0.0
+    log(f"mutate: score {score(totals['killed'], totals['survived']).strip()} "
+        f"(killed {totals['killed']} of {totals['killed'] + totals['survived']}); "
+        f"{len(todo)} mutants run in {wall:.0f} s with {jobs} worker(s), {per_mutant:.1f} s of a worker each; "
+        f"report in {os.path.join(a.out, 'report.json')}")
+
+    report = {
+        "seed": a.seed, "requested": a.mutants, "sampled": len(chosen), "generated": total,
+        "files": files, "jobs": jobs, "rules": RULES,
+        "universalmutator": getattr(mutator, "__version__", None) or _version(),
+        "unmutated_suite_seconds": round(base_secs, 1), "timeout_seconds": round(timeout),
+        "wall_seconds": round(wall, 1), "worker_seconds_per_mutant": round(per_mutant, 1),
+        "totals": dict(totals, score=(totals["killed"] / (totals["killed"] + totals["survived"])
+                                      if totals["killed"] + totals["survived"] else None)),
+        "per_file": per_file, "stale_equivalent_entries": [f"{k[0]}:{k[1]}" for k in stale],
+        "mutants": results,
+    }
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+
+
+def _version():
+    try:
+        from importlib.metadata import version
+        return version("universalmutator")
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    main()
