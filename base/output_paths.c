@@ -1,4 +1,5 @@
 #include "base/output_paths.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -23,7 +24,7 @@ static int split(const char *path, char **dir, const char **base) {
 static char *join(const char *dir, const char *base) {
     size_t d = strlen(dir), b = strlen(base);
     int root = d == 1 && dir[0] == '/';
-    char *s = malloc(d + b + 2);
+    char *s = tg_malloc(d + b + 2);
     if (s) snprintf(s, d + b + 2, "%s%s%s", root ? "" : dir, "/", base);
     return s;
 }
@@ -31,7 +32,7 @@ static char *join(const char *dir, const char *base) {
 /* The text of a symlink, malloc'd; NULL with errno set. Links under /proc report size 0. */
 static char *read_link(const char *path, size_t size_hint) {
     for (size_t cap = size_hint + 1 > 256 ? size_hint + 1 : 256;; cap *= 2) {
-        char *s = malloc(cap);
+        char *s = tg_malloc(cap);
         if (!s) return NULL;
         ssize_t n = readlink(path, s, cap);
         if (n < 0) {
@@ -54,7 +55,7 @@ int tg_output_resolve(const char *path, char **out) {
     *out = NULL;
     if (!path[0]) return ENOENT;
     if (strlen(path) >= PATH_MAX) return ENAMETOOLONG;
-    char *cur = strdup(path);
+    char *cur = tg_strdup(path);
     if (!cur) return ENOMEM;
     for (int hops = 0;; hops++) {
         char *dir;
@@ -201,8 +202,8 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
 
 int tg_outputs_check(const tg_named_path *outputs, int n_outputs, const tg_named_path *inputs, int n_inputs,
                      tg_err *err) {
-    file_id *out_id = calloc((size_t)n_outputs + 1, sizeof *out_id);
-    file_id *in_id = calloc((size_t)n_inputs + 1, sizeof *in_id);
+    file_id *out_id = tg_calloc((size_t)n_outputs + 1, sizeof *out_id);
+    file_id *in_id = tg_calloc((size_t)n_inputs + 1, sizeof *in_id);
     int rc = out_id && in_id ? 0 : tg_fail(err, "out of memory");
     for (int o = 0; o < n_outputs && !rc; o++) rc = check_output(&outputs[o], &out_id[o], err);
     for (int i = 0; i < n_inputs && !rc; i++)

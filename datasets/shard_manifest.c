@@ -1,4 +1,5 @@
 #include "datasets/shard_manifest.h"
+#include "base/alloc.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -104,16 +105,16 @@ static int read_labels(const reader *R, json_t *root, tg_shard_manifest *m) {
                        tg_shard_task_name(m->task), n);
     if (n > MAX_LABELS) return tg_fail(R->err, "%s: more than %d labels", R->name, MAX_LABELS);
     if (!n) return 0;
-    if (!(m->labels = calloc(n, sizeof *m->labels))) return tg_fail(R->err, "out of memory");
+    if (!(m->labels = tg_calloc(n, sizeof *m->labels))) return tg_fail(R->err, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_array_get(v, i);
         if (!json_is_string(s) || json_string_length(s) == 0 || strlen(json_string_value(s)) != json_string_length(s))
             return tg_fail(R->err, "%s: labels[%zu] must be a non-empty name", R->name, i);
-        if (!(m->labels[i] = strdup(json_string_value(s)))) return tg_fail(R->err, "out of memory");
+        if (!(m->labels[i] = tg_strdup(json_string_value(s)))) return tg_fail(R->err, "out of memory");
         m->n_labels = (int32_t)i + 1;
     }
     /* Names are unique: in a sorted copy a repeat sits beside its twin. */
-    char **sorted = malloc(n * sizeof *sorted);
+    char **sorted = tg_malloc(n * sizeof *sorted);
     if (!sorted) return tg_fail(R->err, "out of memory");
     memcpy(sorted, m->labels, n * sizeof *sorted);
     qsort(sorted, n, sizeof *sorted, by_name);
@@ -142,7 +143,7 @@ static int read_histogram(const reader *R, json_t *root, tg_shard_manifest *m) {
         if (!json_is_array(a) || json_array_size(a) != (size_t)m->n_bins)
             return tg_fail(R->err, "%s: %s.%s must be an array of %d counts (ceil(seq %d / bin_width %d))", R->name,
                            where, split, m->n_bins, m->seq, m->hist_bin);
-        if (!(m->hist[s] = calloc((size_t)m->n_bins, sizeof *m->hist[s]))) return tg_fail(R->err, "out of memory");
+        if (!(m->hist[s] = tg_calloc((size_t)m->n_bins, sizeof *m->hist[s]))) return tg_fail(R->err, "out of memory");
         int64_t sum = 0;
         for (int32_t i = 0; i < m->n_bins; i++) {
             json_t *c = json_array_get(a, (size_t)i);
@@ -196,7 +197,7 @@ static int read_shards(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!json_is_array(v)) return tg_fail(R->err, "%s: \"shards\" must be an array", R->name);
     size_t n = json_array_size(v);
     if (n > MAX_SHARDS) return tg_fail(R->err, "%s: more than %d shards", R->name, MAX_SHARDS);
-    if (n && !(m->shards = calloc(n, sizeof *m->shards))) return tg_fail(R->err, "out of memory");
+    if (n && !(m->shards = tg_calloc(n, sizeof *m->shards))) return tg_fail(R->err, "out of memory");
     int64_t records[TG_SPLIT_COUNT] = {0};
     for (size_t i = 0; i < n; i++) {
         char where[32];
@@ -291,7 +292,7 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!cmd) return -1;
     if (!json_is_string(cmd) || strlen(json_string_value(cmd)) != json_string_length(cmd))
         return tg_fail(R->err, "%s: \"command\" must be a string", R->name);
-    if (!(m->command = strdup(json_string_value(cmd)))) return tg_fail(R->err, "out of memory");
+    if (!(m->command = tg_strdup(json_string_value(cmd)))) return tg_fail(R->err, "out of memory");
     return 0;
 }
 

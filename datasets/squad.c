@@ -1,4 +1,5 @@
 #include "datasets/squad.h"
+#include "base/alloc.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ static int grow(void **v, int64_t *cap, int64_t n, size_t size, tg_err *err) {
     if (n < *cap) return 0;
     if (*cap >= MAX_ITEMS) return tg_fail(err, "too many entries");
     int64_t c = *cap ? 2 * *cap : 256;
-    void *p = realloc(*v, (size_t)c * size);
+    void *p = tg_realloc(*v, (size_t)c * size);
     if (!p) return tg_fail(err, "out of memory");
     *v = p;
     *cap = c;

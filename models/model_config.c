@@ -1,4 +1,5 @@
 #include "models/model_config.h"
+#include "base/alloc.h"
 
 #include "base/text_file.h"
 
@@ -362,7 +363,7 @@ static void list_presets(char *buf, size_t cap) {
         if (e->d_name[0] == '.') continue;
         char p[1024];
         snprintf(p, sizeof p, "%s/%s/config.json", dir, e->d_name);
-        if (is_file(p) && (names[n] = strdup(e->d_name))) n++;
+        if (is_file(p) && (names[n] = tg_strdup(e->d_name))) n++;
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);

@@ -1,6 +1,7 @@
 /* CPU reference: ATTENTION (scores, softmax, attention dropout and the PV product in one
  * op) and its backward. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "kernels/philox.h"
@@ -166,15 +167,15 @@ typedef struct attn_scratch {
 
 static void attn_scratch_alloc(attn_scratch *w, const attn_ctx *c, int backward) {
     size_t T = (size_t)c->T, Dh = (size_t)c->Dh, td = T * Dh * sizeof(double);
-    w->s = malloc(T * sizeof *w->s);
-    w->factor = malloc(T * sizeof *w->factor);
-    w->kept = malloc(T);
-    w->dots = malloc(T * sizeof *w->dots);
-    w->acc = malloc(Dh * sizeof *w->acc);
-    w->kt = malloc(td);
-    w->vt = backward ? malloc(td) : NULL;
-    w->dk = backward ? malloc(td) : NULL;
-    w->dv = backward ? malloc(td) : NULL;
+    w->s = tg_malloc(T * sizeof *w->s);
+    w->factor = tg_malloc(T * sizeof *w->factor);
+    w->kept = tg_malloc(T);
+    w->dots = tg_malloc(T * sizeof *w->dots);
+    w->acc = tg_malloc(Dh * sizeof *w->acc);
+    w->kt = tg_malloc(td);
+    w->vt = backward ? tg_malloc(td) : NULL;
+    w->dk = backward ? tg_malloc(td) : NULL;
+    w->dv = backward ? tg_malloc(td) : NULL;
     if (!w->s || !w->factor || !w->kept || !w->dots || !w->acc || !w->kt || (backward && (!w->vt || !w->dk || !w->dv)))
         abort();
 }

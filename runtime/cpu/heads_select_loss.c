@@ -2,6 +2,7 @@
  * classifier's token (SELECT_TOKEN and its backward) and the loss (CROSS_ENTROPY and its
  * backward). */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -132,7 +133,7 @@ static int64_t ce_n_valid(const int32_t *labels, int64_t N, int64_t C) {
 void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
     int64_t N = a->op->p.cross_entropy.n;
     ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1])};
-    c.row_loss = malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
+    c.row_loss = tg_malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
     if (!c.row_loss) abort();
     tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
     double sum = 0; /* summed in row order: deterministic */

@@ -1,6 +1,7 @@
 /* CPU reference: LAYERNORM, RESIDUAL_LAYERNORM (dropout, residual add and LayerNorm as one
  * op) and their backwards. Row statistics and column sums run in double. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -74,7 +75,7 @@ static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
     int64_t M = c->M, D = c->D;
     const float *dy = c->dy, *x = c->x, *mean = c->mean, *rstd = c->rstd;
     float *dg = c->dgamma, *db = c->dbeta;
-    double *s = calloc((size_t)(e - b) * 2, sizeof *s);
+    double *s = tg_calloc((size_t)(e - b) * 2, sizeof *s);
     if (!s) abort();
     double *sg = s, *sb = s + (e - b);
     for (int64_t m = 0; m < M; m++) {

@@ -1,6 +1,7 @@
 /* CPU reference: MATMUL (with its bias-gradient and GELU epilogues), BIAS_GRAD and the
  * deterministic column sums they share. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -118,7 +119,7 @@ typedef struct colsum_ctx {
 
 static void colsum_range(void *p, int64_t b, int64_t e) {
     const colsum_ctx *c = p;
-    double *s = calloc((size_t)(e - b), sizeof *s);
+    double *s = tg_calloc((size_t)(e - b), sizeof *s);
     if (!s) abort();
     for (int64_t r = 0; r < c->rows; r++)
         for (int64_t j = b; j < e; j++) s[j - b] += c->x[r * c->cols + j];
