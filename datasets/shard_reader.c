@@ -26,11 +26,11 @@ static int read_at(int fd, void *buf, size_t n, uint64_t offset) {
     return 0;
 }
 
-/* xxh64 of the whole file, read in 1 MiB pieces. */
+/* xxh64 of the whole file, read in 1 MiB pieces. -1 on a read error, -2 out of memory. */
 static int hash_file(int fd, uint64_t size, uint64_t *out) {
     enum { PIECE = 1 << 20 };
     uint8_t *buf = tg_malloc(PIECE);
-    if (!buf) return -1;
+    if (!buf) return -2;
     XXH64_state_t st;
     XXH64_reset(&st, 0);
     int rc = 0;
@@ -64,8 +64,10 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
         goto done;
     }
     uint64_t sum;
-    if (hash_file(fd, (uint64_t)e->bytes, &sum)) {
-        tg_fail(err, "%s: read error: %s", path, strerror(errno ? errno : EIO));
+    const int hashed = hash_file(fd, (uint64_t)e->bytes, &sum);
+    if (hashed) {
+        if (hashed == -2) tg_fail(err, "%s: out of memory for the checksum's read buffer", path);
+        else tg_fail(err, "%s: read error: %s", path, strerror(errno ? errno : EIO));
         goto done;
     }
     if (sum != e->xxh64) {
@@ -164,12 +166,12 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
     set->split = split;
     size_t dlen = strlen(dir);
     while (dlen > 1 && dir[dlen - 1] == '/') dlen--;
-    if (!(set->dir = tg_strndup(dir, dlen))) return tg_fail(err, "out of memory");
+    if (!(set->dir = tg_strndup(dir, dlen))) return tg_fail(err, "%s: out of memory opening the shard set", dir);
     size_t plen = dlen + 32;
     char *mpath = tg_malloc(plen);
     if (!mpath) {
         tg_shard_set_close(set);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "%s: out of memory opening the shard set", dir);
     }
     snprintf(mpath, plen, "%s/manifest.json", set->dir);
     char *text = NULL;
@@ -192,7 +194,7 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
     int read_failed = ferror(f);
     fclose(f);
     if (!text || read_failed || n == cap) {
-        tg_fail(err, "%s: %s", mpath, !text ? "out of memory" : read_failed ? "read error" : "larger than 64 MiB");
+        tg_fail(err, "%s: %s", mpath, !text ? "out of memory reading it" : read_failed ? "read error" : "larger than 64 MiB");
         goto done;
     }
     if (tg_shard_manifest_parse(text, n, mpath, &set->manifest, err)) goto done;
@@ -200,7 +202,7 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
     int32_t count = 0;
     for (int32_t i = 0; i < m->n_shards; i++) count += m->shards[i].split == split;
     if (count && !(set->files = tg_calloc((size_t)count, sizeof *set->files))) {
-        tg_fail(err, "out of memory");
+        tg_fail(err, "%s: out of memory for %d shard files", dir, count);
         goto done;
     }
     for (int32_t i = 0; i < m->n_shards; i++) {
@@ -209,7 +211,7 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
         tg_shard_file *sf = &set->files[set->n_files++];
         size_t len = dlen + strlen(e->file) + 2;
         if (!(sf->path = tg_malloc(len))) {
-            tg_fail(err, "out of memory");
+            tg_fail(err, "%s: out of memory naming shard %s", dir, e->file);
             goto done;
         }
         snprintf(sf->path, len, "%s/%s", set->dir, e->file);
@@ -334,7 +336,7 @@ int tg_shard_cursor_open(tg_shard_cursor *c, const tg_shard_set *set, tg_err *er
     c->types = tg_malloc((size_t)c->scratch_cap * sizeof *c->types);
     if (!c->dctx || !c->ids || !c->types) {
         tg_shard_cursor_close(c);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "%s: out of memory for a shard cursor's buffers", set->dir);
     }
     return 0;
 }
