@@ -9,7 +9,7 @@
 
 /* Per thread, so that a test's failures reach only its own calls (a loader or thread pool
  * thread counts and fails nothing unless it arms its own). */
-static _Thread_local long fail_after = -1, made = 0;
+static _Thread_local long fail_after = -1, made = 0, failed = 0;
 
 /* Whether the next allocation is to fail; counts it either way. */
 static int refuse(void) {
@@ -17,19 +17,28 @@ static int refuse(void) {
     return fail_after >= 0 && n >= fail_after;
 }
 
-void *tg_malloc(size_t bytes) { return refuse() ? NULL : malloc(bytes); }
-void *tg_calloc(size_t count, size_t size) { return refuse() ? NULL : calloc(count, size); }
-void *tg_realloc(void *p, size_t bytes) { return refuse() ? NULL : realloc(p, bytes); }
+/* Counts a failed allocation (refused or not) for tg_alloc_failures. */
+static void *counted(void *p) {
+    failed += !p;
+    return p;
+}
 
-char *tg_strdup(const char *s) { return refuse() ? NULL : strdup(s); }
-char *tg_strndup(const char *s, size_t n) { return refuse() ? NULL : strndup(s, n); }
+void *tg_malloc(size_t bytes) { return counted(refuse() ? NULL : malloc(bytes ? bytes : 1)); }
+void *tg_calloc(size_t count, size_t size) { return counted(refuse() ? NULL : calloc(count ? count : 1, size ? size : 1)); }
+void *tg_realloc(void *p, size_t bytes) { return counted(refuse() ? NULL : realloc(p, bytes ? bytes : 1)); }
+
+char *tg_strdup(const char *s) { return counted(refuse() ? NULL : strdup(s)); }
+char *tg_strndup(const char *s, size_t n) { return counted(refuse() ? NULL : strndup(s, n)); }
+
+long tg_alloc_failures(void) { return failed; }
 
 int tg_asprintf(char **out, const char *fmt, ...) {
-    if (refuse()) return *out = NULL, -1;
+    if (refuse()) return failed++, *out = NULL, -1;
     va_list ap;
     va_start(ap, fmt);
     int n = vasprintf(out, fmt, ap);
     va_end(ap);
+    if (n < 0) failed++, *out = NULL;
     return n;
 }
 

@@ -15,6 +15,11 @@ char *tg_strndup(const char *s, size_t n);
 /* asprintf(3) through the hook: returns -1 (and *out NULL) when the allocation fails. */
 int tg_asprintf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* How many allocations through these have failed on this thread (refused by the test hook
+ * or not): a caller whose library reports a failed allocation as something else (jansson
+ * reports it as a syntax error) compares the count before and after. */
+long tg_alloc_failures(void);
+
 /* Test hook, per thread: after this call the first `succeed` allocations succeed and every
  * later one fails; succeed < 0 lets all succeed (the default). Returns how many allocations
  * were made on this thread since the previous call. The first call also routes jansson's

@@ -4,6 +4,7 @@
  * wordpiece.c and bpe.c. Behaviour follows Hugging Face `tokenizers` (the Rust library
  * behind transformers' fast tokenizers) step for step; the comments name its parts. */
 #include "datasets/tokenizer_impl.h"
+#include "base/json_strict.h"
 #include "base/alloc.h"
 
 #include <dirent.h>
@@ -387,7 +388,8 @@ static int read_hints(const char *dir, tok_hints *h, tg_err *err) {
     join(path, sizeof path, dir, "tokenizer_config.json");
     if (is_file(path)) {
         json_error_t je;
-        json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        json_t *o = tg_json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!o && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         if (!o) return tg_fail(err, "%s:%d: %s", path, je.line, je.text);
         int rc = json_flag(o, "do_lower_case", &h->lowercase, path, err) ||
                  json_flag(o, "strip_accents", &h->strip_accents, path, err) ||
@@ -401,7 +403,8 @@ static int read_hints(const char *dir, tok_hints *h, tg_err *err) {
     join(path, sizeof path, dir, "config.json");
     if (is_file(path)) {
         json_error_t je;
-        json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        json_t *o = tg_json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!o && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         if (!o) return tg_fail(err, "%s:%d: %s", path, je.line, je.text);
         json_t *mt = json_object_get(o, "model_type");
         if (json_is_string(mt)) snprintf(h->model_type, sizeof h->model_type, "%s", json_string_value(mt));
@@ -574,7 +577,7 @@ static int add_merge(tok_bpe *b, const char *l, size_t ll, const char *r, size_t
                        li < 0 ? l : r);
     char stack[512];
     char *joined = ll + rl <= sizeof stack ? stack : tg_malloc(ll + rl);
-    if (!joined) return tg_fail(err, "out of memory");
+    if (!joined) return tg_fail(err, "%s: merge %d: out of memory", where, rank + 1);
     memcpy(joined, l, ll);
     memcpy(joined + ll, r, rl);
     const int32_t ni = tok_vocab_get(&b->vocab, joined, ll + rl);
@@ -662,8 +665,9 @@ static int load_vocab_json(tok_loader *L, const char *vocab_path, const char *me
     XXH64_update(L->hash, "vocab.json", 10);
     XXH64_update(L->hash, buf, len);
     json_error_t je;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = tg_json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     free(buf);
+    if (!root && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", vocab_path);
     if (!root) return tg_fail(err, "%s:%d: %s", vocab_path, je.line, je.text);
     tok_bpe *b = &t->bpe;
     t->family = TG_TOKENIZER_BPE_GPT2;
@@ -975,9 +979,10 @@ static int open_file(tok_loader *L, const char *path, tg_err *err) {
         return read_hints(dir, &h, err) || load_vocab_txt(L, path, &h, err);
     }
     json_error_t je;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = tg_json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         free(buf);
+        if (tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         return tg_fail(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
     }
     int rc;
@@ -1053,7 +1058,7 @@ int tg_tokenizer_open(const char *path, tg_tokenizer **out, tg_err *err) {
     if (!t || !hash) {
         free(t);
         XXH64_freeState(hash);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "%s: out of memory opening the tokenizer", path);
     }
     XXH64_reset(hash, 0);
     t->wp.unk_id = -1;

@@ -130,6 +130,7 @@ static int open_index(tg_hf_checkpoint *ck, tg_err *err) {
     char dup[KEY_IN_MESSAGE];
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
     free(text);
+    if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the index", ck->path);
     if (!root && dup[0])
         return tg_fail(err, "%s: key '%s' appears twice in one object (line %d, column %d)", ck->path, dup, jerr.line,
                        jerr.column);

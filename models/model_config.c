@@ -312,6 +312,7 @@ int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
     free(text);
     if (!root) {
+        if (tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         if (dup[0])
             return tg_fail(err, "%s: key '%s' appears twice in one object (line %d, column %d)", path, dup, jerr.line,
                            jerr.column);

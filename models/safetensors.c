@@ -175,6 +175,7 @@ static int parse_header(tg_safetensors *st, const char *hdr, size_t hlen, uint64
     json_error_t jerr;
     char dup[TG_ST_NAME_IN_MESSAGE];
     json_t *root = tg_json_loadb_strict(hdr, hlen, 0, &jerr, dup, sizeof dup);
+    if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the header", st->path);
     if (!root && dup[0])
         return tg_fail(err, "%s: header: key '%s' appears twice in one object (line %d, column %d)", st->path, dup,
                        jerr.line, jerr.column);
