@@ -182,7 +182,7 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
     if (e == ENOENT || e == ENOTDIR) {
         char *dir;
         const char *base;
-        if (split(p, &dir, &base)) return tg_fail(err, "out of memory");
+        if (split(p, &dir, &base)) return tg_fail(err, "%s %s: out of memory", o->what, show(p).text);
         tg_fail(err, "%s %s: the folder %s does not exist", o->what, show(p).text, show(dir).text);
         free(dir);
         return -1;
@@ -191,7 +191,7 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
     /* The resolved name's folder is where the temporary file and the rename happen. */
     char *dir;
     const char *base;
-    if (split(id->resolved, &dir, &base)) return tg_fail(err, "out of memory");
+    if (split(id->resolved, &dir, &base)) return tg_fail(err, "%s %s: out of memory", o->what, show(p).text);
     int rc = 0;
     if (access(dir, W_OK | X_OK) != 0)
         rc = tg_fail(err, "%s %s: cannot create files in the folder %s: %s", o->what, show(p).text, show(dir).text,
@@ -204,7 +204,7 @@ int tg_outputs_check(const tg_named_path *outputs, int n_outputs, const tg_named
                      tg_err *err) {
     file_id *out_id = tg_calloc((size_t)n_outputs + 1, sizeof *out_id);
     file_id *in_id = tg_calloc((size_t)n_inputs + 1, sizeof *in_id);
-    int rc = out_id && in_id ? 0 : tg_fail(err, "out of memory");
+    int rc = out_id && in_id ? 0 : tg_fail(err, "out of memory checking %d output and %d input paths", n_outputs, n_inputs);
     for (int o = 0; o < n_outputs && !rc; o++) rc = check_output(&outputs[o], &out_id[o], err);
     for (int i = 0; i < n_inputs && !rc; i++)
         if (inputs[i].path && inputs[i].path[0]) identify(inputs[i].path, &in_id[i]);

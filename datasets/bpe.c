@@ -103,7 +103,7 @@ int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) {
         pcre2_code_free(re);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory for the pre-tokenizer pattern's match data");
     }
     b->re = re;
     b->match_data = md;
@@ -248,7 +248,7 @@ static int32_t bpe_word(tok_bpe *b, const unsigned char *p, int64_t n, tg_err *e
     if (b->ignore_merges) { /* a word the vocabulary has whole is that token */
         if (n * 2 > b->level_cap) {
             char *l = tg_realloc(b->level, (size_t)n * 2);
-            if (!l) return tg_fail(err, "out of memory");
+            if (!l) return tg_fail(err, "out of memory for a word of %lld bytes", (long long)n);
             b->level = l;
             b->level_cap = n * 2;
         }
@@ -355,7 +355,7 @@ int tok_bpe_encode(tg_tokenizer *t, const char *text, int64_t start, int64_t end
     if (b->add_prefix_space && n > 0 && text[start] != ' ') {
         if (n + 1 > b->prefixed_cap) {
             char *p = tg_realloc(b->prefixed, (size_t)n + 1);
-            if (!p) return tg_fail(err, "out of memory");
+            if (!p) return tg_fail(err, "out of memory for a text of %lld bytes", (long long)n + 1);
             b->prefixed = p;
             b->prefixed_cap = n + 1;
         }

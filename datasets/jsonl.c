@@ -76,6 +76,8 @@ static int parse_line(loader *L, const char *text, size_t len, const tg_data_rul
     json_error_t jerr;
     char dup[128];
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
+    if (!root && tg_json_out_of_memory(&jerr))
+        return tg_fail(err, "%s:%lld: out of memory parsing the line", L->path, L->line);
     if (!root && dup[0])
         return tg_fail(err, "%s:%lld: key \"%s\" appears twice in one object (column %d)", L->path, L->line, dup,
                        jerr.column);
@@ -265,10 +267,11 @@ int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds
         free(L.types_off);
         return rc;
     }
-    /* Shrink to fit, then point examples into the final pool. */
-    int32_t *pool = tg_realloc(L.pool, (size_t)L.pool_n * sizeof *pool);
+    /* Shrink to fit, then point examples into the final pool. A shrink that fails keeps the
+     * larger block, so it is no allocation the hook (base/alloc.h) need fail. */
+    int32_t *pool = realloc(L.pool, (size_t)L.pool_n * sizeof *pool);
     if (pool) L.pool = pool;
-    tg_example *ex = tg_realloc(L.ex, (size_t)L.n * sizeof *ex);
+    tg_example *ex = realloc(L.ex, (size_t)L.n * sizeof *ex);
     if (ex) L.ex = ex;
     for (int32_t i = 0; i < L.n; i++) {
         L.ex[i].input_ids = L.pool + L.ids_off[i];

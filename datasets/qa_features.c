@@ -9,7 +9,7 @@ static int grow32(int32_t **p, int32_t *cap, int32_t need, tg_err *err) {
     int32_t c = *cap ? *cap : 256;
     while (c < need) c *= 2;
     int32_t *q = tg_realloc(*p, (size_t)c * sizeof *q);
-    if (!q) return tg_fail(err, "out of memory");
+    if (!q) return tg_fail(err, "out of memory for %d token ids", need);
     *p = q;
     *cap = c;
     return 0;
@@ -28,7 +28,7 @@ int tg_qa_encode_context(const tg_text_encoder *enc, const char *text, size_t le
         if (s) c->start = s;
         int64_t *t = tg_realloc(c->end, (size_t)cap * sizeof *t);
         if (t) c->end = t;
-        if (!ids || !s || !t) return tg_fail(err, "out of memory");
+        if (!ids || !s || !t) return tg_fail(err, "out of memory for %d context tokens", cap);
         c->cap = cap;
     }
     if (e->n_real > 0) {
@@ -86,7 +86,7 @@ int tg_qa_features(const tg_text_encoder *enc, const char *q, size_t q_len, cons
         if (i) buf->ids = i;
         int32_t *t = tg_realloc(buf->types, (size_t)seq * sizeof *t);
         if (t) buf->types = t;
-        if (!i || !t) return tg_fail(err, "out of memory");
+        if (!i || !t) return tg_fail(err, "out of memory for a window of %d tokens", seq);
         buf->cap = seq;
     }
     int32_t *ids = buf->ids, *types = buf->types;

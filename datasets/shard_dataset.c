@@ -165,8 +165,9 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
     tg_shard_cursor_close(&cur);
     tg_shard_set_close(&set);
     if (!rc) {
-        /* Examples point into one pool that starts with example 0's ids, as tg_dataset_free expects. */
-        int32_t *v = tg_realloc(p.v, (size_t)p.n * sizeof *v);
+        /* Examples point into one pool that starts with example 0's ids, as tg_dataset_free
+         * expects. A shrink that fails keeps the larger block: no allocation for the hook. */
+        int32_t *v = realloc(p.v, (size_t)p.n * sizeof *v);
         if (v) p.v = v;
         for (int32_t i = 0; i < n; i++) {
             ex[i].input_ids = p.v + ids_at[i];

@@ -31,12 +31,12 @@ int tg_text_rows_source(tg_text_rows *r, const char *name, int32_t *index, tg_er
         if (r->cap_sources >= INT32_MAX / 2) return tg_fail(err, "too many input files");
         int32_t cap = r->cap_sources ? 2 * r->cap_sources : 8;
         char **s = tg_realloc(r->sources, (size_t)cap * sizeof *s);
-        if (!s) return tg_fail(err, "out of memory");
+        if (!s) return tg_fail(err, "out of memory adding input file %s", name);
         r->sources = s;
         r->cap_sources = cap;
     }
     char *copy = tg_strdup(name);
-    if (!copy) return tg_fail(err, "out of memory");
+    if (!copy) return tg_fail(err, "out of memory adding input file %s", name);
     r->sources[r->n_sources] = copy;
     *index = r->n_sources++;
     return 0;

@@ -275,7 +275,7 @@ static int wordpiece_word(tok_wordpiece *w, int64_t ws, int64_t we, tok_list *ou
                 /* the prefix and as much of the rest as the longest entry can hold */
                 pre = w->prefix_len;
                 const int64_t n = we - start < (int64_t)w->vocab.max_len ? we - start : (int64_t)w->vocab.max_len;
-                if (word_reserve(w, pre + n)) return tg_fail(err, "out of memory");
+                if (word_reserve(w, pre + n)) return tg_fail(err, "out of memory for a word of %lld bytes", (long long)(pre + n));
                 memcpy(w->word, w->prefix, pre);
                 memcpy(w->word + pre, norm + start, (size_t)n);
                 key = w->word;
@@ -346,7 +346,7 @@ int tok_wordpiece_encode(tg_tokenizer *t, const char *text, int64_t start, int64
     int64_t n;
     if (!w->has_normalizer) {
         /* the text as it is, each byte standing for its own character's bytes */
-        if (norm_reserve(w, end - start + 1)) return tg_fail(err, "out of memory");
+        if (norm_reserve(w, end - start + 1)) return tg_fail(err, "out of memory normalizing %lld bytes of text", (long long)(end - start));
         memcpy(w->norm, text + start, (size_t)(end - start));
         for (int64_t i = start; i < end;) {
             int64_t j = i;

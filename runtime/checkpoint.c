@@ -70,7 +70,7 @@ static int keep_block(tg_checkpoint *ck, void *block) {
 int tg_checkpoint_add_field(tg_checkpoint *ck, const char *key, const char *value, tg_err *err) {
     if (!key[0] || strlen(key) >= TG_CHECKPOINT_KEY_MAX || strlen(value) >= TG_PATH_MAX)
         return tg_fail(err, "checkpoint: identity field '%.80s' is empty or too long", key);
-    if (room_for((void **)&ck->fields, ck->n_fields, sizeof *ck->fields)) return tg_fail(err, "out of memory");
+    if (room_for((void **)&ck->fields, ck->n_fields, sizeof *ck->fields)) return tg_fail(err, "checkpoint: out of memory adding identity field '%.80s'", key);
     tg_checkpoint_field *f = &ck->fields[ck->n_fields++];
     snprintf(f->key, sizeof f->key, "%s", key);
     snprintf(f->value, sizeof f->value, "%s", value);
@@ -113,9 +113,9 @@ int tg_checkpoint_add_tensor(tg_checkpoint *ck, const char *name, int replica, i
     }
     if (keep_block(ck, data)) {
         free(data);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "checkpoint: out of memory adding tensor '%.100s'", name);
     }
-    return push_tensor(ck, name, replica, dtype, ndim, shape, bytes, data) ? tg_fail(err, "out of memory") : 0;
+    return push_tensor(ck, name, replica, dtype, ndim, shape, bytes, data) ? tg_fail(err, "checkpoint: out of memory adding tensor '%.100s'", name) : 0;
 }
 
 const tg_checkpoint_tensor *tg_checkpoint_find(const tg_checkpoint *ck, const char *name, int replica) {
@@ -128,10 +128,10 @@ int tg_checkpoint_take_tensors(tg_checkpoint *to, tg_checkpoint *from, tg_err *e
     for (int i = 0; i < from->n_tensors; i++) {
         const tg_checkpoint_tensor *t = &from->tensors[i];
         if (push_tensor(to, t->name, t->replica, t->dtype, t->ndim, t->shape, t->bytes, t->data))
-            return tg_fail(err, "out of memory");
+            return tg_fail(err, "checkpoint: out of memory moving tensor '%.100s'", t->name);
     }
     for (int i = 0; i < from->n_blocks; i++) {
-        if (keep_block(to, from->blocks[i])) return tg_fail(err, "out of memory");
+        if (keep_block(to, from->blocks[i])) return tg_fail(err, "checkpoint: out of memory moving %d tensor blocks", from->n_blocks);
         from->blocks[i] = NULL; /* `to` owns it now */
     }
     tg_checkpoint_free(from);
@@ -810,7 +810,7 @@ static long step_of_name(const char *name) {
 int tg_checkpoint_dir_prepare(const char *dir, tg_err *err) {
     if (!dir[0]) return tg_fail(err, "checkpoint folder: the name is empty");
     char *path = tg_strdup(dir);
-    if (!path) return tg_fail(err, "out of memory");
+    if (!path) return tg_fail(err, "checkpoint folder %s: out of memory", dir);
     for (char *c = path + 1; *c; c++) /* mkdir -p */
         if (*c == '/') {
             *c = 0;
@@ -904,7 +904,7 @@ int tg_checkpoint_save_in_dir(const tg_checkpoint *ck, const char *dir, int keep
     if (tg_asprintf(&path, "%s/%s", dir, name) < 0) path = NULL;
     if (!path || tg_asprintf(&latest, "%s/%s", dir, TG_CHECKPOINT_LATEST) < 0) {
         free(path);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "checkpoint folder %s: out of memory naming step file %s", dir, name);
     }
     char line[80];
     snprintf(line, sizeof line, "%s\n", name);
@@ -947,10 +947,10 @@ int tg_checkpoint_locate(const char *where, char **path, tg_err *err) {
     if (stat(where, &st) != 0) return tg_fail(err, "%s: cannot open the checkpoint: %s", where, strerror(errno));
     if (!S_ISDIR(st.st_mode)) {
         *path = strdup(where);
-        return *path ? 0 : tg_fail(err, "out of memory");
+        return *path ? 0 : tg_fail(err, "%s: out of memory naming the checkpoint", where);
     }
     char *latest;
-    if (tg_asprintf(&latest, "%s/%s", where, TG_CHECKPOINT_LATEST) < 0) return tg_fail(err, "out of memory");
+    if (tg_asprintf(&latest, "%s/%s", where, TG_CHECKPOINT_LATEST) < 0) return tg_fail(err, "%s: out of memory naming the checkpoint", where);
     FILE *f = fopen(latest, "r");
     if (f) {
         char line[NAME_MAX + 2] = "";
@@ -964,7 +964,7 @@ int tg_checkpoint_locate(const char *where, char **path, tg_err *err) {
             return -1;
         }
         free(latest);
-        if (tg_asprintf(path, "%s/%s", where, line) < 0) return *path = NULL, tg_fail(err, "out of memory");
+        if (tg_asprintf(path, "%s/%s", where, line) < 0) return *path = NULL, tg_fail(err, "%s: out of memory naming the checkpoint", where);
         return 0;
     }
     free(latest);
@@ -973,7 +973,7 @@ int tg_checkpoint_locate(const char *where, char **path, tg_err *err) {
     if (list_steps(where, &files, &n)) return tg_fail(err, "%s: cannot list the folder: %s", where, strerror(errno));
     int rc = 0;
     if (!n) rc = tg_fail(err, "%s: no checkpoint in the folder (step-N%s)", where, TG_CHECKPOINT_EXT);
-    else if (tg_asprintf(path, "%s/%s", where, files[0].name) < 0) *path = NULL, rc = tg_fail(err, "out of memory");
+    else if (tg_asprintf(path, "%s/%s", where, files[0].name) < 0) *path = NULL, rc = tg_fail(err, "%s: out of memory naming the checkpoint", where);
     free(files);
     return rc;
 }

@@ -17,7 +17,7 @@ int tg_cpu_comm_group_create(tg_cpu_comm_group **out, int ranks, tg_err *err) {
     *out = NULL;
     if (ranks < 1) return tg_fail(err, "a communicator needs at least one rank (got %d)", ranks);
     tg_cpu_comm_group *g = tg_calloc(1, sizeof *g);
-    if (!g) return tg_fail(err, "out of memory");
+    if (!g) return tg_fail(err, "out of memory for a communicator of %d ranks", ranks);
     g->ranks = ranks;
     g->bufs = tg_calloc((size_t)ranks, sizeof *g->bufs);
     g->sums = tg_calloc((size_t)ranks, sizeof *g->sums);

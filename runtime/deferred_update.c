@@ -30,7 +30,7 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
     const int64_t n = adam->p.adamw.n;
     if (n <= 0) return 0;
     int64_t *need = tg_calloc((size_t)(f1 - f0) + 1, sizeof *need);
-    if (!need) return tg_fail(err, "out of memory");
+    if (!need) return tg_fail(err, "out of memory planning the deferred optimizer update");
     /* need[j]: the parameter prefix forward op j reads, rounded to whole vectors. A forward
      * op that writes what the update reads or writes, or reads optimizer state, cannot
      * run beside it. */
@@ -58,7 +58,7 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
     if (!u->begin || !u->chunks_before) {
         free(need);
         tg_deferred_update_free(u);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory planning the deferred optimizer update");
     }
     u->adamw_op = last;
     u->n_forward = f1 - f0;

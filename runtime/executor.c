@@ -167,7 +167,7 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
         return tg_executor_open_cuda(ex, plan, opts, err);
     }
     cpu_impl *c = tg_calloc(1, sizeof *c);
-    if (!c) return tg_fail(err, "out of memory");
+    if (!c) return tg_fail(err, "out of memory opening the CPU executor");
     if (tg_cpu_exec_init(&c->x, plan, opts->threads, err)) {
         free(c);
         return -1;

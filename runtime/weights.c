@@ -257,7 +257,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         }
         if (!e) {
             if (!report->missing) snprintf(report->first_missing, TG_NAME_MAX, "%s", x->name);
-            if (push_name(&report->missing_names, &report->missing, x->name)) rc = tg_fail(err, "out of memory");
+            if (push_name(&report->missing_names, &report->missing, x->name)) rc = tg_fail(err, "out of memory listing missing weights");
             continue;
         }
         if (load_tensor(img, t, &ck, e, err)) {
@@ -273,7 +273,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         if (used[k]) continue;
         const char *name = ck.tensors[k].entry->name;
         if (hf_ignores(plan, name)) report->ignored++;
-        else if (push_name(&report->unexpected_names, &report->unexpected, name)) rc = tg_fail(err, "out of memory");
+        else if (push_name(&report->unexpected_names, &report->unexpected, name)) rc = tg_fail(err, "out of memory listing unexpected weights");
     }
     if (!rc && report->missing > 1) qsort(report->missing_names, (size_t)report->missing, sizeof(char *), cmp_name);
     if (!rc && report->unexpected > 1)
