@@ -30,7 +30,13 @@ void *tg_realloc(void *p, size_t bytes) { return counted(refuse() ? NULL : reall
 char *tg_strdup(const char *s) { return counted(refuse() ? NULL : strdup(s)); }
 char *tg_strndup(const char *s, size_t n) { return counted(refuse() ? NULL : strndup(s, n)); }
 
+void *tg_aligned_alloc(size_t alignment, size_t bytes) {
+    return counted(refuse() ? NULL : aligned_alloc(alignment, bytes ? bytes : alignment));
+}
+
 long tg_alloc_failures(void) { return failed; }
+
+long tg_alloc_made(void) { return made; }
 
 int tg_asprintf(char **out, const char *fmt, ...) {
     if (refuse()) return failed++, *out = NULL, -1;

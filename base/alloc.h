@@ -12,6 +12,7 @@ void *tg_calloc(size_t count, size_t size);
 void *tg_realloc(void *p, size_t bytes);
 char *tg_strdup(const char *s);
 char *tg_strndup(const char *s, size_t n);
+void *tg_aligned_alloc(size_t alignment, size_t bytes);
 /* asprintf(3) through the hook: returns -1 (and *out NULL) when the allocation fails. */
 int tg_asprintf(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -19,6 +20,9 @@ int tg_asprintf(char **out, const char *fmt, ...) __attribute__((format(printf, 
  * or not): a caller whose library reports a failed allocation as something else (jansson
  * reports it as a syntax error) compares the count before and after. */
 long tg_alloc_failures(void);
+
+/* How many allocations were made on this thread since the last tg_alloc_fail_after. */
+long tg_alloc_made(void);
 
 /* Test hook, per thread: after this call the first `succeed` allocations succeed and every
  * later one fails; succeed < 0 lets all succeed (the default). Returns how many allocations

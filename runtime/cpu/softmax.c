@@ -85,7 +85,7 @@ static void attn_softmax_bwd_rows(void *p, int64_t b, int64_t e) {
         float *tmp = NULL;
         if (drop.on && dsr == pr) { /* output aliases P: keep dP apart */
             tmp = tg_malloc((size_t)T * 4);
-            if (!tmp) abort();
+            if (!tmp) return tg_cpu_op_out_of_memory(a);
             tg_cpu_dropout_elements(a->seed, drop.step, drop.key, drop.p, row * T, T, dpr, tmp);
             dpr = tmp;
         }
