@@ -1,4 +1,5 @@
 #include "base/atomic_file.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,8 +123,8 @@ static int create_temp(tg_atomic_file *f, mode_t mode) {
 
 int tg_atomic_begin(const char *path, const char *kind, tg_atomic_file **out, tg_err *err) {
     *out = NULL;
-    tg_atomic_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
+    tg_atomic_file *f = tg_calloc(1, sizeof *f);
+    if (!f || !(f->path = tg_strdup(path))) {
         free(f);
         return tg_fail(err, "%s: out of memory", path);
     }
@@ -142,7 +143,7 @@ int tg_atomic_begin(const char *path, const char *kind, tg_atomic_file **out, tg
             *slash = 0;
             f->dir_fd = open(slash == target ? "/" : target, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (f->dir_fd < 0) e = errno;
-            else if (!(f->target_name = strdup(slash + 1))) e = ENOMEM;
+            else if (!(f->target_name = tg_strdup(slash + 1))) e = ENOMEM;
         }
         free(target);
         /* The replacement keeps the mode of the file it replaces. */

@@ -1,4 +1,5 @@
 #include "base/json_strict.h"
+#include "base/alloc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,10 +25,29 @@ static void repeated_key(const char *text, size_t len, size_t end, char *out, si
     }
 }
 
+/* A failed parse during which an allocation failed is an out-of-memory failure. */
+static json_t *oom_checked(json_t *root, long failures_before, json_error_t *jerr) {
+    if (!root && tg_alloc_failures() != failures_before) {
+        snprintf(jerr->text, sizeof jerr->text, "out of memory");
+        jerr->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)json_error_out_of_memory; /* where json_error_code reads */
+    }
+    return root;
+}
+
+json_t *tg_json_loadb(const char *text, size_t len, size_t flags, json_error_t *jerr) {
+    const long before = tg_alloc_failures();
+    return oom_checked(json_loadb(text, len, flags, jerr), before, jerr);
+}
+
+json_t *tg_json_load_file(const char *path, size_t flags, json_error_t *jerr) {
+    const long before = tg_alloc_failures();
+    return oom_checked(json_load_file(path, flags, jerr), before, jerr);
+}
+
 json_t *tg_json_loadb_strict(const char *text, size_t len, size_t flags, json_error_t *jerr, char *dup_key,
                              size_t cap) {
     dup_key[0] = 0;
-    json_t *root = json_loadb(text, len, flags | JSON_REJECT_DUPLICATES, jerr);
+    json_t *root = tg_json_loadb(text, len, flags | JSON_REJECT_DUPLICATES, jerr);
     if (!root && json_error_code(jerr) == json_error_duplicate_key) {
         repeated_key(text, len, (size_t)jerr->position, dup_key, cap);
         if (!dup_key[0]) snprintf(dup_key, cap, "?");

@@ -13,4 +13,15 @@
 json_t *tg_json_loadb_strict(const char *text, size_t len, size_t flags, json_error_t *jerr, char *dup_key,
                              size_t cap);
 
+/* json_loadb and json_load_file, except that a parse during which an allocation failed
+ * (base/alloc.h; jansson reports one as a syntax error, or with no message) fails with
+ * jerr's code json_error_out_of_memory and text "out of memory": see tg_json_out_of_memory. */
+json_t *tg_json_loadb(const char *text, size_t len, size_t flags, json_error_t *jerr);
+json_t *tg_json_load_file(const char *path, size_t flags, json_error_t *jerr);
+
+/* Whether a failed parse ran out of memory (the caller then says so, not "invalid JSON"). */
+static inline int tg_json_out_of_memory(const json_error_t *jerr) {
+    return json_error_code(jerr) == json_error_out_of_memory;
+}
+
 #endif

@@ -1,4 +1,5 @@
 #include "base/output_paths.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -23,7 +24,7 @@ static int split(const char *path, char **dir, const char **base) {
 static char *join(const char *dir, const char *base) {
     size_t d = strlen(dir), b = strlen(base);
     int root = d == 1 && dir[0] == '/';
-    char *s = malloc(d + b + 2);
+    char *s = tg_malloc(d + b + 2);
     if (s) snprintf(s, d + b + 2, "%s%s%s", root ? "" : dir, "/", base);
     return s;
 }
@@ -31,7 +32,7 @@ static char *join(const char *dir, const char *base) {
 /* The text of a symlink, malloc'd; NULL with errno set. Links under /proc report size 0. */
 static char *read_link(const char *path, size_t size_hint) {
     for (size_t cap = size_hint + 1 > 256 ? size_hint + 1 : 256;; cap *= 2) {
-        char *s = malloc(cap);
+        char *s = tg_malloc(cap);
         if (!s) return NULL;
         ssize_t n = readlink(path, s, cap);
         if (n < 0) {
@@ -54,7 +55,7 @@ int tg_output_resolve(const char *path, char **out) {
     *out = NULL;
     if (!path[0]) return ENOENT;
     if (strlen(path) >= PATH_MAX) return ENAMETOOLONG;
-    char *cur = strdup(path);
+    char *cur = tg_strdup(path);
     if (!cur) return ENOMEM;
     for (int hops = 0;; hops++) {
         char *dir;
@@ -181,7 +182,7 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
     if (e == ENOENT || e == ENOTDIR) {
         char *dir;
         const char *base;
-        if (split(p, &dir, &base)) return tg_fail(err, "out of memory");
+        if (split(p, &dir, &base)) return tg_fail(err, "%s %s: out of memory", o->what, show(p).text);
         tg_fail(err, "%s %s: the folder %s does not exist", o->what, show(p).text, show(dir).text);
         free(dir);
         return -1;
@@ -190,7 +191,7 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
     /* The resolved name's folder is where the temporary file and the rename happen. */
     char *dir;
     const char *base;
-    if (split(id->resolved, &dir, &base)) return tg_fail(err, "out of memory");
+    if (split(id->resolved, &dir, &base)) return tg_fail(err, "%s %s: out of memory", o->what, show(p).text);
     int rc = 0;
     if (access(dir, W_OK | X_OK) != 0)
         rc = tg_fail(err, "%s %s: cannot create files in the folder %s: %s", o->what, show(p).text, show(dir).text,
@@ -201,9 +202,9 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
 
 int tg_outputs_check(const tg_named_path *outputs, int n_outputs, const tg_named_path *inputs, int n_inputs,
                      tg_err *err) {
-    file_id *out_id = calloc((size_t)n_outputs + 1, sizeof *out_id);
-    file_id *in_id = calloc((size_t)n_inputs + 1, sizeof *in_id);
-    int rc = out_id && in_id ? 0 : tg_fail(err, "out of memory");
+    file_id *out_id = tg_calloc((size_t)n_outputs + 1, sizeof *out_id);
+    file_id *in_id = tg_calloc((size_t)n_inputs + 1, sizeof *in_id);
+    int rc = out_id && in_id ? 0 : tg_fail(err, "out of memory checking %d output and %d input paths", n_outputs, n_inputs);
     for (int o = 0; o < n_outputs && !rc; o++) rc = check_output(&outputs[o], &out_id[o], err);
     for (int i = 0; i < n_inputs && !rc; i++)
         if (inputs[i].path && inputs[i].path[0]) identify(inputs[i].path, &in_id[i]);

@@ -1,4 +1,5 @@
 #include "base/text_file.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ int tg_read_text_file(const char *path, size_t max, const char *what, char **tex
             }
             cap = cap ? 2 * cap : 16384;
             if (cap > max) cap = max + 1; /* one past: too big */
-            char *grown = realloc(buf, cap + 1);
+            char *grown = tg_realloc(buf, cap + 1);
             if (!grown) {
                 rc = tg_fail(err, "%s: out of memory", path);
                 break;
@@ -38,7 +39,7 @@ int tg_read_text_file(const char *path, size_t max, const char *what, char **tex
         free(buf);
         return -1;
     }
-    if (!buf && !(buf = malloc(1))) return tg_fail(err, "%s: out of memory", path);
+    if (!buf && !(buf = tg_malloc(1))) return tg_fail(err, "%s: out of memory", path);
     buf[n] = 0;
     *text = buf;
     *len = n;

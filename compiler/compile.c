@@ -1,4 +1,5 @@
 #include "compiler/compile.h"
+#include "base/alloc.h"
 #include "compiler/grad_buckets.h"
 #include "compiler/grad_writes.h"
 
@@ -195,9 +196,9 @@ out:
  * the identity rules of plan.h checked on the result. */
 static int compile_buckets(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
     const int n = j->n_buckets - 1;
-    plan->buckets = calloc((size_t)n, sizeof *plan->buckets);
+    plan->buckets = tg_calloc((size_t)n, sizeof *plan->buckets);
     if (!plan->buckets) return tg_fail(err, "%s: out of memory for %d bucket plans", j->path, n);
-    tg_job *bj = malloc(sizeof *bj);
+    tg_job *bj = tg_malloc(sizeof *bj);
     if (!bj) return tg_fail(err, "%s: out of memory", j->path);
     int rc = 0;
     for (int k = 0; k < n && !rc; k++) {

@@ -1,6 +1,7 @@
 /* Job files: `key = value` lines parsed into a tg_job, then --set overrides, then the
  * cross-key checks. Every message says where the offending value came from. */
 #include "compiler/job.h"
+#include "base/alloc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -485,7 +486,7 @@ static long utf8_invalid_at(const unsigned char *s, size_t n) {
 /* `text` as job lines; `name` prefixes messages, `dir` ("a/b/", "/" or "") is where
  * relative paths resolve. */
 static int parse_text(const char *text, const char *name, const char *dir, tg_job *job, tg_err *err) {
-    char *copy = strdup(text);
+    char *copy = tg_strdup(text);
     if (!copy) return tg_fail(err, "%s: out of memory", name);
     int lineno = 0, rc = 0;
     origin o;
@@ -549,11 +550,11 @@ static char *read_file(const char *path, tg_err *err) {
         return NULL;
     }
     size_t len = 0, cap = 4096;
-    char *text = malloc(cap);
+    char *text = tg_malloc(cap);
     while (text) {
         len += fread(text + len, 1, cap - len - 1, f);
         if (len < cap - 1) break;
-        char *grown = realloc(text, cap *= 2);
+        char *grown = tg_realloc(text, cap *= 2);
         if (!grown) free(text);
         text = grown;
     }

@@ -327,6 +327,6 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
         }
     }
     if (place_activations(g, &pool_bytes[TG_POOL_ACTIVATIONS])) return -1;
-    *live_peak = tg_plan_live_activation_peak(g->tensors, g->n_tensors, g->n_ops);
+    if (tg_plan_live_activation_peak(g->tensors, g->n_tensors, g->n_ops, live_peak)) return tg_graph_out_of_memory(g);
     return 0;
 }

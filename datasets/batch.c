@@ -1,5 +1,6 @@
 /* Fixed-shape batches (the plan's shapes never change) and the seeded sampler. */
 #include <stdint.h>
+#include "base/alloc.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,7 +159,7 @@ static void shuffle(tg_sampler *s) { tg_seeded_order(s->order, s->n, s->seed, s-
 int tg_sampler_init(tg_sampler *s, int32_t n, uint64_t seed, tg_err *err) {
     memset(s, 0, sizeof *s);
     if (n <= 0) return tg_fail(err, "sampler: the dataset has no examples");
-    s->order = malloc((size_t)n * sizeof *s->order);
+    s->order = tg_malloc((size_t)n * sizeof *s->order);
     if (!s->order) return tg_fail(err, "sampler: out of memory for %d indices", n);
     s->n = n;
     s->seed = seed;

@@ -2,6 +2,7 @@
  * of an epoch padded, dropped or wrapped, and optionally grouped by length bucket
  * (datasets/batch_sampler.h). */
 #include "datasets/batch_sampler.h"
+#include "base/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@ static int32_t *alloc_i32(int64_t count, const char *what, tg_err *err) {
         tg_fail(err, "batch sampler: %s of %lld entries is too large", what, (long long)count);
         return NULL;
     }
-    int32_t *p = malloc((size_t)bytes);
+    int32_t *p = tg_malloc((size_t)bytes);
     if (!p) tg_fail(err, "batch sampler: out of memory for %s (%lld entries)", what, (long long)count);
     return p;
 }

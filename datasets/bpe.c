@@ -4,6 +4,7 @@
  * lowest rank first (leftmost first among equals) until none applies. Words' tokens are
  * cached. */
 #include "datasets/tokenizer_impl.h"
+#include "base/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ static inline const tok_merge *merge_find(const tok_bpe *b, int32_t left, int32_
 
 static int merges_grow(tok_bpe *b, tg_err *err) {
     const uint32_t size = b->merges ? (b->merges_mask + 1) * 2 : 1024;
-    tok_merge *m = malloc((size_t)size * sizeof *m);
+    tok_merge *m = tg_malloc((size_t)size * sizeof *m);
     if (!m) return tg_fail(err, "out of memory for %d merges", b->n_merges);
     for (uint32_t i = 0; i < size; i++) m[i].key = UINT64_MAX;
     if (b->merges)
@@ -102,12 +103,12 @@ int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) {
         pcre2_code_free(re);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory for the pre-tokenizer pattern's match data");
     }
     b->re = re;
     b->match_data = md;
-    b->cache_slots = malloc((size_t)2 * CACHE_MAX * sizeof *b->cache_slots);
-    b->cache = malloc((size_t)CACHE_MAX * sizeof *b->cache);
+    b->cache_slots = tg_malloc((size_t)2 * CACHE_MAX * sizeof *b->cache_slots);
+    b->cache = tg_malloc((size_t)CACHE_MAX * sizeof *b->cache);
     if (!b->cache_slots || !b->cache) return tg_fail(err, "out of memory for the merge cache");
     memset(b->cache_slots, 0xff, (size_t)2 * CACHE_MAX * sizeof *b->cache_slots);
     b->cache_mask = 2 * CACHE_MAX - 1;
@@ -162,7 +163,7 @@ static void cache_put(tok_bpe *b, const unsigned char *p, int64_t n, uint64_t ha
     if (need > b->cache_arena_cap) {
         size_t cap = b->cache_arena_cap ? b->cache_arena_cap : 65536;
         while (cap < need) cap *= 2;
-        char *a = realloc(b->cache_arena, cap);
+        char *a = tg_realloc(b->cache_arena, cap);
         if (!a) return; /* the cache is an optimisation: go without */
         b->cache_arena = a;
         b->cache_arena_cap = cap;
@@ -182,19 +183,19 @@ static int sym_reserve(tok_bpe *b, int64_t n, tg_err *err) {
     if (n <= b->sym_cap) return 0;
     int64_t cap = b->sym_cap ? b->sym_cap : 256;
     while (cap < n) cap *= 2;
-    int32_t *a = realloc(b->sym_id, (size_t)cap * sizeof *a);
+    int32_t *a = tg_realloc(b->sym_id, (size_t)cap * sizeof *a);
     if (a) b->sym_id = a;
-    int32_t *p = realloc(b->sym_prev, (size_t)cap * sizeof *p);
+    int32_t *p = tg_realloc(b->sym_prev, (size_t)cap * sizeof *p);
     if (p) b->sym_prev = p;
-    int32_t *x = realloc(b->sym_next, (size_t)cap * sizeof *x);
+    int32_t *x = tg_realloc(b->sym_next, (size_t)cap * sizeof *x);
     if (x) b->sym_next = x;
     /* each symbol's start and end byte */
-    int32_t *l = realloc(b->sym_span, (size_t)cap * 2 * sizeof *l);
+    int32_t *l = tg_realloc(b->sym_span, (size_t)cap * 2 * sizeof *l);
     if (l) b->sym_span = l;
     /* heap: (rank << 32 | pos) and the merge's new id, at most three pushes a symbol */
-    int64_t *h = realloc(b->heap, (size_t)cap * 3 * 2 * sizeof *h);
+    int64_t *h = tg_realloc(b->heap, (size_t)cap * 3 * 2 * sizeof *h);
     if (h) b->heap = h;
-    int32_t *o = realloc(b->out_ids, (size_t)cap * 3 * sizeof *o);
+    int32_t *o = tg_realloc(b->out_ids, (size_t)cap * 3 * sizeof *o);
     if (o) b->out_ids = o;
     if (!a || !p || !x || !l || !h || !o) return tg_fail(err, "out of memory for a word of %lld bytes", (long long)n);
     b->sym_cap = cap;
@@ -246,8 +247,8 @@ static int32_t bpe_word(tok_bpe *b, const unsigned char *p, int64_t n, tg_err *e
     int32_t *out = b->out_ids;
     if (b->ignore_merges) { /* a word the vocabulary has whole is that token */
         if (n * 2 > b->level_cap) {
-            char *l = realloc(b->level, (size_t)n * 2);
-            if (!l) return tg_fail(err, "out of memory");
+            char *l = tg_realloc(b->level, (size_t)n * 2);
+            if (!l) return tg_fail(err, "out of memory for a word of %lld bytes", (long long)n);
             b->level = l;
             b->level_cap = n * 2;
         }
@@ -353,8 +354,8 @@ int tok_bpe_encode(tg_tokenizer *t, const char *text, int64_t start, int64_t end
     /* HF's add_prefix_space: a space before a piece that does not start with one */
     if (b->add_prefix_space && n > 0 && text[start] != ' ') {
         if (n + 1 > b->prefixed_cap) {
-            char *p = realloc(b->prefixed, (size_t)n + 1);
-            if (!p) return tg_fail(err, "out of memory");
+            char *p = tg_realloc(b->prefixed, (size_t)n + 1);
+            if (!p) return tg_fail(err, "out of memory for a text of %lld bytes", (long long)n + 1);
             b->prefixed = p;
             b->prefixed_cap = n + 1;
         }

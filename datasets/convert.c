@@ -1,4 +1,5 @@
 #include "datasets/convert.h"
+#include "base/alloc.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ static int pick_eval(int64_t n, double fraction, uint64_t seed, const char *what
     int64_t k = (int64_t)ceil(fraction * (double)n - 1e-9);
     if (k >= n)
         return tg_fail(err, "--eval-fraction %g of %lld %s leaves nothing to train on", fraction, (long long)n, what);
-    int64_t *order = malloc((size_t)n * sizeof *order);
+    int64_t *order = tg_malloc((size_t)n * sizeof *order);
     if (!order) return tg_fail(err, "out of memory");
     for (int64_t i = 0; i < n; i++) order[i] = i;
     uint64_t state = seed;
@@ -179,7 +180,7 @@ static int label_rows(const tg_convert_options *o, const tg_text_rows *rows, tg_
                 return tg_fail(err, "%s: no label, but other rows have one", where);
             }
     if (o->labels ? tg_labels_parse_list(o->labels, ls, err) : tg_labels_collect(rows, ls, err)) return -1;
-    if (!(*ids = malloc((size_t)rows->n * sizeof **ids))) return tg_fail(err, "out of memory");
+    if (!(*ids = tg_malloc((size_t)rows->n * sizeof **ids))) return tg_fail(err, "out of memory");
     for (int64_t i = 0; i < rows->n; i++) {
         const tg_text_row *r = &rows->rows[i];
         int32_t id = tg_labels_find(ls, tg_text_rows_at(rows, r->label), (size_t)r->label_len);
@@ -250,7 +251,7 @@ static int convert_squad(converter *C, tg_err *err) {
     const tg_convert_options *o = C->opt;
     const int32_t stride = o->doc_stride >= 0 ? o->doc_stride : TG_CONVERT_DEFAULT_DOC_STRIDE;
     if (stride >= C->seq) return tg_fail(err, "--doc-stride %d must be smaller than --seq %d", stride, C->seq);
-    tg_squad *files = calloc((size_t)o->n_inputs, sizeof *files);
+    tg_squad *files = tg_calloc((size_t)o->n_inputs, sizeof *files);
     if (!files) return tg_fail(err, "out of memory");
     int rc = 0;
     int64_t articles = 0;
@@ -385,7 +386,7 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
         rc = tg_shard_writer_open(o->outdir, &desc, &C.w, err);
     }
     for (int s = 0; s < TG_SPLIT_COUNT && !rc; s++)
-        if (!(C.chunk[s] = malloc((size_t)seq * sizeof *C.chunk[s]))) rc = tg_fail(err, "out of memory");
+        if (!(C.chunk[s] = tg_malloc((size_t)seq * sizeof *C.chunk[s]))) rc = tg_fail(err, "out of memory");
     if (!rc) rc = format == TG_INPUT_SQUAD ? convert_squad(&C, err) : convert_rows(&C, &rows, label_ids, in_eval, err);
     if (!rc && rep->records[TG_SPLIT_TRAIN] + rep->records[TG_SPLIT_EVAL] == 0)
         rc = tg_fail(err, "%s: no records (every row encoded to no tokens)", o->inputs[0]);

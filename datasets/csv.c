@@ -3,6 +3,7 @@
  * quoted field is known by its scratch offset, since the scratch buffer may move as it
  * grows; its pointer is set when the row ends. */
 #include "datasets/csv.h"
+#include "base/alloc.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -44,9 +45,9 @@ static int add_field(tg_csv *c, const char *p, size_t len, size_t scratch_at, tg
             return tg_fail(err, "%s:%lld: more than %d fields in a row", c->name, (long long)c->row_line,
                            MAX_FIELDS);
         int32_t cap = c->cap_fields ? 2 * c->cap_fields : 16;
-        tg_csv_field *f = realloc(c->fields, (size_t)cap * sizeof *f);
+        tg_csv_field *f = tg_realloc(c->fields, (size_t)cap * sizeof *f);
         if (f) c->fields = f;
-        size_t *q = realloc(c->scratch_at, (size_t)cap * sizeof *q);
+        size_t *q = tg_realloc(c->scratch_at, (size_t)cap * sizeof *q);
         if (q) c->scratch_at = q;
         if (!f || !q) return tg_fail(err, "%s: out of memory", c->name);
         c->cap_fields = cap;
@@ -60,7 +61,7 @@ static int scratch_put(tg_csv *c, const char *p, size_t n, tg_err *err) {
     if (c->scratch_len + n > c->scratch_cap) {
         size_t cap = c->scratch_cap ? c->scratch_cap : 256;
         while (cap < c->scratch_len + n) cap *= 2;
-        char *s = realloc(c->scratch, cap);
+        char *s = tg_realloc(c->scratch, cap);
         if (!s) return tg_fail(err, "%s: out of memory", c->name);
         c->scratch = s;
         c->scratch_cap = cap;

@@ -1,4 +1,5 @@
 #include "datasets/file_bytes.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ int tg_file_bytes(const char *path, char **buf, size_t *len, tg_err *err) {
     }
     /* Read in growing steps rather than trusting st_size: pipes and /proc files have none. */
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 65536, n = 0;
-    char *b = malloc(cap);
+    char *b = tg_malloc(cap);
     while (b) {
         size_t got = fread(b + n, 1, cap - n, f);
         n += got;
@@ -29,7 +30,7 @@ int tg_file_bytes(const char *path, char **buf, size_t *len, tg_err *err) {
             b = NULL;
             break;
         }
-        char *bigger = realloc(b, cap * 2);
+        char *bigger = tg_realloc(b, cap * 2);
         if (!bigger) free(b);
         b = bigger;
         cap *= 2;

@@ -3,6 +3,7 @@
  * Memory: one int32 pool holds every example's ids (and token types, when a line has
  * any non-zero ones); examples point into it. The pool starts at examples[0].input_ids. */
 #include "datasets/dataset.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -28,7 +29,7 @@ static int pool_reserve(loader *L, int64_t extra, tg_err *err) {
     if (L->pool_n + extra <= L->pool_cap) return 0;
     int64_t cap = L->pool_cap ? L->pool_cap : 4096;
     while (cap < L->pool_n + extra) cap *= 2;
-    int32_t *p = realloc(L->pool, (size_t)cap * sizeof *p);
+    int32_t *p = tg_realloc(L->pool, (size_t)cap * sizeof *p);
     if (!p) return tg_fail(err, "%s: out of memory", L->path);
     L->pool = p;
     L->pool_cap = cap;
@@ -39,11 +40,11 @@ static int examples_reserve(loader *L, tg_err *err) {
     if (L->n < L->cap) return 0;
     if (L->cap >= INT32_MAX / 2) return tg_fail(err, "%s: too many examples", L->path);
     int32_t cap = L->cap ? 2 * L->cap : 1024;
-    tg_example *e = realloc(L->ex, (size_t)cap * sizeof *e);
+    tg_example *e = tg_realloc(L->ex, (size_t)cap * sizeof *e);
     if (e) L->ex = e;
-    int64_t *a = realloc(L->ids_off, (size_t)cap * sizeof *a);
+    int64_t *a = tg_realloc(L->ids_off, (size_t)cap * sizeof *a);
     if (a) L->ids_off = a;
-    int64_t *b = realloc(L->types_off, (size_t)cap * sizeof *b);
+    int64_t *b = tg_realloc(L->types_off, (size_t)cap * sizeof *b);
     if (b) L->types_off = b;
     if (!e || !a || !b) return tg_fail(err, "%s: out of memory", L->path);
     L->cap = cap;
@@ -75,6 +76,8 @@ static int parse_line(loader *L, const char *text, size_t len, const tg_data_rul
     json_error_t jerr;
     char dup[128];
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
+    if (!root && tg_json_out_of_memory(&jerr))
+        return tg_fail(err, "%s:%lld: out of memory parsing the line", L->path, L->line);
     if (!root && dup[0])
         return tg_fail(err, "%s:%lld: key \"%s\" appears twice in one object (column %d)", L->path, L->line, dup,
                        jerr.column);
@@ -220,7 +223,7 @@ static int next_line(line_reader *r, const loader *L, tg_err *err) {
             size_t cap = r->cap ? r->cap : 4096;
             while (cap < r->len + take) cap *= 2;
             if (cap > TG_JSONL_MAX_LINE_BYTES) cap = TG_JSONL_MAX_LINE_BYTES;
-            char *grown = realloc(r->line, cap);
+            char *grown = tg_realloc(r->line, cap);
             if (!grown) return tg_fail(err, "%s: out of memory", L->path);
             r->line = grown;
             r->cap = cap;
@@ -241,7 +244,7 @@ int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds
     if (!f) return tg_fail(err, "%s: cannot open dataset: %s", path, strerror(errno));
 
     loader L = {.path = path};
-    line_reader reader = {.f = f, .block = malloc(READ_BLOCK)};
+    line_reader reader = {.f = f, .block = tg_malloc(READ_BLOCK)};
     int rc = reader.block ? 0 : tg_fail(err, "%s: out of memory", path);
     int got;
     while (!rc && (got = next_line(&reader, &L, err)) != 0) {
@@ -264,7 +267,8 @@ int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds
         free(L.types_off);
         return rc;
     }
-    /* Shrink to fit, then point examples into the final pool. */
+    /* Shrink to fit, then point examples into the final pool. A shrink that fails keeps the
+     * larger block, so it is no allocation the hook (base/alloc.h) need fail. */
     int32_t *pool = realloc(L.pool, (size_t)L.pool_n * sizeof *pool);
     if (pool) L.pool = pool;
     tg_example *ex = realloc(L.ex, (size_t)L.n * sizeof *ex);

@@ -1,4 +1,5 @@
 #include "datasets/labels.h"
+#include "base/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,18 +42,18 @@ static int ids_by_name(const void *a, const void *b, void *set) {
 
 static int set_from(tg_label_set *ls, const name_ref *refs, int32_t n, tg_err *err) {
     memset(ls, 0, sizeof *ls);
-    ls->names = calloc((size_t)n, sizeof *ls->names);
-    ls->lens = calloc((size_t)n, sizeof *ls->lens);
-    ls->sorted = calloc((size_t)n, sizeof *ls->sorted);
+    ls->names = tg_calloc((size_t)n, sizeof *ls->names);
+    ls->lens = tg_calloc((size_t)n, sizeof *ls->lens);
+    ls->sorted = tg_calloc((size_t)n, sizeof *ls->sorted);
     if (!ls->names || !ls->lens || !ls->sorted) {
         tg_labels_free(ls);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory for %d label names", n);
     }
     for (int32_t i = 0; i < n; i++) {
-        if (!(ls->names[i] = malloc(refs[i].len + 1))) {
+        if (!(ls->names[i] = tg_malloc(refs[i].len + 1))) {
             ls->n = i;
             tg_labels_free(ls);
-            return tg_fail(err, "out of memory");
+            return tg_fail(err, "out of memory for label name %d", i);
         }
         memcpy(ls->names[i], refs[i].p, refs[i].len);
         ls->names[i][refs[i].len] = 0;
@@ -69,8 +70,8 @@ int tg_labels_parse_list(const char *list, tg_label_set *ls, tg_err *err) {
     int32_t n = 1;
     for (const char *p = list; *p; p++) n += *p == ',';
     if (n > MAX_LABELS) return tg_fail(err, "--labels: more than %d names", MAX_LABELS);
-    name_ref *refs = calloc((size_t)n, sizeof *refs);
-    if (!refs) return tg_fail(err, "out of memory");
+    name_ref *refs = tg_calloc((size_t)n, sizeof *refs);
+    if (!refs) return tg_fail(err, "--labels: out of memory");
     const char *p = list;
     for (int32_t i = 0; i < n; i++) {
         size_t len = strcspn(p, ",");
@@ -99,8 +100,8 @@ int tg_labels_collect(const tg_text_rows *rows, tg_label_set *ls, tg_err *err) {
     int64_t n = 0;
     for (int64_t i = 0; i < rows->n; i++) n += rows->rows[i].label >= 0;
     if (n == 0) return 0;
-    name_ref *refs = malloc((size_t)n * sizeof *refs);
-    if (!refs) return tg_fail(err, "out of memory");
+    name_ref *refs = tg_malloc((size_t)n * sizeof *refs);
+    if (!refs) return tg_fail(err, "out of memory collecting %lld labels", (long long)n);
     int whole = 1;
     n = 0;
     for (int64_t i = 0; i < rows->n; i++) {

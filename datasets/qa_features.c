@@ -1,4 +1,5 @@
 #include "datasets/qa_features.h"
+#include "base/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,8 +8,8 @@ static int grow32(int32_t **p, int32_t *cap, int32_t need, tg_err *err) {
     if (need <= *cap) return 0;
     int32_t c = *cap ? *cap : 256;
     while (c < need) c *= 2;
-    int32_t *q = realloc(*p, (size_t)c * sizeof *q);
-    if (!q) return tg_fail(err, "out of memory");
+    int32_t *q = tg_realloc(*p, (size_t)c * sizeof *q);
+    if (!q) return tg_fail(err, "out of memory for %d token ids", need);
     *p = q;
     *cap = c;
     return 0;
@@ -21,13 +22,13 @@ int tg_qa_encode_context(const tg_text_encoder *enc, const char *text, size_t le
     c->n = 0;
     if (e->n_real > c->cap) {
         int32_t cap = e->n_real;
-        int32_t *ids = realloc(c->ids, (size_t)cap * sizeof *ids);
+        int32_t *ids = tg_realloc(c->ids, (size_t)cap * sizeof *ids);
         if (ids) c->ids = ids;
-        int64_t *s = realloc(c->start, (size_t)cap * sizeof *s);
+        int64_t *s = tg_realloc(c->start, (size_t)cap * sizeof *s);
         if (s) c->start = s;
-        int64_t *t = realloc(c->end, (size_t)cap * sizeof *t);
+        int64_t *t = tg_realloc(c->end, (size_t)cap * sizeof *t);
         if (t) c->end = t;
-        if (!ids || !s || !t) return tg_fail(err, "out of memory");
+        if (!ids || !s || !t) return tg_fail(err, "out of memory for %d context tokens", cap);
         c->cap = cap;
     }
     if (e->n_real > 0) {
@@ -81,11 +82,11 @@ int tg_qa_features(const tg_text_encoder *enc, const char *q, size_t q_len, cons
                        window, seq, doc_stride);
     const int32_t ctx_at = 1 + qn + (roberta ? 2 : 1);
     if (seq > buf->cap) { /* ids and types of one window */
-        int32_t *i = realloc(buf->ids, (size_t)seq * sizeof *i);
+        int32_t *i = tg_realloc(buf->ids, (size_t)seq * sizeof *i);
         if (i) buf->ids = i;
-        int32_t *t = realloc(buf->types, (size_t)seq * sizeof *t);
+        int32_t *t = tg_realloc(buf->types, (size_t)seq * sizeof *t);
         if (t) buf->types = t;
-        if (!i || !t) return tg_fail(err, "out of memory");
+        if (!i || !t) return tg_fail(err, "out of memory for a window of %d tokens", seq);
         buf->cap = seq;
     }
     int32_t *ids = buf->ids, *types = buf->types;

@@ -1,4 +1,5 @@
 #include "datasets/shard_dataset.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -62,7 +63,7 @@ static int pool_take(pool *p, int64_t n, int64_t *at, tg_err *err) {
     if (p->n + n > p->cap) {
         int64_t cap = p->cap ? p->cap : 4096;
         while (cap < p->n + n) cap *= 2;
-        int32_t *v = realloc(p->v, (size_t)cap * sizeof *v);
+        int32_t *v = tg_realloc(p->v, (size_t)cap * sizeof *v);
         if (!v) return tg_fail(err, "out of memory for %lld token ids", (long long)cap);
         p->v = v;
         p->cap = cap;
@@ -140,8 +141,8 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
         return -1;
     }
     const int32_t n = (int32_t)set.n_records;
-    tg_example *ex = calloc((size_t)n, sizeof *ex);
-    int64_t *ids_at = malloc((size_t)n * sizeof *ids_at), *types_at = malloc((size_t)n * sizeof *types_at);
+    tg_example *ex = tg_calloc((size_t)n, sizeof *ex);
+    int64_t *ids_at = tg_malloc((size_t)n * sizeof *ids_at), *types_at = tg_malloc((size_t)n * sizeof *types_at);
     pool p = {0};
     int rc = ex && ids_at && types_at ? 0 : tg_fail(err, "%s: out of memory for %d examples", path, n);
     for (int32_t i = 0; i < n && !rc; i++) {
@@ -164,7 +165,8 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
     tg_shard_cursor_close(&cur);
     tg_shard_set_close(&set);
     if (!rc) {
-        /* Examples point into one pool that starts with example 0's ids, as tg_dataset_free expects. */
+        /* Examples point into one pool that starts with example 0's ids, as tg_dataset_free
+         * expects. A shrink that fails keeps the larger block: no allocation for the hook. */
         int32_t *v = realloc(p.v, (size_t)p.n * sizeof *v);
         if (v) p.v = v;
         for (int32_t i = 0; i < n; i++) {

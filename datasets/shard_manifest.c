@@ -1,4 +1,6 @@
 #include "datasets/shard_manifest.h"
+#include "base/json_strict.h"
+#include "base/alloc.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -104,17 +106,17 @@ static int read_labels(const reader *R, json_t *root, tg_shard_manifest *m) {
                        tg_shard_task_name(m->task), n);
     if (n > MAX_LABELS) return tg_fail(R->err, "%s: more than %d labels", R->name, MAX_LABELS);
     if (!n) return 0;
-    if (!(m->labels = calloc(n, sizeof *m->labels))) return tg_fail(R->err, "out of memory");
+    if (!(m->labels = tg_calloc(n, sizeof *m->labels))) return tg_fail(R->err, "%s: out of memory for %zu labels", R->name, n);
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_array_get(v, i);
         if (!json_is_string(s) || json_string_length(s) == 0 || strlen(json_string_value(s)) != json_string_length(s))
             return tg_fail(R->err, "%s: labels[%zu] must be a non-empty name", R->name, i);
-        if (!(m->labels[i] = strdup(json_string_value(s)))) return tg_fail(R->err, "out of memory");
+        if (!(m->labels[i] = tg_strdup(json_string_value(s)))) return tg_fail(R->err, "%s: out of memory for labels[%zu]", R->name, i);
         m->n_labels = (int32_t)i + 1;
     }
     /* Names are unique: in a sorted copy a repeat sits beside its twin. */
-    char **sorted = malloc(n * sizeof *sorted);
-    if (!sorted) return tg_fail(R->err, "out of memory");
+    char **sorted = tg_malloc(n * sizeof *sorted);
+    if (!sorted) return tg_fail(R->err, "%s: out of memory checking the labels", R->name);
     memcpy(sorted, m->labels, n * sizeof *sorted);
     qsort(sorted, n, sizeof *sorted, by_name);
     int rc = 0;
@@ -142,7 +144,7 @@ static int read_histogram(const reader *R, json_t *root, tg_shard_manifest *m) {
         if (!json_is_array(a) || json_array_size(a) != (size_t)m->n_bins)
             return tg_fail(R->err, "%s: %s.%s must be an array of %d counts (ceil(seq %d / bin_width %d))", R->name,
                            where, split, m->n_bins, m->seq, m->hist_bin);
-        if (!(m->hist[s] = calloc((size_t)m->n_bins, sizeof *m->hist[s]))) return tg_fail(R->err, "out of memory");
+        if (!(m->hist[s] = tg_calloc((size_t)m->n_bins, sizeof *m->hist[s]))) return tg_fail(R->err, "%s: out of memory for %s.%s", R->name, where, split);
         int64_t sum = 0;
         for (int32_t i = 0; i < m->n_bins; i++) {
             json_t *c = json_array_get(a, (size_t)i);
@@ -196,7 +198,7 @@ static int read_shards(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!json_is_array(v)) return tg_fail(R->err, "%s: \"shards\" must be an array", R->name);
     size_t n = json_array_size(v);
     if (n > MAX_SHARDS) return tg_fail(R->err, "%s: more than %d shards", R->name, MAX_SHARDS);
-    if (n && !(m->shards = calloc(n, sizeof *m->shards))) return tg_fail(R->err, "out of memory");
+    if (n && !(m->shards = tg_calloc(n, sizeof *m->shards))) return tg_fail(R->err, "%s: out of memory for %zu shards", R->name, n);
     int64_t records[TG_SPLIT_COUNT] = {0};
     for (size_t i = 0; i < n; i++) {
         char where[32];
@@ -291,14 +293,15 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!cmd) return -1;
     if (!json_is_string(cmd) || strlen(json_string_value(cmd)) != json_string_length(cmd))
         return tg_fail(R->err, "%s: \"command\" must be a string", R->name);
-    if (!(m->command = strdup(json_string_value(cmd)))) return tg_fail(R->err, "out of memory");
+    if (!(m->command = tg_strdup(json_string_value(cmd)))) return tg_fail(R->err, "%s: out of memory for \"command\"", R->name);
     return 0;
 }
 
 int tg_shard_manifest_parse(const char *text, size_t len, const char *name, tg_shard_manifest *m, tg_err *err) {
     memset(m, 0, sizeof *m);
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = tg_json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the JSON", name);
     if (!root) return tg_fail(err, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column, jerr.text);
     reader R = {name, err};
     int rc = parse_root(&R, root, m);

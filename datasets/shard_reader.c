@@ -1,4 +1,5 @@
 #include "datasets/shard_reader.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,11 +26,11 @@ static int read_at(int fd, void *buf, size_t n, uint64_t offset) {
     return 0;
 }
 
-/* xxh64 of the whole file, read in 1 MiB pieces. */
+/* xxh64 of the whole file, read in 1 MiB pieces. -1 on a read error, -2 out of memory. */
 static int hash_file(int fd, uint64_t size, uint64_t *out) {
     enum { PIECE = 1 << 20 };
-    uint8_t *buf = malloc(PIECE);
-    if (!buf) return -1;
+    uint8_t *buf = tg_malloc(PIECE);
+    if (!buf) return -2;
     XXH64_state_t st;
     XXH64_reset(&st, 0);
     int rc = 0;
@@ -63,8 +64,10 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
         goto done;
     }
     uint64_t sum;
-    if (hash_file(fd, (uint64_t)e->bytes, &sum)) {
-        tg_fail(err, "%s: read error: %s", path, strerror(errno ? errno : EIO));
+    const int hashed = hash_file(fd, (uint64_t)e->bytes, &sum);
+    if (hashed) {
+        if (hashed == -2) tg_fail(err, "%s: out of memory for the checksum's read buffer", path);
+        else tg_fail(err, "%s: read error: %s", path, strerror(errno ? errno : EIO));
         goto done;
     }
     if (sum != e->xxh64) {
@@ -107,8 +110,8 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
         goto done;
     }
     size_t index_len = (size_t)n_frames * TG_SHARD_INDEX_ENTRY_BYTES;
-    index = malloc(index_len);
-    f->frames = calloc((size_t)n_frames, sizeof *f->frames);
+    index = tg_malloc(index_len);
+    f->frames = tg_calloc((size_t)n_frames, sizeof *f->frames);
     if (!index || !f->frames) {
         tg_fail(err, "%s: out of memory", path);
         goto done;
@@ -163,12 +166,12 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
     set->split = split;
     size_t dlen = strlen(dir);
     while (dlen > 1 && dir[dlen - 1] == '/') dlen--;
-    if (!(set->dir = strndup(dir, dlen))) return tg_fail(err, "out of memory");
+    if (!(set->dir = tg_strndup(dir, dlen))) return tg_fail(err, "%s: out of memory opening the shard set", dir);
     size_t plen = dlen + 32;
-    char *mpath = malloc(plen);
+    char *mpath = tg_malloc(plen);
     if (!mpath) {
         tg_shard_set_close(set);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "%s: out of memory opening the shard set", dir);
     }
     snprintf(mpath, plen, "%s/manifest.json", set->dir);
     char *text = NULL;
@@ -179,11 +182,11 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
         goto done;
     }
     size_t cap = 1 << 16, n = 0;
-    text = malloc(cap);
+    text = tg_malloc(cap);
     while (text) {
         n += fread(text + n, 1, cap - n, f);
         if (n < cap || cap >= (64u << 20)) break;
-        char *t = realloc(text, cap * 2);
+        char *t = tg_realloc(text, cap * 2);
         if (!t) free(text);
         text = t;
         cap *= 2;
@@ -191,15 +194,15 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
     int read_failed = ferror(f);
     fclose(f);
     if (!text || read_failed || n == cap) {
-        tg_fail(err, "%s: %s", mpath, !text ? "out of memory" : read_failed ? "read error" : "larger than 64 MiB");
+        tg_fail(err, "%s: %s", mpath, !text ? "out of memory reading it" : read_failed ? "read error" : "larger than 64 MiB");
         goto done;
     }
     if (tg_shard_manifest_parse(text, n, mpath, &set->manifest, err)) goto done;
     const tg_shard_manifest *m = &set->manifest;
     int32_t count = 0;
     for (int32_t i = 0; i < m->n_shards; i++) count += m->shards[i].split == split;
-    if (count && !(set->files = calloc((size_t)count, sizeof *set->files))) {
-        tg_fail(err, "out of memory");
+    if (count && !(set->files = tg_calloc((size_t)count, sizeof *set->files))) {
+        tg_fail(err, "%s: out of memory for %d shard files", dir, count);
         goto done;
     }
     for (int32_t i = 0; i < m->n_shards; i++) {
@@ -207,8 +210,8 @@ int tg_shard_set_open(const char *dir, int split, tg_shard_set *set, tg_err *err
         if (e->split != split) continue;
         tg_shard_file *sf = &set->files[set->n_files++];
         size_t len = dlen + strlen(e->file) + 2;
-        if (!(sf->path = malloc(len))) {
-            tg_fail(err, "out of memory");
+        if (!(sf->path = tg_malloc(len))) {
+            tg_fail(err, "%s: out of memory naming shard %s", dir, e->file);
             goto done;
         }
         snprintf(sf->path, len, "%s/%s", set->dir, e->file);
@@ -329,11 +332,11 @@ int tg_shard_cursor_open(tg_shard_cursor *c, const tg_shard_set *set, tg_err *er
     c->fd_file = c->file = c->frame = -1;
     c->scratch_cap = set->manifest.seq;
     c->dctx = ZSTD_createDCtx();
-    c->ids = malloc((size_t)c->scratch_cap * sizeof *c->ids);
-    c->types = malloc((size_t)c->scratch_cap * sizeof *c->types);
+    c->ids = tg_malloc((size_t)c->scratch_cap * sizeof *c->ids);
+    c->types = tg_malloc((size_t)c->scratch_cap * sizeof *c->types);
     if (!c->dctx || !c->ids || !c->types) {
         tg_shard_cursor_close(c);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "%s: out of memory for a shard cursor's buffers", set->dir);
     }
     return 0;
 }
@@ -351,7 +354,7 @@ void tg_shard_cursor_close(tg_shard_cursor *c) {
 
 static int grow(uint8_t **p, size_t *cap, size_t need, tg_err *err) {
     if (need <= *cap) return 0;
-    uint8_t *q = realloc(*p, need);
+    uint8_t *q = tg_realloc(*p, need);
     if (!q) return tg_fail(err, "out of memory for a %zu-byte frame", need);
     *p = q;
     *cap = need;

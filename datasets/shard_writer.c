@@ -1,4 +1,5 @@
 #include "datasets/shard_writer.h"
+#include "base/alloc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -126,7 +127,7 @@ static int reserve(void **p, size_t *cap, size_t need, size_t size, tg_err *err)
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
-    void *q = realloc(*p, c * size);
+    void *q = tg_realloc(*p, c * size);
     if (!q) return tg_fail(err, "shard writer: out of memory");
     *p = q;
     *cap = c;
@@ -226,7 +227,7 @@ static int shard_end(tg_shard_writer *w, int split, tg_err *err) {
     tg_shard_manifest *m = &w->m;
     if (m->n_shards == w->cap_shards) {
         int32_t cap = w->cap_shards ? 2 * w->cap_shards : 8;
-        tg_shard_entry *e = realloc(m->shards, (size_t)cap * sizeof *e);
+        tg_shard_entry *e = tg_realloc(m->shards, (size_t)cap * sizeof *e);
         if (!e) return tg_fail(err, "shard writer: out of memory");
         m->shards = e;
         w->cap_shards = cap;
@@ -252,7 +253,7 @@ int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_s
     if (desc->vocab_size < 1) return tg_fail(err, "the tokenizer's vocabulary is empty");
     if ((desc->task == TG_SHARD_CLASSIFY) != (desc->n_labels > 0))
         return tg_fail(err, "a %s set has %d labels", tg_shard_task_name(desc->task), desc->n_labels);
-    tg_shard_writer *w = calloc(1, sizeof *w);
+    tg_shard_writer *w = tg_calloc(1, sizeof *w);
     if (!w) return tg_fail(err, "out of memory");
     w->desc = *desc;
     memcpy(w->outdir, outdir, len);
@@ -283,12 +284,12 @@ int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_s
     m->vocab_size = desc->vocab_size;
     snprintf(m->tokenizer_family, sizeof m->tokenizer_family, "%s", desc->tokenizer_family ? desc->tokenizer_family : "");
     int ok = (w->cctx = ZSTD_createCCtx()) != NULL;
-    ok = ok && (m->command = strdup(desc->command ? desc->command : "")) != NULL;
-    for (int s = 0; s < TG_SPLIT_COUNT && ok; s++) ok = (m->hist[s] = calloc((size_t)m->n_bins, sizeof *m->hist[s])) != NULL;
+    ok = ok && (m->command = tg_strdup(desc->command ? desc->command : "")) != NULL;
+    for (int s = 0; s < TG_SPLIT_COUNT && ok; s++) ok = (m->hist[s] = tg_calloc((size_t)m->n_bins, sizeof *m->hist[s])) != NULL;
     if (ok && desc->n_labels) {
-        ok = (m->labels = calloc((size_t)desc->n_labels, sizeof *m->labels)) != NULL;
+        ok = (m->labels = tg_calloc((size_t)desc->n_labels, sizeof *m->labels)) != NULL;
         for (int32_t i = 0; ok && i < desc->n_labels; i++) {
-            ok = (m->labels[i] = strdup(desc->labels[i])) != NULL;
+            ok = (m->labels[i] = tg_strdup(desc->labels[i])) != NULL;
             m->n_labels = i + 1;
         }
     }

@@ -1,4 +1,6 @@
 #include "datasets/squad.h"
+#include "base/json_strict.h"
+#include "base/alloc.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -19,8 +21,8 @@ static int grow(void **v, int64_t *cap, int64_t n, size_t size, tg_err *err) {
     if (n < *cap) return 0;
     if (*cap >= MAX_ITEMS) return tg_fail(err, "too many entries");
     int64_t c = *cap ? 2 * *cap : 256;
-    void *p = realloc(*v, (size_t)c * size);
-    if (!p) return tg_fail(err, "out of memory");
+    void *p = tg_realloc(*v, (size_t)c * size);
+    if (!p) return tg_fail(err, "out of memory for %lld SQuAD entries", (long long)c);
     *v = p;
     *cap = c;
     return 0;
@@ -127,7 +129,8 @@ static int add_question(parser *P, json_t *qa, int32_t paragraph, const char *pa
 int tg_squad_parse(const char *name, const char *buf, size_t len, tg_squad *sq, tg_err *err) {
     memset(sq, 0, sizeof *sq);
     json_error_t jerr;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = tg_json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the JSON", name);
     if (!root)
         return tg_fail(err, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column, jerr.text);
     sq->root = root;

@@ -4,6 +4,7 @@
  * left out, as are files directly under ROOT. A file that is not UTF-8 is an error naming
  * it, or with skip_invalid is counted and left out. */
 #include <dirent.h>
+#include "base/alloc.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,7 @@ static int list(const char *dir, int want_dir, names *out, tg_err *err) {
         if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) continue;
         if (out->n == out->cap) {
             size_t cap = out->cap ? 2 * out->cap : 64;
-            char **v = realloc(out->v, cap * sizeof *v);
+            char **v = tg_realloc(out->v, cap * sizeof *v);
             if (!v) {
                 rc = tg_fail(err, "out of memory");
                 break;
@@ -57,7 +58,7 @@ static int list(const char *dir, int want_dir, names *out, tg_err *err) {
             out->v = v;
             out->cap = cap;
         }
-        if (!(out->v[out->n] = strdup(e->d_name))) {
+        if (!(out->v[out->n] = tg_strdup(e->d_name))) {
             rc = tg_fail(err, "out of memory");
             break;
         }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/json_strict.h"
 #include "datasets/text_rows.h"
 #include "datasets/utf8.h"
 
@@ -44,7 +45,9 @@ static int read_line(const char *name, int64_t line, const char *text, size_t le
                        name, (long long)line, (unsigned char)text[bad], (long long)bad + 1);
     }
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = tg_json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && tg_json_out_of_memory(&jerr))
+        return tg_fail(err, "%s:%lld: out of memory parsing the line", name, (long long)line);
     if (!root)
         return tg_fail(err, "%s:%lld: invalid JSON: %s (column %d)", name, (long long)line, jerr.text, jerr.column);
     int rc = -1;

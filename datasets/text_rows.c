@@ -1,4 +1,5 @@
 #include "datasets/text_rows.h"
+#include "base/alloc.h"
 
 #include "datasets/utf8.h"
 
@@ -13,7 +14,7 @@ static int arena_put(tg_text_rows *r, const char *p, size_t n, int64_t *off, tg_
             if (cap > INT64_MAX / 2) return tg_fail(err, "text too large");
             cap *= 2;
         }
-        char *b = realloc(r->bytes, (size_t)cap);
+        char *b = tg_realloc(r->bytes, (size_t)cap);
         if (!b) return tg_fail(err, "out of memory for %lld bytes of text", (long long)cap);
         r->bytes = b;
         r->cap_bytes = cap;
@@ -29,13 +30,13 @@ int tg_text_rows_source(tg_text_rows *r, const char *name, int32_t *index, tg_er
     if (r->n_sources == r->cap_sources) {
         if (r->cap_sources >= INT32_MAX / 2) return tg_fail(err, "too many input files");
         int32_t cap = r->cap_sources ? 2 * r->cap_sources : 8;
-        char **s = realloc(r->sources, (size_t)cap * sizeof *s);
-        if (!s) return tg_fail(err, "out of memory");
+        char **s = tg_realloc(r->sources, (size_t)cap * sizeof *s);
+        if (!s) return tg_fail(err, "out of memory adding input file %s", name);
         r->sources = s;
         r->cap_sources = cap;
     }
-    char *copy = strdup(name);
-    if (!copy) return tg_fail(err, "out of memory");
+    char *copy = tg_strdup(name);
+    if (!copy) return tg_fail(err, "out of memory adding input file %s", name);
     r->sources[r->n_sources] = copy;
     *index = r->n_sources++;
     return 0;
@@ -46,7 +47,7 @@ int tg_text_rows_add(tg_text_rows *r, int32_t source, int64_t line, const char *
     if (r->n == r->cap) {
         if (r->cap > INT64_MAX / 2 / (int64_t)sizeof(tg_text_row)) return tg_fail(err, "too many rows");
         int64_t cap = r->cap ? 2 * r->cap : 1024;
-        tg_text_row *rows = realloc(r->rows, (size_t)cap * sizeof *rows);
+        tg_text_row *rows = tg_realloc(r->rows, (size_t)cap * sizeof *rows);
         if (!rows) return tg_fail(err, "out of memory for %lld rows", (long long)cap);
         r->rows = rows;
         r->cap = cap;

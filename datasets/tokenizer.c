@@ -4,6 +4,8 @@
  * wordpiece.c and bpe.c. Behaviour follows Hugging Face `tokenizers` (the Rust library
  * behind transformers' fast tokenizers) step for step; the comments name its parts. */
 #include "datasets/tokenizer_impl.h"
+#include "base/json_strict.h"
+#include "base/alloc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,7 +29,7 @@ uint64_t tok_hash(const void *s, size_t len) { return XXH3_64bits(s, len); }
 
 static int vocab_grow_slots(tok_vocab *v, tg_err *err) {
     uint32_t size = v->mask ? (v->mask + 1) * 2 : 1024;
-    int32_t *slots = malloc((size_t)size * sizeof *slots);
+    int32_t *slots = tg_malloc((size_t)size * sizeof *slots);
     if (!slots) return tg_fail(err, "out of memory for a vocabulary of %d entries", v->n);
     memset(slots, 0xff, (size_t)size * sizeof *slots);
     for (int32_t e = 0; e < v->n; e++) {
@@ -70,7 +72,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
     if (v->n == v->cap) {
         if (v->cap >= INT32_MAX / 2) return tg_fail(err, "too many vocabulary entries");
         int32_t cap = v->cap ? 2 * v->cap : 1024;
-        tok_entry *e = realloc(v->entries, (size_t)cap * sizeof *e);
+        tok_entry *e = tg_realloc(v->entries, (size_t)cap * sizeof *e);
         if (!e) return tg_fail(err, "out of memory for a vocabulary of %d entries", v->n);
         v->entries = e;
         v->cap = cap;
@@ -79,7 +81,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
         size_t cap = v->text_cap ? v->text_cap : 65536;
         while (cap < v->text_len + len + 1) cap *= 2;
         if (cap > UINT32_MAX) return tg_fail(err, "vocabulary text over 4 GiB");
-        char *t = realloc(v->text, cap);
+        char *t = tg_realloc(v->text, cap);
         if (!t) return tg_fail(err, "out of memory for the vocabulary text");
         v->text = t;
         v->text_cap = cap;
@@ -98,7 +100,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
 
 int tok_vocab_index_ids(tok_vocab *v, tg_err *err) {
     free(v->by_id);
-    v->by_id = malloc((size_t)(v->n_ids ? v->n_ids : 1) * sizeof *v->by_id);
+    v->by_id = tg_malloc((size_t)(v->n_ids ? v->n_ids : 1) * sizeof *v->by_id);
     if (!v->by_id) return tg_fail(err, "out of memory for %d vocabulary ids", v->n_ids);
     memset(v->by_id, 0xff, (size_t)v->n_ids * sizeof *v->by_id);
     for (int32_t e = 0; e < v->n; e++) v->by_id[v->entries[e].id] = e;
@@ -133,13 +135,13 @@ int tok_list_reserve(tok_list *l, int64_t extra, tg_err *err) {
     if ((int64_t)l->n + extra > INT32_MAX / 2) return tg_fail(err, "more than %d tokens in one text", INT32_MAX / 2);
     int32_t cap = l->cap ? l->cap : 256;
     while (cap < (int64_t)l->n + extra) cap *= 2;
-    int32_t *ids = realloc(l->ids, (size_t)cap * sizeof *ids);
+    int32_t *ids = tg_realloc(l->ids, (size_t)cap * sizeof *ids);
     if (ids) l->ids = ids;
-    int64_t *s = realloc(l->start, (size_t)cap * sizeof *s);
+    int64_t *s = tg_realloc(l->start, (size_t)cap * sizeof *s);
     if (s) l->start = s;
-    int64_t *e = realloc(l->end, (size_t)cap * sizeof *e);
+    int64_t *e = tg_realloc(l->end, (size_t)cap * sizeof *e);
     if (e) l->end = e;
-    uint8_t *a = realloc(l->added, (size_t)cap);
+    uint8_t *a = tg_realloc(l->added, (size_t)cap);
     if (a) l->added = a;
     if (!ids || !s || !e || !a) return tg_fail(err, "out of memory for %d tokens", cap);
     l->cap = cap;
@@ -224,7 +226,7 @@ static int splits_push(tok_splits *o, int64_t start, int64_t end, int32_t id, tg
     if (o->n == o->cap) {
         if (o->cap >= INT32_MAX / 2) return tg_fail(err, "too many added-token splits");
         int32_t cap = o->cap ? 2 * o->cap : 64;
-        tok_split *s = realloc(o->s, (size_t)cap * sizeof *s);
+        tok_split *s = tg_realloc(o->s, (size_t)cap * sizeof *s);
         if (!s) return tg_fail(err, "out of memory for added-token splits");
         o->s = s;
         o->cap = cap;
@@ -328,7 +330,7 @@ static int read_file(const char *path, char **out, size_t *len, tg_err *err) {
     for (;;) {
         if (n + 65536 + 1 > cap) {
             cap = cap ? cap * 2 : 1 << 20;
-            char *b = realloc(buf, cap);
+            char *b = tg_realloc(buf, cap);
             if (!b) {
                 free(buf);
                 fclose(f);
@@ -386,7 +388,8 @@ static int read_hints(const char *dir, tok_hints *h, tg_err *err) {
     join(path, sizeof path, dir, "tokenizer_config.json");
     if (is_file(path)) {
         json_error_t je;
-        json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        json_t *o = tg_json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!o && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         if (!o) return tg_fail(err, "%s:%d: %s", path, je.line, je.text);
         int rc = json_flag(o, "do_lower_case", &h->lowercase, path, err) ||
                  json_flag(o, "strip_accents", &h->strip_accents, path, err) ||
@@ -400,7 +403,8 @@ static int read_hints(const char *dir, tok_hints *h, tg_err *err) {
     join(path, sizeof path, dir, "config.json");
     if (is_file(path)) {
         json_error_t je;
-        json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        json_t *o = tg_json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!o && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         if (!o) return tg_fail(err, "%s:%d: %s", path, je.line, je.text);
         json_t *mt = json_object_get(o, "model_type");
         if (json_is_string(mt)) snprintf(h->model_type, sizeof h->model_type, "%s", json_string_value(mt));
@@ -423,12 +427,12 @@ static int add_added(tg_tokenizer *t, const char *content, size_t len, int32_t i
         }
     if (t->n_added == t->cap_added) {
         int32_t cap = t->cap_added ? 2 * t->cap_added : 16;
-        tok_added *a = realloc(t->added, (size_t)cap * sizeof *a);
+        tok_added *a = tg_realloc(t->added, (size_t)cap * sizeof *a);
         if (!a) return tg_fail(err, "out of memory for added tokens");
         t->added = a;
         t->cap_added = cap;
     }
-    char *c = malloc(len + 1);
+    char *c = tg_malloc(len + 1);
     if (!c) return tg_fail(err, "out of memory for added tokens");
     memcpy(c, content, len);
     c[len] = 0;
@@ -572,8 +576,8 @@ static int add_merge(tok_bpe *b, const char *l, size_t ll, const char *r, size_t
         return tg_fail(err, "%s: merge %d: '%.*s' is not in the vocabulary", where, rank + 1, li < 0 ? (int)ll : (int)rl,
                        li < 0 ? l : r);
     char stack[512];
-    char *joined = ll + rl <= sizeof stack ? stack : malloc(ll + rl);
-    if (!joined) return tg_fail(err, "out of memory");
+    char *joined = ll + rl <= sizeof stack ? stack : tg_malloc(ll + rl);
+    if (!joined) return tg_fail(err, "%s: merge %d: out of memory", where, rank + 1);
     memcpy(joined, l, ll);
     memcpy(joined + ll, r, rl);
     const int32_t ni = tok_vocab_get(&b->vocab, joined, ll + rl);
@@ -661,8 +665,9 @@ static int load_vocab_json(tok_loader *L, const char *vocab_path, const char *me
     XXH64_update(L->hash, "vocab.json", 10);
     XXH64_update(L->hash, buf, len);
     json_error_t je;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = tg_json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     free(buf);
+    if (!root && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", vocab_path);
     if (!root) return tg_fail(err, "%s:%d: %s", vocab_path, je.line, je.text);
     tok_bpe *b = &t->bpe;
     t->family = TG_TOKENIZER_BPE_GPT2;
@@ -974,9 +979,10 @@ static int open_file(tok_loader *L, const char *path, tg_err *err) {
         return read_hints(dir, &h, err) || load_vocab_txt(L, path, &h, err);
     }
     json_error_t je;
-    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = tg_json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         free(buf);
+        if (tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         return tg_fail(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
     }
     int rc;
@@ -1047,12 +1053,12 @@ static int finish(tok_loader *L, tg_err *err) {
 int tg_tokenizer_open(const char *path, tg_tokenizer **out, tg_err *err) {
     *out = NULL;
     if (!path || !path[0]) return tg_fail(err, "no tokenizer path");
-    tg_tokenizer *t = calloc(1, sizeof *t);
+    tg_tokenizer *t = tg_calloc(1, sizeof *t);
     XXH64_state_t *hash = XXH64_createState();
     if (!t || !hash) {
         free(t);
         XXH64_freeState(hash);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "%s: out of memory opening the tokenizer", path);
     }
     XXH64_reset(hash, 0);
     t->wp.unk_id = -1;
@@ -1225,17 +1231,17 @@ static int encoding_reserve(tg_encoding *e, int32_t n, tg_err *err) {
     if (n <= e->cap) return 0;
     int32_t cap = e->cap ? e->cap : 64;
     while (cap < n) cap = cap > INT32_MAX / 2 ? n : cap * 2;
-    int32_t *ids = realloc(e->ids, (size_t)cap * sizeof *ids);
+    int32_t *ids = tg_realloc(e->ids, (size_t)cap * sizeof *ids);
     if (ids) e->ids = ids;
-    int32_t *ty = realloc(e->type_ids, (size_t)cap * sizeof *ty);
+    int32_t *ty = tg_realloc(e->type_ids, (size_t)cap * sizeof *ty);
     if (ty) e->type_ids = ty;
-    int32_t *sp = realloc(e->special, (size_t)cap * sizeof *sp);
+    int32_t *sp = tg_realloc(e->special, (size_t)cap * sizeof *sp);
     if (sp) e->special = sp;
-    int32_t *sq = realloc(e->sequence, (size_t)cap * sizeof *sq);
+    int32_t *sq = tg_realloc(e->sequence, (size_t)cap * sizeof *sq);
     if (sq) e->sequence = sq;
-    int64_t *st = realloc(e->start, (size_t)cap * sizeof *st);
+    int64_t *st = tg_realloc(e->start, (size_t)cap * sizeof *st);
     if (st) e->start = st;
-    int64_t *en = realloc(e->end, (size_t)cap * sizeof *en);
+    int64_t *en = tg_realloc(e->end, (size_t)cap * sizeof *en);
     if (en) e->end = en;
     if (!ids || !ty || !sp || !sq || !st || !en) return tg_fail(err, "out of memory for an encoding of %d tokens", n);
     e->cap = cap;

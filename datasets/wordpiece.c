@@ -4,6 +4,7 @@
  * then greedy longest-match-first WordPiece with the "##" prefix. Character properties
  * come from utf8proc. */
 #include "datasets/tokenizer_impl.h"
+#include "base/alloc.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,11 +73,11 @@ static int norm_reserve(tok_wordpiece *w, int64_t need) {
     if (need <= w->norm_cap) return 0;
     int64_t cap = w->norm_cap ? w->norm_cap : 4096;
     while (cap < need) cap *= 2;
-    char *t = realloc(w->norm, (size_t)cap);
+    char *t = tg_realloc(w->norm, (size_t)cap);
     if (t) w->norm = t;
-    int64_t *s = realloc(w->norm_start, (size_t)cap * sizeof *s);
+    int64_t *s = tg_realloc(w->norm_start, (size_t)cap * sizeof *s);
     if (s) w->norm_start = s;
-    int64_t *e = realloc(w->norm_end, (size_t)cap * sizeof *e);
+    int64_t *e = tg_realloc(w->norm_end, (size_t)cap * sizeof *e);
     if (e) w->norm_end = e;
     if (!t || !s || !e) return -1;
     w->norm_cap = cap;
@@ -135,7 +136,7 @@ static int fifo_push(normalizer *N, int64_t os, int64_t oe) {
         }
         if (N->tail == w->fifo_cap) {
             const int64_t cap = w->fifo_cap ? 2 * w->fifo_cap : 64;
-            int64_t *f = realloc(w->fifo, (size_t)cap * 2 * sizeof *f);
+            int64_t *f = tg_realloc(w->fifo, (size_t)cap * 2 * sizeof *f);
             if (!f) return -1;
             w->fifo = f;
             w->fifo_cap = cap;
@@ -173,7 +174,7 @@ static void strip_stage(normalizer *N, uint32_t cp, int64_t os, int64_t oe) {
         tok_wordpiece *w = N->w;
         if (N->n_pending == w->pending_cap) {
             const int32_t cap = w->pending_cap ? 2 * w->pending_cap : 64;
-            nchar *p = cap < INT32_MAX / 2 ? realloc(w->pending, (size_t)cap * sizeof *p) : NULL;
+            nchar *p = cap < INT32_MAX / 2 ? tg_realloc(w->pending, (size_t)cap * sizeof *p) : NULL;
             if (!p) {
                 N->failed = 1;
                 return;
@@ -247,7 +248,7 @@ static int word_reserve(tok_wordpiece *w, int64_t need) {
     if (need <= w->word_cap) return 0;
     int64_t cap = w->word_cap ? w->word_cap : 256;
     while (cap < need) cap *= 2;
-    char *p = realloc(w->word, (size_t)cap);
+    char *p = tg_realloc(w->word, (size_t)cap);
     if (!p) return -1;
     w->word = p;
     w->word_cap = cap;
@@ -274,7 +275,7 @@ static int wordpiece_word(tok_wordpiece *w, int64_t ws, int64_t we, tok_list *ou
                 /* the prefix and as much of the rest as the longest entry can hold */
                 pre = w->prefix_len;
                 const int64_t n = we - start < (int64_t)w->vocab.max_len ? we - start : (int64_t)w->vocab.max_len;
-                if (word_reserve(w, pre + n)) return tg_fail(err, "out of memory");
+                if (word_reserve(w, pre + n)) return tg_fail(err, "out of memory for a word of %lld bytes", (long long)(pre + n));
                 memcpy(w->word, w->prefix, pre);
                 memcpy(w->word + pre, norm + start, (size_t)n);
                 key = w->word;
@@ -345,7 +346,7 @@ int tok_wordpiece_encode(tg_tokenizer *t, const char *text, int64_t start, int64
     int64_t n;
     if (!w->has_normalizer) {
         /* the text as it is, each byte standing for its own character's bytes */
-        if (norm_reserve(w, end - start + 1)) return tg_fail(err, "out of memory");
+        if (norm_reserve(w, end - start + 1)) return tg_fail(err, "out of memory normalizing %lld bytes of text", (long long)(end - start));
         memcpy(w->norm, text + start, (size_t)(end - start));
         for (int64_t i = start; i < end;) {
             int64_t j = i;

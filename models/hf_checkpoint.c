@@ -1,4 +1,5 @@
 #include "models/hf_checkpoint.h"
+#include "base/alloc.h"
 
 #include "base/text_file.h"
 
@@ -38,7 +39,7 @@ static const char *file_name(const tg_hf_checkpoint *ck, int i) { return ck->fil
 static int collect(tg_hf_checkpoint *ck, tg_err *err) {
     size_t n = 0;
     for (int i = 0; i < ck->n_files; i++) n += (size_t)ck->files[i].n;
-    ck->tensors = malloc(sizeof *ck->tensors * (n ? n : 1));
+    ck->tensors = tg_malloc(sizeof *ck->tensors * (n ? n : 1));
     if (!ck->tensors) return tg_fail(err, "%s: out of memory", ck->path);
     for (int i = 0; i < ck->n_files; i++)
         for (int k = 0; k < ck->files[i].n; k++) ck->tensors[ck->n++] = (tg_hf_checkpoint_tensor){&ck->files[i].entries[k], i};
@@ -72,7 +73,7 @@ static int open_shards(tg_hf_checkpoint *ck, json_t *map, json_t *ids, tg_err *e
     const char *tensor;
     json_t *v;
     size_t n_entries = json_object_size(map);
-    ck->files = calloc(n_entries < TG_HF_CHECKPOINT_MAX_SHARDS ? n_entries : TG_HF_CHECKPOINT_MAX_SHARDS,
+    ck->files = tg_calloc(n_entries < TG_HF_CHECKPOINT_MAX_SHARDS ? n_entries : TG_HF_CHECKPOINT_MAX_SHARDS,
                        sizeof *ck->files);
     if (!ck->files) return tg_fail(err, "%s: out of memory", ck->path);
     json_object_foreach(map, tensor, v) {
@@ -129,6 +130,7 @@ static int open_index(tg_hf_checkpoint *ck, tg_err *err) {
     char dup[KEY_IN_MESSAGE];
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
     free(text);
+    if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the index", ck->path);
     if (!root && dup[0])
         return tg_fail(err, "%s: key '%s' appears twice in one object (line %d, column %d)", ck->path, dup, jerr.line,
                        jerr.column);
@@ -162,7 +164,7 @@ int tg_hf_checkpoint_open(const char *path, tg_hf_checkpoint *ck, tg_err *err) {
     if (ck->sharded) {
         rc = open_index(ck, err);
     } else {
-        ck->files = calloc(1, sizeof *ck->files);
+        ck->files = tg_calloc(1, sizeof *ck->files);
         rc = !ck->files ? tg_fail(err, "%s: out of memory", path) : tg_st_open(path, &ck->files[0], err);
         if (!rc) ck->n_files = 1;
         if (!rc) rc = collect(ck, err);

@@ -1,4 +1,5 @@
 #include "models/model_config.h"
+#include "base/alloc.h"
 
 #include "base/text_file.h"
 
@@ -311,6 +312,7 @@ int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
     json_t *root = tg_json_loadb_strict(text, len, 0, &jerr, dup, sizeof dup);
     free(text);
     if (!root) {
+        if (tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
         if (dup[0])
             return tg_fail(err, "%s: key '%s' appears twice in one object (line %d, column %d)", path, dup, jerr.line,
                            jerr.column);
@@ -362,7 +364,7 @@ static void list_presets(char *buf, size_t cap) {
         if (e->d_name[0] == '.') continue;
         char p[1024];
         snprintf(p, sizeof p, "%s/%s/config.json", dir, e->d_name);
-        if (is_file(p) && (names[n] = strdup(e->d_name))) n++;
+        if (is_file(p) && (names[n] = tg_strdup(e->d_name))) n++;
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);

@@ -1,4 +1,5 @@
 #include "models/safetensors.h"
+#include "base/alloc.h"
 
 #include "base/atomic_file.h"
 #include "base/json_strict.h"
@@ -117,7 +118,7 @@ static int parse_entry(const char *path, const char *name, json_t *v, uint64_t d
                        (unsigned long long)(e->end - e->begin), sh, tg_st_dtype_name(e->dtype),
                        (unsigned long long)need);
     }
-    e->name = strdup(name);
+    e->name = tg_strdup(name);
     if (!e->name) return tg_fail(err, "%s: out of memory", path);
     return 0;
 }
@@ -140,7 +141,7 @@ static int check_tiling(tg_safetensors *st, uint64_t data_size, uint64_t header_
         return tg_fail(err, "%s: the header names no tensor but %llu bytes of data follow it (header length %llu)",
                        st->path, (unsigned long long)data_size, (unsigned long long)header_len);
     }
-    const tg_st_entry **order = malloc(sizeof *order * (size_t)st->n);
+    const tg_st_entry **order = tg_malloc(sizeof *order * (size_t)st->n);
     if (!order) return tg_fail(err, "%s: out of memory", st->path);
     for (int i = 0; i < st->n; i++) order[i] = &st->entries[i];
     qsort(order, (size_t)st->n, sizeof *order, cmp_range);
@@ -174,6 +175,7 @@ static int parse_header(tg_safetensors *st, const char *hdr, size_t hlen, uint64
     json_error_t jerr;
     char dup[TG_ST_NAME_IN_MESSAGE];
     json_t *root = tg_json_loadb_strict(hdr, hlen, 0, &jerr, dup, sizeof dup);
+    if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the header", st->path);
     if (!root && dup[0])
         return tg_fail(err, "%s: header: key '%s' appears twice in one object (line %d, column %d)", st->path, dup,
                        jerr.line, jerr.column);
@@ -208,7 +210,7 @@ static int parse_header(tg_safetensors *st, const char *hdr, size_t hlen, uint64
         }
     }
     size_t count = json_object_size(root) - (meta ? 1 : 0);
-    st->entries = calloc(count ? count : 1, sizeof *st->entries);
+    st->entries = tg_calloc(count ? count : 1, sizeof *st->entries);
     if (!st->entries) {
         rc = tg_fail(err, "%s: out of memory", st->path);
         goto done;
@@ -523,7 +525,7 @@ int tg_st_write_with_metadata(const char *path, const tg_st_item *items, int n, 
     if (!text) return tg_fail(err, "%s: cannot serialize the header", path);
     size_t tlen = strlen(text);
     size_t hlen = (tlen + 7) & ~(size_t)7; /* keeps the data section 8-byte aligned */
-    char *hdr = malloc(8 + hlen);
+    char *hdr = tg_malloc(8 + hlen);
     if (!hdr) {
         free(text);
         return tg_fail(err, "%s: out of memory", path);
@@ -533,7 +535,7 @@ int tg_st_write_with_metadata(const char *path, const tg_st_item *items, int n, 
     memset(hdr + 8 + tlen, ' ', hlen - tlen);
     free(text);
 
-    tg_chunk *chunks = calloc((size_t)n + 1, sizeof *chunks);
+    tg_chunk *chunks = tg_calloc((size_t)n + 1, sizeof *chunks);
     if (!chunks) {
         free(hdr);
         return tg_fail(err, "%s: out of memory", path);

@@ -14,6 +14,7 @@
  * bucket plan is the plan's but for seq, so it is not written twice. The decoder checks
  * each bucket plan as a plan and against the plan (tg_plan_validate_buckets). */
 #include "plan/plan_codec.h"
+#include "base/alloc.h"
 
 #include "plan/op_meta.h"
 #include "plan/validate.h"
@@ -53,7 +54,7 @@ static void put_bytes(wbuf *b, const void *src, size_t n) {
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
+        uint8_t *p = tg_realloc(b->p, cap);
         if (!p) {
             b->oom = 1;
             return;
@@ -424,7 +425,7 @@ static int get_kind_names(rbuf *r, kind_name **names, int32_t *n, const char *na
         return tg_fail(err, "%s: op kind name count %d is impossible (at most %d, file corrupt)", name, count,
                        MAX_KIND_NAMES);
     if (count == 0) return 0;
-    kind_name *t = calloc((size_t)count, sizeof *t);
+    kind_name *t = tg_calloc((size_t)count, sizeof *t);
     if (!t) return tg_fail(err, "%s: out of memory for %d op kind names", name, count);
     *names = t;
     for (int32_t j = 0; j < count && !r->failed; j++) {
@@ -484,7 +485,7 @@ static int get_body(rbuf *r, tg_plan *p, const char *name, tg_err *err) {
     if (!r->failed && (nt < 0 || nt > MAX_COUNT || (size_t)nt > (len - r->pos) / TENSOR_MIN_BYTES))
         return tg_fail(err, "%s: tensor count %d is impossible for a %zu-byte payload", name, nt, len);
     if (!r->failed && nt > 0) {
-        p->tensors = calloc((size_t)nt, sizeof *p->tensors);
+        p->tensors = tg_calloc((size_t)nt, sizeof *p->tensors);
         if (!p->tensors) return tg_fail(err, "%s: out of memory for %d tensors", name, nt);
         p->n_tensors = nt;
         for (int t = 0; t < nt && !r->failed; t++)
@@ -503,7 +504,7 @@ static int get_body(rbuf *r, tg_plan *p, const char *name, tg_err *err) {
     if (!r->failed && (no < 0 || no > MAX_COUNT || (size_t)no > (len - r->pos) / OP_MIN_BYTES))
         rc = tg_fail(err, "%s: op count %d is impossible for a %zu-byte payload", name, no, len);
     else if (!r->failed && no > 0) {
-        p->ops = calloc((size_t)no, sizeof *p->ops);
+        p->ops = tg_calloc((size_t)no, sizeof *p->ops);
         if (!p->ops) rc = tg_fail(err, "%s: out of memory for %d ops", name, no);
         else p->n_ops = no;
         for (int o = 0; o < no && !r->failed && !rc; o++) rc = get_op(r, &p->ops[o], o, names, n_names, name, err);
@@ -550,7 +551,7 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
     const int n_bucket_plans = !r.failed && p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0;
     int failed_bucket = -1; /* the bucket plan the payload ends in */
     if (n_bucket_plans) {
-        p->buckets = calloc((size_t)n_bucket_plans, sizeof *p->buckets);
+        p->buckets = tg_calloc((size_t)n_bucket_plans, sizeof *p->buckets);
         if (!p->buckets) return tg_fail(err, "%s: out of memory for %d bucket plans", name, n_bucket_plans);
     }
     for (int k = 0; k < n_bucket_plans && !r.failed; k++) {

@@ -2,6 +2,7 @@
  * xxh64 of the compressed payload) + the zstd-compressed payload; atomic write, read, sniff.
  * The payload itself is encoded and decoded by plan/plan_codec.c. */
 #include "plan/plan_file.h"
+#include "base/alloc.h"
 
 #include "base/atomic_file.h"
 #include "plan/plan_codec.h"
@@ -38,7 +39,7 @@ int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *
     size_t payload_len;
     if (tg_plan_payload_encode(plan, &payload, &payload_len, err)) return -1;
     size_t bound = ZSTD_compressBound(payload_len);
-    uint8_t *file = malloc(HEADER_BYTES + bound);
+    uint8_t *file = tg_malloc(HEADER_BYTES + bound);
     if (!file) {
         free(payload);
         return tg_fail(err, "plan encode: out of memory");
@@ -109,7 +110,7 @@ int tg_plan_decode_checked(const uint8_t *bytes, size_t len, const char *name, t
     if (usize > SIZE_MAX / 2 || usize == 0 || usize / 32768 > csize)
         return tg_fail(err, "%s: payload size %llu is impossible (file corrupt)", name,
                        (unsigned long long)usize);
-    uint8_t *buf = malloc((size_t)usize);
+    uint8_t *buf = tg_malloc((size_t)usize);
     if (!buf)
         return tg_fail(err, "%s: out of memory for a %llu-byte payload", name,
                        (unsigned long long)usize);
@@ -155,7 +156,7 @@ int tg_plan_read(const char *path, tg_plan *plan, tg_err *err) {
         return tg_fail(err, "%s: not a regular file", path);
     }
     size_t len = (size_t)st.st_size;
-    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t *buf = tg_malloc(len ? len : 1);
     if (!buf) {
         close(fd);
         return tg_fail(err, "%s: out of memory for %zu bytes", path, len);

@@ -2,6 +2,7 @@
  * checker (what the compiler's planner promised, verified without trusting its bookkeeping),
  * and the table consistency checks the plan decoder runs on what it read. */
 #include "plan/validate.h"
+#include "base/alloc.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -10,10 +11,10 @@
 
 #include "plan/op_meta.h"
 
-uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops) {
+int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops, uint64_t *peak_out) {
     /* Sweep over op indices with +bytes at first use and -bytes after last use. */
-    int64_t *delta = calloc((size_t)n_ops + 1, sizeof *delta);
-    if (!delta) return 0;
+    int64_t *delta = tg_calloc((size_t)n_ops + 1, sizeof *delta);
+    if (!delta) return -1;
     for (int t = 0; t < n_tensors; t++) {
         const tg_tensor *x = &tensors[t];
         /* Lifetimes outside the schedule are the table checks' to refuse, never indices here. */
@@ -28,7 +29,8 @@ uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, i
         if (live > peak) peak = live;
     }
     free(delta);
-    return (uint64_t)peak;
+    *peak_out = (uint64_t)peak;
+    return 0;
 }
 
 /* A tensor's place in its pool, the sort key of the overlap check. The key travels with
@@ -60,11 +62,11 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
                                tg_op_name(op->kind), x->name, x->first_use, x->last_use);
         }
     }
-    placed *order = malloc(sizeof *order * (size_t)(p->n_tensors ? p->n_tensors : 1));
-    uint64_t *member_bytes = calloc((size_t)p->n_tensors + 1, sizeof *member_bytes);
+    placed *order = tg_malloc(sizeof *order * (size_t)(p->n_tensors ? p->n_tensors : 1));
+    uint64_t *member_bytes = tg_calloc((size_t)p->n_tensors + 1, sizeof *member_bytes);
     if (!order || !member_bytes) {
         free(order), free(member_bytes);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory checking the memory layout of %d tensors", p->n_tensors);
     }
     int n = 0;
     for (int t = 0; t < p->n_tensors; t++) {
@@ -133,7 +135,8 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
                            (unsigned long long)r->pool_extent[pool], (unsigned long long)p->pool_bytes[pool]);
         r->peak_bytes += r->pool_extent[pool];
     }
-    r->activation_live_peak = tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops);
+    if (tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, &r->activation_live_peak))
+        return tg_fail(err, "out of memory computing the activation live peak over %d ops", p->n_ops);
     return 0;
 }
 

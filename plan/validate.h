@@ -20,8 +20,9 @@ typedef struct tg_memory_report {
 } tg_memory_report;
 int tg_plan_check_memory(const tg_plan *plan, tg_memory_report *report, tg_err *err);
 
-/* The largest sum of activation bytes live at once, from the tensors' lifetimes. */
-uint64_t tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops);
+/* The largest sum of activation bytes live at once, from the tensors' lifetimes, into *peak;
+ * -1 when out of memory (the caller names what it was doing). */
+int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops, uint64_t *peak);
 
 /* The table checks every executor relies on, run by the plan decoder on what it read, so a
  * damaged or hand-edited plan is refused there instead of indexing outside the tables later:

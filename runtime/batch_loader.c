@@ -1,4 +1,5 @@
 #include "runtime/batch_loader.h"
+#include "base/alloc.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ static void *loader_main(void *arg) {
 
 int tg_batch_loader_start(tg_batch_loader **out, tg_batch_fill_fn fill, void *ctx, tg_err *err) {
     *out = NULL;
-    tg_batch_loader *l = calloc(1, sizeof *l);
+    tg_batch_loader *l = tg_calloc(1, sizeof *l);
     if (!l) return tg_fail(err, "out of memory for the batch loader");
     l->fill = fill, l->ctx = ctx;
     pthread_mutex_init(&l->mu, NULL);

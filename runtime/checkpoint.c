@@ -2,6 +2,7 @@
  * stream through zstd, read back whole) and the checkpoint folder (names, `latest`,
  * keeping the newest few). runtime/checkpoint.h describes the format. */
 #include "runtime/checkpoint.h"
+#include "base/alloc.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -54,7 +55,7 @@ void tg_checkpoint_free(tg_checkpoint *ck) {
 static int room_for(void **array, int n, size_t elem) {
     if (n > 0 && (n & (n - 1))) return 0; /* not a power of two: room is left */
     const size_t cap = n ? 2 * (size_t)n : 8;
-    void *p = realloc(*array, cap * elem);
+    void *p = tg_realloc(*array, cap * elem);
     if (!p) return -1;
     *array = p;
     return 0;
@@ -69,7 +70,7 @@ static int keep_block(tg_checkpoint *ck, void *block) {
 int tg_checkpoint_add_field(tg_checkpoint *ck, const char *key, const char *value, tg_err *err) {
     if (!key[0] || strlen(key) >= TG_CHECKPOINT_KEY_MAX || strlen(value) >= TG_PATH_MAX)
         return tg_fail(err, "checkpoint: identity field '%.80s' is empty or too long", key);
-    if (room_for((void **)&ck->fields, ck->n_fields, sizeof *ck->fields)) return tg_fail(err, "out of memory");
+    if (room_for((void **)&ck->fields, ck->n_fields, sizeof *ck->fields)) return tg_fail(err, "checkpoint: out of memory adding identity field '%.80s'", key);
     tg_checkpoint_field *f = &ck->fields[ck->n_fields++];
     snprintf(f->key, sizeof f->key, "%s", key);
     snprintf(f->value, sizeof f->value, "%s", value);
@@ -112,9 +113,9 @@ int tg_checkpoint_add_tensor(tg_checkpoint *ck, const char *name, int replica, i
     }
     if (keep_block(ck, data)) {
         free(data);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "checkpoint: out of memory adding tensor '%.100s'", name);
     }
-    return push_tensor(ck, name, replica, dtype, ndim, shape, bytes, data) ? tg_fail(err, "out of memory") : 0;
+    return push_tensor(ck, name, replica, dtype, ndim, shape, bytes, data) ? tg_fail(err, "checkpoint: out of memory adding tensor '%.100s'", name) : 0;
 }
 
 const tg_checkpoint_tensor *tg_checkpoint_find(const tg_checkpoint *ck, const char *name, int replica) {
@@ -127,10 +128,10 @@ int tg_checkpoint_take_tensors(tg_checkpoint *to, tg_checkpoint *from, tg_err *e
     for (int i = 0; i < from->n_tensors; i++) {
         const tg_checkpoint_tensor *t = &from->tensors[i];
         if (push_tensor(to, t->name, t->replica, t->dtype, t->ndim, t->shape, t->bytes, t->data))
-            return tg_fail(err, "out of memory");
+            return tg_fail(err, "checkpoint: out of memory moving tensor '%.100s'", t->name);
     }
     for (int i = 0; i < from->n_blocks; i++) {
-        if (keep_block(to, from->blocks[i])) return tg_fail(err, "out of memory");
+        if (keep_block(to, from->blocks[i])) return tg_fail(err, "checkpoint: out of memory moving %d tensor blocks", from->n_blocks);
         from->blocks[i] = NULL; /* `to` owns it now */
     }
     tg_checkpoint_free(from);
@@ -320,7 +321,7 @@ static int sink_put(sink *s, const void *p, size_t n) {
     if (s->len + n > s->cap) {
         size_t cap = s->cap ? s->cap : 1 << 16;
         while (cap < s->len + n) cap *= 2;
-        uint8_t *m = realloc(s->mem, cap);
+        uint8_t *m = tg_realloc(s->mem, cap);
         if (!m) return s->error = ENOMEM, -1;
         s->mem = m, s->cap = cap;
     }
@@ -438,7 +439,7 @@ static int write_payload(const tg_checkpoint *ck, sink *out, const char *path, u
                          uint64_t *compressed, tg_err *err) {
     writer w = {.out = out, .buf_cap = ZSTD_CStreamOutSize()};
     w.z = ZSTD_createCCtx();
-    w.buf = malloc(w.buf_cap);
+    w.buf = tg_malloc(w.buf_cap);
     if (!w.z || !w.buf) {
         ZSTD_freeCCtx(w.z);
         free(w.buf);
@@ -737,7 +738,7 @@ int tg_checkpoint_decode(const uint8_t *b, size_t len, const char *name, tg_chec
      * 32768-fold: a larger size must not drive the allocation. */
     if (usize == 0 || usize > SIZE_MAX / 2 || usize / 32768 > csize)
         return tg_fail(err, "%s: header field 'payload bytes' (%" PRIu64 ") is impossible (file corrupt)", name, usize);
-    uint8_t *payload = malloc((size_t)usize);
+    uint8_t *payload = tg_malloc((size_t)usize);
     if (!payload || keep_block(ck, payload)) {
         free(payload);
         return tg_fail(err, "%s: out of memory for a %" PRIu64 "-byte payload", name, usize);
@@ -771,7 +772,7 @@ int tg_checkpoint_read(const char *path, tg_checkpoint *ck, tg_err *err) {
         close(fd);
         return tg_fail(err, "%s: not a checkpoint file", path);
     }
-    uint8_t *bytes = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
+    uint8_t *bytes = tg_malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
     if (!bytes) {
         close(fd);
         return tg_fail(err, "%s: out of memory for %lld bytes", path, (long long)st.st_size);
@@ -808,8 +809,8 @@ static long step_of_name(const char *name) {
 
 int tg_checkpoint_dir_prepare(const char *dir, tg_err *err) {
     if (!dir[0]) return tg_fail(err, "checkpoint folder: the name is empty");
-    char *path = strdup(dir);
-    if (!path) return tg_fail(err, "out of memory");
+    char *path = tg_strdup(dir);
+    if (!path) return tg_fail(err, "checkpoint folder %s: out of memory", dir);
     for (char *c = path + 1; *c; c++) /* mkdir -p */
         if (*c == '/') {
             *c = 0;
@@ -848,7 +849,7 @@ static int list_steps(const char *dir, step_file **files, int *n) {
         const long step = step_of_name(e->d_name);
         if (step < 0) continue;
         if (*n == cap) {
-            step_file *grown = realloc(*files, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **files);
+            step_file *grown = tg_realloc(*files, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **files);
             if (!grown) {
                 closedir(d);
                 free(*files);
@@ -900,10 +901,10 @@ int tg_checkpoint_save_in_dir(const tg_checkpoint *ck, const char *dir, int keep
     char name[64];
     snprintf(name, sizeof name, "step-%06d%s", ck->state.step, TG_CHECKPOINT_EXT);
     char *path = NULL, *latest = NULL;
-    if (asprintf(&path, "%s/%s", dir, name) < 0) path = NULL;
-    if (!path || asprintf(&latest, "%s/%s", dir, TG_CHECKPOINT_LATEST) < 0) {
+    if (tg_asprintf(&path, "%s/%s", dir, name) < 0) path = NULL;
+    if (!path || tg_asprintf(&latest, "%s/%s", dir, TG_CHECKPOINT_LATEST) < 0) {
         free(path);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "checkpoint folder %s: out of memory naming step file %s", dir, name);
     }
     char line[80];
     snprintf(line, sizeof line, "%s\n", name);
@@ -917,7 +918,7 @@ int tg_checkpoint_save_in_dir(const tg_checkpoint *ck, const char *dir, int keep
         if (list_steps(dir, &files, &n) == 0) {
             for (int i = keep > 0 ? keep : n; i < n; i++) {
                 char *old;
-                if (asprintf(&old, "%s/%s", dir, files[i].name) < 0) break;
+                if (tg_asprintf(&old, "%s/%s", dir, files[i].name) < 0) break;
                 (void)unlink(old);
                 free(old);
             }
@@ -946,10 +947,10 @@ int tg_checkpoint_locate(const char *where, char **path, tg_err *err) {
     if (stat(where, &st) != 0) return tg_fail(err, "%s: cannot open the checkpoint: %s", where, strerror(errno));
     if (!S_ISDIR(st.st_mode)) {
         *path = strdup(where);
-        return *path ? 0 : tg_fail(err, "out of memory");
+        return *path ? 0 : tg_fail(err, "%s: out of memory naming the checkpoint", where);
     }
     char *latest;
-    if (asprintf(&latest, "%s/%s", where, TG_CHECKPOINT_LATEST) < 0) return tg_fail(err, "out of memory");
+    if (tg_asprintf(&latest, "%s/%s", where, TG_CHECKPOINT_LATEST) < 0) return tg_fail(err, "%s: out of memory naming the checkpoint", where);
     FILE *f = fopen(latest, "r");
     if (f) {
         char line[NAME_MAX + 2] = "";
@@ -963,7 +964,7 @@ int tg_checkpoint_locate(const char *where, char **path, tg_err *err) {
             return -1;
         }
         free(latest);
-        if (asprintf(path, "%s/%s", where, line) < 0) return *path = NULL, tg_fail(err, "out of memory");
+        if (tg_asprintf(path, "%s/%s", where, line) < 0) return *path = NULL, tg_fail(err, "%s: out of memory naming the checkpoint", where);
         return 0;
     }
     free(latest);
@@ -972,7 +973,7 @@ int tg_checkpoint_locate(const char *where, char **path, tg_err *err) {
     if (list_steps(where, &files, &n)) return tg_fail(err, "%s: cannot list the folder: %s", where, strerror(errno));
     int rc = 0;
     if (!n) rc = tg_fail(err, "%s: no checkpoint in the folder (step-N%s)", where, TG_CHECKPOINT_EXT);
-    else if (asprintf(path, "%s/%s", where, files[0].name) < 0) *path = NULL, rc = tg_fail(err, "out of memory");
+    else if (tg_asprintf(path, "%s/%s", where, files[0].name) < 0) *path = NULL, rc = tg_fail(err, "%s: out of memory naming the checkpoint", where);
     free(files);
     return rc;
 }

@@ -1,4 +1,5 @@
 #include "runtime/comm.h"
+#include "base/alloc.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,12 +16,12 @@ struct tg_cpu_comm_group {
 int tg_cpu_comm_group_create(tg_cpu_comm_group **out, int ranks, tg_err *err) {
     *out = NULL;
     if (ranks < 1) return tg_fail(err, "a communicator needs at least one rank (got %d)", ranks);
-    tg_cpu_comm_group *g = calloc(1, sizeof *g);
-    if (!g) return tg_fail(err, "out of memory");
+    tg_cpu_comm_group *g = tg_calloc(1, sizeof *g);
+    if (!g) return tg_fail(err, "out of memory for a communicator of %d ranks", ranks);
     g->ranks = ranks;
-    g->bufs = calloc((size_t)ranks, sizeof *g->bufs);
-    g->sums = calloc((size_t)ranks, sizeof *g->sums);
-    g->cap = calloc((size_t)ranks, sizeof *g->cap);
+    g->bufs = tg_calloc((size_t)ranks, sizeof *g->bufs);
+    g->sums = tg_calloc((size_t)ranks, sizeof *g->sums);
+    g->cap = tg_calloc((size_t)ranks, sizeof *g->cap);
     if (!g->bufs || !g->sums || !g->cap || pthread_barrier_init(&g->barrier, NULL, (unsigned)ranks)) {
         free(g->bufs), free(g->sums), free(g->cap), free(g);
         return tg_fail(err, "cannot create a communicator for %d ranks", ranks);
@@ -58,7 +59,7 @@ void tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n
     if (!g || g->ranks == 1 || n <= 0) return;
     if (g->cap[rank] < n) {
         free(g->sums[rank]);
-        g->sums[rank] = malloc((size_t)n * sizeof(float));
+        g->sums[rank] = tg_malloc((size_t)n * sizeof(float));
         g->cap[rank] = g->sums[rank] ? n : 0;
         if (!g->sums[rank]) abort(); /* the other ranks wait in the barrier: nothing to recover */
     }

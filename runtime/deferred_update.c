@@ -1,4 +1,5 @@
 #include "runtime/deferred_update.h"
+#include "base/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,8 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
     const tg_op *adam = &p->ops[last];
     const int64_t n = adam->p.adamw.n;
     if (n <= 0) return 0;
-    int64_t *need = calloc((size_t)(f1 - f0) + 1, sizeof *need);
-    if (!need) return tg_fail(err, "out of memory");
+    int64_t *need = tg_calloc((size_t)(f1 - f0) + 1, sizeof *need);
+    if (!need) return tg_fail(err, "out of memory planning the deferred optimizer update");
     /* need[j]: the parameter prefix forward op j reads, rounded to whole vectors. A forward
      * op that writes what the update reads or writes, or reads optimizer state, cannot
      * run beside it. */
@@ -52,12 +53,12 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
     }
     /* Chunk boundaries where the prefix grows, merged forward until each chunk holds at
      * least min_chunk elements; what the forward never reads joins the last chunk. */
-    u->begin = calloc((size_t)(f1 - f0) + 2, sizeof *u->begin);
-    u->chunks_before = calloc((size_t)(f1 - f0) + 1, sizeof *u->chunks_before);
+    u->begin = tg_calloc((size_t)(f1 - f0) + 2, sizeof *u->begin);
+    u->chunks_before = tg_calloc((size_t)(f1 - f0) + 1, sizeof *u->chunks_before);
     if (!u->begin || !u->chunks_before) {
         free(need);
         tg_deferred_update_free(u);
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory planning the deferred optimizer update");
     }
     u->adamw_op = last;
     u->n_forward = f1 - f0;

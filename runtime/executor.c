@@ -1,5 +1,6 @@
 /* The CPU executor behind the executor interface, and the dispatch to the CUDA one. */
 #include "runtime/executor.h"
+#include "base/alloc.h"
 #include "base/clock.h"
 
 #include <stdlib.h>
@@ -36,7 +37,7 @@ static int cpu_read(void *impl, int tensor, void *host, tg_err *err) {
     return 0;
 }
 
-static void *cpu_host_alloc(void *impl, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void *cpu_host_alloc(void *impl, size_t bytes) { return tg_calloc(1, bytes ? bytes : 1); }
 static void cpu_host_free(void *impl, void *p) { free(p); }
 
 static int cpu_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
@@ -165,8 +166,8 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
             return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`), use --device cpu");
         return tg_executor_open_cuda(ex, plan, opts, err);
     }
-    cpu_impl *c = calloc(1, sizeof *c);
-    if (!c) return tg_fail(err, "out of memory");
+    cpu_impl *c = tg_calloc(1, sizeof *c);
+    if (!c) return tg_fail(err, "out of memory opening the CPU executor");
     if (tg_cpu_exec_init(&c->x, plan, opts->threads, err)) {
         free(c);
         return -1;

@@ -1,4 +1,5 @@
 #include "runtime/hf_export.h"
+#include "base/alloc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,10 +49,10 @@ static void export_plan_free(export_plan *p) {
 static char *model_folder(const tg_plan *plan) {
     const tg_model_config *c = &plan->model;
     const char *file = c->weights[0] ? c->weights : NULL;
-    if (!file) return strchr(c->source, '/') ? strdup(c->source) : NULL;
+    if (!file) return strchr(c->source, '/') ? tg_strdup(c->source) : NULL;
     const char *slash = strrchr(file, '/');
-    if (!slash) return strdup(".");
-    return slash == file ? strdup("/") : strndup(file, (size_t)(slash - file));
+    if (!slash) return tg_strdup(".");
+    return slash == file ? tg_strdup("/") : tg_strndup(file, (size_t)(slash - file));
 }
 
 /* 1 for a regular file this process can read; 0 with err set otherwise. */
@@ -67,7 +68,7 @@ static int readable_file(const char *path, const char *what, tg_err *err) {
 
 static int add_tokenizer_file(export_plan *p, const char *folder, const char *name, tg_err *err) {
     char *path;
-    if (asprintf(&path, "%s%s%s", folder ? folder : "", folder ? "/" : "", name) < 0) return tg_fail(err, "out of memory");
+    if (tg_asprintf(&path, "%s%s%s", folder ? folder : "", folder ? "/" : "", name) < 0) return tg_fail(err, "out of memory");
     p->tokenizer[p->n_tokenizer] = path;
     p->tokenizer_name[p->n_tokenizer++] = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
     return readable_file(path, "tokenizer file", err) ? 0 : -1;
@@ -88,7 +89,7 @@ static int find_tokenizer(const tg_plan *plan, const tg_hf_export_options *o, ex
     } else if (S_ISDIR(st.st_mode)) {
         for (int i = 0; tg_hf_tokenizer_files[i] && !rc; i++) {
             char *path;
-            if (asprintf(&path, "%s/%s", src, tg_hf_tokenizer_files[i]) < 0) {
+            if (tg_asprintf(&path, "%s/%s", src, tg_hf_tokenizer_files[i]) < 0) {
                 rc = tg_fail(err, "out of memory");
                 break;
             }
@@ -119,7 +120,7 @@ static int find_tokenizer(const tg_plan *plan, const tg_hf_export_options *o, ex
 /* out_dir resolved, its state, and whether it may be written. */
 static int resolve_out(const tg_hf_export_options *o, export_plan *p, tg_err *err) {
     if (!o->out_dir || !o->out_dir[0]) return tg_fail(err, "output folder: the path is empty");
-    char *path = strdup(o->out_dir);
+    char *path = tg_strdup(o->out_dir);
     if (!path) return tg_fail(err, "out of memory");
     for (size_t n = strlen(path); n > 1 && path[n - 1] == '/';) path[--n] = 0; /* "out/" is the folder out */
     int e = tg_output_resolve(path, &p->out);
@@ -130,7 +131,7 @@ static int resolve_out(const tg_hf_export_options *o, export_plan *p, tg_err *er
                             "part of the path)", o->out_dir);
     if (e) return tg_fail(err, "output folder %s: %s", o->out_dir, strerror(e));
     const char *slash = strrchr(p->out, '/'); /* resolved paths are absolute */
-    p->parent = slash == p->out ? strdup("/") : strndup(p->out, (size_t)(slash - p->out));
+    p->parent = slash == p->out ? tg_strdup("/") : tg_strndup(p->out, (size_t)(slash - p->out));
     if (!p->parent) return tg_fail(err, "out of memory");
     struct stat st;
     if (lstat(p->out, &st) != 0) {
@@ -239,7 +240,7 @@ static char *make_temp_folder(const export_plan *p, tg_err *err) {
     const int keep = NAME_MAX - 40; /* room for the dot and the suffix */
     for (int tries = 0; tries < 100; tries++) {
         char *tmp;
-        if (asprintf(&tmp, "%s%s.%.*s.tmp.%ld.%u", p->parent, strcmp(p->parent, "/") ? "/" : "", keep, name,
+        if (tg_asprintf(&tmp, "%s%s.%.*s.tmp.%ld.%u", p->parent, strcmp(p->parent, "/") ? "/" : "", keep, name,
                      (long)getpid(), atomic_fetch_add(&serial, 1)) < 0)
             break;
         if (mkdir(tmp, 0777) == 0) return tmp;
@@ -292,18 +293,18 @@ static int write_files(const tg_weights_image *img, const tg_hf_export_options *
                        const char *tmp, tg_err *err) {
     char *config = config_text(img->plan, o, err), *path = NULL;
     if (!config) return -1;
-    int rc = asprintf(&path, "%s/config.json", tmp) < 0 ? tg_fail(err, "out of memory") : 0;
+    int rc = tg_asprintf(&path, "%s/config.json", tmp) < 0 ? tg_fail(err, "out of memory") : 0;
     const tg_chunk chunk = {config, strlen(config)};
     if (!rc) rc = tg_write_file_atomic(path, &chunk, 1, "config.json", err);
     free(config);
     free(path);
     path = NULL;
-    if (!rc) rc = asprintf(&path, "%s/model.safetensors", tmp) < 0 ? tg_fail(err, "out of memory") : 0;
+    if (!rc) rc = tg_asprintf(&path, "%s/model.safetensors", tmp) < 0 ? tg_fail(err, "out of memory") : 0;
     if (!rc) rc = tg_weights_save_hf(img, path, o->bf16, err);
     free(path);
     for (int i = 0; i < p->n_tokenizer && !rc; i++) {
         path = NULL;
-        rc = asprintf(&path, "%s/%s", tmp, p->tokenizer_name[i]) < 0 ? tg_fail(err, "out of memory") : 0;
+        rc = tg_asprintf(&path, "%s/%s", tmp, p->tokenizer_name[i]) < 0 ? tg_fail(err, "out of memory") : 0;
         if (!rc) rc = copy_file(p->tokenizer[i], path, err);
         free(path);
     }
@@ -333,7 +334,7 @@ static int commit(const tg_hf_export_options *o, const export_plan *p, const cha
     }
     /* A file system without exchange: the old folder steps aside first. */
     char *old;
-    if (asprintf(&old, "%s.old", tmp) < 0) return tg_fail(err, "out of memory");
+    if (tg_asprintf(&old, "%s.old", tmp) < 0) return tg_fail(err, "out of memory");
     int rc = 0;
     if (rename(p->out, old) != 0) {
         rc = tg_fail(err, "output folder %s: cannot move it aside to replace it: %s", o->out_dir, strerror(errno));

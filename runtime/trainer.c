@@ -1,4 +1,5 @@
 #include "runtime/trainer.h"
+#include "base/alloc.h"
 #include "base/checked.h"
 #include "base/clock.h"
 
@@ -123,8 +124,8 @@ static int upload_values(tg_trainer *t, tg_err *err) {
     int up = tg_trainer_write(t, plan->io.params_all, t->values.params, err);
     if (!up && plan->io.params_bf16_all >= 0) {
         /* The bf16 copies start as the rounded masters; AdamW keeps them in step. */
-        uint16_t *low = malloc(plan->pool_bytes[TG_POOL_PARAMS_BF16]);
-        if (!low) up = tg_fail(err, "out of memory");
+        uint16_t *low = tg_malloc(plan->pool_bytes[TG_POOL_PARAMS_BF16]);
+        if (!low) up = tg_fail(err, "out of memory for the bf16 parameter copies (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS_BF16]);
         else {
             tg_bf16_narrow(low, t->values.params, (int64_t)(plan->pool_bytes[TG_POOL_PARAMS_BF16] / 2));
             up = tg_trainer_write(t, plan->io.params_bf16_all, low, err);
@@ -142,8 +143,8 @@ static int upload_values(tg_trainer *t, tg_err *err) {
             up = tg_trainer_write(t, i, src, err);
             continue;
         }
-        uint16_t *low = malloc((size_t)x->bytes);
-        if (!low) up = tg_fail(err, "out of memory");
+        uint16_t *low = tg_malloc((size_t)x->bytes);
+        if (!low) up = tg_fail(err, "out of memory for the bf16 copy of %s", x->name);
         else {
             tg_bf16_narrow(low, src, tg_tensor_numel(x));
             up = tg_trainer_write(t, i, low, err);
@@ -188,8 +189,8 @@ static void fill_batch(tg_trainer *t, int k, int bucket, const tg_dataset *ds, c
  * the plan's length buckets over the examples' lengths. */
 static int open_sampler(tg_trainer *t, tg_err *err) {
     const tg_plan_train *train = &t->plan->train;
-    int32_t *lengths = malloc((size_t)t->train.n * sizeof *lengths);
-    if (!lengths) return tg_fail(err, "out of memory");
+    int32_t *lengths = tg_malloc((size_t)t->train.n * sizeof *lengths);
+    if (!lengths) return tg_fail(err, "out of memory for the batch sampler's lengths (%d examples)", t->train.n);
     for (int32_t i = 0; i < t->train.n; i++) lengths[i] = t->train.examples[i].len;
     int rc = tg_batch_sampler_init(&t->sampler, lengths, t->train.n, train->batch * t->replicas,
                                    t->plan->run.last_batch, train->n_buckets, train->bucket_seq, t->plan->run.seed, err);
@@ -222,10 +223,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->open_ms[0] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
     t->shape = (tg_batch_shape){train->batch, train->seq, train->task, cfg->arch, train->pad_id};
-    t->batch_idx = calloc((size_t)train->batch, sizeof *t->batch_idx);
-    t->global_idx = calloc((size_t)train->batch * (size_t)t->replicas, sizeof *t->global_idx);
-    t->type_scratch = calloc((size_t)train->batch * (size_t)train->seq, sizeof *t->type_scratch);
-    t->staging_rows = calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)train->batch, sizeof *t->staging_rows);
+    t->batch_idx = tg_calloc((size_t)train->batch, sizeof *t->batch_idx);
+    t->global_idx = tg_calloc((size_t)train->batch * (size_t)t->replicas, sizeof *t->global_idx);
+    t->type_scratch = tg_calloc((size_t)train->batch * (size_t)train->seq, sizeof *t->type_scratch);
+    t->staging_rows = tg_calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)train->batch, sizeof *t->staging_rows);
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
@@ -301,7 +302,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         goto fail;
     return 0;
 fail_oom:
-    tg_fail(err, "out of memory");
+    tg_fail(err, "out of memory opening the trainer's batch buffers");
 fail:
     tg_trainer_close(t);
     return -1;
@@ -518,8 +519,8 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     int saved_cur = t->cur;
     t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
     const int want_logits = p->train.task == TG_TASK_CLASSIFY || on_batch;
-    float *logits = want_logits ? malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
-    if (want_logits && !logits) return tg_fail(err, "out of memory");
+    float *logits = want_logits ? tg_malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
+    if (want_logits && !logits) return tg_fail(err, "out of memory for the eval logits");
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
@@ -588,8 +589,8 @@ void tg_trainer_memory(tg_trainer *t, tg_memory_use *use) {
 static int write_values(tg_trainer *t, int (*write)(const tg_weights_image *, const void *, tg_err *), const void *arg,
                         tg_err *err) {
     const tg_plan *plan = t->plan;
-    t->values.params = malloc(plan->pool_bytes[TG_POOL_PARAMS]);
-    if (!t->values.params) return tg_fail(err, "out of memory");
+    t->values.params = tg_malloc(plan->pool_bytes[TG_POOL_PARAMS]);
+    if (!t->values.params) return tg_fail(err, "out of memory for the host image of the parameters (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS]);
     int rc = tg_trainer_read(t, plan->io.params_all, t->values.params, err);
     for (int i = 0; i < plan->n_tensors && !rc; i++) {
         const tg_tensor *x = &plan->tensors[i];
@@ -641,8 +642,8 @@ static int host_dtype(const tg_tensor *x) { return x->dtype == TG_I32 ? TG_I32 :
 /* A copy of tensor i as the executor holds it, added to ck as `replica`'s. */
 static int add_read(tg_trainer *t, tg_checkpoint *ck, int i, int replica, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
-    void *buf = malloc(x->bytes ? (size_t)x->bytes : 1);
-    if (!buf) return tg_fail(err, "out of memory");
+    void *buf = tg_malloc(x->bytes ? (size_t)x->bytes : 1);
+    if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
     if (tg_trainer_read(t, i, buf, err)) {
         free(buf);
         return -1;
@@ -656,8 +657,8 @@ static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
     if (x->dtype != TG_BF16) return add_read(t, ck, i, -1, err);
     const size_t bytes = (size_t)tg_tensor_numel(x) * sizeof(float);
-    void *buf = malloc(bytes ? bytes : 1);
-    if (!buf) return tg_fail(err, "out of memory");
+    void *buf = tg_malloc(bytes ? bytes : 1);
+    if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
     memcpy(buf, tg_weights_value(&t->values, i), bytes);
     return tg_checkpoint_add_tensor(ck, x->name, -1, TG_F32, x->ndim, x->shape, buf, err);
 }
@@ -767,8 +768,8 @@ int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name,
                        run.train_examples);
     if (check_known(t, ck, name, err)) return -1;
     /* Every value, through the host image and the upload that opened the trainer. */
-    t->values.params = calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
-    if (!t->values.params) return tg_fail(err, "out of memory");
+    t->values.params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    if (!t->values.params) return tg_fail(err, "out of memory for the host image of the parameters (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS]);
     int rc = 0;
     for (int i = 0; i < plan->n_tensors && !rc; i++) {
         const tg_tensor *x = &plan->tensors[i];

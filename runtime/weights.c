@@ -1,4 +1,5 @@
 #include "runtime/weights.h"
+#include "base/alloc.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,8 +18,8 @@
 int tg_weights_image_alloc(const tg_plan *plan, tg_weights_image *img, tg_err *err) {
     memset(img, 0, sizeof *img);
     img->plan = plan;
-    img->fixed_offset = malloc(sizeof *img->fixed_offset * (size_t)(plan->n_tensors ? plan->n_tensors : 1));
-    img->params = calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    img->fixed_offset = tg_malloc(sizeof *img->fixed_offset * (size_t)(plan->n_tensors ? plan->n_tensors : 1));
+    img->params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
     if (!img->fixed_offset || !img->params) {
         tg_weights_image_free(img);
         return tg_fail(err, "out of memory for the weights");
@@ -31,7 +32,7 @@ int tg_weights_image_alloc(const tg_plan *plan, tg_weights_image *img, tg_err *e
         img->fixed_offset[t] = img->fixed_bytes;
         img->fixed_bytes += (uint64_t)tg_tensor_numel(x) * 4; /* fp32 or int32 */
     }
-    img->fixed = calloc(1, img->fixed_bytes ? img->fixed_bytes : 1);
+    img->fixed = tg_calloc(1, img->fixed_bytes ? img->fixed_bytes : 1);
     if (!img->fixed) {
         tg_weights_image_free(img);
         return tg_fail(err, "out of memory for the weights");
@@ -170,11 +171,11 @@ void tg_weights_report_free(tg_weights_report *r) {
 /* Appends a copy of name to the list of *n names (grown in powers of two). */
 static int push_name(char ***list, int *n, const char *name) {
     if ((*n & (*n - 1)) == 0) { /* 0, 1, 2, 4, ...: full */
-        char **grown = realloc(*list, sizeof **list * (size_t)(*n ? 2 * *n : 1));
+        char **grown = tg_realloc(*list, sizeof **list * (size_t)(*n ? 2 * *n : 1));
         if (!grown) return -1;
         *list = grown;
     }
-    if (!((*list)[*n] = strdup(name))) return -1;
+    if (!((*list)[*n] = tg_strdup(name))) return -1;
     (*n)++;
     return 0;
 }
@@ -236,7 +237,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
     tg_hf_checkpoint ck;
     if (tg_hf_checkpoint_open(path, &ck, err)) return -1;
     report->files = ck.n_files;
-    uint8_t *used = calloc((size_t)ck.n + 1, 1); /* per checkpoint tensor */
+    uint8_t *used = tg_calloc((size_t)ck.n + 1, 1); /* per checkpoint tensor */
     int rc = used ? 0 : tg_fail(err, "%s: out of memory", path), params = 0;
     for (int t = 0; t < plan->n_tensors && !rc; t++) {
         const tg_tensor *x = &plan->tensors[t];
@@ -256,7 +257,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         }
         if (!e) {
             if (!report->missing) snprintf(report->first_missing, TG_NAME_MAX, "%s", x->name);
-            if (push_name(&report->missing_names, &report->missing, x->name)) rc = tg_fail(err, "out of memory");
+            if (push_name(&report->missing_names, &report->missing, x->name)) rc = tg_fail(err, "out of memory listing missing weights");
             continue;
         }
         if (load_tensor(img, t, &ck, e, err)) {
@@ -272,7 +273,7 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         if (used[k]) continue;
         const char *name = ck.tensors[k].entry->name;
         if (hf_ignores(plan, name)) report->ignored++;
-        else if (push_name(&report->unexpected_names, &report->unexpected, name)) rc = tg_fail(err, "out of memory");
+        else if (push_name(&report->unexpected_names, &report->unexpected, name)) rc = tg_fail(err, "out of memory listing unexpected weights");
     }
     if (!rc && report->missing > 1) qsort(report->missing_names, (size_t)report->missing, sizeof(char *), cmp_name);
     if (!rc && report->unexpected > 1)
@@ -291,7 +292,7 @@ static int append(char **buf, size_t *len, size_t *cap, const char *s) {
     size_t n = strlen(s);
     if (*len + n + 1 > *cap) {
         size_t want = (*len + n + 1) * 2;
-        char *grown = realloc(*buf, want);
+        char *grown = tg_realloc(*buf, want);
         if (!grown) return -1;
         *buf = grown, *cap = want;
     }
@@ -309,7 +310,7 @@ static int append_list(char **buf, size_t *len, size_t *cap, char *const *names,
 
 char *tg_weights_report_text(const tg_weights_report *r, const char *model_class, const char *checkpoint) {
     size_t len = 0, cap = 256;
-    char *buf = malloc(cap);
+    char *buf = tg_malloc(cap);
     if (!buf) return NULL;
     buf[0] = 0;
     int rc = 0;
@@ -332,7 +333,7 @@ char *tg_weights_report_text(const tg_weights_report *r, const char *model_class
 
 int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) {
     const tg_plan *plan = img->plan;
-    tg_st_item *items = calloc((size_t)plan->n_tensors + 1, sizeof *items);
+    tg_st_item *items = tg_calloc((size_t)plan->n_tensors + 1, sizeof *items);
     if (!items) return tg_fail(err, "%s: out of memory", path);
     int n = 0;
     for (int t = 0; t < plan->n_tensors; t++) {
@@ -350,8 +351,8 @@ int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) 
 
 int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, tg_err *err) {
     const tg_plan *plan = img->plan;
-    tg_st_item *items = calloc((size_t)plan->n_tensors + 1, sizeof *items);
-    void **converted = calloc((size_t)plan->n_tensors + 1, sizeof *converted);
+    tg_st_item *items = tg_calloc((size_t)plan->n_tensors + 1, sizeof *items);
+    void **converted = tg_calloc((size_t)plan->n_tensors + 1, sizeof *converted);
     int rc = items && converted ? 0 : tg_fail(err, "%s: out of memory", path), n = 0;
     for (int t = 0; t < plan->n_tensors && !rc; t++) {
         const tg_tensor *x = &plan->tensors[t];
@@ -361,7 +362,7 @@ int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, 
         const void *values = tg_weights_value(img, t);
         int dtype = TG_ST_F32;
         if (x->dtype == TG_I32) { /* PyTorch's index buffers are int64 */
-            int64_t *wide = malloc(sizeof *wide * (size_t)(numel ? numel : 1));
+            int64_t *wide = tg_malloc(sizeof *wide * (size_t)(numel ? numel : 1));
             if (!wide) {
                 rc = tg_fail(err, "%s: out of memory", path);
                 break;
@@ -369,7 +370,7 @@ int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, 
             for (int64_t i = 0; i < numel; i++) wide[i] = ((const int32_t *)values)[i];
             values = converted[n] = wide, dtype = TG_ST_I64;
         } else if (bf16) {
-            uint16_t *low = malloc(sizeof *low * (size_t)(numel ? numel : 1));
+            uint16_t *low = tg_malloc(sizeof *low * (size_t)(numel ? numel : 1));
             if (!low) {
                 rc = tg_fail(err, "%s: out of memory", path);
                 break;

@@ -1,6 +1,7 @@
 /* CPU reference: ATTENTION (scores, softmax, attention dropout and the PV product in one
  * op) and its backward. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "kernels/philox.h"
@@ -164,19 +165,25 @@ typedef struct attn_scratch {
     double *dots, *acc, *kt, *vt, *dk, *dv;
 } attn_scratch;
 
-static void attn_scratch_alloc(attn_scratch *w, const attn_ctx *c, int backward) {
+/* 0, or -1 (every buffer freed, the op told) when out of memory. */
+static int attn_scratch_alloc(attn_scratch *w, const attn_ctx *c, int backward) {
     size_t T = (size_t)c->T, Dh = (size_t)c->Dh, td = T * Dh * sizeof(double);
-    w->s = malloc(T * sizeof *w->s);
-    w->factor = malloc(T * sizeof *w->factor);
-    w->kept = malloc(T);
-    w->dots = malloc(T * sizeof *w->dots);
-    w->acc = malloc(Dh * sizeof *w->acc);
-    w->kt = malloc(td);
-    w->vt = backward ? malloc(td) : NULL;
-    w->dk = backward ? malloc(td) : NULL;
-    w->dv = backward ? malloc(td) : NULL;
-    if (!w->s || !w->factor || !w->kept || !w->dots || !w->acc || !w->kt || (backward && (!w->vt || !w->dk || !w->dv)))
-        abort();
+    w->s = tg_malloc(T * sizeof *w->s);
+    w->factor = tg_malloc(T * sizeof *w->factor);
+    w->kept = tg_malloc(T);
+    w->dots = tg_malloc(T * sizeof *w->dots);
+    w->acc = tg_malloc(Dh * sizeof *w->acc);
+    w->kt = tg_malloc(td);
+    w->vt = backward ? tg_malloc(td) : NULL;
+    w->dk = backward ? tg_malloc(td) : NULL;
+    w->dv = backward ? tg_malloc(td) : NULL;
+    if (!w->s || !w->factor || !w->kept || !w->dots || !w->acc || !w->kt || (backward && (!w->vt || !w->dk || !w->dv))) {
+        free(w->s), free(w->factor), free(w->kept), free(w->dots), free(w->acc);
+        free(w->kt), free(w->vt), free(w->dk), free(w->dv);
+        tg_cpu_op_out_of_memory(c->a);
+        return -1;
+    }
+    return 0;
 }
 
 static void attn_scratch_free(attn_scratch *w) {
@@ -203,7 +210,7 @@ static void attention_heads(void *p, int64_t b0, int64_t e0) {
     int64_t H = c->H, T = c->T, Dh = c->Dh, D = H * Dh;
     float *O = F32(a->out[0]), *LSE = F32(a->out[1]);
     attn_scratch w;
-    attn_scratch_alloc(&w, c, 0);
+    if (attn_scratch_alloc(&w, c, 0)) return;
     for (int64_t bh = b0; bh < e0; bh++) {
         int64_t b = bh / H, h = bh % H, head = b * T * c->ld + h * Dh;
         const float *qh = c->q + head, *vh = c->v + head;
@@ -257,7 +264,7 @@ static void attention_bwd_heads(void *p, int64_t b0, int64_t e0) {
         dk = F32(a->out[1]), dv = F32(a->out[2]);
     }
     attn_scratch w;
-    attn_scratch_alloc(&w, c, 1);
+    if (attn_scratch_alloc(&w, c, 1)) return;
     for (int64_t bh = b0; bh < e0; bh++) {
         int64_t b = bh / H, h = bh % H, head = b * T * c->ld + h * Dh;
         const float *qh = c->q + head, *kh = c->k + head;

@@ -1,6 +1,7 @@
 /* The CPU reference executor: owns the pools and walks the schedule, handing each op
  * its buffers (resolved from the tensor table) and running its kernel (runtime/cpu/). */
 #include "runtime/cpu/cpu_exec.h"
+#include "base/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
         uint64_t bytes = plan->pool_bytes[p];
         if (bytes == 0) continue;
         uint64_t padded = (bytes + 63) / 64 * 64; /* aligned_alloc wants a multiple */
-        x->pool[p] = padded == (size_t)padded ? aligned_alloc(64, (size_t)padded) : NULL;
+        x->pool[p] = padded == (size_t)padded ? tg_aligned_alloc(64, (size_t)padded) : NULL;
         if (!x->pool[p]) {
             tg_cpu_exec_free(x);
             return tg_fail(err, "cpu executor: cannot allocate %llu bytes for the %s pool",
@@ -24,9 +25,12 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
         }
         memset(x->pool[p], 0, (size_t)padded);
     }
+    const long failed_before = tg_alloc_failures();
     x->threads = tg_threadpool_create(threads);
     if (!x->threads) {
         tg_cpu_exec_free(x);
+        if (tg_alloc_failures() != failed_before)
+            return tg_fail(err, "cpu executor: out of memory starting %d worker threads", threads);
         return tg_fail(err, "cpu executor: cannot start %d worker threads", threads);
     }
     return 0;
@@ -78,8 +82,10 @@ int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err) {
         const tg_op *op = &plan->ops[k];
         if (op->kind < 0 || op->kind >= TG_OP_COUNT)
             return tg_fail(err, "op %d: unknown op kind %d", k, op->kind);
+        atomic_int out_of_memory = 0;
         tg_cpu_op_args a = {.op = op, .seed = x->seed, .training = x->training, .plan = plan,
-                            .threads = x->threads, .comm = x->comm, .rank = x->rank};
+                            .threads = x->threads, .comm = x->comm, .rank = x->rank,
+                            .out_of_memory = &out_of_memory};
         for (int s = 0; s < TG_OP_MAX_IN; s++) {
             if (bind_slot(x, k, "in", s, op->in[s], &a.in[s], &a.in_numel[s], err)) return -1;
             a.in_dtype[s] = (int8_t)(op->in[s] >= 0 ? plan->tensors[op->in[s]].dtype : TG_F32);
@@ -88,7 +94,8 @@ int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err) {
             if (bind_slot(x, k, "out", s, op->out[s], &a.out[s], &a.out_numel[s], err)) return -1;
             a.out_dtype[s] = (int8_t)(op->out[s] >= 0 ? plan->tensors[op->out[s]].dtype : TG_F32);
         }
-        if (tg_cpu_op_run_any(&a)) return tg_fail(err, "op %d (%s): out of memory", k, tg_op_name(op->kind));
+        if (tg_cpu_op_run_any(&a) || atomic_load(&out_of_memory))
+            return tg_fail(err, "op %d (%s): out of memory for its scratch buffers", k, tg_op_name(op->kind));
     }
     return 0;
 }

@@ -3,7 +3,9 @@
 #ifndef TUNEGRAPH_CPU_EXEC_H
 #define TUNEGRAPH_CPU_EXEC_H
 
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "runtime/comm.h"
 #include "base/error.h"
@@ -49,7 +51,18 @@ typedef struct tg_cpu_op_args {
     tg_threadpool *threads;             /* may be NULL: run on the calling thread */
     tg_cpu_comm_group *comm;            /* ALL_REDUCE's replicas, or NULL (one) */
     int rank;                           /* this replica's index in comm */
+    /* Set by a kernel whose scratch memory could not be allocated (on any thread of the
+     * op): the executor then fails the op with out of memory. NULL (a direct caller): the
+     * kernel aborts instead. */
+    atomic_int *out_of_memory;
 } tg_cpu_op_args;
+
+/* Called by a kernel (or one of its ranges) whose scratch allocation failed, which then
+ * returns without computing: see tg_cpu_op_args.out_of_memory. */
+static inline void tg_cpu_op_out_of_memory(const tg_cpu_op_args *a) {
+    if (!a->out_of_memory) abort();
+    atomic_store(a->out_of_memory, 1);
+}
 
 void tg_cpu_op_run(const tg_cpu_op_args *a);
 /* 1 when op kind `kind` has a CPU reference kernel: every kind of plan/ops.def (the

@@ -2,6 +2,7 @@
  * classifier's token (SELECT_TOKEN and its backward) and the loss (CROSS_ENTROPY and its
  * backward). */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -132,8 +133,8 @@ static int64_t ce_n_valid(const int32_t *labels, int64_t N, int64_t C) {
 void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
     int64_t N = a->op->p.cross_entropy.n;
     ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1])};
-    c.row_loss = malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
-    if (!c.row_loss) abort();
+    c.row_loss = tg_malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
+    if (!c.row_loss) return tg_cpu_op_out_of_memory(a);
     tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
     double sum = 0; /* summed in row order: deterministic */
     for (int64_t n = 0; n < N; n++) sum += c.row_loss[n];

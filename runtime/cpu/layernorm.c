@@ -1,6 +1,7 @@
 /* CPU reference: LAYERNORM, RESIDUAL_LAYERNORM (dropout, residual add and LayerNorm as one
  * op) and their backwards. Row statistics and column sums run in double. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -65,6 +66,7 @@ typedef struct ln_cols_ctx {
     float *dgamma, *dbeta;
     int64_t M, D;
     int overwrite; /* = instead of += */
+    const tg_cpu_op_args *a;
 } ln_cols_ctx;
 
 /* dgamma += sum_m dy*xhat, dbeta += sum_m dy (= with overwrite): parallel over columns,
@@ -74,8 +76,8 @@ static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
     int64_t M = c->M, D = c->D;
     const float *dy = c->dy, *x = c->x, *mean = c->mean, *rstd = c->rstd;
     float *dg = c->dgamma, *db = c->dbeta;
-    double *s = calloc((size_t)(e - b) * 2, sizeof *s);
-    if (!s) abort();
+    double *s = tg_calloc((size_t)(e - b) * 2, sizeof *s);
+    if (!s) return tg_cpu_op_out_of_memory(c->a);
     double *sg = s, *sb = s + (e - b);
     for (int64_t m = 0; m < M; m++) {
         const float *dyr = dy + m * D, *xr = x + m * D;
@@ -96,7 +98,7 @@ static void layernorm_bwd_cols(void *p, int64_t b, int64_t e) {
  * RESIDUAL_LAYERNORM_BWD). */
 static void layernorm_cols(const tg_cpu_op_args *a, int64_t M, int64_t D, int overwrite, const float *dy,
                            const float *x, const float *mean, const float *rstd, float *dgamma, float *dbeta) {
-    ln_cols_ctx c = {dy, x, mean, rstd, dgamma, dbeta, M, D, overwrite};
+    ln_cols_ctx c = {dy, x, mean, rstd, dgamma, dbeta, M, D, overwrite, a};
     if (dgamma || dbeta) tg_parallel_for(a->threads, c.D, layernorm_bwd_cols, &c);
 }
 

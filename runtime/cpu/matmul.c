@@ -1,6 +1,7 @@
 /* CPU reference: MATMUL (with its bias-gradient and GELU epilogues), BIAS_GRAD and the
  * deterministic column sums they share. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -62,8 +63,8 @@ static void mm_rows(void *p, int64_t b, int64_t e) {
     const float *pre_in = CF32(c->a->in[3]);
     float *C = F32(c->a->out[0]), *pre_out = F32(c->a->out[2]);
     int64_t M = c->M, N = c->N, K = c->K;
-    float *ap = aligned_alloc(64, (size_t)MC * (size_t)(K > 0 ? K : 1) * 4);
-    if (!ap) abort(); /* the executor has no error path inside an op */
+    float *ap = tg_aligned_alloc(64, (size_t)MC * (size_t)(K > 0 ? K : 1) * 4);
+    if (!ap) return tg_cpu_op_out_of_memory(c->a);
     for (int64_t it = b; it < e; it++) {
         int64_t bt = it / c->row_blocks, i0 = (it % c->row_blocks) * MC;
         int64_t mi = min64(MC, M - i0);
@@ -114,12 +115,13 @@ typedef struct colsum_ctx {
     float *out;
     int64_t rows, cols;
     int acc;
+    const tg_cpu_op_args *a;
 } colsum_ctx;
 
 static void colsum_range(void *p, int64_t b, int64_t e) {
     const colsum_ctx *c = p;
-    double *s = calloc((size_t)(e - b), sizeof *s);
-    if (!s) abort();
+    double *s = tg_calloc((size_t)(e - b), sizeof *s);
+    if (!s) return tg_cpu_op_out_of_memory(c->a);
     for (int64_t r = 0; r < c->rows; r++)
         for (int64_t j = b; j < e; j++) s[j - b] += c->x[r * c->cols + j];
     for (int64_t j = b; j < e; j++) c->out[j] = c->acc ? c->out[j] + (float)s[j - b] : (float)s[j - b];
@@ -127,7 +129,7 @@ static void colsum_range(void *p, int64_t b, int64_t e) {
 }
 
 void tg_cpu_colsum(const tg_cpu_op_args *a, const float *x, float *out, int64_t rows, int64_t cols, int acc) {
-    colsum_ctx c = {x, out, rows, cols, acc};
+    colsum_ctx c = {x, out, rows, cols, acc, a};
     tg_parallel_for(a->threads, cols, colsum_range, &c);
 }
 
@@ -143,8 +145,8 @@ void tg_cpu_kernel_matmul(const tg_cpu_op_args *a) {
     c.n_panels = (c.N + NR - 1) / NR;
     c.row_blocks = (c.M + MC - 1) / MC;
     size_t bp_floats = (size_t)(c.batch * c.n_panels * NR) * (size_t)(c.K > 0 ? c.K : 1);
-    c.bp = aligned_alloc(64, (bp_floats * 4 + 63) / 64 * 64);
-    if (!c.bp) abort();
+    c.bp = tg_aligned_alloc(64, (bp_floats * 4 + 63) / 64 * 64);
+    if (!c.bp) return tg_cpu_op_out_of_memory(a);
     tg_parallel_for(a->threads, c.batch * c.n_panels, mm_pack_b, &c);
     tg_parallel_for(a->threads, c.batch * c.row_blocks, mm_rows, &c);
     free(c.bp);

@@ -2,6 +2,7 @@
  * plan/ops.def, so every kind has its row) and, for ops with bf16 slots, widening to fp32,
  * running the fp32 kernel and rounding back. */
 #include <stdlib.h>
+#include "base/alloc.h"
 
 #include "base/bf16.h"
 #include "runtime/cpu/cpu_kernels.h"
@@ -40,7 +41,7 @@ int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
     int rc = 0;
     for (int s = 0; s < TG_OP_MAX_IN && !rc; s++) {
         if (!a->in[s] || a->in_dtype[s] != TG_BF16) continue;
-        if (!(wide_in[s] = malloc(sizeof(float) * (size_t)a->in_numel[s]))) rc = -1;
+        if (!(wide_in[s] = tg_malloc(sizeof(float) * (size_t)a->in_numel[s]))) rc = -1;
         else tg_bf16_widen(wide_in[s], a->in[s], a->in_numel[s]), w.in[s] = wide_in[s];
     }
     for (int s = 0; s < TG_OP_MAX_OUT && !rc; s++) {
@@ -50,7 +51,7 @@ int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
             if (a->in[k] == a->out[s] && wide_in[k]) w.out[s] = wide_in[k];
         if (w.out[s] != a->out[s]) continue;
         /* Existing contents are widened too, for outputs the op accumulates into. */
-        if (!(wide_out[s] = malloc(sizeof(float) * (size_t)a->out_numel[s]))) rc = -1;
+        if (!(wide_out[s] = tg_malloc(sizeof(float) * (size_t)a->out_numel[s]))) rc = -1;
         else tg_bf16_widen(wide_out[s], a->out[s], a->out_numel[s]), w.out[s] = wide_out[s];
     }
     if (!rc) {

@@ -1,5 +1,6 @@
 /* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW). */
 #include <stdlib.h>
+#include "base/alloc.h"
 
 #include "runtime/cpu/cpu_kernels.h"
 
@@ -41,8 +42,8 @@ static void norm_blocks(void *p, int64_t b, int64_t e) {
 void tg_cpu_kernel_grad_norm(const tg_cpu_op_args *a) {
     norm_ctx c = {.g = CF32(a->in[0]), .n = view_numel(a, 0)};
     int64_t blocks = (c.n + NORM_BLOCK - 1) / NORM_BLOCK;
-    c.partial = calloc((size_t)(blocks > 0 ? blocks : 1), sizeof *c.partial);
-    if (!c.partial) abort();
+    c.partial = tg_calloc((size_t)(blocks > 0 ? blocks : 1), sizeof *c.partial);
+    if (!c.partial) return tg_cpu_op_out_of_memory(a);
     tg_parallel_for(a->threads, blocks, norm_blocks, &c);
     double s = 0;
     for (int64_t i = 0; i < blocks; i++) s += c.partial[i];
@@ -109,8 +110,8 @@ void tg_cpu_kernel_adamw(const tg_cpu_op_args *a) {
     c.step_size = (float)(c.lr / bc1);
     c.sqrt_bc2 = (float)sqrt(bc2);
 
-    adamw_seg *seg = malloc((size_t)(plan->n_tensors > 0 ? plan->n_tensors : 1) * sizeof *seg);
-    if (!seg) abort();
+    adamw_seg *seg = tg_malloc((size_t)(plan->n_tensors > 0 ? plan->n_tensors : 1) * sizeof *seg);
+    if (!seg) return tg_cpu_op_out_of_memory(a);
     /* ZeRO-1: only this replica's slice of the elements, whose state starts at m[0]. */
     const int64_t slice = ap->zero_slice;
     const int64_t lo = slice > 0 ? (int64_t)a->rank * slice : 0, hi = slice > 0 ? lo + slice : INT64_MAX;

@@ -1,6 +1,7 @@
 /* CPU reference: ATTN_SOFTMAX (the attention softmax with its dropout fused in) and its
  * backward. */
 #include <stdlib.h>
+#include "base/alloc.h"
 #include <string.h>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -83,8 +84,8 @@ static void attn_softmax_bwd_rows(void *p, int64_t b, int64_t e) {
         }
         float *tmp = NULL;
         if (drop.on && dsr == pr) { /* output aliases P: keep dP apart */
-            tmp = malloc((size_t)T * 4);
-            if (!tmp) abort();
+            tmp = tg_malloc((size_t)T * 4);
+            if (!tmp) return tg_cpu_op_out_of_memory(a);
             tg_cpu_dropout_elements(a->seed, drop.step, drop.key, drop.p, row * T, T, dpr, tmp);
             dpr = tmp;
         }

@@ -3,6 +3,7 @@
  * included, as chunk 0) runs its contiguous chunk, and the caller waits until the
  * remaining-chunk count drops to zero. */
 #include "runtime/cpu/threadpool.h"
+#include "base/alloc.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ tg_threadpool *tg_threadpool_create(int n_threads) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = cores > 0 ? (int)cores : 1;
     }
-    tg_threadpool *tp = calloc(1, sizeof *tp);
+    tg_threadpool *tp = tg_calloc(1, sizeof *tp);
     if (!tp) return NULL;
     tp->n_threads = n_threads;
     if (pthread_mutex_init(&tp->mu, NULL) || pthread_mutex_init(&tp->call_mu, NULL) ||
@@ -77,13 +78,13 @@ tg_threadpool *tg_threadpool_create(int n_threads) {
         free(tp);
         return NULL;
     }
-    tp->workers = calloc((size_t)n_threads, sizeof *tp->workers);
+    tp->workers = tg_calloc((size_t)n_threads, sizeof *tp->workers);
     if (!tp->workers) {
         free(tp);
         return NULL;
     }
     for (int i = 1; i < n_threads; i++) {
-        worker_start *ws = malloc(sizeof *ws);
+        worker_start *ws = tg_malloc(sizeof *ws);
         if (ws) *ws = (worker_start){tp, i};
         if (!ws || pthread_create(&tp->workers[i], NULL, worker_main, ws) != 0) {
             free(ws);

@@ -308,7 +308,7 @@ static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
         /* The live peak sums byte counts: only over tables that bound them. */
         tg_err ignored;
         if (pick % 3 != 0 && tg_plan_validate_tables(p, "", &ignored) == 0)
-            p->activation_live_peak = tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops);
+            (void)tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, &p->activation_live_peak);
         return;
     }
     edit_field(&f, mode, operand >> 1);
