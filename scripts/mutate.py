@@ -12,8 +12,10 @@ What happens:
      api/ base/, or of those matching FILES (shell globs on the path). Each mutant changes
      one line; they are kept in memory, not written out as whole files.
   2. Sample: N mutants for seed S, spread over the files in proportion to their mutant
-     counts (largest remainders), each file's share drawn with its own generator seeded
-     from S and the path: the same tree and seed give the same mutants.
+     counts (largest remainders), each file's share taken from the front of its own
+     seeded order of its mutants (the generator seeded from S and the path). A mutant that
+     does not compile is replaced by the next of its file's order, so that N mutants that
+     build are run: the same tree and seed give the same mutants.
   3. Workers: J copies of the tree in OUT/w1..wJ (its tracked and unignored files),
      each with its own build/ folder: the first is built with make, the others start from a
      copy of it. A mutant is written into a worker's copy, make rebuilds only the objects
@@ -91,23 +93,25 @@ def generate(root, files):
 
 
 def sample(table, n, seed):
-    """n mutants, each file's share proportional to its count (largest remainders)."""
+    """n mutants, each file's share proportional to its count (largest remainders), from
+    the front of the file's seeded order; also each file's order, for replacements."""
     counts = {p: len(m) for p, (_, m) in table.items()}
     total = sum(counts.values())
     n = min(n, total)
     if n == 0:
-        return []
+        return [], {}
     exact = {p: n * c / total for p, c in counts.items()}
     share = {p: int(q) for p, q in exact.items()}
     left = n - sum(share.values())
     for p in sorted(exact, key=lambda p: (-(exact[p] - share[p]), p))[:left]:
         share[p] += 1
-    chosen = []
+    chosen, orders = [], {}
     for path in sorted(table):
         mutants = table[path][1]
-        picks = random.Random(f"{seed}:{path}").sample(range(len(mutants)), share[path])
-        chosen += [(path, mutants[i][0], mutants[i][1]) for i in sorted(picks)]
-    return chosen
+        order = random.Random(f"{seed}:{path}").sample(range(len(mutants)), len(mutants))
+        orders[path] = [(path, mutants[i][0], mutants[i][1]) for i in order]
+        chosen += sorted(orders[path][:share[path]], key=lambda m: m[1])
+    return chosen, orders
 
 
 def load_equivalent(root):
@@ -306,7 +310,8 @@ def main():
         sys.exit(f"mutate: no CPU source matches FILES={a.files!r}")
     table = generate(root, files)
     total = sum(len(m) for _, m in table.values())
-    chosen = sample(table, a.mutants, a.seed)
+    chosen, orders = sample(table, a.mutants, a.seed)
+    drawn = {p: sum(1 for c in chosen if c[0] == p) for p in orders}
     equivalent = load_equivalent(root)
     log(f"mutate: {total} mutants of {len(files)} files; {len(chosen)} sampled with seed {a.seed}, "
         f"{jobs} worker(s)")
@@ -326,27 +331,46 @@ def main():
     timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * base_secs)
     log(f"mutate: unmutated suite {base_secs:.1f} s; a mutant's suite is stopped (killed) after {timeout:.0f} s")
 
-    free = list(workers)
-    lock = threading.Lock()
-    done = [0]
+    lock = threading.Condition()
+    queue, busy, done, ran = list(reversed(todo)), [0], [0], []
 
-    def one(item):
-        with lock:
-            w = free.pop()
-        try:
-            r = w.evaluate(*item, timeout)
-        finally:
+    def replacement(path):
+        """The next mutant of path's order that is not listed as equivalent, or None."""
+        order = orders[path]
+        while drawn[path] < len(order):
+            m = order[drawn[path]]
+            drawn[path] += 1
+            if not equivalent.get((m[0], m[1], m[2].strip())):
+                return m
+        return None
+
+    def worker(w):
+        while True:
             with lock:
-                free.append(w)
-        with lock:
-            done[0] += 1
-            by = f" ({r['by']})" if r.get("by") and r["status"] == "killed" else ""
-            log(f"[{done[0]}/{len(todo)}] {r['file']}:{r['line']}: {r['status']}{by}, {r['seconds']:.1f} s")
-        return r
+                while not queue and busy[0]:
+                    lock.wait()
+                if not queue:
+                    lock.notify_all()
+                    return
+                item = queue.pop()
+                busy[0] += 1
+            r = w.evaluate(*item, timeout)
+            with lock:
+                busy[0] -= 1
+                done[0] += 1
+                ran.append(r)
+                by = f" ({r['by']})" if r.get("by") and r["status"] == "killed" else ""
+                log(f"[{done[0]}] {r['file']}:{r['line']}: {r['status']}{by}, {r['seconds']:.1f} s")
+                if r["status"] == "invalid":
+                    m = replacement(r["file"])
+                    if m:
+                        queue.append(m)
+                lock.notify_all()
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results += list(pool.map(one, todo))
+        list(pool.map(worker, workers))
+    results += ran
     wall = time.monotonic() - t0
     results.sort(key=lambda r: (r["file"], r["line"], r["mutant"]))
 
@@ -383,10 +407,10 @@ def main():
         f"{totals['equivalent']:10d}  {score(totals['killed'], totals['survived'])}")
     for k in stale:
         log(f"mutate: {EQUIVALENT_LIST}: {k[0]}:{k[1]} matches no mutant of the tree (stale entry)")
-    per_mutant = wall * jobs / len(todo) if todo else 0.0
+    per_mutant = wall * jobs / len(ran) if ran else 0.0
     log(f"mutate: score {score(totals['killed'], totals['survived']).strip()} "
         f"(killed {totals['killed']} of {totals['killed'] + totals['survived']}); "
-        f"{len(todo)} mutants run in {wall:.0f} s with {jobs} worker(s), {per_mutant:.1f} s of a worker each; "
+        f"{len(ran)} mutants run ({totals['invalid']} of them did not compile and were replaced) in {wall:.0f} s with {jobs} worker(s), {per_mutant:.1f} s of a worker each; "
         f"report in {os.path.join(a.out, 'report.json')}")
 
     report = {
