@@ -1,0 +1,214 @@
+/* The CLI's reported numbers against values known from the run itself: each field of the
+ * metrics file of a short CPU run of the demo job (cli/main.c, cli/metrics.c), and the
+ * profile table of `run --profile` (cli/profile.c). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "tests/harness.h"
+
+enum { MAX_STEPS = 64 };
+
+typedef struct step_row {
+    long step, seq;
+    double loss, lr, step_ms, tokens_per_s, grad_norm;
+} step_row;
+
+typedef struct run_lines {
+    int n_steps;
+    step_row steps[MAX_STEPS];
+    json_t *summary; /* owned */
+    json_t *profile_kinds, *profile_ops; /* arrays, owned */
+} run_lines;
+
+static void run_lines_free(run_lines *r) {
+    json_decref(r->summary);
+    json_decref(r->profile_kinds);
+    json_decref(r->profile_ops);
+}
+
+/* Reads a metrics file: step lines, the summary, the profile's lines. */
+static int read_metrics(const char *path, run_lines *r) {
+    memset(r, 0, sizeof *r);
+    r->profile_kinds = json_array(), r->profile_ops = json_array();
+    FILE *f = fopen(path, "r");
+    if (!CHECK(f, "no metrics file %s", path)) return 0;
+    char line[8192];
+    int ok = 1;
+    while (ok && fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *o = json_loads(line, 0, &e);
+        if (!(ok = CHECK(o, "metrics line is not JSON: %s", line))) break;
+        if (json_object_get(o, "summary")) {
+            json_decref(r->summary);
+            r->summary = o;
+        } else if (json_object_get(o, "profile_op")) {
+            json_array_append_new(r->profile_kinds, o);
+        } else if (json_object_get(o, "profile_op_index")) {
+            json_array_append_new(r->profile_ops, o);
+        } else if (json_object_get(o, "step") && (ok = CHECK(r->n_steps < MAX_STEPS, "too many step lines"))) {
+            step_row *s = &r->steps[r->n_steps++];
+            s->step = (long)json_integer_value(json_object_get(o, "step"));
+            s->seq = (long)json_integer_value(json_object_get(o, "seq"));
+            s->loss = json_number_value(json_object_get(o, "loss"));
+            s->lr = json_number_value(json_object_get(o, "lr"));
+            s->step_ms = json_number_value(json_object_get(o, "step_ms"));
+            s->tokens_per_s = json_number_value(json_object_get(o, "tokens_per_s"));
+            s->grad_norm = json_number_value(json_object_get(o, "grad_norm"));
+            json_decref(o);
+        } else {
+            json_decref(o);
+        }
+    }
+    fclose(f);
+    return ok && CHECK(r->summary, "no summary line in %s", path);
+}
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    CHECK(json_is_number(v), "summary field %s missing or not a number", key);
+    return json_number_value(v);
+}
+
+/* The real tokens of a JSONL set's rows truncated to seq, and the rows. */
+static int data_tokens(const char *path, int seq, long long *tokens, int *rows) {
+    FILE *f = fopen(path, "r");
+    if (!CHECK(f, "cannot read %s", path)) return 0;
+    char line[16384];
+    *tokens = 0, *rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *o = json_loads(line, 0, &e);
+        if (!CHECK(o && json_is_array(json_object_get(o, "input_ids")), "row %d of %s", *rows, path)) {
+            json_decref(o);
+            fclose(f);
+            return 0;
+        }
+        long long n = (long long)json_array_size(json_object_get(o, "input_ids"));
+        *tokens += n < seq ? n : seq;
+        (*rows)++;
+        json_decref(o);
+    }
+    fclose(f);
+    return 1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The console's "step k/N loss X" lines, in order. */
+static int console_losses(const char *text, double *loss, int max) {
+    int n = 0;
+    for (const char *s = text; (s = strstr(s, "step ")) && n < max; s++) {
+        int k, total;
+        double l;
+        if ((s == text || s[-1] == '\n') && sscanf(s, "step %d/%d loss %lf", &k, &total, &l) == 3) loss[n++] = l;
+    }
+    return n;
+}
+
+/* One epoch of the demo job over the demo's 400-row eval file (25 batches of 16, every row
+ * once whatever the shuffle): the tokens and the padding are known from the data. */
+TG_TEST(test_values_cli_metrics_fields) {
+    const char *dir = tg_test_tmpdir();
+    const char *data = "examples/data/sentiment-eval.jsonl";
+    char cmd[2048], metrics[600], err_path[600];
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s run examples/demo-classify.job --set epochs=1 --set log_every=1 "
+             "--set train_data=%s/%s --metrics %s >/dev/null 2>%s",
+             tg_test_cli(), getenv("PWD") ? getenv("PWD") : ".", data, metrics, err_path);
+    REQUIRE(system(cmd) == 0, "CLI run failed: %s", cmd);
+    long long tokens = 0;
+    int rows = 0;
+    REQUIRE(data_tokens(data, 48, &tokens, &rows) && rows == 400, "%d rows in %s", rows, data);
+    const int n = rows / 16;
+
+    run_lines r;
+    if (!read_metrics(metrics, &r)) {
+        run_lines_free(&r);
+        return;
+    }
+    json_t *s = r.summary;
+    /* The step lines: 1..N, seq the plan's, the warmup's learning rates. */
+    CHECK(r.n_steps == n, "%d step lines, want %d", r.n_steps, n);
+    double tokens_from_steps = 0, times[MAX_STEPS];
+    for (int i = 0; i < r.n_steps; i++) {
+        step_row *st = &r.steps[i];
+        CHECK(st->step == i + 1, "step line %d numbered %ld", i, st->step);
+        CHECK(st->seq == 48, "step %ld: seq %ld, the plan's is 48", st->step, st->seq);
+        CHECK(st->step_ms > 0 && st->tokens_per_s > 0 && isfinite(st->loss) && st->grad_norm > 0,
+              "step %ld: step_ms %g tokens_per_s %g loss %g grad_norm %g", st->step, st->step_ms, st->tokens_per_s,
+              st->loss, st->grad_norm);
+        /* warmup_steps = 20, lr = 1e-3: step s (1-based) uses lr * (s - 1) / 20. */
+        if (i < 20) CHECK(fabs(st->lr - 1e-3 * i / 20) < 1e-9, "step %ld: lr %.9g, warmup says %.9g", st->step, st->lr, 1e-3 * i / 20);
+        tokens_from_steps += st->tokens_per_s * st->step_ms / 1e3;
+        times[i] = st->step_ms;
+    }
+    CHECK(fabs(tokens_from_steps - (double)tokens) < 1e-3 * (double)tokens,
+          "the step lines' tokens_per_s x step_ms add up to %.1f tokens, the data holds %lld", tokens_from_steps, tokens);
+
+    /* The summary against the step lines and the data. */
+    CHECK(json_integer_value(json_object_get(s, "steps")) == r.n_steps, "summary steps %lld, %d step lines",
+          (long long)json_integer_value(json_object_get(s, "steps")), r.n_steps);
+    CHECK(r.n_steps && fabs(num(s, "first_loss") - r.steps[0].loss) <= 1e-6 * fabs(r.steps[0].loss),
+          "first_loss %.9g, step 1's loss %.9g", num(s, "first_loss"), r.steps[0].loss);
+    CHECK(r.n_steps && fabs(num(s, "final_loss") - r.steps[r.n_steps - 1].loss) <= 1e-6 * fabs(r.steps[r.n_steps - 1].loss),
+          "final_loss %.9g, the last step's loss %.9g", num(s, "final_loss"), r.steps[r.n_steps - 1].loss);
+    double train_s = num(s, "train_s"), tps = num(s, "tokens_per_s");
+    CHECK(train_s > 0 && num(s, "warmup_s") > 0, "train_s %g warmup_s %g", train_s, num(s, "warmup_s"));
+    /* train_s is printed to the millisecond: tokens_per_s = tokens / train_s within that. */
+    CHECK(tps >= tokens / (train_s + 0.0005) - 0.05 && tps <= tokens / (train_s - 0.0005) + 0.05,
+          "tokens_per_s %.1f, tokens %lld / train_s %.3f = %.1f", tps, tokens, train_s, tokens / train_s);
+    double steps_sum = 0;
+    for (int i = 0; i < r.n_steps; i++) steps_sum += times[i];
+    CHECK(train_s * 1e3 >= steps_sum - 1.0, "train_s %.3f s shorter than its steps' %.3f ms", train_s, steps_sum);
+    double pad = num(s, "padding_fraction"), want_pad = 1.0 - (double)tokens / ((double)rows * 48);
+    CHECK(pad >= 0 && pad < 1 && fabs(pad - want_pad) <= 5e-5, "padding_fraction %.4f, the data says %.6f", pad, want_pad);
+    /* The median of the steps after the first (upper middle for an even count). */
+    qsort(times + 1, (size_t)(r.n_steps - 1), sizeof *times, cmp_double);
+    double median = times[1 + (r.n_steps - 1) / 2];
+    CHECK(fabs(num(s, "median_step_ms") - median) <= 5e-5 + 1e-6 * median, "median_step_ms %.4f, the step lines' %.4f",
+          num(s, "median_step_ms"), median);
+    CHECK(num(s, "batch_wait_s") >= 0 && num(s, "batch_wait_share") >= 0 && num(s, "batch_wait_share") < 1,
+          "batch_wait_s %g share %g", num(s, "batch_wait_s"), num(s, "batch_wait_share"));
+    CHECK(num(s, "host_cpu_us_per_step") > 0 && num(s, "loop_cpu_us_per_step") > 0,
+          "host_cpu_us_per_step %g loop_cpu_us_per_step %g", num(s, "host_cpu_us_per_step"),
+          num(s, "loop_cpu_us_per_step"));
+    CHECK(json_integer_value(json_object_get(s, "replicas")) == 1, "replicas");
+    const char *device = json_string_value(json_object_get(s, "device"));
+    CHECK(device && !strcmp(device, tg_test_device() ? "cuda" : "cpu"), "device %s", device ? device : "(none)");
+    CHECK(num(s, "planned_peak_bytes") > 0 && num(s, "memory_estimate_bytes") >= num(s, "planned_peak_bytes"),
+          "planned_peak_bytes %g memory_estimate_bytes %g", num(s, "planned_peak_bytes"), num(s, "memory_estimate_bytes"));
+
+    /* The console says the same: its step losses, and the eval line's numbers. */
+    char *console = tg_test_read_file(err_path, NULL);
+    REQUIRE(console, "no console output");
+    double losses[MAX_STEPS];
+    int logged = console_losses(console, losses, MAX_STEPS);
+    CHECK(logged == r.n_steps, "%d console step lines, %d metrics step lines", logged, r.n_steps);
+    for (int i = 0; i < logged && i < r.n_steps; i++)
+        CHECK(fabs(losses[i] - r.steps[i].loss) <= 5e-5, "step %d: console loss %.4f, metrics %.9g", i + 1, losses[i],
+              r.steps[i].loss);
+    const char *ev = strstr(console, "eval on ");
+    int ev_n = 0;
+    double ev_loss = NAN, ev_acc = NAN;
+    CHECK(ev && sscanf(ev, "eval on %d examples: loss %lf, accuracy %lf", &ev_n, &ev_loss, &ev_acc) == 3,
+          "eval line: %s", ev ? ev : "(none)");
+    CHECK(json_integer_value(json_object_get(s, "eval_examples")) == ev_n && ev_n == 400, "eval_examples %lld, console %d",
+          (long long)json_integer_value(json_object_get(s, "eval_examples")), ev_n);
+    CHECK(fabs(num(s, "eval_loss") - ev_loss) <= 5e-5 && fabs(num(s, "eval_accuracy") - ev_acc) <= 5e-5,
+          "eval_loss %.6g accuracy %.6g, console %.4f %.4f", num(s, "eval_loss"), num(s, "eval_accuracy"), ev_loss, ev_acc);
+    /* The accuracy is a count of 400. */
+    double correct = num(s, "eval_accuracy") * 400;
+    CHECK(fabs(correct - round(correct)) < 1e-3, "eval_accuracy %.6g is not k/400", num(s, "eval_accuracy"));
+    free(console);
+    run_lines_free(&r);
+}
