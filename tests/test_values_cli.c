@@ -4,8 +4,12 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
@@ -212,3 +216,176 @@ TG_TEST(test_values_cli_metrics_fields) {
     free(console);
     run_lines_free(&r);
 }
+
+/* ---- exit codes ---------------------------------------------------------------------- */
+
+/* A command line run in dir: its exit status (-1 when it did not exit), stderr in dir/e.txt. */
+static int cli_status(const char *dir, const char *args) {
+    char cli[4096], cmd[8192];
+    if (!realpath(tg_test_cli(), cli)) return -1;
+    snprintf(cmd, sizeof cmd, "cd %s && %s %s >o.txt 2>e.txt </dev/null", dir, cli, args);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+typedef struct exit_case {
+    const char *args;
+    int want;          /* 2 usage, 1 a bad job, plan, data or file, 0 success */
+    const char *says;  /* what stderr holds (NULL: nothing asked) */
+} exit_case;
+
+/* Every command's failure classes, in an order where each success makes what later rows
+ * read (plan, weights, shard set). */
+TG_TEST(test_values_cli_exit_codes) {
+    const char *dir = tg_test_tmpdir();
+    char path[1024], *demo = tg_test_read_file("examples/demo-classify.job", NULL);
+    REQUIRE(demo, "no demo job");
+    /* The demo job with its data paths made absolute. */
+    char job[8192] = "", cwd[1024];
+    REQUIRE(getcwd(cwd, sizeof cwd), "getcwd");
+    for (char *s = demo, *at; *s; s = at + 5) {
+        if (!(at = strstr(s, "data/"))) {
+            strcat(job, s);
+            break;
+        }
+        strncat(job, s, (size_t)(at - s));
+        strcat(job, cwd), strcat(job, "/examples/data/");
+    }
+    free(demo);
+    static const struct { const char *name, *text; } files[] = {
+        {"good.job", NULL},
+        {"bad.job", "model = tiny-bert\nbogus_key = 1\n"},
+        {"bad.jsonl", "not json\n"},
+        {"vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\n"},
+        {"in.jsonl", "{\"text\": \"hello world\", \"label\": 0}\n{\"text\": \"world hello !\", \"label\": 1}\n"},
+        {"text.txt", "hello world\n"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+        REQUIRE(tg_test_write_file(path, files[i].text ? files[i].text : job) == 0, "%s", files[i].name);
+    }
+    static const exit_case cases[] = {
+        {"", 2, "usage:"},
+        {"bogus", 2, "unknown command 'bogus'"},
+        /* compile */
+        {"compile", 2, "missing input file"},
+        {"compile good.job --bogus", 2, "unknown option --bogus"},
+        {"compile good.job --set", 2, "--set needs a value"},
+        {"compile good.job --set lr", 2, "--set needs key=value"},
+        {"compile missing.job", 1, "cannot open job file"},
+        {"compile bad.job", 1, "key 'bogus_key': unknown key"},
+        {"compile good.job --set lr=-1", 1, "lr"},
+        {"compile good.job -o p.tgp", 0, NULL},
+        {"compile good.job -o half.tgp", 0, NULL}, /* cut to half below */
+        /* inspect */
+        {"inspect", 2, "missing input file"},
+        {"inspect p.tgp --bogus", 2, "unknown option --bogus"},
+        {"inspect missing.tgp", 1, "missing.tgp"},
+        {"inspect good.job", 1, "good.job"},
+        {"inspect half.tgp", 1, "half.tgp"},
+        {"inspect p.tgp", 0, NULL},
+        {"inspect p.tgp --json", 0, NULL},
+        /* run */
+        {"run", 2, "missing input file"},
+        {"run p.tgp --threads x", 2, "--threads needs a whole number"},
+        {"run p.tgp --in-flight 99", 2, "--in-flight needs a whole number"},
+        {"run p.tgp --device gpu", 2, "--device must be cpu or cuda"},
+        {"run p.tgp extra", 2, "unexpected argument extra"},
+        {"run missing.tgp", 1, "missing.tgp"},
+        {"run half.tgp", 1, "half.tgp"},
+        {"run bad.job", 1, "unknown key"},
+        {"run p.tgp --set lr=0.1", 1, "recompile"},
+        {"run good.job --set train_data=bad.jsonl", 1, "invalid JSON"},
+        {"run p.tgp --set train_data=missing.jsonl", 1, "missing.jsonl"},
+        {"run p.tgp --set steps=2 --save w.safetensors", 0, "eval on 400 examples"},
+        /* predict */
+        {"predict p.tgp", 2, "-o LOGITS.jsonl is required"},
+        {"predict p.tgp -o l.jsonl --bogus", 2, "unknown option --bogus"},
+        {"predict half.tgp -o l.jsonl --weights w.safetensors", 1, "half.tgp"},
+        {"predict p.tgp -o l.jsonl --weights missing.safetensors", 1, "missing.safetensors"},
+        {"predict p.tgp -o l.jsonl --data bad.jsonl --weights w.safetensors", 1, "invalid JSON"},
+        {"predict p.tgp -o l.jsonl --weights w.safetensors", 0, "predicted 400 examples"},
+        /* export */
+        {"export p.tgp", 2, "-o OUTDIR is required"},
+        {"export p.tgp -o ex --bogus", 2, "unknown option --bogus"},
+        {"export p.tgp --weights missing.safetensors -o ex", 1, "missing.safetensors"},
+        {"export half.tgp --weights w.safetensors -o ex", 1, "half.tgp"},
+        {"export p.tgp --weights bad.jsonl -o ex", 1, "bad.jsonl"},
+        {"export p.tgp --weights w.safetensors -o ex", 0, NULL},
+        /* tokenize */
+        {"tokenize", 2, "--tokenizer PATH is required"},
+        {"tokenize --tokenizer vocab.txt --bogus", 2, NULL},
+        {"tokenize --tokenizer missing.txt", 1, "missing.txt"},
+        {"tokenize --tokenizer bad.jsonl", 1, "bad.jsonl"},
+        {"tokenize --tokenizer vocab.txt", 0, NULL},
+        /* data convert */
+        {"data", 2, NULL},
+        {"data bogus", 2, "unknown data subcommand 'bogus'"},
+        {"data convert", 2, "missing INPUT"},
+        {"data convert in.jsonl -o set --tokenizer vocab.txt --bogus", 2, NULL},
+        {"data convert in.jsonl -o set --tokenizer missing.txt", 1, "missing.txt"},
+        {"data convert bad.jsonl -o set --tokenizer vocab.txt", 1, "invalid JSON"},
+        {"data convert missing.jsonl -o set --tokenizer vocab.txt", 1, "missing.jsonl"},
+        {"data convert in.jsonl -o set --tokenizer vocab.txt", 0, "wrote set"},
+        /* data dump */
+        {"data dump", 2, "missing SET"},
+        {"data dump set --bogus", 2, NULL},
+        {"data dump missing", 1, "missing"},
+        {"data dump bad.jsonl", 1, "bad.jsonl"},
+        {"data dump set -o d.jsonl", 0, "dumped 2 records"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const exit_case *c = &cases[i];
+        int got = cli_status(dir, c->args);
+        snprintf(path, sizeof path, "%s/e.txt", dir);
+        char *err = tg_test_read_file(path, NULL);
+        CHECK(got == c->want, "tunegraph %s: exit %d, want %d: %s", c->args, got, c->want, err ? err : "");
+        if (c->says) CHECK(err && strstr(err, c->says), "tunegraph %s: stderr lacks '%s': %s", c->args, c->says, err ? err : "");
+        free(err);
+        if (!strcmp(c->args, "compile good.job -o half.tgp")) { /* a plan cut to half its length */
+            snprintf(path, sizeof path, "%s/half.tgp", dir);
+            long len = 0;
+            char *plan = tg_test_read_file(path, &len);
+            FILE *f = plan ? fopen(path, "wb") : NULL;
+            REQUIRE(f && fwrite(plan, 1, (size_t)len / 2, f) == (size_t)len / 2 && fclose(f) == 0, "cut %s", path);
+            free(plan);
+        }
+    }
+}
+
+/* A run ended by SIGTERM or SIGINT (no checkpoint asked for) ends by that signal, not as a
+ * success or a failure code, and leaves its outputs as they were: no metrics file, no
+ * temporary file beside it (cli/main.c's on_ending_signal). */
+static void run_killed_by(int sig) {
+    const char *dir = tg_test_tmpdir();
+    char cli[4096], err_path[1024], metrics[1024];
+    REQUIRE(realpath(tg_test_cli(), cli), "no CLI");
+    snprintf(err_path, sizeof err_path, "%s/e.txt", dir);
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+        execl(cli, cli, "run", "examples/demo-classify.job", "--set", "steps=100000", "--set", "log_every=1",
+              "--metrics", metrics, (char *)NULL);
+        _exit(127);
+    }
+    /* Waits for the first step line (the handler is set by then), 20 s at most. */
+    int started = 0;
+    for (int i = 0; i < 2000 && !started; i++) {
+        char *text = tg_test_read_file(err_path, NULL);
+        started = text && strstr(text, "step 1/");
+        free(text);
+        if (!started) usleep(10000);
+    }
+    kill(pid, started ? sig : SIGKILL);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
+    REQUIRE(started, "the run printed no step");
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == sig, "%s: status %#x, want the signal", strsignal(sig), status);
+    CHECK(access(metrics, F_OK) != 0 && tg_test_count_files(dir) == 1, "%s: %d files in %s, want e.txt alone",
+          strsignal(sig), tg_test_count_files(dir), dir);
+}
+
+TG_TEST(test_values_cli_run_killed_sigterm) { run_killed_by(SIGTERM); }
+TG_TEST(test_values_cli_run_killed_sigint) { run_killed_by(SIGINT); }
