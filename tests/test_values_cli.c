@@ -389,3 +389,151 @@ static void run_killed_by(int sig) {
 
 TG_TEST(test_values_cli_run_killed_sigterm) { run_killed_by(SIGTERM); }
 TG_TEST(test_values_cli_run_killed_sigint) { run_killed_by(SIGINT); }
+
+/* ---- run --profile ---------------------------------------------------------------------- */
+
+static int kind_named(const char *name) {
+    for (int k = 0; k < TG_OP_COUNT; k++)
+        if (!strcmp(tg_op_name(k), name)) return k;
+    return -1;
+}
+
+/* `tunegraph run --profile` on the demo job: the console's table and the metrics' profile
+ * lines count each op kind as the plan holds it, every op once in order, their times add
+ * up, and the slowest ops are the slowest of the per-op lines. */
+TG_TEST(test_values_cli_profile) {
+    const char *dir = tg_test_tmpdir();
+    tg_job job;
+    tg_plan plan;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_load("examples/demo-classify.job", NULL, 0, &job, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    int plan_n[TG_OP_COUNT] = {0};
+    for (int o = 0; o < plan.n_ops; o++) plan_n[plan.ops[o].kind]++;
+
+    char cmd[2048], metrics[600], err_path[600];
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(cmd, sizeof cmd, "%s run examples/demo-classify.job --set steps=3 --profile --metrics %s >/dev/null 2>%s",
+             tg_test_cli(), metrics, err_path);
+    if (!CHECK(system(cmd) == 0, "CLI run failed: %s", cmd)) {
+        tg_plan_free(&plan);
+        return;
+    }
+    run_lines r;
+    char *console = tg_test_read_file(err_path, NULL);
+    if (!read_metrics(metrics, &r) || !CHECK(console, "no console output")) goto out;
+
+    /* The console's head line: the ops, their total, the captured step's median. */
+    const char *head = strstr(console, "profile (ops launched one by one, mean of ");
+    int repeats = 0, n_ops = 0;
+    double total = 0, step_ms = 0, phase[3] = {0};
+    CHECK(head && sscanf(head, "profile (ops launched one by one, mean of %d steps): %lf ms in %d ops; the captured step took %lf ms",
+                         &repeats, &total, &n_ops, &step_ms) == 4,
+          "profile head: %s", head ? head : "(none)");
+    CHECK(repeats == 5 && n_ops == plan.n_ops, "profile of %d ops over %d steps; the plan has %d ops", n_ops, repeats,
+          plan.n_ops);
+    CHECK(fabs(step_ms - num(r.summary, "median_step_ms")) <= 6e-4, "captured step %.3f ms, median_step_ms %.4f",
+          step_ms, num(r.summary, "median_step_ms"));
+    const char *ph = head ? strstr(head, "\n  forward ") : NULL;
+    CHECK(ph && sscanf(ph, "\n  forward %lf ms, backward %lf ms, optimizer %lf ms", &phase[0], &phase[1], &phase[2]) == 3,
+          "phase line: %s", ph ? ph : "(none)");
+    CHECK(fabs(phase[0] + phase[1] + phase[2] - total) <= 2e-3, "phases %.3f + %.3f + %.3f, total %.3f", phase[0],
+          phase[1], phase[2], total);
+
+    /* The console's table: one line per kind the plan uses, its count, slowest first. */
+    const char *row = ph ? strstr(ph, "  op ") : NULL;
+    int table_n[TG_OP_COUNT] = {0}, rows = 0;
+    double table_ms[TG_OP_COUNT] = {0}, prev = INFINITY, ms_sum = 0, share_sum = 0;
+    int table_kind[TG_OP_COUNT];
+    for (row = row ? strchr(row, '\n') : NULL; row && strncmp(row + 1, "  slowest ops:", 14); row = strchr(row + 1, '\n')) {
+        char name[64];
+        int count;
+        double ms, share;
+        if (!CHECK(sscanf(row + 1, " %63s %d %lf %lf%%", name, &count, &ms, &share) == 4, "table row: %.80s", row + 1)) break;
+        int k = kind_named(name);
+        if (!CHECK(k >= 0 && rows < TG_OP_COUNT, "table row of unknown kind %s", name)) break;
+        table_n[k] = count, table_ms[k] = ms, table_kind[rows++] = k;
+        CHECK(ms <= prev, "table not slowest first at %s (%.3f after %.3f)", name, ms, prev);
+        prev = ms, ms_sum += ms, share_sum += share;
+    }
+    for (int k = 0; k < TG_OP_COUNT; k++)
+        CHECK(table_n[k] == plan_n[k], "%s: the table counts %d, the plan holds %d", tg_op_name(k), table_n[k], plan_n[k]);
+    CHECK(fabs(ms_sum - total) <= 1e-3 * rows && fabs(share_sum - 100) <= 0.1 * rows, "the table's ms add up to %.3f of %.3f, shares to %.1f%%",
+          ms_sum, total, share_sum);
+
+    /* The metrics' per-kind lines: the table's kinds, counts, times and order. */
+    size_t nk = json_array_size(r.profile_kinds);
+    CHECK((int)nk == rows, "%zu profile_op lines, %d table rows", nk, rows);
+    for (size_t i = 0; i < nk && (int)i < rows; i++) {
+        json_t *o = json_array_get(r.profile_kinds, i);
+        const char *name = json_string_value(json_object_get(o, "profile_op"));
+        int k = name ? kind_named(name) : -1;
+        CHECK(k == table_kind[i], "profile_op line %zu is %s, table row %s", i, name ? name : "(none)",
+              tg_op_name(table_kind[i]));
+        if (k < 0) continue;
+        CHECK(json_integer_value(json_object_get(o, "count")) == plan_n[k], "profile_op %s: count %lld, the plan holds %d",
+              name, (long long)json_integer_value(json_object_get(o, "count")), plan_n[k]);
+        CHECK(fabs(json_number_value(json_object_get(o, "ms")) - table_ms[k]) <= 5.5e-4, "profile_op %s: %.4f ms, table %.3f",
+              name, json_number_value(json_object_get(o, "ms")), table_ms[k]);
+    }
+
+    /* The per-op lines: every op once, in order, named as the plan names it, their times
+     * adding up to each kind's; the matmuls with their shapes. */
+    size_t no = json_array_size(r.profile_ops);
+    CHECK((int)no == plan.n_ops, "%zu profile_op_index lines, %d ops", no, plan.n_ops);
+    double kind_sum[TG_OP_COUNT] = {0}, op_ms[1024] = {0};
+    for (size_t i = 0; i < no && (int)i < plan.n_ops && i < 1024; i++) {
+        json_t *o = json_array_get(r.profile_ops, i);
+        const tg_op *op = &plan.ops[i];
+        const char *name = json_string_value(json_object_get(o, "op"));
+        const char *tensor = json_string_value(json_object_get(o, "tensor"));
+        int t = op->out[0] >= 0 ? op->out[0] : op->in[0];
+        CHECK(json_integer_value(json_object_get(o, "profile_op_index")) == (json_int_t)i && name &&
+                  !strcmp(name, tg_op_name(op->kind)) && tensor && !strcmp(tensor, plan.tensors[t].name),
+              "per-op line %zu: %s %s, the plan's op is %s %s", i, name ? name : "?", tensor ? tensor : "?",
+              tg_op_name(op->kind), plan.tensors[t].name);
+        op_ms[i] = json_number_value(json_object_get(o, "ms"));
+        kind_sum[op->kind] += op_ms[i];
+        if (op->kind == TG_OP_MATMUL)
+            CHECK(json_integer_value(json_object_get(o, "M")) == op->p.matmul.m &&
+                      json_integer_value(json_object_get(o, "N")) == op->p.matmul.n &&
+                      json_integer_value(json_object_get(o, "K")) == op->p.matmul.k &&
+                      json_integer_value(json_object_get(o, "batch")) == op->p.matmul.batch,
+                  "per-op line %zu: matmul shape", i);
+    }
+    double phase_sum[3] = {0};
+    for (int o = 0; o < plan.n_ops && o < 1024; o++) phase_sum[plan.ops[o].phase] += op_ms[o];
+    for (int q = 0; q < 3; q++)
+        CHECK(fabs(phase_sum[q] - phase[q]) <= 6e-4 + 5e-5 * plan.n_ops, "%s: its ops add up to %.4f ms, the console says %.3f",
+              tg_phase_name(q), phase_sum[q], phase[q]);
+    for (int k = 0; k < TG_OP_COUNT; k++)
+        CHECK(fabs(kind_sum[k] - table_ms[k]) <= 6e-4 + 5e-5 * plan_n[k], "%s: its ops add up to %.4f ms, the table says %.3f",
+              tg_op_name(k), kind_sum[k], table_ms[k]);
+
+    /* The slowest ops: 8 lines naming ops by index, slowest first, none faster than an op
+     * left out. */
+    const char *slow = strstr(console, "  slowest ops:\n");
+    int listed = 0;
+    double last_ms = INFINITY;
+    char listed_op[1024] = {0};
+    for (const char *l = slow ? strchr(slow, '\n') : NULL; l && listed < 8; l = strchr(l + 1, '\n')) {
+        int idx;
+        char name[64];
+        double ms;
+        if (sscanf(l + 1, " %d %63s %lf ms", &idx, name, &ms) != 3) break;
+        if (!CHECK(idx >= 0 && idx < plan.n_ops && idx < 1024 && !strcmp(name, tg_op_name(plan.ops[idx].kind)),
+                   "slowest op line: %.80s", l + 1))
+            break;
+        CHECK(ms <= last_ms && fabs(ms - op_ms[idx]) <= 5.5e-4, "slowest op %d: %.3f ms, its line %.4f", idx, ms, op_ms[idx]);
+        last_ms = ms, listed_op[idx] = 1, listed++;
+    }
+    CHECK(listed == 8, "%d slowest ops listed, want 8", listed);
+    for (int o = 0; o < plan.n_ops && o < 1024; o++)
+        CHECK(listed_op[o] || op_ms[o] <= last_ms + 1e-3, "op %d (%.4f ms) left out of the slowest, the last listed %.3f",
+              o, op_ms[o], last_ms);
+out:
+    free(console);
+    run_lines_free(&r);
+    tg_plan_free(&plan);
+}
