@@ -768,6 +768,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        if (argc > 2) return usage_error("version takes no arguments (got '%s')", argv[2]);
         puts(TG_VERSION_STRING);
         return 0;
     }

@@ -267,6 +267,8 @@ TG_TEST(test_values_cli_exit_codes) {
     static const exit_case cases[] = {
         {"", 2, "usage:"},
         {"bogus", 2, "unknown command 'bogus'"},
+        {"version", 0, NULL},
+        {"version --bogus", 2, "version takes no arguments (got '--bogus')"},
         /* compile */
         {"compile", 2, "missing input file"},
         {"compile good.job --bogus", 2, "unknown option --bogus"},
