@@ -15,20 +15,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cov=$(cd "$1" && pwd)
 python=${PYTHON:-python3}
 GCOVR="gcovr==8.8"
-PIP_FLAGS=(--disable-pip-version-check --retries 1 --timeout 30 -q)
-
+source "$root/scripts/pinned_venv.sh"
 venv=$cov/venv
-if ! "$venv/bin/gcovr" --version 2>/dev/null | grep -qx "gcovr ${GCOVR##*==}"; then
-    rm -rf "$venv"
-    if ! "$python" -m venv "$venv" >"$cov/venv.log" 2>&1; then
-        echo "coverage: $python -m venv failed (python3-venv missing?): $(tail -1 "$cov/venv.log")" >&2
-        exit 1
-    fi
-    if ! "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$GCOVR" >>"$cov/venv.log" 2>&1; then
-        echo "coverage: pip install $GCOVR failed: $(grep -m1 '^ERROR' "$cov/venv.log" || tail -1 "$cov/venv.log")" >&2
-        exit 1
-    fi
-fi
+pinned_venv coverage "$venv" "$GCOVR"
 
 filters=()
 for dir in compiler plan runtime models datasets cli api base; do

@@ -15,19 +15,8 @@ out=$(cd "$1" && pwd)
 shift
 python=${PYTHON:-python3}
 MUTATOR="universalmutator==1.14.1"
-PIP_FLAGS=(--disable-pip-version-check --retries 1 --timeout 30 -q)
-
+source "$root/scripts/pinned_venv.sh"
 venv=$out/venv
-if ! "$venv/bin/python" -m pip show universalmutator 2>/dev/null | grep -qx "Version: ${MUTATOR##*==}"; then
-    rm -rf "$venv"
-    if ! "$python" -m venv "$venv" >"$out/venv.log" 2>&1; then
-        echo "mutate: $python -m venv failed (python3-venv missing?): $(tail -1 "$out/venv.log")" >&2
-        exit 1
-    fi
-    if ! "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$MUTATOR" >>"$out/venv.log" 2>&1; then
-        echo "mutate: pip install $MUTATOR failed: $(grep -m1 '^ERROR' "$out/venv.log" || tail -1 "$out/venv.log")" >&2
-        exit 1
-    fi
-fi
+pinned_venv mutate "$venv" "$MUTATOR"
 
 exec "$venv/bin/python" "$root/scripts/mutate.py" --root "$root" --out "$out" "$@"

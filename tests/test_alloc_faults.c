@@ -28,6 +28,7 @@
 #include "runtime/trainer.h"
 #include "datasets/tokenizer_impl.h"
 #include "tests/harness.h"
+#include "tests/text_fixtures.h"
 
 /* One attempt: does the work, releases what it made when it succeeds, returns 0 or -1. */
 typedef int (*attempt_fn)(void *ctx, tg_err *err);
@@ -146,17 +147,9 @@ static int read_csv(void *ctx, tg_err *err) {
     return rc == 0 && rows == 4 ? 0 : -1;
 }
 
-static const char k_squad[] =
-    "{\"version\": \"v2.0\", \"data\": [{\"title\": \"T\", \"paragraphs\": [{\"context\": \"Caf\\u00e9 Paris opened in "
-    "1901.\", \"qas\": [{\"id\": \"q1\", \"question\": \"When?\", \"answers\": [{\"text\": \"1901\", "
-    "\"answer_start\": 21}], \"is_impossible\": false}, {\"id\": \"q2\", \"question\": \"Who?\", \"answers\": [], "
-    "\"plausible_answers\": [{\"text\": \"Paris\", \"answer_start\": 5}], \"is_impossible\": true}]}]}, "
-    "{\"paragraphs\": [{\"context\": \"x\", \"qas\": [{\"id\": 7, \"question\": \"q\", \"answers\": [{\"text\": \"x\", "
-    "\"answer_start\": 0}]}]}]}]}";
-
 static int parse_squad(void *ctx, tg_err *err) {
     tg_squad sq;
-    if (tg_squad_parse("s.json", k_squad, strlen(k_squad), &sq, err)) return -1;
+    if (tg_squad_parse("s.json", tg_test_squad_v2, strlen(tg_test_squad_v2), &sq, err)) return -1;
     tg_squad_free(&sq);
     return 0;
 }
@@ -186,24 +179,6 @@ static int decode_checkpoint(void *ctx, tg_err *err) {
     if (tg_checkpoint_decode(b->bytes, b->len, "ck.tgck", &ck, err)) return -1;
     tg_checkpoint_free(&ck);
     return 0;
-}
-
-/* A byte-level BPE vocabulary (the 256 byte characters, then merged tokens) and merges. */
-static char *bpe_vocab_json(void) {
-    size_t cap = 65536, n = 0;
-    char *s = malloc(cap);
-    if (!s) abort();
-    n += (size_t)snprintf(s + n, cap - n, "{");
-    for (int b = 0; b < 256; b++) {
-        char u[5] = {0};
-        tok_utf8_put(tok_byte_char((uint8_t)b), u);
-        const char *esc = u[0] == '"' ? "\\\"" : u[0] == '\\' ? "\\\\" : u;
-        n += (size_t)snprintf(s + n, cap - n, "%s\"%s\": %d", b ? ", " : "", esc, b);
-    }
-    static const char *const merged[] = {"he", "ll", "hell", "hello", "\xc4\xa0w", "or", "\xc4\xa0wor", "ld"};
-    for (int k = 0; k < 8; k++) n += (size_t)snprintf(s + n, cap - n, ", \"%s\": %d", merged[k], 256 + k);
-    snprintf(s + n, cap - n, ", \"<|endoftext|>\": 264}");
-    return s;
 }
 
 TG_TEST(test_alloc_faults_parsers) {
@@ -270,13 +245,12 @@ TG_TEST(test_alloc_faults_parsers) {
     char bpe[700];
     snprintf(bpe, sizeof bpe, "%s/bpe", fixture_dir());
     REQUIRE(mkdir(bpe, 0755) == 0, "mkdir %s", bpe);
-    char *vj = bpe_vocab_json();
+    char *vj = tg_test_bpe_vocab_json("");
     char vp[800], mp[800];
     snprintf(vp, sizeof vp, "%s/vocab.json", bpe);
     snprintf(mp, sizeof mp, "%s/merges.txt", bpe);
     REQUIRE(tg_test_write_file(vp, vj) == 0 &&
-                tg_test_write_file(mp, "#version: 0.2\nh e\nl l\nhe ll\nhell o\n\xc4\xa0 w\no r\n\xc4\xa0w or\nl d\n") ==
-                    0,
+                tg_test_write_file(mp, tg_test_bpe_merges) == 0,
             "bpe fixture");
     free(vj);
     fail_each("BPE vocab.json + merges.txt", open_tokenizer, bpe, -1, 0);

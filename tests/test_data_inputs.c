@@ -11,6 +11,7 @@
 #include "datasets/text_rows.h"
 #include "datasets/utf8.h"
 #include "tests/harness.h"
+#include "tests/text_fixtures.h"
 
 /* All rows of a CSV text as "a|b|c" lines joined by '\n' (fields may hold newlines). */
 static int csv_rows(const char *text, char delim, char *out, size_t n, tg_err *err) {
@@ -269,18 +270,10 @@ TG_TEST(test_utf8_checks_and_offsets) {
     CHECK(tg_utf8_byte_offset(s, strlen(s), 8) == -1, "past the end");
 }
 
-static const char *k_squad =
-    "{\"version\": \"v2.0\", \"data\": [{\"title\": \"T\", \"paragraphs\": [{\"context\": \"Caf\\u00e9 Paris opened in "
-    "1901.\", \"qas\": [{\"id\": \"q1\", \"question\": \"When?\", \"answers\": [{\"text\": \"1901\", "
-    "\"answer_start\": 21}], \"is_impossible\": false}, {\"id\": \"q2\", \"question\": \"Who?\", \"answers\": [], "
-    "\"plausible_answers\": [{\"text\": \"Paris\", \"answer_start\": 5}], \"is_impossible\": true}]}]}, "
-    "{\"paragraphs\": [{\"context\": \"x\", \"qas\": [{\"id\": 7, \"question\": \"q\", \"answers\": [{\"text\": \"x\", "
-    "\"answer_start\": 0}]}]}]}]}";
-
 TG_TEST(test_squad_answers_become_byte_ranges) {
     tg_squad sq;
     tg_err err = {{0}};
-    REQUIRE(tg_squad_parse("s.json", k_squad, strlen(k_squad), &sq, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_squad_parse("s.json", tg_test_squad_v2, strlen(tg_test_squad_v2), &sq, &err) == 0, "%s", err.msg);
     CHECK(sq.n_articles == 2 && sq.n_paragraphs == 2 && sq.n_questions == 3, "%d articles %d paragraphs %lld questions",
           sq.n_articles, sq.n_paragraphs, (long long)sq.n_questions);
     /* Character 21 is byte 22: the e-acute before it takes two bytes. */

@@ -13,6 +13,7 @@
 #include "datasets/tokenizer.h"
 #include "datasets/tokenizer_impl.h"
 #include "tests/harness.h"
+#include "tests/text_fixtures.h"
 
 /* ---- fixtures ------------------------------------------------------------------------ */
 
@@ -76,41 +77,23 @@ static void expect_encode_error(tg_tokenizer *t, const char *text, size_t len, c
     tg_encoding_free(&e);
 }
 
-/* A byte-level BPE vocabulary: the 256 byte characters as ids 0-255 in byte order, then
- * the merges' tokens from 256, then extra tokens. */
-static char *bpe_vocab_json(const char *extra) {
-    size_t cap = 65536, n = 0;
-    char *s = malloc(cap);
-    n += (size_t)snprintf(s + n, cap - n, "{");
-    for (int b = 0; b < 256; b++) {
-        char u[5] = {0};
-        tok_utf8_put(tok_byte_char((uint8_t)b), u);
-        const char *esc = u[0] == '"' ? "\\\"" : u[0] == '\\' ? "\\\\" : u;
-        n += (size_t)snprintf(s + n, cap - n, "%s\"%s\": %d", b ? ", " : "", esc, b);
-    }
-    static const char *const merged[] = {"he", "ll", "hell", "hello", "\xc4\xa0w", "or", "\xc4\xa0wor", "ld", "\xc4\xa0world"};
-    for (int k = 0; k < 9; k++) n += (size_t)snprintf(s + n, cap - n, ", \"%s\": %d", merged[k], 256 + k);
-    n += (size_t)snprintf(s + n, cap - n, ", \"<|endoftext|>\": 265%s}", extra);
-    return s;
-}
-static const char bpe_merges[] = "#version: 0.2\nh e\nl l\nhe ll\nhell o\n\xc4\xa0 w\no r\n\xc4\xa0w or\nl d\n\xc4\xa0wor ld\n";
 enum { HELLO_B = 259, SP_WORLD = 264, EOT = 265, BOS = 266, EOS = 267, RPAD = 268, RUNK = 269, RMASK = 270 };
 static const char roberta_extra[] = ", \"<s>\": 266, \"</s>\": 267, \"<pad>\": 268, \"<unk>\": 269, \"<mask>\": 270";
 
 static tg_tokenizer *gpt2(void) {
     const char *dir = tg_test_tmpdir();
-    char *v = bpe_vocab_json("");
+    char *v = tg_test_bpe_vocab_json("");
     write_in(dir, "vocab.json", v);
-    write_in(dir, "merges.txt", bpe_merges);
+    write_in(dir, "merges.txt", tg_test_bpe_merges);
     free(v);
     return open_ok(dir);
 }
 
 static tg_tokenizer *roberta(void) {
     const char *dir = tg_test_tmpdir();
-    char *v = bpe_vocab_json(roberta_extra);
+    char *v = tg_test_bpe_vocab_json(roberta_extra);
     write_in(dir, "vocab.json", v);
-    write_in(dir, "merges.txt", bpe_merges);
+    write_in(dir, "merges.txt", tg_test_bpe_merges);
     write_in(dir, "config.json", "{\"model_type\": \"roberta\"}");
     free(v);
     return open_ok(dir);
@@ -467,7 +450,7 @@ TG_TEST(test_tokenizer_file_errors) {
                       "special token '[X]' has no ids");
     /* vocab.json + merges.txt: a merges line that is not two tokens */
     const char *bdir = tg_test_tmpdir();
-    char *v = bpe_vocab_json("");
+    char *v = tg_test_bpe_vocab_json("");
     write_in(bdir, "vocab.json", v);
     free(v);
     write_in(bdir, "merges.txt", "#version: 0.2\nh e\nl l x\n");
