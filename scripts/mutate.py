@@ -55,6 +55,18 @@ TIMEOUT_FACTOR = 3
 # The suite's own time varies with the load; a floor keeps a short baseline from killing
 # slow-but-correct mutants.
 MIN_TIMEOUT_S = 30
+# The suites running now (each in a session of its own, so that a timeout kills all of it):
+# killed when this script is stopped, which would otherwise leave them running.
+RUNNING = set()
+
+
+def stop_suites(sig, frame):
+    for pid in list(RUNNING):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os._exit(128 + sig)
 
 
 def log(msg):
@@ -197,6 +209,7 @@ class Worker:
         t0 = time.monotonic()
         p = subprocess.Popen(["./build/run_tests"], cwd=self.dir, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        RUNNING.add(p.pid)
         try:
             output, _ = p.communicate(timeout=timeout)
             timed_out = False
@@ -204,6 +217,8 @@ class Worker:
             os.killpg(p.pid, signal.SIGKILL)
             output, _ = p.communicate()
             timed_out = True
+        finally:
+            RUNNING.discard(p.pid)
         return p.returncode, timed_out, output, time.monotonic() - t0
 
     @property
@@ -301,6 +316,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--files", default="", help="shell globs of the paths to mutate, space-separated")
     a = ap.parse_args()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop_suites)
     root, out = os.path.abspath(a.root), os.path.abspath(a.out)
     jobs = max(1, a.jobs)
     globs = a.files.split()
