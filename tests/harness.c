@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
     int fail_fast = ff && !strcmp(ff, "1");
     int passed = 0, failed = 0;
     for (int i = 0; i < g_n_tests && !(fail_fast && failed); i++) {
-        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        if (filter && !strstr(g_tests[i].name, filter) && !strstr(g_tests[i].file, filter)) continue;
         g_current_failed = 0;
         double t0 = now_ms();
         g_tests[i].fn();
