@@ -24,6 +24,9 @@ What happens:
      failing test, a crash or running past 3x the unmutated suite's time kills it.
      Afterwards the source gets back its text and time stamp and the objects their
      unmutated copies (stamped now, so that the next make relinks them).
+     The tests likeliest to kill a mutant of a file run first (TG_TEST_FIRST): those that
+     killed its earlier mutants, this run's and earlier runs' (OUT/killers.json), then those
+     in test files named after it. The order changes how soon a mutant dies, not whether.
   4. Report: the score per file and in total, killed / (killed + survived); invalid mutants
      and those in tests/mutation/equivalent.txt are left out. Every survivor is printed as
      a unified diff under file:line; everything goes to OUT/report.json.
@@ -51,6 +54,9 @@ EXCLUDED_DIRS = ["runtime/cuda/"]
 RULES = ["universal.rules", "c.rules", "c_like.rules"]
 TARGETS = ["build/run_tests", "build/tunegraph"]
 EQUIVALENT_LIST = "tests/mutation/equivalent.txt"
+KILLERS = "killers.json"
+# At most this many tests are named first for a file (the environment stays small).
+FIRST_TESTS = 40
 TIMEOUT_FACTOR = 3
 # The suite's own time varies with the load; a floor keeps a short baseline from killing
 # slow-but-correct mutants.
@@ -202,8 +208,8 @@ class Worker:
             self.objects_of[path] = sorted(set(re.findall(r"-c \S+ -o (\S+\.o)", r.stdout)))
         return self.objects_of[path]
 
-    def suite(self, timeout):
-        env = dict(os.environ, TG_TEST_FAIL_FAST="1", TMPDIR=self.tmp)
+    def suite(self, timeout, first=()):
+        env = dict(os.environ, TG_TEST_FAIL_FAST="1", TMPDIR=self.tmp, TG_TEST_FIRST=",".join(first))
         env.pop("TG_TEST_CLI", None)
         env.pop("TG_TEST_DEVICE", None)
         t0 = time.monotonic()
@@ -227,7 +233,7 @@ class Worker:
         os.makedirs(d, exist_ok=True)
         return d
 
-    def evaluate(self, path, line, text, timeout):
+    def evaluate(self, path, line, text, timeout, first=()):
         src = os.path.join(self.dir, path)
         with open(src) as f:
             original = f.readlines()
@@ -258,7 +264,7 @@ class Worker:
                 error = re.search(r"^.*error:.*$", built.stdout, re.M)
                 result["by"] = error.group(0).strip() if error else built.stdout.strip().splitlines()[-1]
             else:
-                rc, timed_out, output, secs = self.suite(timeout)
+                rc, timed_out, output, secs = self.suite(timeout, first)
                 failing = re.search(r"^FAIL (\S+)", output, re.M)
                 if timed_out:
                     result["status"], result["by"] = "killed", f"timeout after {timeout:.0f} s"
@@ -279,6 +285,52 @@ class Worker:
             os.remove(self.dirty)
         result["seconds"] = round(time.monotonic() - t0, 1)
         return result
+
+
+def tests_by_file(root):
+    """{test name: test file stem} for the TG_TEST cases in tests/*.c."""
+    found = {}
+    for name in sorted(os.listdir(os.path.join(root, "tests"))):
+        if name.endswith(".c"):
+            with open(os.path.join(root, "tests", name), errors="replace") as f:
+                for test in re.findall(r"^TG_TEST\((\w+)\)", f.read(), re.M):
+                    found[test] = name[:-2]
+    return found
+
+
+class KillOrder:
+    """Which tests to run first for a mutant of each file: the tests that killed mutants of
+    it before, most kills first (kept in OUT/killers.json across runs), then the tests of the
+    test files whose names share a word (of 4 letters or more) with the file's name."""
+
+    def __init__(self, root, out):
+        self.path = os.path.join(out, KILLERS)
+        self.tests = tests_by_file(root)
+        try:
+            with open(self.path) as f:
+                saved = json.load(f)
+            self.kills = {p: {t: int(n) for t, n in c.items() if t in self.tests} for p, c in saved.items()}
+        except (OSError, ValueError, AttributeError):
+            self.kills = {}
+
+    def first(self, path):
+        counts = self.kills.get(path, {})
+        names = sorted(counts, key=lambda t: (-counts[t], t))
+        words = [w for w in re.split(r"[_/.]", path[:-2]) if len(w) >= 4]
+        names += [t for t, stem in self.tests.items()
+                  if t not in counts and any(w in stem for w in words)]
+        return names[:FIRST_TESTS]
+
+    def killed(self, path, test):
+        if test in self.tests:
+            c = self.kills.setdefault(path, {})
+            c[test] = c.get(test, 0) + 1
+
+    def save(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.kills, f, indent=1, sort_keys=True)
+        os.replace(tmp, self.path)
 
 
 def prepare(root, out, jobs):
@@ -348,6 +400,7 @@ def main():
     timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * base_secs)
     log(f"mutate: unmutated suite {base_secs:.1f} s; a mutant's suite is stopped (killed) after {timeout:.0f} s")
 
+    kill_order = KillOrder(root, out)
     lock = threading.Condition()
     queue, busy, done, ran = list(reversed(todo)), [0], [0], []
 
@@ -371,11 +424,14 @@ def main():
                     return
                 item = queue.pop()
                 busy[0] += 1
-            r = w.evaluate(*item, timeout)
+                first = kill_order.first(item[0])
+            r = w.evaluate(*item, timeout, first)
             with lock:
                 busy[0] -= 1
                 done[0] += 1
                 ran.append(r)
+                if r["status"] == "killed":
+                    kill_order.killed(r["file"], r["by"])
                 by = f" ({r['by']})" if r.get("by") and r["status"] == "killed" else ""
                 log(f"[{done[0]}] {r['file']}:{r['line']}: {r['status']}{by}, {r['seconds']:.1f} s")
                 if r["status"] == "invalid":
@@ -388,6 +444,7 @@ def main():
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(worker, workers))
     results += ran
+    kill_order.save()
     wall = time.monotonic() - t0
     results.sort(key=lambda r: (r["file"], r["line"], r["mutant"]))
 
