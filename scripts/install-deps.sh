@@ -8,7 +8,8 @@ missing=()
 for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev utf8proc.h:libutf8proc-dev \
     pcre2.h:libpcre2-dev; do
     header=${pair%%:*}
-    [ -f "/usr/include/$header" ] || missing+=("${pair##*:}")
+    # Found by the compiler, wherever it looks (CPATH and -I included), not only in /usr/include.
+    echo "#include <$header>" | "${CC:-cc}" -E -DPCRE2_CODE_UNIT_WIDTH=8 -x c - >/dev/null 2>&1 || missing+=("${pair##*:}")
 done
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
