@@ -4,6 +4,7 @@
  * parallel, with dropout), refusals of another job's checkpoint, and SIGTERM, SIGINT,
  * a second signal and SIGKILL during a save. The in-process and CLI runs use the CUDA
  * executor when the suite runs with TG_TEST_DEVICE=cuda. */
+#include <limits.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -577,7 +578,7 @@ TG_TEST(test_checkpoint_keep_last_k) {
 
 /* Runs `tunegraph ARGS` in dir with `env` before it; its exit status, stderr in dir/stderr.txt. */
 static int run_cli(const char *dir, const char *env, const char *args) {
-    char cmd[3000], cli[1024];
+    char cmd[3000], cli[PATH_MAX];
     const char *c = tg_test_cli();
     if (!realpath(c, cli)) snprintf(cli, sizeof cli, "%s", c);
     snprintf(cmd, sizeof cmd, "cd '%s' && %s TUNEGRAPH_GEMM_TUNE=0 '%s' %s --device %s >stdout.txt 2>stderr.txt", dir,
@@ -692,7 +693,7 @@ TG_TEST(test_checkpoint_cli_resume_data_parallel) {
 /* Starts `tunegraph ARGS...` in dir (env TUNEGRAPH_TEST_CHECKPOINT_STALL=stall), stderr into
  * dir/stderr.txt; its pid. */
 static pid_t start_cli(const char *dir, int stall, char **argv) {
-    char cli[1024], out[800], stall_s[16];
+    char cli[PATH_MAX], out[800], stall_s[16];
     if (!realpath(tg_test_cli(), cli)) snprintf(cli, sizeof cli, "%s", tg_test_cli());
     snprintf(out, sizeof out, "%s/stderr.txt", dir);
     snprintf(stall_s, sizeof stall_s, "%d", stall);

@@ -4,6 +4,7 @@
  * equals its records, standard output and -o agree, and refusals (a missing set, an
  * output that is an input, an empty split, a bad line) exit 1 with their message and
  * leave no file. */
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 /* Runs `tunegraph ARGS` in dir; its exit status, stdout in dir/stdout.txt and stderr in
  * dir/stderr.txt. */
 static int run_cli(const char *dir, const char *args) {
-    char cmd[3000], cli[1024];
+    char cmd[3000], cli[PATH_MAX];
     const char *c = tg_test_cli();
     if (!realpath(c, cli)) snprintf(cli, sizeof cli, "%s", c);
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >stdout.txt 2>stderr.txt", dir, cli, args);
