@@ -4,6 +4,7 @@ the tree, and the score is printed per file and in total. `make mutate` runs it 
 scripts/mutate.sh, which installs universalmutator into build/mutate/venv first.
 
 usage: mutate.py --root ROOT --out OUT [--mutants N] [--seed S] [--jobs J] [--files "GLOB..."]
+                 [--stop-after SECONDS]
 
 What happens:
   1. Mutants: universalmutator's regexp mutator (mutator.mutants_regexp, what its `mutate`
@@ -27,6 +28,11 @@ What happens:
      The tests likeliest to kill a mutant of a file run first (TG_TEST_FIRST): those that
      killed its earlier mutants, this run's and earlier runs' (OUT/killers.json), then those
      in test files named after it. The order changes how soon a mutant dies, not whether.
+  Each result is appended to OUT/results.jsonl with the tree's identity (a hash of every
+     file the workers copy): a later run of the same tree takes a mutant's result from there
+     instead of running it again, so that a run cut short (--stop-after stops handing out
+     mutants after that many seconds and reports the partial score) is continued by the
+     next one.
   4. Report: the score per file and in total, killed / (killed + survived); invalid mutants
      and those in tests/mutation/equivalent.txt are left out. Every survivor is printed as
      a unified diff under file:line; everything goes to OUT/report.json.
@@ -34,6 +40,7 @@ What happens:
 import argparse
 import difflib
 import fnmatch
+import hashlib
 import json
 import os
 import random
@@ -55,6 +62,7 @@ RULES = ["universal.rules", "c.rules", "c_like.rules"]
 TARGETS = ["build/run_tests", "build/tunegraph"]
 EQUIVALENT_LIST = "tests/mutation/equivalent.txt"
 KILLERS = "killers.json"
+RESULTS = "results.jsonl"
 # At most this many tests are named first for a file (the environment stays small).
 FIRST_TESTS = 40
 TIMEOUT_FACTOR = 3
@@ -173,8 +181,7 @@ class Worker:
         if os.path.exists(self.dirty):
             shutil.rmtree(os.path.join(self.dir, "build"), ignore_errors=True)
             os.remove(self.dirty)
-        listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], self.root)
-        names = [n for n in listed.stdout.split("\0") if n and os.path.isfile(os.path.join(self.root, n))]
+        names = self.names = tree_files(self.root)
         # Copies keep their time stamps, so make in the copy rebuilds what changed since the
         # last run; files whose size and time agree are left alone.
         for name in names:
@@ -287,6 +294,41 @@ class Worker:
         return result
 
 
+def tree_files(root):
+    """The files a worker's copy holds: tracked, and untracked but not ignored."""
+    listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], root)
+    if listed.returncode != 0:
+        sys.exit(f"mutate: git ls-files failed: {listed.stdout.strip()}")
+    return sorted(n for n in listed.stdout.split("\0") if n and os.path.isfile(os.path.join(root, n)))
+
+
+def tree_identity(copy, names):
+    """A hash of the names and contents of the files in a worker's copy."""
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode() + b"\0")
+        with open(os.path.join(copy, name), "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()[:16]
+
+
+def load_results(out, tree):
+    """{(file, line, mutant): result} of earlier runs of this tree."""
+    cached = {}
+    try:
+        with open(os.path.join(out, RESULTS)) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a run that was stopped
+                if r.get("tree") == tree:
+                    cached[(r["file"], r["line"], r["mutant"])] = r
+    except OSError:
+        pass
+    return cached
+
+
 def tests_by_file(root):
     """{test name: test file stem} for the TG_TEST cases in tests/*.c."""
     found = {}
@@ -370,7 +412,10 @@ def main():
     ap.add_argument("--seed", default="1")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--files", default="", help="shell globs of the paths to mutate, space-separated")
+    ap.add_argument("--stop-after", type=float, default=0,
+                    help="hand out no more mutants after this many seconds (0: run them all)")
     a = ap.parse_args()
+    started = time.monotonic()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_suites)
     root, out = os.path.abspath(a.root), os.path.abspath(a.out)
@@ -404,8 +449,12 @@ def main():
     log(f"mutate: unmutated suite {base_secs:.1f} s; a mutant's suite is stopped (killed) after {timeout:.0f} s")
 
     kill_order = KillOrder(root, out)
+    # What the workers test: the first copy as synced (the tree may change meanwhile).
+    tree = tree_identity(workers[0].dir, workers[0].names)
+    cached = load_results(out, tree)
+    results_log = open(os.path.join(out, RESULTS), "a")
     lock = threading.Condition()
-    queue, busy, done, ran = list(reversed(todo)), [0], [0], []
+    queue, busy, done, ran, reused = list(reversed(todo)), [0], [0], [], [0]
 
     def replacement(path):
         """The next mutant of path's order that is not listed as equivalent, or None."""
@@ -422,21 +471,28 @@ def main():
             with lock:
                 while not queue and busy[0]:
                     lock.wait()
-                if not queue:
+                if not queue or (a.stop_after and time.monotonic() - started > a.stop_after):
                     lock.notify_all()
                     return
                 item = queue.pop()
                 busy[0] += 1
                 first = kill_order.first(item[0])
-            r = w.evaluate(*item, timeout, first)
+                earlier = cached.get(item)
+            r = dict(earlier) if earlier else w.evaluate(*item, timeout, first)
             with lock:
                 busy[0] -= 1
                 done[0] += 1
                 ran.append(r)
-                if r["status"] == "killed":
-                    kill_order.killed(r["file"], r["by"])
+                if earlier:
+                    reused[0] += 1
+                else:
+                    results_log.write(json.dumps(dict(r, tree=tree)) + "\n")
+                    results_log.flush()
+                    if r["status"] == "killed":
+                        kill_order.killed(r["file"], r["by"])
                 by = f" ({r['by']})" if r.get("by") and r["status"] == "killed" else ""
-                log(f"[{done[0]}] {r['file']}:{r['line']}: {r['status']}{by}, {r['seconds']:.1f} s")
+                again = " (an earlier run's result)" if earlier else ""
+                log(f"[{done[0]}] {r['file']}:{r['line']}: {r['status']}{by}, {r['seconds']:.1f} s{again}")
                 if r["status"] == "invalid":
                     m = replacement(r["file"])
                     if m:
@@ -448,6 +504,8 @@ def main():
         list(pool.map(worker, workers))
     results += ran
     kill_order.save()
+    results_log.close()
+    not_run = len(queue)
     wall = time.monotonic() - t0
     results.sort(key=lambda r: (r["file"], r["line"], r["mutant"]))
 
@@ -484,11 +542,16 @@ def main():
         f"{totals['equivalent']:10d}  {score(totals['killed'], totals['survived'])}")
     for k in stale:
         log(f"mutate: {EQUIVALENT_LIST}: {k[0]}:{k[1]} matches no mutant of the tree (stale entry)")
-    per_mutant = wall * jobs / len(ran) if ran else 0.0
+    fresh = len(ran) - reused[0]
+    per_mutant = wall * jobs / fresh if fresh else 0.0
     log(f"mutate: score {score(totals['killed'], totals['survived']).strip()} "
         f"(killed {totals['killed']} of {totals['killed'] + totals['survived']}); "
-        f"{len(ran)} mutants run ({totals['invalid']} of them did not compile and were replaced) in {wall:.0f} s with {jobs} worker(s), {per_mutant:.1f} s of a worker each; "
-        f"report in {os.path.join(a.out, 'report.json')}")
+        f"{len(ran)} mutants run ({totals['invalid']} of them did not compile and were replaced; "
+        f"{reused[0]} results taken from an earlier run) in {wall:.0f} s with {jobs} worker(s), "
+        f"{per_mutant:.1f} s of a worker each; report in {os.path.join(a.out, 'report.json')}")
+    if not_run:
+        log(f"mutate: PARTIAL: {not_run} sampled mutants not run (--stop-after {a.stop_after:g}); "
+            f"the same command again continues the run")
 
     report = {
         "seed": a.seed, "requested": a.mutants, "sampled": len(chosen), "generated": total,
@@ -496,6 +559,7 @@ def main():
         "universalmutator": getattr(mutator, "__version__", None) or _version(),
         "unmutated_suite_seconds": round(base_secs, 1), "timeout_seconds": round(timeout),
         "wall_seconds": round(wall, 1), "worker_seconds_per_mutant": round(per_mutant, 1),
+        "tree": tree, "reused": reused[0], "not_run": not_run,
         "totals": dict(totals, score=(totals["killed"] / (totals["killed"] + totals["survived"])
                                       if totals["killed"] + totals["survived"] else None)),
         "per_file": per_file, "stale_equivalent_entries": [f"{k[0]}:{k[1]}" for k in stale],
