@@ -155,7 +155,9 @@ TG_TEST(test_cli_checkpoints_parts) {
     tg_err err;
     if (CHECK(tg_checkpoint_read(want, &back, &err) == 0, "%s", err.msg)) {
         const tg_checkpoint_tensor *m1 = tg_checkpoint_find(&back, "part.1", -1);
-        CHECK(m1 && m1->bytes == 8 && ((const float *)m1->data)[1] == -2.0f && back.state.step == 3 &&
+        float got[2] = {0, 0}; /* decoded data sits unaligned in the payload */
+        if (m1 && m1->bytes == sizeof got) memcpy(got, m1->data, sizeof got);
+        CHECK(m1 && got[0] == 1.5f && got[1] == -2.0f && back.state.step == 3 &&
                   tg_checkpoint_find(&back, "optim.m", -1),
               "replica 1's part is not in the file as handed over");
         tg_checkpoint_free(&back);
