@@ -38,7 +38,8 @@ static int is_dir(const char *path) {
 static int presets_beside(const char *file, char *out, size_t cap) {
     static const char *const rel[] = {"../models/presets", "../../models/presets", "../share/tunegraph/presets"};
     const char *slash = strrchr(file, '/');
-    if (!slash) return 0; /* GCOVR_EXCL_BR_LINE: the callers pass absolute paths (dladdr's, checked; /proc/self/exe) */
+    /* The callers pass absolute paths (dladdr's, checked; /proc/self/exe's). */
+    if (!slash) return 0; /* GCOVR_EXCL_BR_LINE: see above */
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(out, cap, "%.*s/%s", (int)(slash - file), file, rel[i]);
         if (is_dir(out)) return 1;

@@ -327,7 +327,9 @@ static int sink_put(sink *s, const void *p, size_t n) {
         const uint8_t *b = p;
         while (n > 0) {
             ssize_t w = write(s->fd, b, n);
-            if (w < 0 && errno == EINTR) continue; /* GCOVR_EXCL_BR_LINE: a signal cannot interrupt a regular file's write (a local disk's I/O is not interruptible) */
+            /* A regular file's write is not interrupted by a signal (local disk I/O is not
+             * interruptible): no test can make EINTR happen. */
+            if (w < 0 && errno == EINTR) continue; /* GCOVR_EXCL_BR_LINE: see above */
             if (w < 0) return s->error = errno, -1;
             b += w, n -= (size_t)w;
         }
@@ -461,7 +463,8 @@ static int write_payload(const tg_checkpoint *ck, sink *out, const char *path, u
     writer w = {.out = out, .buf_cap = ZSTD_CStreamOutSize()};
     w.z = ZSTD_createCCtx();
     w.buf = tg_malloc(w.buf_cap);
-    if (!w.z || !w.buf) { /* GCOVR_EXCL_BR_LINE: ZSTD_createCCtx allocates with libc malloc, outside the test hook */
+    /* ZSTD_createCCtx allocates with libc malloc, outside tg_alloc's test hook. */
+    if (!w.z || !w.buf) { /* GCOVR_EXCL_BR_LINE: see above */
         ZSTD_freeCCtx(w.z);
         free(w.buf);
         return tg_fail(err, "%s: out of memory for the compression buffer", name);
