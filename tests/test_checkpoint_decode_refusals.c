@@ -134,7 +134,7 @@ CASE(idnt_count_past_record) {
 }
 CASE(idnt_key_long) {
     const size_t at = rec_begin(b, "IDNT");
-    put32(b, 1), put32(b, 100), put32(b, 0);
+    put32(b, 1), put32(b, TG_CHECKPOINT_KEY_MAX), put32(b, 0); /* one past the longest */
     rec_end(b, at);
 }
 CASE(idnt_key_cut) {
@@ -287,7 +287,7 @@ static const payload_case k_cases[] = {
     {idnt_count_cut, "record 0 (IDNT): field 'count' is cut short (file corrupt)"},
     {idnt_count_huge, "record 0 (IDNT): field 'count' is 5000, more than the record holds"},
     {idnt_count_past_record, "record 0 (IDNT): field 'count' is 3, more than the record holds"},
-    {idnt_key_long, "record 0 (IDNT): field 'key' is 100 bytes, at most 63 allowed"},
+    {idnt_key_long, "record 0 (IDNT): field 'key' is 64 bytes, at most 63 allowed"},
     {idnt_key_cut, "record 0 (IDNT): field 'key' is cut short"},
     {idnt_key_nul, "record 0 (IDNT): field 'key' holds a NUL byte"},
     {idnt_value_cut, "record 0 (IDNT): field 'value' is cut short"},
