@@ -38,7 +38,8 @@ static int is_dir(const char *path) {
 static int presets_beside(const char *file, char *out, size_t cap) {
     static const char *const rel[] = {"../models/presets", "../../models/presets", "../share/tunegraph/presets"};
     const char *slash = strrchr(file, '/');
-    if (!slash) return 0;
+    /* The callers pass absolute paths (dladdr's, checked; /proc/self/exe's). */
+    if (!slash) return 0; /* GCOVR_EXCL_BR_LINE: see above */
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(out, cap, "%.*s/%s", (int)(slash - file), file, rel[i]);
         if (is_dir(out)) return 1;
@@ -81,16 +82,13 @@ typedef struct reader {
     tg_err *err;
 } reader;
 
-/* Integer field in [min, max]; absent -> def (or an error when required). */
-static int get_int(reader *r, const char *key, int required, int32_t def, int64_t min, int32_t max, int32_t *out) {
+/* A required integer field in [min, max]. */
+static int get_int(reader *r, const char *key, int64_t min, int32_t max, int32_t *out) {
     json_t *v = json_object_get(r->root, key);
-    if (!v) {
-        if (required) return tg_fail(r->err, "%s: field '%s': missing", r->path, key);
-        *out = def;
-        return 0;
-    }
+    if (!v) return tg_fail(r->err, "%s: field '%s': missing", r->path, key);
     const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
-    if (!json_is_integer(v) || json_integer_value(v) < min)
+    /* json_typeof, not json_is_*: v is not NULL here (the macros test for NULL again). */
+    if (json_typeof(v) != JSON_INTEGER || json_integer_value(v) < min)
         return tg_fail(r->err, "%s: field '%s': expected %s", r->path, key, what);
     if (json_integer_value(v) > max)
         return tg_fail(r->err, "%s: field '%s': %lld is past the limit of %d", r->path, key,
@@ -102,11 +100,11 @@ static int get_int(reader *r, const char *key, int required, int32_t def, int64_
 /* Like get_int, but JSON null (as HF writes for "unset") also gives null_value. */
 static int get_int_or_null(reader *r, const char *key, int32_t null_value, int64_t min, int32_t max, int32_t *out) {
     json_t *v = json_object_get(r->root, key);
-    if (!v || json_is_null(v)) {
+    if (!v || json_typeof(v) == JSON_NULL) {
         *out = null_value;
         return 0;
     }
-    return get_int(r, key, 1, 0, min, max, out);
+    return get_int(r, key, min, max, out);
 }
 
 /* Number field in [lo, hi] (hi_open: hi excluded); absent -> def. */
@@ -116,7 +114,7 @@ static int get_float(reader *r, const char *key, double def, double lo, double h
         *out = (float)def;
         return 0;
     }
-    if (!json_is_number(v))
+    if (json_typeof(v) != JSON_INTEGER && json_typeof(v) != JSON_REAL)
         return tg_fail(r->err, "%s: field '%s': expected a number", r->path, key);
     double d = json_number_value(v);
     if (!(d >= lo) || d > hi || (hi_open && d >= hi))
@@ -133,7 +131,7 @@ static int get_string(reader *r, const char *key, const char *def, const char **
         *out = def;
         return 0;
     }
-    if (!json_is_string(v)) return tg_fail(r->err, "%s: field '%s': expected a string", r->path, key);
+    if (json_typeof(v) != JSON_STRING) return tg_fail(r->err, "%s: field '%s': expected a string", r->path, key);
     *out = json_string_value(v);
     return 0;
 }
@@ -142,8 +140,9 @@ static int get_string(reader *r, const char *key, const char *def, const char **
 static int reject_bool(reader *r, const char *key, int unsupported_value) {
     json_t *v = json_object_get(r->root, key);
     if (!v) return 0;
-    if (!json_is_boolean(v)) return tg_fail(r->err, "%s: field '%s': expected true or false", r->path, key);
-    if (json_is_true(v) == unsupported_value)
+    if (json_typeof(v) != JSON_TRUE && json_typeof(v) != JSON_FALSE)
+        return tg_fail(r->err, "%s: field '%s': expected true or false", r->path, key);
+    if ((json_typeof(v) == JSON_TRUE) == unsupported_value)
         return tg_fail(r->err, "%s: field '%s': %s is not supported", r->path, key,
                        unsupported_value ? "true" : "false");
     return 0;
@@ -173,21 +172,36 @@ static int check_pad(reader *r, const char *key, const tg_model_config *c) {
     return 0;
 }
 
-/* The config's names for the sizes (NULL: the architecture has no such field). */
+/* The config's names for the sizes that messages about the sizes name. */
 typedef struct size_fields {
-    const char *vocab, *hidden, *layers, *intermediate, *positions, *types;
+    const char *vocab, *hidden, *layers, *positions;
 } size_fields;
 
-static const size_fields k_bert_fields = {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
-                                          "max_position_embeddings", "type_vocab_size"};
-static const size_fields k_gpt2_fields = {"vocab_size", "n_embd", "n_layer", "n_inner", "n_positions", NULL};
+static const size_fields k_bert_fields = {"vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"};
+static const size_fields k_gpt2_fields = {"vocab_size", "n_embd", "n_layer", "n_positions"};
+
+/* The field limits keep every size below 2^23 (3 x hidden included) and every weight
+ * checked here within 2^34 elements, with at most 4096 layers: the products and sums below
+ * stay under 2^51 and cannot overflow int64. */
+_Static_assert(TG_MODEL_MAX_VOCAB <= (1 << 22) && TG_MODEL_MAX_POSITIONS <= (1 << 20) &&
+                   TG_MODEL_MAX_INTERMEDIATE <= (1 << 18) && TG_MODEL_MAX_HIDDEN <= (1 << 16) &&
+                   TG_MODEL_MAX_TYPE_VOCAB <= (1 << 10) && TG_MODEL_MAX_LAYERS <= (1 << 12) &&
+                   TG_MODEL_MAX_TENSOR_ELEMENTS <= (INT64_C(1) << 34),
+               "check_sizes' products and sums would need overflow checks");
+/* The token type embeddings, the attention projections (fused or not) and the feed-forward
+ * projections are within the per-weight limit whatever the sizes: only the token and
+ * position embeddings can pass it. */
+_Static_assert((int64_t)TG_MODEL_MAX_TYPE_VOCAB * TG_MODEL_MAX_HIDDEN <= TG_MODEL_MAX_TENSOR_ELEMENTS &&
+                   3 * (int64_t)TG_MODEL_MAX_HIDDEN * TG_MODEL_MAX_HIDDEN <= TG_MODEL_MAX_TENSOR_ELEMENTS &&
+                   (int64_t)TG_MODEL_MAX_INTERMEDIATE * TG_MODEL_MAX_HIDDEN <= TG_MODEL_MAX_TENSOR_ELEMENTS,
+               "check_sizes must check these weights against the per-weight limit");
 
 /* a x b elements of one weight (`what`), refused naming `field` (the one named a) past
  * TG_MODEL_MAX_TENSOR_ELEMENTS. */
 static int weight_numel(reader *r, const char *what, const char *field, int64_t a, const char *b_name, int64_t b,
                         int64_t *out) {
-    int over = __builtin_mul_overflow(a, b, out);
-    if (over || *out > TG_MODEL_MAX_TENSOR_ELEMENTS)
+    *out = a * b;
+    if (*out > TG_MODEL_MAX_TENSOR_ELEMENTS)
         return tg_fail(r->err,
                        "%s: field '%s': %s of %lld x %s %lld elements is past the limit of %lld elements per weight",
                        r->path, field, what, (long long)a, b_name, (long long)b,
@@ -196,34 +210,29 @@ static int weight_numel(reader *r, const char *what, const char *field, int64_t 
 }
 
 /* The weights the sizes imply, each within TG_MODEL_MAX_TENSOR_ELEMENTS, and the whole
- * model's parameters within TG_MODEL_MAX_PARAMS; every product and sum overflow-checked.
+ * model's parameters within TG_MODEL_MAX_PARAMS (no overflow: see the assertion above).
  * The count leaves out the task head (num_labels comes with the job), which is no bigger
  * than a layer. */
 static int check_sizes(reader *r, const tg_model_config *c, const size_fields *f) {
     const int64_t h = c->hidden;
-    int64_t words, positions, types = 0, square, wide, fused;
+    int64_t words, positions;
     if (weight_numel(r, "the token embeddings", f->vocab, c->vocab_size, f->hidden, h, &words) ||
-        weight_numel(r, "the position embeddings", f->positions, c->max_positions, f->hidden, h, &positions) ||
-        (f->types && weight_numel(r, "the token type embeddings", f->types, c->type_vocab_size, f->hidden, h, &types)) ||
-        weight_numel(r, "an attention projection", f->hidden, h, f->hidden, h, &square) ||
-        weight_numel(r, "the fused query, key and value projection", f->hidden, 3 * h, f->hidden, h, &fused) ||
-        weight_numel(r, "a feed-forward projection", f->intermediate, c->intermediate, f->hidden, h, &wide))
+        weight_numel(r, "the position embeddings", f->positions, c->max_positions, f->hidden, h, &positions))
         return -1;
+    /* Within the limit (the assertion above). */
+    const int64_t types = (int64_t)c->type_vocab_size * h, square = h * h, fused = 3 * h * h,
+                  wide = (int64_t)c->intermediate * h;
     /* Per layer: query, key, value and output projections with biases, two feed-forward
      * projections with biases, two LayerNorms. */
-    int64_t layer = 0, embed = 0, total = 0, layers_total = 0;
-    int over = __builtin_add_overflow(fused, square, &layer) || __builtin_add_overflow(layer, 2 * wide, &layer) ||
-               __builtin_add_overflow(layer, 9 * h + c->intermediate, &layer) ||
-               __builtin_add_overflow(words, positions, &embed) || __builtin_add_overflow(embed, types, &embed) ||
-               __builtin_add_overflow(embed, square + 5 * h, &embed) || /* pooler or final LayerNorm */
-               __builtin_mul_overflow(layer, (int64_t)c->layers, &layers_total) ||
-               __builtin_add_overflow(layers_total, embed, &total);
-    if (over || total > TG_MODEL_MAX_PARAMS)
+    const int64_t layer = fused + square + 2 * wide + 9 * h + c->intermediate;
+    const int64_t embed = words + positions + types + square + 5 * h; /* with the pooler or final LayerNorm */
+    const int64_t total = layer * c->layers + embed;
+    if (total > TG_MODEL_MAX_PARAMS)
         return tg_fail(r->err,
-                       "%s: field '%s': %d layers of %lld parameters, with %lld more in the embeddings, make %s%lld "
+                       "%s: field '%s': %d layers of %lld parameters, with %lld more in the embeddings, make %lld "
                        "parameters, past the limit of %lld",
-                       r->path, f->layers, c->layers, (long long)layer, (long long)embed, over ? "more than " : "",
-                       over ? (long long)INT64_MAX : (long long)total, (long long)TG_MODEL_MAX_PARAMS);
+                       r->path, f->layers, c->layers, (long long)layer, (long long)embed, (long long)total,
+                       (long long)TG_MODEL_MAX_PARAMS);
     return 0;
 }
 
@@ -231,13 +240,13 @@ static int check_sizes(reader *r, const tg_model_config *c, const size_fields *f
 static int parse_bert(reader *r, tg_model_config *c, int roberta) {
     const char *act = NULL, *pos = NULL;
     float hidden_drop = 0;
-    if (get_int(r, "vocab_size", 1, 0, 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
-        get_int(r, "hidden_size", 1, 0, 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
-        get_int(r, "num_hidden_layers", 1, 0, 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
-        get_int(r, "num_attention_heads", 1, 0, 1, TG_MODEL_MAX_HEADS, &c->heads) ||
-        get_int(r, "intermediate_size", 1, 0, 1, TG_MODEL_MAX_INTERMEDIATE, &c->intermediate) ||
-        get_int(r, "max_position_embeddings", 1, 0, 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
-        get_int(r, "type_vocab_size", 1, 0, 1, TG_MODEL_MAX_TYPE_VOCAB, &c->type_vocab_size) ||
+    if (get_int(r, "vocab_size", 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
+        get_int(r, "hidden_size", 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
+        get_int(r, "num_hidden_layers", 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
+        get_int(r, "num_attention_heads", 1, TG_MODEL_MAX_HEADS, &c->heads) ||
+        get_int(r, "intermediate_size", 1, TG_MODEL_MAX_INTERMEDIATE, &c->intermediate) ||
+        get_int(r, "max_position_embeddings", 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
+        get_int(r, "type_vocab_size", 1, TG_MODEL_MAX_TYPE_VOCAB, &c->type_vocab_size) ||
         get_int_or_null(r, "pad_token_id", -1, 0, INT32_MAX, &c->pad_token_id) ||
         get_float(r, "layer_norm_eps", 1e-12, 1e-30, 1, 0, &c->layer_norm_eps) ||
         get_float(r, "initializer_range", 0.02, 0, 10, 0, &c->initializer_range) ||
@@ -250,7 +259,7 @@ static int parse_bert(reader *r, tg_model_config *c, int roberta) {
     c->hidden_dropout = hidden_drop;
     c->embedding_dropout = hidden_drop;
     json_t *cd = json_object_get(r->root, "classifier_dropout");
-    if (!cd || json_is_null(cd)) c->classifier_dropout = hidden_drop;
+    if (!cd || json_typeof(cd) == JSON_NULL) c->classifier_dropout = hidden_drop;
     else if (get_float(r, "classifier_dropout", 0, 0, 1, 1, &c->classifier_dropout)) return -1;
     if (parse_gelu(r, "hidden_act", act, &c->gelu)) return -1;
     if (strcmp(pos, "absolute") != 0)
@@ -270,11 +279,11 @@ static int parse_bert(reader *r, tg_model_config *c, int roberta) {
 
 static int parse_gpt2(reader *r, tg_model_config *c) {
     const char *act = NULL;
-    if (get_int(r, "vocab_size", 1, 0, 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
-        get_int(r, "n_embd", 1, 0, 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
-        get_int(r, "n_layer", 1, 0, 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
-        get_int(r, "n_head", 1, 0, 1, TG_MODEL_MAX_HEADS, &c->heads) ||
-        get_int(r, "n_positions", 1, 0, 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
+    if (get_int(r, "vocab_size", 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
+        get_int(r, "n_embd", 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
+        get_int(r, "n_layer", 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
+        get_int(r, "n_head", 1, TG_MODEL_MAX_HEADS, &c->heads) ||
+        get_int(r, "n_positions", 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
         get_int_or_null(r, "n_inner", 0, 1, TG_MODEL_MAX_INTERMEDIATE, &c->intermediate) ||
         get_int_or_null(r, "pad_token_id", -1, 0, INT32_MAX, &c->pad_token_id) ||
         get_string(r, "activation_function", "gelu_new", &act) ||
@@ -321,7 +330,7 @@ int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
     reader r = {path, root, err};
     int rc;
     const char *type = NULL;
-    if (!json_is_object(root)) {
+    if (json_typeof(root) != JSON_OBJECT) {
         rc = tg_fail(err, "%s: expected a JSON object at the top level", path);
     } else if (!json_object_get(root, "model_type")) {
         rc = tg_fail(err, "%s: field 'model_type': missing", path);
@@ -392,8 +401,7 @@ static int probe_file(const char *path, tg_err *err) {
                            : S_ISFIFO(sb.st_mode) ? "a FIFO"
                            : S_ISSOCK(sb.st_mode) ? "a socket"
                            : S_ISCHR(sb.st_mode)  ? "a character device"
-                           : S_ISBLK(sb.st_mode)  ? "a block device"
-                                                  : "not a regular file";
+                                                  : "a block device"; /* stat follows links: no other type is left */
         return tg_fail(err, "%s: is %s, not a regular file", path, kind);
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
