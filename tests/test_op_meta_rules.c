@@ -447,6 +447,8 @@ TG_TEST(test_op_meta_rules_attention) {
          .want = "out[1], out[2]: packed attention has one input gradient"},
         {"packed with dv", ATB(.packed = 1), {120, 120, 24, 0, 0, 360}, {360, 0, 120, 24},
          .want = "out[1], out[2]: packed attention has one input gradient"},
+        {"no dk", ATB(), {120, 120, 24, 0, 0, 120, 120, 120}, {120, 0, 120, 24},
+         .want = "out[1]: dk differs from k in size"},
         {"delta", ATB(), {120, 120, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 23}, .want = "out[3]: delta != B*H*T"},
     };
     run_cases(cases, N_CASES(cases));
@@ -594,13 +596,15 @@ TG_TEST(test_op_meta_rules_optimizer) {
 /* ---- slot signatures: each dtype class ------------------------------------------------- */
 
 TG_TEST(test_op_meta_rules_slot_dtypes) {
-    tg_tensor t[8];
+    tg_tensor t[9];
     int32_t n_t = 0;
     const int32_t f32_12 = add_tensor(t, &n_t, 12, TG_F32), f32_15 = add_tensor(t, &n_t, 15, TG_F32),
                   f32_20 = add_tensor(t, &n_t, 20, TG_F32), i32_12 = add_tensor(t, &n_t, 12, TG_I32),
                   bf16_4 = add_tensor(t, &n_t, 4, TG_BF16), i32_5 = add_tensor(t, &n_t, 5, TG_I32),
                   bad_7 = add_tensor(t, &n_t, 7, TG_F32);
     t[bad_7].dtype = TG_DTYPE_COUNT; /* a dtype no build has */
+    const int32_t neg_7 = add_tensor(t, &n_t, 7, TG_F32);
+    t[neg_7].dtype = -1;
     const tg_op_check_ctx c = {t, n_t, 1};
     char why[160];
 
@@ -643,6 +647,9 @@ TG_TEST(test_op_meta_rules_slot_dtypes) {
         CHECK(tg_op_check(&c, &cases[k].op, why, sizeof why) == -1 && !strcmp(why, cases[k].want),
               "slot class %s: '%s', want '%s'", cases[k].what, why, cases[k].want);
     }
+    zero.out[0] = neg_7;
+    CHECK(tg_op_check(&c, &zero, why, sizeof why) == -1 && !strcmp(why, "out[0] must be a known dtype, is ?"),
+          "zero of dtype -1: '%s'", why);
     /* A: every known dtype, i32 and bf16 included. */
     zero.out[0] = i32_12;
     CHECK(tg_op_check(&c, &zero, why, sizeof why) == 0, "zero of an i32 tensor refused: %s", why);
@@ -658,10 +665,10 @@ TG_TEST(test_op_meta_rules_slot_dtypes) {
           "'%s'", why);
     op = mm;
     op.out[0] = n_t;
-    CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "out[0] refers to tensor 7 of 7"), "'%s'", why);
+    CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "out[0] refers to tensor 8 of 8"), "'%s'", why);
     op = mm;
     op.in[3] = -2;
-    CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "in[3] refers to tensor -2 of 7"), "'%s'", why);
+    CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "in[3] refers to tensor -2 of 8"), "'%s'", why);
     char want[32];
     snprintf(want, sizeof want, "unknown op kind %d", TG_OP_COUNT);
     op.kind = TG_OP_COUNT;
@@ -672,12 +679,26 @@ TG_TEST(test_op_meta_rules_slot_dtypes) {
 
 /* ---- names and contracts ---------------------------------------------------------------- */
 
+static void count_i64(void *ctx, const char *display, int64_t *value) { ++*(int *)ctx; }
+static void count_f32(void *ctx, const char *display, float *value) { ++*(int *)ctx; }
+
 TG_TEST(test_op_meta_rules_names) {
     for (int k = 0; k < TG_OP_COUNT; k++)
         CHECK(tg_op_kind_of_name(tg_op_name(k)) == k, "'%s' maps to kind %d, not %d", tg_op_name(k),
               tg_op_kind_of_name(tg_op_name(k)), k);
     CHECK(tg_op_kind_of_name("swiglu") == -1 && tg_op_kind_of_name("") == -1 && tg_op_kind_of_name("Matmul") == -1,
           "an unknown name maps to a kind");
+    /* The parameter walk: MATMUL's ten, none for a kind outside the enum. */
+    int seen = 0;
+    tg_op_params params;
+    memset(&params, 0, sizeof params);
+    const tg_param_visitor v = {&seen, count_i64, count_f32};
+    tg_op_params_visit(TG_OP_MATMUL, &params, &v);
+    CHECK(seen == 10, "matmul: %d parameters visited", seen);
+    seen = 0;
+    tg_op_params_visit(-1, &params, &v);
+    tg_op_params_visit(TG_OP_COUNT, &params, &v);
+    CHECK(seen == 0, "kinds -1 and TG_OP_COUNT: %d parameters visited", seen);
     CHECK(!strcmp(tg_op_name(-1), "?") && !strcmp(tg_op_name(TG_OP_COUNT), "?"), "names outside the enum");
     CHECK(tg_op_out_contract(TG_OP_EMBEDDING_BWD, -1) == TG_WRITE &&
               tg_op_out_contract(TG_OP_EMBEDDING_BWD, 1) == TG_WRITE &&
