@@ -19,7 +19,7 @@
 
 /* ---- the plans ----------------------------------------------------------------------- */
 
-enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_COUNT };
+enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_COUNT };
 
 static const char *const base_jobs[BASE_COUNT] = {
     [BASE_BERT] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
@@ -29,6 +29,7 @@ static const char *const base_jobs[BASE_COUNT] = {
     [BASE_ZERO] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ndata_parallel = 2\n"
                   "zero_stage = 1\n",
     [BASE_BUCKETS] = "model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nseq_buckets = 4, 8\n",
+    [BASE_UNFUSED] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nattention = unfused\n",
 };
 
 static tg_plan bases[BASE_COUNT];
@@ -107,6 +108,8 @@ static void drop_ops(tg_plan *p) {
 }
 
 /* ---- the cases ------------------------------------------------------------------------ */
+
+static void b_accepted(tg_plan *p, char *w, size_t n) {}
 
 enum { CHECK_TABLES, CHECK_MEMORY, CHECK_OPS, CHECK_BUCKETS };
 
@@ -344,6 +347,10 @@ static void phase_start(tg_plan *p, char *w, size_t n) {
     p->phase_begin[0] = 1;
     snprintf(w, n, "p: phase table runs 1..%d, expected 0..%d (n_ops)", p->n_ops, p->n_ops);
 }
+static void op_kind_past(tg_plan *p, char *w, size_t n) {
+    p->ops[1].kind = TG_OP_COUNT;
+    snprintf(w, n, "p: op 1 has kind %d of %d", TG_OP_COUNT, TG_OP_COUNT);
+}
 static void op_kind_negative(tg_plan *p, char *w, size_t n) {
     p->ops[0].kind = -1;
     snprintf(w, n, "p: op 0 has kind -1 of %d", TG_OP_COUNT);
@@ -462,6 +469,7 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"no lifetime", BASE_BERT, CHECK_TABLES, unused_tensor},
         {"phase table start", BASE_BERT, CHECK_TABLES, phase_start},
         {"op kind -1", BASE_BERT, CHECK_TABLES, op_kind_negative},
+        {"op kind past the enum", BASE_BERT, CHECK_TABLES, op_kind_past},
         {"op input -2", BASE_BERT, CHECK_TABLES, op_input_below},
         {"op output past the table", BASE_BERT, CHECK_TABLES, op_output_past},
         {"matmul activation -1", BASE_BERT, CHECK_TABLES, activation_negative},
@@ -496,6 +504,14 @@ static void used_after_last_use(tg_plan *p, char *w, size_t n) {
                     }
         }
     }
+}
+static void used_before_first_use(tg_plan *p, char *w, size_t n) {
+    const int t = p->ops[0].in[0];
+    tg_tensor *x = &p->tensors[t];
+    x->first_use = 1;
+    if (x->last_use < 1) x->last_use = 1;
+    snprintf(w, n, "op 0 (%s) uses tensor %s outside its lifetime [1, %d]", tg_op_name(p->ops[0].kind), x->name,
+             x->last_use);
 }
 static void unaligned(tg_plan *p, char *w, size_t n) {
     const int t = plain_tensor(p, TG_POOL_ACTIVATIONS);
@@ -575,6 +591,7 @@ TG_TEST(test_plan_validate_memory) {
     static const edit_case cases[] = {
         {"used after its last use", BASE_BERT, CHECK_MEMORY, used_after_last_use},
         {"unaligned", BASE_BERT, CHECK_MEMORY, unaligned},
+        {"used before its first use", BASE_BERT, CHECK_MEMORY, used_before_first_use},
         {"group not a view", BASE_BERT, CHECK_MEMORY, group_not_view},
         {"group in another pool", BASE_BERT, CHECK_MEMORY, group_other_pool},
         {"group of another dtype", BASE_BERT, CHECK_MEMORY, group_other_dtype},
@@ -599,6 +616,14 @@ TG_TEST(test_plan_validate_memory) {
           "report: peak %llu (plan %llu), live %llu (plan %llu)", (unsigned long long)r.peak_bytes,
           (unsigned long long)p->peak_bytes, (unsigned long long)r.activation_live_peak,
           (unsigned long long)p->activation_live_peak);
+
+    /* A plan without tensors or ops: nothing placed, nothing reached. */
+    tg_plan empty;
+    memset(&empty, 0, sizeof empty);
+    memset(&r, 0xff, sizeof r);
+    CHECK(tg_plan_check_memory(&empty, &r, &err) == 0 && r.peak_bytes == 0 && r.activation_live_peak == 0 &&
+              r.pool_extent[TG_POOL_PARAMS] == 0,
+          "empty plan: %s, peak %llu", err.msg, (unsigned long long)r.peak_bytes);
 
     /* Out of memory: the layout's two tables, then the live peak's. */
     static const char *const oom[] = {"out of memory checking the memory layout of", "out of memory checking the memory layout of",
@@ -766,6 +791,28 @@ static void bf16_pool_half(tg_plan *p, char *w, size_t n) {
     grow_pool(p, TG_POOL_PARAMS_BF16, half - p->pool_bytes[TG_POOL_PARAMS_BF16]); /* accepted: exactly half */
 }
 static void no_ops_accepted(tg_plan *p, char *w, size_t n) { drop_ops(p); }
+static void schedule_writes_step_as_lr(tg_plan *p, char *w, size_t n) {
+    const int o = first_op(p, TG_OP_SCHEDULE);
+    p->ops[o].out[0] = p->io.step;
+    snprintf(w, n, "p: op %d (schedule): out[0] writes the step counter, which only the runtime and SCHEDULE sets", o);
+}
+static void softmax_without_dropout(tg_plan *p, char *w, size_t n) {
+    /* No dropout, no counter: nothing to bind (accepted). */
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == TG_OP_ATTN_SOFTMAX) p->ops[o].p.softmax.p = 0.0f, p->ops[o].in[2] = -1;
+}
+static void zero_bytes_at_step(tg_plan *p, char *w, size_t n) {
+    /* A tensor of no bytes at the counter's offset shares none of them (accepted). */
+    drop_ops(p);
+    for (int t = 0; t < p->io.step; t++) {
+        tg_tensor *x = &p->tensors[t];
+        if (x->pool == TG_POOL_ACTIVATIONS && !(x->flags & TG_TENSOR_VIEW) && x->group < 0) {
+            x->pool = TG_POOL_OPTIM, x->offset = p->tensors[p->io.step].offset;
+            x->ndim = 1, x->shape[0] = 0, x->bytes = 0;
+            return;
+        }
+    }
+}
 static void dp_replicas_one(tg_plan *p, char *w, size_t n) {
     int sums = 0;
     for (int o = 0; o < p->n_ops; o++) sums += p->ops[o].kind == TG_OP_ALL_REDUCE;
@@ -819,6 +866,10 @@ TG_TEST(test_plan_validate_ops_bindings) {
         {"step counter a view", BASE_BERT, CHECK_OPS, step_a_view},
         {"total steps a view", BASE_BERT, CHECK_OPS, total_steps_a_view},
         {"fill writing the total steps", BASE_BERT, CHECK_OPS, fill_total_steps},
+        {"schedule writing the counter as lr", BASE_BERT, CHECK_OPS, schedule_writes_step_as_lr},
+        {"unfused attention as compiled", BASE_UNFUSED, CHECK_OPS, b_accepted},
+        {"softmax without dropout or counter", BASE_UNFUSED, CHECK_OPS, softmax_without_dropout},
+        {"no bytes at the counter", BASE_BERT, CHECK_OPS, zero_bytes_at_step},
         {"no ops", BASE_BF16, CHECK_OPS, no_ops_accepted},
         {"params_all moved", BASE_BERT, CHECK_OPS, params_all_moved},
         {"grads_all moved", BASE_BERT, CHECK_OPS, grads_all_moved},
@@ -991,8 +1042,6 @@ static void b_pool(tg_plan *p, char *w, size_t n) {
              (unsigned long long)p->buckets[0].pool_bytes[TG_POOL_WORKSPACE],
              (unsigned long long)p->pool_bytes[TG_POOL_WORKSPACE]);
 }
-static void b_accepted(tg_plan *p, char *w, size_t n) {}
-
 TG_TEST(test_plan_validate_buckets) {
     static const edit_case cases[] = {
         {"as compiled", BASE_BUCKETS, CHECK_BUCKETS, b_accepted},
