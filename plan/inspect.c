@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "base/alloc.h"
 #include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 
@@ -475,9 +476,13 @@ int tg_plan_inspect(const tg_plan *plan, FILE *out, int json, tg_err *err) {
             json_decref(root);
             return tg_fail(err, "inspect: cannot build the JSON (out of memory)");
         }
-        /* Sorted-by-insertion keys: the order above is the stable output order. */
+        /* Sorted-by-insertion keys: the order above is the stable output order. jansson
+         * reports an allocation that failed while dumping as a failed dump. */
+        const long failures_before = tg_alloc_failures();
         int rc = json_dumpf(root, out, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         json_decref(root);
+        if (rc && tg_alloc_failures() != failures_before)
+            return tg_fail(err, "inspect: out of memory writing the JSON");
         if (rc || fputc('\n', out) == EOF)
             return tg_fail(err, "inspect: cannot write the JSON output");
     } else {
