@@ -298,6 +298,33 @@ TG_TEST(test_plan_codec_bucket_plans) {
     tg_plan_free(&p);
 }
 
+/* Three buckets: a payload that ends inside the first bucket plan is refused there, and the
+ * second is not read. */
+TG_TEST(test_plan_codec_three_buckets_truncated) {
+    tg_plan p;
+    REQUIRE(compile_text("model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nseq_buckets = 4, 6, 8\n", &p),
+            "no plan");
+    REQUIRE(p.train.n_buckets == 3, "%d buckets", p.train.n_buckets);
+    uint8_t *payload = NULL, *plain = NULL;
+    size_t len = 0, plain_len = 0;
+    tg_err err = {{0}};
+    tg_plan one = p;
+    one.train.n_buckets = 1, one.buckets = NULL;
+    REQUIRE(tg_plan_payload_encode(&p, &payload, &len, &err) == 0 &&
+                tg_plan_payload_encode(&one, &plain, &plain_len, &err) == 0,
+            "%s", err.msg);
+    tg_plan back;
+    memset(&back, 0, sizeof back);
+    const int rc = tg_plan_payload_decode(payload, plain_len + 2, "p", TG_PLAN_CHECK_ALL, &back, &err);
+    CHECK(rc == -1 && strstr(err.msg, "p: payload ends inside bucket 0's tensor table (file corrupt)"), "rc %d, '%s'",
+          rc, err.msg);
+    CHECK(back.buckets && back.buckets[1].n_tensors == 0 && !back.buckets[1].tensors, "bucket 1 was read");
+    tg_plan_free(&back);
+    free(plain);
+    free(payload);
+    tg_plan_free(&p);
+}
+
 /* ---- the encoder ----------------------------------------------------------------------------- */
 
 TG_TEST(test_plan_codec_encode_refusals) {

@@ -58,7 +58,8 @@ static void build(odd_plan *s) {
     s->o[1] = tg_test_op(TG_OP_FILL);
     s->o[1].out[0] = -7, s->o[1].p.fill.value = 0.5f;
     s->o[2] = tg_test_op(TG_OP_ZERO);
-    s->o[2].out[0] = 3;
+    s->o[2].out[0] = 1; /* ndim -1: no dims shown */
+    s->t[2].flags = TG_TENSOR_FLAGS_ALL; /* every flag named */
     /* Forward from -3 (clamped to 0) to 2; backward 2..1 (none); optimizer 1..9 (to 3). */
     p->phase_begin[0] = -3, p->phase_begin[1] = 2, p->phase_begin[2] = 1, p->phase_begin[3] = 9;
     p->pool_bytes[TG_POOL_PARAMS] = 256, p->pool_bytes[TG_POOL_ACTIVATIONS] = 2048;
@@ -119,7 +120,8 @@ TG_TEST(test_plan_inspect_odd_plan_text) {
         "    0 add                wide[2,3,4,5] <- bad\xff, #99? | n=5\n",
         "    1 fill               #-7? <- - | value=0.5\n",
         "\n== backward (0 ops) ==\n\n== optimizer (2 ops) ==\n    1 fill",
-        "    2 zero               frozen[6] <- -\n",
+        "    2 zero               bad\xff[] <- -\n",
+        "param,grad,no_decay,input,output,view,tied,copy,frozen,buffer,persistent\n",
         "[2,3,4,5]",
         "packed in #77?\n",
         "no_decay",
@@ -133,11 +135,14 @@ TG_TEST(test_plan_inspect_odd_plan_text) {
     CHECK(has(text, row), "the ndim -1 tensor's row lacks '%s':\n%s", row, text);
     free(text);
 
-    /* A bucket count past the limit: no bucket lines (the plan alone). */
-    s.p.train.n_buckets = TG_MAX_BUCKETS + 1;
-    text = inspect_text(&s.p, 0, &err, &rc);
-    CHECK(text && rc == 0 && !has(text, "buckets:"), "9 buckets printed as buckets");
-    free(text);
+    /* Bucket counts past the limit, or of one: no bucket lines (the plan alone). */
+    const int counts[] = {TG_MAX_BUCKETS + 1, 1};
+    for (int k = 0; k < 2; k++) {
+        s.p.train.n_buckets = counts[k];
+        text = inspect_text(&s.p, 0, &err, &rc);
+        CHECK(text && rc == 0 && !has(text, "buckets:"), "%d buckets printed as buckets", counts[k]);
+        free(text);
+    }
 }
 
 TG_TEST(test_plan_inspect_odd_plan_json) {
@@ -164,6 +169,9 @@ TG_TEST(test_plan_inspect_odd_plan_json) {
     CHECK(!strcmp(json_string_value(json_object_get(t0, "packed_in")), "#77?") &&
               json_array_size(json_object_get(t0, "flags")) == 2 && !json_object_get(t1, "packed_in"),
           "packed_in and flags of tensor 0");
+    CHECK(json_array_size(json_object_get(t2, "flags")) == 11 &&
+              !strcmp(json_string_value(json_array_get(json_object_get(t2, "flags"), 10)), "persistent"),
+          "every flag of tensor 2");
     CHECK(!strcmp(json_string_value(json_object_get(t1, "name")), "?") && json_array_size(json_object_get(t1, "shape")) == 0 &&
               json_array_size(json_object_get(t2, "shape")) == 4 &&
               json_integer_value(json_array_get(json_object_get(t2, "shape"), 3)) == 5,
@@ -189,6 +197,17 @@ TG_TEST(test_plan_inspect_odd_plan_json) {
           "attention run and asked");
     json_decref(root);
     free(text);
+
+    /* More buckets than a plan may have: the first eight lengths, and the plan alone. */
+    s.p.train.n_buckets = TG_MAX_BUCKETS + 1;
+    text = inspect_text(&s.p, 1, &err, &rc);
+    root = text ? json_loads(text, 0, &jerr) : NULL;
+    CHECK(root && json_array_size(json_object_get(json_object_get(root, "train"), "bucket_seq")) == TG_MAX_BUCKETS &&
+              json_array_size(json_object_get(root, "buckets")) == 1,
+          "9 buckets in JSON");
+    json_decref(root);
+    free(text);
+    s.p.train.n_buckets = 3;
 
     /* A seed inside int64 is a number. */
     s.p.run.seed = 42;
@@ -234,14 +253,15 @@ TG_TEST(test_plan_inspect_json_out_of_memory) {
 TG_TEST(test_plan_inspect_write_failure) {
     odd_plan s;
     build(&s);
-    for (int json = 0; json < 2; json++) {
+    /* Unbuffered (each write fails), then buffered text (the flush fails). */
+    for (int json = 0; json < 3; json++) {
         FILE *f = fopen("/dev/full", "w");
         REQUIRE(f, "no /dev/full");
-        setvbuf(f, NULL, _IONBF, 0);
+        if (json < 2) setvbuf(f, NULL, _IONBF, 0);
         tg_err err = {{0}};
-        const int rc = tg_plan_inspect(&s.p, f, json, &err);
+        const int rc = tg_plan_inspect(&s.p, f, json == 1, &err);
         fclose(f);
-        CHECK(rc == -1 && !strcmp(err.msg, json ? "inspect: cannot write the JSON output" : "inspect: cannot write the output"),
-              "%s to /dev/full: rc %d, '%s'", json ? "JSON" : "text", rc, err.msg);
+        CHECK(rc == -1 && !strcmp(err.msg, json == 1 ? "inspect: cannot write the JSON output" : "inspect: cannot write the output"),
+              "%s to /dev/full: rc %d, '%s'", json == 1 ? "JSON" : "text", rc, err.msg);
     }
 }
