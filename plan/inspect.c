@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "base/alloc.h"
 #include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 
@@ -191,10 +192,12 @@ static void print_text(const tg_plan *p, FILE *out) {
         char shape[96];
         int len = snprintf(shape, sizeof shape, "[");
         int nd = x->ndim < 0 ? 0 : x->ndim > TG_MAX_DIMS ? TG_MAX_DIMS : x->ndim;
+        /* GCOVR_EXCL_BR_START: nd <= TG_MAX_DIMS, and four int64 dims fit the 96-byte buffer */
         for (int d = 0; d < nd && len < (int)sizeof shape; d++)
             len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%" PRId64, d ? "," : "",
                             x->shape[d]);
         if (len < (int)sizeof shape) snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        /* GCOVR_EXCL_BR_STOP */
         fprintf(out, "%5d %-40s %-5s %-18s %-11s %12" PRIu64 " %12" PRIu64 " %5d %5d  ", t,
                 x->name, tg_dtype_name(x->dtype), shape, tg_pool_name(x->pool), x->offset,
                 x->bytes, x->first_use, x->last_use);
@@ -475,9 +478,13 @@ int tg_plan_inspect(const tg_plan *plan, FILE *out, int json, tg_err *err) {
             json_decref(root);
             return tg_fail(err, "inspect: cannot build the JSON (out of memory)");
         }
-        /* Sorted-by-insertion keys: the order above is the stable output order. */
+        /* Sorted-by-insertion keys: the order above is the stable output order. jansson
+         * reports an allocation that failed while dumping as a failed dump. */
+        const long failures_before = tg_alloc_failures();
         int rc = json_dumpf(root, out, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         json_decref(root);
+        if (rc && tg_alloc_failures() != failures_before)
+            return tg_fail(err, "inspect: out of memory writing the JSON");
         if (rc || fputc('\n', out) == EOF)
             return tg_fail(err, "inspect: cannot write the JSON output");
     } else {
