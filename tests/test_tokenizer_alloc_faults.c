@@ -114,10 +114,12 @@ TG_TEST(test_tokenizer_alloc_faults_wordpiece_json) {
     const char *path = write_in(dir, "tokenizer.json", j.s);
     free(j.s);
 
-    /* the text: a word of b + 100 a's, one of b + 600 a's, <t1> (normalized) and <t2>
-     * inside words, 70 combining marks after an x; the pair 1,500 words "w9" (over the
-     * 4,096 bytes the text took, and 256 tokens) */
+    /* the text: 300 x <t2> (more tokens than the first 256, all added), a word of b + 100
+     * a's, one of b + 600 a's, <t1> (normalized) and <t2> inside words, 70 combining marks
+     * after an x; the pair 300 x <t1> (found after normalizing), 2,000 CJK characters (the
+     * spaces around them outgrow the normalized text's first buffer) and 3,000 words "w9" */
     str t = {0};
+    for (int i = 0; i < 300; i++) put(&t, "%s", "<t2>");
     put(&t, "%s", "b");
     for (int i = 0; i < 100; i++) put(&t, "%s", "a");
     put(&t, "%s", " b");
@@ -125,13 +127,17 @@ TG_TEST(test_tokenizer_alloc_faults_wordpiece_json) {
     put(&t, "%s", " a<T1>a a<t2>a x");
     for (int i = 0; i < 70; i++) put(&t, "%s", "\xcc\x81");
     str p = {0};
-    for (int i = 0; i < 1500; i++) put(&p, "%s", " w9");
-    /* (the ids of the text as its own pair) [CLS] b + 50 x ##aa, b ##a{598} ##aa, a <t1> a,
-     * a <t2> a, x + marks unknown */
+    for (int i = 0; i < 300; i++) put(&p, "%s", "<t1>");
+    for (int i = 0; i < 2000; i++) put(&p, "%s", "\xe4\xb8\xad");
+    for (int i = 0; i < 3000; i++) put(&p, "%s", " w9");
+    /* (the ids of the text as its own pair) [CLS] 300 x <t2>, b + 50 x ##aa, b ##a{598}
+     * ##aa, a <t1> a, a <t2> a, x + marks unknown */
     str want = {0};
-    put(&want, "%s", "2 6");
+    put(&want, "%s", "2");
+    for (int i = 0; i < 300; i++) put(&want, "%s", " 42");
+    put(&want, "%s", " 6");
     for (int i = 0; i < 50; i++) put(&want, "%s", " 8");
-    put(&want, "%s", " 6 7 8 4 41 4 4 42 4 1 3 6");
+    put(&want, "%s", " 6 7 8 4 41 4 4 42 4 1 3 42");
     const attempt a = {path, t.s, p.s, want.s};
     fail_each("WordPiece tokenizer.json", &a);
     free(t.s);
@@ -160,14 +166,25 @@ TG_TEST(test_tokenizer_alloc_faults_bpe_json) {
     const char *dir = tg_test_tmpdir();
     const char *path = write_in(dir, "tokenizer.json", j.s);
     free(j.s);
-    /* hello after the prefix space (Ġ hello: no merge makes Ġhello), a 600-byte word of no merges (over the cache's 256 and
+    /* 300 x <n> (more tokens than the first 256, all added), hello after the prefix space (Ġ hello: no merge makes Ġhello), a 600-byte word of no merges (over the cache's 256 and
      * the 256 symbols first reserved), the added tokens */
     str t = {0};
+    for (int i = 0; i < 300; i++) put(&t, "%s", "<n>");
     put(&t, "%s", "hello<n>x<|endoftext|>");
     for (int i = 0; i < 600; i++) put(&t, "%s", "z");
-    const attempt a = {path, t.s, "hello", "32 259 302 32 120 265 32 122 122"};
+    const attempt a = {path, t.s, "hello", "302 302 302"};
     fail_each("BPE tokenizer.json", &a);
     free(t.s);
+}
+
+TG_TEST(test_tokenizer_alloc_faults_no_normalizer) {
+    /* WordPiece without a normalizer: the text copied as it is */
+    const char *dir = tg_test_tmpdir();
+    const char *path = write_in(dir, "tokenizer.json",
+                                "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"[UNK]\": 0, \"Hello\": 1, \"\xc3\xa9\": 2}},"
+                                " \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}");
+    const attempt a = {path, "Hello \xc3\xa9 hello", NULL, "1 2 0 1 2 0"};
+    fail_each("WordPiece without a normalizer", &a);
 }
 
 TG_TEST(test_tokenizer_alloc_faults_folders) {

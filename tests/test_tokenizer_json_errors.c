@@ -65,6 +65,7 @@ typedef struct bad_json {
 static const bad_json k_bad[] = {
     /* the model and its vocabulary */
     {"{'model': {}}", "model type '' is not supported (WordPiece and BPE are)"},
+    {"{'model': {'type': 5}}", "model type '' is not supported"},
     {"{'model': {'type': 'WordPiece', 'vocab': []}, " WP_PRE "}", "model.vocab is not an object of token: id"},
     {"{'model': {'type': 'WordPiece', 'vocab': {'a': 'x'}}}", "model.vocab: 'a' has no id from 0 to 4194303"},
     {"{'model': {'type': 'WordPiece', 'vocab': {'a': 1.5}}}", "model.vocab: 'a' has no id from 0 to 4194303"},
@@ -80,6 +81,7 @@ static const bad_json k_bad[] = {
     /* BPE settings that would change the encoding and are not implemented */
     {"{" BPE_WITH("'merges': [], 'dropout': 0.1") "}", "model.dropout is not supported"},
     {"{" BPE_WITH("'merges': [], 'dropout': 'none'") "}", "model.dropout is not supported"},
+    {"{" BPE_WITH("'merges': [], 'dropout': true") "}", "model.dropout is not supported"},
     {"{" BPE_WITH("'merges': [], 'continuing_subword_prefix': '##'") "}",
      "model.continuing_subword_prefix is not supported with byte-level BPE"},
     {"{" BPE_WITH("'merges': [], 'continuing_subword_prefix': 0") "}",
@@ -120,17 +122,21 @@ static const bad_json k_bad[] = {
     {"{" WP ", 'added_tokens': [{'id': 0, 'content': 'a'}, {'id': 1}]}",
      "added_tokens[1] has no integer id and string content"},
     {"{" WP ", 'added_tokens': [{'id': -1, 'content': 'x'}]}", "added_tokens[0].id -1 is out of range"},
+    {"{" WP ", 'added_tokens': [{'id': 3, 'content': 5}]}", "added_tokens[0] has no integer id and string content"},
     {"{" WP ", 'added_tokens': [{'id': 4194304, 'content': 'x'}]}", "added_tokens[0].id 4194304 is out of range"},
     {"{" WP ", 'added_tokens': [{'id': 5, 'content': ''}]}", "added_tokens[0]: an added token with empty content (id 5)"},
     /* post-processors */
     {"{" WP ", 'post_processor': {'type': 'Foo'}}", "post_processor 'Foo' is not supported"},
     {"{" WP ", 'post_processor': {'type': 'Sequence'}}", "post_processor Sequence has no processors list"},
+    {"{" WP ", 'post_processor': {'type': 'Sequence', 'processors': {}}}", "post_processor Sequence has no processors list"},
     {"{" WP ", 'post_processor': {'type': 'Sequence', 'processors': [{'type': 'ByteLevel'}, {'type': 'Foo'}]}}",
      "post_processor 'Foo' is not supported"},
     {"{" WP ", 'post_processor': {'type': 'Sequence', 'processors': [{'type': 'BertProcessing', 'cls': ['[CLS]', 0], "
      "'sep': ['[SEP]', 1]}, {'type': 'BertProcessing', 'cls': ['[CLS]', 0], 'sep': ['[SEP]', 1]}]}}",
      "post_processor: more than one template"},
     {"{" WP ", 'post_processor': {'type': 'BertProcessing', 'sep': ['[SEP]', 1]}}", "post_processor cls is not [token, id]"},
+    {"{" WP ", 'post_processor': {'type': 'BertProcessing', 'cls': '[CLS]', 'sep': ['[SEP]', 1]}}",
+     "post_processor cls is not [token, id]"},
     {"{" WP ", 'post_processor': {'type': 'BertProcessing', 'cls': ['[CLS]'], 'sep': ['[SEP]', 1]}}",
      "post_processor cls is not [token, id]"},
     {"{" WP ", 'post_processor': {'type': 'BertProcessing', 'cls': [0, 0], 'sep': ['[SEP]', 1]}}",

@@ -137,6 +137,63 @@ TG_TEST(test_tokenizer_json_wordpiece_added_tokens) {
     /* a normalized added token matches inside words, in the text and the pair */
     expect_tokens(t, "worldfoo!foo", NULL, "2:- 6:0-5 12:5-8 8:8-9 12:9-12 3:-");
     expect_tokens(t, "Hello", "foo world", "2:- 4:0-5 3:- 12:0-3 6:4-9 3:-");
+    /* more neighbours of the added tokens: a control character, the text's end, ZWJ,
+     * digits and '~', '_' after */
+    expect_tokens(t, "\x01[M]", NULL, "2:- 1:0-1 11:1-4 3:-");
+    expect_tokens(t, "hello [M]", NULL, "2:- 5:0-5 11:5-9 3:-");
+    expect_tokens(t, "\xe2\x80\x8d<x>", NULL, "2:- 1:0-3 1:3-4 1:4-5 1:5-6 3:-");
+    expect_tokens(t, "9<x> ~<x>", NULL, "2:- 1:0-1 1:1-2 1:2-3 1:3-4 1:5-6 10:6-9 3:-");
+    expect_tokens(t, "<x>_", NULL, "2:- 1:0-1 1:1-2 1:2-3 1:3-4 3:-");
+    /* a word longer than the longest entry, cut inside a character: é, then no ##é */
+    expect_tokens(t, "\xc3\xa9\xc3\xa9\xc3\xa9", NULL, "2:- 1:0-6 3:-");
+    tg_tokenizer_free(t);
+}
+
+static tg_tokenizer *open_normalizer(const char *normalizer);
+
+/* BertNormalizer's per-character path (after an accent, ASCII goes through it too):
+ * controls dropped, tab / CR / newline as spaces, CJK blocks, punctuation beyond ASCII.
+ * The vocab.txt as BertWordPieceTokenizer (lowercase) loads it. */
+TG_TEST(test_tokenizer_json_bert_character_classes) {
+    const char *dir = tg_test_tmpdir();
+    const char *path = write_plain(dir, "vocab.txt",
+                                   "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\nun\n##aff\n##able\na\n##a\n"
+                                   "\xe4\xb8\xad\ncafe\n.\n##s\nx\nx\xf0\x9d\x85\xa5\xe3\x80\xae\nabc\n\xc3\xa9\n");
+    tg_tokenizer *t = NULL;
+    tg_err err = {{0}};
+    REQUIRE(tg_tokenizer_open(path, &t, &err) == 0, "%s", err.msg);
+    expect_tokens(t, "\xc3\xa9\t\x01x", NULL, "2:- 1:0-2 18:4-5 3:-");
+    expect_tokens(t, "\xc3\xa9\x7f\xc3\xa9\rz\xc3\xa9" "a", NULL, "2:- 1:0-5 1:6-10 3:-");
+    expect_tokens(t, "\xc3\xa9\n\xc3\xa9", NULL, "2:- 1:0-2 1:3-5 3:-");
+    expect_tokens(t, "\xc3\xa9 \xc2\xa9 \xc2\xab", NULL, "2:- 1:0-2 1:3-5 1:6-8 3:-");
+    expect_tokens(t, "\xc3\xa9\xc3\xa9\xc3\xa9 abc\xc3\xa9", NULL, "2:- 1:0-6 1:7-12 3:-");
+    /* each CJK block a word of its own; the characters just outside them are not */
+    expect_tokens(t,
+                  "\xc3\xa9\xe3\x90\x80\xe4\xb8\x80\xea\x80\x80\xf0\xa0\x80\x80\xf0\xaa\x9b\xa0\xf0\xaa\x9c\x80"
+                  "\xf0\xab\x9d\x80\xf0\xab\xa4\xa0\xf0\xac\xba\xb0\xef\xa4\x80\xef\xac\x80\xf0\xaf\xa0\x80"
+                  "\xf0\xaf\xa8\xa0\xe3\x8f\xbf\xe9\xbf\xbf",
+                  NULL,
+                  "2:- 1:0-2 1:2-5 1:5-8 1:8-11 1:11-15 1:15-19 1:19-23 1:23-27 1:27-31 1:31-35 1:35-38 1:38-41 1:41-45 "
+                  "1:45-52 1:52-55 3:-");
+    /* a private-use character (U+E000) is a control character: dropped */
+    expect_tokens(t, "x\xee\x80\x80x", NULL, "2:- 1:0-5 3:-");
+    /* 70 added tokens written in the text: more splits than the first 64 */
+    char seps[400] = "";
+    for (int i = 0; i < 70; i++) strcat(seps, "[SEP]");
+    tg_encoding e = {0};
+    CHECK(tg_tokenizer_encode(t, seps, strlen(seps), NULL, 0, NULL, &e, &err) == 0 && e.n == 72 && e.ids[1] == 3 &&
+              e.ids[70] == 3 && e.start[70] == 345 && e.special[70] == 0,
+          "70 [SEP]: %d tokens (%s)", e.n, err.msg);
+    const tg_encode_options neg = {1, -1, 0};
+    CHECK(tg_tokenizer_encode(t, "x", 1, NULL, 0, &neg, &e, &err) == -1 &&
+              strstr(err.msg, "max_len -1 and pad_to 0 must not be negative"),
+          "max_len -1: %s", err.msg);
+    tg_encoding_free(&e);
+    tg_tokenizer_free(t);
+    /* without text cleaning, Unicode spaces reach the pre-tokenizer (U+3000, U+2003) */
+    t = open_normalizer("{'type': 'BertNormalizer', 'clean_text': false, 'handle_chinese_chars': false,"
+                        " 'strip_accents': true, 'lowercase': false}");
+    expect_tokens(t, "x\xe3\x80\x80x\xe2\x80\x83\xc2\xabx", NULL, "2:- 8:0-1 8:4-5 1:8-10 8:10-11 3:-");
     tg_tokenizer_free(t);
 }
 
@@ -286,6 +343,28 @@ TG_TEST(test_tokenizer_json_bpe_roberta_processing) {
     tg_tokenizer_free(t);
 }
 
+TG_TEST(test_tokenizer_json_bpe_roberta_right_strip) {
+    /* no prefix space; <mask> takes the whitespace after it only; a fused unk_token; and a
+     * merge of two spaces: offsets trimmed of leading and trailing spaces */
+    tg_tokenizer *t = open_json(
+        "{'model': {'type': 'BPE', 'unk_token': '<unk>', 'fuse_unk': true, 'vocab': {'a': 0, 'b': 1, 'c': 2, '\xc4\xa0': 3,"
+        " 'ab': 4, 'bc': 5,"
+        " '\xc4\xa0" "a': 6, '<unk>': 7, '<s>': 8, '</s>': 9, 'abc': 10, '<pad>': 11, '<mask>': 12, '\xc4\xa0\xc4\xa0': 13},"
+        " 'merges': [['a', 'b'], ['b', 'c'], ['\xc4\xa0', 'a'], ['a', 'b'], ['\xc4\xa0', '\xc4\xa0']]}, " BYTE_LEVEL ","
+        " 'added_tokens': [{'id': 12, 'content': '<mask>', 'lstrip': false, 'rstrip': true, 'normalized': false,"
+        " 'special': true}], 'post_processor': {'type': 'RobertaProcessing', 'sep': ['</s>', 9], 'cls': ['<s>', 8],"
+        " 'trim_offsets': true, 'add_prefix_space': false}}");
+    REQUIRE(t, "no tokenizer");
+    expect_special(t, TG_TOKENIZER_BPE_ROBERTA, (tg_special_ids){8, 9, 11, 7, 12, 8, 9});
+    expect_tokens(t, "ab<mask> ab", NULL, "8:- 4:0-2 12:2-8 4:9-11 9:-");
+    expect_tokens(t, " ab", NULL, "8:- 6:1-2 1:2-3 9:-");
+    expect_tokens(t, "a   b", NULL, "8:- 0:0-1 13:3-3 3:4-4 1:4-5 9:-");
+    expect_tokens(t, "abc <mask>  c", NULL, "8:- 0:0-1 5:1-3 3:4-4 12:4-10 2:12-13 9:-");
+    expect_tokens(t, "  a", NULL, "8:- 3:1-1 6:2-3 9:-");
+    expect_tokens(t, "xy a", NULL, "8:- 7:0-2 6:3-4 9:-");
+    tg_tokenizer_free(t);
+}
+
 TG_TEST(test_tokenizer_json_bpe_template_sequence) {
     /* Sequence [ByteLevel, TemplateProcessing]: a template adding <s> ... </s> to a BPE
      * model whose vocabulary has <s> is RoBERTa's family */
@@ -333,6 +412,34 @@ TG_TEST(test_tokenizer_json_bpe_template_sequence) {
     tg_tokenizer_free(t);
 }
 
+TG_TEST(test_tokenizer_json_template_ids) {
+    /* a template whose pair ends in a special token of two ids, one of them past the
+     * vocabulary: the vocabulary size covers it, and [SEP] stays the vocabulary's */
+    tg_tokenizer *t = open_json(
+        "{'model': {'type': 'WordPiece', 'unk_token': 5, 'vocab': {'[UNK]': 0, '[CLS]': 1, '[SEP]': 2, 'a': 3}},"
+        " 'pre_tokenizer': {'type': 'BertPreTokenizer'}, 'added_tokens': null, 'post_processor': {'type':"
+        " 'TemplateProcessing', 'single': [{'SpecialToken': {'id': '[CLS]', 'type_id': 0}}, {'Sequence': {'id': 'A',"
+        " 'type_id': 0}}], 'pair': [{'SpecialToken': {'id': '[CLS]', 'type_id': 0}}, {'Sequence': {'id': 'A', 'type_id':"
+        " 0}}, {'Sequence': {'id': 'B', 'type_id': 1}}, {'SpecialToken': {'id': 'E', 'type_id': 1}}], 'special_tokens':"
+        " {'[CLS]': {'id': '[CLS]', 'ids': [1]}, 'E': {'id': 'E', 'ids': [2, 50]}}}}");
+    REQUIRE(t, "no tokenizer");
+    CHECK(tg_tokenizer_vocab_size(t) == 51, "vocab size %d", tg_tokenizer_vocab_size(t));
+    /* unk_token not a string: [UNK] */
+    expect_special(t, TG_TOKENIZER_WORDPIECE, (tg_special_ids){1, 2, -1, 0, -1, -1, -1});
+    expect_tokens(t, "a b", "a", "1:- 3:0-1 0:2-3 3:0-1 2:- 50:-");
+    tg_tokenizer_free(t);
+
+    /* the same content added twice: the later entry replaces the earlier */
+    t = open_json("{'model': {'type': 'WordPiece', 'vocab': {'[UNK]': 0, 'a': 1}}, 'pre_tokenizer': {'type':"
+                  " 'BertPreTokenizer'}, 'added_tokens': [{'id': 7, 'content': '<x>'}, {'id': 8, 'content': 'y'},"
+                  " {'id': 9, 'content': '<x>'}]}");
+    REQUIRE(t, "no tokenizer");
+    CHECK(tg_tokenizer_token_id(t, "<x>") == 9 && tg_tokenizer_token_id(t, "y") == 8 && tg_tokenizer_vocab_size(t) == 10,
+          "<x> is %d", tg_tokenizer_token_id(t, "<x>"));
+    expect_tokens(t, "a<x>y", NULL, "1:0-1 9:1-4 8:4-5");
+    tg_tokenizer_free(t);
+}
+
 /* ---- folders: GPT-2 or RoBERTa by the hints ----------------------------------------- */
 
 static tg_tokenizer *open_path(const char *path) {
@@ -345,6 +452,7 @@ static tg_tokenizer *open_path(const char *path) {
 TG_TEST(test_tokenizer_json_folder_hints) {
     char *rv = tg_test_bpe_vocab_json(", \"<s>\": 266, \"</s>\": 267");
     char *gv = tg_test_bpe_vocab_json("");
+    char *sv = tg_test_bpe_vocab_json(", \"<s>\": 266");
     static const struct {
         int roberta_vocab;
         const char *config, *tokenizer_config;
@@ -357,6 +465,7 @@ TG_TEST(test_tokenizer_json_folder_hints) {
         {1, NULL, "{'tokenizer_class': 'RobertaTokenizer'}", TG_TOKENIZER_BPE_ROBERTA},
         {1, "{'model_type': 'roberta'}", "{'tokenizer_class': 7}", TG_TOKENIZER_BPE_ROBERTA},
         {1, "{'model_type': 3}", "{'tokenizer_class': 'BartTokenizer'}", TG_TOKENIZER_BPE_ROBERTA},
+        {2, NULL, NULL, TG_TOKENIZER_BPE_GPT2}, /* <s> without </s> */
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const char *dir = tg_test_tmpdir();
@@ -365,7 +474,7 @@ TG_TEST(test_tokenizer_json_folder_hints) {
         char cmd[800];
         snprintf(cmd, sizeof cmd, "mkdir -p %s", sub);
         REQUIRE(system(cmd) == 0, "mkdir");
-        write_plain(sub, "vocab.json", cases[k].roberta_vocab ? rv : gv);
+        write_plain(sub, "vocab.json", cases[k].roberta_vocab == 1 ? rv : cases[k].roberta_vocab ? sv : gv);
         write_quoted(sub, "merges.txt", tg_test_bpe_merges);
         if (cases[k].config) write_quoted(sub, "config.json", cases[k].config);
         if (cases[k].tokenizer_config) write_quoted(sub, "tokenizer_config.json", cases[k].tokenizer_config);
@@ -393,8 +502,23 @@ TG_TEST(test_tokenizer_json_folder_hints) {
     expect_tokens(t, "world", NULL, "264:0-5");
     expect_special(t, TG_TOKENIZER_BPE_GPT2, (tg_special_ids){-1, -1, -1, 265, -1, 265, 265});
     tg_tokenizer_free(t);
+
+    /* RoBERTa by its config, but </s> missing; a vocab.json file whose merges fail */
+    const char *edir = tg_test_tmpdir();
+    write_plain(edir, "vocab.json", sv);
+    write_quoted(edir, "merges.txt", tg_test_bpe_merges);
+    write_quoted(edir, "config.json", "{'model_type': 'roberta'}");
+    tg_err err = {{0}};
+    CHECK(tg_tokenizer_open(edir, &t, &err) == -1 && strstr(err.msg, "a RoBERTa vocabulary without <s> or </s>"),
+          "<s> without </s>: %s", err.msg);
+    write_quoted(edir, "merges.txt", "h zz\n");
+    char vj2[700];
+    snprintf(vj2, sizeof vj2, "%s/vocab.json", edir);
+    CHECK(tg_tokenizer_open(vj2, &t, &err) == -1 && strstr(err.msg, "merges.txt: merge 1: 'zz' is not in the vocabulary"),
+          "bad merges beside a vocab.json: %s", err.msg);
     free(rv);
     free(gv);
+    free(sv);
 }
 
 /* ---- the encoder's arguments --------------------------------------------------------- */
