@@ -162,6 +162,7 @@ TG_TEST(test_tokenizer_json_bert_character_classes) {
     tg_tokenizer *t = NULL;
     tg_err err = {{0}};
     REQUIRE(tg_tokenizer_open(path, &t, &err) == 0, "%s", err.msg);
+    tg_encoding e0 = {0};
     expect_tokens(t, "\xc3\xa9\t\x01x", NULL, "2:- 1:0-2 18:4-5 3:-");
     expect_tokens(t, "\xc3\xa9\x7f\xc3\xa9\rz\xc3\xa9" "a", NULL, "2:- 1:0-5 1:6-10 3:-");
     expect_tokens(t, "\xc3\xa9\n\xc3\xa9", NULL, "2:- 1:0-2 1:3-5 3:-");
@@ -175,6 +176,11 @@ TG_TEST(test_tokenizer_json_bert_character_classes) {
                   NULL,
                   "2:- 1:0-2 1:2-5 1:5-8 1:8-11 1:11-15 1:15-19 1:19-23 1:23-27 1:27-31 1:31-35 1:35-38 1:38-41 1:41-45 "
                   "1:45-52 1:52-55 3:-");
+    /* an overlong three-byte form is invalid */
+    CHECK(tg_tokenizer_encode(t, "ab\xe0\x80\xaf", 5, NULL, 0, NULL, &e0, &err) == -1 &&
+              strstr(err.msg, "text: invalid UTF-8 at byte 2"),
+          "overlong: %s", err.msg);
+    tg_encoding_free(&e0);
     /* a private-use character (U+E000) is a control character: dropped */
     expect_tokens(t, "x\xee\x80\x80x", NULL, "2:- 1:0-5 3:-");
     /* 70 added tokens written in the text: more splits than the first 64 */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "datasets/tokenizer.h"
 #include "datasets/tokenizer_impl.h"
@@ -283,6 +284,21 @@ TG_TEST(test_tokenizer_paths) {
     tg_tokenizer_free(t);
     write_in(bdir, "tokenizer_config.json", "{\"add_prefix_space\": 1}");
     expect_open_error(vj, "tokenizer_config.json: add_prefix_space is not true or false");
+
+    /* a path without a folder: the working folder's settings */
+    const char *rdir = tg_test_tmpdir();
+    write_in(rdir, "vocab.txt", "[UNK]\n[CLS]\n[SEP]\nHello\n");
+    write_in(rdir, "tokenizer_config.json", "{\"do_lower_case\": false}");
+    char cwd[4096];
+    REQUIRE(getcwd(cwd, sizeof cwd) && chdir(rdir) == 0, "chdir %s", rdir);
+    t = open_ok("vocab.txt");
+    REQUIRE(chdir(cwd) == 0, "chdir back to %s", cwd);
+    expect_ids(t, "Hello hello", 0, "3 0");
+    tg_tokenizer_free(t);
+
+    /* a model without a vocabulary */
+    expect_open_error(write_in(rdir, "tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"merges\": []}}"),
+                      "tokenizer.json: model.vocab is not an object of token: id");
 
     /* a file that opens but cannot be read */
     expect_open_error("/proc/self/mem", "/proc/self/mem: read failed");
