@@ -1,7 +1,7 @@
 /* `tunegraph tokenize`'s options and streams: each usage error with its exit status 2 and
  * message, --help, --offsets with template tokens, output longer than the command's 64 KiB
- * buffer (byte for byte), and the errors of a stdout that cannot be written (/dev/full)
- * and a stdin that cannot be read (a folder). */
+ * buffer (byte for byte), and the errors of a stdout that cannot be written (/dev/full),
+ * mid-stream or at the end, and a stdin that cannot be read (a folder). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,8 +99,20 @@ TG_TEST(test_tokenizer_cli_streams) {
     snprintf(args, sizeof args, "--tokenizer %s", vocab);
     CHECK(run(dir, args, in, out) == 0, "long lines failed");
     file_has(out, want, 1);
+    /* the same to /dev/full: the first 64 KiB written fails */
+    CHECK(run(dir, args, in, "/dev/full") == 1, "long lines to /dev/full succeeded");
+    file_has(err, "tunegraph tokenize: writing stdout failed: No space left on device", 0);
     free(text);
     free(want);
+
+    /* a line that fails, with stdout failing too: the line's error alone */
+    REQUIRE(tg_test_write_file(in, "hello\nbad \xff\n") == 0, "input");
+    CHECK(run(dir, args, in, "/dev/full") == 1, "a bad line to /dev/full succeeded");
+    if (file_has(err, "tunegraph tokenize: stdin:2: text: invalid UTF-8 at byte 4", 0)) {
+        char *e = tg_test_read_file(err, NULL);
+        CHECK(e && !strstr(e, "writing stdout failed"), "a second error after the line's: '%s'", e ? e : "");
+        free(e);
+    }
 
     /* stdout that takes nothing; stdin that is a folder */
     REQUIRE(tg_test_write_file(in, "hello\n") == 0, "input");
