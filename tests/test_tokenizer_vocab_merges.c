@@ -182,6 +182,12 @@ TG_TEST(test_tokenizer_merge_heap_stale_entries) {
     expect_ids(t, "bcd", 1, "1:0-1 5:1-3");
     expect_ids(t, "abcd", 1, "7:0-2 5:2-4");
     tg_tokenizer_free(t);
+    /* (b c), (a b), (a bc): in "abc" the a-b entry pops while its pair is a-bc, whose merge
+     * is another: stale, and abc comes of (a bc) */
+    t = letters_bpe("[[\"b\", \"c\"], [\"a\", \"b\"], [\"a\", \"bc\"]]");
+    expect_ids(t, "abc", 1, "6:0-3");
+    expect_ids(t, "abcd", 1, "6:0-3 3:3-4");
+    tg_tokenizer_free(t);
 }
 
 TG_TEST(test_tokenizer_merge_table_growth) {
