@@ -446,6 +446,26 @@ TG_TEST(test_tokenizer_json_template_ids) {
     tg_tokenizer_free(t);
 }
 
+/* The settings a tokenizer.json may leave out take HF's defaults: BertNormalizer cleans,
+ * spaces CJK and lower-cases; an added token is normalized unless special; ByteLevel adds
+ * the prefix space and trims offsets; BPE does not fuse unks. The ids are HF's for the
+ * same files with the defaults written out. */
+TG_TEST(test_tokenizer_json_defaults) {
+    tg_tokenizer *t = open_json("{'model': {'type': 'WordPiece', 'vocab': {'[UNK]': 0, 'foo': 1, 'x': 2, '[X]': 3,"
+                                " '\xe4\xb8\xad': 4}}, 'normalizer': {'type': 'BertNormalizer'}, 'pre_tokenizer': {'type':"
+                                " 'BertPreTokenizer'}, 'added_tokens': [{'id': 5, 'content': 'bar'}, {'id': 6, 'content':"
+                                " '[Y]', 'special': true}]}");
+    expect_tokens(t, "FOO \x01X\xe4\xb8\xad" "BAR [Y] [y]", NULL, "1:0-3 2:5-6 4:6-9 5:9-12 6:13-16 0:17-18 0:18-19 0:19-20");
+    tg_tokenizer_free(t);
+    t = open_json("{'model': {'type': 'BPE', 'unk_token': '<unk>', " BPE_VOCAB ", " BPE_MERGES "}, 'pre_tokenizer':"
+                  " {'type': 'ByteLevel'}, 'post_processor': {'type': 'ByteLevel'}}");
+    expect_tokens(t, "abc", NULL, "6:0-1 5:1-3");
+    expect_tokens(t, "xyab", NULL, "3:0-0 7:0-1 7:1-2 4:2-4");
+    expect_tokens(t, "a xy b", NULL, "6:0-1 3:2-2 7:2-3 7:3-4 3:5-5 1:5-6");
+    expect_tokens(t, "  a", NULL, "3:0-0 6:2-3");
+    tg_tokenizer_free(t);
+}
+
 /* ---- folders: GPT-2 or RoBERTa by the hints ----------------------------------------- */
 
 static tg_tokenizer *open_path(const char *path) {
