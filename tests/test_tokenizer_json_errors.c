@@ -190,22 +190,40 @@ TG_TEST(test_tokenizer_json_errors_table) {
     }
 }
 
-/* A special token of n ids, used twice in the single template: over the 64 ids a template holds. */
-TG_TEST(test_tokenizer_json_errors_template_sizes) {
-    const char *dir = tg_test_tmpdir();
-    char ids[400] = "";
-    for (int i = 0; i < 40; i++) snprintf(ids + strlen(ids), 8, "%s2", i ? ", " : "");
+/* Special tokens of n ids in the single template: 64 ids in all fit, 65 do not; one token
+ * of 64 ids fits, of 65 does not. */
+static void template_of_ids(int first, int second, const char *want) {
+    char ids[2][400] = {"", ""};
+    for (int i = 0; i < first; i++) snprintf(ids[0] + strlen(ids[0]), 8, "%s2", i ? ", " : "");
+    for (int i = 0; i < second; i++) snprintf(ids[1] + strlen(ids[1]), 8, "%s2", i ? ", " : "");
     char json[2000];
-    snprintf(json, sizeof json,
-             "{" WP ", " TP("[" SP_CLS ", " SEQ_A ", " SP_CLS "]", "[]", "{'[CLS]': {'id': '[CLS]', 'ids': [%s]}}") "}",
-             ids);
-    refused(write_quoted(dir, "tokenizer.json", json), "post_processor: more than 64 special token ids", NULL);
-    /* one token of 65 ids */
-    snprintf(ids + strlen(ids), 8, ", 2");
-    for (int i = 0; i < 24; i++) snprintf(ids + strlen(ids), 8, ", 2");
-    snprintf(json, sizeof json, "{" WP ", " TP("[" SP_CLS ", " SEQ_A "]", "[]", "{'[CLS]': {'id': '[CLS]', 'ids': [%s]}}") "}",
-             ids);
-    refused(write_quoted(dir, "tokenizer.json", json), "post_processor: too many ids", NULL);
+    if (second)
+        snprintf(json, sizeof json,
+                 "{" WP ", " TP("[" SP_CLS ", " SEQ_A ", {'SpecialToken': {'id': 'Z', 'type_id': 0}}]", "[" SEQ_A ", " SEQ_B "]",
+                                "{'[CLS]': {'id': '[CLS]', 'ids': [%s]}, 'Z': {'id': 'Z', 'ids': [%s]}}") "}",
+                 ids[0], ids[1]);
+    else
+        snprintf(json, sizeof json,
+                 "{" WP ", " TP("[" SP_CLS ", " SEQ_A "]", "[" SEQ_A ", " SEQ_B "]", "{'[CLS]': {'id': '[CLS]', 'ids': [%s]}}") "}",
+                 ids[0]);
+    const char *path = write_quoted(tg_test_tmpdir(), "tokenizer.json", json);
+    tg_tokenizer *t = NULL;
+    tg_err err = {{0}};
+    const int rc = tg_tokenizer_open(path, &t, &err);
+    if (want) {
+        CHECK(rc == -1 && strstr(err.msg, want), "%d + %d ids: rc %d, '%s'", first, second, rc, err.msg);
+    } else if (CHECK(rc == 0, "%d + %d ids: %s", first, second, err.msg)) {
+        CHECK(tg_tokenizer_added_count(t, 0) == first + second, "%d + %d ids: %d added", first, second,
+              tg_tokenizer_added_count(t, 0));
+    }
+    tg_tokenizer_free(t);
+}
+
+TG_TEST(test_tokenizer_json_errors_template_sizes) {
+    template_of_ids(32, 32, NULL);
+    template_of_ids(32, 33, "post_processor: more than 64 special token ids");
+    template_of_ids(64, 0, NULL);
+    template_of_ids(65, 0, "post_processor: too many ids");
 }
 
 /* Files that are not tokenizer.json: a JSON vocabulary with nothing beside it, and the

@@ -314,6 +314,14 @@ TG_TEST(test_tokenizer_json_bpe_unk_and_merges) {
     expect_tokens(t, "abab cab", NULL, "4:0-2 4:2-4 3:4-5 2:5-6 4:6-8");
     tg_tokenizer_free(t);
 
+    /* the prefix space without offset trimming: alone, it covers the first character */
+    t = open_json("{'model': {'type': 'BPE', 'unk_token': '<unk>', 'fuse_unk': true, " BPE_VOCAB ", " BPE_MERGES "},"
+                  " 'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': true}}");
+    expect_tokens(t, "bc", NULL, "3:0-1 5:0-2");
+    expect_tokens(t, "abc", NULL, "6:0-1 5:1-3");
+    expect_tokens(t, "\xc3\xa9", NULL, "3:0-2 7:0-2");
+    tg_tokenizer_free(t);
+
     /* no unk_token: bytes without an id are dropped (the ids as HF's) */
     t = open_json("{'model': {'type': 'BPE', " BPE_VOCAB ", " BPE_MERGES "}, " BYTE_LEVEL "}");
     expect_special(t, TG_TOKENIZER_BPE_GPT2, (tg_special_ids){-1, -1, -1, -1, -1, -1, -1});
