@@ -443,6 +443,15 @@ TG_TEST(test_tokenizer_json_template_ids) {
     expect_tokens(t, "a b", "a", "1:- 3:0-1 0:2-3 3:0-1 2:- 50:-");
     tg_tokenizer_free(t);
 
+    /* RobertaProcessing naming ids of its own: they are RoBERTa's cls / bos and sep / eos,
+     * not the vocabulary's <s> and </s> */
+    t = open_json("{'model': {'type': 'BPE', " BPE_VOCAB ", " BPE_MERGES "}, " BYTE_LEVEL ", 'post_processor': {'type':"
+                  " 'RobertaProcessing', 'cls': ['<cls>', 40], 'sep': ['<sep>', 41]}}");
+    expect_special(t, TG_TOKENIZER_BPE_ROBERTA, (tg_special_ids){40, 41, 11, 7, 12, 40, 41});
+    CHECK(!t || tg_tokenizer_vocab_size(t) == 42, "vocab size %d", t ? tg_tokenizer_vocab_size(t) : -1);
+    expect_tokens(t, "ab", "c", "40:- 4:0-2 41:- 41:- 2:0-1 41:-");
+    tg_tokenizer_free(t);
+
     /* the same content added twice: the later entry replaces the earlier */
     t = open_json("{'model': {'type': 'WordPiece', 'vocab': {'[UNK]': 0, 'a': 1}}, 'pre_tokenizer': {'type':"
                   " 'BertPreTokenizer'}, 'added_tokens': [{'id': 7, 'content': '<x>'}, {'id': 8, 'content': 'y'},"
