@@ -377,6 +377,17 @@ TG_TEST(test_tokenizer_json_bpe_roberta_right_strip) {
     expect_tokens(t, "  a", NULL, "8:- 3:1-1 6:2-3 9:-");
     expect_tokens(t, "xy a", NULL, "8:- 7:0-2 6:3-4 9:-");
     tg_tokenizer_free(t);
+    /* the same with RobertaProcessing's add_prefix_space: a first token of two spaces is
+     * trimmed of both */
+    t = open_json(
+        "{'model': {'type': 'BPE', 'unk_token': '<unk>', 'fuse_unk': true, 'vocab': {'a': 0, 'b': 1, 'c': 2, '\xc4\xa0': 3,"
+        " 'ab': 4, 'bc': 5, '\xc4\xa0" "a': 6, '<unk>': 7, '<s>': 8, '</s>': 9, 'abc': 10, '<pad>': 11, '<mask>': 12,"
+        " '\xc4\xa0\xc4\xa0': 13}, 'merges': [['a', 'b'], ['b', 'c'], ['\xc4\xa0', 'a'], ['a', 'b'], ['\xc4\xa0',"
+        " '\xc4\xa0']]}, " BYTE_LEVEL ", 'post_processor': {'type': 'RobertaProcessing', 'sep': ['</s>', 9], 'cls': ['<s>',"
+        " 8], 'trim_offsets': true, 'add_prefix_space': true}}");
+    expect_tokens(t, "   b", NULL, "8:- 13:2-2 3:3-3 1:3-4 9:-");
+    expect_tokens(t, "  a", NULL, "8:- 3:0-0 6:2-3 9:-");
+    tg_tokenizer_free(t);
 }
 
 TG_TEST(test_tokenizer_json_bpe_template_sequence) {
@@ -442,6 +453,29 @@ TG_TEST(test_tokenizer_json_template_ids) {
     expect_special(t, TG_TOKENIZER_WORDPIECE, (tg_special_ids){1, 2, -1, 0, -1, -1, -1});
     expect_tokens(t, "a b", "a", "1:- 3:0-1 0:2-3 3:0-1 2:- 50:-");
     tg_tokenizer_free(t);
+
+    /* a pair template that ends in B, or starts with a token of two ids: the vocabulary's
+     * [CLS] and [SEP] stay the special ids */
+    static const char *const pairs[] = {
+        "[{'SpecialToken': {'id': '[CLS]', 'type_id': 0}}, {'Sequence': {'id': 'A', 'type_id': 0}}, {'SpecialToken':"
+        " {'id': '[SEP]', 'type_id': 0}}, {'Sequence': {'id': 'B', 'type_id': 1}}]",
+        "[{'SpecialToken': {'id': 'E', 'type_id': 0}}, {'Sequence': {'id': 'A', 'type_id': 0}}, {'Sequence': {'id': 'B',"
+        " 'type_id': 1}}, {'SpecialToken': {'id': '[CLS]', 'type_id': 1}}]",
+    };
+    static const char *const want[] = {"1:- 3:0-1 2:- 3:0-1", "2:- 50:- 3:0-1 3:0-1 1:-"};
+    for (int k = 0; k < 2; k++) {
+        char json[2000];
+        snprintf(json, sizeof json,
+                 "{'model': {'type': 'WordPiece', 'vocab': {'[UNK]': 0, '[CLS]': 1, '[SEP]': 2, 'a': 3}}, 'pre_tokenizer':"
+                 " {'type': 'BertPreTokenizer'}, 'post_processor': {'type': 'TemplateProcessing', 'single': [{'Sequence':"
+                 " {'id': 'A', 'type_id': 0}}], 'pair': %s, 'special_tokens': {'[CLS]': {'id': '[CLS]', 'ids': [1]},"
+                 " '[SEP]': {'id': '[SEP]', 'ids': [2]}, 'E': {'id': 'E', 'ids': [2, 50]}}}}",
+                 pairs[k]);
+        t = open_json(json);
+        expect_special(t, TG_TOKENIZER_WORDPIECE, (tg_special_ids){1, 2, -1, 0, -1, -1, -1});
+        expect_tokens(t, "a", "a", want[k]);
+        tg_tokenizer_free(t);
+    }
 
     /* RobertaProcessing naming ids of its own: they are RoBERTa's cls / bos and sep / eos,
      * not the vocabulary's <s> and </s> */

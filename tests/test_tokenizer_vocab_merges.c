@@ -306,6 +306,11 @@ TG_TEST(test_tokenizer_paths) {
     expect_open_error(write_in(rdir, "tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"merges\": []}}"),
                       "tokenizer.json: model.vocab is not an object of token: id");
 
+    /* a folder with vocab.json but no merges.txt */
+    const char *jdir = tg_test_tmpdir();
+    write_in(jdir, "vocab.json", "{\"a\": 0}");
+    expect_open_error(jdir, "no tokenizer.json, vocab.txt, vocab.json + merges.txt or encoder.json + vocab.bpe");
+
     /* a file that opens but cannot be read */
     expect_open_error("/proc/self/mem", "/proc/self/mem: read failed");
 }
