@@ -62,7 +62,7 @@ static void tokenize_put_line(tokenize_out *o, const tg_encoding *enc, int offse
         tokenize_put_number(o, (uint64_t)enc->end[i]);
     }
     /* each token leaves at least 11 bytes (64 before it, 53 at most for it) */
-    if (o->n + 1 > sizeof o->buf) tokenize_flush(o); /* GCOVR_EXCL_BR_LINE: see above */
+    if (o->n + 1 > sizeof o->buf) tokenize_flush(o); /* GCOVR_EXCL_BR_LINE: 11 bytes are free */
     o->buf[o->n++] = '\n';
 }
 

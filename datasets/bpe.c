@@ -143,7 +143,7 @@ static const int32_t *cache_get(const tok_bpe *b, const unsigned char *p, int64_
         if (e < 0) return NULL;
         const tok_cache_entry *c = &b->cache[e];
         /* a 64-bit hash shared by words of different bytes does not occur in tests */
-        if (c->hash == hash && c->key_len == n && !memcmp(b->cache_arena + c->key_off, p, (size_t)n)) { /* GCOVR_EXCL_BR_LINE */
+        if (c->hash == hash && c->key_len == n && !memcmp(b->cache_arena + c->key_off, p, (size_t)n)) { /* GCOVR_EXCL_BR_LINE: no hash collisions */
             *count = (int32_t)c->n;
             return (const int32_t *)(b->cache_arena + c->val_off);
         }
@@ -394,6 +394,6 @@ int tok_bpe_encode(tg_tokenizer *t, const char *text, int64_t start, int64_t end
         if (emit_word(b, subj, ms, me, virt, text, start, end, out, err)) return -1;
         gap = pos = me;
     }
-    if (sn > gap && emit_word(b, subj, gap, sn, virt, text, start, end, out, err)) return -1; /* GCOVR_EXCL_BR_LINE: as above */
+    if (sn > gap && emit_word(b, subj, gap, sn, virt, text, start, end, out, err)) return -1; /* GCOVR_EXCL_BR_LINE: matches leave no gap */
     return 0;
 }

@@ -63,7 +63,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
             const int32_t e = v->slots[i];
             if (e < 0) break;
             tok_entry *en = &v->entries[e];
-            if (en->hash == hash && en->len == len && !memcmp(v->text + en->off, s, len)) { /* GCOVR_EXCL_BR_LINE: as above */
+            if (en->hash == hash && en->len == len && !memcmp(v->text + en->off, s, len)) { /* GCOVR_EXCL_BR_LINE: no hash collisions */
                 en->id = id;
                 if (id >= v->n_ids) v->n_ids = id + 1;
                 return 0;

@@ -114,7 +114,7 @@ static void flush_pending(normalizer *N) {
     for (int32_t i = 0; i < N->n_pending; i++) {
         const nchar *c = &w->pending[i];
         /* each character in pushed one range and gives one change-0 character */
-        if (c->change == 0 && N->head < N->tail) { /* GCOVR_EXCL_BR_LINE: head < tail then */
+        if (c->change == 0 && N->head < N->tail) { /* GCOVR_EXCL_BR_LINE: one range per change-0 character */
             N->last_os = w->fifo[2 * N->head];
             N->last_oe = w->fifo[2 * N->head + 1];
             N->head++;
@@ -168,7 +168,7 @@ static void strip_stage(normalizer *N, uint32_t cp, int64_t os, int64_t oe) {
     utf8proc_int32_t d[32];
     utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)cp, d, 32, UTF8PROC_DECOMPOSE, NULL);
     /* valid code points decompose into at most 4 (NFD) */
-    if (n < 1 || n > 32) d[0] = (utf8proc_int32_t)cp, n = 1; /* GCOVR_EXCL_BR_LINE */
+    if (n < 1 || n > 32) d[0] = (utf8proc_int32_t)cp, n = 1; /* GCOVR_EXCL_BR_LINE: valid cp, 1 to 4 */
     for (utf8proc_ssize_t k = 0; k < n; k++) {
         const int32_t ccc = utf8proc_get_property(d[k])->combining_class;
         if (ccc == 0) flush_pending(N);
