@@ -204,7 +204,7 @@ TG_TEST(test_config_load_unreadable) {
         snprintf(config, sizeof config, "%s/config.json", model);
         const char *is = NULL;
         if (k == 0) {
-            symlink("nothing-here", config);
+            if (!CHECK(symlink("nothing-here", config) == 0, "symlink %s", config)) continue;
         } else if (k == 1) {
             mkdir(config, 0755), is = "a folder";
         } else if (k == 2) {
@@ -216,7 +216,8 @@ TG_TEST(test_config_load_unreadable) {
             close(fd);
             is = "a socket";
         } else {
-            symlink("/dev/null", config), is = "a character device";
+            if (!CHECK(symlink("/dev/null", config) == 0, "symlink %s", config)) continue;
+            is = "a character device";
         }
         if (is) snprintf(want, sizeof want, "model '%s': %s: is %s, not a regular file", model, config, is);
         else snprintf(want, sizeof want, "model '%s': %s: a symbolic link to nothing readable: %s", model, config,
