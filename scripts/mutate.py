@@ -39,6 +39,7 @@ What happens:
 """
 import argparse
 import difflib
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -419,6 +420,15 @@ def main():
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_suites)
     root, out = os.path.abspath(a.root), os.path.abspath(a.out)
+    # One run at a time in OUT: two would edit the same worker copies under each other.
+    os.makedirs(out, exist_ok=True)
+    # (scripts/mutate.sh takes the lock itself, before it touches the venv there.)
+    if os.environ.get("TG_MUTATE_LOCKED") != "1":
+        lock_file = open(os.path.join(out, ".lock"), "w")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            sys.exit(f"mutate: another run is using {out}; wait for it or stop it first")
     jobs = max(1, a.jobs)
     globs = a.files.split()
 

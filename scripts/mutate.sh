@@ -14,6 +14,11 @@ mkdir -p "$1"
 out=$(cd "$1" && pwd)
 shift
 python=${PYTHON:-python3}
+# One run at a time in OUTDIR (two would edit the same worker copies and venv under each
+# other); the lock, on descriptor 9, stays held by mutate.py, which this shell becomes.
+exec 9>"$out/.lock"
+flock -n 9 || { echo "mutate: another run is using $out; wait for it or stop it first" >&2; exit 1; }
+export TG_MUTATE_LOCKED=1
 MUTATOR="universalmutator==1.14.1"
 source "$root/scripts/pinned_venv.sh"
 venv=$out/venv
