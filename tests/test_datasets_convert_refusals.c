@@ -107,6 +107,8 @@ TG_TEST(test_convert_refuses_options) {
         /* the default stride, 128, against a given seq */
         {"a.json", "{\"data\": []}", .seq = 100, .doc_stride = -1, .want = "--doc-stride 128 must be smaller than --seq 100"},
         {"a.json", "{\"data\": []}", .seq = 20, .doc_stride = 4, .want = "%s: no questions"},
+        {"a.csv", "text,label\nx,y\n", .label_column = "lab", .want = "%s: no column 'lab' for the label (the header "
+                                                                          "has 'text', 'label')"},
         {"a.csv", "text,label\nx,\n", .want = "%s:2: the label ('label') is empty"},
         {"a.csv", "text\n\"\"\n", .gpt2 = 1, .want = "%s: no records (every row encoded to no tokens)"},
         /* vocabulary 50: byte ids (5 + byte) past it are refused by the writer, naming the row */
@@ -137,6 +139,10 @@ TG_TEST(test_convert_refuses_options) {
     conv c;
     conv_init(&c, TG_TOKENIZER_WORDPIECE, "none");
     conv_refused(&c, "no input", "no inputs");
+    /* A folder input with no label folders in it. */
+    conv_input(&c, "tree", NULL);
+    mkdir(c.paths[0], 0755);
+    conv_refused(&c, "%s: no label folders (the layout is", "empty tree");
     byte_encoder_free(&c.be);
 }
 
@@ -288,6 +294,18 @@ TG_TEST(test_convert_text_tail_records) {
               cases[i].text, (long long)rep.records[0], (long long)rep.tokens[0]);
         byte_encoder_free(&c.be);
     }
+    /* A tokenizer with neither an end-of-text nor a separator token joins lines with none. */
+    conv c;
+    conv_init(&c, TG_TOKENIZER_WORDPIECE, "nosep");
+    c.enc.special.sep = -1;
+    conv_input(&c, "a.txt", "ab\ncd\n");
+    c.opt.seq = 3;
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    REQUIRE(tg_convert(&c.opt, &c.enc, &rep, &err) == 0, "%s", err.msg);
+    CHECK(rep.records[0] == 1 && rep.tokens[0] == 3, "'abcd' in 3s: %lld records, %lld tokens (the 'd' dropped)",
+          (long long)rep.records[0], (long long)rep.tokens[0]);
+    byte_encoder_free(&c.be);
 }
 
 /* ---- an encoder that fails on a marked text --------------------------------------------- */
@@ -362,6 +380,21 @@ TG_TEST(test_convert_squad_files_and_article_split) {
     snprintf(c.paths[1], sizeof c.paths[1], "%s/bad.json", c.dir);
     tg_test_write_file(c.paths[1], "{\"data\": [7]}");
     conv_refused(&c, "bad.json: data[0] must be an object", "bad second file");
+    /* The first of two files malformed: the second is not read. */
+    snprintf(c.paths[1], sizeof c.paths[1], "%s/missing.json", c.dir);
+    tg_test_write_file(c.paths[0], "{\"data\": 1}");
+    conv_refused(&c, "%s: the top level.data must be an array", "bad first file");
+    byte_encoder_free(&c.be);
+
+    /* A question of blanks only is stripped to nothing: [CLS] [SEP] context [SEP]. */
+    conv_init(&c, TG_TOKENIZER_WORDPIECE, "sq3");
+    conv_input(&c, "q.json", "{\"data\": [{\"paragraphs\": [{\"context\": \"abc\", \"qas\": [{\"id\": \"a\", "
+                             "\"question\": \"  \\t \", \"answers\": []}]}]}]}");
+    c.opt.seq = 16;
+    c.opt.doc_stride = 2;
+    REQUIRE(tg_convert(&c.opt, &c.enc, &rep, &err) == 0, "%s", err.msg);
+    CHECK(rep.records[0] == 1 && rep.tokens[0] == 6, "%lld records of %lld tokens", (long long)rep.records[0],
+          (long long)rep.tokens[0]);
     byte_encoder_free(&c.be);
 }
 
@@ -561,6 +594,13 @@ TG_TEST(test_qa_features_special_tokens_and_refusals) {
             err.msg);
     CHECK(log.n == 1 && log.len[0] == 3 && buf.ids[0] == 2 && buf.ids[1] == 3 && buf.ids[2] == 3, "%d windows of %d",
           log.n, log.len[0]);
+    /* An answer given over an empty context lies in no window. */
+    log = (sink_log){.fail_at = -1};
+    answered = 0;
+    REQUIRE(tg_qa_features(&enc, "q", 1, &c, 0, 1, 8, 3, &buf, log_sink, &log, &windows, &answered, e) == 0, "%s",
+            err.msg);
+    CHECK(log.n == 1 && log.start[0] == 0 && log.end[0] == 0 && answered == 0, "empty context: answer %d..%d",
+          log.start[0], log.end[0]);
     /* A 300-token question grows its buffer past 256. */
     char q[301];
     memset(q, 'q', 300);
