@@ -1,0 +1,120 @@
+/* Backward rules (compiler/backward_rules.c) on hand-built graphs: the refusals with the
+ * tensor they name (a parameter added directly, a matmul bias that is no parameter), the
+ * dA product of a matmul whose A is stored transposed, and the rule table's bounds. */
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/autodiff.h"
+#include "compiler/backward_rules.h"
+#include "compiler/graph.h"
+#include "compiler/job.h"
+#include "compiler/memory_plan.h"
+#include "models/model_config.h"
+#include "tests/harness.h"
+
+typedef struct hand_graph {
+    tg_model_config cfg;
+    tg_job job;
+    tg_graph g;
+    tg_err err;
+} hand_graph;
+
+static int hand_init(hand_graph *h) {
+    memset(h, 0, sizeof *h);
+    if (!CHECK(tg_model_config_load("tiny-gpt2", &h->cfg, &h->err) == 0, "%s", h->err.msg)) return 0;
+    tg_job_defaults(&h->job);
+    tg_graph_init(&h->g, &h->cfg, &h->job, &h->err);
+    return 1;
+}
+
+static int matmul(tg_graph *g, int a, int b, int bias, int out, int64_t m, int64_t n, int64_t k, int trans_a) {
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = a, s.in[1] = b, s.in[2] = bias, s.out[0] = out;
+    s.p.matmul = (tg_matmul_params){.m = m, .n = n, .k = k, .batch = 1, .trans_a = trans_a, .alpha = 1.0f};
+    return tg_graph_op(g, &s);
+}
+
+static int add(tg_graph *g, int a, int b, int out, int64_t n) {
+    tg_op_spec s = tg_spec(TG_OP_ADD);
+    s.in[0] = a, s.in[1] = b, s.out[0] = out, s.p.count.n = n;
+    return tg_graph_op(g, &s);
+}
+
+/* Cross-entropy over logits [n, c]; returns the loss tensor. */
+static int loss_of(tg_graph *g, int logits, int64_t n, int64_t c) {
+    int64_t ls[1] = {n};
+    int labels = tg_graph_tensor(g, "labels", TG_I32, TG_POOL_INPUTS, 1, ls);
+    g->io.labels = labels;
+    int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
+    s.in[0] = logits, s.in[1] = labels, s.out[0] = loss, s.p.cross_entropy.n = n, s.p.cross_entropy.c = c;
+    tg_graph_op(g, &s);
+    return loss;
+}
+
+TG_TEST(test_backward_rules_refusals) {
+    const int64_t N = 4, D = 8, C = 5;
+    /* A parameter added to an activation directly. */
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, C};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w = tg_param(&h.g, "w.direct", 2, N, C, TG_INIT_NORMAL, 0);
+    int logits = tg_act(&h.g, "logits", 2, N, C, 0, 0);
+    add(&h.g, w, x, logits, N * C);
+    int loss = loss_of(&h.g, logits, N, C);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0, "%s", h.err.msg);
+    CHECK(tg_autodiff(&h.g, loss) != 0 && !strcmp(h.err.msg, "internal compiler error: add of parameter w.direct directly is not supported"),
+          "add: %s", h.err.msg);
+    tg_graph_free(&h.g);
+
+    /* A matmul bias made by other ops from parameters: its gradient has no parameter to
+     * accumulate into. */
+    if (!hand_init(&h)) return;
+    int64_t xd[2] = {N, D};
+    x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xd);
+    int w1 = tg_param(&h.g, "w1", 2, D, C, TG_INIT_NORMAL, 0);
+    int p1 = tg_param(&h.g, "p1", 1, C, 0, TG_INIT_ZEROS, 1), p2 = tg_param(&h.g, "p2", 1, C, 0, TG_INIT_ZEROS, 1);
+    int bias = tg_act(&h.g, "made.bias", 1, C, 0, 0, 0);
+    add(&h.g, p1, p2, bias, C);
+    logits = tg_act(&h.g, "logits", 2, N, C, 0, 0);
+    matmul(&h.g, x, w1, bias, logits, N, C, D, 0);
+    loss = loss_of(&h.g, logits, N, C);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0, "%s", h.err.msg);
+    CHECK(tg_autodiff(&h.g, loss) != 0 && !strcmp(h.err.msg, "internal compiler error: matmul bias made.bias is not a parameter"), "bias: %s",
+          h.err.msg);
+    tg_graph_free(&h.g);
+}
+
+TG_TEST(test_backward_rules_transposed_a) {
+    /* h = x W1 [N, F]; logits = h^T W2 [F, C] (A stored [K, M] = [N, F]): h's gradient is
+     * W2 @ dC^T, a MATMUL reading W2 first with trans_b, M = N, N = F, K = C. */
+    const int64_t N = 4, D = 8, F = 6, C = 5;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, D};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w1 = tg_param(&h.g, "w1", 2, D, F, TG_INIT_NORMAL, 0), w2 = tg_param(&h.g, "w2", 2, N, C, TG_INIT_NORMAL, 0);
+    int hid = tg_act(&h.g, "h", 2, N, F, 0, 0), logits = tg_act(&h.g, "logits", 2, F, C, 0, 0);
+    matmul(&h.g, x, w1, -1, hid, N, F, D, 0);
+    matmul(&h.g, hid, w2, -1, logits, F, C, N, 1);
+    int loss = loss_of(&h.g, logits, F, C);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0 && tg_autodiff(&h.g, loss) == 0, "%s", h.err.msg);
+    int found = 0;
+    for (int o = 0; o < h.g.n_ops; o++) {
+        const tg_op *op = &h.g.ops[o];
+        if (op->kind != TG_OP_MATMUL || op->phase == TG_PHASE_FORWARD || op->in[0] != w2) continue;
+        const tg_matmul_params *m = &op->p.matmul;
+        found++;
+        CHECK(m->trans_a == 0 && m->trans_b == 1 && m->m == N && m->n == F && m->k == C && m->accumulate == 0,
+              "dA of the transposed product: trans %d %d, m %lld n %lld k %lld", (int)m->trans_a, (int)m->trans_b,
+              (long long)m->m, (long long)m->n, (long long)m->k);
+    }
+    CHECK(found == 1, "%d backward matmuls read w2 first", found);
+    tg_graph_free(&h.g);
+}
+
+TG_TEST(test_backward_rules_table_bounds) {
+    CHECK(tg_backward_rule_of(-1) == NULL && tg_backward_rule_of(TG_OP_COUNT) == NULL, "kinds outside the table");
+    CHECK(tg_backward_rule_of(TG_OP_MATMUL) != NULL && tg_backward_rule_of(TG_OP_ADD) != NULL, "matmul and add rules");
+}
