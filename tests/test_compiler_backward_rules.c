@@ -86,6 +86,50 @@ TG_TEST(test_backward_rules_refusals) {
     tg_graph_free(&h.g);
 }
 
+TG_TEST(test_backward_rules_pointwise_and_layernorm_refusals) {
+    const int64_t N = 4, C = 5;
+    /* GELU and tanh straight on a parameter. */
+    for (int kind = 0; kind < 2; kind++) {
+        hand_graph h;
+        if (!hand_init(&h)) return;
+        int w = tg_param(&h.g, "w", 2, N, C, TG_INIT_NORMAL, 0);
+        int logits = tg_act(&h.g, "logits", 2, N, C, 0, 0);
+        tg_op_spec s = tg_spec(kind ? TG_OP_TANH : TG_OP_GELU);
+        s.in[0] = w, s.out[0] = logits;
+        if (kind) s.p.count.n = N * C;
+        else s.p.gelu.n = N * C, s.p.gelu.form = TG_GELU_TANH;
+        tg_graph_op(&h.g, &s);
+        int loss = loss_of(&h.g, logits, N, C);
+        REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0, "%s", h.err.msg);
+        const char *want = kind ? "internal compiler error: tanh of a parameter is not supported"
+                                : "internal compiler error: gelu of a parameter is not supported";
+        CHECK(tg_autodiff(&h.g, loss) != 0 && !strcmp(h.err.msg, want), "%s", h.err.msg);
+        tg_graph_free(&h.g);
+    }
+    /* A LayerNorm whose gamma is an activation made from parameters. */
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, C};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int p1 = tg_param(&h.g, "p1", 1, C, 0, TG_INIT_ONES, 1), p2 = tg_param(&h.g, "p2", 1, C, 0, TG_INIT_ZEROS, 1);
+    int beta = tg_param(&h.g, "beta", 1, C, 0, TG_INIT_ZEROS, 1);
+    int gamma = tg_act(&h.g, "made.gamma", 1, C, 0, 0, 0);
+    add(&h.g, p1, p2, gamma, C);
+    int y = tg_act(&h.g, "y", 2, N, C, 0, 0), mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0),
+        rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_LAYERNORM);
+    s.in[0] = x, s.in[1] = gamma, s.in[2] = beta, s.out[0] = y, s.out[1] = mean, s.out[2] = rstd;
+    s.p.layernorm.m = N, s.p.layernorm.d = C, s.p.layernorm.eps = 1e-5f;
+    tg_graph_op(&h.g, &s);
+    int loss = loss_of(&h.g, y, N, C);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0, "%s", h.err.msg);
+    CHECK(tg_autodiff(&h.g, loss) != 0 &&
+              !strcmp(h.err.msg, "internal compiler error: layernorm 1 needs an activation input and parameter "
+                                 "gamma/beta"),
+          "%s", h.err.msg);
+    tg_graph_free(&h.g);
+}
+
 TG_TEST(test_backward_rules_transposed_a) {
     /* h = x W1 [N, F]; logits = h^T W2 [F, C] (A stored [K, M] = [N, F]): h's gradient is
      * W2 @ dC^T, a MATMUL reading W2 first with trans_b, M = N, N = F, K = C. */
