@@ -158,6 +158,36 @@ TG_TEST(test_backward_rules_transposed_a) {
     tg_graph_free(&h.g);
 }
 
+TG_TEST(test_backward_rules_bias_gradient_fusion) {
+    /* logits = x W + b: with fuse_bias_grad the weight-gradient MATMUL also writes db
+     * (bias_grad 2: dC is its B operand); without it, or without a job (a hand-built
+     * graph), a BIAS_GRAD op does. */
+    const int64_t N = 4, D = 8, C = 5;
+    for (int mode = 0; mode < 3; mode++) {
+        hand_graph h;
+        if (!hand_init(&h)) return;
+        if (mode == 1) h.job.fuse_bias_grad = 0;
+        if (mode == 2) h.g.job = NULL;
+        int64_t xs[2] = {N, D};
+        int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+        int w = tg_param(&h.g, "w", 2, D, C, TG_INIT_NORMAL, 0), b = tg_param(&h.g, "b", 1, C, 0, TG_INIT_ZEROS, 1);
+        int logits = tg_act(&h.g, "logits", 2, N, C, 0, 0);
+        matmul(&h.g, x, w, b, logits, N, C, D, 0);
+        int loss = loss_of(&h.g, logits, N, C);
+        REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0 && tg_autodiff(&h.g, loss) == 0, "mode %d: %s", mode,
+                h.err.msg);
+        int bias_ops = 0, fused = 0;
+        for (int o = 0; o < h.g.n_ops; o++) {
+            const tg_op *op = &h.g.ops[o];
+            bias_ops += op->kind == TG_OP_BIAS_GRAD;
+            fused += op->kind == TG_OP_MATMUL && op->p.matmul.bias_grad == 2 && op->out[1] >= 0;
+        }
+        CHECK(mode == 0 ? bias_ops == 0 && fused == 1 : bias_ops == 1 && fused == 0, "mode %d: %d BIAS_GRAD, %d fused",
+              mode, bias_ops, fused);
+        tg_graph_free(&h.g);
+    }
+}
+
 TG_TEST(test_backward_rules_table_bounds) {
     CHECK(tg_backward_rule_of(-1) == NULL && tg_backward_rule_of(TG_OP_COUNT) == NULL, "kinds outside the table");
     CHECK(tg_backward_rule_of(TG_OP_MATMUL) != NULL && tg_backward_rule_of(TG_OP_ADD) != NULL, "matmul and add rules");
