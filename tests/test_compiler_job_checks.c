@@ -1,12 +1,14 @@
 /* The compiler's checks of a job against its model (compiler/compile.c), table-driven with
- * the messages naming the key, and every allocation of a bf16 compile with frozen
- * parameters and length buckets failed in turn (compiler/compile.c, precision.c). */
+ * the messages naming the key; every allocation of a bf16 compile with frozen parameters
+ * and length buckets failed in turn (compiler/compile.c, precision.c); a model without
+ * dropout (compiler/model_build.c). */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "models/model_config.h"
 #include "tests/harness.h"
 
 static int job_of(const char *text, tg_job *job) {
@@ -80,6 +82,42 @@ TG_TEST(test_compile_bf16_buckets_allocation_failures) {
         CHECK(clean == total, "job %d: %ld of %ld failures reported running out of memory", t, clean, total);
         REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
         CHECK(plan.n_tensors == n_tensors, "the same plan after the failures");
+        tg_plan_free(&plan);
+    }
+}
+
+TG_TEST(test_compile_without_dropout) {
+    /* A config with every dropout 0 builds no DROPOUT op: the fused residual LayerNorm
+     * takes p 0 and no step, attention keeps no mask bits; unfused, the residual is a
+     * plain ADD of the block's output. */
+    tg_model_config cfg;
+    tg_err err = {{0}};
+    memset(&cfg, 0, sizeof cfg);
+    REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
+    cfg.hidden_dropout = cfg.attention_dropout = cfg.embedding_dropout = cfg.classifier_dropout = 0;
+    for (int fused = 1; fused >= 0; fused--) {
+        tg_job job;
+        if (!job_of("model = tiny-bert\ntrain_data = t.jsonl\nsteps = 1\nbatch = 2\nseq = 16\n", &job)) return;
+        job.fuse_residual_layernorm = fused;
+        tg_plan plan;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &plan, &err) == 0, "%s", err.msg);
+        int dropouts = 0, residual_ln = 0, masked_ln = 0, attention = 0, kept_bits = 0;
+        for (int o = 0; o < plan.n_ops; o++) {
+            const tg_op *op = &plan.ops[o];
+            dropouts += op->kind == TG_OP_DROPOUT;
+            if (op->kind == TG_OP_RESIDUAL_LAYERNORM) {
+                residual_ln++;
+                masked_ln += op->p.residual_layernorm.p != 0 || op->in[4] >= 0;
+            }
+            if (op->kind == TG_OP_ATTENTION) {
+                attention++;
+                kept_bits += op->out[2] >= 0 || op->p.attention.p != 0;
+            }
+        }
+        CHECK(dropouts == 0 && masked_ln == 0 && kept_bits == 0, "fused %d: %d dropouts, %d masked LNs, %d kept bits",
+              fused, dropouts, masked_ln, kept_bits);
+        CHECK(residual_ln == (fused ? 2 * cfg.layers : 0) && attention == cfg.layers, "fused %d: %d residual LNs, %d "
+              "attention ops", fused, residual_ln, attention);
         tg_plan_free(&plan);
     }
 }
