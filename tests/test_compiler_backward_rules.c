@@ -1,6 +1,8 @@
 /* Backward rules (compiler/backward_rules.c) on hand-built graphs: the refusals with the
- * tensor they name (a parameter added directly, a matmul bias that is no parameter), the
- * dA product of a matmul whose A is stored transposed, and the rule table's bounds. */
+ * op or tensor they name (a parameter added, embedded, normalised, softmaxed or merged
+ * directly; a bias, gamma or table that is no parameter; a split part without a gradient),
+ * the dA product of a matmul whose A is stored transposed, the bias gradient's fusion, and
+ * the rule table's bounds. */
 #include <stdio.h>
 #include <string.h>
 
@@ -128,6 +130,120 @@ TG_TEST(test_backward_rules_pointwise_and_layernorm_refusals) {
                                  "gamma/beta"),
           "%s", h.err.msg);
     tg_graph_free(&h.g);
+}
+
+/* Each graph's autodiff must fail with exactly `want`. */
+static void expect_autodiff_fails(hand_graph *h, int loss, const char *want) {
+    if (CHECK(!h->g.failed && tg_plan_param_layout(&h->g) == 0, "%s", h->err.msg))
+        CHECK(tg_autodiff(&h->g, loss) != 0 && !strcmp(h->err.msg, want), "'%s', want '%s'", h->err.msg, want);
+    tg_graph_free(&h->g);
+}
+
+TG_TEST(test_backward_rules_more_refusals) {
+    const int64_t N = 4, D = 6, V = 10, T = 4;
+    hand_graph h;
+    /* An embedding table made by other ops. */
+    if (!hand_init(&h)) return;
+    int64_t n1[1] = {N};
+    int ids = tg_graph_tensor(&h.g, "ids", TG_I32, TG_POOL_INPUTS, 1, n1);
+    int p1 = tg_param(&h.g, "p1", 2, V, D, TG_INIT_NORMAL, 0), p2 = tg_param(&h.g, "p2", 2, V, D, TG_INIT_NORMAL, 0);
+    int table = tg_act(&h.g, "made.table", 2, V, D, 0, 0), rows = tg_act(&h.g, "rows", 2, N, D, 0, 0);
+    add(&h.g, p1, p2, table, V * D);
+    tg_op_spec s = tg_spec(TG_OP_EMBEDDING);
+    s.in[0] = ids, s.in[1] = table, s.out[0] = rows;
+    s.p.embedding = (tg_embedding_params){.n = N, .vocab = V, .dim = D, .padding_idx = -1};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, loss_of(&h.g, rows, N, D),
+                          "internal compiler error: embedding table made.table is not a parameter");
+
+    /* Softmax straight on a parameter; softmax whose probabilities and dropped
+     * probabilities both have gradients. */
+    for (int both = 0; both < 2; both++) {
+        if (!hand_init(&h)) return;
+        int scores;
+        if (both) {
+            int64_t xs[2] = {T, D};
+            int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+            int w = tg_param(&h.g, "w", 2, D, T, TG_INIT_NORMAL, 0);
+            scores = tg_act(&h.g, "scores", 4, 1, 1, T, T);
+            matmul(&h.g, x, w, -1, scores, T, T, D, 0);
+        } else {
+            scores = tg_param(&h.g, "scores", 2, T, T, TG_INIT_NORMAL, 0);
+        }
+        int probs = tg_act(&h.g, "probs", 4, 1, 1, T, T), dropped = both ? tg_act(&h.g, "dropped", 4, 1, 1, T, T) : -1;
+        s = tg_spec(TG_OP_ATTN_SOFTMAX);
+        s.in[0] = scores, s.out[0] = probs, s.out[1] = dropped;
+        s.p.softmax = (tg_softmax_params){.b = 1, .h = 1, .t = T, .scale = 1.0f};
+        tg_graph_op(&h.g, &s);
+        int logits = probs;
+        if (both) {
+            logits = tg_act(&h.g, "sum", 2, T, T, 0, 0);
+            add(&h.g, probs, dropped, logits, T * T);
+        }
+        expect_autodiff_fails(&h, loss_of(&h.g, logits, T, T),
+                              both ? "internal compiler error: attn_softmax 1: both the probabilities and the dropped "
+                                     "probabilities have gradients"
+                                   : "internal compiler error: attn_softmax of a parameter is not supported");
+    }
+
+    /* A LayerNorm of a parameter. */
+    if (!hand_init(&h)) return;
+    int x = tg_param(&h.g, "x.param", 2, N, D, TG_INIT_NORMAL, 0);
+    int gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1), beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+    int y = tg_act(&h.g, "y", 2, N, D, 0, 0), mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0),
+        rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+    s = tg_spec(TG_OP_LAYERNORM);
+    s.in[0] = x, s.in[1] = gamma, s.in[2] = beta, s.out[0] = y, s.out[1] = mean, s.out[2] = rstd;
+    s.p.layernorm.m = N, s.p.layernorm.d = D, s.p.layernorm.eps = 1e-5f;
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, loss_of(&h.g, y, N, D),
+                          "internal compiler error: layernorm 0 needs an activation input and parameter gamma/beta");
+
+    /* A residual LayerNorm whose residual is a parameter. */
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, D};
+    int in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w = tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0);
+    x = tg_act(&h.g, "x", 2, N, D, 0, 0);
+    matmul(&h.g, in, w, -1, x, N, D, D, 0);
+    int r = tg_param(&h.g, "r.param", 2, N, D, TG_INIT_NORMAL, 0);
+    gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1), beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+    y = tg_act(&h.g, "y", 2, N, D, 0, 0);
+    int sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
+    mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+    s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+    s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
+    s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+    s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, loss_of(&h.g, y, N, D),
+                          "internal compiler error: residual_layernorm 1 needs activations x and r and parameters "
+                          "gamma and beta");
+
+    /* Heads: a merged part that is a parameter; a split part without a gradient. */
+    const int64_t B = 1, H = 2, Dh = 3;
+    if (!hand_init(&h)) return;
+    int part = tg_param(&h.g, "part.param", 2, B * H * T, Dh, TG_INIT_NORMAL, 0);
+    int merged = tg_act(&h.g, "merged", 2, B * T, H * Dh, 0, 0);
+    s = tg_spec(TG_OP_HEADS_MERGE);
+    s.in[0] = part, s.out[0] = merged;
+    s.p.heads = (tg_heads_params){.b = B, .t = T, .h = H, .head_dim = Dh, .parts = 1};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, loss_of(&h.g, merged, B * T, H * Dh),
+                          "internal compiler error: heads_merge 0: part 0 must be an activation needing a gradient");
+    if (!hand_init(&h)) return;
+    int64_t ins[2] = {B * T, D};
+    in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, ins);
+    w = tg_param(&h.g, "w", 2, D, 2 * H * Dh, TG_INIT_NORMAL, 0);
+    int packed = tg_act(&h.g, "packed", 2, B * T, 2 * H * Dh, 0, 0);
+    matmul(&h.g, in, w, -1, packed, B * T, 2 * H * Dh, D, 0);
+    int q = tg_act(&h.g, "q", 4, B, H, T, Dh), k = tg_act(&h.g, "k", 4, B, H, T, Dh);
+    s = tg_spec(TG_OP_HEADS_SPLIT);
+    s.in[0] = packed, s.out[0] = q, s.out[1] = k;
+    s.p.heads = (tg_heads_params){.b = B, .t = T, .h = H, .head_dim = Dh, .parts = 2};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, loss_of(&h.g, q, B * H * T, Dh),
+                          "internal compiler error: heads_split 1: part 1 has no gradient");
 }
 
 TG_TEST(test_backward_rules_transposed_a) {
