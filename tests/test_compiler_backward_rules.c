@@ -246,6 +246,81 @@ TG_TEST(test_backward_rules_more_refusals) {
                           "internal compiler error: heads_split 1: part 1 has no gradient");
 }
 
+/* Fused attention over q = x Wq, v = x Wv and k (a parameter, or an input that needs no
+ * gradient); the loss from its output, or from its log-sum-exp. */
+static int attention_graph(hand_graph *h, int k_is_param, int loss_from_lse, const char *lse_name) {
+    const int64_t B = 1, T = 4, H = 2, Dh = 3, E = 5, D = H * Dh;
+    if (!hand_init(h)) return -1;
+    int64_t xs[2] = {B * T, E}, ks[2] = {B * T, D};
+    int x = tg_graph_tensor(&h->g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int wq = tg_param(&h->g, "wq", 2, E, D, TG_INIT_NORMAL, 0), wv = tg_param(&h->g, "wv", 2, E, D, TG_INIT_NORMAL, 0);
+    int q = tg_act(&h->g, "q", 2, B * T, D, 0, 0), v = tg_act(&h->g, "v", 2, B * T, D, 0, 0);
+    matmul(&h->g, x, wq, -1, q, B * T, D, E, 0);
+    matmul(&h->g, x, wv, -1, v, B * T, D, E, 0);
+    int k = k_is_param ? tg_param(&h->g, "k.param", 2, B * T, D, TG_INIT_NORMAL, 0)
+                       : tg_graph_tensor(&h->g, "k.input", TG_F32, TG_POOL_INPUTS, 2, ks);
+    int out = tg_act(&h->g, "o", 2, B * T, D, 0, 0);
+    int64_t ls[3] = {B, H, T};
+    int lse = tg_graph_tensor(&h->g, lse_name, TG_F32, TG_POOL_ACTIVATIONS, 3, ls);
+    tg_op_spec s = tg_spec(TG_OP_ATTENTION);
+    s.in[0] = q, s.in[1] = k, s.in[2] = v, s.out[0] = out, s.out[1] = lse;
+    s.p.attention = (tg_attention_params){.b = B, .h = H, .t = T, .head_dim = Dh, .scale = 0.5f};
+    tg_graph_op(&h->g, &s);
+    return loss_from_lse ? loss_of(&h->g, lse, B * H, T) : loss_of(&h->g, out, B * T, D);
+}
+
+TG_TEST(test_backward_rules_attention) {
+    hand_graph h;
+    int loss = attention_graph(&h, 1, 0, "a.lse");
+    if (loss < 0) return;
+    expect_autodiff_fails(&h, loss, "internal compiler error: attention 2: input 1 must be an activation");
+    loss = attention_graph(&h, 0, 1, "a.lse");
+    if (loss < 0) return;
+    expect_autodiff_fails(&h, loss,
+                          "internal compiler error: attention 2: the log-sum-exp or the keep bits have a gradient");
+    /* k needs no gradient: dk goes to scratch; the row term is named after the LSE, which
+     * here has no prefix. */
+    for (int named = 0; named < 2; named++) {
+        loss = attention_graph(&h, 0, 0, named ? "layer.0.lse" : "lse");
+        if (loss < 0) return;
+        REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0 && tg_autodiff(&h.g, loss) == 0, "%s", h.err.msg);
+        int found = 0;
+        for (int o = 0; o < h.g.n_ops; o++) {
+            const tg_op *op = &h.g.ops[o];
+            if (op->kind != TG_OP_ATTENTION_BWD) continue;
+            found++;
+            const char *delta = h.g.tensors[op->out[3]].name;
+            CHECK(!strcmp(delta, named ? "layer.0.delta" : "lse.delta"), "delta named %s", delta);
+            CHECK(op->out[1] >= 0 && h.g.needs_grad[op->in[6]] == 0, "dk written to scratch");
+        }
+        CHECK(found == 1, "%d attention backwards", found);
+        tg_graph_free(&h.g);
+    }
+}
+
+TG_TEST(test_backward_rules_residual_layernorm_statistics) {
+    /* A loss read from the residual LayerNorm's mean: its statistics take no gradient. */
+    const int64_t N = 4, D = 6;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, D};
+    int in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w1 = tg_param(&h.g, "w1", 2, D, D, TG_INIT_NORMAL, 0), w2 = tg_param(&h.g, "w2", 2, D, D, TG_INIT_NORMAL, 0);
+    int x = tg_act(&h.g, "x", 2, N, D, 0, 0), r = tg_act(&h.g, "r", 2, N, D, 0, 0);
+    matmul(&h.g, in, w1, -1, x, N, D, D, 0);
+    matmul(&h.g, in, w2, -1, r, N, D, D, 0);
+    int gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1), beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+    int y = tg_act(&h.g, "y", 2, N, D, 0, 0), sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
+    int mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+    s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
+    s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+    s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, loss_of(&h.g, mean, 1, N),
+                          "internal compiler error: residual_layernorm 2: y must have a gradient and mean/rstd none");
+}
+
 TG_TEST(test_backward_rules_transposed_a) {
     /* h = x W1 [N, F]; logits = h^T W2 [F, C] (A stored [K, M] = [N, F]): h's gradient is
      * W2 @ dC^T, a MATMUL reading W2 first with trans_b, M = N, N = F, K = C. */
