@@ -299,26 +299,111 @@ TG_TEST(test_backward_rules_attention) {
 }
 
 TG_TEST(test_backward_rules_residual_layernorm_statistics) {
-    /* A loss read from the residual LayerNorm's mean: its statistics take no gradient. */
+    /* A loss read from the residual LayerNorm's mean alone, or from y and its mean or rstd
+     * (rstd [1, N] @ y [N, D]): the statistics take no gradient. */
     const int64_t N = 4, D = 6;
-    hand_graph h;
-    if (!hand_init(&h)) return;
-    int64_t xs[2] = {N, D};
-    int in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
-    int w1 = tg_param(&h.g, "w1", 2, D, D, TG_INIT_NORMAL, 0), w2 = tg_param(&h.g, "w2", 2, D, D, TG_INIT_NORMAL, 0);
-    int x = tg_act(&h.g, "x", 2, N, D, 0, 0), r = tg_act(&h.g, "r", 2, N, D, 0, 0);
-    matmul(&h.g, in, w1, -1, x, N, D, D, 0);
-    matmul(&h.g, in, w2, -1, r, N, D, D, 0);
-    int gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1), beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
-    int y = tg_act(&h.g, "y", 2, N, D, 0, 0), sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
-    int mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
-    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
-    s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
-    s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
-    s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
-    tg_graph_op(&h.g, &s);
-    expect_autodiff_fails(&h, loss_of(&h.g, mean, 1, N),
-                          "internal compiler error: residual_layernorm 2: y must have a gradient and mean/rstd none");
+    for (int variant = 0; variant < 3; variant++) {
+        hand_graph h;
+        if (!hand_init(&h)) return;
+        int64_t xs[2] = {N, D};
+        int in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
+        int w1 = tg_param(&h.g, "w1", 2, D, D, TG_INIT_NORMAL, 0), w2 = tg_param(&h.g, "w2", 2, D, D, TG_INIT_NORMAL, 0);
+        int x = tg_act(&h.g, "x", 2, N, D, 0, 0), r = tg_act(&h.g, "r", 2, N, D, 0, 0);
+        matmul(&h.g, in, w1, -1, x, N, D, D, 0);
+        matmul(&h.g, in, w2, -1, r, N, D, D, 0);
+        int gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1), beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+        int y = tg_act(&h.g, "y", 2, N, D, 0, 0), sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
+        int mean = tg_act(&h.g, "mean", 2, 1, N, 0, 0), rstd = tg_act(&h.g, "rstd", 2, 1, N, 0, 0);
+        tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+        s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
+        s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+        s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+        tg_graph_op(&h.g, &s);
+        int logits = mean, rows = 1, cols = (int)N;
+        if (variant) {
+            logits = tg_act(&h.g, "logits", 2, 1, D, 0, 0), cols = (int)D;
+            matmul(&h.g, variant == 1 ? mean : rstd, y, -1, logits, 1, D, N, 0);
+        }
+        expect_autodiff_fails(&h, loss_of(&h.g, logits, rows, cols),
+                              "internal compiler error: residual_layernorm 2: y must have a gradient and mean/rstd none");
+    }
+}
+
+/* y = LayerNorm(x; gamma, beta) feeding logits = y W, where x, gamma and beta are each an
+ * input (no gradient), a parameter, or an activation made from parameters ("made"). */
+enum { LN_INPUT, LN_PARAM, LN_MADE };
+
+static int layernorm_graph(hand_graph *h, int x_kind, int gamma_kind, int beta_kind) {
+    const int64_t N = 4, D = 6, C = 3;
+    if (!hand_init(h)) return -1;
+    const int kinds[3] = {x_kind, gamma_kind, beta_kind};
+    const char *names[3] = {"x", "gamma", "beta"};
+    int t[3];
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        int64_t shape[2] = {i ? D : N, D};
+        const int ndim = i ? 1 : 2;
+        if (i) shape[0] = D;
+        snprintf(name, sizeof name, "%s.%d", names[i], kinds[i]);
+        if (kinds[i] == LN_INPUT) t[i] = tg_graph_tensor(&h->g, name, TG_F32, TG_POOL_INPUTS, ndim, shape);
+        else if (kinds[i] == LN_PARAM) t[i] = tg_param(&h->g, name, ndim, shape[0], ndim > 1 ? D : 0, TG_INIT_ONES, 1);
+        else { /* u [rows, 2] @ m [2, D], rows N for x and 1 for gamma and beta */
+            char pu[40], pm[40];
+            snprintf(pu, sizeof pu, "%s.u", name), snprintf(pm, sizeof pm, "%s.m", name);
+            const int64_t rows = ndim > 1 ? N : 1, us[2] = {rows, 2};
+            int u = tg_graph_tensor(&h->g, pu, TG_F32, TG_POOL_INPUTS, 2, us);
+            int m = tg_param(&h->g, pm, 2, 2, D, TG_INIT_NORMAL, 0);
+            t[i] = tg_act(&h->g, name, ndim, ndim > 1 ? N : D, ndim > 1 ? D : 0, 0, 0);
+            matmul(&h->g, u, m, -1, t[i], rows, D, 2, 0);
+        }
+    }
+    int y = tg_act(&h->g, "y", 2, N, D, 0, 0), mean = tg_act(&h->g, "mean", 1, N, 0, 0, 0),
+        rstd = tg_act(&h->g, "rstd", 1, N, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_LAYERNORM);
+    s.in[0] = t[0], s.in[1] = t[1], s.in[2] = t[2], s.out[0] = y, s.out[1] = mean, s.out[2] = rstd;
+    s.p.layernorm.m = N, s.p.layernorm.d = D, s.p.layernorm.eps = 1e-5f;
+    tg_graph_op(&h->g, &s);
+    int w = tg_param(&h->g, "w", 2, D, C, TG_INIT_NORMAL, 0), logits = tg_act(&h->g, "logits", 2, N, C, 0, 0);
+    matmul(&h->g, y, w, -1, logits, N, C, D, 0);
+    return loss_of(&h->g, logits, N, C);
+}
+
+TG_TEST(test_backward_rules_layernorm_inputs) {
+    static const struct {
+        int x, gamma, beta;
+        const char *want; /* NULL: differentiated; the LAYERNORM_BWD count follows */
+        int bwd_ops, dx_scratch;
+    } cases[] = {
+        {LN_INPUT, LN_INPUT, LN_INPUT, NULL, 0, 0},  /* nothing to differentiate: no backward op */
+        {LN_INPUT, LN_PARAM, LN_PARAM, NULL, 1, 1},  /* dx to scratch */
+        {LN_MADE, LN_PARAM, LN_PARAM, NULL, 1, 0},
+        {LN_MADE, LN_INPUT, LN_PARAM, NULL, 1, 0},   /* dgamma to scratch */
+        {LN_MADE, LN_PARAM, LN_MADE, "internal compiler error: layernorm 2 needs an activation input and parameter "
+                                     "gamma/beta", 0, 0},
+        {LN_MADE, LN_MADE, LN_PARAM, "internal compiler error: layernorm 2 needs an activation input and parameter "
+                                     "gamma/beta", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        hand_graph h;
+        int loss = layernorm_graph(&h, cases[i].x, cases[i].gamma, cases[i].beta);
+        if (loss < 0) return;
+        if (cases[i].want) {
+            expect_autodiff_fails(&h, loss, cases[i].want);
+            continue;
+        }
+        REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0 && tg_autodiff(&h.g, loss) == 0, "case %zu: %s", i,
+                h.err.msg);
+        int bwd = 0, scratch_dx = 0;
+        for (int o = 0; o < h.g.n_ops; o++) {
+            const tg_op *op = &h.g.ops[o];
+            if (op->kind != TG_OP_LAYERNORM_BWD) continue;
+            bwd++;
+            scratch_dx += !h.g.needs_grad[op->in[1]];
+        }
+        CHECK(bwd == cases[i].bwd_ops && scratch_dx == cases[i].dx_scratch, "case %zu: %d LAYERNORM_BWD, %d dx to scratch",
+              i, bwd, scratch_dx);
+        tg_graph_free(&h.g);
+    }
 }
 
 TG_TEST(test_backward_rules_transposed_a) {
