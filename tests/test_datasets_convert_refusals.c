@@ -39,7 +39,9 @@ static void conv_init(conv *c, tg_tokenizer_family family, const char *sub) {
 
 static void conv_input(conv *c, const char *name, const char *text) {
     int i = c->opt.n_inputs++;
-    snprintf(c->paths[i], sizeof c->paths[i], "%s/%s", c->dir, name);
+    char path[sizeof c->paths[i]];
+    snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    memcpy(c->paths[i], path, sizeof path);
     if (text) tg_test_write_file(c->paths[i], text);
     c->inputs[i] = c->paths[i];
 }

@@ -477,22 +477,24 @@ TG_TEST(test_text_folders_trees) {
     free(longp);
 }
 
+/* Appends "/" and n letters 's' to path. */
+static void append_segment(char *path, size_t n) {
+    size_t at = strlen(path);
+    path[at++] = '/';
+    memset(path + at, 's', n);
+    path[at + n] = 0;
+}
+
 TG_TEST(test_text_folders_long_paths) {
     /* A root nested ~3900 bytes deep: the label folder's path is 4096 bytes or more. */
     char root[4200];
     snprintf(root, sizeof root, "%s", tg_test_tmpdir());
-    char seg[251];
-    memset(seg, 's', 250);
-    seg[250] = 0;
     while (strlen(root) + 201 <= 3700) {
-        strcat(root, "/");
-        strncat(root, seg, 200);
+        append_segment(root, 200);
         REQUIRE(mkdir(root, 0755) == 0, "mkdir at %zu", strlen(root));
     }
     /* A last folder brings the root to 3870 bytes. */
-    size_t last = 3870 - strlen(root) - 1;
-    strcat(root, "/");
-    strncat(root, seg, last);
+    append_segment(root, 3870 - strlen(root) - 1);
     REQUIRE(strlen(root) == 3870 && mkdir(root, 0755) == 0, "mkdir at %zu", strlen(root));
     char label[300], p[4400];
     size_t need = 4096 - strlen(root) + 10;
