@@ -464,6 +464,34 @@ TG_TEST(test_backward_rules_bias_gradient_fusion) {
     }
 }
 
+TG_TEST(test_backward_rules_batched_bias_gradient) {
+    /* A batched matmul (2 x [M, K] @ [K, N], B a batched parameter) with a bias: the bias
+     * gradient sums all 2 x M rows of dC in a BIAS_GRAD op, never fused. */
+    const int64_t Bt = 2, M = 3, K = 4, N = 5;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {Bt * M, K};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w = tg_param(&h.g, "w", 2, Bt * K, N, TG_INIT_NORMAL, 0), b = tg_param(&h.g, "b", 1, N, 0, TG_INIT_ZEROS, 1);
+    int logits = tg_act(&h.g, "logits", 2, Bt * M, N, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = w, s.in[2] = b, s.out[0] = logits;
+    s.p.matmul = (tg_matmul_params){.m = M, .n = N, .k = K, .batch = Bt, .alpha = 1.0f};
+    tg_graph_op(&h.g, &s);
+    int loss = loss_of(&h.g, logits, Bt * M, N);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0 && tg_autodiff(&h.g, loss) == 0, "%s", h.err.msg);
+    int bias_ops = 0, fused = 0;
+    for (int o = 0; o < h.g.n_ops; o++) {
+        const tg_op *op = &h.g.ops[o];
+        if (op->kind == TG_OP_BIAS_GRAD)
+            bias_ops++, CHECK(op->p.bias_grad.m == Bt * M && op->p.bias_grad.n == N, "bias_grad over %lld x %lld",
+                              (long long)op->p.bias_grad.m, (long long)op->p.bias_grad.n);
+        fused += op->kind == TG_OP_MATMUL && op->p.matmul.bias_grad != 0;
+    }
+    CHECK(bias_ops == 1 && fused == 0, "%d BIAS_GRAD, %d fused", bias_ops, fused);
+    tg_graph_free(&h.g);
+}
+
 TG_TEST(test_backward_rules_table_bounds) {
     CHECK(tg_backward_rule_of(-1) == NULL && tg_backward_rule_of(TG_OP_COUNT) == NULL, "kinds outside the table");
     CHECK(tg_backward_rule_of(TG_OP_MATMUL) != NULL && tg_backward_rule_of(TG_OP_ADD) != NULL, "matmul and add rules");
