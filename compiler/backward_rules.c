@@ -42,7 +42,9 @@ static void bwd_add(tg_graph *g, int index) {
 
 /* Forward ops reading tensor t, counted per input slot. */
 static int forward_uses(const tg_graph *g, int t) {
+    /* GCOVR_EXCL_BR_START: t is an operand of a forward matmul, made before the index */
     return t >= 0 && t < g->n_indexed_tensors ? g->forward_reads[t] : 0;
+    /* GCOVR_EXCL_BR_STOP */
 }
 
 int tg_backward_index(tg_graph *g) {
@@ -58,10 +60,11 @@ int tg_backward_index(tg_graph *g) {
     for (int o = 0; o < g->n_ops; o++) {
         const tg_op *p = &g->ops[o];
         if (p->phase != TG_PHASE_FORWARD) continue;
+        /* tg_graph_op checked each slot names a tensor of the graph (all below n), and a
+         * matmul's out0 is required. */
         for (int s = 0; s < TG_OP_MAX_IN; s++)
-            if (p->in[s] >= 0 && p->in[s] < n) g->forward_reads[p->in[s]]++;
-        if (p->kind == TG_OP_MATMUL && p->p.matmul.activation == TG_MATMUL_ACT_GELU && p->out[0] >= 0 &&
-            p->out[0] < n && g->gelu_producer[p->out[0]] < 0)
+            if (p->in[s] >= 0) g->forward_reads[p->in[s]]++;
+        if (p->kind == TG_OP_MATMUL && p->p.matmul.activation == TG_MATMUL_ACT_GELU && g->gelu_producer[p->out[0]] < 0)
             g->gelu_producer[p->out[0]] = o;
     }
     return 0;
@@ -109,7 +112,9 @@ static int bias_grad_fusable(const tg_graph *g, const tg_op *op) {
 static int gelu_producer_of_a(const tg_graph *g, const tg_op *op) {
     if (op->p.matmul.batch != 1 || forward_uses(g, op->in[0]) != 1) return -1;
     const int a = op->in[0];
+    /* GCOVR_EXCL_BR_START: a is an operand of a forward matmul, made before the index */
     return a >= 0 && a < g->n_indexed_tensors ? g->gelu_producer[a] : -1;
+    /* GCOVR_EXCL_BR_STOP */
 }
 
 /* The gradient of forward matmul `op`'s product. With the GELU epilogue the product is the

@@ -55,15 +55,15 @@ static uint64_t splitmix64(uint64_t *s) {
 /* in_eval[u] for the N units: ceil(F x N) of them, picked by a seeded Fisher-Yates shuffle. */
 static int pick_eval(int64_t n, double fraction, uint64_t seed, const char *what, uint8_t **in_eval, int64_t *n_eval,
                      tg_err *err) {
-    *in_eval = calloc((size_t)(n ? n : 1), 1);
-    if (!*in_eval) return tg_fail(err, "out of memory");
+    *in_eval = tg_calloc((size_t)(n ? n : 1), 1); /* GCOVR_EXCL_BR_LINE: n > 0, none is refused before */
+    if (!*in_eval) return tg_fail(err, "out of memory for the eval split of %lld %s", (long long)n, what);
     *n_eval = 0;
     if (fraction <= 0) return 0;
     int64_t k = (int64_t)ceil(fraction * (double)n - 1e-9);
     if (k >= n)
         return tg_fail(err, "--eval-fraction %g of %lld %s leaves nothing to train on", fraction, (long long)n, what);
     int64_t *order = tg_malloc((size_t)n * sizeof *order);
-    if (!order) return tg_fail(err, "out of memory");
+    if (!order) return tg_fail(err, "out of memory for the order of %lld %s", (long long)n, what);
     for (int64_t i = 0; i < n; i++) order[i] = i;
     uint64_t state = seed;
     for (int64_t i = n - 1; i > 0; i--) {
@@ -173,14 +173,15 @@ static int label_rows(const tg_convert_options *o, const tg_text_rows *rows, tg_
         return 0;
     }
     char where[600];
-    if (labelled < rows->n)
-        for (int64_t i = 0; i < rows->n; i++)
-            if (rows->rows[i].label < 0) {
-                tg_text_rows_where(rows, &rows->rows[i], where, sizeof where);
-                return tg_fail(err, "%s: no label, but other rows have one", where);
-            }
+    if (labelled < rows->n) {
+        int64_t i = 0;
+        while (rows->rows[i].label >= 0) i++; /* some row has none: labelled < n */
+        tg_text_rows_where(rows, &rows->rows[i], where, sizeof where);
+        return tg_fail(err, "%s: no label, but other rows have one", where);
+    }
     if (o->labels ? tg_labels_parse_list(o->labels, ls, err) : tg_labels_collect(rows, ls, err)) return -1;
-    if (!(*ids = tg_malloc((size_t)rows->n * sizeof **ids))) return tg_fail(err, "out of memory");
+    if (!(*ids = tg_malloc((size_t)rows->n * sizeof **ids)))
+        return tg_fail(err, "out of memory for the label ids of %lld rows", (long long)rows->n);
     for (int64_t i = 0; i < rows->n; i++) {
         const tg_text_row *r = &rows->rows[i];
         int32_t id = tg_labels_find(ls, tg_text_rows_at(rows, r->label), (size_t)r->label_len);
@@ -252,7 +253,7 @@ static int convert_squad(converter *C, tg_err *err) {
     const int32_t stride = o->doc_stride >= 0 ? o->doc_stride : TG_CONVERT_DEFAULT_DOC_STRIDE;
     if (stride >= C->seq) return tg_fail(err, "--doc-stride %d must be smaller than --seq %d", stride, C->seq);
     tg_squad *files = tg_calloc((size_t)o->n_inputs, sizeof *files);
-    if (!files) return tg_fail(err, "out of memory");
+    if (!files) return tg_fail(err, "out of memory for %d SQuAD files", o->n_inputs);
     int rc = 0;
     int64_t articles = 0;
     for (int32_t i = 0; i < o->n_inputs && !rc; i++) {
@@ -386,7 +387,8 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
         rc = tg_shard_writer_open(o->outdir, &desc, &C.w, err);
     }
     for (int s = 0; s < TG_SPLIT_COUNT && !rc; s++)
-        if (!(C.chunk[s] = tg_malloc((size_t)seq * sizeof *C.chunk[s]))) rc = tg_fail(err, "out of memory");
+        if (!(C.chunk[s] = tg_malloc((size_t)seq * sizeof *C.chunk[s])))
+            rc = tg_fail(err, "out of memory for a record of %d tokens", seq);
     if (!rc) rc = format == TG_INPUT_SQUAD ? convert_squad(&C, err) : convert_rows(&C, &rows, label_ids, in_eval, err);
     if (!rc && rep->records[TG_SPLIT_TRAIN] + rep->records[TG_SPLIT_EVAL] == 0)
         rc = tg_fail(err, "%s: no records (every row encoded to no tokens)", o->inputs[0]);

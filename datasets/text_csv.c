@@ -20,10 +20,9 @@ static void header_names(const tg_csv *c, char *buf, size_t n) {
     size_t at = 0;
     buf[0] = 0;
     for (int32_t i = 0; i < c->n_fields && at + 8 < n; i++) {
-        int w = snprintf(buf + at, n - at, "%s'%.*s'", i ? ", " : "", (int)(c->fields[i].len > 40 ? 40 : c->fields[i].len),
-                         c->fields[i].p);
-        if (w < 0) break;
-        at += (size_t)w;
+        /* A name cut short by the end of buf moves `at` past it, which ends the loop. */
+        at += (size_t)snprintf(buf + at, n - at, "%s'%.*s'", i ? ", " : "",
+                               (int)(c->fields[i].len > 40 ? 40 : c->fields[i].len), c->fields[i].p);
     }
 }
 

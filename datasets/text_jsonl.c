@@ -16,15 +16,12 @@ static int is_blank(const char *s, size_t n) {
     return 1;
 }
 
-/* A string field `key` of obj into *s, *n; 1 when absent (and not required), -1 on error. */
-static int string_field(json_t *obj, const char *key, const char *what, int required, const char *name, int64_t line,
-                        const char **s, size_t *n, tg_err *err) {
+/* The string field `key` of obj into *s, *n; -1 when it is absent or not a string. */
+static int string_field(json_t *obj, const char *key, const char *what, const char *name, int64_t line, const char **s,
+                        size_t *n, tg_err *err) {
     json_t *v = json_object_get(obj, key);
-    if (!v) {
-        if (!required) return 1;
-        return tg_fail(err, "%s:%lld: no \"%s\" field for the %s", name, (long long)line, key, what);
-    }
-    if (!json_is_string(v))
+    if (!v) return tg_fail(err, "%s:%lld: no \"%s\" field for the %s", name, (long long)line, key, what);
+    if (json_typeof(v) != JSON_STRING)
         return tg_fail(err, "%s:%lld: \"%s\" (the %s) must be a string", name, (long long)line, key, what);
     *s = json_string_value(v);
     *n = json_string_length(v);
@@ -51,13 +48,13 @@ static int read_line(const char *name, int64_t line, const char *text, size_t le
     if (!root)
         return tg_fail(err, "%s:%lld: invalid JSON: %s (column %d)", name, (long long)line, jerr.text, jerr.column);
     int rc = -1;
-    if (!json_is_object(root)) {
+    if (json_typeof(root) != JSON_OBJECT) {
         tg_fail(err, "%s:%lld: expected a JSON object like {\"%s\": \"...\"}", name, (long long)line, cols->text);
         goto done;
     }
     tg_text_fields f = {0};
-    if (string_field(root, cols->text, "text", 1, name, line, &f.text, &f.text_len, err) < 0) goto done;
-    if (cols->pair && string_field(root, cols->pair, "pair text", 1, name, line, &f.pair, &f.pair_len, err) < 0)
+    if (string_field(root, cols->text, "text", name, line, &f.text, &f.text_len, err) < 0) goto done;
+    if (cols->pair && string_field(root, cols->pair, "pair text", name, line, &f.pair, &f.pair_len, err) < 0)
         goto done;
     char number[32];
     json_t *label = cols->label ? json_object_get(root, cols->label) : NULL;
@@ -66,10 +63,10 @@ static int read_line(const char *name, int64_t line, const char *text, size_t le
         goto done;
     }
     if (label) {
-        if (json_is_string(label)) {
+        if (json_typeof(label) == JSON_STRING) {
             f.label = json_string_value(label);
             f.label_len = json_string_length(label);
-        } else if (json_is_integer(label)) {
+        } else if (json_typeof(label) == JSON_INTEGER) {
             snprintf(number, sizeof number, "%" JSON_INTEGER_FORMAT, json_integer_value(label));
             f.label = number;
             f.label_len = strlen(number);

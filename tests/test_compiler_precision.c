@@ -1,0 +1,130 @@
+/* Storage precision on hand-built graphs (compiler/precision.c): the bf16 copies of the
+ * parameters, the refusal of a precision without storage rules, a graph that failed
+ * before, and the copies' tensor table failing to grow. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compiler/grad_state.h"
+#include "compiler/graph.h"
+#include "compiler/job.h"
+#include "compiler/memory_plan.h"
+#include "compiler/precision.h"
+#include "models/model_config.h"
+#include "tests/harness.h"
+
+typedef struct small_graph {
+    tg_model_config cfg;
+    tg_job job;
+    tg_graph g;
+    tg_err err;
+    int w, x;
+} small_graph;
+
+/* One parameter named `name` [4, 8] and an input. */
+static int small_init(small_graph *h, const char *name) {
+    memset(h, 0, sizeof *h);
+    if (!CHECK(tg_model_config_load("tiny-bert", &h->cfg, &h->err) == 0, "%s", h->err.msg)) return 0;
+    tg_job_defaults(&h->job);
+    tg_graph_init(&h->g, &h->cfg, &h->job, &h->err);
+    int64_t xs[2] = {4, 8};
+    h->x = tg_graph_tensor(&h->g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    h->w = tg_param(&h->g, name, 2, 4, 8, TG_INIT_NORMAL, 0);
+    return CHECK(!h->g.failed && tg_plan_param_layout(&h->g) == 0, "%s", h->err.msg);
+}
+
+static int tensor_named(const tg_graph *g, const char *name) {
+    for (int t = 0; t < g->n_tensors; t++)
+        if (!strcmp(g->tensors[t].name, name)) return t;
+    return -1;
+}
+
+TG_TEST(test_precision_parameter_copies_and_refusals) {
+    small_graph h;
+    if (!small_init(&h, "w")) return;
+    CHECK(tg_apply_precision(&h.g, TG_PREC_FP32) == 0 && tensor_named(&h.g, "bf16.w") < 0, "fp32 makes no copies");
+    REQUIRE(tg_apply_precision(&h.g, TG_PREC_BF16) == 0, "%s", h.err.msg);
+    int c = tensor_named(&h.g, "bf16.w");
+    CHECK(c >= 0 && h.g.tensors[c].dtype == TG_BF16 && h.g.tensors[c].master == h.w &&
+              h.g.tensors[c].pool == TG_POOL_PARAMS_BF16 && h.g.io.params_bf16_all >= 0,
+          "the bf16 copy of w: %d", c);
+    tg_graph_free(&h.g);
+
+    if (!small_init(&h, "w")) return;
+    CHECK(tg_apply_precision(&h.g, TG_PREC_FP16) == -1 &&
+              !strcmp(h.err.msg, "internal compiler error: precision 2 has no storage rules"),
+          "fp16: %s", h.err.msg);
+    /* The graph has failed: a second call changes nothing. */
+    CHECK(tg_apply_precision(&h.g, TG_PREC_BF16) == -1 &&
+              !strcmp(h.err.msg, "internal compiler error: precision 2 has no storage rules"),
+          "after a failure: %s", h.err.msg);
+    tg_graph_free(&h.g);
+}
+
+TG_TEST(test_precision_copy_out_of_memory) {
+    /* The tensor table full to its capacity, so the first bf16 copy grows it; that growth
+     * failing fails the pass with the graph's out-of-memory message. */
+    small_graph h;
+    if (!small_init(&h, "w")) return;
+    char name[32];
+    for (int i = 0; h.g.n_tensors < h.g.cap_tensors; i++) {
+        snprintf(name, sizeof name, "filler%d", i);
+        REQUIRE(tg_act(&h.g, name, 1, 2, 0, 0, 0) >= 0, "%s", h.err.msg);
+    }
+    const int n = h.g.n_tensors;
+    tg_alloc_fail_after(1); /* the pass's own table of copies, then the growth */
+    int rc = tg_apply_precision(&h.g, TG_PREC_BF16);
+    tg_alloc_fail_after(-1);
+    CHECK(rc == -1 && strstr(h.err.msg, "out of memory") && h.g.n_tensors == n, "rc %d, %d tensors: %s", rc,
+          h.g.n_tensors, h.err.msg);
+    tg_graph_free(&h.g);
+}
+
+TG_TEST(test_precision_frozen_copy_out_of_memory) {
+    /* A frozen table read by an embedding (fp32) and by a matmul gets a bf16 copy in the
+     * frozen pool; with the tensor table full when that copy is made, its growth failing
+     * fails the pass. Tensors made before it: the copy of w and params_bf16.all. */
+    const int64_t N = 4, V = 10, D = 6;
+    for (int fail = 0; fail < 2; fail++) {
+        small_graph h;
+        memset(&h, 0, sizeof h);
+        REQUIRE(tg_model_config_load("tiny-bert", &h.cfg, &h.err) == 0, "%s", h.err.msg);
+        tg_job_defaults(&h.job);
+        snprintf(h.job.freeze, sizeof h.job.freeze, "tab");
+        tg_graph_init(&h.g, &h.cfg, &h.job, &h.err);
+        int64_t ids_shape[1] = {N}, xs[2] = {N, V};
+        int ids = tg_graph_tensor(&h.g, "ids", TG_I32, TG_POOL_INPUTS, 1, ids_shape);
+        int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+        int tab = tg_param(&h.g, "tab", 2, V, D, TG_INIT_NORMAL, 0);
+        tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0); /* trainable: its copy comes first */
+        int rows = tg_act(&h.g, "rows", 2, N, D, 0, 0), prod = tg_act(&h.g, "prod", 2, N, D, 0, 0);
+        tg_op_spec s = tg_spec(TG_OP_EMBEDDING);
+        s.in[0] = ids, s.in[1] = tab, s.out[0] = rows;
+        s.p.embedding = (tg_embedding_params){.n = N, .vocab = V, .dim = D, .padding_idx = -1};
+        tg_graph_op(&h.g, &s);
+        s = tg_spec(TG_OP_MATMUL);
+        s.in[0] = x, s.in[1] = tab, s.out[0] = prod;
+        s.p.matmul = (tg_matmul_params){.m = N, .n = D, .k = V, .batch = 1, .alpha = 1.0f};
+        tg_graph_op(&h.g, &s);
+        REQUIRE(!h.g.failed && h.g.tensors[tab].pool == TG_POOL_FROZEN && tg_plan_param_layout(&h.g) == 0, "%s",
+                h.err.msg);
+        char name[32];
+        for (int i = 0; h.g.n_tensors < h.g.cap_tensors - 2; i++) {
+            snprintf(name, sizeof name, "filler%d", i);
+            REQUIRE(tg_act(&h.g, name, 1, 2, 0, 0, 0) >= 0, "%s", h.err.msg);
+        }
+        /* The pass's table of parameter copies and frozen storage's three tables succeed. */
+        if (fail) tg_alloc_fail_after(4);
+        int rc = tg_apply_precision(&h.g, TG_PREC_BF16);
+        tg_alloc_fail_after(-1);
+        int copy = tensor_named(&h.g, "bf16.tab");
+        if (fail) {
+            CHECK(rc == -1 && strstr(h.err.msg, "out of memory") && copy < 0, "rc %d: %s", rc, h.err.msg);
+        } else {
+            CHECK(rc == 0 && copy >= 0 && h.g.tensors[copy].dtype == TG_BF16 && h.g.tensors[copy].master == tab &&
+                      h.g.ops[1].in[1] == copy && h.g.ops[0].in[1] == tab,
+                  "rc %d: the matmul reads the copy %d, the embedding the table: %s", rc, copy, h.err.msg);
+        }
+        tg_graph_free(&h.g);
+    }
+}
