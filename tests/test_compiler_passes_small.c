@@ -1,0 +1,158 @@
+/* The compiler's passes on small hand-built graphs: every pass stops at once on a graph
+ * that already failed (keeping its first message), autodiff refusals (a loss that depends
+ * on no trainable parameter, an op without a backward rule) and its data-parallel seed,
+ * gradient buckets without a backward, and span sets. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/autodiff.h"
+#include "compiler/grad_buckets.h"
+#include "compiler/grad_state.h"
+#include "compiler/grad_writes.h"
+#include "compiler/graph.h"
+#include "compiler/memory_plan.h"
+#include "compiler/span_set.h"
+#include "tests/harness.h"
+
+/* w (a trainable [4]), x (an input [4]), y = op(w, x) [4]; the params layout made. */
+static int small_graph(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, int kind, int *w, int *x, int *y) {
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->source, sizeof cfg->source, "hand-built");
+    tg_graph_init(g, cfg, job, err);
+    int64_t four[1] = {4};
+    *x = tg_graph_tensor(g, "x", TG_F32, TG_POOL_INPUTS, 1, four);
+    *w = tg_param(g, "w", 1, 4, 0, TG_INIT_ZEROS, 0);
+    *y = tg_act(g, "y", 1, 4, 0, 0, 0);
+    tg_op_spec s = tg_spec(kind);
+    s.in[0] = *w, s.in[1] = *x, s.out[0] = *y, s.p.count.n = 4;
+    tg_graph_op(g, &s);
+    return tg_plan_param_layout(g);
+}
+
+/* y [2, 4] = x [2, 4] w [4, 4]: a matmul, whose backward gives w's gradient. */
+static int matmul_graph(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, int *w, int *y) {
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->source, sizeof cfg->source, "hand-built");
+    tg_graph_init(g, cfg, job, err);
+    int64_t xs[2] = {2, 4};
+    int x = tg_graph_tensor(g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    *w = tg_param(g, "w", 2, 4, 4, TG_INIT_ZEROS, 0);
+    *y = tg_act(g, "y", 2, 2, 4, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = *w, s.out[0] = *y;
+    s.p.matmul = (tg_matmul_params){.m = 2, .n = 4, .k = 4, .batch = 1, .alpha = 1.0f};
+    tg_graph_op(g, &s);
+    return tg_plan_param_layout(g);
+}
+
+TG_TEST(test_compiler_passes_stop_on_a_failed_graph) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    job.data_parallel = 2;
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, x, y;
+    REQUIRE(small_graph(&g, &cfg, &job, &err, TG_OP_ADD, &w, &x, &y) == 0, "%s", err.msg);
+    tg_graph_fail(&g, "first");
+    const char *want = "internal compiler error: first";
+    int acc = 7, scratch = 7;
+    int64_t shape[1] = {4};
+    CHECK(tg_autodiff(&g, y) == -1, "autodiff");
+    CHECK(tg_gradient_buckets(&g) == -1, "buckets");
+    CHECK(tg_zero_gather(&g, w, "gather") == -1, "zero gather");
+    CHECK(tg_first_gradient_writes(&g) == -1, "first writes");
+    CHECK(tg_plan_param_layout(&g) == -1, "param layout");
+    CHECK(tg_plan_fixed_layout(&g) == -1, "fixed layout");
+    CHECK(tg_ad_grad_dest(&g, w, &acc) == -1 && tg_ad_grad_dest_or_scratch(&g, w, &acc, &scratch) == -1 &&
+              tg_ad_grad_accumulable(&g, y) == -1 && tg_ad_activation(&g, "stat", 1, shape) == -1 &&
+              tg_ad_grad_like(&g, y) == -1,
+          "gradient bookkeeping");
+    CHECK(!strcmp(err.msg, want), "the first message was replaced: '%s'", err.msg);
+    CHECK(g.n_ops == 1, "%d ops on a failed graph", g.n_ops);
+    tg_graph_free(&g);
+}
+
+TG_TEST(test_compiler_autodiff_refusals_and_seed) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, x, y;
+    /* The loss is the input itself: nothing trainable below it. */
+    REQUIRE(small_graph(&g, &cfg, &job, &err, TG_OP_ADD, &w, &x, &y) == 0, "%s", err.msg);
+    CHECK(tg_autodiff(&g, x) == -1 &&
+              !strcmp(err.msg, "internal compiler error: loss does not depend on any trainable parameter"),
+          "'%s'", err.msg);
+    tg_graph_free(&g);
+    /* A forward op whose kind has no backward rule. */
+    REQUIRE(small_graph(&g, &cfg, &job, &err, TG_OP_TANH_BWD, &w, &x, &y) == 0, "%s", err.msg);
+    CHECK(tg_autodiff(&g, y) == -1 && !strcmp(err.msg, "internal compiler error: op tanh_bwd has no backward rule"),
+          "'%s'", err.msg);
+    tg_graph_free(&g);
+    /* Two replicas: the seed is 1/2 (the mean of the replicas' losses). */
+    for (int dp = 1; dp <= 2; dp++) {
+        job.data_parallel = dp;
+        REQUIRE(matmul_graph(&g, &cfg, &job, &err, &w, &y) == 0, "%s", err.msg);
+        REQUIRE(tg_autodiff(&g, y) == 0, "%s", err.msg);
+        int fills = 0;
+        for (int o = 0; o < g.n_ops; o++)
+            if (g.ops[o].kind == TG_OP_FILL) {
+                fills++;
+                CHECK(g.ops[o].p.fill.value == (dp == 2 ? 0.5f : 1.0f), "dp %d: seed %g", dp, g.ops[o].p.fill.value);
+            }
+        CHECK(fills == 1 && g.ops[1].kind == TG_OP_ZERO && g.ops[1].phase == TG_PHASE_BACKWARD, "dp %d: %d fills", dp, fills);
+        CHECK(g.grad[y] >= 0 && g.needs_grad[y] && g.needs_grad[w] && !g.needs_grad[0], "dp %d: gradients", dp);
+        tg_graph_free(&g);
+    }
+}
+
+TG_TEST(test_compiler_gradient_buckets_without_backward) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, x, y;
+    /* One replica, or no job: nothing to sum. */
+    REQUIRE(small_graph(&g, &cfg, &job, &err, TG_OP_ADD, &w, &x, &y) == 0, "%s", err.msg);
+    int ops = g.n_ops;
+    CHECK(tg_gradient_buckets(&g) == 0 && g.n_ops == ops, "one replica");
+    g.job = NULL;
+    CHECK(tg_gradient_buckets(&g) == 0 && g.n_ops == ops, "no job");
+    tg_graph_free(&g);
+    /* Two replicas but no backward phase. */
+    job.data_parallel = 2;
+    REQUIRE(small_graph(&g, &cfg, &job, &err, TG_OP_ADD, &w, &x, &y) == 0, "%s", err.msg);
+    CHECK(tg_gradient_buckets(&g) == -1 &&
+              !strcmp(err.msg, "internal compiler error: data parallelism: no backward to sum gradients after"),
+          "'%s'", err.msg);
+    tg_graph_free(&g);
+    /* Without a ZERO of the gradients there is nothing to narrow. */
+    job.data_parallel = 1;
+    REQUIRE(small_graph(&g, &cfg, &job, &err, TG_OP_ADD, &w, &x, &y) == 0, "%s", err.msg);
+    ops = g.n_ops;
+    CHECK(tg_first_gradient_writes(&g) == 0 && g.n_ops == ops, "no zero op");
+    tg_graph_free(&g);
+}
+
+TG_TEST(test_compiler_span_set_merges) {
+    tg_span_set s = {0};
+    CHECK(tg_span_set_add(&s, 5, 5) == 0 && tg_span_set_add(&s, 9, 3) == 0 && s.n == 0 && s.v == NULL, "empty spans");
+    const uint64_t adds[][2] = {{10, 20}, {30, 40}, {0, 5}, {20, 25}, {50, 60}, {26, 29}, {4, 12}, {70, 80},
+                                {90, 95}, {100, 110}, {120, 130}, {140, 150}, {27, 55}};
+    for (size_t i = 0; i < sizeof adds / sizeof *adds; i++) REQUIRE(tg_span_set_add(&s, adds[i][0], adds[i][1]) == 0, "add");
+    const tg_span want[] = {{0, 25}, {26, 60}, {70, 80}, {90, 95}, {100, 110}, {120, 130}, {140, 150}};
+    REQUIRE(s.n == 7, "%d spans", s.n);
+    for (int i = 0; i < s.n; i++)
+        CHECK(s.v[i].a == want[i].a && s.v[i].b == want[i].b, "span %d: [%llu, %llu)", i, (unsigned long long)s.v[i].a,
+              (unsigned long long)s.v[i].b);
+    CHECK(s.cap == 16, "cap %d", s.cap);
+    tg_span_set_free(&s);
+    CHECK(s.v == NULL && s.n == 0 && s.cap == 0, "freed");
+    /* A set at the largest capacity it may double from refuses to grow, unchanged. */
+    tg_span_set full = {NULL, INT32_MAX / 2 + 1, INT32_MAX / 2 + 1};
+    CHECK(tg_span_set_add(&full, 1, 2) == -1 && full.n == INT32_MAX / 2 + 1 && full.v == NULL, "full set");
+}
