@@ -30,20 +30,24 @@ static int small_graph(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *e
     return tg_plan_param_layout(g);
 }
 
-/* y [2, 4] = x [2, 4] w [4, 4]: a matmul, whose backward gives w's gradient. */
-static int matmul_graph(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, int *w, int *y) {
+/* y [2, k] = x [2, k] w [k, k]: a matmul, whose backward gives w's gradient. */
+static int matmul_graph_k(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, int64_t k, int *w, int *y) {
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->source, sizeof cfg->source, "hand-built");
     tg_graph_init(g, cfg, job, err);
-    int64_t xs[2] = {2, 4};
+    int64_t xs[2] = {2, k};
     int x = tg_graph_tensor(g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
-    *w = tg_param(g, "w", 2, 4, 4, TG_INIT_ZEROS, 0);
-    *y = tg_act(g, "y", 2, 2, 4, 0, 0);
+    *w = tg_param(g, "w", 2, k, k, TG_INIT_ZEROS, 0);
+    *y = tg_act(g, "y", 2, 2, k, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_MATMUL);
     s.in[0] = x, s.in[1] = *w, s.out[0] = *y;
-    s.p.matmul = (tg_matmul_params){.m = 2, .n = 4, .k = 4, .batch = 1, .alpha = 1.0f};
+    s.p.matmul = (tg_matmul_params){.m = 2, .n = k, .k = k, .batch = 1, .alpha = 1.0f};
     tg_graph_op(g, &s);
     return tg_plan_param_layout(g);
+}
+
+static int matmul_graph(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, int *w, int *y) {
+    return matmul_graph_k(g, cfg, job, err, 4, w, y);
 }
 
 TG_TEST(test_compiler_passes_stop_on_a_failed_graph) {
@@ -155,4 +159,98 @@ TG_TEST(test_compiler_span_set_merges) {
     /* A set at the largest capacity it may double from refuses to grow, unchanged. */
     tg_span_set full = {NULL, INT32_MAX / 2 + 1, INT32_MAX / 2 + 1};
     CHECK(tg_span_set_add(&full, 1, 2) == -1 && full.n == INT32_MAX / 2 + 1 && full.v == NULL, "full set");
+}
+
+/* The gradient bookkeeping on its edges: no tensor, a tensor needing no gradient (a
+ * scratch takes its output), a parameter (its gradient accumulates; commit leaves it), a
+ * gradient that is not an accumulable activation, and a contribution of none. */
+TG_TEST(test_compiler_gradient_bookkeeping_edges) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, y;
+    REQUIRE(matmul_graph(&g, &cfg, &job, &err, &w, &y) == 0, "%s", err.msg);
+    REQUIRE(tg_autodiff(&g, y) == 0, "%s", err.msg);
+    const int x = 0;
+    int acc = 7, scratch = 7;
+    CHECK(tg_ad_grad_dest(&g, -1, &acc) == -1 && acc == 0, "no tensor");
+    CHECK(tg_ad_grad_dest_or_scratch(&g, -1, &acc, &scratch) == -1 && scratch == 0, "no tensor, no scratch");
+    CHECK(tg_ad_grad_dest(&g, x, &acc) == -1 && acc == 0, "an input needs no gradient");
+    int s = tg_ad_grad_dest_or_scratch(&g, x, &acc, &scratch);
+    CHECK(s >= 0 && scratch == 1 && acc == 0 && !strcmp(g.tensors[s].name, "scratch.d.x") && g.tensors[s].shape[1] == 4 &&
+              g.tensors[s].pool == TG_POOL_ACTIVATIONS,
+          "scratch %d", s);
+    CHECK(tg_ad_grad_dest(&g, w, &acc) == g.tensors[w].grad && acc == 1, "a parameter accumulates into its gradient");
+    CHECK(tg_ad_grad_accumulable(&g, -1) == -1 && tg_ad_grad_accumulable(&g, w) == -1 && tg_ad_grad_accumulable(&g, x) == -1,
+          "nothing to accumulate into");
+    /* y's gradient is the seed, held once: accumulable. Given a parameter's gradient
+     * instead (grads pool), it is not. */
+    CHECK(tg_ad_grad_accumulable(&g, y) == g.grad[y], "the seed");
+    const int seed = g.grad[y];
+    g.grad[y] = g.tensors[w].grad;
+    CHECK(tg_ad_grad_accumulable(&g, y) == -1, "a gradient in the grads pool");
+    g.grad[y] = seed;
+    g.tensors[seed].flags |= TG_TENSOR_VIEW;
+    CHECK(tg_ad_grad_accumulable(&g, y) == -1, "a view");
+    g.tensors[seed].flags &= ~TG_TENSOR_VIEW;
+    /* Committing to a parameter changes nothing; passing no gradient records none. */
+    const int ops = g.n_ops, holders = g.grad_holders[g.tensors[w].grad];
+    tg_ad_commit(&g, w, g.tensors[w].grad);
+    CHECK(g.n_ops == ops && g.grad_holders[g.tensors[w].grad] == holders && g.grad[w] == -1, "commit to a parameter");
+    tg_ad_commit(&g, x, -1);
+    tg_ad_pass(&g, x, -1);
+    CHECK(g.grad[x] == -1 && g.n_ops == ops, "no contribution");
+    /* A second contribution is summed with ADD into d.y. */
+    int extra = tg_ad_grad_like(&g, y);
+    tg_ad_pass(&g, y, extra);
+    CHECK(g.n_ops == ops + 1 && g.ops[ops].kind == TG_OP_ADD && g.ops[ops].in[0] == seed && g.ops[ops].in[1] == extra &&
+              g.grad[y] == g.ops[ops].out[0] && g.grad_holders[seed] == 0 && g.grad_holders[g.grad[y]] == 1,
+          "summed");
+    tg_graph_free(&g);
+}
+
+/* Two replicas: the gradients' ALL_REDUCE buckets cover the whole grads pool, each right
+ * after a backward op; ZeRO's gather of the parameters. */
+TG_TEST(test_compiler_gradient_buckets_cover_the_pool) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    job.data_parallel = 2;
+    job.zero_stage = 1;
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, y;
+    REQUIRE(matmul_graph_k(&g, &cfg, &job, &err, 128, &w, &y) == 0, "%s", err.msg);
+    REQUIRE(tg_autodiff(&g, y) == 0, "%s", err.msg);
+    const int before = g.n_ops;
+    REQUIRE(tg_gradient_buckets(&g) == 0, "%s", err.msg);
+    const int64_t n = tg_tensor_numel(&g.tensors[g.io.grads_all]);
+    int64_t covered = 0;
+    int reduces = 0;
+    for (int o = 0; o < g.n_ops; o++) {
+        if (g.ops[o].kind != TG_OP_ALL_REDUCE) continue;
+        reduces++;
+        const tg_tensor *b = &g.tensors[g.ops[o].in[0]];
+        covered += g.ops[o].p.count.n;
+        CHECK(b->pool == TG_POOL_GRADS && (b->flags & TG_TENSOR_VIEW) && b->offset % 256 == 0 &&
+                  (uint64_t)g.ops[o].p.count.n * 4 == b->bytes && o > 0 && g.ops[o - 1].phase == TG_PHASE_BACKWARD,
+              "bucket op %d", o);
+    }
+    CHECK(n >= 128 * 128 && covered == n && reduces >= 1 && g.n_ops == before + reduces, "%d buckets cover %lld of %lld",
+          reduces, (long long)covered, (long long)n);
+    /* ZeRO-1: the parameters gathered from the replicas' slices. */
+    REQUIRE(tg_zero_gather(&g, g.io.params_all, "params.slices") == 0, "%s", err.msg);
+    const tg_op *gather = &g.ops[g.n_ops - 1];
+    CHECK(gather->kind == TG_OP_ALL_GATHER && gather->phase == TG_PHASE_OPTIMIZER &&
+              gather->p.all_gather.slice == tg_zero_slice(&job, tg_tensor_numel(&g.tensors[g.io.params_all])) &&
+              tg_tensor_numel(&g.tensors[gather->out[0]]) == 2 * gather->p.all_gather.slice,
+          "gather");
+    /* A name too long for the gather's view. */
+    char name[200];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    CHECK(tg_zero_gather(&g, g.io.params_all, name) == -1 && strstr(err.msg, "tensor name too long"), "'%s'", err.msg);
+    tg_graph_free(&g);
 }
