@@ -1,11 +1,13 @@
 /* The compiler's passes on small hand-built graphs: every pass stops at once on a graph
  * that already failed (keeping its first message), autodiff refusals (a loss that depends
  * on no trainable parameter, an op without a backward rule) and its data-parallel seed,
- * gradient buckets without a backward, and span sets. */
+ * gradient bookkeeping edges, gradient buckets (none, covering the pool, out of memory),
+ * ZeRO slices, layouts without parameters, an unused activation, and span sets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "compiler/autodiff.h"
 #include "compiler/grad_buckets.h"
 #include "compiler/grad_state.h"
@@ -252,5 +254,87 @@ TG_TEST(test_compiler_gradient_buckets_cover_the_pool) {
     memset(name, 'n', sizeof name - 1);
     name[sizeof name - 1] = 0;
     CHECK(tg_zero_gather(&g, g.io.params_all, name) == -1 && strstr(err.msg, "tensor name too long"), "'%s'", err.msg);
+    tg_graph_free(&g);
+}
+
+TG_TEST(test_compiler_zero_slice_and_empty_layout) {
+    tg_job job;
+    tg_job_defaults(&job);
+    CHECK(tg_zero_slice(NULL, 1000) == 0, "no job");
+    job.data_parallel = 2, job.zero_stage = 0;
+    CHECK(tg_zero_slice(&job, 1000) == 0, "zero_stage 0");
+    job.data_parallel = 1, job.zero_stage = 1;
+    CHECK(tg_zero_slice(&job, 1000) == 0, "one replica");
+    const int64_t align = TG_TENSOR_ALIGN / 2;
+    for (int dp = 2; dp <= 8; dp += 3)
+        for (int64_t e = 1; e < 5000; e += 777) {
+            job.data_parallel = dp;
+            const int64_t s = tg_zero_slice(&job, e), share = (e + dp - 1) / dp;
+            CHECK(s % align == 0 && s >= share && s - share < align && s * dp >= e, "dp %d, %lld elements: slice %lld", dp,
+                  (long long)e, (long long)s);
+        }
+    /* A graph without trainable parameters has no parameter layout. */
+    tg_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    tg_job_defaults(&job);
+    tg_err err = {{0}};
+    tg_graph g;
+    tg_graph_init(&g, &cfg, &job, &err);
+    tg_act(&g, "x", 1, 4, 0, 0, 0);
+    CHECK(tg_plan_param_layout(&g) == -1 && !strcmp(err.msg, "internal compiler error: model has no trainable parameters"),
+          "'%s'", err.msg);
+    tg_graph_free(&g);
+}
+
+/* Each allocation of the gradient buckets failing in turn, the tensor table full so that
+ * the first bucket's view must grow it. */
+TG_TEST(test_compiler_gradient_buckets_out_of_memory) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    job.data_parallel = 2;
+    int failures = 0, done = 0;
+    for (long k = 0; k < 20 && !done; k++) {
+        tg_err err = {{0}};
+        tg_graph g;
+        int w, y;
+        REQUIRE(matmul_graph_k(&g, &cfg, &job, &err, 128, &w, &y) == 0 && tg_autodiff(&g, y) == 0, "%s", err.msg);
+        while (g.n_tensors < g.cap_tensors) tg_act(&g, "pad", 1, 1, 0, 0, 0);
+        tg_alloc_fail_after(k);
+        int rc = tg_gradient_buckets(&g);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) {
+            done = 1;
+        } else {
+            failures++;
+            CHECK(rc == -1 && strstr(err.msg, "out of memory compiling model 'hand-built'") == err.msg, "allocation %ld: '%s'",
+                  k, err.msg);
+            CHECK(g.failed, "allocation %ld: the graph is not failed", k);
+        }
+        tg_graph_free(&g);
+    }
+    CHECK(done && failures == 4, "%d allocations failed before one run went through", failures);
+}
+
+/* The memory planner refuses an activation that no op reads or writes. */
+TG_TEST(test_compiler_memory_plan_unused_activation) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, y;
+    REQUIRE(matmul_graph(&g, &cfg, &job, &err, &w, &y) == 0, "%s", err.msg);
+    tg_act(&g, "orphan", 1, 4, 0, 0, 0);
+    REQUIRE(tg_autodiff(&g, y) == 0 && tg_plan_fixed_layout(&g) == 0, "%s", err.msg);
+    int phase_begin[TG_PHASE_COUNT + 1];
+    for (int p = 0, o = 0; p <= TG_PHASE_COUNT; p++) {
+        while (o < g.n_ops && g.ops[o].phase < p) o++;
+        phase_begin[p] = o;
+    }
+    uint64_t pools[TG_POOL_COUNT], peak = 0;
+    CHECK(tg_plan_memory(&g, phase_begin, pools, &peak) == -1 &&
+              !strcmp(err.msg, "internal compiler error: activation orphan is never used"),
+          "'%s'", err.msg);
     tg_graph_free(&g);
 }
