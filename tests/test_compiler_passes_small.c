@@ -338,3 +338,74 @@ TG_TEST(test_compiler_memory_plan_unused_activation) {
           "'%s'", err.msg);
     tg_graph_free(&g);
 }
+
+/* Fills the op table to its capacity with valid ADDs (of two fresh activations). */
+static void fill_ops_to_capacity(tg_graph *g) {
+    int a = tg_act(g, "pad.a", 1, 2, 0, 0, 0), b = tg_act(g, "pad.b", 1, 2, 0, 0, 0);
+    while (g->n_ops < g->cap_ops) {
+        tg_op_spec s = tg_spec(TG_OP_ADD);
+        s.in[0] = a, s.in[1] = a, s.out[0] = b, s.p.count.n = 2;
+        tg_graph_op(g, &s);
+    }
+}
+
+/* The op table full: a bucket's ALL_REDUCE, or ZeRO's ALL_GATHER, cannot be appended. */
+TG_TEST(test_compiler_collective_ops_out_of_memory) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    job.data_parallel = 2;
+    job.zero_stage = 1;
+    for (int which = 0; which < 2; which++) {
+        tg_err err = {{0}};
+        tg_graph g;
+        int w, y;
+        REQUIRE(matmul_graph_k(&g, &cfg, &job, &err, 128, &w, &y) == 0 && tg_autodiff(&g, y) == 0, "%s", err.msg);
+        fill_ops_to_capacity(&g);
+        REQUIRE(!g.failed && g.n_ops == g.cap_ops && g.n_tensors < g.cap_tensors, "setup: %s", err.msg);
+        /* The buckets' own two arrays come first; then the op table's growth fails. */
+        tg_alloc_fail_after(which ? 0 : 2);
+        int rc = which ? tg_zero_gather(&g, g.io.params_all, "params.slices") : tg_gradient_buckets(&g);
+        tg_alloc_fail_after(-1);
+        CHECK(rc == -1 && strstr(err.msg, "out of memory compiling model 'hand-built'") == err.msg, "which %d: '%s'", which,
+              err.msg);
+        tg_graph_free(&g);
+    }
+}
+
+/* Each allocation of the parameter layout failing in turn, with the tensor table one to
+ * five entries short of full: the gradient and each whole-pool view in turn must grow it. */
+TG_TEST(test_compiler_param_layout_out_of_memory) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    int failures = 0;
+    for (int room = 0; room < 5; room++) {
+        int done = 0;
+        for (long k = 0; k < 10 && !done; k++) {
+            memset(&cfg, 0, sizeof cfg);
+            snprintf(cfg.source, sizeof cfg.source, "hand-built");
+            tg_err err = {{0}};
+            tg_graph g;
+            tg_graph_init(&g, &cfg, &job, &err);
+            int w = tg_param(&g, "w", 1, 8, 0, TG_INIT_ZEROS, 0);
+            while (g.n_tensors < 256 - 1 - room) tg_act(&g, "pad", 1, 1, 0, 0, 0);
+            tg_alloc_fail_after(k);
+            int rc = tg_plan_param_layout(&g);
+            tg_alloc_fail_after(-1);
+            if (rc == 0) {
+                done = 1;
+                CHECK(g.tensors[w].grad >= 0 && g.io.params_all >= 0 && g.io.v_all >= 0 &&
+                          g.tensors[g.io.v_all].offset == g.tensors[g.io.m_all].bytes,
+                      "room %d: layout", room);
+            } else {
+                failures++;
+                CHECK(strstr(err.msg, "out of memory compiling model 'hand-built'") == err.msg, "room %d, allocation %ld: '%s'",
+                      room, k, err.msg);
+            }
+            tg_graph_free(&g);
+        }
+        CHECK(done, "room %d: never laid out", room);
+    }
+    CHECK(failures >= 5, "%d failures", failures);
+}
