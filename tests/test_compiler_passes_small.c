@@ -409,3 +409,66 @@ TG_TEST(test_compiler_param_layout_out_of_memory) {
     }
     CHECK(failures >= 5, "%d failures", failures);
 }
+
+/* The first-gradient-writes pass on the matmul graph: the ZERO of the whole grads pool is
+ * found past another ZERO and dropped, w's gradient being overwritten before an ADD reads
+ * it; with the tensor table full, its allocations failing in turn fail cleanly. */
+TG_TEST(test_compiler_first_gradient_writes_edges) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    tg_err err = {{0}};
+    tg_graph g;
+    int w, y;
+    REQUIRE(matmul_graph(&g, &cfg, &job, &err, &w, &y) == 0, "%s", err.msg);
+    int scratch = tg_act(&g, "scratch", 1, 2, 0, 0, 0), sum = tg_act(&g, "sum", 1, 2, 0, 0, 0);
+    tg_op_spec z = tg_spec(TG_OP_ZERO);
+    z.out[0] = scratch;
+    REQUIRE(tg_graph_op(&g, &z) == 1, "%s", err.msg);
+    REQUIRE(tg_autodiff(&g, y) == 0, "%s", err.msg);
+    /* A backward op that reads w's gradient (a view of its first two elements). */
+    int64_t two = 2;
+    int gv = tg_graph_tensor(&g, "grad.w.head", TG_F32, TG_POOL_GRADS, 1, &two);
+    g.tensors[gv].flags |= TG_TENSOR_VIEW;
+    g.tensors[gv].offset = g.tensors[g.tensors[w].grad].offset;
+    tg_op_spec add = tg_spec(TG_OP_ADD);
+    add.in[0] = gv, add.in[1] = scratch, add.out[0] = sum, add.p.count.n = 2;
+    REQUIRE(tg_graph_op(&g, &add) >= 0, "%s", err.msg);
+    const int n_ops = g.n_ops;
+    REQUIRE(tg_first_gradient_writes(&g) == 0, "%s", err.msg);
+    int zeros_of_grads = 0, whole = 0;
+    for (int o = 0; o < g.n_ops; o++) {
+        const tg_op *op = &g.ops[o];
+        if (op->kind != TG_OP_ZERO) continue;
+        whole += op->out[0] == g.io.grads_all;
+        zeros_of_grads += g.tensors[op->out[0]].pool == TG_POOL_GRADS;
+    }
+    /* The matmul's backward writes all of w's gradient before anything reads it: it
+     * overwrites (accumulate off) and no ZERO of the grads pool is left. */
+    int matmul_bwd = -1;
+    for (int o = 0; o < g.n_ops; o++)
+        if (g.ops[o].kind == TG_OP_MATMUL && g.ops[o].phase == TG_PHASE_BACKWARD && g.ops[o].out[0] == g.tensors[w].grad)
+            matmul_bwd = o;
+    CHECK(whole == 0 && zeros_of_grads == 0 && g.ops[1].kind == TG_OP_ZERO && g.ops[1].out[0] == scratch &&
+              g.n_ops == n_ops - 1 && matmul_bwd >= 0 && !g.ops[matmul_bwd].p.matmul.accumulate,
+          "whole %d, narrowed %d, %d ops (was %d), dW op %d", whole, zeros_of_grads, g.n_ops, n_ops, matmul_bwd);
+    tg_graph_free(&g);
+    /* Allocation failures in turn, the tensor table full. */
+    int failures = 0, done = 0;
+    for (long k = 0; k < 20 && !done; k++) {
+        memset(&err, 0, sizeof err);
+        REQUIRE(matmul_graph(&g, &cfg, &job, &err, &w, &y) == 0 && tg_autodiff(&g, y) == 0, "%s", err.msg);
+        while (g.n_tensors < g.cap_tensors) tg_act(&g, "pad", 1, 1, 0, 0, 0);
+        tg_alloc_fail_after(k);
+        int rc = tg_first_gradient_writes(&g);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) done = 1;
+        else {
+            failures++;
+            CHECK(strstr(err.msg, "out of memory compiling model 'hand-built'") == err.msg, "allocation %ld: '%s'", k,
+                  err.msg);
+        }
+        tg_graph_free(&g);
+    }
+    CHECK(done && failures >= 2, "%d failures, done %d", failures, done);
+}
