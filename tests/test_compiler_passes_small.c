@@ -472,3 +472,98 @@ TG_TEST(test_compiler_first_gradient_writes_edges) {
     }
     CHECK(done && failures >= 2, "%d failures, done %d", failures, done);
 }
+
+/* y = x w + b (twice: y = (x w + b) w), and parameters t (before w) and u (last) that no op
+ * uses. */
+static int biased_graph(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, int twice, int *w, int *b, int *u,
+                        int *y) {
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->source, sizeof cfg->source, "hand-built");
+    tg_graph_init(g, cfg, job, err);
+    int64_t xs[2] = {2, 4};
+    int x = tg_graph_tensor(g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    tg_param(g, "t", 1, 4, 0, TG_INIT_ZEROS, 1);
+    *w = tg_param(g, "w", 2, 4, 4, TG_INIT_ZEROS, 0);
+    *b = tg_param(g, "b", 1, 4, 0, TG_INIT_ZEROS, 1);
+    *u = tg_param(g, "u", 1, 4, 0, TG_INIT_ZEROS, 1);
+    *y = tg_act(g, "y", 2, 2, 4, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = *w, s.in[2] = *b, s.out[0] = *y;
+    s.p.matmul = (tg_matmul_params){.m = 2, .n = 4, .k = 4, .batch = 1, .alpha = 1.0f};
+    tg_graph_op(g, &s);
+    if (twice) {
+        const int y1 = *y;
+        *y = tg_act(g, "y2", 2, 2, 4, 0, 0);
+        s = tg_spec(TG_OP_MATMUL);
+        s.in[0] = y1, s.in[1] = *w, s.out[0] = *y;
+        s.p.matmul = (tg_matmul_params){.m = 2, .n = 4, .k = 4, .batch = 1, .alpha = 1.0f};
+        tg_graph_op(g, &s);
+    }
+    if (tg_plan_param_layout(g)) return -1;
+    return tg_autodiff(g, *y);
+}
+
+/* Bias gradients fused into the weight-gradient matmul (its out1, always written) or in a
+ * BIAS_GRAD op (overwriting when first, or already set to); w's gradient written by two
+ * matmuls (the first overwrites, the second adds); the gradients of the parameters no op
+ * uses are the ranges still cleared, close enough to be one ZERO of a view over both, and
+ * that ZERO's view failing for want of memory fails the pass. */
+TG_TEST(test_compiler_first_gradient_writes_bias_and_unused) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    for (int variant = 0; variant < 4; variant++) {
+        job.fuse_bias_grad = variant == 0 || variant == 3;
+        tg_err err = {{0}};
+        tg_graph g;
+        int w, b, u, y;
+        REQUIRE(biased_graph(&g, &cfg, &job, &err, variant == 3, &w, &b, &u, &y) == 0, "%s", err.msg);
+        int bias_op = -1;
+        for (int o = 0; o < g.n_ops; o++)
+            if (g.ops[o].kind == TG_OP_BIAS_GRAD) bias_op = o;
+        CHECK((bias_op >= 0) == (variant == 1 || variant == 2), "variant %d: BIAS_GRAD op %d", variant, bias_op);
+        if (variant == 2 && bias_op >= 0) g.ops[bias_op].p.bias_grad.overwrite = 1;
+        REQUIRE(tg_first_gradient_writes(&g) == 0, "variant %d: %s", variant, err.msg);
+        const tg_tensor *gu = &g.tensors[g.tensors[u].grad], *gt = &g.tensors[g.tensors[w - 1].grad]; /* t: made just before w */
+        int zeros = 0, over_u = 0;
+        for (int o = 0; o < g.n_ops; o++) {
+            const tg_op *op = &g.ops[o];
+            if (op->kind != TG_OP_ZERO || g.tensors[op->out[0]].pool != TG_POOL_GRADS) continue;
+            const tg_tensor *z = &g.tensors[op->out[0]];
+            zeros++;
+            CHECK(op->out[0] != g.io.grads_all && (z->flags & TG_TENSOR_VIEW), "variant %d: the whole ZERO stayed", variant);
+            over_u += z->offset <= gt->offset && z->offset + z->bytes >= gu->offset + gu->bytes;
+        }
+        CHECK(zeros == 1 && over_u == 1, "variant %d: %d ZEROs, %d over t's and u's gradients", variant, zeros, over_u);
+        if (bias_op >= 0) CHECK(g.ops[bias_op].p.bias_grad.overwrite == 1, "variant %d: BIAS_GRAD adds", variant);
+        int dw_over = 0, dw_add = 0;
+        for (int o = 0; o < g.n_ops; o++)
+            if (g.ops[o].kind == TG_OP_MATMUL && g.ops[o].out[0] == g.tensors[w].grad) {
+                dw_over += !g.ops[o].p.matmul.accumulate;
+                dw_add += g.ops[o].p.matmul.accumulate;
+            }
+        CHECK(dw_over == 1 && dw_add == (variant == 3), "variant %d: dW %d overwrite, %d add", variant, dw_over, dw_add);
+        tg_graph_free(&g);
+    }
+    /* The narrowed ZERO's view cannot be added: the tensor table is full and cannot grow. */
+    job.fuse_bias_grad = 1;
+    int failures = 0, done = 0;
+    for (long k = 0; k < 20 && !done; k++) {
+        tg_err err = {{0}};
+        tg_graph g;
+        int w, b, u, y;
+        REQUIRE(biased_graph(&g, &cfg, &job, &err, 0, &w, &b, &u, &y) == 0, "%s", err.msg);
+        while (g.n_tensors < g.cap_tensors) tg_act(&g, "pad", 1, 1, 0, 0, 0);
+        tg_alloc_fail_after(k);
+        int rc = tg_first_gradient_writes(&g);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) done = 1;
+        else {
+            failures++;
+            CHECK(strstr(err.msg, "out of memory compiling model 'hand-built'") == err.msg && g.failed, "allocation %ld: '%s'",
+                  k, err.msg);
+        }
+        tg_graph_free(&g);
+    }
+    CHECK(done && failures >= 3, "%d failures, done %d", failures, done);
+}
