@@ -120,11 +120,11 @@ TG_TEST(test_batch_fill_row_counts) {
                         {.len = T / 2, .input_ids = ids1, .label = TG_IGNORE_INDEX}};
     tg_dataset ds = {.n = 2, .examples = ex, .n_tokens = T + T / 2};
     tg_batch out = {0};
-    out.input_ids = aligned_alloc(64, sizeof(int32_t) * B * T);
-    out.attention_mask = aligned_alloc(64, sizeof(float) * B * T);
-    out.token_type_ids = aligned_alloc(64, sizeof(int32_t) * B * T);
-    out.position_ids = aligned_alloc(64, sizeof(int32_t) * B * T);
-    out.labels = aligned_alloc(64, sizeof(int32_t) * B * T);
+    out.input_ids = aligned_alloc(16, sizeof(int32_t) * B * T);
+    out.attention_mask = aligned_alloc(16, sizeof(float) * B * T);
+    out.token_type_ids = aligned_alloc(16, sizeof(int32_t) * B * T);
+    out.position_ids = aligned_alloc(16, sizeof(int32_t) * B * T);
+    out.labels = aligned_alloc(16, sizeof(int32_t) * B * T);
     const tg_batch_shape shape = {.batch = B, .seq = T, .task = TG_TASK_LM, .arch = TG_ARCH_BERT, .pad_id = 0};
     const int32_t idx[3] = {0, 1, 0};
     tg_batch_fill(&ds, idx, 3, &shape, &out);

@@ -433,7 +433,7 @@ static size_t rec_of(uint8_t *out, int task, uint32_t len, uint32_t flags, int32
     if (task == TG_SHARD_CLASSIFY) tg_put_le32(out + 8, (uint32_t)a), at = 12;
     if (task == TG_SHARD_QA) tg_put_le32(out + 8, (uint32_t)a), tg_put_le32(out + 12, (uint32_t)b), at = 16;
     for (uint32_t i = 0; i < n_ids; i++, at += 4) tg_put_le32(out + at, ids[i]);
-    memcpy(out + at, types, n_types);
+    if (n_types) memcpy(out + at, types, n_types);
     return at + n_types;
 }
 
