@@ -567,3 +567,60 @@ TG_TEST(test_compiler_first_gradient_writes_bias_and_unused) {
     }
     CHECK(done && failures >= 3, "%d failures, done %d", failures, done);
 }
+
+/* Unused parameters t and u with a 4.3 MiB weight W between them: their gradients are
+ * cleared by two ZEROs (more than ZERO_MERGE_BYTES apart, one launch each is cheaper than
+ * clearing the gap); with the op table full, appending a ZERO fails cleanly. */
+TG_TEST(test_compiler_first_gradient_writes_far_apart) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_job_defaults(&job);
+    for (int full_ops = 0; full_ops < 2; full_ops++) {
+        int done = 0, failures = 0;
+        for (long k = full_ops ? 0 : -1; k < 20 && !done; k++) {
+            memset(&cfg, 0, sizeof cfg);
+            snprintf(cfg.source, sizeof cfg.source, "hand-built");
+            tg_err err = {{0}};
+            tg_graph g;
+            tg_graph_init(&g, &cfg, &job, &err);
+            int64_t xs[2] = {2, 1024};
+            int x = tg_graph_tensor(&g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+            int t = tg_param(&g, "t", 1, 4, 0, TG_INIT_ZEROS, 1);
+            int w = tg_param(&g, "W", 2, 1024, 1100, TG_INIT_ZEROS, 0);
+            int u = tg_param(&g, "u", 1, 4, 0, TG_INIT_ZEROS, 1);
+            int y = tg_act(&g, "y", 2, 2, 1100, 0, 0);
+            tg_op_spec s = tg_spec(TG_OP_MATMUL);
+            s.in[0] = x, s.in[1] = w, s.out[0] = y;
+            s.p.matmul = (tg_matmul_params){.m = 2, .n = 1100, .k = 1024, .batch = 1, .alpha = 1.0f};
+            tg_graph_op(&g, &s);
+            REQUIRE(tg_plan_param_layout(&g) == 0 && tg_autodiff(&g, y) == 0, "%s", err.msg);
+            if (full_ops) fill_ops_to_capacity(&g);
+            if (k >= 0) tg_alloc_fail_after(k);
+            int rc = tg_first_gradient_writes(&g);
+            tg_alloc_fail_after(-1);
+            if (rc != 0) {
+                failures++;
+                CHECK(strstr(err.msg, "out of memory compiling model 'hand-built'") == err.msg, "allocation %ld: '%s'", k,
+                      err.msg);
+                tg_graph_free(&g);
+                continue;
+            }
+            done = 1;
+            const tg_tensor *gt = &g.tensors[g.tensors[t].grad], *gu = &g.tensors[g.tensors[u].grad];
+            int zeros = 0, over_t = 0, over_u = 0;
+            for (int o = 0; o < g.n_ops; o++) {
+                const tg_op *op = &g.ops[o];
+                if (op->kind != TG_OP_ZERO) continue;
+                const tg_tensor *z = &g.tensors[op->out[0]];
+                zeros++;
+                over_t += z->offset <= gt->offset && z->offset + z->bytes >= gt->offset + gt->bytes && z->bytes < (1u << 20);
+                over_u += z->offset <= gu->offset && z->offset + z->bytes >= gu->offset + gu->bytes && z->bytes < (1u << 20);
+            }
+            CHECK(zeros == 2 && over_t == 1 && over_u == 1 && gu->offset - gt->offset > (4u << 20),
+                  "%d ZEROs, over t %d, over u %d", zeros, over_t, over_u);
+            tg_graph_free(&g);
+        }
+        CHECK(done && (full_ops ? failures >= 3 : failures == 0), "full_ops %d: %d failures, done %d", full_ops, failures,
+              done);
+    }
+}
