@@ -107,12 +107,12 @@ int tg_graph_check_freeze(tg_graph *g) {
                              n > 1 ? "match" : "matches", g->cfg->source, first_param_name(g));
 }
 
-/* Grows an array to hold `need` entries; need is at most TG_MAX_GRAPH_TENSORS or
+/* Grows an array to hold `need` entries, one more than it holds (the callers append one at
+ * a time, so one doubling always suffices); need is at most TG_MAX_GRAPH_TENSORS or
  * TG_MAX_GRAPH_OPS (2^24), so the doubling stays far from overflowing int. */
 static int grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int n = *cap ? *cap * 2 : 256;
-    while (n < need) n *= 2;
     void *q = tg_compiler_realloc(*p, (size_t)n * elem);
     if (!q) return -1;
     *p = q;

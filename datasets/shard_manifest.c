@@ -1,6 +1,7 @@
 #include "datasets/shard_manifest.h"
 #include "base/json_strict.h"
 #include "base/alloc.h"
+#include "datasets/utf8.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -46,13 +47,16 @@ typedef struct reader {
 static int only_keys(const reader *R, json_t *obj, const char *where, const char *const *keys) {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v) { /* GCOVR_EXCL_BR_LINE: the macro's value test cannot fail for a key it found */
         int known = 0;
         for (const char *const *k = keys; *k && !known; k++) known = !strcmp(*k, key);
         if (!known) return tg_fail(R->err, "%s: unknown key \"%s\" in %s", R->name, key, where);
     }
     return 0;
 }
+
+/* The type test for a value known to be there (json_is_* would test for NULL again). */
+static int is(const json_t *v, json_type t) { return json_typeof(v) == t; }
 
 static json_t *member(const reader *R, json_t *obj, const char *key, const char *where) {
     json_t *v = json_object_get(obj, key);
@@ -64,7 +68,7 @@ static int whole(const reader *R, json_t *obj, const char *key, const char *wher
                  int64_t *out) {
     json_t *v = member(R, obj, key, where);
     if (!v) return -1;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+    if (!is(v, JSON_INTEGER) || json_integer_value(v) < lo || json_integer_value(v) > hi)
         return tg_fail(R->err, "%s: %s.%s must be a whole number from %lld to %lld", R->name, where, key,
                        (long long)lo, (long long)hi);
     *out = json_integer_value(v);
@@ -74,8 +78,8 @@ static int whole(const reader *R, json_t *obj, const char *key, const char *wher
 static int hex64(const reader *R, json_t *obj, const char *key, const char *where, uint64_t *out) {
     json_t *v = member(R, obj, key, where);
     if (!v) return -1;
-    const char *s = json_is_string(v) ? json_string_value(v) : "";
-    if (!json_is_string(v) || strlen(s) != 16 || strspn(s, "0123456789abcdef") != 16)
+    const char *s = is(v, JSON_STRING) ? json_string_value(v) : "";
+    if (!is(v, JSON_STRING) || strlen(s) != 16 || strspn(s, "0123456789abcdef") != 16)
         return tg_fail(R->err, "%s: %s.%s must be 16 lower-case hex digits", R->name, where, key);
     *out = strtoull(s, NULL, 16);
     return 0;
@@ -85,7 +89,7 @@ static int hex64(const reader *R, json_t *obj, const char *key, const char *wher
 static int per_split(const reader *R, json_t *root, const char *key, int64_t hi, int64_t out[TG_SPLIT_COUNT]) {
     json_t *v = member(R, root, key, "the manifest");
     if (!v) return -1;
-    if (!json_is_object(v)) return tg_fail(R->err, "%s: \"%s\" must be an object {\"train\": N, \"eval\": N}", R->name, key);
+    if (!is(v, JSON_OBJECT)) return tg_fail(R->err, "%s: \"%s\" must be an object {\"train\": N, \"eval\": N}", R->name, key);
     static const char *const keys[] = {"train", "eval", NULL};
     if (only_keys(R, v, key, keys)) return -1;
     for (int s = 0; s < TG_SPLIT_COUNT; s++)
@@ -98,7 +102,7 @@ static int by_name(const void *a, const void *b) { return strcmp(*(char *const *
 static int read_labels(const reader *R, json_t *root, tg_shard_manifest *m) {
     json_t *v = member(R, root, "labels", "the manifest");
     if (!v) return -1;
-    if (!json_is_array(v)) return tg_fail(R->err, "%s: \"labels\" must be an array of names", R->name);
+    if (!is(v, JSON_ARRAY)) return tg_fail(R->err, "%s: \"labels\" must be an array of names", R->name);
     size_t n = json_array_size(v);
     if (m->task == TG_SHARD_CLASSIFY && n == 0) return tg_fail(R->err, "%s: a classify set needs label names", R->name);
     if (m->task != TG_SHARD_CLASSIFY && n)
@@ -109,7 +113,7 @@ static int read_labels(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!(m->labels = tg_calloc(n, sizeof *m->labels))) return tg_fail(R->err, "%s: out of memory for %zu labels", R->name, n);
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_array_get(v, i);
-        if (!json_is_string(s) || json_string_length(s) == 0 || strlen(json_string_value(s)) != json_string_length(s))
+        if (!is(s, JSON_STRING) || json_string_length(s) == 0)
             return tg_fail(R->err, "%s: labels[%zu] must be a non-empty name", R->name, i);
         if (!(m->labels[i] = tg_strdup(json_string_value(s)))) return tg_fail(R->err, "%s: out of memory for labels[%zu]", R->name, i);
         m->n_labels = (int32_t)i + 1;
@@ -130,7 +134,7 @@ static int read_histogram(const reader *R, json_t *root, tg_shard_manifest *m) {
     json_t *v = member(R, root, "length_histogram", "the manifest");
     if (!v) return -1;
     const char *where = "length_histogram";
-    if (!json_is_object(v)) return tg_fail(R->err, "%s: \"%s\" must be an object", R->name, where);
+    if (!is(v, JSON_OBJECT)) return tg_fail(R->err, "%s: \"%s\" must be an object", R->name, where);
     static const char *const keys[] = {"bin_width", "train", "eval", NULL};
     if (only_keys(R, v, where, keys)) return -1;
     int64_t bin;
@@ -141,14 +145,14 @@ static int read_histogram(const reader *R, json_t *root, tg_shard_manifest *m) {
         const char *split = tg_shard_split_name(s);
         json_t *a = member(R, v, split, where);
         if (!a) return -1;
-        if (!json_is_array(a) || json_array_size(a) != (size_t)m->n_bins)
+        if (!is(a, JSON_ARRAY) || json_array_size(a) != (size_t)m->n_bins)
             return tg_fail(R->err, "%s: %s.%s must be an array of %d counts (ceil(seq %d / bin_width %d))", R->name,
                            where, split, m->n_bins, m->seq, m->hist_bin);
         if (!(m->hist[s] = tg_calloc((size_t)m->n_bins, sizeof *m->hist[s]))) return tg_fail(R->err, "%s: out of memory for %s.%s", R->name, where, split);
         int64_t sum = 0;
         for (int32_t i = 0; i < m->n_bins; i++) {
             json_t *c = json_array_get(a, (size_t)i);
-            if (!json_is_integer(c) || json_integer_value(c) < 0 || json_integer_value(c) > m->records[s])
+            if (!is(c, JSON_INTEGER) || json_integer_value(c) < 0 || json_integer_value(c) > m->records[s])
                 return tg_fail(R->err, "%s: %s.%s[%d] must be a count from 0 to the split's %lld records", R->name,
                                where, split, i, (long long)m->records[s]);
             m->hist[s][i] = json_integer_value(c);
@@ -165,7 +169,7 @@ static int read_histogram(const reader *R, json_t *root, tg_shard_manifest *m) {
 static int read_tokenizer(const reader *R, json_t *root, tg_shard_manifest *m) {
     json_t *v = member(R, root, "tokenizer", "the manifest");
     if (!v) return -1;
-    if (!json_is_object(v)) return tg_fail(R->err, "%s: \"tokenizer\" must be an object", R->name);
+    if (!is(v, JSON_OBJECT)) return tg_fail(R->err, "%s: \"tokenizer\" must be an object", R->name);
     static const char *const keys[] = {"identity", "family", "vocab_size", NULL};
     if (only_keys(R, v, "tokenizer", keys)) return -1;
     int64_t vocab;
@@ -175,8 +179,7 @@ static int read_tokenizer(const reader *R, json_t *root, tg_shard_manifest *m) {
     m->vocab_size = (int32_t)vocab;
     json_t *f = member(R, v, "family", "tokenizer");
     if (!f) return -1;
-    if (!json_is_string(f) || json_string_length(f) == 0 || json_string_length(f) >= sizeof m->tokenizer_family ||
-        strlen(json_string_value(f)) != json_string_length(f))
+    if (!is(f, JSON_STRING) || json_string_length(f) == 0 || json_string_length(f) >= sizeof m->tokenizer_family)
         return tg_fail(R->err, "%s: tokenizer.family must be a name of 1 to %zu characters", R->name,
                        sizeof m->tokenizer_family - 1);
     memcpy(m->tokenizer_family, json_string_value(f), json_string_length(f) + 1);
@@ -195,7 +198,7 @@ static int file_name_ok(const char *file, int split) {
 static int read_shards(const reader *R, json_t *root, tg_shard_manifest *m) {
     json_t *v = member(R, root, "shards", "the manifest");
     if (!v) return -1;
-    if (!json_is_array(v)) return tg_fail(R->err, "%s: \"shards\" must be an array", R->name);
+    if (!is(v, JSON_ARRAY)) return tg_fail(R->err, "%s: \"shards\" must be an array", R->name);
     size_t n = json_array_size(v);
     if (n > MAX_SHARDS) return tg_fail(R->err, "%s: more than %d shards", R->name, MAX_SHARDS);
     if (n && !(m->shards = tg_calloc(n, sizeof *m->shards))) return tg_fail(R->err, "%s: out of memory for %zu shards", R->name, n);
@@ -204,18 +207,18 @@ static int read_shards(const reader *R, json_t *root, tg_shard_manifest *m) {
         char where[32];
         snprintf(where, sizeof where, "shards[%zu]", i);
         json_t *s = json_array_get(v, i);
-        if (!json_is_object(s)) return tg_fail(R->err, "%s: %s must be an object", R->name, where);
+        if (!is(s, JSON_OBJECT)) return tg_fail(R->err, "%s: %s must be an object", R->name, where);
         static const char *const keys[] = {"file", "split", "records", "bytes", "xxh64", NULL};
         if (only_keys(R, s, where, keys)) return -1;
         tg_shard_entry *e = &m->shards[i];
         json_t *split = member(R, s, "split", where);
         if (!split) return -1;
-        e->split = json_is_string(split) ? split_of(json_string_value(split)) : -1;
+        e->split = is(split, JSON_STRING) ? split_of(json_string_value(split)) : -1;
         if (e->split < 0) return tg_fail(R->err, "%s: %s.split must be \"train\" or \"eval\"", R->name, where);
         json_t *file = member(R, s, "file", where);
         if (!file) return -1;
-        if (!json_is_string(file) || json_string_length(file) >= sizeof e->file ||
-            strlen(json_string_value(file)) != json_string_length(file) || !file_name_ok(json_string_value(file), e->split))
+        if (!is(file, JSON_STRING) || json_string_length(file) >= sizeof e->file ||
+            !file_name_ok(json_string_value(file), e->split))
             return tg_fail(R->err, "%s: %s.file must name a file in the set's %s/ folder (\"%s/00000.tgshard\")",
                            R->name, where, tg_shard_split_name(e->split), tg_shard_split_name(e->split));
         memcpy(e->file, json_string_value(file), json_string_length(file) + 1);
@@ -242,7 +245,7 @@ static int read_shards(const reader *R, json_t *root, tg_shard_manifest *m) {
 }
 
 static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
-    if (!json_is_object(root)) return tg_fail(R->err, "%s: expected a JSON object", R->name);
+    if (!is(root, JSON_OBJECT)) return tg_fail(R->err, "%s: expected a JSON object", R->name);
     json_t *format = json_object_get(root, "format");
     if (!json_is_string(format) || strcmp(json_string_value(format), FORMAT_NAME))
         return tg_fail(R->err, "%s: not a tunegraph shard set manifest (\"format\" is not \"%s\")", R->name, FORMAT_NAME);
@@ -260,7 +263,7 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (only_keys(R, root, "the manifest", keys)) return -1;
     json_t *task = member(R, root, "task", "the manifest");
     if (!task) return -1;
-    const char *t = json_is_string(task) ? json_string_value(task) : "";
+    const char *t = is(task, JSON_STRING) ? json_string_value(task) : "";
     m->task = !strcmp(t, "classify") ? TG_SHARD_CLASSIFY : !strcmp(t, "lm") ? TG_SHARD_LM
             : !strcmp(t, "qa")       ? TG_SHARD_QA : 0;
     if (!m->task) return tg_fail(R->err, "%s: \"task\" must be \"classify\", \"lm\" or \"qa\"", R->name);
@@ -286,12 +289,12 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (read_labels(R, root, m) || read_histogram(R, root, m) || read_tokenizer(R, root, m)) return -1;
     json_t *types = member(R, root, "token_types", "the manifest");
     if (!types) return -1;
-    if (!json_is_boolean(types)) return tg_fail(R->err, "%s: \"token_types\" must be true or false", R->name);
-    m->token_types = json_is_true(types);
+    if (!is(types, JSON_TRUE) && !is(types, JSON_FALSE)) return tg_fail(R->err, "%s: \"token_types\" must be true or false", R->name);
+    m->token_types = is(types, JSON_TRUE);
     if (read_shards(R, root, m)) return -1;
     json_t *cmd = member(R, root, "command", "the manifest");
     if (!cmd) return -1;
-    if (!json_is_string(cmd) || strlen(json_string_value(cmd)) != json_string_length(cmd))
+    if (!is(cmd, JSON_STRING))
         return tg_fail(R->err, "%s: \"command\" must be a string", R->name);
     if (!(m->command = tg_strdup(json_string_value(cmd)))) return tg_fail(R->err, "%s: out of memory for \"command\"", R->name);
     return 0;
@@ -300,6 +303,8 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
 int tg_shard_manifest_parse(const char *text, size_t len, const char *name, tg_shard_manifest *m, tg_err *err) {
     memset(m, 0, sizeof *m);
     json_error_t jerr;
+    /* Without JSON_ALLOW_NUL no string holds a NUL (tests/test_shard_manifest_fields.c checks
+     * "\u0000" is refused), so each json_string_value is the whole string. */
     json_t *root = tg_json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root && tg_json_out_of_memory(&jerr)) return tg_fail(err, "%s: out of memory parsing the JSON", name);
     if (!root) return tg_fail(err, "%s:%d:%d: invalid JSON: %s", name, jerr.line, jerr.column, jerr.text);
@@ -312,17 +317,33 @@ int tg_shard_manifest_parse(const char *text, size_t len, const char *name, tg_s
 
 /* ---- writing ------------------------------------------------------------------ */
 
-static json_t *split_counts(const int64_t v[TG_SPLIT_COUNT]) {
+/* What went wrong building the JSON: a name that is not UTF-8, or an allocation (jansson
+ * then returns NULL, and json_object_set_new / json_array_append_new return -1, which would
+ * otherwise drop the key and leave a manifest without it). */
+typedef struct built {
+    int bad, oom;
+} built;
+
+static void put(json_t *o, const char *key, json_t *v, built *b) {
+    if (json_object_set_new(o, key, v)) b->oom = 1;
+}
+
+static void push(json_t *a, json_t *v, built *b) {
+    if (json_array_append_new(a, v)) b->oom = 1;
+}
+
+static json_t *split_counts(const int64_t v[TG_SPLIT_COUNT], built *b) {
     json_t *o = json_object();
-    for (int s = 0; s < TG_SPLIT_COUNT; s++) json_object_set_new(o, tg_shard_split_name(s), json_integer(v[s]));
+    for (int s = 0; s < TG_SPLIT_COUNT; s++) put(o, tg_shard_split_name(s), json_integer(v[s]), b);
     return o;
 }
 
-/* json_string refuses text that is not UTF-8; *bad remembers it. */
-static json_t *str(const char *s, int *bad) {
+/* json_string refuses text that is not UTF-8 (b->bad) and fails when out of memory. */
+static json_t *str(const char *s, built *b) {
     json_t *v = json_string(s);
     if (!v) {
-        *bad = 1;
+        if (tg_utf8_invalid_at(s, strlen(s)) >= 0) b->bad = 1;
+        else b->oom = 1;
         v = json_null();
     }
     return v;
@@ -337,48 +358,48 @@ static json_t *hex(uint64_t v) {
 int tg_shard_manifest_format(const tg_shard_manifest *m, char **text, size_t *len, tg_err *err) {
     *text = NULL;
     *len = 0;
-    int bad = 0;
+    built b = {0, 0};
     json_t *root = json_object();
-    json_object_set_new(root, "format", json_string(FORMAT_NAME));
-    json_object_set_new(root, "version", json_integer(m->version));
-    json_object_set_new(root, "task", json_string(tg_shard_task_name(m->task)));
-    json_object_set_new(root, "seq", json_integer(m->seq));
-    if (m->task == TG_SHARD_QA) json_object_set_new(root, "doc_stride", json_integer(m->doc_stride));
-    json_object_set_new(root, "records", split_counts(m->records));
-    json_object_set_new(root, "tokens", split_counts(m->tokens));
+    put(root, "format", json_string(FORMAT_NAME), &b);
+    put(root, "version", json_integer(m->version), &b);
+    put(root, "task", json_string(tg_shard_task_name(m->task)), &b);
+    put(root, "seq", json_integer(m->seq), &b);
+    if (m->task == TG_SHARD_QA) put(root, "doc_stride", json_integer(m->doc_stride), &b);
+    put(root, "records", split_counts(m->records, &b), &b);
+    put(root, "tokens", split_counts(m->tokens, &b), &b);
     json_t *labels = json_array();
-    for (int32_t i = 0; i < m->n_labels; i++) json_array_append_new(labels, str(m->labels[i], &bad));
-    json_object_set_new(root, "labels", labels);
+    for (int32_t i = 0; i < m->n_labels; i++) push(labels, str(m->labels[i], &b), &b);
+    put(root, "labels", labels, &b);
     json_t *hist = json_object();
-    json_object_set_new(hist, "bin_width", json_integer(m->hist_bin));
+    put(hist, "bin_width", json_integer(m->hist_bin), &b);
     for (int s = 0; s < TG_SPLIT_COUNT; s++) {
         json_t *a = json_array();
-        for (int32_t i = 0; i < m->n_bins; i++) json_array_append_new(a, json_integer(m->hist[s][i]));
-        json_object_set_new(hist, tg_shard_split_name(s), a);
+        for (int32_t i = 0; i < m->n_bins; i++) push(a, json_integer(m->hist[s][i]), &b);
+        put(hist, tg_shard_split_name(s), a, &b);
     }
-    json_object_set_new(root, "length_histogram", hist);
-    json_object_set_new(root, "token_types", json_boolean(m->token_types));
+    put(root, "length_histogram", hist, &b);
+    put(root, "token_types", json_boolean(m->token_types), &b);
     json_t *tok = json_object();
-    json_object_set_new(tok, "identity", hex(m->tokenizer_identity));
-    json_object_set_new(tok, "family", str(m->tokenizer_family, &bad));
-    json_object_set_new(tok, "vocab_size", json_integer(m->vocab_size));
-    json_object_set_new(root, "tokenizer", tok);
+    put(tok, "identity", hex(m->tokenizer_identity), &b);
+    put(tok, "family", str(m->tokenizer_family, &b), &b);
+    put(tok, "vocab_size", json_integer(m->vocab_size), &b);
+    put(root, "tokenizer", tok, &b);
     json_t *shards = json_array();
     for (int32_t i = 0; i < m->n_shards; i++) {
         const tg_shard_entry *e = &m->shards[i];
         json_t *o = json_object();
-        json_object_set_new(o, "file", str(e->file, &bad));
-        json_object_set_new(o, "split", json_string(tg_shard_split_name(e->split)));
-        json_object_set_new(o, "records", json_integer(e->records));
-        json_object_set_new(o, "bytes", json_integer(e->bytes));
-        json_object_set_new(o, "xxh64", hex(e->xxh64));
-        json_array_append_new(shards, o);
+        put(o, "file", str(e->file, &b), &b);
+        put(o, "split", json_string(tg_shard_split_name(e->split)), &b);
+        put(o, "records", json_integer(e->records), &b);
+        put(o, "bytes", json_integer(e->bytes), &b);
+        put(o, "xxh64", hex(e->xxh64), &b);
+        push(shards, o, &b);
     }
-    json_object_set_new(root, "shards", shards);
-    json_object_set_new(root, "command", str(m->command ? m->command : "", &bad));
-    char *s = bad ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    put(root, "shards", shards, &b);
+    put(root, "command", str(m->command ? m->command : "", &b), &b);
+    char *s = b.bad || b.oom ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);
-    if (bad) return tg_fail(err, "manifest: a label name, the tokenizer family or the command is not UTF-8");
+    if (b.bad) return tg_fail(err, "manifest: a label name, the tokenizer family or the command is not UTF-8");
     if (!s) return tg_fail(err, "manifest: out of memory");
     *text = s;
     *len = strlen(s);

@@ -373,10 +373,10 @@ int tg_shard_writer_add(tg_shard_writer *w, int split, const tg_shard_record *r,
     return 0;
 }
 
+/* Frees w; its shards are closed (by shard_end on commit, by tg_shard_writer_abort). */
 static void writer_free(tg_shard_writer *w) {
     for (int s = 0; s < TG_SPLIT_COUNT; s++) {
         split_out *o = &w->split[s];
-        if (o->fd >= 0) close(o->fd);
         free(o->frames);
         free(o->area);
         free(o->ends);
@@ -395,7 +395,7 @@ void tg_shard_writer_abort(tg_shard_writer *w) {
             close(w->split[s].fd);
             w->split[s].fd = -1;
         }
-    if (w->tmp[0]) tg_shard_remove_tree(w->tmp);
+    tg_shard_remove_tree(w->tmp); /* a writer exists only once its temporary folder does */
     writer_free(w);
 }
 
