@@ -3,9 +3,13 @@
  * and the tokenizer files it refuses (a dangling link, a folder, a file that cannot be read,
  * a device), output folders it refuses ('/', a link loop, none named), the files to keep
  * that lie inside it or do not, the padding id a BERT config without one gets, and every
- * allocation of an export failed in turn with nothing left beside the folder. */
+ * allocation of an export failed in turn with nothing left beside the folder; an output
+ * folder written into during the export; permissions (without root). */
+#include <dirent.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,5 +317,111 @@ TG_TEST(test_runtime_hf_export_temp_folder_refused) {
     CHECK(tg_hf_export(&img, &o, &err) == 0 && tg_test_count_files(out) == 2, "the next name: %s", err.msg);
     free(out);
     tg_weights_image_free(&img);
+    tg_plan_free(&p);
+}
+
+/* Someone writes into the (empty) output folder while the export runs: the folder is left
+ * alone and the export kept under its temporary name, which the message gives. A thread
+ * waits for the temporary folder to appear, then writes; a large tokenizer file keeps the
+ * export busy meanwhile (if the export still wins, it is tried again). */
+typedef struct intruder {
+    const char *root, *out;
+    atomic_int done;
+    int wrote;
+} intruder;
+
+static void *intrude(void *arg) {
+    intruder *in = arg;
+    while (!atomic_load(&in->done)) {
+        DIR *d = opendir(in->root);
+        int seen = 0;
+        for (struct dirent *e; d && (e = readdir(d));) seen |= !strncmp(e->d_name, ".out.tmp.", 9);
+        if (d) closedir(d);
+        if (seen) {
+            char path[800];
+            snprintf(path, sizeof path, "%s/late.txt", in->out);
+            in->wrote = tg_test_write_file(path, "late") == 0;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+TG_TEST(test_runtime_hf_export_folder_filled_meanwhile) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const char *root = tg_test_tmpdir();
+    char *out = join(root, "out"), *tok = join(root, "tok"), *vocab = join(root, "tok/vocab.txt");
+    REQUIRE(mkdir(tok, 0755) == 0, "tok");
+    FILE *f = fopen(vocab, "w");
+    REQUIRE(f, "vocab");
+    for (int i = 0; i < 2000000; i++) fprintf(f, "token%d\n", i);
+    REQUIRE(fclose(f) == 0, "vocab written");
+    tg_weights_image img;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    tg_weights_init(&img, 1);
+    const tg_hf_export_options o = {out, tok, NULL, 0, 0, 0};
+    int caught = 0;
+    for (int attempt = 0; attempt < 5 && !caught; attempt++) {
+        REQUIRE(mkdir(out, 0755) == 0, "out");
+        intruder in = {root, out, 0, 0};
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, intrude, &in) == 0, "thread");
+        memset(&err, 0, sizeof err);
+        const int rc = tg_hf_export(&img, &o, &err);
+        atomic_store(&in.done, 1);
+        pthread_join(th, NULL);
+        caught = rc == -1 && in.wrote;
+        if (caught) {
+            CHECK_MSG(err, "/out: something was written into it during the export; it is left alone and the export "
+                           "kept in ");
+            const char *kept = strstr(err.msg, "kept in ");
+            char *copy = kept ? join(kept + 8, "vocab.txt") : NULL;
+            char *late = join(out, "late.txt");
+            CHECK(copy && access(copy, F_OK) == 0 && tg_test_count_files(out) == 1 && access(late, F_OK) == 0,
+                  "the kept export or the folder: %s", err.msg);
+            free(copy), free(late);
+        } else {
+            CHECK(rc == 0 || in.wrote, "export failed: %s", err.msg); /* the export won: try again */
+            char cmd[1600];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+            REQUIRE(system(cmd) == 0, "rm");
+        }
+    }
+    CHECK(caught, "the output folder was never written into during an export");
+    tg_weights_image_free(&img);
+    free(out), free(tok), free(vocab);
+    tg_plan_free(&p);
+}
+
+/* Permissions (only without root, which they do not stop): a tokenizer file that cannot be
+ * read, an output folder that cannot be listed, a parent that cannot be written. */
+TG_TEST(test_runtime_hf_export_permissions) {
+    if (geteuid() == 0) {
+        printf("  (root: permission checks skipped)\n");
+        return;
+    }
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const char *root = tg_test_tmpdir();
+    char *out = join(root, "out"), *tok = join(root, "tok"), *vocab = join(root, "tok/vocab.txt"),
+         *locked = join(root, "locked"), *inner = join(root, "locked/out");
+    REQUIRE(mkdir(tok, 0755) == 0 && tg_test_write_file(vocab, "x\n") == 0 && chmod(vocab, 0) == 0 &&
+                mkdir(locked, 0755) == 0 && mkdir(inner, 0755) == 0,
+            "setup");
+    tg_hf_export_options o = {out, tok, NULL, 0, 0, 0};
+    tg_err err = {{0}};
+    CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == -1, "an unreadable tokenizer file accepted");
+    CHECK_MSG(err, "tok/vocab.txt: cannot be read: Permission denied");
+    REQUIRE(chmod(inner, 0) == 0, "chmod");
+    o = (tg_hf_export_options){inner, NULL, NULL, 0, 0, 0};
+    CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == -1, "an unlistable folder accepted");
+    CHECK_MSG(err, "locked/out: cannot list it: Permission denied");
+    REQUIRE(chmod(inner, 0755) == 0 && rmdir(inner) == 0 && chmod(locked, 0555) == 0, "chmod");
+    CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == -1, "a read-only parent accepted");
+    CHECK_MSG(err, "locked/out: cannot write in ");
+    chmod(locked, 0755);
+    free(out), free(tok), free(vocab), free(locked), free(inner);
     tg_plan_free(&p);
 }
