@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "models/model_config.h"
 
 const char *tg_hf_architecture(int arch, int task) {
@@ -21,10 +22,9 @@ const char *tg_hf_architecture(int arch, int task) {
  * file then says 1e-12 and 0.1, not 9.99999996e-13 and 0.100000001. */
 static json_t *float_number(float f) {
     char text[32];
-    for (int digits = 1; digits <= 9; digits++) {
-        snprintf(text, sizeof text, "%.*g", digits, (double)f);
-        if (strtof(text, NULL) == f) break;
-    }
+    int digits = 0;
+    do snprintf(text, sizeof text, "%.*g", ++digits, (double)f);
+    while (digits < 9 && strtof(text, NULL) != f);
     return json_real(strtod(text, NULL));
 }
 
@@ -78,6 +78,7 @@ static int put_special(json_t *c, const char *key, int32_t id, const tg_model_co
 /* id2label, label2id, num_labels and problem_type; label names must be distinct and not
  * empty (label2id maps each back to its index). */
 static int put_labels(json_t *c, const tg_hf_head *h, tg_err *err) {
+    const long failed = tg_alloc_failures();
     json_t *id2label = json_object(), *label2id = json_object();
     int rc = !id2label || !label2id ? tg_fail(err, "out of memory") : 0;
     for (int i = 0; i < h->num_labels && !rc; i++) {
@@ -90,7 +91,9 @@ static int put_labels(json_t *c, const tg_hf_head *h, tg_err *err) {
             rc = tg_fail(err, "label %d: the name '%s' is also label %lld's: each label needs a name of its own", i,
                          name, (long long)json_integer_value(json_object_get(label2id, name)));
         else if (set(id2label, id, json_string(name)) || set(label2id, name, json_integer(i)))
-            rc = tg_fail(err, "label %d: the name is not valid UTF-8", i);
+            /* jansson fails the same way out of memory */
+            rc = tg_alloc_failures() != failed ? tg_fail(err, "out of memory")
+                                              : tg_fail(err, "label %d: the name is not valid UTF-8", i);
     }
     if (!rc && (set(c, "id2label", id2label) | set(c, "label2id", label2id) |
                 set(c, "num_labels", json_integer(h->num_labels)) |

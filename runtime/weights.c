@@ -18,8 +18,8 @@
 int tg_weights_image_alloc(const tg_plan *plan, tg_weights_image *img, tg_err *err) {
     memset(img, 0, sizeof *img);
     img->plan = plan;
-    img->fixed_offset = tg_malloc(sizeof *img->fixed_offset * (size_t)(plan->n_tensors ? plan->n_tensors : 1));
-    img->params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    img->fixed_offset = tg_malloc(sizeof *img->fixed_offset * ((size_t)plan->n_tensors + 1)); /* + 1: never 0 bytes */
+    img->params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS] + 1);
     if (!img->fixed_offset || !img->params) {
         tg_weights_image_free(img);
         return tg_fail(err, "out of memory for the weights");
@@ -98,6 +98,10 @@ static void init_normal_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* The length arange counts along: the last dimension (a scalar counts one). A tensor with
+ * a last dimension of 0 has no elements to fill. */
+static int64_t arange_row(const tg_tensor *x) { return x->ndim ? x->shape[x->ndim - 1] : 1; }
+
 void tg_weights_init(tg_weights_image *img, uint64_t seed) {
     const tg_plan *plan = img->plan;
     tg_threadpool *threads = tg_threadpool_create(0); /* NULL: runs inline */
@@ -107,7 +111,7 @@ void tg_weights_init(tg_weights_image *img, uint64_t seed) {
         int64_t n = tg_tensor_numel(x);
         if (x->dtype == TG_I32) {
             int32_t *v = tg_weights_value(img, t);
-            const int64_t row = x->ndim > 0 && x->shape[x->ndim - 1] > 0 ? x->shape[x->ndim - 1] : 1;
+            const int64_t row = arange_row(x);
             for (int64_t i = 0; i < n; i++)
                 v[i] = x->init == TG_INIT_ARANGE ? (int32_t)(i % row) : x->init == TG_INIT_ONES ? 1 : 0;
             continue;
@@ -117,7 +121,7 @@ void tg_weights_init(tg_weights_image *img, uint64_t seed) {
             init_job j = {img, seed, t, name_stream(x->name)};
             tg_parallel_for(threads, (n + 3) / 4, init_normal_range, &j);
         } else if (x->init == TG_INIT_ARANGE) {
-            const int64_t row = x->ndim > 0 && x->shape[x->ndim - 1] > 0 ? x->shape[x->ndim - 1] : 1;
+            const int64_t row = arange_row(x);
             for (int64_t i = 0; i < n; i++) p[i] = (float)(i % row);
         } else {
             float v = x->init == TG_INIT_ONES ? 1.0f : 0.0f;
@@ -127,6 +131,11 @@ void tg_weights_init(tg_weights_image *img, uint64_t seed) {
         if (pad >= 0 && x->ndim == 2 && pad < x->shape[0]) memset(p + pad * x->shape[1], 0, sizeof(float) * x->shape[1]);
     }
     tg_threadpool_destroy(threads);
+}
+
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
 }
 
 /* Candidate names of a parameter in HF checkpoints. */
@@ -144,9 +153,9 @@ static int name_candidates(const char *name, char out[6][TG_NAME_MAX]) {
         size_t len = strlen(bases[b]);
         /* Older BERT checkpoints name LayerNorm parameters gamma and beta. */
         if (strstr(bases[b], "LayerNorm.")) {
-            if (len > 7 && !strcmp(bases[b] + len - 7, ".weight"))
+            if (ends_with(bases[b], ".weight"))
                 snprintf(out[n++], TG_NAME_MAX, "%.*s.gamma", (int)(len - 7), bases[b]);
-            else if (len > 5 && !strcmp(bases[b] + len - 5, ".bias"))
+            else if (ends_with(bases[b], ".bias"))
                 snprintf(out[n++], TG_NAME_MAX, "%.*s.beta", (int)(len - 5), bases[b]);
         }
     }
@@ -181,11 +190,6 @@ static int push_name(char ***list, int *n, const char *name) {
 }
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static int ends_with(const char *s, const char *tail) {
-    size_t n = strlen(s), m = strlen(tail);
-    return n >= m && !strcmp(s + n - m, tail);
-}
 
 /* Checkpoint tensors HF drops without reporting them as unexpected: position_ids of
  * models that have such a buffer (it became non-persistent), and GPT-2's causal-mask
@@ -287,48 +291,68 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
     return rc;
 }
 
-/* "['a', 'b']" appended to buf at *len (Python's repr of a list of plain strings). */
-static int append(char **buf, size_t *len, size_t *cap, const char *s) {
+/* Text grown as it is appended to; after a failed allocation every append does nothing
+ * and `failed` says so. */
+typedef struct text_buf {
+    char *s;
+    size_t len, cap;
+    int failed;
+} text_buf;
+
+static void append(text_buf *b, const char *s) {
+    if (b->failed) return;
     size_t n = strlen(s);
-    if (*len + n + 1 > *cap) {
-        size_t want = (*len + n + 1) * 2;
-        char *grown = tg_realloc(*buf, want);
-        if (!grown) return -1;
-        *buf = grown, *cap = want;
+    if (b->len + n + 1 > b->cap) {
+        size_t want = (b->len + n + 1) * 2;
+        char *grown = tg_realloc(b->s, want);
+        if (!grown) {
+            b->failed = 1;
+            return;
+        }
+        b->s = grown, b->cap = want;
     }
-    memcpy(*buf + *len, s, n + 1);
-    *len += n;
-    return 0;
+    memcpy(b->s + b->len, s, n + 1);
+    b->len += n;
 }
 
-static int append_list(char **buf, size_t *len, size_t *cap, char *const *names, int n) {
-    int rc = append(buf, len, cap, "[");
-    for (int i = 0; i < n && !rc; i++)
-        rc = append(buf, len, cap, i ? ", '" : "'") || append(buf, len, cap, names[i]) || append(buf, len, cap, "'");
-    return rc || append(buf, len, cap, "]");
+/* "['a', 'b']": Python's repr of a list of plain strings. */
+static void append_list(text_buf *b, char *const *names, int n) {
+    append(b, "[");
+    for (int i = 0; i < n; i++) {
+        append(b, i ? ", '" : "'");
+        append(b, names[i]);
+        append(b, "'");
+    }
+    append(b, "]");
 }
 
 char *tg_weights_report_text(const tg_weights_report *r, const char *model_class, const char *checkpoint) {
-    size_t len = 0, cap = 256;
-    char *buf = tg_malloc(cap);
-    if (!buf) return NULL;
-    buf[0] = 0;
-    int rc = 0;
-    if (r->unexpected)
-        rc = append(&buf, &len, &cap, "Some weights of the model checkpoint at ") ||
-             append(&buf, &len, &cap, checkpoint) || append(&buf, &len, &cap, " were not used when initializing ") ||
-             append(&buf, &len, &cap, model_class) || append(&buf, &len, &cap, ": ") ||
-             append_list(&buf, &len, &cap, r->unexpected_names, r->unexpected) || append(&buf, &len, &cap, "\n");
-    if (!rc && r->missing)
-        rc = append(&buf, &len, &cap, "Some weights of ") || append(&buf, &len, &cap, model_class) ||
-             append(&buf, &len, &cap, " were not initialized from the model checkpoint at ") ||
-             append(&buf, &len, &cap, checkpoint) || append(&buf, &len, &cap, " and are newly initialized: ") ||
-             append_list(&buf, &len, &cap, r->missing_names, r->missing) || append(&buf, &len, &cap, "\n");
-    if (rc) {
-        free(buf);
+    text_buf b = {tg_malloc(256), 0, 256, 0};
+    if (!b.s) return NULL;
+    b.s[0] = 0;
+    if (r->unexpected) {
+        append(&b, "Some weights of the model checkpoint at ");
+        append(&b, checkpoint);
+        append(&b, " were not used when initializing ");
+        append(&b, model_class);
+        append(&b, ": ");
+        append_list(&b, r->unexpected_names, r->unexpected);
+        append(&b, "\n");
+    }
+    if (r->missing) {
+        append(&b, "Some weights of ");
+        append(&b, model_class);
+        append(&b, " were not initialized from the model checkpoint at ");
+        append(&b, checkpoint);
+        append(&b, " and are newly initialized: ");
+        append_list(&b, r->missing_names, r->missing);
+        append(&b, "\n");
+    }
+    if (b.failed) {
+        free(b.s);
         return NULL;
     }
-    return buf;
+    return b.s;
 }
 
 int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) {
@@ -362,7 +386,7 @@ int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, 
         const void *values = tg_weights_value(img, t);
         int dtype = TG_ST_F32;
         if (x->dtype == TG_I32) { /* PyTorch's index buffers are int64 */
-            int64_t *wide = tg_malloc(sizeof *wide * (size_t)(numel ? numel : 1));
+            int64_t *wide = tg_malloc(sizeof *wide * ((size_t)numel + 1)); /* + 1: never 0 bytes */
             if (!wide) {
                 rc = tg_fail(err, "%s: out of memory", path);
                 break;
@@ -370,7 +394,7 @@ int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, 
             for (int64_t i = 0; i < numel; i++) wide[i] = ((const int32_t *)values)[i];
             values = converted[n] = wide, dtype = TG_ST_I64;
         } else if (bf16) {
-            uint16_t *low = tg_malloc(sizeof *low * (size_t)(numel ? numel : 1));
+            uint16_t *low = tg_malloc(sizeof *low * ((size_t)numel + 1));
             if (!low) {
                 rc = tg_fail(err, "%s: out of memory", path);
                 break;
