@@ -84,26 +84,37 @@ int tok_bpe_add_merge(tok_bpe *b, int32_t left, int32_t right, int32_t rank, int
 
 /* ---- setup --------------------------------------------------------------------------- */
 
+static void *pcre2_alloc(size_t bytes, void *data) { return tg_malloc(bytes); }
+static void pcre2_release(void *p, void *data) { free(p); }
+
 int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
     for (int c = 0; c < 256; c++) {
         char u[4];
         const int n = tok_utf8_put(tok_byte_char((uint8_t)c), u);
         b->byte_id[c] = tok_vocab_get(&b->vocab, u, (size_t)n);
     }
-    int code;
-    PCRE2_SIZE at;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
-    if (!re) { /* GCOVR_EXCL_BR_LINE: a constant pattern; pcre2 allocates outside base/alloc.h's hook */
+    /* PCRE2 allocates through tg_alloc's hook too (a general context), so that its
+     * allocations fail in the tests like every other. */
+    const long failures = tg_alloc_failures();
+    pcre2_general_context *gc = pcre2_general_context_create(pcre2_alloc, pcre2_release, NULL);
+    pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
+    int code = 0;
+    PCRE2_SIZE at = 0;
+    pcre2_code *re =
+        cc ? pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, cc) : NULL;
+    pcre2_compile_context_free(cc);
+    /* JIT where the library has it; pcre2_match falls back to the interpreter otherwise */
+    if (re) pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, gc) : NULL;
+    pcre2_general_context_free(gc);
+    if (!md) {
+        pcre2_code_free(re);
+        /* The pattern is a constant that compiles: only memory can fail here. */
+        if (tg_alloc_failures() != failures) /* GCOVR_EXCL_BR_LINE: the other side needs a broken PCRE2 */
+            return tg_fail(err, "out of memory for the pre-tokenizer pattern (compiled by PCRE2)");
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
         return tg_fail(err, "the pre-tokenisation pattern does not compile at %zu: %s", (size_t)at, (const char *)msg);
-    }
-    /* JIT where the library has it; pcre2_match falls back to the interpreter otherwise */
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    if (!md) { /* GCOVR_EXCL_BR_LINE: pcre2 allocates outside base/alloc.h's hook */
-        pcre2_code_free(re);
-        return tg_fail(err, "out of memory for the pre-tokenizer pattern's match data");
     }
     b->re = re;
     b->match_data = md;

@@ -1053,12 +1053,9 @@ int tg_tokenizer_open(const char *path, tg_tokenizer **out, tg_err *err) {
     *out = NULL;
     if (!path || !path[0]) return tg_fail(err, "no tokenizer path");
     tg_tokenizer *t = tg_calloc(1, sizeof *t);
-    XXH64_state_t *hash = XXH64_createState();
-    if (!t || !hash) {
-        free(t);
-        XXH64_freeState(hash);
-        return tg_fail(err, "%s: out of memory opening the tokenizer", path);
-    }
+    if (!t) return tg_fail(err, "%s: out of memory opening the tokenizer", path);
+    /* On the stack (xxhash inlined): no allocation outside tg_alloc's hook. */
+    XXH64_state_t hash_state, *hash = &hash_state;
     XXH64_reset(hash, 0);
     t->wp.unk_id = -1;
     t->bpe.unk_id = -1;
@@ -1067,7 +1064,6 @@ int tg_tokenizer_open(const char *path, tg_tokenizer **out, tg_err *err) {
     if (is_dir(path)) rc = open_folder(&L, path, err);
     else rc = open_file(&L, path, err);
     if (!rc) rc = finish(&L, err);
-    XXH64_freeState(hash);
     if (rc) {
         tg_tokenizer_free(t);
         return -1;
