@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "base/output_paths.h"
 #include "base/version.h"
@@ -104,8 +105,8 @@ int tunegraph_compile_file(const char *job_path, const char *const *overrides, i
                            tunegraph_plan **plan) {
     if (!job_path || !plan || n_overrides < 0 || (n_overrides && !overrides))
         return fail("tunegraph_compile_file: job_path and plan are required, and overrides for n_overrides > 0");
-    tunegraph_plan *p = calloc(1, sizeof *p);
-    if (!p) return fail("out of memory");
+    tunegraph_plan *p = tg_calloc(1, sizeof *p);
+    if (!p) return fail("out of memory for the plan");
     tg_err err = {{0}};
     return new_plan(plan, tg_front_compile_file(job_path, overrides, n_overrides, &p->plan, &err), p, &err);
 }
@@ -114,8 +115,8 @@ int tunegraph_compile_text(const char *job_text, const char *base_dir, const cha
                            int n_overrides, tunegraph_plan **plan) {
     if (!job_text || !plan || n_overrides < 0 || (n_overrides && !overrides))
         return fail("tunegraph_compile_text: job_text and plan are required, and overrides for n_overrides > 0");
-    tunegraph_plan *p = calloc(1, sizeof *p);
-    if (!p) return fail("out of memory");
+    tunegraph_plan *p = tg_calloc(1, sizeof *p);
+    if (!p) return fail("out of memory for the plan");
     tg_err err = {{0}};
     return new_plan(plan,
                     tg_front_compile_text(job_text, "<job text>", base_dir, overrides, n_overrides, &p->plan, &err),
@@ -124,8 +125,8 @@ int tunegraph_compile_text(const char *job_text, const char *base_dir, const cha
 
 int tunegraph_plan_load(const char *path, tunegraph_plan **plan) {
     if (!path || !plan) return fail("tunegraph_plan_load: path and plan are required");
-    tunegraph_plan *p = calloc(1, sizeof *p);
-    if (!p) return fail("out of memory");
+    tunegraph_plan *p = tg_calloc(1, sizeof *p);
+    if (!p) return fail("out of memory for the plan");
     tg_err err = {{0}};
     return new_plan(plan, tg_plan_read(path, &p->plan, &err), p, &err);
 }
@@ -228,17 +229,19 @@ int tunegraph_trainer_open(const tunegraph_plan *plan, const tunegraph_trainer_o
         return fail("%s: the plan trains %d data-parallel replicas; the library runs one (use `tunegraph run`)",
                     plan->plan.job_path, plan->plan.train.replicas);
 
-    tg_err err = {{0}};
-    tunegraph_trainer *t = calloc(1, sizeof *t);
-    if (!t) return fail("out of memory");
-    if (copy_plan(&plan->plan, &t->plan, &err)) {
-        free(t);
-        return fail_err(&err);
-    }
+    /* Before anything is allocated: a refusal here has nothing to free. */
     const tg_plan_run *run = &plan->plan.run;
     if (run->checkpoint_every > 0 && !run->checkpoint_dir[0])
         return fail("%s: key 'checkpoint_every' (%d) needs a folder for the checkpoints: key 'checkpoint_dir'",
                     plan->plan.job_path, run->checkpoint_every);
+
+    tg_err err = {{0}};
+    tunegraph_trainer *t = tg_calloc(1, sizeof *t);
+    if (!t) return fail("out of memory for the trainer");
+    if (copy_plan(&plan->plan, &t->plan, &err)) {
+        free(t);
+        return fail_err(&err);
+    }
     tg_trainer_options to = {.device = device, .threads = o.threads, .load_data = 1,
                              .max_in_flight = o.max_in_flight ? o.max_in_flight : in_flight_max};
     if (tg_trainer_open(&t->tr, &t->plan, &to, &err)) {
@@ -249,10 +252,10 @@ int tunegraph_trainer_open(const tunegraph_plan *plan, const tunegraph_trainer_o
     const char *checkpoint = t->plan.model.source; /* Hugging Face names the model folder */
     t->weights_report = t->tr.weights_loaded
                             ? tg_weights_report_text(&t->tr.weights, tg_hf_model_class(&t->plan), checkpoint)
-                            : strdup("");
+                            : tg_strdup("");
     if (!t->weights_report) {
         tunegraph_trainer_close(t);
-        return fail("out of memory");
+        return fail("out of memory for the weights report");
     }
     t->checkpointed = -1;
     *trainer = t;
