@@ -320,3 +320,126 @@ TG_TEST(test_cli_main_replica_failures) {
     free(m);
     free(err);
 }
+
+/* Data parallelism on the CPU: the follower replicas take their steps, hand over their part
+ * of each checkpoint, profile with replica 0 and resume from the same checkpoint. */
+TG_TEST(test_cli_main_data_parallel_checkpoints) {
+    test_dir = tg_test_tmpdir();
+    static const cli_case cases[] = {
+        {"compile " DEMO " -o %s/p.tgp --set steps=2 --set batch=4 --set seq=16 --set data_parallel=2", 0, NULL},
+        {"run %s/p.tgp --checkpoint-dir %s/ck --set checkpoint_every=1 --profile --threads 1", 0,
+         "/ck/step-000002.tgckpt ("},
+        {"run %s/p.tgp --resume %s/ck/step-000001.tgckpt --checkpoint-dir %s/ck2 --set checkpoint_every=1", 0,
+         "at step 1 of 2"},
+        {"run %s/p.tgp --resume %s/ck/step-000002.tgckpt --checkpoint-dir %s/ck3", 0, "at step 2 of 2"},
+    };
+    expect_all(cases, sizeof cases / sizeof cases[0]);
+    /* The resumed run's last step is checkpointed in its folder (both replicas' parts). */
+    char path[800];
+    snprintf(path, sizeof path, "%s/ck2/step-000002.tgckpt", test_dir);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && st.st_size > 1000, "%s missing", path);
+}
+
+/* The job's own checkpoint_dir (a run key), and a checkpoint resumed from by a path
+ * without a folder: its folder is the current one. */
+TG_TEST(test_cli_main_checkpoint_folders) {
+    test_dir = tg_test_tmpdir();
+    char cwd[1024], dir[800], line[2048], text[2048];
+    REQUIRE(getcwd(cwd, sizeof cwd), "getcwd");
+    /* Absolute data paths: the plan runs from another folder below. */
+    snprintf(text, sizeof text, "model = tiny-bert\nnum_labels = 2\nbatch = 4\nseq = 16\nsteps = 2\n"
+                                "train_data = %s/" TRAIN_DATA "\n", cwd);
+    snprintf(dir, sizeof dir, "%s/abs.job", test_dir);
+    REQUIRE(tg_test_write_file(dir, text) == 0, "%s", dir);
+    static const cli_case cases[] = {
+        {"compile %s/abs.job -o %s/p.tgp", 0, NULL},
+        {"run %s/p.tgp --set checkpoint_dir=%s/job-ck --set checkpoint_every=2", 0, "/job-ck/step-000002.tgckpt ("},
+    };
+    expect_all(cases, sizeof cases / sizeof cases[0]);
+    snprintf(dir, sizeof dir, "%s/job-ck", test_dir);
+    REQUIRE(chdir(dir) == 0, "%s", dir);
+    snprintf(line, sizeof line, "run %s/p.tgp --resume step-000002.tgckpt", test_dir);
+    cli_result r = cli(line);
+    int back = chdir(cwd);
+    REQUIRE(back == 0, "chdir back to %s", cwd);
+    CHECK(r.status == 0 && r.err && strstr(r.err, "resumed from step-000002.tgckpt at step 2 of 2"), "%s: %d %s", line,
+          r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+}
+
+/* Failures after the training: the weights cannot be written, the metrics file cannot be
+ * put in place. The run exits 1 naming the file. */
+TG_TEST(test_cli_main_run_late_failures) {
+    test_dir = tg_test_tmpdir();
+    static const cli_case cases[] = {
+        {"compile " DEMO " -o %s/p.tgp --set steps=1 --set batch=4 --set seq=16", 0, NULL},
+        {"run %s/p.tgp --save /dev/full", 1, "tunegraph: /dev/full: cannot write the safetensors file"},
+        {"run %s/p.tgp --save /dev/full --checkpoint-dir %s/ck --metrics %s/m.jsonl", 1, "/dev/full"},
+        {"run %s/p.tgp --metrics /dev/full", 1, "/dev/full"},
+    };
+    expect_all(cases, sizeof cases / sizeof cases[0]);
+    /* The failed run's metrics end with its error. */
+    char path[800];
+    snprintf(path, sizeof path, "%s/m.jsonl", test_dir);
+    char *m = tg_test_read_file(path, NULL);
+    CHECK(m && strstr(m, "{\"event\": \"error\", \"message\": \"/dev/full: cannot write the safetensors file"),
+          "metrics: %s", m ? m : "(none)");
+    free(m);
+}
+
+/* An LM eval set whose rows are one token each has nothing to count: no loss, no
+ * perplexity, and the run says why. The loader thread switched off changes nothing else. */
+TG_TEST(test_cli_main_eval_nothing_counted) {
+    test_dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/eval.jsonl", test_dir);
+    REQUIRE(tg_test_write_file(path, "{\"input_ids\": [5]}\n{\"input_ids\": [7]}\n") == 0, "%s", path);
+    setenv("TUNEGRAPH_LOADER_THREAD", "0", 1);
+    expect("run " DEMO_LM " --set steps=1 --set batch=4 --set seq=16 --set eval_data=%s/eval.jsonl --metrics %s/m.jsonl",
+           0, "eval on 2 examples: no tokens to count in eval_data, so no loss or perplexity");
+    setenv("TUNEGRAPH_LOADER_THREAD", "1", 1);
+    expect("run " DEMO_LM " --set steps=1 --set batch=4 --set seq=16", 0, "trained 1 steps");
+    unsetenv("TUNEGRAPH_LOADER_THREAD");
+    snprintf(path, sizeof path, "%s/m.jsonl", test_dir);
+    char *m = tg_test_read_file(path, NULL);
+    CHECK(m && strstr(m, "\"eval_loss\": null, \"eval_loss_error\": \"no tokens to count in eval_data\""), "metrics: %s",
+          m ? m : "(none)");
+    free(m);
+}
+
+/* data convert's option errors, each a usage error naming the option and the value. */
+TG_TEST(test_cli_main_data_convert_options) {
+    test_dir = tg_test_tmpdir();
+    static const cli_case cases[] = {
+        {"data convert in.csv -o out --tokenizer", 2, "tunegraph: --tokenizer needs a value"},
+        {"data convert in.csv -o", 2, "tunegraph: -o needs a value"},
+        {"data convert in.csv --format", 2, "tunegraph: --format needs a value"},
+        {"data convert in.csv --format xml", 2, "--format must be csv, tsv, jsonl, squad, text or folders, got 'xml'"},
+        {"data convert in.csv --seq 1", 2, "--seq needs a whole number from 2 to 4194304, got '1'"},
+        {"data convert in.csv --seq 4194305", 2, "--seq needs a whole number from 2 to 4194304, got '4194305'"},
+        {"data convert in.csv --seq 12x", 2, "--seq needs a whole number from 2 to 4194304, got '12x'"},
+        {"data convert in.csv --seq 99999999999999999999", 2, "--seq needs a whole number from 2 to 4194304"},
+        {"data convert in.csv --doc-stride -1", 2, "--doc-stride needs a whole number >= 0, got '-1'"},
+        {"data convert in.csv --eval-fraction 1", 2, "--eval-fraction needs a number in [0, 1), got '1'"},
+        {"data convert in.csv --eval-fraction -0.1", 2, "--eval-fraction needs a number in [0, 1), got '-0.1'"},
+        {"data convert in.csv --eval-fraction 0.1x", 2, "--eval-fraction needs a number in [0, 1), got '0.1x'"},
+        {"data convert in.csv --eval-fraction nan", 2, "--eval-fraction needs a number in [0, 1), got 'nan'"},
+        {"data convert in.csv --seed -1", 2, "--seed needs a whole number from 0 to 2^64-1, got '-1'"},
+        {"data convert in.csv --seed 7x", 2, "--seed needs a whole number from 0 to 2^64-1, got '7x'"},
+        {"data convert in.csv --seed 99999999999999999999", 2, "--seed needs a whole number from 0 to 2^64-1"},
+        {"data convert in.csv --bogus", 2, "tunegraph: unknown option --bogus"},
+        {"data convert -o out --tokenizer t", 2, "tunegraph: missing INPUT"},
+        {"data convert in.csv --tokenizer t", 2, "tunegraph: missing -o OUTDIR"},
+        {"data convert in.csv -o out", 2, "tunegraph: missing --tokenizer PATH"},
+        {"data convert in.csv -o out --tokenizer t --seed 3", 2, "--seed picks the eval split: give --eval-fraction too"},
+        {"data convert in.csv -o out --tokenizer %s/none.txt --seed 3 --eval-fraction 0.5 --text-column a "
+         "--pair-column b --label-column c --labels x,y --doc-stride 8 --seq 32 --format csv --skip-invalid",
+         1, "none.txt"},
+        {"data dump", 2, "tunegraph: missing SET"},
+        {"data dump a.jsonl b.jsonl", 2, "tunegraph: data dump takes one SET, got a second: b.jsonl"},
+        {"data dump a.jsonl -o", 2, "tunegraph: -o needs a value"},
+        {"data dump a.jsonl --json", 2, "tunegraph: unknown option --json"},
+    };
+    expect_all(cases, sizeof cases / sizeof cases[0]);
+}
