@@ -284,12 +284,15 @@ static int write_checkpoint(tunegraph_trainer *t, const char *dir) {
     tg_err err = {{0}};
     tg_trainer_hold(&t->tr, 1);
     int rc = 0;
+    /* GCOVR_EXCL_BR_START: steps are in flight here only on an executor that queues them
+     * ahead (CUDA); the CPU executor's max_in_flight is 1, so the CPU build never loops. */
     while (!rc && t->tr.returned < t->tr.launched) {
         const int slot = (t->queue_head + t->n_queued) % TG_TRAINER_STAGING_MAX;
         if ((rc = trainer_step(t, &t->queued[slot])) == 0) t->n_queued++;
     }
     tg_trainer_hold(&t->tr, 0);
     if (rc) return -1;
+    /* GCOVR_EXCL_BR_STOP */
     tg_checkpoint ck;
     if (tg_checkpoint_dir_prepare(dir, &err) || tg_trainer_checkpoint(&t->tr, &ck, 1, &err)) return fail_err(&err);
     rc = tg_checkpoint_save_in_dir(&ck, dir, t->plan.run.keep_checkpoints, NULL, &err);
@@ -302,7 +305,7 @@ static int write_checkpoint(tunegraph_trainer *t, const char *dir) {
 }
 
 static int take_step(tunegraph_trainer *t, tunegraph_step_metrics *m) {
-    if (t->n_queued) {
+    if (t->n_queued) { /* GCOVR_EXCL_BR_LINE: steps queue only on CUDA (write_checkpoint) */
         *m = t->queued[t->queue_head];
         t->queue_head = (t->queue_head + 1) % TG_TRAINER_STAGING_MAX;
         t->n_queued--;
@@ -331,7 +334,7 @@ int tunegraph_trainer_step(tunegraph_trainer *trainer, tunegraph_step_metrics *m
 
 int tunegraph_trainer_train(tunegraph_trainer *trainer, tunegraph_step_callback on_step, void *ctx) {
     if (!trainer) return fail("tunegraph_trainer_train: trainer is required");
-    while (trainer->n_queued || trainer->tr.steps_done < trainer->tr.total_steps) {
+    while (trainer->n_queued || trainer->tr.steps_done < trainer->tr.total_steps) { /* GCOVR_EXCL_BR_LINE: n_queued is nonzero only on CUDA (write_checkpoint) */
         tunegraph_step_metrics m;
         if (take_step(trainer, &m)) return -1;
         if (on_step) on_step(ctx, &m);
@@ -379,7 +382,7 @@ int tunegraph_trainer_export_hf(tunegraph_trainer *trainer, const char *out_dir,
 }
 
 const char *tunegraph_trainer_weights_report(const tunegraph_trainer *trainer) {
-    return trainer && trainer->weights_report ? trainer->weights_report : "";
+    return trainer ? trainer->weights_report : ""; /* an open trainer always has one */
 }
 
 int tunegraph_trainer_save_checkpoint(tunegraph_trainer *trainer, const char *dir) {

@@ -151,6 +151,15 @@ TG_TEST(api_errors_trainer_options) {
     tr = NULL;
     tunegraph_plan_free(plan);
 
+    /* A newer header's struct whose extra bytes are zero is taken. */
+    struct {
+        tunegraph_trainer_options o;
+        int64_t newer;
+    } newer = {{sizeof newer, TUNEGRAPH_DEVICE_CPU, 1, 1}, 0};
+    CHECK(tunegraph_trainer_open(plan, &newer.o, &tr) == 0, "zero bytes past the struct: %s", tunegraph_last_error());
+    tunegraph_trainer_close(tr);
+    tr = NULL;
+
     /* A data-parallel plan is the command line's. */
     const char *dp[] = {"steps=1", "batch=4", "seq=16", "data_parallel=2"};
     REQUIRE(tunegraph_compile_file(DEMO, dp, 4, &plan) == 0, "%s", tunegraph_last_error());
@@ -319,6 +328,15 @@ TG_TEST(api_errors_export_options) {
         int64_t newer;
     } newer = {{.struct_size = sizeof newer}, 1};
     CHECK_REFUSED(tunegraph_trainer_export_hf(tr, out, &newer.o), "tunegraph_export_options: byte");
+    /* No options: the defaults, LABEL_0 and LABEL_1. */
+    char out2[800];
+    snprintf(out2, sizeof out2, "%s/hf-default", tg_test_tmpdir());
+    CHECK(tunegraph_trainer_export_hf(tr, out2, NULL) == 0, "%s", tunegraph_last_error());
+    snprintf(out2 + strlen(out2), sizeof out2 - strlen(out2), "/config.json");
+    char *defaults = tg_test_read_file(out2, NULL);
+    CHECK(defaults && strstr(defaults, "\"LABEL_0\"") && strstr(defaults, "\"LABEL_1\""), "config.json: %s",
+          defaults ? defaults : "(none)");
+    free(defaults);
     o.n_labels = 2;
     CHECK(tunegraph_trainer_export_hf(tr, out, &o) == 0, "%s", tunegraph_last_error());
     snprintf(out + strlen(out), sizeof out - strlen(out), "/config.json");
@@ -444,6 +462,14 @@ TG_TEST(api_errors_out_of_memory) {
             "%s", tunegraph_last_error());
     snprintf(path, sizeof path, "%s/p.tgp", dir);
     int failures = 0;
+    /* The first allocation of a compile is the plan handle. */
+    tunegraph_plan *none = NULL;
+    tg_alloc_fail_after(0);
+    int rc_file = tunegraph_compile_file(DEMO, NULL, 0, &none);
+    int rc_text = tunegraph_compile_text("model = tiny-bert\n", NULL, NULL, 0, &none);
+    tg_alloc_fail_after(-1);
+    CHECK(rc_file == -1 && rc_text == -1 && none == NULL && !strcmp(tunegraph_last_error(), "out of memory for the plan"),
+          "compile with no memory: %d %d '%s'", rc_file, rc_text, tunegraph_last_error());
     FAIL_EACH_ALLOCATION("save", tunegraph_plan_save(plan, path), (void)0);
     CHECK(failures > 0, "no allocation of plan saving failed");
     tunegraph_plan *back = NULL;
@@ -459,4 +485,22 @@ TG_TEST(api_errors_out_of_memory) {
           tunegraph_last_error());
     tunegraph_trainer_close(tr);
     tunegraph_plan_free(plan);
+}
+
+/* A run key set on a plan with length buckets reaches every bucket's plan: the trainer
+ * takes the new step count. */
+TG_TEST(api_errors_plan_set_reaches_buckets) {
+    const char *sets[] = {"steps=1", "batch=4", "seq=16", "seq_buckets=8,16"};
+    tunegraph_plan *plan = NULL;
+    REQUIRE(tunegraph_compile_file(DEMO, sets, 4, &plan) == 0, "%s", tunegraph_last_error());
+    REQUIRE(tunegraph_plan_set(plan, "steps=3") == 0, "%s", tunegraph_last_error());
+    tunegraph_trainer *tr = open_cpu(plan, 1);
+    tunegraph_plan_free(plan);
+    REQUIRE(tr, "no trainer");
+    int64_t total = 0;
+    int64_t seen[8] = {0};
+    CHECK(tunegraph_trainer_total_steps(tr, &total) == 0 && total == 3, "total steps %lld, want 3", (long long)total);
+    CHECK(tunegraph_trainer_train(tr, collect_steps, seen) == 0 && seen[0] == 3 && seen[3] == 3, "%s; %lld steps",
+          tunegraph_last_error(), (long long)seen[0]);
+    tunegraph_trainer_close(tr);
 }
