@@ -149,8 +149,6 @@ TG_TEST(api_errors_trainer_options) {
     CHECK(tunegraph_trainer_open(plan, &o, &tr) == 0, "max_in_flight 0: %s", tunegraph_last_error());
     tunegraph_trainer_close(tr);
     tr = NULL;
-    tunegraph_plan_free(plan);
-
     /* A newer header's struct whose extra bytes are zero is taken. */
     struct {
         tunegraph_trainer_options o;
@@ -159,6 +157,7 @@ TG_TEST(api_errors_trainer_options) {
     CHECK(tunegraph_trainer_open(plan, &newer.o, &tr) == 0, "zero bytes past the struct: %s", tunegraph_last_error());
     tunegraph_trainer_close(tr);
     tr = NULL;
+    tunegraph_plan_free(plan);
 
     /* A data-parallel plan is the command line's. */
     const char *dp[] = {"steps=1", "batch=4", "seq=16", "data_parallel=2"};
