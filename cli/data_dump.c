@@ -64,13 +64,13 @@ static int out_begin(dump_out *o, tg_err *err) {
     return 0;
 }
 
-/* Commits the file (or flushes stdout) when ok, else drops what was written. */
+/* Commits the file (or flushes stdout) when ok, else drops what was written. Called only
+ * after out_begin succeeded, so a path has its file. */
 static int out_end(dump_out *o, int ok, tg_err *err) {
     if (!o->path) {
         if (fflush(stdout) != 0 || ferror(stdout)) return ok ? tg_fail(err, "writing standard output failed") : -1;
         return ok ? 0 : -1;
     }
-    if (!o->file) return ok ? 0 : -1;
     if (!ok) {
         tg_atomic_discard(o->file);
         return -1;
