@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/front.h"
+#include "base/alloc.h"
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
 #include "cli/checkpoints.h"
@@ -153,7 +154,7 @@ static char *default_plan_path(const char *job) {
     const char *dot = strrchr(job, '.');
     size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - job) : strlen(job);
     char *path;
-    return asprintf(&path, "%.*s.tgp", (int)stem, job) < 0 ? NULL : path;
+    return tg_asprintf(&path, "%.*s.tgp", (int)stem, job) < 0 ? NULL : path;
 }
 
 /* Refuses a command's outputs that would overwrite its input file (the job or plan named
@@ -184,9 +185,9 @@ static int cmd_compile(int argc, char **argv) {
     tg_plan plan;
     if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
     double compile_s = tg_wall_s() - t0;
-    char *path = a.output ? strdup(a.output) : default_plan_path(a.input);
+    char *path = a.output ? tg_strdup(a.output) : default_plan_path(a.input);
     const tg_named_path output = {path, a.output ? "plan (-o)" : "plan"};
-    rc = path ? check_outputs(&output, 1, a.input, "job file", &plan, &err) : tg_fail(&err, "out of memory");
+    rc = path ? check_outputs(&output, 1, a.input, "job file", &plan, &err) : tg_fail(&err, "out of memory for the plan path");
     if (!rc) rc = tg_plan_write(&plan, path, &err);
     if (!rc) /* beside the plan when that goes to standard output */
         fprintf(is_stdout(path) ? stderr : stdout,

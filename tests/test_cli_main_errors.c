@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/version.h"
 #include "tests/harness.h"
 
@@ -255,6 +256,14 @@ TG_TEST(test_cli_main_run_checkpoints) {
         {"run %s/p.tgp --resume %s/ck --set seed=5", 1, "seed"},
     };
     expect_all(cases, sizeof cases / sizeof cases[0]);
+    /* No step left to take: the profile has no captured step to compare with. */
+    char line[2048];
+    snprintf(line, sizeof line, "run %s/p.tgp --resume %s/ck --profile", test_dir, test_dir);
+    cli_result r = cli(line);
+    CHECK(r.status == 0 && r.err && strstr(r.err, "profile (ops launched one by one, mean of") &&
+              !strstr(r.err, "the captured step took"),
+          "%s: %d %s", line, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
     char path[800];
     snprintf(path, sizeof path, "%s/ck2/step-000002.tgckpt", test_dir);
     struct stat st;
@@ -442,4 +451,65 @@ TG_TEST(test_cli_main_data_convert_options) {
         {"data dump a.jsonl --json", 2, "tunegraph: unknown option --json"},
     };
     expect_all(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* The last allocations of a compile (the plan's path, the inputs the output may not
+ * replace, the plan file's writing) failed one at a time: exit 1 with an out-of-memory
+ * message, and no plan file. */
+TG_TEST(test_cli_main_compile_out_of_memory) {
+    test_dir = tg_test_tmpdir();
+    char job[800], plan[800], line[2048];
+    snprintf(job, sizeof job, "%s/j.job", test_dir);
+    snprintf(plan, sizeof plan, "%s/j.tgp", test_dir);
+    char cwd[600], text[2048];
+    REQUIRE(getcwd(cwd, sizeof cwd), "getcwd");
+    snprintf(text, sizeof text, "model = tiny-bert\nnum_labels = 2\nbatch = 4\nseq = 16\nsteps = 1\n"
+                                "train_data = %s/" TRAIN_DATA "\n", cwd);
+    REQUIRE(tg_test_write_file(job, text) == 0, "%s", job);
+    for (int with_o = 0; with_o < 2; with_o++) {
+        if (with_o) snprintf(line, sizeof line, "compile %s -o %s", job, plan);
+        else snprintf(line, sizeof line, "compile %s", job);
+        tg_alloc_fail_after(-1);
+        cli_result r = cli(line);
+        const long total = tg_alloc_fail_after(-1);
+        REQUIRE(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
+        cli_result_free(&r);
+        int failed = 0;
+        for (long k = total > 40 ? total - 40 : 0; k < total; k++) {
+            remove(plan);
+            tg_alloc_fail_after(k);
+            r = cli(line);
+            tg_alloc_fail_after(-1);
+            struct stat st;
+            if (r.status == 0) {
+                CHECK(stat(plan, &st) == 0, "%s succeeded without a plan", line);
+            } else {
+                failed++;
+                CHECK(r.status == 1 && r.err &&
+                          (strstr(r.err, "out of memory") || strstr(r.err, "Cannot allocate memory")),
+                      "%s, allocation %ld: exit %d: %s", line, k, r.status, r.err ? r.err : "");
+                CHECK(stat(plan, &st) != 0, "%s, allocation %ld: a failed compile left its plan", line, k);
+            }
+            cli_result_free(&r);
+        }
+        CHECK(failed > 0, "%s: none of the last 40 of %ld allocations failed the compile", line, total);
+    }
+}
+
+/* Help and version from the CLI binary itself: standard output, exit 0. */
+TG_TEST(test_cli_main_binary_help_and_version) {
+    test_dir = tg_test_tmpdir();
+    char cli_path[4096], cmd[8192], out_path[800];
+    REQUIRE(realpath(tg_test_cli(), cli_path), "%s", tg_test_cli());
+    snprintf(out_path, sizeof out_path, "%s/o.txt", test_dir);
+    static const char *const words[] = {"--version", "version", "-h", "--help", "help"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s >%s 2>/dev/null", cli_path, words[i], out_path);
+        int st = system(cmd);
+        char *out = tg_test_read_file(out_path, NULL);
+        const char *want = i < 2 ? TG_VERSION_STRING "\n" : "usage:\n";
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && out && !strncmp(out, want, strlen(want)), "%s: exit %d, '%s'",
+              words[i], WIFEXITED(st) ? WEXITSTATUS(st) : -1, out ? out : "");
+        free(out);
+    }
 }
