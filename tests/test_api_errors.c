@@ -503,3 +503,25 @@ TG_TEST(api_errors_plan_set_reaches_buckets) {
           tunegraph_last_error(), (long long)seen[0]);
     tunegraph_trainer_close(tr);
 }
+
+/* A model folder named with trailing slashes: its config.json is still an input the plan
+ * may not be saved over. */
+TG_TEST(api_errors_plan_save_over_model_config) {
+    const char *dir = tg_test_tmpdir();
+    char model[700], config[800], job[2048];
+    snprintf(model, sizeof model, "%s/model", dir);
+    REQUIRE(mkdir(model, 0755) == 0, "%s", model);
+    snprintf(config, sizeof config, "%s/config.json", model);
+    char *text = tg_test_read_file("models/presets/tiny-bert/config.json", NULL);
+    REQUIRE(text && tg_test_write_file(config, text) == 0, "%s", config);
+    free(text);
+    snprintf(job, sizeof job, "model = %s//\nnum_labels = 2\nbatch = 4\nseq = 16\nsteps = 1\n"
+                              "train_data = data/sentiment-train.jsonl\n", model);
+    tunegraph_plan *plan = NULL;
+    REQUIRE(tunegraph_compile_text(job, "examples", NULL, 0, &plan) == 0, "%s", tunegraph_last_error());
+    CHECK_REFUSED(tunegraph_plan_save(plan, config), "model config");
+    char *after = tg_test_read_file(config, NULL);
+    CHECK(after && strstr(after, "\"hidden_size\""), "config.json was touched: %s", after ? after : "(none)");
+    free(after);
+    tunegraph_plan_free(plan);
+}
