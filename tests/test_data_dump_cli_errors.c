@@ -17,7 +17,7 @@ int tunegraph_cli_main(int argc, char **argv);
 static const char *test_dir;
 
 /* Runs tunegraph_cli_main on `line` (words split at spaces, each "%s" replaced by the
- * test's folder) with stdout into `stdout_path` (NULL: a file of the test's folder) and
+ * test's folder, a word '' standing for an empty one) with stdout into `stdout_path` (NULL: a file of the test's folder) and
  * stderr captured; its status, and stderr into *err (malloc'd). */
 static int dump_cli(const char *line, const char *stdout_path, char **err) {
     char full[4096], words[4096], *argv[64], out_path[700], err_path[700];
@@ -25,7 +25,7 @@ static int dump_cli(const char *line, const char *stdout_path, char **err) {
     int argc = 0;
     argv[argc++] = "tunegraph";
     snprintf(words, sizeof words, "%s", full);
-    for (char *w = strtok(words, " "); w && argc < 63; w = strtok(NULL, " ")) argv[argc++] = w;
+    for (char *w = strtok(words, " "); w && argc < 63; w = strtok(NULL, " ")) argv[argc++] = strcmp(w, "''") ? w : "";
     argv[argc] = NULL;
     snprintf(out_path, sizeof out_path, "%s/dump-out.txt", test_dir);
     snprintf(err_path, sizeof err_path, "%s/dump-err.txt", test_dir);
@@ -186,4 +186,20 @@ TG_TEST(test_data_dump_cli_convert_reports) {
              test_dir);
     CHECK(manifest && strstr(manifest, want), "manifest lacks %s: %s", want, manifest ? manifest : "(none)");
     free(manifest);
+}
+
+/* Option values that are empty or start with a blank, and a lone "-" (an input, not an
+ * option). */
+TG_TEST(test_data_dump_cli_empty_and_blank_values) {
+    test_dir = tg_test_tmpdir();
+    static const struct { const char *line, *says; } cases[] = {
+        {"data convert in.csv --seq ''", "--seq needs a whole number from 2 to 4194304, got ''"},
+        {"data convert in.csv --seq \t12", "--seq needs a whole number from 2 to 4194304, got '\t12'"},
+        {"data convert in.csv --doc-stride ''", "--doc-stride needs a whole number >= 0, got ''"},
+        {"data convert in.csv --eval-fraction ''", "--eval-fraction needs a number in [0, 1), got ''"},
+        {"data convert in.csv --seed ''", "--seed needs a whole number from 0 to 2^64-1, got ''"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_dump(cases[i].line, NULL, 2, cases[i].says);
+    expect_dump("data convert - -o %s/set --tokenizer %s/none.txt", NULL, 1, "none.txt");
+    expect_dump("data dump -", NULL, 1, "tunegraph: -");
 }
