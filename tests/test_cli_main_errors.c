@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -512,4 +513,75 @@ TG_TEST(test_cli_main_binary_help_and_version) {
               words[i], WIFEXITED(st) ? WEXITSTATUS(st) : -1, out ? out : "");
         free(out);
     }
+}
+
+/* Reads the SigIgn and SigCgt masks of process pid; 0 on success. */
+static int signal_masks(pid_t pid, unsigned long long *ignored, unsigned long long *caught) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "SigIgn: %llx", ignored) == 1) found |= 1;
+        if (sscanf(line, "SigCgt: %llx", caught) == 1) found |= 2;
+    }
+    fclose(f);
+    return found == 3 ? 0 : -1;
+}
+
+/* A signal the caller ignores (nohup) stays ignored; the others get the CLI's handler. The
+ * run waits on a FIFO as its training data while its handlers are read, then fails on what
+ * comes through it, ending normally. */
+TG_TEST(test_cli_main_ignored_signal_stays_ignored) {
+    test_dir = tg_test_tmpdir();
+    char cli_path[4096], fifo[800], err_path[800], setting[900];
+    REQUIRE(realpath(tg_test_cli(), cli_path), "%s", tg_test_cli());
+    snprintf(fifo, sizeof fifo, "%s/train.fifo", test_dir);
+    snprintf(err_path, sizeof err_path, "%s/e.txt", test_dir);
+    snprintf(setting, sizeof setting, "train_data=%s", fifo);
+    REQUIRE(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        signal(SIGHUP, SIG_IGN);
+        int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, STDERR_FILENO);
+        execl(cli_path, "tunegraph", "run", DEMO, "--set", "steps=1", "--set", setting, (char *)NULL);
+        _exit(127);
+    }
+    unsigned long long ignored = 0, caught = 0;
+    const unsigned long long bit_hup = 1ull << (SIGHUP - 1), bit_int = 1ull << (SIGINT - 1),
+                             bit_term = 1ull << (SIGTERM - 1), bit_pipe = 1ull << (SIGPIPE - 1);
+    int seen = 0;
+    for (int i = 0; i < 2000 && !seen; i++) { /* up to 20 s for the handlers to be set */
+        seen = signal_masks(pid, &ignored, &caught) == 0 && (caught & bit_int);
+        if (!seen) usleep(10000);
+    }
+    CHECK(seen, "the run's handlers never appeared");
+    CHECK((ignored & bit_hup) && !(caught & bit_hup), "SIGHUP: ignored %d, caught %d", !!(ignored & bit_hup),
+          !!(caught & bit_hup));
+    CHECK((caught & bit_term) && (caught & bit_pipe), "SIGTERM caught %d, SIGPIPE caught %d", !!(caught & bit_term),
+          !!(caught & bit_pipe));
+    /* Feed the FIFO something that is not JSON (the reader may open it a little later). */
+    int fd = -1;
+    for (int i = 0; i < 2000 && fd < 0; i++) {
+        fd = open(fifo, O_WRONLY | O_NONBLOCK);
+        if (fd < 0) usleep(10000);
+    }
+    if (fd >= 0) {
+        int wrote = (int)write(fd, "not json\n", 9);
+        close(fd);
+        CHECK(wrote == 9, "write to the FIFO");
+    } else {
+        kill(pid, SIGKILL);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char *err = tg_test_read_file(err_path, NULL);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && err && strstr(err, "train.fifo"), "exit %d: %s",
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1, err ? err : "");
+    free(err);
 }
