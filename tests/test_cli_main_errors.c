@@ -585,3 +585,26 @@ TG_TEST(test_cli_main_ignored_signal_stays_ignored) {
           WIFEXITED(st) ? WEXITSTATUS(st) : -1, err ? err : "");
     free(err);
 }
+
+/* A model folder whose weights hold every parameter: the run reports them all loaded and
+ * none newly initialised. */
+TG_TEST(test_cli_main_run_reports_loaded_weights) {
+    test_dir = tg_test_tmpdir();
+    char path[800], cwd[600], text[2048];
+    snprintf(path, sizeof path, "%s/model", test_dir);
+    REQUIRE(mkdir(path, 0755) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/model/config.json", test_dir);
+    char *config = tg_test_read_file("models/presets/tiny-bert/config.json", NULL);
+    REQUIRE(config && tg_test_write_file(path, config) == 0, "%s", path);
+    free(config);
+    REQUIRE(getcwd(cwd, sizeof cwd), "getcwd");
+    snprintf(text, sizeof text, "model = %s/model\nnum_labels = 2\nbatch = 4\nseq = 16\nsteps = 1\n"
+                                "train_data = %s/" TRAIN_DATA "\n", test_dir, cwd);
+    snprintf(path, sizeof path, "%s/j.job", test_dir);
+    REQUIRE(tg_test_write_file(path, text) == 0, "%s", path);
+    static const cli_case cases[] = {
+        {"run " DEMO " --set steps=1 --set batch=4 --set seq=16 --save %s/model/model.safetensors", 0, NULL},
+        {"run %s/j.job", 0, "/model/model.safetensors (41 trainable, 0 frozen, 0 buffers; 0 newly initialised)"},
+    };
+    expect_all(cases, sizeof cases / sizeof cases[0]);
+}
