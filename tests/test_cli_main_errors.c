@@ -515,9 +515,15 @@ TG_TEST(test_cli_main_binary_help_and_version) {
     }
 }
 
-/* Reads the SigIgn and SigCgt masks of process pid; 0 on success. */
+/* Reads the SigIgn and SigCgt masks of process pid once it runs the CLI (its exec done:
+ * until then it has this process's handlers); 0 on success. */
 static int signal_masks(pid_t pid, unsigned long long *ignored, unsigned long long *caught) {
     char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    FILE *c = fopen(path, "r");
+    int is_cli = c && fgets(line, sizeof line, c) && !strcmp(line, "tunegraph\n");
+    if (c) fclose(c);
+    if (!is_cli) return -1;
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
