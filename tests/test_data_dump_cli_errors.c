@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "tests/harness.h"
 
 int tunegraph_cli_main(int argc, char **argv);
@@ -202,4 +203,41 @@ TG_TEST(test_data_dump_cli_empty_and_blank_values) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_dump(cases[i].line, NULL, 2, cases[i].says);
     expect_dump("data convert - -o %s/set --tokenizer %s/none.txt", NULL, 1, "none.txt");
     expect_dump("data dump -", NULL, 1, "tunegraph: -");
+}
+
+/* Each allocation of a dump failed in turn, a set's and a JSONL file's: exit 1 with a
+ * message, no output file left; a set's file names say so by name. */
+TG_TEST(test_data_dump_cli_out_of_memory) {
+    test_dir = tg_test_tmpdir();
+    write_vocab();
+    write_in("t.txt", "hello world\nworld hello !\n");
+    write_in("d.jsonl", "\n{\"input_ids\": [5, 6], \"label\": 1}\n");
+    expect_dump("data convert %s/t.txt -o %s/set --tokenizer %s/vocab.txt --format text --seq 8", NULL, 0, NULL);
+    static const char *const lines[] = {"data dump %s/set -o %s/out.jsonl", "data dump %s/d.jsonl -o %s/out.jsonl"};
+    char out[800];
+    snprintf(out, sizeof out, "%s/out.jsonl", test_dir);
+    for (int l = 0; l < 2; l++) {
+        int failures = 0, named = 0, done = 0;
+        for (long k = 0; k < 5000 && !done; k++) {
+            remove(out);
+            char *err = NULL;
+            tg_alloc_fail_after(k);
+            int status = dump_cli(lines[l], NULL, &err);
+            tg_alloc_fail_after(-1);
+            struct stat st;
+            if (status == 0) {
+                done = 1;
+                CHECK(stat(out, &st) == 0, "%s: success without the output", lines[l]);
+            } else {
+                failures++;
+                named += err && strstr(err, "out of memory for the set's file names") != NULL;
+                CHECK(status == 1 && err && !strncmp(err, "tunegraph: ", 11) && strlen(err) > 20,
+                      "%s, allocation %ld: exit %d: %s", lines[l], k, status, err ? err : "");
+                CHECK(stat(out, &st) != 0, "%s, allocation %ld: a failed dump left its output", lines[l], k);
+            }
+            free(err);
+        }
+        CHECK(done && failures > 3, "%s: %d failures, done %d", lines[l], failures, done);
+        if (l == 0) CHECK(named >= 2, "the set's file names failed %d times by name", named);
+    }
 }
