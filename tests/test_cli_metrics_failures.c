@@ -59,6 +59,13 @@ TG_TEST(test_cli_metrics_failures_writes) {
               strstr(text, "\"seq\": 16}"),
           "step line: %d '%s'", rc, text ? text : "");
     free(text);
+    /* The line cannot be dumped when jansson's allocations fail. */
+    text = NULL;
+    tg_alloc_fail_after(0);
+    WRITTEN(metrics_write_step(w, f, &s, 100), text, rc);
+    tg_alloc_fail_after(-1);
+    CHECK(rc == -1 && text && !text[0], "a step line dumped without memory: %d '%s'", rc, text ? text : "");
+    free(text);
     metrics_step_line_free(w);
     metrics_step_line_free(NULL);
     fclose(full);
