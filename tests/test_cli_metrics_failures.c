@@ -3,14 +3,17 @@
  * file that cannot be begun or put in place; and the lines' rarer shapes (no eval, no
  * measured peak, an op without tensors). The CLI's functions come from the copy that
  * tests/test_cli_metrics.c compiles in. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "cli/metrics.h"
+#include "cli/profile.h"
 #include "tests/harness.h"
 
 /* A stream into /dev/full without a buffer: every write fails at once. */
@@ -194,4 +197,65 @@ TG_TEST(test_cli_metrics_failures_file) {
         CHECK(!with_err || strstr(err.msg, "/dev/full: cannot write the metrics file"), "commit: '%s'", err.msg);
         metrics_file_free(m);
     }
+}
+
+/* The --profile report (cli/profile.c) on a trainer of its own: with no captured step to
+ * compare with, out of memory for the op times, and into a metrics stream that cannot be
+ * written. */
+TG_TEST(test_cli_metrics_failures_profile_report) {
+    tg_plan plan;
+    REQUIRE(tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &plan), "compile");
+    tg_trainer tr;
+    tg_err err = {{0}};
+    tg_trainer_options o = {.device = tg_test_device(), .load_data = 0, .threads = 1};
+    REQUIRE(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg);
+    /* stderr into a file, to read the report back. */
+    char path[800];
+    snprintf(path, sizeof path, "%s/stderr.txt", tg_test_tmpdir());
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(saved >= 0 && fd >= 0, "%s", path);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    int rc_plain = report_profile(&tr, NULL, 0, &err);
+    fflush(stderr);
+    tg_alloc_fail_after(0);
+    tg_err oom = {{0}}, oom_later = {{0}};
+    int rc_oom = report_profile(&tr, NULL, 1.0, &oom);
+    tg_alloc_fail_after(1); /* the op times, then the profile's own */
+    int rc_oom_later = report_profile(&tr, NULL, 1.0, &oom_later);
+    tg_alloc_fail_after(-1);
+    metrics_file *m = NULL;
+    tg_err werr = {{0}};
+    int rc_write = -2;
+    if (metrics_file_open(&m, "/dev/full", &werr) == 0) {
+        FILE *f = metrics_file_lock(m);
+        setvbuf(f, NULL, _IONBF, 0);
+        metrics_file_unlock(m);
+        rc_write = report_profile(&tr, m, 2.0, &werr);
+        metrics_file_free(m);
+    }
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char *text = tg_test_read_file(path, NULL);
+    CHECK(rc_plain == 0, "profile: %s", err.msg);
+    CHECK(text && strstr(text, "profile (ops launched one by one, mean of 5 steps): ") &&
+              strstr(text, "\n  forward ") && strstr(text, "  slowest ops:\n"),
+          "report: %s", text ? text : "(none)");
+    /* The first report had no captured step; the third had one of 2 ms. */
+    const char *first = text ? strstr(text, "profile (") : NULL;
+    const char *second = first ? strstr(first + 1, "profile (") : NULL;
+    CHECK(first && (!second || !memmem(first, (size_t)(second - first), "captured step", 13)),
+          "a report with no captured step names one: %s", text ? text : "");
+    CHECK(text && strstr(text, "; the captured step took 2.000 ms"), "report with a 2 ms step: %s", text ? text : "");
+    CHECK(rc_oom == -1 && !strcmp(oom.msg, "out of memory for the profile's op times"), "no memory: %d '%s'", rc_oom,
+          oom.msg);
+    CHECK(rc_oom_later == -1 && oom_later.msg[0] && strcmp(oom_later.msg, oom.msg), "no memory after the op times: %d '%s'",
+          rc_oom_later, oom_later.msg);
+    CHECK(rc_write == -1 && !strcmp(werr.msg, "cannot write the profile to the metrics file"), "into /dev/full: %d '%s'",
+          rc_write, werr.msg);
+    free(text);
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
 }
