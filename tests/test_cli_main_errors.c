@@ -614,3 +614,49 @@ TG_TEST(test_cli_main_run_reports_loaded_weights) {
     };
     expect_all(cases, sizeof cases / sizeof cases[0]);
 }
+
+/* Runs tunegraph_cli_main on `line` (as cli() does) with stderr on a terminal (a pty):
+ * its status, and what the terminal received into *text (malloc'd). */
+static int cli_on_terminal(const char *line, char **text) {
+    *text = NULL;
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) || unlockpt(master)) return -1;
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+    if (slave < 0) return -1;
+    char words[4096], *argv[64];
+    int argc = 0;
+    argv[argc++] = "tunegraph";
+    snprintf(words, sizeof words, line, test_dir, test_dir, test_dir);
+    for (char *w = strtok(words, " "); w && argc < 63; w = strtok(NULL, " ")) argv[argc++] = w;
+    argv[argc] = NULL;
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    dup2(slave, STDERR_FILENO);
+    int status = tunegraph_cli_main(argc, argv);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(slave);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    fcntl(master, F_SETFL, O_NONBLOCK);
+    for (ssize_t n; buf && len + 1 < cap && (n = read(master, buf + len, cap - len - 1)) > 0;) len += (size_t)n;
+    if (buf) buf[len] = 0;
+    close(master);
+    *text = buf;
+    return status;
+}
+
+/* On a terminal the progress line is redrawn in place (\r), and a checkpoint's line starts
+ * on a line of its own. */
+TG_TEST(test_cli_main_progress_on_a_terminal) {
+    test_dir = tg_test_tmpdir();
+    expect("compile " DEMO " -o %s/p.tgp --set steps=2 --set batch=4 --set seq=16", 0, NULL);
+    char *text = NULL;
+    int status = cli_on_terminal("run %s/p.tgp --checkpoint-dir %s/ck --set checkpoint_every=1", &text);
+    CHECK(status == 0, "exit %d: %s", status, text ? text : "");
+    CHECK(text && strstr(text, "\rstep 1/2  loss ") && strstr(text, "\rstep 2/2  loss ") &&
+              strstr(text, "\ncheckpoint ") && strstr(text, "/ck/step-000002.tgckpt ("),
+          "terminal: %s", text ? text : "(none)");
+    free(text);
+}
