@@ -257,12 +257,12 @@ typedef struct replica_run {
  * being written (a save under way) are removed first. The first thread to fail ends the
  * metrics; a second finds them ended. */
 static int end_failed_run(metrics_file *metrics, int replicas, int replica, const tg_err *err) {
-    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg);
+    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg); /* GCOVR_EXCL_BR_LINE: a replica > 0 ends by _exit (more than one replica) before gcov writes its counts */
     else die(err);
     tg_err metrics_err;
     if (metrics && metrics_file_end(metrics, err->msg, replicas > 1 ? replica : -1, &metrics_err))
         fprintf(stderr, "tunegraph: %s\n", metrics_err.msg);
-    if (replicas > 1) {
+    if (replicas > 1) { /* GCOVR_EXCL_BR_LINE: this branch ends by _exit (more than one replica) before gcov writes its counts */
         tg_atomic_remove_temps();
         fflush(stdout);
         fflush(stderr);
@@ -303,7 +303,7 @@ static void *run_replica(void *arg) {
         free(ms);
     }
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
-    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return */
+    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return; GCOVR_EXCL_BR_LINE: a failed replica ends by _exit (more than one replica) before gcov writes its counts */
     tg_trainer_close(&tr);
     return NULL;
 }
@@ -459,12 +459,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     replica_run followers[TG_MAX_DATA_PARALLEL];
     if (replicas > 1) {
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
-        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err);
+        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err); /* GCOVR_EXCL_BR_LINE: a failure here ends by _exit (more than one replica) before gcov writes its counts */
         for (int r = 1; r < replicas; r++) {
             followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile, .metrics = metrics,
                                          .ckpts = ckpts, .resume = resume_ck, .resume_path = resume.path};
             followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
-            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
+            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) { /* GCOVR_EXCL_BR_LINE: a failure here ends by _exit (more than one replica) before gcov writes its counts */
                 tg_fail(&err, "cannot start the thread of replica %d", r);
                 return end_failed_run(metrics, replicas, 0, &err);
             }
