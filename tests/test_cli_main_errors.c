@@ -571,21 +571,24 @@ TG_TEST(test_cli_main_ignored_signal_stays_ignored) {
           !!(caught & bit_hup));
     CHECK((caught & bit_term) && (caught & bit_pipe), "SIGTERM caught %d, SIGPIPE caught %d", !!(caught & bit_term),
           !!(caught & bit_pipe));
-    /* Feed the FIFO something that is not JSON (the reader may open it a little later). */
-    int fd = -1;
-    for (int i = 0; i < 2000 && fd < 0; i++) {
+    /* Feed the FIFO something that is not JSON once the run opens it (up to 60 s), unless
+     * the run ended before. */
+    int fd = -1, st = 0, ended = 0;
+    for (int i = 0; i < 6000 && fd < 0 && !ended; i++) {
         fd = open(fifo, O_WRONLY | O_NONBLOCK);
-        if (fd < 0) usleep(10000);
+        if (fd < 0) {
+            ended = waitpid(pid, &st, WNOHANG) == pid;
+            if (!ended) usleep(10000);
+        }
     }
     if (fd >= 0) {
         int wrote = (int)write(fd, "not json\n", 9);
         close(fd);
         CHECK(wrote == 9, "write to the FIFO");
-    } else {
+    } else if (!ended) {
         kill(pid, SIGKILL);
     }
-    int st = 0;
-    waitpid(pid, &st, 0);
+    if (!ended) waitpid(pid, &st, 0);
     char *err = tg_test_read_file(err_path, NULL);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && err && strstr(err, "train.fifo"), "exit %d: %s",
           WIFEXITED(st) ? WEXITSTATUS(st) : -1, err ? err : "");
