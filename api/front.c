@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/alloc.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
@@ -36,18 +37,18 @@ static char *model_config_path(const char *source) {
     struct stat st;
     char *path = NULL;
     if (!strchr(source, '/')) {
-        if (asprintf(&path, "%s/%s/config.json", tg_presets_dir(), source) < 0) return NULL;
+        if (tg_asprintf(&path, "%s/%s/config.json", tg_presets_dir(), source) < 0) return NULL;
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return path;
         free(path);
     }
     size_t n = strlen(source);
     while (n > 1 && source[n - 1] == '/') n--;
-    return asprintf(&path, "%.*s/config.json", (int)n, source) < 0 ? NULL : path;
+    return tg_asprintf(&path, "%.*s/config.json", (int)n, source) < 0 ? NULL : path;
 }
 
 int tg_front_plan_inputs(const tg_plan *plan, tg_named_path inputs[TG_PLAN_INPUTS], char **config_path, tg_err *err) {
-    *config_path = plan->model.source[0] ? model_config_path(plan->model.source) : strdup("");
-    if (!*config_path) return tg_fail(err, "out of memory");
+    *config_path = plan->model.source[0] ? model_config_path(plan->model.source) : tg_strdup("");
+    if (!*config_path) return tg_fail(err, "out of memory for the model config path");
     inputs[0] = (tg_named_path){*config_path, "model config"};
     inputs[1] = (tg_named_path){plan->model.weights, "model weights"};
     inputs[2] = (tg_named_path){plan->run.train_data, "training data (train_data)"};

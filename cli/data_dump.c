@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
 #include "datasets/dataset.h"
@@ -59,18 +60,18 @@ static int out_begin(dump_out *o, tg_err *err) {
     if (!(o->f = tg_atomic_stream(o->file))) {
         tg_atomic_discard(o->file);
         o->file = NULL;
-        return tg_fail(err, "out of memory");
+        return tg_fail(err, "out of memory for the dump's stream");
     }
     return 0;
 }
 
-/* Commits the file (or flushes stdout) when ok, else drops what was written. */
+/* Commits the file (or flushes stdout) when ok, else drops what was written. Called only
+ * after out_begin succeeded, so a path has its file. */
 static int out_end(dump_out *o, int ok, tg_err *err) {
     if (!o->path) {
         if (fflush(stdout) != 0 || ferror(stdout)) return ok ? tg_fail(err, "writing standard output failed") : -1;
         return ok ? 0 : -1;
     }
-    if (!o->file) return ok ? 0 : -1;
     if (!ok) {
         tg_atomic_discard(o->file);
         return -1;
@@ -91,15 +92,15 @@ static int dump_shard_set(const char *dir, int split, dump_out *o, int64_t *n_re
         rc = tg_fail(err, "%s: the set has no %s records%s", set.dir, tg_shard_split_name(split),
                      split == TG_SPLIT_EVAL ? " (convert with --eval-fraction to make an eval split)" : "");
     if (!rc && o->path) {
-        tg_named_path *inputs = calloc((size_t)m->n_shards + 1, sizeof *inputs);
-        char **names = calloc((size_t)m->n_shards + 1, sizeof *names);
-        rc = inputs && names ? 0 : tg_fail(err, "out of memory");
+        tg_named_path *inputs = tg_calloc((size_t)m->n_shards + 1, sizeof *inputs);
+        char **names = tg_calloc((size_t)m->n_shards + 1, sizeof *names);
+        rc = inputs && names ? 0 : tg_fail(err, "out of memory for the set's file names");
         int n = 0;
         for (int32_t i = 0; !rc && i <= m->n_shards; i++) {
             const char *file = i < m->n_shards ? m->shards[i].file : "manifest.json";
-            if (asprintf(&names[n], "%s/%s", set.dir, file) < 0) {
+            if (tg_asprintf(&names[n], "%s/%s", set.dir, file) < 0) {
                 names[n] = NULL;
-                rc = tg_fail(err, "out of memory");
+                rc = tg_fail(err, "out of memory for the set's file names");
                 break;
             }
             inputs[n] = (tg_named_path){names[n], i < m->n_shards ? "shard" : "manifest"};
@@ -159,7 +160,7 @@ static int jsonl_has_labels(const char *path) {
         }
         if (len == cap) {
             if (cap >= TG_JSONL_MAX_LINE_BYTES) break;
-            char *grown = realloc(line, cap ? cap * 2 : 4096);
+            char *grown = tg_realloc(line, cap ? cap * 2 : 4096);
             if (!grown) break;
             line = grown;
             cap = cap ? cap * 2 : 4096;

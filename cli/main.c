@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/front.h"
+#include "base/alloc.h"
 #include "base/atomic_file.h"
 #include "base/output_paths.h"
 #include "cli/checkpoints.h"
@@ -139,7 +140,7 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         }
         else if (!strcmp(s, "--json")) a->json = 1;
         else if (!strcmp(s, "--profile")) a->profile = 1;
-        else if (s[0] == '-' && s[1]) return usage_error("unknown option %s", s);
+        else if (s[0] == '-' && s[1]) return usage_error("unknown option %s", s); /* GCOVR_EXCL_BR_LINE: option_allowed refused every option not handled above */
         else if (a->input) return usage_error("unexpected argument %s", s);
         else a->input = s;
     }
@@ -153,7 +154,7 @@ static char *default_plan_path(const char *job) {
     const char *dot = strrchr(job, '.');
     size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - job) : strlen(job);
     char *path;
-    return asprintf(&path, "%.*s.tgp", (int)stem, job) < 0 ? NULL : path;
+    return tg_asprintf(&path, "%.*s.tgp", (int)stem, job) < 0 ? NULL : path;
 }
 
 /* Refuses a command's outputs that would overwrite its input file (the job or plan named
@@ -184,9 +185,9 @@ static int cmd_compile(int argc, char **argv) {
     tg_plan plan;
     if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
     double compile_s = tg_wall_s() - t0;
-    char *path = a.output ? strdup(a.output) : default_plan_path(a.input);
+    char *path = a.output ? tg_strdup(a.output) : default_plan_path(a.input);
     const tg_named_path output = {path, a.output ? "plan (-o)" : "plan"};
-    rc = path ? check_outputs(&output, 1, a.input, "job file", &plan, &err) : tg_fail(&err, "out of memory");
+    rc = path ? check_outputs(&output, 1, a.input, "job file", &plan, &err) : tg_fail(&err, "out of memory for the plan path");
     if (!rc) rc = tg_plan_write(&plan, path, &err);
     if (!rc) /* beside the plan when that goes to standard output */
         fprintf(is_stdout(path) ? stderr : stdout,
@@ -256,12 +257,12 @@ typedef struct replica_run {
  * being written (a save under way) are removed first. The first thread to fail ends the
  * metrics; a second finds them ended. */
 static int end_failed_run(metrics_file *metrics, int replicas, int replica, const tg_err *err) {
-    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg);
+    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg); /* GCOVR_EXCL_BR_LINE: a replica > 0 ends by _exit (more than one replica) before gcov writes its counts */
     else die(err);
     tg_err metrics_err;
     if (metrics && metrics_file_end(metrics, err->msg, replicas > 1 ? replica : -1, &metrics_err))
         fprintf(stderr, "tunegraph: %s\n", metrics_err.msg);
-    if (replicas > 1) {
+    if (replicas > 1) { /* GCOVR_EXCL_BR_LINE: this branch ends by _exit (more than one replica) before gcov writes its counts */
         tg_atomic_remove_temps();
         fflush(stdout);
         fflush(stderr);
@@ -275,7 +276,7 @@ static int end_failed_run(metrics_file *metrics, int replicas, int replica, cons
 static int stopping(run_checkpoints *ckpts, const tg_trainer *tr) {
     if (!ckpts) return 0;
     const int64_t stop = run_checkpoints_stop_step(ckpts);
-    return stop >= 0 && tr->steps_done >= stop;
+    return stop >= 0 && tr->steps_done >= stop; /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
 }
 
 static void *run_replica(void *arg) {
@@ -288,7 +289,7 @@ static void *run_replica(void *arg) {
     int32_t handed = r->resume ? tr.steps_done : -1;
     int stopped = 0;
     while (!rc && tr.steps_done < tr.total_steps) {
-        if ((stopped = stopping(r->ckpts, &tr))) break;
+        if ((stopped = stopping(r->ckpts, &tr))) break; /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
         tg_step_stats s;
         rc = tg_trainer_step(&tr, &s, &err);
         if (!rc && r->ckpts && run_checkpoints_due(r->ckpts, tr.steps_done))
@@ -302,7 +303,7 @@ static void *run_replica(void *arg) {
         free(ms);
     }
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
-    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return */
+    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return; GCOVR_EXCL_BR_LINE: a failed replica ends by _exit (more than one replica) before gcov writes its counts */
     tg_trainer_close(&tr);
     return NULL;
 }
@@ -310,7 +311,7 @@ static void *run_replica(void *arg) {
 /* The communicator(s) for `replicas` replicas on `device`: one CPU group shared by all,
  * or one NCCL communicator per GPU. */
 static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_group **group, tg_err *err) {
-    if (device == TG_DEVICE_CPU) {
+    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor; its failure there ends by _exit, uncounted */
         if (tg_cpu_comm_group_create(group, replicas, err)) return -1;
         for (int r = 0; r < replicas; r++) comms[r] = *group;
         return 0;
@@ -458,12 +459,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     replica_run followers[TG_MAX_DATA_PARALLEL];
     if (replicas > 1) {
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
-        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err);
+        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err); /* GCOVR_EXCL_BR_LINE: a failure here ends by _exit (more than one replica) before gcov writes its counts */
         for (int r = 1; r < replicas; r++) {
             followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile, .metrics = metrics,
                                          .ckpts = ckpts, .resume = resume_ck, .resume_path = resume.path};
             followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
-            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
+            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) { /* GCOVR_EXCL_BR_LINE: a failure here ends by _exit (more than one replica) before gcov writes its counts */
                 tg_fail(&err, "cannot start the thread of replica %d", r);
                 return end_failed_run(metrics, replicas, 0, &err);
             }
@@ -483,7 +484,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     }
     const tg_plan_train *train = &plan.train;
     int tty = isatty(STDERR_FILENO);
-    const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu";
+    const char *device_name = device == TG_DEVICE_CUDA ? "cuda" : "cpu"; /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
     fprintf(stderr, "tunegraph: %s %s on %s: %d examples, batch %d x seq %d", tg_arch_name(plan.model.arch),
             tg_task_name(train->task), device_name, tr.train.n, train->batch, train->seq);
     if (train->n_buckets > 1) {
@@ -528,7 +529,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     int stopped = 0;
     char *last_checkpoint = resume.path ? strdup(resume.path) : NULL;
     for (; tr.steps_done < tr.total_steps && !rc; ran++) {
-        if ((stopped = stopping(ckpts, &tr))) break;
+        if ((stopped = stopping(ckpts, &tr))) break; /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
         const int32_t i = ran;
         tg_step_stats s;
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
@@ -573,6 +574,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         }
     }
     /* A stop requested once the last step was taken checkpoints there. */
+    /* GCOVR_EXCL_BR_START: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
     if (!rc && ckpts && g_stop_signal) stopped = 1;
     if (!rc && stopped && checkpointed != tr.steps_done && write_checkpoint(ckpts, &tr, tty, &last_checkpoint, &err))
         rc = 1;
@@ -590,6 +592,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         raise(sig);
         _exit(128 + sig);
     }
+    /* GCOVR_EXCL_BR_STOP */
     free(last_checkpoint);
     double train_s = tg_wall_s() - t_train;
     /* Host CPU per step after the first, metrics and progress output included: the whole
@@ -648,7 +651,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                 "(training loop thread %.0f us",
                 ran, train_s, first_loss, last_loss, tokens / train_s, median_step_ms,
                 host_cpu_us - driver_cpu_us, loop_cpu_us);
-        if (driver_cpu_us > 0) fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
+        if (driver_cpu_us > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor (no driver thread) */
+            fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
         fprintf(stderr, "batches: %.1f%% of the token slots padding%s, waited for %.1f ms (%.2f%% of the training time)\n",
                 summary.padding_fraction * 100, plan.train.n_buckets > 1 ? " (with length buckets)" : "",
@@ -685,7 +689,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     tg_trainer_close(&tr);
     for (int r = 1; r < replicas; r++) pthread_join(followers[r].thread, NULL);
     if (cpu_group) tg_cpu_comm_group_destroy(cpu_group);
-    else if (replicas > 1) tg_cuda_comms_destroy(comms, replicas);
+    else if (replicas > 1) tg_cuda_comms_destroy(comms, replicas); /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
     if (ckpts) run_checkpoints_free(ckpts);
     run_resume_free(&resume);
     /* Last, with every replica done: none can fail after the file is in place. */
@@ -695,7 +699,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     /* A stop requested after the last step's checkpoint (during eval or the save) ends the
      * finished run by the signal all the same. */
     const int sig = g_stop_signal;
-    if (sig) {
+    if (sig) { /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
         fflush(stdout);
         fflush(stderr);
         signal(sig, SIG_DFL);
@@ -720,6 +724,8 @@ static int cmd_run(int argc, char **argv) {
  * Except the first SIGINT or SIGTERM of a run that writes checkpoints: it only asks the
  * run to stop (g_stop_signal), which then writes a checkpoint and ends by the signal; the
  * handler is set again, so a second signal ends the process at once. */
+/* GCOVR_EXCL_BR_START: the handler runs in a process that then ends by the signal, before gcov
+ * writes its counts (tests/test_values_cli.c and tests/test_checkpoint.c check it). */
 static void on_ending_signal(int sig) {
     if (g_defer_stop && !g_stop_signal && (sig == SIGINT || sig == SIGTERM)) {
         g_stop_signal = sig;
@@ -737,6 +743,7 @@ static void on_ending_signal(int sig) {
     tg_atomic_remove_temps();
     raise(sig);
 }
+/* GCOVR_EXCL_BR_STOP */
 
 static void install_signal_handlers(void) {
     static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/atomic_file.h"
 
 /* An object under construction; `bad` records a value or key that could not be added. */
@@ -86,7 +87,7 @@ struct metrics_step_line {
 };
 
 metrics_step_line *metrics_step_line_new(void) {
-    metrics_step_line *w = calloc(1, sizeof *w);
+    metrics_step_line *w = tg_calloc(1, sizeof *w);
     if (!w || !(w->o = json_object())) {
         free(w);
         return NULL;
@@ -224,8 +225,8 @@ struct metrics_file {
 
 int metrics_file_open(metrics_file **out, const char *path, tg_err *err) {
     *out = NULL;
-    metrics_file *m = calloc(1, sizeof *m);
-    if (!m || !(m->path = strdup(path))) {
+    metrics_file *m = tg_calloc(1, sizeof *m);
+    if (!m || !(m->path = tg_strdup(path))) {
         free(m);
         return tg_fail(err, "%s: out of memory", path);
     }

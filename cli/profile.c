@@ -4,12 +4,13 @@
 
 #include <stdlib.h>
 
+#include "base/alloc.h"
 #include "cli/metrics.h"
 
 int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg_err *err) {
     const tg_plan *p = tr->plan;
-    double *ms = calloc((size_t)p->n_ops, sizeof *ms);
-    if (!ms) return tg_fail(err, "out of memory");
+    double *ms = tg_calloc((size_t)p->n_ops, sizeof *ms);
+    if (!ms) return tg_fail(err, "out of memory for the profile's op times");
     if (tg_trainer_profile(tr, PROFILE_REPEATS, ms, err)) {
         free(ms);
         return -1;
