@@ -13,6 +13,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "base/zstd_alloc.h"
+
 static int read_at(int fd, void *buf, size_t n, uint64_t offset) {
     uint8_t *p = buf;
     while (n > 0) {
@@ -331,7 +333,7 @@ int tg_shard_cursor_open(tg_shard_cursor *c, const tg_shard_set *set, tg_err *er
     c->fd = -1;
     c->fd_file = c->file = c->frame = -1;
     c->scratch_cap = set->manifest.seq;
-    c->dctx = ZSTD_createDCtx();
+    c->dctx = tg_zstd_dctx();
     c->ids = tg_malloc((size_t)c->scratch_cap * sizeof *c->ids);
     c->types = tg_malloc((size_t)c->scratch_cap * sizeof *c->types);
     if (!c->dctx || !c->ids || !c->types) {
@@ -383,6 +385,7 @@ static int load_frame(tg_shard_cursor *c, int32_t file, int32_t frame, tg_err *e
     if (content != fr->usize)
         return tg_fail(err, "%s: %s is not a zstd frame of %u bytes (file corrupt)", f->path, where, fr->usize);
     size_t got = ZSTD_decompressDCtx(c->dctx, c->block, fr->usize, c->compressed, fr->csize);
+    if (tg_zstd_out_of_memory(got)) return tg_fail(err, "%s: %s: out of memory for the zstd decompressor", f->path, where);
     if (ZSTD_isError(got) || got != fr->usize)
         return tg_fail(err, "%s: %s does not decompress: %s (file corrupt)", f->path, where,
                        ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");

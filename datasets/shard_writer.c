@@ -21,6 +21,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "base/zstd_alloc.h"
+
 #define ZSTD_LEVEL 3
 #define DEFAULT_FRAME_BYTES (32 << 10)
 #define DEFAULT_SHARD_BYTES (64 << 20)
@@ -188,7 +190,9 @@ static int frame_flush(tg_shard_writer *w, int split, tg_err *err) {
     size_t bound = ZSTD_compressBound(ubytes);
     if (reserve((void **)&w->compressed, &w->compressed_cap, bound, 1, err)) return -1;
     size_t csize = ZSTD_compress2(w->cctx, w->compressed, bound, w->staging, ubytes);
-    if (ZSTD_isError(csize)) return tg_fail(err, "%s: zstd: %s", s->path, ZSTD_getErrorName(csize));
+    if (ZSTD_isError(csize))
+        return tg_fail(err, "%s: zstd: %s", s->path,
+                       tg_zstd_out_of_memory(csize) ? "out of memory for the zstd compressor" : ZSTD_getErrorName(csize));
     if (reserve((void **)&s->frames, &s->cap_frames, (size_t)s->n_frames + 1, sizeof *s->frames, err))
         return -1;
     s->frames[s->n_frames++] = (frame_entry){.offset = s->offset, .first = (uint64_t)s->shard_records,
@@ -283,7 +287,7 @@ int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_s
     m->tokenizer_identity = desc->tokenizer_identity;
     m->vocab_size = desc->vocab_size;
     snprintf(m->tokenizer_family, sizeof m->tokenizer_family, "%s", desc->tokenizer_family ? desc->tokenizer_family : "");
-    int ok = (w->cctx = ZSTD_createCCtx()) != NULL;
+    int ok = (w->cctx = tg_zstd_cctx()) != NULL;
     ok = ok && (m->command = tg_strdup(desc->command ? desc->command : "")) != NULL;
     for (int s = 0; s < TG_SPLIT_COUNT && ok; s++) ok = (m->hist[s] = tg_calloc((size_t)m->n_bins, sizeof *m->hist[s])) != NULL;
     if (ok && desc->n_labels) {

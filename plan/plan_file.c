@@ -21,6 +21,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "base/zstd_alloc.h"
+
 static const uint8_t k_magic[8] = {'T', 'G', 'P', 'L', 'A', 'N', 0, 0};
 #define HEADER_BYTES 40
 #define ZSTD_LEVEL 3
@@ -44,10 +46,13 @@ int tg_plan_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, tg_err *
         free(payload);
         return tg_fail(err, "plan encode: out of memory");
     }
-    size_t csize = ZSTD_compress(file + HEADER_BYTES, bound, payload, payload_len, ZSTD_LEVEL);
-    if (ZSTD_isError(csize)) { /* GCOVR_EXCL_BR_LINE: the destination holds ZSTD_compressBound bytes */
+    size_t csize = tg_zstd_compress(file + HEADER_BYTES, bound, payload, payload_len, ZSTD_LEVEL);
+    if (ZSTD_isError(csize)) {
         free(payload);
         free(file);
+        /* Only memory can fail: the destination holds ZSTD_compressBound bytes. */
+        if (tg_zstd_out_of_memory(csize)) /* GCOVR_EXCL_BR_LINE: see above */
+            return tg_fail(err, "plan encode: out of memory for the zstd compressor");
         return tg_fail(err, "plan encode: zstd: %s", ZSTD_getErrorName(csize));
     }
     memcpy(file, k_magic, 8);
@@ -114,7 +119,11 @@ int tg_plan_decode_checked(const uint8_t *bytes, size_t len, const char *name, t
     if (!buf)
         return tg_fail(err, "%s: out of memory for a %llu-byte payload", name,
                        (unsigned long long)usize);
-    size_t got = ZSTD_decompress(buf, (size_t)usize, payload, (size_t)csize);
+    size_t got = tg_zstd_decompress(buf, (size_t)usize, payload, (size_t)csize);
+    if (tg_zstd_out_of_memory(got)) {
+        free(buf);
+        return tg_fail(err, "%s: out of memory for the zstd decompressor", name);
+    }
     /* GCOVR_EXCL_BR_START: a frame that decompresses yields its header's size, which is usize */
     if (ZSTD_isError(got) || got != usize) {
         free(buf);

@@ -29,6 +29,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "base/zstd_alloc.h"
+
 static const uint8_t k_magic[8] = {'T', 'G', 'C', 'K', 'P', 'T', 0, 0};
 #define HEADER_BYTES TG_CHECKPOINT_HEADER_BYTES
 #define RECORD_HEAD_BYTES 12
@@ -366,14 +368,15 @@ static void feed(writer *w, const void *p, size_t n, ZSTD_EndDirective mode) {
     for (;;) {
         ZSTD_outBuffer o = {w->buf, w->buf_cap, 0};
         const size_t left = ZSTD_compressStream2(w->z, &o, &in, mode);
-        /* GCOVR_EXCL_BR_START: zstd fails only when its own allocation (libc malloc, outside
-         * tg_alloc's test hook) fails: the pledged size is payload_bytes, what is fed. */
+        /* zstd fails only when its allocations do (through tg_alloc): the pledged size is
+         * payload_bytes, what is fed. */
         if (ZSTD_isError(left)) {
-            w->zstd_error = ZSTD_getErrorName(left);
+            w->zstd_error = tg_zstd_out_of_memory(left) /* GCOVR_EXCL_BR_LINE: see above */
+                                ? "out of memory for the zstd compressor"
+                                : ZSTD_getErrorName(left);
             w->failed = 1;
             return;
         }
-        /* GCOVR_EXCL_BR_STOP */
         if (o.pos && sink_put(w->out, w->buf, o.pos)) {
             w->failed = 1;
             return;
@@ -461,10 +464,9 @@ static int write_payload(const tg_checkpoint *ck, sink *out, const char *path, u
                          uint64_t *compressed, tg_err *err) {
     const char *name = path ? path : "checkpoint encode";
     writer w = {.out = out, .buf_cap = ZSTD_CStreamOutSize()};
-    w.z = ZSTD_createCCtx();
+    w.z = tg_zstd_cctx();
     w.buf = tg_malloc(w.buf_cap);
-    /* ZSTD_createCCtx allocates with libc malloc, outside tg_alloc's test hook. */
-    if (!w.z || !w.buf) { /* GCOVR_EXCL_BR_LINE: see above */
+    if (!w.z || !w.buf) {
         ZSTD_freeCCtx(w.z);
         free(w.buf);
         return tg_fail(err, "%s: out of memory for the compression buffer", name);
@@ -504,7 +506,7 @@ static int write_payload(const tg_checkpoint *ck, sink *out, const char *path, u
     *sum = XXH64_digest(&w.hash);
     *compressed = w.compressed;
     if (w.failed) {
-        if (w.zstd_error) tg_fail(err, "%s: zstd: %s", name, w.zstd_error); /* GCOVR_EXCL_BR_LINE: see feed */
+        if (w.zstd_error) tg_fail(err, "%s: zstd: %s", name, w.zstd_error);
         else tg_fail(err, "%s: cannot write the checkpoint (write: %s)", name, strerror(out->error));
     }
     ZSTD_freeCCtx(w.z);
@@ -777,7 +779,11 @@ int tg_checkpoint_decode(const uint8_t *b, size_t len, const char *name, tg_chec
         free(payload);
         return tg_fail(err, "%s: out of memory for a %" PRIu64 "-byte payload", name, usize);
     }
-    const size_t got = ZSTD_decompress(payload, (size_t)usize, frame, (size_t)csize);
+    const size_t got = tg_zstd_decompress(payload, (size_t)usize, frame, (size_t)csize);
+    if (tg_zstd_out_of_memory(got)) {
+        tg_checkpoint_free(ck);
+        return tg_fail(err, "%s: out of memory for the zstd decompressor", name);
+    }
     /* GCOVR_EXCL_BR_START: got != usize without a zstd error cannot happen: the frame's
      * content size is usize (checked above), and zstd refuses a frame whose content differs
      * from its stated size or overflows the buffer; kept as a guard on untrusted input. */
