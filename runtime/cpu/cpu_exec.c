@@ -55,7 +55,7 @@ static int bind_slot(const tg_cpu_exec *x, int op_index, const char *dir, int sl
                      void **ptr, int64_t *numel, tg_err *err) {
     const tg_plan *plan = x->plan;
     *ptr = NULL;
-    if (numel) *numel = 0;
+    *numel = 0;
     if (tensor == -1) return 0;
     if (tensor < 0 || tensor >= plan->n_tensors)
         return tg_fail(err, "op %d (%s): %s[%d] names tensor %d, outside the table of %d",
@@ -69,7 +69,7 @@ static int bind_slot(const tg_cpu_exec *x, int op_index, const char *dir, int sl
                        (unsigned long long)t->bytes, (unsigned long long)t->offset,
                        tg_pool_name(t->pool));
     *ptr = x->pool[t->pool] ? x->pool[t->pool] + t->offset : NULL; /* empty pool: no storage */
-    if (numel) *numel = tg_tensor_numel(t);
+    *numel = tg_tensor_numel(t);
     return 0;
 }
 
