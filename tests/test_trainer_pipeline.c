@@ -1,0 +1,292 @@
+/* The trainer's ring of steps in flight (runtime/trainer.c), run on the CPU reference
+ * behind a pipelining executor: the CPU executor's vtable with step_start taking several
+ * steps at once (run one after the other, results queued for step_wait), the ring widened
+ * after open to what a CUDA executor would have. The pipelined runs must compute the same
+ * losses bit for bit as the plain one, start steps in the groups the limits allow (never
+ * past a checkpoint step or a stop), and every executor failure, met in a step or in the
+ * drain before a read, write, eval, profile or save, must come back as the call's error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/front.h"
+#include "runtime/trainer.h"
+#include "tests/harness.h"
+
+enum { STEPS = 8, QUEUE = 64 };
+
+/* The pipelining executor (one at a time: its vtable functions see only impl). */
+static struct {
+    tg_executor_vtbl vt;
+    const tg_executor_vtbl *real;
+    const tg_trainer *tr;
+    tg_step_result queue[QUEUE];
+    int head, tail;
+    int starts[QUEUE], n_starts;   /* how many steps each start took */
+    int crossed;                   /* starts that ran past the next checkpoint step */
+    int fail_start, fail_wait, fail_read, fail_write, fail_run, fail_profile;
+} fake;
+
+static int fake_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
+    if (fake.fail_start) return tg_fail(err, "fake executor: step_start refused");
+    const tg_trainer *t = fake.tr;
+    if (t->checkpoint_every > 0 &&
+        t->launched + steps > (t->returned / t->checkpoint_every + 1) * t->checkpoint_every)
+        fake.crossed++;
+    for (int j = 0; j < steps; j++) {
+        if (fake.real->step_start(impl, &batches[j], 1, err) ||
+            fake.real->step_wait(impl, &fake.queue[fake.tail % QUEUE], err))
+            return -1;
+        fake.tail++;
+    }
+    if (fake.n_starts < QUEUE) fake.starts[fake.n_starts++] = steps;
+    return 0;
+}
+
+static int fake_step_wait(void *impl, tg_step_result *r, tg_err *err) {
+    if (fake.fail_wait) return tg_fail(err, "fake executor: step_wait refused");
+    if (fake.head == fake.tail) return tg_fail(err, "fake executor: no step in flight");
+    *r = fake.queue[fake.head++ % QUEUE];
+    return 0;
+}
+
+static int fake_read(void *impl, int tensor, void *host, tg_err *err) {
+    return fake.fail_read ? tg_fail(err, "fake executor: read refused") : fake.real->read(impl, tensor, host, err);
+}
+
+static int fake_write(void *impl, int tensor, const void *host, tg_err *err) {
+    return fake.fail_write ? tg_fail(err, "fake executor: write refused") : fake.real->write(impl, tensor, host, err);
+}
+
+static int fake_run(void *impl, int first, int last, int training, tg_err *err) {
+    return fake.fail_run ? tg_fail(err, "fake executor: run refused") : fake.real->run(impl, first, last, training, err);
+}
+
+static int fake_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
+    return fake.fail_profile ? tg_fail(err, "fake executor: profile refused")
+                             : fake.real->profile(impl, repeats, op_ms, err);
+}
+
+/* Puts the pipelining executor under an open trainer and widens its ring to `depth` steps
+ * in flight, started `group` at a time. */
+static int pipeline(tg_trainer *t, int depth, int group) {
+    memset(&fake, 0, sizeof fake);
+    fake.real = t->ex.vt;
+    fake.tr = t;
+    fake.vt = *t->ex.vt;
+    fake.vt.step_start = fake_step_start, fake.vt.step_wait = fake_step_wait;
+    fake.vt.read = fake_read, fake.vt.write = fake_write, fake.vt.run = fake_run, fake.vt.profile = fake_profile;
+    fake.vt.max_in_flight = depth, fake.vt.step_group = group;
+    for (int k = t->n_staging; k < depth + 2; k++)
+        if (!(t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, t->plan->pool_bytes[TG_POOL_INPUTS]))) return 0;
+    t->n_staging = depth + 2;
+    t->max_in_flight = depth;
+    t->step_group = group;
+    t->ex.vt = &fake.vt;
+    return 1;
+}
+
+typedef struct run {
+    tg_plan plan;
+    tg_trainer tr;
+    int open;
+} run;
+
+/* tiny-bert classifying 24 sentiment rows, batch 4, seq 48, 8 steps (with eval_data
+ * where `eval` is set). */
+static int open_run(run *r, int no_loader, int eval) {
+    memset(r, 0, sizeof *r);
+    const char *dir = tg_test_tmpdir();
+    char cmd[1200], job[700], text[700];
+    snprintf(cmd, sizeof cmd, "head -n 24 examples/data/sentiment-train.jsonl > '%s/train.jsonl'", dir);
+    if (!CHECK(system(cmd) == 0, "%s", cmd)) return 0;
+    snprintf(job, sizeof job, "%s/job.job", dir);
+    snprintf(text, sizeof text,
+             "model = tiny-bert\ntask = classify\nbatch = 4\nseq = 48\nsteps = %d\nlr = 2e-3\ntrain_data = "
+             "train.jsonl\n%s",
+             STEPS, eval ? "eval_data = train.jsonl\n" : "");
+    if (!CHECK(tg_test_write_file(job, text) == 0, "write %s", job)) return 0;
+    tg_err err;
+    if (!CHECK(tg_front_compile_file(job, NULL, 0, &r->plan, &err) == 0, "%s", err.msg)) return 0;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 1, .no_loader_thread = no_loader};
+    if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
+        tg_plan_free(&r->plan);
+        return 0;
+    }
+    r->open = 1;
+    return 1;
+}
+
+static void close_run(run *r) {
+    if (r->open) tg_trainer_close(&r->tr), tg_plan_free(&r->plan);
+    r->open = 0;
+}
+
+/* The losses of the plain run (one step at a time on the CPU). */
+static int reference_losses(float *loss) {
+    run r;
+    if (!open_run(&r, 1, 0)) return 0;
+    tg_err err;
+    int ok = 1;
+    for (int i = 0; ok && i < STEPS; i++) {
+        tg_step_stats s;
+        ok = CHECK(tg_trainer_step(&r.tr, &s, &err) == 0 && s.step == i + 1, "reference step %d: %s", i + 1, err.msg);
+        loss[i] = s.loss;
+    }
+    close_run(&r);
+    return ok;
+}
+
+static void check_pipelined(int no_loader, int depth, int group, int checkpoint_every, const int *want_starts,
+                            int n_want, const char *what) {
+    static float want[STEPS];
+    static int have_want;
+    if (!have_want && !(have_want = reference_losses(want))) return;
+    run r;
+    if (!open_run(&r, no_loader, 0)) return;
+    REQUIRE(pipeline(&r.tr, depth, group), "%s: staging buffers", what);
+    r.tr.checkpoint_every = checkpoint_every;
+    tg_err err;
+    for (int i = 0; i < STEPS; i++) {
+        tg_step_stats s;
+        if (!CHECK(tg_trainer_step(&r.tr, &s, &err) == 0, "%s: step %d: %s", what, i + 1, err.msg)) break;
+        CHECK(s.step == i + 1 && s.loss == want[i], "%s: step %d: loss %.9g, the plain run's %.9g", what, s.step, s.loss,
+              want[i]);
+        CHECK(s.tokens > 0 && s.seq == 48 && s.slots == 4 * 48, "%s: step %d: %lld tokens, seq %d", what, s.step,
+              (long long)s.tokens, s.seq);
+        /* No start passes the next checkpoint step: with every step handed out there, a
+         * checkpoint can be taken; one step before, it is refused while steps are in flight. */
+        if (checkpoint_every > 0 && s.step % checkpoint_every == 0) {
+            tg_checkpoint ck;
+            CHECK(tg_trainer_checkpoint(&r.tr, &ck, 0, &err) == 0, "%s: checkpoint at step %d: %s", what, s.step,
+                  err.msg);
+            tg_checkpoint_free(&ck);
+        }
+    }
+    CHECK(fake.crossed == 0, "%s: %d starts ran past a checkpoint step", what, fake.crossed);
+    int same = fake.n_starts == n_want;
+    for (int i = 0; same && i < n_want; i++) same = fake.starts[i] == want_starts[i];
+    char got[256] = "";
+    for (int i = 0; i < fake.n_starts && i < 20; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), " %d", fake.starts[i]);
+    CHECK(same, "%s: steps per start:%s (%d starts, want %d)", what, got, fake.n_starts, n_want);
+    close_run(&r);
+}
+
+TG_TEST(test_trainer_pipeline_groups_match_plain_run) {
+    check_pipelined(1, 4, 2, 0, (const int[]){2, 2, 2, 2}, 4, "depth 4, groups of 2, no loader");
+    check_pipelined(0, 4, 2, 0, (const int[]){2, 2, 2, 2}, 4, "depth 4, groups of 2, loader thread");
+    /* Single steps keep up to 3 in flight. */
+    check_pipelined(1, 3, 1, 0, (const int[]){1, 1, 1, 1, 1, 1, 1, 1}, 8, "depth 3, single steps");
+    /* Checkpoints every 3 steps: groups of 2 never cross 3 or 6; the steps left before one
+     * start singly. */
+    check_pipelined(0, 4, 2, 3, (const int[]){2, 1, 2, 1, 2}, 5, "depth 4, groups of 2, checkpoint every 3");
+}
+
+TG_TEST(test_trainer_pipeline_in_flight_refusals) {
+    run r;
+    if (!open_run(&r, 0, 1)) return;
+    REQUIRE(pipeline(&r.tr, 4, 2), "staging buffers");
+    tg_err err = {{0}};
+    tg_step_stats s;
+    REQUIRE(tg_trainer_step(&r.tr, &s, &err) == 0 && s.step == 1, "step 1: %s", err.msg);
+    CHECK(r.tr.launched == 4 && r.tr.returned == 1, "launched %lld, returned %lld", (long long)r.tr.launched,
+          (long long)r.tr.returned);
+    tg_checkpoint ck;
+    CHECK(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == -1 &&
+              strstr(err.msg, "checkpoint: 3 steps are in flight; hold the trainer and take them first"),
+          "checkpoint with steps in flight: %s", err.msg);
+    /* Each call that waits for the steps in flight first fails with the executor's error. */
+    fake.fail_wait = 1;
+    float one;
+    const int loss = r.plan.io.loss;
+    struct { const char *what; int rc; } calls[6];
+    calls[0].what = "read", calls[0].rc = tg_trainer_read(&r.tr, loss, &one, &err);
+    calls[1].what = "write", calls[1].rc = tg_trainer_write(&r.tr, loss, &one, &err);
+    calls[2].what = "run", calls[2].rc = tg_trainer_run(&r.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err);
+    tg_eval_stats es;
+    calls[3].what = "eval", calls[3].rc = tg_trainer_eval(&r.tr, &es, &err);
+    tg_step_stats rs;
+    calls[4].what = "run_step", calls[4].rc = tg_trainer_run_step(&r.tr, &rs, &err);
+    calls[5].what = "step", calls[5].rc = tg_trainer_step(&r.tr, &rs, &err);
+    for (int i = 0; i < 6; i++)
+        CHECK(calls[i].rc == -1, "%s with a failing wait returned %d", calls[i].what, calls[i].rc);
+    CHECK(strstr(err.msg, "fake executor: step_wait refused") != NULL, "message: %s", err.msg);
+    /* The inputs stay reachable (the failure reports itself at the next read). */
+    CHECK(tg_trainer_input(&r.tr, r.plan.io.input_ids) != NULL, "input ids");
+    fake.fail_wait = 0;
+    /* Waiting works again: the steps still in flight are waited for. */
+    CHECK(tg_trainer_read(&r.tr, loss, &one, &err) == 0 && r.tr.returned == r.tr.launched, "drained: %s", err.msg);
+    /* Held: nothing starts and, with nothing in flight, the step is refused. */
+    tg_trainer_hold(&r.tr, 1);
+    char want[96];
+    snprintf(want, sizeof want, "no step to take: the run stops at step %lld", (long long)r.tr.launched);
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 && strstr(err.msg, want), "held: %s", err.msg);
+    tg_trainer_hold(&r.tr, 0);
+    CHECK(r.tr.stop_at == -1, "released: stop at %lld", (long long)r.tr.stop_at);
+    close_run(&r);
+}
+
+TG_TEST(test_trainer_pipeline_executor_failures) {
+    run r;
+    if (!open_run(&r, 1, 1)) return;
+    REQUIRE(pipeline(&r.tr, 2, 1), "staging buffers");
+    tg_err err = {{0}};
+    tg_step_stats s;
+    fake.fail_start = 1;
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 && strstr(err.msg, "fake executor: step_start refused"),
+          "step, start refused: %s", err.msg);
+    CHECK(tg_trainer_run_step(&r.tr, &s, &err) == -1 && strstr(err.msg, "fake executor: step_start refused"),
+          "run_step, start refused: %s", err.msg);
+    fake.fail_start = 0;
+    fake.fail_wait = 1;
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 && strstr(err.msg, "fake executor: step_wait refused"),
+          "step, wait refused: %s", err.msg);
+    fake.fail_wait = 0;
+    /* Writes: the inputs' upload before a run, eval or profile. */
+    fake.fail_write = 1;
+    tg_eval_stats es;
+    double op_ms[4096];
+    REQUIRE(r.plan.n_ops <= 4096, "%d ops", r.plan.n_ops);
+    CHECK(tg_trainer_run(&r.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err) == -1 &&
+              strstr(err.msg, "fake executor: write refused"),
+          "run, write refused: %s", err.msg);
+    CHECK(tg_trainer_eval(&r.tr, &es, &err) == -1 && strstr(err.msg, "write refused"), "eval: %s", err.msg);
+    CHECK(tg_trainer_profile(&r.tr, 1, op_ms, &err) == -1 && strstr(err.msg, "write refused"), "profile: %s", err.msg);
+    fake.fail_write = 0;
+    fake.fail_run = 1;
+    CHECK(tg_trainer_eval(&r.tr, &es, &err) == -1 && strstr(err.msg, "fake executor: run refused"), "eval, run: %s",
+          err.msg);
+    fake.fail_run = 0;
+    fake.fail_profile = 1;
+    CHECK(tg_trainer_profile(&r.tr, 1, op_ms, &err) == -1 && strstr(err.msg, "fake executor: profile refused"),
+          "profile: %s", err.msg);
+    fake.fail_profile = 0;
+    /* Reads: the eval's loss, a save's parameters, a checkpoint's tensors. */
+    fake.fail_read = 1;
+    CHECK(tg_trainer_eval(&r.tr, &es, &err) == -1 && strstr(err.msg, "fake executor: read refused"), "eval, read: %s",
+          err.msg);
+    char path[800];
+    snprintf(path, sizeof path, "%s/saved.safetensors", tg_test_tmpdir());
+    CHECK(tg_trainer_save(&r.tr, path, &err) == -1 && strstr(err.msg, "read refused"), "save: %s", err.msg);
+    tg_checkpoint ck;
+    CHECK(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == -1 && strstr(err.msg, "read refused") && ck.n_tensors == 0,
+          "whole checkpoint: %s", err.msg);
+    CHECK(tg_trainer_checkpoint(&r.tr, &ck, 0, &err) == 0 && ck.n_tensors == 0,
+          "optimizer-only checkpoint of one replica reads nothing: %s", err.msg);
+    tg_checkpoint_free(&ck);
+    float f;
+    CHECK(tg_trainer_read_f32(&r.tr, r.plan.io.loss, &f, &err) == -1, "read_f32");
+    fake.fail_read = 0;
+    /* An int tensor is no float tensor. */
+    memset(&err, 0, sizeof err);
+    CHECK(tg_trainer_read_f32(&r.tr, r.plan.io.labels, &f, &err) == -1 &&
+              strstr(err.msg, " is not a float tensor") && strstr(err.msg, r.plan.tensors[r.plan.io.labels].name),
+          "labels as floats: %s", err.msg);
+    /* With nothing refused, the same trainer still steps and evaluates. */
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == 0 && s.step == 1 && isfinite(s.loss), "step: %s", err.msg);
+    CHECK(tg_trainer_eval(&r.tr, &es, &err) == 0 && es.examples == 24 && es.counted == 24, "eval: %s (%d examples)",
+          err.msg, es.examples);
+    close_run(&r);
+}
