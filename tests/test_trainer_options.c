@@ -48,7 +48,13 @@ TG_TEST(test_trainer_open_without_options) {
     CHECK(tg_trainer_step(&t, &s, &err) == 0 && s.step == 1 && isfinite(s.loss) && s.tokens > 0 && s.tokens <= s.slots && s.slots == 16,
           "step: %s (tokens %lld)", err.msg, (long long)s.tokens);
     CHECK(t.fill_cpu_s == 0, "no host trace, yet %g s of fills counted", t.fill_cpu_s);
+    /* Inputs only: no tensor, or one outside the inputs pool, has none. */
+    CHECK(tg_trainer_input(&t, -1) == NULL && tg_trainer_input(&t, plan.io.loss) == NULL &&
+              tg_trainer_input(&t, plan.io.input_ids) != NULL,
+          "inputs");
     tg_trainer_close(&t);
+    CHECK(t.plan == NULL && t.ex.vt == NULL, "closed");
+    tg_trainer_close(&t); /* a closed trainer closes again harmlessly */
     tg_plan_free(&plan);
 }
 
@@ -58,7 +64,7 @@ TG_TEST(test_trainer_host_trace_counts_fills) {
     tg_trainer t;
     tg_err err = {{0}};
     tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1,
-                            .host_trace = 1};
+                            .host_trace = 1, .no_graphs = 1};
     REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg);
     tg_step_stats s;
     for (int i = 0; i < 3; i++) CHECK(tg_trainer_step(&t, &s, &err) == 0, "step %d: %s", i + 1, err.msg);

@@ -25,7 +25,8 @@ static struct {
     int head, tail;
     int starts[QUEUE], n_starts;   /* how many steps each start took */
     int crossed;                   /* starts that ran past the next checkpoint step */
-    int fail_start, fail_wait, fail_read, fail_write, fail_run, fail_profile;
+    int fail_start, fail_wait, fail_read, fail_write, fail_run, fail_profile, fail_select;
+    float period_ms;               /* handed out as each step's period where > 0 */
 } fake;
 
 static int fake_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
@@ -48,6 +49,7 @@ static int fake_step_wait(void *impl, tg_step_result *r, tg_err *err) {
     if (fake.fail_wait) return tg_fail(err, "fake executor: step_wait refused");
     if (fake.head == fake.tail) return tg_fail(err, "fake executor: no step in flight");
     *r = fake.queue[fake.head++ % QUEUE];
+    if (fake.period_ms > 0) r->period_ms = fake.period_ms;
     return 0;
 }
 
@@ -68,6 +70,11 @@ static int fake_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
                              : fake.real->profile(impl, repeats, op_ms, err);
 }
 
+static int fake_select(void *impl, int bucket, tg_err *err) {
+    return fake.fail_select ? tg_fail(err, "fake executor: select_bucket refused")
+                            : fake.real->select_bucket(impl, bucket, err);
+}
+
 /* Puts the pipelining executor under an open trainer and widens its ring to `depth` steps
  * in flight, started `group` at a time. */
 static int pipeline(tg_trainer *t, int depth, int group) {
@@ -77,6 +84,7 @@ static int pipeline(tg_trainer *t, int depth, int group) {
     fake.vt = *t->ex.vt;
     fake.vt.step_start = fake_step_start, fake.vt.step_wait = fake_step_wait;
     fake.vt.read = fake_read, fake.vt.write = fake_write, fake.vt.run = fake_run, fake.vt.profile = fake_profile;
+    fake.vt.select_bucket = fake_select;
     fake.vt.max_in_flight = depth, fake.vt.step_group = group;
     for (int k = t->n_staging; k < depth + 2; k++)
         if (!(t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, t->plan->pool_bytes[TG_POOL_INPUTS]))) return 0;
@@ -225,6 +233,27 @@ TG_TEST(test_trainer_pipeline_in_flight_refusals) {
     CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 && strstr(err.msg, want), "held: %s", err.msg);
     tg_trainer_hold(&r.tr, 0);
     CHECK(r.tr.stop_at == -1, "released: stop at %lld", (long long)r.tr.stop_at);
+    /* A step on the caller's batch in staging[cur], which the last start handed the
+     * executor as its next: the executor is given a copy (the caller may have rewritten it). */
+    CHECK(r.tr.handed == r.tr.cur, "handed %d, cur %d", r.tr.handed, r.tr.cur);
+    const int32_t done = r.tr.steps_done;
+    fake.period_ms = 7.5f;
+    CHECK(tg_trainer_run_step(&r.tr, &s, &err) == 0 && s.step == done + 1 && isfinite(s.loss) && s.step_ms == 7.5,
+          "run_step on the handed buffer: %s (step %d, %g ms)", err.msg, s.step, s.step_ms);
+    CHECK(r.tr.handed == -1, "handed %d after run_step", r.tr.handed);
+    fake.period_ms = 0;
+    /* A bucket the executor cannot select: every call that selects one fails with it. */
+    fake.fail_select = 1;
+    r.tr.bucket = 99; /* as if another bucket were selected */
+    CHECK(tg_trainer_run_step(&r.tr, &s, &err) == -1 && strstr(err.msg, "fake executor: select_bucket refused"),
+          "run_step: %s", err.msg);
+    CHECK(tg_trainer_run(&r.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err) == -1 &&
+              strstr(err.msg, "select_bucket refused"),
+          "run: %s", err.msg);
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 && strstr(err.msg, "select_bucket refused"), "step: %s", err.msg);
+    fake.fail_select = 0;
+    CHECK(tg_trainer_run(&r.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err) == 0 && r.tr.bucket == 0, "run: %s",
+          err.msg);
     close_run(&r);
 }
 

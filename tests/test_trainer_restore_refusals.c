@@ -76,8 +76,11 @@ TG_TEST(test_trainer_restore_refusals) {
               strstr(err.msg, "ck4: a trainer that has taken steps cannot resume a checkpoint"),
           "stepped trainer: %s", err.msg);
     const tg_plan *p = &a.plan;
-    const char *m_name = p->tensors[p->io.m_all].name, *v_name = p->tensors[p->io.v_all].name;
-    const char *step_name = p->tensors[p->io.step].name;
+    /* Copies: the names outlive the first run's plan. */
+    char m_name[TG_NAME_MAX], v_name[TG_NAME_MAX], step_name[TG_NAME_MAX];
+    snprintf(m_name, sizeof m_name, "%s", p->tensors[p->io.m_all].name);
+    snprintf(v_name, sizeof v_name, "%s", p->tensors[p->io.v_all].name);
+    snprintf(step_name, sizeof step_name, "%s", p->tensors[p->io.step].name);
     /* The first value tensor: the first tensor of the checkpoint, a matrix. */
     const int value = 0;
     char value_name[TG_NAME_MAX];
