@@ -229,7 +229,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->staging_rows = tg_calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)train->batch, sizeof *t->staging_rows);
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
-    if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
+    if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2; /* GCOVR_EXCL_BR_LINE: the CPU executor keeps one step in flight; only CUDA's ring may be deeper */
     t->max_in_flight = depth;
     int group = opts && opts->step_group > 0 ? opts->step_group : t->ex.vt->step_group;
     /* Length buckets: consecutive batches rarely share a bucket, so a start seldom holds a
@@ -237,7 +237,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
      * made 3 epochs of a 4-bucket run 0.8 s slower: docs/perf-notes.md). */
     if (train->n_buckets > 1 && !(opts && opts->step_group > 0)) group = 1;
     t->step_group = group > depth / 2 ? depth / 2 : group;
-    if (t->step_group < 1) t->step_group = 1;
+    if (t->step_group < 1) t->step_group = 1; /* GCOVR_EXCL_BR_LINE: depth 1 (the CPU's) makes it 0 always; deeper rings are CUDA's */
     t->host_trace = opts && opts->host_trace;
     t->n_staging = depth + 2;
     t->handed = -1;
@@ -295,7 +295,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         goto fail;
     }
     t->total_steps = (int32_t)total;
-    if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
+    if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err)) /* GCOVR_EXCL_BR_LINE: the CPU executor's write cannot fail; CUDA's can */
         goto fail;
     if (t->has_train && !(opts && opts->no_loader_thread) &&
         tg_batch_loader_start(&t->loader, loader_fill, t, err))
