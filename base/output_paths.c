@@ -33,7 +33,10 @@ static char *join(const char *dir, const char *base) {
 static char *read_link(const char *path, size_t size_hint) {
     for (size_t cap = size_hint + 1 > 256 ? size_hint + 1 : 256;; cap *= 2) {
         char *s = tg_malloc(cap);
-        if (!s) return NULL;
+        if (!s) { /* errno says so: the caller returns it (a refused allocation sets none) */
+            errno = ENOMEM;
+            return NULL;
+        }
         ssize_t n = readlink(path, s, cap);
         if (n < 0) {
             free(s);
