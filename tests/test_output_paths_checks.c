@@ -146,6 +146,8 @@ TG_TEST(test_outputs_check_table) {
         {{at("loop_a"), "metrics"}, "Too many levels of symbolic links"},
         {{at("input.jsonl"), "plan (-o)"}, "would overwrite the training data "},
         {{at("to_input"), "plan (-o)"}, "would overwrite the training data "},
+        /* A dangling link whose target, made absolute, is too long. */
+        {{at("to_long"), "metrics"}, "the path is longer than the system accepts"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(msg, sizeof msg, "case %zu", i);
@@ -180,14 +182,18 @@ TG_TEST(test_outputs_check_table) {
                                   {"/dev/null", "trace"}, {at("sub/new"), "save"}, {at("file"), "checkpoint"}};
     memset(&err, 0, sizeof err);
     CHECK(tg_outputs_check(fine, 6, in, 3, &err) == 0, "fine outputs refused: %s", err.msg);
+    /* An input that cannot be resolved (its folder is missing) matches nothing. */
+    const tg_named_path lost_in[] = {{at("nowhere/in.jsonl"), "training data"}};
+    CHECK(tg_outputs_check(fine, 2, lost_in, 1, &err) == 0, "an unresolvable input: %s", err.msg);
     const tg_named_path dev_in[] = {{"/dev/null", "training data"}};
     CHECK(tg_outputs_check(&fine[2], 1, dev_in, 1, &err) == 0, "/dev/null in and out: %s", err.msg);
     /* A read-only folder, where the system has one (root writes anywhere else). */
-    if (access("/proc/sys", W_OK) != 0 && errno == EROFS)
-        expect_refused(&(tg_named_path){"/proc/sys/tg-new", "plan (-o)"}, 1, NULL, 0,
-                       "plan (-o) /proc/sys/tg-new: cannot create files in the folder /proc/sys: Read-only file system",
-                       "read-only folder");
-    /* Out of memory for the ids. */
+    if (access("/proc/sys", W_OK) != 0) {
+        snprintf(msg, sizeof msg, "plan (-o) /proc/sys/tg-new: cannot create files in the folder /proc/sys: %s",
+                 strerror(errno));
+        expect_refused(&(tg_named_path){"/proc/sys/tg-new", "plan (-o)"}, 1, NULL, 0, msg, "read-only folder");
+    }
+    /* Out of memory for the ids, then anywhere in the checks: refused, saying so. */
     for (long k = 0; k < 2; k++) {
         memset(&err, 0, sizeof err);
         tg_alloc_fail_after(k);
@@ -196,4 +202,30 @@ TG_TEST(test_outputs_check_table) {
         CHECK(rc == -1 && strstr(err.msg, "out of memory checking 2 output and 1 input paths"), "allocation %ld: %s", k,
               err.msg);
     }
+    const tg_named_path missing_and_new[] = {{at("nowhere/x"), "metrics"}};
+    const tg_named_path linked[] = {{at("to_to_file"), "plan (-o)"}, {at("dangling"), "metrics"}};
+    int refusals = 0;
+    for (long k = 2; k < 64; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_after(k);
+        const int rc = tg_outputs_check(linked, 2, in, 1, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) break;
+        refusals++;
+        CHECK(strstr(err.msg, "out of memory") || strstr(err.msg, strerror(ENOMEM)), "allocation %ld: %s", k, err.msg);
+    }
+    CHECK(refusals > 4, "only %d allocations failed in the checks", refusals);
+    /* A missing folder: refused either way, for memory until there is enough to name it. */
+    int oom = 0;
+    for (long k = 2; k < 12; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_after(k);
+        const int rc = tg_outputs_check(missing_and_new, 1, NULL, 0, &err);
+        tg_alloc_fail_after(-1);
+        const int for_memory = strstr(err.msg, "out of memory") || strstr(err.msg, strerror(ENOMEM));
+        oom += for_memory;
+        CHECK(rc == -1 && (for_memory || strstr(err.msg, "does not exist")), "missing folder, allocation %ld: %s", k,
+              err.msg);
+    }
+    CHECK(oom >= 3, "%d of the missing folder's checks ran out of memory", oom);
 }
