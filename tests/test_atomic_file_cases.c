@@ -223,4 +223,25 @@ TG_TEST(test_atomic_file_registry_full_and_removed) {
     CHECK(tg_atomic_commit(f, &err) == -1 && strstr(err.msg, "cannot write the plan (rename: "), "rename over a folder: %s",
           err.msg);
     CHECK(count_named(dir, "becomes_dir.tmp.", NULL) == 0, "the temporary file stayed");
+    /* A folder named without its slash: begun (nothing replaced), refused at the rename. */
+    REQUIRE(mkdir(in_dir(dir, "a_dir"), 0755) == 0, "mkdir");
+    REQUIRE(tg_atomic_begin(in_dir(dir, "a_dir"), "plan", &f, &err) == 0, "%s", err.msg);
+    CHECK(tg_atomic_commit(f, &err) == -1 && strstr(err.msg, "cannot write the plan (rename: Is a directory)"),
+          "rename over an empty folder: %s", err.msg);
+    CHECK(count_named(dir, "a_dir.tmp.", NULL) == 0, "the temporary file stayed");
+}
+
+TG_TEST(test_atomic_file_device_that_cannot_open) {
+    /* Without a controlling terminal /dev/tty exists but does not open (ENXIO). */
+    FILE *probe = fopen("/dev/tty", "w");
+    if (probe) {
+        fclose(probe);
+        return; /* a terminal: nothing to refuse */
+    }
+    const int why = errno;
+    tg_err err = {{0}};
+    tg_atomic_file *f;
+    char want[160];
+    snprintf(want, sizeof want, "/dev/tty: cannot create the log: %s", strerror(why));
+    CHECK(tg_atomic_begin("/dev/tty", "log", &f, &err) == -1 && strstr(err.msg, want), "%s", err.msg);
 }
