@@ -642,7 +642,7 @@ static int host_dtype(const tg_tensor *x) { return x->dtype == TG_I32 ? TG_I32 :
 /* A copy of tensor i as the executor holds it, added to ck as `replica`'s. */
 static int add_read(tg_trainer *t, tg_checkpoint *ck, int i, int replica, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
-    void *buf = tg_malloc(x->bytes ? (size_t)x->bytes : 1);
+    void *buf = tg_malloc((size_t)x->bytes); /* 0 bytes: still a block (base/alloc.h) */
     if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
     if (tg_trainer_read(t, i, buf, err)) {
         free(buf);
@@ -657,7 +657,7 @@ static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
     if (x->dtype != TG_BF16) return add_read(t, ck, i, -1, err);
     const size_t bytes = (size_t)tg_tensor_numel(x) * sizeof(float);
-    void *buf = tg_malloc(bytes ? bytes : 1);
+    void *buf = tg_malloc(bytes);
     if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
     memcpy(buf, tg_weights_value(&t->values, i), bytes);
     return tg_checkpoint_add_tensor(ck, x->name, -1, TG_F32, x->ndim, x->shape, buf, err);
@@ -768,7 +768,7 @@ int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name,
                        run.train_examples);
     if (check_known(t, ck, name, err)) return -1;
     /* Every value, through the host image and the upload that opened the trainer. */
-    t->values.params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    t->values.params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS]);
     if (!t->values.params) return tg_fail(err, "out of memory for the host image of the parameters (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS]);
     int rc = 0;
     for (int i = 0; i < plan->n_tensors && !rc; i++) {

@@ -1,4 +1,4 @@
-/* Every allocation of a small bf16 run with frozen embeddings (kept in bf16, their fp32
+/* Every allocation of a small bf16 run with a frozen layer (kept in bf16, its fp32
  * values on the host) failing in turn (base/alloc.h's hook): open with
  * train and eval sets, a step, an eval and a checkpoint; then a restore into a fresh
  * trainer; then a save's first. Each failure must stop the call it hits with -1 and a
@@ -42,7 +42,7 @@ static void fail_each(const char *precision) {
     snprintf(path, sizeof path, "%s/job.job", dir);
     snprintf(text, sizeof text,
              "model = tiny-bert\ntask = classify\nbatch = 2\nseq = 8\nsteps = 2\nprecision = %s\n"
-             "freeze = bert.embeddings.*\ntrain_data = rows.jsonl\neval_data = rows.jsonl\n",
+             "freeze = bert.encoder.layer.0.*\ntrain_data = rows.jsonl\neval_data = rows.jsonl\n",
              precision);
     REQUIRE(tg_test_write_file(path, text) == 0, "write %s", path);
     tg_plan plan;
