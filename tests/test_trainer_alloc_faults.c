@@ -48,7 +48,7 @@ static void fail_each(const char *precision) {
     tg_plan plan;
     tg_err err = {{0}};
     REQUIRE(tg_front_compile_file(path, NULL, 0, &plan, &err) == 0, "%s", err.msg);
-    const char *stage;
+    const char *stage = "none";
     tg_checkpoint ck;
     REQUIRE(whole_run(&plan, &ck, &stage, &err) == 0, "%s: %s: %s", precision, stage, err.msg);
     int failed = 0, completed_at = -1;

@@ -27,6 +27,9 @@ static struct {
     int crossed;                   /* starts that ran past the next checkpoint step */
     int fail_start, fail_wait, fail_read, fail_write, fail_run, fail_profile, fail_select;
     float period_ms;               /* handed out as each step's period where > 0 */
+    int derive_labels;             /* LM: derive the marked label rows, as CUDA's step does */
+    uint8_t *scratch;              /* a batch with its label rows derived */
+    int marked;                    /* batches that came with marked rows */
 } fake;
 
 static int fake_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
@@ -36,7 +39,19 @@ static int fake_step_start(void *impl, const void *const *batches, int steps, tg
         t->launched + steps > (t->returned / t->checkpoint_every + 1) * t->checkpoint_every)
         fake.crossed++;
     for (int j = 0; j < steps; j++) {
-        if (fake.real->step_start(impl, &batches[j], 1, err) ||
+        const void *batch = batches[j];
+        if (fake.derive_labels) {
+            const tg_plan *p = t->plan;
+            const tg_tensor *lab = &p->tensors[p->io.labels];
+            memcpy(fake.scratch, batch, p->pool_bytes[TG_POOL_INPUTS]);
+            int32_t *labels = (int32_t *)(fake.scratch + lab->offset);
+            fake.marked += labels[0] == TG_LABELS_FROM_IDS;
+            tg_batch_derive_label_rows(labels, (const int32_t *)(fake.scratch + p->tensors[p->io.input_ids].offset),
+                                       (const float *)(fake.scratch + p->tensors[p->io.attention_mask].offset),
+                                       (int32_t)lab->shape[0], (int32_t)lab->shape[1]);
+            batch = fake.scratch;
+        }
+        if (fake.real->step_start(impl, &batch, 1, err) ||
             fake.real->step_wait(impl, &fake.queue[fake.tail % QUEUE], err))
             return -1;
         fake.tail++;
@@ -318,4 +333,66 @@ TG_TEST(test_trainer_pipeline_executor_failures) {
     CHECK(tg_trainer_eval(&r.tr, &es, &err) == 0 && es.examples == 24 && es.counted == 24, "eval: %s (%d examples)",
           err.msg, es.examples);
     close_run(&r);
+}
+
+/* tiny-gpt2 on 12 rows of ids, batch 2, seq 16, 6 steps; `derive`: behind the pipelining
+ * executor that derives marked LM label rows itself. Returns the losses. */
+static int lm_run(int derive, float *loss, int32_t *labels_after, size_t labels_bytes) {
+    const char *dir = tg_test_tmpdir();
+    char path[800], rows[2400] = "";
+    for (int r = 0; r < 12; r++) {
+        char row[200] = "{\"input_ids\": [";
+        const int len = 3 + (r * 5) % 11;
+        for (int i = 0; i < len; i++)
+            snprintf(row + strlen(row), sizeof row - strlen(row), "%s%d", i ? ", " : "", 1 + (r * 7 + i * 3) % 40);
+        snprintf(rows + strlen(rows), sizeof rows - strlen(rows), "%s]}\n", row);
+    }
+    snprintf(path, sizeof path, "%s/lm.jsonl", dir);
+    if (!CHECK(tg_test_write_file(path, rows) == 0, "write %s", path)) return 0;
+    snprintf(path, sizeof path, "%s/lm.job", dir);
+    if (!CHECK(tg_test_write_file(path, "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 16\nsteps = 6\n"
+                                        "train_data = lm.jsonl\n") == 0,
+               "write %s", path))
+        return 0;
+    tg_plan plan;
+    tg_err err;
+    if (!CHECK(tg_front_compile_file(path, NULL, 0, &plan, &err) == 0, "%s", err.msg)) return 0;
+    tg_trainer t;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 1, .no_loader_thread = 1};
+    int ok = CHECK(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg);
+    if (ok && derive) {
+        ok = pipeline(&t, 3, 1);
+        fake.vt.lm_label_rows = 1;
+        fake.derive_labels = 1;
+        fake.scratch = malloc(plan.pool_bytes[TG_POOL_INPUTS]);
+        ok = ok && fake.scratch;
+    }
+    for (int i = 0; ok && i < 6; i++) {
+        tg_step_stats s;
+        ok = CHECK(tg_trainer_step(&t, &s, &err) == 0 && s.step == i + 1, "LM step %d: %s", i + 1, err.msg);
+        loss[i] = s.loss;
+    }
+    if (ok) {
+        /* The caller's view of the next batch: its label rows as the ids make them. */
+        const int32_t *labels = tg_trainer_input(&t, plan.io.labels);
+        memcpy(labels_after, labels, labels_bytes);
+    }
+    if (t.plan) tg_trainer_close(&t);
+    free(fake.scratch);
+    fake.scratch = NULL;
+    tg_plan_free(&plan);
+    return ok;
+}
+
+TG_TEST(test_trainer_pipeline_lm_label_rows_derived_by_the_step) {
+    float plain[6], marked[6];
+    static int32_t labels_plain[2 * 16], labels_marked[2 * 16];
+    if (!lm_run(0, plain, labels_plain, sizeof labels_plain) || !lm_run(1, marked, labels_marked, sizeof labels_marked))
+        return;
+    CHECK(fake.marked == 6, "%d of 6 batches came with their label rows marked", fake.marked);
+    for (int i = 0; i < 6; i++)
+        CHECK(marked[i] == plain[i], "step %d: loss %.9g with rows derived by the step, %.9g filled", i + 1, marked[i],
+              plain[i]);
+    CHECK(memcmp(labels_plain, labels_marked, sizeof labels_plain) == 0,
+          "the next batch's labels, read by the caller, differ from the filled ones");
 }
