@@ -1,6 +1,5 @@
 #include "runtime/trainer.h"
 #include "base/alloc.h"
-#include "base/checked.h"
 #include "base/clock.h"
 
 #include <math.h>
@@ -284,13 +283,13 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
     const int64_t per_epoch = t->has_train ? t->sampler.per_epoch : 1;
-    /* epochs x steps per epoch, both from user input: computed without overflow and at most
-     * MAX_RUN_STEPS. */
-    int64_t total = run->steps;
-    if (run->steps <= 0 && (tg_mul_i64(run->epochs, per_epoch, &total) || total > MAX_RUN_STEPS)) {
+    /* epochs x steps per epoch, both from user input: int32 each, so their product is exact
+     * in int64; at most MAX_RUN_STEPS. */
+    const int64_t total = run->steps > 0 ? run->steps : (int64_t)run->epochs * per_epoch;
+    if (run->steps <= 0 && total > MAX_RUN_STEPS) {
         tg_fail(err, "%s: key 'epochs': %d epochs of %lld steps (%d rows in batches of %lld) make %lld steps, more "
                 "than the %d one run may take",
-                plan->job_path, run->epochs, (long long)per_epoch, t->has_train ? t->train.n : 0,
+                plan->job_path, run->epochs, (long long)per_epoch, t->train.n /* 0 without training data */,
                 (long long)global_batch, (long long)total, MAX_RUN_STEPS);
         goto fail;
     }
