@@ -18,7 +18,8 @@ static int compile_sized(const char *extra, int big, tg_plan *plan) {
     char path[800], text[600];
     snprintf(path, sizeof path, "%s/rows.jsonl", dir);
     if (tg_test_write_file(path, "{\"input_ids\": [5, 6, 7], \"label\": 0}\n{\"input_ids\": [8, 9], \"label\": 1}\n"
-                                 "{\"input_ids\": [10, 11, 12, 13], \"label\": 1}\n{\"input_ids\": [14], \"label\": 0}\n"
+                                 "{\"input_ids\": [10, 11, 12, 13], \"token_type_ids\": [0, 0, 1, 1], \"label\": 1}\n"
+                                 "{\"input_ids\": [14], \"label\": 0}\n"
                                  "{\"input_ids\": [15, 16], \"label\": 1}\n"))
         return 0;
     snprintf(path, sizeof path, "%s/job.job", dir);
@@ -85,6 +86,17 @@ TG_TEST(test_trainer_data_refusals) {
     tg_step_stats s;
     CHECK(tg_trainer_step(&t, &s, &err) == -1 && strstr(err.msg, "no training data is bound"), "step: %s", err.msg);
     tg_eval_stats e;
+    /* A checkpoint without training data: no examples, no sampler position; it resumes in
+     * another eval-only trainer. */
+    tg_checkpoint ck;
+    CHECK(tg_trainer_checkpoint(&t, &ck, 1, &err) == 0 && ck.state.sampler_examples == 0 && ck.state.step == 0,
+          "eval-only checkpoint: %s", err.msg);
+    tg_trainer t2;
+    if (CHECK(tg_trainer_open(&t2, &plan, &o, &err) == 0, "%s", err.msg)) {
+        CHECK(tg_trainer_restore(&t2, &ck, "ck", &err) == 0 && t2.steps_done == 0, "eval-only restore: %s", err.msg);
+        tg_trainer_close(&t2);
+    }
+    tg_checkpoint_free(&ck);
     CHECK(tg_trainer_eval(&t, &e, &err) == 0 && e.examples == 5 && e.counted == 5 && e.accuracy >= 0 &&
               e.accuracy <= 1 && e.perplexity == -1.0,
           "eval: %s (%d examples)", err.msg, e.examples);
@@ -167,5 +179,43 @@ TG_TEST(test_trainer_weights_option_loads_a_save) {
           "the parameters opened from the save differ from the trained ones");
     tg_trainer_close(&b);
     free(pa), free(pb);
+    tg_plan_free(&plan);
+}
+
+typedef struct logits_seen {
+    int calls, rows;
+    int stop_at;   /* the call that fails (1-based), 0: none */
+} logits_seen;
+
+static int on_logits(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
+    logits_seen *l = ctx;
+    l->calls++;
+    if (first != l->rows) return tg_fail(err, "batch at row %d, want %d", first, l->rows);
+    l->rows += rows;
+    if (l->calls == l->stop_at) return tg_fail(err, "callback stops at call %d", l->calls);
+    return isfinite(logits[0]) ? 0 : tg_fail(err, "logits not finite");
+}
+
+TG_TEST(test_trainer_eval_logits_callback) {
+    tg_plan plan;
+    if (!compile_small("", &plan)) return;
+    tg_trainer t;
+    tg_err err = {{0}};
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1};
+    REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg);
+    tg_eval_stats e;
+    logits_seen l = {0};
+    CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == 0 && l.calls == 3 && l.rows == 5 && e.examples == 5,
+          "every batch: %s (%d calls, %d rows)", err.msg, l.calls, l.rows);
+    l = (logits_seen){.stop_at = 2};
+    CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == -1 && strstr(err.msg, "callback stops at call 2") &&
+              l.calls == 2,
+          "stopped: %s (%d calls)", err.msg, l.calls);
+    /* The trainer goes on as before: a step, then the whole eval again. */
+    tg_step_stats s;
+    CHECK(tg_trainer_step(&t, &s, &err) == 0 && s.step == 1, "step: %s", err.msg);
+    l = (logits_seen){0};
+    CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == 0 && l.rows == 5, "again: %s", err.msg);
+    tg_trainer_close(&t);
     tg_plan_free(&plan);
 }

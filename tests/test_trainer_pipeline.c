@@ -26,6 +26,9 @@ static struct {
     int starts[QUEUE], n_starts;   /* how many steps each start took */
     int crossed;                   /* starts that ran past the next checkpoint step */
     int fail_start, fail_wait, fail_read, fail_write, fail_run, fail_profile, fail_select;
+    int fail_read_from;            /* > 0: reads fail from this one on (1-based) */
+    int reads;
+    int mixed_buckets;             /* starts whose steps were not all of one bucket */
     float period_ms;               /* handed out as each step's period where > 0 */
     int derive_labels;             /* LM: derive the marked label rows, as CUDA's step does */
     uint8_t *scratch;              /* a batch with its label rows derived */
@@ -38,6 +41,9 @@ static int fake_step_start(void *impl, const void *const *batches, int steps, tg
     if (t->checkpoint_every > 0 &&
         t->launched + steps > (t->returned / t->checkpoint_every + 1) * t->checkpoint_every)
         fake.crossed++;
+    for (int j = 1; j < steps; j++)
+        fake.mixed_buckets += t->staging_bucket[(t->launched + j) % t->n_staging] !=
+                              t->staging_bucket[t->launched % t->n_staging];
     for (int j = 0; j < steps; j++) {
         const void *batch = batches[j];
         if (fake.derive_labels) {
@@ -69,7 +75,10 @@ static int fake_step_wait(void *impl, tg_step_result *r, tg_err *err) {
 }
 
 static int fake_read(void *impl, int tensor, void *host, tg_err *err) {
-    return fake.fail_read ? tg_fail(err, "fake executor: read refused") : fake.real->read(impl, tensor, host, err);
+    fake.reads++;
+    if (fake.fail_read || (fake.fail_read_from > 0 && fake.reads >= fake.fail_read_from))
+        return tg_fail(err, "fake executor: read refused");
+    return fake.real->read(impl, tensor, host, err);
 }
 
 static int fake_write(void *impl, int tensor, const void *host, tg_err *err) {
@@ -323,6 +332,16 @@ TG_TEST(test_trainer_pipeline_executor_failures) {
     float f;
     CHECK(tg_trainer_read_f32(&r.tr, r.plan.io.loss, &f, &err) == -1, "read_f32");
     fake.fail_read = 0;
+    /* The eval's second read, its logits, refused. */
+    fake.reads = 0, fake.fail_read_from = 2;
+    CHECK(tg_trainer_eval(&r.tr, &es, &err) == -1 && strstr(err.msg, "read refused") && fake.reads == 2,
+          "eval, logits read: %s (%d reads)", err.msg, fake.reads);
+    fake.fail_read_from = 0;
+    /* A trainer that started steps resumes nothing, though none was handed out. */
+    CHECK(r.tr.steps_done == 0 && r.tr.launched > 0, "done %d, launched %lld", r.tr.steps_done,
+          (long long)r.tr.launched);
+    CHECK(tg_trainer_restore(&r.tr, &ck, "ck", &err) == -1 && strstr(err.msg, "a trainer that has taken steps"),
+          "restore after started steps: %s", err.msg);
     /* An int tensor is no float tensor. */
     memset(&err, 0, sizeof err);
     CHECK(tg_trainer_read_f32(&r.tr, r.plan.io.labels, &f, &err) == -1 &&
@@ -395,4 +414,48 @@ TG_TEST(test_trainer_pipeline_lm_label_rows_derived_by_the_step) {
               plain[i]);
     CHECK(memcmp(labels_plain, labels_marked, sizeof labels_plain) == 0,
           "the next batch's labels, read by the caller, differ from the filled ones");
+}
+
+/* Length buckets: a start runs one bucket's steps only, the losses are the plain run's. */
+TG_TEST(test_trainer_pipeline_buckets_start_one_bucket_at_a_time) {
+    const char *dir = tg_test_tmpdir();
+    char cmd[1200], job[700];
+    snprintf(cmd, sizeof cmd, "head -n 24 examples/data/sentiment-train.jsonl > '%s/train.jsonl'", dir);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    snprintf(job, sizeof job, "%s/job.job", dir);
+    REQUIRE(tg_test_write_file(job, "model = tiny-bert\ntask = classify\nbatch = 4\nseq = 48\nsteps = 12\n"
+                                    "seq_buckets = 16,32,48\ntrain_data = train.jsonl\n") == 0,
+            "write %s", job);
+    tg_plan plan;
+    tg_err err;
+    REQUIRE(tg_front_compile_file(job, NULL, 0, &plan, &err) == 0, "%s", err.msg);
+    float plain[12], piped[12];
+    int32_t seq[12];
+    for (int pass = 0; pass < 2; pass++) {
+        tg_trainer t;
+        /* An explicit group is kept with buckets (capped by the depth: 1 on the CPU). */
+        tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 1, .no_loader_thread = 1,
+                                .step_group = 2};
+        if (!CHECK(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg)) break;
+        CHECK(t.step_group == 1, "group %d at depth 1", t.step_group);
+        if (pass == 1 && !CHECK(pipeline(&t, 4, 2), "staging")) {
+            tg_trainer_close(&t);
+            break;
+        }
+        for (int i = 0; i < 12; i++) {
+            tg_step_stats s;
+            if (!CHECK(tg_trainer_step(&t, &s, &err) == 0, "pass %d, step %d: %s", pass, i + 1, err.msg)) break;
+            (pass ? piped : plain)[i] = s.loss;
+            if (pass == 0) seq[i] = s.seq;
+            else CHECK(s.seq == seq[i], "step %d at seq %d, the plain run's %d", i + 1, s.seq, seq[i]);
+        }
+        tg_trainer_close(&t);
+    }
+    int changes = 0;
+    for (int i = 1; i < 12; i++) changes += seq[i] != seq[i - 1];
+    CHECK(changes >= 2, "the bucket changed %d times in 12 steps", changes);
+    CHECK(fake.mixed_buckets == 0, "%d starts mixed buckets", fake.mixed_buckets);
+    CHECK(fake.n_starts > 6 && fake.n_starts < 12, "%d starts for 12 steps in groups of up to 2", fake.n_starts);
+    for (int i = 0; i < 12; i++) CHECK(piped[i] == plain[i], "step %d: %.9g, plain %.9g", i + 1, piped[i], plain[i]);
+    tg_plan_free(&plan);
 }
