@@ -16,14 +16,16 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
     for (int p = 0; p < TG_POOL_COUNT; p++) {
         uint64_t bytes = plan->pool_bytes[p];
         if (bytes == 0) continue;
-        uint64_t padded = (bytes + 63) / 64 * 64; /* aligned_alloc wants a multiple */
-        x->pool[p] = padded == (size_t)padded ? tg_aligned_alloc(64, (size_t)padded) : NULL;
+        /* aligned_alloc wants a multiple of 64; past SIZE_MAX - 63 there is none (and
+         * rounding up would wrap to a tiny pool). */
+        const size_t padded = bytes <= SIZE_MAX - 63 ? (size_t)((bytes + 63) / 64 * 64) : 0;
+        x->pool[p] = padded ? tg_aligned_alloc(64, padded) : NULL;
         if (!x->pool[p]) {
             tg_cpu_exec_free(x);
             return tg_fail(err, "cpu executor: cannot allocate %llu bytes for the %s pool",
                            (unsigned long long)bytes, tg_pool_name(p));
         }
-        memset(x->pool[p], 0, (size_t)padded);
+        memset(x->pool[p], 0, padded);
     }
     const long failed_before = tg_alloc_failures();
     x->threads = tg_threadpool_create(threads);
