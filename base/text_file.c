@@ -39,7 +39,6 @@ int tg_read_text_file(const char *path, size_t max, const char *what, char **tex
         free(buf);
         return -1;
     }
-    if (!buf && !(buf = tg_malloc(1))) return tg_fail(err, "%s: out of memory", path);
     buf[n] = 0;
     *text = buf;
     *len = n;

@@ -22,7 +22,12 @@ int tg_cpu_comm_group_create(tg_cpu_comm_group **out, int ranks, tg_err *err) {
     g->bufs = tg_calloc((size_t)ranks, sizeof *g->bufs);
     g->sums = tg_calloc((size_t)ranks, sizeof *g->sums);
     g->cap = tg_calloc((size_t)ranks, sizeof *g->cap);
-    if (!g->bufs || !g->sums || !g->cap || pthread_barrier_init(&g->barrier, NULL, (unsigned)ranks)) {
+    if (!g->bufs || !g->sums || !g->cap) {
+        free(g->bufs), free(g->sums), free(g->cap), free(g);
+        return tg_fail(err, "out of memory for a communicator of %d ranks", ranks);
+    }
+    /* glibc refuses only a count of 0 or past INT_MAX, which an int >= 1 never is. */
+    if (pthread_barrier_init(&g->barrier, NULL, (unsigned)ranks)) { /* GCOVR_EXCL_BR_LINE: ranks in [1, INT_MAX] */
         free(g->bufs), free(g->sums), free(g->cap), free(g);
         return tg_fail(err, "cannot create a communicator for %d ranks", ranks);
     }
@@ -39,10 +44,6 @@ void tg_cpu_comm_group_destroy(tg_cpu_comm_group *g) {
 
 int tg_cpu_comm_group_ranks(const tg_cpu_comm_group *g) { return g ? g->ranks : 1; }
 
-void tg_cpu_comm_barrier(tg_cpu_comm_group *g) {
-    if (g && g->ranks > 1) pthread_barrier_wait(&g->barrier);
-}
-
 void tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice, size_t elem_size) {
     if (!g || g->ranks == 1 || slice <= 0) return;
     g->bufs[rank] = buf;
@@ -55,22 +56,30 @@ void tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice,
     pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
 }
 
-void tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n) {
-    if (!g || g->ranks == 1 || n <= 0) return;
+int tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n) {
+    if (!g || g->ranks == 1 || n <= 0) return 0;
     if (g->cap[rank] < n) {
         free(g->sums[rank]);
         g->sums[rank] = tg_malloc((size_t)n * sizeof(float));
         g->cap[rank] = g->sums[rank] ? n : 0;
-        if (!g->sums[rank]) abort(); /* the other ranks wait in the barrier: nothing to recover */
     }
-    g->bufs[rank] = buf;
+    /* A rank without room for its sum publishes no buffer: every rank sees that after the
+     * first barrier and fails with it, after the second, so that none is left waiting in a
+     * later collective the others never reach. */
+    g->bufs[rank] = g->sums[rank] ? buf : NULL;
     pthread_barrier_wait(&g->barrier); /* every buffer published */
+    int ready = 1;
+    for (int r = 0; r < g->ranks; r++) ready &= g->bufs[r] != NULL;
     float *sum = g->sums[rank];
-    memcpy(sum, g->bufs[0], (size_t)n * sizeof(float));
-    for (int r = 1; r < g->ranks; r++) {
-        const float *x = g->bufs[r];
-        for (int64_t i = 0; i < n; i++) sum[i] += x[i];
+    if (ready) {
+        memcpy(sum, g->bufs[0], (size_t)n * sizeof(float));
+        for (int r = 1; r < g->ranks; r++) {
+            const float *x = g->bufs[r];
+            for (int64_t i = 0; i < n; i++) sum[i] += x[i];
+        }
     }
     pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
+    if (!ready) return -1;
     memcpy(buf, sum, (size_t)n * sizeof(float));
+    return 0;
 }

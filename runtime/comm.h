@@ -21,14 +21,12 @@ void tg_cpu_comm_group_destroy(tg_cpu_comm_group *g);
 int tg_cpu_comm_group_ranks(const tg_cpu_comm_group *g);
 
 /* buf[0..n) = the sum over ranks of each rank's buf, added in rank order (rank 0's
- * value, plus rank 1's, ...), on every rank. Blocks until every rank has called it. */
-void tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n);
+ * value, plus rank 1's, ...), on every rank. Blocks until every rank has called it.
+ * 0, or -1 on every rank (every buf as it was) when any rank had no memory for its sum. */
+int tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n);
 
 /* buf holds ranks slices of `slice` elements of elem_size bytes; every rank's slice r
  * becomes rank r's (in place), on every rank. Blocks until every rank has called it. */
 void tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice, size_t elem_size);
-
-/* Waits until every rank has reached it. */
-void tg_cpu_comm_barrier(tg_cpu_comm_group *g);
 
 #endif

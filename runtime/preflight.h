@@ -32,6 +32,11 @@ typedef struct tg_memory_probe {
  * memory of GPU `gpu` (cudaMemGetInfo, which creates the GPU's context first). `source`
  * names where the number comes from ("MemAvailable", "free on GPU 0"). 0, or -1 with a
  * message (on the CPU also where /proc/meminfo cannot be read). */
+/* The value of the "Key:   123 kB" line of a /proc file (/proc/meminfo, /proc/self/status)
+ * in bytes: 0, or -1 (*bytes untouched) when the file cannot be read or its first line for
+ * the key holds no number (or one past 64 bits). */
+int tg_proc_kib(const char *path, const char *key, uint64_t *bytes);
+
 int tg_device_free_memory(tg_device device, int gpu, uint64_t *free_bytes, char *source, int source_len, tg_err *err);
 
 /* Starts *probe on `device` (GPU `gpu` on CUDA) and, unless the environment has

@@ -8,10 +8,11 @@
 #include <string.h>
 
 /* The first field of /proc/self/task/TID/schedstat is the thread's time on a CPU in ns
- * (finer than stat's clock ticks, which count 10 ms at a time). */
-static int read_thread(int tid, char *name, size_t name_len, double *cpu_s) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+ * (finer than stat's clock ticks, which count 10 ms at a time). A thread that exits
+ * between the listing and the reads is left out (or keeps no name). */
+static int read_thread(const char *task_dir, int tid, char *name, size_t name_len, double *cpu_s) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%d/schedstat", task_dir, tid);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     unsigned long long ns = 0;
@@ -19,7 +20,7 @@ static int read_thread(int tid, char *name, size_t name_len, double *cpu_s) {
     fclose(f);
     if (!ok) return -1;
     *cpu_s = (double)ns / 1e9;
-    snprintf(path, sizeof path, "/proc/self/task/%d/comm", tid);
+    snprintf(path, sizeof path, "%s/%d/comm", task_dir, tid);
     name[0] = 0;
     if ((f = fopen(path, "r"))) {
         if (fgets(name, (int)name_len, f)) name[strcspn(name, "\n")] = 0;
@@ -28,16 +29,18 @@ static int read_thread(int tid, char *name, size_t name_len, double *cpu_s) {
     return 0;
 }
 
-int tg_thread_cpu_snapshot(tg_thread_cpu *snap) {
+int tg_thread_cpu_snapshot(tg_thread_cpu *snap) { return tg_thread_cpu_snapshot_of(snap, "/proc/self/task"); }
+
+int tg_thread_cpu_snapshot_of(tg_thread_cpu *snap, const char *task_dir) {
     memset(snap, 0, sizeof *snap);
-    DIR *d = opendir("/proc/self/task");
+    DIR *d = opendir(task_dir);
     if (!d) return -1;
     struct dirent *e;
     while ((e = readdir(d)) && snap->n < TG_THREAD_CPU_MAX) {
         int tid = atoi(e->d_name);
         if (tid <= 0) continue;
         int k = snap->n;
-        if (read_thread(tid, snap->thread[k].name, sizeof snap->thread[k].name, &snap->thread[k].cpu_s) == 0) {
+        if (read_thread(task_dir, tid, snap->thread[k].name, sizeof snap->thread[k].name, &snap->thread[k].cpu_s) == 0) {
             snap->thread[k].tid = tid;
             snap->n++;
         }

@@ -16,6 +16,9 @@ typedef struct tg_thread_cpu {
 
 /* Reads every thread's CPU time; 0, or -1 where /proc cannot say. */
 int tg_thread_cpu_snapshot(tg_thread_cpu *snap);
+/* The same from a directory laid out as /proc/self/task (TID/schedstat, TID/comm): entries
+ * that are no thread id, or whose schedstat is missing or holds no number, are left out. */
+int tg_thread_cpu_snapshot_of(tg_thread_cpu *snap, const char *task_dir);
 
 /* CPU seconds between two snapshots of the threads whose names start with `prefix` (the
  * CUDA driver's event thread: "cuda-EvtHandlr"). */

