@@ -486,9 +486,16 @@ static json_t *build_header(const char *path, const tg_st_item *items, int n, co
             tg_fail(err, "%s: out of memory", path);
             goto fail;
         }
-        json_object_set_new(obj, "dtype", json_string(tg_st_dtype_name(it->dtype)));
-        json_object_set_new(obj, "shape", shape);
-        json_object_set_new(obj, "data_offsets", offs);
+        /* Each of these fails only out of memory (ASCII keys and values): checked below,
+         * so that no header goes out with a field missing. */
+        int built = json_object_set_new(obj, "dtype", json_string(tg_st_dtype_name(it->dtype))) == 0;
+        built &= json_object_set_new(obj, "shape", shape) == 0;
+        built &= json_object_set_new(obj, "data_offsets", offs) == 0;
+        if (!built) { /* a failed set has released its value: shape and offs may be gone */
+            json_decref(obj);
+            tg_fail(err, "%s: tensor '%s': out of memory for its header entry", path, name);
+            goto fail;
+        }
         const long failed = tg_alloc_failures(); /* jansson fails the same way out of memory */
         if (json_object_set_new(root, it->name, obj) != 0) { /* frees obj either way */
             tg_fail(err, "%s: tensor %d: %s", path, i,
@@ -502,15 +509,19 @@ static json_t *build_header(const char *path, const tg_st_item *items, int n, co
                 goto fail;
             }
             numel *= (uint64_t)it->shape[d];
-            json_array_append_new(shape, json_integer(it->shape[d]));
+            built &= json_array_append_new(shape, json_integer(it->shape[d])) == 0;
         }
         uint64_t bytes = numel * (uint64_t)k_dtype_sizes[it->dtype];
         if (bytes > 0 && !it->data) {
             tg_fail(err, "%s: tensor '%s': no data", path, name);
             goto fail;
         }
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        json_array_append_new(offs, json_integer((json_int_t)(off + bytes)));
+        built &= json_array_append_new(offs, json_integer((json_int_t)off)) == 0;
+        built &= json_array_append_new(offs, json_integer((json_int_t)(off + bytes))) == 0;
+        if (!built) {
+            tg_fail(err, "%s: tensor '%s': out of memory for its header entry", path, name);
+            goto fail;
+        }
         off += bytes;
     }
     *data_bytes = off;
