@@ -102,10 +102,7 @@ int tg_qa_postprocess(const tg_qa_window_logits *windows, int32_t n, const tg_qa
         const float diff = null.score - 0.0f - 0.0f;
         answer->score_diff = diff;
         answer->kind = (double)diff > opt->null_threshold ? TG_QA_NULL : TG_QA_FALLBACK_EMPTY;
-    } else if (best < 0) {
-        free(c), free(starts), free(ends);
-        return tg_fail(err, "qa post-processing: every answer candidate is empty");
-    } else {
+    } else { /* not the fallback: a span is among the candidates (spans are never empty) */
         const float diff = null.score - c[best].start_logit - c[best].end_logit;
         *answer = (tg_qa_answer){TG_QA_SPAN, c[best].start, c[best].end, diff};
         if ((double)diff > opt->null_threshold) answer->kind = TG_QA_NULL, answer->start = answer->end = 0;

@@ -47,8 +47,8 @@ typedef struct tg_qa_answer {
 } tg_qa_answer;
 
 /* The answer of one question from its n windows' logits. Errors: no window, a bad option,
- * a NaN logit, a context range that is not start < end, or (SQuAD v2) candidates that all
- * have empty text (where run_qa fails too). */
+ * a NaN logit, or a context range that is not start < end (so that no span is empty, where
+ * run_qa could fail). */
 int tg_qa_postprocess(const tg_qa_window_logits *windows, int32_t n, const tg_qa_postprocess_options *opt,
                       tg_qa_answer *answer, tg_err *err);
 

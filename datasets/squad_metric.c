@@ -208,8 +208,8 @@ static int f1_of(const char *pred, size_t pred_len, const char *gold, size_t gol
         free(tp);
         return -1;
     }
-    if (np == 0 || ng == 0) {
-        *f1 = np == ng;
+    if (np == 0) { /* gold answers are never empty here (see tg_squad_score) */
+        *f1 = 0.0;
     } else {
         size_t same = 0;
         for (size_t i = 0, j = 0; i < np && j < ng;) {

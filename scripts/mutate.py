@@ -89,7 +89,7 @@ def log(msg):
 
 
 def run(cmd, cwd, **kw):
-    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", **kw)
 
 
 def cpu_sources(root, globs):
@@ -222,7 +222,7 @@ class Worker:
         env.pop("TG_TEST_DEVICE", None)
         t0 = time.monotonic()
         p = subprocess.Popen(["./build/run_tests"], cwd=self.dir, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                             stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
         RUNNING.add(p.pid)
         try:
             output, _ = p.communicate(timeout=timeout)
@@ -303,10 +303,18 @@ def tree_files(root):
     return sorted(n for n in listed.stdout.split("\0") if n and os.path.isfile(os.path.join(root, n)))
 
 
+# Files that cannot change a mutant's fate: the documentation and this tool itself.
+def _beside_the_outcome(name):
+    return name.endswith(".md") or name.startswith("docs/") or name.startswith("scripts/mutate.")
+
+
 def tree_identity(copy, names):
-    """A hash of the names and contents of the files in a worker's copy."""
+    """A hash of the names and contents of the files in a worker's copy that can change a
+    mutant's result."""
     h = hashlib.sha256()
     for name in names:
+        if _beside_the_outcome(name):
+            continue
         h.update(name.encode() + b"\0")
         with open(os.path.join(copy, name), "rb") as f:
             h.update(hashlib.sha256(f.read()).digest())

@@ -114,6 +114,16 @@ FIXED = [
     "1,000 people", "  leading and trailing  ", "\u00a0nbsp\u00a0the\u3000ideographic", "x\u200by", "ﬁ ligature",
     "naïve café", "한국어 the 텍스트", "中文，標點", "é the é", "théâtre the", "'the'", "(an)", "a\u0301 an",
     "\u00c9COLE", "$5.00", "the the the", "Ǆ", "ῼ", "K", "\x1c\x1dx\x1e\x1fy\x85z",
+    # every whitespace str.split() knows, and neighbours that are not
+    "a\tb\nc\x0bd\x0ce\rf\x1cg\x1dh\x1ei\x1fj k\x85l\xa0m\u1680n\u2000o\u2005p\u200aq\u2028r\u2029s"
+    "\u202ft\u205fu\u3000v\u200bw\u2060x\u180ey\ufeffz\x08!\x0e~",
+    # every ASCII punctuation range, and the characters just beside them
+    "x!/y:@z[`w{~v 0 9 A Z a z \x7f",
+    # final sigma with each kind of case-ignorable character between, and uncased before
+    "AΣ\u0301", "AΣ\u0488", "AΣ\u200d", "AΣʰ", "AΣ˘", "A'Σ", "A.Σ B", "1Σ", "ʰΣ", "AΣ\u0301b", "AΣʰB",
+    "ǅΣ", "ᾼΣ", "AΣ\u00adb",
+    # near-articles
+    "tha thx tae th t an a ann aa the2 the_ _the", "A\u0301N", "Ⓐ an", "١ the ٢",
 ]
 WORDS = ["the", "a", "an", "The", "A", "AN", "cat", "Dog", "über", "Straße", "ΟΔΟΣ", "naïve", "1990", "U.S.",
          "don't", "co-op", "x", "İ", "ß", "ﬂ", "中文", "—", "…", "e\u0301", "'", '"', "(", ")", "#1", "$", "%"]

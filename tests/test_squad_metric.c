@@ -178,6 +178,21 @@ TG_TEST(test_squad_score_worked_examples) {
     CHECK(score_one("", "an answer", NULL, 1, &f1) == 0.0 && f1 == 0.0, "empty against one: f1 %g", f1);
 }
 
+/* Bytes that are not UTF-8 pass through as themselves and end a word: "a" before one is
+ * still an article. */
+TG_TEST(test_squad_normalize_invalid_utf8) {
+    const char text[] = "a\xff the \xfe" "B \xc3";
+    char *got = NULL;
+    size_t len = 0;
+    tg_err err = {{0}};
+    REQUIRE(tg_squad_normalize(text, sizeof text - 1, &got, &len, &err) == 0, "%s", err.msg);
+    CHECK(len == 6 && !memcmp(got, "\xff \xfe" "b \xc3", 6), "got %zu bytes '%s'", len, got);
+    free(got);
+    double f1 = -1;
+    /* An empty prediction against a gold with words: 0 (and its exact match 0). */
+    CHECK(score_one("a the", "some words", NULL, 1, &f1) == 0.0 && f1 == 0.0, "f1 %g", f1);
+}
+
 TG_TEST(test_squad_totals_split_by_answerable) {
     tg_squad_totals t = {0};
     tg_squad_totals_add(&t, 1, 1.0, 1.0);
