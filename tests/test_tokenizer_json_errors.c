@@ -12,22 +12,6 @@
 #include "tests/harness.h"
 #include "tests/text_fixtures.h"
 
-/* Writes text into dir/name with every ' turned into ". */
-static const char *write_quoted(const char *dir, const char *name, const char *text) {
-    static char path[4][700];
-    static int k;
-    char *p = path[k++ % 4];
-    snprintf(p, 700, "%s/%s", dir, name);
-    char *s = malloc(strlen(text) + 1);
-    if (!s) abort();
-    for (size_t i = 0;; i++) {
-        s[i] = text[i] == '\'' ? '"' : text[i];
-        if (!text[i]) break;
-    }
-    if (tg_test_write_file(p, s)) abort();
-    free(s);
-    return p;
-}
 
 /* Opening path fails with a message holding each of want[0..] (NULL-terminated). */
 static int refused(const char *path, const char *want, const char *want2) {
@@ -185,7 +169,7 @@ static const bad_json k_bad[] = {
 TG_TEST(test_tokenizer_json_errors_table) {
     const char *dir = tg_test_tmpdir();
     for (size_t k = 0; k < sizeof k_bad / sizeof *k_bad; k++) {
-        const char *path = write_quoted(dir, "tokenizer.json", k_bad[k].json);
+        const char *path = tg_test_write_quoted(dir, "tokenizer.json", k_bad[k].json);
         if (!refused(path, k_bad[k].want, "tokenizer.json")) CHECK(0, "case %zu: %s", k, k_bad[k].json);
     }
 }
@@ -206,7 +190,7 @@ static void template_of_ids(int first, int second, const char *want) {
         snprintf(json, sizeof json,
                  "{" WP ", " TP("[" SP_CLS ", " SEQ_A "]", "[" SEQ_A ", " SEQ_B "]", "{'[CLS]': {'id': '[CLS]', 'ids': [%s]}}") "}",
                  ids[0]);
-    const char *path = write_quoted(tg_test_tmpdir(), "tokenizer.json", json);
+    const char *path = tg_test_write_quoted(tg_test_tmpdir(), "tokenizer.json", json);
     tg_tokenizer *t = NULL;
     tg_err err = {{0}};
     const int rc = tg_tokenizer_open(path, &t, &err);
@@ -231,19 +215,19 @@ TG_TEST(test_tokenizer_json_errors_template_sizes) {
 TG_TEST(test_tokenizer_json_errors_folder_files) {
     /* a vocab.json opened as a file, with no merges beside it */
     const char *dir = tg_test_tmpdir();
-    refused(write_quoted(dir, "vocab.json", "{'a': 0}"), "vocab.json: a vocabulary without merges.txt or vocab.bpe beside it",
+    refused(tg_test_write_quoted(dir, "vocab.json", "{'a': 0}"), "vocab.json: a vocabulary without merges.txt or vocab.bpe beside it",
             NULL);
     /* not JSON, with the line and column */
-    refused(write_quoted(dir, "broken.json", "{\n 'model': }"), "broken.json:2:", NULL);
+    refused(tg_test_write_quoted(dir, "broken.json", "{\n 'model': }"), "broken.json:2:", NULL);
 
     /* a vocab.json + merges.txt folder: its own JSON errors, read through the folder */
     const char *bdir = tg_test_tmpdir();
-    write_quoted(bdir, "merges.txt", "#version: 0.2\n");
-    write_quoted(bdir, "vocab.json", "{'a': 0");
+    tg_test_write_quoted(bdir, "merges.txt", "#version: 0.2\n");
+    tg_test_write_quoted(bdir, "vocab.json", "{'a': 0");
     refused(bdir, "vocab.json:1:", NULL);
-    write_quoted(bdir, "vocab.json", "['a']");
+    tg_test_write_quoted(bdir, "vocab.json", "['a']");
     refused(bdir, "vocab.json is not an object of token: id", NULL);
-    write_quoted(bdir, "vocab.json", "{'a': 0, 'b': 1, 'ab': 2}");
+    tg_test_write_quoted(bdir, "vocab.json", "{'a': 0, 'b': 1, 'ab': 2}");
     static const struct {
         const char *merges, *want;
     } merges[] = {
@@ -253,16 +237,16 @@ TG_TEST(test_tokenizer_json_errors_folder_files) {
         {"zz b\n", "merge 1: 'zz' is not in the vocabulary"},
     };
     for (size_t k = 0; k < sizeof merges / sizeof *merges; k++) {
-        write_quoted(bdir, "merges.txt", merges[k].merges);
+        tg_test_write_quoted(bdir, "merges.txt", merges[k].merges);
         refused(bdir, merges[k].want, NULL);
     }
-    write_quoted(bdir, "merges.txt", "a b\n");
+    tg_test_write_quoted(bdir, "merges.txt", "a b\n");
     /* RoBERTa named by the config, but the vocabulary lacks <s> */
-    write_quoted(bdir, "config.json", "{'model_type': 'roberta'}");
+    tg_test_write_quoted(bdir, "config.json", "{'model_type': 'roberta'}");
     refused(bdir, "vocab.json: a RoBERTa vocabulary without <s> or </s>", NULL);
-    write_quoted(bdir, "config.json", "{'model_type': ");
+    tg_test_write_quoted(bdir, "config.json", "{'model_type': ");
     refused(bdir, "config.json:1:", NULL);
-    write_quoted(bdir, "config.json", "{}");
+    tg_test_write_quoted(bdir, "config.json", "{}");
 
     /* tokenizer_config.json: its JSON and its flags */
     static const struct {
@@ -276,11 +260,11 @@ TG_TEST(test_tokenizer_json_errors_folder_files) {
         {"{'do_lower_case': true, 'do_lower_case': false}", "tokenizer_config.json:1:"},
     };
     const char *wdir = tg_test_tmpdir();
-    write_quoted(wdir, "vocab.txt", "[CLS]\n[SEP]\na\n");
+    tg_test_write_quoted(wdir, "vocab.txt", "[CLS]\n[SEP]\na\n");
     for (size_t k = 0; k < sizeof configs / sizeof *configs; k++) {
-        write_quoted(bdir, "tokenizer_config.json", configs[k].json);
+        tg_test_write_quoted(bdir, "tokenizer_config.json", configs[k].json);
         refused(bdir, configs[k].want, NULL);
-        write_quoted(wdir, "tokenizer_config.json", configs[k].json);
+        tg_test_write_quoted(wdir, "tokenizer_config.json", configs[k].json);
         refused(wdir, configs[k].want, NULL);
     }
     /* a vocab.txt opened as a file reads the hints of its folder too */

@@ -14,21 +14,6 @@
 #include "tests/harness.h"
 #include "tests/text_fixtures.h"
 
-static const char *write_quoted(const char *dir, const char *name, const char *text) {
-    static char path[4][700];
-    static int k;
-    char *p = path[k++ % 4];
-    snprintf(p, 700, "%s/%s", dir, name);
-    char *s = malloc(strlen(text) + 1);
-    if (!s) abort();
-    for (size_t i = 0;; i++) {
-        s[i] = text[i] == '\'' ? '"' : text[i];
-        if (!text[i]) break;
-    }
-    if (tg_test_write_file(p, s)) abort();
-    free(s);
-    return p;
-}
 
 /* Writes text into dir/name as it is (a generated vocabulary holds ' itself). */
 static const char *write_plain(const char *dir, const char *name, const char *text) {
@@ -41,7 +26,7 @@ static const char *write_plain(const char *dir, const char *name, const char *te
 }
 
 static tg_tokenizer *open_json(const char *json) {
-    const char *path = write_quoted(tg_test_tmpdir(), "tokenizer.json", json);
+    const char *path = tg_test_write_quoted(tg_test_tmpdir(), "tokenizer.json", json);
     tg_tokenizer *t = NULL;
     tg_err err = {{0}};
     CHECK(tg_tokenizer_open(path, &t, &err) == 0, "open %s: %s", json, err.msg);
@@ -552,9 +537,9 @@ TG_TEST(test_tokenizer_json_folder_hints) {
         snprintf(cmd, sizeof cmd, "mkdir -p %s", sub);
         REQUIRE(system(cmd) == 0, "mkdir");
         write_plain(sub, "vocab.json", cases[k].roberta_vocab == 1 ? rv : cases[k].roberta_vocab ? sv : gv);
-        write_quoted(sub, "merges.txt", tg_test_bpe_merges);
-        if (cases[k].config) write_quoted(sub, "config.json", cases[k].config);
-        if (cases[k].tokenizer_config) write_quoted(sub, "tokenizer_config.json", cases[k].tokenizer_config);
+        tg_test_write_quoted(sub, "merges.txt", tg_test_bpe_merges);
+        if (cases[k].config) tg_test_write_quoted(sub, "config.json", cases[k].config);
+        if (cases[k].tokenizer_config) tg_test_write_quoted(sub, "tokenizer_config.json", cases[k].tokenizer_config);
         tg_tokenizer *t = open_path(sub);
         if (!t) continue;
         CHECK(tg_tokenizer_family_of(t) == cases[k].want, "case %zu: family %d, want %d", k, tg_tokenizer_family_of(t),
@@ -568,11 +553,11 @@ TG_TEST(test_tokenizer_json_folder_hints) {
      * file with vocab.bpe beside it; add_prefix_space from tokenizer_config.json */
     const char *dir = tg_test_tmpdir();
     write_plain(dir, "encoder.json", gv);
-    write_quoted(dir, "vocab.bpe", tg_test_bpe_merges);
+    tg_test_write_quoted(dir, "vocab.bpe", tg_test_bpe_merges);
     tg_tokenizer *t = open_path(dir);
     expect_tokens(t, "hello world", NULL, "259:0-5 264:5-11");
     tg_tokenizer_free(t);
-    write_quoted(dir, "tokenizer_config.json", "{'add_prefix_space': true}");
+    tg_test_write_quoted(dir, "tokenizer_config.json", "{'add_prefix_space': true}");
     const char *vj = write_plain(dir, "vocab.json", gv);
     t = open_path(vj);
     /* " world" as one token: the prefix space is the first character's */
@@ -583,12 +568,12 @@ TG_TEST(test_tokenizer_json_folder_hints) {
     /* RoBERTa by its config, but </s> missing; a vocab.json file whose merges fail */
     const char *edir = tg_test_tmpdir();
     write_plain(edir, "vocab.json", sv);
-    write_quoted(edir, "merges.txt", tg_test_bpe_merges);
-    write_quoted(edir, "config.json", "{'model_type': 'roberta'}");
+    tg_test_write_quoted(edir, "merges.txt", tg_test_bpe_merges);
+    tg_test_write_quoted(edir, "config.json", "{'model_type': 'roberta'}");
     tg_err err = {{0}};
     CHECK(tg_tokenizer_open(edir, &t, &err) == -1 && strstr(err.msg, "a RoBERTa vocabulary without <s> or </s>"),
           "<s> without </s>: %s", err.msg);
-    write_quoted(edir, "merges.txt", "h zz\n");
+    tg_test_write_quoted(edir, "merges.txt", "h zz\n");
     char vj2[700];
     snprintf(vj2, sizeof vj2, "%s/vocab.json", edir);
     CHECK(tg_tokenizer_open(vj2, &t, &err) == -1 && strstr(err.msg, "merges.txt: merge 1: 'zz' is not in the vocabulary"),
@@ -635,7 +620,7 @@ TG_TEST(test_tokenizer_json_encode_arguments) {
     char *v = tg_test_bpe_vocab_json("");
     write_plain(dir, "vocab.json", v);
     free(v);
-    write_quoted(dir, "merges.txt", tg_test_bpe_merges);
+    tg_test_write_quoted(dir, "merges.txt", tg_test_bpe_merges);
     t = open_path(dir);
     REQUIRE(t, "no GPT-2 tokenizer");
     CHECK(tg_tokenizer_token_id(t, NULL) == -1, "NULL token");

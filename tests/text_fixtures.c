@@ -3,8 +3,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "datasets/tokenizer_impl.h"
+#include "tests/harness.h"
 
 const char tg_test_squad_v2[] =
     "{\"version\": \"v2.0\", \"data\": [{\"title\": \"T\", \"paragraphs\": [{\"context\": \"Caf\\u00e9 Paris opened in "
@@ -33,4 +35,20 @@ char *tg_test_bpe_vocab_json(const char *extra) {
     for (int k = 0; k < 9; k++) n += (size_t)snprintf(s + n, cap - n, ", \"%s\": %d", merged[k], 256 + k);
     snprintf(s + n, cap - n, ", \"<|endoftext|>\": 265%s}", extra);
     return s;
+}
+
+const char *tg_test_write_quoted(const char *dir, const char *name, const char *text) {
+    static char path[4][700];
+    static int k;
+    char *p = path[k++ % 4];
+    snprintf(p, 700, "%s/%s", dir, name);
+    char *s = malloc(strlen(text) + 1);
+    if (!s) abort();
+    for (size_t i = 0;; i++) {
+        s[i] = text[i] == '\'' ? '"' : text[i];
+        if (!text[i]) break;
+    }
+    if (tg_test_write_file(p, s)) abort();
+    free(s);
+    return p;
 }

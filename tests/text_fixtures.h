@@ -15,4 +15,8 @@ char *tg_test_bpe_vocab_json(const char *extra);
 /* Its merges.txt. */
 extern const char tg_test_bpe_merges[];
 
+/* Writes text into dir/name with every ' turned into " (JSON written readably in C
+ * strings); returns the path, which stays valid for the next three calls. */
+const char *tg_test_write_quoted(const char *dir, const char *name, const char *text);
+
 #endif
