@@ -190,7 +190,7 @@ MUTANTS ?= 300
 SEED ?= 1
 JOBS ?= 2
 mutate: | deps
-	./scripts/mutate.sh $(MUTATE) --mutants $(MUTANTS) --seed $(SEED) --jobs $(JOBS) $(if $(FILES),--files "$(FILES)") $(if $(STOP_AFTER),--stop-after $(STOP_AFTER))
+	./scripts/mutate.sh $(MUTATE) --mutants $(MUTANTS) --seed $(SEED) --jobs $(JOBS) $(if $(FILES),--files "$(FILES)") $(if $(STOP_AFTER),--stop-after $(STOP_AFTER)) $(if $(SANITIZE),--sanitize)
 
 # ---- fuzzing ----------------------------------------------------------------------------
 # One libFuzzer target per parser (tests/fuzz/fuzz_*.c), and one (plan_fields) that edits

@@ -4,7 +4,7 @@ the tree, and the score is printed per file and in total. `make mutate` runs it 
 scripts/mutate.sh, which installs universalmutator into build/mutate/venv first.
 
 usage: mutate.py --root ROOT --out OUT [--mutants N] [--seed S] [--jobs J] [--files "GLOB..."]
-                 [--stop-after SECONDS]
+                 [--stop-after SECONDS] [--sanitize]
 
 What happens:
   1. Mutants: universalmutator's regexp mutator (mutator.mutants_regexp, what its `mutate`
@@ -61,6 +61,12 @@ EXCLUDED_DIRS = ["runtime/cuda/"]
 # The rules universalmutator's `mutate` uses for a .c file.
 RULES = ["universal.rules", "c.rules", "c_like.rules"]
 TARGETS = ["build/run_tests", "build/tunegraph"]
+# --sanitize: the suite built with AddressSanitizer and UBSan (the Makefile's test-asan
+# build), run as test-asan runs it, so that a mutant reading or writing past a buffer,
+# leaking or overflowing is killed too.
+SANITIZED_TARGETS = ["build/asan/run_tests", "build/asan/tunegraph"]
+SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1",
+                 "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
 EQUIVALENT_LIST = "tests/mutation/equivalent.txt"
 KILLERS = "killers.json"
 RESULTS = "results.jsonl"
@@ -220,8 +226,10 @@ class Worker:
         env = dict(os.environ, TG_TEST_FAIL_FAST="1", TMPDIR=self.tmp, TG_TEST_FIRST=",".join(first))
         env.pop("TG_TEST_CLI", None)
         env.pop("TG_TEST_DEVICE", None)
+        if TARGETS == SANITIZED_TARGETS:
+            env.update(SANITIZER_ENV, TG_TEST_CLI="./" + TARGETS[1])
         t0 = time.monotonic()
-        p = subprocess.Popen(["./build/run_tests"], cwd=self.dir, env=env, stdout=subprocess.PIPE,
+        p = subprocess.Popen(["./" + TARGETS[0]], cwd=self.dir, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
         RUNNING.add(p.pid)
         try:
@@ -421,10 +429,15 @@ def main():
     ap.add_argument("--seed", default="1")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--files", default="", help="shell globs of the paths to mutate, space-separated")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="run the mutants against the AddressSanitizer/UBSan build of the suite")
     ap.add_argument("--stop-after", type=float, default=0,
                     help="hand out no more mutants after this many seconds (0: run them all)")
     a = ap.parse_args()
     started = time.monotonic()
+    global TARGETS
+    if a.sanitize:
+        TARGETS = SANITIZED_TARGETS
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_suites)
     root, out = os.path.abspath(a.root), os.path.abspath(a.out)
@@ -468,7 +481,7 @@ def main():
 
     kill_order = KillOrder(root, out)
     # What the workers test: the first copy as synced (the tree may change meanwhile).
-    tree = tree_identity(workers[0].dir, workers[0].names)
+    tree = tree_identity(workers[0].dir, workers[0].names) + ("+sanitized" if a.sanitize else "")
     cached = load_results(out, tree)
     results_log = open(os.path.join(out, RESULTS), "a")
     lock = threading.Condition()
@@ -572,7 +585,7 @@ def main():
             f"the same command again continues the run")
 
     report = {
-        "seed": a.seed, "requested": a.mutants, "sampled": len(chosen), "generated": total,
+        "seed": a.seed, "sanitized": a.sanitize, "requested": a.mutants, "sampled": len(chosen), "generated": total,
         "files": files, "jobs": jobs, "rules": RULES,
         "universalmutator": getattr(mutator, "__version__", None) or _version(),
         "unmutated_suite_seconds": round(base_secs, 1), "timeout_seconds": round(timeout),
