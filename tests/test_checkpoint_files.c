@@ -712,4 +712,13 @@ TG_TEST(test_checkpoint_locate_cases) {
     snprintf(want, sizeof want, "%s/step-000004.tgckpt", dir);
     tg_test_write_file(want, "x");
     fail_each("locate the highest", locate_attempt, (void *)dir, "Cannot allocate memory", 0);
+    /* Step 0 (weights saved before any step) is a checkpoint like any other. */
+    char first_dir[700], first[800];
+    snprintf(first_dir, sizeof first_dir, "%s/first", dir);
+    REQUIRE(mkdir(first_dir, 0755) == 0, "mkdir %s", first_dir);
+    snprintf(first, sizeof first, "%s/step-000000.tgckpt", first_dir);
+    tg_test_write_file(first, "x");
+    CHECK(tg_checkpoint_locate(first_dir, &path, &err) == 0 && path && !strcmp(path, first), "step 0: %s",
+          path ? path : err.msg);
+    free(path);
 }

@@ -37,6 +37,7 @@ TG_TEST(test_job_lines_refused) {
         {"seq = \"8\n", "j.job:1: key 'seq': unterminated quoted value"},
         {"seq = \"8\" 9\n", "j.job:1: key 'seq': unexpected text after the quoted value: '9'"},
         /* UTF-8: overlong, surrogate, past U+10FFFF, cut short, a bad continuation */
+        {"\xFFmodel = tiny-bert\n", "j.job:1: invalid UTF-8 (byte 0xFF at column 1)"}, /* the first byte: column 1 */
         {"# \xE0\x80\x80\n", "j.job:1: invalid UTF-8 (byte 0xE0 at column 3)"},
         {"# \xED\xA0\x80\n", "j.job:1: invalid UTF-8 (byte 0xED at column 3)"},
         {"# \xF0\x80\x80\x80\n", "invalid UTF-8 (byte 0xF0 at column 3)"},

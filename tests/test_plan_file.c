@@ -1263,6 +1263,10 @@ TG_TEST(test_inspect_json) {
               json_integer_value(json_object_get(json_object_get(classes, "buffers"), "bytes")) == 0,
           "classes");
     CHECK(json_integer_value(json_object_get(root, "peak_bytes")) == 5632, "peak_bytes");
+    CHECK(json_integer_value(json_object_get(root, "n_ops")) == p.n_ops &&
+              json_integer_value(json_object_get(root, "n_tensors")) == p.n_tensors && p.n_ops != p.n_tensors,
+          "n_ops %lld (plan %d), n_tensors %lld (plan %d)", json_integer_value(json_object_get(root, "n_ops")),
+          p.n_ops, json_integer_value(json_object_get(root, "n_tensors")), p.n_tensors);
     CHECK(json_integer_value(json_object_get(root, "activation_live_peak")) == 528,
           "activation_live_peak");
     json_t *flops = json_object_get(root, "flops_per_step");
