@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/version.h"
+#include "runtime/executor.h"
 #include "tests/harness.h"
 
 int tunegraph_cli_main(int argc, char **argv);
@@ -91,7 +92,13 @@ static void expect_all(const cli_case *cases, size_t n) {
     for (size_t i = 0; i < n; i++) expect(cases[i].line, cases[i].status, cases[i].says);
 }
 
+/* These tests run the CLI of this process (tunegraph_cli_main) and expect what a build
+ * without the CUDA executor does ("--device cuda" refused, data parallelism in threads on
+ * the CPU): a CUDA build passes over them (its own suite runs the CLI on the GPU). */
+static int cpu_build_only(void) { return tg_cuda_built(); }
+
 TG_TEST(test_cli_main_dispatch) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     cli_result r = cli("");
     CHECK(r.status == 2 && r.err && !strncmp(r.err, "usage:\n  tunegraph compile JOB", strlen("usage:\n  tunegraph compile JOB")) && r.out && !r.out[0],
@@ -134,6 +141,7 @@ TG_TEST(test_cli_main_dispatch) {
 }
 
 TG_TEST(test_cli_main_option_errors) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     static const cli_case cases[] = {
         {"compile", 2, "tunegraph: missing input file"},
@@ -174,6 +182,7 @@ TG_TEST(test_cli_main_option_errors) {
 /* compile's default plan path: the job's name with its extension (after the last '/')
  * replaced by .tgp. */
 TG_TEST(test_cli_main_compile_outputs) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     const char *dir = test_dir;
     char *job = tg_test_read_file(DEMO, NULL);
@@ -216,6 +225,7 @@ TG_TEST(test_cli_main_compile_outputs) {
 
 /* run's refusals before training: outputs over inputs, checkpoint folders, run keys. */
 TG_TEST(test_cli_main_run_refusals) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     const char *dir = test_dir;
     char path[800];
@@ -241,6 +251,7 @@ TG_TEST(test_cli_main_run_refusals) {
 /* A run with checkpoints: each written, the folder then refused for a fresh run, resumed
  * from, and refused when resumed from an older step than it holds. */
 TG_TEST(test_cli_main_run_checkpoints) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     static const cli_case cases[] = {
         {"compile " DEMO " -o %s/p.tgp --set steps=2 --set batch=4 --set seq=16 ", 0, NULL},
@@ -274,6 +285,7 @@ TG_TEST(test_cli_main_run_checkpoints) {
 /* What a run reports: frozen parameters, length buckets, an LM's perplexity, the loop
  * trace, the profile into the metrics file. */
 TG_TEST(test_cli_main_run_reports) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     const char *dir = test_dir;
     char line[2048], path[800];
@@ -310,6 +322,7 @@ TG_TEST(test_cli_main_run_reports) {
 /* Failures that end the process from a replica's thread run in the CLI binary: the CUDA
  * communicators of a CPU build, with two replicas. */
 TG_TEST(test_cli_main_replica_failures) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char cli_path[4096], cmd[8192], err_path[800];
     REQUIRE(realpath(tg_test_cli(), cli_path), "%s", tg_test_cli());
@@ -334,6 +347,7 @@ TG_TEST(test_cli_main_replica_failures) {
 /* Data parallelism on the CPU: the follower replicas take their steps, hand over their part
  * of each checkpoint, profile with replica 0 and resume from the same checkpoint. */
 TG_TEST(test_cli_main_data_parallel_checkpoints) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     static const cli_case cases[] = {
         {"compile " DEMO " -o %s/p.tgp --set steps=2 --set batch=4 --set seq=16 --set data_parallel=2", 0, NULL},
@@ -354,6 +368,7 @@ TG_TEST(test_cli_main_data_parallel_checkpoints) {
 /* The job's own checkpoint_dir (a run key), and a checkpoint resumed from by a path
  * without a folder: its folder is the current one. */
 TG_TEST(test_cli_main_checkpoint_folders) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char cwd[1024], dir[800], line[2048], text[2048];
     REQUIRE(getcwd(cwd, sizeof cwd), "getcwd");
@@ -381,6 +396,7 @@ TG_TEST(test_cli_main_checkpoint_folders) {
 /* Failures after the training: the weights cannot be written, the metrics file cannot be
  * put in place. The run exits 1 naming the file. */
 TG_TEST(test_cli_main_run_late_failures) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     static const cli_case cases[] = {
         {"compile " DEMO " -o %s/p.tgp --set steps=1 --set batch=4 --set seq=16", 0, NULL},
@@ -401,6 +417,7 @@ TG_TEST(test_cli_main_run_late_failures) {
 /* An LM eval set whose rows are one token each has nothing to count: no loss, no
  * perplexity, and the run says why. The loader thread switched off changes nothing else. */
 TG_TEST(test_cli_main_eval_nothing_counted) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char path[800];
     snprintf(path, sizeof path, "%s/eval.jsonl", test_dir);
@@ -420,6 +437,7 @@ TG_TEST(test_cli_main_eval_nothing_counted) {
 
 /* data convert's option errors, each a usage error naming the option and the value. */
 TG_TEST(test_cli_main_data_convert_options) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     static const cli_case cases[] = {
         {"data convert in.csv -o out --tokenizer", 2, "tunegraph: --tokenizer needs a value"},
@@ -458,6 +476,7 @@ TG_TEST(test_cli_main_data_convert_options) {
  * replace, the plan file's writing) failed one at a time: exit 1 with an out-of-memory
  * message, and no plan file. */
 TG_TEST(test_cli_main_compile_out_of_memory) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char job[800], plan[800], line[2048];
     snprintf(job, sizeof job, "%s/j.job", test_dir);
@@ -499,6 +518,7 @@ TG_TEST(test_cli_main_compile_out_of_memory) {
 
 /* Help and version from the CLI binary itself: standard output, exit 0. */
 TG_TEST(test_cli_main_binary_help_and_version) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char cli_path[4096], cmd[8192], out_path[800];
     REQUIRE(realpath(tg_test_cli(), cli_path), "%s", tg_test_cli());
@@ -540,6 +560,7 @@ static int signal_masks(pid_t pid, unsigned long long *ignored, unsigned long lo
  * run waits on a FIFO as its training data while its handlers are read, then fails on what
  * comes through it, ending normally. */
 TG_TEST(test_cli_main_ignored_signal_stays_ignored) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char cli_path[4096], fifo[800], err_path[800], setting[900];
     REQUIRE(realpath(tg_test_cli(), cli_path), "%s", tg_test_cli());
@@ -598,6 +619,7 @@ TG_TEST(test_cli_main_ignored_signal_stays_ignored) {
 /* A model folder whose weights hold every parameter: the run reports them all loaded and
  * none newly initialised. */
 TG_TEST(test_cli_main_run_reports_loaded_weights) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     char path[800], cwd[600], text[2048];
     snprintf(path, sizeof path, "%s/model", test_dir);
@@ -653,6 +675,7 @@ static int cli_on_terminal(const char *line, char **text) {
 /* On a terminal the progress line is redrawn in place (\r), and a checkpoint's line starts
  * on a line of its own. */
 TG_TEST(test_cli_main_progress_on_a_terminal) {
+    if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
     expect("compile " DEMO " -o %s/p.tgp --set steps=2 --set batch=4 --set seq=16", 0, NULL);
     char *text = NULL;
