@@ -256,3 +256,34 @@ TG_TEST(test_data_dump_refusals) {
     CHECK(!strcmp(in, "{\"input_ids\": [1], \"label\": 0}\n"), "in.jsonl changed: %s", in);
     free(in);
 }
+
+/* The eval split's default seed is 42, as README says: leaving --seed out picks the same
+ * rows as --seed 42, and another seed picks others. */
+TG_TEST(test_data_convert_default_seed_is_42) {
+    const char *dir = tg_test_tmpdir();
+    write_vocab(dir);
+    char rows[2048] = "text,label\n";
+    static const char *const words[] = {"a cat", "the dog", "a dog", "the cat"};
+    for (int i = 0; i < 40; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "%s %d,%s\n", words[i % 4], i, i % 2 ? "x" : "y");
+        strcat(rows, line);
+    }
+    write_in(dir, "rows.csv", rows);
+    char *dumps[3] = {NULL, NULL, NULL};
+    static const char *const seeds[3] = {"", " --seed 42", " --seed 7"};
+    for (int k = 0; k < 3; k++) {
+        char cmd[256], set[16];
+        snprintf(set, sizeof set, "set%d", k);
+        snprintf(cmd, sizeof cmd, "data convert rows.csv -o %s --tokenizer vocab.txt --eval-fraction 0.25%s", set,
+                 seeds[k]);
+        REQUIRE(run_cli(dir, cmd) == 0, "%s", cmd);
+        snprintf(cmd, sizeof cmd, "data dump %s/eval", set);
+        REQUIRE(run_cli(dir, cmd) == 0, "%s", cmd);
+        dumps[k] = file_in(dir, "stdout.txt");
+        REQUIRE(dumps[k] && dumps[k][0], "no eval records for seed '%s'", seeds[k]);
+    }
+    CHECK(!strcmp(dumps[0], dumps[1]), "no --seed and --seed 42 differ:\n%s\n%s", dumps[0], dumps[1]);
+    CHECK(strcmp(dumps[0], dumps[2]), "--seed 7 picked the same eval rows as 42");
+    for (int k = 0; k < 3; k++) free(dumps[k]);
+}
