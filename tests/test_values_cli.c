@@ -13,6 +13,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "plan/plan_file.h"
 #include "tests/harness.h"
 
 enum { MAX_STEPS = 64 };
@@ -538,4 +539,37 @@ out:
     free(console);
     run_lines_free(&r);
     tg_plan_free(&plan);
+}
+
+/* `compile`'s summary line gives the plan's own numbers: its op and tensor counts, its
+ * planned peak in MiB and its GFLOP per step, as the plan file written beside it holds them. */
+TG_TEST(test_values_cli_compile_summary) {
+    const char *dir = tg_test_tmpdir();
+    char root[4096], args[8192], plan_path[600];
+    REQUIRE(getcwd(root, sizeof root), "cwd");
+    snprintf(plan_path, sizeof plan_path, "%s/p.tgp", dir);
+    snprintf(args, sizeof args, "compile %s/examples/demo-classify.job -o %s", root, plan_path);
+    REQUIRE(cli_status(dir, args) == 0, "compile failed");
+    char out_path[700];
+    snprintf(out_path, sizeof out_path, "%s/o.txt", dir);
+    char *out = tg_test_read_file(out_path, NULL);
+    REQUIRE(out, "no output");
+    const char *at = strstr(out, ": ");
+    int ops = -1, tensors = -1;
+    double mib = -1, gflop = -1;
+    const int got = at ? sscanf(at, ": %d ops, %d tensors, planned peak %lf MiB, %lf GFLOP/step", &ops, &tensors,
+                                &mib, &gflop)
+                       : 0;
+    tg_plan p;
+    tg_err err;
+    if (CHECK(got == 4, "summary: %s", out) && CHECK(tg_plan_read(plan_path, &p, &err) == 0, "%s", err.msg)) {
+        CHECK(ops == p.n_ops && tensors == p.n_tensors, "%d ops %d tensors, the plan %d %d", ops, tensors, p.n_ops,
+              p.n_tensors);
+        CHECK(fabs(mib - (double)p.peak_bytes / 1048576.0) <= 0.05 && p.peak_bytes > 1048576,
+              "peak %.1f MiB, the plan %.3f MiB", mib, (double)p.peak_bytes / 1048576.0);
+        CHECK(fabs(gflop - p.flops_per_step / 1e9) <= 0.005 && p.flops_per_step > 1e7, "%.2f GFLOP, the plan %.4f",
+              gflop, p.flops_per_step / 1e9);
+        tg_plan_free(&p);
+    }
+    free(out);
 }
