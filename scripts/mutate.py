@@ -161,7 +161,8 @@ def load_equivalent(root):
                 continue
             m = re.match(r"^(\S+\.c):(\d+): (.*)$", line.rstrip("\n"))
             if m:
-                key = (m.group(1), int(m.group(2)), m.group(3).strip())
+                # A mutant that adds a statement spans lines: "\\n" in the entry stands for them.
+                key = (m.group(1), int(m.group(2)), m.group(3).strip().replace("\\n", "\n"))
                 entries[key] = None
             elif line.strip().startswith("why:") and key and entries[key] is None:
                 entries[key] = line.strip()[4:].strip()
