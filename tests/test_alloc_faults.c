@@ -3,8 +3,9 @@
  * successful run are counted, then each one is failed in turn. Every failure must end in an
  * error (never success with garbage) whose message says it ran out of memory and names
  * what it was doing; nothing may crash, and under make test-asan (LeakSanitizer) nothing may
- * leak. Allocations made inside zstd, PCRE2 and utf8proc are not counted (no hook);
- * jansson's are (json_set_alloc_funcs), so JSON parsing fails too. */
+ * leak. jansson's allocations are counted (json_set_alloc_funcs), and so are zstd's and
+ * PCRE2's (base/zstd_alloc.h, a PCRE2 general context): JSON parsing, (de)compression and
+ * the BPE pattern fail too. utf8proc's functions used here do not allocate. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
