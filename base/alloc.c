@@ -10,11 +10,12 @@
 /* Per thread, so that a test's failures reach only its own calls (a loader or thread pool
  * thread counts and fails nothing unless it arms its own). */
 static _Thread_local long fail_after = -1, made = 0, failed = 0;
+static _Thread_local int fail_once; /* only allocation number fail_after fails */
 
 /* Whether the next allocation is to fail; counts it either way. */
 static int refuse(void) {
     long n = made++;
-    return fail_after >= 0 && n >= fail_after;
+    return fail_after >= 0 && (fail_once ? n == fail_after : n >= fail_after);
 }
 
 /* Counts a failed allocation (refused or not) for tg_alloc_failures. */
@@ -56,5 +57,12 @@ long tg_alloc_fail_after(long succeed) {
     long n = made;
     made = 0;
     fail_after = succeed;
+    fail_once = 0;
+    return n;
+}
+
+long tg_alloc_fail_only(long index) {
+    const long n = tg_alloc_fail_after(index);
+    fail_once = 1;
     return n;
 }

@@ -31,4 +31,9 @@ long tg_alloc_made(void);
  * with no failure armed that changes nothing. */
 long tg_alloc_fail_after(long succeed);
 
+/* Test hook, per thread: like tg_alloc_fail_after, but only allocation number `index`
+ * (from 0, counted from this call) fails and the later ones succeed again: a passing
+ * shortage, for code that must stop at the first failure rather than go on. */
+long tg_alloc_fail_only(long index);
+
 #endif

@@ -25,6 +25,7 @@
 
 #include "api/front.h"
 #include "include/tunegraph.h"
+#include "base/alloc.h"
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
@@ -514,6 +515,45 @@ static int count_files(const char *dir, const char *part) {
 /* The newest `keep` stay; `latest` names the newest and resume finds it (the highest one
  * when `latest` is gone); temporary files of a dead writer go at the next save, a live
  * one's stay; an earlier step than the folder holds is refused. */
+/* Pruning stops at the first old checkpoint it cannot name (out of memory): what stays is
+ * always the oldest ones, never a gap where a newer one stayed and an older one went. Each
+ * allocation of a save that prunes four fails in turn, alone (the later ones succeed). */
+TG_TEST(test_checkpoint_prune_stops_when_out_of_memory) {
+    const char *root = tg_test_tmpdir();
+    int pruning_failed = 0;
+    for (long k = 0;; k++) {
+        char dir[700], *path = NULL;
+        snprintf(dir, sizeof dir, "%s/k%ld", root, k);
+        tg_err err;
+        REQUIRE(tg_checkpoint_dir_prepare(dir, &err) == 0, "%s", err.msg);
+        for (int step = 1; step <= 4; step++) {
+            char old[800];
+            snprintf(old, sizeof old, "%s/step-%06d.tgckpt", dir, step);
+            REQUIRE(tg_test_write_file(old, "x") == 0, "%s", old);
+        }
+        tg_checkpoint ck;
+        make_small(&ck, 5);
+        tg_alloc_fail_only(k);
+        const int rc = tg_checkpoint_save_in_dir(&ck, dir, 1, &path, &err);
+        const long made = tg_alloc_fail_after(-1);
+        tg_checkpoint_free(&ck);
+        free(path);
+        if (rc != 0) continue; /* the save itself ran out of memory: another test's concern */
+        int kept[5] = {0};
+        for (int step = 1; step <= 4; step++) {
+            char name[32];
+            snprintf(name, sizeof name, "step-%06d.tgckpt", step);
+            kept[step] = file_exists(dir, name);
+        }
+        for (int step = 2; step <= 4; step++)
+            CHECK(!kept[step] || kept[step - 1], "allocation %ld failed: step %d kept but step %d pruned", k, step,
+                  step - 1);
+        pruning_failed += kept[4];
+        if (made <= k) break; /* nothing failed: every allocation has had its turn */
+    }
+    CHECK(pruning_failed > 0, "no failed allocation stopped the pruning");
+}
+
 TG_TEST(test_checkpoint_keep_last_k) {
     const char *dir = tg_test_tmpdir();
     char ck_dir[700], *path = NULL;
