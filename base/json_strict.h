@@ -24,4 +24,15 @@ static inline int tg_json_out_of_memory(const json_error_t *jerr) {
     return json_error_code(jerr) == json_error_out_of_memory;
 }
 
+/* Building JSON: json_object_set_new and json_array_append_new fail only out of memory (or
+ * when given the NULL of a constructor that ran out) and then drop the entry silently; these
+ * record the failure in *failed, so that a writer refuses once at the end instead of writing
+ * a document with a field missing. */
+static inline void tg_json_put(json_t *obj, const char *key, json_t *v, int *failed) {
+    if (json_object_set_new(obj, key, v)) *failed = 1;
+}
+static inline void tg_json_push(json_t *arr, json_t *v, int *failed) {
+    if (json_array_append_new(arr, v)) *failed = 1;
+}
+
 #endif

@@ -324,17 +324,9 @@ typedef struct built {
     int bad, oom;
 } built;
 
-static void put(json_t *o, const char *key, json_t *v, built *b) {
-    if (json_object_set_new(o, key, v)) b->oom = 1;
-}
-
-static void push(json_t *a, json_t *v, built *b) {
-    if (json_array_append_new(a, v)) b->oom = 1;
-}
-
 static json_t *split_counts(const int64_t v[TG_SPLIT_COUNT], built *b) {
     json_t *o = json_object();
-    for (int s = 0; s < TG_SPLIT_COUNT; s++) put(o, tg_shard_split_name(s), json_integer(v[s]), b);
+    for (int s = 0; s < TG_SPLIT_COUNT; s++) tg_json_put(o, tg_shard_split_name(s), json_integer(v[s]), &b->oom);
     return o;
 }
 
@@ -360,43 +352,43 @@ int tg_shard_manifest_format(const tg_shard_manifest *m, char **text, size_t *le
     *len = 0;
     built b = {0, 0};
     json_t *root = json_object();
-    put(root, "format", json_string(FORMAT_NAME), &b);
-    put(root, "version", json_integer(m->version), &b);
-    put(root, "task", json_string(tg_shard_task_name(m->task)), &b);
-    put(root, "seq", json_integer(m->seq), &b);
-    if (m->task == TG_SHARD_QA) put(root, "doc_stride", json_integer(m->doc_stride), &b);
-    put(root, "records", split_counts(m->records, &b), &b);
-    put(root, "tokens", split_counts(m->tokens, &b), &b);
+    tg_json_put(root, "format", json_string(FORMAT_NAME), &b.oom);
+    tg_json_put(root, "version", json_integer(m->version), &b.oom);
+    tg_json_put(root, "task", json_string(tg_shard_task_name(m->task)), &b.oom);
+    tg_json_put(root, "seq", json_integer(m->seq), &b.oom);
+    if (m->task == TG_SHARD_QA) tg_json_put(root, "doc_stride", json_integer(m->doc_stride), &b.oom);
+    tg_json_put(root, "records", split_counts(m->records, &b), &b.oom);
+    tg_json_put(root, "tokens", split_counts(m->tokens, &b), &b.oom);
     json_t *labels = json_array();
-    for (int32_t i = 0; i < m->n_labels; i++) push(labels, str(m->labels[i], &b), &b);
-    put(root, "labels", labels, &b);
+    for (int32_t i = 0; i < m->n_labels; i++) tg_json_push(labels, str(m->labels[i], &b), &b.oom);
+    tg_json_put(root, "labels", labels, &b.oom);
     json_t *hist = json_object();
-    put(hist, "bin_width", json_integer(m->hist_bin), &b);
+    tg_json_put(hist, "bin_width", json_integer(m->hist_bin), &b.oom);
     for (int s = 0; s < TG_SPLIT_COUNT; s++) {
         json_t *a = json_array();
-        for (int32_t i = 0; i < m->n_bins; i++) push(a, json_integer(m->hist[s][i]), &b);
-        put(hist, tg_shard_split_name(s), a, &b);
+        for (int32_t i = 0; i < m->n_bins; i++) tg_json_push(a, json_integer(m->hist[s][i]), &b.oom);
+        tg_json_put(hist, tg_shard_split_name(s), a, &b.oom);
     }
-    put(root, "length_histogram", hist, &b);
-    put(root, "token_types", json_boolean(m->token_types), &b);
+    tg_json_put(root, "length_histogram", hist, &b.oom);
+    tg_json_put(root, "token_types", json_boolean(m->token_types), &b.oom);
     json_t *tok = json_object();
-    put(tok, "identity", hex(m->tokenizer_identity), &b);
-    put(tok, "family", str(m->tokenizer_family, &b), &b);
-    put(tok, "vocab_size", json_integer(m->vocab_size), &b);
-    put(root, "tokenizer", tok, &b);
+    tg_json_put(tok, "identity", hex(m->tokenizer_identity), &b.oom);
+    tg_json_put(tok, "family", str(m->tokenizer_family, &b), &b.oom);
+    tg_json_put(tok, "vocab_size", json_integer(m->vocab_size), &b.oom);
+    tg_json_put(root, "tokenizer", tok, &b.oom);
     json_t *shards = json_array();
     for (int32_t i = 0; i < m->n_shards; i++) {
         const tg_shard_entry *e = &m->shards[i];
         json_t *o = json_object();
-        put(o, "file", str(e->file, &b), &b);
-        put(o, "split", json_string(tg_shard_split_name(e->split)), &b);
-        put(o, "records", json_integer(e->records), &b);
-        put(o, "bytes", json_integer(e->bytes), &b);
-        put(o, "xxh64", hex(e->xxh64), &b);
-        push(shards, o, &b);
+        tg_json_put(o, "file", str(e->file, &b), &b.oom);
+        tg_json_put(o, "split", json_string(tg_shard_split_name(e->split)), &b.oom);
+        tg_json_put(o, "records", json_integer(e->records), &b.oom);
+        tg_json_put(o, "bytes", json_integer(e->bytes), &b.oom);
+        tg_json_put(o, "xxh64", hex(e->xxh64), &b.oom);
+        tg_json_push(shards, o, &b.oom);
     }
-    put(root, "shards", shards, &b);
-    put(root, "command", str(m->command ? m->command : "", &b), &b);
+    tg_json_put(root, "shards", shards, &b.oom);
+    tg_json_put(root, "command", str(m->command ? m->command : "", &b), &b.oom);
     char *s = b.bad || b.oom ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (b.bad) return tg_fail(err, "manifest: a label name, the tokenizer family or the command is not UTF-8");

@@ -488,10 +488,11 @@ static json_t *build_header(const char *path, const tg_st_item *items, int n, co
         }
         /* Each of these fails only out of memory (ASCII keys and values): checked below,
          * so that no header goes out with a field missing. */
-        int built = json_object_set_new(obj, "dtype", json_string(tg_st_dtype_name(it->dtype))) == 0;
-        built &= json_object_set_new(obj, "shape", shape) == 0;
-        built &= json_object_set_new(obj, "data_offsets", offs) == 0;
-        if (!built) { /* a failed set has released its value: shape and offs may be gone */
+        int entry_failed = 0;
+        tg_json_put(obj, "dtype", json_string(tg_st_dtype_name(it->dtype)), &entry_failed);
+        tg_json_put(obj, "shape", shape, &entry_failed);
+        tg_json_put(obj, "data_offsets", offs, &entry_failed);
+        if (entry_failed) { /* a failed set has released its value: shape and offs may be gone */
             json_decref(obj);
             tg_fail(err, "%s: tensor '%s': out of memory for its header entry", path, name);
             goto fail;
@@ -509,16 +510,16 @@ static json_t *build_header(const char *path, const tg_st_item *items, int n, co
                 goto fail;
             }
             numel *= (uint64_t)it->shape[d];
-            built &= json_array_append_new(shape, json_integer(it->shape[d])) == 0;
+            tg_json_push(shape, json_integer(it->shape[d]), &entry_failed);
         }
         uint64_t bytes = numel * (uint64_t)k_dtype_sizes[it->dtype];
         if (bytes > 0 && !it->data) {
             tg_fail(err, "%s: tensor '%s': no data", path, name);
             goto fail;
         }
-        built &= json_array_append_new(offs, json_integer((json_int_t)off)) == 0;
-        built &= json_array_append_new(offs, json_integer((json_int_t)(off + bytes))) == 0;
-        if (!built) {
+        tg_json_push(offs, json_integer((json_int_t)off), &entry_failed);
+        tg_json_push(offs, json_integer((json_int_t)(off + bytes)), &entry_failed);
+        if (entry_failed) {
             tg_fail(err, "%s: tensor '%s': out of memory for its header entry", path, name);
             goto fail;
         }
