@@ -238,8 +238,29 @@ static int *run_order(const char *first) {
     return order;
 }
 
+/* Whether name is one of the comma-separated names in list. */
+static int named_in(const char *list, const char *name) {
+    const size_t len = strlen(name);
+    for (const char *s = list; *s;) {
+        const char *end = strchr(s, ',');
+        const size_t n = end ? (size_t)(end - s) : strlen(s);
+        if (n == len && !strncmp(s, name, len)) return 1;
+        s = end ? end + 1 : s + n;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
+    /* TG_TEST_LIST=1 prints each test as "name file" and runs none; TG_TEST_ONLY runs just
+     * the tests it names (comma-separated): mutation testing runs, for a mutated line, only
+     * the tests that reach it. */
+    const char *list = getenv("TG_TEST_LIST");
+    if (list && !strcmp(list, "1")) {
+        for (int i = 0; i < g_n_tests; i++) printf("%s %s\n", g_tests[i].name, g_tests[i].file);
+        return 0;
+    }
+    const char *only = getenv("TG_TEST_ONLY");
     const char *tmp = getenv("TMPDIR");
     snprintf(g_tmp_root, sizeof g_tmp_root, "%s/tunegraph-test-XXXXXX", tmp ? tmp : "/tmp");
     if (!mkdtemp(g_tmp_root)) {
@@ -259,6 +280,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < g_n_tests && !(fail_fast && failed); k++) {
         const int i = order[k];
         if (filter && !strstr(g_tests[i].name, filter) && !strstr(g_tests[i].file, filter)) continue;
+        if (only && !named_in(only, g_tests[i].name)) continue;
         g_current_failed = 0;
         double t0 = now_ms();
         g_tests[i].fn();
