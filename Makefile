@@ -151,7 +151,7 @@ test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 # per file of the CPU sources with gcovr (installed into build/coverage/venv with pip) and
 # writes build/coverage/coverage.json.
 COV := $(BUILD)/coverage
-COV_FLAGS := -U_FORTIFY_SOURCE -O0 --coverage
+COV_FLAGS := -U_FORTIFY_SOURCE -O0 --coverage -DTG_COVERAGE
 COV_LIB_OBJ := $(LIB_SRC:%.c=$(COV)/%.o)
 
 $(COV)/%.o: %.c $(HEADERS) | deps
@@ -183,14 +183,16 @@ coverage: $(COV)/run_tests $(COV)/tunegraph
 # ---- mutation testing -------------------------------------------------------------------
 # MUTANTS mutants of the CPU sources (universalmutator's C rules; FILES="glob..." narrows
 # the files), drawn for SEED and run against the suite with TG_TEST_FAIL_FAST=1 by JOBS
-# workers, each in its own copy of the tree under build/mutate/ (scripts/mutate.py). Prints
+# workers, each in its own copy of the tree under build/mutate/ (scripts/mutate.py): a mutant
+# runs only the tests that execute its line (a map made with the coverage build; WHOLE_SUITE=1
+# runs them all, CONFIRM_SURVIVORS=1 runs the whole suite on each survivor as a check). Prints
 # the score per file and every survivor; writes build/mutate/report.json. Too slow for CI.
 MUTATE := $(BUILD)/mutate
 MUTANTS ?= 300
 SEED ?= 1
 JOBS ?= 2
 mutate: | deps
-	./scripts/mutate.sh $(MUTATE) --mutants $(MUTANTS) --seed $(SEED) --jobs $(JOBS) $(if $(FILES),--files "$(FILES)") $(if $(STOP_AFTER),--stop-after $(STOP_AFTER)) $(if $(SANITIZE),--sanitize)
+	./scripts/mutate.sh $(MUTATE) --mutants $(MUTANTS) --seed $(SEED) --jobs $(JOBS) $(if $(FILES),--files "$(FILES)") $(if $(STOP_AFTER),--stop-after $(STOP_AFTER)) $(if $(SANITIZE),--sanitize) $(if $(WHOLE_SUITE),--whole-suite) $(if $(CONFIRM_SURVIVORS),--confirm-survivors)
 
 # ---- fuzzing ----------------------------------------------------------------------------
 # One libFuzzer target per parser (tests/fuzz/fuzz_*.c), and one (plan_fields) that edits

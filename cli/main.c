@@ -15,6 +15,7 @@
 #include "api/front.h"
 #include "base/alloc.h"
 #include "base/atomic_file.h"
+#include "base/coverage_flush.h"
 #include "base/output_paths.h"
 #include "cli/checkpoints.h"
 #include "cli/usage.h"
@@ -266,6 +267,7 @@ static int end_failed_run(metrics_file *metrics, int replicas, int replica, cons
         tg_atomic_remove_temps();
         fflush(stdout);
         fflush(stderr);
+        tg_coverage_flush();
         _exit(1);
     }
     return 1;
@@ -589,6 +591,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         fflush(stdout);
         fflush(stderr);
         signal(sig, SIG_DFL);
+        tg_coverage_flush();
         raise(sig);
         _exit(128 + sig);
     }
@@ -703,6 +706,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         fflush(stdout);
         fflush(stderr);
         signal(sig, SIG_DFL);
+        tg_coverage_flush();
         raise(sig);
     }
     return rc;

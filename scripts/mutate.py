@@ -4,7 +4,7 @@ the tree, and the score is printed per file and in total. `make mutate` runs it 
 scripts/mutate.sh, which installs universalmutator into build/mutate/venv first.
 
 usage: mutate.py --root ROOT --out OUT [--mutants N] [--seed S] [--jobs J] [--files "GLOB..."]
-                 [--stop-after SECONDS] [--sanitize]
+                 [--stop-after SECONDS] [--sanitize] [--whole-suite] [--confirm-survivors]
 
 What happens:
   1. Mutants: universalmutator's regexp mutator (mutator.mutants_regexp, what its `mutate`
@@ -23,6 +23,10 @@ What happens:
      that depend on that file (found once per file with `make -n -W`) and relinks; a build
      failure makes the mutant invalid. The suite then runs with TG_TEST_FAIL_FAST=1: a
      failing test, a crash or running past 3x the unmutated suite's time (run by all workers at once) kills it.
+     Only the tests that execute the mutated line run (TG_TEST_ONLY), from a map of which test
+     reaches which line made once per tree with the coverage build (TestMap; --whole-suite
+     turns it off, --confirm-survivors runs each survivor against the whole suite as a check
+     of the map); their time limit is 3x their own time alone there, at least 30 s.
      Afterwards the source gets back its text and time stamp and the objects their
      unmutated copies (stamped now, so that the next make relinks them).
      The tests likeliest to kill a mutant of a file run first (TG_TEST_FIRST): those that
@@ -67,6 +71,9 @@ TARGETS = ["build/run_tests", "build/tunegraph"]
 SANITIZED_TARGETS = ["build/asan/run_tests", "build/asan/tunegraph"]
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1",
                  "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+# The line coverage of each test alone (gcov, -O0), built as `make coverage` builds it.
+COVERAGE_TARGETS = ["build/coverage/run_tests", "build/coverage/tunegraph"]
+TEST_MAP = "test-map.json"
 EQUIVALENT_LIST = "tests/mutation/equivalent.txt"
 KILLERS = "killers.json"
 RESULTS = "results.jsonl"
@@ -223,8 +230,10 @@ class Worker:
             self.objects_of[path] = sorted(set(re.findall(r"-c \S+ -o (\S+\.o)", r.stdout)))
         return self.objects_of[path]
 
-    def suite(self, timeout, first=()):
+    def suite(self, timeout, first=(), only=None):
         env = dict(os.environ, TG_TEST_FAIL_FAST="1", TMPDIR=self.tmp, TG_TEST_FIRST=",".join(first))
+        if only is not None:
+            env["TG_TEST_ONLY"] = ",".join(only)
         env.pop("TG_TEST_CLI", None)
         env.pop("TG_TEST_DEVICE", None)
         if TARGETS == SANITIZED_TARGETS:
@@ -250,7 +259,7 @@ class Worker:
         os.makedirs(d, exist_ok=True)
         return d
 
-    def evaluate(self, path, line, text, timeout, first=()):
+    def evaluate(self, path, line, text, timeout, first=(), only=None):
         src = os.path.join(self.dir, path)
         with open(src) as f:
             original = f.readlines()
@@ -281,7 +290,7 @@ class Worker:
                 error = re.search(r"^.*error:.*$", built.stdout, re.M)
                 result["by"] = error.group(0).strip() if error else built.stdout.strip().splitlines()[-1]
             else:
-                rc, timed_out, output, secs = self.suite(timeout, first)
+                rc, timed_out, output, secs = self.suite(timeout, first, only)
                 failing = re.search(r"^FAIL (\S+)", output, re.M)
                 if timed_out:
                     result["status"], result["by"] = "killed", f"timeout after {timeout:.0f} s"
@@ -291,6 +300,7 @@ class Worker:
                 else:
                     result["status"] = "survived"
                 result["suite_seconds"] = round(secs, 1)
+                result["tests_run"] = "all" if only is None else len(only)
         finally:
             with open(src, "w") as f:
                 f.writelines(original)
@@ -393,6 +403,138 @@ class KillOrder:
         os.replace(tmp, self.path)
 
 
+class TestMap:
+    """Which tests reach each line of the CPU sources: every test is run alone in the coverage
+    build (`make coverage`'s objects, -O0 --coverage) with its counters written under a folder
+    of its own (GCOV_PREFIX), and gcov's JSON says which lines it executed. A mutant of a line
+    that some tests reach is run against those tests only: a test that never executes the line
+    behaves as on the unmutated tree. The whole suite still runs for a line gcov does not count
+    (declarations, macros, initialisers: they act where they are used), for a case label (it
+    steers a switch from the switch's line) and for a line no test reaches. Kept in
+    OUT/test-map.json for the tree it was made of."""
+
+    def __init__(self, out, tree):
+        self.path = os.path.join(out, TEST_MAP)
+        self.tree = tree
+        self.tests, self.seconds, self.executable, self.reached = [], [], {}, {}
+
+    def load(self):
+        try:
+            with open(self.path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            return False
+        if saved.get("tree") != self.tree:
+            return False
+        self.tests = [t for t, _ in saved["tests"]]
+        self.seconds = [s for _, s in saved["tests"]]
+        self.executable = {p: set(lines) for p, lines in saved["executable"].items()}
+        self.reached = {p: {int(n): ts for n, ts in lines.items()} for p, lines in saved["reached"].items()}
+        return True
+
+    def save(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"tree": self.tree, "tests": [[t, s] for t, s in zip(self.tests, self.seconds)],
+                       "executable": {p: sorted(v) for p, v in self.executable.items()},
+                       "reached": {p: {str(n): ts for n, ts in sorted(v.items())} for p, v in self.reached.items()}},
+                      f, separators=(",", ":"))
+        os.replace(tmp, self.path)
+
+    def build(self, worker, jobs, sources):
+        copy = worker.dir
+        built = run(["make", "--no-print-directory", f"-j{jobs}"] + COVERAGE_TARGETS, copy)
+        if built.returncode != 0:
+            sys.exit(f"mutate: the coverage build fails in {copy}:\n{built.stdout[-3000:]}")
+        listed = run(["./" + COVERAGE_TARGETS[0]], copy, env=dict(os.environ, TG_TEST_LIST="1"))
+        if listed.returncode != 0:
+            sys.exit(f"mutate: listing the tests failed:\n{listed.stdout[-3000:]}")
+        self.tests = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+        self.seconds = [0.0] * len(self.tests)
+        objdir = os.path.join(copy, "build", "coverage")
+        notes = []
+        for top, _, found in os.walk(objdir):
+            rel = os.path.relpath(top, objdir)
+            if rel.split(os.sep)[0] in SOURCE_DIRS:
+                notes += [os.path.join(rel, n) for n in found if n.endswith(".gcno")]
+        strip = len([c for c in os.path.abspath(objdir).split(os.sep) if c])
+        scratch = os.path.join(copy, "build", "test-map")
+        shutil.rmtree(scratch, ignore_errors=True)
+        wanted = set(sources)
+        lock, mapped = threading.Lock(), [0]
+        log(f"mutate: mapping which of {len(self.tests)} tests reach each line (coverage build, one test at a time)")
+
+        def one(index):
+            name = self.tests[index]
+            prefix = os.path.join(scratch, str(index))
+            tmp = os.path.join(prefix, "tmp")
+            os.makedirs(tmp)
+            env = dict(os.environ, TG_TEST_ONLY=name, TG_TEST_CLI="./" + COVERAGE_TARGETS[1], TMPDIR=tmp,
+                       GCOV_PREFIX=prefix, GCOV_PREFIX_STRIP=str(strip))
+            env.pop("TG_TEST_DEVICE", None)
+            t0 = time.monotonic()
+            r = run(["./" + COVERAGE_TARGETS[0]], copy, env=env)
+            secs = time.monotonic() - t0
+            if r.returncode != 0 or "1 passed, 0 failed" not in r.stdout:
+                sys.exit(f"mutate: {name} does not pass when run alone (TG_TEST_ONLY={name}), so "
+                         f"which lines it reaches cannot be told:\n{r.stdout[-3000:]}")
+            counted = []
+            for note in notes:
+                data = os.path.join(prefix, note[:-len(".gcno")] + ".gcda")
+                if os.path.exists(data):
+                    os.link(os.path.join(objdir, note), os.path.join(prefix, note))
+                    counted.append(data)
+            reached, executable = {}, {}
+            if counted:
+                g = run(["gcov", "--json-format", "--stdout"] + counted, copy)
+                if g.returncode != 0:
+                    sys.exit(f"mutate: gcov failed for {name}:\n{g.stdout[-3000:]}")
+                decoder, text, at = json.JSONDecoder(), g.stdout, 0
+                while True:
+                    while at < len(text) and text[at] != "{":
+                        at += 1  # gcov's notes (a source newer than its notes...) between documents
+                    if at >= len(text):
+                        break
+                    doc, at = decoder.raw_decode(text, at)
+                    for f in doc.get("files", []):
+                        path = os.path.normpath(f["file"])
+                        if path not in wanted:
+                            continue
+                        executable.setdefault(path, set()).update(l["line_number"] for l in f["lines"])
+                        reached.setdefault(path, set()).update(l["line_number"] for l in f["lines"] if l["count"] > 0)
+            shutil.rmtree(prefix, ignore_errors=True)
+            with lock:
+                mapped[0] += 1
+                if mapped[0] % 100 == 0:
+                    log(f"mutate: {mapped[0]} of {len(self.tests)} tests mapped")
+                self.seconds[index] = round(secs, 2)
+                for path, lines in executable.items():
+                    self.executable.setdefault(path, set()).update(lines)
+                for path, lines in reached.items():
+                    table = self.reached.setdefault(path, {})
+                    for n in lines:
+                        table.setdefault(n, []).append(index)
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, range(len(self.tests))))
+        for table in self.reached.values():
+            for tests in table.values():
+                tests.sort()
+        shutil.rmtree(scratch, ignore_errors=True)
+        log(f"mutate: test map made in {time.monotonic() - t0:.0f} s")
+        self.save()
+
+    def tests_for(self, path, line, original):
+        """The tests to run for a mutant of path:line (None: the whole suite) and their time alone."""
+        if re.match(r"\s*(case\b|default\s*:)", original) or line not in self.executable.get(path, ()):
+            return None, None
+        reached = self.reached.get(path, {}).get(line)
+        if not reached:
+            return None, None
+        return [self.tests[i] for i in reached], sum(self.seconds[i] for i in reached)
+
+
 def prepare(root, out, jobs):
     workers = [Worker(root, out, i + 1) for i in range(jobs)]
     for w in workers:
@@ -432,6 +574,10 @@ def main():
     ap.add_argument("--files", default="", help="shell globs of the paths to mutate, space-separated")
     ap.add_argument("--sanitize", action="store_true",
                     help="run the mutants against the AddressSanitizer/UBSan build of the suite")
+    ap.add_argument("--whole-suite", action="store_true",
+                    help="run every mutant against the whole suite, not only the tests that reach its line")
+    ap.add_argument("--confirm-survivors", action="store_true",
+                    help="run each mutant that the tests reaching its line spared against the whole suite too")
     ap.add_argument("--stop-after", type=float, default=0,
                     help="hand out no more mutants after this many seconds (0: run them all)")
     a = ap.parse_args()
@@ -473,8 +619,8 @@ def main():
                             "status": "equivalent", "why": why})
         else:
             todo.append((path, line, text))
-    stale = [k for k in equivalent
-             if not any(k[2] == t.strip() for ln, t in table.get(k[0], ([], []))[1] if ln == k[1])]
+    stale = [k for k in equivalent if k[0] in table
+             and not any(k[2] == t.strip() for ln, t in table.get(k[0], ([], []))[1] if ln == k[1])]
 
     workers, base_secs = prepare(root, out, jobs)
     timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * base_secs)
@@ -484,6 +630,12 @@ def main():
     # What the workers test: the first copy as synced (the tree may change meanwhile).
     tree = tree_identity(workers[0].dir, workers[0].names) + ("+sanitized" if a.sanitize else "")
     cached = load_results(out, tree)
+    test_map = None
+    if not a.whole_suite:
+        test_map = TestMap(out, tree.split("+")[0])
+        if not test_map.load():
+            # Every CPU source, whatever FILES narrows: the map serves later runs of the tree too.
+            test_map.build(workers[0], jobs, cpu_sources(root, []))
     results_log = open(os.path.join(out, RESULTS), "a")
     lock = threading.Condition()
     queue, busy, done, ran, reused = list(reversed(todo)), [0], [0], [], [0]
@@ -510,7 +662,17 @@ def main():
                 busy[0] += 1
                 first = kill_order.first(item[0])
                 earlier = cached.get(item)
-            r = dict(earlier) if earlier else w.evaluate(*item, timeout, first)
+            if earlier:
+                r = dict(earlier)
+            else:
+                only, alone = test_map.tests_for(item[0], item[1], table[item[0]][0][item[1] - 1]) \
+                    if test_map else (None, None)
+                limit = timeout if only is None else min(timeout, max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * alone))
+                r = w.evaluate(*item, limit, first, only)
+                if a.confirm_survivors and only is not None and r["status"] == "survived":
+                    # A check of the map: the whole suite must not kill what its tests spared.
+                    whole = w.evaluate(*item, timeout, first, None)
+                    r = dict(whole, map_missed=whole["status"] == "killed", seconds=r["seconds"] + whole["seconds"])
             with lock:
                 busy[0] -= 1
                 done[0] += 1
@@ -574,6 +736,12 @@ def main():
         f"{totals['equivalent']:10d}  {score(totals['killed'], totals['survived'])}")
     for k in stale:
         log(f"mutate: {EQUIVALENT_LIST}: {k[0]}:{k[1]} matches no mutant of the tree (stale entry)")
+    confirmed = [r for r in ran if "map_missed" in r]
+    if confirmed:
+        missed = [r for r in confirmed if r["map_missed"]]
+        log(f"mutate: {len(confirmed)} mutants spared by the tests reaching their line ran against the whole "
+            f"suite too; it killed {len(missed)} of them" +
+            "".join(f"\n    {r['file']}:{r['line']} (by {r['by']})" for r in missed))
     fresh = len(ran) - reused[0]
     per_mutant = wall * jobs / fresh if fresh else 0.0
     log(f"mutate: score {score(totals['killed'], totals['survived']).strip()} "
