@@ -24,17 +24,18 @@ TG_TEST(test_cpu_matmul_empty_and_bias_grad_without_output) {
         /* Nor a fused bias gradient of A's or B's columns, and no memory is asked for. */
         for (int bg = 1; bg <= 2; bg++) {
             float db[2] = {-1, -1};
+            atomic_int oom = 0;
             op.p.matmul.bias_grad = bg;
-            a.out[1] = db;
+            a.out[1] = db, a.out_of_memory = &oom;
             tg_alloc_fail_after(0);
             tg_cpu_op_run(&a);
             const long asked = tg_alloc_fail_after(-1);
-            CHECK(db[0] == -1 && db[1] == -1 && C[0] == -1 && asked == 0,
+            CHECK(db[0] == -1 && db[1] == -1 && C[0] == -1 && asked == 0 && !oom,
                   "M %d N %d bias_grad %d: wrote %g %g, asked for memory %ld times", empty[k][0], empty[k][1], bg,
                   db[0], db[1], asked);
         }
         op.p.matmul.bias_grad = 0;
-        a.out[1] = NULL;
+        a.out[1] = NULL, a.out_of_memory = NULL;
     }
     op.p.matmul.m = 2, op.p.matmul.n = 2;
     /* A bias gradient asked for (of A's or B's columns) but no output for it: the product alone. */
