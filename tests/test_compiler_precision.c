@@ -128,3 +128,93 @@ TG_TEST(test_precision_frozen_copy_out_of_memory) {
         tg_graph_free(&h.g);
     }
 }
+
+/* Frozen storage in a bf16 plan, every tensor's dtype after the pass: the first tensor a
+ * frozen table that only a matmul reads (stored bf16, no copy), two frozen tables that an
+ * embedding and a matmul read (each kept fp32 with a bf16 copy the matmul reads), and the
+ * tensors that are not frozen: the int32 ids and fp32 input as they were, the trainable
+ * weight fp32 with its copy in the bf16 parameter pool, the activations bf16. */
+TG_TEST(test_precision_frozen_tables_and_the_rest) {
+    const int64_t N = 4, V = 10, D = 6;
+    small_graph h;
+    memset(&h, 0, sizeof h);
+    REQUIRE(tg_model_config_load("tiny-bert", &h.cfg, &h.err) == 0, "%s", h.err.msg);
+    tg_job_defaults(&h.job);
+    snprintf(h.job.freeze, sizeof h.job.freeze, "tab*");
+    tg_graph_init(&h.g, &h.cfg, &h.job, &h.err);
+    int64_t ids_shape[1] = {N}, xs[2] = {N, V};
+    const int mm_only = tg_param(&h.g, "tab_mm", 2, V, D, TG_INIT_NORMAL, 0);
+    const int ids = tg_graph_tensor(&h.g, "ids", TG_I32, TG_POOL_INPUTS, 1, ids_shape);
+    const int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    const int tab[2] = {tg_param(&h.g, "tab_a", 2, V, D, TG_INIT_NORMAL, 0),
+                        tg_param(&h.g, "tab_b", 2, V, D, TG_INIT_NORMAL, 0)};
+    const int w = tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0);
+    const int rows[2] = {tg_act(&h.g, "rows_a", 2, N, D, 0, 0), tg_act(&h.g, "rows_b", 2, N, D, 0, 0)};
+    const int prod[2] = {tg_act(&h.g, "prod_a", 2, N, D, 0, 0), tg_act(&h.g, "prod_b", 2, N, D, 0, 0)};
+    const int prod_mm = tg_act(&h.g, "prod_mm", 2, N, D, 0, 0), prod_w = tg_act(&h.g, "prod_w", 2, N, D, 0, 0);
+    REQUIRE(mm_only == 0 && !h.g.failed, "tab_mm is tensor %d: %s", mm_only, h.err.msg);
+    for (int i = 0; i < 2; i++) {
+        tg_op_spec s = tg_spec(TG_OP_EMBEDDING); /* ops 0 and 2 */
+        s.in[0] = ids, s.in[1] = tab[i], s.out[0] = rows[i];
+        s.p.embedding = (tg_embedding_params){.n = N, .vocab = V, .dim = D, .padding_idx = -1};
+        tg_graph_op(&h.g, &s);
+        s = tg_spec(TG_OP_MATMUL); /* ops 1 and 3 */
+        s.in[0] = x, s.in[1] = tab[i], s.out[0] = prod[i];
+        s.p.matmul = (tg_matmul_params){.m = N, .n = D, .k = V, .batch = 1, .alpha = 1.0f};
+        tg_graph_op(&h.g, &s);
+    }
+    tg_op_spec s = tg_spec(TG_OP_MATMUL); /* op 4 */
+    s.in[0] = x, s.in[1] = mm_only, s.out[0] = prod_mm;
+    s.p.matmul = (tg_matmul_params){.m = N, .n = D, .k = V, .batch = 1, .alpha = 1.0f};
+    tg_graph_op(&h.g, &s);
+    s.in[0] = rows[0], s.in[1] = w, s.out[0] = prod_w; /* op 5 */
+    s.p.matmul = (tg_matmul_params){.m = N, .n = D, .k = D, .batch = 1, .alpha = 1.0f};
+    tg_graph_op(&h.g, &s);
+    REQUIRE(!h.g.failed && h.g.n_ops == 6 && tg_plan_param_layout(&h.g) == 0, "%s", h.err.msg);
+    const int n0 = h.g.n_tensors;
+    REQUIRE(tg_apply_precision(&h.g, TG_PREC_BF16) == 0, "%s", h.err.msg);
+
+    const struct {
+        int t, dtype, pool;
+        uint64_t bytes;
+    } want[] = {
+        {mm_only, TG_BF16, TG_POOL_FROZEN, (uint64_t)(V * D * 2)},
+        {ids, TG_I32, TG_POOL_INPUTS, (uint64_t)(N * 4)},
+        {x, TG_F32, TG_POOL_INPUTS, (uint64_t)(N * V * 4)},
+        {tab[0], TG_F32, TG_POOL_FROZEN, (uint64_t)(V * D * 4)},
+        {tab[1], TG_F32, TG_POOL_FROZEN, (uint64_t)(V * D * 4)},
+        {w, TG_F32, TG_POOL_PARAMS, (uint64_t)(D * D * 4)},
+        {rows[0], TG_BF16, TG_POOL_ACTIVATIONS, (uint64_t)(N * D * 2)},
+        {rows[1], TG_BF16, TG_POOL_ACTIVATIONS, (uint64_t)(N * D * 2)},
+        {prod[0], TG_BF16, TG_POOL_ACTIVATIONS, (uint64_t)(N * D * 2)},
+        {prod[1], TG_BF16, TG_POOL_ACTIVATIONS, (uint64_t)(N * D * 2)},
+        {prod_mm, TG_BF16, TG_POOL_ACTIVATIONS, (uint64_t)(N * D * 2)},
+        {prod_w, TG_BF16, TG_POOL_ACTIVATIONS, (uint64_t)(N * D * 2)},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const tg_tensor *t = &h.g.tensors[want[i].t];
+        CHECK(t->dtype == want[i].dtype && t->pool == want[i].pool && t->bytes == want[i].bytes,
+              "%s: dtype %d pool %d bytes %llu, expected %d %d %llu", t->name, t->dtype, t->pool,
+              (unsigned long long)t->bytes, want[i].dtype, want[i].pool, (unsigned long long)want[i].bytes);
+    }
+    /* The tensors the pass added, in order: the trainable weight's copy, the copies' view,
+     * then the two mixed tables' copies. */
+    const char *added[] = {"bf16.w", "params_bf16.all", "bf16.tab_a", "bf16.tab_b"};
+    REQUIRE(h.g.n_tensors == n0 + 4, "%d tensors added, expected 4", h.g.n_tensors - n0);
+    for (int i = 0; i < 4; i++)
+        CHECK(!strcmp(h.g.tensors[n0 + i].name, added[i]) && h.g.tensors[n0 + i].dtype == TG_BF16,
+              "tensor %d is %s, expected %s", n0 + i, h.g.tensors[n0 + i].name, added[i]);
+    CHECK(h.g.tensors[n0].master == w && h.g.tensors[n0].pool == TG_POOL_PARAMS_BF16, "the copy of w");
+    for (int i = 0; i < 2; i++) {
+        const tg_tensor *c = &h.g.tensors[n0 + 2 + i];
+        CHECK(c->master == tab[i] && c->pool == TG_POOL_FROZEN &&
+                  c->flags == (TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY) && c->bytes == (uint64_t)(V * D * 2),
+              "%s: master %d pool %d flags %#x", c->name, c->master, c->pool, (unsigned)c->flags);
+        /* The embedding reads the fp32 table, the matmul its copy. */
+        CHECK(h.g.ops[2 * i].in[1] == tab[i] && h.g.ops[2 * i + 1].in[1] == n0 + 2 + i, "ops of %s read %d and %d",
+              c->name, h.g.ops[2 * i].in[1], h.g.ops[2 * i + 1].in[1]);
+    }
+    CHECK(h.g.ops[4].in[1] == mm_only && h.g.ops[5].in[1] == n0 && h.g.ops[5].in[0] == rows[0],
+          "the matmuls read %d and %d", h.g.ops[4].in[1], h.g.ops[5].in[1]);
+    tg_graph_free(&h.g);
+}

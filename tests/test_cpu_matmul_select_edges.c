@@ -1,7 +1,9 @@
 /* Edge cases of MATMUL and SELECT_TOKEN on the CPU reference: an empty product writes
- * nothing; a fused bias gradient without its output is skipped, the product still made;
+ * nothing (not even a fused bias gradient) and allocates nothing; a fused bias gradient without its output is skipped, the product still made;
  * the last non-pad token without ids to look at is token 0, with ids the last real one. */
 #include <string.h>
+
+#include "base/alloc.h"
 
 #include "runtime/cpu/cpu_kernels.h"
 #include "tests/harness.h"
@@ -19,6 +21,21 @@ TG_TEST(test_cpu_matmul_empty_and_bias_grad_without_output) {
         for (int i = 0; i < 4; i++) C[i] = -1;
         tg_cpu_op_run(&a);
         CHECK(C[0] == -1 && C[3] == -1, "M %d N %d wrote %g", empty[k][0], empty[k][1], C[0]);
+        /* Nor a fused bias gradient of A's or B's columns, and no memory is asked for. */
+        for (int bg = 1; bg <= 2; bg++) {
+            float db[2] = {-1, -1};
+            atomic_int oom = 0;
+            op.p.matmul.bias_grad = bg;
+            a.out[1] = db, a.out_of_memory = &oom;
+            tg_alloc_fail_after(0);
+            tg_cpu_op_run(&a);
+            const long asked = tg_alloc_fail_after(-1);
+            CHECK(db[0] == -1 && db[1] == -1 && C[0] == -1 && asked == 0 && !oom,
+                  "M %d N %d bias_grad %d: wrote %g %g, asked for memory %ld times", empty[k][0], empty[k][1], bg,
+                  db[0], db[1], asked);
+        }
+        op.p.matmul.bias_grad = 0;
+        a.out[1] = NULL, a.out_of_memory = NULL;
     }
     op.p.matmul.m = 2, op.p.matmul.n = 2;
     /* A bias gradient asked for (of A's or B's columns) but no output for it: the product alone. */

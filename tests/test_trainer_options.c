@@ -59,6 +59,29 @@ TG_TEST(test_trainer_open_without_options) {
     tg_plan_free(&plan);
 }
 
+/* No options with length buckets: the defaults again, one step at a time (a bucketed run
+ * groups no steps unless step_group asks), each step in its bucket. */
+TG_TEST(test_trainer_open_without_options_buckets) {
+    tg_plan plan;
+    if (!compile_small("seq_buckets = 4, 8\n", &plan)) return;
+    REQUIRE(plan.train.n_buckets == 2, "%d buckets", plan.train.n_buckets);
+    tg_trainer t;
+    tg_err err = {{0}};
+    REQUIRE(tg_trainer_open(&t, &plan, NULL, &err) == 0, "%s", err.msg);
+    CHECK(t.has_train && t.has_eval && t.loader != NULL && t.max_in_flight == 1 && t.step_group == 1 && t.bucket == 1 &&
+              t.total_steps == 3,
+          "train %d, eval %d, loader %p, depth %d, group %d, bucket %d", t.has_train, t.has_eval, (void *)t.loader,
+          t.max_in_flight, t.step_group, t.bucket);
+    for (int k = 0; k < 3; k++) {
+        tg_step_stats s;
+        CHECK(tg_trainer_step(&t, &s, &err) == 0 && s.step == k + 1 && isfinite(s.loss) && s.tokens > 0 &&
+                  s.tokens <= s.slots && (s.slots == 8 || s.slots == 16),
+              "step %d: %s (tokens %lld of %lld)", k + 1, err.msg, (long long)s.tokens, (long long)s.slots);
+    }
+    tg_trainer_close(&t);
+    tg_plan_free(&plan);
+}
+
 TG_TEST(test_trainer_host_trace_counts_fills) {
     tg_plan plan;
     if (!compile_small("", &plan)) return;
