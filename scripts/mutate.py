@@ -446,10 +446,12 @@ class TestMap:
         built = run(["make", "--no-print-directory", f"-j{jobs}"] + COVERAGE_TARGETS, copy)
         if built.returncode != 0:
             sys.exit(f"mutate: the coverage build fails in {copy}:\n{built.stdout[-3000:]}")
-        listed = run(["./" + COVERAGE_TARGETS[0]], copy, env=dict(os.environ, TG_TEST_LIST="1"))
+        # stdout alone: libgcov may note on stderr how it merged its counters at exit.
+        listed = subprocess.run(["./" + COVERAGE_TARGETS[0]], cwd=copy, env=dict(os.environ, TG_TEST_LIST="1"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
         if listed.returncode != 0:
-            sys.exit(f"mutate: listing the tests failed:\n{listed.stdout[-3000:]}")
-        self.tests = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+            sys.exit(f"mutate: listing the tests failed:\n{listed.stdout[-2000:]}{listed.stderr[-2000:]}")
+        self.tests = [m.group(1) for m in re.finditer(r"^(\w+) \S+\.c$", listed.stdout, re.M)]
         self.seconds = [0.0] * len(self.tests)
         objdir = os.path.join(copy, "build", "coverage")
         notes = []
