@@ -580,10 +580,14 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         rc = 1;
     if (!rc && stopped) { /* ends the process by the signal */
         const int sig = g_stop_signal;
-        char msg[TG_PATH_MAX + 200];
-        snprintf(msg, sizeof msg, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
-                 last_checkpoint ? last_checkpoint : "(none)", resume.dir);
+        /* Sized by its paths (a checkpoint folder's may pass TG_PATH_MAX); the process ends
+         * by the signal with it allocated. */
+        char *full = NULL;
+        if (asprintf(&full, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
+                     last_checkpoint ? last_checkpoint : "(none)", resume.dir) < 0)
+            full = NULL;
+        const char *msg = full ? full : sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM";
         fprintf(stderr, "%stunegraph: %s\n", tty ? "\n" : "", msg);
         if (metrics && metrics_file_end(metrics, msg, -1, &err)) fprintf(stderr, "tunegraph: %s\n", err.msg);
         fflush(stdout);
