@@ -24,6 +24,7 @@
 #include "tests/harness.h"
 
 int tunegraph_cli_main(int argc, char **argv);
+void cli_format_hms(double s, char *buf, size_t len);
 
 #define DEMO "examples/demo-classify.job"
 
@@ -170,6 +171,28 @@ TG_TEST(test_cli_main_run_report_host_trace) {
         json_decref(summary);
     }
     free(said);
+}
+
+/* The progress lines' ETA: h:mm:ss rounded to the nearest second, minutes and seconds
+ * two digits, the hours as many as it takes; cut to the buffer. */
+TG_TEST(test_cli_main_run_report_hms) {
+    static const struct {
+        double s;
+        const char *want;
+    } cases[] = {{0, "0:00:00"},        {0.49, "0:00:00"},     {0.5, "0:00:01"},      {9, "0:00:09"},
+                 {59.49, "0:00:59"},    {59.5, "0:01:00"},     {61, "0:01:01"},       {600, "0:10:00"},
+                 {3599, "0:59:59"},     {3599.5, "1:00:00"},   {3600, "1:00:00"},     {3661, "1:01:01"},
+                 {7322, "2:02:02"},     {35999, "9:59:59"},    {36000, "10:00:00"},   {86399.7, "24:00:00"},
+                 {360425, "100:07:05"}, {1e7, "2777:46:40"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[32];
+        memset(buf, '#', sizeof buf);
+        cli_format_hms(cases[i].s, buf, sizeof buf);
+        CHECK(!strcmp(buf, cases[i].want), "%g s: '%s', want '%s'", cases[i].s, buf, cases[i].want);
+    }
+    char small[5];
+    cli_format_hms(3661, small, sizeof small);
+    CHECK(!strcmp(small, "1:01"), "cut to 5 bytes: '%s'", small);
 }
 
 /* Starts the CLI binary with argv (stderr into err_path); its pid. */
