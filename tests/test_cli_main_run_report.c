@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,6 +105,41 @@ static void memory_line(json_t *summary, char *out, size_t cap) {
              measured, planned, estimate);
 }
 
+static int near(double got, double want, double tolerance) { return fabs(got - want) <= tolerance; }
+
+/* The closing lines of stderr against the metrics' summary of the same run (each number
+ * within the two roundings): steps, time, losses, tokens/s, median step, CPU per step;
+ * padding and batch waits; the evaluation. */
+static void check_closing_lines(const char *said, json_t *s, int steps) {
+    const char *p = strstr(said, "\ntrained ");
+    int n = -1, used = 0;
+    double train_s, first, last, tps, median, host, loop;
+    CHECK(p && sscanf(p, "\ntrained %d steps in %lf s: loss %lf -> %lf, %lf tokens/s, median step %lf ms, host CPU %lf "
+                         "us/step (training loop thread %lf us)\n%n",
+                      &n, &train_s, &first, &last, &tps, &median, &host, &loop, &used) == 8 && used > 0 &&
+              n == steps && near(train_s, number(s, "train_s"), 0.051) && near(first, number(s, "first_loss"), 6e-5) &&
+              near(last, number(s, "final_loss"), 6e-5) && near(tps, number(s, "tokens_per_s"), 0.56) &&
+              near(median, number(s, "median_step_ms"), 6e-4) && near(host, number(s, "host_cpu_own_us_per_step"), 0.56) &&
+              near(loop, number(s, "loop_cpu_us_per_step"), 0.56),
+          "the trained line against the summary: %s", said);
+    p = p ? strstr(p, "\nbatches: ") : NULL;
+    double pad, wait_ms, share;
+    used = 0;
+    CHECK(p && sscanf(p, "\nbatches: %lf%% of the token slots padding, waited for %lf ms (%lf%% of the training time)\n%n",
+                      &pad, &wait_ms, &share, &used) == 3 && used > 0 &&
+              near(pad, 100 * number(s, "padding_fraction"), 0.056) &&
+              near(wait_ms, 1e3 * number(s, "batch_wait_s"), 0.101) &&
+              near(share, 100 * number(s, "batch_wait_share"), 0.0056),
+          "the batches line against the summary: %s", said);
+    p = p ? strstr(p, "\neval on ") : NULL;
+    double loss, accuracy;
+    used = 0;
+    CHECK(p && sscanf(p, "\neval on %d examples: loss %lf, accuracy %lf\n%n", &n, &loss, &accuracy, &used) == 3 && used > 0 &&
+              n == number(s, "eval_examples") && n == 400 && near(loss, number(s, "eval_loss"), 6e-5) &&
+              near(accuracy, number(s, "eval_accuracy"), 6e-5),
+          "the eval line against the summary: %s", said);
+}
+
 /* One step: nothing after the first to take CPU time per step from (0, never a division
  * by zero, and no host traces though asked for); the last step's ETA is 0:00:00; the memory
  * measured on the CPU is shown, as the metrics have it. */
@@ -143,7 +179,7 @@ TG_TEST(test_cli_main_run_report_one_step) {
 
 /* Three steps with TUNEGRAPH_HOST_TRACE: every step line's ETA as h:mm:ss, the last 0:00:00;
  * the loop and thread traces of the steps after the first; the process's CPU per step
- * measured. */
+ * measured; the closing lines as the metrics' summary has them. */
 TG_TEST(test_cli_main_run_report_host_trace) {
     const char *dir = tg_test_tmpdir();
     char line[1024], *said;
@@ -164,6 +200,7 @@ TG_TEST(test_cli_main_run_report_host_trace) {
     snprintf(line, sizeof line, "%s/m.jsonl", dir);
     json_t *summary = last_metrics_line(line);
     if (CHECK(summary && json_is_true(json_object_get(summary, "summary")), "no summary line in %s", line)) {
+        check_closing_lines(said, summary, 3);
         CHECK(number(summary, "steps") == 3 && number(summary, "host_cpu_us_per_step") > 0 &&
                   number(summary, "loop_cpu_us_per_step") >= 0,
               "CPU per step: host %g, loop %g", number(summary, "host_cpu_us_per_step"),
