@@ -230,7 +230,10 @@ static double median_after_first(double *ms, int n) {
     return ms[1 + (n - 1) / 2];
 }
 
-static void fmt_eta(double s, char *buf, size_t len) {
+/* Seconds as h:mm:ss, rounded to the nearest second, the hours unbounded. Not static:
+ * tests/test_cli_main_run_report.c calls it (through tests/test_cli_metrics.c, which
+ * compiles this file in). */
+void cli_format_hms(double s, char *buf, size_t len) {
     int t = (int)(s + 0.5);
     snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
 }
@@ -562,7 +565,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         }
         double elapsed = tg_wall_s() - t_train;
         char eta[32];
-        fmt_eta(elapsed / (i + 1) * (tr.total_steps - s.step), eta, sizeof eta);
+        cli_format_hms(elapsed / (i + 1) * (tr.total_steps - s.step), eta, sizeof eta);
         if (tty)
             fprintf(stderr, "\rstep %d/%d  loss %.4f  lr %.2e  %.0f tok/s  ETA %s   ", s.step, tr.total_steps,
                     s.loss, s.lr, tok_s, eta);
@@ -582,10 +585,14 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         rc = 1;
     if (!rc && stopped) { /* ends the process by the signal */
         const int sig = g_stop_signal;
-        char msg[TG_PATH_MAX + 200];
-        snprintf(msg, sizeof msg, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
-                 last_checkpoint ? last_checkpoint : "(none)", resume.dir);
+        /* Sized by its paths (a checkpoint folder's may pass TG_PATH_MAX); the process ends
+         * by the signal with it allocated. */
+        char *full = NULL;
+        if (asprintf(&full, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
+                     last_checkpoint ? last_checkpoint : "(none)", resume.dir) < 0)
+            full = NULL;
+        const char *msg = full ? full : sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM";
         fprintf(stderr, "%stunegraph: %s\n", tty ? "\n" : "", msg);
         if (metrics && metrics_file_end(metrics, msg, -1, &err)) fprintf(stderr, "tunegraph: %s\n", err.msg);
         fflush(stdout);

@@ -64,6 +64,9 @@ static const cli_case k_cases[] = {
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --threads -1", 2, "got '-1'"},
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --threads 1025", 2, "got '1025'"},
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --threads 12x", 2, "got '12x'"},
+    /* decimal digits only: no other base's digits, no hexadecimal prefix */
+    {"predict examples/demo-classify.job -o {dir}/l.jsonl --threads 1a", 2, "got '1a'"},
+    {"predict examples/demo-classify.job -o {dir}/l.jsonl --threads 0x10", 2, "got '0x10'"},
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --threads 99999999999999999999", 2,
      "got '99999999999999999999'"},
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --force", 2, "unknown option --force"},

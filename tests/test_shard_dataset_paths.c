@@ -115,6 +115,32 @@ TG_TEST(test_shard_dataset_paths_name_splits) {
     /* Names that are no split, and the root. */
     tg_shard_path_resolve("/eval", dir, sizeof dir, &split);
     CHECK(split == -1, "/eval: split %d", split);
+    /* The root written with repeated slashes: its trailing ones go, the root's own stays
+     * (the sanitizer build sees a read before the name's first byte). */
+    tg_shard_path_resolve("//eval", dir, sizeof dir, &split);
+    CHECK(split == -1, "//eval: split %d", split);
+    tg_shard_path_resolve("///train", dir, sizeof dir, &split);
+    CHECK(split == -1, "///train: split %d", split);
+    tg_shard_path_resolve("/", dir, sizeof dir, &split);
+    CHECK(split == -1, "/: split %d", split);
+    tg_shard_path_resolve("///", dir, sizeof dir, &split);
+    CHECK(split == -1, "///: split %d", split);
+    /* TG_PATH_MAX bytes at most: SET////.../train of 512 bytes names the split; one more
+     * byte (a trailing slash) is too long, never cut to fit. */
+    char edge[TG_PATH_MAX + 2];
+    const size_t pad = TG_PATH_MAX - strlen(set) - strlen("train");
+    REQUIRE(pad > 1, "the test folder's path is too long");
+    snprintf(edge, sizeof edge, "%s", set);
+    memset(edge + strlen(set), '/', pad);
+    snprintf(edge + strlen(set) + pad, sizeof edge - strlen(set) - pad, "train");
+    REQUIRE(strlen(edge) == TG_PATH_MAX, "%zu bytes", strlen(edge));
+    split = 9;
+    tg_shard_path_resolve(edge, dir, sizeof dir, &split);
+    CHECK(split == TG_SPLIT_TRAIN && !strcmp(dir, set), "%d bytes: split %d dir '%s'", TG_PATH_MAX, split, dir);
+    strcat(edge, "/");
+    split = 9;
+    tg_shard_path_resolve(edge, dir, sizeof dir, &split);
+    CHECK(split == -1, "%d bytes: split %d", TG_PATH_MAX + 1, split);
     snprintf(path, sizeof path, "%s/test", set);
     tg_shard_path_resolve(path, dir, sizeof dir, &split);
     CHECK(split == -1, "OUTDIR/test: split %d", split);

@@ -214,3 +214,40 @@ TG_TEST(test_tokenizer_alloc_faults_folders) {
     const attempt w = {wdir, "token2999abcdefghijklmnopqrstuvwxyz", NULL, "2 2999 3"};
     fail_each("vocab.txt folder", &w);
 }
+
+/* A vocab.txt past 1 MiB: the file's buffer grows past its first 1 MiB while it is read.
+ * Each of the first allocations of opening it fails alone: the reads' own (the file is
+ * read twice, to tell its kind and to load it: each time its first buffer, then the larger
+ * one, which must not lose the first: the sanitizer build's leak check sees it) say
+ * "PATH: out of memory". */
+TG_TEST(test_tokenizer_alloc_faults_vocab_past_one_mib) {
+    const char *dir = tg_test_tmpdir();
+    str s = {0};
+    put(&s, "%s", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n");
+    char line[96];
+    for (int i = 4; i < 20000; i++) {
+        snprintf(line, sizeof line, "token%05d%s\n", i, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
+        put(&s, "%s", line);
+    }
+    REQUIRE(s.n > (1u << 20), "the file is %zu bytes", s.n);
+    const char *path = write_in(dir, "vocab.txt", s.s);
+    free(s.s);
+    const attempt a = {path, "token19999abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz token00004", NULL,
+                       "2 19999 1 3 19999 1 3"};
+    static char ids[256];
+    tg_err err = {{0}};
+    REQUIRE(run_attempt(&a, &err, ids, sizeof ids) == 0, "%s", err.msg);
+    CHECK(!strcmp(ids, a.want), "ids '%s', want '%s'", ids, a.want);
+    char want[800];
+    snprintf(want, sizeof want, "%s: out of memory", path);
+    int reads = 0;
+    for (long k = 0; k < 8; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        const int rc = run_attempt(&a, &err, ids, sizeof ids);
+        tg_alloc_fail_after(-1);
+        CHECK(rc == -1 && strstr(err.msg, "out of memory"), "allocation %ld failing: rc %d, '%s'", k, rc, err.msg);
+        reads += rc == -1 && !strcmp(err.msg, want);
+    }
+    CHECK(reads == 4, "%d of the first 8 allocations failing stop a read, want 4", reads);
+}
