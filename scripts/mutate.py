@@ -74,6 +74,7 @@ SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=1:strict_string_checks=1:detect_s
 # The line coverage of each test alone (gcov, -O0), built as `make coverage` builds it.
 COVERAGE_TARGETS = ["build/coverage/run_tests", "build/coverage/tunegraph"]
 TEST_MAP = "test-map.json"
+SUITE_TIME = "suite-time.json"
 EQUIVALENT_LIST = "tests/mutation/equivalent.txt"
 KILLERS = "killers.json"
 RESULTS = "results.jsonl"
@@ -552,14 +553,32 @@ def prepare(root, out, jobs):
         built = w.make()
         if built.returncode != 0:
             sys.exit(f"mutate: the unmutated tree does not build in {w.dir}:\n{built.stdout[-3000:]}")
-    # Timed with every worker running it at once: a mutant's suite shares the machine so.
+    return workers
+
+
+def unmutated_suite_seconds(out, workers, key):
+    """The unmutated suite's time, timed with every worker running it at once (a mutant's
+    suite shares the machine so); kept in OUT/suite-time.json for the tree, build and
+    number of workers, so that a continued run does not time it again."""
+    path = os.path.join(out, SUITE_TIME)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = {}
+    if key in saved:
+        return saved[key]
     log(f"mutate: running the unmutated suite in {len(workers)} worker(s) at once for the time limit")
     with ThreadPoolExecutor(max_workers=len(workers)) as pool:
         runs = list(pool.map(lambda w: w.suite(None), workers))
     for rc, _, output, _ in runs:
         if rc != 0:
             sys.exit(f"mutate: the unmutated suite fails; a score would mean nothing:\n{output[-3000:]}")
-    return workers, max(r[3] for r in runs)
+    saved[key] = round(max(r[3] for r in runs), 1)
+    with open(path + ".tmp", "w") as f:
+        json.dump(saved, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return saved[key]
 
 
 def score(killed, survived):
@@ -624,13 +643,14 @@ def main():
     stale = [k for k in equivalent if k[0] in table
              and not any(k[2] == t.strip() for ln, t in table.get(k[0], ([], []))[1] if ln == k[1])]
 
-    workers, base_secs = prepare(root, out, jobs)
+    workers = prepare(root, out, jobs)
+    # What the workers test: the first copy as synced (the tree may change meanwhile).
+    tree = tree_identity(workers[0].dir, workers[0].names) + ("+sanitized" if a.sanitize else "")
+    base_secs = unmutated_suite_seconds(out, workers, f"{tree}:{jobs}")
     timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * base_secs)
     log(f"mutate: unmutated suite {base_secs:.1f} s; a mutant's suite is stopped (killed) after {timeout:.0f} s")
 
     kill_order = KillOrder(root, out)
-    # What the workers test: the first copy as synced (the tree may change meanwhile).
-    tree = tree_identity(workers[0].dir, workers[0].names) + ("+sanitized" if a.sanitize else "")
     cached = load_results(out, tree)
     test_map = None
     if not a.whole_suite:
