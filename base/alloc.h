@@ -1,7 +1,9 @@
 /* The heap allocations of the compiler, the plan loader, the CPU executor and trainer, and
  * the parsers, with a test hook that makes them fail: a test fails each allocation in turn
  * and checks that the caller stops with an error naming what it was allocating (never a
- * crash, a leak or success with garbage). Memory from these is released with free(). */
+ * crash, a leak or success with garbage). Memory from these is released with free(). A
+ * request for 0 bytes (or 0 elements) gets a valid block of one, so NULL always means out
+ * of memory. */
 #ifndef TUNEGRAPH_BASE_ALLOC_H
 #define TUNEGRAPH_BASE_ALLOC_H
 

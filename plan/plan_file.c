@@ -167,7 +167,7 @@ int tg_plan_read(const char *path, tg_plan *plan, tg_err *err) {
         return tg_fail(err, "%s: not a regular file", path);
     }
     size_t len = (size_t)st.st_size;
-    uint8_t *buf = tg_malloc(len ? len : 1);
+    uint8_t *buf = tg_malloc(len); /* an empty file still gets a buffer: tg_malloc(0) gives one byte */
     if (!buf) {
         close(fd);
         return tg_fail(err, "%s: out of memory for %zu bytes", path, len);
