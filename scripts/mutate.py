@@ -458,12 +458,21 @@ class TestMap:
         self.tests = [m.group(1) for m in re.finditer(r"^(\w+) \S+\.c$", listed.stdout, re.M)]
         self.seconds = [0.0] * len(self.tests)
         objdir = os.path.join(copy, "build", "coverage")
-        # Every object's notes, the tests' too: a test file may compile a source in
-        # (tests/test_cli_metrics.c includes cli/*.c), and gcov names the source either way.
+        # The sources' objects, and those of the test files that compile a source in
+        # (tests/test_cli_metrics.c includes cli/*.c): gcov names the source either way.
+        including = set()
+        for name in os.listdir(os.path.join(copy, "tests")):
+            if name.endswith(".c"):
+                with open(os.path.join(copy, "tests", name), errors="replace") as f:
+                    if re.search(r'^#include "(%s)/[^"]+\.c"' % "|".join(SOURCE_DIRS), f.read(), re.M):
+                        including.add(os.path.join("tests", name[:-2] + ".gcno"))
         notes = []
         for top, _, found in os.walk(objdir):
-            rel = os.path.relpath(top, objdir)
-            notes += [os.path.normpath(os.path.join(rel, n)) for n in found if n.endswith(".gcno")]
+            rel = os.path.normpath(os.path.relpath(top, objdir))
+            for n in found:
+                note = os.path.normpath(os.path.join(rel, n))
+                if n.endswith(".gcno") and (rel.split(os.sep)[0] in SOURCE_DIRS or note in including):
+                    notes.append(note)
         strip = len([c for c in os.path.abspath(objdir).split(os.sep) if c])
         scratch = os.path.join(copy, "build", "test-map")
         shutil.rmtree(scratch, ignore_errors=True)
