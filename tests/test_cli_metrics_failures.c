@@ -3,6 +3,7 @@
  * file that cannot be begun or put in place; and the lines' rarer shapes (no eval, no
  * measured peak, an op without tensors). The CLI's functions come from the copy that
  * tests/test_cli_metrics.c compiles in. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "cli/profile.h"
 #include "runtime/executor.h"
 #include "tests/harness.h"
+#include "tests/libc_faults.h"
 
 /* A stream into /dev/full without a buffer: every write fails at once. */
 static FILE *full_stream(void) {
@@ -142,6 +144,16 @@ TG_TEST(test_cli_metrics_failures_profile_op_shapes) {
     fclose(full);
 }
 
+/* The entries of dir, "." and ".." left out. */
+static int dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
 TG_TEST(test_cli_metrics_failures_file) {
     const char *dir = tg_test_tmpdir();
     char path[800];
@@ -159,6 +171,17 @@ TG_TEST(test_cli_metrics_failures_file) {
         CHECK(rc == -1 && m == NULL && strstr(err.msg, "m.jsonl: out of memory"), "allocation %ld: %d '%s'", k, rc,
               err.msg);
     }
+    /* No stream for the file (fdopen out of memory): refused, the state and its path
+     * released (the leak check of the sanitizer build sees a path left behind), and no
+     * file or temporary file left. */
+    tg_test_fail_fdopen(1);
+    m = (metrics_file *)1;
+    const int rc_stream = metrics_file_open(&m, path, &err);
+    tg_test_fail_fdopen(0);
+    char want[900];
+    snprintf(want, sizeof want, "%s: out of memory", path);
+    CHECK(rc_stream == -1 && m == NULL && !strcmp(err.msg, want), "no stream: %d '%s'", rc_stream, err.msg);
+    CHECK(access(path, F_OK) != 0 && dir_entries(dir) == 0, "no stream: %d files left", dir_entries(dir));
     /* An error line that cannot be built: the lines so far still go into place. */
     REQUIRE(metrics_file_open(&m, path, &err) == 0, "%s", err.msg);
     FILE *f = metrics_file_lock(m);
