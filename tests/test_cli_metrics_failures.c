@@ -3,6 +3,7 @@
  * file that cannot be begun or put in place; and the lines' rarer shapes (no eval, no
  * measured peak, an op without tensors). The CLI's functions come from the copy that
  * tests/test_cli_metrics.c compiles in. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "cli/profile.h"
 #include "runtime/executor.h"
 #include "tests/harness.h"
+#include "tests/libc_faults.h"
 
 /* A stream into /dev/full without a buffer: every write fails at once. */
 static FILE *full_stream(void) {
@@ -142,6 +144,16 @@ TG_TEST(test_cli_metrics_failures_profile_op_shapes) {
     fclose(full);
 }
 
+/* The entries of dir, "." and ".." left out. */
+static int dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
 TG_TEST(test_cli_metrics_failures_file) {
     const char *dir = tg_test_tmpdir();
     char path[800];
@@ -159,6 +171,17 @@ TG_TEST(test_cli_metrics_failures_file) {
         CHECK(rc == -1 && m == NULL && strstr(err.msg, "m.jsonl: out of memory"), "allocation %ld: %d '%s'", k, rc,
               err.msg);
     }
+    /* No stream for the file (fdopen out of memory): refused, the state and its path
+     * released (the leak check of the sanitizer build sees a path left behind), and no
+     * file or temporary file left. */
+    tg_test_fail_fdopen(1);
+    m = (metrics_file *)1;
+    const int rc_stream = metrics_file_open(&m, path, &err);
+    tg_test_fail_fdopen(0);
+    char want[900];
+    snprintf(want, sizeof want, "%s: out of memory", path);
+    CHECK(rc_stream == -1 && m == NULL && !strcmp(err.msg, want), "no stream: %d '%s'", rc_stream, err.msg);
+    CHECK(access(path, F_OK) != 0 && dir_entries(dir) == 0, "no stream: %d files left", dir_entries(dir));
     /* An error line that cannot be built: the lines so far still go into place. */
     REQUIRE(metrics_file_open(&m, path, &err) == 0, "%s", err.msg);
     FILE *f = metrics_file_lock(m);
@@ -250,6 +273,33 @@ TG_TEST(test_cli_metrics_failures_profile_report) {
     CHECK(first && (!second || !memmem(first, (size_t)(second - first), "captured step", 13)),
           "a report with no captured step names one: %s", text ? text : "");
     CHECK(text && strstr(text, "; the captured step took 2.000 ms"), "report with a 2 ms step: %s", text ? text : "");
+    /* The first report's table of op kinds: each kind of the plan once, with its count of
+     * ops, slowest first; then the slowest ops, 8 of them. */
+    int plan_kinds = 0, plan_count[TG_OP_COUNT] = {0};
+    for (int o = 0; o < plan.n_ops; o++) plan_kinds += plan_count[plan.ops[o].kind]++ == 0;
+    const char *row = first ? strstr(first, "share\n") : NULL;
+    int rows = 0, seen[TG_OP_COUNT] = {0};
+    double last_ms = 1e300;
+    for (row = row ? row + 6 : NULL; row && !strncmp(row, "  ", 2) && strncmp(row, "  slowest ops:\n", 15); rows++) {
+        char name[64];
+        int count = -1;
+        double kind_ms = -1;
+        int k = -1;
+        if (sscanf(row, "%63s %d %lf", name, &count, &kind_ms) == 3)
+            for (int i = 0; i < TG_OP_COUNT; i++)
+                if (!strcmp(tg_op_name(i), name)) k = i;
+        CHECK(k >= 0 && !seen[k] && count == plan_count[k] && kind_ms <= last_ms, "kind row %d: '%.60s'", rows, row);
+        if (k >= 0) seen[k] = 1;
+        last_ms = kind_ms;
+        row = strchr(row, '\n');
+        row = row ? row + 1 : NULL;
+    }
+    CHECK(rows == plan_kinds && row && !strncmp(row, "  slowest ops:\n", 15), "%d kind rows for %d kinds: %s", rows,
+          plan_kinds, text ? text : "");
+    int slowest = 0;
+    for (const char *r = row ? row + 15 : NULL; r && !strncmp(r, "    ", 4); r = strchr(r, '\n') ? strchr(r, '\n') + 1 : NULL)
+        slowest++;
+    CHECK(slowest == (plan.n_ops < 8 ? plan.n_ops : 8), "%d slowest ops listed", slowest);
     CHECK(rc_oom == -1 && !strcmp(oom.msg, "out of memory for the profile's op times"), "no memory: %d '%s'", rc_oom,
           oom.msg);
     /* (The CPU build's count of allocations: a CUDA build's report allocates otherwise.) */

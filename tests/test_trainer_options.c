@@ -53,6 +53,19 @@ TG_TEST(test_trainer_open_without_options) {
     CHECK(tg_trainer_input(&t, -1) == NULL && tg_trainer_input(&t, plan.io.loss) == NULL &&
               tg_trainer_input(&t, plan.io.input_ids) != NULL,
           "inputs");
+    /* Every tensor: those of the inputs pool at their offset in the batch being filled,
+     * those of every other pool (before it in the list or after it) none. */
+    const uint8_t *base = tg_trainer_input(&t, plan.io.input_ids);
+    base = base ? base - plan.tensors[plan.io.input_ids].offset : NULL;
+    int pools_after = 0;
+    for (int i = 0; i < plan.n_tensors; i++) {
+        const tg_tensor *x = &plan.tensors[i];
+        const uint8_t *got = tg_trainer_input(&t, i);
+        pools_after += x->pool > TG_POOL_INPUTS;
+        CHECK(x->pool == TG_POOL_INPUTS ? got == base + x->offset : got == NULL, "tensor %s of pool %d: %p", x->name,
+              x->pool, (const void *)got);
+    }
+    CHECK(pools_after > 0, "no tensor in a pool after the inputs'");
     tg_trainer_close(&t);
     CHECK(t.plan == NULL && t.ex.vt == NULL, "closed");
     tg_trainer_close(&t); /* a closed trainer closes again harmlessly */
