@@ -261,12 +261,12 @@ typedef struct replica_run {
  * being written (a save under way) are removed first. The first thread to fail ends the
  * metrics; a second finds them ended. */
 static int end_failed_run(metrics_file *metrics, int replicas, int replica, const tg_err *err) {
-    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg); /* GCOVR_EXCL_BR_LINE: a replica > 0 ends by _exit (more than one replica) before gcov writes its counts */
+    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg);
     else die(err);
     tg_err metrics_err;
     if (metrics && metrics_file_end(metrics, err->msg, replicas > 1 ? replica : -1, &metrics_err))
         fprintf(stderr, "tunegraph: %s\n", metrics_err.msg);
-    if (replicas > 1) { /* GCOVR_EXCL_BR_LINE: this branch ends by _exit (more than one replica) before gcov writes its counts */
+    if (replicas > 1) {
         tg_atomic_remove_temps();
         fflush(stdout);
         fflush(stderr);
@@ -281,7 +281,7 @@ static int end_failed_run(metrics_file *metrics, int replicas, int replica, cons
 static int stopping(run_checkpoints *ckpts, const tg_trainer *tr) {
     if (!ckpts) return 0;
     const int64_t stop = run_checkpoints_stop_step(ckpts);
-    return stop >= 0 && tr->steps_done >= stop; /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
+    return stop >= 0 && tr->steps_done >= stop;
 }
 
 static void *run_replica(void *arg) {
@@ -294,7 +294,7 @@ static void *run_replica(void *arg) {
     int32_t handed = r->resume ? tr.steps_done : -1;
     int stopped = 0;
     while (!rc && tr.steps_done < tr.total_steps) {
-        if ((stopped = stopping(r->ckpts, &tr))) break; /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
+        if ((stopped = stopping(r->ckpts, &tr))) break;
         tg_step_stats s;
         rc = tg_trainer_step(&tr, &s, &err);
         if (!rc && r->ckpts && run_checkpoints_due(r->ckpts, tr.steps_done))
@@ -308,7 +308,7 @@ static void *run_replica(void *arg) {
         free(ms);
     }
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
-    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return; GCOVR_EXCL_BR_LINE: a failed replica ends by _exit (more than one replica) before gcov writes its counts */
+    if (rc) end_failed_run(r->metrics, r->plan->train.replicas, r->opts.rank, &err); /* does not return with more than one replica */
     tg_trainer_close(&tr);
     return NULL;
 }
@@ -316,7 +316,7 @@ static void *run_replica(void *arg) {
 /* The communicator(s) for `replicas` replicas on `device`: one CPU group shared by all,
  * or one NCCL communicator per GPU. */
 static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_group **group, tg_err *err) {
-    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor; its failure there ends by _exit, uncounted */
+    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
         if (tg_cpu_comm_group_create(group, replicas, err)) return -1;
         for (int r = 0; r < replicas; r++) comms[r] = *group;
         return 0;
@@ -464,12 +464,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     replica_run followers[TG_MAX_DATA_PARALLEL];
     if (replicas > 1) {
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
-        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err); /* GCOVR_EXCL_BR_LINE: a failure here ends by _exit (more than one replica) before gcov writes its counts */
+        if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err);
         for (int r = 1; r < replicas; r++) {
             followers[r] = (replica_run){.plan = &plan, .opts = opts, .profile = a.profile, .metrics = metrics,
                                          .ckpts = ckpts, .resume = resume_ck, .resume_path = resume.path};
             followers[r].opts.rank = r, followers[r].opts.comm = comms[r], followers[r].opts.host_trace = 0;
-            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) { /* GCOVR_EXCL_BR_LINE: a failure here ends by _exit (more than one replica) before gcov writes its counts */
+            if (pthread_create(&followers[r].thread, NULL, run_replica, &followers[r])) {
                 tg_fail(&err, "cannot start the thread of replica %d", r);
                 return end_failed_run(metrics, replicas, 0, &err);
             }
@@ -534,7 +534,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     int stopped = 0;
     char *last_checkpoint = resume.path ? strdup(resume.path) : NULL;
     for (; tr.steps_done < tr.total_steps && !rc; ran++) {
-        if ((stopped = stopping(ckpts, &tr))) break; /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
+        if ((stopped = stopping(ckpts, &tr))) break;
         const int32_t i = ran;
         tg_step_stats s;
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
@@ -579,7 +579,6 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         }
     }
     /* A stop requested once the last step was taken checkpoints there. */
-    /* GCOVR_EXCL_BR_START: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
     if (!rc && ckpts && g_stop_signal) stopped = 1;
     if (!rc && stopped && checkpointed != tr.steps_done && write_checkpoint(ckpts, &tr, tty, &last_checkpoint, &err))
         rc = 1;
@@ -602,7 +601,6 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         raise(sig);
         _exit(128 + sig);
     }
-    /* GCOVR_EXCL_BR_STOP */
     free(last_checkpoint);
     double train_s = tg_wall_s() - t_train;
     /* Host CPU per step after the first, metrics and progress output included: the whole
@@ -709,7 +707,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     /* A stop requested after the last step's checkpoint (during eval or the save) ends the
      * finished run by the signal all the same. */
     const int sig = g_stop_signal;
-    if (sig) { /* GCOVR_EXCL_BR_LINE: a stop asked by a signal ends the process by that signal before gcov writes its counts (tests/test_checkpoint.c checks it) */
+    if (sig) {
         fflush(stdout);
         fflush(stderr);
         signal(sig, SIG_DFL);
