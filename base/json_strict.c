@@ -29,13 +29,15 @@ static void repeated_key(const char *text, size_t len, size_t end, char *out, si
     }
 }
 
-/* A failed parse during which an allocation failed is an out-of-memory failure. */
+/* A parse during which an allocation failed is an out-of-memory failure, even one that
+ * returned a document: jansson's lexer ignores a failed growth of its token buffer and goes
+ * on with the characters it could not store dropped (a key cut short). */
 static json_t *oom_checked(json_t *root, long failures_before, json_error_t *jerr) {
-    if (!root && tg_alloc_failures() != failures_before) {
-        snprintf(jerr->text, sizeof jerr->text, "out of memory");
-        jerr->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)json_error_out_of_memory; /* where json_error_code reads */
-    }
-    return root;
+    if (tg_alloc_failures() == failures_before) return root;
+    json_decref(root);
+    snprintf(jerr->text, sizeof jerr->text, "out of memory");
+    jerr->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)json_error_out_of_memory; /* where json_error_code reads */
+    return NULL;
 }
 
 json_t *tg_json_loadb(const char *text, size_t len, size_t flags, json_error_t *jerr) {

@@ -236,10 +236,13 @@ static void print_text(const tg_plan *p, FILE *out) {
 
 /* ---- JSON -------------------------------------------------------------------- */
 
-/* json_string refuses invalid UTF-8; a damaged name should not sink the whole dump. */
+/* json_string refuses invalid UTF-8; a damaged name should not sink the whole dump. Out of
+ * memory it fails too: then NULL, which refuses the dump, rather than a "?" in place of a
+ * valid name. */
 static json_t *jstr(const char *s) {
+    const long failures_before = tg_alloc_failures();
     json_t *v = json_string(s);
-    return v ? v : json_string("?");
+    return v || tg_alloc_failures() != failures_before ? v : json_string("?");
 }
 /* json_real refuses NaN and infinities. */
 static json_t *jreal(double d) { return isfinite(d) ? json_real(d) : json_null(); }

@@ -48,6 +48,23 @@ TG_TEST(test_cpu_matmul_empty_and_bias_grad_without_output) {
     }
 }
 
+/* batch 0 or below is one product (as batch 1), not none. */
+TG_TEST(test_cpu_matmul_batch_below_one_is_one) {
+    const float A[4] = {1, 2, 3, 4}, B[4] = {5, 6, 7, 8};
+    const int64_t batches[] = {0, -1, -7, 1};
+    for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) {
+        float C[8];
+        for (int k = 0; k < 8; k++) C[k] = -1;
+        tg_op op = tg_test_op(TG_OP_MATMUL);
+        op.p.matmul.m = 2, op.p.matmul.n = 2, op.p.matmul.k = 2, op.p.matmul.batch = batches[i], op.p.matmul.alpha = 1;
+        atomic_int oom = 0;
+        tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B}, .out = {C}, .out_of_memory = &oom};
+        tg_cpu_op_run(&a);
+        CHECK(!oom && C[0] == 19 && C[1] == 22 && C[2] == 43 && C[3] == 50 && C[4] == -1 && C[7] == -1,
+              "batch %lld: oom %d, %g %g %g %g (%g)", (long long)batches[i], (int)oom, C[0], C[1], C[2], C[3], C[4]);
+    }
+}
+
 TG_TEST(test_cpu_select_last_non_pad_token) {
     enum { B = 2, T = 3, D = 2 };
     float x[B * T * D], y[B * D];

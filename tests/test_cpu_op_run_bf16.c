@@ -108,3 +108,24 @@ TG_TEST(test_cpu_op_run_unknown_kinds) {
     tg_cpu_op_run(&a);
     CHECK(v[0] == 1 && v[1] == 1, "fill: %g %g", v[0], v[1]);
 }
+
+/* Only bf16 slots are widened and rounded: a slot whose dtype lies past the enum is handed
+ * to the kernel as it is, beside a bf16 input, and keeps the kernel's fp32 result. */
+TG_TEST(test_cpu_op_run_bf16_only_bf16_slots_rounded) {
+    static const float xv[N] = {1.5f, -2.0f, 0.25f, 100.0f, 3.0f}, yv[N] = {0.125f, 4.0f, -0.25f, 1.0f, -3.0f};
+    uint16_t x[N];
+    fill_bf16(x, xv);
+    float yf[N], out[N];
+    memcpy(yf, yv, sizeof yf);
+    tg_op op = tg_test_op(TG_OP_ADD);
+    op.p.count.n = N;
+    const int odd[] = {TG_DTYPE_COUNT, TG_DTYPE_COUNT + 1, 99};
+    for (size_t k = 0; k < sizeof odd / sizeof *odd; k++) {
+        memset(out, 0, sizeof out);
+        tg_cpu_op_args a = {.op = &op, .in = {x, yf}, .out = {out}, .in_numel = {N, N}, .out_numel = {N},
+                            .in_dtype = {TG_BF16, TG_F32}, .out_dtype = {odd[k]}};
+        REQUIRE(tg_cpu_op_run_any(&a) == 0, "dtype %d: run", odd[k]);
+        for (int i = 0; i < N; i++)
+            CHECK(out[i] == xv[i] + yv[i], "dtype %d, element %d: %g, want %g", odd[k], i, out[i], xv[i] + yv[i]);
+    }
+}

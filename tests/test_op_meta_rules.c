@@ -416,6 +416,11 @@ TG_TEST(test_op_meta_rules_attention) {
          .want = "in[4]: dropout needs the step counter"},
         {"O", ATT(), {120, 120, 120}, {119, 24}, .want = "out[0]: O != B*T*H*Dh"},
         {"LSE", ATT(), {120, 120, 120}, {120, 23}, .want = "out[1]: LSE != B*H*T"},
+        {"q too large", ATT(), {121, 120, 120}, {120, 24}, .want = "in[0]: q != B*T*H*Dh"},
+        {"mask too large", ATT(), {120, 120, 120, 9}, {120, 24}, .want = "in[3]: mask != B*T"},
+        {"O too large", ATT(), {120, 120, 120}, {121, 24}, .want = "out[0]: O != B*T*H*Dh"},
+        {"LSE too large", ATT(), {120, 120, 120}, {120, 25}, .want = "out[1]: LSE != B*H*T"},
+        {"packed qkv too large", ATT(.packed = 1), {361}, {120, 24}, .want = "in[0]: qkv != B*T*3*H*Dh"},
 
         /* dO, O 120; LSE 24; mask; keep bits; q, k, v -> dq, dk, dv, delta. */
         {"consistent", ATB(), {120, 120, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 24}},
@@ -434,6 +439,16 @@ TG_TEST(test_op_meta_rules_attention) {
          .want = "in[4]: keep bits != B*H*T*ceil(T/32)"},
         {"dO", ATB(), {119, 120, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 24}, .want = "in[0]: dO != B*T*H*Dh"},
         {"O", ATB(), {120, 119, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 24}, .want = "in[1]: O != B*T*H*Dh"},
+        /* Sizes must match exactly: one element too many is refused as one too few is. */
+        {"dO too large", ATB(), {121, 120, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 24}, .want = "in[0]: dO != B*T*H*Dh"},
+        {"O too large", ATB(), {120, 121, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 24}, .want = "in[1]: O != B*T*H*Dh"},
+        {"LSE too large", ATB(), {120, 120, 25, 0, 0, 120, 120, 120}, {120, 120, 120, 24}, .want = "in[2]: LSE != B*H*T"},
+        {"q too large", ATB(), {120, 120, 24, 0, 0, 121, 120, 120}, {120, 120, 120, 24}, .want = "in[5]: q != B*T*H*Dh"},
+        {"keep bits too many", ATB(.p = 0.1f), {120, 120, 24, 0, 25, 120, 120, 120}, {120, 120, 120, 24},
+         .want = "in[4]: keep bits != B*H*T*ceil(T/32)"},
+        {"dq too large", ATB(), {120, 120, 24, 0, 0, 120, 120, 120}, {121, 120, 120, 24},
+         .want = "out[0]: dq differs from q in size"},
+        {"delta too large", ATB(), {120, 120, 24, 0, 0, 120, 120, 120}, {120, 120, 120, 25}, .want = "out[3]: delta != B*H*T"},
         {"LSE", ATB(), {120, 120, 23, 0, 0, 120, 120, 120}, {120, 120, 120, 24}, .want = "in[2]: LSE != B*H*T"},
         {"dq", ATB(), {120, 120, 24, 0, 0, 120, 120, 120}, {119, 120, 120, 24},
          .want = "out[0]: dq differs from q in size"},

@@ -249,6 +249,47 @@ TG_TEST(test_plan_inspect_json_out_of_memory) {
           failures, dump_failures, rc);
 }
 
+/* Each allocation failing alone in turn (later ones succeed): the JSON is refused whole,
+ * never written with a field missing; with none failing it is the JSON written at first. */
+TG_TEST(test_plan_inspect_json_one_allocation_failing) {
+    odd_plan s;
+    build(&s);
+    tg_err err = {{0}};
+    int rc = -1;
+    char *full = inspect_text(&s.p, 1, &err, &rc);
+    REQUIRE(full && rc == 0, "inspect --json: rc %d %s", rc, err.msg);
+    int building = 0, dumping = 0;
+    long k = 0;
+    for (; k < 20000; k++) {
+        memset(&err, 0, sizeof err);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        REQUIRE(f, "no memory stream");
+        const long before = tg_alloc_failures();
+        tg_alloc_fail_only(k);
+        rc = tg_plan_inspect(&s.p, f, 1, &err);
+        tg_alloc_fail_after(-1);
+        const int failed = tg_alloc_failures() != before;
+        fclose(f);
+        if (!failed) {
+            CHECK(rc == 0 && buf && !strcmp(buf, full), "no allocation failing: rc %d, %s", rc, err.msg);
+            free(buf);
+            break;
+        }
+        const int b = !strcmp(err.msg, "inspect: cannot build the JSON (out of memory)");
+        building += b;
+        dumping += !strcmp(err.msg, "inspect: out of memory writing the JSON");
+        const int ok = CHECK(rc == -1 && (b ? len == 0 : !strcmp(err.msg, "inspect: out of memory writing the JSON")),
+                             "allocation %ld failing alone: rc %d, '%s', %zu bytes written", k, rc, err.msg, len);
+        free(buf);
+        if (!ok) break;
+    }
+    CHECK(building > 100 && dumping >= 1 && building + dumping == k, "%d failures building, %d dumping, of %ld",
+          building, dumping, k);
+    free(full);
+}
+
 /* Output that cannot be written: /dev/full. */
 TG_TEST(test_plan_inspect_write_failure) {
     odd_plan s;

@@ -378,6 +378,12 @@ static void gelu_bwd_with_pre(tg_plan *p, char *w, size_t n) {
     const int o = first_op(p, TG_OP_MATMUL);
     p->ops[o].p.matmul.activation = TG_MATMUL_ACT_GELU_BWD, p->ops[o].in[3] = 0; /* the tables check no shapes */
 }
+/* The matmul epilogue's field is read from matmul ops only: in any other op those bytes of
+ * the parameter union belong to no field of its own set. */
+static void activation_bytes_of_other_ops(tg_plan *p, char *w, size_t n) {
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind != TG_OP_MATMUL) p->ops[o].p.matmul.activation = -1;
+}
 static void io_below(tg_plan *p, char *w, size_t n) {
     p->io.input_ids = -2;
     snprintf(w, n, "p: io input_ids refers to tensor -2 of %d", p->n_tensors);
@@ -475,6 +481,8 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"matmul activation -1", BASE_BERT, CHECK_TABLES, activation_negative},
         {"GELU backward without its input", BASE_BERT, CHECK_TABLES, gelu_bwd_without_pre},
         {"GELU backward with its input", BASE_BERT, CHECK_TABLES, gelu_bwd_with_pre},
+        {"activation bytes of ops other than matmul", BASE_BERT, CHECK_TABLES, activation_bytes_of_other_ops},
+        {"activation bytes of ops other than matmul, GPT-2", BASE_GPT2, CHECK_TABLES, activation_bytes_of_other_ops},
         {"io -2", BASE_BERT, CHECK_TABLES, io_below},
         {"a parameter among activations", BASE_BERT, CHECK_TABLES, param_in_activations},
         {"a buffer among activations", BASE_BERT, CHECK_TABLES, buffer_in_activations},
