@@ -30,19 +30,25 @@ static int log_window(void *ctx, const tg_shard_record *rec, tg_err *err) {
     return 0;
 }
 
-/* Window w of the log against "[CLS] q z [SEP] <ctx> [SEP]", types 1 from the context on. */
-static int window_is(const windows_log *l, int w, const char *ctx, int32_t start, int32_t end) {
-    const int32_t n = (int32_t)strlen(ctx), len = 4 + n + 1;
+/* Window w of the log against "[CLS] q z [SEP] <ctx> [SEP]", types 1 from the context on
+ * (RoBERTa: "<s> q z </s> </s> <ctx> </s>", types all 0). */
+static int window_is_of(const windows_log *l, int w, int roberta, const char *ctx, int32_t start, int32_t end) {
+    const int32_t at = roberta ? 5 : 4, n = (int32_t)strlen(ctx), len = at + n + 1;
     int ok = CHECK(l->len[w] == len && l->start[w] == start && l->end[w] == end,
                    "window %d: %d tokens, answer %d..%d; want %d, %d..%d", w, l->len[w], l->start[w], l->end[w], len,
                    start, end);
-    const int32_t head[4] = {2, BYTE_ID('q'), BYTE_ID('z'), 3};
+    const int32_t head[5] = {2, BYTE_ID('q'), BYTE_ID('z'), 3, 3};
     for (int32_t t = 0; ok && t < len; t++) {
-        const int32_t id = t < 4 ? head[t] : t < len - 1 ? BYTE_ID(ctx[t - 4]) : 3;
-        ok = CHECK(l->ids[w][t] == id && l->types[w][t] == (t >= 4), "window %d token %d: id %d type %d, want %d %d", w,
-                   t, l->ids[w][t], l->types[w][t], id, t >= 4);
+        const int32_t id = t < at ? head[t] : t < len - 1 ? BYTE_ID(ctx[t - at]) : 3;
+        const int32_t type = !roberta && t >= at;
+        ok = CHECK(l->ids[w][t] == id && l->types[w][t] == type, "window %d token %d: id %d type %d, want %d %d", w, t,
+                   l->ids[w][t], l->types[w][t], id, type);
     }
     return ok;
+}
+
+static int window_is(const windows_log *l, int w, const char *ctx, int32_t start, int32_t end) {
+    return window_is_of(l, w, 0, ctx, start, end);
 }
 
 /* "qz" over "abcdefgh" (answer "ef", bytes 4..6) at seq 10, stride 2: windows of 5 context
@@ -95,4 +101,49 @@ TG_TEST(test_qa_features_window_growth_failures_keep_the_buffers) {
     tg_qa_context_free(&c);
     tg_qa_buffers_free(&buf);
     byte_encoder_free(&be);
+}
+
+/* Where the answer lands: in both overlapping windows, in neither (it spans more than a
+ * window), none, an empty one (the token it starts), the first and last tokens; BERT's and RoBERTa's
+ * templates. "qz" over "abcdefgh", windows of 5 context tokens 3 apart. */
+TG_TEST(test_qa_features_answers_in_windows) {
+    static const struct {
+        int roberta;
+        int64_t a_start, a_end;
+        int answered;
+        int32_t s0, e0, s1, e1;
+    } cases[] = {
+        {0, 3, 5, 2, 7, 8, 4, 5},   /* "de": tokens 3-4 of the first window, 0-1 of the second */
+        {0, 1, 7, 0, 0, 0, 0, 0},   /* "bcdefg": whole in neither */
+        {0, -1, -1, 0, 0, 0, 0, 0}, /* no answer */
+        {0, 4, 4, 2, 8, 8, 5, 5},   /* empty, at the start of "e": that token, in both windows */
+        {0, 7, 8, 1, 0, 0, 8, 8},   /* "h", the context's last token */
+        {0, 0, 1, 1, 4, 4, 0, 0},   /* "a", the first */
+        {1, 3, 5, 2, 8, 9, 5, 6},
+        {1, 4, 6, 1, 0, 0, 6, 7},
+        {1, 1, 7, 0, 0, 0, 0, 0},
+    };
+    byte_encoder be;
+    tg_qa_context c = {0};
+    tg_qa_buffers buf = {0};
+    tg_err err = {{0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int roberta = cases[i].roberta;
+        const tg_text_encoder enc = byte_encoder_make(&be, roberta ? TG_TOKENIZER_BPE_ROBERTA : TG_TOKENIZER_WORDPIECE);
+        REQUIRE(tg_qa_encode_context(&enc, "abcdefgh", 8, &c, &err) == 0 && c.n == 8, "%s", err.msg);
+        windows_log l = {0};
+        int64_t windows = 0, answered = 0;
+        const int32_t seq = roberta ? 11 : 10;
+        if (CHECK(tg_qa_features(&enc, "qz", 2, &c, cases[i].a_start, cases[i].a_end, seq, 2, &buf, log_window, &l,
+                                 &windows, &answered, &err) == 0,
+                  "case %zu: %s", i, err.msg)) {
+            CHECK(l.n == 2 && windows == 2 && answered == cases[i].answered, "case %zu: %d windows, %lld answered", i,
+                  l.n, (long long)answered);
+            CHECK(window_is_of(&l, 0, roberta, "abcde", cases[i].s0, cases[i].e0), "case %zu: first window", i);
+            CHECK(window_is_of(&l, 1, roberta, "defgh", cases[i].s1, cases[i].e1), "case %zu: second window", i);
+        }
+        tg_qa_buffers_free(&buf);
+        byte_encoder_free(&be);
+    }
+    tg_qa_context_free(&c);
 }
