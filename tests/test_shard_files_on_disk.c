@@ -1,7 +1,7 @@
-/* A written shard set as files: each shard is created 0644 (under umask 022), and each of
- * its frames is a zstd frame that carries its content size and a content checksum, so a
- * byte changed after the set was opened (its whole-file xxh64 already checked) is still
- * refused when the frame is decoded. Then a cursor that failed to open one shard goes back
+/* A written shard set as files: under umask 022 its folders are 0755 and its shards and
+ * manifest 0644; each frame of a shard is a zstd frame that carries its content size and
+ * a content checksum, so a byte changed after the set was opened (its whole-file xxh64
+ * already checked) is still refused when the frame is decoded. Then a cursor that failed to open one shard goes back
  * to another: the shard it had open is opened again, not read through a closed descriptor. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -65,6 +65,16 @@ TG_TEST(test_shard_files_modes_and_zstd_frame_checksums) {
     const int rc = write_set(out, 40, &err);
     umask(old_mask);
     REQUIRE(rc == 0, "%s", err.msg);
+    /* the set's folder and its split folder 0755, the manifest 0644 */
+    const char *const entries[] = {"", "/train", "/manifest.json"};
+    const unsigned want_mode[] = {040755, 040755, 0100644};
+    for (int i = 0; i < 3; i++) {
+        char path[800];
+        struct stat st;
+        snprintf(path, sizeof path, "%s%s", out, entries[i]);
+        CHECK(stat(path, &st) == 0 && (st.st_mode & (S_IFMT | 07777)) == want_mode[i], "%s: mode %o, want %o", path,
+              (unsigned)(st.st_mode & (S_IFMT | 07777)), want_mode[i]);
+    }
     tg_shard_set set;
     REQUIRE(tg_shard_set_open(out, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
     REQUIRE(set.n_files >= 2 && set.n_records == 40, "%d files, %lld records", set.n_files, (long long)set.n_records);
