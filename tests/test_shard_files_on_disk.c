@@ -1,8 +1,9 @@
 /* A written shard set as files: under umask 022 its folders are 0755 and its shards and
  * manifest 0644; each frame of a shard is a zstd frame that carries its content size and
  * a content checksum, so a byte changed after the set was opened (its whole-file xxh64
- * already checked) is still refused when the frame is decoded. Then a cursor that failed to open one shard goes back
- * to another: the shard it had open is opened again, not read through a closed descriptor. */
+ * already checked) is still refused when the frame is decoded. Then a cursor that failed
+ * to open one shard goes back to another: the shard it had open is opened again, not read
+ * through a closed descriptor. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
