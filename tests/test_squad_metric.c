@@ -193,6 +193,79 @@ TG_TEST(test_squad_normalize_invalid_utf8) {
     CHECK(score_one("a the", "some words", NULL, 1, &f1) == 0.0 && f1 == 0.0, "f1 %g", f1);
 }
 
+/* Which characters join a word, so that "a", "an" and "the" inside one stay: each end of
+ * the ASCII ranges (0-9, a-z, A-Z), letters and numbers of each Unicode category (Ll, Nd,
+ * No, Nl, Lm, Lt), and characters that end a word: a control character, a symbol, and
+ * spaces (the ASCII unit separator, U+3000, U+2028). Expected values from the script's
+ * normalize_answer. */
+TG_TEST(test_squad_normalize_word_characters) {
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"a0", "a0"},
+        {"0the", "0the"},
+        {"An0an", "an0an"},
+        {"a9", "a9"},
+        {"9the", "9the"},
+        {"An9an", "an9an"},
+        {"aa", "aa"},
+        {"athe", "athe"},
+        {"Anaan", "anaan"},
+        {"az", "az"},
+        {"zthe", "zthe"},
+        {"Anzan", "anzan"},
+        {"aA", "aa"},
+        {"Athe", "athe"},
+        {"AnAan", "anaan"},
+        {"aZ", "az"},
+        {"Zthe", "zthe"},
+        {"AnZan", "anzan"},
+        {"a\x1f", ""},
+        {"\x1fthe", ""},
+        {"An\x1f" "an", ""},
+        {"a\x7f", "\x7f"},
+        {"\x7fthe", "\x7f"},
+        {"An\x7f" "an", "\x7f"},
+        {"a\xc3\xa9", "a\xc3\xa9"},
+        {"\xc3\xa9the", "\xc3\xa9the"},
+        {"An\xc3\xa9" "an", "an\xc3\xa9" "an"},
+        {"a\xd9\xa0", "a\xd9\xa0"},
+        {"\xd9\xa0the", "\xd9\xa0the"},
+        {"An\xd9\xa0" "an", "an\xd9\xa0" "an"},
+        {"a\xc2\xb2", "a\xc2\xb2"},
+        {"\xc2\xb2the", "\xc2\xb2the"},
+        {"An\xc2\xb2" "an", "an\xc2\xb2" "an"},
+        {"a\xe2\x85\xab", "a\xe2\x85\xbb"},
+        {"\xe2\x85\xabthe", "\xe2\x85\xbbthe"},
+        {"An\xe2\x85\xab" "an", "an\xe2\x85\xbb" "an"},
+        {"a\xca\xb0", "a\xca\xb0"},
+        {"\xca\xb0the", "\xca\xb0the"},
+        {"An\xca\xb0" "an", "an\xca\xb0" "an"},
+        {"a\xc7\x85", "a\xc7\x86"},
+        {"\xc7\x85the", "\xc7\x86the"},
+        {"An\xc7\x85" "an", "an\xc7\x86" "an"},
+        {"a\xc3\x97", "\xc3\x97"},
+        {"\xc3\x97the", "\xc3\x97"},
+        {"An\xc3\x97" "an", "\xc3\x97"},
+        {"a\xe3\x80\x80", ""},
+        {"\xe3\x80\x80the", ""},
+        {"An\xe3\x80\x80" "an", ""},
+        {"a\xe2\x80\xa8", ""},
+        {"\xe2\x80\xa8the", ""},
+        {"An\xe2\x80\xa8" "an", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *got = NULL;
+        size_t len = 0;
+        tg_err err = {{0}};
+        if (!CHECK(tg_squad_normalize(cases[i].text, strlen(cases[i].text), &got, &len, &err) == 0, "%s", err.msg))
+            continue;
+        CHECK(len == strlen(cases[i].want) && !memcmp(got, cases[i].want, len), "case %zu: '%s' normalizes to '%s', want '%s'",
+              i, cases[i].text, got, cases[i].want);
+        free(got);
+    }
+}
+
 TG_TEST(test_squad_totals_split_by_answerable) {
     tg_squad_totals t = {0};
     tg_squad_totals_add(&t, 1, 1.0, 1.0);
