@@ -570,9 +570,11 @@ def prepare(root, out, jobs):
 
 
 def unmutated_suite_seconds(out, workers, key):
-    """The unmutated suite's time, timed with every worker running it at once (a mutant's
-    suite shares the machine so); kept in OUT/suite-time.json for the tree, build and
-    number of workers, so that a continued run does not time it again."""
+    """The unmutated suite's time under the load of every worker running at once (as a
+    mutant's suite shares the machine): the suite's tests are dealt out to the workers, all
+    must pass, and the time is the sum of their shares' times, what one worker would take
+    for the whole suite. Kept in OUT/suite-time.json for the tree, build and number of
+    workers, so that a continued run does not time it again."""
     path = os.path.join(out, SUITE_TIME)
     try:
         with open(path) as f:
@@ -581,13 +583,21 @@ def unmutated_suite_seconds(out, workers, key):
         saved = {}
     if key in saved:
         return saved[key]
-    log(f"mutate: running the unmutated suite in {len(workers)} worker(s) at once for the time limit")
+    first = workers[0]
+    listed = subprocess.run(["./" + TARGETS[0]], cwd=first.dir, env=dict(os.environ, TG_TEST_LIST="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    tests = [m.group(1) for m in re.finditer(r"^(\w+) \S+\.c$", listed.stdout, re.M)]
+    if listed.returncode != 0 or not tests:
+        sys.exit(f"mutate: listing the tests failed:\n{listed.stdout[-2000:]}{listed.stderr[-2000:]}")
+    shares = [tests[i::len(workers)] for i in range(len(workers))]
+    log(f"mutate: running the unmutated suite's {len(tests)} tests, dealt out to {len(workers)} worker(s), "
+        f"for the time limit")
     with ThreadPoolExecutor(max_workers=len(workers)) as pool:
-        runs = list(pool.map(lambda w: w.suite(None), workers))
-    for rc, _, output, _ in runs:
-        if rc != 0:
+        runs = list(pool.map(lambda ws: ws[0].suite(None, (), ws[1]), zip(workers, shares)))
+    for (rc, _, output, _), share in zip(runs, shares):
+        if rc != 0 or f"{len(share)} passed, 0 failed" not in output:
             sys.exit(f"mutate: the unmutated suite fails; a score would mean nothing:\n{output[-3000:]}")
-    saved[key] = round(max(r[3] for r in runs), 1)
+    saved[key] = round(sum(r[3] for r in runs), 1)
     with open(path + ".tmp", "w") as f:
         json.dump(saved, f, indent=1)
     os.replace(path + ".tmp", path)
