@@ -1,0 +1,180 @@
+/* `tunegraph run`, `inspect` and `compile` (cli/main.c) when what they write cannot be
+ * written: the metrics file on a full device (a step's line, the summary line, the profile,
+ * and the failed run's metrics that cannot be put in place), the metrics file's stream that
+ * cannot be opened, inspect's standard output on a full device, compile's standard output
+ * closed, and the run's last allocations (the metrics' step line, the checkpoint, the
+ * profile's op times) failed one at a time. Each case asserts the exit status and what
+ * stderr says. The CLI runs in this process (tests/test_cli_metrics.c compiles it in). */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "runtime/executor.h"
+#include "tests/harness.h"
+#include "tests/libc_faults.h"
+
+int tunegraph_cli_main(int argc, char **argv);
+
+#define DEMO "examples/demo-classify.job"
+
+typedef struct cli_result {
+    int status;
+    char *out, *err; /* malloc'd */
+} cli_result;
+
+static void cli_result_free(cli_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+/* Runs tunegraph_cli_main on the words of `line` (split at spaces) with stdout going to
+ * `out_path` (NULL: a file of `dir`, read back; "-": closed) and stderr captured. */
+static cli_result cli_to(const char *dir, const char *line, const char *out_path) {
+    cli_result r = {-1, NULL, NULL};
+    char words[4096], *argv[64];
+    int argc = 0;
+    argv[argc++] = "tunegraph";
+    snprintf(words, sizeof words, "%s", line);
+    for (char *w = strtok(words, " "); w && argc < 63; w = strtok(NULL, " ")) argv[argc++] = w;
+    argv[argc] = NULL;
+    char own_out[700], err_path[700];
+    snprintf(own_out, sizeof own_out, "%s/cli-out.txt", dir);
+    snprintf(err_path, sizeof err_path, "%s/cli-err.txt", dir);
+    const int closed = out_path && !strcmp(out_path, "-");
+    fflush(stdout);
+    fflush(stderr);
+    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
+    int fo = closed ? -2 : open(out_path ? out_path : own_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved_out < 0 || saved_err < 0 || fo == -1 || fe < 0) return r;
+    if (closed) close(STDOUT_FILENO);
+    else dup2(fo, STDOUT_FILENO), close(fo);
+    dup2(fe, STDERR_FILENO);
+    close(fe);
+    r.status = tunegraph_cli_main(argc, argv);
+    clearerr(stdout);
+    fflush(stdout);
+    clearerr(stdout);
+    fflush(stderr);
+    dup2(saved_out, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
+    close(saved_out);
+    close(saved_err);
+    if (!out_path) r.out = tg_test_read_file(own_out, NULL);
+    r.err = tg_test_read_file(err_path, NULL);
+    return r;
+}
+
+static int has(const char *text, const char *what) { return text && strstr(text, what); }
+
+/* A plan of the demo with small batches, compiled into dir/p.tgp. */
+static void compile_plan(const char *dir) {
+    char line[1024];
+    snprintf(line, sizeof line, "compile " DEMO " -o %s/p.tgp --set batch=4 --set seq=16 --set steps=1", dir);
+    cli_result r = cli_to(dir, line, NULL);
+    REQUIRE(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+}
+
+/* The metrics on a full device: the step lines fill the stream's buffer after some steps,
+ * so a run of few steps fails at its summary line (the closing lines are still printed)
+ * and one of more steps at a step's line (the loop stops, no closing lines); either way
+ * the failed run's metrics cannot be put in place, and the run says so too. */
+TG_TEST(test_cli_main_metrics_on_a_full_device) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    compile_plan(dir);
+    int line_failed = 0, summary_failed = 0;
+    for (int steps = 13; steps <= 20; steps++) {
+        char line[1024];
+        snprintf(line, sizeof line, "run %s/p.tgp --set steps=%d --metrics /dev/full", dir, steps);
+        cli_result r = cli_to(dir, line, NULL);
+        const char *end = "tunegraph: /dev/full: cannot write the metrics file (write: No space left on device)\n";
+        CHECK(r.status == 1 && has(r.err, end), "%s: %d %s", line, r.status, r.err ? r.err : "");
+        if (has(r.err, "tunegraph: /dev/full: cannot write a line of the metrics file\n")) {
+            line_failed++;
+            CHECK(!has(r.err, "\ntrained ") && !has(r.err, "summary line"), "%s: went on after a line failed: %s",
+                  line, r.err);
+        } else if (has(r.err, "tunegraph: /dev/full: cannot write the summary line of the metrics file\n")) {
+            summary_failed++;
+            char trained[64];
+            snprintf(trained, sizeof trained, "\ntrained %d steps in ", steps);
+            CHECK(has(r.err, trained) && has(r.err, "\neval on 400 examples: loss "), "%s: no closing lines: %s", line,
+                  r.err);
+        } else {
+            CHECK(steps < 17, "%s: %d steps of lines fit the buffer: %s", line, steps, r.err ? r.err : "");
+        }
+        cli_result_free(&r);
+    }
+    CHECK(line_failed > 0 && summary_failed > 0, "line failures %d, summary failures %d", line_failed, summary_failed);
+}
+
+/* --profile writes a line per op kind and per op into the metrics: on a full device the
+ * profile fails the run after the training, and the metrics cannot be put in place. */
+TG_TEST(test_cli_main_profile_on_a_full_device) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    compile_plan(dir);
+    char line[1024];
+    snprintf(line, sizeof line, "run %s/p.tgp --set steps=2 --profile --metrics /dev/full", dir);
+    cli_result r = cli_to(dir, line, NULL);
+    CHECK(r.status == 1 &&
+              has(r.err, "\ntunegraph: cannot write the profile to the metrics file\n"
+                         "tunegraph: /dev/full: cannot write the metrics file (write: No space left on device)\n") &&
+              has(r.err, "profile (ops launched one by one, mean of ") && !has(r.err, "\ntrained "),
+          "%s: %d %s", line, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+}
+
+/* The metrics file's stream cannot be opened (fdopen fails): exit 1 naming the file, no
+ * training, and no metrics file left behind. */
+TG_TEST(test_cli_main_metrics_stream_fails) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    compile_plan(dir);
+    char line[1024], metrics[800];
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(line, sizeof line, "run %s/p.tgp --metrics %s", dir, metrics);
+    tg_test_fail_fdopen(1);
+    cli_result r = cli_to(dir, line, NULL);
+    tg_test_fail_fdopen(0);
+    char want[900];
+    snprintf(want, sizeof want, "tunegraph: %s: out of memory\n", metrics);
+    struct stat st;
+    CHECK(r.status == 1 && r.err && !strcmp(r.err, want), "%s: %d '%s'", line, r.status, r.err ? r.err : "");
+    CHECK(stat(metrics, &st) != 0, "%s was left behind", metrics);
+    cli_result_free(&r);
+}
+
+/* inspect's output on a full device: exit 1, "cannot write the output". */
+TG_TEST(test_cli_main_inspect_to_a_full_device) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    compile_plan(dir);
+    char line[1024];
+    snprintf(line, sizeof line, "inspect %s/p.tgp", dir);
+    cli_result r = cli_to(dir, line, "/dev/full");
+    CHECK(r.status == 1 && r.err && !strcmp(r.err, "tunegraph: inspect: cannot write the output\n"), "%s: %d '%s'",
+          line, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+}
+
+/* compile with standard output closed: its plan is not standard output's file (fstat
+ * fails), so the compiled line goes to standard output (lost), never to stderr, and the
+ * plan is written. */
+TG_TEST(test_cli_main_compile_with_stdout_closed) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    char line[1024], plan[800];
+    snprintf(plan, sizeof plan, "%s/q.tgp", dir);
+    snprintf(line, sizeof line, "compile " DEMO " -o %s --set steps=1", plan);
+    cli_result r = cli_to(dir, line, "-");
+    struct stat st;
+    CHECK(r.status == 0 && r.err && !strcmp(r.err, ""), "%s: %d '%s'", line, r.status, r.err ? r.err : "");
+    CHECK(stat(plan, &st) == 0 && st.st_size > 0, "%s: no plan", line);
+    cli_result_free(&r);
+}
