@@ -178,3 +178,90 @@ TG_TEST(test_cli_main_compile_with_stdout_closed) {
     CHECK(stat(plan, &st) == 0 && st.st_size > 0, "%s: no plan", line);
     cli_result_free(&r);
 }
+
+/* The checkpoint folder's `latest` is a folder: the first checkpoint's pointer cannot
+ * replace it, so the run stops at that step with exit 1 and the metrics end with the error. */
+TG_TEST(test_cli_main_checkpoint_pointer_fails) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    compile_plan(dir);
+    char line[1024], latest[800], metrics[800];
+    snprintf(latest, sizeof latest, "%s/ck/latest", dir);
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(line, sizeof line, "%s/ck", dir);
+    REQUIRE(mkdir(line, 0755) == 0 && mkdir(latest, 0755) == 0, "%s", latest);
+    snprintf(line, sizeof line, "run %s/p.tgp --set steps=2 --set checkpoint_every=1 --checkpoint-dir %s/ck --metrics %s",
+             dir, dir, metrics);
+    cli_result r = cli_to(dir, line, NULL);
+    char want[1200];
+    snprintf(want, sizeof want, "\ntunegraph: %s: cannot write the checkpoint pointer (rename: Is a directory)\n", latest);
+    CHECK(r.status == 1 && has(r.err, want) && !has(r.err, "\ntrained ") && !has(r.err, "\ncheckpoint "), "%s: %d %s",
+          line, r.status, r.err ? r.err : "");
+    char *m = tg_test_read_file(metrics, NULL);
+    snprintf(want, sizeof want, "{\"event\": \"error\", \"message\": \"%s: cannot write the checkpoint pointer", latest);
+    CHECK(has(m, want) && has(m, "\"step\": 1,") && !has(m, "\"step\": 2,"), "metrics: %s", m ? m : "(none)");
+    free(m);
+    cli_result_free(&r);
+}
+
+/* The smallest allocation count k for which the run of `line` (failing every allocation
+ * after the first k of this thread) gets as far as saying `marker` on stderr; k is then the
+ * index of the first allocation after that point. `total` runs to the end. */
+static long allocations_before(const char *dir, const char *line, const char *marker, long total) {
+    long lo = 0, hi = total; /* says it at hi, not below lo */
+    while (lo < hi) {
+        const long mid = lo + (hi - lo) / 2;
+        tg_alloc_fail_after(mid);
+        cli_result r = cli_to(dir, line, NULL);
+        tg_alloc_fail_after(-1);
+        if (has(r.err, marker)) hi = mid;
+        else lo = mid + 1;
+        cli_result_free(&r);
+    }
+    return lo;
+}
+
+/* The first allocations after the trainer is open (the step times, then the metrics' step
+ * line) and after the last step (the evaluation's) failed one at a time: exit 1 with the
+ * out-of-memory message, and the metrics end with it. */
+TG_TEST(test_cli_main_run_out_of_memory) {
+    if (tg_cuda_built()) return;
+    const char *dir = tg_test_tmpdir();
+    compile_plan(dir);
+    char line[1024], metrics[800];
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(line, sizeof line, "run %s/p.tgp --set steps=1 --metrics %s", dir, metrics);
+    tg_alloc_fail_after(-1);
+    cli_result r = cli_to(dir, line, NULL);
+    const long total = tg_alloc_fail_after(-1);
+    REQUIRE(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+    const long ready = allocations_before(dir, line, "\ntunegraph: ready in ", total);
+    char plain[1024]; /* without metrics: the first allocation after the last step is the evaluation's */
+    snprintf(plain, sizeof plain, "run %s/p.tgp --set steps=1", dir);
+    tg_alloc_fail_after(-1);
+    r = cli_to(dir, plain, NULL);
+    const long plain_total = tg_alloc_fail_after(-1);
+    cli_result_free(&r);
+    const long stepped = allocations_before(dir, plain, "\nstep 1/1 loss ", plain_total);
+    tg_alloc_fail_only(stepped);
+    r = cli_to(dir, plain, NULL);
+    tg_alloc_fail_after(-1);
+    CHECK(r.status == 1 && has(r.err, "\nstep 1/1 loss ") &&
+              has(r.err, " ETA 0:00:00\ntunegraph: out of memory for the eval logits\n") && !has(r.err, "\ntrained "),
+          "%s, allocation %ld of %ld: %d %s", plain, stepped, plain_total, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+    for (long k = ready; k <= ready + 1; k++) { /* the step times, the metrics' step line */
+        remove(metrics);
+        tg_alloc_fail_only(k);
+        r = cli_to(dir, line, NULL);
+        tg_alloc_fail_after(-1);
+        CHECK(r.status == 1 && has(r.err, " s)\ntunegraph: out of memory\n") && !has(r.err, "\nstep 1/1 ") &&
+                  !has(r.err, "\ntrained "),
+              "%s, allocation %ld of %ld: %d %s", line, k, total, r.status, r.err ? r.err : "");
+        char *m = tg_test_read_file(metrics, NULL);
+        CHECK(has(m, "{\"event\": \"error\", \"message\": \"out of memory\"}"), "metrics: %s", m ? m : "(none)");
+        free(m);
+        cli_result_free(&r);
+    }
+}
