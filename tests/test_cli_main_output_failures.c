@@ -6,10 +6,14 @@
  * profile's op times) failed one at a time. Each case asserts the exit status and what
  * stderr says. The CLI runs in this process (tests/test_cli_metrics.c compiles it in). */
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -264,4 +268,61 @@ TG_TEST(test_cli_main_run_out_of_memory) {
         free(m);
         cli_result_free(&r);
     }
+}
+
+/* Starts the CLI binary with argv (stderr into err_path, checkpoint writes stalled at step
+ * `stall`); its pid. */
+static pid_t start_cli(char **argv, const char *err_path, const char *stall) {
+    char cli[PATH_MAX];
+    if (!realpath(tg_test_cli(), cli)) snprintf(cli, sizeof cli, "%s", tg_test_cli());
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        const int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(127);
+        dup2(fd, 2);
+        setenv("TUNEGRAPH_TEST_CHECKPOINT_STALL", stall, 1);
+        execv(cli, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGTERM while the step-2 checkpoint is written, the metrics on a full device: the run
+ * says it was interrupted, then that the metrics (ended with that message) cannot be put
+ * in place, and ends by the signal. */
+TG_TEST(test_cli_main_interrupted_metrics_on_a_full_device) {
+    const char *dir = tg_test_tmpdir();
+    char ck[800], err_path[800];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    char *argv[] = {"tunegraph", "run", DEMO, "--device", "cpu", "--set", "steps=4", "--set", "checkpoint_every=2",
+                    "--checkpoint-dir", ck, "--metrics", "/dev/full", NULL};
+    const pid_t pid = start_cli(argv, err_path, "2");
+    REQUIRE(pid > 0, "fork");
+    int stalled = 0, status = 0, ended = 0;
+    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
+        char *text = tg_test_read_file(err_path, NULL);
+        stalled = text && strstr(text, "stalled part-written") != NULL;
+        free(text);
+        ended = !stalled && waitpid(pid, &status, WNOHANG) == pid;
+        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, stalled ? SIGTERM : SIGKILL);
+    if (!ended) waitpid(pid, &status, 0);
+    char *said = tg_test_read_file(err_path, NULL);
+    REQUIRE(stalled, "the run did not stall at the step-2 checkpoint: %s", said ? said : "");
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+    char want[1200];
+    snprintf(want, sizeof want,
+             " (resume with --resume %s)\ntunegraph: /dev/full: cannot write the metrics file (write: No space left on "
+             "device)\n",
+             ck);
+    const char *said_end = said ? strstr(said, want) : NULL;
+    CHECK(said_end && strstr(said, "\ntunegraph: interrupted by SIGTERM after step ") && !strstr(said, "\ntrained "),
+          "stderr lacks '%s': %s", want, said ? said : "");
+    free(said);
 }
