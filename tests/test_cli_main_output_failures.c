@@ -84,37 +84,22 @@ static void compile_plan(const char *dir) {
     cli_result_free(&r);
 }
 
-/* The metrics on a full device: the step lines fill the stream's buffer after some steps,
- * so a run of few steps fails at its summary line (the closing lines are still printed)
- * and one of more steps at a step's line (the loop stops, no closing lines); either way
- * the failed run's metrics cannot be put in place, and the run says so too. */
+/* The metrics on a full device: 30 steps' lines overflow the stream's buffer, so a step's
+ * line cannot be written; the loop stops there (no closing lines), and the failed run's
+ * metrics cannot be put in place either, which the run says too. */
 TG_TEST(test_cli_main_metrics_on_a_full_device) {
     if (tg_cuda_built()) return;
     const char *dir = tg_test_tmpdir();
     compile_plan(dir);
-    int line_failed = 0, summary_failed = 0;
-    for (int steps = 13; steps <= 20; steps++) {
-        char line[1024];
-        snprintf(line, sizeof line, "run %s/p.tgp --set steps=%d --metrics /dev/full", dir, steps);
-        cli_result r = cli_to(dir, line, NULL);
-        const char *end = "tunegraph: /dev/full: cannot write the metrics file (write: No space left on device)\n";
-        CHECK(r.status == 1 && has(r.err, end), "%s: %d %s", line, r.status, r.err ? r.err : "");
-        if (has(r.err, "tunegraph: /dev/full: cannot write a line of the metrics file\n")) {
-            line_failed++;
-            CHECK(!has(r.err, "\ntrained ") && !has(r.err, "summary line"), "%s: went on after a line failed: %s",
-                  line, r.err);
-        } else if (has(r.err, "tunegraph: /dev/full: cannot write the summary line of the metrics file\n")) {
-            summary_failed++;
-            char trained[64];
-            snprintf(trained, sizeof trained, "\ntrained %d steps in ", steps);
-            CHECK(has(r.err, trained) && has(r.err, "\neval on 400 examples: loss "), "%s: no closing lines: %s", line,
-                  r.err);
-        } else {
-            CHECK(steps < 17, "%s: %d steps of lines fit the buffer: %s", line, steps, r.err ? r.err : "");
-        }
-        cli_result_free(&r);
-    }
-    CHECK(line_failed > 0 && summary_failed > 0, "line failures %d, summary failures %d", line_failed, summary_failed);
+    char line[1024];
+    snprintf(line, sizeof line, "run %s/p.tgp --set steps=30 --metrics /dev/full", dir);
+    cli_result r = cli_to(dir, line, NULL);
+    CHECK(r.status == 1 &&
+              has(r.err, "\ntunegraph: /dev/full: cannot write a line of the metrics file\n"
+                         "tunegraph: /dev/full: cannot write the metrics file (write: No space left on device)\n") &&
+              !has(r.err, "\ntrained ") && !has(r.err, "\nstep 30/30 "),
+          "%s: %d %s", line, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
 }
 
 /* --profile writes a line per op kind and per op into the metrics: on a full device the
@@ -226,7 +211,7 @@ static long allocations_before(const char *dir, const char *line, const char *ma
 }
 
 /* The first allocations after the trainer is open (the step times, then the metrics' step
- * line) and after the last step (the evaluation's) failed one at a time: exit 1 with the
+ * line), after the last step (the evaluation's) and after the evaluation (the summary line's) failed one at a time: exit 1 with the
  * out-of-memory message, and the metrics end with it. */
 TG_TEST(test_cli_main_run_out_of_memory) {
     if (tg_cuda_built()) return;
@@ -254,6 +239,22 @@ TG_TEST(test_cli_main_run_out_of_memory) {
     CHECK(r.status == 1 && has(r.err, "\nstep 1/1 loss ") &&
               has(r.err, " ETA 0:00:00\ntunegraph: out of memory for the eval logits\n") && !has(r.err, "\ntrained "),
           "%s, allocation %ld of %ld: %d %s", plain, stepped, plain_total, r.status, r.err ? r.err : "");
+    cli_result_free(&r);
+    /* The first allocation once the evaluation is done: the summary line's. */
+    const long evaluated = allocations_before(dir, line, "\ntrained 1 steps in ", total);
+    remove(metrics);
+    tg_alloc_fail_only(evaluated);
+    r = cli_to(dir, line, NULL);
+    tg_alloc_fail_after(-1);
+    char want[1000];
+    snprintf(want, sizeof want, "\ntunegraph: %s: cannot write the summary line of the metrics file\n", metrics);
+    CHECK(r.status == 1 && has(r.err, want) && has(r.err, "\ntrained 1 steps in ") &&
+              has(r.err, "\neval on 400 examples: loss "),
+          "%s, allocation %ld of %ld: %d %s", line, evaluated, total, r.status, r.err ? r.err : "");
+    char *m = tg_test_read_file(metrics, NULL);
+    CHECK(has(m, "\"step\": 1,") && has(m, "{\"event\": \"error\", \"message\": \"") && has(m, "cannot write the summary line"),
+          "metrics: %s", m ? m : "(none)");
+    free(m);
     cli_result_free(&r);
     for (long k = ready; k <= ready + 1; k++) { /* the step times, the metrics' step line */
         remove(metrics);
