@@ -521,7 +521,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0, own_tokens = 0, own_slots = 0;
-    double *step_times = calloc((size_t)tr.total_steps + 1, sizeof *step_times);
+    double *step_times = tg_calloc((size_t)tr.total_steps + 1, sizeof *step_times);
     metrics_step_line *step_line = metrics ? metrics_step_line_new() : NULL;
     rc = step_times && (!metrics || step_line) ? 0 : tg_fail(&err, "out of memory");
     /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills

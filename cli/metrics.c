@@ -23,8 +23,10 @@ static metrics_line line_begin(void) {
     return (metrics_line){o, o == NULL};
 }
 
+/* Takes v (json_object_set_new does, even when it fails; without a line, v is freed here). */
 static void put(metrics_line *l, const char *key, json_t *v) {
-    if (!v || !l->o || json_object_set_new(l->o, key, v)) l->bad = 1;
+    if (!l->o) json_decref(v), l->bad = 1;
+    else if (!v || json_object_set_new(l->o, key, v)) l->bad = 1;
 }
 
 static void put_int(metrics_line *l, const char *key, long long v) { put(l, key, json_integer((json_int_t)v)); }
