@@ -12,35 +12,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/cli_in_process.h"
 #include "tests/harness.h"
 #include "tests/libc_faults.h"
 
-int tunegraph_cli_main(int argc, char **argv);
 
-/* tunegraph_cli_main on argv (argc words), stdout into dir/out.txt and stderr into
- * dir/err.txt; its status, and stderr into *said (malloc'd). */
+/* tunegraph_cli_main on argv (argc words) in dir (tests/cli_in_process.h): its status,
+ * and stderr into *said (malloc'd). */
 static int run_cli(const char *dir, int argc, char **argv, char **said) {
-    char out_path[800], err_path[800];
-    snprintf(out_path, sizeof out_path, "%s/out.txt", dir);
-    snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
-    fflush(stdout);
-    fflush(stderr);
-    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
-    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (saved_out < 0 || saved_err < 0 || fo < 0 || fe < 0) return -1;
-    dup2(fo, STDOUT_FILENO);
-    dup2(fe, STDERR_FILENO);
-    close(fo);
-    close(fe);
-    const int status = tunegraph_cli_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved_out, STDOUT_FILENO);
-    dup2(saved_err, STDERR_FILENO);
-    close(saved_out);
-    close(saved_err);
-    *said = tg_test_read_file(err_path, NULL);
-    return status;
+    tg_cli_run r = tg_test_cli_argv(dir, argc, argv, NULL);
+    free(r.out);
+    *said = r.err;
+    return r.status;
 }
 
 /* Names in dir starting with "." (temporary files). */

@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/version.h"
 #include "runtime/executor.h"
+#include "tests/cli_in_process.h"
 #include "tests/harness.h"
 
 int tunegraph_cli_main(int argc, char **argv);
@@ -25,61 +26,17 @@ int tunegraph_cli_main(int argc, char **argv);
 /* The running test's folder (tg_test_tmpdir gives a fresh one per call). */
 static const char *test_dir;
 
-typedef struct cli_result {
-    int status;
-    char *out, *err; /* malloc'd */
-} cli_result;
-
-static void cli_result_free(cli_result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-/* Runs tunegraph_cli_main on the words of `line` (split at spaces; "" for none), with
- * stdout and stderr captured into files of the test's folder. */
-static cli_result cli(const char *line) {
-    cli_result r = {-1, NULL, NULL};
-    char words[4096], *argv[256];
-    int argc = 0;
-    argv[argc++] = "tunegraph";
-    snprintf(words, sizeof words, "%s", line);
-    for (char *w = strtok(words, " "); w && argc < 255; w = strtok(NULL, " ")) argv[argc++] = w;
-    argv[argc] = NULL;
-    char out_path[700], err_path[700];
-    snprintf(out_path, sizeof out_path, "%s/cli-out.txt", test_dir);
-    snprintf(err_path, sizeof err_path, "%s/cli-err.txt", test_dir);
-    fflush(stdout);
-    fflush(stderr);
-    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
-    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (saved_out < 0 || saved_err < 0 || fo < 0 || fe < 0) return r;
-    dup2(fo, STDOUT_FILENO);
-    dup2(fe, STDERR_FILENO);
-    close(fo);
-    close(fe);
-    r.status = tunegraph_cli_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved_out, STDOUT_FILENO);
-    dup2(saved_err, STDERR_FILENO);
-    close(saved_out);
-    close(saved_err);
-    r.out = tg_test_read_file(out_path, NULL);
-    r.err = tg_test_read_file(err_path, NULL);
-    return r;
-}
-
 /* The command line `line` (with %s replaced by the test's folder, up to 4 times) must exit
  * with `status`, its stderr holding `says` (NULL: not asked). */
 static void expect(const char *line, int status, const char *says) {
     char full[4096];
     const char *dir = test_dir;
     snprintf(full, sizeof full, line, dir, dir, dir, dir);
-    cli_result r = cli(full);
+    tg_cli_run r = tg_test_cli_line(test_dir, full, NULL);
     CHECK(r.status == status, "tunegraph %s: exit %d, want %d: %s", full, r.status, status, r.err ? r.err : "");
     if (says)
         CHECK(r.err && strstr(r.err, says), "tunegraph %s: stderr lacks '%s': %s", full, says, r.err ? r.err : "(none)");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 typedef struct cli_case {
@@ -119,25 +76,25 @@ static const char k_usage[] =
 TG_TEST(test_cli_main_dispatch) {
     if (cpu_build_only()) return;
     test_dir = tg_test_tmpdir();
-    cli_result r = cli("");
+    tg_cli_run r = tg_test_cli_line(test_dir, "", NULL);
     CHECK(r.status == 2 && r.err && !strcmp(r.err, k_usage) && r.out && !r.out[0], "no command: %d, stderr %s",
           r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     static const char *const helps[] = {"help", "--help", "-h"};
     for (int i = 0; i < 3; i++) {
-        r = cli(helps[i]);
+        r = tg_test_cli_line(test_dir, helps[i], NULL);
         CHECK(r.status == 0 && r.out && !strcmp(r.out, k_usage) && r.err && !r.err[0], "%s: %d, stdout %s", helps[i],
               r.status, r.out ? r.out : "");
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
     }
     static const char *const versions[] = {"version", "--version"};
     for (int i = 0; i < 2; i++) {
-        r = cli(versions[i]);
+        r = tg_test_cli_line(test_dir, versions[i], NULL);
         char want[64];
         snprintf(want, sizeof want, "%s\n", TG_VERSION_STRING);
         CHECK(r.status == 0 && r.out && !strcmp(r.out, want), "%s: %d, stdout '%s'", versions[i], r.status,
               r.out ? r.out : "");
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
     }
     static const cli_case cases[] = {
         {"--version extra", 2, "tunegraph: version takes no arguments (got 'extra')"},
@@ -151,10 +108,10 @@ TG_TEST(test_cli_main_dispatch) {
     expect_all(cases, sizeof cases / sizeof cases[0]);
     static const char *const data_helps[] = {"data help", "data --help", "data -h"};
     for (int i = 0; i < 3; i++) {
-        r = cli(data_helps[i]);
+        r = tg_test_cli_line(test_dir, data_helps[i], NULL);
         CHECK(r.status == 0 && r.out && strstr(r.out, "tunegraph data convert INPUT...") && strstr(r.out, "data dump SET"),
               "%s: %d, stdout %s", data_helps[i], r.status, r.out ? r.out : "");
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
     }
 }
 
@@ -220,12 +177,12 @@ TG_TEST(test_cli_main_compile_outputs) {
         REQUIRE(tg_test_write_file(path, text) == 0, "%s", path);
         char line[2048];
         snprintf(line, sizeof line, "compile %s", path);
-        cli_result r = cli(line);
+        tg_cli_run r = tg_test_cli_line(test_dir, line, NULL);
         char want[1600];
         snprintf(want, sizeof want, "compiled %s -> %s/%s: ", path, dir, names[i].plan);
         CHECK(r.status == 0 && r.out && !strncmp(r.out, want, strlen(want)), "%s: %d, stdout %s stderr %s", line,
               r.status, r.out ? r.out : "", r.err ? r.err : "");
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
         snprintf(path, sizeof path, "%s/%s", dir, names[i].plan);
         struct stat st;
         CHECK(stat(path, &st) == 0 && st.st_size > 1000, "%s not written", path);
@@ -289,11 +246,11 @@ TG_TEST(test_cli_main_run_checkpoints) {
     /* No step left to take: the profile has no captured step to compare with. */
     char line[2048];
     snprintf(line, sizeof line, "run %s/p.tgp --resume %s/ck --profile", test_dir, test_dir);
-    cli_result r = cli(line);
+    tg_cli_run r = tg_test_cli_line(test_dir, line, NULL);
     CHECK(r.status == 0 && r.err && strstr(r.err, "profile (ops launched one by one, mean of") &&
               !strstr(r.err, "the captured step took"),
           "%s: %d %s", line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     char path[800];
     snprintf(path, sizeof path, "%s/ck2/step-000002.tgckpt", test_dir);
     struct stat st;
@@ -312,7 +269,7 @@ TG_TEST(test_cli_main_run_reports) {
              "--set seq_buckets=8,16 --metrics %s/m.jsonl --profile",
              dir);
     setenv("TUNEGRAPH_HOST_TRACE", "1", 1);
-    cli_result r = cli(line);
+    tg_cli_run r = tg_test_cli_line(test_dir, line, NULL);
     unsetenv("TUNEGRAPH_HOST_TRACE");
     CHECK(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
     static const char *const says[] = {"batch 4 x seq 16 (length buckets 8,16), 3 steps (", "parameters trainable, ", " frozen",
@@ -322,7 +279,7 @@ TG_TEST(test_cli_main_run_reports) {
                                        "eval on 400 examples: loss ", ", accuracy "};
     for (size_t i = 0; r.err && i < sizeof says / sizeof says[0]; i++)
         CHECK(strstr(r.err, says[i]), "stderr lacks '%s': %s", says[i], r.err);
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     snprintf(path, sizeof path, "%s/m.jsonl", dir);
     char *m = tg_test_read_file(path, NULL);
     CHECK(m && strstr(m, "\"profile_op\": ") && strstr(m, "\"profile_op_index\": ") && strstr(m, "\"summary\": true"),
@@ -330,11 +287,11 @@ TG_TEST(test_cli_main_run_reports) {
     free(m);
 
     snprintf(line, sizeof line, "run " DEMO_LM " --set steps=1 --set batch=4 --set seq=16");
-    r = cli(line);
+    r = tg_test_cli_line(test_dir, line, NULL);
     CHECK(r.status == 0 && r.err && strstr(r.err, "eval on 200 examples: loss ") && strstr(r.err, ", perplexity ") &&
               !strstr(r.err, "accuracy"),
           "%s: %d %s", line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* Failures that end the process from a replica's thread run in the CLI binary: the CUDA
@@ -403,12 +360,12 @@ TG_TEST(test_cli_main_checkpoint_folders) {
     snprintf(dir, sizeof dir, "%s/job-ck", test_dir);
     REQUIRE(chdir(dir) == 0, "%s", dir);
     snprintf(line, sizeof line, "run %s/p.tgp --resume step-000002.tgckpt", test_dir);
-    cli_result r = cli(line);
+    tg_cli_run r = tg_test_cli_line(test_dir, line, NULL);
     int back = chdir(cwd);
     REQUIRE(back == 0, "chdir back to %s", cwd);
     CHECK(r.status == 0 && r.err && strstr(r.err, "resumed from step-000002.tgckpt at step 2 of 2"), "%s: %d %s", line,
           r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* Failures after the training: the weights cannot be written, the metrics file cannot be
@@ -508,15 +465,15 @@ TG_TEST(test_cli_main_compile_out_of_memory) {
         if (with_o) snprintf(line, sizeof line, "compile %s -o %s", job, plan);
         else snprintf(line, sizeof line, "compile %s", job);
         tg_alloc_fail_after(-1);
-        cli_result r = cli(line);
+        tg_cli_run r = tg_test_cli_line(test_dir, line, NULL);
         const long total = tg_alloc_fail_after(-1);
         REQUIRE(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
         int failed = 0;
         for (long k = total > 40 ? total - 40 : 0; k < total; k++) {
             remove(plan);
             tg_alloc_fail_after(k);
-            r = cli(line);
+            r = tg_test_cli_line(test_dir, line, NULL);
             tg_alloc_fail_after(-1);
             struct stat st;
             if (r.status == 0) {
@@ -528,7 +485,7 @@ TG_TEST(test_cli_main_compile_out_of_memory) {
                       "%s, allocation %ld: exit %d: %s", line, k, r.status, r.err ? r.err : "");
                 CHECK(stat(plan, &st) != 0, "%s, allocation %ld: a failed compile left its plan", line, k);
             }
-            cli_result_free(&r);
+            tg_cli_run_free(&r);
         }
         CHECK(failed > 0, "%s: none of the last 40 of %ld allocations failed the compile", line, total);
     }
@@ -658,7 +615,7 @@ TG_TEST(test_cli_main_run_reports_loaded_weights) {
     expect_all(cases, sizeof cases / sizeof cases[0]);
 }
 
-/* Runs tunegraph_cli_main on `line` (as cli() does) with stderr on a terminal (a pty):
+/* Runs tunegraph_cli_main on `line` (as tg_test_cli_line(test_dir, , NULL) does) with stderr on a terminal (a pty):
  * its status, and what the terminal received into *text (malloc'd). */
 static int cli_on_terminal(const char *line, char **text) {
     *text = NULL;

@@ -18,60 +18,12 @@
 
 #include "base/alloc.h"
 #include "runtime/executor.h"
+#include "tests/cli_in_process.h"
 #include "tests/harness.h"
 #include "tests/libc_faults.h"
 
-int tunegraph_cli_main(int argc, char **argv);
 
 #define DEMO "examples/demo-classify.job"
-
-typedef struct cli_result {
-    int status;
-    char *out, *err; /* malloc'd */
-} cli_result;
-
-static void cli_result_free(cli_result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-/* Runs tunegraph_cli_main on the words of `line` (split at spaces) with stdout going to
- * `out_path` (NULL: a file of `dir`, read back; "-": closed) and stderr captured. */
-static cli_result cli_to(const char *dir, const char *line, const char *out_path) {
-    cli_result r = {-1, NULL, NULL};
-    char words[4096], *argv[64];
-    int argc = 0;
-    argv[argc++] = "tunegraph";
-    snprintf(words, sizeof words, "%s", line);
-    for (char *w = strtok(words, " "); w && argc < 63; w = strtok(NULL, " ")) argv[argc++] = w;
-    argv[argc] = NULL;
-    char own_out[700], err_path[700];
-    snprintf(own_out, sizeof own_out, "%s/cli-out.txt", dir);
-    snprintf(err_path, sizeof err_path, "%s/cli-err.txt", dir);
-    const int closed = out_path && !strcmp(out_path, "-");
-    fflush(stdout);
-    fflush(stderr);
-    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
-    int fo = closed ? -2 : open(out_path ? out_path : own_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (saved_out < 0 || saved_err < 0 || fo == -1 || fe < 0) return r;
-    if (closed) close(STDOUT_FILENO);
-    else dup2(fo, STDOUT_FILENO), close(fo);
-    dup2(fe, STDERR_FILENO);
-    close(fe);
-    r.status = tunegraph_cli_main(argc, argv);
-    clearerr(stdout);
-    fflush(stdout);
-    clearerr(stdout);
-    fflush(stderr);
-    dup2(saved_out, STDOUT_FILENO);
-    dup2(saved_err, STDERR_FILENO);
-    close(saved_out);
-    close(saved_err);
-    if (!out_path) r.out = tg_test_read_file(own_out, NULL);
-    r.err = tg_test_read_file(err_path, NULL);
-    return r;
-}
 
 static int has(const char *text, const char *what) { return text && strstr(text, what); }
 
@@ -79,9 +31,9 @@ static int has(const char *text, const char *what) { return text && strstr(text,
 static void compile_plan(const char *dir) {
     char line[1024];
     snprintf(line, sizeof line, "compile " DEMO " -o %s/p.tgp --set batch=4 --set seq=16 --set steps=1", dir);
-    cli_result r = cli_to(dir, line, NULL);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     REQUIRE(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* The metrics on a full device: 30 steps' lines overflow the stream's buffer, so a step's
@@ -93,13 +45,13 @@ TG_TEST(test_cli_main_metrics_on_a_full_device) {
     compile_plan(dir);
     char line[1024];
     snprintf(line, sizeof line, "run %s/p.tgp --set steps=30 --metrics /dev/full", dir);
-    cli_result r = cli_to(dir, line, NULL);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     CHECK(r.status == 1 &&
               has(r.err, "\ntunegraph: /dev/full: cannot write a line of the metrics file\n"
                          "tunegraph: /dev/full: cannot write the metrics file (write: No space left on device)\n") &&
               !has(r.err, "\ntrained ") && !has(r.err, "\nstep 30/30 "),
           "%s: %d %s", line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* --profile writes a line per op kind and per op into the metrics: on a full device the
@@ -110,13 +62,13 @@ TG_TEST(test_cli_main_profile_on_a_full_device) {
     compile_plan(dir);
     char line[1024];
     snprintf(line, sizeof line, "run %s/p.tgp --set steps=2 --profile --metrics /dev/full", dir);
-    cli_result r = cli_to(dir, line, NULL);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     CHECK(r.status == 1 &&
               has(r.err, "\ntunegraph: cannot write the profile to the metrics file\n"
                          "tunegraph: /dev/full: cannot write the metrics file (write: No space left on device)\n") &&
               has(r.err, "profile (ops launched one by one, mean of ") && !has(r.err, "\ntrained "),
           "%s: %d %s", line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* The metrics file's stream cannot be opened (fdopen fails): exit 1 naming the file, no
@@ -129,14 +81,14 @@ TG_TEST(test_cli_main_metrics_stream_fails) {
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     snprintf(line, sizeof line, "run %s/p.tgp --metrics %s", dir, metrics);
     tg_test_fail_fdopen(1);
-    cli_result r = cli_to(dir, line, NULL);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     tg_test_fail_fdopen(0);
     char want[900];
     snprintf(want, sizeof want, "tunegraph: %s: out of memory\n", metrics);
     struct stat st;
     CHECK(r.status == 1 && r.err && !strcmp(r.err, want), "%s: %d '%s'", line, r.status, r.err ? r.err : "");
     CHECK(stat(metrics, &st) != 0, "%s was left behind", metrics);
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* inspect's output on a full device: exit 1, "cannot write the output". */
@@ -146,10 +98,10 @@ TG_TEST(test_cli_main_inspect_to_a_full_device) {
     compile_plan(dir);
     char line[1024];
     snprintf(line, sizeof line, "inspect %s/p.tgp", dir);
-    cli_result r = cli_to(dir, line, "/dev/full");
+    tg_cli_run r = tg_test_cli_line(dir, line, "/dev/full");
     CHECK(r.status == 1 && r.err && !strcmp(r.err, "tunegraph: inspect: cannot write the output\n"), "%s: %d '%s'",
           line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* compile with standard output closed: its plan is not standard output's file (fstat
@@ -161,11 +113,11 @@ TG_TEST(test_cli_main_compile_with_stdout_closed) {
     char line[1024], plan[800];
     snprintf(plan, sizeof plan, "%s/q.tgp", dir);
     snprintf(line, sizeof line, "compile " DEMO " -o %s --set steps=1", plan);
-    cli_result r = cli_to(dir, line, "-");
+    tg_cli_run r = tg_test_cli_line(dir, line, "-");
     struct stat st;
     CHECK(r.status == 0 && r.err && !strcmp(r.err, ""), "%s: %d '%s'", line, r.status, r.err ? r.err : "");
     CHECK(stat(plan, &st) == 0 && st.st_size > 0, "%s: no plan", line);
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* The checkpoint folder's `latest` is a folder: the first checkpoint's pointer cannot
@@ -181,7 +133,7 @@ TG_TEST(test_cli_main_checkpoint_pointer_fails) {
     REQUIRE(mkdir(line, 0755) == 0 && mkdir(latest, 0755) == 0, "%s", latest);
     snprintf(line, sizeof line, "run %s/p.tgp --set steps=2 --set checkpoint_every=1 --checkpoint-dir %s/ck --metrics %s",
              dir, dir, metrics);
-    cli_result r = cli_to(dir, line, NULL);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     char want[1200];
     snprintf(want, sizeof want, "\ntunegraph: %s: cannot write the checkpoint pointer (rename: Is a directory)\n", latest);
     CHECK(r.status == 1 && has(r.err, want) && !has(r.err, "\ntrained ") && !has(r.err, "\ncheckpoint "), "%s: %d %s",
@@ -190,7 +142,7 @@ TG_TEST(test_cli_main_checkpoint_pointer_fails) {
     snprintf(want, sizeof want, "{\"event\": \"error\", \"message\": \"%s: cannot write the checkpoint pointer", latest);
     CHECK(has(m, want) && has(m, "\"step\": 1,") && !has(m, "\"step\": 2,"), "metrics: %s", m ? m : "(none)");
     free(m);
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
 }
 
 /* The smallest allocation count k for which the run of `line` (failing every allocation
@@ -201,11 +153,11 @@ static long allocations_before(const char *dir, const char *line, const char *ma
     while (lo < hi) {
         const long mid = lo + (hi - lo) / 2;
         tg_alloc_fail_after(mid);
-        cli_result r = cli_to(dir, line, NULL);
+        tg_cli_run r = tg_test_cli_line(dir, line, NULL);
         tg_alloc_fail_after(-1);
         if (has(r.err, marker)) hi = mid;
         else lo = mid + 1;
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
     }
     return lo;
 }
@@ -221,30 +173,30 @@ TG_TEST(test_cli_main_run_out_of_memory) {
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     snprintf(line, sizeof line, "run %s/p.tgp --set steps=1 --metrics %s", dir, metrics);
     tg_alloc_fail_after(-1);
-    cli_result r = cli_to(dir, line, NULL);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     const long total = tg_alloc_fail_after(-1);
     REQUIRE(r.status == 0, "%s: %d %s", line, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     const long ready = allocations_before(dir, line, "\ntunegraph: ready in ", total);
     char plain[1024]; /* without metrics: the first allocation after the last step is the evaluation's */
     snprintf(plain, sizeof plain, "run %s/p.tgp --set steps=1", dir);
     tg_alloc_fail_after(-1);
-    r = cli_to(dir, plain, NULL);
+    r = tg_test_cli_line(dir, plain, NULL);
     const long plain_total = tg_alloc_fail_after(-1);
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     const long stepped = allocations_before(dir, plain, "\nstep 1/1 loss ", plain_total);
     tg_alloc_fail_only(stepped);
-    r = cli_to(dir, plain, NULL);
+    r = tg_test_cli_line(dir, plain, NULL);
     tg_alloc_fail_after(-1);
     CHECK(r.status == 1 && has(r.err, "\nstep 1/1 loss ") &&
               has(r.err, " ETA 0:00:00\ntunegraph: out of memory for the eval logits\n") && !has(r.err, "\ntrained "),
           "%s, allocation %ld of %ld: %d %s", plain, stepped, plain_total, r.status, r.err ? r.err : "");
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     /* The first allocation once the evaluation is done: the summary line's. */
     const long evaluated = allocations_before(dir, line, "\ntrained 1 steps in ", total);
     remove(metrics);
     tg_alloc_fail_only(evaluated);
-    r = cli_to(dir, line, NULL);
+    r = tg_test_cli_line(dir, line, NULL);
     tg_alloc_fail_after(-1);
     char want[1000];
     snprintf(want, sizeof want, "\ntunegraph: %s: cannot write the summary line of the metrics file\n", metrics);
@@ -255,11 +207,11 @@ TG_TEST(test_cli_main_run_out_of_memory) {
     CHECK(has(m, "\"step\": 1,") && has(m, "{\"event\": \"error\", \"message\": \"") && has(m, "cannot write the summary line"),
           "metrics: %s", m ? m : "(none)");
     free(m);
-    cli_result_free(&r);
+    tg_cli_run_free(&r);
     for (long k = ready; k <= ready + 1; k++) { /* the step times, the metrics' step line */
         remove(metrics);
         tg_alloc_fail_only(k);
-        r = cli_to(dir, line, NULL);
+        r = tg_test_cli_line(dir, line, NULL);
         tg_alloc_fail_after(-1);
         CHECK(r.status == 1 && has(r.err, " s)\ntunegraph: out of memory\n") && !has(r.err, "\nstep 1/1 ") &&
                   !has(r.err, "\ntrained "),
@@ -267,7 +219,7 @@ TG_TEST(test_cli_main_run_out_of_memory) {
         char *m = tg_test_read_file(metrics, NULL);
         CHECK(has(m, "{\"event\": \"error\", \"message\": \"out of memory\"}"), "metrics: %s", m ? m : "(none)");
         free(m);
-        cli_result_free(&r);
+        tg_cli_run_free(&r);
     }
 }
 
