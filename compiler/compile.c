@@ -110,6 +110,7 @@ static void build_optimizer(tg_graph *g) {
     s.out[0] = g->io.lr, s.out[1] = g->io.step;
     s.p.schedule.warmup = j->warmup_steps;
     s.p.schedule.lr = j->lr;
+    s.p.schedule.form = j->lr_schedule;
     tg_graph_op(g, &s);
 
     s = tg_spec(TG_OP_GRAD_NORM);

@@ -52,6 +52,7 @@ static const struct job_key {
     [TG_JOB_CHECKPOINT_DIR] = {"checkpoint_dir", 1},
     [TG_JOB_SEQ_BUCKETS] = {"seq_buckets", 0},
     [TG_JOB_LAST_BATCH] = {"last_batch", 1},
+    [TG_JOB_LR_SCHEDULE] = {"lr_schedule", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -334,6 +335,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
+    static const char *const lr_schedules[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
     const char *name = k_keys[key].name;
     int rc = 0;
     switch ((tg_job_key)key) {
@@ -399,6 +401,9 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_CHECKPOINT_DIR: rc = set_path(job->checkpoint_dir, v, o, 1, name, err); break;
     case TG_JOB_SEQ_BUCKETS: rc = set_seq_buckets(job, v, o, name, err); break;
     case TG_JOB_LAST_BATCH: rc = set_enum(&job->last_batch, v, last_batches, TG_LAST_BATCH_COUNT, o, name, err); break;
+    case TG_JOB_LR_SCHEDULE:
+        rc = set_enum(&job->lr_schedule, v, lr_schedules, TG_LR_SCHEDULE_COUNT, o, name, err);
+        break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;

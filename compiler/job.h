@@ -32,6 +32,7 @@ typedef struct tg_job {
     int32_t zero_stage;          /* tg_plan_train.zero_stage */
     float lr, beta1, beta2, eps, weight_decay;
     int32_t warmup_steps;
+    int32_t lr_schedule;         /* TG_LR_LINEAR, TG_LR_COSINE or TG_LR_CONSTANT (plan/ops.h) */
     int32_t steps;               /* 0 when epochs is set instead */
     int32_t epochs;              /* 0 when steps is set instead */
     float grad_clip;             /* 0 disables clipping */
@@ -63,7 +64,7 @@ typedef enum tg_job_key {
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
     TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
-    TG_JOB_LAST_BATCH, TG_JOB_KEY_COUNT
+    TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

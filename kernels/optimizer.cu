@@ -25,6 +25,7 @@
  *
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
 #include "kernels/column_sums.cuh"
+#include "kernels/lr_schedule.h"
 
 #define NORM_THREADS 256
 #define NORM_MAX_BLOCKS 1024
@@ -35,17 +36,16 @@
 /* ---- schedule --------------------------------------------------------------------- */
 
 __global__ void schedule_kernel(const float *step, const float *total_steps, float *lr, float *step_out, double warmup,
-                                float base_lr) {
+                                float base_lr, int form) {
     const double s = step[0], total = total_steps[0]; /* read before step_out (aliases step) */
-    const double frac = s < warmup ? s / fmax(1.0, warmup) : fmax(0.0, (total - s) / fmax(1.0, total - warmup));
-    lr[0] = (float)((double)base_lr * frac);
+    lr[0] = (float)((double)base_lr * tg_lr_multiplier(form, s, total, warmup));
     if (step_out) step_out[0] = (float)(s + 1.0);
 }
 
 int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err) {
     schedule_kernel<<<1, 1, 0, a->ctx->stream>>>((const float *)a->in[0], (const float *)a->in[1], (float *)a->out[0],
                                                  (float *)a->out[1], (double)a->op->p.schedule.warmup,
-                                                 a->op->p.schedule.lr);
+                                                 a->op->p.schedule.lr, (int)a->op->p.schedule.form);
     return 0;
 }
 

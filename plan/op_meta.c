@@ -428,6 +428,9 @@ static const char *check_schedule(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: total steps is not a scalar");
     EXPECT(numel(c, op->out[0]) == 1, "out[0]: lr is not a scalar");
     EXPECT(op->out[1] == op->in[0], "out[1]: the step counter is updated in place: must be in[0]");
+    NOT_NEGATIVE(op->p.schedule.warmup, "warmup");
+    EXPECT(op->p.schedule.form >= 0 && op->p.schedule.form < TG_LR_SCHEDULE_COUNT,
+           "schedule: not 0 (linear), 1 (cosine) or 2 (constant)");
     return NULL;
 }
 

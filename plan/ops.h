@@ -49,6 +49,8 @@ typedef struct tg_op {
 enum { TG_GELU_ERF = 0, TG_GELU_TANH = 1 };
 /* TG_OP_MATMUL's activation epilogue (tg_matmul_params.activation). */
 enum { TG_MATMUL_ACT_NONE = 0, TG_MATMUL_ACT_GELU = 1, TG_MATMUL_ACT_GELU_BWD = 2 };
+/* tg_schedule_params.form: the learning-rate schedule after the warm-up (kernels/lr_schedule.h). */
+enum { TG_LR_LINEAR = 0, TG_LR_COSINE = 1, TG_LR_CONSTANT = 2, TG_LR_SCHEDULE_COUNT };
 /* tg_select_params.mode */
 enum { TG_SELECT_FIRST = 0, TG_SELECT_LAST_NON_PAD = 1 };
 

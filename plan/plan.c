@@ -41,6 +41,7 @@ static const char *const task_names[TG_TASK_COUNT] = {"classify", "lm"};
 static const char *const precision_names[TG_PREC_COUNT] = {"fp32", "bf16", "fp16"};
 static const char *const attention_mode_names[TG_ATTENTION_MODE_COUNT] = {"fused", "unfused"};
 static const char *const last_batch_names[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
+static const char *const lr_schedule_names[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
 
 #define NAME_OR_UNKNOWN(table, count, v) ((v) >= 0 && (v) < (count) ? table[v] : "?")
 
@@ -54,6 +55,7 @@ const char *tg_attention_mode_name(int mode) {
     return NAME_OR_UNKNOWN(attention_mode_names, TG_ATTENTION_MODE_COUNT, mode);
 }
 const char *tg_last_batch_name(int mode) { return NAME_OR_UNKNOWN(last_batch_names, TG_LAST_BATCH_COUNT, mode); }
+const char *tg_lr_schedule_name(int form) { return NAME_OR_UNKNOWN(lr_schedule_names, TG_LR_SCHEDULE_COUNT, form); }
 int tg_dtype_size(int dtype) { return dtype >= 0 && dtype < TG_DTYPE_COUNT ? dtype_sizes[dtype] : 0; }
 
 int64_t tg_tensor_numel(const tg_tensor *t) {

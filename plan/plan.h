@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 14
+#define TG_PLAN_VERSION 15
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -257,6 +257,8 @@ const char *tg_arch_name(int arch);
 const char *tg_task_name(int task);
 const char *tg_precision_name(int precision);
 const char *tg_attention_mode_name(int mode);
+/* tg_schedule_params.form's name: linear, cosine or constant. */
+const char *tg_lr_schedule_name(int form);
 int tg_dtype_size(int dtype);
 int64_t tg_tensor_numel(const tg_tensor *t);
 /* The tensor's class (tg_tensor_class) from its flags. */

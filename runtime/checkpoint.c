@@ -229,6 +229,7 @@ int tg_checkpoint_identify(tg_checkpoint *ck, const tg_plan *plan, const tg_chec
     if (schedule) {
         fieldf(&a, "lr", "%.9g", schedule->p.schedule.lr);
         fieldf(&a, "warmup_steps", "%lld", (long long)schedule->p.schedule.warmup);
+        fieldf(&a, "lr_schedule", "%s", tg_lr_schedule_name((int)schedule->p.schedule.form));
     }
     if (adamw) {
         fieldf(&a, "beta1", "%.9g", adamw->p.adamw.beta1);

@@ -223,9 +223,10 @@ TG_TEST(test_checkpoint_identify_fields) {
     v = tg_checkpoint_field_value(&ck, "train_data");
     CHECK(v && !strcmp(v, "no/such/train.jsonl"), "train_data %s", v ? v : "(none)");
     CHECK(!tg_checkpoint_field_value(&ck, "lr") && !tg_checkpoint_field_value(&ck, "warmup_steps") &&
+              !tg_checkpoint_field_value(&ck, "lr_schedule") &&
               !tg_checkpoint_field_value(&ck, "beta1") && !tg_checkpoint_field_value(&ck, "grad_clip"),
           "optimizer fields without the ops");
-    CHECK(ck.n_fields == with_optimizer - 7, "%d fields without the optimizer's, %d with", ck.n_fields,
+    CHECK(ck.n_fields == with_optimizer - 8, "%d fields without the optimizer's, %d with", ck.n_fields,
           with_optimizer);
     tg_checkpoint_free(&ck);
     tg_plan_free(&p);

@@ -2,15 +2,13 @@
 #include <stdlib.h>
 #include "base/alloc.h"
 
+#include "kernels/lr_schedule.h"
 #include "runtime/cpu/cpu_kernels.h"
 
 void tg_cpu_kernel_schedule(const tg_cpu_op_args *a) {
     const tg_schedule_params *sp = &a->op->p.schedule;
     double s = CF32(a->in[0])[0], total = CF32(a->in[1])[0]; /* read before out1 aliases in0 */
-    double warmup = (double)sp->warmup;
-    double frac = s < warmup ? s / fmax(1.0, warmup)
-                             : fmax(0.0, (total - s) / fmax(1.0, total - warmup));
-    F32(a->out[0])[0] = (float)(sp->lr * frac);
+    F32(a->out[0])[0] = (float)(sp->lr * tg_lr_multiplier((int)sp->form, s, total, (double)sp->warmup));
     if (a->out[1]) F32(a->out[1])[0] = (float)(s + 1.0);
 }
 
