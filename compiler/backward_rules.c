@@ -492,6 +492,7 @@ static void bwd_cross_entropy(tg_graph *g, int index) {
 #define BACKWARD_SCHEDULE NULL
 #define BACKWARD_GRAD_NORM NULL
 #define BACKWARD_ADAMW NULL
+#define BACKWARD_ADAN NULL
 #define BACKWARD_ALL_REDUCE NULL
 #define BACKWARD_ALL_GATHER NULL
 

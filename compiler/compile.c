@@ -118,14 +118,17 @@ static void build_optimizer(tg_graph *g) {
     s.p.count.n = n;
     tg_graph_op(g, &s);
 
-    s = tg_spec(TG_OP_ADAMW);
+    const int adan = j->optimizer == TG_OPTIMIZER_ADAN;
+    s = tg_spec(adan ? TG_OP_ADAN : TG_OP_ADAMW);
     s.in[0] = g->io.grads_all, s.in[1] = g->io.lr, s.in[2] = g->io.step, s.in[3] = g->io.grad_norm;
     s.out[0] = g->io.params_all, s.out[1] = g->io.m_all, s.out[2] = g->io.v_all;
+    /* ADAN's parameters begin with ADAMW's (plan/ops.h). */
     tg_adamw_params *a = &s.p.adamw;
     a->n = n;
     a->zero_slice = tg_zero_slice(j, n); /* ZeRO-1: this replica's slice only */
     a->beta1 = j->beta1, a->beta2 = j->beta2, a->eps = j->eps, a->weight_decay = j->weight_decay;
     a->max_grad_norm = j->grad_clip;
+    if (adan) s.p.adan.beta3 = j->beta3, s.p.adan.no_prox = j->no_prox;
     tg_graph_op(g, &s);
     if (a->zero_slice) tg_zero_gather(g, g->io.params_all, "params.slices");
 }

@@ -38,7 +38,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 }
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
-_Static_assert(sizeof(tg_job) == 4928, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 4936, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -81,11 +81,14 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_i32(&h, j->fuse_qkv);
     fp_i32(&h, j->data_parallel);
     fp_i32(&h, j->zero_stage);
+    fp_i32(&h, j->optimizer);
     fp_f32(&h, j->lr);
     fp_f32(&h, j->beta1);
     fp_f32(&h, j->beta2);
     fp_f32(&h, j->eps);
     fp_f32(&h, j->weight_decay);
+    fp_f32(&h, j->beta3);
+    fp_i32(&h, j->no_prox);
     fp_i32(&h, j->warmup_steps);
     fp_i32(&h, j->lr_schedule);
     fp_i32(&h, j->steps);

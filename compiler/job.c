@@ -53,6 +53,8 @@ static const struct job_key {
     [TG_JOB_SEQ_BUCKETS] = {"seq_buckets", 0},
     [TG_JOB_LAST_BATCH] = {"last_batch", 1},
     [TG_JOB_LR_SCHEDULE] = {"lr_schedule", 0},
+    [TG_JOB_BETA3] = {"beta3", 0},
+    [TG_JOB_NO_PROX] = {"no_prox", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -73,6 +75,7 @@ void tg_job_defaults(tg_job *job) {
     job->lr = 5e-5f;
     job->beta1 = 0.9f;
     job->beta2 = 0.999f;
+    job->beta3 = 0.99f;
     job->eps = 1e-8f;
     job->weight_decay = 0.01f;
     job->warmup_steps = 0;
@@ -336,6 +339,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const attention_modes[] = {"fused", "unfused"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
     static const char *const lr_schedules[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
+    static const char *const optimizers[TG_OPTIMIZER_COUNT] = {"adamw", "adan"};
     const char *name = k_keys[key].name;
     int rc = 0;
     switch ((tg_job_key)key) {
@@ -349,13 +353,12 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_SEQ: rc = set_int(&job->seq, v, 1, o, name, err); break;
     case TG_JOB_PRECISION: rc = set_enum(&job->precision, v, precisions, 3, o, name, err); break;
     case TG_JOB_ALLOW_TF32: rc = set_bool(&job->allow_tf32, v, o, name, err); break;
-    case TG_JOB_OPTIMIZER:
-        if (strcmp(v, "adamw") != 0)
-            rc = tg_fail(err, "%skey '%s': '%s' is not supported (only adamw)", o->prefix, name, v);
-        break;
+    case TG_JOB_OPTIMIZER: rc = set_enum(&job->optimizer, v, optimizers, TG_OPTIMIZER_COUNT, o, name, err); break;
     case TG_JOB_LR: rc = set_float(&job->lr, v, 0, 1, INFINITY, 0, o, name, err); break;
     case TG_JOB_BETA1: rc = set_float(&job->beta1, v, 0, 0, 1, 1, o, name, err); break;
     case TG_JOB_BETA2: rc = set_float(&job->beta2, v, 0, 0, 1, 1, o, name, err); break;
+    case TG_JOB_BETA3: rc = set_float(&job->beta3, v, 0, 0, 1, 1, o, name, err); break;
+    case TG_JOB_NO_PROX: rc = set_bool(&job->no_prox, v, o, name, err); break;
     case TG_JOB_EPS: rc = set_float(&job->eps, v, 0, 1, INFINITY, 0, o, name, err); break;
     case TG_JOB_WEIGHT_DECAY:
         rc = set_float(&job->weight_decay, v, 0, 0, INFINITY, 0, o, name, err);
@@ -614,6 +617,22 @@ static int resolve_buckets(tg_job *job, tg_err *err) {
     return 0;
 }
 
+/* The betas a job leaves out are its optimizer's defaults: AdamW's 0.9 and 0.999, Adan's
+ * reference 0.98, 0.92 and 0.99; beta3 and no_prox are Adan's alone. */
+static int resolve_optimizer(tg_job *job, tg_err *err) {
+    char w1[TG_PATH_MAX + 32], w2[TG_PATH_MAX + 32];
+    const int adan = job->optimizer == TG_OPTIMIZER_ADAN;
+    if (!job->key_line[TG_JOB_BETA1]) job->beta1 = adan ? 0.98f : 0.9f;
+    if (!job->key_line[TG_JOB_BETA2]) job->beta2 = adan ? 0.92f : 0.999f;
+    if (adan) return 0;
+    for (int key = TG_JOB_BETA3; key <= TG_JOB_NO_PROX; key++)
+        if (job->key_line[key])
+            return tg_fail(err, "%s: key '%s': only meaningful for optimizer = adan (optimizer is adamw, %s)",
+                           tg_job_where(job, key, w1, sizeof w1), tg_job_key_name(key),
+                           tg_job_where(job, TG_JOB_OPTIMIZER, w2, sizeof w2));
+    return 0;
+}
+
 static int validate(const tg_job *job, tg_err *err) {
     char w1[TG_PATH_MAX + 32], w2[TG_PATH_MAX + 32];
     if (!job->key_line[TG_JOB_MODEL]) /* a value that was set is not empty (set_path) */
@@ -675,7 +694,7 @@ int tg_job_apply_overrides(tg_job *job, const char *const *overrides, int n_over
         free(copy);
         if (rc) return rc;
     }
-    if (resolve_buckets(job, err)) return -1;
+    if (resolve_buckets(job, err) || resolve_optimizer(job, err)) return -1;
     return validate(job, err);
 }
 

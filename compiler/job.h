@@ -30,7 +30,10 @@ typedef struct tg_job {
     int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
     int32_t data_parallel;       /* replicas training together (tg_plan_train.replicas) */
     int32_t zero_stage;          /* tg_plan_train.zero_stage */
+    int32_t optimizer;           /* TG_OPTIMIZER_ADAMW or TG_OPTIMIZER_ADAN */
     float lr, beta1, beta2, eps, weight_decay;
+    float beta3;                 /* Adan only */
+    int32_t no_prox;             /* Adan only: weight decay before the step, not after */
     int32_t warmup_steps;
     int32_t lr_schedule;         /* TG_LR_LINEAR, TG_LR_COSINE or TG_LR_CONSTANT (plan/ops.h) */
     int32_t steps;               /* 0 when epochs is set instead */
@@ -56,6 +59,9 @@ typedef struct tg_job {
                                      -1 = --set override */
 } tg_job;
 
+/* tg_job.optimizer */
+enum { TG_OPTIMIZER_ADAMW = 0, TG_OPTIMIZER_ADAN = 1, TG_OPTIMIZER_COUNT };
+
 typedef enum tg_job_key {
     TG_JOB_MODEL = 0, TG_JOB_TASK, TG_JOB_NUM_LABELS, TG_JOB_BATCH, TG_JOB_SEQ,
     TG_JOB_PRECISION, TG_JOB_ALLOW_TF32, TG_JOB_OPTIMIZER, TG_JOB_LR, TG_JOB_BETA1,
@@ -64,7 +70,7 @@ typedef enum tg_job_key {
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
     TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
-    TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_KEY_COUNT
+    TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -134,9 +134,10 @@ int tg_plan_param_layout(tg_graph *g) {
             g->tensors[g->tensors[t].grad].group = g->tensors[g->tensors[t].group].grad;
     g->io.params_all = view(g, "params.all", TG_POOL_PARAMS, end);
     g->io.grads_all = view(g, "grads.all", TG_POOL_GRADS, end);
-    /* ZeRO-1: each replica keeps the AdamW state of its own slice of the parameters. */
+    /* ZeRO-1: each replica keeps the optimizer state of its own slice of the parameters;
+     * Adan keeps two vectors in each of m and v (plan/ops.def). */
     const int64_t slice = tg_zero_slice(g->job, (int64_t)(end / 4));
-    const uint64_t state = slice ? (uint64_t)slice * 4 : end;
+    const uint64_t state = (slice ? (uint64_t)slice * 4 : end) * (g->job && g->job->optimizer == TG_OPTIMIZER_ADAN ? 2 : 1);
     g->io.m_all = view(g, "optim.m", TG_POOL_OPTIM, state);
     g->io.v_all = view(g, "optim.v", TG_POOL_OPTIM, state);
     if (g->io.v_all >= 0) g->tensors[g->io.v_all].offset = state;

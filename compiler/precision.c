@@ -159,6 +159,7 @@ int tg_apply_precision(tg_graph *g, int precision) {
             keep[op->out[3]] = 1; /* delta, the backward's row statistic */
             break;
         case TG_OP_ADAMW:
+        case TG_OP_ADAN:
             op->out[3] = g->io.params_bf16_all; /* refreshed in the same pass as the update */
             break;
         default:
@@ -174,7 +175,7 @@ int tg_apply_precision(tg_graph *g, int precision) {
     free(copy_of);
     /* ZeRO-1: each replica refreshed the copies of its own slice; share them too. */
     for (int o = 0; o < g->n_ops; o++)
-        if (g->ops[o].kind == TG_OP_ADAMW && g->ops[o].p.adamw.zero_slice > 0)
+        if (tg_op_is_update(g->ops[o].kind) && g->ops[o].p.adamw.zero_slice > 0)
             return tg_zero_gather(g, g->io.params_bf16_all, "params_bf16.slices");
     return 0;
 }

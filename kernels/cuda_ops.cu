@@ -59,6 +59,7 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps"}, {"Flr", "Fstep_out"}}},
     {TG_OP_GRAD_NORM, {{"Fgrads"}, {"Fnorm"}}},
     {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}}},
+    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm_d", "Fv_gprev", "Bparams_bf16"}}},
     {TG_OP_RESIDUAL_LAYERNORM, {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}}},
     {TG_OP_RESIDUAL_LAYERNORM_BWD,
      {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}}},

@@ -1,4 +1,4 @@
-/* SCHEDULE, GRAD_NORM, BIAS_GRAD, ADAMW.
+/* SCHEDULE, GRAD_NORM, BIAS_GRAD, ADAMW, ADAN.
  *
  * Everything a captured step needs from the previous step (step counter, total, lr,
  * norm) is read from device memory inside the kernels, never on the host.
@@ -25,6 +25,7 @@
  *
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
 #include "kernels/column_sums.cuh"
+#include "kernels/adan_update.h"
 #include "kernels/lr_schedule.h"
 
 #define NORM_THREADS 256
@@ -268,4 +269,69 @@ int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
     if (slice > 0) return adamw_launch(a, (int64_t)a->ctx->rank * slice, (int64_t)(a->ctx->rank + 1) * slice,
                                        (int64_t)a->ctx->rank * slice, NULL, err);
     return adamw_launch(a, 0, a->op->p.adamw.n, 0, NULL, err);
+}
+
+/* ---- adan ------------------------------------------------------------------------- */
+
+/* One element after another, each thread taking every ADAM_THREADS-th element of its
+ * block's stretch (coalesced), the update itself kernels/adan_update.h's. The per-update
+ * constants come from device memory (lr, step, norm), as AdamW's. */
+template <bool COPY>
+__global__ void __launch_bounds__(ADAM_THREADS)
+adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_d,
+            float *__restrict__ v_gprev, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr,
+            const float *__restrict__ step_ptr, const float *__restrict__ norm_ptr,
+            const tg_param_segment *__restrict__ seg, int nseg, int64_t first, int64_t n, int64_t state_first,
+            int64_t state, tg_adan_params h) {
+    __shared__ tg_adan_step s_step;
+    if (threadIdx.x == 0)
+        s_step = tg_adan_step_of(lr_ptr[0], step_ptr[0], norm_ptr ? norm_ptr[0] : 0.0f, norm_ptr ? h.max_grad_norm : 0.0f,
+                                 h.beta1, h.beta2, h.beta3, h.eps, (int)h.no_prox);
+    __syncthreads();
+    const tg_adan_step st = s_step;
+    const float lr_wd = fmul(lr_ptr[0], h.weight_decay);
+    const int64_t block_first = first + (int64_t)blockIdx.x * ADAM_THREADS * 4 * ADAM_ITERS;
+    int s = -1;
+    for (int it = 0; it < 4 * ADAM_ITERS; it++) {
+        const int64_t i = block_first + (int64_t)it * ADAM_THREADS + threadIdx.x;
+        if (i >= n) break;
+        if (s < 0) s = seg_find(seg, nseg, i);
+        else
+            while (s + 1 < nseg && seg[s + 1].offset <= i) s++;
+        if (s < 0 || i >= seg[s].offset + seg[s].numel) continue; /* before the first segment, or a gap */
+        const int64_t k = i - state_first;
+        float p = params[i], m = m_d[k], d = m_d[state + k], v = v_gprev[k], gp = v_gprev[state + k];
+        tg_adan_element(&st, seg[s].decay ? lr_wd : 0.0f, grads[i], &p, &m, &d, &v, &gp);
+        params[i] = p, m_d[k] = m, m_d[state + k] = d, v_gprev[k] = v, v_gprev[state + k] = gp;
+        if (COPY) tg_st(pbf, i, p);
+    }
+}
+
+int tg_launch_adan(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_cuda_ctx *ctx = a->ctx;
+    const tg_adan_params *ap = &a->op->p.adan;
+    const int64_t slice = ap->zero_slice; /* ZeRO-1: this replica's slice, its state from element 0 */
+    const int64_t first = slice > 0 ? (int64_t)ctx->rank * slice : 0;
+    int64_t end = slice > 0 ? first + slice : ap->n;
+    if (end > ap->n) end = ap->n;
+    if (first >= end || ctx->n_segments <= 0) return 0;
+    if (!ctx->segments) return tg_fail(err, "no parameter segment table");
+    const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
+    const int64_t blocks = (end - first + per_block - 1) / per_block;
+    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
+    const float *g = (const float *)a->in[0];
+    float *p = (float *)a->out[0], *md = (float *)a->out[1], *vg = (float *)a->out[2];
+    tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
+    const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
+    const int64_t state = slice > 0 ? slice : ap->n;
+#define ADAN(COPY)                                                                                                    \
+    adan_kernel<COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, pbf, lr, step, norm,          \
+                                                                          ctx->segments, ctx->n_segments, first, end,  \
+                                                                          first, state, *ap)
+    if (pbf)
+        ADAN(true);
+    else
+        ADAN(false);
+#undef ADAN
+    return 0;
 }

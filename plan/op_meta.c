@@ -441,7 +441,9 @@ static const char *check_grad_norm(const tg_op_check_ctx *c, const tg_op *op) {
     return NULL;
 }
 
-static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) {
+/* ADAMW and ADAN (the same slots and leading parameters); out1 and out2 hold `parts`
+ * state vectors of zero_slice (or n) elements each. */
+static const char *check_update(const tg_op_check_ctx *c, const tg_op *op, int parts) {
     const tg_adamw_params *p = &op->p.adamw;
     NOT_NEGATIVE(p->zero_slice, "zero_slice");
     const int64_t n = numel(c, op->in[0]), state = p->zero_slice > 0 ? p->zero_slice : n;
@@ -450,8 +452,15 @@ static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
     EXPECT(numel(c, op->in[3]) == 1, "in[3]: grad norm is not a scalar");
     EXPECT(numel(c, op->out[0]) == n, "out[0]: params differ from the grads in size");
-    EXPECT(numel(c, op->out[1]) == state, "out[1]: m != zero_slice (or n) elements");
-    EXPECT(numel(c, op->out[2]) == state, "out[2]: v != zero_slice (or n) elements");
+    if (parts == 1) {
+        EXPECT(numel(c, op->out[1]) == state, "out[1]: m != zero_slice (or n) elements");
+        EXPECT(numel(c, op->out[2]) == state, "out[2]: v != zero_slice (or n) elements");
+    } else {
+        EXPECT(numel(c, op->out[1]) / 2 == state && numel(c, op->out[1]) % 2 == 0,
+               "out[1]: m and d != 2 x zero_slice (or n) elements");
+        EXPECT(numel(c, op->out[2]) / 2 == state && numel(c, op->out[2]) % 2 == 0,
+               "out[2]: v and g_prev != 2 x zero_slice (or n) elements");
+    }
     /* The low-precision copies are refreshed element for element with the parameters. */
     EXPECT(op->out[3] < 0 || numel(c, op->out[3]) == n, "out[3]: parameter copies differ from the params in size");
     int64_t covered;
@@ -459,6 +468,13 @@ static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) {
                covered >= n,
            "zero_slice: the replicas' slices do not cover the parameters");
     return NULL;
+}
+
+static const char *check_adamw(const tg_op_check_ctx *c, const tg_op *op) { return check_update(c, op, 1); }
+
+static const char *check_adan(const tg_op_check_ctx *c, const tg_op *op) {
+    EXPECT(op->p.adan.no_prox == 0 || op->p.adan.no_prox == 1, "no_prox: not 0 or 1");
+    return check_update(c, op, 2);
 }
 
 static const char *check_all_reduce(const tg_op_check_ctx *c, const tg_op *op) {
@@ -619,6 +635,7 @@ static double flops_attention_bwd(const tg_op *op) { return 2.0 * flops_attentio
 static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->p.cross_entropy.n * op->p.cross_entropy.c; }
 static double flops_grad_norm(const tg_op *op) { return 2.0 * op->p.count.n; }
 static double flops_adamw(const tg_op *op) { return 16.0 * op->p.adamw.n; }
+static double flops_adan(const tg_op *op) { return 26.0 * op->p.adan.n; }
 
 typedef double (*flops_fn)(const tg_op *op);
 static const flops_fn flops_of[] = {

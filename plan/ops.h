@@ -51,6 +51,16 @@ enum { TG_GELU_ERF = 0, TG_GELU_TANH = 1 };
 enum { TG_MATMUL_ACT_NONE = 0, TG_MATMUL_ACT_GELU = 1, TG_MATMUL_ACT_GELU_BWD = 2 };
 /* tg_schedule_params.form: the learning-rate schedule after the warm-up (kernels/lr_schedule.h). */
 enum { TG_LR_LINEAR = 0, TG_LR_COSINE = 1, TG_LR_CONSTANT = 2, TG_LR_SCHEDULE_COUNT };
+/* An optimizer's update op (ADAMW or ADAN): they share slots and their parameters' common
+ * leading fields (n, zero_slice, beta1, beta2, eps, weight_decay, max_grad_norm), which
+ * op->p.adamw reads for either. */
+static inline int tg_op_is_update(int kind) { return kind == TG_OP_ADAMW || kind == TG_OP_ADAN; }
+#ifndef __cplusplus
+#include <stddef.h>
+_Static_assert(offsetof(tg_adan_params, max_grad_norm) == offsetof(tg_adamw_params, max_grad_norm) &&
+                   offsetof(tg_adan_params, zero_slice) == offsetof(tg_adamw_params, zero_slice),
+               "ADAN's parameters must begin with ADAMW's");
+#endif
 /* tg_select_params.mode */
 enum { TG_SELECT_FIRST = 0, TG_SELECT_LAST_NON_PAD = 1 };
 

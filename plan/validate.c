@@ -510,7 +510,8 @@ static int step_counter_slot(int kind) {
     case TG_OP_ATTN_SOFTMAX_BWD: return 2;
     case TG_OP_ATTENTION: return 4;
     case TG_OP_SCHEDULE: return 0;
-    case TG_OP_ADAMW: return 2;
+    case TG_OP_ADAMW:
+    case TG_OP_ADAN: return 2;
     default: return -1;
     }
 }
@@ -553,7 +554,7 @@ static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *
         } else if (op->kind == TG_OP_GRAD_NORM) {
             want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};
             want[n_want++] = (binding){op->out[0], io->grad_norm, "out[0] (io grad_norm)"};
-        } else if (op->kind == TG_OP_ADAMW) {
+        } else if (tg_op_is_update(op->kind)) {
             want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};
             want[n_want++] = (binding){op->in[1], io->lr, "in[1] (io lr)"};
             want[n_want++] = (binding){op->in[3], io->grad_norm, "in[3] (io grad_norm)"};
@@ -562,9 +563,9 @@ static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *
             want[n_want++] = (binding){op->out[2], io->v_all, "out[2] (io v_all)"};
             want[n_want++] = (binding){op->out[3], io->params_bf16_all, "out[3] (io params_bf16_all)"};
             if ((op->p.adamw.zero_slice > 0) != (p->train.zero_stage == 1))
-                return tg_fail(err, "%s: op %d (adamw): zero_slice %lld, but train zero_stage is %d (a slice exactly "
+                return tg_fail(err, "%s: op %d (%s): zero_slice %lld, but train zero_stage is %d (a slice exactly "
                                     "with ZeRO-1)",
-                               name, o, (long long)op->p.adamw.zero_slice, p->train.zero_stage);
+                               name, o, kind, (long long)op->p.adamw.zero_slice, p->train.zero_stage);
         }
         for (int k = 0; k < n_want; k++)
             if (want[k].slot != want[k].want)

@@ -192,10 +192,10 @@ static int plan_structure_hash(const tg_plan *plan, uint64_t *hash, tg_err *err)
 int tg_checkpoint_identify(tg_checkpoint *ck, const tg_plan *plan, const tg_checkpoint_run *run, tg_err *err) {
     const tg_model_config *m = &plan->model;
     const tg_plan_train *t = &plan->train;
-    const tg_op *schedule = NULL, *adamw = NULL;
+    const tg_op *schedule = NULL, *update = NULL;
     for (int o = 0; o < plan->n_ops; o++) {
         if (plan->ops[o].kind == TG_OP_SCHEDULE) schedule = &plan->ops[o];
-        if (plan->ops[o].kind == TG_OP_ADAMW) adamw = &plan->ops[o];
+        if (tg_op_is_update(plan->ops[o].kind)) update = &plan->ops[o];
     }
     uint64_t structure;
     if (plan_structure_hash(plan, &structure, err)) return -1;
@@ -231,12 +231,17 @@ int tg_checkpoint_identify(tg_checkpoint *ck, const tg_plan *plan, const tg_chec
         fieldf(&a, "warmup_steps", "%lld", (long long)schedule->p.schedule.warmup);
         fieldf(&a, "lr_schedule", "%s", tg_lr_schedule_name((int)schedule->p.schedule.form));
     }
-    if (adamw) {
-        fieldf(&a, "beta1", "%.9g", adamw->p.adamw.beta1);
-        fieldf(&a, "beta2", "%.9g", adamw->p.adamw.beta2);
-        fieldf(&a, "eps", "%.9g", adamw->p.adamw.eps);
-        fieldf(&a, "weight_decay", "%.9g", adamw->p.adamw.weight_decay);
-        fieldf(&a, "grad_clip", "%.9g", adamw->p.adamw.max_grad_norm);
+    if (update) { /* ADAN's parameters begin with ADAMW's */
+        fieldf(&a, "optimizer", "%s", tg_op_name(update->kind));
+        fieldf(&a, "beta1", "%.9g", update->p.adamw.beta1);
+        fieldf(&a, "beta2", "%.9g", update->p.adamw.beta2);
+        if (update->kind == TG_OP_ADAN) {
+            fieldf(&a, "beta3", "%.9g", update->p.adan.beta3);
+            fieldf(&a, "no_prox", "%lld", (long long)update->p.adan.no_prox);
+        }
+        fieldf(&a, "eps", "%.9g", update->p.adamw.eps);
+        fieldf(&a, "weight_decay", "%.9g", update->p.adamw.weight_decay);
+        fieldf(&a, "grad_clip", "%.9g", update->p.adamw.max_grad_norm);
     }
     fieldf(&a, "seed", "%" PRIu64, plan->run.seed);
     fieldf(&a, "total_steps", "%d", run->total_steps);

@@ -213,6 +213,12 @@ TG_TEST(test_checkpoint_resume_bitwise_buckets) {
     const char *lm[2] = {"seq=48", "seq_buckets=24,48"};
     resume_matches_with("lm", "precision=bf16", 16, 9, lm);
 }
+/* Adan's four state vectors (two in each of m and v) and the cosine schedule resume too. */
+TG_TEST(test_checkpoint_resume_bitwise_adan) {
+    const char *adan[2] = {"optimizer=adan", "lr_schedule=cosine"};
+    resume_matches_with("classify", "precision=fp32", 16, 5, adan);
+    resume_matches_with("lm", "precision=bf16", 12, 7, adan);
+}
 TG_TEST(test_checkpoint_resume_bitwise_bf16) { resume_matches("classify", "precision=bf16", 24, 7); }
 TG_TEST(test_checkpoint_resume_bitwise_lm) { resume_matches("lm", "precision=fp32", 16, 11); }
 TG_TEST(test_checkpoint_resume_bitwise_lm_bf16) { resume_matches("lm", "precision=bf16", 16, 5); }

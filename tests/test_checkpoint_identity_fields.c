@@ -61,6 +61,7 @@ TG_TEST(test_checkpoint_identity_fields_exact) {
              "lr=4.99999987e-05\n"
              "warmup_steps=0\n"
              "lr_schedule=linear\n"
+             "optimizer=adamw\n"
              "beta1=0.899999976\n"
              "beta2=0.999000013\n"
              "eps=9.99999994e-09\n"

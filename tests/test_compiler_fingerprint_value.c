@@ -1,5 +1,5 @@
 /* The plan fingerprint (compiler/fingerprint.c) of one fixed model config and job, pinned
- * to its value: xxh64 with seed 0 of the 513-byte little-endian encoding, field by field,
+ * to its value: xxh64 with seed 0 of the 525-byte little-endian encoding, field by field,
  * computed apart from this code (Python: xxhash.xxh64(encoding, seed=0)). Bytes past a
  * string's NUL and struct padding play no part; every field does. */
 #include <string.h>
@@ -7,7 +7,7 @@
 #include "compiler/fingerprint.h"
 #include "tests/harness.h"
 
-#define FIXED_FINGERPRINT 0xb329760d696b1f37ull
+#define FIXED_FINGERPRINT 0xbe187c35e5c6d3e0ull
 
 static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     memset(m, fill, sizeof *m);
@@ -25,6 +25,7 @@ static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     j->task = 1, j->num_labels = 3, j->batch = 8, j->seq = 48, j->precision = 1, j->allow_tf32 = 0;
     j->attention = 2, j->fuse_bias_grad = 1, j->fuse_gelu = 0, j->fuse_residual_layernorm = 1, j->fuse_qkv = 1;
     j->data_parallel = 2, j->zero_stage = 1;
+    j->optimizer = 1, j->beta3 = 0.95f, j->no_prox = 1;
     j->lr = 2e-3f, j->beta1 = 0.9f, j->beta2 = 0.999f, j->eps = 1e-8f, j->weight_decay = 0.01f;
     j->warmup_steps = 7, j->lr_schedule = 1, j->steps = 100, j->epochs = 3, j->grad_clip = 1.0f;
     j->seed = 0x0123456789abcdefull;
@@ -67,7 +68,7 @@ TG_TEST(test_fingerprint_every_field_counts) {
     X(m.embedding_dropout = 0) X(m.classifier_dropout = 0) X(j.path[0] = 'D') X(j.model[0] = 'T') X(j.task = 0)    \
     X(j.num_labels++) X(j.batch++) X(j.seq++) X(j.precision = 0) X(j.allow_tf32 = 1) X(j.attention = 0)            \
     X(j.fuse_bias_grad = 0) X(j.fuse_gelu = 1) X(j.fuse_residual_layernorm = 0) X(j.fuse_qkv = 0)                   \
-    X(j.data_parallel = 1) X(j.zero_stage = 0) X(j.lr = 1e-3f) X(j.beta1 = 0.8f) X(j.beta2 = 0.99f)                 \
+    X(j.data_parallel = 1) X(j.zero_stage = 0) X(j.optimizer = 0) X(j.beta3 = 0.9f) X(j.no_prox = 0) X(j.lr = 1e-3f) X(j.beta1 = 0.8f) X(j.beta2 = 0.99f)                 \
     X(j.eps = 1e-6f) X(j.weight_decay = 0) X(j.warmup_steps++) X(j.lr_schedule = 2) X(j.steps++) X(j.epochs++) X(j.grad_clip = 0)       \
     X(j.seed ^= 1ull << 63) X(j.pad_token_id = 0) X(j.log_every++) X(j.train_data[0] = 'T')                         \
     X(j.eval_data[0] = 'E') X(j.freeze[0] = 'B') X(j.checkpoint_every++) X(j.keep_checkpoints++)                   \

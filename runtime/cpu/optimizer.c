@@ -1,7 +1,8 @@
-/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW). */
+/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW, ADAN). */
 #include <stdlib.h>
 #include "base/alloc.h"
 
+#include "kernels/adan_update.h"
 #include "kernels/lr_schedule.h"
 #include "runtime/cpu/cpu_kernels.h"
 
@@ -49,6 +50,7 @@ void tg_cpu_kernel_grad_norm(const tg_cpu_op_args *a) {
     free(c.partial);
 }
 
+/* A contiguous run of one parameter tensor's elements that this update covers. */
 typedef struct adamw_seg {
     int64_t first; /* element index into the pools */
     int64_t start; /* prefix sum of the segment sizes before this one */
@@ -59,6 +61,8 @@ typedef struct adamw_seg {
 typedef struct adamw_ctx {
     const adamw_seg *seg;
     int n_seg;
+    const tg_adan_step *adan; /* ADAN's per-update constants, NULL for ADAMW */
+    float *d, *g_prev;        /* ADAN: the second halves of out1 and out2 */
     const float *g;
     float *p, *m, *v;
     float *copy; /* out3: the low-precision parameter copies (widened by the caller), or NULL */
@@ -77,6 +81,14 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
         const adamw_seg *sg = &c->seg[s];
         int64_t j0 = b > sg->start ? b - sg->start : 0, j1 = min64(sg->n, e - sg->start);
         float decay = sg->decay ? c->lr * c->wd : 0.0f;
+        if (c->adan) {
+            for (int64_t j = j0; j < j1; j++) {
+                const int64_t i = sg->first + j, k = i - c->state_first;
+                tg_adan_element(c->adan, decay, c->g[i], &c->p[i], &c->m[k], &c->d[k], &c->v[k], &c->g_prev[k]);
+                if (c->copy) c->copy[i] = c->p[i];
+            }
+            continue;
+        }
         for (int64_t j = j0; j < j1; j++) {
             int64_t i = sg->first + j, k = i - c->state_first;
             float g = c->g[i] * c->clip;
@@ -91,7 +103,8 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
     }
 }
 
-void tg_cpu_kernel_adamw(const tg_cpu_op_args *a) {
+/* ADAMW, or ADAN when adan is its per-update constants (its parameters begin with ADAMW's). */
+static void update_run(const tg_cpu_op_args *a, const tg_adan_step *adan) {
     const tg_plan *plan = a->plan;
     if (!plan) return; /* the executor always passes the plan */
     const tg_adamw_params *ap = &a->op->p.adamw;
@@ -127,6 +140,20 @@ void tg_cpu_kernel_adamw(const tg_cpu_op_args *a) {
         total += end - first;
     }
     c.seg = seg;
+    if (adan) { /* out1 = [m | d], out2 = [v | g_prev], each part the state's length */
+        const int64_t state = slice > 0 ? slice : ap->n;
+        c.adan = adan, c.d = c.m + state, c.g_prev = c.v + state;
+    }
     if (c.n_seg) tg_parallel_for(a->threads, total, adamw_range, &c);
     free(seg);
+}
+
+void tg_cpu_kernel_adamw(const tg_cpu_op_args *a) { update_run(a, NULL); }
+
+void tg_cpu_kernel_adan(const tg_cpu_op_args *a) {
+    const tg_adan_params *ap = &a->op->p.adan;
+    const float norm = a->in[3] ? CF32(a->in[3])[0] : 0.0f;
+    const tg_adan_step s = tg_adan_step_of(CF32(a->in[1])[0], CF32(a->in[2])[0], norm, a->in[3] ? ap->max_grad_norm : 0.0f,
+                                           ap->beta1, ap->beta2, ap->beta3, ap->eps, (int)ap->no_prox);
+    update_run(a, &s);
 }

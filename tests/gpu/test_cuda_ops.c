@@ -118,6 +118,7 @@ static act_seen g_act;
 /* Set: the plan's first gradient writers are turned back into accumulating ones (MATMUL
  * accumulate, BIAS_GRAD's and the LayerNorm backwards' overwrite), so both forms of each op run. */
 static int g_accumulate_gradients;
+static int g_adan; /* plans with optimizer = adan (ADAN in place of ADAMW) */
 
 /* With g_data_parallel > 1: ZeRO-1 plans, run as replica g_zero_rank. As replica 0 the
  * one-GPU communicator gathers (the slice it holds already); as another replica both sides
@@ -280,6 +281,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.fuse_qkv = !g_separate_qkv;
     job.data_parallel = g_data_parallel;
     job.zero_stage = g_zero;
+    if (g_adan) job.optimizer = TG_OPTIMIZER_ADAN, job.beta1 = 0.98f, job.beta2 = 0.92f, job.no_prox = g_adan > 1;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -303,6 +305,20 @@ static void check_data_parallel_plan(int precision, uint64_t seed, int *kinds_se
                     TG_TASK_LM, 2, 24, seed + 32, precision, 0, 0, 0, TG_ATTENTION_FUSED, kinds_seen);
     g_zero = g_zero_rank = 0;
     g_data_parallel = 1;
+}
+
+/* Adan in place of AdamW: one replica (the reference's decay after the step, then before
+ * it), and ZeRO-1 replica 1 of 2, whose slice and state do not start at element 0. */
+static void check_adan_plans(int precision, uint64_t seed, int *kinds_seen) {
+    for (g_adan = 1; g_adan <= 2; g_adan++)
+        check_shape(g_adan == 1 ? "tiny-bert adan" : "tiny-bert adan no_prox", "tiny-bert", TG_TASK_CLASSIFY, 3, 24,
+                    seed + 51 + g_adan, precision, 0, 0, 0, TG_ATTENTION_FUSED, kinds_seen);
+    g_adan = 1;
+    g_data_parallel = 2, g_zero = 1, g_zero_rank = 1;
+    check_shape("tiny-gpt2 adan, ZeRO-1, replica 1 of 2", "tiny-gpt2", TG_TASK_LM, 2, 24, seed + 54, precision, 0, 0,
+                0, TG_ATTENTION_FUSED, kinds_seen);
+    g_data_parallel = 1, g_zero = g_zero_rank = 0;
+    g_adan = 0;
 }
 
 static void check_separate_qkv(int precision, uint64_t seed, int *kinds_seen) {
@@ -442,6 +458,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_data_parallel_plan(TG_PREC_FP32, seed, kinds_seen);
     check_layernorm_widths(TG_PREC_FP32, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_FP32, seed, kinds_seen);
+    check_adan_plans(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -458,6 +475,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_data_parallel_plan(TG_PREC_BF16, seed, kinds_seen);
     check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
+    check_adan_plans(TG_PREC_BF16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
 
