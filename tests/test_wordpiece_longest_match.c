@@ -118,3 +118,23 @@ TG_TEST(test_wordpiece_longest_match_no_unk) {
     tg_encoding_free(&e);
     tg_tokenizer_free(t);
 }
+
+/* BertPreTokenizer's classes of the ASCII bytes: whitespace ends a word and is dropped,
+ * each punctuation character (HF's is_punctuation: ! to /, : to @, [ to `, { to ~) is a
+ * word of its own, letters and digits are inside words. "x" + c + "x" for every printable
+ * byte and the ASCII whitespace. */
+TG_TEST(test_wordpiece_longest_match_ascii_classes) {
+    tg_tokenizer *t = open_wordpiece("", "'[UNK]': 0, 'x': 1, '##x': 2");
+    REQUIRE(t, "no tokenizer");
+    for (int c = 0x09; c <= 0x7E; c++) {
+        if (c > 0x0D && c < 0x20) continue;
+        const char text[4] = {'x', (char)c, 'x', 0};
+        const int space = c <= 0x20;
+        const int punct = (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+                          (c >= 0x7B && c <= 0x7E);
+        char what[32];
+        snprintf(what, sizeof what, "byte 0x%02x", c);
+        expect(t, what, text, space ? "1:0-1 1:2-3" : punct ? "1:0-1 0:1-2 1:2-3" : c == 'x' ? "1:0-1 2:1-2 2:2-3" : "0:0-3");
+    }
+    tg_tokenizer_free(t);
+}
