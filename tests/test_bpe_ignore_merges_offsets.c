@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "datasets/tokenizer.h"
 #include "tests/harness.h"
 #include "tests/text_fixtures.h"
@@ -80,5 +81,35 @@ TG_TEST(test_bpe_ignore_merges_long_word_of_two_byte_characters) {
           "%d tokens", e.n);
     tg_encoding_free(&e);
     free(text);
+    tg_tokenizer_free(t);
+}
+
+/* The whole-word lookup spells the word at the byte level in a buffer kept for the next
+ * word: once a word has been encoded, the same or a shorter one allocates nothing
+ * (base/alloc.h's tg_alloc_made), the word cache answering the second time. */
+TG_TEST(test_bpe_ignore_merges_buffers_reused) {
+    const char *path = tg_test_write_quoted(
+        tg_test_tmpdir(), "tokenizer.json",
+        "{'model': {'type': 'BPE', 'unk_token': '<unk>', 'fuse_unk': false, 'ignore_merges': true, 'vocab': {'a': 0, "
+        "'b': 1, 'c': 2, '\xc4\xa0': 3, 'ab': 4, 'bc': 5, '<unk>': 7, 'abc': 10}, 'merges': ['b c', 'a b']}, "
+        "'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': false}}");
+    tg_tokenizer *t = NULL;
+    tg_err err = {{0}};
+    REQUIRE(tg_tokenizer_open(path, &t, &err) == 0, "%s", err.msg);
+    tg_encoding e = {0};
+    static const char *const words[] = {"cabcabcabc", "cabcab", "abc"};
+    for (int k = 0; k < 3; k++)
+        REQUIRE(tg_tokenizer_encode(t, words[k], strlen(words[k]), NULL, 0, NULL, &e, &err) == 0, "%s", err.msg);
+    tg_alloc_fail_after(-1);
+    int ok = 1;
+    for (int k = 0; k < 3; k++) ok &= tg_tokenizer_encode(t, words[k], strlen(words[k]), NULL, 0, NULL, &e, &err) == 0;
+    const long made = tg_alloc_made();
+    CHECK(ok, "%s", err.msg);
+    CHECK(made == 0, "encoding words no longer than before made %ld allocations", made);
+    /* (b c) ranks first: c a bc a bc a bc */
+    CHECK(tg_tokenizer_encode(t, "cabcabcabc", 10, NULL, 0, NULL, &e, &err) == 0 && e.n == 7 && e.ids[0] == 2 &&
+              e.ids[1] == 0 && e.ids[2] == 5 && e.ids[6] == 5 && e.start[6] == 8 && e.end[6] == 10,
+          "%d tokens", e.n);
+    tg_encoding_free(&e);
     tg_tokenizer_free(t);
 }

@@ -216,6 +216,55 @@ TG_TEST(test_convert_text_to_lm_chunks) {
     }
 }
 
+/* The tail of the joined lines: one token left over predicts nothing and is dropped, two
+ * make a record; exactly full records leave no tail. The report counts the records and
+ * tokens written. */
+TG_TEST(test_convert_text_lm_tails) {
+    static const struct {
+        const char *text;
+        int64_t records, tokens;
+        const char *last;
+    } cases[] = {
+        {"abcd\nefghijklm\n", 3, 15, "jklm<4>"},     /* 15 tokens: 3 full records */
+        {"abcd\nefghijklmn\n", 3, 15, "jklmn"},      /* 16: the tail <4> dropped */
+        {"abcd\nefghijklmno\n", 4, 17, "o<4>"},      /* 17: a tail of two kept */
+        {"a\n", 1, 2, "a<4>"},                          /* one record of two */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        fixture f;
+        fixture_init(&f, TG_TOKENIZER_BPE_GPT2);
+        fixture_input(&f, "a.txt", cases[k].text);
+        f.opt.seq = 5;
+        tg_convert_report rep;
+        tg_err err = {{0}};
+        if (!CHECK(convert(&f, &rep, &err) == 0, "case %zu: %s", k, err.msg)) continue;
+        CHECK(rep.records[TG_SPLIT_TRAIN] == cases[k].records && rep.tokens[TG_SPLIT_TRAIN] == cases[k].tokens &&
+                  rep.records[TG_SPLIT_EVAL] == 0 && rep.tokens[TG_SPLIT_EVAL] == 0,
+              "case %zu: %lld records, %lld tokens", k, (long long)rep.records[TG_SPLIT_TRAIN],
+              (long long)rep.tokens[TG_SPLIT_TRAIN]);
+        got_set g;
+        if (!open_out(&f, TG_SPLIT_TRAIN, &g)) continue;
+        CHECK(g.set.n_records == cases[k].records, "case %zu: %lld records", k, (long long)g.set.n_records);
+        tg_shard_record r;
+        const char *t = record_text(&g, g.set.n_records - 1, &r);
+        CHECK(!strcmp(t, cases[k].last), "case %zu: last record '%s', want '%s'", k, t, cases[k].last);
+        close_out(&g);
+        byte_encoder_free(&f.be);
+    }
+    /* a single token in all: no records */
+    fixture f;
+    fixture_init(&f, TG_TOKENIZER_BPE_GPT2);
+    fixture_input(&f, "one.txt", "\n\n");
+    f.enc.special.eos = -1, f.enc.special.sep = -1;
+    fixture_input(&f, "two.txt", "x");
+    f.opt.seq = 5;
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    CHECK(convert(&f, &rep, &err) == -1 && strstr(err.msg, ": no records (every row encoded to no tokens)"),
+          "one token: '%s'", err.msg);
+    byte_encoder_free(&f.be);
+}
+
 /* Finds `answer` in record r's bytes between r.start and r.end. */
 static int span_is(const tg_shard_record *r, const char *answer) {
     size_t n = strlen(answer);

@@ -147,3 +147,81 @@ TG_TEST(test_qa_features_answers_in_windows) {
     }
     tg_qa_context_free(&c);
 }
+
+/* Each refusal of tg_qa_features word for word, at the edges of what it takes: a question
+ * leaving exactly one context token per window is taken, one more token is refused; a
+ * stride as long as the window is refused only when the context needs a second window.
+ * The window and answer counters add to what they held. */
+TG_TEST(test_qa_features_refusal_messages_and_edges) {
+    byte_encoder be;
+    tg_text_encoder gpt2 = byte_encoder_make(&be, TG_TOKENIZER_BPE_GPT2);
+    tg_qa_context c = {0};
+    tg_qa_buffers buf = {0};
+    windows_log l = {0};
+    int64_t windows = 10, answered = 5;
+    tg_err err = {{0}};
+    REQUIRE(tg_qa_encode_context(&gpt2, "abcd", 4, &c, &err) == 0 && c.n == 4, "%s", err.msg);
+    CHECK(tg_qa_features(&gpt2, "q", 1, &c, -1, -1, 16, 2, &buf, log_window, &l, &windows, &answered, &err) == -1 &&
+              !strcmp(err.msg, "question answering needs a tokenizer with [CLS] and [SEP] templates (WordPiece, or "
+                               "RoBERTa's byte-level BPE); GPT-2's adds none") &&
+              l.n == 0 && windows == 10,
+          "gpt2: '%s'", err.msg);
+    byte_encoder_free(&be);
+
+    static const struct {
+        tg_tokenizer_family family;
+        const char *q;
+        int32_t seq, stride;
+        const char *want; /* NULL: taken */
+        int n_windows, n_answered;
+    } cases[] = {
+        {TG_TOKENIZER_WORDPIECE, "abcde", 8, 0,
+         "the question takes 5 tokens, which with 3 special tokens leaves no room for the context in seq 8", 0, 0},
+        {TG_TOKENIZER_WORDPIECE, "abcd", 8, 0, NULL, 4, 1},  /* one context token per window */
+        {TG_TOKENIZER_BPE_ROBERTA, "abcd", 8, 0,
+         "the question takes 4 tokens, which with 4 special tokens leaves no room for the context in seq 8", 0, 0},
+        {TG_TOKENIZER_BPE_ROBERTA, "abc", 8, 0, NULL, 4, 1},
+        /* "q" at seq 8: 4 context tokens a window, the whole context fits: any stride */
+        {TG_TOKENIZER_WORDPIECE, "q", 8, 4, NULL, 1, 1},
+        {TG_TOKENIZER_WORDPIECE, "q", 8, 9, NULL, 1, 1},
+        /* "" at seq 7: 4 context tokens a window too; stride 3 steps one token */
+        {TG_TOKENIZER_WORDPIECE, "", 7, 3, NULL, 1, 1},
+        {TG_TOKENIZER_WORDPIECE, "", 6, 3,
+         "the question leaves 3 context tokens per window of seq 6; doc_stride 3 must be smaller (raise --seq or lower "
+         "--doc-stride)", 0, 0},
+        {TG_TOKENIZER_WORDPIECE, "", 6, 2, NULL, 2, 2}, /* windows wxy and xyz both hold x */
+        {TG_TOKENIZER_BPE_ROBERTA, "q", 8, 3,
+         "the question leaves 3 context tokens per window of seq 8; doc_stride 3 must be smaller (raise --seq or lower "
+         "--doc-stride)", 0, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        tg_text_encoder enc = byte_encoder_make(&be, cases[k].family);
+        REQUIRE(tg_qa_encode_context(&enc, "wxyz", 4, &c, &err) == 0 && c.n == 4, "%s", err.msg);
+        memset(&l, 0, sizeof l);
+        memset(&err, 0, sizeof err);
+        windows = 10, answered = 5;
+        /* the answer "x" (byte 1) */
+        const int rc = tg_qa_features(&enc, cases[k].q, strlen(cases[k].q), &c, 1, 2, cases[k].seq, cases[k].stride,
+                                      &buf, log_window, &l, &windows, &answered, &err);
+        if (cases[k].want) {
+            CHECK(rc == -1 && !strcmp(err.msg, cases[k].want) && l.n == 0 && windows == 10 && answered == 5,
+                  "case %zu: rc %d '%s', want '%s'", k, rc, err.msg, cases[k].want);
+        } else {
+            /* one window holds the answer: its token sits after the question and specials */
+            const int32_t at = 1 + (int32_t)strlen(cases[k].q) + (cases[k].family == TG_TOKENIZER_BPE_ROBERTA ? 2 : 1);
+            int with = -1;
+            for (int w = 0; w < l.n; w++)
+                if (l.start[w] || l.end[w]) with = w;
+            CHECK(rc == 0 && l.n == cases[k].n_windows && windows == 10 + cases[k].n_windows && answered == 5 + cases[k].n_answered &&
+                      with >= 0 && l.start[with] == l.end[with] && l.ids[with][l.start[with]] == BYTE_ID('x') &&
+                      l.start[with] >= at,
+                  "case %zu: rc %d '%s', %d windows (want %d), answered %lld", k, rc, err.msg, l.n, cases[k].n_windows,
+                  (long long)answered);
+        }
+        byte_encoder_free(&be);
+    }
+    tg_qa_context_free(&c);
+    tg_qa_buffers_free(&buf);
+    CHECK(!c.ids && !c.start && !c.end && c.n == 0 && c.cap == 0 && !buf.ids && !buf.types && !buf.q_ids && buf.cap == 0,
+          "freed");
+}

@@ -129,6 +129,11 @@ TG_TEST(test_tokenizer_json_wordpiece_added_tokens) {
     expect_tokens(t, "\xe2\x80\x8d<x>", NULL, "2:- 1:0-3 1:3-4 1:4-5 1:5-6 3:-");
     expect_tokens(t, "9<x> ~<x>", NULL, "2:- 1:0-1 1:1-2 1:2-3 1:3-4 1:5-6 10:6-9 3:-");
     expect_tokens(t, "<x>_", NULL, "2:- 1:0-1 1:1-2 1:2-3 1:3-4 3:-");
+    /* the ends of the ASCII word ranges: 0 and 9, a and z, A and Z */
+    expect_tokens(t, "0<x> <x>0", NULL, "2:- 1:0-1 1:1-2 1:2-3 1:3-4 1:5-6 1:6-7 1:7-8 1:8-9 3:-");
+    expect_tokens(t, "z<x> A<x> <x>9", NULL,
+                  "2:- 1:0-1 1:1-2 1:2-3 1:3-4 1:5-6 1:6-7 1:7-8 1:8-9 1:10-11 1:11-12 1:12-13 1:13-14 3:-");
+    expect_tokens(t, "/<x>: @<x>[ `<x>{", NULL, "2:- 1:0-1 10:1-4 1:4-5 1:6-7 10:7-10 1:10-11 1:12-13 10:13-16 1:16-17 3:-");
     /* a word longer than the longest entry, cut inside a character: é, then no ##é */
     expect_tokens(t, "\xc3\xa9\xc3\xa9\xc3\xa9", NULL, "2:- 1:0-6 3:-");
     tg_tokenizer_free(t);
