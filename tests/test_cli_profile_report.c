@@ -119,8 +119,9 @@ static void check_profile(const char *err, const op_line *ops, int n_metric_ops,
         CHECK(strlen(again) == (size_t)(end - at) && !strncmp(again, at, (size_t)(end - at)), "kind line '%.*s'",
               (int)(end - at), at);
         CHECK(k->count > 0, "%s: count %d", k->name, k->count);
-        CHECK(n_kinds == 0 || k->ms <= kinds[n_kinds - 1].ms, "%s (%.3f ms) after %s (%.3f ms)", k->name, k->ms,
-              kinds[n_kinds - 1].name, kinds[n_kinds - 1].ms);
+        const kind_line *before = n_kinds ? &kinds[n_kinds - 1] : NULL;
+        CHECK(!before || k->ms <= before->ms, "%s (%.3f ms) after %s (%.3f ms)", k->name, k->ms, before ? before->name : "-",
+              before ? before->ms : 0.0);
         CHECK(fabs(k->share - 100 * k->ms / total) <= 0.05 + 100 * 0.0011 / total, "%s: share %.1f%% of %.3f ms for %.3f ms",
               k->name, k->share, total, k->ms);
         for (int j = 0; j < n_kinds; j++) CHECK(strcmp(kinds[j].name, k->name), "%s twice", k->name);
