@@ -70,7 +70,7 @@ TG_TEST(test_cli_predict_classifier_rows) {
     /* token types all 0 are not kept: that line has none */
     static const char *const want_types[] = {"[0, 0, 0, 0, 0, 0, 1, 1]", "[]", "[0, 0, 1, 1]"};
     static const int labels[] = {1, 0, 1};
-    double sum = 0;
+    double sum = 0, got[3][2];
     int right = 0, n = 0;
     for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), n++) {
         json_error_t e;
@@ -88,6 +88,11 @@ TG_TEST(test_cli_predict_classifier_rows) {
                   json_array_size(logits) == 2 && json_object_size(o) == (n == 1 ? 4u : 5u),
               "line %d: %s", n, l);
         if (json_array_size(logits) == 2) {
+            /* different inputs: logits of their own (the initial head's are all near 0, so
+             * the loss alone could not tell one example's row from another's) */
+            got[n][0] = json_real_value(json_array_get(logits, 0)), got[n][1] = json_real_value(json_array_get(logits, 1));
+            for (int j = 0; j < n; j++)
+                CHECK(got[j][0] != got[n][0] || got[j][1] != got[n][1], "lines %d and %d have the same logits", j, n);
             sum += cross_entropy(logits, labels[n]);
             const int best = json_real_value(json_array_get(logits, 1)) > json_real_value(json_array_get(logits, 0));
             right += best == labels[n];
