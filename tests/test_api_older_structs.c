@@ -71,6 +71,39 @@ TG_TEST(test_api_older_trainer_options) {
     CHECK(tunegraph_trainer_open(plan, &u.o, &tr) == -1 && !tr &&
               !strcmp(tunegraph_last_error(), "tunegraph_trainer_options.threads: -5 is negative (0: one per core)"),
           "threads -5 within struct_size: %s", tunegraph_last_error());
+    /* A newer header's struct: bytes past the library's read as 0 are taken; the first one
+     * set is named, with the library's version and size. */
+    struct {
+        tunegraph_trainer_options o;
+        unsigned char newer[16];
+    } big;
+    memset(&big, 0, sizeof big);
+    big.o.struct_size = sizeof big;
+    big.o.device = TUNEGRAPH_DEVICE_CPU;
+    big.o.threads = 1;
+    tr = NULL;
+    CHECK(tunegraph_trainer_open(plan, &big.o, &tr) == 0 && tr, "a newer struct of zeros: %s", tunegraph_last_error());
+    tunegraph_trainer_close(tr);
+    for (size_t at = 0; at < sizeof big.newer; at += 5) {
+        memset(big.newer, 0, sizeof big.newer);
+        big.newer[at] = 1;
+        big.newer[sizeof big.newer - 1] = 2; /* a later one: the first is named */
+        char want[300];
+        snprintf(want, sizeof want,
+                 "tunegraph_trainer_options: byte %zu is set, but this library (%s) knows %zu bytes of the struct",
+                 sizeof big.o + at, tunegraph_version(), sizeof big.o);
+        tr = NULL;
+        CHECK(tunegraph_trainer_open(plan, &big.o, &tr) == -1 && !tr && !strcmp(tunegraph_last_error(), want),
+              "byte %zu set: '%s', want '%s'", sizeof big.o + at, tunegraph_last_error(), want);
+    }
+    /* a struct_size smaller than the size field itself */
+    u.o.struct_size = sizeof(size_t) - 1;
+    tr = NULL;
+    char want[200];
+    snprintf(want, sizeof want, "tunegraph_trainer_options.struct_size is %zu: set it to sizeof(tunegraph_trainer_options)",
+             sizeof(size_t) - 1);
+    CHECK(tunegraph_trainer_open(plan, &u.o, &tr) == -1 && !tr && !strcmp(tunegraph_last_error(), want),
+          "struct_size %zu: %s", sizeof(size_t) - 1, tunegraph_last_error());
     tunegraph_plan_free(plan);
 }
 
