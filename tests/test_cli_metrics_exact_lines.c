@@ -106,3 +106,23 @@ TG_TEST(test_cli_metrics_profile_lines_exact) {
           "kind line: '%s'", text ? text : "(none)");
     free(text);
 }
+
+/* The error line: the replica named when there is one, replica 0 included. */
+TG_TEST(test_cli_metrics_error_line_exact) {
+    static const struct {
+        int replica;
+        const char *want;
+    } cases[] = {
+        {-1, "{\"event\": \"error\", \"message\": \"step 3: \\\"x\\\" failed\"}\n"},
+        {0, "{\"event\": \"error\", \"message\": \"step 3: \\\"x\\\" failed\", \"replica\": 0}\n"},
+        {1, "{\"event\": \"error\", \"message\": \"step 3: \\\"x\\\" failed\", \"replica\": 1}\n"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *text = NULL;
+        int rc = -1;
+        WRITTEN(metrics_write_error(f, "step 3: \"x\" failed", cases[k].replica), text, rc);
+        CHECK(rc == 0 && text && !strcmp(text, cases[k].want), "replica %d: '%s', want '%s'", cases[k].replica,
+              text ? text : "(none)", cases[k].want);
+        free(text);
+    }
+}
