@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "datasets/convert.h"
 #include "datasets/shard_format.h"
 #include "datasets/tokenizer.h"
@@ -48,7 +49,7 @@ static int encode_with_tokenizer(void *ctx, const char *text, size_t len, const 
 static char *command_line(int argc, char **argv) {
     size_t cap = 64;
     for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
-    char *s = malloc(cap), *p = s;
+    char *s = tg_malloc(cap), *p = s;
     if (!s) return NULL;
     p += sprintf(p, "tunegraph data");
     for (int i = 0; i < argc; i++) {
@@ -80,8 +81,11 @@ static int parse_int(const char *text, long lo, long hi, int32_t *out) {
 static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     tg_convert_options o = {.doc_stride = -1, .seed = 42};
     const char *tokenizer = NULL;
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    if (!inputs) return 1;
+    const char **inputs = tg_calloc((size_t)argc + 1, sizeof *inputs);
+    if (!inputs) {
+        fprintf(stderr, "tunegraph: out of memory for the input names\n");
+        return 1;
+    }
     o.inputs = inputs;
     int seed_given = 0;
     for (int i = 0; i < argc; i++) {
@@ -155,7 +159,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     char *command = command_line(all_argc, all_argv);
     o.command = command;
     tg_convert_report rep;
-    int rc = tg_convert(&o, &enc, &rep, &err);
+    int rc = command ? tg_convert(&o, &enc, &rep, &err) : tg_fail(&err, "out of memory for the command line");
     free(command);
     tg_encoding_free(&te.enc);
     tg_tokenizer_free(te.tok);

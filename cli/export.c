@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api/front.h"
+#include "base/alloc.h"
 #include "base/atomic_file.h"
 #include "plan/plan_file.h"
 #include "runtime/hf_export.h"
@@ -100,7 +101,7 @@ static int split_labels(const char *text, char ***names, int *n) {
     int count = 1;
     for (const char *c = text; *c; c++) count += *c == ',';
     const size_t len = strlen(text);
-    char **out = malloc(sizeof *out * (size_t)count + len + 1);
+    char **out = tg_malloc(sizeof *out * (size_t)count + len + 1);
     if (!out) return -1;
     char *copy = memcpy((char *)(out + count), text, len + 1);
     for (int i = 0; i < count; i++) {
@@ -283,7 +284,7 @@ int cmd_predict(int argc, char **argv) {
     if (load_plan(&a, &plan, &err)) return report_error(&err);
     char *data_set = NULL;
     rc = 0;
-    if (a.data && (asprintf(&data_set, "eval_data=%s", a.data) < 0 ||
+    if (a.data && (tg_asprintf(&data_set, "eval_data=%s", a.data) < 0 ||
                    tg_front_set_run(&plan, (const char *const *)&data_set, 1, a.input, &err)))
         rc = err.msg[0] ? -1 : tg_fail(&err, "out of memory");
     free(data_set);

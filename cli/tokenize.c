@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "datasets/tokenizer.h"
 
 static const char tokenize_usage[] =
@@ -105,7 +106,7 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "tunegraph tokenize: %s\n", err.msg);
         return 1;
     }
-    tokenize_out *o = malloc(sizeof *o);
+    tokenize_out *o = tg_malloc(sizeof *o);
     if (!o) {
         tg_tokenizer_free(tok);
         fprintf(stderr, "tunegraph tokenize: out of memory\n");
