@@ -105,17 +105,18 @@ static void build_optimizer(tg_graph *g) {
     int64_t n = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.grads_all]);
 
     /* Data parallelism sums the replicas' gradients in the backward (compiler/grad_buckets.c). */
-    tg_op_spec s = tg_spec(TG_OP_SCHEDULE);
-    s.in[0] = g->io.step, s.in[1] = g->io.total_steps;
+    tg_op_spec s = tg_spec(TG_OP_GRAD_NORM);
+    s.in[0] = g->io.grads_all, s.out[0] = g->io.grad_norm;
+    s.p.count.n = n;
+    tg_graph_op(g, &s);
+
+    /* The norm first: a step with a non-finite gradient is skipped, uncounted (ops.def). */
+    s = tg_spec(TG_OP_SCHEDULE);
+    s.in[0] = g->io.step, s.in[1] = g->io.total_steps, s.in[2] = g->io.grad_norm;
     s.out[0] = g->io.lr, s.out[1] = g->io.step;
     s.p.schedule.warmup = j->warmup_steps;
     s.p.schedule.lr = j->lr;
     s.p.schedule.form = j->lr_schedule;
-    tg_graph_op(g, &s);
-
-    s = tg_spec(TG_OP_GRAD_NORM);
-    s.in[0] = g->io.grads_all, s.out[0] = g->io.grad_norm;
-    s.p.count.n = n;
     tg_graph_op(g, &s);
 
     const int adan = j->optimizer == TG_OPTIMIZER_ADAN;

@@ -36,15 +36,17 @@
 
 /* ---- schedule --------------------------------------------------------------------- */
 
-__global__ void schedule_kernel(const float *step, const float *total_steps, float *lr, float *step_out, double warmup,
-                                float base_lr, int form) {
+__global__ void schedule_kernel(const float *step, const float *total_steps, const float *norm, float *lr,
+                                float *step_out, double warmup, float base_lr, int form) {
     const double s = step[0], total = total_steps[0]; /* read before step_out (aliases step) */
+    const bool skipped = norm && !isfinite(norm[0]);
     lr[0] = (float)((double)base_lr * tg_lr_multiplier(form, s, total, warmup));
-    if (step_out) step_out[0] = (float)(s + 1.0);
+    if (step_out) step_out[0] = (float)(skipped ? s : s + 1.0);
 }
 
 int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err) {
-    schedule_kernel<<<1, 1, 0, a->ctx->stream>>>((const float *)a->in[0], (const float *)a->in[1], (float *)a->out[0],
+    schedule_kernel<<<1, 1, 0, a->ctx->stream>>>((const float *)a->in[0], (const float *)a->in[1],
+                                                 (const float *)a->in[2], (float *)a->out[0],
                                                  (float *)a->out[1], (double)a->op->p.schedule.warmup,
                                                  a->op->p.schedule.lr, (int)a->op->p.schedule.form);
     return 0;
@@ -164,6 +166,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
              int64_t n, int64_t state_first, const int *__restrict__ gate, adam_hyper h) {
     __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
     if (gate && *gate == 0) return;
+    if (norm_ptr && !isfinite(norm_ptr[0])) return; /* a non-finite gradient: the step is skipped */
     if (threadIdx.x == 0) {
         const float lr = lr_ptr[0];
         float clip = 1.0f;
@@ -284,6 +287,7 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *
             const tg_param_segment *__restrict__ seg, int nseg, int64_t first, int64_t n, int64_t state_first,
             int64_t state, tg_adan_params h) {
     __shared__ tg_adan_step s_step;
+    if (norm_ptr && !isfinite(norm_ptr[0])) return; /* a non-finite gradient: the step is skipped */
     if (threadIdx.x == 0)
         s_step = tg_adan_step_of(lr_ptr[0], step_ptr[0], norm_ptr ? norm_ptr[0] : 0.0f, norm_ptr ? h.max_grad_norm : 0.0f,
                                  h.beta1, h.beta2, h.beta3, h.eps, (int)h.no_prox);

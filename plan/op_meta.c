@@ -426,6 +426,7 @@ static const char *check_cross_entropy(const tg_op_check_ctx *c, const tg_op *op
 static const char *check_schedule(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[0]) == 1, "in[0]: step counter is not a scalar");
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: total steps is not a scalar");
+    EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 1, "in[2]: gradient norm is not a scalar");
     EXPECT(numel(c, op->out[0]) == 1, "out[0]: lr is not a scalar");
     EXPECT(op->out[1] == op->in[0], "out[1]: the step counter is updated in place: must be in[0]");
     NOT_NEGATIVE(op->p.schedule.warmup, "warmup");

@@ -550,6 +550,7 @@ static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *
         int n_want = 0;
         if (op->kind == TG_OP_SCHEDULE) {
             want[n_want++] = (binding){op->in[1], io->total_steps, "in[1] (io total_steps)"};
+            if (op->in[2] >= 0) want[n_want++] = (binding){op->in[2], io->grad_norm, "in[2] (io grad_norm)"};
             want[n_want++] = (binding){op->out[0], io->lr, "out[0] (io lr)"};
         } else if (op->kind == TG_OP_GRAD_NORM) {
             want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};

@@ -9,8 +9,9 @@
 void tg_cpu_kernel_schedule(const tg_cpu_op_args *a) {
     const tg_schedule_params *sp = &a->op->p.schedule;
     double s = CF32(a->in[0])[0], total = CF32(a->in[1])[0]; /* read before out1 aliases in0 */
+    const int skipped = a->in[2] && !isfinite(CF32(a->in[2])[0]);
     F32(a->out[0])[0] = (float)(sp->lr * tg_lr_multiplier((int)sp->form, s, total, (double)sp->warmup));
-    if (a->out[1]) F32(a->out[1])[0] = (float)(s + 1.0);
+    if (a->out[1]) F32(a->out[1])[0] = (float)(skipped ? s : s + 1.0);
 }
 
 /* Element count of an op's whole-pool view, from the plan's tensor table. */
@@ -108,6 +109,7 @@ static void update_run(const tg_cpu_op_args *a, const tg_adan_step *adan) {
     const tg_plan *plan = a->plan;
     if (!plan) return; /* the executor always passes the plan */
     const tg_adamw_params *ap = &a->op->p.adamw;
+    if (a->in[3] && !isfinite(CF32(a->in[3])[0])) return; /* a non-finite gradient: the step is skipped */
     adamw_ctx c = {.g = CF32(a->in[0]), .p = F32(a->out[0]), .m = F32(a->out[1]),
                    .v = F32(a->out[2]), .copy = a->out[3] ? F32(a->out[3]) : NULL,
                    .lr = CF32(a->in[1])[0], .b1 = ap->beta1, .b2 = ap->beta2,
