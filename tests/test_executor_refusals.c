@@ -235,6 +235,17 @@ TG_TEST(test_executor_open_refusals) {
     CHECK(tg_executor_open(&ex, &s.plan, &o, &err) == -1 &&
               strstr(err.msg, "the plan trains 2 data-parallel replicas, the communicator joins 3"),
           "a communicator of 3: %s", err.msg);
+    /* Fewer ranks than replicas is refused as more is. */
+    tg_cpu_comm_group *one;
+    REQUIRE(tg_cpu_comm_group_create(&one, 1, &err) == 0, "%s", err.msg);
+    for (int rank = 0; rank < 2; rank++) {
+        o.comm = one, o.rank = rank;
+        memset(&err, 0, sizeof err);
+        CHECK(tg_executor_open(&ex, &s.plan, &o, &err) == -1 && ex.vt == NULL &&
+                  !strcmp(err.msg, "the plan trains 2 data-parallel replicas, the communicator joins 1"),
+              "rank %d of a communicator of 1: %s", rank, err.msg);
+    }
+    tg_cpu_comm_group_destroy(one);
     o.comm = two, o.rank = 1;
     REQUIRE(tg_executor_open(&ex, &s.plan, &o, &err) == 0, "rank 1 of 2: %s", err.msg);
     CHECK(ex.device == TG_DEVICE_CPU && ex.plan == &s.plan && strcmp(ex.vt->name, "cpu") == 0, "the CPU executor");
