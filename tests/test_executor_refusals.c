@@ -267,6 +267,11 @@ TG_TEST(test_executor_open_refusals) {
     tg_executor_close(&ex);
     CHECK(ex.vt == NULL && ex.impl == NULL, "closed");
     tg_executor_close(&ex); /* closing twice is harmless */
+    /* One replica: a communicator and a rank given are not looked at. */
+    s.plan.train.replicas = 1;
+    o.comm = three, o.rank = 7;
+    CHECK(tg_executor_open(&ex, &s.plan, &o, &err) == 0, "one replica, a communicator of 3: %s", err.msg);
+    tg_executor_close(&ex);
     tg_cpu_comm_group_destroy(two);
     tg_cpu_comm_group_destroy(three);
     s.plan.train.replicas = 1;
