@@ -256,3 +256,29 @@ TG_TEST(test_trainer_eval_logits_callback) {
     tg_trainer_close(&t);
     tg_plan_free(&plan);
 }
+
+/* A plan of one replica trains as rank 0 whatever rank the options give: the same rank,
+ * dropout masks and so losses as a trainer given rank 0. */
+TG_TEST(test_trainer_rank_of_one_replica_is_zero) {
+    tg_plan plan;
+    if (!compile_small("", &plan)) return;
+    REQUIRE(plan.train.replicas == 1, "%d replicas", plan.train.replicas);
+    float loss[2][2];
+    for (int k = 0; k < 2; k++) {
+        tg_trainer t;
+        tg_err err = {{0}};
+        const tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1,
+                                      .rank = k ? 3 : 0};
+        REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "rank %d: %s", o.rank, err.msg);
+        CHECK(t.rank == 0, "option rank %d: the trainer's rank is %d", o.rank, t.rank);
+        for (int s = 0; s < 2; s++) {
+            tg_step_stats st;
+            CHECK(tg_trainer_step(&t, &st, &err) == 0, "rank %d, step %d: %s", o.rank, s + 1, err.msg);
+            loss[k][s] = st.loss;
+        }
+        tg_trainer_close(&t);
+    }
+    CHECK(loss[0][0] == loss[1][0] && loss[0][1] == loss[1][1], "losses %.9g %.9g as rank 0, %.9g %.9g given rank 3",
+          loss[0][0], loss[0][1], loss[1][0], loss[1][1]);
+    tg_plan_free(&plan);
+}
