@@ -222,12 +222,22 @@ TG_TEST(test_trainer_weights_option_loads_a_save) {
 typedef struct logits_seen {
     int calls, rows;
     int stop_at;   /* the call that fails (1-based), 0: none */
+    int hits, predicted_one; /* rows whose largest logit is their label's; rows predicted 1 */
 } logits_seen;
+
+/* The labels of compile_sized's 5 rows, in order. */
+static const int32_t row_labels[5] = {0, 1, 1, 0, 1};
 
 static int on_logits(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
     logits_seen *l = ctx;
     l->calls++;
     if (first != l->rows) return tg_fail(err, "batch at row %d, want %d", first, l->rows);
+    /* Rows of 2 logits each: those whose larger logit is their label's. */
+    for (int32_t r = 0; r < rows && first + r < 5; r++) {
+        const int best = logits[2 * r + 1] > logits[2 * r] ? 1 : 0;
+        l->hits += best == row_labels[first + r];
+        l->predicted_one += best;
+    }
     l->rows += rows;
     if (l->calls == l->stop_at) return tg_fail(err, "callback stops at call %d", l->calls);
     return isfinite(logits[0]) ? 0 : tg_fail(err, "logits not finite");
@@ -244,6 +254,10 @@ TG_TEST(test_trainer_eval_logits_callback) {
     logits_seen l = {0};
     CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == 0 && l.calls == 3 && l.rows == 5 && e.examples == 5,
           "every batch: %s (%d calls, %d rows)", err.msg, l.calls, l.rows);
+    /* The accuracy: the rows whose largest logit (of both classes) is their label's. */
+    CHECK(e.counted == 5 && e.accuracy == l.hits / 5.0 && e.perplexity == -1.0,
+          "accuracy %g of %lld, the logits' %d of 5 (%d predicted 1)", e.accuracy, (long long)e.counted, l.hits,
+          l.predicted_one);
     l = (logits_seen){.stop_at = 2};
     CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == -1 && strstr(err.msg, "callback stops at call 2") &&
               l.calls == 2,
