@@ -366,7 +366,8 @@ TG_TEST(test_runtime_weights_init_shapes) {
 /* Normal initialisation, value by value: element i of a tensor is the Box-Muller normal of
  * Philox block i / 4 of the stream (seed, the init step 2^64 - 1, FNV-1a of the name),
  * cos for the even element of a pair and sin for the odd one, times init_std; nothing past
- * the tensor's last element is written, whatever its length modulo 4. */
+ * the tensor's last element is written, whatever its length modulo 4. Zeros, ones and no
+ * init (zeros) in int32 and float tensors. */
 static float expected_normal(uint64_t seed, const char *name, float std, int64_t i) {
     uint32_t key = 2166136261u;
     for (const unsigned char *c = (const unsigned char *)name; *c; c++) key = (key ^ *c) * 16777619u;
@@ -377,7 +378,7 @@ static float expected_normal(uint64_t seed, const char *name, float std, int64_t
     return (float)(std * r * (i % 2 ? sin(a) : cos(a)));
 }
 
-TG_TEST(test_runtime_weights_normal_init_values) {
+TG_TEST(test_runtime_weights_init_values) {
     tg_plan p;
     if (!bert_plan(&p)) return;
     const int cw = tg_test_tensor_named(&p, "classifier.weight");
@@ -402,6 +403,28 @@ TG_TEST(test_runtime_weights_normal_init_values) {
         CHECK(w[n] == 42.0f && w[n + 1] == 42.0f, "%lld elements: the next two were written (%g %g)", (long long)n,
               w[n], w[n + 1]);
     }
+    /* int32 and float tensors of zeros and ones (and none: zeros), whatever they held. */
+    const int pid = tg_test_tensor_named(&p, "bert.embeddings.position_ids");
+    REQUIRE(pid >= 0 && p.tensors[pid].dtype == TG_I32, "position_ids");
+    int32_t *ids = tg_weights_value(&img, pid);
+    const int64_t n_ids = tg_tensor_numel(&p.tensors[pid]);
+    static const int inits[] = {TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_NONE};
+    for (int k = 0; k < 3; k++) {
+        p.tensors[pid].init = inits[k], x->init = inits[k];
+        x->shape[1] = 6;
+        for (int64_t i = 0; i < n_ids; i++) ids[i] = 7;
+        for (int64_t i = 0; i < 6; i++) w[i] = 7.0f;
+        tg_weights_init(&img, 9);
+        const int want = inits[k] == TG_INIT_ONES;
+        int64_t bad_id = -1, bad_w = -1;
+        for (int64_t i = 0; i < n_ids && bad_id < 0; i++)
+            if (ids[i] != want) bad_id = i;
+        for (int64_t i = 0; i < 6 && bad_w < 0; i++)
+            if (w[i] != (float)want) bad_w = i;
+        CHECK(bad_id < 0 && bad_w < 0, "init %d: int32 element %lld, float element %lld not %d", inits[k],
+              (long long)bad_id, (long long)bad_w, want);
+    }
+    x->init = TG_INIT_NORMAL;
     /* Another seed gives other values. */
     x->shape[1] = 4;
     tg_weights_init(&img, 10);
