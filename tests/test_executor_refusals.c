@@ -258,6 +258,10 @@ TG_TEST(test_executor_open_refusals) {
           err.msg);
     CHECK(r.loss == 2.0f && r.lr == 3.5f && r.grad_norm == 5.5f && r.period_ms == -1.0f,
           "step result: loss %g lr %g norm %g period %g", r.loss, r.lr, r.grad_norm, r.period_ms);
+    /* The phases' times (batch in place, forward, backward, optimizer) one after the other. */
+    CHECK(r.phase_ms[0] >= 0 && r.phase_ms[1] >= 0 && r.phase_ms[2] >= 0 && r.phase_ms[3] >= 0 &&
+              r.phase_ms[0] + r.phase_ms[1] + r.phase_ms[2] + r.phase_ms[3] < 60000,
+          "phase times %g %g %g %g ms", r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3]);
     void *host = ex.vt->host_alloc(ex.impl, 0);
     CHECK(host != NULL, "host_alloc(0) gave NULL");
     ex.vt->host_free(ex.impl, host);
@@ -326,4 +330,28 @@ TG_TEST(test_executor_open_refusals) {
     const int rc = tg_executor_open(&ex, &s.plan, &o, &err);
     tg_alloc_fail_after(-1);
     CHECK(rc == -1 && strstr(err.msg, "out of memory opening the CPU executor"), "no memory: %s", err.msg);
+}
+
+/* tg_executor_open with each of its allocations failing alone: -1, out of memory, and no
+ * executor; with none failing, it opens. */
+TG_TEST(test_executor_open_out_of_memory) {
+    small_plan s;
+    small_plan_init(&s);
+    const tg_executor_options o = {.device = TG_DEVICE_CPU, .threads = 2};
+    tg_executor ex;
+    tg_err err = {{0}};
+    tg_alloc_fail_after(-1);
+    REQUIRE(tg_executor_open(&ex, &s.plan, &o, &err) == 0, "%s", err.msg);
+    const long total = tg_alloc_fail_after(-1);
+    tg_executor_close(&ex);
+    REQUIRE(total >= 2, "%ld allocations", total);
+    for (long k = 0; k < total; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        const int rc = tg_executor_open(&ex, &s.plan, &o, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) tg_executor_close(&ex);
+        CHECK(rc == -1 && ex.vt == NULL && (strstr(err.msg, "out of memory") || strstr(err.msg, "cannot allocate")),
+              "allocation %ld of %ld failing: rc %d, '%s'", k, total, rc, err.msg);
+    }
 }
