@@ -272,7 +272,8 @@ TG_TEST(test_trainer_eval_logits_callback) {
 }
 
 /* A plan of one replica trains as rank 0 whatever rank the options give: the same rank,
- * dropout masks and so losses as a trainer given rank 0. */
+ * dropout masks and so losses as a trainer given rank 0. The open reports the time of each
+ * of its parts. */
 TG_TEST(test_trainer_rank_of_one_replica_is_zero) {
     tg_plan plan;
     if (!compile_small("", &plan)) return;
@@ -285,6 +286,9 @@ TG_TEST(test_trainer_rank_of_one_replica_is_zero) {
                                       .rank = k ? 3 : 0};
         REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "rank %d: %s", o.rank, err.msg);
         CHECK(t.rank == 0, "option rank %d: the trainer's rank is %d", o.rank, t.rank);
+        /* The open's three parts each took some time: executor and pools, weights, datasets. */
+        CHECK(t.open_ms[0] > 0 && t.open_ms[1] > 0 && t.open_ms[2] > 0, "open times %g %g %g ms", t.open_ms[0],
+              t.open_ms[1], t.open_ms[2]);
         for (int s = 0; s < 2; s++) {
             tg_step_stats st;
             CHECK(tg_trainer_step(&t, &st, &err) == 0, "rank %d, step %d: %s", o.rank, s + 1, err.msg);
