@@ -1,5 +1,6 @@
-/* tests/libc_faults.h: fdopen and read defined in the test binary, passing on to the next
- * definition (libc's, or a sanitizer's that then calls libc's) found with dlsym. */
+/* tests/libc_faults.h: fdopen, read, rename and renameat2 defined in the test binary,
+ * passing on to the next definition (libc's, or a sanitizer's that then calls libc's)
+ * found with dlsym. */
 #include "tests/libc_faults.h"
 
 #include <dlfcn.h>
@@ -8,13 +9,25 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static _Thread_local int fdopen_failures, read_failures, read_error;
+static _Thread_local int fdopen_failures, read_failures, read_error, renameat2_failures, renameat2_error,
+    rename_error;
+static _Thread_local int (*rename_fails)(const char *from, const char *to);
 
 void tg_test_fail_fdopen(int count) { fdopen_failures = count; }
 
 void tg_test_fail_read(int count, int error) {
     read_failures = count;
     read_error = error;
+}
+
+void tg_test_fail_rename(int (*fails)(const char *from, const char *to), int error) {
+    rename_fails = fails;
+    rename_error = error;
+}
+
+void tg_test_fail_renameat2(int count, int error) {
+    renameat2_failures = count;
+    renameat2_error = error;
 }
 
 FILE *fdopen(int fd, const char *mode) {
@@ -39,4 +52,27 @@ ssize_t read(int fd, void *buf, size_t n) {
     if (!next) next = (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
     if (!next) abort();
     return next(fd, buf, n);
+}
+
+int rename(const char *from, const char *to) {
+    static int (*next)(const char *, const char *);
+    if (rename_fails && rename_fails(from, to)) {
+        errno = rename_error;
+        return -1;
+    }
+    if (!next) next = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    if (!next) abort();
+    return next(from, to);
+}
+
+int renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags) {
+    static int (*next)(int, const char *, int, const char *, unsigned);
+    if (renameat2_failures > 0) {
+        renameat2_failures--;
+        errno = renameat2_error;
+        return -1;
+    }
+    if (!next) next = (int (*)(int, const char *, int, const char *, unsigned))dlsym(RTLD_NEXT, "renameat2");
+    if (!next) abort();
+    return next(from_dir, from, to_dir, to, flags);
 }

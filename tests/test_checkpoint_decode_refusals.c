@@ -431,6 +431,22 @@ TG_TEST(test_checkpoint_decode_header_table) {
         CHECK(tg_checkpoint_decode(bytes, 64 + c, "h", &ck, &err) == -1 && strstr(err.msg, want), "no size: %s",
               err.msg);
     }
+    /* A header stating one payload byte more or less than the frame holds, and a frame
+     * that is no zstd frame. */
+    for (int d = -1; d <= 2; d++) {
+        memcpy(bytes, good_bytes, len);
+        const uint64_t stated = (uint64_t)b->n + (uint64_t)(d == 2 ? 0 : d);
+        set64(bytes + 32, stated);
+        if (d == 2) memset(bytes + 64, 0x55, 4); /* the frame's magic number overwritten */
+        if (d == 0) continue;
+        header_reseal(bytes);
+        char want[160];
+        snprintf(want, sizeof want,
+                 "h: header field 'payload bytes' (%llu) disagrees with the compressed frame (file corrupt)",
+                 (unsigned long long)stated);
+        CHECK(tg_checkpoint_decode(bytes, len, "h", &ck, &err) == -1 && !strcmp(err.msg, want), "stated %llu%s: '%s'",
+              (unsigned long long)stated, d == 2 ? ", no frame" : "", err.msg);
+    }
     /* Frames whose stated size is impossible: 0, past half the address space, and more than
      * 32768 times the compressed bytes. */
     const struct {

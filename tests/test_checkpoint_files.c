@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -709,6 +710,24 @@ TG_TEST(test_checkpoint_locate_cases) {
     CHECK(tg_checkpoint_locate(dir, &path, &err) == 0 && path && !strcmp(path, want), "latest: %s", err.msg);
     free(path);
     fail_each("locate by latest", locate_attempt, (void *)dir, NULL, 0);
+    /* A name as long as a file name may be (NAME_MAX: "step-", 243 digits, ".tgckpt") is read
+     * whole; a line past the buffer (NAME_MAX + 1 bytes and its end) is cut and names no
+     * checkpoint file. */
+    char longest[NAME_MAX + 2], text[NAME_MAX + 4];
+    snprintf(longest, sizeof longest, "step-%0243d.tgckpt", 7);
+    REQUIRE(strlen(longest) == NAME_MAX, "%zu bytes", strlen(longest));
+    snprintf(text, sizeof text, "%s\n", longest);
+    tg_test_write_file(latest, text);
+    snprintf(want, sizeof want, "%s/%s", dir, longest);
+    CHECK(tg_checkpoint_locate(dir, &path, &err) == 0 && path && !strcmp(path, want), "a %d-byte name: %s", NAME_MAX,
+          path ? path : err.msg);
+    free(path);
+    snprintf(text, sizeof text, "step-%0245d.tgckpt\n", 7);
+    tg_test_write_file(latest, text);
+    snprintf(want, sizeof want, "%s: names 'step-00000", latest);
+    CHECK(tg_checkpoint_locate(dir, &path, &err) == -1 && !path && !strncmp(err.msg, want, strlen(want)) &&
+              strstr(err.msg, "', not a checkpoint file of the folder (step-N.tgckpt)"),
+          "a name past NAME_MAX: %s", err.msg);
     unlink(latest);
     snprintf(want, sizeof want, "%s/step-000004.tgckpt", dir);
     tg_test_write_file(want, "x");

@@ -1,11 +1,14 @@
 /* tg_checkpoint_read (runtime/checkpoint.c) when read(2) fails (tests/libc_faults.h): an
  * I/O error refuses the file, naming it and the error, and releases what it read; a read
- * interrupted by a signal (EINTR) is tried again and the checkpoint comes back whole. */
+ * interrupted by a signal (EINTR) is tried again and the checkpoint comes back whole.
+ * Every read closes the file it opened: read whole, refused as no file, or out of memory. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "runtime/checkpoint.h"
 #include "tests/harness.h"
 #include "tests/libc_faults.h"
@@ -48,4 +51,41 @@ TG_TEST(test_checkpoint_read_faults) {
         if (rc == 0) tg_checkpoint_free(&back);
     }
     tg_checkpoint_free(&ck);
+}
+
+/* Entries of /proc/self/fd: the files this process holds open (and the listing's own). */
+static int open_files(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+TG_TEST(test_checkpoint_read_closes_its_file) {
+    const char *dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/c.tgckpt", dir);
+    tg_checkpoint ck;
+    tg_checkpoint_init(&ck);
+    ck.state = (tg_checkpoint_state){.step = 1, .total_steps = 2, .replicas = 1, .sampler_examples = 4};
+    tg_err err = {{0}};
+    REQUIRE(tg_checkpoint_add_field(&ck, "seed", "7", &err) == 0 && tg_checkpoint_write(&ck, path, &err) == 0, "%s",
+            err.msg);
+    tg_checkpoint_free(&ck);
+    const int before = open_files();
+    REQUIRE(before > 0, "no /proc/self/fd");
+    CHECK(tg_checkpoint_read(path, &ck, &err) == 0 && open_files() == before, "read whole: %s, %d files open, %d before",
+          err.msg, open_files(), before);
+    tg_checkpoint_free(&ck);
+    CHECK(tg_checkpoint_read(dir, &ck, &err) == -1 && strstr(err.msg, ": not a checkpoint file") &&
+              open_files() == before,
+          "a folder: '%s', %d files open, %d before", err.msg, open_files(), before);
+    char want[900];
+    snprintf(want, sizeof want, "%s: out of memory for ", path);
+    tg_alloc_fail_after(0);
+    const int rc = tg_checkpoint_read(path, &ck, &err);
+    tg_alloc_fail_after(-1);
+    CHECK(rc == -1 && !strncmp(err.msg, want, strlen(want)) && open_files() == before,
+          "out of memory: '%s', %d files open, %d before", err.msg, open_files(), before);
 }

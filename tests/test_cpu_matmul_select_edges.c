@@ -1,6 +1,7 @@
-/* Edge cases of MATMUL and SELECT_TOKEN on the CPU reference: an empty product writes
- * nothing (not even a fused bias gradient) and allocates nothing; a fused bias gradient without its output is skipped, the product still made;
- * the last non-pad token without ids to look at is token 0, with ids the last real one. */
+/* Edge cases of MATMUL and SELECT_TOKEN on the CPU reference: an empty product (M or N of
+ * 0 or below) writes nothing (not even a fused bias gradient) and allocates nothing; a
+ * fused bias gradient without its output is skipped, the product still made; the last
+ * non-pad token without ids to look at is token 0, with ids the last real one. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -14,9 +15,9 @@ TG_TEST(test_cpu_matmul_empty_and_bias_grad_without_output) {
     tg_op op = tg_test_op(TG_OP_MATMUL);
     op.p.matmul.m = 2, op.p.matmul.n = 2, op.p.matmul.k = 2, op.p.matmul.batch = 1, op.p.matmul.alpha = 1;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B}, .out = {C}};
-    /* M or N of 0: nothing written. */
-    const int empty[2][2] = {{0, 2}, {2, 0}};
-    for (int k = 0; k < 2; k++) {
+    /* M or N of 0 or below (a plan the reader did not check): nothing written. */
+    const int empty[][2] = {{0, 2}, {2, 0}, {-1, 2}, {2, -1}, {2, -9}, {-64, -64}};
+    for (int k = 0; k < (int)(sizeof empty / sizeof *empty); k++) {
         op.p.matmul.m = empty[k][0], op.p.matmul.n = empty[k][1];
         for (int i = 0; i < 4; i++) C[i] = -1;
         tg_cpu_op_run(&a);

@@ -235,6 +235,17 @@ TG_TEST(test_executor_open_refusals) {
     CHECK(tg_executor_open(&ex, &s.plan, &o, &err) == -1 &&
               strstr(err.msg, "the plan trains 2 data-parallel replicas, the communicator joins 3"),
           "a communicator of 3: %s", err.msg);
+    /* Fewer ranks than replicas is refused as more is. */
+    tg_cpu_comm_group *one;
+    REQUIRE(tg_cpu_comm_group_create(&one, 1, &err) == 0, "%s", err.msg);
+    for (int rank = 0; rank < 2; rank++) {
+        o.comm = one, o.rank = rank;
+        memset(&err, 0, sizeof err);
+        CHECK(tg_executor_open(&ex, &s.plan, &o, &err) == -1 && ex.vt == NULL &&
+                  !strcmp(err.msg, "the plan trains 2 data-parallel replicas, the communicator joins 1"),
+              "rank %d of a communicator of 1: %s", rank, err.msg);
+    }
+    tg_cpu_comm_group_destroy(one);
     o.comm = two, o.rank = 1;
     REQUIRE(tg_executor_open(&ex, &s.plan, &o, &err) == 0, "rank 1 of 2: %s", err.msg);
     CHECK(ex.device == TG_DEVICE_CPU && ex.plan == &s.plan && strcmp(ex.vt->name, "cpu") == 0, "the CPU executor");
@@ -247,6 +258,10 @@ TG_TEST(test_executor_open_refusals) {
           err.msg);
     CHECK(r.loss == 2.0f && r.lr == 3.5f && r.grad_norm == 5.5f && r.period_ms == -1.0f,
           "step result: loss %g lr %g norm %g period %g", r.loss, r.lr, r.grad_norm, r.period_ms);
+    /* The phases' times (batch in place, forward, backward, optimizer) one after the other. */
+    CHECK(r.phase_ms[0] >= 0 && r.phase_ms[1] >= 0 && r.phase_ms[2] >= 0 && r.phase_ms[3] >= 0 &&
+              r.phase_ms[0] + r.phase_ms[1] + r.phase_ms[2] + r.phase_ms[3] < 60000,
+          "phase times %g %g %g %g ms", r.phase_ms[0], r.phase_ms[1], r.phase_ms[2], r.phase_ms[3]);
     void *host = ex.vt->host_alloc(ex.impl, 0);
     CHECK(host != NULL, "host_alloc(0) gave NULL");
     ex.vt->host_free(ex.impl, host);
@@ -256,6 +271,11 @@ TG_TEST(test_executor_open_refusals) {
     tg_executor_close(&ex);
     CHECK(ex.vt == NULL && ex.impl == NULL, "closed");
     tg_executor_close(&ex); /* closing twice is harmless */
+    /* One replica: a communicator and a rank given are not looked at. */
+    s.plan.train.replicas = 1;
+    o.comm = three, o.rank = 7;
+    CHECK(tg_executor_open(&ex, &s.plan, &o, &err) == 0, "one replica, a communicator of 3: %s", err.msg);
+    tg_executor_close(&ex);
     tg_cpu_comm_group_destroy(two);
     tg_cpu_comm_group_destroy(three);
     s.plan.train.replicas = 1;
@@ -310,4 +330,28 @@ TG_TEST(test_executor_open_refusals) {
     const int rc = tg_executor_open(&ex, &s.plan, &o, &err);
     tg_alloc_fail_after(-1);
     CHECK(rc == -1 && strstr(err.msg, "out of memory opening the CPU executor"), "no memory: %s", err.msg);
+}
+
+/* tg_executor_open with each of its allocations failing alone: -1, out of memory, and no
+ * executor; with none failing, it opens. */
+TG_TEST(test_executor_open_out_of_memory) {
+    small_plan s;
+    small_plan_init(&s);
+    const tg_executor_options o = {.device = TG_DEVICE_CPU, .threads = 2};
+    tg_executor ex;
+    tg_err err = {{0}};
+    tg_alloc_fail_after(-1);
+    REQUIRE(tg_executor_open(&ex, &s.plan, &o, &err) == 0, "%s", err.msg);
+    const long total = tg_alloc_fail_after(-1);
+    tg_executor_close(&ex);
+    REQUIRE(total >= 2, "%ld allocations", total);
+    for (long k = 0; k < total; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        const int rc = tg_executor_open(&ex, &s.plan, &o, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) tg_executor_close(&ex);
+        CHECK(rc == -1 && ex.vt == NULL && (strstr(err.msg, "out of memory") || strstr(err.msg, "cannot allocate")),
+              "allocation %ld of %ld failing: rc %d, '%s'", k, total, rc, err.msg);
+    }
 }

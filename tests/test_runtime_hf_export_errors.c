@@ -425,3 +425,29 @@ TG_TEST(test_runtime_hf_export_permissions) {
     free(out), free(tok), free(vocab), free(locked), free(inner);
     tg_plan_free(&p);
 }
+
+/* config.json's text that cannot be made (its first allocation failing) is named in the
+ * message, by the check and by the export, and nothing is written. */
+TG_TEST(test_runtime_hf_export_config_text_out_of_memory) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const char *root = tg_test_tmpdir();
+    char *out = join(root, "out");
+    const tg_hf_export_options o = {out, NULL, NULL, 0, 0, 0};
+    tg_weights_image img;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    tg_alloc_fail_after(0);
+    int rc = tg_hf_export_check(&p, &o, NULL, 0, &err);
+    tg_alloc_fail_after(-1);
+    CHECK(rc == -1 && !strcmp(err.msg, "config.json: out of memory"), "check: rc %d, '%s'", rc, err.msg);
+    memset(&err, 0, sizeof err);
+    tg_alloc_fail_after(0);
+    rc = tg_hf_export(&img, &o, &err);
+    tg_alloc_fail_after(-1);
+    CHECK(rc == -1 && !strcmp(err.msg, "config.json: out of memory") && tg_test_count_files(root) == 0,
+          "export: rc %d, '%s', %d entries", rc, err.msg, tg_test_count_files(root));
+    tg_weights_image_free(&img);
+    free(out);
+    tg_plan_free(&p);
+}

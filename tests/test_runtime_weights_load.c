@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "kernels/philox.h"
 #include "models/safetensors.h"
 #include "runtime/weights.h"
 #include "tests/harness.h"
@@ -247,8 +248,15 @@ TG_TEST(test_runtime_weights_refused_checkpoints) {
     it = (tg_st_item){"bert.embeddings.position_ids", TG_ST_I32, p.tensors[pid].ndim, p.tensors[pid].shape, ids};
     REQUIRE(tg_st_write(path, &it, 1, &err) == 0, "%s", err.msg);
     CHECK(tg_weights_load(&img, path, &r, &err) == -1, "buffers alone loaded");
-    CHECK_MSG(err, "bad.safetensors: holds none of the model's ");
-    CHECK_MSG(err, " parameters (first: bert.embeddings.word_embeddings.weight); is it a checkpoint of this model?");
+    /* the count: every value but the buffers (trainable and frozen) */
+    int params = 0;
+    for (int t = 0; t < p.n_tensors; t++)
+        params += tg_tensor_is_value(&p.tensors[t]) && tg_tensor_class_of(&p.tensors[t]) != TG_CLASS_BUFFER;
+    snprintf(want, sizeof want,
+             "bad.safetensors: holds none of the model's %d parameters (first: bert.embeddings.word_embeddings.weight); "
+             "is it a checkpoint of this model?", params);
+    CHECK(params > 10, "%d parameters", params);
+    CHECK_MSG(err, want);
     tg_weights_report_free(&r);
 
     /* a file that is not there */
@@ -351,6 +359,120 @@ TG_TEST(test_runtime_weights_init_shapes) {
     tg_weights_image no_params = img;
     no_params.params = NULL;
     CHECK(tg_weights_value(&img, ids) == NULL && tg_weights_value(&no_params, cw) == NULL, "values of non-values");
+    tg_weights_image_free(&img);
+    tg_plan_free(&p);
+}
+
+/* Normal initialisation, value by value: element i of a tensor is the Box-Muller normal of
+ * Philox block i / 4 of the stream (seed, the init step 2^64 - 1, FNV-1a of the name),
+ * cos for the even element of a pair and sin for the odd one, times init_std; nothing past
+ * the tensor's last element is written, whatever its length modulo 4. Zeros, ones and no
+ * init (zeros) in int32 and float tensors. */
+static float expected_normal(uint64_t seed, const char *name, float std, int64_t i) {
+    uint32_t key = 2166136261u;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) key = (key ^ *c) * 16777619u;
+    float u[4];
+    tg_philox_uniform4(seed, UINT64_MAX, key, (uint64_t)(i / 4), u);
+    const int k = (int)(i % 4) & ~1;
+    const double r = sqrt(-2.0 * log(1.0 - (double)u[k])), a = 6.283185307179586 * u[k + 1];
+    return (float)(std * r * (i % 2 ? sin(a) : cos(a)));
+}
+
+TG_TEST(test_runtime_weights_init_values) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const int cw = tg_test_tensor_named(&p, "classifier.weight");
+    REQUIRE(cw >= 0, "classifier.weight");
+    tg_tensor *x = &p.tensors[cw];
+    const int64_t room = tg_tensor_numel(x);
+    REQUIRE(room > 20, "%lld elements", (long long)room);
+    x->init = TG_INIT_NORMAL, x->init_std = 0.5f;
+    tg_weights_image img;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    float *w = tg_weights_value(&img, cw);
+    for (int64_t n = 1; n <= 18; n++) {
+        x->shape[0] = 1, x->shape[1] = n;
+        for (int64_t i = 0; i < room; i++) w[i] = 42.0f;
+        tg_weights_init(&img, 9);
+        int64_t wrong = -1;
+        for (int64_t i = 0; i < n && wrong < 0; i++)
+            if (w[i] != expected_normal(9, "classifier.weight", 0.5f, i)) wrong = i;
+        CHECK(wrong < 0, "%lld elements: element %lld is %.9g, expected %.9g", (long long)n, (long long)wrong,
+              wrong < 0 ? 0.0 : w[wrong], wrong < 0 ? 0.0 : expected_normal(9, "classifier.weight", 0.5f, wrong));
+        CHECK(w[n] == 42.0f && w[n + 1] == 42.0f, "%lld elements: the next two were written (%g %g)", (long long)n,
+              w[n], w[n + 1]);
+    }
+    /* int32 and float tensors of zeros and ones (and none: zeros), whatever they held. */
+    const int pid = tg_test_tensor_named(&p, "bert.embeddings.position_ids");
+    REQUIRE(pid >= 0 && p.tensors[pid].dtype == TG_I32, "position_ids");
+    int32_t *ids = tg_weights_value(&img, pid);
+    const int64_t n_ids = tg_tensor_numel(&p.tensors[pid]);
+    static const int inits[] = {TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_NONE};
+    for (int k = 0; k < 3; k++) {
+        p.tensors[pid].init = inits[k], x->init = inits[k];
+        x->shape[1] = 6;
+        for (int64_t i = 0; i < n_ids; i++) ids[i] = 7;
+        for (int64_t i = 0; i < 6; i++) w[i] = 7.0f;
+        tg_weights_init(&img, 9);
+        const int want = inits[k] == TG_INIT_ONES;
+        int64_t bad_id = -1, bad_w = -1;
+        for (int64_t i = 0; i < n_ids && bad_id < 0; i++)
+            if (ids[i] != want) bad_id = i;
+        for (int64_t i = 0; i < 6 && bad_w < 0; i++)
+            if (w[i] != (float)want) bad_w = i;
+        CHECK(bad_id < 0 && bad_w < 0, "init %d: int32 element %lld, float element %lld not %d", inits[k],
+              (long long)bad_id, (long long)bad_w, want);
+    }
+    x->init = TG_INIT_NORMAL;
+    /* Another seed gives other values. */
+    x->shape[1] = 4;
+    tg_weights_init(&img, 10);
+    CHECK(w[0] == expected_normal(10, "classifier.weight", 0.5f, 0) && w[0] != expected_normal(9, "classifier.weight", 0.5f, 0),
+          "seed 10: %g", w[0]);
+    tg_weights_image_free(&img);
+    tg_plan_free(&p);
+}
+
+/* Where each tensor's values lie: trainable ones in the parameter pool's image, the other
+ * values (buffers, frozen tensors) one after the other in `fixed` in the plan's order, and
+ * no place (UINT64_MAX) for a tensor that holds no values. */
+TG_TEST(test_runtime_weights_image_layout) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const int pid = tg_test_tensor_named(&p, "bert.embeddings.position_ids");
+    REQUIRE(pid >= 0, "position_ids");
+    p.tensors[pid].flags |= TG_TENSOR_PERSISTENT;
+    tg_weights_image img;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    uint64_t next = 0;
+    int fixed = 0, none = 0, trainable = 0;
+    for (int t = 0; t < p.n_tensors; t++) {
+        const tg_tensor *x = &p.tensors[t];
+        const int value = tg_tensor_is_value(x), train = value && tg_tensor_class_of(x) == TG_CLASS_TRAINABLE;
+        if (value && !train) {
+            CHECK(img.fixed_offset[t] == next && tg_weights_value(&img, t) == img.fixed + next,
+                  "%s: offset %llu, expected %llu", x->name, (unsigned long long)img.fixed_offset[t],
+                  (unsigned long long)next);
+            next += (uint64_t)tg_tensor_numel(x) * 4;
+            fixed++;
+        } else {
+            CHECK(img.fixed_offset[t] == UINT64_MAX, "%s: offset %llu, expected none", x->name,
+                  (unsigned long long)img.fixed_offset[t]);
+            if (train) {
+                CHECK(tg_weights_value(&img, t) == (void *)(img.params + x->offset / sizeof(float)),
+                      "%s: not in the pool", x->name);
+                trainable++;
+            } else {
+                CHECK(tg_weights_value(&img, t) == NULL, "%s: values of a non-value", x->name);
+                none++;
+            }
+        }
+    }
+    CHECK(img.fixed_bytes == next && fixed >= 1 && trainable > 10 && none > 10,
+          "fixed %llu bytes, expected %llu (%d fixed, %d trainable, %d without values)",
+          (unsigned long long)img.fixed_bytes, (unsigned long long)next, fixed, trainable, none);
     tg_weights_image_free(&img);
     tg_plan_free(&p);
 }

@@ -112,3 +112,50 @@ static void fail_each(const char *precision) {
 
 /* bf16: the plan's paths of fp32 ones and its own (the parameters' bf16 copies). */
 TG_TEST(test_trainer_alloc_faults_bf16) { fail_each("bf16"); }
+
+/* tg_trainer_open with each of its allocations failing alone (the later ones succeed
+ * again): the open stops there with -1 and an out-of-memory message rather than going on
+ * without what it lacked (a staging buffer, an index array); where it does without (the
+ * initialisation's thread pool runs inline), the trainer steps. */
+TG_TEST(test_trainer_alloc_faults_open_one_at_a_time) {
+    const char *dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/rows.jsonl", dir);
+    REQUIRE(tg_test_write_file(path, "{\"input_ids\": [5, 6, 7], \"label\": 0}\n{\"input_ids\": [8, 9], \"label\": 1}\n") ==
+                0,
+            "write %s", path);
+    snprintf(path, sizeof path, "%s/job.job", dir);
+    REQUIRE(tg_test_write_file(path, "model = tiny-bert\ntask = classify\nbatch = 2\nseq = 8\nsteps = 2\n"
+                                     "train_data = rows.jsonl\neval_data = rows.jsonl\n") == 0,
+            "write %s", path);
+    tg_plan plan;
+    tg_err err = {{0}};
+    REQUIRE(tg_front_compile_file(path, NULL, 0, &plan, &err) == 0, "%s", err.msg);
+    tg_trainer t;
+    const tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1};
+    tg_alloc_fail_after(-1);
+    REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg);
+    const long total = tg_alloc_fail_after(-1);
+    tg_trainer_close(&t);
+    REQUIRE(total > 10, "%ld allocations", total);
+    int tolerated = 0;
+    for (long k = 0; k < total; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        const int rc = tg_trainer_open(&t, &plan, &o, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) { /* a failure the open does without (the initialisation's thread pool) */
+            tolerated++;
+            tg_step_stats s;
+            CHECK(tg_trainer_step(&t, &s, &err) == 0 && s.step == 1 && isfinite(s.loss),
+                  "allocation %ld failing alone, then a step: %s", k, err.msg);
+            tg_trainer_close(&t);
+            continue;
+        }
+        if (!CHECK(strstr(err.msg, "out of memory") || strstr(err.msg, "cannot allocate"),
+                   "allocation %ld of %ld failing alone: '%s'", k, total, err.msg))
+            break;
+    }
+    printf("  tg_trainer_open: %ld allocations, %d failing alone done without\n", total, tolerated);
+    tg_plan_free(&plan);
+}

@@ -201,7 +201,8 @@ TG_TEST(test_trainer_weights_option_loads_a_save) {
     tg_step_stats s;
     REQUIRE(tg_trainer_step(&a, &s, &err) == 0, "%s", err.msg);
     char path[800];
-    snprintf(path, sizeof path, "%s/trained.safetensors", tg_test_tmpdir());
+    /* A '%' in the name is a plain character of the path the trainer keeps. */
+    snprintf(path, sizeof path, "%s/trained-100%%%%-%%s.safetensors", tg_test_tmpdir());
     REQUIRE(tg_trainer_save(&a, path, &err) == 0, "%s", err.msg);
     const size_t bytes = plan.pool_bytes[TG_POOL_PARAMS];
     float *pa = malloc(bytes), *pb = malloc(bytes);
@@ -221,12 +222,22 @@ TG_TEST(test_trainer_weights_option_loads_a_save) {
 typedef struct logits_seen {
     int calls, rows;
     int stop_at;   /* the call that fails (1-based), 0: none */
+    int hits, predicted_one; /* rows whose largest logit is their label's; rows predicted 1 */
 } logits_seen;
+
+/* The labels of compile_sized's 5 rows, in order. */
+static const int32_t row_labels[5] = {0, 1, 1, 0, 1};
 
 static int on_logits(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
     logits_seen *l = ctx;
     l->calls++;
     if (first != l->rows) return tg_fail(err, "batch at row %d, want %d", first, l->rows);
+    /* Rows of 2 logits each: those whose larger logit is their label's. */
+    for (int32_t r = 0; r < rows && first + r < 5; r++) {
+        const int best = logits[2 * r + 1] > logits[2 * r] ? 1 : 0;
+        l->hits += best == row_labels[first + r];
+        l->predicted_one += best;
+    }
     l->rows += rows;
     if (l->calls == l->stop_at) return tg_fail(err, "callback stops at call %d", l->calls);
     return isfinite(logits[0]) ? 0 : tg_fail(err, "logits not finite");
@@ -243,6 +254,10 @@ TG_TEST(test_trainer_eval_logits_callback) {
     logits_seen l = {0};
     CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == 0 && l.calls == 3 && l.rows == 5 && e.examples == 5,
           "every batch: %s (%d calls, %d rows)", err.msg, l.calls, l.rows);
+    /* The accuracy: the rows whose largest logit (of both classes) is their label's. */
+    CHECK(e.counted == 5 && e.accuracy == l.hits / 5.0 && e.perplexity == -1.0,
+          "accuracy %g of %lld, the logits' %d of 5 (%d predicted 1)", e.accuracy, (long long)e.counted, l.hits,
+          l.predicted_one);
     l = (logits_seen){.stop_at = 2};
     CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == -1 && strstr(err.msg, "callback stops at call 2") &&
               l.calls == 2,
@@ -253,5 +268,35 @@ TG_TEST(test_trainer_eval_logits_callback) {
     l = (logits_seen){0};
     CHECK(tg_trainer_eval_logits(&t, &e, on_logits, &l, &err) == 0 && l.rows == 5, "again: %s", err.msg);
     tg_trainer_close(&t);
+    tg_plan_free(&plan);
+}
+
+/* A plan of one replica trains as rank 0 whatever rank the options give: the same rank,
+ * dropout masks and so losses as a trainer given rank 0. The open reports the time of each
+ * of its parts. */
+TG_TEST(test_trainer_rank_of_one_replica_is_zero) {
+    tg_plan plan;
+    if (!compile_small("", &plan)) return;
+    REQUIRE(plan.train.replicas == 1, "%d replicas", plan.train.replicas);
+    float loss[2][2];
+    for (int k = 0; k < 2; k++) {
+        tg_trainer t;
+        tg_err err = {{0}};
+        const tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1,
+                                      .rank = k ? 3 : 0};
+        REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "rank %d: %s", o.rank, err.msg);
+        CHECK(t.rank == 0, "option rank %d: the trainer's rank is %d", o.rank, t.rank);
+        /* The open's three parts each took some time: executor and pools, weights, datasets. */
+        CHECK(t.open_ms[0] > 0 && t.open_ms[1] > 0 && t.open_ms[2] > 0, "open times %g %g %g ms", t.open_ms[0],
+              t.open_ms[1], t.open_ms[2]);
+        for (int s = 0; s < 2; s++) {
+            tg_step_stats st;
+            CHECK(tg_trainer_step(&t, &st, &err) == 0, "rank %d, step %d: %s", o.rank, s + 1, err.msg);
+            loss[k][s] = st.loss;
+        }
+        tg_trainer_close(&t);
+    }
+    CHECK(loss[0][0] == loss[1][0] && loss[0][1] == loss[1][1], "losses %.9g %.9g as rank 0, %.9g %.9g given rank 3",
+          loss[0][0], loss[0][1], loss[1][0], loss[1][1]);
     tg_plan_free(&plan);
 }

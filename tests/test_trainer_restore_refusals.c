@@ -3,12 +3,16 @@
  * tensor the plan does not have (or of another replica), a tensor missing or of another
  * dtype or shape, a step counter that disagrees with the record, a sampler position
  * outside an epoch, and a trainer that has stepped already; what the checkpoint records
- * before any step; and the restore that succeeds after all of them. */
+ * before any step; and the restore that succeeds after all of them. A ZeRO-1 replica (rank
+ * 0 and 1) names its own optimizer slices when they are missing or of another shape. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/front.h"
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "runtime/comm.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -201,4 +205,107 @@ TG_TEST(test_trainer_restore_refusals) {
         close_run(&b);
     }
     tg_checkpoint_free(&ck);
+}
+
+/* ZeRO-1 over 2 replicas: each rank's checkpoint holds m and v of its slice (replica = the
+ * rank); without its m, or with an m of another length, the restore names the tensor as
+ * this replica's slice. No step runs, so one thread opens both ranks in turn. */
+TG_TEST(test_trainer_restore_zero_slice_refusals) {
+    tg_err err = {{0}};
+    tg_job job;
+    const char *sets[] = {"data_parallel=2", "zero_stage=1", "batch=2", "steps=2"};
+    REQUIRE(tg_job_load("examples/demo-classify.job", sets, 4, &job, &err) == 0, "%s", err.msg);
+    tg_plan plan;
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    tg_cpu_comm_group *group;
+    REQUIRE(tg_cpu_comm_group_create(&group, 2, &err) == 0, "%s", err.msg);
+    const char *m_name = plan.tensors[plan.io.m_all].name;
+    const int64_t slice = plan.tensors[plan.io.m_all].shape[0];
+    for (int rank = 0; rank < 2; rank++) {
+        tg_trainer tr;
+        tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1,
+                                .rank = rank, .comm = group};
+        if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "rank %d: %s", rank, err.msg)) continue;
+        tg_checkpoint ck;
+        if (CHECK(tg_trainer_checkpoint(&tr, &ck, 1, &err) == 0, "rank %d: %s", rank, err.msg)) {
+            const tg_checkpoint_tensor *own = tg_checkpoint_find(&ck, m_name, rank);
+            CHECK(own && own->ndim == 1 && own->shape[0] == slice && !tg_checkpoint_find(&ck, m_name, -1) &&
+                      !tg_checkpoint_find(&ck, m_name, 1 - rank),
+                  "rank %d: m of its slice only", rank);
+            const int m = own ? (int)(own - ck.tensors) : -1;
+            REQUIRE(m >= 0, "rank %d: no m", rank);
+            const tg_checkpoint_tensor saved = ck.tensors[m], last = ck.tensors[ck.n_tensors - 1];
+            char want[512];
+            /* m missing: its place taken by the last tensor, the last dropped. */
+            ck.tensors[m] = last;
+            ck.n_tensors--;
+            snprintf(want, sizeof want, "ck: tensor '%s' (this replica's slice) is missing from the checkpoint", m_name);
+            memset(&err, 0, sizeof err);
+            CHECK(tg_trainer_restore(&tr, &ck, "ck", &err) == -1 && !strcmp(err.msg, want), "rank %d, m missing: '%s'",
+                  rank, err.msg);
+            ck.n_tensors++;
+            ck.tensors[ck.n_tensors - 1] = last;
+            ck.tensors[m] = saved;
+            /* m one element longer than the slice. */
+            ck.tensors[m].shape[0] = slice + 1;
+            snprintf(want, sizeof want, "ck: tensor '%s' is f32 [%lld] in the checkpoint, the plan needs f32 [%lld]",
+                     m_name, (long long)slice + 1, (long long)slice);
+            memset(&err, 0, sizeof err);
+            CHECK(tg_trainer_restore(&tr, &ck, "ck", &err) == -1 && !strcmp(err.msg, want), "rank %d, m longer: '%s'",
+                  rank, err.msg);
+            ck.tensors[m] = saved;
+            CHECK(tg_trainer_restore(&tr, &ck, "ck", &err) == 0 && tr.steps_done == 0, "rank %d, unchanged: %s", rank,
+                  err.msg);
+            tg_checkpoint_free(&ck);
+        }
+        tg_trainer_close(&tr);
+    }
+    tg_cpu_comm_group_destroy(group);
+    tg_plan_free(&plan);
+}
+
+/* The training examples a checkpoint was taken on, as the batches read them: a resume on
+ * rows of the same ids refuses one label changed, and the same ids cut into rows otherwise
+ * (their lengths), naming train_data.xxh64; the rows as they were resume. */
+TG_TEST(test_trainer_restore_refuses_other_examples) {
+    const char *dir = tg_test_tmpdir();
+    char data[700], job[700];
+    snprintf(data, sizeof data, "%s/rows.jsonl", dir);
+    snprintf(job, sizeof job, "%s/job.job", dir);
+    static const char *const rows[] = {
+        "{\"input_ids\": [5, 6, 7], \"label\": 0}\n{\"input_ids\": [8, 9], \"label\": 1}\n"
+        "{\"input_ids\": [10, 11], \"label\": 1}\n{\"input_ids\": [12], \"label\": 0}\n",
+        "{\"input_ids\": [5, 6, 7], \"label\": 0}\n{\"input_ids\": [8, 9], \"label\": 0}\n"
+        "{\"input_ids\": [10, 11], \"label\": 1}\n{\"input_ids\": [12], \"label\": 0}\n",
+        "{\"input_ids\": [5, 6], \"label\": 0}\n{\"input_ids\": [7, 8, 9], \"label\": 1}\n"
+        "{\"input_ids\": [10, 11], \"label\": 1}\n{\"input_ids\": [12], \"label\": 0}\n",
+    };
+    REQUIRE(tg_test_write_file(data, rows[0]) == 0 &&
+                tg_test_write_file(job, "model = tiny-bert\ntask = classify\nbatch = 2\nseq = 8\nsteps = 2\n"
+                                        "train_data = rows.jsonl\n") == 0,
+            "write");
+    tg_plan plan;
+    tg_err err = {{0}};
+    REQUIRE(tg_front_compile_file(job, NULL, 0, &plan, &err) == 0, "%s", err.msg);
+    const tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1};
+    tg_trainer t;
+    REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg);
+    tg_checkpoint ck;
+    REQUIRE(tg_trainer_checkpoint(&t, &ck, 1, &err) == 0, "%s", err.msg);
+    tg_trainer_close(&t);
+    static const char *const what[] = {"the same rows", "one label changed", "the ids cut otherwise"};
+    for (int k = 2; k >= 0; k--) {
+        REQUIRE(tg_test_write_file(data, rows[k]) == 0, "write");
+        REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s: %s", what[k], err.msg);
+        memset(&err, 0, sizeof err);
+        const int rc = tg_trainer_restore(&t, &ck, "ck", &err);
+        if (k == 0) CHECK(rc == 0, "%s: %s", what[k], err.msg);
+        else
+            CHECK(rc == -1 && strstr(err.msg, "ck: the checkpoint is of another job or plan: ") &&
+                      strstr(err.msg, "train_data.xxh64") && !strstr(err.msg, "train_data.examples"),
+                  "%s: rc %d, '%s'", what[k], rc, err.msg);
+        tg_trainer_close(&t);
+    }
+    tg_checkpoint_free(&ck);
+    tg_plan_free(&plan);
 }
