@@ -55,6 +55,8 @@ static const struct job_key {
     [TG_JOB_LR_SCHEDULE] = {"lr_schedule", 0},
     [TG_JOB_BETA3] = {"beta3", 0},
     [TG_JOB_NO_PROX] = {"no_prox", 0},
+    [TG_JOB_SKIP_NONFINITE] = {"skip_nonfinite", 1},
+    [TG_JOB_MAX_SKIPPED_STEPS] = {"max_skipped_steps", 1},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -93,6 +95,8 @@ void tg_job_defaults(tg_job *job) {
     job->n_buckets = 1;
     job->bucket_seq[0] = job->seq;
     job->last_batch = TG_LAST_BATCH_PAD;
+    job->skip_nonfinite = 1;
+    job->max_skipped_steps = 10;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -359,6 +363,10 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_BETA2: rc = set_float(&job->beta2, v, 0, 0, 1, 1, o, name, err); break;
     case TG_JOB_BETA3: rc = set_float(&job->beta3, v, 0, 0, 1, 1, o, name, err); break;
     case TG_JOB_NO_PROX: rc = set_bool(&job->no_prox, v, o, name, err); break;
+    case TG_JOB_SKIP_NONFINITE: rc = set_bool(&job->skip_nonfinite, v, o, name, err); break;
+    case TG_JOB_MAX_SKIPPED_STEPS:
+        rc = set_int_range(&job->max_skipped_steps, v, 0, INT32_MAX, "steps in a row", o, name, err);
+        break;
     case TG_JOB_EPS: rc = set_float(&job->eps, v, 0, 1, INFINITY, 0, o, name, err); break;
     case TG_JOB_WEIGHT_DECAY:
         rc = set_float(&job->weight_decay, v, 0, 0, INFINITY, 0, o, name, err);
@@ -710,6 +718,8 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run) {
     run->keep_checkpoints = job->keep_checkpoints;
     memcpy(run->checkpoint_dir, job->checkpoint_dir, sizeof run->checkpoint_dir);
     run->last_batch = job->last_batch;
+    run->skip_nonfinite = job->skip_nonfinite;
+    run->max_skipped_steps = job->max_skipped_steps;
 }
 
 int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *const *sets, int n,
@@ -724,6 +734,7 @@ int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *cons
     job.checkpoint_every = run->checkpoint_every, job.keep_checkpoints = run->keep_checkpoints;
     memcpy(job.checkpoint_dir, run->checkpoint_dir, sizeof job.checkpoint_dir);
     job.last_batch = run->last_batch;
+    job.skip_nonfinite = run->skip_nonfinite, job.max_skipped_steps = run->max_skipped_steps;
     snprintf(job.path, sizeof job.path, "%s", plan_name);
     for (int i = 0; i < n; i++) {
         origin o;

@@ -55,6 +55,8 @@ typedef struct tg_job {
     int32_t n_buckets;
     int32_t bucket_seq[TG_MAX_BUCKETS];
     int32_t last_batch;           /* tg_last_batch */
+    int32_t skip_nonfinite;       /* tg_plan_run.skip_nonfinite */
+    int32_t max_skipped_steps;
     int32_t key_line[40];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -70,7 +72,8 @@ typedef enum tg_job_key {
     TG_JOB_TRAIN_DATA, TG_JOB_EVAL_DATA, TG_JOB_ATTENTION, TG_JOB_FUSE_BIAS_GRAD, TG_JOB_FUSE_GELU,
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
     TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
-    TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_KEY_COUNT
+    TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_SKIP_NONFINITE,
+    TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

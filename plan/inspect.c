@@ -146,8 +146,9 @@ static void print_text(const tg_plan *p, FILE *out) {
     fputc('\n', out);
     print_buckets(p, out);
     const tg_plan_run *r = &p->run;
-    fprintf(out, "run: steps %d  epochs %d  seed %" PRIu64 "  last_batch: %s\n", r->steps, r->epochs, r->seed,
-            tg_last_batch_name(r->last_batch));
+    fprintf(out, "run: steps %d  epochs %d  seed %" PRIu64 "  last_batch: %s  skip_nonfinite: %s (at most %d in a row)\n",
+            r->steps, r->epochs, r->seed, tg_last_batch_name(r->last_batch), r->skip_nonfinite ? "true" : "false",
+            r->max_skipped_steps);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
     const class_counts cc = count_classes(p);
@@ -333,6 +334,8 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, run, "keep_checkpoints", jint(r->keep_checkpoints));
         jset(&c, run, "checkpoint_dir", jstr(r->checkpoint_dir));
         jset(&c, run, "last_batch", jstr(tg_last_batch_name(r->last_batch)));
+        jset(&c, run, "skip_nonfinite", json_boolean(r->skip_nonfinite));
+        jset(&c, run, "max_skipped_steps", jint(r->max_skipped_steps));
         /* A JSON integer where it fits jansson's signed 64 bits, else its decimal text. */
         char seed[24];
         snprintf(seed, sizeof seed, "%" PRIu64, r->seed);

@@ -198,6 +198,11 @@ typedef struct tg_plan_run {
     int32_t keep_checkpoints;    /* how many of the newest checkpoints the folder keeps; 0: all */
     char checkpoint_dir[TG_PATH_MAX]; /* where checkpoints go; "" when the job names none */
     int32_t last_batch;          /* tg_last_batch */
+    /* A step with a non-finite gradient norm is never applied (the update ops skip it); the
+     * run goes on past it when skip_nonfinite is 1, until more than max_skipped_steps in a
+     * row were skipped (0: at the first), and stops at the first one when it is 0. */
+    int32_t skip_nonfinite;
+    int32_t max_skipped_steps;   /* >= 0 */
 } tg_plan_run;
 
 /* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */

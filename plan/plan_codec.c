@@ -37,8 +37,8 @@ _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/g
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 76, "tg_plan_train changed: update put_train/get_train");
-_Static_assert(sizeof(tg_plan_run) == 1576, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3480, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan_run) == 1584, "tg_plan_run changed: update put_run/get_run");
+_Static_assert(sizeof(tg_plan) == 3488, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -148,6 +148,8 @@ static void put_run(wbuf *b, const tg_plan_run *r) {
     put_i32(b, r->keep_checkpoints);
     put_str(b, r->checkpoint_dir, sizeof r->checkpoint_dir);
     put_i32(b, r->last_batch);
+    put_i32(b, r->skip_nonfinite);
+    put_i32(b, r->max_skipped_steps);
 }
 
 static void put_tensor(wbuf *b, const tg_tensor *t) {
@@ -381,6 +383,8 @@ static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
     run->keep_checkpoints = get_i32(r);
     if (get_str(r, run->checkpoint_dir, sizeof run->checkpoint_dir, "run checkpoint_dir", name, err)) return -1;
     run->last_batch = get_i32(r);
+    run->skip_nonfinite = get_i32(r);
+    run->max_skipped_steps = get_i32(r);
     return 0;
 }
 

@@ -216,6 +216,10 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
                        t->n_buckets);
     if (r->last_batch < 0 || r->last_batch >= TG_LAST_BATCH_COUNT)
         return tg_fail(err, "%s: run last_batch %d is not pad, drop or wrap", name, r->last_batch);
+    if (r->skip_nonfinite != 0 && r->skip_nonfinite != 1)
+        return tg_fail(err, "%s: run skip_nonfinite %d is not 0 or 1", name, r->skip_nonfinite);
+    if (r->max_skipped_steps < 0)
+        return tg_fail(err, "%s: run max_skipped_steps %d is negative", name, r->max_skipped_steps);
     if (r->last_batch == TG_LAST_BATCH_WRAP && t->n_buckets > 1)
         return tg_fail(err, "%s: run last_batch is wrap, which is not allowed with length buckets (n_buckets %d)", name,
                        t->n_buckets);
@@ -652,7 +656,8 @@ static int run_equal(const tg_plan_run *a, const tg_plan_run *b) {
     return !strcmp(a->train_data, b->train_data) && !strcmp(a->eval_data, b->eval_data) && a->steps == b->steps &&
            a->epochs == b->epochs && a->log_every == b->log_every && a->seed == b->seed &&
            a->checkpoint_every == b->checkpoint_every && a->keep_checkpoints == b->keep_checkpoints &&
-           !strcmp(a->checkpoint_dir, b->checkpoint_dir) && a->last_batch == b->last_batch;
+           !strcmp(a->checkpoint_dir, b->checkpoint_dir) && a->last_batch == b->last_batch &&
+           a->skip_nonfinite == b->skip_nonfinite && a->max_skipped_steps == b->max_skipped_steps;
 }
 
 /* The strings up to their NULs, the numbers (int32 and float, no padding) bit for bit. */
