@@ -30,6 +30,11 @@ TG_TEST(test_job_lines_refused) {
         {"model tiny-bert\n", "j.job:1: expected 'key = value', got 'model tiny-bert' (missing '=')"},
         {"  = 5\n", "j.job:1: missing key before '='"},
         {"modle = x\n", "j.job:1: key 'modle': unknown key (did you mean 'model'?)"},
+        /* Two letters missing, two too many, two changed (each costs 1; 3 is too far); any case. */
+        {"chckpoint_evry = 2\n", "j.job:1: key 'chckpoint_evry': unknown key (did you mean 'checkpoint_every'?)"},
+        {"modelxx = x\n", "j.job:1: key 'modelxx': unknown key (did you mean 'model'?)"},
+        {"SEEx = 1\n", "j.job:1: key 'SEEx': unknown key (did you mean 'seed'?)"},
+        {"chckpint_evry = 2\n", "j.job:1: key 'chckpint_evry': unknown key"},
         {"an_unknown_key_far_from_any_other_key_with_more_than_sixty_four_bytes = 1\n",
          "key 'an_unknown_key_far_from_any_other_key_with_more_than_sixty_four_bytes': unknown key\n"},
         {"zzzzzz = 1\n", "j.job:1: key 'zzzzzz': unknown key"},
