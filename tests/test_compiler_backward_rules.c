@@ -221,6 +221,38 @@ TG_TEST(test_backward_rules_more_refusals) {
                           "internal compiler error: residual_layernorm 1 needs activations x and r and parameters "
                           "gamma and beta");
 
+    /* A residual LayerNorm whose gamma is made from parameters, or whose x is a parameter. */
+    for (int made_x = 0; made_x < 2; made_x++) {
+        if (!hand_init(&h)) return;
+        in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
+        w = tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0);
+        int w2 = tg_param(&h.g, "w2", 2, D, D, TG_INIT_NORMAL, 0);
+        x = made_x ? tg_param(&h.g, "x.param", 2, N, D, TG_INIT_NORMAL, 0) : tg_act(&h.g, "x", 2, N, D, 0, 0);
+        r = tg_act(&h.g, "r", 2, N, D, 0, 0);
+        if (!made_x) matmul(&h.g, in, w, -1, x, N, D, D, 0);
+        matmul(&h.g, in, w2, -1, r, N, D, D, 0);
+        int p1 = tg_param(&h.g, "p1", 1, D, 0, TG_INIT_ONES, 1), p2 = tg_param(&h.g, "p2", 1, D, 0, TG_INIT_ZEROS, 1);
+        if (made_x) {
+            gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1);
+        } else {
+            gamma = tg_act(&h.g, "made.gamma", 1, D, 0, 0, 0);
+            add(&h.g, p1, p2, gamma, D);
+        }
+        beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+        y = tg_act(&h.g, "y", 2, N, D, 0, 0), sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
+        mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+        s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+        s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
+        s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+        s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+        tg_graph_op(&h.g, &s);
+        expect_autodiff_fails(&h, loss_of(&h.g, y, N, D),
+                              made_x ? "internal compiler error: residual_layernorm 1 needs activations x and r and "
+                                       "parameters gamma and beta"
+                                     : "internal compiler error: residual_layernorm 3 needs activations x and r and "
+                                       "parameters gamma and beta");
+    }
+
     /* Heads: a merged part that is a parameter; a split part without a gradient. */
     const int64_t B = 1, H = 2, Dh = 3;
     if (!hand_init(&h)) return;
