@@ -59,7 +59,7 @@ int tg_backward_index(tg_graph *g) {
     for (int t = 0; t < n; t++) g->gelu_producer[t] = -1;
     for (int o = 0; o < g->n_ops; o++) {
         const tg_op *p = &g->ops[o];
-        if (p->phase != TG_PHASE_FORWARD) continue;
+        if (p->phase != TG_PHASE_FORWARD) continue; /* GCOVR_EXCL_BR_LINE: indexed before the first backward op */
         /* tg_graph_op checked each slot names a tensor of the graph (all below n), and a
          * matmul's out0 is required. */
         for (int s = 0; s < TG_OP_MAX_IN; s++)
@@ -142,7 +142,10 @@ static int product_grad(tg_graph *g, const tg_op *op) {
 static int gelu_bwd_writing(tg_graph *g, const tg_op *op, int dc) {
     if (!bias_grad_fusable(g, op) || index_writes(g) || dc < 0 || dc >= g->n_tensors || g->writes[dc] != 1) return -1;
     const int o = g->last_write[dc] / TG_OP_MAX_OUT, s = g->last_write[dc] % TG_OP_MAX_OUT;
+    /* GCOVR_EXCL_BR_START: a GELU_BWD writes a product's gradient as its dx (slot 0), and its
+     * bias slot only here, for the one matmul whose product gradient that is */
     return g->ops[o].kind == TG_OP_GELU_BWD && s == 0 && g->ops[o].out[1] < 0 ? o : -1;
+    /* GCOVR_EXCL_BR_STOP */
 }
 
 static void bwd_matmul(tg_graph *g, int index) {
@@ -231,7 +234,9 @@ static void bwd_matmul(tg_graph *g, int index) {
  * when none of the three is needed. */
 static int layernorm_outputs(tg_graph *g, int x, int gamma, int beta, int needed, int *dx, int *dgamma, int *dbeta,
                              int *dx_scratch) {
+    /* GCOVR_EXCL_BR_START: a rule runs where an output has a gradient, so an input needs one */
     if (!needed && !g->needs_grad[x] && !g->needs_grad[gamma] && !g->needs_grad[beta]) return 0;
+    /* GCOVR_EXCL_BR_STOP */
     int acc_x, acc_g, acc_b, sg, sb;
     *dx = tg_ad_grad_dest_or_scratch(g, x, &acc_x, dx_scratch);
     *dgamma = tg_ad_grad_dest_or_scratch(g, gamma, &acc_g, &sg);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "compiler/autodiff.h"
 #include "compiler/backward_rules.h"
 #include "compiler/graph.h"
@@ -220,6 +221,38 @@ TG_TEST(test_backward_rules_more_refusals) {
                           "internal compiler error: residual_layernorm 1 needs activations x and r and parameters "
                           "gamma and beta");
 
+    /* A residual LayerNorm whose gamma is made from parameters, or whose x is a parameter. */
+    for (int made_x = 0; made_x < 2; made_x++) {
+        if (!hand_init(&h)) return;
+        in = tg_graph_tensor(&h.g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
+        w = tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0);
+        int w2 = tg_param(&h.g, "w2", 2, D, D, TG_INIT_NORMAL, 0);
+        x = made_x ? tg_param(&h.g, "x.param", 2, N, D, TG_INIT_NORMAL, 0) : tg_act(&h.g, "x", 2, N, D, 0, 0);
+        r = tg_act(&h.g, "r", 2, N, D, 0, 0);
+        if (!made_x) matmul(&h.g, in, w, -1, x, N, D, D, 0);
+        matmul(&h.g, in, w2, -1, r, N, D, D, 0);
+        int p1 = tg_param(&h.g, "p1", 1, D, 0, TG_INIT_ONES, 1), p2 = tg_param(&h.g, "p2", 1, D, 0, TG_INIT_ZEROS, 1);
+        if (made_x) {
+            gamma = tg_param(&h.g, "g", 1, D, 0, TG_INIT_ONES, 1);
+        } else {
+            gamma = tg_act(&h.g, "made.gamma", 1, D, 0, 0, 0);
+            add(&h.g, p1, p2, gamma, D);
+        }
+        beta = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+        y = tg_act(&h.g, "y", 2, N, D, 0, 0), sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
+        mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+        s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+        s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
+        s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+        s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+        tg_graph_op(&h.g, &s);
+        expect_autodiff_fails(&h, loss_of(&h.g, y, N, D),
+                              made_x ? "internal compiler error: residual_layernorm 1 needs activations x and r and "
+                                       "parameters gamma and beta"
+                                     : "internal compiler error: residual_layernorm 3 needs activations x and r and "
+                                       "parameters gamma and beta");
+    }
+
     /* Heads: a merged part that is a parameter; a split part without a gradient. */
     const int64_t B = 1, H = 2, Dh = 3;
     if (!hand_init(&h)) return;
@@ -378,6 +411,9 @@ TG_TEST(test_backward_rules_layernorm_inputs) {
         {LN_INPUT, LN_PARAM, LN_PARAM, NULL, 1, 1},  /* dx to scratch */
         {LN_MADE, LN_PARAM, LN_PARAM, NULL, 1, 0},
         {LN_MADE, LN_INPUT, LN_PARAM, NULL, 1, 0},   /* dgamma to scratch */
+        {LN_INPUT, LN_INPUT, LN_PARAM, NULL, 1, 1},  /* only beta: dx and dgamma to scratch */
+        {LN_INPUT, LN_PARAM, LN_INPUT, NULL, 1, 1},  /* only gamma: dx and dbeta to scratch */
+        {LN_MADE, LN_INPUT, LN_INPUT, NULL, 1, 0},   /* only x: the sums to scratch */
         {LN_MADE, LN_PARAM, LN_MADE, "internal compiler error: layernorm 2 needs an activation input and parameter "
                                      "gamma/beta", 0, 0},
         {LN_MADE, LN_MADE, LN_PARAM, "internal compiler error: layernorm 2 needs an activation input and parameter "
@@ -495,4 +531,105 @@ TG_TEST(test_backward_rules_batched_bias_gradient) {
 TG_TEST(test_backward_rules_table_bounds) {
     CHECK(tg_backward_rule_of(-1) == NULL && tg_backward_rule_of(TG_OP_COUNT) == NULL, "kinds outside the table");
     CHECK(tg_backward_rule_of(TG_OP_MATMUL) != NULL && tg_backward_rule_of(TG_OP_ADD) != NULL, "matmul and add rules");
+}
+
+/* Every rule's allocations failing: each graph is built with its tensor table `free_slots`
+ * short of full (so that the backward's first, second, ... new tensor grows it), then
+ * differentiated with every allocation from the k-th on failing. The compile stops with the
+ * out-of-memory message (never a rule's own refusal after it), or succeeds. The graphs: an
+ * embedding of a parameter, a LayerNorm whose x and gamma (or x and beta) need no gradient
+ * (scratch), a
+ * matmul with the GELU epilogue whose activation two matmuls read (its GELU_BWD and the
+ * pre-activation's gradient), and an embedding of a table made by an ADD (refused when
+ * nothing fails). */
+static int oom_graph(hand_graph *h, int variant, int free_slots) {
+    const int64_t N = 4, V = 10, D = 6, F = 8, C = 3;
+    if (!hand_init(h)) return -1;
+    int64_t n1[1] = {N}, xs[2] = {N, D};
+    int ids = tg_graph_tensor(&h->g, "ids", TG_I32, TG_POOL_INPUTS, 1, n1);
+    int rows = tg_act(&h->g, "rows", 2, N, D, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_EMBEDDING);
+    s.in[0] = ids, s.out[0] = rows;
+    s.p.embedding = (tg_embedding_params){.n = N, .vocab = V, .dim = D, .padding_idx = -1};
+    if (variant == 1) {
+        int p1 = tg_param(&h->g, "p1", 2, V, D, TG_INIT_NORMAL, 0), p2 = tg_param(&h->g, "p2", 2, V, D, TG_INIT_NORMAL, 0);
+        s.in[1] = tg_act(&h->g, "made.table", 2, V, D, 0, 0);
+        add(&h->g, p1, p2, s.in[1], V * D);
+    } else {
+        s.in[1] = tg_param(&h->g, "table", 2, V, D, TG_INIT_NORMAL, 0);
+    }
+    tg_graph_op(&h->g, &s);
+    int x = rows;
+    if (variant != 1) { /* LayerNorm of an input with gamma (variant 0) or beta (2) an input: to scratch */
+        x = tg_graph_tensor(&h->g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+        int64_t ds[1] = {D};
+        int gamma = variant ? tg_param(&h->g, "gamma", 1, D, 0, TG_INIT_ONES, 1)
+                            : tg_graph_tensor(&h->g, "gamma", TG_F32, TG_POOL_INPUTS, 1, ds);
+        int beta = variant ? tg_graph_tensor(&h->g, "beta", TG_F32, TG_POOL_INPUTS, 1, ds)
+                           : tg_param(&h->g, "beta", 1, D, 0, TG_INIT_ZEROS, 1);
+        int y = tg_act(&h->g, "y", 2, N, D, 0, 0), mean = tg_act(&h->g, "mean", 1, N, 0, 0, 0),
+            rstd = tg_act(&h->g, "rstd", 1, N, 0, 0, 0);
+        s = tg_spec(TG_OP_LAYERNORM);
+        s.in[0] = x, s.in[1] = gamma, s.in[2] = beta, s.out[0] = y, s.out[1] = mean, s.out[2] = rstd;
+        s.p.layernorm.m = N, s.p.layernorm.d = D, s.p.layernorm.eps = 1e-5f;
+        tg_graph_op(&h->g, &s);
+        int both = tg_act(&h->g, "both", 2, N, D, 0, 0);
+        add(&h->g, y, rows, both, N * D);
+        x = both;
+    }
+    /* act = gelu(x W1 + b1) (pre-activation kept), read by two matmuls. */
+    int w1 = tg_param(&h->g, "w1", 2, D, F, TG_INIT_NORMAL, 0), b1 = tg_param(&h->g, "b1", 1, F, 0, TG_INIT_ZEROS, 1);
+    int act = tg_act(&h->g, "act", 2, N, F, 0, 0), pre = tg_act(&h->g, "pre", 2, N, F, 0, 0);
+    s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = w1, s.in[2] = b1, s.out[0] = act, s.out[2] = pre;
+    s.p.matmul = (tg_matmul_params){.m = N, .n = F, .k = D, .batch = 1, .alpha = 1.0f,
+                                    .activation = TG_MATMUL_ACT_GELU};
+    tg_graph_op(&h->g, &s);
+    int w2 = tg_param(&h->g, "w2", 2, F, C, TG_INIT_NORMAL, 0), w3 = tg_param(&h->g, "w3", 2, F, C, TG_INIT_NORMAL, 0);
+    int l2 = tg_act(&h->g, "l2", 2, N, C, 0, 0), l3 = tg_act(&h->g, "l3", 2, N, C, 0, 0);
+    int logits = tg_act(&h->g, "logits", 2, N, C, 0, 0);
+    matmul(&h->g, act, w2, -1, l2, N, C, F, 0);
+    matmul(&h->g, act, w3, -1, l3, N, C, F, 0);
+    add(&h->g, l2, l3, logits, N * C);
+    int loss = loss_of(&h->g, logits, N, C);
+    if (!CHECK(!h->g.failed && tg_plan_param_layout(&h->g) == 0, "%s", h->err.msg)) return -1;
+    char name[32];
+    for (int i = 0; h->g.n_tensors < h->g.cap_tensors - free_slots; i++) {
+        snprintf(name, sizeof name, "filler%d", i);
+        if (!CHECK(tg_act(&h->g, name, 1, 2, 0, 0, 0) >= 0, "%s", h->err.msg)) return -1;
+    }
+    return loss;
+}
+
+TG_TEST(test_backward_rules_out_of_memory_in_each_rule) {
+    static const char *const oom = "out of memory compiling model 'tiny-gpt2' (at ";
+    for (int variant = 0; variant < 3; variant++) {
+        int refused = 0, done = 0, ops_when_done = -1;
+        for (int free_slots = 0; free_slots < 24; free_slots++)
+            for (int k = 0; k < 40; k++) {
+                hand_graph h;
+                int loss = oom_graph(&h, variant, free_slots);
+                if (loss < 0) {
+                    tg_graph_free(&h.g);
+                    return;
+                }
+                tg_alloc_fail_after(k);
+                const int rc = tg_autodiff(&h.g, loss);
+                tg_alloc_fail_after(-1);
+                if (rc == 0) {
+                    CHECK(variant != 1, "variant %d succeeded", variant);
+                    CHECK(ops_when_done < 0 || ops_when_done == h.g.n_ops, "%d ops, before %d", h.g.n_ops,
+                          ops_when_done);
+                    ops_when_done = h.g.n_ops, done++;
+                } else if (strncmp(h.err.msg, oom, strlen(oom)) == 0) {
+                    refused++;
+                } else {
+                    CHECK(variant == 1 && !strcmp(h.err.msg, "internal compiler error: embedding table made.table is not a "
+                                                        "parameter"),
+                          "variant %d, %d free, k %d: '%s'", variant, free_slots, k, h.err.msg);
+                }
+                tg_graph_free(&h.g);
+            }
+        CHECK(refused > 24 && (variant == 1 || done > 24), "variant %d: %d out of memory, %d done", variant, refused, done);
+    }
 }

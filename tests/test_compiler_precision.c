@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "compiler/compile.h"
 #include "compiler/grad_state.h"
 #include "compiler/graph.h"
 #include "compiler/job.h"
@@ -217,4 +218,66 @@ TG_TEST(test_precision_frozen_tables_and_the_rest) {
     CHECK(h.g.ops[4].in[1] == mm_only && h.g.ops[5].in[1] == n0 && h.g.ops[5].in[0] == rows[0],
           "the matmuls read %d and %d", h.g.ops[4].in[1], h.g.ops[5].in[1]);
     tg_graph_free(&h.g);
+}
+
+/* The activations a bf16 plan keeps fp32, checked over whole compiled plans: the row
+ * statistics (LayerNorm's mean and rstd, fused attention's LSE and its backward's delta),
+ * the unfused attention's scores, and the scratch gradients of frozen LayerNorm parameters;
+ * every other fp32 activation of more than one element is stored bf16. The jobs freeze
+ * LayerNorm parameters so that the backward ops write scratch, and cover both LayerNorm
+ * forms and both attention modes. */
+static int kept_slot(const tg_op *op, int t) {
+    switch (op->kind) {
+    case TG_OP_LAYERNORM: return t == op->out[1] || t == op->out[2];
+    case TG_OP_RESIDUAL_LAYERNORM: return t == op->out[2] || t == op->out[3];
+    case TG_OP_ATTN_SOFTMAX: return t == op->in[0];
+    case TG_OP_ATTENTION: return t == op->out[1];
+    case TG_OP_LAYERNORM_BWD: return t == op->out[1] || t == op->out[2];
+    case TG_OP_RESIDUAL_LAYERNORM_BWD: return t == op->out[2] || t == op->out[3];
+    case TG_OP_ATTENTION_BWD: return t == op->out[3];
+    default: return 0;
+    }
+}
+
+TG_TEST(test_precision_kept_activations_of_compiled_plans) {
+    static const struct {
+        const char *extra;
+        int kinds[4]; /* op kinds whose kept outputs must appear in activations */
+    } jobs[] = {
+        {"freeze = *LayerNorm*\n",
+         {TG_OP_LAYERNORM, TG_OP_RESIDUAL_LAYERNORM_BWD, TG_OP_ATTENTION, TG_OP_ATTENTION_BWD}},
+        {"freeze = *LayerNorm.weight\nattention = unfused\nfuse_residual_layernorm = false\n",
+         {TG_OP_LAYERNORM, TG_OP_LAYERNORM_BWD, TG_OP_ATTN_SOFTMAX, TG_OP_LAYERNORM}},
+        {"freeze = *LayerNorm.bias\n", {TG_OP_RESIDUAL_LAYERNORM, TG_OP_RESIDUAL_LAYERNORM_BWD, TG_OP_LAYERNORM_BWD,
+                                        TG_OP_ATTENTION}},
+    };
+    for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
+        char text[512];
+        snprintf(text, sizeof text, "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n"
+                                    "precision = bf16\n%s", jobs[j].extra);
+        tg_job job;
+        tg_plan p;
+        tg_err err = {{0}};
+        REQUIRE(tg_job_parse_text(text, "job.txt", "", NULL, 0, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0,
+                "job %zu: %s", j, err.msg);
+        int kept_by_kind[4] = {0}, bf16 = 0;
+        for (int t = 0; t < p.n_tensors; t++) {
+            const tg_tensor *x = &p.tensors[t];
+            if (x->pool != TG_POOL_ACTIVATIONS || x->dtype == TG_I32) continue;
+            int kept = 0;
+            for (int o = 0; o < p.n_ops; o++)
+                if (kept_slot(&p.ops[o], t)) {
+                    kept = 1;
+                    for (int k = 0; k < 4; k++) kept_by_kind[k] += p.ops[o].kind == jobs[j].kinds[k];
+                }
+            const int want = kept || tg_tensor_numel(x) <= 1 ? TG_F32 : TG_BF16;
+            bf16 += want == TG_BF16;
+            CHECK(x->dtype == want, "job %zu: activation %s is %s, want %s", j, x->name, tg_dtype_name(x->dtype),
+                  tg_dtype_name(want));
+        }
+        CHECK(bf16 > 10, "job %zu: %d bf16 activations", j, bf16);
+        for (int k = 0; k < 4; k++)
+            CHECK(kept_by_kind[k] > 0, "job %zu: no fp32 activation kept for %s", j, tg_op_name(jobs[j].kinds[k]));
+        tg_plan_free(&p);
+    }
 }

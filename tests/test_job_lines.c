@@ -30,6 +30,11 @@ TG_TEST(test_job_lines_refused) {
         {"model tiny-bert\n", "j.job:1: expected 'key = value', got 'model tiny-bert' (missing '=')"},
         {"  = 5\n", "j.job:1: missing key before '='"},
         {"modle = x\n", "j.job:1: key 'modle': unknown key (did you mean 'model'?)"},
+        /* Two letters missing, two too many, two changed (each costs 1; 3 is too far); any case. */
+        {"chckpoint_evry = 2\n", "j.job:1: key 'chckpoint_evry': unknown key (did you mean 'checkpoint_every'?)"},
+        {"modelxx = x\n", "j.job:1: key 'modelxx': unknown key (did you mean 'model'?)"},
+        {"SEEx = 1\n", "j.job:1: key 'SEEx': unknown key (did you mean 'seed'?)"},
+        {"chckpint_evry = 2\n", "j.job:1: key 'chckpint_evry': unknown key"},
         {"an_unknown_key_far_from_any_other_key_with_more_than_sixty_four_bytes = 1\n",
          "key 'an_unknown_key_far_from_any_other_key_with_more_than_sixty_four_bytes': unknown key\n"},
         {"zzzzzz = 1\n", "j.job:1: key 'zzzzzz': unknown key"},
@@ -318,7 +323,18 @@ TG_TEST(test_job_lines_overrides) {
     const char *steps[] = {"steps=7"};
     REQUIRE(tg_job_parse_text("model = m\ntrain_data = t\nepochs = 2\n", "j.job", "d", steps, 1, &j, &err) == 0, "%s",
             err.msg);
-    CHECK(j.steps == 7 && j.epochs == 0, "steps %d epochs %d", j.steps, j.epochs);
+    CHECK(j.steps == 7 && j.epochs == 0 && j.key_line[TG_JOB_STEPS] == -1 && j.key_line[TG_JOB_EPOCHS] == 0,
+          "steps %d epochs %d, lines %d %d", j.steps, j.epochs, j.key_line[TG_JOB_STEPS], j.key_line[TG_JOB_EPOCHS]);
+    /* The replaced key reads as a default again, in messages and in the job's fingerprint. */
+    char replaced[64];
+    CHECK(!strcmp(tg_job_where(&j, TG_JOB_EPOCHS, replaced, sizeof replaced), "j.job (default)") &&
+              !strcmp(tg_job_where(&j, TG_JOB_STEPS, replaced, sizeof replaced), "--set"),
+          "where %s", replaced);
+    REQUIRE(tg_job_parse_text("model = m\ntrain_data = t\nepochs = 2\n", "j.job", "d", epochs, 1, &j, &err) == 0,
+            "%s", err.msg);
+    CHECK(!strcmp(tg_job_where(&j, TG_JOB_EPOCHS, replaced, sizeof replaced), "--set") && j.epochs == 3 &&
+              j.key_line[TG_JOB_STEPS] == 0,
+          "epochs over epochs: where %s, epochs %d", replaced, j.epochs);
     const char *both[] = {"epochs=3", "steps=4"};
     job_refused(BASE, both, 2, "j.job: keys 'steps' (--set) and 'epochs' (--set) are both set", "both --set");
     const char *both2[] = {"steps=4", "epochs=3"};

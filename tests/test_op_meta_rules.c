@@ -682,6 +682,13 @@ TG_TEST(test_op_meta_rules_slot_dtypes) {
     op.out[0] = n_t;
     CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "out[0] refers to tensor 8 of 8"), "'%s'", why);
     op = mm;
+    op.out[0] = n_t + 1; /* past the table, not only its end */
+    CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "out[0] refers to tensor 9 of 8"), "'%s'", why);
+    op = mm;
+    op.in[0] = INT32_MAX;
+    CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "in[0] refers to tensor 2147483647 of 8"), "'%s'",
+          why);
+    op = mm;
     op.in[3] = -2;
     CHECK(tg_op_check(&c, &op, why, sizeof why) == -1 && !strcmp(why, "in[3] refers to tensor -2 of 8"), "'%s'", why);
     char want[32];

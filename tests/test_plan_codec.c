@@ -138,6 +138,28 @@ TG_TEST(test_plan_codec_payload_fields) {
               cases[c].want);
         tg_plan_free(&back);
     }
+    /* Counts one past what the rest of the payload could hold at the smallest entry (a tensor
+     * of 96 bytes plus its name, an op of its kind entry, phase and slots) are impossible;
+     * the count that just fits is read on, and refused later for another cause. */
+    const size_t tensor_min = 96, op_min = 8 + 4 * (TG_OP_MAX_IN + TG_OP_MAX_OUT);
+    const struct {
+        const char *what;
+        size_t at, min;
+    } fits[] = {{"tensor count", l.body, tensor_min}, {"op count", l.ops, op_min}};
+    for (int f = 0; f < 2; f++)
+        for (int over = 0; over < 2; over++) {
+            const uint32_t count = (uint32_t)((len - fits[f].at - 4) / fits[f].min) + (uint32_t)over;
+            memcpy(edited, payload, len);
+            put32(edited + fits[f].at, count);
+            memset(&back, 0, sizeof back);
+            memset(&err, 0, sizeof err);
+            const int rc = tg_plan_payload_decode(edited, len, "p", TG_PLAN_CHECK_ALL, &back, &err);
+            char want[160];
+            snprintf(want, sizeof want, "p: %s %u is impossible for a %zu-byte payload", fits[f].what, count, len);
+            CHECK(rc == -1 && (over ? !strcmp(err.msg, want) : !strstr(err.msg, "is impossible")),
+                  "%s %u (%s the payload): rc %d, '%s'", fits[f].what, count, over ? "past" : "within", rc, err.msg);
+            tg_plan_free(&back);
+        }
     /* A NUL inside a string; a byte after the payload. */
     memcpy(edited, payload, len);
     edited[4 + 1] = 0;

@@ -520,6 +520,25 @@ TG_TEST(test_plan_file_empty_tables) {
     tg_plan_free(&back);
 }
 
+/* A plan whose ops are all of one kind: a name table of one entry (none: test_plan_file_empty_tables). */
+TG_TEST(test_plan_file_one_op_kind) {
+    tg_plan p, back;
+    build_plan(&p);
+    for (int o = 0; o < p.n_ops; o++) {
+        memset(&p.ops[o].p, 0, sizeof p.ops[o].p);
+        p.ops[o].kind = TG_OP_FILL;
+        p.ops[o].p.fill.value = (float)o + 0.5f;
+    }
+    tg_err err = {{0}};
+    REQUIRE(encode_decode(&p, &back, &err) == 0, "one kind: %s", err.msg);
+    char what[128] = "";
+    CHECK(plan_diff(&p, &back, what, sizeof what) == 0 && back.n_ops == p.n_ops &&
+              back.ops[p.n_ops - 1].kind == TG_OP_FILL && back.ops[p.n_ops - 1].p.fill.value == (float)p.n_ops - 0.5f,
+          "one kind: decoded plan differs at %s", what);
+    tg_plan_free(&back);
+    tg_plan_free(&p);
+}
+
 TG_TEST(test_plan_file_write_read) {
     const char *dir = tg_test_tmpdir();
     char path[600];
@@ -1283,6 +1302,17 @@ TG_TEST(test_inspect_json) {
     CHECK(!strcmp(jsv(json_object_get(json_object_get(root, "model"), "arch")),
                   "bert"),
           "model arch");
+    /* The model object: every field the plan's model has, and nothing else. */
+    json_t *model = json_object_get(root, "model");
+    CHECK(json_object_size(model) == 9 && !strcmp(jsv(json_object_get(model, "source")), "models/bert-tiny") &&
+              !strcmp(jsv(json_object_get(model, "weights")), "models/bert-tiny/model.safetensors") &&
+              json_integer_value(json_object_get(model, "vocab_size")) == 16 &&
+              json_integer_value(json_object_get(model, "hidden")) == 8 &&
+              json_integer_value(json_object_get(model, "layers")) == 1 &&
+              json_integer_value(json_object_get(model, "heads")) == 2 &&
+              json_integer_value(json_object_get(model, "intermediate")) == 32 &&
+              json_integer_value(json_object_get(model, "max_positions")) == 64,
+          "model object of %zu fields", json_object_size(model));
     CHECK(!strcmp(jsv(json_object_get(root, "attention")), "unfused"), "attention");
     CHECK(json_integer_value(json_object_get(root, "data_parallel")) == 3, "data_parallel");
     CHECK(json_integer_value(json_object_get(root, "batch")) == 2 &&

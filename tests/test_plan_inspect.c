@@ -41,9 +41,18 @@ static void build(odd_plan *s) {
     tg_plan *p = &s->p;
     snprintf(p->model.source, sizeof p->model.source, "%s", "models/odd");
     p->model.arch = TG_ARCH_GPT2;
+    snprintf(p->model.weights, sizeof p->model.weights, "%s", "models/odd/model.safetensors");
+    p->model.vocab_size = 50, p->model.hidden = 12, p->model.layers = 3, p->model.heads = 4;
+    p->model.intermediate = 48, p->model.max_positions = 64; /* each value distinct */
+    snprintf(p->job_path, sizeof p->job_path, "%s", "jobs/odd.job");
     p->train = (tg_plan_train){.task = TG_TASK_LM, .batch = 2, .seq = 16, .replicas = 2, .zero_stage = 1,
                                .attention = TG_ATTENTION_FUSED, .n_buckets = 3, .bucket_seq = {4, 8, 16}};
-    p->run = (tg_plan_run){.steps = 3, .seed = UINT64_MAX, .last_batch = TG_LAST_BATCH_DROP};
+    p->run = (tg_plan_run){.steps = 3, .seed = UINT64_MAX, .last_batch = TG_LAST_BATCH_DROP, .log_every = 5,
+                           .checkpoint_every = 7, .keep_checkpoints = 2};
+    snprintf(p->run.train_data, sizeof p->run.train_data, "%s", "data/train.jsonl");
+    snprintf(p->run.eval_data, sizeof p->run.eval_data, "%s", "data/eval.jsonl");
+    snprintf(p->run.checkpoint_dir, sizeof p->run.checkpoint_dir, "%s", "ckpt");
+    p->train.pad_id = 9, p->train.allow_tf32 = 1, p->train.precision = TG_PREC_BF16;
     p->tensors = s->t, p->n_tensors = 4;
     set_tensor(&s->t[0], "w", TG_POOL_PARAMS, 2, 3, 0, 24);
     s->t[0].flags = TG_TENSOR_PARAM | TG_TENSOR_NO_DECAY;
@@ -304,5 +313,26 @@ TG_TEST(test_plan_inspect_write_failure) {
         fclose(f);
         CHECK(rc == -1 && !strcmp(err.msg, json == 1 ? "inspect: cannot write the JSON output" : "inspect: cannot write the output"),
               "%s to /dev/full: rc %d, '%s'", json == 1 ? "JSON" : "text", rc, err.msg);
+    }
+}
+/* The whole of inspect's text and JSON for the odd plan, byte for byte, against
+ * tests/data/inspect_odd_plan.txt and .json: every line, field, name and number, in order. */
+TG_TEST(test_plan_inspect_odd_plan_whole_output) {
+    odd_plan s;
+    build(&s);
+    static const char *const files[2] = {"tests/data/inspect_odd_plan.txt", "tests/data/inspect_odd_plan.json"};
+    for (int json = 0; json < 2; json++) {
+        tg_err err = {{0}};
+        int rc = -1;
+        char *text = inspect_text(&s.p, json, &err, &rc);
+        long len = 0;
+        char *want = tg_test_read_file(files[json], &len);
+        REQUIRE(text && rc == 0 && want, "inspect (json %d): rc %d %s; %s unreadable", json, rc, err.msg, files[json]);
+        size_t at = 0;
+        while (text[at] && text[at] == want[at]) at++;
+        CHECK(text[at] == want[at] && (long)strlen(text) == len,
+              "%s differs at byte %zu: got '%.60s', want '%.60s'", files[json], at, text + at, want + at);
+        free(text);
+        free(want);
     }
 }

@@ -136,6 +136,19 @@ TG_TEST(test_plan_memory_estimate_scratch_per_op) {
           "ops outside the schedule have scratch");
     CHECK(tg_reduce_scratch_bound_floats(&s.p) == 2048, "plan bound %llu, want 2048 (grad_norm)",
           (unsigned long long)tg_reduce_scratch_bound_floats(&s.p));
+    /* Still 0 where the memory next to the table holds ops with scratch: the add alone,
+     * between the grad_norm and a second one. */
+    const int n_all = s.p.n_ops;
+    s.o[n_all] = tg_test_op(TG_OP_GRAD_NORM);
+    s.p.ops = &s.o[n_all - 1], s.p.n_ops = 1;
+    CHECK(s.p.ops[-1].kind == TG_OP_GRAD_NORM && tg_op_scratch_bound_floats(&s.p, -1) == 0 &&
+              tg_op_scratch_bound_floats(&s.p, 0) == 0 && tg_op_scratch_bound_floats(&s.p, 1) == 0 &&
+              tg_op_scratch_bound_floats(&s.p, INT32_MIN) == 0,
+          "ops beside the table counted: %llu %llu", (unsigned long long)tg_op_scratch_bound_floats(&s.p, -1),
+          (unsigned long long)tg_op_scratch_bound_floats(&s.p, 1));
+    CHECK(tg_reduce_scratch_bound_floats(&s.p) == TG_MEM_REDUCE_SCRATCH_MIN_FLOATS, "the add's plan bound %llu",
+          (unsigned long long)tg_reduce_scratch_bound_floats(&s.p));
+    s.p.ops = s.o, s.p.n_ops = n_all;
     s.p.n_ops = 1; /* the bias_grad's 0 and nothing else: the minimum */
     CHECK(tg_reduce_scratch_bound_floats(&s.p) == TG_MEM_REDUCE_SCRATCH_MIN_FLOATS, "plan bound %llu",
           (unsigned long long)tg_reduce_scratch_bound_floats(&s.p));

@@ -648,6 +648,88 @@ TG_TEST(test_plan_validate_memory) {
     tg_alloc_fail_after(-1);
 }
 
+/* The overlap check on a hand-made layout (no ops): tensors sorted by pool, then offset, then
+ * index, each checked against those after it in its pool, and the first overlap in that
+ * order reported. Whole-step pools overlap whatever the lifetimes; activations only while
+ * both are live. */
+typedef struct placed_spec {
+    const char *name;
+    int pool;
+    uint64_t offset, bytes;
+    int first, last;
+} placed_spec;
+
+static int check_layout(const placed_spec *spec, int n, tg_err *err, tg_memory_report *r) {
+    tg_tensor t[8];
+    tg_plan p;
+    memset(&p, 0, sizeof p);
+    memset(t, 0, sizeof t);
+    for (int k = 0; k < n; k++) {
+        snprintf(t[k].name, sizeof t[k].name, "%s", spec[k].name);
+        t[k].dtype = TG_F32, t[k].pool = spec[k].pool, t[k].ndim = 1, t[k].shape[0] = (int64_t)spec[k].bytes / 4;
+        t[k].offset = spec[k].offset, t[k].bytes = spec[k].bytes;
+        t[k].first_use = spec[k].first, t[k].last_use = spec[k].last;
+        t[k].grad = t[k].master = t[k].group = -1;
+    }
+    tg_op ops[5]; /* five ops touching nothing: lifetimes within the schedule count in the live peak */
+    for (int o = 0; o < 5; o++) ops[o] = tg_test_op(TG_OP_ADD);
+    p.tensors = t, p.n_tensors = n, p.ops = ops, p.n_ops = 5;
+    for (int q = 0; q < TG_POOL_COUNT; q++) p.pool_bytes[q] = 4096;
+    memset(err, 0, sizeof *err);
+    return tg_plan_check_memory(&p, r, err);
+}
+
+TG_TEST(test_plan_validate_overlap_order) {
+    enum { A = TG_POOL_ACTIVATIONS, G = TG_POOL_GRADS, P = TG_POOL_PARAMS };
+    static const struct {
+        const char *what;
+        placed_spec t[6];
+        int n;
+        const char *want; /* NULL: accepted */
+    } cases[] = {
+        {"overlaps in two pools: the lower pool's first",
+         {{"g1", G, 0, 512, 0, 0}, {"g2", G, 256, 256, 0, 0}, {"p2", P, 256, 256, 1, 1}, {"p1", P, 0, 512, 2, 2}},
+         4,
+         "tensors p1 [0, 512) and p2 [256, 512) of pool params overlap while both live (ops 2..2 and 1..1)"},
+        {"the lower offset first, whatever the index",
+         {{"late", P, 512, 256, 0, 0}, {"early", P, 256, 512, 0, 0}},
+         2,
+         "tensors early [256, 768) and late [512, 768) of pool params overlap while both live (ops 0..0 and 0..0)"},
+        {"the same offset: the lower index first",
+         {{"x", A, 0, 256, 0, 5}, {"b", A, 0, 512, 3, 4}, {"a", A, 0, 256, 1, 3}},
+         3,
+         "tensors x [0, 256) and b [0, 512) of pool activations overlap while both live (ops 0..5 and 3..4)"},
+        {"activations apart in time, then one live with both",
+         {{"a", A, 0, 768, 0, 1}, {"b", A, 256, 256, 2, 3}, {"c", A, 512, 256, 1, 2}},
+         3,
+         "tensors a [0, 768) and c [512, 768) of pool activations overlap while both live (ops 0..1 and 1..2)"},
+        {"whole-step tensors of one pool overlap whatever their lifetimes",
+         {{"a", G, 0, 512, 0, 0}, {"b", G, 256, 256, 5, 5}},
+         2,
+         "tensors a [0, 512) and b [256, 512) of pool grads overlap while both live (ops 0..0 and 5..5)"},
+        {"adjacent tensors, equal offsets in different pools, activations apart in time",
+         {{"a", P, 0, 256, 0, 0}, {"b", P, 256, 256, 0, 0}, {"c", G, 0, 512, 0, 0}, {"d", A, 0, 512, 0, 1},
+          {"e", A, 256, 256, 2, 3}, {"f", A, 0, 256, 4, 4}},
+         6,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tg_err err;
+        tg_memory_report r;
+        const int rc = check_layout(cases[i].t, cases[i].n, &err, &r);
+        if (cases[i].want)
+            CHECK(rc == -1 && !strcmp(err.msg, cases[i].want), "%s: rc %d '%s', want '%s'", cases[i].what, rc, err.msg,
+                  cases[i].want);
+        else
+            CHECK(rc == 0 && r.pool_extent[P] == 512 && r.pool_extent[G] == 512 && r.pool_extent[A] == 512 &&
+                      r.peak_bytes == 1536 && r.activation_live_peak == 512,
+                  "%s: rc %d '%s', extents %llu %llu %llu, peak %llu, live %llu", cases[i].what, rc, err.msg,
+                  (unsigned long long)r.pool_extent[P], (unsigned long long)r.pool_extent[G],
+                  (unsigned long long)r.pool_extent[A], (unsigned long long)r.peak_bytes,
+                  (unsigned long long)r.activation_live_peak);
+    }
+}
+
 /* The live activation bytes, op by op, from lifetimes alone; tensors outside the
  * activations pool, unused or with lifetimes outside the schedule count nothing. */
 TG_TEST(test_plan_validate_live_peak) {
