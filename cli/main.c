@@ -642,7 +642,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         tg_memory_use mem;
         tg_trainer_memory(&tr, &mem);
         const metrics_summary summary = {
-            .steps = tr.steps_done, .first_loss = first_loss, .final_loss = last_loss, .train_s = train_s,
+            .steps = tr.steps_done, .skipped_steps = tr.skipped_steps, .first_loss = first_loss, .final_loss = last_loss, .train_s = train_s,
             .warmup_s = warmup_s, .tokens = tokens,
             .padding_fraction = own_slots ? 1.0 - (double)own_tokens / (double)own_slots : 0,
             .batch_wait_s = tr.batch_wait_s, .median_step_ms = median_step_ms, .host_cpu_us = host_cpu_us,

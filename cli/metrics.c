@@ -123,6 +123,7 @@ int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, do
         for (int k = 0; k < STEP_FIELDS; k++)
             if (step_field_is_int(k)) put_int(&l, step_keys[k], (long long)v[k]);
             else put_real(&l, step_keys[k], v[k], "%.9g");
+        if (s->skipped) put_bool(&l, "skipped", 1); /* nothing was updated (a non-finite gradient norm) */
         return line_write(&l, f);
     }
     for (int k = 0; k < STEP_FIELDS; k++)
@@ -140,6 +141,7 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     metrics_line l = line_begin();
     put_bool(&l, "summary", 1);
     put_int(&l, "steps", s->steps);
+    put_int(&l, "skipped_steps", s->skipped_steps);
     put_real(&l, "first_loss", s->first_loss, "%.6g");
     put_real(&l, "final_loss", s->final_loss, "%.6g");
     put_real(&l, "train_s", s->train_s, "%.3f");

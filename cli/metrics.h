@@ -13,6 +13,7 @@
 /* What the summary line reports about a finished run. */
 typedef struct metrics_summary {
     int32_t steps;
+    int32_t skipped_steps; /* steps not applied: their gradient norm was not finite */
     double first_loss, final_loss;
     double train_s, warmup_s;
     int64_t tokens;              /* every replica's, over the whole run */

@@ -138,6 +138,8 @@ typedef struct tunegraph_step_metrics {
     double grad_norm;           /* the global gradient norm, before clipping */
     double step_ms;
     int64_t tokens;             /* real (unpadded) tokens in the step's batch */
+    int64_t skipped;            /* 1: the gradient norm was not finite and nothing was updated (job key
+                                   skip_nonfinite) */
 } tunegraph_step_metrics;
 
 typedef struct tunegraph_eval_metrics {

@@ -146,9 +146,10 @@ static void print_text(const tg_plan *p, FILE *out) {
     fputc('\n', out);
     print_buckets(p, out);
     const tg_plan_run *r = &p->run;
-    fprintf(out, "run: steps %d  epochs %d  seed %" PRIu64 "  last_batch: %s  skip_nonfinite: %s (at most %d in a row)\n",
-            r->steps, r->epochs, r->seed, tg_last_batch_name(r->last_batch), r->skip_nonfinite ? "true" : "false",
-            r->max_skipped_steps);
+    fprintf(out, "run: steps %d  epochs %d  seed %" PRIu64 "  last_batch: %s  skip_nonfinite: ", r->steps, r->epochs,
+            r->seed, tg_last_batch_name(r->last_batch));
+    if (r->skip_nonfinite) fprintf(out, "true (at most %d in a row)\n", r->max_skipped_steps);
+    else fputs("false\n", out);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
     const class_counts cc = count_classes(p);

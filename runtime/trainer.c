@@ -379,6 +379,24 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err
     s->step_ms = r.period_ms > 0 ? r.period_ms : tg_wall_ms() - t0;
     s->step = ++t->steps_done;
     if (s->step == 1) tg_memory_probe_sample(&t->memory); /* every buffer of a step is in use by now */
+    /* The update ops skipped a step whose gradient norm is not finite: the weights are
+     * untouched (plan/ops.def). The run goes on past such steps as the plan says. */
+    s->skipped = !isfinite(s->grad_norm);
+    if (s->skipped) {
+        const tg_plan_run *run = &t->plan->run;
+        t->skipped_steps++;
+        if (!run->skip_nonfinite)
+            return tg_fail(err, "step %d: the gradient norm is %f (loss %f): diverged; the step was not applied, "
+                                "and skip_nonfinite = false stops here (lower lr or enable grad_clip)",
+                           s->step, s->grad_norm, s->loss);
+        if (++t->skipped_in_row > run->max_skipped_steps)
+            return tg_fail(err, "step %d: %d steps in a row had a non-finite gradient norm and were skipped "
+                                "(max_skipped_steps = %d); the weights are those from before them (lower lr or "
+                                "enable grad_clip)",
+                           s->step, t->skipped_in_row, run->max_skipped_steps);
+        return 0;
+    }
+    t->skipped_in_row = 0;
     if (!isfinite(s->loss))
         return tg_fail(err, "step %d: loss is %f (diverged; lower lr or enable grad_clip)", s->step, s->loss);
     return 0;

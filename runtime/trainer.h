@@ -67,6 +67,7 @@ typedef struct tg_step_stats {
     int64_t tokens;         /* real tokens in the batch */
     int32_t seq;            /* the step's sequence length: its bucket's (train.seq without buckets) */
     int64_t slots;          /* token slots the step computed: batch x seq (tokens + padding) */
+    int32_t skipped;        /* 1: the gradient norm was not finite and nothing was updated */
 } tg_step_stats;
 
 /* counted 0 (an LM eval set whose examples are all one token long, so no token has a
@@ -136,6 +137,8 @@ typedef struct tg_trainer {
     tg_batch_shape shape;
     int32_t total_steps;
     int32_t steps_done;
+    int32_t skipped_in_row;  /* the latest steps skipped one after another (run skip_nonfinite) */
+    int32_t skipped_steps;   /* steps skipped in this trainer's life */
     int32_t *batch_idx;         /* this replica's examples of the step */
     int32_t *global_idx;        /* the whole global batch's (every replica's rows) */
     int rank, replicas;

@@ -403,7 +403,7 @@ TG_TEST(test_buckets_inspect) {
                  b->flops_per_step / 1e9);
         CHECK(has(text, line), "text lacks '%s'", line);
     }
-    CHECK(has(text, "run: steps 2  epochs 0  seed 42  last_batch: pad\n"), "text lacks the run line");
+    CHECK(has(text, "run: steps 2  epochs 0  seed 42  last_batch: pad  skip_nonfinite: true (at most 10 in a row)\n"), "text lacks the run line");
     free(text);
 
     text = inspect_to_string(&p, 1);

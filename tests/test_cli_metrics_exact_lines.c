@@ -41,7 +41,7 @@ TG_TEST(test_cli_metrics_summary_exact) {
                          .mem = &mem,
                          .eval = &cls};
     static const char head[] =
-        "{\"summary\": true, \"steps\": 7, \"first_loss\": 2.71828, \"final_loss\": 0.123457, \"train_s\": 10.0, "
+        "{\"summary\": true, \"steps\": 7, \"skipped_steps\": 0, \"first_loss\": 2.71828, \"final_loss\": 0.123457, \"train_s\": 10.0, "
         "\"warmup_s\": 1.235, \"tokens_per_s\": 12345.7, \"median_step_ms\": 3.1416, \"padding_fraction\": 0.2568, "
         "\"batch_wait_s\": 0.9877, \"batch_wait_share\": 0.09877, \"host_cpu_us_per_step\": 1500.3, "
         "\"host_cpu_own_us_per_step\": 1300.2, \"loop_cpu_us_per_step\": 900.6, \"driver_thread_cpu_us_per_step\": 200.0, "

@@ -373,7 +373,7 @@ TG_TEST(test_outputs_failed_replica_leaves_no_temp) {
     char metrics[700];
     snprintf(metrics, sizeof metrics, "%s/dp.jsonl", dir);
     for (int k = 0; k < 3; k++) {
-        int rc = run_in(dir, "run job.job --device cpu --set data_parallel=2 --set lr=1e30 --metrics dp.jsonl "
+        int rc = run_in(dir, "run job.job --device cpu --set data_parallel=2 --set lr=1e30 --set skip_nonfinite=false --metrics dp.jsonl "
                              "--save dp.safetensors");
         char *text = stderr_of(dir);
         CHECK(rc == 1 && strstr(text, "diverged"), "run %d: exit %d, stderr %s", k, rc, text);
@@ -611,7 +611,7 @@ TG_TEST(test_outputs_symlink_target) {
 TG_TEST(test_outputs_failed_run_keeps_metrics) {
     const char *dir = tg_test_tmpdir();
     REQUIRE(write_job(dir, "tiny-bert", 6) == 0, "cannot write the job");
-    int rc = run_in(dir, "run job.job --device cpu --set lr=1e30 --metrics m.jsonl --save w.safetensors");
+    int rc = run_in(dir, "run job.job --device cpu --set lr=1e30 --set skip_nonfinite=false --metrics m.jsonl --save w.safetensors");
     char *text = stderr_of(dir);
     CHECK(rc == 1 && strstr(text, "diverged"), "exit %d: %s", rc, text);
     free(text);

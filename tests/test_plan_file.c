@@ -103,6 +103,7 @@ static void build_plan(tg_plan *p) {
     r->keep_checkpoints = 2;
     snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", "/runs/ckpt");
     r->last_batch = TG_LAST_BATCH_DROP;
+    r->skip_nonfinite = 1, r->max_skipped_steps = 3;
 
     p->tensors = calloc(N_T, sizeof *p->tensors);
     p->ops = calloc(16, sizeof *p->ops);
@@ -293,6 +294,8 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(train.n_buckets);
     for (int k = 0; k < TG_MAX_BUCKETS; k++) D_INT(train.bucket_seq[k]);
     D_INT(run.last_batch);
+    D_INT(run.skip_nonfinite);
+    D_INT(run.max_skipped_steps);
     D_STR(run.train_data);
     D_STR(run.eval_data);
     D_INT(run.steps);
@@ -1232,7 +1235,8 @@ TG_TEST(test_inspect_text) {
         "M=2 N=2 K=8 transA=0 transB=1 batch=1", "params", "grads", "optim", "activations",
         "inputs", "workspace", "peak: 5632 bytes", "activation live peak: 528 bytes",
         "1.500 GFLOP", "param,no_decay", "parameters: trainable 2 (",
-        "run: steps 100  epochs 0  seed 18364758544493064720  last_batch: drop\n"};
+        "run: steps 100  epochs 0  seed 18364758544493064720  last_batch: drop  skip_nonfinite: true (at most 3 in a "
+        "row)\n"};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
         CHECK(has(text, want[k]), "text lacks '%s'", want[k]);
     /* Phases appear in order. */
@@ -1341,6 +1345,9 @@ TG_TEST(test_inspect_json) {
     CHECK(!strcmp(jsv(json_object_get(root, "job_path")), "/jobs/sst2.job"), "job_path");
     /* No buckets: the plan is the one bucket, of its seq. */
     CHECK(!strcmp(jsv(json_object_get(run, "last_batch")), "drop"), "run last_batch");
+    CHECK(json_is_true(json_object_get(run, "skip_nonfinite")) &&
+              json_integer_value(json_object_get(run, "max_skipped_steps")) == 3,
+          "run skip_nonfinite, max_skipped_steps");
     json_t *buckets = json_object_get(root, "buckets"), *seqs = json_object_get(train, "bucket_seq");
     CHECK(json_array_size(buckets) == 1 && json_integer_value(json_object_get(json_array_get(buckets, 0), "seq")) == 4 &&
               json_integer_value(json_object_get(json_array_get(buckets, 0), "n_ops")) == 10 &&

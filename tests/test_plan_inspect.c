@@ -122,7 +122,7 @@ TG_TEST(test_plan_inspect_odd_plan_text) {
         "  bucket 0: seq 4      activations          300 bytes (0.00 MiB)  ops 1  1.000 GFLOP/step\n",
         "  bucket 1: seq 8      activations          900 bytes (0.00 MiB)  ops 2  2.000 GFLOP/step\n",
         "  bucket 2: seq 16     activations          612 bytes (0.00 MiB)  ops 3  nan GFLOP/step\n",
-        "run: steps 3  epochs 0  seed 18446744073709551615  last_batch: drop\n",
+        "run: steps 3  epochs 0  seed 18446744073709551615  last_batch: drop  skip_nonfinite: false\n",
         "fingerprint: 0000000000000abc\n",
         "parameters: trainable 1 (256 bytes), frozen 1 (256 bytes), buffers 0 (0 bytes)\n",
         "\n== forward (2 ops) ==\n",
