@@ -92,7 +92,8 @@ static int is_accumulated(const tg_op *op, int slot) {
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2 && !op->p.residual_layernorm_bwd.overwrite;
     case TG_OP_MATMUL: return slot == 0 && op->p.matmul.accumulate != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
-    case TG_OP_ADAMW: return 1; /* updated in place */
+    case TG_OP_ADAMW:
+    case TG_OP_ADAN: return 1; /* updated in place */
     case TG_OP_ALL_REDUCE: return 1; /* in place */
     case TG_OP_ALL_GATHER: return 1; /* in place */
     default: return 0;
