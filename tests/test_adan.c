@@ -272,3 +272,20 @@ TG_TEST(test_adan_trains) {
     for (int i = 0; i < 70; i++) CHECK(isfinite(l.loss[i]), "step %d loss %g", i + 1, l.loss[i]);
     CHECK(last < first - 0.3, "mean loss of the first 10 steps %.4f, of the last 10 %.4f", first, last);
 }
+
+/* The refusal of Adan's keys with AdamW names a job file with a long path in full. */
+TG_TEST(test_adan_keys_refused_with_long_job_path) {
+    static tg_job job;
+    tg_err err;
+    char name[400];
+    memset(name, 0, sizeof name);
+    for (int i = 0; i < 300; i++) name[i] = i % 10 == 9 ? '/' : 'd';
+    strcat(name, "j.job");
+    CHECK(tg_job_parse_text("model = tiny-bert\nsteps = 2\ntrain_data = t.jsonl\nno_prox = true\n", name, NULL, NULL,
+                            0, &job, &err) == -1,
+          "accepted");
+    char want[800];
+    snprintf(want, sizeof want, "%s:4: key 'no_prox': only meaningful for optimizer = adan (optimizer is adamw, %s (default))",
+             name, name);
+    CHECK(!strcmp(err.msg, want), "%s", err.msg);
+}
