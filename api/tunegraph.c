@@ -352,7 +352,8 @@ int tunegraph_trainer_evaluate(tunegraph_trainer *trainer, tunegraph_eval_metric
         return fail("%s: evaluate: %s", trainer->plan.job_path, err.msg);
     tunegraph_eval_metrics m = {.struct_size = sizeof m, .examples = s.examples, .counted = s.counted, .loss = s.loss,
                                 .has_accuracy = s.accuracy >= 0, .accuracy = s.accuracy >= 0 ? s.accuracy : 0,
-                                .has_perplexity = s.perplexity >= 0, .perplexity = s.perplexity >= 0 ? s.perplexity : 0};
+                                .has_perplexity = s.perplexity >= 0, .perplexity = s.perplexity >= 0 ? s.perplexity : 0,
+                                .macro_f1 = s.accuracy >= 0 ? s.macro_f1 : 0};
     return fill_out(metrics, &m, sizeof m, "tunegraph_eval_metrics");
 }
 

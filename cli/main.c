@@ -628,7 +628,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     if (tty) fprintf(stderr, "\n");
     double median_step_ms = median_after_first(step_times, ran);
     free(step_times);
-    tg_eval_stats ev = {.accuracy = -1, .perplexity = -1};
+    tg_eval_stats ev = {.accuracy = -1, .perplexity = -1, .macro_f1 = -1};
     int evaluated = 0;
     if (!rc && tr.has_eval) {
         if (tg_trainer_eval(&tr, &ev, &err)) rc = 1;
@@ -677,7 +677,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                     metrics_eval_nothing_counted(&ev), ev.perplexity < 0 ? "accuracy" : "perplexity");
         } else if (evaluated) {
             fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
-            if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f", ev.accuracy);
+            if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f, macro-F1 %.4f", ev.accuracy, ev.macro_f1);
             if (ev.perplexity >= 0) fprintf(stderr, ", perplexity %.3f", ev.perplexity);
             fprintf(stderr, "\n");
         }

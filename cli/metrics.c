@@ -169,9 +169,10 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
             const char *why = metrics_eval_nothing_counted(ev);
             put_missing(&l, "eval_loss", why);
             put_missing(&l, classify ? "eval_accuracy" : "eval_perplexity", why);
+            if (classify) put_missing(&l, "eval_macro_f1", why);
         } else {
             put_real(&l, "eval_loss", ev->loss, "%.6g");
-            if (classify) put_real(&l, "eval_accuracy", ev->accuracy, "%.6g");
+            if (classify) put_real(&l, "eval_accuracy", ev->accuracy, "%.6g"), put_real(&l, "eval_macro_f1", ev->macro_f1, "%.6g");
             else put_real(&l, "eval_perplexity", ev->perplexity, "%.6g");
         }
     }

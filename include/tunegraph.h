@@ -152,6 +152,8 @@ typedef struct tunegraph_eval_metrics {
     double accuracy;
     int has_perplexity;         /* lm */
     double perplexity;
+    double macro_f1;            /* classify (has_accuracy): F1 averaged over the classes among the
+                                   labels or predictions, as scikit-learn's f1_score(average="macro") */
 } tunegraph_eval_metrics;
 
 /* Opens a trainer for the plan (options NULL: the defaults): allocates the memory pools

@@ -530,6 +530,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     int64_t n_labels = tg_tensor_numel(&p->tensors[p->io.labels]);
     double loss_sum = 0;
     int64_t correct = 0;
+    int64_t *tp = NULL, *fp = NULL, *fn = NULL;
     /* A staging buffer holding no upcoming training batch (fill_limit keeps one). */
     park_loader(t);
     if (drain(t, err)) return -1;
@@ -537,7 +538,20 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
     const int want_logits = p->train.task == TG_TASK_CLASSIFY || on_batch;
     float *logits = want_logits ? tg_malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
-    if (want_logits && !logits) return tg_fail(err, "out of memory for the eval logits");
+    if (want_logits && !logits) {
+        t->cur = saved_cur;
+        return tg_fail(err, "out of memory for the eval logits");
+    }
+    /* Per class: true positives, false positives, false negatives (macro-F1). */
+    if (p->train.task == TG_TASK_CLASSIFY) {
+        tp = tg_calloc((size_t)(3 * classes), sizeof *tp);
+        if (!tp) {
+            free(logits);
+            t->cur = saved_cur;
+            return tg_fail(err, "out of memory for the eval's per-class counts");
+        }
+        fp = tp + classes, fn = fp + classes;
+    }
     for (int32_t start = 0; start < t->eval.n; start += t->shape.batch) {
         int32_t n = t->eval.n - start < t->shape.batch ? t->eval.n - start : t->shape.batch;
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
@@ -547,12 +561,12 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err))) {
-            free(logits);
+            free(logits), free(tp);
             t->cur = saved_cur;
             return -1;
         }
         if (on_batch && on_batch(ctx, logits, start, n, err)) {
-            free(logits);
+            free(logits), free(tp);
             t->cur = saved_cur;
             return -1;
         }
@@ -567,6 +581,8 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
                 for (int64_t c = 1; c < classes; c++)
                     if (logits[r * classes + c] > logits[r * classes + best]) best = c;
                 correct += best == labels[r];
+                if (best == labels[r]) tp[best]++;
+                else if (fp[best]++, labels[r] >= 0 && labels[r] < classes) fn[labels[r]]++;
             }
         }
         s->examples += n;
@@ -574,14 +590,23 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     free(logits);
     t->cur = saved_cur;
     const int classify = p->train.task == TG_TASK_CLASSIFY;
+    double f1_sum = 0;
+    int f1_classes = 0;
+    for (int64_t c = 0; classify && c < classes; c++) {
+        if (tp[c] + fp[c] + fn[c] == 0) continue; /* neither a label nor a prediction */
+        f1_sum += 2.0 * (double)tp[c] / (double)(2 * tp[c] + fp[c] + fn[c]);
+        f1_classes++;
+    }
+    free(tp);
     if (s->counted == 0) { /* nothing to average: no loss, accuracy or perplexity, not 0 and 1 */
         s->loss = NAN;
-        s->accuracy = classify ? NAN : -1.0;
+        s->accuracy = s->macro_f1 = classify ? NAN : -1.0;
         s->perplexity = classify ? -1.0 : NAN;
         return 0;
     }
     s->loss = loss_sum / (double)s->counted;
     s->accuracy = classify ? (double)correct / (double)s->counted : -1.0;
+    s->macro_f1 = classify ? f1_sum / f1_classes : -1.0;
     s->perplexity = classify ? -1.0 : exp(s->loss);
     return 0;
 }

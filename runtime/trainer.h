@@ -78,6 +78,8 @@ typedef struct tg_eval_stats {
     int64_t counted;        /* rows (classify) or tokens (lm) the loss averages over */
     double loss;
     double accuracy;        /* classify; -1 for lm */
+    double macro_f1;        /* classify: F1 averaged over the classes that occur among the labels or
+                               the predictions (scikit-learn's f1_score, average="macro"); -1 for lm */
     double perplexity;      /* lm; -1 for classify */
 } tg_eval_stats;
 

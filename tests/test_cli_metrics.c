@@ -73,9 +73,11 @@ TG_TEST(test_cli_metrics_non_finite) {
 TG_TEST(test_cli_metrics_summary_eval) {
     const tg_memory_use mem = {.planned = 1, .estimated = 2, .measured = 3};
     const tg_eval_stats lm_none = {.examples = 3, .counted = 0, .loss = NAN, .accuracy = -1, .perplexity = NAN};
-    const tg_eval_stats cls_none = {.examples = 0, .counted = 0, .loss = NAN, .accuracy = NAN, .perplexity = -1};
+    const tg_eval_stats cls_none = {.examples = 0, .counted = 0, .loss = NAN, .accuracy = NAN, .perplexity = -1,
+                                    .macro_f1 = NAN};
     const tg_eval_stats lm_inf = {.examples = 2, .counted = 9, .loss = 800.0, .accuracy = -1, .perplexity = INFINITY};
-    const tg_eval_stats cls = {.examples = 4, .counted = 4, .loss = 0.5, .accuracy = 0.75, .perplexity = -1};
+    const tg_eval_stats cls = {.examples = 4, .counted = 4, .loss = 0.5, .accuracy = 0.75, .perplexity = -1,
+                               .macro_f1 = 0.7333333333};
     const struct {
         const tg_eval_stats *ev;
         const char *want;
@@ -83,10 +85,11 @@ TG_TEST(test_cli_metrics_summary_eval) {
         {&lm_none, "\"eval_examples\": 3, \"eval_loss\": null, \"eval_loss_error\": \"no tokens to count in eval_data\", "
                    "\"eval_perplexity\": null, \"eval_perplexity_error\": \"no tokens to count in eval_data\"}"},
         {&cls_none, "\"eval_examples\": 0, \"eval_loss\": null, \"eval_loss_error\": \"no rows to count in eval_data\", "
-                    "\"eval_accuracy\": null, \"eval_accuracy_error\": \"no rows to count in eval_data\"}"},
+                    "\"eval_accuracy\": null, \"eval_accuracy_error\": \"no rows to count in eval_data\", "
+                    "\"eval_macro_f1\": null, \"eval_macro_f1_error\": \"no rows to count in eval_data\"}"},
         {&lm_inf, "\"eval_examples\": 2, \"eval_loss\": 800.0, \"eval_perplexity\": null, "
                   "\"eval_perplexity_error\": \"not finite\"}"},
-        {&cls, "\"eval_examples\": 4, \"eval_loss\": 0.5, \"eval_accuracy\": 0.75}"},
+        {&cls, "\"eval_examples\": 4, \"eval_loss\": 0.5, \"eval_accuracy\": 0.75, \"eval_macro_f1\": 0.733333}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         metrics_summary s = {.steps = 1, .train_s = 1, .device = "cpu", .replicas = 1, .mem = &mem, .eval = cases[i].ev};

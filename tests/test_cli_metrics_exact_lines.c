@@ -22,7 +22,8 @@
 
 TG_TEST(test_cli_metrics_summary_exact) {
     const tg_memory_use mem = {.planned = 123, .estimated = 456, .measured = 789};
-    const tg_eval_stats cls = {.examples = 10, .counted = 10, .loss = 0.6931471805, .accuracy = 0.6, .perplexity = -1};
+    const tg_eval_stats cls = {.examples = 10, .counted = 10, .loss = 0.6931471805, .accuracy = 0.6, .perplexity = -1,
+                               .macro_f1 = 0.5833333333};
     const tg_eval_stats lm = {.examples = 5, .counted = 40, .loss = 2.5134, .accuracy = -1, .perplexity = 12.3456789};
     metrics_summary s = {.steps = 7,
                          .first_loss = 2.718281828,
@@ -51,7 +52,7 @@ TG_TEST(test_cli_metrics_summary_exact) {
     char *text = NULL;
     int rc = -1;
     WRITTEN(metrics_write_summary(f, &s), text, rc);
-    snprintf(want, sizeof want, "%s, \"eval_examples\": 10, \"eval_loss\": 0.693147, \"eval_accuracy\": 0.6}\n", head);
+    snprintf(want, sizeof want, "%s, \"eval_examples\": 10, \"eval_loss\": 0.693147, \"eval_accuracy\": 0.6, \"eval_macro_f1\": 0.583333}\n", head);
     CHECK(rc == 0 && text && !strcmp(text, want), "classify summary:\n%s\nwant\n%s", text ? text : "(none)", want);
     free(text);
     text = NULL;

@@ -1,4 +1,4 @@
-/* Eval accuracy and loss on fixtures with a known answer (runtime/trainer.c's eval): a
+/* Eval accuracy, macro-F1 and loss on fixtures with a known answer (runtime/trainer.c's eval): a
  * classifier whose weight is zero gives every row the logits of its bias, so the argmax,
  * the correct count and the cross entropy are known here; five rows in batches of two
  * end in a padded batch of one. */
@@ -79,6 +79,11 @@ static void expect_eval(tg_trainer *tr, const float bias[CLASSES], int want_corr
           want_correct, ROWS);
     CHECK(fabs(ev.loss - loss) < 1e-6, "%s: loss %.9g, want %.9g", what, ev.loss, loss);
     CHECK(ev.perplexity == -1.0, "%s: perplexity %g in a classification eval", what, ev.perplexity);
+    /* Every row predicts the same class P, right for the rows labelled P: P's F1 is
+     * 2 tp / (2 tp + fp) and the other classes' 0 (labels, no predictions), all three
+     * classes counted (scikit-learn's f1_score, average="macro"). */
+    const double macro = 2.0 * want_correct / (2.0 * want_correct + (ROWS - want_correct)) / CLASSES;
+    CHECK(fabs(ev.macro_f1 - macro) < 1e-12, "%s: macro-F1 %.12g, want %.12g", what, ev.macro_f1, macro);
 }
 
 TG_TEST(test_values_eval_known_logits) {
@@ -105,6 +110,7 @@ TG_TEST(test_values_eval_known_logits) {
  * equal what the batches' logits say, and the last batch hands over its one real row. */
 typedef struct seen_logits {
     int batches, rows, correct, last_rows;
+    int tp[CLASSES], fp[CLASSES], fn[CLASSES];
     double loss;
 } seen_logits;
 
@@ -123,6 +129,8 @@ static int on_batch(void *ctx, const float *logits, int32_t first, int32_t rows,
         int label = k_labels[first + r];
         s->loss += m + log(sum) - l[label];
         s->correct += best == label;
+        if (best == label) s->tp[best]++;
+        else s->fp[best]++, s->fn[label]++;
         s->rows++;
     }
     return 0;
@@ -141,6 +149,12 @@ TG_TEST(test_values_eval_from_logits) {
         CHECK(fabs(ev.accuracy - (double)s.correct / ROWS) < 1e-12, "accuracy %.9g, the logits say %d/%d", ev.accuracy,
               s.correct, ROWS);
         CHECK(fabs(ev.loss - s.loss / ROWS) < 1e-6, "loss %.9g, the logits say %.9g", ev.loss, s.loss / ROWS);
+        double f1 = 0;
+        int counted = 0;
+        for (int c = 0; c < CLASSES; c++)
+            if (s.tp[c] + s.fp[c] + s.fn[c] > 0) f1 += 2.0 * s.tp[c] / (2 * s.tp[c] + s.fp[c] + s.fn[c]), counted++;
+        CHECK(counted > 0 && fabs(ev.macro_f1 - f1 / counted) < 1e-12, "macro-F1 %.12g, the logits say %.12g",
+              ev.macro_f1, counted ? f1 / counted : NAN);
     }
     tg_trainer_close(&tr);
     tg_plan_free(&plan);
