@@ -389,7 +389,14 @@ int tg_shard_manifest_format(const tg_shard_manifest *m, char **text, size_t *le
     }
     tg_json_put(root, "shards", shards, &b.oom);
     tg_json_put(root, "command", str(m->command ? m->command : "", &b), &b.oom);
+    /* jansson's dump ignores a key it failed to write (a buffer that could not grow), and
+     * returns the text without it: any allocation failing during the dump fails it. */
+    const long failures_before = tg_alloc_failures();
     char *s = b.bad || b.oom ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s && tg_alloc_failures() != failures_before) {
+        free(s);
+        s = NULL;
+    }
     json_decref(root);
     if (b.bad) return tg_fail(err, "manifest: a label name, the tokenizer family or the command is not UTF-8");
     if (!s) return tg_fail(err, "manifest: out of memory");

@@ -723,3 +723,94 @@ TG_TEST(test_convert_allocation_failures) {
         byte_encoder_free(&c.be);
     }
 }
+
+/* ---- exact messages: the label shown, the empty splits, the eval split's allocation ------- */
+
+TG_TEST(test_convert_unknown_label_of_81_bytes_shows_80) {
+    /* 80 bytes are shown whole; 81 are cut to 80. */
+    for (int len = 80; len <= 81; len++) {
+        conv c;
+        char sub[16], label[100], text[200], want[400];
+        snprintf(sub, sizeof sub, "lab%d", len);
+        conv_init(&c, TG_TOKENIZER_WORDPIECE, sub);
+        memset(label, 'q', (size_t)len);
+        label[len] = 0;
+        snprintf(text, sizeof text, "text,label\na,%s\n", label);
+        conv_input(&c, "a.csv", text);
+        c.opt.labels = "a,b";
+        snprintf(want, sizeof want, "%s:2: unknown label name '%.80s' (--labels lists: a, b)", c.paths[0], label);
+        tg_convert_report rep;
+        tg_err err = {{0}};
+        CHECK(tg_convert(&c.opt, &c.enc, &rep, &err) == -1, "a %d-byte unknown label converted", len);
+        CHECK(!strcmp(err.msg, want), "%d bytes: '%s', want '%s'", len, err.msg, want);
+        byte_encoder_free(&c.be);
+    }
+}
+
+TG_TEST(test_convert_empty_split_messages_whole) {
+    const char *want[2] = {"the train split came out empty (lower --seq or --eval-fraction)",
+                           "the eval split came out empty (its lines made less than one record; lower --seq or raise "
+                           "--eval-fraction)"};
+    int seen[2] = {0, 0};
+    for (uint64_t seed = 1; seed <= 40 && !(seen[0] && seen[1]); seed++) {
+        conv c;
+        char sub[16];
+        snprintf(sub, sizeof sub, "whole%d", (int)seed);
+        conv_init(&c, TG_TOKENIZER_BPE_GPT2, sub);
+        conv_input(&c, "a.csv", "text\n\"\"\nab\n");
+        c.opt.eval_fraction = 0.5;
+        c.opt.seed = seed;
+        tg_convert_report rep;
+        tg_err err = {{0}};
+        REQUIRE(tg_convert(&c.opt, &c.enc, &rep, &err) == -1, "seed %d converted", (int)seed);
+        const int eval_empty = rep.records[TG_SPLIT_TRAIN] == 1;
+        CHECK(!strcmp(err.msg, want[eval_empty]), "seed %d: '%s', want '%s'", (int)seed, err.msg, want[eval_empty]);
+        seen[eval_empty] = 1;
+        byte_encoder_free(&c.be);
+    }
+    CHECK(seen[0] && seen[1], "train empty %d, eval empty %d", seen[0], seen[1]);
+}
+
+/* Only the eval split's table failing (the allocations after it succeed): the conversion
+ * stops there with its own message, for rows and for SQuAD articles, with and without an
+ * eval fraction. */
+TG_TEST(test_convert_eval_split_allocation_fails_alone) {
+    static const struct {
+        const char *file, *text, *want;
+        double fraction;
+        int32_t seq, stride;
+    } cases[] = {
+        {"a.csv", "text\nab\ncd\nef\n", "out of memory for the eval split of 3 rows", 0.5, 0, -1},
+        {"a.csv", "text\nab\ncd\nef\n", "out of memory for the eval split of 3 rows", 0, 0, -1},
+        {"a.txt", "ab\ncd\n", "out of memory for the eval split of 2 lines", 0.5, 0, -1},
+        {"a.json",
+         "{\"data\": [{\"paragraphs\": [{\"context\": \"abc def\", \"qas\": [{\"id\": \"a\", \"question\": \"Q\", "
+         "\"answers\": [{\"text\": \"def\", \"answer_start\": 4}]}]}]}]}",
+         "out of memory for the eval split of 1 articles", 0, 8, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        conv c;
+        char sub[16];
+        snprintf(sub, sizeof sub, "evalfail%zu", i);
+        conv_init(&c, TG_TOKENIZER_WORDPIECE, sub);
+        conv_input(&c, cases[i].file, cases[i].text);
+        c.opt.eval_fraction = cases[i].fraction;
+        c.opt.seq = cases[i].seq;
+        c.opt.doc_stride = cases[i].stride;
+        tg_convert_report rep;
+        tg_err err = {{0}};
+        int found = 0;
+        for (long k = 0; k < 400 && !found; k++) {
+            memset(&err, 0, sizeof err);
+            tg_alloc_fail_only(k);
+            int rc = tg_convert(&c.opt, &c.enc, &rep, &err);
+            tg_alloc_fail_after(-1);
+            if (rc == 0) break; /* past every allocation before the split: not found */
+            found = !strcmp(err.msg, cases[i].want);
+        }
+        CHECK(found, "case %zu: no allocation failed with '%s'", i, cases[i].want);
+        struct stat st;
+        CHECK(stat(c.out, &st) != 0, "case %zu: a failed conversion left %s", i, c.out);
+        byte_encoder_free(&c.be);
+    }
+}

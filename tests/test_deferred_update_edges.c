@@ -113,3 +113,39 @@ TG_TEST(test_deferred_update_out_of_memory) {
     }
     tg_plan_free(&p);
 }
+
+/* A forward that does not start at op 0 (its first op counted before it): the plan is the
+ * one of the same schedule with that op taken away, index for index. */
+TG_TEST(test_deferred_update_forward_after_op_0) {
+    tg_plan p;
+    if (!tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_BF16, 1, &p)) return;
+    REQUIRE(p.phase_begin[TG_PHASE_FORWARD] == 0 && p.phase_begin[TG_PHASE_FORWARD + 1] > 8, "forward [%d, %d)",
+            p.phase_begin[TG_PHASE_FORWARD], p.phase_begin[TG_PHASE_FORWARD + 1]);
+    tg_plan shifted = p; /* op 0 taken away: forward [0, f1 - 1) */
+    shifted.ops = p.ops + 1;
+    shifted.n_ops = p.n_ops - 1;
+    for (int ph = 1; ph <= TG_PHASE_COUNT; ph++) shifted.phase_begin[ph] = p.phase_begin[ph] - 1;
+    tg_plan late = p; /* op 0 before the forward: forward [1, f1) */
+    late.phase_begin[TG_PHASE_FORWARD] = 1;
+    for (int64_t min_chunk = 4; min_chunk <= 4096; min_chunk *= 32) {
+        tg_deferred_update want, got;
+        tg_err err = {{0}};
+        REQUIRE(tg_deferred_update_plan(&shifted, min_chunk, &want, &err) == 1, "shifted: %s", err.msg);
+        REQUIRE(tg_deferred_update_plan(&late, min_chunk, &got, &err) == 1, "late: %s", err.msg);
+        CHECK(got.adamw_op == p.n_ops - 1 && want.adamw_op == p.n_ops - 2, "AdamW at %d and %d", got.adamw_op,
+              want.adamw_op);
+        CHECK(got.n_forward == want.n_forward && got.n_forward == p.phase_begin[TG_PHASE_FORWARD + 1] - 1,
+              "min %lld: %d forward ops, expected %d", (long long)min_chunk, got.n_forward, want.n_forward);
+        CHECK(got.n_chunks == want.n_chunks && want.n_chunks > (min_chunk == 4 ? 1 : 0), "min %lld: %d chunks, expected %d",
+              (long long)min_chunk, got.n_chunks, want.n_chunks);
+        for (int k = 0; k <= want.n_chunks && k <= got.n_chunks; k++)
+            CHECK(got.begin[k] == want.begin[k], "min %lld: begin[%d] = %lld, expected %lld", (long long)min_chunk, k,
+                  (long long)got.begin[k], (long long)want.begin[k]);
+        int same = got.n_forward == want.n_forward;
+        for (int j = 0; same && j < want.n_forward; j++) same = got.chunks_before[j] == want.chunks_before[j];
+        CHECK(same, "min %lld: the forward ops wait for other chunks", (long long)min_chunk);
+        tg_deferred_update_free(&want);
+        tg_deferred_update_free(&got);
+    }
+    tg_plan_free(&p);
+}

@@ -451,3 +451,43 @@ TG_TEST(test_runtime_hf_export_config_text_out_of_memory) {
     free(out);
     tg_plan_free(&p);
 }
+
+/* The first allocations of an export (the checks, config.json, the paths of the files)
+ * failing one at a time while the later ones succeed: each either stops the export with
+ * "out of memory", the old folder as it was and nothing beside it (never a file written
+ * under a path that could not be made), or is one the export does without (the folder then
+ * written whole). */
+TG_TEST(test_runtime_hf_export_single_allocation_failures) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const char *root = tg_test_tmpdir();
+    char *out = join(root, "out");
+    tg_weights_image img;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    tg_weights_init(&img, 1);
+    const tg_hf_export_options o = {out, NULL, NULL, 0, 1, 0};
+    REQUIRE(tg_hf_export(&img, &o, &err) == 0, "%s", err.msg);
+    const int files = tg_test_count_files(out);
+    long failed = 0, bare = 0;
+    for (long k = 0; k < 320; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        const int rc = tg_hf_export(&img, &o, &err);
+        tg_alloc_fail_after(-1);
+        CHECK(tg_test_count_files(root) == 1 && tg_test_count_files(out) == files,
+              "allocation %ld failing alone (rc %d) left %d entries beside the export, %d in it", k, rc,
+              tg_test_count_files(root), tg_test_count_files(out));
+        if (rc == 0) continue;
+        failed++;
+        bare += !strcmp(err.msg, "out of memory");
+        CHECK(strstr(err.msg, "out of memory") || strstr(err.msg, "Cannot allocate memory"),
+              "allocation %ld failing alone: '%s'", k, err.msg);
+    }
+    /* the paths of config.json and model.safetensors among them, whose message is bare */
+    CHECK(failed > 150 && bare >= 2, "%ld of 320 single failures stopped the export, %ld said just 'out of memory'",
+          failed, bare);
+    tg_weights_image_free(&img);
+    free(out);
+    tg_plan_free(&p);
+}

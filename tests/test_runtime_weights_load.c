@@ -556,3 +556,29 @@ TG_TEST(test_runtime_weights_int_buffer_round_trip) {
     tg_weights_image_free(&got);
     tg_plan_free(&p);
 }
+
+/* Model class names of every length from 200 to 700 bytes: the text is right whether a
+ * piece ends just short of the buffer, exactly at its end (its terminator one past: the
+ * buffer must grow), or past it; after growing, the same again at the next buffer's end. */
+TG_TEST(test_runtime_weights_report_text_buffer_ends) {
+    static char model[701], want[2000];
+    char *missing[] = {"w"}, *unexpected[] = {"u"};
+    for (int len = 200; len <= 700; len++) {
+        memset(model, 'C', (size_t)len);
+        model[len] = 0;
+        tg_weights_report r = {0};
+        r.missing = 1, r.missing_names = missing;
+        r.unexpected = 1, r.unexpected_names = unexpected;
+        char *text = tg_weights_report_text(&r, model, "ck");
+        snprintf(want, sizeof want,
+                 "Some weights of the model checkpoint at ck were not used when initializing %s: ['u']\n"
+                 "Some weights of %s were not initialized from the model checkpoint at ck and are newly initialized: "
+                 "['w']\n",
+                 model, model);
+        if (!CHECK(text && !strcmp(text, want), "class of %d bytes: %.100s", len, text ? text : "(null)")) {
+            free(text);
+            break;
+        }
+        free(text);
+    }
+}

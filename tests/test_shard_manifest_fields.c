@@ -397,3 +397,37 @@ TG_TEST(test_shard_manifest_format_out_of_memory) {
     free(want);
     tg_shard_manifest_free(&m);
 }
+
+/* Each allocation of a format failing alone (the later ones succeed, jansson's included): a
+ * string value that could not be made is "out of memory", never a manifest holding null in
+ * its place. */
+TG_TEST(test_shard_manifest_format_single_allocation_failures) {
+    tg_err err = {{0}};
+    tg_shard_manifest m;
+    REQUIRE(tg_shard_manifest_parse(k_classify, strlen(k_classify), "m.json", &m, &err) == 0, "%s", err.msg);
+    char *want;
+    size_t want_len;
+    tg_alloc_fail_after(-1);
+    REQUIRE(tg_shard_manifest_format(&m, &want, &want_len, &err) == 0, "%s", err.msg);
+    const long total = tg_alloc_fail_after(-1);
+    long failed = 0, same = 0;
+    for (long k = 0; k < total; k++) {
+        char *text = NULL;
+        size_t len = 0;
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        int rc = tg_shard_manifest_format(&m, &text, &len, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) {
+            same += CHECK(len == want_len && !strcmp(text, want), "allocation %ld failing: a different manifest:\n%s", k,
+                          text);
+            free(text);
+            continue;
+        }
+        failed += CHECK(!strcmp(err.msg, "manifest: out of memory") && text == NULL && len == 0,
+                        "allocation %ld of %ld: '%s'", k, total, err.msg);
+    }
+    CHECK(failed + same == total && failed > 0, "%ld failed, %ld the same, of %ld", failed, same, total);
+    free(want);
+    tg_shard_manifest_free(&m);
+}
