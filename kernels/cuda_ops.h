@@ -127,6 +127,8 @@ int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_s
  * *gate is 0. The executor's deferred update (runtime/deferred_update.h) runs a step's
  * update this way, in chunks beside the next step's forward. */
 int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err);
+/* The same for TG_OP_ADAN. */
+int tg_cuda_adan_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err);
 
 /* GEMM (kernels/gemm.cu): TG_OP_MATMUL's row-major batched C = alpha op(A) op(B) (+ bias)
  * (+ C) runs through cuBLASLt with fp32 compute (TF32 only when allowed), its algorithm per

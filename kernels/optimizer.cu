@@ -285,8 +285,9 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *
             float *__restrict__ v_gprev, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr,
             const float *__restrict__ step_ptr, const float *__restrict__ norm_ptr,
             const tg_param_segment *__restrict__ seg, int nseg, int64_t first, int64_t n, int64_t state_first,
-            int64_t state, tg_adan_params h) {
+            int64_t state, const int *__restrict__ gate, tg_adan_params h) {
     __shared__ tg_adan_step s_step;
+    if (gate && *gate == 0) return;
     if (norm_ptr && !isfinite(norm_ptr[0])) return; /* a non-finite gradient: the step is skipped */
     if (threadIdx.x == 0)
         s_step = tg_adan_step_of(lr_ptr[0], step_ptr[0], norm_ptr ? norm_ptr[0] : 0.0f, norm_ptr ? h.max_grad_norm : 0.0f,
@@ -311,12 +312,12 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *
     }
 }
 
-int tg_launch_adan(const tg_cuda_op_args *a, tg_err *err) {
+/* Elements [first, end) of the parameters, their state at [first - state_first, ...) of each part. */
+static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
+                       tg_err *err) {
     const tg_cuda_ctx *ctx = a->ctx;
     const tg_adan_params *ap = &a->op->p.adan;
-    const int64_t slice = ap->zero_slice; /* ZeRO-1: this replica's slice, its state from element 0 */
-    const int64_t first = slice > 0 ? (int64_t)ctx->rank * slice : 0;
-    int64_t end = slice > 0 ? first + slice : ap->n;
+    const int64_t slice = ap->zero_slice;
     if (end > ap->n) end = ap->n;
     if (first >= end || ctx->n_segments <= 0) return 0;
     if (!ctx->segments) return tg_fail(err, "no parameter segment table");
@@ -331,11 +332,23 @@ int tg_launch_adan(const tg_cuda_op_args *a, tg_err *err) {
 #define ADAN(COPY)                                                                                                    \
     adan_kernel<COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, pbf, lr, step, norm,          \
                                                                           ctx->segments, ctx->n_segments, first, end,  \
-                                                                          first, state, *ap)
+                                                                          state_first, state, gate, *ap)
     if (pbf)
         ADAN(true);
     else
         ADAN(false);
 #undef ADAN
     return 0;
+}
+
+int tg_cuda_adan_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
+    if (a->op->p.adan.zero_slice > 0) return tg_fail(err, "a ZeRO-1 Adan updates only its replica's slice, not a range");
+    return adan_launch(a, first, end, 0, gate, err);
+}
+
+int tg_launch_adan(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t slice = a->op->p.adan.zero_slice; /* ZeRO-1: this replica's slice, its state from element 0 */
+    if (slice > 0) return adan_launch(a, (int64_t)a->ctx->rank * slice, (int64_t)(a->ctx->rank + 1) * slice,
+                                      (int64_t)a->ctx->rank * slice, NULL, err);
+    return adan_launch(a, 0, a->op->p.adan.n, 0, NULL, err);
 }

@@ -23,9 +23,9 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
     memset(u, 0, sizeof *u);
     const int f0 = p->phase_begin[TG_PHASE_FORWARD], f1 = p->phase_begin[TG_PHASE_FORWARD + 1];
     const int last = p->n_ops - 1;
-    if (last < 0 || p->ops[last].kind != TG_OP_ADAMW) return 0;
+    if (last < 0 || !tg_op_is_update(p->ops[last].kind)) return 0;
     for (int o = 0; o < last; o++)
-        if (p->ops[o].kind == TG_OP_ADAMW) return 0;
+        if (tg_op_is_update(p->ops[o].kind)) return 0;
     const tg_op *adam = &p->ops[last];
     const int64_t n = adam->p.adamw.n;
     if (n <= 0) return 0;

@@ -21,7 +21,7 @@
 #include "plan/plan.h"
 
 typedef struct tg_deferred_update {
-    int adamw_op;        /* schedule index of the plan's TG_OP_ADAMW (the last op) */
+    int adamw_op;        /* schedule index of the plan's update op, ADAMW or ADAN (the last op) */
     int n_chunks;
     /* Chunk k updates parameter elements [begin[k], begin[k + 1]); begin[0] = 0 and
      * begin[n_chunks] = the parameter count. Every boundary is a multiple of 4 elements
@@ -35,7 +35,7 @@ typedef struct tg_deferred_update {
 
 /* Plans the chunks for `plan`, each (but possibly the last) at least min_chunk elements,
  * so that the update is not cut into more launches than it gains from. Returns 1 with
- * *u filled when the plan allows deferral (one TG_OP_ADAMW, the last op of the schedule,
+ * *u filled when the plan allows deferral (one update op, ADAMW or ADAN, the last of the schedule,
  * after every read of the gradients), 0 when it does not (*u zeroed), -1 on error. */
 int tg_deferred_update_plan(const tg_plan *plan, int64_t min_chunk, tg_deferred_update *u, tg_err *err);
 void tg_deferred_update_free(tg_deferred_update *u);

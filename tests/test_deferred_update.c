@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compiler/compile.h"
+#include "compiler/job.h"
 #include "runtime/deferred_update.h"
 #include "tests/harness.h"
 
@@ -16,7 +18,8 @@ static void param_elements(const tg_tensor *t, int64_t *a, int64_t *b) {
  * the chunks tile the parameters in vector-aligned pieces of at least min_chunk. */
 static void check_chunks(const tg_plan *p, const tg_deferred_update *u, int64_t min_chunk, const char *what) {
     const int64_t n = p->ops[p->n_ops - 1].p.adamw.n;
-    CHECK(u->adamw_op == p->n_ops - 1 && p->ops[u->adamw_op].kind == TG_OP_ADAMW, "%s: AdamW op %d", what, u->adamw_op);
+    CHECK(u->adamw_op == p->n_ops - 1 && tg_op_is_update(p->ops[u->adamw_op].kind), "%s: update op %d", what,
+          u->adamw_op);
     CHECK(u->n_chunks >= 1 && u->begin[0] == 0 && u->begin[u->n_chunks] == n, "%s: chunks [%lld, %lld) of %lld", what,
           (long long)u->begin[0], (long long)u->begin[u->n_chunks], (long long)n);
     for (int k = 0; k < u->n_chunks; k++) {
@@ -98,6 +101,27 @@ TG_TEST(test_deferred_update_chunks) {
         }
         tg_plan_free(&p);
     }
+}
+
+/* Adan's update is deferred the same way (its chunks are parameter ranges too). */
+TG_TEST(test_deferred_update_adan) {
+    tg_job job;
+    tg_err err;
+    tg_plan p;
+    const char *sets[] = {"optimizer=adan"};
+    REQUIRE(tg_job_parse_text("model = tiny-bert\nbatch = 2\nseq = 16\nsteps = 2\ntrain_data = t.jsonl\n", "j.job", NULL,
+                              sets, 1, &job, &err) == 0 &&
+                tg_compile(&job, &p, &err) == 0,
+            "%s", err.msg);
+    REQUIRE(p.ops[p.n_ops - 1].kind == TG_OP_ADAN, "last op %s", tg_op_name(p.ops[p.n_ops - 1].kind));
+    const int64_t n = p.ops[p.n_ops - 1].p.adan.n;
+    tg_deferred_update u;
+    if (CHECK(tg_deferred_update_plan(&p, n / 8, &u, &err) == 1, "adan: not deferred")) {
+        check_chunks(&p, &u, n / 8, "tiny-bert adan");
+        CHECK(u.n_chunks >= 2, "%d chunks", u.n_chunks);
+        tg_deferred_update_free(&u);
+    }
+    tg_plan_free(&p);
 }
 
 /* A plan whose last op is not the update (or has two) is not deferred; one whose forward

@@ -84,7 +84,7 @@ static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
     /* The parameter count (every bucket's): the plan's AdamW is its last op where the update
      * can be deferred (tg_deferred_update_plan refuses every other plan). */
     const tg_op *last = p->n_ops ? &p->ops[p->n_ops - 1] : NULL;
-    const int64_t n = last && last->kind == TG_OP_ADAMW ? last->p.adamw.n : 0;
+    const int64_t n = last && tg_op_is_update(last->kind) ? last->p.adamw.n : 0;
     /* Chunks of at least 2M elements (a few microseconds of update each), fewer on small
      * models: at most about 16. */
     int64_t min_chunk = n / 16 > 4096 ? n / 16 : 4096;

@@ -49,17 +49,18 @@ void tg_cuda_op_args_on(tg_cuda_exec *x, int o, cudaStream_t stream, tg_cuda_ctx
     a->ctx = ctx;
 }
 
-/* Parameter elements [first, end) of the plan's AdamW, on `stream`, gated by `gate`. */
+/* Parameter elements [first, end) of the plan's update (AdamW or Adan), on `stream`, gated by `gate`. */
 int tg_cuda_run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int64_t end, const int *gate,
                        tg_err *err) {
     tg_cuda_op_args a;
     tg_cuda_ctx ctx;
     tg_cuda_op_args_on(x, x->cur->defer.adamw_op, stream, &ctx, &a);
-    if (tg_cuda_adamw_range(&a, first, end, gate, err))
-        return tg_fail_context(err, "deferred AdamW over parameters [%lld, %lld)", (long long)first, (long long)end);
+    const char *op = tg_op_name(a.op->kind);
+    if ((a.op->kind == TG_OP_ADAN ? tg_cuda_adan_range : tg_cuda_adamw_range)(&a, first, end, gate, err))
+        return tg_fail_context(err, "deferred %s over parameters [%lld, %lld)", op, (long long)first, (long long)end);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
-        return tg_fail(err, "deferred AdamW over parameters [%lld, %lld): launch failed: %s", (long long)first,
+        return tg_fail(err, "deferred %s over parameters [%lld, %lld): launch failed: %s", op, (long long)first,
                        (long long)end, cudaGetErrorString(e));
     return 0;
 }
