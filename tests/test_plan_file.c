@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <zstd.h>
 #define XXH_INLINE_ALL
@@ -587,6 +588,12 @@ static void grow_file(int fd) {
     fclose(f);
 }
 
+/* A file cut to 40 bytes (its header) after the first, short read. */
+static void shrink_file(int fd) {
+    (void)fd;
+    if (truncate(g_growing_path, 40) != 0) g_growing_path[0] = 0;
+}
+
 /* tg_plan_read reads the size fstat gave, however read(2) splits it: a short first read
  * (then an interrupted one) is followed by reads of the rest, and bytes appended meanwhile
  * are not read (nor written past the buffer): the outcome is that of a plain read. */
@@ -623,6 +630,14 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_fail_read(0, 0);
         CHECK(rc2 == plain && (rc2 == 0 || !strcmp(err.msg, plain_err.msg)), "first read of %zu bytes, then EINTR: %d '%s'",
               first, rc2, err.msg);
+        tg_plan_free(&back);
+        /* Cut short meanwhile: what was read is decoded, and found truncated. */
+        REQUIRE(tg_plan_write(&p, g_growing_path, &err) == 0, "write: %s", err.msg);
+        tg_test_short_read(first, shrink_file);
+        const int rc3 = tg_plan_read(g_growing_path, &back, &err);
+        tg_test_short_read(0, NULL);
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 911 compressed bytes, file has 0"),
+              "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }
     tg_plan_free(&p);
