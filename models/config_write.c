@@ -132,9 +132,16 @@ char *tg_model_config_hf_json(const tg_model_config *cfg, const tg_hf_head *head
     }
     if (!rc && head->task == TG_TASK_CLASSIFY) rc = put_labels(c, head, err);
     char *text = NULL;
-    /* Sorted keys, two-space indent: the layout save_pretrained writes. */
-    if (!rc && !(text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9))))
+    /* Sorted keys, two-space indent: the layout save_pretrained writes. jansson's dump goes
+     * on past some failed growths of its buffer with the bytes dropped (a key cut short), so
+     * a text made while an allocation failed is not the config either. */
+    const long failed = tg_alloc_failures();
+    if (!rc && (!(text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9))) ||
+                tg_alloc_failures() != failed)) {
+        free(text);
+        text = NULL;
         tg_fail(err, "out of memory");
+    }
     json_decref(c);
     return text;
 }

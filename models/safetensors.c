@@ -541,8 +541,15 @@ int tg_st_write_with_metadata(const char *path, const tg_st_item *items, int n, 
     uint64_t data_bytes = 0;
     json_t *root = build_header(path, items, n, meta, n_meta, &data_bytes, err);
     if (!root) return -1;
+    /* jansson's dump goes on past some failed growths of its buffer with the bytes
+     * dropped: a header made while an allocation failed is not the header either. */
+    const long failed = tg_alloc_failures();
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
+    if (text && tg_alloc_failures() != failed) {
+        free(text);
+        text = NULL;
+    }
     if (!text) return tg_fail(err, "%s: out of memory writing the header", path); /* its only failure */
     size_t tlen = strlen(text);
     size_t hlen = (tlen + 7) & ~(size_t)7; /* keeps the data section 8-byte aligned */

@@ -12,12 +12,19 @@
 static _Thread_local int fdopen_failures, read_failures, read_error, renameat2_failures, renameat2_error,
     rename_error;
 static _Thread_local int (*rename_fails)(const char *from, const char *to);
+static _Thread_local size_t short_read_max;
+static _Thread_local void (*short_read_then)(int fd);
 
 void tg_test_fail_fdopen(int count) { fdopen_failures = count; }
 
 void tg_test_fail_read(int count, int error) {
     read_failures = count;
     read_error = error;
+}
+
+void tg_test_short_read(size_t max, void (*then)(int fd)) {
+    short_read_max = max;
+    short_read_then = then;
 }
 
 void tg_test_fail_rename(int (*fails)(const char *from, const char *to), int error) {
@@ -51,6 +58,14 @@ ssize_t read(int fd, void *buf, size_t n) {
     }
     if (!next) next = (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
     if (!next) abort();
+    if (short_read_max) {
+        const size_t max = short_read_max;
+        void (*then)(int) = short_read_then;
+        short_read_max = 0, short_read_then = NULL;
+        const ssize_t got = next(fd, buf, n < max ? n : max);
+        if (then) then(fd);
+        return got;
+    }
     return next(fd, buf, n);
 }
 

@@ -222,6 +222,14 @@ TG_TEST(test_cli_main_run_report_host_trace) {
                   number(summary, "loop_cpu_us_per_step") >= 0,
               "CPU per step: host %g, loop %g", number(summary, "host_cpu_us_per_step"),
               number(summary, "loop_cpu_us_per_step"));
+        /* The loop trace's time in tg_trainer_step is part of the loop thread's CPU after
+         * the first step (the same clock, the same steps), never more (to the 0.1 us printed). */
+        const char *in_step = strstr(said, "in tg_trainer_step ");
+        double traced = -1;
+        if (in_step && sscanf(in_step, "in tg_trainer_step %lf", &traced) != 1) traced = -1;
+        CHECK(traced >= 0 && traced <= number(summary, "loop_cpu_us_per_step") + 0.1,
+              "in tg_trainer_step %g us per step after the first, the loop thread %g: %.80s", traced,
+              number(summary, "loop_cpu_us_per_step"), in_step ? in_step : "(no loop trace)");
         json_decref(summary);
     }
     free(said);

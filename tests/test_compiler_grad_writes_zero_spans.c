@@ -108,3 +108,28 @@ TG_TEST(test_compiler_grad_writes_zero_spans) {
     expect_zeros(&s, "a read first", 1, (const uint64_t[]){0}, (const int64_t[]){4}, 4);
     tg_graph_free(&s.g);
 }
+
+/* The op's index in the graph, or -1. */
+static int bias_grad_into(two_grads *s, int out) {
+    tg_op_spec o = tg_spec(TG_OP_BIAS_GRAD);
+    o.in[0] = X, o.out[0] = out, o.p.bias_grad.m = 1, o.p.bias_grad.n = 4;
+    return tg_graph_op(&s->g, &o);
+}
+
+/* Two BIAS_GRAD ops summing into a (tensor 0 of the graph), then one into b: the first of
+ * a's and b's overwrites (nothing was written there), a's second adds onto the first; no
+ * ZERO is left. */
+TG_TEST(test_compiler_grad_writes_overwrite_first_writer_of_tensor_zero) {
+    two_grads s;
+    if (!two_grads_init(&s)) return;
+    REQUIRE(bias_grad_into(&s, GA) == 1 && bias_grad_into(&s, GA) == 2 && bias_grad_into(&s, GB) == 3, "ops: %s",
+            s.err.msg);
+    REQUIRE(tg_first_gradient_writes(&s.g) == 0, "%s", s.err.msg);
+    REQUIRE(s.g.n_ops == 3, "%d ops, want the 3 BIAS_GRAD (no ZERO)", s.g.n_ops);
+    const int want_overwrite[3] = {1, 0, 1};
+    for (int k = 0; k < 3; k++)
+        CHECK(s.g.ops[k].kind == TG_OP_BIAS_GRAD && s.g.ops[k].p.bias_grad.overwrite == want_overwrite[k],
+              "op %d: %s overwrite %lld, want %d", k, tg_op_name(s.g.ops[k].kind),
+              (long long)s.g.ops[k].p.bias_grad.overwrite, want_overwrite[k]);
+    tg_graph_free(&s.g);
+}

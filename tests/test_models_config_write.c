@@ -167,3 +167,31 @@ TG_TEST(test_models_config_write_out_of_memory) {
         free(text);
     }
 }
+
+/* Each allocation alone failed (the later ones succeeding again), for an encoder's and a
+ * GPT-2's config: a single key left unset is still "out of memory", never a config that
+ * lacks it. */
+TG_TEST(test_models_config_write_each_allocation_failing_alone) {
+    const char *const presets[] = {"tiny-bert", "tiny-gpt2"};
+    const char *const labels[] = {"neg", "pos"};
+    for (int p = 0; p < 2; p++) {
+        tg_model_config m;
+        tg_err err = {{0}};
+        REQUIRE(tg_model_config_load(presets[p], &m, &err) == 0, "%s", err.msg);
+        const tg_hf_head h = {TG_TASK_CLASSIFY, 2, labels, 0, 1, 2};
+        tg_alloc_fail_after(-1);
+        char *text = tg_model_config_hf_json(&m, &h, &err);
+        const long total = tg_alloc_fail_after(-1);
+        REQUIRE(text && total > 10, "%s: %ld allocations: %s", presets[p], total, err.msg);
+        free(text);
+        for (long k = 0; k < total; k++) {
+            memset(&err, 0, sizeof err);
+            tg_alloc_fail_only(k);
+            text = tg_model_config_hf_json(&m, &h, &err);
+            tg_alloc_fail_after(-1);
+            CHECK(!text && !strcmp(err.msg, "out of memory"), "%s: allocation %ld of %ld failing alone: '%s'",
+                  presets[p], k, total, err.msg);
+            free(text);
+        }
+    }
+}

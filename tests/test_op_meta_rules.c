@@ -53,7 +53,10 @@ static int dtype_for(const char *sig, int s) {
 
 /* Builds the case's op and tensor table, runs tg_op_check; 1 when the outcome is the
  * case's (accepted, or refused with exactly its reason). */
-static int run_case(const rule_case *rc, char *why, size_t why_len) {
+/* zero_slot >= 0 (an input slot s, or TG_OP_MAX_IN + an output slot) moves that slot's
+ * tensor to index 0 of the table, trading places with the one there: tensor 0 is a tensor
+ * like any other, and no outcome may depend on where a tensor sits. */
+static int run_case(const rule_case *rc, int zero_slot, char *why, size_t why_len) {
     tg_tensor t[MAX_CASE_TENSORS];
     int32_t n_t = 0;
     tg_op op = tg_test_op(rc->kind);
@@ -67,6 +70,13 @@ static int run_case(const rule_case *rc, char *why, size_t why_len) {
             op.out[s] = add_tensor(t, &n_t, rc->out[s] == Z0 ? 0 : rc->out[s], dtype_for(info->outputs, s));
     }
     if (rc->in0_view) t[op.in[0]].flags |= TG_TENSOR_VIEW;
+    const int32_t z = zero_slot < 0 ? 0 : zero_slot < TG_OP_MAX_IN ? op.in[zero_slot] : op.out[zero_slot - TG_OP_MAX_IN];
+    if (z > 0) {
+        const tg_tensor keep = t[0];
+        t[0] = t[z], t[z] = keep;
+        for (int s = 0; s < TG_OP_MAX_IN; s++) op.in[s] = op.in[s] == z ? 0 : op.in[s] == 0 ? z : op.in[s];
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) op.out[s] = op.out[s] == z ? 0 : op.out[s] == 0 ? z : op.out[s];
+    }
     const tg_op_check_ctx c = {t, n_t, rc->replicas == NO_REPLICAS ? 0 : rc->replicas ? rc->replicas : 1};
     why[0] = 0;
     const int got = tg_op_check(&c, &op, why, why_len);
@@ -76,10 +86,20 @@ static int run_case(const rule_case *rc, char *why, size_t why_len) {
 static void run_cases(const rule_case *cases, size_t n) {
     for (size_t k = 0; k < n; k++) {
         char why[256];
-        const int ok = run_case(&cases[k], why, sizeof why);
+        const int ok = run_case(&cases[k], -1, why, sizeof why);
         CHECK(ok, "%s %s: got '%s', want %s%s%s", tg_op_name(cases[k].kind),
               cases[k].what, why[0] ? why : "(accepted)", cases[k].want ? "'" : "", cases[k].want ? cases[k].want : "accepted",
               cases[k].want ? "'" : "");
+        /* The same outcome with each present slot's tensor at index 0. */
+        for (int zs = 0; ok && zs < TG_OP_MAX_IN + TG_OP_MAX_OUT; zs++) {
+            const int present = zs < TG_OP_MAX_IN ? cases[k].in[zs] != 0
+                                                  : cases[k].out[zs - TG_OP_MAX_IN] || cases[k].alias_out[zs - TG_OP_MAX_IN];
+            if (!present) continue;
+            CHECK(run_case(&cases[k], zs, why, sizeof why), "%s %s with %s[%d] as tensor 0: got '%s', want %s",
+                  tg_op_name(cases[k].kind), cases[k].what, zs < TG_OP_MAX_IN ? "in" : "out",
+                  zs < TG_OP_MAX_IN ? zs : zs - TG_OP_MAX_IN, why[0] ? why : "(accepted)",
+                  cases[k].want ? cases[k].want : "accepted");
+        }
     }
 }
 
