@@ -47,6 +47,11 @@ static int is_ascii_punctuation(int32_t cp) {
  * punctuation (apostrophes, full stops, colons, middle dots). */
 static int is_cased(int32_t cp) {
     if (cp >= RAW_BYTE) return 0;
+    /* Other_Lowercase and Other_Uppercase outside those categories and Case_Ignorable:
+     * the ordinal indicators, Roman numerals, circled and squared letters */
+    if (cp == 0xAA || cp == 0xBA || (cp >= 0x2160 && cp <= 0x217F) || (cp >= 0x24B6 && cp <= 0x24E9) ||
+        (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189))
+        return 1;
     const int c = utf8proc_category(cp);
     return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
 }
