@@ -486,15 +486,34 @@ TG_TEST(test_gpu_fetched_batches_match_uploads) {
     for (int r = 0; r < RUNS; r++) free(params[r]);
 }
 
+/* AdamW's deferred update with several steps in flight and the parameters read midway
+ * (which applies the pending update) against schedule order, bit for bit. */
+TG_TEST(test_gpu_deferred_update_read_midway_in_flight) {
+    enum { STEPS = 10, RUNS = 2 };
+    const char *job = "examples/demo-classify.job";
+    const demo_run runs[RUNS] = {
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "update in schedule order", NULL},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 3, "deferred, 4 in flight, parameters read after step 3", NULL},
+    };
+    float losses[RUNS][STEPS];
+    float *params[RUNS] = {NULL};
+    size_t bytes = 0;
+    if (train_runs(runs, RUNS, STEPS, &losses[0][0], params, &bytes))
+        check_bitwise(runs, 0, 1, RUNS, STEPS, &losses[0][0], params, bytes, "schedule order");
+    for (int r = 0; r < RUNS; r++) free(params[r]);
+}
+
 /* Adan's update deferred beside the next forward, in chunks, trains as in schedule order,
  * bit for bit, one step or several in flight, and as the CPU within float rounding. */
 TG_TEST(test_gpu_adan_deferred_update_matches) {
-    enum { STEPS = 10, RUNS = 4 };
+    enum { STEPS = 10, RUNS = 6 };
     const char *job = "examples/demo-classify.job", *adan = "optimizer=adan";
     const demo_run runs[RUNS] = {
         {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference", adan},
         {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "update in schedule order", adan},
         {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "deferred", adan},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "deferred, 4 in flight", adan},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 3, "deferred, parameters read after step 3", adan},
         {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 3, "deferred, 4 in flight, parameters read after step 3", adan},
     };
     float losses[RUNS][STEPS];
