@@ -464,14 +464,14 @@ TG_TEST(test_gpu_fetched_batches_match_uploads) {
      * the next forward (one also reads the parameters midway, applying it there). Groups
      * of 4 in 8 in flight run 14 steps as three groups and two single starts. */
     const demo_run runs[RUNS] = {
-        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "uploaded, update in schedule order"},
-        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched"},
-        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "fetched, 4 in flight"},
-        {job, TG_DEVICE_CUDA, 4, 1, 1, 1, 0, "stream launches, 4 in flight"},
-        {job, TG_DEVICE_CUDA, 0, 1, 0, 1, 0, "uploaded"},
-        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 5, "fetched, parameters read after step 5"},
-        {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4 steps in one graph, 8 in flight"},
-        {job, TG_DEVICE_CUDA, 8, 4, 1, 1, 0, "groups of 4 by stream launches"},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "uploaded, update in schedule order", NULL},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched", NULL},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "fetched, 4 in flight", NULL},
+        {job, TG_DEVICE_CUDA, 4, 1, 1, 1, 0, "stream launches, 4 in flight", NULL},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 1, 0, "uploaded", NULL},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 5, "fetched, parameters read after step 5", NULL},
+        {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4 steps in one graph, 8 in flight", NULL},
+        {job, TG_DEVICE_CUDA, 8, 4, 1, 1, 0, "groups of 4 by stream launches", NULL},
     };
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
@@ -486,27 +486,12 @@ TG_TEST(test_gpu_fetched_batches_match_uploads) {
     for (int r = 0; r < RUNS; r++) free(params[r]);
 }
 
-/* AdamW's deferred update with several steps in flight and the parameters read midway
- * (which applies the pending update) against schedule order, bit for bit. */
-TG_TEST(test_gpu_deferred_update_read_midway_in_flight) {
-    enum { STEPS = 10, RUNS = 2 };
-    const char *job = "examples/demo-classify.job";
-    const demo_run runs[RUNS] = {
-        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "update in schedule order", NULL},
-        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 3, "deferred, 4 in flight, parameters read after step 3", NULL},
-    };
-    float losses[RUNS][STEPS];
-    float *params[RUNS] = {NULL};
-    size_t bytes = 0;
-    if (train_runs(runs, RUNS, STEPS, &losses[0][0], params, &bytes))
-        check_bitwise(runs, 0, 1, RUNS, STEPS, &losses[0][0], params, bytes, "schedule order");
-    for (int r = 0; r < RUNS; r++) free(params[r]);
-}
-
 /* Adan's update deferred beside the next forward, in chunks, trains as in schedule order,
- * bit for bit, one step or several in flight, and as the CPU within float rounding. */
+ * bit for bit, one step or several in flight, and with the parameters read midway (which
+ * applies the pending update); and as the CPU within float rounding. (A read midway with
+ * steps in flight takes those steps too, so a run reading there is not step for step.) */
 TG_TEST(test_gpu_adan_deferred_update_matches) {
-    enum { STEPS = 10, RUNS = 6 };
+    enum { STEPS = 10, RUNS = 5 };
     const char *job = "examples/demo-classify.job", *adan = "optimizer=adan";
     const demo_run runs[RUNS] = {
         {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference", adan},
@@ -514,7 +499,6 @@ TG_TEST(test_gpu_adan_deferred_update_matches) {
         {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "deferred", adan},
         {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "deferred, 4 in flight", adan},
         {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 3, "deferred, parameters read after step 3", adan},
-        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 3, "deferred, 4 in flight, parameters read after step 3", adan},
     };
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
@@ -535,10 +519,10 @@ TG_TEST(test_gpu_lm_label_rows_train_as_cpu) {
     enum { STEPS = 10, RUNS = 4 };
     const char *job = "examples/demo-lm.job";
     const demo_run runs[RUNS] = {
-        {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference"},
-        {job, TG_DEVICE_CUDA, 0, 1, 0, 1, 0, "uploaded"},
-        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched"},
-        {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4, 8 in flight"},
+        {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference", NULL},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 1, 0, "uploaded", NULL},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched", NULL},
+        {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4, 8 in flight", NULL},
     };
     float losses[RUNS][STEPS];
     float *params[RUNS] = {NULL};
