@@ -486,12 +486,29 @@ TG_TEST(test_gpu_fetched_batches_match_uploads) {
     for (int r = 0; r < RUNS; r++) free(params[r]);
 }
 
+/* Runs runs[0] (the CPU) and runs[1..n) (CUDA) for 10 steps: the first CUDA run's losses
+ * within 1e-4 of the CPU's, the others bit for bit the first CUDA run (`against`). */
+static void cuda_runs_as_cpu(const demo_run *runs, int n, const char *against) {
+    enum { STEPS = 10, MAX_RUNS = 8 };
+    float losses[MAX_RUNS][STEPS];
+    float *params[MAX_RUNS] = {NULL};
+    size_t bytes = 0;
+    REQUIRE(n <= MAX_RUNS, "%d runs", n);
+    if (train_runs(runs, n, STEPS, &losses[0][0], params, &bytes)) {
+        for (int s = 0; s < STEPS; s++)
+            CHECK(fabsf(losses[1][s] - losses[0][s]) <= 1e-4f * fabsf(losses[0][s]), "step %d: loss cpu %.7g cuda %.7g",
+                  s + 1, losses[0][s], losses[1][s]);
+        check_bitwise(runs, 1, 2, n, STEPS, &losses[0][0], params, bytes, against);
+    }
+    for (int r = 0; r < n; r++) free(params[r]);
+}
+
 /* Adan's update deferred beside the next forward, in chunks, trains as in schedule order,
  * bit for bit, one step or several in flight, and with the parameters read midway (which
  * applies the pending update); and as the CPU within float rounding. (A read midway with
  * steps in flight takes those steps too, so a run reading there is not step for step.) */
 TG_TEST(test_gpu_adan_deferred_update_matches) {
-    enum { STEPS = 10, RUNS = 5 };
+    enum { RUNS = 5 };
     const char *job = "examples/demo-classify.job", *adan = "optimizer=adan";
     const demo_run runs[RUNS] = {
         {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference", adan},
@@ -500,23 +517,14 @@ TG_TEST(test_gpu_adan_deferred_update_matches) {
         {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "deferred, 4 in flight", adan},
         {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 3, "deferred, parameters read after step 3", adan},
     };
-    float losses[RUNS][STEPS];
-    float *params[RUNS] = {NULL};
-    size_t bytes = 0;
-    if (train_runs(runs, RUNS, STEPS, &losses[0][0], params, &bytes)) {
-        for (int s = 0; s < STEPS; s++)
-            CHECK(fabsf(losses[1][s] - losses[0][s]) <= 1e-4f * fabsf(losses[0][s]), "step %d: loss cpu %.7g cuda %.7g",
-                  s + 1, losses[0][s], losses[1][s]);
-        check_bitwise(runs, 1, 2, RUNS, STEPS, &losses[0][0], params, bytes, "schedule order");
-    }
-    for (int r = 0; r < RUNS; r++) free(params[r]);
+    cuda_runs_as_cpu(runs, RUNS, "schedule order");
 }
 
 /* LM batches leave their labels to the step (TG_LABELS_FROM_IDS rows): the demo LM job
  * (padded rows of many lengths) trains on CUDA as on the CPU, whose batches carry every
  * label, through uploads, fetches and groups of steps; the CUDA runs agree bit for bit. */
 TG_TEST(test_gpu_lm_label_rows_train_as_cpu) {
-    enum { STEPS = 10, RUNS = 4 };
+    enum { RUNS = 4 };
     const char *job = "examples/demo-lm.job";
     const demo_run runs[RUNS] = {
         {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference", NULL},
@@ -524,16 +532,7 @@ TG_TEST(test_gpu_lm_label_rows_train_as_cpu) {
         {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "fetched", NULL},
         {job, TG_DEVICE_CUDA, 8, 4, 0, 1, 0, "groups of 4, 8 in flight", NULL},
     };
-    float losses[RUNS][STEPS];
-    float *params[RUNS] = {NULL};
-    size_t bytes = 0;
-    if (train_runs(runs, RUNS, STEPS, &losses[0][0], params, &bytes)) {
-        for (int s = 0; s < STEPS; s++)
-            CHECK(fabsf(losses[1][s] - losses[0][s]) <= 1e-4f * fabsf(losses[0][s]), "step %d: loss cpu %.7g cuda %.7g",
-                  s + 1, losses[0][s], losses[1][s]);
-        check_bitwise(runs, 1, 2, RUNS, STEPS, &losses[0][0], params, bytes, "uploads");
-    }
-    for (int r = 0; r < RUNS; r++) free(params[r]);
+    cuda_runs_as_cpu(runs, RUNS, "uploads");
 }
 
 /* The label-row kernel against the host's derivation (datasets/batch.c) on random rows
