@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "runtime/trainer.h"
@@ -156,6 +157,35 @@ TG_TEST(test_values_eval_from_logits) {
         CHECK(counted > 0 && fabs(ev.macro_f1 - f1 / counted) < 1e-12, "macro-F1 %.12g, the logits say %.12g",
               ev.macro_f1, counted ? f1 / counted : NAN);
     }
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
+}
+
+/* An eval whose logits or per-class counts cannot be allocated fails with the message and
+ * leaves the trainer's staging where it was (the next step takes the batch it would have). */
+TG_TEST(test_values_eval_out_of_memory_keeps_staging) {
+    tg_plan plan;
+    tg_trainer tr;
+    if (!open_fixture(&plan, &tr)) return;
+    static const char *const what[2] = {"out of memory for the eval logits", "out of memory for the eval's per-class counts"};
+    tg_step_stats st;
+    tg_err step_err = {{0}};
+    REQUIRE(tg_trainer_step(&tr, &st, &step_err) == 0, "%s", step_err.msg);
+    tg_trainer_next_batch(&tr); /* the next batch staged: the eval must leave it there */
+    for (int k = 0; k < 2; k++) {
+        const int cur = tr.cur;
+        tg_eval_stats ev;
+        tg_err err = {{0}};
+        tg_alloc_fail_after(-1);
+        tg_alloc_fail_only(k);
+        const int rc = tg_trainer_eval(&tr, &ev, &err);
+        tg_alloc_fail_after(-1);
+        CHECK(rc == -1 && !strcmp(err.msg, what[k]) && tr.cur == cur, "allocation %d: rc %d, '%s', staging %d (was %d)",
+              k, rc, err.msg, tr.cur, cur);
+    }
+    tg_eval_stats ev;
+    tg_err err = {{0}};
+    CHECK(tg_trainer_eval(&tr, &ev, &err) == 0 && ev.examples == ROWS, "%s", err.msg);
     tg_trainer_close(&tr);
     tg_plan_free(&plan);
 }
