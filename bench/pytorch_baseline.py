@@ -2,7 +2,8 @@
 """PyTorch + Hugging Face transformers baseline for tunegraph's training-step benchmark.
 
 One "step" = forward + loss + backward + clip_grad_norm_ + AdamW.step + scheduler.step
-+ zero_grad(set_to_none=True), bf16 autocast over fp32 master weights, model.train()
++ zero_grad(set_to_none=True), bf16 autocast (or --precision fp16: float16 autocast with
+torch.amp.GradScaler) over fp32 master weights, model.train()
 (dropout 0.1 as in the HF configs), attn_implementation="sdpa".
 
 Usage
@@ -36,7 +37,12 @@ CASES = {
     "bert-base-cls-b32-t128": dict(model="bert-cls", batch=32, seq=128),
     "bert-base-cls-b8-t512": dict(model="bert-cls", batch=8, seq=512),
     "gpt2-lm-b16-t1024": dict(model="gpt2-lm", batch=16, seq=1024),
+    # the clinical-notes study's masked-LM shape and SQuAD v2's usual one
+    "bert-base-mlm-b4-t512": dict(model="bert-mlm", batch=4, seq=512),
+    "bert-base-qa-b32-t384": dict(model="bert-qa", batch=32, seq=384),
 }
+PRECISIONS = ["bf16", "fp16"]
+MLM_PROBABILITY = 0.15
 MODES = ["eager", "compile", "compile-reduce-overhead"]
 
 LR = 5e-5
@@ -72,7 +78,7 @@ def build_model(kind):
     import torch
     import transformers as tf
 
-    if kind == "bert-cls":
+    if kind in ("bert-cls", "bert-mlm", "bert-qa"):
         # bert-base-uncased values
         cfg_kw = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072,
@@ -80,7 +86,9 @@ def build_model(kind):
                       attention_probs_dropout_prob=0.1, max_position_embeddings=512,
                       type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12,
                       pad_token_id=0, num_labels=2)
-        cfg_cls, model_cls = tf.BertConfig, tf.BertForSequenceClassification
+        cfg_cls = tf.BertConfig
+        model_cls = {"bert-cls": tf.BertForSequenceClassification, "bert-mlm": tf.BertForMaskedLM,
+                     "bert-qa": tf.BertForQuestionAnswering}[kind]
     elif kind == "gpt2-lm":
         # gpt2 (124M) values
         cfg_kw = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12,
@@ -117,11 +125,29 @@ def make_batches(kind, batch, seq, vocab, device):
     for _ in range(N_INPUT_BATCHES):
         ids = torch.randint(0, vocab, (batch, seq), generator=g, dtype=torch.long)
         mask = torch.ones(batch, seq, dtype=torch.long)  # full attention, no padding
+        types = torch.zeros(batch, seq, dtype=torch.long)
         if kind == "bert-cls":
             labels = torch.randint(0, 2, (batch,), generator=g, dtype=torch.long)
-            b = dict(input_ids=ids, attention_mask=mask,
-                     token_type_ids=torch.zeros(batch, seq, dtype=torch.long),
-                     labels=labels)
+            b = dict(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
+        elif kind == "bert-mlm":
+            # DataCollatorForLanguageModeling's rule, applied here once per batch (tunegraph
+            # masks inside its step; the baseline is not charged for masking): 15% of
+            # positions chosen, of those 80% [MASK] (id 103), 10% a random id, 10% kept.
+            chosen = torch.rand(batch, seq, generator=g) < MLM_PROBABILITY
+            labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+            to_mask = chosen & (torch.rand(batch, seq, generator=g) < 0.8)
+            to_random = chosen & ~to_mask & (torch.rand(batch, seq, generator=g) < 0.5)
+            masked = torch.where(to_mask, torch.full_like(ids, 103), ids)
+            masked = torch.where(to_random, torch.randint(0, vocab, (batch, seq), generator=g), masked)
+            b = dict(input_ids=masked, attention_mask=mask, token_type_ids=types, labels=labels)
+        elif kind == "bert-qa":
+            # a third of the rows unanswerable (start = end = 0, the [CLS] token)
+            start = torch.randint(1, seq - 32, (batch,), generator=g, dtype=torch.long)
+            end = start + torch.randint(0, 31, (batch,), generator=g, dtype=torch.long)
+            none = torch.rand(batch, generator=g) < 1 / 3
+            start, end = torch.where(none, 0, start), torch.where(none, 0, end)
+            b = dict(input_ids=ids, attention_mask=mask, token_type_ids=types, start_positions=start,
+                     end_positions=end)
         else:
             b = dict(input_ids=ids, attention_mask=mask, labels=ids.clone())  # HF shifts
         # host->device copies happen here, once, before anything is timed
@@ -129,7 +155,7 @@ def make_batches(kind, batch, seq, vocab, device):
     return batches
 
 
-def run_one(case, mode, steps, warmup):
+def run_one(case, mode, steps, warmup, precision="bf16"):
     import torch
     import transformers
 
@@ -139,7 +165,12 @@ def run_one(case, mode, steps, warmup):
     torch.cuda.init()
     torch.cuda.reset_peak_memory_stats()
 
-    res = dict(case=case, mode=mode, batch=batch, seq=seq, steps=steps, warmup_steps=warmup)
+    res = dict(case=case, mode=mode, precision=precision, batch=batch, seq=seq, steps=steps,
+               warmup_steps=warmup)
+    # fp16: autocast float16 with torch.amp.GradScaler's dynamic loss scaling (its defaults:
+    # init 65536, growth 2 every 2000 steps, backoff 0.5), as HF Trainer's fp16=True
+    amp_dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
     # ---- build (warm-up wall clock starts at model construction) ----
     torch.manual_seed(INIT_SEED)
@@ -183,12 +214,19 @@ def run_one(case, mode, steps, warmup):
         if use_cg:
             torch.compiler.cudagraph_mark_step_begin()
         b = batches[i % len(batches)]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=amp_dtype):
             out = fwd(**b)
         loss = out.loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
+            scaler.step(opt)
+            scaler.update()
         sched.step()
         opt.zero_grad(set_to_none=True)
         return loss
@@ -319,7 +357,8 @@ def env_info():
 
 
 SETTINGS = {
-    "precision": "torch.autocast('cuda', dtype=torch.bfloat16), fp32 master weights",
+    "precision": ("--precision bf16: torch.autocast('cuda', dtype=torch.bfloat16); fp16: autocast float16 "
+                  "+ torch.amp.GradScaler (unscale_ before clipping); fp32 master weights"),
     "optimizer": f"torch.optim.AdamW(lr={LR}, weight_decay={WEIGHT_DECAY}, fused=True)",
     "grad_clip": f"torch.nn.utils.clip_grad_norm_(max_norm={MAX_GRAD_NORM})",
     "scheduler": "LambdaLR linear warmup (10% of steps) then linear decay",
@@ -329,7 +368,8 @@ SETTINGS = {
     "timing": ("per step: torch.cuda.Event pair + synchronize each step (GPU ms, wall ms); "
                "pipelined_*: same steps back-to-back with no per-step sync"),
     "inputs": ("random token ids (fixed torch.Generator seed), full attention mask, random "
-               "labels (GPT-2: labels=input_ids, HF shifts); pre-generated on GPU; timed loops "
+               "labels (GPT-2: labels=input_ids, HF shifts; MLM: 15% masked 80/10/10 once per batch, "
+               "not per step; QA: start/end in the sequence, a third 0 = unanswerable); pre-generated on GPU; timed loops "
                "exclude host->device input copies"),
     "mode_notes": {
         "compile": "torch.compile(model) (Inductor, default mode); optimizer/clip run eagerly",
@@ -348,7 +388,7 @@ def child_main(args):
         import torch
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA not available")
-        res = run_one(args.case, args.mode, args.steps, args.warmup)
+        res = run_one(args.case, args.mode, args.steps, args.warmup, args.precision)
     except Exception as e:
         res = dict(case=args.case, mode=args.mode, batch=CASES.get(args.case, {}).get("batch"),
                    seq=CASES.get(args.case, {}).get("seq"), steps=args.steps,
@@ -433,7 +473,7 @@ def driver_main(args, combos):
             env["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
         fd, child_out = tempfile.mkstemp(prefix="tg_bench_", suffix=".json")
         os.close(fd)
-        cmd = [sys.executable, script, "--child", "--case", case, "--mode", mode,
+        cmd = [sys.executable, script, "--child", "--case", case, "--mode", mode, "--precision", args.precision,
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", child_out]
         t0 = time.perf_counter()
         r = None
@@ -502,6 +542,8 @@ def main():
     ap.add_argument("--cases", help="comma-separated list of cases")
     ap.add_argument("--modes", help="comma-separated list of modes")
     ap.add_argument("--all", action="store_true", help="every case x mode")
+    ap.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                    help="autocast dtype: bf16, or fp16 with GradScaler (default bf16)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
     ap.add_argument("--out", required=True, help="output JSON file")
