@@ -195,6 +195,32 @@ out:
     return rc;
 }
 
+static double backward_flops(const tg_plan *p) {
+    double f = 0;
+    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
+        f += tg_op_flops(&p->ops[o]);
+    return f;
+}
+
+/* What the job's freeze removed from the backward, for inspect: the job compiled again
+ * without freeze, its backward phase compared with the plan's. */
+static int measure_freeze_pruning(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    tg_job open = *j;
+    open.freeze[0] = 0;
+    tg_plan full;
+    /* It compiles whatever the frozen job compiles; it can only run out of memory, and
+     * says so as the compile does. */
+    if (compile_one(&open, cfg, &full, err)) return -1;
+    const int ops = (full.phase_begin[TG_PHASE_OPTIMIZER] - full.phase_begin[TG_PHASE_BACKWARD]) -
+                    (plan->phase_begin[TG_PHASE_OPTIMIZER] - plan->phase_begin[TG_PHASE_BACKWARD]);
+    const double flops = backward_flops(&full) - backward_flops(plan);
+    tg_plan_free(&full);
+    /* Freezing only removes backward work (compiler/autodiff.c): neither is negative. */
+    plan->freeze_pruned_ops = ops;
+    plan->freeze_pruned_flops = flops;
+    return 0;
+}
+
 /* The length buckets: the job compiled again at each bucket length but the last (the
  * plan itself), each a complete plan whose settings, io and fingerprint are the plan's but
  * for seq; then one set of pools, every pool as large as the largest bucket needs it, and
@@ -240,6 +266,10 @@ static int compile_buckets(const tg_job *j, const tg_model_config *cfg, tg_plan 
 
 int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
     if (compile_one(j, cfg, plan, err)) return -1;
+    if (j->freeze[0] && measure_freeze_pruning(j, cfg, plan, err)) {
+        tg_plan_free(plan);
+        return -1;
+    }
     if (j->n_buckets > 1 && compile_buckets(j, cfg, plan, err)) {
         tg_plan_free(plan);
         return -1;

@@ -157,6 +157,10 @@ static void print_text(const tg_plan *p, FILE *out) {
                  " bytes)\n",
             cc.count[TG_CLASS_TRAINABLE], cc.bytes[TG_CLASS_TRAINABLE], cc.count[TG_CLASS_FROZEN],
             cc.bytes[TG_CLASS_FROZEN], cc.count[TG_CLASS_BUFFER], cc.bytes[TG_CLASS_BUFFER]);
+    if (cc.count[TG_CLASS_FROZEN] || p->freeze_pruned_ops)
+        fprintf(out, "freeze pruned: %d backward ops, %.6g FLOPs (%.3f GFLOP) per step, beside no gradient and no "
+                     "optimizer state for the %d frozen parameters\n",
+                p->freeze_pruned_ops, p->freeze_pruned_flops, p->freeze_pruned_flops / 1e9, cc.count[TG_CLASS_FROZEN]);
 
     for (int ph = 0; ph < TG_PHASE_COUNT; ph++) {
         int b = p->phase_begin[ph], e = p->phase_begin[ph + 1];
@@ -473,6 +477,8 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "activation_live_peak", jbytes(p->activation_live_peak));
     jset(&c, root, "flops_per_step", jreal(p->flops_per_step));
     jset(&c, root, "bytes_per_step", jreal(p->bytes_per_step));
+    jset(&c, root, "freeze_pruned_ops", jint(p->freeze_pruned_ops));
+    jset(&c, root, "freeze_pruned_flops", jreal(p->freeze_pruned_flops));
     *bad = c.bad;
     return root;
 }

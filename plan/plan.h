@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 15
+#define TG_PLAN_VERSION 16
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -229,6 +229,11 @@ typedef struct tg_plan {
     uint64_t activation_live_peak;       /* largest sum of simultaneously live activations */
     double flops_per_step;
     double bytes_per_step;
+    /* What the job's freeze removed from the backward: the ops and FLOPs per step that the
+     * same job without freeze has in its backward phase and this plan has not (gradients of
+     * frozen parameters, and everything below the lowest trainable one). 0 without freeze. */
+    int32_t freeze_pruned_ops;
+    double freeze_pruned_flops;
     tg_plan_io io;
     uint64_t fingerprint;                /* xxh64 of model config, job and tunegraph version
                                             (computed by the compiler) */

@@ -38,7 +38,7 @@ _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 76, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1584, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3488, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3504, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -219,6 +219,8 @@ static void put_body(wbuf *b, const tg_plan *plan) {
     put_u64(b, plan->activation_live_peak);
     put_f64(b, plan->flops_per_step);
     put_f64(b, plan->bytes_per_step);
+    put_i32(b, plan->freeze_pruned_ops);
+    put_f64(b, plan->freeze_pruned_flops);
 }
 
 /* The tables put_body writes must be there, and every op kind inside the enum. */
@@ -523,6 +525,8 @@ static int get_body(rbuf *r, tg_plan *p, const char *name, tg_err *err) {
     p->activation_live_peak = get_u64(r);
     p->flops_per_step = get_f64(r);
     p->bytes_per_step = get_f64(r);
+    p->freeze_pruned_ops = get_i32(r);
+    p->freeze_pruned_flops = get_f64(r);
     return 0;
 }
 

@@ -307,6 +307,11 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
             return tg_fail(err, "%s: phase %s begins at op %d but ends at op %d", name,
                            tg_phase_name(ph), p->phase_begin[ph], p->phase_begin[ph + 1]);
 
+    /* The freeze summary is printed, never executed, but a plan is untrusted input. */
+    if (p->freeze_pruned_ops < 0 || !(p->freeze_pruned_flops >= 0 && p->freeze_pruned_flops <= 1e30))
+        return tg_fail(err, "%s: freeze pruned %d ops and %g FLOPs (both must be >= 0 and finite)", name,
+                       p->freeze_pruned_ops, p->freeze_pruned_flops);
+
     for (int o = 0, ph = 0; o < p->n_ops; o++) {
         const tg_op *op = &p->ops[o];
         if (op->kind < 0 || op->kind >= TG_OP_COUNT)

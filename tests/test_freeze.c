@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/bf16.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
 #include "plan/inspect.h"
+#include "plan/op_meta.h"
+#include "plan/plan_codec.h"
 #include "plan/plan_file.h"
 #include "plan/validate.h"
 #include "runtime/trainer.h"
@@ -493,4 +496,103 @@ TG_TEST(test_freeze_inspect) {
           "the flags column lacks frozen, buffer or frozen views");
     free(text);
     tg_plan_free(&p);
+}
+
+static double phase_flops(const tg_plan *p, int phase) {
+    double f = 0;
+    for (int o = p->phase_begin[phase]; o < p->phase_begin[phase + 1]; o++) f += tg_op_flops(&p->ops[o]);
+    return f;
+}
+
+/* What freeze pruned is the backward of the same job without freeze, less the plan's: ops
+ * and FLOPs, recorded in the plan, kept by the file, printed by inspect; 0 without freeze,
+ * and a plan claiming a negative or non-finite amount is refused. */
+TG_TEST(test_freeze_pruned_backward_measured) {
+    tg_plan open, frozen;
+    tg_err err;
+    REQUIRE(compile_text(TINY_BERT, &open, &err) == 0, "%s", err.msg);
+    REQUIRE(compile_text(TINY_BERT "freeze = bert.embeddings.*, bert.encoder.layer.0.*\n", &frozen, &err) == 0, "%s",
+            err.msg);
+    CHECK(open.freeze_pruned_ops == 0 && open.freeze_pruned_flops == 0, "no freeze: %d ops, %g FLOPs",
+          open.freeze_pruned_ops, open.freeze_pruned_flops);
+    const int ops_open = open.phase_begin[TG_PHASE_OPTIMIZER] - open.phase_begin[TG_PHASE_BACKWARD];
+    const int ops_frozen = frozen.phase_begin[TG_PHASE_OPTIMIZER] - frozen.phase_begin[TG_PHASE_BACKWARD];
+    const double flops = phase_flops(&open, TG_PHASE_BACKWARD) - phase_flops(&frozen, TG_PHASE_BACKWARD);
+    CHECK(ops_frozen < ops_open && frozen.freeze_pruned_ops == ops_open - ops_frozen, "pruned %d ops, want %d - %d",
+          frozen.freeze_pruned_ops, ops_open, ops_frozen);
+    CHECK(flops > 0 && frozen.freeze_pruned_flops == flops, "pruned %.17g FLOPs, want %.17g", frozen.freeze_pruned_flops,
+          flops);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    REQUIRE(f, "open_memstream");
+    int rc = tg_plan_inspect(&frozen, f, 0, &err);
+    fclose(f);
+    char line[256];
+    snprintf(line, sizeof line,
+             "\nfreeze pruned: %d backward ops, %.6g FLOPs (%.3f GFLOP) per step, beside no gradient and no optimizer "
+             "state for the 21 frozen parameters\n",
+             ops_open - ops_frozen, flops, flops / 1e9);
+    CHECK(rc == 0 && text && strstr(text, line), "inspect lacks '%s'", line);
+    free(text);
+    text = NULL;
+    f = open_memstream(&text, &len);
+    REQUIRE(f, "open_memstream");
+    rc = tg_plan_inspect(&open, f, 0, &err);
+    fclose(f);
+    CHECK(rc == 0 && text && !strstr(text, "freeze pruned"), "a plan without freeze prints a freeze line");
+    free(text);
+
+    uint8_t *payload = NULL;
+    size_t n = 0;
+    REQUIRE(tg_plan_payload_encode(&frozen, &payload, &n, &err) == 0, "%s", err.msg);
+    tg_plan back;
+    REQUIRE(tg_plan_payload_decode(payload, n, "p", TG_PLAN_CHECK_ALL, &back, &err) == 0, "%s", err.msg);
+    CHECK(back.freeze_pruned_ops == frozen.freeze_pruned_ops && back.freeze_pruned_flops == frozen.freeze_pruned_flops,
+          "the file kept %d ops, %g FLOPs", back.freeze_pruned_ops, back.freeze_pruned_flops);
+    tg_plan_free(&back);
+    free(payload);
+
+    const double bad_flops[] = {-1.0, NAN, INFINITY};
+    for (int k = 0; k < 4; k++) {
+        tg_plan edited = frozen;
+        if (k < 3) edited.freeze_pruned_flops = bad_flops[k];
+        else edited.freeze_pruned_ops = -1;
+        rc = tg_plan_validate_tables(&edited, "p", &err);
+        CHECK(rc == -1 && strstr(err.msg, "p: freeze pruned ") && strstr(err.msg, "(both must be >= 0 and finite)"),
+              "case %d: rc %d, '%s'", k, rc, err.msg);
+    }
+    tg_plan_free(&open);
+    tg_plan_free(&frozen);
+}
+
+/* Each allocation of a freeze job's compile, the second compile without freeze among
+ * them, failing alone: the compile fails, saying it ran out of memory, and leaks nothing
+ * (make test-asan). */
+TG_TEST(test_freeze_pruning_out_of_memory) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/job.txt", tg_test_tmpdir());
+    REQUIRE(tg_test_write_file(path, TINY_BERT "freeze = bert.embeddings.*\n") == 0, "cannot write %s", path);
+    tg_job job;
+    tg_err err;
+    REQUIRE(tg_job_load(path, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    tg_plan p;
+    tg_alloc_fail_after(-1);
+    REQUIRE(tg_compile(&job, &p, &err) == 0, "%s", err.msg);
+    const long total = tg_alloc_fail_after(-1);
+    tg_plan_free(&p);
+    int failed = 0;
+    for (long k = 0; k < total; k++) {
+        tg_alloc_fail_only(k);
+        const int rc = tg_compile(&job, &p, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) {
+            tg_plan_free(&p);
+            continue;
+        }
+        failed++;
+        CHECK(strstr(err.msg, "out of memory"), "allocation %ld of %ld: '%s'", k, total, err.msg);
+    }
+    CHECK(failed > 0 && failed == total, "%d of %ld failing allocations failed the compile", failed, total);
 }

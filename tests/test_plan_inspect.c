@@ -76,6 +76,7 @@ static void build(odd_plan *s) {
     p->peak_bytes = 2560;
     p->flops_per_step = NAN; /* null in JSON */
     p->bytes_per_step = 12.5;
+    p->freeze_pruned_ops = 7, p->freeze_pruned_flops = 2.5e9;
     p->fingerprint = 0xabc;
     /* Buckets 0 and 1: the same tensors, activations of 300 and 900 bytes (the plan's
      * reach 612). */
