@@ -11,10 +11,13 @@
 #include "compiler/job.h"
 #include "kernels/mlm_mask.h"
 #include "models/model_config.h"
+#include "models/safetensors.h"
 #include "plan/inspect.h"
 #include "plan/op_meta.h"
 #include "runtime/cpu/cpu_exec.h"
+#include "runtime/hf_export.h"
 #include "runtime/trainer.h"
+#include "runtime/weights.h"
 #include "tests/harness.h"
 
 static tg_mlm_mask_params params(int64_t n, int64_t vocab, float p) {
@@ -430,5 +433,94 @@ TG_TEST(test_mlm_training_lowers_eval_loss) {
     CHECK(fabs(after.perplexity - exp(after.loss)) <= 1e-9 * after.perplexity && after.accuracy == -1.0,
           "perplexity %g, accuracy %g", after.perplexity, after.accuracy);
     tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+
+/* Every value of a tiny BERT mlm image as checkpoint items, under the names `rename` gives
+ * (NULL: left out), plus `extra` items. */
+typedef const char *(*rename_fn)(const char *name);
+
+static int mlm_items(const tg_weights_image *img, rename_fn rename, tg_st_item *items) {
+    const tg_plan *p = img->plan;
+    int n = 0;
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (!tg_tensor_is_value(x) || tg_tensor_class_of(x) == TG_CLASS_BUFFER) continue;
+        const char *name = rename ? rename(x->name) : x->name;
+        if (name) items[n++] = (tg_st_item){name, TG_ST_F32, x->ndim, x->shape, tg_weights_value(img, t)};
+    }
+    return n;
+}
+
+/* BertModel's names (all-MiniLM-L6-v2): no "bert." prefix and no MLM head. */
+static const char *bare_bert_name(const char *name) { return !strncmp(name, "bert.", 5) ? name + 5 : NULL; }
+/* A checkpoint holding the head's bias only as the decoder's (tied) bias. */
+static const char *decoder_bias_name(const char *name) {
+    return !strcmp(name, "cls.predictions.bias") ? "cls.predictions.decoder.bias" : name;
+}
+
+static int same_value(const tg_weights_image *a, const tg_weights_image *b, const char *name) {
+    const int t = find_tensor(a->plan, name);
+    return t >= 0 && !memcmp(tg_weights_value(a, t), tg_weights_value(b, t), (size_t)tg_tensor_numel(&a->plan->tensors[t]) * 4);
+}
+
+/* bert-base-uncased's layout (BertForPreTraining: the tied decoder stored too, a pooler and
+ * the next-sentence head) loads whole, the decoder's copies used, the pooler and NSP head
+ * unused; the decoder bias alone loads as the head's bias; a bare BertModel gets the head
+ * newly initialised and the report says so. */
+TG_TEST(test_mlm_checkpoints) {
+    tg_plan p;
+    if (!tg_test_compile_preset("tiny-bert", TG_TASK_MLM, TG_PREC_FP32, 1, &p)) return;
+    tg_weights_image src, got;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &src, &err) == 0 && tg_weights_image_alloc(&p, &got, &err) == 0, "%s", err.msg);
+    tg_weights_init(&src, 7);
+    static tg_st_item items[256];
+    static const float extra[4] = {1, 2, 3, 4};
+    static const int64_t four[] = {4};
+    char path[700];
+    snprintf(path, sizeof path, "%s/mlm-ckpt.safetensors", tg_test_tmpdir());
+    int n = mlm_items(&src, NULL, items);
+    const int table = find_tensor(&p, "bert.embeddings.word_embeddings.weight"), bias = find_tensor(&p, "cls.predictions.bias");
+    REQUIRE(table >= 0 && bias >= 0 && n < 240, "no table or bias");
+    items[n++] = (tg_st_item){"cls.predictions.decoder.weight", TG_ST_F32, 2, p.tensors[table].shape,
+                              tg_weights_value(&src, table)};
+    items[n++] = (tg_st_item){"cls.predictions.decoder.bias", TG_ST_F32, 1, p.tensors[bias].shape,
+                              tg_weights_value(&src, bias)};
+    items[n++] = (tg_st_item){"cls.seq_relationship.bias", TG_ST_F32, 1, four, extra};
+    items[n++] = (tg_st_item){"bert.pooler.dense.bias", TG_ST_F32, 1, four, extra};
+    REQUIRE(tg_st_write(path, items, n, &err) == 0, "%s", err.msg);
+    tg_weights_report r;
+    REQUIRE(tg_weights_load(&got, path, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.missing == 0 && r.unexpected == 2 && !strcmp(r.unexpected_names[0], "bert.pooler.dense.bias") &&
+              !strcmp(r.unexpected_names[1], "cls.seq_relationship.bias"),
+          "pretraining checkpoint: %d missing (first %s), %d unexpected", r.missing, r.first_missing, r.unexpected);
+    CHECK(same_value(&src, &got, "cls.predictions.bias") && same_value(&src, &got, "cls.predictions.transform.dense.weight"),
+          "the head's values differ");
+    tg_weights_report_free(&r);
+
+    n = mlm_items(&src, decoder_bias_name, items);
+    REQUIRE(tg_st_write(path, items, n, &err) == 0, "%s", err.msg);
+    memset(tg_weights_value(&got, bias), 0, (size_t)tg_tensor_numel(&p.tensors[bias]) * 4);
+    REQUIRE(tg_weights_load(&got, path, &r, &err) == 0, "%s", err.msg);
+    CHECK(r.missing == 0 && r.unexpected == 0 && same_value(&src, &got, "cls.predictions.bias"),
+          "decoder bias only: %d missing (first %s), %d unexpected", r.missing, r.first_missing, r.unexpected);
+    tg_weights_report_free(&r);
+
+    n = mlm_items(&src, bare_bert_name, items);
+    REQUIRE(tg_st_write(path, items, n, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_weights_load(&got, path, &r, &err) == 0, "%s", err.msg);
+    char *text = tg_weights_report_text(&r, tg_hf_model_class(&p), "minilm");
+    CHECK(text && !strcmp(text, "Some weights of BertForMaskedLM were not initialized from the model checkpoint at "
+                                "minilm and are newly initialized: ['cls.predictions.bias', "
+                                "'cls.predictions.transform.LayerNorm.bias', 'cls.predictions.transform.LayerNorm.weight', "
+                                "'cls.predictions.transform.dense.bias', 'cls.predictions.transform.dense.weight']\n"),
+          "bare BertModel: %s", text ? text : "(null)");
+    free(text);
+    tg_weights_report_free(&r);
+    tg_weights_image_free(&src);
+    tg_weights_image_free(&got);
     tg_plan_free(&p);
 }
