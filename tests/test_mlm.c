@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "kernels/mlm_mask.h"
@@ -522,5 +523,56 @@ TG_TEST(test_mlm_checkpoints) {
     tg_weights_report_free(&r);
     tg_weights_image_free(&src);
     tg_weights_image_free(&got);
+    tg_plan_free(&p);
+}
+
+static int count_rows(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
+    tg_trainer *t = ctx;
+    /* The masked ids and labels of the batch are there while the callback runs. */
+    if (!t->eval_masked_ids || !t->eval_masked_labels) return tg_fail(err, "no masked ids in the callback");
+    return 0;
+}
+
+/* An mlm eval (and one handing each batch's logits and masked ids over) with each of its
+ * allocations failing in turn: -1 and "out of memory", then the same loss as without. */
+TG_TEST(test_mlm_eval_alloc_faults) {
+    char data[512], job_path[512];
+    snprintf(data, sizeof data, "%s/mlm-rows.jsonl", tg_test_tmpdir());
+    snprintf(job_path, sizeof job_path, "%s/mlm-rows.job", tg_test_tmpdir());
+    REQUIRE(tg_test_write_file(data, "{\"input_ids\": [101, 5, 6, 7, 8, 9, 10, 102]}\n{\"input_ids\": [101, 8, 9, 11, 102]}\n"
+                                     "{\"input_ids\": [101, 10, 11, 12, 13, 14, 15, 16, 17, 102]}\n") == 0,
+            "write %s", data);
+    char text[1400];
+    snprintf(text, sizeof text,
+             "model = tiny-bert\ntask = mlm\nmlm_probability = 0.5\nbatch = 2\nseq = 12\nsteps = 1\ntrain_data = %s\n"
+             "eval_data = %s\n",
+             data, data);
+    REQUIRE(tg_test_write_file(job_path, text) == 0, "write %s", job_path);
+    tg_job job;
+    tg_plan p;
+    tg_err err;
+    REQUIRE(tg_job_load(job_path, NULL, 0, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    tg_eval_stats want, got;
+    REQUIRE(tg_trainer_eval(&tr, &want, &err) == 0 && want.counted > 0, "%s", err.msg);
+    for (int with_logits = 0; with_logits < 2; with_logits++) {
+        int failures = 0;
+        for (long k = 0; k < 100; k++) {
+            memset(&err, 0, sizeof err);
+            tg_alloc_fail_after(k);
+            const int rc = with_logits ? tg_trainer_eval_logits(&tr, &got, count_rows, &tr, &err)
+                                       : tg_trainer_eval(&tr, &got, &err);
+            tg_alloc_fail_after(-1);
+            if (rc == 0) break;
+            failures++;
+            if (!CHECK(strstr(err.msg, "out of memory"), "allocation %ld failing: '%s'", k, err.msg)) break;
+        }
+        CHECK(failures > 0 && got.loss == want.loss && got.counted == want.counted && !tr.eval_masked_ids,
+              "%s: %d failures, then loss %.9g over %lld (want %.9g over %lld)", with_logits ? "eval_logits" : "eval",
+              failures, got.loss, (long long)got.counted, want.loss, (long long)want.counted);
+    }
+    tg_trainer_close(&tr);
     tg_plan_free(&p);
 }
