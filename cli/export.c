@@ -225,8 +225,9 @@ static void write_ints(FILE *f, const char *key, const int32_t *v, int32_t n) {
     fputc(']', f);
 }
 
-/* One line per eval example: its index, the ids the plan saw (cut to seq), its token types
- * and label where it has them, and its logits (LM: one row per token). */
+/* One line per eval example: its index, the ids the plan saw (cut to seq; mlm: as the
+ * eval masked them, with "labels", -100 off the masked positions), its token types and
+ * label where it has them, and its logits (LM: one row per token). */
 static int write_logits(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
     logits_writer *w = ctx;
     const tg_plan *p = w->tr->plan;
@@ -236,7 +237,9 @@ static int write_logits(void *ctx, const float *logits, int32_t first, int32_t r
         const tg_example *ex = &w->tr->eval.examples[first + r];
         const int32_t len = ex->len < seq ? ex->len : (int32_t)seq;
         fprintf(w->f, "{\"index\": %d", first + r);
-        write_ints(w->f, "input_ids", ex->input_ids, len);
+        const int32_t *masked = w->tr->eval_masked_ids, *labels = w->tr->eval_masked_labels;
+        write_ints(w->f, "input_ids", masked ? masked + (int64_t)r * seq : ex->input_ids, len);
+        if (masked) write_ints(w->f, "labels", labels + (int64_t)r * seq, len);
         if (ex->token_type_ids) write_ints(w->f, "token_type_ids", ex->token_type_ids, len);
         if (p->train.task == TG_TASK_CLASSIFY) {
             fprintf(w->f, ", \"label\": %d, \"logits\": [", ex->label);

@@ -42,6 +42,21 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_TASK, err, msg);
     }
+    if (job->task == TG_TASK_MLM && cfg->arch == TG_ARCH_GPT2) {
+        snprintf(msg, sizeof msg, "task mlm needs an encoder (bert or roberta family); model '%s' is %s", cfg->source,
+                 tg_arch_name(cfg->arch));
+        return job_error(job, TG_JOB_TASK, err, msg);
+    }
+    if (job->task == TG_TASK_MLM) {
+        int32_t mask_id, special[TG_JOB_SPECIAL_IDS_MAX];
+        tg_mlm_token_ids(job, cfg, tg_job_pad_id(job, cfg), &mask_id, special);
+        if (mask_id >= cfg->vocab_size) {
+            snprintf(msg, sizeof msg, "mask token id %d is outside the vocabulary of model '%s' (vocab_size %d)%s",
+                     mask_id, cfg->source, cfg->vocab_size,
+                     job->mask_token_id < 0 ? "; set mask_token_id to the tokenizer's [MASK] id" : "");
+            return job_error(job, TG_JOB_MASK_TOKEN_ID, err, msg);
+        }
+    }
     if (job->task == TG_TASK_CLASSIFY && job->num_labels < 2) {
         snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
         return job_error(job, TG_JOB_NUM_LABELS, err, msg);

@@ -57,6 +57,9 @@ static const struct job_key {
     [TG_JOB_NO_PROX] = {"no_prox", 0},
     [TG_JOB_SKIP_NONFINITE] = {"skip_nonfinite", 1},
     [TG_JOB_MAX_SKIPPED_STEPS] = {"max_skipped_steps", 1},
+    [TG_JOB_MLM_PROBABILITY] = {"mlm_probability", 0},
+    [TG_JOB_MASK_TOKEN_ID] = {"mask_token_id", 0},
+    [TG_JOB_SPECIAL_TOKEN_IDS] = {"special_token_ids", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -97,6 +100,10 @@ void tg_job_defaults(tg_job *job) {
     job->last_batch = TG_LAST_BATCH_PAD;
     job->skip_nonfinite = 1;
     job->max_skipped_steps = 10;
+    job->mlm_probability = 0.15f;
+    job->mask_token_id = -1;
+    job->n_special_ids = -1;
+    for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++) job->special_ids[i] = -1;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -337,8 +344,42 @@ static int set_seq_buckets(tg_job *job, const char *v, const origin *o, const ch
     return 0;
 }
 
+/* `special_token_ids`: up to TG_JOB_SPECIAL_IDS_MAX comma-separated ids (>= 0), the
+ * tokenizer's special tokens besides [MASK], which task = mlm never masks; "none" for
+ * none. */
+static int set_special_ids(tg_job *job, const char *v, const origin *o, const char *key, tg_err *err) {
+    int32_t ids[TG_JOB_SPECIAL_IDS_MAX];
+    int n = 0;
+    for (const char *p = v; strcmp(v, "none") != 0;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) p++, len--;
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        if (n == TG_JOB_SPECIAL_IDS_MAX)
+            return tg_fail(err, "%skey '%s': more than %d ids in '%s'", o->prefix, key, TG_JOB_SPECIAL_IDS_MAX, v);
+        char item[32];
+        long long x = 0;
+        int bad = !len || len >= sizeof item;
+        if (!bad) {
+            memcpy(item, p, len);
+            item[len] = 0;
+            bad = parse_int(item, 0, INT32_MAX, &x) != 0;
+        }
+        if (bad)
+            return tg_fail(err, "%skey '%s': '%.*s' is not a token id (ids are separated by commas, as in 0,100,101,102; "
+                                "or none)",
+                           o->prefix, key, (int)len, p);
+        ids[n++] = (int32_t)x;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++) job->special_ids[i] = i < n ? ids[i] : -1;
+    job->n_special_ids = n;
+    return 0;
+}
+
 static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
-    static const char *const tasks[] = {"classify", "lm"};
+    static const char *const tasks[TG_TASK_COUNT] = {"classify", "lm", "mlm"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
@@ -350,7 +391,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_MODEL:
         rc = set_path(job->model, v, o, strchr(v, '/') != NULL, name, err);
         break;
-    case TG_JOB_TASK: rc = set_enum(&job->task, v, tasks, 2, o, name, err); break;
+    case TG_JOB_TASK: rc = set_enum(&job->task, v, tasks, TG_TASK_COUNT, o, name, err); break;
     /* Classification needs two classes at least (the compiler refuses fewer). */
     case TG_JOB_NUM_LABELS: rc = set_int(&job->num_labels, v, 2, o, name, err); break;
     case TG_JOB_BATCH: rc = set_int(&job->batch, v, 1, o, name, err); break;
@@ -415,6 +456,9 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_LR_SCHEDULE:
         rc = set_enum(&job->lr_schedule, v, lr_schedules, TG_LR_SCHEDULE_COUNT, o, name, err);
         break;
+    case TG_JOB_MLM_PROBABILITY: rc = set_float(&job->mlm_probability, v, 0, 1, 1, 1, o, name, err); break;
+    case TG_JOB_MASK_TOKEN_ID: rc = set_int(&job->mask_token_id, v, 0, o, name, err); break;
+    case TG_JOB_SPECIAL_TOKEN_IDS: rc = set_special_ids(job, v, o, name, err); break;
     case TG_JOB_KEY_COUNT: break;
     }
     if (rc == 0) job->key_line[key] = o->line;
@@ -656,6 +700,10 @@ static int validate(const tg_job *job, tg_err *err) {
     if (job->task != TG_TASK_CLASSIFY && job->key_line[TG_JOB_NUM_LABELS] != 0)
         return tg_fail(err, "%s: key 'num_labels': only meaningful for task = classify (task is %s)",
                        tg_job_where(job, TG_JOB_NUM_LABELS, w1, sizeof w1), tg_task_name(job->task));
+    for (int key = TG_JOB_MLM_PROBABILITY; key <= TG_JOB_SPECIAL_TOKEN_IDS; key++)
+        if (job->task != TG_TASK_MLM && job->key_line[key] != 0)
+            return tg_fail(err, "%s: key '%s': only meaningful for task = mlm (task is %s)",
+                           tg_job_where(job, key, w1, sizeof w1), tg_job_key_name(key), tg_task_name(job->task));
     return 0;
 }
 

@@ -10,6 +10,8 @@
 /* The longest `freeze` value, and the most patterns it may hold. */
 #define TG_JOB_FREEZE_BYTES 2048
 #define TG_JOB_FREEZE_MAX 64
+/* The most ids key special_token_ids may list (MLM_MASK's special0..4). */
+#define TG_JOB_SPECIAL_IDS_MAX 5
 
 /* A training job, from a job file plus --set overrides. The compiler turns it into a
  * plan's train and run settings and the op parameters (the optimizer's live in the
@@ -57,7 +59,14 @@ typedef struct tg_job {
     int32_t last_batch;           /* tg_last_batch */
     int32_t skip_nonfinite;       /* tg_plan_run.skip_nonfinite */
     int32_t max_skipped_steps;
-    int32_t key_line[40];         /* per tg_job_key: line that set it, 0 = default,
+    /* task = mlm: the masking probability, the [MASK] id and the special ids never masked
+     * (mask_token_id -1 and n_special_ids -1: the architecture's defaults, resolved by the
+     * compiler; special_ids past n_special_ids are -1). */
+    float mlm_probability;
+    int32_t mask_token_id;
+    int32_t n_special_ids;
+    int32_t special_ids[TG_JOB_SPECIAL_IDS_MAX];
+    int32_t key_line[48];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
 
@@ -73,7 +82,8 @@ typedef enum tg_job_key {
     TG_JOB_FUSE_RESIDUAL_LAYERNORM, TG_JOB_FUSE_QKV, TG_JOB_DATA_PARALLEL, TG_JOB_ZERO_STAGE,
     TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
     TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_SKIP_NONFINITE,
-    TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_KEY_COUNT
+    TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
+    TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

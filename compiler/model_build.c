@@ -322,12 +322,13 @@ static int attention_fused(builder *b, const char *prefix, const int *qkv, int p
     return out;
 }
 
-/* Cross-entropy loss over logits [rows, width] whose first `classes` columns count. */
-static int loss_of(builder *b, int logits, int64_t rows, int64_t width, int64_t classes) {
+/* Cross-entropy loss over logits [rows, width] whose first `classes` columns count, against
+ * `labels` (the batch's, or the masking op's). */
+static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t width, int64_t classes) {
     tg_graph *g = b->g;
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
-    s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
+    s.in[0] = logits, s.in[1] = labels, s.out[0] = loss;
     s.p.cross_entropy.n = rows, s.p.cross_entropy.c = width;
     s.p.cross_entropy.classes = classes < width ? classes : 0;
     tg_graph_op(g, &s);
@@ -350,6 +351,67 @@ static int select_token(builder *b, const char *name, int x, int mode, int pad_i
     return y;
 }
 
+void tg_mlm_token_ids(const tg_job *job, const tg_model_config *cfg, int pad_id, int32_t *mask_id,
+                      int32_t special[TG_JOB_SPECIAL_IDS_MAX]) {
+    const int roberta = cfg->arch == TG_ARCH_ROBERTA;
+    *mask_id = job->mask_token_id >= 0 ? job->mask_token_id : roberta ? cfg->vocab_size - 1 : 103;
+    const int32_t bert[] = {pad_id, 100, 101, 102}, roberta_ids[] = {0, pad_id, 2, 3};
+    for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++)
+        special[i] = job->n_special_ids >= 0 ? job->special_ids[i] : i < 4 ? (roberta ? roberta_ids : bert)[i] : -1;
+}
+
+/* task = mlm: the batch's ids masked on the device (TG_OP_MLM_MASK); *labels gets the
+ * labels tensor it writes. Returns the masked ids, which the embedding reads. */
+static int mlm_mask(builder *b, int pad_id, int *labels) {
+    tg_graph *g = b->g;
+    int64_t shape[2] = {b->B, b->T};
+    int ids = tg_graph_tensor(g, "mlm.input_ids", TG_I32, TG_POOL_ACTIVATIONS, 2, shape);
+    *labels = tg_graph_tensor(g, "mlm.labels", TG_I32, TG_POOL_ACTIVATIONS, 2, shape);
+    tg_op_spec s = tg_spec(TG_OP_MLM_MASK);
+    s.in[0] = g->io.input_ids, s.in[1] = g->io.attention_mask, s.in[2] = g->io.step;
+    s.out[0] = ids, s.out[1] = *labels;
+    tg_mlm_mask_params *mp = &s.p.mlm_mask;
+    int32_t mask_id, special[TG_JOB_SPECIAL_IDS_MAX];
+    tg_mlm_token_ids(g->job, g->cfg, pad_id, &mask_id, special);
+    mp->n = b->N, mp->vocab = g->cfg->vocab_size, mp->key = g->dropout_key++, mp->mask_id = mask_id;
+    mp->p = g->job->mlm_probability;
+    mp->special0 = special[0], mp->special1 = special[1], mp->special2 = special[2];
+    mp->special3 = special[3], mp->special4 = special[4];
+    tg_graph_op(g, &s);
+    return ids;
+}
+
+/* The masked-LM head over the encoder's output h [N, D]: HF's BertLMPredictionHead
+ * (cls.predictions: transform.dense, the config's activation, transform.LayerNorm, the
+ * decoder tied to the word embeddings, bias) or RobertaLMHead (lm_head: dense, the exact
+ * GELU whatever the config says, layer_norm, the tied decoder, bias). Returns the logits
+ * [N, V]. The head's GELU is an op of its own (never the matmul epilogue), so its form is
+ * the one HF applies. */
+static int mlm_head(builder *b, int h, int table) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    const int roberta = c->arch == TG_ARCH_ROBERTA;
+    int x = linear(b, roberta ? "lm_head.dense" : "cls.predictions.transform.dense", h, b->N, b->D, b->D, 0, 1, 1.0f);
+    if (x < 0) return -1; /* an earlier failure, already recorded */
+    int y = tg_graph_tensor(g, roberta ? "lm_head.gelu" : "cls.predictions.transform.act", TG_F32,
+                            TG_POOL_ACTIVATIONS, g->tensors[x].ndim, g->tensors[x].shape);
+    tg_op_spec s = tg_spec(TG_OP_GELU);
+    s.in[0] = x, s.out[0] = y;
+    s.p.gelu.n = b->N * b->D, s.p.gelu.form = roberta ? TG_GELU_ERF : c->gelu;
+    tg_graph_op(g, &s);
+    x = layernorm(b, roberta ? "lm_head.layer_norm" : "cls.predictions.transform.LayerNorm", y, b->N);
+    int bias = tg_param(g, roberta ? "lm_head.bias" : "cls.predictions.bias", 1, c->vocab_size, 0, TG_INIT_ZEROS, 1);
+    if (table < 0 || bias < 0) return -1;
+    g->tensors[table].flags |= TG_TENSOR_TIED;
+    int logits = tg_act(g, roberta ? "lm_head.decoder" : "cls.predictions.decoder", 2, b->N, c->vocab_size, 0, 0);
+    s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = table, s.in[2] = bias, s.out[0] = logits;
+    s.p.matmul.m = b->N, s.p.matmul.n = c->vocab_size, s.p.matmul.k = b->D, s.p.matmul.trans_b = 1;
+    s.p.matmul.batch = 1, s.p.matmul.alpha = 1.0f;
+    tg_graph_op(g, &s);
+    return logits;
+}
+
 static int build_encoder(builder *b, int pad_id) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
@@ -360,7 +422,10 @@ static int build_encoder(builder *b, int pad_id) {
     snprintf(name, sizeof name, "%s.word_embeddings.weight", p);
     /* HF: word embeddings (and RoBERTa's positions) have padding_idx = pad_token_id. */
     int cfg_pad = c->pad_token_id;
-    int we = embedding(b, name, g->io.input_ids, c->vocab_size, cfg_pad, NULL);
+    const int mlm = g->job->task == TG_TASK_MLM;
+    int mlm_labels = -1, word_table;
+    int ids = mlm ? mlm_mask(b, pad_id, &mlm_labels) : g->io.input_ids;
+    int we = embedding(b, name, ids, c->vocab_size, cfg_pad, &word_table);
     snprintf(name, sizeof name, "%s.token_type_embeddings.weight", p);
     int te = embedding(b, name, g->io.token_type_ids, c->type_vocab_size, -1, NULL);
     snprintf(name, sizeof name, "%s.position_embeddings.weight", p);
@@ -418,6 +483,7 @@ static int build_encoder(builder *b, int pad_id) {
         h = residual_layernorm(b, drop, resid, name, f, h, c->hidden_dropout, &s);
     }
 
+    if (mlm) return loss_of(b, mlm_head(b, h, word_table), mlm_labels, b->N, c->vocab_size, c->vocab_size);
     int labels = g->job->num_labels;
     int cls = select_token(b, "cls", h, TG_SELECT_FIRST, pad_id);
     int logits;
@@ -433,7 +499,7 @@ static int build_encoder(builder *b, int pad_id) {
         x = dropout(b, "classifier.dropout_out", x, c->classifier_dropout);
         logits = linear(b, "classifier.out_proj", x, b->B, b->D, labels, 0, 1, 1.0f);
     }
-    return loss_of(b, logits, b->B, labels, labels);
+    return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 
 static int build_gpt2(builder *b, int pad_id) {
@@ -509,12 +575,12 @@ static int build_gpt2(builder *b, int pad_id) {
         s.p.matmul.m = b->N, s.p.matmul.n = Vp, s.p.matmul.k = b->D, s.p.matmul.trans_b = 1;
         s.p.matmul.batch = 1, s.p.matmul.alpha = 1.0f;
         tg_graph_op(g, &s);
-        return loss_of(b, logits, b->N, Vp, V);
+        return loss_of(b, logits, g->io.labels, b->N, Vp, V);
     }
     int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
     int labels = g->job->num_labels;
     int logits = linear(b, "score", last, b->B, b->D, labels, 0, 0, 1.0f);
-    return loss_of(b, logits, b->B, labels, labels);
+    return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 
 int tg_fused_attention(const tg_job *job, const tg_model_config *cfg) {
@@ -539,7 +605,7 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.attention_mask = input(g, "attention_mask", TG_F32, 2, b.B, b.T);
     if (c->arch != TG_ARCH_GPT2) g->io.token_type_ids = input(g, "token_type_ids", TG_I32, 2, b.B, b.T);
     g->io.position_ids = input(g, "position_ids", TG_I32, 2, b.B, b.T);
-    g->io.labels = j->task == TG_TASK_LM ? input(g, "labels", TG_I32, 2, b.B, b.T)
+    g->io.labels = j->task != TG_TASK_CLASSIFY ? input(g, "labels", TG_I32, 2, b.B, b.T)
                                          : input(g, "labels", TG_I32, 1, b.B, 0);
     int64_t one = 1;
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);

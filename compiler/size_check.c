@@ -138,6 +138,7 @@ int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
         {tg_fused_attention(job, cfg) && cfg->attention_dropout > 0, TG_JOB_BATCH, 4,
          "a layer's attention dropout mask bits", {B, H, T, T32}, 4},
         {lm, TG_JOB_BATCH, 4, "the logits", {B, T, Vp}, 3},
+        {job->task == TG_TASK_MLM, TG_JOB_BATCH, 4, "the logits", {B, T, V}, 3},
         {!lm, TG_JOB_NUM_LABELS, 4, "the classifier weight", {L, D}, 2},
     };
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)

@@ -95,6 +95,10 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
             if (shifted) streamed |= copy_row(lab, ex->input_ids + 1, sizeof *lab * (size_t)shifted);
             if (!same_len)
                 for (int32_t t = shifted; t < T; t++) lab[t] = TG_IGNORE_INDEX;
+        } else if (shape->task == TG_TASK_MLM) {
+            /* The masking op makes mlm's labels on the device; the input stays ignored. */
+            if (!same_len)
+                for (int32_t t = 0; t < T; t++) out->labels[(int64_t)b * T + t] = TG_IGNORE_INDEX;
         } else {
             out->labels[b] = ex ? ex->label : TG_IGNORE_INDEX;
         }

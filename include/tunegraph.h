@@ -145,12 +145,13 @@ typedef struct tunegraph_step_metrics {
 typedef struct tunegraph_eval_metrics {
     size_t struct_size;         /* set by the caller: sizeof(tunegraph_eval_metrics) */
     int64_t examples;
-    int64_t counted;            /* rows (classify) or tokens (lm) the loss averages over; 0: nothing
-                                   to count (loss NaN, has_accuracy and has_perplexity 0) */
+    int64_t counted;            /* rows (classify), tokens (lm) or masked tokens (mlm) the loss
+                                   averages over; 0: nothing to count (loss NaN, has_accuracy
+                                   and has_perplexity 0) */
     double loss;
     int has_accuracy;           /* classify */
     double accuracy;
-    int has_perplexity;         /* lm */
+    int has_perplexity;         /* lm, mlm */
     double perplexity;
     double macro_f1;            /* classify (has_accuracy): F1 averaged over the classes among the
                                    labels or predictions, as scikit-learn's f1_score(average="macro") */
@@ -200,8 +201,8 @@ typedef struct tunegraph_export_options {
 } tunegraph_export_options;
 
 /* Writes the current parameters as a Hugging Face model folder that transformers'
- * from_pretrained loads (AutoModelForSequenceClassification, or AutoModelForCausalLM for
- * an LM): config.json with the model, its task head (architectures, num_labels, id2label,
+ * from_pretrained loads (AutoModelForSequenceClassification, AutoModelForCausalLM for
+ * an LM, AutoModelForMaskedLM for a masked LM): config.json with the model, its task head (architectures, num_labels, id2label,
  * label2id, pad_token_id), model.safetensors under Hugging Face's names, and the tokenizer
  * files. The folder is written under a temporary name beside out_dir and renamed into
  * place whole; an out_dir that exists must be an empty folder unless options->force, and

@@ -150,6 +150,22 @@ static const char *check_elementwise(const tg_op_check_ctx *c, const tg_op *op) 
     return NULL;
 }
 
+/* MLM_MASK: ids, mask, masked ids and labels of n elements; a scalar step counter; p in
+ * (0, 1) and mask_id a token of the vocabulary (the special ids may be anything: -1 unused). */
+static const char *check_mlm_mask(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_mlm_mask_params *p = &op->p.mlm_mask;
+    NOT_NEGATIVE(p->n, "n");
+    EXPECT(numel(c, op->in[0]) == p->n, "in[0]: ids != n");
+    EXPECT(numel(c, op->in[1]) == p->n, "in[1]: mask != n");
+    EXPECT(numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
+    EXPECT(numel(c, op->out[0]) == p->n, "out[0]: masked ids != n");
+    EXPECT(numel(c, op->out[1]) == p->n, "out[1]: labels != n");
+    EXPECT(p->vocab > 0 && p->vocab <= INT32_MAX, "V outside [1, 2^31)");
+    EXPECT(p->mask_id >= 0 && p->mask_id < p->vocab, "mask_id outside [0, V)");
+    EXPECT(p->p > 0.0f && p->p < 1.0f, "p outside (0, 1)");
+    return NULL;
+}
+
 static const char *check_dropout(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_dropout_params *p = &op->p.dropout;
     NOT_NEGATIVE(p->n, "n");

@@ -427,7 +427,9 @@ static int check_pool_start(const tg_plan *p, const char *field, int32_t t, cons
  * where, of the dtype and of the shape it writes or reads. */
 static int check_io(const tg_plan *p, const char *name, tg_err *err) {
     const tg_plan_io *io = &p->io;
-    const int64_t B = p->train.batch, T = p->train.seq, lm = p->train.task == TG_TASK_LM;
+    /* lm and mlm: labels and logits per token (mlm's labels input is unused: its masking
+     * op makes them). */
+    const int64_t B = p->train.batch, T = p->train.seq, lm = p->train.task != TG_TASK_CLASSIFY;
     const io_rule rules[] = {
         {"input_ids", io->input_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T}, "the batch's token ids, train batch x seq"},
         {"attention_mask", io->attention_mask, 1, TG_POOL_INPUTS, DT(TG_F32), 2, {B, T},

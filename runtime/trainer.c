@@ -519,6 +519,14 @@ static int64_t counted_labels(const int32_t *labels, int64_t n) {
     return c;
 }
 
+/* mlm: the plan's masking op, whose labels the loss counts (out1) and whose ids the model
+ * reads (out0); NULL for a plan without one (its labels are the batch's). */
+static const tg_op *masking_op(const tg_plan *p) {
+    for (int o = p->phase_begin[TG_PHASE_FORWARD]; o < p->phase_begin[TG_PHASE_FORWARD + 1]; o++)
+        if (p->ops[o].kind == TG_OP_MLM_MASK) return &p->ops[o];
+    return NULL;
+}
+
 int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) { return tg_trainer_eval_logits(t, s, NULL, NULL, err); }
 
 int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on_batch, void *ctx, tg_err *err) {
@@ -542,6 +550,16 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         t->cur = saved_cur;
         return tg_fail(err, "out of memory for the eval logits");
     }
+    /* mlm: the positions the eval's masks (a fixed stream, kernels/mlm_mask.h) selected, and
+     * for on_batch the ids as masked (the plan's masking op's outputs). */
+    const tg_op *mask_op = masking_op(p);
+    int32_t *mlm_labels = mask_op ? tg_malloc(sizeof(int32_t) * (size_t)n_labels * (on_batch ? 2 : 1)) : NULL;
+    if (mask_op && !mlm_labels) {
+        free(logits);
+        t->cur = saved_cur;
+        return tg_fail(err, "out of memory for the eval's masked labels");
+    }
+    int32_t *mlm_ids = mlm_labels && on_batch ? mlm_labels + n_labels : NULL;
     /* Per class: true positives, false positives, false negatives (macro-F1). */
     if (p->train.task == TG_TASK_CLASSIFY) {
         tp = tg_calloc((size_t)(3 * classes), sizeof *tp);
@@ -560,17 +578,22 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         fill_batch(t, t->cur, p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0, &t->eval, t->batch_idx, n, 0, &b);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
-            (logits && tg_trainer_read_f32(t, p->io.logits, logits, err))) {
-            free(logits), free(tp);
+            (logits && tg_trainer_read_f32(t, p->io.logits, logits, err)) ||
+            (mlm_labels && tg_trainer_read(t, mask_op->out[1], mlm_labels, err)) ||
+            (mlm_ids && tg_trainer_read(t, mask_op->out[0], mlm_ids, err))) {
+            free(logits), free(tp), free(mlm_labels);
             t->cur = saved_cur;
             return -1;
         }
-        if (on_batch && on_batch(ctx, logits, start, n, err)) {
-            free(logits), free(tp);
+        t->eval_masked_ids = mlm_ids, t->eval_masked_labels = mlm_ids ? mlm_labels : NULL;
+        const int failed = on_batch && on_batch(ctx, logits, start, n, err);
+        t->eval_masked_ids = t->eval_masked_labels = NULL;
+        if (failed) {
+            free(logits), free(tp), free(mlm_labels);
             t->cur = saved_cur;
             return -1;
         }
-        const int32_t *labels = tg_trainer_input(t, p->io.labels);
+        const int32_t *labels = mlm_labels ? mlm_labels : tg_trainer_input(t, p->io.labels);
         int64_t counted = counted_labels(labels, n_labels);
         loss_sum += (double)loss * (double)counted;
         s->counted += counted;
@@ -587,7 +610,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         }
         s->examples += n;
     }
-    free(logits);
+    free(logits), free(mlm_labels);
     t->cur = saved_cur;
     const int classify = p->train.task == TG_TASK_CLASSIFY;
     double f1_sum = 0;

@@ -153,6 +153,9 @@ typedef struct tg_trainer {
     int weights_loaded;
     double open_ms[3];          /* time to open: executor and pools, weights, datasets */
     tg_memory_probe memory;     /* the measured peak, from the preflight's reading on */
+    /* mlm plans, while tg_trainer_eval_logits calls on_batch: the batch's ids as the eval
+     * masked them and its labels (-100 off the masked positions), [batch, seq]; else NULL. */
+    const int32_t *eval_masked_ids, *eval_masked_labels;
 } tg_trainer;
 
 /* The run's memory on its device, planned and measured. */

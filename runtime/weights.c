@@ -205,12 +205,22 @@ static int hf_ignores(const tg_plan *plan, const char *name) {
     return 0;
 }
 
+/* The masked-LM heads' decoder bias is tied to the head's bias (HF _tied_weights_keys), so
+ * a checkpoint may hold it under either name, or both. */
+static const char *tied_bias_alias(const char *name) {
+    if (!strcmp(name, "cls.predictions.bias")) return "cls.predictions.decoder.bias";
+    if (!strcmp(name, "lm_head.bias")) return "lm_head.decoder.bias";
+    return NULL;
+}
+
 /* The checkpoint tensor a value tensor loads from (its candidate names in order), or NULL. */
 static const tg_hf_checkpoint_tensor *find_tensor(const tg_hf_checkpoint *ck, const tg_tensor *x) {
     char names[6][TG_NAME_MAX];
     int n = name_candidates(x->name, names);
     const tg_hf_checkpoint_tensor *e = NULL;
     for (int i = 0; i < n && !e; i++) e = tg_hf_checkpoint_find(ck, names[i]);
+    const char *alias = tied_bias_alias(x->name);
+    if (!e && alias) e = tg_hf_checkpoint_find(ck, alias);
     return e;
 }
 
@@ -250,10 +260,17 @@ int tg_weights_load(tg_weights_image *img, const char *path, tg_weights_report *
         params += cls != TG_CLASS_BUFFER;
         const tg_hf_checkpoint_tensor *e = find_tensor(&ck, x);
         if (e) used[e - ck.tensors] = 1;
-        if (x->flags & TG_TENSOR_TIED) { /* GPT2LMHeadModel's lm_head.weight is this table */
-            const tg_hf_checkpoint_tensor *head = tg_hf_checkpoint_find(&ck, "lm_head.weight");
-            if (head) used[head - ck.tensors] = 1;
+        if (x->flags & TG_TENSOR_TIED) { /* GPT2LMHeadModel's lm_head.weight, the MLM decoders: this table */
+            static const char *const decoders[] = {"lm_head.weight", "cls.predictions.decoder.weight",
+                                                   "lm_head.decoder.weight"};
+            for (size_t k = 0; k < sizeof decoders / sizeof decoders[0]; k++) {
+                const tg_hf_checkpoint_tensor *head = tg_hf_checkpoint_find(&ck, decoders[k]);
+                if (head) used[head - ck.tensors] = 1;
+            }
         }
+        const char *alias = tied_bias_alias(x->name);
+        const tg_hf_checkpoint_tensor *tied = alias ? tg_hf_checkpoint_find(&ck, alias) : NULL;
+        if (tied) used[tied - ck.tensors] = 1;
         if (cls == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT)) {
             /* HF ignores a non-persistent buffer in a checkpoint (and expects none) */
             report->ignored += e != NULL;

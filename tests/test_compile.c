@@ -956,10 +956,10 @@ TG_TEST(test_compile_attention_head_dim_limit) {
 }
 
 /* The kinds with a backward rule are exactly those the models' forward passes use: each
- * kind in a forward phase of the preset plans (BERT, RoBERTa and GPT-2; LM and
+ * kind in a forward phase of the preset plans (BERT, RoBERTa and GPT-2; LM, masked LM and
  * classification; fused attention with every fusion on, unfused attention with every
- * fusion off) has one, and every other kind (backward, optimizer, collective and filling
- * ops, and ops no model emits) has none. Derived from the plans, so a new op needs no edit
+ * fusion off) has one, but the masking op, and every other kind (backward, optimizer,
+ * collective and filling ops, and ops no model emits) has none. Derived from the plans, so a new op needs no edit
  * here (names, rows and CPU kernels: tests/test_op_meta.c). */
 TG_TEST(test_compile_backward_rules) {
     static const char *const models[] = {
@@ -967,6 +967,8 @@ TG_TEST(test_compile_backward_rules) {
         "model = tiny-roberta\n",
         "model = tiny-gpt2\ntask = lm\n",
         "model = tiny-gpt2\npad_token_id = 0\n",
+        "model = tiny-bert\ntask = mlm\n",
+        "model = tiny-roberta\ntask = mlm\n",
     };
     static const char *const forms[] = {
         "",
@@ -988,10 +990,17 @@ TG_TEST(test_compile_backward_rules) {
             }
             tg_plan_free(&p);
         }
-    REQUIRE(plans == 8, "%d of 8 plans compiled", plans);
+    REQUIRE(plans == 12, "%d of 12 plans compiled", plans);
     int differentiated = 0;
     for (int k = 0; k < TG_OP_COUNT; k++) {
         const int rule = tg_backward_rule_of(k) != NULL;
+        /* MLM_MASK makes ids and labels (integers) from ids: nothing to differentiate,
+         * though it runs in the forward phase. */
+        if (k == TG_OP_MLM_MASK) {
+            CHECK(!rule && forward[k], "mlm_mask: %s a backward rule, %s in a forward phase", rule ? "has" : "lacks",
+                  forward[k] ? "is" : "is not");
+            continue;
+        }
         differentiated += forward[k];
         CHECK(rule == forward[k], "op kind %d (%s): %s a backward rule, %s", k, tg_op_name(k),
               rule ? "has" : "lacks",

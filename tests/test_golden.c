@@ -86,8 +86,21 @@ static int open_case(golden_case *c, const char *name, int attention) {
     json_t *opt = json_object_get(c->meta, "optimizer");
     json_t *sched = json_object_get(c->meta, "scheduler");
     snprintf(job.model, sizeof job.model, "%s", dir);
-    job.task = !strcmp(json_string_value(json_object_get(c->meta, "task")), "lm") ? TG_TASK_LM : TG_TASK_CLASSIFY;
+    const char *task = json_string_value(json_object_get(c->meta, "task"));
+    job.task = !strcmp(task, "lm") ? TG_TASK_LM : !strcmp(task, "mlm") ? TG_TASK_MLM : TG_TASK_CLASSIFY;
     if (job.task == TG_TASK_CLASSIFY) job.num_labels = (int)json_integer_value(json_object_get(c->meta, "num_labels"));
+    if (job.task == TG_TASK_MLM) { /* the masking the script drew with tests/golden/mlm_masks.py */
+        json_t *mlm = json_object_get(c->meta, "mlm"), *special = json_object_get(mlm, "special_token_ids");
+        job.mlm_probability = (float)json_number_value(json_object_get(mlm, "probability"));
+        job.seed = (uint64_t)json_integer_value(json_object_get(mlm, "seed"));
+        job.mask_token_id = (int)json_integer_value(json_object_get(mlm, "mask_token_id"));
+        job.n_special_ids = (int)json_array_size(special);
+        if (!CHECK(job.n_special_ids <= TG_JOB_SPECIAL_IDS_MAX && json_integer_value(json_object_get(mlm, "key")) == 0,
+                   "%s: meta.json mlm: %d special ids, key %lld", name, job.n_special_ids,
+                   (long long)json_integer_value(json_object_get(mlm, "key"))))
+            return 0;
+        for (int i = 0; i < job.n_special_ids; i++) job.special_ids[i] = (int)json_integer_value(json_array_get(special, i));
+    }
     job.batch = (int)json_integer_value(json_object_get(c->meta, "B"));
     job.seq = (int)json_integer_value(json_object_get(c->meta, "T"));
     job.lr = (float)json_number_value(json_object_get(opt, "lr"));
@@ -201,6 +214,35 @@ static void check_scalar_series(golden_case *c, const char *name, const char *ke
     free(want);
 }
 
+/* mlm: the plan's masking op made exactly the masked ids and labels the script drew for
+ * step 0 (its first B*T values of mlm_input_ids and mlm_labels, [steps + 1, B, T]). */
+static void check_masks(golden_case *c, const char *name) {
+    static const char *const keys[2] = {"mlm_input_ids", "mlm_labels"};
+    for (int o = 0; o < c->plan.n_ops; o++) {
+        const tg_op *op = &c->plan.ops[o];
+        if (op->kind != TG_OP_MLM_MASK) continue;
+        const int64_t n = op->p.mlm_mask.n;
+        for (int k = 0; k < 2; k++) {
+            const tg_st_entry *e = tg_st_find(&c->gold, keys[k]);
+            if (!CHECK(e && e->ndim == 3, "%s: golden %s missing or not [steps, B, T]", name, keys[k])) continue;
+            int64_t total = e->shape[0] * e->shape[1] * e->shape[2];
+            int32_t *want = malloc(sizeof(int32_t) * (size_t)total), *got = malloc(sizeof(int32_t) * (size_t)n);
+            tg_err err;
+            int64_t differ = 0, selected = 0;
+            if (CHECK(want && got && total >= n && tg_st_read_i32(&c->gold, e, want, total, &err) == 0 &&
+                          tg_trainer_read(&c->tr, op->out[k], got, &err) == 0,
+                      "%s: %s", name, keys[k]))
+                for (int64_t i = 0; i < n; i++) differ += got[i] != want[i], selected += want[i] != TG_IGNORE_INDEX;
+            CHECK(differ == 0, "%s: %lld of %lld %s differ from the script's masks", name, (long long)differ,
+                  (long long)n, keys[k]);
+            if (k == 1) CHECK(selected > 0, "%s: the golden batch masks no position", name);
+            free(want), free(got);
+        }
+        return;
+    }
+    CHECK(0, "%s: an mlm plan without MLM_MASK", name);
+}
+
 static void run_golden(const char *name, int attention) {
     golden_case c;
     if (!open_case(&c, name, attention)) {
@@ -230,6 +272,7 @@ static void run_golden(const char *name, int attention) {
     ok = ok && close_enough(logits, want, rows * width, &rel);
     CHECK(ok, "%s: logits relative error %.3g", name, rel);
     free(want), free(logits);
+    if (c.plan.train.task == TG_TASK_MLM) check_masks(&c, name);
     want = read_golden(&c, "loss", 1);
     float loss = NAN;
     tg_trainer_read(&c.tr, io->loss, &loss, &err);
@@ -260,3 +303,9 @@ TG_TEST(test_golden_gpt2_lm) { run_golden("gpt2_lm", TG_ATTENTION_FUSED); }
 TG_TEST(test_golden_gpt2_classify) { run_golden("gpt2_classify", TG_ATTENTION_FUSED); }
 TG_TEST(test_golden_bert_classify_unfused) { run_golden("bert_classify", TG_ATTENTION_UNFUSED); }
 TG_TEST(test_golden_gpt2_lm_unfused) { run_golden("gpt2_lm", TG_ATTENTION_UNFUSED); }
+/* BertForMaskedLM and RobertaForMaskedLM on the masks of tests/golden/mlm_masks.py, which
+ * the plan's MLM_MASK must reproduce (the BERT case names its [MASK] and special ids, the
+ * RoBERTa case takes the defaults). */
+TG_TEST(test_golden_bert_mlm) { run_golden("bert_mlm", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_roberta_mlm) { run_golden("roberta_mlm", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_bert_mlm_unfused) { run_golden("bert_mlm", TG_ATTENTION_UNFUSED); }

@@ -94,6 +94,10 @@ TG_TEST(test_model_grad_tiny_bert) { gradcheck_model("tiny-bert", TG_TASK_CLASSI
 TG_TEST(test_model_grad_tiny_roberta) { gradcheck_model("tiny-roberta", TG_TASK_CLASSIFY, 2); }
 TG_TEST(test_model_grad_tiny_gpt2_lm) { gradcheck_model("tiny-gpt2", TG_TASK_LM, 0); }
 TG_TEST(test_model_grad_tiny_gpt2_classify) { gradcheck_model("tiny-gpt2", TG_TASK_CLASSIFY, 2); }
+/* The masked-LM heads, the decoder tied to the word embeddings (the masks, like dropout's,
+ * depend only on the seed and the step). */
+TG_TEST(test_model_grad_tiny_bert_mlm) { gradcheck_model("tiny-bert", TG_TASK_MLM, 0); }
+TG_TEST(test_model_grad_tiny_roberta_mlm) { gradcheck_model("tiny-roberta", TG_TASK_MLM, 0); }
 
 /* A vocabulary that is not a multiple of 64: the tied LM head reads a zero-padded view. */
 TG_TEST(test_model_grad_tiny_gpt2_lm_padded_vocab) { gradcheck_model_vocab("tiny-gpt2", TG_TASK_LM, 0, 101); }

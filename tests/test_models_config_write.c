@@ -18,9 +18,12 @@ TG_TEST(test_models_config_write_architectures) {
     CHECK(!strcmp(tg_hf_architecture(TG_ARCH_BERT, TG_TASK_CLASSIFY), "BertForSequenceClassification") &&
               !strcmp(tg_hf_architecture(TG_ARCH_ROBERTA, TG_TASK_CLASSIFY), "RobertaForSequenceClassification") &&
               !strcmp(tg_hf_architecture(TG_ARCH_GPT2, TG_TASK_CLASSIFY), "GPT2ForSequenceClassification") &&
-              !strcmp(tg_hf_architecture(TG_ARCH_GPT2, TG_TASK_LM), "GPT2LMHeadModel"),
+              !strcmp(tg_hf_architecture(TG_ARCH_GPT2, TG_TASK_LM), "GPT2LMHeadModel") &&
+              !strcmp(tg_hf_architecture(TG_ARCH_BERT, TG_TASK_MLM), "BertForMaskedLM") &&
+              !strcmp(tg_hf_architecture(TG_ARCH_ROBERTA, TG_TASK_MLM), "RobertaForMaskedLM"),
           "class names");
     CHECK(tg_hf_architecture(TG_ARCH_BERT, TG_TASK_LM) == NULL && tg_hf_architecture(-1, TG_TASK_LM) == NULL &&
+              tg_hf_architecture(TG_ARCH_GPT2, TG_TASK_MLM) == NULL &&
               tg_hf_architecture(TG_ARCH_COUNT, TG_TASK_LM) == NULL &&
               tg_hf_architecture(TG_ARCH_GPT2, -1) == NULL && tg_hf_architecture(TG_ARCH_GPT2, TG_TASK_COUNT) == NULL,
           "pairs without a class");

@@ -7,11 +7,13 @@ logits equal tunegraph's on the same examples.
 
 FOLDER is the exported Hugging Face folder; LOGITS.jsonl is `tunegraph predict`'s output:
 one JSON object per example with its "input_ids" (as the plan saw them, cut to its
-sequence length), "token_type_ids" where the data had them, and "logits" (classification:
-one row of num_labels values; LM: one row of vocab_size values per token).
+sequence length; a masked LM's as its eval masked them), "token_type_ids" where the data
+had them, and "logits" (classification: one row of num_labels values; LM and masked LM:
+one row of vocab_size values per token).
 
-The folder is loaded with AutoModelForSequenceClassification, or AutoModelForCausalLM
-when config.json's architecture is an LM head, from local files only. The load must find
+The folder is loaded with AutoModelForSequenceClassification, AutoModelForCausalLM when
+config.json's architecture is an LM head, or AutoModelForMaskedLM for a masked-LM head,
+from local files only. The load must find
 every parameter and use every tensor (no missing, unexpected or mismatched keys). Each
 example runs alone, unpadded, with an all-ones attention mask; HF derives the positions
 itself (RoBERTa's from the padding id). An element passes when |hf - tunegraph| <=
@@ -26,7 +28,7 @@ import os
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 TOLERANCE = {"fp32": (1e-4, 1e-4), "bf16": (2e-2, 2e-2)}
 
@@ -66,8 +68,9 @@ def main():
     with open(os.path.join(args.folder, "config.json")) as f:
         config = json.load(f)
     arch = (config.get("architectures") or ["?"])[0]
-    lm = arch.endswith("LMHeadModel") or arch.endswith("ForCausalLM")
-    auto = AutoModelForCausalLM if lm else AutoModelForSequenceClassification
+    mlm = arch.endswith("ForMaskedLM")
+    lm = arch.endswith("LMHeadModel") or arch.endswith("ForCausalLM") or mlm
+    auto = AutoModelForMaskedLM if mlm else AutoModelForCausalLM if lm else AutoModelForSequenceClassification
     dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
     model, info = auto.from_pretrained(args.folder, dtype=dtype, local_files_only=True, output_loading_info=True)
     model.to(args.device).eval()

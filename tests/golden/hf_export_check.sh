@@ -8,7 +8,8 @@
 #       For each case: writes a job and seeded data into DIR/CASE, trains a few steps on
 #       the CPU (`run --save`), exports the folder (DIR/CASE/hf) and predicts the eval
 #       logits from that folder (DIR/CASE/logits-cpu.jsonl). Cases: tiny BERT, RoBERTa and
-#       GPT-2 classifiers and a tiny GPT-2 LM (fp32 folders), and all-MiniLM-L6-v2 with a
+#       GPT-2 classifiers, a tiny GPT-2 LM and tiny BERT and RoBERTa masked LMs (whose
+#       logits files hold the ids as the eval masked them; fp32 folders), and all-MiniLM-L6-v2 with a
 #       new 5-label head when build/assets/all-minilm-l6-v2 is there (scripts/fetch_assets.sh
 #       minilm), exported in bf16 to stay small: its logits are tunegraph's fp32 forward
 #       over those bf16 weights, which transformers loads in float32 too. TUNEGRAPH: the
@@ -33,6 +34,8 @@ cases() {
     echo "roberta tiny-roberta classify neg,neutral,pos fp32"
     echo "gpt2-classify tiny-gpt2 classify neg,neutral,pos fp32"
     echo "gpt2-lm tiny-gpt2 lm - fp32"
+    echo "bert-mlm tiny-bert mlm - fp32"
+    echo "roberta-mlm tiny-roberta mlm - fp32"
     if [ -f build/assets/all-minilm-l6-v2/model.safetensors ]; then
         echo "minilm $(pwd)/build/assets/all-minilm-l6-v2 classify business,entertainment,politics,sport,tech bf16"
     fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Generate HF-transformers golden data for tunegraph's CPU fp32 reference executor.
 
-Usage:  python3 tests/golden/make_golden.py OUTDIR
+Usage:  python3 tests/golden/make_golden.py OUTDIR [CASE...]
 
-For each case (bert_classify, gpt2_lm, gpt2_classify, roberta_classify) writes
+For each case (bert_classify, gpt2_lm, gpt2_classify, roberta_classify, bert_mlm,
+roberta_mlm; all of them when none is named) writes
   OUTDIR/<case>/config.json          real HF config (config.save_pretrained)
   OUTDIR/<case>/model.safetensors    initial random weights (state dict, tied copies dropped)
   OUTDIR/<case>/golden.safetensors   inputs, logits, loss, grads, weights after 3 AdamW steps
@@ -24,6 +25,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 import torch.nn.functional as F
+
+from mlm_masks import mlm_mask
 
 import transformers
 from safetensors.torch import save_file, load_file
@@ -318,20 +321,94 @@ def case_roberta_classify():
                 expected_pos=expected_pos)
 
 
+# Masked LM: the masks are tunegraph's (mlm_masks.py, the plan's Philox stream at the job's
+# seed, stream key 0, step s for the forward of optimizer step s), drawn here and fed to HF
+# as input_ids and labels, so logits, loss and gradients compare on the same masked batch.
+MLM_SEED = 42            # the job's seed (tunegraph's default)
+MLM_KEY = 0              # the masking op takes the plan's first stream key
+MLM_PROBABILITY = 0.3    # more masked positions than 0.15 in a 4 x 16 batch
+
+
+def _mlm_spec(cls, cfg, want, B, T, lengths, ids, tt, pos_module, expected_pos, mask_id, special_ids):
+    mask = make_lengths_mask(B, T, lengths)
+    steps = []
+    for s in range(NUM_STEPS + 1):   # the 3 steps, then the forward after them
+        masked, labels = mlm_mask(ids.reshape(-1).tolist(), mask.reshape(-1).tolist(), MLM_SEED, s, MLM_KEY,
+                                  MLM_PROBABILITY, cfg.vocab_size, mask_id, special_ids)
+        check(any(l != -100 for l in labels), "step %d masks no position (HF's loss would be NaN)" % s)
+        steps.append((torch.tensor(masked, dtype=torch.long).reshape(B, T),
+                      torch.tensor(labels, dtype=torch.long).reshape(B, T)))
+    return dict(cls=cls, cfg=cfg, want=want, B=B, T=T, lengths=lengths, task="mlm", input_ids=ids, mask=mask,
+                token_type_ids=tt, labels=steps[0][1], mlm_steps=steps, pos_module=pos_module,
+                expected_pos=expected_pos,
+                mlm=dict(probability=MLM_PROBABILITY, seed=MLM_SEED, key=MLM_KEY, mask_token_id=mask_id,
+                         special_token_ids=list(special_ids)))
+
+
+def case_bert_mlm():
+    from transformers import BertConfig, BertForMaskedLM
+    cfg = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=37, max_position_embeddings=40, type_vocab_size=2,
+                     hidden_act="gelu", layer_norm_eps=1e-12, pad_token_id=0,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    B, T, lengths = 4, 16, [16, 11, 6, 13]
+    pad, cls_id, sep, unk, mask_id = 0, 1, 2, 3, 4
+    gen = torch.Generator().manual_seed(5005)
+    ids = make_ids(gen, B, T, lengths, 5, cfg.vocab_size, pad)
+    for b, n in enumerate(lengths):   # [CLS] ... [SEP], one [UNK] inside: never masked
+        ids[b, 0], ids[b, n - 1], ids[b, n // 2] = cls_id, sep, unk
+    tt = torch.zeros(B, T, dtype=torch.long)
+    want = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, max_position_embeddings=40, type_vocab_size=2,
+                hidden_act="gelu", layer_norm_eps=1e-12, pad_token_id=0,
+                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return _mlm_spec(BertForMaskedLM, cfg, want, B, T, lengths, ids, tt,
+                     lambda m: m.bert.embeddings.position_embeddings,
+                     torch.arange(T).unsqueeze(0).expand(B, T), mask_id, [pad, cls_id, sep, unk])
+
+
+def case_roberta_mlm():
+    from transformers import RobertaConfig, RobertaForMaskedLM
+    cfg = RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=42, type_vocab_size=1,
+                        hidden_act="gelu", pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                        layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    B, T, lengths = 4, 16, [7, 16, 5, 12]
+    bos, pad, eos, unk, mask_id = 0, 1, 2, 3, 98   # <mask> is the last id, as in roberta-base
+    gen = torch.Generator().manual_seed(6006)
+    ids = make_ids(gen, B, T, lengths, 4, mask_id, pad)
+    for b, n in enumerate(lengths):
+        ids[b, 0], ids[b, n - 1] = bos, eos
+    tt = torch.zeros(B, T, dtype=torch.long)
+    nonpad = (ids != pad).long()
+    expected_pos = torch.cumsum(nonpad, dim=1) * nonpad + pad
+    want = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, max_position_embeddings=42, type_vocab_size=1,
+                pad_token_id=1, layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return _mlm_spec(RobertaForMaskedLM, cfg, want, B, T, lengths, ids, tt,
+                     lambda m: m.roberta.embeddings.position_embeddings, expected_pos, mask_id,
+                     [bos, pad, eos, unk])
+
+
 CASES = [("bert_classify", case_bert_classify),
          ("gpt2_lm", case_gpt2_lm),
          ("gpt2_classify", case_gpt2_classify),
-         ("roberta_classify", case_roberta_classify)]
+         ("roberta_classify", case_roberta_classify),
+         ("bert_mlm", case_bert_mlm),
+         ("roberta_mlm", case_roberta_mlm)]
 
 
 # ----------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------
-def forward(model, spec):
+def forward(model, spec, step=0):
+    """The forward of optimizer step `step` (mlm: that step's masks; the others: the batch)."""
     kw = dict(input_ids=spec["input_ids"], attention_mask=spec["mask"])
     if spec["token_type_ids"] is not None:
         kw["token_type_ids"] = spec["token_type_ids"]
     kw["labels"] = spec["hf_labels"] if spec["task"] == "lm" else spec["labels"]
+    if spec["task"] == "mlm":
+        kw["input_ids"], kw["labels"] = spec["mlm_steps"][step]
     out = model(**kw)
     check(out.loss is not None, "model returned no loss")
     return out
@@ -339,7 +416,7 @@ def forward(model, spec):
 
 def reference_loss(logits, spec):
     """Recompute the loss from the logits the way the C side does (checks label conventions)."""
-    if spec["task"] == "lm":
+    if spec["task"] in ("lm", "mlm"):
         V = logits.shape[-1]
         return F.cross_entropy(logits.reshape(-1, V).float(), spec["labels"].reshape(-1),
                                ignore_index=-100)
@@ -369,6 +446,16 @@ def run_case(name, make, outdir):
         check(model.lm_head.weight is model.transformer.wte.weight
               or model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
               "lm_head.weight is not tied to transformer.wte.weight")
+    if spec["task"] == "mlm":
+        head = model.cls.predictions if hasattr(model, "cls") else model.lm_head
+        base = model.bert if hasattr(model, "bert") else model.roberta
+        bias_name = "cls.predictions.bias" if hasattr(model, "cls") else "lm_head.bias"
+        check(head.decoder.weight.data_ptr() == base.embeddings.word_embeddings.weight.data_ptr(),
+              "the MLM decoder is not tied to the word embeddings")
+        check(head.decoder.bias.data_ptr() == head.bias.data_ptr(), "the MLM decoder bias is not the head's bias")
+        check(bias_name in pnames and not any(".decoder." in n for n in pnames),
+              "MLM head parameters %s: want %s and no decoder copies" % ([n for n in pnames if "bias" in n], bias_name))
+        check(not any("pooler" in n for n in pnames), "a masked-LM model has no pooler")
 
     init_weights, tied = weights_state_dict(model, pnames)
     print("  params: %d tensors, %d values; tied copies dropped: %s"
@@ -404,7 +491,7 @@ def run_case(name, make, outdir):
     check(torch.allclose(ref, loss0[0], rtol=1e-5, atol=1e-6),
           "HF loss %.8g != recomputed loss %.8g (label convention mismatch)" % (loss0.item(), ref.item()))
     B, T = spec["B"], spec["T"]
-    if spec["task"] == "lm":
+    if spec["task"] in ("lm", "mlm"):
         check(tuple(logits0.shape) == (B, T, spec["cfg"].vocab_size), "logits shape %s" % (tuple(logits0.shape),))
     else:
         check(tuple(logits0.shape) == (B, spec["cfg"].num_labels), "logits shape %s" % (tuple(logits0.shape),))
@@ -426,7 +513,7 @@ def run_case(name, make, outdir):
     opt, sched, sched_src = make_optimizer(model)
     loss_steps, lr_steps, gn_steps = [], [], []
     for s in range(NUM_STEPS):
-        out = forward(model, spec)
+        out = forward(model, spec, s)
         loss_steps.append(out.loss.item())
         out.loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for _, p in named], max_norm=MAX_GRAD_NORM,
@@ -447,7 +534,7 @@ def run_case(name, make, outdir):
           "lr schedule %s != expected %s" % (lr_steps, expect_lr))
     step3 = {n: f32(p) for n, p in named}
     with torch.no_grad():
-        loss_after = forward(model, spec).loss.detach().float().reshape(1).clone()
+        loss_after = forward(model, spec, NUM_STEPS).loss.detach().float().reshape(1).clone()
     moved = sum(1 for n in pnames if not torch.equal(step3[n], init_weights[n]))
     check(moved > 0, "no parameter changed after %d steps" % NUM_STEPS)
 
@@ -466,6 +553,9 @@ def run_case(name, make, outdir):
     }
     if spec["token_type_ids"] is not None:
         golden["token_type_ids"] = i32(spec["token_type_ids"])
+    if spec["task"] == "mlm":   # the masks of each step, [steps + 1, B, T]
+        golden["mlm_input_ids"] = i32(torch.stack([m for m, _ in spec["mlm_steps"]]))
+        golden["mlm_labels"] = i32(torch.stack([l for _, l in spec["mlm_steps"]]))
     for n in pnames:
         golden["grad." + n] = grads[n]
         golden["step3." + n] = step3[n]
@@ -538,6 +628,9 @@ def run_case(name, make, outdir):
         "position_ids_check": pos_note,
         "reload_check": reload_check,
     }
+    if spec["task"] == "mlm":
+        meta["mlm"] = dict(spec["mlm"], masks="tests/golden/mlm_masks.py; step s of the optimizer masks with "
+                           "Philox step s; golden mlm_input_ids/mlm_labels[s]; labels = mlm_labels[0]")
     if spec["task"] == "lm":
         meta["labels_note"] = ("labels are shifted: labels[b,t] = input_ids[b,t+1] if t+1 is a real "
                                "token else -100; HF was called with unshifted labels = input_ids "
@@ -562,17 +655,21 @@ def dir_bytes(path):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         print(__doc__)
         sys.exit(2)
     outdir = sys.argv[1]
+    names = sys.argv[2:]
+    unknown = set(names) - {n for n, _ in CASES}
+    check(not unknown, "unknown cases %s (known: %s)" % (sorted(unknown), [n for n, _ in CASES]))
     os.makedirs(outdir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)   # fixed reduction order
     torch.set_default_dtype(torch.float32)
     print("torch %s, transformers %s" % (torch.__version__, transformers.__version__))
     for name, make in CASES:
-        run_case(name, make, outdir)
+        if not names or name in names:
+            run_case(name, make, outdir)
     total = dir_bytes(outdir)
     print("total size of %s: %d bytes" % (outdir, total))
     check(total < MAX_OUTDIR_BYTES, "OUTDIR is %d bytes, over the 2 MB budget" % total)

@@ -26,7 +26,7 @@ static int exact_op(int kind) {
     switch (kind) {
     case TG_OP_ZERO: case TG_OP_FILL: case TG_OP_EMBEDDING: case TG_OP_ADD: case TG_OP_DROPOUT:
     case TG_OP_HEADS_SPLIT: case TG_OP_HEADS_MERGE: case TG_OP_SELECT_TOKEN: case TG_OP_SELECT_TOKEN_BWD:
-    case TG_OP_SCHEDULE:
+    case TG_OP_SCHEDULE: case TG_OP_MLM_MASK:
         return 1;
     default:
         return 0;
@@ -448,6 +448,9 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_preset("tiny-roberta", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 1, TG_PREC_FP32, 0, kinds_seen);
     check_preset("gpt2-wide lm", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_FP32, 1, kinds_seen);
     check_preset("gpt2-wide classify", "tiny-gpt2", TG_TASK_CLASSIFY, 4, 77, seed + 2, TG_PREC_FP32, 1, kinds_seen);
+    /* Masked LM: the masking op (bit for bit) and the heads, one at a 50257-id vocabulary. */
+    check_preset("tiny-bert mlm", "tiny-bert", TG_TASK_MLM, 4, 32, seed + 5, TG_PREC_FP32, 0, kinds_seen);
+    check_preset("roberta-wide mlm", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_FP32, 1, kinds_seen);
     check_shape("tiny-bert unfused", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 3, TG_PREC_FP32, 0, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
@@ -468,6 +471,8 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     int kinds_seen[TG_OP_COUNT] = {0};
     check_preset("tiny-bert bf16", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_BF16, 0, kinds_seen);
     check_preset("gpt2-wide lm bf16", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_BF16, 1, kinds_seen);
+    check_preset("tiny-bert mlm bf16", "tiny-bert", TG_TASK_MLM, 4, 32, seed + 5, TG_PREC_BF16, 0, kinds_seen);
+    check_preset("roberta-wide mlm bf16", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_BF16, 1, kinds_seen);
     check_shape("gpt2-wide lm bf16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_BF16, 1, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
@@ -484,6 +489,66 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
  * 256-token chunks whose last finisher adds them up), the padding id, ids outside the
  * table, small tables (token types: per-id column sums) and rows without 16-byte vectors
  * (D = 30), fp32 and bf16 dout, against the CPU, accumulating onto random table values. */
+/* MLM_MASK on a large batch (64 x 512 positions, half of them padding in some rows):
+ * CUDA's masks equal the CPU's bit for bit, in training (the run's seed, at several step
+ * counters, each giving other masks) and in eval (the fixed eval stream). */
+TG_TEST(test_gpu_mlm_masks_match_cpu) {
+    uint64_t seed = test_seed(11);
+    tg_model_config cfg;
+    tg_err err;
+    tg_job job;
+    REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
+    cfg.max_positions = 512;
+    base_job(&job, "tiny-bert", TG_TASK_MLM, 64, 512, seed);
+    tg_plan p;
+    REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+    const tg_op *op = &p.ops[0];
+    REQUIRE(op->kind == TG_OP_MLM_MASK, "op 0 is %s", tg_op_name(op->kind));
+    tg_cpu_exec cpu;
+    tg_cuda_exec gpu;
+    REQUIRE(tg_cpu_exec_init(&cpu, &p, 0, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_cuda_exec_init_on(&gpu, &p, seed, 0, NULL, &err) == 0, "%s", err.msg);
+    cpu.seed = seed;
+    const int64_t n = op->p.mlm_mask.n;
+    int32_t *got = malloc(sizeof(int32_t) * (size_t)n), *first = malloc(sizeof(int32_t) * (size_t)n);
+    REQUIRE(got && first, "out of memory");
+    for (int in = 0; in < 2; in++) {
+        void *host = tg_cpu_tensor(&cpu, op->in[in]);
+        randomize(&p, op->in[in], host);
+        REQUIRE(tg_cuda_upload(&gpu, op->in[in], host, &err) == 0, "%s", err.msg);
+    }
+    static const struct {
+        int training;
+        float step;
+    } runs[] = {{1, 0.0f}, {1, 1.0f}, {1, 4097.0f}, {0, 3.0f}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        float *step = tg_cpu_tensor(&cpu, op->in[2]);
+        step[0] = runs[r].step;
+        REQUIRE(tg_cuda_upload(&gpu, op->in[2], step, &err) == 0, "%s", err.msg);
+        cpu.training = runs[r].training;
+        REQUIRE(tg_cuda_exec_range(&gpu, 0, 1, runs[r].training, &err) == 0 && tg_cuda_sync(&gpu, &err) == 0 &&
+                    tg_cpu_exec_range(&cpu, 0, 1, &err) == 0,
+                "%s", err.msg);
+        for (int slot = 0; slot < 2; slot++) {
+            REQUIRE(tg_cuda_download(&gpu, op->out[slot], got, &err) == 0, "%s", err.msg);
+            const int32_t *want = tg_cpu_tensor(&cpu, op->out[slot]);
+            int64_t differ = 0, selected = 0;
+            for (int64_t i = 0; i < n; i++) differ += got[i] != want[i], selected += want[i] != TG_IGNORE_INDEX;
+            CHECK(differ == 0, "run %zu (training %d, step %g): %lld of %lld %s differ", r, runs[r].training,
+                  runs[r].step, (long long)differ, (long long)n, p.tensors[op->out[slot]].name);
+            if (slot == 1) {
+                CHECK(selected > n / 20, "run %zu: %lld of %lld positions selected", r, (long long)selected, (long long)n);
+                if (r == 0) memcpy(first, want, sizeof(int32_t) * (size_t)n);
+                else CHECK(memcmp(first, want, sizeof(int32_t) * (size_t)n) != 0, "run %zu masks as run 0", r);
+            }
+        }
+    }
+    free(got), free(first);
+    tg_cuda_exec_free(&gpu);
+    tg_cpu_exec_free(&cpu);
+    tg_plan_free(&p);
+}
+
 TG_TEST(test_gpu_embedding_bwd_long_ids) {
     (void)test_seed(41);
     /* N <= 4096: one tile, its sorted runs as the segments; 9000: three tiles placed by

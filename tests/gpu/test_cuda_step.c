@@ -149,6 +149,10 @@ TG_TEST(test_gpu_step_bert_separate_qkv_matches_cpu) {
 /* GPT-2's MLP runs with the GELU in its matmuls (fuse_gelu, the default); fp32 products
  * take the plain product plus the GELU kernels. */
 TG_TEST(test_gpu_step_gpt2_matches_cpu) { compare_with_cpu("tiny-gpt2", TG_TASK_LM); }
+/* Masked LM: the captured step masks on the device at each step's counter, as the CPU does
+ * (other masks every step), through the tied decoder. */
+TG_TEST(test_gpu_step_bert_mlm_matches_cpu) { compare_with_cpu("tiny-bert", TG_TASK_MLM); }
+TG_TEST(test_gpu_step_roberta_mlm_matches_cpu) { compare_with_cpu("tiny-roberta", TG_TASK_MLM); }
 TG_TEST(test_gpu_step_gpt2_separate_gelu_matches_cpu) {
     g_fuse_gelu = 0;
     compare_with_cpu("tiny-gpt2", TG_TASK_LM);
