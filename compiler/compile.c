@@ -42,6 +42,11 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_TASK, err, msg);
     }
+    if (job->task == TG_TASK_QA && cfg->arch == TG_ARCH_GPT2) {
+        snprintf(msg, sizeof msg, "task qa needs an encoder (bert or roberta family); model '%s' is %s", cfg->source,
+                 tg_arch_name(cfg->arch));
+        return job_error(job, TG_JOB_TASK, err, msg);
+    }
     if (job->task == TG_TASK_CLASSIFY && job->num_labels < 2) {
         snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
         return job_error(job, TG_JOB_NUM_LABELS, err, msg);

@@ -338,7 +338,7 @@ static int set_seq_buckets(tg_job *job, const char *v, const origin *o, const ch
 }
 
 static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
-    static const char *const tasks[] = {"classify", "lm"};
+    static const char *const tasks[] = {"classify", "lm", "qa"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
@@ -350,7 +350,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_MODEL:
         rc = set_path(job->model, v, o, strchr(v, '/') != NULL, name, err);
         break;
-    case TG_JOB_TASK: rc = set_enum(&job->task, v, tasks, 2, o, name, err); break;
+    case TG_JOB_TASK: rc = set_enum(&job->task, v, tasks, 3, o, name, err); break;
     /* Classification needs two classes at least (the compiler refuses fewer). */
     case TG_JOB_NUM_LABELS: rc = set_int(&job->num_labels, v, 2, o, name, err); break;
     case TG_JOB_BATCH: rc = set_int(&job->batch, v, 1, o, name, err); break;

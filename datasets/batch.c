@@ -95,6 +95,9 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
             if (shifted) streamed |= copy_row(lab, ex->input_ids + 1, sizeof *lab * (size_t)shifted);
             if (!same_len)
                 for (int32_t t = shifted; t < T; t++) lab[t] = TG_IGNORE_INDEX;
+        } else if (shape->task == TG_TASK_QA) {
+            out->labels[2 * b] = ex ? ex->label : TG_SPAN_NONE;
+            out->labels[2 * b + 1] = ex ? ex->label_end : TG_SPAN_NONE;
         } else {
             out->labels[b] = ex ? ex->label : TG_IGNORE_INDEX;
         }
