@@ -733,6 +733,7 @@ static uint64_t train_data_hash(tg_trainer *t) {
         const tg_example *e = &t->train.examples[i];
         const int32_t head[3] = {e->len, e->label, e->token_type_ids != NULL};
         XXH64_update(&h, head, sizeof head);
+        if (t->plan->train.task == TG_TASK_QA) XXH64_update(&h, &e->label_end, sizeof e->label_end);
         XXH64_update(&h, e->input_ids, (size_t)e->len * sizeof *e->input_ids);
         if (e->token_type_ids) XXH64_update(&h, e->token_type_ids, (size_t)e->len * sizeof *e->token_type_ids);
     }

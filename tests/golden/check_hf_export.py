@@ -8,10 +8,13 @@ logits equal tunegraph's on the same examples.
 FOLDER is the exported Hugging Face folder; LOGITS.jsonl is `tunegraph predict`'s output:
 one JSON object per example with its "input_ids" (as the plan saw them, cut to its
 sequence length), "token_type_ids" where the data had them, and "logits" (classification:
-one row of num_labels values; LM: one row of vocab_size values per token).
+one row of num_labels values; LM: one row of vocab_size values per token; question
+answering: a start and an end logit per token).
 
-The folder is loaded with AutoModelForSequenceClassification, or AutoModelForCausalLM
-when config.json's architecture is an LM head, from local files only. The load must find
+The folder is loaded with AutoModelForSequenceClassification, AutoModelForCausalLM when
+config.json's architecture is an LM head, or AutoModelForQuestionAnswering for a
+...ForQuestionAnswering (whose start_logits and end_logits are compared stacked per
+token), from local files only. The load must find
 every parameter and use every tensor (no missing, unexpected or mismatched keys). Each
 example runs alone, unpadded, with an all-ones attention mask; HF derives the positions
 itself (RoBERTa's from the padding id). An element passes when |hf - tunegraph| <=
@@ -26,7 +29,7 @@ import os
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from transformers import AutoModelForCausalLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
 TOLERANCE = {"fp32": (1e-4, 1e-4), "bf16": (2e-2, 2e-2)}
 
@@ -67,7 +70,8 @@ def main():
         config = json.load(f)
     arch = (config.get("architectures") or ["?"])[0]
     lm = arch.endswith("LMHeadModel") or arch.endswith("ForCausalLM")
-    auto = AutoModelForCausalLM if lm else AutoModelForSequenceClassification
+    qa = arch.endswith("ForQuestionAnswering")
+    auto = AutoModelForCausalLM if lm else AutoModelForQuestionAnswering if qa else AutoModelForSequenceClassification
     dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
     model, info = auto.from_pretrained(args.folder, dtype=dtype, local_files_only=True, output_loading_info=True)
     model.to(args.device).eval()
@@ -86,7 +90,8 @@ def main():
             kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             if "token_type_ids" in row:
                 kwargs["token_type_ids"] = torch.tensor([row["token_type_ids"]], device=args.device)
-            hf = model(**kwargs).logits[0].float()
+            out = model(**kwargs)
+            hf = (torch.stack([out.start_logits, out.end_logits], dim=-1) if qa else out.logits)[0].float()
             ref = torch.tensor(row["logits"], dtype=torch.float32, device=args.device)
             if lm:
                 hf = hf[:, :vocab]
