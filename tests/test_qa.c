@@ -179,6 +179,55 @@ static void brute_force(const tg_squad_eval *ev, const logits_log *L, int32_t q,
           "%s", err.msg);
 }
 
+/* The parameter `name`'s values (numel floats). */
+static float *param_values(tg_trainer *tr, const char *name, int64_t *numel) {
+    const tg_plan *p = tr->plan;
+    for (int t = 0; t < p->n_tensors; t++) {
+        if (strcmp(p->tensors[t].name, name) || !(p->tensors[t].flags & TG_TENSOR_PARAM)) continue;
+        *numel = tg_tensor_numel(&p->tensors[t]);
+        float *v = malloc(sizeof(float) * (size_t)*numel);
+        tg_err err;
+        if (v && tg_trainer_read_f32(tr, t, v, &err) == 0) return v;
+        free(v);
+    }
+    return NULL;
+}
+
+/* The head's values in tr against a trainer opened on `model` (a folder): equal when the
+ * folder holds them, else HF's init (normal(0, initializer_range), bias 0). */
+static void check_head_loaded(tg_trainer *tr, const char *model, int from_folder) {
+    char job_text[1024];
+    snprintf(job_text, sizeof job_text, "model = %s\ntask = qa\nbatch = 4\nseq = 20\nsteps = 1\ntrain_data = x\n", model);
+    tg_job job;
+    tg_plan plan;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_parse_text(job_text, "qa.job", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    tg_trainer t2;
+    tg_trainer_options opts = {.device = TG_DEVICE_CPU, .load_data = 0};
+    if (CHECK(tg_trainer_open(&t2, &plan, &opts, &err) == 0, "%s", err.msg)) {
+        int64_t n = 0, m = 0, nb = 0, mb = 0;
+        float *w0 = param_values(tr, "qa_outputs.weight", &n), *w1 = param_values(&t2, "qa_outputs.weight", &m);
+        float *b0 = param_values(tr, "qa_outputs.bias", &nb), *b1 = param_values(&t2, "qa_outputs.bias", &mb);
+        REQUIRE(w0 && w1 && b0 && b1 && n == m && n == 2 * 32 && nb == 2 && mb == 2, "qa_outputs parameters");
+        if (from_folder) {
+            CHECK(t2.weights.missing == 0 && !memcmp(w0, w1, sizeof(float) * (size_t)n) &&
+                      !memcmp(b0, b1, sizeof(float) * 2),
+                  "the exported head did not load back (%d missing, first %s)", t2.weights.missing,
+                  t2.weights.first_missing);
+        } else {
+            double ss = 0;
+            for (int64_t i = 0; i < n; i++) ss += (double)w1[i] * w1[i];
+            const double sd = sqrt(ss / (double)n);
+            CHECK(sd > 0.01 && sd < 0.03 && b1[0] == 0.0f && b1[1] == 0.0f, "new head: weight sd %g, bias %g %g", sd,
+                  b1[0], b1[1]);
+        }
+        free(w0), free(w1), free(b0), free(b1);
+        tg_trainer_close(&t2);
+    }
+    tg_plan_free(&plan);
+}
+
 static void train_and_eval(const char *dir, const char *model_json, tg_tokenizer_family family) {
     char model_dir[700], squad[700], out[700], job_text[2048];
     snprintf(model_dir, sizeof model_dir, "%s/model", dir);
@@ -256,6 +305,23 @@ static void train_and_eval(const char *dir, const char *model_json, tg_tokenizer
               "HasAns exact %g, NoAns exact %g", ev.has_ans_exact, ev.no_ans_exact);
     }
     free(L.start), free(L.end);
+    /* Exported as a Hugging Face folder (...ForQuestionAnswering), the head loads back. */
+    char hf[800];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    const tg_hf_export_options eo = {.out_dir = hf};
+    if (CHECK(tg_trainer_export_hf(&tr, &eo, &err) == 0, "%s", err.msg)) {
+        char cfg_path[900];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hf);
+        FILE *f = fopen(cfg_path, "r");
+        char text[8192] = "";
+        if (f) text[fread(text, 1, sizeof text - 1, f)] = 0, fclose(f);
+        CHECK(strstr(text, family == TG_TOKENIZER_BPE_ROBERTA ? "\"RobertaForQuestionAnswering\""
+                                                              : "\"BertForQuestionAnswering\""),
+              "config.json: %s", text);
+        check_head_loaded(&tr, hf, 1);
+    }
+    /* The model folder has no weights: the head starts as HF initialises it. */
+    check_head_loaded(&tr, model_dir, 0);
     tg_trainer_close(&tr);
     tg_plan_free(&plan);
 }
