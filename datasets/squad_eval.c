@@ -212,7 +212,13 @@ static int read_window(reader *R, json_t *o, tg_err *err) {
     const tg_squad_eval_context *c = &ev->contexts[ev->questions[q].context];
     if (whole(R, o, "first", 0, c->n_tokens, &first, err) || whole(R, o, "count", 0, c->n_tokens - first, &count, err))
         return -1;
+    tg_squad_eval_question *qq = &ev->questions[q];
+    if (qq->n_windows > 0 && ev->windows[ev->n_windows - 1].question != q)
+        return tg_fail(err, "%s:%lld: a window of question %lld after another question's (a question's windows must be "
+                            "consecutive)",
+                       R->name, R->line, (long long)q);
     if (grow((void **)&ev->windows, &R->cap_windows, ev->n_windows + 1, sizeof *ev->windows, R, err)) return -1;
+    if (qq->n_windows++ == 0) qq->first_window = ev->n_windows;
     ev->windows[ev->n_windows++] = (tg_squad_eval_window){(int32_t)q, (int32_t)at, (int32_t)first, (int32_t)count};
     return 0;
 }

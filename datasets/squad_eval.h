@@ -11,7 +11,8 @@
  *   {"question": ID, "context": C, "answers": [TEXT, ...]}  the gold answers' texts ([]:
  *                                                          unanswerable)
  *   {"window": Q, "at": A, "first": F, "count": N}        record positions A .. A+N-1 hold
- *                                                          tokens F .. F+N-1 of Q's context
+ *                                                          tokens F .. F+N-1 of Q's context;
+ *                                                          a question's windows are consecutive
  *   {"end": {"contexts": C, "questions": Q, "windows": W}}  last, the counts (a cut file
  *                                                          is refused)
  * The reader is strict: exactly these keys, whole numbers in range, nothing after "end". */
@@ -38,6 +39,7 @@ typedef struct tg_squad_eval_question {
     int32_t context;
     int32_t n_answers;
     int64_t first_answer;      /* into answers / answer_len */
+    int32_t first_window, n_windows; /* its windows, consecutive in the file (0: none) */
 } tg_squad_eval_question;
 
 typedef struct tg_squad_eval_window {

@@ -52,7 +52,8 @@ TG_TEST(test_squad_eval_file_round_trip) {
               !strcmp(ev.answers[1], "dog") && ev.answer_len[1] == 3,
           "questions");
     CHECK(ev.windows[1].question == 0 && ev.windows[1].at == 4 && ev.windows[1].first == 1 &&
-              ev.windows[1].count == 2 && ev.windows[2].question == 1,
+              ev.windows[1].count == 2 && ev.windows[2].question == 1 && ev.questions[0].first_window == 0 &&
+              ev.questions[0].n_windows == 2 && ev.questions[1].first_window == 2 && ev.questions[1].n_windows == 1,
           "windows");
     /* Scoring: positions 4.. hold "cat" "dog" "bird" (window 0); the start logit peaks on
      * "dog" and the end on "dog": q1 answers "dog" (exact). q2's windows favour [CLS]. */
@@ -103,6 +104,11 @@ TG_TEST(test_squad_eval_file_refusals) {
     expect_refusal(text, "e.jsonl:2: a window before any question");
     snprintf(text, sizeof text, "%s%s{\"window\": 0, \"at\": 1, \"first\": 1, \"count\": 2}\n", ctx, q);
     expect_refusal(text, "e.jsonl:3: \"count\" = 2 is outside [0, 1]");
+    snprintf(text, sizeof text,
+             "%s%s{\"window\": 0, \"at\": 1, \"first\": 0, \"count\": 1}\n%s{\"window\": 1, \"at\": 1, \"first\": 0, "
+             "\"count\": 1}\n{\"window\": 0, \"at\": 1, \"first\": 0, \"count\": 1}\n",
+             ctx, q, q);
+    expect_refusal(text, "e.jsonl:6: a window of question 0 after another question's");
     snprintf(text, sizeof text, "%s%s{\"window\": 0, \"at\": 1.5, \"first\": 1, \"count\": 0}\n", ctx, q);
     expect_refusal(text, "\"at\" must be a whole number");
     snprintf(text, sizeof text, "%s%s{\"end\": {\"contexts\": 1, \"questions\": 1, \"windows\": 1}}\n", ctx, q);
