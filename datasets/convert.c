@@ -287,16 +287,19 @@ static int qa_side_question(converter *C, qa_side *d, int split, const tg_squad 
         d->contexts[split]++;
         d->last_paragraph[split] = paragraph;
     }
-    const char *texts[64];
-    size_t lens[64];
-    const int32_t n = q->n_answers < 64 ? q->n_answers : 64; /* SQuAD lists at most a handful */
-    for (int32_t i = 0; i < n; i++) {
+    const int32_t n = q->n_answers;
+    const char **texts = tg_malloc(sizeof *texts * (size_t)(n ? n : 1));
+    size_t *lens = tg_malloc(sizeof *lens * (size_t)(n ? n : 1));
+    int rc = texts && lens ? 0 : tg_fail(err, "out of memory for the %d answers of a question", n);
+    for (int32_t i = 0; i < n && !rc; i++) {
         const tg_squad_answer *a = &sq->answers[q->first_answer + i];
         texts[i] = p->context + a->start;
         lens[i] = (size_t)(a->end - a->start);
     }
-    if (tg_squad_eval_put_question(d->f[split], d->path[split], q->id, d->contexts[split] - 1, texts, lens, n, err))
-        return -1;
+    if (!rc) rc = tg_squad_eval_put_question(d->f[split], d->path[split], q->id, d->contexts[split] - 1, texts, lens, n,
+                                             err);
+    free(texts), free(lens);
+    if (rc) return -1;
     d->questions[split]++;
     return 0;
 }
