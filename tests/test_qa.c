@@ -2,7 +2,9 @@
  * read back, its refusals, and a tiny SQuAD v2 file converted with the byte-level stand-in
  * tokenizer, trained a few steps on BERT and RoBERTa with the span head, and evaluated: the
  * trainer's exact and F1 against the same logits post-processed here by brute force (every
- * context span of at most 30 tokens, the null score, the threshold) and scored. */
+ * context span of at most 30 tokens, the null score, the threshold) and scored; then
+ * exported as a Hugging Face folder, loaded back, and run by `tunegraph predict`. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "datasets/squad_eval.h"
 #include "runtime/trainer.h"
 #include "tests/byte_encoder.h"
+#include "tests/cli_in_process.h"
 #include "tests/harness.h"
 
 /* ---- the eval file ---------------------------------------------------------------------- */
@@ -185,6 +188,50 @@ static void brute_force(const tg_squad_eval *ev, const logits_log *L, int32_t q,
           "%s", err.msg);
 }
 
+/* `tunegraph predict` of the exported folder on the eval windows: a start and an end logit
+ * per real token, equal to those the trainer's eval saw (L), the answer positions, and the
+ * same loss. */
+static void check_predict(const char *dir, const char *job_text, const char *hf, const tg_trainer *tr,
+                          const logits_log *L, double eval_loss) {
+    char job[800], out[800], line[2400];
+    snprintf(job, sizeof job, "%s/qa.job", dir);
+    snprintf(out, sizeof out, "%s/qa-logits.jsonl", dir);
+    REQUIRE(tg_test_write_file(job, job_text) == 0, "%s", job);
+    snprintf(line, sizeof line, "predict %s --set model=%s -o %s --device cpu --threads 1", job, hf, out);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+    REQUIRE(r.status == 0, "%s: exit %d: %s", line, r.status, r.err ? r.err : "(nothing)");
+    const char *at = r.err ? strstr(r.err, "predicted ") : NULL;
+    int examples = 0;
+    double loss = -1;
+    CHECK(at && sscanf(at, "predicted %d examples on cpu: loss %lf", &examples, &loss) == 2, "report: %s",
+          r.err ? r.err : "");
+    tg_cli_run_free(&r);
+    char *text = tg_test_read_file(out, NULL);
+    REQUIRE(text, "%s", out);
+    int n = 0, bad = 0;
+    double worst = 0;
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"), n++) {
+        json_error_t e;
+        json_t *o = json_loads(l, 0, &e), *rows = json_object_get(o, "logits");
+        const tg_example *ex = n < tr->eval.n ? &tr->eval.examples[n] : NULL;
+        int ok = o && ex && json_array_size(rows) == (size_t)ex->len &&
+                 json_integer_value(json_object_get(o, "start_position")) == ex->label &&
+                 json_integer_value(json_object_get(o, "end_position")) == ex->label_end;
+        for (size_t t = 0; ok && t < json_array_size(rows); t++) {
+            json_t *row = json_array_get(rows, t);
+            ok = json_array_size(row) == 2;
+            worst = fmax(worst, fabs(json_number_value(json_array_get(row, 0)) - L->start[(int64_t)n * L->T + (int64_t)t]));
+            worst = fmax(worst, fabs(json_number_value(json_array_get(row, 1)) - L->end[(int64_t)n * L->T + (int64_t)t]));
+        }
+        if (!ok && bad++ < 3) CHECK(0, "line %d: %.200s", n, l);
+        json_decref(o);
+    }
+    free(text);
+    CHECK(n == tr->eval.n && examples == n && !bad, "%d lines, %d reported, %d windows", n, examples, tr->eval.n);
+    CHECK(worst <= 1e-6, "predict's logits differ from the eval's by %g", worst);
+    CHECK(fabs(loss - eval_loss) <= 0.00005 + 1e-6, "predict's loss %.4f, the eval's %.6f", loss, eval_loss);
+}
+
 /* The parameter `name`'s values (numel floats). */
 static float *param_values(tg_trainer *tr, const char *name, int64_t *numel) {
     const tg_plan *p = tr->plan;
@@ -310,7 +357,6 @@ static void train_and_eval(const char *dir, const char *model_json, tg_tokenizer
                   fabs(ev.no_ans_exact - tg_squad_percent(no_exact, ev.no_ans_total)) < 1e-9,
               "HasAns exact %g, NoAns exact %g", ev.has_ans_exact, ev.no_ans_exact);
     }
-    free(L.start), free(L.end);
     /* Exported as a Hugging Face folder (...ForQuestionAnswering), the head loads back. */
     char hf[800];
     snprintf(hf, sizeof hf, "%s/hf", dir);
@@ -325,7 +371,9 @@ static void train_and_eval(const char *dir, const char *model_json, tg_tokenizer
                                                               : "\"BertForQuestionAnswering\""),
               "config.json: %s", text);
         check_head_loaded(&tr, hf, 1);
+        check_predict(dir, job_text, hf, &tr, &L, ev.loss);
     }
+    free(L.start), free(L.end);
     /* The model folder has no weights: the head starts as HF initialises it. */
     check_head_loaded(&tr, model_dir, 0);
     tg_trainer_close(&tr);
