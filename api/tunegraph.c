@@ -353,7 +353,11 @@ int tunegraph_trainer_evaluate(tunegraph_trainer *trainer, tunegraph_eval_metric
     tunegraph_eval_metrics m = {.struct_size = sizeof m, .examples = s.examples, .counted = s.counted, .loss = s.loss,
                                 .has_accuracy = s.accuracy >= 0, .accuracy = s.accuracy >= 0 ? s.accuracy : 0,
                                 .has_perplexity = s.perplexity >= 0, .perplexity = s.perplexity >= 0 ? s.perplexity : 0,
-                                .macro_f1 = s.accuracy >= 0 ? s.macro_f1 : 0};
+                                .macro_f1 = s.accuracy >= 0 ? s.macro_f1 : 0,
+                                .has_squad = s.questions > 0, .questions = s.questions, .exact = s.exact,
+                                .f1 = s.f1, .has_ans_total = s.has_ans_total, .has_ans_exact = s.has_ans_exact,
+                                .has_ans_f1 = s.has_ans_f1, .no_ans_total = s.no_ans_total,
+                                .no_ans_exact = s.no_ans_exact, .no_ans_f1 = s.no_ans_f1};
     return fill_out(metrics, &m, sizeof m, "tunegraph_eval_metrics");
 }
 

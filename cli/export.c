@@ -227,7 +227,8 @@ static void write_ints(FILE *f, const char *key, const int32_t *v, int32_t n) {
 
 /* One line per eval example: its index, the ids the plan saw (cut to seq; mlm: as the
  * eval masked them, with "labels", -100 off the masked positions), its token types and
- * label where it has them, and its logits (LM: one row per token). */
+ * label (qa: answer positions) where they have them, and its logits (LM: one row per token;
+ * qa: a start and an end logit per token). */
 static int write_logits(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
     logits_writer *w = ctx;
     const tg_plan *p = w->tr->plan;
@@ -248,11 +249,15 @@ static int write_logits(void *ctx, const float *logits, int32_t first, int32_t r
                 write_float(w->f, logits[r * cols + c]);
             }
         } else {
+            /* lm: the vocabulary's columns of each token's row; qa: its start and end logits. */
+            const int64_t width = p->train.task == TG_TASK_LM ? p->model.vocab_size : cols;
+            if (p->train.task == TG_TASK_QA)
+                fprintf(w->f, ", \"start_position\": %d, \"end_position\": %d", ex->label, ex->label_end);
             fputs(", \"logits\": [", w->f);
             for (int32_t t = 0; t < len; t++) {
                 fputs(t ? ", [" : "[", w->f);
                 const float *row = logits + ((int64_t)r * seq + t) * cols;
-                for (int64_t v = 0; v < p->model.vocab_size; v++) {
+                for (int64_t v = 0; v < width; v++) {
                     if (v) fputs(", ", w->f);
                     write_float(w->f, row[v]);
                 }

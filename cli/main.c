@@ -679,6 +679,11 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
             if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f, macro-F1 %.4f", ev.accuracy, ev.macro_f1);
             if (ev.perplexity >= 0) fprintf(stderr, ", perplexity %.3f", ev.perplexity);
+            if (ev.questions > 0)
+                fprintf(stderr, ", %lld questions: exact %.2f, F1 %.2f (HasAns %lld: exact %.2f, F1 %.2f; NoAns %lld: "
+                                "exact %.2f, F1 %.2f)",
+                        (long long)ev.questions, ev.exact, ev.f1, (long long)ev.has_ans_total, ev.has_ans_exact,
+                        ev.has_ans_f1, (long long)ev.no_ans_total, ev.no_ans_exact, ev.no_ans_f1);
             fprintf(stderr, "\n");
         }
         if (a.save) fprintf(stderr, "saved %s\n", a.save);

@@ -163,7 +163,7 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     else put(&l, "measured_peak_bytes", json_null()), put_str(&l, "measured_peak_bytes_error", "not measurable here");
     if (s->eval) {
         const tg_eval_stats *ev = s->eval;
-        const int classify = ev->perplexity < 0;
+        const int qa = ev->questions > 0, classify = ev->perplexity < 0 && !qa;
         put_int(&l, "eval_examples", ev->examples);
         if (ev->counted == 0) { /* nothing measured: null with the reason, not 0 and 1 */
             const char *why = metrics_eval_nothing_counted(ev);
@@ -173,7 +173,18 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
         } else {
             put_real(&l, "eval_loss", ev->loss, "%.6g");
             if (classify) put_real(&l, "eval_accuracy", ev->accuracy, "%.6g"), put_real(&l, "eval_macro_f1", ev->macro_f1, "%.6g");
-            else put_real(&l, "eval_perplexity", ev->perplexity, "%.6g");
+            else if (!qa) put_real(&l, "eval_perplexity", ev->perplexity, "%.6g");
+        }
+        if (qa) { /* the official SQuAD v2 scores, in percent */
+            put_int(&l, "eval_questions", ev->questions);
+            put_real(&l, "eval_exact", ev->exact, "%.6g");
+            put_real(&l, "eval_f1", ev->f1, "%.6g");
+            put_int(&l, "eval_HasAns_total", ev->has_ans_total);
+            put_real(&l, "eval_HasAns_exact", ev->has_ans_exact, "%.6g");
+            put_real(&l, "eval_HasAns_f1", ev->has_ans_f1, "%.6g");
+            put_int(&l, "eval_NoAns_total", ev->no_ans_total);
+            put_real(&l, "eval_NoAns_exact", ev->no_ans_exact, "%.6g");
+            put_real(&l, "eval_NoAns_f1", ev->no_ans_f1, "%.6g");
         }
     }
     return line_write(&l, f);

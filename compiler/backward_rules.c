@@ -464,6 +464,19 @@ static void bwd_cross_entropy(tg_graph *g, int index) {
     tg_ad_commit(g, op.in[0], dlogits);
 }
 
+static void bwd_span_loss(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc, dlogits = tg_ad_grad_dest(g, op.in[0], &acc);
+    if (dlogits < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_SPAN_LOSS_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1];
+    s.out[0] = dlogits;
+    s.p.span_loss = op.p.span_loss;
+    tg_graph_op(g, &s);
+    tg_ad_commit(g, op.in[0], dlogits);
+}
+
 /* ---- the table --------------------------------------------------------------------- */
 
 /* Every op kind names its rule here, NULL where it has no gradient: the table below is
@@ -495,6 +508,8 @@ static void bwd_cross_entropy(tg_graph *g, int index) {
 #define BACKWARD_SELECT_TOKEN_BWD NULL
 #define BACKWARD_CROSS_ENTROPY bwd_cross_entropy
 #define BACKWARD_CROSS_ENTROPY_BWD NULL
+#define BACKWARD_SPAN_LOSS bwd_span_loss
+#define BACKWARD_SPAN_LOSS_BWD NULL
 #define BACKWARD_SCHEDULE NULL
 #define BACKWARD_GRAD_NORM NULL
 #define BACKWARD_ADAMW NULL

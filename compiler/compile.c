@@ -42,9 +42,9 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_TASK, err, msg);
     }
-    if (job->task == TG_TASK_MLM && cfg->arch == TG_ARCH_GPT2) {
-        snprintf(msg, sizeof msg, "task mlm needs an encoder (bert or roberta family); model '%s' is %s", cfg->source,
-                 tg_arch_name(cfg->arch));
+    if ((job->task == TG_TASK_MLM || job->task == TG_TASK_QA) && cfg->arch == TG_ARCH_GPT2) {
+        snprintf(msg, sizeof msg, "task %s needs an encoder (bert or roberta family); model '%s' is %s",
+                 tg_task_name(job->task), cfg->source, tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_TASK, err, msg);
     }
     if (job->task == TG_TASK_MLM) {

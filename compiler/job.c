@@ -379,7 +379,7 @@ static int set_special_ids(tg_job *job, const char *v, const origin *o, const ch
 }
 
 static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_err *err) {
-    static const char *const tasks[TG_TASK_COUNT] = {"classify", "lm", "mlm"};
+    static const char *const tasks[TG_TASK_COUNT] = {"classify", "lm", "mlm", "qa"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};

@@ -340,6 +340,25 @@ static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t wid
     return loss;
 }
 
+/* BertForQuestionAnswering / RobertaForQuestionAnswering: qa_outputs, Linear(D, 2) on
+ * every token (column 0 the start logit, column 1 the end logit), and the span loss. No
+ * pooler, no dropout. */
+static int span_head(builder *b, int h) {
+    tg_graph *g = b->g;
+    int logits = linear(b, "qa_outputs", h, b->N, b->D, 2, 0, 1, 1.0f);
+    int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_SPAN_LOSS);
+    s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
+    s.p.span_loss.b = b->B, s.p.span_loss.t = b->T;
+    tg_graph_op(g, &s);
+    if (logits < 0 || loss < 0) return -1; /* an earlier failure, already recorded */
+    g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
+    g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
+    g->io.logits = logits;
+    g->io.loss = loss;
+    return loss;
+}
+
 static int select_token(builder *b, const char *name, int x, int mode, int pad_id) {
     tg_graph *g = b->g;
     int y = tg_act(g, name, 2, b->B, b->D, 0, 0);
@@ -484,6 +503,7 @@ static int build_encoder(builder *b, int pad_id) {
     }
 
     if (mlm) return loss_of(b, mlm_head(b, h, word_table), mlm_labels, b->N, c->vocab_size, c->vocab_size);
+    if (g->job->task == TG_TASK_QA) return span_head(b, h);
     int labels = g->job->num_labels;
     int cls = select_token(b, "cls", h, TG_SELECT_FIRST, pad_id);
     int logits;
@@ -605,8 +625,9 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.attention_mask = input(g, "attention_mask", TG_F32, 2, b.B, b.T);
     if (c->arch != TG_ARCH_GPT2) g->io.token_type_ids = input(g, "token_type_ids", TG_I32, 2, b.B, b.T);
     g->io.position_ids = input(g, "position_ids", TG_I32, 2, b.B, b.T);
-    g->io.labels = j->task != TG_TASK_CLASSIFY ? input(g, "labels", TG_I32, 2, b.B, b.T)
-                                         : input(g, "labels", TG_I32, 1, b.B, 0);
+    g->io.labels = j->task == TG_TASK_LM || j->task == TG_TASK_MLM ? input(g, "labels", TG_I32, 2, b.B, b.T)
+                   : j->task == TG_TASK_QA ? input(g, "labels", TG_I32, 2, b.B, 2) /* start, end */
+                                           : input(g, "labels", TG_I32, 1, b.B, 0);
     int64_t one = 1;
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);

@@ -99,6 +99,9 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
             /* The masking op makes mlm's labels on the device; the input stays ignored. */
             if (!same_len)
                 for (int32_t t = 0; t < T; t++) out->labels[(int64_t)b * T + t] = TG_IGNORE_INDEX;
+        } else if (shape->task == TG_TASK_QA) {
+            out->labels[2 * b] = ex ? ex->label : TG_SPAN_NONE;
+            out->labels[2 * b + 1] = ex ? ex->label_end : TG_SPAN_NONE;
         } else {
             out->labels[b] = ex ? ex->label : TG_IGNORE_INDEX;
         }

@@ -1,6 +1,7 @@
 #include "datasets/convert.h"
 #include "base/alloc.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,9 @@
 #include "datasets/qa_features.h"
 #include "datasets/shard_writer.h"
 #include "datasets/squad.h"
+#include "datasets/squad_eval.h"
 #include "datasets/text_rows.h"
+#include "plan/plan.h"
 
 static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "squad", "text", "folders"};
 
@@ -238,14 +241,80 @@ static int convert_rows(converter *C, const tg_text_rows *rows, const int32_t *l
 
 /* ---- squad ---------------------------------------------------------------------- */
 
+/* The SQuAD eval file of each split (datasets/squad_eval.h), written as the windows are. */
+typedef struct qa_side {
+    FILE *f[TG_SPLIT_COUNT];
+    char path[TG_SPLIT_COUNT][TG_PATH_MAX + 64];
+    int32_t contexts[TG_SPLIT_COUNT], questions[TG_SPLIT_COUNT], windows[TG_SPLIT_COUNT];
+    int64_t last_paragraph[TG_SPLIT_COUNT]; /* the context written last, numbered over the files */
+} qa_side;
+
 typedef struct qa_sink_ctx {
     converter *C;
     int split;
+    qa_side *side;
+    const tg_qa_buffers *buf;
 } qa_sink_ctx;
 
 static int qa_sink(void *ctx, const tg_shard_record *rec, tg_err *err) {
     qa_sink_ctx *s = ctx;
-    return add(s->C, s->split, rec, err);
+    qa_side *d = s->side;
+    const int k = s->split;
+    if (add(s->C, k, rec, err) ||
+        tg_squad_eval_put_window(d->f[k], d->path[k], d->questions[k] - 1, s->buf->window_at, s->buf->window_first,
+                                 s->buf->window_count, err))
+        return -1;
+    d->windows[k]++;
+    return 0;
+}
+
+/* The eval lines of question q before its windows: its context (once per context) and its id
+ * and gold answers. */
+static int qa_side_question(converter *C, qa_side *d, int split, const tg_squad *sq, const tg_squad_question *q,
+                            int64_t paragraph, const tg_qa_context *ctx, tg_err *err) {
+    if (!d->f[split]) {
+        snprintf(d->path[split], sizeof d->path[split], "%s/%s", tg_shard_writer_folder(C->w),
+                 tg_squad_eval_file_name(split));
+        if (!(d->f[split] = fopen(d->path[split], "wbx")))
+            return tg_fail(err, "%s: cannot create: %s", d->path[split], strerror(errno));
+        d->last_paragraph[split] = -1;
+    }
+    const tg_squad_paragraph *p = &sq->paragraphs[q->paragraph];
+    if (d->last_paragraph[split] != paragraph) {
+        if (tg_squad_eval_put_context(d->f[split], d->path[split], p->context, p->len, ctx->start, ctx->end, ctx->n,
+                                      err))
+            return -1;
+        d->contexts[split]++;
+        d->last_paragraph[split] = paragraph;
+    }
+    const int32_t n = q->n_answers;
+    const char **texts = tg_malloc(sizeof *texts * (size_t)(n ? n : 1));
+    size_t *lens = tg_malloc(sizeof *lens * (size_t)(n ? n : 1));
+    int rc = texts && lens ? 0 : tg_fail(err, "out of memory for the %d answers of a question", n);
+    for (int32_t i = 0; i < n && !rc; i++) {
+        const tg_squad_answer *a = &sq->answers[q->first_answer + i];
+        texts[i] = p->context + a->start;
+        lens[i] = (size_t)(a->end - a->start);
+    }
+    if (!rc) rc = tg_squad_eval_put_question(d->f[split], d->path[split], q->id, d->contexts[split] - 1, texts, lens, n,
+                                             err);
+    free(texts), free(lens);
+    if (rc) return -1;
+    d->questions[split]++;
+    return 0;
+}
+
+/* Ends and closes the eval files; with ok 0 just closes them. */
+static int qa_side_close(qa_side *d, int ok, tg_err *err) {
+    int rc = 0;
+    for (int s = 0; s < TG_SPLIT_COUNT; s++) {
+        if (!d->f[s]) continue;
+        if (ok && !rc)
+            rc = tg_squad_eval_put_end(d->f[s], d->path[s], d->contexts[s], d->questions[s], d->windows[s], err);
+        if (fclose(d->f[s]) != 0 && ok && !rc) rc = tg_fail(err, "%s: write error: %s", d->path[s], strerror(errno));
+        d->f[s] = NULL;
+    }
+    return rc;
 }
 
 static int convert_squad(converter *C, tg_err *err) {
@@ -270,7 +339,8 @@ static int convert_squad(converter *C, tg_err *err) {
     if (!rc) rc = pick_eval(articles, o->eval_fraction, o->seed, "articles", &in_eval, &n_eval, err);
     tg_qa_context ctx = {0};
     tg_qa_buffers buf = {0};
-    int64_t windows = 0, article_base = 0;
+    qa_side side = {0};
+    int64_t windows = 0, article_base = 0, paragraph_base = 0;
     for (int32_t f = 0; f < o->n_inputs && !rc; f++) {
         const tg_squad *sq = &files[f];
         int32_t encoded = -1;
@@ -295,13 +365,17 @@ static int convert_squad(converter *C, tg_err *err) {
                 a_start = sq->answers[q->first_answer].start;
                 a_end = sq->answers[q->first_answer].end;
             }
-            qa_sink_ctx sink = {C, in_eval[article_base + p->article] ? TG_SPLIT_EVAL : TG_SPLIT_TRAIN};
-            if ((rc = tg_qa_features(C->enc, text, len, &ctx, a_start, a_end, C->seq, stride, &buf, qa_sink, &sink,
+            const int split = in_eval[article_base + p->article] ? TG_SPLIT_EVAL : TG_SPLIT_TRAIN;
+            qa_sink_ctx sink = {C, split, &side, &buf};
+            if ((rc = qa_side_question(C, &side, split, sq, q, paragraph_base + q->paragraph, &ctx, err)) ||
+                (rc = tg_qa_features(C->enc, text, len, &ctx, a_start, a_end, C->seq, stride, &buf, qa_sink, &sink,
                                      &windows, &C->rep->answered, err)))
                 tg_fail_context(err, "%s: %s (id '%s')", o->inputs[f], q->path, q->id);
         }
         article_base += sq->n_articles;
+        paragraph_base += sq->n_paragraphs;
     }
+    if (qa_side_close(&side, !rc, err)) rc = -1;
     tg_qa_context_free(&ctx);
     tg_qa_buffers_free(&buf);
     free(in_eval);

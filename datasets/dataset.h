@@ -20,7 +20,8 @@ typedef struct tg_example {
     int32_t len;
     int32_t *input_ids;
     int32_t *token_type_ids;  /* NULL when the line has none (all zeros) */
-    int32_t label;            /* classify; TG_IGNORE_INDEX for lm */
+    int32_t label;            /* classify; qa: the answer's start token; TG_IGNORE_INDEX for lm */
+    int32_t label_end;        /* qa: the answer's end token (0, 0: no answer, the [CLS] token) */
 } tg_example;
 
 typedef struct tg_dataset {
@@ -51,7 +52,7 @@ typedef struct tg_batch {
     float *attention_mask;    /* [B,T] 1 for real tokens, 0 for padding */
     int32_t *token_type_ids;  /* [B,T] */
     int32_t *position_ids;    /* [B,T] */
-    int32_t *labels;          /* classify [B]; lm [B,T] */
+    int32_t *labels;          /* classify [B]; lm [B,T]; qa [B,2] (start, end) */
     int32_t n_real;           /* examples that are not padding rows */
     int64_t n_tokens;         /* real (unpadded) tokens */
     /* In and out: the buffers already hold the parts of a batch that do not depend on
@@ -80,6 +81,7 @@ typedef struct tg_batch_shape {
 /* Fills a batch from examples idx[0..n-1] (n <= batch); rows past n are padding rows
  * whose labels are all TG_IGNORE_INDEX, so they add nothing to loss or accuracy.
  * Sequences longer than seq are truncated. Labels: classify -> the example's label;
+ * qa -> labels[2b], labels[2b+1] = its start and end token (padding rows TG_SPAN_NONE);
  * lm -> labels[t] = input_ids[t+1] where position t+1 is a real token, else ignored
  * (the shift HF's causal-LM loss applies). Positions: 0..T-1, or for RoBERTa
  * pad_id + 1 + (count of real tokens so far) on real tokens and pad_id on padding. */

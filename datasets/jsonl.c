@@ -241,6 +241,10 @@ static int next_line(line_reader *r, const loader *L, tg_err *err) {
 
 int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds, tg_err *err) {
     if (tg_shard_path_is_set(path)) return tg_shard_dataset_load(path, rules, 0, ds, err);
+    if (rules->task == TG_TASK_QA)
+        return tg_fail(err, "%s: task qa reads a shard set made by `tunegraph data convert --format squad`, not JSON "
+                            "Lines",
+                       path);
     memset(ds, 0, sizeof *ds);
     if (snprintf(ds->path, sizeof ds->path, "%s", path) >= (int)sizeof ds->path)
         return tg_fail(err, "%s: dataset path is too long", path);

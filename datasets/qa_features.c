@@ -114,6 +114,7 @@ int tg_qa_features(const tg_text_encoder *enc, const char *q, size_t q_len, cons
             ++*answered;
         }
         ++*windows;
+        buf->window_at = ctx_at, buf->window_first = start, buf->window_count = stop - start;
         if (sink(sink_ctx, &rec, err)) return -1;
         if (stop >= c->n) break;
     }

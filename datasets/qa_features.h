@@ -24,6 +24,9 @@ typedef struct tg_qa_context {
 typedef struct tg_qa_buffers {
     int32_t *q_ids, *ids, *types;
     int32_t q_cap, cap;
+    /* Set for the sink: the window it is handed holds context tokens window_first ..
+     * window_first + window_count - 1 at positions window_at onwards. */
+    int32_t window_at, window_first, window_count;
 } tg_qa_buffers;
 
 typedef int (*tg_qa_sink)(void *ctx, const tg_shard_record *rec, tg_err *err);

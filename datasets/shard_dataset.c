@@ -89,6 +89,10 @@ static int check_set(const tg_shard_set *set, const char *mpath, const tg_data_r
             return tg_fail(err, "%s: the set has %d labels (%s, ...), the job's num_labels is %d", mpath, m->n_labels,
                            m->labels[0], r->num_labels);
     }
+    if (r->task == TG_TASK_QA && m->task != TG_SHARD_QA)
+        return tg_fail(err, "%s: the set holds %s records, without answer positions; task qa needs a set converted "
+                            "with --format squad",
+                       mpath, tg_shard_task_name(m->task));
     if (set->n_records == 0)
         return tg_fail(err, "%s: the set has no %s records%s", set->dir, tg_shard_split_name(set->split),
                        set->split == TG_SPLIT_EVAL ? " (convert with --eval-fraction to make an eval split)" : "");
@@ -161,6 +165,7 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
             memcpy(p.v + types_at[i], rec.token_type_ids, (size_t)rec.len * sizeof *p.v);
         }
         ex[i] = (tg_example){.len = rec.len, .label = rules->task == TG_TASK_CLASSIFY ? rec.label : TG_IGNORE_INDEX};
+        if (rules->task == TG_TASK_QA) ex[i].label = rec.start, ex[i].label_end = rec.end;
     }
     tg_shard_cursor_close(&cur);
     tg_shard_set_close(&set);

@@ -425,6 +425,8 @@ static int install(tg_shard_writer *w, tg_err *err) {
     return 0;
 }
 
+const char *tg_shard_writer_folder(const tg_shard_writer *w) { return w->tmp; }
+
 int tg_shard_writer_commit(tg_shard_writer *w, tg_err *err) {
     tg_shard_manifest *m = &w->m;
     int rc = 0;

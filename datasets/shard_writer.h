@@ -37,6 +37,9 @@ int64_t tg_shard_writer_count(const tg_shard_writer *w, int split);
 /* Finishes the shards, writes manifest.json and moves the set to OUTDIR. Frees w; on
  * failure nothing is left behind. */
 int tg_shard_writer_commit(tg_shard_writer *w, tg_err *err);
+/* The temporary folder the set is written in: files a caller adds there move to OUTDIR with
+ * the set at commit (the SQuAD eval files, datasets/squad_eval.h). */
+const char *tg_shard_writer_folder(const tg_shard_writer *w);
 /* Drops everything written. Frees w. */
 void tg_shard_writer_abort(tg_shard_writer *w);
 

@@ -155,6 +155,16 @@ typedef struct tunegraph_eval_metrics {
     double perplexity;
     double macro_f1;            /* classify (has_accuracy): F1 averaged over the classes among the
                                    labels or predictions, as scikit-learn's f1_score(average="macro") */
+    /* qa (has_squad): the official SQuAD v2 scores in percent over the eval set's questions,
+     * each question's answer picked from its windows' start and end logits as Hugging Face's
+     * run_qa post-processing does (n_best 20, max_answer_len 30, null threshold 0). */
+    int has_squad;
+    int64_t questions;
+    double exact, f1;
+    int64_t has_ans_total;      /* questions with an answer */
+    double has_ans_exact, has_ans_f1;
+    int64_t no_ans_total;       /* unanswerable questions */
+    double no_ans_exact, no_ans_f1;
 } tunegraph_eval_metrics;
 
 /* Opens a trainer for the plan (options NULL: the defaults): allocates the memory pools

@@ -57,6 +57,8 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SELECT_TOKEN_BWD, {{"Tdout", "Iids"}, {"Tdx"}}},
     {TG_OP_CROSS_ENTROPY, {{"Tlogits", "Ilabels"}, {"Floss"}}},
     {TG_OP_CROSS_ENTROPY_BWD, {{"Fdloss", "Tlogits", "Ilabels"}, {"Tdlogits"}}},
+    {TG_OP_SPAN_LOSS, {{"Tlogits", "Ipositions"}, {"Floss"}}},
+    {TG_OP_SPAN_LOSS_BWD, {{"Fdloss", "Tlogits", "Ipositions"}, {"Tdlogits"}}},
     {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps", "Fnorm"}, {"Flr", "Fstep_out"}}},
     {TG_OP_GRAD_NORM, {{"Fgrads"}, {"Fnorm"}}},
     {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}}},

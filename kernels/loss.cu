@@ -16,6 +16,13 @@
  * coef * (softmax - onehot); the label's entry is computed in double to avoid the
  * cancellation of p - 1 when p is close to 1.
  *
+ * Span loss (question answering): the rows are short (T positions of one side, read with
+ * stride 2 from the [B*T, 2] logits), so the forward is one block that takes the 2B rows in
+ * order, each reduced over the block (max, then a double sum of exp(x - max)), and adds
+ * the row losses in double in that order; no scratch. The backward has a block per (row,
+ * side) that counts its side's counted rows itself and writes coef * (softmax - onehot)
+ * in double, coef = dloss / 2 / n_side in float as on the CPU.
+ *
  * Storage: the selected rows and their gradients, logits and dlogits are T (float, or
  * bf16 in bf16 plans: widened on load, rounded on store; select copies are bitwise);
  * loss, dloss and all accumulation stay fp32/double. */
@@ -356,5 +363,118 @@ int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
         launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
     else
         launch_ce_bwd<float>(a->in[1], labels, coef, a->out[0], N, C, V, st);
+    return 0;
+}
+
+/* ---- span loss ------------------------------------------------------------------------ */
+
+#define SPAN_THREADS 256
+
+/* The position a row's side trains on, or -1 when ignored (HF clamps to [0, T], ignores T). */
+static __device__ __forceinline__ int64_t span_target(int pos, int64_t T) { return pos < 0 ? 0 : pos < T ? pos : -1; }
+
+/* log sum_t exp(x[2t]) over T positions (stride 2), returned to every thread. */
+template <class TX>
+static __device__ double span_lse(const TX *__restrict__ x, int64_t T) {
+    __shared__ float s_m[SPAN_THREADS / 32];
+    __shared__ double s_s[SPAN_THREADS / 32];
+    __shared__ double s_lse;
+    float m = -INFINITY;
+    for (int64_t t = threadIdx.x; t < T; t += SPAN_THREADS) m = fmaxf(m, tg_ld(x, 2 * t));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) s_m[warp] = m;
+    __syncthreads();
+    m = s_m[0];
+    for (int w = 1; w < SPAN_THREADS / 32; w++) m = fmaxf(m, s_m[w]);
+    double s = 0.0;
+    for (int64_t t = threadIdx.x; t < T; t += SPAN_THREADS) s += exp((double)tg_ld(x, 2 * t) - (double)m);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) s_s[warp] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < SPAN_THREADS / 32; w++) total += s_s[w];
+        s_lse = log(total) + (double)m;
+    }
+    __syncthreads();
+    const double r = s_lse;
+    __syncthreads();
+    return r;
+}
+
+template <class TX>
+__global__ void __launch_bounds__(SPAN_THREADS)
+span_loss_fwd(const TX *__restrict__ logits, const int *__restrict__ pos, float *__restrict__ loss, int64_t B,
+              int64_t T) {
+    double total = 0.0; /* thread 0's */
+    for (int side = 0; side < 2; side++) {
+        double sum = 0.0;
+        int64_t n = 0;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t p = span_target(pos[2 * b + side], T);
+            if (p < 0) continue; /* the same for every thread */
+            const TX *x = logits + b * T * 2 + side;
+            const double lse = span_lse(x, T);
+            sum += lse - (double)tg_ld(x, 2 * p);
+            n++;
+        }
+        if (n) total += sum / (double)n;
+    }
+    if (threadIdx.x == 0) loss[0] = (float)(total / 2);
+}
+
+/* grid (B, 2): block (b, side). */
+template <class TX>
+__global__ void __launch_bounds__(SPAN_THREADS)
+span_loss_bwd(const float *__restrict__ dloss, const TX *__restrict__ logits, const int *__restrict__ pos,
+              TX *__restrict__ dlogits, int64_t B, int64_t T) {
+    const int64_t b = blockIdx.x;
+    const int side = blockIdx.y;
+    int64_t n = 0;
+    for (int64_t r = 0; r < B; r++) n += span_target(pos[2 * r + side], T) >= 0;
+    const float coef = n ? (float)((double)dloss[0] / 2.0 / (double)n) : 0.0f;
+    const int64_t p = span_target(pos[2 * b + side], T);
+    const TX *x = logits + b * T * 2 + side;
+    TX *d = dlogits + b * T * 2 + side;
+    if (p < 0 || coef == 0.0f) {
+        for (int64_t t = threadIdx.x; t < T; t += SPAN_THREADS) tg_st(d, 2 * t, 0.0f);
+        return;
+    }
+    const double lse = span_lse(x, T);
+    for (int64_t t = threadIdx.x; t < T; t += SPAN_THREADS)
+        tg_st(d, 2 * t, (float)((double)coef * (exp((double)tg_ld(x, 2 * t) - lse) - (t == p ? 1.0 : 0.0))));
+}
+
+int tg_launch_span_loss(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t B = a->op->p.span_loss.b, T = a->op->p.span_loss.t;
+    float *loss = (float *)a->out[0];
+    cudaStream_t st = a->ctx->stream;
+    if (B <= 0 || T <= 0) {
+        cudaError_t e = cudaMemsetAsync(loss, 0, 4, st);
+        return e == cudaSuccess ? 0 : tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
+    }
+    const int *pos = (const int *)a->in[1];
+    if (a->in_dtype[0] == TG_BF16)
+        span_loss_fwd<tg_bf16><<<1, SPAN_THREADS, 0, st>>>((const tg_bf16 *)a->in[0], pos, loss, B, T);
+    else
+        span_loss_fwd<float><<<1, SPAN_THREADS, 0, st>>>((const float *)a->in[0], pos, loss, B, T);
+    return 0;
+}
+
+int tg_launch_span_loss_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const int64_t B = a->op->p.span_loss.b, T = a->op->p.span_loss.t;
+    if (B <= 0 || T <= 0) return 0;
+    if (B > INT32_MAX) return tg_fail(err, "batch %lld exceeds the grid", (long long)B);
+    const dim3 grid((unsigned)B, 2);
+    const float *dloss = (const float *)a->in[0];
+    const int *pos = (const int *)a->in[2];
+    cudaStream_t st = a->ctx->stream;
+    if (a->out_dtype[0] == TG_BF16)
+        span_loss_bwd<tg_bf16><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const tg_bf16 *)a->in[1], pos,
+                                                              (tg_bf16 *)a->out[0], B, T);
+    else
+        span_loss_bwd<float><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const float *)a->in[1], pos, (float *)a->out[0],
+                                                            B, T);
     return 0;
 }

@@ -10,8 +10,10 @@
 
 const char *tg_hf_architecture(int arch, int task) {
     static const char *const names[TG_ARCH_COUNT][TG_TASK_COUNT] = {
-        [TG_ARCH_BERT] = {[TG_TASK_CLASSIFY] = "BertForSequenceClassification", [TG_TASK_MLM] = "BertForMaskedLM"},
-        [TG_ARCH_ROBERTA] = {[TG_TASK_CLASSIFY] = "RobertaForSequenceClassification", [TG_TASK_MLM] = "RobertaForMaskedLM"},
+        [TG_ARCH_BERT] = {[TG_TASK_CLASSIFY] = "BertForSequenceClassification", [TG_TASK_MLM] = "BertForMaskedLM",
+                          [TG_TASK_QA] = "BertForQuestionAnswering"},
+        [TG_ARCH_ROBERTA] = {[TG_TASK_CLASSIFY] = "RobertaForSequenceClassification",
+                             [TG_TASK_MLM] = "RobertaForMaskedLM", [TG_TASK_QA] = "RobertaForQuestionAnswering"},
         [TG_ARCH_GPT2] = {[TG_TASK_CLASSIFY] = "GPT2ForSequenceClassification", [TG_TASK_LM] = "GPT2LMHeadModel"},
     };
     if (arch < 0 || arch >= TG_ARCH_COUNT || task < 0 || task >= TG_TASK_COUNT) return NULL;

@@ -439,6 +439,25 @@ static const char *check_cross_entropy(const tg_op_check_ctx *c, const tg_op *op
     return NULL;
 }
 
+static const char *check_span_loss(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_span_loss_params *p = &op->p.span_loss;
+    NOT_NEGATIVE(p->b, "B");
+    NOT_NEGATIVE(p->t, "T");
+    PRODUCT(logits, "B*T*2", p->b, p->t, 2);
+    PRODUCT(positions, "B*2", p->b, 2);
+    if (op->kind == TG_OP_SPAN_LOSS) {
+        EXPECT(numel(c, op->in[0]) == logits, "in[0]: logits != B*T*2");
+        EXPECT(numel(c, op->in[1]) == positions, "in[1]: positions != B*2");
+        EXPECT(numel(c, op->out[0]) == 1, "out[0]: loss is not a scalar");
+    } else {
+        EXPECT(numel(c, op->in[0]) == 1, "in[0]: dloss is not a scalar");
+        EXPECT(numel(c, op->in[1]) == logits, "in[1]: logits != B*T*2");
+        EXPECT(numel(c, op->in[2]) == positions, "in[2]: positions != B*2");
+        EXPECT(numel(c, op->out[0]) == logits, "out[0]: dlogits != B*T*2");
+    }
+    return NULL;
+}
+
 static const char *check_schedule(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[0]) == 1, "in[0]: step counter is not a scalar");
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: total steps is not a scalar");
@@ -650,6 +669,7 @@ static double flops_attention(const tg_op *op) {
 }
 static double flops_attention_bwd(const tg_op *op) { return 2.0 * flops_attention(op); }
 static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->p.cross_entropy.n * op->p.cross_entropy.c; }
+static double flops_span_loss(const tg_op *op) { return 8.0 * op->p.span_loss.b * op->p.span_loss.t; }
 static double flops_grad_norm(const tg_op *op) { return 2.0 * op->p.count.n; }
 static double flops_adamw(const tg_op *op) { return 16.0 * op->p.adamw.n; }
 static double flops_adan(const tg_op *op) { return 26.0 * op->p.adan.n; }

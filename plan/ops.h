@@ -70,6 +70,9 @@ enum { TG_SELECT_FIRST = 0, TG_SELECT_LAST_NON_PAD = 1 };
  * of its labels derived by the step from its ids and mask (labels[t] = ids[t + 1] while
  * token t + 1 is real, else TG_IGNORE_INDEX), so the host need not write them. */
 #define TG_LABELS_FROM_IDS (-2147483647 - 1)
+/* A question-answering batch's answer position that counts for nothing: SPAN_LOSS ignores
+ * any position at T or past it, as HF does; padding rows of a batch carry this one. */
+#define TG_SPAN_NONE 2147483647
 
 #ifdef __cplusplus
 }

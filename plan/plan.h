@@ -122,8 +122,9 @@ typedef struct tg_tensor {
 
 typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_COUNT } tg_arch;
 /* TG_TASK_MLM: masked language modelling (BERT, RoBERTa), the batch masked on the device
- * (TG_OP_MLM_MASK). */
-typedef enum tg_task { TG_TASK_CLASSIFY = 0, TG_TASK_LM, TG_TASK_MLM, TG_TASK_COUNT } tg_task;
+ * (TG_OP_MLM_MASK). TG_TASK_QA: extractive question answering (a start and an end logit
+ * per token). */
+typedef enum tg_task { TG_TASK_CLASSIFY = 0, TG_TASK_LM, TG_TASK_MLM, TG_TASK_QA, TG_TASK_COUNT } tg_task;
 typedef enum tg_precision { TG_PREC_FP32 = 0, TG_PREC_BF16, TG_PREC_FP16, TG_PREC_COUNT } tg_precision;
 /* How attention is built: one TG_OP_ATTENTION per layer (fused, where the head dim allows
  * it), or heads split, QK^T, ATTN_SOFTMAX, PV and heads merge (unfused). */

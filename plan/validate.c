@@ -428,8 +428,10 @@ static int check_pool_start(const tg_plan *p, const char *field, int32_t t, cons
 static int check_io(const tg_plan *p, const char *name, tg_err *err) {
     const tg_plan_io *io = &p->io;
     /* lm and mlm: labels and logits per token (mlm's labels input is unused: its masking
-     * op makes them). */
-    const int64_t B = p->train.batch, T = p->train.seq, lm = p->train.task != TG_TASK_CLASSIFY;
+     * op makes them); qa: two answer positions per row, two logits per token. */
+    const int64_t B = p->train.batch, T = p->train.seq;
+    const int64_t lm = p->train.task == TG_TASK_LM || p->train.task == TG_TASK_MLM;
+    const int qa = p->train.task == TG_TASK_QA;
     const io_rule rules[] = {
         {"input_ids", io->input_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T}, "the batch's token ids, train batch x seq"},
         {"attention_mask", io->attention_mask, 1, TG_POOL_INPUTS, DT(TG_F32), 2, {B, T},
@@ -438,10 +440,15 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
          "the batch's token types, train batch x seq"},
         {"position_ids", io->position_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T},
          "the batch's positions, train batch x seq"},
-        {"labels", io->labels, 1, TG_POOL_INPUTS, DT(TG_I32), lm ? 2 : 1, {B, lm ? T : -1},
-         lm ? "the batch's next tokens, train batch x seq" : "the batch's labels, one per row"},
-        {"logits", io->logits, 1, -1, DT(TG_F32) | DT(TG_BF16), 2, {lm ? B * T : B, lm ? -1 : p->train.num_labels},
-         lm ? "a row of scores per token" : "a row of num_labels scores per row of the batch"},
+        {"labels", io->labels, 1, TG_POOL_INPUTS, DT(TG_I32), lm || qa ? 2 : 1, {B, lm ? T : qa ? 2 : -1},
+         lm   ? "the batch's next tokens, train batch x seq"
+         : qa ? "the batch's answer start and end, train batch x 2"
+              : "the batch's labels, one per row"},
+        {"logits", io->logits, 1, -1, DT(TG_F32) | DT(TG_BF16), 2,
+         {lm || qa ? B * T : B, lm ? -1 : qa ? 2 : p->train.num_labels},
+         lm   ? "a row of scores per token"
+         : qa ? "a start and an end score per token"
+              : "a row of num_labels scores per row of the batch"},
         {"loss", io->loss, 1, -1, DT(TG_F32), 0, {0}, "the step's loss, read after each step"},
         {"step", io->step, 1, TG_POOL_OPTIM, DT(TG_F32), 0, {0}, "the step counter the runtime sets"},
         {"total_steps", io->total_steps, 1, TG_POOL_OPTIM, DT(TG_F32), 0, {0}, "the step count the runtime sets"},

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/bf16.h"
+#include "datasets/shard_dataset.h"
 
 /* Header-only xxHash, as the plan file uses: the training data's identity. */
 #define XXH_INLINE_ALL
@@ -202,6 +204,31 @@ static void loader_fill(void *ctx, int64_t j);
 /* The most steps one run may take: what the step counters (int32, total_steps) hold. */
 #define MAX_RUN_STEPS INT32_MAX
 
+/* qa: the eval split's SQuAD eval file (datasets/squad_eval.h), which must describe its
+ * windows one for one. */
+static int open_squad_eval(tg_trainer *t, const char *eval_data, tg_err *err) {
+    char dir[TG_PATH_MAX + 32], path[TG_PATH_MAX + 64];
+    int split;
+    tg_shard_path_resolve(eval_data, dir, sizeof dir, &split);
+    snprintf(path, sizeof path, "%s/%s", dir, tg_squad_eval_file_name(split));
+    if (access(path, F_OK) != 0)
+        return tg_fail(err, "%s: task qa scores its eval with %s, which is not there (convert the set again with "
+                            "`tunegraph data convert --format squad`)",
+                       eval_data, path);
+    if (tg_squad_eval_load(path, &t->squad, err)) return -1;
+    t->has_squad = 1;
+    if (t->squad.n_windows != t->eval.n)
+        return tg_fail(err, "%s: %d windows, the eval set %s has %d records (a file of another conversion?)", path,
+                       t->squad.n_windows, eval_data, t->eval.n);
+    for (int32_t i = 0; i < t->eval.n; i++) {
+        const tg_squad_eval_window *w = &t->squad.windows[i];
+        if ((int64_t)w->at + w->count >= t->eval.examples[i].len)
+            return tg_fail(err, "%s: window %d puts its context at positions %d to %d, past its record's %d tokens",
+                           path, i, w->at, w->at + w->count - 1, t->eval.examples[i].len);
+    }
+    return 0;
+}
+
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
     memset(t, 0, sizeof *t);
     t->plan = plan;
@@ -277,6 +304,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         if (run->eval_data[0]) {
             if (tg_dataset_load(run->eval_data, &rules, &t->eval, err)) goto fail;
             t->has_eval = 1;
+            if (train->task == TG_TASK_QA && open_squad_eval(t, run->eval_data, err)) goto fail;
         }
         if (t->has_train && open_sampler(t, err)) goto fail;
     }
@@ -314,6 +342,7 @@ void tg_trainer_close(tg_trainer *t) {
     if (t->ex.vt) drain(t, &ignored); /* no step may still read a staging buffer */
     if (t->has_train) tg_dataset_free(&t->train);
     if (t->has_eval) tg_dataset_free(&t->eval);
+    if (t->has_squad) tg_squad_eval_free(&t->squad);
     tg_batch_sampler_free(&t->sampler);
     free(t->batch_idx);
     free(t->global_idx);
@@ -527,6 +556,27 @@ static const tg_op *masking_op(const tg_plan *p) {
     return NULL;
 }
 
+/* qa: each question's answer from its windows' logits (span: all start logits, then all end
+ * logits, seq per window) and the SQuAD v2 scores. */
+static int score_squad(tg_trainer *t, const float *span, int64_t T, tg_eval_stats *s, tg_err *err) {
+    const tg_squad_eval *ev = &t->squad;
+    tg_qa_postprocess_options opt = {.n_best = 20, .max_answer_len = 30, .null_threshold = 0.0};
+    for (int32_t q = 0; q < ev->n_questions && !opt.version_2; q++) opt.version_2 = ev->questions[q].n_answers == 0;
+    tg_squad_totals tot;
+    if (tg_squad_eval_score(ev, span, span + (int64_t)t->eval.n * T, T, (int32_t)T, &opt, &tot, err))
+        return tg_fail_context(err, "%s: the qa eval", t->eval.path);
+    s->questions = tot.total;
+    s->exact = tg_squad_percent(tot.exact, tot.total);
+    s->f1 = tg_squad_percent(tot.f1, tot.total);
+    s->has_ans_total = tot.has_total;
+    s->has_ans_exact = tg_squad_percent(tot.has_exact, tot.has_total);
+    s->has_ans_f1 = tg_squad_percent(tot.has_f1, tot.has_total);
+    s->no_ans_total = tot.no_total;
+    s->no_ans_exact = tg_squad_percent(tot.no_exact, tot.no_total);
+    s->no_ans_f1 = tg_squad_percent(tot.no_f1, tot.no_total);
+    return 0;
+}
+
 int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) { return tg_trainer_eval_logits(t, s, NULL, NULL, err); }
 
 int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on_batch, void *ctx, tg_err *err) {
@@ -544,9 +594,14 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     if (drain(t, err)) return -1;
     int saved_cur = t->cur;
     t->cur = (int)((t->filled > t->launched ? t->filled : t->launched) % t->n_staging);
-    const int want_logits = p->train.task == TG_TASK_CLASSIFY || on_batch;
+    const int qa = p->train.task == TG_TASK_QA;
+    const int want_logits = p->train.task == TG_TASK_CLASSIFY || qa || on_batch;
     float *logits = want_logits ? tg_malloc(sizeof(float) * (size_t)tg_tensor_numel(logits_t)) : NULL;
-    if (want_logits && !logits) {
+    /* qa: every window's start and end logits, [eval examples, seq] each, for the answers. */
+    const int64_t T = p->train.seq;
+    float *span = qa ? tg_malloc(2 * sizeof(float) * (size_t)(t->eval.n * T)) : NULL;
+    if ((want_logits && !logits) || (qa && !span)) {
+        free(logits), free(span);
         t->cur = saved_cur;
         return tg_fail(err, "out of memory for the eval logits");
     }
@@ -555,7 +610,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     const tg_op *mask_op = masking_op(p);
     int32_t *mlm_labels = mask_op ? tg_malloc(sizeof(int32_t) * (size_t)n_labels * (on_batch ? 2 : 1)) : NULL;
     if (mask_op && !mlm_labels) {
-        free(logits);
+        free(logits), free(span);
         t->cur = saved_cur;
         return tg_fail(err, "out of memory for the eval's masked labels");
     }
@@ -564,7 +619,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     if (p->train.task == TG_TASK_CLASSIFY) {
         tp = tg_calloc((size_t)(3 * classes), sizeof *tp);
         if (!tp) {
-            free(logits);
+            free(logits), free(span), free(mlm_labels);
             t->cur = saved_cur;
             return tg_fail(err, "out of memory for the eval's per-class counts");
         }
@@ -581,7 +636,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err)) ||
             (mlm_labels && tg_trainer_read(t, mask_op->out[1], mlm_labels, err)) ||
             (mlm_ids && tg_trainer_read(t, mask_op->out[0], mlm_ids, err))) {
-            free(logits), free(tp), free(mlm_labels);
+            free(logits), free(tp), free(span), free(mlm_labels);
             t->cur = saved_cur;
             return -1;
         }
@@ -589,12 +644,18 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         const int failed = on_batch && on_batch(ctx, logits, start, n, err);
         t->eval_masked_ids = t->eval_masked_labels = NULL;
         if (failed) {
-            free(logits), free(tp), free(mlm_labels);
+            free(logits), free(tp), free(span), free(mlm_labels);
             t->cur = saved_cur;
             return -1;
         }
+        for (int64_t r = 0; qa && r < n; r++)
+            for (int64_t k = 0; k < T; k++) {
+                span[(start + r) * T + k] = logits[(r * T + k) * 2];
+                span[((int64_t)t->eval.n + start + r) * T + k] = logits[(r * T + k) * 2 + 1];
+            }
         const int32_t *labels = mlm_labels ? mlm_labels : tg_trainer_input(t, p->io.labels);
-        int64_t counted = counted_labels(labels, n_labels);
+        /* qa: the batch's loss is a mean over its windows. */
+        int64_t counted = qa ? n : counted_labels(labels, n_labels);
         loss_sum += (double)loss * (double)counted;
         s->counted += counted;
         if (p->train.task == TG_TASK_CLASSIFY) {
@@ -612,6 +673,11 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     }
     free(logits), free(mlm_labels);
     t->cur = saved_cur;
+    if (qa && score_squad(t, span, T, s, err)) {
+        free(span), free(tp);
+        return -1;
+    }
+    free(span);
     const int classify = p->train.task == TG_TASK_CLASSIFY;
     double f1_sum = 0;
     int f1_classes = 0;
@@ -621,16 +687,17 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         f1_classes++;
     }
     free(tp);
+    const int lm = p->train.task == TG_TASK_LM || p->train.task == TG_TASK_MLM; /* perplexity */
     if (s->counted == 0) { /* nothing to average: no loss, accuracy or perplexity, not 0 and 1 */
         s->loss = NAN;
         s->accuracy = s->macro_f1 = classify ? NAN : -1.0;
-        s->perplexity = classify ? -1.0 : NAN;
+        s->perplexity = lm ? NAN : -1.0;
         return 0;
     }
     s->loss = loss_sum / (double)s->counted;
     s->accuracy = classify ? (double)correct / (double)s->counted : -1.0;
     s->macro_f1 = classify ? f1_sum / f1_classes : -1.0;
-    s->perplexity = classify ? -1.0 : exp(s->loss);
+    s->perplexity = lm ? exp(s->loss) : -1.0;
     return 0;
 }
 
@@ -689,6 +756,7 @@ static uint64_t train_data_hash(tg_trainer *t) {
         const tg_example *e = &t->train.examples[i];
         const int32_t head[3] = {e->len, e->label, e->token_type_ids != NULL};
         XXH64_update(&h, head, sizeof head);
+        if (t->plan->train.task == TG_TASK_QA) XXH64_update(&h, &e->label_end, sizeof e->label_end);
         XXH64_update(&h, e->input_ids, (size_t)e->len * sizeof *e->input_ids);
         if (e->token_type_ids) XXH64_update(&h, e->token_type_ids, (size_t)e->len * sizeof *e->token_type_ids);
     }

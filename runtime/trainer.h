@@ -7,6 +7,7 @@
 
 #include "datasets/batch_sampler.h"
 #include "datasets/dataset.h"
+#include "datasets/squad_eval.h"
 #include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
 #include "runtime/executor.h"
@@ -81,6 +82,14 @@ typedef struct tg_eval_stats {
     double macro_f1;        /* classify: F1 averaged over the classes that occur among the labels or
                                the predictions (scikit-learn's f1_score, average="macro"); -1 for lm */
     double perplexity;      /* lm; -1 for classify */
+    /* qa (questions > 0): the official SQuAD v2 scores in percent, over the questions of the
+     * eval windows (datasets/squad_eval.h), from each question's answer as Hugging Face's
+     * run_qa post-processing picks it (n_best 20, max_answer_len 30, null threshold 0; the
+     * null answer competes when the set has an unanswerable question). */
+    int64_t questions;
+    double exact, f1;
+    int64_t has_ans_total, no_ans_total;
+    double has_ans_exact, has_ans_f1, no_ans_exact, no_ans_f1;
 } tg_eval_stats;
 
 #define TG_TRAINER_STAGING_MAX 16
@@ -135,6 +144,8 @@ typedef struct tg_trainer {
     double fill_cpu_s;      /* with host_trace: thread CPU seconds spent filling batches */
     tg_dataset train, eval;
     int has_train, has_eval;
+    tg_squad_eval squad;        /* qa: the eval set's questions and offsets */
+    int has_squad;
     tg_batch_sampler sampler;
     tg_batch_shape shape;
     int32_t total_steps;

@@ -20,6 +20,7 @@
 #include "datasets/shard_dataset.h"
 #include "datasets/shard_writer.h"
 #include "datasets/squad.h"
+#include "datasets/squad_eval.h"
 #include "datasets/tokenizer.h"
 #include "models/hf_checkpoint.h"
 #include "models/model_config.h"
@@ -148,6 +149,21 @@ static int read_csv(void *ctx, tg_err *err) {
     return rc == 0 && rows == 4 ? 0 : -1;
 }
 
+static const char k_squad_eval[] =
+    "{\"context\": \"cat dog bird\", \"offsets\": [0, 3, 4, 7, 8, 12]}\n"
+    "{\"question\": \"q1\", \"context\": 0, \"answers\": [\"cat\", \"dog\"]}\n"
+    "{\"window\": 0, \"at\": 4, \"first\": 0, \"count\": 3}\n"
+    "{\"question\": \"q2\", \"context\": 0, \"answers\": []}\n"
+    "{\"window\": 1, \"at\": 5, \"first\": 1, \"count\": 2}\n"
+    "{\"end\": {\"contexts\": 1, \"questions\": 2, \"windows\": 2}}\n";
+
+static int parse_squad_eval(void *ctx, tg_err *err) {
+    tg_squad_eval ev;
+    if (tg_squad_eval_parse("squad_eval.jsonl", k_squad_eval, strlen(k_squad_eval), &ev, err)) return -1;
+    tg_squad_eval_free(&ev);
+    return 0;
+}
+
 static int parse_squad(void *ctx, tg_err *err) {
     tg_squad sq;
     if (tg_squad_parse("s.json", tg_test_squad_v2, strlen(tg_test_squad_v2), &sq, err)) return -1;
@@ -238,6 +254,7 @@ TG_TEST(test_alloc_faults_parsers) {
 
     fail_each("CSV", read_csv, NULL, -1, 0);
     fail_each("SQuAD", parse_squad, NULL, -1, 0);
+    fail_each("SQuAD eval file", parse_squad_eval, NULL, -1, 0);
 
     /* Tokenizers: a WordPiece vocab.txt, a byte-level BPE vocab.json + merges.txt folder. */
     const char *vocab = fixture("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\nun\n##aff\n"

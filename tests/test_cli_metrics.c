@@ -69,7 +69,8 @@ TG_TEST(test_cli_metrics_non_finite) {
 }
 
 /* The summary's eval fields: null with the reason when the eval counted nothing (never
- * loss 0 and perplexity 1), null with "not finite" for an overflowing perplexity. */
+ * loss 0 and perplexity 1), null with "not finite" for an overflowing perplexity; qa's
+ * SQuAD scores. */
 TG_TEST(test_cli_metrics_summary_eval) {
     const tg_memory_use mem = {.planned = 1, .estimated = 2, .measured = 3};
     const tg_eval_stats lm_none = {.examples = 3, .counted = 0, .loss = NAN, .accuracy = -1, .perplexity = NAN};
@@ -78,6 +79,10 @@ TG_TEST(test_cli_metrics_summary_eval) {
     const tg_eval_stats lm_inf = {.examples = 2, .counted = 9, .loss = 800.0, .accuracy = -1, .perplexity = INFINITY};
     const tg_eval_stats cls = {.examples = 4, .counted = 4, .loss = 0.5, .accuracy = 0.75, .perplexity = -1,
                                .macro_f1 = 0.7333333333};
+    const tg_eval_stats qa = {.examples = 5, .counted = 5, .loss = 2.25, .accuracy = -1, .perplexity = -1,
+                              .macro_f1 = -1, .questions = 3, .exact = 200.0 / 3, .f1 = 75.0, .has_ans_total = 2,
+                              .has_ans_exact = 50.0, .has_ans_f1 = 62.5, .no_ans_total = 1, .no_ans_exact = 100.0,
+                              .no_ans_f1 = 100.0};
     const struct {
         const tg_eval_stats *ev;
         const char *want;
@@ -90,6 +95,9 @@ TG_TEST(test_cli_metrics_summary_eval) {
         {&lm_inf, "\"eval_examples\": 2, \"eval_loss\": 800.0, \"eval_perplexity\": null, "
                   "\"eval_perplexity_error\": \"not finite\"}"},
         {&cls, "\"eval_examples\": 4, \"eval_loss\": 0.5, \"eval_accuracy\": 0.75, \"eval_macro_f1\": 0.733333}"},
+        {&qa, "\"eval_examples\": 5, \"eval_loss\": 2.25, \"eval_questions\": 3, \"eval_exact\": 66.6667, "
+              "\"eval_f1\": 75.0, \"eval_HasAns_total\": 2, \"eval_HasAns_exact\": 50.0, \"eval_HasAns_f1\": 62.5, "
+              "\"eval_NoAns_total\": 1, \"eval_NoAns_exact\": 100.0, \"eval_NoAns_f1\": 100.0}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         metrics_summary s = {.steps = 1, .train_s = 1, .device = "cpu", .replicas = 1, .mem = &mem, .eval = cases[i].ev};

@@ -956,10 +956,11 @@ TG_TEST(test_compile_attention_head_dim_limit) {
 }
 
 /* The kinds with a backward rule are exactly those the models' forward passes use: each
- * kind in a forward phase of the preset plans (BERT, RoBERTa and GPT-2; LM, masked LM and
- * classification; fused attention with every fusion on, unfused attention with every
- * fusion off) has one, but the masking op, and every other kind (backward, optimizer,
- * collective and filling ops, and ops no model emits) has none. Derived from the plans, so a new op needs no edit
+ * kind in a forward phase of the preset plans (BERT, RoBERTa and GPT-2; LM, masked LM,
+ * classification and question answering; fused attention with every fusion on, unfused
+ * attention with every fusion off) has one, but the masking op, and every other kind
+ * (backward, optimizer, collective and filling ops, and ops no model emits) has none.
+ * Derived from the plans, so a new op needs no edit
  * here (names, rows and CPU kernels: tests/test_op_meta.c). */
 TG_TEST(test_compile_backward_rules) {
     static const char *const models[] = {
@@ -969,6 +970,7 @@ TG_TEST(test_compile_backward_rules) {
         "model = tiny-gpt2\npad_token_id = 0\n",
         "model = tiny-bert\ntask = mlm\n",
         "model = tiny-roberta\ntask = mlm\n",
+        "model = tiny-bert\ntask = qa\n",
     };
     static const char *const forms[] = {
         "",
@@ -990,7 +992,7 @@ TG_TEST(test_compile_backward_rules) {
             }
             tg_plan_free(&p);
         }
-    REQUIRE(plans == 12, "%d of 12 plans compiled", plans);
+    REQUIRE(plans == 14, "%d of 14 plans compiled", plans);
     int differentiated = 0;
     for (int k = 0; k < TG_OP_COUNT; k++) {
         const int rule = tg_backward_rule_of(k) != NULL;

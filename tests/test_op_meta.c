@@ -322,7 +322,8 @@ TG_TEST(test_op_meta_check_untrusted_params) {
     static const int kinds[] = {TG_OP_BIAS_GRAD, TG_OP_LAYERNORM, TG_OP_LAYERNORM_BWD, TG_OP_ATTN_SOFTMAX,
                                 TG_OP_ATTN_SOFTMAX_BWD, TG_OP_HEADS_SPLIT, TG_OP_HEADS_MERGE, TG_OP_SELECT_TOKEN,
                                 TG_OP_SELECT_TOKEN_BWD, TG_OP_CROSS_ENTROPY, TG_OP_CROSS_ENTROPY_BWD,
-                                TG_OP_RESIDUAL_LAYERNORM, TG_OP_ATTENTION, TG_OP_ATTENTION_BWD};
+                                TG_OP_RESIDUAL_LAYERNORM, TG_OP_ATTENTION, TG_OP_ATTENTION_BWD, TG_OP_SPAN_LOSS,
+                                TG_OP_SPAN_LOSS_BWD};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         op = tg_test_op(kinds[k]);
         const tg_op_info *info = tg_op_info_of(kinds[k]);
@@ -347,6 +348,17 @@ TG_TEST(test_op_meta_check_untrusted_params) {
     op.in[0] = T_C, op.in[1] = T_IDS, op.out[0] = T_BIAS4;
     op.p.cross_entropy = (tg_cross_entropy_params){.n = 4, .c = 5, .classes = 6};
     CHECK(refused_naming(&c, &op, "classes", why, sizeof why), "cross_entropy with 6 classes of 5 columns: '%s'", why);
+
+    /* The span loss reads [B*T, 2] logits and [B, 2] positions (T_C holds 20, T_IDS 6). */
+    op = tg_test_op(TG_OP_SPAN_LOSS);
+    op.in[0] = T_C, op.in[1] = T_IDS, op.out[0] = T_BIAS4;
+    op.p.span_loss = (tg_span_loss_params){.b = 2, .t = 5};
+    CHECK(refused_naming(&c, &op, "in[1]: positions != B*2", why, sizeof why), "span_loss B 2 with 6 positions: '%s'",
+          why);
+    op.p.span_loss = (tg_span_loss_params){.b = 3, .t = 4};
+    CHECK(refused_naming(&c, &op, "in[0]: logits != B*T*2", why, sizeof why), "span_loss B 3 T 4 over 20: '%s'", why);
+    op.p.span_loss = (tg_span_loss_params){.b = -3, .t = 4};
+    CHECK(refused_naming(&c, &op, "B is negative", why, sizeof why), "span_loss B -3: '%s'", why);
 
     /* The replicas' slices: slice * replicas past int64. */
     op = tg_test_op(TG_OP_ALL_GATHER);
@@ -410,4 +422,7 @@ TG_TEST(test_op_meta_flops) {
     op = tg_test_op(TG_OP_HEADS_SPLIT);
     op.p.heads = (tg_heads_params){.b = 2, .t = 4, .h = 3, .head_dim = 8, .parts = 3};
     CHECK(tg_op_flops(&op) == 0.0, "heads_split: %g", tg_op_flops(&op));
+    op = tg_test_op(TG_OP_SPAN_LOSS_BWD);
+    op.p.span_loss = (tg_span_loss_params){.b = 3, .t = 5};
+    CHECK(tg_op_flops(&op) == 8.0 * 15, "span_loss_bwd: %g", tg_op_flops(&op));
 }

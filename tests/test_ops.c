@@ -1854,6 +1854,93 @@ TG_TEST(test_op_cross_entropy_grad) {
     free(c.logits), free(dl);
 }
 
+/* ---- span loss (question answering) -------------------------------------------------------- */
+
+typedef struct span_ctx {
+    int64_t B, T;
+    float *logits; /* [B*T, 2] */
+    int32_t *pos;  /* [B, 2] */
+    float dloss;
+} span_ctx;
+
+static float run_span(const span_ctx *c, tg_threadpool *tp) {
+    float loss = NAN;
+    tg_op op = tg_test_op(TG_OP_SPAN_LOSS);
+    op.p.span_loss = (tg_span_loss_params){.b = c->B, .t = c->T};
+    tg_cpu_op_args a = {.op = &op, .in = {c->logits, c->pos}, .out = {&loss}, .threads = tp};
+    tg_cpu_op_run(&a);
+    return loss;
+}
+
+static double span_loss_fd(void *p) {
+    span_ctx *c = p;
+    return (double)c->dloss * run_span(c, NULL);
+}
+
+/* HF's loss written out: positions clamped to [0, T], T ignored; each side a mean of
+ * -log softmax over its counted rows; the two averaged. */
+static double span_reference(const span_ctx *c) {
+    double total = 0;
+    for (int side = 0; side < 2; side++) {
+        double sum = 0;
+        int n = 0;
+        for (int64_t b = 0; b < c->B; b++) {
+            int64_t p = c->pos[2 * b + side];
+            p = p < 0 ? 0 : p > c->T ? c->T : p;
+            if (p == c->T) continue;
+            double mx = -INFINITY, s = 0;
+            for (int64_t t = 0; t < c->T; t++) mx = fmax(mx, c->logits[(b * c->T + t) * 2 + side]);
+            for (int64_t t = 0; t < c->T; t++) s += exp(c->logits[(b * c->T + t) * 2 + side] - mx);
+            sum += log(s) + mx - c->logits[(b * c->T + p) * 2 + side];
+            n++;
+        }
+        if (n) total += sum / n;
+    }
+    return total / 2;
+}
+
+TG_TEST(test_op_span_loss_grad) {
+    /* Row 0 answers at 3..5; row 1 is unanswerable (0, 0: [CLS]); row 2's start is past T
+     * (ignored) and its end negative (clamped to 0); row 3's end is exactly T (ignored);
+     * row 4 is a batch's padding row (TG_SPAN_NONE on both sides). */
+    int32_t pos[10] = {3, 5, 0, 0, 9, -4, 2, 7, TG_SPAN_NONE, TG_SPAN_NONE};
+    span_ctx c = {5, 7, frand(5 * 7 * 2, 71, -3, 3), pos, 0.7f};
+    float loss = run_span(&c, pool3());
+    CHECK(fabs(loss - span_reference(&c)) < 1e-6, "loss %.9g vs reference %.9g", loss, span_reference(&c));
+
+    float *dl = fconst(5 * 7 * 2, NAN);
+    tg_op op = tg_test_op(TG_OP_SPAN_LOSS_BWD);
+    op.p.span_loss = (tg_span_loss_params){.b = 5, .t = 7};
+    tg_cpu_op_args a = {.op = &op, .in = {&c.dloss, c.logits, pos}, .out = {dl}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    int bad = 0;
+    for (int t = 0; t < 7; t++)
+        bad += dl[(2 * 7 + t) * 2] != 0.0f || dl[(3 * 7 + t) * 2 + 1] != 0.0f || dl[(4 * 7 + t) * 2] != 0.0f ||
+               dl[(4 * 7 + t) * 2 + 1] != 0.0f;
+    CHECK(!bad, "ignored sides must get exactly 0 gradient (%d not)", bad);
+    /* Each counted side's gradient sums to 0 over its positions (softmax - onehot). */
+    double row = 0;
+    for (int t = 0; t < 7; t++) row += dl[(2 * 7 + t) * 2 + 1];
+    CHECK(fabs(row) < 1e-6, "row 2's end gradient sums to %g", row);
+    grad_check("span loss", span_loss_fd, &c, c.logits, 5 * 7 * 2, dl);
+
+    /* One side with no counted row adds 0: the start side alone here, halved. */
+    int32_t ends_only[10] = {7, 1, 7, 2, 99, 0, 7, 6, 7, 3};
+    c.pos = ends_only;
+    CHECK(fabs(run_span(&c, NULL) - span_reference(&c)) < 1e-6, "no counted start: %.9g vs %.9g", run_span(&c, NULL),
+          span_reference(&c));
+    /* Nothing counted: loss 0 and gradients 0. */
+    int32_t none[10] = {7, 7, 8, 9, TG_SPAN_NONE, 7, 7, 70, 7, 7};
+    c.pos = none;
+    a.in[2] = none;
+    for (int i = 0; i < 70; i++) dl[i] = NAN;
+    tg_cpu_op_run(&a);
+    float zeros[70] = {0};
+    CHECK(run_span(&c, NULL) == 0.0f && max_abs_diff(dl, zeros, 70) == 0.0,
+          "every position ignored: loss must be 0 and gradients 0");
+    free(c.logits), free(dl);
+}
+
 /* ---- optimizer ops ------------------------------------------------------------------------- */
 
 static void run_schedule(float base, int warmup, float *step, float total, float *lr) {

@@ -151,3 +151,68 @@ void tg_cpu_kernel_cross_entropy_bwd(const tg_cpu_op_args *a) {
     c.coef = valid ? (float)((double)CF32(a->in[0])[0] / (double)valid) : 0.0f;
     tg_parallel_for(a->threads, N, ce_bwd_rows, &c);
 }
+
+/* ---- span loss (question answering) ------------------------------------------------ */
+
+/* The position a row's side trains on, or -1 when ignored: HF clamps to [0, T] and
+ * ignores T. */
+static int64_t span_target(int32_t pos, int64_t T) {
+    if (pos < 0) return 0;
+    return pos < T ? pos : -1;
+}
+
+/* Counted rows of one side (0 start, 1 end). */
+static int64_t span_counted(const int32_t *pos, int64_t B, int64_t T, int side) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < B; b++) n += span_target(pos[2 * b + side], T) >= 0;
+    return n;
+}
+
+/* log(sum_t exp(x[2t] - max)) + max over one side's column (stride 2), in double. */
+static double span_logsumexp(const float *x, int64_t T) {
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < T; t++) mx = fmaxf(mx, x[2 * t]);
+    double s = 0;
+    for (int64_t t = 0; t < T; t++) s += exp((double)x[2 * t] - mx);
+    return log(s) + mx;
+}
+
+void tg_cpu_kernel_span_loss(const tg_cpu_op_args *a) {
+    const int64_t B = a->op->p.span_loss.b, T = a->op->p.span_loss.t;
+    const float *logits = CF32(a->in[0]);
+    const int32_t *pos = CI32(a->in[1]);
+    double loss = 0;
+    for (int side = 0; side < 2; side++) {
+        double sum = 0; /* row order: deterministic */
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t p = span_target(pos[2 * b + side], T);
+            const float *x = logits + b * T * 2 + side;
+            if (p >= 0) sum += span_logsumexp(x, T) - x[2 * p];
+        }
+        const int64_t n = span_counted(pos, B, T, side);
+        if (n) loss += sum / (double)n;
+    }
+    F32(a->out[0])[0] = (float)(loss / 2);
+}
+
+void tg_cpu_kernel_span_loss_bwd(const tg_cpu_op_args *a) {
+    const int64_t B = a->op->p.span_loss.b, T = a->op->p.span_loss.t;
+    const float *logits = CF32(a->in[1]);
+    const int32_t *pos = CI32(a->in[2]);
+    float *d = F32(a->out[0]);
+    for (int side = 0; side < 2; side++) {
+        const int64_t n = span_counted(pos, B, T, side);
+        const float coef = n ? (float)((double)CF32(a->in[0])[0] / 2.0 / (double)n) : 0.0f;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t p = span_target(pos[2 * b + side], T);
+            const float *x = logits + b * T * 2 + side;
+            float *dx = d + b * T * 2 + side;
+            if (p < 0 || coef == 0.0f) {
+                for (int64_t t = 0; t < T; t++) dx[2 * t] = 0.0f;
+                continue;
+            }
+            const double lse = span_logsumexp(x, T);
+            for (int64_t t = 0; t < T; t++) dx[2 * t] = (float)(coef * (exp((double)x[2 * t] - lse) - (t == p ? 1.0 : 0.0)));
+        }
+    }
+}

@@ -9,11 +9,13 @@ FOLDER is the exported Hugging Face folder; LOGITS.jsonl is `tunegraph predict`'
 one JSON object per example with its "input_ids" (as the plan saw them, cut to its
 sequence length; a masked LM's as its eval masked them), "token_type_ids" where the data
 had them, and "logits" (classification: one row of num_labels values; LM and masked LM:
-one row of vocab_size values per token).
+one row of vocab_size values per token; question answering: a start and an end logit per
+token).
 
 The folder is loaded with AutoModelForSequenceClassification, AutoModelForCausalLM when
-config.json's architecture is an LM head, or AutoModelForMaskedLM for a masked-LM head,
-from local files only. The load must find
+config.json's architecture is an LM head, AutoModelForMaskedLM for a masked-LM head, or
+AutoModelForQuestionAnswering for a ...ForQuestionAnswering (whose start_logits and
+end_logits are compared stacked per token), from local files only. The load must find
 every parameter and use every tensor (no missing, unexpected or mismatched keys). Each
 example runs alone, unpadded, with an all-ones attention mask; HF derives the positions
 itself (RoBERTa's from the padding id). An element passes when |hf - tunegraph| <=
@@ -28,7 +30,8 @@ import os
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification)
 
 TOLERANCE = {"fp32": (1e-4, 1e-4), "bf16": (2e-2, 2e-2)}
 
@@ -70,7 +73,9 @@ def main():
     arch = (config.get("architectures") or ["?"])[0]
     mlm = arch.endswith("ForMaskedLM")
     lm = arch.endswith("LMHeadModel") or arch.endswith("ForCausalLM") or mlm
-    auto = AutoModelForMaskedLM if mlm else AutoModelForCausalLM if lm else AutoModelForSequenceClassification
+    qa = arch.endswith("ForQuestionAnswering")
+    auto = (AutoModelForMaskedLM if mlm else AutoModelForCausalLM if lm else AutoModelForQuestionAnswering if qa
+            else AutoModelForSequenceClassification)
     dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
     model, info = auto.from_pretrained(args.folder, dtype=dtype, local_files_only=True, output_loading_info=True)
     model.to(args.device).eval()
@@ -89,7 +94,8 @@ def main():
             kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             if "token_type_ids" in row:
                 kwargs["token_type_ids"] = torch.tensor([row["token_type_ids"]], device=args.device)
-            hf = model(**kwargs).logits[0].float()
+            out = model(**kwargs)
+            hf = (torch.stack([out.start_logits, out.end_logits], dim=-1) if qa else out.logits)[0].float()
             ref = torch.tensor(row["logits"], dtype=torch.float32, device=args.device)
             if lm:
                 hf = hf[:, :vocab]

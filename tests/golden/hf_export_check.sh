@@ -36,6 +36,7 @@ cases() {
     echo "gpt2-lm tiny-gpt2 lm - fp32"
     echo "bert-mlm tiny-bert mlm - fp32"
     echo "roberta-mlm tiny-roberta mlm - fp32"
+    echo "bert-qa tiny-bert qa - fp32"
     if [ -f build/assets/all-minilm-l6-v2/model.safetensors ]; then
         echo "minilm $(pwd)/build/assets/all-minilm-l6-v2 classify business,entertainment,politics,sport,tech bf16"
     fi
@@ -60,6 +61,38 @@ for name, rows in (("train", 64), ("eval", 48)):
 EOF
 }
 
+# write_squad CASE_DIR: a seeded SQuAD v2 file over a small word list, that list as a
+# WordPiece vocab.txt (within tiny-bert's 128 ids), for task = qa: `data convert` makes
+# the shard set (CASE_DIR/set, its eval split with its SQuAD eval file) of them.
+write_squad() {
+    python3 - "$1" <<'EOF'
+import json, random, sys
+out = sys.argv[1]
+words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+         "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango"]
+with open(f"{out}/vocab.txt", "w") as f:
+    f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+rng = random.Random(20261126)
+data = []
+for a in range(12):
+    toks = [rng.choice(words) for _ in range(rng.randrange(20, 50))]
+    context = " ".join(toks)
+    qas = []
+    for q in range(3):
+        question = " ".join(rng.choice(words) for _ in range(rng.randrange(2, 5)))
+        if rng.random() < 0.3:
+            qas.append({"id": f"{a}-{q}", "question": question, "answers": [], "is_impossible": True})
+            continue
+        i, n = rng.randrange(len(toks) - 3), rng.randrange(1, 4)
+        start = len(" ".join(toks[:i])) + (1 if i else 0)
+        qas.append({"id": f"{a}-{q}", "question": question,
+                    "answers": [{"text": " ".join(toks[i:i + n]), "answer_start": start}]})
+    data.append({"title": str(a), "paragraphs": [{"context": context, "qas": qas}]})
+with open(f"{out}/squad.json", "w") as f:
+    json.dump({"version": "v2.0", "data": data}, f)
+EOF
+}
+
 prepare() {
     local bin=${1:-build/tunegraph} failed=0
     mkdir -p "$dir"
@@ -81,7 +114,18 @@ prepare() {
             echo "eval_data = eval.jsonl"
             [ -n "$extra" ] && echo "$extra"
         } >"$c/job.job"
-        write_data "$c" "$task" "$labels" "$vocab" "$first"
+        if [ "$task" = qa ]; then
+            write_squad "$c"
+            sed -i -e 's|^train_data = .*|train_data = set|' -e 's|^eval_data = .*|eval_data = set/eval|' "$c/job.job"
+            if ! "$bin" data convert "$c/squad.json" -o "$c/set" --tokenizer "$c/vocab.txt" --seq 32 --doc-stride 8 \
+                --eval-fraction 0.3 >"$c/convert.log" 2>&1; then
+                echo "FAIL $name: data convert failed (logs in $c)"
+                failed=1
+                continue
+            fi
+        else
+            write_data "$c" "$task" "$labels" "$vocab" "$first"
+        fi
         local label_args=()
         [ "$labels" != - ] && label_args=(--labels "$labels")
         if "$bin" run "$c/job.job" --device cpu --save "$c/w.safetensors" >"$c/run.log" 2>&1 &&

@@ -406,11 +406,17 @@ def forward(model, spec, step=0):
     kw = dict(input_ids=spec["input_ids"], attention_mask=spec["mask"])
     if spec["token_type_ids"] is not None:
         kw["token_type_ids"] = spec["token_type_ids"]
-    kw["labels"] = spec["hf_labels"] if spec["task"] == "lm" else spec["labels"]
+    if spec["task"] == "qa":   # labels [B, 2]: each row's start and end token
+        kw["start_positions"] = spec["labels"][:, 0]
+        kw["end_positions"] = spec["labels"][:, 1]
+    else:
+        kw["labels"] = spec["hf_labels"] if spec["task"] == "lm" else spec["labels"]
     if spec["task"] == "mlm":
         kw["input_ids"], kw["labels"] = spec["mlm_steps"][step]
     out = model(**kw)
     check(out.loss is not None, "model returned no loss")
+    if spec["task"] == "qa":   # the C side's logits: [B, T, 2], start then end per token
+        out.logits = torch.stack([out.start_logits, out.end_logits], dim=-1)
     return out
 
 
@@ -420,6 +426,11 @@ def reference_loss(logits, spec):
         V = logits.shape[-1]
         return F.cross_entropy(logits.reshape(-1, V).float(), spec["labels"].reshape(-1),
                                ignore_index=-100)
+    if spec["task"] == "qa":   # HF: positions clamped to [0, T], T ignored; the two sides averaged
+        T = logits.shape[1]
+        pos = spec["labels"].clamp(0, T)
+        return (F.cross_entropy(logits[..., 0].float(), pos[:, 0], ignore_index=T) +
+                F.cross_entropy(logits[..., 1].float(), pos[:, 1], ignore_index=T)) / 2
     return F.cross_entropy(logits.float(), spec["labels"])
 
 
@@ -493,6 +504,8 @@ def run_case(name, make, outdir):
     B, T = spec["B"], spec["T"]
     if spec["task"] in ("lm", "mlm"):
         check(tuple(logits0.shape) == (B, T, spec["cfg"].vocab_size), "logits shape %s" % (tuple(logits0.shape),))
+    elif spec["task"] == "qa":
+        check(tuple(logits0.shape) == (B, T, 2), "logits shape %s" % (tuple(logits0.shape),))
     else:
         check(tuple(logits0.shape) == (B, spec["cfg"].num_labels), "logits shape %s" % (tuple(logits0.shape),))
 

@@ -61,7 +61,13 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)(next_u32() % (uint32_t)p->train.seq);
     else if (t == io->token_type_ids)
         for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)(next_u32() % (uint32_t)(p->model.type_vocab_size));
-    else if (t == io->labels) {
+    else if (t == io->labels && p->train.task == TG_TASK_QA) {
+        /* Answer positions: mostly inside [0, T), some below 0 (clamped to 0), at or past T and
+         * the padding rows' TG_SPAN_NONE (ignored). */
+        const uint32_t T = (uint32_t)p->train.seq;
+        for (int64_t i = 0; i < n; i++)
+            iv[i] = next_u32() % 7 == 0 ? TG_SPAN_NONE : (int32_t)(next_u32() % (T + 6)) - 3;
+    } else if (t == io->labels) {
         int classes = p->train.task == TG_TASK_LM ? p->model.vocab_size : p->train.num_labels;
         for (int64_t i = 0; i < n; i++) iv[i] = next_u32() % 5 == 0 ? TG_IGNORE_INDEX : (int32_t)(next_u32() % (uint32_t)classes);
     } else if (t == io->attention_mask)
@@ -453,6 +459,9 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_preset("roberta-wide mlm", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_FP32, 1, kinds_seen);
     check_shape("tiny-bert unfused", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 3, TG_PREC_FP32, 0, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
+    /* task = qa: the span head and its loss (SPAN_LOSS, SPAN_LOSS_BWD). */
+    check_preset("tiny-bert qa", "tiny-bert", TG_TASK_QA, 4, 32, seed + 5, TG_PREC_FP32, 0, kinds_seen);
+    check_preset("tiny-roberta qa", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 6, TG_PREC_FP32, 0, kinds_seen);
     check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
     check_gelu_plans(TG_PREC_FP32, seed, kinds_seen);
     /* D = 30: rows of the residual LayerNorm kernels that take no vector access. */
@@ -473,6 +482,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_preset("gpt2-wide lm bf16", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_BF16, 1, kinds_seen);
     check_preset("tiny-bert mlm bf16", "tiny-bert", TG_TASK_MLM, 4, 32, seed + 5, TG_PREC_BF16, 0, kinds_seen);
     check_preset("roberta-wide mlm bf16", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_BF16, 1, kinds_seen);
+    check_preset("tiny-roberta qa bf16", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 7, TG_PREC_BF16, 0, kinds_seen);
     check_shape("gpt2-wide lm bf16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_BF16, 1, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
