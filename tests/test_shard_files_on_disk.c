@@ -4,6 +4,7 @@
  * already checked) is still refused when the frame is decoded. Then a cursor that failed
  * to open one shard goes back to another: the shard it had open is opened again, not read
  * through a closed descriptor. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -162,5 +163,47 @@ TG_TEST(test_shard_cursor_reopens_a_shard_after_a_failed_open) {
     CHECK(tg_shard_cursor_get(&cur, in1, &r, &err) == 0 && record_is(&r, in1), "record %lld: %s", (long long)in1,
           err.msg);
     tg_shard_cursor_close(&cur);
+    tg_shard_set_close(&set);
+}
+
+static int open_descriptors(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the listing's own */
+}
+
+/* A cursor holds one shard open at a time: none before its first read, one while it reads
+ * (across a move to another shard), none once closed; closing it twice is harmless. */
+TG_TEST(test_shard_cursor_descriptors) {
+    char out[700];
+    snprintf(out, sizeof out, "%s/set", tg_test_tmpdir());
+    tg_err err = {{0}};
+    REQUIRE(write_set(out, 40, &err) == 0, "%s", err.msg);
+    tg_shard_set set;
+    REQUIRE(tg_shard_set_open(out, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
+    REQUIRE(set.n_files >= 3, "%d files", set.n_files);
+    const int before = open_descriptors();
+    REQUIRE(before > 0, "/proc/self/fd");
+    tg_shard_cursor cur;
+    REQUIRE(tg_shard_cursor_open(&cur, &set, &err) == 0, "%s", err.msg);
+    CHECK(open_descriptors() == before && cur.fd == -1, "an open cursor holds no shard: %d, fd %d", open_descriptors() - before,
+          cur.fd);
+    tg_shard_record r;
+    REQUIRE(tg_shard_cursor_get(&cur, 0, &r, &err) == 0 && record_is(&r, 0), "record 0: %s", err.msg);
+    CHECK(open_descriptors() == before + 1 && cur.fd >= 0, "reading: %d more", open_descriptors() - before);
+    for (int f = 1; f < set.n_files; f++) {
+        const int64_t i = set.files[f].first;
+        REQUIRE(tg_shard_cursor_get(&cur, i, &r, &err) == 0 && record_is(&r, i), "record %lld: %s", (long long)i, err.msg);
+        CHECK(open_descriptors() == before + 1, "shard %d: %d more", f, open_descriptors() - before);
+    }
+    const int fd = cur.fd;
+    tg_shard_cursor_close(&cur);
+    CHECK(open_descriptors() == before && fcntl(fd, F_GETFD) == -1 && cur.fd == -1, "closed: %d more",
+          open_descriptors() - before);
+    tg_shard_cursor_close(&cur);
+    CHECK(open_descriptors() == before, "closed twice");
     tg_shard_set_close(&set);
 }
