@@ -448,3 +448,33 @@ TG_TEST(test_config_presets_beside_the_program) {
           "nothing beside it: %s", text ? text : "(none)");
     free(text);
 }
+
+/* Run through a symbolic link by the link's full name, the CLI takes the presets beside the
+ * link (the name it was loaded by), not those beside the file the link leads to (which
+ * /proc/self/exe names); by a relative name, the file's. */
+TG_TEST(test_config_presets_beside_a_link_to_the_program) {
+    const char *dir = tg_test_tmpdir();
+    char cli[4096], cmd[9000], path[1000];
+    REQUIRE(realpath(tg_test_cli(), cli), "no CLI at %s", tg_test_cli());
+    snprintf(path, sizeof path, "%s/j.job", dir);
+    tg_test_write_file(path, "model = nope\ntask = classify\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = t.jsonl\n");
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/real/bin' '%s/real/share/tunegraph/presets/far' '%s/link/bin' "
+             "'%s/link/share/tunegraph/presets/near' && cp '%s' '%s/real/bin/tunegraph' && "
+             "ln -s '%s/real/bin/tunegraph' '%s/link/bin/tunegraph' && "
+             "cp models/presets/tiny-bert/config.json '%s/real/share/tunegraph/presets/far/' && "
+             "cp models/presets/tiny-bert/config.json '%s/link/share/tunegraph/presets/near/'",
+             dir, dir, dir, dir, cli, dir, dir, dir, dir, dir);
+    REQUIRE(system(cmd) == 0, "cannot lay out the copy and the link");
+    char exe[1000], bin[900];
+    snprintf(exe, sizeof exe, "%s/link/bin/tunegraph", dir);
+    char *text = compile_unknown(dir, dir, exe);
+    CHECK(text && strstr(text, "no folder nope/config.json (presets: near)\n"), "by the link's full name: %s",
+          text ? text : "(none)");
+    free(text);
+    snprintf(bin, sizeof bin, "%s/link/bin", dir);
+    text = compile_unknown(dir, bin, "./tunegraph");
+    CHECK(text && strstr(text, "no folder nope/config.json (presets: far)\n"), "by a relative name: %s",
+          text ? text : "(none)");
+    free(text);
+}
