@@ -478,3 +478,29 @@ TG_TEST(test_config_presets_beside_a_link_to_the_program) {
           text ? text : "(none)");
     free(text);
 }
+
+/* A load refused before any config.json is read (no name, a name too long, nothing of
+ * that name) leaves the config zeroed, whatever it held before. */
+TG_TEST(test_config_load_refused_leaves_the_config_zeroed) {
+    char *long_name = malloc(TG_PATH_MAX + 8);
+    REQUIRE(long_name, "malloc");
+    memset(long_name, 'm', TG_PATH_MAX + 7);
+    long_name[TG_PATH_MAX + 7] = 0;
+    const char *const sources[] = {"", long_name, "no-such-preset-anywhere", "./no/such/folder"};
+    const char *const want[] = {"model: empty model name", "name too long", "no preset of that name", "no preset of that name"};
+    static const tg_model_config zero;
+    for (int i = 0; i < 4; i++) {
+        tg_model_config c;
+        memset(&c, 0xAB, sizeof c);
+        tg_err err = {{0}};
+        CHECK(tg_model_config_load(sources[i], &c, &err) == -1 && strstr(err.msg, want[i]), "source %d: '%s'", i, err.msg);
+        CHECK(!memcmp(&c, &zero, sizeof c), "source %d: the config is not zeroed", i);
+    }
+    tg_model_config c;
+    memset(&c, 0xAB, sizeof c);
+    tg_err err = {{0}};
+    CHECK(tg_model_config_load(NULL, &c, &err) == -1 && !strcmp(err.msg, "model: empty model name") &&
+              !memcmp(&c, &zero, sizeof c),
+          "NULL: '%s'", err.msg);
+    free(long_name);
+}
