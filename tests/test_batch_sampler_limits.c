@@ -109,6 +109,39 @@ TG_TEST(test_batch_sampler_seek_refusal_messages) {
     }
 }
 
+/* The seeded orders themselves, as this version draws them: a run resumed by a later
+ * build (from a checkpoint's seed, epoch and position) must draw the same batches, so the
+ * permutations of each (seed, epoch, stream) are fixed values. */
+TG_TEST(test_seeded_order_values) {
+    static const struct {
+        uint64_t seed;
+        int32_t epoch;
+        int stream;
+        int32_t want[12];
+    } cases[] = {
+        {42, 0, TG_ORDER_EXAMPLES, {2, 8, 7, 5, 1, 10, 4, 9, 6, 3, 11, 0}},
+        {42, 1, TG_ORDER_EXAMPLES, {2, 10, 4, 7, 9, 0, 3, 1, 5, 6, 8, 11}},
+        {42, 7, TG_ORDER_EXAMPLES, {9, 8, 0, 7, 10, 11, 5, 3, 1, 2, 6, 4}},
+        {0, 0, TG_ORDER_EXAMPLES, {0, 9, 5, 2, 11, 6, 7, 1, 8, 3, 10, 4}},
+        {42, 0, TG_ORDER_BATCHES, {5, 4, 10, 0, 3, 8, 7, 9, 6, 1, 2, 11}},
+        {42, 3, TG_ORDER_BATCHES, {0, 7, 6, 3, 4, 5, 10, 2, 1, 11, 8, 9}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int32_t got[12];
+        tg_seeded_order(got, 12, cases[c].seed, cases[c].epoch, cases[c].stream);
+        CHECK(!memcmp(got, cases[c].want, sizeof got), "seed %llu epoch %d stream %d: %d %d %d %d ...",
+              (unsigned long long)cases[c].seed, cases[c].epoch, cases[c].stream, got[0], got[1], got[2], got[3]);
+    }
+    /* the sampler draws epoch 1 of seed 42 as that order */
+    tg_sampler s;
+    tg_err err = {{0}};
+    REQUIRE(tg_sampler_init(&s, 12, 42, &err) == 0 && tg_sampler_seek(&s, 1, 0, &err) == 0, "%s", err.msg);
+    int32_t idx[12];
+    tg_sampler_next(&s, idx, 12);
+    CHECK(!memcmp(idx, cases[1].want, sizeof idx), "the sampler's epoch 1: %d %d %d ...", idx[0], idx[1], idx[2]);
+    tg_sampler_free(&s);
+}
+
 /* Each allocation of an init failing in turn: pad with buckets (five arrays), wrap (the
  * example stream). */
 TG_TEST(test_batch_sampler_out_of_memory) {
