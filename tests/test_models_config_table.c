@@ -504,3 +504,30 @@ TG_TEST(test_config_load_refused_leaves_the_config_zeroed) {
           "NULL: '%s'", err.msg);
     free(long_name);
 }
+
+/* tg_model_config_special_ids of a folder named with trailing slashes reads its
+ * config.json; of "/" alone (the root, one slash kept) finds none and gives -1, reading
+ * nothing before the name (which sits on the heap with no byte to spare). */
+TG_TEST(test_config_special_ids_of_slashed_names) {
+    const char *dir = tg_test_tmpdir();
+    char folder[800], path[900];
+    snprintf(folder, sizeof folder, "%s/m", dir);
+    snprintf(path, sizeof path, "%s/config.json", folder);
+    REQUIRE(mkdir(folder, 0755) == 0 && tg_test_write_file(path, "{\"bos_token_id\": 3, \"eos_token_id\": 4}") == 0,
+            "setup");
+    char slashed[900];
+    snprintf(slashed, sizeof slashed, "%s///", folder);
+    int32_t bos = 0, eos = 0;
+    tg_model_config_special_ids(slashed, &bos, &eos);
+    CHECK(bos == 3 && eos == 4, "%s: bos %d eos %d", slashed, bos, eos);
+    static const char *const none[] = {"/", "///"};
+    for (int i = 0; i < 2; i++) {
+        char *name = malloc(strlen(none[i]) + 1);
+        REQUIRE(name, "malloc");
+        memcpy(name, none[i], strlen(none[i]) + 1);
+        bos = eos = 0;
+        tg_model_config_special_ids(name, &bos, &eos);
+        CHECK(bos == -1 && eos == -1, "'%s': bos %d eos %d", none[i], bos, eos);
+        free(name);
+    }
+}
