@@ -70,6 +70,78 @@ TG_TEST(test_batch_sampler_refusals) {
     tg_batch_sampler_free(NULL);
 }
 
+/* Seeks refused by the batch sampler itself, whole messages: under wrap (which counts
+ * examples and says so), pad and drop (which count batches); the place stays where it was. */
+TG_TEST(test_batch_sampler_seek_refusal_messages) {
+    const int32_t lengths[6] = {3, 9, 4, 12, 1, 7};
+    static const struct {
+        int last_batch;
+        int32_t epoch, pos;
+        const char *want;
+    } cases[] = {
+        {TG_LAST_BATCH_WRAP, 0, -1,
+         "batch sampler: epoch 0, position -1 is outside an epoch of 6 examples (last_batch = wrap counts examples)"},
+        {TG_LAST_BATCH_WRAP, -1, 0,
+         "batch sampler: epoch -1, position 0 is outside an epoch of 6 examples (last_batch = wrap counts examples)"},
+        {TG_LAST_BATCH_WRAP, 1, 7,
+         "batch sampler: epoch 1, position 7 is outside an epoch of 6 examples (last_batch = wrap counts examples)"},
+        {TG_LAST_BATCH_PAD, 0, -1, "batch sampler: epoch 0, position -1 is outside an epoch of 2 batches"},
+        {TG_LAST_BATCH_PAD, -2, 0, "batch sampler: epoch -2, position 0 is outside an epoch of 2 batches"},
+        {TG_LAST_BATCH_PAD, 0, 3, "batch sampler: epoch 0, position 3 is outside an epoch of 2 batches"},
+        {TG_LAST_BATCH_DROP, 0, -1, "batch sampler: epoch 0, position -1 is outside an epoch of 1 batches"},
+        {TG_LAST_BATCH_DROP, 0, 2, "batch sampler: epoch 0, position 2 is outside an epoch of 1 batches"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tg_batch_sampler s;
+        tg_err err = {{0}};
+        REQUIRE(tg_batch_sampler_init(&s, lengths, 6, 4, cases[i].last_batch, 1, NULL, 1, &err) == 0, "%s", err.msg);
+        const int32_t epoch = s.epoch, pos = s.pos, stream_pos = s.stream.pos;
+        CHECK(tg_batch_sampler_seek(&s, cases[i].epoch, cases[i].pos, &err) == -1 && !strcmp(err.msg, cases[i].want),
+              "case %zu: '%s'", i, err.msg);
+        CHECK(s.epoch == epoch && s.pos == pos && s.stream.pos == stream_pos, "case %zu: the place moved", i);
+        /* The limits themselves are places. */
+        const int32_t end = cases[i].last_batch == TG_LAST_BATCH_WRAP ? 6 : s.per_epoch;
+        CHECK(tg_batch_sampler_seek(&s, 2, end, &err) == 0 && s.epoch == 2 && s.pos == end, "case %zu: seek to the end: %s",
+              i, err.msg);
+        CHECK(tg_batch_sampler_seek(&s, 0, 0, &err) == 0 && s.epoch == 0 && s.pos == 0, "case %zu: seek to 0: %s", i,
+              err.msg);
+        tg_batch_sampler_free(&s);
+    }
+}
+
+/* The seeded orders themselves, as this version draws them: a run resumed by a later
+ * build (from a checkpoint's seed, epoch and position) must draw the same batches, so the
+ * permutations of each (seed, epoch, stream) are fixed values. */
+TG_TEST(test_seeded_order_values) {
+    static const struct {
+        uint64_t seed;
+        int32_t epoch;
+        int stream;
+        int32_t want[12];
+    } cases[] = {
+        {42, 0, TG_ORDER_EXAMPLES, {2, 8, 7, 5, 1, 10, 4, 9, 6, 3, 11, 0}},
+        {42, 1, TG_ORDER_EXAMPLES, {2, 10, 4, 7, 9, 0, 3, 1, 5, 6, 8, 11}},
+        {42, 7, TG_ORDER_EXAMPLES, {9, 8, 0, 7, 10, 11, 5, 3, 1, 2, 6, 4}},
+        {0, 0, TG_ORDER_EXAMPLES, {0, 9, 5, 2, 11, 6, 7, 1, 8, 3, 10, 4}},
+        {42, 0, TG_ORDER_BATCHES, {5, 4, 10, 0, 3, 8, 7, 9, 6, 1, 2, 11}},
+        {42, 3, TG_ORDER_BATCHES, {0, 7, 6, 3, 4, 5, 10, 2, 1, 11, 8, 9}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int32_t got[12];
+        tg_seeded_order(got, 12, cases[c].seed, cases[c].epoch, cases[c].stream);
+        CHECK(!memcmp(got, cases[c].want, sizeof got), "seed %llu epoch %d stream %d: %d %d %d %d ...",
+              (unsigned long long)cases[c].seed, cases[c].epoch, cases[c].stream, got[0], got[1], got[2], got[3]);
+    }
+    /* the sampler draws epoch 1 of seed 42 as that order */
+    tg_sampler s;
+    tg_err err = {{0}};
+    REQUIRE(tg_sampler_init(&s, 12, 42, &err) == 0 && tg_sampler_seek(&s, 1, 0, &err) == 0, "%s", err.msg);
+    int32_t idx[12];
+    tg_sampler_next(&s, idx, 12);
+    CHECK(!memcmp(idx, cases[1].want, sizeof idx), "the sampler's epoch 1: %d %d %d ...", idx[0], idx[1], idx[2]);
+    tg_sampler_free(&s);
+}
+
 /* Each allocation of an init failing in turn: pad with buckets (five arrays), wrap (the
  * example stream). */
 TG_TEST(test_batch_sampler_out_of_memory) {

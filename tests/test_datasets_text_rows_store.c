@@ -111,6 +111,42 @@ TG_TEST(test_datasets_text_rows_store_growth) {
     tg_text_rows_free(&r);
 }
 
+/* The arena's edges: a text that fills it to the last byte (its NUL included) stays in
+ * 65536 bytes; the next piece, empty, needs one byte more and doubles it; a source name
+ * holding '%' is printed as it is, with a line and without. */
+TG_TEST(test_datasets_text_rows_store_exact_fit_and_percent_names) {
+    tg_text_rows r = {0};
+    tg_err err = {{0}};
+    char *text = malloc(65535);
+    REQUIRE(text, "malloc");
+    memset(text, 'q', 65535);
+    int32_t s = -1;
+    REQUIRE(tg_text_rows_source(&r, "100%s-%d%%.csv", &s, &err) == 0 && s == 0, "%s", err.msg);
+    REQUIRE(tg_text_rows_add(&r, s, 0, text, 65535, NULL, 0, NULL, 0, &err) == 0, "%s", err.msg);
+    CHECK(r.n_bytes == 65536 && r.cap_bytes == 65536, "full arena: %lld of %lld", (long long)r.n_bytes,
+          (long long)r.cap_bytes);
+    REQUIRE(tg_text_rows_add(&r, s, 3, "", 0, NULL, 0, NULL, 0, &err) == 0, "%s", err.msg);
+    CHECK(r.n_bytes == 65537 && r.cap_bytes == 131072 && r.rows[1].text == 65536 && r.bytes[65536] == 0 &&
+              r.bytes[65534] == 'q' && r.bytes[65535] == 0,
+          "one byte more: %lld of %lld", (long long)r.n_bytes, (long long)r.cap_bytes);
+    /* 131072 - 65537 = 65535 bytes left: a text of 65534 fills it exactly, one of 1 more doubles */
+    REQUIRE(tg_text_rows_add(&r, s, 4, text, 65534, NULL, 0, NULL, 0, &err) == 0, "%s", err.msg);
+    CHECK(r.n_bytes == 131072 && r.cap_bytes == 131072, "full again: %lld of %lld", (long long)r.n_bytes,
+          (long long)r.cap_bytes);
+    REQUIRE(tg_text_rows_add(&r, s, 5, "x", 1, "", 0, "L", 1, &err) == 0, "%s", err.msg);
+    CHECK(r.n_bytes == 131072 + 2 + 1 + 2 && r.cap_bytes == 262144 && !strcmp(tg_text_rows_at(&r, r.rows[3].label), "L"),
+          "doubled again: %lld of %lld", (long long)r.n_bytes, (long long)r.cap_bytes);
+    char where[64];
+    tg_text_rows_where(&r, &r.rows[0], where, sizeof where);
+    CHECK(!strcmp(where, "100%s-%d%%.csv"), "line 0: '%s'", where);
+    tg_text_rows_where(&r, &r.rows[1], where, sizeof where);
+    CHECK(!strcmp(where, "100%s-%d%%.csv:3"), "line 3: '%s'", where);
+    tg_text_rows_where(&r, &r.rows[0], where, 5);
+    CHECK(!strcmp(where, "100%"), "cut short: '%s'", where);
+    free(text);
+    tg_text_rows_free(&r);
+}
+
 /* Each allocation of adding a source and then a row failing in turn: -1, the message,
  * and the rows as before; the next try succeeds. */
 TG_TEST(test_datasets_text_rows_store_out_of_memory) {

@@ -448,3 +448,86 @@ TG_TEST(test_config_presets_beside_the_program) {
           "nothing beside it: %s", text ? text : "(none)");
     free(text);
 }
+
+/* Run through a symbolic link by the link's full name, the CLI takes the presets beside the
+ * link (the name it was loaded by), not those beside the file the link leads to (which
+ * /proc/self/exe names); by a relative name, the file's. */
+TG_TEST(test_config_presets_beside_a_link_to_the_program) {
+    const char *dir = tg_test_tmpdir();
+    char cli[4096], cmd[9000], path[1000];
+    REQUIRE(realpath(tg_test_cli(), cli), "no CLI at %s", tg_test_cli());
+    snprintf(path, sizeof path, "%s/j.job", dir);
+    tg_test_write_file(path, "model = nope\ntask = classify\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = t.jsonl\n");
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/real/bin' '%s/real/share/tunegraph/presets/far' '%s/link/bin' "
+             "'%s/link/share/tunegraph/presets/near' && cp '%s' '%s/real/bin/tunegraph' && "
+             "ln -s '%s/real/bin/tunegraph' '%s/link/bin/tunegraph' && "
+             "cp models/presets/tiny-bert/config.json '%s/real/share/tunegraph/presets/far/' && "
+             "cp models/presets/tiny-bert/config.json '%s/link/share/tunegraph/presets/near/'",
+             dir, dir, dir, dir, cli, dir, dir, dir, dir, dir);
+    REQUIRE(system(cmd) == 0, "cannot lay out the copy and the link");
+    char exe[1000], bin[900];
+    snprintf(exe, sizeof exe, "%s/link/bin/tunegraph", dir);
+    char *text = compile_unknown(dir, dir, exe);
+    CHECK(text && strstr(text, "no folder nope/config.json (presets: near)\n"), "by the link's full name: %s",
+          text ? text : "(none)");
+    free(text);
+    snprintf(bin, sizeof bin, "%s/link/bin", dir);
+    text = compile_unknown(dir, bin, "./tunegraph");
+    CHECK(text && strstr(text, "no folder nope/config.json (presets: far)\n"), "by a relative name: %s",
+          text ? text : "(none)");
+    free(text);
+}
+
+/* A load refused before any config.json is read (no name, a name too long, nothing of
+ * that name) leaves the config zeroed, whatever it held before. */
+TG_TEST(test_config_load_refused_leaves_the_config_zeroed) {
+    char *long_name = malloc(TG_PATH_MAX + 8);
+    REQUIRE(long_name, "malloc");
+    memset(long_name, 'm', TG_PATH_MAX + 7);
+    long_name[TG_PATH_MAX + 7] = 0;
+    const char *const sources[] = {"", long_name, "no-such-preset-anywhere", "./no/such/folder"};
+    const char *const want[] = {"model: empty model name", "name too long", "no preset of that name", "no preset of that name"};
+    static const tg_model_config zero;
+    for (int i = 0; i < 4; i++) {
+        tg_model_config c;
+        memset(&c, 0xAB, sizeof c);
+        tg_err err = {{0}};
+        CHECK(tg_model_config_load(sources[i], &c, &err) == -1 && strstr(err.msg, want[i]), "source %d: '%s'", i, err.msg);
+        CHECK(!memcmp(&c, &zero, sizeof c), "source %d: the config is not zeroed", i);
+    }
+    tg_model_config c;
+    memset(&c, 0xAB, sizeof c);
+    tg_err err = {{0}};
+    CHECK(tg_model_config_load(NULL, &c, &err) == -1 && !strcmp(err.msg, "model: empty model name") &&
+              !memcmp(&c, &zero, sizeof c),
+          "NULL: '%s'", err.msg);
+    free(long_name);
+}
+
+/* tg_model_config_special_ids of a folder named with trailing slashes reads its
+ * config.json; of "/" alone (the root, one slash kept) finds none and gives -1, reading
+ * nothing before the name (which sits on the heap with no byte to spare). */
+TG_TEST(test_config_special_ids_of_slashed_names) {
+    const char *dir = tg_test_tmpdir();
+    char folder[800], path[900];
+    snprintf(folder, sizeof folder, "%s/m", dir);
+    snprintf(path, sizeof path, "%s/config.json", folder);
+    REQUIRE(mkdir(folder, 0755) == 0 && tg_test_write_file(path, "{\"bos_token_id\": 3, \"eos_token_id\": 4}") == 0,
+            "setup");
+    char slashed[900];
+    snprintf(slashed, sizeof slashed, "%s///", folder);
+    int32_t bos = 0, eos = 0;
+    tg_model_config_special_ids(slashed, &bos, &eos);
+    CHECK(bos == 3 && eos == 4, "%s: bos %d eos %d", slashed, bos, eos);
+    static const char *const none[] = {"/", "///"};
+    for (int i = 0; i < 2; i++) {
+        char *name = malloc(strlen(none[i]) + 1);
+        REQUIRE(name, "malloc");
+        memcpy(name, none[i], strlen(none[i]) + 1);
+        bos = eos = 0;
+        tg_model_config_special_ids(name, &bos, &eos);
+        CHECK(bos == -1 && eos == -1, "'%s': bos %d eos %d", none[i], bos, eos);
+        free(name);
+    }
+}

@@ -6,6 +6,7 @@
  * allocation of an export failed in turn with nothing left beside the folder; an output
  * folder written into during the export; permissions (without root). */
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -489,5 +491,38 @@ TG_TEST(test_runtime_hf_export_single_allocation_failures) {
           failed, bare);
     tg_weights_image_free(&img);
     free(out);
+    tg_plan_free(&p);
+}
+
+/* A tokenizer file that is there but that open(2) refuses, even to root: with no file
+ * descriptor left (RLIMIT_NOFILE at the lowest free one), "cannot be read" with the
+ * cause, whether named itself or found in a folder. */
+TG_TEST(test_runtime_hf_export_tokenizer_open_refused) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const char *root = tg_test_tmpdir();
+    char *out = join(root, "out"), *tok = join(root, "tok"), *vocab = join(root, "tok/vocab.txt");
+    REQUIRE(mkdir(tok, 0755) == 0 && tg_test_write_file(vocab, "x\n") == 0, "setup");
+    struct rlimit was;
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0, "getrlimit");
+    const int lowest = dup(0);
+    REQUIRE(lowest >= 0, "dup");
+    close(lowest);
+    const char *const named[] = {vocab, tok};
+    for (int i = 0; i < 2; i++) {
+        tg_hf_export_options o = {out, named[i], NULL, 0, 0, 0};
+        tg_err err = {{0}};
+        struct rlimit none = was;
+        none.rlim_cur = (rlim_t)lowest;
+        REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
+        const int rc = tg_hf_export_check(&p, &o, NULL, 0, &err);
+        setrlimit(RLIMIT_NOFILE, &was);
+        char want[1200];
+        snprintf(want, sizeof want, "tokenizer file %s: cannot be read: %s", vocab, strerror(EMFILE));
+        CHECK(rc == -1 && !strcmp(err.msg, want), "%s: rc %d '%s', want '%s'", named[i], rc, err.msg, want);
+        /* with descriptors again it passes */
+        CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == 0, "%s: %s", named[i], err.msg);
+    }
+    free(out), free(tok), free(vocab);
     tg_plan_free(&p);
 }

@@ -4,6 +4,7 @@
  * already checked) is still refused when the frame is decoded. Then a cursor that failed
  * to open one shard goes back to another: the shard it had open is opened again, not read
  * through a closed descriptor. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -163,4 +164,92 @@ TG_TEST(test_shard_cursor_reopens_a_shard_after_a_failed_open) {
           err.msg);
     tg_shard_cursor_close(&cur);
     tg_shard_set_close(&set);
+}
+
+static int open_descriptors(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the listing's own */
+}
+
+/* A cursor holds one shard open at a time: none before its first read, one while it reads
+ * (across a move to another shard), none once closed; closing it twice is harmless. */
+TG_TEST(test_shard_cursor_descriptors) {
+    char out[700];
+    snprintf(out, sizeof out, "%s/set", tg_test_tmpdir());
+    tg_err err = {{0}};
+    REQUIRE(write_set(out, 40, &err) == 0, "%s", err.msg);
+    tg_shard_set set;
+    REQUIRE(tg_shard_set_open(out, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
+    REQUIRE(set.n_files >= 3, "%d files", set.n_files);
+    const int before = open_descriptors();
+    REQUIRE(before > 0, "/proc/self/fd");
+    tg_shard_cursor cur;
+    REQUIRE(tg_shard_cursor_open(&cur, &set, &err) == 0, "%s", err.msg);
+    CHECK(open_descriptors() == before && cur.fd == -1, "an open cursor holds no shard: %d, fd %d", open_descriptors() - before,
+          cur.fd);
+    tg_shard_record r;
+    REQUIRE(tg_shard_cursor_get(&cur, 0, &r, &err) == 0 && record_is(&r, 0), "record 0: %s", err.msg);
+    CHECK(open_descriptors() == before + 1 && cur.fd >= 0, "reading: %d more", open_descriptors() - before);
+    for (int f = 1; f < set.n_files; f++) {
+        const int64_t i = set.files[f].first;
+        REQUIRE(tg_shard_cursor_get(&cur, i, &r, &err) == 0 && record_is(&r, i), "record %lld: %s", (long long)i, err.msg);
+        CHECK(open_descriptors() == before + 1, "shard %d: %d more", f, open_descriptors() - before);
+    }
+    const int fd = cur.fd;
+    tg_shard_cursor_close(&cur);
+    CHECK(open_descriptors() == before && fcntl(fd, F_GETFD) == -1 && cur.fd == -1, "closed: %d more",
+          open_descriptors() - before);
+    tg_shard_cursor_close(&cur);
+    CHECK(open_descriptors() == before, "closed twice");
+    tg_shard_set_close(&set);
+}
+
+/* A shard of more than the 1 MiB piece its whole-file xxh64 is read in: it opens and its
+ * last record reads back; a byte changed past the first MiB is refused at the open. */
+TG_TEST(test_shard_hash_covers_past_the_first_mib) {
+    enum { N = 1500, LEN = 512, V = 30000 };
+    char out[700];
+    snprintf(out, sizeof out, "%s/big", tg_test_tmpdir());
+    const tg_shard_set_desc d = {.task = TG_SHARD_LM, .seq = LEN, .tokenizer_identity = 7, .tokenizer_family = "wordpiece",
+                                 .vocab_size = V, .command = "cmd"};
+    tg_shard_writer *w;
+    tg_err err = {{0}};
+    REQUIRE(tg_shard_writer_open(out, &d, &w, &err) == 0, "%s", err.msg);
+    uint64_t rng = 0xb16;
+    int32_t ids[LEN], last[LEN];
+    for (int i = 0; i < N; i++) {
+        for (int t = 0; t < LEN; t++) ids[t] = (int32_t)(tg_test_rand(&rng) % V);
+        if (i == N - 1) memcpy(last, ids, sizeof last);
+        if (tg_shard_writer_add(w, TG_SPLIT_TRAIN, &(tg_shard_record){.len = LEN, .input_ids = ids}, &err)) {
+            tg_shard_writer_abort(w);
+            REQUIRE(0, "%s", err.msg);
+        }
+    }
+    REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
+    tg_shard_set set;
+    REQUIRE(tg_shard_set_open(out, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
+    REQUIRE(set.n_files == 1, "%d files", set.n_files);
+    char path[1000];
+    snprintf(path, sizeof path, "%s", set.files[0].path);
+    struct stat sb;
+    const int st = stat(path, &sb);
+    REQUIRE(st == 0 && sb.st_size > (3 << 19), "%s: a shard of %lld bytes (stat %d)", path, (long long)sb.st_size, st);
+    tg_shard_cursor cur;
+    REQUIRE(tg_shard_cursor_open(&cur, &set, &err) == 0, "%s", err.msg);
+    tg_shard_record r;
+    CHECK(tg_shard_cursor_get(&cur, N - 1, &r, &err) == 0 && r.len == LEN && !memcmp(r.input_ids, last, sizeof last),
+          "the last record: %s", err.msg);
+    tg_shard_cursor_close(&cur);
+    tg_shard_set_close(&set);
+    /* a byte of the first frame past 1 MiB + 100 changed */
+    uint8_t b;
+    const uint64_t at = (1 << 20) + 100;
+    REQUIRE(read_bytes(path, at, &b, 1) == 0 && write_byte(path, at, (uint8_t)(b ^ 0x5A)) == 0, "flip");
+    CHECK(tg_shard_set_open(out, TG_SPLIT_TRAIN, &set, &err) == -1 && strstr(err.msg, "checksum mismatch") &&
+              strstr(err.msg, "00000.tgshard"),
+          "'%s'", err.msg);
 }

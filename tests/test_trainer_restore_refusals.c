@@ -309,3 +309,47 @@ TG_TEST(test_trainer_restore_refuses_other_examples) {
     tg_checkpoint_free(&ck);
     tg_plan_free(&plan);
 }
+
+/* The token types are part of the examples too: the same ids and labels with one token's
+ * type changed, or with no token types, are other examples (train_data.xxh64). */
+TG_TEST(test_trainer_restore_refuses_other_token_types) {
+    const char *dir = tg_test_tmpdir();
+    char data[700], job[700];
+    snprintf(data, sizeof data, "%s/rows.jsonl", dir);
+    snprintf(job, sizeof job, "%s/job.job", dir);
+    static const char *const rows[] = {
+        "{\"input_ids\": [5, 6, 7], \"token_type_ids\": [0, 0, 1], \"label\": 0}\n"
+        "{\"input_ids\": [8, 9], \"token_type_ids\": [0, 1], \"label\": 1}\n",
+        "{\"input_ids\": [5, 6, 7], \"token_type_ids\": [0, 1, 1], \"label\": 0}\n"
+        "{\"input_ids\": [8, 9], \"token_type_ids\": [0, 1], \"label\": 1}\n",
+        "{\"input_ids\": [5, 6, 7], \"label\": 0}\n{\"input_ids\": [8, 9], \"label\": 1}\n",
+    };
+    REQUIRE(tg_test_write_file(data, rows[0]) == 0 &&
+                tg_test_write_file(job, "model = tiny-bert\ntask = classify\nbatch = 2\nseq = 8\nsteps = 2\n"
+                                        "train_data = rows.jsonl\n") == 0,
+            "write");
+    tg_plan plan;
+    tg_err err = {{0}};
+    REQUIRE(tg_front_compile_file(job, NULL, 0, &plan, &err) == 0, "%s", err.msg);
+    const tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1, .no_loader_thread = 1};
+    tg_trainer t;
+    REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s", err.msg);
+    tg_checkpoint ck;
+    REQUIRE(tg_trainer_checkpoint(&t, &ck, 1, &err) == 0, "%s", err.msg);
+    tg_trainer_close(&t);
+    static const char *const what[] = {"the same rows", "one token type changed", "no token types"};
+    for (int k = 2; k >= 0; k--) {
+        REQUIRE(tg_test_write_file(data, rows[k]) == 0, "write");
+        REQUIRE(tg_trainer_open(&t, &plan, &o, &err) == 0, "%s: %s", what[k], err.msg);
+        memset(&err, 0, sizeof err);
+        const int rc = tg_trainer_restore(&t, &ck, "ck", &err);
+        if (k == 0) CHECK(rc == 0, "%s: %s", what[k], err.msg);
+        else
+            CHECK(rc == -1 && strstr(err.msg, "ck: the checkpoint is of another job or plan: ") &&
+                      strstr(err.msg, "train_data.xxh64") && !strstr(err.msg, "train_data.examples"),
+                  "%s: rc %d, '%s'", what[k], rc, err.msg);
+        tg_trainer_close(&t);
+    }
+    tg_checkpoint_free(&ck);
+    tg_plan_free(&plan);
+}
