@@ -885,7 +885,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {activation_without_pre, "plan.tgp: op 1 (matmul) with activation=1 lacks its pre-activation (out2)"},
         {bad_group, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) packed group refers to tensor 19 of 19"},
         {bad_replicas, "plan.tgp: train replicas 0 is not in [1, 64]"},
-        {bad_task, "plan.tgp: train task 3 is not a known task"},
+        {bad_task, "plan.tgp: train task 4 is not a known task"},
         {bad_batch, "plan.tgp: train batch 0 is not a positive row count"},
         {bad_seq, "plan.tgp: train seq -4 is not a positive length"},
         {bad_num_labels, "plan.tgp: train num_labels 0 is not 2 or more"},
