@@ -49,6 +49,11 @@ typedef struct tg_cuda_exec {
     uint8_t *staging;              /* device: 2 slots of staging_stride bytes */
     size_t staging_stride;
     long long *seq_dev;            /* device: steps finished (the slot selector) */
+    /* grad_accumulation (micro_steps > 1): a staging slot holds a step's window of
+     * micro-batch images back to back, and loss_window (device) the sum of its micro-steps'
+     * losses, which the step reports. */
+    int micro_steps;
+    float *loss_window;
     cudaStream_t side_stream;      /* the fetch branch beside the forward */
     cudaEvent_t fork, join;
     tg_step_ctrl *ctrl;            /* mapped pinned */
