@@ -497,6 +497,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         for (int k = 0; k < train->n_buckets; k++) fprintf(stderr, "%s%d", k ? "," : " ", train->bucket_seq[k]);
         fputc(')', stderr);
     }
+    if (train->grad_accumulation > 1) fprintf(stderr, ", %d micro-batches a step", train->grad_accumulation);
     if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
     fprintf(stderr, ", %d steps (%d per epoch, last batch: %s)", tr.total_steps, tr.sampler.per_epoch,
             tg_last_batch_name(plan.run.last_batch));

@@ -198,9 +198,11 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
     for (int p = 0; p < TG_POOL_COUNT; p++) plan->peak_bytes += plan->pool_bytes[p];
+    /* A step of grad_accumulation micro-steps runs forward and backward that many times. */
     for (int o = 0; o < g.n_ops; o++) {
-        plan->flops_per_step += tg_op_flops(&g.ops[o]);
-        plan->bytes_per_step += tg_op_bytes(g.tensors, &g.ops[o]);
+        const double times = g.ops[o].phase == TG_PHASE_OPTIMIZER ? 1.0 : (double)j->grad_accumulation;
+        plan->flops_per_step += times * tg_op_flops(&g.ops[o]);
+        plan->bytes_per_step += times * tg_op_bytes(g.tensors, &g.ops[o]);
     }
     plan->io = g.io;
     plan->fingerprint = tg_job_fingerprint(cfg, j, TG_VERSION_STRING);
