@@ -4,6 +4,7 @@
  * window's label tokens, micro-batches holding different counts of them); an epoch's last,
  * short window is updated on what it has; steps, checkpoints and resumes count windows; the
  * job key, the compile refusals and the plan field. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "plan/plan_codec.h"
 #include "plan/validate.h"
 #include "runtime/trainer.h"
+#include "tests/cli_in_process.h"
 #include "tests/harness.h"
 
 /* A demo job (classify or lm) with batch rows a micro-batch, `accum` micro-batches a step,
@@ -425,4 +427,40 @@ TG_TEST(test_grad_accumulation_job_key_and_plan) {
     four.train.replicas = 1;
     CHECK(validate_all(&four, &err) == 0, "restored: %s", err.msg);
     tg_plan_free(&one), tg_plan_free(&four);
+}
+
+/* Lines of a metrics file holding "step", and the checkpoint folders of dir (step-N). */
+static int count_step_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[8192];
+    int n = 0;
+    while (fgets(buf, sizeof buf, f)) n += strstr(buf, "\"step\":") != NULL && !strstr(buf, "\"summary\"");
+    fclose(f);
+    return n;
+}
+
+/* The CLI: a run of windows of 3 counts and logs optimizer steps, checkpoints every 2 of
+ * them, names the micro-batches and the steps per epoch, and resumes. */
+TG_TEST(test_grad_accumulation_cli_run) {
+    const char *dir = tg_test_tmpdir();
+    char line[1600], metrics[600], ckpt[600];
+    snprintf(metrics, sizeof metrics, "%s/accum-m.jsonl", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/accum-ckpt", dir);
+    snprintf(line, sizeof line,
+             "run examples/demo-classify.job --device cpu --set steps=5 --set batch=4 --set seq=16 "
+             "--set grad_accumulation=3 --set checkpoint_every=2 --set keep_checkpoints=0 --checkpoint-dir %s "
+             "--metrics %s",
+             ckpt, metrics);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+    CHECK(r.status == 0 && r.err && strstr(r.err, ", 3 micro-batches a step") &&
+              strstr(r.err, ", 5 steps (167 per epoch, last batch: pad)"),
+          "status %d: %s", r.status, r.err ? r.err : "");
+    CHECK(count_step_lines(metrics) == 5, "%d step lines in the metrics", count_step_lines(metrics));
+    int folders = 0;
+    DIR *d = opendir(ckpt);
+    for (struct dirent *e; d && (e = readdir(d));) folders += !strncmp(e->d_name, "step-", 5);
+    if (d) closedir(d);
+    CHECK(folders == 2, "%d checkpoints (want steps 2 and 4)", folders);
+    tg_cli_run_free(&r);
 }
