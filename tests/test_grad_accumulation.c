@@ -13,6 +13,7 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
+#include "plan/memory_estimate.h"
 #include "plan/plan_codec.h"
 #include "plan/validate.h"
 #include "runtime/trainer.h"
@@ -400,6 +401,25 @@ TG_TEST(test_grad_accumulation_job_key_and_plan) {
         CHECK(op->kind != TG_OP_CROSS_ENTROPY || op->in[2] == -1, "N = 1: the loss reads a normaliser");
     }
     CHECK(one_overwrites > 0, "N = 1 lost its first-writer overwrites");
+    /* The same pools (activations for one micro-batch); the staging the preflight counts
+     * holds a window: 4 images of the inputs pool where N = 1 has one. */
+    CHECK(one.pool_bytes[TG_POOL_ACTIVATIONS] == four.pool_bytes[TG_POOL_ACTIVATIONS] &&
+              one.pool_bytes[TG_POOL_GRADS] == four.pool_bytes[TG_POOL_GRADS],
+          "activations %llu and %llu bytes", (unsigned long long)one.pool_bytes[TG_POOL_ACTIVATIONS],
+          (unsigned long long)four.pool_bytes[TG_POOL_ACTIVATIONS]);
+    for (int device = 0; device < 2; device++) {
+        tg_memory_estimate e1, e4;
+        tg_estimate_memory(&one, device, &e1);
+        tg_estimate_memory(&four, device, &e4);
+        const uint64_t in1 = one.pool_bytes[TG_POOL_INPUTS], in4 = four.pool_bytes[TG_POOL_INPUTS];
+        CHECK(device ? e4.part[TG_MEM_BATCH_STAGING] >= TG_MEM_STAGING_SLOTS * 4 * in4 &&
+                           e1.part[TG_MEM_BATCH_STAGING] < TG_MEM_STAGING_SLOTS * 2 * in1
+                     : e4.part[TG_MEM_BATCH_STAGING] == TG_MEM_CPU_STAGING_BUFFERS * 4 * in4 &&
+                           e1.part[TG_MEM_BATCH_STAGING] == TG_MEM_CPU_STAGING_BUFFERS * in1,
+              "%s: staging %llu bytes (N = 4), %llu (N = 1); inputs %llu and %llu", device ? "cuda" : "cpu",
+              (unsigned long long)e4.part[TG_MEM_BATCH_STAGING], (unsigned long long)e1.part[TG_MEM_BATCH_STAGING],
+              (unsigned long long)in4, (unsigned long long)in1);
+    }
 
     /* Round trip through the plan payload, and validate's refusals of a damaged field. */
     uint8_t *payload = NULL;
