@@ -138,7 +138,7 @@ TG_TEST(test_gpu_grad_accumulation_lm_bf16) { cuda_matches_large_batch(1, TG_PRE
  * steps against the CPU); on CUDA the captured step as op-by-op launches and pipelined
  * steps (fetched windows, two in flight) as steps each uploaded first, bit for bit. */
 static void cuda_matches_cpu(int lm) {
-    enum { STEPS = 6 };
+    enum { STEPS = 4 };
     const accum_job job = {lm, 4, 2, STEPS, TG_PREC_FP32, 1};
     tg_plan p;
     if (!compile_accum(&job, &p)) return;
