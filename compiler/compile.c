@@ -64,13 +64,6 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  job->zero_stage, job->data_parallel);
         return job_error(job, TG_JOB_ZERO_STAGE, err, msg);
     }
-    if (job->grad_accumulation > 1 && job->data_parallel > 1) {
-        snprintf(msg, sizeof msg,
-                 "grad_accumulation %d with data_parallel %d is not supported yet (the replicas' gradient sums would "
-                 "have to wait for the window's last micro-step); use one of them",
-                 job->grad_accumulation, job->data_parallel);
-        return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);
-    }
     if (job->grad_accumulation > 1 && job->n_buckets > 1) {
         snprintf(msg, sizeof msg,
                  "grad_accumulation %d with seq_buckets is not supported yet (a window's micro-batches would fall in "

@@ -217,10 +217,10 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     if (t->grad_accumulation < 1 || t->grad_accumulation > TG_MAX_GRAD_ACCUMULATION)
         return tg_fail(err, "%s: train grad_accumulation %d is not in [1, %d]", name, t->grad_accumulation,
                        TG_MAX_GRAD_ACCUMULATION);
-    if (t->grad_accumulation > 1 && (t->replicas > 1 || t->n_buckets > 1))
-        return tg_fail(err, "%s: train grad_accumulation %d with replicas %d and n_buckets %d: accumulation runs "
-                            "with one replica and no length buckets",
-                       name, t->grad_accumulation, t->replicas, t->n_buckets);
+    if (t->grad_accumulation > 1 && t->n_buckets > 1)
+        return tg_fail(err, "%s: train grad_accumulation %d with n_buckets %d: accumulation runs without length "
+                            "buckets",
+                       name, t->grad_accumulation, t->n_buckets);
     if (r->last_batch < 0 || r->last_batch >= TG_LAST_BATCH_COUNT)
         return tg_fail(err, "%s: run last_batch %d is not pad, drop or wrap", name, r->last_batch);
     if (r->skip_nonfinite != 0 && r->skip_nonfinite != 1)
