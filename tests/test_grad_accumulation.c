@@ -18,6 +18,7 @@
 #include "plan/plan_codec.h"
 #include "plan/validate.h"
 #include "runtime/comm.h"
+#include "runtime/cpu/cpu_kernels.h"
 #include "runtime/trainer.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
@@ -554,4 +555,33 @@ TG_TEST(test_grad_accumulation_data_parallel) {
     }
     outcome_free(&r[0].out), outcome_free(&r[1].out), outcome_free(&b);
     tg_plan_free(&dp), tg_plan_free(&large);
+}
+
+/* CROSS_ENTROPY and its backward with the normaliser (in2, in3): a positive one divides the
+ * summed loss (and scales the gradient) in place of the count of rows that count; 0 or an
+ * absent one leaves that count. */
+TG_TEST(test_grad_accumulation_cross_entropy_normaliser) {
+    const float logits[3 * 2] = {0.5f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f};
+    const int32_t labels[3] = {1, TG_IGNORE_INDEX, 0};
+    float loss[3], dlogits[3][6];
+    const float norms[3] = {0.0f, 8.0f, -1.0f};
+    for (int k = 0; k < 3; k++) {
+        tg_op op = tg_test_op(TG_OP_CROSS_ENTROPY);
+        op.p.cross_entropy.n = 3, op.p.cross_entropy.c = 2;
+        float norm = norms[k], one = 1.0f;
+        tg_cpu_op_args a = {.op = &op, .in = {(void *)logits, (void *)labels, k == 2 ? NULL : &norm}, .out = {&loss[k]}};
+        tg_cpu_op_run(&a);
+        tg_op bwd = tg_test_op(TG_OP_CROSS_ENTROPY_BWD);
+        bwd.p.cross_entropy = op.p.cross_entropy;
+        tg_cpu_op_args b = {.op = &bwd, .in = {&one, (void *)logits, (void *)labels, k == 2 ? NULL : &norm},
+                            .out = {dlogits[k]}};
+        tg_cpu_op_run(&b);
+    }
+    /* Two rows count: the mean divides by 2, the normaliser 8 by 8. */
+    CHECK(fabsf(loss[1] * 8.0f - loss[0] * 2.0f) <= 1e-6f * loss[0] && loss[2] == loss[0], "losses %.9g %.9g %.9g",
+          loss[0], loss[1], loss[2]);
+    for (int i = 0; i < 6; i++)
+        CHECK(fabsf(dlogits[1][i] * 4.0f - dlogits[0][i]) <= 1e-7f && dlogits[2][i] == dlogits[0][i] &&
+                  (i / 2 != 1 || dlogits[1][i] == 0.0f),
+              "dlogits[%d]: %.9g %.9g %.9g", i, dlogits[0][i], dlogits[1][i], dlogits[2][i]);
 }
