@@ -464,7 +464,8 @@ static int count_step_lines(const char *path) {
 }
 
 /* The CLI: a run of windows of 3 counts and logs optimizer steps, checkpoints every 2 of
- * them, names the micro-batches and the steps per epoch, and resumes. */
+ * them, names the micro-batches and the steps per epoch, and evaluates at the end (each eval
+ * batch its own mean: the eval's batches are not windows). */
 TG_TEST(test_grad_accumulation_cli_run) {
     const char *dir = tg_test_tmpdir();
     char line[1600], metrics[600], ckpt[600];
@@ -477,7 +478,7 @@ TG_TEST(test_grad_accumulation_cli_run) {
              ckpt, metrics);
     tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     CHECK(r.status == 0 && r.err && strstr(r.err, ", 3 micro-batches a step") &&
-              strstr(r.err, ", 5 steps (167 per epoch, last batch: pad)"),
+              strstr(r.err, ", 5 steps (167 per epoch, last batch: pad)") && strstr(r.err, "eval on 400 examples: loss "),
           "status %d: %s", r.status, r.err ? r.err : "");
     CHECK(count_step_lines(metrics) == 5, "%d step lines in the metrics", count_step_lines(metrics));
     int folders = 0;
@@ -584,4 +585,26 @@ TG_TEST(test_grad_accumulation_cross_entropy_normaliser) {
         CHECK(fabsf(dlogits[1][i] * 4.0f - dlogits[0][i]) <= 1e-7f && dlogits[2][i] == dlogits[0][i] &&
                   (i / 2 != 1 || dlogits[1][i] == 0.0f),
               "dlogits[%d]: %.9g %.9g %.9g", i, dlogits[0][i], dlogits[1][i], dlogits[2][i]);
+}
+
+/* The eval of a plan with accumulation is that of the same plan without: each eval batch
+ * divides by its own count (the normaliser left 0), whatever a training window wrote. */
+TG_TEST(test_grad_accumulation_eval_as_without) {
+    const char *extra[] = {"steps=2"};
+    tg_plan one, four;
+    if (!compile_job(0, 8, 1, extra, 1, &one) || !compile_job(0, 8, 4, extra, 1, &four)) return;
+    tg_err err;
+    tg_eval_stats e[2];
+    const tg_plan *plans[2] = {&one, &four};
+    for (int k = 0; k < 2; k++) {
+        tg_trainer tr;
+        REQUIRE(open_trainer(&tr, plans[k], &err) == 0, "%s", err.msg);
+        if (k) tg_trainer_next_batch(&tr); /* a window staged: its normaliser written */
+        CHECK(tg_trainer_eval(&tr, &e[k], &err) == 0, "%s", err.msg);
+        tg_trainer_close(&tr);
+    }
+    CHECK(e[0].loss == e[1].loss && e[0].accuracy == e[1].accuracy && e[0].counted == 400,
+          "eval loss %.9g and %.9g, accuracy %g and %g, %lld counted", e[0].loss, e[1].loss, e[0].accuracy,
+          e[1].accuracy, (long long)e[0].counted);
+    tg_plan_free(&one), tg_plan_free(&four);
 }
