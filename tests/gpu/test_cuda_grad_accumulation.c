@@ -2,8 +2,10 @@
  * micro-batches of B rows against one step on 4B rows (fp32 within 1e-5, bf16 within 2e-2;
  * dropout off), for classification and LM; windows of 2 against the CPU reference (dropout
  * on: each micro-step draws the same masks on both); the captured step against op-by-op
- * launches and pipelined steps against steps taken one at a time, bit for bit. */
+ * launches and pipelined steps against steps taken one at a time, bit for bit; with two
+ * GPUs, two data-parallel replicas (NCCL) against one replica of the whole batch. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 
 typedef struct accum_job {
     int lm, batch, accum, steps, precision, dropout;
+    int replicas; /* data_parallel; 0: 1 */
 } accum_job;
 
 static int compile_accum(const accum_job *j, tg_plan *p) {
@@ -25,9 +28,11 @@ static int compile_accum(const accum_job *j, tg_plan *p) {
     snprintf(b, sizeof b, "batch=%d", j->batch);
     snprintf(a, sizeof a, "grad_accumulation=%d", j->accum);
     snprintf(s, sizeof s, "steps=%d", j->steps);
-    const char *sets[] = {b, a, s, "warmup_steps=2", j->precision == TG_PREC_BF16 ? "precision=bf16" : "precision=fp32"};
+    char r[32];
+    snprintf(r, sizeof r, "data_parallel=%d", j->replicas > 1 ? j->replicas : 1);
+    const char *sets[] = {b, a, s, "warmup_steps=2", j->precision == TG_PREC_BF16 ? "precision=bf16" : "precision=fp32", r};
     const char *path = j->lm ? "examples/demo-lm.job" : "examples/demo-classify.job";
-    if (!CHECK(tg_job_load(path, sets, 5, &job, &err) == 0, "%s", err.msg)) return 0;
+    if (!CHECK(tg_job_load(path, sets, 6, &job, &err) == 0, "%s", err.msg)) return 0;
     tg_model_config cfg;
     if (!CHECK(tg_model_config_load(job.model, &cfg, &err) == 0, "%s", err.msg)) return 0;
     if (!j->dropout) cfg.hidden_dropout = cfg.attention_dropout = cfg.embedding_dropout = cfg.classifier_dropout = 0;
@@ -37,6 +42,8 @@ static int compile_accum(const accum_job *j, tg_plan *p) {
 typedef struct accum_run {
     tg_device device;
     int no_graphs, depth; /* depth 0: tg_trainer_next_batch + tg_trainer_run_step */
+    int rank;
+    void *comm;           /* data-parallel replicas: this one's NCCL communicator */
 } accum_run;
 
 typedef struct outcome {
@@ -60,7 +67,7 @@ static int train(const tg_plan *p, const accum_run *r, int steps, outcome *o) {
     tg_err err;
     tg_trainer tr;
     tg_trainer_options opts = {.device = r->device, .threads = 1, .load_data = 1, .no_graphs = r->no_graphs,
-                               .max_in_flight = r->depth};
+                               .max_in_flight = r->depth, .rank = r->rank, .comm = r->comm};
     if (!CHECK(tg_trainer_open(&tr, p, &opts, &err) == 0, "%s", err.msg)) return 0;
     int ok = 1;
     for (int s = 0; s < steps && ok; s++) {
@@ -116,10 +123,10 @@ static void check_close(const tg_plan *p, const char *what, const outcome *a, co
 static void cuda_matches_large_batch(int lm, int precision, double tol) {
     enum { STEPS = 4 };
     const int B = lm ? 3 : 4;
-    const accum_job small = {lm, B, 4, STEPS, precision, 0}, large = {lm, 4 * B, 1, STEPS, precision, 0};
+    const accum_job small = {lm, B, 4, STEPS, precision, 0, 1}, large = {lm, 4 * B, 1, STEPS, precision, 0, 1};
     tg_plan ps, pl;
     if (!compile_accum(&small, &ps) || !compile_accum(&large, &pl)) return;
-    const accum_run cuda = {TG_DEVICE_CUDA, 0, 2};
+    const accum_run cuda = {TG_DEVICE_CUDA, 0, 2, 0, NULL};
     outcome a = {0}, b = {0};
     char what[96];
     snprintf(what, sizeof what, "%s %s, 4 x %d rows against %d", lm ? "lm" : "classify", tg_precision_name(precision),
@@ -139,11 +146,12 @@ TG_TEST(test_gpu_grad_accumulation_lm_bf16) { cuda_matches_large_batch(1, TG_PRE
  * steps (fetched windows, two in flight) as steps each uploaded first, bit for bit. */
 static void cuda_matches_cpu(int lm) {
     enum { STEPS = 4 };
-    const accum_job job = {lm, 4, 2, STEPS, TG_PREC_FP32, 1};
+    const accum_job job = {lm, 4, 2, STEPS, TG_PREC_FP32, 1, 1};
     tg_plan p;
     if (!compile_accum(&job, &p)) return;
     const accum_run runs[4] = {
-        {TG_DEVICE_CPU, 0, 0}, {TG_DEVICE_CUDA, 0, 0}, {TG_DEVICE_CUDA, 1, 0}, {TG_DEVICE_CUDA, 0, 2}};
+        {TG_DEVICE_CPU, 0, 0, 0, NULL}, {TG_DEVICE_CUDA, 0, 0, 0, NULL}, {TG_DEVICE_CUDA, 1, 0, 0, NULL},
+        {TG_DEVICE_CUDA, 0, 2, 0, NULL}};
     outcome o[4];
     memset(o, 0, sizeof o);
     int ok = 1;
@@ -163,3 +171,51 @@ static void cuda_matches_cpu(int lm) {
 
 TG_TEST(test_gpu_grad_accumulation_classify_matches_cpu) { cuda_matches_cpu(0); }
 TG_TEST(test_gpu_grad_accumulation_lm_matches_cpu) { cuda_matches_cpu(1); }
+
+/* Two data-parallel replicas (one GPU each, NCCL) of windows of 2 micro-batches of 2 rows
+ * against one replica of batch 8 (classification: each replica's window counts as many
+ * rows), fp32 within 1e-5; the replicas' gradients summed once a window. */
+typedef struct replica {
+    const tg_plan *plan;
+    accum_run run;
+    int ok;
+    outcome out;
+} replica;
+
+static void *run_replica(void *arg) {
+    replica *r = arg;
+    r->ok = train(r->plan, &r->run, 4, &r->out);
+    return NULL;
+}
+
+TG_TEST(test_gpu_grad_accumulation_data_parallel) {
+    if (tg_cuda_device_count() < 2) {
+        printf("    2 replicas not run: %d GPU(s)\n", tg_cuda_device_count());
+        return;
+    }
+    const accum_job dp_job = {0, 2, 2, 4, TG_PREC_FP32, 0, 2}, large_job = {0, 8, 1, 4, TG_PREC_FP32, 0, 1};
+    tg_plan dp, large;
+    if (!compile_accum(&dp_job, &dp) || !compile_accum(&large_job, &large)) return;
+    void *comms[2] = {NULL, NULL};
+    tg_err err;
+    REQUIRE(tg_cuda_comms_create(comms, 2, &err) == 0, "%s", err.msg);
+    replica r[2];
+    memset(r, 0, sizeof r);
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        r[k].plan = &dp, r[k].run = (accum_run){TG_DEVICE_CUDA, 0, 2, k, comms[k]};
+        REQUIRE(pthread_create(&th[k], NULL, run_replica, &r[k]) == 0, "pthread_create");
+    }
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    tg_cuda_comms_destroy(comms, 2);
+    const accum_run one = {TG_DEVICE_CUDA, 0, 2, 0, NULL};
+    outcome b = {0};
+    if (CHECK(r[0].ok && r[1].ok, "a replica failed") && train(&large, &one, 4, &b)) {
+        /* Replica 0 reports its own window's loss: the parameters and state are compared. */
+        memcpy(r[0].out.loss, b.loss, sizeof b.loss);
+        check_close(&dp, "2 replicas x 2 micro-batches x 2 rows against batch 8", &r[0].out, &b, 4, 1e-5);
+        CHECK(!memcmp(r[0].out.params, r[1].out.params, sizeof(float) * (size_t)b.n), "the replicas' parameters differ");
+    }
+    outcome_free(&r[0].out), outcome_free(&r[1].out), outcome_free(&b);
+    tg_plan_free(&dp), tg_plan_free(&large);
+}
