@@ -497,8 +497,11 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         for (int k = 0; k < train->n_buckets; k++) fprintf(stderr, "%s%d", k ? "," : " ", train->bucket_seq[k]);
         fputc(')', stderr);
     }
+    if (train->grad_accumulation > 1) fprintf(stderr, ", %d micro-batches a step", train->grad_accumulation);
     if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
-    fprintf(stderr, ", %d steps (%d per epoch, last batch: %s)", tr.total_steps, tr.sampler.per_epoch,
+    /* Steps per epoch: windows of grad_accumulation batches, the last one short. */
+    const int micro = train->grad_accumulation > 1 ? train->grad_accumulation : 1;
+    fprintf(stderr, ", %d steps (%d per epoch, last batch: %s)", tr.total_steps, (tr.sampler.per_epoch + micro - 1) / micro,
             tg_last_batch_name(plan.run.last_batch));
     int n_class[TG_CLASS_COUNT] = {0};
     for (int i = 0; i < plan.n_tensors; i++)

@@ -34,9 +34,13 @@ int tg_autodiff(tg_graph *g, int loss) {
     if (tg_backward_index(g)) return -1;
 
     g->phase = TG_PHASE_BACKWARD;
-    tg_op_spec zero = tg_spec(TG_OP_ZERO);
-    zero.out[0] = g->io.grads_all;
-    tg_graph_op(g, &zero);
+    /* With grad_accumulation the optimizer phase clears the gradients after the update
+     * instead (compiler/compile.c), so that the window's micro-steps add up. */
+    if (!g->job || g->job->grad_accumulation <= 1) {
+        tg_op_spec zero = tg_spec(TG_OP_ZERO);
+        zero.out[0] = g->io.grads_all;
+        tg_graph_op(g, &zero);
+    }
 
     int seed = tg_ad_grad_like(g, loss);
     if (seed < 0) return -1; /* out of memory, already recorded */

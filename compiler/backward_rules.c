@@ -100,7 +100,8 @@ static int index_writes(tg_graph *g) {
  * cleared. The dB product always has dC in the summable layout: A stored [K,M] when the
  * weight is stored [N,K] (nn.Linear), B stored [K,N] when it is [K,N] (Conv1D). */
 static int bias_grad_fusable(const tg_graph *g, const tg_op *op) {
-    if (!g->job || !g->job->fuse_bias_grad || op->p.matmul.batch != 1) return 0;
+    /* Accumulated micro-steps add into the gradients: a fused bias sum would overwrite. */
+    if (!g->job || !g->job->fuse_bias_grad || g->job->grad_accumulation > 1 || op->p.matmul.batch != 1) return 0;
     return forward_uses(g, op->in[2]) == 1;
 }
 
@@ -457,7 +458,7 @@ static void bwd_cross_entropy(tg_graph *g, int index) {
     if (dlogits < 0) return;
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
-    s.in[1] = op.in[0], s.in[2] = op.in[1];
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.in[2];
     s.out[0] = dlogits;
     s.p.cross_entropy = op.p.cross_entropy;
     tg_graph_op(g, &s);

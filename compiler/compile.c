@@ -79,6 +79,22 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  job->zero_stage, job->data_parallel);
         return job_error(job, TG_JOB_ZERO_STAGE, err, msg);
     }
+    if (job->grad_accumulation > 1 && job->n_buckets > 1) {
+        snprintf(msg, sizeof msg,
+                 "grad_accumulation %d with seq_buckets is not supported yet (a window's micro-batches would fall in "
+                 "different buckets); leave seq_buckets out",
+                 job->grad_accumulation);
+        return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);
+    }
+    /* The window's loss normaliser is counted on the host from the batches' labels: mlm
+     * makes its labels on the device, and qa's span loss takes no normaliser. */
+    if (job->grad_accumulation > 1 && (job->task == TG_TASK_MLM || job->task == TG_TASK_QA)) {
+        snprintf(msg, sizeof msg,
+                 "grad_accumulation %d with task %s is not supported yet (only classify and lm count a window's "
+                 "labels); use a larger batch",
+                 job->grad_accumulation, tg_task_name(job->task));
+        return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);
+    }
     int pad = tg_job_pad_id(job, cfg);
     if (pad >= cfg->vocab_size) {
         snprintf(msg, sizeof msg, "pad_token_id %d is outside the vocabulary (vocab_size %d)", pad, cfg->vocab_size);
@@ -147,6 +163,14 @@ static void build_optimizer(tg_graph *g) {
     if (adan) s.p.adan.beta3 = j->beta3, s.p.adan.no_prox = j->no_prox;
     tg_graph_op(g, &s);
     if (a->zero_slice) tg_zero_gather(g, g->io.params_all, "params.slices");
+    /* grad_accumulation: the backward adds every micro-step's gradients (the first writer
+     * does not overwrite, compile_one), so they are cleared once the window's update has
+     * read them, ready for the next window (the executors open with them zeroed). */
+    if (j->grad_accumulation > 1) {
+        s = tg_spec(TG_OP_ZERO);
+        s.out[0] = g->io.grads_all;
+        tg_graph_op(g, &s);
+    }
 }
 
 /* The job compiled at its seq, as one plan without buckets of its own (train records the
@@ -162,8 +186,8 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     if (g.failed || tg_graph_check_freeze(&g) || check_trainable(&g)) goto out;
     if (tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
-    if (g.failed || tg_apply_precision(&g, j->precision) || tg_plan_fixed_layout(&g) || tg_first_gradient_writes(&g) ||
-        tg_gradient_buckets(&g))
+    if (g.failed || tg_apply_precision(&g, j->precision) || tg_plan_fixed_layout(&g) ||
+        (j->grad_accumulation <= 1 && tg_first_gradient_writes(&g)) || tg_gradient_buckets(&g))
         goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];
@@ -184,15 +208,18 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
                                   .replicas = j->data_parallel,
                                   .zero_stage = j->zero_stage,
                                   .attention = j->attention,
-                                  .n_buckets = j->n_buckets};
+                                  .n_buckets = j->n_buckets,
+                                  .grad_accumulation = j->grad_accumulation};
     memcpy(plan->train.bucket_seq, j->bucket_seq, sizeof plan->train.bucket_seq);
     tg_job_run_settings(j, &plan->run);
     memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
     for (int p = 0; p < TG_POOL_COUNT; p++) plan->peak_bytes += plan->pool_bytes[p];
+    /* A step of grad_accumulation micro-steps runs forward and backward that many times. */
     for (int o = 0; o < g.n_ops; o++) {
-        plan->flops_per_step += tg_op_flops(&g.ops[o]);
-        plan->bytes_per_step += tg_op_bytes(g.tensors, &g.ops[o]);
+        const double times = g.ops[o].phase == TG_PHASE_OPTIMIZER ? 1.0 : (double)j->grad_accumulation;
+        plan->flops_per_step += times * tg_op_flops(&g.ops[o]);
+        plan->bytes_per_step += times * tg_op_bytes(g.tensors, &g.ops[o]);
     }
     plan->io = g.io;
     plan->fingerprint = tg_job_fingerprint(cfg, j, TG_VERSION_STRING);

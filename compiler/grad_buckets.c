@@ -19,9 +19,30 @@ static int64_t grad_write_end(const tg_graph *g, const tg_op *op) {
     return end;
 }
 
+/* grad_accumulation: the window's gradients are final only after its last micro-step, so
+ * one sum of the whole buffer opens the optimizer phase (before the norm). */
+static int sum_before_update(tg_graph *g) {
+    int at = g->n_ops;
+    for (int o = 0; o < g->n_ops && at == g->n_ops; o++)
+        if (g->ops[o].phase == TG_PHASE_OPTIMIZER) at = o;
+    const int phase = g->phase;
+    g->phase = TG_PHASE_OPTIMIZER;
+    tg_op_spec s = tg_spec(TG_OP_ALL_REDUCE);
+    s.in[0] = s.out[0] = g->io.grads_all;
+    s.p.count.n = tg_tensor_numel(&g->tensors[g->io.grads_all]);
+    const int added = tg_graph_op(g, &s);
+    g->phase = phase;
+    if (added < 0) return -1;
+    const tg_op sum = g->ops[g->n_ops - 1];
+    memmove(g->ops + at + 1, g->ops + at, sizeof *g->ops * (size_t)(g->n_ops - 1 - at));
+    g->ops[at] = sum;
+    return 0;
+}
+
 int tg_gradient_buckets(tg_graph *g) {
     if (g->failed) return -1;
     if (!g->job || g->job->data_parallel <= 1) return 0;
+    if (g->job->grad_accumulation > 1) return sum_before_update(g);
     const int64_t n = tg_tensor_numel(&g->tensors[g->io.grads_all]);
     int b0 = -1, b1 = -1; /* the backward's ops [b0, b1) */
     for (int o = 0; o < g->n_ops; o++)

@@ -4,7 +4,9 @@
 
 #include "compiler/graph.h"
 
-/* For a job with data_parallel > 1: one TG_OP_ALL_REDUCE per bucket of the gradient
+/* For a job with data_parallel > 1 and grad_accumulation > 1: one TG_OP_ALL_REDUCE of the
+ * whole gradient buffer, first in the optimizer phase (the window's last micro-step
+ * completes the gradients). Otherwise: one TG_OP_ALL_REDUCE per bucket of the gradient
  * buffer, placed in the backward right after the last op that writes any gradient in it,
  * so that an executor can sum a bucket while the backward goes on (buckets of about
  * TG_GRAD_BUCKET_BYTES, fewer on small models; the gradients below the last boundary,

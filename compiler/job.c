@@ -60,6 +60,7 @@ static const struct job_key {
     [TG_JOB_MLM_PROBABILITY] = {"mlm_probability", 0},
     [TG_JOB_MASK_TOKEN_ID] = {"mask_token_id", 0},
     [TG_JOB_SPECIAL_TOKEN_IDS] = {"special_token_ids", 0},
+    [TG_JOB_GRAD_ACCUMULATION] = {"grad_accumulation", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -104,6 +105,7 @@ void tg_job_defaults(tg_job *job) {
     job->mask_token_id = -1;
     job->n_special_ids = -1;
     for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++) job->special_ids[i] = -1;
+    job->grad_accumulation = 1;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -407,6 +409,10 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_SKIP_NONFINITE: rc = set_bool(&job->skip_nonfinite, v, o, name, err); break;
     case TG_JOB_MAX_SKIPPED_STEPS:
         rc = set_int_range(&job->max_skipped_steps, v, 0, INT32_MAX, "steps in a row", o, name, err);
+        break;
+    case TG_JOB_GRAD_ACCUMULATION:
+        rc = set_int_range(&job->grad_accumulation, v, 1, TG_MAX_GRAD_ACCUMULATION, "micro-batches per optimizer step",
+                           o, name, err);
         break;
     case TG_JOB_EPS: rc = set_float(&job->eps, v, 0, 1, INFINITY, 0, o, name, err); break;
     case TG_JOB_WEIGHT_DECAY:

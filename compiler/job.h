@@ -66,6 +66,8 @@ typedef struct tg_job {
     int32_t mask_token_id;
     int32_t n_special_ids;
     int32_t special_ids[TG_JOB_SPECIAL_IDS_MAX];
+    /* Micro-batches of `batch` rows per optimizer step (tg_plan_train.grad_accumulation). */
+    int32_t grad_accumulation;
     int32_t key_line[48];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -83,7 +85,7 @@ typedef enum tg_job_key {
     TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
     TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_SKIP_NONFINITE,
     TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
-    TG_JOB_KEY_COUNT
+    TG_JOB_GRAD_ACCUMULATION, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
@@ -92,7 +94,7 @@ const char *tg_job_key_name(int key);
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
  * log_every 1, attention fused, fuse_bias_grad, fuse_gelu, fuse_residual_layernorm and
  * fuse_qkv true, data_parallel 1, checkpoint_every 0 (none), keep_checkpoints 3, one bucket
- * (seq), last_batch pad. model, train_data and steps/epochs have no default. */
+ * (seq), last_batch pad, grad_accumulation 1. model, train_data and steps/epochs have no default. */
 void tg_job_defaults(tg_job *job);
 
 /* Reads `path`, then applies each override ("key=value", from --set). Relative paths

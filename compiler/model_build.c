@@ -328,7 +328,7 @@ static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t wid
     tg_graph *g = b->g;
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
-    s.in[0] = logits, s.in[1] = labels, s.out[0] = loss;
+    s.in[0] = logits, s.in[1] = labels, s.in[2] = g->io.loss_norm, s.out[0] = loss;
     s.p.cross_entropy.n = rows, s.p.cross_entropy.c = width;
     s.p.cross_entropy.classes = classes < width ? classes : 0;
     tg_graph_op(g, &s);
@@ -628,6 +628,8 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.labels = j->task == TG_TASK_LM || j->task == TG_TASK_MLM ? input(g, "labels", TG_I32, 2, b.B, b.T)
                    : j->task == TG_TASK_QA ? input(g, "labels", TG_I32, 2, b.B, 2) /* start, end */
                                            : input(g, "labels", TG_I32, 1, b.B, 0);
+    /* Accumulated steps divide every micro-batch's summed loss by the whole window's count. */
+    if (j->grad_accumulation > 1) g->io.loss_norm = input(g, "loss_norm", TG_F32, 1, 1, 0);
     int64_t one = 1;
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);

@@ -116,6 +116,9 @@ int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, size_t strid
 /* Derives the marked label rows of a batch image in device memory (one uploaded, not
  * fetched). */
 int tg_cuda_derive_label_rows(uint8_t *image, tg_lm_label_rows label_rows, cudaStream_t s);
+/* grad_accumulation: *sum = *loss for a window's first micro-step (first 1), else *sum +=
+ * *loss, in float, in the micro-steps' order (the CPU executor adds them alike). */
+int tg_cuda_loss_window(const float *loss, float *sum, int first, cudaStream_t s);
 /* *flag = value, as a kernel node (the deferred update's gate, cleared once its chunks ran). */
 int tg_cuda_set_flag(int *flag, int value, cudaStream_t s);
 /* update_due (device, or NULL): set to 1, marking this step's deferred update as due. */

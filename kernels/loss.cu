@@ -210,9 +210,15 @@ ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, doubl
     if (threadIdx.x == 0) row_loss[n] = lse - (double)tg_ld(x, l);
 }
 
+/* The summed loss's divisor: the optional normaliser where positive (grad_accumulation's
+ * window count, plan/ops.def), else the rows that count. */
+static __device__ double ce_divisor(const float *norm, int valid) {
+    return norm && norm[0] > 0.0f ? (double)norm[0] : (double)valid;
+}
+
 __global__ void __launch_bounds__(FIN_THREADS)
-ce_fwd_final(const double *__restrict__ row_loss, const int *__restrict__ labels, float *__restrict__ loss, int64_t N,
-             int64_t C) {
+ce_fwd_final(const double *__restrict__ row_loss, const int *__restrict__ labels, const float *__restrict__ norm,
+             float *__restrict__ loss, int64_t N, int64_t C) {
     __shared__ double s_d[32];
     __shared__ int s_i[32];
     double s = 0;
@@ -223,17 +229,21 @@ ce_fwd_final(const double *__restrict__ row_loss, const int *__restrict__ labels
     }
     s = block_sum_d<FIN_THREADS>(s, s_d);
     valid = block_sum_i<FIN_THREADS>(valid, s_i);
-    if (threadIdx.x == 0) loss[0] = valid ? (float)(s / (double)valid) : 0.0f;
+    if (threadIdx.x != 0) return;
+    const double divisor = ce_divisor(norm, valid);
+    loss[0] = divisor > 0 ? (float)(s / divisor) : 0.0f;
 }
 
 __global__ void __launch_bounds__(FIN_THREADS)
-ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, float *__restrict__ coef, int64_t N,
-            int64_t C) {
+ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, const float *__restrict__ norm,
+            float *__restrict__ coef, int64_t N, int64_t C) {
     __shared__ int s_i[32];
     int valid = 0;
     for (int64_t n = threadIdx.x; n < N; n += FIN_THREADS) valid += ce_counted(labels[n], C);
     valid = block_sum_i<FIN_THREADS>(valid, s_i);
-    if (threadIdx.x == 0) coef[0] = valid ? (float)((double)dloss[0] / (double)valid) : 0.0f;
+    if (threadIdx.x != 0) return;
+    const double divisor = ce_divisor(norm, valid);
+    coef[0] = divisor > 0 ? (float)((double)dloss[0] / divisor) : 0.0f;
 }
 
 template <int BS, int W, class TX>
@@ -320,7 +330,7 @@ int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
         launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, N, C, V, st);
     else
         launch_ce_fwd<float>(a->in[0], labels, row_loss, N, C, V, st);
-    ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, loss, N, V);
+    ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, (const float *)a->in[2], loss, N, V);
     return 0;
 }
 
@@ -358,7 +368,7 @@ int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
     float *coef = a->ctx->reduce_scratch;
     cudaStream_t st = a->ctx->stream;
     const int64_t V = ce_classes(a->op);
-    ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, coef, N, V);
+    ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, (const float *)a->in[3], coef, N, V);
     if (a->out_dtype[0] == TG_BF16)
         launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
     else

@@ -75,6 +75,8 @@ __global__ void step_end_kernel(const float *loss, const float *lr, const float 
     *seq = done;
 }
 
+__global__ void loss_window_kernel(const float *loss, float *sum, int first) { *sum = first ? *loss : *sum + *loss; }
+
 static int launched(void) { return cudaGetLastError() == cudaSuccess ? 0 : -1; }
 
 static unsigned copy_blocks(size_t bytes) {
@@ -112,6 +114,11 @@ extern "C" int tg_cuda_fetch_batch(const tg_step_ctrl *ctrl, uint8_t *staging, s
 extern "C" int tg_cuda_derive_label_rows(uint8_t *image, tg_lm_label_rows label_rows, cudaStream_t s) {
     if (!label_rows.rows) return 0;
     label_rows_kernel<<<1, FETCH_THREADS, 0, s>>>(image, label_rows);
+    return launched();
+}
+
+extern "C" int tg_cuda_loss_window(const float *loss, float *sum, int first, cudaStream_t s) {
+    loss_window_kernel<<<1, 1, 0, s>>>(loss, sum, first);
     return launched();
 }
 

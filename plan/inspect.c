@@ -143,6 +143,9 @@ static void print_text(const tg_plan *p, FILE *out) {
     if (attention != t->attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(t->attention));
     if (t->replicas > 1) fprintf(out, "  data parallel: %d replicas", t->replicas);
     if (t->zero_stage > 0) fprintf(out, " (ZeRO-%d: optimizer state sharded)", t->zero_stage);
+    if (t->grad_accumulation > 1)
+        fprintf(out, "  grad_accumulation: %d micro-batches a step (%d rows)", t->grad_accumulation,
+                t->grad_accumulation * t->batch);
     fputc('\n', out);
     print_buckets(p, out);
     const tg_plan_run *r = &p->run;
@@ -321,6 +324,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, train, "allow_tf32", json_boolean(t->allow_tf32));
         jset(&c, train, "replicas", jint(t->replicas));
         jset(&c, train, "zero_stage", jint(t->zero_stage));
+        jset(&c, train, "grad_accumulation", jint(t->grad_accumulation));
         jset(&c, train, "attention", jstr(tg_attention_mode_name(t->attention))); /* as the job asked */
         json_t *lengths = json_array();
         jset(&c, train, "bucket_seq", lengths);

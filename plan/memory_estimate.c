@@ -103,7 +103,9 @@ uint64_t tg_reduce_scratch_bound_floats(const tg_plan *plan) {
 void tg_estimate_memory(const tg_plan *plan, int device, tg_memory_estimate *est) {
     memset(est, 0, sizeof *est);
     est->device = device;
-    const uint64_t inputs = plan->pool_bytes[TG_POOL_INPUTS];
+    /* A staging image holds a step's whole window of micro-batches (grad_accumulation). */
+    const uint64_t micro = plan->train.grad_accumulation > 1 ? (uint64_t)plan->train.grad_accumulation : 1;
+    const uint64_t inputs = plan->pool_bytes[TG_POOL_INPUTS] * micro;
     est->part[TG_MEM_POOLS] = plan->peak_bytes;
     if (device == TG_MEM_DEVICE_CUDA) {
         est->part[TG_MEM_GEMM_WORKSPACE] = TG_MEM_GEMM_WORKSPACE_BYTES;

@@ -13,10 +13,12 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 17
+#define TG_PLAN_VERSION 18
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
+/* The most micro-batches one optimizer step may accumulate (job key grad_accumulation). */
+#define TG_MAX_GRAD_ACCUMULATION 1024
 /* The most sequence-length buckets (job key seq_buckets) a plan may hold. */
 #define TG_MAX_BUCKETS 8
 #define TG_PATH_MAX 512
@@ -176,6 +178,13 @@ typedef struct tg_plan_train {
      * the smallest bucket that holds its longest example (tg_plan_bucket). */
     int32_t n_buckets;
     int32_t bucket_seq[TG_MAX_BUCKETS];
+    /* Gradient accumulation (job key grad_accumulation): one optimizer step takes N
+     * consecutive micro-batches of `batch` rows, and updates once with the gradient of
+     * their whole window, as one step on a batch of N * batch rows would. N = 1: none.
+     * N > 1: the backward adds into the gradients, which the optimizer phase clears after
+     * the update (ZERO of grads.all, its last op), and the losses divide by
+     * io.loss_norm, the window's count of counted labels (plan/ops.def CROSS_ENTROPY). */
+    int32_t grad_accumulation;
 } tg_plan_train;
 
 /* What a run does with the examples left over when an epoch's count is not a multiple of
@@ -215,6 +224,9 @@ typedef struct tg_plan_io {
     int32_t step, total_steps, lr, grad_norm;
     int32_t params_all, grads_all, m_all, v_all;
     int32_t params_bf16_all;  /* the bf16 copies as one buffer (bf16 plans) */
+    /* Plans with grad_accumulation > 1: an f32 [1] input, the rows (classify) or tokens
+     * (lm) whose label counts over the step's whole window of micro-batches; -1 without. */
+    int32_t loss_norm;
 } tg_plan_io;
 
 typedef struct tg_plan {

@@ -214,6 +214,13 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     if (!seq_is_bucket)
         return tg_fail(err, "%s: train seq %d is none of the %d bucket lengths (bucket_seq)", name, t->seq,
                        t->n_buckets);
+    if (t->grad_accumulation < 1 || t->grad_accumulation > TG_MAX_GRAD_ACCUMULATION)
+        return tg_fail(err, "%s: train grad_accumulation %d is not in [1, %d]", name, t->grad_accumulation,
+                       TG_MAX_GRAD_ACCUMULATION);
+    if (t->grad_accumulation > 1 && t->n_buckets > 1)
+        return tg_fail(err, "%s: train grad_accumulation %d with n_buckets %d: accumulation runs without length "
+                            "buckets",
+                       name, t->grad_accumulation, t->n_buckets);
     if (r->last_batch < 0 || r->last_batch >= TG_LAST_BATCH_COUNT)
         return tg_fail(err, "%s: run last_batch %d is not pad, drop or wrap", name, r->last_batch);
     if (r->skip_nonfinite != 0 && r->skip_nonfinite != 1)
@@ -343,7 +350,7 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     static const char *const io_names[] = {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
         "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
-        "grads_all", "m_all", "v_all", "params_bf16_all"};
+        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm"};
     int32_t iov[sizeof io_names / sizeof io_names[0]];
     _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
     memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */
@@ -460,9 +467,15 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
         {"v_all", io->v_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's second moments"},
         {"params_bf16_all", io->params_bf16_all, 0, TG_POOL_PARAMS_BF16, DT(TG_BF16), 1, {-1},
          "the bf16 copies of the parameters, filled from them"},
+        {"loss_norm", io->loss_norm, p->train.grad_accumulation > 1, TG_POOL_INPUTS, DT(TG_F32), 0, {0},
+         "the window's count of counted labels, written with each batch under grad_accumulation"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (check_io_rule(p, &rules[k], name, err)) return -1;
+    if (io->loss_norm >= 0 && p->train.grad_accumulation <= 1)
+        return tg_fail(err, "%s: io loss_norm is tensor %d (%s), but train grad_accumulation is %d (it is for "
+                            "grad_accumulation > 1 alone)",
+                       name, io->loss_norm, p->tensors[io->loss_norm].name, p->train.grad_accumulation);
     if (lm && p->tensors[io->logits].shape[1] < p->model.vocab_size)
         return tg_fail(err, "%s: io logits is tensor %d (%s) of %lld columns, fewer than the vocabulary (%d)", name,
                        io->logits, p->tensors[io->logits].name, (long long)p->tensors[io->logits].shape[1],

@@ -225,6 +225,8 @@ int tg_checkpoint_identify(tg_checkpoint *ck, const tg_plan *plan, const tg_chec
     fieldf(&a, "allow_tf32", "%d", t->allow_tf32);
     fieldf(&a, "data_parallel", "%d", t->replicas);
     fieldf(&a, "zero_stage", "%d", t->zero_stage);
+    /* Only where there is accumulation, so that checkpoints from before the key resume. */
+    if (t->grad_accumulation > 1) fieldf(&a, "grad_accumulation", "%d", t->grad_accumulation);
     fieldf(&a, "attention", "%s", tg_attention_mode_name(t->attention));
     if (schedule) {
         fieldf(&a, "lr", "%.9g", schedule->p.schedule.lr);

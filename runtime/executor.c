@@ -43,22 +43,37 @@ static void cpu_host_free(void *impl, void *p) { free(p); }
 static int cpu_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
     cpu_impl *c = impl;
     const tg_plan *p = c->x.plan;
-    const void *inputs = batches[0];
+    const size_t bytes = p->pool_bytes[TG_POOL_INPUTS];
+    const int micro = tg_executor_micro_steps(p);
     if (steps != 1) return tg_fail(err, "the CPU executor runs one step per start, asked for %d", steps);
-    double marks[5];
-    marks[0] = tg_wall_ms();
-    if (p->pool_bytes[TG_POOL_INPUTS]) memcpy(c->x.pool[TG_POOL_INPUTS], inputs, p->pool_bytes[TG_POOL_INPUTS]);
-    marks[1] = tg_wall_ms();
+    /* phase ms: batch in place, forward, backward (summed over the micro-steps), optimizer */
+    double ms[4] = {0, 0, 0, 0};
+    const uint64_t seed = c->x.seed;
+    float loss = 0.0f; /* the micro-steps' losses, added in order as the CUDA executor adds them */
     c->x.training = 1;
-    for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_OPTIMIZER; ph++) {
-        if (tg_cpu_exec_phases(&c->x, ph, ph, err)) return -1;
-        marks[2 + ph] = tg_wall_ms();
+    for (int i = 0; i < micro; i++) {
+        double t0 = tg_wall_ms();
+        if (bytes) memcpy(c->x.pool[TG_POOL_INPUTS], (const uint8_t *)batches[0] + (size_t)i * bytes, bytes);
+        double t1 = tg_wall_ms();
+        ms[0] += t1 - t0;
+        c->x.seed = tg_micro_step_seed(seed, i);
+        int rc = tg_cpu_exec_phases(&c->x, TG_PHASE_FORWARD, TG_PHASE_FORWARD, err);
+        double t2 = tg_wall_ms();
+        if (!rc) rc = tg_cpu_exec_phases(&c->x, TG_PHASE_BACKWARD, TG_PHASE_BACKWARD, err);
+        c->x.seed = seed;
+        if (rc) return -1;
+        loss += *(float *)tg_cpu_tensor(&c->x, p->io.loss);
+        ms[1] += t2 - t1;
+        ms[2] += tg_wall_ms() - t2;
     }
+    double t3 = tg_wall_ms();
+    if (tg_cpu_exec_phases(&c->x, TG_PHASE_OPTIMIZER, TG_PHASE_OPTIMIZER, err)) return -1;
+    ms[3] = tg_wall_ms() - t3;
     tg_step_result *r = &c->last;
-    r->loss = *(float *)tg_cpu_tensor(&c->x, p->io.loss);
+    r->loss = loss;
     r->lr = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
     r->grad_norm = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
-    for (int k = 0; k < 4; k++) r->phase_ms[k] = (float)(marks[k + 1] - marks[k]);
+    for (int k = 0; k < 4; k++) r->phase_ms[k] = (float)ms[k];
     r->period_ms = -1.0f;
     return 0;
 }

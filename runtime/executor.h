@@ -24,6 +24,22 @@ typedef struct tg_step_result {
     float period_ms;
 } tg_step_result;
 
+/* Micro-steps per training step: the plan's grad_accumulation (1 without). A training
+ * step's host image then holds that many images of the inputs pool back to back, one per
+ * micro-batch; the step runs forward and backward on each in turn (the gradients adding
+ * up), then the optimizer phase once, and reports the sum of the micro-steps' losses
+ * (each already divided by the window's count, io.loss_norm: the window's mean). */
+static inline int tg_executor_micro_steps(const tg_plan *plan) {
+    return plan->train.grad_accumulation > 1 ? plan->train.grad_accumulation : 1;
+}
+
+/* The dropout seed of micro-step `micro` of a step: the executor's own for the first, so
+ * that a plan without accumulation draws what it always drew; another stream for each
+ * later one, so that the micro-batches of one window do not share their masks. */
+static inline uint64_t tg_micro_step_seed(uint64_t seed, int micro) {
+    return seed + (uint64_t)micro * 0xD1B54A32D192ED03ull;
+}
+
 typedef struct tg_executor_vtbl {
     const char *name;
     /* Runs phases [first, last]; training 0 turns dropout off. */
@@ -35,7 +51,8 @@ typedef struct tg_executor_vtbl {
     void *(*host_alloc)(void *impl, size_t bytes);
     void (*host_free)(void *impl, void *p);
     /* Starts `steps` training steps (forward, backward, optimizer), in order: step j on
-     * batches[j], a host image of the whole inputs pool from host_alloc. batches[steps]
+     * batches[j], a host image of the whole inputs pool from host_alloc (with
+     * grad_accumulation, tg_executor_micro_steps such images back to back). batches[steps]
      * (or NULL) is the image of the step after the last, already filled. Every image must
      * stay unchanged until its steps have been waited for. On CUDA a start replays captured
      * graphs (a start of step_group steps launches one graph holding them all; other starts

@@ -20,11 +20,24 @@
 /* The plan of buffer k's bucket (where its input tensors sit). */
 static const tg_plan *buffer_plan(const tg_trainer *t, int k) { return tg_plan_bucket(t->plan, t->staging_bucket[k]); }
 
-/* Input tensor `tensor` in staging buffer k, laid out for that buffer's bucket. */
-static void *staging_in(tg_trainer *t, int k, int tensor) {
+/* Micro-batches per step (the plan's grad_accumulation; 1: none): a staging buffer holds
+ * that many images of the inputs pool back to back (runtime/executor.h). */
+static int micro_steps(const tg_trainer *t) { return tg_executor_micro_steps(t->plan); }
+
+/* Input tensor `tensor` of micro-batch `micro` in staging buffer k, laid out for that
+ * buffer's bucket. */
+static void *staging_at(tg_trainer *t, int k, int micro, int tensor) {
     const tg_plan *p = buffer_plan(t, k);
     if (tensor < 0 || p->tensors[tensor].pool != TG_POOL_INPUTS) return NULL;
-    return t->staging[k] + p->tensors[tensor].offset;
+    return t->staging[k] + (size_t)micro * p->pool_bytes[TG_POOL_INPUTS] + p->tensors[tensor].offset;
+}
+
+/* Input tensor `tensor` in staging buffer k (its first micro-batch). */
+static void *staging_in(tg_trainer *t, int k, int tensor) { return staging_at(t, k, 0, tensor); }
+
+/* Bytes of one staging buffer. */
+static size_t staging_bytes(const tg_trainer *t) {
+    return (size_t)micro_steps(t) * (size_t)t->plan->pool_bytes[TG_POOL_INPUTS];
 }
 
 static void *staging_input(tg_trainer *t, int tensor) { return staging_in(t, t->cur, tensor); }
@@ -161,23 +174,31 @@ static int upload_values(tg_trainer *t, tg_err *err) {
  * next batch derives it with its own bucket's layout). Touches buffer k's state alone, so
  * the loader thread may fill one buffer while the stepping thread reads others (the two
  * never fill at once: the stepping thread fills only with the loader parked). */
-static void fill_batch(tg_trainer *t, int k, int bucket, const tg_dataset *ds, const int32_t *idx, int32_t n, int mark,
-                       tg_batch *b) {
+static void fill_batch(tg_trainer *t, int k, int micro, int bucket, const tg_dataset *ds, const int32_t *idx,
+                       int32_t n, int mark, tg_batch *b) {
     if (bucket != t->staging_bucket[k]) t->staging_fixed[k] = 0; /* another layout */
     t->staging_bucket[k] = bucket;
     const tg_plan_io *io = &t->plan->io;
     memset(b, 0, sizeof *b);
-    b->input_ids = staging_in(t, k, io->input_ids);
-    b->attention_mask = staging_in(t, k, io->attention_mask);
-    b->position_ids = staging_in(t, k, io->position_ids);
-    b->labels = staging_in(t, k, io->labels);
+    b->input_ids = staging_at(t, k, micro, io->input_ids);
+    b->attention_mask = staging_at(t, k, micro, io->attention_mask);
+    b->position_ids = staging_at(t, k, micro, io->position_ids);
+    b->labels = staging_at(t, k, micro, io->labels);
     /* GPT-2 has no token types; the batch still needs somewhere to write them. */
-    b->token_type_ids = io->token_type_ids >= 0 ? staging_in(t, k, io->token_type_ids) : t->type_scratch;
-    mark = mark && t->plan->train.task == TG_TASK_LM && t->ex.vt->lm_label_rows && t->plan->train.n_buckets <= 1;
+    b->token_type_ids = io->token_type_ids >= 0 ? staging_at(t, k, micro, io->token_type_ids) : t->type_scratch;
+    /* With accumulation the host writes every label: it counts them for the window's
+     * normaliser. A buffer's micro-batches are all written afresh (one set of marks and
+     * row lengths per buffer would not describe them). */
+    const int whole = micro_steps(t) > 1;
+    mark = mark && !whole && t->plan->train.task == TG_TASK_LM && t->ex.vt->lm_label_rows && t->plan->train.n_buckets <= 1;
     /* A marked fill leaves the rest of each label row as it was: trust nothing there. */
-    if (mark != t->staging_marked[k]) t->staging_fixed[k] = 0;
+    if (mark != t->staging_marked[k] || whole) t->staging_fixed[k] = 0;
     b->fixed_parts_written = t->staging_fixed[k];
-    b->row_len = t->staging_rows + (size_t)k * (size_t)t->shape.batch;
+    b->row_len = whole ? NULL : t->staging_rows + (size_t)k * (size_t)t->shape.batch;
+    /* 0: the loss divides by the batch's own count (an eval batch, or until the window
+     * fill writes the window's). */
+    float *norm = staging_at(t, k, micro, io->loss_norm);
+    if (norm) *norm = 0.0f;
     b->mark_label_rows = mark;
     tg_batch_shape shape = t->shape;
     shape.seq = buffer_plan(t, k)->train.seq;
@@ -200,6 +221,30 @@ static int open_sampler(tg_trainer *t, tg_err *err) {
 }
 
 static void loader_fill(void *ctx, int64_t j);
+
+/* Rows (classify) or tokens (lm) whose label counts. */
+static int64_t counted_labels(const int32_t *labels, int64_t n) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += labels[i] != TG_IGNORE_INDEX;
+    return c;
+}
+
+/* Steps (windows of micro_steps batches) in an epoch of per_epoch batches: the last one
+ * takes what is left, as Hugging Face's Trainer runs the update on a partial window at an
+ * epoch's end. */
+static int64_t windows_per_epoch(const tg_trainer *t, int64_t per_epoch) {
+    const int n = micro_steps(t);
+    return (per_epoch + n - 1) / n;
+}
+
+/* The batches step j (from 0) draws: micro_steps, fewer in an epoch's last window. */
+static int window_batches(const tg_trainer *t, int64_t j) {
+    const int n = micro_steps(t);
+    if (n == 1) return 1;
+    const int64_t per_epoch = t->sampler.per_epoch, w = windows_per_epoch(t, per_epoch);
+    const int64_t left = per_epoch - (j % w) * n;
+    return left < n ? (int)left : n;
+}
 
 /* The most steps one run may take: what the step counters (int32, total_steps) hold. */
 #define MAX_RUN_STEPS INT32_MAX
@@ -256,8 +301,12 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     int depth = opts && opts->max_in_flight > 1 ? opts->max_in_flight : 1;
     if (depth > t->ex.vt->max_in_flight) depth = t->ex.vt->max_in_flight;
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2; /* GCOVR_EXCL_BR_LINE: the CPU executor keeps one step in flight; only CUDA's ring may be deeper */
+    /* A step of N micro-batches keeps the device busy N times as long per start, and each
+     * buffer is N images: two steps in flight are enough. */
+    if (train->grad_accumulation > 1 && depth > 2) depth = 2;
     t->max_in_flight = depth;
     int group = opts && opts->step_group > 0 ? opts->step_group : t->ex.vt->step_group;
+    if (train->grad_accumulation > 1) group = 1;
     /* Length buckets: consecutive batches rarely share a bucket, so a start seldom holds a
      * group, and each bucket would capture a group graph it hardly uses (on an H100 that
      * made 3 epochs of a 4-bucket run 0.8 s slower: docs/perf-notes.md). */
@@ -276,7 +325,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->gate_ctx = opts ? opts->gate_ctx : NULL;
     int staged = 1;
     for (int k = 0; k < t->n_staging; k++) {
-        t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, plan->pool_bytes[TG_POOL_INPUTS]);
+        t->staging[k] = t->ex.vt->host_alloc(t->ex.impl, staging_bytes(t));
         staged &= t->staging[k] != NULL;
     }
     if (!t->batch_idx || !t->global_idx || !t->type_scratch || !t->staging_rows || !staged) goto fail_oom;
@@ -310,7 +359,8 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     }
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
-    const int64_t per_epoch = t->has_train ? t->sampler.per_epoch : 1;
+    /* Steps per epoch: windows of grad_accumulation batches (batches without). */
+    const int64_t per_epoch = t->has_train ? windows_per_epoch(t, t->sampler.per_epoch) : 1;
     /* epochs x steps per epoch, both from user input: int32 each, so their product is exact
      * in int64; at most MAX_RUN_STEPS. */
     const int64_t total = run->steps > 0 ? run->steps : (int64_t)run->epochs * per_epoch;
@@ -356,41 +406,57 @@ void tg_trainer_close(tg_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Fills staging[k] with the next training batch: every replica draws the whole global
- * batch and keeps its rows, replica r rows [r * batch, (r + 1) * batch) (fewer, or none, in
- * a short last batch). */
-static void fill_buffer(tg_trainer *t, int k) {
+/* Fills staging[k] with the next training batch, that of step j (from 0): every replica
+ * draws the whole global batch and keeps its rows, replica r rows [r * batch, (r + 1) *
+ * batch) (fewer, or none, in a short last batch). With grad_accumulation, the step's
+ * window: its batches one after another, as micro-batches (an epoch's last window, short
+ * of batches, is completed with empty ones, which count for nothing), each told the count
+ * of labels that count in the whole window (io.loss_norm). */
+static void fill_buffer(tg_trainer *t, int k, int64_t j) {
     double t0 = t->host_trace ? tg_thread_cpu_s() : 0;
     tg_batch b;
     t->staging_epoch[k] = t->sampler.epoch;
     t->staging_pos[k] = t->sampler.pos;
-    int32_t bucket;
-    const int32_t rows = tg_batch_sampler_next(&t->sampler, t->global_idx, &bucket);
-    const int32_t first = t->rank * t->shape.batch;
-    const int32_t mine = rows <= first ? 0 : rows - first < t->shape.batch ? rows - first : t->shape.batch;
-    fill_batch(t, k, bucket, &t->train, t->global_idx + first, mine, 1, &b);
-    t->staging_tokens[k] = b.n_tokens;
+    const int micro = micro_steps(t), draws = window_batches(t, j);
+    const tg_plan_io *io = &t->plan->io;
+    const int64_t n_labels = tg_tensor_numel(&t->plan->tensors[io->labels]);
+    int64_t tokens = 0, counted = 0;
+    for (int i = 0; i < micro; i++) {
+        int32_t bucket = t->staging_bucket[k], mine = 0;
+        const int32_t first = t->rank * t->shape.batch;
+        if (i < draws) {
+            const int32_t rows = tg_batch_sampler_next(&t->sampler, t->global_idx, &bucket);
+            mine = rows <= first ? 0 : rows - first < t->shape.batch ? rows - first : t->shape.batch;
+        }
+        fill_batch(t, k, i, bucket, &t->train, t->global_idx + first, mine, 1, &b);
+        tokens += b.n_tokens;
+        if (micro > 1) counted += counted_labels(staging_at(t, k, i, io->labels), n_labels);
+    }
+    for (int i = 0; micro > 1 && i < micro; i++) *(float *)staging_at(t, k, i, io->loss_norm) = (float)counted;
+    t->staging_tokens[k] = tokens;
     if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
 }
 
 /* The loader thread's fill of batch j (runtime/batch_loader.h). */
 static void loader_fill(void *ctx, int64_t j) {
     tg_trainer *t = ctx;
-    fill_buffer(t, (int)(j % t->n_staging));
+    fill_buffer(t, (int)(j % t->n_staging), j);
 }
 
 void tg_trainer_next_batch(tg_trainer *t) {
     park_loader(t);
     tg_err ignored; /* a failed step reports itself at the next step or read */
     drain(t, &ignored); /* the buffer may be a step's in flight */
-    fill_buffer(t, t->cur);
+    fill_buffer(t, t->cur, t->launched);
     t->filled = t->launched + 1; /* later prefetched batches are dropped */
 }
 
 static int64_t real_tokens(tg_trainer *t, int k) {
-    const float *mask = staging_in(t, k, t->plan->io.attention_mask);
     int64_t n = 0;
-    for (int64_t i = 0; i < (int64_t)t->shape.batch * buffer_plan(t, k)->train.seq; i++) n += mask[i] != 0.0f;
+    for (int m = 0; m < micro_steps(t); m++) {
+        const float *mask = staging_at(t, k, m, t->plan->io.attention_mask);
+        for (int64_t i = 0; i < (int64_t)t->shape.batch * buffer_plan(t, k)->train.seq; i++) n += mask[i] != 0.0f;
+    }
     return n;
 }
 
@@ -402,7 +468,7 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err
     if (t->ex.vt->step_wait(t->ex.impl, &r, err)) return -1;
     s->tokens = t->staging_tokens[k];
     s->seq = buffer_plan(t, k)->train.seq;
-    s->slots = (int64_t)t->shape.batch * s->seq;
+    s->slots = (int64_t)micro_steps(t) * t->shape.batch * s->seq;
     s->loss = r.loss, s->lr = r.lr, s->grad_norm = r.grad_norm;
     memcpy(s->phase_ms, r.phase_ms, sizeof s->phase_ms);
     s->step_ms = r.period_ms > 0 ? r.period_ms : tg_wall_ms() - t0;
@@ -444,7 +510,7 @@ int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         /* The executor holds this buffer's earlier batch as already fetched, and the caller
          * may have rewritten it since: hand it a copy, which it uploads. */
         const int spare = (t->cur + 1) % t->n_staging;
-        memcpy(t->staging[spare], t->staging[t->cur], t->plan->pool_bytes[TG_POOL_INPUTS]);
+        memcpy(t->staging[spare], t->staging[t->cur], staging_bytes(t));
         t->staging_fixed[spare] = 0, t->staging_marked[spare] = t->staging_marked[t->cur];
         t->staging_bucket[spare] = t->staging_bucket[t->cur];
         batches[0] = t->staging[spare];
@@ -471,7 +537,7 @@ static void have_batches(tg_trainer *t, int64_t end) {
         t->batch_wait_s += tg_batch_loader_wait(t->loader, end);
         return;
     }
-    for (; t->filled < end; t->filled++) fill_buffer(t, (int)(t->filled % t->n_staging));
+    for (; t->filled < end; t->filled++) fill_buffer(t, (int)(t->filled % t->n_staging), t->filled);
 }
 
 /* Of the k steps about to start from batch `launched` on, how many in a row share its
@@ -541,12 +607,6 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
     return rc;
 }
 
-/* Rows (classify) or tokens (lm) whose label counts. */
-static int64_t counted_labels(const int32_t *labels, int64_t n) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < n; i++) c += labels[i] != TG_IGNORE_INDEX;
-    return c;
-}
 
 /* mlm: the plan's masking op, whose labels the loss counts (out1) and whose ids the model
  * reads (out0); NULL for a plan without one (its labels are the batch's). */
@@ -630,7 +690,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         for (int32_t i = 0; i < n; i++) t->batch_idx[i] = start + i;
         tg_batch b;
         /* The eval runs in the last bucket (train.seq): its batches keep the set's order. */
-        fill_batch(t, t->cur, p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0, &t->eval, t->batch_idx, n, 0, &b);
+        fill_batch(t, t->cur, 0, p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0, &t->eval, t->batch_idx, n, 0, &b);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err)) ||

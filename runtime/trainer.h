@@ -188,6 +188,12 @@ typedef struct tg_memory_use {
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err);
 void tg_trainer_close(tg_trainer *t);
 
+/* With grad_accumulation = N (plan train), a step is a window of N micro-batches: each
+ * staging buffer holds N images of the inputs pool, the next training batch below is the
+ * whole window, a step's statistics (loss, tokens, slots) are the window's, and steps,
+ * epochs and checkpoints count windows (an epoch's last one takes the batches left).
+ * tg_trainer_input and tg_trainer_run reach the window's first micro-batch. */
+
 /* Fills the input staging from the next training batch (dropping any filled ahead). */
 void tg_trainer_next_batch(tg_trainer *t);
 /* Uploads the input staging, runs forward, backward and optimizer, reads the stats. */

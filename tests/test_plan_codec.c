@@ -40,7 +40,7 @@ static void put64(uint8_t *b, uint64_t v) {
 /* ---- where the payload's fields lie ------------------------------------------------------ */
 
 typedef struct layout {
-    size_t weights_len, job_len, n_buckets, eval_len, ckpt_len, body, tensor0_name, names, ops, op0;
+    size_t weights_len, job_len, n_buckets, grad_accumulation, eval_len, ckpt_len, body, tensor0_name, names, ops, op0;
 } layout;
 
 /* The offsets of the fields the cases edit, from the plan the payload encodes
@@ -50,7 +50,8 @@ static int find_layout(const tg_plan *p, const uint8_t *b, size_t len, layout *l
     l->job_len = l->weights_len + 4 + strlen(p->model.weights) + 16 * 4;
     const size_t train = l->job_len + 4 + strlen(p->job_path);
     l->n_buckets = train + 10 * 4;
-    const size_t run = l->n_buckets + 4 + 4 * TG_MAX_BUCKETS;
+    l->grad_accumulation = l->n_buckets + 4 + 4 * TG_MAX_BUCKETS;
+    const size_t run = l->grad_accumulation + 4;
     l->eval_len = run + 4 + strlen(p->run.train_data);
     l->ckpt_len = l->eval_len + 4 + strlen(p->run.eval_data) + 3 * 4 + 8 + 2 * 4;
     l->body = l->ckpt_len + 4 + strlen(p->run.checkpoint_dir) + 3 * 4; /* last_batch, skip_nonfinite, max_skipped */
@@ -63,6 +64,7 @@ static int find_layout(const tg_plan *p, const uint8_t *b, size_t len, layout *l
     for (uint32_t j = 0; j < n_names && l->ops + 4 <= len; j++) l->ops += 4 + get_le32(b + l->ops);
     l->op0 = l->ops + 4;
     return l->op0 + 4 <= len && get_le32(b + l->n_buckets) == (uint32_t)p->train.n_buckets &&
+           get_le32(b + l->grad_accumulation) == (uint32_t)p->train.grad_accumulation &&
            get_le32(b + l->body) == (uint32_t)p->n_tensors && get_le32(b + l->ops) == (uint32_t)p->n_ops &&
            get_le32(b + l->op0) == 0 && get_le32(b + l->ckpt_len) == strlen(p->run.checkpoint_dir);
 }
@@ -112,6 +114,8 @@ TG_TEST(test_plan_codec_payload_fields) {
         {"job path length", l.job_len, 512, "p: job path is 512 bytes, its field holds at most 511 (file corrupt)"},
         {"n_buckets 0", l.n_buckets, 0, "p: train n_buckets 0 is not in [1, 8] (file corrupt)"},
         {"n_buckets 9", l.n_buckets, 9, "p: train n_buckets 9 is not in [1, 8] (file corrupt)"},
+        {"grad_accumulation 0", l.grad_accumulation, 0, "p: train grad_accumulation 0 is not in [1, 1024]"},
+        {"grad_accumulation 1025", l.grad_accumulation, 1025, "p: train grad_accumulation 1025 is not in [1, 1024]"},
         {"run eval_data length", l.eval_len, 600, "p: run eval_data is 600 bytes, its field holds at most 511"},
         {"run checkpoint_dir length", l.ckpt_len, 512, "p: run checkpoint_dir is 512 bytes, its field holds at most 511"},
         {"tensor count -1", l.body, -1, count_msg[0]},

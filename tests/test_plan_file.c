@@ -95,6 +95,7 @@ static void build_plan(tg_plan *p) {
     t->attention = TG_ATTENTION_UNFUSED;
     t->n_buckets = 1;
     t->bucket_seq[0] = 4;
+    t->grad_accumulation = 1; /* the only value beside replicas 3 (a lost field decodes as 0) */
     tg_plan_run *r = &p->run;
     snprintf(r->train_data, sizeof r->train_data, "%s", "/data/train.jsonl");
     snprintf(r->eval_data, sizeof r->eval_data, "%s", "/data/eval.jsonl");
@@ -210,7 +211,7 @@ static void build_plan(tg_plan *p) {
         .input_ids = T_IDS, .attention_mask = -1, .token_type_ids = -1, .position_ids = -1,
         .labels = T_LABELS, .logits = T_LOGITS, .loss = T_LOSS, .step = T_STEP,
         .total_steps = T_TOTAL, .lr = T_LR, .grad_norm = T_GNORM, .params_all = T_PARAMS_ALL,
-        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1};
+        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1, .loss_norm = -1};
     p->fingerprint = 0x0123456789abcdefull;
 }
 
@@ -516,9 +517,10 @@ TG_TEST(test_plan_file_empty_tables) {
     tg_plan p, back;
     memset(&p, 0, sizeof p);
     p.model.vocab_size = 1;
-    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1}};
+    p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1},
+                              .grad_accumulation = 1};
     p.run.steps = 1, p.run.log_every = 1;
-    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
     CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,
@@ -636,7 +638,7 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_short_read(first, shrink_file);
         const int rc3 = tg_plan_read(g_growing_path, &back, &err);
         tg_test_short_read(0, NULL);
-        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 913 compressed bytes, file has 0"),
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 917 compressed bytes, file has 0"),
               "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }

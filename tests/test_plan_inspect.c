@@ -46,7 +46,8 @@ static void build(odd_plan *s) {
     p->model.intermediate = 48, p->model.max_positions = 64; /* each value distinct */
     snprintf(p->job_path, sizeof p->job_path, "%s", "jobs/odd.job");
     p->train = (tg_plan_train){.task = TG_TASK_LM, .batch = 2, .seq = 16, .replicas = 2, .zero_stage = 1,
-                               .attention = TG_ATTENTION_FUSED, .n_buckets = 3, .bucket_seq = {4, 8, 16}};
+                               .attention = TG_ATTENTION_FUSED, .n_buckets = 3, .bucket_seq = {4, 8, 16},
+                               .grad_accumulation = 3};
     p->run = (tg_plan_run){.steps = 3, .seed = UINT64_MAX, .last_batch = TG_LAST_BATCH_DROP, .log_every = 5,
                            .checkpoint_every = 7, .keep_checkpoints = 2};
     snprintf(p->run.train_data, sizeof p->run.train_data, "%s", "data/train.jsonl");
@@ -117,7 +118,8 @@ TG_TEST(test_plan_inspect_odd_plan_text) {
     REQUIRE(text && rc == 0, "inspect: rc %d %s", rc, err.msg);
     static const char *const want[] = {
         "model: models/odd (gpt2)\n",
-        "attention: unfused (job asks fused)  data parallel: 2 replicas (ZeRO-1: optimizer state sharded)\n",
+        "attention: unfused (job asks fused)  data parallel: 2 replicas (ZeRO-1: optimizer state sharded)  "
+        "grad_accumulation: 3 micro-batches a step (6 rows)\n",
         "buckets: 3 lengths, one set of pools: activations 2048 bytes (0.00 MiB), sized by bucket 1 (seq 8), serve them "
         "all\n",
         "  bucket 0: seq 4      activations          300 bytes (0.00 MiB)  ops 1  1.000 GFLOP/step\n",

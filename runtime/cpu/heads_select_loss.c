@@ -130,6 +130,16 @@ static int64_t ce_n_valid(const int32_t *labels, int64_t N, int64_t C) {
     return n;
 }
 
+/* The divisor of the summed loss: the optional normaliser where it is positive (the
+ * window's count under grad_accumulation, plan/ops.def), else the rows that count. */
+static double ce_divisor(const tg_cpu_op_args *a, int slot, const int32_t *labels, int64_t N) {
+    if (a->in[slot]) {
+        const float norm = CF32(a->in[slot])[0];
+        if (norm > 0.0f) return (double)norm;
+    }
+    return (double)ce_n_valid(labels, N, ce_classes(a->op));
+}
+
 void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
     int64_t N = a->op->p.cross_entropy.n;
     ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1])};
@@ -138,8 +148,8 @@ void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
     tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
     double sum = 0; /* summed in row order: deterministic */
     for (int64_t n = 0; n < N; n++) sum += c.row_loss[n];
-    int64_t valid = ce_n_valid(c.labels, N, ce_classes(a->op));
-    F32(a->out[0])[0] = valid ? (float)(sum / (double)valid) : 0.0f;
+    const double valid = ce_divisor(a, 2, c.labels, N);
+    F32(a->out[0])[0] = valid > 0 ? (float)(sum / valid) : 0.0f;
     free(c.row_loss);
 }
 
@@ -147,8 +157,8 @@ void tg_cpu_kernel_cross_entropy_bwd(const tg_cpu_op_args *a) {
     int64_t N = a->op->p.cross_entropy.n;
     ce_ctx c = {.a = a, .logits = CF32(a->in[1]), .labels = CI32(a->in[2]),
                 .dlogits = F32(a->out[0])};
-    int64_t valid = ce_n_valid(c.labels, N, ce_classes(a->op));
-    c.coef = valid ? (float)((double)CF32(a->in[0])[0] / (double)valid) : 0.0f;
+    const double valid = ce_divisor(a, 3, c.labels, N);
+    c.coef = valid > 0 ? (float)((double)CF32(a->in[0])[0] / valid) : 0.0f;
     tg_parallel_for(a->threads, N, ce_bwd_rows, &c);
 }
 

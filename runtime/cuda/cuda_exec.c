@@ -233,13 +233,16 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     else if ((e = cudaEventCreateWithFlags(&x->fork, cudaEventDisableTiming)) != cudaSuccess ||
              (e = cudaEventCreateWithFlags(&x->join, cudaEventDisableTiming)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaEventCreate", e);
-    else if ((x->staging_stride = (plan->pool_bytes[TG_POOL_INPUTS] + TG_MEM_STAGING_ALIGN - 1) / TG_MEM_STAGING_ALIGN *
-                                  TG_MEM_STAGING_ALIGN,
+    else if ((x->micro_steps = tg_executor_micro_steps(plan),
+              x->staging_stride = ((size_t)x->micro_steps * plan->pool_bytes[TG_POOL_INPUTS] + TG_MEM_STAGING_ALIGN - 1) /
+                                  TG_MEM_STAGING_ALIGN * TG_MEM_STAGING_ALIGN,
               e = cudaMalloc((void **)&x->staging, TG_MEM_STAGING_SLOTS * x->staging_stride + TG_MEM_STAGING_ALIGN)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaMalloc of the batch staging slots", e);
     else if ((e = cudaMalloc((void **)&x->seq_dev, sizeof *x->seq_dev)) != cudaSuccess ||
              (e = cudaMemset(x->seq_dev, 0, sizeof *x->seq_dev)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaMalloc of the step counter", e);
+    else if (x->micro_steps > 1 && (e = cudaMalloc((void **)&x->loss_window, sizeof *x->loss_window)) != cudaSuccess)
+        rc = tg_cuda_fail(err, "cudaMalloc of the window's loss", e);
     else if ((e = cudaHostAlloc((void **)&x->ctrl, sizeof *x->ctrl, cudaHostAllocMapped)) != cudaSuccess ||
              (e = cudaHostAlloc((void **)&x->report, sizeof *x->report, cudaHostAllocMapped)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaHostAlloc of the step control block and report", e);
@@ -292,6 +295,7 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     cudaFreeHost(x->ctrl);
     cudaFreeHost(x->report);
     cudaFree(x->staging);
+    cudaFree(x->loss_window);
     cudaFree(x->seq_dev);
     for (int p = 0; p < TG_POOL_COUNT; p++) cudaFree(x->pool[p]);
     cudaFree(x->segments_dev);

@@ -49,6 +49,11 @@ typedef struct tg_cuda_exec {
     uint8_t *staging;              /* device: 2 slots of staging_stride bytes */
     size_t staging_stride;
     long long *seq_dev;            /* device: steps finished (the slot selector) */
+    /* grad_accumulation (micro_steps > 1): a staging slot holds a step's window of
+     * micro-batch images back to back, and loss_window (device) the sum of its micro-steps'
+     * losses, which the step reports. */
+    int micro_steps;
+    float *loss_window;
     cudaStream_t side_stream;      /* the fetch branch beside the forward */
     cudaEvent_t fork, join;
     tg_step_ctrl *ctrl;            /* mapped pinned */
@@ -123,7 +128,9 @@ int tg_cuda_exec_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tr
 int tg_cuda_exec_graph(tg_cuda_exec *x, int slot, int first_phase, int last_phase, int training, tg_err *err);
 
 /* Starts `steps` training steps behind any still in flight (at most TG_STEP_RING - 1 in
- * all): step j on batches[j], a pinned host image of the inputs pool; batches[steps] (or
+ * all): step j on batches[j], a pinned host image of the inputs pool (with
+ * grad_accumulation, micro_steps images back to back, whose micro-steps the step runs in
+ * turn before its optimizer phase); batches[steps] (or
  * NULL) is the image of the step after the last, already filled. Each step fetches the
  * batch after its own into the other staging slot on a branch beside its forward, so a
  * later start whose first batch is this one's batches[steps] uploads nothing; any other

@@ -72,13 +72,39 @@ static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
     return mark(x, 2 + TG_PHASE_OPTIMIZER, err);
 }
 
+/* One micro-step of a step with grad_accumulation (micro 1 .. micro_steps - 1; the
+ * first is the step's own forward): micro-batch `micro` of the slot into the inputs pool,
+ * its forward and backward (which add into the gradients), its loss into the window's,
+ * each with its own dropout stream (runtime/executor.h); baked into the captured graph. */
+static int enqueue_micro_step(tg_cuda_exec *x, int micro, tg_err *err) {
+    const tg_plan *p = x->plan;
+    cudaStream_t s = x->ctx.stream;
+    const size_t bytes = p->pool_bytes[TG_POOL_INPUTS];
+    if (bytes && tg_cuda_take_batch(x->staging + (size_t)micro * bytes, x->staging_stride, x->pool[TG_POOL_INPUTS],
+                                    bytes, x->seq_dev, s))
+        return tg_cuda_fail(err, "taking a micro-batch of the staged window", cudaGetLastError());
+    const uint64_t seed = x->ctx.seed;
+    x->ctx.seed = tg_micro_step_seed(seed, micro);
+    int rc = tg_cuda_run_phases(x, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, err);
+    x->ctx.seed = seed;
+    if (rc) return -1;
+    if (tg_cuda_loss_window(tg_cuda_tensor(x, p->io.loss), x->loss_window, 0, s))
+        return tg_cuda_fail(err, "adding up the window's loss", cudaGetLastError());
+    return 0;
+}
+
 /* The device work of one step, on the main stream: take the staged batch, fetch the next
  * one on a branch beside the schedule, run the schedule, publish the statistics. Captured
- * once when graphs are on (the fork and join events then become graph edges). */
+ * once when graphs are on (the fork and join events then become graph edges). With
+ * grad_accumulation the staged batch is a window: its first micro-batch runs the forward
+ * (the fetch beside it), the others forward and backward after the first's backward, and
+ * the optimizer phase follows the last (marks: forward ends after the first forward,
+ * backward after the last backward). */
 static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     cudaStream_t s = x->ctx.stream;
     size_t bytes = p->pool_bytes[TG_POOL_INPUTS];
+    const int micro = x->micro_steps > 1 ? x->micro_steps : 1;
     if (mark(x, 0, err)) return -1;
     if (bytes && tg_cuda_take_batch(x->staging, x->staging_stride, x->pool[TG_POOL_INPUTS], bytes, x->seq_dev, s))
         return tg_cuda_fail(err, "taking the staged batch", cudaGetLastError());
@@ -86,18 +112,33 @@ static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
     if (bytes) {
         CUDA_TRY(cudaEventRecord(x->fork, s), "record the fetch branch's fork");
         CUDA_TRY(cudaStreamWaitEvent(x->side_stream, x->fork, 0), "fork of the fetch branch");
-        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, bytes, x->seq_dev, x->cur->label_rows,
-                                x->side_stream))
+        if (tg_cuda_fetch_batch(x->ctrl, x->staging, x->staging_stride, (size_t)micro * bytes, x->seq_dev,
+                                x->cur->label_rows, x->side_stream))
             return tg_cuda_fail(err, "fetching the next batch", cudaGetLastError());
         CUDA_TRY(cudaEventRecord(x->join, x->side_stream), "record the fetch branch's join");
     }
     if ((x->defer_on ? enqueue_forward_beside_update(x, err)
                      : tg_cuda_run_phases(x, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, err)) ||
-        mark(x, 2 + TG_PHASE_FORWARD, err) || enqueue_backward_and_optimizer(x, err))
+        mark(x, 2 + TG_PHASE_FORWARD, err))
+        return -1;
+    if (micro > 1) {
+        /* The first micro-step's backward, then the rest of the window (the deferred update is
+         * off for these plans: their optimizer phase ends by clearing the gradients). */
+        if (tg_cuda_run_phases(x, TG_PHASE_BACKWARD, TG_PHASE_BACKWARD, 1, err)) return -1;
+        if (tg_cuda_loss_window(tg_cuda_tensor(x, p->io.loss), x->loss_window, 1, s))
+            return tg_cuda_fail(err, "adding up the window's loss", cudaGetLastError());
+        for (int m = 1; m < micro; m++)
+            if (enqueue_micro_step(x, m, err)) return -1;
+        if (mark(x, 2 + TG_PHASE_BACKWARD, err) ||
+            tg_cuda_run_ops(x, p->phase_begin[TG_PHASE_OPTIMIZER], p->n_ops, 1, err) ||
+            mark(x, 2 + TG_PHASE_OPTIMIZER, err))
+            return -1;
+    } else if (enqueue_backward_and_optimizer(x, err))
         return -1;
     if (bytes) CUDA_TRY(cudaStreamWaitEvent(s, x->join, 0), "join of the fetch branch");
-    if (tg_cuda_step_end(tg_cuda_tensor(x, p->io.loss), tg_cuda_tensor(x, p->io.lr), tg_cuda_tensor(x, p->io.grad_norm),
-                         x->report, x->seq_dev, x->defer_on ? x->update_due : NULL, s))
+    const float *loss = micro > 1 ? x->loss_window : tg_cuda_tensor(x, p->io.loss);
+    if (tg_cuda_step_end(loss, tg_cuda_tensor(x, p->io.lr), tg_cuda_tensor(x, p->io.grad_norm), x->report, x->seq_dev,
+                         x->defer_on ? x->update_due : NULL, s))
         return tg_cuda_fail(err, "publishing the step statistics", cudaGetLastError());
     return 0;
 }
@@ -113,7 +154,8 @@ static int enqueue_captured_steps(tg_cuda_exec *x, void *steps, tg_err *err) {
  * missing from the cache times cuBLASLt's candidates and keeps the fastest (the cache
  * file keeps the choice for later runs). Training state is untouched: forward and backward
  * write only activations and gradients, which the real step recomputes (the backward
- * starts by zeroing the gradients). TUNEGRAPH_GEMM_TUNE=0 keeps the heuristic's picks;
+ * starts by zeroing the gradients; with grad_accumulation, which adds to them, they are
+ * cleared after the pass). TUNEGRAPH_GEMM_TUNE=0 keeps the heuristic's picks;
  * TUNEGRAPH_GEMM_TUNE=log prints what each shape's timing found. */
 static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
     const char *env = getenv("TUNEGRAPH_GEMM_TUNE");
@@ -129,6 +171,11 @@ static int gemm_tune_pass(tg_cuda_exec *x, tg_err *err) {
     int rc = tg_cuda_exec_phases(x, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, err);
     x->ctx.gemm_tune = 0;
     if (rc) return tg_fail_context(err, "in the GEMM tuning pass");
+    /* With grad_accumulation the backward adds into the gradients, which the pass leaves
+     * behind: the first window must start from zeros. */
+    if (x->micro_steps > 1 && x->plan->pool_bytes[TG_POOL_GRADS])
+        CUDA_TRY(cudaMemsetAsync(x->pool[TG_POOL_GRADS], 0, x->plan->pool_bytes[TG_POOL_GRADS], x->ctx.stream),
+                 "clearing the gradients after the GEMM tuning pass");
     CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "the GEMM tuning pass");
     return 0;
 }
@@ -187,7 +234,9 @@ int tg_cuda_step_start(tg_cuda_exec *x, const void *const *batches, int steps, i
      * stream order after the steps before it. */
     if (bytes && (!x->staged || x->staged != batches[0])) {
         uint8_t *slot = x->staging + (size_t)(x->steps_started & 1) * x->staging_stride;
-        CUDA_TRY(cudaMemcpyAsync(slot, batches[0], bytes, cudaMemcpyHostToDevice, x->ctx.stream), "upload of the batch");
+        /* A window of micro-batches with grad_accumulation. */
+        const size_t image = (size_t)(x->micro_steps > 1 ? x->micro_steps : 1) * bytes;
+        CUDA_TRY(cudaMemcpyAsync(slot, batches[0], image, cudaMemcpyHostToDevice, x->ctx.stream), "upload of the batch");
         if (tg_cuda_derive_label_rows(slot, x->cur->label_rows, x->ctx.stream))
             return tg_cuda_fail(err, "deriving the uploaded batch's labels", cudaGetLastError());
     }
