@@ -5,7 +5,7 @@ Usage:  python3 tests/golden/make_golden_qa.py OUTDIR        (tests/golden/data)
 
 Writes OUTDIR/bert_qa and OUTDIR/roberta_qa exactly as make_golden.py writes its cases
 (config.json, model.safetensors, golden.safetensors, meta.json; same optimizer, schedule,
-3 steps, checks and 2 MB budget for the whole OUTDIR), through make_golden.run_case. For
+3 steps, checks and 3 MiB budget for the whole OUTDIR), through make_golden.run_case. For
 these cases:
   labels  int32 [B, 2]: each row's start and end position as given to HF (start_positions,
           end_positions), before HF's clamp to [0, T]: some rows answer (start <= end in the
@@ -92,7 +92,7 @@ def main():
         mg.run_case(name, make, outdir)
     total = mg.dir_bytes(outdir)
     print("total size of %s: %d bytes" % (outdir, total))
-    mg.check(total < mg.MAX_OUTDIR_BYTES, "OUTDIR is %d bytes, over the 2 MB budget" % total)
+    mg.check(total < mg.MAX_OUTDIR_BYTES, "OUTDIR is %d bytes, over the 3 MiB budget" % total)
     print("OK")
 
 
