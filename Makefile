@@ -8,7 +8,9 @@ CC ?= gcc
 # memcpy...) and aborts on an overflow rather than let it pass. The sanitizer, fuzzing and
 # coverage builds go without it (-U): they check more, or run at -O0 where it does not apply.
 CFLAGS ?= -O2 -g -D_FORTIFY_SOURCE=3
-CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -I. -pthread \
+# A non-void function that can reach its end without a return is an error, not a warning:
+# what it returns there is undefined.
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Werror=return-type -I. -pthread \
           -fPIC -fvisibility=hidden \
           -DTG_PRESETS_DIR='"$(CURDIR)/models/presets"'
 # utf8proc and PCRE2 (the tokenizers' Unicode tables and pattern) are linked in statically:
