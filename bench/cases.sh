@@ -8,13 +8,25 @@ bench_case_data_args() {
     bert-base-cls-b32-t128) echo "--vocab 30522 --seq 128 --count 2048 --labels 2" ;;
     bert-base-cls-b8-t512) echo "--vocab 30522 --seq 512 --count 512 --labels 2" ;;
     gpt2-lm-b16-t1024) echo "--vocab 50257 --seq 1024 --count 512" ;;
+    bert-base-mlm-b4-t512) echo "--vocab 30522 --seq 512 --count 512" ;;
     *) echo "unknown case $1" >&2; return 2 ;;
     esac
 }
 
-# Writes CASE's synthetic data where its job reads it.
+# Writes CASE's synthetic data where its job reads it. The SQuAD case converts a synthetic
+# SQuAD v2 file with the WordPiece tokenizer.json named by $BENCH_TOKENIZER (bert-base's
+# vocabulary size: all-MiniLM-L6-v2's tokenizer is the bert-base-uncased vocabulary) using
+# ${TUNEGRAPH:-build/gpu/tunegraph}.
 bench_make_case_data() {
     local args
+    if [ "$1" = bert-base-qa-b32-t384 ]; then
+        mkdir -p /tmp/tunegraph-bench
+        python3 bench/make_synthetic_squad.py /tmp/tunegraph-bench/squad.json --paragraphs 300 &&
+            rm -rf "/tmp/tunegraph-bench/$1" &&
+            "${TUNEGRAPH:-build/gpu/tunegraph}" data convert /tmp/tunegraph-bench/squad.json -o "/tmp/tunegraph-bench/$1" \
+                --tokenizer "${BENCH_TOKENIZER:?BENCH_TOKENIZER names the tokenizer.json of the SQuAD case}" --format squad --seq 384
+        return
+    fi
     args=$(bench_case_data_args "$1") || return 2
     mkdir -p /tmp/tunegraph-bench
     python3 bench/make_synthetic_data.py "/tmp/tunegraph-bench/$1.jsonl" $args
