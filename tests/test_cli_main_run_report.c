@@ -153,6 +153,20 @@ static void check_closing_lines(const char *said, json_t *s, int steps) {
           "the eval line against the summary: %s", said);
 }
 
+/* The "ready" line: the time from the start to the first step, and its parts (executor and
+ * pools, weights, data) in seconds, each at most the whole (to the 0.01 s printed). */
+static void check_ready_line(const char *said) {
+    const char *p = strstr(said, "\ntunegraph: ready in ");
+    double total = -1, parts[3] = {-1, -1, -1};
+    int used = 0;
+    if (p && sscanf(p, "\ntunegraph: ready in %lf s (executor and pools %lf s, weights %lf s, data %lf s)\n%n", &total,
+                    &parts[0], &parts[1], &parts[2], &used) != 4)
+        used = 0;
+    CHECK(used > 0 && total >= 0 && parts[0] >= 0 && parts[1] >= 0 && parts[2] >= 0 &&
+              parts[0] + parts[1] + parts[2] <= total + 0.03,
+          "the ready line: total %g, parts %g %g %g: %s", total, parts[0], parts[1], parts[2], said);
+}
+
 /* One step: nothing after the first to take CPU time per step from (0, never a division
  * by zero, and no host traces though asked for); the last step's ETA is 0:00:00; the memory
  * measured on the CPU is shown, as the metrics have it. */
@@ -175,6 +189,7 @@ TG_TEST(test_cli_main_run_report_one_step) {
           "the step line: %s", said);
     CHECK(strstr(said, ", host CPU 0 us/step (training loop thread 0 us)\n"), "the CPU per step of one step: %s", said);
     CHECK(!strstr(said, "loop trace") && !strstr(said, "thread trace"), "host traces of a one-step run: %s", said);
+    check_ready_line(said);
     snprintf(line, sizeof line, "%s/m.jsonl", dir);
     json_t *summary = last_metrics_line(line);
     if (CHECK(summary && json_is_true(json_object_get(summary, "summary")), "no summary line in %s", line)) {
@@ -404,6 +419,7 @@ TG_TEST(test_cli_main_run_report_no_step_left) {
     status = cli(dir, line, &said);
     REQUIRE(status == 0 && said, "the resumed run: status %d: %s", status, said ? said : "");
     CHECK(strstr(said, "at step 2 of 2\n") && !strstr(said, "\nstep "), "a step taken: %s", said);
+    check_ready_line(said);
     CHECK(strstr(said, "\ntrained 0 steps in ") &&
               strstr(said, " s: loss nan -> nan, 0 tokens/s, median step 0.000 ms, host CPU 0 us/step (training loop "
                            "thread 0 us)\nbatches: 0.0% of the token slots padding, waited for "),
