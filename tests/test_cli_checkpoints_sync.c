@@ -30,6 +30,9 @@ TG_TEST(test_cli_checkpoints_gate) {
     init_for(&c, 4, 2, 1, 10, &stop);
     CHECK(c.every == 4 && c.keep == 3 && c.replicas == 2 && c.parts == 1 && c.reserved == 10 && c.stop_at == -1,
           "init: every %d, keep %d, replicas %d, parts %d", c.every, c.keep, c.replicas, c.parts);
+    int none_handed = 1;
+    for (int r = 0; r < TG_MAX_DATA_PARALLEL; r++) none_handed &= c.part_step[r] == -1 && c.part[r].n_tensors == 0;
+    CHECK(none_handed, "init: a replica's part handed over already");
     CHECK(run_checkpoints_due(&c, 12) && !run_checkpoints_due(&c, 13), "due at multiples of 4");
     CHECK(run_checkpoints_gate(&c, 10, 3) == 3 && c.reserved == 13, "reserved %lld", (long long)c.reserved);
     CHECK(run_checkpoints_gate(&c, 11, 1) == 1 && c.reserved == 13, "a replica behind: reserved %lld",
