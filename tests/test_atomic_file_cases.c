@@ -52,6 +52,17 @@ TG_TEST(test_atomic_file_replaces_keeping_mode_and_links) {
     struct stat st;
     CHECK(stat(target, &st) == 0 && (st.st_mode & 07777) == 0600, "mode %o after the replacement, want 600",
           st.st_mode & 07777);
+    /* Every permission bit is kept, whatever the umask. */
+    static const mode_t modes[] = {0755, 0741, 0704, 0};
+    for (int m = 0; m < 4; m++) {
+        REQUIRE(chmod(target, modes[m]) == 0, "chmod %o", modes[m]);
+        const mode_t mask = umask(077);
+        const int rc = write_text(target, "two", &err);
+        umask(mask);
+        CHECK(rc == 0 && stat(target, &st) == 0 && (st.st_mode & 07777) == modes[m],
+              "mode %o after the replacement, want %o: %s", st.st_mode & 07777, modes[m], rc ? err.msg : "");
+    }
+    REQUIRE(chmod(target, 0600) == 0, "chmod");
     char *text = tg_test_read_file(target, NULL);
     CHECK(text && !strcmp(text, "two\n"), "contents '%s'", text ? text : "(none)");
     free(text);

@@ -30,6 +30,9 @@ TG_TEST(test_cli_checkpoints_gate) {
     init_for(&c, 4, 2, 1, 10, &stop);
     CHECK(c.every == 4 && c.keep == 3 && c.replicas == 2 && c.parts == 1 && c.reserved == 10 && c.stop_at == -1,
           "init: every %d, keep %d, replicas %d, parts %d", c.every, c.keep, c.replicas, c.parts);
+    int none_handed = 1;
+    for (int r = 0; r < TG_MAX_DATA_PARALLEL; r++) none_handed &= c.part_step[r] == -1 && c.part[r].n_tensors == 0;
+    CHECK(none_handed, "init: a replica's part handed over already");
     CHECK(run_checkpoints_due(&c, 12) && !run_checkpoints_due(&c, 13), "due at multiples of 4");
     CHECK(run_checkpoints_gate(&c, 10, 3) == 3 && c.reserved == 13, "reserved %lld", (long long)c.reserved);
     CHECK(run_checkpoints_gate(&c, 11, 1) == 1 && c.reserved == 13, "a replica behind: reserved %lld",
@@ -208,6 +211,64 @@ TG_TEST(test_cli_checkpoints_parts) {
     CHECK(run_checkpoints_write(&c, &t.tr, &path, &err) == 0 && path && !strcmp(path, want), "no parts: %s", err.msg);
     free(path);
     c.part_step[1] = -1;
+    run_checkpoints_free(&c);
+    tg_trainer_close(&t.tr);
+    tg_plan_free(&t.plan);
+}
+
+/* Replica 1 waiting to hand over its next part while its previous one is unclaimed, as
+ * run_checkpoints_hand_over waits: the waiter is played here on the struct's fields, and
+ * marks under the lock that it waits, so that it is inside pthread_cond_wait before replica
+ * 0 takes the part. */
+typedef struct part_waiter {
+    run_checkpoints *c;
+    int waiting;
+    volatile int done;
+} part_waiter;
+
+static void *wait_for_claim(void *arg) {
+    part_waiter *w = arg;
+    pthread_mutex_lock(&w->c->lock);
+    w->waiting = 1;
+    while (w->c->part_step[1] >= 0) pthread_cond_wait(&w->c->changed, &w->c->lock);
+    pthread_mutex_unlock(&w->c->lock);
+    w->done = 1;
+    return NULL;
+}
+
+/* Replica 0 taking a part wakes the replica waiting for it to be taken. */
+TG_TEST(test_cli_checkpoints_taking_a_part_wakes_its_replica) {
+    const char *dir = tg_test_tmpdir();
+    trained t;
+    if (!open_trained(&t, dir, 2)) return;
+    volatile sig_atomic_t stop = 0;
+    run_checkpoints c;
+    char ck_dir[700];
+    snprintf(ck_dir, sizeof ck_dir, "%s/ck", dir);
+    REQUIRE(tg_checkpoint_dir_prepare(ck_dir, &(tg_err){{0}}) == 0, "folder");
+    init_for(&c, 1, 2, 1, 0, &stop);
+    c.dir = ck_dir;
+    hand(&c, 1, 2);
+    part_waiter w = {.c = &c};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, wait_for_claim, &w) == 0, "thread");
+    for (int waiting = 0; !waiting;) {
+        pthread_mutex_lock(&c.lock);
+        waiting = w.waiting;
+        pthread_mutex_unlock(&c.lock);
+        if (!waiting) usleep(1000);
+    }
+    char *path = NULL;
+    tg_err err = {{0}};
+    CHECK(run_checkpoints_write(&c, &t.tr, &path, &err) == 0 && path && strstr(path, "/ck/step-000002.tgckpt"),
+          "write: %s", err.msg);
+    free(path);
+    for (int ms = 0; ms < 5000 && !w.done; ms++) usleep(1000);
+    CHECK(w.done, "the replica waiting for its part to be taken was not woken");
+    pthread_mutex_lock(&c.lock); /* releases it all the same, so the test ends */
+    pthread_cond_broadcast(&c.changed);
+    pthread_mutex_unlock(&c.lock);
+    pthread_join(th, NULL);
     run_checkpoints_free(&c);
     tg_trainer_close(&t.tr);
     tg_plan_free(&t.plan);

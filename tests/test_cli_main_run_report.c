@@ -153,6 +153,20 @@ static void check_closing_lines(const char *said, json_t *s, int steps) {
           "the eval line against the summary: %s", said);
 }
 
+/* The "ready" line: the time from the start to the first step, and its parts (executor and
+ * pools, weights, data) in seconds, each at most the whole (to the 0.01 s printed). */
+static void check_ready_line(const char *said) {
+    const char *p = strstr(said, "\ntunegraph: ready in ");
+    double total = -1, parts[3] = {-1, -1, -1};
+    int used = 0;
+    if (p && sscanf(p, "\ntunegraph: ready in %lf s (executor and pools %lf s, weights %lf s, data %lf s)\n%n", &total,
+                    &parts[0], &parts[1], &parts[2], &used) != 4)
+        used = 0;
+    CHECK(used > 0 && total >= 0 && parts[0] >= 0 && parts[1] >= 0 && parts[2] >= 0 &&
+              parts[0] + parts[1] + parts[2] <= total + 0.03,
+          "the ready line: total %g, parts %g %g %g: %s", total, parts[0], parts[1], parts[2], said);
+}
+
 /* One step: nothing after the first to take CPU time per step from (0, never a division
  * by zero, and no host traces though asked for); the last step's ETA is 0:00:00; the memory
  * measured on the CPU is shown, as the metrics have it. */
@@ -175,6 +189,7 @@ TG_TEST(test_cli_main_run_report_one_step) {
           "the step line: %s", said);
     CHECK(strstr(said, ", host CPU 0 us/step (training loop thread 0 us)\n"), "the CPU per step of one step: %s", said);
     CHECK(!strstr(said, "loop trace") && !strstr(said, "thread trace"), "host traces of a one-step run: %s", said);
+    check_ready_line(said);
     snprintf(line, sizeof line, "%s/m.jsonl", dir);
     json_t *summary = last_metrics_line(line);
     if (CHECK(summary && json_is_true(json_object_get(summary, "summary")), "no summary line in %s", line)) {
@@ -382,5 +397,45 @@ TG_TEST(test_cli_main_run_interrupted_long_folder) {
         tg_checkpoint_free(&read);
     }
     free(path);
+    free(said);
+}
+
+/* A run resumed from its last step's checkpoint takes no step: it reports 0 steps, no
+ * tokens (0 per second, however short the time), no padding, no step time and no CPU per
+ * step, losses it never measured as nan (null in the metrics), then evaluates as any run. */
+TG_TEST(test_cli_main_run_report_no_step_left) {
+    const char *dir = tg_test_tmpdir();
+    char line[2048], *said;
+    snprintf(line, sizeof line,
+             "run " DEMO " --device cpu --set steps=2 --set batch=4 --set seq=16 --set checkpoint_every=2 "
+             "--checkpoint-dir %s/ck",
+             dir);
+    int status = cli(dir, line, &said);
+    REQUIRE(status == 0, "the first run: status %d: %s", status, said ? said : "");
+    free(said);
+    snprintf(line, sizeof line, "run " DEMO " --device cpu --set steps=2 --set batch=4 --set seq=16 --resume %s/ck "
+                                "--metrics %s/m.jsonl",
+             dir, dir);
+    status = cli(dir, line, &said);
+    REQUIRE(status == 0 && said, "the resumed run: status %d: %s", status, said ? said : "");
+    CHECK(strstr(said, "at step 2 of 2\n") && !strstr(said, "\nstep "), "a step taken: %s", said);
+    check_ready_line(said);
+    CHECK(strstr(said, "\ntrained 0 steps in ") &&
+              strstr(said, " s: loss nan -> nan, 0 tokens/s, median step 0.000 ms, host CPU 0 us/step (training loop "
+                           "thread 0 us)\nbatches: 0.0% of the token slots padding, waited for "),
+          "the closing lines of no step: %s", said);
+    snprintf(line, sizeof line, "%s/m.jsonl", dir);
+    json_t *s = last_metrics_line(line);
+    if (CHECK(s && json_is_true(json_object_get(s, "summary")), "no summary line in %s", line)) {
+        CHECK(number(s, "steps") == 2 && number(s, "skipped_steps") == 0 && number(s, "tokens_per_s") == 0 &&
+                  number(s, "padding_fraction") == 0 && number(s, "median_step_ms") == 0 &&
+                  number(s, "host_cpu_us_per_step") == 0 && number(s, "loop_cpu_us_per_step") == 0 &&
+                  json_is_null(json_object_get(s, "first_loss")) && json_is_null(json_object_get(s, "final_loss")) &&
+                  number(s, "eval_examples") == 400,
+              "summary: steps %g, tokens/s %g, padding %g, median %g, host %g, loop %g", number(s, "steps"),
+              number(s, "tokens_per_s"), number(s, "padding_fraction"), number(s, "median_step_ms"),
+              number(s, "host_cpu_us_per_step"), number(s, "loop_cpu_us_per_step"));
+        json_decref(s);
+    }
     free(said);
 }

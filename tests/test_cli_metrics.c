@@ -13,6 +13,9 @@
 #include "cli/main.c"
 #undef main
 
+#include <fcntl.h>
+#include <sys/wait.h>
+
 #include "tests/harness.h"
 
 /* The line the object gives, without its newline (malloc'd). */
@@ -167,4 +170,36 @@ TG_TEST(test_cli_parse_whole) {
     static const char *const bad[] = {"", "abc", "4x", "1025", "-1", " 4", "4 ", "+", "0x10", "99999999999999999999"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
         CHECK(parse_whole(bad[k], 0, 1024, &v) == -1, "'%s' accepted as %d", bad[k], v);
+}
+
+/* The ending signals' handler of cli/main.c (reachable here only, where main.c is compiled
+ * in), in a child process: with a checkpointing run under way, the first SIGTERM asks for
+ * the stop and re-arms the handler, once (SA_RESETHAND), so that a second one ends the
+ * process at once, by the signal. */
+TG_TEST(test_cli_main_first_signal_rearms_the_handler) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        const int quiet = open("/dev/null", O_WRONLY); /* the handler's note */
+        if (quiet >= 0) dup2(quiet, STDERR_FILENO);
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        sigprocmask(SIG_UNBLOCK, &term, NULL);
+        signal(SIGTERM, SIG_DFL);
+        install_signal_handlers();
+        g_defer_stop = 1;
+        raise(SIGTERM);
+        struct sigaction sa;
+        if (g_stop_signal != SIGTERM || sigaction(SIGTERM, NULL, &sa) != 0 || sa.sa_handler != on_ending_signal ||
+            !(sa.sa_flags & SA_RESETHAND))
+            _exit(3); /* the first signal ended nothing, but left no handler for the second */
+        raise(SIGTERM);
+        _exit(4); /* the second signal did not end the process */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x (exit 3: not re-armed, 4: not ended)", status);
 }

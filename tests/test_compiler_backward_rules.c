@@ -362,6 +362,40 @@ TG_TEST(test_backward_rules_residual_layernorm_statistics) {
     }
 }
 
+/* A residual LayerNorm whose x, r, gamma and beta all need no gradient, its y one all the
+ * same (through its step counter, here a parameter): none of dx, dgamma and dbeta is
+ * needed, so the rule emits nothing and the autodiff goes on. */
+TG_TEST(test_backward_rules_residual_layernorm_nothing_needed) {
+    const int64_t N = 4, D = 6;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, D}, ds[1] = {D};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int r = tg_graph_tensor(&h.g, "r", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int gamma = tg_graph_tensor(&h.g, "g", TG_F32, TG_POOL_INPUTS, 1, ds);
+    int beta = tg_graph_tensor(&h.g, "b", TG_F32, TG_POOL_INPUTS, 1, ds);
+    int counter = tg_param(&h.g, "counter", 1, 1, 0, TG_INIT_ZEROS, 1);
+    int y = tg_act(&h.g, "y", 2, N, D, 0, 0), sum = tg_act(&h.g, "s", 2, N, D, 0, 0);
+    int mean = tg_act(&h.g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&h.g, "rstd", 1, N, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+    s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta, s.in[4] = counter;
+    s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+    s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+    tg_graph_op(&h.g, &s);
+    int loss = loss_of(&h.g, y, N, D);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0, "%s", h.err.msg);
+    const int forward = h.g.n_ops;
+    CHECK(tg_autodiff(&h.g, loss) == 0 && !h.g.failed, "autodiff: %s", h.err.msg);
+    int residual_bwd = 0, cross_entropy_bwd = 0;
+    for (int o = forward; o < h.g.n_ops; o++) {
+        residual_bwd += h.g.ops[o].kind == TG_OP_RESIDUAL_LAYERNORM_BWD;
+        cross_entropy_bwd += h.g.ops[o].kind == TG_OP_CROSS_ENTROPY_BWD;
+    }
+    CHECK(residual_bwd == 0 && cross_entropy_bwd == 1, "%d residual LayerNorm backwards, %d loss backwards",
+          residual_bwd, cross_entropy_bwd);
+    tg_graph_free(&h.g);
+}
+
 /* y = LayerNorm(x; gamma, beta) feeding logits = y W, where x, gamma and beta are each an
  * input (no gradient), a parameter, or an activation made from parameters ("made"). */
 enum { LN_INPUT, LN_PARAM, LN_MADE };

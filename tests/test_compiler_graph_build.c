@@ -275,6 +275,10 @@ TG_TEST(test_graph_freeze_patterns_that_match_nothing) {
                             "Hugging Face parameter names such as 'enc.weight')"},
         {"enc.*", 0, "pattern 'enc.*' matches no parameter of model 'tiny-test' (patterns match Hugging Face parameter "
                      "names such as '?')"},
+        /* Plain fnmatch: case matters, and a backslash escapes the next character. */
+        {"ENC.*", 1, "pattern 'ENC.*' matches no parameter of model 'tiny-test' (patterns match Hugging Face "
+                     "parameter names such as 'enc.weight')"},
+        {"enc\\.weight", 1, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tg_job job = job_named(cases[i].freeze);

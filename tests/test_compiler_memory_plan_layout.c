@@ -130,3 +130,35 @@ TG_TEST(test_memory_plan_params_pool_too_large) {
           "'%s'", h.err.msg);
     tg_graph_free(&h.g);
 }
+
+/* A packed view must cover exactly the bytes of its members in its pool: a view edited to
+ * be longer than its members, or a member moved to another pool, is refused by name (the
+ * layout would otherwise hand the view bytes that are not its members'). For the frozen
+ * pool alike, through the fixed layout. */
+TG_TEST(test_memory_plan_packed_view_must_cover_members) {
+    for (int edit = 0; edit < 3; edit++) {
+        layout_graph h;
+        memset(&h, 0, sizeof h);
+        REQUIRE(tg_model_config_load("tiny-bert", &h.cfg, &h.err) == 0, "%s", h.err.msg);
+        tg_job_defaults(&h.job);
+        snprintf(h.job.freeze, sizeof h.job.freeze, "f*");
+        tg_graph_init(&h.g, &h.cfg, &h.job, &h.err);
+        tg_graph *g = &h.g;
+        const int frozen = edit == 2;
+        h.a = tg_param(g, frozen ? "fa" : "a", 1, 3, 0, TG_INIT_ZEROS, 0);
+        h.m1 = tg_param(g, frozen ? "fm1" : "m1", 2, 2, 5, TG_INIT_ZEROS, 0);
+        h.m2 = tg_param(g, frozen ? "fm2" : "m2", 1, 7, 0, TG_INIT_ZEROS, 0);
+        if (frozen) tg_param(g, "trained", 1, 4, 0, TG_INIT_ZEROS, 0);
+        const int members[2] = {h.m1, h.m2};
+        h.pk = tg_param_pack(g, frozen ? "fpk" : "pk", members, 2, 1, 17, 0);
+        REQUIRE(!g->failed && h.pk >= 0, "%s", h.err.msg);
+        if (edit == 0) g->tensors[h.pk].bytes += 4;            /* longer than its members */
+        else if (edit == 1) g->tensors[h.m2].pool = TG_POOL_FROZEN; /* a member elsewhere */
+        else g->tensors[h.pk].bytes -= 4;                      /* frozen, shorter than its members */
+        const int rc = frozen ? (tg_plan_param_layout(g) == 0 ? tg_plan_fixed_layout(g) : -2) : tg_plan_param_layout(g);
+        const char *want = frozen ? "internal compiler error: packed view fpk does not cover its members"
+                                  : "internal compiler error: packed view pk does not cover its members";
+        CHECK(rc == -1 && !strcmp(h.err.msg, want), "edit %d: rc %d, '%s'", edit, rc, h.err.msg);
+        tg_graph_free(&h.g);
+    }
+}

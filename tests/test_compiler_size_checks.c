@@ -70,6 +70,8 @@ TG_TEST(test_size_checks_table) {
         {TG_ARCH_BERT, .batch = 1 << 12, .seq = 1 << 16, .hidden = 256, .heads = 256, .attention_dropout = 0.1f,
          .want = W "'batch': batch 4096 x num_attention_heads 256 x seq 65536 x seq/32 2048 makes a layer's attention "
                    "dropout mask bits of 512.0 TiB"},
+        /* the same shapes without attention dropout: no mask bits to keep */
+        {TG_ARCH_BERT, .batch = 1 << 12, .seq = 1 << 16, .hidden = 256, .heads = 256, .want = NULL},
         /* a head dimension past the fused kernel's: the scores are kept */
         {TG_ARCH_BERT, .batch = 1 << 12, .seq = 1 << 16, .hidden = 256, .heads = 1, .inter = 64,
          .want = W "'batch': batch 4096 x num_attention_heads 1 x seq 65536 x seq 65536 makes a layer's attention scores "

@@ -234,6 +234,8 @@ TG_TEST(test_job_run_overrides_on_plan) {
                     "steps, epochs, seed, log_every, train_data, eval_data, checkpoint_every, keep_checkpoints, "
                     "checkpoint_dir, last_batch, skip_nonfinite, max_skipped_steps)"},
         {"lr=0.1", "--set lr=0.1: this key is compiled into d.tgp"},
+        /* The first key of the table (model) too. */
+        {"model=tiny-gpt2", "--set model=tiny-gpt2: this key is compiled into d.tgp; recompile the job to change it"},
         {"steps=0", "--set steps=0: key 'steps': 0 is out of range (must be 1..2147483647)"},
         {"seed=-1", "--set seed=-1: key 'seed': '-1' is not a non-negative integer"},
         {"log_every=often", "--set log_every=often: key 'log_every': 'often' is not an integer"},

@@ -571,6 +571,7 @@ TG_TEST(test_op_meta_rules_select_cross_entropy) {
 
 #define SCHED .kind = TG_OP_SCHEDULE, .p = {.schedule = {.warmup = 2, .lr = 1e-3f}}
 #define ADAMW(...) .kind = TG_OP_ADAMW, .p = {.adamw = {.n = 10, .beta1 = 0.9f, .beta2 = 0.999f, __VA_ARGS__}}
+#define ADAN(...) .kind = TG_OP_ADAN, .p = {.adan = {.n = 10, .beta1 = 0.9f, .beta2 = 0.999f, __VA_ARGS__}}
 
 TG_TEST(test_op_meta_rules_optimizer) {
     static const rule_case cases[] = {
@@ -606,6 +607,23 @@ TG_TEST(test_op_meta_rules_optimizer) {
          .want = "zero_slice: the replicas' slices do not cover the parameters"},
         {"slices past int64", ADAMW(.zero_slice = (int64_t)1 << 62), {10, 1, 1, 1},
          {10, (int64_t)1 << 62, (int64_t)1 << 62}, .replicas = 4},
+        /* The smallest slice: one element per replica, the state of one element. */
+        {"slices of 1 for 10 replicas", ADAMW(.zero_slice = 1), {10, 1, 1, 1}, {10, 1, 1}, .replicas = 10},
+        {"whole state with slices of 1", ADAMW(.zero_slice = 1), {10, 1, 1, 1}, {10, 10, 10}, .replicas = 10,
+         .want = "out[1]: m != zero_slice (or n) elements"},
+        {"slices of 1 for 9 replicas", ADAMW(.zero_slice = 1), {10, 1, 1, 1}, {10, 1, 1}, .replicas = 9,
+         .want = "zero_slice: the replicas' slices do not cover the parameters"},
+        /* ADAN: two state vectors of the slice (or n) per slot. */
+        {"adan", ADAN(), {10, 1, 1, 1}, {10, 20, 20}},
+        {"adan slices of 1", ADAN(.zero_slice = 1), {10, 1, 1, 1}, {10, 2, 2}, .replicas = 10},
+        {"adan whole state with slices of 1", ADAN(.zero_slice = 1), {10, 1, 1, 1}, {10, 20, 20}, .replicas = 10,
+         .want = "out[1]: m and d != 2 x zero_slice (or n) elements"},
+        {"adan m and d odd", ADAN(), {10, 1, 1, 1}, {10, 21, 20}, .want = "out[1]: m and d != 2 x zero_slice (or n) elements"},
+        {"adan v and g_prev", ADAN(), {10, 1, 1, 1}, {10, 20, 22},
+         .want = "out[2]: v and g_prev != 2 x zero_slice (or n) elements"},
+        {"adan v and g_prev odd", ADAN(), {10, 1, 1, 1}, {10, 20, 21},
+         .want = "out[2]: v and g_prev != 2 x zero_slice (or n) elements"},
+        {"adan no_prox 2", ADAN(.no_prox = 2), {10, 1, 1, 1}, {10, 20, 20}, .want = "no_prox: not 0 or 1"},
 
         {"consistent", COUNT(ALL_REDUCE, 10), {10}, .alias_out = {1}},
         {"out of place", COUNT(ALL_REDUCE, 10), {10}, {10}, .want = "out[0]: works in place: must be in[0]"},

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <zstd.h>
@@ -221,6 +222,49 @@ static void check_truncations(const uint8_t *payload, size_t len, size_t from, s
             return;
         seen[s] = 1, *last = s;
     }
+}
+
+/* Counts past the limit of 2^24 entries are refused for that, even in a payload long
+ * enough to hold them at the smallest entry: the payload is the plan's, followed by zeros
+ * up to that length in memory that is never touched (an anonymous mapping), and the first
+ * entry after the count is one the decoder would refuse for another cause. */
+TG_TEST(test_plan_codec_counts_past_the_limit) {
+    tg_plan p;
+    REQUIRE(compile_text(BERT_JOB, &p), "no plan");
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    tg_err err = {{0}};
+    REQUIRE(tg_plan_payload_encode(&p, &payload, &len, &err) == 0, "%s", err.msg);
+    layout l;
+    REQUIRE(find_layout(&p, payload, len, &l), "the payload is not laid out as the test expects");
+    const uint32_t count = (1u << 24) + 1;
+    const struct {
+        const char *what;
+        size_t at, entry_min, first_entry;
+        uint32_t first_entry_value;
+    } cases[] = {
+        {"tensor count", l.body, 96, l.tensor0_name, 96},              /* tensor 0's name too long */
+        {"op count", l.ops, 8 + 4 * (TG_OP_MAX_IN + TG_OP_MAX_OUT), l.op0, UINT32_MAX}, /* op 0 of kind -1 */
+    };
+    for (int c = 0; c < 2; c++) {
+        const size_t big = cases[c].at + 4 + (size_t)count * cases[c].entry_min + 64;
+        uint8_t *b = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (!CHECK(b != MAP_FAILED, "cannot map %zu bytes", big)) break;
+        memcpy(b, payload, len);
+        put32(b + cases[c].at, count);
+        put32(b + cases[c].first_entry, cases[c].first_entry_value);
+        tg_plan back;
+        memset(&back, 0, sizeof back);
+        memset(&err, 0, sizeof err);
+        const int rc = tg_plan_payload_decode(b, big, "p", TG_PLAN_CHECK_ALL, &back, &err);
+        char want[160];
+        snprintf(want, sizeof want, "p: %s 16777217 is impossible for a %zu-byte payload", cases[c].what, big);
+        CHECK(rc == -1 && !strcmp(err.msg, want), "%s: rc %d, '%s', want '%s'", cases[c].what, rc, err.msg, want);
+        tg_plan_free(&back);
+        munmap(b, big);
+    }
+    free(payload);
+    tg_plan_free(&p);
 }
 
 TG_TEST(test_plan_codec_truncated_payload) {

@@ -154,6 +154,34 @@ TG_TEST(test_plan_memory_estimate_scratch_per_op) {
           (unsigned long long)tg_reduce_scratch_bound_floats(&s.p));
 }
 
+/* Rows of width 1 (a table, a LayerNorm, a bias of one column) still need their scratch:
+ * only a width of 0 needs none. */
+TG_TEST(test_plan_memory_estimate_scratch_of_width_one) {
+    small_plan s;
+    init_plan(&s);
+    tg_op *e = op(&s, TG_OP_EMBEDDING_BWD); /* N 300, V 10, D 1: 4N + 5 + (2 ceil(N/256) + 2)(ceil(D/32) + D) */
+    e->in[1] = tensor(&s, 300, 1), e->out[0] = tensor(&s, 10, 1);
+    CHECK(scratch(&s) == 4 * 300 + 5 + 6 * (1 + 1), "embedding_bwd D 1: %llu", (unsigned long long)scratch(&s));
+    e->out[0] = tensor(&s, 3, 1); /* V 3: the column sums, 2 ceil(N/128) D */
+    CHECK(scratch(&s) == 2 * 3 * 1, "embedding_bwd V 3, D 1: %llu", (unsigned long long)scratch(&s));
+    e = op(&s, TG_OP_LAYERNORM_BWD); /* M 300, D 1: max(2 * 2 * 3 * 1, 2 * 38 * 1) */
+    e->in[0] = tensor(&s, 300, 1);
+    CHECK(scratch(&s) == 2 * 38, "layernorm_bwd D 1: %llu", (unsigned long long)scratch(&s));
+    e->kind = TG_OP_RESIDUAL_LAYERNORM_BWD;
+    CHECK(scratch(&s) == 2 * 38, "residual_layernorm_bwd D 1: %llu", (unsigned long long)scratch(&s));
+    e = op(&s, TG_OP_BIAS_GRAD); /* dout [300, 1] -> [1] */
+    e->in[0] = tensor(&s, 300, 1), e->out[0] = tensor(&s, 1, 0);
+    CHECK(scratch(&s) == 2 * 3 * 1, "bias_grad of one column: %llu", (unsigned long long)scratch(&s));
+    e = op(&s, TG_OP_GELU_BWD); /* dx [300] viewed as [300, 1] */
+    e->in[0] = tensor(&s, 300, 0), e->out[1] = tensor(&s, 1, 0);
+    CHECK(scratch(&s) == 2 * 3 * 1, "gelu_bwd with a bias of one column: %llu", (unsigned long long)scratch(&s));
+    e = op(&s, TG_OP_MATMUL); /* the larger operand, [300, 1], over L 1 */
+    e->in[0] = tensor(&s, 300, 1), e->in[1] = tensor(&s, 1, 1), e->out[1] = tensor(&s, 1, 0);
+    CHECK(scratch(&s) == 2 * 3 * 1, "matmul bias_grad of one column: %llu", (unsigned long long)scratch(&s));
+    e->in[0] = tensor(&s, 1, 1), e->in[1] = tensor(&s, 1, 300); /* B the larger */
+    CHECK(scratch(&s) == 2 * 3 * 1, "matmul bias_grad of B: %llu", (unsigned long long)scratch(&s));
+}
+
 TG_TEST(test_plan_memory_estimate_parts) {
     small_plan s;
     init_plan(&s);
