@@ -540,6 +540,9 @@ static int check_plan(const tg_plan *p, const char *name, tg_plan_checks checks,
 
 int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan_checks checks, tg_plan *p,
                            tg_err *err) {
+    /* Every field is the payload's or zero: an uninitialised plan's bucket pointer would
+     * otherwise survive a one-bucket payload and be taken for bucket plans. */
+    memset(p, 0, sizeof *p);
     rbuf r = {buf, len, 0, "", NULL};
     if (get_model(&r, &p->model, name, err)) return -1;
     r.section = "job path";

@@ -24,8 +24,8 @@ typedef enum tg_plan_checks {
 /* Fills `plan` (zeroed by the caller) from `len` payload bytes; refuses a short or overlong
  * payload, impossible counts, unterminated strings, an op whose kind name this build does not
  * know, inconsistent tables (tg_plan_validate_tables) and, with TG_PLAN_CHECK_ALL, ops
- * inconsistent with their tensors or an unsound layout (tg_plan_validate_ops). On failure
- * the caller frees what was filled in. `name` is used in messages. */
+ * inconsistent with their tensors or an unsound layout (tg_plan_validate_ops). `plan` is
+ * zeroed first, whatever it held; on failure the caller frees what was filled in. `name` is used in messages. */
 int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_plan_checks checks, tg_plan *plan,
                            tg_err *err);
 /* tg_plan_decode (plan/plan_file.h) with the payload checked as far as `checks` says. */

@@ -596,3 +596,27 @@ TG_TEST(test_plan_codec_container) {
     free(file);
     tg_plan_free(&p);
 }
+
+/* Decoding into a plan that held anything (here every byte 0xA5, its bucket pointer
+ * too) gives the payload's plan: no field of what was there survives, and a one-bucket
+ * payload is not taken for a plan with bucket plans. */
+TG_TEST(test_plan_codec_decode_overwrites_what_was_there) {
+    tg_plan p;
+    REQUIRE(compile_text(BERT_JOB, &p), "no plan");
+    uint8_t *payload = NULL;
+    size_t len = 0;
+    tg_err err = {{0}};
+    REQUIRE(tg_plan_payload_encode(&p, &payload, &len, &err) == 0, "%s", err.msg);
+    tg_plan back;
+    memset(&back, 0xA5, sizeof back);
+    const int rc = tg_plan_payload_decode(payload, len, "p", TG_PLAN_CHECK_ALL, &back, &err);
+    CHECK(rc == 0, "decode into a used plan: %s", err.msg);
+    if (rc == 0) {
+        CHECK(back.buckets == NULL && back.train.n_buckets == 1 && back.n_ops == p.n_ops &&
+                  back.n_tensors == p.n_tensors && back.peak_bytes == p.peak_bytes,
+              "buckets %p, n_buckets %d, %d ops of %d", (void *)back.buckets, back.train.n_buckets, back.n_ops, p.n_ops);
+        tg_plan_free(&back);
+    }
+    free(payload);
+    tg_plan_free(&p);
+}
