@@ -322,6 +322,17 @@ static int attention_fused(builder *b, const char *prefix, const int *qkv, int p
     return out;
 }
 
+/* A head's logits and loss become the plan's outputs; the loss, or -1 after an earlier
+ * failure (already recorded). */
+static int head_outputs(tg_graph *g, int logits, int loss) {
+    if (logits < 0 || loss < 0) return -1;
+    g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
+    g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
+    g->io.logits = logits;
+    g->io.loss = loss;
+    return loss;
+}
+
 /* Cross-entropy loss over logits [rows, width] whose first `classes` columns count, against
  * `labels` (the batch's, or the masking op's). */
 static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t width, int64_t classes) {
@@ -332,12 +343,7 @@ static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t wid
     s.p.cross_entropy.n = rows, s.p.cross_entropy.c = width;
     s.p.cross_entropy.classes = classes < width ? classes : 0;
     tg_graph_op(g, &s);
-    if (logits < 0 || loss < 0) return -1; /* an earlier failure, already recorded */
-    g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
-    g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
-    g->io.logits = logits;
-    g->io.loss = loss;
-    return loss;
+    return head_outputs(g, logits, loss);
 }
 
 /* BertForQuestionAnswering / RobertaForQuestionAnswering: qa_outputs, Linear(D, 2) on
@@ -351,12 +357,7 @@ static int span_head(builder *b, int h) {
     s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
     s.p.span_loss.b = b->B, s.p.span_loss.t = b->T;
     tg_graph_op(g, &s);
-    if (logits < 0 || loss < 0) return -1; /* an earlier failure, already recorded */
-    g->tensors[logits].flags |= TG_TENSOR_OUTPUT;
-    g->tensors[loss].flags |= TG_TENSOR_OUTPUT;
-    g->io.logits = logits;
-    g->io.loss = loss;
-    return loss;
+    return head_outputs(g, logits, loss);
 }
 
 static int select_token(builder *b, const char *name, int x, int mode, int pad_id) {

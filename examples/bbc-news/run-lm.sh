@@ -21,6 +21,7 @@ cd "$root"
 out=build/examples/bbc-news-lm
 usage="usage: examples/bbc-news/run-lm.sh [--device cpu|cuda] [--set key=value]..."
 source examples/bbc-news/options.sh
+source examples/bbc-news/articles.sh
 fallback=()
 if [ "$device" = cpu ]; then
     fallback=(--set precision=fp32 --set batch=8 --set steps=60 --set warmup_steps=6 --set log_every=10)
@@ -29,14 +30,7 @@ fi
 mkdir -p "$out"
 if [ ! -f "$out/shards/manifest.json" ]; then
     scripts/fetch_assets.sh tokenizers bbcnews
-    : >"$out/articles.txt.tmp"
-    find build/assets/bbc-news -name '*.txt' | LC_ALL=C sort | while read -r f; do
-        if iconv -f UTF-8 -t UTF-8 "$f" >/dev/null 2>&1; then
-            tr '\n' ' ' <"$f" | tr -s ' ' >>"$out/articles.txt.tmp"
-            echo >>"$out/articles.txt.tmp"
-        fi
-    done
-    mv "$out/articles.txt.tmp" "$out/articles.txt"
+    bbc_articles "$out/articles.txt"
     "$tg" data convert "$out/articles.txt" --format text -o "$out/shards" --tokenizer build/assets/gpt2 \
         --seq 128 --eval-fraction 0.1 --seed 1
 fi
