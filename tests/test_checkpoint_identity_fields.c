@@ -9,7 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <inttypes.h>
+#define XXH_INLINE_ALL /* header-only, as runtime/checkpoint.c */
+#include <xxhash.h>
+
 #include "base/version.h"
+#include "plan/plan_file.h"
 #include "runtime/checkpoint.h"
 #include "tests/harness.h"
 
@@ -89,5 +94,40 @@ TG_TEST(test_checkpoint_identity_fields_exact) {
     CHECK(train_data && !strcmp(train_data, resolved), "train_data '%s', want '%s'", train_data ? train_data : "(none)",
           resolved);
     tg_checkpoint_free(&ck);
+    tg_plan_free(&plan);
+}
+
+/* plan.structure is the xxh64 (seed 0) of the plan's file encoding with the run settings
+ * zeroed and the fingerprint and paths cleared: run settings and paths do not change it. */
+TG_TEST(test_checkpoint_identity_structure_hash_value) {
+    tg_plan plan;
+    REQUIRE(tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &plan), "compile");
+    tg_plan bare = plan; /* shallow: the tables are only read */
+    memset(&bare.run, 0, sizeof bare.run);
+    bare.fingerprint = 0;
+    bare.job_path[0] = 0;
+    bare.model.source[0] = 0;
+    bare.model.weights[0] = 0;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    tg_err err = {{0}};
+    REQUIRE(tg_plan_encode(&bare, &bytes, &len, &err) == 0, "%s", err.msg);
+    char want[17];
+    snprintf(want, sizeof want, "%016" PRIx64, (uint64_t)XXH64(bytes, len, 0));
+    free(bytes);
+    const tg_checkpoint_run run = {.total_steps = 3, .train_examples = 5, .train_hash = 1};
+    for (int variant = 0; variant < 2; variant++) {
+        if (variant) {
+            plan.run.seed = 99;
+            plan.fingerprint = 7;
+            snprintf(plan.run.train_data, sizeof plan.run.train_data, "other.jsonl");
+        }
+        tg_checkpoint ck;
+        tg_checkpoint_init(&ck);
+        REQUIRE(tg_checkpoint_identify(&ck, &plan, &run, &err) == 0, "%s", err.msg);
+        const char *got = tg_checkpoint_field_value(&ck, "plan.structure");
+        CHECK(got && !strcmp(got, want), "variant %d: plan.structure %s, want %s", variant, got ? got : "(none)", want);
+        tg_checkpoint_free(&ck);
+    }
     tg_plan_free(&plan);
 }

@@ -285,6 +285,8 @@ TG_TEST(test_config_preset_listing) {
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/.hidden", presets);
     mkdir(path, 0755);
+    strcat(path, "/config.json"); /* a hidden folder is no preset, even with a config.json */
+    REQUIRE(tg_test_write_file(path, k_bert) == 0, "hidden config");
     set_presets(presets);
     snprintf(want, sizeof want,
              "model 'nope': no preset of that name and no folder nope/config.json (presets: none in %s)", presets);

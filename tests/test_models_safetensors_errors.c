@@ -482,3 +482,19 @@ TG_TEST(test_models_safetensors_out_of_memory) {
     CHECK(st.n == 2 && tg_st_read_f32(&st, tg_st_find(&st, "w"), w, 4, &err) == 0 && w[3] == 4.0f, "read back");
     tg_st_close(&st);
 }
+
+/* A header whose JSON is wrong inside (not cut short, nothing after it) is reported without
+ * the question about the header length, which only a cut or an overrun raises. */
+TG_TEST(test_models_safetensors_bad_json_not_length) {
+    const char *path = tmp_path("inside.safetensors");
+    REQUIRE(write_st(path, "{x}    ", -1, 0) == 0, "cannot write %s", path);
+    tg_safetensors st;
+    tg_err err = {{0}};
+    CHECK(tg_st_open(path, &st, &err) == -1, "opened");
+    char want[800];
+    snprintf(want, sizeof want, "%s: header is not valid JSON (line 1, column 2: ", path);
+    const size_t n = strlen(err.msg);
+    CHECK(!strncmp(err.msg, want, strlen(want)) && n > strlen(want) + 1 && err.msg[n - 1] == ')' &&
+              !strstr(err.msg, "header length"),
+          "%s", err.msg);
+}

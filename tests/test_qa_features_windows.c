@@ -225,3 +225,36 @@ TG_TEST(test_qa_features_refusal_messages_and_edges) {
     CHECK(!c.ids && !c.start && !c.end && c.n == 0 && c.cap == 0 && !buf.ids && !buf.types && !buf.q_ids && buf.cap == 0,
           "freed");
 }
+
+/* A context that needs more room than the last one: each of its allocations failed in turn
+ * fails the encoding with the message and keeps the buffers the context had (none lost,
+ * none left NULL), which still encode a context of the old size. */
+TG_TEST(test_qa_encode_context_growth_failures_keep_the_buffers) {
+    byte_encoder be;
+    const tg_text_encoder enc = byte_encoder_make(&be, TG_TOKENIZER_WORDPIECE);
+    tg_qa_context c = {0};
+    tg_err err = {{0}};
+    REQUIRE(tg_qa_encode_context(&enc, "abcdefgh", 8, &c, &err) == 0 && c.n == 8 && c.cap == 8, "%s", err.msg);
+    int failures = 0;
+    for (long k = 0; k < 16; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        const int rc = tg_qa_encode_context(&enc, "abcdefghijkl", 12, &c, &err);
+        const long failed = tg_alloc_fail_after(-1) > k;
+        if (rc == 0) {
+            CHECK(!failed && c.n == 12 && c.cap == 12, "12 tokens after %ld", k);
+            break;
+        }
+        if (strstr(err.msg, "context tokens")) {
+            failures++;
+            CHECK(!strcmp(err.msg, "out of memory for 12 context tokens"), "allocation %ld: '%s'", k, err.msg);
+        }
+        if (!CHECK(c.ids && c.start && c.end && c.cap == 8, "allocation %ld: ids %p start %p end %p cap %d", k,
+                   (void *)c.ids, (void *)c.start, (void *)c.end, c.cap))
+            break;
+        CHECK(tg_qa_encode_context(&enc, "abcdefgh", 8, &c, &err) == 0 && c.n == 8, "8 tokens after allocation %ld", k);
+    }
+    CHECK(failures == 3, "%d of the context's allocations failed, want 3 (ids, start, end)", failures);
+    tg_qa_context_free(&c);
+    byte_encoder_free(&be);
+}

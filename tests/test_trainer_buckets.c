@@ -162,3 +162,28 @@ TG_TEST(test_last_batch_rules) {
     if (CHECK(rc != 0, "wrap with buckets compiled")) CHECK(strstr(err.msg, "wrap") != NULL, "message: %s", err.msg);
     else tg_plan_free(&r.plan);
 }
+
+/* The sampler the trainer opens sees every example's length, the first included: each
+ * example sits in the smallest bucket that holds it (the first example is longer than the
+ * smallest bucket, so a length left unset would show). */
+TG_TEST(test_buckets_sampler_sees_every_length) {
+    const char *dir = tg_test_tmpdir();
+    REQUIRE(write_job(dir, 40) == 0, "cannot write the job");
+    char cmd[1600]; /* the rows backwards, so that the first is a long one */
+    snprintf(cmd, sizeof cmd, "tac '%s/train.jsonl' > '%s/rev.jsonl' && mv '%s/rev.jsonl' '%s/train.jsonl'", dir, dir, dir,
+             dir);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    const char *buckets[] = {"seq_buckets=16,32,48"};
+    run a = {0};
+    /* (an unset length reads what the allocator left: ASan fills fresh blocks with 0xbe) */
+    if (!open_run(&a, dir, buckets, 1, 1)) return;
+    const tg_batch_sampler *s = &a.tr.sampler;
+    CHECK(s->n == 40 && s->n_buckets == 3 && s->example_bucket, "%d examples, %d buckets", s->n, s->n_buckets);
+    CHECK(a.tr.train.n == 40 && a.tr.train.examples[0].len > 16, "first example %d tokens", a.tr.train.examples[0].len);
+    for (int32_t i = 0; s->example_bucket && i < s->n && i < a.tr.train.n; i++) {
+        const int32_t len = a.tr.train.examples[i].len, want = len <= 16 ? 0 : len <= 32 ? 1 : 2;
+        CHECK(s->example_bucket[i] == want, "example %d (%d tokens) in bucket %d, want %d", i, len, s->example_bucket[i],
+              want);
+    }
+    close_run(&a);
+}
