@@ -342,8 +342,10 @@ int tg_squad_eval_score(const tg_squad_eval *ev, const float *start, const float
         size_t len;
         tg_qa_answer_text(&a, ev->contexts[qq->context].text, &text, &len);
         double exact, f1;
-        if ((rc = tg_squad_score(text, len, (const char *const *)ev->answers + qq->first_answer,
-                                 ev->answer_len + qq->first_answer, qq->n_answers, &exact, &f1, err)))
+        /* A set with no answer at all has no answer arrays: no pointer arithmetic on NULL. */
+        const char *const *golds = qq->n_answers ? (const char *const *)ev->answers + qq->first_answer : NULL;
+        const size_t *gold_lens = qq->n_answers ? ev->answer_len + qq->first_answer : NULL;
+        if ((rc = tg_squad_score(text, len, golds, gold_lens, qq->n_answers, &exact, &f1, err)))
             break;
         tg_squad_totals_add(totals, qq->n_answers > 0, exact, f1);
         i += n;

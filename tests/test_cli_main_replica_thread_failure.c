@@ -1,7 +1,9 @@
 /* A data-parallel run whose follower replica's thread cannot start (cli/main.c): the
  * process ends with status 1, the message on stderr, and the metrics file's one line is
  * the error of replica 0, the leader that failed to start it. The CLI binary runs (on the
- * CPU) in a shell whose stack limit (glibc's default thread stack size) no machine can map. */
+ * CPU) in a shell whose stack limit (glibc's default thread stack size) is 10^12 KiB (about 0.9 PiB): more than
+ * x86-64's 128 TiB of user address space, so no machine can map it (2 TB could be, on a
+ * host that overcommits). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,7 @@ TG_TEST(test_cli_main_replica_thread_cannot_start) {
     snprintf(err_path, sizeof err_path, "%s/thread_err.txt", dir);
     snprintf(metrics_path, sizeof metrics_path, "%s/thread_m.jsonl", dir);
     snprintf(cmd, sizeof cmd,
-             "ulimit -s 2000000000 || exit 77; %s run examples/demo-classify.job --device cpu --set steps=1 "
+             "ulimit -s 1000000000000 || exit 77; %s run examples/demo-classify.job --device cpu --set steps=1 "
              "--set batch=4 --set seq=16 --set data_parallel=2 --metrics %s 2>%s",
              tg_test_cli(), metrics_path, err_path);
     const int st = system(cmd);

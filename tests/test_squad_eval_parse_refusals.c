@@ -60,3 +60,30 @@ TG_TEST(test_squad_eval_question_table_growth) {
         CHECK(a[n] - a[n - 1] == per + (n == 65), "question %d: %ld more allocations (each costs %ld)", n,
               a[n] - a[n - 1], per);
 }
+
+/* A set whose questions have no answer at all (every one unanswerable) has no answer
+ * arrays: scoring it scores every question as a NoAns one, and offsets no null pointer
+ * (found by fuzz_squad_eval under clang's UBSan; the input is in its corpus). */
+TG_TEST(test_squad_eval_score_set_without_answers) {
+    static const char doc[] = "{\"context\":\"cat dog b2ird\",\"offsets\":[0,3,3,7,8,12]}\n"
+                              "{\"question\":\"q1\",\"context\":0,\"answers\":[]}\n"
+                              "{\"window\":0,\"at\":3,\"first\":0,\"count\":3}\n"
+                              "{\"window\":0,\"at\":4,\"first\":1,\"count\":2}\n"
+                              "{\"question\":\"q4\",\"context\":0,\"answers\":[]}\n"
+                              "{\"window\":1,\"at\":5,\"first\":0,\"count\":0}\n"
+                              "{\"end\":{\"contexts\":1,\"questions\":2,\"windows\":3}}\n";
+    tg_squad_eval ev;
+    tg_err err = {{0}};
+    REQUIRE(tg_squad_eval_parse("none.jsonl", doc, strlen(doc), &ev, &err) == 0, "%s", err.msg);
+    CHECK(ev.n_answers == 0 && ev.n_questions == 2 && ev.n_windows == 3, "%d answers, %d questions, %d windows",
+          (int)ev.n_answers, ev.n_questions, ev.n_windows);
+    enum { T = 8 };
+    float logits[3 * T * 2];
+    for (int i = 0; i < 3 * T * 2; i++) logits[i] = (float)((i * 7919) % 23) - 11;
+    tg_qa_postprocess_options opt = {.n_best = 20, .max_answer_len = 30, .version_2 = 1};
+    tg_squad_totals tot;
+    const int rc = tg_squad_eval_score(&ev, logits, logits + 3 * T, T, T, &opt, &tot, &err);
+    CHECK(rc == 0 && tot.total == 2 && tot.no_total == 2 && tot.has_total == 0, "rc %d '%s': %d questions, %d NoAns",
+          rc, err.msg, (int)tot.total, (int)tot.no_total);
+    tg_squad_eval_free(&ev);
+}
