@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "datasets/shard_manifest.h"
+#include "tests/cli_in_process.h"
 #include "tests/harness.h"
 
 int tunegraph_cli_main(int argc, char **argv);
@@ -75,6 +77,47 @@ TG_TEST(test_cli_data_convert_command_line_quotes) {
     REQUIRE(text, "%s", path);
     tg_shard_manifest m;
     tg_err err = {{0}};
+    if (CHECK(tg_shard_manifest_parse(text, (size_t)len, path, &m, &err) == 0, "%s", err.msg)) {
+        CHECK(m.command && !strcmp(m.command, want), "command\n%s\nwant\n%s", m.command ? m.command : "(none)", want);
+        tg_shard_manifest_free(&m);
+    }
+    free(text);
+}
+
+/* Which bytes a word may hold and stay unquoted ([A-Za-z0-9] and _./=:,+-, each of them
+ * here), and in a quoted word which stay as they are (a blank, '~' 0x7E, printable ASCII)
+ * and which become '?' (a tab, 0x1F, DEL 0x7F, bytes past ASCII); an empty word is ''. */
+TG_TEST(test_cli_data_convert_command_line_bytes) {
+    const char *dir = tg_test_tmpdir();
+    char path[1000];
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    REQUIRE(tg_test_write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n") == 0, "%s", path);
+    static const char plain[] = "aZ09_./=:,+-.csv", odd[] = "s p\t\x1f\x7f~\xc3\xa9.txt";
+    snprintf(path, sizeof path, "%s/aZ09_.", dir); /* the folder of the plain word's file */
+    REQUIRE(mkdir(path, 0755) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/%s", dir, plain);
+    REQUIRE(tg_test_write_file(path, "text,label\nhello,a\nworld,b\n") == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/%s", dir, odd);
+    REQUIRE(tg_test_write_file(path, "text,label\nhello world,a\n") == 0, "%s", path);
+    char *argv[] = {"tunegraph", "data", "convert", (char *)plain, (char *)odd, "-o", "set", "--tokenizer", "vocab.txt",
+                    "--format", "csv", "--seq", "8", "--labels", "a,b", NULL};
+    char cwd[PATH_MAX];
+    REQUIRE(getcwd(cwd, sizeof cwd) && chdir(dir) == 0, "%s", dir);
+    tg_cli_run r = tg_test_cli_argv(".", 15, argv, NULL);
+    const int back = chdir(cwd);
+    REQUIRE(back == 0, "cannot go back to %s", cwd);
+    CHECK(r.status == 0 && r.err &&
+              !strcmp(r.err, "tunegraph: wrote set: classify with 2 labels, 3 train records (10 tokens) from 3 rows\n"),
+          "exit %d: %s", r.status, r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    snprintf(path, sizeof path, "%s/set/manifest.json", dir);
+    long len = 0;
+    char *text = tg_test_read_file(path, &len);
+    REQUIRE(text, "%s", path);
+    tg_shard_manifest m;
+    tg_err err = {{0}};
+    static const char want[] = "tunegraph data convert aZ09_./=:,+-.csv 's p???~??.txt' -o set --tokenizer vocab.txt "
+                               "--format csv --seq 8 --labels a,b";
     if (CHECK(tg_shard_manifest_parse(text, (size_t)len, path, &m, &err) == 0, "%s", err.msg)) {
         CHECK(m.command && !strcmp(m.command, want), "command\n%s\nwant\n%s", m.command ? m.command : "(none)", want);
         tg_shard_manifest_free(&m);
