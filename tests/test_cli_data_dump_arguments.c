@@ -180,3 +180,52 @@ TG_TEST(test_cli_data_dump_arguments_first_line_blocks) {
     CHECK(counts[0] > 0 && counts[1] == counts[0] && counts[2] == counts[0] + 1,
           "allocations read as lm: %d (99 bytes), %d (4096), %d (4097)", counts[0], counts[1], counts[2]);
 }
+
+/* -o may not replace any file of the set: its manifest, or a shard of either split
+ * (whichever split is dumped); each refusal names the file as what it is. The eval split
+ * dumped into a file. */
+TG_TEST(test_cli_data_dump_arguments_set_files_kept) {
+    const char *dir = tg_test_tmpdir();
+    write_at(dir, "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n");
+    write_at(dir, "t.txt", "hello world\nworld\n");
+    char line[4096];
+    snprintf(line, sizeof line,
+             "data convert %s/t.txt -o %s/s --tokenizer %s/vocab.txt --format text --seq 4 --eval-fraction 0.5 --seed 1",
+             dir, dir, dir);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+    REQUIRE(r.status == 0, "convert: %s", r.err ? r.err : "");
+    tg_cli_run_free(&r);
+    static const struct {
+        const char *set, *output, *what;
+    } cases[] = {
+        {"s", "s/manifest.json", "manifest"},
+        {"s/train", "s/manifest.json", "manifest"},
+        {"s", "s/train/00000.tgshard", "shard"},
+        {"s/eval", "s/train/00000.tgshard", "shard"},
+        {"s/eval", "s/eval/00000.tgshard", "shard"},
+        {"s/train", "s/eval/00000.tgshard", "shard"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char set[800], out[800], want[2048];
+        snprintf(set, sizeof set, "%s/%s", dir, cases[k].set);
+        snprintf(out, sizeof out, "%s/%s", dir, cases[k].output);
+        long before = 0, after = 0;
+        char *kept = tg_test_read_file(out, &before);
+        char *argv[] = {"tunegraph", "data", "dump", set, "-o", out, NULL};
+        snprintf(want, sizeof want, "tunegraph: dump (-o) %s: would overwrite the %s %s (the same file)\n", out,
+                 cases[k].what, out);
+        expect_argv(dir, argv, 1, "", want);
+        char *now = tg_test_read_file(out, &after);
+        CHECK(kept && now && before == after && !memcmp(kept, now, (size_t)before), "%s changed", out);
+        free(kept);
+        free(now);
+    }
+    char set[800], out[800];
+    snprintf(set, sizeof set, "%s/s/eval", dir);
+    snprintf(out, sizeof out, "%s/eval.jsonl", dir);
+    char *argv[] = {"tunegraph", "data", "dump", set, "-o", out, NULL};
+    expect_argv(dir, argv, 0, "", "tunegraph: dumped 1 records (lm)\n");
+    char *text = tg_test_read_file(out, NULL);
+    CHECK(text && !strcmp(text, "{\"input_ids\": [5, 6, 3]}\n"), "%s: '%s'", out, text ? text : "(none)");
+    free(text);
+}
