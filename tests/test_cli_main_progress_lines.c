@@ -4,9 +4,11 @@
  * every step; the ETA is the time left at the pace so far (a short run's is under a minute
  * at every step, 0:00:00 at the last). With TUNEGRAPH_HOST_TRACE the loop trace counts the
  * CPU time the loop spends on the metrics and progress lines (never 0 with both written).
- * In this process, on the CPU executor. */
+ * The summary's median step is the middle one of the steps after the first, its losses the
+ * first and last steps'. In this process, on the CPU executor. */
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,7 @@
 int tunegraph_cli_main(int argc, char **argv);
 
 #define DEMO "examples/demo-classify.job"
-#define STEPS 3
+#define STEPS 5
 
 /* The metrics file's step lines, by step (1..STEPS); 0 when one is missing. */
 static int read_step_lines(const char *path, json_t *lines[STEPS + 1]) {
@@ -59,17 +61,18 @@ TG_TEST(test_cli_main_progress_lines_off_a_terminal) {
     const char *dir = tg_test_tmpdir();
     char line[1024], metrics[700];
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
-    /* log_every 2: step 2 (a multiple) and step 3 (the last) print, step 1 does not */
+    /* log_every 3: step 3 (a multiple) and step 5 (the last) print, steps 1, 2 and 4 do not */
     snprintf(line, sizeof line,
-             "run " DEMO " --device cpu --set steps=3 --set batch=4 --set seq=16 --set log_every=2 --metrics %s", metrics);
+             "run " DEMO " --device cpu --set steps=5 --set batch=4 --set seq=16 --set log_every=3 --metrics %s", metrics);
     setenv("TUNEGRAPH_HOST_TRACE", "1", 1);
     tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     unsetenv("TUNEGRAPH_HOST_TRACE");
     REQUIRE(r.status == 0 && r.err, "run: exit %d: %s", r.status, r.err ? r.err : "");
     json_t *m[STEPS + 1];
     if (CHECK(read_step_lines(metrics, m), "the step lines of %s", metrics)) {
-        CHECK(!strstr(r.err, "step 1/3"), "step 1 printed with log_every 2: %s", r.err);
-        for (int k = 2; k <= STEPS; k++) {
+        CHECK(!strstr(r.err, "step 1/5") && !strstr(r.err, "step 2/5") && !strstr(r.err, "step 4/5"),
+              "steps 1, 2 or 4 printed with log_every 3: %s", r.err);
+        for (int k = 3; k <= STEPS; k += 2) {
             char head[256];
             want_head(m[k], k, " ", head, sizeof head);
             const char *p = strstr(r.err, head);
@@ -80,6 +83,35 @@ TG_TEST(test_cli_main_progress_lines_off_a_terminal) {
                   "step %d: want '%s' and an ETA (%ld s) in: %s", k, head, eta, r.err);
         }
     }
+    /* The summary: the median step time of the steps after the first, the first and last losses, the steps taken. */
+    json_t *summary = NULL;
+    char *all = tg_test_read_file(metrics, NULL);
+    const char *last = all ? strstr(all, "{\"summary\": true") : NULL;
+    if (last) summary = json_loads(last, JSON_DISABLE_EOF_CHECK, NULL);
+    free(all);
+    if (CHECK(summary && m[STEPS], "the summary of %s", metrics)) {
+        /* the four after the first in order: the median taken is the upper middle one */
+        double t[STEPS - 1];
+        for (int k = 2; k <= STEPS; k++) t[k - 2] = num(m[k], "step_ms");
+        for (int i = 1; i < STEPS - 1; i++)
+            for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+                const double x = t[j];
+                t[j] = t[j - 1], t[j - 1] = x;
+            }
+        const double mid = t[2];
+        char want_median[32], got_median[32], want_first[32], got_first[32], want_last[32], got_last[32];
+        snprintf(want_median, sizeof want_median, "%.4f", mid);
+        snprintf(got_median, sizeof got_median, "%.4f", num(summary, "median_step_ms"));
+        snprintf(want_first, sizeof want_first, "%.6g", num(m[1], "loss"));
+        snprintf(got_first, sizeof got_first, "%.6g", num(summary, "first_loss"));
+        snprintf(want_last, sizeof want_last, "%.6g", num(m[STEPS], "loss"));
+        snprintf(got_last, sizeof got_last, "%.6g", num(summary, "final_loss"));
+        CHECK(!strcmp(want_median, got_median) && !strcmp(want_first, got_first) && !strcmp(want_last, got_last) &&
+                  json_integer_value(json_object_get(summary, "steps")) == STEPS,
+              "summary: median %s (want %s of %g %g %g %g), first loss %s (want %s), final %s (want %s)", got_median,
+              want_median, t[0], t[1], t[2], t[3], got_first, want_first, got_last, want_last);
+    }
+    json_decref(summary);
     for (int k = 1; k <= STEPS; k++) json_decref(m[k]);
     /* The loop trace: the loop thread's CPU time per step after the first, in the step and
      * on the metrics and progress lines, both taken. */
@@ -132,7 +164,7 @@ TG_TEST(test_cli_main_progress_lines_on_a_terminal) {
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     /* log_every does not thin a terminal's line: every step redraws it */
     snprintf(line, sizeof line,
-             "run " DEMO " --device cpu --set steps=3 --set batch=4 --set seq=16 --set log_every=100 --metrics %s", metrics);
+             "run " DEMO " --device cpu --set steps=5 --set batch=4 --set seq=16 --set log_every=100 --metrics %s", metrics);
     char *text = NULL;
     const int status = run_on_terminal(dir, line, &text);
     REQUIRE(status == 0 && text, "run: exit %d: %s", status, text ? text : "");
@@ -149,7 +181,7 @@ TG_TEST(test_cli_main_progress_lines_on_a_terminal) {
                   "step %d: want '%s' and an ETA (%ld s) in: %s", k, head + 1, eta, text);
         }
         /* the line ends before the closing report, which starts on a line of its own */
-        CHECK(strstr(text, " tok/s  ETA 0:00:00   \r\ntrained 3 steps in "), "after the last step: %s", text);
+        CHECK(strstr(text, " tok/s  ETA 0:00:00   \r\ntrained 5 steps in "), "after the last step: %s", text);
     }
     for (int k = 1; k <= STEPS; k++) json_decref(m[k]);
     free(text);
