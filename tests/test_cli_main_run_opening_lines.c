@@ -3,7 +3,8 @@
  * data-parallel replicas (the steps per epoch rounded up to whole windows of micro-
  * batches), frozen parameters, length buckets with the last batch dropped, and a model
  * folder whose weights lack the classifier and hold a tensor Hugging Face ignores and one
- * the model does not use; the eval line as the metrics' summary has it. */
+ * the model does not use; the eval line as the metrics' summary has it, a qa run's with its
+ * SQuAD scores. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "models/safetensors.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
+#include "tests/text_fixtures.h"
 
 #define DEMO "examples/demo-classify.job"
 
@@ -151,5 +153,55 @@ TG_TEST(test_cli_main_run_opening_lines_weights_report) {
              "and are newly initialized: ['classifier.bias', 'classifier.weight']\n",
              dir, dir, dir);
     CHECK(!strcmp(got, want), "opening:\n%s\nwant\n%s", got, want);
+    tg_cli_run_free(&r);
+}
+
+/* A qa run's eval line: the loss, then the SQuAD v2 scores of its questions, all and
+ * split into those with an answer and those without, as the summary has them. */
+TG_TEST(test_cli_main_run_opening_lines_qa_eval) {
+    const char *dir = tg_test_tmpdir();
+    char path[800], line[2048], metrics[800];
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    REQUIRE(tg_test_write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\nthe\ncat\n") == 0, "vocab");
+    snprintf(path, sizeof path, "%s/sq.json", dir);
+    REQUIRE(tg_test_write_file(path, tg_test_squad_v2) == 0, "squad");
+    /* seed 1 puts the article of q1 (answered) and q2 (unanswerable) in the eval split */
+    snprintf(line, sizeof line,
+             "data convert %s/sq.json -o %s/qs --tokenizer %s/vocab.txt --format squad --seq 12 --doc-stride 2 "
+             "--eval-fraction 0.5 --seed 1",
+             dir, dir, dir);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+    char want[2048];
+    snprintf(want, sizeof want,
+             "tunegraph: wrote %s/qs: qa, 1 train records (5 tokens) and 2 eval records (22 tokens) from 3 questions (2 "
+             "windows hold their answer)\n",
+             dir);
+    REQUIRE(r.status == 0 && r.err && !strcmp(r.err, want), "convert: exit %d: %s", r.status, r.err ? r.err : "");
+    tg_cli_run_free(&r);
+    char job[1024];
+    snprintf(job, sizeof job,
+             "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 12\nsteps = 2\ntrain_data = %s/qs\neval_data = %s/qs/eval\n",
+             dir, dir);
+    snprintf(path, sizeof path, "%s/qa.job", dir);
+    REQUIRE(tg_test_write_file(path, job) == 0, "job");
+    snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
+    snprintf(line, sizeof line, "run %s --device cpu --metrics %s", path, metrics);
+    r = tg_test_cli_line(dir, line, NULL);
+    REQUIRE(r.status == 0 && r.err, "run: exit %d: %s", r.status, r.err ? r.err : "");
+    json_t *s = summary_of(metrics);
+#define NUM(k) json_number_value(json_object_get(s, k))
+    if (CHECK(s && json_integer_value(json_object_get(s, "eval_questions")) == 2, "summary of %s", metrics)) {
+        snprintf(want, sizeof want,
+                 "\neval on %d examples: loss %.4f, %d questions: exact %.2f, F1 %.2f (HasAns %d: exact %.2f, F1 %.2f; "
+                 "NoAns %d: exact %.2f, F1 %.2f)\n",
+                 (int)NUM("eval_examples"), NUM("eval_loss"), (int)NUM("eval_questions"), NUM("eval_exact"),
+                 NUM("eval_f1"), (int)NUM("eval_HasAns_total"), NUM("eval_HasAns_exact"), NUM("eval_HasAns_f1"),
+                 (int)NUM("eval_NoAns_total"), NUM("eval_NoAns_exact"), NUM("eval_NoAns_f1"));
+        const char *eval = strstr(r.err, "\neval on ");
+        CHECK(eval && !strcmp(eval, want) && NUM("eval_HasAns_total") == 1 && NUM("eval_NoAns_total") == 1,
+              "eval line: %s\nwant%s", eval ? eval : r.err, want);
+    }
+#undef NUM
+    json_decref(s);
     tg_cli_run_free(&r);
 }
