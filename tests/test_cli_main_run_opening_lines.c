@@ -6,6 +6,7 @@
  * the model does not use; the eval line as the metrics' summary has it, a qa run's with its
  * SQuAD scores. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,29 @@ TG_TEST(test_cli_main_run_opening_lines_micro_batches_and_replicas) {
         CHECK(eval && !strcmp(eval, want), "eval line: %s\nwant%s", eval ? eval : r.err, want);
         CHECK(json_integer_value(json_object_get(s, "replicas")) == 2 && json_integer_value(json_object_get(s, "steps")) == 2,
               "summary replicas and steps");
+        /* the tokens counted are every replica's: the steps' own (tokens per second times
+         * the step's time, replica 0's for each) add up to the summary's, to its rounding */
+        char *all = tg_test_read_file(metrics, NULL);
+        double steps_tokens = 0;
+        int step_lines = 0;
+        for (char *l = all ? strtok(all, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+            json_t *o = json_loads(l, 0, NULL);
+            if (o && !json_object_get(o, "summary") && json_object_get(o, "step_ms")) {
+                steps_tokens += json_number_value(json_object_get(o, "tokens_per_s")) *
+                                json_number_value(json_object_get(o, "step_ms")) / 1e3;
+                step_lines++;
+            }
+            json_decref(o);
+        }
+        free(all);
+        const double summary_tokens = json_number_value(json_object_get(s, "tokens_per_s")) *
+                                      json_number_value(json_object_get(s, "train_s"));
+        /* 2 steps of 3 micro-batches of 4 rows on 2 replicas: 48 rows of at most 16 tokens */
+        const double train_s = json_number_value(json_object_get(s, "train_s"));
+        const double slack = train_s > 0 ? steps_tokens * (0.0005 / train_s + 0.01) : 0; /* train_s to 1 ms */
+        CHECK(step_lines == 2 && steps_tokens > 48 && steps_tokens <= 48 * 16 + 0.5 && slack < steps_tokens / 3 &&
+                  fabs(summary_tokens - steps_tokens) <= slack,
+              "tokens: %g from the %d step lines, %g from the summary", steps_tokens, step_lines, summary_tokens);
         json_decref(s);
     }
     tg_cli_run_free(&r);
