@@ -186,3 +186,30 @@ TG_TEST(test_cli_main_progress_lines_on_a_terminal) {
     for (int k = 1; k <= STEPS; k++) json_decref(m[k]);
     free(text);
 }
+
+/* Off a terminal a checkpoint's line sits between the step lines, on a line of its own
+ * right after the step it saves (no blank line before it): "checkpoint PATH (S s)". */
+TG_TEST(test_cli_main_progress_lines_checkpoint_line) {
+    const char *dir = tg_test_tmpdir();
+    char line[1024];
+    snprintf(line, sizeof line,
+             "run " DEMO " --device cpu --set steps=3 --set batch=4 --set seq=16 --set log_every=1 --checkpoint-dir %s/ck "
+             "--set checkpoint_every=2",
+             dir);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+    REQUIRE(r.status == 0 && r.err, "run: exit %d: %s", r.status, r.err ? r.err : "");
+    char head[900];
+    snprintf(head, sizeof head, " ETA 0:00:00\ncheckpoint %s/ck/step-000002.tgckpt (", dir);
+    const char *at = strstr(r.err, head);
+    double s = -1;
+    int used = 0;
+    if (at && sscanf(at + strlen(head), "%lf s)\n%n", &s, &used) != 1) used = 0;
+    const char *after = at ? at + strlen(head) + used : NULL;
+    CHECK(at && used > 0 && s >= 0 && after[-1] == '\n' && !strncmp(after, "step 3/3 loss ", 14) &&
+              !strstr(r.err, "\n\ncheckpoint") && !strstr(r.err, "step-000003"),
+          "the checkpoint line: %s", r.err);
+    /* the step it follows is step 2's */
+    const char *two = strstr(r.err, "\nstep 2/3 loss ");
+    CHECK(two && at && two < at && !memchr(two + 1, '\n', (size_t)(at + 12 - (two + 1))), "order: %s", r.err);
+    tg_cli_run_free(&r);
+}
