@@ -244,3 +244,30 @@ TG_TEST(test_models_hf_checkpoint_out_of_memory) {
     snprintf(single, sizeof single, "%s/a.safetensors", dir);
     fail_each(single);
 }
+
+/* Names shorter than ".json" are single files, and nothing before the name is read (each
+ * sits on the heap with no byte to spare, so the sanitizer build sees a read before it);
+ * ".json" itself, five bytes, is looked at whole. */
+TG_TEST(test_models_hf_checkpoint_short_names) {
+    static const char *const names[] = {"a", "ab", "a.js", "json"};
+    for (int i = 0; i < 4; i++) {
+        char *name = malloc(strlen(names[i]) + 1);
+        REQUIRE(name, "malloc");
+        memcpy(name, names[i], strlen(names[i]) + 1);
+        tg_hf_checkpoint ck;
+        tg_err err = {{0}};
+        char want[64];
+        snprintf(want, sizeof want, "%s: cannot open: No such file", names[i]);
+        CHECK(tg_hf_checkpoint_open(name, &ck, &err) == -1 && !strncmp(err.msg, want, strlen(want)), "'%s': '%s'",
+              names[i], err.msg);
+        free(name);
+    }
+    char *index = malloc(6);
+    REQUIRE(index, "malloc");
+    memcpy(index, ".json", 6);
+    tg_hf_checkpoint ck;
+    tg_err err = {{0}};
+    CHECK(tg_hf_checkpoint_open(index, &ck, &err) == -1 && !strncmp(err.msg, ".json: cannot open", 18), "'.json': '%s'",
+          err.msg);
+    free(index);
+}
