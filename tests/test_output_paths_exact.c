@@ -232,6 +232,8 @@ TG_TEST(test_outputs_check_exact_messages) {
     REQUIRE(tg_test_write_file(at("file"), "x") == 0 && tg_test_write_file(at("train.jsonl"), "{}\n") == 0 &&
                 tg_test_write_file(at("eval.jsonl"), "{}\n") == 0 && mkdir(at("sub"), 0755) == 0,
             "setup");
+    REQUIRE(symlink("nowhere/x", at("to_missing_dir")) == 0 && symlink("to_missing_dir", at("to_to_missing_dir")) == 0,
+            "dangling links");
     REQUIRE(symlink("train.jsonl", at("to_train")) == 0 && symlink("loop_b", at("loop_a")) == 0 &&
                 symlink("loop_a", at("loop_b")) == 0 && link(at("eval.jsonl"), at("hard_eval")) == 0,
             "links");
@@ -255,6 +257,9 @@ TG_TEST(test_outputs_check_exact_messages) {
         {at("new/."), "plan (-o)", "plan (-o) %1$s: names a folder; name a file"},
         {at("sub/.."), "plan (-o)", "plan (-o) %1$s: is a folder; name a file"},
         {at("nowhere/x"), "metrics", "metrics %1$s: the folder %2$s/nowhere does not exist"},
+        /* A link into a missing folder: the link's own folder exists. */
+        {at("to_missing_dir"), "metrics", "metrics %1$s: is a link into a folder that does not exist"},
+        {at("to_to_missing_dir"), "metrics", "metrics %1$s: is a link into a folder that does not exist"},
         {at("file/x"), "metrics", "metrics %1$s: Not a directory"},
         {at("loop_a"), "metrics", "metrics %1$s: Too many levels of symbolic links"},
         {at("train.jsonl"), "plan (-o)", "plan (-o) %1$s: would overwrite the training data %2$s/train.jsonl (the same file)"},
