@@ -186,7 +186,11 @@ static int check_output(const tg_named_path *o, file_id *id, tg_err *err) {
         char *dir;
         const char *base;
         if (split(p, &dir, &base)) return tg_fail(err, "%s %s: out of memory", o->what, show(p).text);
-        tg_fail(err, "%s %s: the folder %s does not exist", o->what, show(p).text, show(dir).text);
+        /* Its own folder there: p is a dangling link, whose target's folder is missing. */
+        struct stat dir_st;
+        if (stat(dir, &dir_st) == 0)
+            tg_fail(err, "%s %s: is a link into a folder that does not exist", o->what, show(p).text);
+        else tg_fail(err, "%s %s: the folder %s does not exist", o->what, show(p).text, show(dir).text);
         free(dir);
         return -1;
     }

@@ -84,6 +84,16 @@ static const config_case k_cases[] = {
     {'g', "{\"n_head\": 5}", NULL, "field 'n_head': n_embd 32 is not divisible by n_head 5"},
     {'r', "{\"pad_token_id\": 1, \"max_position_embeddings\": 2}", NULL,
      "field 'max_position_embeddings': 2 leaves no positions after the padding offset (pad_token_id 1 + 1)"},
+    {'r', "{\"pad_token_id\": 10, \"max_position_embeddings\": 5}", NULL,
+     "field 'max_position_embeddings': 5 leaves no positions after the padding offset (pad_token_id 10 + 1)"},
+    {'r', "{\"pad_token_id\": 10, \"max_position_embeddings\": 11}", NULL,
+     "field 'max_position_embeddings': 11 leaves no positions after the padding offset (pad_token_id 10 + 1)"},
+    /* numbers: true, false, null and text are none */
+    {'b', "{\"hidden_dropout_prob\": true}", NULL, "field 'hidden_dropout_prob': expected a number"},
+    {'b', "{\"attention_probs_dropout_prob\": false}", NULL, "field 'attention_probs_dropout_prob': expected a number"},
+    {'b', "{\"layer_norm_eps\": null}", NULL, "field 'layer_norm_eps': expected a number"},
+    {'b', "{\"initializer_range\": \"0.02\"}", NULL, "field 'initializer_range': expected a number"},
+    {'b', "{\"hidden_dropout_prob\": [0.1]}", NULL, "field 'hidden_dropout_prob': expected a number"},
     {'b', "{\"hidden_size\": 65536, \"vocab_size\": 262145, \"num_attention_heads\": 1}", NULL,
      "field 'vocab_size': the token embeddings of 262145 x hidden_size 65536 elements is past the limit of "
      "17179869184 elements per weight"},
@@ -98,6 +108,9 @@ static const config_case k_cases[] = {
     {'g', "{\"scale_attn_weights\": true, \"reorder_and_upcast_attn\": false, \"add_cross_attention\": false, "
           "\"activation_function\": \"gelu_pytorch_tanh\", \"pad_token_id\": null}", NULL, NULL},
     {'g', "{\"n_inner\": 48, \"activation_function\": \"gelu\"}", NULL, NULL},
+    /* the first position past the padding offset is enough; numbers at their bounds */
+    {'r', "{\"pad_token_id\": 10, \"max_position_embeddings\": 12}", NULL, NULL},
+    {'b', "{\"hidden_dropout_prob\": 0, \"layer_norm_eps\": 1}", NULL, NULL},
 };
 
 /* dir/c<k>.json: the case's config; the path into path. */
@@ -532,4 +545,52 @@ TG_TEST(test_config_special_ids_of_slashed_names) {
         CHECK(bos == -1 && eos == -1, "'%s': bos %d eos %d", none[i], bos, eos);
         free(name);
     }
+}
+
+/* A config.json whose top level is an array: refused as no object, by the parser and by a
+ * load of its folder, which returns -1 like every refusal. */
+TG_TEST(test_config_top_level_not_an_object) {
+    const char *dir = tg_test_tmpdir();
+    static const char *const texts[] = {"[]", "[{\"model_type\": \"bert\"}]"};
+    for (int i = 0; i < 2; i++) {
+        char folder[800], path[900], want[1200];
+        snprintf(folder, sizeof folder, "%s/top%d", dir, i);
+        snprintf(path, sizeof path, "%s/config.json", folder);
+        REQUIRE(mkdir(folder, 0755) == 0 && tg_test_write_file(path, texts[i]) == 0, "setup %d", i);
+        snprintf(want, sizeof want, "%s: expected a JSON object at the top level", path);
+        tg_model_config c;
+        tg_err err = {{0}};
+        int rc = tg_model_config_parse(path, &c, &err);
+        CHECK(rc == -1 && !strcmp(err.msg, want), "parse '%s': rc %d '%s'", texts[i], rc, err.msg);
+        memset(&err, 0, sizeof err);
+        rc = tg_model_config_load(folder, &c, &err);
+        CHECK(rc == -1 && !strcmp(err.msg, want), "load '%s': rc %d '%s'", texts[i], rc, err.msg);
+    }
+    /* A field refused: the load returns -1 too. */
+    char folder[800], path[900];
+    snprintf(folder, sizeof folder, "%s/bad_field", dir);
+    snprintf(path, sizeof path, "%s/config.json", folder);
+    REQUIRE(mkdir(folder, 0755) == 0 && tg_test_write_file(path, "{\"model_type\": \"bert\"}") == 0, "setup");
+    tg_model_config c;
+    tg_err err = {{0}};
+    const int rc = tg_model_config_load(folder, &c, &err);
+    CHECK(rc == -1 && strstr(err.msg, "config.json: field 'vocab_size': missing"), "rc %d '%s'", rc, err.msg);
+}
+
+/* A name with a slash is a folder, never a preset: "tiny-bert/" (from a folder without a
+ * tiny-bert folder) is refused, while the preset's own folder named as a path loads. */
+TG_TEST(test_config_slashed_names_are_folders) {
+    tg_model_config c;
+    tg_err err = {{0}};
+    const char *want = "model 'tiny-bert/': no preset of that name and no folder tiny-bert/config.json (presets: ";
+    CHECK(tg_model_config_load("tiny-bert/", &c, &err) == -1 && !strncmp(err.msg, want, strlen(want)), "'%s'",
+          err.msg);
+    const char *want2 = "model './tiny-bert': no preset of that name and no folder ./tiny-bert/config.json (presets: ";
+    CHECK(tg_model_config_load("./tiny-bert", &c, &err) == -1 && !strncmp(err.msg, want2, strlen(want2)), "'%s'",
+          err.msg);
+    char folder[800];
+    snprintf(folder, sizeof folder, "%s/tiny-bert/", tg_presets_dir());
+    CHECK(tg_model_config_load(folder, &c, &err) == 0 && c.arch == TG_ARCH_BERT && c.hidden == 32 &&
+              !strcmp(c.source, folder),
+          "%s: %s", folder, err.msg);
 }

@@ -198,3 +198,28 @@ TG_TEST(test_models_config_write_each_allocation_failing_alone) {
         }
     }
 }
+
+/* The label maps are allocated before any name is looked at: a classification head whose
+ * first name is empty gets "out of memory" when either map (or anything before them) cannot
+ * be allocated, and the name's own refusal only with both in hand. */
+TG_TEST(test_models_config_write_label_maps_before_names) {
+    tg_model_config m;
+    tg_err err = {{0}};
+    REQUIRE(tg_model_config_load("tiny-bert", &m, &err) == 0, "%s", err.msg);
+    const char *const labels[] = {"", "pos"};
+    const tg_hf_head h = {TG_TASK_CLASSIFY, 2, labels, 0, -1, -1};
+    tg_alloc_fail_after(-1);
+    char *text = tg_model_config_hf_json(&m, &h, &err);
+    const long total = tg_alloc_fail_after(-1);
+    REQUIRE(!text && !strcmp(err.msg, "label 0: the name is empty") && total > 2, "%ld allocations: '%s'", total,
+            err.msg);
+    for (long k = 0; k < total; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        text = tg_model_config_hf_json(&m, &h, &err);
+        tg_alloc_fail_after(-1);
+        CHECK(!text && !strcmp(err.msg, "out of memory"), "allocation %ld of %ld failing alone: '%s'", k, total,
+              err.msg);
+        free(text);
+    }
+}

@@ -244,3 +244,82 @@ TG_TEST(test_models_hf_checkpoint_out_of_memory) {
     snprintf(single, sizeof single, "%s/a.safetensors", dir);
     fail_each(single);
 }
+
+/* Names shorter than ".json" are single files, and nothing before the name is read (each
+ * sits on the heap with no byte to spare, so the sanitizer build sees a read before it);
+ * ".json" itself, five bytes, is looked at whole. */
+TG_TEST(test_models_hf_checkpoint_short_names) {
+    static const char *const names[] = {"a", "ab", "a.js", "json"};
+    for (int i = 0; i < 4; i++) {
+        char *name = malloc(strlen(names[i]) + 1);
+        REQUIRE(name, "malloc");
+        memcpy(name, names[i], strlen(names[i]) + 1);
+        tg_hf_checkpoint ck;
+        tg_err err = {{0}};
+        char want[64];
+        snprintf(want, sizeof want, "%s: cannot open: No such file", names[i]);
+        CHECK(tg_hf_checkpoint_open(name, &ck, &err) == -1 && !strncmp(err.msg, want, strlen(want)), "'%s': '%s'",
+              names[i], err.msg);
+        free(name);
+    }
+    char *index = malloc(6);
+    REQUIRE(index, "malloc");
+    memcpy(index, ".json", 6);
+    tg_hf_checkpoint ck;
+    tg_err err = {{0}};
+    CHECK(tg_hf_checkpoint_open(index, &ck, &err) == -1 && !strncmp(err.msg, ".json: cannot open", 18), "'.json': '%s'",
+          err.msg);
+    free(index);
+}
+
+/* TG_ST_PATH_MAX (512 with its terminator) at its edge: a name or a shard's path of 511
+ * bytes is opened (and here not found), one of 512 is refused as too long (never opened
+ * cut short). */
+TG_TEST(test_models_hf_checkpoint_path_limit_edges) {
+    for (size_t len = TG_ST_PATH_MAX - 1; len <= TG_ST_PATH_MAX; len++) {
+        /* The name: "x/" repeated (folders that are not there), then "i.json" to the length. */
+        char name[TG_ST_PATH_MAX + 8];
+        size_t n = 0;
+        while (len - n > 8) name[n++] = 'x', name[n++] = '/';
+        while (len - n > 6) name[n++] = 'i';
+        memcpy(name + n, "i.json", 7);
+        REQUIRE(strlen(name) == len, "a %zu-byte name", strlen(name));
+        tg_hf_checkpoint ck;
+        tg_err err = {{0}};
+        char want[TG_ST_PATH_MAX + 64];
+        if (len < TG_ST_PATH_MAX) snprintf(want, sizeof want, "%s: cannot open", name);
+        else snprintf(want, sizeof want, "%s: path too long", name);
+        CHECK(tg_hf_checkpoint_open(name, &ck, &err) == -1 && !strncmp(err.msg, want, strlen(want)),
+              "a %zu-byte name: '...%s'", len, err.msg + (strlen(err.msg) > 60 ? strlen(err.msg) - 60 : 0));
+    }
+    /* A shard named in an index: its path is the index's folder then the name. */
+    const char *dir = tg_test_tmpdir();
+    char index[800];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    const size_t dir_len = strlen(dir) + 1;
+    REQUIRE(dir_len + 20 < TG_ST_PATH_MAX, "a short test folder");
+    for (size_t len = TG_ST_PATH_MAX - 1; len <= TG_ST_PATH_MAX; len++) {
+        char shard[TG_ST_PATH_MAX + 8], text[2 * TG_ST_PATH_MAX];
+        const size_t shard_len = len - dir_len;
+        size_t n = 0;
+        while (shard_len - n > 20) {
+            memset(shard + n, 's', 9);
+            shard[n + 9] = '/';
+            n += 10;
+        }
+        memset(shard + n, 't', shard_len - n);
+        shard[shard_len] = 0;
+        snprintf(text, sizeof text, "{\"weight_map\": {\"x\": \"%s\"}}", shard);
+        REQUIRE(tg_test_write_file(index, text) == 0, "index");
+        tg_hf_checkpoint ck;
+        tg_err err = {{0}};
+        const int rc = tg_hf_checkpoint_open(index, &ck, &err);
+        /* 511: the shard's own refusal (not there), after a context cut to 512 bytes. */
+        char want[3 * TG_ST_PATH_MAX];
+        if (len < TG_ST_PATH_MAX) snprintf(want, sizeof want, "%s: shard '%s", index, shard);
+        else snprintf(want, sizeof want, "%s: shard '%s' (of tensor 'x'): path too long", index, shard);
+        const int too_long = strstr(err.msg, "path too long") != NULL;
+        CHECK(rc == -1 && !strncmp(err.msg, want, 400) && too_long == (len == TG_ST_PATH_MAX),
+              "a %zu-byte shard path: '%s'\n    want '%s'", len, err.msg, want);
+    }
+}
