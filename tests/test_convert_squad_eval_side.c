@@ -179,3 +179,29 @@ TG_TEST(test_convert_squad_each_allocation_failing) {
     CHECK(path_failed == 2, "%d failures named an eval file's path", path_failed);
     byte_encoder_free(&f.be);
 }
+
+/* --doc-stride 0 is a stride of 0 (windows that do not overlap), not the default. */
+TG_TEST(test_convert_squad_doc_stride_zero) {
+    char out[700];
+    snprintf(out, sizeof out, "%s/stride0", tg_test_tmpdir());
+    fixture f;
+    fixture_init(&f, out);
+    tg_test_write_file(f.input, "{\"data\": [{\"paragraphs\": [{\"context\": \"abcdefghijklmnopqrst\", \"qas\": [{\"id\": "
+                                "\"a\", \"question\": \"q\", \"answers\": [{\"text\": \"n\", \"answer_start\": 13}]}]}]}]}");
+    f.opt.doc_stride = 0;
+    f.opt.eval_fraction = 0;
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    REQUIRE(tg_convert(&f.opt, &f.enc, &rep, &err) == 0, "%s", err.msg);
+    CHECK(rep.records[TG_SPLIT_TRAIN] == 2 && rep.records[TG_SPLIT_EVAL] == 0 && rep.answered == 1,
+          "%lld records, %lld answered", (long long)rep.records[TG_SPLIT_TRAIN], (long long)rep.answered);
+    char path[800];
+    snprintf(path, sizeof path, "%s/%s", out, tg_squad_eval_file_name(TG_SPLIT_TRAIN));
+    const char *text = slurp(path);
+    REQUIRE(text, "%s: not there", path);
+    CHECK(strstr(text, "{\"window\":0,\"at\":3,\"first\":0,\"count\":12}\n"
+                       "{\"window\":0,\"at\":3,\"first\":12,\"count\":8}\n"
+                       "{\"end\":{\"contexts\":1,\"questions\":1,\"windows\":2}}\n") != NULL,
+          "%s", text);
+    byte_encoder_free(&f.be);
+}
