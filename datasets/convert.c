@@ -244,7 +244,7 @@ static int convert_rows(converter *C, const tg_text_rows *rows, const int32_t *l
 /* The SQuAD eval file of each split (datasets/squad_eval.h), written as the windows are. */
 typedef struct qa_side {
     FILE *f[TG_SPLIT_COUNT];
-    char path[TG_SPLIT_COUNT][TG_PATH_MAX + 64];
+    char *path[TG_SPLIT_COUNT]; /* allocated to fit: the writer's folder has no fixed bound here */
     int32_t contexts[TG_SPLIT_COUNT], questions[TG_SPLIT_COUNT], windows[TG_SPLIT_COUNT];
     int64_t last_paragraph[TG_SPLIT_COUNT]; /* the context written last, numbered over the files */
 } qa_side;
@@ -273,8 +273,11 @@ static int qa_sink(void *ctx, const tg_shard_record *rec, tg_err *err) {
 static int qa_side_question(converter *C, qa_side *d, int split, const tg_squad *sq, const tg_squad_question *q,
                             int64_t paragraph, const tg_qa_context *ctx, tg_err *err) {
     if (!d->f[split]) {
-        snprintf(d->path[split], sizeof d->path[split], "%s/%s", tg_shard_writer_folder(C->w),
-                 tg_squad_eval_file_name(split));
+        const char *folder = tg_shard_writer_folder(C->w), *name = tg_squad_eval_file_name(split);
+        const size_t size = strlen(folder) + 1 + strlen(name) + 1;
+        free(d->path[split]);
+        if (!(d->path[split] = tg_malloc(size))) return tg_fail(err, "out of memory for the path of %s", name);
+        snprintf(d->path[split], size, "%s/%s", folder, name);
         if (!(d->f[split] = fopen(d->path[split], "wbx")))
             return tg_fail(err, "%s: cannot create: %s", d->path[split], strerror(errno));
         d->last_paragraph[split] = -1;
@@ -304,15 +307,19 @@ static int qa_side_question(converter *C, qa_side *d, int split, const tg_squad 
     return 0;
 }
 
-/* Ends and closes the eval files; with ok 0 just closes them. */
+/* Ends and closes the eval files; with ok 0 just closes them. Frees the paths. */
 static int qa_side_close(qa_side *d, int ok, tg_err *err) {
     int rc = 0;
     for (int s = 0; s < TG_SPLIT_COUNT; s++) {
-        if (!d->f[s]) continue;
-        if (ok && !rc)
-            rc = tg_squad_eval_put_end(d->f[s], d->path[s], d->contexts[s], d->questions[s], d->windows[s], err);
-        if (fclose(d->f[s]) != 0 && ok && !rc) rc = tg_fail(err, "%s: write error: %s", d->path[s], strerror(errno));
-        d->f[s] = NULL;
+        if (d->f[s]) {
+            if (ok && !rc)
+                rc = tg_squad_eval_put_end(d->f[s], d->path[s], d->contexts[s], d->questions[s], d->windows[s], err);
+            if (fclose(d->f[s]) != 0 && ok && !rc)
+                rc = tg_fail(err, "%s: write error: %s", d->path[s], strerror(errno));
+            d->f[s] = NULL;
+        }
+        free(d->path[s]);
+        d->path[s] = NULL;
     }
     return rc;
 }

@@ -17,7 +17,14 @@ const char *tg_squad_eval_file_name(int split) {
 
 /* Writes obj as one line and drops it; failed: a constructor ran out of memory. */
 static int put_line(FILE *f, const char *name, json_t *obj, int failed, tg_err *err) {
+    /* jansson's dump goes on past a buffer that failed to grow, with those bytes dropped
+     * (a key without its closing quote): any allocation failing during it fails the line. */
+    const long failures_before = tg_alloc_failures();
     char *text = obj && !failed ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (text && tg_alloc_failures() != failures_before) {
+        free(text);
+        text = NULL;
+    }
     json_decref(obj);
     if (!text) return tg_fail(err, "%s: out of memory for a line", name);
     const size_t n = strlen(text);
