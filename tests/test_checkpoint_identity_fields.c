@@ -14,6 +14,8 @@
 #include <xxhash.h>
 
 #include "base/version.h"
+#include "compiler/compile.h"
+#include "compiler/job.h"
 #include "plan/plan_file.h"
 #include "runtime/checkpoint.h"
 #include "tests/harness.h"
@@ -129,5 +131,42 @@ TG_TEST(test_checkpoint_identity_structure_hash_value) {
         CHECK(got && !strcmp(got, want), "variant %d: plan.structure %s, want %s", variant, got ? got : "(none)", want);
         tg_checkpoint_free(&ck);
     }
+    tg_plan_free(&plan);
+}
+
+/* An Adan plan records its optimizer settings between grad_clip's neighbours: the optimizer's
+ * name, the betas, beta3 and no_prox (Adan's alone), then eps, weight decay and clipping. A
+ * model name holding '%' is recorded as it is, never read as a format. */
+TG_TEST(test_checkpoint_identity_fields_adan) {
+    static tg_job job;
+    tg_err err = {{0}};
+    const char *sets[] = {"optimizer=adan", "beta3=0.995", "no_prox=true"};
+    REQUIRE(tg_job_parse_text("model = tiny-bert\nsteps = 2\nseq = 16\ntrain_data = t.jsonl\n", "j.job", NULL, sets, 3,
+                              &job, &err) == 0,
+            "%s", err.msg);
+    tg_plan plan;
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    snprintf(plan.model.source, sizeof plan.model.source, "runs/100%%%%-bert %%d");
+    const tg_checkpoint_run run = {.total_steps = 2, .train_examples = 3, .train_hash = 5};
+    tg_checkpoint ck;
+    tg_checkpoint_init(&ck);
+    REQUIRE(tg_checkpoint_identify(&ck, &plan, &run, &err) == 0, "%s", err.msg);
+    char all[8192];
+    size_t n = 0;
+    for (int i = 0; i < ck.n_fields && n < sizeof all; i++)
+        n += (size_t)snprintf(all + n, sizeof all - n, "%s=%s\n", ck.fields[i].key, ck.fields[i].value);
+    CHECK(strstr(all, "tunegraph=" TG_VERSION_STRING "\nmodel=runs/100%%-bert %d\nmodel.arch=bert\n") == all,
+          "fields begin\n%s", all);
+    CHECK(strstr(all, "\noptimizer=adan\n"
+                      "beta1=0.980000019\n"
+                      "beta2=0.920000017\n"
+                      "beta3=0.995000005\n"
+                      "no_prox=1\n"
+                      "eps=9.99999994e-09\n"
+                      "weight_decay=0.00999999978\n"
+                      "grad_clip=1\n"
+                      "seed="),
+          "fields\n%s", all);
+    tg_checkpoint_free(&ck);
     tg_plan_free(&plan);
 }
