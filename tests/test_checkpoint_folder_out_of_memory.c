@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "runtime/checkpoint.h"
@@ -81,5 +83,36 @@ TG_TEST(test_checkpoint_save_out_of_memory_naming) {
     snprintf(at, sizeof at, "%s/step-000042.tgckpt", dir);
     CHECK(path && !strcmp(path, at), "saved at %s", path ? path : "(none)");
     free(path);
+    tg_checkpoint_free(&ck);
+}
+
+/* A save that fails after naming its file (the step file's name taken by a folder, or
+ * `latest` a folder) gives back no path and prunes nothing. */
+TG_TEST(test_checkpoint_save_failure_gives_no_path) {
+    const char *dir = tg_test_tmpdir();
+    char taken[800], old[800];
+    snprintf(old, sizeof old, "%s/step-000001.tgckpt", dir);
+    REQUIRE(tg_test_write_file(old, "x") == 0, "%s", old);
+    snprintf(taken, sizeof taken, "%s/step-000002.tgckpt", dir);
+    REQUIRE(mkdir(taken, 0755) == 0, "mkdir %s", taken);
+    tg_checkpoint ck;
+    tg_checkpoint_init(&ck);
+    ck.state = (tg_checkpoint_state){.step = 2, .total_steps = 5, .replicas = 1};
+    tg_err err = {{0}};
+    char *path = (char *)"unset";
+    CHECK(tg_checkpoint_save_in_dir(&ck, dir, 1, &path, &err) == -1 && path == NULL &&
+              strstr(err.msg, "step-000002.tgckpt"),
+          "the step file a folder: path %s, '%s'", path ? path : "(null)", err.msg);
+    rmdir(taken);
+    char latest[800];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    REQUIRE(mkdir(latest, 0755) == 0, "mkdir %s", latest);
+    snprintf(taken, sizeof taken, "%s/latest/inside", dir);
+    REQUIRE(tg_test_write_file(taken, "x") == 0, "%s", taken);
+    path = (char *)"unset";
+    CHECK(tg_checkpoint_save_in_dir(&ck, dir, 1, &path, &err) == -1 && path == NULL && strstr(err.msg, latest),
+          "latest a folder: path %s, '%s'", path ? path : "(null)", err.msg);
+    struct stat st;
+    CHECK(stat(old, &st) == 0, "step 1 was pruned after a failed save");
     tg_checkpoint_free(&ck);
 }

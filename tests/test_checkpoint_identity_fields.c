@@ -170,3 +170,42 @@ TG_TEST(test_checkpoint_identity_fields_adan) {
     tg_checkpoint_free(&ck);
     tg_plan_free(&plan);
 }
+
+/* Gradient accumulation is recorded only past 1 (checkpoints from before the key resume),
+ * after zero_stage; the schedule's warmup and form as the schedule op holds them. */
+TG_TEST(test_checkpoint_identity_fields_accumulation_and_schedule) {
+    tg_plan plan;
+    REQUIRE(tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &plan), "compile");
+    tg_op *schedule = NULL;
+    for (int o = 0; o < plan.n_ops; o++)
+        if (plan.ops[o].kind == TG_OP_SCHEDULE) schedule = &plan.ops[o];
+    REQUIRE(schedule, "no schedule op");
+    const tg_checkpoint_run run = {.total_steps = 2, .train_examples = 3, .train_hash = 5};
+    const struct {
+        int accumulation, warmup, form;
+        const char *want;
+    } cases[] = {
+        {1, 0, TG_LR_LINEAR, "\nzero_stage=0\nattention=fused\nlr=4.99999987e-05\nwarmup_steps=0\nlr_schedule=linear\n"},
+        {2, 4, TG_LR_COSINE,
+         "\nzero_stage=0\ngrad_accumulation=2\nattention=fused\nlr=4.99999987e-05\nwarmup_steps=4\nlr_schedule=cosine\n"},
+        {3, 2147483647, TG_LR_CONSTANT,
+         "\nzero_stage=0\ngrad_accumulation=3\nattention=fused\nlr=4.99999987e-05\nwarmup_steps=2147483647\n"
+         "lr_schedule=constant\n"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        plan.train.grad_accumulation = cases[k].accumulation;
+        schedule->p.schedule.warmup = cases[k].warmup;
+        schedule->p.schedule.form = cases[k].form;
+        tg_checkpoint ck;
+        tg_checkpoint_init(&ck);
+        tg_err err = {{0}};
+        REQUIRE(tg_checkpoint_identify(&ck, &plan, &run, &err) == 0, "%s", err.msg);
+        char all[8192];
+        size_t n = 0;
+        for (int i = 0; i < ck.n_fields && n < sizeof all; i++)
+            n += (size_t)snprintf(all + n, sizeof all - n, "%s=%s\n", ck.fields[i].key, ck.fields[i].value);
+        CHECK(strstr(all, cases[k].want), "case %zu: fields\n%s", k, all);
+        tg_checkpoint_free(&ck);
+    }
+    tg_plan_free(&plan);
+}
