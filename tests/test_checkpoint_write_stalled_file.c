@@ -74,10 +74,10 @@ TG_TEST(test_checkpoint_write_stalled_file_contents) {
     setenv("TUNEGRAPH_TEST_CHECKPOINT_STALL", "3", 1);
     pthread_t t;
     pthread_create(&t, NULL, write_it, &s);
-    /* Until the message is in the log (3 s at most): then the writer waits, or is about to. */
+    /* Until the message is in the log (10 s at most): then the writer waits, or is about to. */
     char *said = NULL, *part = NULL;
     long part_len = 0;
-    for (int polls = 0; polls < 300 && !s.done; polls++) {
+    for (int polls = 0; polls < 1000 && !s.done; polls++) {
         usleep(10000);
         said = tg_test_read_file(log, NULL);
         if (said && !strcmp(said, want)) break;
