@@ -132,6 +132,12 @@ CASE(idnt_count_past_record) {
     put32(b, 3), put_str(b, "ab", 2), put_str(b, "c", 1);
     rec_end(b, at);
 }
+/* Two fields counted, one there: 16 bytes of fields at the least, 11 left after the count. */
+CASE(idnt_count_one_past_record) {
+    const size_t at = rec_begin(b, "IDNT");
+    put32(b, 2), put_str(b, "ab", 2), put_str(b, "c", 1);
+    rec_end(b, at);
+}
 CASE(idnt_key_long) {
     const size_t at = rec_begin(b, "IDNT");
     put32(b, 1), put32(b, TG_CHECKPOINT_KEY_MAX), put32(b, 0); /* one past the longest */
@@ -288,6 +294,7 @@ static const payload_case k_cases[] = {
     {idnt_count_cut, "record 0 (IDNT): field 'count' is cut short (file corrupt)"},
     {idnt_count_huge, "record 0 (IDNT): field 'count' is 5000, more than the record holds"},
     {idnt_count_past_record, "record 0 (IDNT): field 'count' is 3, more than the record holds"},
+    {idnt_count_one_past_record, "record 0 (IDNT): field 'count' is 2, more than the record holds"},
     {idnt_key_long, "record 0 (IDNT): field 'key' is 64 bytes, at most 63 allowed"},
     {idnt_key_cut, "record 0 (IDNT): field 'key' is cut short"},
     {idnt_key_nul, "record 0 (IDNT): field 'key' holds a NUL byte"},
