@@ -132,6 +132,12 @@ CASE(idnt_count_past_record) {
     put32(b, 3), put_str(b, "ab", 2), put_str(b, "c", 1);
     rec_end(b, at);
 }
+/* Two fields counted, one there: 16 bytes of fields at the least, 11 left after the count. */
+CASE(idnt_count_one_past_record) {
+    const size_t at = rec_begin(b, "IDNT");
+    put32(b, 2), put_str(b, "ab", 2), put_str(b, "c", 1);
+    rec_end(b, at);
+}
 CASE(idnt_key_long) {
     const size_t at = rec_begin(b, "IDNT");
     put32(b, 1), put32(b, TG_CHECKPOINT_KEY_MAX), put32(b, 0); /* one past the longest */
@@ -194,6 +200,7 @@ STAT_CASE(stat_examples_negative, s.examples = -1, s.pos = -2)
 STAT_CASE(stat_epoch_negative, s.epoch = -1)
 STAT_CASE(stat_pos_negative, s.pos = -1)
 STAT_CASE(stat_step_disagrees, s.step = 4)
+STAT_CASE(stat_step_below_header, s.step = 2)
 STAT_CASE(stat_fingerprint_disagrees, s.fingerprint = 0x78)
 /* TNSR */
 CASE(tnsr_name_cut) { idnt(b), stat_ok(b), raw_rec(b, "TNSR", "\1\0", 2), end(b); }
@@ -287,6 +294,7 @@ static const payload_case k_cases[] = {
     {idnt_count_cut, "record 0 (IDNT): field 'count' is cut short (file corrupt)"},
     {idnt_count_huge, "record 0 (IDNT): field 'count' is 5000, more than the record holds"},
     {idnt_count_past_record, "record 0 (IDNT): field 'count' is 3, more than the record holds"},
+    {idnt_count_one_past_record, "record 0 (IDNT): field 'count' is 2, more than the record holds"},
     {idnt_key_long, "record 0 (IDNT): field 'key' is 64 bytes, at most 63 allowed"},
     {idnt_key_cut, "record 0 (IDNT): field 'key' is cut short"},
     {idnt_key_nul, "record 0 (IDNT): field 'key' holds a NUL byte"},
@@ -304,6 +312,7 @@ static const payload_case k_cases[] = {
     {stat_epoch_negative, "record 1 (STAT): field 'sampler': epoch -1, position 4 of 10 examples"},
     {stat_pos_negative, "record 1 (STAT): field 'sampler': epoch 1, position -1 of 10 examples"},
     {stat_step_disagrees, "header field 'step' is 3, the state record says 4"},
+    {stat_step_below_header, "header field 'step' is 3, the state record says 2"},
     {stat_fingerprint_disagrees, "header field 'plan fingerprint' disagrees with the state record"},
     {tnsr_name_cut, "record 2 (TNSR): field 'name' is cut short"},
     {tnsr_name_empty, "record 2 (TNSR): field 'name' is empty"},
@@ -403,6 +412,19 @@ TG_TEST(test_checkpoint_decode_header_table) {
     CHECK(tg_checkpoint_decode(bytes, len, "h", &ck, &err) == -1 &&
               !strcmp(err.msg, "h: header field 'flags' is 0x1, not 0 (file corrupt or from a newer build)"),
           "flags: %s", err.msg);
+    /* Flags set in their high byte alone, and with reserved set too: flags are named first. */
+    memcpy(bytes, good_bytes, len);
+    set32(bytes + 12, 0x80000000u);
+    header_reseal(bytes);
+    CHECK(tg_checkpoint_decode(bytes, len, "h", &ck, &err) == -1 &&
+              !strcmp(err.msg, "h: header field 'flags' is 0x80000000, not 0 (file corrupt or from a newer build)"),
+          "high flags: %s", err.msg);
+    memcpy(bytes, good_bytes, len);
+    set32(bytes + 12, 0x100), set32(bytes + 20, 7);
+    header_reseal(bytes);
+    CHECK(tg_checkpoint_decode(bytes, len, "h", &ck, &err) == -1 &&
+              !strcmp(err.msg, "h: header field 'flags' is 0x100, not 0 (file corrupt or from a newer build)"),
+          "flags and reserved: %s", err.msg);
     memcpy(bytes, good_bytes, len);
     set32(bytes + 20, 0x2a);
     header_reseal(bytes);

@@ -14,6 +14,8 @@
 #include <xxhash.h>
 
 #include "base/version.h"
+#include "compiler/compile.h"
+#include "compiler/job.h"
 #include "plan/plan_file.h"
 #include "runtime/checkpoint.h"
 #include "tests/harness.h"
@@ -127,6 +129,82 @@ TG_TEST(test_checkpoint_identity_structure_hash_value) {
         REQUIRE(tg_checkpoint_identify(&ck, &plan, &run, &err) == 0, "%s", err.msg);
         const char *got = tg_checkpoint_field_value(&ck, "plan.structure");
         CHECK(got && !strcmp(got, want), "variant %d: plan.structure %s, want %s", variant, got ? got : "(none)", want);
+        tg_checkpoint_free(&ck);
+    }
+    tg_plan_free(&plan);
+}
+
+/* An Adan plan records its optimizer settings between grad_clip's neighbours: the optimizer's
+ * name, the betas, beta3 and no_prox (Adan's alone), then eps, weight decay and clipping. A
+ * model name holding '%' is recorded as it is, never read as a format. */
+TG_TEST(test_checkpoint_identity_fields_adan) {
+    static tg_job job;
+    tg_err err = {{0}};
+    const char *sets[] = {"optimizer=adan", "beta3=0.995", "no_prox=true"};
+    REQUIRE(tg_job_parse_text("model = tiny-bert\nsteps = 2\nseq = 16\ntrain_data = t.jsonl\n", "j.job", NULL, sets, 3,
+                              &job, &err) == 0,
+            "%s", err.msg);
+    tg_plan plan;
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    snprintf(plan.model.source, sizeof plan.model.source, "runs/100%%%%-bert %%d");
+    const tg_checkpoint_run run = {.total_steps = 2, .train_examples = 3, .train_hash = 5};
+    tg_checkpoint ck;
+    tg_checkpoint_init(&ck);
+    REQUIRE(tg_checkpoint_identify(&ck, &plan, &run, &err) == 0, "%s", err.msg);
+    char all[8192];
+    size_t n = 0;
+    for (int i = 0; i < ck.n_fields && n < sizeof all; i++)
+        n += (size_t)snprintf(all + n, sizeof all - n, "%s=%s\n", ck.fields[i].key, ck.fields[i].value);
+    CHECK(strstr(all, "tunegraph=" TG_VERSION_STRING "\nmodel=runs/100%%-bert %d\nmodel.arch=bert\n") == all,
+          "fields begin\n%s", all);
+    CHECK(strstr(all, "\noptimizer=adan\n"
+                      "beta1=0.980000019\n"
+                      "beta2=0.920000017\n"
+                      "beta3=0.995000005\n"
+                      "no_prox=1\n"
+                      "eps=9.99999994e-09\n"
+                      "weight_decay=0.00999999978\n"
+                      "grad_clip=1\n"
+                      "seed="),
+          "fields\n%s", all);
+    tg_checkpoint_free(&ck);
+    tg_plan_free(&plan);
+}
+
+/* Gradient accumulation is recorded only past 1 (checkpoints from before the key resume),
+ * after zero_stage; the schedule's warmup and form as the schedule op holds them. */
+TG_TEST(test_checkpoint_identity_fields_accumulation_and_schedule) {
+    tg_plan plan;
+    REQUIRE(tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &plan), "compile");
+    tg_op *schedule = NULL;
+    for (int o = 0; o < plan.n_ops; o++)
+        if (plan.ops[o].kind == TG_OP_SCHEDULE) schedule = &plan.ops[o];
+    REQUIRE(schedule, "no schedule op");
+    const tg_checkpoint_run run = {.total_steps = 2, .train_examples = 3, .train_hash = 5};
+    const struct {
+        int accumulation, warmup, form;
+        const char *want;
+    } cases[] = {
+        {1, 0, TG_LR_LINEAR, "\nzero_stage=0\nattention=fused\nlr=4.99999987e-05\nwarmup_steps=0\nlr_schedule=linear\n"},
+        {2, 4, TG_LR_COSINE,
+         "\nzero_stage=0\ngrad_accumulation=2\nattention=fused\nlr=4.99999987e-05\nwarmup_steps=4\nlr_schedule=cosine\n"},
+        {3, 2147483647, TG_LR_CONSTANT,
+         "\nzero_stage=0\ngrad_accumulation=3\nattention=fused\nlr=4.99999987e-05\nwarmup_steps=2147483647\n"
+         "lr_schedule=constant\n"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        plan.train.grad_accumulation = cases[k].accumulation;
+        schedule->p.schedule.warmup = cases[k].warmup;
+        schedule->p.schedule.form = cases[k].form;
+        tg_checkpoint ck;
+        tg_checkpoint_init(&ck);
+        tg_err err = {{0}};
+        REQUIRE(tg_checkpoint_identify(&ck, &plan, &run, &err) == 0, "%s", err.msg);
+        char all[8192];
+        size_t n = 0;
+        for (int i = 0; i < ck.n_fields && n < sizeof all; i++)
+            n += (size_t)snprintf(all + n, sizeof all - n, "%s=%s\n", ck.fields[i].key, ck.fields[i].value);
+        CHECK(strstr(all, cases[k].want), "case %zu: fields\n%s", k, all);
         tg_checkpoint_free(&ck);
     }
     tg_plan_free(&plan);

@@ -161,3 +161,15 @@ TG_TEST(test_cpu_attention_keep_bits_past_32_keys) {
             run_case(&c);
         }
 }
+
+/* An odd head size (3, 5) and an odd number of keys: the two-lane sums and row updates end
+ * with one lane alone, and no row's update reaches into the next row (dK, dV) or past the
+ * scratch (ASan). */
+TG_TEST(test_cpu_attention_odd_head_size) {
+    const int64_t sizes[] = {3, 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            const attn_case c = {2, 3, 7, sizes[i], causal};
+            run_case(&c);
+        }
+}
