@@ -470,6 +470,11 @@ static void phase_start_negative(tg_plan *p, char *w, size_t n) {
     p->phase_begin[0] = -1;
     snprintf(w, n, "p: phase table runs -1..%d, expected 0..%d (n_ops)", p->n_ops, p->n_ops);
 }
+static void phases_descending(tg_plan *p, char *w, size_t n) {
+    const int b = p->phase_begin[1];
+    p->phase_begin[2] = b - 1;
+    snprintf(w, n, "p: phase backward begins at op %d but ends at op %d", b, b - 1);
+}
 static void phase_end_short(tg_plan *p, char *w, size_t n) {
     p->phase_begin[TG_PHASE_COUNT] = p->n_ops - 1;
     snprintf(w, n, "p: phase table runs 0..%d, expected 0..%d (n_ops)", p->n_ops - 1, p->n_ops);
@@ -522,6 +527,7 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"phase table start", BASE_BERT, CHECK_TABLES, phase_start},
         {"phase table start -1", BASE_BERT, CHECK_TABLES, phase_start_negative},
         {"phase table end short", BASE_BERT, CHECK_TABLES, phase_end_short},
+        {"phases descending", BASE_BERT, CHECK_TABLES, phases_descending},
         {"skip_nonfinite 2", BASE_BERT, CHECK_TABLES, skip_nonfinite_two},
         {"skip_nonfinite -1", BASE_BERT, CHECK_TABLES, skip_nonfinite_negative},
         {"skip_nonfinite 1", BASE_BERT, CHECK_TABLES, skip_nonfinite_one},
@@ -1024,6 +1030,45 @@ static void qa_logits_i32(tg_plan *p, char *w, size_t n) {
              p->io.labels, p->tensors[p->io.labels].name);
 }
 
+/* The optimizer's bindings, each broken alone: the op, the slot and its io role, the
+ * tensor the role names and the one the slot holds. */
+static void say_binding(tg_plan *p, char *w, size_t n, int kind, const char *slot, int want, int got) {
+    snprintf(w, n, "p: op %d (%s): %s must be tensor %d, is tensor %d", first_op(p, kind), tg_op_name(kind), slot,
+             want, got);
+}
+static void io_lr_moved(tg_plan *p, char *w, size_t n) {
+    const int lr = p->io.lr;
+    p->io.lr = p->io.loss;
+    say_binding(p, w, n, TG_OP_SCHEDULE, "out[0] (io lr)", p->io.loss, lr);
+}
+static void io_grad_norm_moved(tg_plan *p, char *w, size_t n) {
+    const int g = p->io.grad_norm;
+    p->io.grad_norm = p->io.loss;
+    say_binding(p, w, n, TG_OP_GRAD_NORM, "out[0] (io grad_norm)", p->io.loss, g);
+}
+static void io_moments_swapped(tg_plan *p, char *w, size_t n) {
+    const int m = p->io.m_all;
+    p->io.m_all = p->io.v_all, p->io.v_all = m;
+    say_binding(p, w, n, TG_OP_ADAMW, "out[1] (io m_all)", p->io.m_all, m);
+}
+static void adamw_lr_slot(tg_plan *p, char *w, size_t n) {
+    p->ops[first_op(p, TG_OP_ADAMW)].in[1] = p->io.grad_norm;
+    say_binding(p, w, n, TG_OP_ADAMW, "in[1] (io lr)", p->io.lr, p->io.grad_norm);
+}
+static void adamw_grad_norm_slot(tg_plan *p, char *w, size_t n) {
+    p->ops[first_op(p, TG_OP_ADAMW)].in[3] = p->io.lr;
+    say_binding(p, w, n, TG_OP_ADAMW, "in[3] (io grad_norm)", p->io.grad_norm, p->io.lr);
+}
+static void schedule_total_steps_slot(tg_plan *p, char *w, size_t n) {
+    p->ops[first_op(p, TG_OP_SCHEDULE)].in[1] = p->io.step;
+    say_binding(p, w, n, TG_OP_SCHEDULE, "in[1] (io total_steps)", p->io.total_steps, p->io.step);
+}
+static void zero_stage_without_slices(tg_plan *p, char *w, size_t n) {
+    p->train.zero_stage = 1;
+    snprintf(w, n, "p: op %d (adamw): zero_slice 0, but train zero_stage is 1 (a slice exactly with ZeRO-1)",
+             first_op(p, TG_OP_ADAMW));
+}
+
 TG_TEST(test_plan_validate_ops_bindings) {
     static const edit_case cases[] = {
         {"live peak", BASE_BERT, CHECK_OPS, live_peak_off},
@@ -1033,6 +1078,13 @@ TG_TEST(test_plan_validate_ops_bindings) {
         {"loss not a scalar", BASE_BERT, CHECK_OPS, loss_not_scalar},
         {"LM logits rows", BASE_GPT2, CHECK_OPS, lm_logits_rows},
         {"qa as compiled", BASE_QA, CHECK_OPS, b_accepted},
+        {"io lr moved", BASE_BERT, CHECK_OPS, io_lr_moved},
+        {"io grad_norm moved", BASE_BERT, CHECK_OPS, io_grad_norm_moved},
+        {"io moments swapped", BASE_BERT, CHECK_OPS, io_moments_swapped},
+        {"adamw lr slot", BASE_BERT, CHECK_OPS, adamw_lr_slot},
+        {"adamw grad norm slot", BASE_BERT, CHECK_OPS, adamw_grad_norm_slot},
+        {"schedule total steps slot", BASE_BERT, CHECK_OPS, schedule_total_steps_slot},
+        {"zero_stage 1 without slices", BASE_BERT, CHECK_OPS, zero_stage_without_slices},
         {"qa labels per token", BASE_QA, CHECK_OPS, qa_labels_per_token},
         {"qa logits rows", BASE_QA, CHECK_OPS, qa_logits_rows},
         {"qa i32 logits", BASE_QA, CHECK_OPS, qa_logits_i32},
