@@ -604,6 +604,33 @@ TG_TEST(test_op_meta_rules_select_cross_entropy) {
     run_cases(cases, N_CASES(cases));
 }
 
+#define MLM(...) .kind = TG_OP_MLM_MASK, .p = {.mlm_mask = {.n = 6, .vocab = 10, .mask_id = 3, .p = 0.15f, __VA_ARGS__}}
+
+/* n 6: ids, mask, masked ids and labels of 6; a step counter; mask_id in [0, V); p in (0, 1). */
+TG_TEST(test_op_meta_rules_mlm_mask) {
+    static const rule_case cases[] = {
+        {"consistent", MLM(), {6, 6, 1}, {6, 6}},
+        {"mask_id 0", MLM(.mask_id = 0), {6, 6, 1}, {6, 6}},
+        {"mask_id V - 1", MLM(.mask_id = 9), {6, 6, 1}, {6, 6}},
+        {"mask_id -1", MLM(.mask_id = -1), {6, 6, 1}, {6, 6}, .want = "mask_id outside [0, V)"},
+        {"mask_id V", MLM(.mask_id = 10), {6, 6, 1}, {6, 6}, .want = "mask_id outside [0, V)"},
+        {"V 1", MLM(.vocab = 1, .mask_id = 0), {6, 6, 1}, {6, 6}},
+        {"V 0", MLM(.vocab = 0, .mask_id = 0), {6, 6, 1}, {6, 6}, .want = "V outside [1, 2^31)"},
+        {"V 2^31", MLM(.vocab = (int64_t)INT32_MAX + 1), {6, 6, 1}, {6, 6}, .want = "V outside [1, 2^31)"},
+        {"V 2^31 - 1", MLM(.vocab = INT32_MAX), {6, 6, 1}, {6, 6}},
+        {"p 0", MLM(.p = 0.0f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
+        {"p 1", MLM(.p = 1.0f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
+        {"n < 0", MLM(.n = -1), {6, 6, 1}, {6, 6}, .want = "n is negative"},
+        {"no elements", MLM(.n = 0), {Z0, Z0, 1}, {Z0, Z0}},
+        {"ids", MLM(), {5, 6, 1}, {6, 6}, .want = "in[0]: ids != n"},
+        {"mask", MLM(), {6, 7, 1}, {6, 6}, .want = "in[1]: mask != n"},
+        {"counter", MLM(), {6, 6, 2}, {6, 6}, .want = "in[2]: step counter is not a scalar"},
+        {"masked ids", MLM(), {6, 6, 1}, {7, 6}, .want = "out[0]: masked ids != n"},
+        {"labels", MLM(), {6, 6, 1}, {6, 5}, .want = "out[1]: labels != n"},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
 #define SPAN(...) .kind = TG_OP_SPAN_LOSS, .p = {.span_loss = {.b = 2, .t = 5, __VA_ARGS__}}
 #define SPANB(...) .kind = TG_OP_SPAN_LOSS_BWD, .p = {.span_loss = {.b = 2, .t = 5, __VA_ARGS__}}
 

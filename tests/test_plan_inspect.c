@@ -364,3 +364,29 @@ TG_TEST(test_plan_inspect_one_op_per_phase) {
     json_decref(root);
     free(text);
 }
+
+/* Sizes in MiB (2^20 bytes) with two decimals, and the settings line: one replica says
+ * nothing of data parallelism, two do. */
+TG_TEST(test_plan_inspect_mib_and_replicas) {
+    odd_plan s;
+    build(&s);
+    s.p.buckets = NULL, s.p.train.n_buckets = 1;
+    s.p.pool_bytes[TG_POOL_ACTIVATIONS] = (uint64_t)3 << 29; /* 1536 MiB */
+    s.p.peak_bytes = ((uint64_t)3 << 29) + 512;
+    s.p.activation_live_peak = (uint64_t)1 << 20;
+    s.p.train.replicas = 1, s.p.train.zero_stage = 0;
+    tg_err err = {{0}};
+    int rc = -1;
+    char *text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(text && rc == 0 && has(text, "\nactivations      1610612736 bytes      1536.00 MiB\n") &&
+              has(text, "peak: 1610613248 bytes (1536.00 MiB)\n") &&
+              has(text, "activation live peak: 1048576 bytes (1.00 MiB)\n") && !has(text, "data parallel") &&
+              !has(text, "ZeRO"),
+          "one replica: rc %d %s\n%s", rc, err.msg, text ? text : "");
+    free(text);
+    s.p.train.replicas = 2;
+    text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(text && rc == 0 && has(text, "  data parallel: 2 replicas") && !has(text, "ZeRO"), "two replicas:\n%s",
+          text ? text : "");
+    free(text);
+}
