@@ -19,7 +19,7 @@
 
 /* ---- the plans ----------------------------------------------------------------------- */
 
-enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_QA, BASE_COUNT };
+enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_QA, BASE_ACCUM, BASE_COUNT };
 
 static const char *const base_jobs[BASE_COUNT] = {
     [BASE_BERT] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
@@ -31,6 +31,7 @@ static const char *const base_jobs[BASE_COUNT] = {
     [BASE_BUCKETS] = "model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nseq_buckets = 4, 8\n",
     [BASE_UNFUSED] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nattention = unfused\n",
     [BASE_QA] = "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
+    [BASE_ACCUM] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ngrad_accumulation = 2\n",
 };
 
 static tg_plan bases[BASE_COUNT];
@@ -475,6 +476,11 @@ static void phases_descending(tg_plan *p, char *w, size_t n) {
     p->phase_begin[2] = b - 1;
     snprintf(w, n, "p: phase backward begins at op %d but ends at op %d", b, b - 1);
 }
+static void batch_one(tg_plan *p, char *w, size_t n) { p->train.batch = 1; }
+static void batch_zero(tg_plan *p, char *w, size_t n) {
+    p->train.batch = 0;
+    snprintf(w, n, "p: train batch 0 is not a positive row count");
+}
 static void phase_end_short(tg_plan *p, char *w, size_t n) {
     p->phase_begin[TG_PHASE_COUNT] = p->n_ops - 1;
     snprintf(w, n, "p: phase table runs 0..%d, expected 0..%d (n_ops)", p->n_ops - 1, p->n_ops);
@@ -528,6 +534,8 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"phase table start -1", BASE_BERT, CHECK_TABLES, phase_start_negative},
         {"phase table end short", BASE_BERT, CHECK_TABLES, phase_end_short},
         {"phases descending", BASE_BERT, CHECK_TABLES, phases_descending},
+        {"batch 1", BASE_BERT, CHECK_TABLES, batch_one},
+        {"batch 0", BASE_BERT, CHECK_TABLES, batch_zero},
         {"skip_nonfinite 2", BASE_BERT, CHECK_TABLES, skip_nonfinite_two},
         {"skip_nonfinite -1", BASE_BERT, CHECK_TABLES, skip_nonfinite_negative},
         {"skip_nonfinite 1", BASE_BERT, CHECK_TABLES, skip_nonfinite_one},
@@ -1069,6 +1077,15 @@ static void zero_stage_without_slices(tg_plan *p, char *w, size_t n) {
              first_op(p, TG_OP_ADAMW));
 }
 
+/* The window's label count is for grad_accumulation > 1 alone. */
+static void loss_norm_without_accumulation(tg_plan *p, char *w, size_t n) {
+    p->train.grad_accumulation = 1;
+    snprintf(w, n,
+             "p: io loss_norm is tensor %d (%s), but train grad_accumulation is 1 (it is for grad_accumulation > 1 "
+             "alone)",
+             p->io.loss_norm, p->tensors[p->io.loss_norm].name);
+}
+
 TG_TEST(test_plan_validate_ops_bindings) {
     static const edit_case cases[] = {
         {"live peak", BASE_BERT, CHECK_OPS, live_peak_off},
@@ -1079,6 +1096,8 @@ TG_TEST(test_plan_validate_ops_bindings) {
         {"LM logits rows", BASE_GPT2, CHECK_OPS, lm_logits_rows},
         {"qa as compiled", BASE_QA, CHECK_OPS, b_accepted},
         {"io lr moved", BASE_BERT, CHECK_OPS, io_lr_moved},
+        {"grad_accumulation as compiled", BASE_ACCUM, CHECK_OPS, b_accepted},
+        {"loss_norm without accumulation", BASE_ACCUM, CHECK_OPS, loss_norm_without_accumulation},
         {"io grad_norm moved", BASE_BERT, CHECK_OPS, io_grad_norm_moved},
         {"io moments swapped", BASE_BERT, CHECK_OPS, io_moments_swapped},
         {"adamw lr slot", BASE_BERT, CHECK_OPS, adamw_lr_slot},
