@@ -3,6 +3,7 @@
  * walk over its typed parameters. */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -425,4 +426,11 @@ TG_TEST(test_op_meta_flops) {
     op = tg_test_op(TG_OP_SPAN_LOSS_BWD);
     op.p.span_loss = (tg_span_loss_params){.b = 3, .t = 5};
     CHECK(tg_op_flops(&op) == 8.0 * 15, "span_loss_bwd: %g", tg_op_flops(&op));
+
+    /* A kind outside the enum (a corrupt plan's) has no formula: 0 FLOPs, no table read. */
+    const int outside[] = {-1, INT32_MIN, TG_OP_COUNT, TG_OP_COUNT + 1, INT32_MAX};
+    for (size_t k = 0; k < sizeof outside / sizeof outside[0]; k++) {
+        op.kind = outside[k];
+        CHECK(tg_op_flops(&op) == 0.0, "kind %d: %g FLOPs", outside[k], tg_op_flops(&op));
+    }
 }

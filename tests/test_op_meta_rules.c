@@ -28,6 +28,7 @@ typedef struct rule_case {
     int in0_view;                 /* in[0] carries TG_TENSOR_VIEW */
     int replicas;
     const char *want; /* the exact reason, or NULL: accepted */
+    unsigned any_size; /* accepted cases: bit s (in) or TG_OP_MAX_IN + s (out): a slot of any size */
 } rule_case;
 
 enum { MAX_CASE_TENSORS = TG_OP_MAX_IN + TG_OP_MAX_OUT };
@@ -83,10 +84,34 @@ static int run_case(const rule_case *rc, int zero_slot, char *why, size_t why_le
     return rc->want ? got == -1 && !strcmp(why, rc->want) : got == 0;
 }
 
+/* An accepted case with one present slot one element larger or smaller: refused, the
+ * reason naming that slot ("in[s]" or "out[s]"), unless the case lets it be of any size. */
+static void check_slot_sizes_exact(const rule_case *rc) {
+    for (int zs = 0; zs < TG_OP_MAX_IN + TG_OP_MAX_OUT; zs++) {
+        const int is_in = zs < TG_OP_MAX_IN, s = is_in ? zs : zs - TG_OP_MAX_IN;
+        const int64_t n = is_in ? rc->in[s] : rc->out[s];
+        if (!n || (!is_in && rc->alias_out[s]) || (rc->any_size >> zs & 1)) continue;
+        const int64_t n_el = n == Z0 ? 0 : n;
+        for (int delta = -1; delta <= 1; delta += 2) {
+            if (n_el + delta < 0) continue;
+            rule_case off = *rc;
+            int64_t *slot = is_in ? &off.in[s] : &off.out[s];
+            *slot = n_el + delta == 0 ? Z0 : n_el + delta;
+            char why[256], prefix[16];
+            snprintf(prefix, sizeof prefix, "%s[%d]", is_in ? "in" : "out", s);
+            off.want = "(refused)";
+            run_case(&off, -1, why, sizeof why);
+            CHECK(strstr(why, prefix) != NULL, "%s %s with %s of %lld elements: got '%s', want a reason naming %s",
+                  tg_op_name(rc->kind), rc->what, prefix, (long long)(n_el + delta), why[0] ? why : "(accepted)", prefix);
+        }
+    }
+}
+
 static void run_cases(const rule_case *cases, size_t n) {
     for (size_t k = 0; k < n; k++) {
         char why[256];
         const int ok = run_case(&cases[k], -1, why, sizeof why);
+        if (ok && !cases[k].want) check_slot_sizes_exact(&cases[k]);
         CHECK(ok, "%s %s: got '%s', want %s%s%s", tg_op_name(cases[k].kind),
               cases[k].what, why[0] ? why : "(accepted)", cases[k].want ? "'" : "", cases[k].want ? cases[k].want : "accepted",
               cases[k].want ? "'" : "");
@@ -563,6 +588,74 @@ TG_TEST(test_op_meta_rules_select_cross_entropy) {
         {"logits", CEB(), {1, 19, 4}, {20}, .want = "in[1]: logits != N*C"},
         {"labels", CEB(), {1, 20, 5}, {20}, .want = "in[2]: labels != N"},
         {"dlogits", CEB(), {1, 20, 4}, {21}, .want = "out[0]: dlogits != N*C"},
+        /* The optional normaliser (the window's count of counted labels): one element. */
+        {"with a normaliser", CE(), {20, 4, 1}, {1}},
+        {"normaliser", CE(), {20, 4, 2}, {1}, .want = "in[2]: the normaliser is not a scalar"},
+        {"no-element normaliser", CE(), {20, 4, Z0}, {1}, .want = "in[2]: the normaliser is not a scalar"},
+        {"with a normaliser", CEB(), {1, 20, 4, 1}, {20}},
+        {"normaliser", CEB(), {1, 20, 4, 2}, {20}, .want = "in[3]: the normaliser is not a scalar"},
+        {"no-element normaliser", CEB(), {1, 20, 4, Z0}, {20}, .want = "in[3]: the normaliser is not a scalar"},
+        {"N < 0", CEB(.n = -1), {1, 20, 4}, {20}, .want = "N is negative"},
+        {"C < 0", CEB(.c = -1), {1, 20, 4}, {20}, .want = "C is negative"},
+        {"classes > C", CEB(.classes = 6), {1, 20, 4}, {20}, .want = "classes outside [0, C]"},
+        {"N*C", CEB(.n = INT64_MAX, .c = 2), {1, 20, 4}, {20}, .want = "N*C overflows"},
+        {"no rows", CE(.n = 0), {Z0, Z0}, {1}},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+#define MLM(...) .kind = TG_OP_MLM_MASK, .p = {.mlm_mask = {.n = 6, .vocab = 10, .mask_id = 3, .p = 0.15f, __VA_ARGS__}}
+
+/* n 6: ids, mask, masked ids and labels of 6; a step counter; mask_id in [0, V); p in (0, 1). */
+TG_TEST(test_op_meta_rules_mlm_mask) {
+    static const rule_case cases[] = {
+        {"consistent", MLM(), {6, 6, 1}, {6, 6}},
+        {"mask_id 0", MLM(.mask_id = 0), {6, 6, 1}, {6, 6}},
+        {"mask_id V - 1", MLM(.mask_id = 9), {6, 6, 1}, {6, 6}},
+        {"mask_id -1", MLM(.mask_id = -1), {6, 6, 1}, {6, 6}, .want = "mask_id outside [0, V)"},
+        {"mask_id V", MLM(.mask_id = 10), {6, 6, 1}, {6, 6}, .want = "mask_id outside [0, V)"},
+        {"V 1", MLM(.vocab = 1, .mask_id = 0), {6, 6, 1}, {6, 6}},
+        {"V 0", MLM(.vocab = 0, .mask_id = 0), {6, 6, 1}, {6, 6}, .want = "V outside [1, 2^31)"},
+        {"V 2^31", MLM(.vocab = (int64_t)INT32_MAX + 1), {6, 6, 1}, {6, 6}, .want = "V outside [1, 2^31)"},
+        {"V 2^31 - 1", MLM(.vocab = INT32_MAX), {6, 6, 1}, {6, 6}},
+        {"p 0", MLM(.p = 0.0f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
+        {"p 1", MLM(.p = 1.0f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
+        {"n < 0", MLM(.n = -1), {6, 6, 1}, {6, 6}, .want = "n is negative"},
+        {"no elements", MLM(.n = 0), {Z0, Z0, 1}, {Z0, Z0}},
+        {"ids", MLM(), {5, 6, 1}, {6, 6}, .want = "in[0]: ids != n"},
+        {"mask", MLM(), {6, 7, 1}, {6, 6}, .want = "in[1]: mask != n"},
+        {"counter", MLM(), {6, 6, 2}, {6, 6}, .want = "in[2]: step counter is not a scalar"},
+        {"masked ids", MLM(), {6, 6, 1}, {7, 6}, .want = "out[0]: masked ids != n"},
+        {"labels", MLM(), {6, 6, 1}, {6, 5}, .want = "out[1]: labels != n"},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+#define SPAN(...) .kind = TG_OP_SPAN_LOSS, .p = {.span_loss = {.b = 2, .t = 5, __VA_ARGS__}}
+#define SPANB(...) .kind = TG_OP_SPAN_LOSS_BWD, .p = {.span_loss = {.b = 2, .t = 5, __VA_ARGS__}}
+
+/* B 2, T 5: logits B*T*2 = 20, positions B*2 = 4 (a start and an end per row). */
+TG_TEST(test_op_meta_rules_span_loss) {
+    static const rule_case cases[] = {
+        {"consistent", SPAN(), {20, 4}, {1}},
+        {"B < 0", SPAN(.b = -1), {20, 4}, {1}, .want = "B is negative"},
+        {"T < 0", SPAN(.t = -1), {20, 4}, {1}, .want = "T is negative"},
+        {"B*T*2", SPAN(.b = INT64_MAX / 4, .t = 4), {20, 4}, {1}, .want = "B*T*2 overflows"},
+        /* T 0: no logits, so only B*2 can overflow. */
+        {"B*2", SPAN(.b = (int64_t)1 << 62, .t = 0), {20, 4}, {1}, .want = "B*2 overflows"},
+        {"logits", SPAN(), {21, 4}, {1}, .want = "in[0]: logits != B*T*2"},
+        {"positions", SPAN(), {20, 5}, {1}, .want = "in[1]: positions != B*2"},
+        {"loss", SPAN(), {20, 4}, {2}, .want = "out[0]: loss is not a scalar"},
+        {"no rows", SPAN(.b = 0), {Z0, Z0}, {1}},
+
+        {"consistent", SPANB(), {1, 20, 4}, {20}},
+        {"B < 0", SPANB(.b = -1), {1, 20, 4}, {20}, .want = "B is negative"},
+        {"T < 0", SPANB(.t = -1), {1, 20, 4}, {20}, .want = "T is negative"},
+        {"B*2", SPANB(.b = (int64_t)1 << 62, .t = 0), {1, 20, 4}, {20}, .want = "B*2 overflows"},
+        {"dloss", SPANB(), {2, 20, 4}, {20}, .want = "in[0]: dloss is not a scalar"},
+        {"logits", SPANB(), {1, 19, 4}, {20}, .want = "in[1]: logits != B*T*2"},
+        {"positions", SPANB(), {1, 20, 3}, {20}, .want = "in[2]: positions != B*2"},
+        {"dlogits", SPANB(), {1, 20, 4}, {21}, .want = "out[0]: dlogits != B*T*2"},
     };
     run_cases(cases, N_CASES(cases));
 }
@@ -640,8 +733,8 @@ TG_TEST(test_op_meta_rules_optimizer) {
         {"3 slices of 5 in 10", .kind = TG_OP_ALL_GATHER, .p = {.all_gather = {.slice = 5}}, {10}, .alias_out = {1},
          .replicas = 3, .want = "in[0]: not one slice of `slice` elements per replica"},
 
-        {"zero, any dtype", .kind = TG_OP_ZERO, .out = {7}},
-        {"fill", .kind = TG_OP_FILL, .p = {.fill = {.value = 2.0f}}, .out = {3}},
+        {"zero, any dtype", .kind = TG_OP_ZERO, .out = {7}, .any_size = 1u << TG_OP_MAX_IN},
+        {"fill", .kind = TG_OP_FILL, .p = {.fill = {.value = 2.0f}}, .out = {3}, .any_size = 1u << TG_OP_MAX_IN},
     };
     run_cases(cases, N_CASES(cases));
 }

@@ -263,6 +263,27 @@ TG_TEST(test_plan_codec_counts_past_the_limit) {
         tg_plan_free(&back);
         munmap(b, big);
     }
+    /* A tensor count at the limit passes it: the table is allocated (here that fails, so
+     * nothing of 2^24 tensors is read or mapped). */
+    {
+        const uint32_t at_limit = 1u << 24;
+        const size_t big = l.body + 4 + (size_t)at_limit * 96 + 64;
+        uint8_t *b = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (CHECK(b != MAP_FAILED, "cannot map %zu bytes", big)) {
+            memcpy(b, payload, len);
+            put32(b + l.body, at_limit);
+            tg_plan back;
+            memset(&back, 0, sizeof back);
+            memset(&err, 0, sizeof err);
+            tg_alloc_fail_after(0);
+            const int rc = tg_plan_payload_decode(b, big, "p", TG_PLAN_CHECK_ALL, &back, &err);
+            tg_alloc_fail_after(-1);
+            CHECK(rc == -1 && !strcmp(err.msg, "p: out of memory for 16777216 tensors"),
+                  "tensor count 2^24: rc %d, '%s'", rc, err.msg);
+            tg_plan_free(&back);
+            munmap(b, big);
+        }
+    }
     free(payload);
     tg_plan_free(&p);
 }
@@ -396,6 +417,45 @@ TG_TEST(test_plan_codec_three_buckets_truncated) {
 }
 
 /* ---- the encoder ----------------------------------------------------------------------------- */
+
+/* Every bucket plan is checked before anything is written: a bad op kind in the second
+ * (or third) of three plans is refused naming that bucket. */
+TG_TEST(test_plan_codec_encode_refuses_each_bucket) {
+    tg_plan p;
+    REQUIRE(compile_text("model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nseq_buckets = 4, 6, 8\n", &p),
+            "no plan");
+    REQUIRE(p.train.n_buckets == 3 && p.buckets && p.buckets[1].n_ops > 0, "%d buckets", p.train.n_buckets);
+    tg_plan *const buckets = p.buckets;
+    tg_plan copies[2] = {buckets[0], buckets[1]};
+    tg_op *ops = malloc((size_t)buckets[1].n_ops * sizeof *ops);
+    REQUIRE(ops, "out of memory");
+    memcpy(ops, buckets[1].ops, (size_t)buckets[1].n_ops * sizeof *ops);
+    ops[0].kind = -1;
+    copies[1].ops = ops;
+    p.buckets = copies;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    tg_err err = {{0}};
+    char want[96];
+    snprintf(want, sizeof want, "plan encode, bucket 1: op 0 has kind -1 of %d", TG_OP_COUNT);
+    CHECK(tg_plan_payload_encode(&p, &out, &len, &err) == -1 && !strcmp(err.msg, want) && !out && len == 0,
+          "bucket 1 with op kind -1: '%s', want '%s'", err.msg, want);
+    copies[1].ops = buckets[1].ops, copies[1].n_tensors = -1;
+    snprintf(want, sizeof want, "plan encode, bucket 1: bad table (n_tensors -1, n_ops %d)", buckets[1].n_ops);
+    CHECK(tg_plan_payload_encode(&p, &out, &len, &err) == -1 && !strcmp(err.msg, want) && !out,
+          "bucket 1 with n_tensors -1: '%s', want '%s'", err.msg, want);
+    copies[1].n_tensors = buckets[1].n_tensors;
+    copies[0].n_ops = -1;
+    snprintf(want, sizeof want, "plan encode, bucket 0: bad table (n_tensors %d, n_ops -1)", buckets[0].n_tensors);
+    CHECK(tg_plan_payload_encode(&p, &out, &len, &err) == -1 && !strcmp(err.msg, want) && !out,
+          "bucket 0 with n_ops -1: '%s', want '%s'", err.msg, want);
+    copies[0].n_ops = buckets[0].n_ops;
+    CHECK(tg_plan_payload_encode(&p, &out, &len, &err) == 0 && out && len > 0, "restored: %s", err.msg);
+    free(out);
+    free(ops);
+    p.buckets = buckets;
+    tg_plan_free(&p);
+}
 
 TG_TEST(test_plan_codec_encode_refusals) {
     tg_plan p;

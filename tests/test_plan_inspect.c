@@ -339,3 +339,54 @@ TG_TEST(test_plan_inspect_odd_plan_whole_output) {
         free(want);
     }
 }
+
+/* One op in each phase: each phase counts it, in the text and in the JSON (a count of one
+ * is a count, not an empty phase). */
+TG_TEST(test_plan_inspect_one_op_per_phase) {
+    odd_plan s;
+    build(&s);
+    s.p.phase_begin[0] = 0, s.p.phase_begin[1] = 1, s.p.phase_begin[2] = 2, s.p.phase_begin[3] = 3;
+    tg_err err = {{0}};
+    int rc = -1;
+    char *text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(text && rc == 0 && has(text, "\n== forward (1 ops) ==\n    0 add ") &&
+              has(text, "\n== backward (1 ops) ==\n    1 fill ") && has(text, "\n== optimizer (1 ops) ==\n    2 zero "),
+          "text phases: rc %d %s\n%s", rc, err.msg, text ? text : "");
+    free(text);
+    text = inspect_text(&s.p, 1, &err, &rc);
+    json_error_t jerr;
+    json_t *root = text && rc == 0 ? json_loads(text, 0, &jerr) : NULL;
+    const json_t *per_phase = json_object_get(root, "ops_per_phase");
+    CHECK(json_object_size(per_phase) == 3 && json_integer_value(json_object_get(per_phase, "forward")) == 1 &&
+              json_integer_value(json_object_get(per_phase, "backward")) == 1 &&
+              json_integer_value(json_object_get(per_phase, "optimizer")) == 1,
+          "JSON ops_per_phase: %s", text ? text : err.msg);
+    json_decref(root);
+    free(text);
+}
+
+/* Sizes in MiB (2^20 bytes) with two decimals, and the settings line: one replica says
+ * nothing of data parallelism, two do. */
+TG_TEST(test_plan_inspect_mib_and_replicas) {
+    odd_plan s;
+    build(&s);
+    s.p.buckets = NULL, s.p.train.n_buckets = 1;
+    s.p.pool_bytes[TG_POOL_ACTIVATIONS] = (uint64_t)3 << 29; /* 1536 MiB */
+    s.p.peak_bytes = ((uint64_t)3 << 29) + 512;
+    s.p.activation_live_peak = (uint64_t)1 << 20;
+    s.p.train.replicas = 1, s.p.train.zero_stage = 0;
+    tg_err err = {{0}};
+    int rc = -1;
+    char *text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(text && rc == 0 && has(text, "\nactivations      1610612736 bytes      1536.00 MiB\n") &&
+              has(text, "peak: 1610613248 bytes (1536.00 MiB)\n") &&
+              has(text, "activation live peak: 1048576 bytes (1.00 MiB)\n") && !has(text, "data parallel") &&
+              !has(text, "ZeRO"),
+          "one replica: rc %d %s\n%s", rc, err.msg, text ? text : "");
+    free(text);
+    s.p.train.replicas = 2;
+    text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(text && rc == 0 && has(text, "  data parallel: 2 replicas") && !has(text, "ZeRO"), "two replicas:\n%s",
+          text ? text : "");
+    free(text);
+}

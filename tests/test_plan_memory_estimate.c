@@ -5,6 +5,7 @@
  * (plan/plan.c) inside and outside their enums. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/memory_estimate.h"
@@ -324,4 +325,45 @@ TG_TEST(test_plan_memory_estimate_plan_names) {
     tg_plan_free(NULL); /* nothing to free */
     tg_plan_free(&p);
     CHECK(!p.tensors && !p.ops && p.n_tensors == 0, "freed plan");
+}
+
+/* A scratch op whose shape slot is absent (-1, a corrupt plan's) asks for nothing, and no
+ * tensor outside the table is read for it: the table here is on the heap, so AddressSanitizer
+ * sees a read of tensors[-1]. Each tensor is real, so a slot read by mistake would count. */
+TG_TEST(test_plan_memory_estimate_scratch_absent_slot_on_heap) {
+    enum { N_T = 48 }; /* several KiB: the allocator's redzone before it covers tensors[-1] */
+    tg_plan p;
+    memset(&p, 0, sizeof p);
+    p.tensors = calloc(N_T, sizeof *p.tensors);
+    p.ops = calloc(1, sizeof *p.ops);
+    REQUIRE(p.tensors && p.ops, "out of memory");
+    p.n_tensors = N_T, p.n_ops = 1, p.train.replicas = 1;
+    for (int t = 0; t < N_T; t++) {
+        tg_tensor *x = &p.tensors[t];
+        x->dtype = TG_F32, x->pool = TG_POOL_ACTIVATIONS, x->ndim = 2, x->shape[0] = 300, x->shape[1] = 40;
+        x->bytes = 300 * 40 * 4;
+        x->grad = x->master = x->group = -1;
+    }
+    static const struct {
+        int kind, in0, in1, out0;
+        const char *what;
+    } cases[] = {
+        {TG_OP_EMBEDDING_BWD, 0, 1, -1, "embedding_bwd without a table"},
+        {TG_OP_LAYERNORM_BWD, -1, 1, 2, "layernorm_bwd without dy"},
+        {TG_OP_RESIDUAL_LAYERNORM_BWD, -1, 1, 2, "residual_layernorm_bwd without dy"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        p.ops[0] = tg_test_op(cases[k].kind);
+        p.ops[0].in[0] = cases[k].in0, p.ops[0].in[1] = cases[k].in1, p.ops[0].out[0] = cases[k].out0;
+        CHECK(tg_op_scratch_bound_floats(&p, 0) == 0, "%s: %llu floats", cases[k].what,
+              (unsigned long long)tg_op_scratch_bound_floats(&p, 0));
+    }
+    /* With the slot present: the documented bound (dy [300, 40]: the fused form's two floats
+     * per block of 8 rows and column, 2 x 38 x 40, above the column sums' 4 x 3 x 40). */
+    p.ops[0] = tg_test_op(TG_OP_LAYERNORM_BWD);
+    p.ops[0].in[0] = 0;
+    CHECK(tg_op_scratch_bound_floats(&p, 0) == 2 * 38 * 40, "layernorm_bwd M 300, D 40: %llu",
+          (unsigned long long)tg_op_scratch_bound_floats(&p, 0));
+    free(p.tensors);
+    free(p.ops);
 }

@@ -19,7 +19,7 @@
 
 /* ---- the plans ----------------------------------------------------------------------- */
 
-enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_COUNT };
+enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_QA, BASE_ACCUM, BASE_COUNT };
 
 static const char *const base_jobs[BASE_COUNT] = {
     [BASE_BERT] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
@@ -30,6 +30,8 @@ static const char *const base_jobs[BASE_COUNT] = {
                   "zero_stage = 1\n",
     [BASE_BUCKETS] = "model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nseq_buckets = 4, 8\n",
     [BASE_UNFUSED] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nattention = unfused\n",
+    [BASE_QA] = "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
+    [BASE_ACCUM] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ngrad_accumulation = 2\n",
 };
 
 static tg_plan bases[BASE_COUNT];
@@ -429,6 +431,61 @@ static void frozen_in_frozen(tg_plan *p, char *w, size_t n) {
     p->tensors[t].flags |= TG_TENSOR_FROZEN; /* accepted */
 }
 
+static void skip_nonfinite_two(tg_plan *p, char *w, size_t n) {
+    p->run.skip_nonfinite = 2;
+    snprintf(w, n, "p: run skip_nonfinite 2 is not 0 or 1");
+}
+static void skip_nonfinite_negative(tg_plan *p, char *w, size_t n) {
+    p->run.skip_nonfinite = -1;
+    snprintf(w, n, "p: run skip_nonfinite -1 is not 0 or 1");
+}
+static void skip_nonfinite_one(tg_plan *p, char *w, size_t n) { p->run.skip_nonfinite = 1; }
+static void max_skipped_negative(tg_plan *p, char *w, size_t n) {
+    p->run.max_skipped_steps = -1;
+    snprintf(w, n, "p: run max_skipped_steps -1 is negative");
+}
+/* -1 is a dim too: the smallest negative one is refused by its own message. */
+static void dim_minus_one(tg_plan *p, char *w, size_t n) {
+    tg_tensor *x = &p->tensors[0];
+    x->shape[0] = -1;
+    say_t0(p, w, n, "dim 0 is -1");
+}
+static void say_past(tg_plan *p, char *w, size_t n, const char *what, int t) {
+    char rest[96];
+    snprintf(rest, sizeof rest, "%s refers to tensor %d of %d", what, t, p->n_tensors);
+    say_t0(p, w, n, rest);
+}
+static void grad_past(tg_plan *p, char *w, size_t n) {
+    p->tensors[0].grad = p->n_tensors;
+    say_past(p, w, n, "gradient", p->n_tensors);
+}
+static void master_far_past(tg_plan *p, char *w, size_t n) {
+    p->tensors[0].master = p->n_tensors + 1;
+    say_past(p, w, n, "master copy", p->n_tensors + 1);
+}
+static void group_far_past(tg_plan *p, char *w, size_t n) {
+    p->tensors[0].group = p->n_tensors + 1;
+    say_past(p, w, n, "packed group", p->n_tensors + 1);
+}
+static void phase_start_negative(tg_plan *p, char *w, size_t n) {
+    p->phase_begin[0] = -1;
+    snprintf(w, n, "p: phase table runs -1..%d, expected 0..%d (n_ops)", p->n_ops, p->n_ops);
+}
+static void phases_descending(tg_plan *p, char *w, size_t n) {
+    const int b = p->phase_begin[1];
+    p->phase_begin[2] = b - 1;
+    snprintf(w, n, "p: phase backward begins at op %d but ends at op %d", b, b - 1);
+}
+static void batch_one(tg_plan *p, char *w, size_t n) { p->train.batch = 1; }
+static void batch_zero(tg_plan *p, char *w, size_t n) {
+    p->train.batch = 0;
+    snprintf(w, n, "p: train batch 0 is not a positive row count");
+}
+static void phase_end_short(tg_plan *p, char *w, size_t n) {
+    p->phase_begin[TG_PHASE_COUNT] = p->n_ops - 1;
+    snprintf(w, n, "p: phase table runs 0..%d, expected 0..%d (n_ops)", p->n_ops - 1, p->n_ops);
+}
+
 TG_TEST(test_plan_validate_tables_fields) {
     static const edit_case cases[] = {
         {"arch -1", BASE_BERT, CHECK_TABLES, arch_negative},
@@ -474,6 +531,20 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"half a lifetime", BASE_BERT, CHECK_TABLES, half_lifetime},
         {"no lifetime", BASE_BERT, CHECK_TABLES, unused_tensor},
         {"phase table start", BASE_BERT, CHECK_TABLES, phase_start},
+        {"phase table start -1", BASE_BERT, CHECK_TABLES, phase_start_negative},
+        {"phase table end short", BASE_BERT, CHECK_TABLES, phase_end_short},
+        {"phases descending", BASE_BERT, CHECK_TABLES, phases_descending},
+        {"batch 1", BASE_BERT, CHECK_TABLES, batch_one},
+        {"batch 0", BASE_BERT, CHECK_TABLES, batch_zero},
+        {"skip_nonfinite 2", BASE_BERT, CHECK_TABLES, skip_nonfinite_two},
+        {"skip_nonfinite -1", BASE_BERT, CHECK_TABLES, skip_nonfinite_negative},
+        {"skip_nonfinite 1", BASE_BERT, CHECK_TABLES, skip_nonfinite_one},
+        {"max_skipped_steps -1", BASE_BERT, CHECK_TABLES, max_skipped_negative},
+        {"dim -1", BASE_BERT, CHECK_TABLES, dim_minus_one},
+        {"grad past the table", BASE_BERT, CHECK_TABLES, grad_past},
+        {"master two past the table", BASE_BERT, CHECK_TABLES, master_far_past},
+        {"group two past the table", BASE_BERT, CHECK_TABLES, group_far_past},
+        {"qa as compiled", BASE_QA, CHECK_TABLES, b_accepted},
         {"op kind -1", BASE_BERT, CHECK_TABLES, op_kind_negative},
         {"op kind past the enum", BASE_BERT, CHECK_TABLES, op_kind_past},
         {"op input -2", BASE_BERT, CHECK_TABLES, op_input_below},
@@ -945,6 +1016,76 @@ static void copy_of_activation(tg_plan *p, char *w, size_t n) {
     snprintf(w, n, "p: tensor %d (%s) is a parameter copy of tensor %d %s, which is not a parameter", t,
              p->tensors[t].name, a, p->tensors[a].name);
 }
+/* qa: labels are a start and an end per row, logits a start and an end score per token. */
+static void qa_labels_per_token(tg_plan *p, char *w, size_t n) {
+    p->io.labels = p->io.input_ids;
+    snprintf(w, n,
+             "p: io labels is tensor %d (%s) of shape [2, 8]; it must be [2, 2] (the batch's answer start and end, "
+             "train batch x 2)",
+             p->io.input_ids, p->tensors[p->io.input_ids].name);
+}
+static void qa_logits_rows(tg_plan *p, char *w, size_t n) {
+    const int t = first_where(p, TG_TENSOR_PARAM, TG_TENSOR_VIEW); /* the token embedding [V, D] */
+    p->io.logits = t;
+    char have[64];
+    snprintf(w, n, "p: io logits is tensor %d (%s) of shape %s; it must be [16, 2] (a start and an end score per token)",
+             t, p->tensors[t].name, shape_of(&p->tensors[t], have, sizeof have));
+}
+static void qa_logits_i32(tg_plan *p, char *w, size_t n) {
+    p->io.logits = p->io.labels;
+    snprintf(w, n,
+             "p: io logits is tensor %d (%s) of dtype i32; it must be f32 or bf16 (a start and an end score per token)",
+             p->io.labels, p->tensors[p->io.labels].name);
+}
+
+/* The optimizer's bindings, each broken alone: the op, the slot and its io role, the
+ * tensor the role names and the one the slot holds. */
+static void say_binding(tg_plan *p, char *w, size_t n, int kind, const char *slot, int want, int got) {
+    snprintf(w, n, "p: op %d (%s): %s must be tensor %d, is tensor %d", first_op(p, kind), tg_op_name(kind), slot,
+             want, got);
+}
+static void io_lr_moved(tg_plan *p, char *w, size_t n) {
+    const int lr = p->io.lr;
+    p->io.lr = p->io.loss;
+    say_binding(p, w, n, TG_OP_SCHEDULE, "out[0] (io lr)", p->io.loss, lr);
+}
+static void io_grad_norm_moved(tg_plan *p, char *w, size_t n) {
+    const int g = p->io.grad_norm;
+    p->io.grad_norm = p->io.loss;
+    say_binding(p, w, n, TG_OP_GRAD_NORM, "out[0] (io grad_norm)", p->io.loss, g);
+}
+static void io_moments_swapped(tg_plan *p, char *w, size_t n) {
+    const int m = p->io.m_all;
+    p->io.m_all = p->io.v_all, p->io.v_all = m;
+    say_binding(p, w, n, TG_OP_ADAMW, "out[1] (io m_all)", p->io.m_all, m);
+}
+static void adamw_lr_slot(tg_plan *p, char *w, size_t n) {
+    p->ops[first_op(p, TG_OP_ADAMW)].in[1] = p->io.grad_norm;
+    say_binding(p, w, n, TG_OP_ADAMW, "in[1] (io lr)", p->io.lr, p->io.grad_norm);
+}
+static void adamw_grad_norm_slot(tg_plan *p, char *w, size_t n) {
+    p->ops[first_op(p, TG_OP_ADAMW)].in[3] = p->io.lr;
+    say_binding(p, w, n, TG_OP_ADAMW, "in[3] (io grad_norm)", p->io.grad_norm, p->io.lr);
+}
+static void schedule_total_steps_slot(tg_plan *p, char *w, size_t n) {
+    p->ops[first_op(p, TG_OP_SCHEDULE)].in[1] = p->io.step;
+    say_binding(p, w, n, TG_OP_SCHEDULE, "in[1] (io total_steps)", p->io.total_steps, p->io.step);
+}
+static void zero_stage_without_slices(tg_plan *p, char *w, size_t n) {
+    p->train.zero_stage = 1;
+    snprintf(w, n, "p: op %d (adamw): zero_slice 0, but train zero_stage is 1 (a slice exactly with ZeRO-1)",
+             first_op(p, TG_OP_ADAMW));
+}
+
+/* The window's label count is for grad_accumulation > 1 alone. */
+static void loss_norm_without_accumulation(tg_plan *p, char *w, size_t n) {
+    p->train.grad_accumulation = 1;
+    snprintf(w, n,
+             "p: io loss_norm is tensor %d (%s), but train grad_accumulation is 1 (it is for grad_accumulation > 1 "
+             "alone)",
+             p->io.loss_norm, p->tensors[p->io.loss_norm].name);
+}
+
 TG_TEST(test_plan_validate_ops_bindings) {
     static const edit_case cases[] = {
         {"live peak", BASE_BERT, CHECK_OPS, live_peak_off},
@@ -953,6 +1094,19 @@ TG_TEST(test_plan_validate_ops_bindings) {
         {"2-D labels", BASE_BERT, CHECK_OPS, labels_2d},
         {"loss not a scalar", BASE_BERT, CHECK_OPS, loss_not_scalar},
         {"LM logits rows", BASE_GPT2, CHECK_OPS, lm_logits_rows},
+        {"qa as compiled", BASE_QA, CHECK_OPS, b_accepted},
+        {"io lr moved", BASE_BERT, CHECK_OPS, io_lr_moved},
+        {"grad_accumulation as compiled", BASE_ACCUM, CHECK_OPS, b_accepted},
+        {"loss_norm without accumulation", BASE_ACCUM, CHECK_OPS, loss_norm_without_accumulation},
+        {"io grad_norm moved", BASE_BERT, CHECK_OPS, io_grad_norm_moved},
+        {"io moments swapped", BASE_BERT, CHECK_OPS, io_moments_swapped},
+        {"adamw lr slot", BASE_BERT, CHECK_OPS, adamw_lr_slot},
+        {"adamw grad norm slot", BASE_BERT, CHECK_OPS, adamw_grad_norm_slot},
+        {"schedule total steps slot", BASE_BERT, CHECK_OPS, schedule_total_steps_slot},
+        {"zero_stage 1 without slices", BASE_BERT, CHECK_OPS, zero_stage_without_slices},
+        {"qa labels per token", BASE_QA, CHECK_OPS, qa_labels_per_token},
+        {"qa logits rows", BASE_QA, CHECK_OPS, qa_logits_rows},
+        {"qa i32 logits", BASE_QA, CHECK_OPS, qa_logits_i32},
         {"step counter a view", BASE_BERT, CHECK_OPS, step_a_view},
         {"total steps a view", BASE_BERT, CHECK_OPS, total_steps_a_view},
         {"fill writing the total steps", BASE_BERT, CHECK_OPS, fill_total_steps},
