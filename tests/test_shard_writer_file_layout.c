@@ -20,8 +20,9 @@
 #define SEQ 12
 #define VOCAB 97
 #define N_RECORDS 23
-#define FRAME_BYTES 90
-#define SHARD_BYTES 200
+#define FRAME_BYTES 92
+/* sizes at which a record fills a block exactly, and blocks fill a train shard exactly */
+#define SHARD_BYTES 264
 
 static char *const k_labels[] = {"neg", "pos", "mixed"};
 
@@ -153,7 +154,7 @@ static int64_t check_shard(const char *path, int task, const shard_model *s, uin
     uint8_t *b = read_all(path, &n);
     if (!CHECK(b != NULL, "cannot read %s", path)) return -1;
     *hash = XXH64(b, n, 0);
-    int ok = CHECK(n >= 16 + 32 && !memcmp(b, "TGSHARD\0", 8) && get32(b + 8) == TG_SHARD_VERSION &&
+    int ok = CHECK(n >= 16 + 24 * (size_t)s->n_frames + 32 && !memcmp(b, "TGSHARD\0", 8) && get32(b + 8) == TG_SHARD_VERSION &&
                        get32(b + 12) == (uint32_t)task,
                    "%s: header", path);
     size_t at = 16;
