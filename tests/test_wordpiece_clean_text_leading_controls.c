@@ -1,7 +1,7 @@
 /* BertNormalizer's clean_text in datasets/wordpiece.c on text that begins with control
  * characters it drops (its run of ASCII done in place writes nothing, with nothing written
  * before it), on text that is nothing else, and on a dropped run between accented letters
- * and before a combining mark. Against clean_text, strip_accents and lowercase on and off;
+ * and before a combining mark; whitespace beyond ASCII before accents and marks. Against clean_text, strip_accents and lowercase on and off;
  * every expected encoding is what Hugging Face `tokenizers` 0.23 gives for the same file and
  * text (its character offsets turned into bytes). Under ASan a read before the offsets
  * buffer fails here. */
@@ -28,6 +28,13 @@ static const struct {
     {"\x01\x0b\x1f\xcc\x81x", 6, {"4:5-6", "1:3-6", "1:0-1 1:2-6", "1:0-1 1:2-6"}},
     {"\x01\xc3\xa9\x01x", 5, {"6:1-3 5:4-5", "1:1-5", "1:0-5", "1:0-5"}},
     {"\x1f\x01X\x01", 4, {"4:2-3", "8:2-3", "1:0-4", "1:0-4"}},
+    /* whitespace beyond ASCII (U+3000, U+2000 and U+2001 which NFD maps to U+2002 and U+2003,
+     * U+1680, U+00A0), before accents and marks */
+    {"x\xe3\x80\x80x", 5, {"4:0-1 4:4-5", "4:0-1 4:4-5", "4:0-1 4:4-5", "4:0-1 4:4-5"}},
+    {"\xc3\xa9\xe2\x80\x80\xcc\x81x", 8, {"6:0-2 4:7-8", "1:0-2 1:5-8", "6:0-2 4:7-8", "1:0-2 1:5-8"}},
+    {"\xe2\x80\x81x", 4, {"4:3-4", "4:3-4", "4:3-4", "4:3-4"}},
+    {"x\xe1\x9a\x80\xc3\xa9", 6, {"4:0-1 6:4-6", "4:0-1 1:4-6", "4:0-1 6:4-6", "4:0-1 1:4-6"}},
+    {"\xc2\xa0\xcc\x81X", 5, {"4:4-5", "1:2-5", "8:4-5", "1:2-5"}},
 };
 
 static tg_tokenizer *open_bert(int clean_text, int strip_accents, int lowercase) {
