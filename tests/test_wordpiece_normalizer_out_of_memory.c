@@ -1,8 +1,9 @@
 /* BertNormalizer (datasets/wordpiece.c) when an allocation fails while the normalized text
  * grows past the room reserved for the input (CJK characters spaced, Hangul syllables
  * decomposed, U+0130 lower-cased to two characters): each allocation of an encode fails in
- * turn, alone, and the encode either fails with "out of memory normalizing N bytes" or (an
- * allocation it could do without) gives every token; never fewer tokens. */
+ * turn, alone, and the encode either fails with "out of memory normalizing N bytes" (or, for
+ * the buffer of a "##" piece, "out of memory for a word of N bytes") or (an allocation it
+ * could do without) gives every token; never fewer tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ typedef struct unit_case {
     int strip_accents;
     const char *unit;
     int repeat, n_ids;
+    int word_bytes; /* the "##" piece's buffer first holds this many bytes (0: no such piece) */
     int32_t ids[4];
     int64_t start[4], end[4];
 } unit_case;
@@ -59,12 +61,12 @@ static int tokens_match(const tg_encoding *e, const unit_case *c, int verbose) {
 TG_TEST(test_wordpiece_normalizer_growth_out_of_memory) {
     const unit_case cases[] = {
         /* 中: 3 bytes in, " 中 " 5 out: 2400 in, 4000 out */
-        {1, "\xe4\xb8\xad", 800, 1, {2}, {0}, {3}},
+        {1, "\xe4\xb8\xad", 800, 1, 0, {2}, {0}, {3}},
         /* "한 ": 4 bytes in, its three jamo (9 bytes) and the space out: 2400 in, 6000 out */
-        {1, "\xed\x95\x9c ", 600, 3, {3, 4, 5}, {0, 0, 0}, {3, 3, 3}},
+        {1, "\xed\x95\x9c ", 600, 3, 7, {3, 4, 5}, {0, 0, 0}, {3, 3, 3}},
         /* "İİ " (U+0130), accents kept: 5 bytes in, "i" + U+0307 twice and the space (7 bytes)
          * out: 3000 in, 4200 out; U+0307 is no piece: each word one [UNK] */
-        {0, "\xc4\xb0\xc4\xb0 ", 600, 1, {0}, {0}, {4}},
+        {0, "\xc4\xb0\xc4\xb0 ", 600, 1, 7, {0}, {0}, {4}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const size_t ul = strlen(cases[c].unit), len = ul * (size_t)cases[c].repeat;
@@ -74,7 +76,9 @@ TG_TEST(test_wordpiece_normalizer_growth_out_of_memory) {
         text[len] = 0;
         char want[200];
         snprintf(want, sizeof want, "out of memory normalizing %zu bytes", len);
-        int failed_encodes = 0, done = 0;
+        char want_word[100];
+        snprintf(want_word, sizeof want_word, "out of memory for a word of %d bytes", cases[c].word_bytes);
+        int failed_encodes = 0, failed_words = 0, done = 0;
         for (long k = 0; k < 200 && !done; k++) {
             tg_tokenizer *t = open_bert(cases[c].strip_accents);
             if (!t) break;
@@ -92,6 +96,7 @@ TG_TEST(test_wordpiece_normalizer_growth_out_of_memory) {
             } else {
                 CHECK(refused, "case %zu: encode failed with no allocation refused: %s", c, err.msg);
                 failed_encodes += !strcmp(err.msg, want);
+                failed_words += !strcmp(err.msg, want_word);
             }
             tg_encoding_free(&e);
             tg_tokenizer_free(t);
@@ -99,6 +104,8 @@ TG_TEST(test_wordpiece_normalizer_growth_out_of_memory) {
         CHECK(done, "case %zu: the encode never succeeded", c);
         /* the growth of the normalized text, its start and its end offsets: each allocation
          * failing stops the normalizer */
+        /* the buffer of "##" + the rest of a word (up to the longest entry), made once */
+        CHECK(failed_words == (cases[c].word_bytes > 0), "case %zu: %d encodes failed with '%s'", c, failed_words, want_word);
         CHECK(failed_encodes >= 3, "case %zu: %d encodes failed with '%s'", c, failed_encodes, want);
         free(text);
     }
