@@ -195,6 +195,9 @@ TG_TEST(test_shard_manifest_bad_fields_are_named) {
         {C, "\"identity\": \"00000000000000ff\"", "\"identity\": 255", "tokenizer.identity must be 16 lower-case hex digits"},
         {C, "\"identity\": \"00000000000000ff\"", "\"identity\": \"0000000000000ff\"", "tokenizer.identity must be 16 lower-case hex digits"},
         {C, "\"identity\": \"00000000000000ff\"", "\"identity\": \"00000000000000FF\"", "tokenizer.identity must be 16 lower-case hex digits"},
+        {C, "\"identity\": \"00000000000000ff\"", "\"identity\": \"00000000000000ff0\"", "tokenizer.identity must be 16 lower-case hex digits"},
+        {C, "\"identity\": \"00000000000000ff\"", "\"identity\": \"00000000000000ffz\"", "tokenizer.identity must be 16 lower-case hex digits"},
+        {C, "\"identity\": \"00000000000000ff\"", "\"identity\": \"00000000000000ff \"", "tokenizer.identity must be 16 lower-case hex digits"},
         {C, ", \"vocab_size\": 100}", "}", "tokenizer has no \"vocab_size\""},
         {C, "\"vocab_size\": 100", "\"vocab_size\": 0", "tokenizer.vocab_size must be a whole number from 1 to 2147483647"},
         {C, "\"vocab_size\": 100", "\"vocab_size\": 2147483648", "tokenizer.vocab_size must be a whole number from 1 to 2147483647"},
@@ -242,6 +245,8 @@ TG_TEST(test_shard_manifest_bad_fields_are_named) {
         {C, "\"bytes\": 100, ", "", "shards[0] has no \"bytes\""},
         {C, ", \"xxh64\": \"fedcba9876543210\"", "", "shards[1] has no \"xxh64\""},
         {C, "\"xxh64\": \"fedcba9876543210\"", "\"xxh64\": \"fedcba987654321g\"", "shards[1].xxh64 must be 16 lower-case hex digits"},
+        {C, "\"xxh64\": \"fedcba9876543210\"", "\"xxh64\": \"fedcba9876543210-\"", "shards[1].xxh64 must be 16 lower-case hex digits"},
+        {C, "\"xxh64\": \"fedcba9876543210\"", "\"xxh64\": null", "shards[1].xxh64 must be 16 lower-case hex digits"},
         {C, "\"records\": 3, \"bytes\"", "\"records\": 4, \"bytes\"", "the train shards hold more records than records.train (3)"},
         {C, "\"records\": 3, \"bytes\"", "\"records\": 2, \"bytes\"", "the train shards hold 2 records, records.train says 3"},
         {C, ",\n            {\"file\": \"eval/00000.tgshard\", \"split\": \"eval\", \"records\": 1, \"bytes\": 60, "

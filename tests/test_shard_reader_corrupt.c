@@ -614,3 +614,142 @@ TG_TEST(test_shard_reader_out_of_memory) {
     /* manifest.json over the first 64 KiB read: the buffer's growth fails too. */
     fail_each_allocation(write_long_manifest_set(&im));
 }
+
+/* An index entry wrong in two ways at once: the first check in the reader's order (its
+ * bytes, then its records, then its block size) is the one named. */
+TG_TEST(test_shard_reader_index_entry_wrong_twice_names_the_first_cause) {
+    image base;
+    build(&base, 0, 0);
+    const struct {
+        int field_a, frame_a, add_a;
+        int64_t value_a;
+        int field_b, frame_b, add_b;
+        int64_t value_b;
+        const char *want;
+    } cases[] = {
+        {IDX_CSIZE, 0, 0, 0, IDX_USIZE, 0, 0, TG_SHARD_BLOCK_MAX + 1, "frame 0 of the index is inconsistent (its bytes; file corrupt)"},
+        {IDX_OFFSET, 0, 1, 1, IDX_FIRST, 0, 0, 1, "frame 0 of the index is inconsistent (its bytes; file corrupt)"},
+        {IDX_CSIZE, 1, 1, 1, IDX_FIRST, 1, 0, 3, "frame 1 of the index is inconsistent (its bytes; file corrupt)"},
+        {IDX_FIRST, 0, 0, 1, IDX_USIZE, 0, 0, TG_SHARD_BLOCK_MAX + 1, "frame 0 of the index is inconsistent (its records; file corrupt)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        image im = base;
+        set_field(&im, cases[i].field_a, cases[i].frame_a, cases[i].add_a, cases[i].value_a);
+        set_field(&im, cases[i].field_b, cases[i].frame_b, cases[i].add_b, cases[i].value_b);
+        const char *dir = write_set(&im, 3);
+        char want[900];
+        snprintf(want, sizeof want, "%s/train/00000.tgshard: %s", dir, cases[i].want);
+        tg_err err = {{0}};
+        tg_shard_set set;
+        CHECK(tg_shard_set_open(dir, TG_SPLIT_TRAIN, &set, &err) == -1, "case %zu accepted", i);
+        CHECK(!strcmp(err.msg, want), "case %zu: '%s', want '%s'", i, err.msg, want);
+    }
+}
+
+/* Two copies of the image as train shards 00000 and 00001 (records 0-2 and 3-5). */
+static const char *write_two_file_set(const image *im) {
+    static char dir[600];
+    char path[700];
+    snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    snprintf(path, sizeof path, "%s/train", dir);
+    mkdir(path, 0755);
+    tg_shard_entry e[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/train/0000%d.tgshard", dir, k);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(im->b, 1, im->len, f) != im->len) abort();
+        fclose(f);
+        e[k] = (tg_shard_entry){.split = TG_SPLIT_TRAIN, .records = 3, .bytes = (int64_t)im->len,
+                                .xxh64 = XXH64(im->b, im->len, 0)};
+        snprintf(e[k].file, sizeof e[k].file, "train/0000%d.tgshard", k);
+    }
+    int64_t hist_train[1] = {6}, hist_eval[1] = {0};
+    tg_shard_manifest m = {.version = TG_SHARD_VERSION, .task = TG_SHARD_LM, .seq = SEQ,
+                           .records = {6, 0}, .tokens = {12, 0}, .hist_bin = 8, .n_bins = 1,
+                           .hist = {hist_train, hist_eval}, .tokenizer_identity = 1, .tokenizer_family = "wordpiece",
+                           .vocab_size = VOCAB, .n_shards = 2, .shards = e, .command = "test"};
+    char *text;
+    size_t len;
+    tg_err err;
+    if (tg_shard_manifest_format(&m, &text, &len, &err)) abort();
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (tg_test_write_file(path, text)) abort();
+    free(text);
+    return dir;
+}
+
+/* A shard that cannot be opened leaves the cursor with no file open: once it is back, the
+ * next read opens it (rather than reading from the descriptor that failed). */
+TG_TEST(test_shard_reader_cursor_reopens_a_shard_that_failed_to_open) {
+    image im;
+    build(&im, 0, 0);
+    const char *dir = write_two_file_set(&im);
+    char shard1[700], away[720];
+    snprintf(shard1, sizeof shard1, "%s/train/00001.tgshard", dir);
+    snprintf(away, sizeof away, "%s.away", shard1);
+    tg_err err = {{0}};
+    tg_shard_set set;
+    REQUIRE(tg_shard_set_open(dir, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
+    REQUIRE(set.n_files == 2 && set.n_records == 6, "%d files, %lld records", set.n_files, (long long)set.n_records);
+    tg_shard_cursor cur;
+    REQUIRE(tg_shard_cursor_open(&cur, &set, &err) == 0, "%s", err.msg);
+    tg_shard_record r;
+    CHECK(tg_shard_cursor_get(&cur, 1, &r, &err) == 0 && r.len == 3 && r.input_ids[2] == 12, "%s", err.msg);
+    REQUIRE(rename(shard1, away) == 0, "rename");
+    char want[900];
+    snprintf(want, sizeof want, "%s: cannot open the shard: No such file or directory", shard1);
+    CHECK(tg_shard_cursor_get(&cur, 4, &r, &err) == -1 && !strcmp(err.msg, want), "'%s'", err.msg);
+    CHECK(cur.fd == -1, "fd %d after the failed open", cur.fd);
+    REQUIRE(rename(away, shard1) == 0, "rename back");
+    CHECK(tg_shard_cursor_get(&cur, 4, &r, &err) == 0 && r.len == 3 && r.input_ids[0] == 10 && r.input_ids[2] == 12,
+          "%s", err.msg);
+    CHECK(tg_shard_cursor_get(&cur, 5, &r, &err) == 0 && r.len == 1 && r.input_ids[0] == 20, "%s", err.msg);
+    CHECK(tg_shard_cursor_get(&cur, 0, &r, &err) == 0 && r.len == 2 && r.input_ids[1] == 1, "%s", err.msg);
+    tg_shard_cursor_close(&cur);
+    tg_shard_set_close(&set);
+}
+
+/* With standard input closed the shard opens as descriptor 0, and closing the cursor
+ * closes it. */
+TG_TEST(test_shard_reader_cursor_closes_descriptor_zero) {
+    image im;
+    build(&im, 0, 0);
+    const char *dir = write_set(&im, 3);
+    tg_err err = {{0}};
+    tg_shard_set set;
+    REQUIRE(tg_shard_set_open(dir, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
+    tg_shard_cursor cur;
+    REQUIRE(tg_shard_cursor_open(&cur, &set, &err) == 0, "%s", err.msg);
+    const int saved = dup(0);
+    REQUIRE(saved >= 0, "dup");
+    close(0);
+    tg_shard_record r;
+    const int rc = tg_shard_cursor_get(&cur, 2, &r, &err);
+    const int fd = cur.fd, len = rc == 0 ? r.len : -1, id0 = rc == 0 ? r.input_ids[0] : -1;
+    tg_shard_cursor_close(&cur);
+    const int still_open = fcntl(0, F_GETFD) != -1;
+    dup2(saved, 0);
+    close(saved);
+    CHECK(rc == 0 && len == 1 && id0 == 20, "%s", err.msg);
+    CHECK(fd == 0, "the shard opened as descriptor %d", fd);
+    CHECK(!still_open, "descriptor 0 still open after the cursor closed");
+    CHECK(cur.fd == -1, "fd %d", cur.fd);
+    tg_shard_set_close(&set);
+}
+
+/* "/" (and "///") is the root folder, kept as "/": its manifest is "//manifest.json". The
+ * name is a heap copy so that a read before its first byte is seen under ASan. */
+TG_TEST(test_shard_reader_set_at_the_root_folder) {
+    const char *names[] = {"/", "///"};
+    for (int i = 0; i < 2; i++) {
+        char *dir = strdup(names[i]);
+        REQUIRE(dir, "strdup");
+        tg_err err = {{0}};
+        tg_shard_set set;
+        CHECK(tg_shard_set_open(dir, TG_SPLIT_TRAIN, &set, &err) == -1, "'%s' opened", dir);
+        CHECK(!strcmp(err.msg, "//manifest.json: cannot open: No such file or directory (not a shard set?)"), "'%s': '%s'",
+              names[i], err.msg);
+        CHECK(set.dir == NULL && set.files == NULL, "the set was not closed");
+        free(dir);
+    }
+}
