@@ -275,7 +275,7 @@ static int trainer_step(tunegraph_trainer *t, tunegraph_step_metrics *m) {
     if (tg_trainer_step(&t->tr, &s, &err)) return fail_err(&err);
     *m = (tunegraph_step_metrics){.struct_size = sizeof *m, .step = s.step, .loss = s.loss, .lr = s.lr,
                                   .grad_norm = s.grad_norm, .step_ms = s.step_ms, .tokens = s.tokens,
-                                  .skipped = s.skipped};
+                                  .skipped = s.skipped, .loss_scale = s.loss_scale};
     return 0;
 }
 

@@ -86,6 +86,7 @@ static int step_field_is_int(int k) { return k == 0 || k == STEP_SEQ_FIELD; }
 struct metrics_step_line {
     json_t *o;
     json_t *v[STEP_FIELDS];
+    json_t *loss_scale; /* fp16 runs: added at the first step that has a scale, the last key */
 };
 
 metrics_step_line *metrics_step_line_new(void) {
@@ -108,6 +109,7 @@ metrics_step_line *metrics_step_line_new(void) {
 void metrics_step_line_free(metrics_step_line *w) {
     if (!w) return;
     for (int k = 0; k < STEP_FIELDS; k++) json_decref(w->v[k]);
+    json_decref(w->loss_scale);
     json_decref(w->o);
     free(w);
 }
@@ -124,11 +126,16 @@ int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, do
             if (step_field_is_int(k)) put_int(&l, step_keys[k], (long long)v[k]);
             else put_real(&l, step_keys[k], v[k], "%.9g");
         if (s->skipped) put_bool(&l, "skipped", 1); /* nothing was updated (a non-finite gradient norm) */
+        if (s->loss_scale > 0) put_real(&l, "loss_scale", s->loss_scale, "%.9g");
         return line_write(&l, f);
     }
     for (int k = 0; k < STEP_FIELDS; k++)
         if (step_field_is_int(k)) json_integer_set(w->v[k], (json_int_t)v[k]);
         else json_real_set(w->v[k], v[k]);
+    if (s->loss_scale > 0 && !w->loss_scale &&
+        (!(w->loss_scale = json_real(0.0)) || json_object_set(w->o, "loss_scale", w->loss_scale)))
+        return -1;
+    if (w->loss_scale) json_real_set(w->loss_scale, s->loss_scale);
     char buf[1024];
     size_t n = json_dumpb(w->o, buf, sizeof buf - 1, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
     if (n == 0 || n >= sizeof buf - 1) return -1;

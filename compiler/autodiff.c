@@ -46,6 +46,7 @@ int tg_autodiff(tg_graph *g, int loss) {
     if (seed < 0) return -1; /* out of memory, already recorded */
     tg_op_spec fill = tg_spec(TG_OP_FILL);
     fill.out[0] = seed;
+    fill.in[0] = g->io.loss_scale; /* fp16: the backward carries scale x the gradients; else -1 */
     /* The replicas' gradients are summed (TG_OP_ALL_REDUCE): the mean of their losses'
      * gradients, each loss a mean over its own batch (as PyTorch DDP). */
     fill.p.fill.value = g->job && g->job->data_parallel > 1 ? 1.0f / (float)g->job->data_parallel : 1.0f;

@@ -515,6 +515,7 @@ static void bwd_span_loss(tg_graph *g, int index) {
 #define BACKWARD_GRAD_NORM NULL
 #define BACKWARD_ADAMW NULL
 #define BACKWARD_ADAN NULL
+#define BACKWARD_LOSS_SCALE_UPDATE NULL
 #define BACKWARD_ALL_REDUCE NULL
 #define BACKWARD_ALL_GATHER NULL
 

@@ -33,10 +33,6 @@ static int job_error(const tg_job *job, int key, tg_err *err, const char *what) 
 
 static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
-    if (job->precision == TG_PREC_FP16) {
-        snprintf(msg, sizeof msg, "precision fp16 (with loss scaling) is not supported yet; use bf16 or fp32");
-        return job_error(job, TG_JOB_PRECISION, err, msg);
-    }
     if (job->task == TG_TASK_LM && cfg->arch != TG_ARCH_GPT2) {
         snprintf(msg, sizeof msg, "task lm needs a decoder (gpt2 family); model '%s' is %s", cfg->source,
                  tg_arch_name(cfg->arch));
@@ -135,9 +131,10 @@ static void build_optimizer(tg_graph *g) {
     g->io.grad_norm = scalar(g, "grad_norm", TG_POOL_WORKSPACE);
     int64_t n = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.grads_all]);
 
-    /* Data parallelism sums the replicas' gradients in the backward (compiler/grad_buckets.c). */
+    /* Data parallelism sums the replicas' gradients in the backward (compiler/grad_buckets.c).
+     * fp16: the gradients carry the loss scale; the norm is the unscaled gradients'. */
     tg_op_spec s = tg_spec(TG_OP_GRAD_NORM);
-    s.in[0] = g->io.grads_all, s.out[0] = g->io.grad_norm;
+    s.in[0] = g->io.grads_all, s.in[1] = g->io.loss_scale, s.out[0] = g->io.grad_norm;
     s.p.count.n = n;
     tg_graph_op(g, &s);
 
@@ -153,6 +150,7 @@ static void build_optimizer(tg_graph *g) {
     const int adan = j->optimizer == TG_OPTIMIZER_ADAN;
     s = tg_spec(adan ? TG_OP_ADAN : TG_OP_ADAMW);
     s.in[0] = g->io.grads_all, s.in[1] = g->io.lr, s.in[2] = g->io.step, s.in[3] = g->io.grad_norm;
+    s.in[4] = g->io.loss_scale;
     s.out[0] = g->io.params_all, s.out[1] = g->io.m_all, s.out[2] = g->io.v_all;
     /* ADAN's parameters begin with ADAMW's (plan/ops.h). */
     tg_adamw_params *a = &s.p.adamw;
@@ -163,6 +161,16 @@ static void build_optimizer(tg_graph *g) {
     if (adan) s.p.adan.beta3 = j->beta3, s.p.adan.no_prox = j->no_prox;
     tg_graph_op(g, &s);
     if (a->zero_slice) tg_zero_gather(g, g->io.params_all, "params.slices");
+    /* After the update, which read this step's scale (GradScaler.update after step). */
+    if (g->io.loss_scale >= 0) {
+        s = tg_spec(TG_OP_LOSS_SCALE_UPDATE);
+        s.in[0] = g->io.grad_norm, s.in[1] = g->io.loss_scale, s.in[2] = g->io.loss_scale_growth;
+        s.out[0] = g->io.loss_scale, s.out[1] = g->io.loss_scale_growth;
+        s.p.loss_scale.growth_factor = j->loss_scale_growth_factor;
+        s.p.loss_scale.backoff_factor = j->loss_scale_backoff;
+        s.p.loss_scale.growth_interval = j->loss_scale_growth_interval;
+        tg_graph_op(g, &s);
+    }
     /* grad_accumulation: the backward adds every micro-step's gradients (the first writer
      * does not overwrite, compile_one), so they are cleared once the window's update has
      * read them, ready for the next window (the executors open with them zeroed). */
@@ -184,6 +192,10 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
 
     int loss = tg_build_forward(&g, tg_job_pad_id(j, cfg));
     if (g.failed || tg_graph_check_freeze(&g) || check_trainable(&g)) goto out;
+    if (j->precision == TG_PREC_FP16) { /* the state the loss gradient's seed reads */
+        g.io.loss_scale = scalar(&g, "optim.loss_scale", TG_POOL_OPTIM);
+        g.io.loss_scale_growth = scalar(&g, "optim.loss_scale_growth", TG_POOL_OPTIM);
+    }
     if (tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
     if (g.failed || tg_apply_precision(&g, j->precision) || tg_plan_fixed_layout(&g) ||
@@ -209,7 +221,8 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
                                   .zero_stage = j->zero_stage,
                                   .attention = j->attention,
                                   .n_buckets = j->n_buckets,
-                                  .grad_accumulation = j->grad_accumulation};
+                                  .grad_accumulation = j->grad_accumulation,
+                                  .loss_scale_init = j->precision == TG_PREC_FP16 ? j->loss_scale_init : 0.0f};
     memcpy(plan->train.bucket_seq, j->bucket_seq, sizeof plan->train.bucket_seq);
     tg_job_run_settings(j, &plan->run);
     memcpy(plan->job_path, j->path, sizeof plan->job_path);

@@ -61,6 +61,10 @@ static const struct job_key {
     [TG_JOB_MASK_TOKEN_ID] = {"mask_token_id", 0},
     [TG_JOB_SPECIAL_TOKEN_IDS] = {"special_token_ids", 0},
     [TG_JOB_GRAD_ACCUMULATION] = {"grad_accumulation", 0},
+    [TG_JOB_LOSS_SCALE_INIT] = {"loss_scale_init", 0},
+    [TG_JOB_LOSS_SCALE_GROWTH_FACTOR] = {"loss_scale_growth_factor", 0},
+    [TG_JOB_LOSS_SCALE_BACKOFF] = {"loss_scale_backoff", 0},
+    [TG_JOB_LOSS_SCALE_GROWTH_INTERVAL] = {"loss_scale_growth_interval", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -106,6 +110,10 @@ void tg_job_defaults(tg_job *job) {
     job->n_special_ids = -1;
     for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++) job->special_ids[i] = -1;
     job->grad_accumulation = 1;
+    job->loss_scale_init = 65536.0f;
+    job->loss_scale_growth_factor = 2.0f;
+    job->loss_scale_backoff = 0.5f;
+    job->loss_scale_growth_interval = 2000;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -220,6 +228,20 @@ static int set_float(float *dst, const char *v, double lo, int lo_open, double h
         if (!x_out) snprintf(rounded, sizeof rounded, " as a 32-bit float (it rounds to %.9g)", fx);
         return tg_fail(err, "%skey '%s': %s is out of range%s (must be %s)", o->prefix, key, v, rounded, range);
     }
+    *dst = f;
+    return 0;
+}
+
+/* A float key that must be a power of two in [lo, hi] (the loss scale's: scaling by one is
+ * exact). */
+static int set_power_of_two(float *dst, const char *v, double lo, double hi, const origin *o, const char *key,
+                            tg_err *err) {
+    float f;
+    if (set_float(&f, v, lo, 0, hi, 0, o, key, err)) return -1;
+    int e;
+    if (frexpf(f, &e) != 0.5f)
+        return tg_fail(err, "%skey '%s': %s is not a power of two (such as %g or %g)", o->prefix, key, v,
+                       (double)ldexpf(0.5f, e), (double)ldexpf(0.5f, e + 1));
     *dst = f;
     return 0;
 }
@@ -406,6 +428,14 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_BETA2: rc = set_float(&job->beta2, v, 0, 0, 1, 1, o, name, err); break;
     case TG_JOB_BETA3: rc = set_float(&job->beta3, v, 0, 0, 1, 1, o, name, err); break;
     case TG_JOB_NO_PROX: rc = set_bool(&job->no_prox, v, o, name, err); break;
+    case TG_JOB_LOSS_SCALE_INIT: rc = set_power_of_two(&job->loss_scale_init, v, 0x1p-24, 0x1p64, o, name, err); break;
+    case TG_JOB_LOSS_SCALE_GROWTH_FACTOR:
+        rc = set_power_of_two(&job->loss_scale_growth_factor, v, 2.0, 0x1p16, o, name, err);
+        break;
+    case TG_JOB_LOSS_SCALE_BACKOFF: rc = set_power_of_two(&job->loss_scale_backoff, v, 0x1p-16, 0.5, o, name, err); break;
+    case TG_JOB_LOSS_SCALE_GROWTH_INTERVAL:
+        rc = set_int_range(&job->loss_scale_growth_interval, v, 1, 1 << 24, "steps", o, name, err);
+        break;
     case TG_JOB_SKIP_NONFINITE: rc = set_bool(&job->skip_nonfinite, v, o, name, err); break;
     case TG_JOB_MAX_SKIPPED_STEPS:
         rc = set_int_range(&job->max_skipped_steps, v, 0, INT32_MAX, "steps in a row", o, name, err);
@@ -710,6 +740,11 @@ static int validate(const tg_job *job, tg_err *err) {
         if (job->task != TG_TASK_MLM && job->key_line[key] != 0)
             return tg_fail(err, "%s: key '%s': only meaningful for task = mlm (task is %s)",
                            tg_job_where(job, key, w1, sizeof w1), tg_job_key_name(key), tg_task_name(job->task));
+    for (int key = TG_JOB_LOSS_SCALE_INIT; key <= TG_JOB_LOSS_SCALE_GROWTH_INTERVAL; key++)
+        if (job->precision != TG_PREC_FP16 && job->key_line[key] != 0)
+            return tg_fail(err, "%s: key '%s': only meaningful for precision = fp16 (precision is %s)",
+                           tg_job_where(job, key, w1, sizeof w1), tg_job_key_name(key),
+                           tg_precision_name(job->precision));
     return 0;
 }
 

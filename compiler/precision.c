@@ -27,7 +27,7 @@ static int frozen_unit(const tg_graph *g, int t) {
  * gets a bf16 copy in the frozen pool (TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY, master the
  * fp32 tensor; its views as views of the copy), which the runtime fills once when it uploads
  * the weights, and the matmuls read the copy. Offsets come later (tg_plan_fixed_layout). */
-static int frozen_storage(tg_graph *g) {
+static int frozen_storage(tg_graph *g, int half, const char *prefix) {
     const int n0 = g->n_tensors;
     char *by_matmul = tg_compiler_calloc((size_t)n0, 1), *by_other = tg_compiler_calloc((size_t)n0, 1);
     int *copy_of = tg_compiler_malloc(sizeof *copy_of * (size_t)n0);
@@ -47,7 +47,7 @@ static int frozen_storage(tg_graph *g) {
     for (int t = 0; t < n0; t++) {
         copy_of[t] = -1;
         const int u = g->tensors[t].pool == TG_POOL_FROZEN ? frozen_unit(g, t) : -1;
-        if (u >= 0 && by_matmul[u] && !by_other[u]) set_dtype(g, t, TG_BF16);
+        if (u >= 0 && by_matmul[u] && !by_other[u]) set_dtype(g, t, half);
     }
     /* The copies: each mixed unit's table first, then its views over the copy. */
     for (int t = 0; t < n0 && !g->failed; t++) {
@@ -58,11 +58,11 @@ static int frozen_storage(tg_graph *g) {
             const tg_tensor *y = &g->tensors[v];
             if (v != t && !((y->flags & TG_TENSOR_VIEW) && y->pool == TG_POOL_FROZEN && y->master == t)) continue;
             char name[TG_NAME_MAX];
-            snprintf(name, sizeof name, "bf16.%s", y->name);
+            snprintf(name, sizeof name, "%s.%s", prefix, y->name);
             int64_t shape[TG_MAX_DIMS];
             memcpy(shape, y->shape, sizeof shape);
             const int ndim = y->ndim, flags = y->flags;
-            int c = tg_graph_tensor(g, name, TG_BF16, TG_POOL_FROZEN, ndim, shape);
+            int c = tg_graph_tensor(g, name, half, TG_POOL_FROZEN, ndim, shape);
             if (c < 0) break;
             if (v == t) {
                 g->tensors[c].flags |= TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY;
@@ -87,9 +87,14 @@ static int frozen_storage(tg_graph *g) {
 int tg_apply_precision(tg_graph *g, int precision) {
     if (g->failed) return -1;
     if (precision == TG_PREC_FP32) return 0;
-    if (precision != TG_PREC_BF16) return tg_graph_fail(g, "precision %d has no storage rules", precision);
+    if (precision != TG_PREC_BF16 && precision != TG_PREC_FP16)
+        return tg_graph_fail(g, "precision %d has no storage rules", precision);
+    /* fp16 follows bf16's rules with the other half-precision format (and the loss
+     * scaling the optimizer pass added). */
+    const int half = precision == TG_PREC_FP16 ? TG_F16 : TG_BF16;
+    const char *prefix = precision == TG_PREC_FP16 ? "f16" : "bf16";
 
-    /* bf16 copies of the parameters, one contiguous buffer with the masters' layout. */
+    /* Low-precision copies of the parameters, one contiguous buffer with the masters' layout. */
     int n0 = g->n_tensors;
     int *copy_of = tg_compiler_calloc((size_t)n0, sizeof *copy_of);
     if (!copy_of) return tg_graph_out_of_memory(g);
@@ -97,10 +102,10 @@ int tg_apply_precision(tg_graph *g, int precision) {
         copy_of[t] = -1;
         if (!(g->tensors[t].flags & TG_TENSOR_PARAM)) continue;
         char name[TG_NAME_MAX];
-        snprintf(name, sizeof name, "bf16.%s", g->tensors[t].name);
+        snprintf(name, sizeof name, "%s.%s", prefix, g->tensors[t].name);
         int64_t shape[TG_MAX_DIMS];
         memcpy(shape, g->tensors[t].shape, sizeof shape);
-        int c = tg_graph_tensor(g, name, TG_BF16, TG_POOL_PARAMS_BF16, g->tensors[t].ndim, shape);
+        int c = tg_graph_tensor(g, name, half, TG_POOL_PARAMS_BF16, g->tensors[t].ndim, shape);
         if (c < 0) break;
         g->tensors[c].flags |= TG_TENSOR_PARAM_COPY | (g->tensors[t].flags & TG_TENSOR_VIEW);
         g->tensors[c].master = t;
@@ -111,13 +116,14 @@ int tg_apply_precision(tg_graph *g, int precision) {
     for (int t = 0; t < n0 && !g->failed; t++)
         if (copy_of[t] >= 0 && g->tensors[t].group >= 0) g->tensors[copy_of[t]].group = copy_of[g->tensors[t].group];
     int64_t elems = g->failed ? 0 : tg_tensor_numel(&g->tensors[g->io.params_all]);
-    g->io.params_bf16_all = tg_graph_tensor(g, "params_bf16.all", TG_BF16, TG_POOL_PARAMS_BF16, 1, &elems);
+    g->io.params_bf16_all = tg_graph_tensor(g, precision == TG_PREC_FP16 ? "params_f16.all" : "params_bf16.all", half,
+                                            TG_POOL_PARAMS_BF16, 1, &elems);
     if (g->failed) {
         free(copy_of);
         return -1;
     }
     g->tensors[g->io.params_bf16_all].flags |= TG_TENSOR_VIEW;
-    if (frozen_storage(g)) {
+    if (frozen_storage(g, half, prefix)) {
         free(copy_of);
         return -1;
     }
@@ -169,13 +175,14 @@ int tg_apply_precision(tg_graph *g, int precision) {
     for (int t = 0; t < g->n_tensors; t++) {
         tg_tensor *x = &g->tensors[t];
         if (x->pool == TG_POOL_ACTIVATIONS && x->dtype == TG_F32 && !keep[t] && tg_tensor_numel(x) > 1)
-            set_dtype(g, t, TG_BF16);
+            set_dtype(g, t, half);
     }
     free(keep);
     free(copy_of);
     /* ZeRO-1: each replica refreshed the copies of its own slice; share them too. */
     for (int o = 0; o < g->n_ops; o++)
         if (tg_op_is_update(g->ops[o].kind) && g->ops[o].p.adamw.zero_slice > 0)
-            return tg_zero_gather(g, g->io.params_bf16_all, "params_bf16.slices");
+            return tg_zero_gather(g, g->io.params_bf16_all,
+                                  precision == TG_PREC_FP16 ? "params_f16.slices" : "params_bf16.slices");
     return 0;
 }

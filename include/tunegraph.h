@@ -140,6 +140,7 @@ typedef struct tunegraph_step_metrics {
     int64_t tokens;             /* real (unpadded) tokens in the step's batch */
     int64_t skipped;            /* 1: the gradient norm was not finite and nothing was updated (job key
                                    skip_nonfinite) */
+    double loss_scale;          /* precision fp16: the dynamic loss scale after the step; 0 otherwise */
 } tunegraph_step_metrics;
 
 typedef struct tunegraph_eval_metrics {

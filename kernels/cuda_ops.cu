@@ -32,7 +32,7 @@ struct dtype_row {
 
 static constexpr dtype_row dtype_rows[] = {
     {TG_OP_ZERO, {{NULL}, {"Aout"}}},
-    {TG_OP_FILL, {{NULL}, {"Fout"}}},
+    {TG_OP_FILL, {{"Fscale"}, {"Fout"}}},
     {TG_OP_EMBEDDING, {{"Iids", "Ftable"}, {"Tout"}}},
     {TG_OP_EMBEDDING_BWD, {{"Iids", "Tdout"}, {"Fdtable"}}},
     {TG_OP_ADD, {{"Ta", "Tb"}, {"Tout"}}},
@@ -60,9 +60,10 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SPAN_LOSS, {{"Tlogits", "Ipositions"}, {"Floss"}}},
     {TG_OP_SPAN_LOSS_BWD, {{"Fdloss", "Tlogits", "Ipositions"}, {"Tdlogits"}}},
     {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps", "Fnorm"}, {"Flr", "Fstep_out"}}},
-    {TG_OP_GRAD_NORM, {{"Fgrads"}, {"Fnorm"}}},
-    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}}},
-    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm"}, {"Fparams", "Fm_d", "Fv_gprev", "Bparams_bf16"}}},
+    {TG_OP_GRAD_NORM, {{"Fgrads", "Fscale"}, {"Fnorm"}}},
+    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}}},
+    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm_d", "Fv_gprev", "Bparams_bf16"}}},
+    {TG_OP_LOSS_SCALE_UPDATE, {{"Fnorm", "Fscale", "Ftracker"}, {"Fscale_out", "Ftracker_out"}}},
     {TG_OP_RESIDUAL_LAYERNORM, {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}}},
     {TG_OP_RESIDUAL_LAYERNORM_BWD,
      {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}}},

@@ -146,7 +146,10 @@ ew_kernel(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y, i
     for (int64_t k = nw * W + tid; k < n; k += stride) tg_st(y, k, f(tg_ld(a, k), b ? tg_ld(b, k) : 0.0f));
 }
 
-__global__ void __launch_bounds__(EW_THREADS) fill_kernel(float *__restrict__ y, int64_t n, int vec, float v) {
+/* y = value (x *scale when scale is given: the loss scale of fp16 plans, read on the device). */
+__global__ void __launch_bounds__(EW_THREADS)
+fill_kernel(float *__restrict__ y, int64_t n, int vec, float value, const float *__restrict__ scale) {
+    const float v = scale ? __fmul_rn(value, scale[0]) : value;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t n4 = vec ? n / 4 : 0;
@@ -222,8 +225,8 @@ int tg_launch_fill(const tg_cuda_op_args *a, tg_err *err) {
     if (!a->out[0] || n <= 0) return 0;
     float *y = (float *)a->out[0];
     const int vec = tg_aligned16(y);
-    fill_kernel<<<tg_blocks(vec ? n / 4 + 4 : n, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(y, n, vec,
-                                                                                          a->op->p.fill.value);
+    fill_kernel<<<tg_blocks(vec ? n / 4 + 4 : n, EW_THREADS), EW_THREADS, 0, a->ctx->stream>>>(
+        y, n, vec, a->op->p.fill.value, (const float *)a->in[0]);
     return 0;
 }
 

@@ -26,6 +26,7 @@
  * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
 #include "kernels/column_sums.cuh"
 #include "kernels/adan_update.h"
+#include "kernels/loss_scale.h"
 #include "kernels/lr_schedule.h"
 
 #define NORM_THREADS 256
@@ -88,11 +89,13 @@ norm_partial_kernel(const float *__restrict__ g, int64_t n, int vec, double *__r
 }
 
 __global__ void __launch_bounds__(NORM_MAX_BLOCKS)
-norm_final_kernel(const double *__restrict__ partial, int blocks, float *__restrict__ out) {
+norm_final_kernel(const double *__restrict__ partial, int blocks, const float *__restrict__ scale,
+                  float *__restrict__ out) {
     __shared__ double s_red[32];
     double s = (int)threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
     s = block_sum_d<NORM_MAX_BLOCKS>(s, s_red);
-    if (threadIdx.x == 0) out[0] = (float)sqrt(s);
+    /* fp16 plans: the unscaled gradients' norm (the scale, a power of two, divides exactly). */
+    if (threadIdx.x == 0) out[0] = scale ? __fdiv_rn((float)sqrt(s), scale[0]) : (float)sqrt(s);
 }
 
 int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err) {
@@ -102,7 +105,23 @@ int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err) {
     const float *g = (const float *)a->in[0];
     double *partial = (double *)a->ctx->reduce_scratch;
     norm_partial_kernel<<<blocks, NORM_THREADS, 0, a->ctx->stream>>>(g, n > 0 ? n : 0, tg_aligned16(g), partial);
-    norm_final_kernel<<<1, NORM_MAX_BLOCKS, 0, a->ctx->stream>>>(partial, blocks, (float *)a->out[0]);
+    norm_final_kernel<<<1, NORM_MAX_BLOCKS, 0, a->ctx->stream>>>(partial, blocks, (const float *)a->in[1],
+                                                                 (float *)a->out[0]);
+    return 0;
+}
+
+/* ---- loss scale ------------------------------------------------------------------- */
+
+__global__ void loss_scale_kernel(const float *__restrict__ norm, float *scale, float *tracker, tg_loss_scale_params p) {
+    float s = scale[0], t = tracker[0];
+    tg_loss_scale_step(norm[0], p.growth_factor, p.backoff_factor, p.growth_interval, &s, &t);
+    scale[0] = s, tracker[0] = t;
+}
+
+int tg_launch_loss_scale_update(const tg_cuda_op_args *a, tg_err *err) {
+    /* out0 and out1 are in1 and in2 (in place, plan/ops.def). */
+    loss_scale_kernel<<<1, 1, 0, a->ctx->stream>>>((const float *)a->in[0], (float *)a->out[0], (float *)a->out[1],
+                                                   a->op->p.loss_scale);
     return 0;
 }
 
@@ -162,7 +181,8 @@ template <bool VEC, bool COPY>
 __global__ void __launch_bounds__(ADAM_THREADS)
 adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
              float *__restrict__ v_all, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
-             const float *__restrict__ norm_ptr, const tg_param_segment *__restrict__ seg, int nseg, int64_t first,
+             const float *__restrict__ norm_ptr, const float *__restrict__ scale_ptr,
+             const tg_param_segment *__restrict__ seg, int nseg, int64_t first,
              int64_t n, int64_t state_first, const int *__restrict__ gate, adam_hyper h) {
     __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
     if (gate && *gate == 0) return;
@@ -171,6 +191,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
         const float lr = lr_ptr[0];
         float clip = 1.0f;
         if (h.max_norm > 0.0f && norm_ptr) clip = (float)fmin(1.0, (double)h.max_norm / ((double)norm_ptr[0] + 1e-6));
+        if (scale_ptr) clip = __fmul_rn(clip, __frcp_rn(scale_ptr[0])); /* fp16: unscale (ops.def ADAMW in4) */
         const double t = step_ptr[0];
         const double bc1 = 1.0 - pow((double)h.b1, t), bc2 = 1.0 - pow((double)h.b2, t);
         s_lr = lr;
@@ -247,9 +268,10 @@ static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, in
     tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
     const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v) && tg_aligned8(pbf);
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
+    const float *scale = (const float *)a->in[4];
 #define ADAMW(VEC, COPY)                                                                                              \
     adamw_kernel<VEC, COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                      \
-        g, p, m, v, pbf, lr, step, norm, ctx->segments, ctx->n_segments, first, end, state_first, gate, h)
+        g, p, m, v, pbf, lr, step, norm, scale, ctx->segments, ctx->n_segments, first, end, state_first, gate, h)
     if (vec && pbf)
         ADAMW(true, true);
     else if (vec)
@@ -283,15 +305,17 @@ template <bool COPY>
 __global__ void __launch_bounds__(ADAM_THREADS)
 adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_d,
             float *__restrict__ v_gprev, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr,
-            const float *__restrict__ step_ptr, const float *__restrict__ norm_ptr,
+            const float *__restrict__ step_ptr, const float *__restrict__ norm_ptr, const float *__restrict__ scale_ptr,
             const tg_param_segment *__restrict__ seg, int nseg, int64_t first, int64_t n, int64_t state_first,
             int64_t state, const int *__restrict__ gate, tg_adan_params h) {
     __shared__ tg_adan_step s_step;
     if (gate && *gate == 0) return;
     if (norm_ptr && !isfinite(norm_ptr[0])) return; /* a non-finite gradient: the step is skipped */
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         s_step = tg_adan_step_of(lr_ptr[0], step_ptr[0], norm_ptr ? norm_ptr[0] : 0.0f, norm_ptr ? h.max_grad_norm : 0.0f,
                                  h.beta1, h.beta2, h.beta3, h.eps, (int)h.no_prox);
+        if (scale_ptr) s_step.clip = __fmul_rn(s_step.clip, __frcp_rn(scale_ptr[0])); /* fp16: unscale */
+    }
     __syncthreads();
     const tg_adan_step st = s_step;
     const float lr_wd = fmul(lr_ptr[0], h.weight_decay);
@@ -328,9 +352,10 @@ static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int
     float *p = (float *)a->out[0], *md = (float *)a->out[1], *vg = (float *)a->out[2];
     tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
+    const float *scale = (const float *)a->in[4];
     const int64_t state = slice > 0 ? slice : ap->n;
 #define ADAN(COPY)                                                                                                    \
-    adan_kernel<COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, pbf, lr, step, norm,          \
+    adan_kernel<COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, pbf, lr, step, norm, scale,   \
                                                                           ctx->segments, ctx->n_segments, first, end,  \
                                                                           state_first, state, gate, *ap)
     if (pbf)

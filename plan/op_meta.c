@@ -2,6 +2,7 @@
  * gradient contracts), the parameter walk, and each op's shape rule and FLOPs. */
 #include "plan/op_meta.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -111,8 +112,14 @@ static int checked_product(int64_t *out, const int64_t *f, int n) {
             return what " overflows";                                               \
     } while (0)
 
-/* ZERO and FILL: one output of any size; the signature says it all. */
+/* ZERO: one output of any size; the signature says it all. */
 static const char *check_fill(const tg_op_check_ctx *c, const tg_op *op) { return NULL; }
+
+/* FILL: one output of any size, scaled by an optional scalar. */
+static const char *check_fill_value(const tg_op_check_ctx *c, const tg_op *op) {
+    EXPECT(op->in[0] < 0 || numel(c, op->in[0]) == 1, "in[0]: the scale is not a scalar");
+    return NULL;
+}
 
 static const char *check_embedding(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_embedding_params *p = &op->p.embedding;
@@ -475,7 +482,21 @@ static const char *check_schedule(const tg_op_check_ctx *c, const tg_op *op) {
 static const char *check_grad_norm(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(c->tensors[op->in[0]].flags & TG_TENSOR_VIEW, "in[0]: must be the grads view");
     EXPECT(numel(c, op->in[0]) == op->p.count.n, "in[0]: n != gradient count");
+    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == 1, "in[1]: the loss scale is not a scalar");
     EXPECT(numel(c, op->out[0]) == 1, "out[0]: norm is not a scalar");
+    return NULL;
+}
+
+static const char *check_loss_scale_update(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_loss_scale_params *p = &op->p.loss_scale;
+    EXPECT(numel(c, op->in[0]) == 1, "in[0]: grad norm is not a scalar");
+    EXPECT(numel(c, op->in[1]) == 1, "in[1]: the loss scale is not a scalar");
+    EXPECT(numel(c, op->in[2]) == 1, "in[2]: the growth tracker is not a scalar");
+    EXPECT(op->out[0] == op->in[1], "out[0]: the scale is updated in place: must be in[1]");
+    EXPECT(op->out[1] == op->in[2], "out[1]: the tracker is updated in place: must be in[2]");
+    EXPECT(p->growth_interval >= 1, "growth_interval is not positive");
+    EXPECT(p->growth_factor > 1.0f && isfinite(p->growth_factor), "growth_factor: not finite and above 1");
+    EXPECT(p->backoff_factor > 0.0f && p->backoff_factor < 1.0f, "backoff_factor: not in (0, 1)");
     return NULL;
 }
 
@@ -489,6 +510,7 @@ static const char *check_update(const tg_op_check_ctx *c, const tg_op *op, int p
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: lr is not a scalar");
     EXPECT(numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
     EXPECT(numel(c, op->in[3]) == 1, "in[3]: grad norm is not a scalar");
+    EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == 1, "in[4]: the loss scale is not a scalar");
     EXPECT(numel(c, op->out[0]) == n, "out[0]: params differ from the grads in size");
     if (parts == 1) {
         EXPECT(numel(c, op->out[1]) == state, "out[1]: m != zero_slice (or n) elements");
@@ -543,7 +565,7 @@ _Static_assert(sizeof checks / sizeof checks[0] == TG_OP_COUNT, "every op kind n
 /* The dtype class a signature character asks for, as printed; NULL: any. */
 static const char *dtype_class(char sig) {
     switch (sig) {
-    case 'F': case 'f': return "f32 or bf16";
+    case 'F': case 'f': return "f32, bf16 or f16";
     case 'S': case 's': return "f32";
     case 'I': case 'i': return "i32";
     default: return NULL;
@@ -552,7 +574,7 @@ static const char *dtype_class(char sig) {
 
 static int dtype_fits(char sig, int dtype) {
     switch (sig) {
-    case 'F': case 'f': return dtype == TG_F32 || dtype == TG_BF16;
+    case 'F': case 'f': return dtype == TG_F32 || dtype == TG_BF16 || dtype == TG_F16;
     case 'S': case 's': return dtype == TG_F32;
     case 'I': case 'i': return dtype == TG_I32;
     default: return dtype >= 0 && dtype < TG_DTYPE_COUNT;

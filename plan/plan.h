@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 18
+#define TG_PLAN_VERSION 19
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -31,7 +31,7 @@ extern "C" {
 
 /* bf16: the upper half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), rounded to
  * nearest even when narrowed. */
-typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_BF16 = 2, TG_DTYPE_COUNT } tg_dtype;
+typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_BF16 = 2, TG_F16 = 3, TG_DTYPE_COUNT } tg_dtype;
 
 typedef enum tg_pool {
     TG_POOL_PARAMS = 0,  /* trainable parameters (fp32 masters), one contiguous buffer */
@@ -185,6 +185,10 @@ typedef struct tg_plan_train {
      * the update (ZERO of grads.all, its last op), and the losses divide by
      * io.loss_norm, the window's count of counted labels (plan/ops.def CROSS_ENTROPY). */
     int32_t grad_accumulation;
+    /* fp16 plans' dynamic loss scaling: the scale a run starts from (io.loss_scale; torch's
+     * GradScaler init_scale); 0 in other plans. The update rule's factors and interval
+     * are LOSS_SCALE_UPDATE's parameters. */
+    float loss_scale_init;
 } tg_plan_train;
 
 /* What a run does with the examples left over when an epoch's count is not a multiple of
@@ -227,6 +231,9 @@ typedef struct tg_plan_io {
     /* Plans with grad_accumulation > 1: an f32 [1] input, the rows (classify) or tokens
      * (lm) whose label counts over the step's whole window of micro-batches; -1 without. */
     int32_t loss_norm;
+    /* fp16 plans: the loss scale and its growth tracker, f32 [1] each in the optimizer
+     * pool (state a checkpoint keeps, LOSS_SCALE_UPDATE); -1 in other plans. */
+    int32_t loss_scale, loss_scale_growth;
 } tg_plan_io;
 
 typedef struct tg_plan {

@@ -36,9 +36,9 @@ _Static_assert(TG_OP_COUNT <= MAX_KIND_NAMES, "the op kind name table must hold 
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
-_Static_assert(sizeof(tg_plan_train) == 80, "tg_plan_train changed: update put_train/get_train");
+_Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1584, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3512, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3528, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -136,6 +136,7 @@ static void put_train(wbuf *b, const tg_plan_train *t) {
     put_i32(b, t->n_buckets);
     for (int k = 0; k < TG_MAX_BUCKETS; k++) put_i32(b, t->bucket_seq[k]);
     put_i32(b, t->grad_accumulation);
+    put_f32(b, t->loss_scale_init);
 }
 
 static void put_run(wbuf *b, const tg_plan_run *r) {
@@ -193,7 +194,8 @@ static void put_io(wbuf *b, const tg_plan_io *io) {
     const int32_t v[] = {io->input_ids, io->attention_mask, io->token_type_ids,
                          io->position_ids, io->labels, io->logits, io->loss, io->step,
                          io->total_steps, io->lr, io->grad_norm, io->params_all,
-                         io->grads_all, io->m_all, io->v_all, io->params_bf16_all, io->loss_norm};
+                         io->grads_all, io->m_all, io->v_all, io->params_bf16_all, io->loss_norm,
+                         io->loss_scale, io->loss_scale_growth};
     _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
 }
@@ -372,6 +374,7 @@ static void get_train(rbuf *r, tg_plan_train *t) {
     t->n_buckets = get_i32(r);
     for (int k = 0; k < TG_MAX_BUCKETS; k++) t->bucket_seq[k] = get_i32(r);
     t->grad_accumulation = get_i32(r);
+    t->loss_scale_init = get_f32(r);
 }
 
 static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
@@ -479,7 +482,8 @@ static void get_io(rbuf *r, tg_plan_io *io) {
     int32_t *v[] = {&io->input_ids, &io->attention_mask, &io->token_type_ids,
                     &io->position_ids, &io->labels, &io->logits, &io->loss, &io->step,
                     &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
-                    &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all, &io->loss_norm};
+                    &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all, &io->loss_norm,
+                    &io->loss_scale, &io->loss_scale_growth};
     _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
                    "get_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);

@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 
 #include <stddef.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,15 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     if (t->grad_accumulation < 1 || t->grad_accumulation > TG_MAX_GRAD_ACCUMULATION)
         return tg_fail(err, "%s: train grad_accumulation %d is not in [1, %d]", name, t->grad_accumulation,
                        TG_MAX_GRAD_ACCUMULATION);
+    /* A power of two (GradScaler's default 65536 is one): scaling the seed, unscaling the
+     * gradients and backing off are then exact. */
+    const int fp16 = t->precision == TG_PREC_FP16;
+    int scale_exp = 0;
+    if (fp16 ? !(isfinite(t->loss_scale_init) && t->loss_scale_init > 0.0f &&
+                 frexpf(t->loss_scale_init, &scale_exp) == 0.5f)
+             : t->loss_scale_init != 0.0f)
+        return tg_fail(err, "%s: train loss_scale_init %g is not %s", name, (double)t->loss_scale_init,
+                       fp16 ? "a positive power of two (fp16 plans)" : "0 (only fp16 plans scale the loss)");
     if (t->grad_accumulation > 1 && t->n_buckets > 1)
         return tg_fail(err, "%s: train grad_accumulation %d with n_buckets %d: accumulation runs without length "
                             "buckets",
@@ -251,6 +261,11 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         const tg_tensor *x = &p->tensors[t];
         if (x->dtype < 0 || x->dtype >= TG_DTYPE_COUNT)
             return tg_fail(err, "%s: tensor %d (%s) has dtype %d", name, t, x->name, x->dtype);
+        /* The executors keep one low precision per plan: its half dtype is the precision's. */
+        if ((x->dtype == TG_BF16 && p->train.precision != TG_PREC_BF16) ||
+            (x->dtype == TG_F16 && p->train.precision != TG_PREC_FP16))
+            return tg_fail(err, "%s: tensor %d (%s) is %s in a plan of precision %s", name, t, x->name,
+                           tg_dtype_name(x->dtype), tg_precision_name(p->train.precision));
         if (x->ndim < 0 || x->ndim > TG_MAX_DIMS)
             return tg_fail(err, "%s: tensor %d (%s) has %d dims (0..%d allowed)", name, t,
                            x->name, x->ndim, TG_MAX_DIMS);
@@ -350,7 +365,7 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     static const char *const io_names[] = {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
         "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
-        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm"};
+        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm", "loss_scale", "loss_scale_growth"};
     int32_t iov[sizeof io_names / sizeof io_names[0]];
     _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
     memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */
@@ -398,9 +413,13 @@ static int check_io_rule(const tg_plan *p, const io_rule *r, const char *name, t
         return tg_fail(err, "%s: io %s is tensor %d (%s) in the %s pool; it must be in the %s pool (%s)", name,
                        r->field, r->tensor, x->name, tg_pool_name(x->pool), tg_pool_name(r->pool), r->why);
     if (!(r->dtypes & DT(x->dtype))) {
-        char want[32] = "";
+        char want[48] = "";
+        int left = 0; /* "f32", "f32 or bf16", "f32, bf16 or f16" */
+        for (int d = 0; d < TG_DTYPE_COUNT; d++) left += (r->dtypes & DT(d)) != 0;
         for (int d = 0; d < TG_DTYPE_COUNT; d++)
-            if (r->dtypes & DT(d)) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", want[0] ? " or " : "", tg_dtype_name(d));
+            if (r->dtypes & DT(d))
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                         !want[0] ? "" : --left == 1 ? " or " : ", ", tg_dtype_name(d));
         return tg_fail(err, "%s: io %s is tensor %d (%s) of dtype %s; it must be %s (%s)", name, r->field, r->tensor,
                        x->name, tg_dtype_name(x->dtype), want, r->why);
     }
@@ -434,6 +453,7 @@ static int check_pool_start(const tg_plan *p, const char *field, int32_t t, cons
  * where, of the dtype and of the shape it writes or reads. */
 static int check_io(const tg_plan *p, const char *name, tg_err *err) {
     const tg_plan_io *io = &p->io;
+    const int fp16 = p->train.precision == TG_PREC_FP16;
     /* lm and mlm: labels and logits per token (mlm's labels input is unused: its masking
      * op makes them); qa: two answer positions per row, two logits per token. */
     const int64_t B = p->train.batch, T = p->train.seq;
@@ -451,7 +471,7 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
          lm   ? "the batch's next tokens, train batch x seq"
          : qa ? "the batch's answer start and end, train batch x 2"
               : "the batch's labels, one per row"},
-        {"logits", io->logits, 1, -1, DT(TG_F32) | DT(TG_BF16), 2,
+        {"logits", io->logits, 1, -1, DT(TG_F32) | DT(TG_BF16) | DT(TG_F16), 2,
          {lm || qa ? B * T : B, lm ? -1 : qa ? 2 : p->train.num_labels},
          lm   ? "a row of scores per token"
          : qa ? "a start and an end score per token"
@@ -465,13 +485,21 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
         {"grads_all", io->grads_all, 1, TG_POOL_GRADS, DT(TG_F32), 1, {-1}, "the gradients AdamW reads"},
         {"m_all", io->m_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's first moments"},
         {"v_all", io->v_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's second moments"},
-        {"params_bf16_all", io->params_bf16_all, 0, TG_POOL_PARAMS_BF16, DT(TG_BF16), 1, {-1},
-         "the bf16 copies of the parameters, filled from them"},
+        {"params_bf16_all", io->params_bf16_all, 0, TG_POOL_PARAMS_BF16, DT(TG_BF16) | DT(TG_F16), 1, {-1},
+         "the low-precision (bf16 or fp16) copies of the parameters, filled from them"},
         {"loss_norm", io->loss_norm, p->train.grad_accumulation > 1, TG_POOL_INPUTS, DT(TG_F32), 0, {0},
          "the window's count of counted labels, written with each batch under grad_accumulation"},
+        {"loss_scale", io->loss_scale, fp16, TG_POOL_OPTIM, DT(TG_F32), 0, {0},
+         "the dynamic loss scale of fp16 plans, state the runtime starts and checkpoints"},
+        {"loss_scale_growth", io->loss_scale_growth, fp16, TG_POOL_OPTIM, DT(TG_F32), 0, {0},
+         "the loss scale's growth tracker of fp16 plans"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (check_io_rule(p, &rules[k], name, err)) return -1;
+    if (!fp16 && (io->loss_scale >= 0 || io->loss_scale_growth >= 0))
+        return tg_fail(err, "%s: io loss_scale is tensor %d and loss_scale_growth tensor %d, but the plan's precision "
+                            "is %s (only fp16 plans scale the loss)",
+                       name, io->loss_scale, io->loss_scale_growth, tg_precision_name(p->train.precision));
     if (io->loss_norm >= 0 && p->train.grad_accumulation <= 1)
         return tg_fail(err, "%s: io loss_norm is tensor %d (%s), but train grad_accumulation is %d (it is for "
                             "grad_accumulation > 1 alone)",

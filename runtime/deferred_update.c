@@ -44,7 +44,7 @@ int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_upd
             if (t < 0 || !touches(p, adam, t, 1)) continue;
             const tg_tensor *x = &p->tensors[t];
             if (x->pool != TG_POOL_PARAMS && x->pool != TG_POOL_PARAMS_BF16) goto no;
-            const int64_t size = x->dtype == TG_BF16 ? 2 : 4;
+            const int64_t size = tg_dtype_size(x->dtype);
             int64_t end = round_up4((int64_t)(x->offset + x->bytes + (uint64_t)size - 1) / size);
             if (end > n) end = n;
             if (end > prefix) prefix = end;

@@ -73,6 +73,7 @@ static int cpu_step_start(void *impl, const void *const *batches, int steps, tg_
     r->loss = loss;
     r->lr = *(float *)tg_cpu_tensor(&c->x, p->io.lr);
     r->grad_norm = *(float *)tg_cpu_tensor(&c->x, p->io.grad_norm);
+    r->loss_scale = p->io.loss_scale >= 0 ? *(float *)tg_cpu_tensor(&c->x, p->io.loss_scale) : 0.0f;
     for (int k = 0; k < 4; k++) r->phase_ms[k] = (float)ms[k];
     r->period_ms = -1.0f;
     return 0;
@@ -176,6 +177,10 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
                             "in [0, %d) (rank %d%s)",
                        replicas, replicas, opts->rank, opts->comm ? "" : ", no communicator");
     if (check_bucket_plans(plan, err)) return -1;
+    if (opts->device == TG_DEVICE_CUDA && plan->train.precision == TG_PREC_FP16)
+        return tg_fail(err, "precision fp16: this build trains fp16 plans on the CPU executor only (the CUDA kernels "
+                            "have fp32 and bf16 paths, and its loss-scaling ops); compile with precision = bf16 for the "
+                            "GPU, or run with --device cpu");
     if (opts->device == TG_DEVICE_CUDA) {
         if (!tg_cuda_built()) /* GCOVR_EXCL_BR_LINE: 0 in a CPU build; a GPU build opens CUDA below */
             return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`), use --device cpu");

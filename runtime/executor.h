@@ -16,6 +16,7 @@ typedef struct tg_step_result {
     float loss;
     float lr;          /* the learning rate the step used */
     float grad_norm;   /* before clipping */
+    float loss_scale;  /* fp16 plans: the dynamic loss scale after the step; 0 in others */
     /* ms of the step's phases: batch in place, forward, backward, optimizer (device time
      * where the executor measures it). */
     float phase_ms[4];

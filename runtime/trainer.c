@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/bf16.h"
+#include "runtime/half_convert.h"
 #include "datasets/shard_dataset.h"
 
 /* Header-only xxHash, as the plan file uses: the training data's identity. */
@@ -100,12 +100,13 @@ int tg_trainer_write(tg_trainer *t, int tensor, const void *host, tg_err *err) {
 int tg_trainer_read_f32(tg_trainer *t, int tensor, float *host, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[tensor];
     if (x->dtype == TG_F32) return tg_trainer_read(t, tensor, host, err);
-    if (x->dtype != TG_BF16) return tg_fail(err, "tensor %s is not a float tensor", x->name);
+    if (!tg_dtype_is_half(x->dtype)) return tg_fail(err, "tensor %s is not a float tensor", x->name);
     int64_t n = tg_tensor_numel(x);
-    /* The bf16 values land in the upper half of the buffer, then widen downwards. */
+    /* The half values land in the upper half of the buffer, then widen from the front,
+     * whose writes never reach a value still to be read. */
     uint16_t *low = (uint16_t *)(host + n) - n;
     if (tg_trainer_read(t, tensor, low, err)) return -1;
-    for (int64_t i = 0; i < n; i++) host[i] = tg_f32_from_bf16(low[i]);
+    tg_half_widen(x->dtype, host, low, n);
     return 0;
 }
 
@@ -137,11 +138,12 @@ static int upload_values(tg_trainer *t, tg_err *err) {
     const tg_plan *plan = t->plan;
     int up = tg_trainer_write(t, plan->io.params_all, t->values.params, err);
     if (!up && plan->io.params_bf16_all >= 0) {
-        /* The bf16 copies start as the rounded masters; AdamW keeps them in step. */
+        /* The copies start as the rounded masters; the update ops keep them in step. */
         uint16_t *low = tg_malloc(plan->pool_bytes[TG_POOL_PARAMS_BF16]);
-        if (!low) up = tg_fail(err, "out of memory for the bf16 parameter copies (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS_BF16]);
+        if (!low) up = tg_fail(err, "out of memory for the %s parameter copies (%llu bytes)", tg_dtype_name(plan->tensors[plan->io.params_bf16_all].dtype), (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS_BF16]);
         else {
-            tg_bf16_narrow(low, t->values.params, (int64_t)(plan->pool_bytes[TG_POOL_PARAMS_BF16] / 2));
+            tg_half_narrow(plan->tensors[plan->io.params_bf16_all].dtype, low, t->values.params,
+                           (int64_t)(plan->pool_bytes[TG_POOL_PARAMS_BF16] / 2));
             up = tg_trainer_write(t, plan->io.params_bf16_all, low, err);
             free(low);
         }
@@ -153,14 +155,14 @@ static int upload_values(tg_trainer *t, tg_err *err) {
         /* A value tensor, or the bf16 copy of its master's values. */
         const void *src = tg_weights_value(&t->values, x->flags & TG_TENSOR_PARAM_COPY ? x->master : i);
         if (!src) continue;
-        if (x->dtype != TG_BF16) {
+        if (!tg_dtype_is_half(x->dtype)) {
             up = tg_trainer_write(t, i, src, err);
             continue;
         }
         uint16_t *low = tg_malloc((size_t)x->bytes);
-        if (!low) up = tg_fail(err, "out of memory for the bf16 copy of %s", x->name);
+        if (!low) up = tg_fail(err, "out of memory for the %s copy of %s", tg_dtype_name(x->dtype), x->name);
         else {
-            tg_bf16_narrow(low, src, tg_tensor_numel(x));
+            tg_half_narrow(x->dtype, low, src, tg_tensor_numel(x));
             up = tg_trainer_write(t, i, low, err);
             free(low);
         }
@@ -374,6 +376,11 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->total_steps = (int32_t)total;
     if (write_scalar(t, plan->io.total_steps, (float)t->total_steps, err) || write_scalar(t, plan->io.step, 0.0f, err)) /* GCOVR_EXCL_BR_LINE: the CPU executor's write cannot fail; CUDA's can */
         goto fail;
+    /* fp16: the loss scale starts at the plan's, its growth tracker at 0 (a resumed run
+     * takes both from the checkpoint). */
+    if (plan->io.loss_scale >= 0 && (write_scalar(t, plan->io.loss_scale, plan->train.loss_scale_init, err) ||
+                                     write_scalar(t, plan->io.loss_scale_growth, 0.0f, err)))
+        goto fail;
     if (t->has_train && !(opts && opts->no_loader_thread) &&
         tg_batch_loader_start(&t->loader, loader_fill, t, err))
         goto fail;
@@ -469,7 +476,7 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err
     s->tokens = t->staging_tokens[k];
     s->seq = buffer_plan(t, k)->train.seq;
     s->slots = (int64_t)micro_steps(t) * t->shape.batch * s->seq;
-    s->loss = r.loss, s->lr = r.lr, s->grad_norm = r.grad_norm;
+    s->loss = r.loss, s->lr = r.lr, s->grad_norm = r.grad_norm, s->loss_scale = r.loss_scale;
     memcpy(s->phase_ms, r.phase_ms, sizeof s->phase_ms);
     s->step_ms = r.period_ms > 0 ? r.period_ms : tg_wall_ms() - t0;
     s->step = ++t->steps_done;
@@ -480,6 +487,11 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err
     if (s->skipped) {
         const tg_plan_run *run = &t->plan->run;
         t->skipped_steps++;
+        /* fp16: an overflow at a scale still above 1 is the scaler finding its range
+         * (GradScaler skips such steps without end); it counts toward max_skipped_steps
+         * only once backing off has taken the scale below 1, where the unscaled gradients
+         * themselves overflow. */
+        if (t->plan->io.loss_scale >= 0 && s->loss_scale >= 1.0f && isfinite(s->loss)) return 0;
         if (!run->skip_nonfinite)
             return tg_fail(err, "step %d: the gradient norm is %f (loss %f): diverged; the step was not applied, "
                                 "and skip_nonfinite = false stops here (lower lr or enable grad_clip)",
@@ -786,7 +798,7 @@ static int write_values(tg_trainer *t, int (*write)(const tg_weights_image *, co
     int rc = tg_trainer_read(t, plan->io.params_all, t->values.params, err);
     for (int i = 0; i < plan->n_tensors && !rc; i++) {
         const tg_tensor *x = &plan->tensors[i];
-        if (tg_tensor_is_value(x) && tg_tensor_class_of(x) != TG_CLASS_TRAINABLE && x->dtype != TG_BF16)
+        if (tg_tensor_is_value(x) && tg_tensor_class_of(x) != TG_CLASS_TRAINABLE && !tg_dtype_is_half(x->dtype))
             rc = tg_trainer_read(t, i, tg_weights_value(&t->values, i), err);
     }
     if (!rc) rc = write(&t->values, arg, err);
@@ -848,7 +860,7 @@ static int add_read(tg_trainer *t, tg_checkpoint *ck, int i, int replica, tg_err
  * from, which the executor does not hold). */
 static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
     const tg_tensor *x = &t->plan->tensors[i];
-    if (x->dtype != TG_BF16) return add_read(t, ck, i, -1, err);
+    if (!tg_dtype_is_half(x->dtype)) return add_read(t, ck, i, -1, err);
     const size_t bytes = (size_t)tg_tensor_numel(x) * sizeof(float);
     void *buf = tg_malloc(bytes);
     if (!buf) return tg_fail(err, "out of memory reading %s for the checkpoint", x->name);
@@ -884,6 +896,8 @@ int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *e
             if (tg_tensor_is_value(&plan->tensors[i])) rc = add_value(t, ck, i, err);
         if (!rc && io->params_bf16_all >= 0) rc = add_read(t, ck, io->params_bf16_all, -1, err);
         if (!rc) rc = add_read(t, ck, io->step, -1, err) || add_read(t, ck, io->total_steps, -1, err);
+        if (!rc && io->loss_scale >= 0)
+            rc = add_read(t, ck, io->loss_scale, -1, err) || add_read(t, ck, io->loss_scale_growth, -1, err);
     }
     const int replica = sliced_state(t) ? t->rank : -1;
     if (!rc && (whole || replica >= 0))
@@ -935,7 +949,8 @@ static int check_known(const tg_trainer *t, const tg_checkpoint *ck, const char 
             const int state = i == io->m_all || i == io->v_all;
             known = state ? (r->replica >= 0) == sliced_state(t)
                           : r->replica == -1 && (tg_tensor_is_value(&plan->tensors[i]) || i == io->params_bf16_all ||
-                                                 i == io->step || i == io->total_steps);
+                                                 i == io->step || i == io->total_steps || i == io->loss_scale ||
+                                                 i == io->loss_scale_growth);
         }
         if (!known)
             return tg_fail(err, "%s: tensor '%s' (replica %d) is not part of this plan's training state", name, r->name,
@@ -980,7 +995,9 @@ int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name,
     /* The bf16 copies, the optimizer state and the step counter (the dropout streams'). */
     const int replica = sliced_state(t) ? t->rank : -1;
     const struct { int tensor, replica; } state[] = {
-        {io->params_bf16_all, -1}, {io->m_all, replica}, {io->v_all, replica}, {io->step, -1}, {io->total_steps, -1}};
+        {io->params_bf16_all, -1}, {io->m_all, replica},  {io->v_all, replica},
+        {io->step, -1},            {io->total_steps, -1}, {io->loss_scale, -1},
+        {io->loss_scale_growth, -1}};
     for (size_t k = 0; k < sizeof state / sizeof state[0]; k++) {
         if (state[k].tensor < 0) continue;
         const tg_checkpoint_tensor *r = expect(ck, name, &plan->tensors[state[k].tensor], state[k].replica, 0, err);

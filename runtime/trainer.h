@@ -69,6 +69,7 @@ typedef struct tg_step_stats {
     int32_t seq;            /* the step's sequence length: its bucket's (train.seq without buckets) */
     int64_t slots;          /* token slots the step computed: batch x seq (tokens + padding) */
     int32_t skipped;        /* 1: the gradient norm was not finite and nothing was updated */
+    float loss_scale;       /* fp16 plans: the dynamic loss scale after the step; 0 in others */
 } tg_step_stats;
 
 /* counted 0 (an LM eval set whose examples are all one token long, so no token has a

@@ -119,10 +119,12 @@ static void *read_tensor(run *r, int tensor) {
     return buf;
 }
 
-/* The state a run ends with: parameters, AdamW m and v. */
+/* The state a run ends with: parameters, AdamW m and v, and (fp16) the loss scale and its
+ * growth tracker. */
 typedef struct final_state {
     void *params, *m, *v;
     uint64_t params_bytes, state_bytes;
+    float scale[2];
 } final_state;
 
 static int read_final(run *r, final_state *f) {
@@ -132,6 +134,10 @@ static int read_final(run *r, final_state *f) {
     f->v = read_tensor(r, io->v_all);
     f->params_bytes = r->plan.tensors[io->params_all].bytes;
     f->state_bytes = r->plan.tensors[io->m_all].bytes;
+    tg_err err;
+    if (io->loss_scale >= 0 && (!CHECK(tg_trainer_read_f32(&r->tr, io->loss_scale, &f->scale[0], &err) == 0, "%s", err.msg) ||
+                                !CHECK(tg_trainer_read_f32(&r->tr, io->loss_scale_growth, &f->scale[1], &err) == 0, "%s", err.msg)))
+        return 0;
     return f->params && f->m && f->v;
 }
 
@@ -194,6 +200,8 @@ static void resume_matches_with(const char *kind, const char *precision, int ste
         CHECK(!memcmp(a.params, c.params, a.params_bytes), "%s %s: the final parameters differ", kind, precision);
         CHECK(!memcmp(a.m, c.m, a.state_bytes) && !memcmp(a.v, c.v, a.state_bytes), "%s %s: AdamW m or v differs", kind,
               precision);
+        CHECK(a.scale[0] == c.scale[0] && a.scale[1] == c.scale[1], "%s %s: loss scale %g (tracker %g) resumed, %g (%g)",
+              kind, precision, c.scale[0], c.scale[1], a.scale[0], a.scale[1]);
     }
     free_final(&a), free_final(&c);
     tg_checkpoint_free(&ck), tg_checkpoint_free(&read);
@@ -222,6 +230,12 @@ TG_TEST(test_checkpoint_resume_bitwise_adan) {
 TG_TEST(test_checkpoint_resume_bitwise_bf16) { resume_matches("classify", "precision=bf16", 24, 7); }
 TG_TEST(test_checkpoint_resume_bitwise_lm) { resume_matches("lm", "precision=fp32", 16, 11); }
 TG_TEST(test_checkpoint_resume_bitwise_lm_bf16) { resume_matches("lm", "precision=bf16", 16, 5); }
+/* fp16: the loss scale and its growth tracker are state too (growing every 3 steps, the
+ * checkpoint at 7 falls between two growths). */
+TG_TEST(test_checkpoint_resume_bitwise_fp16) {
+    const char *scaling[2] = {"loss_scale_init=256", "loss_scale_growth_interval=3"};
+    resume_matches_with("classify", "precision=fp16", 24, 7, scaling);
+}
 
 /* What the checkpoint holds of the dropout streams and the data: the counter is the steps
  * taken, and the next step's forward draws the masks an uninterrupted run draws, on the

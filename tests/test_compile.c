@@ -236,7 +236,6 @@ TG_TEST(test_compile_job_model_mismatch) {
     expect_job_error("model = tiny-bert\nseq = 65\nsteps = 1\ntrain_data = x\n", "seq", "max_position_embeddings 64");
     expect_job_error("model = tiny-roberta\nseq = 65\nsteps = 1\ntrain_data = x\n", "seq", "pad_token_id + 1");
     expect_job_error("model = tiny-bert\ntask = lm\nsteps = 1\ntrain_data = x\n", "task", "needs a decoder");
-    expect_job_error("model = tiny-bert\nseq = 16\nprecision = fp16\nsteps = 1\ntrain_data = x\n", "precision", "fp16");
     expect_job_error("model = gpt2\nnum_labels = 2\nsteps = 1\ntrain_data = x\n", "pad_token_id", "padding id");
     expect_job_error("model = tiny-bert\nseq = 16\npad_token_id = 500\nsteps = 1\ntrain_data = x\n", "pad_token_id", "vocab");
     expect_job_error("model = no-such-model\nsteps = 1\ntrain_data = x\n", "model", "no-such-model");

@@ -22,8 +22,6 @@ TG_TEST(test_compile_job_checks_table) {
         int num_labels; /* set past the job parser, which refuses below 2 */
         const char *want;
     } cases[] = {
-        {"model = tiny-bert\nprecision = fp16\n", 0,
-         "j.job:2: key 'precision': precision fp16 (with loss scaling) is not supported yet; use bf16 or fp32"},
         {"model = tiny-bert\ntask = lm\n", 0, "j.job:2: key 'task': task lm needs a decoder (gpt2 family); model "
                                               "'tiny-bert' is bert"},
         {"model = tiny-bert\n", 1, "j.job (default): key 'num_labels': classify needs num_labels >= 2 (got 1)"},

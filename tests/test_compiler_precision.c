@@ -51,13 +51,24 @@ TG_TEST(test_precision_parameter_copies_and_refusals) {
           "the bf16 copy of w: %d", c);
     tg_graph_free(&h.g);
 
+    /* fp16: the same rules with half copies, named after the format. */
     if (!small_init(&h, "w")) return;
-    CHECK(tg_apply_precision(&h.g, TG_PREC_FP16) == -1 &&
-              !strcmp(h.err.msg, "internal compiler error: precision 2 has no storage rules"),
-          "fp16: %s", h.err.msg);
+    REQUIRE(tg_apply_precision(&h.g, TG_PREC_FP16) == 0, "%s", h.err.msg);
+    c = tensor_named(&h.g, "f16.w");
+    CHECK(c >= 0 && h.g.tensors[c].dtype == TG_F16 && h.g.tensors[c].master == h.w &&
+              h.g.tensors[c].pool == TG_POOL_PARAMS_BF16 && tensor_named(&h.g, "bf16.w") < 0 &&
+              !strcmp(h.g.tensors[h.g.io.params_bf16_all].name, "params_f16.all") &&
+              h.g.tensors[h.g.io.params_bf16_all].dtype == TG_F16,
+          "the fp16 copy of w: %d", c);
+    tg_graph_free(&h.g);
+
+    if (!small_init(&h, "w")) return;
+    CHECK(tg_apply_precision(&h.g, TG_PREC_COUNT) == -1 &&
+              !strcmp(h.err.msg, "internal compiler error: precision 3 has no storage rules"),
+          "an unknown precision: %s", h.err.msg);
     /* The graph has failed: a second call changes nothing. */
     CHECK(tg_apply_precision(&h.g, TG_PREC_BF16) == -1 &&
-              !strcmp(h.err.msg, "internal compiler error: precision 2 has no storage rules"),
+              !strcmp(h.err.msg, "internal compiler error: precision 3 has no storage rules"),
           "after a failure: %s", h.err.msg);
     tg_graph_free(&h.g);
 }

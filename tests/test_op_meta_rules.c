@@ -764,10 +764,10 @@ TG_TEST(test_op_meta_rules_slot_dtypes) {
         const char *want;
     } cases[8];
     int n = 0;
-    /* F: f32 or bf16, required. */
-    cases[n].what = "F", cases[n].op = mm, cases[n].op.in[0] = i32_12, cases[n++].want = "in[0] must be f32 or bf16, is i32";
-    /* f: f32 or bf16, optional. */
-    cases[n].what = "f", cases[n].op = mm, cases[n].op.in[2] = i32_5, cases[n++].want = "in[2] must be f32 or bf16, is i32";
+    /* F: f32, bf16 or f16, required. */
+    cases[n].what = "F", cases[n].op = mm, cases[n].op.in[0] = i32_12, cases[n++].want = "in[0] must be f32, bf16 or f16, is i32";
+    /* f: f32, bf16 or f16, optional. */
+    cases[n].what = "f", cases[n].op = mm, cases[n].op.in[2] = i32_5, cases[n++].want = "in[2] must be f32, bf16 or f16, is i32";
     /* s: f32, optional (the bias gradient). */
     cases[n].what = "s", cases[n].op = mm, cases[n].op.out[1] = bf16_4, cases[n].op.p.matmul.bias_grad = 1,
     cases[n].op.p.matmul.trans_a = 1, cases[n++].want = "out[1] must be f32, is bf16";

@@ -52,7 +52,7 @@ static int find_layout(const tg_plan *p, const uint8_t *b, size_t len, layout *l
     const size_t train = l->job_len + 4 + strlen(p->job_path);
     l->n_buckets = train + 10 * 4;
     l->grad_accumulation = l->n_buckets + 4 + 4 * TG_MAX_BUCKETS;
-    const size_t run = l->grad_accumulation + 4;
+    const size_t run = l->grad_accumulation + 4 + 4; /* then loss_scale_init */
     l->eval_len = run + 4 + strlen(p->run.train_data);
     l->ckpt_len = l->eval_len + 4 + strlen(p->run.eval_data) + 3 * 4 + 8 + 2 * 4;
     l->body = l->ckpt_len + 4 + strlen(p->run.checkpoint_dir) + 3 * 4; /* last_batch, skip_nonfinite, max_skipped */

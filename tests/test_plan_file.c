@@ -520,7 +520,7 @@ TG_TEST(test_plan_file_empty_tables) {
     p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1},
                               .grad_accumulation = 1};
     p.run.steps = 1, p.run.log_every = 1;
-    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
     CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,
@@ -638,7 +638,7 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_short_read(first, shrink_file);
         const int rc3 = tg_plan_read(g_growing_path, &back, &err);
         tg_test_short_read(0, NULL);
-        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 917 compressed bytes, file has 0"),
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 919 compressed bytes, file has 0"),
               "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }
@@ -1698,8 +1698,14 @@ static int is_param(const tg_plan *p, const tg_tensor *x) {
 static void edit_param_dtype(tg_plan *p, char *want, size_t len) {
     const int t = first_tensor_where(p, is_param);
     p->tensors[t].dtype = TG_BF16, p->tensors[t].bytes /= 2;
+    p->train.precision = TG_PREC_BF16; /* a dtype of the plan's precision, in the wrong pool */
     snprintf(want, len, "plan.tgp: tensor %d (%s) in the params pool: a trainable parameter must be f32", t,
              p->tensors[t].name);
+}
+static void edit_half_dtype(tg_plan *p, char *want, size_t len) {
+    const int t = p->io.logits;
+    p->tensors[t].dtype = TG_F16, p->tensors[t].bytes /= 2;
+    snprintf(want, len, "plan.tgp: tensor %d (%s) is f16 in a plan of precision fp32", t, p->tensors[t].name);
 }
 static void edit_replicas(tg_plan *p, char *want, size_t len) {
     p->train.replicas = 2; /* no gradient sums: each replica would train alone */
@@ -1762,6 +1768,7 @@ TG_TEST(test_plan_file_refuses_edited_compiled_plan) {
         {"a lifetime backwards", edit_lifetime},
         {"the peak", edit_peak},
         {"a bf16 trainable parameter", edit_param_dtype},
+        {"an f16 tensor in an fp32 plan", edit_half_dtype},
         {"train replicas", edit_replicas},
     };
     check_edits_refused(TINY_BERT_JOB, cases, sizeof cases / sizeof cases[0]);

@@ -848,7 +848,7 @@ static void no_input_ids(tg_plan *p, char *w, size_t n) {
 static void logits_i32(tg_plan *p, char *w, size_t n) {
     p->io.logits = p->io.input_ids;
     snprintf(w, n,
-             "p: io logits is tensor %d (%s) of dtype i32; it must be f32 or bf16 (a row of num_labels scores per row "
+             "p: io logits is tensor %d (%s) of dtype i32; it must be f32, bf16 or f16 (a row of num_labels scores per row "
              "of the batch)",
              p->io.input_ids, p->tensors[p->io.input_ids].name);
 }

@@ -7,7 +7,7 @@ void tg_cpu_kernel_all_gather(const tg_cpu_op_args *a) {
     /* Run on the stored values, bf16 ones too (tg_cpu_op_run_any, op_run.c). */
     if (a->comm)
         tg_cpu_all_gather(a->comm, a->rank, a->out[0], a->op->p.all_gather.slice,
-                          a->out_dtype[0] == TG_BF16 ? 2 : sizeof(float));
+                          (size_t)tg_dtype_size(a->out_dtype[0]));
 }
 
 void tg_cpu_kernel_all_reduce(const tg_cpu_op_args *a) {

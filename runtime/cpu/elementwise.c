@@ -10,7 +10,7 @@ void tg_cpu_kernel_zero(const tg_cpu_op_args *a) {
 }
 
 void tg_cpu_kernel_fill(const tg_cpu_op_args *a) {
-    float *y = F32(a->out[0]), v = a->op->p.fill.value;
+    float *y = F32(a->out[0]), v = a->op->p.fill.value * (a->in[0] ? CF32(a->in[0])[0] : 1.0f);
     for (int64_t i = 0; i < a->out_numel[0]; i++) y[i] = v;
 }
 

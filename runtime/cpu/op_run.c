@@ -1,11 +1,11 @@
 /* Running one op on the CPU reference: the kind -> kernel table (generated from
- * plan/ops.def, so every kind has its row) and, for ops with bf16 slots, widening to fp32,
- * running the fp32 kernel and rounding back. */
+ * plan/ops.def, so every kind has its row) and, for ops with bf16 or fp16 slots, widening to
+ * fp32, running the fp32 kernel and rounding back. */
 #include <stdlib.h>
 #include "base/alloc.h"
 
-#include "base/bf16.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/half_convert.h"
 
 typedef void (*tg_cpu_kernel_fn)(const tg_cpu_op_args *a);
 
@@ -21,7 +21,7 @@ void tg_cpu_op_run(const tg_cpu_op_args *a) {
     if (tg_cpu_op_has_kernel(a->op->kind)) cpu_kernels[a->op->kind](a);
 }
 
-/* bf16 slots: widen, run the fp32 kernel, round back. */
+/* bf16 and fp16 slots: widen, run the fp32 kernel, round back. */
 int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
     /* The gather only moves bits: it runs on the stored values, so that no rank can fail
      * to widen and leave the others waiting in the collective. */
@@ -30,8 +30,8 @@ int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
         return 0;
     }
     int any = 0;
-    for (int s = 0; s < TG_OP_MAX_IN; s++) any |= a->in[s] && a->in_dtype[s] == TG_BF16;
-    for (int s = 0; s < TG_OP_MAX_OUT; s++) any |= a->out[s] && a->out_dtype[s] == TG_BF16;
+    for (int s = 0; s < TG_OP_MAX_IN; s++) any |= a->in[s] && tg_dtype_is_half(a->in_dtype[s]);
+    for (int s = 0; s < TG_OP_MAX_OUT; s++) any |= a->out[s] && tg_dtype_is_half(a->out_dtype[s]);
     if (!any) {
         tg_cpu_op_run(a);
         return 0;
@@ -40,24 +40,25 @@ int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
     float *wide_in[TG_OP_MAX_IN] = {0}, *wide_out[TG_OP_MAX_OUT] = {0};
     int rc = 0;
     for (int s = 0; s < TG_OP_MAX_IN && !rc; s++) {
-        if (!a->in[s] || a->in_dtype[s] != TG_BF16) continue;
+        if (!a->in[s] || !tg_dtype_is_half(a->in_dtype[s])) continue;
         if (!(wide_in[s] = tg_malloc(sizeof(float) * (size_t)a->in_numel[s]))) rc = -1;
-        else tg_bf16_widen(wide_in[s], a->in[s], a->in_numel[s]), w.in[s] = wide_in[s];
+        else tg_half_widen(a->in_dtype[s], wide_in[s], a->in[s], a->in_numel[s]), w.in[s] = wide_in[s];
     }
     for (int s = 0; s < TG_OP_MAX_OUT && !rc; s++) {
-        if (!a->out[s] || a->out_dtype[s] != TG_BF16) continue;
+        if (!a->out[s] || !tg_dtype_is_half(a->out_dtype[s])) continue;
         /* An output that is also an input shares its widened copy. */
         for (int k = 0; k < TG_OP_MAX_IN; k++)
             if (a->in[k] == a->out[s] && wide_in[k]) w.out[s] = wide_in[k];
         if (w.out[s] != a->out[s]) continue;
         /* Existing contents are widened too, for outputs the op accumulates into. */
         if (!(wide_out[s] = tg_malloc(sizeof(float) * (size_t)a->out_numel[s]))) rc = -1;
-        else tg_bf16_widen(wide_out[s], a->out[s], a->out_numel[s]), w.out[s] = wide_out[s];
+        else tg_half_widen(a->out_dtype[s], wide_out[s], a->out[s], a->out_numel[s]), w.out[s] = wide_out[s];
     }
     if (!rc) {
         tg_cpu_op_run(&w);
         for (int s = 0; s < TG_OP_MAX_OUT; s++)
-            if (a->out[s] && a->out_dtype[s] == TG_BF16) tg_bf16_narrow(a->out[s], w.out[s], a->out_numel[s]);
+            if (a->out[s] && tg_dtype_is_half(a->out_dtype[s]))
+                tg_half_narrow(a->out_dtype[s], a->out[s], w.out[s], a->out_numel[s]);
     }
     for (int s = 0; s < TG_OP_MAX_IN; s++) free(wide_in[s]);
     for (int s = 0; s < TG_OP_MAX_OUT; s++) free(wide_out[s]);

@@ -1,8 +1,9 @@
-/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW, ADAN). */
+/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW, ADAN, LOSS_SCALE_UPDATE). */
 #include <stdlib.h>
 #include "base/alloc.h"
 
 #include "kernels/adan_update.h"
+#include "kernels/loss_scale.h"
 #include "kernels/lr_schedule.h"
 #include "runtime/cpu/cpu_kernels.h"
 
@@ -47,7 +48,8 @@ void tg_cpu_kernel_grad_norm(const tg_cpu_op_args *a) {
     tg_parallel_for(a->threads, blocks, norm_blocks, &c);
     double s = 0;
     for (int64_t i = 0; i < blocks; i++) s += c.partial[i];
-    F32(a->out[0])[0] = (float)sqrt(s);
+    /* Dividing by the loss scale (a power of two) after the square root is exact. */
+    F32(a->out[0])[0] = (float)sqrt(s) / (a->in[1] ? CF32(a->in[1])[0] : 1.0f);
     free(c.partial);
 }
 
@@ -104,6 +106,11 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
     }
 }
 
+/* 1 / the loss scale of fp16 plans (in4), else 1: the gradients' factor before clipping,
+ * GradScaler's unscale_. The scale is a power of two, so the product with the clipping
+ * factor is what unscaling and clipping one after the other give. */
+static float unscale(const tg_cpu_op_args *a) { return a->in[4] ? 1.0f / CF32(a->in[4])[0] : 1.0f; }
+
 /* ADAMW, or ADAN when adan is its per-update constants (its parameters begin with ADAMW's). */
 static void update_run(const tg_cpu_op_args *a, const tg_adan_step *adan) {
     const tg_plan *plan = a->plan;
@@ -118,6 +125,7 @@ static void update_run(const tg_cpu_op_args *a, const tg_adan_step *adan) {
         double norm = CF32(a->in[3])[0];
         c.clip = (float)fmin(1.0, (double)ap->max_grad_norm / (norm + 1e-6));
     }
+    c.clip *= unscale(a);
     double t = CF32(a->in[2])[0];
     double bc1 = 1.0 - pow(ap->beta1, t), bc2 = 1.0 - pow(ap->beta2, t);
     c.step_size = (float)(c.lr / bc1);
@@ -155,7 +163,16 @@ void tg_cpu_kernel_adamw(const tg_cpu_op_args *a) { update_run(a, NULL); }
 void tg_cpu_kernel_adan(const tg_cpu_op_args *a) {
     const tg_adan_params *ap = &a->op->p.adan;
     const float norm = a->in[3] ? CF32(a->in[3])[0] : 0.0f;
-    const tg_adan_step s = tg_adan_step_of(CF32(a->in[1])[0], CF32(a->in[2])[0], norm, a->in[3] ? ap->max_grad_norm : 0.0f,
+    tg_adan_step s = tg_adan_step_of(CF32(a->in[1])[0], CF32(a->in[2])[0], norm, a->in[3] ? ap->max_grad_norm : 0.0f,
                                            ap->beta1, ap->beta2, ap->beta3, ap->eps, (int)ap->no_prox);
+    s.clip *= unscale(a);
     update_run(a, &s);
+}
+
+void tg_cpu_kernel_loss_scale_update(const tg_cpu_op_args *a) {
+    const tg_loss_scale_params *p = &a->op->p.loss_scale;
+    float scale = CF32(a->in[1])[0], tracker = CF32(a->in[2])[0];
+    tg_loss_scale_step(CF32(a->in[0])[0], p->growth_factor, p->backoff_factor, p->growth_interval, &scale, &tracker);
+    F32(a->out[0])[0] = scale;
+    F32(a->out[1])[0] = tracker;
 }
