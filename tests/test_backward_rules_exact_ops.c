@@ -192,3 +192,29 @@ TG_TEST(test_backward_rules_exact_gelu_shared_activation) {
                     "embedding_bwd 0:grad.table <- 0:ids, 1:d.rows | N=4 V=10 D=6 padding_idx=-1\n");
     tg_graph_free(&h.g);
 }
+
+/* logits = x W + b where b is tensor 0 of the graph and read by this matmul alone: its
+ * gradient is fused into the weight-gradient matmul (bias_grad 2), no BIAS_GRAD. */
+TG_TEST(test_backward_rules_exact_bias_is_tensor_zero) {
+    const int64_t N = 4, D = 6, C = 3;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int b = tg_param(&h.g, "b", 1, C, 0, TG_INIT_ZEROS, 1);
+    int64_t xs[2] = {N, D};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w = tg_param(&h.g, "w", 2, D, C, TG_INIT_NORMAL, 0);
+    int logits = tg_act(&h.g, "logits", 2, N, C, 0, 0);
+    REQUIRE(b == 0, "b is tensor %d", b);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = x, s.in[1] = w, s.in[2] = b, s.out[0] = logits;
+    s.p.matmul = (tg_matmul_params){.m = N, .n = C, .k = D, .batch = 1, .alpha = 1.0f};
+    tg_graph_op(&h.g, &s);
+    int loss = loss_of(&h.g, logits, N, C);
+    expect_backward(&h, loss,
+                    "zero 0:grads.all <- |\n"
+                    "fill 0:d.loss <- | value=1\n"
+                    "cross_entropy_bwd 0:d.logits <- 0:d.loss, 1:logits, 2:labels | N=4 C=3 classes=0\n"
+                    "matmul 0:grad.w, 1:grad.b <- 0:x, 1:d.logits | M=6 N=3 K=4 transA=1 transB=0 batch=1 "
+                    "accumulate=1 bias_grad=2 activation=0 alpha=1\n");
+    tg_graph_free(&h.g);
+}
