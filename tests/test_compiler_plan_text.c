@@ -95,3 +95,27 @@ TG_TEST(test_compiler_plan_text_whole_plans) {
         free(got), free(want);
     }
 }
+
+/* Length buckets: the bucket plan below the plan's own length is compiled, op for op and
+ * tensor for tensor the plan's, at its own length, sharing the plan's pools. */
+TG_TEST(test_compiler_plan_text_bucket_plans) {
+    tg_job job;
+    tg_err err = {{0}};
+    REQUIRE(tg_job_parse_text("model = tiny-bert\nbatch = 2\nseq_buckets = 8, 16\ntrain_data = t\nsteps = 1\n", "j.job",
+                              "", NULL, 0, &job, &err) == 0,
+            "%s", err.msg);
+    tg_plan plan;
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    const tg_plan *b = plan.buckets;
+    if (CHECK(b && plan.train.n_buckets == 2 && plan.train.seq == 16, "%d buckets", plan.train.n_buckets)) {
+        CHECK(b->train.seq == 8 && b->n_ops == plan.n_ops && b->n_tensors == plan.n_tensors && b->n_ops > 0 &&
+                  !memcmp(b->phase_begin, plan.phase_begin, sizeof plan.phase_begin) &&
+                  !memcmp(b->pool_bytes, plan.pool_bytes, sizeof plan.pool_bytes) && b->fingerprint == plan.fingerprint,
+              "bucket 0: seq %d, %d ops, %d tensors", b->train.seq, b->n_ops, b->n_tensors);
+        const int ids = plan.io.input_ids;
+        CHECK(ids >= 0 && b->n_tensors > ids && b->tensors[ids].shape[1] == 8 && plan.tensors[ids].shape[1] == 16 &&
+                  b->tensors[ids].bytes == 64,
+              "input ids [2, %lld] in the bucket", ids >= 0 && b->n_tensors > ids ? (long long)b->tensors[ids].shape[1] : -1LL);
+    }
+    tg_plan_free(&plan);
+}
