@@ -87,10 +87,10 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
         return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);
     }
     /* The window's loss normaliser is counted on the host from the batches' labels: mlm
-     * makes its labels on the device, and qa's span loss takes no normaliser. */
-    if (job->grad_accumulation > 1 && (job->task == TG_TASK_MLM || job->task == TG_TASK_QA)) {
+     * makes its labels on the device. */
+    if (job->grad_accumulation > 1 && job->task == TG_TASK_MLM) {
         snprintf(msg, sizeof msg,
-                 "grad_accumulation %d with task %s is not supported yet (only classify and lm count a window's "
+                 "grad_accumulation %d with task %s is not supported yet (only classify, lm and qa count a window's "
                  "labels); use a larger batch",
                  job->grad_accumulation, tg_task_name(job->task));
         return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);

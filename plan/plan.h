@@ -225,7 +225,9 @@ typedef struct tg_plan_io {
     int32_t params_all, grads_all, m_all, v_all;
     int32_t params_bf16_all;  /* the bf16 copies as one buffer (bf16 plans) */
     /* Plans with grad_accumulation > 1: an f32 [1] input, the rows (classify) or tokens
-     * (lm) whose label counts over the step's whole window of micro-batches; -1 without. */
+     * (lm, mlm: the masked positions) whose label counts over the step's whole window of
+     * micro-batches; qa: f32 [2], the rows whose answer start, and those whose answer end,
+     * counts (SPAN_LOSS); -1 without. */
     int32_t loss_norm;
 } tg_plan_io;
 

@@ -467,8 +467,10 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
         {"v_all", io->v_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's second moments"},
         {"params_bf16_all", io->params_bf16_all, 0, TG_POOL_PARAMS_BF16, DT(TG_BF16), 1, {-1},
          "the bf16 copies of the parameters, filled from them"},
-        {"loss_norm", io->loss_norm, p->train.grad_accumulation > 1, TG_POOL_INPUTS, DT(TG_F32), 0, {0},
-         "the window's count of counted labels, written with each batch under grad_accumulation"},
+        {"loss_norm", io->loss_norm, p->train.grad_accumulation > 1, TG_POOL_INPUTS, DT(TG_F32), qa ? 1 : 0,
+         {qa ? 2 : 0},
+         qa ? "the window's counts of counted answer starts and ends, written with each batch under grad_accumulation"
+            : "the window's count of counted labels, written with each batch under grad_accumulation"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (check_io_rule(p, &rules[k], name, err)) return -1;

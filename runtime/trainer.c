@@ -198,7 +198,7 @@ static void fill_batch(tg_trainer *t, int k, int micro, int bucket, const tg_dat
     /* 0: the loss divides by the batch's own count (an eval batch, or until the window
      * fill writes the window's). */
     float *norm = staging_at(t, k, micro, io->loss_norm);
-    if (norm) *norm = 0.0f;
+    if (norm) memset(norm, 0, buffer_plan(t, k)->tensors[io->loss_norm].bytes);
     b->mark_label_rows = mark;
     tg_batch_shape shape = t->shape;
     shape.seq = buffer_plan(t, k)->train.seq;
@@ -227,6 +227,18 @@ static int64_t counted_labels(const int32_t *labels, int64_t n) {
     int64_t c = 0;
     for (int64_t i = 0; i < n; i++) c += labels[i] != TG_IGNORE_INDEX;
     return c;
+}
+
+/* Adds a batch's counted labels to the window's counts (io.loss_norm): qa's rows [start,
+ * end] count each side on its own, as SPAN_LOSS does (a position below 0 counts, one at
+ * seq or past it is ignored); the other tasks count the labels that are not -100. */
+static void count_window_labels(const tg_plan *p, const int32_t *labels, int64_t *counted) {
+    const int64_t n = tg_tensor_numel(&p->tensors[p->io.labels]);
+    if (p->train.task != TG_TASK_QA) {
+        counted[0] += counted_labels(labels, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) counted[i & 1] += labels[i] < p->train.seq;
 }
 
 /* Steps (windows of micro_steps batches) in an epoch of per_epoch batches: the last one
@@ -419,8 +431,7 @@ static void fill_buffer(tg_trainer *t, int k, int64_t j) {
     t->staging_pos[k] = t->sampler.pos;
     const int micro = micro_steps(t), draws = window_batches(t, j);
     const tg_plan_io *io = &t->plan->io;
-    const int64_t n_labels = tg_tensor_numel(&t->plan->tensors[io->labels]);
-    int64_t tokens = 0, counted = 0;
+    int64_t tokens = 0, counted[2] = {0, 0};
     for (int i = 0; i < micro; i++) {
         int32_t bucket = t->staging_bucket[k], mine = 0;
         const int32_t first = t->rank * t->shape.batch;
@@ -430,9 +441,11 @@ static void fill_buffer(tg_trainer *t, int k, int64_t j) {
         }
         fill_batch(t, k, i, bucket, &t->train, t->global_idx + first, mine, 1, &b);
         tokens += b.n_tokens;
-        if (micro > 1) counted += counted_labels(staging_at(t, k, i, io->labels), n_labels);
+        if (micro > 1) count_window_labels(buffer_plan(t, k), staging_at(t, k, i, io->labels), counted);
     }
-    for (int i = 0; micro > 1 && i < micro; i++) *(float *)staging_at(t, k, i, io->loss_norm) = (float)counted;
+    const int64_t n_norm = micro > 1 ? tg_tensor_numel(&t->plan->tensors[io->loss_norm]) : 0;
+    for (int i = 0; i < micro && n_norm; i++)
+        for (int64_t c = 0; c < n_norm; c++) ((float *)staging_at(t, k, i, io->loss_norm))[c] = (float)counted[c];
     t->staging_tokens[k] = tokens;
     if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
 }

@@ -72,6 +72,10 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         for (int64_t i = 0; i < n; i++) iv[i] = next_u32() % 5 == 0 ? TG_IGNORE_INDEX : (int32_t)(next_u32() % (uint32_t)classes);
     } else if (t == io->attention_mask)
         for (int64_t i = 0; i < n; i++) fv[i] = (i % p->train.seq == 0 || next_u32() % 4) ? 1.0f : 0.0f;
+    else if (t == io->loss_norm)
+        /* A window's counts (grad_accumulation): positive, or 0 for a side that falls back
+         * to its own count. */
+        for (int64_t i = 0; i < n; i++) fv[i] = next_u32() % 3 == 0 ? 0.0f : (float)(1 + next_u32() % 12);
     else if (t == io->step)
         fv[0] = (float)(1 + next_u32() % 50); /* AdamW bias correction needs t >= 1 */
     else if (t == io->total_steps)
@@ -257,6 +261,9 @@ static uint64_t test_seed(uint64_t offset) {
  * communicator: the sum over one replica, by NCCL inside the executor's stream). */
 static int g_data_parallel = 1;
 
+/* Micro-batches a step of the plans checked (job key grad_accumulation; 1: none). */
+static int g_grad_accumulation = 1;
+
 /* BERT plans with query, key and value as three products (`fuse_qkv = false`): the fused
  * attention then reads three [B*T, D] tensors instead of one packed [B*T, 3D]. */
 static int g_separate_qkv;
@@ -287,6 +294,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.fuse_residual_layernorm = fuse_bias_grad;
     job.fuse_qkv = !g_separate_qkv;
     job.data_parallel = g_data_parallel;
+    job.grad_accumulation = g_grad_accumulation;
     job.zero_stage = g_zero;
     if (g_adan) job.optimizer = TG_OPTIMIZER_ADAN, job.beta1 = 0.98f, job.beta2 = 0.92f, job.no_prox = g_adan > 1;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
@@ -353,6 +361,14 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
     check_shape("gpt2 Dh=32 T=66 causal", "tiny-gpt2", TG_TASK_LM, 2, 66, seed + 15, precision, 0, 64, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
+}
+
+/* qa with grad_accumulation: the span loss and its backward divided by the window's
+ * counts per side (io.loss_norm), where they are positive. */
+static void check_qa_window(int precision, uint64_t seed, int *kinds_seen) {
+    g_grad_accumulation = 3;
+    check_preset("tiny-bert qa accumulated", "tiny-bert", TG_TASK_QA, 4, 32, seed + 51, precision, 0, kinds_seen);
+    g_grad_accumulation = 1;
 }
 
 /* Parameter-gradient ops in both forms: as compiled (first writers overwrite) above, and
@@ -462,6 +478,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     /* task = qa: the span head and its loss (SPAN_LOSS, SPAN_LOSS_BWD). */
     check_preset("tiny-bert qa", "tiny-bert", TG_TASK_QA, 4, 32, seed + 5, TG_PREC_FP32, 0, kinds_seen);
     check_preset("tiny-roberta qa", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 6, TG_PREC_FP32, 0, kinds_seen);
+    check_qa_window(TG_PREC_FP32, seed, kinds_seen);
     check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
     check_gelu_plans(TG_PREC_FP32, seed, kinds_seen);
     /* D = 30: rows of the residual LayerNorm kernels that take no vector access. */
@@ -483,6 +500,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_preset("tiny-bert mlm bf16", "tiny-bert", TG_TASK_MLM, 4, 32, seed + 5, TG_PREC_BF16, 0, kinds_seen);
     check_preset("roberta-wide mlm bf16", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_BF16, 1, kinds_seen);
     check_preset("tiny-roberta qa bf16", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 7, TG_PREC_BF16, 0, kinds_seen);
+    check_qa_window(TG_PREC_BF16, seed, kinds_seen);
     check_shape("gpt2-wide lm bf16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_BF16, 1, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
