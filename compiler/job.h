@@ -68,6 +68,11 @@ typedef struct tg_job {
     int32_t special_ids[TG_JOB_SPECIAL_IDS_MAX];
     /* Micro-batches of `batch` rows per optimizer step (tg_plan_train.grad_accumulation). */
     int32_t grad_accumulation;
+    /* task = qa: the eval's post-processing (tg_plan_run.qa_n_best, qa_max_answer_length,
+     * qa_null_threshold). */
+    int32_t qa_n_best;
+    int32_t qa_max_answer_length;
+    float qa_null_threshold;
     int32_t key_line[48];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -85,7 +90,8 @@ typedef enum tg_job_key {
     TG_JOB_FREEZE, TG_JOB_CHECKPOINT_EVERY, TG_JOB_KEEP_CHECKPOINTS, TG_JOB_CHECKPOINT_DIR, TG_JOB_SEQ_BUCKETS,
     TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_SKIP_NONFINITE,
     TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
-    TG_JOB_GRAD_ACCUMULATION, TG_JOB_KEY_COUNT
+    TG_JOB_GRAD_ACCUMULATION, TG_JOB_QA_N_BEST, TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD,
+    TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

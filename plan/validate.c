@@ -4,6 +4,7 @@
 #include "plan/validate.h"
 #include "base/alloc.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,12 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: run skip_nonfinite %d is not 0 or 1", name, r->skip_nonfinite);
     if (r->max_skipped_steps < 0)
         return tg_fail(err, "%s: run max_skipped_steps %d is negative", name, r->max_skipped_steps);
+    if (r->qa_n_best < 1 || r->qa_n_best > TG_QA_MAX_N_BEST)
+        return tg_fail(err, "%s: run qa_n_best %d is not in [1, %d]", name, r->qa_n_best, TG_QA_MAX_N_BEST);
+    if (r->qa_max_answer_length < 1)
+        return tg_fail(err, "%s: run qa_max_answer_length %d is below 1", name, r->qa_max_answer_length);
+    if (!isfinite(r->qa_null_threshold))
+        return tg_fail(err, "%s: run qa_null_threshold %g is not finite", name, (double)r->qa_null_threshold);
     if (r->last_batch == TG_LAST_BATCH_WRAP && t->n_buckets > 1)
         return tg_fail(err, "%s: run last_batch is wrap, which is not allowed with length buckets (n_buckets %d)", name,
                        t->n_buckets);
@@ -686,7 +693,9 @@ static int run_equal(const tg_plan_run *a, const tg_plan_run *b) {
            a->epochs == b->epochs && a->log_every == b->log_every && a->seed == b->seed &&
            a->checkpoint_every == b->checkpoint_every && a->keep_checkpoints == b->keep_checkpoints &&
            !strcmp(a->checkpoint_dir, b->checkpoint_dir) && a->last_batch == b->last_batch &&
-           a->skip_nonfinite == b->skip_nonfinite && a->max_skipped_steps == b->max_skipped_steps;
+           a->skip_nonfinite == b->skip_nonfinite && a->max_skipped_steps == b->max_skipped_steps &&
+           a->qa_n_best == b->qa_n_best && a->qa_max_answer_length == b->qa_max_answer_length &&
+           !memcmp(&a->qa_null_threshold, &b->qa_null_threshold, sizeof a->qa_null_threshold);
 }
 
 /* The strings up to their NULs, the numbers (int32 and float, no padding) bit for bit. */

@@ -633,7 +633,9 @@ static const tg_op *masking_op(const tg_plan *p) {
  * logits, seq per window) and the SQuAD v2 scores. */
 static int score_squad(tg_trainer *t, const float *span, int64_t T, tg_eval_stats *s, tg_err *err) {
     const tg_squad_eval *ev = &t->squad;
-    tg_qa_postprocess_options opt = {.n_best = 20, .max_answer_len = 30, .null_threshold = 0.0};
+    const tg_plan_run *run = &t->plan->run;
+    tg_qa_postprocess_options opt = {.n_best = run->qa_n_best, .max_answer_len = run->qa_max_answer_length,
+                                      .null_threshold = run->qa_null_threshold};
     for (int32_t q = 0; q < ev->n_questions && !opt.version_2; q++) opt.version_2 = ev->questions[q].n_answers == 0;
     tg_squad_totals tot;
     if (tg_squad_eval_score(ev, span, span + (int64_t)t->eval.n * T, T, (int32_t)T, &opt, &tot, err))
