@@ -388,7 +388,7 @@ static int mlm_mask(builder *b, int pad_id, int *labels) {
     int ids = tg_graph_tensor(g, "mlm.input_ids", TG_I32, TG_POOL_ACTIVATIONS, 2, shape);
     *labels = tg_graph_tensor(g, "mlm.labels", TG_I32, TG_POOL_ACTIVATIONS, 2, shape);
     tg_op_spec s = tg_spec(TG_OP_MLM_MASK);
-    s.in[0] = g->io.input_ids, s.in[1] = g->io.attention_mask, s.in[2] = g->io.step;
+    s.in[0] = g->io.input_ids, s.in[1] = g->io.attention_mask, s.in[2] = g->io.step, s.in[3] = g->io.mlm_stream;
     s.out[0] = ids, s.out[1] = *labels;
     tg_mlm_mask_params *mp = &s.p.mlm_mask;
     int32_t mask_id, special[TG_JOB_SPECIAL_IDS_MAX];
@@ -633,6 +633,8 @@ int tg_build_forward(tg_graph *g, int pad_id) {
      * (qa: one count per side of the span, start and end). */
     if (j->grad_accumulation > 1)
         g->io.loss_norm = input(g, "loss_norm", TG_F32, 1, j->task == TG_TASK_QA ? 2 : 1, 0);
+    /* mlm: each batch's masking stream, written by the host (kernels/mlm_mask.h). */
+    if (j->task == TG_TASK_MLM) g->io.mlm_stream = input(g, "mlm_stream", TG_I32, 1, 4, 0);
     int64_t one = 1;
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);

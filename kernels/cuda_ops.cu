@@ -50,7 +50,7 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_ATTENTION_BWD,
      {{"Tdo", "To", "Flse", "Fmask", "Ikeep_bits", "Tq", "Tk", "Tv"}, {"Tdq", "Tdk", "Tdv", "Fdelta"}}},
     {TG_OP_DROPOUT, {{"Tx", "Fstep"}, {"Ty"}}},
-    {TG_OP_MLM_MASK, {{"Iids", "Fmask", "Fstep"}, {"Iids_out", "Ilabels"}}},
+    {TG_OP_MLM_MASK, {{"Iids", "Fmask", "Fstep", "Istream"}, {"Iids_out", "Ilabels"}}},
     {TG_OP_HEADS_SPLIT, {{"Tx"}, {"Tpart0", "Tpart1", "Tpart2"}}},
     {TG_OP_HEADS_MERGE, {{"Tpart0", "Tpart1", "Tpart2"}, {"Tx"}}},
     {TG_OP_SELECT_TOKEN, {{"Tx", "Iids"}, {"Tout"}}},

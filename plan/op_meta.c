@@ -158,6 +158,7 @@ static const char *check_mlm_mask(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[0]) == p->n, "in[0]: ids != n");
     EXPECT(numel(c, op->in[1]) == p->n, "in[1]: mask != n");
     EXPECT(numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
+    EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == 4, "in[3]: the stream is not [4] (step, first element, seed)");
     EXPECT(numel(c, op->out[0]) == p->n, "out[0]: masked ids != n");
     EXPECT(numel(c, op->out[1]) == p->n, "out[1]: labels != n");
     EXPECT(p->vocab > 0 && p->vocab <= INT32_MAX, "V outside [1, 2^31)");

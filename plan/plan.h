@@ -240,6 +240,9 @@ typedef struct tg_plan_io {
      * micro-batches; qa: f32 [2], the rows whose answer start, and those whose answer end,
      * counts (SPAN_LOSS); -1 without. */
     int32_t loss_norm;
+    /* task = mlm: an int32 [4] input, the masking stream of each batch (MLM_MASK's in3,
+     * kernels/mlm_mask.h tg_mlm_stream_of), written by the host; -1 in other plans. */
+    int32_t mlm_stream;
 } tg_plan_io;
 
 typedef struct tg_plan {

@@ -196,7 +196,8 @@ static void put_io(wbuf *b, const tg_plan_io *io) {
     const int32_t v[] = {io->input_ids, io->attention_mask, io->token_type_ids,
                          io->position_ids, io->labels, io->logits, io->loss, io->step,
                          io->total_steps, io->lr, io->grad_norm, io->params_all,
-                         io->grads_all, io->m_all, io->v_all, io->params_bf16_all, io->loss_norm};
+                         io->grads_all, io->m_all, io->v_all, io->params_bf16_all, io->loss_norm,
+                         io->mlm_stream};
     _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
 }
@@ -485,7 +486,8 @@ static void get_io(rbuf *r, tg_plan_io *io) {
     int32_t *v[] = {&io->input_ids, &io->attention_mask, &io->token_type_ids,
                     &io->position_ids, &io->labels, &io->logits, &io->loss, &io->step,
                     &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
-                    &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all, &io->loss_norm};
+                    &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all, &io->loss_norm,
+                    &io->mlm_stream};
     _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
                    "get_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);

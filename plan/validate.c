@@ -357,7 +357,7 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     static const char *const io_names[] = {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
         "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
-        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm"};
+        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm", "mlm_stream"};
     int32_t iov[sizeof io_names / sizeof io_names[0]];
     _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
     memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */
@@ -478,9 +478,14 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
          {qa ? 2 : 0},
          qa ? "the window's counts of counted answer starts and ends, written with each batch under grad_accumulation"
             : "the window's count of counted labels, written with each batch under grad_accumulation"},
+        {"mlm_stream", io->mlm_stream, p->train.task == TG_TASK_MLM, TG_POOL_INPUTS, DT(TG_I32), 1, {4},
+         "the masking stream of each batch (step, first element, seed), written by the host"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (check_io_rule(p, &rules[k], name, err)) return -1;
+    if (io->mlm_stream >= 0 && p->train.task != TG_TASK_MLM)
+        return tg_fail(err, "%s: io mlm_stream is tensor %d (%s), but the task is %s (it is for mlm alone)", name,
+                       io->mlm_stream, p->tensors[io->mlm_stream].name, tg_task_name(p->train.task));
     if (io->loss_norm >= 0 && p->train.grad_accumulation <= 1)
         return tg_fail(err, "%s: io loss_norm is tensor %d (%s), but train grad_accumulation is %d (it is for "
                             "grad_accumulation > 1 alone)",

@@ -11,6 +11,7 @@
 
 #include "base/bf16.h"
 #include "datasets/shard_dataset.h"
+#include "kernels/mlm_mask.h"
 
 /* Header-only xxHash, as the plan file uses: the training data's identity. */
 #define XXH_INLINE_ALL
@@ -23,6 +24,14 @@ static const tg_plan *buffer_plan(const tg_trainer *t, int k) { return tg_plan_b
 /* Micro-batches per step (the plan's grad_accumulation; 1: none): a staging buffer holds
  * that many images of the inputs pool back to back (runtime/executor.h). */
 static int micro_steps(const tg_trainer *t) { return tg_executor_micro_steps(t->plan); }
+
+/* mlm: the plan's masking op, whose labels the loss counts (out1) and whose ids the model
+ * reads (out0); NULL for a plan without one (its labels are the batch's). */
+static const tg_op *masking_op(const tg_plan *p) {
+    for (int o = p->phase_begin[TG_PHASE_FORWARD]; o < p->phase_begin[TG_PHASE_FORWARD + 1]; o++)
+        if (p->ops[o].kind == TG_OP_MLM_MASK) return &p->ops[o];
+    return NULL;
+}
 
 /* Input tensor `tensor` of micro-batch `micro` in staging buffer k, laid out for that
  * buffer's bucket. */
@@ -229,6 +238,42 @@ static int64_t counted_labels(const int32_t *labels, int64_t n) {
     return c;
 }
 
+/* The seed the executor draws this replica's dropout from (and mlm's training masks). */
+static uint64_t replica_seed(const tg_trainer *t) {
+    return t->plan->run.seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull;
+}
+
+/* mlm: the masking stream of micro-batch `micro` of buffer k (io.mlm_stream, MLM_MASK's
+ * in3, kernels/mlm_mask.h): `step` (a training batch: the run's step, windows counted from
+ * the first; an eval batch: its index in the eval set), the micro-batch's first element in
+ * its window (micro x its positions, so that a window masks its rows as one batch of the
+ * whole window does), and the replica's seed. */
+static void write_mlm_stream(tg_trainer *t, int k, int micro, int64_t step) {
+    uint32_t *s = staging_at(t, k, micro, t->plan->io.mlm_stream);
+    if (!s) return;
+    const uint64_t n = (uint64_t)tg_tensor_numel(&buffer_plan(t, k)->tensors[t->plan->io.input_ids]);
+    const uint64_t seed = replica_seed(t);
+    s[0] = (uint32_t)step, s[1] = (uint32_t)((uint64_t)micro * n), s[2] = (uint32_t)seed, s[3] = (uint32_t)(seed >> 32);
+}
+
+/* mlm: the positions micro-batch `micro` of buffer k gets masked in training, counted as
+ * the masking op decides them (the same code on the same stream, kernels/mlm_mask.h). */
+static int64_t masked_positions(tg_trainer *t, int k, int micro) {
+    const tg_op *op = masking_op(t->plan);
+    const tg_plan_io *io = &t->plan->io;
+    const int32_t *ids = staging_at(t, k, micro, io->input_ids), *stream = staging_at(t, k, micro, io->mlm_stream);
+    const float *mask = staging_at(t, k, micro, io->attention_mask);
+    uint64_t seed, step, first;
+    tg_mlm_stream_of(stream, 1, &seed, &step, &first);
+    int64_t c = 0;
+    for (int64_t i = 0; i < op->p.mlm_mask.n; i++) {
+        int32_t id, label;
+        tg_mlm_mask_element(&op->p.mlm_mask, seed, step, first + (uint64_t)i, ids[i], mask[i], &id, &label);
+        c += label != TG_IGNORE_INDEX;
+    }
+    return c;
+}
+
 /* Adds a batch's counted labels to the window's counts (io.loss_norm): qa's rows [start,
  * end] count each side on its own, as SPAN_LOSS does (a position below 0 counts, one at
  * seq or past it is ignored); the other tasks count the labels that are not -100. */
@@ -295,7 +340,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->rank = opts && train->replicas > 1 ? opts->rank : 0;
     /* Each replica draws its own dropout masks (replica 0 those of a single trainer). */
     tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
-                              opts ? !opts->no_graphs : 1, run->seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull,
+                              opts ? !opts->no_graphs : 1, replica_seed(t),
                               t->rank, opts ? opts->comm : NULL};
     t->replicas = train->replicas > 1 ? train->replicas : 1;
     double t0 = tg_wall_ms();
@@ -440,8 +485,11 @@ static void fill_buffer(tg_trainer *t, int k, int64_t j) {
             mine = rows <= first ? 0 : rows - first < t->shape.batch ? rows - first : t->shape.batch;
         }
         fill_batch(t, k, i, bucket, &t->train, t->global_idx + first, mine, 1, &b);
+        write_mlm_stream(t, k, i, j);
         tokens += b.n_tokens;
-        if (micro > 1) count_window_labels(buffer_plan(t, k), staging_at(t, k, i, io->labels), counted);
+        /* mlm: the masked positions, which the labels of the batch are not. */
+        if (micro > 1 && io->mlm_stream >= 0) counted[0] += masked_positions(t, k, i);
+        else if (micro > 1) count_window_labels(buffer_plan(t, k), staging_at(t, k, i, io->labels), counted);
     }
     const int64_t n_norm = micro > 1 ? tg_tensor_numel(&t->plan->tensors[io->loss_norm]) : 0;
     for (int i = 0; i < micro && n_norm; i++)
@@ -621,13 +669,6 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
 }
 
 
-/* mlm: the plan's masking op, whose labels the loss counts (out1) and whose ids the model
- * reads (out0); NULL for a plan without one (its labels are the batch's). */
-static const tg_op *masking_op(const tg_plan *p) {
-    for (int o = p->phase_begin[TG_PHASE_FORWARD]; o < p->phase_begin[TG_PHASE_FORWARD + 1]; o++)
-        if (p->ops[o].kind == TG_OP_MLM_MASK) return &p->ops[o];
-    return NULL;
-}
 
 /* qa: each question's answer from its windows' logits (span: all start logits, then all end
  * logits, seq per window) and the SQuAD v2 scores. */
@@ -706,6 +747,8 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         tg_batch b;
         /* The eval runs in the last bucket (train.seq): its batches keep the set's order. */
         fill_batch(t, t->cur, 0, p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0, &t->eval, t->batch_idx, n, 0, &b);
+        /* mlm: each eval batch its own masks, the same on every eval and run. */
+        write_mlm_stream(t, t->cur, 0, start / t->shape.batch);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err)) ||

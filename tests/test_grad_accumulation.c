@@ -615,25 +615,92 @@ TG_TEST(test_grad_accumulation_eval_as_without) {
     tg_plan_free(&one), tg_plan_free(&four);
 }
 
-/* mlm makes its labels on the device: the window's count cannot be had on the host, so
- * accumulation is refused for it, naming the key. */
-TG_TEST(test_grad_accumulation_refused_for_mlm) {
-    char path[512], text[256];
-    snprintf(path, sizeof path, "%s/accum-mlm.job", tg_test_tmpdir());
-    snprintf(text, sizeof text,
-             "model = tiny-bert\ntask = mlm\nmask_token_id = 3\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n"
-             "grad_accumulation = 3\n");
-    REQUIRE(tg_test_write_file(path, text) == 0, "cannot write %s", path);
+/* ---- mlm: the loss over the window's masked positions ----------------------------------- */
+
+/* A masked-LM job on the LM demo's data (tiny BERT from scratch): batch rows a micro-batch,
+ * accum micro-batches a step, dropout off. */
+static int compile_mlm(int batch, int accum, const char *const *extra, int n_extra, tg_plan *p) {
+    char b[32], a[32];
+    snprintf(b, sizeof b, "batch=%d", batch);
+    snprintf(a, sizeof a, "grad_accumulation=%d", accum);
+    const char *sets[10] = {b, a};
+    for (int k = 0; k < n_extra && k < 8; k++) sets[2 + k] = extra[k];
     tg_job job;
-    tg_err err = {{0}};
-    REQUIRE(tg_job_load(path, NULL, 0, &job, &err) == 0, "%s", err.msg);
-    tg_plan p;
-    const int rc = tg_compile(&job, &p, &err);
-    CHECK(rc == -1 && strstr(err.msg, path) &&
-              strstr(err.msg, "key 'grad_accumulation': grad_accumulation 3 with task mlm is not supported yet") &&
-              strstr(err.msg, "; use a larger batch"),
-          "mlm: %d '%s'", rc, err.msg);
-    if (rc == 0) tg_plan_free(&p);
+    tg_err err;
+    if (!CHECK(tg_job_load("examples/demo-mlm.job", sets, 2 + n_extra, &job, &err) == 0, "%s", err.msg)) return 0;
+    tg_model_config cfg;
+    if (!CHECK(tg_model_config_load(job.model, &cfg, &err) == 0, "%s", err.msg)) return 0;
+    cfg.hidden_dropout = cfg.attention_dropout = cfg.embedding_dropout = cfg.classifier_dropout = 0;
+    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+}
+
+/* mlm: N = 2 and N = 4 micro-batches against one batch of N times the rows. Micro-batch k
+ * masks its rows with the elements k x B x T on (io.mlm_stream), the masks those rows get
+ * in the large batch, and every micro-batch divides by the masked positions of the whole
+ * window (io.loss_norm, counted on the host with the masking op's own code), as HF's MLM
+ * loss over the large batch's masked positions. */
+TG_TEST(test_grad_accumulation_mlm_matches_large_batch) {
+    static const int cases[][2] = {{4, 2}, {2, 4}}; /* micro-batch rows, micro-batches */
+    const char *extra[] = {"steps=4", "warmup_steps=2"};
+    for (int c = 0; c < 2; c++) {
+        const int b = cases[c][0], n = cases[c][1];
+        tg_plan small, large;
+        if (!compile_mlm(b, n, extra, 2, &small) || !compile_mlm(b * n, 1, extra, 2, &large)) return;
+        outcome x, y;
+        char what[64];
+        snprintf(what, sizeof what, "mlm, %d x %d rows against %d", n, b, n * b);
+        if (train(&small, 0, &x) && train(&large, 0, &y)) check_same(&small, what, &x, &y, 1e-5);
+        outcome_free(&x), outcome_free(&y);
+        tg_plan_free(&small), tg_plan_free(&large);
+    }
+}
+
+/* The masks of a window's micro-batches are the large batch's, row for row, and each
+ * micro-batch is told the window's count of masked positions, which differs from micro-batch
+ * to micro-batch. */
+TG_TEST(test_grad_accumulation_mlm_window_masks) {
+    const char *extra[] = {"steps=2"};
+    tg_plan small, large;
+    if (!compile_mlm(2, 4, extra, 1, &small) || !compile_mlm(8, 1, extra, 1, &large)) return;
+    tg_err err;
+    tg_trainer ts, tl;
+    REQUIRE(open_trainer(&ts, &small, &err) == 0 && open_trainer(&tl, &large, &err) == 0, "%s", err.msg);
+    tg_trainer_next_batch(&ts), tg_trainer_next_batch(&tl);
+    /* Each micro-batch in turn through the masking op (op 0) in training mode. */
+    const tg_op *mask = &small.ops[0];
+    REQUIRE(mask->kind == TG_OP_MLM_MASK && large.ops[0].kind == TG_OP_MLM_MASK, "op 0 is not the masking op");
+    const int64_t n = mask->p.mlm_mask.n;
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)(4 * n)), *got = malloc(sizeof(int32_t) * (size_t)n);
+    REQUIRE(want && got, "out of memory");
+    REQUIRE(tg_trainer_run(&tl, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                tg_trainer_read(&tl, large.ops[0].out[1], want, &err) == 0,
+            "%s", err.msg);
+    const size_t image = small.pool_bytes[TG_POOL_INPUTS];
+    float norm[4];
+    for (int m = 0; m < 4; m++)
+        norm[m] = *(const float *)(ts.staging[ts.cur] + (size_t)m * image + small.tensors[small.io.loss_norm].offset);
+    int64_t counts[4] = {0}, total = 0;
+    for (int m = 0; m < 4; m++) {
+        /* Micro-batch m into the first image, where a run takes its inputs. */
+        memcpy(ts.staging[ts.cur], ts.staging[ts.cur] + (size_t)m * image, image);
+        if (!CHECK(tg_trainer_run(&ts, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                       tg_trainer_read(&ts, mask->out[1], got, &err) == 0,
+                   "%s", err.msg))
+            break;
+        CHECK(!memcmp(got, want + m * n, sizeof(int32_t) * (size_t)n), "micro-batch %d: labels differ from rows %d-%d "
+              "of the large batch", m, 2 * m, 2 * m + 1);
+        for (int64_t i = 0; i < n; i++) counts[m] += got[i] != TG_IGNORE_INDEX;
+        total += counts[m];
+    }
+    for (int m = 0; m < 4; m++)
+        CHECK(norm[m] == (float)total, "micro-batch %d: loss_norm %g, the window masks %lld", m, norm[m],
+              (long long)total);
+    CHECK(total > 0 && (counts[0] != counts[1] || counts[1] != counts[2] || counts[2] != counts[3]),
+          "masked positions per micro-batch %lld %lld %lld %lld", (long long)counts[0], (long long)counts[1],
+          (long long)counts[2], (long long)counts[3]);
+    free(want), free(got);
+    tg_trainer_close(&ts), tg_trainer_close(&tl);
+    tg_plan_free(&small), tg_plan_free(&large);
 }
 
 /* ---- qa: the span loss over the window's rows ------------------------------------------ */

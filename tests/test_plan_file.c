@@ -212,7 +212,8 @@ static void build_plan(tg_plan *p) {
         .input_ids = T_IDS, .attention_mask = -1, .token_type_ids = -1, .position_ids = -1,
         .labels = T_LABELS, .logits = T_LOGITS, .loss = T_LOSS, .step = T_STEP,
         .total_steps = T_TOTAL, .lr = T_LR, .grad_norm = T_GNORM, .params_all = T_PARAMS_ALL,
-        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1, .loss_norm = -1};
+        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1, .loss_norm = -1,
+        .mlm_stream = -1};
     p->fingerprint = 0x0123456789abcdefull;
 }
 
@@ -524,7 +525,7 @@ TG_TEST(test_plan_file_empty_tables) {
     p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1},
                               .grad_accumulation = 1};
     p.run.steps = 1, p.run.log_every = 1, p.run.qa_n_best = 1, p.run.qa_max_answer_length = 1;
-    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
     CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,

@@ -72,6 +72,9 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         for (int64_t i = 0; i < n; i++) iv[i] = next_u32() % 5 == 0 ? TG_IGNORE_INDEX : (int32_t)(next_u32() % (uint32_t)classes);
     } else if (t == io->attention_mask)
         for (int64_t i = 0; i < n; i++) fv[i] = (i % p->train.seq == 0 || next_u32() % 4) ? 1.0f : 0.0f;
+    else if (t == io->mlm_stream)
+        /* A batch's masking stream: any step, first element and seed. */
+        for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)next_u32();
     else if (t == io->loss_norm)
         /* A window's counts (grad_accumulation): positive, or 0 for a side that falls back
          * to its own count. */
@@ -518,8 +521,9 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
  * table, small tables (token types: per-id column sums) and rows without 16-byte vectors
  * (D = 30), fp32 and bf16 dout, against the CPU, accumulating onto random table values. */
 /* MLM_MASK on a large batch (64 x 512 positions, half of them padding in some rows):
- * CUDA's masks equal the CPU's bit for bit, in training (the run's seed, at several step
- * counters, each giving other masks) and in eval (the fixed eval stream). */
+ * CUDA's masks equal the CPU's bit for bit, in training (the stream's seed, step and first
+ * element, each giving other masks) and in eval (the fixed eval stream at the batch's
+ * index). */
 TG_TEST(test_gpu_mlm_masks_match_cpu) {
     uint64_t seed = test_seed(11);
     tg_model_config cfg;
@@ -545,14 +549,20 @@ TG_TEST(test_gpu_mlm_masks_match_cpu) {
         randomize(&p, op->in[in], host);
         REQUIRE(tg_cuda_upload(&gpu, op->in[in], host, &err) == 0, "%s", err.msg);
     }
+    /* The stream (io.mlm_stream, kernels/mlm_mask.h): several steps, a later micro-batch of
+     * a window (its first element past 0), another seed, and eval batches 3 and 0. */
     static const struct {
         int training;
-        float step;
-    } runs[] = {{1, 0.0f}, {1, 1.0f}, {1, 4097.0f}, {0, 3.0f}};
+        uint32_t step, first;
+        uint64_t seed;
+    } runs[] = {{1, 0, 0, 42},           {1, 1, 0, 42}, {1, 4097, 0, 42},           {1, 1, 3 * 64 * 512, 42},
+                {1, 1, 0, 0x9E3779B97F4A7C15ull}, {0, 3, 0, 42}, {0, 0, 0, 42}};
+    REQUIRE(p.io.mlm_stream >= 0 && op->in[3] == p.io.mlm_stream, "the masking op reads no stream");
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
-        float *step = tg_cpu_tensor(&cpu, op->in[2]);
-        step[0] = runs[r].step;
-        REQUIRE(tg_cuda_upload(&gpu, op->in[2], step, &err) == 0, "%s", err.msg);
+        uint32_t *stream = tg_cpu_tensor(&cpu, op->in[3]);
+        stream[0] = runs[r].step, stream[1] = runs[r].first;
+        stream[2] = (uint32_t)runs[r].seed, stream[3] = (uint32_t)(runs[r].seed >> 32);
+        REQUIRE(tg_cuda_upload(&gpu, op->in[3], stream, &err) == 0, "%s", err.msg);
         cpu.training = runs[r].training;
         REQUIRE(tg_cuda_exec_range(&gpu, 0, 1, runs[r].training, &err) == 0 && tg_cuda_sync(&gpu, &err) == 0 &&
                     tg_cpu_exec_range(&cpu, 0, 1, &err) == 0,
@@ -562,7 +572,7 @@ TG_TEST(test_gpu_mlm_masks_match_cpu) {
             const int32_t *want = tg_cpu_tensor(&cpu, op->out[slot]);
             int64_t differ = 0, selected = 0;
             for (int64_t i = 0; i < n; i++) differ += got[i] != want[i], selected += want[i] != TG_IGNORE_INDEX;
-            CHECK(differ == 0, "run %zu (training %d, step %g): %lld of %lld %s differ", r, runs[r].training,
+            CHECK(differ == 0, "run %zu (training %d, step %u): %lld of %lld %s differ", r, runs[r].training,
                   runs[r].step, (long long)differ, (long long)n, p.tensors[op->out[slot]].name);
             if (slot == 1) {
                 CHECK(selected > n / 20, "run %zu: %lld of %lld positions selected", r, (long long)selected, (long long)n);
