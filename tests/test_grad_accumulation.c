@@ -1,7 +1,9 @@
 /* Gradient accumulation (job key grad_accumulation = N): a step of N micro-batches of B rows
  * updates the weights as one step on a batch of N * B rows made of the same examples would
- * (fp32, within 1e-5), for classification (a mean over rows) and for LM (a mean over the
- * window's label tokens, micro-batches holding different counts of them); an epoch's last,
+ * (fp32, within 1e-5), for classification (a mean over rows), LM (a mean over the window's
+ * label tokens, micro-batches holding different counts of them), masked LM (a mean over the
+ * window's masked positions, each micro-batch masked as its rows are in the large batch)
+ * and question answering (each side of the span loss a mean over its counted rows); an epoch's last,
  * short window is updated on what it has; steps, checkpoints and resumes count windows; the
  * job key, the compile refusals and the plan field. */
 #include <dirent.h>
