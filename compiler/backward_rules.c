@@ -471,7 +471,7 @@ static void bwd_span_loss(tg_graph *g, int index) {
     if (dlogits < 0) return;
     tg_op_spec s = tg_spec(TG_OP_SPAN_LOSS_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
-    s.in[1] = op.in[0], s.in[2] = op.in[1];
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.in[2];
     s.out[0] = dlogits;
     s.p.span_loss = op.p.span_loss;
     tg_graph_op(g, &s);

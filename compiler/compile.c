@@ -82,15 +82,6 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
                  job->grad_accumulation);
         return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);
     }
-    /* The window's loss normaliser is counted on the host from the batches' labels: mlm
-     * makes its labels on the device, and qa's span loss takes no normaliser. */
-    if (job->grad_accumulation > 1 && (job->task == TG_TASK_MLM || job->task == TG_TASK_QA)) {
-        snprintf(msg, sizeof msg,
-                 "grad_accumulation %d with task %s is not supported yet (only classify and lm count a window's "
-                 "labels); use a larger batch",
-                 job->grad_accumulation, tg_task_name(job->task));
-        return job_error(job, TG_JOB_GRAD_ACCUMULATION, err, msg);
-    }
     int pad = tg_job_pad_id(job, cfg);
     if (pad >= cfg->vocab_size) {
         snprintf(msg, sizeof msg, "pad_token_id %d is outside the vocabulary (vocab_size %d)", pad, cfg->vocab_size);

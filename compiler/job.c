@@ -65,6 +65,9 @@ static const struct job_key {
     [TG_JOB_LOSS_SCALE_GROWTH_FACTOR] = {"loss_scale_growth_factor", 0},
     [TG_JOB_LOSS_SCALE_BACKOFF] = {"loss_scale_backoff", 0},
     [TG_JOB_LOSS_SCALE_GROWTH_INTERVAL] = {"loss_scale_growth_interval", 0},
+    [TG_JOB_QA_N_BEST] = {"qa_n_best", 1},
+    [TG_JOB_QA_MAX_ANSWER_LENGTH] = {"qa_max_answer_length", 1},
+    [TG_JOB_QA_NULL_THRESHOLD] = {"qa_null_threshold", 1},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -114,6 +117,9 @@ void tg_job_defaults(tg_job *job) {
     job->loss_scale_growth_factor = 2.0f;
     job->loss_scale_backoff = 0.5f;
     job->loss_scale_growth_interval = 2000;
+    job->qa_n_best = 20; /* run_qa's n_best_size, max_answer_length, null_score_diff_threshold */
+    job->qa_max_answer_length = 30;
+    job->qa_null_threshold = 0.0f;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -443,6 +449,16 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_GRAD_ACCUMULATION:
         rc = set_int_range(&job->grad_accumulation, v, 1, TG_MAX_GRAD_ACCUMULATION, "micro-batches per optimizer step",
                            o, name, err);
+        break;
+    /* Each window's n_best starts by n_best ends are candidates: bounded so that they fit. */
+    case TG_JOB_QA_N_BEST:
+        rc = set_int_range(&job->qa_n_best, v, 1, TG_QA_MAX_N_BEST, "answer candidates kept", o, name, err);
+        break;
+    case TG_JOB_QA_MAX_ANSWER_LENGTH:
+        rc = set_int_range(&job->qa_max_answer_length, v, 1, INT32_MAX, "tokens", o, name, err);
+        break;
+    case TG_JOB_QA_NULL_THRESHOLD:
+        rc = set_float(&job->qa_null_threshold, v, -INFINITY, 0, INFINITY, 0, o, name, err);
         break;
     case TG_JOB_EPS: rc = set_float(&job->eps, v, 0, 1, INFINITY, 0, o, name, err); break;
     case TG_JOB_WEIGHT_DECAY:
@@ -809,6 +825,9 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run) {
     run->last_batch = job->last_batch;
     run->skip_nonfinite = job->skip_nonfinite;
     run->max_skipped_steps = job->max_skipped_steps;
+    run->qa_n_best = job->qa_n_best;
+    run->qa_max_answer_length = job->qa_max_answer_length;
+    run->qa_null_threshold = job->qa_null_threshold;
 }
 
 int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *const *sets, int n,
@@ -824,6 +843,8 @@ int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *cons
     memcpy(job.checkpoint_dir, run->checkpoint_dir, sizeof job.checkpoint_dir);
     job.last_batch = run->last_batch;
     job.skip_nonfinite = run->skip_nonfinite, job.max_skipped_steps = run->max_skipped_steps;
+    job.qa_n_best = run->qa_n_best, job.qa_max_answer_length = run->qa_max_answer_length;
+    job.qa_null_threshold = run->qa_null_threshold;
     snprintf(job.path, sizeof job.path, "%s", plan_name);
     for (int i = 0; i < n; i++) {
         origin o;

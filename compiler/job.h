@@ -72,6 +72,11 @@ typedef struct tg_job {
      * growth_factor, backoff_factor, growth_interval), powers of two. */
     float loss_scale_init, loss_scale_growth_factor, loss_scale_backoff;
     int32_t loss_scale_growth_interval;
+    /* task = qa: the eval's post-processing (tg_plan_run.qa_n_best, qa_max_answer_length,
+     * qa_null_threshold). */
+    int32_t qa_n_best;
+    int32_t qa_max_answer_length;
+    float qa_null_threshold;
     int32_t key_line[64];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -90,7 +95,8 @@ typedef enum tg_job_key {
     TG_JOB_LAST_BATCH, TG_JOB_LR_SCHEDULE, TG_JOB_BETA3, TG_JOB_NO_PROX, TG_JOB_SKIP_NONFINITE,
     TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
-    TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_KEY_COUNT
+    TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
+    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -354,7 +354,7 @@ static int span_head(builder *b, int h) {
     int logits = linear(b, "qa_outputs", h, b->N, b->D, 2, 0, 1, 1.0f);
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_SPAN_LOSS);
-    s.in[0] = logits, s.in[1] = g->io.labels, s.out[0] = loss;
+    s.in[0] = logits, s.in[1] = g->io.labels, s.in[2] = g->io.loss_norm, s.out[0] = loss;
     s.p.span_loss.b = b->B, s.p.span_loss.t = b->T;
     tg_graph_op(g, &s);
     return head_outputs(g, logits, loss);
@@ -388,7 +388,7 @@ static int mlm_mask(builder *b, int pad_id, int *labels) {
     int ids = tg_graph_tensor(g, "mlm.input_ids", TG_I32, TG_POOL_ACTIVATIONS, 2, shape);
     *labels = tg_graph_tensor(g, "mlm.labels", TG_I32, TG_POOL_ACTIVATIONS, 2, shape);
     tg_op_spec s = tg_spec(TG_OP_MLM_MASK);
-    s.in[0] = g->io.input_ids, s.in[1] = g->io.attention_mask, s.in[2] = g->io.step;
+    s.in[0] = g->io.input_ids, s.in[1] = g->io.attention_mask, s.in[2] = g->io.step, s.in[3] = g->io.mlm_stream;
     s.out[0] = ids, s.out[1] = *labels;
     tg_mlm_mask_params *mp = &s.p.mlm_mask;
     int32_t mask_id, special[TG_JOB_SPECIAL_IDS_MAX];
@@ -629,8 +629,12 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.labels = j->task == TG_TASK_LM || j->task == TG_TASK_MLM ? input(g, "labels", TG_I32, 2, b.B, b.T)
                    : j->task == TG_TASK_QA ? input(g, "labels", TG_I32, 2, b.B, 2) /* start, end */
                                            : input(g, "labels", TG_I32, 1, b.B, 0);
-    /* Accumulated steps divide every micro-batch's summed loss by the whole window's count. */
-    if (j->grad_accumulation > 1) g->io.loss_norm = input(g, "loss_norm", TG_F32, 1, 1, 0);
+    /* Accumulated steps divide every micro-batch's summed loss by the whole window's count
+     * (qa: one count per side of the span, start and end). */
+    if (j->grad_accumulation > 1)
+        g->io.loss_norm = input(g, "loss_norm", TG_F32, 1, j->task == TG_TASK_QA ? 2 : 1, 0);
+    /* mlm: each batch's masking stream, written by the host (kernels/mlm_mask.h). */
+    if (j->task == TG_TASK_MLM) g->io.mlm_stream = input(g, "mlm_stream", TG_I32, 1, 4, 0);
     int64_t one = 1;
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);

@@ -413,10 +413,16 @@ static __device__ double span_lse(const TX *__restrict__ x, int64_t T) {
     return r;
 }
 
+/* One side's divisor: the optional normaliser's entry where positive (grad_accumulation's
+ * window count, plan/ops.def), else the side's counted rows. */
+static __device__ double span_divisor(const float *norm, int side, int64_t counted) {
+    return norm && norm[side] > 0.0f ? (double)norm[side] : (double)counted;
+}
+
 template <class TX>
 __global__ void __launch_bounds__(SPAN_THREADS)
-span_loss_fwd(const TX *__restrict__ logits, const int *__restrict__ pos, float *__restrict__ loss, int64_t B,
-              int64_t T) {
+span_loss_fwd(const TX *__restrict__ logits, const int *__restrict__ pos, const float *__restrict__ norm,
+              float *__restrict__ loss, int64_t B, int64_t T) {
     double total = 0.0; /* thread 0's */
     for (int side = 0; side < 2; side++) {
         double sum = 0.0;
@@ -429,7 +435,8 @@ span_loss_fwd(const TX *__restrict__ logits, const int *__restrict__ pos, float 
             sum += lse - (double)tg_ld(x, 2 * p);
             n++;
         }
-        if (n) total += sum / (double)n;
+        const double divisor = span_divisor(norm, side, n);
+        if (divisor > 0) total += sum / divisor;
     }
     if (threadIdx.x == 0) loss[0] = (float)(total / 2);
 }
@@ -438,12 +445,13 @@ span_loss_fwd(const TX *__restrict__ logits, const int *__restrict__ pos, float 
 template <class TX>
 __global__ void __launch_bounds__(SPAN_THREADS)
 span_loss_bwd(const float *__restrict__ dloss, const TX *__restrict__ logits, const int *__restrict__ pos,
-              TX *__restrict__ dlogits, int64_t B, int64_t T) {
+              const float *__restrict__ norm, TX *__restrict__ dlogits, int64_t B, int64_t T) {
     const int64_t b = blockIdx.x;
     const int side = blockIdx.y;
     int64_t n = 0;
     for (int64_t r = 0; r < B; r++) n += span_target(pos[2 * r + side], T) >= 0;
-    const float coef = n ? (float)((double)dloss[0] / 2.0 / (double)n) : 0.0f;
+    const double divisor = span_divisor(norm, side, n);
+    const float coef = divisor > 0 ? (float)((double)dloss[0] / 2.0 / divisor) : 0.0f;
     const int64_t p = span_target(pos[2 * b + side], T);
     const TX *x = logits + b * T * 2 + side;
     TX *d = dlogits + b * T * 2 + side;
@@ -465,10 +473,11 @@ int tg_launch_span_loss(const tg_cuda_op_args *a, tg_err *err) {
         return e == cudaSuccess ? 0 : tg_fail(err, "cudaMemsetAsync: %s", cudaGetErrorString(e));
     }
     const int *pos = (const int *)a->in[1];
+    const float *norm = (const float *)a->in[2];
     if (a->in_dtype[0] == TG_BF16)
-        span_loss_fwd<tg_bf16><<<1, SPAN_THREADS, 0, st>>>((const tg_bf16 *)a->in[0], pos, loss, B, T);
+        span_loss_fwd<tg_bf16><<<1, SPAN_THREADS, 0, st>>>((const tg_bf16 *)a->in[0], pos, norm, loss, B, T);
     else
-        span_loss_fwd<float><<<1, SPAN_THREADS, 0, st>>>((const float *)a->in[0], pos, loss, B, T);
+        span_loss_fwd<float><<<1, SPAN_THREADS, 0, st>>>((const float *)a->in[0], pos, norm, loss, B, T);
     return 0;
 }
 
@@ -479,12 +488,13 @@ int tg_launch_span_loss_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const dim3 grid((unsigned)B, 2);
     const float *dloss = (const float *)a->in[0];
     const int *pos = (const int *)a->in[2];
+    const float *norm = (const float *)a->in[3];
     cudaStream_t st = a->ctx->stream;
     if (a->out_dtype[0] == TG_BF16)
-        span_loss_bwd<tg_bf16><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const tg_bf16 *)a->in[1], pos,
+        span_loss_bwd<tg_bf16><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const tg_bf16 *)a->in[1], pos, norm,
                                                               (tg_bf16 *)a->out[0], B, T);
     else
-        span_loss_bwd<float><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const float *)a->in[1], pos, (float *)a->out[0],
-                                                            B, T);
+        span_loss_bwd<float><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const float *)a->in[1], pos, norm,
+                                                            (float *)a->out[0], B, T);
     return 0;
 }

@@ -17,6 +17,19 @@
  * batch on every run and at every point of a run, so its losses compare. */
 #define TG_MLM_EVAL_SEED UINT64_C(0x6D6C6D5F6576616C)
 
+/* The stream of an op with the optional stream input (in3, int32 [4], written by the host
+ * with each batch: the stream's step, the first element, and the seed's low and high 32
+ * bits): in training (seed, step), in eval (TG_MLM_EVAL_SEED, step); position e of the
+ * batch is element first + e. A window of micro-batches (grad_accumulation) gives micro-batch
+ * k the first element k x n, so its rows get the masks the same rows get in one batch of
+ * the whole window; eval batch b gets step b, so each eval batch has masks of its own. */
+TG_HOST_DEVICE static inline void tg_mlm_stream_of(const int32_t *stream, int training, uint64_t *seed,
+                                                   uint64_t *step, uint64_t *first) {
+    *seed = training ? (uint64_t)(uint32_t)stream[3] << 32 | (uint32_t)stream[2] : TG_MLM_EVAL_SEED;
+    *step = (uint32_t)stream[0];
+    *first = (uint32_t)stream[1];
+}
+
 /* Whether id is one of the op's special ids (the mask id among them). */
 TG_HOST_DEVICE static inline int tg_mlm_is_special(const tg_mlm_mask_params *p, int32_t id) {
     return id == p->mask_id || id == p->special0 || id == p->special1 || id == p->special2 || id == p->special3 ||

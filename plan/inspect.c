@@ -153,6 +153,9 @@ static void print_text(const tg_plan *p, FILE *out) {
             r->seed, tg_last_batch_name(r->last_batch));
     if (r->skip_nonfinite) fprintf(out, "true (at most %d in a row)\n", r->max_skipped_steps);
     else fputs("false\n", out);
+    if (p->train.task == TG_TASK_QA)
+        fprintf(out, "qa eval: n_best %d  max_answer_length %d  null_threshold %g\n", r->qa_n_best,
+                r->qa_max_answer_length, (double)r->qa_null_threshold);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
     const class_counts cc = count_classes(p);
@@ -345,6 +348,9 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, run, "last_batch", jstr(tg_last_batch_name(r->last_batch)));
         jset(&c, run, "skip_nonfinite", json_boolean(r->skip_nonfinite));
         jset(&c, run, "max_skipped_steps", jint(r->max_skipped_steps));
+        jset(&c, run, "qa_n_best", jint(r->qa_n_best));
+        jset(&c, run, "qa_max_answer_length", jint(r->qa_max_answer_length));
+        jset(&c, run, "qa_null_threshold", json_real(r->qa_null_threshold));
         /* A JSON integer where it fits jansson's signed 64 bits, else its decimal text. */
         char seed[24];
         snprintf(seed, sizeof seed, "%" PRIu64, r->seed);

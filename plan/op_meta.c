@@ -165,6 +165,7 @@ static const char *check_mlm_mask(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[0]) == p->n, "in[0]: ids != n");
     EXPECT(numel(c, op->in[1]) == p->n, "in[1]: mask != n");
     EXPECT(numel(c, op->in[2]) == 1, "in[2]: step counter is not a scalar");
+    EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == 4, "in[3]: the stream is not [4] (step, first element, seed)");
     EXPECT(numel(c, op->out[0]) == p->n, "out[0]: masked ids != n");
     EXPECT(numel(c, op->out[1]) == p->n, "out[1]: labels != n");
     EXPECT(p->vocab > 0 && p->vocab <= INT32_MAX, "V outside [1, 2^31)");
@@ -458,11 +459,13 @@ static const char *check_span_loss(const tg_op_check_ctx *c, const tg_op *op) {
         EXPECT(numel(c, op->in[0]) == logits, "in[0]: logits != B*T*2");
         EXPECT(numel(c, op->in[1]) == positions, "in[1]: positions != B*2");
         EXPECT(numel(c, op->out[0]) == 1, "out[0]: loss is not a scalar");
+        EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 2, "in[2]: the normalisers are not [2] (start, end)");
     } else {
         EXPECT(numel(c, op->in[0]) == 1, "in[0]: dloss is not a scalar");
         EXPECT(numel(c, op->in[1]) == logits, "in[1]: logits != B*T*2");
         EXPECT(numel(c, op->in[2]) == positions, "in[2]: positions != B*2");
         EXPECT(numel(c, op->out[0]) == logits, "out[0]: dlogits != B*T*2");
+        EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == 2, "in[3]: the normalisers are not [2] (start, end)");
     }
     return NULL;
 }

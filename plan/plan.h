@@ -13,10 +13,14 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 19
+#define TG_PLAN_VERSION 20
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
+/* The most answer candidates a qa eval keeps (job key qa_n_best): each window weighs
+ * n_best x n_best start and end pairs. */
+#define TG_QA_MAX_N_BEST 1024
+
 /* The most micro-batches one optimizer step may accumulate (job key grad_accumulation). */
 #define TG_MAX_GRAD_ACCUMULATION 1024
 /* The most sequence-length buckets (job key seq_buckets) a plan may hold. */
@@ -219,6 +223,13 @@ typedef struct tg_plan_run {
      * row were skipped (0: at the first), and stops at the first one when it is 0. */
     int32_t skip_nonfinite;
     int32_t max_skipped_steps;   /* >= 0 */
+    /* task = qa: the eval's answer post-processing (datasets/qa_postprocess.h, Hugging
+     * Face run_qa's n_best_size, max_answer_length and null_score_diff_threshold): the
+     * candidates kept (1 .. TG_QA_MAX_N_BEST), the longest answer in tokens (>= 1), and the
+     * margin by which the null answer must beat the best span (finite). */
+    int32_t qa_n_best;
+    int32_t qa_max_answer_length;
+    float qa_null_threshold;
 } tg_plan_run;
 
 /* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */
@@ -229,11 +240,16 @@ typedef struct tg_plan_io {
     int32_t params_all, grads_all, m_all, v_all;
     int32_t params_bf16_all;  /* the bf16 copies as one buffer (bf16 plans) */
     /* Plans with grad_accumulation > 1: an f32 [1] input, the rows (classify) or tokens
-     * (lm) whose label counts over the step's whole window of micro-batches; -1 without. */
+     * (lm, mlm: the masked positions) whose label counts over the step's whole window of
+     * micro-batches; qa: f32 [2], the rows whose answer start, and those whose answer end,
+     * counts (SPAN_LOSS); -1 without. */
     int32_t loss_norm;
     /* fp16 plans: the loss scale and its growth tracker, f32 [1] each in the optimizer
      * pool (state a checkpoint keeps, LOSS_SCALE_UPDATE); -1 in other plans. */
     int32_t loss_scale, loss_scale_growth;
+    /* task = mlm: an int32 [4] input, the masking stream of each batch (MLM_MASK's in3,
+     * kernels/mlm_mask.h tg_mlm_stream_of), written by the host; -1 in other plans. */
+    int32_t mlm_stream;
 } tg_plan_io;
 
 typedef struct tg_plan {

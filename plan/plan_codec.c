@@ -37,8 +37,8 @@ _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/g
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
-_Static_assert(sizeof(tg_plan_run) == 1584, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3528, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan_run) == 1592, "tg_plan_run changed: update put_run/get_run");
+_Static_assert(sizeof(tg_plan) == 3536, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -152,6 +152,9 @@ static void put_run(wbuf *b, const tg_plan_run *r) {
     put_i32(b, r->last_batch);
     put_i32(b, r->skip_nonfinite);
     put_i32(b, r->max_skipped_steps);
+    put_i32(b, r->qa_n_best);
+    put_i32(b, r->qa_max_answer_length);
+    put_f32(b, r->qa_null_threshold);
 }
 
 static void put_tensor(wbuf *b, const tg_tensor *t) {
@@ -195,7 +198,8 @@ static void put_io(wbuf *b, const tg_plan_io *io) {
                          io->position_ids, io->labels, io->logits, io->loss, io->step,
                          io->total_steps, io->lr, io->grad_norm, io->params_all,
                          io->grads_all, io->m_all, io->v_all, io->params_bf16_all, io->loss_norm,
-                         io->loss_scale, io->loss_scale_growth};
+                         io->loss_scale, io->loss_scale_growth,
+                         io->mlm_stream};
     _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
 }
@@ -392,6 +396,9 @@ static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
     run->last_batch = get_i32(r);
     run->skip_nonfinite = get_i32(r);
     run->max_skipped_steps = get_i32(r);
+    run->qa_n_best = get_i32(r);
+    run->qa_max_answer_length = get_i32(r);
+    run->qa_null_threshold = get_f32(r);
     return 0;
 }
 
@@ -483,7 +490,8 @@ static void get_io(rbuf *r, tg_plan_io *io) {
                     &io->position_ids, &io->labels, &io->logits, &io->loss, &io->step,
                     &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
                     &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all, &io->loss_norm,
-                    &io->loss_scale, &io->loss_scale_growth};
+                    &io->loss_scale, &io->loss_scale_growth,
+                    &io->mlm_stream};
     _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
                    "get_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);

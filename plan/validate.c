@@ -4,6 +4,7 @@
 #include "plan/validate.h"
 #include "base/alloc.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <math.h>
 #include <stdio.h>
@@ -237,6 +238,12 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: run skip_nonfinite %d is not 0 or 1", name, r->skip_nonfinite);
     if (r->max_skipped_steps < 0)
         return tg_fail(err, "%s: run max_skipped_steps %d is negative", name, r->max_skipped_steps);
+    if (r->qa_n_best < 1 || r->qa_n_best > TG_QA_MAX_N_BEST)
+        return tg_fail(err, "%s: run qa_n_best %d is not in [1, %d]", name, r->qa_n_best, TG_QA_MAX_N_BEST);
+    if (r->qa_max_answer_length < 1)
+        return tg_fail(err, "%s: run qa_max_answer_length %d is below 1", name, r->qa_max_answer_length);
+    if (!isfinite(r->qa_null_threshold))
+        return tg_fail(err, "%s: run qa_null_threshold %g is not finite", name, (double)r->qa_null_threshold);
     if (r->last_batch == TG_LAST_BATCH_WRAP && t->n_buckets > 1)
         return tg_fail(err, "%s: run last_batch is wrap, which is not allowed with length buckets (n_buckets %d)", name,
                        t->n_buckets);
@@ -365,7 +372,8 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     static const char *const io_names[] = {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
         "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
-        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm", "loss_scale", "loss_scale_growth"};
+        "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm", "loss_scale", "loss_scale_growth",
+        "mlm_stream"};
     int32_t iov[sizeof io_names / sizeof io_names[0]];
     _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
     memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */
@@ -487,12 +495,16 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
         {"v_all", io->v_all, 1, TG_POOL_OPTIM, DT(TG_F32), 1, {-1}, "AdamW's second moments"},
         {"params_bf16_all", io->params_bf16_all, 0, TG_POOL_PARAMS_BF16, DT(TG_BF16) | DT(TG_F16), 1, {-1},
          "the low-precision (bf16 or fp16) copies of the parameters, filled from them"},
-        {"loss_norm", io->loss_norm, p->train.grad_accumulation > 1, TG_POOL_INPUTS, DT(TG_F32), 0, {0},
-         "the window's count of counted labels, written with each batch under grad_accumulation"},
+        {"loss_norm", io->loss_norm, p->train.grad_accumulation > 1, TG_POOL_INPUTS, DT(TG_F32), qa ? 1 : 0,
+         {qa ? 2 : 0},
+         qa ? "the window's counts of counted answer starts and ends, written with each batch under grad_accumulation"
+            : "the window's count of counted labels, written with each batch under grad_accumulation"},
         {"loss_scale", io->loss_scale, fp16, TG_POOL_OPTIM, DT(TG_F32), 0, {0},
          "the dynamic loss scale of fp16 plans, state the runtime starts and checkpoints"},
         {"loss_scale_growth", io->loss_scale_growth, fp16, TG_POOL_OPTIM, DT(TG_F32), 0, {0},
          "the loss scale's growth tracker of fp16 plans"},
+        {"mlm_stream", io->mlm_stream, p->train.task == TG_TASK_MLM, TG_POOL_INPUTS, DT(TG_I32), 1, {4},
+         "the masking stream of each batch (step, first element, seed), written by the host"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (check_io_rule(p, &rules[k], name, err)) return -1;
@@ -500,6 +512,9 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: io loss_scale is tensor %d and loss_scale_growth tensor %d, but the plan's precision "
                             "is %s (only fp16 plans scale the loss)",
                        name, io->loss_scale, io->loss_scale_growth, tg_precision_name(p->train.precision));
+    if (io->mlm_stream >= 0 && p->train.task != TG_TASK_MLM)
+        return tg_fail(err, "%s: io mlm_stream is tensor %d (%s), but the task is %s (it is for mlm alone)", name,
+                       io->mlm_stream, p->tensors[io->mlm_stream].name, tg_task_name(p->train.task));
     if (io->loss_norm >= 0 && p->train.grad_accumulation <= 1)
         return tg_fail(err, "%s: io loss_norm is tensor %d (%s), but train grad_accumulation is %d (it is for "
                             "grad_accumulation > 1 alone)",
@@ -712,7 +727,9 @@ static int run_equal(const tg_plan_run *a, const tg_plan_run *b) {
            a->epochs == b->epochs && a->log_every == b->log_every && a->seed == b->seed &&
            a->checkpoint_every == b->checkpoint_every && a->keep_checkpoints == b->keep_checkpoints &&
            !strcmp(a->checkpoint_dir, b->checkpoint_dir) && a->last_batch == b->last_batch &&
-           a->skip_nonfinite == b->skip_nonfinite && a->max_skipped_steps == b->max_skipped_steps;
+           a->skip_nonfinite == b->skip_nonfinite && a->max_skipped_steps == b->max_skipped_steps &&
+           a->qa_n_best == b->qa_n_best && a->qa_max_answer_length == b->qa_max_answer_length &&
+           !memcmp(&a->qa_null_threshold, &b->qa_null_threshold, sizeof a->qa_null_threshold);
 }
 
 /* The strings up to their NULs, the numbers (int32 and float, no padding) bit for bit. */

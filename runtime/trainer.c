@@ -11,6 +11,7 @@
 
 #include "runtime/half_convert.h"
 #include "datasets/shard_dataset.h"
+#include "kernels/mlm_mask.h"
 
 /* Header-only xxHash, as the plan file uses: the training data's identity. */
 #define XXH_INLINE_ALL
@@ -23,6 +24,14 @@ static const tg_plan *buffer_plan(const tg_trainer *t, int k) { return tg_plan_b
 /* Micro-batches per step (the plan's grad_accumulation; 1: none): a staging buffer holds
  * that many images of the inputs pool back to back (runtime/executor.h). */
 static int micro_steps(const tg_trainer *t) { return tg_executor_micro_steps(t->plan); }
+
+/* mlm: the plan's masking op, whose labels the loss counts (out1) and whose ids the model
+ * reads (out0); NULL for a plan without one (its labels are the batch's). */
+static const tg_op *masking_op(const tg_plan *p) {
+    for (int o = p->phase_begin[TG_PHASE_FORWARD]; o < p->phase_begin[TG_PHASE_FORWARD + 1]; o++)
+        if (p->ops[o].kind == TG_OP_MLM_MASK) return &p->ops[o];
+    return NULL;
+}
 
 /* Input tensor `tensor` of micro-batch `micro` in staging buffer k, laid out for that
  * buffer's bucket. */
@@ -200,7 +209,7 @@ static void fill_batch(tg_trainer *t, int k, int micro, int bucket, const tg_dat
     /* 0: the loss divides by the batch's own count (an eval batch, or until the window
      * fill writes the window's). */
     float *norm = staging_at(t, k, micro, io->loss_norm);
-    if (norm) *norm = 0.0f;
+    if (norm) memset(norm, 0, buffer_plan(t, k)->tensors[io->loss_norm].bytes);
     b->mark_label_rows = mark;
     tg_batch_shape shape = t->shape;
     shape.seq = buffer_plan(t, k)->train.seq;
@@ -229,6 +238,54 @@ static int64_t counted_labels(const int32_t *labels, int64_t n) {
     int64_t c = 0;
     for (int64_t i = 0; i < n; i++) c += labels[i] != TG_IGNORE_INDEX;
     return c;
+}
+
+/* The seed the executor draws this replica's dropout from (and mlm's training masks). */
+static uint64_t replica_seed(const tg_trainer *t) {
+    return t->plan->run.seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull;
+}
+
+/* mlm: the masking stream of micro-batch `micro` of buffer k (io.mlm_stream, MLM_MASK's
+ * in3, kernels/mlm_mask.h): `step` (a training batch: the run's step, windows counted from
+ * the first; an eval batch: its index in the eval set), the micro-batch's first element in
+ * its window (micro x its positions, so that a window masks its rows as one batch of the
+ * whole window does), and the replica's seed. */
+static void write_mlm_stream(tg_trainer *t, int k, int micro, int64_t step) {
+    uint32_t *s = staging_at(t, k, micro, t->plan->io.mlm_stream);
+    if (!s) return;
+    const uint64_t n = (uint64_t)tg_tensor_numel(&buffer_plan(t, k)->tensors[t->plan->io.input_ids]);
+    const uint64_t seed = replica_seed(t);
+    s[0] = (uint32_t)step, s[1] = (uint32_t)((uint64_t)micro * n), s[2] = (uint32_t)seed, s[3] = (uint32_t)(seed >> 32);
+}
+
+/* mlm: the positions micro-batch `micro` of buffer k gets masked in training, counted as
+ * the masking op decides them (the same code on the same stream, kernels/mlm_mask.h). */
+static int64_t masked_positions(tg_trainer *t, int k, int micro) {
+    const tg_op *op = masking_op(t->plan);
+    const tg_plan_io *io = &t->plan->io;
+    const int32_t *ids = staging_at(t, k, micro, io->input_ids), *stream = staging_at(t, k, micro, io->mlm_stream);
+    const float *mask = staging_at(t, k, micro, io->attention_mask);
+    uint64_t seed, step, first;
+    tg_mlm_stream_of(stream, 1, &seed, &step, &first);
+    int64_t c = 0;
+    for (int64_t i = 0; i < op->p.mlm_mask.n; i++) {
+        int32_t id, label;
+        tg_mlm_mask_element(&op->p.mlm_mask, seed, step, first + (uint64_t)i, ids[i], mask[i], &id, &label);
+        c += label != TG_IGNORE_INDEX;
+    }
+    return c;
+}
+
+/* Adds a batch's counted labels to the window's counts (io.loss_norm): qa's rows [start,
+ * end] count each side on its own, as SPAN_LOSS does (a position below 0 counts, one at
+ * seq or past it is ignored); the other tasks count the labels that are not -100. */
+static void count_window_labels(const tg_plan *p, const int32_t *labels, int64_t *counted) {
+    const int64_t n = tg_tensor_numel(&p->tensors[p->io.labels]);
+    if (p->train.task != TG_TASK_QA) {
+        counted[0] += counted_labels(labels, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) counted[i & 1] += labels[i] < p->train.seq;
 }
 
 /* Steps (windows of micro_steps batches) in an epoch of per_epoch batches: the last one
@@ -285,7 +342,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->rank = opts && train->replicas > 1 ? opts->rank : 0;
     /* Each replica draws its own dropout masks (replica 0 those of a single trainer). */
     tg_executor_options eo = {opts ? opts->device : TG_DEVICE_CPU, opts ? opts->threads : 0,
-                              opts ? !opts->no_graphs : 1, run->seed + (uint64_t)t->rank * 0x9E3779B97F4A7C15ull,
+                              opts ? !opts->no_graphs : 1, replica_seed(t),
                               t->rank, opts ? opts->comm : NULL};
     t->replicas = train->replicas > 1 ? train->replicas : 1;
     double t0 = tg_wall_ms();
@@ -426,8 +483,7 @@ static void fill_buffer(tg_trainer *t, int k, int64_t j) {
     t->staging_pos[k] = t->sampler.pos;
     const int micro = micro_steps(t), draws = window_batches(t, j);
     const tg_plan_io *io = &t->plan->io;
-    const int64_t n_labels = tg_tensor_numel(&t->plan->tensors[io->labels]);
-    int64_t tokens = 0, counted = 0;
+    int64_t tokens = 0, counted[2] = {0, 0};
     for (int i = 0; i < micro; i++) {
         int32_t bucket = t->staging_bucket[k], mine = 0;
         const int32_t first = t->rank * t->shape.batch;
@@ -436,10 +492,15 @@ static void fill_buffer(tg_trainer *t, int k, int64_t j) {
             mine = rows <= first ? 0 : rows - first < t->shape.batch ? rows - first : t->shape.batch;
         }
         fill_batch(t, k, i, bucket, &t->train, t->global_idx + first, mine, 1, &b);
+        write_mlm_stream(t, k, i, j);
         tokens += b.n_tokens;
-        if (micro > 1) counted += counted_labels(staging_at(t, k, i, io->labels), n_labels);
+        /* mlm: the masked positions, which the labels of the batch are not. */
+        if (micro > 1 && io->mlm_stream >= 0) counted[0] += masked_positions(t, k, i);
+        else if (micro > 1) count_window_labels(buffer_plan(t, k), staging_at(t, k, i, io->labels), counted);
     }
-    for (int i = 0; micro > 1 && i < micro; i++) *(float *)staging_at(t, k, i, io->loss_norm) = (float)counted;
+    const int64_t n_norm = micro > 1 ? tg_tensor_numel(&t->plan->tensors[io->loss_norm]) : 0;
+    for (int i = 0; i < micro && n_norm; i++)
+        for (int64_t c = 0; c < n_norm; c++) ((float *)staging_at(t, k, i, io->loss_norm))[c] = (float)counted[c];
     t->staging_tokens[k] = tokens;
     if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
 }
@@ -620,19 +681,14 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
 }
 
 
-/* mlm: the plan's masking op, whose labels the loss counts (out1) and whose ids the model
- * reads (out0); NULL for a plan without one (its labels are the batch's). */
-static const tg_op *masking_op(const tg_plan *p) {
-    for (int o = p->phase_begin[TG_PHASE_FORWARD]; o < p->phase_begin[TG_PHASE_FORWARD + 1]; o++)
-        if (p->ops[o].kind == TG_OP_MLM_MASK) return &p->ops[o];
-    return NULL;
-}
 
 /* qa: each question's answer from its windows' logits (span: all start logits, then all end
  * logits, seq per window) and the SQuAD v2 scores. */
 static int score_squad(tg_trainer *t, const float *span, int64_t T, tg_eval_stats *s, tg_err *err) {
     const tg_squad_eval *ev = &t->squad;
-    tg_qa_postprocess_options opt = {.n_best = 20, .max_answer_len = 30, .null_threshold = 0.0};
+    const tg_plan_run *run = &t->plan->run;
+    tg_qa_postprocess_options opt = {.n_best = run->qa_n_best, .max_answer_len = run->qa_max_answer_length,
+                                      .null_threshold = run->qa_null_threshold};
     for (int32_t q = 0; q < ev->n_questions && !opt.version_2; q++) opt.version_2 = ev->questions[q].n_answers == 0;
     tg_squad_totals tot;
     if (tg_squad_eval_score(ev, span, span + (int64_t)t->eval.n * T, T, (int32_t)T, &opt, &tot, err))
@@ -703,6 +759,8 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
         tg_batch b;
         /* The eval runs in the last bucket (train.seq): its batches keep the set's order. */
         fill_batch(t, t->cur, 0, p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0, &t->eval, t->batch_idx, n, 0, &b);
+        /* mlm: each eval batch its own masks, the same on every eval and run. */
+        write_mlm_stream(t, t->cur, 0, start / t->shape.batch);
         float loss;
         if (tg_trainer_run(t, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err) || read_scalar(t, p->io.loss, &loss, err) ||
             (logits && tg_trainer_read_f32(t, p->io.logits, logits, err)) ||

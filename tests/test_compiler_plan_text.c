@@ -3,7 +3,7 @@
  * `tunegraph inspect` prints them, compared byte for byte with tests/data/plan_text_*.txt:
  * each op with its operands and parameters, each tensor with its pool and offset, the pool
  * sizes. The jobs between them take each fusion on and off, freeze layers, split the data
- * over replicas with and without ZeRO, accumulate micro-batches, train in bf16, and cover
+ * over replicas with and without ZeRO, accumulate micro-batches, train in bf16 and fp16, and cover
  * every task. The fingerprint (it hashes the version string) and the GPU and CPU memory
  * estimates (plan/memory_estimate.c, its own tests) are left out. After a deliberate change to what the compiler emits, TG_TEST_WRITE_EXPECTED=1
  * rewrites the files (review the diff). */
@@ -33,6 +33,9 @@ static const struct {
      "model = tiny-bert\ntask = mlm\nbatch = 2\nseq = 8\ndata_parallel = 2\nzero_stage = 1\n"},
     {"tests/data/plan_text_gpt2_lm_accumulation_replicas.txt",
      "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\ngrad_accumulation = 2\ndata_parallel = 2\noptimizer = adan\n"},
+    {"tests/data/plan_text_bert_classify_fp16_frozen.txt",
+     "model = tiny-bert\nbatch = 2\nseq = 8\nprecision = fp16\nfreeze = bert.embeddings.*\n"
+     "loss_scale_init = 1024\nloss_scale_growth_interval = 100\n"},
     {"tests/data/plan_text_bert_classify_accumulation.txt",
      "model = tiny-bert\nbatch = 2\nseq = 8\ngrad_accumulation = 3\nfreeze = classifier.*\n"},
 };

@@ -289,6 +289,15 @@ static void check_masks(golden_case *c, const char *name) {
     CHECK(0, "%s: an mlm plan without MLM_MASK", name);
 }
 
+/* mlm: the masking stream of step `step` (kernels/mlm_mask.h), as the trainer writes it
+ * with the batches it fills itself: the step, element 0, the run's seed. */
+static void set_mlm_stream(golden_case *c, int step) {
+    if (c->plan.io.mlm_stream < 0) return;
+    uint32_t *s = tg_trainer_input(&c->tr, c->plan.io.mlm_stream);
+    const uint64_t seed = c->plan.run.seed;
+    s[0] = (uint32_t)step, s[1] = 0, s[2] = (uint32_t)seed, s[3] = (uint32_t)(seed >> 32);
+}
+
 static void run_golden(const char *name, int attention) {
     golden_case c;
     if (!open_case(&c, name, attention)) {
@@ -298,6 +307,7 @@ static void run_golden(const char *name, int attention) {
     tg_err err;
     const tg_plan_io *io = &c.plan.io;
     /* Forward at the initial weights; logits live only until the backward reuses them. */
+    set_mlm_stream(&c, 0);
     if (!CHECK(tg_trainer_run(&c.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0, "%s", err.msg)) {
         close_case(&c);
         return;
@@ -333,6 +343,7 @@ static void run_golden(const char *name, int attention) {
     /* Three AdamW steps on the same batch (the first redoes forward and backward). */
     for (int s = 0; s < 3; s++) {
         tg_step_stats st;
+        set_mlm_stream(&c, s);
         if (!CHECK(tg_trainer_run_step(&c.tr, &st, &err) == 0, "%s: %s", name, err.msg)) break;
         check_scalar_series(&c, name, "loss_steps", s, st.loss);
         check_scalar_series(&c, name, "lr_steps", s, st.lr);

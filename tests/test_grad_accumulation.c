@@ -1,7 +1,9 @@
 /* Gradient accumulation (job key grad_accumulation = N): a step of N micro-batches of B rows
  * updates the weights as one step on a batch of N * B rows made of the same examples would
- * (fp32, within 1e-5), for classification (a mean over rows) and for LM (a mean over the
- * window's label tokens, micro-batches holding different counts of them); an epoch's last,
+ * (fp32, within 1e-5), for classification (a mean over rows), LM (a mean over the window's
+ * label tokens, micro-batches holding different counts of them), masked LM (a mean over the
+ * window's masked positions, each micro-batch masked as its rows are in the large batch)
+ * and question answering (each side of the span loss a mean over its counted rows); an epoch's last,
  * short window is updated on what it has; steps, checkpoints and resumes count windows; the
  * job key, the compile refusals and the plan field. */
 #include <dirent.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
@@ -20,8 +23,13 @@
 #include "runtime/comm.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/trainer.h"
+#include "datasets/convert.h"
+#include "datasets/shard_format.h"
+#include "runtime/cpu/cpu_exec.h"
+#include "tests/byte_encoder.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
+#include "tests/text_fixtures.h"
 
 /* A demo job (classify or lm) with batch rows a micro-batch, `accum` micro-batches a step,
  * dropout off (a window's micro-batches draw other masks than one large batch does), and
@@ -609,27 +617,236 @@ TG_TEST(test_grad_accumulation_eval_as_without) {
     tg_plan_free(&one), tg_plan_free(&four);
 }
 
-/* mlm makes its labels on the device and qa's span loss takes no normaliser: the window's
- * count cannot be had on the host, so accumulation is refused for them, naming the key. */
-TG_TEST(test_grad_accumulation_refused_for_mlm_and_qa) {
-    static const char *const tasks[] = {"mlm", "qa"};
-    for (int k = 0; k < 2; k++) {
-        char path[512], text[256];
-        snprintf(path, sizeof path, "%s/accum-%s.job", tg_test_tmpdir(), tasks[k]);
-        snprintf(text, sizeof text,
-                 "model = tiny-bert\ntask = %s\n%sbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ngrad_accumulation = 3\n",
-                 tasks[k], k == 0 ? "mask_token_id = 3\n" : "");
-        REQUIRE(tg_test_write_file(path, text) == 0, "cannot write %s", path);
-        tg_job job;
-        tg_err err = {{0}};
-        REQUIRE(tg_job_load(path, NULL, 0, &job, &err) == 0, "%s", err.msg);
-        tg_plan p;
-        const int rc = tg_compile(&job, &p, &err);
-        char want[160];
-        snprintf(want, sizeof want, "key 'grad_accumulation': grad_accumulation 3 with task %s is not supported yet",
-                 tasks[k]);
-        CHECK(rc == -1 && strstr(err.msg, path) && strstr(err.msg, want) && strstr(err.msg, "; use a larger batch"),
-              "%s: %d '%s'", tasks[k], rc, err.msg);
-        if (rc == 0) tg_plan_free(&p);
+/* ---- mlm: the loss over the window's masked positions ----------------------------------- */
+
+/* A masked-LM job on the LM demo's data (tiny BERT from scratch): batch rows a micro-batch,
+ * accum micro-batches a step, dropout off. */
+static int compile_mlm(int batch, int accum, const char *const *extra, int n_extra, tg_plan *p) {
+    char b[32], a[32];
+    snprintf(b, sizeof b, "batch=%d", batch);
+    snprintf(a, sizeof a, "grad_accumulation=%d", accum);
+    const char *sets[10] = {b, a};
+    for (int k = 0; k < n_extra && k < 8; k++) sets[2 + k] = extra[k];
+    tg_job job;
+    tg_err err;
+    if (!CHECK(tg_job_load("examples/demo-mlm.job", sets, 2 + n_extra, &job, &err) == 0, "%s", err.msg)) return 0;
+    tg_model_config cfg;
+    if (!CHECK(tg_model_config_load(job.model, &cfg, &err) == 0, "%s", err.msg)) return 0;
+    cfg.hidden_dropout = cfg.attention_dropout = cfg.embedding_dropout = cfg.classifier_dropout = 0;
+    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+}
+
+/* mlm: N = 2 and N = 4 micro-batches against one batch of N times the rows. Micro-batch k
+ * masks its rows with the elements k x B x T on (io.mlm_stream), the masks those rows get
+ * in the large batch, and every micro-batch divides by the masked positions of the whole
+ * window (io.loss_norm, counted on the host with the masking op's own code), as HF's MLM
+ * loss over the large batch's masked positions. */
+TG_TEST(test_grad_accumulation_mlm_matches_large_batch) {
+    static const int cases[][2] = {{4, 2}, {2, 4}}; /* micro-batch rows, micro-batches */
+    const char *extra[] = {"steps=4", "warmup_steps=2"};
+    for (int c = 0; c < 2; c++) {
+        const int b = cases[c][0], n = cases[c][1];
+        tg_plan small, large;
+        if (!compile_mlm(b, n, extra, 2, &small) || !compile_mlm(b * n, 1, extra, 2, &large)) return;
+        outcome x, y;
+        char what[64];
+        snprintf(what, sizeof what, "mlm, %d x %d rows against %d", n, b, n * b);
+        if (train(&small, 0, &x) && train(&large, 0, &y)) check_same(&small, what, &x, &y, 1e-5);
+        outcome_free(&x), outcome_free(&y);
+        tg_plan_free(&small), tg_plan_free(&large);
     }
+}
+
+/* The masks of a window's micro-batches are the large batch's, row for row, and each
+ * micro-batch is told the window's count of masked positions, which differs from micro-batch
+ * to micro-batch. */
+TG_TEST(test_grad_accumulation_mlm_window_masks) {
+    const char *extra[] = {"steps=2"};
+    tg_plan small, large;
+    if (!compile_mlm(2, 4, extra, 1, &small) || !compile_mlm(8, 1, extra, 1, &large)) return;
+    tg_err err;
+    tg_trainer ts, tl;
+    REQUIRE(open_trainer(&ts, &small, &err) == 0 && open_trainer(&tl, &large, &err) == 0, "%s", err.msg);
+    tg_trainer_next_batch(&ts), tg_trainer_next_batch(&tl);
+    /* Each micro-batch in turn through the masking op (op 0) in training mode. */
+    const tg_op *mask = &small.ops[0];
+    REQUIRE(mask->kind == TG_OP_MLM_MASK && large.ops[0].kind == TG_OP_MLM_MASK, "op 0 is not the masking op");
+    const int64_t n = mask->p.mlm_mask.n;
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)(4 * n)), *got = malloc(sizeof(int32_t) * (size_t)n);
+    REQUIRE(want && got, "out of memory");
+    REQUIRE(tg_trainer_run(&tl, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                tg_trainer_read(&tl, large.ops[0].out[1], want, &err) == 0,
+            "%s", err.msg);
+    const size_t image = small.pool_bytes[TG_POOL_INPUTS];
+    float norm[4];
+    for (int m = 0; m < 4; m++)
+        norm[m] = *(const float *)(ts.staging[ts.cur] + (size_t)m * image + small.tensors[small.io.loss_norm].offset);
+    int64_t counts[4] = {0}, total = 0;
+    for (int m = 0; m < 4; m++) {
+        /* Micro-batch m into the first image, where a run takes its inputs. */
+        memcpy(ts.staging[ts.cur], ts.staging[ts.cur] + (size_t)m * image, image);
+        if (!CHECK(tg_trainer_run(&ts, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                       tg_trainer_read(&ts, mask->out[1], got, &err) == 0,
+                   "%s", err.msg))
+            break;
+        CHECK(!memcmp(got, want + m * n, sizeof(int32_t) * (size_t)n), "micro-batch %d: labels differ from rows %d-%d "
+              "of the large batch", m, 2 * m, 2 * m + 1);
+        for (int64_t i = 0; i < n; i++) counts[m] += got[i] != TG_IGNORE_INDEX;
+        total += counts[m];
+    }
+    for (int m = 0; m < 4; m++)
+        CHECK(norm[m] == (float)total, "micro-batch %d: loss_norm %g, the window masks %lld", m, norm[m],
+              (long long)total);
+    CHECK(total > 0 && (counts[0] != counts[1] || counts[1] != counts[2] || counts[2] != counts[3]),
+          "masked positions per micro-batch %lld %lld %lld %lld", (long long)counts[0], (long long)counts[1],
+          (long long)counts[2], (long long)counts[3]);
+    free(want), free(got);
+    tg_trainer_close(&ts), tg_trainer_close(&tl);
+    tg_plan_free(&small), tg_plan_free(&large);
+}
+
+/* ---- qa: the span loss over the window's rows ------------------------------------------ */
+
+/* The tiny SQuAD v2 fixture (tests/text_fixtures.h) converted at seq 20 with the byte-level
+ * stand-in tokenizer into the test folder, once; its training rows in *rows. */
+static const char *qa_data(int32_t *rows) {
+    static char out[700];
+    static int32_t n;
+    if (n) return *rows = n, out;
+    char squad[700];
+    snprintf(squad, sizeof squad, "%s/accum-squad.json", tg_test_tmpdir());
+    snprintf(out, sizeof out, "%s/accum-squad", tg_test_tmpdir());
+    if (tg_test_write_file(squad, tg_test_squad_v2)) return NULL;
+    byte_encoder be;
+    tg_text_encoder enc = byte_encoder_make(&be, TG_TOKENIZER_WORDPIECE);
+    const char *inputs[] = {squad};
+    tg_convert_options o = {.inputs = inputs, .n_inputs = 1, .outdir = out, .format = TG_INPUT_SQUAD, .seq = 20,
+                            .doc_stride = 4, .seed = 3, .command = "test"};
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    const int rc = tg_convert(&o, &enc, &rep, &err);
+    byte_encoder_free(&be);
+    if (!CHECK(rc == 0, "%s", err.msg)) return NULL;
+    n = (int32_t)rep.records[TG_SPLIT_TRAIN];
+    return *rows = n, out;
+}
+
+static const char qa_model[] =
+    "{\"architectures\": [\"BertForQuestionAnswering\"], \"model_type\": \"bert\", \"vocab_size\": 261, "
+    "\"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 37, "
+    "\"max_position_embeddings\": 40, \"type_vocab_size\": 2, \"hidden_act\": \"gelu\", \"layer_norm_eps\": 1e-12, "
+    "\"initializer_range\": 0.02, \"hidden_dropout_prob\": 0.0, \"attention_probs_dropout_prob\": 0.0, "
+    "\"pad_token_id\": 0}";
+
+/* A qa job on the converted fixture: batch rows a micro-batch, accum micro-batches a step,
+ * one epoch. */
+static int compile_qa(const char *data, int batch, int accum, tg_plan *p) {
+    char dir[600], cfg_path[700], text[2048];
+    snprintf(dir, sizeof dir, "%s/accum-qa-model", tg_test_tmpdir());
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    mkdir(dir, 0755);
+    if (!CHECK(tg_test_write_file(cfg_path, qa_model) == 0, "cannot write %s", cfg_path)) return 0;
+    snprintf(text, sizeof text,
+             "model = %s\ntask = qa\nbatch = %d\ngrad_accumulation = %d\nseq = 20\nepochs = 1\nlr = 1e-3\n"
+             "warmup_steps = 1\ntrain_data = %s\n",
+             dir, batch, accum, data);
+    tg_job job;
+    tg_err err;
+    if (!CHECK(tg_job_parse_text(text, "qa.job", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg)) return 0;
+    return CHECK(tg_compile(&job, p, &err) == 0, "%s", err.msg);
+}
+
+/* qa: N = 2 and N = 4 micro-batches against one batch of N times the rows, over an epoch
+ * whose last window is short (its last micro-batches hold padding rows, whose positions
+ * count for nothing, or no rows at all): each side's loss is the mean over the window's
+ * counted rows (io.loss_norm, [start, end]). */
+TG_TEST(test_grad_accumulation_qa_matches_large_batch) {
+    int32_t rows = 0;
+    const char *data = qa_data(&rows);
+    REQUIRE(data, "no converted SQuAD fixture");
+    REQUIRE(rows > 4 && rows % 4 != 0, "%d training rows: want more than 4, not a multiple of 4", rows);
+    static const int cases[][2] = {{2, 2}, {1, 4}}; /* micro-batch rows, micro-batches */
+    for (int c = 0; c < 2; c++) {
+        const int b = cases[c][0], n = cases[c][1];
+        tg_plan small, large;
+        if (!compile_qa(data, b, n, &small) || !compile_qa(data, b * n, 1, &large)) return;
+        CHECK(small.io.loss_norm >= 0 && tg_tensor_numel(&small.tensors[small.io.loss_norm]) == 2,
+              "N = %d: loss_norm %d", n, small.io.loss_norm);
+        int normalised = 0;
+        for (int o = 0; o < small.n_ops; o++) {
+            const tg_op *op = &small.ops[o];
+            normalised += (op->kind == TG_OP_SPAN_LOSS && op->in[2] == small.io.loss_norm) ||
+                          (op->kind == TG_OP_SPAN_LOSS_BWD && op->in[3] == small.io.loss_norm);
+        }
+        CHECK(normalised == 2, "N = %d: %d span loss ops read the normaliser", n, normalised);
+        outcome x, y;
+        char what[64];
+        snprintf(what, sizeof what, "qa, %d x %d rows against %d", n, b, n * b);
+        if (train(&small, 0, &x) && train(&large, 0, &y)) {
+            CHECK(x.total_steps == (rows + n * b - 1) / (n * b) && x.total_steps == y.total_steps,
+                  "%s: total steps %d and %d", what, x.total_steps, y.total_steps);
+            check_same(&small, what, &x, &y, 1e-5);
+        }
+        outcome_free(&x), outcome_free(&y);
+        tg_plan_free(&small), tg_plan_free(&large);
+    }
+}
+
+/* The window's counts, side by side: an answer start or end at seq or past it counts for
+ * nothing (HF's ignore_index), one below 0 counts (clamped to 0), and every micro-batch of
+ * the window is told the whole window's counts. */
+TG_TEST(test_grad_accumulation_qa_window_counts) {
+    int32_t rows = 0;
+    const char *data = qa_data(&rows);
+    REQUIRE(data, "no converted SQuAD fixture");
+    tg_plan p;
+    if (!compile_qa(data, 2, 3, &p)) return;
+    tg_err err;
+    tg_trainer tr;
+    REQUIRE(open_trainer(&tr, &p, &err) == 0, "%s", err.msg);
+    tg_trainer_next_batch(&tr);
+    const size_t image = p.pool_bytes[TG_POOL_INPUTS];
+    for (int m = 0; m < 3; m++) {
+        const float *norm = (const float *)(tr.staging[tr.cur] + (size_t)m * image + p.tensors[p.io.loss_norm].offset);
+        CHECK(norm[0] == 6 && norm[1] == 6, "micro-batch %d of a full window of 3 x 2 rows: counts %g %g", m, norm[0],
+              norm[1]);
+    }
+    tg_trainer_close(&tr);
+    /* The ignore rules under the normaliser, on SPAN_LOSS itself (runtime/cpu): a batch of
+     * 4 rows split into two micro-batches of 2, each told the whole's counts per side, adds
+     * up to the whole's loss, and its gradients are the whole's. */
+    const int64_t B = 4, T = 5;
+    float logits[4 * 5 * 2];
+    for (int i = 0; i < 40; i++) logits[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+    const int32_t positions[8] = {1, 4, -3, 5, 7, 2, 0, 9}; /* starts 1 -3 7 0: 3 count; ends 4 5 2 9: 2 count */
+    float whole = 0, halves[2] = {0, 0}, dwhole[40], dhalf[40];
+    const float counts[2] = {3, 2}, one = 1.0f;
+    tg_op op = tg_test_op(TG_OP_SPAN_LOSS);
+    op.p.span_loss = (tg_span_loss_params){.b = B, .t = T};
+    tg_cpu_op_args a = {.op = &op};
+    a.in[0] = logits, a.in[1] = (void *)positions, a.out[0] = &whole;
+    tg_cpu_op_run(&a);
+    for (int h = 0; h < 2; h++) {
+        op.p.span_loss.b = 2;
+        a.in[0] = logits + h * 2 * T * 2, a.in[1] = (void *)(positions + h * 4), a.in[2] = (void *)counts;
+        a.out[0] = &halves[h];
+        tg_cpu_op_run(&a);
+    }
+    CHECK(fabsf(halves[0] + halves[1] - whole) <= 1e-6f * fabsf(whole) && whole > 0,
+          "halves %.9g + %.9g, the whole %.9g", halves[0], halves[1], whole);
+    tg_op bwd = tg_test_op(TG_OP_SPAN_LOSS_BWD);
+    bwd.p.span_loss = (tg_span_loss_params){.b = B, .t = T};
+    tg_cpu_op_args g = {.op = &bwd};
+    g.in[0] = (void *)&one, g.in[1] = logits, g.in[2] = (void *)positions, g.out[0] = dwhole;
+    tg_cpu_op_run(&g);
+    bwd.p.span_loss.b = 2;
+    for (int h = 0; h < 2; h++) {
+        g.in[1] = logits + h * 2 * T * 2, g.in[2] = (void *)(positions + h * 4), g.in[3] = (void *)counts;
+        g.out[0] = dhalf + h * 2 * T * 2;
+        tg_cpu_op_run(&g);
+    }
+    double worst = 0;
+    for (int i = 0; i < 40; i++) worst = fmax(worst, fabs((double)dhalf[i] - (double)dwhole[i]));
+    CHECK(worst <= 1e-7, "dlogits of the halves differ from the whole's by %.3g", worst);
+    tg_plan_free(&p);
 }

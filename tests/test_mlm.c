@@ -576,3 +576,76 @@ TG_TEST(test_mlm_eval_alloc_faults) {
     tg_trainer_close(&tr);
     tg_plan_free(&p);
 }
+
+/* The labels each eval batch got, batch after batch (rows x seq each). */
+typedef struct eval_masks {
+    tg_trainer *t;
+    int32_t *labels;
+    int64_t per_batch;
+    int batches;
+} eval_masks;
+
+static int keep_masks(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
+    eval_masks *m = ctx;
+    if (m->batches >= 4) return tg_fail(err, "more eval batches than kept");
+    memcpy(m->labels + m->batches * m->per_batch, m->t->eval_masked_labels, sizeof(int32_t) * (size_t)m->per_batch);
+    m->batches++;
+    return 0;
+}
+
+/* The eval masks are a fixed stream of the batch's index in the eval set: four batches of
+ * the same rows get four different masks (not the first batch's pattern over again), and a
+ * second eval of the same run masks every batch as the first did, so its loss and
+ * perplexity are the same, bit for bit; a training step between them does not move them. */
+TG_TEST(test_mlm_eval_masks_follow_the_batch) {
+    char data[512], job_path[512];
+    snprintf(data, sizeof data, "%s/mlm-same-rows.jsonl", tg_test_tmpdir());
+    snprintf(job_path, sizeof job_path, "%s/mlm-same-rows.job", tg_test_tmpdir());
+    FILE *f = fopen(data, "w");
+    REQUIRE(f, "cannot write %s", data);
+    for (int r = 0; r < 8; r++) fprintf(f, "{\"input_ids\": [101, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 102]}\n");
+    fclose(f);
+    char text[1400];
+    snprintf(text, sizeof text,
+             "model = tiny-bert\ntask = mlm\nmlm_probability = 0.3\nbatch = 2\nseq = 12\nsteps = 2\ntrain_data = %s\n"
+             "eval_data = %s\n",
+             data, data);
+    REQUIRE(tg_test_write_file(job_path, text) == 0, "write %s", job_path);
+    tg_job job;
+    tg_plan p;
+    tg_err err;
+    REQUIRE(tg_job_load(job_path, NULL, 0, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = tg_test_device(), .threads = 1, .load_data = 1};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    eval_masks m[2] = {{.t = &tr, .per_batch = 2 * 12}, {.t = &tr, .per_batch = 2 * 12}};
+    m[0].labels = malloc(sizeof(int32_t) * 4 * 24), m[1].labels = malloc(sizeof(int32_t) * 4 * 24);
+    REQUIRE(m[0].labels && m[1].labels, "out of memory");
+    tg_eval_stats e[2];
+    tg_step_stats st;
+    REQUIRE(tg_trainer_eval_logits(&tr, &e[0], keep_masks, &m[0], &err) == 0 &&
+                tg_trainer_step(&tr, &st, &err) == 0 && tg_trainer_eval_logits(&tr, &e[1], keep_masks, &m[1], &err) == 0,
+            "%s", err.msg);
+    REQUIRE(m[0].batches == 4 && m[1].batches == 4, "%d and %d eval batches", m[0].batches, m[1].batches);
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++)
+            CHECK(memcmp(m[0].labels + a * 24, m[0].labels + b * 24, sizeof(int32_t) * 24) != 0,
+                  "eval batches %d and %d (the same rows) got the same masks", a, b);
+    CHECK(!memcmp(m[0].labels, m[1].labels, sizeof(int32_t) * 4 * 24), "the second eval masked other positions");
+    CHECK(e[0].counted == e[1].counted && e[0].counted > 0, "masked positions %lld, then %lld", (long long)e[0].counted,
+          (long long)e[1].counted);
+    tg_trainer_close(&tr);
+    /* The same run again: the same eval, bit for bit. */
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    tg_eval_stats again[2];
+    REQUIRE(tg_trainer_eval(&tr, &again[0], &err) == 0 && tg_trainer_step(&tr, &st, &err) == 0 &&
+                tg_trainer_eval(&tr, &again[1], &err) == 0,
+            "%s", err.msg);
+    for (int k = 0; k < 2; k++)
+        CHECK(again[k].loss == e[k].loss && again[k].perplexity == e[k].perplexity && again[k].counted == e[k].counted,
+              "eval %d: loss %.9g perplexity %.9g, the first run's %.9g %.9g", k, again[k].loss, again[k].perplexity,
+              e[k].loss, e[k].perplexity);
+    free(m[0].labels), free(m[1].labels);
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}

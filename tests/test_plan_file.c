@@ -108,6 +108,7 @@ static void build_plan(tg_plan *p) {
     snprintf(r->checkpoint_dir, sizeof r->checkpoint_dir, "%s", "/runs/ckpt");
     r->last_batch = TG_LAST_BATCH_DROP;
     r->skip_nonfinite = 1, r->max_skipped_steps = 3;
+    r->qa_n_best = 7, r->qa_max_answer_length = 11, r->qa_null_threshold = -1.5f;
 
     p->tensors = calloc(N_T, sizeof *p->tensors);
     p->ops = calloc(16, sizeof *p->ops);
@@ -211,7 +212,8 @@ static void build_plan(tg_plan *p) {
         .input_ids = T_IDS, .attention_mask = -1, .token_type_ids = -1, .position_ids = -1,
         .labels = T_LABELS, .logits = T_LOGITS, .loss = T_LOSS, .step = T_STEP,
         .total_steps = T_TOTAL, .lr = T_LR, .grad_norm = T_GNORM, .params_all = T_PARAMS_ALL,
-        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1, .loss_norm = -1};
+        .grads_all = T_GRADS_ALL, .m_all = T_M_ALL, .v_all = T_V_ALL, .params_bf16_all = -1, .loss_norm = -1,
+        .mlm_stream = -1};
     p->fingerprint = 0x0123456789abcdefull;
 }
 
@@ -300,6 +302,9 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     D_INT(run.last_batch);
     D_INT(run.skip_nonfinite);
     D_INT(run.max_skipped_steps);
+    D_INT(run.qa_n_best);
+    D_INT(run.qa_max_answer_length);
+    D_BITS(run.qa_null_threshold);
     D_STR(run.train_data);
     D_STR(run.eval_data);
     D_INT(run.steps);
@@ -519,8 +524,8 @@ TG_TEST(test_plan_file_empty_tables) {
     p.model.vocab_size = 1;
     p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1},
                               .grad_accumulation = 1};
-    p.run.steps = 1, p.run.log_every = 1;
-    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    p.run.steps = 1, p.run.log_every = 1, p.run.qa_n_best = 1, p.run.qa_max_answer_length = 1;
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
     CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,
@@ -638,7 +643,7 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_short_read(first, shrink_file);
         const int rc3 = tg_plan_read(g_growing_path, &back, &err);
         tg_test_short_read(0, NULL);
-        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 919 compressed bytes, file has 0"),
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 927 compressed bytes, file has 0"),
               "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }

@@ -1034,7 +1034,7 @@ static void qa_logits_rows(tg_plan *p, char *w, size_t n) {
 static void qa_logits_i32(tg_plan *p, char *w, size_t n) {
     p->io.logits = p->io.labels;
     snprintf(w, n,
-             "p: io logits is tensor %d (%s) of dtype i32; it must be f32 or bf16 (a start and an end score per token)",
+             "p: io logits is tensor %d (%s) of dtype i32; it must be f32, bf16 or f16 (a start and an end score per token)",
              p->io.labels, p->tensors[p->io.labels].name);
 }
 

@@ -16,6 +16,7 @@
 #include "datasets/convert.h"
 #include "datasets/shard_format.h"
 #include "datasets/squad_eval.h"
+#include "plan/validate.h"
 #include "runtime/trainer.h"
 #include "tests/byte_encoder.h"
 #include "tests/cli_in_process.h"
@@ -422,4 +423,224 @@ TG_TEST(test_qa_job_refusals) {
     CHECK(tg_dataset_load("examples/data/sentiment-train.jsonl", &rules, &ds, &err) == -1 &&
               strstr(err.msg, "task qa reads a shard set made by `tunegraph data convert --format squad`"),
           "jsonl: '%s'", err.msg);
+}
+
+/* ---- the eval's post-processing keys (qa_n_best, qa_max_answer_length, qa_null_threshold) -- */
+
+/* The run keys: their defaults (run_qa's 20, 30 and 0), values from a job file, --set on a
+ * compiled plan, and the refusals, each naming the key. */
+TG_TEST(test_qa_eval_keys_job_and_plan) {
+    tg_job job;
+    tg_err err = {{0}};
+    static const char base[] = "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 20\nsteps = 1\ntrain_data = x\n";
+    REQUIRE(tg_job_parse_text(base, "j", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    tg_plan_run run;
+    tg_job_run_settings(&job, &run);
+    CHECK(run.qa_n_best == 20 && run.qa_max_answer_length == 30 && run.qa_null_threshold == 0.0f,
+          "defaults %d %d %g", run.qa_n_best, run.qa_max_answer_length, (double)run.qa_null_threshold);
+    char text[512];
+    snprintf(text, sizeof text, "%sqa_n_best = 3\nqa_max_answer_length = 2\nqa_null_threshold = -1.5\n", base);
+    REQUIRE(tg_job_parse_text(text, "j", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    tg_plan plan;
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    CHECK(plan.run.qa_n_best == 3 && plan.run.qa_max_answer_length == 2 && plan.run.qa_null_threshold == -1.5f,
+          "plan %d %d %g", plan.run.qa_n_best, plan.run.qa_max_answer_length, (double)plan.run.qa_null_threshold);
+    /* Run keys: a compiled plan takes them with --set. */
+    const char *sets[] = {"qa_n_best=1", "qa_max_answer_length=64", "qa_null_threshold=2.25"};
+    REQUIRE(tg_job_apply_run_overrides(&plan.run, 1, sets, 3, "p.tgp", &err) == 0, "%s", err.msg);
+    CHECK(plan.run.qa_n_best == 1 && plan.run.qa_max_answer_length == 64 && plan.run.qa_null_threshold == 2.25f,
+          "--set %d %d %g", plan.run.qa_n_best, plan.run.qa_max_answer_length, (double)plan.run.qa_null_threshold);
+    static const struct {
+        const char *set, *want;
+    } bad[] = {
+        {"qa_n_best=0", "--set qa_n_best=0: key 'qa_n_best': 0 is out of range (must be 1..1024; answer candidates kept)"},
+        {"qa_n_best=1025", "key 'qa_n_best': 1025 is out of range (must be 1..1024"},
+        {"qa_n_best=two", "key 'qa_n_best': 'two' is not an integer"},
+        {"qa_max_answer_length=0", "key 'qa_max_answer_length': 0 is out of range (must be 1..2147483647; tokens)"},
+        {"qa_max_answer_length=-3", "key 'qa_max_answer_length': -3 is out of range"},
+        {"qa_null_threshold=nan", "key 'qa_null_threshold': 'nan' is not a number"},
+        {"qa_null_threshold=inf", "key 'qa_null_threshold': inf is not a finite 32-bit float"},
+        {"qa_null_threshold=1e39", "key 'qa_null_threshold': 1e39 is not a finite 32-bit float"},
+        {"qa_null_threshold=zero", "key 'qa_null_threshold': 'zero' is not a number"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        tg_job j2;
+        tg_err e2 = {{0}};
+        int rc = tg_job_parse_text(base, "j", NULL, &bad[k].set, 1, &j2, &e2);
+        CHECK(rc == -1 && strstr(e2.msg, bad[k].want), "%s: %d '%s'", bad[k].set, rc, e2.msg);
+        tg_plan_run r2 = plan.run;
+        e2.msg[0] = 0;
+        rc = tg_job_apply_run_overrides(&r2, 1, &bad[k].set, 1, "p.tgp", &e2);
+        CHECK(rc == -1 && strstr(e2.msg, bad[k].want), "--set on a plan, %s: %d '%s'", bad[k].set, rc, e2.msg);
+    }
+    /* A plan file holding values the keys refuse is refused when read. */
+    static const struct {
+        int32_t n_best, max_len;
+        float threshold;
+        const char *want;
+    } plans[] = {
+        {0, 30, 0, "p: run qa_n_best 0 is not in [1, 1024]"},
+        {1025, 30, 0, "p: run qa_n_best 1025 is not in [1, 1024]"},
+        {20, 0, 0, "p: run qa_max_answer_length 0 is below 1"},
+        {20, 30, INFINITY, "p: run qa_null_threshold inf is not finite"},
+        {20, 30, NAN, "p: run qa_null_threshold nan is not finite"},
+    };
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        tg_plan_run keep = plan.run;
+        plan.run.qa_n_best = plans[k].n_best, plan.run.qa_max_answer_length = plans[k].max_len;
+        plan.run.qa_null_threshold = plans[k].threshold;
+        tg_err e2 = {{0}};
+        const int rc = tg_plan_validate_tables(&plan, "p", &e2);
+        CHECK(rc == -1 && strstr(e2.msg, plans[k].want), "plan case %zu: %d '%s'", k, rc, e2.msg);
+        plan.run = keep;
+    }
+    tg_plan_free(&plan);
+}
+
+/* One question over one window of 8 positions: [CLS], three question tokens, then the
+ * context "cat dog bird" (positions 4, 5, 6), and position 7 past it; `answer` its only
+ * answer. */
+static int one_window_eval(const char *answer, tg_squad_eval *ev) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return -1;
+    tg_err err = {{0}};
+    const int64_t s[] = {0, 4, 8}, e[] = {3, 7, 12};
+    const size_t alen = strlen(answer);
+    int rc = tg_squad_eval_put_context(f, "s", "cat dog bird", 12, s, e, 3, &err) ||
+             tg_squad_eval_put_question(f, "s", "q", 0, &answer, &alen, 1, &err) ||
+             tg_squad_eval_put_window(f, "s", 0, 4, 0, 3, &err) || tg_squad_eval_put_end(f, "s", 1, 1, 1, &err);
+    fclose(f);
+    rc = rc || tg_squad_eval_parse("s.jsonl", buf, len, ev, &err);
+    free(buf);
+    return CHECK(rc == 0, "%s", err.msg) ? 0 : -1;
+}
+
+/* The exact match of the one question under opt, with logits s and e. */
+static double one_window_exact(const char *answer, const float *s, const float *e, int32_t n_best, int32_t max_len,
+                               double threshold) {
+    tg_squad_eval ev;
+    if (one_window_eval(answer, &ev)) return -1;
+    tg_qa_postprocess_options opt = {.n_best = n_best, .max_answer_len = max_len, .null_threshold = threshold,
+                                     .version_2 = 1};
+    tg_squad_totals tot;
+    tg_err err = {{0}};
+    const int rc = tg_squad_eval_score(&ev, s, e, 8, 8, &opt, &tot, &err);
+    tg_squad_eval_free(&ev);
+    return CHECK(rc == 0, "%s", err.msg) ? tot.exact : -1;
+}
+
+/* Logits where each setting changes the answer. n_best: the highest start ("bird") lies
+ * after the highest end ("cat"), so one of each leaves no span, and 20 find "cat".
+ * max_answer_length: the start peaks on "cat" and the end on "bird", a 3-token answer that
+ * 2 tokens cannot hold. null_threshold: [CLS] scores 4 against "cat"'s 6, a difference of
+ * -2: a threshold below it answers null. */
+TG_TEST(test_qa_eval_keys_change_the_answers) {
+    float s[8] = {0}, e[8] = {0};
+    s[6] = 5, s[4] = 4, e[4] = 5;
+    CHECK(one_window_exact("cat", s, e, 20, 30, 0) == 1 && one_window_exact("cat", s, e, 1, 30, 0) == 0,
+          "n_best 20 and 1: exact %g and %g", one_window_exact("cat", s, e, 20, 30, 0),
+          one_window_exact("cat", s, e, 1, 30, 0));
+    memset(s, 0, sizeof s), memset(e, 0, sizeof e);
+    s[4] = 5, e[6] = 5;
+    CHECK(one_window_exact("cat dog bird", s, e, 20, 30, 0) == 1 && one_window_exact("cat dog bird", s, e, 20, 2, 0) == 0,
+          "max_answer_length 30 and 2: exact %g and %g", one_window_exact("cat dog bird", s, e, 20, 30, 0),
+          one_window_exact("cat dog bird", s, e, 20, 2, 0));
+    memset(s, 0, sizeof s), memset(e, 0, sizeof e);
+    s[4] = e[4] = 3, s[0] = e[0] = 2;
+    CHECK(one_window_exact("cat", s, e, 20, 30, 0) == 1 && one_window_exact("cat", s, e, 20, 30, -2.5) == 0 &&
+              one_window_exact("cat", s, e, 20, 30, -1.5) == 1,
+          "null_threshold 0, -2.5 and -1.5: exact %g, %g and %g", one_window_exact("cat", s, e, 20, 30, 0),
+          one_window_exact("cat", s, e, 20, 30, -2.5), one_window_exact("cat", s, e, 20, 30, -1.5));
+}
+
+/* The trainer's qa eval scores with the plan's run settings: for each, its exact and F1
+ * are those of the post-processing of its own logits under the same options, and the
+ * thresholds that answer every question null and none give other scores. */
+TG_TEST(test_qa_eval_keys_reach_the_trainer) {
+    char dir[600], model_dir[700], squad[700], out[700], cfg[800], job_text[2048];
+    snprintf(dir, sizeof dir, "%s/keys", tg_test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    snprintf(squad, sizeof squad, "%s/train.json", dir);
+    snprintf(out, sizeof out, "%s/set", dir);
+    REQUIRE(mkdir(model_dir, 0755) == 0, "mkdir %s", model_dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
+    tg_test_write_file(cfg, bert_json);
+    tg_test_write_file(squad, squad_text);
+    byte_encoder be;
+    tg_text_encoder enc = byte_encoder_make(&be, TG_TOKENIZER_WORDPIECE);
+    const char *inputs[] = {squad};
+    tg_convert_options o = {.inputs = inputs, .n_inputs = 1, .outdir = out, .format = TG_INPUT_SQUAD, .seq = 20,
+                            .doc_stride = 4, .eval_fraction = 0.5, .seed = 3, .command = "test"};
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    const int rc = tg_convert(&o, &enc, &rep, &err);
+    byte_encoder_free(&be);
+    REQUIRE(rc == 0, "%s", err.msg);
+    snprintf(job_text, sizeof job_text,
+             "model = %s\ntask = qa\nbatch = 4\nseq = 20\nsteps = 1\ntrain_data = %s\neval_data = %s/eval\n", model_dir,
+             out, out);
+    tg_job job;
+    tg_plan plan;
+    REQUIRE(tg_job_parse_text(job_text, "qa.job", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options opts = {.device = TG_DEVICE_CPU, .load_data = 1, .threads = 1};
+    REQUIRE(tg_trainer_open(&tr, &plan, &opts, &err) == 0, "%s", err.msg);
+    logits_log L = {.T = 20};
+    L.start = calloc((size_t)tr.eval.n * 20, sizeof(float));
+    L.end = calloc((size_t)tr.eval.n * 20, sizeof(float));
+    tg_eval_stats first;
+    REQUIRE(L.start && L.end, "out of memory");
+    REQUIRE(tg_trainer_eval_logits(&tr, &first, keep_logits, &L, &err) == 0, "%s", err.msg);
+    int unanswerable = 0;
+    for (int32_t q = 0; q < tr.squad.n_questions; q++) unanswerable += tr.squad.questions[q].n_answers == 0;
+    REQUIRE(unanswerable > 0 && unanswerable < tr.squad.n_questions, "%d of %d questions unanswerable", unanswerable,
+            tr.squad.n_questions);
+    /* The settings: the defaults; thresholds that answer every question null (-1e30) and
+     * none (1e30); then, never null, run_qa's n_best and max_answer_length against the
+     * smallest values that change the scores of these logits (so that the trainer's scores
+     * show the setting was used). */
+    enum { SETTINGS = 5 };
+    int32_t n_best[SETTINGS] = {20, 20, 20, 20, 20}, max_len[SETTINGS] = {30, 30, 30, 30, 30};
+    float threshold[SETTINGS] = {0, -1e30f, 1e30f, 1e30f, 1e30f};
+    double exact[SETTINGS], f1[SETTINGS];
+    for (int k = 0; k < SETTINGS; k++) {
+        for (int32_t v = 1; k >= 3 && v < 20; v++) {
+            if (k == 3) n_best[k] = v;
+            else max_len[k] = v;
+            tg_qa_postprocess_options opt = {.n_best = n_best[k], .max_answer_len = max_len[k],
+                                             .null_threshold = threshold[k], .version_2 = 1};
+            tg_squad_totals tot;
+            REQUIRE(tg_squad_eval_score(&tr.squad, L.start, L.end, 20, 20, &opt, &tot, &err) == 0, "%s", err.msg);
+            if (tg_squad_percent(tot.f1, tot.total) != f1[2]) break;
+        }
+        plan.run.qa_n_best = n_best[k], plan.run.qa_max_answer_length = max_len[k];
+        plan.run.qa_null_threshold = threshold[k];
+        tg_eval_stats ev;
+        REQUIRE(tg_trainer_eval(&tr, &ev, &err) == 0, "%s", err.msg);
+        tg_qa_postprocess_options opt = {.n_best = n_best[k], .max_answer_len = max_len[k],
+                                         .null_threshold = threshold[k], .version_2 = 1};
+        tg_squad_totals tot;
+        REQUIRE(tg_squad_eval_score(&tr.squad, L.start, L.end, 20, 20, &opt, &tot, &err) == 0, "%s", err.msg);
+        CHECK(ev.exact == tg_squad_percent(tot.exact, tot.total) && ev.f1 == tg_squad_percent(tot.f1, tot.total) &&
+                  ev.questions == tot.total,
+              "n_best %d, max_answer_length %d, threshold %g: the trainer's exact %g F1 %g, the post-processing's "
+              "%g %g",
+              n_best[k], max_len[k], (double)threshold[k], ev.exact, ev.f1, tg_squad_percent(tot.exact, tot.total),
+              tg_squad_percent(tot.f1, tot.total));
+        exact[k] = ev.exact, f1[k] = ev.f1;
+    }
+    /* Every question null, then none: the unanswerable ones right, then wrong. */
+    CHECK(exact[1] == 100.0 * unanswerable / tr.squad.n_questions && exact[2] != exact[1],
+          "thresholds -1e30 and 1e30: exact %g and %g (%d of %d unanswerable)", exact[1], exact[2], unanswerable,
+          tr.squad.n_questions);
+    CHECK(n_best[3] < 20 && f1[3] != f1[2], "no n_best below 20 changes the F1 of %g", f1[2]);
+    CHECK(max_len[4] < 20 && f1[4] != f1[2], "no max_answer_length below 20 changes the F1 of %g", f1[2]);
+    CHECK(first.exact == exact[0] && first.f1 == f1[0], "the defaults: exact %g, then %g", first.exact, exact[0]);
+    free(L.start), free(L.end);
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
 }

@@ -178,6 +178,17 @@ static int64_t span_counted(const int32_t *pos, int64_t B, int64_t T, int side) 
     return n;
 }
 
+/* The divisor of one side's summed loss: the optional normaliser's entry where it is
+ * positive (the window's count under grad_accumulation, plan/ops.def), else the side's
+ * counted rows. */
+static double span_divisor(const tg_cpu_op_args *a, int slot, const int32_t *pos, int64_t B, int64_t T, int side) {
+    if (a->in[slot]) {
+        const float norm = CF32(a->in[slot])[side];
+        if (norm > 0.0f) return (double)norm;
+    }
+    return (double)span_counted(pos, B, T, side);
+}
+
 /* log(sum_t exp(x[2t] - max)) + max over one side's column (stride 2), in double. */
 static double span_logsumexp(const float *x, int64_t T) {
     float mx = -INFINITY;
@@ -199,8 +210,8 @@ void tg_cpu_kernel_span_loss(const tg_cpu_op_args *a) {
             const float *x = logits + b * T * 2 + side;
             if (p >= 0) sum += span_logsumexp(x, T) - x[2 * p];
         }
-        const int64_t n = span_counted(pos, B, T, side);
-        if (n) loss += sum / (double)n;
+        const double n = span_divisor(a, 2, pos, B, T, side);
+        if (n > 0) loss += sum / n;
     }
     F32(a->out[0])[0] = (float)(loss / 2);
 }
@@ -211,8 +222,8 @@ void tg_cpu_kernel_span_loss_bwd(const tg_cpu_op_args *a) {
     const int32_t *pos = CI32(a->in[2]);
     float *d = F32(a->out[0]);
     for (int side = 0; side < 2; side++) {
-        const int64_t n = span_counted(pos, B, T, side);
-        const float coef = n ? (float)((double)CF32(a->in[0])[0] / 2.0 / (double)n) : 0.0f;
+        const double n = span_divisor(a, 3, pos, B, T, side);
+        const float coef = n > 0 ? (float)((double)CF32(a->in[0])[0] / 2.0 / n) : 0.0f;
         for (int64_t b = 0; b < B; b++) {
             const int64_t p = span_target(pos[2 * b + side], T);
             const float *x = logits + b * T * 2 + side;

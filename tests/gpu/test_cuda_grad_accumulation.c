@@ -16,8 +16,12 @@
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
+/* accum_job.lm: the demo job of the task. */
+enum { TASK_CLASSIFY = 0, TASK_LM = 1, TASK_MLM = 2 };
+static const char *const task_names[] = {"classify", "lm", "mlm"};
+
 typedef struct accum_job {
-    int lm, batch, accum, steps, precision, dropout;
+    int lm, batch, accum, steps, precision, dropout; /* lm: TASK_* */
     int replicas; /* data_parallel; 0: 1 */
 } accum_job;
 
@@ -31,7 +35,9 @@ static int compile_accum(const accum_job *j, tg_plan *p) {
     char r[32];
     snprintf(r, sizeof r, "data_parallel=%d", j->replicas > 1 ? j->replicas : 1);
     const char *sets[] = {b, a, s, "warmup_steps=2", j->precision == TG_PREC_BF16 ? "precision=bf16" : "precision=fp32", r};
-    const char *path = j->lm ? "examples/demo-lm.job" : "examples/demo-classify.job";
+    const char *path = j->lm == TASK_MLM ? "examples/demo-mlm.job"
+                       : j->lm         ? "examples/demo-lm.job"
+                                       : "examples/demo-classify.job";
     if (!CHECK(tg_job_load(path, sets, 6, &job, &err) == 0, "%s", err.msg)) return 0;
     tg_model_config cfg;
     if (!CHECK(tg_model_config_load(job.model, &cfg, &err) == 0, "%s", err.msg)) return 0;
@@ -129,8 +135,8 @@ static void cuda_matches_large_batch(int lm, int precision, double tol) {
     const accum_run cuda = {TG_DEVICE_CUDA, 0, 2, 0, NULL};
     outcome a = {0}, b = {0};
     char what[96];
-    snprintf(what, sizeof what, "%s %s, 4 x %d rows against %d", lm ? "lm" : "classify", tg_precision_name(precision),
-             B, 4 * B);
+    snprintf(what, sizeof what, "%s %s, 4 x %d rows against %d", task_names[lm], tg_precision_name(precision), B,
+             4 * B);
     if (train(&ps, &cuda, STEPS, &a) && train(&pl, &cuda, STEPS, &b)) check_close(&ps, what, &a, &b, STEPS, tol);
     outcome_free(&a), outcome_free(&b);
     tg_plan_free(&ps), tg_plan_free(&pl);
@@ -140,6 +146,9 @@ TG_TEST(test_gpu_grad_accumulation_classify_fp32) { cuda_matches_large_batch(0, 
 TG_TEST(test_gpu_grad_accumulation_lm_fp32) { cuda_matches_large_batch(1, TG_PREC_FP32, 1e-5); }
 TG_TEST(test_gpu_grad_accumulation_classify_bf16) { cuda_matches_large_batch(0, TG_PREC_BF16, 2e-2); }
 TG_TEST(test_gpu_grad_accumulation_lm_bf16) { cuda_matches_large_batch(1, TG_PREC_BF16, 2e-2); }
+/* mlm: each micro-batch masks its rows as the large batch does (io.mlm_stream) and divides
+ * by the window's masked positions (io.loss_norm). */
+TG_TEST(test_gpu_grad_accumulation_mlm_fp32) { cuda_matches_large_batch(TASK_MLM, TG_PREC_FP32, 1e-5); }
 
 /* Windows of 2, dropout on: CUDA as the CPU within float rounding (1e-4, as the other CUDA
  * steps against the CPU); on CUDA the captured step as op-by-op launches and pipelined
@@ -157,12 +166,13 @@ static void cuda_matches_cpu(int lm) {
     int ok = 1;
     for (int r = 0; r < 4; r++) ok = ok && train(&p, &runs[r], STEPS, &o[r]);
     if (ok) {
-        check_close(&p, lm ? "lm, windows of 2: CUDA against the CPU" : "classify, windows of 2: CUDA against the CPU",
-                    &o[1], &o[0], STEPS, 1e-4);
+        char what[64];
+        snprintf(what, sizeof what, "%s, windows of 2: CUDA against the CPU", task_names[lm]);
+        check_close(&p, what, &o[1], &o[0], STEPS, 1e-4);
         for (int r = 2; r < 4; r++)
             CHECK(!memcmp(o[r].params, o[1].params, sizeof(float) * (size_t)o[1].n) &&
                       !memcmp(o[r].loss, o[1].loss, sizeof o[1].loss),
-                  "%s: %s differs from the captured step with each window uploaded", lm ? "lm" : "classify",
+                  "%s: %s differs from the captured step with each window uploaded", task_names[lm],
                   r == 2 ? "op-by-op launches" : "fetched windows, two in flight");
     }
     for (int r = 0; r < 4; r++) outcome_free(&o[r]);
@@ -171,6 +181,7 @@ static void cuda_matches_cpu(int lm) {
 
 TG_TEST(test_gpu_grad_accumulation_classify_matches_cpu) { cuda_matches_cpu(0); }
 TG_TEST(test_gpu_grad_accumulation_lm_matches_cpu) { cuda_matches_cpu(1); }
+TG_TEST(test_gpu_grad_accumulation_mlm_matches_cpu) { cuda_matches_cpu(TASK_MLM); }
 
 /* Two data-parallel replicas (one GPU each, NCCL) of windows of 2 micro-batches of 2 rows
  * against one replica of batch 8 (classification: each replica's window counts as many

@@ -72,6 +72,13 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         for (int64_t i = 0; i < n; i++) iv[i] = next_u32() % 5 == 0 ? TG_IGNORE_INDEX : (int32_t)(next_u32() % (uint32_t)classes);
     } else if (t == io->attention_mask)
         for (int64_t i = 0; i < n; i++) fv[i] = (i % p->train.seq == 0 || next_u32() % 4) ? 1.0f : 0.0f;
+    else if (t == io->mlm_stream)
+        /* A batch's masking stream: any step, first element and seed. */
+        for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)next_u32();
+    else if (t == io->loss_norm)
+        /* A window's counts (grad_accumulation): positive, or 0 for a side that falls back
+         * to its own count. */
+        for (int64_t i = 0; i < n; i++) fv[i] = next_u32() % 3 == 0 ? 0.0f : (float)(1 + next_u32() % 12);
     else if (t == io->step)
         fv[0] = (float)(1 + next_u32() % 50); /* AdamW bias correction needs t >= 1 */
     else if (t == io->total_steps)
@@ -277,6 +284,9 @@ static uint64_t test_seed(uint64_t offset) {
  * communicator: the sum over one replica, by NCCL inside the executor's stream). */
 static int g_data_parallel = 1;
 
+/* Micro-batches a step of the plans checked (job key grad_accumulation; 1: none). */
+static int g_grad_accumulation = 1;
+
 /* BERT plans with query, key and value as three products (`fuse_qkv = false`): the fused
  * attention then reads three [B*T, D] tensors instead of one packed [B*T, 3D]. */
 static int g_separate_qkv;
@@ -307,6 +317,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.fuse_residual_layernorm = fuse_bias_grad;
     job.fuse_qkv = !g_separate_qkv;
     job.data_parallel = g_data_parallel;
+    job.grad_accumulation = g_grad_accumulation;
     job.zero_stage = g_zero;
     if (g_adan) job.optimizer = TG_OPTIMIZER_ADAN, job.beta1 = 0.98f, job.beta2 = 0.92f, job.no_prox = g_adan > 1;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
@@ -373,6 +384,14 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
     check_shape("gpt2 Dh=32 T=66 causal", "tiny-gpt2", TG_TASK_LM, 2, 66, seed + 15, precision, 0, 64, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
+}
+
+/* qa with grad_accumulation: the span loss and its backward divided by the window's
+ * counts per side (io.loss_norm), where they are positive. */
+static void check_qa_window(int precision, uint64_t seed, int *kinds_seen) {
+    g_grad_accumulation = 3;
+    check_preset("tiny-bert qa accumulated", "tiny-bert", TG_TASK_QA, 4, 32, seed + 51, precision, 0, kinds_seen);
+    g_grad_accumulation = 1;
 }
 
 /* Parameter-gradient ops in both forms: as compiled (first writers overwrite) above, and
@@ -482,6 +501,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     /* task = qa: the span head and its loss (SPAN_LOSS, SPAN_LOSS_BWD). */
     check_preset("tiny-bert qa", "tiny-bert", TG_TASK_QA, 4, 32, seed + 5, TG_PREC_FP32, 0, kinds_seen);
     check_preset("tiny-roberta qa", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 6, TG_PREC_FP32, 0, kinds_seen);
+    check_qa_window(TG_PREC_FP32, seed, kinds_seen);
     check_attention_shapes(TG_PREC_FP32, seed, kinds_seen);
     check_gelu_plans(TG_PREC_FP32, seed, kinds_seen);
     /* D = 30: rows of the residual LayerNorm kernels that take no vector access. */
@@ -510,6 +530,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_preset("tiny-bert mlm bf16", "tiny-bert", TG_TASK_MLM, 4, 32, seed + 5, TG_PREC_BF16, 0, kinds_seen);
     check_preset("roberta-wide mlm bf16", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_BF16, 1, kinds_seen);
     check_preset("tiny-roberta qa bf16", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 7, TG_PREC_BF16, 0, kinds_seen);
+    check_qa_window(TG_PREC_BF16, seed, kinds_seen);
     check_shape("gpt2-wide lm bf16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_BF16, 1, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
     check_attention_shapes(TG_PREC_BF16, seed, kinds_seen);
@@ -527,8 +548,9 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
  * table, small tables (token types: per-id column sums) and rows without 16-byte vectors
  * (D = 30), fp32 and bf16 dout, against the CPU, accumulating onto random table values. */
 /* MLM_MASK on a large batch (64 x 512 positions, half of them padding in some rows):
- * CUDA's masks equal the CPU's bit for bit, in training (the run's seed, at several step
- * counters, each giving other masks) and in eval (the fixed eval stream). */
+ * CUDA's masks equal the CPU's bit for bit, in training (the stream's seed, step and first
+ * element, each giving other masks) and in eval (the fixed eval stream at the batch's
+ * index). */
 TG_TEST(test_gpu_mlm_masks_match_cpu) {
     uint64_t seed = test_seed(11);
     tg_model_config cfg;
@@ -554,14 +576,20 @@ TG_TEST(test_gpu_mlm_masks_match_cpu) {
         randomize(&p, op->in[in], host);
         REQUIRE(tg_cuda_upload(&gpu, op->in[in], host, &err) == 0, "%s", err.msg);
     }
+    /* The stream (io.mlm_stream, kernels/mlm_mask.h): several steps, a later micro-batch of
+     * a window (its first element past 0), another seed, and eval batches 3 and 0. */
     static const struct {
         int training;
-        float step;
-    } runs[] = {{1, 0.0f}, {1, 1.0f}, {1, 4097.0f}, {0, 3.0f}};
+        uint32_t step, first;
+        uint64_t seed;
+    } runs[] = {{1, 0, 0, 42},           {1, 1, 0, 42}, {1, 4097, 0, 42},           {1, 1, 3 * 64 * 512, 42},
+                {1, 1, 0, 0x9E3779B97F4A7C15ull}, {0, 3, 0, 42}, {0, 0, 0, 42}};
+    REQUIRE(p.io.mlm_stream >= 0 && op->in[3] == p.io.mlm_stream, "the masking op reads no stream");
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
-        float *step = tg_cpu_tensor(&cpu, op->in[2]);
-        step[0] = runs[r].step;
-        REQUIRE(tg_cuda_upload(&gpu, op->in[2], step, &err) == 0, "%s", err.msg);
+        uint32_t *stream = tg_cpu_tensor(&cpu, op->in[3]);
+        stream[0] = runs[r].step, stream[1] = runs[r].first;
+        stream[2] = (uint32_t)runs[r].seed, stream[3] = (uint32_t)(runs[r].seed >> 32);
+        REQUIRE(tg_cuda_upload(&gpu, op->in[3], stream, &err) == 0, "%s", err.msg);
         cpu.training = runs[r].training;
         REQUIRE(tg_cuda_exec_range(&gpu, 0, 1, runs[r].training, &err) == 0 && tg_cuda_sync(&gpu, &err) == 0 &&
                     tg_cpu_exec_range(&cpu, 0, 1, &err) == 0,
@@ -571,7 +599,7 @@ TG_TEST(test_gpu_mlm_masks_match_cpu) {
             const int32_t *want = tg_cpu_tensor(&cpu, op->out[slot]);
             int64_t differ = 0, selected = 0;
             for (int64_t i = 0; i < n; i++) differ += got[i] != want[i], selected += want[i] != TG_IGNORE_INDEX;
-            CHECK(differ == 0, "run %zu (training %d, step %g): %lld of %lld %s differ", r, runs[r].training,
+            CHECK(differ == 0, "run %zu (training %d, step %u): %lld of %lld %s differ", r, runs[r].training,
                   runs[r].step, (long long)differ, (long long)n, p.tensors[op->out[slot]].name);
             if (slot == 1) {
                 CHECK(selected > n / 20, "run %zu: %lld of %lld positions selected", r, (long long)selected, (long long)n);
