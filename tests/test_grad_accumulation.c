@@ -118,13 +118,19 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
 }
 
 /* The elements of parameter x whose gradient is 0 in exact arithmetic: the attention key
- * biases (a constant added to every score of a query's row, which its softmax ignores).
- * What fp32 leaves of their gradient is rounding noise, which AdamW scales to full-size
- * steps whatever its size, so they differ between any two reduction orders. [*from, *to). */
-static void key_bias_elements(const tg_tensor *x, int64_t *from, int64_t *to) {
+ * biases (a constant added to every score of a query's row, which its softmax ignores),
+ * and in qa plans the span head's bias and the last LayerNorm's bias (a constant added to
+ * every token's start or end logit, which the span loss's softmax over tokens ignores, as
+ * tests/test_golden.c's shift_invariant). What fp32 leaves of their gradient is rounding
+ * noise, which AdamW scales to full-size steps whatever its size, so they differ between
+ * any two reduction orders. [*from, *to). */
+static void key_bias_elements(const tg_plan *p, const tg_tensor *x, int64_t *from, int64_t *to) {
     const int64_t n = tg_tensor_numel(x);
     *from = *to = 0;
+    char last_norm[96];
+    snprintf(last_norm, sizeof last_norm, "encoder.layer.%d.output.LayerNorm.bias", p->model.layers - 1);
     if (strstr(x->name, "attention.self.key.bias")) *to = n;
+    else if (p->train.task == TG_TASK_QA && (strstr(x->name, "qa_outputs.bias") || strstr(x->name, last_norm))) *to = n;
     else if (strstr(x->name, "attn.c_attn.bias")) *from = n / 3, *to = 2 * n / 3; /* GPT-2: [query | key | value] */
 }
 
@@ -145,7 +151,7 @@ static void check_same(const tg_plan *p, const char *what, const outcome *a, con
         if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
         const int64_t at = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
         int64_t from, to;
-        key_bias_elements(x, &from, &to);
+        key_bias_elements(p, x, &from, &to);
         if (from == 0 && to == n) continue;
         const double dp = rel_diff_outside(a->params + at, b->params + at, n, from, to),
                      dm = rel_diff_outside(a->m + at, b->m + at, n, from, to),
