@@ -2,6 +2,7 @@
 #include "base/alloc.h"
 
 #include "base/atomic_file.h"
+#include "base/f16.h"
 #include "base/json_strict.h"
 
 #include <errno.h>
@@ -299,29 +300,6 @@ static int check_numel(const tg_safetensors *st, const tg_st_entry *e, int64_t n
                    st->path, e->name, sh, (long long)have, (long long)numel);
 }
 
-/* IEEE half -> float, including subnormals, infinities and NaN payloads. */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (mant << 13);
-    } else if (mant == 0) {
-        bits = sign;
-    } else {
-        /* subnormal: value = mant * 2^-24, exactly representable as a normal float */
-        float f = ldexpf((float)mant, -24);
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    }
-    float out;
-    memcpy(&out, &bits, 4);
-    return out;
-}
-
 /* Data is only byte-aligned in general, so every element goes through memcpy. */
 int tg_st_read_f32(const tg_safetensors *st, const tg_st_entry *e, float *dst, int64_t numel, tg_err *err) {
     if (check_numel(st, e, numel, err) != 0) return -1;
@@ -335,7 +313,7 @@ int tg_st_read_f32(const tg_safetensors *st, const tg_st_entry *e, float *dst, i
         for (int64_t i = 0; i < numel; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            dst[i] = half_to_float(h);
+            dst[i] = tg_f32_from_f16(h);
         }
         return 0;
     case TG_ST_BF16:
