@@ -11,6 +11,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "plan/op_meta.h"
 #include "plan/validate.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/trainer.h"
@@ -275,4 +276,46 @@ TG_TEST(test_fp16_cuda_refused) {
               strstr(err.msg, "precision fp16: this build trains fp16 plans on the CPU executor only"),
           "%s", err.msg);
     tg_plan_free(&plan);
+}
+
+/* LOSS_SCALE_UPDATE's rule: scalars, in place, and factors that keep the scale a power of
+ * two moving the right way; every refusal by name. */
+TG_TEST(test_fp16_loss_scale_update_rule_checks) {
+    tg_tensor t[4];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < 4; i++) t[i] = (tg_tensor){.ndim = 1, .shape = {i == 3 ? 2 : 1}, .dtype = TG_F32, .bytes = i == 3 ? 8 : 4};
+    const tg_op_check_ctx ctx = {t, 4, 1};
+    static const struct {
+        int in[3], out[2];
+        float growth, backoff;
+        int64_t interval;
+        const char *want;
+    } cases[] = {
+        {{0, 1, 2}, {1, 2}, 2.0f, 0.5f, 2000, NULL},
+        {{0, 1, 2}, {1, 2}, 2.0f, 0.5f, 1, NULL},
+        {{0, 1, 2}, {1, 2}, 2.0f, 0.5f, 0, "growth_interval is not positive"},
+        {{0, 1, 2}, {1, 2}, 2.0f, 0.5f, -3, "growth_interval is not positive"},
+        {{0, 1, 2}, {1, 2}, 1.0f, 0.5f, 10, "growth_factor: not finite and above 1"},
+        {{0, 1, 2}, {1, 2}, INFINITY, 0.5f, 10, "growth_factor: not finite and above 1"},
+        {{0, 1, 2}, {1, 2}, 2.0f, 1.0f, 10, "backoff_factor: not in (0, 1)"},
+        {{0, 1, 2}, {1, 2}, 2.0f, 0.0f, 10, "backoff_factor: not in (0, 1)"},
+        {{3, 1, 2}, {1, 2}, 2.0f, 0.5f, 10, "in[0]: grad norm is not a scalar"},
+        {{0, 3, 2}, {3, 2}, 2.0f, 0.5f, 10, "in[1]: the loss scale is not a scalar"},
+        {{0, 1, 3}, {1, 3}, 2.0f, 0.5f, 10, "in[2]: the growth tracker is not a scalar"},
+        {{0, 1, 2}, {0, 2}, 2.0f, 0.5f, 10, "out[0]: the scale is updated in place: must be in[1]"},
+        {{0, 1, 2}, {1, 0}, 2.0f, 0.5f, 10, "out[1]: the tracker is updated in place: must be in[2]"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_op op = tg_test_op(TG_OP_LOSS_SCALE_UPDATE);
+        for (int s = 0; s < 3; s++) op.in[s] = cases[k].in[s];
+        for (int s = 0; s < 2; s++) op.out[s] = cases[k].out[s];
+        op.p.loss_scale = (tg_loss_scale_params){.growth_factor = cases[k].growth, .backoff_factor = cases[k].backoff,
+                                                 .growth_interval = cases[k].interval};
+        char why[160] = "";
+        const int rc = tg_op_check(&ctx, &op, why, sizeof why);
+        if (cases[k].want)
+            CHECK(rc != 0 && strstr(why, cases[k].want), "case %zu: rc %d '%s', want '%s'", k, rc, why, cases[k].want);
+        else
+            CHECK(rc == 0, "case %zu refused: %s", k, why);
+    }
 }

@@ -620,6 +620,7 @@ TG_TEST(test_op_meta_rules_mlm_mask) {
         {"V 2^31 - 1", MLM(.vocab = INT32_MAX), {6, 6, 1}, {6, 6}},
         {"p 0", MLM(.p = 0.0f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
         {"p 1", MLM(.p = 1.0f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
+        {"p < 0", MLM(.p = -0.5f), {6, 6, 1}, {6, 6}, .want = "p outside (0, 1)"},
         {"n < 0", MLM(.n = -1), {6, 6, 1}, {6, 6}, .want = "n is negative"},
         {"no elements", MLM(.n = 0), {Z0, Z0, 1}, {Z0, Z0}},
         {"ids", MLM(), {5, 6, 1}, {6, 6}, .want = "in[0]: ids != n"},
