@@ -382,6 +382,9 @@ static void e_type_t5(json_t *r) { json_object_set_new(r, "model_type", json_str
 static void e_no_type(json_t *r) { json_object_del(r, "model_type"); }
 static void e_heads(json_t *r) { json_object_set_new(r, "num_attention_heads", json_integer(5)); }
 static void e_relu(json_t *r) { json_object_set_new(r, "hidden_act", json_string("relu")); }
+/* Names that sort before and after "gelu" and share its start: refused as well. */
+static void e_elu(json_t *r) { json_object_set_new(r, "hidden_act", json_string("elu")); }
+static void e_gelu_fast(json_t *r) { json_object_set_new(r, "hidden_act", json_string("gelu_fast")); }
 static void e_relative(json_t *r) { json_object_set_new(r, "position_embedding_type", json_string("relative_key")); }
 static void e_eps_str(json_t *r) { json_object_set_new(r, "layer_norm_eps", json_string("tiny")); }
 static void e_drop_big(json_t *r) { json_object_set_new(r, "hidden_dropout_prob", json_real(1.5)); }
@@ -410,6 +413,8 @@ TG_TEST(test_config_malformed) {
         {"tiny-bert", e_no_type, "field 'model_type'", "missing"},
         {"tiny-bert", e_heads, "field 'num_attention_heads'", "not divisible"},
         {"tiny-bert", e_relu, "field 'hidden_act'", "'relu'"},
+        {"tiny-bert", e_elu, "field 'hidden_act'", "unsupported activation 'elu' (supported: gelu, gelu_new, gelu_pytorch_tanh)"},
+        {"tiny-bert", e_gelu_fast, "field 'hidden_act'", "unsupported activation 'gelu_fast'"},
         {"tiny-bert", e_relative, "field 'position_embedding_type'", "relative_key"},
         {"tiny-bert", e_eps_str, "field 'layer_norm_eps'", "expected a number"},
         {"tiny-bert", e_drop_big, "field 'hidden_dropout_prob'", "out of range"},
