@@ -63,6 +63,9 @@ static const bad_index k_bad_indexes[] = {
     {"{\"weight_map\": {\"x\": \"sub/\"}}", "shard 'sub/' of tensor 'x': "}, /* a name the open refuses */
     {"{\"weight_map\": {\"x\": \"..a.safetensors\"}}", "shard '..a.safetensors' of tensor 'x': "},
     {"{\"weight_map\": {\"x\": \"ab/a.safetensors\"}}", "shard 'ab/a.safetensors' of tensor 'x': "},
+    /* Two characters beginning with a dot, as "..", but a folder name like any other. */
+    {"{\"weight_map\": {\"x\": \".a/a.safetensors\"}}", "shard '.a/a.safetensors' of tensor 'x': "},
+    {"{\"weight_map\": {\"x\": \"sub/.b\"}}", "shard 'sub/.b' of tensor 'x': "},
     {"{\"weight_map\": {\"x\": \"c.safetensors\"}}", "index.json: shard 'c.safetensors' of tensor 'x': "},
     {"{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"a.safetensors\", \"z\": \"a.safetensors\"}}",
      "weight_map puts tensor 'z' in "},
