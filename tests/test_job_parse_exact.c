@@ -169,3 +169,22 @@ TG_TEST(test_job_parse_exact_longest_name_prefix) {
               rc, strlen(err.msg), err.msg + (strlen(err.msg) > 80 ? strlen(err.msg) - 80 : 0));
     }
 }
+
+/* Relative paths in a job read from text join its base folder with one slash, whatever
+ * character the folder's name ends in (one that sorts below '/' too), and none is added
+ * after a folder that ends in one. */
+TG_TEST(test_job_parse_exact_base_folder_join) {
+    static const struct {
+        const char *base, *want;
+    } cases[] = {{"data.", "data./t.jsonl"}, {"a-", "a-/t.jsonl"}, {"x", "x/t.jsonl"},
+                 {"y/", "y/t.jsonl"},     {"/", "/t.jsonl"},      {"", "t.jsonl"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_job job;
+        tg_err err = {{0}};
+        REQUIRE(tg_job_parse_text("model = tiny-bert\ntrain_data = t.jsonl\nsteps = 1\n", "j.job", cases[k].base, NULL,
+                                  0, &job, &err) == 0,
+                "%s", err.msg);
+        CHECK(!strcmp(job.train_data, cases[k].want), "base '%s': train_data '%s', want '%s'", cases[k].base,
+              job.train_data, cases[k].want);
+    }
+}
