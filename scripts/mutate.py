@@ -348,7 +348,10 @@ def tree_files(root):
 
 # Files that cannot change a mutant's fate: the documentation and this tool itself.
 def _beside_the_outcome(name):
-    return name.endswith(".md") or name.startswith("docs/") or name.startswith("scripts/mutate.")
+    # The equivalent list only decides which mutants run, never what one does: correcting
+    # it keeps the test map and the results of the tree.
+    return (name.endswith(".md") or name.startswith("docs/") or name.startswith("scripts/mutate.")
+            or name == EQUIVALENT_LIST)
 
 
 def tree_identity(copy, names):
