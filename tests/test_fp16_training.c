@@ -319,3 +319,22 @@ TG_TEST(test_fp16_loss_scale_update_rule_checks) {
             CHECK(rc == 0, "case %zu refused: %s", k, why);
     }
 }
+
+/* skip_nonfinite = false stops at a diverged step; an fp16 overflow at a scale of 1 or
+ * more is loss scaling at work: skipped, reported, and the run goes on. */
+TG_TEST(test_fp16_overflow_does_not_stop_a_strict_run) {
+    const char *sets[] = {"steps=4", "batch=4", "seq=16", "precision=fp16", "loss_scale_init=0x1p40",
+                          "skip_nonfinite=false"};
+    tg_plan plan;
+    tg_trainer tr;
+    tg_err err;
+    REQUIRE(open_trainer(&tr, &plan, sets, 6, &err) == 0, "%s", err.msg);
+    for (int s = 0; s < 3; s++) {
+        tg_step_stats st;
+        const int rc = tg_trainer_step(&tr, &st, &err);
+        CHECK(rc == 0 && st.skipped && st.loss_scale == ldexpf(1.0f, 39 - s) && tr.skipped_steps == s + 1,
+              "step %d: rc %d skipped %d scale %a (%s)", s + 1, rc, st.skipped, st.loss_scale, rc ? err.msg : "");
+    }
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
+}
