@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "datasets/tokenizer.h"
@@ -83,4 +84,33 @@ TG_TEST(test_tokenizer_token_list_refuses_past_half_int32) {
     CHECK(fits == 0 && l.cap == 1024 && l.n == 1000, "reserving the room left: rc %d, cap %d", fits, l.cap);
     CHECK(l.ids[999] == 999 && l.start[999] == 999 && l.end[999] == 1000, "the tokens in the list changed");
     tok_list_free(&l);
+}
+
+/* Descriptors open in this process (the first 1024). */
+static int open_descriptors(void) {
+    int n = 0;
+    char path[64], target[8];
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        n += readlink(path, target, sizeof target) >= 0;
+    }
+    return n;
+}
+
+/* Reading a tokenizer's files leaves no descriptor open: a vocab.txt folder, a file read
+ * twice (to tell JSON from vocab.txt), and a refused one. */
+TG_TEST(test_tokenizer_read_file_closes_its_descriptors) {
+    const char *dir = tg_test_tmpdir();
+    const char *path = write_vocab(dir, 4096);
+    REQUIRE(path, "vocab");
+    const int before = open_descriptors();
+    REQUIRE(before > 0, "/proc/self/fd");
+    for (int k = 0; k < 3; k++) {
+        tg_tokenizer *tok = NULL;
+        tg_err err = {{0}};
+        const int rc = tg_tokenizer_open(k == 1 ? path : k == 0 ? dir : "/nonexistent/tokenizer.json", &tok, &err);
+        CHECK(k == 2 ? rc == -1 : rc == 0, "open %d: %s", k, err.msg);
+        if (tok) tg_tokenizer_free(tok);
+    }
+    CHECK(open_descriptors() == before, "%d descriptors open after the reads, %d before", open_descriptors(), before);
 }
