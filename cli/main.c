@@ -230,6 +230,12 @@ static double median_after_first(double *ms, int n) {
     return ms[1 + (n - 1) / 2];
 }
 
+/* CPU seconds spent over the steps after the first, as microseconds per such step (0 when
+ * only one step ran): the first step's capture and algorithm choice are not a step's cost. */
+static double us_per_later_step(double cpu_s, int32_t ran) {
+    return ran > 1 ? cpu_s / (double)(ran - 1) * 1e6 : 0;
+}
+
 /* Seconds as h:mm:ss, rounded to the nearest second, the hours unbounded. Not static:
  * tests/test_cli_main_run_report.c calls it (through tests/test_cli_metrics.c, which
  * compiles this file in). */
@@ -610,12 +616,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
      * process, its training loop thread, and the CUDA driver's event thread, which burns
      * about 1 us per ms of wall time in any process with a CUDA context, idle or not
      * (docs/perf-notes.md), so is left out of what the run itself costs. */
-    double host_cpu_us = ran > 1 ? (tg_process_cpu_s() - cpu_train - cpu_first_step) / (ran - 1) * 1e6 : 0;
-    double loop_cpu_us = ran > 1 ? (tg_thread_cpu_s() - thread_train - thread_first_step) / (ran - 1) * 1e6 : 0;
+    double host_cpu_us = us_per_later_step(tg_process_cpu_s() - cpu_train - cpu_first_step, ran);
+    double loop_cpu_us = us_per_later_step(tg_thread_cpu_s() - thread_train - thread_first_step, ran);
     double driver_cpu_us = 0;
     tg_thread_cpu threads_now;
     if (threads_ok && ran > 1 && tg_thread_cpu_snapshot(&threads_now) == 0) {
-        driver_cpu_us = tg_thread_cpu_named(&threads_after_first, &threads_now, "cuda-EvtHandlr") / (ran - 1) * 1e6;
+        driver_cpu_us = us_per_later_step(tg_thread_cpu_named(&threads_after_first, &threads_now, "cuda-EvtHandlr"), ran);
         if (opts.host_trace) {
             char buf[2048];
             tg_thread_cpu_report(&threads_after_first, &threads_now, ran - 1, buf, sizeof buf);
