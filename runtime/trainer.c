@@ -515,7 +515,10 @@ void tg_trainer_next_batch(tg_trainer *t) {
     park_loader(t);
     tg_err ignored; /* a failed step reports itself at the next step or read */
     drain(t, &ignored); /* the buffer may be a step's in flight */
-    fill_buffer(t, t->cur, t->launched);
+    /* The batch of the run's next step: steps taken one at a time (tg_trainer_run_step)
+     * count in steps_done only, and that step's number picks mlm's masks and an epoch's
+     * last window. */
+    fill_buffer(t, t->cur, t->steps_done);
     t->filled = t->launched + 1; /* later prefetched batches are dropped */
 }
 

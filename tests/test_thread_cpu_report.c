@@ -81,9 +81,15 @@ TG_TEST(test_thread_cpu_snapshot_finds_threads) {
     int tid = 0;
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, spin_main, &tid) == 0, "thread");
+    /* Until the spinning thread has had 5 ms of CPU (50 ms at a time: a loaded machine may
+     * give it little of the first), for 5 s at most. */
     const struct timespec ms50 = {0, 50 * 1000 * 1000};
-    nanosleep(&ms50, NULL);
-    const int ok = tg_thread_cpu_snapshot(&after);
+    int ok = -1;
+    for (int waits = 0; waits < 100; waits++) {
+        nanosleep(&ms50, NULL);
+        ok = tg_thread_cpu_snapshot(&after);
+        if (ok || tg_thread_cpu_named(&before, &after, "tg-spin") > 0.005) break;
+    }
     spin_stop = 1;
     pthread_join(th, NULL);
     REQUIRE(ok == 0, "second snapshot");
