@@ -78,7 +78,7 @@ static int load_input(golden_case *c, const char *name, int tensor) {
     return CHECK(rc == 0, "%s: %s", name, err.msg);
 }
 
-static int open_case(golden_case *c, const char *name, int attention) {
+static int open_case_in(golden_case *c, const char *name, int attention, int precision) {
     memset(c, 0, sizeof *c);
     char dir[256], path[320];
     snprintf(dir, sizeof dir, GOLDEN_DIR "/%s", name);
@@ -130,6 +130,7 @@ static int open_case(golden_case *c, const char *name, int attention) {
                "%s: meta.json lacks B, T, optimizer, schedule or max_grad_norm", name))
         return 0;
     job.attention = attention;
+    job.precision = precision;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &c->plan, &err) == 0, "%s: %s", name, err.msg)) return 0;
     int fused_ops = 0;
     for (int o = 0; o < c->plan.n_ops; o++) fused_ops += c->plan.ops[o].kind == TG_OP_ATTENTION;
@@ -147,6 +148,10 @@ static int open_case(golden_case *c, const char *name, int attention) {
             load_input(c, "token_type_ids", io->token_type_ids) && load_input(c, "position_ids", io->position_ids) &&
             load_input(c, "labels", io->labels);
     return c->ok;
+}
+
+static int open_case(golden_case *c, const char *name, int attention) {
+    return open_case_in(c, name, attention, TG_PREC_FP32);
 }
 
 static void close_case(golden_case *c) {
@@ -385,3 +390,105 @@ TG_TEST(test_golden_gpt2_lm_unfused) { run_golden("gpt2_lm", TG_ATTENTION_UNFUSE
 TG_TEST(test_golden_bert_mlm) { run_golden("bert_mlm", TG_ATTENTION_FUSED); }
 TG_TEST(test_golden_roberta_mlm) { run_golden("roberta_mlm", TG_ATTENTION_FUSED); }
 TG_TEST(test_golden_bert_mlm_unfused) { run_golden("bert_mlm", TG_ATTENTION_UNFUSED); }
+
+/* precision = fp16 against HF under torch.autocast fp16 (tests/golden/make_golden_fp16.py,
+ * on the GPU, the loss scaled by GradScaler's 2^16 and the gradients unscaled): the logits
+ * and loss of the forward at the initial weights and every parameter's gradient, divided
+ * by the plan's loss scale. The two differ in what they round: the plan keeps activations
+ * in fp16 between ops where autocast keeps LayerNorm, softmax and loss outputs in fp32;
+ * either is within 6e-4 of fp32 on the logits and 1e-3 on the gradients (meta_fp16.json),
+ * and within FP16_LOGITS_TOL and FP16_GRAD_TOL (relative, as a norm) of each other. */
+#define FP16_LOGITS_TOL 2e-3
+#define FP16_GRAD_TOL 5e-3
+
+static double rel_norm(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        const double d = (double)a[i] - b[i];
+        num += d * d, den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+
+static float *read_entry(tg_safetensors *st, const char *name, int64_t numel) {
+    const tg_st_entry *e = tg_st_find(st, name);
+    if (!CHECK(e, "golden_fp16 tensor %s missing", name)) return NULL;
+    float *buf = malloc(sizeof(float) * (size_t)numel);
+    tg_err err;
+    if (!CHECK(buf && tg_st_read_f32(st, e, buf, numel, &err) == 0, "%s: %s", name, buf ? err.msg : "no memory")) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void run_golden_fp16(const char *name) {
+    golden_case c;
+    tg_safetensors amp = {0};
+    char path[320];
+    tg_err err;
+    snprintf(path, sizeof path, GOLDEN_DIR "/%s/golden_fp16.safetensors", name);
+    if (!open_case_in(&c, name, TG_ATTENTION_FUSED, TG_PREC_FP16) ||
+        !CHECK(tg_st_open(path, &amp, &err) == 0, "%s", err.msg)) {
+        close_case(&c);
+        return;
+    }
+    const tg_plan_io *io = &c.plan.io;
+    set_mlm_stream(&c, 0);
+    float scale = 0, loss = NAN;
+    if (CHECK(tg_trainer_run(&c.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0, "%s", err.msg)) {
+        const tg_tensor *lt = &c.plan.tensors[io->logits];
+        const int64_t n_logits = tg_tensor_numel(lt), stride = lt->shape[lt->ndim - 1];
+        const tg_st_entry *ge = tg_st_find(&amp, "logits");
+        const int64_t width = ge && ge->ndim > 0 ? ge->shape[ge->ndim - 1] : stride, rows = n_logits / stride;
+        float *want = read_entry(&amp, "logits", rows * width), *got = malloc(sizeof(float) * (size_t)n_logits);
+        /* fp16 logits, read as floats */
+        if (want && got && CHECK(tg_trainer_read_f32(&c.tr, io->logits, got, &err) == 0, "%s", err.msg)) {
+            for (int64_t r = 0; r < rows; r++) memmove(got + r * width, got + r * stride, sizeof(float) * (size_t)width);
+            const double rel = rel_norm(got, want, rows * width);
+            printf("    %s fp16: logits %.2e from HF autocast\n", name, rel);
+            CHECK(rel <= FP16_LOGITS_TOL, "%s fp16: logits relative error %.3g > %g", name, rel, FP16_LOGITS_TOL);
+        }
+        free(want), free(got);
+        want = read_entry(&amp, "loss", 1);
+        if (want && CHECK(tg_trainer_read(&c.tr, io->loss, &loss, &err) == 0, "%s", err.msg))
+            CHECK(fabsf(loss - want[0]) <= 1e-3f * fabsf(want[0]), "%s fp16: loss %.7g, HF autocast %.7g", name, loss,
+                  want[0]);
+        free(want);
+    }
+    if (CHECK(tg_trainer_run(&c.tr, TG_PHASE_BACKWARD, TG_PHASE_BACKWARD, 1, &err) == 0, "%s", err.msg) &&
+        CHECK(tg_trainer_read(&c.tr, io->loss_scale, &scale, &err) == 0, "%s", err.msg) &&
+        CHECK(scale == 65536.0f, "%s fp16: the plan's loss scale is %g, HF's GradScaler starts at 65536", name,
+              scale)) {
+        const double noise = NOISE_FRACTION * golden_grad_max(&c);
+        double worst = 0;
+        for (int t = 0; t < c.plan.n_tensors; t++) {
+            const tg_tensor *x = &c.plan.tensors[t];
+            if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+            char key[160];
+            snprintf(key, sizeof key, "grad.%s", x->name);
+            const int64_t n = tg_tensor_numel(x);
+            float *want = read_entry(&amp, key, n), *got = malloc(sizeof(float) * (size_t)n);
+            double top = 0;
+            for (int64_t i = 0; want && i < n; i++) top = fmax(top, fabs(want[i]));
+            /* A gradient that is 0 in exact arithmetic (shift_invariant) is noise on both sides. */
+            if (want && got && top >= noise && CHECK(tg_trainer_read(&c.tr, x->grad, got, &err) == 0, "%s", err.msg)) {
+                for (int64_t i = 0; i < n; i++) got[i] /= scale;
+                const double rel = rel_norm(got, want, n);
+                worst = fmax(worst, rel);
+                CHECK(rel <= FP16_GRAD_TOL, "%s fp16: %s relative error %.3g > %g", name, key, rel, FP16_GRAD_TOL);
+            } else if (want && top < noise) {
+                CHECK(shift_invariant(&c, x->name), "%s fp16: %s has a noise-level gradient", name, x->name);
+            }
+            free(want), free(got);
+        }
+        printf("    %s fp16: loss %.7g, gradients within %.2e of HF autocast\n", name, loss, worst);
+    }
+    tg_st_close(&amp);
+    close_case(&c);
+}
+
+TG_TEST(test_golden_fp16_bert_classify) { run_golden_fp16("bert_classify"); }
+TG_TEST(test_golden_fp16_gpt2_lm) { run_golden_fp16("gpt2_lm"); }
+TG_TEST(test_golden_fp16_bert_mlm) { run_golden_fp16("bert_mlm"); }
