@@ -13,7 +13,7 @@ typedef struct name_ref {
 
 /* -?(0|[1-9][0-9]*), not "-0", at most 18 digits: a whole number spelled one way only. */
 static int is_whole(const char *p, size_t n) {
-    size_t i = n && p[0] == '-'; /* GCOVR_EXCL_BR_LINE: n > 0: tg_text_fields_add refuses an empty label, and folder names are not empty */
+    size_t i = n && p[0] == '-';
     if (i == n || n - i > 18) return 0;
     if (p[i] == '0' && (n - i > 1 || i)) return 0;
     for (; i < n; i++)
