@@ -72,7 +72,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
     }
     if ((int64_t)(v->n + 1) * 2 > (int64_t)v->mask + 1 && vocab_grow_slots(v, err)) return -1;
     if (v->n == v->cap) {
-        if (v->cap >= INT32_MAX / 2) return tg_fail(err, "too many vocabulary entries"); /* GCOVR_EXCL_BR_LINE: 2^30 entries need a vocabulary file of over 10 GiB (ids stay below 2^22, so only distinct keys sharing ids could get here) */
+        if (v->cap >= INT32_MAX / 2) return tg_fail(err, "too many vocabulary entries"); /* GCOVR_EXCL_BR_LINE: 2^30 entries take 24 GiB for the entries alone, from vocabulary files of GiBs (vocab.txt stops at 2^22 lines) */
         int32_t cap = v->cap ? 2 * v->cap : 1024;
         tok_entry *e = tg_realloc(v->entries, (size_t)cap * sizeof *e);
         if (!e) return tg_fail(err, "out of memory for a vocabulary of %d entries", v->n);
@@ -222,7 +222,7 @@ static int64_t utf8_invalid_at(const char *text, size_t len) {
 
 static int splits_push(tok_splits *o, int64_t start, int64_t end, int32_t id, tg_err *err) {
     if (o->n == o->cap) {
-        if (o->cap >= INT32_MAX / 2) return tg_fail(err, "too many added-token splits"); /* GCOVR_EXCL_BR_LINE: encode takes texts of at most INT32_MAX / 2 bytes, and each split holds a byte no other split holds: at most 2^30 splits */
+        if (o->cap >= INT32_MAX / 2) return tg_fail(err, "too many added-token splits"); /* GCOVR_EXCL_BR_LINE: 2^30 + 1 splits, each of a byte or more, need over a GiB of text (encode stops at INT32_MAX / 2 bytes) and 24 GiB of splits */
         int32_t cap = o->cap ? 2 * o->cap : 64;
         tok_split *s = tg_realloc(o->s, (size_t)cap * sizeof *s);
         if (!s) return tg_fail(err, "out of memory for added-token splits");
