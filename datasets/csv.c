@@ -121,8 +121,8 @@ int tg_csv_next(tg_csv *c, tg_err *err) {
     }
     if (c->pos >= c->len) return 0;
     c->row_line = c->line;
-    for (;;) {
-        if (c->pos < c->len && c->buf[c->pos] == '"') {
+    for (;;) { /* c->pos < c->len on every round: the input's end breaks out */
+        if (c->buf[c->pos] == '"') {
             size_t at = 0, n = 0;
             if (quoted_field(c, &at, &n, err) || add_field(c, NULL, n, at, err)) return -1;
             if (c->pos < c->len && c->buf[c->pos] != c->delim && !at_row_end(c, c->pos, &skip)) {

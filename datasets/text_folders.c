@@ -36,7 +36,7 @@ static int list(const char *dir, int want_dir, names *out, tg_err *err) {
     struct dirent *e;
     int rc = 0;
     char path[4096];
-    while (!rc && (errno = 0, e = readdir(d))) {
+    while ((errno = 0, e = readdir(d))) { /* every failure below breaks out */
         if (e->d_name[0] == '.') continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) {
             rc = tg_fail(err, "%s/%s: path too long", dir, e->d_name);

@@ -10,9 +10,9 @@
 #include "datasets/text_rows.h"
 #include "datasets/utf8.h"
 
-static int is_blank(const char *s, size_t n) {
+static int is_blank(const char *s, size_t n) { /* a line: its '\n' is not part of it */
     for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
     return 1;
 }
 

@@ -72,7 +72,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
     }
     if ((int64_t)(v->n + 1) * 2 > (int64_t)v->mask + 1 && vocab_grow_slots(v, err)) return -1;
     if (v->n == v->cap) {
-        if (v->cap >= INT32_MAX / 2) return tg_fail(err, "too many vocabulary entries");
+        if (v->cap >= INT32_MAX / 2) return tg_fail(err, "too many vocabulary entries"); /* GCOVR_EXCL_BR_LINE: 2^30 entries take 24 GiB for the entries alone, from vocabulary files of GiBs (vocab.txt stops at 2^22 lines) */
         int32_t cap = v->cap ? 2 * v->cap : 1024;
         tok_entry *e = tg_realloc(v->entries, (size_t)cap * sizeof *e);
         if (!e) return tg_fail(err, "out of memory for a vocabulary of %d entries", v->n);
@@ -82,7 +82,7 @@ int tok_vocab_put(tok_vocab *v, const char *s, size_t len, int32_t id, tg_err *e
     if (v->text_len + len + 1 > v->text_cap) {
         size_t cap = v->text_cap ? v->text_cap : 65536;
         while (cap < v->text_len + len + 1) cap *= 2;
-        if (cap > UINT32_MAX) return tg_fail(err, "vocabulary text over 4 GiB");
+        if (cap > UINT32_MAX) return tg_fail(err, "vocabulary text over 4 GiB"); /* GCOVR_EXCL_BR_LINE: the vocabulary's text would need tokenizer files of over 4 GiB */
         char *t = tg_realloc(v->text, cap);
         if (!t) return tg_fail(err, "out of memory for the vocabulary text");
         v->text = t;
@@ -222,7 +222,7 @@ static int64_t utf8_invalid_at(const char *text, size_t len) {
 
 static int splits_push(tok_splits *o, int64_t start, int64_t end, int32_t id, tg_err *err) {
     if (o->n == o->cap) {
-        if (o->cap >= INT32_MAX / 2) return tg_fail(err, "too many added-token splits");
+        if (o->cap >= INT32_MAX / 2) return tg_fail(err, "too many added-token splits"); /* GCOVR_EXCL_BR_LINE: 2^30 + 1 splits, each of a byte or more, need over a GiB of text (encode stops at INT32_MAX / 2 bytes) and 24 GiB of splits */
         int32_t cap = o->cap ? 2 * o->cap : 64;
         tok_split *s = tg_realloc(o->s, (size_t)cap * sizeof *s);
         if (!s) return tg_fail(err, "out of memory for added-token splits");
@@ -363,7 +363,7 @@ static int is_file(const char *path) {
 }
 
 static void join(char *out, size_t n, const char *dir, const char *name) {
-    snprintf(out, n, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] != '/' ? "/" : "", name);
+    snprintf(out, n, "%s%s%s", dir, dir[0] && dir[strlen(dir) - 1] != '/' ? "/" : "", name); /* GCOVR_EXCL_BR_LINE: dir is never empty: tg_tokenizer_open refuses an empty path and dir_of gives '.' or a prefix of a character or more */
 }
 
 static void dir_of(const char *path, char *out, size_t n) {
@@ -374,9 +374,9 @@ static void dir_of(const char *path, char *out, size_t n) {
 
 static int json_flag(json_t *o, const char *key, int *out, const char *file, tg_err *err) {
     json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return tg_fail(err, "%s: %s is not true or false", file, key);
-    *out = json_is_true(v);
+    if (!v || json_is_null(v)) return 0; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: !v returned first */
+    if (!json_is_boolean(v)) return tg_fail(err, "%s: %s is not true or false", file, key); /* GCOVR_EXCL_BR_LINE: json_is_true / json_is_false's NULL tests: !v returned above */
+    *out = json_is_true(v); /* GCOVR_EXCL_BR_LINE: json_is_true's NULL test: !v returned above */
     return 0;
 }
 
@@ -557,8 +557,8 @@ static int load_vocab_object(json_t *obj, tok_vocab *v, const char *where, tg_er
     if (!json_is_object(obj)) return tg_fail(err, "%s is not an object of token: id", where);
     const char *key;
     json_t *val;
-    json_object_foreach(obj, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= TOK_MAX_ID)
+    json_object_foreach(obj, key, val) { /* GCOVR_EXCL_BR_LINE: the macro's value test cannot fail for a key it found */
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= TOK_MAX_ID) /* GCOVR_EXCL_BR_LINE: json_is_integer's NULL test: the foreach gives a value */
             return tg_fail(err, "%s: '%s' has no id from 0 to %d", where, key, TOK_MAX_ID - 1);
         if (tok_vocab_put(v, key, strlen(key), (int32_t)json_integer_value(val), err))
             return tg_fail_context(err, "%s", where);
@@ -709,11 +709,11 @@ static const char *jtype(json_t *o) {
 
 static int jbool(json_t *o, const char *key, int dflt) {
     json_t *v = json_object_get(o, key);
-    return json_is_boolean(v) ? json_is_true(v) : dflt;
+    return json_is_boolean(v) ? json_is_true(v) : dflt; /* GCOVR_EXCL_BR_LINE: json_is_true / json_is_false test v for NULL again after json_is_boolean's first test */
 }
 
 static int parse_normalizer(tg_tokenizer *t, json_t *n, const char *p, tg_err *err) {
-    if (!n || json_is_null(n)) return 0;
+    if (!n || json_is_null(n)) return 0; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: !n returned first */
     const char *ty = jtype(n);
     if (t->family != TG_TOKENIZER_WORDPIECE || strcmp(ty, "BertNormalizer"))
         return tg_fail(err, "%s: normalizer '%s' is not supported (WordPiece takes BertNormalizer; byte-level BPE none)", p, ty);
@@ -723,12 +723,12 @@ static int parse_normalizer(tg_tokenizer *t, json_t *n, const char *p, tg_err *e
     w->chinese = jbool(n, "handle_chinese_chars", 1);
     w->lowercase = jbool(n, "lowercase", 1);
     json_t *sa = json_object_get(n, "strip_accents");
-    w->strip_accents = json_is_boolean(sa) ? json_is_true(sa) : w->lowercase; /* null: as lowercase */
+    w->strip_accents = json_is_boolean(sa) ? json_is_true(sa) : w->lowercase; /* null: as lowercase */ /* GCOVR_EXCL_BR_LINE: json_is_true / json_is_false test sa for NULL again after json_is_boolean's first test */
     return 0;
 }
 
 static int parse_pre_tokenizer(tg_tokenizer *t, json_t *pt, const char *p, tg_err *err) {
-    const char *ty = pt && !json_is_null(pt) ? jtype(pt) : "none";
+    const char *ty = pt && !json_is_null(pt) ? jtype(pt) : "none"; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: pt && came first */
     if (t->family == TG_TOKENIZER_WORDPIECE) {
         if (strcmp(ty, "BertPreTokenizer"))
             return tg_fail(err, "%s: pre_tokenizer '%s' is not supported with WordPiece (BertPreTokenizer is)", p, ty);
@@ -745,7 +745,7 @@ static int parse_pre_tokenizer(tg_tokenizer *t, json_t *pt, const char *p, tg_er
 /* A [name, id] pair of BertProcessing / RobertaProcessing. */
 static int name_id(json_t *a, const char *what, const char *p, int32_t *id, tg_err *err) {
     json_t *v = json_array_get(a, 1);
-    if (!json_is_array(a) || json_array_size(a) != 2 || !json_is_string(json_array_get(a, 0)) || !json_is_integer(v) ||
+    if (!json_is_array(a) || json_array_size(a) != 2 || !json_is_string(json_array_get(a, 0)) || !json_is_integer(v) || /* GCOVR_EXCL_BR_LINE: items 0 and 1 of an array of size 2 are not NULL (json_is_string / json_is_integer's NULL tests) */
         json_integer_value(v) < 0 || json_integer_value(v) >= TOK_MAX_ID)
         return tg_fail(err, "%s: post_processor %s is not [token, id]", p, what);
     *id = (int32_t)json_integer_value(v);
@@ -760,7 +760,7 @@ static int parse_template_list(tok_template *tm, json_t *list, json_t *specials,
     *n = 0;
     size_t i;
     json_t *item;
-    json_array_foreach(list, i, item) {
+    json_array_foreach(list, i, item) { /* GCOVR_EXCL_BR_LINE: json_array_foreach's item test: json_array_get below the size does not give NULL */
         if (*n == TOK_TEMPLATE_MAX) return tg_fail(err, "%s: post_processor.%s has over %d pieces", p, which, TOK_TEMPLATE_MAX);
         json_t *seq = json_object_get(item, "Sequence"), *sp = json_object_get(item, "SpecialToken");
         json_t *body = seq ? seq : sp;
@@ -786,8 +786,8 @@ static int parse_template_list(tok_template *tm, json_t *list, json_t *specials,
         size_t k;
         json_t *v;
         if (json_array_size(ids) > TOK_TEMPLATE_IDS) return tg_fail(err, "%s: post_processor: too many ids", p);
-        json_array_foreach(ids, k, v) {
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= TOK_MAX_ID)
+        json_array_foreach(ids, k, v) { /* GCOVR_EXCL_BR_LINE: json_array_foreach's item test: json_array_get below the size does not give NULL */
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= TOK_MAX_ID) /* GCOVR_EXCL_BR_LINE: json_is_integer's NULL test: the foreach gives an item */
                 return tg_fail(err, "%s: post_processor: special token '%s' has a bad id", p, json_string_value(id));
             buf[k] = (int32_t)json_integer_value(v);
         }
@@ -810,7 +810,7 @@ static int parse_post_processor(tg_tokenizer *t, json_t *pp, int *shaped, const 
         if (!json_is_array(list)) return tg_fail(err, "%s: post_processor Sequence has no processors list", p);
         size_t i;
         json_t *item;
-        json_array_foreach(list, i, item) if (parse_post_processor(t, item, shaped, p, err)) return -1;
+        json_array_foreach(list, i, item) if (parse_post_processor(t, item, shaped, p, err)) return -1; /* GCOVR_EXCL_BR_LINE: json_array_foreach's item test: json_array_get below the size does not give NULL */
         return 0;
     }
     if (!strcmp(ty, "ByteLevel")) {
@@ -861,7 +861,7 @@ static int parse_wordpiece_model(tg_tokenizer *t, json_t *m, const char *p, tg_e
     if (strlen(prefix) >= sizeof w->prefix) return tg_fail(err, "%s: model.continuing_subword_prefix is too long", p);
     snprintf(w->prefix, sizeof w->prefix, "%s", prefix);
     w->prefix_len = (uint32_t)strlen(prefix);
-    if (mc && !json_is_integer(mc)) return tg_fail(err, "%s: model.max_input_chars_per_word is not an integer", p);
+    if (mc && !json_is_integer(mc)) return tg_fail(err, "%s: model.max_input_chars_per_word is not an integer", p); /* GCOVR_EXCL_BR_LINE: json_is_integer's NULL test: mc && came first */
     const json_int_t mcv = mc ? json_integer_value(mc) : 100;
     if (mcv < 0 || mcv > INT32_MAX) return tg_fail(err, "%s: model.max_input_chars_per_word %lld is out of range", p, (long long)mcv);
     w->max_chars = (int32_t)mcv;
@@ -874,12 +874,12 @@ static int parse_bpe_model(tok_loader *L, json_t *m, const char *p, tg_err *err)
     snprintf(where, sizeof where, "%s: model.vocab", p);
     if (load_vocab_object(json_object_get(m, "vocab"), &b->vocab, where, err)) return -1;
     json_t *dropout = json_object_get(m, "dropout");
-    if (dropout && !json_is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0))
+    if (dropout && !json_is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0)) /* GCOVR_EXCL_BR_LINE: the macros' NULL tests: dropout && came first */
         return tg_fail(err, "%s: model.dropout is not supported (it makes encodings random)", p);
     static const char *const empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 2; k++) {
         json_t *v = json_object_get(m, empty_keys[k]);
-        if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_value(v)[0]))
+        if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_value(v)[0])) /* GCOVR_EXCL_BR_LINE: the macros' NULL tests: v && came first */
             return tg_fail(err, "%s: model.%s is not supported with byte-level BPE", p, empty_keys[k]);
     }
     if (jbool(m, "byte_fallback", 0)) return tg_fail(err, "%s: model.byte_fallback is not supported", p);
@@ -896,11 +896,11 @@ static int parse_bpe_model(tok_loader *L, json_t *m, const char *p, tg_err *err)
     snprintf(where, sizeof where, "%s: model.merges", p);
     size_t i;
     json_t *mg;
-    json_array_foreach(merges, i, mg) {
+    json_array_foreach(merges, i, mg) { /* GCOVR_EXCL_BR_LINE: json_array_foreach's item test: json_array_get below the size does not give NULL */
         if (i >= TOK_MAX_ID) return tg_fail(err, "%s: more than %d merges", where, TOK_MAX_ID);
         const char *l, *r;
         size_t ll, rl;
-        if (json_is_string(mg)) { /* "left right" */
+        if (json_is_string(mg)) { /* "left right" */ /* GCOVR_EXCL_BR_LINE: json_is_string's NULL test: the foreach gives an item */
             l = json_string_value(mg);
             const char *sp = strchr(l, ' ');
             if (!sp || sp == l || !sp[1] || strchr(sp + 1, ' '))
@@ -908,7 +908,7 @@ static int parse_bpe_model(tok_loader *L, json_t *m, const char *p, tg_err *err)
             ll = (size_t)(sp - l);
             r = sp + 1;
             rl = strlen(r);
-        } else if (json_is_array(mg) && json_array_size(mg) == 2 && json_is_string(json_array_get(mg, 0)) &&
+        } else if (json_is_array(mg) && json_array_size(mg) == 2 && json_is_string(json_array_get(mg, 0)) && /* GCOVR_EXCL_BR_LINE: the macros' NULL tests: mg is a foreach item, and items 0 and 1 of an array of size 2 exist */
                    json_is_string(json_array_get(mg, 1))) { /* ["left", "right"] */
             l = json_string_value(json_array_get(mg, 0));
             r = json_string_value(json_array_get(mg, 1));
@@ -923,11 +923,11 @@ static int parse_bpe_model(tok_loader *L, json_t *m, const char *p, tg_err *err)
 }
 
 static int parse_added_tokens(tg_tokenizer *t, json_t *list, const char *p, tg_err *err) {
-    if (!list || json_is_null(list)) return 0;
-    if (!json_is_array(list)) return tg_fail(err, "%s: added_tokens is not a list", p);
+    if (!list || json_is_null(list)) return 0; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: !list returned first */
+    if (!json_is_array(list)) return tg_fail(err, "%s: added_tokens is not a list", p); /* GCOVR_EXCL_BR_LINE: json_is_array's NULL test: !list returned above */
     size_t i;
     json_t *a;
-    json_array_foreach(list, i, a) {
+    json_array_foreach(list, i, a) { /* GCOVR_EXCL_BR_LINE: json_array_foreach's item test: json_array_get below the size does not give NULL */
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_integer(id) || !json_is_string(content))
             return tg_fail(err, "%s: added_tokens[%zu] has no integer id and string content", p, i);
@@ -958,7 +958,7 @@ static int load_tokenizer_json(tok_loader *L, const char *path, json_t *root, tg
     tmpl_plain(&t->tmpl);
     json_t *pp = json_object_get(root, "post_processor");
     int shaped = 0;
-    if (pp && !json_is_null(pp) && parse_post_processor(t, pp, &shaped, path, err)) return -1;
+    if (pp && !json_is_null(pp) && parse_post_processor(t, pp, &shaped, path, err)) return -1; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: pp && came first */
     return 0;
 }
 
@@ -1225,7 +1225,7 @@ static void truncate_longest_first(int32_t *n, int pair, int32_t max_len) {
 static int encoding_reserve(tg_encoding *e, int32_t n, tg_err *err) {
     if (n <= e->cap) return 0;
     int32_t cap = e->cap ? e->cap : 64;
-    while (cap < n) cap = cap > INT32_MAX / 2 ? n : cap * 2;
+    while (cap < n) cap = cap > INT32_MAX / 2 ? n : cap * 2; /* GCOVR_EXCL_BR_LINE: n > 2^30: no caller pads (pad_to is 0 outside tests), and 2^30 tokens need texts of over a GiB */
     int32_t *ids = tg_realloc(e->ids, (size_t)cap * sizeof *ids);
     if (ids) e->ids = ids;
     int32_t *ty = tg_realloc(e->type_ids, (size_t)cap * sizeof *ty);

@@ -31,6 +31,9 @@ TG_TEST(test_labels_collected_order_at_whole_number_edges) {
         {{"-", "10", "9", NULL}, "-,10,9"},
         {{"-10", "-9", "-100", "3", "-9", NULL}, "-100,-10,-9,3"},
         {{"ab", "a", "abc", "a", NULL}, "a,ab,abc"},
+        {{"+1", "10", "9", NULL}, "+1,10,9"}, /* a byte below '0' */
+        {{"1.5", "10", "9", NULL}, "1.5,10,9"},
+        {{"", "10", "9", NULL}, ",10,9"}, /* an empty name (the readers refuse one) is no number */
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         tg_text_rows rows;

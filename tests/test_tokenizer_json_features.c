@@ -317,6 +317,8 @@ TG_TEST(test_tokenizer_json_bpe_unk_and_merges) {
     expect_special(t, TG_TOKENIZER_BPE_GPT2, (tg_special_ids){-1, -1, -1, -1, -1, -1, -1});
     expect_ids(t, "xyab", "4");
     expect_ids(t, "a xy b", "0 3 3 1");
+    expect_tokens(t, "xy", NULL, ""); /* a word of such bytes only is no token */
+    expect_tokens(t, "ab!", NULL, "4:0-2");
     expect_tokens(t, "abab cab", NULL, "4:0-2 4:2-4 3:4-5 2:5-6 4:6-8");
     tg_tokenizer_free(t);
 }
@@ -505,6 +507,39 @@ TG_TEST(test_tokenizer_json_defaults) {
     expect_tokens(t, "a xy b", NULL, "6:0-1 3:2-2 7:2-3 7:3-4 3:5-5 1:5-6");
     expect_tokens(t, "  a", NULL, "3:0-0 6:2-3");
     tg_tokenizer_free(t);
+    /* WordPiece's continuing_subword_prefix null is "##" */
+    t = open_json("{'model': {'type': 'WordPiece', 'continuing_subword_prefix': null, 'vocab': {'[UNK]': 0, 'ab': 1,"
+                  " '##c': 2, 'c': 3}}, 'pre_tokenizer': {'type': 'BertPreTokenizer'}}");
+    expect_tokens(t, "abc c", NULL, "1:0-2 2:2-3 3:4-5");
+    tg_tokenizer_free(t);
+}
+
+/* ByteLevel's offset trimming on <unk> tokens spelled with byte-level spaces (HF's
+ * process_offsets): a token that starts at byte 0 counts as the first, whatever its index,
+ * so its one leading space is the prefix space and stays; trailing spaces past the end
+ * offset leave it as it is. */
+TG_TEST(test_tokenizer_json_trim_offsets_unk_spaces) {
+    /* both bytes of Ã© lack ids: two <unk>s, each covering the whole character */
+    static const char lead[] = "{'model': {'type': 'BPE', 'unk_token': '\xc4\xa0u', 'fuse_unk': false, 'vocab': {'a': 0,"
+                               " '\xc4\xa0u': 1}, 'merges': []}, " BYTE_LEVEL ", 'post_processor': {'type': 'ByteLevel',"
+                               " 'trim_offsets': true, 'add_prefix_space': %s}}";
+    char json[512];
+    snprintf(json, sizeof json, lead, "true");
+    tg_tokenizer *t = open_json(json);
+    expect_tokens(t, "\xc3\xa9", NULL, "1:0-2 1:0-2");
+    expect_tokens(t, "a\xc3\xa9", NULL, "0:0-1 1:2-3 1:2-3");
+    tg_tokenizer_free(t);
+    snprintf(json, sizeof json, lead, "false");
+    t = open_json(json);
+    expect_tokens(t, "\xc3\xa9", NULL, "1:1-2 1:1-2");
+    tg_tokenizer_free(t);
+    /* an <unk> spelled with two trailing spaces over one byte: at byte 0 its end (1) is below
+     * the two and stays; at byte 1 the end comes back to the start */
+    t = open_json("{'model': {'type': 'BPE', 'unk_token': 'u\xc4\xa0\xc4\xa0', 'vocab': {'a': 0, 'u\xc4\xa0\xc4\xa0': 1},"
+                  " 'merges': []}, " BYTE_LEVEL ", 'post_processor': {'type': 'ByteLevel'}}");
+    expect_tokens(t, "x", NULL, "1:0-1");
+    expect_tokens(t, "ax", NULL, "0:0-1 1:1-1");
+    tg_tokenizer_free(t);
 }
 
 /* ---- folders: GPT-2 or RoBERTa by the hints ----------------------------------------- */
@@ -533,6 +568,8 @@ TG_TEST(test_tokenizer_json_folder_hints) {
         {1, "{'model_type': 'roberta'}", "{'tokenizer_class': 7}", TG_TOKENIZER_BPE_ROBERTA},
         {1, "{'model_type': 3}", "{'tokenizer_class': 'BartTokenizer'}", TG_TOKENIZER_BPE_ROBERTA},
         {2, NULL, NULL, TG_TOKENIZER_BPE_GPT2}, /* <s> without </s> */
+        {1, "{'hidden_size': 8}", NULL, TG_TOKENIZER_BPE_ROBERTA}, /* a config.json without model_type */
+        {0, "{'hidden_size': 8}", NULL, TG_TOKENIZER_BPE_GPT2},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const char *dir = tg_test_tmpdir();

@@ -156,6 +156,22 @@ TG_TEST(test_tokenizer_merges_line_limit) {
     expect_open_error(bdir, "merges.txt: more than 4194304 merges");
 }
 
+TG_TEST(test_tokenizer_json_merges_limit) {
+    /* tokenizer.json's model.merges of 4,194,305 merges ("a b" again and again) */
+    static const char head[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [",
+                      tail[] = "]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+    const size_t m = (1u << 22) + 1, each = sizeof "\"a b\"," - 1;
+    char *json = malloc(sizeof head + m * each + sizeof tail);
+    REQUIRE(json, "out of memory");
+    memcpy(json, head, sizeof head - 1);
+    char *at = json + sizeof head - 1;
+    for (size_t i = 0; i < m; i++, at += each) memcpy(at, "\"a b\",", each);
+    memcpy(at - 1, tail, sizeof tail); /* over the last comma */
+    const char *path = write_in(tg_test_tmpdir(), "tokenizer.json", json);
+    free(json);
+    expect_open_error(path, "tokenizer.json: model.merges: more than 4194304 merges");
+}
+
 /* BPE in byte-level JSON: the vocabulary of letters a-d, with the merges given. */
 static tg_tokenizer *letters_bpe(const char *merges) {
     char json[1024];

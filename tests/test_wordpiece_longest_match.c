@@ -115,6 +115,10 @@ TG_TEST(test_wordpiece_longest_match_no_unk) {
     CHECK(tg_tokenizer_encode(t, "ab x", 4, NULL, 0, &opt, &e, &err) == -1 &&
               !strcmp(err.msg, "the vocabulary has no unk token '[UNK]' for a word it cannot spell"),
           "no unk: '%s'", err.msg);
+    /* a punctuation character is a word of its own, refused the same way */
+    CHECK(tg_tokenizer_encode(t, "ab!", 3, NULL, 0, &opt, &e, &err) == -1 &&
+              !strcmp(err.msg, "the vocabulary has no unk token '[UNK]' for a word it cannot spell"),
+          "no unk for '!': '%s'", err.msg);
     tg_encoding_free(&e);
     tg_tokenizer_free(t);
 }
