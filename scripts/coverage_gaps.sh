@@ -27,7 +27,8 @@ report = json.load(open(sys.argv[1]))
 for f in sorted(report["files"], key=lambda f: f["file"]):
     src = open(f"{sys.argv[2]}/{f['file']}", errors="replace").read().split("\n")
     for line in f["lines"]:
-        branches = line.get("branches", [])
+        # Branches under a GCOVR_EXCL marker are out of the count (gcovr marks them).
+        branches = [b for b in line.get("branches", []) if not b.get("gcovr/excluded")]
         taken = sum(1 for b in branches if b["count"] > 0)
         if branches and taken < len(branches):
             n = line["line_number"]
