@@ -1,6 +1,6 @@
 /* The parameter layout (compiler/memory_plan.c) on hand-built graphs at two edges: a
  * packed group whose second member passes the pool limit is refused like a loose
- * parameter, and a parameter with two views of different widths is given room for the
+ * parameter, naming the size reached there, and a parameter with two views of different widths is given room for the
  * wider, whichever comes first. */
 #include <stdio.h>
 #include <string.h>
@@ -11,8 +11,8 @@
 #include "models/model_config.h"
 #include "tests/harness.h"
 
-/* A parameter of 9 TiB, then a packed group of two 4 TiB members: the group fits a pool
- * alone, and its second member passes the limit after the first. */
+/* A parameter of 9 TiB, then a packed group of three 4 TiB members: the group fits a pool
+ * alone, its second member passes the limit, and the third is not placed. */
 TG_TEST(test_memory_plan_packed_group_past_the_pool) {
     tg_model_config cfg;
     tg_job job;
@@ -23,8 +23,9 @@ TG_TEST(test_memory_plan_packed_group_past_the_pool) {
     tg_graph_init(&g, &cfg, &job, &err);
     const int64_t n = (int64_t)(4ull << 40) / 4;
     tg_param(&g, "big", 1, (int64_t)(9ull << 40) / 4, 0, TG_INIT_ZEROS, 0);
-    const int members[2] = {tg_param(&g, "m1", 1, n, 0, TG_INIT_ZEROS, 0), tg_param(&g, "m2", 1, n, 0, TG_INIT_ZEROS, 0)};
-    const int pk = tg_param_pack(&g, "pk", members, 2, 1, 2 * n, 0);
+    const int members[3] = {tg_param(&g, "m1", 1, n, 0, TG_INIT_ZEROS, 0), tg_param(&g, "m2", 1, n, 0, TG_INIT_ZEROS, 0),
+                            tg_param(&g, "m3", 1, n, 0, TG_INIT_ZEROS, 0)};
+    const int pk = tg_param_pack(&g, "pk", members, 3, 1, 3 * n, 0);
     REQUIRE(!g.failed && pk >= 0, "%s", err.msg);
     CHECK(tg_plan_param_layout(&g) == -1 && strstr(err.msg, "the params pool needs at least 17") &&
               strstr(err.msg, "one pool may hold"),
