@@ -667,3 +667,26 @@ TG_TEST(test_backward_rules_out_of_memory_in_each_rule) {
         CHECK(refused > 24 && (variant == 1 || done > 24), "variant %d: %d out of memory, %d done", variant, refused, done);
     }
 }
+
+/* Attention with dropout differentiated from its keep bits (the loss given as them): the
+ * keep bits, like the log-sum-exp, take no gradient, and the attention refuses one. */
+TG_TEST(test_backward_rules_attention_keep_bits_gradient) {
+    const int64_t B = 1, T = 4, H = 2, Dh = 3, E = 5, D = H * Dh;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {B * T, E}, one[1] = {1};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w = tg_param(&h.g, "w", 2, E, D, TG_INIT_NORMAL, 0);
+    int q = tg_act(&h.g, "q", 2, B * T, D, 0, 0);
+    matmul(&h.g, x, w, -1, q, B * T, D, E, 0);
+    int step = tg_graph_tensor(&h.g, "step", TG_F32, TG_POOL_OPTIM, 1, one);
+    int out = tg_act(&h.g, "o", 2, B * T, D, 0, 0);
+    int64_t ls[3] = {B, H, T}, bs[4] = {B, H, T, 1};
+    int lse = tg_graph_tensor(&h.g, "lse", TG_F32, TG_POOL_ACTIVATIONS, 3, ls);
+    int bits = tg_graph_tensor(&h.g, "bits", TG_I32, TG_POOL_ACTIVATIONS, 4, bs);
+    tg_op_spec s = tg_spec(TG_OP_ATTENTION);
+    s.in[0] = s.in[1] = s.in[2] = q, s.in[4] = step, s.out[0] = out, s.out[1] = lse, s.out[2] = bits;
+    s.p.attention = (tg_attention_params){.b = B, .h = H, .t = T, .head_dim = Dh, .scale = 0.5f, .p = 0.1f};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, bits, "internal compiler error: attention 1: the log-sum-exp or the keep bits have a gradient");
+}
