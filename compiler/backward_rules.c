@@ -141,7 +141,7 @@ static int product_grad(tg_graph *g, const tg_op *op) {
  * it can also write the bias gradient (GELU_BWD out1) from the values it makes: batch 1,
  * a bias gradient that may be fused at all, no other writer of dc. -1 when not. */
 static int gelu_bwd_writing(tg_graph *g, const tg_op *op, int dc) {
-    if (!bias_grad_fusable(g, op) || index_writes(g) || dc < 0 || dc >= g->n_tensors || g->writes[dc] != 1) return -1;
+    if (!bias_grad_fusable(g, op) || index_writes(g) || g->writes[dc] != 1) return -1; /* dc: a tensor (bwd_matmul) */
     const int o = g->last_write[dc] / TG_OP_MAX_OUT, s = g->last_write[dc] % TG_OP_MAX_OUT;
     /* GCOVR_EXCL_BR_START: a GELU_BWD writes a product's gradient as its dx (slot 0), and its
      * bias slot only here, for the one matmul whose product gradient that is */

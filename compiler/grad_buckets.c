@@ -50,7 +50,7 @@ int tg_gradient_buckets(tg_graph *g) {
             if (b0 < 0) b0 = o;
             b1 = o + 1;
         }
-    if (b0 < 0 || n <= 0) return tg_graph_fail(g, "data parallelism: no backward to sum gradients after");
+    if (b0 < 0 || n <= 0) return tg_graph_fail(g, "data parallelism: no backward to sum gradients after"); /* GCOVR_EXCL_BR_LINE: n > 0: grads_all is a graph tensor, whose dims tg_graph_tensor makes positive */
     int64_t bucket = (int64_t)(TG_GRAD_BUCKET_BYTES / 4), small = n / 8 > 1024 ? n / 8 : 1024;
     if (bucket > small) bucket = small;
     /* final_from[k]: every gradient element at or above it is final once backward op b0 + k

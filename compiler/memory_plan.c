@@ -65,13 +65,13 @@ static int place_pool(tg_graph *g, int pool, uint64_t *end_out) {
             member_bytes[g->tensors[t].group] = tg_add_sat_u64(member_bytes[g->tensors[t].group], g->tensors[t].bytes);
     for (int v = 0; v < n; v++) {
         const tg_tensor *w = &g->tensors[v];
-        if ((w->flags & TG_TENSOR_VIEW) && w->pool == pool && w->master >= 0 && w->master < n && !member_bytes[v] &&
+        if ((w->flags & TG_TENSOR_VIEW) && w->pool == pool && w->master >= 0 && w->master < n && !member_bytes[v] && /* GCOVR_EXCL_BR_LINE: master is -1 or set to a tensor of the graph (graph.c, model_build.c, precision.c), so below n */
             w->bytes > widest_view[w->master])
             widest_view[w->master] = w->bytes;
     }
     for (int t = n - 1; t >= 0; t--) {
         int grp = g->tensors[t].group;
-        if (grp < 0 || grp >= n) continue;
+        if (grp < 0 || grp >= n) continue; /* GCOVR_EXCL_BR_LINE: a group is the view tg_param_pack made, a tensor of the graph */
         next_member[t] = head[grp] - 1;
         head[grp] = t + 1;
     }
@@ -324,7 +324,7 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
             if (cursor[x->pool] + x->bytes > TG_MAX_POOL_BYTES) return pool_too_large(g, x->pool, cursor[x->pool] + x->bytes);
             x->offset = cursor[x->pool];
             cursor[x->pool] = align_up(cursor[x->pool] + x->bytes);
-            if (x->offset + x->bytes > pool_bytes[x->pool]) pool_bytes[x->pool] = x->offset + x->bytes;
+            pool_bytes[x->pool] = x->offset + x->bytes; /* x lies past every tensor placed before it */
         }
     }
     if (place_activations(g, &pool_bytes[TG_POOL_ACTIVATIONS])) return -1;

@@ -421,7 +421,7 @@ static int mlm_head(builder *b, int h, int table) {
     tg_graph_op(g, &s);
     x = layernorm(b, roberta ? "lm_head.layer_norm" : "cls.predictions.transform.LayerNorm", y, b->N);
     int bias = tg_param(g, roberta ? "lm_head.bias" : "cls.predictions.bias", 1, c->vocab_size, 0, TG_INIT_ZEROS, 1);
-    if (table < 0 || bias < 0) return -1;
+    if (bias < 0) return -1; /* table >= 0: had it failed, the graph would have, and x above */
     g->tensors[table].flags |= TG_TENSOR_TIED;
     int logits = tg_act(g, roberta ? "lm_head.decoder" : "cls.predictions.decoder", 2, b->N, c->vocab_size, 0, 0);
     s = tg_spec(TG_OP_MATMUL);

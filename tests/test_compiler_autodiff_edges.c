@@ -68,3 +68,42 @@ TG_TEST(test_grad_dest_or_scratch_on_a_failed_graph) {
           g.n_tensors, err.msg);
     tg_graph_free(&g);
 }
+
+/* A residual LayerNorm whose branch x needs no gradient (made from a frozen weight) and whose
+ * residual r does: the residual stream s it writes carries r's gradient, so it needs one. */
+TG_TEST(test_autodiff_residual_stream_from_the_residual_alone) {
+    const int64_t N = 4, D = 8;
+    tg_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.source, sizeof cfg.source, "hand-built");
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.freeze, sizeof job.freeze, "frozen.*");
+    tg_err err = {{0}};
+    tg_graph g;
+    tg_graph_init(&g, &cfg, &job, &err);
+    int64_t xs[2] = {N, D};
+    const int in = tg_graph_tensor(&g, "in", TG_F32, TG_POOL_INPUTS, 2, xs);
+    const int wf = tg_param(&g, "frozen.w", 2, D, D, TG_INIT_NORMAL, 0), w = tg_param(&g, "w", 2, D, D, TG_INIT_NORMAL, 0);
+    const int gamma = tg_param(&g, "g", 1, D, 0, TG_INIT_ONES, 1), beta = tg_param(&g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+    const int x = tg_act(&g, "x", 2, N, D, 0, 0), r = tg_act(&g, "r", 2, N, D, 0, 0);
+    const int y = tg_act(&g, "y", 2, N, D, 0, 0), sum = tg_act(&g, "s", 2, N, D, 0, 0);
+    const int mean = tg_act(&g, "mean", 1, N, 0, 0, 0), rstd = tg_act(&g, "rstd", 1, N, 0, 0, 0);
+    const int products[2][3] = {{wf, x}, {w, r}};
+    for (int k = 0; k < 2; k++) {
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        s.in[0] = in, s.in[1] = products[k][0], s.out[0] = products[k][1];
+        s.p.matmul = (tg_matmul_params){.m = N, .n = D, .k = D, .batch = 1, .alpha = 1.0f};
+        tg_graph_op(&g, &s);
+    }
+    tg_op_spec s = tg_spec(TG_OP_RESIDUAL_LAYERNORM);
+    s.in[0] = x, s.in[1] = r, s.in[2] = gamma, s.in[3] = beta;
+    s.out[0] = y, s.out[1] = sum, s.out[2] = mean, s.out[3] = rstd;
+    s.p.residual_layernorm = (tg_residual_layernorm_params){.m = N, .d = D, .eps = 1e-5f};
+    tg_graph_op(&g, &s);
+    REQUIRE(!g.failed && (g.tensors[wf].flags & TG_TENSOR_FROZEN) && tg_plan_param_layout(&g) == 0, "%s", err.msg);
+    REQUIRE(tg_autodiff(&g, y) == 0, "%s", err.msg);
+    CHECK(!g.needs_grad[x] && g.needs_grad[r] && g.needs_grad[sum] && g.needs_grad[y],
+          "needs a gradient: x %d, r %d, s %d, y %d", g.needs_grad[x], g.needs_grad[r], g.needs_grad[sum], g.needs_grad[y]);
+    tg_graph_free(&g);
+}

@@ -667,3 +667,90 @@ TG_TEST(test_backward_rules_out_of_memory_in_each_rule) {
         CHECK(refused > 24 && (variant == 1 || done > 24), "variant %d: %d out of memory, %d done", variant, refused, done);
     }
 }
+
+/* Attention with dropout differentiated from its keep bits (the loss given as them): the
+ * keep bits, like the log-sum-exp, take no gradient, and the attention refuses one. */
+TG_TEST(test_backward_rules_attention_keep_bits_gradient) {
+    const int64_t B = 1, T = 4, H = 2, Dh = 3, E = 5, D = H * Dh;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {B * T, E}, one[1] = {1};
+    int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    int w = tg_param(&h.g, "w", 2, E, D, TG_INIT_NORMAL, 0);
+    int q = tg_act(&h.g, "q", 2, B * T, D, 0, 0);
+    matmul(&h.g, x, w, -1, q, B * T, D, E, 0);
+    int step = tg_graph_tensor(&h.g, "step", TG_F32, TG_POOL_OPTIM, 1, one);
+    int out = tg_act(&h.g, "o", 2, B * T, D, 0, 0);
+    int64_t ls[3] = {B, H, T}, bs[4] = {B, H, T, 1};
+    int lse = tg_graph_tensor(&h.g, "lse", TG_F32, TG_POOL_ACTIVATIONS, 3, ls);
+    int bits = tg_graph_tensor(&h.g, "bits", TG_I32, TG_POOL_ACTIVATIONS, 4, bs);
+    tg_op_spec s = tg_spec(TG_OP_ATTENTION);
+    s.in[0] = s.in[1] = s.in[2] = q, s.in[4] = step, s.out[0] = out, s.out[1] = lse, s.out[2] = bits;
+    s.p.attention = (tg_attention_params){.b = B, .h = H, .t = T, .head_dim = Dh, .scale = 0.5f, .p = 0.1f};
+    tg_graph_op(&h.g, &s);
+    expect_autodiff_fails(&h, bits, "internal compiler error: attention 1: the log-sum-exp or the keep bits have a gradient");
+}
+
+/* Two forward matmuls with the GELU epilogue making the same activation: the index names the
+ * first as its producer (the one whose pre-activation the backward may fold in). */
+TG_TEST(test_backward_rules_gelu_producer_is_the_first) {
+    const int64_t N = 2, D = 4;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, D};
+    const int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    const int w = tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0);
+    const int y = tg_act(&h.g, "y", 2, N, D, 0, 0);
+    const int pre[2] = {tg_act(&h.g, "pre.0", 2, N, D, 0, 0), tg_act(&h.g, "pre.1", 2, N, D, 0, 0)};
+    int ops[2];
+    for (int k = 0; k < 2; k++) {
+        tg_op_spec s = tg_spec(TG_OP_MATMUL);
+        s.in[0] = x, s.in[1] = w, s.out[0] = y, s.out[2] = pre[k];
+        s.p.matmul = (tg_matmul_params){.m = N, .n = D, .k = D, .batch = 1, .alpha = 1.0f,
+                                        .activation = TG_MATMUL_ACT_GELU};
+        ops[k] = tg_graph_op(&h.g, &s);
+    }
+    REQUIRE(!h.g.failed && ops[0] == 0 && ops[1] == 1, "%s", h.err.msg);
+    REQUIRE(tg_backward_index(&h.g) == 0, "%s", h.err.msg);
+    CHECK(h.g.gelu_producer[y] == 0 && h.g.gelu_producer[pre[0]] == -1 && h.g.gelu_producer[x] == -1,
+          "gelu producer of y %d, of pre.0 %d, of x %d", h.g.gelu_producer[y], h.g.gelu_producer[pre[0]],
+          h.g.gelu_producer[x]);
+    tg_graph_free(&h.g);
+}
+
+/* y = x W + b read by two matmuls: their dA products both write dy (the second adds onto
+ * it), so no single op makes dy and could sum the bias gradient as it goes (a GELU_BWD
+ * would). The bias gradient is summed by the dW product instead (its out[1]), which reads dy
+ * after both writers. */
+TG_TEST(test_backward_rules_bias_grad_of_a_product_with_two_writers) {
+    const int64_t N = 2, D = 4;
+    hand_graph h;
+    if (!hand_init(&h)) return;
+    int64_t xs[2] = {N, D};
+    const int x = tg_graph_tensor(&h.g, "x", TG_F32, TG_POOL_INPUTS, 2, xs);
+    const int w = tg_param(&h.g, "w", 2, D, D, TG_INIT_NORMAL, 0), b = tg_param(&h.g, "b", 1, D, 0, TG_INIT_ZEROS, 1);
+    const int w1 = tg_param(&h.g, "w1", 2, D, D, TG_INIT_NORMAL, 0), w2 = tg_param(&h.g, "w2", 2, D, D, TG_INIT_NORMAL, 0);
+    const int y = tg_act(&h.g, "y", 2, N, D, 0, 0), z1 = tg_act(&h.g, "z1", 2, N, D, 0, 0);
+    const int z2 = tg_act(&h.g, "z2", 2, N, D, 0, 0), z = tg_act(&h.g, "z", 2, N, D, 0, 0);
+    matmul(&h.g, x, w, b, y, N, D, D, 0);
+    matmul(&h.g, y, w1, -1, z1, N, D, D, 0);
+    matmul(&h.g, y, w2, -1, z2, N, D, D, 0);
+    add(&h.g, z1, z2, z, N * D);
+    const int loss = loss_of(&h.g, z, N, D);
+    REQUIRE(!h.g.failed && tg_plan_param_layout(&h.g) == 0 && tg_autodiff(&h.g, loss) == 0, "%s", h.err.msg);
+    const int dy = h.g.grad[y], db = h.g.tensors[b].grad, dw = h.g.tensors[w].grad;
+    int writers = 0, last_writer = -1, bias_at = -1, bias_writers = 0, gelu_bwds = 0;
+    for (int o = 0; o < h.g.n_ops; o++) {
+        const tg_op *op = &h.g.ops[o];
+        if (op->phase != TG_PHASE_BACKWARD) continue;
+        if (op->kind == TG_OP_MATMUL && op->out[0] == dy) writers++, last_writer = o;
+        for (int k = 0; k < TG_OP_MAX_OUT; k++) bias_writers += op->out[k] == db;
+        if (op->kind == TG_OP_MATMUL && op->out[0] == dw && op->out[1] == db && (op->in[0] == dy || op->in[1] == dy))
+            bias_at = o;
+        gelu_bwds += op->kind == TG_OP_GELU_BWD;
+    }
+    CHECK(dy >= 0 && db >= 0 && writers == 2 && bias_writers == 1 && bias_at > last_writer && gelu_bwds == 0,
+          "dy %d: %d matmul writers (last op %d); b's gradient written by %d ops, the dW product (op %d); %d GELU_BWD",
+          dy, writers, last_writer, bias_writers, bias_at, gelu_bwds);
+    tg_graph_free(&h.g);
+}

@@ -213,8 +213,8 @@ TG_TEST(test_graph_param_pack) {
               g.tensors[v].pool == TG_POOL_PARAMS,
           "view");
     /* Refusals, each on a fresh graph of: q.first (frozen by the job), a, b (trainable f32),
-     * q (frozen), h (bf16 trainable), act (an activation). */
-    enum { A, B, Q, H, ACT, Q0 };
+     * q (frozen), h (bf16 trainable), act (an activation); first: the view packing a and b. */
+    enum { A, B, Q, H, ACT, Q0, FIRST };
     const struct {
         int members[3], n, ndim;
         int64_t d0;
@@ -226,6 +226,7 @@ TG_TEST(test_graph_param_pack) {
         {{B, A}, 2, 2, 4, 0, "internal compiler error: x cannot pack a.weight"},
         {{A, A}, 2, 2, 4, 0, "internal compiler error: x cannot pack a.weight"},
         {{A, B}, 2, 2, 4, 1, "internal compiler error: x cannot pack a.weight"},
+        {{FIRST}, 1, 2, 4, 1, "internal compiler error: x cannot pack first"}, /* a view is no member */
         {{A, B}, 2, 2, 5, 0, "internal compiler error: x does not cover its members"},
         {{A, B}, 2, 5, 4, 0, "internal compiler error: tensor x has 5 dims"},
         {{A, Q}, 2, 2, 4, 0,
@@ -237,7 +238,7 @@ TG_TEST(test_graph_param_pack) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         memset(&err, 0, sizeof err);
         tg_graph_init(&g, &cfg, &job, &err);
-        int ids[6];
+        int ids[7];
         ids[Q0] = tg_param(&g, "q.first", 2, 2, 3, TG_INIT_ZEROS, 0);
         ids[A] = tg_param(&g, "a.weight", 2, 2, 3, TG_INIT_ZEROS, 0);
         ids[B] = tg_param(&g, "b.weight", 2, 2, 3, TG_INIT_ZEROS, 0);
@@ -249,7 +250,8 @@ TG_TEST(test_graph_param_pack) {
         REQUIRE(!g.failed && (g.tensors[ids[Q]].flags & TG_TENSOR_FROZEN), "setup: %s", err.msg);
         if (cases[i].pre_pack) {
             int ab[2] = {ids[A], ids[B]};
-            REQUIRE(tg_param_pack(&g, "first", ab, 2, 2, 4, 3) >= 0, "%s", err.msg);
+            ids[FIRST] = tg_param_pack(&g, "first", ab, 2, 2, 4, 3);
+            REQUIRE(ids[FIRST] >= 0, "%s", err.msg);
         }
         int m[3];
         for (int k = 0; k < cases[i].n; k++) m[k] = ids[cases[i].members[k]];

@@ -188,3 +188,21 @@ TG_TEST(test_job_parse_exact_base_folder_join) {
               job.train_data, cases[k].want);
     }
 }
+
+/* A special token id is at most 31 characters: 31 zeros and a 5 is refused whole (it would
+ * read as 5), the longest that fits is read. */
+TG_TEST(test_job_parse_exact_special_id_length) {
+    tg_job job;
+    tg_err err = {{0}};
+    int rc = tg_job_parse_text("special_token_ids = 1, 00000000000000000000000000000005\n", "j.job", "", NULL, 0,
+                               &job, &err);
+    CHECK(rc == -1 && !strcmp(err.msg, "j.job:1: key 'special_token_ids': '00000000000000000000000000000005' is not "
+                                       "a token id (ids are separated by commas, as in 0,100,101,102; or none)"),
+          "32 characters: rc %d '%s'", rc, err.msg);
+    memset(&err, 0, sizeof err);
+    rc = tg_job_parse_text("model = tiny-bert\ntask = mlm\ntrain_data = x\nsteps = 1\n"
+                           "special_token_ids = 1, 0000000000000000000000000000005\n",
+                           "j.job", "", NULL, 0, &job, &err);
+    CHECK(rc == 0 && job.n_special_ids == 2 && job.special_ids[0] == 1 && job.special_ids[1] == 5,
+          "31 characters: rc %d '%s', %d ids", rc, err.msg, job.n_special_ids);
+}

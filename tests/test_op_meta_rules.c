@@ -628,6 +628,9 @@ TG_TEST(test_op_meta_rules_mlm_mask) {
         {"counter", MLM(), {6, 6, 2}, {6, 6}, .want = "in[2]: step counter is not a scalar"},
         {"masked ids", MLM(), {6, 6, 1}, {7, 6}, .want = "out[0]: masked ids != n"},
         {"labels", MLM(), {6, 6, 1}, {6, 5}, .want = "out[1]: labels != n"},
+        /* The optional stream (step, first element, seed) of a streamed mask. */
+        {"with a stream", MLM(), {6, 6, 1, 4}, {6, 6}},
+        {"stream of 3", MLM(), {6, 6, 1, 3}, {6, 6}, .want = "in[3]: the stream is not [4] (step, first element, seed)"},
     };
     run_cases(cases, N_CASES(cases));
 }
@@ -648,6 +651,9 @@ TG_TEST(test_op_meta_rules_span_loss) {
         {"positions", SPAN(), {20, 5}, {1}, .want = "in[1]: positions != B*2"},
         {"loss", SPAN(), {20, 4}, {2}, .want = "out[0]: loss is not a scalar"},
         {"no rows", SPAN(.b = 0), {Z0, Z0}, {1}},
+        /* The optional normalisers (start, end) of an accumulated loss. */
+        {"with normalisers", SPAN(), {20, 4, 2}, {1}},
+        {"normalisers of 1", SPAN(), {20, 4, 1}, {1}, .want = "in[2]: the normalisers are not [2] (start, end)"},
 
         {"consistent", SPANB(), {1, 20, 4}, {20}},
         {"B < 0", SPANB(.b = -1), {1, 20, 4}, {20}, .want = "B is negative"},
@@ -657,6 +663,8 @@ TG_TEST(test_op_meta_rules_span_loss) {
         {"logits", SPANB(), {1, 19, 4}, {20}, .want = "in[1]: logits != B*T*2"},
         {"positions", SPANB(), {1, 20, 3}, {20}, .want = "in[2]: positions != B*2"},
         {"dlogits", SPANB(), {1, 20, 4}, {21}, .want = "out[0]: dlogits != B*T*2"},
+        {"with normalisers", SPANB(), {1, 20, 4, 2}, {20}},
+        {"normalisers of 3", SPANB(), {1, 20, 4, 3}, {20}, .want = "in[3]: the normalisers are not [2] (start, end)"},
     };
     run_cases(cases, N_CASES(cases));
 }
@@ -674,11 +682,15 @@ TG_TEST(test_op_meta_rules_optimizer) {
         {"total steps", SCHED, {1, 2}, {1}, {0, 1}, .want = "in[1]: total steps is not a scalar"},
         {"lr", SCHED, {1, 1}, {2}, {0, 1}, .want = "out[0]: lr is not a scalar"},
         {"a second counter", SCHED, {1, 1}, {1, 1}, .want = "out[1]: the step counter is updated in place: must be in[0]"},
+        {"with a gradient norm", SCHED, {1, 1, 1}, {1}, {0, 1}},
+        {"gradient norm of 2", SCHED, {1, 1, 2}, {1}, {0, 1}, .want = "in[2]: gradient norm is not a scalar"},
 
         {"consistent", COUNT(GRAD_NORM, 10), {10}, {1}, .in0_view = 1},
         {"not a view", COUNT(GRAD_NORM, 10), {10}, {1}, .want = "in[0]: must be the grads view"},
         {"count", COUNT(GRAD_NORM, 10), {9}, {1}, .in0_view = 1, .want = "in[0]: n != gradient count"},
         {"norm", COUNT(GRAD_NORM, 10), {10}, {2}, .in0_view = 1, .want = "out[0]: norm is not a scalar"},
+        {"with a loss scale", COUNT(GRAD_NORM, 10), {10, 1}, {1}, .in0_view = 1},
+        {"loss scale of 2", COUNT(GRAD_NORM, 10), {10, 2}, {1}, .in0_view = 1, .want = "in[1]: the loss scale is not a scalar"},
 
         {"consistent", ADAMW(), {10, 1, 1, 1}, {10, 10, 10}},
         {"with bf16 copies", ADAMW(), {10, 1, 1, 1}, {10, 10, 10, 10}},
@@ -687,6 +699,8 @@ TG_TEST(test_op_meta_rules_optimizer) {
         {"lr", ADAMW(), {10, 2, 1, 1}, {10, 10, 10}, .want = "in[1]: lr is not a scalar"},
         {"step counter", ADAMW(), {10, 1, 2, 1}, {10, 10, 10}, .want = "in[2]: step counter is not a scalar"},
         {"grad norm", ADAMW(), {10, 1, 1, 2}, {10, 10, 10}, .want = "in[3]: grad norm is not a scalar"},
+        {"with a loss scale", ADAMW(), {10, 1, 1, 1, 1}, {10, 10, 10}},
+        {"loss scale of 2", ADAMW(), {10, 1, 1, 1, 2}, {10, 10, 10}, .want = "in[4]: the loss scale is not a scalar"},
         {"params", ADAMW(), {10, 1, 1, 1}, {9, 10, 10}, .want = "out[0]: params differ from the grads in size"},
         {"m", ADAMW(), {10, 1, 1, 1}, {10, 9, 10}, .want = "out[1]: m != zero_slice (or n) elements"},
         {"v", ADAMW(), {10, 1, 1, 1}, {10, 10, 9}, .want = "out[2]: v != zero_slice (or n) elements"},
@@ -736,6 +750,9 @@ TG_TEST(test_op_meta_rules_optimizer) {
 
         {"zero, any dtype", .kind = TG_OP_ZERO, .out = {7}, .any_size = 1u << TG_OP_MAX_IN},
         {"fill", .kind = TG_OP_FILL, .p = {.fill = {.value = 2.0f}}, .out = {3}, .any_size = 1u << TG_OP_MAX_IN},
+        {"fill scaled", .kind = TG_OP_FILL, .p = {.fill = {.value = 2.0f}}, {1}, {3}, .any_size = 1u << TG_OP_MAX_IN},
+        {"fill scaled by 2 elements", .kind = TG_OP_FILL, .p = {.fill = {.value = 2.0f}}, {2}, {3},
+         .want = "in[0]: the scale is not a scalar"},
     };
     run_cases(cases, N_CASES(cases));
 }

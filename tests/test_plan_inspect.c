@@ -3,12 +3,14 @@
  * UTF-8, a NaN total, a seed past int64, three length buckets — printed as text and as
  * JSON with every such value shown as documented; then the JSON built with each
  * allocation failing in turn, and output that cannot be written. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "base/alloc.h"
 #include "plan/inspect.h"
@@ -390,4 +392,56 @@ TG_TEST(test_plan_inspect_mib_and_replicas) {
     CHECK(text && rc == 0 && has(text, "  data parallel: 2 replicas") && !has(text, "ZeRO"), "two replicas:\n%s",
           text ? text : "");
     free(text);
+}
+
+/* Pruned backward ops without a frozen parameter (a plan file may say so): the line is
+ * written, naming 0 frozen parameters; with neither, no line. */
+TG_TEST(test_plan_inspect_pruned_ops_without_frozen) {
+    odd_plan s;
+    build(&s);
+    s.t[3].flags = 0; /* no frozen parameter left */
+    tg_err err = {{0}};
+    int rc = -1;
+    char *text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(rc == 0 && has(text, "\nfreeze pruned: 7 backward ops, 2.5e+09 FLOPs (2.500 GFLOP) per step, beside no "
+                               "gradient and no optimizer state for the 0 frozen parameters\n"),
+          "rc %d: %s", rc, text ? text : err.msg);
+    free(text);
+    s.p.freeze_pruned_ops = 0;
+    text = inspect_text(&s.p, 0, &err, &rc);
+    CHECK(rc == 0 && text && !has(text, "freeze pruned"), "rc %d: %s", rc, text ? text : err.msg);
+    free(text);
+}
+
+/* A stream that takes the JSON but not the newline after it. */
+typedef struct capped_stream {
+    size_t written, cap;
+} capped_stream;
+
+static ssize_t capped_write(void *cookie, const char *buf, size_t len) {
+    capped_stream *c = cookie;
+    if (c->written + len > c->cap) {
+        errno = ENOSPC;
+        return -1;
+    }
+    c->written += len;
+    return (ssize_t)len;
+}
+
+TG_TEST(test_plan_inspect_json_newline_unwritable) {
+    odd_plan s;
+    build(&s);
+    tg_err err = {{0}};
+    int rc = -1;
+    char *json = inspect_text(&s.p, 1, &err, &rc);
+    REQUIRE(json && rc == 0, "%s", err.msg);
+    capped_stream c = {0, strlen(json) - 1}; /* all but the closing newline */
+    free(json);
+    FILE *f = fopencookie(&c, "w", (cookie_io_functions_t){.write = capped_write});
+    REQUIRE(f, "fopencookie");
+    setvbuf(f, NULL, _IONBF, 0);
+    rc = tg_plan_inspect(&s.p, f, 1, &err);
+    fclose(f);
+    CHECK(rc == -1 && !strcmp(err.msg, "inspect: cannot write the JSON output") && c.written == c.cap,
+          "rc %d, '%s', %zu of %zu bytes written", rc, err.msg, c.written, c.cap);
 }

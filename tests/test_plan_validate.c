@@ -4,6 +4,7 @@
  * refuse it with the message naming the plan, the tensor, op or setting, and the cause.
  * Also the memory checker on packed groups and its out-of-memory paths, and the activation
  * live peak by hand. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@
 
 /* ---- the plans ----------------------------------------------------------------------- */
 
-enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_QA, BASE_ACCUM, BASE_COUNT };
+enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_QA, BASE_ACCUM, BASE_FP16, BASE_MLM, BASE_COUNT };
 
 static const char *const base_jobs[BASE_COUNT] = {
     [BASE_BERT] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
@@ -32,6 +33,8 @@ static const char *const base_jobs[BASE_COUNT] = {
     [BASE_UNFUSED] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nattention = unfused\n",
     [BASE_QA] = "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
     [BASE_ACCUM] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ngrad_accumulation = 2\n",
+    [BASE_FP16] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = fp16\n",
+    [BASE_MLM] = "model = tiny-bert\ntask = mlm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
 };
 
 static tg_plan bases[BASE_COUNT];
@@ -561,6 +564,181 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"an activation in the params pool", BASE_BERT, CHECK_TABLES, plain_in_params},
         {"a persistent buffer", BASE_BERT, CHECK_TABLES, persistent_buffer},
         {"a frozen parameter", BASE_BERT, CHECK_TABLES, frozen_in_frozen},
+    };
+    run_edits(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* ---- tg_plan_validate_tables: the loss scale, half dtypes, the io of mlm and fp16 ----- */
+
+static void scale_nan(tg_plan *p, char *w, size_t n) {
+    p->train.loss_scale_init = NAN;
+    snprintf(w, n, "p: train loss_scale_init nan is not a positive power of two (fp16 plans)");
+}
+static void scale_inf(tg_plan *p, char *w, size_t n) {
+    p->train.loss_scale_init = INFINITY;
+    snprintf(w, n, "p: train loss_scale_init inf is not a positive power of two (fp16 plans)");
+}
+static void scale_zero(tg_plan *p, char *w, size_t n) {
+    p->train.loss_scale_init = 0.0f;
+    snprintf(w, n, "p: train loss_scale_init 0 is not a positive power of two (fp16 plans)");
+}
+static void scale_minus_half(tg_plan *p, char *w, size_t n) {
+    p->train.loss_scale_init = -0.5f; /* frexpf gives -0.5: the sign alone is refused here */
+    snprintf(w, n, "p: train loss_scale_init -0.5 is not a positive power of two (fp16 plans)");
+}
+static void scale_three(tg_plan *p, char *w, size_t n) {
+    p->train.loss_scale_init = 3.0f;
+    snprintf(w, n, "p: train loss_scale_init 3 is not a positive power of two (fp16 plans)");
+}
+static void scale_half(tg_plan *p, char *w, size_t n) { p->train.loss_scale_init = 0.5f; }
+static void scale_in_fp32(tg_plan *p, char *w, size_t n) {
+    p->train.loss_scale_init = 1.0f;
+    snprintf(w, n, "p: train loss_scale_init 1 is not 0 (only fp16 plans scale the loss)");
+}
+/* The first tensor of `dtype` retyped as `to` (same element size): the refusal names it. */
+static void retype(tg_plan *p, char *w, size_t n, int dtype, int to) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (p->tensors[t].dtype == dtype) {
+            p->tensors[t].dtype = to;
+            snprintf(w, n, "p: tensor %d (%s) is %s in a plan of precision %s", t, p->tensors[t].name,
+                     tg_dtype_name(to), tg_precision_name(p->train.precision));
+            return;
+        }
+    snprintf(w, n, "(no tensor of dtype %s)", tg_dtype_name(dtype));
+}
+static void f16_in_bf16(tg_plan *p, char *w, size_t n) { retype(p, w, n, TG_BF16, TG_F16); }
+static void bf16_in_fp16(tg_plan *p, char *w, size_t n) { retype(p, w, n, TG_F16, TG_BF16); }
+static void bf16_in_fp32(tg_plan *p, char *w, size_t n) {
+    p->train.precision = TG_PREC_FP32;
+    retype(p, w, n, TG_BF16, TG_BF16);
+}
+static void f16_in_fp32(tg_plan *p, char *w, size_t n) {
+    p->train.precision = TG_PREC_FP32;
+    p->train.loss_scale_init = 0.0f;
+    retype(p, w, n, TG_F16, TG_F16);
+}
+/* A tensor of f32 [1] in the optimizer pool (the step counter): a valid loss scale's
+ * place, by pool, dtype and shape. */
+static int optim_scalar(const tg_plan *p) {
+    for (int t = 0; t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (x->pool == TG_POOL_OPTIM && x->dtype == TG_F32 && tg_tensor_numel(x) == 1)
+            return t;
+    }
+    return -1;
+}
+static void scale_io_in_fp32(tg_plan *p, char *w, size_t n) {
+    p->io.loss_scale = optim_scalar(p);
+    snprintf(w, n, "p: io loss_scale is tensor %d and loss_scale_growth tensor -1, but the plan's precision is fp32 "
+                   "(only fp16 plans scale the loss)", p->io.loss_scale);
+}
+static void growth_io_in_fp32(tg_plan *p, char *w, size_t n) {
+    p->io.loss_scale_growth = optim_scalar(p);
+    snprintf(w, n, "p: io loss_scale is tensor -1 and loss_scale_growth tensor %d, but the plan's precision is fp32 "
+                   "(only fp16 plans scale the loss)", p->io.loss_scale_growth);
+}
+static void mlm_stream_in_lm(tg_plan *p, char *w, size_t n) {
+    p->train.task = TG_TASK_LM;
+    snprintf(w, n, "p: io mlm_stream is tensor %d (%s), but the task is lm (it is for mlm alone)", p->io.mlm_stream,
+             p->tensors[p->io.mlm_stream].name);
+}
+/* A tensor of no bytes in the step counter's pool reaches none of its bytes. */
+static void empty_at_step(tg_plan *p, char *w, size_t n) {
+    tg_tensor *grown = realloc(p->tensors, (size_t)(p->n_tensors + 1) * sizeof *grown);
+    if (!grown) {
+        snprintf(w, n, "(out of memory)");
+        return;
+    }
+    p->tensors = grown;
+    tg_tensor *x = &p->tensors[p->n_tensors];
+    *x = p->tensors[p->io.step];
+    snprintf(x->name, sizeof x->name, "empty");
+    /* Aligned past the pool's last tensor, the pool (and the peak) grown to reach it. */
+    const uint64_t end = (p->pool_bytes[x->pool] + 255) / 256 * 256;
+    p->peak_bytes += end - p->pool_bytes[x->pool];
+    p->pool_bytes[x->pool] = x->offset = end;
+    x->ndim = 1;
+    x->shape[0] = 0;
+    x->bytes = 0;
+    x->first_use = x->last_use = -1;
+    p->n_tensors++;
+}
+/* Every parameter lies inside params_all: with params_all and the gradients one element
+ * short of the parameters' end (no ops, which would count them), the last parameter
+ * reaches past it. */
+static void param_past_params_all(tg_plan *p, char *w, size_t n) {
+    drop_ops(p);
+    uint64_t end = 0;
+    for (int t = 0; t < p->n_tensors; t++)
+        if ((p->tensors[t].flags & TG_TENSOR_PARAM) && p->tensors[t].offset + p->tensors[t].bytes > end)
+            end = p->tensors[t].offset + p->tensors[t].bytes;
+    for (int k = 0; k < 2; k++) {
+        tg_tensor *x = &p->tensors[k ? p->io.grads_all : p->io.params_all];
+        x->ndim = 1;
+        x->shape[0] = (int64_t)(end / 4) - 1;
+        x->bytes = end - 4;
+    }
+    int last = -1;
+    for (int t = 0; t < p->n_tensors; t++)
+        if ((p->tensors[t].flags & TG_TENSOR_PARAM) &&
+            p->tensors[t].offset + p->tensors[t].bytes > p->tensors[p->io.params_all].bytes) {
+            last = t;
+            break;
+        }
+    if (last < 0) {
+        snprintf(w, n, "(no parameter reaches the end of params_all)");
+        return;
+    }
+    const tg_tensor *x = &p->tensors[last];
+    snprintf(w, n, "p: tensor %d (%s) at offset %llu + %llu bytes lies outside io params_all (%lld elements)", last,
+             x->name, (unsigned long long)x->offset, (unsigned long long)x->bytes,
+             (long long)tg_tensor_numel(&p->tensors[p->io.params_all]));
+}
+
+/* SCHEDULE's gradient norm is optional: without it the schedule binds the rest alone. */
+static void schedule_without_norm(tg_plan *p, char *w, size_t n) {
+    const int o = first_op(p, TG_OP_SCHEDULE);
+    if (o < 0) {
+        snprintf(w, n, "(no SCHEDULE op)");
+        return;
+    }
+    p->ops[o].in[2] = -1;
+}
+/* A parameter copy whose view-ness differs from its master's. */
+static void copy_view_mismatch(tg_plan *p, char *w, size_t n) {
+    for (int t = 0; t < p->n_tensors; t++) {
+        tg_tensor *x = &p->tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM_COPY) || x->master < 0 || (x->flags & TG_TENSOR_VIEW)) continue;
+        x->flags |= TG_TENSOR_VIEW;
+        snprintf(w, n, "p: tensor %d (%s) is a parameter copy of tensor %d %s, which is not a parameter or buffer of its "
+                       "elements", t, x->name, x->master, p->tensors[x->master].name);
+        return;
+    }
+    snprintf(w, n, "(no parameter copy that is not a view)");
+}
+
+TG_TEST(test_plan_validate_tables_precision_io) {
+    static const edit_case cases[] = {
+        {"fp16 as compiled", BASE_FP16, CHECK_TABLES, b_accepted},
+        {"mlm as compiled", BASE_MLM, CHECK_TABLES, b_accepted},
+        {"loss scale nan", BASE_FP16, CHECK_TABLES, scale_nan},
+        {"loss scale inf", BASE_FP16, CHECK_TABLES, scale_inf},
+        {"loss scale 0", BASE_FP16, CHECK_TABLES, scale_zero},
+        {"loss scale -0.5", BASE_FP16, CHECK_TABLES, scale_minus_half},
+        {"loss scale 3", BASE_FP16, CHECK_TABLES, scale_three},
+        {"loss scale 0.5", BASE_FP16, CHECK_TABLES, scale_half},
+        {"a loss scale in fp32", BASE_BERT, CHECK_TABLES, scale_in_fp32},
+        {"f16 in a bf16 plan", BASE_BF16, CHECK_TABLES, f16_in_bf16},
+        {"bf16 in an fp16 plan", BASE_FP16, CHECK_TABLES, bf16_in_fp16},
+        {"bf16 in an fp32 plan", BASE_BF16, CHECK_TABLES, bf16_in_fp32},
+        {"f16 in an fp32 plan", BASE_FP16, CHECK_TABLES, f16_in_fp32},
+        {"io loss_scale in fp32", BASE_BERT, CHECK_OPS, scale_io_in_fp32},
+        {"io loss_scale_growth in fp32", BASE_BERT, CHECK_OPS, growth_io_in_fp32},
+        {"io mlm_stream in lm", BASE_MLM, CHECK_OPS, mlm_stream_in_lm},
+        {"an empty tensor at the step counter", BASE_BERT, CHECK_OPS, empty_at_step},
+        {"a parameter past params_all", BASE_BERT, CHECK_OPS, param_past_params_all},
+        {"SCHEDULE without a gradient norm", BASE_BERT, CHECK_OPS, schedule_without_norm},
+        {"a parameter copy a view of a tensor that is not", BASE_BF16, CHECK_OPS, copy_view_mismatch},
     };
     run_edits(cases, sizeof cases / sizeof cases[0]);
 }
@@ -1178,6 +1356,11 @@ RUN_EDIT(checkpoint_every, r->checkpoint_every += 1)
 RUN_EDIT(keep_checkpoints, r->keep_checkpoints += 1)
 RUN_EDIT(checkpoint_dir, r->checkpoint_dir[0] = 'c')
 RUN_EDIT(last_batch, r->last_batch = (r->last_batch + 1) % TG_LAST_BATCH_COUNT)
+RUN_EDIT(skip_nonfinite, r->skip_nonfinite = !r->skip_nonfinite)
+RUN_EDIT(max_skipped_steps, r->max_skipped_steps += 1)
+RUN_EDIT(qa_n_best, r->qa_n_best += 1)
+RUN_EDIT(qa_max_answer_length, r->qa_max_answer_length += 1)
+RUN_EDIT(qa_null_threshold, r->qa_null_threshold += 0.5f)
 static void b_model_source(tg_plan *p, char *w, size_t n) {
     p->buckets[0].model.source[0] ^= 1;
     say_bucket(w, n, "model config");
@@ -1306,6 +1489,11 @@ TG_TEST(test_plan_validate_buckets) {
         {"run keep_checkpoints", BASE_BUCKETS, CHECK_BUCKETS, b_run_keep_checkpoints},
         {"run checkpoint_dir", BASE_BUCKETS, CHECK_BUCKETS, b_run_checkpoint_dir},
         {"run last_batch", BASE_BUCKETS, CHECK_BUCKETS, b_run_last_batch},
+        {"run skip_nonfinite", BASE_BUCKETS, CHECK_BUCKETS, b_run_skip_nonfinite},
+        {"run max_skipped_steps", BASE_BUCKETS, CHECK_BUCKETS, b_run_max_skipped_steps},
+        {"run qa_n_best", BASE_BUCKETS, CHECK_BUCKETS, b_run_qa_n_best},
+        {"run qa_max_answer_length", BASE_BUCKETS, CHECK_BUCKETS, b_run_qa_max_answer_length},
+        {"run qa_null_threshold", BASE_BUCKETS, CHECK_BUCKETS, b_run_qa_null_threshold},
         {"model source", BASE_BUCKETS, CHECK_BUCKETS, b_model_source},
         {"model weights", BASE_BUCKETS, CHECK_BUCKETS, b_model_weights},
         {"model hidden", BASE_BUCKETS, CHECK_BUCKETS, b_model_hidden},
