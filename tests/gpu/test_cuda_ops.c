@@ -736,3 +736,71 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
     }
     cudaStreamDestroy(st);
 }
+
+/* The kernels' rounding to half (__float2half_rn through tg_st / tg_h16::pack) is the
+ * CPU's (tg_f16_from_f32) bit for bit: EMBEDDING gathers fp32 table rows into a half
+ * output, vectorised (D = 4: 4 halves packed per 8-byte store) and element by element
+ * (D = 3), over the edges (the largest half 65504, the first value rounding to infinity
+ * 65520 and the last one that does not, the smallest subnormal 2^-24 and the halfway
+ * 2^-25 that rounds to zero, signed zeros, infinities, values far out of range), ties
+ * between neighbouring halves (to even), and random floats across and past half's range.
+ * NaN is left out: the CPU keeps the payload, __float2half_rn gives the canonical NaN. */
+TG_TEST(test_gpu_f16_rounding_matches_cpu) {
+    (void)test_seed(53);
+    static const float edges[] = {0.0f,     -0.0f,     1.0f,       -1.0f,      65504.0f, -65504.0f,  65519.996f,
+                                  65520.0f, -65520.0f, 1e6f,       -1e30f,     INFINITY, -INFINITY,  0x1p-24f,
+                                  0x1p-25f, 0x1.8p-25f, -0x1p-25f, 0x1p-14f,   0x1.ff8p-15f, 0x1p-26f, 3.14159265f};
+    const int n_edges = (int)(sizeof edges / sizeof edges[0]);
+    const int V = 6000;
+    float *values = malloc(sizeof *values * V);
+    REQUIRE(values, "out of memory");
+    for (int i = 0; i < V; i++) {
+        if (i < n_edges) {
+            values[i] = edges[i];
+        } else if (i % 3 == 0) { /* halfway between a finite half and the next one up (to even: either way) */
+            uint16_t h = (uint16_t)(next_u32() % 0x7bffu);
+            values[i] = 0.5f * (tg_f32_from_f16(h) + tg_f32_from_f16((uint16_t)(h + 1))) * (next_u32() & 1 ? -1.0f : 1.0f);
+        } else { /* any sign, exponents 2^-30 .. 2^20, any mantissa */
+            uint32_t bits = (next_u32() & 0x807fffffu) | ((uint32_t)(97 + next_u32() % 51) << 23);
+            memcpy(&values[i], &bits, 4);
+        }
+    }
+    cudaStream_t st;
+    REQUIRE(cudaStreamCreate(&st) == cudaSuccess, "cudaStreamCreate");
+    for (int D = 3; D <= 4; D++) {
+        const int rows = V / D, N = rows;
+        int32_t *ids = malloc(sizeof *ids * N);
+        uint16_t *want = malloc(sizeof *want * N * D), *got = malloc(sizeof *got * N * D);
+        REQUIRE(ids && want && got, "out of memory");
+        for (int r = 0; r < N; r++) ids[r] = r;
+        for (int i = 0; i < N * D; i++) want[i] = tg_f16_from_f32(values[i]);
+        tg_op op = tg_test_op(TG_OP_EMBEDDING);
+        op.in[0] = 0, op.in[1] = 1, op.out[0] = 2;
+        op.p.embedding = (tg_embedding_params){.n = N, .vocab = rows, .dim = D, .padding_idx = -1};
+        void *d_ids, *d_table, *d_out;
+        REQUIRE(cudaMalloc(&d_ids, sizeof *ids * N) == cudaSuccess &&
+                    cudaMalloc(&d_table, sizeof(float) * (size_t)(N * D)) == cudaSuccess &&
+                    cudaMalloc(&d_out, 2 * (size_t)(N * D)) == cudaSuccess,
+                "cudaMalloc");
+        cudaMemcpy(d_ids, ids, sizeof *ids * N, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_table, values, sizeof(float) * (size_t)(N * D), cudaMemcpyHostToDevice);
+        cudaMemset(d_out, 0xff, 2 * (size_t)(N * D)); /* NaN: an unwritten element differs */
+        tg_cuda_ctx ctx = {.stream = st};
+        tg_cuda_op_args g = {.op = &op, .in = {d_ids, d_table}, .out = {d_out}, .in_numel = {N, (int64_t)N * D},
+                             .out_numel = {(int64_t)N * D}, .in_dtype = {TG_I32, TG_F32}, .out_dtype = {TG_F16},
+                             .training = 1, .ctx = &ctx};
+        tg_err err;
+        CHECK(tg_cuda_op_run(&g, &err) == 0, "D=%d: %s", D, err.msg);
+        CHECK(cudaStreamSynchronize(st) == cudaSuccess, "D=%d: %s", D, cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(got, d_out, 2 * (size_t)(N * D), cudaMemcpyDeviceToHost);
+        int bad = 0;
+        for (int i = 0; i < N * D; i++)
+            if (got[i] != want[i] && bad++ < 5)
+                CHECK(0, "D=%d: %a rounded to half 0x%04x on the GPU, 0x%04x on the CPU", D, values[i], got[i], want[i]);
+        CHECK(bad == 0, "D=%d: %d of %d values rounded differently", D, bad, N * D);
+        cudaFree(d_ids), cudaFree(d_table), cudaFree(d_out);
+        free(ids), free(want), free(got);
+    }
+    cudaStreamDestroy(st);
+    free(values);
+}
