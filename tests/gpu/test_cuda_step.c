@@ -377,10 +377,14 @@ TG_TEST(test_gpu_graph_replay_matches_stream_fp16) {
  * neither) and the same loss scale after every step, bit for bit (powers of two moved by
  * the same rule on the same skips); each loss within 5e-3 and each applied step's gradient
  * norm within 1e-2 relative (bf16's 2e-2 and 5e-2 for the same comparison, scaled by half's
- * 8 times smaller rounding, with a factor 2 of margin); and after the run every parameter
- * within 1e-2 relative (L2, the whole parameter pool, leaving out elements whose last
- * gradient is below 1e-3 of the largest on both sides: Adam moves those by about lr either
- * way on noise; at most 1% of the elements). Two scales: the default (2^16) for 4 steps,
+ * 8 times smaller rounding, with a factor 2 of margin); and after the run the parameters
+ * within 2e-3 relative (L2 over the whole parameter pool, whose norm the LayerNorm gains
+ * of 1 dominate), leaving out the elements whose last gradients the two executors disagree
+ * on by more than half: rounding noise (the attention key biases, whose gradient is zero
+ * but for rounding), which Adam moves by about lr either way; at most layers x hidden of
+ * them plus 1% of the pool. An element moved the wrong way by lr on each of 3 steps shifts
+ * the pool by about 5e-3 in L2, so 2e-3 of a pool of norm ~13 (the tiny presets) allows a
+ * few dozen such elements and no systematic error. Two scales: the default (2^16) for 4 steps,
  * and 2^40, whose first steps overflow (skipped, the scale halving: 2^39 after the first),
  * until 2 steps after the first applied one (at most 64 steps); either run goes on until
  * a step is applied. scale_init 0: the job's default. */
@@ -429,16 +433,24 @@ static void fp16_matches_cpu(const char *preset, int task, float scale_init, int
         float *ga = read_all(&r[0], p->io.grads_all), *gb = read_all(&r[1], p->io.grads_all);
         float *pa = read_all(&r[0], p->io.params_all), *pb = read_all(&r[1], p->io.params_all);
         const int64_t total = tg_tensor_numel(&p->tensors[p->io.params_all]);
-        double grad_max = 0;
-        int64_t left_out = 0;
-        for (int64_t i = 0; ga && i < total; i++) grad_max = fmax(grad_max, fabs(ga[i]));
-        if (ga && gb && pa && pb) {
-            const double rp = tg_rel_err_after_update(pb, pa, ga, gb, total, 1e-3 * grad_max, &left_out);
-            CHECK(rp <= 1e-2, "%s (scale %g): parameters after %d steps: relative error %.3g", preset, scale_init,
-                  steps, rp);
-            CHECK(left_out <= total / 100, "%s (scale %g): %lld of %lld parameters with noise-level gradients",
-                  preset, scale_init, (long long)left_out, (long long)total);
+        int64_t noise = 0;
+        double num = 0, den = 0;
+        for (int64_t i = 0; ga && gb && pa && pb && i < total; i++) {
+            const double a = ga[i], b = gb[i];
+            if (fabs(a - b) > 0.5 * fmax(fabs(a), fabs(b))) {
+                noise++;
+                continue;
+            }
+            const double d = (double)pb[i] - (double)pa[i];
+            num += isnan(d) ? INFINITY : d * d;
+            den += (double)pa[i] * pa[i];
         }
+        const double rp = sqrt(num) / fmax(sqrt(den), 1e-30);
+        CHECK(ga && gb && pa && pb && rp <= 2e-3, "%s (scale %g): parameters after %d steps: relative error %.3g",
+              preset, scale_init, steps, rp);
+        CHECK(noise <= (int64_t)p->model.layers * p->model.hidden + total / 100,
+              "%s (scale %g): %lld of %lld parameters with gradients the executors disagree on", preset, scale_init,
+              (long long)noise, (long long)total);
         free(ga), free(gb), free(pa), free(pb);
     }
     for (int k = 0; k < opened; k++) close_run(&r[k]);
