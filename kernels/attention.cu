@@ -39,7 +39,7 @@ struct sm_drop {
     int vec; /* T % 4 == 0 and every [B,H,T,T] slot aligned to 4 elements: one access per block */
 };
 
-/* Scores TS, probs TP (float/float, or float/bf16 and bf16/bf16 in bf16 plans); the
+/* Scores TS, probs TP (float/float, or float/T and T/T in bf16 and fp16 plans, T the 16-bit type); the
  * dropped probs D (optional) have P's type. */
 template <class TS, class TP>
 __global__ void __launch_bounds__(SM_THREADS)
@@ -229,13 +229,17 @@ int tg_launch_attn_softmax(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t B = sp->b, H = sp->h, T = sp->t;
     const int64_t rows = B * H * T;
     if (rows <= 0) return 0;
-    const int s_bf16 = a->in_dtype[0] == TG_BF16, p_bf16 = a->out_dtype[0] == TG_BF16;
-    if (!p_bf16 && s_bf16) /* tg_check_dtypes refuses it; never read bf16 as float */
-        return tg_fail(err, "unsupported dtypes scores=bf16 probs=%s", tg_dtype_name(a->out_dtype[0]));
-    if (s_bf16)
+    const int sd = a->in_dtype[0], pd = a->out_dtype[0];
+    if (sd != TG_F32 && sd != pd) /* tg_check_dtypes refuses it; never read 16 bits as another type */
+        return tg_fail(err, "unsupported dtypes scores=%s probs=%s", tg_dtype_name(sd), tg_dtype_name(pd));
+    if (sd == TG_BF16)
         launch_softmax<tg_bf16, tg_bf16>(a, rows, H, T);
-    else if (p_bf16)
+    else if (sd == TG_F16)
+        launch_softmax<tg_f16, tg_f16>(a, rows, H, T);
+    else if (pd == TG_BF16)
         launch_softmax<float, tg_bf16>(a, rows, H, T);
+    else if (pd == TG_F16)
+        launch_softmax<float, tg_f16>(a, rows, H, T);
     else
         launch_softmax<float, float>(a, rows, H, T);
     return 0;
@@ -249,13 +253,17 @@ int tg_launch_attn_softmax_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const unsigned blocks = (unsigned)((rows * 32 + SM_THREADS - 1) / SM_THREADS);
     sm_drop drop = softmax_drop(a, sp->key, sp->p, 1);
     const float *step = (const float *)a->in[2];
-    const int es = a->out_dtype[0] == TG_BF16 ? (int)sizeof(tg_bf16) : (int)sizeof(float);
+    const int es = tg_storage_bytes(a->out_dtype[0]);
     const void *ptrs[3] = {a->in[0], a->in[1], a->out[0]};
     const int sizes[3] = {es, es, es};
     drop.vec = softmax_vec(T, ptrs, sizes, 3);
     if (a->out_dtype[0] == TG_BF16)
         attn_softmax_bwd_kernel<tg_bf16><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
             (const tg_bf16 *)a->in[0], (const tg_bf16 *)a->in[1], step, (tg_bf16 *)a->out[0], rows, T, sp->scale,
+            drop);
+    else if (a->out_dtype[0] == TG_F16)
+        attn_softmax_bwd_kernel<tg_f16><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
+            (const tg_f16 *)a->in[0], (const tg_f16 *)a->in[1], step, (tg_f16 *)a->out[0], rows, T, sp->scale,
             drop);
     else
         attn_softmax_bwd_kernel<float><<<blocks, SM_THREADS, 0, a->ctx->stream>>>(
@@ -293,7 +301,7 @@ heads_kernel(void *x, heads_parts parts, int64_t B, int64_t T, int64_t H, int64_
     }
 }
 
-/* Access of `vb` bytes: 16 (float4 / 8 bf16), 8 (4 bf16), or one element (4 or 2). */
+/* Access of `vb` bytes: 16 (float4 / 8 16-bit), 8 (4 16-bit), or one element (4 or 2). */
 template <bool TO_HEADS>
 static int launch_heads(const tg_cuda_op_args *a, tg_err *err) {
     const tg_heads_params *hp = &a->op->p.heads;
@@ -301,7 +309,7 @@ static int launch_heads(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t P = hp->parts < 1 ? 1 : hp->parts;
     if (P > 3) return tg_fail(err, "P = %lld (must be 1..3)", (long long)P);
     if (B * T * H * Dh <= 0) return 0;
-    const unsigned es = (TO_HEADS ? a->in_dtype[0] : a->out_dtype[0]) == TG_BF16 ? 2 : 4;
+    const unsigned es = (unsigned)tg_storage_bytes(TO_HEADS ? a->in_dtype[0] : a->out_dtype[0]);
     void *x = TO_HEADS ? a->in[0] : a->out[0];
     heads_parts parts = {{NULL, NULL, NULL}};
     unsigned vb = 16;

@@ -20,11 +20,12 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
 int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t slice = a->op->p.all_gather.slice;
     if (slice <= 0 || !a->ctx->nccl_comm) return 0; /* one replica holds every slice */
-    const int bf16 = a->out_dtype[0] == TG_BF16;
+    const int dt = a->out_dtype[0];
+    const ncclDataType_t type = dt == TG_BF16 ? ncclBfloat16 : dt == TG_F16 ? ncclHalf : ncclFloat;
     uint8_t *x = (uint8_t *)a->out[0];
-    const size_t bytes = (size_t)slice * (bf16 ? 2 : 4);
+    const size_t bytes = (size_t)slice * (size_t)tg_storage_bytes(dt);
     /* In place: each replica sends its own slice of the buffer it receives into. */
-    ncclResult_t r = ncclAllGather(x + (size_t)a->ctx->rank * bytes, x, (size_t)slice, bf16 ? ncclBfloat16 : ncclFloat,
+    ncclResult_t r = ncclAllGather(x + (size_t)a->ctx->rank * bytes, x, (size_t)slice, type,
                                    (ncclComm_t)a->ctx->nccl_comm, a->ctx->stream);
     if (r != ncclSuccess)
         return tg_fail(err, "ncclAllGather of %lld-element slices failed: %s (%s)", (long long)slice,

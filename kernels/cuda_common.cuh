@@ -8,11 +8,12 @@
  * so do we. Reductions use fixed partitions and fixed-order trees (never atomics on
  * floats), so every result is bitwise reproducible run to run.
  *
- * Storage types: a kernel's activation slots hold float or bf16 (__nv_bfloat16, "T"),
- * chosen per launch from the slot dtypes, which tg_cuda_op_run checks against the
- * op's dtype rules (kernels/README.md) before any launcher runs. bf16 values are widened
- * to float on load (exact), every computation is the fp32 kernel's, and results are
- * narrowed with __float2bfloat16_rn on store, which is what the CPU reference does
+ * Storage types: a kernel's activation slots hold float, bf16 (__nv_bfloat16) or IEEE half
+ * (__half, fp16 plans), "T", chosen per launch from the slot dtypes, which tg_cuda_op_run
+ * checks against the op's dtype rules (kernels/README.md) before any launcher runs. 16-bit
+ * values are widened to float on load (exact), every computation is the fp32 kernel's,
+ * and results are narrowed with __float2bfloat16_rn / __float2half_rn on store, which is
+ * what the CPU reference does
  * (runtime/cpu/op_run.c). tg_vec<T, W> moves W elements as one access. */
 #ifndef TUNEGRAPH_CUDA_COMMON_CUH
 #define TUNEGRAPH_CUDA_COMMON_CUH
@@ -20,6 +21,7 @@
 #include <stdint.h>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_ops.h"
@@ -99,13 +101,22 @@ static __device__ __forceinline__ void tg_grad_store(float *p, float v, int over
 }
 
 typedef __nv_bfloat16 tg_bf16;
+typedef __half tg_f16;
 
-/* Element i of a float or bf16 array as float (exact), and the store back (bf16: round
- * to nearest even, as the CPU's tg_bf16_from_f32). */
+/* The two 16-bit storage dtypes (bf16 and fp16 plans' activations and parameter copies). */
+static inline int tg_dtype_half(int dtype) { return dtype == TG_BF16 || dtype == TG_F16; }
+/* Bytes of one element of a float or 16-bit storage slot. */
+static inline int tg_storage_bytes(int dtype) { return tg_dtype_half(dtype) ? 2 : 4; }
+
+/* Element i of a float, bf16 or half array as float (exact), and the store back (round
+ * to nearest even, as the CPU's tg_bf16_from_f32 / tg_f16_from_f32; half: past 65504 to
+ * infinity, subnormals kept). */
 static __device__ __forceinline__ float tg_ld(const float *p, int64_t i) { return p[i]; }
 static __device__ __forceinline__ float tg_ld(const tg_bf16 *p, int64_t i) { return __bfloat162float(p[i]); }
+static __device__ __forceinline__ float tg_ld(const tg_f16 *p, int64_t i) { return __half2float(p[i]); }
 static __device__ __forceinline__ void tg_st(float *p, int64_t i, float v) { p[i] = v; }
 static __device__ __forceinline__ void tg_st(tg_bf16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void tg_st(tg_f16 *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
 /* Two bf16 in one 32-bit word (element j in the low half, j+1 in the high half). */
 static __device__ __forceinline__ float tg_bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -114,11 +125,35 @@ static __device__ __forceinline__ uint32_t tg_bf16_pack(float lo, float hi) {
     return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
            ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
+/* The same for two halves. */
+static __device__ __forceinline__ float tg_f16_lo(uint32_t w) {
+    return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+}
+static __device__ __forceinline__ float tg_f16_hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+static __device__ __forceinline__ uint32_t tg_f16_pack(float lo, float hi) {
+    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
 
-/* W consecutive elements at vector index k (elements [k*W, k*W + W)) as one access:
- * float x4 = float4 (16 bytes), bf16 x4 = uint2 (8 bytes), bf16 x8 = uint4 (16 bytes);
- * the pointer must be aligned to the access. */
-/* What a T slot stores of v, read back as float: v itself, or v rounded to bf16. */
+/* Pairs of a 16-bit storage type T in 32-bit words, by type, so code written once for
+ * both formats unpacks and packs with the functions above. */
+template <class T>
+struct tg_h16;
+template <>
+struct tg_h16<tg_bf16> {
+    static __device__ __forceinline__ float lo(uint32_t w) { return tg_bf16_lo(w); }
+    static __device__ __forceinline__ float hi(uint32_t w) { return tg_bf16_hi(w); }
+    static __device__ __forceinline__ uint32_t pack(float l, float h) { return tg_bf16_pack(l, h); }
+    static __device__ __forceinline__ tg_bf16 from(float v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct tg_h16<tg_f16> {
+    static __device__ __forceinline__ float lo(uint32_t w) { return tg_f16_lo(w); }
+    static __device__ __forceinline__ float hi(uint32_t w) { return tg_f16_hi(w); }
+    static __device__ __forceinline__ uint32_t pack(float l, float h) { return tg_f16_pack(l, h); }
+    static __device__ __forceinline__ tg_f16 from(float v) { return __float2half_rn(v); }
+};
+
+/* What a T slot stores of v, read back as float: v itself, or v rounded to bf16 / half. */
 template <class T>
 struct tg_stored {
     static __device__ __forceinline__ float of(float v) { return v; }
@@ -127,7 +162,14 @@ template <>
 struct tg_stored<tg_bf16> {
     static __device__ __forceinline__ float of(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 };
+template <>
+struct tg_stored<tg_f16> {
+    static __device__ __forceinline__ float of(float v) { return __half2float(__float2half_rn(v)); }
+};
 
+/* W consecutive elements at vector index k (elements [k*W, k*W + W)) as one access:
+ * float x4 = float4 (16 bytes), 16-bit x4 = uint2 (8 bytes), 16-bit x8 = uint4 (16 bytes);
+ * the pointer must be aligned to the access. */
 template <class T, int W>
 struct tg_vec;
 template <>
@@ -145,33 +187,40 @@ struct tg_vec<float, 4> {
         reinterpret_cast<float4 *>(p)[k] = make_float4(v[0], v[1], v[2], v[3]);
     }
 };
-template <>
-struct tg_vec<tg_bf16, 1> {
-    static __device__ __forceinline__ void load(const tg_bf16 *p, int64_t k, float (&v)[1]) { v[0] = tg_ld(p, k); }
-    static __device__ __forceinline__ void store(tg_bf16 *p, int64_t k, const float (&v)[1]) { tg_st(p, k, v[0]); }
+/* The 16-bit formats share one definition (tg_h16 converts). */
+template <class T, int W>
+struct tg_vec16;
+template <class T>
+struct tg_vec16<T, 1> {
+    static __device__ __forceinline__ void load(const T *p, int64_t k, float (&v)[1]) { v[0] = tg_ld(p, k); }
+    static __device__ __forceinline__ void store(T *p, int64_t k, const float (&v)[1]) { tg_st(p, k, v[0]); }
 };
-template <>
-struct tg_vec<tg_bf16, 4> {
-    static __device__ __forceinline__ void load(const tg_bf16 *p, int64_t k, float (&v)[4]) {
+template <class T>
+struct tg_vec16<T, 4> {
+    static __device__ __forceinline__ void load(const T *p, int64_t k, float (&v)[4]) {
         uint2 t = reinterpret_cast<const uint2 *>(p)[k];
-        v[0] = tg_bf16_lo(t.x), v[1] = tg_bf16_hi(t.x), v[2] = tg_bf16_lo(t.y), v[3] = tg_bf16_hi(t.y);
+        v[0] = tg_h16<T>::lo(t.x), v[1] = tg_h16<T>::hi(t.x), v[2] = tg_h16<T>::lo(t.y), v[3] = tg_h16<T>::hi(t.y);
     }
-    static __device__ __forceinline__ void store(tg_bf16 *p, int64_t k, const float (&v)[4]) {
-        reinterpret_cast<uint2 *>(p)[k] = make_uint2(tg_bf16_pack(v[0], v[1]), tg_bf16_pack(v[2], v[3]));
+    static __device__ __forceinline__ void store(T *p, int64_t k, const float (&v)[4]) {
+        reinterpret_cast<uint2 *>(p)[k] = make_uint2(tg_h16<T>::pack(v[0], v[1]), tg_h16<T>::pack(v[2], v[3]));
     }
 };
-template <>
-struct tg_vec<tg_bf16, 8> {
-    static __device__ __forceinline__ void load(const tg_bf16 *p, int64_t k, float (&v)[8]) {
+template <class T>
+struct tg_vec16<T, 8> {
+    static __device__ __forceinline__ void load(const T *p, int64_t k, float (&v)[8]) {
         uint4 t = reinterpret_cast<const uint4 *>(p)[k];
-        v[0] = tg_bf16_lo(t.x), v[1] = tg_bf16_hi(t.x), v[2] = tg_bf16_lo(t.y), v[3] = tg_bf16_hi(t.y);
-        v[4] = tg_bf16_lo(t.z), v[5] = tg_bf16_hi(t.z), v[6] = tg_bf16_lo(t.w), v[7] = tg_bf16_hi(t.w);
+        v[0] = tg_h16<T>::lo(t.x), v[1] = tg_h16<T>::hi(t.x), v[2] = tg_h16<T>::lo(t.y), v[3] = tg_h16<T>::hi(t.y);
+        v[4] = tg_h16<T>::lo(t.z), v[5] = tg_h16<T>::hi(t.z), v[6] = tg_h16<T>::lo(t.w), v[7] = tg_h16<T>::hi(t.w);
     }
-    static __device__ __forceinline__ void store(tg_bf16 *p, int64_t k, const float (&v)[8]) {
-        reinterpret_cast<uint4 *>(p)[k] = make_uint4(tg_bf16_pack(v[0], v[1]), tg_bf16_pack(v[2], v[3]),
-                                                     tg_bf16_pack(v[4], v[5]), tg_bf16_pack(v[6], v[7]));
+    static __device__ __forceinline__ void store(T *p, int64_t k, const float (&v)[8]) {
+        reinterpret_cast<uint4 *>(p)[k] = make_uint4(tg_h16<T>::pack(v[0], v[1]), tg_h16<T>::pack(v[2], v[3]),
+                                                     tg_h16<T>::pack(v[4], v[5]), tg_h16<T>::pack(v[6], v[7]));
     }
 };
+template <int W>
+struct tg_vec<tg_bf16, W> : tg_vec16<tg_bf16, W> {};
+template <int W>
+struct tg_vec<tg_f16, W> : tg_vec16<tg_f16, W> {};
 
 /* Float arithmetic exactly as the CPU's (no FMA contraction). */
 static __device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }

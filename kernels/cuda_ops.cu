@@ -16,9 +16,10 @@
 /* ---- dtype rules ---------------------------------------------------------------------
  * One string per slot: a role letter, then the slot's name for messages. Only slots
  * with a device pointer are checked (optional inputs may be absent).
- *   T  the op's storage type: f32 or bf16, the same in every T slot of the launch
- *   S  f32, or the storage type (attention scores: f32 in bf16 plans)
- *   F  f32     I  i32     B  bf16     A  any dtype (ZERO)
+ *   T  the op's storage type: f32, bf16 or f16, the same in every T slot of the launch
+ *   S  f32, or the storage type (attention scores: f32 in bf16 and fp16 plans)
+ *   H  a 16-bit format (bf16 or f16: the parameters' copies)
+ *   F  f32     I  i32     A  any dtype (ZERO)
  * MATMUL's row is empty: kernels/gemm.cu checks its own dtypes. */
 struct dtype_rule {
     const char *in[TG_OP_MAX_IN];
@@ -61,8 +62,8 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SPAN_LOSS_BWD, {{"Fdloss", "Tlogits", "Ipositions", "Fnorm"}, {"Tdlogits"}}},
     {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps", "Fnorm"}, {"Flr", "Fstep_out"}}},
     {TG_OP_GRAD_NORM, {{"Fgrads", "Fscale"}, {"Fnorm"}}},
-    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm", "Fv", "Bparams_bf16"}}},
-    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm_d", "Fv_gprev", "Bparams_bf16"}}},
+    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm", "Fv", "Hparams_half"}}},
+    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm_d", "Fv_gprev", "Hparams_half"}}},
     {TG_OP_LOSS_SCALE_UPDATE, {{"Fnorm", "Fscale", "Ftracker"}, {"Fscale_out", "Ftracker_out"}}},
     {TG_OP_RESIDUAL_LAYERNORM, {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}}},
     {TG_OP_RESIDUAL_LAYERNORM_BWD,
@@ -96,10 +97,10 @@ static int dtype_ok(char role, int dt, int *T) {
     switch (role) {
     case 'T':
         if (*T < 0) *T = dt;
-        return dt == *T && (dt == TG_F32 || dt == TG_BF16);
+        return dt == *T && (dt == TG_F32 || tg_dtype_half(dt));
     case 'F': return dt == TG_F32;
     case 'I': return dt == TG_I32;
-    case 'B': return dt == TG_BF16;
+    case 'H': return tg_dtype_half(dt);
     case 'A': return tg_dtype_size(dt) > 0;
     default: return 0;
     }
@@ -119,7 +120,7 @@ int tg_check_dtypes(const tg_cuda_op_args *a, tg_err *err) {
             if (!rule || !ptr || (rule[0] == 'T') != (pass == 0)) continue;
             const int dt = is_in ? a->in_dtype[k] : a->out_dtype[k];
             checked = 1;
-            if (rule[0] == 'S') ok &= dt == TG_F32 || (dt == T && dt == TG_BF16);
+            if (rule[0] == 'S') ok &= dt == TG_F32 || (dt == T && tg_dtype_half(dt));
             else ok &= dtype_ok(rule[0], dt, &T);
         }
     if (!checked || ok) return 0;

@@ -90,7 +90,7 @@ typedef struct tg_step_ctrl {
 
 typedef struct tg_step_record {
     float loss, lr, grad_norm;
-    uint32_t pad;
+    float loss_scale; /* fp16 plans: the dynamic loss scale after the step; 0 in others */
     unsigned long long stamps[5]; /* GPU timer: start, batch in place, end of forward, backward, optimizer */
 } tg_step_record;
 
@@ -121,9 +121,11 @@ int tg_cuda_derive_label_rows(uint8_t *image, tg_lm_label_rows label_rows, cudaS
 int tg_cuda_loss_window(const float *loss, float *sum, int first, cudaStream_t s);
 /* *flag = value, as a kernel node (the deferred update's gate, cleared once its chunks ran). */
 int tg_cuda_set_flag(int *flag, int value, cudaStream_t s);
-/* update_due (device, or NULL): set to 1, marking this step's deferred update as due. */
-int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report, long long *seq,
-                     int *update_due, cudaStream_t s);
+/* update_due (device, or NULL): set to 1, marking this step's deferred update as due.
+ * loss_scale (device, or NULL: the record says 0): fp16 plans' io.loss_scale, read after
+ * the step's LOSS_SCALE_UPDATE. */
+int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, const float *loss_scale,
+                     tg_step_report *report, long long *seq, int *update_due, cudaStream_t s);
 
 /* TG_OP_ADAMW (kernels/optimizer.cu) over parameter elements [first, end) only (first a
  * multiple of 4), on a->ctx->stream; with `gate` (device), the launch does nothing while

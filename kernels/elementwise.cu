@@ -73,7 +73,7 @@ struct tanh_bwd_fn {
 
 /* ---- kernels ----------------------------------------------------------------------- */
 
-/* One 16-byte access as raw bits (float4: 4 floats; uint4: 8 bf16), widened to float
+/* One 16-byte access as raw bits (float4: 4 floats; uint4: 8 bf16 or half), widened to float
  * with exactly tg_vec's conversions, so loads can be issued before any arithmetic. */
 template <class T, int W>
 struct ew_pack;
@@ -85,19 +85,24 @@ struct ew_pack<float, 4> {
         v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
     }
 };
-template <>
-struct ew_pack<tg_bf16, 8> {
+template <class T>
+struct ew_pack16 {
     typedef uint4 raw;
-    static __device__ __forceinline__ raw ld(const tg_bf16 *p, int64_t k) { return reinterpret_cast<const uint4 *>(p)[k]; }
+    static __device__ __forceinline__ raw ld(const T *p, int64_t k) { return reinterpret_cast<const uint4 *>(p)[k]; }
     static __device__ __forceinline__ void unpack(const raw &t, float (&v)[8]) {
-        v[0] = tg_bf16_lo(t.x), v[1] = tg_bf16_hi(t.x), v[2] = tg_bf16_lo(t.y), v[3] = tg_bf16_hi(t.y);
-        v[4] = tg_bf16_lo(t.z), v[5] = tg_bf16_hi(t.z), v[6] = tg_bf16_lo(t.w), v[7] = tg_bf16_hi(t.w);
+        typedef tg_h16<T> H;
+        v[0] = H::lo(t.x), v[1] = H::hi(t.x), v[2] = H::lo(t.y), v[3] = H::hi(t.y);
+        v[4] = H::lo(t.z), v[5] = H::hi(t.z), v[6] = H::lo(t.w), v[7] = H::hi(t.w);
     }
 };
+template <>
+struct ew_pack<tg_bf16, 8> : ew_pack16<tg_bf16> {};
+template <>
+struct ew_pack<tg_f16, 8> : ew_pack16<tg_f16> {};
 
-/* y = f(a, b) over n elements of storage type T (float or bf16; computed in float);
+/* y = f(a, b) over n elements of storage type T (float, bf16 or half; computed in float);
  * b may be NULL (unary ops get 0). vec: all pointers 16-byte aligned, so elements
- * [0, W*(n/W)) move W at a time (float: W = 4, a float4; bf16: W = 8, 16 bytes).
+ * [0, W*(n/W)) move W at a time (float: W = 4, a float4; 16-bit: W = 8, 16 bytes).
  * Each thread first loads EW_UNROLL vectors of a (and b) at i, i + stride, ... (all
  * loads in flight together), then computes and stores them; leftover vectors go one at
  * a time, then the scalar tail. Every element is still loaded and stored by one thread,
@@ -206,6 +211,8 @@ static int launch_ew(const tg_cuda_op_args *a, int64_t n, const void *in0, const
     if (n <= 0) return 0;
     if (a->out_dtype[0] == TG_BF16)
         launch_ew_t<tg_bf16, 8>(a, n, in0, in1, f);
+    else if (a->out_dtype[0] == TG_F16)
+        launch_ew_t<tg_f16, 8>(a, n, in0, in1, f);
     else
         launch_ew_t<float, 4>(a, n, in0, in1, f);
     return 0;
@@ -289,6 +296,9 @@ int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err) {
         if (a->out_dtype[0] == TG_BF16)
             return tanh_form ? gelu_bwd_with_bias<tg_bf16>(a, gelu_tanh_bwd_fn(), err)
                              : gelu_bwd_with_bias<tg_bf16>(a, gelu_erf_bwd_fn(), err);
+        if (a->out_dtype[0] == TG_F16)
+            return tanh_form ? gelu_bwd_with_bias<tg_f16>(a, gelu_tanh_bwd_fn(), err)
+                             : gelu_bwd_with_bias<tg_f16>(a, gelu_erf_bwd_fn(), err);
         return tanh_form ? gelu_bwd_with_bias<float>(a, gelu_tanh_bwd_fn(), err)
                          : gelu_bwd_with_bias<float>(a, gelu_erf_bwd_fn(), err);
     }
@@ -304,15 +314,26 @@ int tg_launch_tanh_bwd(const tg_cuda_op_args *a, tg_err *err) {
     return launch_ew(a, a->op->p.count.n, a->in[0], a->in[1], tanh_bwd_fn());
 }
 
+/* vec: 4-element accesses (a float4, or 8 bytes of a 16-bit type). */
+template <class T>
+static void launch_dropout(const tg_cuda_op_args *a, const float *step, int64_t n, float p, float scale,
+                           unsigned blocks) {
+    const T *x = (const T *)a->in[0];
+    T *y = (T *)a->out[0];
+    const int vec = tg_aligned(x, 4 * sizeof(T)) && tg_aligned(y, 4 * sizeof(T));
+    dropout_kernel<T><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
+                                                                (uint32_t)a->op->p.dropout.key, p, scale);
+}
+
 int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err) {
     const tg_dropout_params *dp = &a->op->p.dropout;
     const int64_t n = dp->n;
     if (n <= 0) return 0;
     const float p = dp->p;
-    const int bf16 = a->out_dtype[0] == TG_BF16;
+    const int dt = a->out_dtype[0];
     if (!a->training || p <= 0.0f) { /* identity */
         if (a->out[0] == a->in[0]) return 0;
-        const size_t bytes = (size_t)n * (bf16 ? sizeof(tg_bf16) : sizeof(float));
+        const size_t bytes = (size_t)n * (size_t)tg_storage_bytes(dt);
         cudaError_t e = cudaMemcpyAsync(a->out[0], a->in[0], bytes, cudaMemcpyDeviceToDevice, a->ctx->stream);
         if (e != cudaSuccess) return tg_fail(err, "cudaMemcpyAsync: %s", cudaGetErrorString(e));
         return 0;
@@ -320,18 +341,11 @@ int tg_launch_dropout(const tg_cuda_op_args *a, tg_err *err) {
     const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; /* the CPU's expression */
     const float *step = (const float *)a->in[1];
     const unsigned blocks = tg_blocks((n + 3) / 4, EW_THREADS);
-    if (bf16) {
-        const tg_bf16 *x = (const tg_bf16 *)a->in[0];
-        tg_bf16 *y = (tg_bf16 *)a->out[0];
-        const int vec = tg_aligned8(x) && tg_aligned8(y);
-        dropout_kernel<tg_bf16><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
-                                                                          (uint32_t)dp->key, p, scale);
-    } else {
-        const float *x = (const float *)a->in[0];
-        float *y = (float *)a->out[0];
-        const int vec = tg_aligned16(x) && tg_aligned16(y);
-        dropout_kernel<float><<<blocks, EW_THREADS, 0, a->ctx->stream>>>(x, step, y, n, vec, a->ctx->seed,
-                                                                        (uint32_t)dp->key, p, scale);
-    }
+    if (dt == TG_BF16)
+        launch_dropout<tg_bf16>(a, step, n, p, scale, blocks);
+    else if (dt == TG_F16)
+        launch_dropout<tg_f16>(a, step, n, p, scale, blocks);
+    else
+        launch_dropout<float>(a, step, n, p, scale, blocks);
     return 0;
 }

@@ -1,8 +1,8 @@
 /* EMBEDDING (gather) and EMBEDDING_BWD (deterministic scatter-add).
  *
- * The forward is a float4 gather from the fp32 table into out0 (float, or bf16 rounded
- * on store in bf16 plans); out-of-range ids give a zero row, as on the CPU. The backward
- * reads dout as float or bf16 (widened exactly) and sums in float into fp32 dtable.
+ * The forward is a float4 gather from the fp32 table into out0 (float, or bf16 / half
+ * rounded on store in bf16 / fp16 plans); out-of-range ids give a zero row, as on the CPU. The backward
+ * reads dout as float, bf16 or half (widened exactly) and sums in float into fp32 dtable.
  *
  * The backward must not depend on thread timing, so it never adds floats atomically.
  * Instead it groups the token indices by id with a stable counting sort, then sums each
@@ -162,6 +162,8 @@ int tg_launch_embedding(const tg_cuda_op_args *a, tg_err *err) {
     if (N <= 0 || D <= 0) return 0;
     if (a->out_dtype[0] == TG_BF16)
         launch_emb_fwd<tg_bf16>(a, N, V, D);
+    else if (a->out_dtype[0] == TG_F16)
+        launch_emb_fwd<tg_f16>(a, N, V, D);
     else
         launch_emb_fwd<float>(a, N, V, D);
     return 0;
@@ -474,13 +476,15 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
     if (N >= INT32_MAX / 2) return tg_fail(err, "%lld tokens exceed int32 indexing", (long long)N);
     if (V <= SMALL_V) {
         if (tg_scratch_check(a, tg_scratch_embedding_bwd(a->op), err)) return -1;
-        return a->in_dtype[1] == TG_BF16 ? emb_small<tg_bf16>(a, N, V, D, err) : emb_small<float>(a, N, V, D, err);
+        if (a->in_dtype[1] == TG_BF16) return emb_small<tg_bf16>(a, N, V, D, err);
+        if (a->in_dtype[1] == TG_F16) return emb_small<tg_f16>(a, N, V, D, err);
+        return emb_small<float>(a, N, V, D, err);
     }
     const int *ids = (const int *)a->in[0];
     const void *dy = a->in[1];
     float *dt = (float *)a->out[0];
     const int pad = (int)a->op->p.embedding.padding_idx;
-    const int dy_bf16 = a->in_dtype[1] == TG_BF16;
+    const int dy_dt = a->in_dtype[1];
     cudaStream_t st = a->ctx->stream;
     int id_bits = 1;
     while (((int64_t)1 << id_bits) <= V) id_bits++; /* 2^id_bits > V: invalid keys sort last */
@@ -514,7 +518,7 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
         emb_place_kernel<<<1, SORT_THREADS, 0, st>>>(ids, start, cursor, sorted, N, (int)V, pad, TILE_BITS + id_bits);
     }
 
-    const int vec = D % 4 == 0 && tg_aligned(dy, dy_bf16 ? 8 : 16) && tg_aligned16(dt);
+    const int vec = D % 4 == 0 && tg_aligned(dy, 4 * (unsigned)tg_storage_bytes(dy_dt)) && tg_aligned16(dt);
     const int64_t DW = vec ? D / 4 : D;
     const int nslices = (int)((DW + 31) / 32);
     const unsigned blocks = tg_blocks(N * nslices * 32, EMB_THREADS);
@@ -523,9 +527,11 @@ int tg_launch_embedding_bwd(const tg_cuda_op_args *a, tg_err *err) {
                                                                          partial, arrive, (int)V, DW, nslices)      \
           : emb_chunk_kernel<W, TD, false><<<blocks, EMB_THREADS, 0, st>>>(ids, (const TD *)dy, dt, sg, sorted,      \
                                                                           partial, arrive, (int)V, DW, nslices))
-    if (vec && dy_bf16) EMB_CHUNK(4, tg_bf16);
+    if (vec && dy_dt == TG_BF16) EMB_CHUNK(4, tg_bf16);
+    else if (vec && dy_dt == TG_F16) EMB_CHUNK(4, tg_f16);
     else if (vec) EMB_CHUNK(4, float);
-    else if (dy_bf16) EMB_CHUNK(1, tg_bf16);
+    else if (dy_dt == TG_BF16) EMB_CHUNK(1, tg_bf16);
+    else if (dy_dt == TG_F16) EMB_CHUNK(1, tg_f16);
     else EMB_CHUNK(1, float);
 #undef EMB_CHUNK
     return 0;

@@ -7,8 +7,8 @@
  *
  * Fused attention never stores the [B,H,T,T] scores.
  *
- * bf16 plans: tensor-core kernels (mma.sync m16n8k16, bf16 in, fp32 accumulate) in the
- * FlashAttention-2 arrangement. A block of 4 warps owns 64 rows; each warp owns 16 of
+ * bf16 and fp16 plans: tensor-core kernels (mma.sync m16n8k16, bf16 or f16 in, fp32
+ * accumulate; one template on the 16-bit storage type ST) in the FlashAttention-2 arrangement. A block of 4 warps owns 64 rows; each warp owns 16 of
  * them and everything it accumulates, so no warp ever reduces with another and no
  * float atomics are used (results are bitwise reproducible).
  *   forward  rows = queries; per 64-key tile: S = Q K^T, online softmax (exp2 domain,
@@ -80,7 +80,7 @@ struct fa_args {
     int drop, drop_vec;
 };
 
-/* 2^x by the SFU (ex2.approx: 2 ulp, exp2(-inf) = 0), for the bf16 kernels. */
+/* 2^x by the SFU (ex2.approx: 2 ulp, exp2(-inf) = 0), for the tensor-core kernels. */
 static __device__ __forceinline__ float fa_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -89,28 +89,49 @@ static __device__ __forceinline__ float fa_exp2(float x) {
 
 /* ---- tensor-core primitives ------------------------------------------------------ */
 
+/* c += a b for 16-bit A (4 registers of 2 elements) and B (2 registers) fragments of
+ * type ST, fp32 accumulators. */
+template <class ST>
+struct fa_mma;
+template <>
+struct fa_mma<tg_bf16> {
+    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <>
+struct fa_mma<tg_f16> {
+    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <class ST>
 static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    fa_mma<ST>::run(c, a, b0, b1);
 }
 
-static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const tg_bf16 *p) {
+/* ldmatrix moves 16-bit elements whatever their format. */
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
     const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
 
-static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const tg_bf16 *p) {
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
     const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
 
-/* Shared tiles are [64][DP + 8] bf16: the 16-byte pad puts the 8 rows of every ldmatrix
+/* Shared tiles are [64][DP + 8] 16-bit elements: the 16-byte pad puts the 8 rows of every ldmatrix
  * phase in distinct banks. */
 template <int DP>
 struct fa_tile {
@@ -119,36 +140,37 @@ struct fa_tile {
 };
 
 /* A fragment (16 rows x 16 k) of a row-major tile, rows r0.., columns k0.. */
-template <int DP>
-static __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const tg_bf16 *t, int r0, int k0, int lane) {
+template <int DP, class ST>
+static __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const ST *t, int r0, int k0, int lane) {
     ldsm_x4(a, t + (r0 + (lane & 15)) * fa_tile<DP>::LD + k0 + (lane >> 4) * 8);
 }
 
 /* B fragments of two n8 tiles (n0.., n0+8..) x k16 from a tile stored [n][k]. */
-template <int DP>
-static __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const tg_bf16 *t, int n0, int k0, int lane) {
+template <int DP, class ST>
+static __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const ST *t, int n0, int k0, int lane) {
     ldsm_x4(b, t + (n0 + (lane & 7) + ((lane >> 4) << 3)) * fa_tile<DP>::LD + k0 + ((lane >> 3) & 1) * 8);
 }
 
 /* B fragments of two n8 tiles x k16 from a tile stored [k][n] (transposing load). */
-template <int DP>
-static __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const tg_bf16 *t, int k0, int n0, int lane) {
+template <int DP, class ST>
+static __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const ST *t, int k0, int n0, int lane) {
     ldsm_x4_t(b, t + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * fa_tile<DP>::LD + n0 + (lane >> 4) * 8);
 }
 
 /* The accumulator of two adjacent n8 tiles (16 x 16, fp32) as the A fragment of the
- * next product, rounded to bf16. */
+ * next product, rounded to ST. */
+template <class ST>
 static __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-    a[0] = tg_bf16_pack(c0[0], c0[1]);
-    a[1] = tg_bf16_pack(c0[2], c0[3]);
-    a[2] = tg_bf16_pack(c1[0], c1[1]);
-    a[3] = tg_bf16_pack(c1[2], c1[3]);
+    a[0] = tg_h16<ST>::pack(c0[0], c0[1]);
+    a[1] = tg_h16<ST>::pack(c0[2], c0[3]);
+    a[2] = tg_h16<ST>::pack(c1[0], c1[1]);
+    a[3] = tg_h16<ST>::pack(c1[2], c1[3]);
 }
 
 /* acc = rows r0 .. r0+15 of tile A times tile B^T (both stored [row][DP]): a 16 x 64
  * product such as Q K^T, fp32. */
-template <int DP>
-static __device__ __forceinline__ void tile_abt(float (&acc)[FA_COLS / 8][4], const tg_bf16 *sA, const tg_bf16 *sB,
+template <int DP, class ST>
+static __device__ __forceinline__ void tile_abt(float (&acc)[FA_COLS / 8][4], const ST *sA, const ST *sB,
                                                 int r0, int lane) {
     for (int j = 0; j < FA_COLS / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
@@ -159,27 +181,27 @@ static __device__ __forceinline__ void tile_abt(float (&acc)[FA_COLS / 8][4], co
         for (int nj = 0; nj < FA_COLS / 16; nj++) {
             uint32_t bf[4];
             frag_b_nk<DP>(bf, sB, nj * 16, kk * 16, lane);
-            mma16816(acc[2 * nj], af, bf[0], bf[1]);
-            mma16816(acc[2 * nj + 1], af, bf[2], bf[3]);
+            mma16816<ST>(acc[2 * nj], af, bf[0], bf[1]);
+            mma16816<ST>(acc[2 * nj + 1], af, bf[2], bf[3]);
         }
     }
 }
 
-/* acc += P B: P a 16 x 64 fp32 fragment (rounded to bf16 for the product), B a tile
+/* acc += P B: P a 16 x 64 fp32 fragment (rounded to ST for the product), B a tile
  * stored [64][DP], such as P V. */
-template <int DP>
+template <int DP, class ST>
 static __device__ __forceinline__ void tile_pb(float (&acc)[DP / 8][4], const float (&p)[FA_COLS / 8][4],
-                                               const tg_bf16 *sB, int lane) {
+                                               const ST *sB, int lane) {
 #pragma unroll
     for (int kk = 0; kk < FA_COLS / 16; kk++) {
         uint32_t pa[4];
-        acc_to_a(pa, p[2 * kk], p[2 * kk + 1]);
+        acc_to_a<ST>(pa, p[2 * kk], p[2 * kk + 1]);
 #pragma unroll
         for (int dj = 0; dj < DP / 16; dj++) {
             uint32_t bf[4];
             frag_b_kn<DP>(bf, sB, kk * 16, dj * 16, lane);
-            mma16816(acc[2 * dj], pa, bf[0], bf[1]);
-            mma16816(acc[2 * dj + 1], pa, bf[2], bf[3]);
+            mma16816<ST>(acc[2 * dj], pa, bf[0], bf[1]);
+            mma16816<ST>(acc[2 * dj + 1], pa, bf[2], bf[3]);
         }
     }
 }
@@ -200,8 +222,8 @@ static __device__ __forceinline__ void cp_async_wait() {
  * g pointing at row 0 column 0 of that head, by the block's THREADS threads. With 16-byte
  * rows the copy is asynchronous (part of the caller's next cp.async group); otherwise
  * element by element. */
-template <int DP, int ROWS = FA_ROWS, int THREADS = FA_THREADS>
-static __device__ __forceinline__ void load_tile(tg_bf16 *s, const tg_bf16 *g, int64_t ld, int row0, int T, int Dh,
+template <int DP, int ROWS = FA_ROWS, int THREADS = FA_THREADS, class ST>
+static __device__ __forceinline__ void load_tile(ST *s, const ST *g, int64_t ld, int row0, int T, int Dh,
                                                  int vec) {
     constexpr int LD = fa_tile<DP>::LD;
     if (vec) {
@@ -212,7 +234,7 @@ static __device__ __forceinline__ void load_tile(tg_bf16 *s, const tg_bf16 *g, i
             cp_async16(s + r * LD + c, in ? g + (int64_t)(row0 + r) * ld + c : g, in ? 16 : 0);
         }
     } else {
-        const tg_bf16 zero = __float2bfloat16_rn(0.0f);
+        const ST zero = tg_h16<ST>::from(0.0f);
         for (int i = threadIdx.x; i < ROWS * DP; i += THREADS) {
             const int r = i / DP, c = i % DP;
             s[r * LD + c] = row0 + r < T && c < Dh ? g[(int64_t)(row0 + r) * ld + c] : zero;
@@ -223,12 +245,12 @@ static __device__ __forceinline__ void load_tile(tg_bf16 *s, const tg_bf16 *g, i
 /* delta = rowsum(dO * O) of tile row r (stored, rounded O), by a warp: lane L sums half
  * (L >> 4) of row r0 + (L & 15) and the halves meet by shuffle, so lanes L and L ^ 16 both
  * return that row's sum. */
-template <int DP>
-static __device__ __forceinline__ float row_delta(const tg_bf16 *sdO, const tg_bf16 *sO, int r0, int lane) {
+template <int DP, class ST>
+static __device__ __forceinline__ float row_delta(const ST *sdO, const ST *sO, int r0, int lane) {
     constexpr int LD = fa_tile<DP>::LD;
     const int r = r0 + (lane & 15), d0 = (lane >> 4) * (DP / 2);
     float acc = 0.0f;
-    for (int d = d0; d < d0 + DP / 2; d++) acc += __bfloat162float(sdO[r * LD + d]) * __bfloat162float(sO[r * LD + d]);
+    for (int d = d0; d < d0 + DP / 2; d++) acc += tg_ld(sdO, r * LD + d) * tg_ld(sO, r * LD + d);
     return acc + __shfl_xor_sync(0xffffffffu, acc, 16);
 }
 
@@ -261,24 +283,24 @@ static __device__ __forceinline__ void load_row_stat(float *s, const float *src,
 }
 
 /* Rows r0 + g and r0 + g + 8 of a 16-row accumulator (columns below Dh, rows below T)
- * to a bf16 [rows, ld] head. */
-template <int DP>
-static __device__ __forceinline__ void store_rows(tg_bf16 *base, int64_t ld, const float (&acc)[DP / 8][4], int r0,
+ * to a 16-bit [rows, ld] head. */
+template <int DP, class ST>
+static __device__ __forceinline__ void store_rows(ST *base, int64_t ld, const float (&acc)[DP / 8][4], int r0,
                                                   int T, int Dh, int vec, int lane) {
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = r0 + g + 8 * r;
         if (row >= T) continue;
-        tg_bf16 *drow = base + (int64_t)row * ld;
+        ST *drow = base + (int64_t)row * ld;
 #pragma unroll
         for (int d = 0; d < DP / 8; d++) {
             const int col = 8 * d + 2 * c;
             if (col + 1 < Dh && vec)
-                *reinterpret_cast<uint32_t *>(drow + col) = tg_bf16_pack(acc[d][2 * r], acc[d][2 * r + 1]);
+                *reinterpret_cast<uint32_t *>(drow + col) = tg_h16<ST>::pack(acc[d][2 * r], acc[d][2 * r + 1]);
             else {
-                if (col < Dh) drow[col] = __float2bfloat16_rn(acc[d][2 * r]);
-                if (col + 1 < Dh) drow[col + 1] = __float2bfloat16_rn(acc[d][2 * r + 1]);
+                if (col < Dh) tg_st(drow, col, acc[d][2 * r]);
+                if (col + 1 < Dh) tg_st(drow, col + 1, acc[d][2 * r + 1]);
             }
         }
     }
@@ -286,19 +308,19 @@ static __device__ __forceinline__ void store_rows(tg_bf16 *base, int64_t ld, con
 
 /* K, V and the key mask of key tile k0 into double-buffer slot `buf` (sKV: [buf][K, V],
  * sM2: [buf][64]), as part of the caller's next cp.async group. */
-template <int DP>
+template <int DP, class ST>
 struct key_tiles {
-    const tg_bf16 *K, *V; /* head columns of row 0 */
+    const ST *K, *V; /* head columns of row 0 */
     int64_t ldk, ldv;
     const float *mask;
     int b, T, Dh, vec;
 };
 
-template <int DP>
-static __device__ __forceinline__ void load_key_tile(tg_bf16 *sKV, float *sM2, int buf, const key_tiles<DP> &kv,
+template <int DP, class ST>
+static __device__ __forceinline__ void load_key_tile(ST *sKV, float *sM2, int buf, const key_tiles<DP, ST> &kv,
                                                      int k0) {
     constexpr int E = fa_tile<DP>::ELEMS;
-    tg_bf16 *dst = sKV + 2 * E * buf;
+    ST *dst = sKV + 2 * E * buf;
     load_tile<DP>(dst, kv.K, kv.ldk, k0, kv.T, kv.Dh, kv.vec);
     load_tile<DP>(dst + E, kv.V, kv.ldv, k0, kv.T, kv.Dh, kv.vec);
     load_key_mask(sM2 + FA_COLS * buf, kv.mask, kv.b, kv.T, k0);
@@ -306,9 +328,9 @@ static __device__ __forceinline__ void load_key_tile(tg_bf16 *sKV, float *sM2, i
 
 /* Before key tile kt is used: start the next one streaming into the other slot, wait
  * until tile kt has landed, and make it visible to the whole block. */
-template <int DP>
-static __device__ __forceinline__ void advance_key_tile(tg_bf16 *sKV, float *sM2, int kt, int ktiles,
-                                                        const key_tiles<DP> &kv) {
+template <int DP, class ST>
+static __device__ __forceinline__ void advance_key_tile(ST *sKV, float *sM2, int kt, int ktiles,
+                                                        const key_tiles<DP, ST> &kv) {
     if (kt + 1 < ktiles) {
         load_key_tile<DP>(sKV, sM2, (kt + 1) & 1, kv, (kt + 1) * FA_COLS);
         cp_async_commit();
@@ -375,7 +397,7 @@ static inline int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, 
     f->scale = at->scale;
     if (f->Dh < 1 || f->Dh > 128) return tg_fail(err, "head dim %d: the fused attention kernels take 1..128", f->Dh);
     const int64_t D = (int64_t)f->H * f->Dh;
-    const int es = a->in_dtype[q_slot] == TG_BF16 ? 2 : 4;
+    const int es = tg_storage_bytes(a->in_dtype[q_slot]);
     if (at->packed) {
         const char *base = (const char *)a->in[q_slot];
         f->q = base, f->k = base + D * es, f->v = base + 2 * D * es;
@@ -403,12 +425,13 @@ static inline int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, 
         f->drop = f->bits != NULL;
     }
     f->drop_vec = f->T % 4 == 0;
-    /* 16-byte row chunks: every row start and head column aligned to 8 bf16. */
+    /* 16-byte row chunks: every row start and head column aligned to 8 16-bit elements. */
     f->vec = es == 2 && f->Dh % 8 == 0 && D % 8 == 0 && tg_aligned16(f->q) && tg_aligned16(f->k) && tg_aligned16(f->v);
     return 0;
 }
 
-/* The one-kernel backward for T <= 128 (flash_attention_bwd_short.cu), bf16. */
-int tg_fa_launch_bwd_short(const fa_args &f, cudaStream_t s, tg_err *err);
+/* The one-kernel backward for T <= 128 (flash_attention_bwd_short.cu), 16-bit storage
+ * `dtype` (TG_BF16 or TG_F16). */
+int tg_fa_launch_bwd_short(const fa_args &f, int dtype, cudaStream_t s, tg_err *err);
 
 #endif

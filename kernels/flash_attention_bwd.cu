@@ -1,6 +1,6 @@
 /* ATTENTION_BWD: the fused attention backward (kernels/flash_attention.cuh describes the
  * arrangement), reading the forward's LSE and keep bits (nothing is drawn again). bf16
- * plans with T > 128: two tensor-core kernels, dQ (rows = queries; first delta =
+ * and fp16 plans (one template on the 16-bit type) with T > 128: two tensor-core kernels, dQ (rows = queries; first delta =
  * rowsum(dO * O), written for the other kernel, then per key tile P from LSE, dP = dO V^T,
  * dS = P (dP keep/(1-p) - delta) scale, dQ += dS K) and dK/dV (rows = keys; per query tile
  * P^T from LSE, dV += D^T dO, dP^T = V dO^T, dS^T as above, dK += dS^T Q), which recompute
@@ -9,31 +9,31 @@
  * row (dK, dV). */
 #include "kernels/flash_attention.cuh"
 
-/* ---- backward: dQ (and delta) (bf16) ----------------------------------------------- */
+/* ---- backward: dQ (and delta) (bf16 / f16: ST) ------------------------------------ */
 
-template <int DP>
+template <int DP, class ST>
 __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     constexpr int E = fa_tile<DP>::ELEMS;
-    tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sdO = sQ + E, *sO = sdO + E, *sKV = sO + E;
+    ST *sQ = reinterpret_cast<ST *>(fa_smem), *sdO = sQ + E, *sO = sdO + E, *sKV = sO + E;
     float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr0 = q0 + warp * 16;
-        const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
-    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
-    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
-    const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
-    const tg_bf16 *O = (const tg_bf16 *)a.o + (int64_t)b * T * a.ldo + h * Dh;
+        const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const ST *dO = (const ST *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const ST *O = (const ST *)a.o + (int64_t)b * T * a.ldo + h * Dh;
     int ktiles = (T + FA_COLS - 1) / FA_COLS;
     if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
     load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
     load_tile<DP>(sdO, dO, a.ldo, q0, T, Dh, a.vec);
     load_tile<DP>(sO, O, a.ldo, q0, T, Dh, a.vec);
     cp_async_commit();
-    const key_tiles<DP> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    const key_tiles<DP, ST> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
     load_key_tile<DP>(sKV, sM2, 0, kv, 0);
     cp_async_commit();
     cp_async_wait<1>();
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * FA_COLS, buf = kt & 1;
         advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
-        const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
+        const ST *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
         if (!a.causal || k0 <= wr0 + 15) {
             /* The forward's keep bits of rows g and g + 8 for these 64 keys. */
@@ -92,16 +92,16 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 4 : 2) fa_bwd_dq_kernel
         }
         __syncthreads();
     }
-    store_rows<DP>((tg_bf16 *)a.dq + (int64_t)b * T * a.lddq + h * Dh, a.lddq, dq, wr0, T, Dh, a.vec, lane);
+    store_rows<DP>((ST *)a.dq + (int64_t)b * T * a.lddq + h * Dh, a.lddq, dq, wr0, T, Dh, a.vec, lane);
 }
 
-/* ---- backward: dK, dV (bf16) ------------------------------------------------------- */
+/* ---- backward: dK, dV (bf16 / f16: ST) --------------------------------------------- */
 
-template <int DP>
+template <int DP, class ST>
 __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kernel(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     constexpr int E = fa_tile<DP>::ELEMS;
-    tg_bf16 *sK = reinterpret_cast<tg_bf16 *>(fa_smem), *sV = sK + E, *sQO = sV + E; /* [buf][Q, dO] */
+    ST *sK = reinterpret_cast<ST *>(fa_smem), *sV = sK + E, *sQO = sV + E; /* [buf][Q, dO] */
     float *sLD = reinterpret_cast<float *>(sQO + 4 * E); /* [buf][LSE 64, delta 64] (natural log) */
     float *sM = sLD + 4 * FA_COLS;
     uint32_t *sB = reinterpret_cast<uint32_t *>(sM + FA_COLS); /* [buf][64 queries][2 words] */
@@ -110,10 +110,10 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kern
     const int k0 = blockIdx.x * FA_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wk0 = k0 + warp * 16; /* this warp's first key */
-    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
-    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
-    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
-    const tg_bf16 *dO = (const tg_bf16 *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
+    const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const ST *dO = (const ST *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
     const int qtiles = (T + FA_COLS - 1) / FA_COLS;
     const int qt0 = a.causal ? k0 / FA_COLS : 0;
     load_tile<DP>(sK, K, a.ldk, k0, T, Dh, a.vec);
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kern
     /* Query tile qt goes to buffer (qt - qt0) & 1 with its LSE and delta. */
     auto load_queries = [&](int qt, int buf) {
         const int q0 = qt * FA_COLS;
-        tg_bf16 *dst = sQO + 2 * E * buf;
+        ST *dst = sQO + 2 * E * buf;
         load_tile<DP>(dst, Q, a.ldq, q0, T, Dh, a.vec);
         load_tile<DP>(dst + E, dO, a.ldo, q0, T, Dh, a.vec);
         float *ld = sLD + 2 * FA_COLS * buf;
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kern
         }
         __syncthreads();
         if (qt == qt0) kv[0] = sM[warp * 16 + g] != 0.0f, kv[1] = sM[warp * 16 + g + 8] != 0.0f;
-        const tg_bf16 *sQ = sQO + 2 * E * buf, *sdO = sQ + E;
+        const ST *sQ = sQO + 2 * E * buf, *sdO = sQ + E;
         const float *sL = sLD + 2 * FA_COLS * buf, *sD = sL + FA_COLS;
         const uint32_t *sBb = sB + 2 * FA_COLS * buf;
         if (!a.causal || q0 + FA_COLS - 1 >= wk0) { /* else every query precedes the warp's keys */
@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(FA_THREADS, DP <= 64 ? 3 : 2) fa_bwd_dkdv_kern
         }
         __syncthreads();
     }
-    store_rows<DP>((tg_bf16 *)a.dk + (int64_t)b * T * a.lddk + h * Dh, a.lddk, dk, wk0, T, Dh, a.vec, lane);
-    store_rows<DP>((tg_bf16 *)a.dv + (int64_t)b * T * a.lddv + h * Dh, a.lddv, dv, wk0, T, Dh, a.vec, lane);
+    store_rows<DP>((ST *)a.dk + (int64_t)b * T * a.lddk + h * Dh, a.lddk, dk, wk0, T, Dh, a.vec, lane);
+    store_rows<DP>((ST *)a.dv + (int64_t)b * T * a.lddv + h * Dh, a.lddv, dv, wk0, T, Dh, a.vec, lane);
 }
 
 /* ---- backward (fp32, a warp per row) ------------------------------------------------- */
@@ -293,25 +293,34 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args 
 /* ---- launcher ----------------------------------------------------------------------- */
 
 /* The dQ and the dK/dV kernels, for T > 128. */
-template <int DP>
+template <int DP, class ST>
 static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
-    const size_t smem_q = 7 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
-    const size_t smem_k = 6 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 5 * FA_COLS * sizeof(float) +
+    const size_t smem_q = 7 * fa_tile<DP>::ELEMS * sizeof(ST) + 2 * FA_COLS * sizeof(float);
+    const size_t smem_k = 6 * fa_tile<DP>::ELEMS * sizeof(ST) + 5 * FA_COLS * sizeof(float) +
                           4 * FA_COLS * sizeof(uint32_t);
-    cudaError_t e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
+    cudaError_t e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_k);
+        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_k);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention backward): %s", cudaGetErrorString(e));
     dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
-    fa_bwd_dq_kernel<DP><<<grid, FA_THREADS, smem_q, s>>>(f);
-    fa_bwd_dkdv_kernel<DP><<<grid, FA_THREADS, smem_k, s>>>(f);
+    fa_bwd_dq_kernel<DP, ST><<<grid, FA_THREADS, smem_q, s>>>(f);
+    fa_bwd_dkdv_kernel<DP, ST><<<grid, FA_THREADS, smem_k, s>>>(f);
     return 0;
+}
+
+/* The tile width DP for the head dim. */
+template <class ST>
+static int fa_launch_bwd_dh(const fa_args &f, cudaStream_t s, tg_err *err) {
+    if (f.Dh <= 16) return fa_launch_bwd<16, ST>(f, s, err);
+    if (f.Dh <= 32) return fa_launch_bwd<32, ST>(f, s, err);
+    if (f.Dh <= 64) return fa_launch_bwd<64, ST>(f, s, err);
+    return fa_launch_bwd<128, ST>(f, s, err);
 }
 
 int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
@@ -323,7 +332,7 @@ int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
     f.lse = (float *)a->in[2];
     f.delta = (float *)a->out[3];
     const int64_t D = (int64_t)f.H * f.Dh;
-    const int es = a->in_dtype[0] == TG_BF16 ? 2 : 4;
+    const int es = tg_storage_bytes(a->in_dtype[0]);
     if (a->op->p.attention.packed) {
         char *base = (char *)a->out[0];
         f.dq = base, f.dk = base + D * es, f.dv = base + 2 * D * es;
@@ -342,9 +351,7 @@ int tg_launch_attention_bwd(const tg_cuda_op_args *a, tg_err *err) {
         fa32_bwd_dkdv_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
         return 0;
     }
-    if (f.T <= 128) return tg_fa_launch_bwd_short(f, s, err);
-    if (f.Dh <= 16) return fa_launch_bwd<16>(f, s, err);
-    if (f.Dh <= 32) return fa_launch_bwd<32>(f, s, err);
-    if (f.Dh <= 64) return fa_launch_bwd<64>(f, s, err);
-    return fa_launch_bwd<128>(f, s, err);
+    if (f.T <= 128) return tg_fa_launch_bwd_short(f, a->in_dtype[0], s, err);
+    if (a->in_dtype[0] == TG_F16) return fa_launch_bwd_dh<tg_f16>(f, s, err);
+    return fa_launch_bwd_dh<tg_bf16>(f, s, err);
 }

@@ -1,11 +1,11 @@
 /* ATTENTION: the fused attention forward (kernels/flash_attention.cuh describes the
- * arrangement). bf16 plans: the tensor-core kernel, per 64-key tile S = Q K^T, online
+ * arrangement). bf16 and fp16 plans: the tensor-core kernel (a template on the 16-bit type), per 64-key tile S = Q K^T, online
  * softmax (exp2 domain, running max and sum per row), dropout, O += P V; out: O / sum, LSE,
  * and the keep bits the backward reads (the dropout mask is drawn here only). fp32 plans: a
  * warp per query row, dots in float, sums over keys in double. */
 #include "kernels/flash_attention.cuh"
 
-/* ---- dropout bits (bf16) ------------------------------------------------------------ */
+/* ---- dropout bits (tensor-core kernel) ------------------------------------------------- */
 
 /* Keep bits of one 16 x 8 fragment (rows are queries q, columns keys k): rows
  * r0 + 0..15, columns c0 + 0..7; bits[0] for row g, bits[1] for row g + 8, bit i for
@@ -66,13 +66,13 @@ static __device__ __forceinline__ void store_bits(const fa_args &a, const uint32
     if (w0 + 1 < a.W) dst[w0 + 1] = w[c][1];
 }
 
-/* ---- forward (bf16) ---------------------------------------------------------------- */
+/* ---- forward (bf16 / f16: ST) --------------------------------------------------------- */
 
-template <int DP>
+template <int DP, class ST>
 __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     constexpr int E = fa_tile<DP>::ELEMS;
-    tg_bf16 *sQ = reinterpret_cast<tg_bf16 *>(fa_smem), *sKV = sQ + E; /* [buf][K, V] */
+    ST *sQ = reinterpret_cast<ST *>(fa_smem), *sKV = sQ + E; /* [buf][K, V] */
     float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);              /* [buf][64] */
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
@@ -80,13 +80,13 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr0 = q0 + warp * 16; /* this warp's first query */
     const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
-    const tg_bf16 *Q = (const tg_bf16 *)a.q + (int64_t)b * T * a.ldq + h * Dh;
-    const tg_bf16 *K = (const tg_bf16 *)a.k + (int64_t)b * T * a.ldk + h * Dh;
-    const tg_bf16 *V = (const tg_bf16 *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     int ktiles = (T + FA_COLS - 1) / FA_COLS;
     if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
     load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
-    const key_tiles<DP> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    const key_tiles<DP, ST> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
     load_key_tile<DP>(sKV, sM2, 0, kv, 0);
     cp_async_commit();
 
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * FA_COLS, buf = kt & 1;
         advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
-        const tg_bf16 *sK = sKV + 2 * E * buf, *sV = sK + E;
+        const ST *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
         if (!a.causal || k0 <= wr0 + 15) { /* else the warp's rows see none of these keys */
             float s[FA_COLS / 8][4];
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     }
-    tg_bf16 *O = (tg_bf16 *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
+    ST *O = (ST *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -245,17 +245,26 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
 
 /* ---- launcher ----------------------------------------------------------------------- */
 
-template <int DP>
+template <int DP, class ST>
 static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
-    const size_t smem = 5 * fa_tile<DP>::ELEMS * sizeof(tg_bf16) + 2 * FA_COLS * sizeof(float);
-    cudaError_t e = cudaFuncSetAttribute(fa_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const size_t smem = 5 * fa_tile<DP>::ELEMS * sizeof(ST) + 2 * FA_COLS * sizeof(float);
+    cudaError_t e = cudaFuncSetAttribute(fa_fwd_kernel<DP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e == cudaSuccess) /* L1 as shared memory: the register count (3 blocks) stays the limit */
-        e = cudaFuncSetAttribute(fa_fwd_kernel<DP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        e = cudaFuncSetAttribute(fa_fwd_kernel<DP, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention forward): %s", cudaGetErrorString(e));
     dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
-    fa_fwd_kernel<DP><<<grid, FA_THREADS, smem, s>>>(f);
+    fa_fwd_kernel<DP, ST><<<grid, FA_THREADS, smem, s>>>(f);
     return 0;
+}
+
+/* The tile width DP for the head dim. */
+template <class ST>
+static int fa_launch_fwd_dh(const fa_args &f, cudaStream_t s, tg_err *err) {
+    if (f.Dh <= 16) return fa_launch_fwd<16, ST>(f, s, err);
+    if (f.Dh <= 32) return fa_launch_fwd<32, ST>(f, s, err);
+    if (f.Dh <= 64) return fa_launch_fwd<64, ST>(f, s, err);
+    return fa_launch_fwd<128, ST>(f, s, err);
 }
 
 int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err) {
@@ -271,8 +280,6 @@ int tg_launch_attention(const tg_cuda_op_args *a, tg_err *err) {
         fa32_fwd_kernel<<<blocks, FA32_WARPS * 32, 0, s>>>(f);
         return 0;
     }
-    if (f.Dh <= 16) return fa_launch_fwd<16>(f, s, err);
-    if (f.Dh <= 32) return fa_launch_fwd<32>(f, s, err);
-    if (f.Dh <= 64) return fa_launch_fwd<64>(f, s, err);
-    return fa_launch_fwd<128>(f, s, err);
+    if (a->in_dtype[0] == TG_F16) return fa_launch_fwd_dh<tg_f16>(f, s, err);
+    return fa_launch_fwd_dh<tg_bf16>(f, s, err);
 }

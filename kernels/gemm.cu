@@ -5,7 +5,8 @@
  *
  * A fused bias gradient (bias_grad, plan/ops.def) is the BGRADB epilogue when it
  * sums op(A) (A' = B's memory is cuBLASLt's A, so our A is its B) and BGRADA when it sums
- * op(B), for bf16 products. Where cuBLASLt offers no algorithm with that epilogue, and for
+ * op(B), for bf16 and half products (CUDA_R_16BF / CUDA_R_16F A, B and C, fp32 compute).
+ * Where cuBLASLt offers no algorithm with that epilogue, and for
  * fp32 products, the plain product runs and the BIAS_GRAD kernel sums the same operand
  * into the zeroed output: same semantics.
  *
@@ -14,7 +15,7 @@
  * has C's column-major layout [N rows, M columns], leading dimension N, and C's data type
  * (cuBLASLt's default, so the aux type attribute stays unset). Which form runs is decided
  * from the launch alone, never by timing, so results are reproducible: the epilogue for
- * bf16 outputs when the aux leading dimension is a multiple of 8 (cuBLASLt's rule) and the
+ * bf16 and half outputs when the aux leading dimension is a multiple of 8 (cuBLASLt's rule) and the
  * pointers are 16-byte aligned, and cuBLASLt has an algorithm for it; otherwise (and for
  * every fp32 output, whose GELU must stay at the CPU reference's precision, which an
  * epilogue with a fast tanh need not) the plain product (with its bias epilogue) and then
@@ -39,7 +40,9 @@ typedef struct gemm_key {
 #define BGRAD_FALLBACK 16
 #define ACT_FALLBACK 16
 
-static cudaDataType_t cuda_type(int dtype) { return dtype == TG_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static cudaDataType_t cuda_type(int dtype) {
+    return dtype == TG_BF16 ? CUDA_R_16BF : dtype == TG_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 typedef struct gemm_entry {
     gemm_key key;
@@ -371,14 +374,14 @@ int tg_launch_matmul(const tg_cuda_op_args *a, tg_err *err) {
     key.bgrad = bgrad;
     key.act = act;
     for (int s = 0; s < 3; s++)
-        if ((s < 2 || bias) && a->in_dtype[s] != TG_F32 && a->in_dtype[s] != TG_BF16)
+        if ((s < 2 || bias) && a->in_dtype[s] != TG_F32 && !tg_dtype_half(a->in_dtype[s]))
             return tg_fail(err, "matmul: input %d has dtype %s", s, tg_dtype_name(a->in_dtype[s]));
-    if (key.type_c != TG_F32 && key.type_c != TG_BF16)
+    if (key.type_c != TG_F32 && !tg_dtype_half(key.type_c))
         return tg_fail(err, "matmul: output has dtype %s", tg_dtype_name(key.type_c));
-    /* TF32 is an fp32-input mode; bf16 inputs always multiply in bf16 with fp32 sums. */
+    /* TF32 is an fp32-input mode; bf16 / half inputs always multiply as they are with fp32 sums. */
     const int fp32_inputs = key.type_a == TG_F32 && key.type_b == TG_F32;
     /* The GELU epilogue's conditions (see the top of the file); else only the fallback. */
-    const int act_epilogue_ok = act && key.type_c == TG_BF16 && N % 8 == 0 && tg_aligned16(pre) &&
+    const int act_epilogue_ok = act && tg_dtype_half(key.type_c) && N % 8 == 0 && tg_aligned16(pre) &&
                                 tg_aligned16(a->out[0]);
     cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDesc_t desc = NULL, desc2 = NULL;

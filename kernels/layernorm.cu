@@ -27,7 +27,7 @@
  * per-warp column sums in shared memory, one float partial per block), so dy and the
  * normalised input are read once; the column kernels remain for the other shapes.
  *
- * x, y, dy and dx are T (float, or bf16 in bf16 plans: widened on load, rounded on
+ * x, y, dy and dx are T (float, or bf16 / half in bf16 / fp16 plans: widened on load, rounded on
  * store; LAYERNORM uses 8-byte accesses of 4 bf16, LAYERNORM_BWD and the residual ops
  * 16-byte accesses of 8 when D % 8 == 0); gamma, beta, mean, rstd, dgamma, dbeta are
  * always fp32. */
@@ -219,15 +219,11 @@ ln_bwd_cols_kernel(const T *__restrict__ dy, const T *__restrict__ x, const floa
     }
 }
 
-/* The 16-byte width for T: 8 for bf16; float never takes that branch (its float4 path is
- * W = 4), so its W is 4 to avoid instantiating a float x 8 access. */
+/* The 16-byte width for T: 8 for the 16-bit types; float never takes that branch (its
+ * float4 path is W = 4), so its W is 4 to avoid instantiating a float x 8 access. */
 template <class T>
 struct LN_W8 {
-    static constexpr int W = 4;
-};
-template <>
-struct LN_W8<tg_bf16> {
-    static constexpr int W = 8;
+    static constexpr int W = sizeof(T) == 2 ? 8 : 4;
 };
 
 /* ---- residual layernorm ---------------------------------------------------------------- */
@@ -522,6 +518,8 @@ int tg_launch_layernorm(const tg_cuda_op_args *a, tg_err *err) {
     if (M <= 0 || D <= 0) return 0;
     if (a->in_dtype[0] == TG_BF16)
         launch_ln_fwd<tg_bf16>(a, M, D);
+    else if (a->in_dtype[0] == TG_F16)
+        launch_ln_fwd<tg_f16>(a, M, D);
     else
         launch_ln_fwd<float>(a, M, D);
     return 0;
@@ -582,7 +580,9 @@ static int launch_ln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err 
 int tg_launch_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->p.layernorm_bwd.m, D = a->op->p.layernorm_bwd.d;
     if (M <= 0 || D <= 0) return 0;
-    return a->in_dtype[0] == TG_BF16 ? launch_ln_bwd<tg_bf16>(a, M, D, err) : launch_ln_bwd<float>(a, M, D, err);
+    if (a->in_dtype[0] == TG_BF16) return launch_ln_bwd<tg_bf16>(a, M, D, err);
+    if (a->in_dtype[0] == TG_F16) return launch_ln_bwd<tg_f16>(a, M, D, err);
+    return launch_ln_bwd<float>(a, M, D, err);
 }
 
 /* ---- residual layernorm launchers --------------------------------------------------- */
@@ -616,7 +616,9 @@ static int launch_rln_fwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
 int tg_launch_residual_layernorm(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->p.residual_layernorm.m, D = a->op->p.residual_layernorm.d;
     if (M <= 0 || D <= 0) return 0;
-    return a->in_dtype[0] == TG_BF16 ? launch_rln_fwd<tg_bf16>(a, M, D, err) : launch_rln_fwd<float>(a, M, D, err);
+    if (a->in_dtype[0] == TG_BF16) return launch_rln_fwd<tg_bf16>(a, M, D, err);
+    if (a->in_dtype[0] == TG_F16) return launch_rln_fwd<tg_f16>(a, M, D, err);
+    return launch_rln_fwd<float>(a, M, D, err);
 }
 
 template <class T>
@@ -651,5 +653,7 @@ static int launch_rln_bwd(const tg_cuda_op_args *a, int64_t M, int64_t D, tg_err
 int tg_launch_residual_layernorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->p.residual_layernorm_bwd.m, D = a->op->p.residual_layernorm_bwd.d;
     if (M <= 0 || D <= 0) return 0;
-    return a->in_dtype[0] == TG_BF16 ? launch_rln_bwd<tg_bf16>(a, M, D, err) : launch_rln_bwd<float>(a, M, D, err);
+    if (a->in_dtype[0] == TG_BF16) return launch_rln_bwd<tg_bf16>(a, M, D, err);
+    if (a->in_dtype[0] == TG_F16) return launch_rln_bwd<tg_f16>(a, M, D, err);
+    return launch_rln_bwd<float>(a, M, D, err);
 }

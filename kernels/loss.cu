@@ -51,7 +51,7 @@ static __device__ int selected_token(const int *__restrict__ ids, int64_t b, int
     return r < 0 ? 0 : r;
 }
 
-/* TV: the storage type (float or bf16), copied as is (bitwise). */
+/* TV: the storage type (float, bf16 or half), copied as is (bitwise). */
 template <class TV>
 __global__ void __launch_bounds__(SEL_THREADS)
 select_kernel(const TV *__restrict__ x, const int *__restrict__ ids, TV *__restrict__ y, int64_t T, int64_t D,
@@ -89,6 +89,9 @@ int tg_launch_select_token(const tg_cuda_op_args *a, tg_err *err) {
     if (a->out_dtype[0] == TG_BF16)
         select_kernel<tg_bf16><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
             (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)sp->pad_id);
+    else if (a->out_dtype[0] == TG_F16)
+        select_kernel<tg_f16><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
+            (const tg_f16 *)a->in[0], ids, (tg_f16 *)a->out[0], T, D, last, (int)sp->pad_id);
     else
         select_kernel<float><<<(unsigned)B, SEL_THREADS, 0, a->ctx->stream>>>(
             (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)sp->pad_id);
@@ -106,6 +109,9 @@ int tg_launch_select_token_bwd(const tg_cuda_op_args *a, tg_err *err) {
     if (a->out_dtype[0] == TG_BF16)
         select_bwd_kernel<tg_bf16><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
             (const tg_bf16 *)a->in[0], ids, (tg_bf16 *)a->out[0], T, D, last, (int)sp->pad_id);
+    else if (a->out_dtype[0] == TG_F16)
+        select_bwd_kernel<tg_f16><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
+            (const tg_f16 *)a->in[0], ids, (tg_f16 *)a->out[0], T, D, last, (int)sp->pad_id);
     else
         select_bwd_kernel<float><<<grid, SEL_THREADS, 0, a->ctx->stream>>>(
             (const float *)a->in[0], ids, (float *)a->out[0], T, D, last, (int)sp->pad_id);
@@ -328,6 +334,8 @@ int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t V = ce_classes(a->op);
     if (a->in_dtype[0] == TG_BF16)
         launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, N, C, V, st);
+    else if (a->in_dtype[0] == TG_F16)
+        launch_ce_fwd<tg_f16>(a->in[0], labels, row_loss, N, C, V, st);
     else
         launch_ce_fwd<float>(a->in[0], labels, row_loss, N, C, V, st);
     ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, (const float *)a->in[2], loss, N, V);
@@ -371,6 +379,8 @@ int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
     ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, (const float *)a->in[3], coef, N, V);
     if (a->out_dtype[0] == TG_BF16)
         launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
+    else if (a->out_dtype[0] == TG_F16)
+        launch_ce_bwd<tg_f16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
     else
         launch_ce_bwd<float>(a->in[1], labels, coef, a->out[0], N, C, V, st);
     return 0;
@@ -476,6 +486,8 @@ int tg_launch_span_loss(const tg_cuda_op_args *a, tg_err *err) {
     const float *norm = (const float *)a->in[2];
     if (a->in_dtype[0] == TG_BF16)
         span_loss_fwd<tg_bf16><<<1, SPAN_THREADS, 0, st>>>((const tg_bf16 *)a->in[0], pos, norm, loss, B, T);
+    else if (a->in_dtype[0] == TG_F16)
+        span_loss_fwd<tg_f16><<<1, SPAN_THREADS, 0, st>>>((const tg_f16 *)a->in[0], pos, norm, loss, B, T);
     else
         span_loss_fwd<float><<<1, SPAN_THREADS, 0, st>>>((const float *)a->in[0], pos, norm, loss, B, T);
     return 0;
@@ -493,6 +505,9 @@ int tg_launch_span_loss_bwd(const tg_cuda_op_args *a, tg_err *err) {
     if (a->out_dtype[0] == TG_BF16)
         span_loss_bwd<tg_bf16><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const tg_bf16 *)a->in[1], pos, norm,
                                                               (tg_bf16 *)a->out[0], B, T);
+    else if (a->out_dtype[0] == TG_F16)
+        span_loss_bwd<tg_f16><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const tg_f16 *)a->in[1], pos, norm,
+                                                              (tg_f16 *)a->out[0], B, T);
     else
         span_loss_bwd<float><<<grid, SPAN_THREADS, 0, st>>>(dloss, (const float *)a->in[1], pos, norm,
                                                             (float *)a->out[0], B, T);

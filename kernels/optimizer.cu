@@ -15,15 +15,15 @@
  * by offset) and walks forward. Elements in the alignment gaps between segments are not
  * touched. The scalars (clip, lr/bc1, sqrt(bc2)) are computed per block in double as the
  * CPU does, and the update uses non-contracting float ops in the CPU's order, so params,
- * m and v match the CPU bit for bit. Gradients are only read. In bf16 plans out[3] is
- * the params_bf16 pool (same element indexing as params): every updated element of every
- * segment is also written there, rounded to nearest even, in the same pass (gaps are
+ * m and v match the CPU bit for bit. Gradients are only read. In bf16 and fp16 plans out[3]
+ * is the parameter copies' pool (bf16 or half, same element indexing as params): every
+ * updated element of every segment is also written there, rounded to nearest even, in the same pass (gaps are
  * left alone). A launch may cover a range of the elements (the executor's deferred update
  * runs the update in chunks beside the next forward, kernels/cuda_ops.h), and may be
  * gated by a device flag, doing nothing while it is 0. ZeRO-1 (zero_slice) updates the
  * replica's slice only, m and v indexed from the slice's first element.
  *
- * BIAS_GRAD reads dout as float or bf16 (widened exactly); everything else is fp32. */
+ * BIAS_GRAD reads dout as float, bf16 or half (widened exactly); everything else is fp32. */
 #include "kernels/column_sums.cuh"
 #include "kernels/adan_update.h"
 #include "kernels/loss_scale.h"
@@ -129,6 +129,17 @@ int tg_launch_loss_scale_update(const tg_cuda_op_args *a, tg_err *err) {
 
 int64_t tg_scratch_bias_grad(const tg_op *op) { return tg_col_sum_scratch(op->p.bias_grad.m, op->p.bias_grad.n); }
 
+/* BIAS_GRAD over a 16-bit dout: 16-, 8-byte or scalar accesses. */
+template <class T>
+static int bias_grad_16(const tg_cuda_op_args *a, int64_t M, int64_t N, double *partial, float *db, int ow,
+                        tg_err *err) {
+    const T *dy = (const T *)a->in[0];
+    cudaStream_t st = a->ctx->stream;
+    if (N % 8 == 0 && tg_aligned16(dy)) return col_sums<8>(col_read<T, 8>{dy, N}, M, N, partial, db, ow, st, err);
+    if (N % 4 == 0 && tg_aligned8(dy)) return col_sums<4>(col_read<T, 4>{dy, N}, M, N, partial, db, ow, st, err);
+    return col_sums<1>(col_read<T, 1>{dy, N}, M, N, partial, db, ow, st, err);
+}
+
 int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t M = a->op->p.bias_grad.m, N = a->op->p.bias_grad.n;
     if (M <= 0 || N <= 0) return 0;
@@ -137,12 +148,8 @@ int tg_launch_bias_grad(const tg_cuda_op_args *a, tg_err *err) {
     float *db = (float *)a->out[0];
     const int ow = a->op->p.bias_grad.overwrite != 0;
     cudaStream_t st = a->ctx->stream;
-    if (a->in_dtype[0] == TG_BF16) {
-        const tg_bf16 *dy = (const tg_bf16 *)a->in[0];
-        if (N % 8 == 0 && tg_aligned16(dy)) return col_sums<8>(col_read<tg_bf16, 8>{dy, N}, M, N, partial, db, ow, st, err);
-        if (N % 4 == 0 && tg_aligned8(dy)) return col_sums<4>(col_read<tg_bf16, 4>{dy, N}, M, N, partial, db, ow, st, err);
-        return col_sums<1>(col_read<tg_bf16, 1>{dy, N}, M, N, partial, db, ow, st, err);
-    }
+    if (a->in_dtype[0] == TG_BF16) return bias_grad_16<tg_bf16>(a, M, N, partial, db, ow, err);
+    if (a->in_dtype[0] == TG_F16) return bias_grad_16<tg_f16>(a, M, N, partial, db, ow, err);
     const float *dy = (const float *)a->in[0];
     if (N % 4 == 0 && tg_aligned16(dy)) return col_sums<4>(col_read<float, 4>{dy, N}, M, N, partial, db, ow, st, err);
     return col_sums<1>(col_read<float, 1>{dy, N}, M, N, partial, db, ow, st, err);
@@ -175,12 +182,13 @@ static __device__ __forceinline__ int seg_find(const tg_param_segment *seg, int 
     return r;
 }
 
-/* COPY: also write the updated parameters, rounded to bf16, to pbf (element i of the
- * bf16 pool = element i of params), in the same pass. */
-template <bool VEC, bool COPY>
+/* COPY: also write the updated parameters, rounded to PT (bf16, or half in fp16 plans:
+ * round to nearest even, past 65504 to infinity), to pbf (element i of the copies' pool
+ * = element i of params), in the same pass. */
+template <bool VEC, bool COPY, class PT>
 __global__ void __launch_bounds__(ADAM_THREADS)
 adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
-             float *__restrict__ v_all, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
+             float *__restrict__ v_all, PT *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
              const float *__restrict__ norm_ptr, const float *__restrict__ scale_ptr,
              const tg_param_segment *__restrict__ seg, int nseg, int64_t first,
              int64_t n, int64_t state_first, const int *__restrict__ gate, adam_hyper h) {
@@ -229,7 +237,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
             reinterpret_cast<float4 *>(v_all)[k4] = v;
             if (COPY) {
                 const float pv[4] = {p.x, p.y, p.z, p.w};
-                tg_vec<tg_bf16, 4>::store(pbf, i4, pv);
+                tg_vec<PT, 4>::store(pbf, i4, pv);
             }
         } else { /* segment tail, gap, or unaligned pools: element by element */
             for (int j = 0; j < 4 && e + j < n; j++) {
@@ -265,21 +273,26 @@ static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, in
     const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
     const int64_t blocks = (end - first + per_block - 1) / per_block;
     if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
-    tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
+    void *pbf = a->out[3]; /* bf16 / fp16 plans: the parameter copies' pool, else NULL */
     const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v) && tg_aligned8(pbf);
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
     const float *scale = (const float *)a->in[4];
-#define ADAMW(VEC, COPY)                                                                                              \
-    adamw_kernel<VEC, COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                      \
-        g, p, m, v, pbf, lr, step, norm, scale, ctx->segments, ctx->n_segments, first, end, state_first, gate, h)
-    if (vec && pbf)
-        ADAMW(true, true);
+#define ADAMW(VEC, COPY, PT)                                                                                          \
+    adamw_kernel<VEC, COPY, PT><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                  \
+        g, p, m, v, (PT *)pbf, lr, step, norm, scale, ctx->segments, ctx->n_segments, first, end, state_first, gate, h)
+    const int f16 = pbf && a->out_dtype[3] == TG_F16;
+    if (vec && f16)
+        ADAMW(true, true, tg_f16);
+    else if (f16)
+        ADAMW(false, true, tg_f16);
+    else if (vec && pbf)
+        ADAMW(true, true, tg_bf16);
     else if (vec)
-        ADAMW(true, false);
+        ADAMW(true, false, tg_bf16);
     else if (pbf)
-        ADAMW(false, true);
+        ADAMW(false, true, tg_bf16);
     else
-        ADAMW(false, false);
+        ADAMW(false, false, tg_bf16);
 #undef ADAMW
     return 0;
 }
@@ -301,10 +314,10 @@ int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
 /* One element after another, each thread taking every ADAM_THREADS-th element of its
  * block's stretch (coalesced), the update itself kernels/adan_update.h's. The per-update
  * constants come from device memory (lr, step, norm), as AdamW's. */
-template <bool COPY>
+template <bool COPY, class PT>
 __global__ void __launch_bounds__(ADAM_THREADS)
 adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_d,
-            float *__restrict__ v_gprev, tg_bf16 *__restrict__ pbf, const float *__restrict__ lr_ptr,
+            float *__restrict__ v_gprev, PT *__restrict__ pbf, const float *__restrict__ lr_ptr,
             const float *__restrict__ step_ptr, const float *__restrict__ norm_ptr, const float *__restrict__ scale_ptr,
             const tg_param_segment *__restrict__ seg, int nseg, int64_t first, int64_t n, int64_t state_first,
             int64_t state, const int *__restrict__ gate, tg_adan_params h) {
@@ -350,18 +363,20 @@ static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int
     if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
     const float *g = (const float *)a->in[0];
     float *p = (float *)a->out[0], *md = (float *)a->out[1], *vg = (float *)a->out[2];
-    tg_bf16 *pbf = (tg_bf16 *)a->out[3]; /* bf16 plans: the params_bf16 pool, else NULL */
+    void *pbf = a->out[3]; /* bf16 / fp16 plans: the parameter copies' pool, else NULL */
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
     const float *scale = (const float *)a->in[4];
     const int64_t state = slice > 0 ? slice : ap->n;
-#define ADAN(COPY)                                                                                                    \
-    adan_kernel<COPY><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, pbf, lr, step, norm, scale,   \
-                                                                          ctx->segments, ctx->n_segments, first, end,  \
-                                                                          state_first, state, gate, *ap)
-    if (pbf)
-        ADAN(true);
+#define ADAN(COPY, PT)                                                                                                \
+    adan_kernel<COPY, PT><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, (PT *)pbf, lr, step, norm, \
+                                                                              scale, ctx->segments, ctx->n_segments,   \
+                                                                              first, end, state_first, state, gate, *ap)
+    if (pbf && a->out_dtype[3] == TG_F16)
+        ADAN(true, tg_f16);
+    else if (pbf)
+        ADAN(true, tg_bf16);
     else
-        ADAN(false);
+        ADAN(false, tg_bf16);
 #undef ADAN
     return 0;
 }

@@ -64,11 +64,12 @@ __global__ void label_rows_kernel(uint8_t *image, tg_lm_label_rows label_rows) {
 
 /* The statistics first, then (after a system-wide fence) the count the host waits for,
  * so the host never reads a step's record before it is complete. */
-__global__ void step_end_kernel(const float *loss, const float *lr, const float *norm, tg_step_report *report,
-                                long long *seq, int *update_due) {
+__global__ void step_end_kernel(const float *loss, const float *lr, const float *norm, const float *loss_scale,
+                                tg_step_report *report, long long *seq, int *update_due) {
     if (update_due) *update_due = 1;
     tg_step_record *r = &report->step[*seq % TG_STEP_RING];
     r->loss = *loss, r->lr = *lr, r->grad_norm = *norm;
+    r->loss_scale = loss_scale ? *loss_scale : 0.0f;
     long long done = *seq + 1;
     __threadfence_system();
     *(volatile unsigned long long *)&report->done = (unsigned long long)done;
@@ -122,8 +123,8 @@ extern "C" int tg_cuda_loss_window(const float *loss, float *sum, int first, cud
     return launched();
 }
 
-extern "C" int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, tg_step_report *report,
-                                long long *seq, int *update_due, cudaStream_t s) {
-    step_end_kernel<<<1, 1, 0, s>>>(loss, lr, norm, report, seq, update_due);
+extern "C" int tg_cuda_step_end(const float *loss, const float *lr, const float *norm, const float *loss_scale,
+                                tg_step_report *report, long long *seq, int *update_due, cudaStream_t s) {
+    step_end_kernel<<<1, 1, 0, s>>>(loss, lr, norm, loss_scale, report, seq, update_due);
     return launched();
 }

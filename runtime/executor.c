@@ -177,10 +177,6 @@ int tg_executor_open(tg_executor *ex, const tg_plan *plan, const tg_executor_opt
                             "in [0, %d) (rank %d%s)",
                        replicas, replicas, opts->rank, opts->comm ? "" : ", no communicator");
     if (check_bucket_plans(plan, err)) return -1;
-    if (opts->device == TG_DEVICE_CUDA && plan->train.precision == TG_PREC_FP16)
-        return tg_fail(err, "precision fp16: this build trains fp16 plans on the CPU executor only (the CUDA kernels "
-                            "have fp32 and bf16 paths, and its loss-scaling ops); compile with precision = bf16 for the "
-                            "GPU, or run with --device cpu");
     if (opts->device == TG_DEVICE_CUDA) {
         if (!tg_cuda_built()) /* GCOVR_EXCL_BR_LINE: 0 in a CPU build; a GPU build opens CUDA below */
             return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`), use --device cpu");

@@ -233,10 +233,6 @@ TG_TEST(test_checkpoint_resume_bitwise_lm_bf16) { resume_matches("lm", "precisio
 /* fp16: the loss scale and its growth tracker are state too (growing every 3 steps, the
  * checkpoint at 7 falls between two growths). */
 TG_TEST(test_checkpoint_resume_bitwise_fp16) {
-    if (tg_test_device()) {
-        printf("  not run: fp16 plans train on the CPU executor only (test_fp16_cuda_refused checks the refusal)\n");
-        return;
-    }
     const char *scaling[2] = {"loss_scale_init=256", "loss_scale_growth_interval=3"};
     resume_matches_with("classify", "precision=fp16", 24, 7, scaling);
 }

@@ -81,6 +81,12 @@ static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
     const char *env = getenv("TUNEGRAPH_DEFERRED_UPDATE");
     if (env && !strcmp(env, "0")) return 0;
     const tg_plan *p = x->plan;
+    /* fp16 plans: off. The update unscales with this step's loss scale and LOSS_SCALE_UPDATE
+     * moves the scale after it; deferred beside the next forward, the update would run
+     * after LOSS_SCALE_UPDATE (which stays in the step) and unscale with the moved scale.
+     * tg_deferred_update_plan refuses such plans anyway (the update is not the last op);
+     * this says why. */
+    if (p->train.precision == TG_PREC_FP16) return 0;
     /* The parameter count (every bucket's): the plan's AdamW is its last op where the update
      * can be deferred (tg_deferred_update_plan refuses every other plan). */
     const tg_op *last = p->n_ops ? &p->ops[p->n_ops - 1] : NULL;

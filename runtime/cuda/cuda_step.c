@@ -137,8 +137,9 @@ static int enqueue_step(tg_cuda_exec *x, tg_err *err) {
         return -1;
     if (bytes) CUDA_TRY(cudaStreamWaitEvent(s, x->join, 0), "join of the fetch branch");
     const float *loss = micro > 1 ? x->loss_window : tg_cuda_tensor(x, p->io.loss);
-    if (tg_cuda_step_end(loss, tg_cuda_tensor(x, p->io.lr), tg_cuda_tensor(x, p->io.grad_norm), x->report, x->seq_dev,
-                         x->defer_on ? x->update_due : NULL, s))
+    const float *scale = p->io.loss_scale >= 0 ? tg_cuda_tensor(x, p->io.loss_scale) : NULL;
+    if (tg_cuda_step_end(loss, tg_cuda_tensor(x, p->io.lr), tg_cuda_tensor(x, p->io.grad_norm), scale, x->report,
+                         x->seq_dev, x->defer_on ? x->update_due : NULL, s))
         return tg_cuda_fail(err, "publishing the step statistics", cudaGetLastError());
     return 0;
 }

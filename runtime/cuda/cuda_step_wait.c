@@ -97,7 +97,7 @@ int tg_cuda_step_wait(tg_cuda_exec *x, tg_step_result *result, tg_err *err) {
     tg_cuda_host_trace(x, 2, &t0);
     const volatile tg_step_record *r = &x->report->step[x->steps_waited % TG_STEP_RING];
     result->loss = r->loss, result->lr = r->lr, result->grad_norm = r->grad_norm;
-    result->loss_scale = 0.0f; /* the CUDA executor takes no fp16 plan (tg_executor_open) */
+    result->loss_scale = r->loss_scale; /* fp16 plans: after the step's LOSS_SCALE_UPDATE; else 0 */
     for (int k = 0; k < 4; k++) result->phase_ms[k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
     result->period_ms = x->last_end_stamp ? (float)((double)(r->stamps[4] - x->last_end_stamp) / 1e6) : -1.0f;
     /* Later waits judge by the GPU's own duration of this step, not by when the host

@@ -1,8 +1,9 @@
 /* Every CUDA kernel against the CPU reference: each op of several compiled plans runs
  * alone on both executors from the same fresh random inputs. Overwritten outputs are
  * poisoned with NaN first (an unwritten element fails), accumulated outputs start from the
- * same random values. fp32 tolerance: 1e-5 relative (L2); ops that only move, mask or
- * select values must match bit for bit. */
+ * same random values. fp32 tolerance: 1e-5 relative (L2); with a bf16 slot 2e-2, with an
+ * fp16 (IEEE half) slot 5e-3 (why: at check_plan_ops); ops that only move, mask or select
+ * values must match bit for bit. NaN never passes (tg_rel_err). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "compiler/job.h"
 #include "models/model_config.h"
 #include "base/bf16.h"
+#include "base/f16.h"
 #include "runtime/cpu/cpu_exec.h"
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/executor.h"
@@ -35,17 +37,19 @@ static int exact_op(int kind) {
 
 static void randomize_f32(const tg_plan *p, int t, void *host);
 
-/* Random contents that are valid for the tensor's role, in its storage type. */
+/* Random contents that are valid for the tensor's role, in its storage type (bf16 and
+ * half: the fp32 values rounded to nearest even, as the plan stores them). */
 static void randomize(const tg_plan *p, int t, void *host) {
     const tg_tensor *x = &p->tensors[t];
-    if (x->dtype != TG_BF16) {
+    if (x->dtype != TG_BF16 && x->dtype != TG_F16) {
         randomize_f32(p, t, host);
         return;
     }
     int64_t n = tg_tensor_numel(x);
     float *wide = malloc(sizeof(float) * (size_t)n);
     randomize_f32(p, t, wide);
-    tg_bf16_narrow(host, wide, n);
+    if (x->dtype == TG_F16) tg_f16_narrow(host, wide, n);
+    else tg_bf16_narrow(host, wide, n);
     free(wide);
 }
 
@@ -156,9 +160,9 @@ static void accumulate_gradients(tg_plan *p) {
     }
 }
 
-/* fp16 plans: the CUDA kernels have no fp16 paths yet; their fp32 ops (the scaled loss
- * seed, the unscaled norm and update, the loss-scale update) are checked, the update ops
- * without their fp16 weight copies. */
+/* fp16 plans' fp32 ops alone (the scaled loss seed, the unscaled norm and update, the
+ * loss-scale update; the update ops without their half weight copies), beside the fp32 and
+ * bf16 plans; test_gpu_ops_match_cpu_fp16 runs every op of fp16 plans. */
 static int g_f32_ops_only;
 
 static int has_f16_slot(const tg_plan *p, const tg_op *op) {
@@ -237,14 +241,28 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
                 failures += !CHECK(same, "%s: op %d %s output %s differs from the CPU bit for bit", what, o,
                                    tg_op_name(op->kind), x->name);
             } else {
-                /* fp32 kernels within 1e-5; with any bf16 slot, within 2e-2. */
-                int low = x->dtype == TG_BF16;
-                for (int s2 = 0; s2 < TG_OP_MAX_IN; s2++) low |= op->in[s2] >= 0 && p.tensors[op->in[s2]].dtype == TG_BF16;
-                double tol = low ? 2e-2 : 1e-5, rel;
-                if (x->dtype == TG_BF16) {
+                /* fp32 kernels within 1e-5; with any bf16 slot, within 2e-2; with any half
+                 * slot (and none bf16), within 5e-3. The half kernels round where the bf16
+                 * ones do (the stored outputs, the fused attention's P and dS before their
+                 * tensor-core products) and the CPU rounds only what the plan stores, so
+                 * the differences are those roundings' at half's unit roundoff, 2^-11,
+                 * 8 times smaller than bf16's 2^-8: 2e-2 / 8 = 2.5e-3, and 5e-3 keeps a
+                 * factor 2 of margin (still 20 times looser than fp32's 1e-5 would be). */
+                int low = x->dtype == TG_BF16, half = x->dtype == TG_F16;
+                for (int s2 = 0; s2 < TG_OP_MAX_IN; s2++) {
+                    low |= op->in[s2] >= 0 && p.tensors[op->in[s2]].dtype == TG_BF16;
+                    half |= op->in[s2] >= 0 && p.tensors[op->in[s2]].dtype == TG_F16;
+                }
+                double tol = low ? 2e-2 : half ? 5e-3 : 1e-5, rel;
+                if (x->dtype == TG_BF16 || x->dtype == TG_F16) {
                     float *g32 = malloc(sizeof(float) * (size_t)n), *w32 = malloc(sizeof(float) * (size_t)n);
-                    tg_bf16_widen(g32, got, n);
-                    tg_bf16_widen(w32, want, n);
+                    if (x->dtype == TG_F16) {
+                        tg_f16_widen(g32, got, n);
+                        tg_f16_widen(w32, want, n);
+                    } else {
+                        tg_bf16_widen(g32, got, n);
+                        tg_bf16_widen(w32, want, n);
+                    }
                     rel = tg_rel_err(g32, w32, n);
                     free(g32), free(w32);
                 } else {
@@ -451,12 +469,13 @@ static void check_gelu_plan(const char *what, const char *preset, int task, int 
 }
 
 /* The GELU epilogues (MATMUL activation) in plans made for them: GPT-2 (Conv1D) at the preset's
- * MLP width (a multiple of 8: the cuBLASLt epilogue in bf16) and at an odd width (aux
+ * MLP width (a multiple of 8: the cuBLASLt epilogue in bf16 and fp16) and at an odd width (aux
  * leading dimension not a multiple of 8: the fallback), a BERT-style model with the tanh
  * GELU (nn.Linear: the other transposes), and GPT-2 with fuse_gelu = false (the separate
  * tanh GELU and GELU_BWD kernels). fp32 products always take the fallback. */
 static void check_gelu_plans(int precision, uint64_t seed, int *kinds_seen) {
-    const int bf16 = precision == TG_PREC_BF16;
+    const int half = precision == TG_PREC_BF16 || precision == TG_PREC_FP16; /* 16-bit products */
+    const char *name = precision == TG_PREC_BF16 ? "bf16" : precision == TG_PREC_FP16 ? "fp16" : "fp32";
     const struct {
         const char *what, *preset;
         int task, intermediate, fuse_gelu, odd;
@@ -468,7 +487,7 @@ static void check_gelu_plans(int precision, uint64_t seed, int *kinds_seen) {
     };
     for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
         char what[96];
-        snprintf(what, sizeof what, "%s (%s)", plans[k].what, bf16 ? "bf16" : "fp32");
+        snprintf(what, sizeof what, "%s (%s)", plans[k].what, name);
         act_seen d;
         memset(&d, 0, sizeof d);
         check_gelu_plan(what, plans[k].preset, plans[k].task, plans[k].intermediate, plans[k].fuse_gelu, precision,
@@ -479,7 +498,8 @@ static void check_gelu_plans(int precision, uint64_t seed, int *kinds_seen) {
         }
         CHECK(d.ops[1] > 0 && d.ops[2] > 0, "%s: %d forward and %d backward GELU matmuls", what, d.ops[1], d.ops[2]);
         /* Each GELU matmul shape has one cache entry, of the form it ran in. */
-        const int want_epilogue = bf16 && !plans[k].odd;
+        /* cuBLASLt documents GELU_AUX(_BIAS) and DGELU for 16F as for 16BF outputs. */
+        const int want_epilogue = half && !plans[k].odd;
         for (int a = 1; a < 3; a++)
             CHECK(want_epilogue ? d.epilogue[a] > 0 && d.fallback[a] == 0 : d.epilogue[a] == 0 && d.fallback[a] > 0,
                   "%s: activation %d ran %d times as the cuBLASLt epilogue and %d times as the fallback (want the %s)",
@@ -541,7 +561,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
     check_adan_plans(TG_PREC_BF16, seed, kinds_seen);
-    /* fp16 plans' f32 ops (their half kernels are not there yet): LOSS_SCALE_UPDATE too. */
+    /* fp16 plans' f32 ops alone (test_gpu_ops_match_cpu_fp16 runs all): LOSS_SCALE_UPDATE too. */
     g_f32_ops_only = 1;
     check_preset("tiny-roberta fp16 (f32 ops)", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 8, TG_PREC_FP16, 0,
                  kinds_seen);
@@ -549,10 +569,34 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
 
+/* Every op of fp16 plans (half activations and weight copies, loss scaling) on the same
+ * plans and shapes as test_gpu_ops_match_cpu_bf16, against the CPU reference (which rounds
+ * to half where the plan stores half): every kind is seen. */
+TG_TEST(test_gpu_ops_match_cpu_fp16) {
+    uint64_t seed = test_seed(13);
+    int kinds_seen[TG_OP_COUNT] = {0};
+    check_preset("tiny-bert fp16", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_FP16, 0, kinds_seen);
+    check_preset("gpt2-wide lm fp16", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 2, TG_PREC_FP16, 1, kinds_seen);
+    check_preset("tiny-bert mlm fp16", "tiny-bert", TG_TASK_MLM, 4, 32, seed + 5, TG_PREC_FP16, 0, kinds_seen);
+    check_preset("roberta-wide mlm fp16", "tiny-roberta", TG_TASK_MLM, 2, 40, seed + 6, TG_PREC_FP16, 1, kinds_seen);
+    check_preset("tiny-roberta qa fp16", "tiny-roberta", TG_TASK_QA, 3, 40, seed + 7, TG_PREC_FP16, 0, kinds_seen);
+    check_qa_window(TG_PREC_FP16, seed, kinds_seen);
+    check_shape("gpt2-wide lm fp16 unfused", "tiny-gpt2", TG_TASK_LM, 4, 77, seed + 3, TG_PREC_FP16, 1, 0, 0,
+                TG_ATTENTION_UNFUSED, kinds_seen);
+    check_attention_shapes(TG_PREC_FP16, seed, kinds_seen);
+    check_gelu_plans(TG_PREC_FP16, seed, kinds_seen);
+    check_separate_qkv(TG_PREC_FP16, seed, kinds_seen);
+    check_data_parallel_plan(TG_PREC_FP16, seed, kinds_seen);
+    check_layernorm_widths(TG_PREC_FP16, seed, kinds_seen);
+    check_accumulating_gradients(TG_PREC_FP16, seed, kinds_seen);
+    check_adan_plans(TG_PREC_FP16, seed, kinds_seen);
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in fp16", tg_op_name(k));
+}
+
 /* EMBEDDING_BWD on ids the plan tests rarely make: one id on 40% of the tokens (summed in
  * 256-token chunks whose last finisher adds them up), the padding id, ids outside the
  * table, small tables (token types: per-id column sums) and rows without 16-byte vectors
- * (D = 30), fp32 and bf16 dout, against the CPU, accumulating onto random table values. */
+ * (D = 30), fp32, bf16 and half dout, against the CPU, accumulating onto random table values. */
 /* MLM_MASK on a large batch (64 x 512 positions, half of them padding in some rows):
  * CUDA's masks equal the CPU's bit for bit, in training (the stream's seed, step and first
  * element, each giving other masks) and in eval (the fixed eval stream at the batch's
@@ -628,11 +672,13 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
         int V, D, dtype;
         int64_t N;
     } cases[] = {{700, 96, TG_F32, 3000},  {700, 96, TG_BF16, 3000}, {700, 30, TG_F32, 3000}, {2, 96, TG_BF16, 3000},
-                 {3, 30, TG_F32, 3000},    {700, 96, TG_F32, 9000},  {700, 96, TG_BF16, 9000}, {700, 30, TG_F32, 9000}};
+                 {3, 30, TG_F32, 3000},    {700, 96, TG_F32, 9000},  {700, 96, TG_BF16, 9000}, {700, 30, TG_F32, 9000},
+                 {700, 96, TG_F16, 3000},  {2, 96, TG_F16, 3000},    {700, 96, TG_F16, 9000},  {700, 30, TG_F16, 3000}};
     cudaStream_t st;
     REQUIRE(cudaStreamCreate(&st) == cudaSuccess, "cudaStreamCreate");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const int V = cases[k].V, D = cases[k].D, bf16 = cases[k].dtype == TG_BF16, pad = V > 3 ? 3 : -1;
+        const int V = cases[k].V, D = cases[k].D, pad = V > 3 ? 3 : -1;
+        const int bf16 = cases[k].dtype == TG_BF16 || cases[k].dtype == TG_F16; /* a 16-bit dout */
         const int64_t N = cases[k].N;
         tg_op op = tg_test_op(TG_OP_EMBEDDING_BWD);
         op.phase = TG_PHASE_BACKWARD;
@@ -646,7 +692,8 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
             ids[n] = r < 40 ? V / 2 : r < 45 ? pad : r < 48 ? (r & 1 ? -1 : V) : (int32_t)(next_u32() % (uint32_t)V);
         }
         for (int64_t i = 0; i < N * D; i++) dy[i] = uniform(-1.0f, 1.0f);
-        if (bf16) tg_bf16_narrow(dy16, dy, N * D);
+        if (cases[k].dtype == TG_F16) tg_f16_narrow(dy16, dy, N * D);
+        else if (bf16) tg_bf16_narrow(dy16, dy, N * D);
         for (int64_t i = 0; i < (int64_t)V * D; i++) want[i] = table[i] = uniform(-1.0f, 1.0f);
         /* CPU */
         tg_cpu_op_args c = {.op = &op, .in = {ids, bf16 ? (void *)dy16 : (void *)dy}, .out = {want},
@@ -680,7 +727,7 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
             cudaMemcpy(got, d_table, sizeof(float) * V * D, cudaMemcpyDeviceToHost);
             const double rel = tg_rel_err(got, want, (int64_t)V * D);
             CHECK(rel <= 1e-5, "V=%d D=%d N=%lld %s run %d: relative error %.3g", V, D, (long long)N,
-                  bf16 ? "bf16" : "fp32", rep, rel);
+                  tg_dtype_name(cases[k].dtype), rep, rel);
         }
         if (pad >= 0) CHECK(memcmp(got + (int64_t)pad * D, table + (int64_t)pad * D, sizeof(float) * D) == 0,
                             "V=%d: the padding row changed", V);
@@ -688,4 +735,72 @@ TG_TEST(test_gpu_embedding_bwd_long_ids) {
         free(ids), free(dy), free(dy16), free(table), free(want), free(got);
     }
     cudaStreamDestroy(st);
+}
+
+/* The kernels' rounding to half (__float2half_rn through tg_st / tg_h16::pack) is the
+ * CPU's (tg_f16_from_f32) bit for bit: EMBEDDING gathers fp32 table rows into a half
+ * output, vectorised (D = 4: 4 halves packed per 8-byte store) and element by element
+ * (D = 3), over the edges (the largest half 65504, the first value rounding to infinity
+ * 65520 and the last one that does not, the smallest subnormal 2^-24 and the halfway
+ * 2^-25 that rounds to zero, signed zeros, infinities, values far out of range), ties
+ * between neighbouring halves (to even), and random floats across and past half's range.
+ * NaN is left out: the CPU keeps the payload, __float2half_rn gives the canonical NaN. */
+TG_TEST(test_gpu_f16_rounding_matches_cpu) {
+    (void)test_seed(53);
+    static const float edges[] = {0.0f,     -0.0f,     1.0f,       -1.0f,      65504.0f, -65504.0f,  65519.996f,
+                                  65520.0f, -65520.0f, 1e6f,       -1e30f,     INFINITY, -INFINITY,  0x1p-24f,
+                                  0x1p-25f, 0x1.8p-25f, -0x1p-25f, 0x1p-14f,   0x1.ff8p-15f, 0x1p-26f, 3.14159265f};
+    const int n_edges = (int)(sizeof edges / sizeof edges[0]);
+    const int V = 6000;
+    float *values = malloc(sizeof *values * V);
+    REQUIRE(values, "out of memory");
+    for (int i = 0; i < V; i++) {
+        if (i < n_edges) {
+            values[i] = edges[i];
+        } else if (i % 3 == 0) { /* halfway between a finite half and the next one up (to even: either way) */
+            uint16_t h = (uint16_t)(next_u32() % 0x7bffu);
+            values[i] = 0.5f * (tg_f32_from_f16(h) + tg_f32_from_f16((uint16_t)(h + 1))) * (next_u32() & 1 ? -1.0f : 1.0f);
+        } else { /* any sign, exponents 2^-30 .. 2^20, any mantissa */
+            uint32_t bits = (next_u32() & 0x807fffffu) | ((uint32_t)(97 + next_u32() % 51) << 23);
+            memcpy(&values[i], &bits, 4);
+        }
+    }
+    cudaStream_t st;
+    REQUIRE(cudaStreamCreate(&st) == cudaSuccess, "cudaStreamCreate");
+    for (int D = 3; D <= 4; D++) {
+        const int rows = V / D, N = rows;
+        int32_t *ids = malloc(sizeof *ids * N);
+        uint16_t *want = malloc(sizeof *want * N * D), *got = malloc(sizeof *got * N * D);
+        REQUIRE(ids && want && got, "out of memory");
+        for (int r = 0; r < N; r++) ids[r] = r;
+        for (int i = 0; i < N * D; i++) want[i] = tg_f16_from_f32(values[i]);
+        tg_op op = tg_test_op(TG_OP_EMBEDDING);
+        op.in[0] = 0, op.in[1] = 1, op.out[0] = 2;
+        op.p.embedding = (tg_embedding_params){.n = N, .vocab = rows, .dim = D, .padding_idx = -1};
+        void *d_ids, *d_table, *d_out;
+        REQUIRE(cudaMalloc(&d_ids, sizeof *ids * N) == cudaSuccess &&
+                    cudaMalloc(&d_table, sizeof(float) * (size_t)(N * D)) == cudaSuccess &&
+                    cudaMalloc(&d_out, 2 * (size_t)(N * D)) == cudaSuccess,
+                "cudaMalloc");
+        cudaMemcpy(d_ids, ids, sizeof *ids * N, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_table, values, sizeof(float) * (size_t)(N * D), cudaMemcpyHostToDevice);
+        cudaMemset(d_out, 0xff, 2 * (size_t)(N * D)); /* NaN: an unwritten element differs */
+        tg_cuda_ctx ctx = {.stream = st};
+        tg_cuda_op_args g = {.op = &op, .in = {d_ids, d_table}, .out = {d_out}, .in_numel = {N, (int64_t)N * D},
+                             .out_numel = {(int64_t)N * D}, .in_dtype = {TG_I32, TG_F32}, .out_dtype = {TG_F16},
+                             .training = 1, .ctx = &ctx};
+        tg_err err;
+        CHECK(tg_cuda_op_run(&g, &err) == 0, "D=%d: %s", D, err.msg);
+        CHECK(cudaStreamSynchronize(st) == cudaSuccess, "D=%d: %s", D, cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(got, d_out, 2 * (size_t)(N * D), cudaMemcpyDeviceToHost);
+        int bad = 0;
+        for (int i = 0; i < N * D; i++)
+            if (got[i] != want[i] && bad++ < 5)
+                CHECK(0, "D=%d: %a rounded to half 0x%04x on the GPU, 0x%04x on the CPU", D, values[i], got[i], want[i]);
+        CHECK(bad == 0, "D=%d: %d of %d values rounded differently", D, bad, N * D);
+        cudaFree(d_ids), cudaFree(d_table), cudaFree(d_out);
+        free(ids), free(want), free(got);
+    }
+    cudaStreamDestroy(st);
+    free(values);
 }

@@ -24,6 +24,8 @@ static int g_precision = TG_PREC_FP32;
 static int g_fuse_gelu = 1;
 static int g_fuse_qkv = 1; /* BERT/RoBERTa: one packed q|k|v product (the default) */
 static const char *g_freeze = ""; /* the job's freeze patterns */
+static float g_loss_scale_init;   /* fp16 plans: the job's loss_scale_init; 0: the default (2^16) */
+static int g_loss_scale_interval; /* fp16 plans: loss_scale_growth_interval; 0: the default (2000) */
 
 static int open_run(run *r, const char *preset, int task, tg_device device, int no_graphs, uint64_t seed) {
     memset(r, 0, sizeof *r);
@@ -37,6 +39,8 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision, job.fuse_gelu = g_fuse_gelu;
     job.fuse_qkv = g_fuse_qkv;
     snprintf(job.freeze, sizeof job.freeze, "%s", g_freeze);
+    if (g_loss_scale_init > 0) job.loss_scale_init = g_loss_scale_init;
+    if (g_loss_scale_interval > 0) job.loss_scale_growth_interval = g_loss_scale_interval;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &r->plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = device, .threads = 0, .load_data = 0, .no_graphs = no_graphs};
     if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
@@ -303,6 +307,162 @@ TG_TEST(test_gpu_graph_replay_matches_stream) {
         free(a), free(b);
     }
     g_precision = TG_PREC_FP32;
+}
+
+/* fp16 plans: the captured step graph against op-by-op launches, bit for bit (losses,
+ * parameters, their half copies, the loss scale and its growth tracker), BERT classify and
+ * GPT-2 LM, with a scale that overflows the first steps (skipped, halved) and one that
+ * grows (interval 2) within the 6 steps. TUNEGRAPH_GEMM_TUNE=0: the two runs take the
+ * heuristic's GEMMs (a timed pick can differ from one run to the next). */
+static float *train_gpu_fp16(const char *preset, int task, int no_graphs, int steps, float *losses, float *scales,
+                             void **copies, size_t *copies_bytes, float *scale_state) {
+    run r;
+    *copies = NULL, *copies_bytes = 0;
+    if (!open_run(&r, preset, task, TG_DEVICE_CUDA, no_graphs, 9)) return NULL;
+    tg_err err;
+    for (int s = 0; s < steps; s++) {
+        tg_step_stats st;
+        fill_inputs(&r, s);
+        if (!CHECK(tg_trainer_run_step(&r.tr, &st, &err) == 0, "%s", err.msg)) break;
+        losses[s] = st.loss, scales[s] = st.loss_scale;
+    }
+    float *params = read_all(&r, r.plan.io.params_all);
+    *copies = read_all(&r, r.plan.io.params_bf16_all);
+    *copies_bytes = r.plan.tensors[r.plan.io.params_bf16_all].bytes;
+    scale_state[0] = scale_state[1] = -1.0f;
+    CHECK(tg_trainer_read_f32(&r.tr, r.plan.io.loss_scale, &scale_state[0], &err) == 0 &&
+              tg_trainer_read_f32(&r.tr, r.plan.io.loss_scale_growth, &scale_state[1], &err) == 0,
+          "%s", err.msg);
+    close_run(&r);
+    return params;
+}
+
+TG_TEST(test_gpu_graph_replay_matches_stream_fp16) {
+    const char *presets[] = {"tiny-bert", "tiny-gpt2", "tiny-bert", "tiny-gpt2"};
+    const int tasks[] = {TG_TASK_CLASSIFY, TG_TASK_LM, TG_TASK_CLASSIFY, TG_TASK_LM};
+    const float init[] = {0x1p40f, 0x1p40f, 16.0f, 16.0f};
+    const int interval[] = {0, 0, 2, 2};
+    const char *tune = getenv("TUNEGRAPH_GEMM_TUNE");
+    char *tune_saved = tune ? strdup(tune) : NULL;
+    setenv("TUNEGRAPH_GEMM_TUNE", "0", 1);
+    for (int i = 0; i < 4; i++) {
+        g_precision = TG_PREC_FP16, g_loss_scale_init = init[i], g_loss_scale_interval = interval[i];
+        float la[6] = {0}, lb[6] = {0}, sa[6] = {0}, sb[6] = {0}, ta[2] = {0}, tb[2] = {0};
+        void *ca, *cb;
+        size_t na = 0, nb = 0;
+        float *a = train_gpu_fp16(presets[i], tasks[i], 0, 6, la, sa, &ca, &na, ta);
+        float *b = train_gpu_fp16(presets[i], tasks[i], 1, 6, lb, sb, &cb, &nb, tb);
+        g_precision = TG_PREC_FP32, g_loss_scale_init = 0, g_loss_scale_interval = 0;
+        size_t n = params_bytes(presets[i], tasks[i]);
+        CHECK(a && b && n && memcmp(a, b, n) == 0, "%s fp16 (scale %g): graph replay and stream launches differ",
+              presets[i], init[i]);
+        CHECK(ca && cb && na && na == nb && memcmp(ca, cb, na) == 0, "%s fp16 (scale %g): the half copies differ",
+              presets[i], init[i]);
+        CHECK(memcmp(la, lb, sizeof la) == 0 && memcmp(sa, sb, sizeof sa) == 0 && memcmp(ta, tb, sizeof ta) == 0,
+              "%s fp16 (scale %g): losses or loss scales differ", presets[i], init[i]);
+        /* The runs did what they were set up for: skips halving 2^40, or growth from 16
+         * (interval 2: doubled after steps 2, 4 and 6, none of which overflows at 16..128). */
+        CHECK(init[i] > 65536.0f ? sa[0] == init[i] / 2 : sa[5] == 8 * init[i], "%s fp16: scales %g .. %g from %g",
+              presets[i], sa[0], sa[5], init[i]);
+        free(a), free(b), free(ca), free(cb);
+    }
+    if (tune_saved) setenv("TUNEGRAPH_GEMM_TUNE", tune_saved, 1);
+    else unsetenv("TUNEGRAPH_GEMM_TUNE");
+    free(tune_saved);
+    g_precision = TG_PREC_FP32, g_loss_scale_init = 0, g_loss_scale_interval = 0;
+}
+
+/* fp16 training on CUDA against the CPU executor on the same plan (BERT classify, GPT-2
+ * LM), step by step: the same steps skipped (a non-finite gradient norm on both, or on
+ * neither) and the same loss scale after every step, bit for bit (powers of two moved by
+ * the same rule on the same skips); each loss within 5e-3 and each applied step's gradient
+ * norm within 1e-2 relative (bf16's 2e-2 and 5e-2 for the same comparison, scaled by half's
+ * 8 times smaller rounding, with a factor 2 of margin); and after the run the parameters
+ * within 2e-3 relative (L2 over the whole parameter pool, whose norm the LayerNorm gains
+ * of 1 dominate), leaving out the elements whose last gradients the two executors disagree
+ * on by more than half: rounding noise (the attention key biases, whose gradient is zero
+ * but for rounding), which Adam moves by about lr either way; at most layers x hidden of
+ * them plus 1% of the pool. An element moved the wrong way by lr on each of 3 steps shifts
+ * the pool by about 5e-3 in L2, so 2e-3 of a pool of norm ~13 (the tiny presets) allows a
+ * few dozen such elements and no systematic error. Two scales: the default (2^16) for 4 steps,
+ * and 2^40, whose first steps overflow (skipped, the scale halving: 2^39 after the first),
+ * until 2 steps after the first applied one (at most 64 steps); either run goes on until
+ * a step is applied. scale_init 0: the job's default. */
+static void fp16_matches_cpu(const char *preset, int task, float scale_init, int min_steps) {
+    g_precision = TG_PREC_FP16, g_loss_scale_init = scale_init;
+    run r[2];
+    int opened = open_run(&r[0], preset, task, TG_DEVICE_CPU, 0, 5);
+    opened += opened && open_run(&r[1], preset, task, TG_DEVICE_CUDA, 0, 5);
+    g_precision = TG_PREC_FP32, g_loss_scale_init = 0;
+    tg_err err;
+    int applied = 0, steps = 0, last_skipped = 0;
+    /* The update is not deferred in fp16 plans (runtime/cuda/cuda_exec.c says why). */
+    if (opened == 2) CHECK(!((tg_cuda_exec *)r[1].tr.ex.impl)->defer_on, "%s: fp16 update deferred", preset);
+    /* Ends on an applied step: the parameter check's noise floor reads its gradients. */
+    for (int step = 0; opened == 2 && step < 64 && (step < min_steps || applied < 3 || last_skipped); step++) {
+        tg_step_stats st[2];
+        fill_inputs(&r[0], step);
+        fill_inputs(&r[1], step);
+        if (!CHECK(tg_trainer_run_step(&r[0].tr, &st[0], &err) == 0, "%s", err.msg) ||
+            !CHECK(tg_trainer_run_step(&r[1].tr, &st[1], &err) == 0, "%s", err.msg))
+            break;
+        steps++;
+        CHECK(st[1].skipped == st[0].skipped && st[1].loss_scale == st[0].loss_scale,
+              "%s (scale %g) step %d: skipped cpu %d cuda %d, loss scale cpu %a cuda %a", preset, scale_init, step,
+              st[0].skipped, st[1].skipped, st[0].loss_scale, st[1].loss_scale);
+        CHECK(st[0].loss_scale > 0.0f, "%s step %d: no loss scale reported", preset, step);
+        if (step == 0 && scale_init > 65536.0f)
+            CHECK(st[0].skipped && st[1].skipped && st[1].loss_scale == scale_init / 2,
+                  "%s: a first step at scale %g applied (cpu %d cuda %d) or did not halve it (%a)", preset, scale_init,
+                  !st[0].skipped, !st[1].skipped, st[1].loss_scale);
+        CHECK(isfinite(st[1].loss) && fabsf(st[1].loss - st[0].loss) <= 5e-3f * fabsf(st[0].loss),
+              "%s (scale %g) step %d: loss cpu %.7g cuda %.7g", preset, scale_init, step, st[0].loss, st[1].loss);
+        if (st[0].skipped)
+            CHECK(!isfinite(st[0].grad_norm) && !isfinite(st[1].grad_norm), "%s step %d: skipped with norms %g %g",
+                  preset, step, st[0].grad_norm, st[1].grad_norm);
+        else
+            CHECK(fabsf(st[1].grad_norm - st[0].grad_norm) <= 1e-2f * st[0].grad_norm,
+                  "%s (scale %g) step %d: grad norm cpu %.7g cuda %.7g", preset, scale_init, step, st[0].grad_norm,
+                  st[1].grad_norm);
+        applied += !st[0].skipped, last_skipped = st[0].skipped;
+    }
+    CHECK(opened < 2 || (applied >= 3 && !last_skipped), "%s (scale %g): %d of %d steps applied, the last %s",
+          preset, scale_init, applied, steps, last_skipped ? "skipped" : "applied");
+    const tg_plan *p = &r[0].plan;
+    if (opened == 2 && !last_skipped) {
+        float *ga = read_all(&r[0], p->io.grads_all), *gb = read_all(&r[1], p->io.grads_all);
+        float *pa = read_all(&r[0], p->io.params_all), *pb = read_all(&r[1], p->io.params_all);
+        const int64_t total = tg_tensor_numel(&p->tensors[p->io.params_all]);
+        int64_t noise = 0;
+        double num = 0, den = 0;
+        for (int64_t i = 0; ga && gb && pa && pb && i < total; i++) {
+            const double a = ga[i], b = gb[i];
+            if (fabs(a - b) > 0.5 * fmax(fabs(a), fabs(b))) {
+                noise++;
+                continue;
+            }
+            const double d = (double)pb[i] - (double)pa[i];
+            num += isnan(d) ? INFINITY : d * d;
+            den += (double)pa[i] * pa[i];
+        }
+        const double rp = sqrt(num) / fmax(sqrt(den), 1e-30);
+        CHECK(ga && gb && pa && pb && rp <= 2e-3, "%s (scale %g): parameters after %d steps: relative error %.3g",
+              preset, scale_init, steps, rp);
+        CHECK(noise <= (int64_t)p->model.layers * p->model.hidden + total / 100,
+              "%s (scale %g): %lld of %lld parameters with gradients the executors disagree on", preset, scale_init,
+              (long long)noise, (long long)total);
+        free(ga), free(gb), free(pa), free(pb);
+    }
+    for (int k = 0; k < opened; k++) close_run(&r[k]);
+}
+
+TG_TEST(test_gpu_step_fp16_bert_matches_cpu) {
+    fp16_matches_cpu("tiny-bert", TG_TASK_CLASSIFY, 0.0f, 4);
+    fp16_matches_cpu("tiny-bert", TG_TASK_CLASSIFY, 0x1p40f, 1);
+}
+TG_TEST(test_gpu_step_fp16_gpt2_matches_cpu) {
+    fp16_matches_cpu("tiny-gpt2", TG_TASK_LM, 0.0f, 4);
+    fp16_matches_cpu("tiny-gpt2", TG_TASK_LM, 0x1p40f, 1);
 }
 
 /* The step graph instantiated for device launch (the default) and as a plain graph
