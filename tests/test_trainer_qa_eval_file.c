@@ -20,13 +20,14 @@
 #include "tests/byte_encoder.h"
 #include "tests/harness.h"
 
-/* Two articles, each its own split at eval_fraction 0.5; every question answerable. The
+/* Two articles, each its own split at eval_fraction 0.5; every question answerable, unless
+ * `impossible` puts an unanswerable one first in the first article (the eval split). The
  * second article (`end_b` its first answer: "dog", or "dog ran" with the same start) is
  * the training split. */
-static void squad_text(char *out, size_t n, const char *end_b) {
+static void squad_text(char *out, size_t n, const char *end_b, int impossible) {
     snprintf(out, n,
              "{\"version\": \"v2.0\", \"data\": ["
-             "{\"title\": \"a\", \"paragraphs\": [{\"context\": \"the cat sat on the mat by the door\", \"qas\": ["
+             "{\"title\": \"a\", \"paragraphs\": [{\"context\": \"the cat sat on the mat by the door\", \"qas\": [%s"
              "{\"id\": \"a1\", \"question\": \"who sat\", \"answers\": [{\"text\": \"cat\", \"answer_start\": 4}]},"
              "{\"id\": \"a2\", \"question\": \"where\", \"answers\": [{\"text\": \"the mat\", \"answer_start\": 15}]}"
              "]}]},"
@@ -34,6 +35,7 @@ static void squad_text(char *out, size_t n, const char *end_b) {
              "{\"id\": \"b1\", \"question\": \"who ran\", \"answers\": [{\"text\": \"%s\", \"answer_start\": 2}]},"
              "{\"id\": \"b3\", \"question\": \"to\", \"answers\": [{\"text\": \"the park\", \"answer_start\": 24}]}"
              "]}]}]}",
+             impossible ? "{\"id\": \"a0\", \"question\": \"why\", \"answers\": [], \"is_impossible\": true}," : "",
              end_b);
 }
 
@@ -45,7 +47,7 @@ static const char bert_json[] =
     "\"pad_token_id\": 0}";
 
 /* dir/<name>: the model folder (once) and the set converted from the text above. */
-static int make_set(const char *dir, const char *name, const char *end_b) {
+static int make_set_of(const char *dir, const char *name, const char *end_b, int impossible) {
     char model_dir[700], json[700], out[700], text[2048], cfg[800];
     snprintf(model_dir, sizeof model_dir, "%s/model", dir);
     snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
@@ -55,7 +57,7 @@ static int make_set(const char *dir, const char *name, const char *end_b) {
         return 0;
     snprintf(json, sizeof json, "%s/%s.json", dir, name);
     snprintf(out, sizeof out, "%s/%s", dir, name);
-    squad_text(text, sizeof text, end_b);
+    squad_text(text, sizeof text, end_b, impossible);
     if (!CHECK(tg_test_write_file(json, text) == 0, "write %s", json)) return 0;
     byte_encoder be;
     tg_text_encoder enc = byte_encoder_make(&be, TG_TOKENIZER_WORDPIECE);
@@ -66,9 +68,11 @@ static int make_set(const char *dir, const char *name, const char *end_b) {
     tg_err err = {{0}};
     const int rc = tg_convert(&o, &enc, &rep, &err);
     byte_encoder_free(&be);
-    return CHECK(rc == 0 && rep.records[TG_SPLIT_EVAL] == 9, "convert %s: %s (%lld eval records)", out, err.msg,
-                 (long long)rep.records[TG_SPLIT_EVAL]);
+    return CHECK(rc == 0 && rep.records[TG_SPLIT_EVAL] == (impossible ? 12 : 9), "convert %s: %s (%lld eval records)",
+                 out, err.msg, (long long)rep.records[TG_SPLIT_EVAL]);
 }
+
+static int make_set(const char *dir, const char *name, const char *end_b) { return make_set_of(dir, name, end_b, 0); }
 
 /* Compiles a qa job over dir/<name> (with its eval split where `eval`) and opens a trainer. */
 static int open_qa(const char *dir, const char *name, int eval, tg_plan *plan, tg_trainer *tr, tg_err *err) {
@@ -173,31 +177,41 @@ static int keep_span(void *ctx, const float *logits, int32_t first, int32_t rows
     return 0;
 }
 
-TG_TEST(test_trainer_qa_eval_all_answerable_is_v1) {
+/* The eval of a set with (impossible) or without an unanswerable question, whose totals are
+ * the scorer's given the eval's logits with version_2 on or off. */
+static void check_version(int impossible) {
     const char *dir = tg_test_tmpdir();
-    if (!make_set(dir, "v1", "dog")) return;
+    const char *name = impossible ? "v2" : "v1";
+    if (!make_set_of(dir, name, "dog", impossible)) return;
+    const int n = impossible ? 12 : 9;
     tg_plan plan;
     tg_trainer tr;
     tg_err err = {{0}};
-    REQUIRE(open_qa(dir, "v1", 1, &plan, &tr, &err) == 0, "%s", err.msg);
-    span_log L = {calloc(9 * 20, sizeof(float)), calloc(9 * 20, sizeof(float)), 20};
+    REQUIRE(open_qa(dir, name, 1, &plan, &tr, &err) == 0, "%s", err.msg);
+    span_log L = {calloc((size_t)n * 20, sizeof(float)), calloc((size_t)n * 20, sizeof(float)), 20};
     tg_eval_stats s;
-    if (CHECK(L.start && L.end && tr.eval.n == 9, "%d windows", tr.eval.n) &&
+    if (CHECK(L.start && L.end && tr.eval.n == n, "%d windows", tr.eval.n) &&
         CHECK(tg_trainer_eval_logits(&tr, &s, keep_span, &L, &err) == 0, "%s", err.msg)) {
-        CHECK(s.questions == 2 && s.has_ans_total == 2 && s.no_ans_total == 0, "%lld questions, %lld with answers, %lld without",
-              (long long)s.questions, (long long)s.has_ans_total, (long long)s.no_ans_total);
+        CHECK(s.questions == 2 + impossible && s.has_ans_total == 2 && s.no_ans_total == impossible,
+              "%s: %lld questions, %lld with answers, %lld without", name, (long long)s.questions,
+              (long long)s.has_ans_total, (long long)s.no_ans_total);
         tg_qa_postprocess_options opt = {.n_best = plan.run.qa_n_best, .max_answer_len = plan.run.qa_max_answer_length,
-                                         .null_threshold = plan.run.qa_null_threshold, .version_2 = 0};
+                                         .null_threshold = plan.run.qa_null_threshold, .version_2 = impossible};
         tg_squad_totals tot;
         REQUIRE(tg_squad_eval_score(&tr.squad, L.start, L.end, 20, 20, &opt, &tot, &err) == 0, "%s", err.msg);
         CHECK(s.exact == tg_squad_percent(tot.exact, tot.total) && s.f1 == tg_squad_percent(tot.f1, tot.total),
-              "exact %g f1 %g, the v1 scorer's %g %g", s.exact, s.f1, tg_squad_percent(tot.exact, tot.total),
+              "%s: exact %g f1 %g, the scorer's %g %g", name, s.exact, s.f1, tg_squad_percent(tot.exact, tot.total),
               tg_squad_percent(tot.f1, tot.total));
     }
     free(L.start), free(L.end);
     tg_trainer_close(&tr);
     tg_plan_free(&plan);
 }
+
+TG_TEST(test_trainer_qa_eval_all_answerable_is_v1) { check_version(0); }
+
+/* An unanswerable question first: v2 from the first question on. */
+TG_TEST(test_trainer_qa_eval_unanswerable_first_is_v2) { check_version(1); }
 
 /* Each allocation of a qa eval failing in turn: a clean error, and the trainer evaluates
  * as before afterwards. */
