@@ -48,7 +48,7 @@ int tg_cpu_op_run_any(const tg_cpu_op_args *a) {
         if (!a->out[s] || !tg_dtype_is_half(a->out_dtype[s])) continue;
         /* An output that is also an input shares its widened copy. */
         for (int k = 0; k < TG_OP_MAX_IN; k++)
-            if (a->in[k] == a->out[s] && wide_in[k]) w.out[s] = wide_in[k]; /* GCOVR_EXCL_BR_LINE: a slot that shares an output's buffer is the same tensor (the executor binds slots by tensor), so of the same half dtype and widened above */
+            if (a->in[k] == a->out[s] && wide_in[k]) w.out[s] = wide_in[k]; /* GCOVR_EXCL_BR_LINE: plan/validate.c refuses two tensors in one place while both live, so a slot sharing the output's buffer is that tensor, half and widened above */
         if (w.out[s] != a->out[s]) continue;
         /* Existing contents are widened too, for outputs the op accumulates into. */
         if (!(wide_out[s] = tg_malloc(sizeof(float) * (size_t)a->out_numel[s]))) rc = -1;
