@@ -243,11 +243,23 @@ TG_TEST(test_cpu_adan_without_norm_input) {
     CHECK(pa[0] != 5 && pa[1] != 6, "no step: %g %g", pa[0], pa[1]);
 }
 
-/* SIGABRT in the child: exit status 42, through exit so that the coverage counters are
- * still written. */
+#ifdef TG_COVERAGE
+void __gcov_dump(void);
+#endif
+
+/* Ends a forked child without the exit handlers (the parent's thread pools, which they
+ * would stop, have no threads in the child); the coverage build writes its counts first. */
+static void child_exit(int code) {
+#ifdef TG_COVERAGE
+    __gcov_dump();
+#endif
+    _exit(code);
+}
+
+/* SIGABRT in the child: exit status 42. */
 static void exit_42(int sig) {
     (void)sig;
-    exit(42);
+    child_exit(42);
 }
 
 /* Runs fn in a child process; returns its wait status (42: it called abort). */
@@ -260,7 +272,7 @@ static int status_of_child(void (*fn)(void)) {
         sa.sa_handler = exit_42;
         sigaction(SIGABRT, &sa, NULL);
         fn();
-        _exit(0);
+        child_exit(0);
     }
     int st = -1;
     waitpid(pid, &st, 0);
@@ -306,11 +318,11 @@ static void gelu_epilogues_with_their_buffers(void) {
     op.p.matmul.activation = TG_MATMUL_ACT_GELU;
     tg_cpu_op_args a = {.op = &op, .in = {(void *)A, (void *)B}, .out = {C, NULL, pre}};
     tg_cpu_op_run(&a);
-    if (pre[0] != 1.0f) _exit(3);
+    if (pre[0] != 1.0f) child_exit(3);
     op.p.matmul.activation = TG_MATMUL_ACT_GELU_BWD;
     a.in[3] = (void *)pre_in, a.out[2] = NULL;
     tg_cpu_op_run(&a);
-    if (C[0] != 0.5f) _exit(4); /* gelu'(0) = 1/2 */
+    if (C[0] != 0.5f) child_exit(4); /* gelu'(0) = 1/2 */
 }
 
 TG_TEST(test_cpu_kernels_abort_where_they_cannot_report) {
