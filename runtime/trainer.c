@@ -163,7 +163,7 @@ static int upload_values(tg_trainer *t, tg_err *err) {
         if ((cls != TG_CLASS_FROZEN && cls != TG_CLASS_BUFFER) || (x->flags & TG_TENSOR_VIEW)) continue;
         /* A value tensor, or the bf16 copy of its master's values. */
         const void *src = tg_weights_value(&t->values, x->flags & TG_TENSOR_PARAM_COPY ? x->master : i);
-        if (!src) continue;
+        if (!src) continue; /* GCOVR_EXCL_BR_LINE: a frozen parameter or buffer here is a value or a copy of one (plan/validate.c check_copies), and the image holds every value */
         if (!tg_dtype_is_half(x->dtype)) {
             up = tg_trainer_write(t, i, src, err);
             continue;
@@ -362,7 +362,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     if (depth > TG_TRAINER_STAGING_MAX - 2) depth = TG_TRAINER_STAGING_MAX - 2; /* GCOVR_EXCL_BR_LINE: the CPU executor keeps one step in flight; only CUDA's ring may be deeper */
     /* A step of N micro-batches keeps the device busy N times as long per start, and each
      * buffer is N images: two steps in flight are enough. */
-    if (train->grad_accumulation > 1 && depth > 2) depth = 2;
+    if (train->grad_accumulation > 1 && depth > 2) depth = 2; /* GCOVR_EXCL_BR_LINE: depth is the executor's max_in_flight at most, 1 on the CPU; only CUDA's ring is deeper */
     t->max_in_flight = depth;
     int group = opts && opts->step_group > 0 ? opts->step_group : t->ex.vt->step_group;
     if (train->grad_accumulation > 1) group = 1;
@@ -435,7 +435,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
         goto fail;
     /* fp16: the loss scale starts at the plan's, its growth tracker at 0 (a resumed run
      * takes both from the checkpoint). */
-    if (plan->io.loss_scale >= 0 && (write_scalar(t, plan->io.loss_scale, plan->train.loss_scale_init, err) ||
+    if (plan->io.loss_scale >= 0 && (write_scalar(t, plan->io.loss_scale, plan->train.loss_scale_init, err) || /* GCOVR_EXCL_BR_LINE: the CPU executor's write cannot fail; CUDA's can */
                                      write_scalar(t, plan->io.loss_scale_growth, 0.0f, err)))
         goto fail;
     if (t->has_train && !(opts && opts->no_loader_thread) &&
@@ -799,7 +799,7 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
                     if (logits[r * classes + c] > logits[r * classes + best]) best = c;
                 correct += best == labels[r];
                 if (best == labels[r]) tp[best]++;
-                else if (fp[best]++, labels[r] >= 0 && labels[r] < classes) fn[labels[r]]++;
+                else if (fp[best]++, labels[r] >= 0 && labels[r] < classes) fn[labels[r]]++; /* GCOVR_EXCL_BR_LINE: the loaders (jsonl.c, shard_reader.c, shard_dataset.c) refuse a classify label outside [0, num_labels), and -100 rows are skipped above */
             }
         }
         s->examples += n;
@@ -930,7 +930,7 @@ static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
 }
 
 /* Whether replicas keep optimizer state of their own (ZeRO-1 slices). */
-static int sliced_state(const tg_trainer *t) { return t->plan->train.zero_stage > 0 && t->replicas > 1; }
+static int sliced_state(const tg_trainer *t) { return t->plan->train.zero_stage > 0 && t->replicas > 1; } /* GCOVR_EXCL_BR_LINE: zero_stage 1 needs replicas >= 2: compile.c and plan/validate.c refuse it otherwise */
 
 int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *err) {
     tg_checkpoint_init(ck);
@@ -1024,7 +1024,7 @@ int tg_trainer_restore(tg_trainer *t, const tg_checkpoint *ck, const char *name,
     const tg_plan *plan = t->plan;
     const tg_plan_io *io = &plan->io;
     const tg_checkpoint_state *s = &ck->state;
-    if (t->steps_done || t->launched || t->returned)
+    if (t->steps_done || t->launched) /* returned never passes launched */
         return tg_fail(err, "%s: a trainer that has taken steps cannot resume a checkpoint", name);
     const tg_checkpoint_run run = run_identity(t);
     if (tg_checkpoint_check_identity(ck, plan, &run, name, err)) return -1;

@@ -742,3 +742,51 @@ TG_TEST(test_checkpoint_locate_cases) {
           path ? path : err.msg);
     free(path);
 }
+
+#ifdef TG_COVERAGE
+void __gcov_dump(void);
+#endif
+
+/* Ends a forked child without the exit handlers (the parent's thread pools, which they
+ * would stop, have no threads in the child); the coverage build writes its counts first. */
+static void child_exit(int code) {
+#ifdef TG_COVERAGE
+    __gcov_dump();
+#endif
+    _exit(code);
+}
+
+/* A temporary file whose writer is a process this one may not signal (pid 1, another
+ * user's: kill answers EPERM, not ESRCH) may still be in use: a save leaves it. Run in a
+ * child process that, as root, has become user 65534 (nobody) with root kept as its saved
+ * user, which it takes back before exiting (to write its coverage counts). */
+TG_TEST(test_checkpoint_folder_keeps_temps_of_unsignalable_writers) {
+    char dir[] = "/tmp/tg_ckpt_perm_XXXXXX", path[200], made[200];
+    REQUIRE(mkdtemp(dir) && chmod(dir, 0777) == 0, "mkdtemp");
+    snprintf(path, sizeof path, "%s/step-000001.tgckpt.tmp.1.0", dir);
+    snprintf(made, sizeof made, "%s/step-000002.tgckpt", dir);
+    REQUIRE(tg_test_write_file(path, "x") == 0, "write %s", path);
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int root_user = geteuid() == 0;
+        if (root_user && (setresgid(65534, 65534, 0) || setresuid(65534, 65534, 0))) _exit(2);
+        const int refused = kill(1, 0) == -1 && errno == EPERM;
+        tg_err err = {{0}};
+        tg_checkpoint ck;
+        int rc = make_ck(&ck, 2, 6, &err);
+        if (!rc) rc = tg_checkpoint_save_in_dir(&ck, dir, 0, NULL, &err), tg_checkpoint_free(&ck);
+        if (rc) fprintf(stderr, "save: %s\n", err.msg);
+        if (root_user && (setresuid(0, 0, 0) || setresgid(0, 0, 0))) _exit(3);
+        child_exit(rc ? 1 : refused ? 0 : 4);
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || (geteuid() != 0 && WEXITSTATUS(st) == 4)),
+          "the save in the child: status %#x", st);
+    CHECK(exists(path) && exists(made), "after the save: %s %s, %s %s", path, exists(path) ? "kept" : "removed", made,
+          exists(made) ? "written" : "absent");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "runtime/preflight.h"
 #include "runtime/executor.h"
@@ -145,4 +147,27 @@ TG_TEST(test_preflight_probe_samples) {
     tg_memory_probe_sample(&p);
     CHECK(p.low_free == 400, "low free %llu", (unsigned long long)p.low_free);
     CHECK(tg_memory_probe_peak(&p) == 600, "CUDA peak %lld, want 600", (long long)tg_memory_probe_peak(&p));
+}
+
+/* /proc/self/status cannot be opened (no descriptor left under RLIMIT_NOFILE): the sample
+ * keeps the most seen, and the next one that can read it takes the reading. */
+TG_TEST(test_preflight_probe_sample_unreadable_status) {
+    struct rlimit was;
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &was) == 0, "getrlimit");
+    const int lowest = dup(0); /* the lowest free descriptor */
+    REQUIRE(lowest >= 0, "dup");
+    close(lowest);
+    tg_memory_probe p = {.device = TG_DEVICE_CPU, .started = 1, .baseline = 0, .high_rss = 1};
+    struct rlimit none = {(rlim_t)lowest, was.rlim_max};
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit %d", lowest);
+    FILE *f = fopen("/proc/self/status", "r"); /* the probe's own open, refused */
+    const int refused = f == NULL;
+    if (f) fclose(f);
+    tg_memory_probe_sample(&p);
+    const uint64_t kept = p.high_rss;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &was) == 0, "setrlimit back");
+    CHECK(refused && kept == 1, "without a descriptor: open %s, the most seen became %llu",
+          refused ? "refused" : "allowed", (unsigned long long)kept);
+    tg_memory_probe_sample(&p);
+    CHECK(p.high_rss > 1, "with descriptors again: %llu", (unsigned long long)p.high_rss);
 }

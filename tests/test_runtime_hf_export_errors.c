@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -397,34 +398,70 @@ TG_TEST(test_runtime_hf_export_folder_filled_meanwhile) {
     tg_plan_free(&p);
 }
 
-/* Permissions (only without root, which they do not stop): a tokenizer file that cannot be
- * read, an output folder that cannot be listed, a parent that cannot be written. */
+#ifdef TG_COVERAGE
+void __gcov_dump(void);
+#endif
+
+/* Ends a forked child without the exit handlers (the parent's thread pools, which they
+ * would stop, have no threads in the child); the coverage build writes its counts first. */
+static void child_exit(int code) {
+#ifdef TG_COVERAGE
+    __gcov_dump();
+#endif
+    _exit(code);
+}
+
+/* Permissions: a tokenizer file that cannot be read, an output folder that cannot be
+ * listed, a parent that cannot be written. Checked in a child process; as root, one whose
+ * real and effective user is 65534 (nobody), which root's permissions do not let through
+ * (the saved root user comes back before it exits, to write its coverage counts). */
+static int permission_checks(const tg_plan *p, char *const paths[5]) {
+    char *tok = paths[0], *inner = paths[1], *parent_ro = paths[2];
+    int bad = 0;
+    tg_hf_export_options o = {paths[3], tok, NULL, 0, 0, 0};
+    tg_err err = {{0}};
+    bad += !CHECK(tg_hf_export_check(p, &o, NULL, 0, &err) == -1, "an unreadable tokenizer file accepted");
+    bad += !CHECK_MSG(err, "tok/vocab.txt: cannot be read: Permission denied");
+    o = (tg_hf_export_options){inner, NULL, NULL, 0, 0, 0};
+    bad += !CHECK(tg_hf_export_check(p, &o, NULL, 0, &err) == -1, "an unlistable folder accepted");
+    bad += !CHECK_MSG(err, "locked/out: cannot list it: Permission denied");
+    o = (tg_hf_export_options){paths[4], NULL, NULL, 0, 0, 0};
+    bad += !CHECK(tg_hf_export_check(p, &o, NULL, 0, &err) == -1, "a read-only parent accepted");
+    char want[900];
+    snprintf(want, sizeof want, "output folder %s: cannot write in %s: Permission denied", paths[4], parent_ro);
+    bad += !CHECK(!strcmp(err.msg, want), "'%s'\n    want '%s'", err.msg, want);
+    return bad;
+}
+
 TG_TEST(test_runtime_hf_export_permissions) {
-    if (geteuid() == 0) {
-        printf("  (root: permission checks skipped)\n");
-        return;
-    }
     tg_plan p;
     if (!bert_plan(&p)) return;
-    const char *root = tg_test_tmpdir();
+    char root[] = "/tmp/tg_export_perm_XXXXXX";
+    REQUIRE(mkdtemp(root) && chmod(root, 0777) == 0, "mkdtemp"); /* writable for the child */
     char *out = join(root, "out"), *tok = join(root, "tok"), *vocab = join(root, "tok/vocab.txt"),
-         *locked = join(root, "locked"), *inner = join(root, "locked/out");
+         *locked = join(root, "locked"), *inner = join(root, "locked/out"), *ro = join(root, "ro"),
+         *ro_out = join(root, "ro/out");
     REQUIRE(mkdir(tok, 0755) == 0 && tg_test_write_file(vocab, "x\n") == 0 && chmod(vocab, 0) == 0 &&
-                mkdir(locked, 0755) == 0 && mkdir(inner, 0755) == 0,
+                mkdir(locked, 0755) == 0 && mkdir(inner, 0) == 0 && chmod(inner, 0) == 0 && mkdir(ro, 0555) == 0 &&
+                chmod(ro, 0555) == 0,
             "setup");
-    tg_hf_export_options o = {out, tok, NULL, 0, 0, 0};
-    tg_err err = {{0}};
-    CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == -1, "an unreadable tokenizer file accepted");
-    CHECK_MSG(err, "tok/vocab.txt: cannot be read: Permission denied");
-    REQUIRE(chmod(inner, 0) == 0, "chmod");
-    o = (tg_hf_export_options){inner, NULL, NULL, 0, 0, 0};
-    CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == -1, "an unlistable folder accepted");
-    CHECK_MSG(err, "locked/out: cannot list it: Permission denied");
-    REQUIRE(chmod(inner, 0755) == 0 && rmdir(inner) == 0 && chmod(locked, 0555) == 0, "chmod");
-    CHECK(tg_hf_export_check(&p, &o, NULL, 0, &err) == -1, "a read-only parent accepted");
-    CHECK_MSG(err, "locked/out: cannot write in ");
-    chmod(locked, 0755);
-    free(out), free(tok), free(vocab), free(locked), free(inner);
+    char *const paths[5] = {tok, inner, ro, out, ro_out};
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int root_user = geteuid() == 0;
+        if (root_user && (setresgid(65534, 65534, 0) || setresuid(65534, 65534, 0))) _exit(2);
+        const int bad = permission_checks(&p, paths);
+        if (root_user && (setresuid(0, 0, 0) || setresgid(0, 0, 0))) _exit(3);
+        child_exit(bad ? 1 : 0);
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the checks in the child: status %#x", st);
+    chmod(inner, 0755), chmod(vocab, 0644);
+    unlink(vocab), rmdir(tok), rmdir(inner), rmdir(locked), rmdir(ro), rmdir(root);
+    CHECK(access(root, F_OK) != 0, "%s left behind", root);
+    free(out), free(tok), free(vocab), free(locked), free(inner), free(ro), free(ro_out);
     tg_plan_free(&p);
 }
 

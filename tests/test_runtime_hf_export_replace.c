@@ -166,3 +166,23 @@ TG_TEST(test_runtime_hf_export_replace_failures) {
     }
     close_setup(&s);
 }
+
+/* The first move refused with EEXIST (POSIX's other answer for a folder that is not empty):
+ * taken as the full folder it is, replaced with force by the exchange. */
+TG_TEST(test_runtime_hf_export_first_move_eexist_is_a_full_folder) {
+    setup s;
+    if (!open_setup(&s)) return;
+    const tg_hf_export_options o = {s.out, NULL, NULL, 0, 1, 0};
+    tg_err err = {{0}};
+    tg_test_fail_rename(move_in, EEXIST);
+    const int rc = tg_hf_export(&s.img, &o, &err);
+    tg_test_fail_rename(NULL, 0);
+    char config[900];
+    snprintf(config, sizeof config, "%s/config.json", s.out);
+    CHECK(rc == 0, "EEXIST, then the exchange: %s", err.msg);
+    CHECK(access(s.old_file, F_OK) != 0 && access(config, F_OK) == 0 && tg_test_count_files(s.root) == 1,
+          "after the exchange: old.txt %s, config.json %s, %d entries beside it",
+          access(s.old_file, F_OK) == 0 ? "kept" : "gone", access(config, F_OK) == 0 ? "there" : "absent",
+          tg_test_count_files(s.root));
+    close_setup(&s);
+}

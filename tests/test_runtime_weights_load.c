@@ -582,3 +582,83 @@ TG_TEST(test_runtime_weights_report_text_buffer_ends) {
         free(text);
     }
 }
+
+/* A plan (as a plan file may have it) whose LayerNorm parameter is named neither .weight
+ * nor .bias, and whose position_ids buffer is named otherwise: the parameter loads under its
+ * own name only (no gamma / beta alias), and a checkpoint's position_ids, which the model no
+ * longer has, is unexpected though the model has other buffers. */
+TG_TEST(test_runtime_weights_renamed_layernorm_and_buffers) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    const int ln = tg_test_tensor_named(&p, "bert.embeddings.LayerNorm.weight");
+    const int pos = tg_test_tensor_named(&p, "bert.embeddings.position_ids");
+    REQUIRE(ln >= 0 && pos >= 0 && tg_test_tensor_named(&p, "bert.embeddings.token_type_ids") >= 0, "tensors");
+    snprintf(p.tensors[ln].name, sizeof p.tensors[ln].name, "bert.embeddings.LayerNorm.scale");
+    snprintf(p.tensors[pos].name, sizeof p.tensors[pos].name, "bert.embeddings.position_index");
+    tg_weights_image src, got;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(&p, &src, &err) == 0 && tg_weights_image_alloc(&p, &got, &err) == 0, "%s",
+            err.msg);
+    tg_weights_init(&src, 7);
+    tg_weights_init(&got, 8);
+    tg_st_item items[256];
+    static char names[256][TG_NAME_MAX];
+    const int n0 = items_of(&src, old_bert_name, items, names);
+    int n = n0;
+    static const int64_t four[] = {4};
+    static const float v[4] = {0, 1, 2, 3};
+    items[n++] = (tg_st_item){"embeddings.position_ids", TG_ST_F32, 1, four, v};
+    const char *path = tmp_path("renamed.safetensors");
+    REQUIRE(tg_st_write(path, items, n, &err) == 0, "%s", err.msg);
+    tg_weights_report r;
+    REQUIRE(tg_weights_load(&got, path, &r, &err) == 0, "%s", err.msg);
+    CHECK(!memcmp(tg_weights_value(&src, ln), tg_weights_value(&got, ln), (size_t)tg_tensor_numel(&p.tensors[ln]) * 4),
+          "the LayerNorm parameter under its own name did not load");
+    CHECK(r.unexpected == 1 && !strcmp(r.unexpected_names[0], "embeddings.position_ids") && r.ignored == 0 &&
+              r.missing == 2 && r.loaded == n0,
+          "unexpected %d (%s) ignored %d missing %d loaded %d of %d", r.unexpected,
+          r.unexpected ? r.unexpected_names[0] : "", r.ignored, r.missing, r.loaded, n0);
+    tg_weights_report_free(&r);
+    /* The checkpoint under the old alias only: the parameter is missing, the alias unexpected. */
+    for (int i = 0; i < n0; i++)
+        if (!strcmp(items[i].name, "embeddings.LayerNorm.scale")) items[i].name = "embeddings.LayerNorm.gamma";
+    REQUIRE(tg_st_write(path, items, n0, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_weights_load(&got, path, &r, &err) == 0, "%s", err.msg);
+    int missing = 0;
+    for (int i = 0; i < r.missing; i++) missing |= !strcmp(r.missing_names[i], "bert.embeddings.LayerNorm.scale");
+    CHECK(missing && r.missing == 3 && r.unexpected == 1 && !strcmp(r.unexpected_names[0], "embeddings.LayerNorm.gamma"),
+          "gamma for .scale: missing %d, unexpected %d", r.missing, r.unexpected);
+    tg_weights_report_free(&r);
+    tg_weights_image_free(&src);
+    tg_weights_image_free(&got);
+    tg_plan_free(&p);
+}
+
+/* The padding row of an embedding table is zeroed at initialisation only where the table
+ * has rows: a plan whose table is one flat dimension (which the op's element count allows)
+ * keeps its drawn values there. */
+TG_TEST(test_runtime_weights_padding_row_needs_a_2d_table) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    int table = -1;
+    int64_t pad = -1;
+    for (int o = p.phase_begin[TG_PHASE_FORWARD]; o < p.phase_begin[TG_PHASE_BACKWARD] && table < 0; o++)
+        if (p.ops[o].kind == TG_OP_EMBEDDING && p.ops[o].p.embedding.padding_idx >= 0)
+            table = p.ops[o].in[1], pad = p.ops[o].p.embedding.padding_idx;
+    REQUIRE(table >= 0 && p.tensors[table].ndim == 2 && pad < p.tensors[table].shape[0], "an embedding with padding");
+    const int64_t D = p.tensors[table].shape[1], V = p.tensors[table].shape[0];
+    for (int flat = 0; flat < 2; flat++) {
+        if (flat) p.tensors[table].ndim = 1, p.tensors[table].shape[0] = V * D, p.tensors[table].shape[1] = 0;
+        tg_weights_image img;
+        tg_err err = {{0}};
+        REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+        tg_weights_init(&img, 5);
+        const float *row = (const float *)tg_weights_value(&img, table) + pad * D;
+        int zeros = 0;
+        for (int64_t d = 0; d < D; d++) zeros += row[d] == 0.0f;
+        CHECK(flat ? zeros < D : zeros == D, "%s table: %d of %lld padding-row values are 0", flat ? "flat" : "2-D", zeros,
+              (long long)D);
+        tg_weights_image_free(&img);
+    }
+    tg_plan_free(&p);
+}

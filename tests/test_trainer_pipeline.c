@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/front.h"
+#include "runtime/half_convert.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -33,6 +34,9 @@ static struct {
     int derive_labels;             /* LM: derive the marked label rows, as CUDA's step does */
     uint8_t *scratch;              /* a batch with its label rows derived */
     int marked;                    /* batches that came with marked rows */
+    int writes, fail_write_from;   /* > 0: writes fail from this one on (1-based) */
+    int rewrite;                   /* step_wait hands out the loss, norm and scale below */
+    float loss, grad_norm, loss_scale;
 } fake;
 
 static int fake_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
@@ -71,6 +75,7 @@ static int fake_step_wait(void *impl, tg_step_result *r, tg_err *err) {
     if (fake.head == fake.tail) return tg_fail(err, "fake executor: no step in flight");
     *r = fake.queue[fake.head++ % QUEUE];
     if (fake.period_ms > 0) r->period_ms = fake.period_ms;
+    if (fake.rewrite) r->loss = fake.loss, r->grad_norm = fake.grad_norm, r->loss_scale = fake.loss_scale;
     return 0;
 }
 
@@ -82,7 +87,10 @@ static int fake_read(void *impl, int tensor, void *host, tg_err *err) {
 }
 
 static int fake_write(void *impl, int tensor, const void *host, tg_err *err) {
-    return fake.fail_write ? tg_fail(err, "fake executor: write refused") : fake.real->write(impl, tensor, host, err);
+    fake.writes++;
+    if (fake.fail_write || (fake.fail_write_from > 0 && fake.writes >= fake.fail_write_from))
+        return tg_fail(err, "fake executor: write refused");
+    return fake.real->write(impl, tensor, host, err);
 }
 
 static int fake_run(void *impl, int first, int last, int training, tg_err *err) {
@@ -458,4 +466,264 @@ TG_TEST(test_trainer_pipeline_buckets_start_one_bucket_at_a_time) {
     CHECK(fake.n_starts > 6 && fake.n_starts < 12, "%d starts for 12 steps in groups of up to 2", fake.n_starts);
     for (int i = 0; i < 12; i++) CHECK(piped[i] == plain[i], "step %d: %.9g, plain %.9g", i + 1, piped[i], plain[i]);
     tg_plan_free(&plan);
+}
+
+/* ---- failures part way through a checkpoint or a resume, and results no step makes ---- */
+
+/* A run of `text` (a job over the 24 sentiment rows, train.jsonl, or 12 rows of token ids
+ * from 3 to 42 tokens long, ids.jsonl) under the pipelining executor, one step in flight. */
+static int open_text(run *r, const char *text) {
+    memset(r, 0, sizeof *r);
+    const char *dir = tg_test_tmpdir();
+    char cmd[1200], job[700], rows[2400] = "";
+    snprintf(cmd, sizeof cmd, "head -n 24 examples/data/sentiment-train.jsonl > '%s/train.jsonl'", dir);
+    if (!CHECK(system(cmd) == 0, "%s", cmd)) return 0;
+    for (int k = 0; k < 12; k++) {
+        char row[300] = "{\"input_ids\": [";
+        const int len = 3 + (k * 13) % 40;
+        for (int i = 0; i < len; i++)
+            snprintf(row + strlen(row), sizeof row - strlen(row), "%s%d", i ? ", " : "", 5 + (k * 7 + i * 3) % 90);
+        snprintf(rows + strlen(rows), sizeof rows - strlen(rows), "%s]}\n", row);
+    }
+    snprintf(job, sizeof job, "%s/ids.jsonl", dir);
+    if (!CHECK(tg_test_write_file(job, rows) == 0, "write %s", job)) return 0;
+    snprintf(job, sizeof job, "%s/job.job", dir);
+    if (!CHECK(tg_test_write_file(job, text) == 0, "write %s", job)) return 0;
+    tg_err err;
+    if (!CHECK(tg_front_compile_file(job, NULL, 0, &r->plan, &err) == 0, "%s", err.msg)) return 0;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 1, .no_loader_thread = 1};
+    if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
+        tg_plan_free(&r->plan);
+        return 0;
+    }
+    r->open = 1;
+    if (!CHECK(pipeline(&r->tr, 1, 1), "staging buffers")) return close_run(r), 0;
+    return 1;
+}
+
+static const char fp32_job[] = "model = tiny-bert\ntask = classify\nbatch = 4\nseq = 48\nsteps = 4\n"
+                               "train_data = train.jsonl\n";
+static const char fp16_job[] = "model = tiny-bert\ntask = classify\nbatch = 4\nseq = 48\nsteps = 4\n"
+                               "precision = fp16\nskip_nonfinite = false\ntrain_data = train.jsonl\n";
+
+/* A whole checkpoint whose step counter was read but whose first tensor read is refused:
+ * the error, and nothing left in it. */
+TG_TEST(test_trainer_pipeline_checkpoint_tensor_read_refused) {
+    run r;
+    if (!open_text(&r, fp32_job)) return;
+    tg_err err = {{0}};
+    tg_checkpoint ck;
+    fake.reads = 0, fake.fail_read_from = 2;
+    CHECK(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == -1 && strstr(err.msg, "fake executor: read refused") &&
+              ck.n_tensors == 0 && fake.reads == 2,
+          "whole checkpoint, second read refused: %s (%d tensors, %d reads)", err.msg, ck.n_tensors, fake.reads);
+    close_run(&r);
+}
+
+/* Resuming: the parameters' upload refused, then (the upload done) the last state tensor's
+ * write refused; each the call's error. */
+TG_TEST(test_trainer_pipeline_restore_writes_refused) {
+    run r;
+    if (!open_text(&r, fp32_job)) return;
+    tg_err err = {{0}};
+    tg_checkpoint ck;
+    REQUIRE(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == 0, "%s", err.msg);
+    close_run(&r);
+    /* The writes of a resume that succeeds. */
+    int writes = 0;
+    if (open_text(&r, fp32_job)) {
+        fake.writes = 0;
+        CHECK(tg_trainer_restore(&r.tr, &ck, "ck", &err) == 0, "restore: %s", err.msg);
+        writes = fake.writes;
+        close_run(&r);
+    }
+    if (open_text(&r, fp32_job)) {
+        fake.fail_write = 1;
+        CHECK(tg_trainer_restore(&r.tr, &ck, "ck", &err) == -1 && strstr(err.msg, "fake executor: write refused") &&
+                  fake.writes == 1,
+              "restore, parameters' upload refused: %s (%d writes)", err.msg, fake.writes);
+        close_run(&r);
+    }
+    if (writes > 1 && open_text(&r, fp32_job)) {
+        fake.writes = 0, fake.fail_write_from = writes;
+        CHECK(tg_trainer_restore(&r.tr, &ck, "ck", &err) == -1 && strstr(err.msg, "fake executor: write refused") &&
+                  fake.writes == writes,
+              "restore, last state write refused: %s (%d of %d writes)", err.msg, fake.writes, writes);
+        close_run(&r);
+    }
+    tg_checkpoint_free(&ck);
+}
+
+/* fp16: a whole checkpoint with the loss scale's read refused, then its growth tracker's;
+ * the checkpoint of a step resumed by a fresh trainer, loss scale and tracker included. */
+TG_TEST(test_trainer_pipeline_fp16_checkpoint_loss_scale) {
+    run r;
+    if (!open_text(&r, fp16_job)) return;
+    tg_err err = {{0}};
+    tg_step_stats s;
+    REQUIRE(tg_trainer_step(&r.tr, &s, &err) == 0, "%s", err.msg);
+    tg_checkpoint ck;
+    fake.reads = 0;
+    REQUIRE(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == 0, "%s", err.msg);
+    /* The last four reads: loss scale, growth tracker, then m and v. */
+    const int reads = fake.reads;
+    for (int back = 4; back >= 3; back--) {
+        tg_checkpoint bad;
+        fake.reads = 0, fake.fail_read_from = reads - back + 1;
+        CHECK(tg_trainer_checkpoint(&r.tr, &bad, 1, &err) == -1 && strstr(err.msg, "read refused") &&
+                  bad.n_tensors == 0 && fake.reads == reads - back + 1,
+              "read %d of %d refused: %s (%d reads)", reads - back + 1, reads, err.msg, fake.reads);
+    }
+    fake.fail_read_from = 0;
+    const tg_plan *p = &r.plan;
+    const tg_checkpoint_tensor *scale = tg_checkpoint_find(&ck, p->tensors[p->io.loss_scale].name, -1);
+    const tg_checkpoint_tensor *growth = tg_checkpoint_find(&ck, p->tensors[p->io.loss_scale_growth].name, -1);
+    REQUIRE(scale && growth, "the checkpoint lacks the loss scale or its tracker");
+    float want_scale, want_growth;
+    memcpy(&want_scale, scale->data, sizeof want_scale);
+    memcpy(&want_growth, growth->data, sizeof want_growth);
+    close_run(&r);
+    if (open_text(&r, fp16_job)) {
+        float got_scale = 0, got_growth = -1;
+        CHECK(tg_trainer_restore(&r.tr, &ck, "ck", &err) == 0 &&
+                  tg_trainer_read_f32(&r.tr, r.plan.io.loss_scale, &got_scale, &err) == 0 &&
+                  tg_trainer_read_f32(&r.tr, r.plan.io.loss_scale_growth, &got_growth, &err) == 0,
+              "restore: %s", err.msg);
+        CHECK(got_scale == want_scale && got_growth == want_growth && want_growth == 1,
+              "resumed loss scale %g tracker %g, the checkpoint's %g %g", got_scale, got_growth, want_scale,
+              want_growth);
+        close_run(&r);
+    }
+    tg_checkpoint_free(&ck);
+}
+
+/* A read of a half tensor into floats, refused: the call's error. */
+TG_TEST(test_trainer_pipeline_half_read_refused) {
+    run r;
+    if (!open_text(&r, fp16_job)) return;
+    int half = -1;
+    for (int i = 0; i < r.plan.n_tensors && half < 0; i++)
+        if (tg_dtype_is_half(r.plan.tensors[i].dtype)) half = i;
+    REQUIRE(half >= 0, "an fp16 plan without a half tensor");
+    float *buf = malloc(sizeof(float) * (size_t)tg_tensor_numel(&r.plan.tensors[half]));
+    REQUIRE(buf, "out of memory");
+    tg_err err = {{0}};
+    fake.fail_read = 1;
+    CHECK(tg_trainer_read_f32(&r.tr, half, buf, &err) == -1 && strstr(err.msg, "fake executor: read refused"),
+          "half read of %s: %s", r.plan.tensors[half].name, err.msg);
+    fake.fail_read = 0;
+    CHECK(tg_trainer_read_f32(&r.tr, half, buf, &err) == 0, "half read: %s", err.msg);
+    free(buf);
+    close_run(&r);
+}
+
+/* Results as no healthy step makes them: a non-finite loss with a finite norm stops the
+ * run; with fp16 a non-finite norm is the scaler's overflow only at a scale of 1 or more
+ * and a finite loss, otherwise skip_nonfinite = false stops the run. */
+TG_TEST(test_trainer_pipeline_non_finite_results) {
+    run r;
+    tg_err err = {{0}};
+    tg_step_stats s;
+    if (open_text(&r, fp32_job)) {
+        fake.rewrite = 1, fake.loss = INFINITY, fake.grad_norm = 2.0f, fake.loss_scale = 0;
+        CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 &&
+                  !strcmp(err.msg, "step 1: loss is inf (diverged; lower lr or enable grad_clip)"),
+              "infinite loss, finite norm: %s", err.msg);
+        close_run(&r);
+    }
+    const struct {
+        float loss, scale;
+        int stops;
+    } cases[] = {{1.5f, 2.0f, 0}, {NAN, 2.0f, 1}, {1.5f, 0.5f, 1}};
+    for (int c = 0; c < 3; c++) {
+        if (!open_text(&r, fp16_job)) return;
+        fake.rewrite = 1, fake.loss = cases[c].loss, fake.grad_norm = NAN, fake.loss_scale = cases[c].scale;
+        const int rc = tg_trainer_step(&r.tr, &s, &err);
+        if (cases[c].stops)
+            CHECK(rc == -1 && strstr(err.msg, "step 1: the gradient norm is nan (loss ") &&
+                      strstr(err.msg, "skip_nonfinite = false stops here"),
+                  "case %d (loss %g, scale %g): rc %d, %s", c, cases[c].loss, cases[c].scale, rc, err.msg);
+        else
+            CHECK(rc == 0 && s.skipped && r.tr.skipped_steps == 1, "case %d: rc %d (%s), skipped %d", c, rc, err.msg,
+                  s.skipped);
+        close_run(&r);
+    }
+}
+
+/* Held at the end of the schedule: no step to take, and none started. */
+TG_TEST(test_trainer_pipeline_hold_past_the_last_step) {
+    run r;
+    if (!open_text(&r, fp32_job)) return;
+    tg_err err = {{0}};
+    tg_step_stats s;
+    for (int i = 0; i < 4; i++) REQUIRE(tg_trainer_step(&r.tr, &s, &err) == 0, "step %d: %s", i + 1, err.msg);
+    tg_trainer_hold(&r.tr, 1);
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == -1 && !strcmp(err.msg, "no step to take: the run stops at step 4") &&
+              r.tr.launched == 4,
+          "held at step 4: %s (%lld launched)", err.msg, (long long)r.tr.launched);
+    tg_trainer_hold(&r.tr, 0);
+    CHECK(tg_trainer_step(&r.tr, &s, &err) == 0 && s.step == 5, "released past the end: %s", err.msg);
+    close_run(&r);
+}
+
+/* mlm: the eval's reads of the masking op's labels (tg_trainer_eval), and of its masked ids
+ * (with a logits callback), refused: the call's error. */
+static int count_rows(void *ctx, const float *logits, int32_t first, int32_t rows, tg_err *err) {
+    *(int *)ctx += rows;
+    return 0;
+}
+
+TG_TEST(test_trainer_pipeline_mlm_eval_reads_refused) {
+    run r;
+    if (!open_text(&r, "model = tiny-bert\ntask = mlm\nbatch = 4\nseq = 48\nsteps = 2\ntrain_data = ids.jsonl\n"
+                       "eval_data = ids.jsonl\n"))
+        return;
+    tg_err err = {{0}};
+    tg_eval_stats es;
+    int rows = 0;
+    /* Reads: the loss, the masked labels; with the callback the loss, logits, labels, ids. */
+    fake.reads = 0, fake.fail_read_from = 2;
+    CHECK(tg_trainer_eval(&r.tr, &es, &err) == -1 && strstr(err.msg, "fake executor: read refused") && fake.reads == 2,
+          "eval, masked labels' read refused: %s (%d reads)", err.msg, fake.reads);
+    fake.reads = 0, fake.fail_read_from = 4;
+    CHECK(tg_trainer_eval_logits(&r.tr, &es, count_rows, &rows, &err) == -1 &&
+              strstr(err.msg, "fake executor: read refused") && fake.reads == 4 && rows == 0,
+          "eval, masked ids' read refused: %s (%d reads, %d rows seen)", err.msg, fake.reads, rows);
+    fake.fail_read_from = 0;
+    CHECK(tg_trainer_eval_logits(&r.tr, &es, count_rows, &rows, &err) == 0 && rows == 12 && es.examples == 12,
+          "eval: %s (%d rows seen)", err.msg, rows);
+    close_run(&r);
+}
+
+/* LM with length buckets behind an executor that derives label rows: the batches still
+ * come with every label written (the step fetching a batch has its own bucket's layout),
+ * and the losses are those of the CPU's own run. */
+TG_TEST(test_trainer_pipeline_lm_buckets_write_every_label) {
+    static const char job[] = "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 48\nsteps = 6\nseq_buckets = 16,48\n"
+                              "train_data = ids.jsonl\n";
+    float plain[6], derived[6];
+    for (int pass = 0; pass < 2; pass++) {
+        run r;
+        if (!open_text(&r, job)) return;
+        uint8_t *scratch = NULL;
+        if (pass) {
+            fake.vt.lm_label_rows = 1;
+            fake.derive_labels = 1;
+            scratch = fake.scratch = malloc(r.plan.pool_bytes[TG_POOL_INPUTS]);
+        } else {
+            r.tr.ex.vt = fake.real; /* the CPU executor itself */
+        }
+        tg_err err = {{0}};
+        for (int i = 0; i < 6 && (!pass || scratch); i++) {
+            tg_step_stats s;
+            if (!CHECK(tg_trainer_step(&r.tr, &s, &err) == 0, "pass %d step %d: %s", pass, i + 1, err.msg)) break;
+            (pass ? derived : plain)[i] = s.loss;
+        }
+        if (pass) CHECK(fake.marked == 0, "%d batches came with marked label rows under buckets", fake.marked);
+        close_run(&r);
+        free(scratch);
+        fake.scratch = NULL;
+    }
+    for (int i = 0; i < 6; i++)
+        CHECK(derived[i] == plain[i], "step %d: loss %.9g, the CPU's own %.9g", i + 1, derived[i], plain[i]);
 }

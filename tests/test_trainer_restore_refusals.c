@@ -353,3 +353,24 @@ TG_TEST(test_trainer_restore_refuses_other_token_types) {
     tg_checkpoint_free(&ck);
     tg_plan_free(&plan);
 }
+
+/* A checkpoint tensor named as one of the plan's activations (no value, no optimizer or
+ * step state): refused by name, as a tensor of no training state. */
+TG_TEST(test_trainer_restore_refuses_an_activation) {
+    run r;
+    if (!open_run(&r)) return;
+    tg_err err = {{0}};
+    tg_checkpoint ck;
+    REQUIRE(tg_trainer_checkpoint(&r.tr, &ck, 1, &err) == 0, "%s", err.msg);
+    const tg_tensor *x = &r.plan.tensors[r.plan.io.logits];
+    float *buf = calloc((size_t)tg_tensor_numel(x), sizeof(float));
+    if (CHECK(buf && tg_checkpoint_add_tensor(&ck, x->name, -1, TG_F32, x->ndim, x->shape, buf, &err) == 0, "%s",
+              err.msg)) {
+        char want[300];
+        snprintf(want, sizeof want, "ck: tensor '%s' (replica -1) is not part of this plan's training state", x->name);
+        CHECK(tg_trainer_restore(&r.tr, &ck, "ck", &err) == -1 && !strcmp(err.msg, want), "'%s'\n    want '%s'",
+              err.msg, want);
+    }
+    tg_checkpoint_free(&ck);
+    close_run(&r);
+}
