@@ -116,20 +116,54 @@ def cpu_sources(root, globs):
     return sorted(files)
 
 
+def split_trailing_comment(line):
+    """(code, comment): a block comment that ends the line after code, split off at its
+    "/*" (outside string and character literals); (line, "") for any other line."""
+    quote, i = None, 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif line.startswith("/*", i):
+            end = line.find("*/", i + 2)
+            if end < 0 or line[end + 2:].strip() or not line[:i].strip():
+                return line, ""
+            return line[:i], line[i:]
+        elif line.startswith("//", i):
+            return line, ""
+        i += 1
+    return line, ""
+
+
 def generate(root, files):
-    """{path: (source lines, [(line number, mutated line)])}"""
+    """{path: (source lines, [(line number, mutated line)])}. universalmutator leaves out
+    every line holding "/*": a line's trailing comment (a coverage exclusion, a why) is
+    taken off before it mutates the code and put back on each mutant, so such lines are
+    mutated like the others."""
     table = {}
     devnull = open(os.devnull, "w")
     for path in files:
         with open(os.path.join(root, path)) as f:
             source = f.readlines()
+        split = [split_trailing_comment(line) for line in source]
+        code = [c + "\n" if t else c for c, t in split]
         # mutants_regexp prints its progress; the report is ours.
         saved, sys.stdout = sys.stdout, devnull
         try:
-            found = mutator.mutants_regexp(source, ruleFiles=RULES, ignorePatterns=[], ignoreStringOnly=True)
+            found = mutator.mutants_regexp(code, ruleFiles=RULES, ignorePatterns=[], ignoreStringOnly=True)
         finally:
             sys.stdout = saved
-        table[path] = (source, [(m[0], m[1]) for m in found])
+        mutants = []
+        for m in found:
+            line, text = m[0], m[1]
+            comment = split[line - 1][1]
+            mutants.append((line, text.rstrip("\n") + comment if comment else text))
+        table[path] = (source, mutants)
     return table
 
 
