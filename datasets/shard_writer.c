@@ -76,7 +76,7 @@ int tg_shard_remove_tree(const char *dir) { return nftw(dir, rm_entry, 16, FTW_D
 
 static void sync_path(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) { /* GCOVR_EXCL_BR_LINE: after the rename into this folder, with every shard descriptor closed (fewer open than the writer needed before) */
+    if (fd >= 0) {
         (void)fsync(fd);
         close(fd);
     }
