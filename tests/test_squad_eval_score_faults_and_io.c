@@ -77,11 +77,15 @@ TG_TEST(test_squad_eval_put_newline_write_error) {
     REQUIRE(mem_len > 1 && mem[mem_len - 1] == '\n', "one line: %zu bytes", mem_len);
     const size_t line = mem_len - 1;
     free(mem);
-    /* A buffer of exactly the line: the text fills it and the newline must flush it. */
+    /* A buffer with room for exactly the line after some earlier bytes: the text fills it
+     * and the newline must flush it. (A write the buffer cannot take at all would go to the
+     * file directly and fail in fwrite instead.) */
     FILE *f = fopen("/dev/full", "w");
     REQUIRE(f, "/dev/full: %s", strerror(errno));
-    static char buf[256];
-    REQUIRE(line <= sizeof buf && setvbuf(f, buf, _IOFBF, line) == 0, "setvbuf %zu", line);
+    static char buf[256], before[256];
+    REQUIRE(line < sizeof buf && setvbuf(f, buf, _IOFBF, sizeof buf) == 0, "setvbuf for a line of %zu", line);
+    memset(before, 'x', sizeof buf - line);
+    REQUIRE(fputs(before, f) >= 0, "the earlier bytes stay in the buffer");
     const int rc = tg_squad_eval_put_end(f, "full.jsonl", 1, 2, 3, &err);
     CHECK(rc == -1 && !strcmp(err.msg, "full.jsonl: write error"), "rc %d '%s'", rc, err.msg);
     fclose(f);
