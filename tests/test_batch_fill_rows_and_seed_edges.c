@@ -21,7 +21,7 @@ TG_TEST(test_batch_fill_unaligned_long_row_and_exact_streamed_row) {
                         {.len = T, .input_ids = ids1, .label = TG_IGNORE_INDEX}};
     tg_dataset ds = {.n = 2, .examples = ex, .n_tokens = 256 + T};
     tg_batch out = {0};
-    const size_t cells = (size_t)B * T + 3; /* aligned_alloc wants a multiple of 16 bytes */
+    const size_t cells = ((size_t)B * T + 3) & ~(size_t)3; /* aligned_alloc wants a multiple of 16 bytes */
     out.input_ids = aligned_alloc(16, sizeof(int32_t) * cells);
     out.attention_mask = aligned_alloc(16, sizeof(float) * cells);
     out.token_type_ids = aligned_alloc(16, sizeof(int32_t) * cells);
