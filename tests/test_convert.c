@@ -557,3 +557,19 @@ TG_TEST(test_convert_input_name_shorter_than_a_suffix) {
           "rc %d '%s'", rc, err.msg);
     byte_encoder_free(&f.be);
 }
+
+/* The separator token completes a record that the writer refuses (here an end-of-text id
+ * outside the vocabulary): the conversion stops with the writer's message, leaving nothing. */
+TG_TEST(test_convert_text_lm_record_completed_by_a_refused_separator) {
+    fixture f;
+    fixture_init(&f, TG_TOKENIZER_BPE_GPT2);
+    f.enc.special.eos = f.enc.vocab_size;
+    fixture_input(&f, "a.txt", "abc\n");
+    f.opt.seq = 4;
+    char want[200];
+    snprintf(want, sizeof want,
+             "shard writer: record 0 of the train split: input_ids[3] = %d is outside the vocabulary (%d)",
+             f.enc.vocab_size, f.enc.vocab_size);
+    expect_convert_error(&f, want);
+    byte_encoder_free(&f.be);
+}
