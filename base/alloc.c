@@ -45,7 +45,7 @@ int tg_asprintf(char **out, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vasprintf(out, fmt, ap);
     va_end(ap);
-    if (n < 0) failed++, *out = NULL;
+    if (n < 0) failed++, *out = NULL; /* GCOVR_EXCL_BR_LINE: vasprintf fails only when the C library's malloc does (refuse() above is the hook's failure) or past INT_MAX bytes of output, which would need 2 GiB of memory */
     return n;
 }
 

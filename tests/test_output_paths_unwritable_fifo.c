@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/coverage_flush.h"
 #include "base/output_paths.h"
 #include "tests/harness.h"
 
@@ -22,11 +23,16 @@ TG_TEST(test_outputs_check_unwritable_fifo) {
     const pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
-        if (geteuid() == 0 && (setgid(65534) || setuid(65534))) _exit(2);
+        /* The saved ids stay root's, so that the child can take them back to write gcov's
+         * counts (owned by root) in the coverage build; access() checks the real ids. */
+        const int was_root = geteuid() == 0;
+        if (was_root && (setresgid(65534, 65534, 0) || setresuid(65534, 65534, 0))) _exit(2);
         tg_err err = {{0}};
         const tg_named_path out = {fifo, "metrics"};
         const int rc = tg_outputs_check(&out, 1, NULL, 0, &err);
         const ssize_t n = write(fds[1], err.msg, strlen(err.msg));
+        if (was_root && (setresuid(0, 0, 0) || setresgid(0, 0, 0))) _exit(3);
+        tg_coverage_flush(); /* _exit skips gcov's writer */
         _exit(rc == -1 && n >= 0 ? 0 : 1);
     }
     close(fds[1]);

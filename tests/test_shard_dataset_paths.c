@@ -233,3 +233,21 @@ TG_TEST(test_shard_dataset_out_of_memory) {
     }
     CHECK(examples == 3 && pool >= 2, "examples %d, pool %d", examples, pool);
 }
+
+/* A qa job on a set of classify records: refused before any record is read, naming the
+ * manifest and what the set holds. */
+TG_TEST(test_shard_dataset_qa_job_on_a_classify_set) {
+    char set[700], want[1000];
+    snprintf(set, sizeof set, "%s/classify_for_qa", tg_test_tmpdir());
+    REQUIRE(write_set(set, 3, 0) == 0, "write");
+    const tg_data_rules qa = {TG_TASK_QA, 0, VOCAB, 2};
+    tg_dataset ds;
+    tg_err err = {{0}};
+    snprintf(want, sizeof want,
+             "%s/manifest.json: the set holds classify records, without answer positions; task qa needs a set "
+             "converted with --format squad",
+             set);
+    const int rc = tg_shard_dataset_load(set, &qa, 5, &ds, &err);
+    if (rc == 0) tg_dataset_free(&ds);
+    CHECK(rc == -1 && !strcmp(err.msg, want), "rc %d '%s'\n    want '%s'", rc, err.msg, want);
+}
