@@ -38,7 +38,7 @@ TG_TEST(test_cli_metrics_line_json) {
     put_real(&l, "step_ms", 18.956000123, "%.3f");
     put_real(&l, "tokens_per_s", 1234567.891, "%.1f");
     put_str(&l, "tensor", "a \"quoted\" name");
-    put_bool(&l, "summary", 1);
+    put_true(&l, "summary");
     int rc = -1;
     char *text = written(&l, &rc);
     REQUIRE(text && rc == 0, "not written");
