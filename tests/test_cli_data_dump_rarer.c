@@ -1,0 +1,68 @@
+/* `tunegraph data dump` in its rarer cases, in this process (tests/cli_in_process.h): an
+ * output file whose stream cannot be made (fdopen out of memory), and a JSONL file whose
+ * first line is longer than any line the loader reads (the labels are not looked for past
+ * that length; the loader's message names the file). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "datasets/dataset.h"
+#include "tests/cli_in_process.h"
+#include "tests/harness.h"
+#include "tests/libc_faults.h"
+
+static char line_buf[2048];
+
+/* `fmt` with every %s the test's folder. */
+static const char *in_dir(const char *dir, const char *fmt) {
+    snprintf(line_buf, sizeof line_buf, fmt, dir, dir, dir, dir);
+    return line_buf;
+}
+
+TG_TEST(test_cli_data_dump_rarer_stream_out_of_memory) {
+    const char *dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/pairs.jsonl", dir);
+    REQUIRE(tg_test_write_file(path, "{\"input_ids\": [1, 2, 3]}\n") == 0, "%s", path);
+    tg_test_fail_fdopen(1);
+    tg_cli_run r = tg_test_cli_line(dir, in_dir(dir, "data dump %s/pairs.jsonl -o %s/out.jsonl"), NULL);
+    tg_test_fail_fdopen(0);
+    CHECK(r.status == 1 && r.err && !strcmp(r.err, "tunegraph: out of memory for the dump's stream\n"),
+          "exit %d, said '%s'", r.status, r.err ? r.err : "(nothing)");
+    struct stat st;
+    snprintf(path, sizeof path, "%s/out.jsonl", dir);
+    CHECK(stat(path, &st) != 0 && errno == ENOENT, "%s was written", path);
+    tg_cli_run_free(&r);
+    /* The same command with its stream writes the file. */
+    r = tg_test_cli_line(dir, in_dir(dir, "data dump %s/pairs.jsonl -o %s/out.jsonl"), NULL);
+    char *text = tg_test_read_file(path, NULL);
+    CHECK(r.status == 0 && text && !strcmp(text, "{\"input_ids\": [1, 2, 3]}\n"), "exit %d, wrote '%s'", r.status,
+          text ? text : "(nothing)");
+    free(text);
+    tg_cli_run_free(&r);
+}
+
+TG_TEST(test_cli_data_dump_rarer_first_line_too_long) {
+    const char *dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/long.jsonl", dir);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "%s", path);
+    /* {"label": 1, "input_ids": [1, 1, ...]} past the longest line read */
+    fputs("{\"label\": 1, \"input_ids\": [1", f);
+    for (long n = 0; n < TG_JSONL_MAX_LINE_BYTES / 3 + 1; n++) fputs(", 1", f);
+    fputs("]}\n", f);
+    REQUIRE(fclose(f) == 0, "%s", path);
+    tg_cli_run r = tg_test_cli_line(dir, in_dir(dir, "data dump %s/long.jsonl"), NULL);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "tunegraph: %s:1: line is longer than 16777216 bytes (16 MiB), the limit for a JSON Lines row; is this a "
+             "JSON Lines file?\n",
+             path);
+    CHECK(r.status == 1 && r.out && !r.out[0] && r.err && !strcmp(r.err, want), "exit %d, said '%s'", r.status,
+          r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    remove(path);
+}
