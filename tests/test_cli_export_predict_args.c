@@ -84,6 +84,8 @@ static const cli_case k_cases[] = {
      "this build has no CUDA executor"},
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --weights {dir}/head.safetensors", 1,
      "lacks 39 of the plan's parameters, which a prediction needs: ['bert.embeddings.LayerNorm.bias', "},
+    {"predict examples/demo-classify.job -o /proc/tunegraph-logits.jsonl --init-missing", 1,
+     "tunegraph: /proc/tunegraph-logits.jsonl: cannot create the logits file: No such file or directory"},
     {"predict examples/demo-classify.job -o /dev/full --weights {weights}", 1,
      "cannot write the logits file: No space left on device"},
     {"predict {dir}/p.tgplan -o {dir}/l.jsonl --set bogus=2", 1, "key 'bogus': unknown key"},
