@@ -1,12 +1,15 @@
 /* `tunegraph data dump` in its rarer cases, in this process (tests/cli_in_process.h): an
  * output file whose stream cannot be made (fdopen out of memory), and a JSONL file whose
  * first line is longer than any line the loader reads (the labels are not looked for past
- * that length; the loader's message names the file). */
+ * that length; the loader's message names the file); a set whose train split has no
+ * records. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "datasets/dataset.h"
 #include "tests/cli_in_process.h"
@@ -65,4 +68,45 @@ TG_TEST(test_cli_data_dump_rarer_first_line_too_long) {
           r.err ? r.err : "(nothing)");
     tg_cli_run_free(&r);
     remove(path);
+}
+
+/* A set whose manifest gives its train split no records (only an eval split): dumping the
+ * train split is refused, without the eval split's hint. */
+TG_TEST(test_cli_data_dump_rarer_train_split_empty) {
+    const char *dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    REQUIRE(tg_test_write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n") == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/t.txt", dir);
+    REQUIRE(tg_test_write_file(path, "hello world\nworld hello\nhello\nworld\n") == 0, "%s", path);
+    tg_cli_run r = tg_test_cli_line(
+        dir, in_dir(dir, "data convert %s/t.txt -o %s/set --tokenizer %s/vocab.txt --format text --seq 8 --eval-fraction 0.5"),
+        NULL);
+    REQUIRE(r.status == 0, "convert: %s", r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    /* The train split taken out of the manifest. */
+    snprintf(path, sizeof path, "%s/set/manifest.json", dir);
+    json_error_t e;
+    json_t *m = json_load_file(path, 0, &e);
+    REQUIRE(m, "%s: %s", path, e.text);
+    json_object_set_new(json_object_get(m, "records"), "train", json_integer(0));
+    json_object_set_new(json_object_get(m, "tokens"), "train", json_integer(0));
+    json_object_set_new(json_object_get(m, "length_histogram"), "train", json_pack("[i]", 0));
+    json_t *shards = json_object_get(m, "shards"), *kept = json_array();
+    for (size_t i = 0; i < json_array_size(shards); i++) {
+        json_t *s = json_array_get(shards, i);
+        if (strcmp(json_string_value(json_object_get(s, "split")), "train")) json_array_append(kept, s);
+    }
+    json_object_set_new(m, "shards", kept);
+    REQUIRE(json_dump_file(m, path, JSON_INDENT(2)) == 0, "%s", path);
+    json_decref(m);
+    r = tg_test_cli_line(dir, in_dir(dir, "data dump %s/set/train"), NULL);
+    CHECK(r.status == 1 && r.out && !r.out[0] && r.err && !strcmp(r.err, in_dir(dir, "tunegraph: %s/set: the set has no train records\n")),
+          "exit %d, said '%s'", r.status, r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    /* Its eval split still dumps. */
+    r = tg_test_cli_line(dir, in_dir(dir, "data dump %s/set/eval"), NULL);
+    CHECK(r.status == 0 && r.err && !strcmp(r.err, "tunegraph: dumped 1 records (lm)\n"), "eval: exit %d, said '%s'",
+          r.status, r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
 }
