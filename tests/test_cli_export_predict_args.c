@@ -99,6 +99,9 @@ static const cli_case k_cases[] = {
     {"run examples/demo-classify.job --save-dir {dir}/s --dtype fp8", 2, "--dtype must be fp32 or bf16, got 'fp8'"},
     {"run examples/demo-classify.job --save-dir {dir}/s --set", 2, "--set needs a value"},
     {"run examples/demo-classify.job --save-dir {dir}/s --labels a,b,c", 1, "labels: 3 names for a plan of num_labels 2"},
+    /* checked at the start, refused at the end by the folder it would be made in */
+    {"run examples/demo-classify.job --set steps=1 --save-dir /proc/tunegraph-export", 1,
+     "/proc/.tunegraph-export.tmp."},
 };
 
 /* The weights of a 1-step run (evaluated on 4 examples), a plan file, a job without eval

@@ -276,3 +276,39 @@ TG_TEST(test_cli_export_print_report_out_of_memory) {
     free(text);
     tg_plan_free(&plan);
 }
+
+/* A checkpoint folder that holds a step file, each allocation failed in turn: refused as
+ * out of memory (the folder's name, its preparation, the list of its step files); then
+ * refused for the checkpoint it holds. */
+TG_TEST(test_cli_main_checkpoint_folder_list_out_of_memory) {
+    static tg_plan plan;
+    memset(&plan, 0, sizeof plan);
+    char dir[800], step[900];
+    snprintf(dir, sizeof dir, "%s/ck", tg_test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    snprintf(step, sizeof step, "%s/step-000003.tgckpt", dir);
+    REQUIRE(tg_test_write_file(step, "x") == 0, "%s", step);
+    cli_args a;
+    memset(&a, 0, sizeof a);
+    a.input = "job";
+    a.checkpoint_dir = dir;
+    int listing = 0, rc = -1;
+    tg_err err = {{0}};
+    char want[1200];
+    snprintf(want, sizeof want, "%s: cannot list the checkpoint folder: Cannot allocate memory", dir);
+    for (long k = 0; k < 100; k++) {
+        run_resume r;
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        rc = setup_checkpoints(&a, &plan, &r, &err);
+        tg_alloc_fail_after(-1);
+        run_resume_free(&r);
+        if (!strstr(err.msg, "memory")) break;
+        listing += !strcmp(err.msg, want);
+        CHECK(rc == -1 && (strstr(err.msg, "out of memory") || !strcmp(err.msg, want)), "allocation %ld: rc %d, '%s'", k,
+              rc, err.msg);
+    }
+    CHECK(listing == 1, "%d failures listing the folder", listing);
+    CHECK(rc == -1 && strstr(err.msg, ": the checkpoint folder already holds checkpoints (the newest step-000003.tgckpt)"),
+          "after the faults: rc %d, '%s'", rc, err.msg);
+}
