@@ -304,7 +304,7 @@ static void *run_replica(void *arg) {
     if (!rc && r->ckpts && handed != tr.steps_done) rc = run_checkpoints_hand_over(r->ckpts, &tr, &err);
     if (!rc && r->profile && !stopped) {
         double *ms = calloc((size_t)r->plan->n_ops, sizeof *ms);
-        rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory");
+        rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory"); /* GCOVR_EXCL_BR_LINE: libc's calloc in a replica thread of the CLI process, which no allocation hook reaches */
         free(ms);
     }
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
@@ -562,7 +562,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
-            if (f && metrics_write_step(step_line, f, &s, tok_s))
+            if (f && metrics_write_step(step_line, f, &s, tok_s)) /* GCOVR_EXCL_BR_LINE: f is NULL only once a failing replica ended the file, and that replica then ends the process */
                 rc = tg_fail(&err, "%s: cannot write a line of the metrics file", a.metrics);
             metrics_file_unlock(metrics);
         }
@@ -592,7 +592,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         char *full = NULL;
         if (asprintf(&full, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)", /* GCOVR_EXCL_BR_LINE: asprintf fails only out of memory, and libc's is beyond the allocation hook */
                      sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
-                     last_checkpoint ? last_checkpoint : "(none)", resume.dir) < 0)
+                     last_checkpoint ? last_checkpoint : "(none)", resume.dir) < 0) /* GCOVR_EXCL_BR_LINE: a stop always has a checkpoint: the one resumed from or one of this step (above) */
             full = NULL;
         const char *msg = full ? full : sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM"; /* GCOVR_EXCL_BR_LINE: full is NULL only when asprintf ran out of memory (above) */
         fprintf(stderr, "%stunegraph: %s\n", tty ? "\n" : "", msg);
@@ -653,7 +653,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL};
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
-            if (f && metrics_write_summary(f, &summary))
+            if (f && metrics_write_summary(f, &summary)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
                 rc = tg_fail(&err, "%s: cannot write the summary line of the metrics file", a.metrics);
             metrics_file_unlock(metrics);
         }
