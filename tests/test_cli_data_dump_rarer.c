@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "base/alloc.h"
 #include "datasets/dataset.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
@@ -109,4 +110,45 @@ TG_TEST(test_cli_data_dump_rarer_train_split_empty) {
     CHECK(r.status == 0 && r.err && !strcmp(r.err, "tunegraph: dumped 1 records (lm)\n"), "eval: exit %d, said '%s'",
           r.status, r.err ? r.err : "(nothing)");
     tg_cli_run_free(&r);
+}
+
+/* A set dumped onto a full standard output (/dev/full), each allocation failed in turn: its
+ * first frame holds 64 long rows, its second (larger: 3000 short rows and their ends) grows
+ * the reader's block buffer after the first rows went out. A dump that fails says why (the
+ * allocation, never the output); the one that completes says standard output failed. */
+TG_TEST(test_cli_data_dump_rarer_full_stdout) {
+    const char *dir = tg_test_tmpdir();
+    char path[800];
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    REQUIRE(tg_test_write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n") == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/rows.csv", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f, "%s", path);
+    fputs("text,label\n", f);
+    for (int r = 0; r < 64; r++) {
+        for (int w = 0; w < 126; w++) fputs(w ? " hello" : "hello", f);
+        fputs(",pos\n", f);
+    }
+    for (int r = 0; r < 3000; r++) fputs("world,neg\n", f);
+    REQUIRE(fclose(f) == 0, "%s", path);
+    tg_cli_run r = tg_test_cli_line(
+        dir, in_dir(dir, "data convert %s/rows.csv -o %s/set --tokenizer %s/vocab.txt --labels neg,pos --seq 128"), NULL);
+    REQUIRE(r.status == 0, "convert: %s", r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    int failures = 0, done = 0;
+    for (long k = 0; k < 500 && !done; k++) {
+        tg_alloc_fail_after(k);
+        r = tg_test_cli_line(dir, in_dir(dir, "data dump %s/set"), "/dev/full");
+        tg_alloc_fail_after(-1);
+        done = r.err && !strcmp(r.err, "tunegraph: writing standard output failed\n");
+        if (!done) {
+            failures++;
+            CHECK(r.status == 1 && r.err && !strncmp(r.err, "tunegraph: ", 11) && strstr(r.err, "out of memory") &&
+                      strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+                  "allocation %ld: exit %d, said '%s'", k, r.status, r.err ? r.err : "(nothing)");
+        }
+        CHECK(r.status == 1, "allocation %ld: exit %d", k, r.status);
+        tg_cli_run_free(&r);
+    }
+    CHECK(done && failures > 3, "%d failures, done %d", failures, done);
 }
