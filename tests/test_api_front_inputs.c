@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "api/front.h"
 #include "base/alloc.h"
@@ -85,4 +86,22 @@ TG_TEST(test_api_front_inputs_out_of_memory) {
               err.msg);
         free(config);
     }
+}
+
+/* A preset folder whose config.json is not a file (a folder of that name) is no preset:
+ * the name is read as a folder of the working directory. */
+TG_TEST(test_api_front_inputs_preset_config_not_a_file) {
+    const char *dir = tg_test_tmpdir();
+    char odd[800];
+    snprintf(odd, sizeof odd, "%s/odd", dir);
+    REQUIRE(mkdir(odd, 0755) == 0, "%s", odd);
+    snprintf(odd, sizeof odd, "%s/odd/config.json", dir);
+    REQUIRE(mkdir(odd, 0755) == 0, "%s", odd);
+    const char *old = getenv("TUNEGRAPH_PRESETS");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("TUNEGRAPH_PRESETS", dir, 1);
+    expect_config_path("odd", "odd/config.json");
+    if (saved) setenv("TUNEGRAPH_PRESETS", saved, 1);
+    else unsetenv("TUNEGRAPH_PRESETS");
+    free(saved);
 }

@@ -84,6 +84,8 @@ static const cli_case k_cases[] = {
      "this build has no CUDA executor"},
     {"predict examples/demo-classify.job -o {dir}/l.jsonl --weights {dir}/head.safetensors", 1,
      "lacks 39 of the plan's parameters, which a prediction needs: ['bert.embeddings.LayerNorm.bias', "},
+    {"predict examples/demo-classify.job -o /proc/tunegraph-logits.jsonl --init-missing", 1,
+     "tunegraph: /proc/tunegraph-logits.jsonl: cannot create the logits file: No such file or directory"},
     {"predict examples/demo-classify.job -o /dev/full --weights {weights}", 1,
      "cannot write the logits file: No space left on device"},
     {"predict {dir}/p.tgplan -o {dir}/l.jsonl --set bogus=2", 1, "key 'bogus': unknown key"},
@@ -97,6 +99,9 @@ static const cli_case k_cases[] = {
     {"run examples/demo-classify.job --save-dir {dir}/s --dtype fp8", 2, "--dtype must be fp32 or bf16, got 'fp8'"},
     {"run examples/demo-classify.job --save-dir {dir}/s --set", 2, "--set needs a value"},
     {"run examples/demo-classify.job --save-dir {dir}/s --labels a,b,c", 1, "labels: 3 names for a plan of num_labels 2"},
+    /* checked at the start, refused at the end by the folder it would be made in */
+    {"run examples/demo-classify.job --set steps=1 --save-dir /proc/tunegraph-export", 1,
+     "/proc/.tunegraph-export.tmp."},
 };
 
 /* The weights of a 1-step run (evaluated on 4 examples), a plan file, a job without eval

@@ -439,3 +439,86 @@ TG_TEST(test_cli_main_run_report_no_step_left) {
     }
     free(said);
 }
+
+/* SIGINT while the step-2 checkpoint is written, with no metrics file: the run ends by
+ * SIGINT, its message names the signal, the checkpoint and the folder to resume from. */
+TG_TEST(test_cli_main_run_interrupted_by_sigint) {
+    const char *dir = tg_test_tmpdir();
+    char ck[700], err_path[700];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    char *argv[] = {"tunegraph", "run", DEMO, "--device", "cpu", "--set", "steps=4", "--set", "checkpoint_every=2",
+                    "--checkpoint-dir", ck, NULL};
+    const pid_t pid = start_cli(argv, err_path, "2");
+    REQUIRE(pid > 0, "fork");
+    int stalled = 0, status = 0, ended = 0;
+    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
+        char *text = tg_test_read_file(err_path, NULL);
+        stalled = text && strstr(text, "stalled part-written") != NULL;
+        free(text);
+        ended = !stalled && waitpid(pid, &status, WNOHANG) == pid;
+        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, stalled ? SIGINT : SIGKILL);
+    if (!ended) status = wait_end(pid);
+    char *said = tg_test_read_file(err_path, NULL);
+    REQUIRE(stalled, "the run did not stall at the step-2 checkpoint: %s", said ? said : "");
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "status %#x", status);
+    char *path = NULL;
+    tg_err err;
+    tg_checkpoint read;
+    if (CHECK(tg_checkpoint_locate(ck, &path, &err) == 0 && tg_checkpoint_read(path, &read, &err) == 0, "%s",
+              err.msg)) {
+        char line[2400];
+        snprintf(line, sizeof line,
+                 "\ntunegraph: interrupted by SIGINT after step %d of 4; checkpoint %s (resume with --resume %s)\n",
+                 read.state.step, path, ck);
+        CHECK(said && strstr(said, line), "stderr lacks '%s': %s", line, said ? said : "");
+        tg_checkpoint_free(&read);
+    }
+    free(path);
+    free(said);
+}
+
+/* A data-parallel run with --profile stopped by SIGTERM while the step-2 checkpoint is
+ * written: it ends by the signal after the steps in flight, naming the checkpoint there, and
+ * profiles nothing (profiling would take more steps). */
+TG_TEST(test_cli_main_run_interrupted_profile_replicas) {
+    const char *dir = tg_test_tmpdir();
+    char ck[700], err_path[700];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    char *argv[] = {"tunegraph", "run", DEMO, "--device", "cpu", "--set", "steps=4", "--set", "checkpoint_every=2",
+                    "--set", "data_parallel=2", "--profile", "--checkpoint-dir", ck, NULL};
+    const pid_t pid = start_cli(argv, err_path, "2");
+    REQUIRE(pid > 0, "fork");
+    int stalled = 0, status = 0, ended = 0;
+    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
+        char *text = tg_test_read_file(err_path, NULL);
+        stalled = text && strstr(text, "stalled part-written") != NULL;
+        free(text);
+        ended = !stalled && waitpid(pid, &status, WNOHANG) == pid;
+        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, stalled ? SIGTERM : SIGKILL);
+    if (!ended) status = wait_end(pid);
+    char *said = tg_test_read_file(err_path, NULL);
+    REQUIRE(stalled, "the run did not stall at the step-2 checkpoint: %s", said ? said : "");
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x: %s", status, said ? said : "");
+    /* the stop comes after the steps in flight (2 or 3), checkpointed there */
+    char *path = NULL;
+    tg_err err;
+    tg_checkpoint read;
+    if (CHECK(tg_checkpoint_locate(ck, &path, &err) == 0 && tg_checkpoint_read(path, &read, &err) == 0, "%s",
+              err.msg)) {
+        char want[2400];
+        snprintf(want, sizeof want,
+                 "\ntunegraph: interrupted by SIGTERM after step %d of 4; checkpoint %s (resume with --resume %s)\n",
+                 read.state.step, path, ck);
+        CHECK(read.state.step >= 2 && read.state.step < 4 && said && strstr(said, want) && !strstr(said, "profile ("),
+              "stderr lacks '%s' or profiles: %s", want, said ? said : "");
+        tg_checkpoint_free(&read);
+    }
+    free(path);
+    free(said);
+}

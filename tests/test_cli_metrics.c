@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 
 #include "tests/harness.h"
 
@@ -38,7 +39,7 @@ TG_TEST(test_cli_metrics_line_json) {
     put_real(&l, "step_ms", 18.956000123, "%.3f");
     put_real(&l, "tokens_per_s", 1234567.891, "%.1f");
     put_str(&l, "tensor", "a \"quoted\" name");
-    put_bool(&l, "summary", 1);
+    put_true(&l, "summary");
     int rc = -1;
     char *text = written(&l, &rc);
     REQUIRE(text && rc == 0, "not written");
@@ -202,4 +203,112 @@ TG_TEST(test_cli_main_first_signal_rearms_the_handler) {
     int status = 0;
     waitpid(pid, &status, 0);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x (exit 3: not re-armed, 4: not ended)", status);
+}
+
+/* The CPU communicator of a data-parallel run cannot be made: refused with the
+ * communicator's message; then made, one group shared by every replica. */
+TG_TEST(test_cli_main_open_comms_out_of_memory) {
+    void *comms[2] = {NULL, NULL};
+    tg_cpu_comm_group *group = NULL;
+    tg_err err = {{0}};
+    tg_alloc_fail_after(0);
+    int rc = open_comms(TG_DEVICE_CPU, 2, comms, &group, &err);
+    tg_alloc_fail_after(-1);
+    CHECK(rc == -1 && !group && !strcmp(err.msg, "out of memory for a communicator of 2 ranks"), "rc %d: '%s'", rc,
+          err.msg);
+    rc = open_comms(TG_DEVICE_CPU, 2, comms, &group, &err);
+    CHECK(rc == 0 && group && comms[0] == group && comms[1] == group, "rc %d: %s", rc, err.msg);
+    tg_cpu_comm_group_destroy(group);
+}
+
+/* The checkpoint folder's name (from --checkpoint-dir, from the job) cannot be copied:
+ * "out of memory", no folder made; then the folder is made. */
+TG_TEST(test_cli_main_checkpoint_folder_out_of_memory) {
+    static tg_plan plan; /* large: kept off the stack */
+    memset(&plan, 0, sizeof plan);
+    char dir[800];
+    for (int from_job = 0; from_job < 2; from_job++) {
+        snprintf(dir, sizeof dir, "%s/ck%d", tg_test_tmpdir(), from_job);
+        cli_args a;
+        memset(&a, 0, sizeof a);
+        a.input = "job";
+        if (from_job) snprintf(plan.run.checkpoint_dir, sizeof plan.run.checkpoint_dir, "%s", dir);
+        else a.checkpoint_dir = dir;
+        run_resume r;
+        tg_err err = {{0}};
+        tg_alloc_fail_after(0);
+        int rc = setup_checkpoints(&a, &plan, &r, &err);
+        tg_alloc_fail_after(-1);
+        struct stat st;
+        CHECK(rc == -1 && !r.dir && !strcmp(err.msg, "out of memory") && stat(dir, &st) != 0, "%s: rc %d, '%s'", dir,
+              rc, err.msg);
+        run_resume_free(&r);
+        rc = setup_checkpoints(&a, &plan, &r, &err);
+        CHECK(rc == 0 && r.dir && !strcmp(r.dir, dir) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode), "%s: rc %d, %s",
+              dir, rc, err.msg);
+        run_resume_free(&r);
+    }
+}
+
+/* The weights report's text cannot be made: nothing is printed; then the report. */
+TG_TEST(test_cli_export_print_report_out_of_memory) {
+    static tg_plan plan;
+    REQUIRE(tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &plan), "compile");
+    char *names[] = {"extra.weight"};
+    tg_weights_report report;
+    memset(&report, 0, sizeof report);
+    report.unexpected = 1;
+    report.unexpected_names = names;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    REQUIRE(f, "open_memstream");
+    tg_alloc_fail_after(0);
+    print_report(f, &plan, &report, "w.safetensors");
+    tg_alloc_fail_after(-1);
+    fflush(f);
+    CHECK(len == 0, "printed without memory: '%s'", text);
+    print_report(f, &plan, &report, "w.safetensors");
+    fclose(f);
+    CHECK(text && !strncmp(text, "Some weights of the model checkpoint at w.safetensors were not used when initializing ",
+                           86) && strstr(text, "extra.weight"),
+          "report: '%s'", text ? text : "(none)");
+    free(text);
+    tg_plan_free(&plan);
+}
+
+/* A checkpoint folder that holds a step file, each allocation failed in turn: refused as
+ * out of memory (the folder's name, its preparation, the list of its step files); then
+ * refused for the checkpoint it holds. */
+TG_TEST(test_cli_main_checkpoint_folder_list_out_of_memory) {
+    static tg_plan plan;
+    memset(&plan, 0, sizeof plan);
+    char dir[800], step[900];
+    snprintf(dir, sizeof dir, "%s/ck", tg_test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    snprintf(step, sizeof step, "%s/step-000003.tgckpt", dir);
+    REQUIRE(tg_test_write_file(step, "x") == 0, "%s", step);
+    cli_args a;
+    memset(&a, 0, sizeof a);
+    a.input = "job";
+    a.checkpoint_dir = dir;
+    int listing = 0, rc = -1;
+    tg_err err = {{0}};
+    char want[1200];
+    snprintf(want, sizeof want, "%s: cannot list the checkpoint folder: Cannot allocate memory", dir);
+    for (long k = 0; k < 100; k++) {
+        run_resume r;
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_only(k);
+        rc = setup_checkpoints(&a, &plan, &r, &err);
+        tg_alloc_fail_after(-1);
+        run_resume_free(&r);
+        if (!strstr(err.msg, "memory")) break;
+        listing += !strcmp(err.msg, want);
+        CHECK(rc == -1 && (strstr(err.msg, "out of memory") || !strcmp(err.msg, want)), "allocation %ld: rc %d, '%s'", k,
+              rc, err.msg);
+    }
+    CHECK(listing == 1, "%d failures listing the folder", listing);
+    CHECK(rc == -1 && strstr(err.msg, ": the checkpoint folder already holds checkpoints (the newest step-000003.tgckpt)"),
+          "after the faults: rc %d, '%s'", rc, err.msg);
 }
