@@ -88,7 +88,8 @@ TG_TEST(test_shard_writer_commit_leaves_no_descriptor_open) {
 }
 
 /* Both splits have a shard open (records went to train and eval); abort closes every one of
- * them, not just the first split's, and removes the temporary folder and leaves no OUTDIR. */
+ * them, not just the first split's, and removes the temporary folder and leaves no OUTDIR;
+ * so does an abort before any record, and abort of no writer does nothing. */
 TG_TEST(test_shard_writer_abort_closes_the_shard_of_each_split) {
     char out[700];
     snprintf(out, sizeof out, "%s/set", tg_test_tmpdir());
@@ -113,6 +114,14 @@ TG_TEST(test_shard_writer_abort_closes_the_shard_of_each_split) {
     struct stat st;
     CHECK(stat(tmp, &st) != 0 && errno == ENOENT, "temporary folder %s left behind", tmp);
     CHECK(stat(out, &st) != 0 && errno == ENOENT, "%s made by an aborted writer", out);
+    /* a writer with no shard open yet: its temporary folder goes too; no writer at all is nothing to do */
+    REQUIRE(tg_shard_writer_open(out, &d, &w, &err) == 0, "%s", err.msg);
+    snprintf(tmp, sizeof tmp, "%s", tg_shard_writer_folder(w));
+    CHECK(stat(tmp, &st) == 0 && S_ISDIR(st.st_mode), "no temporary folder %s", tmp);
+    tg_shard_writer_abort(w);
+    CHECK(stat(tmp, &st) != 0 && errno == ENOENT, "temporary folder %s left behind", tmp);
+    tg_shard_writer_abort(NULL);
+    CHECK(open_descriptors() == before, "%d descriptors open at the end, %d before", open_descriptors(), before);
 }
 
 /* With standard input closed, the first file the writer opens is descriptor 0. */
