@@ -2,7 +2,8 @@
  * that one token, and its offsets are the word's bytes wherever the word starts in the
  * text (after a digit, after punctuation, a second time from the word cache), as Hugging
  * Face `tokenizers` gives them. A word longer than the word cache takes, of bytes that are
- * 2-byte characters at the byte level, is looked up whole too. */
+ * 2-byte characters at the byte level, is looked up whole too. A whole word of id 0 (as
+ * GPT-2's "!") is that token like any other id. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,5 +112,35 @@ TG_TEST(test_bpe_ignore_merges_buffers_reused) {
               e.ids[1] == 0 && e.ids[2] == 5 && e.ids[6] == 5 && e.start[6] == 8 && e.end[6] == 10,
           "%d tokens", e.n);
     tg_encoding_free(&e);
+    tg_tokenizer_free(t);
+}
+
+/* A word held whole as id 0 is token 0, not its bytes: "ab" is 0 where the merges (none
+ * here) would leave a b; "ba" is not held whole, so its bytes; a 2-byte character word
+ * "\xc3\xa9" (at the byte level "\xc3\x83\xc2\xa9") held as id 0 is one token too. */
+TG_TEST(test_bpe_ignore_merges_whole_word_of_id_zero) {
+    const char *path = tg_test_write_quoted(
+        tg_test_tmpdir(), "tokenizer.json",
+        "{'model': {'type': 'BPE', 'unk_token': '<unk>', 'fuse_unk': false, 'ignore_merges': true, 'vocab': {'ab': 0, "
+        "'a': 1, 'b': 2, '<unk>': 3, '\xc3\x83': 4, '\xc2\xa9': 5}, 'merges': []}, "
+        "'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': false}}");
+    tg_tokenizer *t = NULL;
+    tg_err err = {{0}};
+    REQUIRE(tg_tokenizer_open(path, &t, &err) == 0, "%s", err.msg);
+    expect_offsets(t, "ab", "0:0-2");
+    expect_offsets(t, "ba", "2:0-1 1:1-2");
+    expect_offsets(t, "ab,ab", "0:0-2 3:2-3 0:3-5");
+    /* the second time from the word cache */
+    expect_offsets(t, "1ab", "3:0-1 0:1-3");
+    expect_offsets(t, "\xc3\xa9", "4:0-2 5:0-2");
+    tg_tokenizer_free(t);
+    /* the same word as id 0 whole */
+    path = tg_test_write_quoted(
+        tg_test_tmpdir(), "tokenizer.json",
+        "{'model': {'type': 'BPE', 'unk_token': '<unk>', 'fuse_unk': false, 'ignore_merges': true, 'vocab': "
+        "{'\xc3\x83\xc2\xa9': 0, '<unk>': 1, '\xc3\x83': 4, '\xc2\xa9': 5}, 'merges': []}, "
+        "'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': false}}");
+    REQUIRE(tg_tokenizer_open(path, &t, &err) == 0, "%s", err.msg);
+    expect_offsets(t, "\xc3\xa9", "0:0-2");
     tg_tokenizer_free(t);
 }

@@ -1,5 +1,6 @@
 /* The shard writer's file descriptors and its manifest write: a commit leaves no descriptor
- * open (the shards, and the folders it syncs, are closed); a shard opened as descriptor 0
+ * open (the shards, and the folders it syncs, are closed); an abort with a shard of each
+ * split open closes both and removes the temporary folder; a shard opened as descriptor 0
  * (standard input closed) is a shard like any other; and a manifest that cannot be written
  * is named as the shard set manifest in the message, with nothing left behind. */
 #include <dirent.h>
@@ -84,6 +85,43 @@ TG_TEST(test_shard_writer_commit_leaves_no_descriptor_open) {
     check_split(out, TG_SPLIT_TRAIN, 30);
     check_split(out, TG_SPLIT_EVAL, 30);
     CHECK(open_descriptors() == before, "%d descriptors open after reading, %d before", open_descriptors(), before);
+}
+
+/* Both splits have a shard open (records went to train and eval); abort closes every one of
+ * them, not just the first split's, and removes the temporary folder and leaves no OUTDIR;
+ * so does an abort before any record, and abort of no writer does nothing. */
+TG_TEST(test_shard_writer_abort_closes_the_shard_of_each_split) {
+    char out[700];
+    snprintf(out, sizeof out, "%s/set", tg_test_tmpdir());
+    const int before = open_descriptors();
+    REQUIRE(before > 0, "cannot list /proc/self/fd");
+    tg_shard_set_desc d = lm_desc();
+    tg_shard_writer *w = NULL;
+    tg_err err = {{0}};
+    REQUIRE(tg_shard_writer_open(out, &d, &w, &err) == 0, "%s", err.msg);
+    const int opened = open_descriptors();
+    if (add_records(w, 6, &err)) {
+        tg_shard_writer_abort(w);
+        REQUIRE(0, "add: %s", err.msg);
+    }
+    /* one shard a split open now */
+    CHECK(open_descriptors() == opened + 2, "%d descriptors open with records in both splits, %d before", open_descriptors(),
+          opened);
+    char tmp[800];
+    snprintf(tmp, sizeof tmp, "%s", tg_shard_writer_folder(w));
+    tg_shard_writer_abort(w);
+    CHECK(open_descriptors() == before, "%d descriptors open after the abort, %d before", open_descriptors(), before);
+    struct stat st;
+    CHECK(stat(tmp, &st) != 0 && errno == ENOENT, "temporary folder %s left behind", tmp);
+    CHECK(stat(out, &st) != 0 && errno == ENOENT, "%s made by an aborted writer", out);
+    /* a writer with no shard open yet: its temporary folder goes too; no writer at all is nothing to do */
+    REQUIRE(tg_shard_writer_open(out, &d, &w, &err) == 0, "%s", err.msg);
+    snprintf(tmp, sizeof tmp, "%s", tg_shard_writer_folder(w));
+    CHECK(stat(tmp, &st) == 0 && S_ISDIR(st.st_mode), "no temporary folder %s", tmp);
+    tg_shard_writer_abort(w);
+    CHECK(stat(tmp, &st) != 0 && errno == ENOENT, "temporary folder %s left behind", tmp);
+    tg_shard_writer_abort(NULL);
+    CHECK(open_descriptors() == before, "%d descriptors open at the end, %d before", open_descriptors(), before);
 }
 
 /* With standard input closed, the first file the writer opens is descriptor 0. */

@@ -142,3 +142,24 @@ TG_TEST(test_wordpiece_longest_match_ascii_classes) {
     }
     tg_tokenizer_free(t);
 }
+
+/* Characters of 2, 3 and 4 bytes (continuation bytes with odd and even low bits): the
+ * longest entry (6 bytes here) cuts a word inside a character, and the search steps back
+ * to the character's first byte; a shorter match steps back a whole character at a time.
+ * U+65E5 is e6 97 a5, U+672C e6 9c ac, U+1F600 f0 9f 98 80, U+00F1 c3 b1. */
+TG_TEST(test_wordpiece_longest_match_multibyte_characters) {
+    tg_tokenizer *t = open_wordpiece("", "'[UNK]': 0, '\xe6\x97\xa5': 1, '##\xe6\x97\xa5': 2, '\xe6\x97\xa5\xe6\x9c\xac': 3, "
+                                         "'##\xe6\x9c\xac': 4, '\xf0\x9f\x98\x80': 5, '##\xf0\x9f\x98\x80': 6, 'a': 7, "
+                                         "'##\xc3\xb1': 8");
+    REQUIRE(t, "no tokenizer");
+    expect(t, "two 3-byte characters whole", "\xe6\x97\xa5\xe6\x9c\xac", "3:0-6");
+    expect(t, "cut at a character", "\xe6\x97\xa5\xe6\x9c\xac\xe6\x97\xa5", "3:0-6 2:6-9");
+    expect(t, "a whole character back", "\xe6\x97\xa5\xe6\x97\xa5\xe6\x9c\xac", "1:0-3 2:3-6 4:6-9");
+    expect(t, "cut inside a 4-byte character", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80", "5:0-4 6:4-8");
+    expect(t, "cut inside, then the prefix", "\xe6\x97\xa5\xf0\x9f\x98\x80\xe6\x9c\xac", "1:0-3 6:3-7 4:7-10");
+    expect(t, "2-byte continuation", "a\xc3\xb1", "7:0-1 8:1-3");
+    expect(t, "3-byte continuation", "a\xe6\x97\xa5", "7:0-1 2:1-4");
+    expect(t, "no entry for the character alone", "\xe6\x9c\xac", "0:0-3");
+    expect(t, "no entry after a 4-byte character", "\xf0\x9f\x98\x80\xc3\xb1" "a", "0:0-7");
+    tg_tokenizer_free(t);
+}
