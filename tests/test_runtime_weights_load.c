@@ -662,3 +662,50 @@ TG_TEST(test_runtime_weights_padding_row_needs_a_2d_table) {
     }
     tg_plan_free(&p);
 }
+
+/* Extra checkpoint names no longer than what the ignore rules look for at their ends (a
+ * name that is exactly the tail is ignored, a shorter one is unexpected and must not be
+ * read before its first byte): for BERT, which has a position_ids buffer, and for GPT-2's
+ * attention-mask buffers. Unexpected names come sorted. */
+static void load_with_extras(tg_plan *p, const char *const *extras, int n_extras, int ignored,
+                             const char *const *unexpected, int n_unexpected, const char *what) {
+    tg_weights_image img;
+    tg_err err = {{0}};
+    REQUIRE(tg_weights_image_alloc(p, &img, &err) == 0, "%s", err.msg);
+    tg_weights_init(&img, 5);
+    tg_st_item items[256];
+    static char names[256][TG_NAME_MAX];
+    int n = items_of(&img, NULL, items, names);
+    const int params = n;
+    static const float v[2] = {1, 2};
+    static const int64_t two[] = {2};
+    for (int i = 0; i < n_extras; i++) items[n++] = (tg_st_item){extras[i], TG_ST_F32, 1, two, v};
+    const char *path = tmp_path("extras.safetensors");
+    REQUIRE(tg_st_write(path, items, n, &err) == 0, "%s", err.msg);
+    tg_weights_report r;
+    REQUIRE(tg_weights_load(&img, path, &r, &err) == 0, "%s: %s", what, err.msg);
+    int same = r.unexpected == n_unexpected;
+    for (int i = 0; same && i < n_unexpected; i++) same = !strcmp(r.unexpected_names[i], unexpected[i]);
+    CHECK(same && r.ignored == ignored && r.missing == 0 && r.loaded == params, "%s: unexpected %d (%s, ...), "
+          "ignored %d, missing %d, loaded %d of %d", what, r.unexpected, r.unexpected ? r.unexpected_names[0] : "",
+          r.ignored, r.missing, r.loaded, params);
+    tg_weights_report_free(&r);
+    tg_weights_image_free(&img);
+}
+
+TG_TEST(test_runtime_weights_short_extra_names) {
+    tg_plan p;
+    if (!bert_plan(&p)) return;
+    REQUIRE(tg_test_tensor_named(&p, "bert.embeddings.position_ids") >= 0, "position_ids buffer");
+    static const char *const bert_extras[] = {"p", ".position_ids", "ids", "xposition_ids", "position_ids"};
+    static const char *const bert_unexpected[] = {"ids", "p", "xposition_ids"};
+    load_with_extras(&p, bert_extras, 5, 2, bert_unexpected, 3, "BERT");
+    tg_plan_free(&p);
+
+    if (!tg_test_compile_preset("tiny-gpt2", TG_TASK_LM, TG_PREC_FP32, 1, &p)) return;
+    static const char *const gpt2_extras[] = {"b", ".attn.bias", "attn.bias", ".attn.masked_bias", "masked_bias",
+                                              ".crossattention.bias", "crossattention.bias"};
+    static const char *const gpt2_unexpected[] = {"attn.bias", "b", "crossattention.bias", "masked_bias"};
+    load_with_extras(&p, gpt2_extras, 7, 3, gpt2_unexpected, 4, "GPT-2");
+    tg_plan_free(&p);
+}
