@@ -48,11 +48,12 @@ static int fills_seen(fills *f, int64_t *out) {
 typedef struct park_call {
     tg_batch_loader *l;
     int64_t next;
-    int done;
+    int started, done;
 } park_call;
 
 static void *park_main(void *arg) {
     park_call *p = arg;
+    __atomic_store_n(&p->started, 1, __ATOMIC_SEQ_CST);
     p->next = tg_batch_loader_park(p->l);
     __atomic_store_n(&p->done, 1, __ATOMIC_SEQ_CST);
     return NULL;
@@ -101,6 +102,9 @@ TG_TEST(test_batch_loader_fills_parks_and_resumes) {
     park_call p = {.l = l};
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, park_main, &p) == 0, "park thread");
+    /* The park thread running first (a loaded machine may start it late), then time for it
+     * to take the lock and wait for the fill. */
+    while (!__atomic_load_n(&p.started, __ATOMIC_SEQ_CST)) usleep(1000);
     usleep(20000);
     CHECK(!__atomic_load_n(&p.done, __ATOMIC_SEQ_CST), "park returned while batch 4 was being filled");
     pthread_mutex_lock(&f.mu);
