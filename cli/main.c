@@ -345,16 +345,21 @@ static void run_resume_free(run_resume *r) {
     tg_checkpoint_free(&r->ck);
 }
 
+/* The folder a file's path names it in ("/" for "/f", "." for a bare name); NULL when out
+ * of memory. */
+static char *folder_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? tg_strndup(path, slash == path ? 1 : (size_t)(slash - path)) : tg_strdup(".");
+}
+
 static int setup_checkpoints(const cli_args *a, const tg_plan *plan, run_resume *r, tg_err *err) {
     memset(r, 0, sizeof *r);
     if (a->resume && (tg_checkpoint_locate(a->resume, &r->path, err) || tg_checkpoint_read(r->path, &r->ck, err)))
         return -1;
     if (a->checkpoint_dir) r->dir = tg_strdup(a->checkpoint_dir);
     else if (plan->run.checkpoint_dir[0]) r->dir = tg_strdup(plan->run.checkpoint_dir);
-    else if (r->path) { /* the folder of the checkpoint resumed from */
-        const char *slash = strrchr(r->path, '/');
-        r->dir = slash ? tg_strndup(r->path, slash == r->path ? 1 : (size_t)(slash - r->path)) : tg_strdup(".");
-    }
+    else if (r->path) /* the folder of the checkpoint resumed from */
+        r->dir = folder_of(r->path);
     if ((a->checkpoint_dir || plan->run.checkpoint_dir[0] || r->path) && !r->dir) return tg_fail(err, "out of memory");
     if (plan->run.checkpoint_every > 0 && !r->dir)
         return tg_fail(err, "%s: key 'checkpoint_every' (%d) needs a folder for the checkpoints: key 'checkpoint_dir' "
@@ -620,7 +625,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     double loop_cpu_us = us_per_later_step(tg_thread_cpu_s() - thread_train - thread_first_step, ran);
     double driver_cpu_us = 0;
     tg_thread_cpu threads_now;
-    if (threads_ok && ran > 1 && tg_thread_cpu_snapshot(&threads_now) == 0) {
+    if (threads_ok && ran > 1 && tg_thread_cpu_snapshot(&threads_now) == 0) { /* GCOVR_EXCL_BR_LINE: the snapshot failing here needs /proc/self/task unreadable after it was read at the first step: only descriptors run out in between, which no run does */
         driver_cpu_us = us_per_later_step(tg_thread_cpu_named(&threads_after_first, &threads_now, "cuda-EvtHandlr"), ran);
         if (opts.host_trace) {
             char buf[2048];

@@ -312,3 +312,24 @@ TG_TEST(test_cli_main_checkpoint_folder_list_out_of_memory) {
     CHECK(rc == -1 && strstr(err.msg, ": the checkpoint folder already holds checkpoints (the newest step-000003.tgckpt)"),
           "after the faults: rc %d, '%s'", rc, err.msg);
 }
+
+/* The folder of the checkpoint resumed from, where later checkpoints go: the root for a
+ * file in it, "." for a bare name, else the path up to its last slash; out of memory:
+ * NULL. */
+TG_TEST(test_cli_main_folder_of_a_checkpoint) {
+    static const char *const cases[][2] = {{"/step-000001.tgckpt", "/"}, {"step-000001.tgckpt", "."},
+                                           {"runs/a/step-000002.tgckpt", "runs/a"}, {"/ck/x", "/ck"},
+                                           {"a//b", "a/"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = folder_of(cases[i][0]);
+        CHECK(got && !strcmp(got, cases[i][1]), "%s: '%s', want '%s'", cases[i][0], got ? got : "(null)", cases[i][1]);
+        free(got);
+    }
+    for (int bare = 0; bare < 2; bare++) {
+        tg_alloc_fail_after(0);
+        char *got = folder_of(bare ? "x" : "/x");
+        tg_alloc_fail_after(-1);
+        CHECK(!got, "out of memory: '%s'", got);
+        free(got);
+    }
+}
