@@ -350,6 +350,27 @@ TG_TEST(test_cli_main_run_stop_after_the_last_step) {
     free(said);
 }
 
+/* Runs the CLI (argv) with its step-2 checkpoint's write stalled, sends `sig` once it says
+ * so (SIGKILL if it ended first or never stalled), and gives its exit status and stderr
+ * (err_path); 1 when it stalled. */
+static int signal_during_checkpoint(char **argv, const char *err_path, int sig, int *status, char **said) {
+    const pid_t pid = start_cli(argv, err_path, "2");
+    *status = 0, *said = NULL;
+    if (!CHECK(pid > 0, "fork")) return 0;
+    int stalled = 0, ended = 0;
+    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
+        char *text = tg_test_read_file(err_path, NULL);
+        stalled = text && strstr(text, "stalled part-written") != NULL;
+        free(text);
+        ended = !stalled && waitpid(pid, status, WNOHANG) == pid;
+        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, stalled ? sig : SIGKILL);
+    if (!ended) *status = wait_end(pid);
+    *said = tg_test_read_file(err_path, NULL);
+    return stalled;
+}
+
 /* SIGTERM while the step-2 checkpoint is written into a folder whose path is long (two
  * 150-byte names): the message names the checkpoint and the folder to resume from in full,
  * on stderr and as the metrics' last line. */
@@ -363,19 +384,9 @@ TG_TEST(test_cli_main_run_interrupted_long_folder) {
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     char *argv[] = {"tunegraph", "run", DEMO, "--device", "cpu", "--set", "steps=4", "--set", "checkpoint_every=2",
                     "--checkpoint-dir", ck, "--metrics", metrics, NULL};
-    const pid_t pid = start_cli(argv, err_path, "2");
-    REQUIRE(pid > 0, "fork");
-    int stalled = 0, status = 0, ended = 0;
-    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
-        char *text = tg_test_read_file(err_path, NULL);
-        stalled = text && strstr(text, "stalled part-written") != NULL;
-        free(text);
-        ended = !stalled && waitpid(pid, &status, WNOHANG) == pid;
-        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
-    kill(pid, stalled ? SIGTERM : SIGKILL);
-    if (!ended) status = wait_end(pid);
-    char *said = tg_test_read_file(err_path, NULL);
+    int status;
+    char *said;
+    const int stalled = signal_during_checkpoint(argv, err_path, SIGTERM, &status, &said);
     REQUIRE(stalled, "the run did not stall at the step-2 checkpoint: %s", said ? said : "");
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
     char *path = NULL;
@@ -449,19 +460,9 @@ TG_TEST(test_cli_main_run_interrupted_by_sigint) {
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
     char *argv[] = {"tunegraph", "run", DEMO, "--device", "cpu", "--set", "steps=4", "--set", "checkpoint_every=2",
                     "--checkpoint-dir", ck, NULL};
-    const pid_t pid = start_cli(argv, err_path, "2");
-    REQUIRE(pid > 0, "fork");
-    int stalled = 0, status = 0, ended = 0;
-    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
-        char *text = tg_test_read_file(err_path, NULL);
-        stalled = text && strstr(text, "stalled part-written") != NULL;
-        free(text);
-        ended = !stalled && waitpid(pid, &status, WNOHANG) == pid;
-        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
-    kill(pid, stalled ? SIGINT : SIGKILL);
-    if (!ended) status = wait_end(pid);
-    char *said = tg_test_read_file(err_path, NULL);
+    int status;
+    char *said;
+    const int stalled = signal_during_checkpoint(argv, err_path, SIGINT, &status, &said);
     REQUIRE(stalled, "the run did not stall at the step-2 checkpoint: %s", said ? said : "");
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "status %#x", status);
     char *path = NULL;
@@ -490,19 +491,9 @@ TG_TEST(test_cli_main_run_interrupted_profile_replicas) {
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
     char *argv[] = {"tunegraph", "run", DEMO, "--device", "cpu", "--set", "steps=4", "--set", "checkpoint_every=2",
                     "--set", "data_parallel=2", "--profile", "--checkpoint-dir", ck, NULL};
-    const pid_t pid = start_cli(argv, err_path, "2");
-    REQUIRE(pid > 0, "fork");
-    int stalled = 0, status = 0, ended = 0;
-    for (int i = 0; i < 12000 && !stalled && !ended; i++) {
-        char *text = tg_test_read_file(err_path, NULL);
-        stalled = text && strstr(text, "stalled part-written") != NULL;
-        free(text);
-        ended = !stalled && waitpid(pid, &status, WNOHANG) == pid;
-        if (!stalled && !ended) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
-    kill(pid, stalled ? SIGTERM : SIGKILL);
-    if (!ended) status = wait_end(pid);
-    char *said = tg_test_read_file(err_path, NULL);
+    int status;
+    char *said;
+    const int stalled = signal_during_checkpoint(argv, err_path, SIGTERM, &status, &said);
     REQUIRE(stalled, "the run did not stall at the step-2 checkpoint: %s", said ? said : "");
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x: %s", status, said ? said : "");
     /* the stop comes after the steps in flight (2 or 3), checkpointed there */
