@@ -12,32 +12,8 @@
 #include "base/alloc.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "tests/compile_faults.h"
 #include "tests/harness.h"
-
-static void fail_each_allocation(const char *what, const char *text) {
-    tg_job job;
-    tg_err err = {{0}};
-    REQUIRE(tg_job_parse_text(text, "job.txt", "", NULL, 0, &job, &err) == 0, "%s: %s", what, err.msg);
-    tg_plan plan;
-    tg_alloc_fail_after(-1);
-    REQUIRE(tg_compile(&job, &plan, &err) == 0, "%s: %s", what, err.msg);
-    tg_plan_free(&plan);
-    const long total = tg_alloc_fail_after(-1);
-    long clean = 0;
-    for (long k = 0; k < total; k++) {
-        tg_alloc_fail_only(k);
-        const int rc = tg_compile(&job, &plan, &err);
-        tg_alloc_fail_after(-1);
-        if (rc == 0) {
-            tg_plan_free(&plan);
-            CHECK(0, "%s: allocation %ld of %ld failed and the compile succeeded", what, k, total);
-            continue;
-        }
-        clean += CHECK(strstr(err.msg, "out of memory") != NULL, "%s: allocation %ld of %ld: %s", what, k, total,
-                       err.msg);
-    }
-    CHECK(total > 100 && clean == total, "%s: %ld of %ld allocations failed cleanly", what, clean, total);
-}
 
 /* A copy of preset `preset`'s config.json in folder `name` of the test's directory, with
  * each of the `n` (key, value) pairs' values replaced (the keys must be there). "" when it
@@ -72,26 +48,26 @@ static const char *preset_variant(const char *name, const char *preset, const ch
 #define RUN "batch = 2\nseq = 8\nsteps = 1\ntrain_data = train.jsonl\n"
 
 TG_TEST(test_compile_heads_each_allocation_fails) {
-    fail_each_allocation("BERT mlm", "model = tiny-bert\ntask = mlm\n" RUN);
-    fail_each_allocation("RoBERTa mlm", "model = tiny-roberta\ntask = mlm\n" RUN);
-    fail_each_allocation("GPT-2 lm", "model = tiny-gpt2\ntask = lm\n" RUN);
-    fail_each_allocation("GPT-2 classify", "model = tiny-gpt2\n" RUN);
+    tg_test_compile_each_allocation_fails("BERT mlm", "model = tiny-bert\ntask = mlm\n" RUN);
+    tg_test_compile_each_allocation_fails("RoBERTa mlm", "model = tiny-roberta\ntask = mlm\n" RUN);
+    tg_test_compile_each_allocation_fails("GPT-2 lm", "model = tiny-gpt2\ntask = lm\n" RUN);
+    tg_test_compile_each_allocation_fails("GPT-2 classify", "model = tiny-gpt2\n" RUN);
     /* tiny-gpt2 with a vocabulary of 100, which the tied head pads to 128. */
     static const char *const vocab_100[][2] = {{"vocab_size", "100"}};
     char dir[512], job[1024];
     const char *model = preset_variant("gpt2-vocab-100", "tiny-gpt2", vocab_100, 1, dir, sizeof dir);
     REQUIRE(model[0], "cannot write a model folder in %s", dir);
     snprintf(job, sizeof job, "model = %s\ntask = lm\n" RUN, model);
-    fail_each_allocation("GPT-2 lm, a padded head", job);
-    fail_each_allocation("BERT qa", "model = tiny-bert\ntask = qa\n" RUN);
+    tg_test_compile_each_allocation_fails("GPT-2 lm, a padded head", job);
+    tg_test_compile_each_allocation_fails("BERT qa", "model = tiny-bert\ntask = qa\n" RUN);
 }
 
 TG_TEST(test_compile_precisions_each_allocation_fails) {
-    fail_each_allocation("bf16", "model = tiny-bert\nprecision = bf16\n" RUN);
-    fail_each_allocation("fp16", "model = tiny-bert\nprecision = fp16\n" RUN);
-    fail_each_allocation("bf16 frozen", "model = tiny-gpt2\ntask = lm\nprecision = bf16\nfreeze = transformer.wte.*\n" RUN);
-    fail_each_allocation("accumulation", "model = tiny-bert\ngrad_accumulation = 2\n" RUN);
-    fail_each_allocation("length buckets", "model = tiny-bert\nbatch = 2\nseq_buckets = 4, 8\nsteps = 1\n"
+    tg_test_compile_each_allocation_fails("bf16", "model = tiny-bert\nprecision = bf16\n" RUN);
+    tg_test_compile_each_allocation_fails("fp16", "model = tiny-bert\nprecision = fp16\n" RUN);
+    tg_test_compile_each_allocation_fails("bf16 frozen", "model = tiny-gpt2\ntask = lm\nprecision = bf16\nfreeze = transformer.wte.*\n" RUN);
+    tg_test_compile_each_allocation_fails("accumulation", "model = tiny-bert\ngrad_accumulation = 2\n" RUN);
+    tg_test_compile_each_allocation_fails("length buckets", "model = tiny-bert\nbatch = 2\nseq_buckets = 4, 8\nsteps = 1\n"
                                            "train_data = train.jsonl\n");
 }
 

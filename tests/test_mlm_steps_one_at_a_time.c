@@ -65,7 +65,7 @@ static int train(const tg_plan *p, int steps, int one_at_a_time, mlm_run *r) {
 static void one_at_a_time_matches_ring(int batch, int accum, int steps) {
     tg_plan p;
     if (!compile_mlm(batch, accum, steps, &p)) return;
-    mlm_run ring, single;
+    mlm_run ring = {0}, single = {0};
     if (train(&p, steps, 0, &ring) && train(&p, steps, 1, &single)) {
         for (int s = 0; s < steps; s++) {
             CHECK(single.stream_step[s] == (uint32_t)s, "accum %d: the batch of step %d carries step %u in its stream",
