@@ -56,3 +56,19 @@ void tg_cli_run_free(tg_cli_run *r) {
     free(r->err);
     r->out = r->err = NULL;
 }
+
+int tg_test_cli_demo_weights(const char *dir, const char *run_extra, char *weights, size_t cap) {
+    char line[2048];
+    snprintf(line, sizeof line, "compile examples/demo-classify.job -o %s/p.tgp --set steps=1 --set batch=4 --set seq=16",
+             dir);
+    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+    const int compiled = CHECK(r.status == 0, "compile: %s", r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    if (!compiled) return 0;
+    snprintf(weights, cap, "%s/w.safetensors", dir);
+    snprintf(line, sizeof line, "run %s/p.tgp %s --save %s", dir, run_extra, weights);
+    r = tg_test_cli_line(dir, line, NULL);
+    const int ran = CHECK(r.status == 0, "run: %s", r.err ? r.err : "(nothing)");
+    tg_cli_run_free(&r);
+    return ran;
+}

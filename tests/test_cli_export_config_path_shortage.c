@@ -45,16 +45,8 @@ static int shortages(const char *dir, const char *line, int want, const char *ou
 TG_TEST(test_cli_export_config_path_shortage) {
     const char *dir = tg_test_tmpdir();
     char line[2048], out[800], weights[800];
-    snprintf(line, sizeof line, "compile examples/demo-classify.job -o %s/p.tgp --set steps=1 --set batch=4 --set seq=16",
-             dir);
-    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
-    REQUIRE(r.status == 0, "compile: %s", r.err ? r.err : "(nothing)");
-    tg_cli_run_free(&r);
-    snprintf(weights, sizeof weights, "%s/w.safetensors", dir);
-    snprintf(line, sizeof line, "run %s/p.tgp --device cpu --save %s", dir, weights);
-    r = tg_test_cli_line(dir, line, NULL);
-    REQUIRE(r.status == 0, "run: %s", r.err ? r.err : "(nothing)");
-    tg_cli_run_free(&r);
+    REQUIRE(tg_test_cli_demo_weights(dir, "--device cpu", weights, sizeof weights), "the demo's weights");
+    tg_cli_run r = {0};
 
     snprintf(out, sizeof out, "%s/hf", dir);
     snprintf(line, sizeof line, "export %s/p.tgp --weights %s -o %s", dir, weights, out);

@@ -14,16 +14,8 @@
 TG_TEST(test_cli_export_weights_image_out_of_memory) {
     const char *dir = tg_test_tmpdir();
     char line[2048], out[800], weights[800];
-    snprintf(line, sizeof line, "compile examples/demo-classify.job -o %s/p.tgp --set steps=1 --set batch=4 --set seq=16",
-             dir);
-    tg_cli_run r = tg_test_cli_line(dir, line, NULL);
-    REQUIRE(r.status == 0, "compile: %s", r.err ? r.err : "(nothing)");
-    tg_cli_run_free(&r);
-    snprintf(weights, sizeof weights, "%s/w.safetensors", dir);
-    snprintf(line, sizeof line, "run %s/p.tgp --save %s", dir, weights);
-    r = tg_test_cli_line(dir, line, NULL);
-    REQUIRE(r.status == 0, "run: %s", r.err ? r.err : "(nothing)");
-    tg_cli_run_free(&r);
+    REQUIRE(tg_test_cli_demo_weights(dir, "", weights, sizeof weights), "the demo's weights");
+    tg_cli_run r = {0};
     long image = -1;
     for (long k = 0; k < 2000 && image < 0; k++) {
         snprintf(out, sizeof out, "%s/hf%ld", dir, k); /* a folder of its own: some failures are survived */
