@@ -299,6 +299,11 @@ GPU_TEST_OBJ := $(patsubst %.c,$(GPU_DIR)/%.o,$(wildcard tests/gpu/*.c))
 GPU_LIB_OBJ := $(filter-out $(BUILD)/runtime/cuda_absent.o,$(LIB_OBJ)) $(CU_OBJ) $(CUDA_HOST_OBJ)
 GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt -lstdc++
 
+# The fused attention kernels use Hopper's warpgroup MMA (wgmma), an sm_90a feature.
+CUDA_ARCH_HOPPER ?= -gencode arch=compute_90a,code=sm_90a
+$(GPU_DIR)/kernels/flash_attention_fwd.o $(GPU_DIR)/kernels/flash_attention_bwd.o \
+    $(GPU_DIR)/kernels/flash_attention_bwd_short.o: CUDA_ARCH = $(CUDA_ARCH_HOPPER)
+
 $(GPU_DIR)/kernels/%.o: kernels/%.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -325,8 +330,12 @@ $(GPU_DIR)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_DIR)/libtunegraph.a
 $(GPU_DIR)/driver_thread_cpu: bench/driver_thread_cpu.c $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
+# The fused attention kernels measured alone (bench/attention_kernels.c).
+$(GPU_DIR)/attention_kernels: bench/attention_kernels.c $(GPU_DIR)/libtunegraph.a
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
+
 gpu: $(GPU_DIR)/libtunegraph.a $(GPU_DIR)/libtunegraph.so $(GPU_DIR)/tunegraph $(GPU_DIR)/run_tests \
-     $(GPU_DIR)/driver_thread_cpu
+     $(GPU_DIR)/driver_thread_cpu $(GPU_DIR)/attention_kernels
 
 # The whole suite with the CUDA executor (TG_TEST_DEVICE=cuda), plus the device tests.
 gpu-test: gpu $(BUILD)/tunegraph

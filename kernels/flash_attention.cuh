@@ -7,10 +7,15 @@
  *
  * Fused attention never stores the [B,H,T,T] scores.
  *
- * bf16 and fp16 plans: tensor-core kernels (mma.sync m16n8k16, bf16 or f16 in, fp32
- * accumulate; one template on the 16-bit storage type ST) in the FlashAttention-2 arrangement. A block of 4 warps owns 64 rows; each warp owns 16 of
- * them and everything it accumulates, so no warp ever reduces with another and no
- * float atomics are used (results are bitwise reproducible).
+ * bf16 and fp16 plans: tensor-core kernels (bf16 or f16 in, fp32 accumulate; one template
+ * on the 16-bit storage type ST) in the FlashAttention-2 arrangement. Each warp owns 16
+ * rows and everything it accumulates, so no warp ever reduces with another and no float
+ * atomics are used (results are bitwise reproducible). At head dims 64 and 128 (DP) the
+ * tile products are Hopper's warpgroup MMA (wgmma, kernels/wgmma.cuh: 4 warps, 64 rows,
+ * operands from swizzled shared tiles); the forward's blocks are two warpgroups (128
+ * queries) when it draws no dropout, and its P V product runs on while the next tile's
+ * Q K^T and dropout draws start. At DP 16 and 32 the products are per-warp mma.sync
+ * m16n8k16 and a block is 4 warps, 64 rows.
  *   forward  rows = queries; per 64-key tile: S = Q K^T, online softmax (exp2 domain,
  *            running max and sum per row), dropout, O += P V; out: O / sum, LSE.
  *   dQ       rows = queries; first delta = rowsum(dO * O) (written: the dK/dV kernel
@@ -26,9 +31,10 @@
  * products, no recomputation.
  *
  * Occupancy: the backward kernels are capped to 4 (dQ) and 3 (dK/dV) blocks of 4 warps
- * per SM at DP <= 64 (128 and 168 registers, a few bytes of spill), which measured 7-11%
- * faster than 2-3 blocks without spills; the forward at 159 registers (3 blocks) is
- * faster than capped to 128 (which spills 120 bytes).
+ * per SM at DP <= 64 (128 and 168 registers), which measured 7-11% faster than 2-3
+ * blocks; two-warpgroup backward blocks (128 rows, 2 per SM at 128 registers, or 1)
+ * measured 10-20% slower than these. The forward: 2 two-warpgroup blocks (128 registers,
+ * 40 bytes of spill) without dropout, 3 one-warpgroup blocks with it.
  *
  * Head dim: any Dh <= 128; tiles are padded with zero columns to DP = 16, 32, 64 or
  * 128 (the mma k-step is 16), and only the Dh real columns are stored.
@@ -38,7 +44,8 @@
  * block (4 consecutive keys of one query) lies inside one warp's tile, so each lane draws
  * one block per 16 x 8 fragment and hands the keep bits to the lanes holding those
  * elements by shuffle (one Philox call per 4 elements); otherwise each element draws its
- * own. The forward stores the kept-and-taking-part bits (1 bit per pair: 1/16 of a bf16
+ * own; keep is the integer test word >> 8 >= tg_philox_keep_threshold(p), the same
+ * decision as uniform >= p without the conversions. The forward stores the kept-and-taking-part bits (1 bit per pair: 1/16 of a bf16
  * probability tensor) and both backward kernels read them, so the backward draws nothing.
  *
  * fp32 plans: plain fp32 kernels (a warp per row; dots in float, sums over keys in
@@ -51,10 +58,11 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/philox.h"
+#include "kernels/wgmma.cuh"
 
-#define FA_ROWS 64    /* rows per block (queries, or keys for dK/dV) */
+#define FA_ROWS 64    /* rows per warpgroup tile (queries, or keys for dK/dV) */
 #define FA_COLS 64    /* columns per tile (keys, or queries for dK/dV) */
-#define FA_THREADS 128
+#define FA_THREADS 128 /* a warpgroup */
 #define FA_LOG2E 1.4426950408889634f
 #define FA_LN2 0.6931471805599453f
 
@@ -77,6 +85,7 @@ struct fa_args {
     uint64_t seed;
     uint32_t key;
     float p, inv_keep;
+    uint32_t keep_thr; /* tg_philox_keep_threshold(p) */
     int drop, drop_vec;
 };
 
@@ -139,6 +148,44 @@ struct fa_tile {
     static constexpr int ELEMS = FA_ROWS * LD;
 };
 
+/* The two-kernel forward and backward (T > 128 for the backward) at DP 64 and 128 take
+ * their tile products from wgmma (kernels/wgmma.cuh): each warpgroup (4 warps) owns 64
+ * rows, and a block has WGS of them (the forward 2: every key tile it loads serves 128
+ * queries, half the tile traffic of 64-row blocks; the backward 1, which measured faster
+ * than 2 at the registers two-warpgroup blocks leave). Their tiles are swizzled for
+ * wgmma, a 128-row tile being two 64-row ones back to back. At DP 16 and 32, and in the
+ * short backward, blocks are 4 warps and 64 rows, tiles [rows][DP + 8] and the products
+ * per-warp mma.sync. */
+template <int DP, int WGS = 1>
+struct fa_stile {
+    static constexpr bool WG = DP >= 64;
+    static constexpr int ELEMS = WG ? FA_ROWS * DP : fa_tile<DP>::ELEMS; /* a 64-row tile */
+    static constexpr int BR = WG ? WGS * FA_ROWS : FA_ROWS;                /* rows a block owns */
+    static constexpr int THREADS = WG ? WGS * FA_THREADS : FA_THREADS;
+    static constexpr int BLOCK_ELEMS = (BR / FA_ROWS) * ELEMS;            /* a tile of the block's rows */
+    static constexpr int ALIGN = WG ? 1024 : 0; /* extra dynamic shared bytes to align the tiles */
+};
+
+/* Index of (row r, column col) in a tile of the two-kernel arrangement: swizzled 64-row
+ * tiles back to back (SWZ), or a padded [rows][DP + 8] tile. */
+template <int DP, bool SWZ>
+static __device__ __forceinline__ int fa_at(int r, int col) {
+    if constexpr (SWZ) return (r >> 6) * FA_ROWS * DP + wg_index<FA_ROWS>(r & (FA_ROWS - 1), col);
+    return r * fa_tile<DP>::LD + col;
+}
+
+/* The dynamic shared memory of a two-kernel-arrangement block, 1024-byte aligned when its
+ * tiles are swizzled (the launcher asks for fa_stile::ALIGN more). */
+template <int DP>
+static __device__ __forceinline__ unsigned char *fa_smem_base() {
+    extern __shared__ __align__(16) unsigned char fa_dyn_smem[];
+    if constexpr (fa_stile<DP>::WG) {
+        const uint32_t at = (uint32_t)__cvta_generic_to_shared(fa_dyn_smem);
+        return fa_dyn_smem + ((1024u - (at & 1023u)) & 1023u);
+    }
+    return fa_dyn_smem;
+}
+
 /* A fragment (16 rows x 16 k) of a row-major tile, rows r0.., columns k0.. */
 template <int DP, class ST>
 static __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const ST *t, int r0, int k0, int lane) {
@@ -155,16 +202,6 @@ static __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const ST *t, 
 template <int DP, class ST>
 static __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const ST *t, int k0, int n0, int lane) {
     ldsm_x4_t(b, t + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * fa_tile<DP>::LD + n0 + (lane >> 4) * 8);
-}
-
-/* The accumulator of two adjacent n8 tiles (16 x 16, fp32) as the A fragment of the
- * next product, rounded to ST. */
-template <class ST>
-static __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-    a[0] = tg_h16<ST>::pack(c0[0], c0[1]);
-    a[1] = tg_h16<ST>::pack(c0[2], c0[3]);
-    a[2] = tg_h16<ST>::pack(c1[0], c1[1]);
-    a[3] = tg_h16<ST>::pack(c1[2], c1[3]);
 }
 
 /* acc = rows r0 .. r0+15 of tile A times tile B^T (both stored [row][DP]): a 16 x 64
@@ -195,7 +232,7 @@ static __device__ __forceinline__ void tile_pb(float (&acc)[DP / 8][4], const fl
 #pragma unroll
     for (int kk = 0; kk < FA_COLS / 16; kk++) {
         uint32_t pa[4];
-        acc_to_a<ST>(pa, p[2 * kk], p[2 * kk + 1]);
+        wg_acc_to_a<ST>(pa, p[2 * kk], p[2 * kk + 1]);
 #pragma unroll
         for (int dj = 0; dj < DP / 16; dj++) {
             uint32_t bf[4];
@@ -219,25 +256,25 @@ static __device__ __forceinline__ void cp_async_wait() {
 }
 
 /* Rows row0 .. row0+ROWS-1 (of T; rows past T and columns past Dh are zero) of one head,
- * g pointing at row 0 column 0 of that head, by the block's THREADS threads. With 16-byte
+ * g pointing at row 0 column 0 of that head, by the block's THREADS threads, into a padded
+ * or (SWZ) swizzled tile. With 16-byte
  * rows the copy is asynchronous (part of the caller's next cp.async group); otherwise
  * element by element. */
-template <int DP, int ROWS = FA_ROWS, int THREADS = FA_THREADS, class ST>
+template <int DP, int ROWS = FA_ROWS, int THREADS = FA_THREADS, bool SWZ = false, class ST>
 static __device__ __forceinline__ void load_tile(ST *s, const ST *g, int64_t ld, int row0, int T, int Dh,
                                                  int vec) {
-    constexpr int LD = fa_tile<DP>::LD;
     if (vec) {
         constexpr int CH = DP / 8; /* 16-byte chunks per row */
         for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
             const int r = i / CH, c = (i % CH) * 8;
             const bool in = row0 + r < T && c < Dh;
-            cp_async16(s + r * LD + c, in ? g + (int64_t)(row0 + r) * ld + c : g, in ? 16 : 0);
+            cp_async16(s + fa_at<DP, SWZ>(r, c), in ? g + (int64_t)(row0 + r) * ld + c : g, in ? 16 : 0);
         }
     } else {
         const ST zero = tg_h16<ST>::from(0.0f);
         for (int i = threadIdx.x; i < ROWS * DP; i += THREADS) {
             const int r = i / DP, c = i % DP;
-            s[r * LD + c] = row0 + r < T && c < Dh ? g[(int64_t)(row0 + r) * ld + c] : zero;
+            s[fa_at<DP, SWZ>(r, c)] = row0 + r < T && c < Dh ? g[(int64_t)(row0 + r) * ld + c] : zero;
         }
     }
 }
@@ -245,21 +282,21 @@ static __device__ __forceinline__ void load_tile(ST *s, const ST *g, int64_t ld,
 /* delta = rowsum(dO * O) of tile row r (stored, rounded O), by a warp: lane L sums half
  * (L >> 4) of row r0 + (L & 15) and the halves meet by shuffle, so lanes L and L ^ 16 both
  * return that row's sum. */
-template <int DP, class ST>
+template <int DP, bool SWZ = false, class ST>
 static __device__ __forceinline__ float row_delta(const ST *sdO, const ST *sO, int r0, int lane) {
-    constexpr int LD = fa_tile<DP>::LD;
     const int r = r0 + (lane & 15), d0 = (lane >> 4) * (DP / 2);
     float acc = 0.0f;
-    for (int d = d0; d < d0 + DP / 2; d++) acc += tg_ld(sdO, r * LD + d) * tg_ld(sO, r * LD + d);
+    for (int d = d0; d < d0 + DP / 2; d++) acc += tg_ld(sdO, fa_at<DP, SWZ>(r, d)) * tg_ld(sO, fa_at<DP, SWZ>(r, d));
     return acc + __shfl_xor_sync(0xffffffffu, acc, 16);
 }
 
-/* The key mask of columns col0 .. col0+63: nonzero where the key is real (inside T and
+/* The key mask of columns col0 .. col0+n-1: nonzero where the key is real (inside T and
  * mask != 0). Mask values stream in with the caller's cp.async group (4-byte copies,
  * zero past T) so no thread waits on a global load here; without a mask the tile is
  * written directly. */
-static __device__ __forceinline__ void load_key_mask(float *s, const float *mask, int b, int T, int col0) {
-    for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
+static __device__ __forceinline__ void load_key_mask(float *s, const float *mask, int b, int T, int col0,
+                                                     int n = FA_COLS) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int k = col0 + i;
         if (!mask) {
             s[i] = k < T ? 1.0f : 0.0f;
@@ -274,7 +311,7 @@ static __device__ __forceinline__ void load_key_mask(float *s, const float *mask
 /* Per-row floats rows row0 .. row0+63 of a [B*H, T] statistic (LSE, delta) into shared
  * memory with the caller's cp.async group; zero past T. */
 static __device__ __forceinline__ void load_row_stat(float *s, const float *src, int64_t bh, int T, int row0) {
-    for (int i = threadIdx.x; i < FA_COLS; i += FA_THREADS) {
+    for (int i = threadIdx.x; i < FA_COLS; i += blockDim.x) {
         const int q = row0 + i;
         const float *p = q < T ? src + bh * T + q : src;
         const unsigned dst = (unsigned)__cvta_generic_to_shared(s + i);
@@ -316,29 +353,57 @@ struct key_tiles {
     int b, T, Dh, vec;
 };
 
-template <int DP, class ST>
+template <int DP, int THREADS, class ST>
 static __device__ __forceinline__ void load_key_tile(ST *sKV, float *sM2, int buf, const key_tiles<DP, ST> &kv,
                                                      int k0) {
-    constexpr int E = fa_tile<DP>::ELEMS;
+    constexpr int E = fa_stile<DP>::ELEMS;
+    constexpr bool SWZ = fa_stile<DP>::WG;
     ST *dst = sKV + 2 * E * buf;
-    load_tile<DP>(dst, kv.K, kv.ldk, k0, kv.T, kv.Dh, kv.vec);
-    load_tile<DP>(dst + E, kv.V, kv.ldv, k0, kv.T, kv.Dh, kv.vec);
+    load_tile<DP, FA_COLS, THREADS, SWZ>(dst, kv.K, kv.ldk, k0, kv.T, kv.Dh, kv.vec);
+    load_tile<DP, FA_COLS, THREADS, SWZ>(dst + E, kv.V, kv.ldv, k0, kv.T, kv.Dh, kv.vec);
     load_key_mask(sM2 + FA_COLS * buf, kv.mask, kv.b, kv.T, k0);
 }
 
-/* Before key tile kt is used: start the next one streaming into the other slot, wait
- * until tile kt has landed, and make it visible to the whole block. */
+/* Makes the block's landed tile copies visible to the whole block (and, for swizzled
+ * tiles, to wgmma). */
+template <int DP>
+static __device__ __forceinline__ void fa_publish_tiles() {
+    if constexpr (fa_stile<DP>::WG) wg_fence_smem();
+    __syncthreads();
+}
+
+/* The tile products of the two-kernel arrangement: per warp (r0 its first row in the
+ * block's tile sA) with mma.sync, or a warpgroup's 64 rows together with wgmma. */
 template <int DP, class ST>
+static __device__ __forceinline__ void fa_abt(float (&acc)[FA_COLS / 8][4], const ST *sA, const ST *sB, int r0,
+                                              int lane) {
+    if constexpr (fa_stile<DP>::WG)
+        wg_abt<DP, ST>(acc, sA + (r0 / FA_ROWS) * FA_ROWS * DP, sB);
+    else
+        tile_abt<DP>(acc, sA, sB, r0, lane);
+}
+template <int DP, class ST>
+static __device__ __forceinline__ void fa_pb(float (&acc)[DP / 8][4], const float (&p)[FA_COLS / 8][4], const ST *sB,
+                                             int lane) {
+    if constexpr (fa_stile<DP>::WG)
+        wg_pb<DP, ST>(acc, p, sB);
+    else
+        tile_pb<DP>(acc, p, sB, lane);
+}
+
+/* Before key tile kt is used: start the next one streaming into its slot (of NBUF), wait
+ * until tile kt has landed, and make it visible to the whole block. */
+template <int DP, int THREADS, int NBUF, class ST>
 static __device__ __forceinline__ void advance_key_tile(ST *sKV, float *sM2, int kt, int ktiles,
                                                         const key_tiles<DP, ST> &kv) {
     if (kt + 1 < ktiles) {
-        load_key_tile<DP>(sKV, sM2, (kt + 1) & 1, kv, (kt + 1) * FA_COLS);
+        load_key_tile<DP, THREADS>(sKV, sM2, (kt + 1) % NBUF, kv, (kt + 1) * FA_COLS);
         cp_async_commit();
         cp_async_wait<1>();
     } else {
         cp_async_wait<0>();
     }
-    __syncthreads();
+    fa_publish_tiles<DP>();
 }
 
 /* ---- score masking (forward and dQ) ------------------------------------------------- */
@@ -414,6 +479,7 @@ static inline int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, 
     f->key = (uint32_t)at->key;
     f->p = at->p;
     f->inv_keep = f->p < 1.0f ? 1.0f / (1.0f - f->p) : 0.0f; /* the CPU's expression */
+    f->keep_thr = tg_philox_keep_threshold(f->p);
     /* Forward: draws when training with the step counter and writes out2's bits; the
      * backward reads the bits (in4) and draws nothing. */
     if (q_slot == 0) {

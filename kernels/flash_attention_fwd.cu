@@ -20,10 +20,11 @@ static __device__ __forceinline__ void keep_bits(unsigned (&bits)[2], const fa_a
          * and shares its 4 bits: (row g, keys 2c, 2c+1) sit in the block of lane
          * g + 16 (c >> 1), bits 2 (c & 1). */
         const int64_t q = r0 + (lane & 15), k = c0 + (lane >> 4) * 4;
-        float u[4];
-        tg_philox_uniform4(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k) >> 2, u);
-        const unsigned mine = (unsigned)(u[0] >= p) | (unsigned)(u[1] >= p) << 1 | (unsigned)(u[2] >= p) << 2 |
-                              (unsigned)(u[3] >= p) << 3;
+        uint32_t w[4];
+        tg_philox_block(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k) >> 2, w);
+        const uint32_t t = a.keep_thr; /* uniform >= p, as integers */
+        const unsigned mine = (unsigned)(w[0] >> 8 >= t) | (unsigned)(w[1] >> 8 >= t) << 1 |
+                              (unsigned)(w[2] >> 8 >= t) << 2 | (unsigned)(w[3] >> 8 >= t) << 3;
         const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
         const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
         bits[0] = (lo >> ((c & 1) * 2)) & 3u;
@@ -68,40 +69,87 @@ static __device__ __forceinline__ void store_bits(const fa_args &a, const uint32
 
 /* ---- forward (bf16 / f16: ST) --------------------------------------------------------- */
 
-template <int DP, class ST>
-__global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
-    extern __shared__ __align__(16) unsigned char fa_smem[];
-    constexpr int E = fa_tile<DP>::ELEMS;
-    ST *sQ = reinterpret_cast<ST *>(fa_smem), *sKV = sQ + E; /* [buf][K, V] */
-    float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);              /* [buf][64] */
+/* The forward's block at DP 64 and 128: two warpgroups (128 queries, half the key-tile
+ * traffic) when no dropout is drawn, one when it is (the Philox draws then bound the
+ * kernel, and at T = 128 - 512 the smaller blocks measured faster), with K and V in NBUF
+ * slots so that a tile's P V product may still read its V while the next tiles stream in. */
+template <int DP, bool BITS>
+struct fa_fwd_cfg {
+    typedef fa_stile<DP, BITS ? 1 : 2> L;
+    static constexpr int NBUF = L::WG ? 3 : 2;
+    static constexpr int MIN_BLOCKS = L::WG && DP == 64 ? (BITS ? 3 : 2) : 1; /* registers */
+};
+
+/* The keep bits of a warp's 16 rows for key tile k0, 4 bits per 8-key fragment j (bits
+ * 4j + 2 half + i: row g + 8 half, column 8j + 2c + i), drawn while the tile's scores are
+ * being multiplied. */
+static __device__ __forceinline__ uint32_t tile_keep_bits(const fa_args &a, uint64_t step, int64_t bh, int wr0,
+                                                          int k0, int lane) {
+    uint32_t kw = 0;
+#pragma unroll
+    for (int j = 0; j < FA_COLS / 8; j++) {
+        unsigned kb[2];
+        keep_bits(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+        kw |= (kb[0] | kb[1] << 2) << (4 * j);
+    }
+    return kw;
+}
+
+/* BITS: the launch draws dropout or writes keep bits (else neither is compiled in).
+ * With wgmma (DP 64, 128) a tile's S = Q K^T runs while its dropout bits are drawn, and
+ * its P V runs on into the next tile (waited for before the scores of that tile are
+ * read, so the running rescale of O sees it complete). */
+template <int DP, class ST, bool BITS>
+__global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<DP, BITS>::MIN_BLOCKS)
+    fa_fwd_kernel(fa_args a) {
+    typedef typename fa_fwd_cfg<DP, BITS>::L L;
+    constexpr int E = L::ELEMS, NBUF = fa_fwd_cfg<DP, BITS>::NBUF;
+    ST *sQ = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sKV = sQ + L::BLOCK_ELEMS; /* [slot][K, V] */
+    float *sM2 = reinterpret_cast<float *>(sKV + 2 * NBUF * E);                      /* [slot][64] */
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* long causal rows first */
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * L::BR; /* long causal rows first */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int wr0 = q0 + warp * 16; /* this warp's first query */
+    const int wr0 = q0 + warp * 16;             /* this warp's first query */
+    const int gr0 = q0 + (warp >> 2) * FA_ROWS; /* its warpgroup's (4 warps') first query */
     const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
     const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
     const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     int ktiles = (T + FA_COLS - 1) / FA_COLS;
-    if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
-    load_tile<DP>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    if (a.causal) ktiles = min(ktiles, (q0 + L::BR - 1) / FA_COLS + 1);
+    load_tile<DP, L::BR, L::THREADS, L::WG>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
     const key_tiles<DP, ST> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
-    load_key_tile<DP>(sKV, sM2, 0, kv, 0);
+    load_key_tile<DP, L::THREADS>(sKV, sM2, 0, kv, 0);
     cp_async_commit();
 
     float o[DP / 8][4];
     for (int d = 0; d < DP / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    uint32_t pa[4][4]; /* the A fragments of the P V product in flight (wgmma) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const float sl2 = a.scale * FA_LOG2E;
     for (int kt = 0; kt < ktiles; kt++) {
-        const int k0 = kt * FA_COLS, buf = kt & 1;
-        advance_key_tile<DP>(sKV, sM2, kt, ktiles, kv);
+        const int k0 = kt * FA_COLS, buf = kt % NBUF;
+        advance_key_tile<DP, L::THREADS, NBUF>(sKV, sM2, kt, ktiles, kv);
         const ST *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
-        if (!a.causal || k0 <= wr0 + 15) { /* else the warp's rows see none of these keys */
+        /* Causal: the last tile lies wholly after the first warpgroup's rows (their keys
+         * are masked but their bits are still written); every other tile reaches every
+         * warp's rows. */
+        if (!a.causal || k0 <= gr0 + FA_ROWS - 1) {
             float s[FA_COLS / 8][4];
-            tile_abt<DP>(s, sQ, sK, warp * 16, lane);
+            uint32_t kw = 0; /* tile_keep_bits */
+            if constexpr (L::WG) {
+                wg_abt_issue<DP, ST>(s, sQ + (warp >> 2) * E, sK);
+                if (BITS && a.drop) kw = tile_keep_bits(a, step, bh, wr0, k0, lane);
+                wg_wait_all(); /* S, and the last tile's P V */
+                wg_keep<FA_COLS / 8>(s);
+                wg_keep<DP / 8>(o);
+                wg_keep_a<4>(pa);
+            } else {
+                tile_abt<DP>(s, sQ, sK, warp * 16, lane);
+                if (BITS && a.drop) kw = tile_keep_bits(a, step, bh, wr0, k0, lane);
+            }
             float mx[2] = {m[0], m[1]};
             if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
                 scale_mask_rows<1>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
@@ -124,7 +172,7 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int col = 8 * j + 2 * c + (e & 1);
-                    if (s[j][e] != -INFINITY) rb[e >> 1][col >> 5] |= 1u << (col & 31);
+                    if (BITS && s[j][e] != -INFINITY) rb[e >> 1][col >> 5] |= 1u << (col & 31);
                     const float pv = fa_exp2(s[j][e] - mb[e >> 1]);
                     s[j][e] = pv;
                     rs[e >> 1] += pv;
@@ -134,29 +182,36 @@ __global__ void __launch_bounds__(FA_THREADS) fa_fwd_kernel(fa_args a) {
 #pragma unroll
             for (int d = 0; d < DP / 8; d++)
                 o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
-            if (a.drop) {
+            if (BITS && a.drop) {
 #pragma unroll
-                for (int j = 0; j < FA_COLS / 8; j++) {
-                    unsigned kb[2];
-                    keep_bits(kb, a, step, bh, wr0, k0 + 8 * j, lane);
+                for (int j = 0; j < FA_COLS / 8; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const bool keep = (kb[e >> 1] >> (e & 1)) & 1u;
+                        const bool keep = (kw >> (4 * j + e)) & 1u; /* bit 2 (e >> 1) + (e & 1) */
                         s[j][e] = keep ? s[j][e] * a.inv_keep : 0.0f;
                         if (!keep) {
                             const int col = 8 * j + 2 * c + (e & 1);
                             rb[e >> 1][col >> 5] &= ~(1u << (col & 31));
                         }
                     }
-                }
             }
-            if (a.bits) store_bits(a, rb, bh, wr0, k0, lane);
-            tile_pb<DP>(o, s, sV, lane);
-        } else if (a.bits) {
+            if (BITS && a.bits) store_bits(a, rb, bh, wr0, k0, lane);
+            if constexpr (L::WG)
+                wg_pb_issue<DP, ST>(o, s, sV, pa); /* waited for with the next tile's S, or below */
+            else
+                tile_pb<DP>(o, s, sV, lane);
+        } else if (BITS && a.bits) {
             const uint32_t zero[2][2] = {{0u, 0u}, {0u, 0u}};
             store_bits(a, zero, bh, wr0, k0, lane);
         }
-        __syncthreads(); /* buffer `buf` is refilled next iteration */
+        /* Slot `buf` is refilled NBUF - 1 tiles on, after every warp waited for the P V
+         * reading it. */
+        __syncthreads();
+    }
+    if constexpr (L::WG) {
+        wg_wait_all();
+        wg_keep<DP / 8>(o);
+        wg_keep_a<4>(pa);
     }
     /* Words of key tiles this block never visits (past the causal diagonal) are zero. */
     if (a.bits)
@@ -245,17 +300,27 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
 
 /* ---- launcher ----------------------------------------------------------------------- */
 
-template <int DP, class ST>
-static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
-    const size_t smem = 5 * fa_tile<DP>::ELEMS * sizeof(ST) + 2 * FA_COLS * sizeof(float);
-    cudaError_t e = cudaFuncSetAttribute(fa_fwd_kernel<DP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess) /* L1 as shared memory: the register count (3 blocks) stays the limit */
-        e = cudaFuncSetAttribute(fa_fwd_kernel<DP, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
+template <int DP, class ST, bool BITS>
+static int fa_launch_fwd_bits(const fa_args &f, cudaStream_t s, tg_err *err) {
+    typedef typename fa_fwd_cfg<DP, BITS>::L L;
+    constexpr int NBUF = fa_fwd_cfg<DP, BITS>::NBUF;
+    const size_t smem =
+        (L::BLOCK_ELEMS + 2 * NBUF * L::ELEMS) * sizeof(ST) + NBUF * FA_COLS * sizeof(float) + L::ALIGN;
+    cudaError_t e =
+        cudaFuncSetAttribute(fa_fwd_kernel<DP, ST, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess) /* L1 as shared memory: the register count stays the limit */
+        e = cudaFuncSetAttribute(fa_fwd_kernel<DP, ST, BITS>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention forward): %s", cudaGetErrorString(e));
-    dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
-    fa_fwd_kernel<DP, ST><<<grid, FA_THREADS, smem, s>>>(f);
+    dim3 grid((unsigned)((f.T + L::BR - 1) / L::BR), (unsigned)(f.B * f.H));
+    fa_fwd_kernel<DP, ST, BITS><<<grid, L::THREADS, smem, s>>>(f);
     return 0;
+}
+
+template <int DP, class ST>
+static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
+    if (f.bits || f.drop) return fa_launch_fwd_bits<DP, ST, true>(f, s, err);
+    return fa_launch_fwd_bits<DP, ST, false>(f, s, err);
 }
 
 /* The tile width DP for the head dim. */

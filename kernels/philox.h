@@ -49,14 +49,29 @@ TG_HOST_DEVICE static inline void tg_philox4x32_10(const uint32_t ctr[4], const 
     out[3] = c3;
 }
 
+/* The 4 raw words of block `block` (elements 4*block .. 4*block+3) of stream (seed, step, key). */
+TG_HOST_DEVICE static inline void tg_philox_block(uint64_t seed, uint64_t step, uint32_t key, uint64_t block,
+                                                  uint32_t r[4]) {
+    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ (uint32_t)(step >> 32)};
+    const uint32_t c[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)step, key};
+    tg_philox4x32_10(c, k, r);
+}
+
 /* Uniform floats in [0,1) for elements 4*block .. 4*block+3 of stream (seed, step, key). */
 TG_HOST_DEVICE static inline void tg_philox_uniform4(uint64_t seed, uint64_t step, uint32_t key,
                                                      uint64_t block, float u[4]) {
-    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ (uint32_t)(step >> 32)};
-    const uint32_t c[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)step, key};
     uint32_t r[4];
-    tg_philox4x32_10(c, k, r);
+    tg_philox_block(seed, step, key, block, r);
     for (int j = 0; j < 4; j++) u[j] = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
+}
+
+/* The integer form of the test uniform >= p: a uniform is n * 2^-24 for the integer n =
+ * word >> 8, so uniform >= p exactly when n >= ceil(p * 2^24) (p * 2^24 is exact in double).
+ * Kernels compare words against this threshold and skip the conversions. */
+static inline uint32_t tg_philox_keep_threshold(float p) {
+    const double t = (double)p * 16777216.0;
+    const uint32_t n = (uint32_t)t;
+    return (double)n < t ? n + 1 : n;
 }
 
 /* Uniform float in [0,1) (24 random bits, so exactly representable) for one element. */

@@ -194,6 +194,31 @@ TG_TEST(test_op_philox) {
           "seed or element does not change the value");
 }
 
+/* The kernels' integer keep test (word >> 8 >= threshold) agrees with uniform >= p for the
+ * integers around each threshold, at dropout rates the jobs use and at awkward ones. */
+TG_TEST(test_op_philox_keep_threshold) {
+    const float ps[] = {0.0f, 0.1f, 0.15f, 0.2f, 0.3f, 0.5f, 0.9f, 1.0f / 3.0f, 0x1p-24f, 0x1.8p-24f,
+                        1.0f - 0x1p-24f, 0.99999994f};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        const uint32_t t = tg_philox_keep_threshold(ps[i]);
+        const int64_t centre = (int64_t)((double)ps[i] * 16777216.0);
+        for (int64_t n = centre - 3; n <= centre + 3; n++) {
+            if (n < 0 || n >= (1 << 24)) continue;
+            const float u = (float)(uint32_t)n * (1.0f / 16777216.0f); /* tg_philox_uniform4's value */
+            if ((u >= ps[i]) != ((uint32_t)n >= t)) {
+                bad++;
+                fprintf(stderr, "    p %a n %lld: float test %d, threshold %u\n", ps[i], (long long)n, u >= ps[i], t);
+            }
+        }
+    }
+    CHECK(tg_philox_keep_threshold(0.1f) == 1677722u, "p 0.1: threshold %u, expected 1677722",
+          tg_philox_keep_threshold(0.1f));
+    CHECK(tg_philox_keep_threshold(0.5f) == 8388608u, "p 0.5: threshold %u, expected 2^23",
+          tg_philox_keep_threshold(0.5f));
+    CHECK(!bad, "%d integers where the threshold test and the float test disagree", bad);
+}
+
 /* ---- fill, add ------------------------------------------------------------------------ */
 
 TG_TEST(test_op_zero_fill) {

@@ -1,0 +1,239 @@
+/* The fused attention kernels measured alone: ATTENTION (forward) and ATTENTION_BWD
+ * (backward) through tg_cuda_op_run on one GPU, bf16, at the shapes the benchmark cases
+ * and the Llama work use. Each repetition first overwrites a 256 MiB buffer so that no
+ * input is still in L2 (50 MiB on an H100), then times the op alone with a CUDA event
+ * pair; the median of the repetitions is printed with the TFLOP/s of the FLOPs the
+ * attention needs (forward 4 B H T^2 Dh, causal half of it; backward 2.5x the forward:
+ * five T x T x Dh products, the recomputed Q K^T counted once), not of the work a kernel
+ * chooses to repeat.
+ *
+ *   attention_kernels [--reps N] [--case NAME]...   (default: every case, 30 reps)
+ *
+ * Output: one line per case and direction, and a final table row per case. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda_ops.h"
+
+typedef struct attn_case {
+    const char *name;
+    int b, h, t, dh, causal, packed;
+    float p; /* attention dropout */
+} attn_case;
+
+static const attn_case CASES[] = {
+    {"gpt2-b16-t1024-d64-causal", 16, 12, 1024, 64, 1, 1, 0.0f},
+    {"gpt2-b16-t1024-d64-causal-drop0.1", 16, 12, 1024, 64, 1, 1, 0.1f},
+    {"bert-b32-t128-d64", 32, 12, 128, 64, 0, 0, 0.0f},
+    {"bert-b32-t128-d64-drop0.1", 32, 12, 128, 64, 0, 0, 0.1f},
+    {"bert-b8-t512-d64", 8, 12, 512, 64, 0, 0, 0.0f},
+    {"bert-b8-t512-d64-drop0.1", 8, 12, 512, 64, 0, 0, 0.1f},
+    {"squad-b32-t384-d64-drop0.1", 32, 12, 384, 64, 0, 0, 0.1f},
+    {"llama-b4-t2048-d128-causal", 4, 32, 2048, 128, 1, 0, 0.0f},
+    {"llama-b2-t4096-d128-causal", 2, 32, 4096, 128, 1, 0, 0.0f},
+};
+#define N_CASES (int)(sizeof CASES / sizeof CASES[0])
+
+#define FLUSH_BYTES ((size_t)256 << 20)
+
+static void cuda_check(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "attention_kernels: %s: %s\n", what, cudaGetErrorString(e));
+    exit(1);
+}
+
+static void *dev_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cuda_check(cudaMalloc(&p, bytes ? bytes : 16), what);
+    return p;
+}
+
+/* bf16 of a float (round to nearest even), for the host-made inputs. */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* n bf16 values, roughly normal (sum of 4 uniforms, variance 1), from a fixed LCG. */
+static void *dev_random_bf16(size_t n, uint64_t seed, const char *what) {
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!h) {
+        fprintf(stderr, "attention_kernels: out of host memory for %s\n", what);
+        exit(1);
+    }
+    uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (size_t i = 0; i < n; i++) {
+        float s = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            s += (float)(x >> 40) / (float)(1u << 24) - 0.5f;
+        }
+        h[i] = to_bf16(s * 1.7320508f);
+    }
+    void *d = dev_alloc(n * 2, what);
+    cuda_check(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice), what);
+    free(h);
+    return d;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median milliseconds of `reps` runs of op `a`, each after an L2 flush. */
+static float time_op(const tg_cuda_op_args *a, int reps, void *flush, cudaStream_t s, const char *what) {
+    cudaEvent_t e0, e1;
+    cuda_check(cudaEventCreate(&e0), "cudaEventCreate");
+    cuda_check(cudaEventCreate(&e1), "cudaEventCreate");
+    float *ms = malloc((size_t)reps * sizeof *ms);
+    if (!ms) exit(1);
+    tg_err err = {0};
+    for (int r = -2; r < reps; r++) { /* two untimed warm-up runs */
+        cuda_check(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, s), "L2 flush");
+        cuda_check(cudaEventRecord(e0, s), "cudaEventRecord");
+        if (tg_cuda_op_run(a, &err) != 0) {
+            fprintf(stderr, "attention_kernels: %s: %s\n", what, err.msg);
+            exit(1);
+        }
+        cuda_check(cudaEventRecord(e1, s), "cudaEventRecord");
+        cuda_check(cudaEventSynchronize(e1), what);
+        float t = 0.0f;
+        cuda_check(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
+        if (r >= 0) ms[r] = t;
+    }
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
+    const float med = reps % 2 ? ms[reps / 2] : 0.5f * (ms[reps / 2 - 1] + ms[reps / 2]);
+    free(ms);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return med;
+}
+
+static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, double *out_tf) {
+    const int64_t B = c->b, H = c->h, T = c->t, Dh = c->dh, D = H * Dh, rows = B * T;
+    const int W = (int)((T + 31) / 32);
+    tg_op fwd, bwd;
+    memset(&fwd, 0, sizeof fwd);
+    fwd.kind = TG_OP_ATTENTION;
+    fwd.p.attention.b = B, fwd.p.attention.h = H, fwd.p.attention.t = T;
+    fwd.p.attention.causal = c->causal, fwd.p.attention.key = 7, fwd.p.attention.packed = c->packed;
+    fwd.p.attention.head_dim = Dh, fwd.p.attention.scale = 1.0f / sqrtf((float)Dh), fwd.p.attention.p = c->p;
+    bwd = fwd;
+    bwd.kind = TG_OP_ATTENTION_BWD;
+
+    const int64_t qkv_cols = c->packed ? 3 * D : D;
+    void *q = dev_random_bf16((size_t)(rows * qkv_cols), 1, "q");
+    void *k = c->packed ? NULL : dev_random_bf16((size_t)(rows * D), 2, "k");
+    void *v = c->packed ? NULL : dev_random_bf16((size_t)(rows * D), 3, "v");
+    void *dout = dev_random_bf16((size_t)(rows * D), 4, "dO");
+    void *o = dev_alloc((size_t)(rows * D) * 2, "O");
+    float *lse = dev_alloc((size_t)(B * H * T) * 4, "LSE");
+    float *delta = dev_alloc((size_t)(B * H * T) * 4, "delta");
+    uint32_t *bits = c->p > 0.0f ? dev_alloc((size_t)(B * H * T * W) * 4, "keep bits") : NULL;
+    void *dq = dev_alloc((size_t)(rows * qkv_cols) * 2, "dq");
+    void *dk = c->packed ? NULL : dev_alloc((size_t)(rows * D) * 2, "dk");
+    void *dv = c->packed ? NULL : dev_alloc((size_t)(rows * D) * 2, "dv");
+    float *step = dev_alloc(4, "step");
+    const float one = 1.0f;
+    cuda_check(cudaMemcpy(step, &one, 4, cudaMemcpyHostToDevice), "step");
+
+    tg_cuda_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.stream = s;
+    ctx.seed = 1234;
+    tg_cuda_op_args fa, ba;
+    memset(&fa, 0, sizeof fa);
+    fa.op = &fwd, fa.ctx = &ctx, fa.training = 1;
+    fa.in[0] = q, fa.in[1] = k, fa.in[2] = v, fa.in[4] = c->p > 0.0f ? step : NULL;
+    fa.in_dtype[0] = fa.in_dtype[1] = fa.in_dtype[2] = TG_BF16;
+    fa.in_numel[0] = rows * qkv_cols, fa.in_numel[1] = fa.in_numel[2] = c->packed ? 0 : rows * D;
+    fa.in_numel[4] = c->p > 0.0f ? 1 : 0;
+    fa.out[0] = o, fa.out[1] = lse, fa.out[2] = bits;
+    fa.out_dtype[0] = TG_BF16, fa.out_dtype[2] = TG_I32;
+    fa.out_numel[0] = rows * D, fa.out_numel[1] = B * H * T, fa.out_numel[2] = bits ? B * H * T * W : 0;
+    memset(&ba, 0, sizeof ba);
+    ba.op = &bwd, ba.ctx = &ctx, ba.training = 1;
+    ba.in[0] = dout, ba.in[1] = o, ba.in[2] = lse, ba.in[4] = bits, ba.in[5] = q, ba.in[6] = k, ba.in[7] = v;
+    ba.in_dtype[0] = ba.in_dtype[1] = ba.in_dtype[5] = ba.in_dtype[6] = ba.in_dtype[7] = TG_BF16;
+    ba.in_dtype[4] = TG_I32;
+    ba.in_numel[0] = ba.in_numel[1] = rows * D, ba.in_numel[2] = B * H * T;
+    ba.in_numel[4] = fa.out_numel[2], ba.in_numel[5] = fa.in_numel[0];
+    ba.in_numel[6] = ba.in_numel[7] = fa.in_numel[1];
+    ba.out[0] = dq, ba.out[1] = dk, ba.out[2] = dv, ba.out[3] = delta;
+    ba.out_dtype[0] = ba.out_dtype[1] = ba.out_dtype[2] = TG_BF16;
+    ba.out_numel[0] = rows * qkv_cols, ba.out_numel[1] = ba.out_numel[2] = c->packed ? 0 : rows * D;
+    ba.out_numel[3] = B * H * T;
+
+    const double fwd_flops = 4.0 * (double)B * H * T * T * Dh * (c->causal ? 0.5 : 1.0);
+    const float fms = time_op(&fa, reps, flush, s, "forward");
+    const float bms = time_op(&ba, reps, flush, s, "backward");
+    out_tf[0] = fwd_flops / (fms * 1e-3) / 1e12;
+    out_tf[1] = 2.5 * fwd_flops / (bms * 1e-3) / 1e12;
+    printf("%-36s fwd %8.3f ms %7.1f TFLOP/s (%.3f TFLOP)   bwd %8.3f ms %7.1f TFLOP/s (%.3f TFLOP)\n", c->name, fms,
+           out_tf[0], fwd_flops / 1e12, bms, out_tf[1], 2.5 * fwd_flops / 1e12);
+    fflush(stdout);
+    void *all[] = {q, k, v, dout, o, lse, delta, bits, dq, dk, dv, step};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]) cudaFree(all[i]);
+}
+
+int main(int argc, char **argv) {
+    int reps = 30;
+    const char *only[N_CASES];
+    int n_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+            if (reps < 1 || reps > 10000) {
+                fprintf(stderr, "attention_kernels: --reps takes 1..10000, not %s\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--case") && i + 1 < argc && n_only < N_CASES) {
+            only[n_only++] = argv[++i];
+        } else {
+            fprintf(stderr, "usage: attention_kernels [--reps N] [--case NAME]...\ncases:");
+            for (int c = 0; c < N_CASES; c++) fprintf(stderr, " %s", CASES[c].name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+    }
+    for (int j = 0; j < n_only; j++) {
+        int found = 0;
+        for (int c = 0; c < N_CASES; c++) found |= !strcmp(only[j], CASES[c].name);
+        if (!found) {
+            fprintf(stderr, "attention_kernels: no case named %s\n", only[j]);
+            return 2;
+        }
+    }
+    cudaStream_t s;
+    cuda_check(cudaStreamCreate(&s), "cudaStreamCreate");
+    void *flush = dev_alloc(FLUSH_BYTES, "L2 flush buffer");
+    struct cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    printf("device: %s, bf16, median of %d runs, L2 flushed before each\n", prop.name, reps);
+    double tf[N_CASES][2];
+    int ran[N_CASES] = {0};
+    for (int c = 0; c < N_CASES; c++) {
+        int want = n_only == 0;
+        for (int j = 0; j < n_only; j++) want |= !strcmp(only[j], CASES[c].name);
+        if (!want) continue;
+        run_case(&CASES[c], reps, flush, s, tf[c]);
+        ran[c] = 1;
+    }
+    printf("\n| case | B | H | T | Dh | causal | dropout | fwd TFLOP/s | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int c = 0; c < N_CASES; c++)
+        if (ran[c])
+            printf("| %s | %d | %d | %d | %d | %s | %.1f | %.1f | %.1f |\n", CASES[c].name, CASES[c].b, CASES[c].h,
+                   CASES[c].t, CASES[c].dh, CASES[c].causal ? "yes" : "no", CASES[c].p, tf[c][0], tf[c][1]);
+    cudaFree(flush);
+    cudaStreamDestroy(s);
+    return 0;
+}
