@@ -391,6 +391,43 @@ static __device__ __forceinline__ void fa_pb(float (&acc)[DP / 8][4], const floa
         tile_pb<DP>(acc, p, sB, lane);
 }
 
+/* Two products sharing one wait (the backward's S and dP, or dV and dK): with wgmma the
+ * second is issued before the first has finished. */
+template <int DP, class ST>
+static __device__ __forceinline__ void fa_abt2(float (&acc1)[FA_COLS / 8][4], const ST *sA1, const ST *sB1,
+                                               float (&acc2)[FA_COLS / 8][4], const ST *sA2, const ST *sB2, int r0,
+                                               int lane) {
+    if constexpr (fa_stile<DP>::WG) {
+        const int off = (r0 / FA_ROWS) * FA_ROWS * DP;
+        wg_abt_issue<DP, ST>(acc1, sA1 + off, sB1);
+        wg_abt_issue<DP, ST>(acc2, sA2 + off, sB2);
+        wg_wait_all();
+        wg_keep<FA_COLS / 8>(acc1);
+        wg_keep<FA_COLS / 8>(acc2);
+    } else {
+        tile_abt<DP>(acc1, sA1, sB1, r0, lane);
+        tile_abt<DP>(acc2, sA2, sB2, r0, lane);
+    }
+}
+template <int DP, class ST>
+static __device__ __forceinline__ void fa_pb2(float (&acc1)[DP / 8][4], const float (&p1)[FA_COLS / 8][4],
+                                              const ST *sB1, float (&acc2)[DP / 8][4],
+                                              const float (&p2)[FA_COLS / 8][4], const ST *sB2, int lane) {
+    if constexpr (fa_stile<DP>::WG) {
+        uint32_t pa1[4][4], pa2[4][4];
+        wg_pb_issue<DP, ST>(acc1, p1, sB1, pa1);
+        wg_pb_issue<DP, ST>(acc2, p2, sB2, pa2);
+        wg_wait_all();
+        wg_keep<DP / 8>(acc1);
+        wg_keep<DP / 8>(acc2);
+        wg_keep_a<4>(pa1);
+        wg_keep_a<4>(pa2);
+    } else {
+        tile_pb<DP>(acc1, p1, sB1, lane);
+        tile_pb<DP>(acc2, p2, sB2, lane);
+    }
+}
+
 /* Before key tile kt is used: start the next one streaming into its slot (of NBUF), wait
  * until tile kt has landed, and make it visible to the whole block. */
 template <int DP, int THREADS, int NBUF, class ST>

@@ -82,8 +82,7 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
                     kb[r][1] = w0 + 1 < a.W ? src[w0 + 1] : 0u;
                 }
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
-            fa_abt<DP>(s, sQ, sK, warp * 16, lane);   /* S = Q K^T */
-            fa_abt<DP>(dp, sdO, sV, warp * 16, lane); /* dD = dO V^T */
+            fa_abt2<DP>(s, sQ, sK, dp, sdO, sV, warp * 16, lane); /* S = Q K^T, dD = dO V^T */
             float unused[2] = {0.0f, 0.0f};
             if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
                 scale_mask_rows<1>(s, unused, sM, sl2, a.causal, k0, wr0, lane);
@@ -173,8 +172,7 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
         /* Causal: the first tile lies wholly before the second warpgroup's keys. */
         if (!a.causal || q0 + FA_COLS - 1 >= gk0) {
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
-            fa_abt<DP>(s, sK, sQ, warp * 16, lane);   /* S^T = K Q^T */
-            fa_abt<DP>(dp, sV, sdO, warp * 16, lane); /* dD^T = V dO^T */
+            fa_abt2<DP>(s, sK, sQ, dp, sV, sdO, warp * 16, lane); /* S^T = K Q^T, dD^T = V dO^T */
             /* Element-wise masking only where a query past T or a causal pair can occur. */
             const bool masked = q0 + FA_COLS > T || (a.causal && q0 < wk0 + 15);
             /* s becomes D^T (dropped probabilities), dp becomes dS^T. */
@@ -193,8 +191,7 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
                     dp[j][e] = pv * (dpv - sD[qc]) * a.scale;
                 }
             }
-            fa_pb<DP>(dv, s, sdO, lane); /* dV += D^T dO */
-            fa_pb<DP>(dk, dp, sQ, lane); /* dK += dS^T Q */
+            fa_pb2<DP>(dv, s, sdO, dk, dp, sQ, lane); /* dV += D^T dO, dK += dS^T Q */
         }
         __syncthreads();
     }

@@ -80,19 +80,65 @@ struct fa_fwd_cfg {
     static constexpr int MIN_BLOCKS = L::WG && DP == 64 ? (BITS ? 3 : 2) : 1; /* registers */
 };
 
-/* The keep bits of a warp's 16 rows for key tile k0, 4 bits per 8-key fragment j (bits
- * 4j + 2 half + i: row g + 8 half, column 8j + 2c + i), drawn while the tile's scores are
- * being multiplied. */
-static __device__ __forceinline__ uint32_t tile_keep_bits(const fa_args &a, uint64_t step, int64_t bh, int wr0,
-                                                          int k0, int lane) {
-    uint32_t kw = 0;
+/* The keep bits of a warp's 16 rows for key tile k0, drawn while the tile's scores are
+ * being multiplied. frag: 4 bits per 8-key fragment j for the lane's own elements (bit
+ * 4j + 2 half + i: row g + 8 half, column 8j + 2c + i). row (when T % 4 == 0, else 0):
+ * the lane's own draws, nibble j = keys 8j + 4 (L >> 4) .. +3 of row wr0 + (L & 15), from
+ * which store_row_bits forms a row's words without the per-element bookkeeping. */
+struct tile_keep {
+    uint32_t frag, row;
+};
+
+static __device__ __forceinline__ tile_keep tile_keep_bits(const fa_args &a, uint64_t step, int64_t bh, int wr0,
+                                                           int k0, int lane) {
+    tile_keep t = {0u, 0u};
+    if (a.drop_vec) {
+        /* Lane L draws the Philox blocks of keys k0 + 8j + 4 (L >> 4) .. +3 of query
+         * wr0 + (L & 15) (element index / 4: T % 4 == 0, so one base for the tile) and
+         * shares them: (row g, keys 2c, 2c+1 of fragment j) sit in the block of lane
+         * g + 16 (c >> 1), bits 2 (c & 1). */
+        const int g = lane >> 2, c = lane & 3;
+        const int64_t q = wr0 + (lane & 15);
+        const uint64_t base = (uint64_t)(((bh * a.T + q) * a.T + k0) >> 2) + (uint64_t)(lane >> 4);
+        const uint32_t thr = a.keep_thr; /* uniform >= p, as integers */
+#pragma unroll
+        for (int j = 0; j < FA_COLS / 8; j++) {
+            uint32_t w[4];
+            tg_philox_block(a.seed, step, a.key, base + 2 * (uint64_t)j, w);
+            const unsigned mine = (unsigned)(w[0] >> 8 >= thr) | (unsigned)(w[1] >> 8 >= thr) << 1 |
+                                  (unsigned)(w[2] >> 8 >= thr) << 2 | (unsigned)(w[3] >> 8 >= thr) << 3;
+            t.row |= mine << (4 * j);
+            const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
+            const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
+            t.frag |= (((lo >> ((c & 1) * 2)) & 3u) | ((hi >> ((c & 1) * 2)) & 3u) << 2) << (4 * j);
+        }
+        return t;
+    }
 #pragma unroll
     for (int j = 0; j < FA_COLS / 8; j++) {
         unsigned kb[2];
         keep_bits(kb, a, step, bh, wr0, k0 + 8 * j, lane);
-        kw |= (kb[0] | kb[1] << 2) << (4 * j);
+        t.frag |= (kb[0] | kb[1] << 2) << (4 * j);
     }
-    return kw;
+    return t;
+}
+
+/* The stored bits of a tile every key of which takes part in every row (no mask, no
+ * causal pair, inside T): the keep bits themselves. Lane L < 16 joins its nibbles (keys
+ * 8j .. 8j + 3) with lane L + 16's (8j + 4 .. 8j + 7) into row wr0 + L's two words. */
+static __device__ __forceinline__ void store_row_bits(const fa_args &a, uint32_t row_nibbles, int64_t bh, int wr0,
+                                                      int k0, int lane) {
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, row_nibbles, 16);
+    const int row = wr0 + lane;
+    if (lane >= 16 || row >= a.T) return;
+    uint32_t w[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < FA_COLS / 8; j++)
+        w[j >> 2] |= (((row_nibbles >> (4 * j)) & 0xFu) | ((other >> (4 * j)) & 0xFu) << 4) << (8 * (j & 3));
+    uint32_t *dst = a.bits + ((int64_t)bh * a.T + row) * a.W;
+    const int w0 = k0 >> 5;
+    dst[w0] = w[0];
+    if (w0 + 1 < a.W) dst[w0 + 1] = w[1];
 }
 
 /* BITS: the launch draws dropout or writes keep bits (else neither is compiled in).
@@ -138,7 +184,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
          * warp's rows. */
         if (!a.causal || k0 <= gr0 + FA_ROWS - 1) {
             float s[FA_COLS / 8][4];
-            uint32_t kw = 0; /* tile_keep_bits */
+            tile_keep kw = {0xFFFFFFFFu, 0u}; /* every key kept without dropout */
             if constexpr (L::WG) {
                 wg_abt_issue<DP, ST>(s, sQ + (warp >> 2) * E, sK);
                 if (BITS && a.drop) kw = tile_keep_bits(a, step, bh, wr0, k0, lane);
@@ -151,7 +197,8 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
                 if (BITS && a.drop) kw = tile_keep_bits(a, step, bh, wr0, k0, lane);
             }
             float mx[2] = {m[0], m[1]};
-            if (tile_needs_mask(sM, a.causal, k0, wr0, lane))
+            const bool masked = tile_needs_mask(sM, a.causal, k0, wr0, lane);
+            if (masked)
                 scale_mask_rows<1>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
             else
                 scale_mask_rows<0>(s, mx, sM, sl2, a.causal, k0, wr0, lane);
@@ -166,13 +213,17 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
             /* A row with nothing kept so far subtracts 0 instead of -inf (its scores are all
              * -inf, so every exp is 0 either way, without inf - inf). */
             const float mb[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
-            uint32_t rb[2][2] = {{0u, 0u}, {0u, 0u}}; /* taking-part bits of rows g, g+8 (64 keys) */
+            /* Taking-part bits of rows g, g+8 (the lane's columns of the 64 keys), element by
+             * element only in a masked tile. */
+            const uint32_t all = 0x03030303u << (2 * c);
+            uint32_t rb[2][2] = {{all, all}, {all, all}};
+            if (BITS && masked) rb[0][0] = rb[0][1] = rb[1][0] = rb[1][1] = 0u;
 #pragma unroll
             for (int j = 0; j < FA_COLS / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int col = 8 * j + 2 * c + (e & 1);
-                    if (BITS && s[j][e] != -INFINITY) rb[e >> 1][col >> 5] |= 1u << (col & 31);
+                    if (BITS && masked && s[j][e] != -INFINITY) rb[e >> 1][col >> 5] |= 1u << (col & 31);
                     const float pv = fa_exp2(s[j][e] - mb[e >> 1]);
                     s[j][e] = pv;
                     rs[e >> 1] += pv;
@@ -187,15 +238,23 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
                 for (int j = 0; j < FA_COLS / 8; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const bool keep = (kw >> (4 * j + e)) & 1u; /* bit 2 (e >> 1) + (e & 1) */
+                        const bool keep = (kw.frag >> (4 * j + e)) & 1u; /* bit 2 (e >> 1) + (e & 1) */
                         s[j][e] = keep ? s[j][e] * a.inv_keep : 0.0f;
-                        if (!keep) {
-                            const int col = 8 * j + 2 * c + (e & 1);
-                            rb[e >> 1][col >> 5] &= ~(1u << (col & 31));
-                        }
                     }
             }
-            if (BITS && a.bits) store_bits(a, rb, bh, wr0, k0, lane);
+            if (BITS && a.bits) {
+                if (a.drop && a.drop_vec && !masked) {
+                    store_row_bits(a, kw.row, bh, wr0, k0, lane);
+                } else {
+                    /* kept and taking part: the keep bits of the lane's columns over rb */
+#pragma unroll
+                    for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            rb[h][j >> 2] &= ~((~(kw.frag >> (4 * j + 2 * h)) & 3u) << ((8 * j + 2 * c) & 31));
+                    store_bits(a, rb, bh, wr0, k0, lane);
+                }
+            }
             if constexpr (L::WG)
                 wg_pb_issue<DP, ST>(o, s, sV, pa); /* waited for with the next tile's S, or below */
             else
