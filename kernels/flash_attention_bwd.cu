@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
     for (int d = 0; d < DP / 8; d++)
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     const float sl2 = a.scale * FA_LOG2E;
+    const float ik = a.drop ? a.inv_keep : 1.0f; /* x * 1.0f is x: the same values without dropout */
     bool kv[2] = {true, true};
     for (int qt = qt0; qt < qtiles; qt++) {
         const int q0 = qt * FA_COLS, buf = (qt - qt0) & 1;
@@ -175,20 +176,28 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
             fa_abt2<DP>(s, sK, sQ, dp, sV, sdO, warp * 16, lane); /* S^T = K Q^T, dD^T = V dO^T */
             /* Element-wise masking only where a query past T or a causal pair can occur. */
             const bool masked = q0 + FA_COLS > T || (a.causal && q0 < wk0 + 15);
-            /* s becomes D^T (dropped probabilities), dp becomes dS^T. */
+            /* s becomes D^T (dropped probabilities), dp becomes dS^T. The lane's two keys
+             * (rows g and g + 8 of its warp's 16) lie in one 32-key word of the keep bits,
+             * so one word per query serves both. */
+            const int ko = warp * 16 + g; /* the lane's first key within the block's BR */
 #pragma unroll
             for (int j = 0; j < FA_COLS / 8; j++) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int qc = 8 * j + 2 * c + (e & 1);
-                    const int ko = warp * 16 + g + 8 * (e >> 1); /* key within the block's BR */
-                    bool ok = kv[e >> 1];
-                    if (masked) ok = ok && q0 + qc < T && (!a.causal || wk0 + g + 8 * (e >> 1) <= q0 + qc);
-                    const float pv = ok ? fa_exp2(s[j][e] * sl2 - sL[qc] * FA_LOG2E) : 0.0f;
-                    const bool keep = !a.drop || ((sBb[NW * qc + (ko >> 5)] >> (ko & 31)) & 1u);
-                    const float dpv = keep ? (a.drop ? dp[j][e] * a.inv_keep : dp[j][e]) : 0.0f;
-                    s[j][e] = keep ? (a.drop ? pv * a.inv_keep : pv) : 0.0f;
-                    dp[j][e] = pv * (dpv - sD[qc]) * a.scale;
+                for (int i = 0; i < 2; i++) {
+                    const int qc = 8 * j + 2 * c + i;
+                    const float lse2 = sL[qc] * FA_LOG2E, dlt = sD[qc];
+                    const uint32_t word = a.drop ? sBb[NW * qc + (ko >> 5)] : 0xFFFFFFFFu;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int e = 2 * h + i;
+                        bool ok = kv[h];
+                        if (masked) ok = ok && q0 + qc < T && (!a.causal || wk0 + g + 8 * h <= q0 + qc);
+                        const float pv = ok ? fa_exp2(s[j][e] * sl2 - lse2) : 0.0f;
+                        const bool keep = (word >> ((ko + 8 * h) & 31)) & 1u;
+                        const float dpv = keep ? dp[j][e] * ik : 0.0f;
+                        s[j][e] = keep ? pv * ik : 0.0f;
+                        dp[j][e] = pv * (dpv - dlt) * a.scale;
+                    }
                 }
             }
             fa_pb2<DP>(dv, s, sdO, dk, dp, sQ, lane); /* dV += D^T dO, dK += dS^T Q */
