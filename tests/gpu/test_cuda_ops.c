@@ -390,8 +390,9 @@ static void check_separate_qkv(int precision, uint64_t seed, int *kinds_seen) {
 }
 
 /* Fused attention at the head dims and lengths the kernels treat differently: Dh 8, 12
- * (no 16-byte rows), 16, 64 and 128 (tile widths 16..128), T with several 64-row tiles and
- * a partial last one, T % 4 != 0 (one Philox draw per element), causal and key-masked. */
+ * (no 16-byte rows), 16, 64 and 128 (tile widths 16..128; wgmma at 64 and 128), T with
+ * several 64-row tiles and a partial last one (the two-kernel backward past T = 128, at
+ * both wgmma widths), T % 4 != 0 (one Philox draw per element), causal and key-masked. */
 static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen) {
     check_shape("bert Dh=64 T=128", "tiny-bert", TG_TASK_CLASSIFY, 2, 128, seed + 11, precision, 0, 256, 4,
                 TG_ATTENTION_FUSED, kinds_seen);
@@ -402,6 +403,10 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
     check_shape("gpt2 Dh=64 T=200 causal", "tiny-gpt2", TG_TASK_LM, 2, 200, seed + 14, precision, 0, 128, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
     check_shape("gpt2 Dh=32 T=66 causal", "tiny-gpt2", TG_TASK_LM, 2, 66, seed + 15, precision, 0, 64, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("gpt2 Dh=128 T=168 causal", "tiny-gpt2", TG_TASK_LM, 2, 168, seed + 16, precision, 0, 256, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("bert Dh=128 T=136", "tiny-bert", TG_TASK_CLASSIFY, 2, 136, seed + 17, precision, 0, 256, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
 }
 
