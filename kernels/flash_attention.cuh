@@ -372,16 +372,8 @@ static __device__ __forceinline__ void fa_publish_tiles() {
     __syncthreads();
 }
 
-/* The tile products of the two-kernel arrangement: per warp (r0 its first row in the
- * block's tile sA) with mma.sync, or a warpgroup's 64 rows together with wgmma. */
-template <int DP, class ST>
-static __device__ __forceinline__ void fa_abt(float (&acc)[FA_COLS / 8][4], const ST *sA, const ST *sB, int r0,
-                                              int lane) {
-    if constexpr (fa_stile<DP>::WG)
-        wg_abt<DP, ST>(acc, sA + (r0 / FA_ROWS) * FA_ROWS * DP, sB);
-    else
-        tile_abt<DP>(acc, sA, sB, r0, lane);
-}
+/* The P B tile product of the two-kernel arrangement: per warp with mma.sync, or a
+ * warpgroup's 64 rows together with wgmma. */
 template <int DP, class ST>
 static __device__ __forceinline__ void fa_pb(float (&acc)[DP / 8][4], const float (&p)[FA_COLS / 8][4], const ST *sB,
                                              int lane) {

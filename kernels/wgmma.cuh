@@ -1,22 +1,23 @@
 /* Hopper warpgroup matrix multiply (wgmma, sm_90a) for the tensor-core kernels: the
  * 128-byte-swizzled shared-memory tile layout the instruction reads, its matrix
  * descriptors, the fences, and two tile products of a 4-warp block (one warpgroup):
- *   wg_abt: acc[64 x 64]  = A[64 x DP] B[64 x DP]^T   (both tiles from shared memory)
- *   wg_pb:  acc[64 x DP] += P[64 x 64] B[64 x DP]     (P from registers, B from shared memory)
- * such as Q K^T and P V. The accumulators are laid out as mma.sync's m16n8 fragments: warp
- * w of the group holds rows 16w .. 16w + 15, acc[j] columns 8j .. 8j + 7 (lane L: rows
- * L / 4 and L / 4 + 8, columns 2 (L % 4) and +1), so code written for per-warp mma.sync
- * fragments reads them unchanged.
+ *   wg_abt_issue: acc[64 x 64]  = A[64 x DP] B[64 x DP]^T   (both tiles from shared memory)
+ *   wg_pb_issue:  acc[64 x DP] += P[64 x 64] B[64 x DP]     (P from registers, B from shared memory)
+ * such as Q K^T and P V, each started asynchronously and waited for with wg_wait_all
+ * (wg_pb is the second with its wait). The accumulators are laid out as mma.sync's m16n8
+ * fragments: warp w of the group holds rows 16w .. 16w + 15, acc[j] columns 8j .. 8j + 7
+ * (lane L: rows L / 4 and L / 4 + 8, columns 2 (L % 4) and +1), so code written for
+ * per-warp mma.sync fragments reads them unchanged.
  *
  * Tile layout (DP = 64 or 128 columns of 16-bit elements, ROWS rows): column half hb
  * (64 columns, 128 bytes a row) is a block of ROWS rows; in each row the 16-byte chunk
  * j (8 columns) sits at chunk position j ^ (row % 8), the hardware's 128-byte swizzle, so
  * the 8 rows of an 8 x 8 core matrix fall in distinct banks. Every 8-row group is one
  * 1024-byte swizzle atom, and tiles must start on 1024 bytes. As wgmma operands:
- *   K-major (A, and B of wg_abt: the 64 columns of one half are k): 8-row groups 1024
+ *   K-major (A, and B of wg_abt_issue: the 64 columns of one half are k): 8-row groups 1024
  *     bytes apart (the stride byte offset); a k step of 16 columns is +32 bytes inside the
  *     atom, where the hardware applies the swizzle to the address;
- *   MN-major (B of wg_pb: rows are k, columns n): 8-row groups 1024 bytes apart (stride
+ *   MN-major (B of wg_pb_issue: rows are k, columns n): 8-row groups 1024 bytes apart (stride
  *     byte offset), column halves ROWS * 128 bytes apart (leading byte offset). */
 #ifndef TUNEGRAPH_WGMMA_CUH
 #define TUNEGRAPH_WGMMA_CUH
@@ -131,14 +132,6 @@ static __device__ __forceinline__ void wg_abt_issue(float (&acc)[8][4], const ST
         wg_ss<64, ST>::run(acc, wg_desc(sA + off, 16, 1024), wg_desc(sB + off, 16, 1024), kk > 0);
     }
     wg_commit();
-}
-
-/* acc = A B^T, waited for. */
-template <int DP, class ST>
-static __device__ __forceinline__ void wg_abt(float (&acc)[8][4], const ST *sA, const ST *sB) {
-    wg_abt_issue<DP, ST>(acc, sA, sB);
-    wg_wait_all();
-    wg_keep<8>(acc);
 }
 
 /* The accumulator of two adjacent n8 column blocks (16 x 16, fp32) as an A fragment of
