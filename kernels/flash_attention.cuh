@@ -290,13 +290,12 @@ static __device__ __forceinline__ float row_delta(const ST *sdO, const ST *sO, i
     return acc + __shfl_xor_sync(0xffffffffu, acc, 16);
 }
 
-/* The key mask of columns col0 .. col0+n-1: nonzero where the key is real (inside T and
+/* The key mask of columns col0 .. col0+63: nonzero where the key is real (inside T and
  * mask != 0). Mask values stream in with the caller's cp.async group (4-byte copies,
  * zero past T) so no thread waits on a global load here; without a mask the tile is
  * written directly. */
-static __device__ __forceinline__ void load_key_mask(float *s, const float *mask, int b, int T, int col0,
-                                                     int n = FA_COLS) {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+static __device__ __forceinline__ void load_key_mask(float *s, const float *mask, int b, int T, int col0) {
+    for (int i = threadIdx.x; i < FA_COLS; i += blockDim.x) {
         const int k = col0 + i;
         if (!mask) {
             s[i] = k < T ? 1.0f : 0.0f;

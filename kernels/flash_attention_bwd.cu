@@ -20,31 +20,30 @@ struct fa_bwd_occupancy {
 };
 
 template <int DP, class ST>
-__global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::DQ) fa_bwd_dq_kernel(fa_args a) {
-    typedef fa_stile<DP> L;
-    constexpr int E = L::ELEMS, BE = L::BLOCK_ELEMS;
+__global__ void __launch_bounds__(FA_THREADS, fa_bwd_occupancy<DP>::DQ) fa_bwd_dq_kernel(fa_args a) {
+    typedef fa_stile<DP> L; /* one warpgroup: FA_ROWS rows */
+    constexpr int E = L::ELEMS;
     constexpr bool SWZ = L::WG;
-    ST *sQ = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sdO = sQ + BE, *sO = sdO + BE, *sKV = sO + BE;
+    ST *sQ = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sdO = sQ + E, *sO = sdO + E, *sKV = sO + E;
     float *sM2 = reinterpret_cast<float *>(sKV + 4 * E);
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * L::BR;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr0 = q0 + warp * 16;
-    const int gr0 = q0 + (warp >> 2) * FA_ROWS; /* the warpgroup's first query */
     const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
     const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     const ST *dO = (const ST *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
     const ST *O = (const ST *)a.o + (int64_t)b * T * a.ldo + h * Dh;
     int ktiles = (T + FA_COLS - 1) / FA_COLS;
-    if (a.causal) ktiles = min(ktiles, (q0 + L::BR - 1) / FA_COLS + 1);
-    load_tile<DP, L::BR, L::THREADS, SWZ>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
-    load_tile<DP, L::BR, L::THREADS, SWZ>(sdO, dO, a.ldo, q0, T, Dh, a.vec);
-    load_tile<DP, L::BR, L::THREADS, SWZ>(sO, O, a.ldo, q0, T, Dh, a.vec);
+    if (a.causal) ktiles = min(ktiles, (q0 + FA_ROWS - 1) / FA_COLS + 1);
+    load_tile<DP, FA_ROWS, FA_THREADS, SWZ>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    load_tile<DP, FA_ROWS, FA_THREADS, SWZ>(sdO, dO, a.ldo, q0, T, Dh, a.vec);
+    load_tile<DP, FA_ROWS, FA_THREADS, SWZ>(sO, O, a.ldo, q0, T, Dh, a.vec);
     cp_async_commit();
     const key_tiles<DP, ST> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
-    load_key_tile<DP, L::THREADS>(sKV, sM2, 0, kv, 0);
+    load_key_tile<DP, FA_THREADS>(sKV, sM2, 0, kv, 0);
     cp_async_commit();
     cp_async_wait<1>();
     fa_publish_tiles<DP>();
@@ -65,11 +64,10 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
     const float sl2 = a.scale * FA_LOG2E;
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * FA_COLS, buf = kt & 1;
-        advance_key_tile<DP, L::THREADS, 2>(sKV, sM2, kt, ktiles, kv);
+        advance_key_tile<DP, FA_THREADS, 2>(sKV, sM2, kt, ktiles, kv);
         const ST *sK = sKV + 2 * E * buf, *sV = sK + E;
         const float *sM = sM2 + FA_COLS * buf;
-        /* Causal: the last tile lies wholly after the first warpgroup's rows. */
-        if (!a.causal || k0 <= gr0 + FA_ROWS - 1) {
+        { /* every warp's rows see some of these keys (the last tile is the diagonal one) */
             /* The forward's keep bits of rows g and g + 8 for these 64 keys. */
             uint32_t kb[2][2] = {{0u, 0u}, {0u, 0u}};
             if (a.drop)
@@ -108,44 +106,43 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
 /* ---- backward: dK, dV (bf16 / f16: ST) --------------------------------------------- */
 
 template <int DP, class ST>
-__global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::DKDV) fa_bwd_dkdv_kernel(fa_args a) {
-    typedef fa_stile<DP> L;
-    constexpr int E = L::ELEMS, BE = L::BLOCK_ELEMS, NW = L::BR / 32; /* keep-bit words of the block's keys */
+__global__ void __launch_bounds__(FA_THREADS, fa_bwd_occupancy<DP>::DKDV) fa_bwd_dkdv_kernel(fa_args a) {
+    typedef fa_stile<DP> L; /* one warpgroup: FA_ROWS keys */
+    constexpr int E = L::ELEMS;
     constexpr bool SWZ = L::WG;
-    ST *sK = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sV = sK + BE, *sQO = sV + BE; /* [buf][Q, dO] */
+    ST *sK = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sV = sK + E, *sQO = sV + E; /* [buf][Q, dO] */
     float *sLD = reinterpret_cast<float *>(sQO + 4 * E); /* [buf][LSE 64, delta 64] (natural log) */
-    float *sM = sLD + 4 * FA_COLS;                       /* [BR] key mask */
-    uint32_t *sB = reinterpret_cast<uint32_t *>(sM + L::BR); /* [buf][64 queries][NW words] */
+    float *sM = sLD + 4 * FA_COLS;
+    uint32_t *sB = reinterpret_cast<uint32_t *>(sM + FA_COLS); /* [buf][64 queries][2 words] */
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
-    const int k0 = blockIdx.x * L::BR;
+    const int k0 = blockIdx.x * FA_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int wk0 = k0 + warp * 16;             /* this warp's first key */
-    const int gk0 = k0 + (warp >> 2) * FA_ROWS; /* its warpgroup's first key */
+    const int wk0 = k0 + warp * 16; /* this warp's first key */
     const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
     const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
     const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
     const ST *dO = (const ST *)a.dout + (int64_t)b * T * a.ldo + h * Dh;
     const int qtiles = (T + FA_COLS - 1) / FA_COLS;
     const int qt0 = a.causal ? k0 / FA_COLS : 0;
-    load_tile<DP, L::BR, L::THREADS, SWZ>(sK, K, a.ldk, k0, T, Dh, a.vec);
-    load_tile<DP, L::BR, L::THREADS, SWZ>(sV, V, a.ldv, k0, T, Dh, a.vec);
-    load_key_mask(sM, a.mask, b, T, k0, L::BR);
+    load_tile<DP, FA_ROWS, FA_THREADS, SWZ>(sK, K, a.ldk, k0, T, Dh, a.vec);
+    load_tile<DP, FA_ROWS, FA_THREADS, SWZ>(sV, V, a.ldv, k0, T, Dh, a.vec);
+    load_key_mask(sM, a.mask, b, T, k0);
     /* Query tile qt goes to buffer (qt - qt0) & 1 with its LSE and delta. */
     auto load_queries = [&](int qt, int buf) {
         const int q0 = qt * FA_COLS;
         ST *dst = sQO + 2 * E * buf;
-        load_tile<DP, FA_COLS, L::THREADS, SWZ>(dst, Q, a.ldq, q0, T, Dh, a.vec);
-        load_tile<DP, FA_COLS, L::THREADS, SWZ>(dst + E, dO, a.ldo, q0, T, Dh, a.vec);
+        load_tile<DP, FA_COLS, FA_THREADS, SWZ>(dst, Q, a.ldq, q0, T, Dh, a.vec);
+        load_tile<DP, FA_COLS, FA_THREADS, SWZ>(dst + E, dO, a.ldo, q0, T, Dh, a.vec);
         float *ld = sLD + 2 * FA_COLS * buf;
         load_row_stat(ld, a.lse, bh, T, q0);
         load_row_stat(ld + FA_COLS, a.delta, bh, T, q0);
-        if (a.drop) /* the NW words of this block's keys for each query */
-            for (int i = threadIdx.x; i < NW * FA_COLS; i += L::THREADS) {
-                const int q = q0 + i / NW, wi = (k0 >> 5) + i % NW;
+        if (a.drop) /* the two words of this block's 64 keys for each query */
+            for (int i = threadIdx.x; i < 2 * FA_COLS; i += FA_THREADS) {
+                const int q = q0 + (i >> 1), wi = (k0 >> 5) + (i & 1);
                 const bool in = q < T && wi < a.W;
                 const uint32_t *src = in ? a.bits + ((int64_t)bh * T + q) * a.W + wi : a.bits;
-                const unsigned dst = (unsigned)__cvta_generic_to_shared(sB + NW * FA_COLS * buf + i);
+                const unsigned dst = (unsigned)__cvta_generic_to_shared(sB + 2 * FA_COLS * buf + i);
                 asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 4 : 0));
             }
         cp_async_commit();
@@ -169,9 +166,8 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
         if (qt == qt0) kv[0] = sM[warp * 16 + g] != 0.0f, kv[1] = sM[warp * 16 + g + 8] != 0.0f;
         const ST *sQ = sQO + 2 * E * buf, *sdO = sQ + E;
         const float *sL = sLD + 2 * FA_COLS * buf, *sD = sL + FA_COLS;
-        const uint32_t *sBb = sB + NW * FA_COLS * buf;
-        /* Causal: the first tile lies wholly before the second warpgroup's keys. */
-        if (!a.causal || q0 + FA_COLS - 1 >= gk0) {
+        const uint32_t *sBb = sB + 2 * FA_COLS * buf;
+        { /* every warp's keys meet some of these queries (the first tile is the diagonal one) */
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
             fa_abt2<DP>(s, sK, sQ, dp, sV, sdO, warp * 16, lane); /* S^T = K Q^T, dD^T = V dO^T */
             /* Element-wise masking only where a query past T or a causal pair can occur. */
@@ -179,14 +175,14 @@ __global__ void __launch_bounds__(fa_stile<DP>::THREADS, fa_bwd_occupancy<DP>::D
             /* s becomes D^T (dropped probabilities), dp becomes dS^T. The lane's two keys
              * (rows g and g + 8 of its warp's 16) lie in one 32-key word of the keep bits,
              * so one word per query serves both. */
-            const int ko = warp * 16 + g; /* the lane's first key within the block's BR */
+            const int ko = warp * 16 + g; /* the lane's first key within the block's 64 */
 #pragma unroll
             for (int j = 0; j < FA_COLS / 8; j++) {
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     const int qc = 8 * j + 2 * c + i;
                     const float lse2 = sL[qc] * FA_LOG2E, dlt = sD[qc];
-                    const uint32_t word = a.drop ? sBb[NW * qc + (ko >> 5)] : 0xFFFFFFFFu;
+                    const uint32_t word = a.drop ? sBb[2 * qc + (ko >> 5)] : 0xFFFFFFFFu;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int e = 2 * h + i;
@@ -316,9 +312,8 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_bwd_dkdv_kernel(fa_args 
 template <int DP, class ST>
 static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
     typedef fa_stile<DP> L;
-    const size_t smem_q = (3 * L::BLOCK_ELEMS + 4 * L::ELEMS) * sizeof(ST) + 2 * FA_COLS * sizeof(float) + L::ALIGN;
-    const size_t smem_k = (2 * L::BLOCK_ELEMS + 4 * L::ELEMS) * sizeof(ST) + (4 * FA_COLS + L::BR) * sizeof(float) +
-                          2 * (L::BR / 32) * FA_COLS * sizeof(uint32_t) + L::ALIGN;
+    const size_t smem_q = 7 * L::ELEMS * sizeof(ST) + 2 * FA_COLS * sizeof(float) + L::ALIGN;
+    const size_t smem_k = 6 * L::ELEMS * sizeof(ST) + 5 * FA_COLS * sizeof(float) + 4 * FA_COLS * sizeof(uint32_t) + L::ALIGN;
     cudaError_t e = cudaFuncSetAttribute(fa_bwd_dq_kernel<DP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_k);
@@ -329,9 +324,9 @@ static int fa_launch_bwd(const fa_args &f, cudaStream_t s, tg_err *err) {
         e = cudaFuncSetAttribute(fa_bwd_dkdv_kernel<DP, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention backward): %s", cudaGetErrorString(e));
-    dim3 grid((unsigned)((f.T + L::BR - 1) / L::BR), (unsigned)(f.B * f.H));
-    fa_bwd_dq_kernel<DP, ST><<<grid, L::THREADS, smem_q, s>>>(f);
-    fa_bwd_dkdv_kernel<DP, ST><<<grid, L::THREADS, smem_k, s>>>(f);
+    dim3 grid((unsigned)((f.T + FA_ROWS - 1) / FA_ROWS), (unsigned)(f.B * f.H));
+    fa_bwd_dq_kernel<DP, ST><<<grid, FA_THREADS, smem_q, s>>>(f);
+    fa_bwd_dkdv_kernel<DP, ST><<<grid, FA_THREADS, smem_k, s>>>(f);
     return 0;
 }
 
