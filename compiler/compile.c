@@ -198,7 +198,11 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
         while (o < g.n_ops && g.ops[o].phase < p) o++;
         phase_begin[p] = o;
     }
-    if (tg_plan_memory(&g, phase_begin, plan->pool_bytes, &plan->activation_live_peak)) goto out;
+    /* Gradients in the activation pool: one step's values (no accumulation window), one
+     * schedule holding them (no other bucket's). */
+    int share_grads = j->share_grad_memory && j->grad_accumulation <= 1 && j->n_buckets <= 1;
+    if (tg_plan_memory(&g, phase_begin, &share_grads, plan->pool_bytes, &plan->activation_live_peak)) goto out;
+    plan->grads_share_activations = share_grads;
 
     plan->model = *cfg;
     plan->train = (tg_plan_train){.task = j->task,
@@ -218,7 +222,8 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     tg_job_run_settings(j, &plan->run);
     memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
-    for (int p = 0; p < TG_POOL_COUNT; p++) plan->peak_bytes += plan->pool_bytes[p];
+    for (int p = 0; p < TG_POOL_COUNT; p++)
+        if (!(p == TG_POOL_GRADS && share_grads)) plan->peak_bytes += plan->pool_bytes[p];
     /* A step of grad_accumulation micro-steps runs forward and backward that many times. */
     for (int o = 0; o < g.n_ops; o++) {
         const double times = g.ops[o].phase == TG_PHASE_OPTIMIZER ? 1.0 : (double)j->grad_accumulation;

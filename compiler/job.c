@@ -68,6 +68,7 @@ static const struct job_key {
     [TG_JOB_QA_N_BEST] = {"qa_n_best", 1},
     [TG_JOB_QA_MAX_ANSWER_LENGTH] = {"qa_max_answer_length", 1},
     [TG_JOB_QA_NULL_THRESHOLD] = {"qa_null_threshold", 1},
+    [TG_JOB_SHARE_GRAD_MEMORY] = {"share_grad_memory", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -113,6 +114,7 @@ void tg_job_defaults(tg_job *job) {
     job->n_special_ids = -1;
     for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++) job->special_ids[i] = -1;
     job->grad_accumulation = 1;
+    job->share_grad_memory = 1;
     job->loss_scale_init = 65536.0f;
     job->loss_scale_growth_factor = 2.0f;
     job->loss_scale_backoff = 0.5f;
@@ -489,6 +491,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_FUSE_GELU: rc = set_bool(&job->fuse_gelu, v, o, name, err); break;
     case TG_JOB_FUSE_RESIDUAL_LAYERNORM: rc = set_bool(&job->fuse_residual_layernorm, v, o, name, err); break;
     case TG_JOB_FUSE_QKV: rc = set_bool(&job->fuse_qkv, v, o, name, err); break;
+    case TG_JOB_SHARE_GRAD_MEMORY: rc = set_bool(&job->share_grad_memory, v, o, name, err); break;
     case TG_JOB_DATA_PARALLEL:
         rc = set_int_range(&job->data_parallel, v, 1, TG_MAX_DATA_PARALLEL, "replicas", o, name, err);
         break;

@@ -77,6 +77,9 @@ typedef struct tg_job {
     int32_t qa_n_best;
     int32_t qa_max_answer_length;
     float qa_null_threshold;
+    /* 1: the gradients share the activation pool where the plan allows it
+     * (tg_plan.grads_share_activations); 0: a pool of their own. */
+    int32_t share_grad_memory;
     int32_t key_line[64];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -96,7 +99,7 @@ typedef enum tg_job_key {
     TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
-    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_KEY_COUNT
+    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

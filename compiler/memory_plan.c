@@ -4,6 +4,7 @@
 #include "compiler/size_check.h"
 #include "compiler/span_set.h"
 #include "base/checked.h"
+#include "plan/grad_hold.h"
 #include "plan/validate.h"
 
 #include <stdio.h>
@@ -244,12 +245,24 @@ static int life_tree_taken(const life_tree *t, int k, int lo, int hi, int first,
                : 0;
 }
 
-static int place_activations(tg_graph *g, uint64_t *extent) {
+/* Shared gradients (grad_pool_bytes > 0): the gradient pool's bytes at the start of the
+ * activation pool, taken while each gradient is held (plan/grad_hold.h). */
+static int take_grad_holds(tg_graph *g, const tg_grad_hold *h, int n, life_tree *tree) {
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = life_tree_add(tree, 1, 0, tree->leaves - 1, h[i].from, h[i].to, h[i].a, align_up(h[i].b));
+        if (!rc && h[i].wrap_to >= 0) rc = life_tree_add(tree, 1, 0, tree->leaves - 1, 0, h[i].wrap_to, h[i].a, align_up(h[i].b));
+    }
+    return rc;
+}
+
+static int place_activations(tg_graph *g, const tg_grad_hold *holds, int n_holds, uint64_t grad_pool_bytes,
+                             uint64_t *extent) {
     int n = 0;
     int *order = tg_compiler_malloc(sizeof *order * ((size_t)g->n_tensors + 1));
     life_tree tree = {0};
     tg_span_set taken = {0};
-    if (!order || life_tree_init(&tree, g->n_ops)) {
+    if (!order || life_tree_init(&tree, g->n_ops) || take_grad_holds(g, holds, n_holds, &tree)) {
         free(order), life_tree_free(&tree);
         return tg_graph_out_of_memory(g);
     }
@@ -264,7 +277,7 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
     }
     g_sort_tensors = g->tensors;
     qsort(order, (size_t)n, sizeof *order, by_size_desc);
-    uint64_t top = 0;
+    uint64_t top = grad_pool_bytes;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         tg_tensor *x = &g->tensors[order[i]];
@@ -299,7 +312,10 @@ static int place_activations(tg_graph *g, uint64_t *extent) {
     return rc;
 }
 
-int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],
+/* Gradient pools cut by more stretches of padding than this keep a pool of their own. */
+enum { MAX_SHARED_PADDING = 64 };
+
+int tg_plan_memory(tg_graph *g, const int *phase_begin, int *share_grads, uint64_t pool_bytes[TG_POOL_COUNT],
                    uint64_t *live_peak) {
     compute_liveness(g, phase_begin);
     memset(pool_bytes, 0, sizeof(uint64_t) * TG_POOL_COUNT);
@@ -327,7 +343,24 @@ int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_P
             pool_bytes[x->pool] = x->offset + x->bytes; /* x lies past every tensor placed before it */
         }
     }
-    if (place_activations(g, &pool_bytes[TG_POOL_ACTIVATIONS])) return -1;
-    if (tg_plan_live_activation_peak(g->tensors, g->n_tensors, g->n_ops, live_peak)) return tg_graph_out_of_memory(g);
-    return 0;
+    /* The holds of shared gradients; their padding, which must stay zero, is held all the
+     * time, and where it cuts the pool into many small stretches (a tiny model's tensors,
+     * not multiples of the 512-byte alignment) the pool stays apart. */
+    tg_grad_hold *holds = NULL;
+    int n_holds = 0;
+    if (*share_grads && tg_grad_holds(g->tensors, g->n_tensors, g->ops, g->n_ops, phase_begin,
+                                      pool_bytes[TG_POOL_GRADS], &holds, &n_holds))
+        return tg_graph_out_of_memory(g);
+    int padding = 0;
+    for (int i = 0; i < n_holds; i++) padding += holds[i].tensor < 0;
+    if (padding > MAX_SHARED_PADDING) {
+        free(holds);
+        holds = NULL, n_holds = 0, *share_grads = 0;
+    }
+    int rc = place_activations(g, holds, n_holds, *share_grads ? pool_bytes[TG_POOL_GRADS] : 0,
+                               &pool_bytes[TG_POOL_ACTIVATIONS]);
+    if (!rc && tg_plan_live_activation_peak(g->tensors, g->n_tensors, g->n_ops, holds, n_holds, live_peak))
+        rc = tg_graph_out_of_memory(g);
+    free(holds);
+    return rc;
 }

@@ -22,8 +22,11 @@ int tg_plan_fixed_layout(tg_graph *g);
  * slices cover the parameters (the pools are padded to their sum); 0 without ZeRO. */
 int64_t tg_zero_slice(const tg_job *job, int64_t elements);
 /* Liveness and offsets of every other tensor; fills pool sizes into pool_bytes and the
- * largest sum of simultaneously live activations into *live_peak. */
-int tg_plan_memory(tg_graph *g, const int *phase_begin, uint64_t pool_bytes[TG_POOL_COUNT],
+ * largest sum of simultaneously live activations into *live_peak. *share_grads 1: the
+ * gradient pool lies at the start of the activation pool, the activations placed around
+ * the gradients' holds (plan/grad_hold.h; tg_plan.grads_share_activations), unless padding
+ * cuts the gradient pool into more than 64 stretches, when *share_grads becomes 0. */
+int tg_plan_memory(tg_graph *g, const int *phase_begin, int *share_grads, uint64_t pool_bytes[TG_POOL_COUNT],
                    uint64_t *live_peak);
 
 #endif

@@ -226,8 +226,8 @@ static void print_text(const tg_plan *p, FILE *out) {
 
     fputs("\n== pools ==\n", out);
     for (int q = 0; q < TG_POOL_COUNT; q++)
-        fprintf(out, "%-12s %14" PRIu64 " bytes %12.2f MiB\n", tg_pool_name(q), p->pool_bytes[q],
-                mib(p->pool_bytes[q]));
+        fprintf(out, "%-12s %14" PRIu64 " bytes %12.2f MiB%s\n", tg_pool_name(q), p->pool_bytes[q],
+                mib(p->pool_bytes[q]), tg_pool_allocated(p, q) ? "" : "  (inside activations, held by liveness)");
     fprintf(out, "peak: %" PRIu64 " bytes (%.2f MiB)\n", p->peak_bytes, mib(p->peak_bytes));
     /* What a run needs on each device beside the pools (plan/memory_estimate.h). */
     for (int d = TG_MEM_DEVICE_CUDA; d >= TG_MEM_DEVICE_CPU; d--) {
@@ -450,6 +450,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "pools", pools);
     for (int q = 0; pools && q < TG_POOL_COUNT; q++)
         jset(&c, pools, tg_pool_name(q), jbytes(p->pool_bytes[q]));
+    jset(&c, root, "grads_share_activations", json_boolean(p->grads_share_activations));
     jset(&c, root, "peak_bytes", jbytes(p->peak_bytes));
     /* {"cuda": {"total_bytes": N, "parts": {"pools": N, ...}}, "cpu": {...}}: every part,
      * 0 where it does not apply to the device. */

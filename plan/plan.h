@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 20
+#define TG_PLAN_VERSION 21
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -263,7 +263,14 @@ typedef struct tg_plan {
     tg_op *ops;                          /* sorted by phase */
     int32_t phase_begin[TG_PHASE_COUNT + 1]; /* ops of phase p: [phase_begin[p], phase_begin[p+1]) */
     uint64_t pool_bytes[TG_POOL_COUNT];
-    uint64_t peak_bytes;                 /* all pools together: the planned device footprint */
+    /* 1: the gradient pool is no allocation of its own but the first pool_bytes[GRADS]
+     * bytes of the activation pool, each gradient's bytes held only while the step needs
+     * them and free for activations otherwise (plan/grad_hold.h); plans with one length
+     * bucket and no gradient accumulation. 0: a pool of its own. */
+    int32_t grads_share_activations;
+    uint64_t peak_bytes;                 /* all pools together (the gradient pool once, inside the
+                                            activation pool where it shares it): the planned
+                                            device footprint */
     uint64_t activation_live_peak;       /* largest sum of simultaneously live activations */
     double flops_per_step;
     double bytes_per_step;
@@ -288,6 +295,12 @@ typedef struct tg_plan {
 } tg_plan;
 
 void tg_plan_free(tg_plan *plan);
+
+/* Whether pool `pool` of the plan is an allocation of its own: all but a gradient pool that
+ * shares the activation pool (whose base is the activation pool's). */
+static inline int tg_pool_allocated(const tg_plan *plan, int pool) {
+    return !(pool == TG_POOL_GRADS && plan->grads_share_activations);
+}
 
 /* Bucket k of the plan (0 .. train.n_buckets - 1): the plan itself for the last (or when
  * it has no buckets). */

@@ -38,7 +38,7 @@ _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1592, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3536, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3544, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -222,6 +222,7 @@ static void put_body(wbuf *b, const tg_plan *plan) {
     for (int o = 0; o < plan->n_ops; o++) put_op(b, &plan->ops[o], index[plan->ops[o].kind]);
     for (int p = 0; p <= TG_PHASE_COUNT; p++) put_i32(b, plan->phase_begin[p]);
     for (int p = 0; p < TG_POOL_COUNT; p++) put_u64(b, plan->pool_bytes[p]);
+    put_i32(b, plan->grads_share_activations);
     put_u64(b, plan->peak_bytes);
     put_u64(b, plan->activation_live_peak);
     put_f64(b, plan->flops_per_step);
@@ -535,6 +536,7 @@ static int get_body(rbuf *r, tg_plan *p, const char *name, tg_err *err) {
     r->section = "plan totals";
     for (int ph = 0; ph <= TG_PHASE_COUNT; ph++) p->phase_begin[ph] = get_i32(r);
     for (int q = 0; q < TG_POOL_COUNT; q++) p->pool_bytes[q] = get_u64(r);
+    p->grads_share_activations = get_i32(r);
     p->peak_bytes = get_u64(r);
     p->activation_live_peak = get_u64(r);
     p->flops_per_step = get_f64(r);

@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/grad_hold.h"
 #include "plan/op_meta.h"
 
-int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops, uint64_t *peak_out) {
+int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops, const tg_grad_hold *holds,
+                                 int n_holds, uint64_t *peak_out) {
     /* Sweep over op indices with +bytes at first use and -bytes after last use. */
     int64_t *delta = tg_calloc((size_t)n_ops + 1, sizeof *delta);
     if (!delta) return -1;
@@ -24,6 +26,14 @@ int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_
             continue;
         delta[x->first_use] += (int64_t)x->bytes;
         delta[x->last_use + 1] -= (int64_t)x->bytes;
+    }
+    for (int i = 0; i < n_holds; i++) {
+        const tg_grad_hold *h = &holds[i];
+        const int64_t bytes = (int64_t)(h->b - h->a);
+        if (h->from < 0 || h->to < h->from || h->to >= n_ops || h->wrap_to >= n_ops) continue; /* holds are made in range */
+        const int from = h->wrap_to + 1 >= h->from ? 0 : h->from; /* the two spans as one where they meet */
+        delta[from] += bytes, delta[h->to + 1] -= bytes;
+        if (h->wrap_to >= 0 && from > 0) delta[0] += bytes, delta[h->wrap_to + 1] -= bytes;
     }
     int64_t live = 0, peak = 0;
     for (int o = 0; o < n_ops; o++) {
@@ -49,6 +59,36 @@ static int by_pool_offset(const void *a, const void *b) {
     if (x->pool != y->pool) return x->pool < y->pool ? -1 : 1;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
     return (x->tensor > y->tensor) - (x->tensor < y->tensor);
+}
+
+/* Gradients in the activation pool: no activation shares bytes with a gradient (or the
+ * padding between them) while both are held (plan/grad_hold.h). */
+static int check_shared_grads(const tg_plan *p, const tg_grad_hold *h, int n, tg_err *err) {
+    int rc = 0;
+    for (int t = 0; t < p->n_tensors && !rc; t++) {
+        const tg_tensor *y = &p->tensors[t];
+        if (y->pool != TG_POOL_ACTIVATIONS || (y->flags & TG_TENSOR_VIEW) || !y->bytes) continue;
+        /* The first hold ending past y's start (holds are in offset order, apart). */
+        int lo = 0, hi = n;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (h[mid].b <= y->offset) lo = mid + 1;
+            else hi = mid;
+        }
+        for (int i = lo; i < n && h[i].a < y->offset + y->bytes && !rc; i++) {
+            if (!tg_grad_hold_meets(&h[i], y->first_use, y->last_use)) continue;
+            char held[64];
+            if (h[i].wrap_to >= 0) snprintf(held, sizeof held, "ops 0..%d and %d..%d", h[i].wrap_to, h[i].from, h[i].to);
+            else snprintf(held, sizeof held, "ops %d..%d", h[i].from, h[i].to);
+            rc = tg_fail(err,
+                         "activation %s [%llu, %llu) (ops %d..%d) and %s [%llu, %llu) of the gradients it shares the "
+                         "pool with (held %s) overlap",
+                         y->name, (unsigned long long)y->offset, (unsigned long long)(y->offset + y->bytes),
+                         y->first_use, y->last_use, h[i].tensor >= 0 ? p->tensors[h[i].tensor].name : "the padding",
+                         (unsigned long long)h[i].a, (unsigned long long)h[i].b, held);
+        }
+    }
+    return rc;
 }
 
 int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
@@ -135,11 +175,18 @@ int tg_plan_check_memory(const tg_plan *p, tg_memory_report *r, tg_err *err) {
         if (r->pool_extent[pool] > p->pool_bytes[pool])
             return tg_fail(err, "pool %s: tensors reach %llu bytes but the pool has %llu", tg_pool_name(pool),
                            (unsigned long long)r->pool_extent[pool], (unsigned long long)p->pool_bytes[pool]);
-        r->peak_bytes += r->pool_extent[pool];
+        if (!(pool == TG_POOL_GRADS && p->grads_share_activations)) r->peak_bytes += r->pool_extent[pool];
     }
-    if (tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, &r->activation_live_peak))
-        return tg_fail(err, "out of memory computing the activation live peak over %d ops", p->n_ops);
-    return 0;
+    tg_grad_hold *holds = NULL;
+    int n_holds = 0;
+    if (p->grads_share_activations && tg_grad_holds(p->tensors, p->n_tensors, p->ops, p->n_ops, p->phase_begin,
+                                                    p->pool_bytes[TG_POOL_GRADS], &holds, &n_holds))
+        return tg_fail(err, "out of memory checking the gradients shared with the activation pool");
+    int rc = p->grads_share_activations ? check_shared_grads(p, holds, n_holds, err) : 0;
+    if (!rc && tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, holds, n_holds, &r->activation_live_peak))
+        rc = tg_fail(err, "out of memory computing the activation live peak over %d ops", p->n_ops);
+    free(holds);
+    return rc;
 }
 
 /* ---- table consistency (run by the plan decoder) ------------------------------ */
@@ -263,6 +310,18 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
             return tg_fail(err, "%s: pool %s holds %llu bytes, more than the %llu a plan may have", name,
                            tg_pool_name(q), (unsigned long long)p->pool_bytes[q],
                            (unsigned long long)TG_POOL_MAX_BYTES);
+    if (p->grads_share_activations != 0 && p->grads_share_activations != 1)
+        return tg_fail(err, "%s: grads_share_activations %d is not 0 or 1", name, p->grads_share_activations);
+    /* Shared gradients hold one step's values: an accumulation window needs them across
+     * micro-steps, and other buckets' schedules would hold them differently. */
+    if (p->grads_share_activations && (p->train.grad_accumulation > 1 || p->train.n_buckets > 1))
+        return tg_fail(err, "%s: the gradients share the activation pool in a plan with grad_accumulation %d and "
+                            "n_buckets %d (sharing needs 1 and 1)",
+                       name, p->train.grad_accumulation, p->train.n_buckets);
+    if (p->grads_share_activations && p->pool_bytes[TG_POOL_GRADS] > p->pool_bytes[TG_POOL_ACTIVATIONS])
+        return tg_fail(err, "%s: the gradient pool (%llu bytes) shares an activation pool of %llu bytes", name,
+                       (unsigned long long)p->pool_bytes[TG_POOL_GRADS],
+                       (unsigned long long)p->pool_bytes[TG_POOL_ACTIVATIONS]);
 
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
@@ -689,7 +748,8 @@ int tg_plan_validate_ops(const tg_plan *p, const char *name, tg_err *err) {
     tg_memory_report report;
     if (tg_plan_check_memory(p, &report, err)) return tg_fail_context(err, "%s", name);
     uint64_t pools = 0;
-    for (int q = 0; q < TG_POOL_COUNT; q++) pools += p->pool_bytes[q]; /* each at most 2^48 */
+    for (int q = 0; q < TG_POOL_COUNT; q++) /* each at most 2^48; shared gradients inside the activations */
+        if (!(q == TG_POOL_GRADS && p->grads_share_activations)) pools += p->pool_bytes[q];
     if (pools != p->peak_bytes || report.activation_live_peak != p->activation_live_peak)
         return tg_fail(err, "%s: the plan says peak %llu bytes (live activations %llu), its pools and layout make "
                             "%llu (%llu)",

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "plan/grad_hold.h"
 #include "plan/plan.h"
 
 /* Independent check of a finished plan: every op touching a tensor lies within its
@@ -20,9 +21,12 @@ typedef struct tg_memory_report {
 } tg_memory_report;
 int tg_plan_check_memory(const tg_plan *plan, tg_memory_report *report, tg_err *err);
 
-/* The largest sum of activation bytes live at once, from the tensors' lifetimes, into *peak;
- * -1 when out of memory (the caller names what it was doing). */
-int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops, uint64_t *peak);
+/* The largest sum of activation bytes live at once, from the tensors' lifetimes, and of
+ * the gradient holds (plan/grad_hold.h; NULL, 0 where the gradients have a pool of their
+ * own) held with them: the least the activation pool can be. Into *peak; -1 when out of
+ * memory (the caller names what it was doing). */
+int tg_plan_live_activation_peak(const tg_tensor *tensors, int n_tensors, int n_ops, const struct tg_grad_hold *holds,
+                                 int n_holds, uint64_t *peak);
 
 /* The table checks every executor relies on, run by the plan decoder on what it read, so a
  * damaged or hand-edited plan is refused there instead of indexing outside the tables later:

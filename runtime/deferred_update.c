@@ -1,56 +1,22 @@
 #include "runtime/deferred_update.h"
 #include "base/alloc.h"
+#include "plan/grad_hold.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int overlaps(const tg_tensor *a, const tg_tensor *b) {
-    return a->pool == b->pool && a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
-}
-
-/* Whether tensor t overlaps any input (writes 0) or output (writes 1) of op. */
-static int touches(const tg_plan *p, const tg_op *op, int t, int writes) {
-    const int n = writes ? TG_OP_MAX_OUT : TG_OP_MAX_IN;
-    const int32_t *slots = writes ? op->out : op->in;
-    for (int s = 0; s < n; s++)
-        if (slots[s] >= 0 && overlaps(&p->tensors[t], &p->tensors[slots[s]])) return 1;
-    return 0;
-}
-
-static int64_t round_up4(int64_t v) { return (v + 3) / 4 * 4; }
-
 int tg_deferred_update_plan(const tg_plan *p, int64_t min_chunk, tg_deferred_update *u, tg_err *err) {
     memset(u, 0, sizeof *u);
     const int f0 = p->phase_begin[TG_PHASE_FORWARD], f1 = p->phase_begin[TG_PHASE_FORWARD + 1];
-    const int last = p->n_ops - 1;
-    if (last < 0 || !tg_op_is_update(p->ops[last].kind)) return 0;
-    for (int o = 0; o < last; o++)
-        if (tg_op_is_update(p->ops[o].kind)) return 0;
-    const tg_op *adam = &p->ops[last];
-    const int64_t n = adam->p.adamw.n;
-    if (n <= 0) return 0;
+    if (p->n_ops < 1 || f1 < f0) return 0;
     int64_t *need = tg_calloc((size_t)(f1 - f0) + 1, sizeof *need);
     if (!need) return tg_fail(err, "out of memory planning the deferred optimizer update");
-    /* need[j]: the parameter prefix forward op j reads, rounded to whole vectors. A forward
-     * op that writes what the update reads or writes, or reads optimizer state, cannot
-     * run beside it. */
-    int64_t prefix = 0;
-    for (int o = f0; o < f1; o++) {
-        const tg_op *op = &p->ops[o];
-        for (int s = 0; s < TG_OP_MAX_OUT; s++)
-            if (op->out[s] >= 0 && (touches(p, adam, op->out[s], 0) || touches(p, adam, op->out[s], 1))) goto no;
-        for (int s = 0; s < TG_OP_MAX_IN; s++) {
-            const int t = op->in[s];
-            if (t < 0 || !touches(p, adam, t, 1)) continue;
-            const tg_tensor *x = &p->tensors[t];
-            if (x->pool != TG_POOL_PARAMS && x->pool != TG_POOL_PARAMS_BF16) goto no;
-            const int64_t size = tg_dtype_size(x->dtype);
-            int64_t end = round_up4((int64_t)(x->offset + x->bytes + (uint64_t)size - 1) / size);
-            if (end > n) end = n;
-            if (end > prefix) prefix = end;
-        }
-        need[o - f0] = prefix;
-    }
+    /* need[j]: the parameter prefix forward op j reads (and, with the gradients in the
+     * activation pool, the gradients it overwrites), whole vectors (plan/grad_hold.h). */
+    const uint64_t shared = p->grads_share_activations ? p->pool_bytes[TG_POOL_GRADS] : 0;
+    if (!tg_update_read_prefix(p->tensors, p->ops, p->n_ops, f0, f1, shared, need)) goto no;
+    const int last = p->n_ops - 1;
+    const int64_t n = p->ops[last].p.adamw.n;
     /* Chunk boundaries where the prefix grows, merged forward until each chunk holds at
      * least min_chunk elements; what the forward never reads joins the last chunk. */
     u->begin = tg_calloc((size_t)(f1 - f0) + 2, sizeof *u->begin);

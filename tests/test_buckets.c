@@ -138,7 +138,10 @@ TG_TEST(test_buckets_run_overrides) {
 /* tiny-bert (or `preset`) at batch 2 with seq_buckets `buckets` (NULL: seq 32). */
 static int compile_job(const char *preset, const char *task, const char *buckets, tg_plan *p, tg_err *err) {
     char text[512];
-    snprintf(text, sizeof text, "model = %s\ntask = %s\nbatch = 2\n%s%s\n%ssteps = 2\ntrain_data = t.jsonl\n", preset,
+    /* Unshared gradients: a bucketed plan keeps them apart, and a one-bucket plan is
+     * compared with it pool for pool. */
+    snprintf(text, sizeof text,
+             "model = %s\ntask = %s\nbatch = 2\n%s%s\n%ssteps = 2\ntrain_data = t.jsonl\nshare_grad_memory = false\n", preset,
              task, buckets ? "seq_buckets = " : "seq = 32", buckets ? buckets : "",
              strcmp(preset, "tiny-gpt2") == 0 && strcmp(task, "classify") == 0 ? "pad_token_id = 0\n" : "");
     const char *path = write_job(text);

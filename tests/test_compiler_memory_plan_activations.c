@@ -42,7 +42,8 @@ static int plan_memory(tg_graph *g, uint64_t pools[TG_POOL_COUNT]) {
     phase_begin[0] = 0;
     for (int p = 1; p <= TG_PHASE_COUNT; p++) phase_begin[p] = g->n_ops;
     uint64_t peak = 0;
-    return tg_plan_memory(g, phase_begin, pools, &peak);
+    int share = 0;
+    return tg_plan_memory(g, phase_begin, &share, pools, &peak);
 }
 
 /* o (an output, 16 bytes) made by op 0; b, then a, then c = a + b, each 256 bytes, with a

@@ -333,7 +333,8 @@ TG_TEST(test_compiler_memory_plan_unused_activation) {
         phase_begin[p] = o;
     }
     uint64_t pools[TG_POOL_COUNT], peak = 0;
-    CHECK(tg_plan_memory(&g, phase_begin, pools, &peak) == -1 &&
+    int share = 0;
+    CHECK(tg_plan_memory(&g, phase_begin, &share, pools, &peak) == -1 &&
               !strcmp(err.msg, "internal compiler error: activation orphan is never used"),
           "'%s'", err.msg);
     tg_graph_free(&g);

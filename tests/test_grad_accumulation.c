@@ -380,8 +380,15 @@ TG_TEST(test_grad_accumulation_job_key_and_plan) {
     }
     /* The schedules. */
     tg_plan one, four;
-    const char *extra[] = {"steps=2"};
-    if (!compile_job(0, 4, 1, extra, 1, &one) || !compile_job(0, 4, 4, extra, 1, &four)) return;
+    /* The gradients apart in both, so that the pools compare (an accumulation window never
+     * shares them: checked below). */
+    const char *extra[] = {"steps=2", "share_grad_memory=false"};
+    if (!compile_job(0, 4, 1, extra, 2, &one) || !compile_job(0, 4, 4, extra, 2, &four)) return;
+    tg_plan shared_four;
+    if (compile_job(0, 4, 4, extra, 1, &shared_four)) {
+        CHECK(!shared_four.grads_share_activations, "an accumulation window shares its gradients");
+        tg_plan_free(&shared_four);
+    }
     CHECK(one.train.grad_accumulation == 1 && one.io.loss_norm == -1, "N = 1: %d, loss_norm %d",
           one.train.grad_accumulation, one.io.loss_norm);
     CHECK(four.train.grad_accumulation == 4 && four.io.loss_norm >= 0 &&

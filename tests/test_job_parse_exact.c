@@ -25,6 +25,7 @@ TG_TEST(test_job_parse_exact_defaults) {
     want.loss_scale_init = 65536.0f, want.loss_scale_growth_factor = 2.0f, want.loss_scale_backoff = 0.5f;
     want.loss_scale_growth_interval = 2000;
     want.qa_n_best = 20, want.qa_max_answer_length = 30, want.qa_null_threshold = 0.0f;
+    want.share_grad_memory = 1;
     tg_job job;
     memset(&job, 0x5A, sizeof job); /* every byte the defaults leave alone would show */
     tg_job_defaults(&job);

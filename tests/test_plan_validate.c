@@ -999,14 +999,14 @@ TG_TEST(test_plan_validate_live_peak) {
     for (int k = 0; k < 7; k++)
         t[k].pool = spec[k].pool, t[k].first_use = spec[k].first, t[k].last_use = spec[k].last, t[k].bytes = spec[k].bytes;
     uint64_t peak = 0;
-    REQUIRE(tg_plan_live_activation_peak(t, 7, 3, &peak) == 0, "live peak failed");
+    REQUIRE(tg_plan_live_activation_peak(t, 7, 3, NULL, 0, &peak) == 0, "live peak failed");
     CHECK(peak == 170, "live peak %llu, want 170 (op 2: 50 + 120)", (unsigned long long)peak);
-    REQUIRE(tg_plan_live_activation_peak(t, 2, 3, &peak) == 0, "live peak failed");
+    REQUIRE(tg_plan_live_activation_peak(t, 2, 3, NULL, 0, &peak) == 0, "live peak failed");
     CHECK(peak == 150, "live peak of two %llu, want 150 (op 1)", (unsigned long long)peak);
-    REQUIRE(tg_plan_live_activation_peak(t, 0, 0, &peak) == 0, "live peak failed");
+    REQUIRE(tg_plan_live_activation_peak(t, 0, 0, NULL, 0, &peak) == 0, "live peak failed");
     CHECK(peak == 0, "live peak of nothing %llu", (unsigned long long)peak);
     tg_alloc_fail_after(0);
-    const int rc = tg_plan_live_activation_peak(t, 7, 3, &peak);
+    const int rc = tg_plan_live_activation_peak(t, 7, 3, NULL, 0, &peak);
     tg_alloc_fail_after(-1);
     CHECK(rc == -1, "live peak without memory: rc %d", rc);
 }

@@ -15,7 +15,7 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
     x->training = 1;
     for (int p = 0; p < TG_POOL_COUNT; p++) {
         uint64_t bytes = plan->pool_bytes[p];
-        if (bytes == 0) continue;
+        if (bytes == 0 || !tg_pool_allocated(plan, p)) continue;
         /* aligned_alloc wants a multiple of 64; past SIZE_MAX - 63 there is none (and
          * rounding up would wrap to a tiny pool). */
         const size_t padded = bytes <= SIZE_MAX - 63 ? (size_t)((bytes + 63) / 64 * 64) : 0;
@@ -27,6 +27,7 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
         }
         memset(x->pool[p], 0, padded);
     }
+    if (!tg_pool_allocated(plan, TG_POOL_GRADS)) x->pool[TG_POOL_GRADS] = x->pool[TG_POOL_ACTIVATIONS];
     const long failed_before = tg_alloc_failures();
     x->threads = tg_threadpool_create(threads);
     if (!x->threads) {
@@ -40,7 +41,8 @@ int tg_cpu_exec_init(tg_cpu_exec *x, const tg_plan *plan, int threads, tg_err *e
 
 void tg_cpu_exec_free(tg_cpu_exec *x) {
     if (!x) return;
-    for (int p = 0; p < TG_POOL_COUNT; p++) free(x->pool[p]);
+    for (int p = 0; p < TG_POOL_COUNT; p++)
+        if (!(p == TG_POOL_GRADS && x->pool[p] == x->pool[TG_POOL_ACTIVATIONS])) free(x->pool[p]);
     tg_threadpool_destroy(x->threads);
     memset(x, 0, sizeof *x);
 }

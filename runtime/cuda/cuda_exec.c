@@ -184,7 +184,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
         return tg_fail(err, "CUDA device %d requested, %d present", device, count);
     if (tg_cuda_select_device(device, err)) return -1;
     for (int p = 0; p < TG_POOL_COUNT; p++) {
-        if (!plan->pool_bytes[p]) continue;
+        if (!plan->pool_bytes[p] || !tg_pool_allocated(plan, p)) continue;
         char what[96];
         snprintf(what, sizeof what, "cudaMalloc of pool %s (%llu bytes)", tg_pool_name(p),
                  (unsigned long long)plan->pool_bytes[p]);
@@ -196,6 +196,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
             return -1;
         }
     }
+    if (!tg_pool_allocated(plan, TG_POOL_GRADS)) x->pool[TG_POOL_GRADS] = x->pool[TG_POOL_ACTIVATIONS];
     tg_cuda_ctx *c = &x->ctx;
     c->seed = seed;
     c->nccl_comm = nccl_comm;
@@ -303,7 +304,8 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     cudaFree(x->staging);
     cudaFree(x->loss_window);
     cudaFree(x->seq_dev);
-    for (int p = 0; p < TG_POOL_COUNT; p++) cudaFree(x->pool[p]);
+    for (int p = 0; p < TG_POOL_COUNT; p++)
+        if (!(p == TG_POOL_GRADS && x->pool[p] == x->pool[TG_POOL_ACTIVATIONS])) cudaFree(x->pool[p]);
     cudaFree(x->segments_dev);
     cudaFree(x->ctx.gemm_workspace);
     cudaFree(x->ctx.reduce_scratch);

@@ -278,12 +278,13 @@ static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
         f = (field){at[k], k == 3 ? F_U64 : F_I32, k < 2 ? at[1 - k] : NULL};
         break;
     }
-    case 9: { /* pool sizes, the totals, the phase table */
-        const int k = (int)(pick % (TG_POOL_COUNT + 2 + TG_PHASE_COUNT + 1));
+    case 9: { /* pool sizes, the totals, the gradients' sharing, the phase table */
+        const int k = (int)(pick % (TG_POOL_COUNT + 3 + TG_PHASE_COUNT + 1));
         if (k < TG_POOL_COUNT) f = (field){&p->pool_bytes[k], F_U64, &p->pool_bytes[(k + 1) % TG_POOL_COUNT]};
         else if (k == TG_POOL_COUNT) f = (field){&p->peak_bytes, F_U64, NULL};
         else if (k == TG_POOL_COUNT + 1) f = (field){&p->activation_live_peak, F_U64, NULL};
-        else f = (field){&p->phase_begin[k - TG_POOL_COUNT - 2], F_I32, NULL};
+        else if (k == TG_POOL_COUNT + 2) f = (field){&p->grads_share_activations, F_I32, NULL};
+        else f = (field){&p->phase_begin[k - TG_POOL_COUNT - 3], F_I32, NULL};
         break;
     }
     case 10: { /* a model setting */
@@ -297,7 +298,7 @@ static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
     default: /* fix-ups that let an edit reach the checks past the totals and lifetimes */
         if (pick % 3 == 0) {
             p->peak_bytes = 0;
-            for (int q = 0; q < TG_POOL_COUNT; q++) p->peak_bytes += p->pool_bytes[q];
+            for (int q = 0; q < TG_POOL_COUNT; q++) p->peak_bytes += tg_pool_allocated(p, q) ? p->pool_bytes[q] : 0;
         } else if (pick % 3 == 1) {
             recompute_lifetimes(p);
         } else if (p->n_tensors > 1) { /* a tensor moved onto another's offset and pool */
@@ -307,8 +308,15 @@ static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
         }
         /* The live peak sums byte counts: only over tables that bound them. */
         tg_err ignored;
-        if (pick % 3 != 0 && tg_plan_validate_tables(p, "", &ignored) == 0)
-            (void)tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, &p->activation_live_peak);
+        if (pick % 3 != 0 && tg_plan_validate_tables(p, "", &ignored) == 0) {
+            tg_grad_hold *holds = NULL;
+            int n_holds = 0;
+            if (!p->grads_share_activations || !tg_grad_holds(p->tensors, p->n_tensors, p->ops, p->n_ops, p->phase_begin,
+                                                              p->pool_bytes[TG_POOL_GRADS], &holds, &n_holds))
+                (void)tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, holds, n_holds,
+                                                   &p->activation_live_peak);
+            free(holds);
+        }
         return;
     }
     edit_field(&f, mode, operand >> 1);

@@ -684,6 +684,39 @@ TG_TEST(test_gpu_adan_deferred_update_matches) {
     cuda_runs_as_cpu(runs, RUNS, "schedule order");
 }
 
+/* Gradients sharing the activation pool (the default) train as gradients in a pool of
+ * their own, bit for bit: with the update in schedule order, deferred beside the next
+ * forward (whose activations overwrite the gradients once the update has read them), with
+ * steps in flight and with the parameters read midway; and as the CPU within rounding.
+ * The shared plan still defers its update. */
+TG_TEST(test_gpu_shared_gradients_match_own_pool) {
+    enum { RUNS = 6 };
+    const char *job = "examples/demo-classify.job", *own = "share_grad_memory=false";
+    const demo_run runs[RUNS] = {
+        {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference, shared", NULL},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "own pool, update in schedule order", own},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "shared, update in schedule order", NULL},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "shared, deferred", NULL},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "shared, deferred, 4 in flight", NULL},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 3, "shared, deferred, parameters read after step 3", NULL},
+    };
+    cuda_runs_as_cpu(runs, RUNS, "the own pool in schedule order");
+    tg_err err;
+    tg_job j;
+    tg_plan plan;
+    tg_trainer tr;
+    if (!CHECK(tg_job_load(job, NULL, 0, &j, &err) == 0 && tg_compile(&j, &plan, &err) == 0, "%s", err.msg)) return;
+    CHECK(plan.grads_share_activations, "the demo plan does not share its gradients");
+    tg_trainer_options o = {.device = TG_DEVICE_CUDA, .load_data = 0};
+    if (CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
+        const tg_cuda_exec *x = tr.ex.impl;
+        CHECK(x->defer_on, "the shared plan's update is not deferred");
+        CHECK(x->pool[TG_POOL_GRADS] == x->pool[TG_POOL_ACTIVATIONS], "the gradients are not at the activations' base");
+        tg_trainer_close(&tr);
+    }
+    tg_plan_free(&plan);
+}
+
 /* LM batches leave their labels to the step (TG_LABELS_FROM_IDS rows): the demo LM job
  * (padded rows of many lengths) trains on CUDA as on the CPU, whose batches carry every
  * label, through uploads, fetches and groups of steps; the CUDA runs agree bit for bit. */
