@@ -13,6 +13,7 @@
 #include "plan/validate.h"
 #include "runtime/deferred_update.h"
 #include "runtime/trainer.h"
+#include "base/alloc.h"
 #include "tests/harness.h"
 
 static int compile_bert_base(int share, tg_plan *p) {
@@ -240,4 +241,25 @@ TG_TEST(test_shared_gradients_train_as_own_pool) {
         CHECK(na == nb && memcmp(a, b, na) == 0, "parameters differ after 6 steps");
     }
     free(a), free(b);
+}
+
+/* The plan checks of a shared plan, each of their allocations failing in turn: a clear
+ * message naming what ran out, never a crash or a pass. */
+TG_TEST(test_shared_gradients_check_allocation_failures) {
+    tg_plan p;
+    if (!compile_bert_base(1, &p)) return;
+    int failures = 0, k = 0;
+    for (;; k++) {
+        tg_memory_report r;
+        tg_err err = {{0}};
+        tg_alloc_fail_after(k);
+        const int rc = tg_plan_check_memory(&p, &r, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) break;
+        failures++;
+        CHECK(strstr(err.msg, "out of memory"), "allocation %d failed: '%s'", k, err.msg);
+        if (!CHECK(k < 64, "still failing after 64 allocations")) break;
+    }
+    CHECK(failures >= 4, "only %d allocations failed in turn", failures);
+    tg_plan_free(&p);
 }

@@ -343,6 +343,7 @@ static int plan_diff(const tg_plan *a, const tg_plan *b, char *what, size_t what
     }
     for (int p = 0; p <= TG_PHASE_COUNT; p++) D_INT(phase_begin[p]);
     for (int q = 0; q < TG_POOL_COUNT; q++) D_INT(pool_bytes[q]);
+    D_INT(grads_share_activations);
     D_INT(peak_bytes);
     D_INT(activation_live_peak);
     D_BITS(flops_per_step);

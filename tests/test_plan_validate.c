@@ -22,19 +22,21 @@
 
 enum { BASE_BERT, BASE_GPT2, BASE_BF16, BASE_DP, BASE_ZERO, BASE_BUCKETS, BASE_UNFUSED, BASE_QA, BASE_ACCUM, BASE_FP16, BASE_MLM, BASE_COUNT };
 
+/* The gradients in a pool of their own (share_grad_memory = false): the edits below move
+ * tensors of a whole-step gradient pool; tests/test_grad_share.c checks shared ones. */
 static const char *const base_jobs[BASE_COUNT] = {
-    [BASE_BERT] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
-    [BASE_GPT2] = "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
-    [BASE_BF16] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = bf16\n",
-    [BASE_DP] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ndata_parallel = 2\n",
-    [BASE_ZERO] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ndata_parallel = 2\n"
+    [BASE_BERT] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\n",
+    [BASE_GPT2] = "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\n",
+    [BASE_BF16] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\nprecision = bf16\n",
+    [BASE_DP] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\ndata_parallel = 2\n",
+    [BASE_ZERO] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\ndata_parallel = 2\n"
                   "zero_stage = 1\n",
-    [BASE_BUCKETS] = "model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nseq_buckets = 4, 8\n",
-    [BASE_UNFUSED] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nattention = unfused\n",
-    [BASE_QA] = "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
-    [BASE_ACCUM] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\ngrad_accumulation = 2\n",
-    [BASE_FP16] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = fp16\n",
-    [BASE_MLM] = "model = tiny-bert\ntask = mlm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\n",
+    [BASE_BUCKETS] = "model = tiny-bert\nbatch = 2\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\nseq_buckets = 4, 8\n",
+    [BASE_UNFUSED] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\nattention = unfused\n",
+    [BASE_QA] = "model = tiny-bert\ntask = qa\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\n",
+    [BASE_ACCUM] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\ngrad_accumulation = 2\n",
+    [BASE_FP16] = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\nprecision = fp16\n",
+    [BASE_MLM] = "model = tiny-bert\ntask = mlm\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nshare_grad_memory = false\n",
 };
 
 static tg_plan bases[BASE_COUNT];
