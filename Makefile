@@ -334,8 +334,13 @@ $(GPU_DIR)/driver_thread_cpu: bench/driver_thread_cpu.c $(GPU_DIR)/libtunegraph.
 $(GPU_DIR)/attention_kernels: bench/attention_kernels.c $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
+# The step's matrix products in bf16 and FP8, cuBLASLt alone (bench/gemm_fp8.c).
+$(GPU_DIR)/gemm_fp8: bench/gemm_fp8.c
+	@mkdir -p $(GPU_DIR)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include $^ -o $@ $(GPU_LDLIBS)
+
 gpu: $(GPU_DIR)/libtunegraph.a $(GPU_DIR)/libtunegraph.so $(GPU_DIR)/tunegraph $(GPU_DIR)/run_tests \
-     $(GPU_DIR)/driver_thread_cpu $(GPU_DIR)/attention_kernels
+     $(GPU_DIR)/driver_thread_cpu $(GPU_DIR)/attention_kernels $(GPU_DIR)/gemm_fp8
 
 # The whole suite with the CUDA executor (TG_TEST_DEVICE=cuda), plus the device tests.
 gpu-test: gpu $(BUILD)/tunegraph

@@ -121,6 +121,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_i32(&h, j->qa_max_answer_length);
     fp_f32(&h, j->qa_null_threshold);
     fp_i32(&h, j->share_grad_memory);
+    fp_i32(&h, j->recompute);
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

@@ -226,16 +226,42 @@ int tg_first_gradient_writes(tg_graph *g) {
         tg_graph_op(g, &z);
     }
     g->phase = phase;
-    free(zero);
-    if (g->failed) return -1;
-    /* Move the new ops (the tail) to where the old ZERO was, which goes. */
+    if (g->failed) {
+        free(zero);
+        return -1;
+    }
+    /* Each new ZERO goes right before the first op after the old one that touches any
+     * gradient byte of its span (a write must find it cleared, and a merged-in byte that
+     * some op overwrites must not be cleared after that write); the old ZERO goes. Later
+     * is better: with the gradients in the activation pool, a span is held only from its
+     * ZERO on (plan/grad_hold.h), and the embedding tables, cleared for their scatter at
+     * the backward's end, need not be held beside the whole backward. */
     const int added = g->n_ops - first_new;
-    tg_op *moved = tg_compiler_malloc(sizeof *moved * (size_t)(added ? added : 1));
-    if (!moved) return tg_graph_out_of_memory(g);
-    memcpy(moved, g->ops + first_new, sizeof *moved * (size_t)added);
-    memmove(g->ops + zero_op + added, g->ops + zero_op + 1, sizeof *g->ops * (size_t)(first_new - zero_op - 1));
-    memcpy(g->ops + zero_op, moved, sizeof *moved * (size_t)added);
-    g->n_ops = first_new - 1 + added;
-    free(moved);
+    int *at = tg_compiler_malloc(sizeof *at * (size_t)(added ? added : 1));
+    tg_op *ops = tg_compiler_malloc(sizeof *ops * (size_t)(first_new - 1 + added + 1));
+    if (!at || !ops) {
+        free(at), free(ops);
+        return tg_graph_out_of_memory(g);
+    }
+    for (int k = 0; k < added; k++) at[k] = -1;
+    for (int o = zero_op + 1; o < first_new; o++)
+        for (int sl = 0; sl < TG_OP_MAX_IN + TG_OP_MAX_OUT; sl++) {
+            const int t = sl < TG_OP_MAX_IN ? g->ops[o].in[sl] : g->ops[o].out[sl - TG_OP_MAX_IN];
+            if (t < 0 || g->tensors[t].pool != TG_POOL_GRADS) continue;
+            const uint64_t a = g->tensors[t].offset, b = a + g->tensors[t].bytes;
+            for (int k = 0; k < added; k++) /* a few spans (merged runs of cleared cells) */
+                if (at[k] < 0 && zero[k].a < b && a < zero[k].b) at[k] = o;
+        }
+    for (int k = 0; k < added; k++)
+        if (at[k] < 0) at[k] = zero_op; /* nothing touches it (the update reads every gradient): where it was */
+    int w = 0;
+    for (int o = 0; o < first_new; o++) {
+        for (int k = 0; k < added; k++)
+            if (at[k] == o) ops[w++] = g->ops[first_new + k];
+        if (o != zero_op) ops[w++] = g->ops[o];
+    }
+    memcpy(g->ops, ops, sizeof *ops * (size_t)w);
+    g->n_ops = w;
+    free(at), free(ops), free(zero);
     return 0;
 }

@@ -69,6 +69,7 @@ static const struct job_key {
     [TG_JOB_QA_MAX_ANSWER_LENGTH] = {"qa_max_answer_length", 1},
     [TG_JOB_QA_NULL_THRESHOLD] = {"qa_null_threshold", 1},
     [TG_JOB_SHARE_GRAD_MEMORY] = {"share_grad_memory", 0},
+    [TG_JOB_RECOMPUTE] = {"recompute", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -414,6 +415,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const tasks[TG_TASK_COUNT] = {"classify", "lm", "mlm", "qa"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
+    static const char *const recompute_modes[TG_RECOMPUTE_COUNT] = {"none", "gelu"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
     static const char *const lr_schedules[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
     static const char *const optimizers[TG_OPTIMIZER_COUNT] = {"adamw", "adan"};
@@ -492,6 +494,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_FUSE_RESIDUAL_LAYERNORM: rc = set_bool(&job->fuse_residual_layernorm, v, o, name, err); break;
     case TG_JOB_FUSE_QKV: rc = set_bool(&job->fuse_qkv, v, o, name, err); break;
     case TG_JOB_SHARE_GRAD_MEMORY: rc = set_bool(&job->share_grad_memory, v, o, name, err); break;
+    case TG_JOB_RECOMPUTE: rc = set_enum(&job->recompute, v, recompute_modes, TG_RECOMPUTE_COUNT, o, name, err); break;
     case TG_JOB_DATA_PARALLEL:
         rc = set_int_range(&job->data_parallel, v, 1, TG_MAX_DATA_PARALLEL, "replicas", o, name, err);
         break;

@@ -46,6 +46,7 @@ for v in (1024.0, 4.0, 0.25): f32(v)  # loss_scale_init, growth_factor, backoff
 i32(100)  # loss_scale_growth_interval
 i32(5); i32(17); f32(-2.5)  # qa_n_best, qa_max_answer_length, qa_null_threshold
 i32(0)  # share_grad_memory
+i32(1)  # recompute
 KEY_LINES = 64
 u32(KEY_LINES)
 for k in range(KEY_LINES): i32(k * 3 - 5)

@@ -1734,7 +1734,8 @@ TG_TEST(test_compile_first_gradient_writes) {
                 CHECK(inside, "%s: %s is not cleared", cases[c].preset, x->name);
                 continue;
             }
-            CHECK(first_write_overwrites(&p, zero_op + 1, x->offset, x->offset + x->bytes) == 1,
+            /* From the backward's start: the clear sits before its own span's first writer only. */
+            CHECK(first_write_overwrites(&p, p.phase_begin[TG_PHASE_BACKWARD], x->offset, x->offset + x->bytes) == 1,
                   "%s: %s: its first writer does not overwrite it%s", cases[c].preset, x->name,
                   inside ? " (and it is cleared)" : "");
         }

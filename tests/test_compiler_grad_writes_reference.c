@@ -163,24 +163,51 @@ TG_TEST(test_compiler_grad_writes_reference_random_graphs) {
         REQUIRE(tg_first_gradient_writes(&s.g) == 0, "trial %d: %s", trial, s.err.msg);
         int ok = CHECK(s.g.n_ops == n_spans + n_ops, "trial %d: %d ops, want %d ZERO and %d others", trial, s.g.n_ops,
                        n_spans, n_ops);
-        for (int k = 0; ok && k < n_spans; k++) {
-            const tg_op *op = &s.g.ops[k];
+        /* Each ZERO right before the first other op touching its span (where the old one
+         * was, op 0, when none does); the other ops in their order. */
+        int zeros_seen = 0, others_seen = 0;
+        for (int i = 0; ok && i < s.g.n_ops; i++) {
+            const tg_op *op = &s.g.ops[i];
+            if (op->kind != TG_OP_ZERO) {
+                ok = CHECK(others_seen < n_ops && op->kind == kind[others_seen] &&
+                               (op->kind != TG_OP_BIAS_GRAD || op->p.bias_grad.overwrite == want_overwrite[others_seen]),
+                           "trial %d: op %d is %s overwrite %lld, want %s overwrite %d", trial, others_seen,
+                           tg_op_name(op->kind), (long long)op->p.bias_grad.overwrite, tg_op_name(kind[others_seen]),
+                           others_seen < n_ops ? want_overwrite[others_seen] : -1);
+                others_seen++;
+                continue;
+            }
             const tg_tensor *t = op->out[0] >= 0 ? &s.g.tensors[op->out[0]] : NULL;
-            char name[32];
-            snprintf(name, sizeof name, "grads.zero.%d", k);
-            ok = CHECK(op->kind == TG_OP_ZERO && t && !strcmp(t->name, name) && t->offset == want[k].a &&
-                           t->bytes == want[k].b - want[k].a && (t->flags & TG_TENSOR_VIEW) &&
-                           op->phase == s.g.ops[n_spans].phase,
-                       "trial %d: zero %d over [%llu, %llu), want %s [%llu, %llu)", trial, k,
-                       t ? (unsigned long long)t->offset : 0ULL, t ? (unsigned long long)(t->offset + t->bytes) : 0ULL,
-                       name, (unsigned long long)want[k].a, (unsigned long long)want[k].b);
+            int k = -1;
+            if (t) sscanf(t->name, "grads.zero.%d", &k);
+            ok = CHECK(t && k >= 0 && k < n_spans && t->offset == want[k].a && t->bytes == want[k].b - want[k].a &&
+                           (t->flags & TG_TENSOR_VIEW) && op->phase == s.g.phase,
+                       "trial %d: zero %s over [%llu, %llu), want [%llu, %llu) of the %d spans", trial,
+                       t ? t->name : "?", t ? (unsigned long long)t->offset : 0ULL,
+                       t ? (unsigned long long)(t->offset + t->bytes) : 0ULL,
+                       k >= 0 && k < n_spans ? (unsigned long long)want[k].a : 0ULL,
+                       k >= 0 && k < n_spans ? (unsigned long long)want[k].b : 0ULL, n_spans);
+            if (!ok) break;
+            zeros_seen++;
+            /* The first other op after it that touches its span, and none before it. */
+            int first_touch = -1;
+            for (int j = 0; j < s.g.n_ops && first_touch < 0; j++) {
+                const tg_op *q = &s.g.ops[j];
+                if (q->kind == TG_OP_ZERO) continue;
+                for (int sl = 0; sl < TG_OP_MAX_IN + TG_OP_MAX_OUT && first_touch < 0; sl++) {
+                    const int u = sl < TG_OP_MAX_IN ? q->in[sl] : q->out[sl - TG_OP_MAX_IN];
+                    if (u < 0 || s.g.tensors[u].pool != TG_POOL_GRADS) continue;
+                    const tg_tensor *x = &s.g.tensors[u];
+                    if (x->offset < t->offset + t->bytes && t->offset < x->offset + x->bytes) first_touch = j;
+                }
+            }
+            int next_other = i + 1;
+            while (next_other < s.g.n_ops && s.g.ops[next_other].kind == TG_OP_ZERO) next_other++;
+            ok = CHECK(first_touch < 0 ? i < n_spans : next_other == first_touch,
+                       "trial %d: %s at op %d, its span first touched at op %d", trial, t->name, i, first_touch);
         }
-        for (int o = 0; ok && o < n_ops; o++) {
-            const tg_op *op = &s.g.ops[n_spans + o];
-            ok = CHECK(op->kind == kind[o] && (op->kind != TG_OP_BIAS_GRAD || op->p.bias_grad.overwrite == want_overwrite[o]),
-                       "trial %d: op %d is %s overwrite %lld, want %s overwrite %d", trial, o, tg_op_name(op->kind),
-                       (long long)op->p.bias_grad.overwrite, tg_op_name(kind[o]), want_overwrite[o]);
-        }
+        ok = ok && CHECK(zeros_seen == n_spans && others_seen == n_ops, "trial %d: %d zeros and %d others", trial,
+                         zeros_seen, others_seen);
         tg_graph_free(&s.g);
         if (!ok) return;
     }

@@ -1675,6 +1675,16 @@ static void edit_view_over_step(tg_plan *p, char *want, size_t len) {
      * one alignment step onto the step counter: AdamW would write the counter the dropouts
      * convert to an integer. */
     p->tensors[p->io.v_all].offset += TG_TENSOR_ALIGN;
+    /* The forward now reads what the update writes, so the update is no longer deferrable
+     * and shared gradients are not held at the step's start: the totals follow, so that
+     * the check of the bindings is reached. */
+    tg_grad_hold *holds = NULL;
+    int n_holds = 0;
+    if (p->grads_share_activations &&
+        tg_grad_holds(p->tensors, p->n_tensors, p->ops, p->n_ops, p->phase_begin, p->pool_bytes[TG_POOL_GRADS], &holds,
+                      &n_holds) == 0)
+        (void)tg_plan_live_activation_peak(p->tensors, p->n_tensors, p->n_ops, holds, n_holds, &p->activation_live_peak);
+    free(holds);
     snprintf(want, len, "plan.tgp: tensor %d (optim.v) shares bytes with io step (tensor %d)", p->io.v_all,
              p->io.step);
 }

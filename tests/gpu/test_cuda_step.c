@@ -717,6 +717,21 @@ TG_TEST(test_gpu_shared_gradients_match_own_pool) {
     tg_plan_free(&plan);
 }
 
+/* recompute = gelu (the backward makes the MLP's GELU output again) trains on CUDA as with
+ * the outputs kept, bit for bit (the same GELU kernel on the same pre-activation), with the
+ * update deferred and steps in flight; and as the CPU within rounding. */
+TG_TEST(test_gpu_recompute_gelu_matches) {
+    enum { RUNS = 4 };
+    const char *job = "examples/demo-classify.job", *gelu = "recompute=gelu";
+    const demo_run runs[RUNS] = {
+        {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference, recompute", gelu},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "outputs kept", NULL},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "recompute", gelu},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "recompute, 4 in flight", gelu},
+    };
+    cuda_runs_as_cpu(runs, RUNS, "the outputs kept");
+}
+
 /* LM batches leave their labels to the step (TG_LABELS_FROM_IDS rows): the demo LM job
  * (padded rows of many lengths) trains on CUDA as on the CPU, whose batches carry every
  * label, through uploads, fetches and groups of steps; the CUDA runs agree bit for bit. */

@@ -1,0 +1,149 @@
+/* Recomputation (compiler/recompute.h, job key recompute) and the late gradient clears
+ * (compiler/grad_writes.h): what BERT-base's plan holds and saves, and training unchanged
+ * bit for bit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "models/model_config.h"
+#include "plan/validate.h"
+#include "runtime/trainer.h"
+#include "tests/harness.h"
+
+static int compile_bert_base(int recompute, tg_plan *p) {
+    tg_model_config cfg;
+    tg_err err;
+    if (!CHECK(tg_model_config_load("bert-base-uncased", &cfg, &err) == 0, "%s", err.msg)) return 0;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "bert-base-uncased");
+    job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
+    job.recompute = recompute;
+    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+}
+
+static int ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+/* recompute = gelu on BERT-base B32 T128: one GELU per layer in the backward, right before
+ * the weight-gradient product that reads its copy; no backward op reads a forward GELU
+ * output, which dies in its layer's forward; the plan checks pass and the planned peak
+ * falls by most of the 12 x 24 MiB the outputs took. */
+TG_TEST(test_recompute_gelu_bert_base) {
+    tg_plan none, gelu;
+    if (!compile_bert_base(TG_RECOMPUTE_NONE, &none)) return;
+    if (!compile_bert_base(TG_RECOMPUTE_GELU, &gelu)) {
+        tg_plan_free(&none);
+        return;
+    }
+    const int b0 = gelu.phase_begin[TG_PHASE_BACKWARD], b1 = gelu.phase_begin[TG_PHASE_OPTIMIZER];
+    int copies = 0;
+    for (int o = b0; o < b1; o++) {
+        const tg_op *op = &gelu.ops[o];
+        if (op->kind != TG_OP_GELU) continue;
+        copies++;
+        const tg_tensor *out = &gelu.tensors[op->out[0]];
+        CHECK(ends_with(out->name, ".intermediate.gelu.recomputed") && out->last_use == o + 1 &&
+                  gelu.ops[o + 1].kind == TG_OP_MATMUL &&
+                  (gelu.ops[o + 1].in[0] == op->out[0] || gelu.ops[o + 1].in[1] == op->out[0]),
+              "op %d: %s read next by %s (last use %d)", o, out->name, tg_op_name(gelu.ops[o + 1].kind), out->last_use);
+    }
+    CHECK(copies == 12, "%d GELU copies in the backward", copies);
+    for (int t = 0; t < gelu.n_tensors; t++)
+        if (!strncmp(gelu.tensors[t].name, "bert.", 5) && ends_with(gelu.tensors[t].name, ".intermediate.gelu"))
+            CHECK(gelu.tensors[t].last_use < b0, "%s lives to op %d", gelu.tensors[t].name, gelu.tensors[t].last_use);
+    CHECK(gelu.n_ops == none.n_ops + 12, "%d ops against %d", gelu.n_ops, none.n_ops);
+    const double saved = ((double)none.peak_bytes - (double)gelu.peak_bytes) / 1048576.0;
+    printf("    planned peak %.1f -> %.1f MiB (recompute = gelu), %.2f -> %.2f GFLOP a step\n",
+           none.peak_bytes / 1048576.0, gelu.peak_bytes / 1048576.0, none.flops_per_step / 1e9, gelu.flops_per_step / 1e9);
+    CHECK(saved > 200, "recompute = gelu saves %.1f MiB", saved);
+    tg_err err;
+    CHECK(tg_plan_validate_ops(&gelu, "gelu", &err) == 0, "%s", err.msg);
+    tg_plan_free(&none);
+    tg_plan_free(&gelu);
+}
+
+/* Each gradient clear runs right before the first op that touches its span, after the
+ * backward's start where the gradients' holds would otherwise begin: BERT-base's embedding
+ * tables (cleared for their scatter) in the backward's last part. */
+TG_TEST(test_gradient_clears_placed_late) {
+    tg_plan p;
+    if (!compile_bert_base(TG_RECOMPUTE_NONE, &p)) return;
+    const int b0 = p.phase_begin[TG_PHASE_BACKWARD], b1 = p.phase_begin[TG_PHASE_OPTIMIZER];
+    int zeros = 0;
+    for (int z = 0; z < p.n_ops; z++) {
+        if (p.ops[z].kind != TG_OP_ZERO || p.tensors[p.ops[z].out[0]].pool != TG_POOL_GRADS) continue;
+        zeros++;
+        const tg_tensor *span = &p.tensors[p.ops[z].out[0]];
+        CHECK(z >= b0 && z < b1, "a gradient clear at op %d, outside the backward [%d, %d)", z, b0, b1);
+        CHECK(z > b0 + (b1 - b0) * 3 / 4, "the embeddings' clear at op %d of the backward [%d, %d)", z, b0, b1);
+        for (int o = b0; o < z; o++)
+            for (int s = 0; s < TG_OP_MAX_IN + TG_OP_MAX_OUT; s++) {
+                const int t = s < TG_OP_MAX_IN ? p.ops[o].in[s] : p.ops[o].out[s - TG_OP_MAX_IN];
+                if (t < 0 || p.tensors[t].pool != TG_POOL_GRADS) continue;
+                const tg_tensor *x = &p.tensors[t];
+                CHECK(!(x->offset < span->offset + span->bytes && span->offset < x->offset + x->bytes),
+                      "op %d touches %s before its clear at op %d", o, x->name, z);
+            }
+    }
+    CHECK(zeros == 1, "%d gradient clears", zeros);
+    tg_plan_free(&p);
+}
+
+/* Trains a demo job for 6 steps on the CPU with one more key; its parameters into *out. */
+static int train(const char *job_path, const char *precision, const char *set, float **out, size_t *bytes) {
+    tg_err err;
+    tg_job job;
+    tg_plan plan;
+    tg_trainer tr;
+    const char *sets[] = {"steps=6", precision, set};
+    *out = NULL;
+    if (!CHECK(tg_job_load(job_path, sets, 3, &job, &err) == 0, "%s", err.msg)) return 0;
+    if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .load_data = 1};
+    if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
+        tg_plan_free(&plan);
+        return 0;
+    }
+    int ok = 1;
+    for (int s = 0; ok && s < 6; s++) {
+        tg_step_stats st;
+        ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0, "%s", err.msg);
+    }
+    *bytes = plan.pool_bytes[TG_POOL_PARAMS];
+    *out = ok ? malloc(*bytes) : NULL;
+    ok = ok && *out && CHECK(tg_trainer_read(&tr, plan.io.params_all, *out, &err) == 0, "%s", err.msg);
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
+    return ok;
+}
+
+/* The CPU reference trains the same, bit for bit, with the GELU outputs kept or made
+ * again: BERT's separate GELU (fp32, bf16) and GPT-2's GELU epilogue (fp32, where the
+ * pre-activation it keeps is the product itself). */
+TG_TEST(test_recompute_gelu_trains_the_same) {
+    const struct {
+        const char *job, *precision;
+    } cases[] = {{"examples/demo-classify.job", "precision=fp32"},
+                 {"examples/demo-classify.job", "precision=bf16"},
+                 {"examples/demo-lm.job", "precision=fp32"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        if (train(cases[c].job, cases[c].precision, "recompute=none", &a, &na) &&
+            train(cases[c].job, cases[c].precision, "recompute=gelu", &b, &nb))
+            CHECK(na == nb && memcmp(a, b, na) == 0, "%s %s: parameters differ after 6 steps", cases[c].job,
+                  cases[c].precision);
+        free(a), free(b);
+    }
+    tg_job job;
+    tg_err err;
+    const char *bad[] = {"recompute=everything"};
+    CHECK(tg_job_load("examples/demo-classify.job", bad, 1, &job, &err) == -1 && strstr(err.msg, "recompute") &&
+              strstr(err.msg, "gelu"),
+          "%s", err.msg);
+}
