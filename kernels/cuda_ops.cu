@@ -42,7 +42,7 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_LAYERNORM, {{"Tx", "Fgamma", "Fbeta"}, {"Ty", "Fmean", "Frstd"}}},
     {TG_OP_LAYERNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Fmean", "Frstd"}, {"Tdx", "Fdgamma", "Fdbeta"}}},
     {TG_OP_GELU, {{"Tx"}, {"Ty"}}},
-    {TG_OP_GELU_BWD, {{"Tdy", "Tx"}, {"Tdx", "Fdbias"}}},
+    {TG_OP_GELU_BWD, {{"Tdy", "Tx"}, {"Tdx", "Fdbias", "Ty"}}},
     {TG_OP_TANH, {{"Tx"}, {"Ty"}}},
     {TG_OP_TANH_BWD, {{"Tdy", "Ty"}, {"Tdx"}}},
     {TG_OP_ATTN_SOFTMAX, {{"Sscores", "Fmask", "Fstep"}, {"Tprobs", "Tprobs_dropout"}}},

@@ -248,17 +248,25 @@ int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err) {
 }
 
 /* GELU_BWD with its bias gradient (bias_cols columns): the column-sum stripes compute dx as
- * they go, store it, and sum it as stored, so dx is read once instead of twice. */
-template <class T, int W, class F>
+ * they go, store it, and sum it as stored, so dx is read once instead of twice; with out2,
+ * they also store gelu(x) (G, GELU's own expressions) from the x they have loaded. */
+template <class T, int W, class F, class G>
 struct gelu_bwd_cols {
     const T *dy, *x;
-    T *dx;
+    T *dx, *y;
     int64_t N;
     F f;
+    G g;
     __device__ __forceinline__ void operator()(int64_t r, int64_t k, float (&v)[W]) const {
         float d[W], xv[W];
         tg_vec<T, W>::load(dy + r * N, k, d);
         tg_vec<T, W>::load(x + r * N, k, xv);
+        if (y) {
+            float gv[W];
+#pragma unroll
+            for (int j = 0; j < W; j++) gv[j] = g(xv[j], 0.0f);
+            tg_vec<T, W>::store(y + r * N, k, gv);
+        }
 #pragma unroll
         for (int j = 0; j < W; j++) v[j] = f(d[j], xv[j]);
         tg_vec<T, W>::store(dx + r * N, k, v);
@@ -272,18 +280,18 @@ int64_t tg_scratch_gelu_bwd(const tg_op *op) {
     return g->bias_cols > 0 ? tg_col_sum_scratch(g->n / g->bias_cols, g->bias_cols) : 0;
 }
 
-template <class T, class F>
-static int gelu_bwd_with_bias(const tg_cuda_op_args *a, F f, tg_err *err) {
+template <class T, class F, class G>
+static int gelu_bwd_with_bias(const tg_cuda_op_args *a, F f, G g, tg_err *err) {
     const int64_t N = a->op->p.gelu_bwd.bias_cols, M = a->op->p.gelu_bwd.n / N;
     const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
-    T *dx = (T *)a->out[0];
+    T *dx = (T *)a->out[0], *y = (T *)a->out[2];
     double *partial = (double *)a->ctx->reduce_scratch;
     float *db = (float *)a->out[1];
     cudaStream_t st = a->ctx->stream;
     constexpr int W = sizeof(T) == 2 ? 8 : 4; /* 16 bytes */
-    if (N % W == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(dx))
-        return col_sums<W>(gelu_bwd_cols<T, W, F>{dy, x, dx, N, f}, M, N, partial, db, 1, st, err);
-    return col_sums<1>(gelu_bwd_cols<T, 1, F>{dy, x, dx, N, f}, M, N, partial, db, 1, st, err);
+    if (N % W == 0 && tg_aligned16(dy) && tg_aligned16(x) && tg_aligned16(dx) && tg_aligned16(y))
+        return col_sums<W>(gelu_bwd_cols<T, W, F, G>{dy, x, dx, y, N, f, g}, M, N, partial, db, 1, st, err);
+    return col_sums<1>(gelu_bwd_cols<T, 1, F, G>{dy, x, dx, y, N, f, g}, M, N, partial, db, 1, st, err);
 }
 
 int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err) {
@@ -294,13 +302,20 @@ int tg_launch_gelu_bwd(const tg_cuda_op_args *a, tg_err *err) {
                                                 (long long)g->n, (long long)g->bias_cols);
         if (tg_scratch_check(a, tg_scratch_gelu_bwd(a->op), err)) return -1;
         if (a->out_dtype[0] == TG_BF16)
-            return tanh_form ? gelu_bwd_with_bias<tg_bf16>(a, gelu_tanh_bwd_fn(), err)
-                             : gelu_bwd_with_bias<tg_bf16>(a, gelu_erf_bwd_fn(), err);
+            return tanh_form ? gelu_bwd_with_bias<tg_bf16>(a, gelu_tanh_bwd_fn(), gelu_tanh_fn(), err)
+                             : gelu_bwd_with_bias<tg_bf16>(a, gelu_erf_bwd_fn(), gelu_erf_fn(), err);
         if (a->out_dtype[0] == TG_F16)
-            return tanh_form ? gelu_bwd_with_bias<tg_f16>(a, gelu_tanh_bwd_fn(), err)
-                             : gelu_bwd_with_bias<tg_f16>(a, gelu_erf_bwd_fn(), err);
-        return tanh_form ? gelu_bwd_with_bias<float>(a, gelu_tanh_bwd_fn(), err)
-                         : gelu_bwd_with_bias<float>(a, gelu_erf_bwd_fn(), err);
+            return tanh_form ? gelu_bwd_with_bias<tg_f16>(a, gelu_tanh_bwd_fn(), gelu_tanh_fn(), err)
+                             : gelu_bwd_with_bias<tg_f16>(a, gelu_erf_bwd_fn(), gelu_erf_fn(), err);
+        return tanh_form ? gelu_bwd_with_bias<float>(a, gelu_tanh_bwd_fn(), gelu_tanh_fn(), err)
+                         : gelu_bwd_with_bias<float>(a, gelu_erf_bwd_fn(), gelu_erf_fn(), err);
+    }
+    /* Without the bias columns, out2 (the recomputed GELU output) is GELU's own launch on x. */
+    if (a->out[2]) {
+        tg_cuda_op_args ga = *a;
+        ga.out[0] = a->out[2], ga.out_dtype[0] = a->out_dtype[2];
+        if (tanh_form ? launch_ew(&ga, g->n, a->in[1], NULL, gelu_tanh_fn()) : launch_ew(&ga, g->n, a->in[1], NULL, gelu_erf_fn()))
+            return -1;
     }
     if (tanh_form) return launch_ew(a, g->n, a->in[0], a->in[1], gelu_tanh_bwd_fn());
     return launch_ew(a, g->n, a->in[0], a->in[1], gelu_erf_bwd_fn());

@@ -153,6 +153,8 @@ static const char *check_elementwise(const tg_op_check_ctx *c, const tg_op *op) 
         EXPECT((op->out[1] >= 0) == (cols > 0), "out[1]: the bias gradient is present exactly when bias_cols > 0");
         EXPECT(cols <= 0 || (n % cols == 0 && numel(c, op->out[1]) == cols),
                "out[1]: bias gradient != bias_cols columns of dx");
+        EXPECT(op->out[2] < 0 || (numel(c, op->out[2]) == n && c->tensors[op->out[2]].dtype == c->tensors[op->out[0]].dtype),
+               "out[2]: the recomputed GELU output != n elements of dx's dtype");
     }
     return NULL;
 }
@@ -649,7 +651,7 @@ static double flops_tanh(const tg_op *op) { return 10.0 * op->p.count.n; }
 /* The fused bias gradient (bias_cols) adds BIAS_GRAD's count. */
 static double flops_gelu_bwd(const tg_op *op) {
     const tg_gelu_bwd_params *p = &op->p.gelu_bwd;
-    return 10.0 * p->n + (p->bias_cols > 0 ? (double)p->n : 0);
+    return 10.0 * p->n + (p->bias_cols > 0 ? (double)p->n : 0) + (op->out[2] >= 0 ? 10.0 * p->n : 0);
 }
 /* The product, the bias add, the fused bias gradient's sums (BIAS_GRAD's count) and the
  * activation epilogue's (GELU's or GELU_BWD's count). */

@@ -54,11 +54,14 @@ static void gelu_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
 }
 void tg_cpu_kernel_gelu(const tg_cpu_op_args *a) { tg_cpu_elementwise_parallel(a, a->op->p.gelu.n, gelu_range); }
 
+/* out2 (optional): gelu(x) again, by GELU's own expressions, so the copy equals the
+ * forward's output. */
 static void gelu_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
     const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]);
-    float *dx = F32(a->out[0]);
+    float *dx = F32(a->out[0]), *y = a->out[2] ? F32(a->out[2]) : NULL;
     if (a->op->p.gelu_bwd.form == TG_GELU_TANH) {
         for (int64_t i = b; i < e; i++) dx[i] = dy[i] * gelu_tanh_grad(x[i]);
+        for (int64_t i = b; y && i < e; i++) y[i] = gelu_tanh(x[i]);
     } else {
         const float inv_sqrt_2pi = 0.3989422804014327f;
         for (int64_t i = b; i < e; i++) {
@@ -66,6 +69,7 @@ static void gelu_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
             float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
             dx[i] = dy[i] * (cdf + v * inv_sqrt_2pi * expf(-0.5f * v * v));
         }
+        for (int64_t i = b; y && i < e; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
     }
 }
 

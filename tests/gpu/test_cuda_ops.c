@@ -309,6 +309,7 @@ static int g_grad_accumulation = 1;
 /* BERT plans with query, key and value as three products (`fuse_qkv = false`): the fused
  * attention then reads three [B*T, D] tensors instead of one packed [B*T, 3D]. */
 static int g_separate_qkv;
+static int g_recompute; /* plans with recompute = gelu (GELU_BWD's out2, the GELU op in the backward) */
 
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
@@ -338,6 +339,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.data_parallel = g_data_parallel;
     job.grad_accumulation = g_grad_accumulation;
     job.zero_stage = g_zero;
+    job.recompute = g_recompute;
     if (g_adan) job.optimizer = TG_OPTIMIZER_ADAN, job.beta1 = 0.98f, job.beta2 = 0.92f, job.no_prox = g_adan > 1;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
@@ -366,6 +368,20 @@ static void check_data_parallel_plan(int precision, uint64_t seed, int *kinds_se
 
 /* Adan in place of AdamW: one replica (the reference's decay after the step, then before
  * it), and ZeRO-1 replica 1 of 2, whose slice and state do not start at element 0. */
+/* recompute = gelu: the GELU backward writing the GELU output again, in its bias-column
+ * kernel (fused attention plans keep the fused bias gradients) and in its plain one
+ * (unfused plans keep them apart), and the GPT-2 epilogue's copy by a GELU op. */
+static void check_recompute_plans(int precision, uint64_t seed, int *kinds_seen) {
+    g_recompute = TG_RECOMPUTE_GELU;
+    check_shape("tiny-bert, recompute gelu", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 41, precision, 0, 0, 0,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("tiny-bert unfused, recompute gelu", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 42, precision, 0, 0,
+                0, TG_ATTENTION_UNFUSED, kinds_seen);
+    check_shape("gpt2-wide lm, recompute gelu", "tiny-gpt2", TG_TASK_LM, 2, 40, seed + 43, precision, 1, 0, 0,
+                TG_ATTENTION_FUSED, kinds_seen);
+    g_recompute = TG_RECOMPUTE_NONE;
+}
+
 static void check_adan_plans(int precision, uint64_t seed, int *kinds_seen) {
     for (g_adan = 1; g_adan <= 2; g_adan++)
         check_shape(g_adan == 1 ? "tiny-bert adan" : "tiny-bert adan no_prox", "tiny-bert", TG_TASK_CLASSIFY, 3, 24,
@@ -538,6 +554,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_layernorm_widths(TG_PREC_FP32, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_FP32, seed, kinds_seen);
     check_adan_plans(TG_PREC_FP32, seed, kinds_seen);
+    check_recompute_plans(TG_PREC_FP32, seed, kinds_seen);
     /* fp16's loss scaling: the scaled FILL, GRAD_NORM and updates, LOSS_SCALE_UPDATE. */
     g_f32_ops_only = 1;
     check_preset("tiny-bert fp16 (f32 ops)", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 8, TG_PREC_FP16, 0, kinds_seen);
@@ -566,6 +583,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
     check_adan_plans(TG_PREC_BF16, seed, kinds_seen);
+    check_recompute_plans(TG_PREC_BF16, seed, kinds_seen);
     /* fp16 plans' f32 ops alone (test_gpu_ops_match_cpu_fp16 runs all): LOSS_SCALE_UPDATE too. */
     g_f32_ops_only = 1;
     check_preset("tiny-roberta fp16 (f32 ops)", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 8, TG_PREC_FP16, 0,
