@@ -317,3 +317,31 @@ int tg_test_compile_sized(const char *preset, int task, int batch, int seq, int 
     job.data_parallel = data_parallel;
     return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s: %s", preset, err.msg);
 }
+
+int tg_test_train_cpu(const char *job_path, const char *const *sets, int n_sets, int steps, float **params,
+                      size_t *bytes, int *shared) {
+    tg_err err;
+    tg_job job;
+    tg_plan plan;
+    tg_trainer tr;
+    *params = NULL;
+    if (!CHECK(tg_job_load(job_path, sets, n_sets, &job, &err) == 0, "%s", err.msg)) return 0;
+    if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
+    if (shared) *shared = plan.grads_share_activations;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .load_data = 1};
+    if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
+        tg_plan_free(&plan);
+        return 0;
+    }
+    int ok = 1;
+    for (int s = 0; ok && s < steps; s++) {
+        tg_step_stats st;
+        ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0, "step %d: %s", s + 1, err.msg);
+    }
+    *bytes = plan.pool_bytes[TG_POOL_PARAMS];
+    *params = ok ? malloc(*bytes) : NULL;
+    ok = ok && *params && CHECK(tg_trainer_read(&tr, plan.io.params_all, *params, &err) == 0, "%s", err.msg);
+    tg_trainer_close(&tr);
+    tg_plan_free(&plan);
+    return ok;
+}

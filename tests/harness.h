@@ -65,6 +65,12 @@ int tg_test_compile_preset(const char *preset, int task, int precision, int data
 /* The same for batch x seq, one step; 1 on success, else a failed CHECK and 0. */
 int tg_test_compile_sized(const char *preset, int task, int batch, int seq, int data_parallel, int precision,
                           tg_plan *p);
+/* Trains job file `job_path` with the overrides `sets` on the CPU for `steps` steps: its
+ * final parameters into *params (malloc'ed, *bytes long) and, when `shared` is not NULL,
+ * the plan's grads_share_activations into *shared; 1 on success, else a failed CHECK
+ * and 0. */
+int tg_test_train_cpu(const char *job_path, const char *const *sets, int n_sets, int steps, float **params,
+                      size_t *bytes, int *shared);
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
 /* An op of the given kind, every slot -1 and every parameter 0. */

@@ -202,41 +202,14 @@ TG_TEST(test_shared_gradients_deferred_update) {
     tg_plan_free(&p);
 }
 
-/* Trains the demo job for 6 steps on the CPU; its parameters into *out. */
-static int train(const char *set, float **out, size_t *bytes, int *shared) {
-    tg_err err;
-    tg_job job;
-    tg_plan plan;
-    tg_trainer tr;
-    const char *sets[] = {"steps=6", "precision=bf16", set};
-    *out = NULL;
-    if (!CHECK(tg_job_load("examples/demo-classify.job", sets, set ? 3 : 2, &job, &err) == 0, "%s", err.msg)) return 0;
-    if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
-    *shared = plan.grads_share_activations;
-    tg_trainer_options o = {.device = TG_DEVICE_CPU, .load_data = 1};
-    if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
-        tg_plan_free(&plan);
-        return 0;
-    }
-    int ok = 1;
-    for (int s = 0; ok && s < 6; s++) {
-        tg_step_stats st;
-        ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0, "%s", err.msg);
-    }
-    *bytes = plan.pool_bytes[TG_POOL_PARAMS];
-    *out = ok ? malloc(*bytes) : NULL;
-    ok = ok && *out && CHECK(tg_trainer_read(&tr, plan.io.params_all, *out, &err) == 0, "%s", err.msg);
-    tg_trainer_close(&tr);
-    tg_plan_free(&plan);
-    return ok;
-}
-
 /* The CPU reference trains the same, bit for bit, with the gradients shared or not. */
 TG_TEST(test_shared_gradients_train_as_own_pool) {
     float *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     int sa = -1, sb = -1;
-    if (train(NULL, &a, &na, &sa) && train("share_grad_memory=false", &b, &nb, &sb)) {
+    const char *shared[] = {"precision=bf16"}, *own[] = {"precision=bf16", "share_grad_memory=false"};
+    if (tg_test_train_cpu("examples/demo-classify.job", shared, 1, 6, &a, &na, &sa) &&
+        tg_test_train_cpu("examples/demo-classify.job", own, 2, 6, &b, &nb, &sb)) {
         CHECK(sa == 1 && sb == 0, "sharing %d and %d", sa, sb);
         CHECK(na == nb && memcmp(a, b, na) == 0, "parameters differ after 6 steps");
     }

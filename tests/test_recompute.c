@@ -97,34 +97,6 @@ TG_TEST(test_gradient_clears_placed_late) {
     tg_plan_free(&p);
 }
 
-/* Trains a demo job for 6 steps on the CPU with one more key; its parameters into *out. */
-static int train(const char *job_path, const char *precision, const char *set, float **out, size_t *bytes) {
-    tg_err err;
-    tg_job job;
-    tg_plan plan;
-    tg_trainer tr;
-    const char *sets[] = {"steps=6", precision, set};
-    *out = NULL;
-    if (!CHECK(tg_job_load(job_path, sets, 3, &job, &err) == 0, "%s", err.msg)) return 0;
-    if (!CHECK(tg_compile(&job, &plan, &err) == 0, "%s", err.msg)) return 0;
-    tg_trainer_options o = {.device = TG_DEVICE_CPU, .load_data = 1};
-    if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
-        tg_plan_free(&plan);
-        return 0;
-    }
-    int ok = 1;
-    for (int s = 0; ok && s < 6; s++) {
-        tg_step_stats st;
-        ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0, "%s", err.msg);
-    }
-    *bytes = plan.pool_bytes[TG_POOL_PARAMS];
-    *out = ok ? malloc(*bytes) : NULL;
-    ok = ok && *out && CHECK(tg_trainer_read(&tr, plan.io.params_all, *out, &err) == 0, "%s", err.msg);
-    tg_trainer_close(&tr);
-    tg_plan_free(&plan);
-    return ok;
-}
-
 /* The CPU reference trains the same, bit for bit, with the GELU outputs kept or made
  * again: BERT's separate GELU (fp32, bf16; the copy from its GELU backward, and with the
  * bias gradients apart, fuse_bias_grad = false), and GPT-2's GELU epilogue (fp32, where
@@ -139,8 +111,9 @@ TG_TEST(test_recompute_gelu_trains_the_same) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
-        if (train(cases[c].job, cases[c].precision, "recompute=none", &a, &na) &&
-            train(cases[c].job, cases[c].precision, "recompute=gelu", &b, &nb))
+        const char *kept[] = {cases[c].precision, "recompute=none"}, *again[] = {cases[c].precision, "recompute=gelu"};
+        if (tg_test_train_cpu(cases[c].job, kept, 2, 6, &a, &na, NULL) &&
+            tg_test_train_cpu(cases[c].job, again, 2, 6, &b, &nb, NULL))
             CHECK(na == nb && memcmp(a, b, na) == 0, "%s %s: parameters differ after 6 steps", cases[c].job,
                   cases[c].precision);
         free(a), free(b);
