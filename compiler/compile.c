@@ -199,9 +199,10 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
         while (o < g.n_ops && g.ops[o].phase < p) o++;
         phase_begin[p] = o;
     }
-    /* Gradients in the activation pool: one step's values (no accumulation window), one
-     * schedule holding them (no other bucket's). */
-    int share_grads = j->share_grad_memory && j->grad_accumulation <= 1 && j->n_buckets <= 1;
+    /* Gradients in the activation pool: one step's values (no accumulation window). Each
+     * length bucket's plan places its activations around its own holds; the gradients sit
+     * at the same offsets in all of them (the start of the shared activation pool). */
+    int share_grads = j->share_grad_memory && j->grad_accumulation <= 1;
     if (tg_plan_memory(&g, phase_begin, &share_grads, plan->pool_bytes, &plan->activation_live_peak)) goto out;
     plan->grads_share_activations = share_grads;
 
@@ -309,7 +310,7 @@ static int compile_buckets(const tg_job *j, const tg_model_config *cfg, tg_plan 
         tg_plan *b = k < n ? &plan->buckets[k] : plan;
         memcpy(b->pool_bytes, pools, sizeof pools);
         b->peak_bytes = 0;
-        for (int q = 0; q < TG_POOL_COUNT; q++) b->peak_bytes += pools[q];
+        for (int q = 0; q < TG_POOL_COUNT; q++) b->peak_bytes += tg_pool_allocated(b, q) ? pools[q] : 0;
     }
     if (tg_plan_validate_buckets(plan, j->path, err)) /* GCOVR_EXCL_BR_LINE: a self-check: the bucket plans come from one compiler and take the pools set just above */
         return tg_fail_context(err, "internal error: the bucket plans do not share the plan's tensors and layout");

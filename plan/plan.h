@@ -265,8 +265,8 @@ typedef struct tg_plan {
     uint64_t pool_bytes[TG_POOL_COUNT];
     /* 1: the gradient pool is no allocation of its own but the first pool_bytes[GRADS]
      * bytes of the activation pool, each gradient's bytes held only while the step needs
-     * them and free for activations otherwise (plan/grad_hold.h); plans with one length
-     * bucket and no gradient accumulation. 0: a pool of its own. */
+     * them and free for activations otherwise (plan/grad_hold.h); plans without gradient
+     * accumulation (a plan's bucket plans all alike). 0: a pool of its own. */
     int32_t grads_share_activations;
     uint64_t peak_bytes;                 /* all pools together (the gradient pool once, inside the
                                             activation pool where it shares it): the planned

@@ -313,11 +313,12 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     if (p->grads_share_activations != 0 && p->grads_share_activations != 1)
         return tg_fail(err, "%s: grads_share_activations %d is not 0 or 1", name, p->grads_share_activations);
     /* Shared gradients hold one step's values: an accumulation window needs them across
-     * micro-steps, and other buckets' schedules would hold them differently. */
-    if (p->grads_share_activations && (p->train.grad_accumulation > 1 || p->train.n_buckets > 1))
-        return tg_fail(err, "%s: the gradients share the activation pool in a plan with grad_accumulation %d and "
-                            "n_buckets %d (sharing needs 1 and 1)",
-                       name, p->train.grad_accumulation, p->train.n_buckets);
+     * micro-steps. (Length buckets share them: each bucket's plan holds them by its own
+     * schedule, at the same offsets, and the executor's waits follow the running bucket's.) */
+    if (p->grads_share_activations && p->train.grad_accumulation > 1)
+        return tg_fail(err, "%s: the gradients share the activation pool in a plan with grad_accumulation %d "
+                            "(sharing needs 1)",
+                       name, p->train.grad_accumulation);
     if (p->grads_share_activations && p->pool_bytes[TG_POOL_GRADS] > p->pool_bytes[TG_POOL_ACTIVATIONS])
         return tg_fail(err, "%s: the gradient pool (%llu bytes) shares an activation pool of %llu bytes", name,
                        (unsigned long long)p->pool_bytes[TG_POOL_GRADS],
@@ -822,6 +823,7 @@ int tg_plan_validate_buckets(const tg_plan *p, const char *name, tg_err *err) {
                            : memcmp(&b->io, &p->io, sizeof b->io)                 ? "io table"
                            : strcmp(b->job_path, p->job_path)                      ? "job path"
                            : b->fingerprint != p->fingerprint                     ? "fingerprint"
+                           : b->grads_share_activations != p->grads_share_activations ? "gradient sharing"
                            : b->buckets                                           ? "bucket plans"
                                                                                   : NULL;
         if (what)

@@ -158,9 +158,11 @@ TG_TEST(test_shared_gradients_refuse_overlap) {
     tg_memory_report r;
     tg_err err;
     CHECK(tg_plan_check_memory(&p, &r, &err) == 0, "restored: %s", err.msg);
-    /* Sharing needs one bucket and no accumulation window, and a pool that holds them. */
+    /* Sharing needs no accumulation window, and a pool that holds them. */
     p.train.grad_accumulation = 2;
-    CHECK(tg_plan_validate_tables(&p, "p", &err) == -1 && strstr(err.msg, "share the activation pool"), "%s", err.msg);
+    CHECK(tg_plan_validate_tables(&p, "p", &err) == -1 && strstr(err.msg, "share the activation pool") &&
+              strstr(err.msg, "grad_accumulation 2"),
+          "%s", err.msg);
     p.train.grad_accumulation = 1;
     p.pool_bytes[TG_POOL_ACTIVATIONS] = p.pool_bytes[TG_POOL_GRADS] - 256;
     CHECK(tg_plan_validate_tables(&p, "p", &err) == -1 && strstr(err.msg, "shares an activation pool of"), "%s",
@@ -235,4 +237,44 @@ TG_TEST(test_shared_gradients_check_allocation_failures) {
     }
     CHECK(failures >= 4, "only %d allocations failed in turn", failures);
     tg_plan_free(&p);
+}
+
+/* Length buckets share the gradients too: every bucket plan at the same offsets, each
+ * placing its activations around its own holds; a bucket that says otherwise is refused;
+ * and training over buckets (the deferred update of one bucket's step beside another's
+ * forward) is bit for bit that with a pool of their own. */
+TG_TEST(test_shared_gradients_length_buckets) {
+    tg_job job;
+    tg_plan p;
+    tg_err err;
+    const char *sets[] = {"seq_buckets=16,32,48", "precision=bf16"};
+    REQUIRE(tg_job_load("examples/demo-classify.job", sets, 2, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0,
+            "%s", err.msg);
+    CHECK(p.train.n_buckets == 3 && p.grads_share_activations, "%d buckets, sharing %d", p.train.n_buckets,
+          p.grads_share_activations);
+    for (int k = 0; k + 1 < p.train.n_buckets; k++) {
+        const tg_plan *b = &p.buckets[k];
+        CHECK(b->grads_share_activations && b->pool_bytes[TG_POOL_ACTIVATIONS] == p.pool_bytes[TG_POOL_ACTIVATIONS] &&
+                  b->peak_bytes == p.peak_bytes,
+              "bucket %d: sharing %d, activations %llu, peak %llu", k, b->grads_share_activations,
+              (unsigned long long)b->pool_bytes[TG_POOL_ACTIVATIONS], (unsigned long long)b->peak_bytes);
+        tg_memory_report r;
+        CHECK(tg_plan_check_memory(b, &r, &err) == 0, "bucket %d: %s", k, err.msg);
+    }
+    CHECK(tg_plan_validate_buckets(&p, "p", &err) == 0, "%s", err.msg);
+    p.buckets[0].grads_share_activations = 0;
+    CHECK(tg_plan_validate_buckets(&p, "p", &err) == -1 && strstr(err.msg, "gradient sharing"), "%s", err.msg);
+    p.buckets[0].grads_share_activations = 1;
+    tg_plan_free(&p);
+
+    float *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    int sa = -1, sb = -1;
+    const char *own[] = {"seq_buckets=16,32,48", "precision=bf16", "share_grad_memory=false"};
+    if (tg_test_train_cpu("examples/demo-classify.job", sets, 2, 8, &a, &na, &sa) &&
+        tg_test_train_cpu("examples/demo-classify.job", own, 3, 8, &b, &nb, &sb)) {
+        CHECK(sa == 1 && sb == 0, "sharing %d and %d", sa, sb);
+        CHECK(na == nb && memcmp(a, b, na) == 0, "parameters differ after 8 steps over length buckets");
+    }
+    free(a), free(b);
 }
