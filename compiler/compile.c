@@ -17,6 +17,7 @@
 #include "compiler/precision.h"
 #include "compiler/size_check.h"
 #include "models/model_config.h"
+#include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 #include "plan/validate.h"
 #include "base/version.h"
@@ -317,8 +318,49 @@ static int compile_buckets(const tg_job *j, const tg_model_config *cfg, tg_plan 
     return 0;
 }
 
-int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+/* The plan's memory estimate on one GPU (what memory_limit bounds). */
+static uint64_t gpu_estimate(const tg_plan *p) {
+    tg_memory_estimate est;
+    tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, &est);
+    return est.total;
+}
+
+/* memory_limit: a plan whose estimate on one GPU passes it is refused, naming both and
+ * what recompute = gelu would need where the job did not ask for it. */
+static int check_memory_limit(const tg_job *j, const tg_model_config *cfg, const tg_plan *p, tg_err *err) {
+    const uint64_t need = gpu_estimate(p);
+    if (!j->memory_limit || need <= j->memory_limit) return 0;
+    char where[TG_PATH_MAX + 32], a[32], b[32], parts[512], also[96] = "";
+    tg_memory_estimate est;
+    tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, &est);
+    if (j->recompute == TG_RECOMPUTE_NONE) {
+        tg_job g = *j;
+        g.recompute = TG_RECOMPUTE_GELU, g.memory_limit = 0;
+        tg_plan q;
+        tg_err ignored;
+        if (compile_one(&g, cfg, &q, &ignored) == 0) {
+            char c[32];
+            snprintf(also, sizeof also, "; recompute = gelu would need %s", tg_mem_format_bytes(gpu_estimate(&q), c, sizeof c));
+            tg_plan_free(&q);
+        }
+    }
+    return tg_fail(err, "%s: key 'memory_limit': the plan needs %s on one GPU (%s)%s, more than the limit of %s",
+                   tg_job_where(j, TG_JOB_MEMORY_LIMIT, where, sizeof where), tg_mem_format_bytes(need, a, sizeof a),
+                   tg_memory_estimate_parts(&est, -1, parts, sizeof parts), also,
+                   tg_mem_format_bytes(j->memory_limit, b, sizeof b));
+}
+
+int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    /* recompute = auto: the GELU outputs kept unless memory_limit needs them made again. */
+    tg_job chosen = *job;
+    const tg_job *j = &chosen;
+    if (chosen.recompute == TG_RECOMPUTE_AUTO) chosen.recompute = TG_RECOMPUTE_NONE;
     if (compile_one(j, cfg, plan, err)) return -1;
+    if (job->recompute == TG_RECOMPUTE_AUTO && job->memory_limit && gpu_estimate(plan) > job->memory_limit) {
+        tg_plan_free(plan);
+        chosen.recompute = TG_RECOMPUTE_GELU;
+        if (compile_one(j, cfg, plan, err)) return -1;
+    }
     if (j->freeze[0] && measure_freeze_pruning(j, cfg, plan, err)) {
         tg_plan_free(plan);
         return -1;
@@ -327,6 +369,13 @@ int tg_compile_with_config(const tg_job *j, const tg_model_config *cfg, tg_plan 
         tg_plan_free(plan);
         return -1;
     }
+    if (check_memory_limit(j, cfg, plan, err)) {
+        tg_plan_free(plan);
+        return -1;
+    }
+    /* The fingerprint is the job's as written (recompute = auto, not what it chose). */
+    plan->fingerprint = tg_job_fingerprint(cfg, job, TG_VERSION_STRING);
+    for (int k = 0; plan->buckets && k + 1 < plan->train.n_buckets; k++) plan->buckets[k].fingerprint = plan->fingerprint;
     return 0;
 }
 

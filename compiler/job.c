@@ -70,6 +70,7 @@ static const struct job_key {
     [TG_JOB_QA_NULL_THRESHOLD] = {"qa_null_threshold", 1},
     [TG_JOB_SHARE_GRAD_MEMORY] = {"share_grad_memory", 0},
     [TG_JOB_RECOMPUTE] = {"recompute", 0},
+    [TG_JOB_MEMORY_LIMIT] = {"memory_limit", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -116,6 +117,7 @@ void tg_job_defaults(tg_job *job) {
     for (int i = 0; i < TG_JOB_SPECIAL_IDS_MAX; i++) job->special_ids[i] = -1;
     job->grad_accumulation = 1;
     job->share_grad_memory = 1;
+    job->recompute = TG_RECOMPUTE_AUTO;
     job->loss_scale_init = 65536.0f;
     job->loss_scale_growth_factor = 2.0f;
     job->loss_scale_backoff = 0.5f;
@@ -270,6 +272,31 @@ static int set_enum(int32_t *dst, const char *v, const char *const *names, int n
     return tg_fail(err, "%skey '%s': '%s' is not one of %s", o->prefix, key, v, list);
 }
 
+/* A size in bytes: a number >= 1 with an optional binary unit (B, KiB, MiB, GiB, TiB),
+ * at most 2^50 bytes once multiplied out (whole bytes, rounded down). */
+static int set_size(uint64_t *dst, const char *v, const origin *o, const char *key, tg_err *err) {
+    static const struct {
+        const char *name;
+        double bytes;
+    } units[] = {{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+    char *end;
+    errno = 0;
+    const double x = *v && !isspace((unsigned char)*v) && *v != '-' && *v != '+' ? strtod(v, &end) : NAN;
+    if (isnan(x) || end == v)
+        return tg_fail(err, "%skey '%s': '%s' is not a size (a number with B, KiB, MiB, GiB or TiB)", o->prefix, key, v);
+    const char *unit = end;
+    while (*unit == ' ') unit++;
+    for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+        if (strcmp(unit, units[k].name) || (unit != end && !*unit)) continue;
+        const double bytes = x * units[k].bytes;
+        if (!isfinite(bytes) || bytes < 1 || bytes > 1125899906842624.0)
+            return tg_fail(err, "%skey '%s': %s is out of range (1 byte to 1024 TiB)", o->prefix, key, v);
+        *dst = (uint64_t)bytes;
+        return 0;
+    }
+    return tg_fail(err, "%skey '%s': '%s' has no unit it knows (B, KiB, MiB, GiB, TiB)", o->prefix, key, v);
+}
+
 static int set_bool(int32_t *dst, const char *v, const origin *o, const char *key, tg_err *err) {
     if (!strcasecmp(v, "true") || !strcmp(v, "1"))
         *dst = 1;
@@ -415,7 +442,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const tasks[TG_TASK_COUNT] = {"classify", "lm", "mlm", "qa"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
-    static const char *const recompute_modes[TG_RECOMPUTE_COUNT] = {"none", "gelu"};
+    static const char *const recompute_modes[TG_RECOMPUTE_COUNT] = {"none", "gelu", "auto"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
     static const char *const lr_schedules[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
     static const char *const optimizers[TG_OPTIMIZER_COUNT] = {"adamw", "adan"};
@@ -495,6 +522,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_FUSE_QKV: rc = set_bool(&job->fuse_qkv, v, o, name, err); break;
     case TG_JOB_SHARE_GRAD_MEMORY: rc = set_bool(&job->share_grad_memory, v, o, name, err); break;
     case TG_JOB_RECOMPUTE: rc = set_enum(&job->recompute, v, recompute_modes, TG_RECOMPUTE_COUNT, o, name, err); break;
+    case TG_JOB_MEMORY_LIMIT: rc = set_size(&job->memory_limit, v, o, name, err); break;
     case TG_JOB_DATA_PARALLEL:
         rc = set_int_range(&job->data_parallel, v, 1, TG_MAX_DATA_PARALLEL, "replicas", o, name, err);
         break;

@@ -13,6 +13,15 @@
 #include "plan/op_meta.h"
 
 /* Names of the tensor flags, bit by bit (bit 7, a low-precision copy, shows as "copy"). */
+/* Forward outputs the backward makes again (compiler/recompute.h): the GELU backwards'
+ * out2 and the GELU ops of the backward phase. */
+static int recomputed_outputs(const tg_plan *p) {
+    int n = 0;
+    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o >= 0 && o < p->phase_begin[TG_PHASE_OPTIMIZER] && o < p->n_ops; o++)
+        n += (p->ops[o].kind == TG_OP_GELU_BWD && p->ops[o].out[2] >= 0) || p->ops[o].kind == TG_OP_GELU;
+    return n;
+}
+
 static const char *const k_flag_names[] = {"param", "grad",   "no_decay", "input",     "output", "view",
                                            "tied",  "copy",   "frozen",   "buffer",    "persistent"};
 _Static_assert(sizeof k_flag_names / sizeof k_flag_names[0] == 11 && TG_TENSOR_FLAGS_ALL == (1 << 11) - 1,
@@ -156,6 +165,8 @@ static void print_text(const tg_plan *p, FILE *out) {
     if (p->train.task == TG_TASK_QA)
         fprintf(out, "qa eval: n_best %d  max_answer_length %d  null_threshold %g\n", r->qa_n_best,
                 r->qa_max_answer_length, (double)r->qa_null_threshold);
+    const int again = recomputed_outputs(p);
+    if (again) fprintf(out, "recompute: %d forward outputs made again in the backward (job key recompute)\n", again);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
     const class_counts cc = count_classes(p);
@@ -490,6 +501,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "bytes_per_step", jreal(p->bytes_per_step));
     jset(&c, root, "freeze_pruned_ops", jint(p->freeze_pruned_ops));
     jset(&c, root, "freeze_pruned_flops", jreal(p->freeze_pruned_flops));
+    jset(&c, root, "recomputed_outputs", jint(recomputed_outputs(p)));
     *bad = c.bad;
     return root;
 }

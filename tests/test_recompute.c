@@ -8,6 +8,7 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "models/model_config.h"
+#include "plan/memory_estimate.h"
 #include "plan/validate.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
@@ -124,4 +125,85 @@ TG_TEST(test_recompute_gelu_trains_the_same) {
     CHECK(tg_job_load("examples/demo-classify.job", bad, 1, &job, &err) == -1 && strstr(err.msg, "recompute") &&
               strstr(err.msg, "gelu"),
           "%s", err.msg);
+}
+
+/* The plan's estimate on one GPU, as memory_limit counts it. */
+static uint64_t gpu_need(const tg_plan *p) {
+    tg_memory_estimate est;
+    tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, &est);
+    return est.total;
+}
+
+static int compile_limited(int recompute, uint64_t limit, tg_plan *p, tg_err *err) {
+    tg_model_config cfg;
+    if (!CHECK(tg_model_config_load("bert-base-uncased", &cfg, err) == 0, "%s", err->msg)) return -2;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "bert-base-uncased");
+    job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
+    job.recompute = recompute, job.memory_limit = limit;
+    return tg_compile_with_config(&job, &cfg, p, err);
+}
+
+/* memory_limit and recompute = auto (the default): no limit, nothing recomputed; a limit
+ * the plan passes without recomputing but not with, the GELU outputs made again (and the
+ * plan's fingerprint still the job's); a limit neither meets, refused with both numbers
+ * (and, with recompute = none, what gelu would need). */
+TG_TEST(test_recompute_auto_memory_limit) {
+    tg_plan none, gelu, p;
+    tg_err err;
+    REQUIRE(compile_limited(TG_RECOMPUTE_NONE, 0, &none, &err) == 0, "%s", err.msg);
+    REQUIRE(compile_limited(TG_RECOMPUTE_GELU, 0, &gelu, &err) == 0, "%s", err.msg);
+    const uint64_t high = gpu_need(&none), low = gpu_need(&gelu);
+    CHECK(low < high, "recompute = gelu needs %llu bytes, none %llu", (unsigned long long)low, (unsigned long long)high);
+    if (CHECK(compile_limited(TG_RECOMPUTE_AUTO, 0, &p, &err) == 0, "%s", err.msg)) {
+        CHECK(p.n_ops == none.n_ops && p.peak_bytes == none.peak_bytes, "auto without a limit recomputed");
+        tg_plan_free(&p);
+    }
+    if (CHECK(compile_limited(TG_RECOMPUTE_AUTO, high, &p, &err) == 0, "%s", err.msg)) {
+        CHECK(p.peak_bytes == none.peak_bytes, "auto under a limit it meets recomputed");
+        tg_plan_free(&p);
+    }
+    if (CHECK(compile_limited(TG_RECOMPUTE_AUTO, (low + high) / 2, &p, &err) == 0, "%s", err.msg)) {
+        CHECK(p.peak_bytes == gelu.peak_bytes && p.n_tensors == gelu.n_tensors, "auto did not recompute for the limit");
+        CHECK(p.fingerprint != gelu.fingerprint, "the fingerprint is the chosen job's, not the job's as written");
+        tg_plan_free(&p);
+    }
+    CHECK(compile_limited(TG_RECOMPUTE_AUTO, low - 1, &p, &err) == -1 && strstr(err.msg, "key 'memory_limit'") &&
+              strstr(err.msg, "more than the limit of") && strstr(err.msg, "CUDA context"),
+          "%s", err.msg);
+    CHECK(compile_limited(TG_RECOMPUTE_NONE, (low + high) / 2, &p, &err) == -1 &&
+              strstr(err.msg, "recompute = gelu would need"),
+          "%s", err.msg);
+    tg_plan_free(&none);
+    tg_plan_free(&gelu);
+}
+
+/* memory_limit's sizes: binary units, a space allowed, decimals; nothing below a byte, no
+ * sign, no other unit. */
+TG_TEST(test_memory_limit_job_key) {
+    const struct {
+        const char *value;
+        unsigned long long bytes; /* 0: refused */
+        const char *message;
+    } cases[] = {
+        {"3GiB", 3ull << 30, NULL},     {"2.5 GiB", 5ull << 29, NULL},     {"1024", 1024, NULL},
+        {"512 B", 512, NULL},           {"1.5KiB", 1536, NULL},            {"1TiB", 1ull << 40, NULL},
+        {"0", 0, "out of range"},       {"-1GiB", 0, "is not a size"},     {"3 PiB", 0, "has no unit"},
+        {"GiB", 0, "is not a size"},    {"2000TiB", 0, "out of range"},    {"3GB", 0, "has no unit"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char set[64];
+        snprintf(set, sizeof set, "memory_limit=%s", cases[k].value);
+        const char *sets[] = {set};
+        tg_job job;
+        tg_err err = {{0}};
+        const int rc = tg_job_load("examples/demo-classify.job", sets, 1, &job, &err);
+        if (cases[k].bytes)
+            CHECK(rc == 0 && job.memory_limit == cases[k].bytes, "%s: rc %d, %llu bytes (%s)", cases[k].value, rc,
+                  (unsigned long long)job.memory_limit, err.msg);
+        else
+            CHECK(rc == -1 && strstr(err.msg, "key 'memory_limit'") && strstr(err.msg, cases[k].message), "%s: %s",
+                  cases[k].value, err.msg);
+    }
 }
