@@ -345,3 +345,14 @@ int tg_test_train_cpu(const char *job_path, const char *const *sets, int n_sets,
     tg_plan_free(&plan);
     return ok;
 }
+
+int tg_test_compile_bert_base_b32(int share_grad_memory, int recompute, uint64_t memory_limit, tg_plan *p, tg_err *err) {
+    tg_model_config cfg;
+    if (!CHECK(tg_model_config_load("bert-base-uncased", &cfg, err) == 0, "%s", err->msg)) return -2;
+    tg_job job;
+    tg_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "bert-base-uncased");
+    job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
+    job.share_grad_memory = share_grad_memory, job.recompute = recompute, job.memory_limit = memory_limit;
+    return tg_compile_with_config(&job, &cfg, p, err);
+}

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "base/error.h"
 #include "plan/plan.h"
 
 typedef void (*tg_test_fn)(void);
@@ -65,6 +66,11 @@ int tg_test_compile_preset(const char *preset, int task, int precision, int data
 /* The same for batch x seq, one step; 1 on success, else a failed CHECK and 0. */
 int tg_test_compile_sized(const char *preset, int task, int batch, int seq, int data_parallel, int precision,
                           tg_plan *p);
+/* Compiles the BERT-base benchmark shape (bert-base-uncased, classify, bf16, batch 32 x
+ * seq 128, one step) with the job defaults but share_grad_memory, recompute and
+ * memory_limit: tg_compile_with_config's 0 or -1 (err says why), or -2 (a failed CHECK)
+ * when the preset cannot be loaded. */
+int tg_test_compile_bert_base_b32(int share_grad_memory, int recompute, uint64_t memory_limit, tg_plan *p, tg_err *err);
 /* Trains job file `job_path` with the overrides `sets` on the CPU for `steps` steps: its
  * final parameters into *params (malloc'ed, *bytes long) and, when `shared` is not NULL,
  * the plan's grads_share_activations into *shared; 1 on success, else a failed CHECK

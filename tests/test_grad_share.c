@@ -17,15 +17,8 @@
 #include "tests/harness.h"
 
 static int compile_bert_base(int share, tg_plan *p) {
-    tg_model_config cfg;
     tg_err err;
-    if (!CHECK(tg_model_config_load("bert-base-uncased", &cfg, &err) == 0, "%s", err.msg)) return 0;
-    tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "bert-base-uncased");
-    job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
-    job.share_grad_memory = share;
-    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+    return CHECK(tg_test_compile_bert_base_b32(share, TG_RECOMPUTE_AUTO, 0, p, &err) == 0, "%s", err.msg);
 }
 
 /* BERT-base B32 T128 bf16: the gradients (418 MiB) cost the plan well under half of that

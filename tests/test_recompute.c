@@ -14,15 +14,8 @@
 #include "tests/harness.h"
 
 static int compile_bert_base(int recompute, tg_plan *p) {
-    tg_model_config cfg;
     tg_err err;
-    if (!CHECK(tg_model_config_load("bert-base-uncased", &cfg, &err) == 0, "%s", err.msg)) return 0;
-    tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "bert-base-uncased");
-    job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
-    job.recompute = recompute;
-    return CHECK(tg_compile_with_config(&job, &cfg, p, &err) == 0, "%s", err.msg);
+    return CHECK(tg_test_compile_bert_base_b32(1, recompute, 0, p, &err) == 0, "%s", err.msg);
 }
 
 static int ends_with(const char *s, const char *tail) {
@@ -135,14 +128,7 @@ static uint64_t gpu_need(const tg_plan *p) {
 }
 
 static int compile_limited(int recompute, uint64_t limit, tg_plan *p, tg_err *err) {
-    tg_model_config cfg;
-    if (!CHECK(tg_model_config_load("bert-base-uncased", &cfg, err) == 0, "%s", err->msg)) return -2;
-    tg_job job;
-    tg_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "bert-base-uncased");
-    job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
-    job.recompute = recompute, job.memory_limit = limit;
-    return tg_compile_with_config(&job, &cfg, p, err);
+    return tg_test_compile_bert_base_b32(1, recompute, limit, p, err);
 }
 
 /* memory_limit and recompute = auto (the default): no limit, nothing recomputed; a limit
