@@ -240,7 +240,7 @@ int tg_first_gradient_writes(tg_graph *g) {
     int *at = tg_compiler_malloc(sizeof *at * (size_t)(added ? added : 1));
     tg_op *ops = tg_compiler_malloc(sizeof *ops * (size_t)(first_new - 1 + added + 1));
     if (!at || !ops) {
-        free(at), free(ops);
+        free(at), free(ops), free(zero);
         return tg_graph_out_of_memory(g);
     }
     for (int k = 0; k < added; k++) at[k] = -1;

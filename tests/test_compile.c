@@ -1819,10 +1819,12 @@ TG_TEST(test_compile_allocation_failures) {
         const char *preset;
         int task, precision, data_parallel, zero_stage, attention;
         const char *freeze;
+        int recompute; /* the GELU backward's copy (BERT), a GELU op (GPT-2's epilogue) */
     } cases[] = {
-        {"tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, 0, TG_ATTENTION_FUSED, ""},
-        {"tiny-roberta", TG_TASK_CLASSIFY, TG_PREC_BF16, 1, 0, TG_ATTENTION_UNFUSED, "roberta.embeddings.*"},
-        {"tiny-gpt2", TG_TASK_LM, TG_PREC_BF16, 2, 1, TG_ATTENTION_FUSED, "transformer.wte.*"},
+        {"tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, 0, TG_ATTENTION_FUSED, "", TG_RECOMPUTE_GELU},
+        {"tiny-roberta", TG_TASK_CLASSIFY, TG_PREC_BF16, 1, 0, TG_ATTENTION_UNFUSED, "roberta.embeddings.*",
+         TG_RECOMPUTE_AUTO},
+        {"tiny-gpt2", TG_TASK_LM, TG_PREC_BF16, 2, 1, TG_ATTENTION_FUSED, "transformer.wte.*", TG_RECOMPUTE_GELU},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_model_config cfg;
@@ -1833,6 +1835,7 @@ TG_TEST(test_compile_allocation_failures) {
         job.precision = cases[c].precision, job.data_parallel = cases[c].data_parallel;
         job.zero_stage = cases[c].zero_stage, job.attention = cases[c].attention;
         snprintf(job.freeze, sizeof job.freeze, "%s", cases[c].freeze);
+        job.recompute = cases[c].recompute;
         tg_plan p;
         tg_compiler_alloc_fail_after(-1);
         REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s: %s", cases[c].preset, err.msg);
