@@ -28,11 +28,13 @@ static int slot_of(const int32_t *slots, int n, int t) {
 }
 
 /* Whether op w can run right after op b instead of where it is (w < b): nothing in
- * (w, b] reads what w writes or writes what w reads or writes. */
-static int movable_after(const tg_graph *g, int w, int b) {
+ * (w, b] reads what w writes or writes what w reads or writes, nor reads `out` (which
+ * would then read the copy before b makes it). */
+static int movable_after(const tg_graph *g, int w, int b, int out) {
     const tg_op *m = &g->ops[w];
     for (int o = w + 1; o <= b; o++) {
         const tg_op *op = &g->ops[o];
+        if (slot_of(op->in, TG_OP_MAX_IN, out)) return 0;
         for (int s = 0; s < TG_OP_MAX_OUT; s++) {
             const int t = m->out[s];
             if (t >= 0 && (slot_of(op->in, TG_OP_MAX_IN, t) || slot_of(op->out, TG_OP_MAX_OUT, t))) return 0;
@@ -85,7 +87,7 @@ int tg_recompute(tg_graph *g) {
         /* The GELU backward on the same pre-activation writes the copy as it goes, when the
          * reader runs after it or can be moved there; else a GELU op before the reader. */
         const int fused = b >= 0 && g->ops[b].p.gelu_bwd.form == form && new_before[w] < 0 && !moved[w] &&
-                          (b < w || (moved_after[b] < 0 && movable_after(g, w, b)));
+                          (b < w || (moved_after[b] < 0 && movable_after(g, w, b, out)));
         if (!fused && new_before[w] >= 0) continue;
         char name[TG_NAME_MAX];
         if (snprintf(name, sizeof name, "%s.recomputed", g->tensors[out].name) >= (int)sizeof name) {
