@@ -38,6 +38,11 @@ static const struct {
      "loss_scale_init = 1024\nloss_scale_growth_interval = 100\n"},
     {"tests/data/plan_text_bert_classify_accumulation.txt",
      "model = tiny-bert\nbatch = 2\nseq = 8\ngrad_accumulation = 3\nfreeze = classifier.*\n"},
+    /* The GELU backward's copy and the weight gradient after it (BERT), the GELU op before
+     * the weight gradient (GPT-2's epilogue); the gradients shared in both. */
+    {"tests/data/plan_text_bert_classify_recompute.txt", "model = tiny-bert\nbatch = 2\nseq = 8\nrecompute = gelu\n"},
+    {"tests/data/plan_text_gpt2_lm_recompute_bf16.txt",
+     "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nprecision = bf16\nrecompute = gelu\n"},
 };
 
 /* Drops the lines that start with one of the prefixes, in place. */
