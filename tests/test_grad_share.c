@@ -271,3 +271,34 @@ TG_TEST(test_shared_gradients_length_buckets) {
     }
     free(a), free(b);
 }
+
+/* A gradient pool cut by more than 64 stretches of padding (a tiny model whose tensors
+ * are not multiples of the 512-byte alignment, many layers deep) stays apart: the
+ * padding, held for the whole step, would leave only small pieces to place activations
+ * in. The same model two layers deep shares. */
+TG_TEST(test_shared_gradients_refused_for_fragmented_pools) {
+    const int depths[2] = {2, 60};
+    for (int k = 0; k < 2; k++) {
+        tg_model_config cfg;
+        tg_err err;
+        REQUIRE(tg_model_config_load("tiny-bert", &cfg, &err) == 0, "%s", err.msg);
+        cfg.layers = depths[k];
+        tg_job job;
+        tg_job_defaults(&job);
+        snprintf(job.model, sizeof job.model, "tiny-bert");
+        job.batch = 2, job.seq = 16, job.steps = 1;
+        tg_plan p;
+        REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
+        tg_grad_hold *h = NULL;
+        int n = 0, padding = 0;
+        REQUIRE(tg_grad_holds(p.tensors, p.n_tensors, p.ops, p.n_ops, p.phase_begin, p.pool_bytes[TG_POOL_GRADS], &h, &n) == 0,
+                "out of memory");
+        for (int i = 0; i < n; i++) padding += h[i].tensor < 0;
+        free(h);
+        CHECK(p.grads_share_activations == (padding <= 64), "%d layers: %d stretches of padding, sharing %d", depths[k],
+              padding, p.grads_share_activations);
+        CHECK(k == 0 ? p.grads_share_activations : !p.grads_share_activations, "%d layers: sharing %d (%d stretches)",
+              depths[k], p.grads_share_activations, padding);
+        tg_plan_free(&p);
+    }
+}

@@ -6,7 +6,12 @@
 #include <string.h>
 
 #include "compiler/compile.h"
+#include "base/version.h"
+#include "compiler/fingerprint.h"
+#include "compiler/graph.h"
+#include "compiler/grad_state.h"
 #include "compiler/job.h"
+#include "compiler/recompute.h"
 #include "models/model_config.h"
 #include "plan/memory_estimate.h"
 #include "plan/validate.h"
@@ -152,7 +157,16 @@ TG_TEST(test_recompute_auto_memory_limit) {
     }
     if (CHECK(compile_limited(TG_RECOMPUTE_AUTO, (low + high) / 2, &p, &err) == 0, "%s", err.msg)) {
         CHECK(p.peak_bytes == gelu.peak_bytes && p.n_tensors == gelu.n_tensors, "auto did not recompute for the limit");
-        CHECK(p.fingerprint != gelu.fingerprint, "the fingerprint is the chosen job's, not the job's as written");
+        /* The fingerprint is the job's as written (recompute = auto and the limit). */
+        tg_model_config cfg;
+        tg_job job;
+        REQUIRE(tg_model_config_load("bert-base-uncased", &cfg, &err) == 0, "%s", err.msg);
+        tg_job_defaults(&job);
+        snprintf(job.model, sizeof job.model, "bert-base-uncased");
+        job.task = TG_TASK_CLASSIFY, job.precision = TG_PREC_BF16, job.batch = 32, job.seq = 128, job.steps = 1;
+        job.recompute = TG_RECOMPUTE_AUTO, job.memory_limit = (low + high) / 2;
+        CHECK(p.fingerprint == tg_job_fingerprint(&cfg, &job, TG_VERSION_STRING),
+              "the fingerprint is not the job's as written");
         tg_plan_free(&p);
     }
     CHECK(compile_limited(TG_RECOMPUTE_AUTO, low - 1, &p, &err) == -1 && strstr(err.msg, "key 'memory_limit'") &&
@@ -192,4 +206,72 @@ TG_TEST(test_memory_limit_job_key) {
             CHECK(rc == -1 && strstr(err.msg, "key 'memory_limit'") && strstr(err.msg, cases[k].message), "%s: %s",
                   cases[k].value, err.msg);
     }
+}
+
+/* A hand-built step for recompute.c's forms: forward GELU(h) -> g, and a backward of one
+ * GELU_BWD(dg, h) -> dh and readers of g (ADDs), in the order `form` gives:
+ *   0: the GELU backward, then the reader (the copy as its out2, nothing moves);
+ *   1: the reader, then the GELU backward (the copy as its out2, the reader moved after it);
+ *   2: the reader, a second reader, then the GELU backward (the second reader would read
+ *      the copy before it is made: a GELU op before the first reader instead).
+ * Indices into *t: h, g, dy, dg, dh, r1, r2. Returns tg_recompute's result. */
+static int recompute_rig(tg_graph *g, tg_model_config *cfg, tg_job *job, tg_err *err, const char *g_name, int form,
+                         int *t) {
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->source, sizeof cfg->source, "hand-built");
+    tg_job_defaults(job);
+    job->recompute = TG_RECOMPUTE_GELU;
+    tg_graph_init(g, cfg, job, err);
+    const char *names[7] = {"h", g_name, "dy", "dg", "dh", "r1", "r2"};
+    for (int k = 0; k < 7; k++) t[k] = tg_act(g, names[k], 1, 4, 0, 0, 0);
+    tg_op_spec gelu = tg_spec(TG_OP_GELU);
+    gelu.in[0] = t[0], gelu.out[0] = t[1], gelu.p.gelu.n = 4, gelu.p.gelu.form = TG_GELU_ERF;
+    tg_graph_op(g, &gelu);
+    g->phase = TG_PHASE_BACKWARD;
+    tg_op_spec bwd = tg_spec(TG_OP_GELU_BWD);
+    bwd.in[0] = t[3], bwd.in[1] = t[0], bwd.out[0] = t[4], bwd.p.gelu_bwd.n = 4, bwd.p.gelu_bwd.form = TG_GELU_ERF;
+    tg_op_spec r1 = tg_spec(TG_OP_ADD), r2 = tg_spec(TG_OP_ADD);
+    r1.in[0] = t[1], r1.in[1] = t[2], r1.out[0] = t[5], r1.p.count.n = 4;
+    r2.in[0] = t[1], r2.in[1] = t[3], r2.out[0] = t[6], r2.p.count.n = 4;
+    if (form == 0) tg_graph_op(g, &bwd), tg_graph_op(g, &r1);
+    if (form >= 1) tg_graph_op(g, &r1);
+    if (form == 2) tg_graph_op(g, &r2);
+    if (form >= 1) tg_graph_op(g, &bwd);
+    if (!CHECK(!g->failed, "rig: %s", err->msg)) return -2;
+    return tg_recompute(g);
+}
+
+TG_TEST(test_recompute_hand_built_forms) {
+    tg_model_config cfg;
+    tg_job job;
+    tg_err err = {{0}};
+    tg_graph g;
+    int t[7];
+    /* 0: the GELU backward already runs first: it writes the copy, the reader reads it. */
+    REQUIRE(recompute_rig(&g, &cfg, &job, &err, "g", 0, t) == 0, "%s", err.msg);
+    CHECK(g.n_ops == 3 && g.ops[1].kind == TG_OP_GELU_BWD && g.ops[1].out[2] >= 0 && g.ops[2].kind == TG_OP_ADD &&
+              g.ops[2].in[0] == g.ops[1].out[2] && !strcmp(g.tensors[g.ops[1].out[2]].name, "g.recomputed"),
+          "form 0: %d ops", g.n_ops);
+    tg_graph_free(&g);
+    /* 1: the reader moves to right after the GELU backward. */
+    REQUIRE(recompute_rig(&g, &cfg, &job, &err, "g", 1, t) == 0, "%s", err.msg);
+    CHECK(g.n_ops == 3 && g.ops[1].kind == TG_OP_GELU_BWD && g.ops[1].out[2] >= 0 && g.ops[2].kind == TG_OP_ADD &&
+              g.ops[2].out[0] == t[5] && g.ops[2].in[0] == g.ops[1].out[2],
+          "form 1: op 1 %s, op 2 %s", tg_op_name(g.ops[1].kind), tg_op_name(g.ops[2].kind));
+    tg_graph_free(&g);
+    /* 2: a second reader in between: a GELU op before the first reader, both read its copy,
+     * the GELU backward writes none. */
+    REQUIRE(recompute_rig(&g, &cfg, &job, &err, "g", 2, t) == 0, "%s", err.msg);
+    CHECK(g.n_ops == 5 && g.ops[1].kind == TG_OP_GELU && g.ops[1].in[0] == t[0] && g.ops[2].out[0] == t[5] &&
+              g.ops[3].out[0] == t[6] && g.ops[2].in[0] == g.ops[1].out[0] && g.ops[3].in[0] == g.ops[1].out[0] &&
+              g.ops[4].kind == TG_OP_GELU_BWD && g.ops[4].out[2] < 0,
+          "form 2: %d ops, op 1 %s, op 4 %s", g.n_ops, tg_op_name(g.ops[1].kind), tg_op_name(g.ops[4].kind));
+    tg_graph_free(&g);
+    /* A name with no room for ".recomputed": a clear compiler error. */
+    char longest[TG_NAME_MAX];
+    memset(longest, 'g', sizeof longest - 1);
+    longest[sizeof longest - 1] = 0;
+    CHECK(recompute_rig(&g, &cfg, &job, &err, longest, 1, t) == -1 && strstr(err.msg, "too long to name its recomputed copy"),
+          "'%s'", err.msg);
+    tg_graph_free(&g);
 }
