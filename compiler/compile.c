@@ -225,8 +225,7 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     tg_job_run_settings(j, &plan->run);
     memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
-    for (int p = 0; p < TG_POOL_COUNT; p++)
-        if (!(p == TG_POOL_GRADS && share_grads)) plan->peak_bytes += plan->pool_bytes[p];
+    plan->peak_bytes = tg_plan_pools_bytes(plan);
     /* A step of grad_accumulation micro-steps runs forward and backward that many times. */
     for (int o = 0; o < g.n_ops; o++) {
         const double times = g.ops[o].phase == TG_PHASE_OPTIMIZER ? 1.0 : (double)j->grad_accumulation;
@@ -310,8 +309,7 @@ static int compile_buckets(const tg_job *j, const tg_model_config *cfg, tg_plan 
     for (int k = 0; k <= n; k++) {
         tg_plan *b = k < n ? &plan->buckets[k] : plan;
         memcpy(b->pool_bytes, pools, sizeof pools);
-        b->peak_bytes = 0;
-        for (int q = 0; q < TG_POOL_COUNT; q++) b->peak_bytes += tg_pool_allocated(b, q) ? pools[q] : 0;
+        b->peak_bytes = tg_plan_pools_bytes(b);
     }
     if (tg_plan_validate_buckets(plan, j->path, err)) /* GCOVR_EXCL_BR_LINE: a self-check: the bucket plans come from one compiler and take the pools set just above */
         return tg_fail_context(err, "internal error: the bucket plans do not share the plan's tensors and layout");
@@ -328,11 +326,10 @@ static uint64_t gpu_estimate(const tg_plan *p) {
 /* memory_limit: a plan whose estimate on one GPU passes it is refused, naming both and
  * what recompute = gelu would need where the job did not ask for it. */
 static int check_memory_limit(const tg_job *j, const tg_model_config *cfg, const tg_plan *p, tg_err *err) {
-    const uint64_t need = gpu_estimate(p);
-    if (!j->memory_limit || need <= j->memory_limit) return 0;
-    char where[TG_PATH_MAX + 32], a[32], b[32], parts[512], also[96] = "";
     tg_memory_estimate est;
     tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, &est);
+    if (!j->memory_limit || est.total <= j->memory_limit) return 0;
+    char where[TG_PATH_MAX + 32], a[32], b[32], parts[512], also[96] = "";
     if (j->recompute == TG_RECOMPUTE_NONE) {
         tg_job g = *j;
         g.recompute = TG_RECOMPUTE_GELU, g.memory_limit = 0;
@@ -345,7 +342,7 @@ static int check_memory_limit(const tg_job *j, const tg_model_config *cfg, const
         }
     }
     return tg_fail(err, "%s: key 'memory_limit': the plan needs %s on one GPU (%s)%s, more than the limit of %s",
-                   tg_job_where(j, TG_JOB_MEMORY_LIMIT, where, sizeof where), tg_mem_format_bytes(need, a, sizeof a),
+                   tg_job_where(j, TG_JOB_MEMORY_LIMIT, where, sizeof where), tg_mem_format_bytes(est.total, a, sizeof a),
                    tg_memory_estimate_parts(&est, -1, parts, sizeof parts), also,
                    tg_mem_format_bytes(j->memory_limit, b, sizeof b));
 }

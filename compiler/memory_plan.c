@@ -247,7 +247,7 @@ static int life_tree_taken(const life_tree *t, int k, int lo, int hi, int first,
 
 /* Shared gradients (grad_pool_bytes > 0): the gradient pool's bytes at the start of the
  * activation pool, taken while each gradient is held (plan/grad_hold.h). */
-static int take_grad_holds(tg_graph *g, const tg_grad_hold *h, int n, life_tree *tree) {
+static int take_grad_holds(const tg_grad_hold *h, int n, life_tree *tree) {
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         rc = life_tree_add(tree, 1, 0, tree->leaves - 1, h[i].from, h[i].to, h[i].a, align_up(h[i].b));
@@ -262,7 +262,7 @@ static int place_activations(tg_graph *g, const tg_grad_hold *holds, int n_holds
     int *order = tg_compiler_malloc(sizeof *order * ((size_t)g->n_tensors + 1));
     life_tree tree = {0};
     tg_span_set taken = {0};
-    if (!order || life_tree_init(&tree, g->n_ops) || take_grad_holds(g, holds, n_holds, &tree)) {
+    if (!order || life_tree_init(&tree, g->n_ops) || take_grad_holds(holds, n_holds, &tree)) {
         free(order), life_tree_free(&tree);
         return tg_graph_out_of_memory(g);
     }

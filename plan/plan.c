@@ -17,6 +17,12 @@ void tg_plan_free(tg_plan *plan) {
     plan->n_tensors = plan->n_ops = 0;
 }
 
+uint64_t tg_plan_pools_bytes(const tg_plan *plan) {
+    uint64_t total = 0;
+    for (int q = 0; q < TG_POOL_COUNT; q++) total += tg_pool_allocated(plan, q) ? plan->pool_bytes[q] : 0;
+    return total;
+}
+
 const tg_plan *tg_plan_bucket(const tg_plan *plan, int k) {
     return plan->buckets && k >= 0 && k < plan->train.n_buckets - 1 ? &plan->buckets[k] : plan;
 }

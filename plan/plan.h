@@ -301,6 +301,9 @@ void tg_plan_free(tg_plan *plan);
 static inline int tg_pool_allocated(const tg_plan *plan, int pool) {
     return !(pool == TG_POOL_GRADS && plan->grads_share_activations);
 }
+/* What the plan's pools take together: the sizes of the pools allocated on their own
+ * (plan->peak_bytes of a consistent plan). Each pool is at most 2^48 bytes. */
+uint64_t tg_plan_pools_bytes(const tg_plan *plan);
 
 /* Bucket k of the plan (0 .. train.n_buckets - 1): the plan itself for the last (or when
  * it has no buckets). */

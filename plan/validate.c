@@ -748,9 +748,7 @@ int tg_plan_validate_ops(const tg_plan *p, const char *name, tg_err *err) {
      * the preflight and inspect report are the layout's. */
     tg_memory_report report;
     if (tg_plan_check_memory(p, &report, err)) return tg_fail_context(err, "%s", name);
-    uint64_t pools = 0;
-    for (int q = 0; q < TG_POOL_COUNT; q++) /* each at most 2^48; shared gradients inside the activations */
-        if (!(q == TG_POOL_GRADS && p->grads_share_activations)) pools += p->pool_bytes[q];
+    const uint64_t pools = tg_plan_pools_bytes(p);
     if (pools != p->peak_bytes || report.activation_live_peak != p->activation_live_peak)
         return tg_fail(err, "%s: the plan says peak %llu bytes (live activations %llu), its pools and layout make "
                             "%llu (%llu)",

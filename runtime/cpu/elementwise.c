@@ -43,13 +43,15 @@ static void add_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
 }
 void tg_cpu_kernel_add(const tg_cpu_op_args *a) { tg_cpu_elementwise_parallel(a, a->op->p.count.n, add_range); }
 
+static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+
 static void gelu_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
     const float *x = CF32(a->in[0]);
     float *y = F32(a->out[0]);
     if (a->op->p.gelu.form == TG_GELU_TANH) {
         for (int64_t i = b; i < e; i++) y[i] = gelu_tanh(x[i]);
     } else {
-        for (int64_t i = b; i < e; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+        for (int64_t i = b; i < e; i++) y[i] = gelu_erf(x[i]);
     }
 }
 void tg_cpu_kernel_gelu(const tg_cpu_op_args *a) { tg_cpu_elementwise_parallel(a, a->op->p.gelu.n, gelu_range); }
@@ -69,7 +71,7 @@ static void gelu_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
             float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
             dx[i] = dy[i] * (cdf + v * inv_sqrt_2pi * expf(-0.5f * v * v));
         }
-        for (int64_t i = b; y && i < e; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+        for (int64_t i = b; y && i < e; i++) y[i] = gelu_erf(x[i]);
     }
 }
 

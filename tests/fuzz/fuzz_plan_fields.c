@@ -297,8 +297,7 @@ static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
     }
     default: /* fix-ups that let an edit reach the checks past the totals and lifetimes */
         if (pick % 3 == 0) {
-            p->peak_bytes = 0;
-            for (int q = 0; q < TG_POOL_COUNT; q++) p->peak_bytes += tg_pool_allocated(p, q) ? p->pool_bytes[q] : 0;
+            p->peak_bytes = tg_plan_pools_bytes(p);
         } else if (pick % 3 == 1) {
             recompute_lifetimes(p);
         } else if (p->n_tensors > 1) { /* a tensor moved onto another's offset and pool */

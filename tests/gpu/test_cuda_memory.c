@@ -123,8 +123,7 @@ TG_TEST(test_gpu_preflight_refuses) {
     tg_plan p;
     if (!tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, &p)) return;
     p.pool_bytes[TG_POOL_ACTIVATIONS] = 1ull << 50;
-    p.peak_bytes = 0;
-    for (int q = 0; q < TG_POOL_COUNT; q++) p.peak_bytes += tg_pool_allocated(&p, q) ? p.pool_bytes[q] : 0;
+    p.peak_bytes = tg_plan_pools_bytes(&p);
     tg_trainer tr;
     tg_trainer_options o = {.device = TG_DEVICE_CUDA, .load_data = 0};
     tg_err err = {{0}};
