@@ -38,7 +38,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 }
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
-_Static_assert(sizeof(tg_job) == 5120, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5128, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -123,6 +123,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_i32(&h, j->share_grad_memory);
     fp_i32(&h, j->recompute);
     fp_u64(&h, j->memory_limit);
+    fp_i32(&h, j->optimizer_state);
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

@@ -71,6 +71,7 @@ static const struct job_key {
     [TG_JOB_SHARE_GRAD_MEMORY] = {"share_grad_memory", 0},
     [TG_JOB_RECOMPUTE] = {"recompute", 0},
     [TG_JOB_MEMORY_LIMIT] = {"memory_limit", 0},
+    [TG_JOB_OPTIMIZER_STATE] = {"optimizer_state", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -446,6 +447,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
     static const char *const lr_schedules[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
     static const char *const optimizers[TG_OPTIMIZER_COUNT] = {"adamw", "adan"};
+    static const char *const state_dtypes[TG_OPTIMIZER_STATE_COUNT] = {"fp32", "bf16"};
     const char *name = k_keys[key].name;
     int rc = 0;
     switch ((tg_job_key)key) { /* GCOVR_EXCL_BR_LINE: key indexes k_keys, found by name, so TG_JOB_KEY_COUNT (a case for -Wswitch) and values past it never come */
@@ -523,6 +525,9 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_SHARE_GRAD_MEMORY: rc = set_bool(&job->share_grad_memory, v, o, name, err); break;
     case TG_JOB_RECOMPUTE: rc = set_enum(&job->recompute, v, recompute_modes, TG_RECOMPUTE_COUNT, o, name, err); break;
     case TG_JOB_MEMORY_LIMIT: rc = set_size(&job->memory_limit, v, o, name, err); break;
+    case TG_JOB_OPTIMIZER_STATE:
+        rc = set_enum(&job->optimizer_state, v, state_dtypes, TG_OPTIMIZER_STATE_COUNT, o, name, err);
+        break;
     case TG_JOB_DATA_PARALLEL:
         rc = set_int_range(&job->data_parallel, v, 1, TG_MAX_DATA_PARALLEL, "replicas", o, name, err);
         break;

@@ -82,6 +82,9 @@ typedef struct tg_job {
     int32_t share_grad_memory;
     /* Forward results the backward computes again instead of keeping (TG_RECOMPUTE_*). */
     int32_t recompute;
+    /* The optimizer's moment vectors' storage (TG_OPTIMIZER_STATE_*): fp32, or bf16 rounded
+     * stochastically after each update (kernels/state_rounding.h). */
+    int32_t optimizer_state;
     /* The most the plan may need on one GPU, as its memory estimate counts it (bytes; 0:
      * no limit). recompute = auto recomputes where that brings the plan under it. */
     uint64_t memory_limit;
@@ -91,6 +94,9 @@ typedef struct tg_job {
 
 /* tg_job.optimizer */
 enum { TG_OPTIMIZER_ADAMW = 0, TG_OPTIMIZER_ADAN = 1, TG_OPTIMIZER_COUNT };
+
+/* tg_job.optimizer_state */
+enum { TG_OPTIMIZER_STATE_FP32 = 0, TG_OPTIMIZER_STATE_BF16 = 1, TG_OPTIMIZER_STATE_COUNT };
 
 /* tg_job.recompute: none, the MLP's GELU output (compiler/recompute.h), or auto: the GELU
  * output where memory_limit needs it, else none. */
@@ -108,7 +114,7 @@ typedef enum tg_job_key {
     TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
-    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_KEY_COUNT
+    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -26,11 +26,14 @@ static int pool_too_large(tg_graph *g, int pool, uint64_t bytes) {
                               what, tg_pool_name(pool), need, limit);
 }
 
-static int view(tg_graph *g, const char *name, int pool, uint64_t bytes) {
-    int64_t n = (int64_t)(bytes / 4);
-    int t = tg_graph_tensor(g, name, TG_F32, pool, 1, &n);
+static int view_of(tg_graph *g, const char *name, int pool, int dtype, int64_t n) {
+    int t = tg_graph_tensor(g, name, dtype, pool, 1, &n);
     if (t >= 0) g->tensors[t].flags |= TG_TENSOR_VIEW;
     return t;
+}
+
+static int view(tg_graph *g, const char *name, int pool, uint64_t bytes) {
+    return view_of(g, name, pool, TG_F32, (int64_t)(bytes / 4));
 }
 
 /* Rounds the layout's end up to twice the tensor alignment, so that half-width copies at
@@ -136,12 +139,13 @@ int tg_plan_param_layout(tg_graph *g) {
     g->io.params_all = view(g, "params.all", TG_POOL_PARAMS, end);
     g->io.grads_all = view(g, "grads.all", TG_POOL_GRADS, end);
     /* ZeRO-1: each replica keeps the optimizer state of its own slice of the parameters;
-     * Adan keeps two vectors in each of m and v (plan/ops.def). */
+     * Adan keeps two vectors in each of m and v (plan/ops.def), in f32 or bf16. */
     const int64_t slice = tg_zero_slice(g->job, (int64_t)(end / 4));
-    const uint64_t state = (slice ? (uint64_t)slice * 4 : end) * (g->job && g->job->optimizer == TG_OPTIMIZER_ADAN ? 2 : 1);
-    g->io.m_all = view(g, "optim.m", TG_POOL_OPTIM, state);
-    g->io.v_all = view(g, "optim.v", TG_POOL_OPTIM, state);
-    if (g->io.v_all >= 0) g->tensors[g->io.v_all].offset = state;
+    const int64_t state = (slice ? slice : (int64_t)(end / 4)) * (g->job && g->job->optimizer == TG_OPTIMIZER_ADAN ? 2 : 1);
+    const int dtype = g->job && g->job->optimizer_state == TG_OPTIMIZER_STATE_BF16 ? TG_BF16 : TG_F32;
+    g->io.m_all = view_of(g, "optim.m", TG_POOL_OPTIM, dtype, state);
+    g->io.v_all = view_of(g, "optim.v", TG_POOL_OPTIM, dtype, state);
+    if (g->io.m_all >= 0 && g->io.v_all >= 0) g->tensors[g->io.v_all].offset = align_up(g->tensors[g->io.m_all].bytes);
     return g->failed ? -1 : 0;
 }
 

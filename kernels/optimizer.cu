@@ -21,13 +21,16 @@
  * left alone). A launch may cover a range of the elements (the executor's deferred update
  * runs the update in chunks beside the next forward, kernels/cuda_ops.h), and may be
  * gated by a device flag, doing nothing while it is 0. ZeRO-1 (zero_slice) updates the
- * replica's slice only, m and v indexed from the slice's first element.
+ * replica's slice only, m and v indexed from the slice's first element. With bf16 state
+ * (optimizer_state) the moments are widened, updated as above and stored rounded
+ * stochastically from the same Philox words as the CPU's (kernels/state_rounding.h).
  *
  * BIAS_GRAD reads dout as float, bf16 or half (widened exactly); everything else is fp32. */
 #include "kernels/column_sums.cuh"
 #include "kernels/adan_update.h"
 #include "kernels/loss_scale.h"
 #include "kernels/lr_schedule.h"
+#include "kernels/state_rounding.h"
 
 #define NORM_THREADS 256
 #define NORM_MAX_BLOCKS 1024
@@ -182,16 +185,24 @@ static __device__ __forceinline__ int seg_find(const tg_param_segment *seg, int 
     return r;
 }
 
+/* The step a draw is taken at: the step counter as the CPU reads it. */
+static __device__ __forceinline__ uint64_t round_step(const float *step_ptr) {
+    const float s = step_ptr[0];
+    return s > 0.0f ? (uint64_t)s : 0;
+}
+
 /* COPY: also write the updated parameters, rounded to PT (bf16, or half in fp16 plans:
  * round to nearest even, past 65504 to infinity), to pbf (element i of the copies' pool
- * = element i of params), in the same pass. */
-template <bool VEC, bool COPY, class PT>
+ * = element i of params), in the same pass. ST: the state's type, float or bf16 (then
+ * rounded stochastically, one Philox block per 4 elements). */
+template <bool VEC, bool COPY, class PT, class ST>
 __global__ void __launch_bounds__(ADAM_THREADS)
-adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_all,
-             float *__restrict__ v_all, PT *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
+adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, ST *__restrict__ m_all,
+             ST *__restrict__ v_all, PT *__restrict__ pbf, const float *__restrict__ lr_ptr, const float *__restrict__ step_ptr,
              const float *__restrict__ norm_ptr, const float *__restrict__ scale_ptr,
              const tg_param_segment *__restrict__ seg, int nseg, int64_t first,
-             int64_t n, int64_t state_first, const int *__restrict__ gate, adam_hyper h) {
+             int64_t n, int64_t state_first, const int *__restrict__ gate, adam_hyper h, uint64_t seed) {
+    constexpr bool ROUND = sizeof(ST) == 2;
     __shared__ float s_lr, s_clip, s_step_size, s_sqrt_bc2;
     if (gate && *gate == 0) return;
     if (norm_ptr && !isfinite(norm_ptr[0])) return; /* a non-finite gradient: the step is skipped */
@@ -210,6 +221,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
     __syncthreads();
     const float lr = s_lr, clip = s_clip, step_size = s_step_size, sqrt_bc2 = s_sqrt_bc2;
     const float lr_wd = fmul(lr, h.wd);
+    const uint64_t rstep = ROUND ? round_step(step_ptr) : 0;
     const int64_t block_first = first + (int64_t)blockIdx.x * ADAM_THREADS * 4 * ADAM_ITERS;
     int s = -1;
     for (int it = 0; it < ADAM_ITERS; it++) {
@@ -220,21 +232,29 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
             while (s + 1 < nseg && seg[s + 1].offset <= e) s++;
         if (s < 0) continue; /* before the first segment */
         int64_t end = seg[s].offset + seg[s].numel;
+        uint32_t w[4] = {0, 0, 0, 0}; /* the draws of elements e .. e+3 (e is a multiple of 4) */
+        if (ROUND) tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY, (uint64_t)e >> 2, w);
         if (VEC && e + 4 <= end && e + 4 <= n) {
             const float decay = seg[s].decay ? lr_wd : 0.0f;
             const int64_t i4 = e / 4;
             float4 g = reinterpret_cast<const float4 *>(grads)[i4];
             float4 p = reinterpret_cast<float4 *>(params)[i4];
             const int64_t k4 = i4 - state_first / 4; /* state_first: a multiple of 4 */
-            float4 m = reinterpret_cast<float4 *>(m_all)[k4];
-            float4 v = reinterpret_cast<float4 *>(v_all)[k4];
-            adam_elem(g.x, p.x, m.x, v.x, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
-            adam_elem(g.y, p.y, m.y, v.y, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
-            adam_elem(g.z, p.z, m.z, v.z, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
-            adam_elem(g.w, p.w, m.w, v.w, clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            float m[4], v[4];
+            tg_vec<ST, 4>::load(m_all, k4, m);
+            tg_vec<ST, 4>::load(v_all, k4, v);
+            adam_elem(g.x, p.x, m[0], v[0], clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            adam_elem(g.y, p.y, m[1], v[1], clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            adam_elem(g.z, p.z, m[2], v[2], clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            adam_elem(g.w, p.w, m[3], v[3], clip, decay, h.b1, h.b2, h.eps, step_size, sqrt_bc2);
+            if (ROUND)
+                for (int j = 0; j < 4; j++) {
+                    m[j] = tg_bf16_round_stochastic(m[j], w[j]);
+                    v[j] = tg_bf16_round_stochastic(v[j], w[j] >> 16);
+                }
             reinterpret_cast<float4 *>(params)[i4] = p;
-            reinterpret_cast<float4 *>(m_all)[k4] = m;
-            reinterpret_cast<float4 *>(v_all)[k4] = v;
+            tg_vec<ST, 4>::store(m_all, k4, m);
+            tg_vec<ST, 4>::store(v_all, k4, v);
             if (COPY) {
                 const float pv[4] = {p.x, p.y, p.z, p.w};
                 tg_vec<PT, 4>::store(pbf, i4, pv);
@@ -246,10 +266,12 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
                 end = seg[s].offset + seg[s].numel;
                 if (i >= end) continue;
                 const int64_t k = i - state_first;
-                float p = params[i], m = m_all[k], v = v_all[k];
+                float p = params[i], m = tg_ld(m_all, k), v = tg_ld(v_all, k);
                 adam_elem(grads[i], p, m, v, clip, seg[s].decay ? lr_wd : 0.0f, h.b1, h.b2, h.eps, step_size,
                           sqrt_bc2);
-                params[i] = p, m_all[k] = m, v_all[k] = v;
+                if (ROUND) m = tg_bf16_round_stochastic(m, w[j]), v = tg_bf16_round_stochastic(v, w[j] >> 16);
+                params[i] = p;
+                tg_st(m_all, k, m), tg_st(v_all, k, v);
                 if (COPY) tg_st(pbf, i, p);
             }
         }
@@ -257,29 +279,22 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, float 
 }
 
 /* Elements [first, end) of the parameters, whose m and v sit at [first - state_first, ...). */
-static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
-                        tg_err *err) {
+template <class ST>
+static void adamw_launch_as(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
+                            int64_t blocks, const adam_hyper &h) {
     const tg_cuda_ctx *ctx = a->ctx;
-    const tg_adamw_params *ap = &a->op->p.adamw;
-    if (end > ap->n) end = ap->n;
-    if (first >= end || ctx->n_segments <= 0) return 0;
-    if (first % 4 || state_first % 4)
-        return tg_fail(err, "AdamW range starts at element %lld (state at %lld), not a multiple of 4", (long long)first,
-                       (long long)state_first);
-    if (!ctx->segments) return tg_fail(err, "no parameter segment table");
-    const adam_hyper h = {ap->beta1, ap->beta2, ap->eps, ap->weight_decay, ap->max_grad_norm};
     const float *g = (const float *)a->in[0];
-    float *p = (float *)a->out[0], *m = (float *)a->out[1], *v = (float *)a->out[2];
-    const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
-    const int64_t blocks = (end - first + per_block - 1) / per_block;
-    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
+    float *p = (float *)a->out[0];
+    ST *m = (ST *)a->out[1], *v = (ST *)a->out[2];
     void *pbf = a->out[3]; /* bf16 / fp16 plans: the parameter copies' pool, else NULL */
-    const int vec = tg_aligned16(g) && tg_aligned16(p) && tg_aligned16(m) && tg_aligned16(v) && tg_aligned8(pbf);
+    const int state_vec = sizeof(ST) == 4 ? tg_aligned16(m) && tg_aligned16(v) : tg_aligned8(m) && tg_aligned8(v);
+    const int vec = tg_aligned16(g) && tg_aligned16(p) && state_vec && tg_aligned8(pbf);
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
     const float *scale = (const float *)a->in[4];
 #define ADAMW(VEC, COPY, PT)                                                                                          \
-    adamw_kernel<VEC, COPY, PT><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                  \
-        g, p, m, v, (PT *)pbf, lr, step, norm, scale, ctx->segments, ctx->n_segments, first, end, state_first, gate, h)
+    adamw_kernel<VEC, COPY, PT, ST><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                              \
+        g, p, m, v, (PT *)pbf, lr, step, norm, scale, ctx->segments, ctx->n_segments, first, end, state_first, gate, h, \
+        ctx->seed)
     const int f16 = pbf && a->out_dtype[3] == TG_F16;
     if (vec && f16)
         ADAMW(true, true, tg_f16);
@@ -294,6 +309,24 @@ static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, in
     else
         ADAMW(false, false, tg_bf16);
 #undef ADAMW
+}
+
+static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
+                        tg_err *err) {
+    const tg_cuda_ctx *ctx = a->ctx;
+    const tg_adamw_params *ap = &a->op->p.adamw;
+    if (end > ap->n) end = ap->n;
+    if (first >= end || ctx->n_segments <= 0) return 0;
+    if (first % 4 || state_first % 4)
+        return tg_fail(err, "AdamW range starts at element %lld (state at %lld), not a multiple of 4", (long long)first,
+                       (long long)state_first);
+    if (!ctx->segments) return tg_fail(err, "no parameter segment table");
+    const adam_hyper h = {ap->beta1, ap->beta2, ap->eps, ap->weight_decay, ap->max_grad_norm};
+    const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
+    const int64_t blocks = (end - first + per_block - 1) / per_block;
+    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
+    if (a->out_dtype[1] == TG_BF16) adamw_launch_as<tg_bf16>(a, first, end, state_first, gate, blocks, h);
+    else adamw_launch_as<float>(a, first, end, state_first, gate, blocks, h);
     return 0;
 }
 
@@ -313,14 +346,16 @@ int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
 
 /* One element after another, each thread taking every ADAM_THREADS-th element of its
  * block's stretch (coalesced), the update itself kernels/adan_update.h's. The per-update
- * constants come from device memory (lr, step, norm), as AdamW's. */
-template <bool COPY, class PT>
+ * constants come from device memory (lr, step, norm), as AdamW's. ST: the state's type
+ * (bf16: rounded stochastically, the element's word of each of the two streams). */
+template <bool COPY, class PT, class ST>
 __global__ void __launch_bounds__(ADAM_THREADS)
-adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *__restrict__ m_d,
-            float *__restrict__ v_gprev, PT *__restrict__ pbf, const float *__restrict__ lr_ptr,
+adan_kernel(const float *__restrict__ grads, float *__restrict__ params, ST *__restrict__ m_d,
+            ST *__restrict__ v_gprev, PT *__restrict__ pbf, const float *__restrict__ lr_ptr,
             const float *__restrict__ step_ptr, const float *__restrict__ norm_ptr, const float *__restrict__ scale_ptr,
             const tg_param_segment *__restrict__ seg, int nseg, int64_t first, int64_t n, int64_t state_first,
-            int64_t state, const int *__restrict__ gate, tg_adan_params h) {
+            int64_t state, const int *__restrict__ gate, tg_adan_params h, uint64_t seed) {
+    constexpr bool ROUND = sizeof(ST) == 2;
     __shared__ tg_adan_step s_step;
     if (gate && *gate == 0) return;
     if (norm_ptr && !isfinite(norm_ptr[0])) return; /* a non-finite gradient: the step is skipped */
@@ -332,6 +367,7 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *
     __syncthreads();
     const tg_adan_step st = s_step;
     const float lr_wd = fmul(lr_ptr[0], h.weight_decay);
+    const uint64_t rstep = ROUND ? round_step(step_ptr) : 0;
     const int64_t block_first = first + (int64_t)blockIdx.x * ADAM_THREADS * 4 * ADAM_ITERS;
     int s = -1;
     for (int it = 0; it < 4 * ADAM_ITERS; it++) {
@@ -342,35 +378,39 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, float *
             while (s + 1 < nseg && seg[s + 1].offset <= i) s++;
         if (s < 0 || i >= seg[s].offset + seg[s].numel) continue; /* before the first segment, or a gap */
         const int64_t k = i - state_first;
-        float p = params[i], m = m_d[k], d = m_d[state + k], v = v_gprev[k], gp = v_gprev[state + k];
+        float p = params[i], m = tg_ld(m_d, k), d = tg_ld(m_d, state + k), v = tg_ld(v_gprev, k),
+              gp = tg_ld(v_gprev, state + k);
         tg_adan_element(&st, seg[s].decay ? lr_wd : 0.0f, grads[i], &p, &m, &d, &v, &gp);
-        params[i] = p, m_d[k] = m, m_d[state + k] = d, v_gprev[k] = v, v_gprev[state + k] = gp;
+        if (ROUND) {
+            uint32_t w1[4], w2[4];
+            tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY, (uint64_t)i >> 2, w1);
+            tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY2, (uint64_t)i >> 2, w2);
+            m = tg_bf16_round_stochastic(m, w1[i & 3]), d = tg_bf16_round_stochastic(d, w1[i & 3] >> 16);
+            v = tg_bf16_round_stochastic(v, w2[i & 3]), gp = tg_bf16_round_stochastic(gp, w2[i & 3] >> 16);
+        }
+        params[i] = p;
+        tg_st(m_d, k, m), tg_st(m_d, state + k, d), tg_st(v_gprev, k, v), tg_st(v_gprev, state + k, gp);
         if (COPY) tg_st(pbf, i, p);
     }
 }
 
 /* Elements [first, end) of the parameters, their state at [first - state_first, ...) of each part. */
-static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
-                       tg_err *err) {
+template <class ST>
+static void adan_launch_as(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
+                           int64_t blocks) {
     const tg_cuda_ctx *ctx = a->ctx;
     const tg_adan_params *ap = &a->op->p.adan;
-    const int64_t slice = ap->zero_slice;
-    if (end > ap->n) end = ap->n;
-    if (first >= end || ctx->n_segments <= 0) return 0;
-    if (!ctx->segments) return tg_fail(err, "no parameter segment table");
-    const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
-    const int64_t blocks = (end - first + per_block - 1) / per_block;
-    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
     const float *g = (const float *)a->in[0];
-    float *p = (float *)a->out[0], *md = (float *)a->out[1], *vg = (float *)a->out[2];
+    float *p = (float *)a->out[0];
+    ST *md = (ST *)a->out[1], *vg = (ST *)a->out[2];
     void *pbf = a->out[3]; /* bf16 / fp16 plans: the parameter copies' pool, else NULL */
     const float *lr = (const float *)a->in[1], *step = (const float *)a->in[2], *norm = (const float *)a->in[3];
     const float *scale = (const float *)a->in[4];
-    const int64_t state = slice > 0 ? slice : ap->n;
+    const int64_t state = ap->zero_slice > 0 ? ap->zero_slice : ap->n;
 #define ADAN(COPY, PT)                                                                                                \
-    adan_kernel<COPY, PT><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(g, p, md, vg, (PT *)pbf, lr, step, norm, \
-                                                                              scale, ctx->segments, ctx->n_segments,   \
-                                                                              first, end, state_first, state, gate, *ap)
+    adan_kernel<COPY, PT, ST><<<(unsigned)blocks, ADAM_THREADS, 0, ctx->stream>>>(                                    \
+        g, p, md, vg, (PT *)pbf, lr, step, norm, scale, ctx->segments, ctx->n_segments, first, end, state_first, state, \
+        gate, *ap, ctx->seed)
     if (pbf && a->out_dtype[3] == TG_F16)
         ADAN(true, tg_f16);
     else if (pbf)
@@ -378,6 +418,20 @@ static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int
     else
         ADAN(false, tg_bf16);
 #undef ADAN
+}
+
+static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int64_t state_first, const int *gate,
+                       tg_err *err) {
+    const tg_cuda_ctx *ctx = a->ctx;
+    const tg_adan_params *ap = &a->op->p.adan;
+    if (end > ap->n) end = ap->n;
+    if (first >= end || ctx->n_segments <= 0) return 0;
+    if (!ctx->segments) return tg_fail(err, "no parameter segment table");
+    const int64_t per_block = (int64_t)ADAM_THREADS * 4 * ADAM_ITERS;
+    const int64_t blocks = (end - first + per_block - 1) / per_block;
+    if (blocks > INT32_MAX) return tg_fail(err, "%lld parameters exceed the grid", (long long)(end - first));
+    if (a->out_dtype[1] == TG_BF16) adan_launch_as<tg_bf16>(a, first, end, state_first, gate, blocks);
+    else adan_launch_as<float>(a, first, end, state_first, gate, blocks);
     return 0;
 }
 

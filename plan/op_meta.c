@@ -526,6 +526,8 @@ static const char *check_update(const tg_op_check_ctx *c, const tg_op *op, int p
         EXPECT(numel(c, op->out[2]) / 2 == state && numel(c, op->out[2]) % 2 == 0,
                "out[2]: v and g_prev != 2 x zero_slice (or n) elements");
     }
+    const int md = c->tensors[op->out[1]].dtype, vd = c->tensors[op->out[2]].dtype;
+    EXPECT(md == vd && (md == TG_F32 || md == TG_BF16), "out[1], out[2]: the state is not all f32 or all bf16");
     /* The low-precision copies are refreshed element for element with the parameters. */
     EXPECT(op->out[3] < 0 || numel(c, op->out[3]) == n, "out[3]: parameter copies differ from the params in size");
     int64_t covered;

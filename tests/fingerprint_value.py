@@ -48,6 +48,7 @@ i32(5); i32(17); f32(-2.5)  # qa_n_best, qa_max_answer_length, qa_null_threshold
 i32(0)  # share_grad_memory
 i32(1)  # recompute
 u64(3 << 30)  # memory_limit
+i32(1)  # optimizer_state
 KEY_LINES = 64
 u32(KEY_LINES)
 for k in range(KEY_LINES): i32(k * 3 - 5)

@@ -227,6 +227,14 @@ TG_TEST(test_checkpoint_resume_bitwise_adan) {
     resume_matches_with("classify", "precision=fp32", 16, 5, adan);
     resume_matches_with("lm", "precision=bf16", 12, 7, adan);
 }
+/* bf16 optimizer state (AdamW's m and v, Adan's four vectors, stored rounded): saved as
+ * stored, and the rounding's draws resume at the checkpoint's step. */
+TG_TEST(test_checkpoint_resume_bitwise_bf16_state) {
+    const char *adamw[2] = {"optimizer_state=bf16", "optimizer=adamw"};
+    resume_matches_with("classify", "precision=bf16", 16, 5, adamw);
+    const char *adan[2] = {"optimizer_state=bf16", "optimizer=adan"};
+    resume_matches_with("lm", "precision=fp32", 12, 7, adan);
+}
 TG_TEST(test_checkpoint_resume_bitwise_bf16) { resume_matches("classify", "precision=bf16", 24, 7); }
 TG_TEST(test_checkpoint_resume_bitwise_lm) { resume_matches("lm", "precision=fp32", 16, 11); }
 TG_TEST(test_checkpoint_resume_bitwise_lm_bf16) { resume_matches("lm", "precision=bf16", 16, 5); }

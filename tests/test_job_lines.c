@@ -96,6 +96,7 @@ TG_TEST(test_job_lines_refused) {
         {"precision = fp8\n", "key 'precision': 'fp8' is not one of fp32, bf16, fp16"},
         {"last_batch = keep\n", "key 'last_batch': 'keep' is not one of pad, drop, wrap"},
         {"optimizer = sgd\n", "key 'optimizer': 'sgd' is not one of adamw, adan"},
+        {"optimizer_state = fp16\n", "key 'optimizer_state': 'fp16' is not one of fp32, bf16"},
         {"allow_tf32 = yes\n", "key 'allow_tf32': 'yes' is not a boolean (true, false, 1, 0)"},
         {"fuse_gelu = 2\n", "key 'fuse_gelu': '2' is not a boolean"},
         {"seed = -1\n", "key 'seed': '-1' is not a non-negative integer"},

@@ -5,6 +5,7 @@
 #include "kernels/adan_update.h"
 #include "kernels/loss_scale.h"
 #include "kernels/lr_schedule.h"
+#include "kernels/state_rounding.h"
 #include "runtime/cpu/cpu_kernels.h"
 
 void tg_cpu_kernel_schedule(const tg_cpu_op_args *a) {
@@ -71,7 +72,28 @@ typedef struct adamw_ctx {
     float *copy; /* out3: the low-precision parameter copies (widened by the caller), or NULL */
     int64_t state_first; /* the parameter element m[0] and v[0] belong to (ZeRO-1's slice) */
     float clip, lr, b1, b2, eps, wd, step_size, sqrt_bc2;
+    /* bf16 state: the draws' stream (kernels/state_rounding.h); the executor widened m and
+     * v and narrows them back after the kernel, which keeps the values rounded here. */
+    int round_state;
+    uint64_t seed, step;
 } adamw_ctx;
+
+/* The draw word of parameter element i (kernels/state_rounding.h). */
+static uint32_t round_word(const adamw_ctx *c, uint32_t key, int64_t i) {
+    uint32_t w[4];
+    tg_state_round_words(c->seed, c->step, key, (uint64_t)i >> 2, w);
+    return w[i & 3];
+}
+
+/* One element's new state rounded to bf16 (parts: 2 for AdamW's m, v; 4 for Adan's m, d,
+ * v, g_prev), in place. */
+static void round_state(const adamw_ctx *c, int64_t i, float *const *state, int parts) {
+    for (int k = 0; k < parts; k += 2) {
+        const uint32_t w = round_word(c, k ? TG_STATE_ROUND_KEY2 : TG_STATE_ROUND_KEY, i);
+        *state[k] = tg_bf16_round_stochastic(*state[k], w);
+        *state[k + 1] = tg_bf16_round_stochastic(*state[k + 1], w >> 16);
+    }
+}
 
 static void adamw_range(void *pv, int64_t b, int64_t e) {
     const adamw_ctx *c = pv;
@@ -88,6 +110,7 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
             for (int64_t j = j0; j < j1; j++) {
                 const int64_t i = sg->first + j, k = i - c->state_first;
                 tg_adan_element(c->adan, decay, c->g[i], &c->p[i], &c->m[k], &c->d[k], &c->v[k], &c->g_prev[k]);
+                if (c->round_state) round_state(c, i, (float *const[]){&c->m[k], &c->d[k], &c->v[k], &c->g_prev[k]}, 4);
                 if (c->copy) c->copy[i] = c->p[i];
             }
             continue;
@@ -98,9 +121,10 @@ static void adamw_range(void *pv, int64_t b, int64_t e) {
             float p = c->p[i] - decay * c->p[i];
             float m = c->b1 * c->m[k] + (1.0f - c->b1) * g;
             float v = c->b2 * c->v[k] + (1.0f - c->b2) * g * g;
+            c->p[i] = p - c->step_size * m / (sqrtf(v) / c->sqrt_bc2 + c->eps);
             c->m[k] = m;
             c->v[k] = v;
-            c->p[i] = p - c->step_size * m / (sqrtf(v) / c->sqrt_bc2 + c->eps);
+            if (c->round_state) round_state(c, i, (float *const[]){&c->m[k], &c->v[k]}, 2);
             if (c->copy) c->copy[i] = c->p[i];
         }
     }
@@ -126,6 +150,8 @@ static void update_run(const tg_cpu_op_args *a, const tg_adan_step *adan) {
         c.clip = (float)fmin(1.0, (double)ap->max_grad_norm / (norm + 1e-6));
     }
     c.clip *= unscale(a);
+    c.round_state = a->out_dtype[1] == TG_BF16;
+    c.seed = a->seed, c.step = step_counter(CF32(a->in[2]));
     double t = CF32(a->in[2])[0];
     double bc1 = 1.0 - pow(ap->beta1, t), bc2 = 1.0 - pow(ap->beta2, t);
     c.step_size = (float)(c.lr / bc1);

@@ -142,6 +142,7 @@ static act_seen g_act;
  * accumulate, BIAS_GRAD's and the LayerNorm backwards' overwrite), so both forms of each op run. */
 static int g_accumulate_gradients;
 static int g_adan; /* plans with optimizer = adan (ADAN in place of ADAMW) */
+static int g_state_bf16; /* plans with optimizer_state = bf16 (moments rounded stochastically) */
 
 /* With g_data_parallel > 1: ZeRO-1 plans, run as replica g_zero_rank. As replica 0 the
  * one-GPU communicator gathers (the slice it holds already); as another replica both sides
@@ -341,6 +342,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.zero_stage = g_zero;
     job.recompute = g_recompute;
     if (g_adan) job.optimizer = TG_OPTIMIZER_ADAN, job.beta1 = 0.98f, job.beta2 = 0.92f, job.no_prox = g_adan > 1;
+    if (g_state_bf16) job.optimizer_state = TG_OPTIMIZER_STATE_BF16;
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -392,6 +394,25 @@ static void check_adan_plans(int precision, uint64_t seed, int *kinds_seen) {
                 0, TG_ATTENTION_FUSED, kinds_seen);
     g_data_parallel = 1, g_zero = g_zero_rank = 0;
     g_adan = 0;
+}
+
+/* optimizer_state = bf16: AdamW's and Adan's moments stored in bf16 with the stochastic
+ * rounding's draws, bit for bit with the CPU (one plan per optimizer, and a ZeRO-1 slice
+ * that starts past element 0, whose draws are those of the parameters' own elements). */
+static void check_state_bf16_plans(int precision, uint64_t seed, int *kinds_seen) {
+    g_state_bf16 = 1;
+    check_shape("tiny-bert, bf16 optimizer state", "tiny-bert", TG_TASK_CLASSIFY, 3, 24, seed + 61, precision, 0, 0, 0,
+                TG_ATTENTION_FUSED, kinds_seen);
+    g_adan = 1;
+    check_shape("tiny-bert adan, bf16 optimizer state", "tiny-bert", TG_TASK_CLASSIFY, 3, 24, seed + 62, precision, 0,
+                0, 0, TG_ATTENTION_FUSED, kinds_seen);
+    g_data_parallel = 2, g_zero = 1, g_zero_rank = 1;
+    for (g_adan = 0; g_adan <= 1; g_adan++)
+        check_shape(g_adan ? "tiny-gpt2 adan, bf16 state, ZeRO-1 replica 1 of 2" : "tiny-gpt2, bf16 state, ZeRO-1 replica 1 of 2",
+                    "tiny-gpt2", TG_TASK_LM, 2, 24, seed + 63 + g_adan, precision, 0, 0, 0, TG_ATTENTION_FUSED,
+                    kinds_seen);
+    g_data_parallel = 1, g_zero = g_zero_rank = 0;
+    g_adan = 0, g_state_bf16 = 0;
 }
 
 static void check_separate_qkv(int precision, uint64_t seed, int *kinds_seen) {
@@ -554,6 +575,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_layernorm_widths(TG_PREC_FP32, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_FP32, seed, kinds_seen);
     check_adan_plans(TG_PREC_FP32, seed, kinds_seen);
+    check_state_bf16_plans(TG_PREC_FP32, seed, kinds_seen);
     check_recompute_plans(TG_PREC_FP32, seed, kinds_seen);
     /* fp16's loss scaling: the scaled FILL, GRAD_NORM and updates, LOSS_SCALE_UPDATE. */
     g_f32_ops_only = 1;
@@ -583,6 +605,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_layernorm_widths(TG_PREC_BF16, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_BF16, seed, kinds_seen);
     check_adan_plans(TG_PREC_BF16, seed, kinds_seen);
+    check_state_bf16_plans(TG_PREC_BF16, seed, kinds_seen);
     check_recompute_plans(TG_PREC_BF16, seed, kinds_seen);
     /* fp16 plans' f32 ops alone (test_gpu_ops_match_cpu_fp16 runs all): LOSS_SCALE_UPDATE too. */
     g_f32_ops_only = 1;

@@ -732,6 +732,23 @@ TG_TEST(test_gpu_recompute_gelu_matches) {
     cuda_runs_as_cpu(runs, RUNS, "the outputs kept");
 }
 
+/* optimizer_state = bf16: the moments' stochastic rounding draws the same bits whatever
+ * runs the update (in schedule order, deferred in chunks beside the next forward, with
+ * steps in flight, with the parameters read midway), so those train bit for bit alike;
+ * and as the CPU within float rounding. Adan's four rounded vectors likewise. */
+TG_TEST(test_gpu_bf16_optimizer_state_matches) {
+    enum { RUNS = 5 };
+    const char *job = "examples/demo-classify.job", *bf16 = "optimizer_state=bf16";
+    const demo_run runs[RUNS] = {
+        {job, TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference, bf16 state", bf16},
+        {job, TG_DEVICE_CUDA, 0, 1, 0, 0, 0, "bf16 state, update in schedule order", bf16},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "bf16 state, deferred", bf16},
+        {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "bf16 state, deferred, 4 in flight", bf16},
+        {job, TG_DEVICE_CUDA, 1, 1, 0, 1, 3, "bf16 state, deferred, parameters read after step 3", bf16},
+    };
+    cuda_runs_as_cpu(runs, RUNS, "bf16 state in schedule order");
+}
+
 /* LM batches leave their labels to the step (TG_LABELS_FROM_IDS rows): the demo LM job
  * (padded rows of many lengths) trains on CUDA as on the CPU, whose batches carry every
  * label, through uploads, fetches and groups of steps; the CUDA runs agree bit for bit. */
