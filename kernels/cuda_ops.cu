@@ -19,6 +19,7 @@
  *   T  the op's storage type: f32, bf16 or f16, the same in every T slot of the launch
  *   S  f32, or the storage type (attention scores: f32 in bf16 and fp16 plans)
  *   H  a 16-bit format (bf16 or f16: the parameters' copies)
+ *   M  f32 or bf16 (the optimizer's moments, job key optimizer_state)
  *   F  f32     I  i32     A  any dtype (ZERO)
  * MATMUL's row is empty: kernels/gemm.cu checks its own dtypes. */
 struct dtype_rule {
@@ -62,8 +63,8 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SPAN_LOSS_BWD, {{"Fdloss", "Tlogits", "Ipositions", "Fnorm"}, {"Tdlogits"}}},
     {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps", "Fnorm"}, {"Flr", "Fstep_out"}}},
     {TG_OP_GRAD_NORM, {{"Fgrads", "Fscale"}, {"Fnorm"}}},
-    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm", "Fv", "Hparams_half"}}},
-    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Fm_d", "Fv_gprev", "Hparams_half"}}},
+    {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Mm", "Mv", "Hparams_half"}}},
+    {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Mm_d", "Mv_gprev", "Hparams_half"}}},
     {TG_OP_LOSS_SCALE_UPDATE, {{"Fnorm", "Fscale", "Ftracker"}, {"Fscale_out", "Ftracker_out"}}},
     {TG_OP_RESIDUAL_LAYERNORM, {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}}},
     {TG_OP_RESIDUAL_LAYERNORM_BWD,
@@ -101,6 +102,7 @@ static int dtype_ok(char role, int dt, int *T) {
     case 'F': return dt == TG_F32;
     case 'I': return dt == TG_I32;
     case 'H': return tg_dtype_half(dt);
+    case 'M': return dt == TG_F32 || dt == TG_BF16;
     case 'A': return tg_dtype_size(dt) > 0;
     default: return 0;
     }
