@@ -458,7 +458,7 @@ static void bwd_cross_entropy(tg_graph *g, int index) {
     if (dlogits < 0) return;
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
-    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.in[2];
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.in[2], s.in[4] = op.out[1];
     s.out[0] = dlogits;
     s.p.cross_entropy = op.p.cross_entropy;
     tg_graph_op(g, &s);

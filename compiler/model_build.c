@@ -340,6 +340,7 @@ static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t wid
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_CROSS_ENTROPY);
     s.in[0] = logits, s.in[1] = labels, s.in[2] = g->io.loss_norm, s.out[0] = loss;
+    s.out[1] = tg_act(g, "loss.lse", 2, rows, 2, 0, 0); /* read by the backward (ops.def) */
     s.p.cross_entropy.n = rows, s.p.cross_entropy.c = width;
     s.p.cross_entropy.classes = classes < width ? classes : 0;
     tg_graph_op(g, &s);

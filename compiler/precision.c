@@ -154,6 +154,9 @@ int tg_apply_precision(tg_graph *g, int precision) {
         case TG_OP_ATTENTION:
             keep[op->out[1]] = 1; /* LSE, a row statistic like LayerNorm's */
             break;
+        case TG_OP_CROSS_ENTROPY:
+            if (op->out[1] >= 0) keep[op->out[1]] = 1; /* the rows' log-sum-exp, hi and lo */
+            break;
         case TG_OP_LAYERNORM_BWD:
             /* dgamma and dbeta of frozen parameters: scratch activations, fp32 as the slots are. */
             keep[op->out[1]] = keep[op->out[2]] = 1;

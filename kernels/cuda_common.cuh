@@ -259,6 +259,22 @@ static __device__ __forceinline__ double block_sum_d(double v, double *smem) {
     return r;
 }
 
+/* Max over a block of BS threads, returned to every thread; smem holds 32 floats. Ends
+ * synchronised. */
+template <int BS>
+static __device__ __forceinline__ float block_max_f(float v, float *smem) {
+    static_assert(BS % 32 == 0 && BS <= 1024, "block size");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max_f(v);
+    if (BS == 32) return v;
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    float r = lane < BS / 32 ? smem[lane] : -INFINITY;
+    r = warp_max_f(r);
+    __syncthreads();
+    return r;
+}
+
 template <int BS>
 static __device__ __forceinline__ int block_sum_i(int v, int *smem) {
     static_assert(BS % 32 == 0 && BS <= 1024, "block size");

@@ -9,12 +9,16 @@
  * and a double sum of expf(x - max) (rescaled in double when the max grows, once per
  * vector), combined over the block in a fixed tree; lse = log(sum) + max in double, as the CPU's. Accumulating the float
  * exponentials in double keeps lse accurate where it matters (softmax near 1).
+ * Each thread loads CE_UNROLL vectors before it works on them (its chunks in the same
+ * order as one at a time, so the same bits), which keeps enough bytes in flight for the
+ * bandwidth at the occupancy the double sums leave.
  * The forward writes one double loss per row to scratch and a single block adds them in
  * a fixed order and divides by the number of counted rows (labels in [0, C); -100 and
- * other out-of-range labels are ignored, as on the CPU). The backward first computes
- * coef = dloss / n_valid in one tiny block (the CPU's float), then per row writes
- * coef * (softmax - onehot); the label's entry is computed in double to avoid the
- * cancellation of p - 1 when p is close to 1.
+ * other out-of-range labels are ignored, as on the CPU), and, when the plan keeps it, the
+ * row's lse as hi + lo floats. The backward first computes coef = dloss / n_valid in one
+ * tiny block (the CPU's float), then per row writes coef * (softmax - onehot), with the
+ * forward's lse when given (one pass over the logits instead of two); the label's entry is
+ * computed in double to avoid the cancellation of p - 1 when p is close to 1.
  *
  * Span loss (question answering): the rows are short (T positions of one side, read with
  * stride 2 from the [B*T, 2] logits), so the forward is one block that takes the 2B rows in
@@ -31,6 +35,7 @@
 #define SEL_THREADS 256
 #define SEL_CHUNK 4096 /* elements of dx per backward block */
 #define FIN_THREADS 1024
+#define CE_UNROLL 4 /* vectors a thread loads before using them */
 
 /* ---- select token ----------------------------------------------------------------- */
 
@@ -128,26 +133,31 @@ int64_t tg_scratch_cross_entropy_bwd(const tg_op *op) { return 4; }
 
 static __device__ __forceinline__ int ce_counted(int label, int64_t C) { return label >= 0 && label < C; }
 
-/* Merges running (max m, sum s) with (m2, s2): s is a sum of exp(x - m). */
-static __device__ __forceinline__ void lse_merge(float &m, double &s, float m2, double s2) {
-    if (m2 == -INFINITY) return;
-    if (m == -INFINITY) {
-        m = m2, s = s2;
-        return;
-    }
-    if (m2 > m) {
-        s = s * exp((double)m - (double)m2) + s2;
-        m = m2;
-    } else {
-        s += s2 * exp((double)m2 - (double)m);
-    }
-}
-
 /* log(sum_c exp(x_c)) over the first V of a row, in double, returned to every thread.
  * W elements per access (W = 1, or a 16-byte vector when the row allows it: C % W == 0
  * and the base aligned): each thread takes the max of its W values, rescales its running
  * double sum once if that max is new, and adds the W float exponentials as one float
  * partial, so the per-element work is float only. */
+/* Folds W values (chunk k of the row) into a thread's running (max m, double sum s). */
+template <int W>
+static __device__ __forceinline__ void lse_fold(float (&v)[W], int64_t k, int64_t V, float &m, double &s) {
+    float cm = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        if (k * W + i >= V) v[i] = -INFINITY; /* padding columns */
+        cm = fmaxf(cm, v[i]);
+    }
+    if (cm == -INFINITY) return;
+    if (cm > m) {
+        s = m == -INFINITY ? 0.0 : s * exp((double)m - (double)cm);
+        m = cm;
+    }
+    float cs = 0.0f;
+#pragma unroll
+    for (int i = 0; i < W; i++) cs += expf(v[i] - m);
+    s += (double)cs;
+}
+
 template <int BS, int W, class TX>
 static __device__ double row_lse(const TX *__restrict__ x, int64_t C, int64_t V) {
     __shared__ float s_m[32];
@@ -155,65 +165,45 @@ static __device__ double row_lse(const TX *__restrict__ x, int64_t C, int64_t V)
     float m = -INFINITY;
     double s = 0.0;
     const int64_t chunks = (W == 1 ? V : C) / W;
-    for (int64_t k = threadIdx.x; k < chunks; k += BS) {
+    int64_t k = threadIdx.x;
+    for (; k + (CE_UNROLL - 1) * BS < chunks; k += CE_UNROLL * BS) {
+        float v[CE_UNROLL][W];
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) tg_vec<TX, W>::load(x, k + u * BS, v[u]);
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) lse_fold<W>(v[u], k + u * BS, V, m, s);
+    }
+    for (; k < chunks; k += BS) {
         float v[W];
         tg_vec<TX, W>::load(x, k, v);
-        float cm = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < W; i++) {
-            if (k * W + i >= V) v[i] = -INFINITY; /* padding columns */
-            cm = fmaxf(cm, v[i]);
-        }
-        if (cm == -INFINITY) continue;
-        if (cm > m) {
-            s = m == -INFINITY ? 0.0 : s * exp((double)m - (double)cm);
-            m = cm;
-        }
-        float cs = 0.0f;
-#pragma unroll
-        for (int i = 0; i < W; i++) cs += expf(v[i] - m);
-        s += (double)cs;
+        lse_fold<W>(v, k, V, m, s);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_down_sync(0xffffffffu, m, o);
-        double s2 = __shfl_down_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (BS > 32) {
-        if (lane == 0) s_m[warp] = m, s_s[warp] = s;
-        __syncthreads();
-        if (warp == 0) {
-            m = lane < BS / 32 ? s_m[lane] : -INFINITY;
-            s = lane < BS / 32 ? s_s[lane] : 0.0;
-            for (int o = 16; o > 0; o >>= 1) {
-                float m2 = __shfl_down_sync(0xffffffffu, m, o);
-                double s2 = __shfl_down_sync(0xffffffffu, s, o);
-                lse_merge(m, s, m2, s2);
-            }
-        }
-    }
-    __shared__ double s_lse;
-    if (threadIdx.x == 0) s_lse = log(s) + (double)m;
-    __syncthreads();
-    const double r = s_lse;
-    __syncthreads();
-    return r;
+    /* The block's max first, then each thread's sum rescaled to it once (one double exp
+     * a thread) and summed in a fixed tree: log(sum) + max, in double. */
+    const float bm = block_max_f<BS>(m, s_m);
+    const double ts = m == -INFINITY ? 0.0 : s * exp((double)m - (double)bm);
+    const double bs = block_sum_d<BS>(ts, s_s);
+    return log(bs) + (double)bm;
 }
 
 template <int BS, int W, class TX>
 __global__ void __launch_bounds__(BS)
-ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss, int64_t C,
-            int64_t V) {
+ce_fwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, double *__restrict__ row_loss,
+            float *__restrict__ lse_out, int64_t C, int64_t V) {
     const int64_t n = blockIdx.x;
     const int l = labels[n];
     if (!ce_counted(l, V)) {
         if (threadIdx.x == 0) row_loss[n] = 0.0;
+        if (threadIdx.x == 0 && lse_out) lse_out[2 * n] = lse_out[2 * n + 1] = 0.0f;
         return;
     }
     const TX *x = logits + n * C;
     const double lse = row_lse<BS, W>(x, C, V);
     if (threadIdx.x == 0) row_loss[n] = lse - (double)tg_ld(x, l);
+    if (threadIdx.x == 0 && lse_out) {
+        const float hi = (float)lse;
+        lse_out[2 * n] = hi, lse_out[2 * n + 1] = (float)(lse - (double)hi);
+    }
 }
 
 /* The summed loss's divisor: the optional normaliser where positive (grad_accumulation's
@@ -252,10 +242,22 @@ ce_bwd_coef(const float *__restrict__ dloss, const int *__restrict__ labels, con
     coef[0] = divisor > 0 ? (float)((double)dloss[0] / divisor) : 0.0f;
 }
 
+/* coef * (softmax - onehot) of chunk k's W logits, in place. */
+template <int W>
+static __device__ __forceinline__ void ce_grad(float (&v)[W], int64_t k, int l, int64_t V, float coef, double lse) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const int64_t c = k * W + i;
+        v[i] = c >= V ? 0.0f /* padding columns */
+               : c == l ? (float)((double)coef * (exp((double)v[i] - lse) - 1.0))
+                        : fmul(coef, expf((float)((double)v[i] - lse)));
+    }
+}
+
 template <int BS, int W, class TX>
 __global__ void __launch_bounds__(BS)
 ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const float *__restrict__ coef_ptr,
-            TX *__restrict__ dlogits, int64_t C, int64_t V) {
+            const float *__restrict__ lse_in, TX *__restrict__ dlogits, int64_t C, int64_t V) {
     const int64_t n = blockIdx.x;
     const int l = labels[n];
     const float coef = coef_ptr[0];
@@ -267,17 +269,22 @@ ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const
         return;
     }
     const TX *x = logits + n * C;
-    const double lse = row_lse<BS, W>(x, C, V);
-    for (int64_t k = threadIdx.x; k < chunks; k += BS) {
+    const double lse = lse_in ? (double)lse_in[2 * n] + (double)lse_in[2 * n + 1] : row_lse<BS, W>(x, C, V);
+    int64_t k = threadIdx.x;
+    for (; k + (CE_UNROLL - 1) * BS < chunks; k += CE_UNROLL * BS) {
+        float v[CE_UNROLL][W];
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) tg_vec<TX, W>::load(x, k + u * BS, v[u]);
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) {
+            ce_grad<W>(v[u], k + u * BS, l, V, coef, lse);
+            tg_vec<TX, W>::store(d, k + u * BS, v[u]);
+        }
+    }
+    for (; k < chunks; k += BS) {
         float v[W];
         tg_vec<TX, W>::load(x, k, v);
-#pragma unroll
-        for (int i = 0; i < W; i++) {
-            const int64_t c = k * W + i;
-            v[i] = c >= V ? 0.0f /* padding columns */
-                   : c == l ? (float)((double)coef * (exp((double)v[i] - lse) - 1.0))
-                            : fmul(coef, expf((float)((double)v[i] - lse)));
-        }
+        ce_grad<W>(v, k, l, V, coef, lse);
         tg_vec<TX, W>::store(d, k, v);
     }
 }
@@ -290,26 +297,26 @@ static int ce_vec_ok(const void *p, const void *q, int64_t C) {
 }
 
 template <int BS, class TX>
-static void launch_ce_fwd_bs(const TX *x, const int *labels, double *row_loss, int64_t N, int64_t C, int64_t V,
-                             int vec, cudaStream_t st) {
+static void launch_ce_fwd_bs(const TX *x, const int *labels, double *row_loss, float *lse, int64_t N, int64_t C,
+                             int64_t V, int vec, cudaStream_t st) {
     constexpr int W = 16 / sizeof(TX);
     if (vec)
-        ce_fwd_rows<BS, W, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, row_loss, C, V);
+        ce_fwd_rows<BS, W, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, row_loss, lse, C, V);
     else
-        ce_fwd_rows<BS, 1, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, row_loss, C, V);
+        ce_fwd_rows<BS, 1, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, row_loss, lse, C, V);
 }
 
 template <class TX>
-static void launch_ce_fwd(const void *logits, const int *labels, double *row_loss, int64_t N, int64_t C, int64_t V,
-                          cudaStream_t st) {
+static void launch_ce_fwd(const void *logits, const int *labels, double *row_loss, float *lse, int64_t N, int64_t C,
+                          int64_t V, cudaStream_t st) {
     const TX *x = (const TX *)logits;
     const int vec = ce_vec_ok<TX>(logits, NULL, C);
     if (C >= 4096)
-        launch_ce_fwd_bs<512, TX>(x, labels, row_loss, N, C, V, vec, st);
+        launch_ce_fwd_bs<512, TX>(x, labels, row_loss, lse, N, C, V, vec, st);
     else if (C >= 256)
-        launch_ce_fwd_bs<128, TX>(x, labels, row_loss, N, C, V, vec, st);
+        launch_ce_fwd_bs<128, TX>(x, labels, row_loss, lse, N, C, V, vec, st);
     else
-        launch_ce_fwd_bs<32, TX>(x, labels, row_loss, N, C, V, vec, st);
+        launch_ce_fwd_bs<32, TX>(x, labels, row_loss, lse, N, C, V, vec, st);
 }
 
 /* Classes that count: classes when set (rows padded to c for aligned GEMMs), else c. Both
@@ -332,38 +339,39 @@ int tg_launch_cross_entropy(const tg_cuda_op_args *a, tg_err *err) {
     double *row_loss = (double *)a->ctx->reduce_scratch;
     cudaStream_t st = a->ctx->stream;
     const int64_t V = ce_classes(a->op);
+    float *lse = (float *)a->out[1]; /* optional (ops.def) */
     if (a->in_dtype[0] == TG_BF16)
-        launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, N, C, V, st);
+        launch_ce_fwd<tg_bf16>(a->in[0], labels, row_loss, lse, N, C, V, st);
     else if (a->in_dtype[0] == TG_F16)
-        launch_ce_fwd<tg_f16>(a->in[0], labels, row_loss, N, C, V, st);
+        launch_ce_fwd<tg_f16>(a->in[0], labels, row_loss, lse, N, C, V, st);
     else
-        launch_ce_fwd<float>(a->in[0], labels, row_loss, N, C, V, st);
+        launch_ce_fwd<float>(a->in[0], labels, row_loss, lse, N, C, V, st);
     ce_fwd_final<<<1, FIN_THREADS, 0, st>>>(row_loss, labels, (const float *)a->in[2], loss, N, V);
     return 0;
 }
 
 template <int BS, class TX>
-static void launch_ce_bwd_bs(const TX *x, const int *labels, const float *coef, TX *d, int64_t N, int64_t C,
-                             int64_t V, int vec, cudaStream_t st) {
+static void launch_ce_bwd_bs(const TX *x, const int *labels, const float *coef, const float *lse, TX *d, int64_t N,
+                             int64_t C, int64_t V, int vec, cudaStream_t st) {
     constexpr int W = 16 / sizeof(TX);
     if (vec)
-        ce_bwd_rows<BS, W, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, coef, d, C, V);
+        ce_bwd_rows<BS, W, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, coef, lse, d, C, V);
     else
-        ce_bwd_rows<BS, 1, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, coef, d, C, V);
+        ce_bwd_rows<BS, 1, TX><<<(unsigned)N, BS, 0, st>>>(x, labels, coef, lse, d, C, V);
 }
 
 template <class TX>
-static void launch_ce_bwd(const void *logits, const int *labels, const float *coef, void *dlogits, int64_t N,
-                          int64_t C, int64_t V, cudaStream_t st) {
+static void launch_ce_bwd(const void *logits, const int *labels, const float *coef, const float *lse, void *dlogits,
+                          int64_t N, int64_t C, int64_t V, cudaStream_t st) {
     const TX *x = (const TX *)logits;
     TX *d = (TX *)dlogits;
     const int vec = ce_vec_ok<TX>(logits, dlogits, C);
     if (C >= 4096)
-        launch_ce_bwd_bs<512, TX>(x, labels, coef, d, N, C, V, vec, st);
+        launch_ce_bwd_bs<512, TX>(x, labels, coef, lse, d, N, C, V, vec, st);
     else if (C >= 256)
-        launch_ce_bwd_bs<128, TX>(x, labels, coef, d, N, C, V, vec, st);
+        launch_ce_bwd_bs<128, TX>(x, labels, coef, lse, d, N, C, V, vec, st);
     else
-        launch_ce_bwd_bs<32, TX>(x, labels, coef, d, N, C, V, vec, st);
+        launch_ce_bwd_bs<32, TX>(x, labels, coef, lse, d, N, C, V, vec, st);
 }
 
 int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
@@ -377,12 +385,13 @@ int tg_launch_cross_entropy_bwd(const tg_cuda_op_args *a, tg_err *err) {
     cudaStream_t st = a->ctx->stream;
     const int64_t V = ce_classes(a->op);
     ce_bwd_coef<<<1, FIN_THREADS, 0, st>>>(dloss, labels, (const float *)a->in[3], coef, N, V);
+    const float *lse = (const float *)a->in[4]; /* optional: the forward's row lse */
     if (a->out_dtype[0] == TG_BF16)
-        launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
+        launch_ce_bwd<tg_bf16>(a->in[1], labels, coef, lse, a->out[0], N, C, V, st);
     else if (a->out_dtype[0] == TG_F16)
-        launch_ce_bwd<tg_f16>(a->in[1], labels, coef, a->out[0], N, C, V, st);
+        launch_ce_bwd<tg_f16>(a->in[1], labels, coef, lse, a->out[0], N, C, V, st);
     else
-        launch_ce_bwd<float>(a->in[1], labels, coef, a->out[0], N, C, V, st);
+        launch_ce_bwd<float>(a->in[1], labels, coef, lse, a->out[0], N, C, V, st);
     return 0;
 }
 

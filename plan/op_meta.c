@@ -436,17 +436,20 @@ static const char *check_cross_entropy(const tg_op_check_ctx *c, const tg_op *op
     /* The classes are the first `classes` columns of a row of C (0: all of them). */
     EXPECT(p->classes >= 0 && p->classes <= p->c, "classes outside [0, C]");
     PRODUCT(logits, "N*C", p->n, p->c);
+    PRODUCT(rows2, "N*2", p->n, 2);
     if (op->kind == TG_OP_CROSS_ENTROPY) {
         EXPECT(numel(c, op->in[0]) == logits, "in[0]: logits != N*C");
         EXPECT(numel(c, op->in[1]) == p->n, "in[1]: labels != N");
         EXPECT(numel(c, op->out[0]) == 1, "out[0]: loss is not a scalar");
         EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == 1, "in[2]: the normaliser is not a scalar");
+        EXPECT(op->out[1] < 0 || numel(c, op->out[1]) == rows2, "out[1]: lse != N*2");
     } else {
         EXPECT(numel(c, op->in[0]) == 1, "in[0]: dloss is not a scalar");
         EXPECT(numel(c, op->in[1]) == logits, "in[1]: logits != N*C");
         EXPECT(numel(c, op->in[2]) == p->n, "in[2]: labels != N");
         EXPECT(numel(c, op->out[0]) == logits, "out[0]: dlogits != N*C");
         EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == 1, "in[3]: the normaliser is not a scalar");
+        EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == rows2, "in[4]: lse != N*2");
     }
     return NULL;
 }

@@ -246,6 +246,7 @@ static int kept_slot(const tg_op *op, int t) {
     case TG_OP_LAYERNORM_BWD: return t == op->out[1] || t == op->out[2];
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return t == op->out[2] || t == op->out[3];
     case TG_OP_ATTENTION_BWD: return t == op->out[3];
+    case TG_OP_CROSS_ENTROPY: return t == op->out[1];
     default: return 0;
     }
 }

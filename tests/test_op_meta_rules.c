@@ -600,6 +600,12 @@ TG_TEST(test_op_meta_rules_select_cross_entropy) {
         {"classes > C", CEB(.classes = 6), {1, 20, 4}, {20}, .want = "classes outside [0, C]"},
         {"N*C", CEB(.n = INT64_MAX, .c = 2), {1, 20, 4}, {20}, .want = "N*C overflows"},
         {"no rows", CE(.n = 0), {Z0, Z0}, {1}},
+        /* The forward's row lse (hi, lo per row) and the backward reading it. */
+        {"with the rows' lse", CE(), {20, 4}, {1, 8}},
+        {"lse", CE(), {20, 4}, {1, 9}, .want = "out[1]: lse != N*2"},
+        {"N*2", CE(.n = INT64_MAX, .c = 1), {20, 4}, {1}, .want = "N*2 overflows"},
+        {"reading the rows' lse", CEB(), {1, 20, 4, 0, 8}, {20}},
+        {"lse read", CEB(), {1, 20, 4, 0, 7}, {20}, .want = "in[4]: lse != N*2"},
     };
     run_cases(cases, N_CASES(cases));
 }

@@ -1844,6 +1844,40 @@ static double ce_reference(const ce_ctx *c) {
     return valid ? sum / valid : 0.0;
 }
 
+/* The forward's row lse (out1, hi + lo) is the loss's double lse to 48 bits, 0, 0 on
+ * ignored rows; the backward reading it (in4) gives the gradient of the backward that
+ * computes lse itself, to within a float's last bit; padded classes (classes < C) too. */
+TG_TEST(test_op_cross_entropy_saved_lse) {
+    enum { N = 5, C = 40, V = 37 };
+    int32_t labels[N] = {3, TG_IGNORE_INDEX, 36, 0, 20};
+    float *x = frand(N * C, 71, -4, 4), lse[2 * N], dloss = 0.7f;
+    for (int i = 0; i < 2 * N; i++) lse[i] = NAN;
+    float loss = NAN;
+    tg_op op = tg_test_op(TG_OP_CROSS_ENTROPY);
+    op.p.cross_entropy = (tg_cross_entropy_params){.n = N, .c = C, .classes = V};
+    tg_cpu_op_args a = {.op = &op, .in = {x, labels}, .out = {&loss, lse}, .threads = pool3()};
+    tg_cpu_op_run(&a);
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, s = 0;
+        for (int k = 0; k < V; k++) mx = fmax(mx, x[n * C + k]);
+        for (int k = 0; k < V; k++) s += exp(x[n * C + k] - mx);
+        const double want = labels[n] == TG_IGNORE_INDEX ? 0.0 : log(s) + mx, got = (double)lse[2 * n] + lse[2 * n + 1];
+        CHECK(fabs(got - want) <= 1e-13 * fmax(1.0, fabs(want)) && (float)want == lse[2 * n],
+              "row %d: lse %.17g (hi %.9g lo %.9g), want %.17g", n, got, lse[2 * n], lse[2 * n + 1], want);
+    }
+    float *with = fconst(N * C, NAN), *without = fconst(N * C, NAN);
+    tg_op bop = tg_test_op(TG_OP_CROSS_ENTROPY_BWD);
+    bop.p.cross_entropy = op.p.cross_entropy;
+    tg_cpu_op_args b = {.op = &bop, .in = {&dloss, x, labels, NULL, lse}, .out = {with}, .threads = pool3()};
+    tg_cpu_op_run(&b);
+    b.in[4] = NULL, b.out[0] = without;
+    tg_cpu_op_run(&b);
+    int bad = 0;
+    for (int i = 0; i < N * C; i++) bad += !(fabsf(with[i] - without[i]) <= 1.2e-7f * fabsf(without[i]));
+    CHECK(!bad, "%d gradient entries differ by more than a float's last bit", bad);
+    free(x), free(with), free(without);
+}
+
 TG_TEST(test_op_cross_entropy_grad) {
     int32_t labels[6] = {3, TG_IGNORE_INDEX, 0, 6, TG_IGNORE_INDEX, 2};
     ce_ctx c = {6, 7, frand(6 * 7, 70, -3, 3), labels, 1.3f};

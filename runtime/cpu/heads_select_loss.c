@@ -75,6 +75,7 @@ typedef struct ce_ctx {
     const float *logits;
     const int32_t *labels;
     double *row_loss;  /* forward */
+    float *lse;        /* forward: out1, or NULL; backward: in4, or NULL (ops.def) */
     float coef;        /* backward: dloss / n_valid */
     float *dlogits;    /* backward */
 } ce_ctx;
@@ -100,7 +101,12 @@ static void ce_fwd_rows(void *p, int64_t b, int64_t e) {
     for (int64_t n = b; n < e; n++) {
         int32_t l = c->labels[n];
         const float *x = c->logits + n * C;
-        c->row_loss[n] = ce_counted(l, V) ? ce_logsumexp(x, V) - x[l] : 0.0;
+        const double lse = ce_counted(l, V) ? ce_logsumexp(x, V) : 0.0;
+        c->row_loss[n] = ce_counted(l, V) ? lse - x[l] : 0.0;
+        if (c->lse) {
+            const float hi = (float)lse;
+            c->lse[2 * n] = hi, c->lse[2 * n + 1] = (float)(lse - (double)hi);
+        }
     }
 }
 
@@ -116,7 +122,7 @@ static void ce_bwd_rows(void *p, int64_t b, int64_t e) {
             memset(d, 0, (size_t)V * 4);
             continue;
         }
-        double lse = ce_logsumexp(x, V);
+        const double lse = c->lse ? (double)c->lse[2 * n] + (double)c->lse[2 * n + 1] : ce_logsumexp(x, V);
         for (int64_t k = 0; k < V; k++) {
             double sm = exp((double)x[k] - lse) - (k == l ? 1.0 : 0.0);
             d[k] = (float)(c->coef * sm);
@@ -142,7 +148,7 @@ static double ce_divisor(const tg_cpu_op_args *a, int slot, const int32_t *label
 
 void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
     int64_t N = a->op->p.cross_entropy.n;
-    ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1])};
+    ce_ctx c = {.a = a, .logits = CF32(a->in[0]), .labels = CI32(a->in[1]), .lse = a->out[1] ? F32(a->out[1]) : NULL};
     c.row_loss = tg_malloc((size_t)(N > 0 ? N : 1) * sizeof *c.row_loss);
     if (!c.row_loss) return tg_cpu_op_out_of_memory(a);
     tg_parallel_for(a->threads, N, ce_fwd_rows, &c);
@@ -156,7 +162,7 @@ void tg_cpu_kernel_cross_entropy(const tg_cpu_op_args *a) {
 void tg_cpu_kernel_cross_entropy_bwd(const tg_cpu_op_args *a) {
     int64_t N = a->op->p.cross_entropy.n;
     ce_ctx c = {.a = a, .logits = CF32(a->in[1]), .labels = CI32(a->in[2]),
-                .dlogits = F32(a->out[0])};
+                .lse = a->in[4] ? (float *)a->in[4] : NULL, .dlogits = F32(a->out[0])};
     const double valid = ce_divisor(a, 3, c.labels, N);
     c.coef = valid > 0 ? (float)((double)CF32(a->in[0])[0] / valid) : 0.0f;
     tg_parallel_for(a->threads, N, ce_bwd_rows, &c);
