@@ -86,7 +86,7 @@ attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, co
     const int64_t e0 = row * T, b0 = e0 >> 2, b1 = (e0 + T - 1) >> 2;
     for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
         float u[4];
-        tg_philox_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
+        tg_dropout_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
         const int64_t kb = blk * 4 - e0; /* row index of the block's element 0 (may be < 0) */
         if (drop.vec) {
             float sv[4], pv[4], dv[4];
@@ -140,7 +140,7 @@ attn_softmax_bwd_kernel(const T_ *__restrict__ dD, const T_ *__restrict__ P, con
     double dot = 0;
     for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
         float u[4];
-        tg_philox_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
+        tg_dropout_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
         const int64_t kb = blk * 4 - e0;
         if (drop.vec) {
             float dv[4], pv[4];
@@ -164,7 +164,7 @@ attn_softmax_bwd_kernel(const T_ *__restrict__ dD, const T_ *__restrict__ P, con
     const float fd = (float)warp_sum_d(dot);
     for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
         float u[4];
-        tg_philox_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
+        tg_dropout_uniform4(drop.seed, step, drop.key, (uint64_t)blk, u);
         const int64_t kb = blk * 4 - e0;
         if (drop.vec) {
             float dv[4], pv[4], out[4];

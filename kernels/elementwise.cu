@@ -162,8 +162,9 @@ fill_kernel(float *__restrict__ y, int64_t n, int vec, float value, const float 
     for (int64_t i = n4 * 4 + tid; i < n; i += stride) y[i] = v;
 }
 
-/* One thread per Philox block (4 elements: a float4, or 8 bytes of bf16 when vec). The
- * mask does not depend on T; the kept value is fmul(x, scale) in float, then stored. */
+/* One thread per 4 elements (a float4, or 8 bytes of bf16 when vec), half of one of
+ * dropout's Philox blocks (kernels/philox.h). The mask does not depend on T; the kept
+ * value is fmul(x, scale) in float, then stored. */
 template <class T>
 __global__ void __launch_bounds__(EW_THREADS)
 dropout_kernel(const T *__restrict__ x, const float *__restrict__ step_ptr, T *__restrict__ y, int64_t n, int vec,
@@ -173,7 +174,7 @@ dropout_kernel(const T *__restrict__ x, const float *__restrict__ step_ptr, T *_
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride) {
         float u[4];
-        tg_philox_uniform4(seed, step, key, (uint64_t)g, u);
+        tg_dropout_uniform4(seed, step, key, (uint64_t)g, u);
         const int64_t e = g * 4;
         if (vec && e + 4 <= n) {
             float v[4];

@@ -40,12 +40,13 @@
  * 128 (the mma k-step is 16), and only the Dh real columns are stored.
  *
  * Dropout: the mask is TG_OP_ATTN_SOFTMAX's (kernels/philox.h; element
- * ((b*H + h)*T + q)*T + k), drawn once, in the forward: when T % 4 == 0 every Philox
- * block (4 consecutive keys of one query) lies inside one warp's tile, so each lane draws
- * one block per 16 x 8 fragment and hands the keep bits to the lanes holding those
- * elements by shuffle (one Philox call per 4 elements); otherwise each element draws its
- * own; keep is the integer test word >> 8 >= tg_philox_keep_threshold(p), the same
- * decision as uniform >= p without the conversions. The forward stores the kept-and-taking-part bits (1 bit per pair: 1/16 of a bf16
+ * ((b*H + h)*T + q)*T + k; dropout's 16-bit draws), drawn once, in the forward: when
+ * T % 8 == 0 every Philox block (8 consecutive keys of one query) is one 16 x 8
+ * fragment's row, so each lane draws a block for every other fragment and hands the keep
+ * bits to the lanes holding those elements by shuffle (one Philox call per 8 elements);
+ * otherwise each element draws its own; keep is the integer test of an element's 16 bits
+ * >= tg_dropout_keep_threshold(p), the same decision as uniform >= p without the
+ * conversions. The forward stores the kept-and-taking-part bits (1 bit per pair: 1/16 of a bf16
  * probability tensor) and both backward kernels read them, so the backward draws nothing.
  *
  * fp32 plans: plain fp32 kernels (a warp per row; dots in float, sums over keys in
@@ -85,7 +86,7 @@ struct fa_args {
     uint64_t seed;
     uint32_t key;
     float p, inv_keep;
-    uint32_t keep_thr; /* tg_philox_keep_threshold(p) */
+    uint32_t keep_thr; /* tg_dropout_keep_threshold(p) */
     int drop, drop_vec;
 };
 
@@ -507,7 +508,7 @@ static inline int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, 
     f->key = (uint32_t)at->key;
     f->p = at->p;
     f->inv_keep = f->p < 1.0f ? 1.0f / (1.0f - f->p) : 0.0f; /* the CPU's expression */
-    f->keep_thr = tg_philox_keep_threshold(f->p);
+    f->keep_thr = tg_dropout_keep_threshold(f->p);
     /* Forward: draws when training with the step counter and writes out2's bits; the
      * backward reads the bits (in4) and draws nothing. */
     if (q_slot == 0) {
@@ -518,7 +519,7 @@ static inline int fa_setup(const tg_cuda_op_args *a, int q_slot, int mask_slot, 
         f->bits = (uint32_t *)a->in[4];
         f->drop = f->bits != NULL;
     }
-    f->drop_vec = f->T % 4 == 0;
+    f->drop_vec = f->T % 8 == 0; /* a fragment's 8 keys of a query: one Philox block */
     /* 16-byte row chunks: every row start and head column aligned to 8 16-bit elements. */
     f->vec = es == 2 && f->Dh % 8 == 0 && D % 8 == 0 && tg_aligned16(f->q) && tg_aligned16(f->k) && tg_aligned16(f->v);
     return 0;

@@ -9,34 +9,18 @@
 
 /* Keep bits of one 16 x 8 fragment (rows are queries q, columns keys k): rows
  * r0 + 0..15, columns c0 + 0..7; bits[0] for row g, bits[1] for row g + 8, bit i for
- * column 2c + i. */
+ * column 2c + i; element by element (T % 8 != 0: Philox blocks straddle rows). */
 static __device__ __forceinline__ void keep_bits(unsigned (&bits)[2], const fa_args &a, uint64_t step, int64_t bh,
                                                  int r0, int c0, int lane) {
     const int g = lane >> 2, c = lane & 3;
     const float p = a.p;
     const int64_t T = a.T;
-    if (a.drop_vec) {
-        /* Lane L draws one Philox block (keys c0 + 4 (L >> 4) .. +3 of query r0 + (L & 15))
-         * and shares its 4 bits: (row g, keys 2c, 2c+1) sit in the block of lane
-         * g + 16 (c >> 1), bits 2 (c & 1). */
-        const int64_t q = r0 + (lane & 15), k = c0 + (lane >> 4) * 4;
-        uint32_t w[4];
-        tg_philox_block(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k) >> 2, w);
-        const uint32_t t = a.keep_thr; /* uniform >= p, as integers */
-        const unsigned mine = (unsigned)(w[0] >> 8 >= t) | (unsigned)(w[1] >> 8 >= t) << 1 |
-                              (unsigned)(w[2] >> 8 >= t) << 2 | (unsigned)(w[3] >> 8 >= t) << 3;
-        const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
-        const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
-        bits[0] = (lo >> ((c & 1) * 2)) & 3u;
-        bits[1] = (hi >> ((c & 1) * 2)) & 3u;
-        return;
-    }
     for (int half = 0; half < 2; half++) {
         unsigned m = 0;
         for (int i = 0; i < 2; i++) {
             const int64_t q = r0 + g + 8 * half, k = c0 + 2 * c + i;
             if (q < T && k < T)
-                m |= (unsigned)(tg_philox_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
+                m |= (unsigned)(tg_dropout_uniform(a.seed, step, a.key, (uint64_t)((bh * T + q) * T + k)) >= p) << i;
         }
         bits[half] = m;
     }
@@ -82,9 +66,10 @@ struct fa_fwd_cfg {
 
 /* The keep bits of a warp's 16 rows for key tile k0, drawn while the tile's scores are
  * being multiplied. frag: 4 bits per 8-key fragment j for the lane's own elements (bit
- * 4j + 2 half + i: row g + 8 half, column 8j + 2c + i). row (when T % 4 == 0, else 0):
- * the lane's own draws, nibble j = keys 8j + 4 (L >> 4) .. +3 of row wr0 + (L & 15), from
- * which store_row_bits forms a row's words without the per-element bookkeeping. */
+ * 4j + 2 half + i: row g + 8 half, column 8j + 2c + i). row (when T % 8 == 0, else 0):
+ * the lane's own draws, byte i = keys 8j .. 8j + 7 of row wr0 + (L & 15) for fragment
+ * j = 2i + (L >> 4), from which store_row_bits forms a row's words without the
+ * per-element bookkeeping. */
 struct tile_keep {
     uint32_t frag, row;
 };
@@ -93,24 +78,30 @@ static __device__ __forceinline__ tile_keep tile_keep_bits(const fa_args &a, uin
                                                            int k0, int lane) {
     tile_keep t = {0u, 0u};
     if (a.drop_vec) {
-        /* Lane L draws the Philox blocks of keys k0 + 8j + 4 (L >> 4) .. +3 of query
-         * wr0 + (L & 15) (element index / 4: T % 4 == 0, so one base for the tile) and
-         * shares them: (row g, keys 2c, 2c+1 of fragment j) sit in the block of lane
-         * g + 16 (c >> 1), bits 2 (c & 1). */
+        /* A fragment's 8 keys of one query are one Philox block of dropout's draws
+         * (element index / 8: T % 8 == 0). Lane L draws fragments j = 2i + (L >> 4) of
+         * query wr0 + (L & 15), a byte of keep bits each, and shares them: row g's byte of
+         * fragment j sits in lane g + 16 (j & 1), row g + 8's in lane g + 8 + 16 (j & 1),
+         * as their draw i = j >> 1; lane c takes bits 2c, 2c + 1. */
         const int g = lane >> 2, c = lane & 3;
         const int64_t q = wr0 + (lane & 15);
-        const uint64_t base = (uint64_t)(((bh * a.T + q) * a.T + k0) >> 2) + (uint64_t)(lane >> 4);
+        const uint64_t base = (uint64_t)(((bh * a.T + q) * a.T + k0) >> 3) + (uint64_t)(lane >> 4);
         const uint32_t thr = a.keep_thr; /* uniform >= p, as integers */
 #pragma unroll
-        for (int j = 0; j < FA_COLS / 8; j++) {
+        for (int i = 0; i < FA_COLS / 16; i++) {
             uint32_t w[4];
-            tg_philox_block(a.seed, step, a.key, base + 2 * (uint64_t)j, w);
-            const unsigned mine = (unsigned)(w[0] >> 8 >= thr) | (unsigned)(w[1] >> 8 >= thr) << 1 |
-                                  (unsigned)(w[2] >> 8 >= thr) << 2 | (unsigned)(w[3] >> 8 >= thr) << 3;
-            t.row |= mine << (4 * j);
-            const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * (c >> 1));
-            const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * (c >> 1));
-            t.frag |= (((lo >> ((c & 1) * 2)) & 3u) | ((hi >> ((c & 1) * 2)) & 3u) << 2) << (4 * j);
+            tg_philox_block(a.seed, step, a.key, base + 2 * (uint64_t)i, w);
+            unsigned mine = 0;
+#pragma unroll
+            for (int e = 0; e < 8; e++) mine |= (unsigned)(tg_dropout_bits16(w, (uint64_t)e) >= thr) << e;
+            t.row |= mine << (8 * i);
+#pragma unroll
+            for (int odd = 0; odd < 2; odd++) {
+                const int j = 2 * i + odd;
+                const unsigned lo = __shfl_sync(0xffffffffu, mine, g + 16 * odd);
+                const unsigned hi = __shfl_sync(0xffffffffu, mine, g + 8 + 16 * odd);
+                t.frag |= (((lo >> (2 * c)) & 3u) | ((hi >> (2 * c)) & 3u) << 2) << (4 * j);
+            }
         }
         return t;
     }
@@ -124,17 +115,17 @@ static __device__ __forceinline__ tile_keep tile_keep_bits(const fa_args &a, uin
 }
 
 /* The stored bits of a tile every key of which takes part in every row (no mask, no
- * causal pair, inside T): the keep bits themselves. Lane L < 16 joins its nibbles (keys
- * 8j .. 8j + 3) with lane L + 16's (8j + 4 .. 8j + 7) into row wr0 + L's two words. */
-static __device__ __forceinline__ void store_row_bits(const fa_args &a, uint32_t row_nibbles, int64_t bh, int wr0,
+ * causal pair, inside T): the keep bits themselves. Lane L < 16 joins its bytes (the even
+ * fragments) with lane L + 16's (the odd ones) into row wr0 + L's two words. */
+static __device__ __forceinline__ void store_row_bits(const fa_args &a, uint32_t row_bytes, int64_t bh, int wr0,
                                                       int k0, int lane) {
-    const uint32_t other = __shfl_xor_sync(0xffffffffu, row_nibbles, 16);
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, row_bytes, 16);
     const int row = wr0 + lane;
     if (lane >= 16 || row >= a.T) return;
     uint32_t w[2] = {0u, 0u};
 #pragma unroll
-    for (int j = 0; j < FA_COLS / 8; j++)
-        w[j >> 2] |= (((row_nibbles >> (4 * j)) & 0xFu) | ((other >> (4 * j)) & 0xFu) << 4) << (8 * (j & 3));
+    for (int j = 0; j < FA_COLS / 8; j++) /* even fragments drawn by this lane, odd ones by lane + 16 */
+        w[j >> 2] |= (((j & 1 ? other : row_bytes) >> (8 * (j >> 1))) & 0xFFu) << (8 * (j & 3));
     uint32_t *dst = a.bits + ((int64_t)bh * a.T + row) * a.W;
     const int w0 = k0 >> 5;
     dst[w0] = w[0];
@@ -307,7 +298,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
 static __device__ __forceinline__ float fa_keep_scale(const fa_args &a, uint64_t step, int64_t bh, int q, int k) {
     if (!a.drop) return 1.0f;
     const int64_t e = (bh * a.T + q) * a.T + k;
-    return tg_philox_uniform(a.seed, step, a.key, (uint64_t)e) >= a.p ? a.inv_keep : 0.0f;
+    return tg_dropout_uniform(a.seed, step, a.key, (uint64_t)e) >= a.p ? a.inv_keep : 0.0f;
 }
 
 __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {

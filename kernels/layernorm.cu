@@ -18,7 +18,7 @@
  * s = dropout(x) + r as it reads x and r, stores it, and normalises the stored values (the
  * lane re-reads only the vectors it wrote, so the repeated passes stay in L1); the backward
  * forms ds = LayerNorm backward + ds_extra, stores it, and stores dx = its dropout. The
- * mask is the DROPOUT kernel's: tg_philox_uniform4 block e / 4 for elements e..e+3 of the
+ * mask is the DROPOUT kernel's: dropout's 16-bit draws (kernels/philox.h) for elements e of the
  * flat [M, D] index, and the kept value fmul(v, 1 / (1 - p)). dgamma/dbeta run the two
  * column stages below over dy and s.
  *
@@ -230,18 +230,26 @@ struct LN_W8 {
 
 /* The residual ops normalise s, and form dx from ds, as stored (tg_stored; the CPU
  * reference does the same), so the backward sees the s the forward normalised. */
-/* The dropout draws of elements [e, e + W) of the flat [M, D] index: whole Philox blocks
- * when W is a multiple of 4 (then D % 4 == 0 and e is a multiple of 4 too), else one
- * element at a time. The same values as the DROPOUT kernel's for those elements. */
+/* The dropout draws of elements [e, e + W) of the flat [M, D] index (kernels/philox.h,
+ * dropout's draws): a Philox block per 8 elements when W is a multiple of 8 (then e is
+ * too), half of one per 4 when W is 4 (e a multiple of 4), else one element at a time.
+ * The same values as the DROPOUT kernel's for those elements. */
 template <int W>
 static __device__ __forceinline__ void rln_draws(uint64_t seed, uint64_t step, uint32_t key, uint64_t e,
                                                  float (&u)[W]) {
-    if constexpr (W % 4 == 0) {
+    if constexpr (W % 8 == 0) {
 #pragma unroll
-        for (int b = 0; b < W / 4; b++) tg_philox_uniform4(seed, step, key, (e >> 2) + (uint64_t)b, u + 4 * b);
+        for (int b = 0; b < W / 8; b++) {
+            uint32_t w[4];
+            tg_philox_block(seed, step, key, (e >> 3) + (uint64_t)b, w);
+#pragma unroll
+            for (int j = 0; j < 8; j++) u[8 * b + j] = (float)tg_dropout_bits16(w, (uint64_t)j) * (1.0f / 65536.0f);
+        }
+    } else if constexpr (W == 4) {
+        tg_dropout_uniform4(seed, step, key, e >> 2, u);
     } else {
 #pragma unroll
-        for (int j = 0; j < W; j++) u[j] = tg_philox_uniform(seed, step, key, e + (uint64_t)j);
+        for (int j = 0; j < W; j++) u[j] = tg_dropout_uniform(seed, step, key, e + (uint64_t)j);
     }
 }
 

@@ -65,21 +65,53 @@ TG_HOST_DEVICE static inline void tg_philox_uniform4(uint64_t seed, uint64_t ste
     for (int j = 0; j < 4; j++) u[j] = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
 }
 
-/* The integer form of the test uniform >= p: a uniform is n * 2^-24 for the integer n =
- * word >> 8, so uniform >= p exactly when n >= ceil(p * 2^24) (p * 2^24 is exact in double).
- * Kernels compare words against this threshold and skip the conversions. */
-static inline uint32_t tg_philox_keep_threshold(float p) {
-    const double t = (double)p * 16777216.0;
-    const uint32_t n = (uint32_t)t;
-    return (double)n < t ? n + 1 : n;
-}
-
 /* Uniform float in [0,1) (24 random bits, so exactly representable) for one element. */
 TG_HOST_DEVICE static inline float tg_philox_uniform(uint64_t seed, uint64_t step, uint32_t key,
                                                      uint64_t element) {
     float u[4];
     tg_philox_uniform4(seed, step, key, element >> 2, u);
     return u[element & 3];
+}
+
+/* ---- dropout's draws: 16 bits an element, 8 elements a Philox call --------------------
+ * Dropout needs only the test uniform >= p, so each element takes 16 bits: element e is
+ * half (e & 1) (low first) of word (e >> 1) & 3 of block e >> 3 of stream (seed, step,
+ * key), the uniform k * 2^-16 of that half's k. One Philox call serves 8 consecutive
+ * elements, half the calls of 24-bit uniforms; keep = uniform >= p exactly when
+ * k >= tg_dropout_keep_threshold(p) = ceil(p * 2^16), so the kept fraction is
+ * 1 - ceil(p 2^16) 2^-16 (within 2^-16 of 1 - p: 0.89999 for p = 0.1). */
+
+/* The 16 bits of element e from its block's 4 words (selects, not an index: a run-time
+ * index would put a kernel's words in local memory). */
+TG_HOST_DEVICE static inline uint32_t tg_dropout_bits16(const uint32_t w[4], uint64_t e) {
+    const unsigned s = (unsigned)(e >> 1) & 3u;
+    const uint32_t x = s == 0 ? w[0] : s == 1 ? w[1] : s == 2 ? w[2] : w[3];
+    return (x >> (16 * (unsigned)(e & 1))) & 0xffffu;
+}
+
+/* Element e's dropout uniform in [0, 1), a multiple of 2^-16. */
+TG_HOST_DEVICE static inline float tg_dropout_uniform(uint64_t seed, uint64_t step, uint32_t key, uint64_t e) {
+    uint32_t w[4];
+    tg_philox_block(seed, step, key, e >> 3, w);
+    return (float)tg_dropout_bits16(w, e) * (1.0f / 65536.0f);
+}
+
+/* The uniforms of elements 4g .. 4g+3 (half of block g >> 1). */
+TG_HOST_DEVICE static inline void tg_dropout_uniform4(uint64_t seed, uint64_t step, uint32_t key, uint64_t g,
+                                                      float u[4]) {
+    uint32_t w[4];
+    tg_philox_block(seed, step, key, g >> 1, w);
+    const uint32_t lo = g & 1 ? w[2] : w[0], hi = g & 1 ? w[3] : w[1];
+    u[0] = (float)(lo & 0xffffu) * (1.0f / 65536.0f), u[1] = (float)(lo >> 16) * (1.0f / 65536.0f);
+    u[2] = (float)(hi & 0xffffu) * (1.0f / 65536.0f), u[3] = (float)(hi >> 16) * (1.0f / 65536.0f);
+}
+
+/* The integer form of uniform >= p for dropout's 16-bit uniforms: ceil(p * 2^16) (exact
+ * in double); kernels compare an element's 16 bits against it. */
+static inline uint32_t tg_dropout_keep_threshold(float p) {
+    const double t = (double)p * 65536.0;
+    const uint32_t n = (uint32_t)t;
+    return (double)n < t ? n + 1 : n;
 }
 
 #endif

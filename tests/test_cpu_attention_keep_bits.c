@@ -39,7 +39,7 @@ static int visible(const attn_case *c, int64_t b, int64_t q, int64_t k) {
 /* The dropout factor of key k of row (b, h, q): 1/(1-p) kept, 0 dropped. */
 static double factor_of(const attn_case *c, int64_t b, int64_t h, int64_t q, int64_t k) {
     const uint64_t e = (uint64_t)(((b * c->H + h) * c->T + q) * c->T + k);
-    return tg_philox_uniform(SEED, (uint64_t)STEP, KEY, e) >= P_DROP ? 1.0 / (1.0 - P_DROP) : 0.0;
+    return tg_dropout_uniform(SEED, (uint64_t)STEP, KEY, e) >= P_DROP ? 1.0 / (1.0 - P_DROP) : 0.0;
 }
 
 static double max_rel(const float *got, const double *want, int64_t n) {

@@ -194,29 +194,49 @@ TG_TEST(test_op_philox) {
           "seed or element does not change the value");
 }
 
-/* The kernels' integer keep test (word >> 8 >= threshold) agrees with uniform >= p for the
+/* Dropout's draws (kernels/philox.h): element e is half e & 1 of word (e >> 1) & 3 of
+ * Philox block e >> 3, a multiple of 2^-16 in [0, 1); uniform4 hands out the same values;
+ * the mean is 1/2. */
+TG_TEST(test_op_dropout_uniforms) {
+    double sum = 0;
+    int bad = 0;
+    for (uint64_t e = 0; e < 100000; e++) {
+        uint32_t w[4];
+        tg_philox_block(42, 3, 7, e >> 3, w);
+        const uint32_t k = (w[(e >> 1) & 3] >> (16 * (e & 1))) & 0xffffu;
+        const float u = tg_dropout_uniform(42, 3, 7, e);
+        float u4[4];
+        tg_dropout_uniform4(42, 3, 7, e / 4, u4);
+        bad += u != (float)k / 65536.0f || u4[e % 4] != u || tg_dropout_bits16(w, e) != k;
+        sum += u;
+    }
+    CHECK(!bad, "%d elements differ from the layout", bad);
+    CHECK(fabs(sum / 100000 - 0.5) < 0.005, "mean %g, expected 0.5", sum / 100000);
+}
+
+/* The kernels' integer keep test (16 bits >= threshold) agrees with uniform >= p for the
  * integers around each threshold, at dropout rates the jobs use and at awkward ones. */
-TG_TEST(test_op_philox_keep_threshold) {
-    const float ps[] = {0.0f, 0.1f, 0.15f, 0.2f, 0.3f, 0.5f, 0.9f, 1.0f / 3.0f, 0x1p-24f, 0x1.8p-24f,
-                        1.0f - 0x1p-24f, 0.99999994f};
+TG_TEST(test_op_dropout_keep_threshold) {
+    const float ps[] = {0.0f, 0.1f, 0.15f, 0.2f, 0.3f, 0.5f, 0.9f, 1.0f / 3.0f, 0x1p-16f, 0x1.8p-16f,
+                        0x1p-24f, 1.0f - 0x1p-16f, 0.99999994f};
     int bad = 0;
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
-        const uint32_t t = tg_philox_keep_threshold(ps[i]);
-        const int64_t centre = (int64_t)((double)ps[i] * 16777216.0);
+        const uint32_t t = tg_dropout_keep_threshold(ps[i]);
+        const int64_t centre = (int64_t)((double)ps[i] * 65536.0);
         for (int64_t n = centre - 3; n <= centre + 3; n++) {
-            if (n < 0 || n >= (1 << 24)) continue;
-            const float u = (float)(uint32_t)n * (1.0f / 16777216.0f); /* tg_philox_uniform4's value */
+            if (n < 0 || n >= (1 << 16)) continue;
+            const float u = (float)(uint32_t)n * (1.0f / 65536.0f); /* tg_dropout_uniform's value */
             if ((u >= ps[i]) != ((uint32_t)n >= t)) {
                 bad++;
                 fprintf(stderr, "    p %a n %lld: float test %d, threshold %u\n", ps[i], (long long)n, u >= ps[i], t);
             }
         }
     }
-    CHECK(tg_philox_keep_threshold(0.1f) == 1677722u, "p 0.1: threshold %u, expected 1677722",
-          tg_philox_keep_threshold(0.1f));
-    CHECK(tg_philox_keep_threshold(0.5f) == 8388608u, "p 0.5: threshold %u, expected 2^23",
-          tg_philox_keep_threshold(0.5f));
-    CHECK(!bad, "%d integers where the threshold test and the float test disagree", bad);
+    CHECK(tg_dropout_keep_threshold(0.1f) == 6554u, "p 0.1: threshold %u, expected 6554",
+          tg_dropout_keep_threshold(0.1f));
+    CHECK(tg_dropout_keep_threshold(0.5f) == 32768u, "p 0.5: threshold %u, expected 2^15",
+          tg_dropout_keep_threshold(0.5f));
+    CHECK(!bad, "%d disagreements", bad);
 }
 
 /* ---- fill, add ------------------------------------------------------------------------ */
@@ -831,7 +851,7 @@ TG_TEST(test_op_dropout_grad) {
     run_dropout(&c, c.x, c.y, NULL);
     int bad = 0, dropped = 0;
     for (int64_t i = 0; i < n; i++) {
-        int keep = tg_philox_uniform(1234, 7, 5, (uint64_t)i) >= 0.3f;
+        int keep = tg_dropout_uniform(1234, 7, 5, (uint64_t)i) >= 0.3f;
         dropped += !keep;
         bad += keep ? fabsf(c.y[i] - c.x[i] / 0.7f) > 1e-6f : c.y[i] != 0.0f;
     }
@@ -1146,7 +1166,7 @@ TG_TEST(test_op_attn_softmax_dropout_fused) {
         for (int64_t i = 0; i < n; i++) {
             positive += c.P[i] > 0.0f;
             dropped += c.P[i] > 0.0f && c.D[i] == 0.0f;
-            int keep = tg_philox_uniform(SMD_SEED, (uint64_t)SMD_STEP, SMD_KEY, (uint64_t)i) >= SMD_P;
+            int keep = tg_dropout_uniform(SMD_SEED, (uint64_t)SMD_STEP, SMD_KEY, (uint64_t)i) >= SMD_P;
             if (keep && c.D[i] != c.P[i] * (1.0f / (1.0f - SMD_P))) {
                 CHECK(0, "causal=%d: element %lld kept but D %g != P/(1-p)", causal, (long long)i, c.D[i]);
                 break;
@@ -1312,7 +1332,7 @@ static int64_t fa_check_bits(const fa_ctx *c, int drawn, const char *what) {
                     int want = fa_visible(fc, b, q, k);
                     if (want && drawn) {
                         uint64_t e = (uint64_t)(((b * fc->H + h) * T + q) * T + k);
-                        want = tg_philox_uniform(FA_SEED, (uint64_t)FA_STEP, FA_KEY, e) >= fc->p;
+                        want = tg_dropout_uniform(FA_SEED, (uint64_t)FA_STEP, FA_KEY, e) >= fc->p;
                     }
                     uint32_t word = (uint32_t)c->bits[((b * fc->H + h) * T + q) * W + k / 32];
                     int got = (word >> (k % 32)) & 1u;
@@ -1365,7 +1385,7 @@ static void fa_reference(const fa_ctx *c, double *O, double *LSE) {
                     double P = exp(s[k] - mx) / sum;
                     if (c->training && fc->p > 0) {
                         uint64_t e = (uint64_t)(((b * H + h) * T + q) * T + k);
-                        P = tg_philox_uniform(FA_SEED, (uint64_t)FA_STEP, FA_KEY, e) >= fc->p ? P / (1.0 - fc->p) : 0;
+                        P = tg_dropout_uniform(FA_SEED, (uint64_t)FA_STEP, FA_KEY, e) >= fc->p ? P / (1.0 - fc->p) : 0;
                     }
                     for (int64_t d = 0; d < Dh; d++) orow[d] += P * fa_at(c, 2, b, k, h, d);
                 }

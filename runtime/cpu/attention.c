@@ -94,11 +94,11 @@ static void attn_keep_factors(const attn_ctx *c, int64_t bh, int64_t q, int64_t 
     }
     uint32_t key = (uint32_t)c->a->op->p.attention.key;
     uint64_t e0 = (uint64_t)((bh * c->T + q) * c->T), block = UINT64_MAX;
-    float u[4];
+    uint32_t w[4];
     for (int64_t k = 0; k < kend; k++) {
         uint64_t e = e0 + (uint64_t)k;
-        if (e >> 2 != block) tg_philox_uniform4(c->a->seed, c->step, key, block = e >> 2, u);
-        factor[k] = u[e & 3] >= c->p ? c->keep_scale : 0.0f;
+        if (e >> 3 != block) tg_philox_block(c->a->seed, c->step, key, block = e >> 3, w);
+        factor[k] = (float)tg_dropout_bits16(w, e) * (1.0f / 65536.0f) >= c->p ? c->keep_scale : 0.0f;
     }
 }
 

@@ -105,15 +105,15 @@ void tg_cpu_kernel_tanh_bwd(const tg_cpu_op_args *a) {
 
 /* ---- dropout ----------------------------------------------------------------------- */
 
-/* One Philox call serves four consecutive elements. */
+/* One Philox call serves eight consecutive elements (kernels/philox.h, dropout's draws). */
 void tg_cpu_dropout_elements(uint64_t seed, uint64_t step, uint32_t key, float p, int64_t e0, int64_t n,
                              const float *x, float *y) {
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    float u[4];
+    uint32_t w[4];
     for (int64_t i = 0; i < n; i++) {
         uint64_t e = (uint64_t)(e0 + i);
-        if (i == 0 || (e & 3) == 0) tg_philox_uniform4(seed, step, key, e >> 2, u);
-        y[i] = u[e & 3] >= p ? x[i] * scale : 0.0f;
+        if (i == 0 || (e & 7) == 0) tg_philox_block(seed, step, key, e >> 3, w);
+        y[i] = (float)tg_dropout_bits16(w, e) * (1.0f / 65536.0f) >= p ? x[i] * scale : 0.0f;
     }
 }
 
