@@ -10,9 +10,9 @@
  * Attention dropout is fused in (plan/ops.h): the forward's last pass writes
  * P and the dropped D = P * keep / (1 - p) together, and the backward applies the same
  * mask to dD as it reads it, so the [B,H,T,T] tensor makes no extra round trip. With
- * dropout on, those passes hand each lane whole Philox blocks (4 consecutive elements of
- * the flat index) so one draw serves 4 elements; the mask is bit for bit the DROPOUT
- * kernel's (kernels/philox.h), as on the CPU.
+ * dropout on, those passes hand each lane 4 consecutive elements of the flat index (half
+ * of one of dropout's Philox blocks, kernels/philox.h); the mask is bit for bit the
+ * DROPOUT kernel's, as on the CPU.
  *
  * Storage: scores float (or bf16), probs float or bf16 (bf16 plans keep the scores
  * fp32); the backward's dprobs, probs and dscores share one type. bf16 values are
@@ -29,8 +29,8 @@
 
 /* ---- softmax ---------------------------------------------------------------------- */
 
-/* The fused attention dropout: keep = philox(seed, step, key, element) >= p with element
- * the flat index row*T + k, kept value fmul(x, scale), as the DROPOUT kernel. */
+/* The fused attention dropout: keep = tg_dropout_uniform(seed, step, key, element) >= p
+ * with element the flat index row*T + k, kept value fmul(x, scale), as the DROPOUT kernel. */
 struct sm_drop {
     uint64_t seed;
     uint32_t key;
@@ -79,9 +79,9 @@ attn_softmax_kernel(const TS *__restrict__ s, const float *__restrict__ mask, co
         }
         return;
     }
-    /* Dropout: each lane takes whole Philox blocks (4 consecutive elements of the flat
-     * [B,H,T,T] index), so one draw serves 4 elements; D comes from the float P. With
-     * T % 4 == 0 the blocks are row-aligned and move as one access each (drop.vec). */
+    /* Dropout: each lane takes groups of 4 consecutive elements of the flat [B,H,T,T]
+     * index (tg_dropout_uniform4); D comes from the float P. With T % 4 == 0 the groups
+     * are row-aligned and move as one access each (drop.vec). */
     const uint64_t step = tg_dropout_step(step_ptr);
     const int64_t e0 = row * T, b0 = e0 >> 2, b1 = (e0 + T - 1) >> 2;
     for (int64_t blk = b0 + lane; blk <= b1; blk += 32) {
@@ -202,7 +202,7 @@ static sm_drop softmax_drop(const tg_cuda_op_args *a, int64_t key, float p, int 
     return d;
 }
 
-/* Rows start on a 4-element boundary when T % 4 == 0; then each Philox block is one
+/* Rows start on a 4-element boundary when T % 4 == 0; then each group of 4 draws is one
  * 4-element access if the slots are aligned to it. */
 static int softmax_vec(int64_t T, const void *const *ptrs, const int *elem_bytes, int n) {
     if (T % 4 != 0) return 0;

@@ -242,51 +242,37 @@ static __device__ __forceinline__ int warp_sum_i(int v) {
     return v;
 }
 
-/* Sum over a block of BS threads (multiple of 32) in a fixed tree; the result is
- * returned to every thread. smem holds 32 doubles. Ends synchronised, so smem can be
- * reused right after. */
-template <int BS>
-static __device__ __forceinline__ double block_sum_d(double v, double *smem) {
+/* op over a block of BS threads (multiple of 32) in a fixed tree (the warp's xor
+ * shuffles, then warp 0 over the warps' results, `identity` past them); the result is
+ * returned to every thread. smem holds 32 values. Ends synchronised, so smem can be reused
+ * right after. */
+template <int BS, class V, class Warp>
+static __device__ __forceinline__ V block_reduce(V v, V *smem, V identity, Warp warp_op) {
     static_assert(BS % 32 == 0 && BS <= 1024, "block size");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum_d(v);
+    v = warp_op(v);
     if (BS == 32) return v;
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    double r = lane < BS / 32 ? smem[lane] : 0.0;
-    r = warp_sum_d(r);
+    V r = lane < BS / 32 ? smem[lane] : identity;
+    r = warp_op(r);
     __syncthreads();
     return r;
 }
 
-/* Max over a block of BS threads, returned to every thread; smem holds 32 floats. Ends
- * synchronised. */
 template <int BS>
-static __device__ __forceinline__ float block_max_f(float v, float *smem) {
-    static_assert(BS % 32 == 0 && BS <= 1024, "block size");
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_max_f(v);
-    if (BS == 32) return v;
-    if (lane == 0) smem[warp] = v;
-    __syncthreads();
-    float r = lane < BS / 32 ? smem[lane] : -INFINITY;
-    r = warp_max_f(r);
-    __syncthreads();
-    return r;
+static __device__ __forceinline__ double block_sum_d(double v, double *smem) {
+    return block_reduce<BS>(v, smem, 0.0, warp_sum_d);
 }
 
 template <int BS>
 static __device__ __forceinline__ int block_sum_i(int v, int *smem) {
-    static_assert(BS % 32 == 0 && BS <= 1024, "block size");
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum_i(v);
-    if (BS == 32) return v;
-    if (lane == 0) smem[warp] = v;
-    __syncthreads();
-    int r = lane < BS / 32 ? smem[lane] : 0;
-    r = warp_sum_i(r);
-    __syncthreads();
-    return r;
+    return block_reduce<BS>(v, smem, 0, warp_sum_i);
+}
+
+template <int BS>
+static __device__ __forceinline__ float block_max_f(float v, float *smem) {
+    return block_reduce<BS>(v, smem, -INFINITY, warp_max_f);
 }
 
 #endif

@@ -94,7 +94,7 @@ static void attn_keep_factors(const attn_ctx *c, int64_t bh, int64_t q, int64_t 
     }
     uint32_t key = (uint32_t)c->a->op->p.attention.key;
     uint64_t e0 = (uint64_t)((bh * c->T + q) * c->T), block = UINT64_MAX;
-    uint32_t w[4];
+    uint32_t w[4] = {0}; /* drawn at k = 0 (block starts past every index) */
     for (int64_t k = 0; k < kend; k++) {
         uint64_t e = e0 + (uint64_t)k;
         if (e >> 3 != block) tg_philox_block(c->a->seed, c->step, key, block = e >> 3, w);

@@ -109,7 +109,7 @@ void tg_cpu_kernel_tanh_bwd(const tg_cpu_op_args *a) {
 void tg_cpu_dropout_elements(uint64_t seed, uint64_t step, uint32_t key, float p, int64_t e0, int64_t n,
                              const float *x, float *y) {
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    uint32_t w[4];
+    uint32_t w[4] = {0}; /* drawn at i = 0 */
     for (int64_t i = 0; i < n; i++) {
         uint64_t e = (uint64_t)(e0 + i);
         if (i == 0 || (e & 7) == 0) tg_philox_block(seed, step, key, e >> 3, w);
