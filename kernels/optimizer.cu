@@ -269,7 +269,10 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, ST *__
                 float p = params[i], m = tg_ld(m_all, k), v = tg_ld(v_all, k);
                 adam_elem(grads[i], p, m, v, clip, seg[s].decay ? lr_wd : 0.0f, h.b1, h.b2, h.eps, step_size,
                           sqrt_bc2);
-                if (ROUND) m = tg_bf16_round_stochastic(m, w[j]), v = tg_bf16_round_stochastic(v, w[j] >> 16);
+                if (ROUND) {
+                    const uint32_t wj = tg_state_round_pick(w, (unsigned)j);
+                    m = tg_bf16_round_stochastic(m, wj), v = tg_bf16_round_stochastic(v, wj >> 16);
+                }
                 params[i] = p;
                 tg_st(m_all, k, m), tg_st(v_all, k, v);
                 if (COPY) tg_st(pbf, i, p);
@@ -385,8 +388,9 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, ST *__r
             uint32_t w1[4], w2[4];
             tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY, (uint64_t)i >> 2, w1);
             tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY2, (uint64_t)i >> 2, w2);
-            m = tg_bf16_round_stochastic(m, w1[i & 3]), d = tg_bf16_round_stochastic(d, w1[i & 3] >> 16);
-            v = tg_bf16_round_stochastic(v, w2[i & 3]), gp = tg_bf16_round_stochastic(gp, w2[i & 3] >> 16);
+            const uint32_t r1 = tg_state_round_pick(w1, (unsigned)(i & 3)), r2 = tg_state_round_pick(w2, (unsigned)(i & 3));
+            m = tg_bf16_round_stochastic(m, r1), d = tg_bf16_round_stochastic(d, r1 >> 16);
+            v = tg_bf16_round_stochastic(v, r2), gp = tg_bf16_round_stochastic(gp, r2 >> 16);
         }
         params[i] = p;
         tg_st(m_d, k, m), tg_st(m_d, state + k, d), tg_st(v_gprev, k, v), tg_st(v_gprev, state + k, gp);
