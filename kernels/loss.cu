@@ -138,6 +138,25 @@ static __device__ __forceinline__ int ce_counted(int label, int64_t C) { return 
  * and the base aligned): each thread takes the max of its W values, rescales its running
  * double sum once if that max is new, and adds the W float exponentials as one float
  * partial, so the per-element work is float only. */
+/* Calls f(v, k) on each chunk k of W values this thread owns (k = threadIdx.x + j BS,
+ * chunks in all), in order, loading CE_UNROLL chunks before using them. */
+template <int BS, int W, class TX, class F>
+static __device__ __forceinline__ void ce_chunks(const TX *__restrict__ x, int64_t chunks, F f) {
+    int64_t k = threadIdx.x;
+    for (; k + (CE_UNROLL - 1) * BS < chunks; k += CE_UNROLL * BS) {
+        float v[CE_UNROLL][W];
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) tg_vec<TX, W>::load(x, k + u * BS, v[u]);
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) f(v[u], k + u * BS);
+    }
+    for (; k < chunks; k += BS) {
+        float v[W];
+        tg_vec<TX, W>::load(x, k, v);
+        f(v, k);
+    }
+}
+
 /* Folds W values (chunk k of the row) into a thread's running (max m, double sum s). */
 template <int W>
 static __device__ __forceinline__ void lse_fold(float (&v)[W], int64_t k, int64_t V, float &m, double &s) {
@@ -164,20 +183,7 @@ static __device__ double row_lse(const TX *__restrict__ x, int64_t C, int64_t V)
     __shared__ double s_s[32];
     float m = -INFINITY;
     double s = 0.0;
-    const int64_t chunks = (W == 1 ? V : C) / W;
-    int64_t k = threadIdx.x;
-    for (; k + (CE_UNROLL - 1) * BS < chunks; k += CE_UNROLL * BS) {
-        float v[CE_UNROLL][W];
-#pragma unroll
-        for (int u = 0; u < CE_UNROLL; u++) tg_vec<TX, W>::load(x, k + u * BS, v[u]);
-#pragma unroll
-        for (int u = 0; u < CE_UNROLL; u++) lse_fold<W>(v[u], k + u * BS, V, m, s);
-    }
-    for (; k < chunks; k += BS) {
-        float v[W];
-        tg_vec<TX, W>::load(x, k, v);
-        lse_fold<W>(v, k, V, m, s);
-    }
+    ce_chunks<BS, W>(x, (W == 1 ? V : C) / W, [&](float(&v)[W], int64_t k) { lse_fold<W>(v, k, V, m, s); });
     /* The block's max first, then each thread's sum rescaled to it once (one double exp
      * a thread) and summed in a fixed tree: log(sum) + max, in double. */
     const float bm = block_max_f<BS>(m, s_m);
@@ -270,23 +276,10 @@ ce_bwd_rows(const TX *__restrict__ logits, const int *__restrict__ labels, const
     }
     const TX *x = logits + n * C;
     const double lse = lse_in ? (double)lse_in[2 * n] + (double)lse_in[2 * n + 1] : row_lse<BS, W>(x, C, V);
-    int64_t k = threadIdx.x;
-    for (; k + (CE_UNROLL - 1) * BS < chunks; k += CE_UNROLL * BS) {
-        float v[CE_UNROLL][W];
-#pragma unroll
-        for (int u = 0; u < CE_UNROLL; u++) tg_vec<TX, W>::load(x, k + u * BS, v[u]);
-#pragma unroll
-        for (int u = 0; u < CE_UNROLL; u++) {
-            ce_grad<W>(v[u], k + u * BS, l, V, coef, lse);
-            tg_vec<TX, W>::store(d, k + u * BS, v[u]);
-        }
-    }
-    for (; k < chunks; k += BS) {
-        float v[W];
-        tg_vec<TX, W>::load(x, k, v);
+    ce_chunks<BS, W>(x, chunks, [&](float(&v)[W], int64_t k) {
         ce_grad<W>(v, k, l, V, coef, lse);
         tg_vec<TX, W>::store(d, k, v);
-    }
+    });
 }
 
 /* 16-byte accesses when every row starts aligned to them. */

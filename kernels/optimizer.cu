@@ -270,7 +270,7 @@ adamw_kernel(const float *__restrict__ grads, float *__restrict__ params, ST *__
                 adam_elem(grads[i], p, m, v, clip, seg[s].decay ? lr_wd : 0.0f, h.b1, h.b2, h.eps, step_size,
                           sqrt_bc2);
                 if (ROUND) {
-                    const uint32_t wj = tg_state_round_pick(w, (unsigned)j);
+                    const uint32_t wj = tg_philox_word(w, (unsigned)j);
                     m = tg_bf16_round_stochastic(m, wj), v = tg_bf16_round_stochastic(v, wj >> 16);
                 }
                 params[i] = p;
@@ -388,7 +388,7 @@ adan_kernel(const float *__restrict__ grads, float *__restrict__ params, ST *__r
             uint32_t w1[4], w2[4];
             tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY, (uint64_t)i >> 2, w1);
             tg_state_round_words(seed, rstep, TG_STATE_ROUND_KEY2, (uint64_t)i >> 2, w2);
-            const uint32_t r1 = tg_state_round_pick(w1, (unsigned)(i & 3)), r2 = tg_state_round_pick(w2, (unsigned)(i & 3));
+            const uint32_t r1 = tg_philox_word(w1, (unsigned)(i & 3)), r2 = tg_philox_word(w2, (unsigned)(i & 3));
             m = tg_bf16_round_stochastic(m, r1), d = tg_bf16_round_stochastic(d, r1 >> 16);
             v = tg_bf16_round_stochastic(v, r2), gp = tg_bf16_round_stochastic(gp, r2 >> 16);
         }

@@ -49,6 +49,12 @@ TG_HOST_DEVICE static inline void tg_philox4x32_10(const uint32_t ctr[4], const 
     out[3] = c3;
 }
 
+/* Word j (0..3) of a block by selects: a run-time index would put a kernel's words in
+ * local memory. */
+TG_HOST_DEVICE static inline uint32_t tg_philox_word(const uint32_t w[4], unsigned j) {
+    return j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3];
+}
+
 /* The 4 raw words of block `block` (elements 4*block .. 4*block+3) of stream (seed, step, key). */
 TG_HOST_DEVICE static inline void tg_philox_block(uint64_t seed, uint64_t step, uint32_t key, uint64_t block,
                                                   uint32_t r[4]) {
@@ -81,12 +87,9 @@ TG_HOST_DEVICE static inline float tg_philox_uniform(uint64_t seed, uint64_t ste
  * k >= tg_dropout_keep_threshold(p) = ceil(p * 2^16), so the kept fraction is
  * 1 - ceil(p 2^16) 2^-16 (within 2^-16 of 1 - p: 0.89999 for p = 0.1). */
 
-/* The 16 bits of element e from its block's 4 words (selects, not an index: a run-time
- * index would put a kernel's words in local memory). */
+/* The 16 bits of element e from its block's 4 words. */
 TG_HOST_DEVICE static inline uint32_t tg_dropout_bits16(const uint32_t w[4], uint64_t e) {
-    const unsigned s = (unsigned)(e >> 1) & 3u;
-    const uint32_t x = s == 0 ? w[0] : s == 1 ? w[1] : s == 2 ? w[2] : w[3];
-    return (x >> (16 * (unsigned)(e & 1))) & 0xffffu;
+    return (tg_philox_word(w, (unsigned)(e >> 1) & 3u) >> (16 * (unsigned)(e & 1))) & 0xffffu;
 }
 
 /* Element e's dropout uniform in [0, 1), a multiple of 2^-16. */

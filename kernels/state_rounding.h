@@ -43,12 +43,6 @@ TG_HOST_DEVICE static inline float tg_bf16_round_stochastic(float x, uint32_t r1
 #endif
 }
 
-/* Word j (0..3) of w by selects: a run-time index would put a kernel's words in local
- * memory. */
-TG_HOST_DEVICE static inline uint32_t tg_state_round_pick(const uint32_t w[4], unsigned j) {
-    return j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3];
-}
-
 /* The draws of parameter elements 4*block .. 4*block+3 at `step`, one word each. */
 TG_HOST_DEVICE static inline void tg_state_round_words(uint64_t seed, uint64_t step, uint32_t key, uint64_t block,
                                                        uint32_t w[4]) {

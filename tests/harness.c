@@ -143,6 +143,18 @@ int tg_test_tensor_named(const tg_plan *p, const char *name) {
     return -1;
 }
 
+uint32_t tg_test_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+float tg_test_f32_of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     /* The state's top 24 bits: a float's worth of uniform mantissa. */

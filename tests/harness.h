@@ -77,6 +77,9 @@ int tg_test_compile_bert_base_b32(int share_grad_memory, int recompute, uint64_t
  * and 0. */
 int tg_test_train_cpu(const char *job_path, const char *const *sets, int n_sets, int steps, float **params,
                       size_t *bytes, int *shared);
+/* A float's bits, and the float of given bits. */
+uint32_t tg_test_f32_bits(float f);
+float tg_test_f32_of_bits(uint32_t u);
 /* Deterministic uniform floats in [lo, hi) from a seed (xorshift). */
 void tg_test_fill_uniform(float *x, int64_t n, uint64_t seed, float lo, float hi);
 /* An op of the given kind, every slot -1 and every parameter 0. */

@@ -14,12 +14,6 @@ static uint16_t bits_of(_Float16 h) {
     return b;
 }
 
-static float float_of(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static int is_nan_half(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu); }
 
 TG_TEST(test_f16_widen_every_half) {
@@ -43,7 +37,7 @@ TG_TEST(test_f16_narrow_matches_float16) {
     long checked = 0;
     /* A dense sweep of the float bit patterns (both signs, every exponent). */
     for (uint64_t u = 0; u <= 0xffffffffull; u += 4093) {
-        const float f = float_of((uint32_t)u);
+        const float f = tg_test_f32_of_bits((uint32_t)u);
         const uint16_t want = bits_of((_Float16)f), got = tg_f16_from_f32(f);
         const int same = isnan(f) ? is_nan_half(got) : got == want;
         checked++;
@@ -58,7 +52,7 @@ TG_TEST(test_f16_narrow_matches_float16) {
         memcpy(&m, &mid, 4);
         for (int d = -1; d <= 1; d++)
             for (int sign = 0; sign < 2; sign++) {
-                const float f = float_of((m + (uint32_t)d) | (sign ? 0x80000000u : 0));
+                const float f = tg_test_f32_of_bits((m + (uint32_t)d) | (sign ? 0x80000000u : 0));
                 const uint16_t want = bits_of((_Float16)f), got = tg_f16_from_f32(f);
                 checked++;
                 if (got != want && bad++ < 5) CHECK(0, "near tie %a: narrowed 0x%04x, want 0x%04x", f, got, want);
@@ -72,7 +66,7 @@ TG_TEST(test_f16_narrow_matches_float16) {
         CHECK(tg_f16_from_f32(edges[k]) == want_edges[k], "%a: 0x%04x, want 0x%04x", edges[k],
               tg_f16_from_f32(edges[k]), want_edges[k]);
     /* NaN stays a quiet NaN of the same sign. */
-    CHECK(tg_f16_from_f32(NAN) == 0x7e00 && tg_f16_from_f32(-NAN) == 0xfe00 && is_nan_half(tg_f16_from_f32(float_of(0x7f800001u))),
+    CHECK(tg_f16_from_f32(NAN) == 0x7e00 && tg_f16_from_f32(-NAN) == 0xfe00 && is_nan_half(tg_f16_from_f32(tg_test_f32_of_bits(0x7f800001u))),
           "NaN: 0x%04x 0x%04x", tg_f16_from_f32(NAN), tg_f16_from_f32(-NAN));
     CHECK(bad == 0 && checked > 1000000, "%d of %ld floats differ", bad, checked);
     float wide[3];

@@ -16,18 +16,6 @@
 #include "runtime/cpu/cpu_kernels.h"
 #include "tests/harness.h"
 
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float float_of(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 TG_TEST(test_bf16_round_stochastic_values) {
     /* 1 + 2^-10 lies an eighth of the way from 1 to the next bf16 value, 1 + 2^-7: of the
      * 65536 draws, exactly 8192 round it up, so the mean of the results is x exactly. */
@@ -49,17 +37,17 @@ TG_TEST(test_bf16_round_stochastic_values) {
     const float exact[] = {lo, hi, -3.5f, 0.0f, -0.0f, INFINITY, -INFINITY, 0x1p-133f};
     for (size_t k = 0; k < sizeof exact / sizeof *exact; k++)
         for (uint32_t r = 0; r < 65536; r += 4093)
-            CHECK(bits_of(tg_bf16_round_stochastic(exact[k], r)) == bits_of(exact[k]), "%g with draw %u moved to %g",
+            CHECK(tg_test_f32_bits(tg_bf16_round_stochastic(exact[k], r)) == tg_test_f32_bits(exact[k]), "%g with draw %u moved to %g",
                   exact[k], r, tg_bf16_round_stochastic(exact[k], r));
     /* A NaN whose payload sits in the low 16 bits stays a NaN (cut alone, it would be an
      * infinity); the largest finite floats may round up to infinity, as a bf16 step. */
-    const float nan_low = float_of(0x7f800001u);
+    const float nan_low = tg_test_f32_of_bits(0x7f800001u);
     CHECK(isnan(tg_bf16_round_stochastic(nan_low, 0)) && isnan(tg_bf16_round_stochastic(nan_low, 0xffffu)),
           "a NaN became %g", tg_bf16_round_stochastic(nan_low, 0));
-    CHECK(isinf(tg_bf16_round_stochastic(float_of(0x7f7fffffu), 1)) &&
-              bits_of(tg_bf16_round_stochastic(float_of(0x7f7fffffu), 0)) == 0x7f7f0000u,
-          "FLT_MAX rounds to %g / %g", tg_bf16_round_stochastic(float_of(0x7f7fffffu), 1),
-          tg_bf16_round_stochastic(float_of(0x7f7fffffu), 0));
+    CHECK(isinf(tg_bf16_round_stochastic(tg_test_f32_of_bits(0x7f7fffffu), 1)) &&
+              tg_test_f32_bits(tg_bf16_round_stochastic(tg_test_f32_of_bits(0x7f7fffffu), 0)) == 0x7f7f0000u,
+          "FLT_MAX rounds to %g / %g", tg_bf16_round_stochastic(tg_test_f32_of_bits(0x7f7fffffu), 1),
+          tg_bf16_round_stochastic(tg_test_f32_of_bits(0x7f7fffffu), 0));
 }
 
 /* A plan table of one decayed parameter of n elements at element 0. */

@@ -82,7 +82,7 @@ typedef struct adamw_ctx {
 static uint32_t round_word(const adamw_ctx *c, uint32_t key, int64_t i) {
     uint32_t w[4];
     tg_state_round_words(c->seed, c->step, key, (uint64_t)i >> 2, w);
-    return w[i & 3];
+    return tg_philox_word(w, (unsigned)(i & 3));
 }
 
 /* One element's new state rounded to bf16 (parts: 2 for AdamW's m, v; 4 for Adan's m, d,
