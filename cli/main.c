@@ -536,8 +536,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0, own_tokens = 0, own_slots = 0;
     double *step_times = tg_calloc((size_t)tr.total_steps + 1, sizeof *step_times);
+    /* Data parallelism on CUDA: each step's gradient sums, busy and exposed ms. */
+    double *comm_times = tg_calloc(2 * ((size_t)tr.total_steps + 1), sizeof *comm_times);
+    double *exposed_times = comm_times ? comm_times + tr.total_steps + 1 : NULL;
+    int comm_measured = 0;
     metrics_step_line *step_line = metrics ? metrics_step_line_new() : NULL;
-    rc = step_times && (!metrics || step_line) ? 0 : tg_fail(&err, "out of memory");
+    rc = step_times && comm_times && (!metrics || step_line) ? 0 : tg_fail(&err, "out of memory");
     /* TUNEGRAPH_HOST_TRACE: the loop thread's CPU time inside tg_trainer_step (batch fills
      * included) and outside it (metrics and progress), steps after the first. */
     double trace_step_s = 0, trace_rest_s = 0, trace_fill0 = 0, trace_t = 0;
@@ -567,6 +571,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (opts.host_trace) trace_t = tg_thread_cpu_s();
         last_loss = s.loss;
         step_times[i] = s.step_ms;
+        comm_times[i] = s.comm_ms, exposed_times[i] = s.comm_exposed_ms;
+        comm_measured |= s.comm_ms >= 0;
         /* Replica 0's tokens stand for each replica's (equal for fixed-length rows). */
         tokens += s.tokens * replicas;
         own_tokens += s.tokens, own_slots += s.slots;
@@ -642,6 +648,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     if (tty) fprintf(stderr, "\n");
     double median_step_ms = median_after_first(step_times, ran);
     free(step_times);
+    const double median_comm_ms = comm_measured ? median_after_first(comm_times, ran) : -1;
+    const double median_exposed_ms = comm_measured ? median_after_first(exposed_times, ran) : -1;
+    free(comm_times);
     tg_eval_stats ev = {.accuracy = -1, .perplexity = -1, .macro_f1 = -1};
     int evaluated = 0;
     if (!rc && tr.has_eval) {
@@ -661,7 +670,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             .padding_fraction = own_slots ? 1.0 - (double)own_tokens / (double)own_slots : 0,
             .batch_wait_s = tr.batch_wait_s, .median_step_ms = median_step_ms, .host_cpu_us = host_cpu_us,
             .loop_cpu_us = loop_cpu_us, .driver_cpu_us = driver_cpu_us, .device = device_name,
-            .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL};
+            .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL,
+            .comm_ms = median_comm_ms, .comm_exposed_ms = median_exposed_ms};
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
             if (f && metrics_write_summary(f, &summary)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
@@ -676,6 +686,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (driver_cpu_us > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor (no driver thread) */
             fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
+        if (median_comm_ms >= 0)
+            fprintf(stderr, "gradient sums: %d buckets, %.3f ms a step, %.3f ms of it after the backward (medians)\n",
+                    tr.comm.buckets, median_comm_ms, median_exposed_ms);
         fprintf(stderr, "batches: %.1f%% of the token slots padding%s, waited for %.1f ms (%.2f%% of the training time)\n", /* GCOVR_EXCL_BR_LINE: train_s > 0: monotonic time from before the loop to after it */
                 summary.padding_fraction * 100, plan.train.n_buckets > 1 ? " (with length buckets)" : "",
                 tr.batch_wait_s * 1e3, train_s > 0 ? tr.batch_wait_s / train_s * 100 : 0);

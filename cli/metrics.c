@@ -86,7 +86,10 @@ static int step_field_is_int(int k) { return k == 0 || k == STEP_SEQ_FIELD; }
 struct metrics_step_line {
     json_t *o;
     json_t *v[STEP_FIELDS];
-    json_t *loss_scale; /* fp16 runs: added at the first step that has a scale, the last key */
+    json_t *loss_scale; /* fp16 runs: added at the first step that has a scale */
+    /* data parallelism on CUDA: the gradient sums' busy and exposed ms, added at the first
+     * step that measured them */
+    json_t *comm_ms, *exposed_comm_ms;
 };
 
 metrics_step_line *metrics_step_line_new(void) {
@@ -110,6 +113,8 @@ void metrics_step_line_free(metrics_step_line *w) {
     if (!w) return;
     for (int k = 0; k < STEP_FIELDS; k++) json_decref(w->v[k]);
     json_decref(w->loss_scale);
+    json_decref(w->comm_ms);
+    json_decref(w->exposed_comm_ms);
     json_decref(w->o);
     free(w);
 }
@@ -127,6 +132,10 @@ int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, do
             else put_real(&l, step_keys[k], v[k], "%.9g");
         if (s->skipped) put_true(&l, "skipped"); /* nothing was updated (a non-finite gradient norm) */
         if (s->loss_scale > 0) put_real(&l, "loss_scale", s->loss_scale, "%.9g");
+        if (s->comm_ms > 0) {
+            put_real(&l, "comm_ms", s->comm_ms, "%.9g");
+            put_real(&l, "exposed_comm_ms", s->comm_exposed_ms, "%.9g");
+        }
         return line_write(&l, f);
     }
     for (int k = 0; k < STEP_FIELDS; k++)
@@ -136,9 +145,14 @@ int metrics_write_step(metrics_step_line *w, FILE *f, const tg_step_stats *s, do
         (!(w->loss_scale = json_real(0.0)) || json_object_set(w->o, "loss_scale", w->loss_scale)))
         return -1;
     if (w->loss_scale) json_real_set(w->loss_scale, s->loss_scale);
+    if (s->comm_ms > 0 && !w->comm_ms &&
+        (!(w->comm_ms = json_real(0.0)) || json_object_set(w->o, "comm_ms", w->comm_ms) ||
+         !(w->exposed_comm_ms = json_real(0.0)) || json_object_set(w->o, "exposed_comm_ms", w->exposed_comm_ms)))
+        return -1;
+    if (w->comm_ms) json_real_set(w->comm_ms, s->comm_ms), json_real_set(w->exposed_comm_ms, s->comm_exposed_ms);
     char buf[1024];
     size_t n = json_dumpb(w->o, buf, sizeof buf - 1, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-    if (n == 0 || n >= sizeof buf - 1) return -1; /* GCOVR_EXCL_BR_LINE: 12 keys and numbers of at most 24 characters stay under 500 bytes; n == 0 is a failed dump */
+    if (n == 0 || n >= sizeof buf - 1) return -1; /* GCOVR_EXCL_BR_LINE: 14 keys and numbers of at most 24 characters stay under 700 bytes; n == 0 is a failed dump */
     buf[n++] = '\n';
     return fwrite(buf, 1, n, f) == n ? 0 : -1;
 }
@@ -164,6 +178,10 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     put_real(&l, "driver_thread_cpu_us_per_step", s->driver_cpu_us, "%.1f");
     put_str(&l, "device", s->device);
     put_int(&l, "replicas", s->replicas);
+    if (s->comm_ms > 0) {
+        put_real(&l, "median_comm_ms", s->comm_ms, "%.4f");
+        put_real(&l, "median_exposed_comm_ms", s->comm_exposed_ms, "%.4f");
+    }
     put_int(&l, "planned_peak_bytes", (long long)mem->planned);
     put_int(&l, "memory_estimate_bytes", (long long)mem->estimated);
     if (mem->measured >= 0) put_int(&l, "measured_peak_bytes", mem->measured);
@@ -210,6 +228,16 @@ int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double m
     put_str(&l, "profile_op", op_name);
     put_int(&l, "count", count);
     put_real(&l, "ms", ms, "%.4f");
+    return line_write(&l, f);
+}
+
+int metrics_write_profile_comm(FILE *f, int j, int64_t bytes, double begin_ms, double end_ms) {
+    metrics_line l = line_begin();
+    put_int(&l, "profile_comm_bucket", j);
+    put_int(&l, "bytes", bytes);
+    put_real(&l, "begin_ms", begin_ms, "%.4f");
+    put_real(&l, "end_ms", end_ms, "%.4f");
+    put_real(&l, "exposed_ms", end_ms > 0 ? end_ms - (begin_ms > 0 ? begin_ms : 0) : 0, "%.4f");
     return line_write(&l, f);
 }
 

@@ -27,6 +27,9 @@ typedef struct metrics_summary {
     double driver_cpu_us;        /* the CUDA driver's event thread's */
     const char *device;          /* "cpu" or "cuda" */
     int replicas;
+    /* Data parallelism on CUDA: medians over the steps after the first of the gradient
+     * sums' busy ms and of the ms of them after the backward; comm_ms <= 0: not measured. */
+    double comm_ms, comm_exposed_ms;
     const tg_memory_use *mem;
     const tg_eval_stats *eval;   /* NULL when the run did not evaluate */
 } metrics_summary;
@@ -68,5 +71,8 @@ int metrics_write_error(FILE *f, const char *message, int replica);
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
 /* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */
 int metrics_write_profile_op(FILE *f, const tg_plan *plan, int o, double ms);
+/* Gradient bucket j's sum in the captured steps (data parallelism on CUDA): its bytes, its
+ * mean begin and end in ms from the backward's end, and the ms of it after that end. */
+int metrics_write_profile_comm(FILE *f, int j, int64_t bytes, double begin_ms, double end_ms);
 
 #endif

@@ -7,6 +7,29 @@
 #include "base/alloc.h"
 #include "cli/metrics.h"
 
+int report_comm_timeline(const tg_plan *p, const tg_comm_timeline *c, FILE *metrics) {
+    if (!c->buckets || !c->steps) return 0;
+    int64_t bytes[TG_COMM_TIMELINE_MAX] = {0};
+    int j = 0;
+    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
+        if (p->ops[o].kind == TG_OP_ALL_REDUCE) {
+            bytes[j] += p->ops[o].p.count.n * 4;
+            if (j < TG_COMM_TIMELINE_MAX - 1) j++;
+        }
+    int rc = 0;
+    fprintf(stderr, "  gradient sums beside the backward (this replica, mean of %lld captured steps; ms from the "
+                    "backward's end):\n  %6s %9s %9s %9s %9s %9s %8s\n",
+            (long long)c->steps, "bucket", "MB", "begin", "end", "ms", "exposed", "GB/s");
+    for (int k = 0; k < c->buckets; k++) {
+        const double begin = c->begin_ms[k] / (double)c->steps, end = c->end_ms[k] / (double)c->steps;
+        const double exposed = end > 0 ? end - (begin > 0 ? begin : 0) : 0;
+        fprintf(stderr, "  %6d %9.2f %9.3f %9.3f %9.3f %9.3f %8.1f\n", k, (double)bytes[k] / 1e6, begin, end,
+                end - begin, exposed, end > begin ? (double)bytes[k] / 1e6 / (end - begin) : 0.0);
+        if (metrics && metrics_write_profile_comm(metrics, k, bytes[k], begin, end)) rc = -1;
+    }
+    return rc;
+}
+
 int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg_err *err) {
     const tg_plan *p = tr->plan;
     double *ms = tg_calloc((size_t)p->n_ops, sizeof *ms);
@@ -46,6 +69,7 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
     /* Every op's time in the metrics, so a report can say where each millisecond went. */
     for (int o = 0; metrics && o < p->n_ops; o++)
         if (metrics_write_profile_op(metrics, p, o, ms[o])) wrote = -1;
+    if (report_comm_timeline(p, &tr->comm, metrics)) wrote = -1;
     if (metrics_out) metrics_file_unlock(metrics_out);
     fprintf(stderr, "  slowest ops:\n");
     for (int shown = 0; shown < 8; shown++) {

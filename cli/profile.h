@@ -18,4 +18,11 @@
  * more steps, which move the weights. */
 int report_profile(tg_trainer *tr, metrics_file *metrics, double step_ms, tg_err *err);
 
+/* The gradient sums of the captured steps (data parallelism on CUDA), bucket by bucket in
+ * the order the backward completes them, on stderr: bytes (the timeline's last entry
+ * counts the buckets past it), mean begin and end in ms from the backward's end, and what
+ * of each the backward did not hide; a line per bucket into metrics when it is not NULL.
+ * Nothing where the timeline is empty. 0, or -1 when a metrics line was not written. */
+int report_comm_timeline(const tg_plan *plan, const tg_comm_timeline *c, FILE *metrics);
+
 #endif

@@ -9,6 +9,9 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t n = a->op->p.count.n;
     if (n <= 0) return 0;
     if (!a->ctx->nccl_comm) return 0; /* one replica: the sum over one is the tensor */
+    /* The GEMM tuning pass's gradients are thrown away, and every collective of a run
+     * stays inside the step graphs (runtime/cuda/executor_cuda.c says why). */
+    if (a->ctx->gemm_tune) return 0;
     float *x = (float *)a->out[0];
     ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat, ncclSum, (ncclComm_t)a->ctx->nccl_comm, a->ctx->stream);
     if (r != ncclSuccess)
@@ -19,7 +22,7 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
 
 int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t slice = a->op->p.all_gather.slice;
-    if (slice <= 0 || !a->ctx->nccl_comm) return 0; /* one replica holds every slice */
+    if (slice <= 0 || !a->ctx->nccl_comm || a->ctx->gemm_tune) return 0; /* one replica holds every slice */
     const int dt = a->out_dtype[0];
     const ncclDataType_t type = dt == TG_BF16 ? ncclBfloat16 : dt == TG_F16 ? ncclHalf : ncclFloat;
     uint8_t *x = (uint8_t *)a->out[0];

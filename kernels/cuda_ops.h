@@ -88,10 +88,19 @@ typedef struct tg_step_ctrl {
     const void *next_batch[TG_STEP_RING]; /* pinned host image of the step after, or NULL */
 } tg_step_ctrl;
 
+/* Data parallelism: stamps[TG_STAMP_COMM + 2 j] and [TG_STAMP_COMM + 2 j + 1] are the
+ * begin and end of gradient bucket j's sum on the communication stream; buckets from
+ * TG_COMM_STAMP_MAX - 1 on share the last pair (the begin of the first of them, the end of
+ * the last). */
+#define TG_COMM_STAMP_MAX 32
+#define TG_STAMP_COMM 5
+
 typedef struct tg_step_record {
     float loss, lr, grad_norm;
     float loss_scale; /* fp16 plans: the dynamic loss scale after the step; 0 in others */
-    unsigned long long stamps[5]; /* GPU timer: start, batch in place, end of forward, backward, optimizer */
+    /* GPU timer: start, batch in place, end of forward, backward, optimizer; then the
+     * gradient buckets' sums */
+    unsigned long long stamps[TG_STAMP_COMM + 2 * TG_COMM_STAMP_MAX];
 } tg_step_record;
 
 typedef struct tg_step_report {

@@ -12,6 +12,9 @@
 typedef enum tg_device { TG_DEVICE_CPU = 0, TG_DEVICE_CUDA } tg_device;
 
 /* What a training step reports back to the host. */
+/* The most gradient buckets a step's timeline tells apart (tg_step_result). */
+#define TG_COMM_TIMELINE_MAX 32
+
 typedef struct tg_step_result {
     float loss;
     float lr;          /* the learning rate the step used */
@@ -23,6 +26,11 @@ typedef struct tg_step_result {
     /* ms from the end of the step waited for before this one to this one's end, on the
      * device's clock; -1 where unknown (the first step, or an executor without one). */
     float period_ms;
+    /* Data parallelism (CUDA): the step's gradient-bucket sums, bucket j's begin and end in
+     * ms from the end of the backward (negative: beside it); buckets from
+     * TG_COMM_TIMELINE_MAX - 1 on share the last entry. comm_buckets 0: none measured. */
+    int comm_buckets;
+    float comm_begin_ms[TG_COMM_TIMELINE_MAX], comm_end_ms[TG_COMM_TIMELINE_MAX];
 } tg_step_result;
 
 /* Micro-steps per training step: the plan's grad_accumulation (1 without). A training

@@ -531,6 +531,22 @@ static int64_t real_tokens(tg_trainer *t, int k) {
     return n;
 }
 
+void tg_comm_timeline_add(tg_comm_timeline *c, const tg_step_result *r, int32_t step, float *busy_ms,
+                          float *exposed_ms) {
+    *busy_ms = *exposed_ms = -1.0f;
+    const int n = r->comm_buckets < TG_COMM_TIMELINE_MAX ? r->comm_buckets : TG_COMM_TIMELINE_MAX;
+    if (n <= 0) return;
+    float busy = 0;
+    for (int j = 0; j < n; j++) busy += r->comm_end_ms[j] - r->comm_begin_ms[j];
+    *busy_ms = busy;
+    *exposed_ms = r->comm_end_ms[n - 1] > 0 ? r->comm_end_ms[n - 1] : 0.0f;
+    /* The first step waited for its graph's capture; a timeline of another shape is not
+     * this one's (a plan's buckets are all alike). */
+    if (step <= 1 || (c->buckets && c->buckets != n)) return;
+    c->buckets = n, c->steps++;
+    for (int j = 0; j < n; j++) c->begin_ms[j] += r->comm_begin_ms[j], c->end_ms[j] += r->comm_end_ms[j];
+}
+
 /* Waits for the oldest step in flight and hands out its statistics; k is its batch's
  * buffer, `t0` the wall clock at its start, for executors that give no step period. */
 static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err *err) {
@@ -544,6 +560,7 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err
     memcpy(s->phase_ms, r.phase_ms, sizeof s->phase_ms);
     s->step_ms = r.period_ms > 0 ? r.period_ms : tg_wall_ms() - t0;
     s->step = ++t->steps_done;
+    tg_comm_timeline_add(&t->comm, &r, s->step, &s->comm_ms, &s->comm_exposed_ms);
     if (s->step == 1) tg_memory_probe_sample(&t->memory); /* every buffer of a step is in use by now */
     /* The update ops skipped a step whose gradient norm is not finite: the weights are
      * untouched (plan/ops.def). The run goes on past such steps as the plan says. */

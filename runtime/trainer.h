@@ -70,7 +70,25 @@ typedef struct tg_step_stats {
     int64_t slots;          /* token slots the step computed: batch x seq (tokens + padding) */
     int32_t skipped;        /* 1: the gradient norm was not finite and nothing was updated */
     float loss_scale;       /* fp16 plans: the dynamic loss scale after the step; 0 in others */
+    /* Data parallelism on CUDA: ms the gradient sums ran (each bucket's begin to end,
+     * added up) and ms of them after the backward's end, which the step waited for; -1
+     * where not measured. */
+    float comm_ms, comm_exposed_ms;
 } tg_step_stats;
+
+/* Data parallelism on CUDA: each gradient bucket's sum, its begin and end in ms from the
+ * backward's end, added up over the steps after the first (means: divide by steps). */
+typedef struct tg_comm_timeline {
+    int buckets; /* entries (tg_step_result's comm_buckets); 0: none measured */
+    int64_t steps;
+    double begin_ms[TG_COMM_TIMELINE_MAX], end_ms[TG_COMM_TIMELINE_MAX];
+} tg_comm_timeline;
+
+/* A step's gradient sums (r's comm_buckets entries): *busy_ms their ms added up and
+ * *exposed_ms the ms of the last after the backward's end (-1 each where r has none); from
+ * step 2 on, also added into c. */
+void tg_comm_timeline_add(tg_comm_timeline *c, const tg_step_result *r, int32_t step, float *busy_ms,
+                          float *exposed_ms);
 
 /* counted 0 (an LM eval set whose examples are all one token long, so no token has a
  * next one to predict; a classification eval with no rows): nothing was measured, and
@@ -152,6 +170,7 @@ typedef struct tg_trainer {
     int32_t total_steps;
     int32_t steps_done;
     int32_t skipped_in_row;  /* the latest steps skipped one after another (run skip_nonfinite) */
+    tg_comm_timeline comm;  /* the gradient sums' timeline (data parallelism on CUDA) */
     int32_t skipped_steps;   /* steps skipped in this trainer's life */
     int32_t *batch_idx;         /* this replica's examples of the step */
     int32_t *global_idx;        /* the whole global batch's (every replica's rows) */

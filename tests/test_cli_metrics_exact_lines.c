@@ -3,6 +3,7 @@
  * (tokens per second, the batch wait's share, the host's own CPU time, a matmul's TFLOPS)
  * with their values; an LM's eval with its perplexity; a matmul's flags each under its key.
  * The CLI's functions come from the copy that tests/test_cli_metrics.c compiles in. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,54 @@ TG_TEST(test_cli_metrics_profile_lines_exact) {
     WRITTEN(metrics_write_profile_kind(f, "matmul", 30, 0.57526), text, rc);
     CHECK(rc == 0 && text && !strcmp(text, "{\"profile_op\": \"matmul\", \"count\": 30, \"ms\": 0.5753}\n") ,
           "kind line: '%s'", text ? text : "(none)");
+    free(text);
+}
+
+/* Data parallelism's lines: the gradient sums' medians in the summary (after the replica
+ * count), their busy and exposed ms on each step line (after the step's own keys, in the
+ * general line too), and a bucket's profile line with its exposed part. */
+TG_TEST(test_cli_metrics_comm_lines_exact) {
+    const tg_memory_use mem = {.planned = 1, .estimated = 2, .measured = 3};
+    metrics_summary s = {.steps = 3, .train_s = 1.0, .tokens = 10, .median_step_ms = 8.8, .device = "cuda",
+                         .replicas = 2, .comm_ms = 2.45891, .comm_exposed_ms = 0.34487, .mem = &mem};
+    char *text = NULL;
+    int rc = -1;
+    WRITTEN(metrics_write_summary(f, &s), text, rc);
+    CHECK(rc == 0 && text && strstr(text, "\"replicas\": 2, \"median_comm_ms\": 2.4589, \"median_exposed_comm_ms\": 0.3449, "
+                                          "\"planned_peak_bytes\": 1"),
+          "summary: %s", text ? text : "(none)");
+    free(text);
+    text = NULL;
+    metrics_step_line *w = metrics_step_line_new();
+    REQUIRE(w, "out of memory");
+    tg_step_stats st = {.step = 1, .loss = 0.5f, .lr = 1.0f, .grad_norm = 2.0f, .step_ms = 8.5, .seq = 128,
+                        .comm_ms = -1.0f, .comm_exposed_ms = -1.0f};
+    WRITTEN(metrics_write_step(w, f, &st, 100), text, rc);
+    CHECK(rc == 0 && text && !strstr(text, "comm"), "a step without sums: %s", text ? text : "(none)");
+    free(text);
+    text = NULL;
+    st.step = 2, st.comm_ms = 2.5f, st.comm_exposed_ms = 0.25f;
+    WRITTEN(metrics_write_step(w, f, &st, 100), text, rc);
+    CHECK(rc == 0 && text && strstr(text, "\"seq\": 128, \"comm_ms\": 2.5, \"exposed_comm_ms\": 0.25}\n"),
+          "a step with sums: %s", text ? text : "(none)");
+    free(text);
+    text = NULL;
+    st.step = 3, st.loss = NAN, st.comm_ms = 3.0f, st.comm_exposed_ms = 0.5f;
+    WRITTEN(metrics_write_step(w, f, &st, 100), text, rc);
+    CHECK(rc == 0 && text && strstr(text, "\"loss\": null") && strstr(text, "\"comm_ms\": 3.0, \"exposed_comm_ms\": 0.5}\n"),
+          "a non-finite step with sums: %s", text ? text : "(none)");
+    free(text);
+    text = NULL;
+    metrics_step_line_free(w);
+    WRITTEN(metrics_write_profile_comm(f, 3, 28350000, -0.5, 0.25), text, rc);
+    CHECK(rc == 0 && text && !strcmp(text, "{\"profile_comm_bucket\": 3, \"bytes\": 28350000, \"begin_ms\": -0.5, "
+                                           "\"end_ms\": 0.25, \"exposed_ms\": 0.25}\n"),
+          "bucket line: %s", text ? text : "(none)");
+    free(text);
+    text = NULL;
+    WRITTEN(metrics_write_profile_comm(f, 0, 100, 0.125, 0.375), text, rc);
+    CHECK(rc == 0 && text && strstr(text, "\"exposed_ms\": 0.25}"), "a bucket begun after the backward: %s",
+          text ? text : "(none)");
     free(text);
 }
 

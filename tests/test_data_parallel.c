@@ -47,6 +47,8 @@ typedef struct replica {
     void *comm;
     int rank, steps, ok;
     float loss[8];
+    float comm_ms[8], exposed_ms[8]; /* each step's gradient sums (-1: not measured) */
+    tg_comm_timeline timeline;       /* the trainer's, at the end */
     float *params;
     char msg[512];
 } replica;
@@ -64,8 +66,9 @@ static void *run_replica(void *arg) {
     for (int s = 0; s < r->steps && ok; s++) {
         tg_step_stats st;
         ok = tg_trainer_step(&tr, &st, &err) == 0;
-        if (ok) r->loss[s] = st.loss;
+        if (ok) r->loss[s] = st.loss, r->comm_ms[s] = st.comm_ms, r->exposed_ms[s] = st.comm_exposed_ms;
     }
+    r->timeline = tr.comm;
     r->params = ok ? malloc(r->plan->pool_bytes[TG_POOL_PARAMS]) : NULL;
     ok = ok && r->params && tg_trainer_read(&tr, r->plan->io.params_all, r->params, &err) == 0;
     if (!ok) snprintf(r->msg, sizeof r->msg, "rank %d: %s", r->rank, err.msg);
@@ -164,6 +167,46 @@ TG_TEST(test_data_parallel_plan) {
     }
 }
 
+/* Each replica's gradient sums as its steps measured them: on CUDA one begin and end a
+ * bucket summed beside the backward, in the order the backward completes them, each
+ * ending after it begins and beginning once the one before has ended, the steps' busy
+ * time their sum and the exposed time what the last ran past the backward; the steps
+ * after the first in the timeline. The CPU executor sums inside its phases and measures
+ * none. */
+static void check_comm_timeline(const tg_plan *p, const replica *r, int replicas, int steps, int cuda) {
+    int buckets = 0;
+    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
+        buckets += p->ops[o].kind == TG_OP_ALL_REDUCE;
+    for (int k = 0; k < replicas; k++) {
+        const tg_comm_timeline *c = &r[k].timeline;
+        if (!cuda) {
+            CHECK(c->buckets == 0 && c->steps == 0 && r[k].comm_ms[0] == -1.0f && r[k].exposed_ms[0] == -1.0f,
+                  "replica %d on the CPU: %d buckets over %lld steps, comm %g ms", k, c->buckets, (long long)c->steps,
+                  r[k].comm_ms[0]);
+            continue;
+        }
+        CHECK(buckets >= 2 && c->buckets == buckets && c->steps == steps - 1,
+              "replica %d: timeline of %d buckets over %lld steps, plan has %d buckets, %d steps taken", k, c->buckets,
+              (long long)c->steps, buckets, steps);
+        double busy = 0;
+        for (int j = 0; j < c->buckets && c->steps > 0; j++) {
+            const double begin = c->begin_ms[j] / (double)c->steps, end = c->end_ms[j] / (double)c->steps;
+            const double before = j ? c->end_ms[j - 1] / (double)c->steps : -1e9;
+            CHECK(end > begin && begin >= before - 1e-3 && begin < 1e3 && end > -1e3,
+                  "replica %d bucket %d: mean begin %.4f, end %.4f ms, the one before ended %.4f", k, j, begin, end,
+                  before);
+            busy += end - begin;
+        }
+        for (int s = 0; s < steps; s++)
+            CHECK(r[k].comm_ms[s] > 0 && r[k].exposed_ms[s] >= 0 && r[k].exposed_ms[s] <= r[k].comm_ms[s] + 0.1f,
+                  "replica %d step %d: sums busy %g ms, exposed %g ms", k, s + 1, r[k].comm_ms[s], r[k].exposed_ms[s]);
+        double steps_busy = 0;
+        for (int s = 1; s < steps; s++) steps_busy += r[k].comm_ms[s] / (double)(steps - 1);
+        CHECK(fabs(steps_busy - busy) <= 1e-3 * (busy + 1e-3), "replica %d: steps' mean busy %.5f ms, timeline's %.5f",
+              k, steps_busy, busy);
+    }
+}
+
 TG_TEST(test_data_parallel_matches_one_trainer) {
     enum { STEPS = 4, BATCH = 4 };
     const int cuda = tg_test_device();
@@ -197,6 +240,7 @@ TG_TEST(test_data_parallel_matches_one_trainer) {
             double rel = tg_rel_err(r[0].params, one.params, n), tol = cuda ? 1e-4 : 1e-5;
             CHECK(rel <= tol, "%d replicas of %d rows against one of %d: parameters differ by %.3g (relative)",
                   replicas, BATCH / replicas, BATCH, rel);
+            check_comm_timeline(&dp, r, replicas, STEPS, cuda);
             float mean_loss = 0;
             for (int k = 0; k < replicas; k++) mean_loss += r[k].loss[0] / (float)replicas;
             CHECK(fabsf(mean_loss - one.loss[0]) <= 1e-5f * fabsf(one.loss[0]),

@@ -74,6 +74,16 @@ void tg_cuda_numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *o
             out_n[s] = op->out[s] >= 0 ? tg_tensor_numel(&p->tensors[op->out[s]]) : 0;
 }
 
+/* The stream of the gradient sums, and the count of a step's sums, for their stamps. At
+ * the default priority: at the highest (the graphs instantiated to keep node priorities)
+ * BERT's two-GPU step took the same time (docs/perf-notes.md). */
+static cudaError_t create_comm_stream(tg_cuda_exec *x) {
+    const tg_plan *p = x->plan;
+    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
+        x->comm_buckets += p->ops[o].kind == TG_OP_ALL_REDUCE;
+    return cudaStreamCreateWithFlags(&x->comm_stream, cudaStreamNonBlocking);
+}
+
 /* Plans the deferred update of every bucket and creates its stream, flag and events
  * (chunk events for the bucket with the most chunks); leaves it off where a bucket's plan
  * does not allow it or TUNEGRAPH_DEFERRED_UPDATE=0. */
@@ -233,7 +243,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     else if (deferred_update_init(x, err))
         rc = -1;
     else if (nccl_comm && plan->train.replicas > 1 &&
-             ((e = cudaStreamCreateWithFlags(&x->comm_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+             ((e = create_comm_stream(x)) != cudaSuccess ||
               (e = cudaEventCreateWithFlags(&x->comm_fork, cudaEventDisableTiming)) != cudaSuccess ||
               (e = cudaEventCreateWithFlags(&x->comm_done, cudaEventDisableTiming)) != cudaSuccess))
         rc = tg_cuda_fail(err, "creating the gradient-sum stream and events", e);

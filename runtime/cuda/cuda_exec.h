@@ -66,7 +66,10 @@ typedef struct tg_cuda_exec {
     const void *checked_images[TG_STEP_RING];
     int n_checked;
     double launch_s[TG_STEP_RING]; /* wall clock at each queued step's launch */
-    double step_gpu_s;             /* GPU duration of the last step waited for (0: none yet) */
+    /* GPU durations of the last steps waited for (step_gpu_count of them so far, in a ring):
+     * the least of them is what a wait expects each step in flight to take. */
+    double step_gpu_recent[8];
+    long long step_gpu_count;
     unsigned long long last_end_stamp; /* its optimizer-end stamp, for the step period */
     double clock_offset_s;         /* wall clock minus GPU timer, least seen (valid when set) */
     double wait_margin_s;          /* how long before the expected end a wait wakes */
@@ -88,6 +91,7 @@ typedef struct tg_cuda_exec {
      * communication the backward did not hide). */
     cudaStream_t comm_stream;
     cudaEvent_t comm_fork, comm_done;
+    int comm_buckets;              /* the sums in a step's backward (every bucket plan's alike) */
     int update_pending;
     int *update_due;               /* device */
     cudaStream_t update_stream;

@@ -51,7 +51,7 @@ static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     const int end = x->defer_on ? x->cur->defer.adamw_op : p->n_ops;
     const int b0 = p->phase_begin[TG_PHASE_BACKWARD], b1 = p->phase_begin[TG_PHASE_OPTIMIZER];
-    int summing = 0;
+    int summing = 0, bucket = 0;
     for (int o = b0; o < b1; o++) {
         if (!x->comm_stream || p->ops[o].kind != TG_OP_ALL_REDUCE) {
             if (tg_cuda_run_ops(x, o, o + 1, 1, err)) return -1;
@@ -62,9 +62,18 @@ static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
         tg_cuda_op_args_on(x, o, x->comm_stream, &ctx, &a);
         CUDA_TRY(cudaEventRecord(x->comm_fork, x->ctx.stream), "record a gradient sum's fork");
         CUDA_TRY(cudaStreamWaitEvent(x->comm_stream, x->comm_fork, 0), "fork of a gradient sum");
+        /* The sum's begin and end stamps: the begin runs once the bucket is complete and
+         * the sum before it has ended, so the stamps show when each sum could start and
+         * what of it the backward did not hide (kernels/cuda_ops.h). */
+        const int slot = bucket < TG_COMM_STAMP_MAX ? bucket : TG_COMM_STAMP_MAX - 1;
+        if (bucket == slot && tg_cuda_stamp(x->report, TG_STAMP_COMM + 2 * slot, x->seq_dev, x->comm_stream))
+            return tg_cuda_fail(err, "a gradient sum's begin stamp", cudaGetLastError());
         if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
+        if ((bucket < TG_COMM_STAMP_MAX - 1 || bucket == x->comm_buckets - 1) &&
+            tg_cuda_stamp(x->report, TG_STAMP_COMM + 2 * slot + 1, x->seq_dev, x->comm_stream))
+            return tg_cuda_fail(err, "a gradient sum's end stamp", cudaGetLastError());
         CUDA_TRY(cudaEventRecord(x->comm_done, x->comm_stream), "record a gradient sum's end");
-        summing = 1;
+        summing = 1, bucket++;
     }
     if (mark(x, 2 + TG_PHASE_BACKWARD, err)) return -1;
     if (summing) CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->comm_done, 0), "join of the gradient sums");

@@ -17,11 +17,26 @@ static void sleep_until_s(double t) {
     }
 }
 
+/* What a step in flight is expected to take on the GPU: the least of the recent steps'
+ * durations, 0 before the first. Not the last one's: with data-parallel replicas a step's
+ * duration includes its waits for the other GPUs, and a wait judged by a step that waited
+ * sleeps too long, leaves its GPU without work, and so lengthens the other replicas' next
+ * steps in turn: the sleeps grew step by step until the replicas stood still. The least
+ * errs the other way, which costs a few more looks at the report. */
+static double expected_step_s(const tg_cuda_exec *x) {
+    const int n = x->step_gpu_count < 8 ? (int)x->step_gpu_count : 8;
+    double least = 0;
+    for (int k = 0; k < n; k++)
+        if (k == 0 || x->step_gpu_recent[k] < least) least = x->step_gpu_recent[k];
+    return least;
+}
+
 /* The wall-clock time step `target` should end: from the end of the last finished step
- * (its GPU stamp on the wall clock), each later step takes one step's GPU time, starting
- * no earlier than its launch. 0 when there is nothing to judge by yet. */
+ * (its GPU stamp on the wall clock), each later step takes the expected GPU time,
+ * starting no earlier than its launch. 0 when there is nothing to judge by yet. */
 static double expected_end_s(tg_cuda_exec *x, long long target) {
-    if (x->step_gpu_s <= 0 || !x->clock_offset_set) return 0;
+    const double step_s = expected_step_s(x);
+    if (step_s <= 0 || !x->clock_offset_set) return 0;
     long long finished = (long long)x->report->done - 1; /* its record is intact: not yet waited for, or the last */
     unsigned long long stamp = x->last_end_stamp;
     if (finished >= x->steps_waited) stamp = x->report->step[finished % TG_STEP_RING].stamps[4];
@@ -29,7 +44,7 @@ static double expected_end_s(tg_cuda_exec *x, long long target) {
     double end = (double)stamp / 1e9 + x->clock_offset_s;
     for (long long k = finished + 1; k <= target; k++) {
         double launch = x->launch_s[k % TG_STEP_RING];
-        end = (end > launch ? end : launch) + x->step_gpu_s;
+        end = (end > launch ? end : launch) + step_s;
     }
     return end;
 }
@@ -86,6 +101,20 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long t
     return rc;
 }
 
+_Static_assert(TG_COMM_TIMELINE_MAX == TG_COMM_STAMP_MAX, "one entry of the timeline per pair of stamps");
+
+/* The gradient sums' stamps as ms from the backward's end (its stamp, on the main stream
+ * before it waits for the sums). */
+static void read_comm_timeline(const volatile tg_step_record *r, int buckets, tg_step_result *result) {
+    const int n = buckets < TG_COMM_STAMP_MAX ? buckets : TG_COMM_STAMP_MAX;
+    const unsigned long long backward_end = r->stamps[3];
+    result->comm_buckets = n;
+    for (int j = 0; j < n; j++) {
+        result->comm_begin_ms[j] = (float)((double)(long long)(r->stamps[TG_STAMP_COMM + 2 * j] - backward_end) / 1e6);
+        result->comm_end_ms[j] = (float)((double)(long long)(r->stamps[TG_STAMP_COMM + 2 * j + 1] - backward_end) / 1e6);
+    }
+}
+
 int tg_cuda_step_wait(tg_cuda_exec *x, tg_step_result *result, tg_err *err) {
     long long pending = x->steps_started - x->steps_waited;
     if (pending <= 0) return tg_fail(err, "no training step is in flight");
@@ -100,9 +129,10 @@ int tg_cuda_step_wait(tg_cuda_exec *x, tg_step_result *result, tg_err *err) {
     result->loss_scale = r->loss_scale; /* fp16 plans: after the step's LOSS_SCALE_UPDATE; else 0 */
     for (int k = 0; k < 4; k++) result->phase_ms[k] = (float)((double)(r->stamps[k + 1] - r->stamps[k]) / 1e6);
     result->period_ms = x->last_end_stamp ? (float)((double)(r->stamps[4] - x->last_end_stamp) / 1e6) : -1.0f;
+    read_comm_timeline(r, x->comm_buckets, result);
     /* Later waits judge by the GPU's own duration of this step, not by when the host
      * happened to look: a late look would otherwise make every later sleep longer. */
-    x->step_gpu_s = (double)(r->stamps[4] - r->stamps[0]) / 1e9;
+    x->step_gpu_recent[x->step_gpu_count++ % 8] = (double)(r->stamps[4] - r->stamps[0]) / 1e9;
     x->last_end_stamp = r->stamps[4];
     x->steps_waited++;
     tg_cuda_host_trace(x, 3, &t0);

@@ -104,6 +104,14 @@ int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) {
      * stream is capturing"): whenever no eager step ran first (GEMM tuning off, or every
      * algorithm already in the cache). Connect at init instead. */
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    /* Every collective of a run is captured in the step graphs (the warm-up below runs
+     * before any graph and the GEMM tuning pass leaves the sums out), so NCCL need not
+     * order captured against uncaptured launches. What it does for that puts external
+     * event nodes into each graph: they keep the graph from device launch (the host then
+     * queues every node, 116-210 us a step on an H100) and NCCL's guide reports such graphs
+     * deadlocking when several GPUs' graphs are launched from one process, as the replicas'
+     * threads do. */
+    setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 0);
     ncclResult_t r = ncclCommInitAll(c, ranks, NULL); /* replica r on GPU r */
     if (r != ncclSuccess) {
         free(c);
