@@ -4,6 +4,7 @@
  * Running the schedule is in cuda_launch.c, training steps in cuda_step.c and
  * cuda_step_wait.c. */
 #include <cublasLt.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,20 @@ void tg_cuda_numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *o
 /* The stream of the gradient sums, and the count of a step's sums, for their stamps. At
  * the default priority: at the highest (the graphs instantiated to keep node priorities)
  * BERT's two-GPU step took the same time (docs/perf-notes.md). */
+/* TUNEGRAPH_STEP_TIMEOUT_S: seconds, a number above 0; unset: TG_CUDA_STEP_TIMEOUT_S. */
+static int read_step_timeout(tg_cuda_exec *x, tg_err *err) {
+    const char *env = getenv("TUNEGRAPH_STEP_TIMEOUT_S");
+    x->step_timeout_s = TG_CUDA_STEP_TIMEOUT_S;
+    if (!env) return 0;
+    char *end;
+    errno = 0;
+    const double v = strtod(env, &end);
+    if (end == env || *end || errno || !(v > 0) || v > 1e9)
+        return tg_fail(err, "TUNEGRAPH_STEP_TIMEOUT_S must be a number of seconds above 0, got '%s'", env);
+    x->step_timeout_s = v;
+    return 0;
+}
+
 static cudaError_t create_comm_stream(tg_cuda_exec *x) {
     const tg_plan *p = x->plan;
     for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
@@ -241,6 +256,8 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     else if ((e = cudaStreamCreateWithFlags(&x->side_stream, cudaStreamNonBlocking)) != cudaSuccess)
         rc = tg_cuda_fail(err, "cudaStreamCreate (batch fetch branch)", e);
     else if (deferred_update_init(x, err))
+        rc = -1;
+    else if (read_step_timeout(x, err))
         rc = -1;
     else if (nccl_comm && plan->train.replicas > 1 &&
              ((e = create_comm_stream(x)) != cudaSuccess ||

@@ -3,6 +3,7 @@
  * step times and the wall clock's offset to its timer), so the host wakes rarely and the
  * GPU never runs dry; then the step's statistics. */
 #include <errno.h>
+#include <nccl.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -58,19 +59,39 @@ static void sample_clock_offset(tg_cuda_exec *x) {
     if (!x->clock_offset_set || sample < x->clock_offset_s) x->clock_offset_s = sample, x->clock_offset_set = 1;
 }
 
+/* The data-parallel watchdog's verdict: 0 while the wait that began at `began` is within
+ * the step timeout and the communicator reports no error, else -1 with a message naming
+ * this replica. */
+static int replicas_alive(tg_cuda_exec *x, unsigned long long want, double began, double now, tg_err *err) {
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError((ncclComm_t)x->ctx.nccl_comm, &async) != ncclSuccess || async != ncclSuccess)
+        return tg_fail(err, "replica %d (GPU %d): the NCCL communicator failed during step %llu: %s", x->ctx.rank,
+                       x->device, want, ncclGetErrorString(async));
+    if (now - began <= x->step_timeout_s) return 0;
+    return tg_fail(err, "replica %d (GPU %d): step %llu has not ended after %.1f s (TUNEGRAPH_STEP_TIMEOUT_S): another "
+                        "replica stopped, or the GPUs wait on each other; giving up",
+                   x->ctx.rank, x->device, want, now - began);
+}
+
 static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long target, tg_err *err) {
     volatile const unsigned long long *done = &x->report->done;
     if (*done >= want) return 0;
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), rc = 0, slept = 0, polls = 0;
     if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    double now = tg_wall_s(), queried = now, interval = WAIT_POLL_S, wake_at = expected_end_s(x, target);
+    /* With replicas a step also waits for the other GPUs, so the wait is watched: it looks
+     * at the communicator and the clock (never a blocking synchronisation, which a replica
+     * that stopped would never end). */
+    const int watched = x->ctx.nccl_comm != NULL;
+    const double began = tg_wall_s();
+    double now = began, queried = now, interval = WAIT_POLL_S, wake_at = expected_end_s(x, target);
+    if (watched && wake_at > began + x->step_timeout_s) wake_at = began + x->step_timeout_s;
     if (wake_at - x->wait_margin_s > now + WAIT_POLL_S)
         sleep_until_s(wake_at - x->wait_margin_s), x->host_wakeups++, slept = 1;
     /* The sleep overshot when the step it aimed at had already ended at the first look. */
     const int overshot = slept && *done >= (unsigned long long)target + 1;
     for (; *done < want; polls++) {
         if (polls >= WAIT_POLLS) {
-            if (x->steps_started - x->steps_waited == 1) {
+            if (!watched && x->steps_started - x->steps_waited == 1) {
                 cudaError_t e = cudaStreamSynchronize(x->ctx.stream);
                 if (e != cudaSuccess) rc = tg_cuda_fail(err, "the training step", e);
                 break;
@@ -82,6 +103,10 @@ static int wait_for_report(tg_cuda_exec *x, unsigned long long want, long long t
         x->host_wakeups++;
         if (*done >= want || now - queried < WAIT_QUERY_S) continue;
         queried = now;
+        if (watched && replicas_alive(x, want, began, now, err)) {
+            rc = -1;
+            break;
+        }
         cudaError_t e = cudaStreamQuery(x->ctx.stream);
         if (e != cudaErrorNotReady && e != cudaSuccess) {
             rc = tg_cuda_fail(err, "the training step", e);
