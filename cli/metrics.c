@@ -231,6 +231,13 @@ int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double m
     return line_write(&l, f);
 }
 
+int metrics_write_profile_group(FILE *f, const char *group, double ms) {
+    metrics_line l = line_begin();
+    put_str(&l, "profile_group", group);
+    put_real(&l, "ms", ms, "%.4f");
+    return line_write(&l, f);
+}
+
 int metrics_write_profile_comm(FILE *f, int j, int64_t bytes, double begin_ms, double end_ms) {
     metrics_line l = line_begin();
     put_int(&l, "profile_comm_bucket", j);

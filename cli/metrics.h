@@ -69,6 +69,8 @@ const char *metrics_eval_nothing_counted(const tg_eval_stats *ev);
 int metrics_write_error(FILE *f, const char *message, int replica);
 /* One op kind's profiled time: its name, how many ops of it the plan runs, their sum. */
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
+/* A kernel group's profiled time (tg_op_group_name). */
+int metrics_write_profile_group(FILE *f, const char *group, double ms);
 /* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */
 int metrics_write_profile_op(FILE *f, const tg_plan *plan, int o, double ms);
 /* Gradient bucket j's sum in the captured steps (data parallelism on CUDA): its bytes, its

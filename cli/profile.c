@@ -54,6 +54,21 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
             p->n_ops);
     if (step_ms > 0) fprintf(stderr, "; the captured step took %.3f ms", step_ms);
     fprintf(stderr, "\n  forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n", phase_ms[0], phase_ms[1], phase_ms[2]);
+    /* By kernel group (plan/ops.def's group column), largest first. */
+    double group_ms[TG_GROUP_COUNT] = {0};
+    for (int o = 0; o < p->n_ops; o++) group_ms[tg_op_group_of(p->ops[o].kind)] += ms[o];
+    fprintf(stderr, "  by kernel group:");
+    for (int shown = 0; shown < TG_GROUP_COUNT; shown++) {
+        int best = -1;
+        for (int g = 0; g < TG_GROUP_COUNT; g++)
+            if (group_ms[g] > 0 && (best < 0 || group_ms[g] > group_ms[best])) best = g;
+        if (best < 0) break;
+        fprintf(stderr, "%s %s %.3f ms (%.1f%%)", shown ? "," : "", tg_op_group_name(best), group_ms[best],
+                total > 0 ? 100 * group_ms[best] / total : 0.0);
+        if (metrics && metrics_write_profile_group(metrics, tg_op_group_name(best), group_ms[best])) wrote = -1;
+        group_ms[best] = 0;
+    }
+    fputc('\n', stderr);
     fprintf(stderr, "  %-18s %5s %10s %6s\n", "op", "count", "ms", "share");
     for (;;) { /* one kind a pass, until every kind of the plan is shown */
         int best = -1;

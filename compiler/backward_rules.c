@@ -520,7 +520,7 @@ static void bwd_span_loss(tg_graph *g, int index) {
 #define BACKWARD_ALL_GATHER NULL
 
 static const tg_backward_rule rules[] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = BACKWARD_##KIND,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) [TG_OP_##KIND] = BACKWARD_##KIND,
 #include "plan/ops.def"
 };
 _Static_assert(sizeof rules / sizeof rules[0] == TG_OP_COUNT, "every op kind needs a backward rule or NULL");

@@ -33,7 +33,7 @@ typedef int (*tg_cuda_launcher)(const tg_cuda_op_args *a, tg_err *err);
 /* tg_launch_<name> for every row of plan/ops.def, defined in its family's .cu file
  * (elementwise, embedding, layernorm, attention, flash_attention_fwd/bwd, loss, collective,
  * optimizer, gemm). */
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) \
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) \
     int tg_launch_##name(const tg_cuda_op_args *a, tg_err *err);
 #include "plan/ops.def"
 

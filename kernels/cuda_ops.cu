@@ -141,7 +141,7 @@ int tg_check_dtypes(const tg_cuda_op_args *a, tg_err *err) {
 }
 
 static const tg_cuda_launcher table[] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) tg_launch_##name,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) tg_launch_##name,
 #include "plan/ops.def"
 };
 static_assert(sizeof table / sizeof table[0] == TG_OP_COUNT, "every op needs a CUDA launcher");

@@ -18,8 +18,8 @@
 enum { n_params_none = 0 };
 
 static const tg_op_info infos[] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) \
-    [TG_OP_##KIND] = {#name, inputs, outputs, contract, n_params_##set},
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) \
+    [TG_OP_##KIND] = {#name, inputs, outputs, contract, n_params_##set, TG_GROUP_##group},
 #include "plan/ops.def"
 };
 _Static_assert(sizeof infos / sizeof infos[0] == TG_OP_COUNT, "every op kind needs a row");
@@ -35,6 +35,19 @@ int tg_op_kind_of_name(const char *name) {
 const char *tg_op_name(int kind) {
     const tg_op_info *info = tg_op_info_of(kind);
     return info ? info->name : "?";
+}
+
+int tg_op_group_of(int kind) {
+    const tg_op_info *info = tg_op_info_of(kind);
+    return info ? info->group : TG_GROUP_MEMORY;
+}
+
+const char *tg_op_group_name(int group) {
+    static const char *const names[TG_GROUP_COUNT] = {
+        [TG_GROUP_MATMUL] = "matmul",       [TG_GROUP_ATTENTION] = "attention", [TG_GROUP_NORM] = "norm and elementwise",
+        [TG_GROUP_EMBEDDING] = "embedding", [TG_GROUP_LOSS] = "loss",           [TG_GROUP_OPTIMIZER] = "optimizer",
+        [TG_GROUP_MEMORY] = "memory",       [TG_GROUP_COMM] = "communication"};
+    return group >= 0 && group < TG_GROUP_COUNT ? names[group] : "?";
 }
 
 int tg_op_out_contract(int kind, int slot) {
@@ -60,7 +73,7 @@ static void visit_none(tg_op_params *params, const tg_param_visitor *v) {}
 
 typedef void (*visit_fn)(tg_op_params *params, const tg_param_visitor *v);
 static const visit_fn visitors[] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = visit_##set,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) [TG_OP_##KIND] = visit_##set,
 #include "plan/ops.def"
 };
 _Static_assert(sizeof visitors / sizeof visitors[0] == TG_OP_COUNT, "every op kind needs a parameter walk");
@@ -565,7 +578,7 @@ static const char *check_all_gather(const tg_op_check_ctx *c, const tg_op *op) {
 
 typedef const char *(*check_fn)(const tg_op_check_ctx *c, const tg_op *op);
 static const check_fn checks[] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = check_##rule,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) [TG_OP_##KIND] = check_##rule,
 #include "plan/ops.def"
 };
 _Static_assert(sizeof checks / sizeof checks[0] == TG_OP_COUNT, "every op kind needs a shape rule");
@@ -710,7 +723,7 @@ static double flops_adan(const tg_op *op) { return 26.0 * op->p.adan.n; }
 
 typedef double (*flops_fn)(const tg_op *op);
 static const flops_fn flops_of[] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = flops_##flops,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) [TG_OP_##KIND] = flops_##flops,
 #include "plan/ops.def"
 };
 _Static_assert(sizeof flops_of / sizeof flops_of[0] == TG_OP_COUNT, "every op kind needs a FLOPs formula");

@@ -24,6 +24,7 @@ typedef struct tg_op_info {
     const char *outputs;
     const char *contract; /* per output slot, '=' or '+' */
     int n_params;         /* parameters of its set (0: none) */
+    int group;            /* tg_op_group: the kernel group its time counts in */
 } tg_op_info;
 
 /* The row of op kind `kind`, or NULL for a kind outside the enum. */

@@ -14,8 +14,21 @@ extern "C" {
 #define TG_OP_MAX_IN 8
 #define TG_OP_MAX_OUT 4
 
+/* The kernel groups a profile adds op time into: each op's is its plan/ops.def row's. */
+typedef enum tg_op_group {
+    TG_GROUP_MATMUL,
+    TG_GROUP_ATTENTION,
+    TG_GROUP_NORM,      /* normalisation and elementwise */
+    TG_GROUP_EMBEDDING,
+    TG_GROUP_LOSS,
+    TG_GROUP_OPTIMIZER,
+    TG_GROUP_MEMORY,    /* copies and fills */
+    TG_GROUP_COMM,      /* communication between replicas */
+    TG_GROUP_COUNT
+} tg_op_group;
+
 typedef enum tg_op_kind {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) TG_OP_##KIND,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) TG_OP_##KIND,
 #include "plan/ops.def"
     TG_OP_COUNT
 } tg_op_kind;

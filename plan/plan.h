@@ -314,6 +314,9 @@ int tg_plan_bucket_for(const tg_plan *plan, int32_t len);
 const char *tg_last_batch_name(int mode);
 
 const char *tg_op_name(int kind);
+/* The kernel group (tg_op_group) of op kind `kind`, and a group's printed name. */
+int tg_op_group_of(int kind);
+const char *tg_op_group_name(int group);
 const char *tg_pool_name(int pool);
 const char *tg_phase_name(int phase);
 const char *tg_dtype_name(int dtype);

@@ -107,6 +107,11 @@ TG_TEST(test_cli_metrics_profile_lines_exact) {
     CHECK(rc == 0 && text && !strcmp(text, "{\"profile_op\": \"matmul\", \"count\": 30, \"ms\": 0.5753}\n") ,
           "kind line: '%s'", text ? text : "(none)");
     free(text);
+    text = NULL;
+    WRITTEN(metrics_write_profile_group(f, "norm and elementwise", 1.23456), text, rc);
+    CHECK(rc == 0 && text && !strcmp(text, "{\"profile_group\": \"norm and elementwise\", \"ms\": 1.2346}\n"),
+          "group line: '%s'", text ? text : "(none)");
+    free(text);
 }
 
 /* Data parallelism's lines: the gradient sums' medians in the summary (after the replica

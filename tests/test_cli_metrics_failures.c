@@ -273,6 +273,24 @@ TG_TEST(test_cli_metrics_failures_profile_report) {
     CHECK(first && (!second || !memmem(first, (size_t)(second - first), "captured step", 13)),
           "a report with no captured step names one: %s", text ? text : "");
     CHECK(text && strstr(text, "; the captured step took 2.000 ms"), "report with a 2 ms step: %s", text ? text : "");
+    /* The first report's kernel groups: each group of the plan's ops once, their shares
+     * adding up to the whole. */
+    const char *groups = first ? strstr(first, "\n  by kernel group:") : NULL;
+    const char *groups_end = groups ? strchr(groups + 1, '\n') : NULL;
+    int plan_groups = 0, plan_has[TG_GROUP_COUNT] = {0};
+    for (int o = 0; o < plan.n_ops; o++) plan_groups += plan_has[tg_op_group_of(plan.ops[o].kind)]++ == 0;
+    double share_sum = 0;
+    int listed = 0;
+    for (const char *g = groups ? strstr(groups, " ms (") : NULL; g && g < groups_end; g = strstr(g + 1, " ms (")) {
+        double share = 0;
+        if (sscanf(g, " ms (%lf%%)", &share) == 1) share_sum += share, listed++;
+    }
+    for (int g = 0; g < TG_GROUP_COUNT && groups_end; g++)
+        if (plan_has[g])
+            CHECK(memmem(groups, (size_t)(groups_end - groups), tg_op_group_name(g), strlen(tg_op_group_name(g))),
+                  "group %s missing: %.300s", tg_op_group_name(g), groups);
+    CHECK(groups_end && listed == plan_groups && fabs(share_sum - 100.0) < 0.5, "%d groups listed of %d, shares %g: %s",
+          listed, plan_groups, share_sum, groups ? groups : "(none)");
     /* The first report's table of op kinds: each kind of the plan once, with its count of
      * ops, slowest first; then the slowest ops, 8 of them. */
     int plan_kinds = 0, plan_count[TG_OP_COUNT] = {0};

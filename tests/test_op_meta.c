@@ -108,9 +108,42 @@ static int want_none(tg_op_params *p, want_param *w) { return 0; }
 #undef TG_F
 
 static int (*const want_of[TG_OP_COUNT])(tg_op_params *, want_param *) = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = want_##set,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) [TG_OP_##KIND] = want_##set,
 #include "plan/ops.def"
 };
+
+/* Every kind counts its profiled time in one group: the products in matmul, the collectives
+ * in communication, the update and its bookkeeping in optimizer, and so on; outside the
+ * enum, memory; each group has its own name. */
+TG_TEST(test_op_meta_groups) {
+    static const struct {
+        int kind, group;
+    } want[] = {{TG_OP_MATMUL, TG_GROUP_MATMUL},           {TG_OP_ATTENTION_BWD, TG_GROUP_ATTENTION},
+                {TG_OP_ATTN_SOFTMAX, TG_GROUP_ATTENTION},  {TG_OP_RESIDUAL_LAYERNORM_BWD, TG_GROUP_NORM},
+                {TG_OP_GELU, TG_GROUP_NORM},               {TG_OP_BIAS_GRAD, TG_GROUP_NORM},
+                {TG_OP_EMBEDDING_BWD, TG_GROUP_EMBEDDING}, {TG_OP_CROSS_ENTROPY_BWD, TG_GROUP_LOSS},
+                {TG_OP_SPAN_LOSS, TG_GROUP_LOSS},          {TG_OP_ADAMW, TG_GROUP_OPTIMIZER},
+                {TG_OP_GRAD_NORM, TG_GROUP_OPTIMIZER},     {TG_OP_LOSS_SCALE_UPDATE, TG_GROUP_OPTIMIZER},
+                {TG_OP_ZERO, TG_GROUP_MEMORY},             {TG_OP_SELECT_TOKEN, TG_GROUP_MEMORY},
+                {TG_OP_ALL_REDUCE, TG_GROUP_COMM},         {TG_OP_ALL_GATHER, TG_GROUP_COMM}};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        CHECK(tg_op_group_of(want[k].kind) == want[k].group, "%s: group %d, want %d", tg_op_name(want[k].kind),
+              tg_op_group_of(want[k].kind), want[k].group);
+    int used[TG_GROUP_COUNT] = {0};
+    for (int k = 0; k < TG_OP_COUNT; k++) {
+        const int g = tg_op_group_of(k);
+        if (CHECK(g >= 0 && g < TG_GROUP_COUNT, "%s: group %d", tg_op_name(k), g)) used[g]++;
+    }
+    for (int g = 0; g < TG_GROUP_COUNT; g++) {
+        CHECK(used[g] > 0 && strcmp(tg_op_group_name(g), "?"), "group %d (%s) has %d kinds", g, tg_op_group_name(g),
+              used[g]);
+        for (int h = 0; h < g; h++)
+            CHECK(strcmp(tg_op_group_name(g), tg_op_group_name(h)), "groups %d and %d share a name", g, h);
+    }
+    CHECK(tg_op_group_of(-1) == TG_GROUP_MEMORY && tg_op_group_of(TG_OP_COUNT) == TG_GROUP_MEMORY &&
+              !strcmp(tg_op_group_name(-1), "?") && !strcmp(tg_op_group_name(TG_GROUP_COUNT), "?"),
+          "outside the enums");
+}
 
 TG_TEST(test_op_meta_params_visit) {
     for (int k = 0; k < TG_OP_COUNT; k++) {

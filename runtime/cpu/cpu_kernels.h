@@ -21,7 +21,7 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* The kernel of each op kind, tg_cpu_kernel_<name> (plan/ops.def), declared from the op
  * list so that a kind without a kernel fails to link; op_run.c indexes them by kind. */
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) \
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) \
     void tg_cpu_kernel_##name(const tg_cpu_op_args *a);
 #include "plan/ops.def"
 

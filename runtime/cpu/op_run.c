@@ -10,7 +10,7 @@
 typedef void (*tg_cpu_kernel_fn)(const tg_cpu_op_args *a);
 
 static const tg_cpu_kernel_fn cpu_kernels[TG_OP_COUNT] = {
-#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops) [TG_OP_##KIND] = tg_cpu_kernel_##name,
+#define TG_OP(KIND, name, set, inputs, outputs, contract, rule, flops, group) [TG_OP_##KIND] = tg_cpu_kernel_##name,
 #include "plan/ops.def"
 };
 
