@@ -1,6 +1,7 @@
 /* `tunegraph run --profile` (cli/profile.c), in this process (tests/cli_in_process.h): the
  * times differ from run to run, so the test holds the report to what must hold between
- * its numbers: the op count is the plan's; the kinds, each once, by time descending, their
+ * its numbers: the op count is the plan's; the kernel groups, largest first, each the sum
+ * of its kinds (in the metrics too); the kinds, each once, by time descending, their
  * counts adding up to the ops, their shares their part of the total; the phases adding up
  * to the total; the metrics file's line per kind and per op (every op, in order) agreeing
  * with stderr; the slowest ops, eight, each a distinct op by time descending, none slower
@@ -12,6 +13,8 @@
 #include <string.h>
 
 #include "include/tunegraph.h"
+#include "plan/op_meta.h"
+#include "plan/plan.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
 
@@ -31,12 +34,18 @@ typedef struct kind_line {
     double ms, share;
 } kind_line;
 
+/* A kernel group's total (count unused). */
+typedef kind_line group_line;
+static group_line g_metric_groups[TG_GROUP_COUNT];
+static int g_n_metric_groups;
+
 /* The metrics file's profile lines: per kind in *kinds (n_kinds), per op in ops by index
  * (n_ops lines, each index once and in order, else a failed CHECK). */
 static int read_metrics(const char *path, kind_line *kinds, int *n_kinds, op_line *ops, int *n_ops) {
     char *text = tg_test_read_file(path, NULL);
     if (!CHECK(text, "%s missing", path)) return 0;
     *n_kinds = *n_ops = 0;
+    g_n_metric_groups = 0;
     int ok = 1;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         json_error_t e;
@@ -46,6 +55,13 @@ static int read_metrics(const char *path, kind_line *kinds, int *n_kinds, op_lin
             continue;
         }
         json_t *kind = json_object_get(o, "profile_op"), *index = json_object_get(o, "profile_op_index");
+        json_t *group = json_object_get(o, "profile_group");
+        if (group && g_n_metric_groups < TG_GROUP_COUNT) {
+            group_line *g = &g_metric_groups[g_n_metric_groups++];
+            snprintf(g->name, sizeof g->name, "%s", json_string_value(group));
+            g->ms = json_real_value(json_object_get(o, "ms"));
+            ok &= CHECK(json_object_size(o) == 2, "profile_group line: %s", line);
+        }
         if (kind && *n_kinds < MAX_KINDS) {
             kind_line *k = &kinds[(*n_kinds)++];
             snprintf(k->name, sizeof k->name, "%s", json_string_value(kind));
@@ -103,6 +119,30 @@ static void check_profile(const char *err, const op_line *ops, int n_metric_ops,
     CHECK(phase[0] > 0 && phase[1] > 0 && phase[2] > 0 && fabs(phase[0] + phase[1] + phase[2] - total) <= 0.0021,
           "phases %.3f + %.3f + %.3f, total %.3f", phase[0], phase[1], phase[2], total);
     at += used + 1;
+    /* "  by kernel group: NAME X ms (S%), ...": largest first, shares of the total. */
+    static const char by_group[] = "  by kernel group:";
+    REQUIRE(!strncmp(at, by_group, sizeof by_group - 1), "no kernel groups: %.100s", at);
+    const char *groups_end = strchr(at, '\n');
+    REQUIRE(groups_end, "kernel groups unterminated");
+    group_line groups[TG_GROUP_COUNT];
+    int n_groups = 0;
+    for (const char *item = at + sizeof by_group - 1; item < groups_end && n_groups < TG_GROUP_COUNT;) {
+        const char *ms_at = strstr(item, " ms (");
+        REQUIRE(ms_at && ms_at < groups_end, "group item: %.100s", item);
+        const char *num = ms_at;
+        while (num > item && num[-1] != ' ') num--;
+        group_line *g = &groups[n_groups++];
+        const int name_len = (int)(num - 1 - (item + 1));
+        REQUIRE(name_len > 0 && name_len < 64 && sscanf(num, "%lf ms (%lf%%)", &g->ms, &g->share) == 2, "group item: %.100s",
+                item);
+        snprintf(g->name, sizeof g->name, "%.*s", name_len, item + 1);
+        CHECK(n_groups == 1 || g->ms <= groups[n_groups - 2].ms, "group %s after a smaller one", g->name);
+        CHECK(fabs(g->share - 100 * g->ms / total) <= 0.05 + 100 * 0.0011 / total, "group %s: share %.1f%%", g->name,
+              g->share);
+        const char *next = strchr(ms_at, ',');
+        item = next && next < groups_end ? next + 1 : groups_end;
+    }
+    at = groups_end + 1;
     static const char head[] = "  op                 count         ms  share\n";
     REQUIRE(!strncmp(at, head, sizeof head - 1), "kinds' head: %.100s", at);
     at += sizeof head - 1;
@@ -131,6 +171,27 @@ static void check_profile(const char *err, const op_line *ops, int n_metric_ops,
         at = end + 1;
     }
     CHECK(counted == n_ops, "the kinds count %d ops of %d", counted, n_ops);
+    /* Each group the sum of its kinds (each kind's group its ops.def row's). */
+    int grouped = 0;
+    for (int g = 0; g < n_groups; g++) {
+        double ms = 0;
+        int members = 0;
+        for (int j = 0; j < n_kinds; j++) {
+            const int kind = tg_op_kind_of_name(kinds[j].name);
+            if (kind >= 0 && !strcmp(tg_op_group_name(tg_op_group_of(kind)), groups[g].name)) ms += kinds[j].ms, members++;
+        }
+        grouped += members;
+        CHECK(members > 0 && fabs(ms - groups[g].ms) <= 0.0005 * (members + 1), "group %s: %.3f ms, its %d kinds %.3f",
+              groups[g].name, groups[g].ms, members, ms);
+    }
+    CHECK(grouped == n_kinds, "%d of %d kinds in the groups", grouped, n_kinds);
+    if (n_metric_ops) {
+        CHECK(g_n_metric_groups == n_groups, "%d groups in the metrics, %d on stderr", g_n_metric_groups, n_groups);
+        for (int g = 0; g < n_groups && g < g_n_metric_groups; g++)
+            CHECK(!strcmp(g_metric_groups[g].name, groups[g].name) && fabs(g_metric_groups[g].ms - groups[g].ms) <= 0.00056,
+                  "group %d: metrics %s %.4f, stderr %s %.3f", g, g_metric_groups[g].name, g_metric_groups[g].ms,
+                  groups[g].name, groups[g].ms);
+    }
     CHECK(fabs(kinds_ms - total) <= 0.0005 * (n_kinds + 1) + 1e-9, "the kinds take %.3f ms of %.3f", kinds_ms, total);
     REQUIRE(!strncmp(at, "  slowest ops:\n", 15), "no slowest ops: %.100s", at);
     at += 15;
