@@ -22,6 +22,7 @@
 #include "cli/data_convert.h"
 #include "cli/export.h"
 #include "cli/metrics.h"
+#include "cli/plot.h"
 #include "cli/profile.h"
 #include "cli/tokenize.h"
 #include "plan/inspect.h"
@@ -59,6 +60,7 @@ static const char usage[] =
     "                [--dtype fp32|bf16] [--force] [--set key=value]...\n"
     "  tunegraph predict PLAN|JOB -o LOGITS.jsonl [--weights FILE.safetensors] [--data FILE.jsonl]\n"
     "                [--device cpu|cuda] [--threads N] [--init-missing] [--set key=value]...\n"
+    "  tunegraph plot METRICS.jsonl -o DIR\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -815,6 +817,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         if (argc > 2) return usage_error("version takes no arguments (got '%s')", argv[2]);
         puts(TG_VERSION_STRING);

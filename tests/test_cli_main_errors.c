@@ -70,6 +70,7 @@ static const char k_usage[] =
     "                [--dtype fp32|bf16] [--force] [--set key=value]...\n"
     "  tunegraph predict PLAN|JOB -o LOGITS.jsonl [--weights FILE.safetensors] [--data FILE.jsonl]\n"
     "                [--device cpu|cuda] [--threads N] [--init-missing] [--set key=value]...\n"
+    "  tunegraph plot METRICS.jsonl -o DIR\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 

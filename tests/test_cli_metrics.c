@@ -9,6 +9,9 @@
 #include "cli/data_convert.c"
 #include "cli/data_dump.c"
 #include "cli/tokenize.c"
+#include "cli/metrics_read.c"
+#include "cli/svg_chart.c"
+#include "cli/plot.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main
