@@ -3,6 +3,7 @@
  * `tunegraph data` also dispatches `dump` (cli/data_dump.c). */
 #include "cli/data_convert.h"
 #include "cli/data_dump.h"
+#include "cli/progress.h"
 #include "cli/usage.h"
 
 #include <ctype.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "datasets/convert.h"
@@ -76,6 +78,10 @@ static int parse_int(const char *text, long lo, long hi, int32_t *out) {
     if (!text[0] || isspace((unsigned char)text[0]) || errno || *end || v < lo || v > hi) return -1;
     *out = (int32_t)v;
     return 0;
+}
+
+static void convert_progress(void *ctx, int64_t done, int64_t total, int64_t tokens) {
+    cli_progress_update(ctx, done, total, tokens);
 }
 
 static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
@@ -159,7 +165,11 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     char *command = command_line(all_argc, all_argv);
     o.command = command;
     tg_convert_report rep;
+    cli_progress progress;
+    cli_progress_init(&progress, "data convert", isatty(STDERR_FILENO));
+    o.progress = convert_progress, o.progress_ctx = &progress;
     int rc = command ? tg_convert(&o, &enc, &rep, &err) : tg_fail(&err, "out of memory for the command line");
+    cli_progress_end(&progress);
     free(command);
     tg_encoding_free(&te.enc);
     tg_tokenizer_free(te.tok);

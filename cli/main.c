@@ -23,6 +23,7 @@
 #include "cli/export.h"
 #include "cli/metrics.h"
 #include "cli/plot.h"
+#include "cli/progress.h"
 #include "cli/profile.h"
 #include "cli/tokenize.h"
 #include "plan/inspect.h"
@@ -236,14 +237,6 @@ static double median_after_first(double *ms, int n) {
  * only one step ran): the first step's capture and algorithm choice are not a step's cost. */
 static double us_per_later_step(double cpu_s, int32_t ran) {
     return ran > 1 ? cpu_s / (double)(ran - 1) * 1e6 : 0;
-}
-
-/* Seconds as h:mm:ss, rounded to the nearest second, the hours unbounded. Not static:
- * tests/test_cli_main_run_report.c calls it (through tests/test_cli_metrics.c, which
- * compiles this file in). */
-void cli_format_hms(double s, char *buf, size_t len) {
-    int t = (int)(s + 0.5);
-    snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
 }
 
 /* Data parallelism: replica 0 is the run the CLI reports on; the others train beside it

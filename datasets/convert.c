@@ -203,6 +203,8 @@ static int label_rows(const tg_convert_options *o, const tg_text_rows *rows, tg_
     return 0;
 }
 
+static int64_t tokens_so_far(const converter *C) { return C->rep->tokens[0] + C->rep->tokens[1]; }
+
 static int convert_rows(converter *C, const tg_text_rows *rows, const int32_t *label_ids, const uint8_t *in_eval,
                         tg_err *err) {
     const int lm_text = C->rep->task == TG_SHARD_LM && C->rep->format == TG_INPUT_TEXT;
@@ -212,6 +214,7 @@ static int convert_rows(converter *C, const tg_text_rows *rows, const int32_t *l
     const tg_encode_options plain = {.add_special_tokens = 0};
     char where[600];
     for (int64_t i = 0; i < rows->n; i++) {
+        if (i && C->opt->progress) C->opt->progress(C->opt->progress_ctx, i, rows->n, tokens_so_far(C));
         const tg_text_row *r = &rows->rows[i];
         const int split = in_eval[i] ? TG_SPLIT_EVAL : TG_SPLIT_TRAIN;
         const tg_encoding *e;
@@ -347,11 +350,12 @@ static int convert_squad(converter *C, tg_err *err) {
     tg_qa_context ctx = {0};
     tg_qa_buffers buf = {0};
     qa_side side = {0};
-    int64_t windows = 0, article_base = 0, paragraph_base = 0;
+    int64_t windows = 0, article_base = 0, paragraph_base = 0, asked = 0;
     for (int32_t f = 0; f < o->n_inputs && !rc; f++) {
         const tg_squad *sq = &files[f];
         int32_t encoded = -1;
-        for (int64_t k = 0; k < sq->n_questions && !rc; k++) {
+        for (int64_t k = 0; k < sq->n_questions && !rc; k++, asked++) {
+            if (asked && o->progress) o->progress(o->progress_ctx, asked, C->rep->units, tokens_so_far(C));
             const tg_squad_question *q = &sq->questions[k];
             const tg_squad_paragraph *p = &sq->paragraphs[q->paragraph];
             if (q->paragraph != encoded) {

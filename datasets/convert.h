@@ -54,6 +54,10 @@ typedef struct tg_convert_options {
     int32_t skip_invalid;     /* leave out text that is not UTF-8, counting it */
     const char *command;      /* recorded in the manifest */
     int64_t frame_bytes, shard_bytes; /* 0: the writer's defaults */
+    /* Called (when not NULL) after each row, file, line or question is encoded: the units
+     * done, how many there are, and the tokens written so far. */
+    void (*progress)(void *ctx, int64_t done, int64_t total, int64_t tokens);
+    void *progress_ctx;
 } tg_convert_options;
 
 typedef struct tg_convert_report {

@@ -12,6 +12,7 @@
 #include "cli/metrics_read.c"
 #include "cli/svg_chart.c"
 #include "cli/plot.c"
+#include "cli/progress.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main

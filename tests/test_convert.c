@@ -573,3 +573,44 @@ TG_TEST(test_convert_text_lm_record_completed_by_a_refused_separator) {
     expect_convert_error(&f, want);
     byte_encoder_free(&f.be);
 }
+
+/* The progress callback: after each unit but the last (then the report says the rest),
+ * with the units done in order, the whole count, and the tokens written so far. */
+typedef struct progress_log {
+    int calls;
+    int64_t last_done, total, last_tokens;
+    int ordered;
+} progress_log;
+
+static void log_progress(void *ctx, int64_t done, int64_t total, int64_t tokens) {
+    progress_log *l = ctx;
+    l->ordered &= done == l->last_done + 1 && tokens >= l->last_tokens && (l->calls == 0 || total == l->total);
+    l->calls++, l->last_done = done, l->total = total, l->last_tokens = tokens;
+}
+
+TG_TEST(test_convert_progress_callback) {
+    fixture f;
+    fixture_init(&f, TG_TOKENIZER_WORDPIECE);
+    fixture_input(&f, "t.csv", "text,label\naa,x\nbbb,y\ncccc,x\nd,y\n");
+    progress_log l = {.ordered = 1};
+    f.opt.progress = log_progress, f.opt.progress_ctx = &l;
+    tg_convert_report rep;
+    tg_err err = {{0}};
+    REQUIRE(convert(&f, &rep, &err) == 0, "%s", err.msg);
+    CHECK(l.ordered && l.calls == 3 && l.last_done == 3 && l.total == 4 && l.last_tokens > 0 &&
+              l.last_tokens < rep.tokens[0],
+          "rows: %d calls, last %lld of %lld, %lld tokens (report %lld), ordered %d", l.calls, (long long)l.last_done,
+          (long long)l.total, (long long)l.last_tokens, (long long)rep.tokens[0], l.ordered);
+    fixture g;
+    fixture_init(&g, TG_TOKENIZER_WORDPIECE);
+    snprintf(g.out, sizeof g.out, "%s/out-squad", g.dir);
+    fixture_input(&g, "s.json",
+                  "{\"data\": [{\"paragraphs\": [{\"context\": \"0123456789\", \"qas\": [{\"id\": \"a\", \"question\": "
+                  "\"Q?\", \"answers\": []}, {\"id\": \"b\", \"question\": \"R?\", \"answers\": []}, {\"id\": \"c\", "
+                  "\"question\": \"S?\", \"answers\": []}]}]}]}");
+    progress_log q = {.ordered = 1};
+    g.opt.progress = log_progress, g.opt.progress_ctx = &q;
+    REQUIRE(convert(&g, &rep, &err) == 0, "%s", err.msg);
+    CHECK(q.ordered && q.calls == 2 && q.last_done == 2 && q.total == 3, "questions: %d calls, last %lld of %lld",
+          q.calls, (long long)q.last_done, (long long)q.total);
+}
