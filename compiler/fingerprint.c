@@ -124,6 +124,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_i32(&h, j->recompute);
     fp_u64(&h, j->memory_limit);
     fp_i32(&h, j->optimizer_state);
+    fp_i32(&h, j->grad_bucket_mb);
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

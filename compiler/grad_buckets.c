@@ -51,8 +51,11 @@ int tg_gradient_buckets(tg_graph *g) {
             b1 = o + 1;
         }
     if (b0 < 0 || n <= 0) return tg_graph_fail(g, "data parallelism: no backward to sum gradients after"); /* GCOVR_EXCL_BR_LINE: n > 0: grads_all is a graph tensor, whose dims tg_graph_tensor makes positive */
-    int64_t bucket = (int64_t)(TG_GRAD_BUCKET_BYTES / 4), small = n / 8 > 1024 ? n / 8 : 1024;
-    if (bucket > small) bucket = small;
+    /* The job's size where it names one; by default 25 MiB, or an eighth of a smaller
+     * model's gradients, so that it too has several buckets to overlap. */
+    const int64_t mb = g->job->grad_bucket_mb > 0 ? g->job->grad_bucket_mb : TG_GRAD_BUCKET_MB_DEFAULT;
+    int64_t bucket = mb * (1 << 20) / 4, small = n / 8 > 1024 ? n / 8 : 1024;
+    if (!g->job->key_line[TG_JOB_GRAD_BUCKET_MB] && bucket > small) bucket = small;
     /* final_from[k]: every gradient element at or above it is final once backward op b0 + k
      * has run (nothing after it writes there). */
     const int nb = b1 - b0;

@@ -8,11 +8,10 @@
  * whole gradient buffer, first in the optimizer phase (the window's last micro-step
  * completes the gradients). Otherwise: one TG_OP_ALL_REDUCE per bucket of the gradient
  * buffer, placed in the backward right after the last op that writes any gradient in it,
- * so that an executor can sum a bucket while the backward goes on (buckets of about
- * TG_GRAD_BUCKET_BYTES, fewer on small models; the gradients below the last boundary,
+ * so that an executor can sum a bucket while the backward goes on (buckets of about the
+ * job's grad_bucket_mb, fewer on small models; the gradients below the last boundary,
  * final only when the backward ends, form the last). The buckets tile the buffer. Run
  * after every gradient writer is in place. Returns 0 or -1 (g->err). */
-#define TG_GRAD_BUCKET_BYTES (25u << 20)
 int tg_gradient_buckets(tg_graph *g);
 
 /* ZeRO-1: appends the TG_OP_ALL_GATHER that shares every replica's updated slice

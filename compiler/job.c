@@ -72,6 +72,7 @@ static const struct job_key {
     [TG_JOB_RECOMPUTE] = {"recompute", 0},
     [TG_JOB_MEMORY_LIMIT] = {"memory_limit", 0},
     [TG_JOB_OPTIMIZER_STATE] = {"optimizer_state", 0},
+    [TG_JOB_GRAD_BUCKET_MB] = {"grad_bucket_mb", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -126,6 +127,7 @@ void tg_job_defaults(tg_job *job) {
     job->qa_n_best = 20; /* run_qa's n_best_size, max_answer_length, null_score_diff_threshold */
     job->qa_max_answer_length = 30;
     job->qa_null_threshold = 0.0f;
+    job->grad_bucket_mb = TG_GRAD_BUCKET_MB_DEFAULT;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -530,6 +532,9 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         break;
     case TG_JOB_DATA_PARALLEL:
         rc = set_int_range(&job->data_parallel, v, 1, TG_MAX_DATA_PARALLEL, "replicas", o, name, err);
+        break;
+    case TG_JOB_GRAD_BUCKET_MB:
+        rc = set_int_range(&job->grad_bucket_mb, v, 1, TG_GRAD_BUCKET_MB_MAX, "MiB a gradient bucket", o, name, err);
         break;
     case TG_JOB_ZERO_STAGE:
         rc = set_int_range(&job->zero_stage, v, 0, 1, "0: none, 1: the optimizer state sharded", o, name, err);

@@ -85,6 +85,9 @@ typedef struct tg_job {
     /* The optimizer's moment vectors' storage (TG_OPTIMIZER_STATE_*): fp32, or bf16 rounded
      * stochastically after each update (kernels/state_rounding.h). */
     int32_t optimizer_state;
+    /* Data parallelism: the size of a gradient bucket summed beside the backward, in MiB
+     * (PyTorch DDP's bucket_cap_mb; compiler/grad_buckets.c). */
+    int32_t grad_bucket_mb;
     /* The most the plan may need on one GPU, as its memory estimate counts it (bytes; 0:
      * no limit). recompute = auto recomputes where that brings the plan under it. */
     uint64_t memory_limit;
@@ -94,6 +97,10 @@ typedef struct tg_job {
 
 /* tg_job.optimizer */
 enum { TG_OPTIMIZER_ADAMW = 0, TG_OPTIMIZER_ADAN = 1, TG_OPTIMIZER_COUNT };
+
+/* tg_job.grad_bucket_mb: PyTorch DDP's default, and the most a bucket may be. */
+#define TG_GRAD_BUCKET_MB_DEFAULT 25
+#define TG_GRAD_BUCKET_MB_MAX 1024
 
 /* tg_job.optimizer_state */
 enum { TG_OPTIMIZER_STATE_FP32 = 0, TG_OPTIMIZER_STATE_BF16 = 1, TG_OPTIMIZER_STATE_COUNT };
@@ -114,7 +121,8 @@ typedef enum tg_job_key {
     TG_JOB_MAX_SKIPPED_STEPS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID, TG_JOB_SPECIAL_TOKEN_IDS,
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
-    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE, TG_JOB_KEY_COUNT
+    TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
+    TG_JOB_GRAD_BUCKET_MB, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -49,6 +49,7 @@ i32(0)  # share_grad_memory
 i32(1)  # recompute
 u64(3 << 30)  # memory_limit
 i32(1)  # optimizer_state
+i32(7)  # grad_bucket_mb
 KEY_LINES = 64
 u32(KEY_LINES)
 for k in range(KEY_LINES): i32(k * 3 - 5)

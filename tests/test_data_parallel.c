@@ -167,6 +167,65 @@ TG_TEST(test_data_parallel_plan) {
     }
 }
 
+/* The bucket size the job names (grad_bucket_mb): on BERT-base every bucket but the last
+ * (the rest, below the last cut) at least that large and, cut after a whole layer's
+ * backward, less than a layer more; the buckets still tile the gradients; a size past the
+ * range refused. */
+TG_TEST(test_data_parallel_bucket_size) {
+    static const struct {
+        const char *mb;
+        int min_buckets, max_buckets;
+    } cases[] = {{"8", 30, 200}, {"25", 10, 20}, {"100", 3, 5}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char set[64];
+        snprintf(set, sizeof set, "grad_bucket_mb=%s", cases[c].mb);
+        const char *sets[] = {"model=bert-base-uncased", "data_parallel=2", set};
+        tg_job job;
+        tg_plan p;
+        tg_err err = {{0}};
+        if (!CHECK(tg_job_load("examples/demo-classify.job", sets, 3, &job, &err) == 0, "%s", err.msg) ||
+            !CHECK(tg_compile(&job, &p, &err) == 0, "%s: %s", set, err.msg))
+            continue;
+        char what[96];
+        snprintf(what, sizeof what, "bert-base, %s", set);
+        check_buckets(&p, what, cases[c].min_buckets);
+        const int64_t bucket = (int64_t)atoi(cases[c].mb) << 20;
+        int buckets = 0, lowest = -1;
+        uint64_t low_offset = UINT64_MAX;
+        for (int o = 0; o < p.n_ops; o++)
+            if (p.ops[o].kind == TG_OP_ALL_REDUCE && p.tensors[p.ops[o].in[0]].offset < low_offset)
+                low_offset = p.tensors[p.ops[o].in[0]].offset, lowest = o;
+        for (int o = 0; o < p.n_ops; o++) {
+            if (p.ops[o].kind != TG_OP_ALL_REDUCE) continue;
+            buckets++;
+            const int64_t bytes = (int64_t)p.tensors[p.ops[o].in[0]].bytes;
+            CHECK(o == lowest || (bytes >= bucket && bytes < bucket + (30 << 20)), "%s: bucket of %lld bytes", what,
+                  (long long)bytes);
+        }
+        CHECK(buckets >= cases[c].min_buckets && buckets <= cases[c].max_buckets, "%s: %d buckets", what, buckets);
+        tg_plan_free(&p);
+    }
+    /* The demo's tiny model: by default an eighth of its gradients a bucket; a size named
+     * in the job is taken as given, here one bucket for all of them. */
+    const char *tiny[] = {"data_parallel=2", "grad_bucket_mb=1"};
+    tg_job job;
+    tg_plan p;
+    tg_err err = {{0}};
+    if (CHECK(tg_job_load("examples/demo-classify.job", tiny, 2, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0,
+              "%s", err.msg)) {
+        int buckets = 0;
+        for (int o = 0; o < p.n_ops; o++) buckets += p.ops[o].kind == TG_OP_ALL_REDUCE;
+        CHECK(buckets == 1 && p.tensors[p.io.grads_all].bytes < (1u << 20), "tiny model, 1 MiB: %d buckets of %llu bytes",
+              buckets, (unsigned long long)p.tensors[p.io.grads_all].bytes);
+        tg_plan_free(&p);
+    }
+    const char *sets[] = {"data_parallel=2", "grad_bucket_mb=0"}, *sets2[] = {"data_parallel=2", "grad_bucket_mb=1025"};
+    CHECK(tg_job_load("examples/demo-classify.job", sets, 2, &job, &err) != 0 && strstr(err.msg, "grad_bucket_mb"),
+          "0: '%s'", err.msg);
+    CHECK(tg_job_load("examples/demo-classify.job", sets2, 2, &job, &err) != 0 && strstr(err.msg, "grad_bucket_mb"),
+          "1025: '%s'", err.msg);
+}
+
 /* Each replica's gradient sums as its steps measured them: on CUDA one begin and end a
  * bucket summed beside the backward, in the order the backward completes them, each
  * ending after it begins and beginning once the one before has ended, the steps' busy
