@@ -29,6 +29,10 @@ def tunegraph_runs(out, case, zero1=False):
         runs[n] = dict(step_ms=summary[-1]["median_step_ms"],
                        optimizer_ms=statistics.median(r["optimizer_ms"] for r in steps),
                        backward_ms=statistics.median(r["backward_ms"] for r in steps))
+        # The gradient sums the steps stamped (data parallelism on CUDA): busy and exposed ms.
+        if "median_comm_ms" in summary[-1]:
+            runs[n]["comm_ms"] = summary[-1]["median_comm_ms"]
+            runs[n]["exposed_comm_ms"] = summary[-1]["median_exposed_comm_ms"]
     return runs
 
 
