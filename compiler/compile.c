@@ -192,7 +192,8 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     if (tg_plan_param_layout(&g) || tg_autodiff(&g, loss)) goto out;
     build_optimizer(&g);
     if (g.failed || tg_apply_precision(&g, j->precision) || tg_plan_fixed_layout(&g) ||
-        tg_recompute(&g) || (j->grad_accumulation <= 1 && tg_first_gradient_writes(&g)) || tg_gradient_buckets(&g))
+        tg_recompute(&g) || (j->grad_accumulation <= 1 && tg_first_gradient_writes(&g)) || tg_gather_embedding_grads(&g) ||
+        tg_gradient_buckets(&g))
         goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];

@@ -72,10 +72,12 @@ int tg_gradient_buckets(tg_graph *g) {
         if (e > later) later = e;
     }
     int64_t upper = n;
+    const int64_t floor = g->grads_summed_from; /* below it: gathered, not summed */
     for (int k = 0; k < nb; k++) {
         cut[k] = -1;
         int64_t lo = (final_from[k] + 63) / 64 * 64; /* 256-byte aligned starts */
-        if (k == nb - 1) lo = 0;                    /* the rest, once the backward ends */
+        if (lo < floor) lo = floor;
+        if (k == nb - 1) lo = floor;                /* the rest, once the backward ends */
         if (lo < upper && (upper - lo >= bucket || k == nb - 1)) cut[k] = lo, upper = lo;
     }
     /* The new ops, appended in the backward phase, then moved after their ops. */
@@ -132,4 +134,72 @@ int tg_zero_gather(tg_graph *g, int all, const char *name) {
     s.p.all_gather.slice = slice;
     g->phase = TG_PHASE_OPTIMIZER;
     return tg_graph_op(g, &s) < 0 ? -1 : 0;
+}
+
+/* Whether any backward op but `except` (and the ZERO that clears the buffer) writes
+ * gradient elements [0, end). */
+static int others_write(const tg_graph *g, int except, int64_t end) {
+    for (int o = 0; o < g->n_ops; o++) {
+        const tg_op *op = &g->ops[o];
+        if (o == except || op->kind == TG_OP_ZERO || op->phase != TG_PHASE_BACKWARD) continue;
+        for (int s = 0; s < TG_OP_MAX_OUT; s++) {
+            const int t = op->out[s];
+            if (t < 0 || t == g->io.grads_all || g->tensors[t].pool != TG_POOL_GRADS) continue;
+            if ((int64_t)(g->tensors[t].offset / 4) < end) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Appends an ALL_GATHER of `src` (slice elements) into a new activation tensor `name` of
+ * replicas x slice elements; its index, or -1. */
+static int gather_into(tg_graph *g, const char *name, int src, int ndim, const int64_t *shape) {
+    const int t = tg_graph_tensor(g, name, g->tensors[src].dtype, TG_POOL_ACTIVATIONS, ndim, shape);
+    if (t < 0) return -1;
+    tg_op_spec s = tg_spec(TG_OP_ALL_GATHER);
+    s.in[0] = s.out[0] = t;
+    s.in[1] = src;
+    s.p.all_gather.slice = tg_tensor_numel(&g->tensors[src]);
+    return tg_graph_op(g, &s) < 0 ? -1 : t;
+}
+
+int tg_gather_embedding_grads(tg_graph *g) {
+    if (g->failed) return -1;
+    const tg_job *j = g->job;
+    if (!j || j->data_parallel <= 1 || j->grad_accumulation > 1) return 0;
+    const int64_t replicas = j->data_parallel;
+    int chosen = -1;
+    for (int o = 0; o < g->n_ops && chosen < 0; o++) {
+        const tg_op *op = &g->ops[o];
+        if (op->kind != TG_OP_EMBEDDING_BWD || op->phase != TG_PHASE_BACKWARD) continue;
+        const tg_tensor *table = &g->tensors[op->out[0]];
+        const tg_embedding_params *e = &op->p.embedding;
+        const int64_t table_n = e->vocab * e->dim, rows = e->n;
+        const int64_t row_bytes = e->dim * tg_dtype_size(g->tensors[op->in[1]].dtype) + 4;
+        if (table->pool != TG_POOL_GRADS || table->offset != 0 || others_write(g, o, table_n)) continue;
+        if ((double)replicas * (double)rows * (double)row_bytes >= 2.0 * (double)table_n * 4.0) continue;
+        chosen = o;
+    }
+    if (chosen < 0) return 0;
+    const tg_op e = g->ops[chosen];
+    const int phase = g->phase, first_new = g->n_ops;
+    g->phase = TG_PHASE_BACKWARD;
+    const int64_t ids_shape[1] = {replicas * e.p.embedding.n},
+                  rows_shape[2] = {replicas * e.p.embedding.n, e.p.embedding.dim};
+    char ids_name[TG_NAME_MAX], rows_name[TG_NAME_MAX];
+    snprintf(ids_name, sizeof ids_name, "%.200s.gathered", g->tensors[e.in[0]].name);
+    snprintf(rows_name, sizeof rows_name, "%.200s.gathered", g->tensors[e.in[1]].name);
+    const int ids = gather_into(g, ids_name, e.in[0], 1, ids_shape);
+    const int dout = ids < 0 ? -1 : gather_into(g, rows_name, e.in[1], 2, rows_shape);
+    g->phase = phase;
+    if (dout < 0) return -1;
+    /* The two gathers, appended last, go just before the scatter, which reads them. */
+    const tg_op gathers[2] = {g->ops[first_new], g->ops[first_new + 1]};
+    memmove(g->ops + chosen + 2, g->ops + chosen, sizeof *g->ops * (size_t)(first_new - chosen));
+    g->ops[chosen] = gathers[0], g->ops[chosen + 1] = gathers[1];
+    tg_op *scatter = &g->ops[chosen + 2];
+    scatter->in[0] = ids, scatter->in[1] = dout;
+    scatter->p.embedding.n = replicas * e.p.embedding.n;
+    g->grads_summed_from = e.p.embedding.vocab * e.p.embedding.dim;
+    return 0;
 }

@@ -35,6 +35,9 @@ typedef struct tg_graph {
     const tg_job *job;
     tg_plan_io io;
     int dropout_key;    /* next dropout stream key */
+    /* Data parallelism: gradient elements below it are not summed by the buckets (a table
+     * whose gradient each replica scatters from every replica's rows: tg_gather_embedding_grads). */
+    int64_t grads_summed_from;
     /* The job's freeze patterns (tg_job_freeze_patterns) and how many parameters each matched. */
     int n_freeze;
     char freeze[TG_JOB_FREEZE_MAX][TG_NAME_MAX];

@@ -20,13 +20,34 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
     return 0;
 }
 
+/* A gather from in1 without the other replicas (the GEMM tuning pass): this replica's slice
+ * in place and zeros elsewhere, which are valid ids and rows for what reads the result. */
+static int gather_alone(const tg_cuda_op_args *a, size_t bytes, tg_err *err) {
+    uint8_t *x = (uint8_t *)a->out[0];
+    const size_t total = (size_t)a->out_numel[0] * (size_t)tg_storage_bytes(a->out_dtype[0]);
+    cudaError_t e = cudaMemsetAsync(x, 0, total, a->ctx->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(x + (size_t)a->ctx->rank * bytes, a->in[1], bytes, cudaMemcpyDeviceToDevice, a->ctx->stream);
+    if (e != cudaSuccess) return tg_fail(err, "gathering a slice without the other replicas failed: %s", cudaGetErrorString(e));
+    return 0;
+}
+
 int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t slice = a->op->p.all_gather.slice;
-    if (slice <= 0 || !a->ctx->nccl_comm || a->ctx->gemm_tune) return 0; /* one replica holds every slice */
     const int dt = a->out_dtype[0];
-    const ncclDataType_t type = dt == TG_BF16 ? ncclBfloat16 : dt == TG_F16 ? ncclHalf : ncclFloat;
-    uint8_t *x = (uint8_t *)a->out[0];
     const size_t bytes = (size_t)slice * (size_t)tg_storage_bytes(dt);
+    if (slice <= 0) return 0;
+    if (!a->ctx->nccl_comm || a->ctx->gemm_tune) /* one replica holds every slice */
+        return a->in[1] ? gather_alone(a, bytes, err) : 0;
+    const ncclDataType_t type = dt == TG_BF16 ? ncclBfloat16 : dt == TG_F16 ? ncclHalf : dt == TG_I32 ? ncclInt32 : ncclFloat;
+    uint8_t *x = (uint8_t *)a->out[0];
+    if (a->in[1]) { /* each replica's in1 into its slice of out0 */
+        ncclResult_t r = ncclAllGather(a->in[1], x, (size_t)slice, type, (ncclComm_t)a->ctx->nccl_comm, a->ctx->stream);
+        if (r != ncclSuccess)
+            return tg_fail(err, "ncclAllGather of %lld-element slices failed: %s (%s)", (long long)slice,
+                           ncclGetErrorString(r), ncclGetLastError((ncclComm_t)a->ctx->nccl_comm));
+        return 0;
+    }
     /* In place: each replica sends its own slice of the buffer it receives into. */
     ncclResult_t r = ncclAllGather(x + (size_t)a->ctx->rank * bytes, x, (size_t)slice, type,
                                    (ncclComm_t)a->ctx->nccl_comm, a->ctx->stream);

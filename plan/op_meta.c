@@ -573,6 +573,10 @@ static const char *check_all_gather(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(c->replicas >= 1, "the plan has no replicas");
     PRODUCT(gathered, "slice*replicas", slice, c->replicas);
     EXPECT(numel(c, op->in[0]) == gathered, "in[0]: not one slice of `slice` elements per replica");
+    if (op->in[1] >= 0) {
+        EXPECT(numel(c, op->in[1]) == slice, "in[1]: not `slice` elements");
+        EXPECT(c->tensors[op->in[1]].dtype == c->tensors[op->in[0]].dtype, "in[1]: not of in[0]'s dtype");
+    }
     return NULL;
 }
 

@@ -666,7 +666,7 @@ static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *
     int sums = 0, gathers = 0;
     for (int o = 0; o < p->n_ops; o++) {
         sums += p->ops[o].kind == TG_OP_ALL_REDUCE;
-        gathers += p->ops[o].kind == TG_OP_ALL_GATHER;
+        gathers += p->ops[o].kind == TG_OP_ALL_GATHER && p->ops[o].in[1] < 0; /* ZeRO-1's: in place */
         const tg_op *op = &p->ops[o];
         const char *kind = tg_op_name(op->kind);
         const int step = step_counter_slot(op->kind);

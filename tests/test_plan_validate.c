@@ -1154,15 +1154,23 @@ static void zero_bytes_at_step(tg_plan *p, char *w, size_t n) {
         }
     }
 }
+/* The embedding's gathers (tg_gather_embedding_grads) as the single replica's copies:
+ * slices of the whole gathered tensor, so the edits below reach the check they aim at. */
+static void gathers_as_one(tg_plan *p) {
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == TG_OP_ALL_GATHER && p->ops[o].in[1] >= 0)
+            p->ops[o].p.all_gather.slice = tg_tensor_numel(&p->tensors[p->ops[o].in[0]]), p->ops[o].in[1] = -1;
+}
 static void dp_replicas_one(tg_plan *p, char *w, size_t n) {
     int sums = 0;
     for (int o = 0; o < p->n_ops; o++) sums += p->ops[o].kind == TG_OP_ALL_REDUCE;
     p->train.replicas = 1;
+    gathers_as_one(p);
     snprintf(w, n, "p: train replicas 1, but the plan sums its gradients over replicas (%d all_reduce)", sums);
 }
 static void zero_without_gathers(tg_plan *p, char *w, size_t n) {
     for (int o = 0; o < p->n_ops; o++)
-        if (p->ops[o].kind == TG_OP_ALL_GATHER) {
+        if (p->ops[o].kind == TG_OP_ALL_GATHER && p->ops[o].in[1] < 0) {
             tg_op *op = &p->ops[o];
             op->kind = TG_OP_ALL_REDUCE; /* a sum in place of the gather: every op check still holds */
             op->p.count.n = tg_tensor_numel(&p->tensors[op->in[0]]);

@@ -4,10 +4,11 @@
 #include "runtime/cpu/cpu_kernels.h"
 
 void tg_cpu_kernel_all_gather(const tg_cpu_op_args *a) {
-    /* Run on the stored values, bf16 ones too (tg_cpu_op_run_any, op_run.c). */
-    if (a->comm)
-        tg_cpu_all_gather(a->comm, a->rank, a->out[0], a->op->p.all_gather.slice,
-                          (size_t)tg_dtype_size(a->out_dtype[0]));
+    /* Run on the stored values, bf16 ones too (tg_cpu_op_run_any, op_run.c). With in1, this
+     * replica's slice is in1, put in place first. */
+    const size_t elem = (size_t)tg_dtype_size(a->out_dtype[0]), bytes = (size_t)a->op->p.all_gather.slice * elem;
+    if (a->in[1]) memcpy((uint8_t *)a->out[0] + (size_t)(a->comm ? a->rank : 0) * bytes, a->in[1], bytes);
+    if (a->comm) tg_cpu_all_gather(a->comm, a->rank, a->out[0], a->op->p.all_gather.slice, elem);
 }
 
 void tg_cpu_kernel_all_reduce(const tg_cpu_op_args *a) {

@@ -46,14 +46,29 @@ static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
 }
 
 /* The backward and the optimizer phase, less the AdamW when it is deferred; with
- * replicas, each gradient bucket's sum on the communication stream beside the backward. */
+ * replicas, each gradient bucket's sum on the communication stream beside the backward.
+ * A gather in the backward (an embedding's rows, tg_gather_embedding_grads) runs there too,
+ * in order with the sums (the replicas' collectives on one communicator must not run
+ * side by side on two streams), and the backward waits for it. */
 static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
     const tg_plan *p = x->plan;
     const int end = x->defer_on ? x->cur->defer.adamw_op : p->n_ops;
     const int b0 = p->phase_begin[TG_PHASE_BACKWARD], b1 = p->phase_begin[TG_PHASE_OPTIMIZER];
     int summing = 0, bucket = 0;
     for (int o = b0; o < b1; o++) {
-        if (!x->comm_stream || p->ops[o].kind != TG_OP_ALL_REDUCE) {
+        const int kind = p->ops[o].kind;
+        if (x->comm_stream && kind == TG_OP_ALL_GATHER) {
+            tg_cuda_op_args a;
+            tg_cuda_ctx ctx;
+            tg_cuda_op_args_on(x, o, x->comm_stream, &ctx, &a);
+            CUDA_TRY(cudaEventRecord(x->comm_fork, x->ctx.stream), "record a gather's fork");
+            CUDA_TRY(cudaStreamWaitEvent(x->comm_stream, x->comm_fork, 0), "fork of a gather");
+            if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
+            CUDA_TRY(cudaEventRecord(x->comm_done, x->comm_stream), "record a gather's end");
+            CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->comm_done, 0), "join of a gather");
+            continue;
+        }
+        if (!x->comm_stream || kind != TG_OP_ALL_REDUCE) {
             if (tg_cuda_run_ops(x, o, o + 1, 1, err)) return -1;
             continue;
         }
