@@ -24,6 +24,7 @@
 #include "cli/metrics.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
+#include "runtime/gpu_peak.h"
 #include "cli/profile.h"
 #include "cli/tokenize.h"
 #include "plan/inspect.h"
@@ -667,9 +668,20 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             .loop_cpu_us = loop_cpu_us, .driver_cpu_us = driver_cpu_us, .device = device_name,
             .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL,
             .comm_ms = median_comm_ms, .comm_exposed_ms = median_exposed_ms};
+        /* Model FLOP utilisation of replica 0's GPU (GPU 0), each replica alike. */
+        char gpu[256] = "";
+        double peak = 0;
+        if (device == TG_DEVICE_CUDA && median_step_ms > 0 && tg_cuda_device_name(0, gpu, sizeof gpu) == 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+            peak = tg_gpu_dense_peak_tflops(gpu, plan.train.precision, plan.train.allow_tf32);
+        metrics_summary summary_mfu = summary;
+        if (peak > 0) { /* GCOVR_EXCL_BR_LINE: as above */
+            summary_mfu.gpu = gpu;
+            summary_mfu.model_tflops = plan.flops_per_step / (median_step_ms / 1e3) / 1e12;
+            summary_mfu.mfu = summary_mfu.model_tflops / peak;
+        }
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
-            if (f && metrics_write_summary(f, &summary)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
+            if (f && metrics_write_summary(f, &summary_mfu)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
                 rc = tg_fail(&err, "%s: cannot write the summary line of the metrics file", a.metrics);
             metrics_file_unlock(metrics);
         }
@@ -681,6 +693,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (driver_cpu_us > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor (no driver thread) */
             fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
+        if (peak > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+            fprintf(stderr, "model FLOP utilisation: %.1f%% (%.1f of %.1f dense TFLOP/s on %s)\n", 100 * summary_mfu.mfu,
+                    summary_mfu.model_tflops, peak, gpu);
         if (median_comm_ms >= 0)
             fprintf(stderr, "gradient sums: %d buckets, %.3f ms a step, %.3f ms of it after the backward (medians)\n",
                     tr.comm.buckets, median_comm_ms, median_exposed_ms);

@@ -178,6 +178,11 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
     put_real(&l, "driver_thread_cpu_us_per_step", s->driver_cpu_us, "%.1f");
     put_str(&l, "device", s->device);
     put_int(&l, "replicas", s->replicas);
+    if (s->mfu > 0) {
+        put_str(&l, "gpu", s->gpu);
+        put_real(&l, "model_tflops", s->model_tflops, "%.2f");
+        put_real(&l, "mfu", s->mfu, "%.4f");
+    }
     if (s->comm_ms > 0) {
         put_real(&l, "median_comm_ms", s->comm_ms, "%.4f");
         put_real(&l, "median_exposed_comm_ms", s->comm_exposed_ms, "%.4f");

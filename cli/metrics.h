@@ -30,6 +30,10 @@ typedef struct metrics_summary {
     /* Data parallelism on CUDA: medians over the steps after the first of the gradient
      * sums' busy ms and of the ms of them after the backward; comm_ms <= 0: not measured. */
     double comm_ms, comm_exposed_ms;
+    /* On a GPU whose dense peak is known (runtime/gpu_peak.h): its name, the plan's FLOPs a
+     * step over the median step in TFLOP/s, and that over the peak; mfu <= 0: unknown. */
+    const char *gpu;
+    double model_tflops, mfu;
     const tg_memory_use *mem;
     const tg_eval_stats *eval;   /* NULL when the run did not evaluate */
 } metrics_summary;

@@ -16,6 +16,8 @@ int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) {
 
 void tg_cuda_comms_destroy(void **comms, int ranks) {}
 
+int tg_cuda_device_name(int device, char *name, size_t len) { return -1; }
+
 int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err) {
     return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`)");
 }

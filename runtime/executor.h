@@ -153,6 +153,10 @@ int tg_cuda_device_count(void);
  * CPU-only build). */
 int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err);
 
+/* GPU `device`'s name as the CUDA runtime gives it ("NVIDIA H100 80GB HBM3"): 0, or -1 (no
+ * such device; always in a CPU-only build). */
+int tg_cuda_device_name(int device, char *name, size_t len);
+
 /* NCCL communicators for `ranks` replicas in this process, replica r on GPU r
  * (comms[r]). */
 int tg_cuda_comms_create(void **comms, int ranks, tg_err *err);

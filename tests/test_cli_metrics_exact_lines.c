@@ -129,6 +129,13 @@ TG_TEST(test_cli_metrics_comm_lines_exact) {
           "summary: %s", text ? text : "(none)");
     free(text);
     text = NULL;
+    s.gpu = "NVIDIA H100 80GB \"HBM3\"", s.model_tflops = 412.345, s.mfu = 0.416759;
+    WRITTEN(metrics_write_summary(f, &s), text, rc);
+    CHECK(rc == 0 && text && strstr(text, "\"replicas\": 2, \"gpu\": \"NVIDIA H100 80GB \\\"HBM3\\\"\", \"model_tflops\": 412.35, "
+                                          "\"mfu\": 0.4168, \"median_comm_ms\""),
+          "summary with MFU: %s", text ? text : "(none)");
+    free(text);
+    text = NULL;
     metrics_step_line *w = metrics_step_line_new();
     REQUIRE(w, "out of memory");
     tg_step_stats st = {.step = 1, .loss = 0.5f, .lr = 1.0f, .grad_norm = 2.0f, .step_ms = 8.5, .seq = 128,

@@ -1,6 +1,7 @@
 /* Device memory as the CUDA runtime reports it, for the memory preflight and the measured
  * peak (runtime/preflight.c). */
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 
 #include "runtime/cuda/cuda_exec_internal.h"
 
@@ -15,5 +16,15 @@ int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes,
                        cudaGetErrorString(e));
     }
     *free_bytes = free_b, *total_bytes = total_b;
+    return 0;
+}
+
+int tg_cuda_device_name(int device, char *name, size_t len) {
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    snprintf(name, len, "%s", prop.name);
     return 0;
 }
