@@ -613,4 +613,6 @@ TG_TEST(test_convert_progress_callback) {
     REQUIRE(convert(&g, &rep, &err) == 0, "%s", err.msg);
     CHECK(q.ordered && q.calls == 2 && q.last_done == 2 && q.total == 3, "questions: %d calls, last %lld of %lld",
           q.calls, (long long)q.last_done, (long long)q.total);
+    byte_encoder_free(&f.be);
+    byte_encoder_free(&g.be);
 }
