@@ -174,7 +174,10 @@ int tg_gather_embedding_grads(tg_graph *g) {
         if (op->kind != TG_OP_EMBEDDING_BWD || op->phase != TG_PHASE_BACKWARD) continue;
         const tg_tensor *table = &g->tensors[op->out[0]];
         const tg_embedding_params *e = &op->p.embedding;
-        const int64_t table_n = e->vocab * e->dim, rows = e->n;
+        /* Judged at the longest length bucket's rows, so that every bucket plan of a job
+         * makes the same choice (they share their ops and tensors, plan.h). */
+        const int64_t seq_max = j->n_buckets > 1 ? j->bucket_seq[j->n_buckets - 1] : j->seq;
+        const int64_t table_n = e->vocab * e->dim, rows = j->seq > 0 ? e->n / j->seq * seq_max : e->n;
         const int64_t row_bytes = e->dim * tg_dtype_size(g->tensors[op->in[1]].dtype) + 4;
         if (table->pool != TG_POOL_GRADS || table->offset != 0 || others_write(g, o, table_n)) continue;
         if ((double)replicas * (double)rows * (double)row_bytes >= 2.0 * (double)table_n * 4.0) continue;

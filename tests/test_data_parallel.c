@@ -232,6 +232,20 @@ TG_TEST(test_data_parallel_bucket_size) {
               buckets, (unsigned long long)p.tensors[p.io.grads_all].bytes);
         tg_plan_free(&p);
     }
+    /* Length buckets: every bucket plan gathers the embedding's rows alike (the choice is
+     * made at the longest bucket, where gathering pays least). */
+    const char *bucketed[] = {"data_parallel=2", "batch=2", "seq_buckets=8,48"};
+    if (CHECK(tg_job_load("examples/demo-classify.job", bucketed, 3, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0,
+              "%s", err.msg)) {
+        for (int k = 0; k < 2; k++) {
+            const tg_plan *b = tg_plan_bucket(&p, k);
+            int gathers = 0;
+            for (int o = 0; o < b->n_ops; o++) gathers += b->ops[o].kind == TG_OP_ALL_GATHER;
+            CHECK(gathers == 2, "bucket %d: %d gathers", k, gathers);
+            check_buckets(b, k ? "bucket 48" : "bucket 8", 2);
+        }
+        tg_plan_free(&p);
+    }
     const char *sets[] = {"data_parallel=2", "grad_bucket_mb=0"}, *sets2[] = {"data_parallel=2", "grad_bucket_mb=1025"};
     CHECK(tg_job_load("examples/demo-classify.job", sets, 2, &job, &err) != 0 && strstr(err.msg, "grad_bucket_mb"),
           "0: '%s'", err.msg);
