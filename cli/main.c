@@ -660,7 +660,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     if (!rc) {
         tg_memory_use mem;
         tg_trainer_memory(&tr, &mem);
-        const metrics_summary summary = {
+        metrics_summary summary = {
             .steps = tr.steps_done, .skipped_steps = tr.skipped_steps, .first_loss = first_loss, .final_loss = last_loss, .train_s = train_s,
             .warmup_s = warmup_s, .tokens = tokens,
             .padding_fraction = own_slots ? 1.0 - (double)own_tokens / (double)own_slots : 0,
@@ -673,15 +673,14 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         double peak = 0;
         if (device == TG_DEVICE_CUDA && median_step_ms > 0 && tg_cuda_device_name(0, gpu, sizeof gpu) == 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
             peak = tg_gpu_dense_peak_tflops(gpu, plan.train.precision, plan.train.allow_tf32);
-        metrics_summary summary_mfu = summary;
         if (peak > 0) { /* GCOVR_EXCL_BR_LINE: as above */
-            summary_mfu.gpu = gpu;
-            summary_mfu.model_tflops = plan.flops_per_step / (median_step_ms / 1e3) / 1e12;
-            summary_mfu.mfu = summary_mfu.model_tflops / peak;
+            summary.gpu = gpu;
+            summary.model_tflops = plan.flops_per_step / (median_step_ms / 1e3) / 1e12;
+            summary.mfu = summary.model_tflops / peak;
         }
         if (metrics) {
             FILE *f = metrics_file_lock(metrics);
-            if (f && metrics_write_summary(f, &summary_mfu)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
+            if (f && metrics_write_summary(f, &summary)) /* GCOVR_EXCL_BR_LINE: as for the step lines: an ended file means a failing replica is ending the process */
                 rc = tg_fail(&err, "%s: cannot write the summary line of the metrics file", a.metrics);
             metrics_file_unlock(metrics);
         }
@@ -694,8 +693,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             fprintf(stderr, "; besides, the CUDA driver's event thread %.0f us", driver_cpu_us);
         fprintf(stderr, ")\n");
         if (peak > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
-            fprintf(stderr, "model FLOP utilisation: %.1f%% (%.1f of %.1f dense TFLOP/s on %s)\n", 100 * summary_mfu.mfu,
-                    summary_mfu.model_tflops, peak, gpu);
+            fprintf(stderr, "model FLOP utilisation: %.1f%% (%.1f of %.1f dense TFLOP/s on %s)\n", 100 * summary.mfu,
+                    summary.model_tflops, peak, gpu);
         if (median_comm_ms >= 0)
             fprintf(stderr, "gradient sums: %d buckets, %.3f ms a step, %.3f ms of it after the backward (medians)\n",
                     tr.comm.buckets, median_comm_ms, median_exposed_ms);

@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/atomic_file.h"
+#include "base/output_paths.h"
 #include "base/text_file.h"
 #include "cli/metrics_read.h"
 #include "cli/svg_chart.h"
@@ -21,6 +22,10 @@
 #define METRICS_MAX_BYTES (1ull << 32)
 
 static const char plot_usage[] = "usage: tunegraph plot METRICS.jsonl -o DIR\n";
+
+/* What plot_charts may write into DIR. */
+static const char *const charts[] = {"loss.svg", "throughput.svg", "phases.svg", "communication.svg",
+                                     "kernel_groups.svg"};
 
 /* Writes the chart in b to DIR/name, then frees b. */
 static int write_chart(const char *dir, const char *name, svg_buf *b, int built, tg_err *err) {
@@ -76,6 +81,22 @@ static int plot_charts(const char *dir, const metrics_series *s, tg_err *err) {
     return rc;
 }
 
+/* Every chart's path in DIR, refused where one is the metrics file or cannot be written. */
+static int check_charts(const char *dir, const char *input, tg_err *err) {
+    enum { N = sizeof charts / sizeof charts[0] };
+    char *paths[N] = {0};
+    tg_named_path outs[N];
+    int rc = 0;
+    for (int k = 0; k < N && !rc; k++) {
+        if (tg_asprintf(&paths[k], "%s/%s", dir, charts[k]) < 0) rc = tg_fail(err, "out of memory");
+        outs[k] = (tg_named_path){paths[k], "chart"};
+    }
+    const tg_named_path in = {input, "metrics file"};
+    if (!rc) rc = tg_outputs_check(outs, N, &in, 1, err);
+    for (int k = 0; k < N; k++) free(paths[k]);
+    return rc;
+}
+
 int cmd_plot(int argc, char **argv) {
     const char *input = NULL, *dir = NULL;
     for (int i = 0; i < argc; i++) {
@@ -99,9 +120,10 @@ int cmd_plot(int argc, char **argv) {
     int rc = tg_read_text_file(input, METRICS_MAX_BYTES, "metrics file", &text, &len, &err);
     if (!rc) rc = metrics_read(input, text, len, &s, &err);
     free(text);
-    if (!rc && mkdir(dir, 0777) && errno != EEXIST) rc = tg_fail(&err, "%s: cannot create the folder: %s", dir, strerror(errno));
     if (!rc) {
-        rc = plot_charts(dir, &s, &err);
+        if (mkdir(dir, 0777) && errno != EEXIST)
+            rc = tg_fail(&err, "%s: cannot create the folder: %s", dir, strerror(errno));
+        else rc = check_charts(dir, input, &err) ? -1 : plot_charts(dir, &s, &err);
         metrics_series_free(&s);
     }
     if (rc) fprintf(stderr, "tunegraph plot: %s\n", err.msg);

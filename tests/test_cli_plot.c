@@ -159,6 +159,29 @@ TG_TEST(test_cli_plot_refusals) {
     tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     CHECK(r.status == 1 && r.err && strstr(r.err, "none.jsonl"), "missing file: %s", r.err ? r.err : "");
     tg_cli_run_free(&r);
+    /* The metrics file as one of the charts: refused before anything is written; a folder
+     * whose parent is missing. */
+    char charts_dir[900], as_chart[1000];
+    snprintf(charts_dir, sizeof charts_dir, "%s/self", dir);
+    mkdir(charts_dir, 0777);
+    snprintf(as_chart, sizeof as_chart, "%s/loss.svg", charts_dir);
+    FILE *m = fopen(as_chart, "w");
+    REQUIRE(m, "%s", as_chart);
+    char *metrics_text = tg_test_read_file("tests/data/plot/metrics.jsonl", NULL);
+    REQUIRE(metrics_text && fputs(metrics_text, m) >= 0 && fclose(m) == 0, "%s", as_chart);
+    snprintf(line, sizeof line, "plot %s -o %s", as_chart, charts_dir);
+    r = tg_test_cli_line(dir, line, NULL);
+    char *after = tg_test_read_file(as_chart, NULL);
+    CHECK(r.status == 1 && r.err && strstr(r.err, "tunegraph plot: ") && strstr(r.err, "loss.svg") && after &&
+              !strcmp(after, metrics_text),
+          "the metrics file as a chart: exit %d: %s", r.status, r.err ? r.err : "");
+    free(after), free(metrics_text);
+    tg_cli_run_free(&r);
+    snprintf(line, sizeof line, "plot tests/data/plot/metrics.jsonl -o %s/missing/charts", dir);
+    r = tg_test_cli_line(dir, line, NULL);
+    CHECK(r.status == 1 && r.err && strstr(r.err, "missing/charts: cannot create the folder: No such file or directory"),
+          "a folder without its parent: %s", r.err ? r.err : "");
+    tg_cli_run_free(&r);
     snprintf(line, sizeof line, "plot tests/data/plot/metrics.jsonl -o %s", path);
     r = tg_test_cli_line(dir, line, NULL);
     CHECK(r.status == 1 && r.err && strstr(r.err, "tunegraph plot: ") && strstr(r.err, "m.jsonl/loss.svg"),
