@@ -39,6 +39,8 @@ int tg_launch_all_gather(const tg_cuda_op_args *a, tg_err *err) {
     if (slice <= 0) return 0;
     if (!a->ctx->nccl_comm || a->ctx->gemm_tune) /* one replica holds every slice */
         return a->in[1] ? gather_alone(a, bytes, err) : 0;
+    if (dt != TG_F32 && dt != TG_BF16 && dt != TG_F16 && dt != TG_I32)
+        return tg_fail(err, "all_gather of %s elements: NCCL is given f32, bf16, f16 or i32 only", tg_dtype_name(dt));
     const ncclDataType_t type = dt == TG_BF16 ? ncclBfloat16 : dt == TG_F16 ? ncclHalf : dt == TG_I32 ? ncclInt32 : ncclFloat;
     uint8_t *x = (uint8_t *)a->out[0];
     if (a->in[1]) { /* each replica's in1 into its slice of out0 */
