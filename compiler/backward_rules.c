@@ -261,6 +261,26 @@ static void bwd_layernorm(tg_graph *g, int index) {
     if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
 }
 
+/* One RMSNORM_BWD writes dx and dgamma; a frozen gamma or an x that needs no gradient
+ * writes scratch, as for the LayerNorms. */
+static void bwd_rmsnorm(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc_x, acc_g, dx_scratch, g_scratch;
+    int dx = tg_ad_grad_dest_or_scratch(g, op.in[0], &acc_x, &dx_scratch);
+    int dgamma = tg_ad_grad_dest_or_scratch(g, op.in[1], &acc_g, &g_scratch);
+    if (dx < 0 || dgamma < 0 || acc_x || !(acc_g || g_scratch)) {
+        tg_graph_fail(g, "rmsnorm %d needs an activation input and a parameter gamma", index);
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_RMSNORM_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.out[1];
+    s.out[0] = dx, s.out[1] = dgamma;
+    s.p.rmsnorm = op.p.rmsnorm;
+    tg_graph_op(g, &s);
+    if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
+}
+
 /* One RESIDUAL_LAYERNORM_BWD: ds = the LayerNorm backward of dy plus the gradient s
  * already has (GPT-2: the next block's residual), passed on as the residual's gradient
  * without a copy; dx = ds through the forward's dropout mask. ds is a fresh tensor that is
@@ -409,6 +429,20 @@ static void bwd_dropout(tg_graph *g, int index) {
     s.p.dropout = op->p.dropout;
     bwd_pointwise(g, index, &s);
 }
+static void bwd_rope(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_ROPE_BWD);
+    s.in[1] = op->in[1];
+    s.p.rope = op->p.rope;
+    bwd_pointwise(g, index, &s);
+}
+static void bwd_swiglu(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_SWIGLU_BWD);
+    s.in[1] = op->in[0];
+    s.p.swiglu = op->p.swiglu;
+    bwd_pointwise(g, index, &s);
+}
 static void bwd_select(tg_graph *g, int index) {
     const tg_op *op = fwd(g, index);
     tg_op_spec s = tg_spec(TG_OP_SELECT_TOKEN_BWD);
@@ -499,6 +533,12 @@ static void bwd_span_loss(tg_graph *g, int index) {
 #define BACKWARD_LAYERNORM_BWD NULL
 #define BACKWARD_RESIDUAL_LAYERNORM bwd_residual_layernorm
 #define BACKWARD_RESIDUAL_LAYERNORM_BWD NULL
+#define BACKWARD_RMSNORM bwd_rmsnorm
+#define BACKWARD_RMSNORM_BWD NULL
+#define BACKWARD_ROPE bwd_rope
+#define BACKWARD_ROPE_BWD NULL
+#define BACKWARD_SWIGLU bwd_swiglu
+#define BACKWARD_SWIGLU_BWD NULL
 #define BACKWARD_ATTN_SOFTMAX bwd_softmax
 #define BACKWARD_ATTN_SOFTMAX_BWD NULL
 #define BACKWARD_ATTENTION bwd_attention

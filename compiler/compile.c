@@ -35,12 +35,13 @@ static int job_error(const tg_job *job, int key, tg_err *err, const char *what) 
 
 static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
-    if (job->task == TG_TASK_LM && cfg->arch != TG_ARCH_GPT2) {
-        snprintf(msg, sizeof msg, "task lm needs a decoder (gpt2 family); model '%s' is %s", cfg->source,
+    const int decoder = cfg->arch == TG_ARCH_GPT2 || cfg->arch == TG_ARCH_LLAMA;
+    if (job->task == TG_TASK_LM && !decoder) {
+        snprintf(msg, sizeof msg, "task lm needs a decoder (gpt2 or llama family); model '%s' is %s", cfg->source,
                  tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_TASK, err, msg);
     }
-    if ((job->task == TG_TASK_MLM || job->task == TG_TASK_QA) && cfg->arch == TG_ARCH_GPT2) {
+    if ((job->task == TG_TASK_MLM || job->task == TG_TASK_QA) && decoder) {
         snprintf(msg, sizeof msg, "task %s needs an encoder (bert or roberta family); model '%s' is %s",
                  tg_task_name(job->task), cfg->source, tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_TASK, err, msg);
@@ -89,7 +90,7 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
         snprintf(msg, sizeof msg, "pad_token_id %d is outside the vocabulary (vocab_size %d)", pad, cfg->vocab_size);
         return job_error(job, TG_JOB_PAD_TOKEN_ID, err, msg);
     }
-    if (cfg->arch == TG_ARCH_GPT2 && job->task == TG_TASK_CLASSIFY && job->pad_token_id < 0 &&
+    if (decoder && job->task == TG_TASK_CLASSIFY && job->pad_token_id < 0 &&
         cfg->pad_token_id < 0) {
         snprintf(msg, sizeof msg,
                  "classification with model '%s' pools at the last non-padding token, so it needs a padding id: "

@@ -39,7 +39,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_job) == 5128, "tg_job changed: update tg_job_fingerprint");
-_Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
 uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const char *version) {
@@ -65,6 +65,14 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_f32(&h, m->attention_dropout);
     fp_f32(&h, m->embedding_dropout);
     fp_f32(&h, m->classifier_dropout);
+    fp_i32(&h, m->kv_heads);
+    fp_i32(&h, m->tie_word_embeddings);
+    fp_i32(&h, m->rope_type);
+    fp_i32(&h, m->rope_original_max_positions);
+    fp_f32(&h, m->rope_theta);
+    fp_f32(&h, m->rope_factor);
+    fp_f32(&h, m->rope_low_freq_factor);
+    fp_f32(&h, m->rope_high_freq_factor);
 
     fp_str(&h, j->path, sizeof j->path);
     fp_str(&h, j->model, sizeof j->model);

@@ -524,6 +524,34 @@ static int build_encoder(builder *b, int pad_id) {
     return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 
+/* The LM head tied to the token embedding `table` (HF tie_word_embeddings) over h [N, D],
+ * and its loss. It reads the table through a view (named padded_name) padded with zero rows
+ * to a multiple of 64: logits rows of 50257 bf16 values are not 16-byte aligned, which
+ * keeps cuBLASLt off its fast kernels. The padding rows stay zero (AdamW skips views),
+ * their logits are 0 and the loss leaves those columns out. */
+static int tied_lm_head(builder *b, int table, const char *padded_name, int h) {
+    tg_graph *g = b->g;
+    g->tensors[table].flags |= TG_TENSOR_TIED;
+    int64_t V = g->cfg->vocab_size, Vp = (V + 63) / 64 * 64;
+    int head = table;
+    if (Vp != V) {
+        int64_t shape[2] = {Vp, b->D};
+        /* The view has the table's class: trainable, or frozen (frozen pool). */
+        head = tg_graph_tensor(g, padded_name, TG_F32, g->tensors[table].pool, 2, shape);
+        if (head < 0) return -1;
+        g->tensors[head].flags |=
+            (g->tensors[table].flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) | TG_TENSOR_VIEW | TG_TENSOR_TIED;
+        g->tensors[head].master = table;
+    }
+    int logits = tg_act(g, "lm_head", 2, b->N, Vp, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = h, s.in[1] = head, s.out[0] = logits;
+    s.p.matmul.m = b->N, s.p.matmul.n = Vp, s.p.matmul.k = b->D, s.p.matmul.trans_b = 1;
+    s.p.matmul.batch = 1, s.p.matmul.alpha = 1.0f;
+    tg_graph_op(g, &s);
+    return loss_of(b, logits, g->io.labels, b->N, Vp, V);
+}
+
 static int build_gpt2(builder *b, int pad_id) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
@@ -579,25 +607,121 @@ static int build_gpt2(builder *b, int pad_id) {
          * of 50257 bf16 values are not 16-byte aligned, which keeps cuBLASLt off its fast
          * kernels. The padding rows stay zero (AdamW skips views), their logits are 0 and
          * the loss leaves those columns out. */
-        g->tensors[wte].flags |= TG_TENSOR_TIED;
-        int64_t V = c->vocab_size, Vp = (V + 63) / 64 * 64;
-        int head = wte;
-        if (Vp != V) {
-            int64_t shape[2] = {Vp, b->D};
-            /* The view has the table's class: trainable, or frozen (frozen pool). */
-            head = tg_graph_tensor(g, "transformer.wte.weight.padded", TG_F32, g->tensors[wte].pool, 2, shape);
-            if (head < 0) return -1;
-            g->tensors[head].flags |=
-                (g->tensors[wte].flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) | TG_TENSOR_VIEW | TG_TENSOR_TIED;
-            g->tensors[head].master = wte;
+        return tied_lm_head(b, wte, "transformer.wte.weight.padded", h);
+    }
+    int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
+    int labels = g->job->num_labels;
+    int logits = linear(b, "score", last, b->B, b->D, labels, 0, 0, 1.0f);
+    return loss_of(b, logits, g->io.labels, b->B, labels, labels);
+}
+
+/* LlamaRMSNorm `prefix` (its weight "<prefix>.weight") over x [N, D]; returns y. */
+static int rmsnorm(builder *b, const char *prefix, int x) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    int gamma = tg_param(g, name, 1, b->D, 0, TG_INIT_ONES, 1);
+    int y = tg_act(g, prefix, 2, b->N, b->D, 0, 0);
+    snprintf(name, sizeof name, "%s.rstd", prefix);
+    int rstd = tg_act(g, name, 1, b->N, 0, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_RMSNORM);
+    s.in[0] = x, s.in[1] = gamma, s.out[0] = y, s.out[1] = rstd;
+    s.p.rmsnorm.m = b->N, s.p.rmsnorm.d = b->D, s.p.rmsnorm.eps = g->cfg->layer_norm_eps;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+/* Bias-free nn.Linear layers `prefix.names[i]` (out_rows[i] x in each, HF names and init)
+ * applied as one product over x [N, in]: their weights packed as one [sum, in] matrix
+ * named `packed`, the product [N, sum] named likewise (Llama's q/k/v and gate/up). */
+static int packed_linear(builder *b, const char *prefix, const char *const *names, const int64_t *out_rows, int n,
+                         const char *packed, int x, int64_t in) {
+    int w[3], bias;
+    int64_t total = 0;
+    char name[TG_NAME_MAX];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s.%s", prefix, names[i]);
+        w[i] = linear_params(b, name, in, out_rows[i], 0, 0, 1.0f, &bias);
+        total += out_rows[i];
+    }
+    snprintf(name, sizeof name, "%s.%s.weight", prefix, packed);
+    int wv = tg_param_pack(b->g, name, w, n, 2, total, in);
+    snprintf(name, sizeof name, "%s.%s", prefix, packed);
+    return linear_apply(b, name, x, wv, -1, b->N, in, total, 0, NULL);
+}
+
+/* The rotary embedding of layer `prefix`'s packed projections qkv [N, (H + 2 Hkv) Dh], k
+ * and v repeated to H heads: [N, 3 H Dh], the packed input of the attention. */
+static int rope(builder *b, const char *prefix, int qkv) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.qkv_rotary", prefix);
+    int y = tg_act(g, name, 2, b->N, 3 * b->H * b->Dh, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_ROPE);
+    s.in[0] = qkv, s.in[1] = g->io.position_ids, s.out[0] = y;
+    tg_rope_params *p = &s.p.rope;
+    p->n = b->N, p->h = b->H, p->kv_heads = c->kv_heads, p->head_dim = b->Dh, p->type = c->rope_type;
+    p->theta = c->rope_theta, p->factor = c->rope_factor, p->low_freq = c->rope_low_freq_factor;
+    p->high_freq = c->rope_high_freq_factor, p->original_max = c->rope_original_max_positions;
+    tg_graph_op(g, &s);
+    return y;
+}
+
+/* LlamaForCausalLM / LlamaForSequenceClassification: pre-norm blocks of RMSNorm, rotary
+ * grouped-query attention and a SwiGLU MLP, with plain residual adds; no biases and no
+ * dropout but the attention's. */
+static int build_llama(builder *b, int pad_id) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    char p[TG_NAME_MAX], name[TG_NAME_MAX];
+    int table;
+    int h = embedding(b, "model.embed_tokens.weight", g->io.input_ids, c->vocab_size, c->pad_token_id, &table);
+    static const char *const attn_names[3] = {"q_proj", "k_proj", "v_proj"}, *const mlp_names[2] = {"gate_proj", "up_proj"};
+    const int64_t qkv_rows[3] = {b->H * b->Dh, (int64_t)c->kv_heads * b->Dh, (int64_t)c->kv_heads * b->Dh};
+    const int64_t mlp_rows[2] = {c->intermediate, c->intermediate};
+    for (int l = 0; l < c->layers; l++) {
+        snprintf(p, sizeof p, "model.layers.%d", l);
+        snprintf(name, sizeof name, "%s.input_layernorm", p);
+        int x = rmsnorm(b, name, h);
+        snprintf(name, sizeof name, "%s.self_attn", p);
+        int qkv = packed_linear(b, name, attn_names, qkv_rows, 3, "qkv_proj", x, b->D);
+        int rotary = qkv < 0 ? -1 : rope(b, name, qkv);
+        int ctx;
+        if (b->fused_attention) {
+            ctx = attention_fused(b, name, &rotary, 1, 1, c->attention_dropout);
+        } else {
+            int heads[3];
+            snprintf(name, sizeof name, "%s.self_attn.qkv_rotary", p);
+            heads_op(b, TG_OP_HEADS_SPLIT, &rotary, 1, heads, 3, name);
+            snprintf(name, sizeof name, "%s.self_attn", p);
+            ctx = attention_unfused(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
         }
-        int logits = tg_act(g, "lm_head", 2, b->N, Vp, 0, 0);
-        tg_op_spec s = tg_spec(TG_OP_MATMUL);
-        s.in[0] = h, s.in[1] = head, s.out[0] = logits;
-        s.p.matmul.m = b->N, s.p.matmul.n = Vp, s.p.matmul.k = b->D, s.p.matmul.trans_b = 1;
-        s.p.matmul.batch = 1, s.p.matmul.alpha = 1.0f;
+        snprintf(name, sizeof name, "%s.self_attn.o_proj", p);
+        int o = linear(b, name, ctx, b->N, b->D, b->D, 0, 0, 1.0f);
+        snprintf(name, sizeof name, "%s.attn_residual", p);
+        h = add(b, name, h, o);
+        snprintf(name, sizeof name, "%s.post_attention_layernorm", p);
+        x = rmsnorm(b, name, h);
+        snprintf(name, sizeof name, "%s.mlp", p);
+        int gu = packed_linear(b, name, mlp_names, mlp_rows, 2, "gate_up_proj", x, b->D);
+        snprintf(name, sizeof name, "%s.mlp.act", p);
+        int act = gu < 0 ? -1 : tg_act(g, name, 2, b->N, c->intermediate, 0, 0);
+        tg_op_spec s = tg_spec(TG_OP_SWIGLU);
+        s.in[0] = gu, s.out[0] = act;
+        s.p.swiglu.m = b->N, s.p.swiglu.i = c->intermediate;
         tg_graph_op(g, &s);
-        return loss_of(b, logits, g->io.labels, b->N, Vp, V);
+        snprintf(name, sizeof name, "%s.mlp.down_proj", p);
+        int d = linear(b, name, act, b->N, c->intermediate, b->D, 0, 0, 1.0f);
+        snprintf(name, sizeof name, "%s.mlp_residual", p);
+        h = add(b, name, h, d);
+    }
+    h = rmsnorm(b, "model.norm", h);
+    if (table < 0 || h < 0) return -1; /* an earlier failure, already recorded */
+    if (g->job->task == TG_TASK_LM) {
+        if (c->tie_word_embeddings) return tied_lm_head(b, table, "model.embed_tokens.weight.padded", h);
+        int logits = linear(b, "lm_head", h, b->N, b->D, c->vocab_size, 0, 0, 1.0f);
+        return loss_of(b, logits, g->io.labels, b->N, c->vocab_size, c->vocab_size);
     }
     int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
     int labels = g->job->num_labels;
@@ -625,7 +749,8 @@ int tg_build_forward(tg_graph *g, int pad_id) {
 
     g->io.input_ids = input(g, "input_ids", TG_I32, 2, b.B, b.T);
     g->io.attention_mask = input(g, "attention_mask", TG_F32, 2, b.B, b.T);
-    if (c->arch != TG_ARCH_GPT2) g->io.token_type_ids = input(g, "token_type_ids", TG_I32, 2, b.B, b.T);
+    if (c->arch != TG_ARCH_GPT2 && c->arch != TG_ARCH_LLAMA)
+        g->io.token_type_ids = input(g, "token_type_ids", TG_I32, 2, b.B, b.T);
     g->io.position_ids = input(g, "position_ids", TG_I32, 2, b.B, b.T);
     g->io.labels = j->task == TG_TASK_LM || j->task == TG_TASK_MLM ? input(g, "labels", TG_I32, 2, b.B, b.T)
                    : j->task == TG_TASK_QA ? input(g, "labels", TG_I32, 2, b.B, 2) /* start, end */
@@ -640,5 +765,7 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);
 
-    return c->arch == TG_ARCH_GPT2 ? build_gpt2(&b, pad_id) : build_encoder(&b, pad_id);
+    return c->arch == TG_ARCH_GPT2    ? build_gpt2(&b, pad_id)
+           : c->arch == TG_ARCH_LLAMA ? build_llama(&b, pad_id)
+                                      : build_encoder(&b, pad_id);
 }

@@ -90,10 +90,11 @@ static int check_tensor(const tg_job *job, const tg_model_config *cfg, tg_err *e
 
 int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
-    const int gpt2 = cfg->arch == TG_ARCH_GPT2;
-    /* Dimensions: each positive (GPT-2 has no token types), heads dividing the width. */
+    const int no_types = cfg->arch == TG_ARCH_GPT2 || cfg->arch == TG_ARCH_LLAMA;
+    const int llama = cfg->arch == TG_ARCH_LLAMA; /* rotary positions: no position table */
+    /* Dimensions: each positive (GPT-2 and Llama have no token types), heads dividing the width. */
     for (int f = 0; f < F_COUNT; f++) {
-        if (f == F_TYPES && gpt2) continue;
+        if (f == F_TYPES && no_types) continue;
         if (field_value(cfg, f) >= 1) continue;
         snprintf(msg, sizeof msg, "%s %lld is not a positive count", field_name(cfg, f), (long long)field_value(cfg, f));
         return config_error(job, cfg, err, msg);
@@ -113,7 +114,7 @@ int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
 
     /* The largest tensors each family builds (fp32; bf16 plans store some in half). */
     const factor B = {"batch", job->batch}, T = {"seq", job->seq}, D = {field_name(cfg, F_HIDDEN), cfg->hidden},
-                 D3 = {NULL, 3}, H = {field_name(cfg, F_HEADS), cfg->heads},
+                 D3 = {NULL, 3}, two = {NULL, 2}, H = {field_name(cfg, F_HEADS), cfg->heads},
                  I = {field_name(cfg, F_INTERMEDIATE), cfg->intermediate},
                  V = {field_name(cfg, F_VOCAB), cfg->vocab_size},
                  Vp = {"vocab_size rounded up to 64", ((int64_t)cfg->vocab_size + 63) / 64 * 64},
@@ -128,12 +129,14 @@ int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
         int n;
     } tensors[] = {
         {1, TG_JOB_MODEL, 4, "the token embedding table", {lm ? Vp : V, D}, 2},
-        {1, TG_JOB_MODEL, 4, "the position embedding table", {P, D}, 2},
-        {!gpt2, TG_JOB_MODEL, 4, "the token type embedding table", {TV, D}, 2},
+        {!llama, TG_JOB_MODEL, 4, "the position embedding table", {P, D}, 2},
+        {!no_types, TG_JOB_MODEL, 4, "the token type embedding table", {TV, D}, 2},
         {1, TG_JOB_MODEL, 4, "the query, key and value weights of a layer", {D3, D, D}, 3},
         {1, TG_JOB_MODEL, 4, "an MLP weight", {I, D}, 2},
         {1, TG_JOB_BATCH, 4, "a layer's query, key and value", {B, T, D3, D}, 4},
         {1, TG_JOB_BATCH, 4, "a layer's MLP activation", {B, T, I}, 3},
+        {llama, TG_JOB_BATCH, 4, "a layer's gate and up projections", {B, T, two, I}, 4},
+        {llama, TG_JOB_MODEL, 4, "the gate and up weights of a layer", {two, I, D}, 3},
         {!tg_fused_attention(job, cfg), TG_JOB_BATCH, 4, "a layer's attention scores", {B, H, T, T}, 4},
         {tg_fused_attention(job, cfg) && cfg->attention_dropout > 0, TG_JOB_BATCH, 4,
          "a layer's attention dropout mask bits", {B, H, T, T32}, 4},

@@ -41,6 +41,8 @@ typedef int (*tg_cuda_launcher)(const tg_cuda_op_args *a, tg_err *err);
 
 /* elementwise.cu */
 int64_t tg_scratch_gelu_bwd(const tg_op *op);
+/* RMSNORM_BWD: the dgamma column sums' double partials (kernels/llama.cu). */
+int64_t tg_scratch_rmsnorm_bwd(const tg_op *op);
 /* embedding.cu */
 int64_t tg_scratch_embedding_bwd(const tg_op *op);
 /* layernorm.cu: both backwards' scratch (the same column stages), from the op's M and D. */

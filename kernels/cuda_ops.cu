@@ -69,8 +69,14 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_RESIDUAL_LAYERNORM, {{"Tx", "Tr", "Fgamma", "Fbeta", "Fstep"}, {"Ty", "Ts", "Fmean", "Frstd"}}},
     {TG_OP_RESIDUAL_LAYERNORM_BWD,
      {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}}},
+    {TG_OP_RMSNORM, {{"Tx", "Fgamma"}, {"Ty", "Frstd"}}},
+    {TG_OP_RMSNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Frstd"}, {"Tdx", "Fdgamma"}}},
+    {TG_OP_ROPE, {{"Tx", "Ipositions"}, {"Ty"}}},
+    {TG_OP_ROPE_BWD, {{"Tdy", "Ipositions"}, {"Tdx"}}},
+    {TG_OP_SWIGLU, {{"Tgate_up"}, {"Ty"}}},
+    {TG_OP_SWIGLU_BWD, {{"Tdy", "Tgate_up"}, {"Tdgate_up"}}},
     {TG_OP_ALL_REDUCE, {{"Fx"}, {"Fx"}}},
-    {TG_OP_ALL_GATHER, {{"Tx"}, {"Tx"}}},
+    {TG_OP_ALL_GATHER, {{"Ax", "Asrc"}, {"Ax"}}}, /* f32, 16-bit, or i32 ids (the word embedding's gather); the shape rule makes in1 x's dtype */
 };
 
 /* The rows indexed by kind, and how many rows name each kind (must be 1). */
@@ -165,6 +171,7 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
         return tg_scratch_layernorm_bwd(op->p.residual_layernorm_bwd.m, op->p.residual_layernorm_bwd.d);
     case TG_OP_BIAS_GRAD: return tg_scratch_bias_grad(op);
     case TG_OP_GELU_BWD: return tg_scratch_gelu_bwd(op);
+    case TG_OP_RMSNORM_BWD: return tg_scratch_rmsnorm_bwd(op);
     case TG_OP_MATMUL: return tg_scratch_matmul(op);
     case TG_OP_CROSS_ENTROPY: return tg_scratch_cross_entropy(op);
     case TG_OP_CROSS_ENTROPY_BWD: return tg_scratch_cross_entropy_bwd(op);

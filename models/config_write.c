@@ -15,6 +15,7 @@ const char *tg_hf_architecture(int arch, int task) {
         [TG_ARCH_ROBERTA] = {[TG_TASK_CLASSIFY] = "RobertaForSequenceClassification",
                              [TG_TASK_MLM] = "RobertaForMaskedLM", [TG_TASK_QA] = "RobertaForQuestionAnswering"},
         [TG_ARCH_GPT2] = {[TG_TASK_CLASSIFY] = "GPT2ForSequenceClassification", [TG_TASK_LM] = "GPT2LMHeadModel"},
+        [TG_ARCH_LLAMA] = {[TG_TASK_CLASSIFY] = "LlamaForSequenceClassification", [TG_TASK_LM] = "LlamaForCausalLM"},
     };
     if (arch < 0 || arch >= TG_ARCH_COUNT || task < 0 || task >= TG_TASK_COUNT) return NULL;
     return names[arch][task];
@@ -67,6 +68,39 @@ static int put_gpt2(json_t *c, const tg_model_config *m) {
            set(c, "embd_pdrop", float_number(m->embedding_dropout)) |
            set(c, "scale_attn_weights", json_true()) | set(c, "scale_attn_by_inverse_layer_idx", json_false()) |
            set(c, "reorder_and_upcast_attn", json_false());
+}
+
+/* The rotary settings as Llama 3 folders spell them: rope_theta and rope_scaling (null,
+ * or llama3's object). */
+static int put_rope(json_t *c, const tg_model_config *m) {
+    if (set(c, "rope_theta", float_number(m->rope_theta))) return -1;
+    if (m->rope_type != TG_ROPE_LLAMA3) return set(c, "rope_scaling", json_null());
+    json_t *r = json_object();
+    if (!r) return -1;
+    if (set(r, "rope_type", json_string("llama3")) | set(r, "factor", float_number(m->rope_factor)) |
+        set(r, "low_freq_factor", float_number(m->rope_low_freq_factor)) |
+        set(r, "high_freq_factor", float_number(m->rope_high_freq_factor)) |
+        set(r, "original_max_position_embeddings", json_integer(m->rope_original_max_positions))) {
+        json_decref(r);
+        return -1;
+    }
+    return set(c, "rope_scaling", r);
+}
+
+static int put_llama(json_t *c, const tg_model_config *m) {
+    return set(c, "vocab_size", json_integer(m->vocab_size)) | set(c, "hidden_size", json_integer(m->hidden)) |
+           set(c, "num_hidden_layers", json_integer(m->layers)) |
+           set(c, "num_attention_heads", json_integer(m->heads)) |
+           set(c, "num_key_value_heads", json_integer(m->kv_heads)) |
+           set(c, "head_dim", json_integer(m->hidden / m->heads)) |
+           set(c, "intermediate_size", json_integer(m->intermediate)) |
+           set(c, "max_position_embeddings", json_integer(m->max_positions)) |
+           set(c, "hidden_act", json_string("silu")) | set(c, "rms_norm_eps", float_number(m->layer_norm_eps)) |
+           set(c, "initializer_range", float_number(m->initializer_range)) |
+           set(c, "attention_dropout", float_number(m->attention_dropout)) |
+           set(c, "attention_bias", json_false()) | set(c, "mlp_bias", json_false()) |
+           set(c, "pretraining_tp", json_integer(1)) |
+           set(c, "tie_word_embeddings", json_boolean(m->tie_word_embeddings)) | put_rope(c, m);
 }
 
 /* bos_token_id or eos_token_id: the model's own, else null where transformers' default
@@ -125,7 +159,9 @@ char *tg_model_config_hf_json(const tg_model_config *cfg, const tg_hf_head *head
         json_decref(archs);
         rc = tg_fail(err, "out of memory");
     } else if (set(c, "architectures", archs) | set(c, "model_type", json_string(tg_arch_name(cfg->arch))) |
-               (cfg->arch == TG_ARCH_GPT2 ? put_gpt2(c, cfg) : put_encoder(c, cfg)) |
+               (cfg->arch == TG_ARCH_GPT2    ? put_gpt2(c, cfg)
+                : cfg->arch == TG_ARCH_LLAMA ? put_llama(c, cfg)
+                                             : put_encoder(c, cfg)) |
                (head->pad_token_id >= 0 ? set(c, "pad_token_id", json_integer(head->pad_token_id)) : 0) |
                put_special(c, "bos_token_id", head->bos_token_id, cfg) |
                put_special(c, "eos_token_id", head->eos_token_id, cfg) |

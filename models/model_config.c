@@ -216,8 +216,10 @@ static int weight_numel(reader *r, const char *what, const char *field, int64_t 
 static int check_sizes(reader *r, const tg_model_config *c, const size_fields *f) {
     const int64_t h = c->hidden;
     int64_t words, positions;
+    /* Llama has rotary positions: no position table. */
+    const int64_t position_rows = c->arch == TG_ARCH_LLAMA ? 0 : c->max_positions;
     if (weight_numel(r, "the token embeddings", f->vocab, c->vocab_size, f->hidden, h, &words) ||
-        weight_numel(r, "the position embeddings", f->positions, c->max_positions, f->hidden, h, &positions))
+        weight_numel(r, "the position embeddings", f->positions, position_rows, f->hidden, h, &positions))
         return -1;
     /* Within the limit (the assertion above). */
     const int64_t types = (int64_t)c->type_vocab_size * h, square = h * h, fused = 3 * h * h,
@@ -305,6 +307,93 @@ static int parse_gpt2(reader *r, tg_model_config *c) {
     return 0;
 }
 
+/* The Llama rotary embedding: transformers 5's `rope_parameters` object, or the older
+ * `rope_theta` with `rope_scaling` (null, or an object) that Llama 3 folders carry. The
+ * rope types are "default" and "llama3"; others (linear, dynamic, yarn...) are refused. */
+static int parse_rope(reader *r, tg_model_config *c) {
+    json_t *params = json_object_get(r->root, "rope_parameters");
+    const char *field = "rope_parameters";
+    json_t *scaling = params;
+    if (!params || json_typeof(params) == JSON_NULL) {
+        field = "rope_scaling";
+        scaling = json_object_get(r->root, "rope_scaling");
+        if (get_float(r, "rope_theta", 10000.0, 1.0, 1e12, 0, &c->rope_theta)) return -1;
+    }
+    c->rope_type = TG_ROPE_DEFAULT;
+    if (!scaling || json_typeof(scaling) == JSON_NULL) return 0;
+    if (json_typeof(scaling) != JSON_OBJECT) return tg_fail(r->err, "%s: field '%s': expected an object or null", r->path, field);
+    reader sub = {r->path, scaling, r->err};
+    const char *type = NULL;
+    /* HF reads "type" where "rope_type" is absent (older configs). */
+    json_t *ty = json_object_get(scaling, "rope_type");
+    if (get_string(&sub, ty ? "rope_type" : "type", "default", &type)) return -1;
+    if (params && get_float(&sub, "rope_theta", 10000.0, 1.0, 1e12, 0, &c->rope_theta)) return -1;
+    if (!strcmp(type, "default")) return 0;
+    if (strcmp(type, "llama3"))
+        return tg_fail(r->err, "%s: field '%s.rope_type': '%s' is not supported (supported: default, llama3)", r->path,
+                       field, type);
+    c->rope_type = TG_ROPE_LLAMA3;
+    if (get_float(&sub, "factor", 8.0, 1.0, 1e6, 0, &c->rope_factor) ||
+        get_float(&sub, "low_freq_factor", 1.0, 1e-6, 1e6, 0, &c->rope_low_freq_factor) ||
+        get_float(&sub, "high_freq_factor", 4.0, 1e-6, 1e6, 0, &c->rope_high_freq_factor) ||
+        get_int(&sub, "original_max_position_embeddings", 1, TG_MODEL_MAX_POSITIONS, &c->rope_original_max_positions))
+        return -1;
+    if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return tg_fail(r->err, "%s: field '%s.high_freq_factor': %g is not above low_freq_factor %g", r->path, field,
+                       c->rope_high_freq_factor, c->rope_low_freq_factor);
+    return 0;
+}
+
+/* A boolean field; absent -> def. */
+static int get_bool(reader *r, const char *key, int def, int32_t *out) {
+    json_t *v = json_object_get(r->root, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (json_typeof(v) != JSON_TRUE && json_typeof(v) != JSON_FALSE)
+        return tg_fail(r->err, "%s: field '%s': expected true or false", r->path, key);
+    *out = json_typeof(v) == JSON_TRUE;
+    return 0;
+}
+
+/* LlamaConfig: RMSNorm, rotary positions, grouped-query attention, SwiGLU, no biases. */
+static int parse_llama(reader *r, tg_model_config *c) {
+    const char *act = NULL;
+    int32_t head_dim = 0, tp = 1;
+    if (get_int(r, "vocab_size", 1, TG_MODEL_MAX_VOCAB, &c->vocab_size) ||
+        get_int(r, "hidden_size", 1, TG_MODEL_MAX_HIDDEN, &c->hidden) ||
+        get_int(r, "num_hidden_layers", 1, TG_MODEL_MAX_LAYERS, &c->layers) ||
+        get_int(r, "num_attention_heads", 1, TG_MODEL_MAX_HEADS, &c->heads) ||
+        get_int_or_null(r, "num_key_value_heads", 0, 1, TG_MODEL_MAX_HEADS, &c->kv_heads) ||
+        get_int_or_null(r, "head_dim", 0, 1, TG_MODEL_MAX_HIDDEN, &head_dim) ||
+        get_int(r, "intermediate_size", 1, TG_MODEL_MAX_INTERMEDIATE, &c->intermediate) ||
+        get_int(r, "max_position_embeddings", 1, TG_MODEL_MAX_POSITIONS, &c->max_positions) ||
+        get_int_or_null(r, "pad_token_id", -1, 0, INT32_MAX, &c->pad_token_id) ||
+        get_int_or_null(r, "pretraining_tp", 1, 1, INT32_MAX, &tp) ||
+        get_float(r, "rms_norm_eps", 1e-6, 1e-30, 1, 0, &c->layer_norm_eps) ||
+        get_float(r, "initializer_range", 0.02, 0, 10, 0, &c->initializer_range) ||
+        get_float(r, "attention_dropout", 0.0, 0, 1, 1, &c->attention_dropout) ||
+        get_string(r, "hidden_act", "silu", &act) || get_bool(r, "tie_word_embeddings", 0, &c->tie_word_embeddings) ||
+        reject_bool(r, "attention_bias", 1) || reject_bool(r, "mlp_bias", 1) || parse_rope(r, c))
+        return -1;
+    if (strcmp(act, "silu"))
+        return tg_fail(r->err, "%s: field 'hidden_act': '%s' is not supported (Llama's MLP takes silu)", r->path, act);
+    if (tp != 1)
+        return tg_fail(r->err, "%s: field 'pretraining_tp': %d is not supported (only 1)", r->path, tp);
+    if (c->kv_heads == 0) c->kv_heads = c->heads;
+    if (c->heads % c->kv_heads)
+        return tg_fail(r->err, "%s: field 'num_key_value_heads': num_attention_heads %d is not a multiple of %d", r->path,
+                       c->heads, c->kv_heads);
+    if (check_heads(r, "hidden_size", "num_attention_heads", c)) return -1;
+    if (head_dim && head_dim != c->hidden / c->heads)
+        return tg_fail(r->err, "%s: field 'head_dim': %d is not hidden_size / num_attention_heads = %d (not supported)",
+                       r->path, head_dim, c->hidden / c->heads);
+    c->type_vocab_size = 0;
+    c->gelu = TG_GELU_ERF; /* unused: the MLP is SwiGLU */
+    return check_pad(r, "pad_token_id", c) || check_sizes(r, c, &k_bert_fields);
+}
+
 /* The whole file; at most TG_MODEL_CONFIG_MAX_BYTES are read, so a huge file or an endless
  * one (a FIFO, /dev/zero) is refused promptly. */
 static int read_config(const char *path, char **text, size_t *len, tg_err *err) {
@@ -345,9 +434,18 @@ int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
     } else if (strcmp(type, "gpt2") == 0) {
         cfg->arch = TG_ARCH_GPT2;
         rc = parse_gpt2(&r, cfg);
+    } else if (strcmp(type, "llama") == 0) {
+        cfg->arch = TG_ARCH_LLAMA;
+        rc = parse_llama(&r, cfg);
     } else {
-        rc = tg_fail(err, "%s: field 'model_type': unsupported model type '%s' (supported: bert, roberta, gpt2)",
+        rc = tg_fail(err, "%s: field 'model_type': unsupported model type '%s' (supported: bert, roberta, gpt2, llama)",
                      path, type);
+    }
+    /* The encoders and GPT-2 attend with every head's own keys and values; GPT-2's LM
+     * head reads its token embeddings. */
+    if (!rc && cfg->arch != TG_ARCH_LLAMA) {
+        cfg->kv_heads = cfg->heads;
+        cfg->tie_word_embeddings = cfg->arch == TG_ARCH_GPT2;
     }
     json_decref(root);
     return rc;

@@ -277,6 +277,76 @@ static const char *check_layernorm_bwd(const tg_op_check_ctx *c, const tg_op *op
     return NULL;
 }
 
+/* RMSNORM: x and y [M,D], gamma [D], rstd [M]. */
+static const char *check_rmsnorm(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t m = op->p.rmsnorm.m, d = op->p.rmsnorm.d;
+    NOT_NEGATIVE(m, "M");
+    NOT_NEGATIVE(d, "D");
+    PRODUCT(md, "M*D", m, d);
+    EXPECT(numel(c, op->in[0]) == md, "in[0]: x != M*D");
+    EXPECT(numel(c, op->in[1]) == d, "in[1]: gamma != D");
+    EXPECT(numel(c, op->out[0]) == md, "out[0]: y != M*D");
+    EXPECT(numel(c, op->out[1]) == m, "out[1]: rstd != M");
+    return NULL;
+}
+
+static const char *check_rmsnorm_bwd(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t m = op->p.rmsnorm.m, d = op->p.rmsnorm.d;
+    NOT_NEGATIVE(m, "M");
+    NOT_NEGATIVE(d, "D");
+    PRODUCT(md, "M*D", m, d);
+    EXPECT(numel(c, op->in[0]) == md, "in[0]: dy != M*D");
+    EXPECT(numel(c, op->in[1]) == md, "in[1]: x != M*D");
+    EXPECT(numel(c, op->in[2]) == d, "in[2]: gamma != D");
+    EXPECT(numel(c, op->in[3]) == m, "in[3]: rstd != M");
+    EXPECT(numel(c, op->out[0]) == md, "out[0]: dx != M*D");
+    EXPECT(numel(c, op->out[1]) == d, "out[1]: dgamma != D");
+    return NULL;
+}
+
+/* ROPE and ROPE_BWD: the packed projections [N, (H + 2 Hkv) Dh] on one side, the
+ * attention's packed input [N, 3 H Dh] on the other, N position ids; Dh even, H a multiple
+ * of Hkv, a known rope type with finite positive frequencies. */
+static const char *check_rope(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_rope_params *p = &op->p.rope;
+    NOT_NEGATIVE(p->n, "N");
+    EXPECT(p->h >= 1 && p->kv_heads >= 1 && p->h % p->kv_heads == 0, "H must be a positive multiple of Hkv >= 1");
+    EXPECT(p->head_dim >= 2 && p->head_dim % 2 == 0, "Dh must be even and positive");
+    EXPECT(p->type == TG_ROPE_DEFAULT || p->type == TG_ROPE_LLAMA3, "rope is not a known rope type");
+    EXPECT(isfinite(p->theta) && p->theta > 1.0f, "theta must be finite and above 1");
+    if (p->type == TG_ROPE_LLAMA3) {
+        EXPECT(isfinite(p->factor) && p->factor >= 1.0f, "factor must be finite and at least 1");
+        EXPECT(isfinite(p->low_freq) && isfinite(p->high_freq) && p->low_freq > 0.0f && p->high_freq > p->low_freq,
+               "low_freq and high_freq must be finite with 0 < low_freq < high_freq");
+        EXPECT(p->original_max >= 1, "original_max must be positive");
+    }
+    PRODUCT(packed, "N*(H+2Hkv)*Dh", p->n, p->h + 2 * p->kv_heads, p->head_dim);
+    PRODUCT(expanded, "N*3H*Dh", p->n, 3 * p->h, p->head_dim);
+    const int fwd = op->kind == TG_OP_ROPE;
+    EXPECT(numel(c, op->in[0]) == (fwd ? packed : expanded), fwd ? "in[0]: qkv != N*(H+2Hkv)*Dh" : "in[0]: dout != N*3H*Dh");
+    EXPECT(numel(c, op->in[1]) == p->n, "in[1]: position ids != N");
+    EXPECT(numel(c, op->out[0]) == (fwd ? expanded : packed), fwd ? "out[0]: != N*3H*Dh" : "out[0]: dqkv != N*(H+2Hkv)*Dh");
+    return NULL;
+}
+
+/* SWIGLU and SWIGLU_BWD: gate_up [M, 2I], the activation or its gradient [M, I]. */
+static const char *check_swiglu(const tg_op_check_ctx *c, const tg_op *op) {
+    const int64_t m = op->p.swiglu.m, i = op->p.swiglu.i;
+    NOT_NEGATIVE(m, "M");
+    NOT_NEGATIVE(i, "I");
+    PRODUCT(mi, "M*I", m, i);
+    PRODUCT(wide, "M*2I", m, i, 2);
+    if (op->kind == TG_OP_SWIGLU) {
+        EXPECT(numel(c, op->in[0]) == wide, "in[0]: gate_up != M*2I");
+        EXPECT(numel(c, op->out[0]) == mi, "out[0]: != M*I");
+    } else {
+        EXPECT(numel(c, op->in[0]) == mi, "in[0]: dy != M*I");
+        EXPECT(numel(c, op->in[1]) == wide, "in[1]: gate_up != M*2I");
+        EXPECT(numel(c, op->out[0]) == wide, "out[0]: dgate_up != M*2I");
+    }
+    return NULL;
+}
+
 /* Both residual LayerNorm ops: [M,D] operands, [M] row statistics, and the dropout's step
  * counter present whenever p > 0. */
 static const char *check_residual_layernorm(const tg_op_check_ctx *c, const tg_op *op) {
@@ -688,6 +758,16 @@ static double flops_embedding_bwd(const tg_op *op) { return (double)op->p.embedd
 static double flops_bias_grad(const tg_op *op) { return (double)op->p.bias_grad.m * op->p.bias_grad.n; }
 static double flops_layernorm(const tg_op *op) { return 8.0 * op->p.layernorm.m * op->p.layernorm.d; }
 static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->p.layernorm_bwd.m * op->p.layernorm_bwd.d; }
+static double flops_rmsnorm(const tg_op *op) { return 4.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }
+static double flops_rmsnorm_bwd(const tg_op *op) { return 8.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }
+/* Three per rotated element (two products and a sum); the copies count nothing. */
+static double flops_rope(const tg_op *op) {
+    const tg_rope_params *p = &op->p.rope;
+    return 3.0 * (double)p->n * (double)(p->h + p->kv_heads) * (double)p->head_dim;
+}
+/* silu(g) * u: the sigmoid as four, two products; the backward about twice that. */
+static double flops_swiglu(const tg_op *op) { return 6.0 * op->p.swiglu.m * op->p.swiglu.i; }
+static double flops_swiglu_bwd(const tg_op *op) { return 12.0 * op->p.swiglu.m * op->p.swiglu.i; }
 /* LAYERNORM's or LAYERNORM_BWD's count, plus one per element for the residual add (the
  * backward's ds_extra) and one for the dropout's multiply: what the separate ops counted. */
 static double flops_residual_layernorm(const tg_op *op) {

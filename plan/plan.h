@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 21
+#define TG_PLAN_VERSION 22
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -126,7 +126,10 @@ typedef struct tg_tensor {
 } tg_tensor;
 
 
-typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_COUNT } tg_arch;
+typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_LLAMA, TG_ARCH_COUNT } tg_arch;
+/* Rotary position embeddings (Llama): HF's rope_type "default" or "llama3" (Llama 3.1's
+ * frequency rule); TG_ROPE_NONE for the architectures that have absolute positions. */
+typedef enum tg_rope_type { TG_ROPE_NONE = 0, TG_ROPE_DEFAULT, TG_ROPE_LLAMA3, TG_ROPE_TYPE_COUNT } tg_rope_type;
 /* TG_TASK_MLM: masked language modelling (BERT, RoBERTa), the batch masked on the device
  * (TG_OP_MLM_MASK). TG_TASK_QA: extractive question answering (a start and an end logit
  * per token). */
@@ -156,6 +159,14 @@ typedef struct tg_model_config {
     float attention_dropout;    /* BERT attention_probs_dropout_prob; GPT-2 attn_pdrop */
     float embedding_dropout;    /* BERT hidden_dropout_prob; GPT-2 embd_pdrop */
     float classifier_dropout;   /* BERT classifier_dropout (or hidden); GPT-2 none (0) */
+    /* Llama (layer_norm_eps is its rms_norm_eps); the other architectures have kv_heads =
+     * heads, tie_word_embeddings as their heads tie, rope_type TG_ROPE_NONE, the rest 0. */
+    int32_t kv_heads;           /* num_key_value_heads: grouped-query attention when < heads */
+    int32_t tie_word_embeddings; /* 1: the LM head reads the token embeddings */
+    int32_t rope_type;          /* tg_rope_type */
+    int32_t rope_original_max_positions; /* llama3: original_max_position_embeddings */
+    float rope_theta;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3's rule */
 } tg_model_config;
 
 /* What the plan was compiled for: shapes and numerics depend on every field, so a run

@@ -35,10 +35,10 @@ _Static_assert(TG_OP_COUNT <= MAX_KIND_NAMES, "the op kind name table must hold 
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
-_Static_assert(sizeof(tg_model_config) == 1088, "tg_model_config changed: update put_model");
+_Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1592, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3544, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3576, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -120,6 +120,14 @@ static void put_model(wbuf *b, const tg_model_config *m) {
     put_f32(b, m->attention_dropout);
     put_f32(b, m->embedding_dropout);
     put_f32(b, m->classifier_dropout);
+    put_i32(b, m->kv_heads);
+    put_i32(b, m->tie_word_embeddings);
+    put_i32(b, m->rope_type);
+    put_i32(b, m->rope_original_max_positions);
+    put_f32(b, m->rope_theta);
+    put_f32(b, m->rope_factor);
+    put_f32(b, m->rope_low_freq_factor);
+    put_f32(b, m->rope_high_freq_factor);
 }
 
 static void put_train(wbuf *b, const tg_plan_train *t) {
@@ -361,6 +369,14 @@ static int get_model(rbuf *r, tg_model_config *m, const char *name, tg_err *err)
     m->attention_dropout = get_f32(r);
     m->embedding_dropout = get_f32(r);
     m->classifier_dropout = get_f32(r);
+    m->kv_heads = get_i32(r);
+    m->tie_word_embeddings = get_i32(r);
+    m->rope_type = get_i32(r);
+    m->rope_original_max_positions = get_i32(r);
+    m->rope_theta = get_f32(r);
+    m->rope_factor = get_f32(r);
+    m->rope_low_freq_factor = get_f32(r);
+    m->rope_high_freq_factor = get_f32(r);
     return 0;
 }
 

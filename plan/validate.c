@@ -219,6 +219,12 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     const tg_plan_run *r = &p->run;
     if (m->arch < 0 || m->arch >= TG_ARCH_COUNT)
         return tg_fail(err, "%s: model arch %d is not a known architecture", name, m->arch);
+    /* A Llama export writes these into config.json: kv heads dividing the heads, a known
+     * rope type (the ops carry their own, checked by their shape rules). */
+    if (m->arch == TG_ARCH_LLAMA && (m->kv_heads < 1 || m->heads < 1 || m->heads % m->kv_heads))
+        return tg_fail(err, "%s: model kv_heads %d does not divide heads %d", name, m->kv_heads, m->heads);
+    if (m->arch == TG_ARCH_LLAMA && (m->rope_type < TG_ROPE_DEFAULT || m->rope_type >= TG_ROPE_TYPE_COUNT))
+        return tg_fail(err, "%s: model rope_type %d is not a known rope type", name, m->rope_type);
     if (t->task < 0 || t->task >= TG_TASK_COUNT)
         return tg_fail(err, "%s: train task %d is not a known task", name, t->task);
     if (t->batch < 1)

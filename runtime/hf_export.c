@@ -163,8 +163,9 @@ static tg_hf_head plan_head(const tg_plan *plan, const tg_hf_export_options *o) 
     tg_model_config_special_ids(c->source, &h.bos_token_id, &h.eos_token_id);
     /* GPT-2 classification finds each row's last token by the padding id it trained with;
      * BERT and RoBERTa keep their config's (their embeddings' padding index). */
-    if (c->arch == TG_ARCH_GPT2 && plan->train.task == TG_TASK_CLASSIFY) h.pad_token_id = plan->train.pad_id;
-    else if (c->arch != TG_ARCH_GPT2 && h.pad_token_id < 0) h.pad_token_id = plan->train.pad_id;
+    const int decoder = c->arch == TG_ARCH_GPT2 || c->arch == TG_ARCH_LLAMA;
+    if (decoder && plan->train.task == TG_TASK_CLASSIFY) h.pad_token_id = plan->train.pad_id;
+    else if (!decoder && h.pad_token_id < 0) h.pad_token_id = plan->train.pad_id;
     return h;
 }
 

@@ -144,7 +144,7 @@ static int name_candidates(const char *name, char out[6][TG_NAME_MAX]) {
     char bases[2][TG_NAME_MAX];
     int nb = 0;
     snprintf(bases[nb++], TG_NAME_MAX, "%s", name);
-    static const char *const prefixes[] = {"bert.", "roberta.", "transformer."};
+    static const char *const prefixes[] = {"bert.", "roberta.", "transformer.", "model."};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
         if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
             snprintf(bases[nb++], TG_NAME_MAX, "%s", name + strlen(prefixes[i]));

@@ -28,6 +28,8 @@ text("1.2.3")
 text("src/config.json"); text("w.safetensors")
 for v in (1, 30522, 64, 2, 4, 256, 512, 2, 0, 1): i32(v)
 for v in (1e-12, 0.02, 0.1, 0.25, 0.5, 0.75): f32(v)
+for v in (2, 1, 2, 8192): i32(v)  # kv_heads, tie_word_embeddings, rope_type, rope_original_max_positions
+for v in (500000.0, 32.0, 1.0, 4.0): f32(v)  # rope_theta, factor, low_freq_factor, high_freq_factor
 # The job, in tg_job_fingerprint's order.
 text("dir/j.job"); text("tiny-bert")
 for v in (1, 3, 8, 48, 1, 0, 2, 1, 0, 1, 1, 2, 1, 1): i32(v)  # task .. optimizer

@@ -955,7 +955,7 @@ TG_TEST(test_compile_attention_head_dim_limit) {
 }
 
 /* The kinds with a backward rule are exactly those the models' forward passes use: each
- * kind in a forward phase of the preset plans (BERT, RoBERTa and GPT-2; LM, masked LM,
+ * kind in a forward phase of the preset plans (BERT, RoBERTa, GPT-2 and Llama; LM, masked LM,
  * classification and question answering; fused attention with every fusion on, unfused
  * attention with every fusion off) has one, but the masking op, and every other kind
  * (backward, optimizer, collective and filling ops, and ops no model emits) has none.
@@ -970,6 +970,8 @@ TG_TEST(test_compile_backward_rules) {
         "model = tiny-bert\ntask = mlm\n",
         "model = tiny-roberta\ntask = mlm\n",
         "model = tiny-bert\ntask = qa\n",
+        "model = tiny-llama\ntask = lm\n",
+        "model = tiny-llama\npad_token_id = 0\n",
     };
     static const char *const forms[] = {
         "",
@@ -991,7 +993,7 @@ TG_TEST(test_compile_backward_rules) {
             }
             tg_plan_free(&p);
         }
-    REQUIRE(plans == 14, "%d of 14 plans compiled", plans);
+    REQUIRE(plans == 18, "%d of 18 plans compiled", plans);
     int differentiated = 0;
     for (int k = 0; k < TG_OP_COUNT; k++) {
         const int rule = tg_backward_rule_of(k) != NULL;

@@ -38,7 +38,7 @@ TG_TEST(test_compile_refusals_exact_messages) {
     } cases[] = {
         {"model = tiny-bert\nseq = 8\nprecision = fp16\n", 0, 0, NULL},
         {"model = tiny-roberta\ntask = lm\n", 0, 0,
-         "j.job:2: key 'task': task lm needs a decoder (gpt2 family); model 'tiny-roberta' is roberta"},
+         "j.job:2: key 'task': task lm needs a decoder (gpt2 or llama family); model 'tiny-roberta' is roberta"},
         {"model = tiny-gpt2\ntask = mlm\n", 0, 0,
          "j.job:2: key 'task': task mlm needs an encoder (bert or roberta family); model 'tiny-gpt2' is gpt2"},
         {"model = tiny-gpt2\ntask = qa\n", 0, 0,

@@ -1,5 +1,5 @@
 /* The plan fingerprint (compiler/fingerprint.c) of one fixed model config and job, pinned
- * to its value: xxh64 with seed 0 of the 717-byte little-endian encoding, field by field,
+ * to its value: xxh64 with seed 0 of the 749-byte little-endian encoding, field by field,
  * computed apart from this code (tests/fingerprint_value.py). Bytes past a
  * string's NUL and struct padding play no part; every field does. */
 #include <string.h>
@@ -7,7 +7,7 @@
 #include "compiler/fingerprint.h"
 #include "tests/harness.h"
 
-#define FIXED_FINGERPRINT 0x3ed246adab685186ull
+#define FIXED_FINGERPRINT 0xd8c8ff40a00b09fbull
 
 static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     memset(m, fill, sizeof *m);
@@ -19,6 +19,8 @@ static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     m->max_positions = 512, m->type_vocab_size = 2, m->pad_token_id = 0, m->gelu = 1;
     m->layer_norm_eps = 1e-12f, m->initializer_range = 0.02f, m->hidden_dropout = 0.1f;
     m->attention_dropout = 0.25f, m->embedding_dropout = 0.5f, m->classifier_dropout = 0.75f;
+    m->kv_heads = 2, m->tie_word_embeddings = 1, m->rope_type = 2, m->rope_original_max_positions = 8192;
+    m->rope_theta = 500000.0f, m->rope_factor = 32.0f, m->rope_low_freq_factor = 1.0f, m->rope_high_freq_factor = 4.0f;
 
     strcpy(j->path, "dir/j.job");
     strcpy(j->model, "tiny-bert");
@@ -75,7 +77,9 @@ TG_TEST(test_fingerprint_every_field_counts) {
     X(m.source[0] = 'S') X(m.weights[1] = 'W') X(m.arch = 0) X(m.vocab_size++) X(m.hidden++) X(m.layers++)            \
     X(m.heads++) X(m.intermediate++) X(m.max_positions++) X(m.type_vocab_size++) X(m.pad_token_id++) X(m.gelu = 0)  \
     X(m.layer_norm_eps = 1e-5f) X(m.initializer_range = 0.03f) X(m.hidden_dropout = 0) X(m.attention_dropout = 0)   \
-    X(m.embedding_dropout = 0) X(m.classifier_dropout = 0) X(j.path[0] = 'D') X(j.model[0] = 'T') X(j.task = 0)    \
+    X(m.embedding_dropout = 0) X(m.classifier_dropout = 0) X(m.kv_heads = 4) X(m.tie_word_embeddings = 0)          \
+    X(m.rope_type = 1) X(m.rope_original_max_positions++) X(m.rope_theta = 1e4f) X(m.rope_factor = 8.0f)            \
+    X(m.rope_low_freq_factor = 2.0f) X(m.rope_high_freq_factor = 8.0f) X(j.path[0] = 'D') X(j.model[0] = 'T') X(j.task = 0)    \
     X(j.num_labels++) X(j.batch++) X(j.seq++) X(j.precision = 0) X(j.allow_tf32 = 1) X(j.attention = 0)            \
     X(j.fuse_bias_grad = 0) X(j.fuse_gelu = 1) X(j.fuse_residual_layernorm = 0) X(j.fuse_qkv = 0)                   \
     X(j.data_parallel = 1) X(j.zero_stage = 0) X(j.optimizer = 0) X(j.beta3 = 0.9f) X(j.no_prox = 0) X(j.lr = 1e-3f) X(j.beta1 = 0.8f) X(j.beta2 = 0.99f)                 \

@@ -22,7 +22,7 @@ TG_TEST(test_compile_job_checks_table) {
         int num_labels; /* set past the job parser, which refuses below 2 */
         const char *want;
     } cases[] = {
-        {"model = tiny-bert\ntask = lm\n", 0, "j.job:2: key 'task': task lm needs a decoder (gpt2 family); model "
+        {"model = tiny-bert\ntask = lm\n", 0, "j.job:2: key 'task': task lm needs a decoder (gpt2 or llama family); model "
                                               "'tiny-bert' is bert"},
         {"model = tiny-bert\n", 1, "j.job (default): key 'num_labels': classify needs num_labels >= 2 (got 1)"},
         {"model = tiny-bert\nzero_stage = 1\nseq = 16\n", 0,

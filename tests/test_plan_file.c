@@ -644,7 +644,7 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_short_read(first, shrink_file);
         const int rc3 = tg_plan_read(g_growing_path, &back, &err);
         tg_test_short_read(0, NULL);
-        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 927 compressed bytes, file has 0"),
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 931 compressed bytes, file has 0"),
               "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }
@@ -835,6 +835,12 @@ static void bad_grad(tg_plan *p) { p->tensors[T_WTE].grad = 100; }
 static void bad_name(tg_plan *p) { memset(p->tensors[T_H].name, 'x', TG_NAME_MAX); }
 static void bad_source(tg_plan *p) { memset(p->model.source, 'x', TG_PATH_MAX); }
 static void bad_arch(tg_plan *p) { p->model.arch = TG_ARCH_COUNT; }
+static void bad_kv_heads(tg_plan *p) {
+    p->model.arch = TG_ARCH_LLAMA, p->model.heads = 4, p->model.kv_heads = 3, p->model.rope_type = TG_ROPE_DEFAULT;
+}
+static void bad_rope_type(tg_plan *p) {
+    p->model.arch = TG_ARCH_LLAMA, p->model.heads = 4, p->model.kv_heads = 2, p->model.rope_type = TG_ROPE_NONE;
+}
 static void bad_last_input(tg_plan *p) { p->ops[1].in[TG_OP_MAX_IN - 1] = 9999; }
 static void bad_attention(tg_plan *p) { p->train.attention = TG_ATTENTION_MODE_COUNT; }
 static void bad_activation(tg_plan *p) { p->ops[1].p.matmul.activation = 3; }
@@ -886,7 +892,9 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) gradient"},
         {bad_name, "plan.tgp: tensor 6 name is 96 bytes, its field holds at most 95"},
         {bad_source, "plan.tgp: model source is 512 bytes"},
-        {bad_arch, "plan.tgp: model arch 3"},
+        {bad_arch, "plan.tgp: model arch 4"},
+        {bad_kv_heads, "plan.tgp: model kv_heads 3 does not divide heads 4"},
+        {bad_rope_type, "plan.tgp: model rope_type 0 is not a known rope type"},
         {bad_last_input, "plan.tgp: op 1 (matmul) input 7 refers to tensor 9999 of 19"},
         {bad_attention, "plan.tgp: train attention mode 2 is not a known mode"},
         {bad_activation, "plan.tgp: op 1 (matmul) has activation=3 (0, 1 or 2 allowed)"},
@@ -927,7 +935,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
 /* Where the train settings start in the test plan's payload: after the model config
  * (its two strings, ten int32 and six float fields) and the job path. */
 static size_t train_offset(const tg_plan *p) {
-    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 16 * 4 + 4 + strlen(p->job_path);
+    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 24 * 4 + 4 + strlen(p->job_path);
 }
 
 static void put32(uint8_t *b, uint32_t v) {
@@ -1102,14 +1110,14 @@ static void swap_embeddings(name_table *t) {
     memcpy(t->names[0], t->names[6], sizeof tmp);
     memcpy(t->names[6], tmp, sizeof tmp);
 }
-static void unknown_name(name_table *t) { snprintf(t->names[t->n - 1], sizeof t->names[0], "%s", "swiglu"); }
+static void unknown_name(name_table *t) { snprintf(t->names[t->n - 1], sizeof t->names[0], "%s", "reglux"); }
 static void repeated_name(name_table *t) { snprintf(t->names[1], sizeof t->names[1], "%s", t->names[0]); }
 static void short_table(name_table *t) { t->n--; }
 static void overlong_name(name_table *t) { memset(t->names[2], 'x', 64), t->names[2][64] = 0; }
 static const char *g_rename;
-static void rename_to_swiglu(name_table *t) {
+static void rename_to_reglux(name_table *t) {
     for (int j = 0; j < t->n; j++)
-        if (!strcmp(t->names[j], g_rename)) snprintf(t->names[j], sizeof t->names[j], "%s", "swiglu");
+        if (!strcmp(t->names[j], g_rename)) snprintf(t->names[j], sizeof t->names[j], "%s", "reglux");
 }
 
 TG_TEST(test_plan_file_op_kinds_by_name) {
@@ -1138,7 +1146,7 @@ TG_TEST(test_plan_file_op_kinds_by_name) {
         void (*edit)(name_table *);
         const char *want;
     } cases[] = {
-        {unknown_name, "plan.tgp: op 9 is 'swiglu', an op this build does not know (recompile the job)"},
+        {unknown_name, "plan.tgp: op 9 is 'reglux', an op this build does not know (recompile the job)"},
         {repeated_name, "plan.tgp: op kind names 0 and 1 are both 'embedding' (file corrupt)"},
         {short_table, "plan.tgp: op 9 names op kind 9 of the 9 the plan lists (file corrupt)"},
         {overlong_name, "plan.tgp: op kind name 2 is 64 bytes, its field holds at most 63 (file corrupt)"},
@@ -1193,11 +1201,11 @@ TG_TEST(test_plan_file_op_kinds_any_order) {
 
     /* TANH (not in build_plan) renamed: refused at its first op. */
     char want[160];
-    snprintf(want, sizeof want, "plan.tgp: op %d is 'swiglu', an op this build does not know (recompile the job)",
+    snprintf(want, sizeof want, "plan.tgp: op %d is 'reglux', an op this build does not know (recompile the job)",
              first + (TG_OP_COUNT - 1 - TG_OP_TANH));
     g_rename = tg_op_name(TG_OP_TANH);
     memset(&err, 0, sizeof err);
-    CHECK(decode_with_names(&p, rename_to_swiglu, &back, &err) == -1 && has(err.msg, want), "'%s' lacks '%s'",
+    CHECK(decode_with_names(&p, rename_to_reglux, &back, &err) == -1 && has(err.msg, want), "'%s' lacks '%s'",
           err.msg, want);
     tg_plan_free(&back);
     tg_plan_free(&p);

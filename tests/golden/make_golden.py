@@ -43,12 +43,14 @@ TOTAL_STEPS = 4          # scheduler horizon; only NUM_STEPS are actually taken
 NUM_STEPS = 3
 MAX_GRAD_NORM = 1.0
 NO_DECAY_RULE = ('weight_decay 0 for parameters whose name ends with "bias" or contains '
-                 '"LayerNorm", "ln_" or "layer_norm"; weight_decay 0.01 for all others')
-MAX_OUTDIR_BYTES = 3 * 1024 * 1024
+                 '"LayerNorm", "ln_", "layer_norm" or "layernorm", or is model.norm.weight (Llama\'s '
+                 'RMSNorms); weight_decay 0.01 for all others')
+MAX_OUTDIR_BYTES = 6 * 1024 * 1024
 
 
 def no_decay(name):
-    return name.endswith("bias") or ("LayerNorm" in name) or ("ln_" in name) or ("layer_norm" in name)
+    return (name.endswith("bias") or ("LayerNorm" in name) or ("ln_" in name) or ("layer_norm" in name)
+            or ("layernorm" in name) or name == "model.norm.weight")
 
 
 # ----------------------------------------------------------------------------------------
@@ -158,8 +160,9 @@ def weights_state_dict(model, param_names):
 class PositionCapture:
     """Forward hook on the position-embedding module: records the position ids HF used."""
 
-    def __init__(self, module):
+    def __init__(self, module, arg=0, kwarg="input"):
         self.ids = None
+        self.arg, self.kwarg = arg, kwarg   # Llama's rotary module: forward(x, position_ids)
         try:
             self.h = module.register_forward_hook(self._hook, with_kwargs=True)
         except TypeError:   # old torch: no kwargs in hooks
@@ -167,7 +170,7 @@ class PositionCapture:
 
     def _hook(self, mod, args, kwargs, output):
         if self.ids is None:
-            x = args[0] if args else kwargs.get("input")
+            x = args[self.arg] if len(args) > self.arg else kwargs.get(self.kwarg)
             if x is not None:
                 self.ids = x.detach().clone()
 
@@ -294,6 +297,73 @@ def case_gpt2_classify():
                 expected_pos=torch.arange(T).unsqueeze(0).expand(B, T))
 
 
+def _llama_config(V, hidden, heads, kv_heads, layers, inter, tied, rope_scaling=None, **extra):
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=V, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=64,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=rope_scaling, attention_dropout=0.0,
+                       attention_bias=False, mlp_bias=False, hidden_act="silu", tie_word_embeddings=tied,
+                       bos_token_id=1, eos_token_id=2, **extra)
+
+
+def _llama3_rope(factor, original):
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": original}
+
+
+def _llama_lm(name_seed, cfg, B, T, lengths):
+    from transformers import LlamaForCausalLM
+    gen = torch.Generator().manual_seed(name_seed)
+    ids = make_ids(gen, B, T, lengths, 3, cfg.vocab_size, 0)
+    mask = make_lengths_mask(B, T, lengths)
+    hf_labels = ids.clone()
+    hf_labels[mask == 0] = -100
+    shifted = torch.full((B, T), -100, dtype=torch.long)
+    for b in range(B):
+        for t in range(T - 1):
+            if mask[b, t + 1] == 1:
+                shifted[b, t] = ids[b, t + 1]
+    want = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_key_value_heads=cfg.num_key_value_heads,
+                tie_word_embeddings=cfg.tie_word_embeddings)
+    return dict(cls=LlamaForCausalLM, cfg=cfg, want=want, B=B, T=T, lengths=lengths, task="lm",
+                input_ids=ids, mask=mask, token_type_ids=None, labels=shifted, hf_labels=hf_labels,
+                pos_module=lambda m: m.model.rotary_emb, pos_arg=(1, "position_ids"),
+                rope_module=lambda m: m.model.rotary_emb,
+                expected_pos=torch.arange(T).unsqueeze(0).expand(B, T))
+
+
+def case_llama_lm_dh64():
+    """Head dim 64, one kv head per head, odd vocabulary, padded rows, untied head, default rope."""
+    return _llama_lm(4101, _llama_config(61, 128, 2, 2, 1, 40, False), 3, 16, [16, 9, 4])
+
+
+def case_llama_lm_dh128():
+    """Head dim 128, Llama 3.1's rope rule (every band: short, blended and long wavelengths)."""
+    return _llama_lm(4102, _llama_config(53, 128, 1, 1, 1, 24, False, _llama3_rope(8.0, 32)), 2, 16, [16, 11])
+
+
+def case_llama_lm_gqa4_tied():
+    """Four query heads per kv head, two layers, the head tied to the embeddings (Llama 3.2)."""
+    return _llama_lm(4103, _llama_config(67, 64, 4, 1, 2, 48, True, _llama3_rope(4.0, 16)), 2, 12, [12, 7])
+
+
+def case_llama_classify():
+    from transformers import LlamaForSequenceClassification
+    cfg = _llama_config(59, 32, 4, 2, 2, 20, False, num_labels=3, pad_token_id=0,
+                        problem_type="single_label_classification")
+    B, T, lengths = 4, 10, [10, 6, 3, 8]
+    gen = torch.Generator().manual_seed(4104)
+    ids = make_ids(gen, B, T, lengths, 3, cfg.vocab_size, cfg.pad_token_id)
+    mask = make_lengths_mask(B, T, lengths)
+    labels = torch.tensor([2, 0, 1, 2], dtype=torch.long)
+    want = dict(num_labels=3, pad_token_id=0, num_key_value_heads=2)
+    return dict(cls=LlamaForSequenceClassification, cfg=cfg, want=want, B=B, T=T, lengths=lengths,
+                task="classify", input_ids=ids, mask=mask, token_type_ids=None, labels=labels,
+                pos_module=lambda m: m.model.rotary_emb, pos_arg=(1, "position_ids"),
+                rope_module=lambda m: m.model.rotary_emb,
+                expected_pos=torch.arange(T).unsqueeze(0).expand(B, T))
+
+
 def case_roberta_classify():
     from transformers import RobertaConfig, RobertaForSequenceClassification
     cfg = RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -391,6 +461,10 @@ def case_roberta_mlm():
 
 
 CASES = [("bert_classify", case_bert_classify),
+         ("llama_lm_dh64", case_llama_lm_dh64),
+         ("llama_lm_dh128", case_llama_lm_dh128),
+         ("llama_lm_gqa4_tied", case_llama_lm_gqa4_tied),
+         ("llama_classify", case_llama_classify),
          ("gpt2_lm", case_gpt2_lm),
          ("gpt2_classify", case_gpt2_classify),
          ("roberta_classify", case_roberta_classify),
@@ -452,11 +526,15 @@ def run_case(name, make, outdir):
     for n, p in named:
         check(p.dtype == torch.float32, "%s is %s" % (n, p.dtype))
         check(p.device.type == "cpu", "%s on %s" % (n, p.device))
-    if spec["task"] == "lm":
+    if spec["task"] == "lm" and hasattr(model, "transformer"):
         check("lm_head.weight" not in pnames, "lm_head.weight should be tied to wte")
         check(model.lm_head.weight is model.transformer.wte.weight
               or model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
               "lm_head.weight is not tied to transformer.wte.weight")
+    if spec["task"] == "lm" and hasattr(model, "model"):   # Llama: tied exactly when the config says so
+        tied_now = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        check(tied_now == bool(spec["cfg"].tie_word_embeddings) and (("lm_head.weight" in pnames) != tied_now),
+              "lm_head tying is %s, the config says %s" % (tied_now, spec["cfg"].tie_word_embeddings))
     if spec["task"] == "mlm":
         head = model.cls.predictions if hasattr(model, "cls") else model.lm_head
         base = model.bert if hasattr(model, "bert") else model.roberta
@@ -479,7 +557,7 @@ def run_case(name, make, outdir):
     save_file(init_weights, os.path.join(case_dir, "model.safetensors"), metadata={"format": "pt"})
 
     # --- forward/backward at the initial weights --------------------------------------
-    cap = PositionCapture(spec["pos_module"](model))
+    cap = PositionCapture(spec["pos_module"](model), *spec.get("pos_arg", (0, "input")))
     model.zero_grad(set_to_none=True)
     out = forward(model, spec)
     cap.remove()
@@ -566,6 +644,8 @@ def run_case(name, make, outdir):
     }
     if spec["token_type_ids"] is not None:
         golden["token_type_ids"] = i32(spec["token_type_ids"])
+    if "rope_module" in spec:   # the rotary inverse frequencies HF computed (its buffer)
+        golden["rope_inv_freq"] = f32(spec["rope_module"](model).inv_freq)
     if spec["task"] == "mlm":   # the masks of each step, [steps + 1, B, T]
         golden["mlm_input_ids"] = i32(torch.stack([m for m, _ in spec["mlm_steps"]]))
         golden["mlm_labels"] = i32(torch.stack([l for _, l in spec["mlm_steps"]]))

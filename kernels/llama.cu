@@ -1,0 +1,241 @@
+/* Llama's RMSNORM, ROPE and SWIGLU and their backwards.
+ *
+ * RMSNorm: one warp per row; the sum of squares in double as the CPU does (a fixed
+ * butterfly across the lanes), y = gamma * (x * rstd) with non-contracting float ops in
+ * HF's order. The backward's dx rows likewise (the row mean of dy*g*xhat in double), and
+ * dgamma (+=) as the deterministic two-stage column sums of kernels/column_sums.cuh over
+ * dy * x * rstd.
+ * ROPE: one thread per rotated pair (i, i + Dh/2) of an output head (or a copied pair of
+ * v), the angle pos x inv_freq[i] from kernels/rope.h (the CPU's formula; CUDA's powf,
+ * cosf and sinf are within 2 ulp of glibc's). ROPE_BWD: one thread per pair of a q head
+ * (rotated back) or of a kv head, whose G heads' gradients it adds in head order first.
+ * SWIGLU: one thread per element, the CPU's formulas.
+ * x, y, dy and dx are T (float, bf16 or half: widened on load, rounded on store); gamma,
+ * rstd and dgamma are fp32, position ids int32. */
+#include "kernels/column_sums.cuh"
+#include "kernels/rope.h"
+
+#define LL_THREADS 256
+
+template <class T>
+static unsigned rows_blocks(int64_t rows) {
+    return (unsigned)((rows * 32 + LL_THREADS - 1) / LL_THREADS);
+}
+
+/* ---- RMSNorm -------------------------------------------------------------------------- */
+
+template <class T>
+__global__ void __launch_bounds__(LL_THREADS)
+rmsnorm_kernel(const T *__restrict__ x, const float *__restrict__ g, T *__restrict__ y, float *__restrict__ rstd,
+               int64_t M, int64_t D, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= M) return;
+    const T *xr = x + row * D;
+    double ss = 0;
+    for (int64_t d = lane; d < D; d += 32) {
+        const double v = (double)tg_ld(xr, d);
+        ss = __dadd_rn(ss, __dmul_rn(v, v));
+    }
+    ss = warp_sum_d(ss);
+    const float rs = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    for (int64_t d = lane; d < D; d += 32) tg_st(y + row * D, d, fmul(g[d], fmul(tg_ld(xr, d), rs)));
+    if (lane == 0 && rstd) rstd[row] = rs;
+}
+
+template <class T>
+__global__ void __launch_bounds__(LL_THREADS)
+rmsnorm_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ g,
+                   const float *__restrict__ rstd, T *__restrict__ dx, int64_t M, int64_t D) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (row >= M) return;
+    const T *dyr = dy + row * D, *xr = x + row * D;
+    const float rs = rstd[row];
+    double s = 0;
+    for (int64_t d = lane; d < D; d += 32)
+        s = __dadd_rn(s, __dmul_rn((double)fmul(tg_ld(dyr, d), g[d]), (double)fmul(tg_ld(xr, d), rs)));
+    const float mean = (float)(warp_sum_d(s) / (double)D);
+    for (int64_t d = lane; d < D; d += 32)
+        tg_st(dx + row * D, d, fmul(rs, fsub(fmul(tg_ld(dyr, d), g[d]), fmul(fmul(tg_ld(xr, d), rs), mean))));
+}
+
+/* dy * (x * rstd[r]) as the column sums read it (dgamma). */
+template <class T>
+struct rmsnorm_dgamma_row {
+    const T *dy, *x;
+    const float *rstd;
+    int64_t N;
+    __device__ __forceinline__ void operator()(int64_t r, int64_t k, float (&v)[1]) const {
+        v[0] = fmul(tg_ld(dy + r * N, k), fmul(tg_ld(x + r * N, k), rstd[r]));
+    }
+};
+
+int64_t tg_scratch_rmsnorm_bwd(const tg_op *op) { return tg_col_sum_scratch(op->p.rmsnorm.m, op->p.rmsnorm.d); }
+
+template <class T>
+static int launch_rmsnorm(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_rmsnorm_params *p = &a->op->p.rmsnorm;
+    rmsnorm_kernel<T><<<rows_blocks<T>(p->m), LL_THREADS, 0, a->ctx->stream>>>(
+        (const T *)a->in[0], (const float *)a->in[1], (T *)a->out[0], (float *)a->out[1], p->m, p->d, p->eps);
+    return 0;
+}
+
+template <class T>
+static int launch_rmsnorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_rmsnorm_params *p = &a->op->p.rmsnorm;
+    const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
+    const float *rstd = (const float *)a->in[3];
+    if (a->out[0])
+        rmsnorm_bwd_kernel<T><<<rows_blocks<T>(p->m), LL_THREADS, 0, a->ctx->stream>>>(
+            dy, x, (const float *)a->in[2], rstd, (T *)a->out[0], p->m, p->d);
+    if (!a->out[1]) return 0;
+    if (tg_scratch_check(a, tg_scratch_rmsnorm_bwd(a->op), err)) return -1;
+    return col_sums<1>(rmsnorm_dgamma_row<T>{dy, x, rstd, p->d}, p->m, p->d, (double *)a->ctx->reduce_scratch,
+                       (float *)a->out[1], 0, a->ctx->stream, err);
+}
+
+/* ---- rotary positions ------------------------------------------------------------------ */
+
+/* Thread per (row, output head of 3H, pair i): q and k rotated, k and v from kv head j / G. */
+template <class T>
+__global__ void __launch_bounds__(LL_THREADS)
+rope_kernel(const T *__restrict__ x, const int32_t *__restrict__ pos, T *__restrict__ y, tg_rope_params p) {
+    const int64_t half = p.head_dim / 2, H = p.h, G = p.h / p.kv_heads, Dh = p.head_dim;
+    const int64_t total = p.n * 3 * H * half;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t % half, j = (t / half) % (3 * H), r = t / (half * 3 * H);
+        const T *xr = x + r * (H + 2 * p.kv_heads) * Dh;
+        const T *src = j < H ? xr + j * Dh : j < 2 * H ? xr + (H + (j - H) / G) * Dh : xr + (H + p.kv_heads + (j - 2 * H) / G) * Dh;
+        T *dst = y + r * 3 * H * Dh + j * Dh;
+        const float a = tg_ld(src, i), b = tg_ld(src, i + half);
+        if (j >= 2 * H) {
+            tg_st(dst, i, a);
+            tg_st(dst, i + half, b);
+            continue;
+        }
+        const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i));
+        float ra, rb;
+        tg_rope_rotate(a, b, cosf(angle), sinf(angle), 0, &ra, &rb);
+        tg_st(dst, i, ra);
+        tg_st(dst, i + half, rb);
+    }
+}
+
+/* Thread per (row, input head of H + 2 Hkv, pair i). */
+template <class T>
+__global__ void __launch_bounds__(LL_THREADS)
+rope_bwd_kernel(const T *__restrict__ dy, const int32_t *__restrict__ pos, T *__restrict__ dx, tg_rope_params p) {
+    const int64_t half = p.head_dim / 2, H = p.h, Hkv = p.kv_heads, G = p.h / p.kv_heads, Dh = p.head_dim;
+    const int64_t heads = H + 2 * Hkv, total = p.n * heads * half;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t % half, j = (t / half) % heads, r = t / (half * heads);
+        const T *dyr = dy + r * 3 * H * Dh;
+        float a, b;
+        if (j < H) {
+            a = tg_ld(dyr + j * Dh, i), b = tg_ld(dyr + j * Dh, i + half);
+        } else { /* the kv head's G heads of k (or v), added in head order */
+            const int64_t kv = j < H + Hkv ? j - H : j - H - Hkv, part = j < H + Hkv ? 1 : 2;
+            const T *src = dyr + (part * H + kv * G) * Dh;
+            a = tg_ld(src, i), b = tg_ld(src, i + half);
+            for (int64_t g = 1; g < G; g++) a = fadd(a, tg_ld(src + g * Dh, i)), b = fadd(b, tg_ld(src + g * Dh, i + half));
+        }
+        T *dst = dx + r * heads * Dh + j * Dh;
+        if (j < H + Hkv) {
+            const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i));
+            tg_rope_rotate(a, b, cosf(angle), sinf(angle), 1, &a, &b);
+        }
+        tg_st(dst, i, a);
+        tg_st(dst, i + half, b);
+    }
+}
+
+static unsigned grid_of(int64_t total) {
+    const int64_t blocks = (total + LL_THREADS - 1) / LL_THREADS;
+    return (unsigned)(blocks < 132 * 16 ? (blocks > 0 ? blocks : 1) : 132 * 16);
+}
+
+template <class T>
+static int launch_rope(const tg_cuda_op_args *a, int bwd, tg_err *err) {
+    const tg_rope_params *p = &a->op->p.rope;
+    const int64_t pairs = p->n * (bwd ? p->h + 2 * p->kv_heads : 3 * p->h) * (p->head_dim / 2);
+    if (bwd)
+        rope_bwd_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0],
+                                                                              (const int32_t *)a->in[1], (T *)a->out[0], *p);
+    else
+        rope_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], (const int32_t *)a->in[1],
+                                                                          (T *)a->out[0], *p);
+    return 0;
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ float sigmoid_f(float v) { return __fdiv_rn(1.0f, fadd(1.0f, expf(-v))); }
+
+template <class T>
+__global__ void __launch_bounds__(LL_THREADS)
+swiglu_kernel(const T *__restrict__ gu, T *__restrict__ y, int64_t M, int64_t I) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * I; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = t / I, i = t % I;
+        const float g = tg_ld(gu, m * 2 * I + i), u = tg_ld(gu, m * 2 * I + I + i);
+        tg_st(y, t, fmul(fmul(g, sigmoid_f(g)), u));
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(LL_THREADS)
+swiglu_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ gu, T *__restrict__ dgu, int64_t M, int64_t I) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * I; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = t / I, i = t % I;
+        const float g = tg_ld(gu, m * 2 * I + i), u = tg_ld(gu, m * 2 * I + I + i), d = tg_ld(dy, t), s = sigmoid_f(g);
+        tg_st(dgu, m * 2 * I + i, fmul(fmul(d, u), fmul(s, fadd(1.0f, fmul(g, fsub(1.0f, s))))));
+        tg_st(dgu, m * 2 * I + I + i, fmul(d, fmul(g, s)));
+    }
+}
+
+template <class T>
+static int launch_swiglu(const tg_cuda_op_args *a, int bwd, tg_err *err) {
+    const int64_t M = a->op->p.swiglu.m, I = a->op->p.swiglu.i;
+    if (bwd)
+        swiglu_bwd_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], (const T *)a->in[1],
+                                                                              (T *)a->out[0], M, I);
+    else
+        swiglu_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], (T *)a->out[0], M, I);
+    return 0;
+}
+
+/* ---- launchers ---------------------------------------------------------------------------- */
+
+/* F<T>(a, err) for the storage type of out0 (float, bf16 or half). */
+#define LL_DISPATCH(call_bf16, call_f16, call_f32) \
+    (a->out_dtype[0] == TG_BF16 ? (call_bf16) : a->out_dtype[0] == TG_F16 ? (call_f16) : (call_f32))
+
+int tg_launch_rmsnorm(const tg_cuda_op_args *a, tg_err *err) {
+    if (a->op->p.rmsnorm.m <= 0 || a->op->p.rmsnorm.d <= 0) return 0;
+    return LL_DISPATCH(launch_rmsnorm<tg_bf16>(a, err), launch_rmsnorm<tg_f16>(a, err), launch_rmsnorm<float>(a, err));
+}
+int tg_launch_rmsnorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    if (a->op->p.rmsnorm.m <= 0 || a->op->p.rmsnorm.d <= 0) return 0;
+    const int dt = a->in_dtype[0]; /* out0 may be absent: dy's type */
+    return dt == TG_BF16 ? launch_rmsnorm_bwd<tg_bf16>(a, err)
+           : dt == TG_F16 ? launch_rmsnorm_bwd<tg_f16>(a, err)
+                          : launch_rmsnorm_bwd<float>(a, err);
+}
+int tg_launch_rope(const tg_cuda_op_args *a, tg_err *err) {
+    if (a->op->p.rope.n <= 0) return 0;
+    return LL_DISPATCH(launch_rope<tg_bf16>(a, 0, err), launch_rope<tg_f16>(a, 0, err), launch_rope<float>(a, 0, err));
+}
+int tg_launch_rope_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    if (a->op->p.rope.n <= 0) return 0;
+    return LL_DISPATCH(launch_rope<tg_bf16>(a, 1, err), launch_rope<tg_f16>(a, 1, err), launch_rope<float>(a, 1, err));
+}
+int tg_launch_swiglu(const tg_cuda_op_args *a, tg_err *err) {
+    if (a->op->p.swiglu.m <= 0 || a->op->p.swiglu.i <= 0) return 0;
+    return LL_DISPATCH(launch_swiglu<tg_bf16>(a, 0, err), launch_swiglu<tg_f16>(a, 0, err),
+                       launch_swiglu<float>(a, 0, err));
+}
+int tg_launch_swiglu_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    if (a->op->p.swiglu.m <= 0 || a->op->p.swiglu.i <= 0) return 0;
+    return LL_DISPATCH(launch_swiglu<tg_bf16>(a, 1, err), launch_swiglu<tg_f16>(a, 1, err),
+                       launch_swiglu<float>(a, 1, err));
+}
