@@ -52,6 +52,7 @@ static int always_overwrites(const tg_op *op, int slot) {
     case TG_OP_BIAS_GRAD: return op->p.bias_grad.overwrite != 0;
     case TG_OP_LAYERNORM_BWD: return slot == 0 || op->p.layernorm_bwd.overwrite;
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot < 2 || op->p.residual_layernorm_bwd.overwrite;
+    case TG_OP_RMSNORM_BWD: return slot == 0; /* dgamma is added into: a ZERO clears it first */
     default: return 1;
     }
 }

@@ -9,6 +9,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "kernels/rope.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
 #include "runtime/trainer.h"
@@ -363,6 +364,43 @@ TG_TEST(test_golden_bert_classify) { run_golden("bert_classify", TG_ATTENTION_FU
 TG_TEST(test_golden_roberta_classify) { run_golden("roberta_classify", TG_ATTENTION_FUSED); }
 TG_TEST(test_golden_gpt2_lm) { run_golden("gpt2_lm", TG_ATTENTION_FUSED); }
 TG_TEST(test_golden_gpt2_classify) { run_golden("gpt2_classify", TG_ATTENTION_FUSED); }
+/* Llama (LlamaForCausalLM, LlamaForSequenceClassification): head dims 64 and 128, one and
+ * four query heads per kv head, rope default and llama3, tied and untied heads. */
+TG_TEST(test_golden_llama_lm_dh64) { run_golden("llama_lm_dh64", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_llama_lm_dh128) { run_golden("llama_lm_dh128", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_llama_lm_gqa4_tied) { run_golden("llama_lm_gqa4_tied", TG_ATTENTION_FUSED); }
+TG_TEST(test_golden_llama_lm_gqa4_tied_unfused) { run_golden("llama_lm_gqa4_tied", TG_ATTENTION_UNFUSED); }
+TG_TEST(test_golden_llama_classify) { run_golden("llama_classify", TG_ATTENTION_FUSED); }
+
+/* The rotary inverse frequencies (kernels/rope.h) against the buffer HF computed for each
+ * Llama case: within an ulp (torch's float pow may round its last bit otherwise). */
+TG_TEST(test_golden_llama_rope_inv_freq) {
+    static const char *const cases[] = {"llama_lm_dh64", "llama_lm_dh128", "llama_lm_gqa4_tied", "llama_classify"};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        golden_case c;
+        if (!open_case(&c, cases[k], TG_ATTENTION_FUSED)) {
+            close_case(&c);
+            continue;
+        }
+        const tg_op *rope = NULL;
+        for (int o = 0; o < c.plan.n_ops && !rope; o++)
+            if (c.plan.ops[o].kind == TG_OP_ROPE) rope = &c.plan.ops[o];
+        if (CHECK(rope, "%s: no rope op", cases[k])) {
+            const int64_t half = rope->p.rope.head_dim / 2;
+            float *want = read_golden(&c, "rope_inv_freq", half);
+            int worst = 0;
+            for (int64_t i = 0; want && i < half; i++) {
+                const float got = tg_rope_inv_freq(&rope->p.rope, i);
+                int32_t a, b;
+                memcpy(&a, &got, 4), memcpy(&b, &want[i], 4);
+                if (abs(a - b) > worst) worst = abs(a - b);
+            }
+            CHECK(want && worst <= 1, "%s: inverse frequencies %d ulp from HF's", cases[k], worst);
+            free(want);
+        }
+        close_case(&c);
+    }
+}
 /* task = qa: BertForQuestionAnswering and RobertaForQuestionAnswering (logits [B, T, 2],
  * start then end; positions past T, at T and below 0 among the labels). Their data comes
  * from tests/golden/make_golden_qa.py, run on the device; until it is committed these say

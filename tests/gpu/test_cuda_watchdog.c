@@ -37,8 +37,12 @@ static void *run_replica(void *arg) {
     tg_step_result res;
     r->ok = image && ex.vt->step_start(ex.impl, batches, 1, &err) == 0 && ex.vt->step_wait(ex.impl, &res, &err) == 0;
     if (!r->ok) snprintf(r->msg, sizeof r->msg, "%s", image ? err.msg : "no host image");
-    tg_executor_close(&ex); /* after the step has ended, whether the wait gave up or not */
-    if (image) ex.vt->host_free(ex.impl, image);
+    /* The host image is freed after the close, which waits for the step to end whether the
+     * wait gave up or not; the close clears ex, so its free function (which, on CUDA, does
+     * not read the executor) is kept first. */
+    void (*host_free)(void *, void *) = ex.vt->host_free;
+    tg_executor_close(&ex);
+    if (image) host_free(NULL, image);
     return NULL;
 }
 
