@@ -40,6 +40,8 @@ CASES = {
     # the clinical-notes study's masked-LM shape and SQuAD v2's usual one
     "bert-base-mlm-b4-t512": dict(model="bert-mlm", batch=4, seq=512),
     "bert-base-qa-b32-t384": dict(model="bert-qa", batch=32, seq=384),
+    # Llama-3.2-1B full fine-tune at T = 2048
+    "llama-3.2-1b-lm-b4-t2048": dict(model="llama-lm", batch=4, seq=2048),
 }
 PRECISIONS = ["bf16", "fp16"]
 MLM_PROBABILITY = 0.15
@@ -97,6 +99,16 @@ def build_model(kind):
                       initializer_range=0.02, bos_token_id=50256, eos_token_id=50256,
                       use_cache=False)
         cfg_cls, model_cls = tf.GPT2Config, tf.GPT2LMHeadModel
+    elif kind == "llama-lm":
+        # meta-llama/Llama-3.2-1B values (tied head, llama3 rope)
+        cfg_kw = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=64, hidden_act="silu",
+                      max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+                      rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                      tie_word_embeddings=True, attention_dropout=0.0, initializer_range=0.02,
+                      bos_token_id=128000, eos_token_id=128001, use_cache=False)
+        cfg_cls, model_cls = tf.LlamaConfig, tf.LlamaForCausalLM
     else:
         raise ValueError(kind)
 

@@ -1,4 +1,5 @@
 #include "compiler/precision.h"
+#include "plan/op_meta.h"
 #include "compiler/compiler_alloc.h"
 #include "compiler/grad_buckets.h"
 
@@ -136,36 +137,21 @@ int tg_apply_precision(tg_graph *g, int precision) {
     }
     for (int o = 0; o < g->n_ops; o++) {
         tg_op *op = &g->ops[o];
+        /* Outputs whose slot is f32 whatever the plan's precision (signature S or s,
+         * plan/ops.def): row statistics (LayerNorm's and RMSNorm's mean and rstd, the
+         * attention's LSE and delta, the loss rows' log-sum-exp) and the parameter
+         * gradients of frozen parameters, which are scratch activations. */
+        const char *outs = tg_op_info_of(op->kind)->outputs;
+        for (int s = 0; s < TG_OP_MAX_OUT && outs[s]; s++)
+            if ((outs[s] == 'S' || outs[s] == 's') && op->out[s] >= 0) keep[op->out[s]] = 1;
         switch (op->kind) {
         case TG_OP_MATMUL:
             /* Matmuls read the bf16 copies; their weight gradients stay fp32 (grads pool). */
             for (int s = 0; s < 3; s++)
                 if (op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0) op->in[s] = copy_of[op->in[s]];
             break;
-        case TG_OP_LAYERNORM:
-            keep[op->out[1]] = keep[op->out[2]] = 1; /* mean, rstd */
-            break;
-        case TG_OP_RESIDUAL_LAYERNORM:
-            keep[op->out[2]] = keep[op->out[3]] = 1; /* mean, rstd */
-            break;
         case TG_OP_ATTN_SOFTMAX:
             keep[op->in[0]] = 1; /* scores: the product accumulates in fp32 and stays fp32 */
-            break;
-        case TG_OP_ATTENTION:
-            keep[op->out[1]] = 1; /* LSE, a row statistic like LayerNorm's */
-            break;
-        case TG_OP_CROSS_ENTROPY:
-            if (op->out[1] >= 0) keep[op->out[1]] = 1; /* the rows' log-sum-exp, hi and lo */
-            break;
-        case TG_OP_LAYERNORM_BWD:
-            /* dgamma and dbeta of frozen parameters: scratch activations, fp32 as the slots are. */
-            keep[op->out[1]] = keep[op->out[2]] = 1;
-            break;
-        case TG_OP_RESIDUAL_LAYERNORM_BWD:
-            keep[op->out[2]] = keep[op->out[3]] = 1;
-            break;
-        case TG_OP_ATTENTION_BWD:
-            keep[op->out[3]] = 1; /* delta, the backward's row statistic */
             break;
         case TG_OP_ADAMW:
         case TG_OP_ADAN:

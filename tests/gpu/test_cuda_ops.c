@@ -311,6 +311,7 @@ static int g_grad_accumulation = 1;
  * attention then reads three [B*T, D] tensors instead of one packed [B*T, 3D]. */
 static int g_separate_qkv;
 static int g_recompute; /* plans with recompute = gelu (GELU_BWD's out2, the GELU op in the backward) */
+static int g_kv_heads;  /* Llama plans: the kv heads (0: the preset's) */
 
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
@@ -330,6 +331,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     REQUIRE(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg);
     if (wide) cfg.vocab_size = 50257, cfg.hidden = 96, cfg.heads = 6, cfg.intermediate = 384, cfg.max_positions = 128;
     if (hidden) cfg.hidden = hidden, cfg.heads = heads, cfg.intermediate = 2 * hidden;
+    if (cfg.arch == TG_ARCH_LLAMA) cfg.kv_heads = g_kv_heads ? g_kv_heads : cfg.kv_heads > cfg.heads ? cfg.heads : cfg.kv_heads;
     if (cfg.max_positions < seq) cfg.max_positions = seq;
     base_job(&job, preset, task, batch, seq, seed);
     job.precision = precision;
@@ -549,6 +551,23 @@ static void check_gelu_plans(int precision, uint64_t seed, int *kinds_seen) {
     }
 }
 
+/* Llama: RMSNorm, the rotary embedding (q and k rotated, k and v repeated to the query
+ * heads) and SwiGLU, with their backwards: tiny-llama's LM and classification plans (4
+ * heads over 2 kv heads, llama3 rope), head dims 64 and 128 with 4 and 2 query heads a kv
+ * head, an odd length, and unfused attention. */
+static void check_llama_plans(int precision, uint64_t seed, int *kinds_seen) {
+    check_preset("tiny-llama lm", "tiny-llama", TG_TASK_LM, 3, 40, seed + 70, precision, 0, kinds_seen);
+    check_preset("tiny-llama classify", "tiny-llama", TG_TASK_CLASSIFY, 4, 24, seed + 71, precision, 0, kinds_seen);
+    g_kv_heads = 1;
+    check_shape("llama Dh=64 GQA 4 T=77", "tiny-llama", TG_TASK_LM, 2, 77, seed + 72, precision, 0, 256, 4,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("llama Dh=128 GQA 2 T=130", "tiny-llama", TG_TASK_LM, 2, 130, seed + 73, precision, 0, 256, 2,
+                TG_ATTENTION_FUSED, kinds_seen);
+    g_kv_heads = 0;
+    check_shape("tiny-llama lm unfused", "tiny-llama", TG_TASK_LM, 3, 40, seed + 74, precision, 0, 0, 0,
+                TG_ATTENTION_UNFUSED, kinds_seen);
+}
+
 TG_TEST(test_gpu_ops_match_cpu) {
     uint64_t seed = test_seed(0);
     int kinds_seen[TG_OP_COUNT] = {0};
@@ -577,6 +596,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_adan_plans(TG_PREC_FP32, seed, kinds_seen);
     check_state_bf16_plans(TG_PREC_FP32, seed, kinds_seen);
     check_recompute_plans(TG_PREC_FP32, seed, kinds_seen);
+    check_llama_plans(TG_PREC_FP32, seed, kinds_seen);
     /* fp16's loss scaling: the scaled FILL, GRAD_NORM and updates, LOSS_SCALE_UPDATE. */
     g_f32_ops_only = 1;
     check_preset("tiny-bert fp16 (f32 ops)", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 8, TG_PREC_FP16, 0, kinds_seen);
@@ -607,6 +627,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_adan_plans(TG_PREC_BF16, seed, kinds_seen);
     check_state_bf16_plans(TG_PREC_BF16, seed, kinds_seen);
     check_recompute_plans(TG_PREC_BF16, seed, kinds_seen);
+    check_llama_plans(TG_PREC_BF16, seed, kinds_seen);
     /* fp16 plans' f32 ops alone (test_gpu_ops_match_cpu_fp16 runs all): LOSS_SCALE_UPDATE too. */
     g_f32_ops_only = 1;
     check_preset("tiny-roberta fp16 (f32 ops)", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 8, TG_PREC_FP16, 0,
@@ -636,6 +657,7 @@ TG_TEST(test_gpu_ops_match_cpu_fp16) {
     check_layernorm_widths(TG_PREC_FP16, seed, kinds_seen);
     check_accumulating_gradients(TG_PREC_FP16, seed, kinds_seen);
     check_adan_plans(TG_PREC_FP16, seed, kinds_seen);
+    check_llama_plans(TG_PREC_FP16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in fp16", tg_op_name(k));
 }
 

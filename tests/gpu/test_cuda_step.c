@@ -153,6 +153,8 @@ TG_TEST(test_gpu_step_bert_separate_qkv_matches_cpu) {
 /* GPT-2's MLP runs with the GELU in its matmuls (fuse_gelu, the default); fp32 products
  * take the plain product plus the GELU kernels. */
 TG_TEST(test_gpu_step_gpt2_matches_cpu) { compare_with_cpu("tiny-gpt2", TG_TASK_LM); }
+/* Llama: RMSNorm, rotary grouped-query attention and SwiGLU through captured steps. */
+TG_TEST(test_gpu_step_llama_matches_cpu) { compare_with_cpu("tiny-llama", TG_TASK_LM); }
 /* Masked LM: the captured step masks on the device at each step's counter, as the CPU does
  * (other masks every step), through the tied decoder. */
 TG_TEST(test_gpu_step_bert_mlm_matches_cpu) { compare_with_cpu("tiny-bert", TG_TASK_MLM); }
