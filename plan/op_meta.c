@@ -320,8 +320,11 @@ static const char *check_rope(const tg_op_check_ctx *c, const tg_op *op) {
                "low_freq and high_freq must be finite with 0 < low_freq < high_freq");
         EXPECT(p->original_max >= 1, "original_max must be positive");
     }
+    /* Hkv divides H, so H + 2 Hkv <= 3H: with 3H checked, neither sum nor product of the
+     * parameters is computed past int64. */
+    PRODUCT(h3, "3H", 3, p->h);
     PRODUCT(packed, "N*(H+2Hkv)*Dh", p->n, p->h + 2 * p->kv_heads, p->head_dim);
-    PRODUCT(expanded, "N*3H*Dh", p->n, 3 * p->h, p->head_dim);
+    PRODUCT(expanded, "N*3H*Dh", p->n, h3, p->head_dim);
     const int fwd = op->kind == TG_OP_ROPE;
     EXPECT(numel(c, op->in[0]) == (fwd ? packed : expanded), fwd ? "in[0]: qkv != N*(H+2Hkv)*Dh" : "in[0]: dout != N*3H*Dh");
     EXPECT(numel(c, op->in[1]) == p->n, "in[1]: position ids != N");
@@ -763,7 +766,7 @@ static double flops_rmsnorm_bwd(const tg_op *op) { return 8.0 * op->p.rmsnorm.m 
 /* Three per rotated element (two products and a sum); the copies count nothing. */
 static double flops_rope(const tg_op *op) {
     const tg_rope_params *p = &op->p.rope;
-    return 3.0 * (double)p->n * (double)(p->h + p->kv_heads) * (double)p->head_dim;
+    return 3.0 * (double)p->n * ((double)p->h + (double)p->kv_heads) * (double)p->head_dim;
 }
 /* silu(g) * u: the sigmoid as four, two products; the backward about twice that. */
 static double flops_swiglu(const tg_op *op) { return 6.0 * op->p.swiglu.m * op->p.swiglu.i; }

@@ -357,7 +357,8 @@ TG_TEST(test_op_meta_check_untrusted_params) {
                                 TG_OP_ATTN_SOFTMAX_BWD, TG_OP_HEADS_SPLIT, TG_OP_HEADS_MERGE, TG_OP_SELECT_TOKEN,
                                 TG_OP_SELECT_TOKEN_BWD, TG_OP_CROSS_ENTROPY, TG_OP_CROSS_ENTROPY_BWD,
                                 TG_OP_RESIDUAL_LAYERNORM, TG_OP_ATTENTION, TG_OP_ATTENTION_BWD, TG_OP_SPAN_LOSS,
-                                TG_OP_SPAN_LOSS_BWD};
+                                TG_OP_SPAN_LOSS_BWD, TG_OP_RMSNORM, TG_OP_RMSNORM_BWD, TG_OP_ROPE, TG_OP_ROPE_BWD,
+                                TG_OP_SWIGLU, TG_OP_SWIGLU_BWD};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         op = tg_test_op(kinds[k]);
         const tg_op_info *info = tg_op_info_of(kinds[k]);
@@ -373,6 +374,10 @@ TG_TEST(test_op_meta_check_untrusted_params) {
         if (kinds[k] == TG_OP_HEADS_SPLIT || kinds[k] == TG_OP_HEADS_MERGE) op.p.heads.parts = 1;
         if (kinds[k] == TG_OP_RESIDUAL_LAYERNORM) op.p.residual_layernorm.p = 0.0f;
         if (kinds[k] == TG_OP_ATTENTION || kinds[k] == TG_OP_ATTENTION_BWD) op.p.attention.packed = 0, op.p.attention.p = 0.0f;
+        /* The rotary rule's conditions met (an even Dh, a known rope, theta above 1), so the
+         * sizes H + 2 Hkv and 3H are what is left to refuse. */
+        if (kinds[k] == TG_OP_ROPE || kinds[k] == TG_OP_ROPE_BWD)
+            op.p.rope.head_dim = 2, op.p.rope.type = TG_ROPE_DEFAULT, op.p.rope.theta = 1e4f;
         CHECK(refused_naming(&c, &op, "overflows", why, sizeof why), "%s with every dimension INT64_MAX: '%s'",
               tg_op_name(kinds[k]), why);
     }

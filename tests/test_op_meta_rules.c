@@ -3,6 +3,7 @@
  * element count, a parameter, a product past int64) with the exact reason tg_op_check must
  * give. Then the slot signatures' dtype classes, the FLOPs of every formula against the
  * documented counts, and the bytes an op moves. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -403,6 +404,155 @@ TG_TEST(test_op_meta_rules_softmax) {
         {"dscores", SMB(), {96, 96}, {95}, .want = "out[0]: dscores != B*H*T*T"},
         {"p < 0", SMB(.p = -0.1f), {96, 96}, {96}, .want = "dropout p outside [0, 1)"},
         {"p = 1", SMB(.p = 1.0f), {96, 96}, {96}, .want = "dropout p outside [0, 1)"},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+/* ---- Llama: RMSNorm, rotary positions, SwiGLU ------------------------------------------ */
+
+/* x [4,3]: x, y, dy, dx 12; gamma, dgamma 3; rstd 4. */
+#define RMS(...) .kind = TG_OP_RMSNORM, .p = {.rmsnorm = {.m = 4, .d = 3, .eps = 1e-5f, __VA_ARGS__}}
+#define RMSB(...) .kind = TG_OP_RMSNORM_BWD, .p = {.rmsnorm = {.m = 4, .d = 3, .eps = 1e-5f, __VA_ARGS__}}
+
+TG_TEST(test_op_meta_rules_rmsnorm) {
+    static const rule_case cases[] = {
+        {"consistent", RMS(), {12, 3}, {12, 4}},
+        {"no rows", RMS(.m = 0), {Z0, 3}, {Z0, Z0}},
+        {"M < 0", RMS(.m = -1), {12, 3}, {12, 4}, .want = "M is negative"},
+        {"D < 0", RMS(.d = -1), {12, 3}, {12, 4}, .want = "D is negative"},
+        {"M*D", RMS(.m = INT64_MAX), {12, 3}, {12, 4}, .want = "M*D overflows"},
+        {"x", RMS(), {13, 3}, {12, 4}, .want = "in[0]: x != M*D"},
+        {"gamma", RMS(), {12, 4}, {12, 4}, .want = "in[1]: gamma != D"},
+        {"y", RMS(), {12, 3}, {11, 4}, .want = "out[0]: y != M*D"},
+        {"rstd", RMS(), {12, 3}, {12, 3}, .want = "out[1]: rstd != M"},
+
+        {"consistent", RMSB(), {12, 12, 3, 4}, {12, 3}},
+        {"M < 0", RMSB(.m = -1), {12, 12, 3, 4}, {12, 3}, .want = "M is negative"},
+        {"D < 0", RMSB(.d = -1), {12, 12, 3, 4}, {12, 3}, .want = "D is negative"},
+        {"M*D", RMSB(.d = INT64_MAX), {12, 12, 3, 4}, {12, 3}, .want = "M*D overflows"},
+        {"dy", RMSB(), {11, 12, 3, 4}, {12, 3}, .want = "in[0]: dy != M*D"},
+        {"x", RMSB(), {12, 13, 3, 4}, {12, 3}, .want = "in[1]: x != M*D"},
+        {"gamma", RMSB(), {12, 12, 2, 4}, {12, 3}, .want = "in[2]: gamma != D"},
+        {"rstd", RMSB(), {12, 12, 3, 5}, {12, 3}, .want = "in[3]: rstd != M"},
+        {"dx", RMSB(), {12, 12, 3, 4}, {13, 3}, .want = "out[0]: dx != M*D"},
+        {"dgamma", RMSB(), {12, 12, 3, 4}, {12, 4}, .want = "out[1]: dgamma != D"},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+/* N 2, H 4, Hkv 2, Dh 4: the packed projections 2 x (4 + 4) x 4 = 64, the attention's input
+ * 2 x 12 x 4 = 96, 2 position ids; llama3 with factor 8, low 1, high 4, original 32. */
+#define ROPE_P(...) {.rope = {.n = 2, .h = 4, .kv_heads = 2, .head_dim = 4, .type = TG_ROPE_DEFAULT, .theta = 10000.0f, __VA_ARGS__}}
+#define L3 .type = TG_ROPE_LLAMA3, .factor = 8.0f, .low_freq = 1.0f, .high_freq = 4.0f, .original_max = 32
+#define ROPE(...) .kind = TG_OP_ROPE, .p = ROPE_P(__VA_ARGS__)
+#define ROPEB(...) .kind = TG_OP_ROPE_BWD, .p = ROPE_P(__VA_ARGS__)
+#define HKV "H must be a positive multiple of Hkv >= 1"
+#define DH "Dh must be even and positive"
+#define THETA "theta must be finite and above 1"
+#define FACTOR "factor must be finite and at least 1"
+#define FREQS "low_freq and high_freq must be finite with 0 < low_freq < high_freq"
+
+TG_TEST(test_op_meta_rules_rope) {
+    static const rule_case cases[] = {
+        {"consistent", ROPE(), {64, 2}, {96}},
+        {"llama3", ROPE(L3), {64, 2}, {96}},
+        {"llama3 factor 1, original 1", ROPE(L3, .factor = 1.0f, .original_max = 1), {64, 2}, {96}},
+        {"Hkv = H", ROPE(.kv_heads = 4), {96, 2}, {96}},
+        {"Hkv 1", ROPE(.kv_heads = 1), {48, 2}, {96}},
+        {"Dh 2", ROPE(.head_dim = 2), {32, 2}, {48}},
+        {"no rows", ROPE(.n = 0), {Z0, Z0}, {Z0}},
+        /* the default rule reads no llama3 field */
+        {"default with llama3 fields out of range", ROPE(.factor = 0.5f, .low_freq = 5, .high_freq = NAN), {64, 2}, {96}},
+        {"N < 0", ROPE(.n = -1), {64, 2}, {96}, .want = "N is negative"},
+        {"H 0", ROPE(.h = 0), {64, 2}, {96}, .want = HKV},
+        {"H < 0", ROPE(.h = -4, .kv_heads = -2), {64, 2}, {96}, .want = HKV},
+        {"Hkv 0", ROPE(.kv_heads = 0), {64, 2}, {96}, .want = HKV},
+        {"Hkv < 0", ROPE(.kv_heads = -1), {64, 2}, {96}, .want = HKV},
+        {"H not a multiple of Hkv", ROPE(.kv_heads = 3), {64, 2}, {96}, .want = HKV},
+        {"Hkv above H", ROPE(.h = 2, .kv_heads = 4), {64, 2}, {96}, .want = HKV},
+        {"Dh odd", ROPE(.head_dim = 5), {64, 2}, {96}, .want = DH},
+        {"Dh 1", ROPE(.head_dim = 1), {64, 2}, {96}, .want = DH},
+        {"Dh 0", ROPE(.head_dim = 0), {64, 2}, {96}, .want = DH},
+        {"Dh < 0", ROPE(.head_dim = -2), {64, 2}, {96}, .want = DH},
+        {"rope none", ROPE(.type = TG_ROPE_NONE), {64, 2}, {96}, .want = "rope is not a known rope type"},
+        {"rope past the enum", ROPE(.type = TG_ROPE_TYPE_COUNT), {64, 2}, {96}, .want = "rope is not a known rope type"},
+        {"rope < 0", ROPE(.type = -1), {64, 2}, {96}, .want = "rope is not a known rope type"},
+        {"theta 1", ROPE(.theta = 1.0f), {64, 2}, {96}, .want = THETA},
+        {"theta 0.5", ROPE(.theta = 0.5f), {64, 2}, {96}, .want = THETA},
+        {"theta < 0", ROPE(.theta = -10000.0f), {64, 2}, {96}, .want = THETA},
+        {"theta NaN", ROPE(.theta = NAN), {64, 2}, {96}, .want = THETA},
+        {"theta inf", ROPE(.theta = INFINITY), {64, 2}, {96}, .want = THETA},
+        {"llama3 theta 1", ROPE(L3, .theta = 1.0f), {64, 2}, {96}, .want = THETA},
+        {"factor < 1", ROPE(L3, .factor = 0.5f), {64, 2}, {96}, .want = FACTOR},
+        {"factor 0", ROPE(L3, .factor = 0.0f), {64, 2}, {96}, .want = FACTOR},
+        {"factor NaN", ROPE(L3, .factor = NAN), {64, 2}, {96}, .want = FACTOR},
+        {"factor inf", ROPE(L3, .factor = INFINITY), {64, 2}, {96}, .want = FACTOR},
+        {"low_freq 0", ROPE(L3, .low_freq = 0.0f), {64, 2}, {96}, .want = FREQS},
+        {"low_freq < 0", ROPE(L3, .low_freq = -1.0f), {64, 2}, {96}, .want = FREQS},
+        {"low_freq = high_freq", ROPE(L3, .low_freq = 4.0f), {64, 2}, {96}, .want = FREQS},
+        {"low_freq > high_freq", ROPE(L3, .low_freq = 4.0f, .high_freq = 1.0f), {64, 2}, {96}, .want = FREQS},
+        {"low_freq NaN", ROPE(L3, .low_freq = NAN), {64, 2}, {96}, .want = FREQS},
+        {"high_freq NaN", ROPE(L3, .high_freq = NAN), {64, 2}, {96}, .want = FREQS},
+        {"high_freq inf", ROPE(L3, .high_freq = INFINITY), {64, 2}, {96}, .want = FREQS},
+        {"low_freq inf", ROPE(L3, .low_freq = INFINITY, .high_freq = INFINITY), {64, 2}, {96}, .want = FREQS},
+        {"original_max 0", ROPE(L3, .original_max = 0), {64, 2}, {96}, .want = "original_max must be positive"},
+        {"original_max < 0", ROPE(L3, .original_max = -8192), {64, 2}, {96}, .want = "original_max must be positive"},
+        /* products past int64, the sums inside them included: never computed unchecked */
+        {"N*(H+2Hkv)*Dh", ROPE(.n = INT64_MAX / 8), {64, 2}, {96}, .want = "N*(H+2Hkv)*Dh overflows"},
+        {"N*3H*Dh", ROPE(.n = 1, .h = (int64_t)1 << 61, .kv_heads = 1, .head_dim = 2), {64, 2}, {96},
+         .want = "N*3H*Dh overflows"},
+        {"3H", ROPE(.n = 1, .h = INT64_MAX / 3 + 1, .kv_heads = 1, .head_dim = 2), {64, 2}, {96},
+         .want = "3H overflows"},
+        {"H+2Hkv", ROPE(.n = 1, .h = INT64_MAX - 1, .kv_heads = INT64_MAX / 2, .head_dim = 2), {64, 2}, {96},
+         .want = "3H overflows"},
+        {"H+2 with Hkv 1, no rows", ROPE(.n = 0, .h = INT64_MAX, .kv_heads = 1, .head_dim = 2), {Z0, Z0}, {Z0},
+         .want = "3H overflows"},
+        {"3H at its limit", ROPE(.n = 0, .h = INT64_MAX / 3, .kv_heads = 1, .head_dim = 2), {Z0, Z0}, {Z0}},
+        {"qkv", ROPE(), {65, 2}, {96}, .want = "in[0]: qkv != N*(H+2Hkv)*Dh"},
+        {"qkv as the expanded size", ROPE(), {96, 2}, {96}, .want = "in[0]: qkv != N*(H+2Hkv)*Dh"},
+        {"positions", ROPE(), {64, 3}, {96}, .want = "in[1]: position ids != N"},
+        {"out", ROPE(), {64, 2}, {64}, .want = "out[0]: != N*3H*Dh"},
+
+        {"consistent", ROPEB(), {96, 2}, {64}},
+        {"llama3", ROPEB(L3), {96, 2}, {64}},
+        {"Hkv 1", ROPEB(.kv_heads = 1), {96, 2}, {48}},
+        {"Hkv 0", ROPEB(.kv_heads = 0), {96, 2}, {64}, .want = HKV},
+        {"Dh odd", ROPEB(.head_dim = 3), {96, 2}, {64}, .want = DH},
+        {"unknown rope", ROPEB(.type = 7), {96, 2}, {64}, .want = "rope is not a known rope type"},
+        {"theta NaN", ROPEB(.theta = NAN), {96, 2}, {64}, .want = THETA},
+        {"factor < 1", ROPEB(L3, .factor = 0.99f), {96, 2}, {64}, .want = FACTOR},
+        {"low_freq >= high_freq", ROPEB(L3, .low_freq = 4.0f), {96, 2}, {64}, .want = FREQS},
+        {"original_max 0", ROPEB(L3, .original_max = 0), {96, 2}, {64}, .want = "original_max must be positive"},
+        {"dout", ROPEB(), {64, 2}, {64}, .want = "in[0]: dout != N*3H*Dh"},
+        {"positions", ROPEB(), {96, 1}, {64}, .want = "in[1]: position ids != N"},
+        {"dqkv", ROPEB(), {96, 2}, {96}, .want = "out[0]: dqkv != N*(H+2Hkv)*Dh"},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+/* M 3, I 4: gate_up 24, the activation and its gradient 12. */
+#define SWI(M, I) .kind = TG_OP_SWIGLU, .p = {.swiglu = {.m = M, .i = I}}
+#define SWIB(M, I) .kind = TG_OP_SWIGLU_BWD, .p = {.swiglu = {.m = M, .i = I}}
+
+TG_TEST(test_op_meta_rules_swiglu) {
+    static const rule_case cases[] = {
+        {"consistent", SWI(3, 4), {24}, {12}},
+        {"no rows", SWI(0, 4), {Z0}, {Z0}},
+        {"M < 0", SWI(-1, 4), {24}, {12}, .want = "M is negative"},
+        {"I < 0", SWI(3, -1), {24}, {12}, .want = "I is negative"},
+        {"M*I", SWI(INT64_MAX, 2), {24}, {12}, .want = "M*I overflows"},
+        {"M*2I", SWI(INT64_MAX / 2 + 1, 1), {24}, {12}, .want = "M*2I overflows"},
+        {"gate_up", SWI(3, 4), {23}, {12}, .want = "in[0]: gate_up != M*2I"},
+        {"gate_up as M*I", SWI(3, 4), {12}, {12}, .want = "in[0]: gate_up != M*2I"},
+        {"out", SWI(3, 4), {24}, {24}, .want = "out[0]: != M*I"},
+
+        {"consistent", SWIB(3, 4), {12, 24}, {24}},
+        {"M < 0", SWIB(-3, 4), {12, 24}, {24}, .want = "M is negative"},
+        {"I < 0", SWIB(3, -4), {12, 24}, {24}, .want = "I is negative"},
+        {"M*2I", SWIB(1, INT64_MAX / 2 + 1), {12, 24}, {24}, .want = "M*2I overflows"},
+        {"dy", SWIB(3, 4), {24, 24}, {24}, .want = "in[0]: dy != M*I"},
+        {"gate_up", SWIB(3, 4), {12, 12}, {24}, .want = "in[1]: gate_up != M*2I"},
+        {"dgate_up", SWIB(3, 4), {12, 24}, {12}, .want = "out[0]: dgate_up != M*2I"},
     };
     run_cases(cases, N_CASES(cases));
 }
@@ -949,6 +1099,16 @@ TG_TEST(test_op_meta_rules_flops) {
        residual_layernorm_bwd, 156.0, (tg_residual_layernorm_bwd_params){.m = 4, .d = 3});
     FC("residual_layernorm_bwd with dropout: 13MD", tg_test_op(TG_OP_RESIDUAL_LAYERNORM_BWD), residual_layernorm_bwd,
        156.0, (tg_residual_layernorm_bwd_params){.m = 4, .d = 3, .p = 0.1f});
+    FC("rmsnorm: 4MD", tg_test_op(TG_OP_RMSNORM), rmsnorm, 48.0, (tg_rmsnorm_params){.m = 4, .d = 3, .eps = 1e-5f});
+    FC("rmsnorm_bwd: 8MD", tg_test_op(TG_OP_RMSNORM_BWD), rmsnorm, 96.0, (tg_rmsnorm_params){.m = 4, .d = 3});
+    FC("rope: 3N(H+Hkv)Dh", tg_test_op(TG_OP_ROPE), rope, 3.0 * 5 * (8 + 2) * 16,
+       (tg_rope_params){.n = 5, .h = 8, .kv_heads = 2, .head_dim = 16, .type = TG_ROPE_DEFAULT, .theta = 1e4f});
+    FC("rope_bwd: 3N(H+Hkv)Dh", tg_test_op(TG_OP_ROPE_BWD), rope, 3.0 * 5 * (8 + 8) * 16,
+       (tg_rope_params){.n = 5, .h = 8, .kv_heads = 8, .head_dim = 16, .type = TG_ROPE_LLAMA3, .theta = 1e4f});
+    FC("rope past int64: counted in double", tg_test_op(TG_OP_ROPE), rope, 3.0 * ((double)INT64_MAX + INT64_MAX),
+       (tg_rope_params){.n = 1, .h = INT64_MAX, .kv_heads = INT64_MAX, .head_dim = 1});
+    FC("swiglu: 6MI", tg_test_op(TG_OP_SWIGLU), swiglu, 72.0, (tg_swiglu_params){.m = 3, .i = 4});
+    FC("swiglu_bwd: 12MI", tg_test_op(TG_OP_SWIGLU_BWD), swiglu, 144.0, (tg_swiglu_params){.m = 3, .i = 4});
     FC("attn_softmax: 5BHTT", tg_test_op(TG_OP_ATTN_SOFTMAX), softmax, 5.0 * 96,
        (tg_softmax_params){.b = 2, .h = 3, .t = 4});
     FC("attn_softmax p > 0 without dropped probs: 5BHTT", tg_test_op(TG_OP_ATTN_SOFTMAX), softmax, 5.0 * 96,
