@@ -80,18 +80,23 @@ typedef struct reader {
     const char *path;
     json_t *root;
     tg_err *err;
+    /* The object's own field name and a dot ("rope_scaling.") where root is an object
+     * inside the file's, so messages name the field as the file nests it; NULL at the top. */
+    const char *prefix;
 } reader;
+
+#define PFX(r) ((r)->prefix ? (r)->prefix : "")
 
 /* A required integer field in [min, max]. */
 static int get_int(reader *r, const char *key, int64_t min, int32_t max, int32_t *out) {
     json_t *v = json_object_get(r->root, key);
-    if (!v) return tg_fail(r->err, "%s: field '%s': missing", r->path, key);
+    if (!v) return tg_fail(r->err, "%s: field '%s%s': missing", r->path, PFX(r), key);
     const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
     /* json_typeof, not json_is_*: v is not NULL here (the macros test for NULL again). */
     if (json_typeof(v) != JSON_INTEGER || json_integer_value(v) < min)
-        return tg_fail(r->err, "%s: field '%s': expected %s", r->path, key, what);
+        return tg_fail(r->err, "%s: field '%s%s': expected %s", r->path, PFX(r), key, what);
     if (json_integer_value(v) > max)
-        return tg_fail(r->err, "%s: field '%s': %lld is past the limit of %d", r->path, key,
+        return tg_fail(r->err, "%s: field '%s%s': %lld is past the limit of %d", r->path, PFX(r), key,
                        (long long)json_integer_value(v), max);
     *out = (int32_t)json_integer_value(v);
     return 0;
@@ -115,10 +120,10 @@ static int get_float(reader *r, const char *key, double def, double lo, double h
         return 0;
     }
     if (json_typeof(v) != JSON_INTEGER && json_typeof(v) != JSON_REAL)
-        return tg_fail(r->err, "%s: field '%s': expected a number", r->path, key);
+        return tg_fail(r->err, "%s: field '%s%s': expected a number", r->path, PFX(r), key);
     double d = json_number_value(v);
     if (!(d >= lo) || d > hi || (hi_open && d >= hi))
-        return tg_fail(r->err, "%s: field '%s': %g is out of range [%g, %g%c", r->path, key, d, lo, hi,
+        return tg_fail(r->err, "%s: field '%s%s': %g is out of range [%g, %g%c", r->path, PFX(r), key, d, lo, hi,
                        hi_open ? ')' : ']');
     *out = (float)d;
     return 0;
@@ -131,7 +136,8 @@ static int get_string(reader *r, const char *key, const char *def, const char **
         *out = def;
         return 0;
     }
-    if (json_typeof(v) != JSON_STRING) return tg_fail(r->err, "%s: field '%s': expected a string", r->path, key);
+    if (json_typeof(v) != JSON_STRING)
+        return tg_fail(r->err, "%s: field '%s%s': expected a string", r->path, PFX(r), key);
     *out = json_string_value(v);
     return 0;
 }
@@ -225,9 +231,15 @@ static int check_sizes(reader *r, const tg_model_config *c, const size_fields *f
     const int64_t types = (int64_t)c->type_vocab_size * h, square = h * h, fused = 3 * h * h,
                   wide = (int64_t)c->intermediate * h;
     /* Per layer: query, key, value and output projections with biases, two feed-forward
-     * projections with biases, two LayerNorms. */
-    const int64_t layer = fused + square + 2 * wide + 9 * h + c->intermediate;
-    const int64_t embed = words + positions + types + square + 5 * h; /* with the pooler or final LayerNorm */
+     * projections with biases, two LayerNorms. Llama: no biases, the key and value
+     * projections of kv_heads heads, three MLP projections (gate, up, down) and two
+     * RMSNorms; the embeddings and the final RMSNorm (the LM head, tied or not, is a task
+     * head). kv_heads divides heads, which divides hidden: the kv width is at most h. */
+    const int64_t kv = c->arch == TG_ARCH_LLAMA ? (int64_t)c->kv_heads * (h / c->heads) * h : 0;
+    const int64_t layer = c->arch == TG_ARCH_LLAMA ? 2 * square + 2 * kv + 3 * wide + 2 * h
+                                                   : fused + square + 2 * wide + 9 * h + c->intermediate;
+    const int64_t embed = c->arch == TG_ARCH_LLAMA ? words + h
+                                                   : words + positions + types + square + 5 * h; /* with the pooler or final LayerNorm */
     const int64_t total = layer * c->layers + embed;
     if (total > TG_MODEL_MAX_PARAMS)
         return tg_fail(r->err,
@@ -307,9 +319,19 @@ static int parse_gpt2(reader *r, tg_model_config *c) {
     return 0;
 }
 
+/* rope_theta of reader r (the file's top level, or the rope object): above 1, as ROPE's
+ * shape rule requires of the float (theta 1 makes every frequency 1). */
+static int get_rope_theta(reader *r, tg_model_config *c) {
+    if (get_float(r, "rope_theta", 10000.0, 1.0, 1e12, 0, &c->rope_theta)) return -1;
+    if (!(c->rope_theta > 1.0f))
+        return tg_fail(r->err, "%s: field '%srope_theta': %g is not above 1", r->path, PFX(r), c->rope_theta);
+    return 0;
+}
+
 /* The Llama rotary embedding: transformers 5's `rope_parameters` object, or the older
  * `rope_theta` with `rope_scaling` (null, or an object) that Llama 3 folders carry. The
- * rope types are "default" and "llama3"; others (linear, dynamic, yarn...) are refused. */
+ * rope types are "default" and "llama3"; others (linear, dynamic, yarn...) are refused.
+ * Messages name a field of the object with the object's name ("rope_scaling.factor"). */
 static int parse_rope(reader *r, tg_model_config *c) {
     json_t *params = json_object_get(r->root, "rope_parameters");
     const char *field = "rope_parameters";
@@ -317,21 +339,24 @@ static int parse_rope(reader *r, tg_model_config *c) {
     if (!params || json_typeof(params) == JSON_NULL) {
         field = "rope_scaling";
         scaling = json_object_get(r->root, "rope_scaling");
-        if (get_float(r, "rope_theta", 10000.0, 1.0, 1e12, 0, &c->rope_theta)) return -1;
+        params = NULL;
+        if (get_rope_theta(r, c)) return -1;
     }
     c->rope_type = TG_ROPE_DEFAULT;
     if (!scaling || json_typeof(scaling) == JSON_NULL) return 0;
     if (json_typeof(scaling) != JSON_OBJECT) return tg_fail(r->err, "%s: field '%s': expected an object or null", r->path, field);
-    reader sub = {r->path, scaling, r->err};
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%s.", field);
+    reader sub = {r->path, scaling, r->err, prefix};
     const char *type = NULL;
     /* HF reads "type" where "rope_type" is absent (older configs). */
-    json_t *ty = json_object_get(scaling, "rope_type");
-    if (get_string(&sub, ty ? "rope_type" : "type", "default", &type)) return -1;
-    if (params && get_float(&sub, "rope_theta", 10000.0, 1.0, 1e12, 0, &c->rope_theta)) return -1;
+    const char *type_key = json_object_get(scaling, "rope_type") ? "rope_type" : "type";
+    if (get_string(&sub, type_key, "default", &type)) return -1;
+    if (params && get_rope_theta(&sub, c)) return -1;
     if (!strcmp(type, "default")) return 0;
     if (strcmp(type, "llama3"))
-        return tg_fail(r->err, "%s: field '%s.rope_type': '%s' is not supported (supported: default, llama3)", r->path,
-                       field, type);
+        return tg_fail(r->err, "%s: field '%s%s': '%s' is not supported (supported: default, llama3)", r->path, prefix,
+                       type_key, type);
     c->rope_type = TG_ROPE_LLAMA3;
     if (get_float(&sub, "factor", 8.0, 1.0, 1e6, 0, &c->rope_factor) ||
         get_float(&sub, "low_freq_factor", 1.0, 1e-6, 1e6, 0, &c->rope_low_freq_factor) ||
@@ -339,7 +364,7 @@ static int parse_rope(reader *r, tg_model_config *c) {
         get_int(&sub, "original_max_position_embeddings", 1, TG_MODEL_MAX_POSITIONS, &c->rope_original_max_positions))
         return -1;
     if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
-        return tg_fail(r->err, "%s: field '%s.high_freq_factor': %g is not above low_freq_factor %g", r->path, field,
+        return tg_fail(r->err, "%s: field '%shigh_freq_factor': %g is not above low_freq_factor %g", r->path, prefix,
                        c->rope_high_freq_factor, c->rope_low_freq_factor);
     return 0;
 }
@@ -391,7 +416,8 @@ static int parse_llama(reader *r, tg_model_config *c) {
                        r->path, head_dim, c->hidden / c->heads);
     c->type_vocab_size = 0;
     c->gelu = TG_GELU_ERF; /* unused: the MLP is SwiGLU */
-    return check_pad(r, "pad_token_id", c) || check_sizes(r, c, &k_bert_fields);
+    if (check_pad(r, "pad_token_id", c) || check_sizes(r, c, &k_bert_fields)) return -1;
+    return 0;
 }
 
 /* The whole file; at most TG_MODEL_CONFIG_MAX_BYTES are read, so a huge file or an endless
@@ -416,7 +442,7 @@ int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
                            jerr.column);
         return tg_fail(err, "%s: invalid JSON at line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
     }
-    reader r = {path, root, err};
+    reader r = {path, root, err, NULL};
     int rc;
     const char *type = NULL;
     if (json_typeof(root) != JSON_OBJECT) {
