@@ -21,7 +21,8 @@
 
 static const char data_usage[] =
     "usage:\n"
-    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [--format csv|tsv|jsonl|squad|text|folders]\n"
+    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH\n"
+    "                [--format csv|tsv|jsonl|squad|text|folders|instruct] [--template FILE]\n"
     "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
@@ -100,7 +101,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         int takes = !strcmp(s, "-o") || !strcmp(s, "--tokenizer") || !strcmp(s, "--format") ||
                     !strcmp(s, "--text-column") || !strcmp(s, "--pair-column") || !strcmp(s, "--label-column") ||
                     !strcmp(s, "--labels") || !strcmp(s, "--seq") || !strcmp(s, "--doc-stride") ||
-                    !strcmp(s, "--eval-fraction") || !strcmp(s, "--seed");
+                    !strcmp(s, "--eval-fraction") || !strcmp(s, "--seed") || !strcmp(s, "--template");
         if (takes && !value) {
             free(inputs);
             return data_usage_error("%s needs a value", s);
@@ -113,6 +114,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         else if (!strcmp(s, "--pair-column")) o.pair_column = value;
         else if (!strcmp(s, "--label-column")) o.label_column = value;
         else if (!strcmp(s, "--labels")) o.labels = value;
+        else if (!strcmp(s, "--template")) o.template_path = value;
         else if (!strcmp(s, "--seq")) bad = parse_int(value, 2, 1 << 22, &o.seq);
         else if (!strcmp(s, "--doc-stride")) bad = parse_int(value, 0, 1 << 22, &o.doc_stride);
         else if (!strcmp(s, "--eval-fraction")) {
@@ -134,7 +136,9 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         }
         if (bad) {
             free(inputs);
-            if (!strcmp(s, "--format")) return data_usage_error("--format must be csv, tsv, jsonl, squad, text or folders, got '%s'", value);
+            if (!strcmp(s, "--format"))
+                return data_usage_error("--format must be csv, tsv, jsonl, squad, text, folders or instruct, got '%s'",
+                                        value);
             if (!strcmp(s, "--eval-fraction")) return data_usage_error("--eval-fraction needs a number in [0, 1), got '%s'", value);
             if (!strcmp(s, "--seed")) return data_usage_error("--seed needs a whole number from 0 to 2^64-1, got '%s'", value);
             if (!strcmp(s, "--seq")) return data_usage_error("--seq needs a whole number from 2 to 4194304, got '%s'", value);
@@ -186,16 +190,26 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
             rep.format == TG_INPUT_SQUAD     ? "questions"
             : rep.format == TG_INPUT_FOLDERS ? "files"
             : rep.format == TG_INPUT_TEXT    ? "lines"
+            : rep.format == TG_INPUT_INSTRUCT ? "records"
                                              : "rows");
     if (rep.format == TG_INPUT_SQUAD) fprintf(stderr, " (%" PRId64 " windows hold their answer)", rep.answered);
     fprintf(stderr, "\n");
+    const int instruct = rep.format == TG_INPUT_INSTRUCT;
     if (rep.skipped_invalid)
-        fprintf(stderr, "tunegraph: left out %" PRId64 " %s that %s not UTF-8 (--skip-invalid)\n", rep.skipped_invalid,
-                rep.format == TG_INPUT_FOLDERS ? (rep.skipped_invalid == 1 ? "file" : "files")
-                                               : (rep.skipped_invalid == 1 ? "row" : "rows"),
+        fprintf(stderr, "tunegraph: left out %" PRId64 " %s%s that %s not UTF-8 (--skip-invalid)\n", rep.skipped_invalid,
+                rep.format == TG_INPUT_FOLDERS ? "file" : instruct ? "record" : "row", rep.skipped_invalid == 1 ? "" : "s",
                 rep.skipped_invalid == 1 ? "is" : "are");
-    if (rep.skipped_empty)
+    if (rep.skipped_empty && !instruct)
         fprintf(stderr, "tunegraph: left out %" PRId64 " rows that encode to no tokens\n", rep.skipped_empty);
+    if (rep.skipped_empty && instruct)
+        fprintf(stderr, "tunegraph: left out %" PRId64 " record%s whose response encodes to no tokens\n",
+                rep.skipped_empty, rep.skipped_empty == 1 ? "" : "s");
+    if (rep.skipped_long)
+        fprintf(stderr, "tunegraph: left out %" PRId64 " record%s whose prompt leaves no room for a response in --seq %d\n",
+                rep.skipped_long, rep.skipped_long == 1 ? "" : "s", rep.seq);
+    if (rep.truncated)
+        fprintf(stderr, "tunegraph: cut the response of %" PRId64 " record%s to fit --seq %d\n", rep.truncated,
+                rep.truncated == 1 ? "" : "s", rep.seq);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "datasets/dataset.h"
 #include "datasets/shard_dataset.h"
 #include "datasets/shard_reader.h"
+#include "plan/ops.h"
 #include "plan/plan.h"
 
 /* What a line carries besides input_ids (and token_type_ids where the record has them). */
@@ -30,14 +31,21 @@ static void put_ids(FILE *f, const char *key, const int32_t *v, int32_t n) {
 }
 
 /* {"input_ids": [...], "token_type_ids": [...], "label": N | "start_position": S,
- * "end_position": E}: the record as tg_dataset_load reads it back (it ignores the qa keys). */
+ * "end_position": E | "labels": [...]}: the record as tg_dataset_load reads it back (it
+ * ignores the qa keys). An lm record with a prompt (instruct) has "labels" as Hugging
+ * Face's causal LMs take them: its ids with -100 on the prompt's `prompt` tokens. */
 static void put_record(FILE *f, dump_kind kind, int32_t len, const int32_t *ids, const int32_t *types, int32_t label,
-                       int32_t start, int32_t end) {
+                       int32_t start, int32_t end, int32_t prompt) {
     fputc('{', f);
     put_ids(f, "input_ids", ids, len);
     if (types) {
         fputs(", ", f);
         put_ids(f, "token_type_ids", types, len);
+    }
+    if (kind == DUMP_LM && prompt > 1) {
+        fputs(", \"labels\": [", f);
+        for (int32_t i = 0; i < len; i++) fprintf(f, i ? ", %" PRId32 : "%" PRId32, i < prompt ? TG_IGNORE_INDEX : ids[i]);
+        fputc(']', f);
     }
     if (kind == DUMP_CLASSIFY) fprintf(f, ", \"label\": %" PRId32, label);
     if (kind == DUMP_QA) fprintf(f, ", \"start_position\": %" PRId32 ", \"end_position\": %" PRId32, start, end);
@@ -121,7 +129,8 @@ static int dump_shard_set(const char *dir, int split, dump_out *o, int64_t *n_re
         for (int64_t i = 0; !rc && i < set.n_records; i++) {
             tg_shard_record rec;
             if ((rc = tg_shard_cursor_get(&cur, i, &rec, err))) break;
-            put_record(o->f, kind, rec.len, rec.input_ids, rec.token_type_ids, rec.label, rec.start, rec.end);
+            put_record(o->f, kind, rec.len, rec.input_ids, rec.token_type_ids, rec.label, rec.start, rec.end,
+                       rec.prompt_len);
         }
         if (o->f) rc = out_end(o, !rc, err);
         tg_shard_cursor_close(&cur);
@@ -188,7 +197,7 @@ static int dump_jsonl(const char *path, dump_out *o, int64_t *n_records, dump_ki
     int rc = out_begin(o, err);
     for (int32_t i = 0; !rc && i < ds.n; i++) {
         const tg_example *e = &ds.examples[i];
-        put_record(o->f, *kind, e->len, e->input_ids, e->token_type_ids, e->label, 0, 0);
+        put_record(o->f, *kind, e->len, e->input_ids, e->token_type_ids, e->label, 0, 0, e->prompt_len);
     }
     if (o->f) rc = out_end(o, !rc, err);
     *n_records = ds.n;

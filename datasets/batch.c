@@ -86,14 +86,21 @@ void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
             for (int32_t t = 0; t < T; t++) pos[t] = t < len ? shape->pad_id + 1 + t : shape->pad_id;
         else if (!keep_fixed)
             for (int32_t t = 0; t < T; t++) pos[t] = t;
-        if (lm && out->mark_label_rows) {
+        /* An instruction's prompt: its tokens are no targets. Such a row is written whole
+         * (never left to the step, nor trusted to hold its padding from before). */
+        const int32_t prompt = lm && ex && ex->prompt_len > 1 ? ex->prompt_len : 0;
+        if (lm && out->mark_label_rows && !prompt) {
             out->labels[(int64_t)b * T] = TG_LABELS_FROM_IDS; /* the step derives the row */
         } else if (lm) {
-            /* Token t predicts token t+1, only while t+1 is inside the kept sequence. */
+            /* Token t predicts token t+1, only while t+1 is inside the kept sequence and
+             * past the prompt. */
             int32_t *lab = out->labels + (int64_t)b * T;
-            int32_t shifted = len > 1 ? len - 1 : 0;
-            if (shifted) streamed |= copy_row(lab, ex->input_ids + 1, sizeof *lab * (size_t)shifted);
-            if (!same_len)
+            const int32_t shifted = len > 1 ? len - 1 : 0;
+            const int32_t first = prompt - 1 < shifted ? (prompt > 0 ? prompt - 1 : 0) : shifted;
+            for (int32_t t = 0; t < first; t++) lab[t] = TG_IGNORE_INDEX;
+            if (shifted > first)
+                streamed |= copy_row(lab + first, ex->input_ids + 1 + first, sizeof *lab * (size_t)(shifted - first));
+            if (!same_len || prompt)
                 for (int32_t t = shifted; t < T; t++) lab[t] = TG_IGNORE_INDEX;
         } else if (shape->task == TG_TASK_MLM) {
             /* The masking op makes mlm's labels on the device; the input stays ignored. */

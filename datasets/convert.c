@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "datasets/file_bytes.h"
+#include "datasets/instruct.h"
 #include "datasets/labels.h"
 #include "datasets/qa_features.h"
 #include "datasets/shard_writer.h"
@@ -17,7 +18,7 @@
 #include "datasets/text_rows.h"
 #include "plan/plan.h"
 
-static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "squad", "text", "folders"};
+static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "squad", "text", "folders", "instruct"};
 
 int tg_input_format_parse(const char *name) {
     for (int i = 1; i < (int)(sizeof format_names / sizeof *format_names); i++)
@@ -43,7 +44,8 @@ static int format_of(const char *path, tg_err *err) {
     if (ends_with(path, ".jsonl")) return TG_INPUT_JSONL;
     if (ends_with(path, ".json")) return TG_INPUT_SQUAD;
     if (ends_with(path, ".txt")) return TG_INPUT_TEXT;
-    return tg_fail(err, "%s: cannot tell the format from the name (--format csv|tsv|jsonl|squad|text|folders)", path);
+    return tg_fail(err, "%s: cannot tell the format from the name (--format csv|tsv|jsonl|squad|text|folders|instruct)",
+                   path);
 }
 
 /* ---- the eval split ------------------------------------------------------------- */
@@ -155,10 +157,11 @@ static int read_rows(const tg_convert_options *o, int format, tg_text_rows *rows
         char *buf;
         size_t len;
         if (tg_file_bytes(path, &buf, &len, err)) return -1;
-        int rc = format == TG_INPUT_CSV     ? tg_text_read_csv(path, buf, len, ',', &cols, rows, err)
-                 : format == TG_INPUT_TSV   ? tg_text_read_csv(path, buf, len, '\t', &cols, rows, err)
-                 : format == TG_INPUT_JSONL ? tg_text_read_jsonl(path, buf, len, &cols, rows, err)
-                                            : tg_text_read_lines(path, buf, len, o->skip_invalid, rows, err);
+        int rc = format == TG_INPUT_CSV        ? tg_text_read_csv(path, buf, len, ',', &cols, rows, err)
+                 : format == TG_INPUT_TSV      ? tg_text_read_csv(path, buf, len, '\t', &cols, rows, err)
+                 : format == TG_INPUT_JSONL    ? tg_text_read_jsonl(path, buf, len, &cols, rows, err)
+                 : format == TG_INPUT_INSTRUCT ? tg_text_read_instruct(path, buf, len, o->skip_invalid, rows, err)
+                                               : tg_text_read_lines(path, buf, len, o->skip_invalid, rows, err);
         free(buf);
         if (rc) return -1;
     }
@@ -240,6 +243,103 @@ static int convert_rows(converter *C, const tg_text_rows *rows, const int32_t *l
         }
     }
     return lm_text ? lm_finish(C, err) : 0;
+}
+
+/* ---- instruct -------------------------------------------------------------------- */
+
+/* The prompt templates of a conversion: Alpaca's two, or the one of --template for both. */
+typedef struct templates {
+    tg_instruct_template with_input, no_input;
+    char *file; /* --template's bytes */
+} templates;
+
+static int templates_open(const tg_convert_options *o, templates *t, tg_err *err) {
+    memset(t, 0, sizeof *t);
+    if (!o->template_path) { /* Alpaca's own pass the check */
+        (void)tg_instruct_template_check("", tg_alpaca_prompt_input, strlen(tg_alpaca_prompt_input), &t->with_input,
+                                         err);
+        (void)tg_instruct_template_check("", tg_alpaca_prompt_no_input, strlen(tg_alpaca_prompt_no_input),
+                                         &t->no_input, err);
+        return 0;
+    }
+    size_t len;
+    if (tg_file_bytes(o->template_path, &t->file, &len, err)) return tg_fail_context(err, "--template");
+    /* The line end that ends a text file is no part of the template. */
+    if (len && t->file[len - 1] == '\n') {
+        len--;
+        if (len && t->file[len - 1] == '\r') len--;
+    }
+    if (tg_instruct_template_check(o->template_path, t->file, len, &t->with_input, err))
+        return tg_fail_context(err, "--template");
+    t->no_input = t->with_input;
+    return 0;
+}
+
+static int convert_instruct(converter *C, const tg_text_rows *rows, const uint8_t *in_eval, const templates *tm,
+                            tg_err *err) {
+    const tg_special_ids *sp = &C->enc->special;
+    const int32_t bos = sp->bos, eos = sp->eos >= 0 ? sp->eos : sp->sep;
+    const int32_t nb = bos >= 0, ne = eos >= 0;
+    const tg_encode_options plain = {.add_special_tokens = 0};
+    int32_t *ids = C->chunk[TG_SPLIT_TRAIN]; /* seq tokens: the record being made */
+    tg_instruct_text prompt = {0}, response = {0};
+    char where[600];
+    int rc = 0;
+    for (int64_t i = 0; i < rows->n && !rc; i++) {
+        if (i && C->opt->progress) C->opt->progress(C->opt->progress_ctx, i, rows->n, tokens_so_far(C));
+        const tg_text_row *r = &rows->rows[i];
+        const int split = in_eval[i] ? TG_SPLIT_EVAL : TG_SPLIT_TRAIN;
+        const char *input = r->pair >= 0 ? tg_text_rows_at(rows, r->pair) : NULL;
+        const tg_instruct_template *t = input ? &tm->with_input : &tm->no_input;
+        tg_text_rows_where(rows, r, where, sizeof where);
+        if (input && !t->has_input) {
+            rc = tg_fail(err, "%s: the record has an input, but the template %s has no {input}", where,
+                         C->opt->template_path);
+            break;
+        }
+        const tg_encoding *e;
+        if ((rc = tg_instruct_render(t, tg_text_rows_at(rows, r->text), (size_t)r->text_len, input,
+                                     (size_t)r->pair_len, tg_text_rows_at(rows, r->label), (size_t)r->label_len,
+                                     &prompt, &response, err)) ||
+            (rc = C->enc->encode(C->enc->ctx, prompt.s, prompt.n, NULL, 0, &plain, &e, err))) {
+            tg_fail_context(err, "%s", where);
+            break;
+        }
+        const int32_t prompt_len = nb + e->n_real;
+        if (prompt_len == 0) {
+            rc = tg_fail(err, "%s: the prompt encodes to no tokens, and the tokenizer has no bos token to start it",
+                         where);
+            break;
+        }
+        /* Room for the response: seq less the prompt and the eos. */
+        const int64_t room = (int64_t)C->seq - prompt_len - ne;
+        if (room < 1) {
+            C->rep->skipped_long++;
+            continue;
+        }
+        if (nb) ids[0] = bos;
+        if (e->n_real) memcpy(ids + nb, e->ids, sizeof *ids * (size_t)e->n_real);
+        if ((rc = C->enc->encode(C->enc->ctx, response.s, response.n, NULL, 0, &plain, &e, err))) {
+            tg_fail_context(err, "%s", where);
+            break;
+        }
+        if (e->n_real == 0) {
+            C->rep->skipped_empty++;
+            continue;
+        }
+        int32_t keep = e->n_real;
+        if (keep > room) {
+            keep = (int32_t)room;
+            C->rep->truncated++;
+        }
+        memcpy(ids + prompt_len, e->ids, sizeof *ids * (size_t)keep);
+        if (ne) ids[prompt_len + keep] = eos;
+        const tg_shard_record rec = {.len = prompt_len + keep + ne, .input_ids = ids, .prompt_len = prompt_len};
+        if ((rc = add(C, split, &rec, err))) tg_fail_context(err, "%s", where);
+    }
+    tg_instruct_text_free(&prompt);
+    tg_instruct_text_free(&response);
+    return rc;
 }
 
 /* ---- squad ---------------------------------------------------------------------- */
@@ -403,7 +503,7 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
     if (!(o->eval_fraction >= 0 && o->eval_fraction < 1))
         return tg_fail(err, "--eval-fraction %g is outside [0, 1)", o->eval_fraction);
     int format = o->format;
-    if (format != TG_INPUT_AUTO && (format < TG_INPUT_CSV || format > TG_INPUT_FOLDERS))
+    if (format != TG_INPUT_AUTO && (format < TG_INPUT_CSV || format > TG_INPUT_INSTRUCT))
         return tg_fail(err, "unknown input format %d", format);
     for (int32_t i = 0; i < o->n_inputs && format == TG_INPUT_AUTO; i++) {
         int f = format_of(o->inputs[i], err);
@@ -424,20 +524,24 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
                        tg_input_format_name(format));
     if (o->doc_stride >= 0 && format != TG_INPUT_SQUAD && o->doc_stride != 0)
         return tg_fail(err, "--doc-stride is for squad inputs, not %s", tg_input_format_name(format));
+    if (o->template_path && format != TG_INPUT_INSTRUCT)
+        return tg_fail(err, "--template is for instruct inputs, not %s", tg_input_format_name(format));
     const int32_t seq = o->seq ? o->seq : format == TG_INPUT_SQUAD ? TG_CONVERT_DEFAULT_QA_SEQ : TG_CONVERT_DEFAULT_SEQ;
     if (seq < 2 || seq > TG_SHARD_SEQ_MAX) return tg_fail(err, "--seq %d is outside 2 to %d", seq, TG_SHARD_SEQ_MAX);
+    rep->seq = seq;
     if (enc->vocab_size < 1) return tg_fail(err, "the tokenizer has no vocabulary");
 
     converter C = {.opt = o, .enc = enc, .rep = rep, .seq = seq};
+    templates tm = {0};
     tg_text_rows rows = {0};
     tg_label_set labels = {0};
     int32_t *label_ids = NULL;
     uint8_t *in_eval = NULL;
     int64_t n_eval = 0;
-    int rc = 0;
-    if (format == TG_INPUT_SQUAD) {
+    int rc = format == TG_INPUT_INSTRUCT ? templates_open(o, &tm, err) : 0;
+    if (!rc && format == TG_INPUT_SQUAD) {
         rep->task = TG_SHARD_QA;
-    } else {
+    } else if (!rc) {
         rc = read_rows(o, format, &rows, err);
         rep->skipped_invalid = rows.skipped_invalid;
         rep->units = rows.n;
@@ -445,11 +549,14 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
             rc = tg_fail(err, "%s%s: no examples%s", o->inputs[0], o->n_inputs > 1 ? " and the other inputs" : "",
                          rows.skipped_invalid ? " (every one was left out as not UTF-8)" : "");
         }
-        if (!rc) rc = label_rows(o, &rows, &labels, &label_ids, err);
-        rep->task = label_ids ? TG_SHARD_CLASSIFY : TG_SHARD_LM;
+        if (!rc && format != TG_INPUT_INSTRUCT) rc = label_rows(o, &rows, &labels, &label_ids, err);
+        rep->task = label_ids ? TG_SHARD_CLASSIFY : format == TG_INPUT_INSTRUCT ? TG_SHARD_INSTRUCT : TG_SHARD_LM;
         rep->n_labels = labels.n;
         if (!rc) {
-            const char *what = format == TG_INPUT_FOLDERS ? "files" : format == TG_INPUT_TEXT ? "lines" : "rows";
+            const char *what = format == TG_INPUT_FOLDERS    ? "files"
+                               : format == TG_INPUT_TEXT     ? "lines"
+                               : format == TG_INPUT_INSTRUCT ? "records"
+                                                             : "rows";
             rc = pick_eval(rows.n, o->eval_fraction, o->seed, what, &in_eval, &n_eval, err);
         }
     }
@@ -474,7 +581,14 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
     for (int s = 0; s < TG_SPLIT_COUNT && !rc; s++)
         if (!(C.chunk[s] = tg_malloc((size_t)seq * sizeof *C.chunk[s])))
             rc = tg_fail(err, "out of memory for a record of %d tokens", seq);
-    if (!rc) rc = format == TG_INPUT_SQUAD ? convert_squad(&C, err) : convert_rows(&C, &rows, label_ids, in_eval, err);
+    if (!rc)
+        rc = format == TG_INPUT_SQUAD      ? convert_squad(&C, err)
+             : format == TG_INPUT_INSTRUCT ? convert_instruct(&C, &rows, in_eval, &tm, err)
+                                           : convert_rows(&C, &rows, label_ids, in_eval, err);
+    if (!rc && rep->records[TG_SPLIT_TRAIN] + rep->records[TG_SPLIT_EVAL] == 0 && format == TG_INPUT_INSTRUCT)
+        rc = tg_fail(err, "%s: no records: every one was left out (%lld whose prompt leaves no room for a response in "
+                          "--seq %d, %lld whose response encodes to no tokens)",
+                     o->inputs[0], (long long)rep->skipped_long, seq, (long long)rep->skipped_empty);
     if (!rc && rep->records[TG_SPLIT_TRAIN] + rep->records[TG_SPLIT_EVAL] == 0)
         rc = tg_fail(err, "%s: no records (every row encoded to no tokens)", o->inputs[0]);
     if (!rc && o->eval_fraction > 0 && rep->records[TG_SPLIT_EVAL] == 0)
@@ -487,6 +601,7 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
         else tg_shard_writer_abort(C.w);
     }
     for (int s = 0; s < TG_SPLIT_COUNT; s++) free(C.chunk[s]);
+    free(tm.file);
     free(in_eval);
     free(label_ids);
     tg_labels_free(&labels);

@@ -1,5 +1,5 @@
 /* `data convert`: labelled text in (CSV, TSV, JSONL, a folder per label, SQuAD JSON, plain
- * text), a shard set out (datasets/shard_writer.h).
+ * text, instruction records), a shard set out (datasets/shard_writer.h).
  *
  * What each format gives:
  *   csv, tsv, jsonl  a record per row: the text column (and pair column) encoded with the
@@ -12,6 +12,16 @@
  *   text             lm records: the lines encoded without template, each followed by the
  *                    separator (the tokenizer's eos token, else its sep token), joined and
  *                    cut into records of seq tokens; a last record of one token is dropped
+ *   instruct         instruct records from Alpaca's instruction / input / output records
+ *                    (datasets/instruct.h), one per record: the tokenizer's bos token
+ *                    (when it has one), the prompt (the record through the template, up to
+ *                    where the response goes), the response, then the eos token (else the
+ *                    sep token, else none). Prompt and response are encoded apart, without
+ *                    the tokenizer's template, so the record's prompt length (bos and
+ *                    prompt) is exact. A record longer than seq keeps its prompt and eos
+ *                    and loses the end of its response; one whose prompt leaves no room for
+ *                    a response token is left out (counted in skipped_long), as is one
+ *                    whose response encodes to no tokens (skipped_empty)
  * Label ids follow the sorted label names (datasets/labels.h) or the given list.
  * With eval_fraction F > 0, ceil(F x N) of the N units (rows, files, lines, or SQuAD
  * articles, so windows of one context stay together) go to the eval split, picked by a
@@ -31,7 +41,8 @@ typedef enum tg_input_format {
     TG_INPUT_JSONL,
     TG_INPUT_SQUAD,
     TG_INPUT_TEXT,
-    TG_INPUT_FOLDERS
+    TG_INPUT_FOLDERS,
+    TG_INPUT_INSTRUCT         /* never from the name: JSON Lines or a JSON array of records */
 } tg_input_format;
 
 #define TG_CONVERT_DEFAULT_SEQ 512
@@ -52,6 +63,8 @@ typedef struct tg_convert_options {
     double eval_fraction;     /* 0: no eval split */
     uint64_t seed;
     int32_t skip_invalid;     /* leave out text that is not UTF-8, counting it */
+    const char *template_path; /* instruct: a prompt template file (datasets/instruct.h; one
+                                  line end at its end dropped); NULL: Alpaca's two */
     const char *command;      /* recorded in the manifest */
     int64_t frame_bytes, shard_bytes; /* 0: the writer's defaults */
     /* Called (when not NULL) after each row, file, line or question is encoded: the units
@@ -62,10 +75,13 @@ typedef struct tg_convert_options {
 
 typedef struct tg_convert_report {
     int32_t format, task;     /* tg_input_format, tg_shard_task */
+    int32_t seq;              /* the records' longest length */
     int64_t units;            /* rows, files, lines or questions read */
     int64_t records[2], tokens[2];
     int64_t skipped_invalid;  /* rows or files left out as not UTF-8 */
-    int64_t skipped_empty;    /* rows that encode to no tokens */
+    int64_t skipped_empty;    /* rows that encode to no tokens (instruct: whose response does) */
+    int64_t skipped_long;     /* instruct: records whose prompt leaves no room for a response */
+    int64_t truncated;        /* instruct: records whose response was cut to fit seq */
     int64_t answered;         /* qa windows holding their answer */
     int32_t n_labels;
 } tg_convert_report;

@@ -1,6 +1,10 @@
 /* Pre-tokenized JSON Lines datasets and fixed-shape batches.
  * Each line: {"input_ids": [..], "label": n} for classify, {"input_ids": [..]} for lm;
- * optional "token_type_ids": [..] (same length as input_ids). tg_dataset_load also takes
+ * optional "token_type_ids": [..] (same length as input_ids); for lm, optional "labels":
+ * [..] as Hugging Face writes them (the same length as input_ids, each the id at its
+ * position or -100 for a position that is no target; the -100 positions past the first
+ * come before every counted one: a prompt whose tokens are no targets, the way
+ * `data convert --format instruct` makes them). tg_dataset_load also takes
  * a shard set made by `data convert` (datasets/shard_dataset.h): OUTDIR for its train
  * split, OUTDIR/train or OUTDIR/eval. */
 #ifndef TUNEGRAPH_DATASET_H
@@ -22,6 +26,8 @@ typedef struct tg_example {
     int32_t *token_type_ids;  /* NULL when the line has none (all zeros) */
     int32_t label;            /* classify; qa: the answer's start token; TG_IGNORE_INDEX for lm */
     int32_t label_end;        /* qa: the answer's end token (0, 0: no answer, the [CLS] token) */
+    int32_t prompt_len;       /* lm: the first prompt_len tokens are no targets (an instruction's
+                                 prompt, < len); 0 or 1: every token after the first is one */
 } tg_example;
 
 typedef struct tg_dataset {
@@ -65,7 +71,8 @@ typedef struct tg_batch {
      * just their ids and labels. */
     int32_t *row_len;
     /* In: LM rows get TG_LABELS_FROM_IDS as their first label and nothing else, for a
-     * training step that derives the rest on the device (tg_batch_derive_label_rows). A
+     * training step that derives the rest on the device (tg_batch_derive_label_rows); the
+     * rows of examples with a prompt get their whole label row all the same. A
      * marked fill leaves the rest of each label row as it was, so a fill that changes this
      * over buffers filled before must come with fixed_parts_written = 0. */
     int32_t mark_label_rows;
@@ -82,8 +89,9 @@ typedef struct tg_batch_shape {
  * whose labels are all TG_IGNORE_INDEX, so they add nothing to loss or accuracy.
  * Sequences longer than seq are truncated. Labels: classify -> the example's label;
  * qa -> labels[2b], labels[2b+1] = its start and end token (padding rows TG_SPAN_NONE);
- * lm -> labels[t] = input_ids[t+1] where position t+1 is a real token, else ignored
- * (the shift HF's causal-LM loss applies). Positions: 0..T-1, or for RoBERTa
+ * lm -> labels[t] = input_ids[t+1] where position t+1 is a real token and not in the
+ * example's prompt (t+1 >= prompt_len), else ignored (the shift HF's causal-LM loss
+ * applies to labels that are -100 on the prompt). Positions: 0..T-1, or for RoBERTa
  * pad_id + 1 + (count of real tokens so far) on real tokens and pad_id on padding. */
 void tg_batch_fill(const tg_dataset *ds, const int32_t *idx, int32_t n,
                    const tg_batch_shape *shape, tg_batch *out);

@@ -73,6 +73,40 @@ static int read_ids(loader *L, json_t *arr, const char *name, int32_t limit,
     return 0;
 }
 
+/* lm's "labels" as Hugging Face writes them: labels[t] is ids[t] (a target) or -100 (none).
+ * Position 0 is never a target of the shifted loss; past it, the -100 positions must come
+ * first (a prompt), so *prompt is the first counted position (0 when that is position 1,
+ * which is plain causal LM). */
+static int read_prompt(loader *L, json_t *labels, const int32_t *ids, size_t n, int32_t *prompt, tg_err *err) {
+    if (json_typeof(labels) != JSON_ARRAY)
+        return tg_fail(err, "%s:%lld: labels must be an array of integers", L->path, L->line);
+    if (json_array_size(labels) != n)
+        return tg_fail(err, "%s:%lld: labels has %zu entries but input_ids has %zu", L->path, L->line,
+                       json_array_size(labels), n);
+    size_t first = 0; /* the first counted position past 0 */
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(labels, i);
+        if (json_typeof(v) != JSON_INTEGER)
+            return tg_fail(err, "%s:%lld: labels[%zu] is not an integer", L->path, L->line, i);
+        const json_int_t x = json_integer_value(v);
+        if (x != TG_IGNORE_INDEX && x != ids[i])
+            return tg_fail(err, "%s:%lld: labels[%zu] = %lld is neither input_ids[%zu] (%d) nor -100 (labels are the "
+                                "ids, unshifted, with -100 where a position is no target)",
+                           L->path, L->line, i, (long long)x, i, ids[i]);
+        if (i == 0) continue;
+        if (x != TG_IGNORE_INDEX && !first) first = i;
+        if (x == TG_IGNORE_INDEX && first)
+            return tg_fail(err, "%s:%lld: labels[%zu] is -100 after the counted labels[%zu]: only a prompt at the start "
+                                "can be left out of the loss",
+                           L->path, L->line, i, first);
+    }
+    if (!first)
+        return tg_fail(err, "%s:%lld: labels leave no position to learn (every one past the first is -100)", L->path,
+                       L->line);
+    *prompt = first > 1 ? (int32_t)first : 0;
+    return 0;
+}
+
 static int parse_line(loader *L, const char *text, size_t len, const tg_data_rules *r,
                       tg_err *err) {
     json_error_t jerr;
@@ -168,9 +202,13 @@ static int parse_line(loader *L, const char *text, size_t len, const tg_data_rul
         label = (int32_t)x;
     }
 
+    int32_t prompt = 0;
+    json_t *labels = r->task == TG_TASK_LM ? json_object_get(root, "labels") : NULL;
+    if (labels && read_prompt(L, labels, L->pool + ids_at, n, &prompt, err)) goto done;
+
     if (examples_reserve(L, err)) goto done;
     L->ex[L->n] = (tg_example){.len = (int32_t)n, .input_ids = NULL, .token_type_ids = NULL,
-                               .label = label};
+                               .label = label, .prompt_len = prompt};
     L->ids_off[L->n] = ids_at;
     L->types_off[L->n] = types_at;
     L->n++;

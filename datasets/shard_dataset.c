@@ -166,6 +166,7 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
         }
         ex[i] = (tg_example){.len = rec.len, .label = rules->task == TG_TASK_CLASSIFY ? rec.label : TG_IGNORE_INDEX};
         if (rules->task == TG_TASK_QA) ex[i].label = rec.start, ex[i].label_end = rec.end;
+        if (rules->task == TG_TASK_LM) ex[i].prompt_len = rec.prompt_len; /* 0 but in instruct sets */
     }
     tg_shard_cursor_close(&cur);
     tg_shard_set_close(&set);

@@ -21,7 +21,7 @@ void tg_shard_path_resolve(const char *path, char *dir, size_t n, int *split);
 
 /* Loads a split into memory as tg_dataset_load does for JSONL, checked against the rules:
  * the set's task against the job's (classify needs a classify set; lm reads the ids of
- * any set), label names against num_labels, every id against vocab_size, token types
+ * any set, and an instruct set's prompt lengths), label names against num_labels, every id against vocab_size, token types
  * against type_vocab_size, and, when tokenizer_identity is not 0, the manifest's tokenizer
  * against it (tg_tokenizer_identity of the job's tokenizer; tg_dataset_load passes 0
  * until jobs name one). */

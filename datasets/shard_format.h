@@ -16,8 +16,11 @@
  * A block: u32 n (records), u32 end[n] (where each record ends within the record area,
  * increasing), then the record area, each record:
  *   u32 length L (tokens, >= 1), u32 flags (bit 0: token types follow the ids),
- *   i32 label (classify) | i32 start, i32 end (qa: answer token positions) | nothing (lm),
- *   u32 input_ids[L], then u8 token_type_ids[L] when flagged. */
+ *   i32 label (classify) | i32 start, i32 end (qa: answer token positions) | nothing (lm) |
+ *   i32 prompt P (instruct: the record's first P tokens are the prompt, 1 <= P < L),
+ *   u32 input_ids[L], then u8 token_type_ids[L] when flagged.
+ * Version 1 holds every kind; a build that predates a kind refuses a set of it by the
+ * manifest's task. */
 #ifndef TUNEGRAPH_SHARD_FORMAT_H
 #define TUNEGRAPH_SHARD_FORMAT_H
 
@@ -39,12 +42,14 @@
 static const char tg_shard_magic[8] = {'T', 'G', 'S', 'H', 'A', 'R', 'D', 0};
 static const char tg_shard_footer_magic[8] = {'T', 'G', 'S', 'H', 'I', 'D', 'X', 0};
 
-typedef enum tg_shard_task { TG_SHARD_CLASSIFY = 1, TG_SHARD_LM = 2, TG_SHARD_QA = 3 } tg_shard_task;
+/* instruct: lm records whose first tokens (the prompt) are no targets: an instruction
+ * and its response, the loss on the response alone. */
+typedef enum tg_shard_task { TG_SHARD_CLASSIFY = 1, TG_SHARD_LM = 2, TG_SHARD_QA = 3, TG_SHARD_INSTRUCT = 4 } tg_shard_task;
 typedef enum tg_shard_split { TG_SPLIT_TRAIN = 0, TG_SPLIT_EVAL = 1, TG_SPLIT_COUNT } tg_shard_split;
 
 /* Bytes of a record's fixed part (length, flags, label or positions) for a task. */
 static inline uint32_t tg_shard_record_head(int task) {
-    return 8u + (task == TG_SHARD_CLASSIFY ? 4u : task == TG_SHARD_QA ? 8u : 0u);
+    return 8u + (task == TG_SHARD_CLASSIFY || task == TG_SHARD_INSTRUCT ? 4u : task == TG_SHARD_QA ? 8u : 0u);
 }
 
 static inline void tg_put_le32(uint8_t *p, uint32_t v) {
@@ -67,6 +72,7 @@ typedef struct tg_shard_record {
     const int32_t *token_type_ids;  /* NULL: all zero */
     int32_t label;                  /* classify */
     int32_t start, end;             /* qa: the answer's first and last token (0, 0: none) */
+    int32_t prompt_len;             /* instruct: the prompt's tokens at the start (1 <= prompt_len < len) */
 } tg_shard_record;
 
 const char *tg_shard_task_name(int task);

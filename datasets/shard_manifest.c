@@ -18,6 +18,7 @@ const char *tg_shard_task_name(int task) {
     case TG_SHARD_CLASSIFY: return "classify";
     case TG_SHARD_LM: return "lm";
     case TG_SHARD_QA: return "qa";
+    case TG_SHARD_INSTRUCT: return "instruct";
     default: return "?";
     }
 }
@@ -265,8 +266,9 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!task) return -1;
     const char *t = is(task, JSON_STRING) ? json_string_value(task) : "";
     m->task = !strcmp(t, "classify") ? TG_SHARD_CLASSIFY : !strcmp(t, "lm") ? TG_SHARD_LM
-            : !strcmp(t, "qa")       ? TG_SHARD_QA : 0;
-    if (!m->task) return tg_fail(R->err, "%s: \"task\" must be \"classify\", \"lm\" or \"qa\"", R->name);
+            : !strcmp(t, "qa")       ? TG_SHARD_QA : !strcmp(t, "instruct") ? TG_SHARD_INSTRUCT : 0;
+    if (!m->task)
+        return tg_fail(R->err, "%s: \"task\" must be \"classify\", \"lm\", \"qa\" or \"instruct\"", R->name);
     int64_t seq, stride = 0;
     if (whole(R, root, "seq", "the manifest", 1, TG_SHARD_SEQ_MAX, &seq)) return -1;
     m->seq = (int32_t)seq;

@@ -1,6 +1,6 @@
 /* manifest.json of a shard set: what the set holds and how it was made.
  *
- *   {"format": "tunegraph-shards", "version": 1, "task": "classify" | "lm" | "qa",
+ *   {"format": "tunegraph-shards", "version": 1, "task": "classify" | "lm" | "qa" | "instruct",
  *    "seq": N, "doc_stride": N (qa only),
  *    "records": {"train": N, "eval": N}, "tokens": {"train": N, "eval": N},
  *    "labels": ["name", ...] (classify: label names by id),

@@ -308,6 +308,12 @@ int tg_shard_block_record(const uint8_t *b, size_t len, int64_t i, const tg_shar
         if (rec->start < 0 || rec->start > rec->end || rec->end >= rec->len)
             return tg_fail(err, "%s: answer tokens %d to %d are outside the record's %d tokens", where, rec->start,
                            rec->end, rec->len);
+    } else if (m->task == TG_SHARD_INSTRUCT) {
+        rec->prompt_len = (int32_t)tg_get_le32(p + 8);
+        if (rec->prompt_len < 1 || rec->prompt_len >= rec->len)
+            return tg_fail(err, "%s: a prompt of %d tokens is outside 1 to %d (the record's %d tokens less one "
+                                "response token)",
+                           where, rec->prompt_len, rec->len - 1, rec->len);
     }
     p += head;
     for (uint32_t t = 0; t < L; t++, p += 4) {

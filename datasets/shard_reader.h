@@ -6,9 +6,9 @@
  * frame stays cached, so reading in order decompresses each frame once). The set is
  * read-only after open; each thread reading it uses its own cursor. Every record is
  * checked against the set as it is read: structure, length 1..seq, ids below the
- * tokenizer's vocab_size, labels and answer positions in range. Errors name the file,
- * and the frame or record: "DIR/train/00000.tgshard: record 12: label 7 is outside the
- * set's 5 labels". */
+ * tokenizer's vocab_size, labels, answer positions and prompt lengths in range. Errors
+ * name the file, and the frame or record: "DIR/train/00000.tgshard: record 12: label 7
+ * is outside the set's 5 labels". */
 #ifndef TUNEGRAPH_SHARD_READER_H
 #define TUNEGRAPH_SHARD_READER_H
 

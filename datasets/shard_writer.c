@@ -340,6 +340,10 @@ static int check_record(const tg_shard_writer *w, int split, const tg_shard_reco
     if (d->task == TG_SHARD_QA && (r->start < 0 || r->start > r->end || r->end >= r->len))
         return tg_fail(err, "shard writer: %s: answer tokens %d to %d are outside the record's %d tokens", at,
                        r->start, r->end, r->len);
+    if (d->task == TG_SHARD_INSTRUCT && (r->prompt_len < 1 || r->prompt_len >= r->len))
+        return tg_fail(err, "shard writer: %s: a prompt of %d tokens is outside 1 to %d (the record's %d tokens "
+                            "less one response token)",
+                       at, r->prompt_len, r->len - 1, r->len);
     return 0;
 }
 
@@ -361,6 +365,7 @@ int tg_shard_writer_add(tg_shard_writer *w, int split, const tg_shard_record *r,
     tg_put_le32(p, (uint32_t)r->len);
     tg_put_le32(p + 4, types ? TG_SHARD_FLAG_TYPES : 0);
     if (w->desc.task == TG_SHARD_CLASSIFY) tg_put_le32(p + 8, (uint32_t)r->label);
+    if (w->desc.task == TG_SHARD_INSTRUCT) tg_put_le32(p + 8, (uint32_t)r->prompt_len);
     if (w->desc.task == TG_SHARD_QA) {
         tg_put_le32(p + 8, (uint32_t)r->start);
         tg_put_le32(p + 12, (uint32_t)r->end);

@@ -110,7 +110,9 @@ int tg_text_fields_add(tg_text_rows *rows, int32_t source, int64_t line, const t
 
 void tg_text_rows_where(const tg_text_rows *r, const tg_text_row *row, char *buf, size_t n) {
     const char *src = row->source >= 0 && row->source < r->n_sources ? r->sources[row->source] : "input";
-    if (row->line > 0) snprintf(buf, n, "%s:%lld", src, (long long)row->line);
+    if (row->element > 0)
+        snprintf(buf, n, "%s: record %lld (line %lld)", src, (long long)row->element - 1, (long long)row->line);
+    else if (row->line > 0) snprintf(buf, n, "%s:%lld", src, (long long)row->line);
     else snprintf(buf, n, "%s", src);
 }
 

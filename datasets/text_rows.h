@@ -1,6 +1,8 @@
 /* Labelled text read from the inputs of `data convert`, before tokenizing: each row a text,
  * an optional pair text and an optional label name, and where it came from (file and
- * line) for messages. The bytes live in one growing arena; rows hold offsets into it. */
+ * line) for messages. The bytes live in one growing arena; rows hold offsets into it.
+ * Instruction records (datasets/instruct.h) are rows too: the text is the instruction,
+ * the pair the input (absent when empty), the label the output. */
 #ifndef TUNEGRAPH_TEXT_ROWS_H
 #define TUNEGRAPH_TEXT_ROWS_H
 
@@ -14,6 +16,7 @@ typedef struct tg_text_row {
     int64_t text_len, pair_len, label_len;
     int32_t source;                     /* index into sources */
     int64_t line;                       /* 1-based line in the source; 0: the whole file */
+    int64_t element;                    /* 1 + the row's index in a JSON array; 0: none */
 } tg_text_row;
 
 typedef struct tg_text_rows {
@@ -42,7 +45,8 @@ int tg_text_rows_source(tg_text_rows *r, const char *name, int32_t *index, tg_er
 int tg_text_rows_add(tg_text_rows *r, int32_t source, int64_t line, const char *text, size_t text_len,
                      const char *pair, size_t pair_len, const char *label, size_t label_len, tg_err *err);
 static inline const char *tg_text_rows_at(const tg_text_rows *r, int64_t off) { return r->bytes + off; }
-/* "file:line" or "file" of a row, for messages. */
+/* "file:line" or "file" of a row, for messages; "file: record K (line L)" for the
+ * element K (0-based) of a JSON array. */
 void tg_text_rows_where(const tg_text_rows *r, const tg_text_row *row, char *buf, size_t n);
 void tg_text_rows_free(tg_text_rows *r);
 

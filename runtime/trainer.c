@@ -897,7 +897,7 @@ int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_
 /* ---- checkpoints ------------------------------------------------------------------------- */
 
 /* xxh64 of the training examples as the batches read them: each one's ids, token types
- * (or their absence) and label. */
+ * (or their absence), label and prompt. */
 static uint64_t train_data_hash(tg_trainer *t) {
     if (t->train_hashed) return t->train_hash;
     XXH64_state_t h;
@@ -907,6 +907,8 @@ static uint64_t train_data_hash(tg_trainer *t) {
         const int32_t head[3] = {e->len, e->label, e->token_type_ids != NULL};
         XXH64_update(&h, head, sizeof head);
         if (t->plan->train.task == TG_TASK_QA) XXH64_update(&h, &e->label_end, sizeof e->label_end);
+        /* Only where there is one, so the hashes of data without prompts stay as they were. */
+        if (e->prompt_len > 1) XXH64_update(&h, &e->prompt_len, sizeof e->prompt_len);
         XXH64_update(&h, e->input_ids, (size_t)e->len * sizeof *e->input_ids);
         if (e->token_type_ids) XXH64_update(&h, e->token_type_ids, (size_t)e->len * sizeof *e->token_type_ids);
     }

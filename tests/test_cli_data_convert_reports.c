@@ -42,7 +42,8 @@ static void expect(const char *fmt, int status, const char *out, const char *err
 
 static const char k_data_usage[] =
     "usage:\n"
-    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [--format csv|tsv|jsonl|squad|text|folders]\n"
+    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH\n"
+    "                [--format csv|tsv|jsonl|squad|text|folders|instruct] [--template FILE]\n"
     "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
@@ -164,7 +165,7 @@ TG_TEST(test_cli_data_convert_formats) {
     char want[4096];
     snprintf(want, sizeof want, "tunegraph: unknown data subcommand 'show' (there are: convert, dump)\n%s", k_data_usage);
     expect("data show", 2, "", want);
-    snprintf(want, sizeof want, "tunegraph: --format must be csv, tsv, jsonl, squad, text or folders, got 'CSV'\n%s",
-             k_data_usage);
+    snprintf(want, sizeof want,
+             "tunegraph: --format must be csv, tsv, jsonl, squad, text, folders or instruct, got 'CSV'\n%s", k_data_usage);
     expect("data convert %s/r.tsv -o %s/x --tokenizer %s/vocab.txt --format CSV", 2, "", want);
 }

@@ -14,7 +14,8 @@
 
 static const char k_data_usage[] =
     "usage:\n"
-    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [--format csv|tsv|jsonl|squad|text|folders]\n"
+    "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH\n"
+    "                [--format csv|tsv|jsonl|squad|text|folders|instruct] [--template FILE]\n"
     "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"

@@ -82,6 +82,26 @@ TG_TEST(test_size_checks_table) {
          .want = W "'num_labels': num_labels 2147483647 x hidden_size 16384 makes the classifier weight of 128.0 TiB"},
         /* a num_labels below 1 is left to the job checks */
         {TG_ARCH_BERT, .labels = -1, .want = NULL},
+        /* Llama: the encoders' field names, no token types and no position table */
+        {TG_ARCH_LLAMA, .layers = -1, .want = W "'model': model 'tiny': num_hidden_layers 0 is not a positive count"},
+        {TG_ARCH_LLAMA, .hidden = 10, .heads = 4,
+         .want = "model 'tiny': hidden_size 10 is not divisible by num_attention_heads 4"},
+        {TG_ARCH_LLAMA, .types = -1, .want = NULL},
+        {TG_ARCH_LLAMA, .positions = 1 << 30, .hidden = 1 << 14, .heads = 128, .want = NULL},
+        {TG_ARCH_LLAMA, .task = TG_TASK_LM, .vocab = (1 << 30) - 1, .hidden = 1 << 14, .heads = 128,
+         .want = W "'model': model 'tiny': vocab_size rounded up to 64 1073741824 x hidden_size 16384 makes the token "
+                   "embedding table of 64.0 TiB"},
+        /* its gate and up projections, one product of twice the MLP's width: each MLP weight
+         * and activation at the pool's 16 TiB, the pair past it */
+        {TG_ARCH_LLAMA, .inter = 1 << 30, .hidden = 1 << 12, .heads = 32,
+         .want = W "'model': model 'tiny': 2 x intermediate_size 1073741824 x hidden_size 4096 makes the gate and up "
+                   "weights of a layer of 32.0 TiB (4-byte elements), more than the 16.0 TiB one memory pool may hold"},
+        {TG_ARCH_LLAMA, .batch = 1 << 12, .seq = 1 << 10, .inter = 1 << 20,
+         .want = W "'batch': batch 4096 x seq 1024 x 2 x intermediate_size 1048576 makes a layer's gate and up "
+                   "projections of 32.0 TiB (4-byte elements), more than the 16.0 TiB one memory pool may hold"},
+        /* the same shapes in BERT, whose MLP has no such pair */
+        {TG_ARCH_BERT, .inter = 1 << 30, .hidden = 1 << 12, .heads = 32, .want = NULL},
+        {TG_ARCH_BERT, .batch = 1 << 12, .seq = 1 << 10, .inter = 1 << 20, .want = NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const size_case *k = &cases[i];
@@ -145,6 +165,10 @@ TG_TEST(test_size_checks_format_and_pools) {
     CHECK(!strcmp(buf, "model 'gpt' (n_layer 2, n_embd 64, n_inner 128, vocab_size 100)"), "%s", buf);
     cfg.arch = TG_ARCH_BERT;
     tg_describe_pool_size(NULL, &cfg, TG_POOL_ACTIVATIONS, buf, sizeof buf);
+    CHECK(!strcmp(buf, "model 'gpt' (num_hidden_layers 2, hidden_size 64, intermediate_size 128, vocab_size 100)"), "%s",
+          buf);
+    cfg.arch = TG_ARCH_LLAMA; /* Llama's config.json names its sizes as BERT's does */
+    tg_describe_pool_size(&job, &cfg, TG_POOL_PARAMS, buf, sizeof buf);
     CHECK(!strcmp(buf, "model 'gpt' (num_hidden_layers 2, hidden_size 64, intermediate_size 128, vocab_size 100)"), "%s",
           buf);
     tg_describe_pool_size(&job, NULL, TG_POOL_ACTIVATIONS, buf, sizeof buf);

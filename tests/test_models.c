@@ -332,6 +332,11 @@ TG_TEST(test_config_presets) {
         {"tiny-bert", TG_ARCH_BERT, 128, 32, 2, 4, 64, 64, 2, 0, TG_GELU_ERF, 1e-12f, 0.1f},
         {"tiny-roberta", TG_ARCH_ROBERTA, 128, 32, 2, 4, 64, 66, 1, 1, TG_GELU_ERF, 1e-5f, 0.1f},
         {"tiny-gpt2", TG_ARCH_GPT2, 128, 32, 2, 4, 128, 64, 0, 0, TG_GELU_TANH, 1e-5f, 0.1f},
+        /* Llama: no token types, no padding id, no dropout (its GQA and rotary fields:
+         * tests/test_models_config_llama.c) */
+        {"llama-3-8b", TG_ARCH_LLAMA, 128256, 4096, 32, 32, 14336, 8192, 0, -1, TG_GELU_ERF, 1e-5f, 0.0f},
+        {"llama-3.2-1b", TG_ARCH_LLAMA, 128256, 2048, 16, 32, 8192, 131072, 0, -1, TG_GELU_ERF, 1e-5f, 0.0f},
+        {"tiny-llama", TG_ARCH_LLAMA, 128, 64, 2, 4, 96, 128, 0, -1, TG_GELU_ERF, 1e-5f, 0.0f},
     };
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
         tg_model_config c;

@@ -841,6 +841,17 @@ static void bad_kv_heads(tg_plan *p) {
 static void bad_rope_type(tg_plan *p) {
     p->model.arch = TG_ARCH_LLAMA, p->model.heads = 4, p->model.kv_heads = 2, p->model.rope_type = TG_ROPE_NONE;
 }
+/* The other Llama model refusals: no kv heads (never divided by), no heads, a rope type
+ * past the enum. */
+static void zero_kv_heads(tg_plan *p) {
+    p->model.arch = TG_ARCH_LLAMA, p->model.heads = 4, p->model.kv_heads = 0, p->model.rope_type = TG_ROPE_DEFAULT;
+}
+static void zero_heads(tg_plan *p) {
+    p->model.arch = TG_ARCH_LLAMA, p->model.heads = 0, p->model.kv_heads = 2, p->model.rope_type = TG_ROPE_DEFAULT;
+}
+static void rope_type_past(tg_plan *p) {
+    p->model.arch = TG_ARCH_LLAMA, p->model.heads = 4, p->model.kv_heads = 4, p->model.rope_type = TG_ROPE_TYPE_COUNT;
+}
 static void bad_last_input(tg_plan *p) { p->ops[1].in[TG_OP_MAX_IN - 1] = 9999; }
 static void bad_attention(tg_plan *p) { p->train.attention = TG_ATTENTION_MODE_COUNT; }
 static void bad_activation(tg_plan *p) { p->ops[1].p.matmul.activation = 3; }
@@ -895,6 +906,9 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_arch, "plan.tgp: model arch 4"},
         {bad_kv_heads, "plan.tgp: model kv_heads 3 does not divide heads 4"},
         {bad_rope_type, "plan.tgp: model rope_type 0 is not a known rope type"},
+        {zero_kv_heads, "plan.tgp: model kv_heads 0 does not divide heads 4"},
+        {zero_heads, "plan.tgp: model kv_heads 2 does not divide heads 0"},
+        {rope_type_past, "plan.tgp: model rope_type 3 is not a known rope type"},
         {bad_last_input, "plan.tgp: op 1 (matmul) input 7 refers to tensor 9999 of 19"},
         {bad_attention, "plan.tgp: train attention mode 2 is not a known mode"},
         {bad_activation, "plan.tgp: op 1 (matmul) has activation=3 (0, 1 or 2 allowed)"},

@@ -1,6 +1,9 @@
 /* libFuzzer target: JSONL datasets (tg_dataset_load), read once under classify rules
- * and once under lm rules, both wide enough for the demo data (vocab 128, 2 labels). */
+ * and once under lm rules, both wide enough for the demo data (vocab 128, 2 labels). An lm
+ * line's "labels" give its prompt: each lm example's batch row then has -100 on the
+ * prompt's targets and the next ids after it. */
 #include "datasets/dataset.h"
+#include "plan/ops.h"
 #include "tests/fuzz/fuzz_input.h"
 
 static void load(const char *path, const tg_data_rules *rules) {
@@ -25,6 +28,21 @@ static void load(const char *path, const tg_data_rules *rules) {
         }
         if (rules->task == TG_TASK_CLASSIFY)
             FUZZ_ASSERT(e->label >= 0 && e->label < rules->num_labels, "example %d label %d", i, e->label);
+        FUZZ_ASSERT(e->prompt_len == 0 || (rules->task == TG_TASK_LM && e->prompt_len > 1 && e->prompt_len < e->len),
+                    "example %d of %d tokens: prompt %d", i, e->len, e->prompt_len);
+        if (rules->task == TG_TASK_LM && e->len <= 64) {
+            int32_t ids[64], types[64], pos[64], labels[64];
+            float mask[64];
+            tg_batch b = {.input_ids = ids, .attention_mask = mask, .token_type_ids = types, .position_ids = pos,
+                          .labels = labels};
+            const tg_batch_shape shape = {.batch = 1, .seq = 64, .task = TG_TASK_LM, .pad_id = 0};
+            tg_batch_fill(&ds, &i, 1, &shape, &b);
+            for (int32_t t = 0; t < 64; t++) {
+                const int counted = t + 1 < e->len && t + 1 >= (e->prompt_len > 1 ? e->prompt_len : 1);
+                FUZZ_ASSERT(labels[t] == (counted ? e->input_ids[t + 1] : TG_IGNORE_INDEX),
+                            "example %d position %d: label %d", i, t, labels[t]);
+            }
+        }
         tokens += e->len;
     }
     FUZZ_ASSERT(tokens == ds.n_tokens, "%lld tokens counted, %lld recorded", (long long)tokens,

@@ -1,11 +1,12 @@
 /* libFuzzer target: shard sets. The first byte picks what the rest is:
  *   0  manifest.json text: parsed; what parses formats to text that parses to the same text
- *   1  a decompressed block (the second byte picks classify, lm or qa): checked and every
- *      record decoded against a fixed manifest (seq 64, vocab 300, 3 labels, token types)
+ *   1  a decompressed block (the second byte picks classify, lm, qa or instruct): checked and
+ *      every record decoded against a fixed manifest (seq 64, vocab 300, 3 labels, token types)
  *   2  a whole shard file: written into a set beside a manifest that matches its size,
  *      checksum and footer, then loaded with tg_dataset_load and read back by record
  *      number, so the footer, the index and the frames meet the reader past the checksum.
- * Accepted records must honour the set: lengths 1..seq, ids below vocab, labels in range. */
+ * Accepted records must honour the set: lengths 1..seq, ids below vocab, labels, answers and
+ * prompts in range; an instruct set loads for lm with each record's prompt. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,11 +67,12 @@ static void check_record(const tg_shard_record *r, int task) {
     }
     if (task == TG_SHARD_CLASSIFY) FUZZ_ASSERT(r->label >= 0 && r->label < 3, "label %d", r->label);
     if (task == TG_SHARD_QA) FUZZ_ASSERT(r->start >= 0 && r->start <= r->end && r->end < r->len, "answer");
+    if (task == TG_SHARD_INSTRUCT) FUZZ_ASSERT(r->prompt_len >= 1 && r->prompt_len < r->len, "prompt %d", r->prompt_len);
 }
 
 static void block(const uint8_t *data, size_t size) {
     if (size < 5) return;
-    const int task = TG_SHARD_CLASSIFY + data[0] % 3;
+    const int task = TG_SHARD_CLASSIFY + data[0] % 4;
     const uint8_t *b = data + 1;
     const size_t len = size - 1;
     tg_err err;
@@ -113,7 +115,7 @@ static void whole_shard(const uint8_t *data, size_t size) {
     }
     /* The header names the kind of records; the footer their count. */
     int task = size >= 16 ? (int)tg_get_le32(data + 12) : TG_SHARD_LM;
-    if (task < TG_SHARD_CLASSIFY || task > TG_SHARD_QA) task = TG_SHARD_LM;
+    if (task < TG_SHARD_CLASSIFY || task > TG_SHARD_INSTRUCT) task = TG_SHARD_LM;
     int64_t records = size >= 32 ? (int64_t)(tg_get_le64(data + size - 16) & 0xffffff) : 1;
     if (records < 1) records = 1;
     char path[400];
@@ -149,8 +151,10 @@ static void whole_shard(const uint8_t *data, size_t size) {
     for (int32_t i = 0; i < ds.n; i++) {
         const tg_example *x = &ds.examples[i];
         tg_shard_record r = {.len = x->len, .input_ids = x->input_ids, .token_type_ids = x->token_type_ids,
-                             .label = task == TG_SHARD_CLASSIFY ? x->label : 0};
-        check_record(&r, task == TG_SHARD_CLASSIFY ? task : TG_SHARD_LM);
+                             .label = task == TG_SHARD_CLASSIFY ? x->label : 0, .prompt_len = x->prompt_len};
+        check_record(&r, task == TG_SHARD_CLASSIFY || task == TG_SHARD_INSTRUCT ? task : TG_SHARD_LM);
+        FUZZ_ASSERT(task == TG_SHARD_INSTRUCT || x->prompt_len == 0, "a prompt of %d in a %s set", x->prompt_len,
+                    tg_shard_task_name(task));
     }
     /* Backwards through the cursor: every frame loaded again, from the last. */
     tg_shard_set set;
