@@ -5,10 +5,10 @@
  * HF's order. The backward's dx rows likewise (the row mean of dy*g*xhat in double), and
  * dgamma (+=) as the deterministic two-stage column sums of kernels/column_sums.cuh over
  * dy * x * rstd.
- * ROPE: one thread per rotated pair (i, i + Dh/2) of an output head (or a copied pair of
- * v), the angle pos x inv_freq[i] from kernels/rope.h (the CPU's formula; CUDA's powf,
- * cosf and sinf are within 2 ulp of glibc's). ROPE_BWD: one thread per pair of a q head
- * (rotated back) or of a kv head, whose G heads' gradients it adds in head order first.
+ * ROPE: one thread per (row, pair (i, i + Dh/2)), the angle pos x inv_freq[i] from
+ * kernels/rope.h (the CPU's formula; CUDA's powf, cosf and sinf are within 2 ulp of
+ * glibc's) taken once for every head of the row. ROPE_BWD likewise: q heads rotated back,
+ * each kv head's G heads' gradients added in head order first.
  * SWIGLU: one thread per element, the CPU's formulas.
  * x, y, dy and dx are T (float, bf16 or half: widened on load, rounded on store); gamma,
  * rstd and dgamma are fp32, position ids int32. */
@@ -97,56 +97,55 @@ static int launch_rmsnorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
 
 /* ---- rotary positions ------------------------------------------------------------------ */
 
-/* Thread per (row, output head of 3H, pair i): q and k rotated, k and v from kv head j / G. */
+/* Thread per (row, pair i): the angle's cosine and sine once, then every output head of
+ * the row at that pair (q and k rotated, k and v from kv head j / G): the transcendentals
+ * are shared by the 2H rotated heads instead of made per head. */
 template <class T>
 __global__ void __launch_bounds__(LL_THREADS)
 rope_kernel(const T *__restrict__ x, const int32_t *__restrict__ pos, T *__restrict__ y, tg_rope_params p) {
-    const int64_t half = p.head_dim / 2, H = p.h, G = p.h / p.kv_heads, Dh = p.head_dim;
-    const int64_t total = p.n * 3 * H * half;
+    const int64_t half = p.head_dim / 2, H = p.h, G = p.h / p.kv_heads, Dh = p.head_dim, Hkv = p.kv_heads;
+    const int64_t total = p.n * half;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = t % half, j = (t / half) % (3 * H), r = t / (half * 3 * H);
-        const T *xr = x + r * (H + 2 * p.kv_heads) * Dh;
-        const T *src = j < H ? xr + j * Dh : j < 2 * H ? xr + (H + (j - H) / G) * Dh : xr + (H + p.kv_heads + (j - 2 * H) / G) * Dh;
-        T *dst = y + r * 3 * H * Dh + j * Dh;
-        const float a = tg_ld(src, i), b = tg_ld(src, i + half);
-        if (j >= 2 * H) {
-            tg_st(dst, i, a);
-            tg_st(dst, i + half, b);
-            continue;
+        const int64_t i = t % half, r = t / half;
+        const T *xr = x + r * (H + 2 * Hkv) * Dh;
+        T *yr = y + r * 3 * H * Dh;
+        const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i)), c = cosf(angle), sn = sinf(angle);
+        for (int64_t j = 0; j < 3 * H; j++) {
+            const T *src = j < H ? xr + j * Dh : j < 2 * H ? xr + (H + (j - H) / G) * Dh : xr + (H + Hkv + (j - 2 * H) / G) * Dh;
+            float a = tg_ld(src, i), b = tg_ld(src, i + half);
+            if (j < 2 * H) tg_rope_rotate(a, b, c, sn, 0, &a, &b);
+            tg_st(yr + j * Dh, i, a);
+            tg_st(yr + j * Dh, i + half, b);
         }
-        const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i));
-        float ra, rb;
-        tg_rope_rotate(a, b, cosf(angle), sinf(angle), 0, &ra, &rb);
-        tg_st(dst, i, ra);
-        tg_st(dst, i + half, rb);
     }
 }
 
-/* Thread per (row, input head of H + 2 Hkv, pair i). */
+/* Thread per (row, pair i): q heads rotated back; each kv head's G heads of k (or v)
+ * added in head order, k's then rotated back. */
 template <class T>
 __global__ void __launch_bounds__(LL_THREADS)
 rope_bwd_kernel(const T *__restrict__ dy, const int32_t *__restrict__ pos, T *__restrict__ dx, tg_rope_params p) {
     const int64_t half = p.head_dim / 2, H = p.h, Hkv = p.kv_heads, G = p.h / p.kv_heads, Dh = p.head_dim;
-    const int64_t heads = H + 2 * Hkv, total = p.n * heads * half;
+    const int64_t heads = H + 2 * Hkv, total = p.n * half;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = t % half, j = (t / half) % heads, r = t / (half * heads);
+        const int64_t i = t % half, r = t / half;
         const T *dyr = dy + r * 3 * H * Dh;
-        float a, b;
-        if (j < H) {
-            a = tg_ld(dyr + j * Dh, i), b = tg_ld(dyr + j * Dh, i + half);
-        } else { /* the kv head's G heads of k (or v), added in head order */
-            const int64_t kv = j < H + Hkv ? j - H : j - H - Hkv, part = j < H + Hkv ? 1 : 2;
-            const T *src = dyr + (part * H + kv * G) * Dh;
-            a = tg_ld(src, i), b = tg_ld(src, i + half);
-            for (int64_t g = 1; g < G; g++) a = fadd(a, tg_ld(src + g * Dh, i)), b = fadd(b, tg_ld(src + g * Dh, i + half));
+        T *dxr = dx + r * heads * Dh;
+        const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i)), c = cosf(angle), sn = sinf(angle);
+        for (int64_t j = 0; j < heads; j++) {
+            float a, b;
+            if (j < H) {
+                a = tg_ld(dyr + j * Dh, i), b = tg_ld(dyr + j * Dh, i + half);
+            } else {
+                const int64_t kv = j < H + Hkv ? j - H : j - H - Hkv, part = j < H + Hkv ? 1 : 2;
+                const T *src = dyr + (part * H + kv * G) * Dh;
+                a = tg_ld(src, i), b = tg_ld(src, i + half);
+                for (int64_t g = 1; g < G; g++) a = fadd(a, tg_ld(src + g * Dh, i)), b = fadd(b, tg_ld(src + g * Dh, i + half));
+            }
+            if (j < H + Hkv) tg_rope_rotate(a, b, c, sn, 1, &a, &b);
+            tg_st(dxr + j * Dh, i, a);
+            tg_st(dxr + j * Dh, i + half, b);
         }
-        T *dst = dx + r * heads * Dh + j * Dh;
-        if (j < H + Hkv) {
-            const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i));
-            tg_rope_rotate(a, b, cosf(angle), sinf(angle), 1, &a, &b);
-        }
-        tg_st(dst, i, a);
-        tg_st(dst, i + half, b);
     }
 }
 
@@ -158,7 +157,7 @@ static unsigned grid_of(int64_t total) {
 template <class T>
 static int launch_rope(const tg_cuda_op_args *a, int bwd, tg_err *err) {
     const tg_rope_params *p = &a->op->p.rope;
-    const int64_t pairs = p->n * (bwd ? p->h + 2 * p->kv_heads : 3 * p->h) * (p->head_dim / 2);
+    const int64_t pairs = p->n * (p->head_dim / 2);
     if (bwd)
         rope_bwd_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0],
                                                                               (const int32_t *)a->in[1], (T *)a->out[0], *p);

@@ -111,6 +111,7 @@ static int is_accumulated(const tg_op *op, int slot) {
     case TG_OP_BIAS_GRAD: return slot == 0 && !op->p.bias_grad.overwrite;
     case TG_OP_LAYERNORM_BWD: return slot >= 1 && !op->p.layernorm_bwd.overwrite;
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot >= 2 && !op->p.residual_layernorm_bwd.overwrite;
+    case TG_OP_RMSNORM_BWD: return slot == 1; /* dgamma is added into */
     case TG_OP_MATMUL: return slot == 0 && op->p.matmul.accumulate != 0; /* out1 (a fused bias gradient) is written */
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW:

@@ -102,10 +102,13 @@ static void compare_with_cpu(const char *preset, int task) {
         return;
     }
     tg_err err;
-    /* The default plan: the residual adds, their dropout and LayerNorms fused. */
+    /* The default plan: the residual adds, their dropout and LayerNorms fused (Llama: each
+     * block's two RMSNorms, and the final one). */
+    const int llama = gpu.plan.model.arch == TG_ARCH_LLAMA;
+    const int norm_bwd = llama ? TG_OP_RMSNORM_BWD : TG_OP_RESIDUAL_LAYERNORM_BWD;
     int fused = 0;
-    for (int o = 0; o < gpu.plan.n_ops; o++) fused += gpu.plan.ops[o].kind == TG_OP_RESIDUAL_LAYERNORM_BWD;
-    CHECK(fused == 2 * gpu.plan.model.layers, "%s: %d residual_layernorm_bwd ops", preset, fused);
+    for (int o = 0; o < gpu.plan.n_ops; o++) fused += gpu.plan.ops[o].kind == norm_bwd;
+    CHECK(fused == 2 * gpu.plan.model.layers + llama, "%s: %d %s ops", preset, fused, tg_op_name(norm_bwd));
     for (int step = 0; step < 3; step++) {
         tg_step_stats a, b;
         fill_inputs(&cpu, step);
