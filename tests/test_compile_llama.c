@@ -16,6 +16,7 @@
 #include "plan/inspect.h"
 #include "plan/op_meta.h"
 #include "runtime/trainer.h"
+#include "tests/compile_faults.h"
 #include "tests/harness.h"
 
 /* Compiles a job given as text, written to dir/name.job so messages carry its lines. */
@@ -325,4 +326,107 @@ TG_TEST(test_compile_llama_cpu_training_lowers_the_loss) {
     printf("    tiny-llama lm on the CPU: loss %.4f -> %.4f over 30 steps\n", first, last);
     CHECK(fabs(loss[0] - log(128.0)) < 0.3, "initial loss %.4f, want near ln 128 = %.4f", loss[0], log(128.0));
     CHECK(last < first - 1.0, "the loss did not fall: %.4f -> %.4f", first, last);
+}
+
+/* Every allocation of a Llama compile failed in turn: out of memory each time, never a
+ * success or another refusal (the builder's early returns after a failed tensor). */
+TG_TEST(test_compile_llama_each_allocation_fails) {
+    tg_test_compile_each_allocation_fails("llama lm", "model = tiny-llama\ntask = lm\n" JOB_TAIL);
+    tg_test_compile_each_allocation_fails("llama classify, unfused",
+                                          "model = tiny-llama\npad_token_id = 0\nattention = unfused\n" JOB_TAIL);
+    char folder[700], job[1200];
+    REQUIRE(llama_folder("oom-tied", "{\"tie_word_embeddings\": true, \"vocab_size\": 100}", folder, sizeof folder) == 0,
+            "cannot write the model folder");
+    snprintf(job, sizeof job, "model = %s\ntask = lm\nprecision = bf16\n" JOB_TAIL, folder);
+    tg_test_compile_each_allocation_fails("llama lm, tied and padded, bf16", job);
+}
+
+/* A frozen RMSNorm weight (its backward writes dgamma to scratch) or frozen token
+ * embeddings (the first RMSNorm's backward writes its dx to scratch; both frozen, nothing
+ * needs that backward and it is left out): 3 CPU steps change every trainable parameter
+ * watched and none of the frozen ones. */
+TG_TEST(test_compile_llama_frozen_norm_and_embeddings) {
+    static const struct {
+        const char *freeze;
+        int frozen_emb, frozen_norm, first_norm_bwd, embedding_bwd;
+    } cases[] = {
+        {"model.layers.0.input_layernorm.*", 0, 1, 1, 1},
+        {"model.embed_tokens.*", 1, 0, 1, 0},
+        {"model.embed_tokens.*, model.layers.0.input_layernorm.*", 1, 1, 0, 0},
+    };
+    const char *dir = tg_test_tmpdir();
+    char data[600], job_path[600], text[1000];
+    snprintf(data, sizeof data, "%s/frozen.jsonl", dir);
+    FILE *f = fopen(data, "w");
+    REQUIRE(f, "cannot write %s", data);
+    for (int r = 0; r < 8; r++) {
+        fputs("{\"input_ids\": [", f);
+        for (int t = 0; t < 16; t++) fprintf(f, "%s%d", t ? ", " : "", 3 + (r * 5 + t * 3) % 120);
+        fputs("]}\n", f);
+    }
+    fclose(f);
+    for (int c = 0; c < 3; c++) {
+        snprintf(job_path, sizeof job_path, "%s/frozen%d.job", dir, c);
+        snprintf(text, sizeof text,
+                 "model = tiny-llama\ntask = lm\nbatch = 2\nseq = 16\nsteps = 3\nlr = 1e-2\nfreeze = %s\n"
+                 "train_data = frozen.jsonl\n",
+                 cases[c].freeze);
+        REQUIRE(tg_test_write_file(job_path, text) == 0, "write job");
+        tg_err err = {{0}};
+        tg_job job;
+        tg_plan plan;
+        REQUIRE(tg_job_load(job_path, NULL, 0, &job, &err) == 0, "%s", err.msg);
+        if (!CHECK(tg_compile(&job, &plan, &err) == 0, "case %d: %s", c, err.msg)) continue;
+        const int emb = tg_test_tensor_named(&plan, "model.embed_tokens.weight"),
+                  norm0 = tg_test_tensor_named(&plan, "model.layers.0.input_layernorm.weight"),
+                  norm1 = tg_test_tensor_named(&plan, "model.layers.1.input_layernorm.weight"),
+                  q0 = tg_test_tensor_named(&plan, "model.layers.0.self_attn.q_proj.weight");
+        REQUIRE(emb >= 0 && norm0 >= 0 && norm1 >= 0 && q0 >= 0, "tensors");
+        CHECK(!!(plan.tensors[emb].flags & TG_TENSOR_FROZEN) == cases[c].frozen_emb &&
+                  !!(plan.tensors[norm0].flags & TG_TENSOR_FROZEN) == cases[c].frozen_norm &&
+                  !(plan.tensors[norm1].flags & TG_TENSOR_FROZEN) && !(plan.tensors[q0].flags & TG_TENSOR_FROZEN),
+              "case %d: frozen flags", c);
+        int first_norm_bwd = 0, embedding_bwd = 0;
+        for (int o = 0; o < plan.n_ops; o++) {
+            const tg_op *op = &plan.ops[o];
+            embedding_bwd += op->kind == TG_OP_EMBEDDING_BWD;
+            if (op->kind == TG_OP_RMSNORM_BWD && op->in[2] == norm0) {
+                first_norm_bwd++;
+                CHECK((plan.tensors[op->out[1]].pool == TG_POOL_GRADS) == !cases[c].frozen_norm,
+                      "case %d: op %d writes dgamma into pool %d", c, o, plan.tensors[op->out[1]].pool);
+            }
+        }
+        CHECK(first_norm_bwd == cases[c].first_norm_bwd && embedding_bwd == cases[c].embedding_bwd,
+              "case %d: first rmsnorm_bwd %d, embedding_bwd %d", c, first_norm_bwd, embedding_bwd);
+        tg_trainer tr;
+        tg_trainer_options o = {.device = TG_DEVICE_CPU, .load_data = 1};
+        if (!CHECK(tg_trainer_open(&tr, &plan, &o, &err) == 0, "%s", err.msg)) {
+            tg_plan_free(&plan);
+            continue;
+        }
+        const int watch[4] = {emb, norm0, norm1, q0};
+        const int frozen[4] = {cases[c].frozen_emb, cases[c].frozen_norm, 0, 0};
+        float *before[4] = {0}, *after[4] = {0};
+        int ok = 1;
+        for (int w = 0; w < 4; w++) {
+            const size_t n = (size_t)tg_tensor_numel(&plan.tensors[watch[w]]);
+            before[w] = malloc(n * 4), after[w] = malloc(n * 4);
+            ok &= before[w] && after[w] && tg_trainer_read(&tr, watch[w], before[w], &err) == 0;
+        }
+        for (int s = 0; ok && s < 3; s++) {
+            tg_step_stats st;
+            ok = CHECK(tg_trainer_step(&tr, &st, &err) == 0 && isfinite(st.loss), "case %d step %d: %s", c, s + 1,
+                       err.msg);
+        }
+        for (int w = 0; ok && w < 4; w++) ok &= tg_trainer_read(&tr, watch[w], after[w], &err) == 0;
+        if (CHECK(ok, "case %d: %s", c, err.msg))
+            for (int w = 0; w < 4; w++) {
+                const size_t bytes = (size_t)tg_tensor_numel(&plan.tensors[watch[w]]) * 4;
+                CHECK((memcmp(before[w], after[w], bytes) == 0) == frozen[w], "case %d: %s %s", c,
+                      plan.tensors[watch[w]].name, frozen[w] ? "changed while frozen" : "did not train");
+            }
+        for (int w = 0; w < 4; w++) free(before[w]), free(after[w]);
+        tg_trainer_close(&tr);
+        tg_plan_free(&plan);
+    }
 }

@@ -391,14 +391,29 @@ static void check_config_json(const char *dir, const tg_plan *p, const char *arc
     CHECK(json_integer_value(json_object_get(c, gpt2 ? "n_head" : "num_attention_heads")) == m->heads, "heads");
     CHECK(json_integer_value(json_object_get(c, gpt2 ? "n_positions" : "max_position_embeddings")) == m->max_positions,
           "positions");
-    CHECK((float)json_number_value(json_object_get(c, gpt2 ? "layer_norm_epsilon" : "layer_norm_eps")) ==
-          m->layer_norm_eps, "eps");
+    const char *eps_key = gpt2 ? "layer_norm_epsilon" : m->arch == TG_ARCH_LLAMA ? "rms_norm_eps" : "layer_norm_eps";
+    CHECK((float)json_number_value(json_object_get(c, eps_key)) == m->layer_norm_eps, "eps");
     /* bos and eos come from the model's own config: tiny-gpt2's are 0, tiny-bert has none
      * (BertConfig's default, None, stands). */
     json_t *bos = json_object_get(c, "bos_token_id"), *eos = json_object_get(c, "eos_token_id");
     if (gpt2) CHECK(json_integer_value(bos) == 0 && json_is_integer(bos) && json_integer_value(eos) == 0, "bos/eos");
     if (m->arch == TG_ARCH_BERT) CHECK(!bos && !eos, "a BERT config with bos/eos");
     if (m->arch == TG_ARCH_ROBERTA) CHECK(json_integer_value(bos) == 0 && json_integer_value(eos) == 2, "roberta bos/eos");
+    /* tiny-llama's: 1 and 2; its grouped-query heads and llama3 rope. */
+    if (m->arch == TG_ARCH_LLAMA) {
+        json_t *scaling = json_object_get(c, "rope_scaling");
+        CHECK(json_integer_value(bos) == 1 && json_integer_value(eos) == 2 &&
+                  json_integer_value(json_object_get(c, "num_key_value_heads")) == m->kv_heads &&
+                  json_integer_value(json_object_get(c, "head_dim")) == m->hidden / m->heads &&
+                  json_integer_value(json_object_get(c, "intermediate_size")) == m->intermediate &&
+                  json_is_boolean(json_object_get(c, "tie_word_embeddings")) &&
+                  json_is_true(json_object_get(c, "tie_word_embeddings")) == (m->tie_word_embeddings != 0) &&
+                  (float)json_number_value(json_object_get(c, "rope_theta")) == m->rope_theta &&
+                  !strcmp(json_string_value(json_object_get(scaling, "rope_type")), "llama3") &&
+                  json_integer_value(json_object_get(scaling, "original_max_position_embeddings")) ==
+                      m->rope_original_max_positions,
+              "llama fields");
+    }
     json_t *padv = json_object_get(c, "pad_token_id");
     CHECK(pad < 0 ? !padv : json_integer_value(padv) == pad, "pad_token_id %lld, want %d",
           (long long)json_integer_value(padv), pad);
@@ -457,7 +472,11 @@ static void export_round_trip(const char *preset, int task, int labels, int pad,
           a->type_vocab_size == b->type_vocab_size && a->gelu == b->gelu && a->layer_norm_eps == b->layer_norm_eps &&
           a->initializer_range == b->initializer_range && a->hidden_dropout == b->hidden_dropout &&
           a->attention_dropout == b->attention_dropout && a->embedding_dropout == b->embedding_dropout &&
-          a->classifier_dropout == b->classifier_dropout && b->pad_token_id == (want_pad < 0 ? -1 : want_pad),
+          a->classifier_dropout == b->classifier_dropout && b->pad_token_id == (want_pad < 0 ? -1 : want_pad) &&
+          a->kv_heads == b->kv_heads && a->tie_word_embeddings == b->tie_word_embeddings &&
+          a->rope_type == b->rope_type && a->rope_theta == b->rope_theta && a->rope_factor == b->rope_factor &&
+          a->rope_low_freq_factor == b->rope_low_freq_factor && a->rope_high_freq_factor == b->rope_high_freq_factor &&
+          a->rope_original_max_positions == b->rope_original_max_positions,
           "%s: the exported config reads back differently", preset);
     CHECK(p.train.pad_id == q.train.pad_id, "%s: padding id %d, read back %d", preset, p.train.pad_id, q.train.pad_id);
     tg_weights_image img;
@@ -493,6 +512,10 @@ TG_TEST(test_hf_export_round_trip) {
     export_round_trip("tiny-roberta", TG_TASK_CLASSIFY, 2, -1, NULL, "RobertaForSequenceClassification", 1);
     export_round_trip("tiny-gpt2", TG_TASK_CLASSIFY, 4, 5, NULL, "GPT2ForSequenceClassification", 5);
     export_round_trip("tiny-gpt2", TG_TASK_LM, 0, -1, NULL, "GPT2LMHeadModel", 0);
+    /* Llama: q/k/v and gate/up written as their HF parts; a classifier keeps its padding id,
+     * an LM has none (tiny-llama's config has none). */
+    export_round_trip("tiny-llama", TG_TASK_CLASSIFY, 3, 5, three, "LlamaForSequenceClassification", 5);
+    export_round_trip("tiny-llama", TG_TASK_LM, 0, -1, NULL, "LlamaForCausalLM", -1);
 }
 
 /* The bf16 export stores each value rounded to nearest even, and reads back as that. */
