@@ -402,8 +402,10 @@ static int parse_llama(reader *r, tg_model_config *c) {
         get_string(r, "hidden_act", "silu", &act) || get_bool(r, "tie_word_embeddings", 0, &c->tie_word_embeddings) ||
         reject_bool(r, "attention_bias", 1) || reject_bool(r, "mlp_bias", 1) || parse_rope(r, c))
         return -1;
-    if (strcmp(act, "silu"))
-        return tg_fail(r->err, "%s: field 'hidden_act': '%s' is not supported (Llama's MLP takes silu)", r->path, act);
+    /* transformers' ACT2FN maps "swish" to the same SiLU. */
+    if (strcmp(act, "silu") && strcmp(act, "swish"))
+        return tg_fail(r->err, "%s: field 'hidden_act': '%s' is not supported (Llama's MLP takes silu, or swish)",
+                       r->path, act);
     if (tp != 1)
         return tg_fail(r->err, "%s: field 'pretraining_tp': %d is not supported (only 1)", r->path, tp);
     if (c->kv_heads == 0) c->kv_heads = c->heads;

@@ -62,8 +62,10 @@ static const llama_case k_cases[] = {
     {"{\"initializer_range\": -1}", NULL, "field 'initializer_range': -1 is out of range [0, 10]"},
     {"{\"attention_dropout\": 1}", NULL, "field 'attention_dropout': 1 is out of range [0, 1)"},
     {"{\"hidden_act\": 5}", NULL, "field 'hidden_act': expected a string"},
-    {"{\"hidden_act\": \"gelu\"}", NULL, "field 'hidden_act': 'gelu' is not supported (Llama's MLP takes silu)"},
-    {"{\"hidden_act\": \"swish\"}", NULL, "field 'hidden_act': 'swish' is not supported (Llama's MLP takes silu)"},
+    {"{\"hidden_act\": \"gelu\"}", NULL, "field 'hidden_act': 'gelu' is not supported (Llama's MLP takes silu, or swish)"},
+    {"{\"hidden_act\": \"silu \"}", NULL,
+     "field 'hidden_act': 'silu ' is not supported (Llama's MLP takes silu, or swish)"},
+    {"{\"hidden_act\": \"relu\"}", NULL, "field 'hidden_act': 'relu' is not supported (Llama's MLP takes silu, or swish)"},
     {"{\"tie_word_embeddings\": \"true\"}", NULL, "field 'tie_word_embeddings': expected true or false"},
     {"{\"tie_word_embeddings\": null}", NULL, "field 'tie_word_embeddings': expected true or false"},
     {"{\"attention_bias\": true}", NULL, "field 'attention_bias': true is not supported"},
@@ -144,6 +146,7 @@ static const llama_case k_cases[] = {
     {"{}", "num_key_value_heads", NULL},
     {"{\"num_key_value_heads\": 1, \"attention_dropout\": 0.5, \"rms_norm_eps\": 1}", NULL, NULL},
     {"{\"rope_theta\": 1e12}", NULL, NULL},
+    {"{\"hidden_act\": \"swish\"}", NULL, NULL}, /* transformers' other name for silu */
     {SCALING(L3 ", \"original_max_position_embeddings\": 1048576, \"factor\": 1"), NULL, NULL},
 };
 
