@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every Unicode code point through `tunegraph tokenize` and Hugging Face `tokenizers`:
 # one line a code point C (all but surrogates, NUL and '\n'), "aCb CC 1C  Cx'sC", for
-# WordPiece (all-MiniLM-L6-v2) and byte-level BPE (GPT-2). Prints how many lines differ
+# WordPiece (all-MiniLM-L6-v2) and byte-level BPE (GPT-2; Llama 3.2, whose Split pattern
+# classes letters, numbers and spaces its own way). Prints how many lines differ
 # and the code points where they do, as ranges. A few minutes (HF takes most of it).
 #
 #   bench/tokenizer_codepoint_sweep.sh
@@ -27,10 +28,11 @@ with open(sys.argv[1], "w", encoding="utf-8", newline="") as out:
         out.write("a%sb %s%s 1%s  %sx's%s\n" % (ch, ch, ch, ch, ch, ch))
 EOF
 
-for family in wordpiece bpe; do
+for family in wordpiece bpe llama; do
     case $family in
     wordpiece) spec=$assets/minilm/tokenizer.json name="WordPiece (all-MiniLM-L6-v2)" ;;
     bpe) spec=$assets/gpt2 name="byte-level BPE (GPT-2)" ;;
+    llama) spec=$assets/llama3/tokenizer.json name="byte-level BPE (Llama 3.2)" ;;
     esac
     "$py" "$ref" encode "$spec" <"$tmp/sweep.txt" >"$tmp/$family.hf"
     "$cli" tokenize --tokenizer "$spec" <"$tmp/sweep.txt" >"$tmp/$family.tg"

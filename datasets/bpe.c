@@ -1,8 +1,8 @@
-/* Byte-level BPE as GPT-2 and RoBERTa use it, as HF `tokenizers` runs it: GPT-2's
- * pre-tokenisation pattern (PCRE2, UTF and Unicode properties) splits the text into
- * words; each word's bytes become GPT-2's printable byte characters, and merges apply
- * lowest rank first (leftmost first among equals) until none applies. Words' tokens are
- * cached. */
+/* Byte-level BPE as GPT-2, RoBERTa and Llama 3 use it, as HF `tokenizers` runs it: a
+ * pre-tokenisation pattern (PCRE2, UTF and Unicode properties; GPT-2's, or the one of a
+ * tokenizer.json's Split pre-tokenizer) splits the text into words; each word's bytes
+ * become GPT-2's printable byte characters, and merges apply lowest rank first (leftmost
+ * first among equals) until none applies. Words' tokens are cached. */
 #include "datasets/tokenizer_impl.h"
 #include "base/alloc.h"
 
@@ -87,12 +87,9 @@ int tok_bpe_add_merge(tok_bpe *b, int32_t left, int32_t right, int32_t rank, int
 static void *pcre2_alloc(size_t bytes, void *data) { return tg_malloc(bytes); }
 static void pcre2_release(void *p, void *data) { free(p); }
 
-int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
-    for (int c = 0; c < 256; c++) {
-        char u[4];
-        const int n = tok_utf8_put(tok_byte_char((uint8_t)c), u);
-        b->byte_id[c] = tok_vocab_get(&b->vocab, u, (size_t)n);
-    }
+/* Compiles pattern (PCRE2's syntax, len bytes) into b->re and b->match_data; `what`
+ * names it in messages. */
+static int compile_pattern(tok_bpe *b, const char *pattern, size_t len, const char *what, tg_err *err) {
     /* PCRE2 allocates through tg_alloc's hook too (a general context), so that its
      * allocations fail in the tests like every other. */
     const long failures = tg_alloc_failures();
@@ -100,8 +97,7 @@ int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
     pcre2_compile_context *cc = gc ? pcre2_compile_context_create(gc) : NULL;
     int code = 0;
     PCRE2_SIZE at = 0;
-    pcre2_code *re =
-        cc ? pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, cc) : NULL;
+    pcre2_code *re = cc ? pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &code, &at, cc) : NULL;
     pcre2_compile_context_free(cc);
     /* JIT where the library has it; pcre2_match falls back to the interpreter otherwise */
     if (re) pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
@@ -109,15 +105,239 @@ int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
     pcre2_general_context_free(gc);
     if (!md) {
         pcre2_code_free(re);
-        /* The pattern is a constant that compiles: only memory can fail here. */
-        if (tg_alloc_failures() != failures) /* GCOVR_EXCL_BR_LINE: the other side needs a broken PCRE2 */
-            return tg_fail(err, "out of memory for the pre-tokenizer pattern (compiled by PCRE2)");
+        if (tg_alloc_failures() != failures) return tg_fail(err, "out of memory compiling %s (PCRE2)", what);
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return tg_fail(err, "the pre-tokenisation pattern does not compile at %zu: %s", (size_t)at, (const char *)msg);
+        return tg_fail(err, "%s does not compile: %s at byte %zu of its PCRE2 form '%.*s'", what, (const char *)msg,
+                       (size_t)at, len > 300 ? 300 : (int)len, pattern);
     }
     b->re = re;
     b->match_data = md;
+    return 0;
+}
+
+/* ---- Split patterns ------------------------------------------------------------------ */
+
+/* HF compiles a Split pre-tokenizer's pattern with Oniguruma (Ruby's syntax). It is taken
+ * into PCRE2's syntax construct by construct, for the constructs the two read alike:
+ * literal characters; groups (...), (?:...), (?i:...) and the lookarounds (?=, (?!, (?<=,
+ * (?<!; alternation; the quantifiers ? * + {n} {n,} {n,m}, with ? (lazy) or + (possessive,
+ * not after {...}) behind them; classes [...] and [^...] with ranges; and the escapes \s
+ * and \S (Oniguruma's: White_Space, spelled out as in GPT-2's pattern above; \S not inside
+ * a class), \p{..} and \P{..} of a general category, \r \n \t and escaped ASCII
+ * punctuation. Everything else is refused, naming it: what the two engines read
+ * differently (^ and $ are line anchors in Ruby's syntax, {n,m}+ is no possessive there,
+ * a class inside a class or [a&&b] is a set operation there, \h a hex digit; in a
+ * case-insensitive group Oniguruma folds characters into several, so that ss there
+ * matches ß: ss, st, ff, fi and fl, the ASCII ones (also with group brackets or {n,m}
+ * between the two letters), and any character past ASCII are refused there), and what
+ * tokenizers' patterns do not use. */
+static const char *const general_categories[] = {
+    "L", "Lu", "Ll", "Lt", "Lm", "Lo", "M", "Mn", "Mc", "Me", "N", "Nd", "Nl", "No", "P", "Pc", "Pd", "Pe",
+    "Pf", "Pi", "Po", "Ps", "S", "Sc", "Sk", "Sm", "So", "Z", "Zl", "Zp", "Zs", "C", "Cc", "Cf", "Cn", "Co", "Cs"};
+
+typedef struct pattern_out {
+    char *s;
+    size_t n;
+} pattern_out;
+
+static void out_put(pattern_out *o, const char *s, size_t n) {
+    memcpy(o->s + o->n, s, n);
+    o->n += n;
+}
+
+/* The escape at s[i] ('\\'), in a class or not: appends its PCRE2 form and returns the
+ * bytes it takes, or 0 when it is refused. */
+static size_t escape_at(const char *s, size_t n, size_t i, int in_class, pattern_out *o) {
+    if (i + 1 == n) return 0;
+    const unsigned char c = (unsigned char)s[i + 1];
+    if (c == 's') {
+        if (in_class) out_put(o, SPACE, strlen(SPACE));
+        else out_put(o, "[" SPACE "]", strlen("[" SPACE "]"));
+        return 2;
+    }
+    if (c == 'S' && !in_class) {
+        out_put(o, "[^" SPACE "]", strlen("[^" SPACE "]"));
+        return 2;
+    }
+    if (c == 'p' || c == 'P') { /* \p{Name} or \p{^Name} of a general category */
+        if (i + 2 == n || s[i + 2] != '{') return 0;
+        size_t k = i + 3;
+        if (k < n && s[k] == '^') k++;
+        const size_t name = k;
+        while (k < n && s[k] != '}') k++;
+        if (k == n) return 0;
+        for (size_t g = 0; g < sizeof general_categories / sizeof *general_categories; g++)
+            if (strlen(general_categories[g]) == k - name && !memcmp(general_categories[g], s + name, k - name)) {
+                out_put(o, s + i, k + 1 - i);
+                return k + 1 - i;
+            }
+        return 0;
+    }
+    /* \r \n \t, and ASCII punctuation standing for itself */
+    if (c == 'r' || c == 'n' || c == 't' || (c > 0x20 && c < 0x7F && !(c >= '0' && c <= '9') &&
+                                             !((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))) {
+        out_put(o, s + i, 2);
+        return 2;
+    }
+    return 0;
+}
+
+/* The bytes of the UTF-8 character at s[i] (the pattern is valid UTF-8: JSON text). */
+static size_t char_len(const char *s, size_t i) {
+    int64_t j = (int64_t)i;
+    tok_utf8_next((const unsigned char *)s, &j);
+    return (size_t)j - i;
+}
+
+static const char caseless_non_ascii[] =
+    "a character past ASCII in a case-insensitive group (Oniguruma folds some into several characters)";
+
+/* The class at s[i] ('['): appends it and returns the bytes it takes, or 0 with *bad set
+ * to the byte refused and *why to the reason. */
+static size_t class_at(const char *s, size_t n, size_t i, int caseless, pattern_out *o, size_t *bad,
+                       const char **why) {
+    size_t k = i + 1;
+    out_put(o, "[", 1);
+    if (k < n && s[k] == '^') out_put(o, "^", 1), k++;
+    if (k < n && s[k] == ']') {
+        *bad = k, *why = "']' first in a class (write \\])";
+        return 0;
+    }
+    while (k < n && s[k] != ']') {
+        if (s[k] == '[' || (s[k] == '&' && k + 1 < n && s[k + 1] == '&')) {
+            *bad = k, *why = "a set operation inside a class ([...] or &&)";
+            return 0;
+        }
+        if (s[k] == '\\') {
+            const size_t e = escape_at(s, n, k, 1, o);
+            if (!e) {
+                *bad = k, *why = "this escape in a class";
+                return 0;
+            }
+            k += e;
+            continue;
+        }
+        if (caseless && (unsigned char)s[k] >= 0x80) {
+            *bad = k, *why = caseless_non_ascii;
+            return 0;
+        }
+        const size_t len = char_len(s, k);
+        out_put(o, s + k, len);
+        k += len;
+    }
+    if (k == n) {
+        *bad = i, *why = "a class without its ']'";
+        return 0;
+    }
+    out_put(o, "]", 1);
+    return k + 1 - i;
+}
+
+/* {n}, {n,} or {n,m} at s[i]: its length, or 0. */
+static size_t braces_at(const char *s, size_t n, size_t i) {
+    size_t k = i + 1, digits = 0;
+    while (k < n && s[k] >= '0' && s[k] <= '9') k++, digits++;
+    if (!digits) return 0;
+    if (k < n && s[k] == ',') {
+        k++;
+        while (k < n && s[k] >= '0' && s[k] <= '9') k++;
+    }
+    return k < n && s[k] == '}' ? k + 1 - i : 0;
+}
+
+int tok_bpe_set_pattern(tok_bpe *b, const char *pattern, size_t len, const char *where, tg_err *err) {
+    /* the longest expansion: \S (2 bytes) into [^SPACE] */
+    const size_t cap = len * (sizeof "[^" SPACE "]" - 1) / 2 + 1;
+    pattern_out o = {tg_malloc(cap), 0};
+    if (!o.s) return tg_fail(err, "%s: out of memory for a pattern of %zu bytes", where, len);
+    static const char *const groups[] = {"(?:", "(?i:", "(?=", "(?!", "(?<=", "(?<!"};
+    size_t i = 0, take = 0, bad = 0;
+    const char *why = NULL;
+    int after_braces = 0; /* the last item was {...} (or {...}?): a + there is no possessive */
+    int depth = 0, caseless_at = 0; /* groups open; the depth of the (?i: open, or 0 */
+    /* the last ASCII letter in a (?i: group, where only group brackets and {n,m} came
+     * after it: Oniguruma joins s(?:t) and s{1}t into the string st, and folds that */
+    char letter = 0;
+    size_t letter_at = 0;
+    for (; i < len; i += take) {
+        const char c = pattern[i];
+        const char before = letter;
+        bad = i;
+        take = 0;
+        letter = 0;
+        if (c == '\\') {
+            take = escape_at(pattern, len, i, 0, &o);
+            why = "this escape";
+        } else if (c == '[') {
+            take = class_at(pattern, len, i, caseless_at, &o, &bad, &why);
+        } else if (c == '(') {
+            if (i + 1 == len || (pattern[i + 1] != '?' && pattern[i + 1] != '*')) take = 1;
+            for (size_t g = 0; g < sizeof groups / sizeof *groups && !take; g++)
+                if (len - i >= strlen(groups[g]) && !memcmp(pattern + i, groups[g], strlen(groups[g])))
+                    take = strlen(groups[g]);
+            why = "this kind of group";
+            if (take) {
+                out_put(&o, pattern + i, take);
+                depth++;
+                if (!caseless_at && take == 4 && pattern[i + 2] == 'i') caseless_at = depth;
+            }
+            letter = before;
+        } else if (c == ')') {
+            if (depth == caseless_at) caseless_at = 0;
+            depth -= depth > 0;
+            take = 1;
+            out_put(&o, ")", 1);
+            letter = before;
+        } else if (caseless_at && (unsigned char)c >= 0x80) {
+            why = caseless_non_ascii;
+        } else if (caseless_at && (c | 0x20) >= 'a' && (c | 0x20) <= 'z') {
+            /* two letters a character folds into: ss (\u00df), st, ff, fi, fl (ligatures) */
+            const char pair[3] = {(char)(before | 0x20), (char)(c | 0x20), 0};
+            if (before && strstr("ss st ff fi fl", pair)) {
+                bad = letter_at;
+                why = "ss, st, ff, fi or fl in a case-insensitive group (Oniguruma matches a ligature or \u00df there)";
+            } else {
+                take = 1;
+                out_put(&o, pattern + i, 1);
+                letter = c;
+                letter_at = i;
+            }
+        } else if (c == '{') {
+            take = braces_at(pattern, len, i);
+            why = "'{' that is no {n}, {n,} or {n,m} quantifier (write \\{)";
+            if (take) out_put(&o, pattern + i, take);
+            letter = before;
+        } else if (c == '+' && after_braces) {
+            why = "'+' after {n,m} (a repeat in Oniguruma's syntax, a possessive in PCRE2's)";
+        } else if (c == '^' || c == '$' || c == '.') {
+            why = c == '.' ? "'.'" : "'^' and '$' (line anchors in Oniguruma's syntax)";
+        } else {
+            take = char_len(pattern, i);
+            out_put(&o, pattern + i, take);
+        }
+        if (!take) {
+            const int shown = (int)(len - bad < 12 ? len - bad : 12);
+            tg_fail(err, "%s: %s at byte %zu ('%.*s') is not supported", where, why, bad, shown, pattern + bad);
+            free(o.s);
+            return -1;
+        }
+        after_braces = c == '{' || (after_braces && c == '?');
+    }
+    const int rc = compile_pattern(b, o.s, o.n, where, err);
+    free(o.s);
+    return rc;
+}
+
+int tok_bpe_prepare(tok_bpe *b, tg_err *err) {
+    for (int c = 0; c < 256; c++) {
+        char u[4];
+        const int n = tok_utf8_put(tok_byte_char((uint8_t)c), u);
+        b->byte_id[c] = tok_vocab_get(&b->vocab, u, (size_t)n);
+    }
+    /* GPT-2's pattern, unless a Split pre-tokenizer's is in place */
+    if (!b->re && compile_pattern(b, gpt2_pattern, sizeof gpt2_pattern - 1, "the pre-tokenisation pattern", err))
+        return -1;
     b->cache_slots = tg_malloc((size_t)2 * CACHE_MAX * sizeof *b->cache_slots);
     b->cache = tg_malloc((size_t)CACHE_MAX * sizeof *b->cache);
     if (!b->cache_slots || !b->cache) return tg_fail(err, "out of memory for the merge cache");
@@ -378,33 +598,32 @@ int tok_bpe_encode(tg_tokenizer *t, const char *text, int64_t start, int64_t end
     }
     const int64_t sn = n + virt;
     pcre2_match_data *md = b->match_data;
-    /* HF splits with the matches isolated: the text between matches is a word too */
+    /* HF splits with the matches isolated: the text between matches is a word too, and an
+     * empty match splits where it is. Like Oniguruma's search, the next one starts after
+     * the match, or a character further after an empty one. GPT-2's and Llama 3's
+     * patterns match at every character; a Split pattern from a file need not. */
     int64_t gap = 0, pos = 0;
     while (pos < sn) {
         const int rc = pcre2_match((const pcre2_code *)b->re, subj, (PCRE2_SIZE)sn, (PCRE2_SIZE)pos, PCRE2_NO_UTF_CHECK,
                                    md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break; /* GCOVR_EXCL_BR_LINE: the pattern's last alternatives take letters, numbers, spaces and any other character: from pos < sn a match always starts at pos */
-        if (rc < 0) { /* GCOVR_EXCL_BR_LINE: pcre2 fails only past its resource limits */
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) { /* past PCRE2's match limit (a pattern that backtracks without end) */
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
             return tg_fail(err, "pre-tokenisation failed at byte %lld: %s", (long long)(start + pos), (const char *)msg);
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         const int64_t ms = (int64_t)ov[0], me = (int64_t)ov[1];
-        /* No alternative of the pattern matches empty, and every character is a letter, a
-         * number, a space or else: matches follow each other with no text between. The
-         * guards stay for a pattern that differs. */
-        /* GCOVR_EXCL_BR_START */
-        if (me == ms) { /* an empty match is no split: step over one character */
+        if (ms > gap && emit_word(b, subj, gap, ms, virt, text, start, end, out, err)) return -1;
+        if (me == ms) { /* an empty match: a split, then on a character further */
+            gap = ms;
             pos = ms + 1;
             while (pos < sn && (subj[pos] & 0xC0) == 0x80) pos++;
             continue;
         }
-        if (ms > gap && emit_word(b, subj, gap, ms, virt, text, start, end, out, err)) return -1;
-        /* GCOVR_EXCL_BR_STOP */
         if (emit_word(b, subj, ms, me, virt, text, start, end, out, err)) return -1;
         gap = pos = me;
     }
-    if (sn > gap && emit_word(b, subj, gap, sn, virt, text, start, end, out, err)) return -1; /* GCOVR_EXCL_BR_LINE: matches leave no gap */
+    if (sn > gap && emit_word(b, subj, gap, sn, virt, text, start, end, out, err)) return -1;
     return 0;
 }

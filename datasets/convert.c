@@ -571,6 +571,7 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
             .tokenizer_family = enc->family == TG_TOKENIZER_WORDPIECE     ? "wordpiece"
                                 : enc->family == TG_TOKENIZER_BPE_GPT2    ? "bpe-gpt2"
                                 : enc->family == TG_TOKENIZER_BPE_ROBERTA ? "bpe-roberta"
+                                : enc->family == TG_TOKENIZER_BPE_LLAMA   ? "bpe-llama"
                                                                           : "unknown",
             .vocab_size = enc->vocab_size,
             .command = o->command,

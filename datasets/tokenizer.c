@@ -621,7 +621,7 @@ static int load_merges_txt(tok_loader *L, const char *path, tg_err *err) {
 static void set_special_ids(tg_tokenizer *t) {
     tg_special_ids *s = &t->special;
     *s = (tg_special_ids){-1, -1, -1, -1, -1, -1, -1};
-    switch (t->family) { /* GCOVR_EXCL_BR_LINE: loading sets one of the three families */
+    switch (t->family) { /* GCOVR_EXCL_BR_LINE: loading sets one of the four families */
     case TG_TOKENIZER_WORDPIECE:
         s->cls = tg_tokenizer_token_id(t, "[CLS]");
         s->sep = tg_tokenizer_token_id(t, "[SEP]");
@@ -640,6 +640,14 @@ static void set_special_ids(tg_tokenizer *t) {
         s->bos = s->eos = tg_tokenizer_token_id(t, "<|endoftext|>");
         s->unk = t->bpe.unk_id >= 0 ? t->bpe.unk_id : s->eos;
         break;
+    case TG_TOKENIZER_BPE_LLAMA:
+        /* the template's first token, <|end_of_text|> and no pad, where tokenizer_config.json
+         * does not say; no cls or sep (the template's last token is no sep) */
+        s->bos = t->config_bos != -2 ? t->config_bos : t->tmpl.ids[t->tmpl.single[0].first];
+        s->eos = t->config_eos != -2 ? t->config_eos : tg_tokenizer_token_id(t, "<|end_of_text|>");
+        s->pad = t->config_pad != -2 ? t->config_pad : -1;
+        s->unk = t->bpe.unk_id;
+        return;
     }
     /* The template's own tokens are the cls / sep where it has them. */
     const tok_template *tm = &t->tmpl;
@@ -727,6 +735,32 @@ static int parse_normalizer(tg_tokenizer *t, json_t *n, const char *p, tg_err *e
     return 0;
 }
 
+/* Llama 3's pre-tokenizer: Sequence [Split {a Regex pattern, Isolated, not inverted},
+ * ByteLevel {no regex, no prefix space}]: the pattern's matches and the text between
+ * them are the words, each word's bytes the byte-level characters. */
+static int parse_split_byte_level(tg_tokenizer *t, json_t *pt, const char *p, tg_err *err) {
+    json_t *list = json_object_get(pt, "pretokenizers");
+    json_t *split = json_array_get(list, 0), *bl = json_array_get(list, 1);
+    if (json_array_size(list) != 2 || strcmp(jtype(split), "Split") || strcmp(jtype(bl), "ByteLevel"))
+        return tg_fail(err, "%s: pre_tokenizer Sequence: only [Split, ByteLevel] (Llama 3's) is supported", p);
+    json_t *re = json_object_get(json_object_get(split, "pattern"), "Regex");
+    if (!json_is_string(re))
+        return tg_fail(err, "%s: pre_tokenizer.pretokenizers[0].pattern is not {\"Regex\": pattern} (the one supported)", p);
+    json_t *behavior = json_object_get(split, "behavior");
+    const char *bh = json_is_string(behavior) ? json_string_value(behavior) : "";
+    if (strcmp(bh, "Isolated"))
+        return tg_fail(err, "%s: pre_tokenizer.pretokenizers[0].behavior '%s' is not supported (Isolated is)", p, bh);
+    if (jbool(split, "invert", 0)) return tg_fail(err, "%s: pre_tokenizer.pretokenizers[0].invert true is not supported", p);
+    if (jbool(bl, "use_regex", 1))
+        return tg_fail(err, "%s: pre_tokenizer.pretokenizers[1]: ByteLevel with use_regex after a Split is not supported", p);
+    if (jbool(bl, "add_prefix_space", 1))
+        return tg_fail(err, "%s: pre_tokenizer.pretokenizers[1]: ByteLevel with add_prefix_space after a Split is not supported",
+                       p);
+    char where[4200];
+    snprintf(where, sizeof where, "%s: pre_tokenizer.pretokenizers[0].pattern.Regex", p);
+    return tok_bpe_set_pattern(&t->bpe, json_string_value(re), json_string_length(re), where, err);
+}
+
 static int parse_pre_tokenizer(tg_tokenizer *t, json_t *pt, const char *p, tg_err *err) {
     const char *ty = pt && !json_is_null(pt) ? jtype(pt) : "none"; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: pt && came first */
     if (t->family == TG_TOKENIZER_WORDPIECE) {
@@ -734,8 +768,10 @@ static int parse_pre_tokenizer(tg_tokenizer *t, json_t *pt, const char *p, tg_er
             return tg_fail(err, "%s: pre_tokenizer '%s' is not supported with WordPiece (BertPreTokenizer is)", p, ty);
         return 0;
     }
+    if (!strcmp(ty, "Sequence")) return parse_split_byte_level(t, pt, p, err);
     if (strcmp(ty, "ByteLevel"))
-        return tg_fail(err, "%s: pre_tokenizer '%s' is not supported with BPE (ByteLevel is)", p, ty);
+        return tg_fail(err, "%s: pre_tokenizer '%s' is not supported with BPE (ByteLevel, or Sequence [Split, ByteLevel], is)",
+                       p, ty);
     if (!jbool(pt, "use_regex", 1))
         return tg_fail(err, "%s: pre_tokenizer ByteLevel without use_regex is not supported", p);
     t->bpe.add_prefix_space = jbool(pt, "add_prefix_space", 1);
@@ -840,10 +876,13 @@ static int parse_post_processor(tg_tokenizer *t, json_t *pp, int *shaped, const 
         if (parse_template_list(tm, json_object_get(pp, "single"), specials, 0, p, err) ||
             parse_template_list(tm, json_object_get(pp, "pair"), specials, 1, p, err))
             return -1;
-        /* A BPE model whose template adds <s> ... </s> is RoBERTa's family. */
-        if (t->family != TG_TOKENIZER_WORDPIECE && template_added(tm, 0) > 0 &&
-            tok_vocab_get(&t->bpe.vocab, "<s>", 3) >= 0)
-            t->family = TG_TOKENIZER_BPE_ROBERTA;
+        /* A BPE model whose template adds <s> ... </s> is RoBERTa's family; one whose
+         * template starts with one token (a bos, <|begin_of_text|>) otherwise, Llama's. */
+        if (t->family != TG_TOKENIZER_WORDPIECE && template_added(tm, 0) > 0) {
+            if (tok_vocab_get(&t->bpe.vocab, "<s>", 3) >= 0) t->family = TG_TOKENIZER_BPE_ROBERTA;
+            else if (tm->single[0].kind == TOK_PIECE_SPECIAL && tm->single[0].n_ids == 1)
+                t->family = TG_TOKENIZER_BPE_LLAMA;
+        }
         return 0;
     }
     return tg_fail(err, "%s: post_processor '%s' is not supported", p, ty);
@@ -942,6 +981,81 @@ static int parse_added_tokens(tg_tokenizer *t, json_t *list, const char *p, tg_e
     return 0;
 }
 
+/* The id of the added token of this content, or -1. */
+static int32_t added_id(const tg_tokenizer *t, const char *content) {
+    for (int32_t k = 0; k < t->n_added; k++)
+        if (!strcmp(t->added[k].content, content)) return t->added[k].id;
+    return -1;
+}
+
+/* A token tokenizer_config.json names (key): its content, or an object with "content"
+ * (transformers' AddedToken), or null (none). Absent: *out is left as it is. */
+static int config_token(const tg_tokenizer *t, json_t *o, const char *key, int32_t *out, const char *path,
+                        tg_err *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return 0;
+    if (json_is_null(v)) { /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: !v returned first */
+        *out = -1;
+        return 0;
+    }
+    if (json_is_object(v)) v = json_object_get(v, "content"); /* GCOVR_EXCL_BR_LINE: json_is_object's own NULL test: !v returned above */
+    if (!json_is_string(v)) return tg_fail(err, "%s: %s is not a token (a string, an object with content, or null)", path, key);
+    *out = tg_tokenizer_token_id(t, json_string_value(v));
+    if (*out < 0)
+        return tg_fail(err, "%s: %s '%s' is neither in the vocabulary nor an added token of the tokenizer.json", path, key,
+                       json_string_value(v));
+    return 0;
+}
+
+/* Llama's tokenizer_config.json, where one lies beside the tokenizer.json: the bos, eos
+ * and pad tokens it names; add_bos_token and add_eos_token as the template has them (true
+ * and false: transformers would otherwise rebuild the template); added_tokens_decoder's
+ * tokens among the tokenizer.json's added tokens (transformers would add the others). Its
+ * other keys (the chat template, model_max_length, decoding settings) change no id. */
+static int read_llama_config(tg_tokenizer *t, const char *tokenizer_json, tg_err *err) {
+    char dir[4096], path[4200];
+    dir_of(tokenizer_json, dir, sizeof dir);
+    join(path, sizeof path, dir, "tokenizer_config.json");
+    if (!is_file(path)) return 0;
+    json_error_t je;
+    json_t *o = tg_json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!o && tg_json_out_of_memory(&je)) return tg_fail(err, "%s: out of memory parsing the JSON", path);
+    if (!o) return tg_fail(err, "%s:%d: %s", path, je.line, je.text);
+    int rc = 0;
+    json_t *add_bos = json_object_get(o, "add_bos_token"), *add_eos = json_object_get(o, "add_eos_token");
+    json_t *decoder = json_object_get(o, "added_tokens_decoder");
+    if (!json_is_object(o)) rc = tg_fail(err, "%s is not a JSON object", path); /* GCOVR_EXCL_BR_LINE: json_is_object's own NULL test: !o returned above */
+    else if (config_token(t, o, "bos_token", &t->config_bos, path, err) ||
+             config_token(t, o, "eos_token", &t->config_eos, path, err) ||
+             config_token(t, o, "pad_token", &t->config_pad, path, err))
+        rc = -1;
+    else if (add_bos && !json_is_null(add_bos) && !json_is_true(add_bos)) /* GCOVR_EXCL_BR_LINE: the macros' NULL tests: add_bos && came first */
+        rc = tg_fail(err, "%s: add_bos_token is not supported unless true (the template of the tokenizer.json adds the "
+                          "bos token)", path);
+    else if (add_eos && !json_is_null(add_eos) && !json_is_false(add_eos)) /* GCOVR_EXCL_BR_LINE: the macros' NULL tests: add_eos && came first */
+        rc = tg_fail(err, "%s: add_eos_token is not supported unless false (the template of the tokenizer.json is used)",
+                     path);
+    else if (decoder && !json_is_object(decoder)) /* GCOVR_EXCL_BR_LINE: json_is_object's own NULL test: decoder && came first */
+        rc = tg_fail(err, "%s: added_tokens_decoder is not an object of id: token", path);
+    const char *key;
+    json_t *tok;
+    if (!rc && decoder) {
+        json_object_foreach(decoder, key, tok) { /* GCOVR_EXCL_BR_LINE: the macro's value test cannot fail for a key it found */
+            json_t *content = json_object_get(tok, "content");
+            char *end;
+            const long id = strtol(key, &end, 10);
+            if (!json_is_string(content) || !key[0] || *end || added_id(t, json_string_value(content)) != id) {
+                rc = tg_fail(err, "%s: added_tokens_decoder['%s'] is not an added token of the tokenizer.json with that "
+                                  "id and content",
+                             path, key);
+                break;
+            }
+        }
+    }
+    json_decref(o);
+    return rc;
+}
+
 static int load_tokenizer_json(tok_loader *L, const char *path, json_t *root, tg_err *err) {
     tg_tokenizer *t = L->t;
     json_t *model = json_object_get(root, "model");
@@ -959,6 +1073,7 @@ static int load_tokenizer_json(tok_loader *L, const char *path, json_t *root, tg
     json_t *pp = json_object_get(root, "post_processor");
     int shaped = 0;
     if (pp && !json_is_null(pp) && parse_post_processor(t, pp, &shaped, path, err)) return -1; /* GCOVR_EXCL_BR_LINE: json_is_null's own NULL test: pp && came first */
+    if (t->family == TG_TOKENIZER_BPE_LLAMA) return read_llama_config(t, path, err);
     return 0;
 }
 
@@ -1039,6 +1154,8 @@ static int finish(tok_loader *L, tg_err *err) {
                                 t->vocab_size};
     XXH64_update(L->hash, settings, sizeof settings);
     XXH64_update(L->hash, t->tmpl.ids, (size_t)t->tmpl.n_ids * sizeof *t->tmpl.ids);
+    /* Llama's special ids may come from tokenizer_config.json: `data convert` writes its eos */
+    if (t->family == TG_TOKENIZER_BPE_LLAMA) XXH64_update(L->hash, &t->special, sizeof t->special);
     for (int32_t k = 0; k < t->n_added; k++) {
         const tok_added *a = &t->added[k];
         const int32_t f[] = {a->id, a->special, a->lstrip, a->rstrip, a->single_word, a->normalized};
@@ -1059,6 +1176,7 @@ int tg_tokenizer_open(const char *path, tg_tokenizer **out, tg_err *err) {
     XXH64_reset(hash, 0);
     t->wp.unk_id = -1;
     t->bpe.unk_id = -1;
+    t->config_bos = t->config_eos = t->config_pad = -2;
     tok_loader L = {t, hash};
     int rc;
     if (is_dir(path)) rc = open_folder(&L, path, err);

@@ -1,12 +1,14 @@
 /* Text to token ids, matching Hugging Face `tokenizers` token for token.
  *
- * Two families: WordPiece as BERT uses it (vocab.txt, or tokenizer.json with a WordPiece
- * model) and byte-level BPE as GPT-2 and RoBERTa use it (vocab.json + merges.txt, or
- * tokenizer.json with a BPE model). tg_tokenizer_open takes any of: a vocab.txt, a folder
- * holding vocab.json + merges.txt (GPT-2's encoder.json + vocab.bpe are accepted under
- * those names too), a tokenizer.json, or a Hugging Face model folder (tokenizer.json
- * first, then vocab.txt, then vocab.json + merges.txt; tokenizer_config.json and
- * config.json there say lower-casing and the model family when no tokenizer.json does).
+ * Two models: WordPiece as BERT uses it (vocab.txt, or tokenizer.json with a WordPiece
+ * model) and byte-level BPE as GPT-2, RoBERTa and Llama 3 use it (vocab.json + merges.txt,
+ * or tokenizer.json with a BPE model; Llama 3's pre-tokenizer is a Split pattern, taken
+ * from the file, and its template the file's TemplateProcessing). tg_tokenizer_open takes
+ * any of: a vocab.txt, a folder holding vocab.json + merges.txt (GPT-2's encoder.json +
+ * vocab.bpe are accepted under those names too), a tokenizer.json, or a Hugging Face model
+ * folder (tokenizer.json first, then vocab.txt, then vocab.json + merges.txt;
+ * tokenizer_config.json and config.json there say lower-casing and the model family when
+ * no tokenizer.json does, and Llama's bos, eos and pad tokens).
  *
  * A tokenizer keeps a BPE merge cache and scratch buffers that encoding writes, so a
  * handle is used by one thread at a time; open one per thread to tokenize in parallel. */
@@ -23,10 +25,16 @@ typedef struct tg_tokenizer tg_tokenizer;
 typedef enum tg_tokenizer_family {
     TG_TOKENIZER_WORDPIECE = 1,  /* BERT: [CLS] a [SEP] (b [SEP]) */
     TG_TOKENIZER_BPE_GPT2 = 2,   /* GPT-2: no special tokens added */
-    TG_TOKENIZER_BPE_ROBERTA = 3 /* RoBERTa: <s> a </s> (</s> b </s>) */
+    TG_TOKENIZER_BPE_ROBERTA = 3, /* RoBERTa: <s> a </s> (</s> b </s>) */
+    /* Llama 3: a tokenizer.json's TemplateProcessing that starts with a bos token and
+     * adds no <s> of RoBERTa's: <|begin_of_text|> a (<|begin_of_text|> b) */
+    TG_TOKENIZER_BPE_LLAMA = 4
 } tg_tokenizer_family;
 
-/* The ids a family's templates use; -1 where the vocabulary has no such token. */
+/* The ids a family's templates use; -1 where the vocabulary has no such token. Llama 3:
+ * bos the template's first token, eos <|end_of_text|>, pad none, unless the
+ * tokenizer_config.json beside its tokenizer.json names them (bos_token, eos_token,
+ * pad_token); no cls, sep, unk or mask. */
 typedef struct tg_special_ids {
     int32_t cls, sep, pad, unk, mask, bos, eos;
 } tg_special_ids;
@@ -43,7 +51,7 @@ int32_t tg_tokenizer_token_id(const tg_tokenizer *tok, const char *token);
  * vocabulary spells it, byte-level characters and "##" included), or NULL. */
 const char *tg_tokenizer_id_to_token(const tg_tokenizer *tok, int32_t id);
 /* How many special tokens the template adds to one text (pair 0) or a pair (pair 1):
- * 2 and 3 for BERT, 2 and 4 for RoBERTa, 0 for GPT-2. */
+ * 2 and 3 for BERT, 2 and 4 for RoBERTa, 0 for GPT-2, 1 and 2 for Llama 3. */
 int32_t tg_tokenizer_added_count(const tg_tokenizer *tok, int pair);
 /* xxh64 over the files that define the tokenizer's output (vocabulary, merges, settings):
  * what a shard manifest records so data made by another tokenizer is refused. */

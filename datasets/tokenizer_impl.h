@@ -180,6 +180,9 @@ struct tg_tokenizer {
     uint8_t added_first[2][256];  /* [normalized][byte]: some added token starts with it */
     tok_template tmpl;
     tg_special_ids special;
+    /* Llama's family: the bos, eos and pad a tokenizer_config.json beside the
+     * tokenizer.json names (-1: none), or -2 where it says nothing */
+    int32_t config_bos, config_eos, config_pad;
     int32_t vocab_size;
     uint64_t identity;
     /* scratch reused across calls */
@@ -202,6 +205,10 @@ int tok_bpe_encode(tg_tokenizer *t, const char *text, int64_t start, int64_t end
 /* Byte-level BPE: compiles the pre-tokenisation pattern and finds each byte's id (after
  * the vocabulary and merges are in). */
 int tok_bpe_prepare(tok_bpe *b, tg_err *err);
+/* A Split pre-tokenizer's pattern (Oniguruma's syntax, as HF reads it; len bytes of valid
+ * UTF-8) in place of GPT-2's: taken into PCRE2's syntax and compiled, or refused with a
+ * message naming `where` (the file and field) and the construct. */
+int tok_bpe_set_pattern(tok_bpe *b, const char *pattern, size_t len, const char *where, tg_err *err);
 int tok_bpe_add_merge(tok_bpe *b, int32_t left, int32_t right, int32_t rank, int32_t new_id, tg_err *err);
 void tok_bpe_free(tok_bpe *b);
 void tok_wordpiece_free(tok_wordpiece *w);

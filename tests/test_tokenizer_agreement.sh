@@ -8,6 +8,11 @@
 #   GPT-2 (byte-level BPE): the encoder.json + vocab.bpe folder; single texts and pairs
 #   RoBERTa's template (<s> A </s></s> B </s>) over GPT-2's files, as a tokenizer.json
 #     that HF builds; single texts, pairs, pairs with truncation
+#   Llama 3.2 (byte-level BPE after its Split pattern, <|begin_of_text|> A, pairs
+#     <|begin_of_text|> A <|begin_of_text|> B): its tokenizer.json and its folder; single
+#     texts, truncation, no special tokens, pairs, pairs with truncation, the corpus with
+#     Llama's special tokens written in the text; and `data convert --format text` with
+#     the folder (each line's tokens, then the eos token of its tokenizer_config.json)
 # Run by `make test` (and `make test-asan`, with TG_TEST_CLI). Where the files or the
 # reference library cannot be installed (no network), prints "not run" and why.
 set -u
@@ -77,6 +82,37 @@ check gpt2-pair "$assets/gpt2" "$assets/gpt2" "$pairs" --pair --max-len 64
 check roberta "$tmp/roberta.json" "$tmp/roberta.json" "$corpus"
 check roberta-pair "$tmp/roberta.json" "$tmp/roberta.json" "$pairs" --pair
 check roberta-pair-trunc "$tmp/roberta.json" "$tmp/roberta.json" "$pairs" --pair --max-len 40
+
+llama=$assets/llama3
+# the corpus with Llama's special tokens where it writes BERT's and GPT-2's
+llama_specials='s/<|endoftext|>/<|end_of_text|>/g; s/\[CLS\]/<|begin_of_text|>/g; s/\[SEP\]/<|eot_id|>/g;'
+llama_specials+=' s/\[MASK\]/<|reserved_special_token_7|>/g; s/\[PAD\]/<|finetune_right_pad_id|>/g'
+sed "$llama_specials" "$corpus" >"$tmp/llama-corpus.txt"
+sed "$llama_specials" "$pairs" >"$tmp/llama-pairs.txt"
+check llama3 "$llama/tokenizer.json" "$llama/tokenizer.json" "$corpus"
+check llama3-folder "$llama" "$llama/tokenizer.json" "$corpus" --max-len 16
+check llama3-no-special "$llama" "$llama/tokenizer.json" "$corpus" --no-special
+check llama3-specials "$llama" "$llama/tokenizer.json" "$tmp/llama-corpus.txt"
+check llama3-pair "$llama" "$llama/tokenizer.json" "$pairs" --pair
+check llama3-pair-trunc "$llama" "$llama/tokenizer.json" "$tmp/llama-pairs.txt" --pair --max-len 48
+
+# data convert --format text: the records' ids, as the reference cuts the same stream
+if ! "$cli" data convert "$corpus" -o "$tmp/llama-lm" --tokenizer "$llama" --format text --seq 256 >/dev/null \
+    2>"$tmp/llama-lm.err" || ! "$cli" data dump "$tmp/llama-lm/train" -o "$tmp/llama-lm.jsonl" 2>>"$tmp/llama-lm.err"; then
+    echo "FAIL test_tokenizer_agreement: llama3-data-convert: $(tail -1 "$tmp/llama-lm.err")"
+    failed=1
+else
+    "$py" "$ref" dump-ids <"$tmp/llama-lm.jsonl" >"$tmp/llama-lm.tg"
+    "$py" "$ref" lm-text "$llama" 256 <"$corpus" >"$tmp/llama-lm.hf"
+    if ! cmp -s "$tmp/llama-lm.hf" "$tmp/llama-lm.tg"; then
+        echo "FAIL test_tokenizer_agreement: llama3-data-convert: the records differ from HF tokenizers' ids" \
+            "($(wc -l <"$tmp/llama-lm.tg") records, HF $(wc -l <"$tmp/llama-lm.hf"))"
+        failed=1
+    fi
+    cases=$((cases + 1))
+    lines=$((lines + $(wc -l <"$corpus")))
+    tokens=$((tokens + $(wc -w <"$tmp/llama-lm.tg")))
+fi
 
 if [ $failed -ne 0 ]; then exit 1; fi
 echo "ok   test_tokenizer_agreement ($cases cases, $lines lines, $tokens tokens: ids and offsets equal to HF tokenizers $("$py" -c 'import tokenizers; print(tokenizers.__version__)'))"

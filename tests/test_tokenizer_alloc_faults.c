@@ -251,3 +251,55 @@ TG_TEST(test_tokenizer_alloc_faults_vocab_past_one_mib) {
     }
     CHECK(reads == 4, "%d of the first 8 allocations failing stop a read, want 4", reads);
 }
+
+TG_TEST(test_tokenizer_alloc_faults_llama) {
+    /* Llama 3's shape: a Split pattern taken into PCRE2's syntax (\s, \S and a class
+     * growing as they are spelled out), its template, and a tokenizer_config.json beside
+     * naming the bos, eos and pad tokens */
+    char *v = tg_test_bpe_vocab_json(", \"12\": 266");
+    str j = {0};
+    put(&j, "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"vocab\": %s, \"merges\": [\"h e\", \"1 2\"]},", v);
+    free(v);
+    put(&j, "%s",
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\":"
+        " \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+"
+        "[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": \"Isolated\", \"invert\": false},"
+        " {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},"
+        " \"added_tokens\": [{\"id\": 300, \"content\": \"<|begin_of_text|>\", \"special\": true},"
+        " {\"id\": 301, \"content\": \"<|end_of_text|>\", \"special\": true}],"
+        " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<|begin_of_text|>\","
+        " \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [{\"SpecialToken\": {\"id\":"
+        " \"<|begin_of_text|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\":"
+        " \"<|begin_of_text|>\", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], \"special_tokens\":"
+        " {\"<|begin_of_text|>\": {\"id\": \"<|begin_of_text|>\", \"ids\": [300]}}}}");
+    const char *dir = tg_test_tmpdir();
+    write_in(dir, "tokenizer.json", j.s);
+    free(j.s);
+    write_in(dir, "tokenizer_config.json",
+             "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": {\"content\": \"<|end_of_text|>\"}, \"pad_token\":"
+             " \"<|end_of_text|>\", \"added_tokens_decoder\": {\"300\": {\"content\": \"<|begin_of_text|>\"}}}");
+    /* " " apart from the number, which goes in threes: 12 (merged) 3, then 4 5 */
+    const attempt a = {dir, "hello 12345\n\n  x<|end_of_text|>it's", "hello",
+                       "300 259 32 266 51 52 53 10 10 32 32 120 301 105 116 39 115 300"};
+    fail_each("Llama folder", &a);
+
+    /* a Split pattern that leaves text between its matches: the words before and after
+     * a match outgrow the first buffers */
+    j = (str){0};
+    v = tg_test_bpe_vocab_json("");
+    put(&j, "{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": []}, \"pre_tokenizer\": {\"type\":", v);
+    free(v);
+    put(&j, "%s",
+        " \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"x\"}, \"behavior\":"
+        " \"Isolated\"}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]}}");
+    const char *gaps = tg_test_tmpdir();
+    const char *path = write_in(gaps, "tokenizer.json", j.s);
+    free(j.s);
+    str t = {0};
+    for (int i = 0; i < 300; i++) put(&t, "%s", "a");
+    put(&t, "%s", "x");
+    for (int i = 0; i < 600; i++) put(&t, "%s", "b");
+    const attempt g = {path, t.s, NULL, "97 97 97"};
+    fail_each("Split pattern with text between matches", &g);
+    free(t.s);
+}

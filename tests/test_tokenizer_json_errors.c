@@ -96,7 +96,7 @@ static const bad_json k_bad[] = {
     {"{" WP_MODEL "}", "pre_tokenizer 'none' is not supported with WordPiece (BertPreTokenizer is)"},
     {"{" WP_MODEL ", 'pre_tokenizer': null}", "pre_tokenizer 'none' is not supported with WordPiece"},
     {"{" WP_MODEL ", 'pre_tokenizer': {'type': 'ByteLevel'}}", "pre_tokenizer 'ByteLevel' is not supported with WordPiece"},
-    {"{" BPE_MODEL "}", "pre_tokenizer 'none' is not supported with BPE (ByteLevel is)"},
+    {"{" BPE_MODEL "}", "pre_tokenizer 'none' is not supported with BPE (ByteLevel, or Sequence [Split, ByteLevel], is)"},
     {"{" BPE_MODEL ", 'pre_tokenizer': {'type': 'Metaspace'}}", "pre_tokenizer 'Metaspace' is not supported with BPE"},
     {"{" BPE_MODEL ", 'pre_tokenizer': {'type': 'ByteLevel', 'use_regex': false}}",
      "pre_tokenizer ByteLevel without use_regex is not supported"},

@@ -15,6 +15,16 @@
       does. --offsets writes each token as ID:START-END in UTF-8 bytes of its own text,
       template tokens as ID:-. SPEC is a tokenizer.json, or a folder holding GPT-2's
       encoder.json + vocab.bpe (loaded as transformers' GPT2TokenizerFast builds it).
+  tokenizer_reference.py lm-text FOLDER SEQ
+      reads plain text on stdin and writes the records `tunegraph data convert --format
+      text --seq SEQ` makes of it, one line of ids each: the tokens of every line that is
+      not blank (LF or CRLF ends, a UTF-8 byte order mark left out), no special tokens,
+      each followed by the eos token that FOLDER/tokenizer_config.json names (as
+      transformers' eos_token_id), cut into SEQ tokens; a last record of one token is
+      dropped. FOLDER holds the tokenizer.json.
+  tokenizer_reference.py dump-ids
+      reads `tunegraph data dump` JSON Lines on stdin and writes each record's input_ids
+      as one line of space-separated ids.
   tokenizer_reference.py time SPEC FILE [--repeat N] [--per-line]
       times encode_batch (or one encode call a line) over FILE's lines on one thread
       (TOKENIZERS_PARALLELISM=false) and prints "seconds lines bytes tokens".
@@ -123,6 +133,41 @@ def cmd_vocab_txt(argv):
         json.dump({"do_lower_case": bool(norm.get("lowercase", True)), "tokenizer_class": "BertTokenizer"}, f)
 
 
+def cmd_lm_text(argv):
+    import json
+
+    folder, seq = argv[0], int(argv[1])
+    tok = load(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+        eos = json.load(f)["eos_token"]
+    eos_id = tok.token_to_id(eos["content"] if isinstance(eos, dict) else eos)
+    data = sys.stdin.buffer.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    texts = []
+    for line in data.split(b"\n"):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line.strip(b" \t\r\f\v"):
+            texts.append(line.decode("utf-8"))
+    stream = []
+    for e in tok.encode_batch(texts, add_special_tokens=False):
+        stream.extend(e.ids)
+        stream.append(eos_id)
+    records = [stream[i : i + seq] for i in range(0, len(stream), seq)]
+    if records and len(records[-1]) < 2:
+        records.pop()
+    for r in records:
+        sys.stdout.write(" ".join(map(str, r)) + "\n")
+
+
+def cmd_dump_ids(argv):
+    import json
+
+    for line in sys.stdin:
+        sys.stdout.write(" ".join(map(str, json.loads(line)["input_ids"])) + "\n")
+
+
 def cmd_time(argv):
     spec, path = argv[0], argv[1]
     repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 1
@@ -140,12 +185,18 @@ def cmd_time(argv):
 
 
 def main():
-    if len(sys.argv) < 3:
+    if len(sys.argv) < 3 and sys.argv[1:] != ["dump-ids"]:
         sys.exit(__doc__)
     cmd, argv = sys.argv[1], sys.argv[2:]
-    {"encode": cmd_encode, "roberta": cmd_roberta, "vocab-txt": cmd_vocab_txt, "time": cmd_time}.get(
-        cmd, lambda _: sys.exit(__doc__)
-    )(argv)
+    commands = {
+        "encode": cmd_encode,
+        "roberta": cmd_roberta,
+        "vocab-txt": cmd_vocab_txt,
+        "lm-text": cmd_lm_text,
+        "dump-ids": cmd_dump_ids,
+        "time": cmd_time,
+    }
+    commands.get(cmd, lambda _: sys.exit(__doc__))(argv)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 /* libFuzzer target: the tokenizers. The first byte picks what the rest is:
  *   0  a tokenizer file (vocab.txt, tokenizer.json or a vocab.json), opened, and on
  *      success used on a few fixed texts
- *   1+ text for one of three fixed tokenizers (a vocab.txt WordPiece; a WordPiece
+ *   1+ text for one of four fixed tokenizers (a vocab.txt WordPiece; a WordPiece
  *      tokenizer.json with added tokens of every kind; a byte-level BPE tokenizer.json
- *      with RoBERTa's template, add_prefix_space and ignore_merges), after one byte of
+ *      with RoBERTa's template, add_prefix_space and ignore_merges; one of Llama 3's
+ *      shape: its Split pattern, <|begin_of_text|> A, ignore_merges), after one byte of
  *      options (special tokens, a pair split at the first TAB, truncation, padding)
  * Every encoding is checked: ids inside the vocabulary, offsets inside their text,
  * lengths as truncation and padding say, the same result twice (the BPE cache), and
@@ -17,7 +18,7 @@
 #include "datasets/tokenizer.h"
 #include "tests/fuzz/fuzz_input.h"
 
-static tg_tokenizer *fixed[3];
+static tg_tokenizer *fixed[4];
 
 static const char wordpiece_vocab[] = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\nun\n##aff\n##able\na\n##a\n"
                                       "\xe4\xb8\xad\ncafe\n.\n##s\nx\n##\xc3\xa9\n\xc3\xa9t\xc3\xa9\n";
@@ -39,6 +40,56 @@ static const char wordpiece_json[] =
     " \"max_input_chars_per_word\": 12, \"vocab\": {\"[PAD]\": 0, \"[UNK]\": 1, \"[CLS]\": 2, \"[SEP]\": 3,"
     " \"[MASK]\": 4, \"a\": 5, \"##b\": 6, \"b\": 7, \"##a\": 8, \"new\": 11, \"york\": 12}}}";
 
+/* The 256 byte characters as "char": byte, comma-separated. */
+static size_t put_byte_vocab(char *s, size_t cap, size_t n) {
+    for (int b = 0; b < 256; b++) {
+        /* GPT-2's byte characters: printable bytes as themselves, the rest from U+0100 */
+        unsigned cp = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE ? (unsigned)b
+                      : b <= 0x20                                                    ? 0x100u + (unsigned)b
+                      : b <= 0xA0                                                    ? 0x100u + 33 + (unsigned)(b - 0x7F)
+                                                                                     : 0x100u + 67;
+        char u[8];
+        if (cp == '"' || cp == '\\') snprintf(u, sizeof u, "\\%c", (char)cp);
+        else if (cp < 0x80) snprintf(u, sizeof u, "%c", (char)cp);
+        else snprintf(u, sizeof u, "%c%c", (char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F)));
+        n += (size_t)snprintf(s + n, cap - n, "%s\"%s\": %d", b ? ", " : "", u, b);
+    }
+    return n;
+}
+
+/* Llama 3's shape: its Split pattern and template, its added tokens, ignore_merges. */
+static char *llama_json(void) {
+    size_t cap = 65536, n = 0;
+    char *s = malloc(cap);
+    if (!s) abort();
+    n += (size_t)snprintf(
+        s + n, cap - n,
+        "{\"added_tokens\": ["
+        "{\"id\": 300, \"content\": \"<|begin_of_text|>\", \"special\": true, \"normalized\": false},"
+        "{\"id\": 301, \"content\": \"<|end_of_text|>\", \"special\": true, \"normalized\": false},"
+        "{\"id\": 302, \"content\": \"<|eot_id|>\", \"special\": true, \"normalized\": false}],"
+        " \"normalizer\": null,"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\":"
+        " {\"Regex\": \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}|"
+        " ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+        " \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false,"
+        " \"trim_offsets\": true, \"use_regex\": false}]},"
+        " \"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\", \"trim_offsets\":"
+        " false}, {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<|begin_of_text|>\","
+        " \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [{\"SpecialToken\": {\"id\":"
+        " \"<|begin_of_text|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\":"
+        " {\"id\": \"<|begin_of_text|>\", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}],"
+        " \"special_tokens\": {\"<|begin_of_text|>\": {\"id\": \"<|begin_of_text|>\", \"ids\": [300]}}}]},"
+        " \"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"vocab\": {");
+    n = put_byte_vocab(s, cap, n);
+    n += (size_t)snprintf(s + n, cap - n,
+                          ", \"he\": 256, \"ll\": 257, \"hell\": 258, \"hello\": 259, \"\xc4\xa0hello\": 260,"
+                          " \"12\": 261, \"123\": 262, \"\xc4\x8a\xc4\x8a\": 263, \"'s\": 264},"
+                          " \"merges\": [\"h e\", \"l l\", \"he ll\", \"hell o\", \"1 2\", \"12 3\", \"\xc4\x8a \xc4\x8a\","
+                          " \"' s\"]}}");
+    return s;
+}
+
 /* Byte-level BPE: the 256 byte characters, a few merges, RoBERTa's specials. */
 static char *bpe_json(void) {
     size_t cap = 65536, n = 0;
@@ -56,18 +107,7 @@ static char *bpe_json(void) {
                           " \"post_processor\": {\"type\": \"RobertaProcessing\", \"sep\": [\"</s>\", 301],"
                           " \"cls\": [\"<s>\", 300], \"trim_offsets\": true, \"add_prefix_space\": true},"
                           " \"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"vocab\": {");
-    for (int b = 0; b < 256; b++) {
-        /* GPT-2's byte characters: printable bytes as themselves, the rest from U+0100 */
-        unsigned cp = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE ? (unsigned)b
-                      : b <= 0x20                                                    ? 0x100u + (unsigned)b
-                      : b <= 0xA0                                                    ? 0x100u + 33 + (unsigned)(b - 0x7F)
-                                                                                     : 0x100u + 67;
-        char u[8];
-        if (cp == '"' || cp == '\\') snprintf(u, sizeof u, "\\%c", (char)cp);
-        else if (cp < 0x80) snprintf(u, sizeof u, "%c", (char)cp);
-        else snprintf(u, sizeof u, "%c%c", (char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F)));
-        n += (size_t)snprintf(s + n, cap - n, "%s\"%s\": %d", b ? ", " : "", u, b);
-    }
+    n = put_byte_vocab(s, cap, n);
     n += (size_t)snprintf(s + n, cap - n,
                           ", \"he\": 256, \"ll\": 257, \"hell\": 258, \"hello\": 259, \"\xc4\xa0h\": 260,"
                           " \"\xc4\xa0he\": 261, \"\xc3\x83\xc2\xa9\": 262, \"\xc4\xa0\xc4\xa0\": 263, \"\xc4\xa0hell\": 264,"
@@ -78,9 +118,9 @@ static char *bpe_json(void) {
 }
 
 static const char *write_tmp(const char *dir, const char *name, const char *text) {
-    static char path[3][600];
+    static char path[4][600];
     static int k;
-    char *p = path[k++ % 3];
+    char *p = path[k++ % 4];
     snprintf(p, 600, "%s/%s", dir, name);
     FILE *f = fopen(p, "wb");
     if (!f || fwrite(text, 1, strlen(text), f) != strlen(text) || fclose(f)) abort();
@@ -90,11 +130,12 @@ static const char *write_tmp(const char *dir, const char *name, const char *text
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char dir[] = "/tmp/tg-fuzz-tokenizer.XXXXXX";
     if (!mkdtemp(dir)) abort();
-    char *bpe = bpe_json();
-    const char *paths[3] = {write_tmp(dir, "vocab.txt", wordpiece_vocab), write_tmp(dir, "wordpiece.json", wordpiece_json),
-                            write_tmp(dir, "bpe.json", bpe)};
+    char *bpe = bpe_json(), *llama = llama_json();
+    const char *paths[4] = {write_tmp(dir, "vocab.txt", wordpiece_vocab), write_tmp(dir, "wordpiece.json", wordpiece_json),
+                            write_tmp(dir, "bpe.json", bpe), write_tmp(dir, "llama.json", llama)};
     free(bpe);
-    for (int k = 0; k < 3; k++) {
+    free(llama);
+    for (int k = 0; k < 4; k++) {
         tg_err err;
         if (tg_tokenizer_open(paths[k], &fixed[k], &err)) {
             fprintf(stderr, "fuzz_tokenizer: fixed tokenizer %d: %s\n", k, err.msg);
@@ -164,9 +205,10 @@ static void encode_checked(tg_tokenizer *t, const char *text, size_t len, const 
     if (rc) {
         FUZZ_ASSERT(err.msg[0], "failed without a message");
         /* valid text is refused only for a template longer than max_len, padding without a
-         * pad token, or a word a vocabulary without an unk token cannot spell */
+         * pad token, a word a vocabulary without an unk token cannot spell, or a Split
+         * pattern (of a fuzzed file) that backtracks past PCRE2's limits */
         FUZZ_ASSERT(!valid || strstr(err.msg, "special tokens the template adds") || strstr(err.msg, "no pad token") ||
-                        strstr(err.msg, "no unk token"),
+                        strstr(err.msg, "no unk token") || strstr(err.msg, "pre-tokenisation failed"),
                     "valid text refused: %s", err.msg);
     } else {
         FUZZ_ASSERT(valid, "invalid UTF-8 accepted");
@@ -184,7 +226,7 @@ static void encode_checked(tg_tokenizer *t, const char *text, size_t len, const 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const uint8_t mode = data[0] % 4;
+    const uint8_t mode = data[0] % 5;
     data++, size--;
     if (mode == 0) {
         tg_tokenizer *t = NULL;
