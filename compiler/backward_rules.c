@@ -429,19 +429,44 @@ static void bwd_dropout(tg_graph *g, int index) {
     s.p.dropout = op->p.dropout;
     bwd_pointwise(g, index, &s);
 }
+/* One backward op writes the gradients of every activation input of a forward op whose
+ * inputs `slots` (n of them) are activations: each input's gradient, or scratch for an
+ * input that needs none (a projection of frozen weights, as for the fused attention).
+ * s has its parameters and other inputs set; dy goes to in0, the gradients to out0.. */
+static void bwd_parts(tg_graph *g, int index, tg_op_spec *s, const int *slots, int n) {
+    tg_op op = *fwd(g, index);
+    int scratch[3] = {0, 0, 0};
+    s->in[0] = tg_ad_grad_of(g, op.out[0]);
+    for (int k = 0; k < n; k++) {
+        int acc;
+        s->out[k] = tg_ad_grad_dest_or_scratch(g, op.in[slots[k]], &acc, &scratch[k]);
+        if (s->out[k] < 0 || acc) {
+            tg_graph_fail(g, "%s %d: input %d must be an activation", tg_op_name(op.kind), index, slots[k]);
+            return;
+        }
+    }
+    tg_graph_op(g, s);
+    for (int k = 0; k < n; k++)
+        if (!scratch[k]) tg_ad_commit(g, op.in[slots[k]], s->out[k]);
+}
+/* ROPE_BWD: dqkv, or dq, dk and dv when the projections were made apart. */
 static void bwd_rope(tg_graph *g, int index) {
     const tg_op *op = fwd(g, index);
     tg_op_spec s = tg_spec(TG_OP_ROPE_BWD);
     s.in[1] = op->in[1];
     s.p.rope = op->p.rope;
-    bwd_pointwise(g, index, &s);
+    static const int packed[1] = {0}, apart[3] = {0, 2, 3};
+    if (op->in[2] >= 0) bwd_parts(g, index, &s, apart, 3);
+    else bwd_parts(g, index, &s, packed, 1);
 }
+/* SWIGLU_BWD: d gate_up, or d gate and d up when the projections were made apart. */
 static void bwd_swiglu(tg_graph *g, int index) {
     const tg_op *op = fwd(g, index);
     tg_op_spec s = tg_spec(TG_OP_SWIGLU_BWD);
-    s.in[1] = op->in[0];
+    s.in[1] = op->in[0], s.in[2] = op->in[1];
     s.p.swiglu = op->p.swiglu;
-    bwd_pointwise(g, index, &s);
+    static const int slots[2] = {0, 1};
+    bwd_parts(g, index, &s, slots, op->in[1] >= 0 ? 2 : 1);
 }
 static void bwd_select(tg_graph *g, int index) {
     const tg_op *op = fwd(g, index);

@@ -38,7 +38,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 }
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
-_Static_assert(sizeof(tg_job) == 5128, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5400, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -133,6 +133,10 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_u64(&h, j->memory_limit);
     fp_i32(&h, j->optimizer_state);
     fp_i32(&h, j->grad_bucket_mb);
+    fp_i32(&h, j->lora_r);
+    fp_f32(&h, j->lora_alpha);
+    fp_f32(&h, j->lora_dropout);
+    fp_str(&h, j->lora_targets, sizeof j->lora_targets);
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

@@ -185,7 +185,7 @@ static int frozen_by_job(tg_graph *g, const char *name) {
 
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay) {
     int64_t shape[2] = {d0, d1};
-    const int frozen = frozen_by_job(g, name);
+    const int frozen = frozen_by_job(g, name) || (g->base_frozen && !g->adapter);
     int t = tg_graph_tensor(g, name, TG_F32, frozen ? TG_POOL_FROZEN : TG_POOL_PARAMS, ndim, shape);
     if (t < 0) return t;
     /* Weight decay is AdamW's: a frozen parameter has none to skip. */

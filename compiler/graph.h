@@ -42,6 +42,9 @@ typedef struct tg_graph {
     int n_freeze;
     char freeze[TG_JOB_FREEZE_MAX][TG_NAME_MAX];
     int freeze_hits[TG_JOB_FREEZE_MAX];
+    /* LoRA: every parameter the builder makes is frozen (the base weights) but while
+     * `adapter` is set (the low-rank pairs, a classification head). */
+    int base_frozen, adapter;
 } tg_graph;
 
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err);

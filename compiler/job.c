@@ -73,6 +73,10 @@ static const struct job_key {
     [TG_JOB_MEMORY_LIMIT] = {"memory_limit", 0},
     [TG_JOB_OPTIMIZER_STATE] = {"optimizer_state", 0},
     [TG_JOB_GRAD_BUCKET_MB] = {"grad_bucket_mb", 0},
+    [TG_JOB_LORA_R] = {"lora_r", 0},
+    [TG_JOB_LORA_ALPHA] = {"lora_alpha", 0},
+    [TG_JOB_LORA_DROPOUT] = {"lora_dropout", 0},
+    [TG_JOB_LORA_TARGETS] = {"lora_targets", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -128,6 +132,7 @@ void tg_job_defaults(tg_job *job) {
     job->qa_max_answer_length = 30;
     job->qa_null_threshold = 0.0f;
     job->grad_bucket_mb = TG_GRAD_BUCKET_MB_DEFAULT;
+    job->lora_alpha = TG_LORA_ALPHA_DEFAULT;
 }
 
 const char *tg_job_where(const tg_job *job, int key, char *buf, int len) {
@@ -322,6 +327,26 @@ static int set_path(char *dst, const char *v, const origin *o, int resolve, cons
     if (n >= TG_PATH_MAX)
         return tg_fail(err, "%skey '%s': path is too long (limit %d bytes)", o->prefix, key,
                        TG_PATH_MAX - 1);
+    return 0;
+}
+
+/* `lora_targets`: comma-separated module names (letters, digits and '_'), each non-empty
+ * after trimming; which exist is the model's to say (compiler/model_build.c). */
+static int set_lora_targets(tg_job *job, const char *v, const origin *o, const char *key, tg_err *err) {
+    if (strlen(v) >= sizeof job->lora_targets)
+        return tg_fail(err, "%skey '%s': value is too long (limit %zu bytes)", o->prefix, key, sizeof job->lora_targets - 1);
+    for (const char *p = v; *p;) {
+        while (*p == ' ' || *p == '\t') p++;
+        const char *start = p;
+        while (*p && (isalnum((unsigned char)*p) || *p == '_')) p++;
+        const char *end = p;
+        while (*p == ' ' || *p == '\t') p++;
+        if (end == start || (*p && *p != ','))
+            return tg_fail(err, "%skey '%s': '%s' is not a comma-separated list of module names (such as q_proj,v_proj)",
+                           o->prefix, key, v);
+        if (*p) p++;
+    }
+    snprintf(job->lora_targets, sizeof job->lora_targets, "%s", v);
     return 0;
 }
 
@@ -540,6 +565,10 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         rc = set_int_range(&job->zero_stage, v, 0, 1, "0: none, 1: the optimizer state sharded", o, name, err);
         break;
     case TG_JOB_FREEZE: rc = set_freeze(job, v, o, name, err); break;
+    case TG_JOB_LORA_R: rc = set_int_range(&job->lora_r, v, 0, TG_LORA_MAX_RANK, "the rank; 0: no LoRA", o, name, err); break;
+    case TG_JOB_LORA_ALPHA: rc = set_float(&job->lora_alpha, v, 0, 1, INFINITY, 0, o, name, err); break;
+    case TG_JOB_LORA_DROPOUT: rc = set_float(&job->lora_dropout, v, 0, 0, 1, 1, o, name, err); break;
+    case TG_JOB_LORA_TARGETS: rc = set_lora_targets(job, v, o, name, err); break;
     case TG_JOB_CHECKPOINT_EVERY:
         rc = set_int_range(&job->checkpoint_every, v, 0, INT32_MAX, "steps; 0: none", o, name, err);
         break;

@@ -91,12 +91,24 @@ typedef struct tg_job {
     /* The most the plan may need on one GPU, as its memory estimate counts it (bytes; 0:
      * no limit). recompute = auto recomputes where that brings the plan under it. */
     uint64_t memory_limit;
+    /* LoRA (PEFT's LoraConfig): lora_r > 0 freezes every base weight and adds the trainable
+     * low-rank pair A [r, in], B [out, r] to each projection named in lora_targets
+     * (comma-separated module names, "" for the family's default), the product scaled by
+     * lora_alpha / lora_r, its input through dropout lora_dropout. */
+    int32_t lora_r;
+    float lora_alpha;
+    float lora_dropout;
+    char lora_targets[256];
     int32_t key_line[64];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
 
 /* tg_job.optimizer */
 enum { TG_OPTIMIZER_ADAMW = 0, TG_OPTIMIZER_ADAN = 1, TG_OPTIMIZER_COUNT };
+
+/* tg_job.lora_r: the largest rank; tg_job.lora_alpha: PEFT's default. */
+#define TG_LORA_MAX_RANK 4096
+#define TG_LORA_ALPHA_DEFAULT 8.0f
 
 /* tg_job.grad_bucket_mb: PyTorch DDP's default, and the most a bucket may be. */
 #define TG_GRAD_BUCKET_MB_DEFAULT 25
@@ -122,7 +134,7 @@ typedef enum tg_job_key {
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
-    TG_JOB_GRAD_BUCKET_MB, TG_JOB_KEY_COUNT
+    TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -650,22 +650,96 @@ static int packed_linear(builder *b, const char *prefix, const char *const *name
     return linear_apply(b, name, x, wv, -1, b->N, in, total, 0, NULL);
 }
 
-/* The rotary embedding of layer `prefix`'s packed projections qkv [N, (H + 2 Hkv) Dh], k
- * and v repeated to H heads: [N, 3 H Dh], the packed input of the attention. */
-static int rope(builder *b, const char *prefix, int qkv) {
+/* The rotary embedding of layer `prefix`'s projections, packed qkv [N, (H + 2 Hkv) Dh] (k
+ * and v -1) or q, k and v made apart, k and v repeated to H heads: [N, 3 H Dh], the packed
+ * input of the attention. */
+static int rope(builder *b, const char *prefix, int qkv, int k, int v) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s.qkv_rotary", prefix);
     int y = tg_act(g, name, 2, b->N, 3 * b->H * b->Dh, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_ROPE);
-    s.in[0] = qkv, s.in[1] = g->io.position_ids, s.out[0] = y;
+    s.in[0] = qkv, s.in[1] = g->io.position_ids, s.in[2] = k, s.in[3] = v, s.out[0] = y;
     tg_rope_params *p = &s.p.rope;
     p->n = b->N, p->h = b->H, p->kv_heads = c->kv_heads, p->head_dim = b->Dh, p->type = c->rope_type;
     p->theta = c->rope_theta, p->factor = c->rope_factor, p->low_freq = c->rope_low_freq_factor;
     p->high_freq = c->rope_high_freq_factor, p->original_max = c->rope_original_max_positions;
     tg_graph_op(g, &s);
     return y;
+}
+
+/* ---- LoRA ------------------------------------------------------------------------------- */
+
+/* Whether module `name` (the last part of a projection's name: "q_proj") is among the
+ * job's LoRA targets (its lora_targets, or the family's default: PEFT's q_proj and v_proj). */
+static int lora_target(const tg_job *j, const char *name) {
+    if (j->lora_r <= 0) return 0;
+    const char *list = j->lora_targets[0] ? j->lora_targets : "q_proj,v_proj";
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        const char *start = p;
+        while (*p && *p != ',' && *p != ' ' && *p != '\t') p++;
+        if ((size_t)(p - start) == n && !strncmp(start, name, n)) return 1;
+    }
+    return 0;
+}
+
+/* The targets the job names that the model has none of (`known`, n of them): the first
+ * such name into `bad`, 0 if every one is known. */
+static int lora_unknown_target(const tg_job *j, const char *const *known, int n, char *bad, size_t cap) {
+    for (const char *p = j->lora_targets; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        const char *start = p;
+        while (*p && *p != ',' && *p != ' ' && *p != '\t') p++;
+        if (p == start) break;
+        int found = 0;
+        for (int k = 0; k < n && !found; k++) found = strlen(known[k]) == (size_t)(p - start) && !strncmp(start, known[k], (size_t)(p - start));
+        if (!found) {
+            snprintf(bad, cap, "%.*s", (int)(p - start), start);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* x [N, in] through the LoRA pair of module `prefix` (PEFT's names: prefix.lora_A.weight
+ * [r, in], uniform in +-1/sqrt(in), and prefix.lora_B.weight [out, r], zeros), added to the
+ * module's product y: y + (alpha / r) B A dropout(x). Returns the sum. */
+static int lora_add(builder *b, const char *prefix, int x, int y, int64_t in, int64_t out) {
+    tg_graph *g = b->g;
+    const tg_job *j = g->job;
+    char name[TG_NAME_MAX];
+    g->adapter = 1;
+    snprintf(name, sizeof name, "%s.lora_A.weight", prefix);
+    int a = tg_param(g, name, 2, j->lora_r, in, TG_INIT_UNIFORM, 0);
+    if (a >= 0) g->tensors[a].init_std = 1.0f / sqrtf((float)in);
+    snprintf(name, sizeof name, "%s.lora_B.weight", prefix);
+    int bw = tg_param(g, name, 2, out, j->lora_r, TG_INIT_ZEROS, 0);
+    g->adapter = 0;
+    snprintf(name, sizeof name, "%s.lora_dropout", prefix);
+    int xin = dropout(b, name, x, j->lora_dropout);
+    snprintf(name, sizeof name, "%s.lora_A", prefix);
+    int t = linear_apply(b, name, xin, a, -1, b->N, in, j->lora_r, 0, NULL);
+    snprintf(name, sizeof name, "%s.lora_B", prefix);
+    int d = tg_act(g, name, 2, b->N, out, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = t, s.in[1] = bw, s.out[0] = d;
+    s.p.matmul.m = b->N, s.p.matmul.n = out, s.p.matmul.k = j->lora_r, s.p.matmul.trans_b = 1;
+    s.p.matmul.batch = 1, s.p.matmul.alpha = j->lora_alpha / (float)j->lora_r;
+    tg_graph_op(g, &s);
+    snprintf(name, sizeof name, "%s.lora_sum", prefix);
+    return add(b, name, y, d);
+}
+
+/* A bias-free projection `prefix` (module `module` of its block) over x [N, in], with its
+ * LoRA pair when the job targets it. */
+static int llama_linear(builder *b, const char *prefix, const char *module, int x, int64_t in, int64_t out) {
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%s", prefix, module);
+    int y = linear(b, name, x, b->N, in, out, 0, 0, 1.0f);
+    return lora_target(b->g->job, module) && y >= 0 ? lora_add(b, name, x, y, in, out) : y;
 }
 
 /* LlamaForCausalLM / LlamaForSequenceClassification: pre-norm blocks of RMSNorm, rotary
@@ -675,9 +749,22 @@ static int build_llama(builder *b, int pad_id) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
     char p[TG_NAME_MAX], name[TG_NAME_MAX];
+    const tg_job *j = g->job;
+    static const char *const attn_names[3] = {"q_proj", "k_proj", "v_proj"}, *const mlp_names[2] = {"gate_proj", "up_proj"};
+    static const char *const modules[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    char bad[64];
+    if (j->lora_r > 0 && lora_unknown_target(j, modules, 7, bad, sizeof bad))
+        return tg_graph_job_fail(g, TG_JOB_LORA_TARGETS,
+                                 "'%s' is not a projection of a Llama block (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                 "up_proj, down_proj)",
+                                 bad);
+    /* LoRA: the base weights frozen (held in the plan's storage type, no master, no state). */
+    g->base_frozen = j->lora_r > 0;
+    /* q, k and v made apart when LoRA adds to any of them; gate and up likewise. */
+    const int qkv_apart = lora_target(j, "q_proj") || lora_target(j, "k_proj") || lora_target(j, "v_proj");
+    const int mlp_apart = lora_target(j, "gate_proj") || lora_target(j, "up_proj");
     int table;
     int h = embedding(b, "model.embed_tokens.weight", g->io.input_ids, c->vocab_size, c->pad_token_id, &table);
-    static const char *const attn_names[3] = {"q_proj", "k_proj", "v_proj"}, *const mlp_names[2] = {"gate_proj", "up_proj"};
     const int64_t qkv_rows[3] = {b->H * b->Dh, (int64_t)c->kv_heads * b->Dh, (int64_t)c->kv_heads * b->Dh};
     const int64_t mlp_rows[2] = {c->intermediate, c->intermediate};
     for (int l = 0; l < c->layers; l++) {
@@ -685,8 +772,15 @@ static int build_llama(builder *b, int pad_id) {
         snprintf(name, sizeof name, "%s.input_layernorm", p);
         int x = rmsnorm(b, name, h);
         snprintf(name, sizeof name, "%s.self_attn", p);
-        int qkv = packed_linear(b, name, attn_names, qkv_rows, 3, "qkv_proj", x, b->D);
-        int rotary = qkv < 0 ? -1 : rope(b, name, qkv);
+        int rotary;
+        if (qkv_apart) {
+            int part[3];
+            for (int k = 0; k < 3; k++) part[k] = llama_linear(b, name, attn_names[k], x, b->D, qkv_rows[k]);
+            rotary = part[0] < 0 || part[1] < 0 || part[2] < 0 ? -1 : rope(b, name, part[0], part[1], part[2]);
+        } else {
+            int qkv = packed_linear(b, name, attn_names, qkv_rows, 3, "qkv_proj", x, b->D);
+            rotary = qkv < 0 ? -1 : rope(b, name, qkv, -1, -1);
+        }
         int ctx;
         if (b->fused_attention) {
             ctx = attention_fused(b, name, &rotary, 1, 1, c->attention_dropout);
@@ -697,22 +791,28 @@ static int build_llama(builder *b, int pad_id) {
             snprintf(name, sizeof name, "%s.self_attn", p);
             ctx = attention_unfused(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
         }
-        snprintf(name, sizeof name, "%s.self_attn.o_proj", p);
-        int o = linear(b, name, ctx, b->N, b->D, b->D, 0, 0, 1.0f);
+        snprintf(name, sizeof name, "%s.self_attn", p);
+        int o = llama_linear(b, name, "o_proj", ctx, b->D, b->D);
         snprintf(name, sizeof name, "%s.attn_residual", p);
         h = add(b, name, h, o);
         snprintf(name, sizeof name, "%s.post_attention_layernorm", p);
         x = rmsnorm(b, name, h);
         snprintf(name, sizeof name, "%s.mlp", p);
-        int gu = packed_linear(b, name, mlp_names, mlp_rows, 2, "gate_up_proj", x, b->D);
+        int gate, up = -1;
+        if (mlp_apart) {
+            gate = llama_linear(b, name, mlp_names[0], x, b->D, c->intermediate);
+            up = llama_linear(b, name, mlp_names[1], x, b->D, c->intermediate);
+        } else {
+            gate = packed_linear(b, name, mlp_names, mlp_rows, 2, "gate_up_proj", x, b->D);
+        }
         snprintf(name, sizeof name, "%s.mlp.act", p);
-        int act = gu < 0 ? -1 : tg_act(g, name, 2, b->N, c->intermediate, 0, 0);
+        int act = gate < 0 ? -1 : tg_act(g, name, 2, b->N, c->intermediate, 0, 0);
         tg_op_spec s = tg_spec(TG_OP_SWIGLU);
-        s.in[0] = gu, s.out[0] = act;
+        s.in[0] = gate, s.in[1] = up, s.out[0] = act;
         s.p.swiglu.m = b->N, s.p.swiglu.i = c->intermediate;
         tg_graph_op(g, &s);
-        snprintf(name, sizeof name, "%s.mlp.down_proj", p);
-        int d = linear(b, name, act, b->N, c->intermediate, b->D, 0, 0, 1.0f);
+        snprintf(name, sizeof name, "%s.mlp", p);
+        int d = llama_linear(b, name, "down_proj", act, c->intermediate, b->D);
         snprintf(name, sizeof name, "%s.mlp_residual", p);
         h = add(b, name, h, d);
     }
@@ -725,7 +825,9 @@ static int build_llama(builder *b, int pad_id) {
     }
     int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
     int labels = g->job->num_labels;
+    g->adapter = 1; /* the classification head trains with LoRA (PEFT's modules_to_save) */
     int logits = linear(b, "score", last, b->B, b->D, labels, 0, 0, 1.0f);
+    g->adapter = 0;
     return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 

@@ -71,10 +71,10 @@ static constexpr dtype_row dtype_rows[] = {
      {{"Tdy", "Ts", "Fgamma", "Fmean", "Frstd", "Tds_extra", "Fstep"}, {"Tds", "Tdx", "Fdgamma", "Fdbeta"}}},
     {TG_OP_RMSNORM, {{"Tx", "Fgamma"}, {"Ty", "Frstd"}}},
     {TG_OP_RMSNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Frstd"}, {"Tdx", "Fdgamma"}}},
-    {TG_OP_ROPE, {{"Tx", "Ipositions"}, {"Ty"}}},
-    {TG_OP_ROPE_BWD, {{"Tdy", "Ipositions"}, {"Tdx"}}},
-    {TG_OP_SWIGLU, {{"Tgate_up"}, {"Ty"}}},
-    {TG_OP_SWIGLU_BWD, {{"Tdy", "Tgate_up"}, {"Tdgate_up"}}},
+    {TG_OP_ROPE, {{"Tx", "Ipositions", "Tk", "Tv"}, {"Ty"}}},
+    {TG_OP_ROPE_BWD, {{"Tdy", "Ipositions"}, {"Tdx", "Tdk", "Tdv"}}},
+    {TG_OP_SWIGLU, {{"Tgate_up", "Tup"}, {"Ty"}}},
+    {TG_OP_SWIGLU_BWD, {{"Tdy", "Tgate_up", "Tup"}, {"Tdgate_up", "Tdup"}}},
     {TG_OP_ALL_REDUCE, {{"Fx"}, {"Fx"}}},
     {TG_OP_ALL_GATHER, {{"Ax", "Asrc"}, {"Ax"}}}, /* f32, 16-bit, or i32 ids (the word embedding's gather); the shape rule makes in1 x's dtype */
 };

@@ -97,21 +97,37 @@ static int launch_rmsnorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
 
 /* ---- rotary positions ------------------------------------------------------------------ */
 
+/* Where q, k and v of a row lie (element offsets and row strides from the first tensor, or
+ * three tensors made apart): ROPE's inputs, ROPE_BWD's outputs. */
+template <class P>
+struct rope_parts {
+    P base[3];
+    int64_t stride[3];
+};
+
+template <class P>
+static rope_parts<P> parts_of(const tg_rope_params *p, P first, P k, P v) {
+    const int64_t H = p->h, Hkv = p->kv_heads, Dh = p->head_dim;
+    if (k) return rope_parts<P>{{first, k, v}, {H * Dh, Hkv * Dh, Hkv * Dh}};
+    const int64_t row = (H + 2 * Hkv) * Dh;
+    return rope_parts<P>{{first, first + H * Dh, first + (H + Hkv) * Dh}, {row, row, row}};
+}
+
 /* Thread per (row, pair i): the angle's cosine and sine once, then every output head of
  * the row at that pair (q and k rotated, k and v from kv head j / G): the transcendentals
  * are shared by the 2H rotated heads instead of made per head. */
 template <class T>
 __global__ void __launch_bounds__(LL_THREADS)
-rope_kernel(const T *__restrict__ x, const int32_t *__restrict__ pos, T *__restrict__ y, tg_rope_params p) {
-    const int64_t half = p.head_dim / 2, H = p.h, G = p.h / p.kv_heads, Dh = p.head_dim, Hkv = p.kv_heads;
+rope_kernel(rope_parts<const T *> x, const int32_t *__restrict__ pos, T *__restrict__ y, tg_rope_params p) {
+    const int64_t half = p.head_dim / 2, H = p.h, G = p.h / p.kv_heads, Dh = p.head_dim;
     const int64_t total = p.n * half;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t % half, r = t / half;
-        const T *xr = x + r * (H + 2 * Hkv) * Dh;
+        const T *q = x.base[0] + r * x.stride[0], *k = x.base[1] + r * x.stride[1], *v = x.base[2] + r * x.stride[2];
         T *yr = y + r * 3 * H * Dh;
         const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i)), c = cosf(angle), sn = sinf(angle);
         for (int64_t j = 0; j < 3 * H; j++) {
-            const T *src = j < H ? xr + j * Dh : j < 2 * H ? xr + (H + (j - H) / G) * Dh : xr + (H + Hkv + (j - 2 * H) / G) * Dh;
+            const T *src = j < H ? q + j * Dh : j < 2 * H ? k + ((j - H) / G) * Dh : v + ((j - 2 * H) / G) * Dh;
             float a = tg_ld(src, i), b = tg_ld(src, i + half);
             if (j < 2 * H) tg_rope_rotate(a, b, c, sn, 0, &a, &b);
             tg_st(yr + j * Dh, i, a);
@@ -124,27 +140,28 @@ rope_kernel(const T *__restrict__ x, const int32_t *__restrict__ pos, T *__restr
  * added in head order, k's then rotated back. */
 template <class T>
 __global__ void __launch_bounds__(LL_THREADS)
-rope_bwd_kernel(const T *__restrict__ dy, const int32_t *__restrict__ pos, T *__restrict__ dx, tg_rope_params p) {
+rope_bwd_kernel(const T *__restrict__ dy, const int32_t *__restrict__ pos, rope_parts<T *> dx, tg_rope_params p) {
     const int64_t half = p.head_dim / 2, H = p.h, Hkv = p.kv_heads, G = p.h / p.kv_heads, Dh = p.head_dim;
-    const int64_t heads = H + 2 * Hkv, total = p.n * half;
+    const int64_t total = p.n * half;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t % half, r = t / half;
         const T *dyr = dy + r * 3 * H * Dh;
-        T *dxr = dx + r * heads * Dh;
         const float angle = fmul((float)pos[r], tg_rope_inv_freq(&p, i)), c = cosf(angle), sn = sinf(angle);
-        for (int64_t j = 0; j < heads; j++) {
+        for (int64_t j = 0; j < H + 2 * Hkv; j++) {
+            const int part = j < H ? 0 : j < H + Hkv ? 1 : 2;
+            const int64_t head = part == 0 ? j : part == 1 ? j - H : j - H - Hkv;
             float a, b;
-            if (j < H) {
+            if (part == 0) {
                 a = tg_ld(dyr + j * Dh, i), b = tg_ld(dyr + j * Dh, i + half);
             } else {
-                const int64_t kv = j < H + Hkv ? j - H : j - H - Hkv, part = j < H + Hkv ? 1 : 2;
-                const T *src = dyr + (part * H + kv * G) * Dh;
+                const T *src = dyr + (part * H + head * G) * Dh;
                 a = tg_ld(src, i), b = tg_ld(src, i + half);
                 for (int64_t g = 1; g < G; g++) a = fadd(a, tg_ld(src + g * Dh, i)), b = fadd(b, tg_ld(src + g * Dh, i + half));
             }
-            if (j < H + Hkv) tg_rope_rotate(a, b, c, sn, 1, &a, &b);
-            tg_st(dxr + j * Dh, i, a);
-            tg_st(dxr + j * Dh, i + half, b);
+            if (part < 2) tg_rope_rotate(a, b, c, sn, 1, &a, &b);
+            T *dst = dx.base[part] + r * dx.stride[part] + head * Dh;
+            tg_st(dst, i, a);
+            tg_st(dst, i + half, b);
         }
     }
 }
@@ -159,11 +176,13 @@ static int launch_rope(const tg_cuda_op_args *a, int bwd, tg_err *err) {
     const tg_rope_params *p = &a->op->p.rope;
     const int64_t pairs = p->n * (p->head_dim / 2);
     if (bwd)
-        rope_bwd_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0],
-                                                                              (const int32_t *)a->in[1], (T *)a->out[0], *p);
+        rope_bwd_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>(
+            (const T *)a->in[0], (const int32_t *)a->in[1],
+            parts_of<T *>(p, (T *)a->out[0], (T *)a->out[1], (T *)a->out[2]), *p);
     else
-        rope_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], (const int32_t *)a->in[1],
-                                                                          (T *)a->out[0], *p);
+        rope_kernel<T><<<grid_of(pairs), LL_THREADS, 0, a->ctx->stream>>>(
+            parts_of<const T *>(p, (const T *)a->in[0], (const T *)a->in[2], (const T *)a->in[3]),
+            (const int32_t *)a->in[1], (T *)a->out[0], *p);
     return 0;
 }
 
@@ -171,24 +190,37 @@ static int launch_rope(const tg_cuda_op_args *a, int bwd, tg_err *err) {
 
 static __device__ __forceinline__ float sigmoid_f(float v) { return __fdiv_rn(1.0f, fadd(1.0f, expf(-v))); }
 
+/* gate and up of a row: one [M, 2I] tensor (gate | up per row, stride 2I), or two [M, I]. */
+template <class P>
+struct glu_parts {
+    P gate, up;
+    int64_t stride;
+};
+
+template <class P>
+static glu_parts<P> glu_of(int64_t I, P first, P up) {
+    return up ? glu_parts<P>{first, up, I} : glu_parts<P>{first, first + I, 2 * I};
+}
+
 template <class T>
 __global__ void __launch_bounds__(LL_THREADS)
-swiglu_kernel(const T *__restrict__ gu, T *__restrict__ y, int64_t M, int64_t I) {
+swiglu_kernel(glu_parts<const T *> x, T *__restrict__ y, int64_t M, int64_t I) {
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * I; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t m = t / I, i = t % I;
-        const float g = tg_ld(gu, m * 2 * I + i), u = tg_ld(gu, m * 2 * I + I + i);
+        const float g = tg_ld(x.gate, m * x.stride + i), u = tg_ld(x.up, m * x.stride + i);
         tg_st(y, t, fmul(fmul(g, sigmoid_f(g)), u));
     }
 }
 
 template <class T>
 __global__ void __launch_bounds__(LL_THREADS)
-swiglu_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ gu, T *__restrict__ dgu, int64_t M, int64_t I) {
+swiglu_bwd_kernel(const T *__restrict__ dy, glu_parts<const T *> x, glu_parts<T *> dx, int64_t M, int64_t I) {
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * I; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t m = t / I, i = t % I;
-        const float g = tg_ld(gu, m * 2 * I + i), u = tg_ld(gu, m * 2 * I + I + i), d = tg_ld(dy, t), s = sigmoid_f(g);
-        tg_st(dgu, m * 2 * I + i, fmul(fmul(d, u), fmul(s, fadd(1.0f, fmul(g, fsub(1.0f, s))))));
-        tg_st(dgu, m * 2 * I + I + i, fmul(d, fmul(g, s)));
+        const float g = tg_ld(x.gate, m * x.stride + i), u = tg_ld(x.up, m * x.stride + i), d = tg_ld(dy, t);
+        const float s = sigmoid_f(g);
+        tg_st(dx.gate, m * dx.stride + i, fmul(fmul(d, u), fmul(s, fadd(1.0f, fmul(g, fsub(1.0f, s))))));
+        tg_st(dx.up, m * dx.stride + i, fmul(d, fmul(g, s)));
     }
 }
 
@@ -196,10 +228,12 @@ template <class T>
 static int launch_swiglu(const tg_cuda_op_args *a, int bwd, tg_err *err) {
     const int64_t M = a->op->p.swiglu.m, I = a->op->p.swiglu.i;
     if (bwd)
-        swiglu_bwd_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], (const T *)a->in[1],
-                                                                              (T *)a->out[0], M, I);
+        swiglu_bwd_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>(
+            (const T *)a->in[0], glu_of<const T *>(I, (const T *)a->in[1], (const T *)a->in[2]),
+            glu_of<T *>(I, (T *)a->out[0], (T *)a->out[1]), M, I);
     else
-        swiglu_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], (T *)a->out[0], M, I);
+        swiglu_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>(
+            glu_of<const T *>(I, (const T *)a->in[0], (const T *)a->in[1]), (T *)a->out[0], M, I);
     return 0;
 }
 

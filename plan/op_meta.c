@@ -325,10 +325,22 @@ static const char *check_rope(const tg_op_check_ctx *c, const tg_op *op) {
     PRODUCT(h3, "3H", 3, p->h);
     PRODUCT(packed, "N*(H+2Hkv)*Dh", p->n, p->h + 2 * p->kv_heads, p->head_dim);
     PRODUCT(expanded, "N*3H*Dh", p->n, h3, p->head_dim);
+    PRODUCT(q, "N*H*Dh", p->n, p->h, p->head_dim);
+    PRODUCT(kv, "N*Hkv*Dh", p->n, p->kv_heads, p->head_dim);
     const int fwd = op->kind == TG_OP_ROPE;
-    EXPECT(numel(c, op->in[0]) == (fwd ? packed : expanded), fwd ? "in[0]: qkv != N*(H+2Hkv)*Dh" : "in[0]: dout != N*3H*Dh");
+    const int *parts = fwd ? op->in : op->out; /* q (or q|k|v), then k and v when apart */
+    const int k_slot = fwd ? 2 : 1, apart = parts[k_slot] >= 0;
+    EXPECT((parts[k_slot + 1] >= 0) == apart, fwd ? "in[2] and in[3]: k and v come together or not at all"
+                                                   : "out[1] and out[2]: dk and dv come together or not at all");
+    EXPECT(numel(c, fwd ? op->out[0] : op->in[0]) == expanded, fwd ? "out[0]: != N*3H*Dh" : "in[0]: dout != N*3H*Dh");
     EXPECT(numel(c, op->in[1]) == p->n, "in[1]: position ids != N");
-    EXPECT(numel(c, op->out[0]) == (fwd ? expanded : packed), fwd ? "out[0]: != N*3H*Dh" : "out[0]: dqkv != N*(H+2Hkv)*Dh");
+    if (!apart) {
+        EXPECT(numel(c, parts[0]) == packed, fwd ? "in[0]: qkv != N*(H+2Hkv)*Dh" : "out[0]: dqkv != N*(H+2Hkv)*Dh");
+        return NULL;
+    }
+    EXPECT(numel(c, parts[0]) == q, fwd ? "in[0]: q != N*H*Dh" : "out[0]: dq != N*H*Dh");
+    EXPECT(numel(c, parts[k_slot]) == kv && numel(c, parts[k_slot + 1]) == kv,
+           fwd ? "in[2], in[3]: k or v != N*Hkv*Dh" : "out[1], out[2]: dk or dv != N*Hkv*Dh");
     return NULL;
 }
 
@@ -340,12 +352,17 @@ static const char *check_swiglu(const tg_op_check_ctx *c, const tg_op *op) {
     PRODUCT(mi, "M*I", m, i);
     PRODUCT(wide, "M*2I", m, i, 2);
     if (op->kind == TG_OP_SWIGLU) {
-        EXPECT(numel(c, op->in[0]) == wide, "in[0]: gate_up != M*2I");
+        const int apart = op->in[1] >= 0; /* gate and up made apart */
+        EXPECT(numel(c, op->in[0]) == (apart ? mi : wide), apart ? "in[0]: gate != M*I" : "in[0]: gate_up != M*2I");
+        EXPECT(!apart || numel(c, op->in[1]) == mi, "in[1]: up != M*I");
         EXPECT(numel(c, op->out[0]) == mi, "out[0]: != M*I");
     } else {
+        const int apart = op->in[2] >= 0;
+        EXPECT((op->out[1] >= 0) == apart, "out[1]: d up is present exactly when in[2] (up) is");
         EXPECT(numel(c, op->in[0]) == mi, "in[0]: dy != M*I");
-        EXPECT(numel(c, op->in[1]) == wide, "in[1]: gate_up != M*2I");
-        EXPECT(numel(c, op->out[0]) == wide, "out[0]: dgate_up != M*2I");
+        EXPECT(numel(c, op->in[1]) == (apart ? mi : wide), apart ? "in[1]: gate != M*I" : "in[1]: gate_up != M*2I");
+        EXPECT(numel(c, op->out[0]) == (apart ? mi : wide), apart ? "out[0]: dgate != M*I" : "out[0]: dgate_up != M*2I");
+        EXPECT(!apart || (numel(c, op->in[2]) == mi && numel(c, op->out[1]) == mi), "in[2], out[1]: up or d up != M*I");
     }
     return NULL;
 }

@@ -101,7 +101,11 @@ typedef enum tg_tensor_class {
 } tg_tensor_class;
 
 /* TG_INIT_ARANGE: element i holds i modulo the last dimension (torch.arange(n).expand). */
-typedef enum tg_init { TG_INIT_NONE = 0, TG_INIT_NORMAL, TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_ARANGE, TG_INIT_COUNT } tg_init;
+/* TG_INIT_UNIFORM: uniform in [-init_std, init_std) (LoRA's A, as PEFT's kaiming-uniform
+ * with a = sqrt(5): a bound of 1 / sqrt(fan_in)). */
+typedef enum tg_init {
+    TG_INIT_NONE = 0, TG_INIT_NORMAL, TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_ARANGE, TG_INIT_UNIFORM, TG_INIT_COUNT
+} tg_init;
 
 typedef struct tg_tensor {
     char name[TG_NAME_MAX];  /* parameters carry their Hugging Face name */

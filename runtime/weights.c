@@ -98,6 +98,20 @@ static void init_normal_range(void *arg, int64_t b, int64_t e) {
     }
 }
 
+/* Uniforms in [-bound, bound) for blocks [b, e) of 4 elements (bound: init_std), from the
+ * same per-name Philox stream as the normals. */
+static void init_uniform_range(void *arg, int64_t b, int64_t e) {
+    const init_job *j = arg;
+    const tg_tensor *x = &j->img->plan->tensors[j->tensor];
+    float *p = tg_weights_value(j->img, j->tensor);
+    int64_t n = tg_tensor_numel(x);
+    for (int64_t blk = b; blk < e; blk++) {
+        float u[4];
+        tg_philox_uniform4(j->seed, TG_INIT_STREAM_STEP, j->stream, (uint64_t)blk, u);
+        for (int k = 0; k < 4 && 4 * blk + k < n; k++) p[4 * blk + k] = (float)(x->init_std * (2.0 * u[k] - 1.0));
+    }
+}
+
 /* The length arange counts along: the last dimension (a scalar counts one). A tensor with
  * a last dimension of 0 has no elements to fill. */
 static int64_t arange_row(const tg_tensor *x) { return x->ndim ? x->shape[x->ndim - 1] : 1; }
@@ -117,9 +131,9 @@ void tg_weights_init(tg_weights_image *img, uint64_t seed) {
             continue;
         }
         float *p = tg_weights_value(img, t);
-        if (x->init == TG_INIT_NORMAL) {
+        if (x->init == TG_INIT_NORMAL || x->init == TG_INIT_UNIFORM) {
             init_job j = {img, seed, t, name_stream(x->name)};
-            tg_parallel_for(threads, (n + 3) / 4, init_normal_range, &j);
+            tg_parallel_for(threads, (n + 3) / 4, x->init == TG_INIT_NORMAL ? init_normal_range : init_uniform_range, &j);
         } else if (x->init == TG_INIT_ARANGE) {
             const int64_t row = arange_row(x);
             for (int64_t i = 0; i < n; i++) p[i] = (float)(i % row);

@@ -26,6 +26,7 @@ TG_TEST(test_job_parse_exact_defaults) {
     want.loss_scale_growth_interval = 2000;
     want.qa_n_best = 20, want.qa_max_answer_length = 30, want.qa_null_threshold = 0.0f;
     want.grad_bucket_mb = 25;
+    want.lora_alpha = 8.0f;
     want.share_grad_memory = 1, want.recompute = TG_RECOMPUTE_AUTO;
     tg_job job;
     memset(&job, 0x5A, sizeof job); /* every byte the defaults leave alone would show */
@@ -60,7 +61,8 @@ TG_TEST(test_job_parse_exact_key_names) {
         "keep_checkpoints", "checkpoint_dir", "seq_buckets", "last_batch", "lr_schedule", "beta3", "no_prox",
         "skip_nonfinite", "max_skipped_steps", "mlm_probability", "mask_token_id", "special_token_ids",
         "grad_accumulation", "loss_scale_init", "loss_scale_growth_factor", "loss_scale_backoff",
-        "loss_scale_growth_interval", "qa_n_best", "qa_max_answer_length", "qa_null_threshold", "share_grad_memory", "recompute", "memory_limit", "optimizer_state", "grad_bucket_mb"};
+        "loss_scale_growth_interval", "qa_n_best", "qa_max_answer_length", "qa_null_threshold", "share_grad_memory", "recompute", "memory_limit", "optimizer_state", "grad_bucket_mb",
+        "lora_r", "lora_alpha", "lora_dropout", "lora_targets"};
     for (int k = 0; k < TG_JOB_KEY_COUNT; k++)
         CHECK(!strcmp(tg_job_key_name(k), names[k]), "key %d is '%s', want '%s'", k, tg_job_key_name(k), names[k]);
     CHECK(!strcmp(tg_job_key_name(-1), "?") && !strcmp(tg_job_key_name(TG_JOB_KEY_COUNT), "?"), "outside the table");

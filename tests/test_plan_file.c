@@ -894,7 +894,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {persistent_activation, "plan.tgp: tensor 6 (h) in the activations pool: only a buffer may be persistent"},
         {frozen_with_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) in the frozen pool: only a "
                            "trainable parameter has a gradient"},
-        {bad_init, "plan.tgp: tensor 6 (h) has init rule 9 of 5"},
+        {bad_init, "plan.tgp: tensor 6 (h) has init rule 9 of 6"},
         {bad_dtype, "plan.tgp: tensor 6 (h) has dtype 5"},
         {bad_ndim, "plan.tgp: tensor 6 (h) has 5 dims"},
         {bad_bytes, "plan.tgp: tensor 6 (h) holds 252 bytes, but its shape and dtype make 256"},

@@ -298,7 +298,7 @@ static void offset_past_pool(tg_plan *p, char *w, size_t n) {
 }
 static void init_negative(tg_plan *p, char *w, size_t n) {
     p->tensors[0].init = -1;
-    say_t0(p, w, n, "has init rule -1 of 5");
+    say_t0(p, w, n, "has init rule -1 of 6");
 }
 static void grad_below(tg_plan *p, char *w, size_t n) {
     p->tensors[0].grad = -2;

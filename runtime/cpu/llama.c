@@ -78,24 +78,39 @@ static void rotate_head(const tg_rope_params *p, const float *inv_freq, float po
     }
 }
 
+/* Where q, k and v of a row lie: one packed [N, (H + 2 Hkv) Dh] tensor (q | k | v per row),
+ * or three tensors made apart (ROPE's in2 and in3; ROPE_BWD's out1 and out2). */
+typedef struct rope_parts {
+    float *base[3];
+    int64_t stride[3];
+} rope_parts;
+
+static rope_parts parts_of(const tg_rope_params *p, void *first, void *k, void *v) {
+    const int64_t H = p->h, Hkv = p->kv_heads, Dh = p->head_dim;
+    if (k) return (rope_parts){{F32(first), F32(k), F32(v)}, {H * Dh, Hkv * Dh, Hkv * Dh}};
+    const int64_t row = (H + 2 * Hkv) * Dh;
+    return (rope_parts){{F32(first), F32(first) + H * Dh, F32(first) + (H + Hkv) * Dh}, {row, row, row}};
+}
+
 typedef struct rope_ctx {
     const tg_cpu_op_args *a;
     const float *inv_freq;
+    rope_parts parts; /* the forward's inputs, or the backward's outputs */
 } rope_ctx;
 
 /* Forward rows: q and k rotated, k and v repeated to H heads. */
 static void rope_rows(void *ctx, int64_t b, int64_t e) {
     const rope_ctx *c = ctx;
     const tg_rope_params *p = &c->a->op->p.rope;
-    const int64_t H = p->h, G = p->h / p->kv_heads, Dh = p->head_dim, in_row = (H + 2 * p->kv_heads) * Dh;
-    const float *x = CF32(c->a->in[0]);
+    const int64_t H = p->h, G = p->h / p->kv_heads, Dh = p->head_dim;
+    const rope_parts *x = &c->parts;
     const int32_t *pos = CI32(c->a->in[1]);
     float *y = F32(c->a->out[0]);
     for (int64_t r = b; r < e; r++) {
-        const float *xr = x + r * in_row, *k = xr + H * Dh, *v = k + p->kv_heads * Dh;
+        const float *q = x->base[0] + r * x->stride[0], *k = x->base[1] + r * x->stride[1], *v = x->base[2] + r * x->stride[2];
         float *yr = y + r * 3 * H * Dh;
         for (int64_t h = 0; h < H; h++) {
-            rotate_head(p, c->inv_freq, (float)pos[r], 0, xr + h * Dh, yr + h * Dh);
+            rotate_head(p, c->inv_freq, (float)pos[r], 0, q + h * Dh, yr + h * Dh);
             rotate_head(p, c->inv_freq, (float)pos[r], 0, k + (h / G) * Dh, yr + (H + h) * Dh);
             memcpy(yr + (2 * H + h) * Dh, v + (h / G) * Dh, sizeof(float) * (size_t)Dh);
         }
@@ -107,16 +122,16 @@ static void rope_rows(void *ctx, int64_t b, int64_t e) {
 static void rope_bwd_rows(void *ctx, int64_t b, int64_t e) {
     const rope_ctx *c = ctx;
     const tg_rope_params *p = &c->a->op->p.rope;
-    const int64_t H = p->h, Hkv = p->kv_heads, G = H / Hkv, Dh = p->head_dim, out_row = (H + 2 * Hkv) * Dh;
+    const int64_t H = p->h, Hkv = p->kv_heads, G = H / Hkv, Dh = p->head_dim;
+    const rope_parts *dx = &c->parts;
     const float *dy = CF32(c->a->in[0]);
     const int32_t *pos = CI32(c->a->in[1]);
-    float *dx = F32(c->a->out[0]);
     float *sum = tg_malloc(sizeof(float) * (size_t)Dh);
     if (!sum) return tg_cpu_op_out_of_memory(c->a);
     for (int64_t r = b; r < e; r++) {
         const float *dyr = dy + r * 3 * H * Dh;
-        float *dxr = dx + r * out_row, *dk = dxr + H * Dh, *dv = dk + Hkv * Dh;
-        for (int64_t h = 0; h < H; h++) rotate_head(p, c->inv_freq, (float)pos[r], 1, dyr + h * Dh, dxr + h * Dh);
+        float *dq = dx->base[0] + r * dx->stride[0], *dk = dx->base[1] + r * dx->stride[1], *dv = dx->base[2] + r * dx->stride[2];
+        for (int64_t h = 0; h < H; h++) rotate_head(p, c->inv_freq, (float)pos[r], 1, dyr + h * Dh, dq + h * Dh);
         for (int64_t kv = 0; kv < Hkv; kv++) {
             for (int part = 0; part < 2; part++) { /* k, then v */
                 const float *src = dyr + ((1 + part) * H + kv * G) * Dh;
@@ -131,31 +146,45 @@ static void rope_bwd_rows(void *ctx, int64_t b, int64_t e) {
     free(sum);
 }
 
-static void rope_run(const tg_cpu_op_args *a, void (*rows)(void *, int64_t, int64_t)) {
+static void rope_run(const tg_cpu_op_args *a, rope_parts parts, void (*rows)(void *, int64_t, int64_t)) {
     const tg_rope_params *p = &a->op->p.rope;
     float *inv_freq = tg_malloc(sizeof(float) * (size_t)(p->head_dim / 2));
     if (!inv_freq) return tg_cpu_op_out_of_memory(a);
     for (int64_t i = 0; i < p->head_dim / 2; i++) inv_freq[i] = tg_rope_inv_freq(p, i);
-    rope_ctx c = {a, inv_freq};
+    rope_ctx c = {a, inv_freq, parts};
     tg_parallel_for(a->threads, p->n, rows, &c);
     free(inv_freq);
 }
 
-void tg_cpu_kernel_rope(const tg_cpu_op_args *a) { rope_run(a, rope_rows); }
-void tg_cpu_kernel_rope_bwd(const tg_cpu_op_args *a) { rope_run(a, rope_bwd_rows); }
+void tg_cpu_kernel_rope(const tg_cpu_op_args *a) {
+    rope_run(a, parts_of(&a->op->p.rope, a->in[0], a->in[2], a->in[3]), rope_rows);
+}
+void tg_cpu_kernel_rope_bwd(const tg_cpu_op_args *a) {
+    rope_run(a, parts_of(&a->op->p.rope, a->out[0], a->out[1], a->out[2]), rope_bwd_rows);
+}
 
 /* ---- SwiGLU ------------------------------------------------------------------------------ */
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* gate and up of row m: one [M, 2I] tensor (gate | up per row), or two [M, I] made apart. */
+typedef struct glu_parts {
+    float *gate, *up;
+    int64_t stride;
+} glu_parts;
+
+static glu_parts glu_of(int64_t I, void *first, void *up) {
+    return up ? (glu_parts){F32(first), F32(up), I} : (glu_parts){F32(first), F32(first) + I, 2 * I};
+}
+
 static void swiglu_rows(void *p, int64_t b, int64_t e) {
     const tg_cpu_op_args *a = p;
     const int64_t I = a->op->p.swiglu.i;
-    const float *gu = CF32(a->in[0]);
+    const glu_parts x = glu_of(I, a->in[0], a->in[1]);
     float *y = F32(a->out[0]);
     for (int64_t m = b; m < e; m++)
         for (int64_t i = 0; i < I; i++) {
-            const float g = gu[m * 2 * I + i], u = gu[m * 2 * I + I + i];
+            const float g = x.gate[m * x.stride + i], u = x.up[m * x.stride + i];
             y[m * I + i] = (g * sigmoid(g)) * u;
         }
 }
@@ -167,13 +196,13 @@ void tg_cpu_kernel_swiglu(const tg_cpu_op_args *a) {
 static void swiglu_bwd_rows(void *p, int64_t b, int64_t e) {
     const tg_cpu_op_args *a = p;
     const int64_t I = a->op->p.swiglu.i;
-    const float *dy = CF32(a->in[0]), *gu = CF32(a->in[1]);
-    float *dgu = F32(a->out[0]);
+    const float *dy = CF32(a->in[0]);
+    const glu_parts x = glu_of(I, a->in[1], a->in[2]), dx = glu_of(I, a->out[0], a->out[1]);
     for (int64_t m = b; m < e; m++)
         for (int64_t i = 0; i < I; i++) {
-            const float g = gu[m * 2 * I + i], u = gu[m * 2 * I + I + i], d = dy[m * I + i], s = sigmoid(g);
-            dgu[m * 2 * I + i] = d * u * (s * (1.0f + g * (1.0f - s)));
-            dgu[m * 2 * I + I + i] = d * (g * s);
+            const float g = x.gate[m * x.stride + i], u = x.up[m * x.stride + i], d = dy[m * I + i], s = sigmoid(g);
+            dx.gate[m * dx.stride + i] = d * u * (s * (1.0f + g * (1.0f - s)));
+            dx.up[m * dx.stride + i] = d * (g * s);
         }
 }
 void tg_cpu_kernel_swiglu_bwd(const tg_cpu_op_args *a) {

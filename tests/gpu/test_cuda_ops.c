@@ -313,6 +313,7 @@ static int g_grad_accumulation = 1;
 static int g_separate_qkv;
 static int g_recompute; /* plans with recompute = gelu (GELU_BWD's out2, the GELU op in the backward) */
 static int g_kv_heads;  /* Llama plans: the kv heads (0: the preset's) */
+static int g_lora_r;    /* Llama plans: LoRA's rank on every projection (0: none) */
 
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
@@ -346,6 +347,10 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     job.recompute = g_recompute;
     if (g_adan) job.optimizer = TG_OPTIMIZER_ADAN, job.beta1 = 0.98f, job.beta2 = 0.92f, job.no_prox = g_adan > 1;
     if (g_state_bf16) job.optimizer_state = TG_OPTIMIZER_STATE_BF16;
+    if (g_lora_r) {
+        job.lora_r = g_lora_r, job.lora_dropout = 0.1f;
+        snprintf(job.lora_targets, sizeof job.lora_targets, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    }
     if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0;
     job.num_labels = task == TG_TASK_CLASSIFY && wide ? 2 : job.num_labels;
     check_plan_ops(what, &job, &cfg, kinds_seen);
@@ -567,6 +572,10 @@ static void check_llama_plans(int precision, uint64_t seed, int *kinds_seen) {
     g_kv_heads = 0;
     check_shape("tiny-llama lm unfused", "tiny-llama", TG_TASK_LM, 3, 40, seed + 74, precision, 0, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
+    /* LoRA on every projection: q, k and v (and gate and up) made apart. */
+    g_lora_r = 4;
+    check_preset("tiny-llama lm lora", "tiny-llama", TG_TASK_LM, 3, 40, seed + 75, precision, 0, kinds_seen);
+    g_lora_r = 0;
 }
 
 TG_TEST(test_gpu_ops_match_cpu) {

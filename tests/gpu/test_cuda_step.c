@@ -24,6 +24,7 @@ static int g_precision = TG_PREC_FP32;
 static int g_fuse_gelu = 1;
 static int g_fuse_qkv = 1; /* BERT/RoBERTa: one packed q|k|v product (the default) */
 static const char *g_freeze = ""; /* the job's freeze patterns */
+static int g_lora_r;               /* Llama: LoRA's rank (0: none) on every projection */
 static float g_loss_scale_init;   /* fp16 plans: the job's loss_scale_init; 0: the default (2^16) */
 static int g_loss_scale_interval; /* fp16 plans: loss_scale_growth_interval; 0: the default (2000) */
 
@@ -39,6 +40,10 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision, job.fuse_gelu = g_fuse_gelu;
     job.fuse_qkv = g_fuse_qkv;
     snprintf(job.freeze, sizeof job.freeze, "%s", g_freeze);
+    if (g_lora_r) {
+        job.lora_r = g_lora_r, job.lora_alpha = 16.0f, job.lora_dropout = 0.1f;
+        snprintf(job.lora_targets, sizeof job.lora_targets, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    }
     if (g_loss_scale_init > 0) job.loss_scale_init = g_loss_scale_init;
     if (g_loss_scale_interval > 0) job.loss_scale_growth_interval = g_loss_scale_interval;
     if (!CHECK(tg_compile_with_config(&job, &cfg, &r->plan, &err) == 0, "%s", err.msg)) return 0;
@@ -158,6 +163,14 @@ TG_TEST(test_gpu_step_bert_separate_qkv_matches_cpu) {
 TG_TEST(test_gpu_step_gpt2_matches_cpu) { compare_with_cpu("tiny-gpt2", TG_TASK_LM); }
 /* Llama: RMSNorm, rotary grouped-query attention and SwiGLU through captured steps. */
 TG_TEST(test_gpu_step_llama_matches_cpu) { compare_with_cpu("tiny-llama", TG_TASK_LM); }
+/* LoRA on every projection (the projections made apart, the adapters' dropout, the base
+ * frozen), LM and classification. */
+TG_TEST(test_gpu_step_llama_lora_matches_cpu) {
+    g_lora_r = 4;
+    compare_with_cpu("tiny-llama", TG_TASK_LM);
+    compare_with_cpu("tiny-llama", TG_TASK_CLASSIFY);
+    g_lora_r = 0;
+}
 /* Masked LM: the captured step masks on the device at each step's counter, as the CPU does
  * (other masks every step), through the tied decoder. */
 TG_TEST(test_gpu_step_bert_mlm_matches_cpu) { compare_with_cpu("tiny-bert", TG_TASK_MLM); }

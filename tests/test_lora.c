@@ -1,0 +1,305 @@
+/* LoRA on Llama (job keys lora_r, lora_alpha, lora_dropout, lora_targets): the plan's
+ * structure (base frozen, the adapters trainable, the targeted projections made apart),
+ * the model it computes (equal to the base model while B is zero, and to the base model
+ * with W + (alpha / r) B A merged in once B is not), its gradients against finite
+ * differences, training that moves the adapters alone, and the refusals. Runs on the
+ * device the suite tests (TG_TEST_DEVICE). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "runtime/trainer.h"
+#include "tests/harness.h"
+
+#define ALL_TARGETS "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+#define BASE_JOB "model = tiny-llama\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
+#define LM_JOB BASE_JOB "task = lm\nsteps = 10\n"
+
+static int compile_text(const char *text, tg_plan *p, tg_err *err) {
+    tg_job job;
+    return tg_job_parse_text(text, "job.txt", "", NULL, 0, &job, err) || tg_compile(&job, p, err) ? -1 : 0;
+}
+
+static int count_kind(const tg_plan *p, int kind, int phase) {
+    int n = 0;
+    for (int o = 0; o < p->n_ops; o++) n += p->ops[o].kind == kind && (phase < 0 || p->ops[o].phase == phase);
+    return n;
+}
+
+static int find_tensor(const tg_plan *p, const char *name) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (!strcmp(p->tensors[t].name, name)) return t;
+    return -1;
+}
+
+TG_TEST(test_lora_plan_structure) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text(LM_JOB "lora_r = 4\nlora_targets = " ALL_TARGETS "\n", &p, &err) == 0, "%s", err.msg);
+    int trainable = 0, frozen = 0;
+    for (int t = 0; t < p.n_tensors; t++) {
+        const tg_tensor *x = &p.tensors[t];
+        if (x->flags & TG_TENSOR_VIEW) continue;
+        if (x->flags & TG_TENSOR_PARAM) {
+            trainable++;
+            CHECK(strstr(x->name, ".lora_A.weight") || strstr(x->name, ".lora_B.weight"), "%s is trainable", x->name);
+        }
+        frozen += (x->flags & TG_TENSOR_FROZEN) != 0;
+    }
+    /* 7 projections x 2 layers x (A, B); the 21 base tensors of tiny-llama frozen. */
+    CHECK(trainable == 28 && frozen == 21, "%d trainable, %d frozen", trainable, frozen);
+    int a = find_tensor(&p, "model.layers.1.mlp.down_proj.lora_A.weight"), b = find_tensor(&p, "model.layers.1.mlp.down_proj.lora_B.weight");
+    REQUIRE(a >= 0 && b >= 0, "down_proj's adapters");
+    CHECK(p.tensors[a].shape[0] == 4 && p.tensors[a].shape[1] == 96 && p.tensors[b].shape[0] == 64 &&
+              p.tensors[b].shape[1] == 4 && p.tensors[a].init == TG_INIT_UNIFORM && p.tensors[b].init == TG_INIT_ZEROS &&
+              fabsf(p.tensors[a].init_std - 1.0f / sqrtf(96.0f)) < 1e-7f,
+          "A [%lld, %lld] init %d, B [%lld, %lld] init %d", (long long)p.tensors[a].shape[0], (long long)p.tensors[a].shape[1],
+          p.tensors[a].init, (long long)p.tensors[b].shape[0], (long long)p.tensors[b].shape[1], p.tensors[b].init);
+    /* q, k, v and gate, up made apart: the rotary and SwiGLU ops read them as such; the
+     * frozen embedding has no backward. */
+    for (int o = 0; o < p.n_ops; o++) {
+        const tg_op *op = &p.ops[o];
+        if (op->kind == TG_OP_ROPE) CHECK(op->in[2] >= 0 && op->in[3] >= 0, "op %d: rope reads a packed qkv", o);
+        if (op->kind == TG_OP_SWIGLU) CHECK(op->in[1] >= 0, "op %d: swiglu reads a packed gate_up", o);
+        if (op->kind == TG_OP_ROPE_BWD) CHECK(op->out[1] >= 0 && op->out[2] >= 0, "op %d: rope_bwd writes packed", o);
+    }
+    CHECK(count_kind(&p, TG_OP_EMBEDDING_BWD, -1) == 0, "the frozen embedding has a backward");
+    /* Each adapter's product scaled by alpha / r (the default alpha 8 over r 4). */
+    int scaled = 0;
+    for (int o = 0; o < p.n_ops; o++)
+        scaled += p.ops[o].kind == TG_OP_MATMUL && p.ops[o].phase == TG_PHASE_FORWARD && p.ops[o].p.matmul.alpha == 2.0f;
+    CHECK(scaled == 14, "%d forward products scaled by 2", scaled);
+    tg_plan_free(&p);
+
+    /* The default targets (q_proj, v_proj, as PEFT's for Llama): the MLP stays packed. */
+    REQUIRE(compile_text(LM_JOB "lora_r = 8\nlora_alpha = 16\n", &p, &err) == 0, "%s", err.msg);
+    trainable = 0;
+    for (int t = 0; t < p.n_tensors; t++) trainable += (p.tensors[t].flags & TG_TENSOR_PARAM) && !(p.tensors[t].flags & TG_TENSOR_VIEW);
+    CHECK(trainable == 8 && find_tensor(&p, "model.layers.0.self_attn.v_proj.lora_B.weight") >= 0 &&
+              find_tensor(&p, "model.layers.0.self_attn.k_proj.lora_A.weight") < 0 &&
+              find_tensor(&p, "model.layers.0.mlp.gate_up_proj.weight") >= 0,
+          "default targets: %d trainable", trainable);
+    tg_plan_free(&p);
+
+    /* Classification: the head trains beside the adapters. */
+    REQUIRE(compile_text(BASE_JOB "task = classify\nsteps = 10\npad_token_id = 0\nlora_r = 2\n", &p, &err) == 0, "%s", err.msg);
+    int score = find_tensor(&p, "score.weight");
+    CHECK(score >= 0 && (p.tensors[score].flags & TG_TENSOR_PARAM), "score.weight is not trainable");
+    tg_plan_free(&p);
+}
+
+TG_TEST(test_lora_refusals) {
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nlora_r = 4\n",
+         "job.txt:6: key 'lora_r': LoRA is built for the llama family; model 'tiny-bert' is bert (train it with freeze "
+         "instead)"},
+        {LM_JOB "lora_r = 4\nlora_targets = q_proj, qproj\n",
+         "key 'lora_targets': 'qproj' is not a projection of a Llama block (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+         "up_proj, down_proj)"},
+        {LM_JOB "lora_targets = q_proj,,v_proj\n",
+         "job.txt:8: key 'lora_targets': 'q_proj,,v_proj' is not a comma-separated list of module names (such as "
+         "q_proj,v_proj)"},
+        {LM_JOB "lora_targets = q-proj\n", "key 'lora_targets': 'q-proj' is not a comma-separated list"},
+        {LM_JOB "lora_r = 4097\n", "job.txt:8: key 'lora_r'"},
+        {LM_JOB "lora_alpha = 0\n", "job.txt:8: key 'lora_alpha'"},
+        {LM_JOB "lora_dropout = 1\n", "job.txt:8: key 'lora_dropout'"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_plan p;
+        tg_err err = {{0}};
+        const int rc = compile_text(cases[k].text, &p, &err);
+        if (rc == 0) tg_plan_free(&p);
+        CHECK(rc != 0 && strstr(err.msg, cases[k].want), "case %zu: rc %d '%s', want '%s'", k, rc, err.msg, cases[k].want);
+    }
+}
+
+/* A trainer on a plan, inputs fixed: ids from a small generator, full rows, shifted labels. */
+static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
+    tg_trainer_options o = {.device = tg_test_device(), .threads = 0, .load_data = 0};
+    if (tg_trainer_open(tr, p, &o, err)) return -1;
+    const tg_plan_io *io = &p->io;
+    const int64_t B = p->train.batch, T = p->train.seq;
+    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
+    int32_t *labels = tg_trainer_input(tr, io->labels);
+    float *mask = tg_trainer_input(tr, io->attention_mask);
+    uint32_t s = 12345;
+    for (int64_t i = 0; i < B * T; i++) {
+        s = s * 1664525u + 1013904223u;
+        ids[i] = (int32_t)(3 + (s >> 8) % (uint32_t)(p->model.vocab_size - 3));
+        pos[i] = (int32_t)(i % T), mask[i] = 1.0f;
+    }
+    for (int64_t i = 0; i < B * T; i++) labels[i] = i % T == T - 1 ? -100 : ids[i + 1];
+    return 0;
+}
+
+static float *forward_logits(tg_trainer *tr, const tg_plan *p, float *loss, tg_err *err) {
+    if (tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, err)) return NULL;
+    float *l = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[p->io.logits]));
+    if (l && (tg_trainer_read_f32(tr, p->io.logits, l, err) || tg_trainer_read_f32(tr, p->io.loss, loss, err))) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+static void random_fill(float *v, int64_t n, float scale, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = scale * ((float)(seed >> 8) / 16777216.0f - 0.5f);
+    }
+}
+
+/* While B is zero the adapted model is the base model; with random A and B it is the base
+ * model with every targeted W replaced by W + (alpha / r) B A. */
+TG_TEST(test_lora_equals_merged_weights) {
+    tg_plan base, lora;
+    tg_err err;
+    REQUIRE(compile_text(LM_JOB, &base, &err) == 0, "%s", err.msg);
+    REQUIRE(compile_text(LM_JOB "lora_r = 4\nlora_alpha = 6\nlora_targets = " ALL_TARGETS "\n", &lora, &err) == 0, "%s",
+            err.msg);
+    tg_trainer tb, tl;
+    REQUIRE(open_fixed(&tb, &base, &err) == 0, "%s", err.msg);
+    REQUIRE(open_fixed(&tl, &lora, &err) == 0, "%s", err.msg);
+    const int64_t n = tg_tensor_numel(&base.tensors[base.io.logits]);
+    float lb, ll;
+    float *yb = forward_logits(&tb, &base, &lb, &err), *yl = yb ? forward_logits(&tl, &lora, &ll, &err) : NULL;
+    REQUIRE(yb && yl, "%s", err.msg);
+    double rel = tg_rel_err(yl, yb, n);
+    CHECK(rel <= 1e-6 && fabsf(ll - lb) <= 1e-6f * fabsf(lb), "B = 0: logits %.3g apart, loss %.7g against %.7g", rel, ll, lb);
+    free(yb), free(yl);
+
+    /* Random adapters, merged into the base trainer's weights on the host (in double). */
+    static const char *const modules[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    const float scale = 6.0f / 4.0f;
+    for (int l = 0; l < lora.model.layers; l++)
+        for (int m = 0; m < 7; m++) {
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, modules[m]);
+            const int a = find_tensor(&lora, name);
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, modules[m]);
+            const int b = find_tensor(&lora, name);
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, modules[m]);
+            const int w = find_tensor(&base, name);
+            REQUIRE(a >= 0 && b >= 0 && w >= 0, "%s's adapters", name);
+            const int64_t out = base.tensors[w].shape[0], in = base.tensors[w].shape[1], r = 4;
+            float *av = malloc(sizeof(float) * (size_t)(r * in)), *bv = malloc(sizeof(float) * (size_t)(out * r));
+            float *wv = malloc(sizeof(float) * (size_t)(out * in));
+            REQUIRE(av && bv && wv && tg_trainer_read_f32(&tl, a, av, &err) == 0 && tg_trainer_read_f32(&tb, w, wv, &err) == 0,
+                    "%s", err.msg);
+            random_fill(bv, out * r, 0.2f, (uint32_t)(l * 7 + m + 1));
+            REQUIRE(tg_trainer_write(&tl, b, bv, &err) == 0, "%s", err.msg);
+            for (int64_t i = 0; i < out; i++)
+                for (int64_t j = 0; j < in; j++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < r; k++) s += (double)bv[i * r + k] * av[k * in + j];
+                    wv[i * in + j] = (float)(wv[i * in + j] + scale * s);
+                }
+            REQUIRE(tg_trainer_write(&tb, w, wv, &err) == 0, "%s", err.msg);
+            free(av), free(bv), free(wv);
+        }
+    yb = forward_logits(&tb, &base, &lb, &err), yl = yb ? forward_logits(&tl, &lora, &ll, &err) : NULL;
+    REQUIRE(yb && yl, "%s", err.msg);
+    rel = tg_rel_err(yl, yb, n);
+    CHECK(rel <= 2e-5 && fabsf(ll - lb) <= 2e-5f * fabsf(lb), "merged: logits %.3g apart, loss %.7g against %.7g", rel, ll,
+          lb);
+    free(yb), free(yl);
+    tg_trainer_close(&tb), tg_trainer_close(&tl);
+    tg_plan_free(&base), tg_plan_free(&lora);
+}
+
+/* The adapters' gradients against central differences of the loss (fp32, B made non-zero
+ * so A's gradient is too). */
+TG_TEST(test_lora_gradients_finite_differences) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text(LM_JOB "lora_r = 2\nlora_targets = v_proj,up_proj,down_proj\n", &p, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
+    static const char *const names[] = {"model.layers.0.self_attn.v_proj.lora_B.weight", "model.layers.1.mlp.up_proj.lora_B.weight",
+                                        "model.layers.0.mlp.down_proj.lora_B.weight"};
+    for (size_t k = 0; k < 3; k++) { /* B non-zero */
+        const int b = find_tensor(&p, names[k]);
+        REQUIRE(b >= 0, "%s", names[k]);
+        const int64_t n = tg_tensor_numel(&p.tensors[b]);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        random_fill(v, n, 1.0f, (uint32_t)(k + 11));
+        REQUIRE(tg_trainer_write(&tr, b, v, &err) == 0, "%s", err.msg);
+        free(v);
+    }
+    static const char *const probe[] = {"model.layers.0.self_attn.v_proj.lora_A.weight", "model.layers.0.self_attn.v_proj.lora_B.weight",
+                                        "model.layers.1.mlp.up_proj.lora_A.weight", "model.layers.0.mlp.down_proj.lora_B.weight"};
+    enum { PROBES = sizeof probe / sizeof probe[0] };
+    /* Every gradient read before any forward runs again: gradients share the activations'
+     * pool (share_grad_memory). */
+    float *grads[PROBES];
+    REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, &err) == 0, "%s", err.msg);
+    for (size_t k = 0; k < PROBES; k++) {
+        const int t = find_tensor(&p, probe[k]);
+        REQUIRE(t >= 0 && p.tensors[t].grad >= 0, "%s has no gradient", probe[k]);
+        grads[k] = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p.tensors[t]));
+        REQUIRE(grads[k] && tg_trainer_read_f32(&tr, p.tensors[t].grad, grads[k], &err) == 0, "%s", err.msg);
+    }
+    for (size_t k = 0; k < PROBES; k++) {
+        const int t = find_tensor(&p, probe[k]);
+        const int64_t n = tg_tensor_numel(&p.tensors[t]);
+        float *v = malloc(sizeof(float) * (size_t)n), *g = grads[k];
+        REQUIRE(v && tg_trainer_read_f32(&tr, t, v, &err) == 0, "%s", err.msg);
+        double worst = 0;
+        for (int64_t i = 0; i < n; i += n / 5 + 1) {
+            const float keep = v[i], h = 1e-2f;
+            float up, down;
+            v[i] = keep + h;
+            REQUIRE(tg_trainer_write(&tr, t, v, &err) == 0 && tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                        tg_trainer_read_f32(&tr, p.io.loss, &up, &err) == 0, "%s", err.msg);
+            v[i] = keep - h;
+            REQUIRE(tg_trainer_write(&tr, t, v, &err) == 0 && tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                        tg_trainer_read_f32(&tr, p.io.loss, &down, &err) == 0, "%s", err.msg);
+            v[i] = keep;
+            REQUIRE(tg_trainer_write(&tr, t, v, &err) == 0, "%s", err.msg);
+            const double numeric = ((double)up - down) / (2.0 * h), d = fabs(numeric - g[i]) / fmax(fabs(numeric), 1e-3);
+            if (d > worst) worst = d;
+        }
+        CHECK(worst < 2e-2, "%s: gradient %.3g from central differences", probe[k], worst);
+        free(v), free(g);
+    }
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
+
+/* Training moves the adapters and nothing else, and the loss falls. */
+TG_TEST(test_lora_training_moves_adapters_only) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text(BASE_JOB "task = lm\nlora_r = 4\nlr = 1e-2\nwarmup_steps = 0\nsteps = 30\nlora_targets = " ALL_TARGETS "\n", &p,
+                         &err) == 0,
+            "%s", err.msg);
+    tg_trainer tr;
+    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
+    const int frozen = find_tensor(&p, "model.layers.1.self_attn.o_proj.weight"), b = find_tensor(&p, "model.layers.1.self_attn.o_proj.lora_B.weight");
+    REQUIRE(frozen >= 0 && b >= 0, "tensors");
+    const int64_t nf = tg_tensor_numel(&p.tensors[frozen]), nb = tg_tensor_numel(&p.tensors[b]);
+    float *f0 = malloc(sizeof(float) * (size_t)nf), *f1 = malloc(sizeof(float) * (size_t)nf), *b1 = malloc(sizeof(float) * (size_t)nb);
+    REQUIRE(f0 && f1 && b1 && tg_trainer_read_f32(&tr, frozen, f0, &err) == 0, "%s", err.msg);
+    float first = 0, last = 0;
+    for (int s = 0; s < 30; s++) {
+        tg_step_stats st;
+        REQUIRE(tg_trainer_run_step(&tr, &st, &err) == 0, "%s", err.msg);
+        if (s == 0) first = st.loss;
+        last = st.loss;
+    }
+    REQUIRE(tg_trainer_read_f32(&tr, frozen, f1, &err) == 0 && tg_trainer_read_f32(&tr, b, b1, &err) == 0, "%s", err.msg);
+    CHECK(!memcmp(f0, f1, sizeof(float) * (size_t)nf), "a frozen base weight changed");
+    double moved = 0;
+    for (int64_t i = 0; i < nb; i++) moved += fabs(b1[i]);
+    CHECK(moved > 0, "B did not move");
+    CHECK(last < 0.9f * first, "loss %.4f -> %.4f", first, last);
+    free(f0), free(f1), free(b1);
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
