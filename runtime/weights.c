@@ -79,36 +79,30 @@ static uint32_t name_stream(const char *name) {
     return h;
 }
 
-/* Normals for blocks [b, e) of 4 elements: one Philox call gives 4 uniforms, two
- * Box-Muller pairs. Element i depends only on (seed, name, i), not on the threading. */
-static void init_normal_range(void *arg, int64_t b, int64_t e) {
+/* Random values for blocks [b, e) of 4 elements, one Philox call a block: normals of
+ * std init_std (two Box-Muller pairs), or for TG_INIT_UNIFORM uniforms in
+ * [-init_std, init_std). Element i depends only on (seed, name, i), not on the threading. */
+static void init_random_range(void *arg, int64_t b, int64_t e) {
     const init_job *j = arg;
     const tg_tensor *x = &j->img->plan->tensors[j->tensor];
     float *p = tg_weights_value(j->img, j->tensor);
-    int64_t n = tg_tensor_numel(x);
+    const int64_t n = tg_tensor_numel(x);
+    const int uniform = x->init == TG_INIT_UNIFORM;
     for (int64_t blk = b; blk < e; blk++) {
         float u[4];
         tg_philox_uniform4(j->seed, TG_INIT_STREAM_STEP, j->stream, (uint64_t)blk, u);
         for (int k = 0; k < 4; k += 2) {
-            double r = sqrt(-2.0 * log(1.0 - (double)u[k])), a = 6.283185307179586 * u[k + 1];
-            int64_t i = 4 * blk + k;
-            if (i < n) p[i] = (float)(x->init_std * r * cos(a));
-            if (i + 1 < n) p[i + 1] = (float)(x->init_std * r * sin(a));
+            const int64_t i = 4 * blk + k;
+            double v0, v1;
+            if (uniform) {
+                v0 = x->init_std * (2.0 * u[k] - 1.0), v1 = x->init_std * (2.0 * u[k + 1] - 1.0);
+            } else {
+                const double r = sqrt(-2.0 * log(1.0 - (double)u[k])), a = 6.283185307179586 * u[k + 1];
+                v0 = x->init_std * r * cos(a), v1 = x->init_std * r * sin(a);
+            }
+            if (i < n) p[i] = (float)v0;
+            if (i + 1 < n) p[i + 1] = (float)v1;
         }
-    }
-}
-
-/* Uniforms in [-bound, bound) for blocks [b, e) of 4 elements (bound: init_std), from the
- * same per-name Philox stream as the normals. */
-static void init_uniform_range(void *arg, int64_t b, int64_t e) {
-    const init_job *j = arg;
-    const tg_tensor *x = &j->img->plan->tensors[j->tensor];
-    float *p = tg_weights_value(j->img, j->tensor);
-    int64_t n = tg_tensor_numel(x);
-    for (int64_t blk = b; blk < e; blk++) {
-        float u[4];
-        tg_philox_uniform4(j->seed, TG_INIT_STREAM_STEP, j->stream, (uint64_t)blk, u);
-        for (int k = 0; k < 4 && 4 * blk + k < n; k++) p[4 * blk + k] = (float)(x->init_std * (2.0 * u[k] - 1.0));
     }
 }
 
@@ -133,7 +127,7 @@ void tg_weights_init(tg_weights_image *img, uint64_t seed) {
         float *p = tg_weights_value(img, t);
         if (x->init == TG_INIT_NORMAL || x->init == TG_INIT_UNIFORM) {
             init_job j = {img, seed, t, name_stream(x->name)};
-            tg_parallel_for(threads, (n + 3) / 4, x->init == TG_INIT_NORMAL ? init_normal_range : init_uniform_range, &j);
+            tg_parallel_for(threads, (n + 3) / 4, init_random_range, &j);
         } else if (x->init == TG_INIT_ARANGE) {
             const int64_t row = arange_row(x);
             for (int64_t i = 0; i < n; i++) p[i] = (float)(i % row);
