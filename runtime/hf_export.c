@@ -16,6 +16,7 @@
 #include "base/atomic_file.h"
 #include "base/text_file.h"
 #include "models/model_config.h"
+#include "runtime/lora_export.h"
 
 const char *const tg_hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                              "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", NULL};
@@ -291,6 +292,12 @@ static int write_files(const tg_weights_image *img, const tg_hf_export_options *
     if (!rc) rc = tg_asprintf(&path, "%s/model.safetensors", tmp) < 0 ? tg_fail(err, "out of memory") : 0;
     if (!rc) rc = tg_weights_save_hf(img, path, o->bf16, err);
     free(path);
+    /* LoRA: the adapters alone as well, as PEFT saves them (model.safetensors has them merged). */
+    tg_lora_pair *pairs = NULL;
+    const int n_pairs = rc ? 0 : tg_lora_pairs(img->plan, &pairs, err);
+    if (n_pairs < 0) rc = -1;
+    if (!rc && n_pairs > 0) rc = tg_lora_write_adapter(img, pairs, n_pairs, tmp, o->bf16, err);
+    free(pairs);
     for (int i = 0; i < p->n_tokenizer && !rc; i++) {
         path = NULL;
         rc = tg_asprintf(&path, "%s/%s", tmp, p->tokenizer_name[i]) < 0 ? tg_fail(err, "out of memory") : 0;

@@ -1,4 +1,5 @@
 #include "runtime/weights.h"
+#include "runtime/lora_export.h"
 #include "base/alloc.h"
 
 #include <math.h>
@@ -398,17 +399,42 @@ int tg_weights_save(const tg_weights_image *img, const char *path, tg_err *err) 
     return rc;
 }
 
+/* The LoRA pair whose base weight is tensor t, or NULL; *adapter: t is a pair's A or B. */
+static const tg_lora_pair *pair_of(const tg_lora_pair *pairs, int n, int t, int *adapter) {
+    *adapter = 0;
+    for (int k = 0; k < n; k++) {
+        if (pairs[k].base == t) return &pairs[k];
+        if (pairs[k].a == t || pairs[k].b == t) *adapter = 1;
+    }
+    return NULL;
+}
+
 int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, tg_err *err) {
     const tg_plan *plan = img->plan;
     tg_st_item *items = tg_calloc((size_t)plan->n_tensors + 1, sizeof *items);
     void **converted = tg_calloc((size_t)plan->n_tensors + 1, sizeof *converted);
     int rc = items && converted ? 0 : tg_fail(err, "%s: out of memory", path), n = 0;
+    /* LoRA: the adapters merged into their base weights, and left out themselves. */
+    tg_lora_pair *pairs = NULL;
+    const int n_pairs = rc ? 0 : tg_lora_pairs(plan, &pairs, err);
+    if (n_pairs < 0) rc = -1;
     for (int t = 0; t < plan->n_tensors && !rc; t++) {
         const tg_tensor *x = &plan->tensors[t];
         if (!tg_tensor_is_value(x)) continue;
         if (tg_tensor_class_of(x) == TG_CLASS_BUFFER && !(x->flags & TG_TENSOR_PERSISTENT)) continue;
+        int adapter;
+        const tg_lora_pair *pair = pair_of(pairs, n_pairs, t, &adapter);
+        if (adapter) continue;
         const int64_t numel = tg_tensor_numel(x);
         const void *values = tg_weights_value(img, t);
+        if (pair) {
+            float *merged = tg_lora_merged(img, pair);
+            if (!merged) {
+                rc = tg_fail(err, "%s: out of memory", path);
+                break;
+            }
+            values = converted[n] = merged;
+        }
         int dtype = TG_ST_F32;
         if (x->dtype == TG_I32) { /* PyTorch's index buffers are int64 */
             int64_t *wide = tg_malloc(sizeof *wide * ((size_t)numel + 1)); /* + 1: never 0 bytes */
@@ -425,14 +451,16 @@ int tg_weights_save_hf(const tg_weights_image *img, const char *path, int bf16, 
                 break;
             }
             tg_bf16_narrow(low, values, numel);
+            free(converted[n]); /* a merged weight, narrowed */
             values = converted[n] = low, dtype = TG_ST_BF16;
         }
         items[n++] = (tg_st_item){x->name, dtype, x->ndim, x->shape, values};
     }
     static const char *const metadata[] = {"format", "pt"};
     if (!rc) rc = tg_st_write_with_metadata(path, items, n, metadata, 1, err);
-    for (int i = 0; converted && i < n; i++) free(converted[i]);
+    for (int i = 0; converted && i <= n; i++) free(converted[i]);
     free(converted);
     free(items);
+    free(pairs);
     return rc ? -1 : 0;
 }

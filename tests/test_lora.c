@@ -4,13 +4,18 @@
  * with W + (alpha / r) B A merged in once B is not), its gradients against finite
  * differences, training that moves the adapters alone, and the refusals. Runs on the
  * device the suite tests (TG_TEST_DEVICE). */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compiler/compile.h"
+#include "base/alloc.h"
 #include "compiler/job.h"
+#include "models/safetensors.h"
+#include "runtime/hf_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -137,8 +142,9 @@ static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
     return 0;
 }
 
+/* The forward in eval mode (no dropout), its logits (malloc'd) and loss. */
 static float *forward_logits(tg_trainer *tr, const tg_plan *p, float *loss, tg_err *err) {
-    if (tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, err)) return NULL;
+    if (tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err)) return NULL;
     float *l = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[p->io.logits]));
     if (l && (tg_trainer_read_f32(tr, p->io.logits, l, err) || tg_trainer_read_f32(tr, p->io.loss, loss, err))) {
         free(l);
@@ -301,5 +307,150 @@ TG_TEST(test_lora_training_moves_adapters_only) {
     CHECK(last < 0.9f * first, "loss %.4f -> %.4f", first, last);
     free(f0), free(f1), free(b1);
     tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
+
+/* Export of a LoRA plan: model.safetensors holds W + (alpha / r) B A for every adapted
+ * projection and no adapter, so the folder loads as a plain Llama that computes what the
+ * adapted model does; adapter_config.json and adapter_model.safetensors hold the adapters as
+ * PEFT saves them. */
+TG_TEST(test_lora_export_merged_and_adapter) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text(LM_JOB "lora_r = 4\nlora_alpha = 6\nlora_dropout = 0.05\nlora_targets = q_proj,down_proj\n", &p,
+                         &err) == 0,
+            "%s", err.msg);
+    tg_trainer tr;
+    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
+    const int b = find_tensor(&p, "model.layers.0.self_attn.q_proj.lora_B.weight");
+    const int a = find_tensor(&p, "model.layers.0.self_attn.q_proj.lora_A.weight");
+    const int w = find_tensor(&p, "model.layers.0.self_attn.q_proj.weight");
+    REQUIRE(a >= 0 && b >= 0 && w >= 0, "q_proj's adapters");
+    const int64_t out = 64, in = 64, r = 4;
+    float *av = malloc(sizeof(float) * (size_t)(r * in)), *bv = malloc(sizeof(float) * (size_t)(out * r));
+    float *wv = malloc(sizeof(float) * (size_t)(out * in)), *got = malloc(sizeof(float) * (size_t)(out * in));
+    REQUIRE(av && bv && wv && got, "out of memory");
+    random_fill(bv, out * r, 0.3f, 77);
+    REQUIRE(tg_trainer_write(&tr, b, bv, &err) == 0 && tg_trainer_read_f32(&tr, a, av, &err) == 0 &&
+                tg_trainer_read_f32(&tr, w, wv, &err) == 0,
+            "%s", err.msg);
+    float loss;
+    float *want_logits = forward_logits(&tr, &p, &loss, &err);
+    REQUIRE(want_logits, "%s", err.msg);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/lora-export", tg_test_tmpdir());
+    tg_hf_export_options o = {.out_dir = dir};
+    REQUIRE(tg_trainer_export_hf(&tr, &o, &err) == 0, "%s", err.msg);
+
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    tg_safetensors st;
+    REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
+    CHECK(!tg_st_find(&st, "model.layers.0.self_attn.q_proj.lora_A.weight") &&
+              !tg_st_find(&st, "model.layers.0.mlp.down_proj.lora_B.weight"),
+          "model.safetensors holds adapters");
+    const tg_st_entry *e = tg_st_find(&st, "model.layers.0.self_attn.q_proj.weight");
+    REQUIRE(e && tg_st_read_f32(&st, e, got, out * in, &err) == 0, "q_proj.weight: %s", e ? err.msg : "missing");
+    double worst = 0;
+    for (int64_t i = 0; i < out; i++)
+        for (int64_t j = 0; j < in; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < r; k++) s += (double)bv[i * r + k] * av[k * in + j];
+            const double want = wv[i * in + j] + 1.5 * s;
+            if (fabs(got[i * in + j] - want) > worst) worst = fabs(got[i * in + j] - want);
+        }
+    CHECK(worst < 1e-6, "merged q_proj.weight %.3g from W + 1.5 B A", worst);
+    tg_st_close(&st);
+
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
+    e = tg_st_find(&st, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+    REQUIRE(e && e->ndim == 2 && e->shape[0] == out && e->shape[1] == r && tg_st_read_f32(&st, e, got, out * r, &err) == 0,
+            "adapter B");
+    CHECK(!memcmp(got, bv, sizeof(float) * (size_t)(out * r)), "adapter B values differ");
+    CHECK(tg_st_find(&st, "base_model.model.model.layers.1.mlp.down_proj.lora_A.weight") &&
+              !tg_st_find(&st, "base_model.model.model.layers.0.self_attn.q_proj.weight") && st.n == 8,
+          "adapter file: %d tensors", st.n);
+    tg_st_close(&st);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    json_error_t jerr;
+    json_t *c = json_load_file(path, 0, &jerr);
+    REQUIRE(c, "%s: %s", path, jerr.text);
+    json_t *targets = json_object_get(c, "target_modules");
+    CHECK(!strcmp(json_string_value(json_object_get(c, "peft_type")), "LORA") &&
+              !strcmp(json_string_value(json_object_get(c, "task_type")), "CAUSAL_LM") &&
+              json_integer_value(json_object_get(c, "r")) == 4 &&
+              fabs(json_number_value(json_object_get(c, "lora_alpha")) - 6.0) < 1e-6 &&
+              fabs(json_number_value(json_object_get(c, "lora_dropout")) - 0.05) < 1e-6 && json_array_size(targets) == 2 &&
+              !strcmp(json_string_value(json_array_get(targets, 0)), "q_proj") &&
+              !strcmp(json_string_value(json_array_get(targets, 1)), "down_proj") &&
+              json_is_null(json_object_get(c, "modules_to_save")),
+          "adapter_config.json fields");
+    json_decref(c);
+
+    /* The folder as a plain model computes the adapted model's logits. */
+    char text[900];
+    snprintf(text, sizeof text, "model = %s\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\ntask = lm\nsteps = 10\n", dir);
+    tg_plan merged;
+    REQUIRE(compile_text(text, &merged, &err) == 0, "%s", err.msg);
+    tg_trainer tm;
+    REQUIRE(open_fixed(&tm, &merged, &err) == 0, "%s", err.msg);
+    float loss_merged;
+    float *logits = forward_logits(&tm, &merged, &loss_merged, &err);
+    REQUIRE(logits, "%s", err.msg);
+    const double rel = tg_rel_err(logits, want_logits, tg_tensor_numel(&p.tensors[p.io.logits]));
+    CHECK(rel <= 2e-5, "the merged folder's logits %.3g from the adapted model's", rel);
+    free(logits), free(want_logits), free(av), free(bv), free(wv), free(got);
+    tg_trainer_close(&tm), tg_trainer_close(&tr);
+    tg_plan_free(&merged), tg_plan_free(&p);
+}
+
+/* Every allocation of a LoRA export failed in turn: the export stops with a message saying
+ * so and leaves no folder, or succeeds; then it succeeds with every file. */
+TG_TEST(test_lora_export_allocation_failures) {
+    tg_plan p;
+    tg_err err = {{0}};
+    REQUIRE(compile_text(BASE_JOB "task = classify\nsteps = 10\npad_token_id = 0\nlora_r = 2\nlora_targets = v_proj\n", &p,
+                         &err) == 0,
+            "%s", err.msg);
+    tg_weights_image img;
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    tg_weights_init(&img, 3);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/lora-oom", tg_test_tmpdir());
+    const tg_hf_export_options o = {.out_dir = dir, .force = 1, .bf16 = 1};
+    long failed = 0, k = 0;
+    for (;; k++) {
+        memset(&err, 0, sizeof err);
+        tg_alloc_fail_after(k);
+        const int rc = tg_hf_export(&img, &o, &err);
+        tg_alloc_fail_after(-1);
+        if (rc == 0) break;
+        failed++;
+        CHECK(strstr(err.msg, "out of memory") || strstr(err.msg, "Cannot allocate memory"), "allocation %ld: '%s'", k,
+              err.msg);
+    }
+    CHECK(failed > 10, "%ld allocations failed the export", failed);
+    char path[700];
+    static const char *const files[] = {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors"};
+    for (size_t f = 0; f < 4; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[f]);
+        CHECK(access(path, R_OK) == 0, "%s missing", path);
+    }
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    json_error_t jerr;
+    json_t *c = json_load_file(path, 0, &jerr);
+    json_t *save = c ? json_object_get(c, "modules_to_save") : NULL;
+    CHECK(c && !strcmp(json_string_value(json_object_get(c, "task_type")), "SEQ_CLS") && json_array_size(save) == 1 &&
+              !strcmp(json_string_value(json_array_get(save, 0)), "score"),
+          "classification adapter_config.json");
+    json_decref(c);
+    tg_safetensors st;
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
+    const tg_st_entry *e = tg_st_find(&st, "base_model.model.score.weight");
+    CHECK(e && e->dtype == TG_ST_BF16 && st.n == 5, "the head in the adapter file, bf16 (%d tensors)", st.n);
+    tg_st_close(&st);
+    tg_weights_image_free(&img);
     tg_plan_free(&p);
 }

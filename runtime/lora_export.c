@@ -1,0 +1,163 @@
+#include "runtime/lora_export.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/atomic_file.h"
+#include "base/bf16.h"
+#include "models/safetensors.h"
+
+static int ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+static int find(const tg_plan *plan, const char *name) {
+    for (int t = 0; t < plan->n_tensors; t++)
+        if (!strcmp(plan->tensors[t].name, name)) return t;
+    return -1;
+}
+
+/* A trainable parameter (not its gradient, copy or a view) named as an adapter's A. */
+static int is_lora_a(const tg_tensor *x) {
+    return (x->flags & TG_TENSOR_PARAM) && !(x->flags & (TG_TENSOR_VIEW | TG_TENSOR_PARAM_COPY)) &&
+           ends_with(x->name, ".lora_A.weight");
+}
+
+int tg_lora_pairs(const tg_plan *plan, tg_lora_pair **pairs, tg_err *err) {
+    *pairs = NULL;
+    int n = 0;
+    for (int t = 0; t < plan->n_tensors; t++) n += is_lora_a(&plan->tensors[t]);
+    if (!n) return 0;
+    tg_lora_pair *out = tg_calloc((size_t)n, sizeof *out);
+    if (!out) return tg_fail(err, "out of memory");
+    int k = 0;
+    for (int t = 0; t < plan->n_tensors; t++) {
+        const char *name = plan->tensors[t].name;
+        if (!is_lora_a(&plan->tensors[t])) continue;
+        char other[TG_NAME_MAX];
+        const int stem = (int)(strlen(name) - strlen(".lora_A.weight"));
+        snprintf(other, sizeof other, "%.*s.lora_B.weight", stem, name);
+        const int b = find(plan, other);
+        snprintf(other, sizeof other, "%.*s.weight", stem, name);
+        const int base = find(plan, other);
+        float scale = 0;
+        for (int o = 0; o < plan->n_ops && b >= 0; o++)
+            if (plan->ops[o].kind == TG_OP_MATMUL && plan->ops[o].phase == TG_PHASE_FORWARD && plan->ops[o].in[1] == b)
+                scale = plan->ops[o].p.matmul.alpha;
+        if (b < 0 || base < 0 || scale == 0.0f || plan->tensors[base].ndim != 2 ||
+            plan->tensors[t].shape[1] != plan->tensors[base].shape[1] ||
+            plan->tensors[b].shape[0] != plan->tensors[base].shape[0] ||
+            plan->tensors[b].shape[1] != plan->tensors[t].shape[0]) {
+            free(out);
+            return tg_fail(err, "%s: no matching base weight, lora_B and product: not a LoRA plan this build exports",
+                           name);
+        }
+        out[k++] = (tg_lora_pair){base, t, b, scale};
+    }
+    *pairs = out;
+    return k;
+}
+
+float *tg_lora_merged(const tg_weights_image *img, const tg_lora_pair *p) {
+    const tg_plan *plan = img->plan;
+    const int64_t out = plan->tensors[p->base].shape[0], in = plan->tensors[p->base].shape[1];
+    const int64_t r = plan->tensors[p->a].shape[0];
+    float *w = tg_malloc(sizeof(float) * (size_t)(out * in));
+    if (!w) return NULL;
+    const float *base = tg_weights_value(img, p->base), *a = tg_weights_value(img, p->a), *b = tg_weights_value(img, p->b);
+    for (int64_t i = 0; i < out; i++)
+        for (int64_t j = 0; j < in; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < r; k++) s += (double)b[i * r + k] * a[k * in + j];
+            w[i * in + j] = (float)(base[i * in + j] + (double)p->scale * s);
+        }
+    return w;
+}
+
+/* The module name of a pair (the projection's last name part: "q_proj"). */
+static const char *module_of(const char *base_name, char *buf, size_t cap) {
+    const size_t n = strlen(base_name) - strlen(".weight");
+    const char *dot = base_name + n;
+    while (dot > base_name && dot[-1] != '.') dot--;
+    snprintf(buf, cap, "%.*s", (int)(base_name + n - dot), dot);
+    return buf;
+}
+
+static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int n, tg_err *err) {
+    json_t *c = json_object(), *targets = json_array(), *save = plan->train.task == TG_TASK_CLASSIFY ? json_array() : json_null();
+    int rc = !c || !targets || !save;
+    char module[TG_NAME_MAX];
+    for (int k = 0; k < n && !rc; k++) {
+        module_of(plan->tensors[pairs[k].base].name, module, sizeof module);
+        int seen = 0;
+        for (size_t i = 0; i < json_array_size(targets); i++) seen |= !strcmp(json_string_value(json_array_get(targets, i)), module);
+        if (!seen) rc = json_array_append_new(targets, json_string(module)) != 0;
+    }
+    if (plan->train.task == TG_TASK_CLASSIFY && !rc) rc = json_array_append_new(save, json_string("score")) != 0;
+    float dropout = 0;
+    for (int o = 0; o < plan->n_ops; o++)
+        if (plan->ops[o].kind == TG_OP_DROPOUT && plan->ops[o].phase == TG_PHASE_FORWARD &&
+            strstr(plan->tensors[plan->ops[o].out[0]].name, ".lora_dropout"))
+            dropout = plan->ops[o].p.dropout.p;
+    const int64_t r = n ? plan->tensors[pairs[0].a].shape[0] : 0;
+    if (!rc)
+        rc = json_object_set_new(c, "peft_type", json_string("LORA")) |
+             json_object_set_new(c, "task_type", json_string(plan->train.task == TG_TASK_CLASSIFY ? "SEQ_CLS" : "CAUSAL_LM")) |
+             json_object_set_new(c, "base_model_name_or_path", json_string(plan->model.source)) |
+             json_object_set_new(c, "r", json_integer(r)) |
+             json_object_set_new(c, "lora_alpha", json_real((double)pairs[0].scale * (double)r)) |
+             json_object_set_new(c, "lora_dropout", json_real(dropout)) | json_object_set_new(c, "bias", json_string("none")) |
+             json_object_set_new(c, "fan_in_fan_out", json_false()) | json_object_set_new(c, "inference_mode", json_true()) |
+             json_object_set_new(c, "init_lora_weights", json_true()) | json_object_set(c, "target_modules", targets) |
+             json_object_set(c, "modules_to_save", save);
+    char *text = rc ? NULL : json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    json_decref(c), json_decref(targets), json_decref(save);
+    if (!text) tg_fail(err, "adapter_config.json: out of memory");
+    return text;
+}
+
+int tg_lora_write_adapter(const tg_weights_image *img, const tg_lora_pair *pairs, int n, const char *dir, int bf16,
+                          tg_err *err) {
+    const tg_plan *plan = img->plan;
+    char *config = adapter_config(plan, pairs, n, err), path[TG_PATH_MAX + 64];
+    if (!config) return -1;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    const tg_chunk chunk = {config, strlen(config)};
+    int rc = tg_write_file_atomic(path, &chunk, 1, "adapter_config.json", err);
+    free(config);
+    /* PEFT's names: base_model.model. + the model's, and a classification head saved whole. */
+    const int score = plan->train.task == TG_TASK_CLASSIFY ? find(plan, "score.weight") : -1;
+    const int items_n = 2 * n + (score >= 0);
+    tg_st_item *items = tg_calloc((size_t)items_n + 1, sizeof *items);
+    char (*names)[TG_NAME_MAX + 32] = tg_calloc((size_t)items_n + 1, sizeof *names);
+    void **low = tg_calloc((size_t)items_n + 1, sizeof *low);
+    if (!rc && (!items || !names || !low)) rc = tg_fail(err, "adapter_model.safetensors: out of memory");
+    for (int i = 0; i < items_n && !rc; i++) {
+        const int t = i < 2 * n ? (i % 2 ? pairs[i / 2].b : pairs[i / 2].a) : score;
+        const tg_tensor *x = &plan->tensors[t];
+        snprintf(names[i], sizeof names[i], "base_model.model.%s", x->name);
+        const void *values = tg_weights_value(img, t);
+        int dtype = TG_ST_F32;
+        if (bf16) {
+            const int64_t numel = tg_tensor_numel(x);
+            uint16_t *h = tg_malloc(sizeof *h * ((size_t)numel + 1));
+            if (!h) {
+                rc = tg_fail(err, "adapter_model.safetensors: out of memory");
+                break;
+            }
+            tg_bf16_narrow(h, values, numel);
+            values = low[i] = h, dtype = TG_ST_BF16;
+        }
+        items[i] = (tg_st_item){names[i], dtype, x->ndim, x->shape, values};
+    }
+    static const char *const metadata[] = {"format", "pt"};
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (!rc) rc = tg_st_write_with_metadata(path, items, items_n, metadata, 1, err);
+    for (int i = 0; low && i < items_n; i++) free(low[i]);
+    free(low), free(names), free(items);
+    return rc ? -1 : 0;
+}
