@@ -271,13 +271,15 @@ PLAN_FIELDS_SMALL := 'demo-classify.job|' 'demo-classify.job|--set precision=bf1
     'demo-classify.job|--set model=tiny-roberta --set data_parallel=2 --set zero_stage=1' \
     'demo-classify.job|--set model=tiny-gpt2 --set pad_token_id=0' 'demo-lm.job|' \
     'demo-lm.job|--set precision=bf16 --set data_parallel=2' 'demo-classify.job|--set seq_buckets=4,8' \
-    'demo-lm.job|--set seq_buckets=2,5,8 --set last_batch=drop'
+    'demo-lm.job|--set seq_buckets=2,5,8 --set last_batch=drop' 'demo-lm.job|--set model=tiny-llama' \
+    'demo-lm.job|--set model=tiny-llama --set lora_r=2 --set lora_targets=q_proj,k_proj,v_proj,gate_proj' 
 $(FUZZ)/corpus/plan_fields: $(BUILD)/tunegraph $(FUZZ)/corpus/plan $(wildcard bench/jobs/*.job)
 	@rm -rf $@ && mkdir -p $@
 	@cp $(FUZZ)/corpus/plan/*.tgp $@/
 	@for job in bench/jobs/*.job; do name=$$(basename $$job .job); \
 	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name.tgp >/dev/null || exit 1; \
-	    case $$name in gpt2*) tiny="--set model=tiny-gpt2";; *) tiny="--set model=tiny-bert";; esac; \
+	    case $$name in gpt2*) tiny="--set model=tiny-gpt2";; llama*) tiny="--set model=tiny-llama";; \
+	        *) tiny="--set model=tiny-bert";; esac; \
 	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name-tiny.tgp $$tiny --set batch=2 --set seq=16 >/dev/null \
 	        || exit 1; done
 	@printf '%s\n' $(PLAN_FIELDS_SMALL) | { k=0; while IFS='|' read -r job sets; do k=$$((k + 1)); \
