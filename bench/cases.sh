@@ -10,6 +10,7 @@ bench_case_data_args() {
     gpt2-lm-b16-t1024) echo "--vocab 50257 --seq 1024 --count 512" ;;
     bert-base-mlm-b4-t512) echo "--vocab 30522 --seq 512 --count 512" ;;
     llama-3.2-1b-lm-b4-t2048) echo "--vocab 128256 --seq 2048 --count 256" ;;
+    llama-3-8b-lora-b1-t4096) echo "--vocab 128256 --seq 4096 --count 64" ;;
     *) echo "unknown case $1" >&2; return 2 ;;
     esac
 }

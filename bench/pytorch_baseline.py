@@ -42,7 +42,11 @@ CASES = {
     "bert-base-qa-b32-t384": dict(model="bert-qa", batch=32, seq=384),
     # Llama-3.2-1B full fine-tune at T = 2048
     "llama-3.2-1b-lm-b4-t2048": dict(model="llama-lm", batch=4, seq=2048),
+    # Llama-3-8B with LoRA r16 (alpha 32) on all seven projections, the base frozen in bf16
+    "llama-3-8b-lora-b1-t4096": dict(model="llama-8b-lora", batch=1, seq=4096),
 }
+LORA_R, LORA_ALPHA = 16, 32
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PRECISIONS = ["bf16", "fp16"]
 MLM_PROBABILITY = 0.15
 MODES = ["eager", "compile", "compile-reduce-overhead"]
@@ -109,6 +113,14 @@ def build_model(kind):
                       tie_word_embeddings=True, attention_dropout=0.0, initializer_range=0.02,
                       bos_token_id=128000, eos_token_id=128001, use_cache=False)
         cfg_cls, model_cls = tf.LlamaConfig, tf.LlamaForCausalLM
+    elif kind == "llama-8b-lora":
+        # meta-llama/Meta-Llama-3-8B values
+        cfg_kw = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
+                      max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=None,
+                      tie_word_embeddings=False, attention_dropout=0.0, initializer_range=0.02,
+                      bos_token_id=128000, eos_token_id=128001, use_cache=False)
+        return build_lora_llama(tf.LlamaConfig(**cfg_kw), tf.LlamaForCausalLM)
     else:
         raise ValueError(kind)
 
@@ -126,6 +138,36 @@ def build_model(kind):
     model = model.float()  # fp32 master weights (autocast does the bf16 compute)
     attn_impl = getattr(model.config, "_attn_implementation", None)
     return model, config, attn_impl
+
+
+def build_lora_llama(config, model_cls):
+    """A Llama built on the GPU in bf16 (the frozen base, as PEFT users load it), then LoRA
+    written in plain PyTorch (the device has no PEFT): each target nn.Linear gains fp32 A
+    (kaiming-uniform, a = sqrt(5)) and B (zeros), y = base(x) + (alpha / r) B A x."""
+    import math
+    import torch
+
+    class LoRALinear(torch.nn.Module):
+        def __init__(self, base, r, alpha):
+            super().__init__()
+            self.base, self.scale = base, alpha / r
+            self.lora_A = torch.nn.Parameter(torch.empty(r, base.in_features, device=base.weight.device))
+            self.lora_B = torch.nn.Parameter(torch.zeros(base.out_features, r, device=base.weight.device))
+            torch.nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+
+        def forward(self, x):
+            return self.base(x) + (x.to(self.lora_A.dtype) @ self.lora_A.t() @ self.lora_B.t()).to(x.dtype) * self.scale
+
+    config._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = model_cls(config).to(torch.bfloat16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name, module in list(model.named_modules()):
+        for child, sub in list(module.named_children()):
+            if child in LORA_TARGETS and isinstance(sub, torch.nn.Linear):
+                setattr(module, child, LoRALinear(sub, LORA_R, LORA_ALPHA))
+    return model, config, getattr(model.config, "_attn_implementation", None)
 
 
 def make_batches(kind, batch, seq, vocab, device):
@@ -192,7 +234,8 @@ def run_one(case, mode, steps, warmup, precision="bf16"):
     model.to(dev)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # all but a LoRA model's frozen base
+    opt = torch.optim.AdamW(trainable, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
     total_steps = warmup + 2 * steps  # warm-up + timed loop + pipelined loop
     sched_warm = max(1, int(0.1 * total_steps))
 
@@ -220,7 +263,7 @@ def run_one(case, mode, steps, warmup, precision="bf16"):
     log(f"  built {kind}: {n_params / 1e6:.2f}M params, attn={attn_impl}, "
         f"{t_build1 - t_build0:.1f}s")
 
-    params = [p for p in model.parameters()]
+    params = trainable
 
     def step(i):
         if use_cg:
