@@ -1,6 +1,7 @@
 #include "compiler/recompute.h"
 #include "compiler/compile.h"
 #include "base/alloc.h"
+#include "compiler/compiler_alloc.h"
 #include "compiler/grad_buckets.h"
 #include "compiler/grad_writes.h"
 
@@ -281,6 +282,45 @@ static int measure_freeze_pruning(const tg_job *j, const tg_model_config *cfg, t
     return 0;
 }
 
+/* What LoRA's frozen base removed from the backward, for inspect: the job compiled as a
+ * full fine-tune (no LoRA, no freeze), and the backward ops of that plan whose every output
+ * is the gradient of a parameter the LoRA plan freezes (the base's weight-gradient products,
+ * the embedding's backward and their clears), with their FLOPs. */
+static int measure_lora_pruning(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    tg_job open = *j;
+    open.lora_r = 0, open.freeze[0] = 0;
+    tg_plan full;
+    if (compile_one(&open, cfg, &full, err)) return -1;
+    char *frozen_grad = tg_compiler_calloc((size_t)full.n_tensors + 1, 1);
+    if (!frozen_grad) {
+        tg_plan_free(&full);
+        return tg_fail(err, "out of memory");
+    }
+    for (int t = 0; t < full.n_tensors; t++) {
+        const tg_tensor *x = &full.tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || x->grad < 0) continue;
+        /* A packed group's view (q|k|v, gate|up) goes by its first member's name. */
+        const char *name = (x->flags & TG_TENSOR_VIEW) && x->master >= 0 ? full.tensors[x->master].name : x->name;
+        for (int u = 0; u < plan->n_tensors; u++)
+            if ((plan->tensors[u].flags & TG_TENSOR_FROZEN) && !strcmp(plan->tensors[u].name, name))
+                frozen_grad[x->grad] = 1;
+    }
+    int ops = 0;
+    double flops = 0;
+    for (int o = full.phase_begin[TG_PHASE_BACKWARD]; o < full.phase_begin[TG_PHASE_OPTIMIZER]; o++) {
+        const tg_op *op = &full.ops[o];
+        int outs = 0, frozen = 0;
+        for (int k = 0; k < TG_OP_MAX_OUT; k++)
+            if (op->out[k] >= 0) outs++, frozen += frozen_grad[op->out[k]];
+        if (outs && frozen == outs) ops++, flops += tg_op_flops(op);
+    }
+    free(frozen_grad);
+    tg_plan_free(&full);
+    plan->freeze_pruned_ops = ops;
+    plan->freeze_pruned_flops = flops;
+    return 0;
+}
+
 /* The length buckets: the job compiled again at each bucket length but the last (the
  * plan itself), each a complete plan whose settings, io and fingerprint are the plan's but
  * for seq; then one set of pools, every pool as large as the largest bucket needs it, and
@@ -365,7 +405,7 @@ int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg, tg_pla
         chosen.recompute = TG_RECOMPUTE_GELU;
         if (compile_one(j, cfg, plan, err)) return -1;
     }
-    if (j->freeze[0] && measure_freeze_pruning(j, cfg, plan, err)) {
+    if (j->lora_r > 0 ? measure_lora_pruning(j, cfg, plan, err) : j->freeze[0] && measure_freeze_pruning(j, cfg, plan, err)) {
         tg_plan_free(plan);
         return -1;
     }

@@ -72,6 +72,13 @@ TG_TEST(test_lora_plan_structure) {
         if (op->kind == TG_OP_ROPE_BWD) CHECK(op->out[1] >= 0 && op->out[2] >= 0, "op %d: rope_bwd writes packed", o);
     }
     CHECK(count_kind(&p, TG_OP_EMBEDDING_BWD, -1) == 0, "the frozen embedding has a backward");
+    /* What the frozen base removed, against a full fine-tune: per layer the weight-gradient
+     * products of q|k|v [128, 64], o [64, 64], gate|up [192, 64] and down [64, 96] (2 N out
+     * in FLOPs each, N = 24 tokens), then the LM head's [128, 64] and the embedding's
+     * backward (N x 64). */
+    const double pruned = 2.0 * 24 * (2 * (128 * 64 + 64 * 64 + 192 * 64 + 64 * 96) + 128 * 64) + 24 * 64;
+    CHECK(p.freeze_pruned_ops == 10 && p.freeze_pruned_flops == pruned, "pruned %d ops, %.0f FLOPs (want 10, %.0f)",
+          p.freeze_pruned_ops, p.freeze_pruned_flops, pruned);
     /* Each adapter's product scaled by alpha / r (the default alpha 8 over r 4). */
     int scaled = 0;
     for (int o = 0; o < p.n_ops; o++)
