@@ -671,33 +671,41 @@ static int rope(builder *b, const char *prefix, int qkv, int k, int v) {
 
 /* ---- LoRA ------------------------------------------------------------------------------- */
 
-/* Whether module `name` (the last part of a projection's name: "q_proj") is among the
- * job's LoRA targets (its lora_targets, or the family's default: PEFT's q_proj and v_proj). */
+/* The next name of a comma-separated list at *p (blanks around names skipped): its start
+ * and length, *p moved past it; NULL at the list's end. */
+static const char *next_name(const char **p, size_t *len) {
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t' || *s == ',') s++;
+    const char *start = s;
+    while (*s && *s != ',' && *s != ' ' && *s != '\t') s++;
+    *p = s, *len = (size_t)(s - start);
+    return s > start ? start : NULL;
+}
+
+/* The job's LoRA targets: its lora_targets, or the family's default (PEFT's q_proj and
+ * v_proj). */
+static const char *lora_targets(const tg_job *j) { return j->lora_targets[0] ? j->lora_targets : "q_proj,v_proj"; }
+
+/* Whether module `name` (the last part of a projection's name: "q_proj") is a LoRA target. */
 static int lora_target(const tg_job *j, const char *name) {
     if (j->lora_r <= 0) return 0;
-    const char *list = j->lora_targets[0] ? j->lora_targets : "q_proj,v_proj";
-    const size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == '\t' || *p == ',') p++;
-        const char *start = p;
-        while (*p && *p != ',' && *p != ' ' && *p != '\t') p++;
-        if ((size_t)(p - start) == n && !strncmp(start, name, n)) return 1;
-    }
+    size_t len;
+    const char *p = lora_targets(j), *t;
+    while ((t = next_name(&p, &len)))
+        if (len == strlen(name) && !strncmp(t, name, len)) return 1;
     return 0;
 }
 
-/* The targets the job names that the model has none of (`known`, n of them): the first
- * such name into `bad`, 0 if every one is known. */
+/* The first target the job names that is none of `known` (n of them), into `bad`; 0 when
+ * every one is known. */
 static int lora_unknown_target(const tg_job *j, const char *const *known, int n, char *bad, size_t cap) {
-    for (const char *p = j->lora_targets; *p;) {
-        while (*p == ' ' || *p == '\t' || *p == ',') p++;
-        const char *start = p;
-        while (*p && *p != ',' && *p != ' ' && *p != '\t') p++;
-        if (p == start) break;
+    size_t len;
+    const char *p = lora_targets(j), *t;
+    while ((t = next_name(&p, &len))) {
         int found = 0;
-        for (int k = 0; k < n && !found; k++) found = strlen(known[k]) == (size_t)(p - start) && !strncmp(start, known[k], (size_t)(p - start));
+        for (int k = 0; k < n && !found; k++) found = strlen(known[k]) == len && !strncmp(t, known[k], len);
         if (!found) {
-            snprintf(bad, cap, "%.*s", (int)(p - start), start);
+            snprintf(bad, cap, "%.*s", (int)len, t);
             return 1;
         }
     }

@@ -32,15 +32,9 @@ TG_HOST_DEVICE static inline float tg_rope_inv_freq(const tg_rope_params *p, int
  * transpose (the backward). */
 TG_HOST_DEVICE static inline void tg_rope_rotate(float a, float b, float c, float s, int inverse, float *ra,
                                                  float *rb) {
-    if (!inverse) {
-        const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
-        *ra = ac - bs;
-        *rb = bc + as;
-    } else {
-        const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
-        *ra = ac + bs;
-        *rb = bc - as;
-    }
+    const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
+    *ra = inverse ? ac + bs : ac - bs;
+    *rb = inverse ? bc - as : bc + as;
 }
 
 #endif

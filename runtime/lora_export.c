@@ -123,12 +123,14 @@ static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int 
 int tg_lora_write_adapter(const tg_weights_image *img, const tg_lora_pair *pairs, int n, const char *dir, int bf16,
                           tg_err *err) {
     const tg_plan *plan = img->plan;
-    char *config = adapter_config(plan, pairs, n, err), path[TG_PATH_MAX + 64];
+    char *config = adapter_config(plan, pairs, n, err), *path = NULL;
     if (!config) return -1;
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    int rc = tg_asprintf(&path, "%s/adapter_config.json", dir) < 0 ? tg_fail(err, "out of memory") : 0;
     const tg_chunk chunk = {config, strlen(config)};
-    int rc = tg_write_file_atomic(path, &chunk, 1, "adapter_config.json", err);
+    if (!rc) rc = tg_write_file_atomic(path, &chunk, 1, "adapter_config.json", err);
     free(config);
+    free(path);
+    path = NULL;
     /* PEFT's names: base_model.model. + the model's, and a classification head saved whole. */
     const int score = plan->train.task == TG_TASK_CLASSIFY ? find(plan, "score.weight") : -1;
     const int items_n = 2 * n + (score >= 0);
@@ -155,8 +157,9 @@ int tg_lora_write_adapter(const tg_weights_image *img, const tg_lora_pair *pairs
         items[i] = (tg_st_item){names[i], dtype, x->ndim, x->shape, values};
     }
     static const char *const metadata[] = {"format", "pt"};
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (!rc && tg_asprintf(&path, "%s/adapter_model.safetensors", dir) < 0) rc = tg_fail(err, "out of memory");
     if (!rc) rc = tg_st_write_with_metadata(path, items, items_n, metadata, 1, err);
+    free(path);
     for (int i = 0; low && i < items_n; i++) free(low[i]);
     free(low), free(names), free(items);
     return rc ? -1 : 0;

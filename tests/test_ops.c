@@ -17,38 +17,14 @@
 #include "runtime/cpu/cpu_exec.h"
 #include "runtime/cpu/threadpool.h"
 #include "tests/harness.h"
+#include "tests/op_fixtures.h"
 
 #define GRAD_EPS 1e-2
 #define GRAD_TOL 1e-3
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-static tg_threadpool *g_pool;
 
-/* Three threads on any machine, so chunking and uneven splits are exercised. */
-static tg_threadpool *pool3(void) {
-    if (!g_pool) g_pool = tg_threadpool_create(3);
-    return g_pool;
-}
-__attribute__((destructor)) static void pool3_free(void) { tg_threadpool_destroy(g_pool); }
-
-static float *falloc(int64_t n) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
-    if (!p) abort();
-    return p;
-}
-
-static float *frand(int64_t n, uint64_t seed, float lo, float hi) {
-    float *p = falloc(n);
-    tg_test_fill_uniform(p, n, seed, lo, hi);
-    return p;
-}
-
-static float *fconst(int64_t n, float v) {
-    float *p = falloc(n);
-    for (int64_t i = 0; i < n; i++) p[i] = v;
-    return p;
-}
 
 static int64_t count_nan(const float *x, int64_t n) {
     int64_t c = 0;

@@ -23,33 +23,9 @@
 #include "runtime/cpu/cpu_exec.h"
 #include "runtime/cpu/threadpool.h"
 #include "tests/harness.h"
+#include "tests/op_fixtures.h"
 
-static tg_threadpool *g_pool;
 
-/* Three threads, so the rows and columns split unevenly. */
-static tg_threadpool *pool3(void) {
-    if (!g_pool) g_pool = tg_threadpool_create(3);
-    return g_pool;
-}
-__attribute__((destructor)) static void pool3_free(void) { tg_threadpool_destroy(g_pool); }
-
-static float *falloc(int64_t n) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
-    if (!p) abort();
-    return p;
-}
-
-static float *frand(int64_t n, uint64_t seed, float lo, float hi) {
-    float *p = falloc(n);
-    tg_test_fill_uniform(p, n, seed, lo, hi);
-    return p;
-}
-
-static float *fconst(int64_t n, float v) {
-    float *p = falloc(n);
-    for (int64_t i = 0; i < n; i++) p[i] = v;
-    return p;
-}
 
 static int same(const float *a, const float *b, int64_t n) { return !memcmp(a, b, sizeof(float) * (size_t)n); }
 

@@ -194,6 +194,20 @@ def make_ids(gen, B, T, lengths, lo, hi, pad_id):
     return ids
 
 
+def lm_labels(ids, mask):
+    """HF's labels for a causal LM (the ids, padding -100; HF shifts them) and the shifted
+    labels the C side uses: labels[b,t] = ids[b,t+1] if t+1 is a real token else -100."""
+    B, T = ids.shape
+    hf_labels = ids.clone()
+    hf_labels[mask == 0] = -100
+    shifted = torch.full((B, T), -100, dtype=torch.long)
+    for b in range(B):
+        for t in range(T - 1):
+            if mask[b, t + 1] == 1:
+                shifted[b, t] = ids[b, t + 1]
+    return hf_labels, shifted
+
+
 def make_optimizer(model):
     decay, nodecay = [], []
     for n, p in model.named_parameters():
@@ -266,14 +280,7 @@ def case_gpt2_lm():
     gen = torch.Generator().manual_seed(2002)
     ids = make_ids(gen, B, T, lengths, 1, cfg.vocab_size, 0)
     mask = make_lengths_mask(B, T, lengths)
-    hf_labels = ids.clone()
-    hf_labels[mask == 0] = -100
-    # Shifted labels the C side uses: labels[b,t] = ids[b,t+1] if t+1 is a real token else -100.
-    shifted = torch.full((B, T), -100, dtype=torch.long)
-    for b in range(B):
-        for t in range(T - 1):
-            if mask[b, t + 1] == 1:
-                shifted[b, t] = ids[b, t + 1]
+    hf_labels, shifted = lm_labels(ids, mask)
     want = dict(_GPT2_WANT)   # tying is checked on the model itself below
     return dict(cls=GPT2LMHeadModel, cfg=cfg, want=want, B=B, T=T, lengths=lengths, task="lm",
                 input_ids=ids, mask=mask, token_type_ids=None, labels=shifted,
@@ -316,13 +323,7 @@ def _llama_lm(name_seed, cfg, B, T, lengths):
     gen = torch.Generator().manual_seed(name_seed)
     ids = make_ids(gen, B, T, lengths, 3, cfg.vocab_size, 0)
     mask = make_lengths_mask(B, T, lengths)
-    hf_labels = ids.clone()
-    hf_labels[mask == 0] = -100
-    shifted = torch.full((B, T), -100, dtype=torch.long)
-    for b in range(B):
-        for t in range(T - 1):
-            if mask[b, t + 1] == 1:
-                shifted[b, t] = ids[b, t + 1]
+    hf_labels, shifted = lm_labels(ids, mask)
     want = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_key_value_heads=cfg.num_key_value_heads,
                 tie_word_embeddings=cfg.tie_word_embeddings)
     return dict(cls=LlamaForCausalLM, cfg=cfg, want=want, B=B, T=T, lengths=lengths, task="lm",
