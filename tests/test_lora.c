@@ -16,6 +16,7 @@
 #include "compiler/job.h"
 #include "models/safetensors.h"
 #include "runtime/hf_export.h"
+#include "runtime/lora_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -459,5 +460,28 @@ TG_TEST(test_lora_export_allocation_failures) {
     CHECK(e && e->dtype == TG_ST_BF16 && st.n == 5, "the head in the adapter file, bf16 (%d tensors)", st.n);
     tg_st_close(&st);
     tg_weights_image_free(&img);
+    tg_plan_free(&p);
+}
+
+/* A plan whose adapter lacks its B, its base weight or its product (edited, or not a LoRA
+ * plan this build makes) is not exported as one: the message names the adapter. */
+TG_TEST(test_lora_pairs_refuse_incomplete_adapters) {
+    tg_plan p;
+    tg_err err = {{0}};
+    REQUIRE(compile_text(LM_JOB "lora_r = 2\nlora_targets = o_proj\n", &p, &err) == 0, "%s", err.msg);
+    tg_lora_pair *pairs = NULL;
+    REQUIRE(tg_lora_pairs(&p, &pairs, &err) == 2 && pairs && pairs[0].scale == 4.0f, "two pairs, scale 8 / 2");
+    free(pairs);
+    const int b = find_tensor(&p, "model.layers.1.self_attn.o_proj.lora_B.weight");
+    REQUIRE(b >= 0, "o_proj's B");
+    snprintf(p.tensors[b].name, sizeof p.tensors[b].name, "model.layers.1.self_attn.o_proj.lora_C.weight");
+    CHECK(tg_lora_pairs(&p, &pairs, &err) == -1 && !pairs &&
+              !strcmp(err.msg, "model.layers.1.self_attn.o_proj.lora_A.weight: no matching base weight, lora_B and "
+                               "product: not a LoRA plan this build exports"),
+          "'%s'", err.msg);
+    tg_plan_free(&p);
+    /* No adapter at all: no pairs. */
+    REQUIRE(compile_text(LM_JOB, &p, &err) == 0, "%s", err.msg);
+    CHECK(tg_lora_pairs(&p, &pairs, &err) == 0 && !pairs, "pairs in a plan without LoRA");
     tg_plan_free(&p);
 }
