@@ -19,6 +19,14 @@ instead of aborting the rest.  The combined JSON is rewritten after every combin
 a run cut short still leaves the finished results.
 
 Models are built from hard-coded configs with random init (no network on the device).
+
+The Llama cases also run in the modes `liger` and `liger-compile`: PyTorch's best configuration
+for Llama by the project's rule, HF transformers + Liger kernels (liger-kernel from PyPI:
+apply_liger_kernel_to_llama with rope, rms_norm, swiglu and fused_linear_cross_entropy, applied
+to the classes before the model is built), without activation recompute.  The device has no
+PyPI: bench/fetch_liger.sh unpacks the wheel into build/dev/liger, which travels with the
+device call and is put first on sys.path (--liger-path).  `--list` prints what would run and
+which liger-kernel would be used, without importing torch.
 """
 
 import argparse
@@ -49,7 +57,15 @@ LORA_R, LORA_ALPHA = 16, 32
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PRECISIONS = ["bf16", "fp16"]
 MLM_PROBABILITY = 0.15
-MODES = ["eager", "compile", "compile-reduce-overhead"]
+MODES = ["eager", "compile", "compile-reduce-overhead", "liger", "liger-compile"]
+# HF + Liger kernels: the Llama cases only (apply_liger_kernel_to_llama)
+LIGER_MODES = ("liger", "liger-compile")
+LLAMA_MODELS = ("llama-lm", "llama-8b-lora")
+# apply_liger_kernel_to_llama's switches: every kernel it has for Llama, the loss fused with the
+# LM head (no logits materialized), so its plain cross entropy is off
+LIGER_KW = dict(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_LIGER_PATH = os.path.join(REPO_ROOT, "build", "dev", "liger")
 
 LR = 5e-5
 WEIGHT_DECAY = 0.01
@@ -80,7 +96,83 @@ def _percentile(xs, q):
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def build_model(kind):
+def modes_for_case(case):
+    """The modes a case runs in: the Liger modes are for the Llama cases alone."""
+    if CASES[case]["model"] in LLAMA_MODELS:
+        return list(MODES)
+    return [m for m in MODES if m not in LIGER_MODES]
+
+
+def liger_probe(path):
+    """Which liger-kernel a Liger mode would import, read from package metadata alone (no torch):
+    the unpacked wheel in `path` when that folder holds one, else an installed package."""
+    import importlib.metadata as md
+
+    path = os.path.abspath(path) if path else None
+    info = dict(path=path, path_present=bool(path and os.path.isdir(path)), version=None, source=None)
+    if info["path_present"]:
+        for d in md.distributions(path=[path]):
+            if (d.metadata["Name"] or "").lower().replace("_", "-") == "liger-kernel":
+                info.update(version=d.version, source="liger-path")
+                return info
+    try:
+        info.update(version=md.version("liger-kernel"), source="installed")
+    except md.PackageNotFoundError:
+        info["error"] = (f"liger-kernel not found: no unpacked wheel in {path} and none installed; "
+                         "run bench/fetch_liger.sh (on a machine with PyPI) and carry build/dev")
+    return info
+
+
+def load_liger(path):
+    """Put the unpacked wheel (if present) first on sys.path and import Liger's Llama patch.
+    Returns (apply_liger_kernel_to_llama, info); raises with the fix when liger-kernel is missing."""
+    info = liger_probe(path)
+    if info["path_present"] and info["path"] not in sys.path:
+        sys.path.insert(0, info["path"])
+    try:
+        import liger_kernel
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+    except ImportError as e:
+        raise RuntimeError(info.get("error") or f"liger-kernel {info['version']} did not import "
+                           f"({type(e).__name__}: {e})") from e
+    info["file"] = os.path.dirname(liger_kernel.__file__)
+    if info["path_present"] and not info["file"].startswith(info["path"] + os.sep):
+        raise RuntimeError(f"liger_kernel imported from {info['file']}, not from --liger-path {info['path']}")
+    return apply_liger_kernel_to_llama, info
+
+
+def liger_patch_report(model):
+    """What of the model runs Liger's code (raises if a kernel that was asked for is not in it,
+    e.g. because a transformers version builds its Llama from other names)."""
+    from transformers.models.llama import modeling_llama
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+    from liger_kernel.transformers.rope import liger_rotary_pos_emb
+    from liger_kernel.transformers.model.llama import lce_forward
+
+    n_layers = model.config.num_hidden_layers
+    rep = dict(
+        rms_norm_modules=sum(isinstance(m, LigerRMSNorm) for m in model.modules()),
+        swiglu_modules=sum(isinstance(m, LigerSwiGLUMLP) for m in model.modules()),
+        # LlamaAttention.forward calls the module-level apply_rotary_pos_emb
+        rope=(modeling_llama.apply_rotary_pos_emb is liger_rotary_pos_emb and
+              modeling_llama.LlamaAttention.forward.__globals__ is vars(modeling_llama)),
+        fused_linear_cross_entropy=type(model).forward is lce_forward,
+    )
+    want = dict(rms_norm_modules=2 * n_layers + 1, swiglu_modules=n_layers, rope=True,
+                fused_linear_cross_entropy=True)
+    bad = {k: (rep[k], v) for k, v in want.items() if rep[k] != v}
+    if bad:
+        raise RuntimeError(f"Liger's Llama patch did not take (got, wanted): {bad}")
+    try:  # which implementation Liger's dispatcher picks for RoPE (Triton unless CuTe DSL is installed)
+        from liger_kernel.backends import available_impls
+        rep["rope_impls"] = available_impls("rope")
+    except Exception as e:
+        rep["rope_impls"] = f"n/a ({type(e).__name__})"
+    return rep
+
+
+def build_model(kind, lora_device="cuda"):
     import torch
     import transformers as tf
 
@@ -120,7 +212,7 @@ def build_model(kind):
                       max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=None,
                       tie_word_embeddings=False, attention_dropout=0.0, initializer_range=0.02,
                       bos_token_id=128000, eos_token_id=128001, use_cache=False)
-        return build_lora_llama(tf.LlamaConfig(**cfg_kw), tf.LlamaForCausalLM)
+        return build_lora_llama(tf.LlamaConfig(**cfg_kw), tf.LlamaForCausalLM, lora_device)
     else:
         raise ValueError(kind)
 
@@ -140,10 +232,12 @@ def build_model(kind):
     return model, config, attn_impl
 
 
-def build_lora_llama(config, model_cls):
+def build_lora_llama(config, model_cls, device="cuda"):
     """A Llama built on the GPU in bf16 (the frozen base, as PEFT users load it), then LoRA
     written in plain PyTorch (the device has no PEFT): each target nn.Linear gains fp32 A
-    (kaiming-uniform, a = sqrt(5)) and B (zeros), y = base(x) + (alpha / r) B A x."""
+    (kaiming-uniform, a = sqrt(5)) and B (zeros), y = base(x) + (alpha / r) B A x.  The targets
+    are found by name, so Liger's LigerSwiGLUMLP (which calls self.gate_proj / up_proj /
+    down_proj) is wrapped the same as HF's LlamaMLP."""
     import math
     import torch
 
@@ -159,7 +253,7 @@ def build_lora_llama(config, model_cls):
             return self.base(x) + (x.to(self.lora_A.dtype) @ self.lora_A.t() @ self.lora_B.t()).to(x.dtype) * self.scale
 
     config._attn_implementation = "sdpa"
-    with torch.device("cuda"):
+    with torch.device(device):
         model = model_cls(config).to(torch.bfloat16)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -209,7 +303,7 @@ def make_batches(kind, batch, seq, vocab, device):
     return batches
 
 
-def run_one(case, mode, steps, warmup, precision="bf16"):
+def run_one(case, mode, steps, warmup, precision="bf16", liger_path=DEFAULT_LIGER_PATH):
     import torch
     import transformers
 
@@ -225,6 +319,15 @@ def run_one(case, mode, steps, warmup, precision="bf16"):
     # init 65536, growth 2 every 2000 steps, backoff 0.5), as HF Trainer's fp16=True
     amp_dtype = torch.float16 if precision == "fp16" else torch.bfloat16
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+
+    # Liger: import it and patch transformers' Llama classes (RMSNorm, MLP, rotary function,
+    # LlamaForCausalLM.forward) before the model is built; not counted in build_s
+    if mode in LIGER_MODES:
+        if kind not in LLAMA_MODELS:
+            raise ValueError(f"mode {mode} is for the Llama cases only")
+        apply_liger, res["liger"] = load_liger(liger_path)
+        apply_liger(**LIGER_KW)
+        log(f"  liger-kernel {res['liger']['version']} from {res['liger']['file']}: {LIGER_KW}")
 
     # ---- build (warm-up wall clock starts at model construction) ----
     torch.manual_seed(INIT_SEED)
@@ -246,9 +349,9 @@ def run_one(case, mode, steps, warmup, precision="bf16"):
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
 
-    if mode == "eager":
+    if mode in ("eager", "liger"):
         fwd = model
-    elif mode == "compile":
+    elif mode in ("compile", "liger-compile"):
         fwd = torch.compile(model)
     elif mode == "compile-reduce-overhead":
         fwd = torch.compile(model, mode="reduce-overhead")
@@ -262,6 +365,9 @@ def run_one(case, mode, steps, warmup, precision="bf16"):
     t_build1 = time.perf_counter()
     log(f"  built {kind}: {n_params / 1e6:.2f}M params, attn={attn_impl}, "
         f"{t_build1 - t_build0:.1f}s")
+    if mode in LIGER_MODES:  # fails the run if a kernel asked for is not in the model
+        res["liger"]["patched"] = liger_patch_report(model)
+        log(f"  liger in the model: {res['liger']['patched']}")
 
     params = trainable
 
@@ -419,6 +525,7 @@ SETTINGS = {
     "scheduler": "LambdaLR linear warmup (10% of steps) then linear decay",
     "attn_implementation": "sdpa (HF default)",
     "dropout": "0.1 (HF config defaults), model.train()",
+    "activation_recompute": "none: no gradient checkpointing in any mode (every case fits without it)",
     "step": "forward+loss+backward+clip+optimizer.step+scheduler.step+zero_grad(set_to_none=True)",
     "timing": ("per step: torch.cuda.Event pair + synchronize each step (GPU ms, wall ms); "
                "pipelined_*: same steps back-to-back with no per-step sync"),
@@ -432,7 +539,17 @@ SETTINGS = {
                                     "(cudagraph trees) over fwd/bwd; optimizer/clip/scheduler "
                                     "run eagerly outside the graphs; "
                                     "torch.compiler.cudagraph_mark_step_begin() each step"),
+        "liger": ("Llama cases only: HF transformers + Liger kernels, eager. "
+                  f"apply_liger_kernel_to_llama({', '.join(f'{k}={v}' for k, v in LIGER_KW.items())}) "
+                  "on transformers' Llama classes before the model is built: LigerRMSNorm, "
+                  "liger_rotary_pos_emb, LigerSwiGLUMLP, and Liger's LlamaForCausalLM.forward, whose loss is "
+                  "LigerFusedLinearCrossEntropy over the final hidden states and lm_head.weight "
+                  "(no logits materialized); LoRA wraps LigerSwiGLUMLP's projections like LlamaMLP's"),
+        "liger-compile": "the same as liger, then torch.compile(model) (Inductor, default mode)",
     },
+    "best": ("per case, the mode with the lowest pipelined_step_ms among those that finished; for the "
+             "Llama cases among the Liger modes (the project's rule: HF + Liger, no activation recompute), "
+             "fastest_any over every mode beside it"),
 }
 
 
@@ -443,7 +560,7 @@ def child_main(args):
         import torch
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA not available")
-        res = run_one(args.case, args.mode, args.steps, args.warmup, args.precision)
+        res = run_one(args.case, args.mode, args.steps, args.warmup, args.precision, args.liger_path)
     except Exception as e:
         res = dict(case=args.case, mode=args.mode, batch=CASES.get(args.case, {}).get("batch"),
                    seq=CASES.get(args.case, {}).get("seq"), steps=args.steps,
@@ -486,6 +603,40 @@ def print_table(results):
             f"{fmt(r.get('warmup_s'), '7.1f')} {fmt(r.get('final_loss'), '7.3f')}")
 
 
+def best_by_case(results):
+    """Per case: the fastest finished mode by pipelined_step_ms, among the Liger modes for the
+    Llama cases (the project's rule for PyTorch's best on Llama), and over every mode."""
+    def pick(rs):
+        if not rs:
+            return None
+        r = min(rs, key=lambda r: r["pipelined_step_ms"])
+        return {k: r.get(k) for k in ("mode", "pipelined_step_ms", "step_ms_median", "pipelined_tokens_per_s",
+                                      "peak_mem_bytes")}
+
+    out = {}
+    for case in dict.fromkeys(r["case"] for r in results):
+        ok = [r for r in results if r["case"] == case and not r.get("error") and r.get("pipelined_step_ms")]
+        llama = CASES[case]["model"] in LLAMA_MODELS
+        entry = dict(best=pick([r for r in ok if r["mode"] in LIGER_MODES] if llama else ok),
+                     fastest_any=pick(ok))
+        if llama:
+            entry["best_from"] = "liger modes (HF + Liger kernels, no activation recompute)"
+            if entry["best"] is None:
+                entry["note"] = "no Liger mode finished for this case: PyTorch's best for it is not measured"
+        out[case] = entry
+    return out
+
+
+def print_best(best):
+    for case, e in best.items():
+        b, f = e.get("best"), e.get("fastest_any")
+        line = f"best {case:<24} " + (f"{b['mode']} {b['pipelined_step_ms']:.2f} ms pipelined" if b else
+                                       "NONE (" + e.get("note", "no mode finished") + ")")
+        if f and b and f["mode"] != b["mode"]:
+            line += f"; fastest of any mode: {f['mode']} {f['pipelined_step_ms']:.2f} ms"
+        log(line)
+
+
 def write_json(path, doc):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -503,8 +654,18 @@ def driver_main(args, combos):
         "isolation": ("each case x mode in a fresh subprocess"
                       + ("" if args.shared_compile_cache else
                          "; fresh empty TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR each (cold compile)")),
+        "liger": liger_probe(args.liger_path),
         "results": [],
     }
+    liger_missing = doc["liger"]["version"] is None
+    if liger_missing and any(m in LIGER_MODES for _, m in combos):
+        log("!" * 100)
+        log(f"ERROR: the Liger modes were asked for, but {doc['liger']['error']}.")
+        log("       Those combinations are recorded as errors and not run; the others run.")
+        log("!" * 100)
+    elif any(m in LIGER_MODES for _, m in combos):
+        log(f"liger-kernel {doc['liger']['version']} ({doc['liger']['source']}: "
+            f"{doc['liger']['path'] if doc['liger']['source'] == 'liger-path' else 'site-packages'})")
     script = os.path.abspath(__file__)
     for idx, (case, mode) in enumerate(combos):
         elapsed = time.perf_counter() - t_start
@@ -515,6 +676,14 @@ def driver_main(args, combos):
                      error=f"skipped: --deadline-s {args.deadline_s} reached after {elapsed:.0f}s")
             doc["results"].append(r)
             log(f"[{idx + 1}/{len(combos)}] {case} {mode}: SKIPPED (deadline)")
+            write_json(args.out, doc)
+            continue
+        if mode in LIGER_MODES and liger_missing:
+            r = dict(case=case, mode=mode, batch=CASES[case]["batch"], seq=CASES[case]["seq"],
+                     steps=args.steps, error=f"not run: {doc['liger']['error']}")
+            doc["results"].append(r)
+            doc["best"] = best_by_case(doc["results"])
+            log(f"[{idx + 1}/{len(combos)}] {case} {mode}: ERROR liger-kernel missing")
             write_json(args.out, doc)
             continue
         timeout = min(args.child_timeout_s, remaining - 10)
@@ -529,7 +698,8 @@ def driver_main(args, combos):
         fd, child_out = tempfile.mkstemp(prefix="tg_bench_", suffix=".json")
         os.close(fd)
         cmd = [sys.executable, script, "--child", "--case", case, "--mode", mode, "--precision", args.precision,
-               "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", child_out]
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", child_out,
+               "--liger-path", args.liger_path]
         t0 = time.perf_counter()
         r = None
         sys.stdout.flush()
@@ -569,6 +739,7 @@ def driver_main(args, combos):
                 f"{r['tokens_per_s']:.0f} tok/s, cpu {r['host_cpu_us_per_step']:.0f} us/step, "
                 f"peak {r['peak_mem_bytes'] / 2**30:.2f} GiB, warm-up {r['warmup_s']:.1f}s, "
                 f"loss {r['final_loss']:.4f}  [{r['subprocess_s']:.0f}s]")
+        doc["best"] = best_by_case(doc["results"])
         write_json(args.out, doc)
     doc["total_s"] = time.perf_counter() - t_start
     write_json(args.out, doc)
@@ -576,6 +747,7 @@ def driver_main(args, combos):
     log(f"device={doc['device']} torch={doc['torch']} transformers={doc['transformers']} "
         f"cuda={doc['cuda']}  total {doc['total_s']:.0f}s  -> {args.out}")
     print_table(doc["results"])
+    print_best(doc.get("best") or {})
     return 0 if all(not r.get("error") for r in doc["results"]) else 1
 
 
@@ -601,7 +773,14 @@ def main():
                     help="autocast dtype: bf16, or fp16 with GradScaler (default bf16)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
-    ap.add_argument("--out", required=True, help="output JSON file")
+    ap.add_argument("--out", help="output JSON file (required unless --list)")
+    ap.add_argument("--liger-path", default=DEFAULT_LIGER_PATH,
+                    help="folder holding the unpacked liger-kernel wheel, put first on sys.path by the Liger "
+                         "modes (default build/dev/liger in the repository, made by bench/fetch_liger.sh); "
+                         "when absent, an installed liger-kernel is used if there is one")
+    ap.add_argument("--list", action="store_true",
+                    help="print the case x mode combinations the other options select and the liger-kernel "
+                         "that the Liger modes would use, then exit (imports no torch)")
     ap.add_argument("--deadline-s", type=float, default=570.0,
                     help="driver: skip combinations that would start after this many seconds "
                          "(default 570, fits a 600 s device command)")
@@ -616,6 +795,8 @@ def main():
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 1:
         raise SystemExit("--steps and --warmup must be >= 1")
+    if not args.out and not args.list:
+        raise SystemExit("--out is required (or --list)")
 
     if args.child:
         env, res = child_main(args)
@@ -633,12 +814,28 @@ def main():
         if args.mode:
             modes = (modes or []) + [args.mode]
         if not cases and not modes:
-            raise SystemExit("give --case/--mode, --cases/--modes, or --all")
+            if not args.list:
+                raise SystemExit("give --case/--mode, --cases/--modes, or --all")
         cases = cases or list(CASES)
         modes = modes or list(MODES)
     cases = list(dict.fromkeys(cases))
     modes = list(dict.fromkeys(modes))
-    combos = [(c, m) for c in cases for m in modes]
+    combos = [(c, m) for c in cases for m in modes if m in modes_for_case(c)]
+    dropped = [(c, m) for c in cases for m in modes if m not in modes_for_case(c)]
+    if dropped and (args.modes or args.mode):
+        log(f"not run (the Liger modes are for the Llama cases): {', '.join(f'{c} {m}' for c, m in dropped)}")
+    if not combos:
+        raise SystemExit("no case x mode combination to run")
+
+    if args.list:
+        for c, m in combos:
+            log(f"{c} {m}")
+        probe = liger_probe(args.liger_path)
+        log(f"liger: {json.dumps(probe)}")
+        if probe["version"] is None and any(m in LIGER_MODES for _, m in combos):
+            log(f"ERROR: {probe['error']}")
+            return 1
+        return 0
 
     if args.in_process:
         if len(combos) != 1:
@@ -647,7 +844,7 @@ def main():
         env, res = child_main(args)
         doc = dict(env)
         doc.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                   command=sys.argv, settings=SETTINGS, results=[res])
+                   command=sys.argv, settings=SETTINGS, liger=liger_probe(args.liger_path), results=[res])
         write_json(args.out, doc)
         print_table([res])
         return 0 if not res.get("error") else 1
