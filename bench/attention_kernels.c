@@ -9,7 +9,11 @@
  *
  *   attention_kernels [--reps N] [--case NAME]...   (default: every case, 30 reps)
  *
- * Output: one line per case and direction, and a final table row per case. */
+ * Where cuDNN loads (kernels/cudnn_attention.h: TUNEGRAPH_CUDNN, TUNEGRAPH_ATTENTION) and
+ * takes a case, the case runs again through cuDNN's graphs: its times beside the own
+ * kernels', and the relative L2 difference of its O, LSE and dQ from theirs.
+ *
+ * Output: one line per case, direction and backend, and a final table row per case. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +23,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda_ops.h"
+#include "kernels/cudnn_attention.h"
+#include "plan/memory_estimate.h"
 
 typedef struct attn_case {
     const char *name;
@@ -36,6 +42,7 @@ static const attn_case CASES[] = {
     {"squad-b32-t384-d64-drop0.1", 32, 12, 384, 64, 0, 0, 0.1f},
     {"llama-b4-t2048-d128-causal", 4, 32, 2048, 128, 1, 0, 0.0f},
     {"llama-b2-t4096-d128-causal", 2, 32, 4096, 128, 1, 0, 0.0f},
+    {"llama8b-b1-t4096-d128-causal-packed", 1, 32, 4096, 128, 1, 1, 0.0f},
 };
 #define N_CASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -117,12 +124,37 @@ static float time_op(const tg_cuda_op_args *a, int reps, void *flush, cudaStream
     return med;
 }
 
-static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, double *out_tf) {
+/* Relative L2 difference of two device arrays of n elements (bf16, or f32 when f32). */
+static double rel_diff(const void *a, const void *b, int64_t n, int f32) {
+    const size_t es = f32 ? 4 : 2;
+    uint8_t *ha = malloc((size_t)n * es), *hb = malloc((size_t)n * es);
+    if (!ha || !hb) exit(1);
+    cuda_check(cudaMemcpy(ha, a, (size_t)n * es, cudaMemcpyDeviceToHost), "download");
+    cuda_check(cudaMemcpy(hb, b, (size_t)n * es, cudaMemcpyDeviceToHost), "download");
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float x, y;
+        if (f32) {
+            memcpy(&x, ha + 4 * i, 4), memcpy(&y, hb + 4 * i, 4);
+        } else {
+            uint32_t ux = (uint32_t)(ha[2 * i] | ha[2 * i + 1] << 8) << 16, uy = (uint32_t)(hb[2 * i] | hb[2 * i + 1] << 8) << 16;
+            memcpy(&x, &ux, 4), memcpy(&y, &uy, 4);
+        }
+        num += ((double)x - y) * ((double)x - y), den += (double)y * y;
+    }
+    free(ha), free(hb);
+    return !(num == num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, tg_cudnn_attention *dnn,
+                     double *out_tf) {
     const int64_t B = c->b, H = c->h, T = c->t, Dh = c->dh, D = H * Dh, rows = B * T;
     const int W = (int)((T + 31) / 32);
     tg_op fwd, bwd;
     memset(&fwd, 0, sizeof fwd);
     fwd.kind = TG_OP_ATTENTION;
+    for (int k = 0; k < TG_OP_MAX_IN; k++) fwd.in[k] = -1; /* no tensors of a plan: no key mask */
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) fwd.out[k] = -1;
     fwd.p.attention.b = B, fwd.p.attention.h = H, fwd.p.attention.t = T;
     fwd.p.attention.causal = c->causal, fwd.p.attention.key = 7, fwd.p.attention.packed = c->packed;
     fwd.p.attention.head_dim = Dh, fwd.p.attention.scale = 1.0f / sqrtf((float)Dh), fwd.p.attention.p = c->p;
@@ -177,10 +209,52 @@ static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, 
     const float bms = time_op(&ba, reps, flush, s, "backward");
     out_tf[0] = fwd_flops / (fms * 1e-3) / 1e12;
     out_tf[1] = 2.5 * fwd_flops / (bms * 1e-3) / 1e12;
-    printf("%-36s fwd %8.3f ms %7.1f TFLOP/s (%.3f TFLOP)   bwd %8.3f ms %7.1f TFLOP/s (%.3f TFLOP)\n", c->name, fms,
-           out_tf[0], fwd_flops / 1e12, bms, out_tf[1], 2.5 * fwd_flops / 1e12);
+    printf("%-40s own   fwd %8.3f ms %7.1f TFLOP/s (%.3f TFLOP)   bwd %8.3f ms %7.1f TFLOP/s (%.3f TFLOP)\n", c->name,
+           fms, out_tf[0], fwd_flops / 1e12, bms, out_tf[1], 2.5 * fwd_flops / 1e12);
     fflush(stdout);
-    void *all[] = {q, k, v, dout, o, lse, delta, bits, dq, dk, dv, step};
+    out_tf[2] = out_tf[3] = 0;
+    void *o2 = NULL, *dq2 = NULL;
+    float *lse2 = NULL, *scratch = NULL;
+    void *ws = NULL;
+    tg_err err = {0};
+    if (dnn && tg_cudnn_attention_prepare(dnn, &fwd, TG_BF16, TG_MEM_GEMM_WORKSPACE_BYTES, &err) == 1 &&
+        tg_cudnn_attention_prepare(dnn, &bwd, TG_BF16, TG_MEM_GEMM_WORKSPACE_BYTES, &err) == 1) {
+        /* cuDNN's outputs beside the own kernels' (same inputs) */
+        o2 = dev_alloc((size_t)(rows * D) * 2, "O (cuDNN)");
+        lse2 = dev_alloc((size_t)(B * H * T) * 4, "LSE (cuDNN)");
+        dq2 = dev_alloc((size_t)(rows * qkv_cols) * 2, "dq (cuDNN)");
+        ctx.reduce_scratch_floats = (size_t)tg_cudnn_attention_scratch_floats(&bwd);
+        scratch = dev_alloc(ctx.reduce_scratch_floats * 4, "dQ accumulator");
+        ws = dev_alloc(TG_MEM_GEMM_WORKSPACE_BYTES, "cuDNN workspace");
+        ctx.reduce_scratch = scratch, ctx.gemm_workspace = ws, ctx.gemm_workspace_bytes = TG_MEM_GEMM_WORKSPACE_BYTES;
+        ctx.cudnn = dnn;
+        tg_cuda_op_args fa2 = fa, ba2 = ba;
+        fa2.out[0] = o2, fa2.out[1] = lse2;
+        ba2.in[1] = o2, ba2.in[2] = lse2, ba2.out[0] = dq2;
+        if (!c->packed) ba2.out[1] = dk, ba2.out[2] = dv;
+        const float fms2 = time_op(&fa2, reps, flush, s, "forward (cuDNN)");
+        const float bms2 = time_op(&ba2, reps, flush, s, "backward (cuDNN)");
+        out_tf[2] = fwd_flops / (fms2 * 1e-3) / 1e12;
+        out_tf[3] = 2.5 * fwd_flops / (bms2 * 1e-3) / 1e12;
+        /* the own kernels' backward from cuDNN's O and LSE, for the dQ comparison */
+        ba.in[1] = o2, ba.in[2] = lse2;
+        ctx.cudnn = NULL;
+        tg_err e2 = {0};
+        if (tg_cuda_op_run(&ba, &e2)) {
+            fprintf(stderr, "attention_kernels: backward: %s\n", e2.msg);
+            exit(1);
+        }
+        cuda_check(cudaStreamSynchronize(s), "backward");
+        printf("%-40s cudnn fwd %8.3f ms %7.1f TFLOP/s                  bwd %8.3f ms %7.1f TFLOP/s   "
+               "rel. L2 vs own: O %.2e LSE %.2e dq %.2e\n",
+               c->name, fms2, out_tf[2], bms2, out_tf[3], rel_diff(o2, o, rows * D, 0), rel_diff(lse2, lse, B * H * T, 1),
+               rel_diff(dq2, dq, rows * qkv_cols, 0));
+        fflush(stdout);
+    } else if (dnn && err.msg[0]) {
+        fprintf(stderr, "attention_kernels: %s: %s\n", c->name, err.msg);
+        exit(1);
+    }
+    void *all[] = {q, k, v, dout, o, lse, delta, bits, dq, dk, dv, step, o2, lse2, dq2, scratch, ws};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) cudaFree(all[i]);
 }
@@ -219,20 +293,33 @@ int main(int argc, char **argv) {
     struct cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     printf("device: %s, bf16, median of %d runs, L2 flushed before each\n", prop.name, reps);
-    double tf[N_CASES][2];
+    tg_cudnn_attention *dnn = NULL;
+    char why[256];
+    tg_err err = {0};
+    if (tg_cudnn_attention_open(&dnn, why, sizeof why, &err)) {
+        fprintf(stderr, "attention_kernels: %s\n", err.msg);
+        return 1;
+    }
+    char line[160];
+    tg_cudnn_attention_describe(dnn, line, sizeof line);
+    printf("cuDNN: %s\n", dnn ? line : why);
+    double tf[N_CASES][4];
     int ran[N_CASES] = {0};
     for (int c = 0; c < N_CASES; c++) {
         int want = n_only == 0;
         for (int j = 0; j < n_only; j++) want |= !strcmp(only[j], CASES[c].name);
         if (!want) continue;
-        run_case(&CASES[c], reps, flush, s, tf[c]);
+        run_case(&CASES[c], reps, flush, s, dnn, tf[c]);
         ran[c] = 1;
     }
-    printf("\n| case | B | H | T | Dh | causal | dropout | fwd TFLOP/s | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| case | B | H | T | Dh | causal | dropout | fwd TFLOP/s | bwd TFLOP/s | cuDNN fwd | cuDNN bwd |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < N_CASES; c++)
         if (ran[c])
-            printf("| %s | %d | %d | %d | %d | %s | %.1f | %.1f | %.1f |\n", CASES[c].name, CASES[c].b, CASES[c].h,
-                   CASES[c].t, CASES[c].dh, CASES[c].causal ? "yes" : "no", CASES[c].p, tf[c][0], tf[c][1]);
+            printf("| %s | %d | %d | %d | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f |\n", CASES[c].name, CASES[c].b,
+                   CASES[c].h, CASES[c].t, CASES[c].dh, CASES[c].causal ? "yes" : "no", CASES[c].p, tf[c][0], tf[c][1],
+                   tf[c][2], tf[c][3]);
+    tg_cudnn_attention_close(dnn);
     cudaFree(flush);
     cudaStreamDestroy(s);
     return 0;

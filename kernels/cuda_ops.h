@@ -48,6 +48,7 @@ typedef struct tg_cuda_ctx {
      * Otherwise the heuristic's first choice is taken. */
     int gemm_tune;
     void *nccl_comm;                /* ncclComm_t joining the data-parallel replicas, or NULL */
+    void *cudnn;                    /* tg_cudnn_attention (kernels/cudnn_attention.h), or NULL: the own attention kernels */
     int rank;                       /* this replica's (0 for one): its ZeRO-1 slice */
 } tg_cuda_ctx;
 

@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/cudnn_attention.h"
 #include "kernels/philox.h"
 #include "kernels/wgmma.cuh"
 

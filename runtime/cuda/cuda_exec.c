@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cudnn_attention.h"
 #include "plan/memory_estimate.h"
 #include "runtime/cuda/cuda_exec_internal.h"
 
@@ -192,6 +193,32 @@ int tg_cuda_exec_select_bucket(tg_cuda_exec *x, int bucket, tg_err *err) {
     return 0;
 }
 
+/* The attention backend (kernels/cudnn_attention.h): cuDNN where it loads, with an
+ * execution plan built now for every attention op it takes (never inside a capture);
+ * the rest run the own kernels. A line on stderr says when cuDNN runs any. */
+static int attention_backend_open(tg_cuda_exec *x, tg_err *err) {
+    char why[256];
+    tg_cudnn_attention *dnn = NULL;
+    if (tg_cudnn_attention_open(&dnn, why, sizeof why, err)) return -1;
+    if (!dnn) return 0;
+    x->ctx.cudnn = dnn;
+    for (int k = 0; k < x->n_buckets; k++) {
+        const tg_plan *b = x->bucket[k].plan;
+        for (int o = 0; o < b->n_ops; o++) {
+            const tg_op *op = &b->ops[o];
+            if (op->kind != TG_OP_ATTENTION && op->kind != TG_OP_ATTENTION_BWD) continue;
+            const int q = op->in[op->kind == TG_OP_ATTENTION ? 0 : 5];
+            if (tg_cudnn_attention_prepare(dnn, op, q >= 0 ? b->tensors[q].dtype : TG_F32,
+                                           x->ctx.gemm_workspace_bytes, err) < 0)
+                return tg_fail_context(err, "op %d (%s) of the plan", o, tg_op_name(op->kind));
+        }
+    }
+    char line[160];
+    tg_cudnn_attention_describe(dnn, line, sizeof line);
+    if (tg_cudnn_attention_taken(dnn)) fprintf(stderr, "tunegraph: attention: %s\n", line);
+    return 0;
+}
+
 int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
                          tg_err *err) {
     memset(x, 0, sizeof *x);
@@ -258,6 +285,8 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     else if (deferred_update_init(x, err))
         rc = -1;
     else if (read_step_timeout(x, err))
+        rc = -1;
+    else if (attention_backend_open(x, err))
         rc = -1;
     else if (nccl_comm && plan->train.replicas > 1 &&
              ((e = create_comm_stream(x)) != cudaSuccess ||
@@ -336,6 +365,8 @@ void tg_cuda_exec_free(tg_cuda_exec *x) {
     cudaFree(x->segments_dev);
     cudaFree(x->ctx.gemm_workspace);
     cudaFree(x->ctx.reduce_scratch);
+    tg_cudnn_attention_close((tg_cudnn_attention *)x->ctx.cudnn);
+    x->ctx.cudnn = NULL;
     if (x->ctx.cublaslt) cublasLtDestroy((cublasLtHandle_t)x->ctx.cublaslt);
     tg_gemm_cache_destroy(x->ctx.gemm_cache);
     if (x->ctx.stream) cudaStreamDestroy(x->ctx.stream);

@@ -12,6 +12,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "kernels/cudnn_attention.h"
 #include "models/model_config.h"
 #include "base/bf16.h"
 #include "base/f16.h"
@@ -138,6 +139,13 @@ typedef struct act_seen {
 } act_seen;
 
 static act_seen g_act;
+
+/* Attention ops the executors of check_plan_ops gave to cuDNN (kernels/cudnn_attention.h). */
+static int g_cudnn_taken, g_cudnn_eligible;
+
+/* The attention backend the executors open (TUNEGRAPH_ATTENTION): the tests of every op
+ * check the own kernels; test_gpu_attention_cudnn_matches_cpu checks cuDNN's graphs. */
+static void attention_backend(const char *which) { setenv("TUNEGRAPH_ATTENTION", which, 1); }
 
 /* Set: the plan's first gradient writers are turned back into accumulating ones (MATMUL
  * accumulate, BIAS_GRAD's and the LayerNorm backwards' overwrite), so both forms of each op run. */
@@ -275,6 +283,12 @@ static void check_plan_ops(const char *what, const tg_job *job, const tg_model_c
             }
             free(got);
         }
+    }
+    g_cudnn_taken += tg_cudnn_attention_taken((const tg_cudnn_attention *)gpu.ctx.cudnn);
+    for (int o = 0; o < p.n_ops; o++) {
+        const tg_op *op = &p.ops[o];
+        const int q = op->kind == TG_OP_ATTENTION ? op->in[0] : op->kind == TG_OP_ATTENTION_BWD ? op->in[5] : -1;
+        g_cudnn_eligible += q >= 0 && tg_cudnn_attention_eligible(op, p.tensors[q].dtype);
     }
     for (int act = 1; act < 3; act++) {
         g_act.epilogue[act] += tg_gemm_cache_act_entries(gpu.ctx.gemm_cache, act, 0);
@@ -579,6 +593,7 @@ static void check_llama_plans(int precision, uint64_t seed, int *kinds_seen) {
 }
 
 TG_TEST(test_gpu_ops_match_cpu) {
+    attention_backend("own");
     uint64_t seed = test_seed(0);
     int kinds_seen[TG_OP_COUNT] = {0};
     check_preset("tiny-bert", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_FP32, 0, kinds_seen);
@@ -618,6 +633,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
 }
 
 TG_TEST(test_gpu_ops_match_cpu_bf16) {
+    attention_backend("own");
     uint64_t seed = test_seed(7);
     int kinds_seen[TG_OP_COUNT] = {0};
     check_preset("tiny-bert bf16", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_BF16, 0, kinds_seen);
@@ -650,6 +666,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
  * plans and shapes as test_gpu_ops_match_cpu_bf16, against the CPU reference (which rounds
  * to half where the plan stores half): every kind is seen. */
 TG_TEST(test_gpu_ops_match_cpu_fp16) {
+    attention_backend("own");
     uint64_t seed = test_seed(13);
     int kinds_seen[TG_OP_COUNT] = {0};
     check_preset("tiny-bert fp16", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed, TG_PREC_FP16, 0, kinds_seen);
@@ -669,6 +686,54 @@ TG_TEST(test_gpu_ops_match_cpu_fp16) {
     check_adan_plans(TG_PREC_FP16, seed, kinds_seen);
     check_llama_plans(TG_PREC_FP16, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in fp16", tg_op_name(k));
+}
+
+/* ATTENTION and ATTENTION_BWD through cuDNN's graphs against the CPU reference, at the
+ * shapes cuDNN takes (16-bit storage, head dims 64 and 128, causal, no key mask, no
+ * attention dropout: Llama's): packed q|k|v with grouped-query heads repeated by the
+ * rotary op, LoRA's apart projections, T with a partial last tile, bf16 and fp16; the
+ * tolerances of every op (2e-2 bf16, 5e-3 fp16). Every executor must give cuDNN the
+ * attention ops (TUNEGRAPH_ATTENTION=cudnn fails an op it cannot take). Skipped, with the
+ * reason, where cuDNN does not load (TUNEGRAPH_CUDNN names the library). */
+TG_TEST(test_gpu_attention_cudnn_matches_cpu) {
+    tg_cudnn_attention *probe = NULL;
+    char why[256];
+    tg_err err;
+    attention_backend("auto");
+    REQUIRE(tg_cudnn_attention_open(&probe, why, sizeof why, &err) == 0, "%s", err.msg);
+    if (!probe) {
+        printf("    skipped: cuDNN is not there (%s)\n", why);
+        return;
+    }
+    tg_cudnn_attention_close(probe);
+    uint64_t seed = test_seed(17);
+    int kinds_seen[TG_OP_COUNT] = {0};
+    attention_backend("cudnn");
+    g_cudnn_taken = g_cudnn_eligible = 0;
+    const int precisions[2] = {TG_PREC_BF16, TG_PREC_FP16};
+    for (int pr = 0; pr < 2; pr++) {
+        const int prec = precisions[pr];
+        const char *tag = prec == TG_PREC_BF16 ? "bf16" : "fp16";
+        char what[96];
+        snprintf(what, sizeof what, "llama Dh=64 T=200 gqa 2 %s", tag);
+        check_shape(what, "tiny-llama", TG_TASK_LM, 2, 200, seed + 1 + pr, prec, 0, 256, 4, TG_ATTENTION_FUSED,
+                    kinds_seen);
+        snprintf(what, sizeof what, "llama Dh=128 T=168 %s", tag);
+        check_shape(what, "tiny-llama", TG_TASK_LM, 2, 168, seed + 3 + pr, prec, 0, 256, 2, TG_ATTENTION_FUSED,
+                    kinds_seen);
+    }
+    g_lora_r = 4;
+    check_shape("llama lora Dh=64 T=64 bf16", "tiny-llama", TG_TASK_LM, 3, 64, seed + 5, TG_PREC_BF16, 0, 256, 4,
+                TG_ATTENTION_FUSED, kinds_seen);
+    g_lora_r = 0;
+    check_shape("llama classify Dh=128 T=40 bf16", "tiny-llama", TG_TASK_CLASSIFY, 3, 40, seed + 6, TG_PREC_BF16, 0,
+                256, 2, TG_ATTENTION_FUSED, kinds_seen);
+    attention_backend("auto");
+    /* the LM plans' attention (a forward and a backward a layer) at least */
+    CHECK(g_cudnn_eligible >= 20 && g_cudnn_taken == g_cudnn_eligible,
+          "cuDNN took %d attention ops of the %d it should take", g_cudnn_taken, g_cudnn_eligible);
+    CHECK(kinds_seen[TG_OP_ATTENTION] >= 6 && kinds_seen[TG_OP_ATTENTION_BWD] >= 6, "attention ops checked: %d / %d",
+          kinds_seen[TG_OP_ATTENTION], kinds_seen[TG_OP_ATTENTION_BWD]);
 }
 
 /* EMBEDDING_BWD on ids the plan tests rarely make: one id on 40% of the tokens (summed in
