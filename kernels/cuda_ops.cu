@@ -177,6 +177,7 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
     case TG_OP_CROSS_ENTROPY: return tg_scratch_cross_entropy(op);
     case TG_OP_CROSS_ENTROPY_BWD: return tg_scratch_cross_entropy_bwd(op);
     case TG_OP_GRAD_NORM: return tg_scratch_grad_norm(op, in_numel);
+    case TG_OP_ATTENTION:
     case TG_OP_ATTENTION_BWD: return tg_cudnn_attention_scratch_floats(op);
     default: return 0;
     }

@@ -18,6 +18,7 @@
 
 #include <cudnn_graph.h>
 
+#include "kernels/cuda_common.cuh"
 #include "plan/ops.h"
 
 /* ---- the library ------------------------------------------------------------------ */
@@ -47,12 +48,19 @@ struct dnn_fns {
 /* The shape an execution plan serves. */
 typedef struct dnn_key {
     int32_t backward, b, h, t, head_dim, causal, packed, dtype;
+    int32_t mask; /* the key mask's bias form (BIAS_*), 0 without a key mask */
     float scale;
 } dnn_key;
+
+/* A key mask enters the graphs as an additive bias (0 kept, a large negative masked) the
+ * launch makes from the mask: per key [B, 1, 1, T] broadcast over heads and queries
+ * where cuDNN takes that, else written out per query, [B, 1, T, T]. */
+enum { BIAS_NONE = 0, BIAS_PER_KEY = 1, BIAS_PER_QUERY = 2 };
 
 typedef struct dnn_plan {
     dnn_key key;
     int usable;                         /* 0: no engine took it (the own kernels run it) */
+    int bias_form;                      /* BIAS_*: the key mask's form in the graph */
     cudnnBackendDescriptor_t plan;
     int64_t workspace;
     cudnnBackendDescriptor_t descs[DNN_MAX_DESCS];
@@ -185,18 +193,28 @@ extern "C" void tg_cudnn_attention_describe(const tg_cudnn_attention *d, char *b
 static int eligible_shape(const tg_op *op) {
     if (op->kind != TG_OP_ATTENTION && op->kind != TG_OP_ATTENTION_BWD) return 0;
     const tg_attention_params *at = &op->p.attention;
-    return (at->head_dim == 64 || at->head_dim == 128) && at->p == 0.0f && op->in[3] < 0 && at->b > 0 && at->h > 0 &&
-           at->t > 0;
+    return (at->head_dim == 64 || at->head_dim == 128) && at->p == 0.0f && at->b > 0 && at->h > 0 && at->t > 0;
 }
 
 extern "C" int tg_cudnn_attention_eligible(const tg_op *op, int dtype) {
     return (dtype == TG_BF16 || dtype == TG_F16) && eligible_shape(op);
 }
 
-extern "C" int64_t tg_cudnn_attention_scratch_floats(const tg_op *op) {
-    if (op->kind != TG_OP_ATTENTION_BWD || !eligible_shape(op)) return 0;
+/* Floats of the dQ accumulator (the backward's), then of the bias (16-bit, the per-query
+ * form's size, rounded to 4 floats), in the reduction scratch. */
+static int64_t dq_floats(const tg_op *op) {
     const tg_attention_params *at = &op->p.attention;
-    return at->b * at->h * at->t * at->head_dim;
+    return op->kind == TG_OP_ATTENTION_BWD ? at->b * at->h * at->t * at->head_dim : 0;
+}
+
+static int64_t bias_floats(const tg_op *op) {
+    const tg_attention_params *at = &op->p.attention;
+    return op->in[3] >= 0 ? (at->b * at->t * at->t / 2 + 3) / 4 * 4 : 0;
+}
+
+extern "C" int64_t tg_cudnn_attention_scratch_floats(const tg_op *op) {
+    if (!eligible_shape(op)) return 0;
+    return dq_floats(op) + bias_floats(op);
 }
 
 static dnn_key key_of(const tg_op *op, int dtype) {
@@ -206,6 +224,7 @@ static dnn_key key_of(const tg_op *op, int dtype) {
     k.backward = op->kind == TG_OP_ATTENTION_BWD;
     k.b = (int32_t)at->b, k.h = (int32_t)at->h, k.t = (int32_t)at->t, k.head_dim = (int32_t)at->head_dim;
     k.causal = at->causal != 0, k.packed = at->packed != 0, k.dtype = dtype, k.scale = at->scale;
+    k.mask = op->in[3] >= 0 ? BIAS_PER_KEY : BIAS_NONE;
     return k;
 }
 
@@ -220,7 +239,7 @@ static dnn_plan *find_plan(tg_cudnn_attention *d, const dnn_key *k) {
 /* The tensors' unique ids in the variant pack. */
 enum {
     UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_DO, UID_DQ, UID_DK, UID_DV, UID_SUM,
-    UID_DQ_ACC, UID_ONE, UID_VIRTUAL /* first of the virtual tensors' */
+    UID_DQ_ACC, UID_ONE, UID_BIAS, UID_VIRTUAL /* first of the virtual tensors' */
 };
 
 typedef struct graph_builder {
@@ -376,6 +395,19 @@ static cudnnBackendDescriptor_t gb_causal(graph_builder *g, const dnn_key *k, cu
     return out;
 }
 
+/* scores + the key mask's bias where the op has a key mask. */
+static cudnnBackendDescriptor_t gb_bias(graph_builder *g, const dnn_key *k, cudnnBackendDescriptor_t s,
+                                        cudnnDataType_t io, const layout *sc) {
+    if (k->mask == BIAS_NONE) return s;
+    const int64_t B = k->b, T = k->t;
+    const layout per_key = lay(B, 1, 1, T, T, T, T, 1), per_query = lay(B, 1, T, T, T * T, T * T, T, 1);
+    const layout *l = k->mask == BIAS_PER_KEY ? &per_key : &per_query;
+    cudnnBackendDescriptor_t bias = gb_tensor(g, UID_BIAS, io, l->dims, l->strides, false, false);
+    cudnnBackendDescriptor_t out = gb_virtual(g, CUDNN_DATA_FLOAT, sc->dims, sc->strides);
+    gb_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, s, bias, NULL, out, -1);
+    return out;
+}
+
 static void build_forward(graph_builder *g, const dnn_key *k, cudnnDataType_t io) {
     const int64_t B = k->b, H = k->h, T = k->t, Dh = k->head_dim, D = H * Dh, ld = k->packed ? 3 * D : D;
     const layout q = lay(B, H, T, Dh, T * ld, Dh, ld, 1), kt = lay(B, H, Dh, T, T * ld, Dh, 1, ld);
@@ -393,7 +425,7 @@ static void build_forward(graph_builder *g, const dnn_key *k, cudnnDataType_t io
     gb_matmul(g, Q, K, s);
     cudnnBackendDescriptor_t scaled = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
     gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, NULL, scaled, -1);
-    cudnnBackendDescriptor_t masked = gb_causal(g, k, scaled, neg_inf, &sc);
+    cudnnBackendDescriptor_t masked = gb_causal(g, k, gb_bias(g, k, scaled, io, &sc), neg_inf, &sc);
     /* softmax, keeping max + log(sum) as the row statistic */
     cudnnBackendDescriptor_t mx = gb_virtual(g, CUDNN_DATA_FLOAT, row.dims, row.strides);
     gb_reduce(g, CUDNN_REDUCE_TENSOR_MAX, masked, mx);
@@ -446,7 +478,7 @@ static void build_backward(graph_builder *g, const dnn_key *k, cudnnDataType_t i
     cudnnBackendDescriptor_t scaled = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
     gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, NULL, scaled, -1);
     cudnnBackendDescriptor_t centred = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, scaled, stats, NULL, centred, -1);
+    gb_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, gb_bias(g, k, scaled, io, &sc), stats, NULL, centred, -1);
     cudnnBackendDescriptor_t masked = gb_causal(g, k, centred, neg_inf, &sc);
     cudnnBackendDescriptor_t p = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
     gb_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, masked, NULL, NULL, p, -1);
@@ -562,18 +594,42 @@ extern "C" int tg_cudnn_attention_prepare(tg_cudnn_attention *d, const tg_op *op
         p = &d->plans[d->n_plans++];
         memset(p, 0, sizeof *p);
         p->key = k;
-        if (build_plan(d, p, workspace_limit, err)) {
-            plan_free(d, p);
-            d->n_plans--;
-            return tg_fail_context(err, "building the cuDNN attention plan");
+        /* A key mask: the broadcast per-key bias first, the per-query one where cuDNN takes
+         * only that. An error under TUNEGRAPH_ATTENTION=cudnn waits for the last form. */
+        const int forms = k.mask ? 2 : 1;
+        for (int f = 0; f < forms && !p->usable; f++) {
+            if (k.mask) p->key.mask = f == 0 ? BIAS_PER_KEY : BIAS_PER_QUERY;
+            const int saved = d->required;
+            d->required = saved && f == forms - 1;
+            const int rc = build_plan(d, p, workspace_limit, err);
+            d->required = saved;
+            if (rc) {
+                plan_free(d, p);
+                d->n_plans--;
+                return tg_fail_context(err, "building the cuDNN attention plan");
+            }
+            if (!p->usable) plan_free(d, p);
         }
-        if (!p->usable) plan_free(d, p);
+        p->bias_form = p->usable ? p->key.mask : BIAS_NONE;
+        p->key.mask = k.mask; /* found again by the op's own key */
     }
     d->ops_taken += p->usable;
     return p->usable;
 }
 
 /* ---- running ---------------------------------------------------------------------- */
+
+/* The additive bias of key mask `mask` [B, T] (1 keep, 0 masked): 0 where kept, else a
+ * large negative that is finite in the storage type (a row with no kept key then averages
+ * V instead of the reference's 0; such rows are padding, whose gradient is 0). Per key
+ * [B, T], or per query [B, T, T] (element (b, q, k) from mask[b, k]). */
+template <class T>
+__global__ void key_mask_bias(const float *mask, T *bias, int64_t total, int64_t t, int per_query, float masked) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t key = per_query ? (i / (t * t)) * t + i % t : i;
+        tg_st(bias, i, mask[key] != 0.0f ? 0.0f : masked);
+    }
+}
 
 extern "C" int tg_cudnn_attention_run(const tg_cuda_op_args *a, int backward, tg_err *err) {
     tg_cudnn_attention *d = (tg_cudnn_attention *)a->ctx->cudnn;
@@ -595,22 +651,35 @@ extern "C" int tg_cudnn_attention_run(const tg_cuda_op_args *a, int backward, tg
 #define BIND(uid, ptr) (uids[n] = (uid), ptrs[n] = (void *)(ptr), n++)
     BIND(UID_Q, q), BIND(UID_K, kk), BIND(UID_V, v), BIND(UID_SCALE, &scale);
     if (at->causal) BIND(UID_NEG_INF, &neg_inf);
+    if ((size_t)tg_cudnn_attention_scratch_floats(a->op) > a->ctx->reduce_scratch_floats)
+        return tg_fail(err, "cuDNN attention: the reduction scratch holds %zu floats, the op needs %lld",
+                       a->ctx->reduce_scratch_floats, (long long)tg_cudnn_attention_scratch_floats(a->op));
+    float *dq_acc = a->ctx->reduce_scratch, *bias = dq_acc + dq_floats(a->op);
+    if (p->bias_form != BIAS_NONE) {
+        if (!a->in[3]) return tg_fail(err, "cuDNN attention: the key mask is missing");
+        const int64_t total = p->bias_form == BIAS_PER_KEY ? (int64_t)at->b * at->t : (int64_t)at->b * at->t * at->t;
+        const unsigned blocks = (unsigned)((total + 255) / 256);
+        if (dtype == TG_F16)
+            key_mask_bias<tg_f16><<<blocks, 256, 0, a->ctx->stream>>>((const float *)a->in[3], (tg_f16 *)bias, total,
+                                                                       at->t, p->bias_form == BIAS_PER_QUERY, -65504.0f);
+        else
+            key_mask_bias<tg_bf16><<<blocks, 256, 0, a->ctx->stream>>>((const float *)a->in[3], (tg_bf16 *)bias, total,
+                                                                        at->t, p->bias_form == BIAS_PER_QUERY, -1e30f);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return tg_fail(err, "cuDNN attention: the key mask's bias: %s", cudaGetErrorString(e));
+        BIND(UID_BIAS, bias);
+    }
     if (!backward) {
         BIND(UID_O, a->out[0]), BIND(UID_STATS, a->out[1]);
     } else {
         char *dq = (char *)a->out[0];
         void *dk = at->packed ? dq + D * es : a->out[1], *dv = at->packed ? dq + 2 * D * es : a->out[2];
         if (!dq || !dk || !dv || !a->out[3]) return tg_fail(err, "cuDNN attention backward: dq, dk, dv and delta are needed");
-        if ((size_t)tg_cudnn_attention_scratch_floats(a->op) > a->ctx->reduce_scratch_floats)
-            return tg_fail(err, "cuDNN attention backward: the reduction scratch holds %zu floats, the dQ accumulator needs %lld",
-                           a->ctx->reduce_scratch_floats, (long long)tg_cudnn_attention_scratch_floats(a->op));
         BIND(UID_DO, a->in[0]), BIND(UID_O, a->in[1]), BIND(UID_STATS, a->in[2]), BIND(UID_DQ, dq), BIND(UID_DK, dk);
-        BIND(UID_DV, dv), BIND(UID_SUM, a->out[3]), BIND(UID_DQ_ACC, a->ctx->reduce_scratch), BIND(UID_ONE, &one);
+        BIND(UID_DV, dv), BIND(UID_SUM, a->out[3]), BIND(UID_DQ_ACC, dq_acc), BIND(UID_ONE, &one);
         /* Before 9.6 the accumulator was the caller's to clear. */
         if (d->version < 90600) {
-            const cudaError_t e = cudaMemsetAsync(a->ctx->reduce_scratch, 0,
-                                                  (size_t)tg_cudnn_attention_scratch_floats(a->op) * sizeof(float),
-                                                  a->ctx->stream);
+            const cudaError_t e = cudaMemsetAsync(dq_acc, 0, (size_t)dq_floats(a->op) * sizeof(float), a->ctx->stream);
             if (e != cudaSuccess)
                 return tg_fail(err, "cuDNN attention backward: clearing the dQ accumulator: %s", cudaGetErrorString(e));
         }

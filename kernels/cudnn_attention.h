@@ -5,14 +5,16 @@
  * (default libcudnn.so.9 on the loader's path) and TUNEGRAPH_ATTENTION picks the backend:
  * `auto` (the default: cuDNN where it loads and takes the op, else the own kernels),
  * `own`, or `cudnn` (an op cuDNN should take and cannot is an error). cuDNN takes an op
- * with 16-bit storage, head dim 64 or 128, no key mask and no attention dropout (p == 0);
- * everything else runs the own kernels. Its results are ATTENTION's to the op's
+ * with 16-bit storage, head dim 64 or 128 and no attention dropout (p == 0); everything
+ * else runs the own kernels. A key mask enters as an additive bias made from it at each
+ * launch (0 kept, a large finite negative masked): a row with no kept key averages V
+ * where ATTENTION gives 0 (only padding rows, whose gradients are 0, have none). Its results are ATTENTION's to the op's
  * tolerances (the same LSE, the natural log of the row's sum), not bit for bit, and its
  * backward sums dQ with atomics: runs are not bitwise reproducible with it
  * (TUNEGRAPH_ATTENTION=own is).
  *
- * Workspace: the backward's fp32 dQ accumulator lives in the reduction scratch
- * (tg_cudnn_attention_scratch_floats, counted by the memory estimate), and cuDNN's own
+ * Workspace: the backward's fp32 dQ accumulator and the key mask's bias live in the
+ * reduction scratch (tg_cudnn_attention_scratch_floats, counted by the memory estimate), and cuDNN's own
  * workspace in the cuBLASLt workspace (ops on one stream run one at a time); an engine
  * that needs more than that is passed over. Execution plans are built while the executor
  * opens (tg_cudnn_attention_prepare), never inside a graph capture. */
@@ -51,8 +53,9 @@ int tg_cudnn_attention_prepare(tg_cudnn_attention *dnn, const tg_op *op, int dty
  * caller runs the own kernel), -1 on error (err). */
 int tg_cudnn_attention_run(const tg_cuda_op_args *a, int backward, tg_err *err);
 
-/* Floats of reduction scratch ATTENTION_BWD op `op` needs when cuDNN may take it: its
- * fp32 dQ accumulator, B H T Dh (plan/memory_estimate.c mirrors this). 0 otherwise. */
+/* Floats of reduction scratch an ATTENTION or ATTENTION_BWD op needs when cuDNN may take
+ * it: the backward's fp32 dQ accumulator (B H T Dh), then a key mask's 16-bit bias (room
+ * for B T T values) (plan/memory_estimate.c mirrors this). 0 otherwise. */
 int64_t tg_cudnn_attention_scratch_floats(const tg_op *op);
 
 /* How many prepared ops cuDNN takes. */

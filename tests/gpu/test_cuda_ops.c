@@ -328,6 +328,7 @@ static int g_separate_qkv;
 static int g_recompute; /* plans with recompute = gelu (GELU_BWD's out2, the GELU op in the backward) */
 static int g_kv_heads;  /* Llama plans: the kv heads (0: the preset's) */
 static int g_lora_r;    /* Llama plans: LoRA's rank on every projection (0: none) */
+static int g_no_attention_dropout; /* the config's attention dropout set to 0 */
 
 /* A preset's plan at a precision; `wide` widens tiny-gpt2 past the presets' sizes:
  * multi-block rows, a GPT-2-sized vocabulary for the cross-entropy (padded LM head) and
@@ -349,6 +350,7 @@ static void check_shape(const char *what, const char *preset, int task, int batc
     if (hidden) cfg.hidden = hidden, cfg.heads = heads, cfg.intermediate = 2 * hidden;
     if (cfg.arch == TG_ARCH_LLAMA) cfg.kv_heads = g_kv_heads ? g_kv_heads : cfg.kv_heads > cfg.heads ? cfg.heads : cfg.kv_heads;
     if (cfg.max_positions < seq) cfg.max_positions = seq;
+    if (g_no_attention_dropout) cfg.attention_dropout = 0.0f;
     base_job(&job, preset, task, batch, seq, seed);
     job.precision = precision;
     job.attention = attention;
@@ -689,9 +691,11 @@ TG_TEST(test_gpu_ops_match_cpu_fp16) {
 }
 
 /* ATTENTION and ATTENTION_BWD through cuDNN's graphs against the CPU reference, at the
- * shapes cuDNN takes (16-bit storage, head dims 64 and 128, causal, no key mask, no
- * attention dropout: Llama's): packed q|k|v with grouped-query heads repeated by the
- * rotary op, LoRA's apart projections, T with a partial last tile, bf16 and fp16; the
+ * shapes cuDNN takes (16-bit storage, head dims 64 and 128, no attention dropout):
+ * Llama's causal attention with its key mask (packed q|k|v, grouped-query heads repeated
+ * by the rotary op, LoRA's apart projections), BERT's unmasked-direction attention with a
+ * key mask (attention dropout set to 0; packed and three separate q, k, v), T with a
+ * partial last tile, bf16 and fp16; the
  * tolerances of every op (2e-2 bf16, 5e-3 fp16). Every executor must give cuDNN the
  * attention ops (TUNEGRAPH_ATTENTION=cudnn fails an op it cannot take). Skipped, with the
  * reason, where cuDNN does not load (TUNEGRAPH_CUDNN names the library). */
@@ -728,9 +732,16 @@ TG_TEST(test_gpu_attention_cudnn_matches_cpu) {
     g_lora_r = 0;
     check_shape("llama classify Dh=128 T=40 bf16", "tiny-llama", TG_TASK_CLASSIFY, 3, 40, seed + 6, TG_PREC_BF16, 0,
                 256, 2, TG_ATTENTION_FUSED, kinds_seen);
+    g_no_attention_dropout = 1;
+    check_shape("bert Dh=64 T=136 no attention dropout bf16", "tiny-bert", TG_TASK_CLASSIFY, 2, 136, seed + 7,
+                TG_PREC_BF16, 0, 256, 4, TG_ATTENTION_FUSED, kinds_seen);
+    g_separate_qkv = 1;
+    check_shape("bert separate q/k/v Dh=128 T=72 no attention dropout fp16", "tiny-bert", TG_TASK_CLASSIFY, 2, 72,
+                seed + 8, TG_PREC_FP16, 0, 256, 2, TG_ATTENTION_FUSED, kinds_seen);
+    g_separate_qkv = 0, g_no_attention_dropout = 0;
     attention_backend("auto");
     /* the LM plans' attention (a forward and a backward a layer) at least */
-    CHECK(g_cudnn_eligible >= 20 && g_cudnn_taken == g_cudnn_eligible,
+    CHECK(g_cudnn_eligible >= 28 && g_cudnn_taken == g_cudnn_eligible,
           "cuDNN took %d attention ops of the %d it should take", g_cudnn_taken, g_cudnn_eligible);
     CHECK(kinds_seen[TG_OP_ATTENTION] >= 6 && kinds_seen[TG_OP_ATTENTION_BWD] >= 6, "attention ops checked: %d / %d",
           kinds_seen[TG_OP_ATTENTION], kinds_seen[TG_OP_ATTENTION_BWD]);
