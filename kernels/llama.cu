@@ -9,7 +9,9 @@
  * kernels/rope.h (the CPU's formula; CUDA's powf, cosf and sinf are within 2 ulp of
  * glibc's) taken once for every head of the row. ROPE_BWD likewise: q heads rotated back,
  * each kv head's G heads' gradients added in head order first.
- * SWIGLU: one thread per element, the CPU's formulas.
+ * SWIGLU: the CPU's formulas, a thread per 8 consecutive elements (16-bit) or 4 (fp32)
+ * of a row as one 16-byte access where the rows allow, else per element. RMSNorm's rows
+ * likewise take 16-byte accesses where D allows.
  * x, y, dy and dx are T (float, bf16 or half: widened on load, rounded on store); gamma,
  * rstd and dgamma are fp32, position ids int32. */
 #include "kernels/column_sums.cuh"
@@ -60,6 +62,72 @@ rmsnorm_bwd_kernel(const T *__restrict__ dy, const T *__restrict__ x, const floa
         tg_st(dx + row * D, d, fmul(rs, fsub(fmul(tg_ld(dyr, d), g[d]), fmul(fmul(tg_ld(xr, d), rs), mean))));
 }
 
+/* The same two kernels reading and writing W consecutive elements as one access (D % W
+ * == 0, rows aligned to W elements): each lane's partial sums in its own element order,
+ * then the same butterfly. */
+template <class T, int W>
+__global__ void __launch_bounds__(LL_THREADS)
+rmsnorm_vec_kernel(const T *__restrict__ x, const float *__restrict__ g, T *__restrict__ y, float *__restrict__ rstd,
+                   int64_t M, int64_t D, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, DW = D / W;
+    if (row >= M) return;
+    const T *xr = x + row * D;
+    double ss = 0;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W];
+        tg_vec<T, W>::load(xr, k, v);
+#pragma unroll
+        for (int j = 0; j < W; j++) ss = __dadd_rn(ss, __dmul_rn((double)v[j], (double)v[j]));
+    }
+    ss = warp_sum_d(ss);
+    const float rs = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+    for (int64_t k = lane; k < DW; k += 32) {
+        float v[W], o[W];
+        tg_vec<T, W>::load(xr, k, v);
+#pragma unroll
+        for (int j = 0; j < W; j++) o[j] = fmul(g[k * W + j], fmul(v[j], rs));
+        tg_vec<T, W>::store(y + row * D, k, o);
+    }
+    if (lane == 0 && rstd) rstd[row] = rs;
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(LL_THREADS)
+rmsnorm_bwd_vec_kernel(const T *__restrict__ dy, const T *__restrict__ x, const float *__restrict__ g,
+                       const float *__restrict__ rstd, T *__restrict__ dx, int64_t M, int64_t D) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, DW = D / W;
+    if (row >= M) return;
+    const T *dyr = dy + row * D, *xr = x + row * D;
+    const float rs = rstd[row];
+    double s = 0;
+    for (int64_t k = lane; k < DW; k += 32) {
+        float d[W], v[W];
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(xr, k, v);
+#pragma unroll
+        for (int j = 0; j < W; j++)
+            s = __dadd_rn(s, __dmul_rn((double)fmul(d[j], g[k * W + j]), (double)fmul(v[j], rs)));
+    }
+    const float mean = (float)(warp_sum_d(s) / (double)D);
+    for (int64_t k = lane; k < DW; k += 32) {
+        float d[W], v[W], o[W];
+        tg_vec<T, W>::load(dyr, k, d);
+        tg_vec<T, W>::load(xr, k, v);
+#pragma unroll
+        for (int j = 0; j < W; j++) o[j] = fmul(rs, fsub(fmul(d[j], g[k * W + j]), fmul(fmul(v[j], rs), mean)));
+        tg_vec<T, W>::store(dx + row * D, k, o);
+    }
+}
+
+/* Whether rows of D elements at these pointers take W-element accesses. */
+static int rows_vectorize(int64_t D, int W, size_t es, const void *a, const void *b, const void *c) {
+    const uintptr_t align = (uintptr_t)W * es;
+    return D % W == 0 && (uintptr_t)a % align == 0 && (!b || (uintptr_t)b % align == 0) &&
+           (!c || (uintptr_t)c % align == 0);
+}
+
 /* dy * (x * rstd[r]) as the column sums read it (dgamma). */
 template <class T>
 struct rmsnorm_dgamma_row {
@@ -76,6 +144,12 @@ int64_t tg_scratch_rmsnorm_bwd(const tg_op *op) { return tg_col_sum_scratch(op->
 template <class T>
 static int launch_rmsnorm(const tg_cuda_op_args *a, tg_err *err) {
     const tg_rmsnorm_params *p = &a->op->p.rmsnorm;
+    constexpr int W = sizeof(T) == 2 ? 8 : 4;
+    if (rows_vectorize(p->d, W, sizeof(T), a->in[0], a->out[0], NULL)) {
+        rmsnorm_vec_kernel<T, W><<<rows_blocks<T>(p->m), LL_THREADS, 0, a->ctx->stream>>>(
+            (const T *)a->in[0], (const float *)a->in[1], (T *)a->out[0], (float *)a->out[1], p->m, p->d, p->eps);
+        return 0;
+    }
     rmsnorm_kernel<T><<<rows_blocks<T>(p->m), LL_THREADS, 0, a->ctx->stream>>>(
         (const T *)a->in[0], (const float *)a->in[1], (T *)a->out[0], (float *)a->out[1], p->m, p->d, p->eps);
     return 0;
@@ -86,7 +160,11 @@ static int launch_rmsnorm_bwd(const tg_cuda_op_args *a, tg_err *err) {
     const tg_rmsnorm_params *p = &a->op->p.rmsnorm;
     const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
     const float *rstd = (const float *)a->in[3];
-    if (a->out[0])
+    constexpr int W = sizeof(T) == 2 ? 8 : 4;
+    if (a->out[0] && rows_vectorize(p->d, W, sizeof(T), dy, x, a->out[0]))
+        rmsnorm_bwd_vec_kernel<T, W><<<rows_blocks<T>(p->m), LL_THREADS, 0, a->ctx->stream>>>(
+            dy, x, (const float *)a->in[2], rstd, (T *)a->out[0], p->m, p->d);
+    else if (a->out[0])
         rmsnorm_bwd_kernel<T><<<rows_blocks<T>(p->m), LL_THREADS, 0, a->ctx->stream>>>(
             dy, x, (const float *)a->in[2], rstd, (T *)a->out[0], p->m, p->d);
     if (!a->out[1]) return 0;
@@ -224,9 +302,67 @@ swiglu_bwd_kernel(const T *__restrict__ dy, glu_parts<const T *> x, glu_parts<T 
     }
 }
 
+/* The same per element, W consecutive elements of a row (I % W == 0, every part's row
+ * start aligned to W elements) as one access each, the row and column found once. */
+template <class T, int W>
+__global__ void __launch_bounds__(LL_THREADS)
+swiglu_vec_kernel(glu_parts<const T *> x, T *__restrict__ y, int64_t M, int64_t I) {
+    const int64_t IW = I / W;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * IW; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = t / IW, iw = t % IW;
+        float g[W], u[W], o[W];
+        tg_vec<T, W>::load(x.gate + m * x.stride, iw, g);
+        tg_vec<T, W>::load(x.up + m * x.stride, iw, u);
+#pragma unroll
+        for (int j = 0; j < W; j++) o[j] = fmul(fmul(g[j], sigmoid_f(g[j])), u[j]);
+        tg_vec<T, W>::store(y, t, o);
+    }
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(LL_THREADS)
+swiglu_bwd_vec_kernel(const T *__restrict__ dy, glu_parts<const T *> x, glu_parts<T *> dx, int64_t M, int64_t I) {
+    const int64_t IW = I / W;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < M * IW; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = t / IW, iw = t % IW;
+        float g[W], u[W], d[W], dg[W], du[W];
+        tg_vec<T, W>::load(x.gate + m * x.stride, iw, g);
+        tg_vec<T, W>::load(x.up + m * x.stride, iw, u);
+        tg_vec<T, W>::load(dy, t, d);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            const float sg = sigmoid_f(g[j]);
+            dg[j] = fmul(fmul(d[j], u[j]), fmul(sg, fadd(1.0f, fmul(g[j], fsub(1.0f, sg)))));
+            du[j] = fmul(d[j], fmul(g[j], sg));
+        }
+        tg_vec<T, W>::store(dx.gate + m * dx.stride, iw, dg);
+        tg_vec<T, W>::store(dx.up + m * dx.stride, iw, du);
+    }
+}
+
+template <class P>
+static int glu_aligned(const glu_parts<P> &g, int64_t I, int W, size_t es) {
+    return I % W == 0 && g.stride % W == 0 && (uintptr_t)g.gate % (W * es) == 0 && (uintptr_t)g.up % (W * es) == 0;
+}
+
 template <class T>
 static int launch_swiglu(const tg_cuda_op_args *a, int bwd, tg_err *err) {
     const int64_t M = a->op->p.swiglu.m, I = a->op->p.swiglu.i;
+    constexpr int W = sizeof(T) == 2 ? 8 : 4;
+    if (bwd) {
+        const glu_parts<const T *> x = glu_of<const T *>(I, (const T *)a->in[1], (const T *)a->in[2]);
+        const glu_parts<T *> dx = glu_of<T *>(I, (T *)a->out[0], (T *)a->out[1]);
+        if (glu_aligned(x, I, W, sizeof(T)) && glu_aligned(dx, I, W, sizeof(T)) && (uintptr_t)a->in[0] % (W * sizeof(T)) == 0) {
+            swiglu_bwd_vec_kernel<T, W><<<grid_of(M * I / W), LL_THREADS, 0, a->ctx->stream>>>((const T *)a->in[0], x, dx, M, I);
+            return 0;
+        }
+    } else {
+        const glu_parts<const T *> x = glu_of<const T *>(I, (const T *)a->in[0], (const T *)a->in[1]);
+        if (glu_aligned(x, I, W, sizeof(T)) && (uintptr_t)a->out[0] % (W * sizeof(T)) == 0) {
+            swiglu_vec_kernel<T, W><<<grid_of(M * I / W), LL_THREADS, 0, a->ctx->stream>>>(x, (T *)a->out[0], M, I);
+            return 0;
+        }
+    }
     if (bwd)
         swiglu_bwd_kernel<T><<<grid_of(M * I), LL_THREADS, 0, a->ctx->stream>>>(
             (const T *)a->in[0], glu_of<const T *>(I, (const T *)a->in[1], (const T *)a->in[2]),

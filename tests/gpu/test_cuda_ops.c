@@ -585,6 +585,9 @@ static void check_llama_plans(int precision, uint64_t seed, int *kinds_seen) {
                 TG_ATTENTION_FUSED, kinds_seen);
     check_shape("llama Dh=128 GQA 2 T=130", "tiny-llama", TG_TASK_LM, 2, 130, seed + 73, precision, 0, 256, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
+    /* D = 30 and I = 60: RMSNorm and SwiGLU rows without 16-byte accesses (the scalar kernels) */
+    check_shape("llama D=30 I=60 Dh=10 T=21", "tiny-llama", TG_TASK_LM, 2, 21, seed + 76, precision, 0, 30, 3,
+                TG_ATTENTION_FUSED, kinds_seen);
     g_kv_heads = 0;
     check_shape("tiny-llama lm unfused", "tiny-llama", TG_TASK_LM, 3, 40, seed + 74, precision, 0, 0, 0,
                 TG_ATTENTION_UNFUSED, kinds_seen);
