@@ -292,11 +292,19 @@ static int write_files(const tg_weights_image *img, const tg_hf_export_options *
     if (!rc) rc = tg_asprintf(&path, "%s/model.safetensors", tmp) < 0 ? tg_fail(err, "out of memory") : 0;
     if (!rc) rc = tg_weights_save_hf(img, path, o->bf16, err);
     free(path);
-    /* LoRA: the adapters alone as well, as PEFT saves them (model.safetensors has them merged). */
+    /* LoRA: the adapters alone as well, as PEFT saves them (model.safetensors has them
+     * merged), in their own subfolder (TG_HF_ADAPTER_DIR says why). */
     tg_lora_pair *pairs = NULL;
     const int n_pairs = rc ? 0 : tg_lora_pairs(img->plan, &pairs, err);
     if (n_pairs < 0) rc = -1;
-    if (!rc && n_pairs > 0) rc = tg_lora_write_adapter(img, pairs, n_pairs, tmp, o->bf16, err);
+    if (!rc && n_pairs > 0) {
+        path = NULL;
+        if (tg_asprintf(&path, "%s/" TG_HF_ADAPTER_DIR, tmp) < 0) rc = tg_fail(err, "out of memory");
+        else if (mkdir(path, 0777) != 0)
+            rc = tg_fail(err, "%s: cannot create the adapter folder: %s", path, strerror(errno));
+        if (!rc) rc = tg_lora_write_adapter(img, pairs, n_pairs, path, o->bf16, err);
+        free(path);
+    }
     free(pairs);
     for (int i = 0; i < p->n_tokenizer && !rc; i++) {
         path = NULL;

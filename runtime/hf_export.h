@@ -1,8 +1,10 @@
 /* Exporting a plan's weights as a Hugging Face model folder that transformers loads with
  * from_pretrained: config.json (the model, its task head and label names), model.safetensors
- * (the parameters under their Hugging Face names) and the tokenizer files. The folder is
- * written beside its target under a temporary name and renamed into place whole, so a
- * reader sees the old folder or the complete new one. */
+ * (the parameters under their Hugging Face names) and the tokenizer files. A LoRA plan's
+ * model.safetensors has the adapters merged in, and the subfolder TG_HF_ADAPTER_DIR holds
+ * them alone as PEFT saves an adapter (peft.PeftModel.from_pretrained(base, DIR/adapter)).
+ * The folder is written beside its target under a temporary name and renamed into place
+ * whole, so a reader sees the old folder or the complete new one. */
 #ifndef TUNEGRAPH_HF_EXPORT_H
 #define TUNEGRAPH_HF_EXPORT_H
 
@@ -10,6 +12,12 @@
 #include "base/output_paths.h"
 #include "plan/plan.h"
 #include "runtime/weights.h"
+
+/* A LoRA export's subfolder with adapter_config.json and adapter_model.safetensors. They
+ * are not beside model.safetensors: transformers (with peft installed) loads a folder
+ * holding adapter_config.json as a base model plus that adapter, which over the merged
+ * weights would add every adapter twice. */
+#define TG_HF_ADAPTER_DIR "adapter"
 
 typedef struct tg_hf_export_options {
     const char *out_dir;

@@ -320,8 +320,10 @@ TG_TEST(test_lora_training_moves_adapters_only) {
 
 /* Export of a LoRA plan: model.safetensors holds W + (alpha / r) B A for every adapted
  * projection and no adapter, so the folder loads as a plain Llama that computes what the
- * adapted model does; adapter_config.json and adapter_model.safetensors hold the adapters as
- * PEFT saves them. */
+ * adapted model does; adapter/adapter_config.json and adapter/adapter_model.safetensors hold
+ * the adapters as PEFT saves them, and the folder itself has no adapter_config.json (with
+ * one there, transformers with peft installed loads the folder as a base model plus the
+ * adapter, and adds each adapter a second time to the merged weights). */
 TG_TEST(test_lora_export_merged_and_adapter) {
     tg_plan p;
     tg_err err;
@@ -370,7 +372,11 @@ TG_TEST(test_lora_export_merged_and_adapter) {
     CHECK(worst < 1e-6, "merged q_proj.weight %.3g from W + 1.5 B A", worst);
     tg_st_close(&st);
 
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    CHECK(access(path, F_OK) != 0, "%s: the merged folder holds the adapter's config", path);
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    CHECK(access(path, F_OK) != 0, "%s: the merged folder holds the adapter's weights", path);
+    snprintf(path, sizeof path, "%s/" TG_HF_ADAPTER_DIR "/adapter_model.safetensors", dir);
     REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
     e = tg_st_find(&st, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
     REQUIRE(e && e->ndim == 2 && e->shape[0] == out && e->shape[1] == r && tg_st_read_f32(&st, e, got, out * r, &err) == 0,
@@ -380,7 +386,7 @@ TG_TEST(test_lora_export_merged_and_adapter) {
               !tg_st_find(&st, "base_model.model.model.layers.0.self_attn.q_proj.weight") && st.n == 8,
           "adapter file: %d tensors", st.n);
     tg_st_close(&st);
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    snprintf(path, sizeof path, "%s/" TG_HF_ADAPTER_DIR "/adapter_config.json", dir);
     json_error_t jerr;
     json_t *c = json_load_file(path, 0, &jerr);
     REQUIRE(c, "%s: %s", path, jerr.text);
@@ -440,12 +446,13 @@ TG_TEST(test_lora_export_allocation_failures) {
     }
     CHECK(failed > 10, "%ld allocations failed the export", failed);
     char path[700];
-    static const char *const files[] = {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors"};
+    static const char *const files[] = {"config.json", "model.safetensors", TG_HF_ADAPTER_DIR "/adapter_config.json",
+                                        TG_HF_ADAPTER_DIR "/adapter_model.safetensors"};
     for (size_t f = 0; f < 4; f++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[f]);
         CHECK(access(path, R_OK) == 0, "%s missing", path);
     }
-    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    snprintf(path, sizeof path, "%s/" TG_HF_ADAPTER_DIR "/adapter_config.json", dir);
     json_error_t jerr;
     json_t *c = json_load_file(path, 0, &jerr);
     json_t *save = c ? json_object_get(c, "modules_to_save") : NULL;
@@ -454,7 +461,7 @@ TG_TEST(test_lora_export_allocation_failures) {
           "classification adapter_config.json");
     json_decref(c);
     tg_safetensors st;
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/" TG_HF_ADAPTER_DIR "/adapter_model.safetensors", dir);
     REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
     const tg_st_entry *e = tg_st_find(&st, "base_model.model.score.weight");
     CHECK(e && e->dtype == TG_ST_BF16 && st.n == 5, "the head in the adapter file, bf16 (%d tensors)", st.n);
