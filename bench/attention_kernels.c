@@ -30,6 +30,7 @@ typedef struct attn_case {
     const char *name;
     int b, h, t, dh, causal, packed;
     float p; /* attention dropout */
+    int masked; /* a key mask: every 4th key masked, key 0 kept */
 } attn_case;
 
 static const attn_case CASES[] = {
@@ -43,6 +44,8 @@ static const attn_case CASES[] = {
     {"llama-b4-t2048-d128-causal", 4, 32, 2048, 128, 1, 0, 0.0f},
     {"llama-b2-t4096-d128-causal", 2, 32, 4096, 128, 1, 0, 0.0f},
     {"llama8b-b1-t4096-d128-causal-packed", 1, 32, 4096, 128, 1, 1, 0.0f},
+    {"llama8b-b1-t4096-d128-causal-packed-masked", 1, 32, 4096, 128, 1, 1, 0.0f, 1},
+    {"llama-b2-t200-d64-causal-packed-masked", 2, 8, 200, 64, 1, 1, 0.0f, 1},
 };
 #define N_CASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -158,9 +161,6 @@ static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, 
     fwd.p.attention.b = B, fwd.p.attention.h = H, fwd.p.attention.t = T;
     fwd.p.attention.causal = c->causal, fwd.p.attention.key = 7, fwd.p.attention.packed = c->packed;
     fwd.p.attention.head_dim = Dh, fwd.p.attention.scale = 1.0f / sqrtf((float)Dh), fwd.p.attention.p = c->p;
-    bwd = fwd;
-    bwd.kind = TG_OP_ATTENTION_BWD;
-
     const int64_t qkv_cols = c->packed ? 3 * D : D;
     void *q = dev_random_bf16((size_t)(rows * qkv_cols), 1, "q");
     void *k = c->packed ? NULL : dev_random_bf16((size_t)(rows * D), 2, "k");
@@ -174,9 +174,21 @@ static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, 
     void *dk = c->packed ? NULL : dev_alloc((size_t)(rows * D) * 2, "dk");
     void *dv = c->packed ? NULL : dev_alloc((size_t)(rows * D) * 2, "dv");
     float *step = dev_alloc(4, "step");
+    float *mask = NULL;
+    if (c->masked) {
+        float *hm = malloc((size_t)(B * T) * sizeof *hm);
+        if (!hm) exit(1);
+        for (int64_t i = 0; i < B * T; i++) hm[i] = i % T == 0 || i % 4 != 3 ? 1.0f : 0.0f;
+        mask = dev_alloc((size_t)(B * T) * 4, "key mask");
+        cuda_check(cudaMemcpy(mask, hm, (size_t)(B * T) * 4, cudaMemcpyHostToDevice), "key mask");
+        free(hm);
+        fwd.in[3] = 0; /* a key mask (any tensor id) */
+    }
     const float one = 1.0f;
     cuda_check(cudaMemcpy(step, &one, 4, cudaMemcpyHostToDevice), "step");
 
+    bwd = fwd;
+    bwd.kind = TG_OP_ATTENTION_BWD;
     tg_cuda_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.stream = s;
@@ -184,7 +196,8 @@ static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, 
     tg_cuda_op_args fa, ba;
     memset(&fa, 0, sizeof fa);
     fa.op = &fwd, fa.ctx = &ctx, fa.training = 1;
-    fa.in[0] = q, fa.in[1] = k, fa.in[2] = v, fa.in[4] = c->p > 0.0f ? step : NULL;
+    fa.in[0] = q, fa.in[1] = k, fa.in[2] = v, fa.in[3] = mask, fa.in[4] = c->p > 0.0f ? step : NULL;
+    fa.in_numel[3] = mask ? B * T : 0;
     fa.in_dtype[0] = fa.in_dtype[1] = fa.in_dtype[2] = TG_BF16;
     fa.in_numel[0] = rows * qkv_cols, fa.in_numel[1] = fa.in_numel[2] = c->packed ? 0 : rows * D;
     fa.in_numel[4] = c->p > 0.0f ? 1 : 0;
@@ -193,7 +206,9 @@ static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, 
     fa.out_numel[0] = rows * D, fa.out_numel[1] = B * H * T, fa.out_numel[2] = bits ? B * H * T * W : 0;
     memset(&ba, 0, sizeof ba);
     ba.op = &bwd, ba.ctx = &ctx, ba.training = 1;
-    ba.in[0] = dout, ba.in[1] = o, ba.in[2] = lse, ba.in[4] = bits, ba.in[5] = q, ba.in[6] = k, ba.in[7] = v;
+    ba.in[0] = dout, ba.in[1] = o, ba.in[2] = lse, ba.in[3] = mask, ba.in[4] = bits, ba.in[5] = q, ba.in[6] = k,
+    ba.in[7] = v;
+    ba.in_numel[3] = fa.in_numel[3];
     ba.in_dtype[0] = ba.in_dtype[1] = ba.in_dtype[5] = ba.in_dtype[6] = ba.in_dtype[7] = TG_BF16;
     ba.in_dtype[4] = TG_I32;
     ba.in_numel[0] = ba.in_numel[1] = rows * D, ba.in_numel[2] = B * H * T;
@@ -254,7 +269,7 @@ static void run_case(const attn_case *c, int reps, void *flush, cudaStream_t s, 
         fprintf(stderr, "attention_kernels: %s: %s\n", c->name, err.msg);
         exit(1);
     }
-    void *all[] = {q, k, v, dout, o, lse, delta, bits, dq, dk, dv, step, o2, lse2, dq2, scratch, ws};
+    void *all[] = {q, k, v, dout, o, lse, delta, bits, dq, dk, dv, step, o2, lse2, dq2, scratch, ws, mask};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) cudaFree(all[i]);
 }

@@ -76,6 +76,7 @@ struct tg_cudnn_attention {
     dnn_plan plans[DNN_MAX_PLANS];
     int n_plans;
     int ops_taken, ops_seen;
+    int masked_per_key, masked_per_query; /* ops taken with a key mask, by its bias form */
 };
 
 static int dnn_fail(const tg_cudnn_attention *d, cudnnStatus_t st, const char *what, tg_err *err) {
@@ -184,8 +185,8 @@ extern "C" void tg_cudnn_attention_describe(const tg_cudnn_attention *d, char *b
         return;
     }
     const size_t v = d->version;
-    snprintf(buf, len, "cuDNN %zu.%zu.%zu for %d of %d attention ops", v / 10000, v / 100 % 100, v % 100, d->ops_taken,
-             d->ops_seen);
+    snprintf(buf, len, "cuDNN %zu.%zu.%zu for %d of %d attention ops (key mask as a bias: %d per key, %d per query)",
+             v / 10000, v / 100 % 100, v % 100, d->ops_taken, d->ops_seen, d->masked_per_key, d->masked_per_query);
 }
 
 /* ---- which ops ------------------------------------------------------------------- */
@@ -200,11 +201,12 @@ extern "C" int tg_cudnn_attention_eligible(const tg_op *op, int dtype) {
     return (dtype == TG_BF16 || dtype == TG_F16) && eligible_shape(op);
 }
 
-/* Floats of the dQ accumulator (the backward's), then of the bias (16-bit, the per-query
- * form's size, rounded to 4 floats), in the reduction scratch. */
+/* In the reduction scratch: the key mask's bias (16-bit, room for the per-query form,
+ * rounded to 4 floats), then the backward's fp32 dQ accumulator, its rows rounded up to
+ * whole 128-row tiles (the engines may clear or write past B H T Dh). */
 static int64_t dq_floats(const tg_op *op) {
     const tg_attention_params *at = &op->p.attention;
-    return op->kind == TG_OP_ATTENTION_BWD ? at->b * at->h * at->t * at->head_dim : 0;
+    return op->kind == TG_OP_ATTENTION_BWD ? at->b * at->h * ((at->t + 127) / 128 * 128) * at->head_dim : 0;
 }
 
 static int64_t bias_floats(const tg_op *op) {
@@ -614,6 +616,8 @@ extern "C" int tg_cudnn_attention_prepare(tg_cudnn_attention *d, const tg_op *op
         p->key.mask = k.mask; /* found again by the op's own key */
     }
     d->ops_taken += p->usable;
+    d->masked_per_key += p->usable && p->bias_form == BIAS_PER_KEY;
+    d->masked_per_query += p->usable && p->bias_form == BIAS_PER_QUERY;
     return p->usable;
 }
 
@@ -654,7 +658,7 @@ extern "C" int tg_cudnn_attention_run(const tg_cuda_op_args *a, int backward, tg
     if ((size_t)tg_cudnn_attention_scratch_floats(a->op) > a->ctx->reduce_scratch_floats)
         return tg_fail(err, "cuDNN attention: the reduction scratch holds %zu floats, the op needs %lld",
                        a->ctx->reduce_scratch_floats, (long long)tg_cudnn_attention_scratch_floats(a->op));
-    float *dq_acc = a->ctx->reduce_scratch, *bias = dq_acc + dq_floats(a->op);
+    float *bias = a->ctx->reduce_scratch, *dq_acc = bias + bias_floats(a->op);
     if (p->bias_form != BIAS_NONE) {
         if (!a->in[3]) return tg_fail(err, "cuDNN attention: the key mask is missing");
         const int64_t total = p->bias_form == BIAS_PER_KEY ? (int64_t)at->b * at->t : (int64_t)at->b * at->t * at->t;

@@ -54,8 +54,9 @@ int tg_cudnn_attention_prepare(tg_cudnn_attention *dnn, const tg_op *op, int dty
 int tg_cudnn_attention_run(const tg_cuda_op_args *a, int backward, tg_err *err);
 
 /* Floats of reduction scratch an ATTENTION or ATTENTION_BWD op needs when cuDNN may take
- * it: the backward's fp32 dQ accumulator (B H T Dh), then a key mask's 16-bit bias (room
- * for B T T values) (plan/memory_estimate.c mirrors this). 0 otherwise. */
+ * it: a key mask's 16-bit bias (room for B T T values), then the backward's fp32 dQ
+ * accumulator (B H T Dh, T rounded up to 128) (plan/memory_estimate.c mirrors this). 0
+ * otherwise. */
 int64_t tg_cudnn_attention_scratch_floats(const tg_op *op);
 
 /* How many prepared ops cuDNN takes. */
