@@ -4,6 +4,7 @@
 #include "compiler/compiler_alloc.h"
 #include "compiler/grad_buckets.h"
 #include "compiler/grad_writes.h"
+#include "compiler/fuse_sums.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,7 +201,7 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     build_optimizer(&g);
     if (g.failed || tg_apply_precision(&g, j->precision) || tg_plan_fixed_layout(&g) ||
         tg_recompute(&g) || (j->grad_accumulation <= 1 && tg_first_gradient_writes(&g)) || tg_gather_embedding_grads(&g) ||
-        tg_gradient_buckets(&g))
+        tg_gradient_buckets(&g) || tg_fuse_matmul_sums(&g))
         goto out;
 
     int phase_begin[TG_PHASE_COUNT + 1];
