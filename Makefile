@@ -272,7 +272,10 @@ PLAN_FIELDS_SMALL := 'demo-classify.job|' 'demo-classify.job|--set precision=bf1
     'demo-classify.job|--set model=tiny-gpt2 --set pad_token_id=0' 'demo-lm.job|' \
     'demo-lm.job|--set precision=bf16 --set data_parallel=2' 'demo-classify.job|--set seq_buckets=4,8' \
     'demo-lm.job|--set seq_buckets=2,5,8 --set last_batch=drop' 'demo-lm.job|--set model=tiny-llama' \
-    'demo-lm.job|--set model=tiny-llama --set lora_r=2 --set lora_targets=q_proj,k_proj,v_proj,gate_proj' 
+    'demo-lm.job|--set model=tiny-llama --set lora_r=2 --set lora_targets=q_proj,k_proj,v_proj,gate_proj' \
+    'demo-classify.job|--set lora_r=2 --set lora_targets=query,key,value,dense' \
+    'demo-classify.job|--set model=tiny-roberta --set lora_r=2 --set lora_targets=dense' \
+    'demo-lm.job|--set lora_r=2 --set lora_dropout=0.1 --set lora_targets=c_attn,c_proj,c_fc'
 $(FUZZ)/corpus/plan_fields: $(BUILD)/tunegraph $(FUZZ)/corpus/plan $(wildcard bench/jobs/*.job)
 	@rm -rf $@ && mkdir -p $@
 	@cp $(FUZZ)/corpus/plan/*.tgp $@/

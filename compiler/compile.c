@@ -58,11 +58,6 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
             return job_error(job, TG_JOB_MASK_TOKEN_ID, err, msg);
         }
     }
-    if (job->lora_r > 0 && cfg->arch != TG_ARCH_LLAMA) {
-        snprintf(msg, sizeof msg, "LoRA is built for the llama family; model '%s' is %s (train it with freeze instead)",
-                 cfg->source, tg_arch_name(cfg->arch));
-        return job_error(job, TG_JOB_LORA_R, err, msg);
-    }
     if (job->task == TG_TASK_CLASSIFY && job->num_labels < 2) {
         snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
         return job_error(job, TG_JOB_NUM_LABELS, err, msg);

@@ -208,6 +208,130 @@ static int residual_layernorm(builder *b, const char *dropout_name, const char *
     return t.y;
 }
 
+/* ---- LoRA ------------------------------------------------------------------------------- */
+
+/* The modules LoRA adapts in a family, by the last part of their Hugging Face module path:
+ * PEFT matches a target_modules name against a module whose path is the name or ends with
+ * "." + the name, so "dense" is every module of that name. BERT and RoBERTa: query, key and
+ * value (attention.self), and dense: attention.output.dense, intermediate.dense and
+ * output.dense in each layer, BERT's pooler.dense (classification) and the masked-LM
+ * head's transform dense (cls.predictions.transform.dense, RoBERTa's lm_head.dense). A
+ * classification or span head is PEFT's modules_to_save, which no adapter targets
+ * (RoBERTa's classifier.dense stays out) and which trains whole. GPT-2: c_attn (q, k and v
+ * as one Conv1D, one pair of out 3 x hidden), c_proj (attn.c_proj and mlp.c_proj), c_fc.
+ * Llama: the seven projections. The defaults are PEFT's
+ * (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). */
+typedef struct lora_family {
+    const char *defaults;
+    const char *const *modules;
+    int n_modules;
+} lora_family;
+
+static lora_family lora_family_of(int arch) {
+    static const char *const encoder[] = {"query", "key", "value", "dense"};
+    static const char *const gpt2[] = {"c_attn", "c_proj", "c_fc"};
+    static const char *const llama[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    if (arch == TG_ARCH_GPT2) return (lora_family){"c_attn", gpt2, 3};
+    if (arch == TG_ARCH_LLAMA) return (lora_family){"q_proj,v_proj", llama, 7};
+    return (lora_family){"query,value", encoder, 4};
+}
+
+/* The next name of a comma-separated list at *p (blanks around names skipped): its start
+ * and length, *p moved past it; NULL at the list's end. */
+static const char *next_name(const char **p, size_t *len) {
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t' || *s == ',') s++;
+    const char *start = s;
+    while (*s && *s != ',' && *s != ' ' && *s != '\t') s++;
+    *p = s, *len = (size_t)(s - start);
+    return s > start ? start : NULL;
+}
+
+/* The job's LoRA targets: its lora_targets, or the family's default. */
+static const char *lora_targets(const tg_graph *g) {
+    return g->job->lora_targets[0] ? g->job->lora_targets : lora_family_of(g->cfg->arch).defaults;
+}
+
+/* Whether the module at `path` (a module name, or its whole path: the last part counts) is
+ * a LoRA target. */
+static int lora_target(const tg_graph *g, const char *path) {
+    if (g->job->lora_r <= 0) return 0;
+    const char *name = strrchr(path, '.') ? strrchr(path, '.') + 1 : path;
+    size_t len;
+    const char *p = lora_targets(g), *t;
+    while ((t = next_name(&p, &len)))
+        if (len == strlen(name) && !strncmp(t, name, len)) return 1;
+    return 0;
+}
+
+/* With LoRA, every target the job names must be a module the family adapts: the first that
+ * is not is refused, naming the family's modules. Also freezes the base (held in the plan's
+ * storage type, no master, no state). */
+static int lora_setup(tg_graph *g) {
+    const tg_job *j = g->job;
+    g->base_frozen = j->lora_r > 0;
+    if (j->lora_r <= 0) return 0;
+    const lora_family f = lora_family_of(g->cfg->arch);
+    size_t len;
+    const char *p = lora_targets(g), *t;
+    while ((t = next_name(&p, &len))) {
+        int found = 0;
+        for (int k = 0; k < f.n_modules && !found; k++) found = strlen(f.modules[k]) == len && !strncmp(t, f.modules[k], len);
+        if (found) continue;
+        char known[128] = "";
+        for (int k = 0; k < f.n_modules; k++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "", f.modules[k]);
+        return tg_graph_job_fail(g, TG_JOB_LORA_TARGETS, "'%.*s' is not a module LoRA adapts in the %s family (%s)",
+                                 (int)len, t, tg_arch_name(g->cfg->arch), known);
+    }
+    return 0;
+}
+
+/* x [rows, in] through the LoRA pair of module `prefix` (PEFT's names: prefix.lora_A.weight
+ * [r, in], uniform in +-1/sqrt(in), and prefix.lora_B.weight [out, r], zeros, whatever the
+ * layout of the base weight), added to the module's product y [rows, out]:
+ * y + (alpha / r) B A dropout(x). Returns the sum. */
+static int lora_add(builder *b, const char *prefix, int x, int y, int64_t rows, int64_t in, int64_t out) {
+    tg_graph *g = b->g;
+    const tg_job *j = g->job;
+    char name[TG_NAME_MAX];
+    g->adapter = 1;
+    snprintf(name, sizeof name, "%s.lora_A.weight", prefix);
+    int a = tg_param(g, name, 2, j->lora_r, in, TG_INIT_UNIFORM, 0);
+    if (a >= 0) g->tensors[a].init_std = 1.0f / sqrtf((float)in);
+    snprintf(name, sizeof name, "%s.lora_B.weight", prefix);
+    int bw = tg_param(g, name, 2, out, j->lora_r, TG_INIT_ZEROS, 0);
+    g->adapter = 0;
+    snprintf(name, sizeof name, "%s.lora_dropout", prefix);
+    int xin = dropout(b, name, x, j->lora_dropout);
+    snprintf(name, sizeof name, "%s.lora_A", prefix);
+    int t = linear_apply(b, name, xin, a, -1, rows, in, j->lora_r, 0, NULL);
+    snprintf(name, sizeof name, "%s.lora_B", prefix);
+    int d = tg_act(g, name, 2, rows, out, 0, 0);
+    tg_op_spec s = tg_spec(TG_OP_MATMUL);
+    s.in[0] = t, s.in[1] = bw, s.out[0] = d;
+    s.p.matmul.m = rows, s.p.matmul.n = out, s.p.matmul.k = j->lora_r, s.p.matmul.trans_b = 1;
+    s.p.matmul.batch = 1, s.p.matmul.alpha = j->lora_alpha / (float)j->lora_r;
+    tg_graph_op(g, &s);
+    snprintf(name, sizeof name, "%s.lora_sum", prefix);
+    return add(b, name, y, d);
+}
+
+/* A linear layer `prefix` (as linear()) with its LoRA pair when the job targets it. */
+static int adapted_linear(builder *b, const char *prefix, int x, int64_t rows, int64_t in, int64_t out, int conv1d,
+                          int with_bias, float init_scale) {
+    int y = linear(b, prefix, x, rows, in, out, conv1d, with_bias, init_scale);
+    return y >= 0 && lora_target(b->g, prefix) ? lora_add(b, prefix, x, y, rows, in, out) : y;
+}
+
+/* linear_gelu with its LoRA pair when the job targets it: the adapter adds to the
+ * pre-activation, so the GELU is an op of its own then (not the matmul's epilogue). */
+static int adapted_linear_gelu(builder *b, const char *prefix, const char *gelu_name, int x, int64_t in, int64_t out,
+                               int conv1d) {
+    if (!lora_target(b->g, prefix)) return linear_gelu(b, prefix, gelu_name, x, in, out, conv1d);
+    return unary(b, TG_OP_GELU, gelu_name, adapted_linear(b, prefix, x, b->N, in, out, conv1d, 1, 1.0f));
+}
+
 static int embedding(builder *b, const char *name, int ids, int64_t vocab, int padding_idx, int *table_out) {
     tg_graph *g = b->g;
     int table = tg_param(g, name, 2, vocab, b->D, TG_INIT_NORMAL, 0);
@@ -352,7 +476,9 @@ static int loss_of(builder *b, int logits, int labels, int64_t rows, int64_t wid
  * pooler, no dropout. */
 static int span_head(builder *b, int h) {
     tg_graph *g = b->g;
+    g->adapter = 1; /* with LoRA the head trains whole (PEFT's modules_to_save for QUESTION_ANS) */
     int logits = linear(b, "qa_outputs", h, b->N, b->D, 2, 0, 1, 1.0f);
+    g->adapter = 0;
     int loss = tg_act(g, "loss", 1, 1, 0, 0, 0);
     tg_op_spec s = tg_spec(TG_OP_SPAN_LOSS);
     s.in[0] = logits, s.in[1] = g->io.labels, s.in[2] = g->io.loss_norm, s.out[0] = loss;
@@ -412,7 +538,8 @@ static int mlm_head(builder *b, int h, int table) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
     const int roberta = c->arch == TG_ARCH_ROBERTA;
-    int x = linear(b, roberta ? "lm_head.dense" : "cls.predictions.transform.dense", h, b->N, b->D, b->D, 0, 1, 1.0f);
+    int x = adapted_linear(b, roberta ? "lm_head.dense" : "cls.predictions.transform.dense", h, b->N, b->D, b->D, 0, 1,
+                           1.0f);
     if (x < 0) return -1; /* an earlier failure, already recorded */
     int y = tg_graph_tensor(g, roberta ? "lm_head.gelu" : "cls.predictions.transform.act", TG_F32,
                             TG_POOL_ACTIVATIONS, g->tensors[x].ndim, g->tensors[x].shape);
@@ -466,10 +593,13 @@ static int build_encoder(builder *b, int pad_id) {
     h = layernorm(b, name, h, b->N);
     h = dropout(b, "embeddings.dropout", h, c->embedding_dropout);
 
+    /* query, key and value made apart when LoRA adds to any of them. */
+    const int packed_qkv =
+        b->fuse_qkv && !lora_target(g, "query") && !lora_target(g, "key") && !lora_target(g, "value");
     for (int l = 0; l < c->layers; l++) {
         snprintf(p, sizeof p, "%s.encoder.layer.%d", base, l);
         int qkv[3], heads[3];
-        if (b->fuse_qkv) {
+        if (packed_qkv) {
             snprintf(name, sizeof name, "%s.attention.self", p);
             qkv[0] = qkv_packed(b, name, h);
             snprintf(name, sizeof name, "%s.attention.self.qkv", p);
@@ -477,17 +607,17 @@ static int build_encoder(builder *b, int pad_id) {
         } else {
             for (int i = 0; i < 3; i++) {
                 snprintf(name, sizeof name, "%s.attention.self.%s", p, qkv_names[i]);
-                qkv[i] = linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
+                qkv[i] = adapted_linear(b, name, h, b->N, b->D, b->D, 0, 1, 1.0f);
                 if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, &qkv[i], 1, &heads[i], 1, name);
             }
         }
         snprintf(name, sizeof name, "%s.attention", p);
-        int ctx = b->fused_attention ? attention_fused(b, name, qkv, b->fuse_qkv, 0, c->attention_dropout)
+        int ctx = b->fused_attention ? attention_fused(b, name, qkv, packed_qkv, 0, c->attention_dropout)
                                      : attention_unfused(b, name, heads[0], heads[1], heads[2], 0, c->attention_dropout);
         char drop[TG_NAME_MAX], resid[TG_NAME_MAX];
         int s;
         snprintf(name, sizeof name, "%s.attention.output.dense", p);
-        int a = linear(b, name, ctx, b->N, b->D, b->D, 0, 1, 1.0f);
+        int a = adapted_linear(b, name, ctx, b->N, b->D, b->D, 0, 1, 1.0f);
         snprintf(drop, sizeof drop, "%s.attention.output.dropout", p);
         snprintf(resid, sizeof resid, "%s.attention.output.residual", p);
         snprintf(name, sizeof name, "%s.attention.output.LayerNorm", p);
@@ -495,9 +625,9 @@ static int build_encoder(builder *b, int pad_id) {
 
         snprintf(name, sizeof name, "%s.intermediate.dense", p);
         snprintf(act, sizeof act, "%s.intermediate.gelu", p);
-        int f = linear_gelu(b, name, act, h, b->D, c->intermediate, 0);
+        int f = adapted_linear_gelu(b, name, act, h, b->D, c->intermediate, 0);
         snprintf(name, sizeof name, "%s.output.dense", p);
-        f = linear(b, name, f, b->N, c->intermediate, b->D, 0, 1, 1.0f);
+        f = adapted_linear(b, name, f, b->N, c->intermediate, b->D, 0, 1, 1.0f);
         snprintf(drop, sizeof drop, "%s.output.dropout", p);
         snprintf(resid, sizeof resid, "%s.output.residual", p);
         snprintf(name, sizeof name, "%s.output.LayerNorm", p);
@@ -509,18 +639,23 @@ static int build_encoder(builder *b, int pad_id) {
     int labels = g->job->num_labels;
     int cls = select_token(b, "cls", h, TG_SELECT_FIRST, pad_id);
     int logits;
+    /* With LoRA the classifier trains whole (PEFT's modules_to_save for SEQ_CLS); BERT's
+     * pooler stays frozen, with an adapter when "dense" is a target, as in PEFT. */
     if (c->arch == TG_ARCH_BERT) {
-        int pooled = linear(b, "bert.pooler.dense", cls, b->B, b->D, b->D, 0, 1, 1.0f);
+        int pooled = adapted_linear(b, "bert.pooler.dense", cls, b->B, b->D, b->D, 0, 1, 1.0f);
         pooled = unary(b, TG_OP_TANH, "bert.pooler.tanh", pooled);
         pooled = dropout(b, "classifier.dropout", pooled, c->classifier_dropout);
+        g->adapter = 1;
         logits = linear(b, "classifier", pooled, b->B, b->D, labels, 0, 1, 1.0f);
     } else { /* RobertaClassificationHead */
         int x = dropout(b, "classifier.dropout_in", cls, c->classifier_dropout);
+        g->adapter = 1;
         x = linear(b, "classifier.dense", x, b->B, b->D, b->D, 0, 1, 1.0f);
         x = unary(b, TG_OP_TANH, "classifier.tanh", x);
         x = dropout(b, "classifier.dropout_out", x, c->classifier_dropout);
         logits = linear(b, "classifier.out_proj", x, b->B, b->D, labels, 0, 1, 1.0f);
     }
+    g->adapter = 0;
     return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 
@@ -575,23 +710,23 @@ static int build_gpt2(builder *b, int pad_id) {
         snprintf(p, sizeof p, "transformer.h.%d", l);
         int a = normed;
         snprintf(name, sizeof name, "%s.attn.c_attn", p);
-        int qkv = linear(b, name, a, b->N, b->D, 3 * b->D, 1, 1, 1.0f);
+        int qkv = adapted_linear(b, name, a, b->N, b->D, 3 * b->D, 1, 1, 1.0f);
         int heads[3];
         if (!b->fused_attention) heads_op(b, TG_OP_HEADS_SPLIT, &qkv, 1, heads, 3, name);
         snprintf(name, sizeof name, "%s.attn", p);
         int ctx = b->fused_attention ? attention_fused(b, name, &qkv, 1, 1, c->attention_dropout)
                                      : attention_unfused(b, name, heads[0], heads[1], heads[2], 1, c->attention_dropout);
         snprintf(name, sizeof name, "%s.attn.c_proj", p);
-        int o = linear(b, name, ctx, b->N, b->D, b->D, 1, 1, proj_scale);
+        int o = adapted_linear(b, name, ctx, b->N, b->D, b->D, 1, 1, proj_scale);
         snprintf(drop, sizeof drop, "%s.attn.resid_dropout", p);
         snprintf(resid, sizeof resid, "%s.attn.residual", p);
         snprintf(name, sizeof name, "%s.ln_2", p);
         int m = residual_layernorm(b, drop, resid, name, o, h, c->hidden_dropout, &h);
         snprintf(name, sizeof name, "%s.mlp.c_fc", p);
         snprintf(act, sizeof act, "%s.mlp.gelu", p);
-        m = linear_gelu(b, name, act, m, b->D, c->intermediate, 1);
+        m = adapted_linear_gelu(b, name, act, m, b->D, c->intermediate, 1);
         snprintf(name, sizeof name, "%s.mlp.c_proj", p);
-        m = linear(b, name, m, b->N, c->intermediate, b->D, 1, 1, proj_scale);
+        m = adapted_linear(b, name, m, b->N, c->intermediate, b->D, 1, 1, proj_scale);
         snprintf(drop, sizeof drop, "%s.mlp.dropout", p);
         snprintf(resid, sizeof resid, "%s.mlp.residual", p);
         if (l + 1 < c->layers) snprintf(name, sizeof name, "transformer.h.%d.ln_1", l + 1);
@@ -611,7 +746,9 @@ static int build_gpt2(builder *b, int pad_id) {
     }
     int last = select_token(b, "last_token", h, TG_SELECT_LAST_NON_PAD, pad_id);
     int labels = g->job->num_labels;
+    g->adapter = 1; /* the classification head trains with LoRA (PEFT's modules_to_save) */
     int logits = linear(b, "score", last, b->B, b->D, labels, 0, 0, 1.0f);
+    g->adapter = 0;
     return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 
@@ -669,85 +806,12 @@ static int rope(builder *b, const char *prefix, int qkv, int k, int v) {
     return y;
 }
 
-/* ---- LoRA ------------------------------------------------------------------------------- */
-
-/* The next name of a comma-separated list at *p (blanks around names skipped): its start
- * and length, *p moved past it; NULL at the list's end. */
-static const char *next_name(const char **p, size_t *len) {
-    const char *s = *p;
-    while (*s == ' ' || *s == '\t' || *s == ',') s++;
-    const char *start = s;
-    while (*s && *s != ',' && *s != ' ' && *s != '\t') s++;
-    *p = s, *len = (size_t)(s - start);
-    return s > start ? start : NULL;
-}
-
-/* The job's LoRA targets: its lora_targets, or the family's default (PEFT's q_proj and
- * v_proj). */
-static const char *lora_targets(const tg_job *j) { return j->lora_targets[0] ? j->lora_targets : "q_proj,v_proj"; }
-
-/* Whether module `name` (the last part of a projection's name: "q_proj") is a LoRA target. */
-static int lora_target(const tg_job *j, const char *name) {
-    if (j->lora_r <= 0) return 0;
-    size_t len;
-    const char *p = lora_targets(j), *t;
-    while ((t = next_name(&p, &len)))
-        if (len == strlen(name) && !strncmp(t, name, len)) return 1;
-    return 0;
-}
-
-/* The first target the job names that is none of `known` (n of them), into `bad`; 0 when
- * every one is known. */
-static int lora_unknown_target(const tg_job *j, const char *const *known, int n, char *bad, size_t cap) {
-    size_t len;
-    const char *p = lora_targets(j), *t;
-    while ((t = next_name(&p, &len))) {
-        int found = 0;
-        for (int k = 0; k < n && !found; k++) found = strlen(known[k]) == len && !strncmp(t, known[k], len);
-        if (!found) {
-            snprintf(bad, cap, "%.*s", (int)len, t);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* x [N, in] through the LoRA pair of module `prefix` (PEFT's names: prefix.lora_A.weight
- * [r, in], uniform in +-1/sqrt(in), and prefix.lora_B.weight [out, r], zeros), added to the
- * module's product y: y + (alpha / r) B A dropout(x). Returns the sum. */
-static int lora_add(builder *b, const char *prefix, int x, int y, int64_t in, int64_t out) {
-    tg_graph *g = b->g;
-    const tg_job *j = g->job;
-    char name[TG_NAME_MAX];
-    g->adapter = 1;
-    snprintf(name, sizeof name, "%s.lora_A.weight", prefix);
-    int a = tg_param(g, name, 2, j->lora_r, in, TG_INIT_UNIFORM, 0);
-    if (a >= 0) g->tensors[a].init_std = 1.0f / sqrtf((float)in);
-    snprintf(name, sizeof name, "%s.lora_B.weight", prefix);
-    int bw = tg_param(g, name, 2, out, j->lora_r, TG_INIT_ZEROS, 0);
-    g->adapter = 0;
-    snprintf(name, sizeof name, "%s.lora_dropout", prefix);
-    int xin = dropout(b, name, x, j->lora_dropout);
-    snprintf(name, sizeof name, "%s.lora_A", prefix);
-    int t = linear_apply(b, name, xin, a, -1, b->N, in, j->lora_r, 0, NULL);
-    snprintf(name, sizeof name, "%s.lora_B", prefix);
-    int d = tg_act(g, name, 2, b->N, out, 0, 0);
-    tg_op_spec s = tg_spec(TG_OP_MATMUL);
-    s.in[0] = t, s.in[1] = bw, s.out[0] = d;
-    s.p.matmul.m = b->N, s.p.matmul.n = out, s.p.matmul.k = j->lora_r, s.p.matmul.trans_b = 1;
-    s.p.matmul.batch = 1, s.p.matmul.alpha = j->lora_alpha / (float)j->lora_r;
-    tg_graph_op(g, &s);
-    snprintf(name, sizeof name, "%s.lora_sum", prefix);
-    return add(b, name, y, d);
-}
-
-/* A bias-free projection `prefix` (module `module` of its block) over x [N, in], with its
- * LoRA pair when the job targets it. */
+/* A bias-free projection `prefix.module` over x [N, in], with its LoRA pair when the job
+ * targets it. */
 static int llama_linear(builder *b, const char *prefix, const char *module, int x, int64_t in, int64_t out) {
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s.%s", prefix, module);
-    int y = linear(b, name, x, b->N, in, out, 0, 0, 1.0f);
-    return lora_target(b->g->job, module) && y >= 0 ? lora_add(b, name, x, y, in, out) : y;
+    return adapted_linear(b, name, x, b->N, in, out, 0, 0, 1.0f);
 }
 
 /* LlamaForCausalLM / LlamaForSequenceClassification: pre-norm blocks of RMSNorm, rotary
@@ -757,20 +821,10 @@ static int build_llama(builder *b, int pad_id) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
     char p[TG_NAME_MAX], name[TG_NAME_MAX];
-    const tg_job *j = g->job;
     static const char *const attn_names[3] = {"q_proj", "k_proj", "v_proj"}, *const mlp_names[2] = {"gate_proj", "up_proj"};
-    static const char *const modules[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-    char bad[64];
-    if (j->lora_r > 0 && lora_unknown_target(j, modules, 7, bad, sizeof bad))
-        return tg_graph_job_fail(g, TG_JOB_LORA_TARGETS,
-                                 "'%s' is not a projection of a Llama block (q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                                 "up_proj, down_proj)",
-                                 bad);
-    /* LoRA: the base weights frozen (held in the plan's storage type, no master, no state). */
-    g->base_frozen = j->lora_r > 0;
     /* q, k and v made apart when LoRA adds to any of them; gate and up likewise. */
-    const int qkv_apart = lora_target(j, "q_proj") || lora_target(j, "k_proj") || lora_target(j, "v_proj");
-    const int mlp_apart = lora_target(j, "gate_proj") || lora_target(j, "up_proj");
+    const int qkv_apart = lora_target(g, "q_proj") || lora_target(g, "k_proj") || lora_target(g, "v_proj");
+    const int mlp_apart = lora_target(g, "gate_proj") || lora_target(g, "up_proj");
     int table;
     int h = embedding(b, "model.embed_tokens.weight", g->io.input_ids, c->vocab_size, c->pad_token_id, &table);
     const int64_t qkv_rows[3] = {b->H * b->Dh, (int64_t)c->kv_heads * b->Dh, (int64_t)c->kv_heads * b->Dh};
@@ -875,6 +929,7 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);
 
+    if (lora_setup(g)) return -1;
     return c->arch == TG_ARCH_GPT2    ? build_gpt2(&b, pad_id)
            : c->arch == TG_ARCH_LLAMA ? build_llama(&b, pad_id)
                                       : build_encoder(&b, pad_id);

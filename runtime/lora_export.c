@@ -27,6 +27,12 @@ static int is_lora_a(const tg_tensor *x) {
            ends_with(x->name, ".lora_A.weight");
 }
 
+int tg_lora_head_param(const tg_plan *plan, int t) {
+    const tg_tensor *x = &plan->tensors[t];
+    return (x->flags & TG_TENSOR_PARAM) && !(x->flags & (TG_TENSOR_VIEW | TG_TENSOR_PARAM_COPY)) &&
+           !ends_with(x->name, ".lora_A.weight") && !ends_with(x->name, ".lora_B.weight");
+}
+
 int tg_lora_pairs(const tg_plan *plan, tg_lora_pair **pairs, tg_err *err) {
     *pairs = NULL;
     int n = 0;
@@ -48,15 +54,18 @@ int tg_lora_pairs(const tg_plan *plan, tg_lora_pair **pairs, tg_err *err) {
         for (int o = 0; o < plan->n_ops && b >= 0; o++)
             if (plan->ops[o].kind == TG_OP_MATMUL && plan->ops[o].phase == TG_PHASE_FORWARD && plan->ops[o].in[1] == b)
                 scale = plan->ops[o].p.matmul.alpha;
+        /* GPT-2's projections are Conv1D, their weights [in, out] (PEFT's fan_in_fan_out). */
+        const int fan_in_fan_out = plan->model.arch == TG_ARCH_GPT2;
+        const int in_dim = !fan_in_fan_out, out_dim = fan_in_fan_out; /* the dims of in and out in the base */
         if (b < 0 || base < 0 || scale == 0.0f || plan->tensors[base].ndim != 2 ||
-            plan->tensors[t].shape[1] != plan->tensors[base].shape[1] ||
-            plan->tensors[b].shape[0] != plan->tensors[base].shape[0] ||
+            plan->tensors[t].shape[1] != plan->tensors[base].shape[in_dim] ||
+            plan->tensors[b].shape[0] != plan->tensors[base].shape[out_dim] ||
             plan->tensors[b].shape[1] != plan->tensors[t].shape[0]) {
             free(out);
             return tg_fail(err, "%s: no matching base weight, lora_B and product: not a LoRA plan this build exports",
                            name);
         }
-        out[k++] = (tg_lora_pair){base, t, b, scale};
+        out[k++] = (tg_lora_pair){base, t, b, scale, fan_in_fan_out};
     }
     *pairs = out;
     return k;
@@ -64,7 +73,7 @@ int tg_lora_pairs(const tg_plan *plan, tg_lora_pair **pairs, tg_err *err) {
 
 float *tg_lora_merged(const tg_weights_image *img, const tg_lora_pair *p) {
     const tg_plan *plan = img->plan;
-    const int64_t out = plan->tensors[p->base].shape[0], in = plan->tensors[p->base].shape[1];
+    const int64_t in = plan->tensors[p->a].shape[1], out = plan->tensors[p->b].shape[0];
     const int64_t r = plan->tensors[p->a].shape[0];
     float *w = tg_malloc(sizeof(float) * (size_t)(out * in));
     if (!w) return NULL;
@@ -73,7 +82,9 @@ float *tg_lora_merged(const tg_weights_image *img, const tg_lora_pair *p) {
         for (int64_t j = 0; j < in; j++) {
             double s = 0;
             for (int64_t k = 0; k < r; k++) s += (double)b[i * r + k] * a[k * in + j];
-            w[i * in + j] = (float)(base[i * in + j] + (double)p->scale * s);
+            /* (B A)[i, j] lands at W[i, j], or at W[j, i] for a weight stored [in, out]. */
+            const int64_t at = p->fan_in_fan_out ? j * out + i : i * in + j;
+            w[at] = (float)(base[at] + (double)p->scale * s);
         }
     return w;
 }
@@ -87,17 +98,38 @@ static const char *module_of(const char *base_name, char *buf, size_t cap) {
     return buf;
 }
 
+/* Appends the string s[0, len) to the array of strings unless it holds it already; 0, or -1
+ * when out of memory. */
+static int append_once(json_t *array, const char *s, size_t len) {
+    for (size_t i = 0; i < json_array_size(array); i++) {
+        const char *v = json_string_value(json_array_get(array, i));
+        if (strlen(v) == len && !strncmp(v, s, len)) return 0;
+    }
+    return json_array_append_new(array, json_stringn(s, len)) ? -1 : 0;
+}
+
+/* PEFT's task_type for the plan's task: masked LM has none (a plain PeftModel). */
+static json_t *task_type(int task) {
+    return task == TG_TASK_CLASSIFY ? json_string("SEQ_CLS")
+           : task == TG_TASK_QA     ? json_string("QUESTION_ANS")
+           : task == TG_TASK_LM     ? json_string("CAUSAL_LM")
+                                    : json_null();
+}
+
 static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int n, tg_err *err) {
-    json_t *c = json_object(), *targets = json_array(), *save = plan->train.task == TG_TASK_CLASSIFY ? json_array() : json_null();
+    json_t *c = json_object(), *targets = json_array(), *save = json_array();
     int rc = !c || !targets || !save;
     char module[TG_NAME_MAX];
     for (int k = 0; k < n && !rc; k++) {
         module_of(plan->tensors[pairs[k].base].name, module, sizeof module);
-        int seen = 0;
-        for (size_t i = 0; i < json_array_size(targets); i++) seen |= !strcmp(json_string_value(json_array_get(targets, i)), module);
-        if (!seen) rc = json_array_append_new(targets, json_string(module)) != 0;
+        rc = append_once(targets, module, strlen(module));
     }
-    if (plan->train.task == TG_TASK_CLASSIFY && !rc) rc = json_array_append_new(save, json_string("score")) != 0;
+    /* The head that trains whole (classifier, score, qa_outputs): its top-level module. */
+    for (int t = 0; t < plan->n_tensors && !rc; t++)
+        if (tg_lora_head_param(plan, t)) {
+            const char *name = plan->tensors[t].name, *dot = strchr(name, '.');
+            rc = append_once(save, name, dot ? (size_t)(dot - name) : strlen(name));
+        }
     float dropout = 0;
     for (int o = 0; o < plan->n_ops; o++)
         if (plan->ops[o].kind == TG_OP_DROPOUT && plan->ops[o].phase == TG_PHASE_FORWARD &&
@@ -106,14 +138,15 @@ static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int 
     const int64_t r = n ? plan->tensors[pairs[0].a].shape[0] : 0;
     if (!rc)
         rc = json_object_set_new(c, "peft_type", json_string("LORA")) |
-             json_object_set_new(c, "task_type", json_string(plan->train.task == TG_TASK_CLASSIFY ? "SEQ_CLS" : "CAUSAL_LM")) |
+             json_object_set_new(c, "task_type", task_type(plan->train.task)) |
              json_object_set_new(c, "base_model_name_or_path", json_string(plan->model.source)) |
              json_object_set_new(c, "r", json_integer(r)) |
              json_object_set_new(c, "lora_alpha", json_real((double)pairs[0].scale * (double)r)) |
              json_object_set_new(c, "lora_dropout", json_real(dropout)) | json_object_set_new(c, "bias", json_string("none")) |
-             json_object_set_new(c, "fan_in_fan_out", json_false()) | json_object_set_new(c, "inference_mode", json_true()) |
+             json_object_set_new(c, "fan_in_fan_out", json_boolean(n && pairs[0].fan_in_fan_out)) |
+             json_object_set_new(c, "inference_mode", json_true()) |
              json_object_set_new(c, "init_lora_weights", json_true()) | json_object_set(c, "target_modules", targets) |
-             json_object_set(c, "modules_to_save", save);
+             json_object_set(c, "modules_to_save", json_array_size(save) ? save : json_null());
     char *text = rc ? NULL : json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     json_decref(c), json_decref(targets), json_decref(save);
     if (!text) tg_fail(err, "adapter_config.json: out of memory");
@@ -131,15 +164,19 @@ int tg_lora_write_adapter(const tg_weights_image *img, const tg_lora_pair *pairs
     free(config);
     free(path);
     path = NULL;
-    /* PEFT's names: base_model.model. + the model's, and a classification head saved whole. */
-    const int score = plan->train.task == TG_TASK_CLASSIFY ? find(plan, "score.weight") : -1;
-    const int items_n = 2 * n + (score >= 0);
+    /* PEFT's names: base_model.model. + the model's, and the head that trains whole saved
+     * whole (modules_to_save). */
+    int n_head = 0;
+    for (int t = 0; t < plan->n_tensors; t++) n_head += tg_lora_head_param(plan, t);
+    const int items_n = 2 * n + n_head;
     tg_st_item *items = tg_calloc((size_t)items_n + 1, sizeof *items);
     char (*names)[TG_NAME_MAX + 32] = tg_calloc((size_t)items_n + 1, sizeof *names);
     void **low = tg_calloc((size_t)items_n + 1, sizeof *low);
     if (!rc && (!items || !names || !low)) rc = tg_fail(err, "adapter_model.safetensors: out of memory");
-    for (int i = 0; i < items_n && !rc; i++) {
-        const int t = i < 2 * n ? (i % 2 ? pairs[i / 2].b : pairs[i / 2].a) : score;
+    for (int i = 0, head = 0; i < items_n && !rc; i++) {
+        if (i >= 2 * n)
+            while (!tg_lora_head_param(plan, head)) head++;
+        const int t = i < 2 * n ? (i % 2 ? pairs[i / 2].b : pairs[i / 2].a) : head++;
         const tg_tensor *x = &plan->tensors[t];
         snprintf(names[i], sizeof names[i], "base_model.model.%s", x->name);
         const void *values = tg_weights_value(img, t);

@@ -108,12 +108,10 @@ TG_TEST(test_lora_refusals) {
     static const struct {
         const char *text, *want;
     } cases[] = {
-        {"model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nlora_r = 4\n",
-         "job.txt:6: key 'lora_r': LoRA is built for the llama family; model 'tiny-bert' is bert (train it with freeze "
-         "instead)"},
         {LM_JOB "lora_r = 4\nlora_targets = q_proj, qproj\n",
-         "key 'lora_targets': 'qproj' is not a projection of a Llama block (q_proj, k_proj, v_proj, o_proj, gate_proj, "
-         "up_proj, down_proj)"},
+         "job.txt:9: key 'lora_targets': 'qproj' is not a module LoRA adapts in the llama family (q_proj, k_proj, v_proj, "
+         "o_proj, gate_proj, up_proj, down_proj)"},
+        {LM_JOB "lora_r = 4\nlora_targets = query\n", "'query' is not a module LoRA adapts in the llama family"},
         {LM_JOB "lora_targets = q_proj,,v_proj\n",
          "job.txt:8: key 'lora_targets': 'q_proj,,v_proj' is not a comma-separated list of module names (such as "
          "q_proj,v_proj)"},

@@ -10,10 +10,14 @@
 #       the eval logits with the LoRA plan and its saved weights (DIR/CASE/logits.jsonl) and
 #       keeps the eval loss and sequence length for the check. Cases: tiny-llama LM (adapters
 #       on all seven projections) and tiny-llama classification (q_proj and v_proj, adapter
-#       dropout 0.1, the head as modules_to_save). With build/examples/bbc-news-lora/lora
-#       there (examples/bbc-news/run-lora.sh), also that run: its base and LoRA folders, its
-#       eval split dumped, its eval loss, and the logits of two eval records cut to 16
-#       tokens. TUNEGRAPH: the binary (default build/tunegraph).
+#       dropout 0.1, the head as modules_to_save); tiny-bert classification (query, key,
+#       value and dense, which takes the pooler's dense too), tiny-roberta classification
+#       (the encoder's dense; the classification head, dense and all, as modules_to_save),
+#       tiny-gpt2 LM (c_attn, c_proj and c_fc over Conv1D weights: fan_in_fan_out) and
+#       tiny-gpt2 classification (PEFT's default c_attn, score saved whole). With
+#       build/examples/bbc-news-lora/lora there (examples/bbc-news/run-lora.sh), also that
+#       run: its base and LoRA folders, its eval split dumped, its eval loss, and the logits
+#       of two eval records cut to 16 tokens. TUNEGRAPH: the binary (default build/tunegraph).
 #
 #   tests/golden/peft_export_check.sh check DIR [PYTHON]
 #       Runs check_peft_export.py on each prepared case with PYTHON (default python3; it
@@ -30,6 +34,10 @@ shift 2
 cases() {
     echo "llama-lm tiny-llama lm - lora_r = 4;lora_alpha = 8;lora_targets = q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     echo "llama-classify tiny-llama classify 3 lora_r = 4;lora_alpha = 16;lora_dropout = 0.1;lora_targets = q_proj,v_proj"
+    echo "bert-classify tiny-bert classify 3 lora_r = 4;lora_alpha = 16;lora_dropout = 0.1;lora_targets = query,key,value,dense"
+    echo "roberta-classify tiny-roberta classify 2 lora_r = 4;lora_targets = query,value,dense"
+    echo "gpt2-lm tiny-gpt2 lm - lora_r = 4;lora_alpha = 8;lora_targets = c_attn,c_proj,c_fc"
+    echo "gpt2-classify tiny-gpt2 classify 2 lora_r = 4;lora_alpha = 16"
 }
 
 # write_data CASE_DIR LABELS: seeded train and eval JSON Lines over ids 3..127 (tiny-llama's
@@ -60,7 +68,10 @@ prepare() {
         rm -rf "$c" && mkdir -p "$c"
         write_data "$c" "$labels"
         local head=("task = $task")
-        [ "$labels" != - ] && head+=("num_labels = $labels" "pad_token_id = 0")
+        [ "$labels" != - ] && head+=("num_labels = $labels")
+        # Decoder classification pools at the last non-padding token: it needs a padding id.
+        # RoBERTa keeps its config's (1): its position ids count from it, as HF's do.
+        [ "$labels" != - ] && [ "$preset" != tiny-roberta ] && head+=("pad_token_id = 0")
         printf '%s\n' "model = $preset" "${head[@]}" "batch = 8" "seq = 32" "steps = 20" "lr = 1e-2" "seed = 7" \
             "train_data = train.jsonl" "eval_data = eval.jsonl" >"$c/base.job"
         # The LoRA job: the base folder, its own seed, a learning rate that moves the adapters.
