@@ -596,10 +596,13 @@ extern "C" int tg_cudnn_attention_prepare(tg_cudnn_attention *d, const tg_op *op
         p = &d->plans[d->n_plans++];
         memset(p, 0, sizeof *p);
         p->key = k;
-        /* A key mask: the broadcast per-key bias first, the per-query one where cuDNN takes
-         * only that. An error under TUNEGRAPH_ATTENTION=cudnn waits for the last form. */
+        /* A key mask: the forward takes the broadcast per-key bias first, the per-query one
+         * where cuDNN takes only that; the backward the per-query one alone (cuDNN 9.19's
+         * backward finalizes with the per-key form but its gradients are wrong: dQ 68%
+         * off the reference at Llama-3-8B's shape, while its forward matches). An error
+         * under TUNEGRAPH_ATTENTION=cudnn waits for the last form. */
         const int forms = k.mask ? 2 : 1;
-        for (int f = 0; f < forms && !p->usable; f++) {
+        for (int f = k.mask && k.backward ? 1 : 0; f < forms && !p->usable; f++) {
             if (k.mask) p->key.mask = f == 0 ? BIAS_PER_KEY : BIAS_PER_QUERY;
             const int saved = d->required;
             d->required = saved && f == forms - 1;
