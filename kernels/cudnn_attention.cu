@@ -381,6 +381,14 @@ static layout lay(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t s0, in
     return l;
 }
 
+/* A new fp32 virtual tensor of layout `l` = mode(x[, b]). */
+static cudnnBackendDescriptor_t gb_apply(graph_builder *g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                         cudnnBackendDescriptor_t b, const layout *l) {
+    cudnnBackendDescriptor_t y = gb_virtual(g, CUDNN_DATA_FLOAT, l->dims, l->strides);
+    gb_pointwise(g, mode, CUDNN_DATA_FLOAT, x, b, NULL, y, -1);
+    return y;
+}
+
 /* Scores masked to row >= column (causal, the diagonal at the top left) where `causal`;
  * returns the tensor the softmax reads. */
 static cudnnBackendDescriptor_t gb_causal(graph_builder *g, const dnn_key *k, cudnnBackendDescriptor_t s,
@@ -425,20 +433,16 @@ static void build_forward(graph_builder *g, const dnn_key *k, cudnnDataType_t io
 
     cudnnBackendDescriptor_t s = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
     gb_matmul(g, Q, K, s);
-    cudnnBackendDescriptor_t scaled = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, NULL, scaled, -1);
+    cudnnBackendDescriptor_t scaled = gb_apply(g, CUDNN_POINTWISE_MUL, s, scale, &sc);
     cudnnBackendDescriptor_t masked = gb_causal(g, k, gb_bias(g, k, scaled, io, &sc), neg_inf, &sc);
     /* softmax, keeping max + log(sum) as the row statistic */
     cudnnBackendDescriptor_t mx = gb_virtual(g, CUDNN_DATA_FLOAT, row.dims, row.strides);
     gb_reduce(g, CUDNN_REDUCE_TENSOR_MAX, masked, mx);
-    cudnnBackendDescriptor_t centred = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, masked, mx, NULL, centred, -1);
-    cudnnBackendDescriptor_t e = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, centred, NULL, NULL, e, -1);
+    cudnnBackendDescriptor_t centred = gb_apply(g, CUDNN_POINTWISE_SUB, masked, mx, &sc);
+    cudnnBackendDescriptor_t e = gb_apply(g, CUDNN_POINTWISE_EXP, centred, NULL, &sc);
     cudnnBackendDescriptor_t sum = gb_virtual(g, CUDNN_DATA_FLOAT, row.dims, row.strides);
     gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, e, sum);
-    cudnnBackendDescriptor_t log_sum = gb_virtual(g, CUDNN_DATA_FLOAT, row.dims, row.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, NULL, NULL, log_sum, -1);
+    cudnnBackendDescriptor_t log_sum = gb_apply(g, CUDNN_POINTWISE_LOG, sum, NULL, &row);
     gb_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, log_sum, NULL, stats, -1);
     cudnnBackendDescriptor_t p = gb_virtual(g, io, sc.dims, sc.strides);
     gb_pointwise(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, sum, NULL, p, -1);
@@ -469,21 +473,17 @@ static void build_backward(graph_builder *g, const dnn_key *k, cudnnDataType_t i
     cudnnBackendDescriptor_t neg_inf = k->causal ? gb_scalar(g, UID_NEG_INF) : NULL;
 
     /* delta = sum(dO * O) per row */
-    cudnnBackendDescriptor_t d_o = gb_virtual(g, CUDNN_DATA_FLOAT, prod.dims, prod.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dO, O, NULL, d_o, -1);
+    cudnnBackendDescriptor_t d_o = gb_apply(g, CUDNN_POINTWISE_MUL, dO, O, &prod);
     cudnnBackendDescriptor_t rowsum = gb_virtual(g, CUDNN_DATA_FLOAT, row.dims, row.strides);
     gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, d_o, rowsum);
     gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rowsum, one, NULL, delta, -1);
     /* P = exp(scale Q K^T - LSE), masked */
     cudnnBackendDescriptor_t s = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
     gb_matmul(g, Q, K, s);
-    cudnnBackendDescriptor_t scaled = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scale, NULL, scaled, -1);
-    cudnnBackendDescriptor_t centred = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, gb_bias(g, k, scaled, io, &sc), stats, NULL, centred, -1);
+    cudnnBackendDescriptor_t scaled = gb_apply(g, CUDNN_POINTWISE_MUL, s, scale, &sc);
+    cudnnBackendDescriptor_t centred = gb_apply(g, CUDNN_POINTWISE_SUB, gb_bias(g, k, scaled, io, &sc), stats, &sc);
     cudnnBackendDescriptor_t masked = gb_causal(g, k, centred, neg_inf, &sc);
-    cudnnBackendDescriptor_t p = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, masked, NULL, NULL, p, -1);
+    cudnnBackendDescriptor_t p = gb_apply(g, CUDNN_POINTWISE_EXP, masked, NULL, &sc);
     /* dV = P^T dO */
     cudnnBackendDescriptor_t pt = gb_virtual(g, io, sct.dims, sct.strides);
     gb_reshape(g, p, pt);
@@ -491,12 +491,9 @@ static void build_backward(graph_builder *g, const dnn_key *k, cudnnDataType_t i
     /* dS = P (dO V^T - delta) scale */
     cudnnBackendDescriptor_t dp = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
     gb_matmul(g, dO, V, dp);
-    cudnnBackendDescriptor_t dp_c = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, delta, NULL, dp_c, -1);
-    cudnnBackendDescriptor_t ds_u = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp_c, p, NULL, ds_u, -1);
-    cudnnBackendDescriptor_t ds = gb_virtual(g, CUDNN_DATA_FLOAT, sc.dims, sc.strides);
-    gb_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds_u, scale, NULL, ds, -1);
+    cudnnBackendDescriptor_t dp_c = gb_apply(g, CUDNN_POINTWISE_SUB, dp, delta, &sc);
+    cudnnBackendDescriptor_t ds_u = gb_apply(g, CUDNN_POINTWISE_MUL, dp_c, p, &sc);
+    cudnnBackendDescriptor_t ds = gb_apply(g, CUDNN_POINTWISE_MUL, ds_u, scale, &sc);
     /* dK = dS^T Q */
     cudnnBackendDescriptor_t dst = gb_virtual(g, io, sct.dims, sct.strides);
     gb_reshape(g, ds, dst);
