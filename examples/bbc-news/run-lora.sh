@@ -56,8 +56,8 @@ if [ ! -f "$out/pretrain/manifest.json" ] || [ ! -f "$out/tech/manifest.json" ];
         --seq 128 --eval-fraction 0.05 --seed 1
 fi
 
-# eval_loss LOG: the loss of the log's "eval on N examples: loss X, ..." line.
-eval_loss() { sed -n 's/^eval on [0-9]* examples: loss \([0-9.]*\),.*/\1/p' "$1" | tail -1; }
+# eval_line LOG: "loss X (perplexity P)" from the log's "eval on N examples: loss X, perplexity P" line.
+eval_line() { sed -n 's/^eval on [0-9]* examples: loss \([0-9.]*\), perplexity \([0-9.]*\).*/loss \1 (perplexity \2)/p' "$1" | tail -1; }
 # run_logged LOG ARGS...: runs tunegraph ARGS with its output on the console and in LOG.
 run_logged() {
     local log=$1
@@ -94,7 +94,5 @@ echo "== 3. what the LoRA run changed (examples/bbc-news/check_lora.py)"
 python3 examples/bbc-news/check_lora.py "$out/base" "$out/lora" "$out/lora-init.safetensors" "$out/lora.safetensors"
 
 echo "== summary"
-awk -v a="$(eval_loss "$out/pretrain-before.log")" -v b="$(eval_loss "$out/pretrain.log")" \
-    'BEGIN { printf "pretraining, eval on the four topics: loss %.4f -> %.4f (perplexity %.1f -> %.1f)\n", a, b, exp(a), exp(b) }'
-awk -v a="$(eval_loss "$out/lora-before.log")" -v b="$(eval_loss "$out/lora.log")" \
-    'BEGIN { printf "LoRA, eval on held-out tech articles: loss %.4f -> %.4f (perplexity %.1f -> %.1f)\n", a, b, exp(a), exp(b) }'
+echo "pretraining, eval on the four topics: $(eval_line "$out/pretrain-before.log") -> $(eval_line "$out/pretrain.log")"
+echo "LoRA, eval on held-out tech articles: $(eval_line "$out/lora-before.log") -> $(eval_line "$out/lora.log")"
