@@ -259,6 +259,9 @@ $(FUZZ)/corpus/plan: $(BUILD)/tunegraph $(wildcard examples/*.job)
 	    --set last_batch=drop >/dev/null
 	./$(BUILD)/tunegraph compile examples/demo-lm.job -o $@/lm-buckets-bf16.tgp --set model=tiny-gpt2 \
 	    --set precision=bf16 --set seq_buckets=8,48 >/dev/null
+	./$(BUILD)/tunegraph compile examples/demo-classify.job -o $@/classify-recompute-layers.tgp --set recompute=layers >/dev/null
+	./$(BUILD)/tunegraph compile examples/demo-lm.job -o $@/llama-lora-recompute-layers.tgp --set model=tiny-llama \
+	    --set lora_r=2 --set lora_dropout=0.1 --set recompute=layers >/dev/null
 
 # Edited-plan seeds: plan files, each followed by an edit program of no-op records (room for
 # the mutator to edit in place): the plan seeds and the benchmark jobs as they are (loaded
@@ -273,6 +276,8 @@ PLAN_FIELDS_SMALL := 'demo-classify.job|' 'demo-classify.job|--set precision=bf1
     'demo-lm.job|--set precision=bf16 --set data_parallel=2' 'demo-classify.job|--set seq_buckets=4,8' \
     'demo-lm.job|--set seq_buckets=2,5,8 --set last_batch=drop' 'demo-lm.job|--set model=tiny-llama' \
     'demo-lm.job|--set model=tiny-llama --set lora_r=2 --set lora_targets=q_proj,k_proj,v_proj,gate_proj' \
+    'demo-classify.job|--set recompute=layers' 'demo-lm.job|--set recompute=layers --set seq_buckets=4,8' \
+    'demo-lm.job|--set model=tiny-llama --set lora_r=2 --set lora_dropout=0.1 --set recompute=layers' \
     'demo-classify.job|--set lora_r=2 --set lora_targets=query,key,value,dense' \
     'demo-classify.job|--set model=tiny-roberta --set lora_r=2 --set lora_targets=dense' \
     'demo-lm.job|--set lora_r=2 --set lora_dropout=0.1 --set lora_targets=c_attn,c_proj,c_fc'

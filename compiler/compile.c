@@ -366,56 +366,141 @@ static uint64_t gpu_estimate(const tg_plan *p) {
     return est.total;
 }
 
+/* Whether the plan passes the job's memory_limit (or the job has none). */
+static int within_limit(const tg_job *j, const tg_plan *p) { return !j->memory_limit || gpu_estimate(p) <= j->memory_limit; }
+
+/* The job compiled whole: at its seq, then, with length buckets, at each other length with
+ * one set of pools. */
+static int compile_full(const tg_job *j, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    if (compile_one(j, cfg, plan, err)) return -1;
+    if (j->n_buckets > 1 && compile_buckets(j, cfg, plan, err)) {
+        tg_plan_free(plan);
+        return -1;
+    }
+    return 0;
+}
+
+/* The GPU estimate of the job compiled with recompute `mode` (every layer for layers) and
+ * no limit; 0 when that does not compile. */
+static uint64_t estimate_with(const tg_job *j, const tg_model_config *cfg, int mode) {
+    tg_job g = *j;
+    g.recompute = mode, g.recompute_layers = 0, g.memory_limit = 0;
+    tg_plan q;
+    tg_err ignored;
+    if (compile_full(&g, cfg, &q, &ignored)) return 0;
+    const uint64_t need = gpu_estimate(&q);
+    tg_plan_free(&q);
+    return need;
+}
+
 /* memory_limit: a plan whose estimate on one GPU passes it is refused, naming both and
- * what recompute = gelu would need where the job did not ask for it. */
-static int check_memory_limit(const tg_job *j, const tg_model_config *cfg, const tg_plan *p, tg_err *err) {
+ * what the recompute modes past the job's would need (recompute = auto has tried them all:
+ * it says so). */
+static int check_memory_limit(const tg_job *job, const tg_job *j, const tg_model_config *cfg, const tg_plan *p,
+                              tg_err *err) {
     tg_memory_estimate est;
     tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, &est);
     if (!j->memory_limit || est.total <= j->memory_limit) return 0;
-    char where[TG_PATH_MAX + 32], a[32], b[32], parts[512], also[96] = "";
-    if (j->recompute == TG_RECOMPUTE_NONE) {
-        tg_job g = *j;
-        g.recompute = TG_RECOMPUTE_GELU, g.memory_limit = 0;
+    char where[TG_PATH_MAX + 32], a[32], b[32], parts[512], how[96] = "", also[160] = "", c[32], d[32];
+    if (job->recompute == TG_RECOMPUTE_AUTO) {
+        snprintf(how, sizeof how, " with every layer recomputed (recompute = auto tried none, gelu and layers)");
+    } else if (j->recompute == TG_RECOMPUTE_NONE || j->recompute == TG_RECOMPUTE_GELU) {
+        /* gelu where the job has none and it needs less (a model without GELUs gains nothing). */
+        uint64_t gelu = j->recompute == TG_RECOMPUTE_NONE ? estimate_with(j, cfg, TG_RECOMPUTE_GELU) : 0;
+        if (gelu >= est.total) gelu = 0;
+        const uint64_t layers = estimate_with(j, cfg, TG_RECOMPUTE_LAYERS);
+        if (gelu && layers)
+            snprintf(also, sizeof also, "; recompute = gelu would need %s, recompute = layers %s",
+                     tg_mem_format_bytes(gelu, c, sizeof c), tg_mem_format_bytes(layers, d, sizeof d));
+        else if (layers)
+            snprintf(also, sizeof also, "; recompute = layers would need %s", tg_mem_format_bytes(layers, d, sizeof d));
+    }
+    return tg_fail(err, "%s: key 'memory_limit': the plan needs %s on one GPU (%s)%s, more than the limit of %s%s",
+                   tg_job_where(j, TG_JOB_MEMORY_LIMIT, where, sizeof where), tg_mem_format_bytes(est.total, a, sizeof a),
+                   tg_memory_estimate_parts(&est, -1, parts, sizeof parts), how,
+                   tg_mem_format_bytes(j->memory_limit, b, sizeof b), also);
+}
+
+/* Whether the plan recomputes anything: a backward op writes a recomputed copy. */
+static int recomputes(const tg_plan *p) {
+    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
+        for (int k = 0; k < TG_OP_MAX_OUT; k++)
+            if (p->ops[o].out[k] >= 0 && tg_name_is_recomputed(p->tensors[p->ops[o].out[k]].name)) return 1;
+    return 0;
+}
+
+/* recompute = auto with a memory_limit the plan without recomputation passes not (*plan,
+ * compiled so): the GELU outputs, then every layer, then, where that passes, the fewest
+ * layers from the first that still pass (a bisection: fewer layers recomputed never need
+ * less). *plan is the last plan tried that passes, or the one recomputing every layer when
+ * none does; *chosen its settings. */
+static int escalate(tg_job *chosen, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    tg_plan_free(plan);
+    chosen->recompute = TG_RECOMPUTE_GELU;
+    if (compile_full(chosen, cfg, plan, err)) return -1;
+    if (within_limit(chosen, plan)) return 0;
+    tg_plan_free(plan);
+    const int layers = cfg->layers;
+    chosen->recompute = TG_RECOMPUTE_LAYERS, chosen->recompute_layers = 0;
+    if (compile_full(chosen, cfg, plan, err)) return -1;
+    if (!within_limit(chosen, plan)) return 0;
+    int lo = 1, hi = layers; /* hi layers pass: *plan */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        tg_job trial = *chosen;
+        trial.recompute_layers = mid;
         tg_plan q;
-        tg_err ignored;
-        if (compile_one(&g, cfg, &q, &ignored) == 0) {
-            char c[32];
-            snprintf(also, sizeof also, "; recompute = gelu would need %s", tg_mem_format_bytes(gpu_estimate(&q), c, sizeof c));
+        if (compile_full(&trial, cfg, &q, err)) return -1;
+        if (within_limit(&trial, &q)) {
+            tg_plan_free(plan);
+            *plan = q, hi = mid;
+            chosen->recompute_layers = mid < layers ? mid : 0;
+        } else {
             tg_plan_free(&q);
+            lo = mid + 1;
         }
     }
-    return tg_fail(err, "%s: key 'memory_limit': the plan needs %s on one GPU (%s)%s, more than the limit of %s",
-                   tg_job_where(j, TG_JOB_MEMORY_LIMIT, where, sizeof where), tg_mem_format_bytes(est.total, a, sizeof a),
-                   tg_memory_estimate_parts(&est, -1, parts, sizeof parts), also,
-                   tg_mem_format_bytes(j->memory_limit, b, sizeof b));
+    return 0;
 }
 
 int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
-    /* recompute = auto: the GELU outputs kept unless memory_limit needs them made again. */
+    /* recompute = auto: nothing recomputed unless memory_limit needs it. */
     tg_job chosen = *job;
     const tg_job *j = &chosen;
-    if (chosen.recompute == TG_RECOMPUTE_AUTO) chosen.recompute = TG_RECOMPUTE_NONE;
-    if (compile_one(j, cfg, plan, err)) return -1;
-    if (job->recompute == TG_RECOMPUTE_AUTO && job->memory_limit && gpu_estimate(plan) > job->memory_limit) {
-        tg_plan_free(plan);
-        chosen.recompute = TG_RECOMPUTE_GELU;
-        if (compile_one(j, cfg, plan, err)) return -1;
+    const int automatic = job->recompute == TG_RECOMPUTE_AUTO;
+    if (automatic) chosen.recompute = TG_RECOMPUTE_NONE, chosen.recompute_layers = 0;
+    if (compile_full(j, cfg, plan, err)) return -1;
+    uint64_t peak_without = plan->peak_bytes;
+    if (automatic && !within_limit(j, plan) && escalate(&chosen, cfg, plan, err)) return -1;
+    /* What the plan would need without recomputation, for inspect. */
+    if (!recomputes(plan)) {
+        peak_without = 0;
+    } else if (!automatic) {
+        tg_job none = chosen;
+        none.recompute = TG_RECOMPUTE_NONE, none.recompute_layers = 0, none.memory_limit = 0;
+        tg_plan q;
+        if (compile_full(&none, cfg, &q, err)) {
+            tg_plan_free(plan);
+            return -1;
+        }
+        peak_without = q.peak_bytes;
+        tg_plan_free(&q);
     }
     if (j->lora_r > 0 ? measure_lora_pruning(j, cfg, plan, err) : j->freeze[0] && measure_freeze_pruning(j, cfg, plan, err)) {
         tg_plan_free(plan);
         return -1;
     }
-    if (j->n_buckets > 1 && compile_buckets(j, cfg, plan, err)) {
-        tg_plan_free(plan);
-        return -1;
-    }
-    if (check_memory_limit(j, cfg, plan, err)) {
+    if (check_memory_limit(job, j, cfg, plan, err)) {
         tg_plan_free(plan);
         return -1;
     }
     /* The fingerprint is the job's as written (recompute = auto, not what it chose). */
     plan->fingerprint = tg_job_fingerprint(cfg, job, TG_VERSION_STRING);
-    for (int k = 0; plan->buckets && k + 1 < plan->train.n_buckets; k++) plan->buckets[k].fingerprint = plan->fingerprint;
+    plan->peak_bytes_without_recompute = peak_without;
+    for (int k = 0; plan->buckets && k + 1 < plan->train.n_buckets; k++) {
+        plan->buckets[k].fingerprint = plan->fingerprint;
+        plan->buckets[k].peak_bytes_without_recompute = peak_without;
+    }
     return 0;
 }
 

@@ -470,7 +470,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     static const char *const tasks[TG_TASK_COUNT] = {"classify", "lm", "mlm", "qa"};
     static const char *const precisions[] = {"fp32", "bf16", "fp16"};
     static const char *const attention_modes[] = {"fused", "unfused"};
-    static const char *const recompute_modes[TG_RECOMPUTE_COUNT] = {"none", "gelu", "auto"};
+    static const char *const recompute_modes[TG_RECOMPUTE_COUNT] = {"none", "gelu", "auto", "layers"};
     static const char *const last_batches[TG_LAST_BATCH_COUNT] = {"pad", "drop", "wrap"};
     static const char *const lr_schedules[TG_LR_SCHEDULE_COUNT] = {"linear", "cosine", "constant"};
     static const char *const optimizers[TG_OPTIMIZER_COUNT] = {"adamw", "adan"};

@@ -82,6 +82,11 @@ typedef struct tg_job {
     int32_t share_grad_memory;
     /* Forward results the backward computes again instead of keeping (TG_RECOMPUTE_*). */
     int32_t recompute;
+    /* recompute = layers: how many transformer layers, from the first, the backward runs
+     * again (0: every one). No job key sets it: recompute = auto chooses it for
+     * memory_limit in the job copy it compiles, so it is not part of the fingerprint (which
+     * is the job's as written). */
+    int32_t recompute_layers;
     /* The optimizer's moment vectors' storage (TG_OPTIMIZER_STATE_*): fp32, or bf16 rounded
      * stochastically after each update (kernels/state_rounding.h). */
     int32_t optimizer_state;
@@ -117,9 +122,11 @@ enum { TG_OPTIMIZER_ADAMW = 0, TG_OPTIMIZER_ADAN = 1, TG_OPTIMIZER_COUNT };
 /* tg_job.optimizer_state */
 enum { TG_OPTIMIZER_STATE_FP32 = 0, TG_OPTIMIZER_STATE_BF16 = 1, TG_OPTIMIZER_STATE_COUNT };
 
-/* tg_job.recompute: none, the MLP's GELU output (compiler/recompute.h), or auto: the GELU
- * output where memory_limit needs it, else none. */
-enum { TG_RECOMPUTE_NONE = 0, TG_RECOMPUTE_GELU = 1, TG_RECOMPUTE_AUTO = 2, TG_RECOMPUTE_COUNT };
+/* tg_job.recompute: none, the MLP's GELU output (compiler/recompute.h), layers: each
+ * transformer layer's forward again in the backward from the layer's input (and the GELU
+ * outputs outside the layers), or auto: as little of these as memory_limit needs (none,
+ * then gelu, then the fewest layers), else none. */
+enum { TG_RECOMPUTE_NONE = 0, TG_RECOMPUTE_GELU = 1, TG_RECOMPUTE_AUTO = 2, TG_RECOMPUTE_LAYERS = 3, TG_RECOMPUTE_COUNT };
 
 typedef enum tg_job_key {
     TG_JOB_MODEL = 0, TG_JOB_TASK, TG_JOB_NUM_LABELS, TG_JOB_BATCH, TG_JOB_SEQ,

@@ -45,9 +45,247 @@ static int movable_after(const tg_graph *g, int w, int b, int out) {
     return 1;
 }
 
-int tg_recompute(tg_graph *g) {
-    if (g->failed) return -1;
-    if (!g->job || g->job->recompute != TG_RECOMPUTE_GELU) return 0;
+/* ---- layers ------------------------------------------------------------------------ */
+
+/* Whether forward op `op`, copied into the backward with the same parameters and the same
+ * inputs, writes the same values: a pure function of its inputs and parameters (a dropout
+ * mask is one of the run's seed, the step counter it reads and its key, a parameter), with
+ * every output a plain activation it overwrites (no loss, no logits, nothing the runtime
+ * reads, no accumulation). */
+static int recomputable(const tg_graph *g, const tg_op *op) {
+    switch (op->kind) {
+    case TG_OP_ADD: case TG_OP_GELU: case TG_OP_TANH: case TG_OP_DROPOUT: case TG_OP_EMBEDDING:
+    case TG_OP_LAYERNORM: case TG_OP_RESIDUAL_LAYERNORM: case TG_OP_RMSNORM: case TG_OP_ROPE: case TG_OP_SWIGLU:
+    case TG_OP_ATTN_SOFTMAX: case TG_OP_ATTENTION: case TG_OP_HEADS_SPLIT: case TG_OP_HEADS_MERGE:
+    case TG_OP_SELECT_TOKEN:
+        break;
+    case TG_OP_MATMUL:
+        if (op->p.matmul.accumulate || op->p.matmul.bias_grad) return 0;
+        break;
+    default:
+        return 0;
+    }
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) {
+        const int t = op->out[k];
+        if (t < 0) continue;
+        if (t >= g->n_tensors || g->tensors[t].pool != TG_POOL_ACTIVATIONS || g->tensors[t].flags ||
+            t == g->io.loss || t == g->io.logits)
+            return 0;
+    }
+    return 1;
+}
+
+/* recompute = layers: the forward ops of each of the first n_layers transformer layers
+ * (0: all), a layer being a run of consecutive forward ops of one tg_op_layer, form a
+ * segment. A tensor a segment's op writes is kept (the backward reads the forward's) when a
+ * forward op outside the segment reads it (the residual stream the next layer reads), when
+ * its writer is not recomputable, or when any other op writes it too; the others are the
+ * segment's intermediates. The ops whose intermediates the backward reads, and the ops
+ * those read intermediates of, are copied, in forward order, right before the first
+ * backward op that reads one of the copies: each copy reads the copies where the original
+ * read intermediates and the originals elsewhere (the kept tensors, parameters, inputs,
+ * the step counter), and writes fresh tensors named "<original>.recomputed"; every backward
+ * reader of an intermediate reads its copy. The intermediates then die in the forward. A
+ * segment one of whose copies would read a tensor something writes between the segment's
+ * start and the copies is left as it is. Returns 0 or -1 (g->err). */
+static int recompute_layers(tg_graph *g, int n_layers) {
+    const int n0 = g->n_ops, nt = g->n_tensors;
+    int b0 = n0;
+    for (int o = 0; o < n0; o++)
+        if (g->ops[o].phase != TG_PHASE_FORWARD) {
+            b0 = o;
+            break;
+        }
+    /* Per tensor: its first writer, its writers, the first backward op reading it, the
+     * segment stamp of the copies' outside inputs, its copy; flags kept, read by the
+     * backward, read by a copy. Per op: its segment, whether it is copied. Per segment:
+     * its layer, first op, insertion point, copies [begin, end), the next segment inserted
+     * at the same point, whether it is left as it is. */
+    int *producer = tg_compiler_malloc(sizeof(int) * ((size_t)nt + 1));
+    int *writes = tg_compiler_calloc((size_t)nt + 1, sizeof(int));
+    int *first_bwd = tg_compiler_malloc(sizeof(int) * ((size_t)nt + 1));
+    int *stamp = tg_compiler_malloc(sizeof(int) * ((size_t)nt + 1));
+    int *copy_of = tg_compiler_malloc(sizeof(int) * ((size_t)nt + 1));
+    char *kept = tg_compiler_calloc((size_t)nt + 1, 1), *bwd_read = tg_compiler_calloc((size_t)nt + 1, 1);
+    char *copy_read = tg_compiler_calloc((size_t)nt + 1, 1);
+    int *seg = tg_compiler_malloc(sizeof(int) * ((size_t)n0 + 1));
+    char *needed = tg_compiler_calloc((size_t)n0 + 1, 1);
+    int *head = tg_compiler_malloc(sizeof(int) * ((size_t)n0 + 1));
+    /* At most one segment per forward op. */
+    int *seg_layer = tg_compiler_malloc(sizeof(int) * ((size_t)b0 + 1));
+    int *seg_begin = tg_compiler_malloc(sizeof(int) * ((size_t)b0 + 1));
+    int *seg_at = tg_compiler_malloc(sizeof(int) * ((size_t)b0 + 1));
+    int *seg_copies = tg_compiler_malloc(sizeof(int) * ((size_t)b0 + 1));
+    int *seg_copies_end = tg_compiler_malloc(sizeof(int) * ((size_t)b0 + 1));
+    int *seg_next = tg_compiler_malloc(sizeof(int) * ((size_t)b0 + 1));
+    char *unsafe = tg_compiler_calloc((size_t)b0 + 1, 1);
+    tg_op *ops = NULL;
+    int rc = -1;
+    if (!producer || !writes || !first_bwd || !stamp || !copy_of || !kept || !bwd_read || !copy_read || !seg ||
+        !needed || !head || !seg_layer || !seg_begin || !seg_at || !seg_copies || !seg_copies_end || !seg_next ||
+        !unsafe) {
+        tg_graph_out_of_memory(g);
+        goto out;
+    }
+    for (int t = 0; t < nt; t++) producer[t] = first_bwd[t] = stamp[t] = copy_of[t] = -1;
+    for (int o = 0; o < n0; o++) {
+        head[o] = -1;
+        for (int k = 0; k < TG_OP_MAX_OUT; k++) {
+            const int t = g->ops[o].out[k];
+            if (t < 0 || t >= nt) continue;
+            writes[t]++;
+            if (producer[t] < 0) producer[t] = o;
+        }
+    }
+    /* The segments: runs of forward ops of one selected layer. */
+    int n_seg = 0;
+    for (int o = 0; o < b0; o++) {
+        const int l = tg_op_layer(g->tensors, nt, &g->ops[o]);
+        seg[o] = -1;
+        if (l < 0 || (n_layers > 0 && l >= n_layers)) continue;
+        if (o > 0 && seg[o - 1] >= 0 && seg_layer[seg[o - 1]] == l) {
+            seg[o] = seg[o - 1];
+            continue;
+        }
+        seg[o] = n_seg;
+        seg_layer[n_seg] = l, seg_begin[n_seg] = o, seg_at[n_seg] = INT32_MAX, seg_copies[n_seg] = -1;
+        seg_copies_end[n_seg] = -1, seg_next[n_seg] = -1;
+        n_seg++;
+    }
+    for (int o = b0; o < n0; o++) seg[o] = -1;
+    if (!n_seg) {
+        rc = 0;
+        goto out;
+    }
+    /* Kept tensors. */
+    for (int o = 0; o < b0; o++) {
+        const tg_op *op = &g->ops[o];
+        if (seg[o] >= 0) {
+            const int pure = recomputable(g, op);
+            for (int k = 0; k < TG_OP_MAX_OUT; k++)
+                if (op->out[k] >= 0 && op->out[k] < nt && (!pure || writes[op->out[k]] != 1)) kept[op->out[k]] = 1;
+        }
+        for (int k = 0; k < TG_OP_MAX_IN; k++) {
+            const int t = op->in[k];
+            if (t < 0 || t >= nt) continue;
+            const int w = producer[t];
+            if (w >= 0 && w < b0 && seg[w] >= 0 && seg[w] != seg[o]) kept[t] = 1;
+        }
+    }
+    for (int o = n0 - 1; o >= b0; o--)
+        for (int k = 0; k < TG_OP_MAX_IN; k++) {
+            const int t = g->ops[o].in[k];
+            if (t >= 0 && t < nt) bwd_read[t] = 1, first_bwd[t] = o;
+        }
+    /* The ops to copy, from the last back: those writing an intermediate the backward or a
+     * later copy reads. */
+    for (int o = b0 - 1; o >= 0; o--) {
+        if (seg[o] < 0) continue;
+        const tg_op *op = &g->ops[o];
+        for (int k = 0; k < TG_OP_MAX_OUT && !needed[o]; k++) {
+            const int t = op->out[k];
+            needed[o] = t >= 0 && t < nt && !kept[t] && (bwd_read[t] || copy_read[t]);
+        }
+        if (!needed[o]) continue;
+        for (int k = 0; k < TG_OP_MAX_IN; k++) {
+            const int t = op->in[k];
+            if (t >= 0 && t < nt && !kept[t] && producer[t] >= 0 && seg[producer[t]] == seg[o]) copy_read[t] = 1;
+        }
+        for (int k = 0; k < TG_OP_MAX_OUT; k++) {
+            const int t = op->out[k];
+            if (t >= 0 && t < nt && !kept[t] && bwd_read[t] && first_bwd[t] < seg_at[seg[o]]) seg_at[seg[o]] = first_bwd[t];
+        }
+    }
+    /* A segment whose copies would read a tensor that something writes between the
+     * segment's start and the copies is left as it is. */
+    for (int s = 0; s < n_seg; s++) {
+        if (seg_at[s] == INT32_MAX) {
+            unsafe[s] = 1; /* nothing to copy */
+            continue;
+        }
+        for (int o = seg_begin[s]; o < b0 && seg[o] == s; o++)
+            for (int k = 0; needed[o] && k < TG_OP_MAX_IN; k++) {
+                const int t = g->ops[o].in[k];
+                if (t >= 0 && t < nt && (kept[t] || producer[t] < 0 || seg[producer[t]] != s)) stamp[t] = s;
+            }
+        for (int w = seg_begin[s]; w < seg_at[s] && !unsafe[s]; w++)
+            for (int k = 0; k < TG_OP_MAX_OUT; k++) {
+                const int t = g->ops[w].out[k];
+                if (t >= 0 && t < nt && stamp[t] == s && !(producer[t] == w && writes[t] == 1)) unsafe[s] = 1;
+            }
+    }
+    /* The copies, segment by segment in forward order, appended to the backward. */
+    const int phase = g->phase;
+    g->phase = TG_PHASE_BACKWARD;
+    for (int s = 0; s < n_seg && !g->failed; s++) {
+        if (unsafe[s]) continue;
+        seg_copies[s] = g->n_ops;
+        for (int o = seg_begin[s]; o < b0 && seg[o] == s && !g->failed; o++) {
+            if (!needed[o]) continue;
+            tg_op_spec spec = tg_spec(g->ops[o].kind);
+            spec.p = g->ops[o].p;
+            for (int k = 0; k < TG_OP_MAX_IN; k++) {
+                const int t = g->ops[o].in[k];
+                spec.in[k] = t >= 0 && t < nt && copy_of[t] >= 0 ? copy_of[t] : t;
+            }
+            for (int k = 0; k < TG_OP_MAX_OUT && !g->failed; k++) {
+                const int t = g->ops[o].out[k];
+                if (t < 0) continue;
+                char name[TG_NAME_MAX];
+                if (snprintf(name, sizeof name, "%s.recomputed", g->tensors[t].name) >= (int)sizeof name) {
+                    tg_graph_fail(g, "tensor name %s too long to name its recomputed copy", g->tensors[t].name);
+                    break;
+                }
+                const tg_tensor *x = &g->tensors[t];
+                const int c = tg_graph_tensor(g, name, x->dtype, x->pool, x->ndim, x->shape);
+                spec.out[k] = c;
+                /* A kept output is read as the forward wrote it: the copy's goes unread. */
+                if (c >= 0 && !kept[t]) copy_of[t] = c;
+            }
+            if (!g->failed) tg_graph_op(g, &spec);
+        }
+        seg_copies_end[s] = g->n_ops;
+    }
+    g->phase = phase;
+    if (g->failed) goto out;
+    /* Every backward reader of an intermediate reads its copy. */
+    for (int o = b0; o < n0; o++)
+        for (int k = 0; k < TG_OP_MAX_IN; k++) {
+            const int t = g->ops[o].in[k];
+            if (t >= 0 && t < nt && copy_of[t] >= 0) g->ops[o].in[k] = copy_of[t];
+        }
+    /* The schedule again: each segment's copies right before its insertion point, the
+     * segments meeting at one point in forward order. */
+    for (int s = n_seg - 1; s >= 0; s--)
+        if (!unsafe[s]) seg_next[s] = head[seg_at[s]], head[seg_at[s]] = s;
+    const int total = g->n_ops;
+    ops = tg_compiler_malloc(sizeof *ops * ((size_t)total + 1));
+    if (!ops) {
+        tg_graph_out_of_memory(g);
+        goto out;
+    }
+    int w = 0;
+    for (int o = 0; o < n0; o++) {
+        for (int s = head[o]; s >= 0; s = seg_next[s])
+            for (int c = seg_copies[s]; c < seg_copies_end[s]; c++) ops[w++] = g->ops[c];
+        ops[w++] = g->ops[o];
+    }
+    if (w != total) { /* GCOVR_EXCL_BR_LINE: every copy has its segment's insertion point, an op below n0 */
+        tg_graph_fail(g, "recompute placed %d of %d ops", w, total);
+        goto out;
+    }
+    memcpy(g->ops, ops, sizeof *ops * (size_t)total);
+    rc = 0;
+out:
+    free(producer), free(writes), free(first_bwd), free(stamp), free(copy_of), free(kept), free(bwd_read);
+    free(copy_read), free(seg), free(needed), free(head), free(seg_layer), free(seg_begin), free(seg_at);
+    free(seg_copies), free(seg_copies_end), free(seg_next), free(unsafe), free(ops);
+    return rc;
+}
+
+/* ---- GELU outputs ------------------------------------------------------------------ */
+
+static int recompute_gelu(tg_graph *g) {
     const int n0 = g->n_ops, nt = g->n_tensors;
     int b0 = n0;
     for (int o = 0; o < n0; o++)
@@ -135,4 +373,12 @@ int tg_recompute(tg_graph *g) {
     }
     free(ops), free(new_before), free(moved_after), free(moved);
     return g->failed ? -1 : 0;
+}
+
+int tg_recompute(tg_graph *g) {
+    if (g->failed) return -1;
+    if (!g->job) return 0;
+    const int mode = g->job->recompute;
+    if (mode == TG_RECOMPUTE_LAYERS && recompute_layers(g, g->job->recompute_layers)) return -1;
+    return mode == TG_RECOMPUTE_GELU || mode == TG_RECOMPUTE_LAYERS ? recompute_gelu(g) : 0;
 }

@@ -6,7 +6,22 @@
 
 #include "compiler/graph.h"
 
-/* recompute = gelu: each MLP's GELU output (the separate GELU op's, or a GELU-epilogue
+/* recompute = layers (job->recompute_layers: the first that many layers, 0 all): each
+ * transformer layer's forward ops (a run of forward ops whose outputs name one layer,
+ * tg_op_layer) run again in the backward, right before the first backward op that reads
+ * what they make, into fresh tensors ("<name>.recomputed") that the layer's backward reads
+ * instead of the forward's. Only what the backward needs is copied: the ops making the
+ * intermediates it reads and the ops those depend on within the layer. What a later
+ * forward op reads (the residual stream entering the next layer) is kept, and so is the
+ * output of anything that is not a pure function of its inputs (losses, the masking op,
+ * accumulating products) or that another op writes too; the copies read those as the
+ * forward wrote them. Dropout copies keep their stream key and read the same step counter,
+ * so they draw the forward's masks, and the copies compute exactly what the forward did:
+ * training is bit for bit unchanged. The forward's intermediates die inside the forward,
+ * which the memory planner's liveness turns into the saving. The GELU outputs outside the
+ * recomputed layers are then made again as recompute = gelu does.
+ *
+ * recompute = gelu: each MLP's GELU output (the separate GELU op's, or a GELU-epilogue
  * MATMUL's out0) that the backward reads (the second projection's weight gradient) is
  * made again in the backward from the pre-activation, which the GELU backward keeps
  * anyway, and the backward's readers read the copy; the forward's output dies in the

@@ -12,16 +12,75 @@
 #include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 
-/* Names of the tensor flags, bit by bit (bit 7, a low-precision copy, shows as "copy"). */
-/* Forward outputs the backward makes again (compiler/recompute.h): the GELU backwards'
- * out2 and the GELU ops of the backward phase. */
-static int recomputed_outputs(const tg_plan *p) {
-    int n = 0;
-    for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o >= 0 && o < p->phase_begin[TG_PHASE_OPTIMIZER] && o < p->n_ops; o++)
-        n += (p->ops[o].kind == TG_OP_GELU_BWD && p->ops[o].out[2] >= 0) || p->ops[o].kind == TG_OP_GELU;
-    return n;
+/* What the plan recomputes (compiler/recompute.h): the backward ops writing a copy named
+ * "<forward tensor>.recomputed" (and the GELU backwards writing one as their out2). The
+ * layers rerun are the layers of those ops that are not a lone GELU (recompute = gelu's copy
+ * before its reader); the GELU outputs made again are the GELU backwards' copies and the
+ * lone GELU copies outside those layers. */
+enum { MAX_SHOWN_LAYERS = 4096 };
+typedef struct recompute_summary {
+    int ops;            /* ops run again in the backward */
+    double flops;       /* their FLOPs a step (times the micro-steps) */
+    int outputs;        /* recomputed tensors written */
+    int gelu;           /* GELU outputs made again outside the layers rerun */
+    int layers;         /* layers rerun */
+    char layer[MAX_SHOWN_LAYERS]; /* per layer index: rerun */
+} recompute_summary;
+
+static int recomputed_op(const tg_plan *p, const tg_op *op) {
+    if (op->kind == TG_OP_GELU_BWD) return 0;
+    const int t = op->out[0];
+    return t >= 0 && t < p->n_tensors && tg_name_is_recomputed(p->tensors[t].name);
 }
 
+static void summarize_recompute(const tg_plan *p, recompute_summary *r) {
+    memset(r, 0, sizeof *r);
+    int b = p->phase_begin[TG_PHASE_BACKWARD], e = p->phase_begin[TG_PHASE_OPTIMIZER];
+    if (b < 0) b = 0;
+    if (e > p->n_ops) e = p->n_ops;
+    const double times = p->train.grad_accumulation > 1 ? p->train.grad_accumulation : 1;
+    for (int o = b; o < e; o++) {
+        const tg_op *op = &p->ops[o];
+        if (op->kind == TG_OP_GELU_BWD && op->out[2] >= 0) r->outputs++, r->gelu++;
+        if (!recomputed_op(p, op)) continue;
+        r->ops++;
+        r->flops += times * tg_op_flops(op);
+        for (int k = 0; k < TG_OP_MAX_OUT; k++) r->outputs += op->out[k] >= 0;
+        const int l = tg_op_layer(p->tensors, p->n_tensors, op);
+        if (op->kind != TG_OP_GELU && l >= 0 && l < MAX_SHOWN_LAYERS && !r->layer[l]) r->layer[l] = 1, r->layers++;
+    }
+    for (int o = b; o < e; o++) {
+        const tg_op *op = &p->ops[o];
+        if (op->kind != TG_OP_GELU || !recomputed_op(p, op)) continue;
+        const int l = tg_op_layer(p->tensors, p->n_tensors, op);
+        r->gelu += l < 0 || l >= MAX_SHOWN_LAYERS || !r->layer[l];
+    }
+}
+
+/* The layers rerun as runs: "0-11", "0-3, 5". */
+static void layer_runs(const recompute_summary *r, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int l = 0; l < MAX_SHOWN_LAYERS && at < cap; l++) {
+        if (!r->layer[l]) continue;
+        int end = l;
+        while (end + 1 < MAX_SHOWN_LAYERS && r->layer[end + 1]) end++;
+        int n = end > l ? snprintf(buf + at, cap - at, "%s%d-%d", at ? ", " : "", l, end)
+                        : snprintf(buf + at, cap - at, "%s%d", at ? ", " : "", l);
+        at += n > 0 ? (size_t)n : 0;
+        l = end;
+    }
+    if (at >= cap && cap > 4) strcpy(buf + cap - 4, "...");
+}
+
+/* The GPU estimate of the plan with its pools as large as without recomputation. */
+static uint64_t gpu_estimate_without(const tg_plan *p) {
+    tg_memory_estimate est;
+    tg_estimate_memory(p, TG_MEM_DEVICE_CUDA, &est);
+    return est.total - est.part[TG_MEM_POOLS] + p->peak_bytes_without_recompute;
+}
+
+/* Names of the tensor flags, bit by bit (bit 7, a low-precision copy, shows as "copy"). */
 static const char *const k_flag_names[] = {"param", "grad",   "no_decay", "input",     "output", "view",
                                            "tied",  "copy",   "frozen",   "buffer",    "persistent"};
 _Static_assert(sizeof k_flag_names / sizeof k_flag_names[0] == 11 && TG_TENSOR_FLAGS_ALL == (1 << 11) - 1,
@@ -165,8 +224,24 @@ static void print_text(const tg_plan *p, FILE *out) {
     if (p->train.task == TG_TASK_QA)
         fprintf(out, "qa eval: n_best %d  max_answer_length %d  null_threshold %g\n", r->qa_n_best,
                 r->qa_max_answer_length, (double)r->qa_null_threshold);
-    const int again = recomputed_outputs(p);
-    if (again) fprintf(out, "recompute: %d forward outputs made again in the backward (job key recompute)\n", again);
+    recompute_summary *rs = tg_calloc(1, sizeof *rs);
+    if (rs) summarize_recompute(p, rs);
+    if (rs && rs->layers) {
+        char runs[256];
+        layer_runs(rs, runs, sizeof runs);
+        const double base = p->flops_per_step - rs->flops;
+        fprintf(out, "recompute: layers %s (%d of %d) run again in the backward: %d ops, %.6g FLOPs (%.3f GFLOP) a step",
+                runs, rs->layers, p->model.layers, rs->ops, rs->flops, rs->flops / 1e9);
+        if (base > 0) fprintf(out, " (+%.1f%%)", 100.0 * rs->flops / base);
+        fputs(" (job key recompute)\n", out);
+    }
+    if (rs && rs->gelu)
+        fprintf(out, "recompute: %d GELU outputs made again in the backward%s\n", rs->gelu,
+                rs->layers ? "" : " (job key recompute)");
+    if (rs && (rs->layers || rs->gelu) && p->peak_bytes_without_recompute)
+        fprintf(out, "recompute: planned peak %" PRIu64 " bytes (%.2f MiB), %" PRIu64 " bytes (%.2f MiB) without recomputing\n",
+                p->peak_bytes, mib(p->peak_bytes), p->peak_bytes_without_recompute, mib(p->peak_bytes_without_recompute));
+    free(rs);
     fprintf(out, "fingerprint: %016" PRIx64 "\n", p->fingerprint);
     fprintf(out, "ops: %d  tensors: %d\n", p->n_ops, p->n_tensors);
     const class_counts cc = count_classes(p);
@@ -248,6 +323,11 @@ static void print_text(const tg_plan *p, FILE *out) {
         fprintf(out, "memory estimate, %s: %s (%s)\n", d == TG_MEM_DEVICE_CUDA ? "GPU" : "CPU",
                 tg_mem_format_bytes(est.total, total, sizeof total),
                 tg_memory_estimate_parts(&est, -1, parts, sizeof parts));
+    }
+    if (p->peak_bytes_without_recompute) {
+        char total[32];
+        fprintf(out, "memory estimate, GPU without recomputing: %s\n",
+                tg_mem_format_bytes(gpu_estimate_without(p), total, sizeof total));
     }
     fprintf(out, "activation live peak: %" PRIu64 " bytes (%.2f MiB)\n", p->activation_live_peak,
             mib(p->activation_live_peak));
@@ -501,7 +581,29 @@ static json_t *build_json(const tg_plan *p, int *bad) {
     jset(&c, root, "bytes_per_step", jreal(p->bytes_per_step));
     jset(&c, root, "freeze_pruned_ops", jint(p->freeze_pruned_ops));
     jset(&c, root, "freeze_pruned_flops", jreal(p->freeze_pruned_flops));
-    jset(&c, root, "recomputed_outputs", jint(recomputed_outputs(p)));
+    /* {"layers": [0, 1, ...], "ops": N, "flops_per_step": X, "gelu_outputs": N,
+     * "peak_bytes_without": N, "gpu_estimate_without_bytes": N}: what the backward runs
+     * again (compiler/recompute.h); the sizes without recomputing are 0 where the plan
+     * recomputes nothing. */
+    recompute_summary *rs = tg_calloc(1, sizeof *rs);
+    if (!rs) c.bad = 1;
+    else summarize_recompute(p, rs);
+    jset(&c, root, "recomputed_outputs", jint(rs ? rs->outputs : 0));
+    json_t *jr = json_object(), *layers = json_array();
+    jset(&c, root, "recompute", jr);
+    if (jr) {
+        jset(&c, jr, "layers", layers);
+        layers = NULL;
+        for (int l = 0; rs && l < MAX_SHOWN_LAYERS; l++)
+            if (rs->layer[l]) jpush(&c, json_object_get(jr, "layers"), jint(l));
+        jset(&c, jr, "ops", jint(rs ? rs->ops : 0));
+        jset(&c, jr, "flops_per_step", jreal(rs ? rs->flops : 0));
+        jset(&c, jr, "gelu_outputs", jint(rs ? rs->gelu : 0));
+        jset(&c, jr, "peak_bytes_without", jbytes(p->peak_bytes_without_recompute));
+        jset(&c, jr, "gpu_estimate_without_bytes", jbytes(p->peak_bytes_without_recompute ? gpu_estimate_without(p) : 0));
+    }
+    json_decref(layers);
+    free(rs);
     *bad = c.bad;
     return root;
 }

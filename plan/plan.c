@@ -2,6 +2,7 @@
 #include "plan/plan.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void tg_plan_free(tg_plan *plan) {
     if (!plan) return;
@@ -82,4 +83,43 @@ const char *tg_tensor_class_name(int cls) { return NAME_OR_UNKNOWN(class_names, 
 
 int tg_tensor_is_value(const tg_tensor *t) {
     return tg_tensor_class_of(t) != TG_CLASS_NONE && !(t->flags & (TG_TENSOR_VIEW | TG_TENSOR_PARAM_COPY));
+}
+
+int tg_name_layer(const char *name) {
+    static const char *const containers[] = {"layer", "layers", "h", "block", "blocks"};
+    const char *prev = NULL, *c = name;
+    size_t prev_len = 0;
+    while (c) {
+        const char *dot = strchr(c, '.');
+        const size_t len = dot ? (size_t)(dot - c) : strlen(c);
+        int digits = len > 0 && len <= 6;
+        for (size_t i = 0; digits && i < len; i++) digits = c[i] >= '0' && c[i] <= '9';
+        if (digits && prev)
+            for (size_t k = 0; k < sizeof containers / sizeof containers[0]; k++)
+                if (strlen(containers[k]) == prev_len && !strncmp(prev, containers[k], prev_len)) {
+                    int n = 0;
+                    for (size_t i = 0; i < len; i++) n = n * 10 + (c[i] - '0');
+                    return n;
+                }
+        prev = c, prev_len = len;
+        c = dot ? dot + 1 : NULL;
+    }
+    return -1;
+}
+
+int tg_op_layer(const tg_tensor *tensors, int n_tensors, const tg_op *op) {
+    int layer = -1;
+    for (int k = 0; k < TG_OP_MAX_OUT; k++) {
+        const int t = op->out[k];
+        if (t < 0 || t >= n_tensors) continue;
+        const int l = tg_name_layer(tensors[t].name);
+        if (l >= 0 && (layer < 0 || l < layer)) layer = l;
+    }
+    return layer;
+}
+
+int tg_name_is_recomputed(const char *name) {
+    static const char tail[] = ".recomputed";
+    const size_t n = strnlen(name, TG_NAME_MAX), m = sizeof tail - 1;
+    return n >= m && !memcmp(name + n - m, tail, m);
 }

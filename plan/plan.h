@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 22
+#define TG_PLAN_VERSION 23
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -294,6 +294,11 @@ typedef struct tg_plan {
      * frozen parameters, and everything below the lowest trainable one). 0 without freeze. */
     int32_t freeze_pruned_ops;
     double freeze_pruned_flops;
+    /* Recomputation (job key recompute): the planned peak (peak_bytes) of the same job
+     * compiled with recompute = none, for inspect to set beside this plan's; 0 when the plan
+     * recomputes nothing. Printed, never executed; at most TG_POOL_COUNT pools of
+     * TG_POOL_MAX_BYTES. A bucket plan carries the plan's. */
+    uint64_t peak_bytes_without_recompute;
     tg_plan_io io;
     uint64_t fingerprint;                /* xxh64 of model config, job and tunegraph version
                                             (computed by the compiler) */
@@ -327,6 +332,18 @@ const tg_plan *tg_plan_bucket(const tg_plan *plan, int k);
  * is truncated to seq). */
 int tg_plan_bucket_for(const tg_plan *plan, int32_t len);
 const char *tg_last_batch_name(int mode);
+
+/* The transformer layer a name belongs to: N of a dotted component N (digits) right after a
+ * component `layer`, `layers`, `h`, `block` or `blocks` (BERT's "bert.encoder.layer.3.x",
+ * GPT-2's "transformer.h.3.x", Llama's "model.layers.3.x"); -1 when it names none. */
+int tg_name_layer(const char *name);
+/* The layer of an op: the lowest layer its outputs' names name (GPT-2's residual LayerNorm
+ * closing block l writes block l's residual and block l + 1's ln_1: block l's), -1 when
+ * none does. Out-of-range output indices are skipped. */
+int tg_op_layer(const tg_tensor *tensors, int n_tensors, const tg_op *op);
+/* Whether tensor name `name` is a recomputed copy (compiler/recompute.h): it ends with
+ * ".recomputed". */
+int tg_name_is_recomputed(const char *name);
 
 const char *tg_op_name(int kind);
 /* The kernel group (tg_op_group) of op kind `kind`, and a group's printed name. */

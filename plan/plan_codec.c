@@ -38,7 +38,7 @@ _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1592, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3576, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3584, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -273,8 +273,9 @@ int tg_plan_payload_encode(const tg_plan *plan, uint8_t **out, size_t *out_len, 
     put_body(&b, plan);
     put_io(&b, &plan->io);
     put_u64(&b, plan->fingerprint);
-    /* A bucket plan's settings, io and fingerprint are the plan's (its seq is
-     * bucket_seq[k]): only its own tables and totals are written. */
+    put_u64(&b, plan->peak_bytes_without_recompute);
+    /* A bucket plan's settings, io, fingerprint and recompute summary are the plan's (its
+     * seq is bucket_seq[k]): only its own tables and totals are written. */
     for (int k = 0; k < n_bucket_plans; k++) put_body(&b, &plan->buckets[k]);
     if (b.oom) {
         free(b.p);
@@ -589,6 +590,8 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
     get_io(&r, &p->io);
     r.section = "fingerprint";
     p->fingerprint = get_u64(&r);
+    r.section = "recompute summary";
+    p->peak_bytes_without_recompute = get_u64(&r);
 
     /* Each bucket plan: its own tables and totals; the rest is the plan's, but for seq. */
     const int n_bucket_plans = !r.failed && p->train.n_buckets > 1 ? p->train.n_buckets - 1 : 0;
@@ -606,6 +609,7 @@ int tg_plan_payload_decode(const uint8_t *buf, size_t len, const char *name, tg_
         b->run = p->run;
         b->io = p->io;
         b->fingerprint = p->fingerprint;
+        b->peak_bytes_without_recompute = p->peak_bytes_without_recompute;
         char bname[TG_PATH_MAX + 64];
         snprintf(bname, sizeof bname, "%s: bucket %d (seq %d)", name, k, b->train.seq);
         if (get_body(&r, b, bname, err)) return -1;

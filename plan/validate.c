@@ -407,6 +407,11 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: freeze pruned %d ops and %g FLOPs (both must be >= 0 and finite)", name,
                        p->freeze_pruned_ops, p->freeze_pruned_flops);
 
+    /* So is the recompute summary: a sum of pools, each at most TG_POOL_MAX_BYTES. */
+    if (p->peak_bytes_without_recompute > TG_POOL_COUNT * TG_POOL_MAX_BYTES)
+        return tg_fail(err, "%s: peak without recompute %llu bytes is more than %d pools may hold", name,
+                       (unsigned long long)p->peak_bytes_without_recompute, TG_POOL_COUNT);
+
     for (int o = 0, ph = 0; o < p->n_ops; o++) {
         const tg_op *op = &p->ops[o];
         if (op->kind < 0 || op->kind >= TG_OP_COUNT)
@@ -827,6 +832,7 @@ int tg_plan_validate_buckets(const tg_plan *p, const char *name, tg_err *err) {
                            : memcmp(&b->io, &p->io, sizeof b->io)                 ? "io table"
                            : strcmp(b->job_path, p->job_path)                      ? "job path"
                            : b->fingerprint != p->fingerprint                     ? "fingerprint"
+                           : b->peak_bytes_without_recompute != p->peak_bytes_without_recompute ? "recompute summary"
                            : b->grads_share_activations != p->grads_share_activations ? "gradient sharing"
                            : b->buckets                                           ? "bucket plans"
                                                                                   : NULL;

@@ -1823,12 +1823,15 @@ TG_TEST(test_compile_allocation_failures) {
         const char *preset;
         int task, precision, data_parallel, zero_stage, attention;
         const char *freeze;
-        int recompute; /* the GELU backward's copy (BERT), a GELU op (GPT-2's epilogue) */
+        int recompute; /* the GELU backward's copy (BERT), a GELU op (GPT-2's epilogue), the layers */
     } cases[] = {
         {"tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, 0, TG_ATTENTION_FUSED, "", TG_RECOMPUTE_GELU},
         {"tiny-roberta", TG_TASK_CLASSIFY, TG_PREC_BF16, 1, 0, TG_ATTENTION_UNFUSED, "roberta.embeddings.*",
          TG_RECOMPUTE_AUTO},
         {"tiny-gpt2", TG_TASK_LM, TG_PREC_BF16, 2, 1, TG_ATTENTION_FUSED, "transformer.wte.*", TG_RECOMPUTE_GELU},
+        /* Every layer's forward copied into the backward (compiler/recompute.h). */
+        {"tiny-llama", TG_TASK_LM, TG_PREC_BF16, 1, 0, TG_ATTENTION_FUSED, "", TG_RECOMPUTE_LAYERS},
+        {"tiny-bert", TG_TASK_CLASSIFY, TG_PREC_FP32, 1, 0, TG_ATTENTION_UNFUSED, "", TG_RECOMPUTE_LAYERS},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         tg_model_config cfg;

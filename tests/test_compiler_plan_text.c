@@ -43,6 +43,15 @@ static const struct {
     {"tests/data/plan_text_bert_classify_recompute.txt", "model = tiny-bert\nbatch = 2\nseq = 8\nrecompute = gelu\n"},
     {"tests/data/plan_text_gpt2_lm_recompute_bf16.txt",
      "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nprecision = bf16\nrecompute = gelu\n"},
+    /* Each layer's forward again before its backward (compiler/recompute.h): BERT with
+     * dropout, fused; GPT-2 unfused (the softmax's dropout, heads split and merged, the
+     * separate GELU, dropout and residual adds); Llama (RMSNorm, rotary, SwiGLU). */
+    {"tests/data/plan_text_bert_classify_recompute_layers.txt",
+     "model = tiny-bert\nbatch = 2\nseq = 8\nrecompute = layers\n"},
+    {"tests/data/plan_text_gpt2_lm_unfused_recompute_layers.txt",
+     "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nattention = unfused\nfuse_gelu = false\n"
+     "fuse_residual_layernorm = false\nrecompute = layers\n"},
+    {"tests/data/plan_text_llama_lm_recompute_layers.txt", "model = tiny-llama\ntask = lm\nbatch = 2\nseq = 8\nrecompute = layers\n"},
 };
 
 /* Drops the lines that start with one of the prefixes, in place. */

@@ -190,7 +190,8 @@ TG_TEST(test_plan_codec_payload_fields) {
 
 /* The sections in payload order, as the truncation messages name them. */
 static const char *const sections[] = {"model config", "job path",     "train settings", "run settings", "tensor table",
-                                       "op kind names", "op table",    "plan totals",    "io table",     "fingerprint"};
+                                       "op kind names", "op table",    "plan totals",    "io table",     "fingerprint",
+                                       "recompute summary"};
 enum { N_SECTIONS = sizeof sections / sizeof sections[0] };
 
 /* The section a refusal of a truncated payload names (counts refused as impossible for the

@@ -138,8 +138,9 @@ static int compile_limited(int recompute, uint64_t limit, tg_plan *p, tg_err *er
 
 /* memory_limit and recompute = auto (the default): no limit, nothing recomputed; a limit
  * the plan passes without recomputing but not with, the GELU outputs made again (and the
- * plan's fingerprint still the job's); a limit neither meets, refused with both numbers
- * (and, with recompute = none, what gelu would need). */
+ * plan's fingerprint still the job's); a limit gelu does not meet, layers recomputed; one
+ * nothing meets, refused with both numbers (and, with recompute = none, what gelu and
+ * layers would need). */
 TG_TEST(test_recompute_auto_memory_limit) {
     tg_plan none, gelu, p;
     tg_err err;
@@ -169,11 +170,19 @@ TG_TEST(test_recompute_auto_memory_limit) {
               "the fingerprint is not the job's as written");
         tg_plan_free(&p);
     }
-    CHECK(compile_limited(TG_RECOMPUTE_AUTO, low - 1, &p, &err) == -1 && strstr(err.msg, "key 'memory_limit'") &&
-              strstr(err.msg, "more than the limit of") && strstr(err.msg, "CUDA context"),
+    /* Below gelu's need: layers (compiler/recompute.h; tests/test_recompute_layers.c), and
+     * below every layer's, refused. */
+    if (CHECK(compile_limited(TG_RECOMPUTE_AUTO, low - 1, &p, &err) == 0, "%s", err.msg)) {
+        CHECK(gpu_need(&p) <= low - 1 && p.peak_bytes_without_recompute == none.peak_bytes,
+              "auto below gelu's need: %llu bytes", (unsigned long long)gpu_need(&p));
+        tg_plan_free(&p);
+    }
+    CHECK(compile_limited(TG_RECOMPUTE_AUTO, 1ull << 20, &p, &err) == -1 && strstr(err.msg, "key 'memory_limit'") &&
+              strstr(err.msg, "more than the limit of") && strstr(err.msg, "CUDA context") &&
+              strstr(err.msg, "with every layer recomputed"),
           "%s", err.msg);
     CHECK(compile_limited(TG_RECOMPUTE_NONE, (low + high) / 2, &p, &err) == -1 &&
-              strstr(err.msg, "recompute = gelu would need"),
+              strstr(err.msg, "recompute = gelu would need") && strstr(err.msg, "recompute = layers"),
           "%s", err.msg);
     tg_plan_free(&none);
     tg_plan_free(&gelu);

@@ -278,13 +278,14 @@ static void apply_record(tg_plan *top, int n_bucket_plans, const uint8_t *r) {
         f = (field){at[k], k == 3 ? F_U64 : F_I32, k < 2 ? at[1 - k] : NULL};
         break;
     }
-    case 9: { /* pool sizes, the totals, the gradients' sharing, the phase table */
-        const int k = (int)(pick % (TG_POOL_COUNT + 3 + TG_PHASE_COUNT + 1));
+    case 9: { /* pool sizes, the totals, the gradients' sharing, the recompute summary, the phase table */
+        const int k = (int)(pick % (TG_POOL_COUNT + 4 + TG_PHASE_COUNT + 1));
         if (k < TG_POOL_COUNT) f = (field){&p->pool_bytes[k], F_U64, &p->pool_bytes[(k + 1) % TG_POOL_COUNT]};
         else if (k == TG_POOL_COUNT) f = (field){&p->peak_bytes, F_U64, NULL};
         else if (k == TG_POOL_COUNT + 1) f = (field){&p->activation_live_peak, F_U64, NULL};
         else if (k == TG_POOL_COUNT + 2) f = (field){&p->grads_share_activations, F_I32, NULL};
-        else f = (field){&p->phase_begin[k - TG_POOL_COUNT - 3], F_I32, NULL};
+        else if (k == TG_POOL_COUNT + 3) f = (field){&p->peak_bytes_without_recompute, F_U64, &p->peak_bytes};
+        else f = (field){&p->phase_begin[k - TG_POOL_COUNT - 4], F_I32, NULL};
         break;
     }
     case 10: { /* a model setting */
