@@ -176,7 +176,7 @@ static int add(builder *b, const char *name, int x, int y) {
     int z = tg_graph_tensor(g, name, TG_F32, TG_POOL_ACTIVATIONS, src->ndim, src->shape);
     tg_op_spec s = tg_spec(TG_OP_ADD);
     s.in[0] = x, s.in[1] = y, s.out[0] = z;
-    s.p.count.n = tg_tensor_numel(src);
+    s.p.count.n = tg_tensor_numel(&g->tensors[x]); /* src moved if the new tensor grew the table */
     tg_graph_op(g, &s);
     return z;
 }
