@@ -49,22 +49,6 @@ static int ends_with(const char *s, const char *tail) {
     return n >= k && !strcmp(s + n - k, tail);
 }
 
-/* The plan through its file encoding and back: the decoder's checks (tables, ops, the
- * memory checker, bucket plans) accept it and give the same plan. */
-static void check_file_round_trip(const tg_plan *p, const char *what) {
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    tg_err err;
-    tg_plan back;
-    if (!CHECK(tg_plan_encode(p, &bytes, &len, &err) == 0, "%s: %s", what, err.msg)) return;
-    if (CHECK(tg_plan_decode(bytes, len, what, &back, &err) == 0, "%s: %s", what, err.msg)) {
-        CHECK(back.n_ops == p->n_ops && back.n_tensors == p->n_tensors && back.peak_bytes == p->peak_bytes,
-              "%s: the decoded plan differs", what);
-        tg_plan_free(&back);
-    }
-    free(bytes);
-}
-
 /* Every LoRA sum of a folded plan: written by the base product (overwriting) and then by
  * the B product (accumulating, alpha / r), both in one phase; no ADD writes it and no
  * tensor "<projection>.lora_B" (the B product's own output) is left. Returns the sums. */

@@ -19,6 +19,7 @@
 #include "runtime/lora_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
+#include "tests/train_record.h"
 
 #define ALL_TARGETS "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 #define BASE_JOB "model = tiny-llama\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
@@ -146,24 +147,6 @@ static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
     }
     for (int64_t i = 0; i < B * T; i++) labels[i] = i % T == T - 1 ? -100 : ids[i + 1];
     return 0;
-}
-
-/* The forward in eval mode (no dropout), its logits (malloc'd) and loss. */
-static float *forward_logits(tg_trainer *tr, const tg_plan *p, float *loss, tg_err *err) {
-    if (tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err)) return NULL;
-    float *l = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[p->io.logits]));
-    if (l && (tg_trainer_read_f32(tr, p->io.logits, l, err) || tg_trainer_read_f32(tr, p->io.loss, loss, err))) {
-        free(l);
-        return NULL;
-    }
-    return l;
-}
-
-static void random_fill(float *v, int64_t n, float scale, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        v[i] = scale * ((float)(seed >> 8) / 16777216.0f - 0.5f);
-    }
 }
 
 /* While B is zero the adapted model is the base model; with random A and B it is the base

@@ -21,6 +21,7 @@
 #include "runtime/lora_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
+#include "tests/train_record.h"
 
 #define BERT_CLS_BASE "model = tiny-bert\ntask = classify\nnum_labels = 3\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
 #define GPT2_LM_BASE "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
@@ -283,23 +284,6 @@ static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
     else
         for (int64_t i = 0; i < B; i++) labels[i] = (int32_t)((i + 1) % p->train.num_labels);
     return 0;
-}
-
-static float *forward_logits(tg_trainer *tr, const tg_plan *p, float *loss, tg_err *err) {
-    if (tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err)) return NULL;
-    float *l = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[p->io.logits]));
-    if (l && (tg_trainer_read_f32(tr, p->io.logits, l, err) || tg_trainer_read_f32(tr, p->io.loss, loss, err))) {
-        free(l);
-        return NULL;
-    }
-    return l;
-}
-
-static void random_fill(float *v, int64_t n, float scale, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        v[i] = scale * ((float)(seed >> 8) / 16777216.0f - 0.5f);
-    }
 }
 
 static float *read_tensor(tg_trainer *tr, const tg_plan *p, int t, tg_err *err) {

@@ -42,23 +42,6 @@ static int recomputed_ops(const tg_plan *p) {
     return n;
 }
 
-/* The plan through its file encoding and back: the decoder's checks (tables, ops, the
- * memory checker, bucket plans) accept it and give the same plan. */
-static void check_file_round_trip(const tg_plan *p, const char *what) {
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    tg_err err;
-    tg_plan back;
-    if (!CHECK(tg_plan_encode(p, &bytes, &len, &err) == 0, "%s: %s", what, err.msg)) return;
-    if (CHECK(tg_plan_decode(bytes, len, what, &back, &err) == 0, "%s: %s", what, err.msg)) {
-        CHECK(back.n_ops == p->n_ops && back.peak_bytes == p->peak_bytes &&
-                  back.peak_bytes_without_recompute == p->peak_bytes_without_recompute,
-              "%s: the decoded plan differs", what);
-        tg_plan_free(&back);
-    }
-    free(bytes);
-}
-
 /* The job trained `steps` steps with recompute = none and = layers: the same bytes; the
  * layers plan recomputes, needs less and passes the file checks. */
 static void check_same_training(const char *job_path, const char *const *sets, int n_sets, int steps) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/plan_file.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 
@@ -37,4 +38,36 @@ int train_record(const tg_plan *plan, int steps, uint8_t **out, size_t *n) {
     }
     *out = buf, *n = cap;
     return 1;
+}
+
+void check_file_round_trip(const tg_plan *p, const char *what) {
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    tg_err err;
+    tg_plan back;
+    if (!CHECK(tg_plan_encode(p, &bytes, &len, &err) == 0, "%s: %s", what, err.msg)) return;
+    if (CHECK(tg_plan_decode(bytes, len, what, &back, &err) == 0, "%s: %s", what, err.msg)) {
+        CHECK(back.n_ops == p->n_ops && back.n_tensors == p->n_tensors && back.peak_bytes == p->peak_bytes &&
+                  back.peak_bytes_without_recompute == p->peak_bytes_without_recompute,
+              "%s: the decoded plan differs", what);
+        tg_plan_free(&back);
+    }
+    free(bytes);
+}
+
+float *forward_logits(tg_trainer *tr, const tg_plan *p, float *loss, tg_err *err) {
+    if (tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, err)) return NULL;
+    float *l = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[p->io.logits]));
+    if (l && (tg_trainer_read_f32(tr, p->io.logits, l, err) || tg_trainer_read_f32(tr, p->io.loss, loss, err))) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void random_fill(float *v, int64_t n, float scale, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = scale * ((float)(seed >> 8) / 16777216.0f - 0.5f);
+    }
 }
