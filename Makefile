@@ -206,13 +206,14 @@ CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv instruct squad squad_eval tokenizer checkpoint \
-                hf_index metrics
+                hf_index metrics sweep_grid sweep_weights artifact_manifest
 FUZZ_FLAGS := -U_FORTIFY_SOURCE -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, the job reader, the
-# checkpoint reader and the metrics reader of `tunegraph plot`.
+# checkpoint reader, the metrics reader of `tunegraph plot`, `tunegraph sweep`'s --grid and
+# --weights and the artifact manifest reader.
 FUZZ_LIB_SRC := $(wildcard base/*.c plan/*.c models/*.c datasets/*.c) compiler/job.c runtime/checkpoint.c \
-                cli/metrics_read.c
+                cli/metrics_read.c cli/sweep_spec.c cli/artifact_manifest.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ)/obj/%.o)
 .SECONDARY: $(FUZZ_LIB_OBJ)
 

@@ -31,6 +31,12 @@ int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const ch
     return 0;
 }
 
+int tg_front_job_key_known(const char *key) {
+    for (int k = 0; k < TG_JOB_KEY_COUNT; k++)
+        if (!strcmp(tg_job_key_name(k), key)) return 1;
+    return 0;
+}
+
 /* The config.json tg_model_config_load read for `source`: a preset's when the name has no
  * '/' and such a preset exists, else the folder's. */
 static char *model_config_path(const char *source) {

@@ -22,6 +22,9 @@ int tg_front_compile_text(const char *text, const char *name, const char *base_d
  * refused as compiled in, and a refusal leaves the plan as it was. `plan_name` names the plan in messages. */
 int tg_front_set_run(tg_plan *plan, const char *const *settings, int n, const char *plan_name, tg_err *err);
 
+/* Whether `key` is a job file key ("batch", "precision", ...): 1 or 0. */
+int tg_front_job_key_known(const char *key);
+
 /* The files a plan's run reads, for the output checks (tg_outputs_check): its model's
  * config.json and weights, its training and eval data (paths "" where it has none).
  * *config_path holds the first one's path (malloc'd; the caller frees it). */

@@ -17,13 +17,16 @@
 #include "base/atomic_file.h"
 #include "base/coverage_flush.h"
 #include "base/output_paths.h"
+#include "cli/artifact.h"
 #include "cli/checkpoints.h"
+#include "cli/compare.h"
 #include "cli/usage.h"
 #include "cli/data_convert.h"
 #include "cli/export.h"
 #include "cli/metrics.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
+#include "cli/sweep.h"
 #include "runtime/gpu_peak.h"
 #include "cli/profile.h"
 #include "cli/tokenize.h"
@@ -54,7 +57,7 @@ static const char usage[] =
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
-    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt]\n"
+    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt] [--artifact DIR]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
@@ -63,6 +66,9 @@ static const char usage[] =
     "  tunegraph predict PLAN|JOB -o LOGITS.jsonl [--weights FILE.safetensors] [--data FILE.jsonl]\n"
     "                [--device cpu|cuda] [--threads N] [--init-missing] [--set key=value]...\n"
     "  tunegraph plot METRICS.jsonl -o DIR\n"
+    "  tunegraph sweep JOB --grid key=v1,v2,... [--grid ...]... -o DIR [--weights throughput=W,memory=W,energy=W,cost=W]\n"
+    "                [--steps N] [--warmup N] [--device cpu|cuda] [--threads N] [--set key=value]... [--artifact DIR]\n"
+    "  tunegraph compare A B   (two artifact folders, metrics files or sweep results)\n"
     "  tunegraph version\n"
     "Job files are `key = value` text; see README.md for the keys.\n";
 
@@ -819,7 +825,9 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "run")) return artifact_run(argc - 2, argv + 2, cmd_run);
+    if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 2, argv + 2, cmd_run);
+    if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);

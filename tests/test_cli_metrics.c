@@ -13,6 +13,12 @@
 #include "cli/svg_chart.c"
 #include "cli/plot.c"
 #include "cli/progress.c"
+#include "cli/sweep_spec.c"
+#include "cli/artifact_manifest.c"
+#include "cli/environment.c"
+#include "cli/artifact.c"
+#include "cli/sweep.c"
+#include "cli/compare.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main
