@@ -12,8 +12,14 @@
 
 int tg_front_compile_file(const char *path, const char *const *overrides, int n_overrides, tg_plan *plan,
                           tg_err *err) {
+    return tg_front_compile_file_for(path, overrides, n_overrides, 0, plan, err);
+}
+
+int tg_front_compile_file_for(const char *path, const char *const *overrides, int n_overrides,
+                              uint64_t memory_available, tg_plan *plan, tg_err *err) {
     tg_job job;
     if (tg_job_load(path, overrides, n_overrides, &job, err)) return -1;
+    job.memory_available = memory_available;
     return tg_compile(&job, plan, err);
 }
 

@@ -4,6 +4,8 @@
 #ifndef TUNEGRAPH_API_FRONT_H
 #define TUNEGRAPH_API_FRONT_H
 
+#include <stdint.h>
+
 #include "base/error.h"
 #include "base/output_paths.h"
 #include "plan/plan.h"
@@ -12,6 +14,10 @@
  * file, line and key. */
 int tg_front_compile_file(const char *path, const char *const *overrides, int n_overrides, tg_plan *plan,
                           tg_err *err);
+/* The same for a device with `memory_available` bytes free (0: unknown): a job with
+ * recompute = auto and no memory_limit recomputes as little as fits that. */
+int tg_front_compile_file_for(const char *path, const char *const *overrides, int n_overrides,
+                              uint64_t memory_available, tg_plan *plan, tg_err *err);
 /* The same from job text; `name` stands for the file in messages, and relative paths in the
  * text resolve against base_dir (NULL or "": the current directory). */
 int tg_front_compile_text(const char *text, const char *name, const char *base_dir, const char *const *overrides,

@@ -11,6 +11,7 @@ bench_case_data_args() {
     bert-base-mlm-b4-t512) echo "--vocab 30522 --seq 512 --count 512" ;;
     llama-3.2-1b-lm-b4-t2048) echo "--vocab 128256 --seq 2048 --count 256" ;;
     llama-3-8b-lora-b1-t4096) echo "--vocab 128256 --seq 4096 --count 64" ;;
+    llama-3-8b-lora-b2-t2048) echo "--vocab 128256 --seq 2048 --count 128" ;;
     *) echo "unknown case $1" >&2; return 2 ;;
     esac
 }

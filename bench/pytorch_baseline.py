@@ -52,6 +52,7 @@ CASES = {
     "llama-3.2-1b-lm-b4-t2048": dict(model="llama-lm", batch=4, seq=2048),
     # Llama-3-8B with LoRA r16 (alpha 32) on all seven projections, the base frozen in bf16
     "llama-3-8b-lora-b1-t4096": dict(model="llama-8b-lora", batch=1, seq=4096),
+    "llama-3-8b-lora-b2-t2048": dict(model="llama-8b-lora", batch=2, seq=2048),
 }
 LORA_R, LORA_ALPHA = 16, 32
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -366,8 +366,12 @@ static uint64_t gpu_estimate(const tg_plan *p) {
     return est.total;
 }
 
-/* Whether the plan passes the job's memory_limit (or the job has none). */
-static int within_limit(const tg_job *j, const tg_plan *p) { return !j->memory_limit || gpu_estimate(p) <= j->memory_limit; }
+/* Whether the plan passes the job's memory_limit, else the device's free memory (or the
+ * job has neither). */
+static int within_limit(const tg_job *j, const tg_plan *p) {
+    const uint64_t limit = j->memory_limit ? j->memory_limit : j->memory_available;
+    return !limit || gpu_estimate(p) <= limit;
+}
 
 /* The job compiled whole: at its seq, then, with length buckets, at each other length with
  * one set of pools. */

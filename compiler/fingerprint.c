@@ -38,9 +38,10 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 }
 
 #if UINTPTR_MAX == 0xffffffffffffffffu
-/* Every field of tg_job is hashed but recompute_layers, which no job key sets (the layers
- * recompute = auto chose: the fingerprint is the job's as written). */
-_Static_assert(sizeof(tg_job) == 5408, "tg_job changed: update tg_job_fingerprint");
+/* Every field of tg_job is hashed but recompute_layers and memory_available, which no job
+ * key sets (the layers recompute = auto chose, the device's free memory it planned for:
+ * the fingerprint is the job's as written). */
+_Static_assert(sizeof(tg_job) == 5416, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 

@@ -96,6 +96,11 @@ typedef struct tg_job {
     /* The most the plan may need on one GPU, as its memory estimate counts it (bytes; 0:
      * no limit). recompute = auto recomputes where that brings the plan under it. */
     uint64_t memory_limit;
+    /* No job key: the memory the run's device has free (bytes; 0: unknown), which
+     * recompute = auto plans for when the job sets no memory_limit (`run JOB` on CUDA
+     * passes the GPU's free memory). Unlike memory_limit it refuses nothing (the memory
+     * preflight does, with both numbers) and is not part of the fingerprint. */
+    uint64_t memory_available;
     /* LoRA (PEFT's LoraConfig): lora_r > 0 freezes every base weight and adds the trainable
      * low-rank pair A [r, in], B [out, r] to each projection named in lora_targets
      * (comma-separated module names, "" for the family's default), the product scaled by

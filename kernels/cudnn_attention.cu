@@ -77,6 +77,7 @@ struct tg_cudnn_attention {
     int n_plans;
     int ops_taken, ops_seen;
     int masked_per_key, masked_per_query; /* ops taken with a key mask, by its bias form */
+    int mask_implied;                     /* causal ops taken whose key mask the graph leaves out */
 };
 
 static int dnn_fail(const tg_cudnn_attention *d, cudnnStatus_t st, const char *what, tg_err *err) {
@@ -185,8 +186,11 @@ extern "C" void tg_cudnn_attention_describe(const tg_cudnn_attention *d, char *b
         return;
     }
     const size_t v = d->version;
-    snprintf(buf, len, "cuDNN %zu.%zu.%zu for %d of %d attention ops (key mask as a bias: %d per key, %d per query)",
-             v / 10000, v / 100 % 100, v % 100, d->ops_taken, d->ops_seen, d->masked_per_key, d->masked_per_query);
+    snprintf(buf, len,
+             "cuDNN %zu.%zu.%zu for %d of %d attention ops (key mask as a bias: %d per key, %d per query; "
+             "implied by causality: %d)",
+             v / 10000, v / 100 % 100, v % 100, d->ops_taken, d->ops_seen, d->masked_per_key, d->masked_per_query,
+             d->mask_implied);
 }
 
 /* ---- which ops ------------------------------------------------------------------- */
@@ -209,9 +213,18 @@ static int64_t dq_floats(const tg_op *op) {
     return op->kind == TG_OP_ATTENTION_BWD ? at->b * at->h * ((at->t + 127) / 128 * 128) * at->head_dim : 0;
 }
 
+/* Whether the graph needs the op's key mask. A causal op's does not: a step's mask is
+ * always ones then zeros (tg_batch_fill writes each row's tokens first, its padding
+ * after), so every key a real query sees (at or before it) is a real token, and only the
+ * padding rows' outputs change without the mask. Those rows' outputs reach no loss and no
+ * real row (causality again, layer after layer), so their upstream gradients are 0 and
+ * every gradient is the masked one. This keeps the fused kernels' fast unmasked path
+ * (the masked backward needs the per-query bias, twice as slow at Llama-3-8B's shape). */
+static int key_mask_needed(const tg_op *op) { return op->in[3] >= 0 && !op->p.attention.causal; }
+
 static int64_t bias_floats(const tg_op *op) {
     const tg_attention_params *at = &op->p.attention;
-    return op->in[3] >= 0 ? (at->b * at->t * at->t / 2 + 3) / 4 * 4 : 0;
+    return key_mask_needed(op) ? (at->b * at->t * at->t / 2 + 3) / 4 * 4 : 0;
 }
 
 extern "C" int64_t tg_cudnn_attention_scratch_floats(const tg_op *op) {
@@ -226,7 +239,7 @@ static dnn_key key_of(const tg_op *op, int dtype) {
     k.backward = op->kind == TG_OP_ATTENTION_BWD;
     k.b = (int32_t)at->b, k.h = (int32_t)at->h, k.t = (int32_t)at->t, k.head_dim = (int32_t)at->head_dim;
     k.causal = at->causal != 0, k.packed = at->packed != 0, k.dtype = dtype, k.scale = at->scale;
-    k.mask = op->in[3] >= 0 ? BIAS_PER_KEY : BIAS_NONE;
+    k.mask = key_mask_needed(op) ? BIAS_PER_KEY : BIAS_NONE;
     return k;
 }
 
@@ -618,6 +631,7 @@ extern "C" int tg_cudnn_attention_prepare(tg_cudnn_attention *d, const tg_op *op
     d->ops_taken += p->usable;
     d->masked_per_key += p->usable && p->bias_form == BIAS_PER_KEY;
     d->masked_per_query += p->usable && p->bias_form == BIAS_PER_QUERY;
+    d->mask_implied += p->usable && op->in[3] >= 0 && !key_mask_needed(op);
     return p->usable;
 }
 

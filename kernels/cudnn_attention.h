@@ -6,9 +6,12 @@
  * `auto` (the default: cuDNN where it loads and takes the op, else the own kernels),
  * `own`, or `cudnn` (an op cuDNN should take and cannot is an error). cuDNN takes an op
  * with 16-bit storage, head dim 64 or 128 and no attention dropout (p == 0); everything
- * else runs the own kernels. A key mask enters as an additive bias made from it at each
- * launch (0 kept, a large finite negative masked): a row with no kept key averages V
- * where ATTENTION gives 0 (only padding rows, whose gradients are 0, have none). Its results are ATTENTION's to the op's
+ * else runs the own kernels. A causal op's key mask is left out: a step's mask is ones then
+ * zeros, so causality already hides the padding from every real row, and only padding
+ * rows (which no loss or real row reads) change. Any other key mask enters as an additive
+ * bias made from it at each launch (0 kept, a large finite negative masked): a row with no
+ * kept key averages V where ATTENTION gives 0 (only padding rows, whose gradients are 0,
+ * have none). Its results are ATTENTION's to the op's
  * tolerances (the same LSE, the natural log of the row's sum), not bit for bit, and its
  * backward sums dQ with atomics: runs are not bitwise reproducible with it
  * (TUNEGRAPH_ATTENTION=own is).
@@ -54,7 +57,7 @@ int tg_cudnn_attention_prepare(tg_cudnn_attention *dnn, const tg_op *op, int dty
 int tg_cudnn_attention_run(const tg_cuda_op_args *a, int backward, tg_err *err);
 
 /* Floats of reduction scratch an ATTENTION or ATTENTION_BWD op needs when cuDNN may take
- * it: a key mask's 16-bit bias (room for B T T values), then the backward's fp32 dQ
+ * it: a non-causal op's key mask's 16-bit bias (room for B T T values), then the backward's fp32 dQ
  * accumulator (B H T Dh, T rounded up to 128) (plan/memory_estimate.c mirrors this). 0
  * otherwise. */
 int64_t tg_cudnn_attention_scratch_floats(const tg_op *op);

@@ -85,13 +85,13 @@ static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
     case TG_OP_GRAD_NORM: return 2 * NORM_MAX_BLOCKS; /* a double per block */
     case TG_OP_ATTENTION:
     case TG_OP_ATTENTION_BWD: { /* where cuDNN may take the op (kernels/cudnn_attention.h: head dim
-                                   64 or 128, p 0): a key mask's 16-bit bias, B T T, in floats
-                                   rounded to 4, then the backward's fp32 dQ accumulator,
-                                   B H T Dh with T rounded up to 128 */
+                                   64 or 128, p 0): a non-causal op's key mask's 16-bit bias,
+                                   B T T, in floats rounded to 4, then the backward's fp32 dQ
+                                   accumulator, B H T Dh with T rounded up to 128 */
         const tg_attention_params *at = &op->p.attention;
         if ((at->head_dim != 64 && at->head_dim != 128) || at->p != 0.0f) return 0;
         const int64_t dq = op->kind == TG_OP_ATTENTION_BWD ? at->b * at->h * ((at->t + 127) / 128 * 128) * at->head_dim : 0;
-        return dq + (op->in[3] >= 0 ? (at->b * at->t * at->t / 2 + 3) / 4 * 4 : 0);
+        return dq + (op->in[3] >= 0 && !at->causal ? (at->b * at->t * at->t / 2 + 3) / 4 * 4 : 0);
     }
     default: return 0;
     }

@@ -47,6 +47,34 @@ static tg_op *op(small_plan *s, int kind) {
 
 static uint64_t scratch(small_plan *s) { return tg_op_scratch_bound_floats(&s->p, s->p.n_ops - 1); }
 
+/* Attention where cuDNN may take it (head dim 64 or 128, p 0; kernels/cudnn_attention.h):
+ * a non-causal op's key mask as a 16-bit B T T bias (floats rounded to 4), the backward's
+ * fp32 dQ accumulator B H T Dh with T rounded to 128; a causal op's mask needs no bias. */
+TG_TEST(test_plan_memory_estimate_scratch_attention) {
+    small_plan s;
+    init_plan(&s);
+    tg_op *e = op(&s, TG_OP_ATTENTION);
+    e->p.attention = (tg_attention_params){.b = 2, .h = 3, .t = 130, .head_dim = 64, .scale = 0.125f};
+    e->in[3] = tensor(&s, 2, 130);
+    const uint64_t bias = (2 * 130 * 130 / 2 + 3) / 4 * 4, dq = 2 * 3 * 256 * 64;
+    CHECK(scratch(&s) == bias, "attention with a key mask: %llu", (unsigned long long)scratch(&s));
+    e->kind = TG_OP_ATTENTION_BWD;
+    CHECK(scratch(&s) == bias + dq, "attention_bwd with a key mask: %llu", (unsigned long long)scratch(&s));
+    e->p.attention.causal = 1;
+    CHECK(scratch(&s) == dq, "causal attention_bwd with a key mask: %llu", (unsigned long long)scratch(&s));
+    e->kind = TG_OP_ATTENTION;
+    CHECK(scratch(&s) == 0, "causal attention with a key mask: %llu", (unsigned long long)scratch(&s));
+    e->p.attention.causal = 0, e->in[3] = -1;
+    CHECK(scratch(&s) == 0, "attention without a key mask: %llu", (unsigned long long)scratch(&s));
+    e->kind = TG_OP_ATTENTION_BWD, e->in[3] = 0, e->p.attention.head_dim = 32;
+    CHECK(scratch(&s) == 0, "attention_bwd of head dim 32: %llu", (unsigned long long)scratch(&s));
+    e->p.attention.head_dim = 128, e->p.attention.p = 0.1f;
+    CHECK(scratch(&s) == 0, "attention_bwd with dropout: %llu", (unsigned long long)scratch(&s));
+    e->p.attention.p = 0.0f;
+    CHECK(scratch(&s) == bias + 2 * 3 * 256 * 128, "attention_bwd of head dim 128: %llu",
+          (unsigned long long)scratch(&s));
+}
+
 TG_TEST(test_plan_memory_estimate_scratch_per_op) {
     small_plan s;
     init_plan(&s);

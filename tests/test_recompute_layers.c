@@ -312,6 +312,48 @@ TG_TEST(test_recompute_layers_fewest_for_the_limit) {
     tg_plan_free(&p);
 }
 
+/* The device's free memory (memory_available, what `run JOB` on CUDA passes): recompute =
+ * auto without a memory_limit plans for it as for a limit, the same layers as memory_limit
+ * at that size; it refuses nothing (a plan past it compiles with every layer recomputed,
+ * left to the preflight), leaves the fingerprint the job's, and an explicit memory_limit
+ * wins over it. */
+TG_TEST(test_recompute_layers_for_free_memory) {
+    tg_model_config cfg;
+    tg_err err;
+    REQUIRE(tg_model_config_load("llama-3-8b", &cfg, &err) == 0, "%s", err.msg);
+    tg_job job;
+    const char *sets[] = {"train_data=t.jsonl"};
+    REQUIRE(tg_job_load("bench/jobs/llama-3-8b-lora-b1-t4096.job", sets, 1, &job, &err) == 0, "%s", err.msg);
+    REQUIRE(job.recompute == TG_RECOMPUTE_AUTO && job.memory_limit == 0, "the benchmark job sets recompute or a limit");
+    tg_plan free_fit, limit_fit, none, tiny, both;
+    tg_job j = job;
+    REQUIRE(tg_compile_with_config(&j, &cfg, &none, &err) == 0, "%s", err.msg);
+    j.memory_available = 30ull << 30;
+    REQUIRE(tg_compile_with_config(&j, &cfg, &free_fit, &err) == 0, "%s", err.msg);
+    j.memory_available = 0, j.memory_limit = 30ull << 30;
+    REQUIRE(tg_compile_with_config(&j, &cfg, &limit_fit, &err) == 0, "%s", err.msg);
+    CHECK(recomputed_ops(&none) == 0 && recomputed_ops(&free_fit) > 0 &&
+              recomputed_ops(&free_fit) == recomputed_ops(&limit_fit) && free_fit.peak_bytes == limit_fit.peak_bytes &&
+              gpu_need(&free_fit) <= (30ull << 30) && free_fit.peak_bytes_without_recompute == none.peak_bytes,
+          "30 GiB free: %d ops recomputed (%d under the limit), needs %llu", recomputed_ops(&free_fit),
+          recomputed_ops(&limit_fit), (unsigned long long)gpu_need(&free_fit));
+    CHECK(free_fit.fingerprint == none.fingerprint, "the free memory changed the fingerprint");
+    /* Less free than every layer recomputed needs: compiled so, not refused. */
+    j.memory_limit = 0, j.memory_available = 1ull << 30;
+    if (CHECK(tg_compile_with_config(&j, &cfg, &tiny, &err) == 0, "1 GiB free refused: %s", err.msg)) {
+        CHECK(recomputed_ops(&tiny) > recomputed_ops(&free_fit) && gpu_need(&tiny) > (1ull << 30),
+              "1 GiB free: %d ops recomputed", recomputed_ops(&tiny));
+        tg_plan_free(&tiny);
+    }
+    /* memory_limit first: 60 GiB allowed, 1 GiB free: nothing recomputed. */
+    j.memory_limit = 60ull << 30;
+    if (CHECK(tg_compile_with_config(&j, &cfg, &both, &err) == 0, "%s", err.msg)) {
+        CHECK(recomputed_ops(&both) == 0, "the free memory won over memory_limit: %d ops recomputed", recomputed_ops(&both));
+        tg_plan_free(&both);
+    }
+    tg_plan_free(&none), tg_plan_free(&free_fit), tg_plan_free(&limit_fit);
+}
+
 /* inspect says what is recomputed and the peak without. */
 TG_TEST(test_recompute_layers_inspect) {
     const char *sets[] = {"recompute=layers"};

@@ -38,6 +38,18 @@ static int exact_op(int kind) {
 
 static void randomize_f32(const tg_plan *p, int t, void *host);
 
+/* Set: a causal plan's key mask keeps every key. cuDNN leaves a causal op's key mask out
+ * (a step's mask is ones then zeros, so causality hides the padding from real rows), so
+ * alone, with random dout on every row, the op matches the reference only without padding;
+ * test_gpu_step_llama_cudnn_padded_matches_own checks whole padded steps. */
+static int g_causal_keys_kept;
+
+static int plan_is_causal(const tg_plan *p) {
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == TG_OP_ATTENTION) return p->ops[o].p.attention.causal != 0;
+    return 0;
+}
+
 /* Random contents that are valid for the tensor's role, in its storage type (bf16 and
  * half: the fp32 values rounded to nearest even, as the plan stores them). */
 static void randomize(const tg_plan *p, int t, void *host) {
@@ -76,7 +88,8 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         int classes = p->train.task == TG_TASK_LM ? p->model.vocab_size : p->train.num_labels;
         for (int64_t i = 0; i < n; i++) iv[i] = next_u32() % 5 == 0 ? TG_IGNORE_INDEX : (int32_t)(next_u32() % (uint32_t)classes);
     } else if (t == io->attention_mask)
-        for (int64_t i = 0; i < n; i++) fv[i] = (i % p->train.seq == 0 || next_u32() % 4) ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            fv[i] = (i % p->train.seq == 0 || (g_causal_keys_kept && plan_is_causal(p)) || next_u32() % 4) ? 1.0f : 0.0f;
     else if (t == io->mlm_stream)
         /* A batch's masking stream: any step, first element and seed. */
         for (int64_t i = 0; i < n; i++) iv[i] = (int32_t)next_u32();
@@ -695,9 +708,9 @@ TG_TEST(test_gpu_ops_match_cpu_fp16) {
 
 /* ATTENTION and ATTENTION_BWD through cuDNN's graphs against the CPU reference, at the
  * shapes cuDNN takes (16-bit storage, head dims 64 and 128, no attention dropout):
- * Llama's causal attention with its key mask (packed q|k|v, grouped-query heads repeated
- * by the rotary op, LoRA's apart projections), BERT's unmasked-direction attention with a
- * key mask (attention dropout set to 0; packed and three separate q, k, v), T with a
+ * Llama's causal attention (packed q|k|v, grouped-query heads repeated by the rotary op,
+ * LoRA's apart projections; its key mask keeping every key, see g_causal_keys_kept),
+ * BERT's unmasked-direction attention with a key mask (attention dropout set to 0; packed and three separate q, k, v), T with a
  * partial last tile, bf16 and fp16; the
  * tolerances of every op (2e-2 bf16, 5e-3 fp16). Every executor must give cuDNN the
  * attention ops (TUNEGRAPH_ATTENTION=cudnn fails an op it cannot take). Skipped, with the
@@ -717,6 +730,7 @@ TG_TEST(test_gpu_attention_cudnn_matches_cpu) {
     int kinds_seen[TG_OP_COUNT] = {0};
     attention_backend("cudnn");
     g_cudnn_taken = g_cudnn_eligible = 0;
+    g_causal_keys_kept = 1;
     const int precisions[2] = {TG_PREC_BF16, TG_PREC_FP16};
     for (int pr = 0; pr < 2; pr++) {
         const int prec = precisions[pr];
@@ -741,7 +755,7 @@ TG_TEST(test_gpu_attention_cudnn_matches_cpu) {
     g_separate_qkv = 1;
     check_shape("bert separate q/k/v Dh=128 T=72 no attention dropout fp16", "tiny-bert", TG_TASK_CLASSIFY, 2, 72,
                 seed + 8, TG_PREC_FP16, 0, 256, 2, TG_ATTENTION_FUSED, kinds_seen);
-    g_separate_qkv = 0, g_no_attention_dropout = 0;
+    g_separate_qkv = 0, g_no_attention_dropout = 0, g_causal_keys_kept = 0;
     attention_backend("auto");
     /* the LM plans' attention (a forward and a backward a layer) at least */
     CHECK(g_cudnn_eligible >= 28 && g_cudnn_taken == g_cudnn_eligible,

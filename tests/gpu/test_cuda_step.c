@@ -9,6 +9,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "kernels/cudnn_attention.h"
 #include "models/model_config.h"
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/trainer.h"
@@ -25,6 +26,7 @@ static int g_fuse_gelu = 1;
 static int g_fuse_qkv = 1; /* BERT/RoBERTa: one packed q|k|v product (the default) */
 static const char *g_freeze = ""; /* the job's freeze patterns */
 static int g_lora_r;               /* Llama: LoRA's rank (0: none) on every projection */
+static int g_llama_dh64;           /* Llama: hidden 128 in 2 query heads of 64 over 1 kv head */
 static float g_loss_scale_init;   /* fp16 plans: the job's loss_scale_init; 0: the default (2^16) */
 static int g_loss_scale_interval; /* fp16 plans: loss_scale_growth_interval; 0: the default (2000) */
 
@@ -33,15 +35,16 @@ static int open_run(run *r, const char *preset, int task, tg_device device, int 
     tg_err err;
     tg_model_config cfg;
     if (!CHECK(tg_model_config_load(preset, &cfg, &err) == 0, "%s", err.msg)) return 0;
+    if (g_llama_dh64 && cfg.arch == TG_ARCH_LLAMA) cfg.hidden = 128, cfg.heads = 2, cfg.kv_heads = 1;
     tg_job job;
     tg_job_defaults(&job);
     snprintf(job.model, sizeof job.model, "%s", preset);
     job.task = task, job.num_labels = 3, job.batch = 4, job.seq = 24, job.steps = 10, job.seed = seed;
     job.lr = 1e-3f, job.warmup_steps = 2, job.precision = g_precision, job.fuse_gelu = g_fuse_gelu;
     job.fuse_qkv = g_fuse_qkv;
+    if (task == TG_TASK_CLASSIFY && cfg.pad_token_id < 0) job.pad_token_id = 0; /* tiny-llama's config has none */
     snprintf(job.freeze, sizeof job.freeze, "%s", g_freeze);
     if (g_lora_r) {
-        if (task == TG_TASK_CLASSIFY) job.pad_token_id = 0; /* tiny-llama's config has none */
         job.lora_r = g_lora_r, job.lora_alpha = 16.0f, job.lora_dropout = 0.1f;
         snprintf(job.lora_targets, sizeof job.lora_targets, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
     }
@@ -183,6 +186,81 @@ TG_TEST(test_gpu_step_gpt2_separate_gelu_matches_cpu) {
     g_fuse_gelu = 0;
     compare_with_cpu("tiny-gpt2", TG_TASK_LM);
     g_fuse_gelu = 1;
+}
+
+/* Llama steps in bf16 with cuDNN's attention on right-padded rows (fill_inputs' lengths
+ * 24, 19, 14 and 9 of 24), against the CPU reference and the own attention kernels, LM and
+ * classification: cuDNN leaves the causal ops' key mask out (kernels/cudnn_attention.h),
+ * which changes only padding rows, so three steps' losses (2e-2 of the CPU's) and gradient
+ * norms (5e-2), and after them every trainable gradient (2e-2 of the own kernels', bf16's
+ * tolerance), agree. A wrong leave-out (a real row seeing a padding key) moves the loss of
+ * these short rows far past that. Skipped where cuDNN does not load. */
+static void llama_cudnn_padded(int task) {
+    tg_cudnn_attention *probe = NULL;
+    char why[256];
+    tg_err err;
+    setenv("TUNEGRAPH_ATTENTION", "auto", 1);
+    if (!CHECK(tg_cudnn_attention_open(&probe, why, sizeof why, &err) == 0, "%s", err.msg)) return;
+    if (!probe) {
+        printf("    skipped: cuDNN is not there (%s)\n", why);
+        return;
+    }
+    tg_cudnn_attention_close(probe);
+    static const char *const names[3] = {"cpu", "cuda own", "cuda cudnn"};
+    static const char *const backend[3] = {"auto", "own", "cudnn"};
+    const tg_device device[3] = {TG_DEVICE_CPU, TG_DEVICE_CUDA, TG_DEVICE_CUDA};
+    g_precision = TG_PREC_BF16, g_llama_dh64 = 1;
+    run r[3];
+    int opened = 0;
+    for (int k = 0; k < 3; k++) {
+        /* TUNEGRAPH_ATTENTION=cudnn: an op cuDNN should take and cannot fails the open. */
+        setenv("TUNEGRAPH_ATTENTION", backend[k], 1);
+        if (!open_run(&r[k], "tiny-llama", task, device[k], 0, 5)) break;
+        opened++;
+    }
+    setenv("TUNEGRAPH_ATTENTION", "auto", 1);
+    g_precision = TG_PREC_FP32, g_llama_dh64 = 0;
+    int steps = 0;
+    for (int step = 0; opened == 3 && step < 3; step++, steps++) {
+        tg_step_stats st[3];
+        int ok = 1;
+        for (int k = 0; k < 3 && ok; k++) {
+            fill_inputs(&r[k], step);
+            ok = CHECK(tg_trainer_run_step(&r[k].tr, &st[k], &err) == 0, "%s: %s", names[k], err.msg);
+        }
+        if (!ok) break;
+        for (int k = 1; k < 3; k++) {
+            CHECK(isfinite(st[k].loss) && fabsf(st[k].loss - st[0].loss) <= 2e-2f * fabsf(st[0].loss),
+                  "task %d step %d: loss %s %.7g, cpu %.7g", task, step, names[k], st[k].loss, st[0].loss);
+            CHECK(isfinite(st[k].grad_norm) && fabsf(st[k].grad_norm - st[0].grad_norm) <= 5e-2f * st[0].grad_norm,
+                  "task %d step %d: gradient norm %s %.7g, cpu %.7g", task, step, names[k], st[k].grad_norm,
+                  st[0].grad_norm);
+        }
+    }
+    if (steps == 3) {
+        const tg_plan *p = &r[1].plan;
+        int compared = 0;
+        for (int t = 0; t < p->n_tensors; t++) {
+            const tg_tensor *x = &p->tensors[t];
+            if (!tg_tensor_is_value(x) || tg_tensor_class_of(x) != TG_CLASS_TRAINABLE || x->grad < 0 ||
+                p->tensors[x->grad].dtype != TG_F32)
+                continue;
+            float *own = read_all(&r[1], x->grad), *dnn = read_all(&r[2], x->grad);
+            if (own && dnn) {
+                const double rel = tg_rel_err(dnn, own, tg_tensor_numel(&p->tensors[x->grad]));
+                CHECK(rel <= 2e-2, "task %d: gradient of %s: cuDNN against the own kernels %.3g", task, x->name, rel);
+                compared++;
+            }
+            free(own), free(dnn);
+        }
+        CHECK(compared >= 10, "task %d: %d gradients compared", task, compared);
+    }
+    for (int k = 0; k < opened; k++) close_run(&r[k]);
+}
+
+TG_TEST(test_gpu_step_llama_cudnn_padded_matches_own) {
+    llama_cudnn_padded(TG_TASK_LM);
+    llama_cudnn_padded(TG_TASK_CLASSIFY);
 }
 
 /* bf16 GPT-2 steps with the cuBLASLt GELU epilogues (GELU_AUX_BIAS, DGELU) against the CPU
@@ -752,6 +830,25 @@ TG_TEST(test_gpu_recompute_gelu_matches) {
         {job, TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "recompute, 4 in flight", gelu},
     };
     cuda_runs_as_cpu(runs, RUNS, "the outputs kept");
+}
+
+/* recompute = layers (each layer's forward again right before its backward, with the
+ * dropout keys of the first) trains on CUDA as with the activations kept, bit for bit (the
+ * same kernels on the same inputs), with the update deferred and steps in flight; and as
+ * the CPU within rounding: the BERT classification and GPT-2 LM demos. */
+TG_TEST(test_gpu_recompute_layers_matches) {
+    enum { RUNS = 4 };
+    static const char *const jobs[2] = {"examples/demo-classify.job", "examples/demo-lm.job"};
+    const char *layers = "recompute=layers";
+    for (int k = 0; k < 2; k++) {
+        const demo_run runs[RUNS] = {
+            {jobs[k], TG_DEVICE_CPU, 1, 1, 0, 1, 0, "CPU reference, recompute", layers},
+            {jobs[k], TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "activations kept", NULL},
+            {jobs[k], TG_DEVICE_CUDA, 1, 1, 0, 1, 0, "recompute", layers},
+            {jobs[k], TG_DEVICE_CUDA, 4, 1, 0, 1, 0, "recompute, 4 in flight", layers},
+        };
+        cuda_runs_as_cpu(runs, RUNS, "the activations kept");
+    }
 }
 
 /* optimizer_state = bf16: the moments' stochastic rounding draws the same bits whatever
