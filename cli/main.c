@@ -36,6 +36,7 @@
 #include "runtime/executor.h"
 #include "plan/plan_file.h"
 #include "plan/memory_estimate.h"
+#include "runtime/preflight.h"
 #include "runtime/thread_cpu.h"
 #include "runtime/trainer.h"
 #include "base/version.h"
@@ -421,7 +422,22 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             return die(&err);
         }
     } else {
-        if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
+        /* On a GPU, recompute = auto without a memory_limit plans for the memory GPU 0 has
+         * free (the replicas' GPUs are alike); where that cannot be read, the preflight
+         * names the problem once the trainer opens. */
+        uint64_t available = 0;
+        char source[64];
+        tg_err ignored;
+        if (device == TG_DEVICE_CUDA && tg_device_free_memory(TG_DEVICE_CUDA, 0, &available, source, sizeof source, &ignored)) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+            available = 0;
+        if (tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err)) return die(&err);
+        if (available && plan.peak_bytes_without_recompute) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+            char need[32], without[32], has[32];
+            fprintf(stderr, "tunegraph: recompute: planned peak %s, %s without recomputing; %s %s (inspect shows what is recomputed)\n",
+                    tg_mem_format_bytes(plan.peak_bytes, need, sizeof need),
+                    tg_mem_format_bytes(plan.peak_bytes_without_recompute, without, sizeof without),
+                    tg_mem_format_bytes(available, has, sizeof has), source);
+        }
     }
     /* Before the weights and data are read: an output that cannot be written, or would
      * overwrite an input, is refused now rather than after the training. */
