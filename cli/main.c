@@ -20,6 +20,7 @@
 #include "cli/artifact.h"
 #include "cli/checkpoints.h"
 #include "cli/compare.h"
+#include "cli/cost.h"
 #include "cli/usage.h"
 #include "cli/data_convert.h"
 #include "cli/export.h"
@@ -55,6 +56,9 @@ static const char usage[] =
     "usage:\n"
     "  tunegraph compile JOB [-o PLAN] [--set key=value]...\n"
     "  tunegraph inspect PLAN [--json]\n"
+    "  tunegraph inspect PLAN|JOB --predict [--gpu h100|h200|cpu|auto] [--threads N] [--calibration FILE]\n"
+    "                [--top N] [--set key=value]...\n"
+    "  tunegraph calibrate [--device cpu|cuda] [--threads N] [--repeats N] [-o FILE]\n"
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
@@ -212,6 +216,7 @@ static int cmd_compile(int argc, char **argv) {
 }
 
 static int cmd_inspect(int argc, char **argv) {
+    if (cost_wants_predict(argc, argv)) return cmd_inspect_predict(argc, argv);
     cli_args a;
     int rc = parse_args(argc, argv, &a, "--json");
     if (rc) return rc;
@@ -849,6 +854,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         if (argc > 2) return usage_error("version takes no arguments (got '%s')", argv[2]);
         puts(TG_VERSION_STRING);

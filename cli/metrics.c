@@ -253,6 +253,19 @@ int metrics_write_profile_comm(FILE *f, int j, int64_t bytes, double begin_ms, d
     return line_write(&l, f);
 }
 
+int metrics_write_cost_model(FILE *f, const char *kind, const char *name, const char *device, int calibrated,
+                             double predicted_ms, double measured_ms) {
+    metrics_line l = line_begin();
+    put_str(&l, "cost_model", kind);
+    put_str(&l, "name", name);
+    put_str(&l, "device", device);
+    put(&l, "calibrated", json_boolean(calibrated));
+    put_real(&l, "predicted_ms", predicted_ms, "%.4f");
+    put_real(&l, "measured_ms", measured_ms, "%.4f");
+    put_real(&l, "error_pct", measured_ms > 0 ? 100 * (predicted_ms - measured_ms) / measured_ms : NAN, "%.2f");
+    return line_write(&l, f);
+}
+
 int metrics_write_profile_op(FILE *f, const tg_plan *p, int o, double ms) {
     const tg_op *op = &p->ops[o];
     int out = op->out[0] >= 0 ? op->out[0] : op->in[0];

@@ -80,5 +80,9 @@ int metrics_write_profile_op(FILE *f, const tg_plan *plan, int o, double ms);
 /* Gradient bucket j's sum in the captured steps (data parallelism on CUDA): its bytes, its
  * mean begin and end in ms from the backward's end, and the ms of it after that end. */
 int metrics_write_profile_comm(FILE *f, int j, int64_t bytes, double begin_ms, double end_ms);
+/* The cost model beside the profile (cli/cost.h): {"cost_model": kind ("group", "phase" or
+ * "step"), "name", "device", "calibrated", "predicted_ms", "measured_ms", "error_pct"}. */
+int metrics_write_cost_model(FILE *f, const char *kind, const char *name, const char *device, int calibrated,
+                             double predicted_ms, double measured_ms);
 
 #endif

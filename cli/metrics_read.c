@@ -99,7 +99,8 @@ static int series_read_line(const char *p, size_t n, metrics_series *s, int64_t 
     if (json_object_get(o, "profile_group")) rc = series_read_group(o, s, path, line, err);
     else if (json_object_get(o, "step")) rc = series_read_step(o, s, cap, path, line, err);
     else if (!json_object_get(o, "summary") && !json_object_get(o, "event") && !json_object_get(o, "profile_op") &&
-             !json_object_get(o, "profile_op_index") && !json_object_get(o, "profile_comm_bucket"))
+             !json_object_get(o, "profile_op_index") && !json_object_get(o, "profile_comm_bucket") &&
+             !json_object_get(o, "cost_model"))
         rc = tg_fail(err, "%s: line %lld: not a metrics line (no step, summary, event or profile key)", path,
                      (long long)line);
     json_decref(o);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "base/alloc.h"
+#include "cli/cost.h"
 #include "cli/metrics.h"
 
 int report_comm_timeline(const tg_plan *p, const tg_comm_timeline *c, FILE *metrics) {
@@ -85,6 +86,9 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
     for (int o = 0; metrics && o < p->n_ops; o++)
         if (metrics_write_profile_op(metrics, p, o, ms[o])) wrote = -1;
     if (report_comm_timeline(p, &tr->comm, metrics)) wrote = -1;
+    if (cost_report_profile(p, tr->ex.device == TG_DEVICE_CUDA, tg_executor_cpu_threads(&tr->ex), ms, step_ms, stderr,
+                            metrics))
+        wrote = -1;
     if (metrics_out) metrics_file_unlock(metrics_out);
     fprintf(stderr, "  slowest ops:\n");
     for (int shown = 0; shown < 8; shown++) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/cpu/cpu_exec.h"
+#include "runtime/cpu/threadpool.h"
 
 /* The CPU runs a step at once; step_wait hands over the result it left. The executor comes
  * first, so impl is also a tg_cpu_exec *. x.plan is the selected bucket's plan; root the
@@ -97,6 +98,10 @@ static int cpu_profile(void *impl, int repeats, double *op_ms, tg_err *err) {
             op_ms[o] += (tg_wall_ms() - t0) / repeats;
         }
     return 0;
+}
+
+int tg_executor_cpu_threads(const tg_executor *ex) {
+    return ex->device == TG_DEVICE_CPU && ex->impl ? tg_threadpool_size(((const cpu_impl *)ex->impl)->x.threads) : 0;
 }
 
 static int cpu_select_bucket(void *impl, int bucket, tg_err *err) {

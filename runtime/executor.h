@@ -166,6 +166,9 @@ void tg_cuda_comms_destroy(void **comms, int ranks);
 int tg_device_parse(const char *name);
 /* Whether this build includes the CUDA executor. */
 int tg_cuda_built(void);
+/* The CPU executor's worker threads (the cost model's CPU calibration depends on them); 0
+ * for another executor. */
+int tg_executor_cpu_threads(const tg_executor *ex);
 /* CUDA when this build has it and a GPU is present, else the CPU. */
 tg_device tg_default_device(void);
 

@@ -4,6 +4,7 @@
  * helpers. */
 #include "cli/export.c"
 #include "cli/checkpoints.c"
+#include "cli/cost.c"
 #include "cli/metrics.c"
 #include "cli/profile.c"
 #include "cli/data_convert.c"
