@@ -168,7 +168,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The CPU executor end to end: calibrate (one thread), predict the target's step, run it.
  * The bound, 35%, is what this loop holds on a shared 2-core host: the calibrated model
- * predicted the target's step within 5-20% of its median step (docs/COST_MODEL.md), the
+ * predicted the target's step within +12% of its median step (docs/COST_MODEL.md), the
  * rest is the noise of other processes on the cores. */
 #define E2E_BOUND 0.35
 TG_TEST(test_cli_cost_cpu_calibrate_then_predict) {
