@@ -86,9 +86,6 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
     for (int o = 0; metrics && o < p->n_ops; o++)
         if (metrics_write_profile_op(metrics, p, o, ms[o])) wrote = -1;
     if (report_comm_timeline(p, &tr->comm, metrics)) wrote = -1;
-    if (cost_report_profile(p, tr->ex.device == TG_DEVICE_CUDA, tg_executor_cpu_threads(&tr->ex), ms, step_ms, stderr,
-                            metrics))
-        wrote = -1;
     if (metrics_out) metrics_file_unlock(metrics_out);
     fprintf(stderr, "  slowest ops:\n");
     for (int shown = 0; shown < 8; shown++) {
@@ -106,6 +103,12 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
         fprintf(stderr, "\n");
         ms[best] = -1;
     }
+    /* The cost model beside what was measured, last (its metrics lines under the lock again). */
+    FILE *cost_metrics = metrics_out ? metrics_file_lock(metrics_out) : NULL;
+    if (cost_report_profile(p, tr->ex.device == TG_DEVICE_CUDA, tg_executor_cpu_threads(&tr->ex), ms, step_ms, stderr,
+                            cost_metrics))
+        wrote = -1;
+    if (metrics_out) metrics_file_unlock(metrics_out);
     free(ms);
     return wrote ? tg_fail(err, "cannot write the profile to the metrics file") : 0;
 }
