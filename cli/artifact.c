@@ -454,6 +454,13 @@ static int artifact_metrics(artifact *a, const char *path, int copy, int profile
 }
 
 int artifact_run(int argc, char **argv, cli_command_fn run) {
+    /* Without --artifact, run as it is: nothing allocated here that could fail first. */
+    int asked = 0;
+    for (int i = 0; i < argc && !asked; i++) {
+        asked = !strcmp(argv[i], "--artifact");
+        if (takes_value(argv[i])) i++;
+    }
+    if (!asked) return run(argc, argv);
     const char *dir = NULL;
     char **args = tg_calloc((size_t)argc + 3, sizeof *args);
     if (!args) {
