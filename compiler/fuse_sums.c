@@ -113,6 +113,14 @@ static int fold(fold_state *f, int j, int which) {
     return 1;
 }
 
+/* The FLOPs of the last op before ops[j] writing tensor t: a product's, else 0. */
+static double writer_flops(const fold_state *f, int j, int t) {
+    for (int o = j - 1; o >= 0; o--)
+        if (!f->gone[o] && writes(&f->g->ops[o], t))
+            return f->g->ops[o].kind == TG_OP_MATMUL ? tg_op_flops(&f->g->ops[o]) : 0.0;
+    return 0.0;
+}
+
 static int32_t remapped(const int *map, int32_t t) { return t < 0 ? t : map[t]; }
 
 /* Closes up the op table (the folded ADDs and the products' old places) and the tensor
@@ -183,8 +191,10 @@ int tg_fuse_matmul_sums(tg_graph *g) {
     int folded = 0;
     for (int j = 0; j < g->n_ops && !g->failed; j++) {
         if (g->ops[j].kind != TG_OP_ADD) continue;
-        for (int which = 1; which >= 0; which--)
-            if (fold(&f, j, which)) {
+        const tg_op *add = &g->ops[j];
+        const int first = writer_flops(&f, j, add->in[0]) > writer_flops(&f, j, add->in[1]) ? 0 : 1;
+        for (int k = 0; k < 2; k++)
+            if (fold(&f, j, k ? 1 - first : first)) {
                 folded++;
                 break;
             }

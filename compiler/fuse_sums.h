@@ -19,7 +19,10 @@
  * The MATMUL moves to the ADD's place in the schedule with out0 = z and accumulate = 1; the
  * ops before it that wrote or read a write or read z instead (z keeps the sum's name); the
  * ADD, a and m leave the plan (the tensor and op tables close up). Where both addends are
- * such products, the second (in1) is folded. On the CPU reference in fp32 the result is
+ * such products, the one of more FLOPs is folded (the second, in1, where they tie): an
+ * accumulating product reads the sum in its epilogue, which a large product's arithmetic
+ * hides, where a small one (LoRA's B product, K = r) is bound by memory and would read and
+ * write the whole sum once more; the small one writes the sum first instead. On the CPU reference in fp32 the result is
  * bit for bit the ADD's (a + (alpha AB) either way); in bf16 and fp16 the product is
  * rounded once, with the sum, instead of before it.
  *

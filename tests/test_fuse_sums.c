@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "compiler/fuse_sums.h"
 #include "compiler/job.h"
+#include "plan/op_meta.h"
 #include "plan/plan_file.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
@@ -49,9 +50,10 @@ static int ends_with(const char *s, const char *tail) {
     return n >= k && !strcmp(s + n - k, tail);
 }
 
-/* Every LoRA sum of a folded plan: written by the base product (overwriting) and then by
- * the B product (accumulating, alpha / r), both in one phase; no ADD writes it and no
- * tensor "<projection>.lora_B" (the B product's own output) is left. Returns the sums. */
+/* Every LoRA sum of a folded plan: written by the B product (overwriting, alpha / r) and
+ * then by the base product (accumulating: the larger product reads the sum in its
+ * epilogue), both in one phase; no ADD writes it and no tensor "<projection>.lora_B" (the
+ * B product's own output) is left. Returns the sums. */
 static int check_lora_sums(const tg_plan *p, const char *what) {
     int sums = 0;
     for (int t = 0; t < p->n_tensors; t++) {
@@ -69,10 +71,11 @@ static int check_lora_sums(const tg_plan *p, const char *what) {
                 }
         sums++;
         if (!CHECK(writers == 2 && first >= 0 && second > first, "%s: %s has %d writers", what, name, writers)) continue;
-        const tg_op *base = &p->ops[first], *b = &p->ops[second];
-        CHECK(base->kind == TG_OP_MATMUL && !base->p.matmul.accumulate && b->kind == TG_OP_MATMUL &&
-                  b->p.matmul.accumulate && b->p.matmul.alpha != 1.0f && base->phase == b->phase,
-              "%s: %s is not a base product then an accumulating B product (ops %d, %d)", what, name, first, second);
+        const tg_op *b = &p->ops[first], *base = &p->ops[second];
+        CHECK(b->kind == TG_OP_MATMUL && !b->p.matmul.accumulate && b->p.matmul.alpha != 1.0f &&
+                  base->kind == TG_OP_MATMUL && base->p.matmul.accumulate && base->p.matmul.alpha == 1.0f &&
+                  base->phase == b->phase && tg_op_flops(base) > tg_op_flops(b),
+              "%s: %s is not a B product then an accumulating base product (ops %d, %d)", what, name, first, second);
     }
     return sums;
 }
