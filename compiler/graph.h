@@ -45,6 +45,8 @@ typedef struct tg_graph {
     /* LoRA: every parameter the builder makes is frozen (the base weights) but while
      * `adapter` is set (the low-rank pairs, a classification head). */
     int base_frozen, adapter;
+    /* LoRA: per name of lora_targets (in order, the first 64), how many modules it adapted. */
+    int lora_hits[64];
 } tg_graph;
 
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err);

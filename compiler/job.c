@@ -330,20 +330,31 @@ static int set_path(char *dst, const char *v, const origin *o, int resolve, cons
     return 0;
 }
 
-/* `lora_targets`: comma-separated module names (letters, digits and '_'), each non-empty
- * after trimming; which exist is the model's to say (compiler/model_build.c). */
+/* `lora_targets`: comma-separated module names or dotted paths' tails (parts of letters,
+ * digits and '_' joined by single dots: `c_proj`, `mlp.c_proj`, `h.0.mlp.c_proj`), each
+ * non-empty after trimming, at most 64; which exist is the model's to say
+ * (compiler/model_build.c). */
 static int set_lora_targets(tg_job *job, const char *v, const origin *o, const char *key, tg_err *err) {
     if (strlen(v) >= sizeof job->lora_targets)
         return tg_fail(err, "%skey '%s': value is too long (limit %zu bytes)", o->prefix, key, sizeof job->lora_targets - 1);
+    int names = 0;
     for (const char *p = v; *p;) {
         while (*p == ' ' || *p == '\t') p++;
         const char *start = p;
-        while (*p && (isalnum((unsigned char)*p) || *p == '_')) p++;
+        int part = 0, ok = 1;
+        while (*p && (isalnum((unsigned char)*p) || *p == '_' || *p == '.')) {
+            if (*p == '.') ok &= part > 0, part = 0;
+            else part++;
+            p++;
+        }
         const char *end = p;
         while (*p == ' ' || *p == '\t') p++;
-        if (end == start || (*p && *p != ','))
-            return tg_fail(err, "%skey '%s': '%s' is not a comma-separated list of module names (such as q_proj,v_proj)",
+        if (end == start || !ok || !part || (*p && *p != ','))
+            return tg_fail(err,
+                           "%skey '%s': '%s' is not a comma-separated list of module names or paths' tails (such as "
+                           "q_proj,v_proj or mlp.c_proj)",
                            o->prefix, key, v);
+        if (++names > 64) return tg_fail(err, "%skey '%s': more than 64 names", o->prefix, key);
         if (*p) p++;
     }
     snprintf(job->lora_targets, sizeof job->lora_targets, "%s", v);

@@ -1,6 +1,7 @@
 #include "compiler/model_build.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -252,15 +253,68 @@ static const char *lora_targets(const tg_graph *g) {
     return g->job->lora_targets[0] ? g->job->lora_targets : lora_family_of(g->cfg->arch).defaults;
 }
 
-/* Whether the module at `path` (a module name, or its whole path: the last part counts) is
- * a LoRA target. */
-static int lora_target(const tg_graph *g, const char *path) {
+/* Whether target t[0, len) names the module at `path` as PEFT's target_modules do: the
+ * whole path, or its tail after a dot (`c_proj` and `mlp.c_proj` name
+ * transformer.h.0.mlp.c_proj; `h.0.mlp.c_proj` only layer 0's). */
+static int names_module(const char *t, size_t len, const char *path) {
+    const size_t n = strlen(path);
+    return n >= len && !strncmp(path + n - len, t, len) && (n == len || path[n - len - 1] == '.');
+}
+
+/* The last part of target t[0, len): its module name. */
+static const char *target_module(const char *t, size_t len, size_t *mlen) {
+    const char *m = t + len;
+    while (m > t && m[-1] != '.') m--;
+    *mlen = (size_t)(t + len - m);
+    return m;
+}
+
+/* Whether the module at `path` (its whole path) is a LoRA target; counts the targets that
+ * name it (g->lora_hits). */
+static int lora_target(tg_graph *g, const char *path) {
     if (g->job->lora_r <= 0) return 0;
-    const char *name = strrchr(path, '.') ? strrchr(path, '.') + 1 : path;
     size_t len;
     const char *p = lora_targets(g), *t;
-    while ((t = next_name(&p, &len)))
-        if (len == strlen(name) && !strncmp(t, name, len)) return 1;
+    int hit = 0;
+    for (int k = 0; (t = next_name(&p, &len)); k++)
+        if (names_module(t, len, path)) {
+            hit = 1;
+            if (k < 64) g->lora_hits[k]++;
+        }
+    return hit;
+}
+
+/* Whether some target names a module called `module` (the models make q, k and v, or gate
+ * and up, apart for any adapter on one of them). */
+static int lora_module_targeted(const tg_graph *g, const char *module) {
+    if (g->job->lora_r <= 0) return 0;
+    size_t len, mlen;
+    const char *p = lora_targets(g), *t;
+    while ((t = next_name(&p, &len))) {
+        const char *m = target_module(t, len, &mlen);
+        if (mlen == strlen(module) && !strncmp(m, module, mlen)) return 1;
+    }
+    return 0;
+}
+
+/* After the build: a target that named no module is refused, naming a module of its kind. */
+static int lora_check_hits(tg_graph *g) {
+    if (g->job->lora_r <= 0) return 0;
+    size_t len, mlen;
+    const char *p = lora_targets(g), *t;
+    for (int k = 0; (t = next_name(&p, &len)) && k < 64; k++) {
+        if (g->lora_hits[k]) continue;
+        const char *m = target_module(t, len, &mlen);
+        const char *example = NULL;
+        for (int x = 0; x < g->n_tensors && !example; x++) {
+            const char *name = g->tensors[x].name, *w = strstr(name, ".weight");
+            if (w && !w[7] && w - name > (ptrdiff_t)mlen && !strncmp(w - mlen, m, mlen) && w[-(ptrdiff_t)mlen - 1] == '.')
+                example = name;
+        }
+        char like[TG_NAME_MAX + 40] = "";
+        if (example) snprintf(like, sizeof like, " (its modules are such as %.*s)", (int)(strlen(example) - 7), example);
+        return tg_graph_job_fail(g, TG_JOB_LORA_TARGETS, "'%.*s' names no module of the model%s", (int)len, t, like);
+    }
     return 0;
 }
 
@@ -275,8 +329,10 @@ static int lora_setup(tg_graph *g) {
     size_t len;
     const char *p = lora_targets(g), *t;
     while ((t = next_name(&p, &len))) {
+        size_t mlen;
+        const char *m = target_module(t, len, &mlen);
         int found = 0;
-        for (int k = 0; k < f.n_modules && !found; k++) found = strlen(f.modules[k]) == len && !strncmp(t, f.modules[k], len);
+        for (int k = 0; k < f.n_modules && !found; k++) found = strlen(f.modules[k]) == mlen && !strncmp(m, f.modules[k], mlen);
         if (found) continue;
         char known[128] = "";
         for (int k = 0; k < f.n_modules; k++)
@@ -595,7 +651,8 @@ static int build_encoder(builder *b, int pad_id) {
 
     /* query, key and value made apart when LoRA adds to any of them. */
     const int packed_qkv =
-        b->fuse_qkv && !lora_target(g, "query") && !lora_target(g, "key") && !lora_target(g, "value");
+        b->fuse_qkv && !lora_module_targeted(g, "query") && !lora_module_targeted(g, "key") &&
+        !lora_module_targeted(g, "value");
     for (int l = 0; l < c->layers; l++) {
         snprintf(p, sizeof p, "%s.encoder.layer.%d", base, l);
         int qkv[3], heads[3];
@@ -823,8 +880,9 @@ static int build_llama(builder *b, int pad_id) {
     char p[TG_NAME_MAX], name[TG_NAME_MAX];
     static const char *const attn_names[3] = {"q_proj", "k_proj", "v_proj"}, *const mlp_names[2] = {"gate_proj", "up_proj"};
     /* q, k and v made apart when LoRA adds to any of them; gate and up likewise. */
-    const int qkv_apart = lora_target(g, "q_proj") || lora_target(g, "k_proj") || lora_target(g, "v_proj");
-    const int mlp_apart = lora_target(g, "gate_proj") || lora_target(g, "up_proj");
+    const int qkv_apart = lora_module_targeted(g, "q_proj") || lora_module_targeted(g, "k_proj") ||
+                          lora_module_targeted(g, "v_proj");
+    const int mlp_apart = lora_module_targeted(g, "gate_proj") || lora_module_targeted(g, "up_proj");
     int table;
     int h = embedding(b, "model.embed_tokens.weight", g->io.input_ids, c->vocab_size, c->pad_token_id, &table);
     const int64_t qkv_rows[3] = {b->H * b->Dh, (int64_t)c->kv_heads * b->Dh, (int64_t)c->kv_heads * b->Dh};
@@ -930,7 +988,8 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);
 
     if (lora_setup(g)) return -1;
-    return c->arch == TG_ARCH_GPT2    ? build_gpt2(&b, pad_id)
-           : c->arch == TG_ARCH_LLAMA ? build_llama(&b, pad_id)
-                                      : build_encoder(&b, pad_id);
+    const int loss = c->arch == TG_ARCH_GPT2    ? build_gpt2(&b, pad_id)
+                     : c->arch == TG_ARCH_LLAMA ? build_llama(&b, pad_id)
+                                                : build_encoder(&b, pad_id);
+    return loss < 0 || lora_check_hits(g) ? -1 : loss;
 }

@@ -1,6 +1,7 @@
 #include "runtime/lora_export.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,13 +117,32 @@ static json_t *task_type(int task) {
                                     : json_null();
 }
 
+/* Whether every weight of the plan's modules called `module` (tensors "*.<module>.weight")
+ * has an adapter: then the name alone tells PEFT the modules, else their paths must. */
+static int every_module_adapted(const tg_plan *plan, const tg_lora_pair *pairs, int n, const char *module) {
+    const size_t m = strlen(module);
+    for (int t = 0; t < plan->n_tensors; t++) {
+        const char *name = plan->tensors[t].name, *w = strstr(name, ".weight");
+        if (!w || w[7] || (size_t)(w - name) <= m || strncmp(w - m, module, m) || w[-(ptrdiff_t)m - 1] != '.') continue;
+        int adapted = 0;
+        for (int k = 0; k < n && !adapted; k++) adapted = pairs[k].base == t;
+        if (!adapted) return 0;
+    }
+    return 1;
+}
+
 static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int n, tg_err *err) {
     json_t *c = json_object(), *targets = json_array(), *save = json_array();
     int rc = !c || !targets || !save;
     char module[TG_NAME_MAX];
+    /* target_modules: a module name where every module of that name has an adapter, else
+     * each adapted module's path (a job's `mlp.c_proj` leaves GPT-2's attn.c_proj without),
+     * so that PEFT adapts exactly the modules the export holds pairs for. */
     for (int k = 0; k < n && !rc; k++) {
-        module_of(plan->tensors[pairs[k].base].name, module, sizeof module);
-        rc = append_once(targets, module, strlen(module));
+        const char *base = plan->tensors[pairs[k].base].name;
+        module_of(base, module, sizeof module);
+        if (every_module_adapted(plan, pairs, n, module)) rc = append_once(targets, module, strlen(module));
+        else rc = append_once(targets, base, strlen(base) - strlen(".weight"));
     }
     /* The head that trains whole (classifier, score, qa_outputs): its top-level module. */
     for (int t = 0; t < plan->n_tensors && !rc; t++)

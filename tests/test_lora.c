@@ -114,8 +114,8 @@ TG_TEST(test_lora_refusals) {
          "o_proj, gate_proj, up_proj, down_proj)"},
         {LM_JOB "lora_r = 4\nlora_targets = query\n", "'query' is not a module LoRA adapts in the llama family"},
         {LM_JOB "lora_targets = q_proj,,v_proj\n",
-         "job.txt:8: key 'lora_targets': 'q_proj,,v_proj' is not a comma-separated list of module names (such as "
-         "q_proj,v_proj)"},
+         "job.txt:8: key 'lora_targets': 'q_proj,,v_proj' is not a comma-separated list of module names or paths' "
+         "tails (such as q_proj,v_proj or mlp.c_proj)"},
         {LM_JOB "lora_targets = q-proj\n", "key 'lora_targets': 'q-proj' is not a comma-separated list"},
         {LM_JOB "lora_r = 4097\n", "job.txt:8: key 'lora_r'"},
         {LM_JOB "lora_alpha = 0\n", "job.txt:8: key 'lora_alpha'"},

@@ -223,6 +223,19 @@ TG_TEST(test_lora_gpt2_plan_structure) {
           "default targets: %d trainable", n);
     tg_plan_free(&p);
 
+    /* Paths' tails as PEFT matches them: `mlp.c_proj` leaves attn.c_proj alone; `h.0.mlp.c_fc`
+     * adapts layer 0's only. */
+    REQUIRE(compile_text(GPT2_LM "lora_r = 2\nlora_targets = mlp.c_proj, h.0.mlp.c_fc\n", 0, &p, &err) == 0, "%s",
+            err.msg);
+    n = count_trainable(&p, NULL, &frozen);
+    CHECK(n == 2 * 2 + 2 && pair_is(&p, "transformer.h.0.mlp.c_proj", 2, 128, 32) &&
+              pair_is(&p, "transformer.h.1.mlp.c_proj", 2, 128, 32) && pair_is(&p, "transformer.h.0.mlp.c_fc", 2, 32, 128) &&
+              find_tensor(&p, "transformer.h.1.mlp.c_fc.lora_A.weight") < 0 &&
+              find_tensor(&p, "transformer.h.0.attn.c_proj.lora_A.weight") < 0 &&
+              find_tensor(&p, "transformer.h.1.attn.c_proj.lora_A.weight") < 0,
+          "dotted targets: %d trainable", n);
+    tg_plan_free(&p);
+
     /* Classification: score trains whole. */
     REQUIRE(compile_text("model = tiny-gpt2\ntask = classify\nnum_labels = 2\nbatch = 2\nseq = 12\ntrain_data = x\n"
                          "steps = 2\nlora_r = 2\n",
@@ -247,6 +260,16 @@ TG_TEST(test_lora_families_refuse_unknown_targets) {
         {GPT2_LM "lora_r = 4\nlora_targets = c_attn,query\n",
          "job.txt:9: key 'lora_targets': 'query' is not a module LoRA adapts in the gpt2 family (c_attn, c_proj, c_fc)"},
         {GPT2_LM "lora_r = 4\nlora_targets = q_proj\n", "'q_proj' is not a module LoRA adapts in the gpt2 family"},
+        /* A path's tail: its last part must be such a module, and it must name one. */
+        {GPT2_LM "lora_r = 4\nlora_targets = mlp.query\n", "'mlp.query' is not a module LoRA adapts in the gpt2 family"},
+        {GPT2_LM "lora_r = 4\nlora_targets = c_attn,mlp.c_attn\n",
+         "job.txt:9: key 'lora_targets': 'mlp.c_attn' names no module of the model (its modules are such as "
+         "transformer.h.0.attn.c_attn)"},
+        {GPT2_LM "lora_r = 4\nlora_targets = h.2.mlp.c_fc\n", "'h.2.mlp.c_fc' names no module of the model"},
+        {GPT2_LM "lora_r = 4\nlora_targets = mlp..c_proj\n",
+         "job.txt:9: key 'lora_targets': 'mlp..c_proj' is not a comma-separated list of module names or paths' tails"},
+        {GPT2_LM "lora_r = 4\nlora_targets = c_attn,.c_proj\n", "is not a comma-separated list of module names"},
+        {GPT2_LM "lora_r = 4\nlora_targets = c_proj.\n", "is not a comma-separated list of module names"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tg_plan p;
@@ -667,6 +690,10 @@ TG_TEST(test_lora_families_export) {
                  "transformer.h.0.attn.c_attn", 1, 1.5, "CAUSAL_LM", "c_attn,c_proj", "null", 2 * 3 * 2);
     check_export("gpt2 mlp", GPT2_LM, "lora_r = 2\nlora_targets = c_fc,c_proj\n", "transformer.h.1.mlp.c_proj", 1, 4.0,
                  "CAUSAL_LM", "c_proj,c_fc", "null", 2 * 3 * 2);
+    /* Only the MLP's c_proj: PEFT is given the adapted modules' paths, not "c_proj" (which
+     * would adapt attn.c_proj too); c_fc, adapted everywhere, by its name. */
+    check_export("gpt2 dotted", GPT2_LM, "lora_r = 2\nlora_targets = mlp.c_proj,c_fc\n", "transformer.h.1.mlp.c_proj", 1,
+                 4.0, "CAUSAL_LM", "c_fc,transformer.h.0.mlp.c_proj,transformer.h.1.mlp.c_proj", "null", 2 * 2 * 2);
     check_export("gpt2 classify",
                  "model = tiny-gpt2\ntask = classify\nnum_labels = 2\nbatch = 2\nseq = 12\ntrain_data = x\nsteps = 2\n",
                  "lora_r = 2\n", "transformer.h.1.attn.c_attn", 1, 4.0, "SEQ_CLS", "c_attn", "score", 2 * 2 + 1);
