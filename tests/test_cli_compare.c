@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
 
@@ -187,4 +188,37 @@ TG_TEST(test_cli_compare_refusals) {
     r = tg_test_cli_line(dir, line, NULL);
     CHECK(r.status == 1 && strstr(r.err, "/manifest.json: cannot"), "%s", r.err);
     tg_cli_run_free(&r);
+}
+
+/* A compare of two metrics files whose allocations fail from the k-th on, for each k in
+ * turn: the command either gets past them or ends with exit 1, one line saying it ran out
+ * of memory, and nothing on stdout (the comparison is printed only once both sides are
+ * read). From the k-th on, not the k-th alone: with one allocation of its parser failed and
+ * the next ones granted, jansson 2.14 crashed inside json_loadb (a write out of bounds). */
+TG_TEST(test_cli_compare_out_of_memory) {
+    const char *dir = tg_test_tmpdir();
+    char a[900], b[900], line[2048];
+    snprintf(a, sizeof a, "%s/a.jsonl", dir);
+    snprintf(b, sizeof b, "%s/b.jsonl", dir);
+    write_metrics(a, 10, 1000, 4096, 0.5, "");
+    write_metrics(b, 8, 1250, 4096, 0.25, "");
+    snprintf(line, sizeof line, "compare %s %s", a, b);
+    int failures = 0;
+    for (long k = 0; k < 200; k++) {
+        tg_alloc_fail_after(k);
+        tg_cli_run r = tg_test_cli_line(dir, line, NULL);
+        tg_alloc_fail_after(-1);
+        if (r.status != 0) {
+            failures++;
+            const int one_line = r.err && strchr(r.err, '\n') == r.err + strlen(r.err) - 1;
+            CHECK(r.status == 1 && one_line && strstr(r.err, "tunegraph compare: ") && strstr(r.err, "out of memory") &&
+                      r.out && !r.out[0],
+                  "allocation %ld failed: exit %d, stdout '%s', stderr '%s'", k, r.status, r.out ? r.out : "(none)",
+                  r.err ? r.err : "(none)");
+        } else {
+            CHECK(r.out && strstr(r.out, "median step (ms)"), "allocation %ld passed over without the table", k);
+        }
+        tg_cli_run_free(&r);
+    }
+    CHECK(failures > 5, "only %d allocations of compare could fail", failures);
 }
