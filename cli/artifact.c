@@ -26,6 +26,7 @@
 #include "plan/inspect.h"
 #include "plan/plan_file.h"
 #include "runtime/executor.h"
+#include "runtime/preflight.h"
 
 #define ARTIFACT_MANIFEST_MAX_BYTES (64u << 20)
 #define ARTIFACT_METRICS_MAX_BYTES (1ull << 32)
@@ -506,6 +507,14 @@ int artifact_run(int argc, char **argv, cli_command_fn run) {
         args[n++] = metrics_path;
     }
     args[n] = NULL;
+    const char *device = w.device ? w.device : tg_default_device() == TG_DEVICE_CUDA ? "cuda" : "cpu";
+    /* On a GPU, run plans recompute = auto for the memory the GPU has free: read it as run
+     * does (the CUDA context in place), before the run, for the artifact's plan. */
+    uint64_t available = 0;
+    char source[64];
+    tg_err ignored;
+    if (!strcmp(device, "cuda") && tg_device_free_memory(TG_DEVICE_CUDA, 0, &available, source, sizeof source, &ignored))
+        available = 0;
     const int status = run(n, args);
     if (status == 2) { /* a usage error: nothing ran */
         artifact_free(a);
@@ -513,7 +522,6 @@ int artifact_run(int argc, char **argv, cli_command_fn run) {
         free(metrics_path), free(args);
         return status;
     }
-    const char *device = w.device ? w.device : tg_default_device() == TG_DEVICE_CUDA ? "cuda" : "cpu";
     int rc = 0;
     tg_plan plan;
     tg_err plan_err;
@@ -523,7 +531,7 @@ int artifact_run(int argc, char **argv, cli_command_fn run) {
     else if (from_plan)
         have_plan = !tg_plan_read(w.input, &plan, &plan_err) &&
                     (!tg_front_set_run(&plan, w.sets, w.n_sets, w.input, &plan_err) || (tg_plan_free(&plan), 0));
-    else have_plan = !tg_front_compile_file(w.input, w.sets, w.n_sets, &plan, &plan_err);
+    else have_plan = !tg_front_compile_file_for(w.input, w.sets, w.n_sets, available, &plan, &plan_err);
     if (!rc && from_plan) rc = artifact_absent(a, "job.job", "the run was given a plan file, not a job");
     else if (!rc) rc = artifact_job(a, w.input, &err);
     if (!rc && have_plan) rc = artifact_plan(a, "", w.input, w.sets, w.n_sets, &plan, &err);

@@ -231,7 +231,9 @@ static int point_compile(sweep_run *s, sweep_point *p) {
     tg_plan plan;
     tg_err err = {{0}};
     int rc = 0;
-    if (tg_front_compile_file(s->job, sets, n, &plan, &err)) {
+    /* As run compiles on a GPU: recompute = auto plans for the memory the GPU has free. */
+    const uint64_t available = s->device == TG_DEVICE_CUDA && s->free_known ? s->free_bytes : 0;
+    if (tg_front_compile_file_for(s->job, sets, n, available, &plan, &err)) {
         rc = point_fail(p, POINT_FAILED, err.msg);
     } else {
         p->compiled = 1;
@@ -649,8 +651,9 @@ static int sweep_artifact(sweep_run *s, artifact *art, tg_err *err) {
             int n_owned;
             const int n = point_sets(s, p, sets, owned, &n_owned);
             tg_plan plan;
+            const uint64_t available = s->device == TG_DEVICE_CUDA && s->free_known ? s->free_bytes : 0;
             if (n < 0) rc = tg_fail(err, "out of memory");
-            else if (tg_front_compile_file(s->job, sets, n, &plan, err) == 0) {
+            else if (tg_front_compile_file_for(s->job, sets, n, available, &plan, err) == 0) {
                 rc = artifact_plan(art, prefix, s->job, sets, n, &plan, err);
                 tg_plan_free(&plan);
             } else {
