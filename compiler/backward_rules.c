@@ -261,14 +261,16 @@ static void bwd_layernorm(tg_graph *g, int index) {
     if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
 }
 
-/* One RMSNORM_BWD writes dx and dgamma; a frozen gamma or an x that needs no gradient
- * writes scratch, as for the LayerNorms. */
+/* One RMSNORM_BWD writes dx and dgamma; an x that needs no gradient writes scratch, as for
+ * the LayerNorms, and a frozen gamma (LoRA's base) no dgamma at all: the op then skips the
+ * column sums, a second pass over dy and x. */
 static void bwd_rmsnorm(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
-    int acc_x, acc_g, dx_scratch, g_scratch;
+    int acc_x, acc_g = 0, dx_scratch;
     int dx = tg_ad_grad_dest_or_scratch(g, op.in[0], &acc_x, &dx_scratch);
-    int dgamma = tg_ad_grad_dest_or_scratch(g, op.in[1], &acc_g, &g_scratch);
-    if (dx < 0 || dgamma < 0 || acc_x || !(acc_g || g_scratch)) {
+    const int frozen = op.in[1] >= 0 && !g->needs_grad[op.in[1]];
+    int dgamma = frozen ? -1 : tg_ad_grad_dest(g, op.in[1], &acc_g);
+    if (dx < 0 || acc_x || (!frozen && (dgamma < 0 || !acc_g))) {
         tg_graph_fail(g, "rmsnorm %d needs an activation input and a parameter gamma", index);
         return;
     }

@@ -140,7 +140,9 @@ struct rmsnorm_dgamma_row {
     }
 };
 
-int64_t tg_scratch_rmsnorm_bwd(const tg_op *op) { return tg_col_sum_scratch(op->p.rmsnorm.m, op->p.rmsnorm.d); }
+int64_t tg_scratch_rmsnorm_bwd(const tg_op *op) {
+    return op->out[1] >= 0 ? tg_col_sum_scratch(op->p.rmsnorm.m, op->p.rmsnorm.d) : 0;
+}
 
 template <class T>
 static int launch_rmsnorm(const tg_cuda_op_args *a, tg_err *err) {

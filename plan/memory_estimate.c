@@ -68,6 +68,10 @@ static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
         const int64_t D = last_dim(p, op->in[0]);
         return D > 0 ? layernorm_bwd_bound(numel_of(p, op->in[0]) / D, D) : 0;
     }
+    case TG_OP_RMSNORM_BWD: { /* in0 dy [M, D], optional out1 dgamma [D]: its column sums */
+        const int64_t D = numel_of(p, op->out[1]);
+        return D > 0 ? col_sums_bound(numel_of(p, op->in[0]) / D, D) : 0;
+    }
     case TG_OP_BIAS_GRAD: { /* in0 dout [M, N] -> out0 [N] */
         const int64_t N = numel_of(p, op->out[0]);
         return N > 0 ? col_sums_bound(numel_of(p, op->in[0]) / N, N) : 0;

@@ -74,6 +74,16 @@ TG_TEST(test_lora_plan_structure) {
         if (op->kind == TG_OP_ROPE_BWD) CHECK(op->out[1] >= 0 && op->out[2] >= 0, "op %d: rope_bwd writes packed", o);
     }
     CHECK(count_kind(&p, TG_OP_EMBEDDING_BWD, -1) == 0, "the frozen embedding has a backward");
+    /* The frozen RMSNorm weights take no gradient: their backwards write dx alone (no
+     * column sums, no scratch dgamma). */
+    int norm_bwd = 0;
+    for (int o = 0; o < p.n_ops; o++)
+        if (p.ops[o].kind == TG_OP_RMSNORM_BWD)
+            norm_bwd++, CHECK(p.ops[o].out[0] >= 0 && p.ops[o].out[1] < 0, "op %d: rmsnorm_bwd writes a dgamma", o);
+    for (int t = 0; t < p.n_tensors; t++)
+        CHECK(!strstr(p.tensors[t].name, "layernorm.weight") || strncmp(p.tensors[t].name, "scratch.", 8),
+              "%s is planned", p.tensors[t].name);
+    CHECK(norm_bwd == 2 * 2, "%d rmsnorm_bwd ops (want 4: 2 layers x 2 and the final norm, less the first, over the frozen embedding)", norm_bwd);
     /* What the frozen base removed, against a full fine-tune: per layer the weight-gradient
      * products of q|k|v [128, 64], o [64, 64], gate|up [192, 64] and down [64, 96] (2 N out
      * in FLOPs each, N = 24 tokens), then the LM head's [128, 64] and the embedding's

@@ -436,6 +436,7 @@ TG_TEST(test_op_meta_rules_rmsnorm) {
         {"rstd", RMSB(), {12, 12, 3, 5}, {12, 3}, .want = "in[3]: rstd != M"},
         {"dx", RMSB(), {12, 12, 3, 4}, {13, 3}, .want = "out[0]: dx != M*D"},
         {"dgamma", RMSB(), {12, 12, 3, 4}, {12, 4}, .want = "out[1]: dgamma != D"},
+        {"frozen gamma: no dgamma", RMSB(), {12, 12, 3, 4}, {12, 0}},
     };
     run_cases(cases, N_CASES(cases));
 }
