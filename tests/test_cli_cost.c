@@ -90,6 +90,8 @@ TG_TEST(test_cli_cost_refusals) {
         {"calibrate --device cuda", 1, "calibrate --device cuda needs the GPU build"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        /* The GPU build calibrates on the GPU instead (its refusal is the CPU build's). */
+        if (tg_cuda_built() && strstr(cases[k].line, "--device cuda")) continue;
         tg_cli_run r = tg_test_cli_line(tmp, cases[k].line, NULL);
         CHECK(r.status == cases[k].status && r.err && strstr(r.err, cases[k].want), "%s: status %d: %s", cases[k].line,
               r.status, r.err ? r.err : "");
@@ -121,16 +123,47 @@ TG_TEST(test_cli_cost_run_profile_table) {
              tmp);
     tg_cli_run r = tg_test_cli_line(tmp, line, NULL);
     REQUIRE(r.status == 0 && r.err, "status %d: %s", r.status, r.err ? r.err : "");
-    CHECK(strstr(r.err, "cost model (cpu, uncalibrated defaults) against the profile:") &&
+    /* On a GPU the run's device is the detected GPU, described by its key. */
+    const int gpu = tg_test_device() == 1;
+    CHECK(strstr(r.err, gpu ? ", uncalibrated defaults) against the profile:"
+                            : "cost model (cpu, uncalibrated defaults) against the profile:") &&
               strstr(r.err, "  matmul ") && strstr(r.err, "  step (run's median) "),
           "no table:\n%s", r.err);
+    /* The table's measured column is the profile's op times summed: every entry positive,
+     * the groups and the phases adding up to the profile's total (the slowest-ops list
+     * once marked its ops by overwriting their times, and the table summed those). */
+    const char *head = strstr(r.err, "profile (ops launched one by one, mean of ");
+    double total = -1, one_by_one = -1, groups = 0, phases = 0;
+    int rows = 0, in_phases = 0; /* the groups' rows come first, then forward, backward, optimizer */
+    REQUIRE(head && sscanf(strchr(head, ':') + 1, " %lf ms in", &total) == 1, "no profile total:\n%s", r.err);
+    const char *at = strstr(r.err, "against the profile:");
+    at = at ? strchr(at, '\n') : NULL;
+    for (at = at ? strchr(at + 1, '\n') : NULL; at && at[1] == ' ' && at[2] == ' '; at = strchr(at + 1, '\n')) {
+        char name[64] = "";
+        double predicted, measured;
+        const char *nums = at + 3 + 20; /* the name's column is 20 wide */
+        if (strlen(at) < 24 || sscanf(nums, "%lf %lf", &predicted, &measured) != 2) break;
+        snprintf(name, sizeof name, "%.20s", at + 3);
+        rows++;
+        CHECK(measured >= 0 && !strstr(nums, "nan"), "table row '%s': measured %.4f ms", name, measured);
+        if (!strncmp(name, "forward ", 8)) in_phases = 1;
+        if (!strncmp(name, "ops one by one", 14)) one_by_one = measured, in_phases = 0;
+        else if (in_phases) phases += measured;
+        else if (strncmp(name, "step", 4)) groups += measured;
+    }
+    CHECK(rows >= 6, "%d table rows:\n%s", rows, r.err);
+    CHECK(fabs(groups - total) <= 0.01 + 1e-3 * total && fabs(phases - total) <= 0.01 + 1e-3 * total,
+          "measured groups sum to %.4f ms, phases to %.4f ms, the profile's total %.3f ms", groups, phases, total);
+    CHECK(fabs(one_by_one - total) <= 0.002 + 1e-3 * total, "ops one by one measured %.4f ms, the profile's %.3f ms",
+          one_by_one, total);
     tg_cli_run_free(&r);
     char path[1024];
     snprintf(path, sizeof path, "%s/m.jsonl", tmp);
     char *m = tg_test_read_file(path, NULL);
     REQUIRE(m, "no metrics");
-    CHECK(strstr(m, "{\"cost_model\": \"group\", \"name\": \"matmul\", \"device\": \"cpu\", \"calibrated\": false, "
-                    "\"predicted_ms\": ") &&
+    CHECK(strstr(m, gpu ? "{\"cost_model\": \"group\", \"name\": \"matmul\", \"device\": \""
+                        : "{\"cost_model\": \"group\", \"name\": \"matmul\", \"device\": \"cpu\", \"calibrated\": false, "
+                          "\"predicted_ms\": ") &&
               strstr(m, "{\"cost_model\": \"step\", \"name\": \"step\"") && strstr(m, "\"error_pct\": "),
           "metrics lines");
     free(m);
