@@ -197,21 +197,27 @@ int cost_report_profile(const tg_plan *plan, int cuda, int threads, const double
  * at a few shapes. The CPU's are small enough for seconds of measuring; the GPU's are
  * the benchmark models' shapes. */
 typedef struct sweep_case {
-    const char *arch; /* bert or gpt2 */
+    const char *arch; /* bert, gpt2 or llama */
     int hidden, layers, heads, vocab;
     const char *task;
     int batch, seq;
+    int lora_r; /* llama: LoRA on all seven projections, rank lora_r (0: full training) */
 } sweep_case;
 
 static const sweep_case cpu_sweep[] = {
-    {"bert", 64, 2, 2, 1024, "classify", 4, 64},  {"bert", 128, 2, 4, 2048, "classify", 8, 64},
-    {"bert", 256, 2, 4, 2048, "classify", 4, 128}, {"gpt2", 128, 2, 4, 2048, "lm", 4, 128},
-    {"gpt2", 256, 2, 4, 4096, "lm", 8, 64},
+    {"bert", 64, 2, 2, 1024, "classify", 4, 64, 0},  {"bert", 128, 2, 4, 2048, "classify", 8, 64, 0},
+    {"bert", 256, 2, 4, 2048, "classify", 4, 128, 0}, {"gpt2", 128, 2, 4, 2048, "lm", 4, 128, 0},
+    {"gpt2", 256, 2, 4, 4096, "lm", 8, 64, 0},
 };
 static const sweep_case gpu_sweep[] = {
-    {"bert", 768, 12, 12, 30522, "classify", 8, 128},  {"bert", 768, 12, 12, 30522, "classify", 32, 128},
-    {"bert", 1024, 4, 16, 30522, "classify", 16, 256}, {"gpt2", 768, 12, 12, 50257, "lm", 8, 256},
-    {"gpt2", 768, 12, 12, 50257, "lm", 16, 512},       {"bert", 256, 4, 4, 8192, "classify", 64, 128},
+    {"bert", 768, 12, 12, 30522, "classify", 8, 128, 0},  {"bert", 768, 12, 12, 30522, "classify", 32, 128, 0},
+    {"bert", 1024, 4, 16, 30522, "classify", 16, 256, 0}, {"gpt2", 768, 12, 12, 50257, "lm", 8, 256, 0},
+    {"gpt2", 768, 12, 12, 50257, "lm", 16, 512, 0},       {"bert", 256, 4, 4, 8192, "classify", 64, 128, 0},
+    /* Attention over long rows: the own kernels (attention dropout) at T 1024, and Llama's
+     * (no dropout, bf16: cuDNN where it is there) at head dim 64 and 128, T 2048 and 4096;
+     * the LoRA one adds the rank-16 products, memory-bound, of many shapes. */
+    {"bert", 768, 4, 12, 30522, "classify", 4, 1024, 0},  {"llama", 1024, 4, 16, 32000, "lm", 2, 2048, 0},
+    {"llama", 2048, 4, 16, 32000, "lm", 1, 4096, 16},
 };
 
 /* Writes dir/config.json for the case's model. */
@@ -228,6 +234,15 @@ static int write_config(const char *dir, const sweep_case *c, tg_err *err) {
                    "\"layer_norm_eps\": 1e-12, \"initializer_range\": 0.02, \"hidden_dropout_prob\": 0.1, "
                    "\"attention_probs_dropout_prob\": 0.1, \"pad_token_id\": 0}\n",
                 c->hidden, c->layers, c->heads, 4 * c->hidden, c->vocab, positions);
+    else if (!strcmp(c->arch, "llama"))
+        fprintf(f, "{\"model_type\": \"llama\", \"hidden_size\": %d, \"num_hidden_layers\": %d, "
+                   "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+                   "\"intermediate_size\": %d, \"vocab_size\": %d, \"max_position_embeddings\": %d, "
+                   "\"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.0, "
+                   "\"attention_dropout\": 0.0, \"attention_bias\": false, \"mlp_bias\": false, "
+                   "\"tie_word_embeddings\": false, \"initializer_range\": 0.02}\n",
+                c->hidden, c->layers, c->heads, c->heads / 4, c->hidden / c->heads, 7 * c->hidden / 2, c->vocab,
+                positions);
     else
         fprintf(f, "{\"model_type\": \"gpt2\", \"n_embd\": %d, \"n_layer\": %d, \"n_head\": %d, \"vocab_size\": %d, "
                    "\"n_positions\": %d, \"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": 1e-5, "
@@ -259,17 +274,29 @@ static void fill_inputs(tg_trainer *tr, const tg_plan *p) {
         for (int b = 0; b < B; b++) labels[b] = b % 2;
 }
 
-/* Measures the case op by op into samples (grown as needed). */
+/* Measures the case op by op into samples (grown as needed), and its step (the median of
+ * 3; on a GPU the captured graph's) into *step_s; the compiled plan is left in *plan (the
+ * caller frees it) when the call succeeds. */
 static int measure_case(const sweep_case *c, const char *dir, int cuda, int threads, int repeats, int precision,
-                        tg_cost_sample **samples, int *n, int *cap, char *gpu_name, size_t gpu_len, tg_err *err) {
+                        tg_cost_sample **samples, int *n, int *cap, char *gpu_name, size_t gpu_len, tg_plan *kept,
+                        double *step_s, tg_err *err) {
     if (write_config(dir, c, err)) return -1;
-    char job[2048];
+    char job[2048], lora[256] = "";
+    if (c->lora_r > 0)
+        snprintf(lora, sizeof lora, "lora_r = %d\nlora_alpha = %d\nlora_targets = q_proj,k_proj,v_proj,o_proj,gate_proj,"
+                                    "up_proj,down_proj\n", c->lora_r, 2 * c->lora_r);
     snprintf(job, sizeof job,
-             "model = %s\ntask = %s\nbatch = %d\nseq = %d\nprecision = %s\nsteps = 10\ntrain_data = unused.jsonl\n%s",
+             "model = %s\ntask = %s\nbatch = %d\nseq = %d\nprecision = %s\nsteps = 10\ntrain_data = unused.jsonl\n%s%s",
              dir, c->task, c->batch, c->seq, tg_precision_name(precision),
-             !strcmp(c->task, "classify") ? "num_labels = 2\n" : "");
+             !strcmp(c->task, "classify") ? "num_labels = 2\n" : "", lora);
     tg_plan plan;
     if (tg_front_compile_text(job, "calibration job", dir, NULL, 0, &plan, err)) return -1;
+    /* What the model needs of the device to describe an op: whether cuDNN takes attention. */
+    tg_cost_device probe;
+    if (tg_cost_device_builtin(cuda ? "h100" : "cpu", precision, 0, &probe, err)) {
+        tg_plan_free(&plan);
+        return -1;
+    }
     tg_trainer tr;
     tg_trainer_options o = {.device = cuda ? TG_DEVICE_CUDA : TG_DEVICE_CPU, .threads = threads, .load_data = 0};
     if (tg_trainer_open(&tr, &plan, &o, err)) {
@@ -294,23 +321,27 @@ static int measure_case(const sweep_case *c, const char *dir, int cuda, int thre
     /* The CPU runs a step's ops in line, each faster than alone (no timer around it, the
      * caches warm from the op before): the ops' times are scaled so that they sum to the
      * measured step (median of 3), which is what the model predicts. On a GPU the op-by-op
-     * times stay as measured (the captured graph overlaps what the model overlaps). */
-    if (!rc && !cuda && total > 0) {
+     * times stay as measured, and the steps (a first one captures the graph) fit the
+     * captured step's terms (tg_cost_fit_step). */
+    if (!rc && total > 0) {
         double steps[3];
-        for (int k = 0; k < 3 && !rc; k++) {
+        for (int k = cuda ? -1 : 0; k < 3 && !rc; k++) {
             tg_step_stats st;
             rc = tg_trainer_run_step(&tr, &st, err);
-            steps[k] = st.step_ms;
+            if (k >= 0) steps[k] = st.step_ms;
         }
         if (!rc) {
             step_ms = steps[0] + steps[1] + steps[2] - fmin(steps[0], fmin(steps[1], steps[2])) -
                       fmax(steps[0], fmax(steps[1], steps[2]));
-            scale = step_ms / total;
+            if (!cuda) scale = step_ms / total;
         }
     }
-    for (int o = 0; !rc && o < plan.n_ops; o++)
-        (*samples)[(*n)++] = (tg_cost_sample){tg_op_group_of(plan.ops[o].kind), tg_cost_op_flops(&plan, o),
-                                              tg_cost_op_bytes(&plan, o), ms[o] * scale / 1e3};
+    for (int o = 0; !rc && o < plan.n_ops; o++) {
+        tg_cost_sample s = tg_cost_op_sample(&plan, o, &probe);
+        s.seconds = ms[o] * scale / 1e3;
+        (*samples)[(*n)++] = s;
+    }
+    *step_s = step_ms / 1e3;
     if (!rc && step_ms > 0)
         fprintf(stderr, "  %s hidden %d x %d layers, %s batch %d x seq %d: %d ops, %.3f ms op by op, step %.3f ms\n",
                 c->arch, c->hidden, c->layers, c->task, c->batch, c->seq, plan.n_ops, total, step_ms);
@@ -319,7 +350,8 @@ static int measure_case(const sweep_case *c, const char *dir, int cuda, int thre
                 c->hidden, c->layers, c->task, c->batch, c->seq, plan.n_ops, total);
     free(ms);
     tg_trainer_close(&tr);
-    tg_plan_free(&plan);
+    if (rc) tg_plan_free(&plan);
+    else *kept = plan;
     return rc;
 }
 
@@ -368,10 +400,18 @@ int cmd_calibrate(int argc, char **argv) {
     fprintf(stderr, "tunegraph: calibrating the cost model on %s: %d plans op by op, %d repeats each\n",
             cuda ? "the GPU" : "the CPU", n_cases, repeats);
     tg_cost_sample *samples = NULL;
-    int n = 0, cap = 0, rc = 0;
+    int n = 0, cap = 0, rc = 0, measured = 0;
     char gpu[256] = "";
-    for (int k = 0; k < n_cases && !rc; k++)
-        rc = measure_case(&cases[k], dir, cuda, threads, repeats, precision, &samples, &n, &cap, gpu, sizeof gpu, &err);
+    tg_plan plans[sizeof gpu_sweep / sizeof gpu_sweep[0] > sizeof cpu_sweep / sizeof cpu_sweep[0]
+                      ? sizeof gpu_sweep / sizeof gpu_sweep[0]
+                      : sizeof cpu_sweep / sizeof cpu_sweep[0]];
+    const tg_plan *plan_of[sizeof plans / sizeof plans[0]];
+    double steps[sizeof plans / sizeof plans[0]];
+    for (int k = 0; k < n_cases && !rc; k++) {
+        rc = measure_case(&cases[k], dir, cuda, threads, repeats, precision, &samples, &n, &cap, gpu, sizeof gpu,
+                          &plans[k], &steps[k], &err);
+        if (!rc) plan_of[k] = &plans[k], measured++;
+    }
     remove_dir(dir);
     tg_cost_device d;
     const tg_gpu_spec *spec = cuda ? tg_gpu_spec_by_name(gpu) : NULL;
@@ -384,6 +424,9 @@ int cmd_calibrate(int argc, char **argv) {
         else snprintf(d.name, sizeof d.name, "the CPU executor, %d threads", d.threads);
         rc = tg_cost_fit(samples, n, d.cpu, &d, per_group, &err);
     }
+    /* On a GPU, the captured step's launch term and the update's overlap from the plans' steps. */
+    if (!rc && cuda) rc = tg_cost_fit_step(plan_of, steps, measured, &d, &err);
+    for (int k = 0; k < measured; k++) tg_plan_free(&plans[k]);
     free(samples);
     char path[1024];
     if (!rc && output) snprintf(path, sizeof path, "%s", output);
@@ -404,5 +447,6 @@ int cmd_calibrate(int argc, char **argv) {
     for (int g = 0; g < TG_GROUP_COUNT; g++)
         printf("  %-21s %10.4f %10.4f %7d%s\n", tg_op_group_name(g), d.eff_flops[g], d.eff_bw[g], per_group[g],
                per_group[g] ? "" : " (none measured: default kept)");
+    tg_cost_shape_terms_print(&d, stdout);
     return 0;
 }

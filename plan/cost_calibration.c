@@ -23,6 +23,11 @@ static const char *const group_keys[TG_GROUP_COUNT] = {
     [TG_GROUP_MEMORY] = "memory", [TG_GROUP_COMM] = "comm",
 };
 
+/* The keys after the groups (version 2). */
+static const char *const tail_keys[] = {"matmul_gflop_half", "attention.own", "attention.cudnn", "graph_launch_us",
+                                        "update_overlap"};
+enum { N_TAIL = sizeof tail_keys / sizeof tail_keys[0] };
+
 /* A real in [lo, hi] (lo_open: lo excluded) written as all of text[0..n). */
 static int parse_real(const char *text, size_t n, double lo, int lo_open, double hi, double *out) {
     char buf[64];
@@ -93,6 +98,45 @@ static int parse_value(int k, const char *key, const char *v, size_t n, const ch
     case 7:
         return parse_real(v, n, 0, 0, 1e6, &c->launch_us)
                    ? bad(err, path, line, key, "needs a number from 0 to 1e6", v, n) : 0;
+    case N_SCALARS + TG_GROUP_COUNT:
+        return parse_real(v, n, 0, 0, 1e6, &c->matmul_gflop_half)
+                   ? bad(err, path, line, key, "needs a number from 0 to 1e6", v, n) : 0;
+    case N_SCALARS + TG_GROUP_COUNT + 1:
+    case N_SCALARS + TG_GROUP_COUNT + 2: { /* EFF_FORWARD EFF_BACKWARD WORK_HALF CAUSAL_FACTOR SAMPLES */
+        tg_cost_attention *a = &c->attention[k - N_SCALARS - TG_GROUP_COUNT - 1];
+        const char *word[5];
+        size_t len[5];
+        int words = 0;
+        for (size_t i = 0; i <= n && words <= 5;) {
+            const char *sp = memchr(v + i, ' ', n - i);
+            const size_t end = sp ? (size_t)(sp - v) : n;
+            if (words < 5) word[words] = v + i, len[words] = end - i;
+            words++;
+            i = end + 1;
+        }
+        if (words != 5)
+            return bad(err, path, line, key, "needs five values: eff_forward eff_backward work_half causal_factor samples",
+                       v, n);
+        if (parse_real(word[0], len[0], 0, 1, 100, &a->eff_forward))
+            return bad(err, path, line, key, "eff_forward needs a number above 0, at most 100", v, n);
+        if (parse_real(word[1], len[1], 0, 1, 100, &a->eff_backward))
+            return bad(err, path, line, key, "eff_backward needs a number above 0, at most 100", v, n);
+        if (parse_real(word[2], len[2], 0, 0, 1e12, &a->work_half))
+            return bad(err, path, line, key, "work_half needs a number from 0 to 1e12", v, n);
+        if (parse_real(word[3], len[3], 0, 1, 100, &a->causal_factor))
+            return bad(err, path, line, key, "causal_factor needs a number above 0, at most 100", v, n);
+        int32_t count;
+        if (parse_count(word[4], len[4], 1000000000, &count))
+            return bad(err, path, line, key, "samples needs a whole number 0 to 1e9", v, n);
+        a->samples = count;
+        return 0;
+    }
+    case N_SCALARS + TG_GROUP_COUNT + 3:
+        return parse_real(v, n, 0, 0, 1e6, &c->graph_launch_us)
+                   ? bad(err, path, line, key, "needs a number from 0 to 1e6", v, n) : 0;
+    case N_SCALARS + TG_GROUP_COUNT + 4:
+        return parse_real(v, n, 0, 0, 1, &c->update_overlap)
+                   ? bad(err, path, line, key, "needs a number from 0 to 1", v, n) : 0;
     default: { /* group.NAME = EFF_FLOPS EFF_BW SAMPLES */
         const int g = k - N_SCALARS;
         const char *sp1 = memchr(v, ' ', n);
@@ -112,7 +156,7 @@ static int parse_value(int k, const char *key, const char *v, size_t n, const ch
 
 int tg_cost_calibration_parse(const char *text, size_t len, const char *path, tg_cost_calibration *c, tg_err *err) {
     memset(c, 0, sizeof *c);
-    const int n_keys = N_SCALARS + TG_GROUP_COUNT;
+    int n_keys = N_SCALARS + TG_GROUP_COUNT + N_TAIL; /* version 1: no tail */
     size_t at = 0;
     for (int line = 1; line <= 1 + n_keys; line++) {
         if (at >= len)
@@ -124,15 +168,18 @@ int tg_cost_calibration_parse(const char *text, size_t len, const char *path, tg
         const size_t n = (size_t)(nl - s);
         at += n + 1;
         if (line == 1) {
-            if (n != strlen(TG_COST_CALIBRATION_HEADER) || memcmp(s, TG_COST_CALIBRATION_HEADER, n))
+            const int v1 = n == strlen(TG_COST_CALIBRATION_HEADER_V1) && !memcmp(s, TG_COST_CALIBRATION_HEADER_V1, n);
+            if (!v1 && (n != strlen(TG_COST_CALIBRATION_HEADER) || memcmp(s, TG_COST_CALIBRATION_HEADER, n)))
                 return tg_fail(err, "%s:1: not a cost calibration file (the first line must be '%s')", path,
                                TG_COST_CALIBRATION_HEADER);
+            if (v1) n_keys = N_SCALARS + TG_GROUP_COUNT;
             continue;
         }
         const int k = line - 2;
         char key[64];
         if (k < N_SCALARS) snprintf(key, sizeof key, "%s", scalar_keys[k]);
-        else snprintf(key, sizeof key, "group.%s", group_keys[k - N_SCALARS]);
+        else if (k < N_SCALARS + TG_GROUP_COUNT) snprintf(key, sizeof key, "group.%s", group_keys[k - N_SCALARS]);
+        else snprintf(key, sizeof key, "%s", tail_keys[k - N_SCALARS - TG_GROUP_COUNT]);
         const size_t kn = strlen(key);
         if (n < kn + 3 || memcmp(s, key, kn) || memcmp(s + kn, " = ", 3)) {
             const char *eq = memchr(s, '=', n);
@@ -144,6 +191,12 @@ int tg_cost_calibration_parse(const char *text, size_t len, const char *path, tg
         if (parse_value(k, key, s + kn + 3, n - kn - 3, path, line, c, err)) return -1;
     }
     if (at != len) return tg_fail(err, "%s:%d: text after the last field", path, 2 + n_keys);
+    if (n_keys == N_SCALARS + TG_GROUP_COUNT) { /* version 1: what its model was */
+        for (int b = 0; b < TG_COST_ATTENTION_BACKENDS; b++)
+            c->attention[b] = (tg_cost_attention){c->eff_flops[TG_GROUP_ATTENTION], c->eff_flops[TG_GROUP_ATTENTION], 0, 1,
+                                                  c->samples[TG_GROUP_ATTENTION]};
+        c->graph_launch_us = c->launch_us, c->update_overlap = 1;
+    }
     return 0;
 }
 
@@ -158,6 +211,12 @@ int tg_cost_calibration_format(const tg_cost_calibration *c, char **text, size_t
             c->peak_gbps, c->link_gbps, c->launch_us);
     for (int g = 0; g < TG_GROUP_COUNT; g++)
         fprintf(f, "group.%s = %.17g %.17g %d\n", group_keys[g], c->eff_flops[g], c->eff_bw[g], c->samples[g]);
+    fprintf(f, "matmul_gflop_half = %.17g\n", c->matmul_gflop_half);
+    for (int b = 0; b < TG_COST_ATTENTION_BACKENDS; b++)
+        fprintf(f, "%s = %.17g %.17g %.17g %.17g %d\n", tail_keys[1 + b], c->attention[b].eff_forward,
+                c->attention[b].eff_backward, c->attention[b].work_half, c->attention[b].causal_factor,
+                c->attention[b].samples);
+    fprintf(f, "graph_launch_us = %.17g\nupdate_overlap = %.17g\n", c->graph_launch_us, c->update_overlap);
     if (fclose(f) || !buf) {
         free(buf);
         return tg_fail(err, "out of memory for the cost calibration's text");
@@ -221,6 +280,10 @@ void tg_cost_calibration_of_device(const tg_cost_device *d, int precision, const
     c->launch_us = d->launch_s * 1e6;
     for (int g = 0; g < TG_GROUP_COUNT; g++)
         c->eff_flops[g] = d->eff_flops[g], c->eff_bw[g] = d->eff_bw[g], c->samples[g] = samples[g];
+    c->matmul_gflop_half = d->matmul_flops_half / 1e9;
+    for (int b = 0; b < TG_COST_ATTENTION_BACKENDS; b++) c->attention[b] = d->attention[b];
+    c->graph_launch_us = d->graph_launch_s * 1e6;
+    c->update_overlap = d->update_overlap;
 }
 
 int tg_cost_device_apply(tg_cost_device *d, const tg_cost_calibration *c, tg_err *err) {
@@ -229,6 +292,9 @@ int tg_cost_device_apply(tg_cost_device *d, const tg_cost_calibration *c, tg_err
     snprintf(d->name, sizeof d->name, "%s", c->name);
     d->launch_s = c->launch_us * 1e-6;
     for (int g = 0; g < TG_GROUP_COUNT; g++) d->eff_flops[g] = c->eff_flops[g], d->eff_bw[g] = c->eff_bw[g];
+    d->matmul_flops_half = c->matmul_gflop_half * 1e9;
+    for (int b = 0; b < TG_COST_ATTENTION_BACKENDS; b++) d->attention[b] = c->attention[b];
+    d->graph_launch_s = c->graph_launch_us * 1e-6, d->update_overlap = c->update_overlap;
     if (d->cpu) {
         d->peak_flops = c->peak_tflops * 1e12, d->peak_bw = c->peak_gbps * 1e9, d->link_bw = c->link_gbps * 1e9;
         d->threads = c->threads;

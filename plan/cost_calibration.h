@@ -15,6 +15,16 @@
  *   launch_us = 2.15
  *   group.matmul = EFF_FLOPS EFF_BW SAMPLES   (one line per kernel group, in tg_op_group order)
  *   ...
+ *   matmul_gflop_half = 2.4      (a matmul's FLOPs at half its eff_flops; 0: no shape term)
+ *   attention.own = EFF_FORWARD EFF_BACKWARD WORK_HALF CAUSAL_FACTOR SAMPLES
+ *   attention.cudnn = EFF_FORWARD EFF_BACKWARD WORK_HALF CAUSAL_FACTOR SAMPLES
+ *   graph_launch_us = 4.1        (an op's launch term inside a captured step)
+ *   update_overlap = 0.4         (the share of the deferred update's modelled hiding seen)
+ *
+ * with the header "tunegraph cost calibration 2"; a file of version 1 (the header's 1)
+ * ends after the groups, and reads with the shape terms off, both attention backends at
+ * the attention group's factor, the step's launch term the op-by-op one and the update's
+ * hiding whole.
  *
  * The reader refuses anything else, naming the file, line and field. */
 #ifndef TUNEGRAPH_COST_CALIBRATION_H
@@ -30,7 +40,8 @@
 extern "C" {
 #endif
 
-#define TG_COST_CALIBRATION_HEADER "tunegraph cost calibration 1"
+#define TG_COST_CALIBRATION_HEADER "tunegraph cost calibration 2"
+#define TG_COST_CALIBRATION_HEADER_V1 "tunegraph cost calibration 1"
 /* The largest calibration file read (a valid one is under 1 KiB). */
 #define TG_COST_CALIBRATION_MAX_BYTES 65536
 
@@ -42,6 +53,9 @@ typedef struct tg_cost_calibration {
     double peak_tflops, peak_gbps, link_gbps, launch_us;
     double eff_flops[TG_GROUP_COUNT], eff_bw[TG_GROUP_COUNT];
     int32_t samples[TG_GROUP_COUNT]; /* ops measured per group (0: the default factors kept) */
+    double matmul_gflop_half;
+    tg_cost_attention attention[TG_COST_ATTENTION_BACKENDS];
+    double graph_launch_us, update_overlap;
 } tg_cost_calibration;
 
 /* Parses text[0..len) (no NUL needed); `path` names the file in messages. 0, or -1 with

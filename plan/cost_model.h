@@ -10,7 +10,11 @@
  * factors are calibrated per device by a measured sweep (`tunegraph calibrate`,
  * plan/cost_calibration.h); without one, stated defaults stand (uncalibrated).
  *
- * A step is grad_accumulation x (forward + backward) + optimizer. Where the device runs
+ * Matmuls reach less of the peak when small (matmul_flops_half) and attention's efficiency
+ * follows its backend and the length of its rows (tg_cost_attention).
+ *
+ * A step is grad_accumulation x (forward + backward) + optimizer, each op with the launch
+ * term of a captured graph (graph_launch_s). Where the device runs
  * them beside the compute (the CUDA executor), the backward's gradient sums run on their
  * own stream, each after the op it follows, and only what outlasts the backward counts
  * (exposed); and the deferred update (runtime/deferred_update.h) runs beside the next
@@ -32,6 +36,21 @@ extern "C" {
 #define TG_COST_KEY_MAX 32
 #define TG_COST_NAME_MAX 128
 
+/* The attention backends the CUDA executor chooses between (kernels/cudnn_attention.h):
+ * its own fused kernels, or cuDNN's for 16-bit storage, head dim 64 or 128 and no
+ * attention dropout. */
+enum { TG_COST_ATTENTION_OWN = 0, TG_COST_ATTENTION_CUDNN = 1, TG_COST_ATTENTION_BACKENDS = 2 };
+
+/* One attention backend's compute efficiency: eff_forward (eff_backward for ATTENTION_BWD)
+ * x w / (w + work_half) of the peak, w = T x head_dim, the work of one query row (a fused
+ * kernel's tiles fill its pipelines only on long rows), times causal_factor for a causal
+ * op (whose masked tiles still cost part of a full tile). Its memory side is the
+ * attention group's eff_bw. */
+typedef struct tg_cost_attention {
+    double eff_forward, eff_backward, work_half, causal_factor;
+    int samples; /* ops calibrated with (0: the stated defaults) */
+} tg_cost_attention;
+
 /* A device the model predicts for: its peaks and its efficiency factors. */
 typedef struct tg_cost_device {
     char key[TG_COST_KEY_MAX];   /* "cpu", or a GPU's key (plan/gpu_specs.h: "h100", "h200", ...) */
@@ -44,6 +63,16 @@ typedef struct tg_cost_device {
     double eff_flops[TG_GROUP_COUNT], eff_bw[TG_GROUP_COUNT];
     int calibrated;              /* 1: factors from a calibration; 0: the stated defaults */
     int threads;                 /* CPU: the executor threads calibrated with (0: unknown) */
+    /* A matmul's compute efficiency is eff_flops x F / (F + matmul_flops_half), F its FLOPs:
+     * a small product cannot fill the GPU's SMs with tiles (0: no shape term). */
+    double matmul_flops_half;
+    tg_cost_attention attention[TG_COST_ATTENTION_BACKENDS];
+    int cudnn_attention; /* 1: eligible attention ops run through cuDNN (TUNEGRAPH_ATTENTION is not own) */
+    /* The captured step: each op's launch term there (the launch gaps and timing events of
+     * ops launched one by one are gone; the built-in descriptions: launch_s), and the share of the
+     * deferred update's modelled hiding that the step sees (the update shares memory
+     * bandwidth and SMs with the forward it runs beside). */
+    double graph_launch_s, update_overlap;
 } tg_cost_device;
 
 /* What bounds an op's predicted time. */
@@ -90,6 +119,11 @@ const char *tg_cost_flops_formula(int kind);
 /* The roofline time of one op of `flops` and `bytes` in group `group` on d. */
 double tg_cost_seconds(const tg_cost_device *d, int group, double flops, double bytes, int *bound);
 
+/* Whether the CUDA executor would run attention op `op` with storage `dtype` through cuDNN
+ * on d: d->cudnn_attention and cuDNN's rule (kernels/cudnn_attention.h: 16-bit, head dim
+ * 64 or 128, p == 0), restated here so that the plan library needs no kernels. */
+int tg_cost_attention_backend(const tg_cost_device *d, const tg_op *op, int dtype);
+
 /* The built-in description of device `key` ("cpu" or a key of plan/gpu_specs.h) for a plan
  * of `precision` (and allow_tf32): its datasheet peaks and the default factors
  * (uncalibrated). The CPU's peaks are stated guesses until calibrated. 0, or -1 with the
@@ -103,11 +137,24 @@ void tg_cost_prediction_free(tg_cost_prediction *p);
 
 /* ---- calibration -------------------------------------------------------------------- */
 
-/* One measured op: its group, FLOPs, bytes, and measured seconds. */
+/* What an op's time depends on beyond its group, FLOPs and bytes. */
+enum { TG_COST_PLAIN = 0, TG_COST_ATTENTION_FORWARD = 1, TG_COST_ATTENTION_BACKWARD = 2 };
+
+/* One op as the model times it (and, calibrating, its measured seconds). */
 typedef struct tg_cost_sample {
     int group;
     double flops, bytes, seconds;
+    int attention;     /* TG_COST_PLAIN, or which attention op */
+    int backend;       /* attention: TG_COST_ATTENTION_OWN or _CUDNN */
+    int causal;        /* attention: causal */
+    double work;       /* attention: T x head_dim */
+    int repeats;       /* calibrating: the identical ops it stands for, their mean time (0 or 1: one) */
 } tg_cost_sample;
+
+/* Op `o` of the plan as a sample on d (seconds 0). */
+tg_cost_sample tg_cost_op_sample(const tg_plan *plan, int o, const tg_cost_device *d);
+/* A sample's predicted time on d, launched alone (launch_s), and what bounds it. */
+double tg_cost_sample_seconds(const tg_cost_device *d, const tg_cost_sample *s, int *bound);
 
 /* Fits d's launch term and factors to the samples: launch is the 5th percentile of the
  * measured times (no op is faster than it); then, group by group, the pair (eff_flops,
@@ -121,6 +168,15 @@ typedef struct tg_cost_sample {
  * count (0: its factors left as they were). 0, or -1 when there are no samples. */
 int tg_cost_fit(const tg_cost_sample *s, int n, int fit_peaks, tg_cost_device *d, int samples_per_group[TG_GROUP_COUNT],
                 tg_err *err);
+/* After tg_cost_fit on a GPU: graph_launch_s (0 to launch_s) and update_overlap (0 to 1)
+ * minimising the sum over the plans of ln(predicted step / measured step)^2, the
+ * plans' measured steps (seconds) taken from their captured graphs. 0, or -1 (err) out of
+ * memory or without plans. */
+int tg_cost_fit_step(const tg_plan *const *plans, const double *step_s, int n, tg_cost_device *d, tg_err *err);
+
+/* Writes d's shape and step terms (matmul_flops_half, the attention backends, the
+ * captured step's launch term and update overlap) as indented lines, where calibrated. */
+void tg_cost_shape_terms_print(const tg_cost_device *d, FILE *out);
 
 /* Writes the prediction as text (`inspect --predict`): the device and its factors, the
  * groups, the phases, the step with its overlaps, the `top` slowest ops and the predicted

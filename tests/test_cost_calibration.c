@@ -15,6 +15,10 @@ static tg_cost_calibration sample(void) {
     c.precision = TG_PREC_FP32, c.threads = 3;
     c.peak_tflops = 0.0315, c.peak_gbps = 12.25, c.link_gbps = 12.25, c.launch_us = 2.125;
     for (int g = 0; g < TG_GROUP_COUNT; g++) c.eff_flops[g] = 0.1 * (g + 1) / 3, c.eff_bw[g] = 0.9 - 0.1 * g, c.samples[g] = 7 * g;
+    c.matmul_gflop_half = 2.0 / 3;
+    c.attention[0] = (tg_cost_attention){0.1 / 3, 0.2 / 3, 4641.58, 0.8, 72};
+    c.attention[1] = (tg_cost_attention){0.56, 0.36, 1e5 / 3, 1, 4};
+    c.graph_launch_us = 1.0 / 7, c.update_overlap = 0.95;
     return c;
 }
 
@@ -58,6 +62,34 @@ TG_TEST(test_cost_calibration_round_trip) {
               back.eff_flops[TG_GROUP_NORM] == 0.125 && back.eff_bw[TG_GROUP_OPTIMIZER] == 0.875 &&
               back.samples[TG_GROUP_NORM] == 30 && back.samples[TG_GROUP_COMM] == 0,
           "parsed values");
+    /* Version 1 (no tail): both attention backends the group's factor, no shape terms, the
+     * step's launch the op-by-op one, the update's hiding whole. */
+    CHECK(back.matmul_gflop_half == 0 && back.attention[1].eff_forward == 0.25 && back.attention[0].eff_backward == 0.25 &&
+              back.attention[1].work_half == 0 && back.attention[0].causal_factor == 1 && back.attention[1].samples == 2 &&
+              back.graph_launch_us == 2.125 && back.update_overlap == 1,
+          "version 1 defaults");
+    /* Version 2: the tail's values exactly as written. */
+    static const char tail[] = "matmul_gflop_half = 5.5\n"
+                               "attention.own = 0.125 0.25 4096 0.75 72\n"
+                               "attention.cudnn = 0.5 0.375 100000 1 4\n"
+                               "graph_launch_us = 0.5\n"
+                               "update_overlap = 0.25\n";
+    char v2[sizeof k_text + sizeof tail];
+    snprintf(v2, sizeof v2, "%s%s", k_text, tail);
+    v2[strlen("tunegraph cost calibration ")] = '2';
+    REQUIRE(tg_cost_calibration_parse(v2, strlen(v2), "v2", &back, &err) == 0, "%s", err.msg);
+    CHECK(back.matmul_gflop_half == 5.5 && back.attention[0].eff_forward == 0.125 && back.attention[0].work_half == 4096 &&
+              back.attention[0].causal_factor == 0.75 && back.attention[0].samples == 72 &&
+              back.attention[1].eff_backward == 0.375 && back.graph_launch_us == 0.5 && back.update_overlap == 0.25,
+          "version 2 values");
+    tg_cost_device g;
+    REQUIRE(tg_cost_device_builtin("h100", TG_PREC_BF16, 0, &g, &err) == 0, "%s", err.msg);
+    snprintf(back.device, sizeof back.device, "h100");
+    REQUIRE(tg_cost_device_apply(&g, &back, &err) == 0, "%s", err.msg);
+    CHECK(g.matmul_flops_half == 5.5e9 && g.attention[1].eff_forward == 0.5 && g.graph_launch_s == 0.5e-6 &&
+              g.update_overlap == 0.25,
+          "version 2 applied");
+    snprintf(back.device, sizeof back.device, "cpu");
     /* Applied to the CPU: factors, launch and the measured peaks; to a GPU: refused. */
     tg_cost_device d;
     REQUIRE(tg_cost_device_builtin("cpu", TG_PREC_FP32, 0, &d, &err) == 0, "%s", err.msg);
@@ -108,7 +140,7 @@ TG_TEST(test_cost_calibration_refusals) {
         int line;
         const char *with, *want;
     } cases[] = {
-        {1, "tunegraph cost calibration 2\n", "c.txt:1: not a cost calibration file (the first line must be 'tunegraph cost calibration 1')"},
+        {1, "tunegraph cost calibration 3\n", "c.txt:1: not a cost calibration file (the first line must be 'tunegraph cost calibration 2')"},
         {2, "name = x\n", "c.txt:2: field 'device' expected here (the fields come in a fixed order), found 'name'"},
         {2, "device = CPU\n", "c.txt:2: field 'device': needs lowercase letters, digits and '-' ('CPU')"},
         {3, "name = \n", "c.txt:3: field 'name': needs 1 to 127 characters ('')"},
@@ -139,10 +171,50 @@ TG_TEST(test_cost_calibration_refusals) {
               "case %zu: '%s'\n      want '%s'", k, err.msg, cases[k].want);
         free(text);
     }
+    /* Version 2's tail, each field refused with its file, line and field. */
+    static const struct {
+        const char *tail, *want;
+    } tails[] = {
+        {"", "v.txt:18: the file ends here; more fields expected"},
+        {"matmul_gflop_half = -1\n", "v.txt:18: field 'matmul_gflop_half': needs a number from 0 to 1e6 ('-1')"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1\n",
+         "v.txt:19: field 'attention.own': needs five values: eff_forward eff_backward work_half causal_factor samples"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1 2 3\n", "v.txt:19: field 'attention.own': needs five values"},
+        {"matmul_gflop_half = 1\nattention.own = 0 0.1 0 1 2\n",
+         "v.txt:19: field 'attention.own': eff_forward needs a number above 0, at most 100"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 x 0 1 2\n",
+         "v.txt:19: field 'attention.own': eff_backward needs a number above 0, at most 100"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 -5 1 2\n",
+         "v.txt:19: field 'attention.own': work_half needs a number from 0 to 1e12"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 0 2\n",
+         "v.txt:19: field 'attention.own': causal_factor needs a number above 0, at most 100"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1 02\n",
+         "v.txt:19: field 'attention.own': samples needs a whole number 0 to 1e9"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1 2\nattention.cuda = 0.1 0.1 0 1 2\n",
+         "v.txt:20: field 'attention.cudnn' expected here"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1 2\nattention.cudnn = 0.1 0.1 0 1 2\ngraph_launch_us = x\n",
+         "v.txt:21: field 'graph_launch_us': needs a number from 0 to 1e6 ('x')"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1 2\nattention.cudnn = 0.1 0.1 0 1 2\ngraph_launch_us = 1\n"
+         "update_overlap = 1.5\n",
+         "v.txt:22: field 'update_overlap': needs a number from 0 to 1 ('1.5')"},
+        {"matmul_gflop_half = 1\nattention.own = 0.1 0.1 0 1 2\nattention.cudnn = 0.1 0.1 0 1 2\ngraph_launch_us = 1\n"
+         "update_overlap = 1\nmore = 1\n",
+         "v.txt:23: text after the last field"},
+    };
+    for (size_t k = 0; k < sizeof tails / sizeof tails[0]; k++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s", k_text, tails[k].tail);
+        text[strlen("tunegraph cost calibration ")] = '2';
+        tg_cost_calibration c;
+        tg_err err = {{0}};
+        CHECK(tg_cost_calibration_parse(text, strlen(text), "v.txt", &c, &err) == -1 &&
+                  !strncmp(err.msg, tails[k].want, strlen(tails[k].want)),
+              "tail %zu: '%s'\n      want '%s'", k, err.msg, tails[k].want);
+    }
     tg_cost_calibration c;
     tg_err err = {{0}};
     CHECK(tg_cost_calibration_parse("", 0, "e.txt", &c, &err) == -1 &&
-              !strcmp(err.msg, "e.txt:1: the file ends here; the header 'tunegraph cost calibration 1' expected"),
+              !strcmp(err.msg, "e.txt:1: the file ends here; the header 'tunegraph cost calibration 2' expected"),
           "empty: %s", err.msg);
     char path[1024];
     snprintf(path, sizeof path, "%s/missing.txt", tg_test_tmpdir());

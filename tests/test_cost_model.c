@@ -1,8 +1,10 @@
 /* The cost model (plan/cost_model.h): the roofline of hand-made tiny plans with known FLOPs
  * and bytes (exact numbers), the overlap of the gradient sums with the backward, the
  * deferred update beside the forward, FLOPs and bytes for every op kind of the closed
- * list, and the fit recovering known factors from synthetic samples. */
+ * list, the shape terms (a matmul's size, attention's backend and row length), the
+ * captured step's launch term, and the fit recovering known factors from synthetic samples. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/cost_model.h"
@@ -44,6 +46,8 @@ static tg_cost_device round_device(int cpu) {
     for (int g = 0; g < TG_GROUP_COUNT; g++) d.eff_flops[g] = 1, d.eff_bw[g] = 1;
     d.eff_flops[TG_GROUP_MATMUL] = 0.5, d.eff_bw[TG_GROUP_MATMUL] = 0.25;
     d.eff_bw[TG_GROUP_NORM] = 0.5;
+    for (int b = 0; b < TG_COST_ATTENTION_BACKENDS; b++) d.attention[b] = (tg_cost_attention){1, 1, 0, 1, 0};
+    d.graph_launch_s = d.launch_s, d.update_overlap = 1;
     return d;
 }
 
@@ -140,7 +144,7 @@ TG_TEST(test_cost_model_comm_overlap) {
     s.p.n_ops = 3;
     s.p.phase_begin[1] = 0, s.p.phase_begin[2] = 3, s.p.phase_begin[3] = 3;
     tg_cost_device d = round_device(0);
-    d.launch_s = 0, d.eff_bw[TG_GROUP_NORM] = 1.5, d.eff_bw[TG_GROUP_COMM] = 0.5;
+    d.launch_s = d.graph_launch_s = 0, d.eff_bw[TG_GROUP_NORM] = 1.5, d.eff_bw[TG_GROUP_COMM] = 0.5;
     /* ADD: 1500 B / 1.5e6; ALL_REDUCE: 2 x 1/2 x 3000 B / (2e6 x 0.5). */
     tg_cost_prediction pr;
     tg_err err = {{0}};
@@ -241,13 +245,15 @@ TG_TEST(test_cost_model_fit_recovers_factors) {
     int n = 0;
     for (int k = 0; k < 24; k++) { /* products, every other one memory-bound */
         const double bytes = 4e3 * (1 + k), flops = k % 2 ? bytes / 10 : 1e3 * (1 + k) * (1 + k);
-        s[n++] = (tg_cost_sample){TG_GROUP_MATMUL, flops, bytes, tg_cost_seconds(&truth, TG_GROUP_MATMUL, flops, bytes, NULL)};
+        s[n++] = (tg_cost_sample){.group = TG_GROUP_MATMUL, .flops = flops, .bytes = bytes,
+                                  .seconds = tg_cost_seconds(&truth, TG_GROUP_MATMUL, flops, bytes, NULL)};
     }
     for (int k = 0; k < 24; k++) { /* elementwise: some with heavy arithmetic */
         const double bytes = 1e3 * (1 + k), flops = k % 3 == 0 ? 40 * bytes : bytes / 100;
-        s[n++] = (tg_cost_sample){TG_GROUP_NORM, flops, bytes, tg_cost_seconds(&truth, TG_GROUP_NORM, flops, bytes, NULL)};
+        s[n++] = (tg_cost_sample){.group = TG_GROUP_NORM, .flops = flops, .bytes = bytes,
+                                  .seconds = tg_cost_seconds(&truth, TG_GROUP_NORM, flops, bytes, NULL)};
     }
-    for (int k = 0; k < 6; k++) s[n++] = (tg_cost_sample){TG_GROUP_MEMORY, 0, 0, truth.launch_s};
+    for (int k = 0; k < 6; k++) s[n++] = (tg_cost_sample){.group = TG_GROUP_MEMORY, .seconds = truth.launch_s};
     tg_cost_device d = round_device(0);
     int per[TG_GROUP_COUNT];
     tg_err err = {{0}};
@@ -268,4 +274,170 @@ TG_TEST(test_cost_model_fit_recovers_factors) {
     CHECK(e.peak_flops > 0 && e.peak_flops <= 0.37e6 * 1.0001 && e.peak_bw > 0 && e.peak_bw <= 0.8e6 * 1.0001,
           "measured peaks %g %g", e.peak_flops, e.peak_bw);
     CHECK(tg_cost_fit(s, 0, 0, &d, per, &err) == -1 && strstr(err.msg, "no measured ops"), "no samples: %s", err.msg);
+}
+
+/* An attention op of B 2, H 4, T, head dim dh, p dropout, on storage dtype (q, k, v packed). */
+static int attention_op(tiny_plan *s, int kind, int dtype, int64_t t, int64_t dh, float p, int causal) {
+    const int qkv = add_tensor(s, "qkv", dtype, 2 * t, 3 * 4 * dh), out = add_tensor(s, "o", dtype, 2 * t, 4 * dh);
+    const int o = s->p.n_ops++;
+    s->o[o] = tg_test_op(kind);
+    s->o[o].in[0] = kind == TG_OP_ATTENTION ? qkv : out, s->o[o].out[0] = kind == TG_OP_ATTENTION ? out : qkv;
+    s->o[o].p.attention = (tg_attention_params){.b = 2, .h = 4, .t = t, .head_dim = dh, .packed = 1, .p = p,
+                                                .causal = causal, .scale = 1};
+    return o;
+}
+
+/* cuDNN's rule (16-bit, head dim 64 or 128, no dropout) where TUNEGRAPH_ATTENTION leaves it
+ * on; each backend's factors, its row-length term and the causal factor, exactly. */
+TG_TEST(test_cost_model_attention_backends) {
+    tiny_plan s;
+    begin(&s, 1);
+    const int fast = attention_op(&s, TG_OP_ATTENTION, TG_BF16, 256, 64, 0, 1);
+    const int dropout = attention_op(&s, TG_OP_ATTENTION_BWD, TG_BF16, 256, 64, 0.1f, 0);
+    const int fp32 = attention_op(&s, TG_OP_ATTENTION, TG_F32, 256, 128, 0, 0);
+    const int dh96 = attention_op(&s, TG_OP_ATTENTION, TG_F16, 256, 96, 0, 0);
+    const int bwd128 = attention_op(&s, TG_OP_ATTENTION_BWD, TG_F16, 256, 128, 0, 0);
+    tg_cost_device d = round_device(0);
+    d.cudnn_attention = 1;
+    const int want[] = {TG_COST_ATTENTION_CUDNN, TG_COST_ATTENTION_OWN, TG_COST_ATTENTION_OWN, TG_COST_ATTENTION_OWN,
+                        TG_COST_ATTENTION_CUDNN};
+    const int ops[] = {fast, dropout, fp32, dh96, bwd128};
+    for (int k = 0; k < 5; k++) {
+        const tg_cost_sample x = tg_cost_op_sample(&s.p, ops[k], &d);
+        CHECK(x.backend == want[k] && x.group == TG_GROUP_ATTENTION && x.work == 256.0 * s.o[ops[k]].p.attention.head_dim,
+              "op %d: backend %d work %g", k, x.backend, x.work);
+    }
+    d.cudnn_attention = 0;
+    CHECK(tg_cost_op_sample(&s.p, fast, &d).backend == TG_COST_ATTENTION_OWN, "TUNEGRAPH_ATTENTION=own");
+    /* The built-in description follows TUNEGRAPH_ATTENTION as the executor does. */
+    tg_err err = {{0}};
+    tg_cost_device h;
+    setenv("TUNEGRAPH_ATTENTION", "own", 1);
+    REQUIRE(tg_cost_device_builtin("h100", TG_PREC_BF16, 0, &h, &err) == 0, "%s", err.msg);
+    CHECK(!h.cudnn_attention, "own: cuDNN off");
+    setenv("TUNEGRAPH_ATTENTION", "auto", 1);
+    REQUIRE(tg_cost_device_builtin("h100", TG_PREC_BF16, 0, &h, &err) == 0, "%s", err.msg);
+    CHECK(h.cudnn_attention && h.graph_launch_s == h.launch_s && h.update_overlap == 1, "auto: cuDNN on");
+    unsetenv("TUNEGRAPH_ATTENTION");
+    /* cuDNN forward 0.5 of the peak at w = work_half = 256 x 64 (so 0.25), causal x 0.8:
+     * FLOPs 4 B H T^2 Dh / 2 = 16.777216e6 at 1e6 x 0.2 = 83.88608 s, launch 1 us. */
+    d.cudnn_attention = 1;
+    d.attention[TG_COST_ATTENTION_CUDNN] = (tg_cost_attention){0.5, 0.3, 256.0 * 64, 0.8, 0};
+    const tg_cost_sample x = tg_cost_op_sample(&s.p, fast, &d);
+    CHECK(x.flops == 4.0 * 2 * 4 * 256 * 256 * 64 / 2 && x.causal, "flops %g", x.flops);
+    int bound = -1;
+    CHECK(near(tg_cost_sample_seconds(&d, &x, &bound), x.flops / (1e6 * 0.5 * 0.5 * 0.8) + 1e-6) &&
+              bound == TG_COST_COMPUTE,
+          "cuDNN forward %.9g s", tg_cost_sample_seconds(&d, &x, NULL));
+    /* The own kernels' backward: eff_backward, no row term. */
+    d.attention[TG_COST_ATTENTION_OWN] = (tg_cost_attention){0.9, 0.1, 0, 1, 0};
+    const tg_cost_sample y = tg_cost_op_sample(&s.p, dropout, &d);
+    CHECK(near(tg_cost_sample_seconds(&d, &y, NULL), y.flops / (1e6 * 0.1) + 1e-6), "own backward %.9g s",
+          tg_cost_sample_seconds(&d, &y, NULL));
+    /* The CPU: one kernel, the attention group's pair. */
+    d.cpu = 1;
+    CHECK(near(tg_cost_sample_seconds(&d, &y, NULL), tg_cost_seconds(&d, TG_GROUP_ATTENTION, y.flops, y.bytes, NULL)),
+          "CPU attention");
+}
+
+/* A matmul's efficiency grows with its FLOPs: eff_flops x F / (F + half). */
+TG_TEST(test_cost_model_matmul_size) {
+    tg_cost_device d = round_device(0);
+    d.matmul_flops_half = 1e3;
+    const tg_cost_sample small = {.group = TG_GROUP_MATMUL, .flops = 1e3, .bytes = 1},
+                         large = {.group = TG_GROUP_MATMUL, .flops = 1e6, .bytes = 1};
+    /* 1e3 FLOPs at 0.5 x 1/2 of 1e6; 1e6 FLOPs at 0.5 x 1e6/1.001e6. */
+    CHECK(near(tg_cost_sample_seconds(&d, &small, NULL), 1e3 / (1e6 * 0.25) + 1e-6), "small %.9g",
+          tg_cost_sample_seconds(&d, &small, NULL));
+    CHECK(near(tg_cost_sample_seconds(&d, &large, NULL), (1e6 + 1e3) / (1e6 * 0.5) + 1e-6), "large %.9g",
+          tg_cost_sample_seconds(&d, &large, NULL));
+    d.matmul_flops_half = 0;
+    CHECK(near(tg_cost_sample_seconds(&d, &small, NULL), tg_cost_seconds(&d, TG_GROUP_MATMUL, 1e3, 1, NULL)), "none");
+}
+
+/* Samples made by a known GPU with the shape terms: the fit finds the matmul's half-point
+ * and each attention backend's factors and row term again (on their grids). */
+TG_TEST(test_cost_model_fit_recovers_shape_terms) {
+    tg_cost_device truth = round_device(0);
+    truth.peak_flops = 1e12, truth.peak_bw = 1e10, truth.launch_s = 2e-6;
+    truth.eff_flops[TG_GROUP_MATMUL] = 0.7, truth.eff_bw[TG_GROUP_MATMUL] = 0.8;
+    truth.matmul_flops_half = 1e7 * pow(1e5, 8 / 20.0); /* on the fit's grid, near 1e9 */
+    truth.eff_bw[TG_GROUP_ATTENTION] = 0.5;
+    truth.attention[TG_COST_ATTENTION_CUDNN] = (tg_cost_attention){0.6, 0.4, 1e2 * pow(1e5, 9 / 15.0), 1, 0};
+    truth.attention[TG_COST_ATTENTION_OWN] = (tg_cost_attention){0.1, 0.12, 0, 0.8, 0};
+    tg_cost_sample s[128];
+    int n = 0;
+    for (int k = 0; k < 40; k++) { /* products from 1e7 to 1e12 FLOPs, a few memory-bound */
+        tg_cost_sample x = {.group = TG_GROUP_MATMUL, .flops = 1e7 * pow(1e5, k / 39.0)};
+        x.bytes = k % 5 == 0 ? x.flops : x.flops / 500;
+        x.seconds = tg_cost_sample_seconds(&truth, &x, NULL);
+        s[n++] = x;
+    }
+    for (int k = 0; k < 32; k++) { /* attention: both backends, both directions, rows 1e3 to 1e6 */
+        tg_cost_sample x = {.group = TG_GROUP_ATTENTION, .attention = 1 + k % 2, .backend = k / 16, .causal = k / 4 % 2};
+        x.work = 1e3 * pow(1e3, (k % 8) / 7.0);
+        x.flops = 1e6 * x.work, x.bytes = 1e3 * x.work;
+        x.seconds = tg_cost_sample_seconds(&truth, &x, NULL);
+        s[n++] = x;
+    }
+    for (int k = 0; k < 6; k++) /* empty ops: the launch term */
+        s[n++] = (tg_cost_sample){.group = TG_GROUP_MEMORY, .seconds = truth.launch_s};
+    tg_cost_device d = round_device(0);
+    d.peak_flops = truth.peak_flops, d.peak_bw = truth.peak_bw;
+    int per[TG_GROUP_COUNT];
+    tg_err err = {{0}};
+    REQUIRE(tg_cost_fit(s, n, 0, &d, per, &err) == 0, "%s", err.msg);
+    CHECK(fabs(d.matmul_flops_half / truth.matmul_flops_half - 1) < 1e-6 && fabs(d.eff_flops[TG_GROUP_MATMUL] / 0.7 - 1) < 0.01 &&
+              fabs(d.eff_bw[TG_GROUP_MATMUL] / 0.8 - 1) < 0.01,
+          "matmul: half %g, %g %g", d.matmul_flops_half, d.eff_flops[TG_GROUP_MATMUL], d.eff_bw[TG_GROUP_MATMUL]);
+    for (int b = 0; b < TG_COST_ATTENTION_BACKENDS; b++) {
+        const tg_cost_attention *a = &d.attention[b], *t = &truth.attention[b];
+        CHECK(fabs(a->eff_forward / t->eff_forward - 1) < 0.01 && fabs(a->eff_backward / t->eff_backward - 1) < 0.01 &&
+                  fabs(a->work_half - t->work_half) <= 1e-6 * t->work_half && fabs(a->causal_factor - t->causal_factor) < 1e-9 &&
+                  a->samples == 16,
+              "backend %d: %g %g %g %g (%d), truth %g %g %g %g", b, a->eff_forward, a->eff_backward, a->work_half,
+              a->causal_factor, a->samples, t->eff_forward, t->eff_backward, t->work_half, t->causal_factor);
+    }
+    CHECK(per[TG_GROUP_MATMUL] == 40 && per[TG_GROUP_ATTENTION] == 32, "samples per group");
+}
+
+/* The captured step: each op's launch term the graph's, and the deferred update's hiding
+ * scaled; tg_cost_fit_step finds both again from steps a known device predicts. */
+TG_TEST(test_cost_model_captured_step) {
+    tg_plan plans[2];
+    REQUIRE(tg_test_compile_preset("tiny-bert", TG_TASK_CLASSIFY, TG_PREC_BF16, 1, &plans[0]), "compile");
+    REQUIRE(tg_test_compile_preset("tiny-gpt2", TG_TASK_LM, TG_PREC_BF16, 1, &plans[1]), "compile");
+    tg_cost_device truth;
+    tg_err err = {{0}};
+    REQUIRE(tg_cost_device_builtin("h100", TG_PREC_BF16, 0, &truth, &err) == 0, "%s", err.msg);
+    truth.launch_s = 8e-6;
+    tg_cost_prediction whole, graph;
+    truth.graph_launch_s = truth.launch_s;
+    REQUIRE(tg_cost_predict(&plans[0], &truth, &whole, &err) == 0, "%s", err.msg);
+    truth.graph_launch_s = 2e-6, truth.update_overlap = 0.5;
+    REQUIRE(tg_cost_predict(&plans[0], &truth, &graph, &err) == 0, "%s", err.msg);
+    /* The ops' own times stay those launched one by one; the step loses 6 us an op and keeps
+     * half of the update's hiding (computed with the graph's op times). */
+    CHECK(near(whole.serial_s, graph.serial_s) && graph.update_hidden_s > 0 && graph.step_s < whole.step_s,
+          "serial %g %g, step %g %g", whole.serial_s, graph.serial_s, whole.step_s, graph.step_s);
+    CHECK(near(graph.step_s, graph.serial_s - plans[0].n_ops * 6e-6 - graph.update_hidden_s),
+          "step %.9g, serial %.9g, %d ops, hidden %.9g", graph.step_s, graph.serial_s, plans[0].n_ops,
+          graph.update_hidden_s);
+    tg_cost_prediction_free(&whole);
+    tg_cost_prediction_free(&graph);
+    double steps[2];
+    const tg_plan *of[2] = {&plans[0], &plans[1]};
+    for (int k = 0; k < 2; k++) {
+        tg_cost_prediction p;
+        REQUIRE(tg_cost_predict(&plans[k], &truth, &p, &err) == 0, "%s", err.msg);
+        steps[k] = p.step_s;
+        tg_cost_prediction_free(&p);
+    }
+    tg_cost_device d = truth;
+    d.graph_launch_s = d.launch_s, d.update_overlap = 1;
+    REQUIRE(tg_cost_fit_step(of, steps, 2, &d, &err) == 0, "%s", err.msg);
+    CHECK(near(d.graph_launch_s, 2e-6) && near(d.update_overlap, 0.5), "fitted %g s, overlap %g", d.graph_launch_s,
+          d.update_overlap);
+    CHECK(tg_cost_fit_step(of, steps, 0, &d, &err) == -1 && strstr(err.msg, "no measured steps"), "%s", err.msg);
+    for (int k = 0; k < 2; k++) tg_plan_free(&plans[k]);
 }
