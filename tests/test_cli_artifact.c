@@ -141,7 +141,8 @@ TG_TEST(test_cli_artifact_of_a_run) {
               !strcmp(json_string_value(json_object_get(resolved, "fingerprint")), fingerprint),
           "resolved settings");
     json_decref(resolved);
-    /* The environment: the CPU, the kernel, the compiler; no GPU on a CPU run. */
+    /* The environment: the CPU, the kernel, the compiler; no GPU on a CPU run, and on a GPU
+     * run (the default device where the suite runs on CUDA) the GPU's name from CUDA. */
     snprintf(path, sizeof path, "%s/environment.json", art);
     json_t *env = json_load_file(path, 0, NULL);
     REQUIRE(env, "%s", path);
@@ -152,9 +153,14 @@ TG_TEST(test_cli_artifact_of_a_run) {
     CHECK(!strncmp(json_string_value(json_object_get(json_object_get(env, "build"), "compiler")), "gcc ", 4) ||
               !strncmp(json_string_value(json_object_get(json_object_get(env, "build"), "compiler")), "clang ", 6),
           "compiler");
-    CHECK(!strcmp(json_string_value(json_object_get(env, "device")), "cpu") && !json_object_get(env, "gpu") &&
-              absent_why(env, "gpu") && !strcmp(absent_why(env, "gpu"), "the run was on the CPU"),
-          "gpu");
+    if (tg_test_device())
+        CHECK(!strcmp(json_string_value(json_object_get(env, "device")), "cuda") &&
+                  json_string_length(json_object_get(json_object_get(env, "gpu"), "name")) > 0 && !absent_why(env, "gpu"),
+              "gpu on a CUDA run");
+    else
+        CHECK(!strcmp(json_string_value(json_object_get(env, "device")), "cpu") && !json_object_get(env, "gpu") &&
+                  absent_why(env, "gpu") && !strcmp(absent_why(env, "gpu"), "the run was on the CPU"),
+              "gpu");
     json_decref(env);
     /* The metrics (three steps and the summary), the profile lines alone, the plots. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", art);

@@ -95,8 +95,10 @@ TG_TEST(test_cli_sweep_runs_ranks_and_refuses) {
              dir, dir);
     tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     REQUIRE(r.status == 0, "exit %d: %s", r.status, r.err ? r.err : "");
-    CHECK(strstr(r.err, "sweep: point 5 of 6 (batch=20000000 lr=1e-3) refused: needs ") &&
-              strstr(r.err, "available (MemAvailable)"),
+    /* The free memory the refusal names: the host's on the CPU, GPU 0's where the suite runs
+     * on CUDA (the sweep's default device there). */
+    const char *free_source = tg_test_device() ? "free on GPU 0" : "available (MemAvailable)";
+    CHECK(strstr(r.err, "sweep: point 5 of 6 (batch=20000000 lr=1e-3) refused: needs ") && strstr(r.err, free_source),
           "the refusal is not reported: %s", r.err);
     snprintf(path, sizeof path, "%s/out/results.jsonl", dir);
     json_t *points = read_jsonl(path);
@@ -117,7 +119,7 @@ TG_TEST(test_cli_sweep_runs_ranks_and_refuses) {
         if (i >= 4) {
             const char *reason = json_string_value(json_object_get(p, "reason"));
             CHECK(status && !strcmp(status, "refused"), "point %zu status %s", i, status ? status : "(none)");
-            CHECK(reason && !strncmp(reason, "needs ", 6) && strstr(reason, "available (MemAvailable)"), "reason %s",
+            CHECK(reason && !strncmp(reason, "needs ", 6) && strstr(reason, free_source), "reason %s",
                   reason ? reason : "(none)");
             CHECK(number(p, "memory_estimate_bytes") > number(p, "free_bytes") && peak[i] > 1e12,
                   "refused at %g bytes with %g free", number(p, "memory_estimate_bytes"), number(p, "free_bytes"));

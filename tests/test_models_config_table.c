@@ -456,6 +456,14 @@ TG_TEST(test_config_presets_beside_the_program) {
     text = compile_unknown(dir, dir, exe);
     CHECK(text && strstr(text, want_inst), "installed, run by its full name: %s", text ? text : "(none)");
     free(text);
+    /* With nothing beside it the CLI takes the presets folder of the tree it was built in
+     * (TG_PRESETS_DIR, compiled in); a binary built in another tree than this one, whose
+     * folder is not here, has none to find, so that case is left to the builds run here. */
+    struct stat built_in;
+    if (stat(TG_PRESETS_DIR, &built_in) || !S_ISDIR(built_in.st_mode)) {
+        printf("  nothing beside it: not checked: the presets folder compiled in (%s) is not here\n", TG_PRESETS_DIR);
+        return;
+    }
     snprintf(exe, sizeof exe, "%s/bare/bin/tunegraph", dir);
     text = compile_unknown(dir, dir, exe);
     CHECK(text && strstr(text, "(presets: bert-base-uncased, bert-large-uncased, distilgpt2, gpt2, llama-3-8b, llama-3.2-1b, roberta-base, "
