@@ -18,6 +18,7 @@
 #include "base/json_strict.h"
 #include "base/version.h"
 #include "runtime/executor.h"
+#include "runtime/nvml_energy.h"
 #include "runtime/preflight.h"
 
 /* What is being built, and whether an allocation failed on the way. */
@@ -170,44 +171,30 @@ static void describe_cuda_libraries(env_doc *d, json_t *gpu) {
     env_absent(d, "gpu.cuda_runtime", "the CUDA runtime is linked in statically (see gpu.cuda_driver for the driver's)");
 }
 
-typedef int (*nvml_void_fn)(void);
-typedef int (*nvml_string_fn)(char *, unsigned);
-typedef int (*nvml_int_fn)(int *);
-typedef int (*nvml_handle_fn)(unsigned, void **);
-typedef int (*nvml_clock_fn)(void *, int, unsigned *);
-typedef int (*nvml_name_fn)(void *, char *, unsigned);
-
-/* The driver and GPU 0's clocks from NVML (its GPU 0 is CUDA's unless CUDA_VISIBLE_DEVICES
- * reorders them: its name is recorded beside CUDA's). */
+/* The driver and GPU 0's clocks from NVML (runtime/nvml_energy.h; its GPU 0 is CUDA's, as
+ * CUDA_VISIBLE_DEVICES maps it). */
 static void describe_nvml(env_doc *d, json_t *gpu) {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
-    nvml_void_fn init = lib ? (nvml_void_fn)dlsym(lib, "nvmlInit_v2") : NULL;
-    nvml_void_fn shutdown = lib ? (nvml_void_fn)dlsym(lib, "nvmlShutdown") : NULL;
-    if (!init || !shutdown || init() != 0) {
-        env_absent(d, "gpu.driver", lib ? "NVML did not start" : "libnvidia-ml.so.1 cannot be opened");
+    tg_nvml nvml;
+    tg_err err;
+    if (tg_nvml_open(&nvml, &err)) {
+        env_absent(d, "gpu.driver", err.msg);
         env_absent(d, "gpu.clocks", "no NVML");
-        if (lib) dlclose(lib);
         return;
     }
-    nvml_string_fn driver = (nvml_string_fn)dlsym(lib, "nvmlSystemGetDriverVersion");
-    nvml_int_fn cuda = (nvml_int_fn)dlsym(lib, "nvmlSystemGetCudaDriverVersion_v2");
-    nvml_handle_fn handle = (nvml_handle_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    nvml_clock_fn max_clock = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetMaxClockInfo");
-    nvml_clock_fn clock = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetClockInfo");
-    nvml_name_fn name = (nvml_name_fn)dlsym(lib, "nvmlDeviceGetName");
     char text[96];
     int v;
-    if (driver && driver(text, sizeof text) == 0) tg_json_put(gpu, "driver", json_string(text), &d->failed);
+    if (nvml.driver_version && nvml.driver_version(text, sizeof text) == 0)
+        tg_json_put(gpu, "driver", json_string(text), &d->failed);
     else env_absent(d, "gpu.driver", "NVML gives no driver version");
-    if (cuda && cuda(&v) == 0) {
+    if (nvml.cuda_driver_version && nvml.cuda_driver_version(&v) == 0) {
         snprintf(text, sizeof text, "%d.%d", v / 1000, v % 1000 / 10);
         tg_json_put(gpu, "cuda_driver", json_string(text), &d->failed);
     } else {
         env_absent(d, "gpu.cuda_driver", "NVML gives no CUDA driver version");
     }
     void *dev = NULL;
-    if (handle && handle(0, &dev) == 0) {
-        if (name && name(dev, text, sizeof text) == 0) tg_json_put(gpu, "nvml_name", json_string(text), &d->failed);
+    if (tg_nvml_cuda_device(&nvml, 0, &dev, &err) == 0) {
+        if (nvml.name && nvml.name(dev, text, sizeof text) == 0) tg_json_put(gpu, "nvml_name", json_string(text), &d->failed);
         /* NVML's clock types: 1 the SM clock, 2 the memory clock. */
         static const struct {
             const char *key;
@@ -216,15 +203,14 @@ static void describe_nvml(env_doc *d, json_t *gpu) {
                       {"memory_clock_mhz", 2, 0}};
         for (size_t k = 0; k < sizeof clocks / sizeof clocks[0]; k++) {
             unsigned mhz;
-            nvml_clock_fn fn = clocks[k].max ? max_clock : clock;
+            int (*fn)(void *, int, unsigned *) = clocks[k].max ? nvml.max_clock : nvml.clock;
             if (fn && fn(dev, clocks[k].type, &mhz) == 0) tg_json_put(gpu, clocks[k].key, json_integer(mhz), &d->failed);
             else env_absent(d, clocks[k].key, "NVML gives no such clock");
         }
     } else {
-        env_absent(d, "gpu.clocks", "NVML cannot open GPU 0");
+        env_absent(d, "gpu.clocks", err.msg);
     }
-    shutdown();
-    dlclose(lib);
+    tg_nvml_close(&nvml);
 }
 
 static void describe_gpu(env_doc *d, const char *device) {

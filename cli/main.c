@@ -29,6 +29,7 @@
 #include "cli/progress.h"
 #include "cli/sweep.h"
 #include "runtime/gpu_peak.h"
+#include "runtime/nvml_energy.h"
 #include "cli/profile.h"
 #include "cli/tokenize.h"
 #include "plan/inspect.h"
@@ -555,6 +556,15 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             tg_wall_s() - t_start, tr.open_ms[0] / 1e3, tr.open_ms[1] / 1e3, tr.open_ms[2] / 1e3);
     if (resume_ck) fprintf(stderr, "tunegraph: resumed from %s at step %d of %d\n", resume.path, tr.steps_done, tr.total_steps);
 
+    /* The energy of the run's GPUs (one per replica) over the training steps, from NVML's
+     * counters read at their start and end; why not, where it cannot be read. */
+    tg_energy_meter energy_meter;
+    tg_err energy_err = {{0}};
+    double energy_start_j = 0, energy_end_j = 0;
+    int energy_on = 0;
+    if (device == TG_DEVICE_CUDA) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        energy_on = tg_energy_meter_open(&energy_meter, replicas, &energy_err) == 0 &&
+                    tg_energy_meter_read(&energy_meter, &energy_start_j, &energy_err) == 0;
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
     int64_t tokens = 0, own_tokens = 0, own_slots = 0;
@@ -646,6 +656,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     }
     free(last_checkpoint);
     double train_s = tg_wall_s() - t_train;
+    if (energy_on) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        energy_on = tg_energy_meter_read(&energy_meter, &energy_end_j, &energy_err) == 0;
+    if (device == TG_DEVICE_CUDA) tg_energy_meter_close(&energy_meter); /* GCOVR_EXCL_BR_LINE: as above */
     /* Host CPU per step after the first, metrics and progress output included: the whole
      * process, its training loop thread, and the CUDA driver's event thread, which burns
      * about 1 us per ms of wall time in any process with a CUDA context, idle or not
@@ -695,6 +708,13 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             .loop_cpu_us = loop_cpu_us, .driver_cpu_us = driver_cpu_us, .device = device_name,
             .replicas = replicas, .mem = &mem, .eval = evaluated ? &ev : NULL,
             .comm_ms = median_comm_ms, .comm_exposed_ms = median_exposed_ms};
+        if (energy_on) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+            summary.energy_measured = 1;
+            summary.energy = tg_energy_use_of(energy_end_j - energy_start_j, ran, tokens, train_s);
+        }
+        /* The price stands for each GPU's hour on CUDA, for the machine's on the CPU. */
+        const int priced_units = device == TG_DEVICE_CUDA ? replicas : 1; /* GCOVR_EXCL_BR_LINE: as above */
+        summary.cost_per_1m_tokens = tg_cost_per_1m_tokens(plan.run.gpu_hour_price, priced_units, tokens, train_s);
         /* Model FLOP utilisation of replica 0's GPU (GPU 0), each replica alike. */
         char gpu[256] = "";
         double peak = 0;
@@ -722,6 +742,16 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (peak > 0) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
             fprintf(stderr, "model FLOP utilisation: %.1f%% (%.1f of %.1f dense TFLOP/s on %s)\n", 100 * summary.mfu,
                     summary.model_tflops, peak, gpu);
+        if (energy_on) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+            fprintf(stderr, "energy: %.1f J on %d GPU%s over %d steps: %.4g J/step, %.4g J per 1k tokens, %.1f W average, "
+                            "%.4g tokens/J\n",
+                    summary.energy.joules, replicas, replicas > 1 ? "s" : "", ran, summary.energy.joules_per_step,
+                    summary.energy.joules_per_1k_tokens, summary.energy.avg_power_w, summary.energy.tokens_per_joule);
+        else if (device == TG_DEVICE_CUDA) /* GCOVR_EXCL_BR_LINE: as above */
+            fprintf(stderr, "energy: not measured (%s)\n", energy_err.msg);
+        if (summary.cost_per_1m_tokens > 0)
+            fprintf(stderr, "cost: %.4g per 1M tokens (%g per %s hour x %d)\n", summary.cost_per_1m_tokens,
+                    (double)plan.run.gpu_hour_price, device == TG_DEVICE_CUDA ? "GPU" : "machine", priced_units); /* GCOVR_EXCL_BR_LINE: as above */
         if (median_comm_ms >= 0)
             fprintf(stderr, "gradient sums: %d buckets, %.3f ms a step, %.3f ms of it after the backward (medians)\n",
                     tr.comm.buckets, median_comm_ms, median_exposed_ms);

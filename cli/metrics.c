@@ -183,6 +183,14 @@ int metrics_write_summary(FILE *f, const metrics_summary *s) {
         put_real(&l, "model_tflops", s->model_tflops, "%.2f");
         put_real(&l, "mfu", s->mfu, "%.4f");
     }
+    if (s->energy_measured) {
+        put_real(&l, "energy_j", s->energy.joules, "%.6g");
+        put_real(&l, "joules_per_step", s->energy.joules_per_step, "%.6g");
+        put_real(&l, "joules_per_1k_tokens", s->energy.joules_per_1k_tokens, "%.6g");
+        put_real(&l, "avg_power_w", s->energy.avg_power_w, "%.6g");
+        put_real(&l, "tokens_per_joule", s->energy.tokens_per_joule, "%.6g");
+    }
+    if (s->cost_per_1m_tokens > 0) put_real(&l, "cost_per_1m_tokens", s->cost_per_1m_tokens, "%.6g");
     if (s->comm_ms > 0) {
         put_real(&l, "median_comm_ms", s->comm_ms, "%.4f");
         put_real(&l, "median_exposed_comm_ms", s->comm_exposed_ms, "%.4f");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "plan/plan.h"
+#include "runtime/nvml_energy.h"
 #include "runtime/trainer.h"
 
 /* What the summary line reports about a finished run. */
@@ -34,6 +35,12 @@ typedef struct metrics_summary {
      * step over the median step in TFLOP/s, and that over the peak; mfu <= 0: unknown. */
     const char *gpu;
     double model_tflops, mfu;
+    /* The GPUs' energy over the training steps (runtime/nvml_energy.h); energy_measured 0:
+     * not measured, the energy keys left out. */
+    int energy_measured;
+    tg_energy_use energy;
+    /* cost_per_1m_tokens from the job's gpu_hour_price; NaN (or 0) when unset. */
+    double cost_per_1m_tokens;
     const tg_memory_use *mem;
     const tg_eval_stats *eval;   /* NULL when the run did not evaluate */
 } metrics_summary;

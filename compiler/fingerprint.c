@@ -140,6 +140,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_f32(&h, j->lora_alpha);
     fp_f32(&h, j->lora_dropout);
     fp_str(&h, j->lora_targets, sizeof j->lora_targets);
+    fp_f32(&h, j->gpu_hour_price);
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

@@ -77,6 +77,7 @@ static const struct job_key {
     [TG_JOB_LORA_ALPHA] = {"lora_alpha", 0},
     [TG_JOB_LORA_DROPOUT] = {"lora_dropout", 0},
     [TG_JOB_LORA_TARGETS] = {"lora_targets", 0},
+    [TG_JOB_GPU_HOUR_PRICE] = {"gpu_hour_price", 1},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -579,6 +580,10 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_LORA_R: rc = set_int_range(&job->lora_r, v, 0, TG_LORA_MAX_RANK, "the rank; 0: no LoRA", o, name, err); break;
     case TG_JOB_LORA_ALPHA: rc = set_float(&job->lora_alpha, v, 0, 1, INFINITY, 0, o, name, err); break;
     case TG_JOB_LORA_DROPOUT: rc = set_float(&job->lora_dropout, v, 0, 0, 1, 1, o, name, err); break;
+    case TG_JOB_GPU_HOUR_PRICE:
+        /* The bound catches a price written in the wrong unit (per GPU second, or cents). */
+        rc = set_float(&job->gpu_hour_price, v, 0, 0, TG_GPU_HOUR_PRICE_MAX, 0, o, name, err);
+        break;
     case TG_JOB_LORA_TARGETS: rc = set_lora_targets(job, v, o, name, err); break;
     case TG_JOB_CHECKPOINT_EVERY:
         rc = set_int_range(&job->checkpoint_every, v, 0, INT32_MAX, "steps; 0: none", o, name, err);
@@ -912,6 +917,7 @@ void tg_job_run_settings(const tg_job *job, tg_plan_run *run) {
     run->qa_n_best = job->qa_n_best;
     run->qa_max_answer_length = job->qa_max_answer_length;
     run->qa_null_threshold = job->qa_null_threshold;
+    run->gpu_hour_price = job->gpu_hour_price;
 }
 
 int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *const *sets, int n,
@@ -929,6 +935,7 @@ int tg_job_apply_run_overrides(tg_plan_run *run, int n_buckets, const char *cons
     job.skip_nonfinite = run->skip_nonfinite, job.max_skipped_steps = run->max_skipped_steps;
     job.qa_n_best = run->qa_n_best, job.qa_max_answer_length = run->qa_max_answer_length;
     job.qa_null_threshold = run->qa_null_threshold;
+    job.gpu_hour_price = run->gpu_hour_price;
     snprintf(job.path, sizeof job.path, "%s", plan_name);
     for (int i = 0; i < n; i++) {
         origin o;

@@ -109,6 +109,9 @@ typedef struct tg_job {
     float lora_alpha;
     float lora_dropout;
     char lora_targets[256];
+    /* The price of one GPU for an hour (currency-free; 0: unset), which the run turns into
+     * its cost per 1M tokens (tg_plan_run.gpu_hour_price). */
+    float gpu_hour_price;
     int32_t key_line[64];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -146,7 +149,7 @@ typedef enum tg_job_key {
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
-    TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_KEY_COUNT
+    TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -442,6 +442,7 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, run, "qa_n_best", jint(r->qa_n_best));
         jset(&c, run, "qa_max_answer_length", jint(r->qa_max_answer_length));
         jset(&c, run, "qa_null_threshold", json_real(r->qa_null_threshold));
+        jset(&c, run, "gpu_hour_price", json_real(r->gpu_hour_price));
         /* A JSON integer where it fits jansson's signed 64 bits, else its decimal text. */
         char seed[24];
         snprintf(seed, sizeof seed, "%" PRIu64, r->seed);

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 23
+#define TG_PLAN_VERSION 24
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -245,7 +245,12 @@ typedef struct tg_plan_run {
     int32_t qa_n_best;
     int32_t qa_max_answer_length;
     float qa_null_threshold;
+    /* The price of one GPU for an hour, currency-free (0: unset, in [0, TG_GPU_HOUR_PRICE_MAX]):
+     * the run reports its cost per 1M tokens from it. */
+    float gpu_hour_price;
 } tg_plan_run;
+
+#define TG_GPU_HOUR_PRICE_MAX 1e6
 
 /* Tensors the runtime binds or reads by role (indices into the tensor table, -1 if absent). */
 typedef struct tg_plan_io {

@@ -37,8 +37,8 @@ _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/g
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
 _Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
-_Static_assert(sizeof(tg_plan_run) == 1592, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3584, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan_run) == 1600, "tg_plan_run changed: update put_run/get_run");
+_Static_assert(sizeof(tg_plan) == 3592, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -163,6 +163,7 @@ static void put_run(wbuf *b, const tg_plan_run *r) {
     put_i32(b, r->qa_n_best);
     put_i32(b, r->qa_max_answer_length);
     put_f32(b, r->qa_null_threshold);
+    put_f32(b, r->gpu_hour_price);
 }
 
 static void put_tensor(wbuf *b, const tg_tensor *t) {
@@ -417,6 +418,7 @@ static int get_run(rbuf *r, tg_plan_run *run, const char *name, tg_err *err) {
     run->qa_n_best = get_i32(r);
     run->qa_max_answer_length = get_i32(r);
     run->qa_null_threshold = get_f32(r);
+    run->gpu_hour_price = get_f32(r);
     return 0;
 }
 

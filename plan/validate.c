@@ -297,6 +297,9 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: run qa_max_answer_length %d is below 1", name, r->qa_max_answer_length);
     if (!isfinite(r->qa_null_threshold))
         return tg_fail(err, "%s: run qa_null_threshold %g is not finite", name, (double)r->qa_null_threshold);
+    if (!(r->gpu_hour_price >= 0 && r->gpu_hour_price <= TG_GPU_HOUR_PRICE_MAX))
+        return tg_fail(err, "%s: run gpu_hour_price %g is not in [0, %g]", name, (double)r->gpu_hour_price,
+                       TG_GPU_HOUR_PRICE_MAX);
     if (r->last_batch == TG_LAST_BATCH_WRAP && t->n_buckets > 1)
         return tg_fail(err, "%s: run last_batch is wrap, which is not allowed with length buckets (n_buckets %d)", name,
                        t->n_buckets);
@@ -799,7 +802,8 @@ static int run_equal(const tg_plan_run *a, const tg_plan_run *b) {
            !strcmp(a->checkpoint_dir, b->checkpoint_dir) && a->last_batch == b->last_batch &&
            a->skip_nonfinite == b->skip_nonfinite && a->max_skipped_steps == b->max_skipped_steps &&
            a->qa_n_best == b->qa_n_best && a->qa_max_answer_length == b->qa_max_answer_length &&
-           !memcmp(&a->qa_null_threshold, &b->qa_null_threshold, sizeof a->qa_null_threshold);
+           !memcmp(&a->qa_null_threshold, &b->qa_null_threshold, sizeof a->qa_null_threshold) &&
+           !memcmp(&a->gpu_hour_price, &b->gpu_hour_price, sizeof a->gpu_hour_price);
 }
 
 /* The strings up to their NULs, the numbers (int32 and float, no padding) bit for bit. */

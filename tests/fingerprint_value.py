@@ -53,6 +53,7 @@ u64(3 << 30)  # memory_limit
 i32(1)  # optimizer_state
 i32(7)  # grad_bucket_mb
 i32(16); f32(32.0); f32(0.05); text("q_proj,v_proj")  # lora_r, lora_alpha, lora_dropout, lora_targets
+f32(2.5)  # gpu_hour_price
 KEY_LINES = 64
 u32(KEY_LINES)
 for k in range(KEY_LINES): i32(k * 3 - 5)

@@ -1,5 +1,5 @@
 /* The plan fingerprint (compiler/fingerprint.c) of one fixed model config and job, pinned
- * to its value: xxh64 with seed 0 of the 778-byte little-endian encoding, field by field,
+ * to its value: xxh64 with seed 0 of the 782-byte little-endian encoding, field by field,
  * computed apart from this code (tests/fingerprint_value.py). Bytes past a
  * string's NUL and struct padding play no part; every field does. */
 #include <string.h>
@@ -7,7 +7,7 @@
 #include "compiler/fingerprint.h"
 #include "tests/harness.h"
 
-#define FIXED_FINGERPRINT 0xb1591d0b4fe77cd5ull
+#define FIXED_FINGERPRINT 0x210b4cd7d7afd709ull
 
 static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     memset(m, fill, sizeof *m);
@@ -53,6 +53,7 @@ static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     j->grad_bucket_mb = 7;
     j->lora_r = 16, j->lora_alpha = 32.0f, j->lora_dropout = 0.05f;
     strcpy(j->lora_targets, "q_proj,v_proj");
+    j->gpu_hour_price = 2.5f;
     for (int k = 0; k < (int)(sizeof j->key_line / sizeof j->key_line[0]); k++) j->key_line[k] = k * 3 - 5;
 }
 
@@ -92,7 +93,7 @@ TG_TEST(test_fingerprint_every_field_counts) {
     X(j.mlm_probability = 0.15f) X(j.mask_token_id = 4) X(j.n_special_ids = 1) X(j.special_ids[TG_JOB_SPECIAL_IDS_MAX - 1] = 7) \
     X(j.grad_accumulation = 1) X(j.loss_scale_init = 2.0f) X(j.loss_scale_growth_factor = 2.0f)                     \
     X(j.loss_scale_backoff = 0.5f) X(j.loss_scale_growth_interval = 7)                                                                \
-    X(j.qa_n_best = 20) X(j.qa_max_answer_length = 30) X(j.qa_null_threshold = 0) X(j.share_grad_memory = 1) X(j.recompute = 0) X(j.memory_limit = 0) X(j.optimizer_state = 0) X(j.grad_bucket_mb = 25) X(j.lora_r = 0) X(j.lora_alpha = 8.0f) X(j.lora_dropout = 0) X(j.lora_targets[0] = 0) X(j.key_line[63] = 0) X(j.key_line[0] = 0)
+    X(j.qa_n_best = 20) X(j.qa_max_answer_length = 30) X(j.qa_null_threshold = 0) X(j.share_grad_memory = 1) X(j.recompute = 0) X(j.memory_limit = 0) X(j.optimizer_state = 0) X(j.grad_bucket_mb = 25) X(j.lora_r = 0) X(j.lora_alpha = 8.0f) X(j.lora_dropout = 0) X(j.lora_targets[0] = 0) X(j.gpu_hour_price = 0) X(j.key_line[63] = 0) X(j.key_line[0] = 0)
 #define TRY_CHANGE(change)                                                                                            \
     fixed_inputs(&m, &j, 0);                                                                                          \
     change;                                                                                                           \

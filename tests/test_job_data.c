@@ -233,7 +233,7 @@ TG_TEST(test_job_run_overrides_on_plan) {
         {"batch=4", "--set batch=4: this key is compiled into d.tgp; recompile the job to change it (a plan takes "
                     "steps, epochs, seed, log_every, train_data, eval_data, checkpoint_every, keep_checkpoints, "
                     "checkpoint_dir, last_batch, skip_nonfinite, max_skipped_steps, qa_n_best, qa_max_answer_length, "
-                      "qa_null_threshold)"},
+                      "qa_null_threshold, gpu_hour_price)"},
         {"lr=0.1", "--set lr=0.1: this key is compiled into d.tgp"},
         /* The first key of the table (model) too. */
         {"model=tiny-gpt2", "--set model=tiny-gpt2: this key is compiled into d.tgp; recompile the job to change it"},

@@ -369,7 +369,7 @@ TG_TEST(test_job_lines_run_overrides) {
         {"seq=64", 1, "--set seq=64: this key is compiled into p.tgp; recompile the job to change it (a plan takes steps, "
                       "epochs, seed, log_every, train_data, eval_data, checkpoint_every, keep_checkpoints, "
                       "checkpoint_dir, last_batch, skip_nonfinite, max_skipped_steps, qa_n_best, qa_max_answer_length, "
-                      "qa_null_threshold)"},
+                      "qa_null_threshold, gpu_hour_price)"},
         {"last_batch=wrap", 2, "--set last_batch=wrap: p.tgp has 2 length buckets (seq_buckets), and wrap is not allowed"},
         {"steps=x", 1, "--set steps=x: key 'steps': 'x' is not an integer"},
         {"stesp=2", 1, "--set stesp=2: key 'stesp': unknown key (did you mean 'steps'?)"},

@@ -55,8 +55,9 @@ static int find_layout(const tg_plan *p, const uint8_t *b, size_t len, layout *l
     const size_t run = l->grad_accumulation + 4 + 4; /* then loss_scale_init */
     l->eval_len = run + 4 + strlen(p->run.train_data);
     l->ckpt_len = l->eval_len + 4 + strlen(p->run.eval_data) + 3 * 4 + 8 + 2 * 4;
-    /* last_batch, skip_nonfinite, max_skipped, qa_n_best, qa_max_answer_length, qa_null_threshold */
-    l->body = l->ckpt_len + 4 + strlen(p->run.checkpoint_dir) + 6 * 4;
+    /* last_batch, skip_nonfinite, max_skipped, qa_n_best, qa_max_answer_length, qa_null_threshold,
+     * gpu_hour_price */
+    l->body = l->ckpt_len + 4 + strlen(p->run.checkpoint_dir) + 7 * 4;
     l->tensor0_name = l->body + 4;
     l->names = l->tensor0_name;
     for (int t = 0; t < p->n_tensors; t++) l->names += 96 + strlen(p->tensors[t].name);

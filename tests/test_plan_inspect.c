@@ -52,7 +52,7 @@ static void build(odd_plan *s) {
                                .grad_accumulation = 3};
     p->run = (tg_plan_run){.steps = 3, .seed = UINT64_MAX, .last_batch = TG_LAST_BATCH_DROP, .log_every = 5,
                            .checkpoint_every = 7, .keep_checkpoints = 2, .qa_n_best = 6,
-                           .qa_max_answer_length = 13, .qa_null_threshold = -0.5f};
+                           .qa_max_answer_length = 13, .qa_null_threshold = -0.5f, .gpu_hour_price = 2.5f};
     snprintf(p->run.train_data, sizeof p->run.train_data, "%s", "data/train.jsonl");
     snprintf(p->run.eval_data, sizeof p->run.eval_data, "%s", "data/eval.jsonl");
     snprintf(p->run.checkpoint_dir, sizeof p->run.checkpoint_dir, "%s", "ckpt");

@@ -449,6 +449,18 @@ static void max_skipped_negative(tg_plan *p, char *w, size_t n) {
     p->run.max_skipped_steps = -1;
     snprintf(w, n, "p: run max_skipped_steps -1 is negative");
 }
+static void gpu_hour_price_negative(tg_plan *p, char *w, size_t n) {
+    p->run.gpu_hour_price = -1;
+    snprintf(w, n, "p: run gpu_hour_price -1 is not in [0, 1e+06]");
+}
+static void gpu_hour_price_nan(tg_plan *p, char *w, size_t n) {
+    p->run.gpu_hour_price = NAN;
+    snprintf(w, n, "p: run gpu_hour_price nan is not in [0, 1e+06]");
+}
+static void gpu_hour_price_above(tg_plan *p, char *w, size_t n) {
+    p->run.gpu_hour_price = 2e6f;
+    snprintf(w, n, "p: run gpu_hour_price 2e+06 is not in [0, 1e+06]");
+}
 /* -1 is a dim too: the smallest negative one is refused by its own message. */
 static void dim_minus_one(tg_plan *p, char *w, size_t n) {
     tg_tensor *x = &p->tensors[0];
@@ -545,6 +557,9 @@ TG_TEST(test_plan_validate_tables_fields) {
         {"skip_nonfinite -1", BASE_BERT, CHECK_TABLES, skip_nonfinite_negative},
         {"skip_nonfinite 1", BASE_BERT, CHECK_TABLES, skip_nonfinite_one},
         {"max_skipped_steps -1", BASE_BERT, CHECK_TABLES, max_skipped_negative},
+        {"gpu_hour_price -1", BASE_BERT, CHECK_TABLES, gpu_hour_price_negative},
+        {"gpu_hour_price nan", BASE_BERT, CHECK_TABLES, gpu_hour_price_nan},
+        {"gpu_hour_price 2e6", BASE_BERT, CHECK_TABLES, gpu_hour_price_above},
         {"dim -1", BASE_BERT, CHECK_TABLES, dim_minus_one},
         {"grad past the table", BASE_BERT, CHECK_TABLES, grad_past},
         {"master two past the table", BASE_BERT, CHECK_TABLES, master_far_past},
@@ -1371,6 +1386,7 @@ RUN_EDIT(max_skipped_steps, r->max_skipped_steps += 1)
 RUN_EDIT(qa_n_best, r->qa_n_best += 1)
 RUN_EDIT(qa_max_answer_length, r->qa_max_answer_length += 1)
 RUN_EDIT(qa_null_threshold, r->qa_null_threshold += 0.5f)
+RUN_EDIT(gpu_hour_price, r->gpu_hour_price += 0.5f)
 static void b_model_source(tg_plan *p, char *w, size_t n) {
     p->buckets[0].model.source[0] ^= 1;
     say_bucket(w, n, "model config");
@@ -1504,6 +1520,7 @@ TG_TEST(test_plan_validate_buckets) {
         {"run qa_n_best", BASE_BUCKETS, CHECK_BUCKETS, b_run_qa_n_best},
         {"run qa_max_answer_length", BASE_BUCKETS, CHECK_BUCKETS, b_run_qa_max_answer_length},
         {"run qa_null_threshold", BASE_BUCKETS, CHECK_BUCKETS, b_run_qa_null_threshold},
+        {"run gpu_hour_price", BASE_BUCKETS, CHECK_BUCKETS, b_run_gpu_hour_price},
         {"model source", BASE_BUCKETS, CHECK_BUCKETS, b_model_source},
         {"model weights", BASE_BUCKETS, CHECK_BUCKETS, b_model_weights},
         {"model hidden", BASE_BUCKETS, CHECK_BUCKETS, b_model_hidden},
