@@ -206,13 +206,14 @@ CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv instruct squad squad_eval tokenizer checkpoint \
-                hf_index metrics sweep_grid sweep_weights artifact_manifest cost_calibration
+                hf_index metrics sweep_grid sweep_weights artifact_manifest cost_calibration launch_env
 FUZZ_FLAGS := -U_FORTIFY_SOURCE -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, the job reader, the
 # checkpoint reader, the metrics reader of `tunegraph plot`, `tunegraph sweep`'s --grid and
-# --weights and the artifact manifest reader.
+# --weights, the artifact manifest reader and the launchers' rank variables.
 FUZZ_LIB_SRC := $(wildcard base/*.c plan/*.c models/*.c datasets/*.c) compiler/job.c runtime/checkpoint.c \
+                runtime/launch_env.c \
                 cli/metrics_read.c cli/sweep_spec.c cli/artifact_manifest.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ)/obj/%.o)
 .SECONDARY: $(FUZZ_LIB_OBJ)
@@ -229,11 +230,11 @@ $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h tests/fuzz/fuzz_fram
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
 
 # The edited-plan target runs what it loads: it links the runtime and the CPU executor too
-# (runtime/checkpoint.c is in FUZZ_LIB_OBJ already).
+# (runtime/checkpoint.c and runtime/launch_env.c are in FUZZ_LIB_OBJ already).
 # The CPU kernels are built with the sanitizers but without coverage: their inner loops
 # would only slow every step down, and the plan's shapes, not the kernels' branches, are
 # what the fuzzer explores.
-FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(filter-out runtime/checkpoint.c,$(wildcard runtime/*.c))) \
+FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(filter-out runtime/checkpoint.c runtime/launch_env.c,$(wildcard runtime/*.c))) \
                     $(patsubst %.c,$(FUZZ)/nocov/%.o,$(wildcard runtime/cpu/*.c))
 .SECONDARY: $(FUZZ_RUNTIME_OBJ)
 $(FUZZ)/nocov/%.o: %.c $(HEADERS) | deps fuzz-deps

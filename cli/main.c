@@ -38,6 +38,7 @@
 #include "runtime/executor.h"
 #include "plan/plan_file.h"
 #include "plan/memory_estimate.h"
+#include "runtime/launch_env.h"
 #include "runtime/preflight.h"
 #include "runtime/thread_cpu.h"
 #include "runtime/trainer.h"
@@ -417,6 +418,20 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                            "'%s'",
                            step_group);
     tg_err err = {{0}};
+    /* Started as one of several ranks by a launcher: one process per GPU does not run yet
+     * (the replicas are threads of one process), and each copy would train the whole job
+     * and write the same outputs. */
+    tg_rank_env launch;
+    if (tg_rank_env_read(&launch, NULL, NULL, &err)) return die(&err);
+    if (launch.world_size > 1) {
+        tg_fail(&err,
+                "started as rank %d of %d by %s: one process per GPU is not supported yet (each would train the "
+                "whole job and write the same outputs); run one process with --set data_parallel=%d instead (its "
+                "replicas run as threads, one per GPU of the machine)%s",
+                launch.rank, launch.world_size, tg_launcher_name(launch.launcher), launch.world_size,
+                launch.launcher == TG_LAUNCHER_SLURM ? "; in a batch script outside srun, unset SLURM_PROCID" : "");
+        return die(&err);
+    }
     tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
     double t_start = tg_wall_s();
     tg_plan plan;

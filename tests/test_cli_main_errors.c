@@ -230,6 +230,39 @@ TG_TEST(test_cli_main_run_refusals) {
     expect_all(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* Started by a launcher as one of several ranks, run refuses before compiling (one process
+ * per GPU does not run yet), naming the rank, the launcher and the one-process form; a
+ * world of one runs; a launcher's variables in part or out of range are refused naming
+ * the variable. */
+TG_TEST(test_cli_main_run_launched_ranks) {
+    test_dir = tg_test_tmpdir();
+    static const struct {
+        const char *set[4];
+        int status;
+        const char *says;
+    } cases[] = {
+        {{"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", NULL}, 1,
+         "tunegraph: started as rank 1 of 4 by torchrun: one process per GPU is not supported yet"},
+        {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0", NULL}, 1,
+         "rank 0 of 2 by mpirun: one process per GPU is not supported yet (each would train the whole job and write the "
+         "same outputs); run one process with --set data_parallel=2 instead"},
+        {{"SLURM_PROCID=3", "SLURM_NTASKS=8", "SLURM_LOCALID=3", "SLURM_JOB_NODELIST=n[1-2]"}, 1,
+         "by srun: one process per GPU is not supported yet"},
+        {{"RANK=0", "LOCAL_RANK=0", NULL, NULL}, 1, "environment variable WORLD_SIZE is not set, but RANK is"},
+        {{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "MASTER_PORT=0"}, 1, "MASTER_PORT='0'"},
+        {{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", NULL}, 0, NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int v = 0; v < 4 && cases[k].set[v]; v++) putenv((char *)cases[k].set[v]);
+        expect("run " DEMO " --set steps=1 --set batch=4 --set seq=16 --device cpu", cases[k].status, cases[k].says);
+        for (int v = 0; v < 4 && cases[k].set[v]; v++) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(cases[k].set[v], "="), cases[k].set[v]);
+            unsetenv(name);
+        }
+    }
+}
+
 /* A run with checkpoints: each written, the folder then refused for a fresh run, resumed
  * from, and refused when resumed from an older step than it holds. */
 TG_TEST(test_cli_main_run_checkpoints) {
