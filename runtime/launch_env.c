@@ -125,21 +125,24 @@ static int check_ranges(const char *p, const char *close, const char **first, si
     return *first ? 0 : -1;
 }
 
+/* The bracket opening at *p: past its ']' when it closes, holds no '[' and well-formed
+ * ranges (their first number in *first, *first_len), else NULL. */
+static const char *past_bracket(const char *p, const char **first, size_t *first_len) {
+    const char *close = strchr(p, ']'), *open = strchr(p + 1, '[');
+    if (!close || (open && open < close) || check_ranges(p + 1, close, first, first_len)) return NULL;
+    return close + 1;
+}
+
 int tg_slurm_first_host(const char *nodelist, char *host, size_t cap, tg_err *err) {
-    size_t len = 0;
+    size_t len = 0, first_len;
     if (cap) host[0] = 0;
     const char *p = nodelist;
     int bad = !p[0] || p[0] == ',';
     while (!bad && *p && *p != ',') {
         if (*p == '[') {
-            const char *close = strchr(p, ']'), *open = strchr(p + 1, '[');
-            const char *first;
-            size_t first_len;
-            if (!close || (open && open < close) || check_ranges(p + 1, close, &first, &first_len) ||
-                append(host, cap, &len, first, first_len))
-                bad = 1;
-            else
-                p = close + 1;
+            const char *first, *next = past_bracket(p, &first, &first_len);
+            bad = !next || append(host, cap, &len, first, first_len);
+            p = next;
         } else if (*p == ']' || iscntrl((unsigned char)*p) || *p == ' ') {
             bad = 1;
         } else {
@@ -148,15 +151,14 @@ int tg_slurm_first_host(const char *nodelist, char *host, size_t cap, tg_err *er
         }
     }
     /* The rest of the list: brackets balanced and ranges well formed too. */
-    for (; !bad && *p; p++) {
+    while (!bad && *p) {
         if (*p == '[') {
-            const char *close = strchr(p, ']'), *open = strchr(p + 1, '[');
             const char *first;
-            size_t first_len;
-            bad = !close || (open && open < close) || check_ranges(p + 1, close, &first, &first_len);
-            if (!bad) p = close;
+            p = past_bracket(p, &first, &first_len);
+            bad = !p;
         } else {
             bad = *p == ']' || iscntrl((unsigned char)*p) || *p == ' ' || (*p == ',' && (!p[1] || p[1] == ','));
+            p++;
         }
     }
     if (bad || !len) {

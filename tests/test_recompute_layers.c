@@ -276,16 +276,23 @@ TG_TEST(test_recompute_layers_auto_choice) {
     }
 }
 
+/* The Llama-3-8B LoRA benchmark job (bench/jobs, T4096) and its model's config: 1, or 0
+ * after a failed CHECK. */
+static int load_8b_lora_job(tg_model_config *cfg, tg_job *job) {
+    tg_err err;
+    const char *sets[] = {"train_data=t.jsonl"};
+    return CHECK(tg_model_config_load("llama-3-8b", cfg, &err) == 0, "%s", err.msg) &&
+           CHECK(tg_job_load("bench/jobs/llama-3-8b-lora-b1-t4096.job", sets, 1, job, &err) == 0, "%s", err.msg);
+}
+
 /* Llama-3-8B with LoRA at 4,096 tokens (the benchmark job's shape): recompute = auto under
  * a limit between the two needs recomputes the fewest layers from the first: one layer
  * fewer would not meet it. */
 TG_TEST(test_recompute_layers_fewest_for_the_limit) {
     tg_model_config cfg;
     tg_err err;
-    REQUIRE(tg_model_config_load("llama-3-8b", &cfg, &err) == 0, "%s", err.msg);
     tg_job job;
-    const char *sets[] = {"train_data=t.jsonl"};
-    REQUIRE(tg_job_load("bench/jobs/llama-3-8b-lora-b1-t4096.job", sets, 1, &job, &err) == 0, "%s", err.msg);
+    if (!load_8b_lora_job(&cfg, &job)) return;
     job.memory_limit = 30ull << 30;
     tg_plan p;
     REQUIRE(tg_compile_with_config(&job, &cfg, &p, &err) == 0, "%s", err.msg);
@@ -320,10 +327,8 @@ TG_TEST(test_recompute_layers_fewest_for_the_limit) {
 TG_TEST(test_recompute_layers_for_free_memory) {
     tg_model_config cfg;
     tg_err err;
-    REQUIRE(tg_model_config_load("llama-3-8b", &cfg, &err) == 0, "%s", err.msg);
     tg_job job;
-    const char *sets[] = {"train_data=t.jsonl"};
-    REQUIRE(tg_job_load("bench/jobs/llama-3-8b-lora-b1-t4096.job", sets, 1, &job, &err) == 0, "%s", err.msg);
+    if (!load_8b_lora_job(&cfg, &job)) return;
     REQUIRE(job.recompute == TG_RECOMPUTE_AUTO && job.memory_limit == 0, "the benchmark job sets recompute or a limit");
     tg_plan free_fit, limit_fit, none, tiny, both;
     tg_job j = job;
