@@ -24,9 +24,26 @@ version_part = $(shell sed -n 's/^\#define TUNEGRAPH_$(1) \([0-9]*\)$$/\1/p' inc
 VERSION := $(call version_part,VERSION_MAJOR).$(call version_part,VERSION_MINOR).$(call version_part,VERSION_PATCH)
 SONAME := libtunegraph.so.$(call version_part,API_VERSION)
 
+# MPI (Open MPI, found by pkg-config as ompi-c): the CPU reference's ranks as processes of an
+# MPI job (runtime/comm_mpi.c, its flags for that file alone, its libraries on every link
+# but the fuzzers'). Without it, or with MPI=0, runtime/comm_mpi_absent.c refuses instead.
+# Found when make starts: a machine that gets MPI from `make deps` builds with it next time.
+ifeq ($(origin MPI),undefined)
+MPI := $(if $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1),1,0)
+endif
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+MPI_LIBS := $(shell pkg-config --libs ompi-c)
+MPI_LEFT_OUT := runtime/comm_mpi_absent.c
+else
+MPI_LEFT_OUT := runtime/comm_mpi.c
+endif
+LDLIBS += $(MPI_LIBS)
+
 BUILD := build
 GPU_DIR := $(BUILD)/gpu
-LIB_SRC := $(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c datasets/*.c api/*.c)
+LIB_SRC := $(filter-out $(MPI_LEFT_OUT),$(wildcard base/*.c plan/*.c compiler/*.c runtime/*.c runtime/cpu/*.c models/*.c \
+                                                   datasets/*.c api/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC := $(wildcard cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -49,6 +66,13 @@ $(BUILD)/libtunegraph.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# Programs the suite starts under mpirun (tests/mpi/, one process a rank): built beside
+# run_tests in each build that has MPI, where the tests look for them.
+MPI_TEST_PROGS := $(if $(filter 1,$(MPI)),$(patsubst tests/mpi/%.c,tests/%,$(wildcard tests/mpi/*.c)))
+$(BUILD)/tests/mpi_%: tests/mpi/mpi_%.c $(BUILD)/libtunegraph.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS)
+
 # Exports only the public API (everything is compiled with -fvisibility=hidden).
 $(BUILD)/libtunegraph.so: $(LIB_OBJ)
 	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $(SO_LDFLAGS) $^ -o $@ $(LDLIBS)
@@ -59,7 +83,7 @@ $(BUILD)/tunegraph: $(CLI_OBJ) $(BUILD)/libtunegraph.a
 # It compiles the CLI's sources in, to test their static helpers.
 $(BUILD)/tests/test_cli_metrics.o: $(CLI_SRC)
 
-$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a
+$(BUILD)/run_tests: $(TEST_OBJ) $(BUILD)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(BUILD)/%)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # TESTS=substring runs only the tests whose name contains it ("embed": the example). The
@@ -107,7 +131,7 @@ install: $(INSTALL_FROM)/libtunegraph.a $(INSTALL_FROM)/libtunegraph.so $(INSTAL
 	install -m 644 include/tunegraph.h $(DESTDIR)$(PREFIX)/include/tunegraph.h
 	install -m 755 $(INSTALL_FROM)/tunegraph $(DESTDIR)$(PREFIX)/bin/tunegraph
 	cp -R models/presets/. $(DESTDIR)$(PREFIX)/share/tunegraph/presets/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_LIBS@|$(PC_CUDA_LIBS)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_LIBS@|$(PC_CUDA_LIBS)|' -e 's|@MPI_LIBS@|$(MPI_LIBS)|' \
 	    api/tunegraph.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tunegraph.pc
 
 # The demo fine-tuning job: on the GPU when there is one, else on the CPU reference.
@@ -139,8 +163,12 @@ $(ASAN)/libtunegraph.a: $(ASAN_LIB_OBJ)
 $(ASAN)/tunegraph: $(CLI_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 
-$(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
+$(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(ASAN)/%)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
+
+$(ASAN)/tests/mpi_%: tests/mpi/mpi_%.c $(ASAN)/libtunegraph.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS)
 
 test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 	$(if $(TOKENIZER_AGREEMENT),$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph $(TOKENIZER_AGREEMENT))
@@ -162,6 +190,9 @@ $(COV)/%.o: %.c $(HEADERS) | deps
 
 $(COV)/tests/test_cli_metrics.o: $(CLI_SRC)
 
+# Only runtime/comm_mpi.c includes mpi.h (in every build: plain, sanitizers, coverage).
+$(BUILD)/runtime/comm_mpi.o $(ASAN)/runtime/comm_mpi.o $(COV)/runtime/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
+
 $(COV)/libtunegraph.a: $(COV_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -169,8 +200,12 @@ $(COV)/libtunegraph.a: $(COV_LIB_OBJ)
 $(COV)/tunegraph: $(CLI_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a
 	$(CC) $(CFLAGS) $(COV_FLAGS) $^ -o $@ $(LDLIBS)
 
-$(COV)/run_tests: $(TEST_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a
+$(COV)/run_tests: $(TEST_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(COV)/%)
 	$(CC) $(CFLAGS) $(COV_FLAGS) $^ -o $@ $(LDLIBS)
+
+$(COV)/tests/mpi_%: tests/mpi/mpi_%.c $(COV)/libtunegraph.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(COV_FLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS)
 
 # A failing test still gets the report (of the counts of that run); the target then fails.
 coverage: $(COV)/run_tests $(COV)/tunegraph
@@ -226,6 +261,9 @@ $(FUZZ)/obj/%.o: %.c $(HEADERS) | deps fuzz-deps
 	@mkdir -p $(dir $@)
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
+# The fuzzers run no MPI: the stub (runtime/comm_mpi_absent.c) and none of its libraries,
+# which would only add their own allocations to the leak checks.
+$(FUZZ)/fuzz_%: MPI_LIBS :=
 $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h tests/fuzz/fuzz_framed.h $(FUZZ_LIB_OBJ) | fuzz-deps
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
 
@@ -234,7 +272,7 @@ $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h tests/fuzz/fuzz_fram
 # The CPU kernels are built with the sanitizers but without coverage: their inner loops
 # would only slow every step down, and the plan's shapes, not the kernels' branches, are
 # what the fuzzer explores.
-FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(filter-out runtime/checkpoint.c runtime/launch_env.c,$(wildcard runtime/*.c))) \
+FUZZ_RUNTIME_OBJ := $(patsubst %.c,$(FUZZ)/obj/%.o,$(filter-out runtime/checkpoint.c runtime/launch_env.c runtime/comm_mpi.c,$(wildcard runtime/*.c))) \
                     $(patsubst %.c,$(FUZZ)/nocov/%.o,$(wildcard runtime/cpu/*.c))
 .SECONDARY: $(FUZZ_RUNTIME_OBJ)
 $(FUZZ)/nocov/%.o: %.c $(HEADERS) | deps fuzz-deps
@@ -337,8 +375,12 @@ $(GPU_DIR)/libtunegraph.so: $(GPU_LIB_OBJ)
 $(GPU_DIR)/tunegraph: $(CLI_OBJ) $(GPU_DIR)/libtunegraph.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
-$(GPU_DIR)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_DIR)/libtunegraph.a
+$(GPU_DIR)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_DIR)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(GPU_DIR)/%)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
+
+$(GPU_DIR)/tests/mpi_%: tests/mpi/mpi_%.c $(GPU_DIR)/libtunegraph.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
 # The CUDA driver's event thread's CPU in an idle process (bench/driver_thread_cpu.c).
 $(GPU_DIR)/driver_thread_cpu: bench/driver_thread_cpu.c $(GPU_DIR)/libtunegraph.a

@@ -1,5 +1,6 @@
 #include "runtime/comm.h"
 #include "base/alloc.h"
+#include "runtime/comm_mpi.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@ struct tg_cpu_comm_group {
     float **bufs;    /* each rank's buffer during a collective */
     float **sums;    /* each rank's private result */
     int64_t *cap;    /* floats allocated in sums[r] */
+    tg_comm_mpi *mpi; /* an MPI group (this process's rank): none of the above is used */
 };
 
 int tg_cpu_comm_group_create(tg_cpu_comm_group **out, int ranks, tg_err *err) {
@@ -35,8 +37,30 @@ int tg_cpu_comm_group_create(tg_cpu_comm_group **out, int ranks, tg_err *err) {
     return 0;
 }
 
+int tg_cpu_comm_group_create_mpi(tg_cpu_comm_group **out, int rank, int ranks, double timeout_s, tg_err *err) {
+    *out = NULL;
+    tg_cpu_comm_group *g = tg_calloc(1, sizeof *g);
+    if (!g) return tg_fail(err, "rank %d: out of memory for a communicator of %d ranks", rank, ranks);
+    if (tg_comm_mpi_open(&g->mpi, rank, ranks, timeout_s, err)) {
+        free(g);
+        return -1;
+    }
+    g->ranks = ranks;
+    *out = g;
+    return 0;
+}
+
+int tg_cpu_comm_mpi_built(void) { return tg_comm_mpi_built(); }
+
+const char *tg_cpu_comm_group_error(const tg_cpu_comm_group *g) { return g && g->mpi ? tg_comm_mpi_error(g->mpi) : ""; }
+
 void tg_cpu_comm_group_destroy(tg_cpu_comm_group *g) {
     if (!g) return;
+    if (g->mpi) {
+        tg_comm_mpi_close(g->mpi);
+        free(g);
+        return;
+    }
     pthread_barrier_destroy(&g->barrier);
     for (int r = 0; r < g->ranks; r++) free(g->sums[r]);
     free(g->bufs), free(g->sums), free(g->cap), free(g);
@@ -44,8 +68,9 @@ void tg_cpu_comm_group_destroy(tg_cpu_comm_group *g) {
 
 int tg_cpu_comm_group_ranks(const tg_cpu_comm_group *g) { return g ? g->ranks : 1; }
 
-void tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice, size_t elem_size) {
-    if (!g || g->ranks == 1 || slice <= 0) return;
+int tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice, size_t elem_size) {
+    if (g && g->mpi) return tg_comm_mpi_all_gather(g->mpi, rank, buf, slice, elem_size);
+    if (!g || g->ranks == 1 || slice <= 0) return 0;
     g->bufs[rank] = buf;
     pthread_barrier_wait(&g->barrier); /* every buffer published */
     /* Each rank writes only the others' slices of its own buffer and reads only their
@@ -54,9 +79,11 @@ void tg_cpu_all_gather(tg_cpu_comm_group *g, int rank, void *buf, int64_t slice,
     for (int r = 0; r < g->ranks; r++)
         if (r != rank) memcpy((uint8_t *)buf + (size_t)r * bytes, (const uint8_t *)g->bufs[r] + (size_t)r * bytes, bytes);
     pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
+    return 0;
 }
 
 int tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n) {
+    if (g && g->mpi) return tg_comm_mpi_all_reduce_sum(g->mpi, rank, buf, n);
     if (!g || g->ranks == 1 || n <= 0) return 0;
     if (g->cap[rank] < n) {
         free(g->sums[rank]);

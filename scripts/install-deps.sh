@@ -13,6 +13,12 @@ for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev u
 done
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+# Open MPI: the CPU reference's ranks as processes (runtime/comm_mpi.c) and mpirun to start
+# them. MPI=0, as make takes it, builds without and installs neither.
+if [ "${MPI:-1}" != 0 ]; then
+    pkg-config --exists ompi-c 2>/dev/null || missing+=(libopenmpi-dev)
+    command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+fi
 if [ "${1:-}" = fuzz ]; then
     # The real test: can clang link a libFuzzer target with ASan and UBSan?
     probe='int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }'

@@ -165,17 +165,17 @@ TG_TEST(test_comm_degenerate_calls_change_nothing) {
     uint16_t s[4] = {7, 8, 9, 10};
     /* No group, one rank, or nothing to move: the buffers stay, nothing blocks. */
     CHECK(tg_cpu_all_reduce_sum(NULL, 0, v, 3) == 0, "no group");
-    tg_cpu_all_gather(NULL, 0, s, 2, sizeof *s);
+    CHECK(tg_cpu_all_gather(NULL, 0, s, 2, sizeof *s) == 0, "gather, no group");
     tg_cpu_comm_group *one, *two;
     tg_err err;
     REQUIRE(tg_cpu_comm_group_create(&one, 1, &err) == 0, "%s", err.msg);
     REQUIRE(tg_cpu_comm_group_create(&two, 2, &err) == 0, "%s", err.msg);
     CHECK(tg_cpu_all_reduce_sum(one, 0, v, 3) == 0, "one rank");
-    tg_cpu_all_gather(one, 0, s, 2, sizeof *s);
+    CHECK(tg_cpu_all_gather(one, 0, s, 2, sizeof *s) == 0, "gather, one rank");
     /* With two ranks, an empty call returns at once (the other rank never calls). */
     CHECK(tg_cpu_all_reduce_sum(two, 0, v, 0) == 0 && tg_cpu_all_reduce_sum(two, 0, v, -1) == 0, "n <= 0");
-    tg_cpu_all_gather(two, 0, s, 0, sizeof *s);
-    tg_cpu_all_gather(two, 0, s, -2, sizeof *s);
+    CHECK(tg_cpu_all_gather(two, 0, s, 0, sizeof *s) == 0 && tg_cpu_all_gather(two, 0, s, -2, sizeof *s) == 0,
+          "gather, slice <= 0");
     CHECK(v[0] == 1 && v[1] == 2 && v[2] == 3, "values changed: %g %g %g", v[0], v[1], v[2]);
     CHECK(s[0] == 7 && s[1] == 8 && s[2] == 9 && s[3] == 10, "slices changed: %u %u %u %u", s[0], s[1], s[2], s[3]);
     tg_cpu_comm_group_destroy(one);

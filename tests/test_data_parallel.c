@@ -344,15 +344,14 @@ TG_TEST(test_data_parallel_matches_one_trainer) {
  * slice, for elements of any size. */
 typedef struct rank_arg {
     tg_cpu_comm_group *g;
-    int rank;
+    int rank, rc;
     float v[5];
     uint16_t slices[3 * 4];
 } rank_arg;
 
 static void *collectives_rank(void *arg) {
     rank_arg *a = arg;
-    tg_cpu_all_reduce_sum(a->g, a->rank, a->v, 5);
-    tg_cpu_all_gather(a->g, a->rank, a->slices, 4, sizeof(uint16_t));
+    a->rc = tg_cpu_all_reduce_sum(a->g, a->rank, a->v, 5) | tg_cpu_all_gather(a->g, a->rank, a->slices, 4, sizeof(uint16_t));
     return NULL;
 }
 
@@ -370,6 +369,7 @@ TG_TEST(test_cpu_comm_collectives) {
     }
     for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
     for (int r = 0; r < 3; r++) {
+        CHECK(a[r].rc == 0, "rank %d: the collectives returned %d", r, a[r].rc);
         for (int i = 0; i < 4; i++) CHECK(a[r].v[i] == 6.0f, "rank %d element %d: %g, want 6", r, i, a[r].v[i]);
         /* (1e8 + (2e8 - 1e8)) + 3e8, in that order */
         const float want = (1e8f + (2e8f - 1e8f)) + 3e8f;
