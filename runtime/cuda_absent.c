@@ -16,6 +16,22 @@ int tg_cuda_comms_create(void **comms, int ranks, tg_err *err) {
 
 void tg_cuda_comms_destroy(void **comms, int ranks) {}
 
+int tg_cuda_comm_create_rank(void **comm, int rank, int ranks, int gpu, const char *master_addr, int master_port,
+                             tg_err *err) {
+    *comm = NULL;
+    return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`)");
+}
+
+int tg_cuda_comm_all_gather_bytes(void *comm, const void *mine, void *all, size_t bytes, tg_err *err) {
+    return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`)");
+}
+
+int tg_cuda_comm_device(void *comm) { return -1; }
+
+int tg_cuda_comm_rank(void *comm) { return -1; }
+
+void tg_cuda_comm_abort(void *comm) {}
+
 int tg_cuda_device_name(int device, char *name, size_t len) { return -1; }
 
 int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err) {

@@ -162,6 +162,21 @@ int tg_cuda_device_name(int device, char *name, size_t len);
 int tg_cuda_comms_create(void **comms, int ranks, tg_err *err);
 void tg_cuda_comms_destroy(void **comms, int ranks);
 
+/* The NCCL communicator of rank `rank` of a world of `ranks` processes started by a
+ * launcher, on GPU `gpu` of this machine, met through NCCL's own bootstrap: NCCL_COMM_ID
+ * when set (the same host:port on every rank), else master_addr with the port after
+ * master_port; rank 0 hosts the root. Destroy it with tg_cuda_comms_destroy(&comm, 1). */
+int tg_cuda_comm_create_rank(void **comm, int rank, int ranks, int gpu, const char *master_addr, int master_port,
+                             tg_err *err);
+/* all[r * bytes ..] = rank r's `mine`, for every rank of the communicator (blocking). */
+int tg_cuda_comm_all_gather_bytes(void *comm, const void *mine, void *all, size_t bytes, tg_err *err);
+/* The GPU and the rank of a communicator; -1 for none. */
+int tg_cuda_comm_device(void *comm);
+int tg_cuda_comm_rank(void *comm);
+/* Aborts a communicator whose peers stopped (ncclCommAbort): collectives still waiting on
+ * them end, so the process can exit. */
+void tg_cuda_comm_abort(void *comm);
+
 /* "cpu"/"cuda" -> tg_device; -1 for anything else. */
 int tg_device_parse(const char *name);
 /* Whether this build includes the CUDA executor. */

@@ -348,7 +348,9 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     double t0 = tg_wall_ms();
     /* Before anything is allocated: a plan that cannot fit is refused now, not by an
      * allocation failure part way (or the OOM killer later). */
-    if (tg_preflight(plan, eo.device, t->rank, &t->memory, err)) return -1;
+    /* A replica runs on its communicator's GPU (GPU r for replica thread r). */
+    const int gpu = eo.device == TG_DEVICE_CUDA && t->replicas > 1 && eo.comm ? tg_cuda_comm_device(eo.comm) : t->rank;
+    if (tg_preflight(plan, eo.device, gpu > 0 ? gpu : 0, &t->memory, err)) return -1;
     if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
     t->open_ms[0] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
@@ -898,7 +900,7 @@ int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_
 
 /* xxh64 of the training examples as the batches read them: each one's ids, token types
  * (or their absence), label and prompt. */
-static uint64_t train_data_hash(tg_trainer *t) {
+uint64_t tg_trainer_data_hash(tg_trainer *t) {
     if (t->train_hashed) return t->train_hash;
     XXH64_state_t h;
     XXH64_reset(&h, 0);
@@ -918,7 +920,7 @@ static uint64_t train_data_hash(tg_trainer *t) {
 }
 
 static tg_checkpoint_run run_identity(tg_trainer *t) {
-    return (tg_checkpoint_run){t->total_steps, t->has_train ? t->train.n : 0, train_data_hash(t)};
+    return (tg_checkpoint_run){t->total_steps, t->has_train ? t->train.n : 0, tg_trainer_data_hash(t)};
 }
 
 /* The host form of a value tensor: fp32 floats (whatever the storage dtype) or int32. */

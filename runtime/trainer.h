@@ -238,6 +238,10 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *stats, tg_eval_logits_f
  * `repeats` runs launched op by op). It trains as it measures: the weights move. */
 int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err);
 
+/* xxh64 of the training examples as the batches read them (each one's ids, token types,
+ * label and prompt): what a checkpoint and the ranks of a launched world compare. */
+uint64_t tg_trainer_data_hash(tg_trainer *t);
+
 /* The planned and measured peak memory of the run so far (reads the device's memory now;
  * the steps in flight keep running). */
 void tg_trainer_memory(tg_trainer *t, tg_memory_use *use);

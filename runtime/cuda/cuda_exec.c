@@ -12,6 +12,8 @@
 #include "kernels/cudnn_attention.h"
 #include "plan/memory_estimate.h"
 #include "runtime/cuda/cuda_exec_internal.h"
+#include "runtime/executor.h"
+#include "runtime/step_timeout.h"
 
 
 int tg_cuda_fail(tg_err *err, const char *what, cudaError_t e) {
@@ -79,18 +81,9 @@ void tg_cuda_numels(const tg_plan *p, const tg_op *op, int64_t *in_n, int64_t *o
 /* The stream of the gradient sums, and the count of a step's sums, for their stamps. At
  * the default priority: at the highest (the graphs instantiated to keep node priorities)
  * BERT's two-GPU step took the same time (docs/perf-notes.md). */
-/* TUNEGRAPH_STEP_TIMEOUT_S: seconds, a number above 0; unset: TG_CUDA_STEP_TIMEOUT_S. */
+/* TUNEGRAPH_STEP_TIMEOUT_S (runtime/step_timeout.h). */
 static int read_step_timeout(tg_cuda_exec *x, tg_err *err) {
-    const char *env = getenv("TUNEGRAPH_STEP_TIMEOUT_S");
-    x->step_timeout_s = TG_CUDA_STEP_TIMEOUT_S;
-    if (!env) return 0;
-    char *end;
-    errno = 0;
-    const double v = strtod(env, &end);
-    if (end == env || *end || errno || !(v > 0) || v > 1e9)
-        return tg_fail(err, "TUNEGRAPH_STEP_TIMEOUT_S must be a number of seconds above 0, got '%s'", env);
-    x->step_timeout_s = v;
-    return 0;
+    return tg_step_timeout_s(&x->step_timeout_s, err);
 }
 
 static cudaError_t create_comm_stream(tg_cuda_exec *x) {
@@ -252,7 +245,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     tg_cuda_ctx *c = &x->ctx;
     c->seed = seed;
     c->nccl_comm = nccl_comm;
-    c->rank = nccl_comm ? device : 0; /* replica r runs on GPU r */
+    c->rank = nccl_comm ? tg_cuda_comm_rank(nccl_comm) : 0; /* its ZeRO-1 slice and gathered rows */
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->train.allow_tf32;
     c->gemm_workspace_bytes = TG_MEM_GEMM_WORKSPACE_BYTES; /* what the memory estimate counts */

@@ -16,10 +16,6 @@
  * costs the host about two and a half single launches (docs/perf-notes.md). */
 #define TG_CUDA_STEP_GROUP 4
 
-/* A data-parallel replica stops with an error when a step it waits for has not ended in
- * this many seconds: another replica stopped, or the GPUs wait on each other. */
-#define TG_CUDA_STEP_TIMEOUT_S 60.0
-
 /* What one length bucket of the plan (tg_plan_bucket) has of its own: its plan, the graphs
  * captured from it (each bakes in the bucket's shapes and activation offsets), its deferred
  * update's chunks, where its batches' label rows lie, and whether its GEMM shapes have been
@@ -97,7 +93,7 @@ typedef struct tg_cuda_exec {
     cudaEvent_t comm_fork, comm_done;
     int comm_buckets;              /* the sums in a step's backward (every bucket plan's alike) */
     /* Data parallelism: how long a wait for a step may go without it ending before the
-     * replica gives up (TUNEGRAPH_STEP_TIMEOUT_S, default TG_CUDA_STEP_TIMEOUT_S). */
+     * replica gives up (TUNEGRAPH_STEP_TIMEOUT_S: runtime/step_timeout.h). */
     double step_timeout_s;
     int update_pending;
     int *update_due;               /* device */
