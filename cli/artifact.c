@@ -379,7 +379,8 @@ static const char artifact_run_usage[] =
 static int takes_value(const char *s) {
     static const char *const with_value[] = {"-o",           "--set",      "--metrics", "--device",   "--threads",
                                              "--save",       "--in-flight", "--resume", "--checkpoint-dir",
-                                             "--save-dir",   "--labels",   "--tokenizer", "--dtype"};
+                                             "--save-dir",   "--labels",   "--tokenizer", "--dtype",
+                                             "--nproc"};
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         if (!strcmp(s, with_value[k])) return 1;
     return 0;

@@ -357,7 +357,7 @@ int run_export_args(int *argc, char **argv, run_export *ex) {
                                     "[--tokenizer PATH] [--dtype fp32|bf16] [--force]\n";
     memset(ex, 0, sizeof *ex);
     /* run's own options that take a value: their values are skipped, never taken as ours */
-    static const char *const run_valued[] = {"-o", "--set", "--metrics", "--device", "--threads", "--save", "--in-flight"};
+    static const char *const run_valued[] = {"-o", "--set", "--metrics", "--device", "--threads", "--save", "--in-flight", "--nproc"};
     const char *dtype = NULL;
     int kept = 0;
     for (int i = 0; i < *argc; i++) {

@@ -38,8 +38,10 @@
 #include "runtime/executor.h"
 #include "plan/plan_file.h"
 #include "plan/memory_estimate.h"
+#include "cli/launch.h"
 #include "runtime/launch_env.h"
 #include "runtime/preflight.h"
+#include "runtime/step_timeout.h"
 #include "runtime/thread_cpu.h"
 #include "runtime/trainer.h"
 #include "base/version.h"
@@ -64,7 +66,7 @@ static const char usage[] =
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
-    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt] [--artifact DIR]\n"
+    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt] [--artifact DIR] [--nproc N]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
@@ -114,6 +116,7 @@ typedef struct cli_args {
     int profile;
     int threads;
     int in_flight;          /* 0: the default */
+    int nproc;              /* run --nproc: rank processes to start (0: none) */
     const char *sets[MAX_SETS];
     int n_sets;
 } cli_args;
@@ -134,7 +137,8 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         const char *s = argv[i];
         int takes_value = !strcmp(s, "-o") || !strcmp(s, "--set") || !strcmp(s, "--metrics") ||
                           !strcmp(s, "--device") || !strcmp(s, "--threads") || !strcmp(s, "--save") ||
-                          !strcmp(s, "--in-flight") || !strcmp(s, "--resume") || !strcmp(s, "--checkpoint-dir");
+                          !strcmp(s, "--in-flight") || !strcmp(s, "--resume") || !strcmp(s, "--checkpoint-dir") ||
+                          !strcmp(s, "--nproc");
         if (s[0] == '-' && s[1]) {
             if (!option_allowed(allowed, s)) return usage_error("unknown option %s", s);
             if (takes_value && i + 1 >= argc) return usage_error("%s needs a value", s);
@@ -155,6 +159,10 @@ static int parse_args(int argc, char **argv, cli_args *a, const char *allowed) {
         } else if (!strcmp(s, "--in-flight")) {
             if (parse_whole(argv[++i], 1, TG_TRAINER_STAGING_MAX - 2, &a->in_flight))
                 return usage_error("--in-flight needs a whole number from 1 to 14, got '%s'", argv[i]);
+        } else if (!strcmp(s, "--nproc")) {
+            if (parse_whole(argv[++i], 1, TG_MAX_DATA_PARALLEL, &a->nproc))
+                return usage_error("--nproc needs a whole number from 1 to 64 (rank processes, one per GPU), got '%s'",
+                                   argv[i]);
         }
         else if (!strcmp(s, "--json")) a->json = 1;
         else if (!strcmp(s, "--profile")) a->profile = 1;
@@ -254,6 +262,52 @@ static double us_per_later_step(double cpu_s, int32_t ran) {
     return ran > 1 ? cpu_s / (double)(ran - 1) * 1e6 : 0;
 }
 
+/* A launched world's communicator in this process (NULL: none), for end_failed_run. */
+static void *g_world_comm;
+static tg_device g_world_device;
+
+/* Right after its trainer opened (communicator up, data read), before the first step: every
+ * rank of a launched world gathers the others' plan fingerprint, world size and training
+ * data, and refuses to train where any differs from rank 0's. */
+static int world_agrees(tg_trainer *tr, tg_device device, void *comm, int rank, int world, tg_err *err) {
+    rank_identity *all = tg_calloc((size_t)world, sizeof *all);
+    if (!all) return tg_fail(err, "out of memory");
+    rank_identity mine;
+    memset(&mine, 0, sizeof mine); /* the padding travels too */
+    mine.plan_fingerprint = tr->plan->fingerprint, mine.data_hash = tg_trainer_data_hash(tr);
+    mine.world = world, mine.examples = tr->has_train ? tr->train.n : 0;
+    int rc;
+    if (device == TG_DEVICE_CUDA) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        rc = tg_cuda_comm_all_gather_bytes(comm, &mine, all, sizeof mine, err);
+    else {
+        all[rank] = mine;
+        rc = tg_cpu_all_gather(comm, rank, all, sizeof mine, 1) ? tg_fail(err, "rank %d: gathering the ranks' plan "
+                                                                          "fingerprints failed", rank)
+                                                                : 0;
+    }
+    if (!rc) rc = rank_identities_agree(all, world, err);
+    free(all);
+    return rc;
+}
+
+static volatile int g_world_aborted;
+
+static void *abort_world_comm_thread(void *arg) {
+    tg_cuda_comm_abort(g_world_comm);
+    g_world_aborted = 1;
+    return NULL;
+}
+
+/* Aborts the world's NCCL communicator before the process ends, giving it a second: an
+ * abort can itself wait on a peer that no longer answers (stopped by SIGSTOP: 10 s and
+ * more, measured), and the exit must not. */
+static void abort_world_comm(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, abort_world_comm_thread, NULL)) return;
+    pthread_detach(t);
+    for (int k = 0; k < 100 && !g_world_aborted; k++) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+}
+
 /* Data parallelism: replica 0 is the run the CLI reports on; the others train beside it
  * in threads of their own, on their rows of each global batch, taking part in every
  * collective (the steps' gradient sums, and the profile's steps when asked). Replica 0
@@ -261,6 +315,7 @@ static double us_per_later_step(double cpu_s, int32_t ran) {
  * process: the others would wait for it forever. */
 typedef struct replica_run {
     const tg_plan *plan;
+    int world; /* > 1: a rank process of a launched world, which checks its peers run the same job */
     tg_trainer_options opts;
     int profile;
     metrics_file *metrics; /* the run's, NULL without --metrics */
@@ -277,13 +332,16 @@ typedef struct replica_run {
  * being written (a save under way) are removed first. The first thread to fail ends the
  * metrics; a second finds them ended. */
 static int end_failed_run(metrics_file *metrics, int replicas, int replica, const tg_err *err) {
-    if (replica > 0) fprintf(stderr, "tunegraph: replica %d: %s\n", replica, err->msg);
+    if (replica > 0) fprintf(stderr, "tunegraph: %s %d: %s\n", g_world_comm ? "rank" : "replica", replica, err->msg);
     else die(err);
     tg_err metrics_err;
     if (metrics && metrics_file_end(metrics, err->msg, replicas > 1 ? replica : -1, &metrics_err))
         fprintf(stderr, "tunegraph: %s\n", metrics_err.msg);
     if (replicas > 1) {
         tg_atomic_remove_temps();
+        /* A rank process leaves its peers no collective to wait in: they stop at once
+         * (NCCL) instead of after their watchdog's timeout. */
+        if (g_world_comm && g_world_device == TG_DEVICE_CUDA) abort_world_comm(); /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
         fflush(stdout);
         fflush(stderr);
         tg_coverage_flush();
@@ -305,6 +363,7 @@ static void *run_replica(void *arg) {
     tg_err err = {{0}};
     tg_trainer tr;
     int rc = tg_trainer_open(&tr, r->plan, &r->opts, &err);
+    if (!rc && r->world > 1) rc = world_agrees(&tr, r->opts.device, r->opts.comm, r->opts.rank, r->world, &err);
     if (!rc && r->resume) rc = tg_trainer_restore(&tr, r->resume, r->resume_path, &err);
     /* Replica 0 writes the checkpoints; this one hands over its part of each (ZeRO-1). */
     int32_t handed = r->resume ? tr.steps_done : -1;
@@ -338,6 +397,86 @@ static int open_comms(tg_device device, int replicas, void **comms, tg_cpu_comm_
         return 0;
     }
     return tg_cuda_comms_create(comms, replicas, err);
+}
+
+/* This rank's communicator in a launched world: MPI's world for CPU ranks, NCCL met through
+ * its own bootstrap for GPU ranks. */
+static int open_world_comm(tg_device device, const tg_rank_env *env, int gpu, void **comm, tg_err *err) {
+    *comm = NULL;
+    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        double timeout;
+        tg_cpu_comm_group *g = NULL;
+        if (tg_step_timeout_s(&timeout, err) || tg_cpu_comm_group_create_mpi(&g, env->rank, env->world_size, timeout, err))
+            return -1;
+        *comm = g;
+        return 0;
+    }
+    return tg_cuda_comm_create_rank(comm, env->rank, env->world_size, gpu, env->master_addr, env->master_port, err);
+}
+
+static void close_world_comm(tg_device device, void *comm) {
+    if (device == TG_DEVICE_CPU) tg_cpu_comm_group_destroy(comm); /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+    else tg_cuda_comms_destroy(&comm, 1);
+}
+
+/* run's command line as given (the export options in), for the ranks --nproc starts. */
+static int g_run_argc;
+static char **g_run_argv;
+
+/* run --nproc N: N rank processes of this program with the same command line, less
+ * --nproc. GPU ranks are started and supervised here (cli/launch.c); CPU ranks meet
+ * through MPI, so mpirun starts them (and ends them all when one fails). */
+static int start_ranks(int nproc, tg_device device) {
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "tunegraph: cannot find this program's file (/proc/self/exe): %s\n", strerror(errno));
+        return 1;
+    }
+    exe[n] = 0;
+    if (device == TG_DEVICE_CUDA && tg_cuda_device_count() < nproc) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        fprintf(stderr, "tunegraph: --nproc %d starts a rank process per GPU, and %d GPU%s visible\n", nproc,
+                tg_cuda_device_count(), tg_cuda_device_count() == 1 ? " is" : "s are");
+        return 1;
+    }
+    if (device == TG_DEVICE_CPU && !tg_cpu_comm_mpi_built()) {
+        fprintf(stderr, "tunegraph: --nproc %d --device cpu runs the ranks under MPI, which this build lacks (install "
+                        "libopenmpi-dev and openmpi-bin, then rebuild); --set data_parallel=%d runs the replicas as "
+                        "threads of one process\n",
+                nproc, nproc);
+        return 1;
+    }
+    char **rest = launch_argv_without_nproc(g_run_argc, g_run_argv);
+    char **argv = rest ? tg_calloc((size_t)g_run_argc + 16, sizeof *argv) : NULL;
+    if (!argv) {
+        free(rest);
+        fprintf(stderr, "tunegraph: out of memory\n");
+        return 1;
+    }
+    char count[16];
+    snprintf(count, sizeof count, "%d", nproc);
+    int k = 0;
+    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        argv[k++] = "mpirun", argv[k++] = "-np", argv[k++] = count;
+        /* Ranks may outnumber the cores (tests, small machines), and each sets its own threads. */
+        argv[k++] = "--oversubscribe", argv[k++] = "--bind-to", argv[k++] = "none";
+        if (geteuid() == 0) argv[k++] = "--allow-run-as-root";
+    }
+    argv[k++] = exe, argv[k++] = "run";
+    for (int i = 0; rest[i]; i++) argv[k++] = rest[i];
+    argv[k] = NULL;
+    free(rest);
+    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        fflush(stdout);
+        fflush(stderr);
+        execvp("mpirun", argv);
+        fprintf(stderr, "tunegraph: cannot run mpirun for --nproc %d: %s\n", nproc, strerror(errno));
+        free(argv);
+        return 1;
+    }
+    const int rc = launch_ranks(exe, argv, nproc, 10.0);
+    free(argv);
+    return rc;
 }
 
 /* The run's checkpoints: the folder they go to (--checkpoint-dir, else the job's
@@ -407,7 +546,8 @@ static int write_checkpoint(run_checkpoints *ckpts, tg_trainer *tr, int tty, cha
 static int run_plan(int argc, char **argv, const run_export *ex) {
     cli_args a;
     int rc = parse_args(argc, argv, &a,
-                        "--set --metrics --device --threads --save --profile --in-flight --resume --checkpoint-dir");
+                        "--set --metrics --device --threads --save --profile --in-flight --resume --checkpoint-dir "
+                        "--nproc");
     if (rc) return rc;
     if (a.device && strcmp(a.device, "cpu") && strcmp(a.device, "cuda"))
         return usage_error("--device must be cpu or cuda, got '%s'", a.device);
@@ -418,21 +558,28 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                            "'%s'",
                            step_group);
     tg_err err = {{0}};
-    /* Started as one of several ranks by a launcher: one process per GPU does not run yet
-     * (the replicas are threads of one process), and each copy would train the whole job
-     * and write the same outputs. */
+    /* Started as one of several ranks by a launcher (--nproc, torchrun, srun, mpirun): this
+     * process runs replica `rank` of a world of data-parallel replicas, one per process. */
     tg_rank_env launch;
     if (tg_rank_env_read(&launch, NULL, NULL, &err)) return die(&err);
-    if (launch.world_size > 1) {
-        tg_fail(&err,
-                "started as rank %d of %d by %s: one process per GPU is not supported yet (each would train the "
-                "whole job and write the same outputs); run one process with --set data_parallel=%d instead (its "
-                "replicas run as threads, one per GPU of the machine)%s",
-                launch.rank, launch.world_size, tg_launcher_name(launch.launcher), launch.world_size,
-                launch.launcher == TG_LAUNCHER_SLURM ? "; in a batch script outside srun, unset SLURM_PROCID" : "");
+    const int world = launch.world_size > 1 ? launch.world_size : 1;
+    tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
+    if (a.nproc > 1 && world > 1) {
+        tg_fail(&err, "--nproc starts the rank processes itself, and this process is already rank %d of %d (started by "
+                      "%s): leave --nproc out",
+                launch.rank, world, tg_launcher_name(launch.launcher));
         return die(&err);
     }
-    tg_device device = a.device ? (tg_device)tg_device_parse(a.device) : tg_default_device();
+    if (a.nproc > 1) return start_ranks(a.nproc, device);
+    if (world > 1 && device == TG_DEVICE_CPU && launch.launcher == TG_LAUNCHER_TORCHRUN) {
+        tg_fail(&err, "started as rank %d of %d by torchrun on the CPU: CPU ranks meet through MPI, so start them "
+                      "with mpirun -np %d (or run --nproc %d --device cpu); torchrun starts GPU ranks (--device cuda)",
+                launch.rank, world, world, world);
+        return die(&err);
+    }
+    int world_gpu = 0;
+    if (world > 1 && device == TG_DEVICE_CUDA && rank_gpu(&launch, tg_cuda_device_count(), &world_gpu, &err)) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        return die(&err);
     double t_start = tg_wall_s();
     tg_plan plan;
     const int from_plan = tg_plan_file_sniff(a.input);
@@ -449,9 +596,20 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         uint64_t available = 0;
         char source[64];
         tg_err ignored;
-        if (device == TG_DEVICE_CUDA && tg_device_free_memory(TG_DEVICE_CUDA, 0, &available, source, sizeof source, &ignored)) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        if (device == TG_DEVICE_CUDA && tg_device_free_memory(TG_DEVICE_CUDA, world_gpu, &available, source, sizeof source, &ignored)) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
             available = 0;
         if (tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err)) return die(&err);
+        /* A world's size is its replica count: a job that names none trains one replica per
+         * rank. */
+        if (world > 1 && plan.train.replicas == 1 && a.n_sets < MAX_SETS) {
+            char set[48];
+            snprintf(set, sizeof set, "data_parallel=%d", world);
+            a.sets[a.n_sets++] = set;
+            tg_plan_free(&plan);
+            int failed = tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err);
+            a.sets[--a.n_sets] = NULL;
+            if (failed) return die(&err);
+        }
         if (available && plan.peak_bytes_without_recompute) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
             char need[32], without[32], has[32];
             fprintf(stderr, "tunegraph: recompute: planned peak %s, %s without recomputing; %s %s (inspect shows what is recomputed)\n",
@@ -459,6 +617,19 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                     tg_mem_format_bytes(plan.peak_bytes_without_recompute, without, sizeof without),
                     tg_mem_format_bytes(available, has, sizeof has), source);
         }
+    }
+    if (world > 1 && (plan.train.replicas != world || (plan.train.zero_stage > 0 && (a.checkpoint_dir || plan.run.checkpoint_dir[0] || a.resume)))) {
+        if (plan.train.replicas != world)
+            tg_fail(&err, "%s: the plan trains %d data-parallel replicas, and %s started %d ranks (one replica each): "
+                          "set data_parallel to %d, or leave it out",
+                    a.input, plan.train.replicas, tg_launcher_name(launch.launcher), world, world);
+        else
+            tg_fail(&err, "%s: checkpoints of ZeRO-1 (zero_stage 1) hold each replica's optimizer slice, which rank "
+                          "processes do not hand to rank 0 yet: run without checkpoints, with zero_stage 0, or as "
+                          "one process (--set data_parallel=%d)",
+                    a.input, world);
+        tg_plan_free(&plan);
+        return die(&err);
     }
     /* Before the weights and data are read: an output that cannot be written, or would
      * overwrite an input, is refused now rather than after the training. */
@@ -478,6 +649,33 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         tg_plan_free(&plan);
         return die(&err);
     }
+    /* The run takes every step of the schedule, so steps may queue up: the host then
+     * wakes once for several of them and the GPU never waits for it. */
+    tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
+                               .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
+                               .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL,
+                               .step_group = step_group_n, .no_loader_thread = env_is_zero("TUNEGRAPH_LOADER_THREAD")};
+    if (world > 1) {
+        if (open_world_comm(device, &launch, world_gpu, &g_world_comm, &err)) {
+            run_resume_free(&resume);
+            tg_plan_free(&plan);
+            return die(&err);
+        }
+        g_world_device = device;
+        opts.rank = launch.rank, opts.comm = g_world_comm;
+        if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the ranks of one machine share its cores */
+        /* Ranks past 0 train beside it as replica threads do: rank 0 alone writes. */
+        if (launch.rank > 0) {
+            replica_run follower = {.plan = &plan, .world = world, .opts = opts, .profile = a.profile,
+                                    .resume = resume.path ? &resume.ck : NULL, .resume_path = resume.path};
+            follower.opts.host_trace = 0;
+            run_replica(&follower); /* ends the process when it fails */
+            close_world_comm(device, g_world_comm);
+            run_resume_free(&resume);
+            tg_plan_free(&plan);
+            return 0;
+        }
+    }
     /* From here on a failed run's metrics end with its error, whatever failed. */
     metrics_file *metrics = NULL;
     if (a.metrics && metrics_file_open(&metrics, a.metrics, &err)) {
@@ -487,18 +685,17 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     }
 
     tg_trainer tr;
-    /* The run takes every step of the schedule, so steps may queue up: the host then
-     * wakes once for several of them and the GPU never waits for it. */
-    tg_trainer_options opts = {.device = device, .threads = a.threads, .load_data = 1,
-                               .max_in_flight = a.in_flight ? a.in_flight : TG_TRAINER_STAGING_MAX - 2,
-                               .host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL,
-                               .step_group = step_group_n, .no_loader_thread = env_is_zero("TUNEGRAPH_LOADER_THREAD")};
     run_checkpoints ckpts_state, *ckpts = NULL;
     if (resume.dir) {
         run_checkpoints_init(&ckpts_state, resume.dir, &plan, resume.path ? resume.ck.state.step : 0, &g_stop_signal);
         ckpts = &ckpts_state;
-        opts.launch_gate = run_checkpoints_gate, opts.gate_ctx = ckpts;
-        g_defer_stop = 1; /* a signal now stops the run at a checkpoint */
+        /* A signal stops the run at a checkpoint; not a rank of a launched world, whose
+         * ranks would each choose their own stop step (the last periodic checkpoint stays
+         * to resume from). */
+        if (world == 1) {
+            opts.launch_gate = run_checkpoints_gate, opts.gate_ctx = ckpts;
+            g_defer_stop = 1;
+        }
     }
     const tg_checkpoint *resume_ck = resume.path ? &resume.ck : NULL;
     /* With checkpoints, SIGINT and SIGTERM go to this thread, which writes them: the threads
@@ -512,7 +709,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     void *comms[TG_MAX_DATA_PARALLEL] = {0};
     tg_cpu_comm_group *cpu_group = NULL;
     replica_run followers[TG_MAX_DATA_PARALLEL];
-    if (replicas > 1) {
+    if (replicas > 1 && world == 1) {
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the replicas share the cores */
         if (open_comms(device, replicas, comms, &cpu_group, &err)) return end_failed_run(metrics, replicas, 0, &err);
         for (int r = 1; r < replicas; r++) {
@@ -528,7 +725,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     }
     int opened = tg_trainer_open(&tr, &plan, &opts, &err) == 0;
     if (ckpts) pthread_sigmask(SIG_SETMASK, &unblocked, NULL);
-    if (!opened || (resume_ck && tg_trainer_restore(&tr, resume_ck, resume.path, &err))) {
+    if (!opened || (world > 1 && world_agrees(&tr, device, g_world_comm, 0, world, &err)) ||
+        (resume_ck && tg_trainer_restore(&tr, resume_ck, resume.path, &err))) {
         rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
         if (opened) tg_trainer_close(&tr);
         if (ckpts) run_checkpoints_free(ckpts);
@@ -548,7 +746,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         fputc(')', stderr);
     }
     if (train->grad_accumulation > 1) fprintf(stderr, ", %d micro-batches a step", train->grad_accumulation);
-    if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas", replicas);
+    if (replicas > 1) fprintf(stderr, " on each of %d data-parallel replicas%s", replicas, world > 1 ? " (a process each)" : "");
     /* Steps per epoch: windows of grad_accumulation batches, the last one short. */
     const int micro = train->grad_accumulation > 1 ? train->grad_accumulation : 1;
     fprintf(stderr, ", %d steps (%d per epoch, last batch: %s)", tr.total_steps, (tr.sampler.per_epoch + micro - 1) / micro,
@@ -578,7 +776,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     double energy_start_j = 0, energy_end_j = 0;
     int energy_on = 0;
     if (device == TG_DEVICE_CUDA) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
-        energy_on = tg_energy_meter_open(&energy_meter, replicas, &energy_err) == 0 &&
+        energy_on = tg_energy_meter_open(&energy_meter, world > 1 ? (launch.local_size > 0 ? launch.local_size : 1) : replicas, &energy_err) == 0 &&
                     tg_energy_meter_read(&energy_meter, &energy_start_j, &energy_err) == 0;
     double warmup_s = tg_wall_s() - t_start, t_train = tg_wall_s(), first_loss = NAN, last_loss = NAN;
     double cpu_train = tg_process_cpu_s(), cpu_first_step = 0, thread_train = tg_thread_cpu_s(), thread_first_step = 0;
@@ -673,6 +871,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     double train_s = tg_wall_s() - t_train;
     if (energy_on) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
         energy_on = tg_energy_meter_read(&energy_meter, &energy_end_j, &energy_err) == 0;
+    /* NVML's energy counters advance every few tens of milliseconds: a shorter run reads
+     * none, which is no measurement (it would report 0 W and no tokens per joule). */
+    if (energy_on && !(energy_end_j > energy_start_j)) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        energy_on = 0;
+        tg_fail(&energy_err, "the GPUs' energy counters did not advance over the %.3f s of training", tg_wall_s() - t_train);
+    }
     if (device == TG_DEVICE_CUDA) tg_energy_meter_close(&energy_meter); /* GCOVR_EXCL_BR_LINE: as above */
     /* Host CPU per step after the first, metrics and progress output included: the whole
      * process, its training loop thread, and the CUDA driver's event thread, which burns
@@ -808,9 +1012,10 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         return rc;
     }
     tg_trainer_close(&tr);
-    for (int r = 1; r < replicas; r++) pthread_join(followers[r].thread, NULL);
+    if (world > 1) close_world_comm(device, g_world_comm);
+    for (int r = 1; r < replicas && world == 1; r++) pthread_join(followers[r].thread, NULL);
     if (cpu_group) tg_cpu_comm_group_destroy(cpu_group);
-    else if (replicas > 1) tg_cuda_comms_destroy(comms, replicas); /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+    else if (replicas > 1 && world == 1) tg_cuda_comms_destroy(comms, replicas); /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
     if (ckpts) run_checkpoints_free(ckpts);
     run_resume_free(&resume);
     /* Last, with every replica done: none can fail after the file is in place. */
@@ -833,9 +1038,16 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
 /* run's --save-dir options come out of argv first (cli/export.c); the rest is run_plan's. */
 static int cmd_run(int argc, char **argv) {
     run_export ex;
+    /* The export options come out of argv in place; --nproc's ranks get them all. */
+    char **given = tg_calloc((size_t)argc + 1, sizeof *given);
+    if (!given) return fprintf(stderr, "tunegraph: out of memory\n"), 1;
+    memcpy(given, argv, (size_t)argc * sizeof *given);
+    g_run_argc = argc, g_run_argv = given;
     int rc = run_export_args(&argc, argv, &ex);
     if (!rc) rc = run_plan(argc, argv, &ex);
     run_export_free(&ex);
+    free(given);
+    g_run_argc = 0, g_run_argv = NULL;
     return rc;
 }
 

@@ -15,6 +15,7 @@
 #include "base/version.h"
 #include "runtime/executor.h"
 #include "tests/cli_in_process.h"
+#include "runtime/comm.h"
 #include "tests/harness.h"
 
 int tunegraph_cli_main(int argc, char **argv);
@@ -65,7 +66,7 @@ static const char k_usage[] =
     "  tunegraph run PLAN|JOB [--set key=value]... [--metrics FILE.jsonl] [--device cpu|cuda]\n"
     "                [--threads N] [--save FILE.safetensors] [--profile] [--in-flight N]\n"
     "                [--save-dir DIR [--labels a,b,...] [--tokenizer PATH] [--dtype fp32|bf16] [--force]]\n"
-    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt] [--artifact DIR]\n"
+    "                [--checkpoint-dir DIR] [--resume DIR|FILE.tgckpt] [--artifact DIR] [--nproc N]\n"
     "  tunegraph data convert INPUT... -o OUTDIR --tokenizer PATH [options]  (tunegraph data help)\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "  tunegraph tokenize --tokenizer PATH [--pair] [--max-len N] [--no-special] [--offsets]\n"
@@ -230,37 +231,61 @@ TG_TEST(test_cli_main_run_refusals) {
     expect_all(cases, sizeof cases / sizeof cases[0]);
 }
 
-/* Started by a launcher as one of several ranks, run refuses before compiling (one process
- * per GPU does not run yet), naming the rank, the launcher and the one-process form; a
- * world of one runs; a launcher's variables in part or out of range are refused naming
- * the variable. */
+/* Started by a launcher as one of several ranks, run refuses what a rank cannot do before
+ * any communicator is made: CPU ranks from torchrun (they meet through MPI), --nproc
+ * inside a rank, a plan with another replica count than the world's; a world of one runs;
+ * a launcher's variables in part or out of range are refused naming the variable. */
 TG_TEST(test_cli_main_run_launched_ranks) {
     test_dir = tg_test_tmpdir();
     static const struct {
         const char *set[4];
+        const char *extra;
         int status;
         const char *says;
     } cases[] = {
-        {{"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", NULL}, 1,
-         "tunegraph: started as rank 1 of 4 by torchrun: one process per GPU is not supported yet"},
-        {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0", NULL}, 1,
-         "rank 0 of 2 by mpirun: one process per GPU is not supported yet (each would train the whole job and write the "
-         "same outputs); run one process with --set data_parallel=2 instead"},
-        {{"SLURM_PROCID=3", "SLURM_NTASKS=8", "SLURM_LOCALID=3", "SLURM_JOB_NODELIST=n[1-2]"}, 1,
-         "by srun: one process per GPU is not supported yet"},
-        {{"RANK=0", "LOCAL_RANK=0", NULL, NULL}, 1, "environment variable WORLD_SIZE is not set, but RANK is"},
-        {{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "MASTER_PORT=0"}, 1, "MASTER_PORT='0'"},
-        {{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", NULL}, 0, NULL},
+        {{"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", NULL}, "", 1,
+         "tunegraph: started as rank 1 of 4 by torchrun on the CPU: CPU ranks meet through MPI, so start them with "
+         "mpirun -np 4 (or run --nproc 4 --device cpu); torchrun starts GPU ranks (--device cuda)"},
+        {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0", NULL}, " --nproc 2", 1,
+         "tunegraph: --nproc starts the rank processes itself, and this process is already rank 0 of 2 (started by "
+         "mpirun): leave --nproc out"},
+        {{"SLURM_PROCID=3", "SLURM_NTASKS=8", "SLURM_LOCALID=3", "SLURM_JOB_NODELIST=n[1-2]"}, " --set data_parallel=2",
+         1, "the plan trains 2 data-parallel replicas, and srun started 8 ranks (one replica each): set data_parallel to "
+            "8, or leave it out"},
+        {{"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=1", "MASTER_ADDR=h"},
+         " --set data_parallel=2 --set zero_stage=1 --checkpoint-dir %s/zck", 1,
+         "checkpoints of ZeRO-1 (zero_stage 1) hold each replica's optimizer slice, which rank processes do not hand to "
+         "rank 0 yet"},
+        {{"RANK=0", "LOCAL_RANK=0", NULL, NULL}, "", 1, "environment variable WORLD_SIZE is not set, but RANK is"},
+        {{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "MASTER_PORT=0"}, "", 1, "MASTER_PORT='0'"},
+        {{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", NULL}, "", 0, NULL},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         for (int v = 0; v < 4 && cases[k].set[v]; v++) putenv((char *)cases[k].set[v]);
-        expect("run " DEMO " --set steps=1 --set batch=4 --set seq=16 --device cpu", cases[k].status, cases[k].says);
+        char line[512];
+        snprintf(line, sizeof line, "run " DEMO " --set steps=1 --set batch=4 --set seq=16 --device cpu%s", cases[k].extra);
+        expect(line, cases[k].status, cases[k].says);
         for (int v = 0; v < 4 && cases[k].set[v]; v++) {
             char name[64];
             snprintf(name, sizeof name, "%.*s", (int)strcspn(cases[k].set[v], "="), cases[k].set[v]);
             unsetenv(name);
         }
     }
+    /* --nproc on the CPU without MPI, or on GPUs the machine lacks. */
+    if (!tg_cpu_comm_mpi_built())
+        expect("run " DEMO " --set steps=1 --nproc 2 --device cpu", 1,
+               "tunegraph: --nproc 2 --device cpu runs the ranks under MPI, which this build lacks (install "
+               "libopenmpi-dev and openmpi-bin, then rebuild); --set data_parallel=2 runs the replicas as threads of "
+               "one process");
+    if (!tg_cuda_built()) {
+        expect("run " DEMO " --set steps=1 --nproc 2 --device cuda", 1,
+               "tunegraph: --nproc 2 starts a rank process per GPU, and 0 GPUs are visible");
+        putenv("RANK=1"), putenv("WORLD_SIZE=2"), putenv("LOCAL_RANK=1");
+        expect("run " DEMO " --set steps=1 --device cuda", 1, "tunegraph: rank 1 of 2: no GPU visible");
+        unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("LOCAL_RANK");
+    }
+    expect("run " DEMO " --nproc 0", 2, "--nproc needs a whole number from 1 to 64 (rank processes, one per GPU), got '0'");
+    expect("run " DEMO " --nproc", 2, "--nproc needs a value");
 }
 
 /* A run with checkpoints: each written, the folder then refused for a fresh run, resumed

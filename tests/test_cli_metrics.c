@@ -20,6 +20,7 @@
 #include "cli/artifact.c"
 #include "cli/sweep.c"
 #include "cli/compare.c"
+#include "cli/launch.c"
 #define main tunegraph_cli_main
 #include "cli/main.c"
 #undef main
