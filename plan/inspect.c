@@ -202,6 +202,19 @@ static void print_buckets(const tg_plan *p, FILE *out) {
     }
 }
 
+/* ZeRO-1: the bytes of AdamW's m and v this replica holds (its slice) and those a replica
+ * of the same plan without sharding would (every parameter's). 0 for other plans. */
+static int zero_state_bytes(const tg_plan *p, uint64_t *own, uint64_t *whole) {
+    const tg_plan_io *io = &p->io;
+    if (p->train.zero_stage < 1 || p->train.replicas < 2 || io->m_all < 0 || io->v_all < 0 || io->params_all < 0)
+        return 0;
+    const tg_tensor *m = &p->tensors[io->m_all], *v = &p->tensors[io->v_all], *w = &p->tensors[io->params_all];
+    const uint64_t n = w->bytes / (uint64_t)tg_dtype_size(w->dtype);
+    *own = m->bytes + v->bytes;
+    *whole = n * (uint64_t)(tg_dtype_size(m->dtype) + tg_dtype_size(v->dtype));
+    return *whole >= *own;
+}
+
 static void print_text(const tg_plan *p, FILE *out) {
     fprintf(out, "model: %s (%s)\n", p->model.source, tg_arch_name(p->model.arch));
     int attention = plan_attention_mode(p);
@@ -314,7 +327,13 @@ static void print_text(const tg_plan *p, FILE *out) {
     for (int q = 0; q < TG_POOL_COUNT; q++)
         fprintf(out, "%-12s %14" PRIu64 " bytes %12.2f MiB%s\n", tg_pool_name(q), p->pool_bytes[q],
                 mib(p->pool_bytes[q]), tg_pool_allocated(p, q) ? "" : "  (inside activations, held by liveness)");
-    fprintf(out, "peak: %" PRIu64 " bytes (%.2f MiB)\n", p->peak_bytes, mib(p->peak_bytes));
+    fprintf(out, "peak: %" PRIu64 " bytes (%.2f MiB)%s\n", p->peak_bytes, mib(p->peak_bytes),
+            p->train.replicas > 1 ? " on each replica (rank)" : "");
+    uint64_t own, whole;
+    if (zero_state_bytes(p, &own, &whole))
+        fprintf(out, "ZeRO-1: AdamW state %.2f MiB a replica, of %.2f MiB without sharding: %.2f MiB saved on each of "
+                     "%d replicas\n",
+                mib(own), mib(whole), mib(whole - own), p->train.replicas);
     /* What a run needs on each device beside the pools (plan/memory_estimate.h). */
     for (int d = TG_MEM_DEVICE_CUDA; d >= TG_MEM_DEVICE_CPU; d--) {
         tg_memory_estimate est;
@@ -544,6 +563,13 @@ static json_t *build_json(const tg_plan *p, int *bad) {
         jset(&c, pools, tg_pool_name(q), jbytes(p->pool_bytes[q]));
     jset(&c, root, "grads_share_activations", json_boolean(p->grads_share_activations));
     jset(&c, root, "peak_bytes", jbytes(p->peak_bytes));
+    uint64_t zero_own, zero_whole;
+    if (zero_state_bytes(p, &zero_own, &zero_whole)) {
+        json_t *z = json_object();
+        jset(&c, z, "optimizer_state_bytes", jbytes(zero_own));
+        jset(&c, z, "optimizer_state_bytes_unsharded", jbytes(zero_whole));
+        jset(&c, root, "zero", z);
+    }
     /* {"cuda": {"total_bytes": N, "parts": {"pools": N, ...}}, "cpu": {...}}: every part,
      * 0 where it does not apply to the device. */
     json_t *memory = json_object();

@@ -331,6 +331,8 @@ TG_TEST(test_plan_inspect_odd_plan_whole_output) {
         tg_err err = {{0}};
         int rc = -1;
         char *text = inspect_text(&s.p, json, &err, &rc);
+        /* TG_TEST_WRITE_EXPECTED=1 writes what inspect prints as the expected files (review the diff). */
+        if (text && getenv("TG_TEST_WRITE_EXPECTED")) tg_test_write_file(files[json], text);
         long len = 0;
         char *want = tg_test_read_file(files[json], &len);
         REQUIRE(text && rc == 0 && want, "inspect (json %d): rc %d %s; %s unreadable", json, rc, err.msg, files[json]);
