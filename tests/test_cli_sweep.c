@@ -121,7 +121,7 @@ TG_TEST(test_cli_sweep_runs_ranks_and_refuses) {
             CHECK(status && !strcmp(status, "refused"), "point %zu status %s", i, status ? status : "(none)");
             CHECK(reason && !strncmp(reason, "needs ", 6) && strstr(reason, free_source), "reason %s",
                   reason ? reason : "(none)");
-            CHECK(number(p, "memory_estimate_bytes") > number(p, "free_bytes") && peak[i] > 1e12,
+            CHECK(number(p, "memory_estimate_bytes") > number(p, "free_bytes") && peak[i] > 2e11, /* bf16 on CUDA: 7.7e11 */
                   "refused at %g bytes with %g free", number(p, "memory_estimate_bytes"), number(p, "free_bytes"));
             CHECK(!json_object_get(p, "rank") && !json_object_get(p, "median_step_ms"), "a refused point has timings");
             snprintf(path, sizeof path, "%s/out/points/%04zu/metrics.jsonl", dir, i + 1);
