@@ -68,10 +68,10 @@ $(BUILD)/libtunegraph.a: $(LIB_OBJ)
 
 # Programs the suite starts under mpirun (tests/mpi/, one process a rank): built beside
 # run_tests in each build that has MPI, where the tests look for them.
-MPI_TEST_PROGS := $(if $(filter 1,$(MPI)),$(patsubst tests/mpi/%.c,tests/%,$(wildcard tests/mpi/*.c)))
-$(BUILD)/tests/mpi_%: tests/mpi/mpi_%.c $(BUILD)/libtunegraph.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS)
+MPI_TEST_SRC := $(if $(filter 1,$(MPI)),$(wildcard tests/mpi/*.c))
+MPI_TEST_PROGS := $(patsubst tests/mpi/%.c,tests/%,$(MPI_TEST_SRC))
+$(BUILD)/tests/mpi_%: $(BUILD)/tests/mpi/mpi_%.o $(BUILD)/libtunegraph.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # Exports only the public API (everything is compiled with -fvisibility=hidden).
 $(BUILD)/libtunegraph.so: $(LIB_OBJ)
@@ -166,9 +166,8 @@ $(ASAN)/tunegraph: $(CLI_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a
 $(ASAN)/run_tests: $(TEST_SRC:%.c=$(ASAN)/%.o) $(ASAN)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(ASAN)/%)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 
-$(ASAN)/tests/mpi_%: tests/mpi/mpi_%.c $(ASAN)/libtunegraph.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(ASAN_FLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS)
+$(ASAN)/tests/mpi_%: $(ASAN)/tests/mpi/mpi_%.o $(ASAN)/libtunegraph.a
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 
 test-asan: $(ASAN)/run_tests $(ASAN)/tunegraph
 	$(if $(TOKENIZER_AGREEMENT),$(ASAN_ENV) TG_TEST_CLI=./$(ASAN)/tunegraph $(TOKENIZER_AGREEMENT))
@@ -190,8 +189,13 @@ $(COV)/%.o: %.c $(HEADERS) | deps
 
 $(COV)/tests/test_cli_metrics.o: $(CLI_SRC)
 
-# Only runtime/comm_mpi.c includes mpi.h (in every build: plain, sanitizers, coverage).
+# Only runtime/comm_mpi.c and tests/mpi/ include mpi.h (in every build: plain, sanitizers,
+# coverage); the programs' objects are kept (not intermediates) beside their coverage notes.
 $(BUILD)/runtime/comm_mpi.o $(ASAN)/runtime/comm_mpi.o $(COV)/runtime/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/mpi/%.o $(ASAN)/tests/mpi/%.o $(COV)/tests/mpi/%.o: CFLAGS += $(MPI_CFLAGS)
+ifneq ($(MPI_TEST_SRC),)
+.SECONDARY: $(foreach d,$(BUILD) $(ASAN) $(COV),$(MPI_TEST_SRC:%.c=$(d)/%.o))
+endif
 
 $(COV)/libtunegraph.a: $(COV_LIB_OBJ)
 	@rm -f $@
@@ -203,9 +207,8 @@ $(COV)/tunegraph: $(CLI_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a
 $(COV)/run_tests: $(TEST_SRC:%.c=$(COV)/%.o) $(COV)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(COV)/%)
 	$(CC) $(CFLAGS) $(COV_FLAGS) $^ -o $@ $(LDLIBS)
 
-$(COV)/tests/mpi_%: tests/mpi/mpi_%.c $(COV)/libtunegraph.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(COV_FLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS)
+$(COV)/tests/mpi_%: $(COV)/tests/mpi/mpi_%.o $(COV)/libtunegraph.a
+	$(CC) $(CFLAGS) $(COV_FLAGS) $^ -o $@ $(LDLIBS)
 
 # A failing test still gets the report (of the counts of that run); the target then fails.
 coverage: $(COV)/run_tests $(COV)/tunegraph
@@ -378,9 +381,8 @@ $(GPU_DIR)/tunegraph: $(CLI_OBJ) $(GPU_DIR)/libtunegraph.a
 $(GPU_DIR)/run_tests: $(TEST_OBJ) $(GPU_TEST_OBJ) $(GPU_DIR)/libtunegraph.a | $(MPI_TEST_PROGS:%=$(GPU_DIR)/%)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
-$(GPU_DIR)/tests/mpi_%: tests/mpi/mpi_%.c $(GPU_DIR)/libtunegraph.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(MPI_CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
+$(GPU_DIR)/tests/mpi_%: $(BUILD)/tests/mpi/mpi_%.o $(GPU_DIR)/libtunegraph.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(GPU_LDLIBS)
 
 # The CUDA driver's event thread's CPU in an idle process (bench/driver_thread_cpu.c).
 $(GPU_DIR)/driver_thread_cpu: bench/driver_thread_cpu.c $(GPU_DIR)/libtunegraph.a
