@@ -2,7 +2,10 @@
  * gathering the replicas' parts into one file (cli/checkpoints.h). */
 #include "cli/checkpoints.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/alloc.h"
 
 void run_checkpoints_init(run_checkpoints *c, const char *dir, const tg_plan *plan, int32_t start_step,
                           const volatile sig_atomic_t *stop_signal) {
@@ -57,8 +60,36 @@ int64_t run_checkpoints_stop_step(run_checkpoints *c) {
 
 int run_checkpoints_due(const run_checkpoints *c, int32_t step) { return c->every > 0 && step % c->every == 0; }
 
+void run_checkpoints_use_world(run_checkpoints *c, run_checkpoints_gather gather, void *ctx) {
+    c->gather = gather, c->gather_ctx = ctx;
+}
+
+/* ZeRO-1's slices (AdamW's m and v) of every rank gathered; rank 0 (ck not NULL) adds the
+ * other ranks' to its checkpoint as theirs, as replica threads' parts are. */
+static int world_parts(run_checkpoints *c, tg_trainer *t, tg_checkpoint *ck, tg_err *err) {
+    const int sliced[2] = {t->plan->io.m_all, t->plan->io.v_all};
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        const tg_tensor *x = &t->plan->tensors[sliced[k]];
+        const size_t bytes = (size_t)x->bytes;
+        uint8_t *mine = tg_malloc(bytes), *all = tg_malloc(bytes * (size_t)c->replicas);
+        rc = mine && all ? 0 : tg_fail(err, "out of memory gathering %s for the checkpoint", x->name);
+        if (!rc) rc = tg_trainer_read(t, sliced[k], mine, err);
+        if (!rc) rc = c->gather(c->gather_ctx, mine, all, bytes, err);
+        for (int r = 1; ck && r < c->replicas && !rc; r++) {
+            void *part = tg_malloc(bytes);
+            if (!part) rc = tg_fail(err, "out of memory gathering %s for the checkpoint", x->name);
+            else memcpy(part, all + (size_t)r * bytes, bytes),
+                 rc = tg_checkpoint_add_tensor(ck, x->name, r, x->dtype, x->ndim, x->shape, part, err);
+        }
+        free(mine), free(all);
+    }
+    return rc;
+}
+
 int run_checkpoints_hand_over(run_checkpoints *c, tg_trainer *t, tg_err *err) {
     if (!c->parts) return 0;
+    if (c->gather) return world_parts(c, t, NULL, err);
     tg_checkpoint part;
     if (tg_trainer_checkpoint(t, &part, 0, err)) return -1;
     pthread_mutex_lock(&c->lock);
@@ -74,8 +105,8 @@ int run_checkpoints_write(run_checkpoints *c, tg_trainer *t, char **path, tg_err
     *path = NULL;
     tg_checkpoint ck;
     if (tg_trainer_checkpoint(t, &ck, 1, err)) return -1;
-    int rc = 0;
-    for (int r = 1; c->parts && r < c->replicas && !rc; r++) {
+    int rc = c->parts && c->gather ? world_parts(c, t, &ck, err) : 0;
+    for (int r = 1; c->parts && !c->gather && r < c->replicas && !rc; r++) {
         pthread_mutex_lock(&c->lock);
         while (c->part_step[r] < 0) pthread_cond_wait(&c->changed, &c->lock);
         if (c->part_step[r] != t->steps_done) {

@@ -12,6 +12,9 @@
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 
+/* all[r * bytes ..] = rank r's `mine`, on every rank of a launched world: 0, or -1. */
+typedef int (*run_checkpoints_gather)(void *ctx, const void *mine, void *all, size_t bytes, tg_err *err);
+
 typedef struct run_checkpoints {
     const char *dir;        /* the folder they go to */
     int every;              /* the plan's checkpoint_every (0: only on a signal) */
@@ -25,7 +28,13 @@ typedef struct run_checkpoints {
     int64_t stop_at;        /* the step every replica stops at; -1 until a stop is requested */
     tg_checkpoint part[TG_MAX_DATA_PARALLEL];
     int32_t part_step[TG_MAX_DATA_PARALLEL]; /* the step of the part handed over; -1: none */
+    run_checkpoints_gather gather;           /* rank processes: parts travel through it */
+    void *gather_ctx;
 } run_checkpoints;
+
+/* Rank processes of a launched world (cli/launch.h) hand their parts to rank 0 through
+ * their communicator instead: every rank calls it at every checkpoint step. */
+void run_checkpoints_use_world(run_checkpoints *c, run_checkpoints_gather gather, void *ctx);
 
 /* Checkpoints into `dir` for a run of `plan` starting at start_step (0, or the step
  * resumed from); a stop is requested once *stop_signal is nonzero. */
@@ -44,7 +53,8 @@ int64_t run_checkpoints_stop_step(run_checkpoints *c);
 int run_checkpoints_due(const run_checkpoints *c, int32_t step);
 
 /* A replica other than 0: hands replica 0 its part of the checkpoint at its current step
- * (nothing without ZeRO-1), waiting while its previous part is still unclaimed. */
+ * (nothing without ZeRO-1), waiting while its previous part is still unclaimed; a rank
+ * process gathers it to rank 0 (which must be writing that step's checkpoint). */
 int run_checkpoints_hand_over(run_checkpoints *c, tg_trainer *t, tg_err *err);
 /* Replica 0: the checkpoint at its current step, with the other replicas' parts (waited
  * for), written into the folder; its path into *path (malloc'd). */

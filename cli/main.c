@@ -262,29 +262,33 @@ static double us_per_later_step(double cpu_s, int32_t ran) {
     return ran > 1 ? cpu_s / (double)(ran - 1) * 1e6 : 0;
 }
 
-/* A launched world's communicator in this process (NULL: none), for end_failed_run. */
+/* A launched world's communicator in this process (NULL: none), its device and this
+ * process's rank. */
 static void *g_world_comm;
 static tg_device g_world_device;
+static int g_world_rank;
+
+/* all[r * bytes ..] = rank r's `mine` over the world's communicator (run_checkpoints_gather). */
+static int world_gather(void *ctx, const void *mine, void *all, size_t bytes, tg_err *err) {
+    if (g_world_device == TG_DEVICE_CUDA) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        return tg_cuda_comm_all_gather_bytes(g_world_comm, mine, all, bytes, err);
+    memcpy((uint8_t *)all + (size_t)g_world_rank * bytes, mine, bytes);
+    if (tg_cpu_all_gather(g_world_comm, g_world_rank, all, (int64_t)bytes, 1))
+        return tg_fail(err, "rank %d: a gather over the ranks failed", g_world_rank);
+    return 0;
+}
 
 /* Right after its trainer opened (communicator up, data read), before the first step: every
  * rank of a launched world gathers the others' plan fingerprint, world size and training
  * data, and refuses to train where any differs from rank 0's. */
-static int world_agrees(tg_trainer *tr, tg_device device, void *comm, int rank, int world, tg_err *err) {
+static int world_agrees(tg_trainer *tr, int world, tg_err *err) {
     rank_identity *all = tg_calloc((size_t)world, sizeof *all);
     if (!all) return tg_fail(err, "out of memory");
     rank_identity mine;
     memset(&mine, 0, sizeof mine); /* the padding travels too */
     mine.plan_fingerprint = tr->plan->fingerprint, mine.data_hash = tg_trainer_data_hash(tr);
     mine.world = world, mine.examples = tr->has_train ? tr->train.n : 0;
-    int rc;
-    if (device == TG_DEVICE_CUDA) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
-        rc = tg_cuda_comm_all_gather_bytes(comm, &mine, all, sizeof mine, err);
-    else {
-        all[rank] = mine;
-        rc = tg_cpu_all_gather(comm, rank, all, sizeof mine, 1) ? tg_fail(err, "rank %d: gathering the ranks' plan "
-                                                                          "fingerprints failed", rank)
-                                                                : 0;
-    }
+    int rc = world_gather(NULL, &mine, all, sizeof mine, err);
     if (!rc) rc = rank_identities_agree(all, world, err);
     free(all);
     return rc;
@@ -363,7 +367,7 @@ static void *run_replica(void *arg) {
     tg_err err = {{0}};
     tg_trainer tr;
     int rc = tg_trainer_open(&tr, r->plan, &r->opts, &err);
-    if (!rc && r->world > 1) rc = world_agrees(&tr, r->opts.device, r->opts.comm, r->opts.rank, r->world, &err);
+    if (!rc && r->world > 1) rc = world_agrees(&tr, r->world, &err);
     if (!rc && r->resume) rc = tg_trainer_restore(&tr, r->resume, r->resume_path, &err);
     /* Replica 0 writes the checkpoints; this one hands over its part of each (ZeRO-1). */
     int32_t handed = r->resume ? tr.steps_done : -1;
@@ -375,8 +379,10 @@ static void *run_replica(void *arg) {
         if (!rc && r->ckpts && run_checkpoints_due(r->ckpts, tr.steps_done))
             rc = run_checkpoints_hand_over(r->ckpts, &tr, &err), handed = tr.steps_done;
     }
-    /* At a stop, and at the end, which a stop requested late may still checkpoint. */
-    if (!rc && r->ckpts && handed != tr.steps_done) rc = run_checkpoints_hand_over(r->ckpts, &tr, &err);
+    /* At a stop, and at the end, which a stop requested late may still checkpoint (not a
+     * rank process: rank 0 takes its part at checkpoint steps only). */
+    if (!rc && r->ckpts && !r->ckpts->gather && handed != tr.steps_done)
+        rc = run_checkpoints_hand_over(r->ckpts, &tr, &err);
     if (!rc && r->profile && !stopped) {
         double *ms = calloc((size_t)r->plan->n_ops, sizeof *ms);
         rc = ms ? tg_trainer_profile(&tr, PROFILE_REPEATS, ms, &err) : tg_fail(&err, "out of memory"); /* GCOVR_EXCL_BR_LINE: libc's calloc in a replica thread of the CLI process, which no allocation hook reaches */
@@ -598,18 +604,25 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         tg_err ignored;
         if (device == TG_DEVICE_CUDA && tg_device_free_memory(TG_DEVICE_CUDA, world_gpu, &available, source, sizeof source, &ignored)) /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
             available = 0;
-        if (tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err)) return die(&err);
-        /* A world's size is its replica count: a job that names none trains one replica per
-         * rank. */
-        if (world > 1 && plan.train.replicas == 1 && a.n_sets < MAX_SETS) {
-            char set[48];
-            snprintf(set, sizeof set, "data_parallel=%d", world);
-            a.sets[a.n_sets++] = set;
-            tg_plan_free(&plan);
-            int failed = tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err);
-            a.sets[--a.n_sets] = NULL;
-            if (failed) return die(&err);
+        /* A world's size is its replica count: the job's data_parallel gives way to it, and
+         * a --set that names another is refused. */
+        char world_set[48];
+        if (world > 1) {
+            for (int k = 0; k < a.n_sets; k++)
+                if (!strncmp(a.sets[k], "data_parallel=", 14) && strcmp(a.sets[k] + 14, "") &&
+                    atoi(a.sets[k] + 14) != world) {
+                    tg_fail(&err, "--set %s, and %s started %d ranks (one replica each): set data_parallel to %d, or "
+                                  "leave it out",
+                            a.sets[k], tg_launcher_name(launch.launcher), world, world);
+                    return die(&err);
+                }
+            if (a.n_sets == MAX_SETS) return usage_error("too many --set options (%s)", "64 at most");
+            snprintf(world_set, sizeof world_set, "data_parallel=%d", world);
+            a.sets[a.n_sets++] = world_set;
         }
+        const int failed = tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err);
+        if (world > 1) a.sets[--a.n_sets] = NULL;
+        if (failed) return die(&err);
         if (available && plan.peak_bytes_without_recompute) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
             char need[32], without[32], has[32];
             fprintf(stderr, "tunegraph: recompute: planned peak %s, %s without recomputing; %s %s (inspect shows what is recomputed)\n",
@@ -618,16 +631,10 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
                     tg_mem_format_bytes(available, has, sizeof has), source);
         }
     }
-    if (world > 1 && (plan.train.replicas != world || (plan.train.zero_stage > 0 && (a.checkpoint_dir || plan.run.checkpoint_dir[0] || a.resume)))) {
-        if (plan.train.replicas != world)
-            tg_fail(&err, "%s: the plan trains %d data-parallel replicas, and %s started %d ranks (one replica each): "
-                          "set data_parallel to %d, or leave it out",
-                    a.input, plan.train.replicas, tg_launcher_name(launch.launcher), world, world);
-        else
-            tg_fail(&err, "%s: checkpoints of ZeRO-1 (zero_stage 1) hold each replica's optimizer slice, which rank "
-                          "processes do not hand to rank 0 yet: run without checkpoints, with zero_stage 0, or as "
-                          "one process (--set data_parallel=%d)",
-                    a.input, world);
+    if (world > 1 && plan.train.replicas != world) {
+        tg_fail(&err, "%s: the plan trains %d data-parallel replicas, and %s started %d ranks (one replica each): set "
+                      "data_parallel to %d, or leave it out",
+                a.input, plan.train.replicas, tg_launcher_name(launch.launcher), world, world);
         tg_plan_free(&plan);
         return die(&err);
     }
@@ -661,7 +668,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             tg_plan_free(&plan);
             return die(&err);
         }
-        g_world_device = device;
+        g_world_device = device, g_world_rank = launch.rank;
         opts.rank = launch.rank, opts.comm = g_world_comm;
         if (device == TG_DEVICE_CPU && a.threads <= 0) opts.threads = 1; /* the ranks of one machine share its cores */
         /* Ranks past 0 train beside it as replica threads do: rank 0 alone writes. */
@@ -669,7 +676,14 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             replica_run follower = {.plan = &plan, .world = world, .opts = opts, .profile = a.profile,
                                     .resume = resume.path ? &resume.ck : NULL, .resume_path = resume.path};
             follower.opts.host_trace = 0;
+            run_checkpoints parts;
+            if (resume.dir) { /* ZeRO-1: its slices go to rank 0 at each checkpoint */
+                run_checkpoints_init(&parts, resume.dir, &plan, resume.path ? resume.ck.state.step : 0, &g_stop_signal);
+                run_checkpoints_use_world(&parts, world_gather, NULL);
+                follower.ckpts = &parts;
+            }
             run_replica(&follower); /* ends the process when it fails */
+            if (resume.dir) run_checkpoints_free(&parts);
             close_world_comm(device, g_world_comm);
             run_resume_free(&resume);
             tg_plan_free(&plan);
@@ -695,6 +709,8 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         if (world == 1) {
             opts.launch_gate = run_checkpoints_gate, opts.gate_ctx = ckpts;
             g_defer_stop = 1;
+        } else {
+            run_checkpoints_use_world(ckpts, world_gather, NULL);
         }
     }
     const tg_checkpoint *resume_ck = resume.path ? &resume.ck : NULL;
@@ -725,7 +741,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     }
     int opened = tg_trainer_open(&tr, &plan, &opts, &err) == 0;
     if (ckpts) pthread_sigmask(SIG_SETMASK, &unblocked, NULL);
-    if (!opened || (world > 1 && world_agrees(&tr, device, g_world_comm, 0, world, &err)) ||
+    if (!opened || (world > 1 && world_agrees(&tr, world, &err)) ||
         (resume_ck && tg_trainer_restore(&tr, resume_ck, resume.path, &err))) {
         rc = end_failed_run(metrics, replicas, 0, &err); /* returns with one replica only */
         if (opened) tg_trainer_close(&tr);

@@ -396,3 +396,61 @@ TG_TEST(test_cli_nproc_cpu_rank_faults) {
     rank_fault(SIGKILL, "60", 30, "mpirun");
     rank_fault(SIGSTOP, "2", 30, "rank(s) 1");
 }
+
+/* ZeRO-1's checkpoints from rank processes: every rank's optimizer slice gathered into rank
+ * 0's file, which is the replica threads' file byte for byte; rank processes resumed from
+ * its first checkpoint end where the uninterrupted run ended (weights and last checkpoint
+ * byte for byte). */
+static void zero_checkpoints_match_threads(const char *device) {
+    char dir[512], args[2048], log[700], a[700], b[700];
+    snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    const char *common = "examples/demo-classify.job --set steps=4 --set batch=4 --set seq=16 --set warmup_steps=1 "
+                         "--set zero_stage=1 --set checkpoint_every=2";
+    static const char *const runs[3] = {"--set data_parallel=2 --checkpoint-dir %s/threads --save %s/threads.st",
+                                        "--nproc 2 --checkpoint-dir %s/procs --save %s/procs.st",
+                                        "--nproc 2 --resume %s/resumed --save %s/resumed.st"};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2) { /* the processes' first checkpoint alone, in a folder of its own */
+            char cmd[1600];
+            snprintf(cmd, sizeof cmd, "mkdir -p %s/resumed && cp %s/procs/step-000002.tgckpt %s/resumed/", dir, dir, dir);
+            REQUIRE(system(cmd) == 0, "%s", cmd);
+        }
+        char extra[1200];
+        snprintf(extra, sizeof extra, runs[k], dir, dir);
+        snprintf(args, sizeof args, "run %s --device %s %s", common, device, extra);
+        snprintf(log, sizeof log, "%s/run%d.log", dir, k);
+        char *said = NULL;
+        if (!CHECK(cli_process(args, log) == 0, "%s: %s", args, (said = tg_test_read_file(log, NULL)) ? said : "")) {
+            free(said);
+            return;
+        }
+    }
+    static const char *const same[][2] = {{"threads/step-000002.tgckpt", "procs/step-000002.tgckpt"},
+                                          {"threads/step-000004.tgckpt", "procs/step-000004.tgckpt"},
+                                          {"threads.st", "procs.st"},
+                                          {"threads/step-000004.tgckpt", "resumed/step-000004.tgckpt"},
+                                          {"threads.st", "resumed.st"}};
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        snprintf(a, sizeof a, "%s/%s", dir, same[k][0]);
+        snprintf(b, sizeof b, "%s/%s", dir, same[k][1]);
+        CHECK(same_bytes(a, b), "%s: %s and %s differ", device, same[k][0], same[k][1]);
+    }
+}
+
+TG_TEST(test_cli_nproc_zero_checkpoints) {
+    if (tg_test_device()) {
+        if (tg_cuda_device_count() < 2) {
+            printf("  (skipped: one process per GPU needs 2 GPUs, %d here)\n", tg_cuda_device_count());
+            return;
+        }
+        setenv("TUNEGRAPH_GEMM_TUNE", "0", 1); /* as in test_cli_nproc_matches_threads */
+        zero_checkpoints_match_threads("cuda");
+        unsetenv("TUNEGRAPH_GEMM_TUNE");
+        return;
+    }
+    if (!tg_cpu_comm_mpi_built()) {
+        printf("  (skipped: this build has no MPI)\n");
+        return;
+    }
+    zero_checkpoints_match_threads("cpu");
+}
