@@ -37,7 +37,7 @@ void tg_cpu_comm_group_destroy(tg_cpu_comm_group *g);
 int tg_cpu_comm_group_ranks(const tg_cpu_comm_group *g);
 /* Why an MPI group's last collective failed, naming the rank ("" when none did, and for a
  * group of threads, whose only failure is out of memory). The message is also printed on
- * stderr, since the op that fails reports out of memory (runtime/cpu/collectives.c). */
+ * stderr; the executor names it as the failing op's reason (runtime/cpu/cpu_exec.c). */
 const char *tg_cpu_comm_group_error(const tg_cpu_comm_group *g);
 
 /* buf[0..n) = the sum over ranks of each rank's buf, added in rank order (rank 0's

@@ -1,5 +1,6 @@
 /* The CPU reference executor: owns the pools and walks the schedule, handing each op
  * its buffers (resolved from the tensor table) and running its kernel (runtime/cpu/). */
+#include "runtime/comm.h"
 #include "runtime/cpu/cpu_exec.h"
 #include "base/alloc.h"
 
@@ -98,8 +99,13 @@ int tg_cpu_exec_range(tg_cpu_exec *x, int first, int last, tg_err *err) {
             if (bind_slot(x, k, "out", s, op->out[s], &a.out[s], &a.out_numel[s], err)) return -1;
             a.out_dtype[s] = (int8_t)(op->out[s] >= 0 ? plan->tensors[op->out[s]].dtype : TG_F32);
         }
-        if (tg_cpu_op_run_any(&a) || atomic_load(&out_of_memory))
+        if (tg_cpu_op_run_any(&a) || atomic_load(&out_of_memory)) {
+            /* A collective of ranks under MPI fails for its own reasons (a rank gone, sizes
+             * that disagree), which its group keeps. */
+            const char *why = x->comm ? tg_cpu_comm_group_error(x->comm) : NULL;
+            if (why && *why) return tg_fail(err, "op %d (%s): %s", k, tg_op_name(op->kind), why);
             return tg_fail(err, "op %d (%s): out of memory for its scratch buffers", k, tg_op_name(op->kind));
+        }
     }
     return 0;
 }
