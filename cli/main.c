@@ -433,13 +433,6 @@ static char **g_run_argv;
  * --nproc. GPU ranks are started and supervised here (cli/launch.c); CPU ranks meet
  * through MPI, so mpirun starts them (and ends them all when one fails). */
 static int start_ranks(int nproc, tg_device device) {
-    char exe[4096];
-    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        fprintf(stderr, "tunegraph: cannot find this program's file (/proc/self/exe): %s\n", strerror(errno));
-        return 1;
-    }
-    exe[n] = 0;
     if (device == TG_DEVICE_CUDA && tg_cuda_device_count() < nproc) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
         fprintf(stderr, "tunegraph: --nproc %d starts a rank process per GPU, and %d GPU%s visible\n", nproc,
                 tg_cuda_device_count(), tg_cuda_device_count() == 1 ? " is" : "s are");
@@ -452,10 +445,16 @@ static int start_ranks(int nproc, tg_device device) {
                 nproc, nproc);
         return 1;
     }
+    /* Sized by the path itself (realpath allocates). */
+    char *exe = realpath("/proc/self/exe", NULL);
+    if (!exe) {
+        fprintf(stderr, "tunegraph: cannot find this program's file (/proc/self/exe): %s\n", strerror(errno));
+        return 1;
+    }
     char **rest = launch_argv_without_nproc(g_run_argc, g_run_argv);
     char **argv = rest ? tg_calloc((size_t)g_run_argc + 16, sizeof *argv) : NULL;
     if (!argv) {
-        free(rest);
+        free(rest), free(exe);
         fprintf(stderr, "tunegraph: out of memory\n");
         return 1;
     }
@@ -477,11 +476,11 @@ static int start_ranks(int nproc, tg_device device) {
         fflush(stderr);
         execvp("mpirun", argv);
         fprintf(stderr, "tunegraph: cannot run mpirun for --nproc %d: %s\n", nproc, strerror(errno));
-        free(argv);
+        free(argv), free(exe);
         return 1;
     }
     const int rc = launch_ranks(exe, argv, nproc, 10.0);
-    free(argv);
+    free(argv), free(exe);
     return rc;
 }
 
@@ -609,8 +608,7 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
         char world_set[48];
         if (world > 1) {
             for (int k = 0; k < a.n_sets; k++)
-                if (!strncmp(a.sets[k], "data_parallel=", 14) && strcmp(a.sets[k] + 14, "") &&
-                    atoi(a.sets[k] + 14) != world) {
+                if (!strncmp(a.sets[k], "data_parallel=", 14) && atoi(a.sets[k] + 14) != world) {
                     tg_fail(&err, "--set %s, and %s started %d ranks (one replica each): set data_parallel to %d, or "
                                   "leave it out",
                             a.sets[k], tg_launcher_name(launch.launcher), world, world);
