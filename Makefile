@@ -350,8 +350,11 @@ NVCCFLAGS += $(CUDA_ARCH) -std=c++17 -I. -Xcompiler -Wall -Xcompiler -fPIC -Xcom
 CU_OBJ := $(patsubst %.cu,$(GPU_DIR)/%.o,$(wildcard kernels/*.cu))
 CUDA_HOST_OBJ := $(patsubst %.c,$(GPU_DIR)/%.o,$(wildcard runtime/cuda/*.c))
 GPU_TEST_OBJ := $(patsubst %.c,$(GPU_DIR)/%.o,$(wildcard tests/gpu/*.c))
-# The CPU build's objects with runtime/cuda/ and the kernels in place of runtime/cuda_absent.c.
-GPU_LIB_OBJ := $(filter-out $(BUILD)/runtime/cuda_absent.o,$(LIB_OBJ)) $(CU_OBJ) $(CUDA_HOST_OBJ)
+# The CPU build's objects with runtime/cuda/ and the kernels in place of runtime/cuda_absent.c,
+# and runtime/nvtx.c compiled with TG_NVTX (NVTX ranges, header-only) in place of its no-ops.
+GPU_LIB_OBJ := $(filter-out $(BUILD)/runtime/cuda_absent.o $(BUILD)/runtime/nvtx.o,$(LIB_OBJ)) $(CU_OBJ) $(CUDA_HOST_OBJ) \
+               $(GPU_DIR)/runtime/nvtx.o
+$(GPU_DIR)/runtime/nvtx.o: CFLAGS += -DTG_NVTX=1
 GPU_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -ldl -lrt -lstdc++
 
 # The fused attention kernels use Hopper's warpgroup MMA (wgmma), an sm_90a feature.

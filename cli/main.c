@@ -27,6 +27,7 @@
 #include "cli/metrics.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
+#include "runtime/nvtx.h"
 #include "cli/sweep.h"
 #include "runtime/gpu_peak.h"
 #include "runtime/nvml_energy.h"
@@ -209,7 +210,10 @@ static int cmd_compile(int argc, char **argv) {
     tg_err err = {{0}};
     double t0 = tg_wall_s();
     tg_plan plan;
-    if (tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err)) return die(&err);
+    tg_nvtx_push("compile");
+    const int failed = tg_front_compile_file(a.input, a.sets, a.n_sets, &plan, &err);
+    tg_nvtx_pop();
+    if (failed) return die(&err);
     double compile_s = tg_wall_s() - t0;
     char *path = a.output ? tg_strdup(a.output) : default_plan_path(a.input);
     const tg_named_path output = {path, a.output ? "plan (-o)" : "plan"};
@@ -541,7 +545,10 @@ static int setup_checkpoints(const cli_args *a, const tg_plan *plan, run_resume 
 static int write_checkpoint(run_checkpoints *ckpts, tg_trainer *tr, int tty, char **last, tg_err *err) {
     char *path;
     double t0 = tg_wall_s();
-    if (run_checkpoints_write(ckpts, tr, &path, err)) return -1;
+    tg_nvtx_pushf("checkpoint write (step %d)", tr->steps_done);
+    const int failed = run_checkpoints_write(ckpts, tr, &path, err);
+    tg_nvtx_pop();
+    if (failed) return -1;
     fprintf(stderr, "%scheckpoint %s (%.2f s)\n", tty ? "\n" : "", path, tg_wall_s() - t0);
     free(*last);
     *last = path;
@@ -589,7 +596,10 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     tg_plan plan;
     const int from_plan = tg_plan_file_sniff(a.input);
     if (from_plan) {
-        if (tg_plan_read(a.input, &plan, &err)) return die(&err);
+        tg_nvtx_push("plan load");
+        const int unread = tg_plan_read(a.input, &plan, &err);
+        tg_nvtx_pop();
+        if (unread) return die(&err);
         if (tg_front_set_run(&plan, a.sets, a.n_sets, a.input, &err)) {
             tg_plan_free(&plan);
             return die(&err);
@@ -618,7 +628,9 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
             snprintf(world_set, sizeof world_set, "data_parallel=%d", world);
             a.sets[a.n_sets++] = world_set;
         }
+        tg_nvtx_push("compile");
         const int failed = tg_front_compile_file_for(a.input, a.sets, a.n_sets, available, &plan, &err);
+        tg_nvtx_pop();
         if (world > 1) a.sets[--a.n_sets] = NULL;
         if (failed) return die(&err);
         if (available && plan.peak_bytes_without_recompute) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */

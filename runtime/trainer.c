@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/half_convert.h"
+#include "runtime/nvtx.h"
 #include "datasets/shard_dataset.h"
 #include "kernels/mlm_mask.h"
 
@@ -333,6 +334,23 @@ static int open_squad_eval(tg_trainer *t, const char *eval_data, tg_err *err) {
     return 0;
 }
 
+/* The training and eval sets of the plan's run settings, and the training set's sampler. */
+static int load_data(tg_trainer *t, const tg_trainer_options *opts, tg_err *err) {
+    const tg_plan *plan = t->plan;
+    const tg_plan_run *run = &plan->run;
+    tg_data_rules rules = {plan->train.task, plan->train.num_labels, plan->model.vocab_size, plan->model.type_vocab_size};
+    if (!opts || !opts->eval_only) {
+        if (tg_dataset_load(run->train_data, &rules, &t->train, err)) return -1;
+        t->has_train = 1;
+    }
+    if (run->eval_data[0]) {
+        if (tg_dataset_load(run->eval_data, &rules, &t->eval, err)) return -1;
+        t->has_eval = 1;
+        if (plan->train.task == TG_TASK_QA && open_squad_eval(t, run->eval_data, err)) return -1;
+    }
+    return t->has_train ? open_sampler(t, err) : 0;
+}
+
 int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options *opts, tg_err *err) {
     memset(t, 0, sizeof *t);
     t->plan = plan;
@@ -351,7 +369,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     /* A replica runs on its communicator's GPU (GPU r for replica thread r). */
     const int gpu = eo.device == TG_DEVICE_CUDA && t->replicas > 1 && eo.comm ? tg_cuda_comm_device(eo.comm) : t->rank;
     if (tg_preflight(plan, eo.device, gpu > 0 ? gpu : 0, &t->memory, err)) return -1;
-    if (tg_executor_open(&t->ex, plan, &eo, err)) return -1;
+    tg_nvtx_push("executor open");
+    const int opened = tg_executor_open(&t->ex, plan, &eo, err);
+    tg_nvtx_pop();
+    if (opened) return -1;
     t->open_ms[0] = tg_wall_ms() - t0;
     t0 = tg_wall_ms();
     t->shape = (tg_batch_shape){train->batch, train->seq, train->task, cfg->arch, train->pad_id};
@@ -391,14 +412,18 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     }
     if (!t->batch_idx || !t->global_idx || !t->type_scratch || !t->staging_rows || !staged) goto fail_oom;
     if (tg_weights_image_alloc(plan, &t->values, err)) goto fail;
+    tg_nvtx_push("weights load");
     tg_weights_init(&t->values, run->seed);
     const char *weights = opts && opts->weights ? opts->weights : cfg->weights;
+    int weights_failed = 0;
     if (weights[0]) {
         snprintf(t->weights_path, sizeof t->weights_path, "%s", weights);
-        if (tg_weights_load(&t->values, weights, &t->weights, err)) goto fail;
-        t->weights_loaded = 1;
+        weights_failed = tg_weights_load(&t->values, weights, &t->weights, err);
+        t->weights_loaded = !weights_failed;
     }
-    if (upload_values(t, err)) goto fail;
+    if (!weights_failed) weights_failed = upload_values(t, err);
+    tg_nvtx_pop();
+    if (weights_failed) goto fail;
     /* The trainable parameters live in the params pool from here on (save reads them back). */
     free(t->values.params);
     t->values.params = NULL;
@@ -406,17 +431,10 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t0 = tg_wall_ms();
 
     if (!opts || opts->load_data) {
-        tg_data_rules rules = {train->task, train->num_labels, cfg->vocab_size, cfg->type_vocab_size};
-        if (!opts || !opts->eval_only) {
-            if (tg_dataset_load(run->train_data, &rules, &t->train, err)) goto fail;
-            t->has_train = 1;
-        }
-        if (run->eval_data[0]) {
-            if (tg_dataset_load(run->eval_data, &rules, &t->eval, err)) goto fail;
-            t->has_eval = 1;
-            if (train->task == TG_TASK_QA && open_squad_eval(t, run->eval_data, err)) goto fail;
-        }
-        if (t->has_train && open_sampler(t, err)) goto fail;
+        tg_nvtx_push("data load");
+        const int loaded = load_data(t, opts, err);
+        tg_nvtx_pop();
+        if (loaded) goto fail;
     }
     t->open_ms[2] = tg_wall_ms() - t0;
     const int64_t global_batch = (int64_t)train->batch * t->replicas;
@@ -479,6 +497,7 @@ void tg_trainer_close(tg_trainer *t) {
  * of batches, is completed with empty ones, which count for nothing), each told the count
  * of labels that count in the whole window (io.loss_norm). */
 static void fill_buffer(tg_trainer *t, int k, int64_t j) {
+    tg_nvtx_pushf("batch %lld fill", (long long)j + 1);
     double t0 = t->host_trace ? tg_thread_cpu_s() : 0;
     tg_batch b;
     t->staging_epoch[k] = t->sampler.epoch;
@@ -505,6 +524,7 @@ static void fill_buffer(tg_trainer *t, int k, int64_t j) {
         for (int64_t c = 0; c < n_norm; c++) ((float *)staging_at(t, k, i, io->loss_norm))[c] = (float)counted[c];
     t->staging_tokens[k] = tokens;
     if (t->host_trace) t->fill_cpu_s += tg_thread_cpu_s() - t0;
+    tg_nvtx_pop();
 }
 
 /* The loader thread's fill of batch j (runtime/batch_loader.h). */
@@ -554,7 +574,10 @@ void tg_comm_timeline_add(tg_comm_timeline *c, const tg_step_result *r, int32_t 
 static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err *err) {
     tg_step_result r;
     memset(s, 0, sizeof *s);
-    if (t->ex.vt->step_wait(t->ex.impl, &r, err)) return -1;
+    tg_nvtx_pushf("step %d wait", t->steps_done + 1);
+    const int waited = t->ex.vt->step_wait(t->ex.impl, &r, err);
+    tg_nvtx_pop();
+    if (waited) return -1;
     s->tokens = t->staging_tokens[k];
     s->seq = buffer_plan(t, k)->train.seq;
     s->slots = (int64_t)micro_steps(t) * t->shape.batch * s->seq;
@@ -592,6 +615,16 @@ static int finish_step(tg_trainer *t, tg_step_stats *s, int k, double t0, tg_err
     return 0;
 }
 
+/* The executor's start of `k` steps, numbered from the one after those started so far. */
+static int start_steps(tg_trainer *t, const void *const *batches, int k, tg_err *err) {
+    const long long first = (long long)t->steps_done + (t->launched - t->returned) + 1;
+    if (k > 1) tg_nvtx_pushf("steps %lld-%lld launch", first, first + k - 1);
+    else tg_nvtx_pushf("step %lld launch", first);
+    const int rc = t->ex.vt->step_start(t->ex.impl, batches, k, err);
+    tg_nvtx_pop();
+    return rc;
+}
+
 /* Outside the ring's count: staging[cur] stays the caller's batch, so repeated calls
  * step on the same batch unless the caller refills it. */
 int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
@@ -611,7 +644,7 @@ int tg_trainer_run_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         batches[0] = t->staging[spare];
     }
     t->handed = -1;
-    if (t->ex.vt->step_start(t->ex.impl, batches, 1, err)) return -1;
+    if (start_steps(t, batches, 1, err)) return -1;
     t->filled = t->launched; /* the caller wrote over any batch prefetched there */
     return finish_step(t, s, t->cur, t0, err);
 }
@@ -629,7 +662,9 @@ static void have_batches(tg_trainer *t, int64_t end) {
             tg_batch_loader_resume(t->loader, t->filled, fill_limit(t));
             t->loader_running = 1;
         }
+        tg_nvtx_push("batch wait");
         t->batch_wait_s += tg_batch_loader_wait(t->loader, end);
+        tg_nvtx_pop();
         return;
     }
     for (; t->filled < end; t->filled++) fill_buffer(t, (int)(t->filled % t->n_staging), t->filled);
@@ -686,7 +721,7 @@ int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {
         k = same_bucket_run(t, k);
         if (select_bucket(t, t->staging_bucket[t->launched % t->n_staging], err)) return -1;
         for (int j = 0; j <= k; j++) batches[j] = t->staging[(t->launched + j) % t->n_staging];
-        if (t->ex.vt->step_start(t->ex.impl, batches, k, err)) return -1;
+        if (start_steps(t, batches, k, err)) return -1;
         t->launched += k;
         t->handed = (int)(t->launched % t->n_staging);
         t->cur = (int)(t->launched % t->n_staging);
@@ -729,7 +764,7 @@ static int score_squad(tg_trainer *t, const float *span, int64_t T, tg_eval_stat
 
 int tg_trainer_eval(tg_trainer *t, tg_eval_stats *s, tg_err *err) { return tg_trainer_eval_logits(t, s, NULL, NULL, err); }
 
-int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on_batch, void *ctx, tg_err *err) {
+static int eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on_batch, void *ctx, tg_err *err) {
     memset(s, 0, sizeof *s);
     if (!t->has_eval) return tg_fail(err, "no eval_data in the run settings");
     const tg_plan *p = t->plan;
@@ -853,9 +888,19 @@ int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on
     return 0;
 }
 
+int tg_trainer_eval_logits(tg_trainer *t, tg_eval_stats *s, tg_eval_logits_fn on_batch, void *ctx, tg_err *err) {
+    tg_nvtx_push("eval");
+    const int rc = eval_logits(t, s, on_batch, ctx, err);
+    tg_nvtx_pop();
+    return rc;
+}
+
 int tg_trainer_profile(tg_trainer *t, int repeats, double *op_ms, tg_err *err) {
     if (upload_inputs(t, err)) return -1;
-    return t->ex.vt->profile(t->ex.impl, repeats, op_ms, err);
+    tg_nvtx_pushf("profile (%d steps, ops one by one)", repeats);
+    const int rc = t->ex.vt->profile(t->ex.impl, repeats, op_ms, err);
+    tg_nvtx_pop();
+    return rc;
 }
 
 void tg_trainer_memory(tg_trainer *t, tg_memory_use *use) {
@@ -871,7 +916,7 @@ void tg_trainer_memory(tg_trainer *t, tg_memory_use *use) {
  * them where it stores them in fp32 or int32 (anything written since the upload), else
  * (bf16 frozen tensors) the fp32 values they were narrowed from. */
 static int write_values(tg_trainer *t, int (*write)(const tg_weights_image *, const void *, tg_err *), const void *arg,
-                        tg_err *err) {
+                        const char *what, tg_err *err) {
     const tg_plan *plan = t->plan;
     t->values.params = tg_malloc(plan->pool_bytes[TG_POOL_PARAMS]);
     if (!t->values.params) return tg_fail(err, "out of memory for the host image of the parameters (%llu bytes)", (unsigned long long)plan->pool_bytes[TG_POOL_PARAMS]);
@@ -881,7 +926,9 @@ static int write_values(tg_trainer *t, int (*write)(const tg_weights_image *, co
         if (tg_tensor_is_value(x) && tg_tensor_class_of(x) != TG_CLASS_TRAINABLE && !tg_dtype_is_half(x->dtype))
             rc = tg_trainer_read(t, i, tg_weights_value(&t->values, i), err);
     }
+    tg_nvtx_push(what);
     if (!rc) rc = write(&t->values, arg, err);
+    tg_nvtx_pop();
     free(t->values.params);
     t->values.params = NULL;
     return rc ? -1 : 0;
@@ -890,10 +937,12 @@ static int write_values(tg_trainer *t, int (*write)(const tg_weights_image *, co
 static int save_to(const tg_weights_image *img, const void *path, tg_err *err) { return tg_weights_save(img, path, err); }
 static int export_to(const tg_weights_image *img, const void *o, tg_err *err) { return tg_hf_export(img, o, err); }
 
-int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) { return write_values(t, save_to, path, err); }
+int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err) {
+    return write_values(t, save_to, path, "weights save", err);
+}
 
 int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_err *err) {
-    return write_values(t, export_to, options, err);
+    return write_values(t, export_to, options, "export", err);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------- */
@@ -953,7 +1002,7 @@ static int add_value(tg_trainer *t, tg_checkpoint *ck, int i, tg_err *err) {
 /* Whether replicas keep optimizer state of their own (ZeRO-1 slices). */
 static int sliced_state(const tg_trainer *t) { return t->plan->train.zero_stage > 0 && t->replicas > 1; } /* GCOVR_EXCL_BR_LINE: zero_stage 1 needs replicas >= 2: compile.c and plan/validate.c refuse it otherwise */
 
-int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *err) {
+static int checkpoint_gather(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *err) {
     tg_checkpoint_init(ck);
     const tg_plan *plan = t->plan;
     const tg_plan_io *io = &plan->io;
@@ -986,6 +1035,13 @@ int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *e
         rc = add_read(t, ck, io->m_all, replica, err) || add_read(t, ck, io->v_all, replica, err);
     if (rc) tg_checkpoint_free(ck);
     return rc ? -1 : 0;
+}
+
+int tg_trainer_checkpoint(tg_trainer *t, tg_checkpoint *ck, int whole, tg_err *err) {
+    tg_nvtx_pushf("checkpoint gather (step %d)", t->steps_done);
+    const int rc = checkpoint_gather(t, ck, whole, err);
+    tg_nvtx_pop();
+    return rc;
 }
 
 /* "768,32" (out: 96 bytes). */

@@ -10,6 +10,7 @@
 
 #include "runtime/cuda/cuda_exec.h"
 #include "runtime/executor.h"
+#include "runtime/nvtx.h"
 
 typedef struct cuda_impl {
     tg_cuda_exec x;
@@ -40,9 +41,17 @@ static void *cuda_host_alloc(void *impl, size_t bytes) {
 
 static void cuda_host_free(void *impl, void *p) { cudaFreeHost(p); }
 
+/* A start that first runs the bucket's GEMM tuning pass or captures its step graphs (both
+ * inside tg_cuda_step_start) gets an NVTX range saying so, inside the trainer's launch range. */
 static int cuda_step_start(void *impl, const void *const *batches, int steps, tg_err *err) {
     cuda_impl *c = impl;
-    return tg_cuda_step_start(&c->x, batches, steps, c->use_graphs, err);
+    const tg_cuda_bucket *b = c->x.cur;
+    const int tune = !b->gemm_tuned, capture = c->use_graphs && (!b->step_graph || (steps > 1 && !b->group_graph));
+    if (tune || capture)
+        tg_nvtx_push(tune && capture ? "GEMM tuning pass, graph capture" : tune ? "GEMM tuning pass" : "graph capture");
+    const int rc = tg_cuda_step_start(&c->x, batches, steps, c->use_graphs, err);
+    if (tune || capture) tg_nvtx_pop();
+    return rc;
 }
 
 static int cuda_step_wait(void *impl, tg_step_result *result, tg_err *err) {
