@@ -184,6 +184,14 @@ static char *default_plan_path(const char *job) {
     return tg_asprintf(&path, "%.*s.tgp", (int)stem, job) < 0 ? NULL : path;
 }
 
+/* Where `run --profile --metrics PATH` writes the profile's chart: beside the metrics file,
+ * PATH with its .jsonl (if any) replaced by .profile.svg (malloc'd; NULL when out of memory). */
+static char *profile_svg_path(const char *metrics) {
+    const size_t n = strlen(metrics), stem = n > 6 && !strcmp(metrics + n - 6, ".jsonl") ? n - 6 : n;
+    char *path;
+    return tg_asprintf(&path, "%.*s.profile.svg", (int)stem, metrics) < 0 ? NULL : path;
+}
+
 /* Refuses a command's outputs that would overwrite its input file (the job or plan named
  * on the command line), a file the plan reads (model config and weights, training and
  * eval data) or one another, or that cannot be written (base/output_paths.h). */
@@ -650,13 +658,18 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     }
     /* Before the weights and data are read: an output that cannot be written, or would
      * overwrite an input, is refused now rather than after the training. */
-    tg_named_path outputs[2];
+    tg_named_path outputs[3];
     int n_outputs = 0;
+    char *profile_svg = a.profile && a.metrics ? profile_svg_path(a.metrics) : NULL;
     if (a.metrics) outputs[n_outputs++] = (tg_named_path){a.metrics, "metrics (--metrics)"};
     if (a.save) outputs[n_outputs++] = (tg_named_path){a.save, "weights (--save)"};
-    if (check_outputs(outputs, n_outputs, a.input, from_plan ? "plan file" : "job file", &plan, &err) ||
-        (ex->save_dir &&
-         run_export_check(ex, &plan, a.input, from_plan ? "plan file" : "job file", outputs, n_outputs, &err))) {
+    if (profile_svg) outputs[n_outputs++] = (tg_named_path){profile_svg, "profile chart (--profile)"};
+    const int outputs_refused =
+        (a.profile && a.metrics && !profile_svg && tg_fail(&err, "out of memory")) ||
+        check_outputs(outputs, n_outputs, a.input, from_plan ? "plan file" : "job file", &plan, &err) ||
+        (ex->save_dir && run_export_check(ex, &plan, a.input, from_plan ? "plan file" : "job file", outputs, n_outputs, &err));
+    free(profile_svg);
+    if (outputs_refused) {
         tg_plan_free(&plan);
         return die(&err);
     }
@@ -941,7 +954,12 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
     if (!rc && a.save && tg_trainer_save(&tr, a.save, &err)) rc = 1;
     if (!rc && ex->save_dir && run_export_write(ex, &tr, &err)) rc = 1;
     /* Last: profiling runs more steps, which move the weights. */
-    if (!rc && a.profile && report_profile(&tr, metrics, median_step_ms, &err)) rc = 1;
+    if (!rc && a.profile) {
+        char *svg = a.metrics ? profile_svg_path(a.metrics) : NULL;
+        if ((a.metrics && !svg && tg_fail(&err, "out of memory")) || report_profile(&tr, metrics, median_step_ms, svg, &err))
+            rc = 1;
+        free(svg);
+    }
     if (!rc) {
         tg_memory_use mem;
         tg_trainer_memory(&tr, &mem);

@@ -82,6 +82,9 @@ int metrics_write_error(FILE *f, const char *message, int replica);
 int metrics_write_profile_kind(FILE *f, const char *op_name, int count, double ms);
 /* A kernel group's profiled time (tg_op_group_name). */
 int metrics_write_profile_group(FILE *f, const char *group, double ms);
+/* A phase's profiled time: "forward", "backward", "optimizer", or "communication exposed"
+ * (the gradient sums past the backward's end, data parallelism on CUDA). */
+int metrics_write_profile_phase(FILE *f, const char *phase, double ms);
 /* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */
 int metrics_write_profile_op(FILE *f, const tg_plan *plan, int o, double ms);
 /* Gradient bucket j's sum in the captured steps (data parallelism on CUDA): its bytes, its

@@ -72,16 +72,19 @@ static int series_read_step(json_t *o, metrics_series *s, int64_t *cap, const ch
     return 0;
 }
 
-static int series_read_group(json_t *o, metrics_series *s, const char *path, int64_t line, tg_err *err) {
-    const char *name = json_string_value(json_object_get(o, "profile_group"));
+/* A profile_group or profile_phase line (`key`) into names[*n], ms[*n]. */
+static int series_read_named_ms(json_t *o, const char *key, const char *what, char (*names)[64], double *ms_out, int *n,
+                                const char *path, int64_t line, tg_err *err) {
+    const char *name = json_string_value(json_object_get(o, key));
     json_t *ms = json_object_get(o, "ms");
-    if (!name || !*name || strlen(name) >= sizeof s->group[0] || !json_is_number(ms) || !(json_number_value(ms) >= 0))
-        return tg_fail(err, "%s: line %lld: a profile_group line needs a group name (at most 63 bytes) and its ms", path,
-                       (long long)line);
-    if (s->n_groups == METRICS_GROUPS_MAX)
-        return tg_fail(err, "%s: line %lld: more than %d kernel groups", path, (long long)line, METRICS_GROUPS_MAX);
-    snprintf(s->group[s->n_groups], sizeof s->group[0], "%s", name);
-    s->group_ms[s->n_groups++] = json_number_value(ms);
+    if (!name || !*name || strlen(name) >= sizeof names[0] || !json_is_number(ms) || !(json_number_value(ms) >= 0))
+        return tg_fail(err, "%s: line %lld: a %s line needs a %s name (at most 63 bytes) and its ms", path,
+                       (long long)line, key, what);
+    if (*n == METRICS_GROUPS_MAX)
+        return tg_fail(err, "%s: line %lld: more than %d %ss", path, (long long)line, METRICS_GROUPS_MAX,
+                       !strcmp(what, "group") ? "kernel group" : what);
+    snprintf(names[*n], sizeof names[0], "%s", name);
+    ms_out[(*n)++] = json_number_value(ms);
     return 0;
 }
 
@@ -96,7 +99,11 @@ static int series_read_line(const char *p, size_t n, metrics_series *s, int64_t 
                        o ? "" : je.text);
     }
     int rc = 0;
-    if (json_object_get(o, "profile_group")) rc = series_read_group(o, s, path, line, err);
+    if (json_object_get(o, "profile_group"))
+        rc = series_read_named_ms(o, "profile_group", "group", s->group, s->group_ms, &s->n_groups, path, line, err);
+    else if (json_object_get(o, "profile_phase"))
+        rc = series_read_named_ms(o, "profile_phase", "phase", s->phase, s->profile_phase_ms, &s->n_phases, path, line,
+                                  err);
     else if (json_object_get(o, "step")) rc = series_read_step(o, s, cap, path, line, err);
     else if (!json_object_get(o, "summary") && !json_object_get(o, "event") && !json_object_get(o, "profile_op") &&
              !json_object_get(o, "profile_op_index") && !json_object_get(o, "profile_comm_bucket") &&

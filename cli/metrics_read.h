@@ -1,5 +1,5 @@
 /* Reading back a metrics file of `tunegraph run --metrics` (cli/metrics.c writes it) for
- * `tunegraph plot`: the step lines' series and the profile's kernel groups. Strict: every
+ * `tunegraph plot`: the step lines' series and the profile's phases and kernel groups. Strict: every
  * line must be one of the kinds the writer writes, and a step line must carry its fields. */
 #ifndef TUNEGRAPH_CLI_METRICS_READ_H
 #define TUNEGRAPH_CLI_METRICS_READ_H
@@ -24,6 +24,10 @@ typedef struct metrics_series {
     int n_groups;
     char group[METRICS_GROUPS_MAX][64];
     double group_ms[METRICS_GROUPS_MAX];
+    /* The profile's phases (profile_phase lines), in file order. */
+    int n_phases;
+    char phase[METRICS_GROUPS_MAX][64];
+    double profile_phase_ms[METRICS_GROUPS_MAX];
 } metrics_series;
 
 /* Parses `len` bytes of a metrics file named `path` (for messages: "PATH: line N: ...").

@@ -2,7 +2,8 @@
  * DIR/loss.svg (loss and learning rate by step), DIR/throughput.svg (tokens/s),
  * DIR/phases.svg (the step's phases stacked, the step period over them), and where the
  * file has them DIR/communication.svg (data parallelism: the gradient sums' busy and
- * exposed ms) and DIR/kernel_groups.svg (the --profile's time by kernel group). */
+ * exposed ms), DIR/kernel_groups.svg (the --profile's time by kernel group) and
+ * DIR/profile.svg (the --profile's time by phase and by kernel group). */
 #include "cli/plot.h"
 
 #include <errno.h>
@@ -25,19 +26,35 @@ static const char plot_usage[] = "usage: tunegraph plot METRICS.jsonl -o DIR\n";
 
 /* What plot_charts may write into DIR. */
 static const char *const charts[] = {"loss.svg", "throughput.svg", "phases.svg", "communication.svg",
-                                     "kernel_groups.svg"};
+                                     "kernel_groups.svg", "profile.svg"};
+
+/* Writes the chart in b to `path` (atomically), then frees b. */
+static int write_chart_at(const char *path, svg_buf *b, int built, tg_err *err) {
+    const int rc = !built ? tg_fail(err, "out of memory drawing %s", path)
+                          : tg_write_file_atomic(path, &(tg_chunk){b->text, b->len}, 1, "chart", err);
+    if (!rc) fprintf(stderr, "wrote %s\n", path);
+    svg_buf_free(b);
+    return rc;
+}
 
 /* Writes the chart in b to DIR/name, then frees b. */
 static int write_chart(const char *dir, const char *name, svg_buf *b, int built, tg_err *err) {
     char *path = NULL;
-    int rc = !built ? tg_fail(err, "out of memory drawing %s", name)
-             : tg_asprintf(&path, "%s/%s", dir, name) < 0 ? tg_fail(err, "out of memory")
-                                                          : tg_write_file_atomic(path, &(tg_chunk){b->text, b->len}, 1,
-                                                                                 "chart", err);
-    if (!rc) fprintf(stderr, "wrote %s\n", path);
+    int rc = tg_asprintf(&path, "%s/%s", dir, name) < 0 ? tg_fail(err, "out of memory") : 0;
+    if (!rc) rc = write_chart_at(path, b, built, err);
+    else svg_buf_free(b);
     free(path);
-    svg_buf_free(b);
     return rc;
+}
+
+int plot_write_profile(const char *path, const char *const *phases, const double *phase_ms, int n_phases,
+                       const char *const *groups, const double *group_ms, int n_groups, tg_err *err) {
+    const chart_bars sections[] = {{"by phase", phases, phase_ms, n_phases, "#f28e2b"},
+                                   {"by kernel group", groups, group_ms, n_groups, "#4e79a7"}};
+    svg_buf b = {0};
+    const int built = svg_bar_sections(&b, "Where a step's time goes (ops launched one by one)", sections, 2,
+                                       "ms per step") == 0;
+    return write_chart_at(path, &b, built, err);
 }
 
 static int plot_charts(const char *dir, const metrics_series *s, tg_err *err) {
@@ -76,6 +93,17 @@ static int plot_charts(const char *dir, const metrics_series *s, tg_err *err) {
                          svg_bar_chart(&b, "Time by kernel group (ops launched one by one)", names, s->group_ms,
                                        s->n_groups, "ms per step") == 0,
                          err);
+    }
+    if (!rc && (s->n_groups || s->n_phases)) {
+        const char *groups[METRICS_GROUPS_MAX], *phases[METRICS_GROUPS_MAX];
+        for (int g = 0; g < s->n_groups; g++) groups[g] = s->group[g];
+        for (int g = 0; g < s->n_phases; g++) phases[g] = s->phase[g];
+        char *path = NULL;
+        rc = tg_asprintf(&path, "%s/profile.svg", dir) < 0
+                 ? tg_fail(err, "out of memory")
+                 : plot_write_profile(path, phases, s->profile_phase_ms, s->n_phases, groups, s->group_ms, s->n_groups,
+                                      err);
+        free(path);
     }
     free(x);
     return rc;

@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "cli/cost.h"
 #include "cli/metrics.h"
+#include "cli/plot.h"
 
 int report_comm_timeline(const tg_plan *p, const tg_comm_timeline *c, FILE *metrics) {
     if (!c->buckets || !c->steps) return 0;
@@ -31,7 +32,14 @@ int report_comm_timeline(const tg_plan *p, const tg_comm_timeline *c, FILE *metr
     return rc;
 }
 
-int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg_err *err) {
+/* What of the captured steps' gradient sums ran past the backward's end, as each step's
+ * exposed_comm_ms counts it (the last bucket's end), mean over the timeline's steps. */
+static double comm_exposed_ms(const tg_comm_timeline *c) {
+    const double end = c->end_ms[c->buckets - 1] / (double)c->steps;
+    return end > 0 ? end : 0;
+}
+
+int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, const char *svg_path, tg_err *err) {
     const tg_plan *p = tr->plan;
     double *ms = tg_calloc((size_t)p->n_ops, sizeof *ms);
     if (!ms) return tg_fail(err, "out of memory for the profile's op times");
@@ -54,19 +62,33 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
     fprintf(stderr, "profile (ops launched one by one, mean of %d steps): %.3f ms in %d ops", PROFILE_REPEATS, total,
             p->n_ops);
     if (step_ms > 0) fprintf(stderr, "; the captured step took %.3f ms", step_ms);
-    fprintf(stderr, "\n  forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n", phase_ms[0], phase_ms[1], phase_ms[2]);
+    /* The phases (the chart's first section), with the gradient sums the backward did not
+     * hide where the captured steps measured them. */
+    const char *phase_names[TG_PHASE_COUNT + 1];
+    double phase_shown[TG_PHASE_COUNT + 1];
+    int n_phases = 0;
+    for (int ph = 0; ph < TG_PHASE_COUNT; ph++) phase_names[n_phases] = tg_phase_name(ph), phase_shown[n_phases++] = phase_ms[ph];
+    if (tr->comm.buckets && tr->comm.steps)
+        phase_names[n_phases] = "communication exposed", phase_shown[n_phases++] = comm_exposed_ms(&tr->comm);
+    for (int k = 0; k < n_phases; k++) {
+        fprintf(stderr, "%s%s %.3f ms", k ? ", " : "\n  ", phase_names[k], phase_shown[k]);
+        if (metrics && metrics_write_profile_phase(metrics, phase_names[k], phase_shown[k])) wrote = -1;
+    }
     /* By kernel group (plan/ops.def's group column), largest first. */
-    double group_ms[TG_GROUP_COUNT] = {0};
+    double group_ms[TG_GROUP_COUNT] = {0}, group_shown[TG_GROUP_COUNT];
+    const char *group_names[TG_GROUP_COUNT];
+    int n_groups = 0;
     for (int o = 0; o < p->n_ops; o++) group_ms[tg_op_group_of(p->ops[o].kind)] += ms[o];
-    fprintf(stderr, "  by kernel group:");
-    for (int shown = 0; shown < TG_GROUP_COUNT; shown++) {
+    fprintf(stderr, "\n  by kernel group:");
+    for (; n_groups < TG_GROUP_COUNT; n_groups++) {
         int best = -1;
         for (int g = 0; g < TG_GROUP_COUNT; g++)
             if (group_ms[g] > 0 && (best < 0 || group_ms[g] > group_ms[best])) best = g;
         if (best < 0) break;
-        fprintf(stderr, "%s %s %.3f ms (%.1f%%)", shown ? "," : "", tg_op_group_name(best), group_ms[best],
+        fprintf(stderr, "%s %s %.3f ms (%.1f%%)", n_groups ? "," : "", tg_op_group_name(best), group_ms[best],
                 total > 0 ? 100 * group_ms[best] / total : 0.0);
         if (metrics && metrics_write_profile_group(metrics, tg_op_group_name(best), group_ms[best])) wrote = -1;
+        group_names[n_groups] = tg_op_group_name(best), group_shown[n_groups] = group_ms[best];
         group_ms[best] = 0;
     }
     fputc('\n', stderr);
@@ -117,5 +139,7 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, tg
         wrote = -1;
     if (metrics_out) metrics_file_unlock(metrics_out);
     free(ms);
-    return wrote ? tg_fail(err, "cannot write the profile to the metrics file") : 0;
+    if (wrote) return tg_fail(err, "cannot write the profile to the metrics file");
+    return svg_path ? plot_write_profile(svg_path, phase_names, phase_shown, n_phases, group_names, group_shown, n_groups, err)
+                    : 0;
 }

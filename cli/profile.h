@@ -12,11 +12,13 @@
 #define PROFILE_REPEATS 5
 
 /* Where the time of one step goes, op by op (launched singly, so each op's time is its
- * kernel time plus launch gaps that the captured graph mostly hides): totals by op kind and
- * the slowest ops on stderr, beside step_ms (the captured step's median; 0: unknown), and a
- * line per op kind and per op in the metrics file when it is not NULL. Runs PROFILE_REPEATS
- * more steps, which move the weights. */
-int report_profile(tg_trainer *tr, metrics_file *metrics, double step_ms, tg_err *err);
+ * kernel time plus launch gaps that the captured graph mostly hides): totals by phase (and
+ * the gradient sums the captured steps' backward did not hide), by kernel group and by op
+ * kind, and the slowest ops on stderr, beside step_ms (the captured step's median; 0:
+ * unknown); a line per phase, group, op kind and op in the metrics file when it is not
+ * NULL, and the phases and groups as an SVG chart at svg_path when it is not NULL
+ * (cli/plot.h). Runs PROFILE_REPEATS more steps, which move the weights. */
+int report_profile(tg_trainer *tr, metrics_file *metrics, double step_ms, const char *svg_path, tg_err *err);
 
 /* The gradient sums of the captured steps (data parallelism on CUDA), bucket by bucket in
  * the order the backward completes them, on stderr: bytes (the timeline's last entry

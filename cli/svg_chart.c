@@ -100,7 +100,7 @@ static void chart_draw_axis(svg_buf *b, const chart_axis *a, int vertical, int s
             const double y = chart_px_y(a, v);
             if (!side) svg_put(b, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#e0e0e0\"/>\n", LEFT, y, W - RIGHT, y);
             svg_put(b, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"%s\" fill=\"%s\">%g</text>\n", side ? W - RIGHT + 6 : LEFT - 6,
-                y + 4, side ? "start" : "svg_end", color, r);
+                y + 4, side ? "start" : "end", color, r);
         } else {
             const double x = chart_px_x(a, v);
             svg_put(b, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#e0e0e0\"/>\n", x, TOP, x, H - BOTTOM);
@@ -223,25 +223,44 @@ int svg_stacked_chart(svg_buf *b, const char *title, const char *x_label, const 
     return svg_end(b);
 }
 
-int svg_bar_chart(svg_buf *b, const char *title, const char *const *names, const double *values, int n,
-                  const char *value_label) {
+int svg_bar_sections(svg_buf *b, const char *title, const chart_bars *sections, int n_sections,
+                     const char *value_label) {
     svg_begin(b, title);
     double hi = 0;
-    for (int k = 0; k < n; k++)
-        if (values[k] > hi) hi = values[k];
+    int rows = 0;
+    for (int s = 0; s < n_sections; s++) {
+        rows += sections[s].n + (sections[s].heading != NULL);
+        for (int k = 0; k < sections[s].n; k++)
+            if (sections[s].values[k] > hi) hi = sections[s].values[k];
+    }
     const chart_axis ax = chart_axis_of(0, hi);
-    const int label_w = 170, row = n ? (H - TOP - BOTTOM) / n : 0;
-    for (int k = 0; k < n; k++) {
-        const double w = (values[k] - ax.lo) / (ax.hi - ax.lo) * (W - RIGHT - label_w);
-        const int y = TOP + k * row;
-        svg_put(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"svg_end\">", label_w - 8, y + row / 2 + 4);
-        svg_put_text(b, names[k]);
-        svg_put(b, "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#4e79a7\"/>\n"
-               "<text x=\"%.2f\" y=\"%d\">%.3f</text>\n",
-            label_w, y + 3, w, row - 6, label_w + w + 4, y + row / 2 + 4, values[k]);
+    const int label_w = 170, row = rows ? (H - TOP - BOTTOM) / rows : 0;
+    int y = TOP;
+    for (int s = 0; s < n_sections; s++) {
+        const chart_bars *sec = &sections[s];
+        if (sec->heading) {
+            svg_put(b, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">", 8, y + row / 2 + 4);
+            svg_put_text(b, sec->heading);
+            svg_put(b, "</text>\n");
+            y += row;
+        }
+        for (int k = 0; k < sec->n; k++, y += row) {
+            const double w = (sec->values[k] - ax.lo) / (ax.hi - ax.lo) * (W - RIGHT - label_w);
+            svg_put(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", label_w - 8, y + row / 2 + 4);
+            svg_put_text(b, sec->names[k]);
+            svg_put(b, "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>\n"
+                   "<text x=\"%.2f\" y=\"%d\">%.3f</text>\n",
+                label_w, y + 3, w, row - 6, sec->color, label_w + w + 4, y + row / 2 + 4, sec->values[k]);
+        }
     }
     svg_put(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (label_w + W - RIGHT) / 2, H - 14);
     svg_put_text(b, value_label);
     svg_put(b, "</text>\n");
     return svg_end(b);
+}
+
+int svg_bar_chart(svg_buf *b, const char *title, const char *const *names, const double *values, int n,
+                  const char *value_label) {
+    const chart_bars bars = {NULL, names, values, n, "#4e79a7"};
+    return svg_bar_sections(b, title, &bars, 1, value_label);
 }

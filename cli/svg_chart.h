@@ -1,5 +1,5 @@
 /* Charts as SVG text, for `tunegraph plot`: a line chart with a left and a right axis, a
- * stacked-area chart with an optional line over it, and a horizontal bar chart. Output
+ * stacked-area chart with an optional line over it, and horizontal bar charts (in sections). Output
  * is a pure function of the input (fixed size, coordinates to two decimals), so charts
  * can be compared byte for byte. Series longer than SVG_CHART_POINTS are drawn as that
  * many bins, each the mean of its points' finite values; NaN values leave gaps. */
@@ -36,5 +36,19 @@ int svg_stacked_chart(svg_buf *b, const char *title, const char *x_label, const 
                       const chart_series *layers, int n_layers, const chart_series *line, const char *y_label);
 int svg_bar_chart(svg_buf *b, const char *title, const char *const *names, const double *values, int n,
                   const char *value_label);
+
+/* Bars under a heading (NULL: none), in one colour. */
+typedef struct chart_bars {
+    const char *heading;
+    const char *const *names;
+    const double *values;
+    int n;
+    const char *color;
+} chart_bars;
+
+/* Sections of horizontal bars one under the other, on one scale from 0; each bar labelled
+ * with its value to three decimals. svg_bar_chart is one section without a heading. */
+int svg_bar_sections(svg_buf *b, const char *title, const chart_bars *sections, int n_sections,
+                     const char *value_label);
 
 #endif

@@ -16,8 +16,10 @@
 #include "api/front.h"
 #include "base/alloc.h"
 #include "base/atomic_file.h"
+#include "base/clock.h"
 #include "base/json_strict.h"
 #include "base/text_file.h"
+#include "cli/progress.h"
 #include "cli/svg_chart.h"
 #include "cli/sweep_spec.h"
 #include "cli/usage.h"
@@ -374,6 +376,28 @@ static int point_run(sweep_run *s, int i, cli_command_fn run, tg_err *err) {
     return rc;
 }
 
+/* The progress line of point i once it has run, on stderr: its settings, its numbers (or
+ * why it failed), the runs done of those to take, the time since the first began and the
+ * time the rest should take at the mean so far. A plain line each point, on a terminal too:
+ * the point's run prints its own step lines between them. */
+static void point_progress(const sweep_run *s, int i, int runs_done, int runs, double elapsed_s) {
+    const sweep_point *p = &s->points[i];
+    char *label = point_label(s, p, " ");
+    char elapsed[32], eta[32] = "-";
+    cli_format_hms(elapsed_s, elapsed, sizeof elapsed);
+    if (runs_done > 0) cli_format_hms(elapsed_s / runs_done * (runs - runs_done), eta, sizeof eta);
+    fprintf(stderr, "sweep: point %d of %d (%s) %s", i + 1, s->n_points, label ? label : "", point_status_names[p->status]);
+    if (p->status == POINT_OK) {
+        char peak[32];
+        fprintf(stderr, ": %.3f ms a step, %.1f tokens/s, final loss %.4f, planned peak %s", p->median_step_ms,
+                p->tokens_per_s, p->final_loss, tg_mem_format_bytes((uint64_t)p->planned_peak, peak, sizeof peak));
+    } else {
+        fprintf(stderr, ": %s", p->reason ? p->reason : "");
+    }
+    fprintf(stderr, "; %d of %d runs done in %s, ETA %s\n", runs_done, runs, elapsed, eta);
+    free(label);
+}
+
 /* ---- results ------------------------------------------------------------------------ */
 
 /* A real rounded through `fmt` (as the metrics file writes them), or null when absent. */
@@ -724,6 +748,9 @@ int cmd_sweep(int argc, char **argv, cli_command_fn run) {
         s.points[i].planned_peak = s.points[i].estimate = NAN;
         if (point_compile(&s, &s.points[i])) rc = tg_fail(&err, "out of memory");
     }
+    int runs = 0, runs_done = 0;
+    for (int i = 0; i < s.n_points; i++) runs += s.points[i].status == POINT_OK;
+    const double runs_start = tg_wall_s();
     for (int i = 0; i < s.n_points && !rc; i++) {
         sweep_point *p = &s.points[i];
         if (p->status != POINT_OK) {
@@ -734,6 +761,7 @@ int cmd_sweep(int argc, char **argv, cli_command_fn run) {
             continue;
         }
         rc = point_run(&s, i, run, &err);
+        if (!rc) point_progress(&s, i, ++runs_done, runs, tg_wall_s() - runs_start);
     }
     if (!rc) rc = sweep_write_results(&s, art, &err);
     if (!rc && art) rc = sweep_artifact(&s, art, &err);

@@ -241,13 +241,13 @@ TG_TEST(test_cli_metrics_failures_profile_report) {
     REQUIRE(saved >= 0 && fd >= 0, "%s", path);
     dup2(fd, STDERR_FILENO);
     close(fd);
-    int rc_plain = report_profile(&tr, NULL, 0, &err);
+    int rc_plain = report_profile(&tr, NULL, 0, NULL, &err);
     fflush(stderr);
     tg_alloc_fail_after(0);
     tg_err oom = {{0}}, oom_later = {{0}};
-    int rc_oom = report_profile(&tr, NULL, 1.0, &oom);
+    int rc_oom = report_profile(&tr, NULL, 1.0, NULL, &oom);
     tg_alloc_fail_after(1); /* the op times, then the profile's own */
-    int rc_oom_later = report_profile(&tr, NULL, 1.0, &oom_later);
+    int rc_oom_later = report_profile(&tr, NULL, 1.0, NULL, &oom_later);
     tg_alloc_fail_after(-1);
     metrics_file *m = NULL;
     tg_err werr = {{0}};
@@ -256,7 +256,7 @@ TG_TEST(test_cli_metrics_failures_profile_report) {
         FILE *f = metrics_file_lock(m);
         setvbuf(f, NULL, _IONBF, 0);
         metrics_file_unlock(m);
-        rc_write = report_profile(&tr, m, 2.0, &werr);
+        rc_write = report_profile(&tr, m, 2.0, NULL, &werr);
         metrics_file_free(m);
     }
     fflush(stderr);

@@ -17,7 +17,7 @@
 #include "tests/harness.h"
 
 static const char *const charts[] = {"loss.svg", "throughput.svg", "phases.svg", "communication.svg",
-                                     "kernel_groups.svg"};
+                                     "kernel_groups.svg", "profile.svg"};
 
 TG_TEST(test_cli_plot_charts) {
     const char *dir = tg_test_tmpdir();
@@ -77,6 +77,8 @@ TG_TEST(test_cli_plot_long_run_in_bins) {
     CHECK(stat(path, &st) != 0, "a run without gradient sums has no communication chart");
     snprintf(path, sizeof path, "%s/kernel_groups.svg", out);
     CHECK(stat(path, &st) != 0, "a run without a profile has no kernel-group chart");
+    snprintf(path, sizeof path, "%s/profile.svg", out);
+    CHECK(stat(path, &st) != 0, "a run without a profile has no profile chart");
 }
 
 TG_TEST(test_cli_plot_refusals) {
@@ -107,6 +109,9 @@ TG_TEST(test_cli_plot_refusals) {
         {"{\"profile_group\": \"\", \"ms\": 1}\n",
          "m.jsonl: line 1: a profile_group line needs a group name (at most 63 bytes) and its ms"},
         {"{\"profile_group\": \"x\", \"ms\": -1}\n", "m.jsonl: line 1: a profile_group line needs a group name"},
+        {"{\"profile_phase\": 3, \"ms\": 1}\n",
+         "m.jsonl: line 1: a profile_phase line needs a phase name (at most 63 bytes) and its ms"},
+        {"{\"profile_phase\": \"forward\"}\n", "m.jsonl: line 1: a profile_phase line needs a phase name"},
         {"{\"summary\": true, \"summary\": false}\n", "m.jsonl: line 1: not a JSON object: "},
     };
     const char *dir = tg_test_tmpdir();
@@ -137,6 +142,15 @@ TG_TEST(test_cli_plot_refusals) {
     REQUIRE(text, "%s", path);
     CHECK(metrics_read("m.jsonl", text, strlen(text), &s, &err) == -1 && strstr(err.msg, "line 17: more than 16 kernel groups"),
           "groups: %s", err.msg);
+    free(text);
+    f = fopen(path, "w");
+    REQUIRE(f, "%s", path);
+    for (int g = 0; g <= METRICS_GROUPS_MAX; g++) fprintf(f, "{\"profile_phase\": \"p%d\", \"ms\": 1}\n", g);
+    fclose(f);
+    text = tg_test_read_file(path, NULL);
+    REQUIRE(text, "%s", path);
+    CHECK(metrics_read("m.jsonl", text, strlen(text), &s, &err) == -1 && strstr(err.msg, "line 17: more than 16 phases"),
+          "phases: %s", err.msg);
     free(text);
     /* The command line. */
     static const struct {

@@ -146,6 +146,35 @@ TG_TEST(test_cli_sweep_runs_ranks_and_refuses) {
         json_decref(metrics);
     }
     REQUIRE(n_ok == 4, "%d points ran", n_ok);
+    /* A progress line per point run, in order: its settings and numbers as results.jsonl
+     * has them, the runs done of the 4 to take, the time so far and the time left (none
+     * after the last). */
+    const char *after = r.err;
+    for (size_t i = 0; i < 4; i++) {
+        json_t *p = json_array_get(points, i);
+        char head[160];
+        snprintf(head, sizeof head, "sweep: point %zu of 6 (batch=%s lr=%s) ok: ", i + 1, setting(p, "batch"),
+                 setting(p, "lr"));
+        const char *at = strstr(after, head);
+        if (!CHECK(at, "no progress line '%s' after the previous one: %s", head, r.err)) break;
+        double ms = NAN, tok_s = NAN, loss = NAN;
+        int done = 0, runs = 0, n = 0;
+        char peak[32] = "", elapsed[32] = "", eta[32] = "";
+        CHECK(sscanf(at + strlen(head), "%lf ms a step, %lf tokens/s, final loss %lf, planned peak %31[^;]; %d of %d runs "
+                                        "done in %31s ETA %31s%n",
+                     &ms, &tok_s, &loss, peak, &done, &runs, elapsed, eta, &n) == 8 && n > 0,
+              "progress line: %.300s", at);
+        CHECK(fabs(ms - number(p, "median_step_ms")) < 6e-4 && fabs(tok_s - number(p, "tokens_per_s")) < 0.06 &&
+                  fabs(loss - number(p, "final_loss")) < 1e-4 * fmax(1, fabs(loss)),
+              "point %zu: line says %g ms, %g tokens/s, loss %g; results %g, %g, %g", i, ms, tok_s, loss,
+              number(p, "median_step_ms"), number(p, "tokens_per_s"), number(p, "final_loss"));
+        CHECK(done == (int)i + 1 && runs == 4, "point %zu: %d of %d runs done", i, done, runs);
+        int h = -1, m = -1, sec = -1;
+        CHECK(sscanf(elapsed, "%d:%2d:%2d,", &h, &m, &sec) == 3 && h >= 0 && m < 60 && sec < 60, "elapsed '%s'", elapsed);
+        CHECK(i < 3 ? sscanf(eta, "%d:%2d:%2d", &h, &m, &sec) == 3 : !strcmp(eta, "0:00:00"), "point %zu: ETA '%s'", i, eta);
+        CHECK(peak[0] && strchr("0123456789", peak[0]), "planned peak '%s'", peak);
+        after = at + strlen(head);
+    }
     /* The score: tokens/s over the best plus the best planned peak over the point's, halved. */
     double best_tps = 0, best_peak = INFINITY;
     for (int i = 0; i < 4; i++) best_tps = fmax(best_tps, tps[i]), best_peak = fmin(best_peak, peak[i]);
