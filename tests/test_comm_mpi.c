@@ -145,6 +145,22 @@ TG_TEST(test_comm_mpi_ranks_disagreeing_on_a_size_fail) {
     CHECK(s < 15, "mpirun returned after %.1f s", s);
 }
 
+/* The CPU executor's op whose collective fails under MPI names the group's reason (rank 1
+ * and 2 were sent less than due), not out of memory (runtime/cpu/cpu_exec.c). */
+TG_TEST(test_comm_mpi_executor_names_the_reason) {
+    if (!mpi_ready()) return;
+    double s;
+    const int rc = mpirun(3, "exec_mismatch", g_out, sizeof g_out, &s);
+    CHECK(rc != 0 &&
+              strstr(g_out, "rank 1: exec: op 0 (all_reduce): rank 1: the gradient sum: rank 0 sent 12 bytes where 28 "
+                            "were due: the ranks disagree on the size\n") &&
+              strstr(g_out, "rank 2: exec: op 0 (all_reduce): rank 2: the gradient sum: rank 0 sent 12 bytes where 24 "
+                            "were due: the ranks disagree on the size\n") &&
+              !strstr(g_out, "out of memory"),
+          "exit %d:\n%s", rc, g_out);
+    CHECK(s < 15, "mpirun returned after %.1f s", s);
+}
+
 TG_TEST(test_comm_mpi_absent_refuses) {
     /* The stub of a build without MPI, whichever this build is. */
     tg_comm_mpi *m = (tg_comm_mpi *)&m;

@@ -9,6 +9,8 @@
  *   stall OP RANK S  rank RANK never comes to OP (sum, gather or join: the group's creation)
  *                    and sleeps instead; the others' watchdog (timeout S seconds) aborts.
  *   mismatch         rank 0 sums 10 floats, the others 20: the ranks that notice fail.
+ *   exec_mismatch    the same through the CPU executor's ALL_REDUCE op, whose error names
+ *                    the group's reason: "rank R: exec: MESSAGE".
  *   bench REPS N...  the sum of N floats, REPS times, against rank 0 gathering every buffer,
  *                    summing in rank order and broadcasting; medians in ms, from rank 0.
  *
@@ -26,6 +28,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "runtime/comm.h"
+#include "runtime/cpu/cpu_exec.h"
 #include "runtime/launch_env.h"
 
 static int me, ranks, failures, checks;
@@ -280,14 +283,20 @@ static int mode_stall(const char *op, int stalled, double timeout_s) {
     return 1; /* not reached by a rank whose watchdog works */
 }
 
-static int mode_mismatch(void) {
+/* MPI started here (start_mpi) and a group of every rank with a 10 s watchdog; NULL (said
+ * on stderr) when it cannot be made. */
+static tg_cpu_comm_group *started_group(void) {
     tg_cpu_comm_group *g;
     tg_err err;
     start_mpi();
-    if (tg_cpu_comm_group_create_mpi(&g, me, ranks, 10, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (!tg_cpu_comm_group_create_mpi(&g, me, ranks, 10, &err)) return g;
+    fprintf(stderr, "%s\n", err.msg);
+    return NULL;
+}
+
+static int mode_mismatch(void) {
+    tg_cpu_comm_group *g = started_group();
+    if (!g) return 1;
     float x[20] = {0};
     const int rc = tg_cpu_all_reduce_sum(g, me, x, me == 0 ? 10 : 20);
     /* A broken group stays broken: the next collective fails at once, saying the same. */
@@ -303,6 +312,41 @@ static int mode_mismatch(void) {
     tg_cpu_comm_group_destroy(g);
     MPI_Finalize();
     return rc != 0 || failures;
+}
+
+/* The same disagreement through the CPU executor: a plan of one ALL_REDUCE op over a tensor
+ * of 20 floats, rank 0 summing 10 of them. The op fails naming its group's reason, which
+ * each rank prints as "rank R: exec: MESSAGE". */
+static int mode_exec_mismatch(void) {
+    tg_cpu_comm_group *g = started_group();
+    if (!g) return 1;
+    tg_err err;
+    tg_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "grads");
+    t.pool = TG_POOL_ACTIVATIONS, t.ndim = 1, t.shape[0] = 20, t.bytes = 80;
+    tg_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = TG_OP_ALL_REDUCE;
+    memset(op.in, 0xff, sizeof op.in), memset(op.out, 0xff, sizeof op.out); /* -1: absent */
+    op.in[0] = op.out[0] = 0, op.p.count.n = me == 0 ? 10 : 20;
+    tg_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.n_tensors = 1, plan.tensors = &t, plan.n_ops = 1, plan.ops = &op;
+    plan.pool_bytes[TG_POOL_ACTIVATIONS] = 80;
+    plan.train.replicas = ranks;
+    tg_cpu_exec x;
+    int rc = tg_cpu_exec_init(&x, &plan, 1, &err);
+    if (!rc) {
+        x.comm = g, x.rank = me;
+        rc = tg_cpu_exec_range(&x, 0, 1, &err);
+        tg_cpu_exec_free(&x);
+    }
+    printf("rank %d: exec: %s\n", me, rc ? err.msg : "ok");
+    fflush(stdout);
+    tg_cpu_comm_group_destroy(g);
+    MPI_Finalize();
+    return rc != 0;
 }
 
 /* The alternative to runtime/comm_mpi.c's parts: rank 0 receives every buffer, adds them in
@@ -377,8 +421,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "check") && argc == 2) return mode_check();
     if (!strcmp(mode, "stall") && argc == 5) return mode_stall(argv[2], atoi(argv[3]), atof(argv[4]));
     if (!strcmp(mode, "mismatch") && argc == 2) return mode_mismatch();
+    if (!strcmp(mode, "exec_mismatch") && argc == 2) return mode_exec_mismatch();
     if (!strcmp(mode, "bench") && argc >= 4 && atoi(argv[2]) >= 1 && atoi(argv[2]) <= 64 && ranks <= 64)
         return mode_bench(atoi(argv[2]), argc - 3, argv + 3);
-    fprintf(stderr, "usage: mpi_comm_check check | stall sum|gather|join RANK TIMEOUT_S | mismatch | bench REPS N...\n");
+    fprintf(stderr, "usage: mpi_comm_check check | stall sum|gather|join RANK TIMEOUT_S | mismatch | exec_mismatch | bench REPS N...\n");
     return 2;
 }
