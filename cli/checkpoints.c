@@ -29,9 +29,10 @@ void run_checkpoints_free(run_checkpoints *c) {
     pthread_mutex_destroy(&c->lock);
 }
 
-/* With the lock held: chooses the stop step when a stop has been requested. */
+/* With the lock held: chooses the stop step when a stop has been requested (replica
+ * threads; rank processes agree on theirs in run_checkpoints_world_stop). */
 static void choose_stop(run_checkpoints *c) {
-    if (c->stop_at < 0 && *c->stop_signal) c->stop_at = c->reserved;
+    if (c->stop_at < 0 && *c->stop_signal && !c->gather) c->stop_at = c->reserved;
 }
 
 int64_t run_checkpoints_gate(void *ctx, int64_t launched, int64_t steps) {
@@ -60,8 +61,23 @@ int64_t run_checkpoints_stop_step(run_checkpoints *c) {
 
 int run_checkpoints_due(const run_checkpoints *c, int32_t step) { return c->every > 0 && step % c->every == 0; }
 
-void run_checkpoints_use_world(run_checkpoints *c, run_checkpoints_gather gather, void *ctx) {
-    c->gather = gather, c->gather_ctx = ctx;
+void run_checkpoints_use_world(run_checkpoints *c, run_checkpoints_gather gather, void *ctx, int agree_every) {
+    c->gather = gather, c->gather_ctx = ctx, c->agree_every = agree_every > 0 ? agree_every : 1;
+}
+
+int run_checkpoints_world_stop(run_checkpoints *c, int64_t step, int64_t total, tg_err *err) {
+    if (c->stop_at >= 0 || (step % c->agree_every && step < total)) return 0;
+    const int32_t mine = (int32_t)*c->stop_signal;
+    int32_t all[TG_MAX_DATA_PARALLEL];
+    if (c->gather(c->gather_ctx, &mine, all, sizeof mine, err))
+        return tg_fail_context(err, "agreeing on a stop at step %lld", (long long)step);
+    for (int r = 0; r < c->replicas && !c->stop_with; r++) c->stop_with = all[r];
+    if (c->stop_with) {
+        pthread_mutex_lock(&c->lock);
+        c->stop_at = step;
+        pthread_mutex_unlock(&c->lock);
+    }
+    return 0;
 }
 
 /* ZeRO-1's slices (AdamW's m and v) of every rank gathered; rank 0 (ck not NULL) adds the
@@ -75,7 +91,8 @@ static int world_parts(run_checkpoints *c, tg_trainer *t, tg_checkpoint *ck, tg_
         uint8_t *mine = tg_malloc(bytes), *all = tg_malloc(bytes * (size_t)c->replicas);
         rc = mine && all ? 0 : tg_fail(err, "out of memory gathering %s for the checkpoint", x->name);
         if (!rc) rc = tg_trainer_read(t, sliced[k], mine, err);
-        if (!rc) rc = c->gather(c->gather_ctx, mine, all, bytes, err);
+        if (!rc && c->gather(c->gather_ctx, mine, all, bytes, err))
+            rc = tg_fail_context(err, "checkpoint at step %d: gathering %s from the ranks", t->steps_done, x->name);
         for (int r = 1; ck && r < c->replicas && !rc; r++) {
             void *part = tg_malloc(bytes);
             if (!part) rc = tg_fail(err, "out of memory gathering %s for the checkpoint", x->name);

@@ -30,11 +30,22 @@ typedef struct run_checkpoints {
     int32_t part_step[TG_MAX_DATA_PARALLEL]; /* the step of the part handed over; -1: none */
     run_checkpoints_gather gather;           /* rank processes: parts travel through it */
     void *gather_ctx;
+    int agree_every;        /* rank processes: the steps between their agreements on a stop */
+    int stop_with;          /* rank processes: the signal of the stop agreed on (0: none) */
 } run_checkpoints;
 
 /* Rank processes of a launched world (cli/launch.h) hand their parts to rank 0 through
- * their communicator instead: every rank calls it at every checkpoint step. */
-void run_checkpoints_use_world(run_checkpoints *c, run_checkpoints_gather gather, void *ctx);
+ * their communicator instead: every rank calls it at every checkpoint step. They agree on
+ * the step a stop request stops them at through it too, every `agree_every` steps
+ * (run_checkpoints_world_stop). */
+void run_checkpoints_use_world(run_checkpoints *c, run_checkpoints_gather gather, void *ctx, int agree_every);
+/* Rank processes, every rank at the same steps with no step in flight: at a multiple of
+ * agree_every and at the run's end (`step` of `total`), gathers every rank's stop request
+ * (*stop_signal); when any rank has one, the run stops at this step on every rank
+ * (run_checkpoints_stop_step), and stop_with is the first such rank's signal. A rank's own
+ * request never chooses a stop step alone: the ranks would each choose their own. 0, or -1
+ * when the gather failed. */
+int run_checkpoints_world_stop(run_checkpoints *c, int64_t step, int64_t total, tg_err *err);
 
 /* Checkpoints into `dir` for a run of `plan` starting at start_step (0, or the step
  * resumed from); a stop is requested once *stop_signal is nonzero. */

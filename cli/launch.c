@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -85,10 +86,38 @@ char **launch_argv_without_nproc(int argc, char *const argv[]) {
     return out;
 }
 
-/* The signal that stopped the supervisor, forwarded to the ranks (0: none). */
-static volatile sig_atomic_t g_forward;
+char *launch_self_path(const char *link, tg_err *err) {
+    char *exe = realpath(link, NULL); /* sized by the path itself */
+    if (!exe) tg_fail(err, "cannot find this program's file (%s): %s", link, strerror(errno));
+    return exe;
+}
 
-static void on_stop(int sig) { g_forward = sig; }
+/* The signals that came to stop the supervisor, to pass on to the ranks: the last one, how
+ * many came, and whether the last came from the terminal, which sent it to the ranks too
+ * (they share its process group). */
+static volatile sig_atomic_t g_forward, g_signals, g_from_tty;
+
+static void on_stop(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    g_forward = sig, g_from_tty = info && info->si_code == SI_KERNEL;
+    g_signals++;
+}
+
+/* SIGINT and SIGTERM to on_stop (the old actions into old[0], old[1]), none come yet. */
+static void catch_stops(struct sigaction old[2]) {
+    struct sigaction sa = {.sa_sigaction = on_stop, .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    g_forward = 0, g_signals = 0, g_from_tty = 0;
+    sigaction(SIGINT, &sa, &old[0]);
+    sigaction(SIGTERM, &sa, &old[1]);
+}
+
+static void restore_stops(const struct sigaction old[2]) {
+    sigaction(SIGINT, &old[0], NULL);
+    sigaction(SIGTERM, &old[1], NULL);
+}
+
+int launch_stopped_by(void) { return g_signals ? g_forward : 0; }
 
 /* How a rank ended, for the message. */
 static void describe_end(int status, char *out, size_t cap) {
@@ -115,10 +144,8 @@ int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s)
         fprintf(stderr, "tunegraph: no free TCP port on 127.0.0.1 for the ranks' bootstrap: %s\n", strerror(errno));
         return 1;
     }
-    struct sigaction sa = {.sa_handler = on_stop}, old_int, old_term;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    struct sigaction old[2];
+    catch_stops(old);
     fflush(stdout);
     fflush(stderr);
     int started = 0, status = 0;
@@ -147,11 +174,10 @@ int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s)
     double stop_since = status ? tg_wall_s() : -1;
     if (status) signal_live(pid, live, nproc, SIGTERM);
     for (int alive = started; alive > 0;) {
-        if (g_forward && !forwarded) {
-            signal_live(pid, live, nproc, g_forward);
-            forwarded = 1;
-            if (stop_since < 0) stop_since = tg_wall_s();
-        }
+        /* A stop passed on: the ranks stop (at a checkpoint, where the run writes them),
+         * however long that takes; a second signal ends them at once. */
+        for (; forwarded < g_signals; forwarded++)
+            if (!g_from_tty || forwarded) signal_live(pid, live, nproc, g_forward);
         int st;
         pid_t p = waitpid(-1, &st, WNOHANG);
         if (p > 0) {
@@ -159,7 +185,8 @@ int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s)
             while (r < nproc && pid[r] != p) r++;
             if (r == nproc) continue; /* not a rank */
             live[r] = 0, alive--;
-            if ((!WIFEXITED(st) || WEXITSTATUS(st)) && !failed && !forwarded) {
+            const int as_asked = forwarded && WIFSIGNALED(st) && WTERMSIG(st) == g_forward;
+            if ((!WIFEXITED(st) || WEXITSTATUS(st)) && !failed && !as_asked) {
                 char how[96];
                 describe_end(st, how, sizeof how);
                 fprintf(stderr, "tunegraph: rank %d of %d (pid %d) %s; stopping the other ranks\n", r, nproc, (int)p,
@@ -184,9 +211,60 @@ int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s)
         }
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    restore_stops(old);
     free(pid), free(live);
-    if (forwarded) return 128 + g_forward;
-    return failed ? 1 : 0;
+    if (failed) return 1;
+    return forwarded ? 128 + g_forward : 0;
+}
+
+int launch_mpirun(char *const argv[], int nproc) {
+    int report[2]; /* the child's errno when the exec fails; closed by a successful one */
+    if (pipe2(report, O_CLOEXEC)) {
+        fprintf(stderr, "tunegraph: cannot start mpirun for --nproc %d: %s\n", nproc, strerror(errno));
+        return 1;
+    }
+    struct sigaction old[2];
+    catch_stops(old);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t p = fork();
+    if (p == 0) {
+        close(report[0]);
+        signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+        /* Out of the terminal's process group: mpirun ends the job at once on a SIGINT or
+         * SIGTERM of its own, so the terminal's reach the supervisor alone, which passes
+         * them on as signals mpirun forwards. */
+        setpgid(0, 0);
+        execvp(argv[0], argv);
+        const int e = errno;
+        (void)!write(report[1], &e, sizeof e);
+        _exit(127);
+    }
+    close(report[1]);
+    int e = 0;
+    ssize_t got = 0;
+    if (p > 0)
+        while ((got = read(report[0], &e, sizeof e)) < 0 && errno == EINTR) continue;
+    else
+        e = errno, got = sizeof e;
+    close(report[0]);
+    if (got == sizeof e) {
+        if (p > 0) waitpid(p, NULL, 0);
+        restore_stops(old);
+        const char *path = getenv("PATH");
+        fprintf(stderr, "tunegraph: --nproc %d --device cpu runs the ranks under mpirun, which cannot be run: %s (PATH "
+                        "%s; Open MPI's openmpi-bin has it)\n",
+                nproc, strerror(e), path ? path : "unset");
+        return 1;
+    }
+    int st = 0, passed = 0;
+    for (;;) {
+        for (; passed < g_signals; passed++) kill(p, g_forward == SIGINT ? SIGUSR2 : SIGUSR1);
+        const pid_t w = waitpid(p, &st, WNOHANG);
+        if (w == p || (w < 0 && errno != EINTR)) break;
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    restore_stops(old);
+    if (passed) return 128 + g_forward;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -36,10 +36,28 @@ int launch_free_port(void);
  * with RANK=r, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
  * MASTER_PORT and NCCL_COMM_ID (a free port) set, and waits for them. When one exits
  * non-zero or by a signal, the message names its rank and cause, the others get SIGTERM
- * and, after grace_s, SIGKILL; a SIGINT or SIGTERM to the supervisor goes to every rank.
- * Returns the exit status for the supervisor: 0 when every rank ended with 0, else 1
- * (or 128 + the signal that stopped the supervisor). */
+ * and, after grace_s, SIGKILL. A SIGINT or SIGTERM to the supervisor goes to every rank
+ * (not again where the terminal sent it to them too), which then stop as they do (at a
+ * checkpoint, where the run writes them), however long it takes; ranks ending by it are
+ * no failure, and a second signal is passed on too. Returns the exit status for the
+ * supervisor: 0 when every rank ended with 0, 1 when one failed, else 128 + the signal
+ * that stopped the supervisor. */
 int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s);
+
+/* Runs mpirun (argv[0], found on PATH) with `argv` for --nproc N CPU ranks, in a process
+ * group of its own, and waits for it. A SIGINT or SIGTERM to the supervisor goes to the
+ * ranks as SIGUSR2 or SIGUSR1, which mpirun forwards (its own SIGINT and SIGTERM end the
+ * job at once) and a rank takes as the signal it stands for (cli/main.c). Returns mpirun's
+ * exit status (128 + its signal), 128 + the signal that stopped the supervisor, or 1 when
+ * mpirun cannot be run, saying why and where it was looked for. */
+int launch_mpirun(char *const argv[], int nproc);
+
+/* The signal launch_ranks or launch_mpirun last passed on to the ranks (0: none). */
+int launch_stopped_by(void);
+
+/* realpath(link) (this program's file from "/proc/self/exe"), malloc'd; NULL with a
+ * message naming the link and the cause when it cannot be resolved. */
+char *launch_self_path(const char *link, tg_err *err);
 
 /* argv (NULL-terminated) without "--nproc N" (every occurrence); NULL when out of memory.
  * Free the array only (the strings are argv's). */

@@ -400,6 +400,7 @@ int tg_trainer_open(tg_trainer *t, const tg_plan *plan, const tg_trainer_options
     t->handed = -1;
     t->stop_at = -1;
     t->checkpoint_every = run->checkpoint_every;
+    t->drain_every = opts ? opts->drain_every : 0;
     /* The executor opens on the last bucket (the plan itself); so do the buffers. */
     t->bucket = train->n_buckets > 1 ? train->n_buckets - 1 : 0;
     for (int k = 0; k < TG_TRAINER_STAGING_MAX; k++) t->staging_bucket[k] = t->bucket;
@@ -680,14 +681,17 @@ static int same_bucket_run(const tg_trainer *t, int k) {
 }
 
 /* The count no start may pass: the schedule's end, the step the run stops at, and the next
- * checkpoint step above the steps handed out (none is then in flight when it is taken). */
+ * checkpoint step (and multiple of drain_every) above the steps handed out (none is then in
+ * flight when it is taken). */
 static int64_t launch_limit(const tg_trainer *t) {
     int64_t limit = t->total_steps;
     if (t->stop_at >= 0 && t->stop_at < limit) limit = t->stop_at;
-    if (t->checkpoint_every > 0) {
-        const int64_t next = (t->returned / t->checkpoint_every + 1) * t->checkpoint_every;
-        if (next < limit) limit = next;
-    }
+    const int32_t every[2] = {t->checkpoint_every, t->drain_every};
+    for (int k = 0; k < 2; k++)
+        if (every[k] > 0) {
+            const int64_t next = (t->returned / every[k] + 1) * every[k];
+            if (next < limit) limit = next;
+        }
     return limit;
 }
 

@@ -56,6 +56,9 @@ typedef struct tg_trainer_options {
     int eval_only;          /* with load_data: the eval set alone (no training data, no steps) */
     tg_launch_gate launch_gate; /* NULL: none */
     void *gate_ctx;
+    /* > 0: tg_trainer_step also starts no step past the next multiple of it, so that no
+     * step is in flight there (rank processes agree there on whether to stop: cli/main.c). */
+    int32_t drain_every;
 } tg_trainer_options;
 
 typedef struct tg_step_stats {
@@ -155,6 +158,7 @@ typedef struct tg_trainer {
      * (the plan's) above `returned`, so that a checkpoint is taken with no step in flight. */
     int64_t stop_at;
     int32_t checkpoint_every;
+    int32_t drain_every;    /* tg_trainer_options' */
     tg_launch_gate gate;
     void *gate_ctx;
     uint64_t train_hash;        /* of the training examples, once computed (train_hashed) */

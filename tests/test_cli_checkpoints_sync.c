@@ -86,6 +86,23 @@ static int open_trained(trained *t, const char *dir, int steps) {
     return 1;
 }
 
+/* A tiny-bert trainer after `steps` steps and checkpoints every step into dir/ck (ck_dir)
+ * for 2 replicas with ZeRO-1 parts: 1, or 0 with the failure CHECKed. */
+static int open_checkpointing(trained *t, run_checkpoints *c, volatile sig_atomic_t *stop, char *ck_dir, size_t cap,
+                              int steps) {
+    const char *dir = tg_test_tmpdir();
+    if (!open_trained(t, dir, steps)) return 0;
+    snprintf(ck_dir, cap, "%s/ck", dir);
+    if (!CHECK(tg_checkpoint_dir_prepare(ck_dir, &(tg_err){{0}}) == 0, "folder %s", ck_dir)) {
+        tg_trainer_close(&t->tr);
+        tg_plan_free(&t->plan);
+        return 0;
+    }
+    init_for(c, 1, 2, 1, 0, stop);
+    c->dir = ck_dir;
+    return 1;
+}
+
 typedef struct writing {
     run_checkpoints *c;
     tg_trainer *tr;
@@ -130,16 +147,11 @@ static void hand(run_checkpoints *c, int r, int32_t step) {
  * late one; a part of another step is refused, naming both steps; a trainer with steps in
  * flight cannot hand over or write. */
 TG_TEST(test_cli_checkpoints_parts) {
-    const char *dir = tg_test_tmpdir();
     trained t;
-    if (!open_trained(&t, dir, 3)) return;
     volatile sig_atomic_t stop = 0;
     run_checkpoints c;
     char ck_dir[700];
-    snprintf(ck_dir, sizeof ck_dir, "%s/ck", dir);
-    REQUIRE(tg_checkpoint_dir_prepare(ck_dir, &(tg_err){{0}}) == 0, "folder");
-    init_for(&c, 1, 2, 1, 0, &stop);
-    c.dir = ck_dir;
+    if (!open_checkpointing(&t, &c, &stop, ck_dir, sizeof ck_dir, 3)) return;
 
     /* Replica 1's part comes after replica 0 has begun to wait for it. */
     writing w = {.c = &c, .tr = &t.tr};
@@ -238,16 +250,11 @@ static void *wait_for_claim(void *arg) {
 
 /* Replica 0 taking a part wakes the replica waiting for it to be taken. */
 TG_TEST(test_cli_checkpoints_taking_a_part_wakes_its_replica) {
-    const char *dir = tg_test_tmpdir();
     trained t;
-    if (!open_trained(&t, dir, 2)) return;
     volatile sig_atomic_t stop = 0;
     run_checkpoints c;
     char ck_dir[700];
-    snprintf(ck_dir, sizeof ck_dir, "%s/ck", dir);
-    REQUIRE(tg_checkpoint_dir_prepare(ck_dir, &(tg_err){{0}}) == 0, "folder");
-    init_for(&c, 1, 2, 1, 0, &stop);
-    c.dir = ck_dir;
+    if (!open_checkpointing(&t, &c, &stop, ck_dir, sizeof ck_dir, 2)) return;
     hand(&c, 1, 2);
     part_waiter w = {.c = &c};
     pthread_t th;
@@ -269,6 +276,75 @@ TG_TEST(test_cli_checkpoints_taking_a_part_wakes_its_replica) {
     pthread_cond_broadcast(&c.changed);
     pthread_mutex_unlock(&c.lock);
     pthread_join(th, NULL);
+    run_checkpoints_free(&c);
+    tg_trainer_close(&t.tr);
+    tg_plan_free(&t.plan);
+}
+
+/* A world's gather played here: it fails, naming `failing`'s cause, or hands every rank
+ * `flags[r]` (4 bytes each), counting its calls. */
+typedef struct fake_world {
+    int calls, fail;
+    int32_t flags[4];
+} fake_world;
+
+static int fake_gather(void *ctx, const void *mine, void *all, size_t bytes, tg_err *err) {
+    fake_world *w = ctx;
+    w->calls++;
+    if (w->fail) return tg_fail(err, "rank 1: the gather's peer is gone");
+    if (bytes == sizeof(int32_t)) {
+        memcpy(all, w->flags, sizeof w->flags);
+        memcpy(all, mine, bytes); /* rank 0's own */
+    }
+    return 0;
+}
+
+/* Rank processes: a ZeRO-1 part that cannot be gathered fails the checkpoint (rank 0's
+ * write and another rank's hand-over alike) naming the step, the tensor and the cause; the
+ * stop agreement gathers at its steps and at the end only, stops every rank at that step
+ * with the first rank's signal when any asked, and names a failed gather. */
+TG_TEST(test_cli_checkpoints_world_gather) {
+    trained t;
+    volatile sig_atomic_t stop = 0;
+    run_checkpoints c;
+    char ck_dir[700];
+    if (!open_checkpointing(&t, &c, &stop, ck_dir, sizeof ck_dir, 3)) return;
+    fake_world w = {.fail = 1};
+    run_checkpoints_use_world(&c, fake_gather, &w, 4);
+    CHECK(c.agree_every == 4 && c.stop_with == 0, "agree every %d", c.agree_every);
+    char *path = (char *)"unset";
+    tg_err err = {{0}};
+    static const char want[] = "checkpoint at step 3: gathering optim.m from the ranks: rank 1: the gather's peer is gone";
+    CHECK(run_checkpoints_write(&c, &t.tr, &path, &err) == -1 && !path && !strcmp(err.msg, want), "write: %s", err.msg);
+    CHECK(run_checkpoints_hand_over(&c, &t.tr, &err) == -1 && !strcmp(err.msg, want), "hand-over: %s", err.msg);
+    CHECK(run_checkpoints_world_stop(&c, 8, 20, &err) == -1 &&
+              !strcmp(err.msg, "agreeing on a stop at step 8: rank 1: the gather's peer is gone"),
+          "agreement: %s", err.msg);
+
+    /* A request of this rank's alone chooses no stop step; the agreement does. */
+    w = (fake_world){0};
+    stop = SIGINT;
+    CHECK(run_checkpoints_stop_step(&c) == -1, "a rank's own request chose a stop step");
+    stop = 0;
+    CHECK(run_checkpoints_world_stop(&c, 5, 20, &err) == 0 && w.calls == 0, "a gather between agreement steps");
+    CHECK(run_checkpoints_world_stop(&c, 8, 20, &err) == 0 && w.calls == 1 && run_checkpoints_stop_step(&c) == -1,
+          "nobody asked: stop step %lld", (long long)run_checkpoints_stop_step(&c));
+    w.flags[1] = SIGTERM;
+    CHECK(run_checkpoints_world_stop(&c, 9, 10, &err) == 0 && w.calls == 1, "a gather between agreement steps");
+    CHECK(run_checkpoints_world_stop(&c, 10, 10, &err) == 0 && w.calls == 2 && run_checkpoints_stop_step(&c) == 10 &&
+              c.stop_with == SIGTERM,
+          "rank 1 asked at the end: stop step %lld, signal %d", (long long)run_checkpoints_stop_step(&c), c.stop_with);
+    CHECK(run_checkpoints_world_stop(&c, 12, 20, &err) == 0 && w.calls == 2, "agreed again after the stop");
+    run_checkpoints_free(&c);
+
+    /* Rank 0's own request first: its signal; the default cadence is every step. */
+    init_for(&c, 1, 2, 1, 0, &stop);
+    run_checkpoints_use_world(&c, fake_gather, &w, 0);
+    stop = SIGINT;
+    CHECK(c.agree_every == 1 && run_checkpoints_world_stop(&c, 3, 20, &err) == 0 && run_checkpoints_stop_step(&c) == 3 &&
+              c.stop_with == SIGINT,
+          "rank 0 asked: every %d, stop step %lld, signal %d", c.agree_every, (long long)run_checkpoints_stop_step(&c),
+          c.stop_with);
     run_checkpoints_free(&c);
     tg_trainer_close(&t.tr);
     tg_plan_free(&t.plan);

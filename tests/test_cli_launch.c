@@ -5,15 +5,18 @@
  * shell scripts in place of tunegraph. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/clock.h"
 #include "cli/launch.h"
+#include "models/safetensors.h"
 #include "runtime/comm.h"
 #include "runtime/executor.h"
 #include "tests/harness.h"
@@ -325,6 +328,54 @@ static pid_t marked_process(const char *mark, int rank, int *count) {
     return found;
 }
 
+/* The suite's CLI started as a process with `args` (after the program's name) and
+ * `mark` in its environment (which its ranks inherit), TUNEGRAPH_STEP_TIMEOUT_S=timeout_s
+ * and MPI as MPI_TEST_ENV sets it, its stdout and stderr into `log`: its pid, or -1. */
+static pid_t start_marked(char *mark, const char *timeout_s, const char *log, char *const args[]) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t run = fork();
+    if (run == 0) {
+        putenv(mark);
+        setenv("TUNEGRAPH_STEP_TIMEOUT_S", timeout_s, 1);
+        setenv("LSAN_OPTIONS", "suppressions=tests/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0", 1);
+        setenv("OMPI_MCA_btl", "self,vader", 1), setenv("OMPI_MCA_pml", "ob1", 1);
+        const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO), close(fd);
+        char *argv[40] = {(char *)tg_test_cli()};
+        for (int k = 0; args[k] && k < 38; k++) argv[k + 1] = args[k];
+        execv(tg_test_cli(), argv);
+        _exit(127);
+    }
+    return run;
+}
+
+/* Waits up to limit_s for `run` to end (killing it past that): its wait status into
+ * *status, the seconds it took from t0 (-1 when it had to be killed). */
+static double wait_ended(pid_t run, double t0, double limit_s, int *status) {
+    double took = -1;
+    for (;;) {
+        const pid_t done = waitpid(run, status, WNOHANG);
+        took = tg_wall_s() - t0;
+        if (done == run) return took;
+        if (took > limit_s) break;
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    kill(run, SIGKILL);
+    waitpid(run, status, 0);
+    return -1;
+}
+
+/* How many processes marked `mark` are left, half a second on; they are killed (nothing may
+ * outlive the test). */
+static int left_running(const char *mark) {
+    nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
+    int count = 0, n;
+    marked_process(mark, -1, &count);
+    for (pid_t p; count && (p = marked_process(mark, -1, &n));) kill(p, SIGKILL), waitpid(p, NULL, WNOHANG);
+    return count;
+}
+
 /* A run of 2 CPU ranks under mpirun (`run --nproc 2 --device cpu`) whose rank 1 is killed
  * (SIGKILL) or stopped (SIGSTOP) mid-run ends, every rank with it, within `at_most_s`, with
  * a message; the time to exit is printed. */
@@ -333,21 +384,10 @@ static void rank_fault(int sig, const char *timeout_s, double at_most_s, const c
     snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
     snprintf(log, sizeof log, "%s/fault.log", dir);
     snprintf(mark, sizeof mark, "TG_TEST_FAULT_MARK=%d-%d", (int)getpid(), sig);
-    fflush(stdout);
-    fflush(stderr);
-    const pid_t run = fork();
+    char *args[] = {"run", "examples/demo-classify.job", "--set", "steps=1000000", "--set", "batch=4", "--set",
+                    "seq=16", "--set", "log_every=100", "--device", "cpu", "--nproc", "2", NULL};
+    const pid_t run = start_marked(mark, timeout_s, log, args);
     REQUIRE(run >= 0, "fork");
-    if (run == 0) {
-        putenv(mark);
-        setenv("TUNEGRAPH_STEP_TIMEOUT_S", timeout_s, 1);
-        setenv("LSAN_OPTIONS", "suppressions=tests/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0", 1);
-        setenv("OMPI_MCA_btl", "self,vader", 1), setenv("OMPI_MCA_pml", "ob1", 1);
-        const int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO), close(fd);
-        execl(tg_test_cli(), tg_test_cli(), "run", "examples/demo-classify.job", "--set", "steps=1000000", "--set",
-              "batch=4", "--set", "seq=16", "--set", "log_every=100", "--device", "cpu", "--nproc", "2", (char *)NULL);
-        _exit(127);
-    }
     /* Rank 1 up and training: its process, then a second for its steps. */
     pid_t victim = 0;
     int count = 0;
@@ -359,26 +399,12 @@ static void rank_fault(int sig, const char *timeout_s, double at_most_s, const c
     int status = -1;
     double took = -1;
     if (CHECK(victim > 0, "rank 1 never started (%s)", log)) {
-        const double t0 = tg_wall_s();
         kill(victim, sig);
-        for (;;) {
-            const pid_t done = waitpid(run, &status, WNOHANG);
-            took = tg_wall_s() - t0;
-            if (done == run || took > 120) break;
-            nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-        }
+        took = wait_ended(run, tg_wall_s(), 120, &status);
+    } else {
+        wait_ended(run, tg_wall_s(), 0, &status);
     }
-    if (took < 0 || took > 120) { /* not ended: the test ends it */
-        kill(run, SIGKILL);
-        waitpid(run, &status, 0);
-    }
-    nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
-    marked_process(mark, -1, &count);
-    if (count) { /* left running: a failure, and nothing may outlive the test */
-        pid_t p;
-        int n;
-        while ((p = marked_process(mark, -1, &n))) kill(p, SIGKILL), waitpid(p, NULL, WNOHANG);
-    }
+    count = left_running(mark);
     char *said = tg_test_read_file(log, NULL);
     printf("  (2 CPU ranks, SIG%s to rank 1: every rank ended %.2f s after it)\n", sig == SIGKILL ? "KILL" : "STOP", took);
     CHECK(took >= 0 && took < at_most_s && WIFEXITED(status) && WEXITSTATUS(status) != 0 && count == 0,
@@ -453,4 +479,248 @@ TG_TEST(test_cli_nproc_zero_checkpoints) {
         return;
     }
     zero_checkpoints_match_threads("cpu");
+}
+
+/* This program's file: resolved, or a message naming the link and the cause. */
+TG_TEST(test_launch_self_path) {
+    tg_err err = {{0}};
+    char *exe = launch_self_path("/proc/self/exe", &err);
+    CHECK(exe && exe[0] == '/', "this program's file: %s", exe ? exe : err.msg);
+    free(exe);
+    char link[700];
+    snprintf(link, sizeof link, "%s/gone/exe", tg_test_tmpdir());
+    CHECK(launch_self_path(link, &err) == NULL, "a link that leads nowhere resolved");
+    char want[900];
+    snprintf(want, sizeof want, "cannot find this program's file (%s): No such file or directory", link);
+    CHECK(!strcmp(err.msg, want), "message: %s", err.msg);
+}
+
+/* A SIGTERM to the supervisor goes to every rank, which may take its time to stop (past
+ * the grace, which is for failures) and end by it: no failure is reported, and the
+ * supervisor's status is the signal's. */
+TG_TEST(test_launch_ranks_pass_on_a_stop) {
+    char script[1200], dir[512];
+    snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    snprintf(script, sizeof script,
+             "trap 'kill $!; sleep 0.5; echo stopped > %s/stopped-$RANK; trap - TERM; kill -TERM $$' TERM; "
+             "sleep 30 & [ $RANK = 1 ] && kill -TERM $PPID; wait",
+             dir);
+    double took;
+    char *said = NULL;
+    const int rc = supervise(dir, script, 3, 0.1, &took, &said);
+    CHECK(rc == 128 + SIGTERM && launch_stopped_by() == SIGTERM && took < 10, "status %d (stopped by %d) after %.2f s: %s",
+          rc, launch_stopped_by(), took, said ? said : "");
+    CHECK(said && !strstr(said, "stopping the other ranks") && !strstr(said, "killed"), "the supervisor said: %s",
+          said ? said : "(none)");
+    for (int r = 0; r < 3; r++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/stopped-%d", dir, r);
+        char *text = tg_test_read_file(path, NULL);
+        CHECK(text && !strcmp(text, "stopped\n"), "rank %d did not stop as asked", r);
+        free(text);
+    }
+    free(said);
+}
+
+/* mpirun's stand-in: a SIGTERM or SIGINT to the supervisor reaches it as SIGUSR1 or SIGUSR2
+ * (signals mpirun forwards to the ranks); its own exit status is the supervisor's. (mpirun
+ * not on PATH: tests/test_cli_main_errors.c.) */
+TG_TEST(test_launch_mpirun_passes_signals_on) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    static const struct {
+        int sig;
+        const char *got;
+    } cases[] = {{SIGTERM, "USR1"}, {SIGINT, "USR2"}};
+    for (int k = 0; k < 2; k++) {
+        char script[1200];
+        snprintf(script, sizeof script,
+                 "trap 'kill $!; echo USR1 > %s/got; exit 0' USR1; trap 'kill $!; echo USR2 > %s/got; exit 0' USR2; "
+                 "sleep 30 & "
+                 "kill -%s $PPID; wait",
+                 dir, dir, cases[k].sig == SIGTERM ? "TERM" : "INT");
+        char *argv[] = {"sh", "-c", script, NULL};
+        const int rc = launch_mpirun(argv, 2);
+        char path[700];
+        snprintf(path, sizeof path, "%s/got", dir);
+        char *text = tg_test_read_file(path, NULL);
+        CHECK(rc == 128 + cases[k].sig && launch_stopped_by() == cases[k].sig && text && !strncmp(text, cases[k].got, 4),
+              "signal %d: status %d, the stand-in got %s", cases[k].sig, rc, text ? text : "nothing");
+        free(text);
+        remove(path);
+    }
+    char *argv[] = {"sh", "-c", "exit 3", NULL};
+    CHECK(launch_mpirun(argv, 2) == 3 && launch_stopped_by() == 0, "a stand-in's own status");
+}
+
+/* The folder's one checkpoint file: its step (-1: none, -2: more than one). */
+static int only_checkpoint(const char *folder) {
+    DIR *d = opendir(folder);
+    int step = -1;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int s = -1;
+        if (sscanf(e->d_name, "step-%d.tgckpt", &s) != 1) continue;
+        step = step == -1 ? s : -2;
+    }
+    if (d) closedir(d);
+    return step;
+}
+
+/* How many times `what` occurs in `text`. */
+static int occurrences(const char *text, const char *what) {
+    int n = 0;
+    for (const char *at = text; at && (at = strstr(at, what)); at += strlen(what)) n++;
+    return n;
+}
+
+/* `run --nproc 2 --device cpu` (ZeRO-1) whose supervisor gets SIGTERM mid-run: every rank
+ * stops at one step, rank 0 alone writes the one checkpoint there (every rank's optimizer
+ * slice gathered into it) and says so, every process ends, the supervisor by the signal;
+ * ranks resumed from that checkpoint end with the uninterrupted run's weights, byte for
+ * byte. */
+TG_TEST(test_cli_nproc_cpu_stop_by_signal) {
+    if (tg_test_device() || !tg_cpu_comm_mpi_built()) {
+        printf("  (skipped: %s)\n", tg_test_device() ? "the CPU ranks' test" : "this build has no MPI");
+        return;
+    }
+    enum { STEPS = 600 };
+    char dir[512], log[700], args[2048], mark[64], steps[32], ck[700], full[700], resumed[700];
+    snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    snprintf(steps, sizeof steps, "steps=%d", STEPS);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(full, sizeof full, "%s/full.st", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.st", dir);
+    const char *common = "examples/demo-classify.job --set batch=4 --set seq=16 --set warmup_steps=1 --set zero_stage=1 "
+                         "--set log_every=1 --device cpu --nproc 2";
+    snprintf(args, sizeof args, "run %s --set %s --save %s", common, steps, full);
+    snprintf(log, sizeof log, "%s/full.log", dir);
+    char *said = NULL;
+    if (!CHECK(cli_process(args, log) == 0, "%s: %s", args, (said = tg_test_read_file(log, NULL)) ? said : "")) {
+        free(said);
+        return;
+    }
+    /* Stopped once rank 0 has taken 5 steps. */
+    snprintf(log, sizeof log, "%s/stopped.log", dir);
+    snprintf(mark, sizeof mark, "TG_TEST_STOP_MARK=%d", (int)getpid());
+    char *run_args[] = {"run", "examples/demo-classify.job", "--set", "batch=4", "--set", "seq=16", "--set",
+                        "warmup_steps=1", "--set", "zero_stage=1", "--set", "log_every=1", "--device", "cpu",
+                        "--nproc", "2", "--set", steps, "--checkpoint-dir", ck, NULL};
+    const pid_t run = start_marked(mark, "60", log, run_args);
+    REQUIRE(run >= 0, "fork");
+    char want[64];
+    snprintf(want, sizeof want, "step 5/%d", STEPS);
+    int up = 0;
+    for (int k = 0; k < 1200 && !up; k++) {
+        char *text = tg_test_read_file(log, NULL);
+        up = text && strstr(text, want);
+        free(text);
+        if (!up) nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    }
+    int status = -1;
+    double took = -1;
+    if (CHECK(up, "rank 0 never took 5 steps (%s)", log)) {
+        kill(run, SIGTERM);
+        took = wait_ended(run, tg_wall_s(), 120, &status);
+    } else {
+        wait_ended(run, tg_wall_s(), 0, &status);
+    }
+    const int left = left_running(mark);
+    said = tg_test_read_file(log, NULL);
+    const int step = only_checkpoint(ck);
+    printf("  (2 CPU ranks, SIGTERM to the supervisor: stopped at step %d of %d, ended %.2f s after it)\n", step, STEPS,
+           took);
+    CHECK(took >= 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM && left == 0,
+          "the supervisor ended %s %d after %.2f s, %d processes left: %s", WIFSIGNALED(status) ? "by signal" : "with",
+          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), took, left, said ? said : "");
+    CHECK(step >= 5 && step < STEPS, "the checkpoint folder holds step %d (-1: none, -2: more than one)", step);
+    char line[1600];
+    snprintf(line, sizeof line,
+             "tunegraph: interrupted by SIGTERM after step %d of %d; checkpoint %s/step-%06d.tgckpt (resume with "
+             "--resume %s)\n",
+             step, STEPS, ck, step, ck);
+    CHECK(said && occurrences(said, "tunegraph: interrupted by") == 1 && strstr(said, line) &&
+              strstr(said, "tunegraph: SIGTERM: the 2 ranks stopped and have ended\n"),
+          "the output lacks rank 0's one line '%s' or the supervisor's: %s", line, said ? said : "(none)");
+    free(said);
+    if (step < 0) return;
+    snprintf(args, sizeof args, "run %s --set %s --resume %s --save %s", common, steps, ck, resumed);
+    snprintf(log, sizeof log, "%s/resumed.log", dir);
+    if (!CHECK(cli_process(args, log) == 0, "%s: %s", args, (said = tg_test_read_file(log, NULL)) ? said : "")) {
+        free(said);
+        return;
+    }
+    CHECK(same_bytes(full, resumed), "resumed from step %d, the ranks end with other weights than the uninterrupted "
+          "run's", step);
+}
+
+/* The weights of two safetensors files, every tensor of `a` with `b`'s of its name, as one
+ * vector: tg_rel_err's relative difference (INFINITY when they do not pair up). */
+static double weights_rel_err(const char *a, const char *b) {
+    tg_safetensors x, y;
+    tg_err err;
+    if (!CHECK(tg_st_open(a, &x, &err) == 0, "%s", err.msg)) return INFINITY;
+    if (!CHECK(tg_st_open(b, &y, &err) == 0, "%s", err.msg)) {
+        tg_st_close(&x);
+        return INFINITY;
+    }
+    int64_t n = 0;
+    for (int k = 0; k < x.n; k++) n += tg_st_numel(&x.entries[k]);
+    float *u = malloc((size_t)(n ? n : 1) * sizeof *u), *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    int paired = x.n == y.n && u && v;
+    int64_t at = 0;
+    for (int k = 0; k < x.n && paired; k++) {
+        const tg_st_entry *e = &x.entries[k], *f = NULL;
+        for (int j = 0; j < y.n && !f; j++)
+            if (!strcmp(y.entries[j].name, e->name)) f = &y.entries[j];
+        const int64_t m = tg_st_numel(e);
+        paired = f && tg_st_numel(f) == m && tg_st_read_f32(&x, e, u + at, m, &err) == 0 &&
+                 tg_st_read_f32(&y, f, v + at, m, &err) == 0;
+        at += m;
+    }
+    const double rel = paired ? tg_rel_err(u, v, n) : INFINITY;
+    free(u), free(v);
+    tg_st_close(&x), tg_st_close(&y);
+    return rel;
+}
+
+/* tiny-bert without dropout: each replica draws its own masks, one trainer others. */
+static const char no_dropout_bert[] =
+    "{\"architectures\": [\"BertForMaskedLM\"], \"attention_probs_dropout_prob\": 0.0, \"hidden_act\": \"gelu\", "
+    "\"hidden_dropout_prob\": 0.0, \"hidden_size\": 32, \"initializer_range\": 0.02, \"intermediate_size\": 64, "
+    "\"layer_norm_eps\": 1e-12, \"max_position_embeddings\": 64, \"model_type\": \"bert\", \"num_attention_heads\": 4, "
+    "\"num_hidden_layers\": 2, \"pad_token_id\": 0, \"type_vocab_size\": 2, \"vocab_size\": 128}";
+
+/* `run --nproc 2 --device cpu` (MPI) of `batch` rows a rank trains as one process on the
+ * whole batch of 2 x batch rows does, within the threads' tolerance against one trainer
+ * (tests/test_data_parallel.c: 1e-5 relative over the parameters on the CPU). */
+TG_TEST(test_cli_nproc_matches_one_process_on_the_whole_batch) {
+    if (tg_test_device() || !tg_cpu_comm_mpi_built()) {
+        printf("  (skipped: %s)\n", tg_test_device() ? "the CPU ranks' test" : "this build has no MPI");
+        return;
+    }
+    char dir[4096], model[4200], path[4300], args[9000], log[4300], procs[4300], one[4300];
+    REQUIRE(realpath(tg_test_tmpdir(), dir), "the test's folder"); /* PATH_MAX bytes */
+    snprintf(model, sizeof model, "%s/tiny-bert-no-dropout", dir);
+    snprintf(path, sizeof path, "%s/config.json", model);
+    REQUIRE(mkdir(model, 0755) == 0 && tg_test_write_file(path, no_dropout_bert) == 0, "%s", path);
+    snprintf(procs, sizeof procs, "%s/procs.st", dir);
+    snprintf(one, sizeof one, "%s/one.st", dir);
+    static const char *const runs[2] = {"--set batch=2 --nproc 2 --save %s", "--set batch=4 --save %s"};
+    for (int k = 0; k < 2; k++) {
+        char extra[4400];
+        snprintf(extra, sizeof extra, runs[k], k ? one : procs);
+        snprintf(args, sizeof args,
+                 "run examples/demo-classify.job --set model=%s --set steps=6 --set seq=16 --set warmup_steps=1 "
+                 "--device cpu %s",
+                 model, extra);
+        snprintf(log, sizeof log, "%s/run%d.log", dir, k);
+        char *said = NULL;
+        if (!CHECK(cli_process(args, log) == 0, "%s: %s", args, (said = tg_test_read_file(log, NULL)) ? said : "")) {
+            free(said);
+            return;
+        }
+    }
+    const double rel = weights_rel_err(procs, one);
+    CHECK(rel <= 1e-5, "2 ranks of 2 rows against one process of 4: parameters differ by %.3g (relative)", rel);
+    printf("  (2 CPU ranks against one process on the whole batch: %.3g relative)\n", rel);
 }

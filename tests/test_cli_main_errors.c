@@ -280,6 +280,19 @@ TG_TEST(test_cli_main_run_launched_ranks) {
         expect("run " DEMO " --set steps=1 --device cuda", 1, "tunegraph: rank 1 of 2: no GPU visible");
         unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("LOCAL_RANK");
     }
+    /* mpirun not on PATH: the message says so, naming the PATH. */
+    if (tg_cpu_comm_mpi_built()) {
+        char *const path = getenv("PATH") ? tg_strdup(getenv("PATH")) : NULL;
+        setenv("PATH", test_dir, 1);
+        char want[1200];
+        snprintf(want, sizeof want, "tunegraph: --nproc 2 --device cpu runs the ranks under mpirun, which cannot be run: "
+                 "No such file or directory (PATH %s; Open MPI's openmpi-bin has it)\n", test_dir);
+        tg_cli_run r = tg_test_cli_line(test_dir, "run " DEMO " --set steps=1 --nproc 2 --device cpu", NULL);
+        if (path) setenv("PATH", path, 1);
+        free(path);
+        CHECK(r.status == 1 && r.err && !strcmp(r.err, want), "mpirun not on PATH: %d, %s", r.status, r.err ? r.err : "");
+        tg_cli_run_free(&r);
+    }
     expect("run " DEMO " --nproc 0", 2, "--nproc needs a whole number from 1 to 64 (rank processes, one per GPU), got '0'");
     expect("run " DEMO " --nproc", 2, "--nproc needs a value");
 }
