@@ -14,7 +14,7 @@ int report_comm_timeline(const tg_plan *p, const tg_comm_timeline *c, FILE *metr
     int64_t bytes[TG_COMM_TIMELINE_MAX] = {0};
     int j = 0;
     for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
-        if (p->ops[o].kind == TG_OP_ALL_REDUCE) {
+        if (tg_op_is_sum(p->ops[o].kind)) { /* count and reduce_scatter begin with n */
             bytes[j] += p->ops[o].p.count.n * 4;
             if (j < TG_COMM_TIMELINE_MAX - 1) j++;
         }

@@ -580,10 +580,13 @@ static void bwd_span_loss(tg_graph *g, int index) {
 #define BACKWARD_SPAN_LOSS_BWD NULL
 #define BACKWARD_SCHEDULE NULL
 #define BACKWARD_GRAD_NORM NULL
+#define BACKWARD_GRAD_SQUARES NULL
+#define BACKWARD_NORM_OF_SQUARES NULL
 #define BACKWARD_ADAMW NULL
 #define BACKWARD_ADAN NULL
 #define BACKWARD_LOSS_SCALE_UPDATE NULL
 #define BACKWARD_ALL_REDUCE NULL
+#define BACKWARD_REDUCE_SCATTER NULL
 #define BACKWARD_ALL_GATHER NULL
 
 static const tg_backward_rule rules[] = {

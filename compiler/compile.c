@@ -129,9 +129,28 @@ static void build_optimizer(tg_graph *g) {
 
     /* Data parallelism sums the replicas' gradients in the backward (compiler/grad_buckets.c).
      * fp16: the gradients carry the loss scale; the norm is the unscaled gradients'. */
+    const int64_t slice = tg_zero_slice(j, n);
     tg_op_spec s = tg_spec(TG_OP_GRAD_NORM);
-    s.in[0] = g->io.grads_all, s.in[1] = g->io.loss_scale, s.out[0] = g->io.grad_norm;
-    s.p.count.n = n;
+    if (slice) {
+        /* ZeRO-1: each replica holds the sums of its own slice only, so its blocks' squares
+         * are summed over the replicas before the norm (plan/ops.def GRAD_SQUARES). */
+        int64_t blocks = (n + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK;
+        const int squares = tg_graph_tensor(g, "grad_squares", TG_F32, TG_POOL_WORKSPACE, 1, &blocks);
+        s = tg_spec(TG_OP_GRAD_SQUARES);
+        s.in[0] = g->io.grads_all, s.out[0] = squares;
+        s.p.squares = (tg_squares_params){.n = n, .slice = slice};
+        tg_graph_op(g, &s);
+        s = tg_spec(TG_OP_ALL_REDUCE);
+        s.in[0] = s.out[0] = squares;
+        s.p.count.n = blocks;
+        tg_graph_op(g, &s);
+        s = tg_spec(TG_OP_NORM_OF_SQUARES);
+        s.in[0] = squares;
+    } else {
+        s.in[0] = g->io.grads_all;
+        s.p.count.n = n;
+    }
+    s.in[1] = g->io.loss_scale, s.out[0] = g->io.grad_norm;
     tg_graph_op(g, &s);
 
     /* The norm first: a step with a non-finite gradient is skipped, uncounted (ops.def). */
@@ -151,7 +170,7 @@ static void build_optimizer(tg_graph *g) {
     /* ADAN's parameters begin with ADAMW's (plan/ops.h). */
     tg_adamw_params *a = &s.p.adamw;
     a->n = n;
-    a->zero_slice = tg_zero_slice(j, n); /* ZeRO-1: this replica's slice only */
+    a->zero_slice = slice; /* ZeRO-1: this replica's slice only */
     a->beta1 = j->beta1, a->beta2 = j->beta2, a->eps = j->eps, a->weight_decay = j->weight_decay;
     a->max_grad_norm = j->grad_clip;
     if (adan) s.p.adan.beta3 = j->beta3, s.p.adan.no_prox = j->no_prox;

@@ -19,6 +19,18 @@ static int64_t grad_write_end(const tg_graph *g, const tg_op *op) {
     return end;
 }
 
+/* The sum of n gradients from element `first` over the replicas, in the view t: an
+ * ALL_REDUCE, or with ZeRO-1 a REDUCE_SCATTER that brings each replica the sums of its own
+ * slice only (what its update reads). */
+static int sum_op(tg_graph *g, int t, int64_t first, int64_t n) {
+    const int64_t slice = tg_zero_slice(g->job, tg_tensor_numel(&g->tensors[g->io.grads_all]));
+    tg_op_spec s = tg_spec(slice ? TG_OP_REDUCE_SCATTER : TG_OP_ALL_REDUCE);
+    s.in[0] = s.out[0] = t;
+    if (slice) s.p.reduce_scatter = (tg_reduce_scatter_params){.n = n, .first = first, .slice = slice};
+    else s.p.count.n = n;
+    return tg_graph_op(g, &s);
+}
+
 /* grad_accumulation: the window's gradients are final only after its last micro-step, so
  * one sum of the whole buffer opens the optimizer phase (before the norm). */
 static int sum_before_update(tg_graph *g) {
@@ -27,10 +39,7 @@ static int sum_before_update(tg_graph *g) {
         if (g->ops[o].phase == TG_PHASE_OPTIMIZER) at = o;
     const int phase = g->phase;
     g->phase = TG_PHASE_OPTIMIZER;
-    tg_op_spec s = tg_spec(TG_OP_ALL_REDUCE);
-    s.in[0] = s.out[0] = g->io.grads_all;
-    s.p.count.n = tg_tensor_numel(&g->tensors[g->io.grads_all]);
-    const int added = tg_graph_op(g, &s);
+    const int added = sum_op(g, g->io.grads_all, 0, tg_tensor_numel(&g->tensors[g->io.grads_all]));
     g->phase = phase;
     if (added < 0) return -1;
     const tg_op sum = g->ops[g->n_ops - 1];
@@ -93,10 +102,7 @@ int tg_gradient_buckets(tg_graph *g) {
         if (t < 0) break;
         g->tensors[t].flags |= TG_TENSOR_VIEW;
         g->tensors[t].offset = (uint64_t)cut[k] * 4;
-        tg_op_spec s = tg_spec(TG_OP_ALL_REDUCE);
-        s.in[0] = s.out[0] = t;
-        s.p.count.n = len;
-        tg_graph_op(g, &s);
+        sum_op(g, t, cut[k], len);
         top = cut[k];
     }
     g->phase = phase;

@@ -157,7 +157,8 @@ int tg_plan_fixed_layout(tg_graph *g) {
 
 int64_t tg_zero_slice(const tg_job *job, int64_t elements) {
     if (!job || job->zero_stage < 1 || job->data_parallel < 2) return 0;
-    const int64_t n = job->data_parallel, align = TG_TENSOR_ALIGN / 2; /* elements: aligned for fp32 and bf16 */
+    /* Whole norm blocks (GRAD_SQUARES' shards), which also keeps fp32 and bf16 slices aligned. */
+    const int64_t n = job->data_parallel, align = TG_NORM_BLOCK;
     return ((elements + n - 1) / n + align - 1) / align * align;
 }
 

@@ -1,9 +1,11 @@
-/* ALL_REDUCE: the data-parallel replicas' sum of a tensor, in place, and ALL_GATHER (ZeRO-1):
- * every replica's slice of a tensor to every replica, in place, through NCCL on the op's
- * stream (captured into the step graph like any kernel launch). */
+/* ALL_REDUCE: the data-parallel replicas' sum of a tensor, in place; REDUCE_SCATTER (ZeRO-1):
+ * the sums of each replica's slice to that replica; ALL_GATHER (ZeRO-1): every replica's
+ * slice of a tensor to every replica, in place; through NCCL on the op's stream (captured
+ * into the step graph like any kernel launch). */
 #include <nccl.h>
 
 #include "kernels/cuda_common.cuh"
+#include "plan/op_meta.h"
 
 int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
     const int64_t n = a->op->p.count.n;
@@ -17,6 +19,29 @@ int tg_launch_all_reduce(const tg_cuda_op_args *a, tg_err *err) {
     if (r != ncclSuccess)
         return tg_fail(err, "ncclAllReduce of %lld floats failed: %s (%s)", (long long)n, ncclGetErrorString(r),
                        ncclGetLastError((ncclComm_t)a->ctx->nccl_comm));
+    return 0;
+}
+
+/* One ncclReduce per replica whose slice the view meets, rooted at that replica, in one NCCL
+ * group: each replica receives the sums of its own part (in place; NCCL leaves the others'
+ * parts of a non-root's buffer untouched, as the op says). */
+int tg_launch_reduce_scatter(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_reduce_scatter_params *p = &a->op->p.reduce_scatter;
+    if (p->n <= 0 || !a->ctx->nccl_comm || a->ctx->gemm_tune) return 0; /* as ALL_REDUCE's */
+    ncclComm_t comm = (ncclComm_t)a->ctx->nccl_comm;
+    float *x = (float *)a->out[0];
+    ncclResult_t r = ncclGroupStart();
+    for (int k = 0; k < a->ctx->ranks && r == ncclSuccess; k++) {
+        int64_t lo, len;
+        tg_slice_part(p->n, p->first, p->slice, k, &lo, &len);
+        if (len > 0) r = ncclReduce(x + lo, x + lo, (size_t)len, ncclFloat, ncclSum, k, comm, a->ctx->stream);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess) r = end;
+    if (r != ncclSuccess)
+        return tg_fail(err, "ncclReduce of the slices of %lld floats (from element %lld, slices of %lld) failed: %s (%s)",
+                       (long long)p->n, (long long)p->first, (long long)p->slice, ncclGetErrorString(r),
+                       ncclGetLastError(comm));
     return 0;
 }
 

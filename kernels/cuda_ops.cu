@@ -64,6 +64,8 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SPAN_LOSS_BWD, {{"Fdloss", "Tlogits", "Ipositions", "Fnorm"}, {"Tdlogits"}}},
     {TG_OP_SCHEDULE, {{"Fstep", "Ftotal_steps", "Fnorm"}, {"Flr", "Fstep_out"}}},
     {TG_OP_GRAD_NORM, {{"Fgrads", "Fscale"}, {"Fnorm"}}},
+    {TG_OP_GRAD_SQUARES, {{"Fgrads"}, {"Fsquares"}}},
+    {TG_OP_NORM_OF_SQUARES, {{"Fsquares", "Fscale"}, {"Fnorm"}}},
     {TG_OP_ADAMW, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Mm", "Mv", "Hparams_half"}}},
     {TG_OP_ADAN, {{"Fgrads", "Flr", "Fstep", "Fnorm", "Fscale"}, {"Fparams", "Mm_d", "Mv_gprev", "Hparams_half"}}},
     {TG_OP_LOSS_SCALE_UPDATE, {{"Fnorm", "Fscale", "Ftracker"}, {"Fscale_out", "Ftracker_out"}}},
@@ -77,6 +79,7 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SWIGLU, {{"Tgate_up", "Tup"}, {"Ty"}}},
     {TG_OP_SWIGLU_BWD, {{"Tdy", "Tgate_up", "Tup"}, {"Tdgate_up", "Tdup"}}},
     {TG_OP_ALL_REDUCE, {{"Fx"}, {"Fx"}}},
+    {TG_OP_REDUCE_SCATTER, {{"Fx"}, {"Fx"}}},
     {TG_OP_ALL_GATHER, {{"Ax", "Asrc"}, {"Ax"}}}, /* f32, 16-bit, or i32 ids (the word embedding's gather); the shape rule makes in1 x's dtype */
 };
 

@@ -50,6 +50,7 @@ typedef struct tg_cuda_ctx {
     void *nccl_comm;                /* ncclComm_t joining the data-parallel replicas, or NULL */
     void *cudnn;                    /* tg_cudnn_attention (kernels/cudnn_attention.h), or NULL: the own attention kernels */
     int rank;                       /* this replica's (0 for one): its ZeRO-1 slice */
+    int ranks;                      /* the replicas on nccl_comm (1 without one): a replica alone holds every slice */
 } tg_cuda_ctx;
 
 typedef struct tg_cuda_op_args {

@@ -1,12 +1,14 @@
-/* SCHEDULE, GRAD_NORM, BIAS_GRAD, ADAMW, ADAN.
+/* SCHEDULE, GRAD_NORM, GRAD_SQUARES, NORM_OF_SQUARES, BIAS_GRAD, ADAMW, ADAN.
  *
  * Everything a captured step needs from the previous step (step counter, total, lr,
  * norm) is read from device memory inside the kernels, never on the host.
  *
  * SCHEDULE is one thread doing the CPU's double arithmetic (in0 and out1 alias).
- * GRAD_NORM is two-stage and deterministic: a fixed grid (independent of the device)
- * of blocks each writes a double partial sum of squares over a fixed grid-stride slice
- * to scratch; one block adds the partials in a fixed tree and writes the sqrt.
+ * GRAD_NORM is two-stage and deterministic: one CUDA block per TG_NORM_BLOCK gradients
+ * writes that block's sum of squares (double, rounded to float) to scratch; one block adds
+ * them in double in a fixed order and writes the sqrt. GRAD_SQUARES is the first stage
+ * into a tensor (ZeRO-1: a replica's own blocks), NORM_OF_SQUARES the second, so that the
+ * norm from ZeRO-1's shards equals GRAD_NORM's bit for bit.
  * BIAS_GRAD is the two-stage column sum of kernels/column_sums.cuh (LayerNorm's dgamma /
  * dbeta column stages have the same shape): 64-column x 128-row stripes read as 16-byte
  * vectors, double partials per (row chunk, column), then a fixed-order sum of those.
@@ -33,8 +35,7 @@
 #include "kernels/state_rounding.h"
 
 #define NORM_THREADS 256
-#define NORM_MAX_BLOCKS 1024
-#define NORM_PER_BLOCK 16384 /* elements per block before the grid is capped */
+#define NORM_MAX_BLOCKS 1024 /* the final sum's threads */
 #define ADAM_THREADS 256
 #define ADAM_ITERS 8 /* float4 groups per thread: a block owns 256*4*8 = 8192 elements */
 
@@ -56,60 +57,98 @@ int tg_launch_schedule(const tg_cuda_op_args *a, tg_err *err) {
     return 0;
 }
 
-/* ---- grad norm -------------------------------------------------------------------- */
+/* ---- grad norm ----------------------------------------------------------------- */
 
 static int64_t norm_count(const tg_op *op, const int64_t *in_numel) {
     if (op->p.count.n > 0) return op->p.count.n;
     return in_numel ? in_numel[0] : 0;
 }
 
-static int norm_blocks(int64_t n) {
-    int64_t b = (n + NORM_PER_BLOCK - 1) / NORM_PER_BLOCK;
-    return (int)(b < 1 ? 1 : b > NORM_MAX_BLOCKS ? NORM_MAX_BLOCKS : b);
-}
+static int64_t norm_blocks(int64_t n) { return (n + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK; }
 
 int64_t tg_scratch_grad_norm(const tg_op *op, const int64_t *in_numel) {
-    return 2 * (int64_t)norm_blocks(norm_count(op, in_numel));
+    const int64_t b = norm_blocks(norm_count(op, in_numel));
+    return b > 0 ? b : 1;
 }
 
+/* Block b of TG_NORM_BLOCK gradients (one CUDA block each, blocks [b0, b1) of `blocks`):
+ * the sum of their squares in double, in a fixed order (each thread's elements, then a
+ * fixed tree), written rounded to float; 0 for the blocks outside [b0, b1). The same
+ * block gives the same sum whichever launch computes it: GRAD_NORM and GRAD_SQUARES agree. */
 __global__ void __launch_bounds__(NORM_THREADS)
-norm_partial_kernel(const float *__restrict__ g, int64_t n, int vec, double *__restrict__ partial) {
+norm_squares_kernel(const float *__restrict__ g, int64_t n, int64_t b0, int64_t b1, int vec, float *__restrict__ out) {
     __shared__ double s_red[32];
-    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t n4 = vec ? n / 4 : 0;
-    double s = 0;
-    for (int64_t i = tid; i < n4; i += stride) {
-        float4 v = reinterpret_cast<const float4 *>(g)[i];
-        s += (double)v.x * v.x;
-        s += (double)v.y * v.y;
-        s += (double)v.z * v.z;
-        s += (double)v.w * v.w;
+    const int64_t b = blockIdx.x;
+    if (b < b0 || b >= b1) {
+        if (threadIdx.x == 0) out[b] = 0.0f;
+        return;
     }
-    for (int64_t i = n4 * 4 + tid; i < n; i += stride) s += (double)g[i] * g[i];
+    const int64_t i0 = b * TG_NORM_BLOCK, len = n - i0 < TG_NORM_BLOCK ? n - i0 : TG_NORM_BLOCK;
+    const float *x = g + i0;
+    double s = 0;
+    if (vec && len == TG_NORM_BLOCK) {
+        for (int64_t i = threadIdx.x; i < TG_NORM_BLOCK / 4; i += NORM_THREADS) {
+            float4 v = reinterpret_cast<const float4 *>(x)[i];
+            s += (double)v.x * v.x;
+            s += (double)v.y * v.y;
+            s += (double)v.z * v.z;
+            s += (double)v.w * v.w;
+        }
+    } else {
+        /* The same association as the vector loop: thread t's elements 4k..4k+3 in order. */
+        for (int64_t i = threadIdx.x; i * 4 < len; i += NORM_THREADS)
+            for (int k = 0; k < 4 && i * 4 + k < len; k++) s += (double)x[i * 4 + k] * x[i * 4 + k];
+    }
     s = block_sum_d<NORM_THREADS>(s, s_red);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+    if (threadIdx.x == 0) out[b] = (float)s;
 }
 
+/* sqrt(the blocks' sums added in double in a fixed order) / scale. */
 __global__ void __launch_bounds__(NORM_MAX_BLOCKS)
-norm_final_kernel(const double *__restrict__ partial, int blocks, const float *__restrict__ scale,
+norm_final_kernel(const float *__restrict__ squares, int64_t blocks, const float *__restrict__ scale,
                   float *__restrict__ out) {
     __shared__ double s_red[32];
-    double s = (int)threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < blocks; i += NORM_MAX_BLOCKS) s += (double)squares[i];
     s = block_sum_d<NORM_MAX_BLOCKS>(s, s_red);
     /* fp16 plans: the unscaled gradients' norm (the scale, a power of two, divides exactly). */
     if (threadIdx.x == 0) out[0] = scale ? __fdiv_rn((float)sqrt(s), scale[0]) : (float)sqrt(s);
 }
 
+static int launch_squares(const float *g, int64_t n, int64_t b0, int64_t b1, float *out, cudaStream_t st, tg_err *err) {
+    const int64_t blocks = norm_blocks(n);
+    if (blocks <= 0) return 0;
+    if (blocks > INT32_MAX) return tg_fail(err, "GRAD_SQUARES: %lld blocks of squares past a grid", (long long)blocks);
+    norm_squares_kernel<<<(unsigned)blocks, NORM_THREADS, 0, st>>>(g, n, b0, b1, tg_aligned16(g), out);
+    return 0;
+}
+
 int tg_launch_grad_norm(const tg_cuda_op_args *a, tg_err *err) {
-    const int64_t n = norm_count(a->op, a->in_numel);
-    const int blocks = norm_blocks(n);
-    if (tg_scratch_check(a, 2 * (int64_t)blocks, err)) return -1;
-    const float *g = (const float *)a->in[0];
-    double *partial = (double *)a->ctx->reduce_scratch;
-    norm_partial_kernel<<<blocks, NORM_THREADS, 0, a->ctx->stream>>>(g, n > 0 ? n : 0, tg_aligned16(g), partial);
-    norm_final_kernel<<<1, NORM_MAX_BLOCKS, 0, a->ctx->stream>>>(partial, blocks, (const float *)a->in[1],
+    const int64_t n = norm_count(a->op, a->in_numel), blocks = norm_blocks(n);
+    if (tg_scratch_check(a, blocks > 0 ? blocks : 1, err)) return -1;
+    float *squares = (float *)a->ctx->reduce_scratch;
+    if (launch_squares((const float *)a->in[0], n, 0, blocks, squares, a->ctx->stream, err)) return -1;
+    norm_final_kernel<<<1, NORM_MAX_BLOCKS, 0, a->ctx->stream>>>(squares, blocks, (const float *)a->in[1],
                                                                  (float *)a->out[0]);
+    return 0;
+}
+
+int tg_launch_grad_squares(const tg_cuda_op_args *a, tg_err *err) {
+    const tg_squares_params *p = &a->op->p.squares;
+    const int64_t blocks = norm_blocks(p->n);
+    int64_t b0 = 0, b1 = blocks;
+    /* One replica without the others (no communicator, or the GEMM tuning pass) holds every slice. */
+    if (p->slice > 0 && a->ctx->nccl_comm && a->ctx->ranks > 1 && !a->ctx->gemm_tune) {
+        const int64_t per = p->slice / TG_NORM_BLOCK;
+        b0 = per * a->ctx->rank < blocks ? per * a->ctx->rank : blocks;
+        b1 = b0 + per < blocks ? b0 + per : blocks;
+    }
+    return launch_squares((const float *)a->in[0], p->n, b0, b1, (float *)a->out[0], a->ctx->stream, err);
+}
+
+int tg_launch_norm_of_squares(const tg_cuda_op_args *a, tg_err *err) {
+    norm_final_kernel<<<1, NORM_MAX_BLOCKS, 0, a->ctx->stream>>>((const float *)a->in[0], a->in_numel[0],
+                                                                 (const float *)a->in[1], (float *)a->out[0]);
     return 0;
 }
 

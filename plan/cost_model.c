@@ -44,6 +44,7 @@ double tg_cost_op_bytes(const tg_plan *plan, int o) {
     const tg_op *op = &plan->ops[o];
     const double r = plan->train.replicas > 1 ? plan->train.replicas : 1;
     if (op->kind == TG_OP_ALL_REDUCE) return 2.0 * (r - 1) / r * (double)op->p.count.n * 4; /* f32 (plan/ops.def) */
+    if (op->kind == TG_OP_REDUCE_SCATTER) return (r - 1) / r * (double)op->p.reduce_scatter.n * 4; /* half of it */
     if (op->kind == TG_OP_ALL_GATHER)
         return (r - 1) * (double)op->p.all_gather.slice * tg_dtype_size(plan->tensors[op->out[0]].dtype);
     double bytes = 0;

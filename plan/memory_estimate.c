@@ -6,8 +6,8 @@
 
 /* The reduction kernels' layout constants the scratch bound depends on. They mirror
  * kernels/column_sums.cuh (COL_ROWS), kernels/layernorm.cu (LN_THREADS / 32 rows per
- * block, FC_GRID), kernels/embedding.cu (CHUNK, TILE, SMALL_V) and kernels/optimizer.cu
- * (NORM_MAX_BLOCKS); tests/gpu/test_cuda_memory.c checks the bound against the kernels'
+ * block, FC_GRID) and kernels/embedding.cu (CHUNK, TILE, SMALL_V); the norm's blocks are
+ * TG_NORM_BLOCK (plan/ops.h); tests/gpu/test_cuda_memory.c checks the bound against the kernels'
  * own formulas (tg_cuda_op_scratch_floats), so a change there that breaks it fails. */
 #define COL_ROWS 128
 #define LN_ROWS_PER_BLOCK 8
@@ -15,7 +15,6 @@
 #define EMB_CHUNK 256
 #define EMB_TILE 4096
 #define EMB_SMALL_V 4
-#define NORM_MAX_BLOCKS 1024
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -86,7 +85,10 @@ static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
     }
     case TG_OP_CROSS_ENTROPY: return 2 * numel_of(p, op->in[1]); /* a double per row (labels [N]) */
     case TG_OP_CROSS_ENTROPY_BWD: return 4;
-    case TG_OP_GRAD_NORM: return 2 * NORM_MAX_BLOCKS; /* a double per block */
+    case TG_OP_GRAD_NORM: { /* a float per block of squares (plan/ops.def) */
+        const int64_t n = op->p.count.n > 0 ? op->p.count.n : numel_of(p, op->in[0]);
+        return n > 0 ? ceil_div(n, TG_NORM_BLOCK) : 1;
+    }
     case TG_OP_ATTENTION:
     case TG_OP_ATTENTION_BWD: { /* where cuDNN may take the op (kernels/cudnn_attention.h: head dim
                                    64 or 128, p 0): a non-causal op's key mask's 16-bit bias,

@@ -578,6 +578,21 @@ static const char *check_span_loss(const tg_op_check_ctx *c, const tg_op *op) {
     return NULL;
 }
 
+static const char *check_grad_squares(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_squares_params *p = &op->p.squares;
+    EXPECT(c->tensors[op->in[0]].flags & TG_TENSOR_VIEW, "in[0]: must be the grads view");
+    EXPECT(p->n > 0 && numel(c, op->in[0]) == p->n, "in[0]: n != gradient count");
+    EXPECT(p->slice >= 0 && p->slice % TG_NORM_BLOCK == 0, "slice: not a multiple of the norm block");
+    EXPECT(numel(c, op->out[0]) == (p->n + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK, "out[0]: not one sum per norm block");
+    return NULL;
+}
+
+static const char *check_norm_of_squares(const tg_op_check_ctx *c, const tg_op *op) {
+    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == 1, "in[1]: the loss scale is not a scalar");
+    EXPECT(numel(c, op->out[0]) == 1, "out[0]: norm is not a scalar");
+    return NULL;
+}
+
 static const char *check_schedule(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(numel(c, op->in[0]) == 1, "in[0]: step counter is not a scalar");
     EXPECT(numel(c, op->in[1]) == 1, "in[1]: total steps is not a scalar");
@@ -653,6 +668,16 @@ static const char *check_adan(const tg_op_check_ctx *c, const tg_op *op) {
 static const char *check_all_reduce(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(op->out[0] == op->in[0], "out[0]: works in place: must be in[0]");
     EXPECT(numel(c, op->in[0]) == op->p.count.n, "in[0]: n != element count");
+    return NULL;
+}
+
+static const char *check_reduce_scatter(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_reduce_scatter_params *p = &op->p.reduce_scatter;
+    EXPECT(op->out[0] == op->in[0], "out[0]: works in place: must be in[0]");
+    EXPECT(numel(c, op->in[0]) == p->n, "in[0]: n != element count");
+    NOT_NEGATIVE(p->first, "first");
+    EXPECT(p->slice > 0 && p->slice % TG_NORM_BLOCK == 0, "slice: not a positive multiple of the norm block");
+    EXPECT(c->tensors[op->in[0]].offset == (uint64_t)p->first * 4, "first: not in[0]'s element offset");
     return NULL;
 }
 
@@ -751,6 +776,12 @@ int tg_op_check(const tg_op_check_ctx *c, const tg_op *op, char *why, size_t why
     return 0;
 }
 
+void tg_slice_part(int64_t n, int64_t first, int64_t slice, int replica, int64_t *lo, int64_t *len) {
+    const int64_t a = slice * replica - first, b = a + slice;
+    *lo = a < 0 ? 0 : a > n ? n : a;
+    *len = (b < 0 ? 0 : b > n ? n : b) - *lo;
+}
+
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
 static double flops_none(const tg_op *op) { return 0; }
@@ -822,6 +853,8 @@ static double flops_attention_bwd(const tg_op *op) { return 2.0 * flops_attentio
 static double flops_cross_entropy(const tg_op *op) { return 4.0 * op->p.cross_entropy.n * op->p.cross_entropy.c; }
 static double flops_span_loss(const tg_op *op) { return 8.0 * op->p.span_loss.b * op->p.span_loss.t; }
 static double flops_grad_norm(const tg_op *op) { return 2.0 * op->p.count.n; }
+static double flops_grad_squares(const tg_op *op) { return 2.0 * op->p.squares.n; }
+static double flops_reduce_scatter(const tg_op *op) { return (double)op->p.reduce_scatter.n; }
 static double flops_adamw(const tg_op *op) { return 16.0 * op->p.adamw.n; }
 static double flops_adan(const tg_op *op) { return 26.0 * op->p.adan.n; }
 

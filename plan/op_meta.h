@@ -48,6 +48,11 @@ typedef struct tg_op_check_ctx {
  * why[0..why_len) ("in[2]: bias != N"). */
 int tg_op_check(const tg_op_check_ctx *c, const tg_op *op, char *why, size_t why_len);
 
+/* REDUCE_SCATTER's parts (plan/ops.def): of n elements viewed from element `first` of a
+ * buffer cut in slices of `slice` elements, replica r's are [*lo, *lo + *len) of the view
+ * (*len 0 where its slice misses the view). */
+void tg_slice_part(int64_t n, int64_t first, int64_t slice, int replica, int64_t *lo, int64_t *len);
+
 /* Floating-point operations of one execution. */
 double tg_op_flops(const tg_op *op);
 /* Bytes an op reads and writes (each tensor once), for the plan's bytes per step. */

@@ -13,6 +13,9 @@ extern "C" {
 
 #define TG_OP_MAX_IN 8
 #define TG_OP_MAX_OUT 4
+/* GRAD_NORM and GRAD_SQUARES sum squares by blocks of this many gradient elements (ZeRO-1's
+ * slices are whole blocks, so a replica's shard of the norm is whole blocks too). */
+#define TG_NORM_BLOCK 4096
 
 /* The kernel groups a profile adds op time into: each op's is its plan/ops.def row's. */
 typedef enum tg_op_group {
@@ -68,6 +71,8 @@ enum { TG_LR_LINEAR = 0, TG_LR_COSINE = 1, TG_LR_CONSTANT = 2, TG_LR_SCHEDULE_CO
  * leading fields (n, zero_slice, beta1, beta2, eps, weight_decay, max_grad_norm), which
  * op->p.adamw reads for either. */
 static inline int tg_op_is_update(int kind) { return kind == TG_OP_ADAMW || kind == TG_OP_ADAN; }
+/* The sums of gradients over the replicas: ALL_REDUCE, or ZeRO-1's REDUCE_SCATTER. */
+static inline int tg_op_is_sum(int kind) { return kind == TG_OP_ALL_REDUCE || kind == TG_OP_REDUCE_SCATTER; }
 #ifndef __cplusplus
 #include <stddef.h>
 _Static_assert(offsetof(tg_adan_params, max_grad_norm) == offsetof(tg_adamw_params, max_grad_norm) &&

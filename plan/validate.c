@@ -670,6 +670,43 @@ typedef struct binding {
     const char *what;
 } binding;
 
+/* ZeRO-1's sums: a replica's gradients are summed only over its own slice (REDUCE_SCATTER),
+ * so every op that reads the gradients must read that slice alone, with the update's slice:
+ * the update (zero_slice), the reduce-scatters and the blocks of squares; the norm then
+ * comes from the squares summed over the replicas, never from GRAD_NORM of the gradients,
+ * and a plan without ZeRO-1 has no reduce-scatter (its update reads every gradient). */
+static int check_zero_sums(const tg_plan *p, const char *name, tg_err *err) {
+    int64_t slice = 0;
+    for (int o = 0; o < p->n_ops; o++)
+        if (tg_op_is_update(p->ops[o].kind)) slice = p->ops[o].p.adamw.zero_slice;
+    int squares = -1, summed = 0;
+    for (int o = 0; o < p->n_ops; o++) {
+        const tg_op *op = &p->ops[o];
+        const char *kind = tg_op_name(op->kind);
+        if (op->kind == TG_OP_REDUCE_SCATTER &&
+            (op->p.reduce_scatter.slice != slice || p->tensors[op->in[0]].pool != TG_POOL_GRADS))
+            return tg_fail(err, "%s: op %d (%s): slice %lld over pool %d, but the update's slices are %lld elements of "
+                                "the gradients (0: no ZeRO-1, no reduce-scatter)",
+                           name, o, kind, (long long)op->p.reduce_scatter.slice, p->tensors[op->in[0]].pool,
+                           (long long)slice);
+        if (op->kind == TG_OP_GRAD_SQUARES) {
+            if (op->p.squares.slice != slice)
+                return tg_fail(err, "%s: op %d (%s): slice %lld, but the update's is %lld", name, o, kind,
+                               (long long)op->p.squares.slice, (long long)slice);
+            squares = op->out[0], summed = 0;
+        }
+        if (op->kind == TG_OP_ALL_REDUCE && squares >= 0 && op->in[0] == squares) summed = 1;
+        if (op->kind == TG_OP_NORM_OF_SQUARES && (op->in[0] != squares || (slice > 0 && !summed)))
+            return tg_fail(err, "%s: op %d (%s): in[0] is not the squares of a GRAD_SQUARES before it%s", name, o, kind,
+                           slice > 0 ? ", summed over the replicas (ALL_REDUCE) in between" : "");
+        if (op->kind == TG_OP_GRAD_NORM && slice > 0)
+            return tg_fail(err, "%s: op %d (%s): a ZeRO-1 plan's gradients are summed only over each replica's slice: "
+                                "the norm must come from GRAD_SQUARES",
+                           name, o, kind);
+    }
+    return 0;
+}
+
 /* The optimizer's state and scalars are the io tensors the runtime sets and reads: each op
  * reads its step counter at io.step; SCHEDULE counts io.step against io.total_steps into
  * io.lr, GRAD_NORM measures io.grads_all into io.grad_norm, ADAMW updates io.params_all,
@@ -700,8 +737,10 @@ static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *
             want[n_want++] = (binding){op->in[1], io->total_steps, "in[1] (io total_steps)"};
             if (op->in[2] >= 0) want[n_want++] = (binding){op->in[2], io->grad_norm, "in[2] (io grad_norm)"};
             want[n_want++] = (binding){op->out[0], io->lr, "out[0] (io lr)"};
-        } else if (op->kind == TG_OP_GRAD_NORM) {
+        } else if (op->kind == TG_OP_GRAD_NORM || op->kind == TG_OP_GRAD_SQUARES) {
             want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};
+            if (op->kind == TG_OP_GRAD_NORM) want[n_want++] = (binding){op->out[0], io->grad_norm, "out[0] (io grad_norm)"};
+        } else if (op->kind == TG_OP_NORM_OF_SQUARES) {
             want[n_want++] = (binding){op->out[0], io->grad_norm, "out[0] (io grad_norm)"};
         } else if (tg_op_is_update(op->kind)) {
             want[n_want++] = (binding){op->in[0], io->grads_all, "in[0] (io grads_all)"};
@@ -721,6 +760,7 @@ static int check_optimizer_bindings(const tg_plan *p, const char *name, tg_err *
                 return tg_fail(err, "%s: op %d (%s): %s must be tensor %d, is tensor %d", name, o, kind, want[k].what,
                                want[k].want, want[k].slot);
     }
+    if (check_zero_sums(p, name, err)) return -1;
     /* Replicas train as one only through their gradient sums (and, with ZeRO-1, the
      * gathers of what each updated). */
     if ((p->train.replicas > 1) != (sums > 0))

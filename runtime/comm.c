@@ -1,5 +1,6 @@
 #include "runtime/comm.h"
 #include "base/alloc.h"
+#include "plan/op_meta.h"
 #include "runtime/comm_mpi.h"
 
 #include <pthread.h>
@@ -108,5 +109,23 @@ int tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n)
     pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
     if (!ready) return -1;
     memcpy(buf, sum, (size_t)n * sizeof(float));
+    return 0;
+}
+
+int tg_cpu_reduce_scatter_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n, int64_t first, int64_t slice) {
+    if (g && g->mpi) return tg_comm_mpi_reduce_scatter_sum(g->mpi, rank, buf, n, first, slice);
+    if (!g || g->ranks == 1 || n <= 0) return 0;
+    g->bufs[rank] = buf;
+    pthread_barrier_wait(&g->barrier); /* every buffer published */
+    /* Each rank writes only its own part of its own buffer, which no other rank reads:
+     * every element is read from every buffer before it is written, in rank order. */
+    int64_t lo, len;
+    tg_slice_part(n, first, slice, rank, &lo, &len);
+    for (int64_t i = lo; i < lo + len; i++) {
+        float acc = g->bufs[0][i];
+        for (int r = 1; r < g->ranks; r++) acc += g->bufs[r][i];
+        buf[i] = acc;
+    }
+    pthread_barrier_wait(&g->barrier); /* every rank has read every buffer */
     return 0;
 }

@@ -47,6 +47,14 @@ const char *tg_cpu_comm_group_error(const tg_cpu_comm_group *g);
  * `rank` other than this process's, and from then on; buf is then undefined. */
 int tg_cpu_all_reduce_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n);
 
+/* ZeRO-1's reduce-scatter (plan/ops.def REDUCE_SCATTER): buf[0..n) views a buffer from its
+ * element `first`; on each rank, the elements of its slice of that buffer (rank r's:
+ * [r * slice, (r + 1) * slice), tg_slice_part) become the sum over ranks in rank order, as
+ * tg_cpu_all_reduce_sum leaves them, and the others keep this rank's values. Blocks until
+ * every rank has called it. 0, or -1 as tg_cpu_all_reduce_sum fails on an MPI group
+ * (threads never fail: each rank adds its part in place). */
+int tg_cpu_reduce_scatter_sum(tg_cpu_comm_group *g, int rank, float *buf, int64_t n, int64_t first, int64_t slice);
+
 /* buf holds ranks slices of `slice` elements of elem_size bytes; every rank's slice r
  * becomes rank r's (in place), on every rank. Blocks until every rank has called it.
  * 0, or -1 as tg_cpu_all_reduce_sum fails on an MPI group (threads never fail). */

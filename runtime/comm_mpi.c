@@ -26,6 +26,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "plan/op_meta.h"
 
 /* One tag per kind of message: a fast rank's next collective cannot match this one's. */
 enum { TAG_READY = 1, TAG_SCATTER, TAG_GATHER, TAG_SLICES };
@@ -63,6 +64,7 @@ struct tg_comm_mpi {
     int *index;
     MPI_Status *status;
     const float **src;   /* each rank's part of the sum */
+    int64_t *part_lo, *part_len; /* the collective's parts: rank r sums [part_lo[r], + part_len[r]) */
     int *ready;          /* each rank's answer: has it room for the sum's scratch? */
     int ready_mine;
     float *scratch;      /* the other ranks' parts, (ranks - 1) x part */
@@ -263,13 +265,30 @@ static void sum_in_rank_order(float *out, const float *const *src, int ranks, in
     }
 }
 
-/* The sum's parts: rank r sums [lo(r), lo(r) + len(r)) of n floats, the first n % ranks
- * parts one longer than the others. */
-typedef struct parts {
-    int64_t q, rem;
-} parts;
-static int64_t part_lo(parts p, int r) { return p.q * r + (r < p.rem ? r : p.rem); }
-static int64_t part_len(parts p, int r) { return p.q + (r < p.rem); }
+/* The reduce-scatter by parts (m->part_lo, m->part_len, which every rank computed alike):
+ * rank r receives part r of every other rank's buf and adds them in rank order into its
+ * own buf's part r; the other elements of buf stay as they were. */
+static int reduce_parts(tg_comm_mpi *m, float *buf, int64_t n, const char *what) {
+    const int ranks = m->ranks, me = m->rank;
+    int64_t longest = 0;
+    for (int r = 0; r < ranks; r++) longest = m->part_len[r] > longest ? m->part_len[r] : longest;
+    const int64_t need = (ranks - 1) * longest;
+    if (need > m->agreed && agree_scratch(m, need, n)) return -1;
+    const size_t mine = (size_t)m->part_len[me] * sizeof(float);
+    int nreq = 0;
+    for (int r = 0; r < ranks; r++) {
+        if (r == me) continue;
+        m->src[r] = m->scratch + (r < me ? r : r - 1) * longest;
+        if (post(m, &nreq, 1, (void *)m->src[r], mine, r, TAG_SCATTER, what)) return -1;
+    }
+    for (int r = 0; r < ranks; r++)
+        if (r != me && post(m, &nreq, 0, buf + m->part_lo[r], (size_t)m->part_len[r] * sizeof(float), r, TAG_SCATTER, what))
+            return -1;
+    if (wait_all(m, nreq, what)) return -1;
+    m->src[me] = buf + m->part_lo[me];
+    sum_in_rank_order(buf + m->part_lo[me], m->src, ranks, m->part_len[me]);
+    return 0;
+}
 
 /* Which algorithm: this reduce-scatter by parts and all-gather, or rank 0 gathering every
  * buffer, adding them in rank order and broadcasting the sum (the other way to keep the
@@ -292,30 +311,28 @@ int tg_comm_mpi_all_reduce_sum(tg_comm_mpi *m, int rank, float *buf, int64_t n) 
     if (start(m, rank)) return -1;
     const int ranks = m->ranks, me = m->rank;
     if (ranks == 1 || n <= 0) return 0;
-    const parts p = {n / ranks, n % ranks};
-    const int64_t longest = part_len(p, 0), need = (ranks - 1) * longest;
-    if (need > m->agreed && agree_scratch(m, need, n)) return -1;
-    const char *what = "the gradient sum";
-    const size_t mine = (size_t)part_len(p, me) * sizeof(float);
-    int nreq = 0;
+    /* Parts of n / ranks floats, the first n % ranks one longer. */
     for (int r = 0; r < ranks; r++) {
-        if (r == me) continue;
-        m->src[r] = m->scratch + (r < me ? r : r - 1) * longest;
-        if (post(m, &nreq, 1, (void *)m->src[r], mine, r, TAG_SCATTER, what)) return -1;
+        m->part_lo[r] = n / ranks * r + (r < n % ranks ? r : n % ranks);
+        m->part_len[r] = n / ranks + (r < n % ranks);
     }
+    const char *what = "the gradient sum";
+    if (reduce_parts(m, buf, n, what)) return -1;
+    int nreq = 0;
     for (int r = 0; r < ranks; r++)
-        if (r != me && post(m, &nreq, 0, buf + part_lo(p, r), (size_t)part_len(p, r) * sizeof(float), r, TAG_SCATTER, what))
-            return -1;
-    if (wait_all(m, nreq, what)) return -1;
-    m->src[me] = buf + part_lo(p, me);
-    sum_in_rank_order(buf + part_lo(p, me), m->src, ranks, part_len(p, me));
-    nreq = 0;
-    for (int r = 0; r < ranks; r++)
-        if (r != me && post(m, &nreq, 1, buf + part_lo(p, r), (size_t)part_len(p, r) * sizeof(float), r, TAG_GATHER, what))
+        if (r != me && post(m, &nreq, 1, buf + m->part_lo[r], (size_t)m->part_len[r] * sizeof(float), r, TAG_GATHER, what))
             return -1;
     for (int r = 0; r < ranks; r++)
-        if (r != me && post(m, &nreq, 0, buf + part_lo(p, me), mine, r, TAG_GATHER, what)) return -1;
+        if (r != me && post(m, &nreq, 0, buf + m->part_lo[me], (size_t)m->part_len[me] * sizeof(float), r, TAG_GATHER, what))
+            return -1;
     return wait_all(m, nreq, what);
+}
+
+int tg_comm_mpi_reduce_scatter_sum(tg_comm_mpi *m, int rank, float *buf, int64_t n, int64_t first, int64_t slice) {
+    if (start(m, rank)) return -1;
+    if (m->ranks == 1 || n <= 0) return 0;
+    for (int r = 0; r < m->ranks; r++) tg_slice_part(n, first, slice, r, &m->part_lo[r], &m->part_len[r]);
+    return reduce_parts(m, buf, n, "the gradient sum of the slices");
 }
 
 int tg_comm_mpi_all_gather(tg_comm_mpi *m, int rank, void *buf, int64_t slice, size_t elem_size) {
@@ -345,6 +362,7 @@ static void release_mpi(void) {
 
 static void free_group(tg_comm_mpi *m) {
     free(m->req), free(m->xfer), free(m->index), free(m->status), free(m->src), free(m->ready), free(m->scratch);
+    free(m->part_lo), free(m->part_len);
     free(m);
 }
 
@@ -442,8 +460,10 @@ int tg_comm_mpi_open(tg_comm_mpi **out, int rank, int ranks, double timeout_s, t
         m->status = tg_calloc((size_t)max_req, sizeof *m->status);
         m->src = tg_calloc((size_t)ranks, sizeof *m->src);
         m->ready = tg_calloc((size_t)ranks, sizeof *m->ready);
+        m->part_lo = tg_calloc((size_t)ranks, sizeof *m->part_lo);
+        m->part_len = tg_calloc((size_t)ranks, sizeof *m->part_len);
     }
-    if (!m || !m->req || !m->xfer || !m->index || !m->status || !m->src || !m->ready) {
+    if (!m || !m->req || !m->xfer || !m->index || !m->status || !m->src || !m->ready || !m->part_lo || !m->part_len) {
         if (m) free_group(m);
         release_mpi();
         return tg_fail(err, "rank %d of %d: out of memory for an MPI communicator", rank, ranks);

@@ -17,6 +17,9 @@ void tg_comm_mpi_close(tg_comm_mpi *m);
 /* As tg_cpu_all_reduce_sum and tg_cpu_all_gather, `rank` being this process's. */
 int tg_comm_mpi_all_reduce_sum(tg_comm_mpi *m, int rank, float *buf, int64_t n);
 int tg_comm_mpi_all_gather(tg_comm_mpi *m, int rank, void *buf, int64_t slice, size_t elem_size);
+/* As tg_cpu_reduce_scatter_sum. */
+int tg_comm_mpi_reduce_scatter_sum(tg_comm_mpi *m, int rank, float *buf, int64_t n, int64_t first, int64_t slice);
+
 const char *tg_comm_mpi_error(const tg_comm_mpi *m);
 
 /* The message of a build without MPI, for the stub and its test. */

@@ -14,6 +14,10 @@ void tg_comm_mpi_close(tg_comm_mpi *m) {}
 
 int tg_comm_mpi_all_reduce_sum(tg_comm_mpi *m, int rank, float *buf, int64_t n) { return -1; }
 
+int tg_comm_mpi_reduce_scatter_sum(tg_comm_mpi *m, int rank, float *buf, int64_t n, int64_t first, int64_t slice) {
+    return -1;
+}
+
 int tg_comm_mpi_all_gather(tg_comm_mpi *m, int rank, void *buf, int64_t slice, size_t elem_size) { return -1; }
 
 const char *tg_comm_mpi_error(const tg_comm_mpi *m) { return TG_COMM_MPI_ABSENT; }

@@ -29,6 +29,7 @@ int tg_cuda_comm_all_gather_bytes(void *comm, const void *mine, void *all, size_
 int tg_cuda_comm_device(void *comm) { return -1; }
 
 int tg_cuda_comm_rank(void *comm) { return -1; }
+int tg_cuda_comm_ranks(void *comm) { return -1; }
 
 void tg_cuda_comm_abort(void *comm) {}
 

@@ -173,6 +173,8 @@ int tg_cuda_comm_all_gather_bytes(void *comm, const void *mine, void *all, size_
 /* The GPU and the rank of a communicator; -1 for none. */
 int tg_cuda_comm_device(void *comm);
 int tg_cuda_comm_rank(void *comm);
+/* How many ranks the communicator joins (-1 where it cannot say). */
+int tg_cuda_comm_ranks(void *comm);
 /* Aborts a communicator whose peers stopped (ncclCommAbort): collectives still waiting on
  * them end, so the process can exit. */
 void tg_cuda_comm_abort(void *comm);

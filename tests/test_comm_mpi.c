@@ -21,6 +21,7 @@
 #define tg_comm_mpi_close absent_close
 #define tg_comm_mpi_all_reduce_sum absent_all_reduce_sum
 #define tg_comm_mpi_all_gather absent_all_gather
+#define tg_comm_mpi_reduce_scatter_sum absent_reduce_scatter_sum
 #define tg_comm_mpi_error absent_error
 #include "runtime/comm_mpi_absent.c"
 
@@ -171,6 +172,7 @@ TG_TEST(test_comm_mpi_absent_refuses) {
           "message: %s", err.msg);
     float x[2] = {1, 2};
     CHECK(absent_built() == 0 && absent_all_reduce_sum(NULL, 0, x, 2) == -1 && absent_all_gather(NULL, 0, x, 1, 4) == -1 &&
+              absent_reduce_scatter_sum(NULL, 0, x, 2, 0, 4096) == -1 &&
               !strcmp(absent_error(NULL), TG_COMM_MPI_ABSENT) && x[0] == 1 && x[1] == 2,
           "the stub's collectives");
     absent_close(NULL);

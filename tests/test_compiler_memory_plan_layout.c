@@ -89,8 +89,8 @@ TG_TEST(test_memory_plan_whole_step_pools) {
         CHECK(gm1 >= 0 && gm2 >= 0 && gpk >= 0 && g->tensors[gm1].group == gpk && g->tensors[gm2].group == gpk &&
                   (g->tensors[gpk].flags & TG_TENSOR_VIEW),
               "the packed gradients' group");
-        /* 384 elements; ZeRO-1 over 2: slices of 192 rounded up to 128-element units: 256. */
-        const uint64_t state = zero ? 1024 : 1536;
+        /* 384 elements; ZeRO-1 over 2: slices of 192 rounded up to whole norm blocks. */
+        const uint64_t state = zero ? TG_NORM_BLOCK * 4 : 1536;
         expect_at(g, g->io.m_all, TG_POOL_OPTIM, 0, state);
         expect_at(g, g->io.v_all, TG_POOL_OPTIM, state, state);
         /* Frozen: f1 [0, 12) -> 512, f2 [512, 792). Buffers: buf at 0. */
@@ -108,10 +108,12 @@ TG_TEST(test_memory_plan_zero_slice) {
     job.zero_stage = 1, job.data_parallel = 1;
     CHECK(tg_zero_slice(&job, 1000) == 0, "one replica: no slice");
     job.data_parallel = 3;
-    /* ceil(1000 / 3) = 334, up to a multiple of 128: 384; 3 slices cover 1152 >= 1000. */
-    CHECK(tg_zero_slice(&job, 1000) == 384 && tg_zero_slice(&job, 384) == 128 && tg_zero_slice(&job, 385) == 256,
-          "slices %lld %lld %lld", (long long)tg_zero_slice(&job, 1000), (long long)tg_zero_slice(&job, 384),
-          (long long)tg_zero_slice(&job, 385));
+    /* ceil(n / 3) up to whole norm blocks (GRAD_SQUARES' shards): 30000 -> 10000 -> 12288;
+     * 3 blocks of 3 -> 1 block; one element more -> 2. */
+    const int64_t b = TG_NORM_BLOCK;
+    CHECK(tg_zero_slice(&job, 30000) == 3 * b && tg_zero_slice(&job, 3 * b) == b && tg_zero_slice(&job, 3 * b + 1) == 2 * b,
+          "slices %lld %lld %lld", (long long)tg_zero_slice(&job, 30000), (long long)tg_zero_slice(&job, 3 * b),
+          (long long)tg_zero_slice(&job, 3 * b + 1));
 }
 
 /* Two parameters of 9 TiB each: each fits one pool, both do not. */

@@ -213,8 +213,9 @@ TG_TEST(test_compiler_gradient_bookkeeping_edges) {
     tg_graph_free(&g);
 }
 
-/* Two replicas: the gradients' ALL_REDUCE buckets cover the whole grads pool, each right
- * after a backward op; ZeRO's gather of the parameters. */
+/* Two replicas with ZeRO-1: the gradients' REDUCE_SCATTER buckets (over the update's
+ * slices) cover the whole grads pool, each right after a backward op; ZeRO's gather of the
+ * parameters. */
 TG_TEST(test_compiler_gradient_buckets_cover_the_pool) {
     tg_model_config cfg;
     tg_job job;
@@ -231,13 +232,16 @@ TG_TEST(test_compiler_gradient_buckets_cover_the_pool) {
     const int64_t n = tg_tensor_numel(&g.tensors[g.io.grads_all]);
     int64_t covered = 0;
     int reduces = 0;
+    const int64_t slice = tg_zero_slice(&job, n);
     for (int o = 0; o < g.n_ops; o++) {
-        if (g.ops[o].kind != TG_OP_ALL_REDUCE) continue;
+        if (g.ops[o].kind != TG_OP_REDUCE_SCATTER) continue;
         reduces++;
         const tg_tensor *b = &g.tensors[g.ops[o].in[0]];
-        covered += g.ops[o].p.count.n;
+        const tg_reduce_scatter_params *p = &g.ops[o].p.reduce_scatter;
+        covered += p->n;
         CHECK(b->pool == TG_POOL_GRADS && (b->flags & TG_TENSOR_VIEW) && b->offset % 256 == 0 &&
-                  (uint64_t)g.ops[o].p.count.n * 4 == b->bytes && o > 0 && g.ops[o - 1].phase == TG_PHASE_BACKWARD,
+                  (uint64_t)p->n * 4 == b->bytes && (uint64_t)p->first * 4 == b->offset && p->slice == slice && slice > 0 &&
+                  o > 0 && g.ops[o - 1].phase == TG_PHASE_BACKWARD,
               "bucket op %d", o);
     }
     CHECK(n >= 128 * 128 && covered == n && reduces >= 1 && g.n_ops == before + reduces, "%d buckets cover %lld of %lld",
@@ -265,9 +269,9 @@ TG_TEST(test_compiler_zero_slice_and_empty_layout) {
     CHECK(tg_zero_slice(&job, 1000) == 0, "zero_stage 0");
     job.data_parallel = 1, job.zero_stage = 1;
     CHECK(tg_zero_slice(&job, 1000) == 0, "one replica");
-    const int64_t align = TG_TENSOR_ALIGN / 2;
+    const int64_t align = TG_NORM_BLOCK; /* GRAD_SQUARES' blocks */
     for (int dp = 2; dp <= 8; dp += 3)
-        for (int64_t e = 1; e < 5000; e += 777) {
+        for (int64_t e = 1; e < 50000; e += 7777) {
             job.data_parallel = dp;
             const int64_t s = tg_zero_slice(&job, e), share = (e + dp - 1) / dp;
             CHECK(s % align == 0 && s >= share && s - share < align && s * dp >= e, "dp %d, %lld elements: slice %lld", dp,

@@ -11,9 +11,11 @@
 #include "compiler/compile.h"
 #include "compiler/job.h"
 #include "compiler/memory_plan.h"
+#include "plan/op_meta.h"
 #include "plan/validate.h"
 #include "models/model_config.h"
 #include "runtime/comm.h"
+#include "runtime/cpu/cpu_exec.h"
 #include "runtime/executor.h"
 #include "plan/plan_file.h"
 #include "runtime/trainer.h"
@@ -383,6 +385,109 @@ TG_TEST(test_cpu_comm_collectives) {
     CHECK(tg_cpu_comm_group_create(&none, 0, &err) != 0 && none == NULL, "a group of 0 ranks created");
 }
 
+/* ZeRO-1's reduce-scatter through the threads' communicator: 3 ranks, a view of 10 floats
+ * from element 3 of slices of 4 (rank 0 owns view elements [0, 1), rank 1 [1, 5), rank 2
+ * [5, 9), element 9 nobody's); each rank's part holds the sum in rank order, the rest its
+ * own values. */
+typedef struct scatter_arg {
+    tg_cpu_comm_group *g;
+    int rank, rc;
+    float v[10];
+} scatter_arg;
+
+static void *scatter_rank(void *arg) {
+    scatter_arg *a = arg;
+    a->rc = tg_cpu_reduce_scatter_sum(a->g, a->rank, a->v, 10, 3, 4);
+    return NULL;
+}
+
+TG_TEST(test_cpu_comm_reduce_scatter) {
+    tg_cpu_comm_group *g;
+    tg_err err;
+    REQUIRE(tg_cpu_comm_group_create(&g, 3, &err) == 0, "%s", err.msg);
+    scatter_arg a[3];
+    pthread_t th[3];
+    /* Element 2's values tell the orders apart: (1e8 + (2e8 - 1e8)) + 3e8 in rank order. */
+    for (int r = 0; r < 3; r++) {
+        a[r] = (scatter_arg){.g = g, .rank = r};
+        for (int i = 0; i < 10; i++) a[r].v[i] = (float)((r + 1) * 10 + i);
+        a[r].v[2] = (float)(r + 1) * 1e8f + (r == 1 ? -1e8f : 0);
+        pthread_create(&th[r], NULL, scatter_rank, &a[r]);
+    }
+    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+    const int part_lo[3] = {0, 1, 5}, part_hi[3] = {1, 5, 9};
+    for (int r = 0; r < 3; r++) {
+        CHECK(a[r].rc == 0, "rank %d returned %d", r, a[r].rc);
+        for (int i = 0; i < 10; i++) {
+            const float own = i == 2 ? (float)(r + 1) * 1e8f + (r == 1 ? -1e8f : 0) : (float)((r + 1) * 10 + i);
+            const float sum = i == 2 ? (1e8f + (2e8f - 1e8f)) + 3e8f : (float)(60 + 3 * i);
+            const float want = i >= part_lo[r] && i < part_hi[r] ? sum : own;
+            CHECK(a[r].v[i] == want, "rank %d element %d: %.9g, want %.9g", r, i, a[r].v[i], want);
+        }
+    }
+    /* The parts as tg_slice_part gives them, and a group of one changes nothing. */
+    for (int r = 0; r < 3; r++) {
+        int64_t lo, len;
+        tg_slice_part(10, 3, 4, r, &lo, &len);
+        CHECK(lo == part_lo[r] && len == part_hi[r] - part_lo[r], "rank %d: part [%lld, +%lld)", r, (long long)lo,
+              (long long)len);
+    }
+    tg_cpu_comm_group_destroy(g);
+    float one[2] = {1, 2};
+    CHECK(tg_cpu_reduce_scatter_sum(NULL, 0, one, 2, 0, 1) == 0 && one[0] == 1 && one[1] == 2, "no group");
+}
+
+/* The norm from ZeRO-1's shards: GRAD_SQUARES of each replica's slice (zeros elsewhere),
+ * summed over the replicas, then NORM_OF_SQUARES, equals GRAD_NORM of the whole gradient
+ * bit for bit (the loss scale divided out alike), at sizes with a short last block. */
+TG_TEST(test_cpu_norm_from_shards) {
+    for (int replicas = 2; replicas <= 3; replicas++)
+        for (int64_t n = 1; n < 5 * TG_NORM_BLOCK; n += 2 * TG_NORM_BLOCK - 333) {
+            const int64_t blocks = (n + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK;
+            const int64_t slice = ((n + replicas - 1) / replicas + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK * TG_NORM_BLOCK;
+            tg_tensor t[4];
+            memset(t, 0, sizeof t);
+            const int64_t dims[4] = {n, blocks, 1, 1};
+            for (int k = 0; k < 4; k++) t[k].ndim = 1, t[k].shape[0] = dims[k], t[k].dtype = TG_F32, t[k].bytes = 4 * dims[k];
+            t[0].flags = TG_TENSOR_VIEW;
+            tg_plan p;
+            memset(&p, 0, sizeof p);
+            p.tensors = t, p.n_tensors = 4;
+            float *g = malloc((size_t)n * sizeof *g), *sq = calloc((size_t)blocks, sizeof *sq),
+                  *part = malloc((size_t)blocks * sizeof *part);
+            for (int64_t i = 0; i < n; i++) g[i] = (float)sin((double)i * 0.37 + 0.1) * (i % 7 == 0 ? 1e3f : 1e-2f);
+            float scale = 4.0f, whole = 0, sharded = 0;
+            tg_op norm = tg_test_op(TG_OP_GRAD_NORM);
+            norm.in[0] = 0, norm.in[1] = 2, norm.out[0] = 3, norm.p.count.n = n;
+            tg_cpu_op_args na = {.op = &norm, .plan = &p, .in = {g, &scale}, .out = {&whole}};
+            tg_cpu_op_run(&na);
+            /* Each replica's squares, through a group of `replicas` ranks (so that each writes
+             * its own blocks), added as ALL_REDUCE would (exact: the others' blocks are 0). */
+            tg_cpu_comm_group *grp;
+            tg_err err;
+            REQUIRE(tg_cpu_comm_group_create(&grp, replicas, &err) == 0, "%s", err.msg);
+            for (int r = 0; r < replicas; r++) {
+                tg_op sqop = tg_test_op(TG_OP_GRAD_SQUARES);
+                sqop.in[0] = 0, sqop.out[0] = 1, sqop.p.squares.n = n, sqop.p.squares.slice = slice;
+                tg_cpu_op_args sa = {.op = &sqop, .plan = &p, .in = {g}, .out = {part}, .comm = grp, .rank = r};
+                tg_cpu_op_run(&sa);
+                for (int64_t b = 0; b < blocks; b++) {
+                    const int mine = b * TG_NORM_BLOCK >= r * slice && b * TG_NORM_BLOCK < (r + 1) * slice;
+                    CHECK(mine || part[b] == 0.0f, "replica %d wrote block %lld of another", r, (long long)b);
+                    sq[b] += part[b];
+                }
+            }
+            tg_cpu_comm_group_destroy(grp);
+            tg_op fin = tg_test_op(TG_OP_NORM_OF_SQUARES);
+            fin.in[0] = 1, fin.in[1] = 2, fin.out[0] = 3;
+            tg_cpu_op_args fa = {.op = &fin, .plan = &p, .in = {sq, &scale}, .out = {&sharded}};
+            tg_cpu_op_run(&fa);
+            CHECK(whole > 0 && !memcmp(&whole, &sharded, sizeof whole), "%d replicas, %lld gradients: norm %a, from shards %a",
+                  replicas, (long long)n, whole, sharded);
+            free(g), free(sq), free(part);
+        }
+}
+
 /* ZeRO-1 plans: AdamW over one replica's slice, with m and v of the slice only; the
  * slices cover the (padded) parameter pools; the gathers of the parameters (and of their
  * bf16 copies) end the step, so the update is not deferred; the plan file keeps the
@@ -412,13 +517,39 @@ TG_TEST(test_zero_plan) {
             }
             REQUIRE(adamw >= 0, "no adamw");
             const int64_t slice = z.ops[adamw].p.adamw.zero_slice;
-            CHECK(slice > 0 && slice * replicas >= n && (slice - 1) * replicas < n + 128 * replicas && slice % 64 == 0,
+            CHECK(slice > 0 && slice * replicas >= n && (slice - TG_NORM_BLOCK) * replicas < n && slice % TG_NORM_BLOCK == 0,
                   "%d replicas: slice %lld for %lld parameters", replicas, (long long)slice, (long long)n);
+            /* The gradients are summed by reduce-scatters over the slices (each replica gets
+             * the sums its update reads), the norm from the replicas' blocks of squares. */
+            int scatters = 0, sums = 0, squares = -1, norm = -1, norms = 0;
+            for (int o = 0; o < z.n_ops; o++) {
+                const tg_op *op = &z.ops[o];
+                if (op->kind == TG_OP_REDUCE_SCATTER) {
+                    scatters++;
+                    CHECK(op->p.reduce_scatter.slice == slice && z.tensors[op->in[0]].pool == TG_POOL_GRADS &&
+                              z.tensors[op->in[0]].offset == (uint64_t)op->p.reduce_scatter.first * 4,
+                          "reduce_scatter %d: slice %lld first %lld", o, (long long)op->p.reduce_scatter.slice,
+                          (long long)op->p.reduce_scatter.first);
+                }
+                if (op->kind == TG_OP_ALL_REDUCE) {
+                    sums++;
+                    CHECK(op->in[0] == squares && squares >= 0, "all_reduce %d sums tensor %d, not the squares", o, op->in[0]);
+                }
+                if (op->kind == TG_OP_GRAD_SQUARES) {
+                    squares = op->out[0];
+                    CHECK(op->p.squares.slice == slice && op->in[0] == z.io.grads_all, "grad_squares slice %lld",
+                          (long long)op->p.squares.slice);
+                }
+                if (op->kind == TG_OP_NORM_OF_SQUARES) norm = o, CHECK(op->in[0] == squares, "norm of other squares");
+                norms += op->kind == TG_OP_GRAD_NORM;
+            }
+            CHECK(scatters >= 1 && sums == 1 && norm >= 0 && norms == 0 && norm < adamw,
+                  "%d reduce_scatter, %d all_reduce, norm of squares at %d, %d grad_norm", scatters, sums, norm, norms);
             CHECK(gathers == 1 + bf16 && z.ops[last].kind == TG_OP_ALL_GATHER, "%d gathers, last op %s", gathers,
                   tg_op_name(z.ops[last].kind));
             CHECK(tg_tensor_numel(&z.tensors[z.io.m_all]) == slice && tg_tensor_numel(&z.tensors[z.io.v_all]) == slice,
                   "m and v are not the slice");
-            CHECK(z.pool_bytes[TG_POOL_OPTIM] < plain.pool_bytes[TG_POOL_OPTIM] / (uint64_t)replicas + 4096,
+            CHECK(z.pool_bytes[TG_POOL_OPTIM] <= (uint64_t)slice * 8 + 4096,
                   "optimizer pool %llu bytes against %llu unsharded", (unsigned long long)z.pool_bytes[TG_POOL_OPTIM],
                   (unsigned long long)plain.pool_bytes[TG_POOL_OPTIM]);
             tg_memory_report mr;

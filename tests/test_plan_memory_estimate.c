@@ -156,7 +156,8 @@ TG_TEST(test_plan_memory_estimate_scratch_per_op) {
     CHECK(scratch(&s) == 14, "cross_entropy: %llu", (unsigned long long)scratch(&s));
     op(&s, TG_OP_CROSS_ENTROPY_BWD);
     CHECK(scratch(&s) == 4, "cross_entropy_bwd: %llu", (unsigned long long)scratch(&s));
-    op(&s, TG_OP_GRAD_NORM);
+    e = op(&s, TG_OP_GRAD_NORM);
+    e->p.count.n = 2047 * TG_NORM_BLOCK + 1; /* a float per block of squares */
     CHECK(scratch(&s) == 2048, "grad_norm: %llu", (unsigned long long)scratch(&s));
     op(&s, TG_OP_ADD);
     CHECK(scratch(&s) == 0, "add: %llu", (unsigned long long)scratch(&s));

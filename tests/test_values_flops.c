@@ -32,6 +32,7 @@ static double expected_flops(const tg_plan *p, const tg_op *op) {
     case TG_OP_SELECT_TOKEN_BWD:
     case TG_OP_SCHEDULE:
     case TG_OP_ALL_GATHER:
+    case TG_OP_NORM_OF_SQUARES:
         return 0;
     case TG_OP_EMBEDDING_BWD: /* one add per gathered element of dout */
         return numel(p, in[1]);
@@ -39,6 +40,7 @@ static double expected_flops(const tg_plan *p, const tg_op *op) {
     case TG_OP_TANH_BWD:
     case TG_OP_DROPOUT:
     case TG_OP_ALL_REDUCE:
+    case TG_OP_REDUCE_SCATTER:
         return numel(p, out[0]);
     case TG_OP_GELU:
     case TG_OP_TANH:
@@ -78,6 +80,7 @@ static double expected_flops(const tg_plan *p, const tg_op *op) {
     case TG_OP_CROSS_ENTROPY_BWD:
         return 4 * numel(p, in[1]);
     case TG_OP_GRAD_NORM: /* a multiply and an add per gradient element */
+    case TG_OP_GRAD_SQUARES:
         return 2 * numel(p, in[0]);
     case TG_OP_ADAMW: /* 16 per parameter element */
         return 16 * numel(p, out[0]);
@@ -158,7 +161,8 @@ TG_TEST(test_values_flops_and_bytes_per_op) {
                                TG_OP_RESIDUAL_LAYERNORM, TG_OP_RESIDUAL_LAYERNORM_BWD, TG_OP_ATTN_SOFTMAX,
                                TG_OP_ATTN_SOFTMAX_BWD, TG_OP_ATTENTION, TG_OP_ATTENTION_BWD, TG_OP_HEADS_SPLIT,
                                TG_OP_HEADS_MERGE, TG_OP_SELECT_TOKEN, TG_OP_SELECT_TOKEN_BWD, TG_OP_CROSS_ENTROPY, TG_OP_CROSS_ENTROPY_BWD, TG_OP_SCHEDULE,
-                               TG_OP_GRAD_NORM, TG_OP_ADAMW, TG_OP_ALL_REDUCE, TG_OP_ALL_GATHER};
+                               TG_OP_GRAD_NORM, TG_OP_ADAMW, TG_OP_ALL_REDUCE, TG_OP_ALL_GATHER,
+                               TG_OP_REDUCE_SCATTER, TG_OP_GRAD_SQUARES, TG_OP_NORM_OF_SQUARES};
     for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
         CHECK(seen[used[i]] > 0, "no plan used %s", tg_op_name(used[i]));
     for (int k = 0; k < TG_OP_COUNT; k++)

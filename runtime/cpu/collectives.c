@@ -1,4 +1,4 @@
-/* CPU reference: the data-parallel collectives (ALL_REDUCE, ALL_GATHER) over the CPU
+/* CPU reference: the data-parallel collectives (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER) over the CPU
  * communicator of replicas running in threads or in the processes of an MPI job
  * (runtime/comm.h). With one replica (no communicator) the sum over one is the tensor
  * itself, and so is the gather. */
@@ -18,5 +18,11 @@ void tg_cpu_kernel_all_reduce(const tg_cpu_op_args *a) {
     /* Out of memory on any rank fails the op on every rank (the executor says so); so does
      * an MPI group's error, which it has printed. */
     if (a->comm && tg_cpu_all_reduce_sum(a->comm, a->rank, F32(a->out[0]), a->op->p.count.n))
+        tg_cpu_op_out_of_memory(a);
+}
+
+void tg_cpu_kernel_reduce_scatter(const tg_cpu_op_args *a) {
+    const tg_reduce_scatter_params *p = &a->op->p.reduce_scatter;
+    if (a->comm && tg_cpu_reduce_scatter_sum(a->comm, a->rank, F32(a->out[0]), p->n, p->first, p->slice))
         tg_cpu_op_out_of_memory(a);
 }

@@ -1,11 +1,14 @@
-/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, ADAMW, ADAN, LOSS_SCALE_UPDATE). */
+/* CPU reference: the optimizer's ops (SCHEDULE, GRAD_NORM, GRAD_SQUARES, NORM_OF_SQUARES, ADAMW, ADAN,
+ * LOSS_SCALE_UPDATE). */
 #include <stdlib.h>
+#include <string.h>
 #include "base/alloc.h"
 
 #include "kernels/adan_update.h"
 #include "kernels/loss_scale.h"
 #include "kernels/lr_schedule.h"
 #include "kernels/state_rounding.h"
+#include "runtime/comm.h"
 #include "runtime/cpu/cpu_kernels.h"
 
 void tg_cpu_kernel_schedule(const tg_cpu_op_args *a) {
@@ -23,35 +26,64 @@ static int64_t view_numel(const tg_cpu_op_args *a, int slot) {
     return tg_tensor_numel(&a->plan->tensors[t]);
 }
 
-#define NORM_BLOCK 65536
-
 typedef struct norm_ctx {
     const float *g;
     int64_t n;
-    double *partial; /* one per block, summed in block order */
+    float *squares; /* one per block of TG_NORM_BLOCK elements */
 } norm_ctx;
 
 static void norm_blocks(void *p, int64_t b, int64_t e) {
     norm_ctx *c = p;
     for (int64_t blk = b; blk < e; blk++) {
-        int64_t i0 = blk * NORM_BLOCK, i1 = min64(c->n, i0 + NORM_BLOCK);
+        int64_t i0 = blk * TG_NORM_BLOCK, i1 = min64(c->n, i0 + TG_NORM_BLOCK);
         double s = 0;
         for (int64_t i = i0; i < i1; i++) s += (double)c->g[i] * c->g[i];
-        c->partial[blk] = s;
+        c->squares[blk] = (float)s;
     }
 }
 
-void tg_cpu_kernel_grad_norm(const tg_cpu_op_args *a) {
-    norm_ctx c = {.g = CF32(a->in[0]), .n = view_numel(a, 0)};
-    int64_t blocks = (c.n + NORM_BLOCK - 1) / NORM_BLOCK;
-    c.partial = tg_calloc((size_t)(blocks > 0 ? blocks : 1), sizeof *c.partial);
-    if (!c.partial) return tg_cpu_op_out_of_memory(a);
-    tg_parallel_for(a->threads, blocks, norm_blocks, &c);
+/* Blocks [b0, b1) of the n gradients g into squares[b0, b1) (plan/ops.def GRAD_SQUARES). */
+static void block_squares(const tg_cpu_op_args *a, const float *g, int64_t n, float *squares, int64_t b0, int64_t b1) {
+    if (b1 <= b0) return;
+    norm_ctx c = {.g = g + b0 * TG_NORM_BLOCK, .n = min64(n, b1 * TG_NORM_BLOCK) - b0 * TG_NORM_BLOCK, .squares = squares + b0};
+    tg_parallel_for(a->threads, b1 - b0, norm_blocks, &c);
+}
+
+/* sqrt(the f64 sum of squares[0..k) in index order) / scale: NORM_OF_SQUARES. */
+static float norm_of(const float *squares, int64_t k, const float *scale) {
     double s = 0;
-    for (int64_t i = 0; i < blocks; i++) s += c.partial[i];
+    for (int64_t i = 0; i < k; i++) s += squares[i];
     /* Dividing by the loss scale (a power of two) after the square root is exact. */
-    F32(a->out[0])[0] = (float)sqrt(s) / (a->in[1] ? CF32(a->in[1])[0] : 1.0f);
-    free(c.partial);
+    return (float)sqrt(s) / (scale ? scale[0] : 1.0f);
+}
+
+void tg_cpu_kernel_grad_norm(const tg_cpu_op_args *a) {
+    const int64_t n = view_numel(a, 0), blocks = (n + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK;
+    float *squares = tg_calloc((size_t)(blocks > 0 ? blocks : 1), sizeof *squares);
+    if (!squares) return tg_cpu_op_out_of_memory(a);
+    block_squares(a, CF32(a->in[0]), n, squares, 0, blocks);
+    F32(a->out[0])[0] = norm_of(squares, blocks, a->in[1] ? CF32(a->in[1]) : NULL);
+    free(squares);
+}
+
+void tg_cpu_kernel_grad_squares(const tg_cpu_op_args *a) {
+    const tg_squares_params *p = &a->op->p.squares;
+    const int64_t blocks = (p->n + TG_NORM_BLOCK - 1) / TG_NORM_BLOCK;
+    int64_t b0 = 0, b1 = blocks;
+    /* A replica alone (no communicator, or one of one rank) holds every slice, as ALL_GATHER's. */
+    if (p->slice > 0 && tg_cpu_comm_group_ranks(a->comm) > 1) {
+        const int64_t per = p->slice / TG_NORM_BLOCK;
+        b0 = min64(blocks, per * a->rank), b1 = min64(blocks, b0 + per);
+    }
+    float *out = F32(a->out[0]);
+    memset(out, 0, (size_t)blocks * sizeof *out);
+    block_squares(a, CF32(a->in[0]), p->n, out, b0, b1);
+}
+
+void tg_cpu_kernel_norm_of_squares(const tg_cpu_op_args *a) {
+    const int t = a->op->in[0];
+    const int64_t k = a->plan && t >= 0 && t < a->plan->n_tensors ? tg_tensor_numel(&a->plan->tensors[t]) : 0;
+    F32(a->out[0])[0] = norm_of(CF32(a->in[0]), k, a->in[1] ? CF32(a->in[1]) : NULL);
 }
 
 /* A contiguous run of one parameter tensor's elements that this update covers. */

@@ -89,7 +89,7 @@ static int read_step_timeout(tg_cuda_exec *x, tg_err *err) {
 static cudaError_t create_comm_stream(tg_cuda_exec *x) {
     const tg_plan *p = x->plan;
     for (int o = p->phase_begin[TG_PHASE_BACKWARD]; o < p->phase_begin[TG_PHASE_OPTIMIZER]; o++)
-        x->comm_buckets += p->ops[o].kind == TG_OP_ALL_REDUCE;
+        x->comm_buckets += tg_op_is_sum(p->ops[o].kind);
     return cudaStreamCreateWithFlags(&x->comm_stream, cudaStreamNonBlocking);
 }
 
@@ -246,6 +246,7 @@ int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, in
     c->seed = seed;
     c->nccl_comm = nccl_comm;
     c->rank = nccl_comm ? tg_cuda_comm_rank(nccl_comm) : 0; /* its ZeRO-1 slice and gathered rows */
+    c->ranks = nccl_comm ? tg_cuda_comm_ranks(nccl_comm) : 1;
     x->host_trace = getenv("TUNEGRAPH_HOST_TRACE") != NULL;
     c->allow_tf32 = plan->train.allow_tf32;
     c->gemm_workspace_bytes = TG_MEM_GEMM_WORKSPACE_BYTES; /* what the memory estimate counts */

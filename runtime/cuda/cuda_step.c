@@ -68,7 +68,7 @@ static int enqueue_backward_and_optimizer(tg_cuda_exec *x, tg_err *err) {
             CUDA_TRY(cudaStreamWaitEvent(x->ctx.stream, x->comm_done, 0), "join of a gather");
             continue;
         }
-        if (!x->comm_stream || kind != TG_OP_ALL_REDUCE) {
+        if (!x->comm_stream || !tg_op_is_sum(kind)) {
             if (tg_cuda_run_ops(x, o, o + 1, 1, err)) return -1;
             continue;
         }

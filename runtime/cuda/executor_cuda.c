@@ -236,6 +236,11 @@ int tg_cuda_comm_rank(void *comm) {
     return comm && ncclCommUserRank((ncclComm_t)comm, &rank) == ncclSuccess ? rank : -1;
 }
 
+int tg_cuda_comm_ranks(void *comm) {
+    int n = 0;
+    return comm && ncclCommCount((ncclComm_t)comm, &n) == ncclSuccess ? n : -1;
+}
+
 void tg_cuda_comm_abort(void *comm) {
     if (comm) ncclCommAbort((ncclComm_t)comm);
 }

@@ -27,6 +27,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "plan/op_meta.h"
 #include "runtime/comm.h"
 #include "runtime/cpu/cpu_exec.h"
 #include "runtime/launch_env.h"
@@ -142,6 +143,29 @@ static void check_sum(tg_cpu_comm_group *g, int64_t n, uint64_t c, int with_thre
     free(x), free(want), free(other);
 }
 
+/* ZeRO-1's reduce-scatter of n floats viewed from element `first` of slices of `slice`:
+ * this rank's part holds the sum in rank order, bit for bit; every other element its own
+ * value, untouched. */
+static void check_reduce_scatter(tg_cpu_comm_group *g, int64_t n, int64_t first, int64_t slice, uint64_t c) {
+    const size_t bytes = (size_t)(n ? n : 1) * sizeof(float);
+    float *x = malloc(bytes), *want = malloc(bytes);
+    fill(x, n, c, me);
+    const int rc = tg_cpu_reduce_scatter_sum(g, me, x, n, first, slice);
+    check(rc == 0, "reduce-scatter of %lld floats returned %d: %s", (long long)n, rc, tg_cpu_comm_group_error(g));
+    ordered_sum(want, n, c, 0);
+    int64_t lo, len;
+    tg_slice_part(n, first, slice, me, &lo, &len);
+    for (int64_t i = 0; i < n; i++) {
+        const float w = i >= lo && i < lo + len ? want[i] : value(c, me, i);
+        if (!check(!memcmp(&x[i], &w, sizeof w), "reduce-scatter of %lld floats from %lld, slices %lld: element %lld is "
+                                                   "%a, want %a (part [%lld, %lld))",
+                   (long long)n, (long long)first, (long long)slice, (long long)i, x[i], w, (long long)lo,
+                   (long long)(lo + len)))
+            break;
+    }
+    free(x), free(want);
+}
+
 /* A gather of `slice` elements of `elem` bytes per rank: rank r's bytes are r * 37 + k. */
 static void check_gather(tg_cpu_comm_group *g, int64_t slice, size_t elem) {
     const size_t part = (size_t)(slice > 0 ? slice : 0) * elem, all = part * (size_t)ranks;
@@ -232,6 +256,10 @@ static int mode_check(void) {
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) check_sum(g, sizes[k], 100 + k, sizes[k] <= 300007);
     check(!strcmp(tg_cpu_comm_group_error(g), ""), "after sums that worked, the error reads '%s'",
           tg_cpu_comm_group_error(g));
+    /* Views inside one slice, across several, past the last; slices of one element. */
+    static const int64_t scatters[][3] = {{0, 0, 5}, {10, 0, 4}, {10, 3, 4}, {1000, 2500, 700}, {4099, 0, 1025}, {7, 1, 1}, {300007, 17, 77777}};
+    for (size_t k = 0; k < sizeof scatters / sizeof *scatters; k++)
+        check_reduce_scatter(g, scatters[k][0], scatters[k][1], scatters[k][2], 500 + k);
     static const int64_t slices[] = {0, 1, 3, 1000};
     for (size_t k = 0; k < 4; k++) check_gather(g, slices[k], 1);
     check_gather(g, 5, 2);
