@@ -111,6 +111,8 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         fv[0] = next_u32() % 2 ? 1999.0f : (float)(next_u32() % 1999); /* growing at the interval, or counting */
     else if (t == io->v_all)
         for (int64_t i = 0; i < n; i++) fv[i] = uniform(0.0f, 1e-4f);
+    else if (!strcmp(x->name, "grad_squares")) /* sums of squares (ZeRO-1's norm from the shards) */
+        for (int64_t i = 0; i < n; i++) fv[i] = uniform(0.0f, 1.0f);
     else if (strstr(x->name, ".rstd"))
         for (int64_t i = 0; i < n; i++) fv[i] = uniform(0.5f, 2.0f);
     else if (x->dtype == TG_I32)
