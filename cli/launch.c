@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -92,22 +93,22 @@ char *launch_self_path(const char *link, tg_err *err) {
     return exe;
 }
 
-/* The signals that came to stop the supervisor, to pass on to the ranks: the last one, how
- * many came, and whether the last came from the terminal, which sent it to the ranks too
- * (they share its process group). */
-static volatile sig_atomic_t g_forward, g_signals, g_from_tty;
+/* The signals that came to stop the supervisor, to pass on to the ranks: the last one and
+ * how many came. The ranks run in a process group of their own (leave_terminal_group), so
+ * whatever signals the supervisor's group (the terminal's ^C, timeout(1), a job control
+ * kill) reaches them once, through the supervisor. */
+static volatile sig_atomic_t g_forward, g_signals;
 
-static void on_stop(int sig, siginfo_t *info, void *context) {
-    (void)context;
-    g_forward = sig, g_from_tty = info && info->si_code == SI_KERNEL;
+static void on_stop(int sig) {
+    g_forward = sig;
     g_signals++;
 }
 
 /* SIGINT and SIGTERM to on_stop (the old actions into old[0], old[1]), none come yet. */
 static void catch_stops(struct sigaction old[2]) {
-    struct sigaction sa = {.sa_sigaction = on_stop, .sa_flags = SA_SIGINFO};
+    struct sigaction sa = {.sa_handler = on_stop};
     sigemptyset(&sa.sa_mask);
-    g_forward = 0, g_signals = 0, g_from_tty = 0;
+    g_forward = 0, g_signals = 0;
     sigaction(SIGINT, &sa, &old[0]);
     sigaction(SIGTERM, &sa, &old[1]);
 }
@@ -123,6 +124,16 @@ int launch_stopped_by(void) { return g_signals ? g_forward : 0; }
 static void describe_end(int status, char *out, size_t cap) {
     if (WIFSIGNALED(status)) snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
     else snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* In a rank (or mpirun) just forked by `supervisor`: out of the supervisor's process group,
+ * so that a signal to the group reaches the ranks only as the supervisor passes it on (a
+ * rank signalled twice stops at once, without its checkpoint); and ended by SIGTERM if the
+ * supervisor dies, so that no rank outlives it. */
+static void leave_terminal_group(pid_t supervisor) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != supervisor) _exit(1); /* it died before the line above */
 }
 
 static void signal_live(const pid_t *pid, const int *live, int n, int sig) {
@@ -149,11 +160,13 @@ int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s)
     fflush(stdout);
     fflush(stderr);
     int started = 0, status = 0;
+    const pid_t self = getpid();
     for (int r = 0; r < nproc; r++) {
         pid_t p = fork();
         if (p == 0) {
             char v[32];
             signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+            leave_terminal_group(self);
             snprintf(v, sizeof v, "%d", r), setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
             snprintf(v, sizeof v, "%d", nproc), setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
             setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -176,8 +189,7 @@ int launch_ranks(const char *exe, char *const argv[], int nproc, double grace_s)
     for (int alive = started; alive > 0;) {
         /* A stop passed on: the ranks stop (at a checkpoint, where the run writes them),
          * however long that takes; a second signal ends them at once. */
-        for (; forwarded < g_signals; forwarded++)
-            if (!g_from_tty || forwarded) signal_live(pid, live, nproc, g_forward);
+        for (; forwarded < g_signals; forwarded++) signal_live(pid, live, nproc, g_forward);
         int st;
         pid_t p = waitpid(-1, &st, WNOHANG);
         if (p > 0) {
@@ -227,14 +239,14 @@ int launch_mpirun(char *const argv[], int nproc) {
     catch_stops(old);
     fflush(stdout);
     fflush(stderr);
+    const pid_t self = getpid();
     const pid_t p = fork();
     if (p == 0) {
         close(report[0]);
         signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
-        /* Out of the terminal's process group: mpirun ends the job at once on a SIGINT or
-         * SIGTERM of its own, so the terminal's reach the supervisor alone, which passes
-         * them on as signals mpirun forwards. */
-        setpgid(0, 0);
+        /* mpirun ends the job at once on a SIGINT or SIGTERM of its own, so the terminal's
+         * reach the supervisor alone, which passes them on as signals mpirun forwards. */
+        leave_terminal_group(self);
         execvp(argv[0], argv);
         const int e = errno;
         (void)!write(report[1], &e, sizeof e);

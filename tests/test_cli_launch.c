@@ -4,6 +4,7 @@
  * gets, and a rank that fails, is killed, or will not stop ending every rank, played by
  * shell scripts in place of tunegraph. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -520,6 +521,59 @@ TG_TEST(test_launch_ranks_pass_on_a_stop) {
         free(text);
     }
     free(said);
+}
+
+/* The ranks run in process groups of their own (a signal to the supervisor's group, as
+ * timeout(1) or the terminal sends, reaches them once, through the supervisor, where twice
+ * would stop them without their checkpoint), and end when the supervisor dies: a
+ * supervisor killed by SIGKILL leaves no rank running. */
+TG_TEST(test_launch_ranks_own_group_and_end_with_the_supervisor) {
+    char script[1200], dir[512];
+    snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    snprintf(script, sizeof script,
+             "trap 'kill $!; echo ended > %s/ended-$RANK; exit 0' TERM; "
+             "awk '{print $5}' /proc/$$/stat > %s/group-$RANK.tmp && mv %s/group-$RANK.tmp %s/group-$RANK; "
+             "sleep 30 & wait",
+             dir, dir, dir, dir);
+    const pid_t sup = fork();
+    if (sup == 0) {
+        char *argv[] = {"sh", "-c", script, NULL};
+        _exit(launch_ranks("/bin/sh", argv, 2, 5.0));
+    }
+    REQUIRE(sup > 0, "fork: %s", strerror(errno));
+    int ready = 0;
+    for (int k = 0; k < 500 && ready < 2; k++) {
+        ready = 0;
+        for (int r = 0; r < 2; r++) {
+            char path[700];
+            snprintf(path, sizeof path, "%s/group-%d", dir, r);
+            ready += access(path, F_OK) == 0;
+        }
+        if (ready < 2) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    for (int r = 0; r < 2; r++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/group-%d", dir, r);
+        char *text = tg_test_read_file(path, NULL);
+        const long group = text ? atol(text) : -1;
+        CHECK(group > 0 && group != (long)getpgrp() && group != (long)sup, "rank %d's process group %ld (the supervisor's %ld)",
+              r, group, (long)getpgid(sup));
+        free(text);
+    }
+    kill(sup, SIGKILL);
+    waitpid(sup, NULL, 0);
+    const double t0 = tg_wall_s();
+    int ended = 0;
+    while (ended < 2 && tg_wall_s() - t0 < 10) {
+        ended = 0;
+        for (int r = 0; r < 2; r++) {
+            char path[700];
+            snprintf(path, sizeof path, "%s/ended-%d", dir, r);
+            ended += access(path, F_OK) == 0;
+        }
+        if (ended < 2) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    CHECK(ended == 2, "%d of 2 ranks ended after their supervisor was killed (%.1f s)", ended, tg_wall_s() - t0);
 }
 
 /* mpirun's stand-in: a SIGTERM or SIGINT to the supervisor reaches it as SIGUSR1 or SIGUSR2

@@ -132,7 +132,8 @@ static int is_accumulated(const tg_op *op, int slot) {
     case TG_OP_SCHEDULE: return slot == 1;
     case TG_OP_ADAMW:
     case TG_OP_ADAN: return 1; /* updated in place */
-    case TG_OP_ALL_REDUCE: return 1; /* in place */
+    case TG_OP_ALL_REDUCE:
+    case TG_OP_REDUCE_SCATTER: return 1; /* in place */
     case TG_OP_ALL_GATHER: return 1; /* in place */
     case TG_OP_LOSS_SCALE_UPDATE: return 1; /* the scale and its tracker, in place */
     default: return 0;
