@@ -465,12 +465,17 @@ static void close_world_comm(tg_device device, void *comm) {
 }
 
 /* Rank processes ending at a stop: none leaves before rank 0 has written the checkpoint
- * (mpirun would end the job, rank 0 with it). Closes the communicator. */
+ * (mpirun would end the job, rank 0 with it). Closes an MPI group (mpirun wants every rank
+ * to finalize); an NCCL communicator is left to the process's end, which follows at once:
+ * destroying it waits for the peers, which may have ended already (a stop on 2 H100s hung
+ * there). */
 static int world_leave(tg_device device, tg_err *err) {
     int32_t none = 0, all[TG_MAX_DATA_PARALLEL];
     const int rc = world_gather(NULL, &none, all, sizeof none, err);
-    close_world_comm(device, g_world_comm);
-    g_world_comm = NULL;
+    if (device == TG_DEVICE_CPU) { /* GCOVR_EXCL_BR_LINE: the CPU build has no CUDA executor */
+        close_world_comm(device, g_world_comm);
+        g_world_comm = NULL;
+    }
     return rc;
 }
 

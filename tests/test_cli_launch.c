@@ -502,10 +502,14 @@ TG_TEST(test_launch_self_path) {
 TG_TEST(test_launch_ranks_pass_on_a_stop) {
     char script[1200], dir[512];
     snprintf(dir, sizeof dir, "%s", tg_test_tmpdir());
+    /* Rank 1 signals the supervisor once every rank has its trap set (a rank that has not
+     * yet would die by the signal unrecorded). */
     snprintf(script, sizeof script,
              "trap 'kill $!; sleep 0.5; echo stopped > %s/stopped-$RANK; trap - TERM; kill -TERM $$' TERM; "
-             "sleep 30 & [ $RANK = 1 ] && kill -TERM $PPID; wait",
-             dir);
+             "touch %s/ready-$RANK; sleep 30 & "
+             "if [ $RANK = 1 ]; then while [ ! -e %s/ready-0 ] || [ ! -e %s/ready-2 ]; do sleep 0.01; done; "
+             "kill -TERM $PPID; fi; wait",
+             dir, dir, dir, dir);
     double took;
     char *said = NULL;
     const int rc = supervise(dir, script, 3, 0.1, &took, &said);
