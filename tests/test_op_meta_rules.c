@@ -849,6 +849,27 @@ TG_TEST(test_op_meta_rules_optimizer) {
         {"with a loss scale", COUNT(GRAD_NORM, 10), {10, 1}, {1}, .in0_view = 1},
         {"loss scale of 2", COUNT(GRAD_NORM, 10), {10, 2}, {1}, .in0_view = 1, .want = "in[1]: the loss scale is not a scalar"},
 
+        /* ZeRO-1's norm from the shards: a sum of squares per block of TG_NORM_BLOCK, then
+         * the norm of any number of such sums. */
+        {"consistent", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = 10}}, {10}, {1}, .in0_view = 1},
+        {"a slice of two blocks", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = 3 * TG_NORM_BLOCK + 1, .slice = 2 * TG_NORM_BLOCK}},
+         {3 * TG_NORM_BLOCK + 1}, {4}, .in0_view = 1},
+        {"not a view", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = 10}}, {10}, {1},
+         .want = "in[0]: must be the grads view"},
+        {"n 0", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = 0}}, {Z0}, {1}, .in0_view = 1,
+         .want = "in[0]: n != gradient count"},
+        {"slice not whole blocks", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = 10, .slice = 5}}, {10}, {1},
+         .in0_view = 1, .want = "slice: not a multiple of the norm block"},
+        {"negative slice", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = 10, .slice = -TG_NORM_BLOCK}}, {10}, {1},
+         .in0_view = 1, .want = "slice: not a multiple of the norm block"},
+        {"blocks", .kind = TG_OP_GRAD_SQUARES, .p = {.squares = {.n = TG_NORM_BLOCK + 1}}, {TG_NORM_BLOCK + 1}, {1},
+         .in0_view = 1, .want = "out[0]: not one sum per norm block"},
+        {"consistent", .kind = TG_OP_NORM_OF_SQUARES, .in = {7}, .out = {1}, .any_size = 1u},
+        {"with a loss scale", .kind = TG_OP_NORM_OF_SQUARES, .in = {7, 1}, .out = {1}, .any_size = 1u},
+        {"loss scale of 2", .kind = TG_OP_NORM_OF_SQUARES, .in = {7, 2}, .out = {1},
+         .want = "in[1]: the loss scale is not a scalar"},
+        {"norm of 2", .kind = TG_OP_NORM_OF_SQUARES, .in = {7}, .out = {2}, .want = "out[0]: norm is not a scalar"},
+
         {"consistent", ADAMW(), {10, 1, 1, 1}, {10, 10, 10}},
         {"with bf16 copies", ADAMW(), {10, 1, 1, 1}, {10, 10, 10, 10}},
         {"zero_slice < 0", ADAMW(.zero_slice = -1), {10, 1, 1, 1}, {10, 10, 10}, .want = "zero_slice is negative"},
@@ -893,6 +914,24 @@ TG_TEST(test_op_meta_rules_optimizer) {
         {"consistent", COUNT(ALL_REDUCE, 10), {10}, .alias_out = {1}},
         {"out of place", COUNT(ALL_REDUCE, 10), {10}, {10}, .want = "out[0]: works in place: must be in[0]"},
         {"count", COUNT(ALL_REDUCE, 10), {9}, .alias_out = {1}, .want = "in[0]: n != element count"},
+
+        /* ZeRO-1's reduce-scatter: in place, a view of the gradients from element `first` (its
+         * offset), over the update's slices (whole norm blocks). */
+        {"consistent", .kind = TG_OP_REDUCE_SCATTER, .p = {.reduce_scatter = {.n = 10, .slice = TG_NORM_BLOCK}}, {10},
+         .alias_out = {1}},
+        {"out of place", .kind = TG_OP_REDUCE_SCATTER, .p = {.reduce_scatter = {.n = 10, .slice = TG_NORM_BLOCK}}, {10},
+         {10}, .want = "out[0]: works in place: must be in[0]"},
+        {"count", .kind = TG_OP_REDUCE_SCATTER, .p = {.reduce_scatter = {.n = 10, .slice = TG_NORM_BLOCK}}, {9},
+         .alias_out = {1}, .want = "in[0]: n != element count"},
+        {"first < 0", .kind = TG_OP_REDUCE_SCATTER, .p = {.reduce_scatter = {.n = 10, .first = -1, .slice = TG_NORM_BLOCK}},
+         {10}, .alias_out = {1}, .want = "first is negative"},
+        {"first past its offset", .kind = TG_OP_REDUCE_SCATTER,
+         .p = {.reduce_scatter = {.n = 10, .first = 64, .slice = TG_NORM_BLOCK}}, {10}, .alias_out = {1},
+         .want = "first: not in[0]'s element offset"},
+        {"slice 0", .kind = TG_OP_REDUCE_SCATTER, .p = {.reduce_scatter = {.n = 10}}, {10}, .alias_out = {1},
+         .want = "slice: not a positive multiple of the norm block"},
+        {"slice not whole blocks", .kind = TG_OP_REDUCE_SCATTER, .p = {.reduce_scatter = {.n = 10, .slice = 100}}, {10},
+         .alias_out = {1}, .want = "slice: not a positive multiple of the norm block"},
 
         {"consistent", .kind = TG_OP_ALL_GATHER, .p = {.all_gather = {.slice = 5}}, {10}, .alias_out = {1}, .replicas = 2},
         {"one replica", .kind = TG_OP_ALL_GATHER, .p = {.all_gather = {.slice = 10}}, {10}, .alias_out = {1}},
@@ -1137,6 +1176,9 @@ TG_TEST(test_op_meta_rules_flops) {
        (tg_cross_entropy_params){.n = 4, .c = 5, .classes = 3});
     FC("schedule", tg_test_op(TG_OP_SCHEDULE), schedule, 0.0, (tg_schedule_params){.warmup = 5, .lr = 1.0f});
     FC("grad_norm: 2n", tg_test_op(TG_OP_GRAD_NORM), count, 20.0, (tg_count_params){.n = 10});
+    FC("grad_squares: 2n", tg_test_op(TG_OP_GRAD_SQUARES), squares, 20.0, (tg_squares_params){.n = 10, .slice = 4096});
+    FC("reduce_scatter: n", tg_test_op(TG_OP_REDUCE_SCATTER), reduce_scatter, 10.0,
+       (tg_reduce_scatter_params){.n = 10, .slice = 4096});
     FC("adamw: 16n", tg_test_op(TG_OP_ADAMW), adamw, 160.0, (tg_adamw_params){.n = 10, .zero_slice = 5});
     FC("all_gather", tg_test_op(TG_OP_ALL_GATHER), all_gather, 0.0, (tg_all_gather_params){.slice = 5});
 #undef FC

@@ -1851,10 +1851,36 @@ static void edit_copy_master(tg_plan *p, char *want, size_t len) {
              p->tensors[t].master);
 }
 
+/* ZeRO-1's sums and norm read each replica's slice with the update's slice, or the norm
+ * would count gradients no replica summed. */
+static void edit_scatter_slice(tg_plan *p, char *want, size_t len) {
+    tg_op *op = &p->ops[first_op_of(p, TG_OP_REDUCE_SCATTER)];
+    op->p.reduce_scatter.slice *= 2;
+    snprintf(want, len, "(reduce_scatter): slice %lld over pool %d, but the update's slices are %lld elements",
+             (long long)op->p.reduce_scatter.slice, TG_POOL_GRADS, (long long)op->p.reduce_scatter.slice / 2);
+}
+static void edit_squares_slice(tg_plan *p, char *want, size_t len) {
+    tg_op *op = &p->ops[first_op_of(p, TG_OP_GRAD_SQUARES)];
+    const long long slice = (long long)op->p.squares.slice;
+    op->p.squares.slice = 0;
+    snprintf(want, len, "(grad_squares): slice 0, but the update's is %lld", slice);
+}
+static void edit_norm_of_gradients(tg_plan *p, char *want, size_t len) {
+    const int o = first_op_of(p, TG_OP_NORM_OF_SQUARES);
+    tg_op *op = &p->ops[o];
+    op->kind = TG_OP_GRAD_NORM;
+    op->in[0] = p->io.grads_all;
+    op->p.count.n = tg_tensor_numel(&p->tensors[p->io.grads_all]);
+    snprintf(want, len, "op %d (grad_norm): a ZeRO-1 plan's gradients are summed only over each replica's slice", o);
+}
+
 TG_TEST(test_plan_file_refuses_edited_zero_bf16_plan) {
     static const edit_case cases[] = {
         {"zero_stage", edit_zero_stage},
         {"a copy's master", edit_copy_master},
+        {"a reduce-scatter's slice", edit_scatter_slice},
+        {"the squares' slice", edit_squares_slice},
+        {"the norm of the unsummed gradients", edit_norm_of_gradients},
     };
     check_edits_refused("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = bf16\n"
                         "data_parallel = 2\nzero_stage = 1\n",
