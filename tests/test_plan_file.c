@@ -1865,6 +1865,17 @@ static void edit_squares_slice(tg_plan *p, char *want, size_t len) {
     op->p.squares.slice = 0;
     snprintf(want, len, "(grad_squares): slice 0, but the update's is %lld", slice);
 }
+static void edit_squares_unsummed(tg_plan *p, char *want, size_t len) {
+    const int squares = p->ops[first_op_of(p, TG_OP_GRAD_SQUARES)].out[0];
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == TG_OP_ALL_REDUCE && p->ops[o].in[0] == squares) { /* cleared instead of summed */
+            p->ops[o].kind = TG_OP_ZERO;
+            p->ops[o].in[0] = -1;
+        }
+    snprintf(want, len, "op %d (norm_of_squares): in[0] is not the squares of a GRAD_SQUARES before it, summed over the "
+                        "replicas (ALL_REDUCE) in between",
+             first_op_of(p, TG_OP_NORM_OF_SQUARES));
+}
 static void edit_norm_of_gradients(tg_plan *p, char *want, size_t len) {
     const int o = first_op_of(p, TG_OP_NORM_OF_SQUARES);
     tg_op *op = &p->ops[o];
@@ -1881,6 +1892,7 @@ TG_TEST(test_plan_file_refuses_edited_zero_bf16_plan) {
         {"a reduce-scatter's slice", edit_scatter_slice},
         {"the squares' slice", edit_squares_slice},
         {"the norm of the unsummed gradients", edit_norm_of_gradients},
+        {"the norm of unsummed squares", edit_squares_unsummed},
     };
     check_edits_refused("model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = x\nprecision = bf16\n"
                         "data_parallel = 2\nzero_stage = 1\n",
