@@ -527,6 +527,22 @@ TG_TEST(test_launch_ranks_pass_on_a_stop) {
     free(said);
 }
 
+/* How many of the files dir/prefix-0 .. prefix-(n-1) exist, once all do or timeout_s has
+ * passed. */
+static int rank_files(const char *dir, const char *prefix, int n, double timeout_s) {
+    const double t0 = tg_wall_s();
+    for (;;) {
+        int found = 0;
+        for (int r = 0; r < n; r++) {
+            char path[700];
+            snprintf(path, sizeof path, "%s/%s-%d", dir, prefix, r);
+            found += access(path, F_OK) == 0;
+        }
+        if (found == n || tg_wall_s() - t0 > timeout_s) return found;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+}
+
 /* The ranks run in process groups of their own (a signal to the supervisor's group, as
  * timeout(1) or the terminal sends, reaches them once, through the supervisor, where twice
  * would stop them without their checkpoint), and end when the supervisor dies: a
@@ -545,16 +561,7 @@ TG_TEST(test_launch_ranks_own_group_and_end_with_the_supervisor) {
         _exit(launch_ranks("/bin/sh", argv, 2, 5.0));
     }
     REQUIRE(sup > 0, "fork: %s", strerror(errno));
-    int ready = 0;
-    for (int k = 0; k < 500 && ready < 2; k++) {
-        ready = 0;
-        for (int r = 0; r < 2; r++) {
-            char path[700];
-            snprintf(path, sizeof path, "%s/group-%d", dir, r);
-            ready += access(path, F_OK) == 0;
-        }
-        if (ready < 2) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
+    rank_files(dir, "group", 2, 5.0);
     for (int r = 0; r < 2; r++) {
         char path[700];
         snprintf(path, sizeof path, "%s/group-%d", dir, r);
@@ -567,16 +574,7 @@ TG_TEST(test_launch_ranks_own_group_and_end_with_the_supervisor) {
     kill(sup, SIGKILL);
     waitpid(sup, NULL, 0);
     const double t0 = tg_wall_s();
-    int ended = 0;
-    while (ended < 2 && tg_wall_s() - t0 < 10) {
-        ended = 0;
-        for (int r = 0; r < 2; r++) {
-            char path[700];
-            snprintf(path, sizeof path, "%s/ended-%d", dir, r);
-            ended += access(path, F_OK) == 0;
-        }
-        if (ended < 2) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-    }
+    const int ended = rank_files(dir, "ended", 2, 10.0);
     CHECK(ended == 2, "%d of 2 ranks ended after their supervisor was killed (%.1f s)", ended, tg_wall_s() - t0);
 }
 
