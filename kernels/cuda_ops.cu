@@ -80,6 +80,14 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_SWIGLU_BWD, {{"Tdy", "Tgate_up", "Tup"}, {"Tdgate_up", "Tdup"}}},
     {TG_OP_ALL_REDUCE, {{"Fx"}, {"Fx"}}},
     {TG_OP_REDUCE_SCATTER, {{"Fx"}, {"Fx"}}},
+    {TG_OP_CONV2D, {{"Tx", "Tweight", "Fbias"}, {"Ty"}}},
+    {TG_OP_CONV2D_BWD, {{"Tdy", "Tx", "Tweight"}, {"Tdx", "Fdweight", "Fdbias"}}},
+    {TG_OP_BATCHNORM, {{"Tx", "Fgamma", "Fbeta", "Frunning_mean", "Frunning_var"}, {"Ty", "Fstats", "Frunning_mean", "Frunning_var"}}},
+    {TG_OP_BATCHNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Fstats"}, {"Tdx", "Fdgamma", "Fdbeta"}}},
+    {TG_OP_RELU6, {{"Tx"}, {"Ty"}}},
+    {TG_OP_RELU6_BWD, {{"Tdy", "Ty"}, {"Tdx"}}},
+    {TG_OP_GLOBAL_AVG_POOL, {{"Tx"}, {"Ty"}}},
+    {TG_OP_GLOBAL_AVG_POOL_BWD, {{"Tdy"}, {"Tdx"}}},
     {TG_OP_ALL_GATHER, {{"Ax", "Asrc"}, {"Ax"}}}, /* f32, 16-bit, or i32 ids (the word embedding's gather); the shape rule makes in1 x's dtype */
 };
 

@@ -152,7 +152,8 @@ static const char *check_embedding(const tg_op_check_ctx *c, const tg_op *op) {
     return NULL;
 }
 
-/* ADD, GELU, GELU_BWD, TANH, TANH_BWD: every input (one or two) and out0 hold n elements. */
+/* ADD, GELU, GELU_BWD, TANH, TANH_BWD, RELU6, RELU6_BWD: every input (one or two) and out0
+ * hold n elements. */
 static const char *check_elementwise(const tg_op_check_ctx *c, const tg_op *op) {
     const int64_t n = op->kind == TG_OP_GELU       ? op->p.gelu.n
                       : op->kind == TG_OP_GELU_BWD ? op->p.gelu_bwd.n
@@ -274,6 +275,104 @@ static const char *check_layernorm_bwd(const tg_op_check_ctx *c, const tg_op *op
     EXPECT(numel(c, op->out[0]) == md, "out[0]: dx != M*D");
     EXPECT(numel(c, op->out[1]) == d, "out[1]: dgamma != D");
     EXPECT(numel(c, op->out[2]) == d, "out[2]: dbeta != D");
+    return NULL;
+}
+
+/* CONV2D's and CONV2D_BWD's shape (the parameters both share): positive sizes, groups
+ * dividing both channel counts, a kernel that fits the padded image; *oh and *ow the output
+ * size, *xs, *ws and *ys the element counts of x, the weight and y. */
+static const char *conv2d_shape(const tg_conv2d_params *p, int64_t *xs, int64_t *ws, int64_t *ys) {
+    EXPECT(p->n > 0 && p->c_in > 0 && p->h > 0 && p->w > 0 && p->c_out > 0 && p->k > 0,
+           "non-positive dims (N, C_in, H, W, C_out, K)");
+    EXPECT(p->stride > 0, "stride is not positive");
+    NOT_NEGATIVE(p->pad, "pad");
+    EXPECT(p->groups > 0 && p->c_in % p->groups == 0 && p->c_out % p->groups == 0,
+           "groups does not divide C_in and C_out");
+    EXPECT(p->h <= INT32_MAX && p->w <= INT32_MAX && p->k <= INT32_MAX && p->pad <= INT32_MAX,
+           "H, W, K or pad past 2^31");
+    EXPECT(p->h + 2 * p->pad >= p->k && p->w + 2 * p->pad >= p->k, "K is larger than the padded image");
+    const int64_t oh = (p->h + 2 * p->pad - p->k) / p->stride + 1, ow = (p->w + 2 * p->pad - p->k) / p->stride + 1;
+    PRODUCT(x, "N*C_in*H*W", p->n, p->c_in, p->h, p->w);
+    PRODUCT(wt, "C_out*(C_in/groups)*K*K", p->c_out, p->c_in / p->groups, p->k, p->k);
+    PRODUCT(y, "N*C_out*OH*OW", p->n, p->c_out, oh, ow);
+    *xs = x, *ws = wt, *ys = y;
+    return NULL;
+}
+
+static const char *check_conv2d(const tg_op_check_ctx *c, const tg_op *op) {
+    int64_t xs, ws, ys;
+    const char *bad = conv2d_shape(&op->p.conv2d, &xs, &ws, &ys);
+    if (bad) return bad;
+    EXPECT(numel(c, op->in[0]) == xs, "in[0]: x != N*C_in*H*W");
+    EXPECT(numel(c, op->in[1]) == ws, "in[1]: weight != C_out*(C_in/groups)*K*K");
+    EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == op->p.conv2d.c_out, "in[2]: bias != C_out");
+    EXPECT(numel(c, op->out[0]) == ys, "out[0]: y != N*C_out*OH*OW");
+    return NULL;
+}
+
+static const char *check_conv2d_bwd(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_conv2d_bwd_params *b = &op->p.conv2d_bwd;
+    const tg_conv2d_params p = {b->n, b->c_in, b->h, b->w, b->c_out, b->k, b->stride, b->pad, b->groups};
+    int64_t xs, ws, ys;
+    const char *bad = conv2d_shape(&p, &xs, &ws, &ys);
+    if (bad) return bad;
+    EXPECT(op->out[0] >= 0 || op->out[1] >= 0 || op->out[2] >= 0, "no output: dx, dweight and dbias are all absent");
+    EXPECT(numel(c, op->in[0]) == ys, "in[0]: dy != N*C_out*OH*OW");
+    EXPECT((op->out[1] < 0) || op->in[1] >= 0, "in[1]: dweight needs x");
+    EXPECT((op->out[0] < 0) || op->in[2] >= 0, "in[2]: dx needs the weight");
+    EXPECT(op->in[1] < 0 || numel(c, op->in[1]) == xs, "in[1]: x != N*C_in*H*W");
+    EXPECT(op->in[2] < 0 || numel(c, op->in[2]) == ws, "in[2]: weight != C_out*(C_in/groups)*K*K");
+    EXPECT(op->out[0] < 0 || numel(c, op->out[0]) == xs, "out[0]: dx != N*C_in*H*W");
+    EXPECT(op->out[1] < 0 || numel(c, op->out[1]) == ws, "out[1]: dweight != C_out*(C_in/groups)*K*K");
+    EXPECT(op->out[2] < 0 || numel(c, op->out[2]) == b->c_out, "out[2]: dbias != C_out");
+    return NULL;
+}
+
+/* BATCHNORM: x and y [N, C, HW], gamma, beta and the running statistics [C], stats [2, C];
+ * the running statistics both or neither, updated in place; eps positive, momentum in [0, 1]. */
+static const char *check_batchnorm(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_batchnorm_params *p = &op->p.batchnorm;
+    EXPECT(p->n > 0 && p->c > 0 && p->hw > 0, "non-positive dims (N, C, HW)");
+    PRODUCT(x, "N*C*HW", p->n, p->c, p->hw);
+    EXPECT(numel(c, op->in[0]) == x, "in[0]: x != N*C*HW");
+    EXPECT(numel(c, op->in[1]) == p->c, "in[1]: gamma != C");
+    EXPECT(numel(c, op->in[2]) == p->c, "in[2]: beta != C");
+    EXPECT((op->in[3] >= 0) == (op->in[4] >= 0), "in[3], in[4]: the running mean and variance, both or neither");
+    EXPECT(op->in[3] < 0 || numel(c, op->in[3]) == p->c, "in[3]: running mean != C");
+    EXPECT(op->in[4] < 0 || numel(c, op->in[4]) == p->c, "in[4]: running variance != C");
+    EXPECT(numel(c, op->out[0]) == x, "out[0]: y != N*C*HW");
+    EXPECT(numel(c, op->out[1]) == 2 * p->c, "out[1]: stats != 2*C");
+    EXPECT(op->out[2] == op->in[3], "out[2]: the running mean is updated in place: must be in[3]");
+    EXPECT(op->out[3] == op->in[4], "out[3]: the running variance is updated in place: must be in[4]");
+    EXPECT(p->eps > 0.0f && isfinite(p->eps), "eps: not finite and positive");
+    EXPECT(p->momentum >= 0.0f && p->momentum <= 1.0f, "momentum outside [0, 1]");
+    return NULL;
+}
+
+static const char *check_batchnorm_bwd(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_batchnorm_bwd_params *p = &op->p.batchnorm_bwd;
+    EXPECT(p->n > 0 && p->c > 0 && p->hw > 0, "non-positive dims (N, C, HW)");
+    PRODUCT(x, "N*C*HW", p->n, p->c, p->hw);
+    EXPECT(numel(c, op->in[0]) == x, "in[0]: dy != N*C*HW");
+    EXPECT(numel(c, op->in[1]) == x, "in[1]: x != N*C*HW");
+    EXPECT(numel(c, op->in[2]) == p->c, "in[2]: gamma != C");
+    EXPECT(numel(c, op->in[3]) == 2 * p->c, "in[3]: stats != 2*C");
+    EXPECT(numel(c, op->out[0]) == x, "out[0]: dx != N*C*HW");
+    EXPECT(op->out[1] < 0 || numel(c, op->out[1]) == p->c, "out[1]: dgamma != C");
+    EXPECT(op->out[2] < 0 || numel(c, op->out[2]) == p->c, "out[2]: dbeta != C");
+    EXPECT(p->eps > 0.0f && isfinite(p->eps), "eps: not finite and positive");
+    return NULL;
+}
+
+/* GLOBAL_AVG_POOL and its backward: [N, C, HW] on one side, [N, C] on the other. */
+static const char *check_avg_pool(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_avg_pool_params *p = &op->p.avg_pool;
+    EXPECT(p->n > 0 && p->c > 0 && p->hw > 0, "non-positive dims (N, C, HW)");
+    PRODUCT(x, "N*C*HW", p->n, p->c, p->hw);
+    PRODUCT(y, "N*C", p->n, p->c);
+    const int fwd = op->kind == TG_OP_GLOBAL_AVG_POOL;
+    EXPECT(numel(c, op->in[0]) == (fwd ? x : y), fwd ? "in[0]: x != N*C*HW" : "in[0]: dy != N*C");
+    EXPECT(numel(c, op->out[0]) == (fwd ? y : x), fwd ? "out[0]: y != N*C" : "out[0]: dx != N*C*HW");
     return NULL;
 }
 
@@ -785,7 +884,7 @@ void tg_slice_part(int64_t n, int64_t first, int64_t slice, int replica, int64_t
 /* ---- FLOPs ------------------------------------------------------------------------- */
 
 static double flops_none(const tg_op *op) { return 0; }
-/* ADD, TANH_BWD, DROPOUT, ALL_REDUCE: one per element. */
+/* ADD, TANH_BWD, DROPOUT, ALL_REDUCE, RELU6, RELU6_BWD: one per element. */
 static double flops_n(const tg_op *op) {
     return (double)(op->kind == TG_OP_DROPOUT ? op->p.dropout.n : op->p.count.n);
 }
@@ -809,6 +908,30 @@ static double flops_embedding_bwd(const tg_op *op) { return (double)op->p.embedd
 static double flops_bias_grad(const tg_op *op) { return (double)op->p.bias_grad.m * op->p.bias_grad.n; }
 static double flops_layernorm(const tg_op *op) { return 8.0 * op->p.layernorm.m * op->p.layernorm.d; }
 static double flops_layernorm_bwd(const tg_op *op) { return 12.0 * op->p.layernorm_bwd.m * op->p.layernorm_bwd.d; }
+/* The products of the convolution (two per multiply-add) and its bias add. */
+static double flops_conv2d(const tg_op *op) {
+    const tg_conv2d_params *p = &op->p.conv2d;
+    const double oh = (double)((p->h + 2 * p->pad - p->k) / p->stride + 1), ow = (double)((p->w + 2 * p->pad - p->k) / p->stride + 1);
+    const double outs = (double)p->n * (double)p->c_out * oh * ow;
+    return 2.0 * outs * (double)(p->c_in / p->groups) * (double)p->k * (double)p->k + (op->in[2] >= 0 ? outs : 0);
+}
+/* The forward's product again for each of dx and dweight present, and dbias's sums. */
+static double flops_conv2d_bwd(const tg_op *op) {
+    const tg_conv2d_bwd_params *b = &op->p.conv2d_bwd;
+    const tg_op fwd = {.kind = TG_OP_CONV2D,
+                       .in = {-1, -1, -1, -1, -1, -1, -1, -1},
+                       .p.conv2d = {b->n, b->c_in, b->h, b->w, b->c_out, b->k, b->stride, b->pad, b->groups}};
+    const double oh = (double)((b->h + 2 * b->pad - b->k) / b->stride + 1), ow = (double)((b->w + 2 * b->pad - b->k) / b->stride + 1);
+    const double product = flops_conv2d(&fwd);
+    return product * ((op->out[0] >= 0) + (op->out[1] >= 0)) + (op->out[2] >= 0 ? (double)b->n * b->c_out * oh * ow : 0);
+}
+/* LAYERNORM's counts per element. */
+static double flops_batchnorm(const tg_op *op) { return 8.0 * op->p.batchnorm.n * op->p.batchnorm.c * op->p.batchnorm.hw; }
+static double flops_batchnorm_bwd(const tg_op *op) {
+    return 12.0 * op->p.batchnorm_bwd.n * op->p.batchnorm_bwd.c * op->p.batchnorm_bwd.hw;
+}
+/* One per element of the pooled side's [N, C, HW]. */
+static double flops_avg_pool(const tg_op *op) { return (double)op->p.avg_pool.n * op->p.avg_pool.c * op->p.avg_pool.hw; }
 static double flops_rmsnorm(const tg_op *op) { return 4.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }
 static double flops_rmsnorm_bwd(const tg_op *op) { return 8.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }
 /* Three per rotated element (two products and a sum); the copies count nothing. */

@@ -1076,6 +1076,99 @@ TG_TEST(test_op_meta_rules_names) {
 
 /* ---- FLOPs -------------------------------------------------------------------------- */
 
+/* ---- the convolutional image model: conv2d, batchnorm, relu6, global average pooling --- */
+
+/* N 2, C_in 4, 5x5, C_out 6, K 3, stride 2, pad 1, groups 2: a 3x3 output; x 200, the
+ * weight 6 x 2 x 9 = 108, y 2 x 6 x 9 = 108, the bias 6. */
+#define CONV_P(...) {.conv2d = {.n = 2, .c_in = 4, .h = 5, .w = 5, .c_out = 6, .k = 3, .stride = 2, .pad = 1, .groups = 2, __VA_ARGS__}}
+#define CONVB_P(...) {.conv2d_bwd = {.n = 2, .c_in = 4, .h = 5, .w = 5, .c_out = 6, .k = 3, .stride = 2, .pad = 1, .groups = 2, __VA_ARGS__}}
+#define CONV(...) .kind = TG_OP_CONV2D, .p = CONV_P(__VA_ARGS__)
+#define CONVB(...) .kind = TG_OP_CONV2D_BWD, .p = CONVB_P(__VA_ARGS__)
+#define CONV_DIMS "non-positive dims (N, C_in, H, W, C_out, K)"
+/* N 2, C 3, HW 4: x 24, the channel vectors 3, stats 6. */
+#define BN(...) .kind = TG_OP_BATCHNORM, .p = {.batchnorm = {.n = 2, .c = 3, .hw = 4, .eps = 1e-5f, .momentum = 0.1f, __VA_ARGS__}}
+#define BNB(...) .kind = TG_OP_BATCHNORM_BWD, .p = {.batchnorm_bwd = {.n = 2, .c = 3, .hw = 4, .eps = 1e-5f, __VA_ARGS__}}
+#define POOL(...) .kind = TG_OP_GLOBAL_AVG_POOL, .p = {.avg_pool = {.n = 2, .c = 3, .hw = 4, __VA_ARGS__}}
+#define POOLB(...) .kind = TG_OP_GLOBAL_AVG_POOL_BWD, .p = {.avg_pool = {.n = 2, .c = 3, .hw = 4, __VA_ARGS__}}
+#define BN_DIMS "non-positive dims (N, C, HW)"
+
+TG_TEST(test_op_meta_rules_conv2d) {
+    static const rule_case cases[] = {
+        {"consistent", CONV(), {200, 108, 6}, {108}},
+        {"no bias", CONV(), {200, 108}, {108}},
+        {"depthwise", CONV(.c_in = 4, .c_out = 4, .groups = 4), {200, 36}, {72}},
+        {"pointwise", CONV(.k = 1, .stride = 1, .pad = 0, .groups = 1, .c_out = 3), {200, 12}, {150}},
+        {"N 0", CONV(.n = 0), {Z0, 108}, {Z0}, .want = CONV_DIMS},
+        {"K 0", CONV(.k = 0), {200, Z0}, {108}, .want = CONV_DIMS},
+        {"stride 0", CONV(.stride = 0), {200, 108}, {108}, .want = "stride is not positive"},
+        {"pad < 0", CONV(.pad = -1), {200, 108}, {108}, .want = "pad is negative"},
+        {"groups 0", CONV(.groups = 0), {200, 108}, {108}, .want = "groups does not divide C_in and C_out"},
+        {"groups 3", CONV(.groups = 3), {200, 108}, {108}, .want = "groups does not divide C_in and C_out"},
+        {"groups 4 of 6 outputs", CONV(.groups = 4), {200, 54}, {108}, .want = "groups does not divide C_in and C_out"},
+        {"K past the padded image", CONV(.k = 8), {200, 768}, {24}, .want = "K is larger than the padded image"},
+        {"H past 2^31", CONV(.h = (int64_t)1 << 31), {200, 108}, {108}, .want = "H, W, K or pad past 2^31"},
+        {"pad past 2^31", CONV(.pad = (int64_t)1 << 31), {200, 108}, {108}, .want = "H, W, K or pad past 2^31"},
+        {"x past int64", CONV(.n = BIG, .c_in = BIG, .groups = 1), {200, 108}, {108}, .want = "N*C_in*H*W overflows"},
+        {"weight past int64", CONV(.c_out = BIG * 4, .k = 1, .groups = 1, .pad = 0, .c_in = BIG), {200, 108}, {108},
+         .want = "C_out*(C_in/groups)*K*K overflows"},
+        {"y past int64", CONV(.n = BIG, .c_in = 1, .c_out = BIG, .groups = 1), {200, 108}, {108},
+         .want = "N*C_out*OH*OW overflows"},
+
+        {"consistent", CONVB(), {108, 200, 108}, {200, 108, 6}},
+        {"dx alone", CONVB(), {108, 0, 108}, {200}},
+        {"dweight alone", CONVB(), {108, 200}, {0, 108}},
+        {"dbias alone", CONVB(), {108}, {0, 0, 6}},
+        {"no output", CONVB(), {108, 200, 108}, {0}, .want = "no output: dx, dweight and dbias are all absent"},
+        {"dweight without x", CONVB(), {108, 0, 108}, {200, 108}, .want = "in[1]: dweight needs x"},
+        {"dx without the weight", CONVB(), {108, 200}, {200, 108}, .want = "in[2]: dx needs the weight"},
+        {"stride 0", CONVB(.stride = 0), {108, 200, 108}, {200, 108, 6}, .want = "stride is not positive"},
+        {"C_out 0", CONVB(.c_out = 0), {Z0, 200, Z0}, {200, Z0, Z0}, .want = CONV_DIMS},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+TG_TEST(test_op_meta_rules_batchnorm) {
+    static const rule_case cases[] = {
+        {"consistent", BN(), {24, 3, 3, 3, 3}, {24, 6}, .alias_out = {0, 0, 4, 5}},
+        {"no running statistics", BN(), {24, 3, 3}, {24, 6}},
+        {"running mean alone", BN(), {24, 3, 3, 3}, {24, 6}, .alias_out = {0, 0, 4},
+         .want = "in[3], in[4]: the running mean and variance, both or neither"},
+        {"running mean not in place", BN(), {24, 3, 3, 3, 3}, {24, 6, 3}, .alias_out = {0, 0, 0, 5},
+         .want = "out[2]: the running mean is updated in place: must be in[3]"},
+        {"running variance not updated", BN(), {24, 3, 3, 3, 3}, {24, 6}, .alias_out = {0, 0, 4},
+         .want = "out[3]: the running variance is updated in place: must be in[4]"},
+        {"C 0", BN(.c = 0), {Z0, Z0, Z0}, {Z0, Z0}, .want = BN_DIMS},
+        {"x past int64", BN(.n = BIG, .hw = BIG), {24, 3, 3}, {24, 6}, .want = "N*C*HW overflows"},
+        {"eps 0", BN(.eps = 0.0f), {24, 3, 3}, {24, 6}, .want = "eps: not finite and positive"},
+        {"eps inf", BN(.eps = INFINITY), {24, 3, 3}, {24, 6}, .want = "eps: not finite and positive"},
+        {"momentum < 0", BN(.momentum = -0.1f), {24, 3, 3}, {24, 6}, .want = "momentum outside [0, 1]"},
+        {"momentum > 1", BN(.momentum = 1.5f), {24, 3, 3}, {24, 6}, .want = "momentum outside [0, 1]"},
+        {"momentum NaN", BN(.momentum = NAN), {24, 3, 3}, {24, 6}, .want = "momentum outside [0, 1]"},
+
+        {"consistent", BNB(), {24, 24, 3, 6}, {24, 3, 3}},
+        {"no dgamma and dbeta", BNB(), {24, 24, 3, 6}, {24}},
+        {"HW 0", BNB(.hw = 0), {Z0, Z0, 3, 6}, {Z0}, .want = BN_DIMS},
+        {"x past int64", BNB(.c = BIG, .hw = BIG), {24, 24, 3, 6}, {24}, .want = "N*C*HW overflows"},
+        {"eps NaN", BNB(.eps = NAN), {24, 24, 3, 6}, {24}, .want = "eps: not finite and positive"},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
+TG_TEST(test_op_meta_rules_relu6_avg_pool) {
+    static const rule_case cases[] = {
+        {"consistent", .kind = TG_OP_RELU6, .p = {.count = {.n = 5}}, {5}, {5}},
+        {"n < 0", .kind = TG_OP_RELU6, .p = {.count = {.n = -1}}, {5}, {5}, .want = "n is negative"},
+        {"consistent", .kind = TG_OP_RELU6_BWD, .p = {.count = {.n = 5}}, {5, 5}, {5}},
+        {"consistent", POOL(), {24}, {6}},
+        {"N 0", POOL(.n = 0), {Z0}, {Z0}, .want = BN_DIMS},
+        {"past int64", POOL(.c = BIG, .hw = BIG), {24}, {6}, .want = "N*C*HW overflows"},
+        {"N*C past int64", POOL(.n = BIG, .c = BIG, .hw = 1), {24}, {6}, .want = "N*C*HW overflows"},
+        {"consistent", POOLB(), {6}, {24}},
+        {"HW 0", POOLB(.hw = 0), {6}, {Z0}, .want = BN_DIMS},
+    };
+    run_cases(cases, N_CASES(cases));
+}
+
 typedef struct flops_case {
     const char *what;
     tg_op op;
@@ -1089,7 +1182,7 @@ static tg_op with_slots(int kind, int in2, int in5, int out1) {
 }
 
 TG_TEST(test_op_meta_rules_flops) {
-    flops_case c[64];
+    flops_case c[80];
     int n = 0;
 #define FC(WHAT, OP, SET, WANT, ...)        \
     do {                                    \
@@ -1181,6 +1274,26 @@ TG_TEST(test_op_meta_rules_flops) {
        (tg_reduce_scatter_params){.n = 10, .slice = 4096});
     FC("adamw: 16n", tg_test_op(TG_OP_ADAMW), adamw, 160.0, (tg_adamw_params){.n = 10, .zero_slice = 5});
     FC("all_gather", tg_test_op(TG_OP_ALL_GATHER), all_gather, 0.0, (tg_all_gather_params){.slice = 5});
+    tg_op conv = tg_test_op(TG_OP_CONV2D), conv_bias = tg_test_op(TG_OP_CONV2D);
+    conv_bias.in[2] = 0;
+    /* N 2, C_in 4, 5x5, C_out 6, K 3, stride 2, pad 1, groups 2: 2*6*3*3 = 108 outputs of
+     * 2 x 9 products each. */
+    const tg_conv2d_params cp = {.n = 2, .c_in = 4, .h = 5, .w = 5, .c_out = 6, .k = 3, .stride = 2, .pad = 1, .groups = 2};
+    FC("conv2d: 2 x outputs x C_in/groups x K^2", conv, conv2d, 2.0 * 108 * 18, cp);
+    FC("conv2d with bias: + outputs", conv_bias, conv2d, 2.0 * 108 * 18 + 108, cp);
+    tg_op cb_all = tg_test_op(TG_OP_CONV2D_BWD), cb_dx = tg_test_op(TG_OP_CONV2D_BWD), cb_db = tg_test_op(TG_OP_CONV2D_BWD);
+    cb_all.out[0] = 0, cb_all.out[1] = 1, cb_all.out[2] = 2, cb_dx.out[0] = 0, cb_db.out[2] = 0;
+    const tg_conv2d_bwd_params cbp = {2, 4, 5, 5, 6, 3, 2, 1, 2, 0};
+    FC("conv2d_bwd dx, dweight, dbias: two products + outputs", cb_all, conv2d_bwd, 4.0 * 108 * 18 + 108, cbp);
+    FC("conv2d_bwd dx alone: one product", cb_dx, conv2d_bwd, 2.0 * 108 * 18, cbp);
+    FC("conv2d_bwd dbias alone: the outputs", cb_db, conv2d_bwd, 108.0, cbp);
+    FC("batchnorm: 8NCHW", tg_test_op(TG_OP_BATCHNORM), batchnorm, 192.0, (tg_batchnorm_params){.n = 2, .c = 3, .hw = 4});
+    FC("batchnorm_bwd: 12NCHW", tg_test_op(TG_OP_BATCHNORM_BWD), batchnorm_bwd, 288.0,
+       (tg_batchnorm_bwd_params){.n = 2, .c = 3, .hw = 4});
+    FC("relu6: n", tg_test_op(TG_OP_RELU6), count, 7.0, (tg_count_params){.n = 7});
+    FC("relu6_bwd: n", tg_test_op(TG_OP_RELU6_BWD), count, 7.0, (tg_count_params){.n = 7});
+    FC("global_avg_pool: NCHW", tg_test_op(TG_OP_GLOBAL_AVG_POOL), avg_pool, 24.0, (tg_avg_pool_params){2, 3, 4});
+    FC("global_avg_pool_bwd: NCHW", tg_test_op(TG_OP_GLOBAL_AVG_POOL_BWD), avg_pool, 24.0, (tg_avg_pool_params){2, 3, 4});
 #undef FC
     for (int k = 0; k < n; k++)
         CHECK(tg_op_flops(&c[k].op) == c[k].want, "%s: %g, want %g", c[k].what, tg_op_flops(&c[k].op), c[k].want);

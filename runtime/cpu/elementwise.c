@@ -1,4 +1,4 @@
-/* CPU reference: ZERO, FILL, the elementwise ops (ADD, GELU, TANH and their backwards)
+/* CPU reference: ZERO, FILL, the elementwise ops (ADD, GELU, TANH, RELU6 and their backwards)
  * and DROPOUT. The elementwise ops run in parallel in large blocks: they are memory bound. */
 #include <string.h>
 
@@ -101,6 +101,25 @@ static void tanh_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
 }
 void tg_cpu_kernel_tanh_bwd(const tg_cpu_op_args *a) {
     tg_cpu_elementwise_parallel(a, a->op->p.count.n, tanh_bwd_range);
+}
+
+/* ---- relu6 ------------------------------------------------------------------------- */
+
+/* Clamped to [0, 6]; a NaN stays NaN, as torch's. */
+static void relu6_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    const float *x = CF32(a->in[0]);
+    float *y = F32(a->out[0]);
+    for (int64_t i = b; i < e; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i] > 6.0f ? 6.0f : x[i];
+}
+void tg_cpu_kernel_relu6(const tg_cpu_op_args *a) { tg_cpu_elementwise_parallel(a, a->op->p.count.n, relu6_range); }
+
+static void relu6_bwd_range(const tg_cpu_op_args *a, int64_t b, int64_t e) {
+    const float *dy = CF32(a->in[0]), *y = CF32(a->in[1]);
+    float *dx = F32(a->out[0]);
+    for (int64_t i = b; i < e; i++) dx[i] = y[i] > 0.0f && y[i] < 6.0f ? dy[i] : 0.0f;
+}
+void tg_cpu_kernel_relu6_bwd(const tg_cpu_op_args *a) {
+    tg_cpu_elementwise_parallel(a, a->op->p.count.n, relu6_bwd_range);
 }
 
 /* ---- dropout ----------------------------------------------------------------------- */

@@ -650,7 +650,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_preset("tiny-bert fp16 adan (f32 ops)", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 9, TG_PREC_FP16, 0,
                  kinds_seen);
     g_adan = 0, g_f32_ops_only = 0;
-    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0 || !tg_cuda_op_has_kernel(k), "op %s was never tested", tg_op_name(k));
 }
 
 TG_TEST(test_gpu_ops_match_cpu_bf16) {
@@ -680,7 +680,7 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_preset("tiny-roberta fp16 (f32 ops)", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 8, TG_PREC_FP16, 0,
                  kinds_seen);
     g_f32_ops_only = 0;
-    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0 || !tg_cuda_op_has_kernel(k), "op %s was never tested in bf16", tg_op_name(k));
 }
 
 /* Every op of fp16 plans (half activations and weight copies, loss scaling) on the same
@@ -706,7 +706,7 @@ TG_TEST(test_gpu_ops_match_cpu_fp16) {
     check_accumulating_gradients(TG_PREC_FP16, seed, kinds_seen);
     check_adan_plans(TG_PREC_FP16, seed, kinds_seen);
     check_llama_plans(TG_PREC_FP16, seed, kinds_seen);
-    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in fp16", tg_op_name(k));
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0 || !tg_cuda_op_has_kernel(k), "op %s was never tested in fp16", tg_op_name(k));
 }
 
 /* ATTENTION and ATTENTION_BWD through cuDNN's graphs against the CPU reference, at the
