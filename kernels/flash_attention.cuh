@@ -13,8 +13,9 @@
  * atomics are used (results are bitwise reproducible). At head dims 64 and 128 (DP) the
  * tile products are Hopper's warpgroup MMA (wgmma, kernels/wgmma.cuh: 4 warps, 64 rows,
  * operands from swizzled shared tiles); the forward's blocks are two warpgroups (128
- * queries) when it draws no dropout, and its P V product runs on while the next tile's
- * Q K^T and dropout draws start. At DP 16 and 32 the products are per-warp mma.sync
+ * queries) when it draws no dropout, and then each warpgroup runs a tile's softmax while
+ * the previous tile's P V is still on the tensor cores (fa_fwd_pipe_kernel); with dropout
+ * a tile's Q K^T runs beside its dropout draws. At DP 16 and 32 the products are per-warp mma.sync
  * m16n8k16 and a block is 4 warps, 64 rows.
  *   forward  rows = queries; per 64-key tile: S = Q K^T, online softmax (exp2 domain,
  *            running max and sum per row), dropout, O += P V; out: O / sum, LSE.
@@ -33,8 +34,9 @@
  * Occupancy: the backward kernels are capped to 4 (dQ) and 3 (dK/dV) blocks of 4 warps
  * per SM at DP <= 64 (128 and 168 registers), which measured 7-11% faster than 2-3
  * blocks; two-warpgroup backward blocks (128 rows, 2 per SM at 128 registers, or 1)
- * measured 10-20% slower than these. The forward: 2 two-warpgroup blocks (128 registers,
- * 40 bytes of spill) without dropout, 3 one-warpgroup blocks with it.
+ * measured 10-20% slower than these. The forward: without dropout 2 two-warpgroup blocks
+ * at DP 64 (128 registers, 16 bytes of spill) and 1 at DP 128 (201 registers; 128 KB of
+ * tiles); with dropout 3 one-warpgroup blocks.
  *
  * Head dim: any Dh <= 128; tiles are padded with zero columns to DP = 16, 32, 64 or
  * 128 (the mma k-step is 16), and only the Dh real columns are stored.

@@ -1,7 +1,9 @@
 /* ATTENTION: the fused attention forward (kernels/flash_attention.cuh describes the
  * arrangement). bf16 and fp16 plans: the tensor-core kernel (a template on the 16-bit type), per 64-key tile S = Q K^T, online
  * softmax (exp2 domain, running max and sum per row), dropout, O += P V; out: O / sum, LSE,
- * and the keep bits the backward reads (the dropout mask is drawn here only). fp32 plans: a
+ * and the keep bits the backward reads (the dropout mask is drawn here only); without
+ * dropout at DP 64 and 128 a pipelined kernel overlaps each tile's softmax with the
+ * previous tile's P V. fp32 plans: a
  * warp per query row, dots in float, sums over keys in double. */
 #include "kernels/flash_attention.cuh"
 
@@ -53,15 +55,15 @@ static __device__ __forceinline__ void store_bits(const fa_args &a, const uint32
 
 /* ---- forward (bf16 / f16: ST) --------------------------------------------------------- */
 
-/* The forward's block at DP 64 and 128: two warpgroups (128 queries, half the key-tile
- * traffic) when no dropout is drawn, one when it is (the Philox draws then bound the
- * kernel, and at T = 128 - 512 the smaller blocks measured faster), with K and V in NBUF
- * slots so that a tile's P V product may still read its V while the next tiles stream in. */
+/* The forward's block: at DP 64 and 128 (only with dropout or keep bits: without, the
+ * pipelined kernel below takes them) one warpgroup, as the Philox draws bound the kernel
+ * and at T = 128 - 512 smaller blocks measured faster than two-warpgroup ones, with K and
+ * V in NBUF slots so that the next tiles stream in while a tile's P V reads its V. */
 template <int DP, bool BITS>
 struct fa_fwd_cfg {
-    typedef fa_stile<DP, BITS ? 1 : 2> L;
+    typedef fa_stile<DP, 1> L;
     static constexpr int NBUF = L::WG ? 3 : 2;
-    static constexpr int MIN_BLOCKS = L::WG && DP == 64 ? (BITS ? 3 : 2) : 1; /* registers */
+    static constexpr int MIN_BLOCKS = L::WG && DP == 64 ? 3 : 1; /* registers */
 };
 
 /* The keep bits of a warp's 16 rows for key tile k0, drawn while the tile's scores are
@@ -132,15 +134,15 @@ static __device__ __forceinline__ void store_row_bits(const fa_args &a, uint32_t
     if (w0 + 1 < a.W) dst[w0 + 1] = w[1];
 }
 
-/* BITS: the launch draws dropout or writes keep bits (else neither is compiled in).
- * With wgmma (DP 64, 128) a tile's S = Q K^T runs while its dropout bits are drawn, and
- * without dropout its P V runs on into the next tile (waited for before the scores of
- * that tile are read, so the running rescale of O sees it complete). */
+/* BITS: the launch draws dropout or writes keep bits (else neither is compiled in; at
+ * DP 64 and 128 BITS is always set). With wgmma a tile's S = Q K^T runs while its
+ * dropout bits are drawn. */
 template <int DP, class ST, bool BITS>
 __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<DP, BITS>::MIN_BLOCKS)
     fa_fwd_kernel(fa_args a) {
     typedef typename fa_fwd_cfg<DP, BITS>::L L;
     constexpr int E = L::ELEMS, NBUF = fa_fwd_cfg<DP, BITS>::NBUF;
+    static_assert(BITS || !L::WG, "without dropout DP 64 and 128 take fa_fwd_pipe_kernel");
     ST *sQ = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sKV = sQ + L::BLOCK_ELEMS; /* [slot][K, V] */
     float *sM2 = reinterpret_cast<float *>(sKV + 2 * NBUF * E);                      /* [slot][64] */
     const int T = a.T, H = a.H, Dh = a.Dh;
@@ -179,7 +181,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
             if constexpr (L::WG) {
                 wg_abt_issue<DP, ST>(s, sQ + (warp >> 2) * E, sK);
                 if (BITS && a.drop) kw = tile_keep_bits(a, step, bh, wr0, k0, lane);
-                wg_wait_all(); /* S, and the last tile's P V */
+                wg_wait_all(); /* S (the last tile's P V was waited for within its tile) */
                 wg_keep<FA_COLS / 8>(s);
                 wg_keep<DP / 8>(o);
                 wg_keep_a<4>(pa);
@@ -247,14 +249,12 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
                 }
             }
             if constexpr (L::WG) {
-                wg_pb_issue<DP, ST>(o, s, sV, pa); /* waited for with the next tile's S, or below */
-                if constexpr (BITS) {
-                    /* With dropout, P V is waited for here: run on into the next tile's draws,
-                     * ptxas serializes the products (C7515), 1.5% slower as measured. */
-                    wg_wait_all();
-                    wg_keep<DP / 8>(o);
-                    wg_keep_a<4>(pa);
-                }
+                wg_pb_issue<DP, ST>(o, s, sV, pa);
+                /* P V is waited for here: run on into the next tile's draws, ptxas serializes
+                 * the products (C7515), 1.5% slower as measured. */
+                wg_wait_all();
+                wg_keep<DP / 8>(o);
+                wg_keep_a<4>(pa);
             } else
                 tile_pb<DP>(o, s, sV, lane);
         } else if (BITS && a.bits) {
@@ -276,6 +276,151 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
             const int row = wr0 + i / a.W, wi = i % a.W;
             if (row < T && wi >= 2 * ktiles) a.bits[((int64_t)bh * T + row) * a.W + wi] = 0u;
         }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    ST *O = (ST *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++) o[d][2 * r] *= inv, o[d][2 * r + 1] *= inv;
+        const int row = wr0 + g + 8 * r;
+        if (c == 0 && row < T) a.lse[(int64_t)bh * T + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * FA_LN2 : 0.0f;
+    }
+    store_rows<DP>(O, a.ldo, o, wr0, T, Dh, a.vec, lane);
+}
+
+/* ---- forward without dropout (bf16 / f16 at DP 64 and 128): the softmax beside P V ------ */
+
+/* Without dropout a warpgroup's products and its softmax overlap, as FlashAttention-3's
+ * intra-warpgroup pipelining does: for key tile kt it starts S_kt = Q K_kt^T, then
+ * P_{kt-1} V_{kt-1} (P rounded into registers by the previous tile's softmax), waits for
+ * S_kt alone and runs its softmax while P V is still on the tensor cores; only the running
+ * rescale of O waits for P V. Two warpgroups (128 queries) share each K/V tile. K and V
+ * stream into 3 slots: the load into tile kt + 1's slot (tile kt - 2's) starts after tile
+ * kt's barrier, which every warp reaches only after its P V of tile kt - 2 completed. */
+template <int DP>
+struct fa_pipe_cfg {
+    typedef fa_stile<DP, 2> L;
+    static constexpr int NBUF = 3;
+    static constexpr int MIN_BLOCKS = DP == 64 ? 2 : 1; /* registers at DP 64; shared memory at 128 */
+};
+
+/* The online softmax of one warp's 16 rows of key tile k0's scores (mask sM): S becomes P
+ * (exp2 domain, less the new running row maxima m), alpha the factor that rescales what
+ * was accumulated before, rs the lane's part of P's row sums. */
+static __device__ __forceinline__ void pipe_softmax(float (&s)[FA_COLS / 8][4], float (&m)[2], float (&alpha)[2],
+                                                    float (&rs)[2], const float *sM, float sl2, int causal, int k0,
+                                                    int wr0, int lane) {
+    float mx[2] = {m[0], m[1]};
+    if (tile_needs_mask(sM, causal, k0, wr0, lane))
+        scale_mask_rows<1>(s, mx, sM, sl2, causal, k0, wr0, lane);
+    else
+        scale_mask_rows<0>(s, mx, sM, sl2, causal, k0, wr0, lane);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        alpha[r] = mx[r] == -INFINITY ? 1.0f : fa_exp2(m[r] - mx[r]);
+        m[r] = mx[r];
+        rs[r] = 0.0f;
+    }
+    /* A row with nothing kept so far subtracts 0 instead of -inf (every exp is 0). */
+    const float mb[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+#pragma unroll
+    for (int j = 0; j < FA_COLS / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float pv = fa_exp2(s[j][e] - mb[e >> 1]);
+            s[j][e] = pv;
+            rs[e >> 1] += pv;
+        }
+}
+
+/* Before key tile kt is used: wait until it landed (its load started at tile kt - 1), make
+ * it visible, then start tile kt + 1's load into the slot of tile kt - 2, whose P V every
+ * warp has finished by this barrier. Every thread of the block calls it for every tile. */
+template <int DP, int THREADS, int NBUF, class ST>
+static __device__ __forceinline__ void pipe_next_tile(ST *sKV, float *sM2, int kt, int ktiles,
+                                                      const key_tiles<DP, ST> &kv) {
+    cp_async_wait<0>();
+    fa_publish_tiles<DP>();
+    if (kt + 1 < ktiles) {
+        load_key_tile<DP, THREADS>(sKV, sM2, (kt + 1) % NBUF, kv, (kt + 1) * FA_COLS);
+        cp_async_commit();
+    }
+}
+
+template <int DP, class ST>
+__global__ void __launch_bounds__(fa_pipe_cfg<DP>::L::THREADS, fa_pipe_cfg<DP>::MIN_BLOCKS)
+    fa_fwd_pipe_kernel(fa_args a) {
+    typedef typename fa_pipe_cfg<DP>::L L;
+    constexpr int E = L::ELEMS, NBUF = fa_pipe_cfg<DP>::NBUF, TH = L::THREADS;
+    ST *sQ = reinterpret_cast<ST *>(fa_smem_base<DP>()), *sKV = sQ + L::BLOCK_ELEMS; /* [slot][K, V] */
+    float *sM2 = reinterpret_cast<float *>(sKV + 2 * NBUF * E);                      /* [slot][64] */
+    const int T = a.T, H = a.H, Dh = a.Dh;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * L::BR; /* long causal rows first */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr0 = q0 + warp * 16;
+    const int gr0 = q0 + (warp >> 2) * FA_ROWS;
+    const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
+    const ST *K = (const ST *)a.k + (int64_t)b * T * a.ldk + h * Dh;
+    const ST *V = (const ST *)a.v + (int64_t)b * T * a.ldv + h * Dh;
+    int ktiles = (T + FA_COLS - 1) / FA_COLS;
+    if (a.causal) ktiles = min(ktiles, (q0 + L::BR - 1) / FA_COLS + 1);
+    /* This warpgroup's tiles: causal, the block's last tile may lie wholly after the first
+     * warpgroup's rows (then nk = ktiles - 1). */
+    const int nk = a.causal ? min(ktiles, (gr0 + FA_ROWS - 1) / FA_COLS + 1) : ktiles;
+    load_tile<DP, L::BR, TH, L::WG>(sQ, Q, a.ldq, q0, T, Dh, a.vec);
+    const key_tiles<DP, ST> kv = {K, V, a.ldk, a.ldv, a.mask, b, T, Dh, a.vec};
+    load_key_tile<DP, TH>(sKV, sM2, 0, kv, 0);
+    cp_async_commit();
+
+    float o[DP / 8][4], s[FA_COLS / 8][4];
+    for (int d = 0; d < DP / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    uint32_t pa[4][4]; /* P of the previous tile as A fragments */
+    float m[2] = {-INFINITY, -INFINITY}, l[2], alpha[2], rs[2];
+    const float sl2 = a.scale * FA_LOG2E;
+    const ST *sQw = sQ + (warp >> 2) * E;
+    /* tile 0: its scores alone */
+    pipe_next_tile<DP, TH, NBUF>(sKV, sM2, 0, ktiles, kv);
+    wg_abt_issue<DP, ST>(s, sQw, sKV);
+    wg_wait<0>();
+    wg_keep<FA_COLS / 8>(s);
+    pipe_softmax(s, m, alpha, rs, sM2, sl2, a.causal, 0, wr0, lane);
+    l[0] = rs[0], l[1] = rs[1];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wg_acc_to_a<ST>(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    /* tiles 1 .. nk - 1: S of tile kt beside P V of tile kt - 1 */
+    for (int kt = 1; kt < nk; kt++) {
+        pipe_next_tile<DP, TH, NBUF>(sKV, sM2, kt, ktiles, kv);
+        const int slot = kt % NBUF, prev = (kt - 1) % NBUF;
+        wg_abt_issue<DP, ST>(s, sQw, sKV + 2 * E * slot);
+        wg_pa_issue<DP, ST>(o, pa, sKV + 2 * E * prev + E);
+        wg_wait<1>(); /* S; P V stays in flight */
+        wg_keep<FA_COLS / 8>(s);
+        pipe_softmax(s, m, alpha, rs, sM2 + FA_COLS * slot, sl2, a.causal, kt * FA_COLS, wr0, lane);
+        wg_wait<0>();
+        wg_keep<DP / 8>(o);
+        wg_keep_a<4>(pa);
+        l[0] = l[0] * alpha[0] + rs[0];
+        l[1] = l[1] * alpha[1] + rs[1];
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++)
+            o[d][0] *= alpha[0], o[d][1] *= alpha[0], o[d][2] *= alpha[1], o[d][3] *= alpha[1];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wg_acc_to_a<ST>(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    }
+    /* the block's barrier of its last tile, which this warpgroup skips */
+    if (nk < ktiles) pipe_next_tile<DP, TH, NBUF>(sKV, sM2, nk, ktiles, kv);
+    wg_pa_issue<DP, ST>(o, pa, sKV + 2 * E * ((nk - 1) % NBUF) + E);
+    wg_wait<0>();
+    wg_keep<DP / 8>(o);
+    wg_keep_a<4>(pa);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -357,27 +502,38 @@ __global__ void __launch_bounds__(FA32_WARPS * 32) fa32_fwd_kernel(fa_args a) {
 
 /* ---- launcher ----------------------------------------------------------------------- */
 
+/* Sets a forward kernel's shared memory and launches it over (query blocks of br rows, B H). */
+static int fa_launch_fwd_kernel(void (*kernel)(fa_args), size_t smem, int threads, int br, const fa_args &f,
+                                cudaStream_t s, tg_err *err) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess) /* L1 as shared memory: the register count stays the limit */
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention forward): %s", cudaGetErrorString(e));
+    dim3 grid((unsigned)((f.T + br - 1) / br), (unsigned)(f.B * f.H));
+    kernel<<<grid, threads, smem, s>>>(f);
+    return 0;
+}
+
 template <int DP, class ST, bool BITS>
 static int fa_launch_fwd_bits(const fa_args &f, cudaStream_t s, tg_err *err) {
     typedef typename fa_fwd_cfg<DP, BITS>::L L;
     constexpr int NBUF = fa_fwd_cfg<DP, BITS>::NBUF;
     const size_t smem =
         (L::BLOCK_ELEMS + 2 * NBUF * L::ELEMS) * sizeof(ST) + NBUF * FA_COLS * sizeof(float) + L::ALIGN;
-    cudaError_t e =
-        cudaFuncSetAttribute(fa_fwd_kernel<DP, ST, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess) /* L1 as shared memory: the register count stays the limit */
-        e = cudaFuncSetAttribute(fa_fwd_kernel<DP, ST, BITS>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 cudaSharedmemCarveoutMaxShared);
-    if (e != cudaSuccess) return tg_fail(err, "cudaFuncSetAttribute(attention forward): %s", cudaGetErrorString(e));
-    dim3 grid((unsigned)((f.T + L::BR - 1) / L::BR), (unsigned)(f.B * f.H));
-    fa_fwd_kernel<DP, ST, BITS><<<grid, L::THREADS, smem, s>>>(f);
-    return 0;
+    return fa_launch_fwd_kernel(fa_fwd_kernel<DP, ST, BITS>, smem, L::THREADS, L::BR, f, s, err);
 }
 
 template <int DP, class ST>
 static int fa_launch_fwd(const fa_args &f, cudaStream_t s, tg_err *err) {
     if (f.bits || f.drop) return fa_launch_fwd_bits<DP, ST, true>(f, s, err);
-    return fa_launch_fwd_bits<DP, ST, false>(f, s, err);
+    if constexpr (fa_stile<DP>::WG) {
+        typedef typename fa_pipe_cfg<DP>::L L;
+        constexpr int NBUF = fa_pipe_cfg<DP>::NBUF;
+        const size_t smem =
+            (L::BLOCK_ELEMS + 2 * NBUF * L::ELEMS) * sizeof(ST) + NBUF * FA_COLS * sizeof(float) + L::ALIGN;
+        return fa_launch_fwd_kernel(fa_fwd_pipe_kernel<DP, ST>, smem, L::THREADS, L::BR, f, s, err);
+    } else
+        return fa_launch_fwd_bits<DP, ST, false>(f, s, err);
 }
 
 /* The tile width DP for the head dim. */

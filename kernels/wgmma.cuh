@@ -2,7 +2,8 @@
  * 128-byte-swizzled shared-memory tile layout the instruction reads, its matrix
  * descriptors, the fences, and two tile products of a 4-warp block (one warpgroup):
  *   wg_abt_issue: acc[64 x 64]  = A[64 x DP] B[64 x DP]^T   (both tiles from shared memory)
- *   wg_pb_issue:  acc[64 x DP] += P[64 x 64] B[64 x DP]     (P from registers, B from shared memory)
+ *   wg_pb_issue:  acc[64 x DP] += P[64 x 64] B[64 x DP]     (P from registers, B from shared memory;
+ *                 wg_pa_issue takes P already rounded into A fragments)
  * such as Q K^T and P V, each started asynchronously and waited for with wg_wait_all
  * (wg_pb is the second with its wait). The accumulators are laid out as mma.sync's m16n8
  * fragments: warp w of the group holds rows 16w .. 16w + 15, acc[j] columns 8j .. 8j + 7
@@ -42,6 +43,11 @@ static __device__ __forceinline__ uint64_t wg_desc(const void *smem, uint32_t lb
 static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* Waits until at most N of this warpgroup's committed groups are pending (the newest). */
+template <int N>
+static __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 /* Shared memory written by ordinary stores or cp.async becomes visible to wgmma (the async
  * proxy); each writing thread fences before the barrier that publishes the tile. */
 static __device__ __forceinline__ void wg_fence_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -147,15 +153,20 @@ static __device__ __forceinline__ void wg_acc_to_a(uint32_t (&a)[4], const float
 /* Starts acc += P B: P 64 x 64 fp32 (rounded to ST into pa, the A fragments, which must
  * stay untouched until the wait), B a swizzled [64][DP] tile whose rows are the k index. */
 template <int DP, class ST>
-static __device__ __forceinline__ void wg_pb_issue(float (&acc)[DP / 8][4], const float (&p)[8][4], const ST *sB,
-                                                   uint32_t (&pa)[4][4]) {
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wg_acc_to_a<ST>(pa[kk], p[2 * kk], p[2 * kk + 1]);
+static __device__ __forceinline__ void wg_pa_issue(float (&acc)[DP / 8][4], const uint32_t (&pa)[4][4], const ST *sB) {
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) /* 16 rows of k: two 1024-byte atoms */
         wg_rs<DP, ST>::run(acc, pa[kk], wg_desc(sB + kk * 16 * 64, 64 * 128, 1024));
     wg_commit();
+}
+
+template <int DP, class ST>
+static __device__ __forceinline__ void wg_pb_issue(float (&acc)[DP / 8][4], const float (&p)[8][4], const ST *sB,
+                                                   uint32_t (&pa)[4][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wg_acc_to_a<ST>(pa[kk], p[2 * kk], p[2 * kk + 1]);
+    wg_pa_issue<DP, ST>(acc, pa, sB);
 }
 
 /* acc += P B, waited for. */

@@ -469,7 +469,8 @@ static void check_separate_qkv(int precision, uint64_t seed, int *kinds_seen) {
 /* Fused attention at the head dims and lengths the kernels treat differently: Dh 8, 12
  * (no 16-byte rows), 16, 64 and 128 (tile widths 16..128; wgmma at 64 and 128), T with
  * several 64-row tiles and a partial last one (the two-kernel backward past T = 128, at
- * both wgmma widths), T % 4 != 0 (one Philox draw per element), causal and key-masked. */
+ * both wgmma widths), T % 4 != 0 (one Philox draw per element), causal and key-masked,
+ * with attention dropout and without. */
 static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen) {
     check_shape("bert Dh=64 T=128", "tiny-bert", TG_TASK_CLASSIFY, 2, 128, seed + 11, precision, 0, 256, 4,
                 TG_ATTENTION_FUSED, kinds_seen);
@@ -485,6 +486,17 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
     check_shape("bert Dh=128 T=136", "tiny-bert", TG_TASK_CLASSIFY, 2, 136, seed + 17, precision, 0, 256, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
+    /* Without attention dropout the 16-bit forward at Dh 64 and 128 is the pipelined kernel
+     * (the softmax beside P V): key-masked rows, a partial last tile, causal blocks whose
+     * first warpgroup skips the last tile. */
+    g_no_attention_dropout = 1;
+    check_shape("bert Dh=64 T=200 no dropout", "tiny-bert", TG_TASK_CLASSIFY, 2, 200, seed + 18, precision, 0, 256, 4,
+                TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("bert Dh=128 T=136 no dropout", "tiny-bert", TG_TASK_CLASSIFY, 2, 136, seed + 19, precision, 0, 256,
+                2, TG_ATTENTION_FUSED, kinds_seen);
+    check_shape("gpt2 Dh=64 T=300 causal no dropout", "tiny-gpt2", TG_TASK_LM, 2, 300, seed + 20, precision, 0, 128,
+                2, TG_ATTENTION_FUSED, kinds_seen);
+    g_no_attention_dropout = 0;
 }
 
 /* qa with grad_accumulation: the span loss and its backward divided by the window's
