@@ -2,6 +2,7 @@
  * the gathers of its slices is deferred, the gathers recorded; each chunk's parts, the one
  * each replica updates and the broadcasts that share it from their owners; each way a
  * schedule after the update is refused; the least chunk an executor asks for. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "base/alloc.h"
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "plan/cost_model.h"
 #include "plan/inspect.h"
 #include "runtime/deferred_update.h"
 #include "tests/harness.h"
@@ -311,4 +313,28 @@ TG_TEST(test_deferred_update_zero_inspect) {
         free(text);
         tg_plan_free(&p);
     }
+}
+
+/* The cost model on a GPU: a ZeRO-1 plan's update and its gathers beside the next forward
+ * (update_s their ops' time together, part of it hidden), on the CPU none of it. */
+TG_TEST(test_deferred_update_zero_cost) {
+    tg_plan z;
+    if (!compile_zero(2, 1, "bf16", &z)) return;
+    const int update = z.n_ops - 3;
+    REQUIRE(tg_op_is_update(z.ops[update].kind), "op %d is %s", update, tg_op_name(z.ops[update].kind));
+    tg_cost_device d;
+    tg_err err = {{0}};
+    REQUIRE(tg_cost_device_builtin("h100", z.train.precision, 0, &d, &err) == 0, "%s", err.msg);
+    tg_cost_prediction pr;
+    REQUIRE(tg_cost_predict(&z, &d, &pr, &err) == 0, "%s", err.msg);
+    const double u = pr.ops[update].seconds + pr.ops[update + 1].seconds + pr.ops[update + 2].seconds;
+    CHECK(pr.update_s > pr.ops[update].seconds && fabs(pr.update_s - u) <= 1e-12 * u, "update %g, its ops %g",
+          pr.update_s, u);
+    CHECK(pr.update_hidden_s > 0 && pr.update_hidden_s <= u, "hidden %g of %g", pr.update_hidden_s, u);
+    tg_cost_prediction_free(&pr);
+    d.cpu = 1;
+    REQUIRE(tg_cost_predict(&z, &d, &pr, &err) == 0, "%s", err.msg);
+    CHECK(pr.update_s == 0 && pr.step_s == pr.serial_s, "CPU: update %g", pr.update_s);
+    tg_cost_prediction_free(&pr);
+    tg_plan_free(&z);
 }
