@@ -4,8 +4,8 @@
  * for bit as the same plan with the update and its gathers in the step
  * (TUNEGRAPH_DEFERRED_UPDATE=0): losses, parameters and their bf16 copies, with one step
  * in flight or four, and with the pending update settled on every replica in the middle of
- * the run (tg_trainer_settle, then a read of the parameters) before training on. In fp32
- * it also trains as plain replicas (bf16: see README's zero_stage). Both replicas end with
+ * the run (tg_trainer_settle, then a read of the parameters) before training on. It also
+ * trains as plain replicas (the same parameters and losses), and both replicas end with
  * the same parameters. */
 #include <pthread.h>
 #include <stdio.h>
@@ -153,13 +153,13 @@ static void zero_deferred_matches(int bf16) {
         CHECK(!memcmp(deferred[0].params, deferred[1].params, zero.pool_bytes[TG_POOL_PARAMS]) &&
                   (!bf16 || !memcmp(deferred[0].copies, deferred[1].copies, zero.pool_bytes[TG_POOL_PARAMS_BF16])),
               "%s ZeRO-1 deferred: the replicas' parameters differ", prec);
-        if (!bf16 && compile_job(0, 0, &plain)) {
+        if (compile_job(0, bf16, &plain)) {
             if (run_replicas(&plain, 1, 1, 0, unsliced)) {
                 const size_t n = plain.tensors[plain.io.params_all].bytes; /* ZeRO only pads the pool past it */
                 for (int k = 0; k < REPLICAS; k++)
                     CHECK(!memcmp(deferred[k].params, unsliced[k].params, n) &&
                               !memcmp(deferred[k].loss, unsliced[k].loss, sizeof deferred[k].loss),
-                          "fp32 replica %d: ZeRO-1 deferred differs from plain replicas", k);
+                          "%s replica %d: ZeRO-1 deferred differs from plain replicas", prec, k);
             }
             tg_plan_free(&plain);
         }
