@@ -706,6 +706,12 @@ static int steps_to_start(const tg_trainer *t) {
     return in_flight == 0 && t->stop_at < 0;
 }
 
+double tg_step_device_ms(const tg_step_stats *s) {
+    double ms = 0;
+    for (int k = 0; k < 4; k++) ms += s->phase_ms[k];
+    return ms;
+}
+
 int tg_trainer_settle(tg_trainer *t, tg_err *err) { return tg_executor_settle(&t->ex, err); }
 
 void tg_trainer_hold(tg_trainer *t, int hold) { t->stop_at = hold ? t->launched : -1; }

@@ -218,6 +218,11 @@ void tg_trainer_close(tg_trainer *t);
  * epochs and checkpoints count windows (an epoch's last one takes the batches left).
  * tg_trainer_input and tg_trainer_run reach the window's first micro-batch. */
 
+/* A step's own time on the device: its phases, from its first stamp to its last (on the
+ * CPU, the time its ops took); step_ms is instead the time since the step before it ended,
+ * which for a step taken alone also holds the host's turn between the two. */
+double tg_step_device_ms(const tg_step_stats *s);
+
 /* Fills the input staging from the next training batch (dropping any filled ahead). */
 void tg_trainer_next_batch(tg_trainer *t);
 /* Uploads the input staging, runs forward, backward and optimizer, reads the stats. */

@@ -272,6 +272,11 @@ TG_TEST(test_trainer_pipeline_in_flight_refusals) {
     fake.period_ms = 7.5f;
     CHECK(tg_trainer_run_step(&r.tr, &s, &err) == 0 && s.step == done + 1 && isfinite(s.loss) && s.step_ms == 7.5,
           "run_step on the handed buffer: %s (step %d, %g ms)", err.msg, s.step, s.step_ms);
+    /* The step's own device time is its phases (what calibrate fits a GPU step to), not the
+     * period since the step before ended. */
+    const double phases = (double)s.phase_ms[0] + s.phase_ms[1] + s.phase_ms[2] + s.phase_ms[3];
+    CHECK(phases > 0 && tg_step_device_ms(&s) == phases, "device time %g ms, phases %g ms, period %g ms",
+          tg_step_device_ms(&s), phases, s.step_ms);
     CHECK(r.tr.handed == -1, "handed %d after run_step", r.tr.handed);
     fake.period_ms = 0;
     /* A bucket the executor cannot select: every call that selects one fails with it. */
