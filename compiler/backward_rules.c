@@ -431,6 +431,71 @@ static void bwd_dropout(tg_graph *g, int index) {
     s.p.dropout = op->p.dropout;
     bwd_pointwise(g, index, &s);
 }
+/* CONV2D_BWD writes what is needed of dx (an activation's gradient), dweight and dbias
+ * (parameter gradients, added into); the image's own gradient is never formed, nor a frozen
+ * weight's. */
+static void bwd_conv2d(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc_x = 0, acc_w = 1, acc_b = 1;
+    const int dx = tg_ad_grad_dest(g, op.in[0], &acc_x), dw = tg_ad_grad_dest(g, op.in[1], &acc_w);
+    const int db = op.in[2] >= 0 ? tg_ad_grad_dest(g, op.in[2], &acc_b) : -1;
+    if ((dx >= 0 && acc_x) || (dw >= 0 && !acc_w) || (db >= 0 && !acc_b)) {
+        tg_graph_fail(g, "conv2d %d needs an activation input and parameter weight and bias", index);
+        return;
+    }
+    if (dx < 0 && dw < 0 && db < 0) return;
+    tg_op_spec s = tg_spec(TG_OP_CONV2D_BWD);
+    const tg_conv2d_params *p = &op.p.conv2d;
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = dw >= 0 ? op.in[0] : -1;
+    s.in[2] = dx >= 0 ? op.in[1] : -1;
+    s.out[0] = dx, s.out[1] = dw, s.out[2] = db;
+    s.p.conv2d_bwd = (tg_conv2d_bwd_params){p->n, p->c_in, p->h, p->w, p->c_out, p->k, p->stride, p->pad, p->groups, 0};
+    tg_graph_op(g, &s);
+    if (dx >= 0) tg_ad_commit(g, op.in[0], dx);
+    if (dw >= 0) tg_ad_commit(g, op.in[1], dw);
+    if (db >= 0) tg_ad_commit(g, op.in[2], db);
+}
+
+/* BATCHNORM_BWD (training mode: the batch's statistics, out1 of the forward) writes dx and,
+ * where gamma and beta train, their gradients; an x that needs no gradient writes scratch.
+ * The running statistics (out2, out3) take no gradient. */
+static void bwd_batchnorm(tg_graph *g, int index) {
+    tg_op op = *fwd(g, index);
+    int acc_x, acc_g = 1, acc_b = 1, dx_scratch;
+    const int dx = tg_ad_grad_dest_or_scratch(g, op.in[0], &acc_x, &dx_scratch);
+    const int dgamma = tg_ad_grad_dest(g, op.in[1], &acc_g), dbeta = tg_ad_grad_dest(g, op.in[2], &acc_b);
+    if (dx < 0 || acc_x || (dgamma >= 0 && !acc_g) || (dbeta >= 0 && !acc_b)) {
+        tg_graph_fail(g, "batchnorm %d needs an activation input and parameter gamma and beta", index);
+        return;
+    }
+    tg_op_spec s = tg_spec(TG_OP_BATCHNORM_BWD);
+    s.in[0] = tg_ad_grad_of(g, op.out[0]);
+    s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.out[1];
+    s.out[0] = dx, s.out[1] = dgamma, s.out[2] = dbeta;
+    s.p.batchnorm_bwd = (tg_batchnorm_bwd_params){.n = op.p.batchnorm.n, .c = op.p.batchnorm.c,
+                                                  .hw = op.p.batchnorm.hw, .eps = op.p.batchnorm.eps};
+    tg_graph_op(g, &s);
+    if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
+    if (dgamma >= 0) tg_ad_commit(g, op.in[1], dgamma);
+    if (dbeta >= 0) tg_ad_commit(g, op.in[2], dbeta);
+}
+
+static void bwd_relu6(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_RELU6_BWD);
+    s.in[1] = op->out[0];
+    s.p.count = op->p.count;
+    bwd_pointwise(g, index, &s);
+}
+
+static void bwd_global_avg_pool(tg_graph *g, int index) {
+    const tg_op *op = fwd(g, index);
+    tg_op_spec s = tg_spec(TG_OP_GLOBAL_AVG_POOL_BWD);
+    s.p.avg_pool = op->p.avg_pool;
+    bwd_pointwise(g, index, &s);
+}
+
 /* One backward op writes the gradients of every activation input of a forward op whose
  * inputs `slots` (n of them) are activations: each input's gradient, or scratch for an
  * input that needs none (a projection of frozen weights, as for the fused attention).
@@ -572,13 +637,13 @@ static void bwd_span_loss(tg_graph *g, int index) {
 #define BACKWARD_ATTENTION_BWD NULL
 #define BACKWARD_HEADS_SPLIT bwd_heads_split
 #define BACKWARD_HEADS_MERGE bwd_heads_merge
-#define BACKWARD_CONV2D NULL
+#define BACKWARD_CONV2D bwd_conv2d
 #define BACKWARD_CONV2D_BWD NULL
-#define BACKWARD_BATCHNORM NULL
+#define BACKWARD_BATCHNORM bwd_batchnorm
 #define BACKWARD_BATCHNORM_BWD NULL
-#define BACKWARD_RELU6 NULL
+#define BACKWARD_RELU6 bwd_relu6
 #define BACKWARD_RELU6_BWD NULL
-#define BACKWARD_GLOBAL_AVG_POOL NULL
+#define BACKWARD_GLOBAL_AVG_POOL bwd_global_avg_pool
 #define BACKWARD_GLOBAL_AVG_POOL_BWD NULL
 #define BACKWARD_SELECT_TOKEN bwd_select
 #define BACKWARD_SELECT_TOKEN_BWD NULL

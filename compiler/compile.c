@@ -35,8 +35,60 @@ static int job_error(const tg_job *job, int key, tg_err *err, const char *what) 
     return tg_fail(err, "%s: key '%s': %s", tg_job_where(job, key, where, sizeof where), tg_job_key_name(key), what);
 }
 
+/* An image model's job: image classification in fp32 (its ops have no bf16 or fp16 rules
+ * yet), without what only the transformers have (token lengths, LoRA's projections, layer
+ * recomputation). */
+static int check_image_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
+    char msg[700];
+    const char *model = cfg->source;
+    if (job->task != TG_TASK_CLASSIFY) {
+        snprintf(msg, sizeof msg, "model '%s' (%s) classifies images: task must be classify", model,
+                 tg_arch_name(cfg->arch));
+        return job_error(job, TG_JOB_TASK, err, msg);
+    }
+    if (job->num_labels < 2) {
+        snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
+        return job_error(job, TG_JOB_NUM_LABELS, err, msg);
+    }
+    if (job->precision != TG_PREC_FP32) {
+        snprintf(msg, sizeof msg, "model '%s' (%s) trains in fp32 only so far (its convolution and batch-norm ops "
+                 "have no %s rules yet)", model, tg_arch_name(cfg->arch), tg_precision_name(job->precision));
+        return job_error(job, TG_JOB_PRECISION, err, msg);
+    }
+    static const int text_keys[] = {TG_JOB_SEQ, TG_JOB_SEQ_BUCKETS, TG_JOB_PAD_TOKEN_ID, TG_JOB_LORA_R,
+                                    TG_JOB_LORA_TARGETS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID,
+                                    TG_JOB_SPECIAL_TOKEN_IDS};
+    for (size_t k = 0; k < sizeof text_keys / sizeof text_keys[0]; k++)
+        if (job->key_line[text_keys[k]] != 0) {
+            snprintf(msg, sizeof msg, "model '%s' (%s) takes images, not token sequences: leave this key out", model,
+                     tg_arch_name(cfg->arch));
+            return job_error(job, text_keys[k], err, msg);
+        }
+    if (job->recompute == TG_RECOMPUTE_GELU || job->recompute == TG_RECOMPUTE_LAYERS) {
+        snprintf(msg, sizeof msg, "model '%s' (%s) has no transformer layers or GELUs to recompute (none or auto)",
+                 model, tg_arch_name(cfg->arch));
+        return job_error(job, TG_JOB_RECOMPUTE, err, msg);
+    }
+    if (job->zero_stage > 0 && job->data_parallel < 2) {
+        snprintf(msg, sizeof msg,
+                 "zero_stage %d shards the optimizer state over data-parallel replicas; it needs data_parallel >= 2 "
+                 "(got %d)",
+                 job->zero_stage, job->data_parallel);
+        return job_error(job, TG_JOB_ZERO_STAGE, err, msg);
+    }
+    return 0;
+}
+
 static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
+    if (cfg->arch == TG_ARCH_MOBILENET_V2) return check_image_job(job, cfg, err);
+    static const int image_keys[] = {TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT};
+    for (size_t k = 0; k < sizeof image_keys / sizeof image_keys[0]; k++)
+        if (job->key_line[image_keys[k]] != 0) {
+            snprintf(msg, sizeof msg, "only image models take it; model '%s' is %s", cfg->source,
+                     tg_arch_name(cfg->arch));
+            return job_error(job, image_keys[k], err, msg);
+        }
     const int decoder = cfg->arch == TG_ARCH_GPT2 || cfg->arch == TG_ARCH_LLAMA;
     if (job->task == TG_TASK_LM && !decoder) {
         snprintf(msg, sizeof msg, "task lm needs a decoder (gpt2 or llama family); model '%s' is %s", cfg->source,
@@ -231,9 +283,11 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
     plan->grads_share_activations = share_grads;
 
     plan->model = *cfg;
+    /* An image is one row of the batch: seq 1 (the trainer's row length). */
+    const int32_t seq = cfg->arch == TG_ARCH_MOBILENET_V2 ? 1 : j->seq;
     plan->train = (tg_plan_train){.task = j->task,
                                   .batch = j->batch,
-                                  .seq = j->seq,
+                                  .seq = seq,
                                   .num_labels = j->num_labels,
                                   .pad_id = tg_job_pad_id(j, cfg),
                                   .precision = j->precision,
@@ -245,6 +299,7 @@ static int compile_one(const tg_job *j, const tg_model_config *cfg, tg_plan *pla
                                   .grad_accumulation = j->grad_accumulation,
                                   .loss_scale_init = j->precision == TG_PREC_FP16 ? j->loss_scale_init : 0.0f};
     memcpy(plan->train.bucket_seq, j->bucket_seq, sizeof plan->train.bucket_seq);
+    if (cfg->arch == TG_ARCH_MOBILENET_V2) plan->train.bucket_seq[0] = seq;
     tg_job_run_settings(j, &plan->run);
     memcpy(plan->job_path, j->path, sizeof plan->job_path);
     memcpy(plan->phase_begin, phase_begin, sizeof phase_begin);
@@ -487,6 +542,15 @@ static int escalate(tg_job *chosen, const tg_model_config *cfg, tg_plan *plan, t
 }
 
 int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg, tg_plan *plan, tg_err *err) {
+    /* Image models: the job's image_channels, image_size and width_mult over the config's;
+     * the plan's model config (and its fingerprint) holds the values compiled. */
+    tg_model_config image_cfg = *cfg;
+    if (cfg->arch == TG_ARCH_MOBILENET_V2) {
+        if (job->image_channels) image_cfg.image_channels = job->image_channels;
+        if (job->image_size) image_cfg.image_size = job->image_size;
+        if (job->width_mult > 0.0f) image_cfg.width_mult = job->width_mult;
+        cfg = &image_cfg;
+    }
     /* recompute = auto: nothing recomputed unless memory_limit needs it. */
     tg_job chosen = *job;
     const tg_job *j = &chosen;

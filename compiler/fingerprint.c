@@ -41,8 +41,8 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 /* Every field of tg_job is hashed but recompute_layers and memory_available, which no job
  * key sets (the layers recompute = auto chose, the device's free memory it planned for:
  * the fingerprint is the job's as written). */
-_Static_assert(sizeof(tg_job) == 5416, "tg_job changed: update tg_job_fingerprint");
-_Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5432, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_model_config) == 1136, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
 uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const char *version) {
@@ -76,6 +76,15 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_f32(&h, m->rope_factor);
     fp_f32(&h, m->rope_low_freq_factor);
     fp_f32(&h, m->rope_high_freq_factor);
+    /* The image models' fields and job keys count only where they mean something, so the
+     * transformers' fingerprints are what they were before these fields existed. */
+    const int image = m->arch == TG_ARCH_MOBILENET_V2;
+    if (image) {
+        fp_i32(&h, m->image_channels);
+        fp_i32(&h, m->image_size);
+        fp_f32(&h, m->width_mult);
+        fp_f32(&h, m->batch_norm_momentum);
+    }
 
     fp_str(&h, j->path, sizeof j->path);
     fp_str(&h, j->model, sizeof j->model);
@@ -141,6 +150,11 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_f32(&h, j->lora_dropout);
     fp_str(&h, j->lora_targets, sizeof j->lora_targets);
     fp_f32(&h, j->gpu_hour_price);
+    if (image) {
+        fp_i32(&h, j->image_channels);
+        fp_i32(&h, j->image_size);
+        fp_f32(&h, j->width_mult);
+    }
     const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);

@@ -15,8 +15,8 @@ static int is_grad(const tg_graph *g, int t) {
 }
 
 /* The gradient outputs an op can overwrite instead of adding to, as one decision: MATMUL's
- * out0 (accumulate), BIAS_GRAD's out0, or both LayerNorm parameter gradients (overwrite);
- * 0 if none. Fills slots. */
+ * out0 (accumulate), BIAS_GRAD's out0, or both parameter gradients of a LayerNorm, batch
+ * norm or convolution backward (overwrite); 0 if none. Fills slots. */
 static int overwritable_slots(const tg_op *op, int slots[2]) {
     if (op->kind == TG_OP_MATMUL && op->p.matmul.accumulate) {
         slots[0] = 0;
@@ -34,6 +34,12 @@ static int overwritable_slots(const tg_op *op, int slots[2]) {
         slots[0] = 2, slots[1] = 3;
         return 2;
     }
+    /* The convolution's dweight and dbias, the batch norm's dgamma and dbeta (each may be absent). */
+    if ((op->kind == TG_OP_CONV2D_BWD && !op->p.conv2d_bwd.overwrite) ||
+        (op->kind == TG_OP_BATCHNORM_BWD && !op->p.batchnorm_bwd.overwrite)) {
+        slots[0] = 1, slots[1] = 2;
+        return 2;
+    }
     return 0;
 }
 
@@ -41,6 +47,8 @@ static void set_overwrite(tg_op *op) {
     if (op->kind == TG_OP_MATMUL) op->p.matmul.accumulate = 0;
     else if (op->kind == TG_OP_BIAS_GRAD) op->p.bias_grad.overwrite = 1;
     else if (op->kind == TG_OP_LAYERNORM_BWD) op->p.layernorm_bwd.overwrite = 1;
+    else if (op->kind == TG_OP_CONV2D_BWD) op->p.conv2d_bwd.overwrite = 1;
+    else if (op->kind == TG_OP_BATCHNORM_BWD) op->p.batchnorm_bwd.overwrite = 1;
     else op->p.residual_layernorm_bwd.overwrite = 1;
 }
 
@@ -53,6 +61,8 @@ static int always_overwrites(const tg_op *op, int slot) {
     case TG_OP_LAYERNORM_BWD: return slot == 0 || op->p.layernorm_bwd.overwrite;
     case TG_OP_RESIDUAL_LAYERNORM_BWD: return slot < 2 || op->p.residual_layernorm_bwd.overwrite;
     case TG_OP_RMSNORM_BWD: return slot == 0; /* dgamma is added into: a ZERO clears it first */
+    case TG_OP_CONV2D_BWD: return slot == 0 || op->p.conv2d_bwd.overwrite;
+    case TG_OP_BATCHNORM_BWD: return slot == 0 || op->p.batchnorm_bwd.overwrite;
     default: return 1;
     }
 }
@@ -177,8 +187,8 @@ int tg_first_gradient_writes(tg_graph *g) {
             const int t = op->out[slots[k]];
             /* A LayerNorm backward's scratch dgamma/dbeta (frozen parameters) is nobody's
              * sum: overwriting it is what it wants. */
-            if (t >= 0 && op->kind != TG_OP_MATMUL && g->tensors[t].pool == TG_POOL_ACTIVATIONS) continue; /* GCOVR_EXCL_BR_LINE: t >= 0: each overwritable slot is a required output (ops.def), checked by tg_graph_op */
-            if (t >= 0 && (!is_grad(g, t) || any_written(&c, &g->tensors[t]))) fresh = 0; /* GCOVR_EXCL_BR_LINE: t >= 0, as above */
+            if (t >= 0 && op->kind != TG_OP_MATMUL && g->tensors[t].pool == TG_POOL_ACTIVATIONS) continue; /* t < 0: an absent output (a convolution without a bias, a frozen weight), nothing to overwrite */
+            if (t >= 0 && (!is_grad(g, t) || any_written(&c, &g->tensors[t]))) fresh = 0;
         }
         if (fresh) set_overwrite(op);
         for (int s = 0; s < TG_OP_MAX_OUT; s++) {

@@ -184,7 +184,11 @@ static int frozen_by_job(tg_graph *g, const char *name) {
 }
 
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay) {
-    int64_t shape[2] = {d0, d1};
+    const int64_t shape[2] = {d0, d1};
+    return tg_param_shaped(g, name, ndim, shape, init, no_decay);
+}
+
+int tg_param_shaped(tg_graph *g, const char *name, int ndim, const int64_t *shape, int init, int no_decay) {
     const int frozen = frozen_by_job(g, name) || (g->base_frozen && !g->adapter);
     int t = tg_graph_tensor(g, name, TG_F32, frozen ? TG_POOL_FROZEN : TG_POOL_PARAMS, ndim, shape);
     if (t < 0) return t;

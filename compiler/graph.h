@@ -61,6 +61,8 @@ int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int6
 /* A parameter with its HF name, init rule and decay flag: trainable (params pool), or frozen
  * (TG_TENSOR_FROZEN, frozen pool) when the name matches one of the job's freeze patterns. */
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay);
+/* The same of any shape (up to TG_MAX_DIMS dims): a convolution's weight [out, in, k, k]. */
+int tg_param_shaped(tg_graph *g, const char *name, int ndim, const int64_t *shape, int init, int no_decay);
 /* A buffer with its HF name (TG_TENSOR_BUFFER, buffers pool), of plan dtype `dtype`;
  * persistent: Hugging Face saves and loads it (else never saved, and ignored in checkpoints). */
 int tg_buffer(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1, int init, int persistent);

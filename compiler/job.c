@@ -78,6 +78,9 @@ static const struct job_key {
     [TG_JOB_LORA_DROPOUT] = {"lora_dropout", 0},
     [TG_JOB_LORA_TARGETS] = {"lora_targets", 0},
     [TG_JOB_GPU_HOUR_PRICE] = {"gpu_hour_price", 1},
+    [TG_JOB_IMAGE_CHANNELS] = {"image_channels", 0},
+    [TG_JOB_IMAGE_SIZE] = {"image_size", 0},
+    [TG_JOB_WIDTH_MULT] = {"width_mult", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -585,6 +588,15 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         rc = set_float(&job->gpu_hour_price, v, 0, 0, TG_GPU_HOUR_PRICE_MAX, 0, o, name, err);
         break;
     case TG_JOB_LORA_TARGETS: rc = set_lora_targets(job, v, o, name, err); break;
+    case TG_JOB_IMAGE_CHANNELS:
+        rc = set_int_range(&job->image_channels, v, 1, 3, "1: grey, 3: RGB", o, name, err);
+        if (!rc && job->image_channels == 2)
+            rc = tg_fail(err, "%skey '%s': 2 is not an image's channel count (1: grey, 3: RGB)", o->prefix, name);
+        break;
+    case TG_JOB_IMAGE_SIZE:
+        rc = set_int_range(&job->image_size, v, 1, TG_IMAGE_MAX_SIZE, "pixels, square images", o, name, err);
+        break;
+    case TG_JOB_WIDTH_MULT: rc = set_float(&job->width_mult, v, 0, 1, TG_WIDTH_MULT_MAX, 0, o, name, err); break;
     case TG_JOB_CHECKPOINT_EVERY:
         rc = set_int_range(&job->checkpoint_every, v, 0, INT32_MAX, "steps; 0: none", o, name, err);
         break;

@@ -112,6 +112,11 @@ typedef struct tg_job {
     /* The price of one GPU for an hour (currency-free; 0: unset), which the run turns into
      * its cost per 1M tokens (tg_plan_run.gpu_hour_price). */
     float gpu_hour_price;
+    /* Image models (mobilenet_v2): the input's channels (1 or 3), its square size in pixels
+     * and the width multiplier; 0: the model config's. Refused for the transformers. */
+    int32_t image_channels;
+    int32_t image_size;
+    float width_mult;
     int32_t key_line[64];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -122,6 +127,9 @@ enum { TG_OPTIMIZER_ADAMW = 0, TG_OPTIMIZER_ADAN = 1, TG_OPTIMIZER_COUNT };
 /* tg_job.lora_r: the largest rank; tg_job.lora_alpha: PEFT's default. */
 #define TG_LORA_MAX_RANK 4096
 #define TG_LORA_ALPHA_DEFAULT 8.0f
+/* tg_job.image_size and width_mult: the largest values (image models). */
+#define TG_IMAGE_MAX_SIZE 4096
+#define TG_WIDTH_MULT_MAX 16.0f
 
 /* tg_job.grad_bucket_mb: PyTorch DDP's default, and the most a bucket may be. */
 #define TG_GRAD_BUCKET_MB_DEFAULT 25
@@ -149,7 +157,8 @@ typedef enum tg_job_key {
     TG_JOB_GRAD_ACCUMULATION, TG_JOB_LOSS_SCALE_INIT, TG_JOB_LOSS_SCALE_GROWTH_FACTOR, TG_JOB_LOSS_SCALE_BACKOFF,
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
-    TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE, TG_JOB_KEY_COUNT
+    TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE,
+    TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -951,14 +951,198 @@ static int build_llama(builder *b, int pad_id) {
     return loss_of(b, logits, g->io.labels, b->B, labels, labels);
 }
 
+/* ---- torchvision's mobilenet_v2 ---------------------------------------------------------
+ * MobileNetV2 (Sandler et al.) as torchvision.models.mobilenet_v2 builds it, NCHW, with its
+ * state-dict names: features.0 the stem (3x3 convolution of stride 2, BatchNorm2d, ReLU6),
+ * features.1 .. features.17 the inverted residual blocks of the (t, c, n, s) table, features.18
+ * the last 1x1 convolution to last_channel, then global average pooling, classifier.0 a
+ * dropout and classifier.1 the linear classifier. Channel counts are torchvision's
+ * _make_divisible(c * width_mult, 8). Every convolution is bias-free and followed by a
+ * batch normalisation (eps and momentum of the config) with its running statistics as
+ * persistent buffers; initialisation as torchvision's: convolutions kaiming_normal_ (fan_out,
+ * std sqrt(2 / (out channels x k x k))), the normalisations 1 and 0, the classifier's weight
+ * normal(0, 0.01) and bias 0. */
+
+/* torchvision's _make_divisible(v, 8): the nearest multiple of 8, at least 8, and not below
+ * 90% of v. */
+static int64_t make_divisible(double v) {
+    const int64_t d = 8;
+    int64_t n = (int64_t)(v + d / 2.0) / d * d;
+    if (n < d) n = d;
+    if ((double)n < 0.9 * v) n += d;
+    return n;
+}
+
+/* An image activation [B, C, H, W] (H = W). */
+typedef struct image {
+    int t;        /* the tensor, -1 after a failure */
+    int64_t c, s; /* channels and size */
+} image;
+
+static image image_act(builder *b, const char *name, int64_t c, int64_t s) {
+    return (image){tg_act(b->g, name, 4, b->B, c, s, s), c, s};
+}
+
+/* nn.Conv2d(x.c, c_out, k, stride, padding (k - 1) / 2, groups, bias=False) named prefix:
+ * its weight `prefix.weight`, its output named prefix. */
+static image conv2d(builder *b, const char *prefix, image x, int64_t c_out, int64_t k, int64_t stride,
+                    int64_t groups) {
+    tg_graph *g = b->g;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const int64_t shape[4] = {c_out, x.c / groups, k, k};
+    const int w = tg_param_shaped(g, name, 4, shape, TG_INIT_NORMAL, 0);
+    if (w >= 0) g->tensors[w].init_std = (float)sqrt(2.0 / (double)(c_out * k * k));
+    const int64_t pad = (k - 1) / 2, s = (x.s + 2 * pad - k) / stride + 1;
+    image y = image_act(b, prefix, c_out, s);
+    if (x.t < 0 || w < 0 || y.t < 0) return (image){-1, c_out, s};
+    tg_op_spec sp = tg_spec(TG_OP_CONV2D);
+    sp.in[0] = x.t, sp.in[1] = w, sp.out[0] = y.t;
+    sp.p.conv2d = (tg_conv2d_params){.n = b->B, .c_in = x.c, .h = x.s, .w = x.s, .c_out = c_out, .k = k,
+                                     .stride = stride, .pad = pad, .groups = groups};
+    tg_graph_op(g, &sp);
+    return y;
+}
+
+/* nn.BatchNorm2d(x.c) named prefix: weight 1 and bias 0 (no weight decay), running_mean 0
+ * and running_var 1 (persistent buffers, updated in place by the op in training). */
+static image batchnorm2d(builder *b, const char *prefix, image x) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const int gamma = tg_param(g, name, 1, x.c, 0, TG_INIT_ONES, 1);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    const int beta = tg_param(g, name, 1, x.c, 0, TG_INIT_ZEROS, 1);
+    snprintf(name, sizeof name, "%s.running_mean", prefix);
+    const int mean = tg_buffer(g, name, TG_F32, 1, x.c, 0, TG_INIT_ZEROS, 1);
+    snprintf(name, sizeof name, "%s.running_var", prefix);
+    const int var = tg_buffer(g, name, TG_F32, 1, x.c, 0, TG_INIT_ONES, 1);
+    image y = image_act(b, prefix, x.c, x.s);
+    snprintf(name, sizeof name, "%s.stats", prefix);
+    const int stats = tg_act(g, name, 2, 2, x.c, 0, 0);
+    if (x.t < 0 || y.t < 0 || stats < 0 || mean < 0 || var < 0) return (image){-1, x.c, x.s};
+    tg_op_spec sp = tg_spec(TG_OP_BATCHNORM);
+    sp.in[0] = x.t, sp.in[1] = gamma, sp.in[2] = beta, sp.in[3] = mean, sp.in[4] = var;
+    sp.out[0] = y.t, sp.out[1] = stats, sp.out[2] = mean, sp.out[3] = var;
+    sp.p.batchnorm = (tg_batchnorm_params){.n = b->B, .c = x.c, .hw = x.s * x.s, .eps = c->layer_norm_eps,
+                                           .momentum = c->batch_norm_momentum};
+    tg_graph_op(g, &sp);
+    return y;
+}
+
+static image relu6(builder *b, const char *name, image x) {
+    tg_graph *g = b->g;
+    image y = image_act(b, name, x.c, x.s);
+    if (x.t < 0 || y.t < 0) return (image){-1, x.c, x.s};
+    tg_op_spec sp = tg_spec(TG_OP_RELU6);
+    sp.in[0] = x.t, sp.out[0] = y.t;
+    sp.p.count.n = tg_tensor_numel(&g->tensors[y.t]);
+    tg_graph_op(g, &sp);
+    return y;
+}
+
+/* torchvision's Conv2dNormActivation: prefix.0 the convolution, prefix.1 its BatchNorm2d,
+ * then ReLU6 (prefix.2, no parameters). */
+static image conv_bn_relu6(builder *b, const char *prefix, image x, int64_t c_out, int64_t k, int64_t stride,
+                           int64_t groups) {
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s.0", prefix);
+    image y = conv2d(b, name, x, c_out, k, stride, groups);
+    snprintf(name, sizeof name, "%s.1", prefix);
+    y = batchnorm2d(b, name, y);
+    snprintf(name, sizeof name, "%s.2", prefix);
+    return relu6(b, name, y);
+}
+
+/* InvertedResidual(x.c, oup, stride, expand_ratio) as features.<index>: with t != 1 the 1x1
+ * expansion (conv.0), the 3x3 depthwise convolution (conv.0 or conv.1), the linear 1x1
+ * projection (conv.<j>, no activation) and its BatchNorm2d (conv.<j + 1>); the input added
+ * back where stride is 1 and the channels match. */
+static image inverted_residual(builder *b, int index, image x, int64_t oup, int64_t stride, int64_t t) {
+    char prefix[TG_NAME_MAX], name[TG_NAME_MAX];
+    const int64_t hidden = x.c * t;
+    int j = 0;
+    image h = x;
+    if (t != 1) {
+        snprintf(prefix, sizeof prefix, "features.%d.conv.%d", index, j++);
+        h = conv_bn_relu6(b, prefix, h, hidden, 1, 1, 1);
+    }
+    snprintf(prefix, sizeof prefix, "features.%d.conv.%d", index, j++);
+    h = conv_bn_relu6(b, prefix, h, hidden, 3, stride, hidden);
+    snprintf(name, sizeof name, "features.%d.conv.%d", index, j++);
+    h = conv2d(b, name, h, oup, 1, 1, 1);
+    snprintf(name, sizeof name, "features.%d.conv.%d", index, j);
+    h = batchnorm2d(b, name, h);
+    if (stride != 1 || x.c != oup) return h;
+    snprintf(name, sizeof name, "features.%d", index);
+    const int sum = add(b, name, h.t, x.t);
+    return (image){h.t < 0 ? -1 : sum, oup, h.s};
+}
+
+static int build_mobilenet_v2(builder *b) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    static const int64_t settings[7][4] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2},
+                                           {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}}; /* t, c, n, s */
+    const double wm = c->width_mult;
+    const int64_t stem = make_divisible(32 * wm);
+    const int64_t last_channel = make_divisible(1280 * (wm > 1.0 ? wm : 1.0));
+    image x = {g->io.pixel_values, c->image_channels, c->image_size};
+    if (x.t < 0) return -1;
+    x = conv_bn_relu6(b, "features.0", x, stem, 3, 2, 1);
+    int index = 1;
+    for (int k = 0; k < 7; k++) {
+        const int64_t out = make_divisible((double)settings[k][1] * wm);
+        for (int64_t i = 0; i < settings[k][2]; i++)
+            x = inverted_residual(b, index++, x, out, i == 0 ? settings[k][3] : 1, settings[k][0]);
+    }
+    char prefix[TG_NAME_MAX];
+    snprintf(prefix, sizeof prefix, "features.%d", index);
+    x = conv_bn_relu6(b, prefix, x, last_channel, 1, 1, 1);
+    if (x.t < 0) return -1;
+    /* adaptive_avg_pool2d to 1x1 and flatten, then the classifier. */
+    const int pooled = tg_act(g, "pooled", 2, b->B, last_channel, 0, 0);
+    tg_op_spec sp = tg_spec(TG_OP_GLOBAL_AVG_POOL);
+    sp.in[0] = x.t, sp.out[0] = pooled;
+    sp.p.avg_pool = (tg_avg_pool_params){.n = b->B, .c = last_channel, .hw = x.s * x.s};
+    tg_graph_op(g, &sp);
+    const int dropped = dropout(b, "classifier.0", pooled, c->classifier_dropout);
+    const int64_t labels = g->job->num_labels;
+    int bias;
+    const int w = linear_params(b, "classifier.1", last_channel, labels, 0, 1, 1.0f, &bias);
+    if (w < 0) return -1;
+    g->tensors[w].init_std = 0.01f;
+    const int logits = linear_apply(b, "classifier.1", dropped, w, bias, b->B, last_channel, labels, 0, NULL);
+    return loss_of(b, logits, g->io.labels, b->B, labels, labels);
+}
+
 int tg_fused_attention(const tg_job *job, const tg_model_config *cfg) {
     return job->attention == TG_ATTENTION_FUSED && cfg->heads > 0 &&
            cfg->hidden / cfg->heads <= TG_FUSED_ATTENTION_MAX_HEAD_DIM;
 }
 
+/* An image model's inputs (the images and their labels) and forward. */
+static int build_image_forward(tg_graph *g) {
+    const tg_model_config *c = g->cfg;
+    const tg_job *j = g->job;
+    builder b = {.g = g, .B = j->batch, .T = 1, .N = j->batch};
+    g->phase = TG_PHASE_FORWARD;
+    const int64_t shape[4] = {j->batch, c->image_channels, c->image_size, c->image_size};
+    g->io.pixel_values = tg_graph_tensor(g, "pixel_values", TG_F32, TG_POOL_INPUTS, 4, shape);
+    if (g->io.pixel_values >= 0) g->tensors[g->io.pixel_values].flags |= TG_TENSOR_INPUT;
+    g->io.labels = input(g, "labels", TG_I32, 1, j->batch, 0);
+    if (j->grad_accumulation > 1) g->io.loss_norm = input(g, "loss_norm", TG_F32, 1, 1, 0);
+    int64_t one = 1;
+    g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
+    g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);
+    return build_mobilenet_v2(&b);
+}
+
 int tg_build_forward(tg_graph *g, int pad_id) {
     const tg_model_config *c = g->cfg;
     const tg_job *j = g->job;
+    if (c->arch == TG_ARCH_MOBILENET_V2) return build_image_forward(g);
     builder b = {.g = g, .B = j->batch, .T = j->seq, .D = c->hidden, .H = c->heads};
     b.Dh = c->hidden / c->heads;
     b.fused_attention = tg_fused_attention(j, c);

@@ -90,6 +90,10 @@ static int check_tensor(const tg_job *job, const tg_model_config *cfg, tg_err *e
 
 int tg_check_sizes(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
+    /* Image models: the config's and the job keys' sizes are bounded where they are read;
+     * each tensor the builder makes is checked against a pool's limit as it is added. */
+    if (cfg->arch == TG_ARCH_MOBILENET_V2)
+        return job->batch < 1 ? size_error(job, TG_JOB_BATCH, err, "batch must be at least 1") : 0;
     const int no_types = cfg->arch == TG_ARCH_GPT2 || cfg->arch == TG_ARCH_LLAMA;
     const int llama = cfg->arch == TG_ARCH_LLAMA; /* rotary positions: no position table */
     /* Dimensions: each positive (GPT-2 and Llama have no token types), heads dividing the width. */
@@ -166,6 +170,14 @@ void tg_describe_pool_size(const tg_job *job, const tg_model_config *cfg, int po
         return;
     }
     char model[TG_PATH_MAX + 200];
+    if (cfg->arch == TG_ARCH_MOBILENET_V2) {
+        snprintf(model, sizeof model, "model '%s' (%s, width_mult %g, %d channels of %d x %d pixels)", cfg->source,
+                 tg_arch_name(cfg->arch), (double)cfg->width_mult, cfg->image_channels, cfg->image_size,
+                 cfg->image_size);
+        if (job && tg_pool_size_key(pool) == TG_JOB_BATCH) snprintf(buf, len, "batch %d with %s", job->batch, model);
+        else snprintf(buf, len, "%s", model);
+        return;
+    }
     snprintf(model, sizeof model, "model '%s' (%s %d, %s %d, %s %d, %s %d)", cfg->source, field_name(cfg, F_LAYERS),
              cfg->layers, field_name(cfg, F_HIDDEN), cfg->hidden, field_name(cfg, F_INTERMEDIATE), cfg->intermediate,
              field_name(cfg, F_VOCAB), cfg->vocab_size);

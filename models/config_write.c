@@ -16,6 +16,8 @@ const char *tg_hf_architecture(int arch, int task) {
                              [TG_TASK_MLM] = "RobertaForMaskedLM", [TG_TASK_QA] = "RobertaForQuestionAnswering"},
         [TG_ARCH_GPT2] = {[TG_TASK_CLASSIFY] = "GPT2ForSequenceClassification", [TG_TASK_LM] = "GPT2LMHeadModel"},
         [TG_ARCH_LLAMA] = {[TG_TASK_CLASSIFY] = "LlamaForSequenceClassification", [TG_TASK_LM] = "LlamaForCausalLM"},
+        /* torchvision's class: its state dict is what the weights file holds */
+        [TG_ARCH_MOBILENET_V2] = {[TG_TASK_CLASSIFY] = "MobileNetV2"},
     };
     if (arch < 0 || arch >= TG_ARCH_COUNT || task < 0 || task >= TG_TASK_COUNT) return NULL;
     return names[arch][task];
@@ -103,6 +105,15 @@ static int put_llama(json_t *c, const tg_model_config *m) {
            set(c, "tie_word_embeddings", json_boolean(m->tie_word_embeddings)) | put_rope(c, m);
 }
 
+/* tunegraph's mobilenet_v2 config (models/model_config.c parse_mobilenet_v2). */
+static int put_mobilenet_v2(json_t *c, const tg_model_config *m) {
+    return set(c, "image_channels", json_integer(m->image_channels)) | set(c, "image_size", json_integer(m->image_size)) |
+           set(c, "width_mult", float_number(m->width_mult)) |
+           set(c, "classifier_dropout", float_number(m->classifier_dropout)) |
+           set(c, "batch_norm_eps", float_number(m->layer_norm_eps)) |
+           set(c, "batch_norm_momentum", float_number(m->batch_norm_momentum));
+}
+
 /* bos_token_id or eos_token_id: the model's own, else null where transformers' default
  * (GPT2Config's 50256) would lie outside the vocabulary. */
 static int put_special(json_t *c, const char *key, int32_t id, const tg_model_config *m) {
@@ -159,9 +170,10 @@ char *tg_model_config_hf_json(const tg_model_config *cfg, const tg_hf_head *head
         json_decref(archs);
         rc = tg_fail(err, "out of memory");
     } else if (set(c, "architectures", archs) | set(c, "model_type", json_string(tg_arch_name(cfg->arch))) |
-               (cfg->arch == TG_ARCH_GPT2    ? put_gpt2(c, cfg)
-                : cfg->arch == TG_ARCH_LLAMA ? put_llama(c, cfg)
-                                             : put_encoder(c, cfg)) |
+               (cfg->arch == TG_ARCH_GPT2           ? put_gpt2(c, cfg)
+                : cfg->arch == TG_ARCH_LLAMA        ? put_llama(c, cfg)
+                : cfg->arch == TG_ARCH_MOBILENET_V2 ? put_mobilenet_v2(c, cfg)
+                                                    : put_encoder(c, cfg)) |
                (head->pad_token_id >= 0 ? set(c, "pad_token_id", json_integer(head->pad_token_id)) : 0) |
                put_special(c, "bos_token_id", head->bos_token_id, cfg) |
                put_special(c, "eos_token_id", head->eos_token_id, cfg) |

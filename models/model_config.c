@@ -422,6 +422,32 @@ static int parse_llama(reader *r, tg_model_config *c) {
     return 0;
 }
 
+/* torchvision's mobilenet_v2 (tunegraph's own config: torchvision models have none):
+ * image_channels, image_size and width_mult (each the default of the job keys of the same
+ * names), classifier_dropout, batch_norm_eps and batch_norm_momentum, with torchvision's
+ * defaults (3, 224, 1.0, 0.2, 1e-5, 0.1). Hugging Face's MobileNetV2 (TensorFlow padding,
+ * other names) has the same model_type and is refused by its tf_padding field. */
+static int parse_mobilenet_v2(reader *r, tg_model_config *c) {
+    if (json_object_get(r->root, "tf_padding"))
+        return tg_fail(r->err,
+                       "%s: field 'tf_padding': a Hugging Face MobileNetV2 config; tunegraph builds torchvision's "
+                       "mobilenet_v2 (its parameter names, PyTorch padding), whose config has no such field",
+                       r->path);
+    if (get_int_or_null(r, "image_channels", 3, 1, 3, &c->image_channels) ||
+        get_int_or_null(r, "image_size", 224, 1, 4096, &c->image_size) ||
+        get_float(r, "width_mult", 1.0, 1.0 / 1024, 16, 0, &c->width_mult) ||
+        get_float(r, "classifier_dropout", 0.2, 0, 1, 1, &c->classifier_dropout) ||
+        get_float(r, "batch_norm_eps", 1e-5, 1e-30, 1, 0, &c->layer_norm_eps) ||
+        get_float(r, "batch_norm_momentum", 0.1, 0, 1, 0, &c->batch_norm_momentum))
+        return -1;
+    if (c->image_channels == 2)
+        return tg_fail(r->err, "%s: field 'image_channels': 2 is not an image's channel count (1: grey, 3: RGB)",
+                       r->path);
+    c->pad_token_id = -1;
+    c->gelu = TG_GELU_ERF; /* unused: the activations are ReLU6 */
+    return 0;
+}
+
 /* The whole file; at most TG_MODEL_CONFIG_MAX_BYTES are read, so a huge file or an endless
  * one (a FIFO, /dev/zero) is refused promptly. */
 static int read_config(const char *path, char **text, size_t *len, tg_err *err) {
@@ -465,13 +491,18 @@ int tg_model_config_parse(const char *path, tg_model_config *cfg, tg_err *err) {
     } else if (strcmp(type, "llama") == 0) {
         cfg->arch = TG_ARCH_LLAMA;
         rc = parse_llama(&r, cfg);
+    } else if (strcmp(type, "mobilenet_v2") == 0) {
+        cfg->arch = TG_ARCH_MOBILENET_V2;
+        rc = parse_mobilenet_v2(&r, cfg);
     } else {
-        rc = tg_fail(err, "%s: field 'model_type': unsupported model type '%s' (supported: bert, roberta, gpt2, llama)",
+        rc = tg_fail(err,
+                     "%s: field 'model_type': unsupported model type '%s' (supported: bert, roberta, gpt2, llama, "
+                     "mobilenet_v2)",
                      path, type);
     }
     /* The encoders and GPT-2 attend with every head's own keys and values; GPT-2's LM
      * head reads its token embeddings. */
-    if (!rc && cfg->arch != TG_ARCH_LLAMA) {
+    if (!rc && cfg->arch != TG_ARCH_LLAMA && cfg->arch != TG_ARCH_MOBILENET_V2) {
         cfg->kv_heads = cfg->heads;
         cfg->tie_word_embeddings = cfg->arch == TG_ARCH_GPT2;
     }

@@ -233,9 +233,15 @@ static void print_text(const tg_plan *p, FILE *out) {
     fprintf(out, "model: %s (%s)\n", p->model.source, tg_arch_name(p->model.arch));
     int attention = plan_attention_mode(p);
     const tg_plan_train *t = &p->train;
-    fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(t->task), t->batch,
-            t->seq, tg_precision_name(t->precision), tg_attention_mode_name(attention));
-    if (attention != t->attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(t->attention));
+    if (p->model.arch == TG_ARCH_MOBILENET_V2) { /* images: no tokens, no attention */
+        fprintf(out, "task: %s  batch: %d images of %d x %d x %d  width_mult: %g  precision: %s", tg_task_name(t->task),
+                t->batch, p->model.image_channels, p->model.image_size, p->model.image_size,
+                (double)p->model.width_mult, tg_precision_name(t->precision));
+    } else {
+        fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(t->task), t->batch,
+                t->seq, tg_precision_name(t->precision), tg_attention_mode_name(attention));
+        if (attention != t->attention) fprintf(out, " (job asks %s)", tg_attention_mode_name(t->attention));
+    }
     if (t->replicas > 1) fprintf(out, "  data parallel: %d replicas", t->replicas);
     if (t->zero_stage > 0) fprintf(out, " (ZeRO-%d: optimizer state sharded)", t->zero_stage);
     if (t->grad_accumulation > 1)

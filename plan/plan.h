@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 24
+#define TG_PLAN_VERSION 25
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -130,7 +130,16 @@ typedef struct tg_tensor {
 } tg_tensor;
 
 
-typedef enum tg_arch { TG_ARCH_BERT = 0, TG_ARCH_ROBERTA, TG_ARCH_GPT2, TG_ARCH_LLAMA, TG_ARCH_COUNT } tg_arch;
+/* TG_ARCH_MOBILENET_V2: torchvision's mobilenet_v2, an image classifier (the rest are
+ * transformers over token ids). */
+typedef enum tg_arch {
+    TG_ARCH_BERT = 0,
+    TG_ARCH_ROBERTA,
+    TG_ARCH_GPT2,
+    TG_ARCH_LLAMA,
+    TG_ARCH_MOBILENET_V2,
+    TG_ARCH_COUNT
+} tg_arch;
 /* Rotary position embeddings (Llama): HF's rope_type "default" or "llama3" (Llama 3.1's
  * frequency rule); TG_ROPE_NONE for the architectures that have absolute positions. */
 typedef enum tg_rope_type { TG_ROPE_NONE = 0, TG_ROPE_DEFAULT, TG_ROPE_LLAMA3, TG_ROPE_TYPE_COUNT } tg_rope_type;
@@ -171,6 +180,14 @@ typedef struct tg_model_config {
     int32_t rope_original_max_positions; /* llama3: original_max_position_embeddings */
     float rope_theta;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor; /* llama3's rule */
+    /* Image models (mobilenet_v2; 0 for the transformers): the input's channels (1 or 3) and
+     * square size in pixels, and the width multiplier (torchvision's width_mult), from the
+     * config and the job keys of the same names; the batch normalisations' momentum
+     * (layer_norm_eps is their eps, classifier_dropout the head's dropout). */
+    int32_t image_channels;
+    int32_t image_size;
+    float width_mult;
+    float batch_norm_momentum;
 } tg_model_config;
 
 /* What the plan was compiled for: shapes and numerics depend on every field, so a run
@@ -178,7 +195,7 @@ typedef struct tg_model_config {
 typedef struct tg_plan_train {
     int32_t task;                /* tg_task */
     int32_t batch;               /* rows per step, per replica */
-    int32_t seq;
+    int32_t seq;                 /* tokens a row; image models: 1 (an image a row) */
     int32_t num_labels;          /* classify: the classes */
     int32_t pad_id;              /* the padding id batches use: the job's pad_token_id, else the
                                     model config's, else 0 */
@@ -270,6 +287,9 @@ typedef struct tg_plan_io {
     /* task = mlm: an int32 [4] input, the masking stream of each batch (MLM_MASK's in3,
      * kernels/mlm_mask.h tg_mlm_stream_of), written by the host; -1 in other plans. */
     int32_t mlm_stream;
+    /* Image models: the batch's images, f32 [batch, channels, size, size] in the inputs
+     * pool (NCHW); -1 in the transformers' plans, which take token ids instead. */
+    int32_t pixel_values;
 } tg_plan_io;
 
 typedef struct tg_plan {

@@ -35,10 +35,10 @@ _Static_assert(TG_OP_COUNT <= MAX_KIND_NAMES, "the op kind name table must hold 
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
-_Static_assert(sizeof(tg_model_config) == 1120, "tg_model_config changed: update put_model");
+_Static_assert(sizeof(tg_model_config) == 1136, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1600, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3592, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3616, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -128,6 +128,10 @@ static void put_model(wbuf *b, const tg_model_config *m) {
     put_f32(b, m->rope_factor);
     put_f32(b, m->rope_low_freq_factor);
     put_f32(b, m->rope_high_freq_factor);
+    put_i32(b, m->image_channels);
+    put_i32(b, m->image_size);
+    put_f32(b, m->width_mult);
+    put_f32(b, m->batch_norm_momentum);
 }
 
 static void put_train(wbuf *b, const tg_plan_train *t) {
@@ -208,7 +212,7 @@ static void put_io(wbuf *b, const tg_plan_io *io) {
                          io->total_steps, io->lr, io->grad_norm, io->params_all,
                          io->grads_all, io->m_all, io->v_all, io->params_bf16_all, io->loss_norm,
                          io->loss_scale, io->loss_scale_growth,
-                         io->mlm_stream};
+                         io->mlm_stream, io->pixel_values};
     _Static_assert(sizeof v == sizeof(tg_plan_io), "put_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) put_i32(b, v[k]);
 }
@@ -379,6 +383,10 @@ static int get_model(rbuf *r, tg_model_config *m, const char *name, tg_err *err)
     m->rope_factor = get_f32(r);
     m->rope_low_freq_factor = get_f32(r);
     m->rope_high_freq_factor = get_f32(r);
+    m->image_channels = get_i32(r);
+    m->image_size = get_i32(r);
+    m->width_mult = get_f32(r);
+    m->batch_norm_momentum = get_f32(r);
     return 0;
 }
 
@@ -511,7 +519,7 @@ static void get_io(rbuf *r, tg_plan_io *io) {
                     &io->total_steps, &io->lr, &io->grad_norm, &io->params_all,
                     &io->grads_all, &io->m_all, &io->v_all, &io->params_bf16_all, &io->loss_norm,
                     &io->loss_scale, &io->loss_scale_growth,
-                    &io->mlm_stream};
+                    &io->mlm_stream, &io->pixel_values};
     _Static_assert(sizeof v / sizeof v[0] == sizeof(tg_plan_io) / sizeof(int32_t),
                    "get_io must list every io field");
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) *v[k] = get_i32(r);

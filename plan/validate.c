@@ -225,6 +225,12 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         return tg_fail(err, "%s: model kv_heads %d does not divide heads %d", name, m->kv_heads, m->heads);
     if (m->arch == TG_ARCH_LLAMA && (m->rope_type < TG_ROPE_DEFAULT || m->rope_type >= TG_ROPE_TYPE_COUNT))
         return tg_fail(err, "%s: model rope_type %d is not a known rope type", name, m->rope_type);
+    /* An image model's export writes these into config.json, and its batches are images of
+     * this size. */
+    if (m->arch == TG_ARCH_MOBILENET_V2 &&
+        (m->image_channels < 1 || m->image_size < 1 || !(m->width_mult > 0.0f) || !isfinite(m->width_mult)))
+        return tg_fail(err, "%s: model image_channels %d, image_size %d or width_mult %g is not positive", name,
+                       m->image_channels, m->image_size, (double)m->width_mult);
     if (t->task < 0 || t->task >= TG_TASK_COUNT)
         return tg_fail(err, "%s: train task %d is not a known task", name, t->task);
     if (t->batch < 1)
@@ -235,7 +241,8 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
     if (t->task == TG_TASK_CLASSIFY ? t->num_labels < 2 : t->num_labels < 0)
         return tg_fail(err, "%s: train num_labels %d is not %s", name, t->num_labels,
                        t->task == TG_TASK_CLASSIFY ? "2 or more" : "0 or more");
-    if (t->pad_id < 0 || t->pad_id >= m->vocab_size)
+    /* Image models have no tokens, and no padding id (0). */
+    if (m->arch == TG_ARCH_MOBILENET_V2 ? t->pad_id != 0 : t->pad_id < 0 || t->pad_id >= m->vocab_size)
         return tg_fail(err, "%s: train pad_id %d is outside the model's vocabulary (vocab_size %d)", name,
                        t->pad_id, m->vocab_size);
     /* RoBERTa numbers positions from pad_id + 1 (datasets/batch.c): they must stay int32. */
@@ -447,7 +454,7 @@ int tg_plan_validate_tables(const tg_plan *p, const char *name, tg_err *err) {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels",
         "logits", "loss", "step", "total_steps", "lr", "grad_norm", "params_all",
         "grads_all", "m_all", "v_all", "params_bf16_all", "loss_norm", "loss_scale", "loss_scale_growth",
-        "mlm_stream"};
+        "mlm_stream", "pixel_values"};
     int32_t iov[sizeof io_names / sizeof io_names[0]];
     _Static_assert(sizeof iov == sizeof(tg_plan_io), "io names");
     memcpy(iov, &p->io, sizeof iov); /* tg_plan_io is all int32, in this order */
@@ -541,13 +548,15 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
     const int64_t B = p->train.batch, T = p->train.seq;
     const int64_t lm = p->train.task == TG_TASK_LM || p->train.task == TG_TASK_MLM;
     const int qa = p->train.task == TG_TASK_QA;
+    /* Image models take images in place of token ids, masks and positions. */
+    const int image = p->model.arch == TG_ARCH_MOBILENET_V2, text = !image;
     const io_rule rules[] = {
-        {"input_ids", io->input_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T}, "the batch's token ids, train batch x seq"},
-        {"attention_mask", io->attention_mask, 1, TG_POOL_INPUTS, DT(TG_F32), 2, {B, T},
+        {"input_ids", io->input_ids, text, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T}, "the batch's token ids, train batch x seq"},
+        {"attention_mask", io->attention_mask, text, TG_POOL_INPUTS, DT(TG_F32), 2, {B, T},
          "the batch's mask, train batch x seq"},
         {"token_type_ids", io->token_type_ids, 0, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T},
          "the batch's token types, train batch x seq"},
-        {"position_ids", io->position_ids, 1, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T},
+        {"position_ids", io->position_ids, text, TG_POOL_INPUTS, DT(TG_I32), 2, {B, T},
          "the batch's positions, train batch x seq"},
         {"labels", io->labels, 1, TG_POOL_INPUTS, DT(TG_I32), lm || qa ? 2 : 1, {B, lm ? T : qa ? 2 : -1},
          lm   ? "the batch's next tokens, train batch x seq"
@@ -582,6 +591,34 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (check_io_rule(p, &rules[k], name, err)) return -1;
+    if (text && io->pixel_values >= 0)
+        return tg_fail(err, "%s: io pixel_values is tensor %d (%s), but model %s takes token ids (it is for image "
+                            "models alone)",
+                       name, io->pixel_values, p->tensors[io->pixel_values].name, tg_arch_name(p->model.arch));
+    if (image && (io->input_ids >= 0 || io->attention_mask >= 0 || io->token_type_ids >= 0 || io->position_ids >= 0))
+        return tg_fail(err, "%s: model %s takes images: io input_ids, attention_mask, token_type_ids and position_ids "
+                            "must be -1",
+                       name, tg_arch_name(p->model.arch));
+    if (image) {
+        if (io->pixel_values < 0)
+            return tg_fail(err, "%s: io pixel_values is required (the batch's images, model %s)", name,
+                           tg_arch_name(p->model.arch));
+        const tg_tensor *x = &p->tensors[io->pixel_values];
+        if (x->pool != TG_POOL_INPUTS || x->dtype != TG_F32)
+            return tg_fail(err, "%s: io pixel_values is tensor %d (%s), %s in the %s pool; it must be f32 in the inputs "
+                                "pool (the batch's images)",
+                           name, io->pixel_values, x->name, tg_dtype_name(x->dtype), tg_pool_name(x->pool));
+        const int64_t S = p->model.image_size;
+        if (x->ndim != 4 || x->shape[0] != B || x->shape[1] != p->model.image_channels || x->shape[2] != S ||
+            x->shape[3] != S) {
+            char have[96];
+            shape_text(x, have, sizeof have);
+            return tg_fail(err, "%s: io pixel_values is tensor %d (%s) of shape %s; it must be [%lld, %d, %lld, %lld] "
+                                "(train batch x model image_channels x image_size x image_size)",
+                           name, io->pixel_values, x->name, have, (long long)B, p->model.image_channels,
+                           (long long)S, (long long)S);
+        }
+    }
     if (!fp16 && (io->loss_scale >= 0 || io->loss_scale_growth >= 0))
         return tg_fail(err, "%s: io loss_scale is tensor %d and loss_scale_growth tensor %d, but the plan's precision "
                             "is %s (only fp16 plans scale the loss)",

@@ -167,6 +167,7 @@ static tg_hf_head plan_head(const tg_plan *plan, const tg_hf_export_options *o) 
     const int decoder = c->arch == TG_ARCH_GPT2 || c->arch == TG_ARCH_LLAMA;
     if (decoder && plan->train.task == TG_TASK_CLASSIFY) h.pad_token_id = plan->train.pad_id;
     else if (!decoder && h.pad_token_id < 0) h.pad_token_id = plan->train.pad_id;
+    if (c->arch == TG_ARCH_MOBILENET_V2) h.pad_token_id = -1; /* images: no tokens to pad */
     return h;
 }
 

@@ -547,6 +547,8 @@ void tg_trainer_next_batch(tg_trainer *t) {
 
 static int64_t real_tokens(tg_trainer *t, int k) {
     int64_t n = 0;
+    /* Image models: each image of the batch counts as one. */
+    if (t->plan->io.attention_mask < 0) return (int64_t)t->shape.batch * micro_steps(t);
     for (int m = 0; m < micro_steps(t); m++) {
         const float *mask = staging_at(t, k, m, t->plan->io.attention_mask);
         for (int64_t i = 0; i < (int64_t)t->shape.batch * buffer_plan(t, k)->train.seq; i++) n += mask[i] != 0.0f;

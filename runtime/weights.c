@@ -202,12 +202,16 @@ static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const 
 
 /* Checkpoint tensors HF drops without reporting them as unexpected: position_ids of
  * models that have such a buffer (it became non-persistent), and GPT-2's causal-mask
- * buffers (GPT2PreTrainedModel._keys_to_ignore_on_load_unexpected). */
+ * buffers (GPT2PreTrainedModel._keys_to_ignore_on_load_unexpected); for torchvision's
+ * mobilenet_v2, the batch normalisations' num_batches_tracked. */
 static int hf_ignores(const tg_plan *plan, const char *name) {
     if (!strcmp(name, "position_ids") || ends_with(name, ".position_ids"))
         for (int t = 0; t < plan->n_tensors; t++)
             if ((plan->tensors[t].flags & TG_TENSOR_BUFFER) && ends_with(plan->tensors[t].name, "position_ids"))
                 return 1;
+    /* torchvision's BatchNorm2d count of batches seen (int64), which only a normalisation
+     * without a momentum reads; the plan's have one (tg_model_config.batch_norm_momentum). */
+    if (plan->model.arch == TG_ARCH_MOBILENET_V2) return ends_with(name, ".num_batches_tracked");
     if (plan->model.arch == TG_ARCH_GPT2)
         return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
                ends_with(name, ".crossattention.bias") || ends_with(name, ".crossattention.masked_bias");

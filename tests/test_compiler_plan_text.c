@@ -4,7 +4,7 @@
  * each op with its operands and parameters, each tensor with its pool and offset, the pool
  * sizes. The jobs between them take each fusion on and off, freeze layers, split the data
  * over replicas with and without ZeRO, accumulate micro-batches, train in bf16 and fp16, and cover
- * every task. The fingerprint (it hashes the version string) and the GPU and CPU memory
+ * every task, and an image model. The fingerprint (it hashes the version string) and the GPU and CPU memory
  * estimates (plan/memory_estimate.c, its own tests) are left out. After a deliberate change to what the compiler emits, TG_TEST_WRITE_EXPECTED=1
  * rewrites the files (review the diff). */
 #include <stdio.h>
@@ -52,6 +52,11 @@ static const struct {
      "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 8\nattention = unfused\nfuse_gelu = false\n"
      "fuse_residual_layernorm = false\nrecompute = layers\n"},
     {"tests/data/plan_text_llama_lm_recompute_layers.txt", "model = tiny-llama\ntask = lm\nbatch = 2\nseq = 8\nrecompute = layers\n"},
+    /* torchvision's mobilenet_v2 on grey 32 x 32 images: convolutions (stem, depthwise,
+     * pointwise), batch norms with their running statistics, ReLU6, the residual adds, the
+     * pooling and the classifier, and their backwards (first writers overwrite). */
+    {"tests/data/plan_text_mobilenet_v2_grey.txt",
+     "model = mobilenet_v2\nnum_labels = 10\nimage_channels = 1\nimage_size = 32\nwidth_mult = 0.25\nbatch = 2\n"},
 };
 
 /* Drops the lines that start with one of the prefixes, in place. */

@@ -64,7 +64,8 @@ static const config_case k_cases[] = {
     /* strings and switches */
     {'b', "{\"model_type\": 7}", NULL, "field 'model_type': expected a string"},
     {'b', "{\"model_type\": \"t5\"}", NULL,
-     "field 'model_type': unsupported model type 't5' (supported: bert, roberta, gpt2, llama)"},
+     "field 'model_type': unsupported model type 't5' (supported: bert, roberta, gpt2, llama, "
+     "mobilenet_v2)"},
     {'b', "{\"hidden_act\": 5}", NULL, "field 'hidden_act': expected a string"},
     {'b', "{\"hidden_act\": \"swish\"}", NULL,
      "field 'hidden_act': unsupported activation 'swish' (supported: gelu, gelu_new, gelu_pytorch_tanh)"},
@@ -466,8 +467,8 @@ TG_TEST(test_config_presets_beside_the_program) {
     }
     snprintf(exe, sizeof exe, "%s/bare/bin/tunegraph", dir);
     text = compile_unknown(dir, dir, exe);
-    CHECK(text && strstr(text, "(presets: bert-base-uncased, bert-large-uncased, distilgpt2, gpt2, llama-3-8b, llama-3.2-1b, roberta-base, "
-                               "tiny-bert, tiny-gpt2, tiny-llama, tiny-roberta)"),
+    CHECK(text && strstr(text, "(presets: bert-base-uncased, bert-large-uncased, distilgpt2, gpt2, llama-3-8b, llama-3.2-1b, "
+                               "mobilenet_v2, roberta-base, tiny-bert, tiny-gpt2, tiny-llama, tiny-roberta)"),
           "nothing beside it: %s", text ? text : "(none)");
     free(text);
 }

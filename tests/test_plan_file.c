@@ -526,7 +526,7 @@ TG_TEST(test_plan_file_empty_tables) {
     p.train = (tg_plan_train){.batch = 1, .seq = 1, .num_labels = 2, .replicas = 1, .n_buckets = 1, .bucket_seq = {1},
                               .grad_accumulation = 1};
     p.run.steps = 1, p.run.log_every = 1, p.run.qa_n_best = 1, p.run.qa_max_answer_length = 1;
-    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    p.io = (tg_plan_io){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     tg_err err;
     REQUIRE(encode_decode(&p, &back, &err) == 0, "%s", err.msg);
     CHECK(back.n_ops == 0 && back.n_tensors == 0 && !back.ops && !back.tensors,
@@ -644,7 +644,7 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_short_read(first, shrink_file);
         const int rc3 = tg_plan_read(g_growing_path, &back, &err);
         tg_test_short_read(0, NULL);
-        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 935 compressed bytes, file has 0"),
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 940 compressed bytes, file has 0"),
               "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }
@@ -903,7 +903,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
         {bad_grad, "plan.tgp: tensor 0 (bert.embeddings.word_embeddings.weight) gradient"},
         {bad_name, "plan.tgp: tensor 6 name is 96 bytes, its field holds at most 95"},
         {bad_source, "plan.tgp: model source is 512 bytes"},
-        {bad_arch, "plan.tgp: model arch 4"},
+        {bad_arch, "plan.tgp: model arch 5"},
         {bad_kv_heads, "plan.tgp: model kv_heads 3 does not divide heads 4"},
         {bad_rope_type, "plan.tgp: model rope_type 0 is not a known rope type"},
         {zero_kv_heads, "plan.tgp: model kv_heads 0 does not divide heads 4"},
@@ -949,7 +949,7 @@ TG_TEST(test_plan_file_inconsistent_tables) {
 /* Where the train settings start in the test plan's payload: after the model config
  * (its two strings, ten int32 and six float fields) and the job path. */
 static size_t train_offset(const tg_plan *p) {
-    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 24 * 4 + 4 + strlen(p->job_path);
+    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 28 * 4 + 4 + strlen(p->job_path);
 }
 
 static void put32(uint8_t *b, uint32_t v) {

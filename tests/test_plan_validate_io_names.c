@@ -13,7 +13,7 @@ TG_TEST(test_plan_validate_io_names_each_role) {
     static const char *const roles[] = {
         "input_ids", "attention_mask", "token_type_ids", "position_ids", "labels", "logits", "loss",
         "step", "total_steps", "lr", "grad_norm", "params_all", "grads_all", "m_all", "v_all",
-        "params_bf16_all", "loss_norm", "loss_scale", "loss_scale_growth", "mlm_stream"};
+        "params_bf16_all", "loss_norm", "loss_scale", "loss_scale_growth", "mlm_stream", "pixel_values"};
     _Static_assert(sizeof roles / sizeof roles[0] == sizeof(tg_plan_io) / sizeof(int32_t), "a role per io field");
     tg_job job;
     tg_err err = {{0}};

@@ -1,0 +1,399 @@
+/* model = mobilenet_v2 (torchvision's architecture, compiler/model_build.c): its parameter
+ * and buffer names and shapes against torchvision's state dict, the job's refusals, the plan
+ * file round trip and its io check, the whole model's gradient against finite differences,
+ * a few CPU training steps on a learnable synthetic task (the loss goes down, the running
+ * statistics move, eval uses them), and its weights through a torchvision-style safetensors
+ * file and back. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/compile.h"
+#include "compiler/job.h"
+#include "models/safetensors.h"
+#include "plan/plan_file.h"
+#include "runtime/trainer.h"
+#include "runtime/weights.h"
+#include "tests/harness.h"
+
+/* The tiny configuration the tests train: width 0.25 (the stem 8 channels, last_channel
+ * 1280), 32 x 32 images, a batch of 4; `sets` "key=value" overrides, one a line (the tests
+ * set num_labels 3). */
+static int compile_text(const char *sets, tg_plan *p, tg_err *err) {
+    const char *text = "model = mobilenet_v2\nimage_size = 32\nwidth_mult = 0.25\nbatch = 4\nsteps = 40\n"
+                       "train_data = none.jsonl\n";
+    char buf[1024], *over[16];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", sets);
+    for (char *line = strtok(buf, "\n"); line && n < 16; line = strtok(NULL, "\n")) over[n++] = line;
+    tg_job job;
+    if (tg_job_parse_text(text, "tiny.job", NULL, (const char *const *)over, n, &job, err)) return -1;
+    return tg_compile(&job, p, err);
+}
+
+/* Parameters and persistent buffers in tensor order (views excluded). */
+static int value_tensor(const tg_tensor *x) {
+    if (x->flags & TG_TENSOR_VIEW) return 0;
+    return (x->flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) || (x->flags & TG_TENSOR_PERSISTENT);
+}
+
+/* The names and shapes of torchvision.models.mobilenet_v2(width_mult=0.25, num_classes=3),
+ * in state-dict order, num_batches_tracked left out (the plans have none: their momentum is
+ * fixed, and torch fills the entry in when a state dict lacks it). */
+TG_TEST(test_mobilenet_v2_state_dict_names) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("num_labels=3", &p, &err) == 0, "%s", err.msg);
+    char *text = tg_test_read_file("tests/data/mobilenet_v2_w0.25_c3_state_dict.txt", NULL);
+    REQUIRE(text, "tests/data/mobilenet_v2_w0.25_c3_state_dict.txt not readable");
+    int t = 0, entries = 0;
+    int64_t trainable = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#' || strstr(line, "num_batches_tracked")) continue;
+        char name[TG_NAME_MAX], shape[64];
+        if (!CHECK(sscanf(line, "%95s %63s", name, shape) == 2, "bad line '%s'", line)) break;
+        while (t < p.n_tensors && !value_tensor(&p.tensors[t])) t++;
+        if (!CHECK(t < p.n_tensors, "the plan has no tensor for %s", name)) break;
+        const tg_tensor *x = &p.tensors[t++];
+        char have[64] = "";
+        for (int d = 0; d < x->ndim; d++)
+            snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "," : "", (long long)x->shape[d]);
+        CHECK(!strcmp(x->name, name) && !strcmp(have, shape), "entry %d: plan %s [%s], torchvision %s [%s]", entries,
+              x->name, have, name, shape);
+        const int buffer = (x->flags & TG_TENSOR_BUFFER) != 0;
+        CHECK(buffer == (strstr(name, "running_") != NULL), "%s: buffer flag %d", x->name, buffer);
+        if (x->flags & TG_TENSOR_PARAM) trainable += tg_tensor_numel(x);
+        entries++;
+    }
+    while (t < p.n_tensors && !value_tensor(&p.tensors[t])) t++;
+    CHECK(t == p.n_tensors, "the plan has more values than torchvision: %s", t < p.n_tensors ? p.tensors[t].name : "");
+    CHECK(entries == 262, "%d entries compared, want 262 (314 less 52 num_batches_tracked)", entries);
+    /* sum(p.numel() for p in model.parameters()) */
+    CHECK(trainable == 241955, "%lld trainable elements, torchvision has 241955", (long long)trainable);
+    free(text);
+    tg_plan_free(&p);
+
+    /* The default width at ImageNet's 1000 classes: torchvision's 3,504,872 parameters. */
+    tg_job job;
+    const char *big = "model = mobilenet_v2\nnum_labels = 1000\nbatch = 1\nimage_size = 64\nsteps = 1\n"
+                      "train_data = none.jsonl\n";
+    REQUIRE(tg_job_parse_text(big, "big.job", NULL, NULL, 0, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0, "%s",
+            err.msg);
+    trainable = 0;
+    for (int k = 0; k < p.n_tensors; k++)
+        if ((p.tensors[k].flags & TG_TENSOR_PARAM) && !(p.tensors[k].flags & TG_TENSOR_VIEW))
+            trainable += tg_tensor_numel(&p.tensors[k]);
+    CHECK(trainable == 3504872, "%lld trainable elements at width 1.0, torchvision has 3504872", (long long)trainable);
+    tg_plan_free(&p);
+}
+
+/* Each refusal of an image job names its key and the reason. */
+TG_TEST(test_mobilenet_v2_job_refusals) {
+    static const struct {
+        const char *extra, *want;
+    } cases[] = {
+        {"task=lm", "key 'task': model 'mobilenet_v2' (mobilenet_v2) classifies images: task must be classify"},
+        {"precision=bf16", "key 'precision': model 'mobilenet_v2' (mobilenet_v2) trains in fp32 only so far"},
+        {"seq=64", "key 'seq': model 'mobilenet_v2' (mobilenet_v2) takes images, not token sequences"},
+        {"lora_r=4", "key 'lora_r': model 'mobilenet_v2' (mobilenet_v2) takes images, not token sequences"},
+        {"recompute=layers", "key 'recompute': model 'mobilenet_v2' (mobilenet_v2) has no transformer layers"},
+        {"num_labels=1", "--set num_labels=1: key 'num_labels': 1 is out of range (must be 2.."},
+        {"image_channels=2", "key 'image_channels': 2 is not an image's channel count (1: grey, 3: RGB)"},
+        {"image_channels=4", "key 'image_channels': 4 is out of range (must be 1..3; 1: grey, 3: RGB)"},
+        {"image_size=0", "key 'image_size': 0 is out of range (must be 1..4096; pixels, square images)"},
+        {"width_mult=0", "key 'width_mult': 0"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_plan p;
+        tg_err err = {{0}};
+        const int rc = compile_text(cases[k].extra, &p, &err);
+        if (!rc) tg_plan_free(&p);
+        CHECK(rc == -1 && strstr(err.msg, cases[k].want), "'%s': got '%s', want '%s'", cases[k].extra,
+              rc ? err.msg : "(compiled)", cases[k].want);
+    }
+    /* The image keys on a transformer. */
+    tg_job job;
+    tg_plan p;
+    tg_err err = {{0}};
+    const char *bert = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = none.jsonl\nimage_size = 32\n";
+    REQUIRE(tg_job_parse_text(bert, "bert.job", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    const int rc = tg_compile(&job, &p, &err);
+    if (!rc) tg_plan_free(&p);
+    CHECK(rc == -1 && strstr(err.msg, "bert.job:6: key 'image_size': only image models take it; model 'tiny-bert' is bert"),
+          "%s", rc ? err.msg : "(compiled)");
+}
+
+/* The plan file holds the image model whole (re-encoded byte for byte), and the decoder's
+ * io check refuses images of another size than the model's. */
+TG_TEST(test_mobilenet_v2_plan_file) {
+    tg_plan p, back;
+    tg_err err;
+    REQUIRE(compile_text("num_labels=3\nimage_channels=1", &p, &err) == 0, "%s", err.msg);
+    CHECK(p.model.arch == TG_ARCH_MOBILENET_V2 && p.model.image_channels == 1 && p.model.image_size == 32 &&
+              p.model.width_mult == 0.25f && p.model.batch_norm_momentum == 0.1f && p.model.layer_norm_eps == 1e-5f &&
+              p.model.classifier_dropout == 0.2f,
+          "model config: channels %d size %d width %g momentum %g eps %g dropout %g", p.model.image_channels,
+          p.model.image_size, (double)p.model.width_mult, (double)p.model.batch_norm_momentum,
+          (double)p.model.layer_norm_eps, (double)p.model.classifier_dropout);
+    CHECK(p.io.pixel_values >= 0 && p.io.input_ids < 0 && p.io.attention_mask < 0 && p.io.position_ids < 0,
+          "io: pixel_values %d, input_ids %d", p.io.pixel_values, p.io.input_ids);
+    uint8_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    REQUIRE(tg_plan_encode(&p, &a, &na, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_plan_decode(a, na, "tiny.tgp", &back, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_plan_encode(&back, &b, &nb, &err) == 0, "%s", err.msg);
+    CHECK(na == nb && !memcmp(a, b, na), "the decoded plan re-encodes differently");
+    CHECK(back.model.image_channels == 1 && back.io.pixel_values == p.io.pixel_values, "decoded model or io differs");
+    tg_plan_free(&back);
+    free(a), free(b);
+    p.model.image_size = 33;
+    REQUIRE(tg_plan_encode(&p, &a, &na, &err) == 0, "%s", err.msg);
+    CHECK(tg_plan_decode(a, na, "tiny.tgp", &back, &err) == -1 &&
+              strstr(err.msg, "io pixel_values is tensor 0 (pixel_values) of shape [4, 1, 32, 32]; it must be "
+                              "[4, 1, 33, 33]"),
+          "%s", err.msg);
+    free(a);
+    tg_plan_free(&p);
+}
+
+/* ---- on the CPU ---------------------------------------------------------------------------- */
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* A learnable task: class k is a bright 8-pixel-wide stripe in column band k of the image,
+ * over uniform noise in [0, 0.5); image i of the set is of class i % 3. */
+static void synthetic_images(int n, int channels, int size, float *pixels, int32_t *labels, uint64_t seed) {
+    uint64_t s = seed;
+    for (int i = 0; i < n; i++) {
+        const int k = i % 3;
+        labels[i] = k;
+        for (int c = 0; c < channels; c++)
+            for (int y = 0; y < size; y++)
+                for (int x = 0; x < size; x++) {
+                    float v = (float)(lcg(&s) % 1000) / 2000.0f;
+                    if (x >= 2 + 10 * k && x < 10 + 10 * k) v += 1.5f;
+                    pixels[(((int64_t)i * channels + c) * size + y) * size + x] = v;
+                }
+    }
+}
+
+/* The loss of the forward pass in training mode (dropout masks fixed by the step, batch
+ * statistics) at the given parameters. */
+static double loss_at(tg_trainer *tr, const tg_plan *p, const float *params) {
+    tg_err err;
+    float loss;
+    if (tg_trainer_write(tr, p->io.params_all, params, &err) ||
+        tg_trainer_run(tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) || tg_trainer_read(tr, p->io.loss, &loss, &err))
+        return NAN;
+    return loss;
+}
+
+/* Every parameter's gradient from the plan's backward (conv2d_bwd, batchnorm_bwd, relu6_bwd,
+ * global_avg_pool_bwd, the residual adds, the classifier and its dropout) against central
+ * differences of the loss along a direction half the gradient, half random: a check of the
+ * wiring (a wrong or missing contribution is off by its whole size), within 5% and 3e-3. The
+ * float32 loss through batch normalisations over few values is too rough for a closer one
+ * (torch's own float32 gradients of this model are 6e-5 from float64's; steps of 3e-4 meet
+ * ReLU6's kinks and the loss's rounding); tests/test_golden_mobilenet.c checks every
+ * gradient against torchvision's within 1e-4. */
+TG_TEST(test_mobilenet_v2_model_gradient) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("num_labels=3\nimage_size=64", &p, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    synthetic_images(4, 3, 64, tg_trainer_input(&tr, p.io.pixel_values), tg_trainer_input(&tr, p.io.labels), 7);
+    REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_BACKWARD, 1, &err) == 0, "%s", err.msg);
+    const size_t pbytes = p.pool_bytes[TG_POOL_PARAMS];
+    float *grads = malloc(pbytes), *saved = malloc(pbytes), *params = malloc(pbytes);
+    REQUIRE(grads && saved && params, "out of memory");
+    REQUIRE(tg_trainer_read(&tr, p.io.grads_all, grads, &err) == 0 && tg_trainer_read(&tr, p.io.params_all, saved, &err) == 0,
+            "%s", err.msg);
+    memcpy(params, saved, pbytes);
+    uint64_t rng = 99;
+    int checked = 0, kinds[3] = {0, 0, 0};
+    for (int t = 0; t < p.n_tensors; t++) {
+        const tg_tensor *x = &p.tensors[t];
+        if (!(x->flags & TG_TENSOR_PARAM) || (x->flags & TG_TENSOR_VIEW)) continue;
+        /* A sample across the model: every third tensor and the classifier. */
+        if (t % 3 && !strstr(x->name, "classifier")) continue;
+        const int64_t n = tg_tensor_numel(x);
+        const float *g = grads + x->offset / 4;
+        double *v = malloc(sizeof(double) * (size_t)n), gn = 0, vn = 0, analytic = 0;
+        REQUIRE(v, "out of memory");
+        for (int64_t i = 0; i < n; i++) gn += (double)g[i] * g[i];
+        gn = sqrt(gn);
+        for (int64_t i = 0; i < n; i++) {
+            v[i] = (gn > 0 ? g[i] / gn : 0) + ((double)(lcg(&rng) % 2001) / 1000.0 - 1.0) / sqrt((double)n);
+            vn += v[i] * v[i];
+        }
+        vn = sqrt(vn);
+        for (int64_t i = 0; i < n; i++) analytic += g[i] * (v[i] /= vn);
+        const double eps = 3e-4;
+        float *w = params + x->offset / 4;
+        for (int64_t i = 0; i < n; i++) w[i] = (float)(saved[x->offset / 4 + i] + eps * v[i]);
+        const double up = loss_at(&tr, &p, params);
+        for (int64_t i = 0; i < n; i++) w[i] = (float)(saved[x->offset / 4 + i] - eps * v[i]);
+        const double down = loss_at(&tr, &p, params);
+        memcpy(w, saved + x->offset / 4, sizeof(float) * (size_t)n);
+        const double fd = (up - down) / (2 * eps);
+        CHECK(fabs(fd - analytic) <= 5e-2 * fabs(analytic) + 3e-3, "%s: finite difference %.6g, backward %.6g", x->name,
+              fd, analytic);
+        kinds[x->ndim == 4 ? 0 : strstr(x->name, "classifier") ? 2 : 1]++;
+        checked++;
+        free(v);
+    }
+    CHECK(checked > 40 && kinds[0] > 10 && kinds[1] > 10 && kinds[2] == 2,
+          "%d parameters checked (%d convolutions, %d normalisations, %d of the classifier)", checked, kinds[0], kinds[1],
+          kinds[2]);
+    free(grads), free(saved), free(params);
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
+
+/* Means of a buffer tensor's values. */
+static double tensor_mean(tg_trainer *tr, const tg_plan *p, const char *name) {
+    for (int t = 0; t < p->n_tensors; t++)
+        if (!strcmp(p->tensors[t].name, name)) {
+            const int64_t n = tg_tensor_numel(&p->tensors[t]);
+            float *v = malloc(sizeof(float) * (size_t)n);
+            tg_err err;
+            double s = NAN;
+            if (v && !tg_trainer_read(tr, t, v, &err)) {
+                s = 0;
+                for (int64_t i = 0; i < n; i++) s += v[i];
+                s /= (double)n;
+            }
+            free(v);
+            return s;
+        }
+    return NAN;
+}
+
+/* 30 steps of AdamW (lr 1e-3, constant) on 12 grey 48 x 48 images in batches of 6: the loss
+ * falls from about log 3 to under a quarter of it and the running statistics leave their
+ * initial 0 and 1; eval mode reads them (an image's logits the same in any batch) and leaves
+ * them; a save writes the trained values under torchvision's names, which load back
+ * unchanged; torchvision's num_batches_tracked entries in such a file are passed over as
+ * torch passes them. */
+TG_TEST(test_mobilenet_v2_trains_on_cpu) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("num_labels=3\nimage_channels=1\nimage_size=48\nbatch=6\nlr=1e-3\nlr_schedule=constant", &p, &err) == 0,
+            "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    enum { SET = 12, B = 6, S = 48 };
+    static float pixels[SET * S * S];
+    static int32_t labels[SET];
+    synthetic_images(SET, 1, S, pixels, labels, 3);
+    float *in = tg_trainer_input(&tr, p.io.pixel_values);
+    int32_t *lab = tg_trainer_input(&tr, p.io.labels);
+    CHECK(fabs(tensor_mean(&tr, &p, "features.0.1.running_mean")) == 0.0 &&
+              tensor_mean(&tr, &p, "features.0.1.running_var") == 1.0,
+          "running statistics do not start at 0 and 1");
+    double first = 0, last = 0;
+    const int steps = 30;
+    for (int s = 0; s < steps; s++) {
+        const int at = (s % (SET / B)) * B;
+        memcpy(in, pixels + (int64_t)at * S * S, sizeof(float) * B * S * S);
+        memcpy(lab, labels + at, sizeof(int32_t) * B);
+        float loss;
+        REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, &err) == 0 &&
+                    tg_trainer_read(&tr, p.io.loss, &loss, &err) == 0,
+                "step %d: %s", s, err.msg);
+        REQUIRE(isfinite(loss), "step %d: loss %g", s, loss);
+        if (s < 6) first += loss / 6;
+        if (s >= steps - 6) last += loss / 6;
+    }
+    CHECK(first > 0.8 && last < 0.25 * first, "mean loss of the first 6 steps %.4f, of the last 6 %.4f", first, last);
+    const double rm = tensor_mean(&tr, &p, "features.0.1.running_mean"),
+                 rv = tensor_mean(&tr, &p, "features.18.1.running_var");
+    CHECK(rm != 0.0 && rv != 1.0 && isfinite(rm) && isfinite(rv), "running statistics stayed: mean %g, var %g", rm, rv);
+    /* Eval mode normalises with the running statistics: an image's logits do not depend on
+     * the rest of its batch (bit for bit), as they do in training mode (batch statistics). */
+    float logits[2][2][B * 3];
+    for (int mode = 0; mode < 2; mode++)
+        for (int k = 0; k < 2; k++) {
+            /* Batch 0: images 0..5; batch 1: images 6..11 with image 0 in place of image 9. */
+            memcpy(in, pixels + (int64_t)k * B * S * S, sizeof(float) * B * S * S);
+            if (k == 1) memcpy(in + 3 * S * S, pixels, sizeof(float) * S * S);
+            memcpy(lab, labels + k * B, sizeof(int32_t) * B);
+            REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, mode, &err) == 0 &&
+                        tg_trainer_read(&tr, p.io.logits, logits[mode][k], &err) == 0,
+                    "%s", err.msg);
+        }
+    CHECK(!memcmp(logits[0][0], logits[0][1] + 3 * 3, 3 * sizeof(float)),
+          "eval mode: image 0's logits %g %g %g in one batch, %g %g %g in another", logits[0][0][0], logits[0][0][1],
+          logits[0][0][2], logits[0][1][9], logits[0][1][10], logits[0][1][11]);
+    CHECK(memcmp(logits[1][0], logits[1][1] + 3 * 3, 3 * sizeof(float)) != 0,
+          "training mode: image 0's logits do not depend on its batch");
+    const double calibrated = tensor_mean(&tr, &p, "features.0.1.running_mean");
+    CHECK(calibrated != rm, "the training-mode forwards left the running statistics");
+    REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err) == 0, "%s", err.msg);
+    CHECK(calibrated == tensor_mean(&tr, &p, "features.0.1.running_mean"), "eval moved the running statistics");
+
+    /* Saved under torchvision's names; loaded back (with torchvision's num_batches_tracked
+     * added) into a fresh image, every value equal. */
+    char path[512], with_counts[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", tg_test_tmpdir());
+    snprintf(with_counts, sizeof with_counts, "%s/torchvision.safetensors", tg_test_tmpdir());
+    REQUIRE(tg_trainer_save(&tr, path, &err) == 0, "%s", err.msg);
+    static tg_safetensors stf;
+    tg_safetensors *st = &stf;
+    REQUIRE(tg_st_open(path, st, &err) == 0, "%s", err.msg);
+    int n_items = 0, n_counts = 0;
+    tg_st_item items[400];
+    static float data[400][4096];
+    static int64_t shapes[400][4], one_shape[1] = {0};
+    static int64_t zero64 = 7;
+    for (int t = 0; t < p.n_tensors && n_items < 380; t++) {
+        const tg_tensor *x = &p.tensors[t];
+        if (!value_tensor(x)) continue;
+        const tg_st_entry *e = tg_st_find(st, x->name);
+        if (!CHECK(e && tg_st_numel(e) == tg_tensor_numel(x), "%s: not in the saved file", x->name)) continue;
+        if (tg_tensor_numel(x) > 4096) continue; /* the larger weights are compared through the load below */
+        REQUIRE(tg_st_read_f32(st, e, data[n_items], tg_tensor_numel(x), &err) == 0, "%s", err.msg);
+        for (int d = 0; d < x->ndim; d++) shapes[n_items][d] = x->shape[d];
+        items[n_items] = (tg_st_item){x->name, TG_ST_F32, x->ndim, shapes[n_items], data[n_items]};
+        n_items++;
+        if (x->flags & TG_TENSOR_BUFFER && strstr(x->name, "running_var")) {
+            static char names[200][TG_NAME_MAX];
+            snprintf(names[n_counts], TG_NAME_MAX, "%.*s.num_batches_tracked",
+                     (int)(strlen(x->name) - strlen(".running_var")), x->name);
+            items[n_items++] = (tg_st_item){names[n_counts++], TG_ST_I64, 0, one_shape, &zero64};
+        }
+    }
+    tg_st_close(st);
+    CHECK(n_counts == 52, "%d batch norms, torchvision's has 52", n_counts);
+    REQUIRE(tg_st_write(with_counts, items, n_items, &err) == 0, "%s", err.msg);
+    tg_weights_image img;
+    REQUIRE(tg_weights_image_alloc(&p, &img, &err) == 0, "%s", err.msg);
+    tg_weights_report report;
+    memset(&report, 0, sizeof report);
+    REQUIRE(tg_weights_load(&img, with_counts, &report, &err) == 0, "%s", err.msg);
+    CHECK(report.unexpected == 0 && report.ignored == 52, "unexpected %d, ignored %d", report.unexpected,
+          report.ignored);
+    int compared = 0;
+    for (int k = 0; k < n_items; k++) {
+        if (items[k].dtype != TG_ST_F32) continue;
+        for (int t = 0; t < p.n_tensors; t++)
+            if (value_tensor(&p.tensors[t]) && !strcmp(p.tensors[t].name, items[k].name)) {
+                const float *v = tg_weights_value(&img, t);
+                CHECK(v && !memcmp(v, items[k].data, sizeof(float) * (size_t)tg_tensor_numel(&p.tensors[t])),
+                      "%s differs after the round trip", items[k].name);
+                compared++;
+            }
+    }
+    CHECK(compared == n_items - n_counts, "%d of %d values compared", compared, n_items - n_counts);
+    tg_weights_report_free(&report);
+    tg_weights_image_free(&img);
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
