@@ -3,7 +3,7 @@
  * file round trip and its io check, the whole model's gradient against finite differences,
  * a few CPU training steps on a learnable synthetic task (the loss goes down, the running
  * statistics move, eval uses them), and its weights through a torchvision-style safetensors
- * file and back. */
+ * file and back, and the export folder. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +11,10 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "models/model_config.h"
 #include "models/safetensors.h"
 #include "plan/plan_file.h"
+#include "runtime/hf_export.h"
 #include "runtime/trainer.h"
 #include "runtime/weights.h"
 #include "tests/harness.h"
@@ -394,6 +396,54 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     CHECK(compared == n_items - n_counts, "%d of %d values compared", compared, n_items - n_counts);
     tg_weights_report_free(&report);
     tg_weights_image_free(&img);
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
+
+/* `export`'s folder: a config.json that reads back as the plan's model (the job's image
+ * keys in it), and a model.safetensors holding exactly torchvision's state-dict entries but
+ * num_batches_tracked, in fp32 (what torchvision's load_state_dict(strict=True) takes: torch
+ * fills num_batches_tracked in when a state dict lacks it). */
+TG_TEST(test_mobilenet_v2_export_folder) {
+    tg_plan p;
+    tg_err err;
+    REQUIRE(compile_text("num_labels=3\nimage_channels=1\nimage_size=40", &p, &err) == 0, "%s", err.msg);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 0};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/exported", tg_test_tmpdir());
+    tg_hf_export_options eo = {.out_dir = dir};
+    REQUIRE(tg_trainer_export_hf(&tr, &eo, &err) == 0, "%s", err.msg);
+    tg_model_config back;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    REQUIRE(tg_model_config_parse(path, &back, &err) == 0, "%s", err.msg);
+    CHECK(back.arch == TG_ARCH_MOBILENET_V2 && back.image_channels == 1 && back.image_size == 40 &&
+              back.width_mult == 0.25f && back.classifier_dropout == p.model.classifier_dropout &&
+              back.layer_norm_eps == p.model.layer_norm_eps && back.batch_norm_momentum == p.model.batch_norm_momentum,
+          "config.json reads back as channels %d size %d width %g", back.image_channels, back.image_size,
+          (double)back.width_mult);
+    char *text = tg_test_read_file(path, NULL);
+    CHECK(text && strstr(text, "\"architectures\": [\n    \"MobileNetV2\"\n  ]") && strstr(text, "\"num_labels\": 3") &&
+              !strstr(text, "pad_token_id"),
+          "config.json: %s", text ? text : "(none)");
+    free(text);
+    static tg_safetensors st;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(tg_st_open(path, &st, &err) == 0, "%s", err.msg);
+    char *names = tg_test_read_file("tests/data/mobilenet_v2_w0.25_c3_state_dict.txt", NULL);
+    REQUIRE(names, "tests/data/mobilenet_v2_w0.25_c3_state_dict.txt not readable");
+    int found = 0;
+    for (char *line = strtok(names, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[TG_NAME_MAX];
+        if (line[0] == '#' || strstr(line, "num_batches_tracked") || sscanf(line, "%95s", name) != 1) continue;
+        const tg_st_entry *e = tg_st_find(&st, name);
+        CHECK(e && e->dtype == TG_ST_F32, "%s: %s", name, e ? tg_st_dtype_name(e->dtype) : "not in the export");
+        found += e != NULL;
+    }
+    CHECK(found == 262 && st.n == 262, "%d of torchvision's 262 entries found, the file holds %d", found, st.n);
+    free(names);
+    tg_st_close(&st);
     tg_trainer_close(&tr);
     tg_plan_free(&p);
 }
