@@ -106,9 +106,6 @@ static int world_parts(run_checkpoints *c, tg_trainer *t, tg_checkpoint *ck, tg_
 
 int run_checkpoints_hand_over(run_checkpoints *c, tg_trainer *t, tg_err *err) {
     if (!c->parts) return 0;
-    /* With replica 0's settle in run_checkpoints_write: a pending ZeRO-1 update ends with
-     * collectives every replica runs at this point. */
-    if (tg_trainer_settle(t, err)) return -1;
     if (c->gather) return world_parts(c, t, NULL, err);
     tg_checkpoint part;
     if (tg_trainer_checkpoint(t, &part, 0, err)) return -1;
@@ -124,7 +121,7 @@ int run_checkpoints_hand_over(run_checkpoints *c, tg_trainer *t, tg_err *err) {
 int run_checkpoints_write(run_checkpoints *c, tg_trainer *t, char **path, tg_err *err) {
     *path = NULL;
     tg_checkpoint ck;
-    if (tg_trainer_settle(t, err) || tg_trainer_checkpoint(t, &ck, 1, err)) return -1;
+    if (tg_trainer_checkpoint(t, &ck, 1, err)) return -1;
     int rc = c->parts && c->gather ? world_parts(c, t, &ck, err) : 0;
     for (int r = 1; c->parts && !c->gather && r < c->replicas && !rc; r++) {
         pthread_mutex_lock(&c->lock);

@@ -339,9 +339,7 @@ static void abort_world_comm(void) {
 /* Data parallelism: replica 0 is the run the CLI reports on; the others train beside it
  * in threads of their own, on their rows of each global batch, taking part in every
  * collective (the steps' gradient sums, and the profile's steps when asked). Replica 0
- * alone evaluates and saves, which need no collective once the last update is settled
- * (every replica settles it, and each checkpoint's, at the same point: a ZeRO-1 update
- * ends with the gathers of the updated slices). A replica that fails ends the
+ * alone evaluates and saves, which need no collective. A replica that fails ends the
  * process: the others would wait for it forever. */
 typedef struct replica_run {
     const tg_plan *plan;
@@ -418,9 +416,6 @@ static void *run_replica(void *arg) {
     if (stopped < 0) rc = -1;
     /* A rank process agrees on a stop at the end too, as rank 0 does. */
     if (!rc && r->world > 1 && !stopped && (stopped = stopping(r->ckpts, &tr, &err)) < 0) rc = -1;
-    /* The last update applied where replica 0 applies it, before it alone evaluates and
-     * saves: a ZeRO-1 update ends with collectives (tg_trainer_settle). */
-    if (!rc && tg_trainer_settle(&tr, &err)) rc = -1;
     /* At a stop, and at the end, which a stop requested late may still checkpoint (a rank
      * process: at a stop only, all ranks alike; rank 0 takes its part at checkpoint steps
      * otherwise). */
@@ -947,9 +942,6 @@ static int run_plan(int argc, char **argv, const run_export *ex) {
      * ranks agree on that too). */
     if (!rc && ckpts && ckpts->gather && !stopped && (stopped = stopping(ckpts, &tr, &err)) < 0) rc = 1, stopped = 0;
     else if (!rc && ckpts && !ckpts->gather && g_stop_signal) stopped = 1;
-    /* The last update applied with the other replicas (run_replica), before anything here
-     * reads the parameters: a ZeRO-1 update ends with collectives (tg_trainer_settle). */
-    if (!rc && tg_trainer_settle(&tr, &err)) rc = 1;
     if (!rc && stopped && checkpointed != tr.steps_done && write_checkpoint(ckpts, &tr, tty, &last_checkpoint, &err))
         rc = 1;
     if (!rc && stopped) { /* ends the process by the signal */

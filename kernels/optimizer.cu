@@ -23,8 +23,7 @@
  * left alone). A launch may cover a range of the elements (the executor's deferred update
  * runs the update in chunks beside the next forward, kernels/cuda_ops.h), and may be
  * gated by a device flag, doing nothing while it is 0. ZeRO-1 (zero_slice) updates the
- * replica's slice only, m and v indexed from the slice's first element (a range: its part
- * inside the slice). With bf16 state
+ * replica's slice only, m and v indexed from the slice's first element. With bf16 state
  * (optimizer_state) the moments are widened, updated as above and stored rounded
  * stochastically from the same Philox words as the CPU's (kernels/state_rounding.h).
  *
@@ -373,19 +372,9 @@ static int adamw_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, in
     return 0;
 }
 
-/* ZeRO-1: the part of [*first, *end) inside this replica's slice, whose state starts at
- * the slice's first element (*state_first). */
-static void own_part(const tg_cuda_op_args *a, int64_t slice, int64_t *first, int64_t *end, int64_t *state_first) {
-    const int64_t lo = (int64_t)a->ctx->rank * slice, hi = lo + slice;
-    if (*first < lo) *first = lo;
-    if (*end > hi) *end = hi;
-    *state_first = lo;
-}
-
 int tg_cuda_adamw_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
-    int64_t state_first = 0;
-    if (a->op->p.adamw.zero_slice > 0) own_part(a, a->op->p.adamw.zero_slice, &first, &end, &state_first);
-    return adamw_launch(a, first, end, state_first, gate, err);
+    if (a->op->p.adamw.zero_slice > 0) return tg_fail(err, "a ZeRO-1 AdamW updates only its replica's slice, not a range");
+    return adamw_launch(a, first, end, 0, gate, err);
 }
 
 int tg_launch_adamw(const tg_cuda_op_args *a, tg_err *err) {
@@ -490,9 +479,8 @@ static int adan_launch(const tg_cuda_op_args *a, int64_t first, int64_t end, int
 }
 
 int tg_cuda_adan_range(const tg_cuda_op_args *a, int64_t first, int64_t end, const int *gate, tg_err *err) {
-    int64_t state_first = 0;
-    if (a->op->p.adan.zero_slice > 0) own_part(a, a->op->p.adan.zero_slice, &first, &end, &state_first);
-    return adan_launch(a, first, end, state_first, gate, err);
+    if (a->op->p.adan.zero_slice > 0) return tg_fail(err, "a ZeRO-1 Adan updates only its replica's slice, not a range");
+    return adan_launch(a, first, end, 0, gate, err);
 }
 
 int tg_launch_adan(const tg_cuda_op_args *a, tg_err *err) {

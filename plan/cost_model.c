@@ -166,9 +166,8 @@ void tg_cost_prediction_free(tg_cost_prediction *p) {
 }
 
 /* The forward with the previous step's update beside it (runtime/deferred_update.h): the
- * update (with ZeRO-1, and the gathers of its slices, which run chunk by chunk with it)
- * covers the parameters at a steady rate, in the order the forward first reads them, and
- * forward op j starts once the update has passed the prefix need[j] it reads; the
+ * update covers the parameters at a steady rate, in the order the forward first reads them,
+ * and forward op j starts once the update has passed the prefix need[j] it reads; the
  * backward waits for the whole update. Returns the forward's time so, or the serial
  * forward's when the plan's update cannot be deferred (*update_s 0). */
 static double forward_beside_update(const tg_plan *plan, const double *op_s, double serial, double *update_s,
@@ -183,13 +182,9 @@ static double forward_beside_update(const tg_plan *plan, const double *op_s, dou
     }
     const uint64_t shared = plan->grads_share_activations ? plan->pool_bytes[TG_POOL_GRADS] : 0;
     double t = serial;
-    int gathers[2], n_gathers = 0;
-    const int update = tg_update_op_deferrable(plan, gathers, &n_gathers);
-    if (update >= 0 && tg_update_read_prefix(plan->tensors, plan->ops, update + 1, f0, f1, shared, need) == 1 &&
-        plan->ops[update].p.adamw.n > 0) {
-        double u = op_s[update];
-        for (int g = 0; g < n_gathers; g++) u += op_s[gathers[g]];
-        const double n = (double)plan->ops[update].p.adamw.n;
+    const tg_op *last = &plan->ops[plan->n_ops - 1];
+    if (tg_update_read_prefix(plan->tensors, plan->ops, plan->n_ops, f0, f1, shared, need) == 1 && last->p.adamw.n > 0) {
+        const double u = op_s[plan->n_ops - 1], n = (double)last->p.adamw.n;
         t = 0;
         for (int j = 0; j < f1 - f0; j++) {
             const double ready = u * (double)need[j] / n;

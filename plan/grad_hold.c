@@ -64,43 +64,6 @@ int tg_update_read_prefix(const tg_tensor *tensors, const tg_op *ops, int n_ops,
     return 1;
 }
 
-/* Whether schedule op o is a ZeRO-1 gather of the update's slices over the whole of
- * `pool` (in place, from offset 0, slice x replicas elements), not of a pool seen already
- * (*pools, a bit per pool). */
-static int zero_gather(const tg_plan *p, int o, int64_t slice, int pool, unsigned *pools) {
-    const tg_op *op = &p->ops[o];
-    const int t = op->in[0];
-    if (op->kind != TG_OP_ALL_GATHER || t < 0 || t >= p->n_tensors || op->out[0] != t || op->in[1] >= 0 ||
-        op->p.all_gather.slice != slice)
-        return 0;
-    const tg_tensor *x = &p->tensors[t];
-    if (x->pool != pool || x->offset != 0 || tg_tensor_numel(x) != slice * p->train.replicas || (*pools >> pool & 1u))
-        return 0;
-    *pools |= 1u << pool;
-    return 1;
-}
-
-int tg_update_op_deferrable(const tg_plan *p, int *gathers, int *n_gathers) {
-    *n_gathers = 0;
-    int o = p->n_ops - 1;
-    while (o >= 0 && p->ops[o].kind == TG_OP_ALL_GATHER) o--;
-    if (o < 0 || !tg_op_is_update(p->ops[o].kind)) return -1;
-    const tg_op *update = &p->ops[o];
-    const int64_t slice = update->p.adamw.zero_slice;
-    const int after = p->n_ops - 1 - o;
-    if (slice <= 0) return after ? -1 : o;
-    const int copies = update->out[3] >= 0;
-    if (p->train.replicas < 2 || after != 1 + copies || slice * p->train.replicas < update->p.adamw.n) return -1;
-    unsigned pools = 0;
-    for (int g = 0; g < after; g++)
-        if (!zero_gather(p, o + 1 + g, slice, TG_POOL_PARAMS, &pools) &&
-            !(copies && zero_gather(p, o + 1 + g, slice, TG_POOL_PARAMS_BF16, &pools)))
-            return -1;
-    for (int g = 0; g < after; g++) gathers[g] = o + 1 + g;
-    *n_gathers = after;
-    return o;
-}
-
 int tg_grad_hold_meets(const tg_grad_hold *h, int first, int last) {
     if (!(last < h->from || h->to < first)) return 1;
     return h->wrap_to >= 0 && first <= h->wrap_to;

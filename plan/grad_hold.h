@@ -40,16 +40,6 @@
 int tg_update_read_prefix(const tg_tensor *tensors, const tg_op *ops, int n_ops, int f0, int f1,
                           uint64_t shared_grad_bytes, int64_t *need);
 
-/* The plan's update op where an executor may defer it beside the next forward
- * (runtime/deferred_update.h): the schedule's last op when that is the update (ADAMW or
- * ADAN) and of no ZeRO-1 slice; with ZeRO-1 (zero_slice > 0, replicas >= 2) the update
- * followed by nothing but the in-place ALL_GATHERs of its slices over the whole parameter
- * pool and, where the update writes them, over the whole pool of their bf16 copies, whose
- * schedule indices go to gathers[0 .. *n_gathers) (2 at most). -1 (*n_gathers 0) for any
- * other end of the schedule. tg_update_read_prefix of the schedule up to that op tells
- * whether the forward allows the deferral. */
-int tg_update_op_deferrable(const tg_plan *p, int *gathers, int *n_gathers);
-
 #define TG_GRAD_HOLD_MIN_BYTES (UINT64_C(1) << 20)
 
 /* One span of the gradient pool and the ops during which it is held: [from, to] and,

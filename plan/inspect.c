@@ -4,13 +4,11 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "base/alloc.h"
-#include "plan/grad_hold.h"
 #include "plan/memory_estimate.h"
 #include "plan/op_meta.h"
 
@@ -204,18 +202,6 @@ static void print_buckets(const tg_plan *p, FILE *out) {
     }
 }
 
-/* ZeRO-1: whether an executor may defer the update and its gathers beside the next
- * forward (runtime/deferred_update.h), with the update's and the gathers' ops. */
-static int zero_deferrable(const tg_plan *p, int *update, int *gathers, int *n_gathers) {
-    *update = tg_update_op_deferrable(p, gathers, n_gathers);
-    const int f0 = p->phase_begin[TG_PHASE_FORWARD], f1 = p->phase_begin[TG_PHASE_FORWARD + 1];
-    if (*update < 0 || !*n_gathers || f1 <= f0) return 0;
-    int64_t *need = tg_calloc((size_t)(f1 - f0), sizeof *need);
-    const int ok = need && tg_update_read_prefix(p->tensors, p->ops, *update + 1, f0, f1, 0, need) == 1;
-    free(need);
-    return ok;
-}
-
 /* ZeRO-1: the bytes of AdamW's m and v this replica holds (its slice) and those a replica
  * of the same plan without sharding would (every parameter's). 0 for other plans. */
 static int zero_state_bytes(const tg_plan *p, uint64_t *own, uint64_t *whole) {
@@ -354,16 +340,6 @@ static void print_text(const tg_plan *p, FILE *out) {
         fprintf(out, "ZeRO-1: AdamW state %.2f MiB a replica, of %.2f MiB without sharding: %.2f MiB saved on each of "
                      "%d replicas\n",
                 mib(own), mib(whole), mib(whole - own), p->train.replicas);
-    int update, gathers[2], n_gathers;
-    if (zero_deferrable(p, &update, gathers, &n_gathers)) {
-        char ops[48];
-        if (n_gathers > 1) snprintf(ops, sizeof ops, "ops %d, %d", gathers[0], gathers[1]);
-        else snprintf(ops, sizeof ops, "op %d", gathers[0]);
-        fprintf(out, "ZeRO-1 deferred update (CUDA): %s (op %d) and the gathers (%s) run beside the next step's "
-                     "forward, chunk by chunk: each replica updates its slice's part of a chunk, the chunk is broadcast "
-                     "from the replicas owning it, and each forward op waits for the chunks it reads\n",
-                tg_op_name(p->ops[update].kind), update, ops);
-    }
     /* What a run needs on each device beside the pools (plan/memory_estimate.h). */
     for (int d = TG_MEM_DEVICE_CUDA; d >= TG_MEM_DEVICE_CPU; d--) {
         tg_memory_estimate est;

@@ -86,13 +86,6 @@ typedef struct tg_executor_vtbl {
      * each bucket has its own captured graphs (captured on the bucket's first use, after a
      * GEMM tuning pass of its shapes), all on the one set of pools. */
     int (*select_bucket)(void *impl, int bucket, tg_err *err);
-    /* Applies an optimizer update still pending (the CUDA executor's deferred update,
-     * runtime/deferred_update.h), after the steps in flight; NULL where updates are never
-     * pending (the CPU executor). Every other use of the executor applies it too, but with
-     * ZeRO-1 the update ends with collectives (the gathers of the updated slices), so every
-     * replica must settle at the same point of its sequence of collectives: before anything
-     * that one replica alone does with the parameters (eval, a save, a checkpoint). */
-    int (*settle)(void *impl, tg_err *err);
     /* Steps that may be started before the oldest is waited for (1: one at a time). */
     int max_in_flight;
     /* Steps one start runs most cheaply together (1: starting several gains nothing). */
@@ -138,10 +131,6 @@ int tg_executor_bucket_count(const tg_plan *plan);
  * message; every executor's select_bucket checks with it. */
 int tg_executor_check_bucket(const tg_plan *plan, int bucket, tg_err *err);
 
-/* vt->settle where there is one, else 0. */
-static inline int tg_executor_settle(tg_executor *ex, tg_err *err) {
-    return ex->vt->settle ? ex->vt->settle(ex->impl, err) : 0;
-}
 static inline int tg_executor_select_bucket(tg_executor *ex, int bucket, tg_err *err) {
     return ex->vt->select_bucket(ex->impl, bucket, err);
 }

@@ -714,8 +714,6 @@ double tg_step_device_ms(const tg_step_stats *s) {
     return ms;
 }
 
-int tg_trainer_settle(tg_trainer *t, tg_err *err) { return tg_executor_settle(&t->ex, err); }
-
 void tg_trainer_hold(tg_trainer *t, int hold) { t->stop_at = hold ? t->launched : -1; }
 
 int tg_trainer_step(tg_trainer *t, tg_step_stats *s, tg_err *err) {

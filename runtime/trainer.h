@@ -260,14 +260,6 @@ int tg_trainer_save(tg_trainer *t, const char *path, tg_err *err);
 /* Writes the current parameters as a Hugging Face model folder (runtime/hf_export.h). */
 int tg_trainer_export_hf(tg_trainer *t, const tg_hf_export_options *options, tg_err *err);
 
-/* Applies an optimizer update the executor still holds back (the deferred update,
- * runtime/deferred_update.h), after the steps in flight, whose statistics stay to be taken.
- * Any read of the parameters does so too, but a ZeRO-1 update ends with collectives (the
- * gathers of the updated slices): data-parallel replicas call this at the same point, each
- * in its own sequence of collectives, before one of them alone reads the parameters (eval,
- * save, export, a checkpoint). Nothing to do on the CPU executor. */
-int tg_trainer_settle(tg_trainer *t, tg_err *err);
-
 /* Stops (hold 1) or allows again (hold 0) the start of new steps by tg_trainer_step: the
  * steps in flight still hand out their statistics, after which tg_trainer_step fails while
  * held. A caller about to checkpoint holds the trainer and takes the steps in flight. */

@@ -71,9 +71,6 @@ static void *run_replica(void *arg) {
         if (ok) r->loss[s] = st.loss, r->comm_ms[s] = st.comm_ms, r->exposed_ms[s] = st.comm_exposed_ms;
     }
     r->timeline = tr.comm;
-    /* Every replica applies the last update here (with ZeRO-1 deferred on CUDA: its slice's,
-     * then the gathers), so each reads the parameters after it. */
-    ok = ok && tg_trainer_settle(&tr, &err) == 0;
     r->params = ok ? malloc(r->plan->pool_bytes[TG_POOL_PARAMS]) : NULL;
     ok = ok && r->params && tg_trainer_read(&tr, r->plan->io.params_all, r->params, &err) == 0;
     if (!ok) snprintf(r->msg, sizeof r->msg, "rank %d: %s", r->rank, err.msg);
@@ -493,9 +490,8 @@ TG_TEST(test_cpu_norm_from_shards) {
 
 /* ZeRO-1 plans: AdamW over one replica's slice, with m and v of the slice only; the
  * slices cover the (padded) parameter pools; the gathers of the parameters (and of their
- * bf16 copies) end the schedule, which an executor may defer beside the next forward with
- * the update (tests/test_deferred_update_zero.c); the plan file keeps the stage; a job
- * asking for it with one replica is refused, naming the key. */
+ * bf16 copies) end the step, so the update is not deferred; the plan file keeps the
+ * stage; a job asking for it with one replica is refused, naming the key. */
 TG_TEST(test_zero_plan) {
     for (int bf16 = 0; bf16 <= 1; bf16++)
         for (int replicas = 2; replicas <= 3; replicas++) {

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "kernels/cudnn_attention.h"
-#include "plan/grad_hold.h"
 #include "plan/memory_estimate.h"
 #include "runtime/cuda/cuda_exec_internal.h"
 #include "runtime/executor.h"
@@ -104,14 +103,17 @@ static int deferred_update_init(tg_cuda_exec *x, tg_err *err) {
     /* fp16 plans: off. The update unscales with this step's loss scale and LOSS_SCALE_UPDATE
      * moves the scale after it; deferred beside the next forward, the update would run
      * after LOSS_SCALE_UPDATE (which stays in the step) and unscale with the moved scale.
-     * tg_deferred_update_plan refuses such plans anyway (the loss-scale update follows the
-     * update); this says why. */
+     * tg_deferred_update_plan refuses such plans anyway (the update is not the last op);
+     * this says why. */
     if (p->train.precision == TG_PREC_FP16) return 0;
-    /* The parameter count (every bucket's): that of the plan's update op where the update
-     * can be deferred (the last op, or with ZeRO-1 the last before its gathers). */
-    int gathers[TG_DEFERRED_GATHERS], n_gathers;
-    const int update = tg_update_op_deferrable(p, gathers, &n_gathers);
-    const int64_t min_chunk = tg_deferred_update_min_chunk(update >= 0 ? p->ops[update].p.adamw.n : 0);
+    /* The parameter count (every bucket's): the plan's AdamW is its last op where the update
+     * can be deferred (tg_deferred_update_plan refuses every other plan). */
+    const tg_op *last = p->n_ops ? &p->ops[p->n_ops - 1] : NULL;
+    const int64_t n = last && tg_op_is_update(last->kind) ? last->p.adamw.n : 0;
+    /* Chunks of at least 2M elements (a few microseconds of update each), fewer on small
+     * models: at most about 16. */
+    int64_t min_chunk = n / 16 > 4096 ? n / 16 : 4096;
+    if (min_chunk > (1 << 21)) min_chunk = 1 << 21;
     int chunks = 0;
     for (int k = 0; k < x->n_buckets; k++) {
         tg_cuda_bucket *b = &x->bucket[k];

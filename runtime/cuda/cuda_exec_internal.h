@@ -53,12 +53,6 @@ int tg_cuda_run_phases(tg_cuda_exec *x, int first_phase, int last_phase, int tra
 /* Parameter elements [first, end) of the plan's AdamW, on `stream`, gated by `gate`. */
 int tg_cuda_run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int64_t end, const int *gate,
                        tg_err *err);
-/* ZeRO-1's deferred update: shares chunk k of the selected bucket's update from the owners of
- * its parts (tg_deferred_update_share), each gathered tensor's parts broadcast in one NCCL
- * group on `stream`, after the chunk's update; nothing without ZeRO-1 or a communicator.
- * Not gated: with no update due every replica holds the same parameters, which the
- * broadcasts then leave as they are. */
-int tg_cuda_share_chunk(tg_cuda_exec *x, cudaStream_t stream, int k, tg_err *err);
 /* Captures what `body` enqueues on the main stream into an instantiated graph (for device
  * launch where the graph allows it: x->device_graph says which). */
 int tg_cuda_capture(tg_cuda_exec *x, int (*body)(tg_cuda_exec *, void *, tg_err *), void *arg, void **exec_out,

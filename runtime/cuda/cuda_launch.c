@@ -1,7 +1,6 @@
 /* Running the CUDA executor's schedule: each op's launch arguments, op ranges and phases
  * on the main stream (after any deferred update still pending), the deferred update's
  * AdamW launches, and phases captured once into a CUDA graph and replayed. */
-#include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,58 +65,13 @@ int tg_cuda_run_update(tg_cuda_exec *x, cudaStream_t stream, int64_t first, int6
     return 0;
 }
 
-int tg_cuda_share_chunk(tg_cuda_exec *x, cudaStream_t stream, int k, tg_err *err) {
-    const tg_deferred_update *u = &x->cur->defer;
-    if (!u->n_gathers || !x->ctx.nccl_comm) return 0; /* one replica holds every slice */
-    tg_deferred_share parts[TG_MAX_DATA_PARALLEL];
-    if (u->replicas > TG_MAX_DATA_PARALLEL) return tg_fail(err, "%d replicas, past the %d allowed", u->replicas, TG_MAX_DATA_PARALLEL);
-    const int m = tg_deferred_update_share(u, k, parts);
-    ncclComm_t comm = (ncclComm_t)x->ctx.nccl_comm;
-    ncclResult_t r = ncclGroupStart();
-    for (int g = 0; g < u->n_gathers && r == ncclSuccess; g++) {
-        const int t = x->plan->ops[u->gather_op[g]].in[0];
-        const int dt = x->plan->tensors[t].dtype;
-        if (dt != TG_F32 && dt != TG_BF16 && dt != TG_F16) {
-            (void)ncclGroupEnd();
-            return tg_fail(err, "sharing %s of update chunk %d: NCCL is given f32, bf16 or f16 here, not %s",
-                           x->plan->tensors[t].name, k, tg_dtype_name(dt));
-        }
-        const ncclDataType_t type = dt == TG_BF16 ? ncclBfloat16 : dt == TG_F16 ? ncclHalf : ncclFloat;
-        const size_t size = (size_t)tg_dtype_size(dt);
-        uint8_t *base = tg_cuda_tensor(x, t);
-        for (int i = 0; i < m && r == ncclSuccess; i++) {
-            uint8_t *at = base + (size_t)parts[i].lo * size;
-            r = ncclBroadcast(at, at, (size_t)(parts[i].hi - parts[i].lo), type, parts[i].owner, comm, stream);
-        }
-    }
-    const ncclResult_t end = ncclGroupEnd();
-    if (r == ncclSuccess) r = end;
-    if (r != ncclSuccess)
-        return tg_fail(err, "sharing update chunk %d [%lld, %lld) from its owners: ncclBroadcast failed: %s (%s)", k,
-                       (long long)u->begin[k], (long long)u->begin[k + 1], ncclGetErrorString(r), ncclGetLastError(comm));
-    return 0;
-}
-
 int tg_cuda_finish_update(tg_cuda_exec *x, tg_err *err) {
     if (!x->update_pending) return 0;
     /* The pending update may be another bucket's step's: the selected bucket's AdamW is the
      * same op on the same tensors. */
     const tg_deferred_update *u = &x->cur->defer;
-    const int tune = x->ctx.gemm_tune;
-    if (u->n_gathers) {
-        /* ZeRO-1: the update of this replica's slice, then the plan's gathers, as in schedule
-         * order; every replica runs them here at the same point (tg_trainer_settle). NCCL
-         * launches outside a graph wait for the graphs in flight to end
-         * (NCCL_GRAPH_MIXING_SUPPORT=0, executor_cuda.c). */
-        CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "waiting for the steps in flight before the ZeRO-1 gathers");
-        x->ctx.gemm_tune = 0; /* a GEMM tuning pass's gathers do nothing; these must run */
-    }
-    int rc = tg_cuda_run_update(x, x->ctx.stream, 0, u->begin[u->n_chunks], x->update_due, err);
-    for (int g = 0; !rc && g < u->n_gathers; g++) rc = tg_cuda_run_ops(x, u->gather_op[g], u->gather_op[g] + 1, 1, err);
-    x->ctx.gemm_tune = tune;
-    if (rc) return -1;
+    if (tg_cuda_run_update(x, x->ctx.stream, 0, u->begin[u->n_chunks], x->update_due, err)) return -1;
     CUDA_TRY(cudaMemsetAsync(x->update_due, 0, sizeof *x->update_due, x->ctx.stream), "clearing the update flag");
-    if (u->n_gathers) CUDA_TRY(cudaStreamSynchronize(x->ctx.stream), "the ZeRO-1 gathers of the pending update");
     x->update_pending = 0;
     return 0;
 }

@@ -16,11 +16,9 @@ static int mark(tg_cuda_exec *x, int k, tg_err *err) {
     return 0;
 }
 
-/* The previous step's update (when one is due) in chunks on the update stream (with ZeRO-1,
- * each chunk's part in this replica's slice, then the chunk shared from its owners), and
- * this step's forward on the main stream, each op after the chunks holding the parameters
- * it reads; the backward, which overwrites the gradients and whose gradient sums follow
- * the chunks' broadcasts on the communicator, after all of them. */
+/* The previous step's update (when one is due) in chunks on the update stream, and this
+ * step's forward on the main stream, each op after the chunks holding the parameters it
+ * reads; the backward, which overwrites the gradients, after all of them. */
 static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
     const tg_deferred_update *u = &x->cur->defer;
     cudaStream_t s = x->ctx.stream;
@@ -32,9 +30,6 @@ static int enqueue_forward_beside_update(tg_cuda_exec *x, tg_err *err) {
          * it again), so a step that fails after this point never has it applied twice. */
         if (k == u->n_chunks - 1 && tg_cuda_set_flag(x->update_due, 0, x->update_stream))
             return tg_cuda_fail(err, "closing the update gate", cudaGetLastError());
-        /* ZeRO-1: the chunk's parameters (and bf16 copies) from the replicas that updated
-         * them, before any forward op reads them (runtime/deferred_update.h). */
-        if (tg_cuda_share_chunk(x, x->update_stream, k, err)) return -1;
         CUDA_TRY(cudaEventRecord(x->chunk_done[k], x->update_stream), "record an update chunk's end");
     }
     const int f0 = x->plan->phase_begin[TG_PHASE_FORWARD];

@@ -66,8 +66,6 @@ static int cuda_select_bucket(void *impl, int bucket, tg_err *err) {
     return tg_cuda_exec_select_bucket(&((cuda_impl *)impl)->x, bucket, err);
 }
 
-static int cuda_settle(void *impl, tg_err *err) { return tg_cuda_finish_update(&((cuda_impl *)impl)->x, err); }
-
 static void cuda_close(void *impl) {
     tg_cuda_exec_free(&((cuda_impl *)impl)->x);
     free(impl);
@@ -257,8 +255,7 @@ int tg_cuda_device_count(void) {
 #define CUDA_VTBL_FUNCTIONS                                                                                            \
     .name = "cuda", .run = cuda_run, .write = cuda_write, .read = cuda_read, .host_alloc = cuda_host_alloc,            \
     .host_free = cuda_host_free, .step_start = cuda_step_start, .step_wait = cuda_step_wait, .profile = cuda_profile, \
-    .close = cuda_close, .select_bucket = cuda_select_bucket, .settle = cuda_settle,                                   \
-    .max_in_flight = TG_STEP_RING - 1,                                                                                 \
+    .close = cuda_close, .select_bucket = cuda_select_bucket, .max_in_flight = TG_STEP_RING - 1,                       \
     .step_group = TG_CUDA_STEP_GROUP
 
 static const tg_executor_vtbl cuda_vtbl = {CUDA_VTBL_FUNCTIONS, .lm_label_rows = 1};
