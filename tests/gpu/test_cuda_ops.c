@@ -486,6 +486,9 @@ static void check_attention_shapes(int precision, uint64_t seed, int *kinds_seen
                 TG_ATTENTION_FUSED, kinds_seen);
     check_shape("bert Dh=128 T=136", "tiny-bert", TG_TASK_CLASSIFY, 2, 136, seed + 17, precision, 0, 256, 2,
                 TG_ATTENTION_FUSED, kinds_seen);
+    /* The two-kernel backward at Dh 64 with dropout, not causal, key-masked: 5 query tiles. */
+    check_shape("bert Dh=64 T=264", "tiny-bert", TG_TASK_CLASSIFY, 2, 264, seed + 21, precision, 0, 256, 4,
+                TG_ATTENTION_FUSED, kinds_seen);
     /* Without attention dropout the 16-bit forward at Dh 64 and 128 is the pipelined kernel
      * (the softmax beside P V): key-masked rows, a partial last tile, causal blocks whose
      * first warpgroup skips the last tile. */
