@@ -338,6 +338,11 @@ static int open_squad_eval(tg_trainer *t, const char *eval_data, tg_err *err) {
 static int load_data(tg_trainer *t, const tg_trainer_options *opts, tg_err *err) {
     const tg_plan *plan = t->plan;
     const tg_plan_run *run = &plan->run;
+    /* The datasets hold token sequences; an image model's batch is pixel_values. */
+    if (plan->io.pixel_values >= 0)
+        return tg_fail(err, "%s: model %s takes images, and no image data set can be read yet (a batch is written "
+                            "into pixel_values directly, as tg_trainer_input gives it)",
+                       run->train_data[0] ? run->train_data : run->eval_data, tg_arch_name(plan->model.arch));
     tg_data_rules rules = {plan->train.task, plan->train.num_labels, plan->model.vocab_size, plan->model.type_vocab_size};
     if (!opts || !opts->eval_only) {
         if (tg_dataset_load(run->train_data, &rules, &t->train, err)) return -1;
