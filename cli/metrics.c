@@ -251,6 +251,13 @@ int metrics_write_profile_group(FILE *f, const char *group, double ms) {
     return line_write(&l, f);
 }
 
+int metrics_write_profile_graph(FILE *f, const char *what, double ms) {
+    metrics_line l = line_begin();
+    put_str(&l, "profile_graph", what);
+    put_real(&l, "ms", ms, "%.4f");
+    return line_write(&l, f);
+}
+
 int metrics_write_profile_phase(FILE *f, const char *phase, double ms) {
     metrics_line l = line_begin();
     put_str(&l, "profile_phase", phase);

@@ -85,6 +85,10 @@ int metrics_write_profile_group(FILE *f, const char *group, double ms);
 /* A phase's profiled time: "forward", "backward", "optimizer", or "communication exposed"
  * (the gradient sums past the backward's end, data parallelism on CUDA). */
 int metrics_write_profile_phase(FILE *f, const char *phase, double ms);
+/* {"profile_graph": WHAT, "ms": ...}: the traced captured steps' ms a step of WHAT (a kernel
+ * group's name, "other", "busy", "device step", "communication hidden", "communication
+ * exposed"). */
+int metrics_write_profile_graph(FILE *f, const char *what, double ms);
 /* Op `o` of the plan's profiled time, with its output tensor and, for a matmul, its shape. */
 int metrics_write_profile_op(FILE *f, const tg_plan *plan, int o, double ms);
 /* Gradient bucket j's sum in the captured steps (data parallelism on CUDA): its bytes, its

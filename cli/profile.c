@@ -8,6 +8,7 @@
 #include "cli/cost.h"
 #include "cli/metrics.h"
 #include "cli/plot.h"
+#include "runtime/kernel_trace.h"
 
 int report_comm_timeline(const tg_plan *p, const tg_comm_timeline *c, FILE *metrics) {
     if (!c->buckets || !c->steps) return 0;
@@ -39,10 +40,59 @@ static double comm_exposed_ms(const tg_comm_timeline *c) {
     return end > 0 ? end : 0;
 }
 
+/* The traced captured steps: device time, busy time, each group largest first, and the
+ * communication beside other kernels or alone; as profile_graph metrics lines too. */
+static int report_graph(const tg_kernel_trace_summary *g, double step_ms, FILE *metrics) {
+    int rc = 0;
+    fprintf(stderr,
+            "  in the captured graph (%d steps one at a time, %lld kernels, copies and fills traced by CUPTI): %.3f ms "
+            "a step on the device, kernels busy %.3f ms\n    by kernel group:",
+            g->steps, (long long)g->kernels, step_ms, g->busy_ms);
+    if (metrics && (metrics_write_profile_graph(metrics, "device step", step_ms) ||
+                    metrics_write_profile_graph(metrics, "busy", g->busy_ms)))
+        rc = -1;
+    int shown[TG_GROUP_COUNT] = {0};
+    for (int n = 0;; n++) {
+        int best = -1;
+        for (int k = 0; k < TG_GROUP_COUNT; k++)
+            if (!shown[k] && g->group_ms[k] > 0 && (best < 0 || g->group_ms[k] > g->group_ms[best])) best = k;
+        if (best < 0) break;
+        shown[best] = 1;
+        fprintf(stderr, "%s %s %.3f ms", n ? "," : "", tg_op_group_name(best), g->group_ms[best]);
+        if (metrics && metrics_write_profile_graph(metrics, tg_op_group_name(best), g->group_ms[best])) rc = -1;
+    }
+    if (g->other_ms > 0) {
+        fprintf(stderr, ", other %.3f ms", g->other_ms);
+        if (metrics && metrics_write_profile_graph(metrics, "other", g->other_ms)) rc = -1;
+    }
+    fputc('\n', stderr);
+    const char *unnamed[TG_KERNEL_TRACE_UNNAMED];
+    const int n_unnamed = tg_kernel_trace_unnamed(unnamed, TG_KERNEL_TRACE_UNNAMED);
+    for (int k = 0; k < n_unnamed && k < TG_KERNEL_TRACE_UNNAMED; k++)
+        fprintf(stderr, "%s%.160s", k ? "\n      " : "    other: kernels of no group:\n      ", unnamed[k]);
+    if (n_unnamed > TG_KERNEL_TRACE_UNNAMED) fprintf(stderr, "\n      and %d more", n_unnamed - TG_KERNEL_TRACE_UNNAMED);
+    if (n_unnamed) fputc('\n', stderr);
+    if (g->group_ms[TG_GROUP_COMM] > 0) {
+        fprintf(stderr, "    communication beside other kernels %.3f ms, alone %.3f ms\n", g->comm_hidden_ms,
+                g->comm_exposed_ms);
+        if (metrics && (metrics_write_profile_graph(metrics, "communication hidden", g->comm_hidden_ms) ||
+                        metrics_write_profile_graph(metrics, "communication exposed", g->comm_exposed_ms)))
+            rc = -1;
+    }
+    return rc;
+}
+
 int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, const char *svg_path, tg_err *err) {
     const tg_plan *p = tr->plan;
     double *ms = tg_calloc((size_t)p->n_ops, sizeof *ms);
     if (!ms) return tg_fail(err, "out of memory for the profile's op times");
+    /* On a GPU, first the captured steps as they run: their kernels traced by CUPTI and
+     * summed by group (one replica; where it cannot be traced, the reason is printed). */
+    const int cuda = tr->ex.device == TG_DEVICE_CUDA;
+    tg_kernel_trace_summary graph;
+    double graph_step_ms = 0;
+    tg_err graph_err = {0};
+    const int traced = cuda && tg_trainer_trace_kernels(tr, PROFILE_REPEATS, &graph, &graph_step_ms, &graph_err) == 0;
     if (tg_trainer_profile(tr, PROFILE_REPEATS, ms, err)) {
         free(ms);
         return -1;
@@ -92,6 +142,10 @@ int report_profile(tg_trainer *tr, metrics_file *metrics_out, double step_ms, co
         group_ms[best] = 0;
     }
     fputc('\n', stderr);
+    if (traced) {
+        if (report_graph(&graph, graph_step_ms, metrics)) wrote = -1;
+    } else if (cuda)
+        fprintf(stderr, "  in the captured graph: not traced (%s)\n", graph_err.msg);
     fprintf(stderr, "  %-18s %5s %10s %6s\n", "op", "count", "ms", "share");
     for (;;) { /* one kind a pass, until every kind of the plan is shown */
         int best = -1;

@@ -1,6 +1,7 @@
 /* The CUDA side of a CPU-only build: the executor cannot open and there are no devices.
  * A GPU build links runtime/cuda/ in place of this file. */
 #include "runtime/executor.h"
+#include "runtime/kernel_trace.h"
 
 int tg_cuda_built(void) { return 0; }
 
@@ -38,3 +39,14 @@ int tg_cuda_device_name(int device, char *name, size_t len) { return -1; }
 int tg_cuda_memory_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, tg_err *err) {
     return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`)");
 }
+
+int tg_kernel_trace_start(tg_err *err) {
+    return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`)");
+}
+
+int tg_kernel_trace_stop(tg_kernel_span **spans, int64_t *n, tg_err *err) {
+    *spans = NULL, *n = 0;
+    return tg_fail(err, "this build has no CUDA executor (build it with `make gpu`)");
+}
+
+int tg_kernel_trace_unnamed(const char **names, int cap) { return 0; }

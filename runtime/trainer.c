@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/half_convert.h"
+#include "runtime/kernel_trace.h"
 #include "runtime/nvtx.h"
 #include "datasets/shard_dataset.h"
 #include "kernels/mlm_mask.h"
@@ -717,6 +718,29 @@ double tg_step_device_ms(const tg_step_stats *s) {
     double ms = 0;
     for (int k = 0; k < 4; k++) ms += s->phase_ms[k];
     return ms;
+}
+
+int tg_trainer_trace_kernels(tg_trainer *t, int steps, tg_kernel_trace_summary *out, double *step_ms, tg_err *err) {
+    memset(out, 0, sizeof *out);
+    *step_ms = 0;
+    if (t->ex.device != TG_DEVICE_CUDA) return tg_fail(err, "kernels are traced on a GPU only");
+    if (t->plan->train.replicas > 1)
+        return tg_fail(err, "not traced with %d replicas in the run (their steps run together)", t->plan->train.replicas);
+    if (steps < 1) return tg_fail(err, "no steps to trace");
+    if (drain(t, err) || tg_kernel_trace_start(err)) return -1;
+    int rc = 0;
+    for (int k = 0; k < steps && !rc; k++) {
+        tg_step_stats st;
+        rc = tg_trainer_run_step(t, &st, err);
+        if (!rc) *step_ms += tg_step_device_ms(&st) / steps;
+    }
+    tg_kernel_span *spans = NULL;
+    int64_t n = 0;
+    tg_err stop_err;
+    if (tg_kernel_trace_stop(&spans, &n, rc ? &stop_err : err)) rc = -1;
+    if (!rc) rc = tg_kernel_trace_summarize(spans, n, steps, out, err);
+    free(spans);
+    return rc;
 }
 
 void tg_trainer_hold(tg_trainer *t, int hold) { t->stop_at = hold ? t->launched : -1; }

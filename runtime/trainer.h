@@ -12,6 +12,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/executor.h"
 #include "runtime/hf_export.h"
+#include "runtime/kernel_groups.h"
 #include "runtime/preflight.h"
 #include "runtime/weights.h"
 #include "base/error.h"
@@ -222,6 +223,12 @@ void tg_trainer_close(tg_trainer *t);
  * CPU, the time its ops took); step_ms is instead the time since the step before it ended,
  * which for a step taken alone also holds the host's turn between the two. */
 double tg_step_device_ms(const tg_step_stats *s);
+
+/* Runs `steps` training steps one at a time on the staged batch (tg_trainer_run_step) with
+ * the GPU's kernels traced (runtime/kernel_trace.h), and sums the trace into *out; *step_ms
+ * is the steps' mean device time. These steps move the weights. CUDA, one replica only
+ * (replicas' steps run together); 0, or -1 with err saying why not. */
+int tg_trainer_trace_kernels(tg_trainer *t, int steps, tg_kernel_trace_summary *out, double *step_ms, tg_err *err);
 
 /* Fills the input staging from the next training batch (dropping any filled ahead). */
 void tg_trainer_next_batch(tg_trainer *t);

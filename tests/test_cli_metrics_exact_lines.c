@@ -112,6 +112,11 @@ TG_TEST(test_cli_metrics_profile_lines_exact) {
     CHECK(rc == 0 && text && !strcmp(text, "{\"profile_group\": \"norm and elementwise\", \"ms\": 1.2346}\n"),
           "group line: '%s'", text ? text : "(none)");
     free(text);
+    text = NULL;
+    WRITTEN(metrics_write_profile_graph(f, "communication hidden", 0.98765), text, rc);
+    CHECK(rc == 0 && text && !strcmp(text, "{\"profile_graph\": \"communication hidden\", \"ms\": 0.9877}\n"),
+          "graph line: '%s'", text ? text : "(none)");
+    free(text);
 }
 
 /* Data parallelism's lines: the gradient sums' medians in the summary (after the replica
