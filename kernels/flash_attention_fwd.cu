@@ -134,6 +134,30 @@ static __device__ __forceinline__ void store_row_bits(const fa_args &a, uint32_t
     if (w0 + 1 < a.W) dst[w0 + 1] = w[1];
 }
 
+/* The end of a warp's 16 rows of the 16-bit forward: the row sums met over the row's 4
+ * lanes, O / sum stored, and the LSE (natural log) of each row (0 for a row with nothing
+ * kept). m: the running maxima (exp2 domain), l: the lane's part of the sums. */
+template <int DP, class ST>
+static __device__ __forceinline__ void fwd_store(const fa_args &a, float (&o)[DP / 8][4], const float (&m)[2],
+                                                 float (&l)[2], int b, int h, int bh, int wr0, int lane) {
+    const int g = lane >> 2, c = lane & 3, T = a.T;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    ST *O = (ST *)a.o_out + (int64_t)b * T * a.ldo + h * a.Dh;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+        for (int d = 0; d < DP / 8; d++) o[d][2 * r] *= inv, o[d][2 * r + 1] *= inv;
+        const int row = wr0 + g + 8 * r;
+        if (c == 0 && row < T) a.lse[(int64_t)bh * T + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * FA_LN2 : 0.0f;
+    }
+    store_rows<DP>(O, a.ldo, o, wr0, T, a.Dh, a.vec, lane);
+}
+
 /* BITS: the launch draws dropout or writes keep bits (else neither is compiled in; at
  * DP 64 and 128 BITS is always set). With wgmma a tile's S = Q K^T runs while its
  * dropout bits are drawn. */
@@ -148,7 +172,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * L::BR; /* long causal rows first */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = lane & 3;
     const int wr0 = q0 + warp * 16;             /* this warp's first query */
     const int gr0 = q0 + (warp >> 2) * FA_ROWS; /* its warpgroup's (4 warps') first query */
     const uint64_t step = a.drop ? tg_dropout_step(a.step) : 0;
@@ -276,21 +300,7 @@ __global__ void __launch_bounds__(fa_fwd_cfg<DP, BITS>::L::THREADS, fa_fwd_cfg<D
             const int row = wr0 + i / a.W, wi = i % a.W;
             if (row < T && wi >= 2 * ktiles) a.bits[((int64_t)bh * T + row) * a.W + wi] = 0u;
         }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    ST *O = (ST *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-#pragma unroll
-        for (int d = 0; d < DP / 8; d++) o[d][2 * r] *= inv, o[d][2 * r + 1] *= inv;
-        const int row = wr0 + g + 8 * r;
-        if (c == 0 && row < T) a.lse[(int64_t)bh * T + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * FA_LN2 : 0.0f;
-    }
-    store_rows<DP>(O, a.ldo, o, wr0, T, Dh, a.vec, lane);
+    fwd_store<DP, ST>(a, o, m, l, b, h, bh, wr0, lane);
 }
 
 /* ---- forward without dropout (bf16 / f16 at DP 64 and 128): the softmax beside P V ------ */
@@ -364,7 +374,7 @@ __global__ void __launch_bounds__(fa_pipe_cfg<DP>::L::THREADS, fa_pipe_cfg<DP>::
     const int T = a.T, H = a.H, Dh = a.Dh;
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * L::BR; /* long causal rows first */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr0 = q0 + warp * 16;
     const int gr0 = q0 + (warp >> 2) * FA_ROWS;
     const ST *Q = (const ST *)a.q + (int64_t)b * T * a.ldq + h * Dh;
@@ -421,21 +431,7 @@ __global__ void __launch_bounds__(fa_pipe_cfg<DP>::L::THREADS, fa_pipe_cfg<DP>::
     wg_wait<0>();
     wg_keep<DP / 8>(o);
     wg_keep_a<4>(pa);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    ST *O = (ST *)a.o_out + (int64_t)b * T * a.ldo + h * Dh;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-#pragma unroll
-        for (int d = 0; d < DP / 8; d++) o[d][2 * r] *= inv, o[d][2 * r + 1] *= inv;
-        const int row = wr0 + g + 8 * r;
-        if (c == 0 && row < T) a.lse[(int64_t)bh * T + row] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * FA_LN2 : 0.0f;
-    }
-    store_rows<DP>(O, a.ldo, o, wr0, T, Dh, a.vec, lane);
+    fwd_store<DP, ST>(a, o, m, l, b, h, bh, wr0, lane);
 }
 
 /* ---- forward (fp32, a warp per row) -------------------------------------------------- */
