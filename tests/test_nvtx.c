@@ -27,10 +27,11 @@ TG_TEST(test_nvtx_calls_count_in_any_build) {
     CHECK(pushed - pushed0 == 2 && popped - popped0 == 2, "pushed %ld, popped %ld", pushed - pushed0, popped - popped0);
 }
 
-int tg_test_nvtx_run(const char *device);
+int tg_test_nvtx_run(const char *device, long *pushed_out);
 /* Shared with tests/gpu/test_cuda_nvtx.c: the demo job on `device` with eval, checkpoints,
- * --save and --profile; 1 when it ran and its ranges balance. */
-int tg_test_nvtx_run(const char *device) {
+ * --save and --profile; 1 when it ran and its ranges balance; *pushed_out (when not NULL)
+ * the ranges it pushed. */
+int tg_test_nvtx_run(const char *device, long *pushed_out) {
     const char *dir = tg_test_tmpdir();
     char line[1024];
     const int steps = 4;
@@ -42,6 +43,7 @@ int tg_test_nvtx_run(const char *device) {
     tg_nvtx_counts(&pushed0, &popped0);
     tg_cli_run r = tg_test_cli_line(dir, line, NULL);
     tg_nvtx_counts(&pushed, &popped);
+    if (pushed_out) *pushed_out = pushed - pushed0;
     const int ran = CHECK(r.status == 0, "%s: exit %d: %s", line, r.status, r.err ? r.err : "");
     tg_cli_run_free(&r);
     /* Each step's launch and wait; then compile, executor open, weights and data load, the
@@ -50,4 +52,4 @@ int tg_test_nvtx_run(const char *device) {
                         "%ld ranges pushed, %ld popped", pushed - pushed0, popped - popped0);
 }
 
-TG_TEST(test_nvtx_ranges_balance_over_a_run) { tg_test_nvtx_run("cpu"); }
+TG_TEST(test_nvtx_ranges_balance_over_a_run) { tg_test_nvtx_run("cpu", NULL); }

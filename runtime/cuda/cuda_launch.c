@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/cuda/cuda_exec_internal.h"
+#include "runtime/nvtx.h"
 
 /* The launch arguments of schedule op o, on the executor's context. */
 void tg_cuda_op_args_of(tg_cuda_exec *x, int o, int training, tg_cuda_op_args *a) {
@@ -25,15 +26,30 @@ void tg_cuda_op_args_of(tg_cuda_exec *x, int o, int training, tg_cuda_op_args *a
 }
 
 /* Launches ops [first, last) on the main stream as they are (no pending update applied). */
+/* Each op launched from here sits in an NVTX range named as the plan names it ("op 12
+ * matmul bert.encoder.layer.0.attention.self.qkv"), inside its phase's range, so a
+ * profiler's timeline of the GEMM tuning pass, the graph capture and the profile's op-by-op
+ * steps reads like the plan (a replayed graph's kernels sit under their step's range). */
 int tg_cuda_run_ops(tg_cuda_exec *x, int first, int last, int training, tg_err *err) {
     const tg_plan *p = x->plan;
     if (first < 0 || last > p->n_ops || first > last) return tg_fail(err, "op range [%d, %d) out of bounds", first, last);
-    for (int o = first; o < last; o++) {
+    int phase = -1, rc = 0;
+    for (int o = first; o < last && !rc; o++) {
+        const tg_op *op = &p->ops[o];
+        if (op->phase != phase) {
+            if (phase >= 0) tg_nvtx_pop();
+            phase = op->phase;
+            tg_nvtx_push(tg_phase_name(phase));
+        }
+        const int out = op->out[0] >= 0 ? op->out[0] : op->in[0];
+        tg_nvtx_pushf("op %d %s %s", o, tg_op_name(op->kind), out >= 0 ? p->tensors[out].name : "");
         tg_cuda_op_args a;
         tg_cuda_op_args_of(x, o, training, &a);
-        if (tg_cuda_op_run(&a, err)) return tg_fail_context(err, "schedule op %d", o);
+        if (tg_cuda_op_run(&a, err)) rc = tg_fail_context(err, "schedule op %d", o);
+        tg_nvtx_pop();
     }
-    return 0;
+    if (phase >= 0) tg_nvtx_pop();
+    return rc;
 }
 
 int tg_cuda_run_phases(tg_cuda_exec *x, int first_phase, int last_phase, int training, tg_err *err) {
