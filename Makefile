@@ -243,7 +243,7 @@ mutate: | deps
 CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv instruct squad squad_eval tokenizer checkpoint \
+FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv instruct squad squad_eval idx tokenizer checkpoint \
                 hf_index metrics sweep_grid sweep_weights artifact_manifest cost_calibration launch_env
 FUZZ_FLAGS := -U_FORTIFY_SOURCE -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option

@@ -25,6 +25,8 @@ static const char data_usage[] =
     "                [--format csv|tsv|jsonl|squad|text|folders|instruct] [--template FILE]\n"
     "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
+    "  tunegraph data convert IMAGES -o OUTDIR --format idx [--labels FILE] [--image-size N]\n"
+    "                [--eval-fraction F] [--seed N]\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "                SET: a shard set (OUTDIR, OUTDIR/train, OUTDIR/eval) or a .jsonl file; its records\n"
     "                as pre-tokenized JSON Lines, in order (standard output without -o)\n"
@@ -101,7 +103,8 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         int takes = !strcmp(s, "-o") || !strcmp(s, "--tokenizer") || !strcmp(s, "--format") ||
                     !strcmp(s, "--text-column") || !strcmp(s, "--pair-column") || !strcmp(s, "--label-column") ||
                     !strcmp(s, "--labels") || !strcmp(s, "--seq") || !strcmp(s, "--doc-stride") ||
-                    !strcmp(s, "--eval-fraction") || !strcmp(s, "--seed") || !strcmp(s, "--template");
+                    !strcmp(s, "--eval-fraction") || !strcmp(s, "--seed") || !strcmp(s, "--template") ||
+                    !strcmp(s, "--image-size");
         if (takes && !value) {
             free(inputs);
             return data_usage_error("%s needs a value", s);
@@ -115,6 +118,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         else if (!strcmp(s, "--label-column")) o.label_column = value;
         else if (!strcmp(s, "--labels")) o.labels = value;
         else if (!strcmp(s, "--template")) o.template_path = value;
+        else if (!strcmp(s, "--image-size")) bad = parse_int(value, 1, 4096, &o.image_size);
         else if (!strcmp(s, "--seq")) bad = parse_int(value, 2, 1 << 22, &o.seq);
         else if (!strcmp(s, "--doc-stride")) bad = parse_int(value, 0, 1 << 22, &o.doc_stride);
         else if (!strcmp(s, "--eval-fraction")) {
@@ -137,8 +141,10 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         if (bad) {
             free(inputs);
             if (!strcmp(s, "--format"))
-                return data_usage_error("--format must be csv, tsv, jsonl, squad, text, folders or instruct, got '%s'",
+                return data_usage_error("--format must be csv, tsv, jsonl, squad, text, folders, instruct or idx, got "
+                                        "'%s'",
                                         value);
+            if (!strcmp(s, "--image-size")) return data_usage_error("--image-size needs a whole number from 1 to 4096, got '%s'", value);
             if (!strcmp(s, "--eval-fraction")) return data_usage_error("--eval-fraction needs a number in [0, 1), got '%s'", value);
             if (!strcmp(s, "--seed")) return data_usage_error("--seed needs a whole number from 0 to 2^64-1, got '%s'", value);
             if (!strcmp(s, "--seq")) return data_usage_error("--seq needs a whole number from 2 to 4194304, got '%s'", value);
@@ -146,8 +152,11 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         }
         if (takes) i++;
     }
+    const int idx = o.format == TG_INPUT_IDX;
+    if (idx) o.labels_path = o.labels, o.labels = NULL; /* --labels FILE: the IDX labels file */
     const char *missing = !o.n_inputs ? "missing INPUT" : !o.outdir ? "missing -o OUTDIR"
-                        : !tokenizer  ? "missing --tokenizer PATH" : NULL;
+                        : idx && tokenizer ? "--format idx takes no --tokenizer (images)"
+                        : !tokenizer && !idx ? "missing --tokenizer PATH" : NULL;
     if (!missing && seed_given && o.eval_fraction == 0) missing = "--seed picks the eval split: give --eval-fraction too";
     if (missing) {
         free(inputs);
@@ -155,17 +164,19 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     }
     tg_err err = {{0}};
     tokenizer_encoder te = {0};
-    if (tg_tokenizer_open(tokenizer, &te.tok, &err)) {
+    if (!idx && tg_tokenizer_open(tokenizer, &te.tok, &err)) {
         free(inputs);
         fprintf(stderr, "tunegraph: %s\n", err.msg);
         return 1;
     }
-    tg_text_encoder enc = {.ctx = &te,
-                           .encode = encode_with_tokenizer,
-                           .family = tg_tokenizer_family_of(te.tok),
-                           .special = tg_tokenizer_special_ids(te.tok),
-                           .vocab_size = tg_tokenizer_vocab_size(te.tok),
-                           .identity = tg_tokenizer_identity(te.tok)};
+    tg_text_encoder enc = {0};
+    if (!idx)
+        enc = (tg_text_encoder){.ctx = &te,
+                                .encode = encode_with_tokenizer,
+                                .family = tg_tokenizer_family_of(te.tok),
+                                .special = tg_tokenizer_special_ids(te.tok),
+                                .vocab_size = tg_tokenizer_vocab_size(te.tok),
+                                .identity = tg_tokenizer_identity(te.tok)};
     char *command = command_line(all_argc, all_argv);
     o.command = command;
     tg_convert_report rep;
@@ -184,13 +195,16 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     }
     fprintf(stderr, "tunegraph: wrote %s: %s", o.outdir, tg_shard_task_name(rep.task));
     if (rep.n_labels) fprintf(stderr, " with %d labels", rep.n_labels);
-    fprintf(stderr, ", %" PRId64 " train records (%" PRId64 " tokens)", rep.records[0], rep.tokens[0]);
-    if (rep.records[1]) fprintf(stderr, " and %" PRId64 " eval records (%" PRId64 " tokens)", rep.records[1], rep.tokens[1]);
+    const char *values = idx ? "pixels" : "tokens";
+    fprintf(stderr, ", %" PRId64 " train records (%" PRId64 " %s)", rep.records[0], rep.tokens[0], values);
+    if (rep.records[1])
+        fprintf(stderr, " and %" PRId64 " eval records (%" PRId64 " %s)", rep.records[1], rep.tokens[1], values);
     fprintf(stderr, " from %" PRId64 " %s", rep.units,
             rep.format == TG_INPUT_SQUAD     ? "questions"
             : rep.format == TG_INPUT_FOLDERS ? "files"
             : rep.format == TG_INPUT_TEXT    ? "lines"
             : rep.format == TG_INPUT_INSTRUCT ? "records"
+            : idx                             ? "images"
                                              : "rows");
     if (rep.format == TG_INPUT_SQUAD) fprintf(stderr, " (%" PRId64 " windows hold their answer)", rep.answered);
     fprintf(stderr, "\n");

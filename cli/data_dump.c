@@ -121,6 +121,9 @@ static int dump_shard_set(const char *dir, int split, dump_out *o, int64_t *n_re
         free(names);
         free(inputs);
     }
+    if (!rc && m->task == TG_SHARD_IMAGE)
+        rc = tg_fail(err, "%s: an image set (%d x %d x %d); dump writes token records only", dir,
+                     m->image_channels, m->image_height, m->image_width);
     tg_shard_cursor cur;
     if (!rc && tg_shard_cursor_open(&cur, &set, err)) rc = -1;
     else if (!rc) {

@@ -22,6 +22,11 @@
  *                    and loses the end of its response; one whose prompt leaves no room for
  *                    a response token is left out (counted in skipped_long), as is one
  *                    whose response encodes to no tokens (skipped_empty)
+ *   idx              image records (datasets/idx.h) from one IDX images file and its labels
+ *                    file (labels_path, else the file MNIST's naming puts beside it), one
+ *                    channel, resized to image_size x image_size when given (bilinear, as
+ *                    torchvision's Resize with antialias off); labels "0" to the largest
+ *                    label. No tokenizer: the encoder may be NULL
  * Label ids follow the sorted label names (datasets/labels.h) or the given list.
  * With eval_fraction F > 0, ceil(F x N) of the N units (rows, files, lines, or SQuAD
  * articles, so windows of one context stay together) go to the eval split, picked by a
@@ -42,7 +47,8 @@ typedef enum tg_input_format {
     TG_INPUT_SQUAD,
     TG_INPUT_TEXT,
     TG_INPUT_FOLDERS,
-    TG_INPUT_INSTRUCT         /* never from the name: JSON Lines or a JSON array of records */
+    TG_INPUT_INSTRUCT,        /* never from the name: JSON Lines or a JSON array of records */
+    TG_INPUT_IDX              /* never from the name: MNIST's IDX images file (and labels file) */
 } tg_input_format;
 
 #define TG_CONVERT_DEFAULT_SEQ 512
@@ -65,6 +71,8 @@ typedef struct tg_convert_options {
     int32_t skip_invalid;     /* leave out text that is not UTF-8, counting it */
     const char *template_path; /* instruct: a prompt template file (datasets/instruct.h; one
                                   line end at its end dropped); NULL: Alpaca's two */
+    const char *labels_path;  /* idx: the labels file; NULL: beside the images by MNIST's names */
+    int32_t image_size;       /* idx: resize each image to this square size; 0: as stored */
     const char *command;      /* recorded in the manifest */
     int64_t frame_bytes, shard_bytes; /* 0: the writer's defaults */
     /* Called (when not NULL) after each row, file, line or question is encoded: the units

@@ -80,6 +80,10 @@ static int check_set(const tg_shard_set *set, const char *mpath, const tg_data_r
         return tg_fail(err, "%s: the set was made by tokenizer %016llx, the job's tokenizer is %016llx (convert the "
                             "data again with the model's tokenizer)",
                        mpath, (unsigned long long)m->tokenizer_identity, (unsigned long long)identity);
+    if (m->task == TG_SHARD_IMAGE)
+        return tg_fail(err, "%s: the set holds images (%d x %d x %d), not token sequences; a token model cannot "
+                            "train on it",
+                       mpath, m->image_channels, m->image_height, m->image_width);
     if (r->task == TG_TASK_CLASSIFY) {
         if (m->task != TG_SHARD_CLASSIFY)
             return tg_fail(err, "%s: the set holds %s records, without labels; task classify needs a set converted "

@@ -19,6 +19,10 @@
  *   i32 label (classify) | i32 start, i32 end (qa: answer token positions) | nothing (lm) |
  *   i32 prompt P (instruct: the record's first P tokens are the prompt, 1 <= P < L),
  *   u32 input_ids[L], then u8 token_type_ids[L] when flagged.
+ * An image record (task image) is a classify record whose values are pixels, one byte
+ * each: u32 length L (channels x height x width, the set's seq), u32 flags (0), i32 label,
+ * u8 pixels[L] in channel, row, column order. The writer takes and the reader gives the
+ * pixels as input_ids in 0 to 255.
  * Version 1 holds every kind; a build that predates a kind refuses a set of it by the
  * manifest's task. */
 #ifndef TUNEGRAPH_SHARD_FORMAT_H
@@ -44,13 +48,18 @@ static const char tg_shard_footer_magic[8] = {'T', 'G', 'S', 'H', 'I', 'D', 'X',
 
 /* instruct: lm records whose first tokens (the prompt) are no targets: an instruction
  * and its response, the loss on the response alone. */
-typedef enum tg_shard_task { TG_SHARD_CLASSIFY = 1, TG_SHARD_LM = 2, TG_SHARD_QA = 3, TG_SHARD_INSTRUCT = 4 } tg_shard_task;
+typedef enum tg_shard_task { TG_SHARD_CLASSIFY = 1, TG_SHARD_LM = 2, TG_SHARD_QA = 3, TG_SHARD_INSTRUCT = 4,
+                              TG_SHARD_IMAGE = 5 } tg_shard_task;
 typedef enum tg_shard_split { TG_SPLIT_TRAIN = 0, TG_SPLIT_EVAL = 1, TG_SPLIT_COUNT } tg_shard_split;
 
 /* Bytes of a record's fixed part (length, flags, label or positions) for a task. */
 static inline uint32_t tg_shard_record_head(int task) {
-    return 8u + (task == TG_SHARD_CLASSIFY || task == TG_SHARD_INSTRUCT ? 4u : task == TG_SHARD_QA ? 8u : 0u);
+    return 8u + (task == TG_SHARD_CLASSIFY || task == TG_SHARD_INSTRUCT || task == TG_SHARD_IMAGE ? 4u
+                 : task == TG_SHARD_QA                                                          ? 8u
+                                                                                                : 0u);
 }
+/* Bytes per stored value: a token id 4, a pixel 1. */
+static inline uint32_t tg_shard_value_bytes(int task) { return task == TG_SHARD_IMAGE ? 1u : 4u; }
 
 static inline void tg_put_le32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));

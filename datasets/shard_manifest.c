@@ -19,6 +19,7 @@ const char *tg_shard_task_name(int task) {
     case TG_SHARD_LM: return "lm";
     case TG_SHARD_QA: return "qa";
     case TG_SHARD_INSTRUCT: return "instruct";
+    case TG_SHARD_IMAGE: return "image";
     default: return "?";
     }
 }
@@ -105,8 +106,11 @@ static int read_labels(const reader *R, json_t *root, tg_shard_manifest *m) {
     if (!v) return -1;
     if (!is(v, JSON_ARRAY)) return tg_fail(R->err, "%s: \"labels\" must be an array of names", R->name);
     size_t n = json_array_size(v);
-    if (m->task == TG_SHARD_CLASSIFY && n == 0) return tg_fail(R->err, "%s: a classify set needs label names", R->name);
-    if (m->task != TG_SHARD_CLASSIFY && n)
+    const int labelled = m->task == TG_SHARD_CLASSIFY || m->task == TG_SHARD_IMAGE;
+    if (labelled && n == 0)
+        return tg_fail(R->err, "%s: %s set needs label names", R->name,
+                       m->task == TG_SHARD_IMAGE ? "an image" : "a classify");
+    if (!labelled && n)
         return tg_fail(R->err, "%s: a %s set has no labels, but \"labels\" lists %zu", R->name,
                        tg_shard_task_name(m->task), n);
     if (n > MAX_LABELS) return tg_fail(R->err, "%s: more than %d labels", R->name, MAX_LABELS);
@@ -164,6 +168,30 @@ static int read_histogram(const reader *R, json_t *root, tg_shard_manifest *m) {
             return tg_fail(R->err, "%s: %s.%s counts %lld records, the %s split has %lld", R->name, where, split,
                            (long long)sum, split, (long long)m->records[s]);
     }
+    return 0;
+}
+
+/* An image set's shape; its pixels are bytes, so its "vocabulary" is 256 values. */
+static int read_image(const reader *R, json_t *root, tg_shard_manifest *m) {
+    json_t *v = member(R, root, "image", "the manifest");
+    if (!v) return -1;
+    if (!is(v, JSON_OBJECT)) return tg_fail(R->err, "%s: \"image\" must be an object", R->name);
+    static const char *const keys[] = {"channels", "height", "width", NULL};
+    if (only_keys(R, v, "image", keys)) return -1;
+    int64_t c, h, w;
+    if (whole(R, v, "channels", "image", 1, 4, &c) || whole(R, v, "height", "image", 1, 65536, &h) ||
+        whole(R, v, "width", "image", 1, 65536, &w))
+        return -1;
+    if (c * h * w != m->seq)
+        return tg_fail(R->err, "%s: image %lld x %lld x %lld is %lld values, \"seq\" says %d", R->name, (long long)c,
+                       (long long)h, (long long)w, (long long)(c * h * w), m->seq);
+    for (int s = 0; s < TG_SPLIT_COUNT; s++)
+        if (m->tokens[s] != m->records[s] * m->seq)
+            return tg_fail(R->err, "%s: tokens.%s %lld is not %lld images of %d values", R->name, tg_shard_split_name(s),
+                           (long long)m->tokens[s], (long long)m->records[s], m->seq);
+    m->image_channels = (int32_t)c, m->image_height = (int32_t)h, m->image_width = (int32_t)w;
+    m->vocab_size = 256;
+    snprintf(m->tokenizer_family, sizeof m->tokenizer_family, "pixels");
     return 0;
 }
 
@@ -259,16 +287,17 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
                        R->name, json_integer_value(version), TG_SHARD_VERSION);
     m->version = TG_SHARD_VERSION;
     static const char *const keys[] = {"format", "version", "task", "seq", "doc_stride", "records", "tokens",
-                                       "labels", "length_histogram", "token_types", "tokenizer", "shards",
-                                       "command", NULL};
+                                       "labels", "length_histogram", "token_types", "tokenizer", "image",
+                                       "shards", "command", NULL};
     if (only_keys(R, root, "the manifest", keys)) return -1;
     json_t *task = member(R, root, "task", "the manifest");
     if (!task) return -1;
     const char *t = is(task, JSON_STRING) ? json_string_value(task) : "";
     m->task = !strcmp(t, "classify") ? TG_SHARD_CLASSIFY : !strcmp(t, "lm") ? TG_SHARD_LM
-            : !strcmp(t, "qa")       ? TG_SHARD_QA : !strcmp(t, "instruct") ? TG_SHARD_INSTRUCT : 0;
+            : !strcmp(t, "qa")       ? TG_SHARD_QA : !strcmp(t, "instruct") ? TG_SHARD_INSTRUCT
+            : !strcmp(t, "image")    ? TG_SHARD_IMAGE : 0;
     if (!m->task)
-        return tg_fail(R->err, "%s: \"task\" must be \"classify\", \"lm\", \"qa\" or \"instruct\"", R->name);
+        return tg_fail(R->err, "%s: \"task\" must be \"classify\", \"lm\", \"qa\", \"instruct\" or \"image\"", R->name);
     int64_t seq, stride = 0;
     if (whole(R, root, "seq", "the manifest", 1, TG_SHARD_SEQ_MAX, &seq)) return -1;
     m->seq = (int32_t)seq;
@@ -288,7 +317,13 @@ static int parse_root(const reader *R, json_t *root, tg_shard_manifest *m) {
                            tg_shard_split_name(s), (long long)m->tokens[s], (long long)m->records[s], m->seq);
     if (m->records[TG_SPLIT_TRAIN] + m->records[TG_SPLIT_EVAL] == 0)
         return tg_fail(R->err, "%s: the set holds no records", R->name);
-    if (read_labels(R, root, m) || read_histogram(R, root, m) || read_tokenizer(R, root, m)) return -1;
+    if (read_labels(R, root, m) || read_histogram(R, root, m) ||
+        (m->task == TG_SHARD_IMAGE ? read_image(R, root, m) : read_tokenizer(R, root, m)))
+        return -1;
+    if (m->task == TG_SHARD_IMAGE && json_object_get(root, "tokenizer"))
+        return tg_fail(R->err, "%s: an image set has no \"tokenizer\"", R->name);
+    if (m->task != TG_SHARD_IMAGE && json_object_get(root, "image"))
+        return tg_fail(R->err, "%s: \"image\" belongs to image sets only", R->name);
     json_t *types = member(R, root, "token_types", "the manifest");
     if (!types) return -1;
     if (!is(types, JSON_TRUE) && !is(types, JSON_FALSE)) return tg_fail(R->err, "%s: \"token_types\" must be true or false", R->name);
@@ -373,11 +408,19 @@ int tg_shard_manifest_format(const tg_shard_manifest *m, char **text, size_t *le
     }
     tg_json_put(root, "length_histogram", hist, &b.oom);
     tg_json_put(root, "token_types", json_boolean(m->token_types), &b.oom);
-    json_t *tok = json_object();
-    tg_json_put(tok, "identity", hex(m->tokenizer_identity), &b.oom);
-    tg_json_put(tok, "family", str(m->tokenizer_family, &b), &b.oom);
-    tg_json_put(tok, "vocab_size", json_integer(m->vocab_size), &b.oom);
-    tg_json_put(root, "tokenizer", tok, &b.oom);
+    if (m->task == TG_SHARD_IMAGE) {
+        json_t *img = json_object();
+        tg_json_put(img, "channels", json_integer(m->image_channels), &b.oom);
+        tg_json_put(img, "height", json_integer(m->image_height), &b.oom);
+        tg_json_put(img, "width", json_integer(m->image_width), &b.oom);
+        tg_json_put(root, "image", img, &b.oom);
+    } else {
+        json_t *tok = json_object();
+        tg_json_put(tok, "identity", hex(m->tokenizer_identity), &b.oom);
+        tg_json_put(tok, "family", str(m->tokenizer_family, &b), &b.oom);
+        tg_json_put(tok, "vocab_size", json_integer(m->vocab_size), &b.oom);
+        tg_json_put(root, "tokenizer", tok, &b.oom);
+    }
     json_t *shards = json_array();
     for (int32_t i = 0; i < m->n_shards; i++) {
         const tg_shard_entry *e = &m->shards[i];

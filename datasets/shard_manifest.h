@@ -1,13 +1,16 @@
 /* manifest.json of a shard set: what the set holds and how it was made.
  *
- *   {"format": "tunegraph-shards", "version": 1, "task": "classify" | "lm" | "qa" | "instruct",
+ *   {"format": "tunegraph-shards", "version": 1, "task": "classify" | "lm" | "qa" | "instruct" | "image",
  *    "seq": N, "doc_stride": N (qa only),
  *    "records": {"train": N, "eval": N}, "tokens": {"train": N, "eval": N},
  *    "labels": ["name", ...] (classify: label names by id),
  *    "length_histogram": {"bin_width": W, "train": [...], "eval": [...]}
  *        (bin i counts records of i*W+1 .. (i+1)*W tokens; ceil(seq / W) bins),
  *    "token_types": true | false (whether any record carries token types),
- *    "tokenizer": {"identity": "16 hex digits", "family": "wordpiece" | ..., "vocab_size": N},
+ *    "tokenizer": {"identity": "16 hex digits", "family": "wordpiece" | ..., "vocab_size": N}
+ *        (not in image sets),
+ *    "image": {"channels": C, "height": H, "width": W} (image sets only: the records are
+ *        images of this shape, one byte a pixel, seq = C x H x W; labels as classify),
  *    "shards": [{"file": "train/00000.tgshard", "split": "train", "records": N, "bytes": N,
  *                "xxh64": "16 hex digits"}, ...],
  *    "command": "the command line that made the set"}
@@ -46,7 +49,8 @@ typedef struct tg_shard_manifest {
     int32_t token_types;
     uint64_t tokenizer_identity;
     char tokenizer_family[32];
-    int32_t vocab_size;
+    int32_t vocab_size;            /* image: 256 */
+    int32_t image_channels, image_height, image_width; /* image sets; else 0 */
     int32_t n_shards;
     tg_shard_entry *shards;
     char *command;

@@ -292,13 +292,17 @@ int tg_shard_block_record(const uint8_t *b, size_t len, int64_t i, const tg_shar
     const int has_types = (flags & TG_SHARD_FLAG_TYPES) != 0;
     if (has_types && !m->token_types)
         return tg_fail(err, "%s: carries token types, the manifest says no record does (file corrupt)", where);
-    if (size != head + 4 * (uint64_t)L + (has_types ? L : 0))
+    const uint32_t value_bytes = tg_shard_value_bytes(m->task);
+    if (value_bytes == 1 && (has_types || L != (uint32_t)m->seq))
+        return tg_fail(err, "%s: an image of %u values%s, the set's images have %d (file corrupt)", where, L,
+                       has_types ? " with token types" : "", m->seq);
+    if (size != head + value_bytes * (uint64_t)L + (has_types ? L : 0))
         return tg_fail(err, "%s: %llu bytes do not hold %u tokens%s (file corrupt)", where, (unsigned long long)size, L,
                        has_types ? " with types" : "");
     memset(rec, 0, sizeof *rec);
     rec->len = (int32_t)L;
     rec->label = -1;
-    if (m->task == TG_SHARD_CLASSIFY) {
+    if (m->task == TG_SHARD_CLASSIFY || m->task == TG_SHARD_IMAGE) {
         rec->label = (int32_t)tg_get_le32(p + 8);
         if (rec->label < 0 || rec->label >= m->n_labels)
             return tg_fail(err, "%s: label %d is outside the set's %d labels", where, rec->label, m->n_labels);
@@ -316,6 +320,11 @@ int tg_shard_block_record(const uint8_t *b, size_t len, int64_t i, const tg_shar
                            where, rec->prompt_len, rec->len - 1, rec->len);
     }
     p += head;
+    if (value_bytes == 1) {
+        for (uint32_t t = 0; t < L; t++) ids[t] = p[t];
+        rec->input_ids = ids;
+        return 0;
+    }
     for (uint32_t t = 0; t < L; t++, p += 4) {
         uint32_t id = tg_get_le32(p);
         if (id >= (uint32_t)m->vocab_size)

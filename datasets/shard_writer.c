@@ -255,7 +255,12 @@ int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_s
     if (desc->seq < 1 || desc->seq > TG_SHARD_SEQ_MAX)
         return tg_fail(err, "seq %d is outside 1 to %d", desc->seq, TG_SHARD_SEQ_MAX);
     if (desc->vocab_size < 1) return tg_fail(err, "the tokenizer's vocabulary is empty");
-    if ((desc->task == TG_SHARD_CLASSIFY) != (desc->n_labels > 0))
+    if (desc->task == TG_SHARD_IMAGE &&
+        (desc->image_channels < 1 || desc->image_height < 1 || desc->image_width < 1 ||
+         (int64_t)desc->image_channels * desc->image_height * desc->image_width != desc->seq || desc->vocab_size != 256))
+        return tg_fail(err, "an image set of %d x %d x %d needs seq their product (got %d) and vocab_size 256 (got %d)",
+                       desc->image_channels, desc->image_height, desc->image_width, desc->seq, desc->vocab_size);
+    if ((desc->task == TG_SHARD_CLASSIFY || desc->task == TG_SHARD_IMAGE) != (desc->n_labels > 0))
         return tg_fail(err, "a %s set has %d labels", tg_shard_task_name(desc->task), desc->n_labels);
     tg_shard_writer *w = tg_calloc(1, sizeof *w);
     if (!w) return tg_fail(err, "out of memory");
@@ -286,6 +291,11 @@ int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_s
     m->n_bins = (desc->seq + HIST_BIN - 1) / HIST_BIN;
     m->tokenizer_identity = desc->tokenizer_identity;
     m->vocab_size = desc->vocab_size;
+    if (desc->task == TG_SHARD_IMAGE) {
+        m->image_channels = desc->image_channels;
+        m->image_height = desc->image_height;
+        m->image_width = desc->image_width;
+    }
     snprintf(m->tokenizer_family, sizeof m->tokenizer_family, "%s", desc->tokenizer_family ? desc->tokenizer_family : "");
     int ok = (w->cctx = tg_zstd_cctx()) != NULL;
     ok = ok && (m->command = tg_strdup(desc->command ? desc->command : "")) != NULL;
@@ -335,7 +345,10 @@ static int check_record(const tg_shard_writer *w, int split, const tg_shard_reco
                            r->token_type_ids[i]);
         *types |= r->token_type_ids[i] != 0;
     }
-    if (d->task == TG_SHARD_CLASSIFY && (r->label < 0 || r->label >= d->n_labels))
+    if (d->task == TG_SHARD_IMAGE && (r->len != d->seq || *types))
+        return tg_fail(err, "shard writer: %s: an image of %d values%s, the set's images have %d", at, r->len,
+                       *types ? " with token types" : "", d->seq);
+    if ((d->task == TG_SHARD_CLASSIFY || d->task == TG_SHARD_IMAGE) && (r->label < 0 || r->label >= d->n_labels))
         return tg_fail(err, "shard writer: %s: label %d is outside 0 to %d", at, r->label, d->n_labels - 1);
     if (d->task == TG_SHARD_QA && (r->start < 0 || r->start > r->end || r->end >= r->len))
         return tg_fail(err, "shard writer: %s: answer tokens %d to %d are outside the record's %d tokens", at,
@@ -353,7 +366,8 @@ int tg_shard_writer_add(tg_shard_writer *w, int split, const tg_shard_record *r,
     if (check_record(w, split, r, &types, err)) return -1;
     split_out *s = &w->split[split];
     const uint32_t head = tg_shard_record_head(w->desc.task);
-    const size_t size = head + 4 * (size_t)r->len + (types ? (size_t)r->len : 0);
+    const uint32_t value_bytes = tg_shard_value_bytes(w->desc.task);
+    const size_t size = head + value_bytes * (size_t)r->len + (types ? (size_t)r->len : 0);
     if (s->n_block && s->area_len + size > (size_t)w->desc.frame_bytes && frame_flush(w, split, err)) return -1;
     if (s->fd >= 0 && s->n_block == 0 && s->shard_block_bytes >= w->desc.shard_bytes && shard_end(w, split, err))
         return -1;
@@ -364,14 +378,17 @@ int tg_shard_writer_add(tg_shard_writer *w, int split, const tg_shard_record *r,
     uint8_t *p = s->area + s->area_len;
     tg_put_le32(p, (uint32_t)r->len);
     tg_put_le32(p + 4, types ? TG_SHARD_FLAG_TYPES : 0);
-    if (w->desc.task == TG_SHARD_CLASSIFY) tg_put_le32(p + 8, (uint32_t)r->label);
+    if (w->desc.task == TG_SHARD_CLASSIFY || w->desc.task == TG_SHARD_IMAGE) tg_put_le32(p + 8, (uint32_t)r->label);
     if (w->desc.task == TG_SHARD_INSTRUCT) tg_put_le32(p + 8, (uint32_t)r->prompt_len);
     if (w->desc.task == TG_SHARD_QA) {
         tg_put_le32(p + 8, (uint32_t)r->start);
         tg_put_le32(p + 12, (uint32_t)r->end);
     }
     p += head;
-    for (int32_t i = 0; i < r->len; i++, p += 4) tg_put_le32(p, (uint32_t)r->input_ids[i]);
+    if (value_bytes == 1)
+        for (int32_t i = 0; i < r->len; i++) *p++ = (uint8_t)r->input_ids[i];
+    else
+        for (int32_t i = 0; i < r->len; i++, p += 4) tg_put_le32(p, (uint32_t)r->input_ids[i]);
     for (int32_t i = 0; types && i < r->len; i++) *p++ = (uint8_t)r->token_type_ids[i];
     s->area_len += size;
     s->ends[s->n_block++] = (uint32_t)s->area_len;

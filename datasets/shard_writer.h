@@ -23,6 +23,9 @@ typedef struct tg_shard_set_desc {
     const char *command;
     int64_t frame_bytes;           /* uncompressed bytes per frame; 0: 32 KiB */
     int64_t shard_bytes;           /* uncompressed bytes per shard; 0: 64 MiB */
+    /* image: the images' shape; seq must be channels x height x width and vocab_size 256
+     * (a pixel's values), and the set has labels and no tokenizer */
+    int32_t image_channels, image_height, image_width;
 } tg_shard_set_desc;
 
 typedef struct tg_shard_writer tg_shard_writer;
@@ -30,7 +33,7 @@ typedef struct tg_shard_writer tg_shard_writer;
 int tg_shard_writer_open(const char *outdir, const tg_shard_set_desc *desc, tg_shard_writer **out, tg_err *err);
 /* Appends a record to a split (tg_shard_split). Records are checked against the set:
  * 1 <= len <= seq, ids in [0, vocab_size), type ids in [0, 255], labels and answer
- * positions in range. */
+ * positions in range; an image record has exactly seq values (its pixels), no types. */
 int tg_shard_writer_add(tg_shard_writer *w, int split, const tg_shard_record *rec, tg_err *err);
 /* Records so far in a split. */
 int64_t tg_shard_writer_count(const tg_shard_writer *w, int split);

@@ -18,6 +18,8 @@ static const char k_data_usage[] =
     "                [--format csv|tsv|jsonl|squad|text|folders|instruct] [--template FILE]\n"
     "                [--text-column NAME] [--pair-column NAME] [--label-column NAME] [--labels A,B,...]\n"
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
+    "  tunegraph data convert IMAGES -o OUTDIR --format idx [--labels FILE] [--image-size N]\n"
+    "                [--eval-fraction F] [--seed N]\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "                SET: a shard set (OUTDIR, OUTDIR/train, OUTDIR/eval) or a .jsonl file; its records\n"
     "                as pre-tokenized JSON Lines, in order (standard output without -o)\n"

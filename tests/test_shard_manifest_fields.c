@@ -105,7 +105,7 @@ TG_TEST(test_shard_manifest_valid_sets_parse) {
     free(lm);
 
     CHECK(!strcmp(tg_shard_task_name(TG_SHARD_LM), "lm") && !strcmp(tg_shard_task_name(0), "?") &&
-              !strcmp(tg_shard_task_name(TG_SHARD_INSTRUCT), "instruct") && !strcmp(tg_shard_task_name(5), "?"),
+              !strcmp(tg_shard_task_name(TG_SHARD_INSTRUCT), "instruct") && !strcmp(tg_shard_task_name(TG_SHARD_IMAGE), "image") && !strcmp(tg_shard_task_name(6), "?"),
           "task names");
     CHECK(!strcmp(tg_shard_split_name(TG_SPLIT_EVAL), "eval") && !strcmp(tg_shard_split_name(2), "?") &&
               !strcmp(tg_shard_split_name(-1), "?"),
@@ -127,8 +127,8 @@ TG_TEST(test_shard_manifest_bad_fields_are_named) {
         {C, "\"command\"", "\"comment\"", "m.json: unknown key \"comment\" in the manifest"},
         /* task, seq, doc_stride */
         {C, "\"task\": \"classify\", ", "", "m.json: the manifest has no \"task\""},
-        {C, "\"task\": \"classify\"", "\"task\": 1", "\"task\" must be \"classify\", \"lm\", \"qa\" or \"instruct\""},
-        {C, "\"task\": \"classify\"", "\"task\": \"\"", "\"task\" must be \"classify\", \"lm\", \"qa\" or \"instruct\""},
+        {C, "\"task\": \"classify\"", "\"task\": 1", "\"task\" must be \"classify\", \"lm\", \"qa\", \"instruct\" or \"image\""},
+        {C, "\"task\": \"classify\"", "\"task\": \"\"", "\"task\" must be \"classify\", \"lm\", \"qa\", \"instruct\" or \"image\""},
         {C, "\"seq\": 16,", "", "the manifest has no \"seq\""},
         {C, "\"seq\": 16", "\"seq\": 16.0", "the manifest.seq must be a whole number from 1 to 4194304"},
         {C, "\"seq\": 16", "\"seq\": 0", "the manifest.seq must be a whole number from 1 to 4194304"},

@@ -357,7 +357,7 @@ TG_TEST(test_shard_manifest_checks) {
         const char *from, *to, *want;
     } edits[] = {
         {"\"records\": 30", "\"records\": 31", "the train shards hold more records than records.train (30)"},
-        {"\"task\": \"classify\"", "\"task\": \"regress\"", "\"task\" must be \"classify\", \"lm\", \"qa\" or \"instruct\""},
+        {"\"task\": \"classify\"", "\"task\": \"regress\"", "\"task\" must be \"classify\", \"lm\", \"qa\", \"instruct\" or \"image\""},
         {"\"file\": \"train/00000.tgshard\"", "\"file\": \"../00000.tgshard\"", "shards[0].file must name a file in the set's train/ folder"},
         {"\"labels\": [", "\"colour\": 1, \"labels\": [", "unknown key \"colour\" in the manifest"},
         {"\"beta\"", "\"alpha\"", "label 'alpha' is listed twice"},
