@@ -64,6 +64,16 @@ static int check_image_job(const tg_job *job, const tg_model_config *cfg, tg_err
                      tg_arch_name(cfg->arch));
             return job_error(job, text_keys[k], err, msg);
         }
+    const int channels = job->image_channels ? job->image_channels : cfg->image_channels;
+    static const int norm_keys[] = {TG_JOB_IMAGE_MEAN, TG_JOB_IMAGE_STD};
+    for (int k = 0; k < 2; k++) {
+        const int32_t n = k ? job->n_image_std : job->n_image_mean;
+        if (n && n != channels) {
+            snprintf(msg, sizeof msg, "%d values for %d channel%s (image_channels): one per channel", n, channels,
+                     channels == 1 ? "" : "s");
+            return job_error(job, norm_keys[k], err, msg);
+        }
+    }
     if (job->recompute == TG_RECOMPUTE_GELU || job->recompute == TG_RECOMPUTE_LAYERS) {
         snprintf(msg, sizeof msg, "model '%s' (%s) has no transformer layers or GELUs to recompute (none or auto)",
                  model, tg_arch_name(cfg->arch));
@@ -82,7 +92,8 @@ static int check_image_job(const tg_job *job, const tg_model_config *cfg, tg_err
 static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
     if (cfg->arch == TG_ARCH_MOBILENET_V2) return check_image_job(job, cfg, err);
-    static const int image_keys[] = {TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT};
+    static const int image_keys[] = {TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN,
+                                     TG_JOB_IMAGE_STD};
     for (size_t k = 0; k < sizeof image_keys / sizeof image_keys[0]; k++)
         if (job->key_line[image_keys[k]] != 0) {
             snprintf(msg, sizeof msg, "only image models take it; model '%s' is %s", cfg->source,
@@ -549,6 +560,10 @@ int tg_compile_with_config(const tg_job *job, const tg_model_config *cfg, tg_pla
         if (job->image_channels) image_cfg.image_channels = job->image_channels;
         if (job->image_size) image_cfg.image_size = job->image_size;
         if (job->width_mult > 0.0f) image_cfg.width_mult = job->width_mult;
+        for (int c = 0; c < 3; c++) {
+            image_cfg.image_mean[c] = c < image_cfg.image_channels ? (job->n_image_mean ? job->image_mean[c] : 0.5f) : 0;
+            image_cfg.image_std[c] = c < image_cfg.image_channels ? (job->n_image_std ? job->image_std[c] : 0.5f) : 0;
+        }
         cfg = &image_cfg;
     }
     /* recompute = auto: nothing recomputed unless memory_limit needs it. */

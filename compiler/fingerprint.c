@@ -41,8 +41,8 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 /* Every field of tg_job is hashed but recompute_layers and memory_available, which no job
  * key sets (the layers recompute = auto chose, the device's free memory it planned for:
  * the fingerprint is the job's as written). */
-_Static_assert(sizeof(tg_job) == 5432, "tg_job changed: update tg_job_fingerprint");
-_Static_assert(sizeof(tg_model_config) == 1136, "tg_model_config changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5528, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_model_config) == 1160, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
 uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const char *version) {
@@ -84,6 +84,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
         fp_i32(&h, m->image_size);
         fp_f32(&h, m->width_mult);
         fp_f32(&h, m->batch_norm_momentum);
+        for (int c = 0; c < 3; c++) fp_f32(&h, m->image_mean[c]), fp_f32(&h, m->image_std[c]);
     }
 
     fp_str(&h, j->path, sizeof j->path);
@@ -155,8 +156,16 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
         fp_i32(&h, j->image_size);
         fp_f32(&h, j->width_mult);
     }
-    const int n_lines = (int)(sizeof j->key_line / sizeof j->key_line[0]);
+    /* The first 64 key lines as they were hashed before there were more keys; those past
+     * them (image_mean, image_std) with the image fields. */
+    const int n_lines = 64;
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);
+    if (image) {
+        for (int k = n_lines; k < TG_JOB_KEY_COUNT; k++) fp_i32(&h, j->key_line[k]);
+        fp_i32(&h, j->n_image_mean);
+        fp_i32(&h, j->n_image_std);
+        for (int c = 0; c < 3; c++) fp_f32(&h, j->image_mean[c]), fp_f32(&h, j->image_std[c]);
+    }
     return XXH64_digest(&h);
 }

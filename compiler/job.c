@@ -81,6 +81,8 @@ static const struct job_key {
     [TG_JOB_IMAGE_CHANNELS] = {"image_channels", 0},
     [TG_JOB_IMAGE_SIZE] = {"image_size", 0},
     [TG_JOB_WIDTH_MULT] = {"width_mult", 0},
+    [TG_JOB_IMAGE_MEAN] = {"image_mean", 0},
+    [TG_JOB_IMAGE_STD] = {"image_std", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -221,6 +223,30 @@ static int set_int(int32_t *dst, const char *v, long long lo, const origin *o, c
 }
 
 /* lo/hi bounds; *_open says the bound itself is excluded. */
+static int set_float(float *dst, const char *v, double lo, int lo_open, double hi, int hi_open,
+                     const origin *o, const char *key, tg_err *err);
+
+/* image_mean, image_std: 1 to 3 numbers split by commas, one per channel (a mean in
+ * [-16, 16], a std in (0, 16]). */
+static int set_channel_floats(float *dst, int32_t *n, const char *v, int std, const origin *o, const char *key,
+                              tg_err *err) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", v) >= (int)sizeof buf)
+        return tg_fail(err, "%skey '%s': too long for 1 to 3 numbers", o->prefix, key);
+    int count = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ') t++;
+        for (char *e = t + strlen(t); e > t && e[-1] == ' ';) *--e = 0;
+        if (count == 3) return tg_fail(err, "%skey '%s': more than 3 values (one per channel)", o->prefix, key);
+        if (set_float(&dst[count], t, std ? 0 : -16, std, 16, 0, o, key, err)) return -1;
+        count++;
+    }
+    if (!count) return tg_fail(err, "%skey '%s': needs 1 to 3 numbers (one per channel)", o->prefix, key);
+    *n = count;
+    return 0;
+}
+
 static int set_float(float *dst, const char *v, double lo, int lo_open, double hi, int hi_open,
                      const origin *o, const char *key, tg_err *err) {
     char *end;
@@ -597,6 +623,8 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         rc = set_int_range(&job->image_size, v, 1, TG_IMAGE_MAX_SIZE, "pixels, square images", o, name, err);
         break;
     case TG_JOB_WIDTH_MULT: rc = set_float(&job->width_mult, v, 0, 1, TG_WIDTH_MULT_MAX, 0, o, name, err); break;
+    case TG_JOB_IMAGE_MEAN: rc = set_channel_floats(job->image_mean, &job->n_image_mean, v, 0, o, name, err); break;
+    case TG_JOB_IMAGE_STD: rc = set_channel_floats(job->image_std, &job->n_image_std, v, 1, o, name, err); break;
     case TG_JOB_CHECKPOINT_EVERY:
         rc = set_int_range(&job->checkpoint_every, v, 0, INT32_MAX, "steps; 0: none", o, name, err);
         break;

@@ -117,7 +117,11 @@ typedef struct tg_job {
     int32_t image_channels;
     int32_t image_size;
     float width_mult;
-    int32_t key_line[64];         /* per tg_job_key: line that set it, 0 = default,
+    /* Image models: the normalisation per channel (image_channels values each; 0 counts:
+     * 0.5 and 0.5 for every channel). */
+    int32_t n_image_mean, n_image_std;
+    float image_mean[3], image_std[3];
+    int32_t key_line[80];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
 
@@ -158,7 +162,7 @@ typedef enum tg_job_key {
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
     TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE,
-    TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_KEY_COUNT
+    TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN, TG_JOB_IMAGE_STD, TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);

@@ -47,6 +47,10 @@ typedef struct tg_data_rules {
     int32_t num_labels;
     int32_t vocab_size;
     int32_t type_vocab_size;
+    /* Image models (image_channels > 0): the data must be an image shard set of
+     * image_channels x image_size x image_size (`data convert --format idx`), its labels
+     * below num_labels; examples hold the pixels (0..255) as input_ids. */
+    int32_t image_channels, image_size;
 } tg_data_rules;
 
 int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds, tg_err *err);

@@ -279,6 +279,10 @@ static int next_line(line_reader *r, const loader *L, tg_err *err) {
 
 int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds, tg_err *err) {
     if (tg_shard_path_is_set(path)) return tg_shard_dataset_load(path, rules, 0, ds, err);
+    if (rules->image_channels > 0)
+        return tg_fail(err, "%s: an image model reads an image shard set made by `tunegraph data convert --format "
+                            "idx`, not JSON Lines",
+                       path);
     if (rules->task == TG_TASK_QA)
         return tg_fail(err, "%s: task qa reads a shard set made by `tunegraph data convert --format squad`, not JSON "
                             "Lines",

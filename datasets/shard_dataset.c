@@ -80,11 +80,25 @@ static int check_set(const tg_shard_set *set, const char *mpath, const tg_data_r
         return tg_fail(err, "%s: the set was made by tokenizer %016llx, the job's tokenizer is %016llx (convert the "
                             "data again with the model's tokenizer)",
                        mpath, (unsigned long long)m->tokenizer_identity, (unsigned long long)identity);
-    if (m->task == TG_SHARD_IMAGE)
+    if (r->image_channels > 0) {
+        if (m->task != TG_SHARD_IMAGE)
+            return tg_fail(err, "%s: the set holds %s records (token sequences); the image model takes images of "
+                                "%d x %d x %d (convert images with --format idx)",
+                           mpath, tg_shard_task_name(m->task), r->image_channels, r->image_size, r->image_size);
+        if (m->image_channels != r->image_channels || m->image_height != r->image_size ||
+            m->image_width != r->image_size)
+            return tg_fail(err, "%s: the set's images are %d x %d x %d, the plan's are %d x %d x %d (image_channels x "
+                                "image_size x image_size; convert with --image-size %d, or set the job's keys)",
+                           mpath, m->image_channels, m->image_height, m->image_width, r->image_channels,
+                           r->image_size, r->image_size, r->image_size);
+        if (m->n_labels > r->num_labels)
+            return tg_fail(err, "%s: the set has %d labels (%s, ...), the job's num_labels is %d", mpath, m->n_labels,
+                           m->labels[0], r->num_labels);
+    } else if (m->task == TG_SHARD_IMAGE)
         return tg_fail(err, "%s: the set holds images (%d x %d x %d), not token sequences; a token model cannot "
                             "train on it",
                        mpath, m->image_channels, m->image_height, m->image_width);
-    if (r->task == TG_TASK_CLASSIFY) {
+    if (r->task == TG_TASK_CLASSIFY && r->image_channels <= 0) {
         if (m->task != TG_SHARD_CLASSIFY)
             return tg_fail(err, "%s: the set holds %s records, without labels; task classify needs a set converted "
                                 "with labels (a label column, or --format folders)",

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 25
+#define TG_PLAN_VERSION 26
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -188,6 +188,9 @@ typedef struct tg_model_config {
     int32_t image_size;
     float width_mult;
     float batch_norm_momentum;
+    /* Image models: a batch's pixels are (byte / 255 - image_mean[c]) / image_std[c] per
+     * channel c (the first image_channels entries; the job keys of the same names). */
+    float image_mean[3], image_std[3];
 } tg_model_config;
 
 /* What the plan was compiled for: shapes and numerics depend on every field, so a run

@@ -35,10 +35,10 @@ _Static_assert(TG_OP_COUNT <= MAX_KIND_NAMES, "the op kind name table must hold 
 #if UINTPTR_MAX == 0xffffffffffffffffu
 _Static_assert(sizeof(tg_tensor) == 192, "tg_tensor changed: update put_tensor/get_tensor");
 _Static_assert(sizeof(tg_op) == 136, "tg_op changed: update put_op/get_op");
-_Static_assert(sizeof(tg_model_config) == 1136, "tg_model_config changed: update put_model");
+_Static_assert(sizeof(tg_model_config) == 1160, "tg_model_config changed: update put_model");
 _Static_assert(sizeof(tg_plan_train) == 84, "tg_plan_train changed: update put_train/get_train");
 _Static_assert(sizeof(tg_plan_run) == 1600, "tg_plan_run changed: update put_run/get_run");
-_Static_assert(sizeof(tg_plan) == 3616, "tg_plan changed: update tg_plan_payload_encode/decode");
+_Static_assert(sizeof(tg_plan) == 3640, "tg_plan changed: update tg_plan_payload_encode/decode");
 #endif
 
 /* ---- encoding ---------------------------------------------------------------- */
@@ -132,6 +132,8 @@ static void put_model(wbuf *b, const tg_model_config *m) {
     put_i32(b, m->image_size);
     put_f32(b, m->width_mult);
     put_f32(b, m->batch_norm_momentum);
+    for (int c = 0; c < 3; c++) put_f32(b, m->image_mean[c]);
+    for (int c = 0; c < 3; c++) put_f32(b, m->image_std[c]);
 }
 
 static void put_train(wbuf *b, const tg_plan_train *t) {
@@ -387,6 +389,8 @@ static int get_model(rbuf *r, tg_model_config *m, const char *name, tg_err *err)
     m->image_size = get_i32(r);
     m->width_mult = get_f32(r);
     m->batch_norm_momentum = get_f32(r);
+    for (int c = 0; c < 3; c++) m->image_mean[c] = get_f32(r);
+    for (int c = 0; c < 3; c++) m->image_std[c] = get_f32(r);
     return 0;
 }
 

@@ -187,8 +187,44 @@ static int upload_values(tg_trainer *t, tg_err *err) {
  * next batch derives it with its own bucket's layout). Touches buffer k's state alone, so
  * the loader thread may fill one buffer while the stepping thread reads others (the two
  * never fill at once: the stepping thread fills only with the loader parked). */
+/* An image model's batch: pixel_values [B, C, S, S] from the examples' pixels (bytes as
+ * input_ids), each (byte / 255 - image_mean[c]) / image_std[c]; labels [B]. Rows past the
+ * n examples are zero images whose labels count for nothing. */
+static void fill_image_batch(tg_trainer *t, int k, int micro, const tg_dataset *ds, const int32_t *idx, int32_t n,
+                             tg_batch *b) {
+    const tg_plan_io *io = &t->plan->io;
+    const tg_model_config *m = &t->plan->model;
+    const int64_t plane = (int64_t)m->image_size * m->image_size, per = plane * m->image_channels;
+    float *px = staging_at(t, k, micro, io->pixel_values);
+    int32_t *labels = staging_at(t, k, micro, io->labels);
+    float *norm = io->loss_norm >= 0 ? staging_at(t, k, micro, io->loss_norm) : NULL;
+    if (norm) memset(norm, 0, buffer_plan(t, k)->tensors[io->loss_norm].bytes);
+    memset(b, 0, sizeof *b);
+    for (int32_t r = 0; r < t->shape.batch; r++) {
+        float *row = px + (int64_t)r * per;
+        if (r >= n) {
+            memset(row, 0, (size_t)per * sizeof *row);
+            labels[r] = TG_IGNORE_INDEX;
+            continue;
+        }
+        const tg_example *ex = &ds->examples[idx[r]];
+        for (int32_t c = 0; c < m->image_channels; c++) {
+            const float mean = m->image_mean[c], inv = 1.0f / m->image_std[c];
+            for (int64_t i = 0; i < plane; i++)
+                row[c * plane + i] = ((float)ex->input_ids[c * plane + i] / 255.0f - mean) * inv;
+        }
+        labels[r] = ex->label;
+    }
+    b->n_real = n;
+    b->n_tokens = n;
+}
+
 static void fill_batch(tg_trainer *t, int k, int micro, int bucket, const tg_dataset *ds, const int32_t *idx,
                        int32_t n, int mark, tg_batch *b) {
+    if (t->plan->io.pixel_values >= 0) {
+        fill_image_batch(t, k, micro, ds, idx, n, b);
+        return;
+    }
     if (bucket != t->staging_bucket[k]) t->staging_fixed[k] = 0; /* another layout */
     t->staging_bucket[k] = bucket;
     const tg_plan_io *io = &t->plan->io;
@@ -339,12 +375,11 @@ static int open_squad_eval(tg_trainer *t, const char *eval_data, tg_err *err) {
 static int load_data(tg_trainer *t, const tg_trainer_options *opts, tg_err *err) {
     const tg_plan *plan = t->plan;
     const tg_plan_run *run = &plan->run;
-    /* The datasets hold token sequences; an image model's batch is pixel_values. */
-    if (plan->io.pixel_values >= 0)
-        return tg_fail(err, "%s: model %s takes images, and no image data set can be read yet (a batch is written "
-                            "into pixel_values directly, as tg_trainer_input gives it)",
-                       run->train_data[0] ? run->train_data : run->eval_data, tg_arch_name(plan->model.arch));
     tg_data_rules rules = {plan->train.task, plan->train.num_labels, plan->model.vocab_size, plan->model.type_vocab_size};
+    /* An image model's data: an image shard set of the plan's shape, pixels as ids. */
+    if (plan->io.pixel_values >= 0)
+        rules = (tg_data_rules){.task = plan->train.task, .num_labels = plan->train.num_labels, .vocab_size = 256,
+                                .image_channels = plan->model.image_channels, .image_size = plan->model.image_size};
     if (!opts || !opts->eval_only) {
         if (tg_dataset_load(run->train_data, &rules, &t->train, err)) return -1;
         t->has_train = 1;

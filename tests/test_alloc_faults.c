@@ -122,7 +122,7 @@ static int open_checkpoint_file(void *path, tg_err *err) {
     return 0;
 }
 
-static const tg_data_rules k_rules = {TG_TASK_CLASSIFY, 3, 300, 2};
+static const tg_data_rules k_rules = {TG_TASK_CLASSIFY, 3, 300, 2, 0, 0};
 
 static int load_dataset(void *path, tg_err *err) {
     tg_dataset ds;

@@ -473,7 +473,7 @@ TG_TEST(test_convert_job_trains_on_a_shard_set) {
     /* The demo's pre-tokenized examples written as a shard set, train and eval. */
     char dir[600];
     snprintf(dir, sizeof dir, "%s/demo", tg_test_tmpdir());
-    const tg_data_rules rules = {TG_TASK_CLASSIFY, 2, 128, 2};
+    const tg_data_rules rules = {TG_TASK_CLASSIFY, 2, 128, 2, 0, 0};
     tg_dataset train, eval;
     tg_err err = {{0}};
     REQUIRE(tg_dataset_load("examples/data/sentiment-train.jsonl", &rules, &train, &err) == 0, "%s", err.msg);

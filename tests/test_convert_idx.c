@@ -132,7 +132,7 @@ TG_TEST(test_convert_idx_to_image_set) {
     tg_shard_cursor_close(&cur);
     tg_shard_set_close(&set);
     /* A token model refuses the set, naming it and its shape. */
-    tg_data_rules rules = {TG_TASK_CLASSIFY, 3, 300, 2};
+    tg_data_rules rules = {TG_TASK_CLASSIFY, 3, 300, 2, 0, 0};
     tg_dataset ds;
     CHECK(tg_shard_dataset_load(out, &rules, 0, &ds, &err) != 0 &&
               strstr(err.msg, "the set holds images (1 x 2 x 2), not token sequences"),

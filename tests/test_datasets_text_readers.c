@@ -687,9 +687,9 @@ TG_TEST(test_labels_allocation_failures) {
 /* ---- pre-tokenized JSON Lines ----------------------------------------------------------- */
 
 TG_TEST(test_jsonl_dataset_refusals) {
-    static const tg_data_rules classify = {TG_TASK_CLASSIFY, 3, 100, 2};
-    static const tg_data_rules no_types = {TG_TASK_CLASSIFY, 3, 100, 0};
-    static const tg_data_rules lm_any_vocab = {TG_TASK_LM, 0, 0, 0};
+    static const tg_data_rules classify = {TG_TASK_CLASSIFY, 3, 100, 2, 0, 0};
+    static const tg_data_rules no_types = {TG_TASK_CLASSIFY, 3, 100, 0, 0, 0};
+    static const tg_data_rules lm_any_vocab = {TG_TASK_LM, 0, 0, 0, 0, 0};
     static const struct {
         const char *text;
         const tg_data_rules *rules;

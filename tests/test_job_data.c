@@ -542,8 +542,8 @@ TG_TEST(test_job_line_ends) {
 
 /* ---- datasets ---- */
 
-static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 2, 100, 2};
-static const tg_data_rules k_lm = {TG_TASK_LM, 0, 100, 0};
+static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 2, 100, 2, 0, 0};
+static const tg_data_rules k_lm = {TG_TASK_LM, 0, 100, 0, 0, 0};
 
 static void expect_data_error(const char *text, const tg_data_rules *r, const char *n1,
                               const char *n2) {
@@ -619,7 +619,7 @@ TG_TEST(test_data_demo_files_load) {
         FILE *f = fopen(files[i], "r");
         if (!f) continue; /* run from another folder */
         fclose(f);
-        tg_data_rules r = {i < 2 ? TG_TASK_CLASSIFY : TG_TASK_LM, 2, 128, 2};
+        tg_data_rules r = {i < 2 ? TG_TASK_CLASSIFY : TG_TASK_LM, 2, 128, 2, 0, 0};
         tg_dataset ds;
         tg_err err = {{0}};
         CHECK(tg_dataset_load(files[i], &r, &ds, &err) == 0, "%s", err.msg);

@@ -161,7 +161,7 @@ TG_TEST(test_mobilenet_v2_plan_file) {
 
 /* ---- on the CPU ---------------------------------------------------------------------------- */
 
-/* A run that would read a data set (token sequences) is refused before anything is read. */
+/* A run that would read JSON Lines (token sequences) is refused before anything is read. */
 TG_TEST(test_mobilenet_v2_no_data_sets) {
     tg_plan p;
     tg_err err = {{0}};
@@ -169,8 +169,8 @@ TG_TEST(test_mobilenet_v2_no_data_sets) {
     tg_trainer tr;
     tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1};
     CHECK(tg_trainer_open(&tr, &p, &o, &err) == -1 &&
-              !strcmp(err.msg, "none.jsonl: model mobilenet_v2 takes images, and no image data set can be read yet (a "
-                               "batch is written into pixel_values directly, as tg_trainer_input gives it)"),
+              !strcmp(err.msg, "none.jsonl: an image model reads an image shard set made by `tunegraph data convert "
+                               "--format idx`, not JSON Lines"),
           "%s", err.msg);
     tg_plan_free(&p);
 }

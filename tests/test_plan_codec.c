@@ -48,7 +48,7 @@ typedef struct layout {
  * (plan/plan_codec.c's order); checked against the payload's own values. */
 static int find_layout(const tg_plan *p, const uint8_t *b, size_t len, layout *l) {
     l->weights_len = 4 + strlen(p->model.source);
-    l->job_len = l->weights_len + 4 + strlen(p->model.weights) + 28 * 4; /* 24 fields, the image models' 4 */
+    l->job_len = l->weights_len + 4 + strlen(p->model.weights) + 34 * 4; /* 24 fields, the image models' 10 */
     const size_t train = l->job_len + 4 + strlen(p->job_path);
     l->n_buckets = train + 10 * 4;
     l->grad_accumulation = l->n_buckets + 4 + 4 * TG_MAX_BUCKETS;

@@ -644,7 +644,7 @@ TG_TEST(test_plan_file_read_short_counts) {
         tg_test_short_read(first, shrink_file);
         const int rc3 = tg_plan_read(g_growing_path, &back, &err);
         tg_test_short_read(0, NULL);
-        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 940 compressed bytes, file has 0"),
+        CHECK(g_growing_path[0] && rc3 == -1 && strstr(err.msg, "/plan.tgp: truncated: header says 937 compressed bytes, file has 0"),
               "first read of %zu bytes, then the file cut: %d '%s'", first, rc3, err.msg);
         tg_plan_free(&back);
     }
@@ -947,9 +947,9 @@ TG_TEST(test_plan_file_inconsistent_tables) {
 /* ---- train and run settings edited inside a sealed file ---------------------------- */
 
 /* Where the train settings start in the test plan's payload: after the model config
- * (its two strings, ten int32 and six float fields) and the job path. */
+ * (its two strings and 34 four-byte fields) and the job path. */
 static size_t train_offset(const tg_plan *p) {
-    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 28 * 4 + 4 + strlen(p->job_path);
+    return 4 + strlen(p->model.source) + 4 + strlen(p->model.weights) + 34 * 4 + 4 + strlen(p->job_path);
 }
 
 static void put32(uint8_t *b, uint32_t v) {

@@ -418,7 +418,7 @@ TG_TEST(test_qa_job_refusals) {
             "%s", err.msg);
     CHECK(tg_compile(&job, &plan, &err) == -1 && strstr(err.msg, "task qa needs an encoder (bert or roberta family)"),
           "gpt2: '%s'", err.msg);
-    const tg_data_rules rules = {TG_TASK_QA, 2, 128, 2};
+    const tg_data_rules rules = {TG_TASK_QA, 2, 128, 2, 0, 0};
     tg_dataset ds;
     CHECK(tg_dataset_load("examples/data/sentiment-train.jsonl", &rules, &ds, &err) == -1 &&
               strstr(err.msg, "task qa reads a shard set made by `tunegraph data convert --format squad`"),
