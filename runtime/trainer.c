@@ -375,7 +375,8 @@ static int open_squad_eval(tg_trainer *t, const char *eval_data, tg_err *err) {
 static int load_data(tg_trainer *t, const tg_trainer_options *opts, tg_err *err) {
     const tg_plan *plan = t->plan;
     const tg_plan_run *run = &plan->run;
-    tg_data_rules rules = {plan->train.task, plan->train.num_labels, plan->model.vocab_size, plan->model.type_vocab_size};
+    tg_data_rules rules = {.task = plan->train.task, .num_labels = plan->train.num_labels,
+                           .vocab_size = plan->model.vocab_size, .type_vocab_size = plan->model.type_vocab_size};
     /* An image model's data: an image shard set of the plan's shape, pixels as ids. */
     if (plan->io.pixel_values >= 0)
         rules = (tg_data_rules){.task = plan->train.task, .num_labels = plan->train.num_labels, .vocab_size = 256,

@@ -77,7 +77,7 @@ static void expect_error(const char *path, const tg_data_rules *rules, const cha
     CHECK(ds.n == 0 && ds.examples == NULL, "%s: examples left after a failure", path);
 }
 
-static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 2, VOCAB, 2};
+static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 2, VOCAB, 2, 0, 0};
 
 TG_TEST(test_shard_dataset_paths_name_splits) {
     const char *parent = tg_test_tmpdir();
@@ -90,11 +90,11 @@ TG_TEST(test_shard_dataset_paths_name_splits) {
     CHECK(check_load(path, &k_classify, 0, 9), "OUTDIR/train/");
     snprintf(path, sizeof path, "%s//eval", set);
     CHECK(check_load(path, &k_classify, 9, 4), "OUTDIR//eval");
-    const tg_data_rules lm = {TG_TASK_LM, 0, VOCAB, 2};
+    const tg_data_rules lm = {TG_TASK_LM, 0, VOCAB, 2, 0, 0};
     snprintf(path, sizeof path, "%s/eval", set);
     CHECK(check_load(path, &lm, 9, 4), "an lm job on a classify set: no labels");
     /* No vocab_size in the rules: ids are not checked against one. */
-    const tg_data_rules any_vocab = {TG_TASK_CLASSIFY, 2, 0, 2};
+    const tg_data_rules any_vocab = {TG_TASK_CLASSIFY, 2, 0, 2, 0, 0};
     CHECK(check_load(set, &any_vocab, 0, 9), "vocab_size 0");
     int split = 9;
     snprintf(path, sizeof path, "%s//eval//", set);
@@ -171,7 +171,7 @@ TG_TEST(test_shard_dataset_refusals) {
     /* The model has one token type: type 1 is outside it. */
     snprintf(set, sizeof set, "%s/set", parent);
     REQUIRE(write_set(set, 4, 0) == 0, "write");
-    const tg_data_rules one_type = {TG_TASK_CLASSIFY, 2, VOCAB, 1};
+    const tg_data_rules one_type = {TG_TASK_CLASSIFY, 2, VOCAB, 1, 0, 0};
     snprintf(want, sizeof want, "%s/train/00000.tgshard: record 1: token_type_ids[1] = 1 is outside type_vocab_size", set);
     expect_error(set, &one_type, want);
     /* A folder whose manifest.json is a folder is no set. */
@@ -240,7 +240,7 @@ TG_TEST(test_shard_dataset_qa_job_on_a_classify_set) {
     char set[700], want[1000];
     snprintf(set, sizeof set, "%s/classify_for_qa", tg_test_tmpdir());
     REQUIRE(write_set(set, 3, 0) == 0, "write");
-    const tg_data_rules qa = {TG_TASK_QA, 0, VOCAB, 2};
+    const tg_data_rules qa = {TG_TASK_QA, 0, VOCAB, 2, 0, 0};
     tg_dataset ds;
     tg_err err = {{0}};
     snprintf(want, sizeof want,

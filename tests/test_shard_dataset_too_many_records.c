@@ -88,7 +88,7 @@ TG_TEST(test_shard_dataset_more_records_than_a_dataset_holds) {
     json_decref(m);
     REQUIRE(dumped, "%s", path);
 
-    const tg_data_rules lm = {TG_TASK_LM, 0, 50, 0};
+    const tg_data_rules lm = {TG_TASK_LM, 0, 50, 0, 0, 0};
     tg_dataset ds;
     char want[1000];
     snprintf(want, sizeof want, "%s: %lld train records, more than one dataset holds (%d)", set, records, INT32_MAX);

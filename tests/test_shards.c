@@ -142,7 +142,7 @@ TG_TEST(test_shards_qa_and_lm_records) {
     }
 }
 
-static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 3, VOCAB, 2};
+static const tg_data_rules k_classify = {TG_TASK_CLASSIFY, 3, VOCAB, 2, 0, 0};
 
 TG_TEST(test_shards_load_as_datasets) {
     tg_err err = {{0}};
@@ -177,7 +177,7 @@ TG_TEST(test_shards_load_as_datasets) {
     }
     /* lm reads the ids of a classify set and ignores its labels. */
     tg_dataset ds;
-    const tg_data_rules lm = {TG_TASK_LM, 0, VOCAB, 2};
+    const tg_data_rules lm = {TG_TASK_LM, 0, VOCAB, 2, 0, 0};
     REQUIRE(tg_dataset_load(dir, &lm, &ds, &err) == 0, "%s", err.msg);
     CHECK(ds.n == 120 && ds.examples[5].label == TG_IGNORE_INDEX, "lm labels %d", ds.examples[5].label);
     tg_dataset_free(&ds);
@@ -251,7 +251,7 @@ static int flip_byte(const char *path, long at) {
 TG_TEST(test_shards_bad_sets_are_refused) {
     tg_err err = {{0}};
     char dir[600], shard[700], want[900];
-    const tg_data_rules lm = {TG_TASK_LM, 0, VOCAB, 2};
+    const tg_data_rules lm = {TG_TASK_LM, 0, VOCAB, 2, 0, 0};
 
     /* Truncated shard. */
     snprintf(dir, sizeof dir, "%s", set_dir("set"));
@@ -302,17 +302,17 @@ TG_TEST(test_shards_bad_sets_are_refused) {
 
     /* A job with fewer labels than the set; ids past the model's vocabulary; a classify job
      * on an lm set; an eval split that was never made. */
-    const tg_data_rules two_labels = {TG_TASK_CLASSIFY, 2, VOCAB, 2};
+    const tg_data_rules two_labels = {TG_TASK_CLASSIFY, 2, VOCAB, 2, 0, 0};
     snprintf(want, sizeof want, "%s: the set has 3 labels (alpha, ...), the job's num_labels is 2", mpath);
     expect_load_error(dir, &two_labels, 0, want, NULL);
-    const tg_data_rules small_vocab = {TG_TASK_CLASSIFY, 3, 100, 2};
+    const tg_data_rules small_vocab = {TG_TASK_CLASSIFY, 3, 100, 2, 0, 0};
     snprintf(want, sizeof want, "%s/train/00000.tgshard: record 1: input_ids[5] = 116 is outside the vocabulary "
                                 "(vocab_size 100",
              dir);
     expect_load_error(dir, &small_vocab, 0, want, NULL);
     snprintf(want, sizeof want, "%s/eval", dir);
     expect_load_error(want, &k_classify, 0, ": the set has no eval records (convert with --eval-fraction", NULL);
-    const tg_data_rules no_types = {TG_TASK_CLASSIFY, 3, VOCAB, 0};
+    const tg_data_rules no_types = {TG_TASK_CLASSIFY, 3, VOCAB, 0, 0, 0};
     expect_load_error(dir, &no_types, 0, "record 0: token_type_ids[0] = 1 but the model has no token types", NULL);
 
     snprintf(dir, sizeof dir, "%s", set_dir("set"));

@@ -141,7 +141,7 @@ static void whole_shard(const uint8_t *data, size_t size) {
     if (write_bytes(path, text, n)) abort();
     free(text);
 
-    const tg_data_rules rules = {task == TG_SHARD_CLASSIFY ? TG_TASK_CLASSIFY : TG_TASK_LM, 3, VOCAB, 256};
+    const tg_data_rules rules = {task == TG_SHARD_CLASSIFY ? TG_TASK_CLASSIFY : TG_TASK_LM, 3, VOCAB, 256, 0, 0};
     tg_dataset ds;
     if (tg_dataset_load(set_dir, &rules, &ds, &err) != 0) {
         FUZZ_ASSERT(err.msg[0], "failed without a message");
