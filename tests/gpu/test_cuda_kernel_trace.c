@@ -36,12 +36,8 @@ TG_TEST(test_gpu_profile_traces_the_captured_graph) {
     }
     CHECK(strstr(err, "in the captured graph (5 steps one at a time, "), "no trace in the profile: %s", err);
     snprintf(path, sizeof path, "%s/m.jsonl", dir);
-    FILE *f = fopen(path, "rb");
-    REQUIRE(f, "no metrics file %s", path);
-    static char m[1 << 20];
-    const size_t got = fread(m, 1, sizeof m - 1, f);
-    m[got] = 0;
-    fclose(f);
+    char *m = tg_test_read_file(path, NULL);
+    REQUIRE(m, "no metrics file %s", path);
     const double step = graph_ms(m, "device step"), busy = graph_ms(m, "busy"), mm = graph_ms(m, "matmul"),
                  att = graph_ms(m, "attention"), other = graph_ms(m, "other");
     CHECK(step > 0 && busy > 0 && busy <= step * 1.05, "device step %g ms, busy %g ms", step, busy);
@@ -49,5 +45,6 @@ TG_TEST(test_gpu_profile_traces_the_captured_graph) {
     /* Every kernel the step launches has a group: no "other" line (or a negligible one). */
     CHECK(other < 0 || other < 0.01 * busy, "other %g ms of %g busy: a kernel without a group", other, busy);
     printf("    device step %.3f ms, busy %.3f, matmul %.3f, attention %.3f, other %.3f\n", step, busy, mm, att, other);
+    free(m);
     tg_cli_run_free(&r);
 }
