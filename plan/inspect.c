@@ -223,6 +223,11 @@ static void print_text(const tg_plan *p, FILE *out) {
         fprintf(out, "task: %s  batch: %d images of %d x %d x %d  width_mult: %g  precision: %s", tg_task_name(t->task),
                 t->batch, p->model.image_channels, p->model.image_size, p->model.image_size,
                 (double)p->model.width_mult, tg_precision_name(t->precision));
+        /* The normalisation the trainer applies to each channel's bytes. */
+        for (int c = 0; c < p->model.image_channels && c < 3; c++)
+            fprintf(out, "%s%g", c ? "," : "  image_mean/std: ", (double)p->model.image_mean[c]);
+        for (int c = 0; c < p->model.image_channels && c < 3; c++)
+            fprintf(out, "%s%g", c ? "," : " / ", (double)p->model.image_std[c]);
     } else {
         fprintf(out, "task: %s  batch x seq: %d x %d  precision: %s  attention: %s", tg_task_name(t->task), t->batch,
                 t->seq, tg_precision_name(t->precision), tg_attention_mode_name(attention));
