@@ -95,6 +95,36 @@ int tg_labels_parse_list(const char *list, tg_label_set *ls, tg_err *err) {
     return rc;
 }
 
+/* The set of the distinct names among refs[0..n) (refs is reordered): sorted by value when
+ * every name is a whole number, else by bytes. */
+static int set_of_distinct(name_ref *refs, int64_t n, int whole, tg_label_set *ls, tg_err *err) {
+    /* Bytes first even for numbers, so equal names sit together for the dedup. */
+    qsort(refs, (size_t)n, sizeof *refs, by_bytes);
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!distinct || by_bytes(&refs[distinct - 1], &refs[i])) refs[distinct++] = refs[i];
+    if (distinct > MAX_LABELS)
+        return tg_fail(err, "%lld distinct labels, more than %d (is the label column the right one?)",
+                       (long long)distinct, MAX_LABELS);
+    if (whole) qsort(refs, (size_t)distinct, sizeof *refs, by_value);
+    return set_from(ls, refs, (int32_t)distinct, err);
+}
+
+int tg_labels_of_names(const char *const *names, int32_t n, tg_label_set *ls, tg_err *err) {
+    memset(ls, 0, sizeof *ls);
+    if (n <= 0) return 0;
+    name_ref *refs = tg_malloc((size_t)n * sizeof *refs);
+    if (!refs) return tg_fail(err, "out of memory for %d label names", n);
+    int whole = 1;
+    for (int32_t i = 0; i < n; i++) {
+        refs[i] = (name_ref){names[i], strlen(names[i])};
+        whole &= is_whole(refs[i].p, refs[i].len);
+    }
+    int rc = set_of_distinct(refs, n, whole, ls, err);
+    free(refs);
+    return rc;
+}
+
 int tg_labels_collect(const tg_text_rows *rows, tg_label_set *ls, tg_err *err) {
     memset(ls, 0, sizeof *ls);
     int64_t n = 0;
@@ -111,18 +141,7 @@ int tg_labels_collect(const tg_text_rows *rows, tg_label_set *ls, tg_err *err) {
         whole &= is_whole(refs[n].p, refs[n].len);
         n++;
     }
-    /* Bytes first even for numbers, so equal names sit together for the dedup. */
-    qsort(refs, (size_t)n, sizeof *refs, by_bytes);
-    int64_t distinct = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!distinct || by_bytes(&refs[distinct - 1], &refs[i])) refs[distinct++] = refs[i];
-    if (distinct > MAX_LABELS) {
-        free(refs);
-        return tg_fail(err, "%lld distinct labels, more than %d (is the label column the right one?)",
-                       (long long)distinct, MAX_LABELS);
-    }
-    if (whole) qsort(refs, (size_t)distinct, sizeof *refs, by_value);
-    int rc = set_from(ls, refs, (int32_t)distinct, err);
+    int rc = set_of_distinct(refs, n, whole, ls, err);
     free(refs);
     return rc;
 }

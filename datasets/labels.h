@@ -22,6 +22,8 @@ typedef struct tg_label_set {
 int tg_labels_parse_list(const char *list, tg_label_set *ls, tg_err *err);
 /* The distinct labels of the rows that have one. */
 int tg_labels_collect(const tg_text_rows *rows, tg_label_set *ls, tg_err *err);
+/* The distinct names of a list (folder names, NUL-terminated), in the same order. */
+int tg_labels_of_names(const char *const *names, int32_t n, tg_label_set *ls, tg_err *err);
 /* The id of a name, or -1. */
 int32_t tg_labels_find(const tg_label_set *ls, const char *name, size_t len);
 void tg_labels_free(tg_label_set *ls);

@@ -3,75 +3,14 @@
  * (so the rows' order does not depend on the file system); names starting with '.' are
  * left out, as are files directly under ROOT. A file that is not UTF-8 is an error naming
  * it, or with skip_invalid is counted and left out. */
-#include <dirent.h>
-#include "base/alloc.h"
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "datasets/file_bytes.h"
+#include "datasets/folder_names.h"
 #include "datasets/text_rows.h"
 #include "datasets/utf8.h"
-
-typedef struct names {
-    char **v;
-    size_t n, cap;
-} names;
-
-static void names_free(names *s) {
-    for (size_t i = 0; i < s->n; i++) free(s->v[i]);
-    free(s->v);
-    memset(s, 0, sizeof *s);
-}
-
-static int by_bytes(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* The entries of `dir` that are folders (want_dir) or regular files, sorted. */
-static int list(const char *dir, int want_dir, names *out, tg_err *err) {
-    memset(out, 0, sizeof *out);
-    DIR *d = opendir(dir);
-    if (!d) return tg_fail(err, "%s: cannot open the folder: %s", dir, strerror(errno));
-    struct dirent *e;
-    int rc = 0;
-    char path[4096];
-    while ((errno = 0, e = readdir(d))) { /* every failure below breaks out */
-        if (e->d_name[0] == '.') continue;
-        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) {
-            rc = tg_fail(err, "%s/%s: path too long", dir, e->d_name);
-            break;
-        }
-        struct stat st;
-        if (stat(path, &st) != 0) {
-            rc = tg_fail(err, "%s: %s", path, strerror(errno));
-            break;
-        }
-        if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) continue;
-        if (out->n == out->cap) {
-            size_t cap = out->cap ? 2 * out->cap : 64;
-            char **v = tg_realloc(out->v, cap * sizeof *v);
-            if (!v) {
-                rc = tg_fail(err, "out of memory");
-                break;
-            }
-            out->v = v;
-            out->cap = cap;
-        }
-        if (!(out->v[out->n] = tg_strdup(e->d_name))) {
-            rc = tg_fail(err, "out of memory");
-            break;
-        }
-        out->n++;
-    }
-    /* GCOVR_EXCL_BR_START: readdir fails only on a folder removed or corrupted while read */
-    if (!rc && errno) rc = tg_fail(err, "%s: cannot read the folder: %s", dir, strerror(errno));
-    /* GCOVR_EXCL_BR_STOP */
-    closedir(d);
-    if (rc) names_free(out);
-    else if (out->n) qsort(out->v, out->n, sizeof *out->v, by_bytes);
-    return rc;
-}
 
 int tg_text_read_folders(const char *root, int skip_invalid, tg_text_rows *rows, tg_err *err) {
     size_t rlen = strlen(root);
@@ -80,10 +19,10 @@ int tg_text_read_folders(const char *root, int skip_invalid, tg_text_rows *rows,
     if (rlen >= sizeof base) return tg_fail(err, "%s: path too long", root);
     memcpy(base, root, rlen);
     base[rlen] = 0;
-    names labels;
-    if (list(base, 1, &labels, err)) return -1;
+    tg_folder_names labels;
+    if (tg_folder_list(base, 1, &labels, err)) return -1;
     if (labels.n == 0) {
-        names_free(&labels);
+        tg_folder_names_free(&labels);
         return tg_fail(err, "%s: no label folders (the layout is %s/LABEL/FILE, one folder per label)", base, base);
     }
     int rc = 0;
@@ -99,8 +38,8 @@ int tg_text_read_folders(const char *root, int skip_invalid, tg_text_rows *rows,
             rc = tg_fail(err, "%s: the folder's name is not UTF-8, so it cannot name a label", dir);
             break;
         }
-        names files;
-        if ((rc = list(dir, 0, &files, err))) break;
+        tg_folder_names files;
+        if ((rc = tg_folder_list(dir, 0, &files, err))) break;
         for (size_t j = 0; j < files.n && !rc; j++) {
             /* GCOVR_EXCL_BR_START: dir is under 4096 bytes and a name under 256, so the path fits */
             if (snprintf(path, sizeof path, "%s/%s", dir, files.v[j]) >= (int)sizeof path) {
@@ -125,8 +64,8 @@ int tg_text_read_folders(const char *root, int skip_invalid, tg_text_rows *rows,
             }
             free(text);
         }
-        names_free(&files);
+        tg_folder_names_free(&files);
     }
-    names_free(&labels);
+    tg_folder_names_free(&labels);
     return rc ? -1 : 0;
 }
