@@ -17,7 +17,7 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format
 # the machines that run the binaries need not have them. The shared library keeps their
 # symbols to itself (--exclude-libs).
 STATIC_LIBS = -Wl,-Bstatic -lutf8proc -lpcre2-8 -Wl,-Bdynamic
-LDLIBS = $(STATIC_LIBS) -ljansson -lzstd -lm -lpthread -ldl
+LDLIBS = $(STATIC_LIBS) -ljansson -lzstd -lpng -ljpeg -lz -lm -lpthread -ldl
 SO_LDFLAGS = -Wl,--exclude-libs,libutf8proc.a:libpcre2-8.a
 # The library's version, from the public header; its soname changes with the API version.
 version_part = $(shell sed -n 's/^\#define TUNEGRAPH_$(1) \([0-9]*\)$$/\1/p' include/tunegraph.h)

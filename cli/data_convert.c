@@ -27,6 +27,10 @@ static const char data_usage[] =
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
     "  tunegraph data convert IMAGES -o OUTDIR --format idx [--labels FILE] [--image-size N]\n"
     "                [--eval-fraction F] [--seed N]\n"
+    "                IMAGES: MNIST's IDX images file, plain or gzip'd (.gz)\n"
+    "  tunegraph data convert ROOT -o OUTDIR --format images [--image-size N] [--channels 1|3]\n"
+    "                [--eval-fraction F] [--seed N]\n"
+    "                ROOT: a folder per label (ROOT/LABEL/FILE) of PNG and JPEG files\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "                SET: a shard set (OUTDIR, OUTDIR/train, OUTDIR/eval) or a .jsonl file; its records\n"
     "                as pre-tokenized JSON Lines, in order (standard output without -o)\n"
@@ -104,7 +108,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
                     !strcmp(s, "--text-column") || !strcmp(s, "--pair-column") || !strcmp(s, "--label-column") ||
                     !strcmp(s, "--labels") || !strcmp(s, "--seq") || !strcmp(s, "--doc-stride") ||
                     !strcmp(s, "--eval-fraction") || !strcmp(s, "--seed") || !strcmp(s, "--template") ||
-                    !strcmp(s, "--image-size");
+                    !strcmp(s, "--image-size") || !strcmp(s, "--channels");
         if (takes && !value) {
             free(inputs);
             return data_usage_error("%s needs a value", s);
@@ -119,6 +123,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         else if (!strcmp(s, "--labels")) o.labels = value;
         else if (!strcmp(s, "--template")) o.template_path = value;
         else if (!strcmp(s, "--image-size")) bad = parse_int(value, 1, 4096, &o.image_size);
+        else if (!strcmp(s, "--channels")) bad = parse_int(value, 1, 3, &o.image_channels) || o.image_channels == 2;
         else if (!strcmp(s, "--seq")) bad = parse_int(value, 2, 1 << 22, &o.seq);
         else if (!strcmp(s, "--doc-stride")) bad = parse_int(value, 0, 1 << 22, &o.doc_stride);
         else if (!strcmp(s, "--eval-fraction")) {
@@ -141,9 +146,10 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         if (bad) {
             free(inputs);
             if (!strcmp(s, "--format"))
-                return data_usage_error("--format must be csv, tsv, jsonl, squad, text, folders, instruct or idx, got "
-                                        "'%s'",
+                return data_usage_error("--format must be csv, tsv, jsonl, squad, text, folders, instruct, idx or "
+                                        "images, got '%s'",
                                         value);
+            if (!strcmp(s, "--channels")) return data_usage_error("--channels must be 1 or 3, got '%s'", value);
             if (!strcmp(s, "--image-size")) return data_usage_error("--image-size needs a whole number from 1 to 4096, got '%s'", value);
             if (!strcmp(s, "--eval-fraction")) return data_usage_error("--eval-fraction needs a number in [0, 1), got '%s'", value);
             if (!strcmp(s, "--seed")) return data_usage_error("--seed needs a whole number from 0 to 2^64-1, got '%s'", value);
@@ -152,11 +158,12 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
         }
         if (takes) i++;
     }
-    const int idx = o.format == TG_INPUT_IDX;
+    const int idx = o.format == TG_INPUT_IDX, images = idx || o.format == TG_INPUT_IMAGES;
     if (idx) o.labels_path = o.labels, o.labels = NULL; /* --labels FILE: the IDX labels file */
     const char *missing = !o.n_inputs ? "missing INPUT" : !o.outdir ? "missing -o OUTDIR"
                         : idx && tokenizer ? "--format idx takes no --tokenizer (images)"
-                        : !tokenizer && !idx ? "missing --tokenizer PATH" : NULL;
+                        : images && tokenizer ? "--format images takes no --tokenizer"
+                        : !tokenizer && !images ? "missing --tokenizer PATH" : NULL;
     if (!missing && seed_given && o.eval_fraction == 0) missing = "--seed picks the eval split: give --eval-fraction too";
     if (missing) {
         free(inputs);
@@ -164,13 +171,13 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     }
     tg_err err = {{0}};
     tokenizer_encoder te = {0};
-    if (!idx && tg_tokenizer_open(tokenizer, &te.tok, &err)) {
+    if (!images && tg_tokenizer_open(tokenizer, &te.tok, &err)) {
         free(inputs);
         fprintf(stderr, "tunegraph: %s\n", err.msg);
         return 1;
     }
     tg_text_encoder enc = {0};
-    if (!idx)
+    if (!images)
         enc = (tg_text_encoder){.ctx = &te,
                                 .encode = encode_with_tokenizer,
                                 .family = tg_tokenizer_family_of(te.tok),
@@ -195,7 +202,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
     }
     fprintf(stderr, "tunegraph: wrote %s: %s", o.outdir, tg_shard_task_name(rep.task));
     if (rep.n_labels) fprintf(stderr, " with %d labels", rep.n_labels);
-    const char *values = idx ? "pixels" : "tokens";
+    const char *values = images ? "pixels" : "tokens";
     fprintf(stderr, ", %" PRId64 " train records (%" PRId64 " %s)", rep.records[0], rep.tokens[0], values);
     if (rep.records[1])
         fprintf(stderr, " and %" PRId64 " eval records (%" PRId64 " %s)", rep.records[1], rep.tokens[1], values);
@@ -204,7 +211,7 @@ static int cmd_convert(int argc, char **argv, int all_argc, char **all_argv) {
             : rep.format == TG_INPUT_FOLDERS ? "files"
             : rep.format == TG_INPUT_TEXT    ? "lines"
             : rep.format == TG_INPUT_INSTRUCT ? "records"
-            : idx                             ? "images"
+            : images                          ? "images"
                                              : "rows");
     if (rep.format == TG_INPUT_SQUAD) fprintf(stderr, " (%" PRId64 " windows hold their answer)", rep.answered);
     fprintf(stderr, "\n");

@@ -8,8 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "datasets/eval_split.h"
 #include "datasets/file_bytes.h"
-#include "datasets/idx.h"
+#include "datasets/convert_images.h"
 #include "datasets/instruct.h"
 #include "datasets/labels.h"
 #include "datasets/qa_features.h"
@@ -19,7 +20,8 @@
 #include "datasets/text_rows.h"
 #include "plan/plan.h"
 
-static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "squad", "text", "folders", "instruct", "idx"};
+static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "squad", "text", "folders", "instruct", "idx",
+                                           "images"};
 
 int tg_input_format_parse(const char *name) {
     for (int i = 1; i < (int)(sizeof format_names / sizeof *format_names); i++)
@@ -45,43 +47,8 @@ static int format_of(const char *path, tg_err *err) {
     if (ends_with(path, ".jsonl")) return TG_INPUT_JSONL;
     if (ends_with(path, ".json")) return TG_INPUT_SQUAD;
     if (ends_with(path, ".txt")) return TG_INPUT_TEXT;
-    return tg_fail(err, "%s: cannot tell the format from the name (--format csv|tsv|jsonl|squad|text|folders|instruct|idx)",
+    return tg_fail(err, "%s: cannot tell the format from the name (--format csv|tsv|jsonl|squad|text|folders|instruct|idx|images)",
                    path);
-}
-
-/* ---- the eval split ------------------------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* in_eval[u] for the N units: ceil(F x N) of them, picked by a seeded Fisher-Yates shuffle. */
-static int pick_eval(int64_t n, double fraction, uint64_t seed, const char *what, uint8_t **in_eval, int64_t *n_eval,
-                     tg_err *err) {
-    *in_eval = tg_calloc((size_t)(n ? n : 1), 1); /* GCOVR_EXCL_BR_LINE: n > 0, none is refused before */
-    if (!*in_eval) return tg_fail(err, "out of memory for the eval split of %lld %s", (long long)n, what);
-    *n_eval = 0;
-    if (fraction <= 0) return 0;
-    int64_t k = (int64_t)ceil(fraction * (double)n - 1e-9);
-    if (k >= n)
-        return tg_fail(err, "--eval-fraction %g of %lld %s leaves nothing to train on", fraction, (long long)n, what);
-    int64_t *order = tg_malloc((size_t)n * sizeof *order);
-    if (!order) return tg_fail(err, "out of memory for the order of %lld %s", (long long)n, what);
-    for (int64_t i = 0; i < n; i++) order[i] = i;
-    uint64_t state = seed;
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(splitmix64(&state) % (uint64_t)(i + 1));
-        int64_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-    for (int64_t i = 0; i < k; i++) (*in_eval)[order[i]] = 1;
-    free(order);
-    *n_eval = k;
-    return 0;
 }
 
 /* ---- conversion state ---------------------------------------------------------- */
@@ -447,7 +414,7 @@ static int convert_squad(converter *C, tg_err *err) {
     }
     uint8_t *in_eval = NULL;
     int64_t n_eval;
-    if (!rc) rc = pick_eval(articles, o->eval_fraction, o->seed, "articles", &in_eval, &n_eval, err);
+    if (!rc) rc = tg_eval_split_pick(articles, o->eval_fraction, o->seed, "articles", &in_eval, &n_eval, err);
     tg_qa_context ctx = {0};
     tg_qa_buffers buf = {0};
     qa_side side = {0};
@@ -498,115 +465,18 @@ static int convert_squad(converter *C, tg_err *err) {
 
 /* ---- the whole conversion ----------------------------------------------------------- */
 
-/* ---- idx ---------------------------------------------------------------------------- */
-
-static int convert_idx(const tg_convert_options *o, tg_convert_report *rep, tg_err *err) {
-    rep->format = TG_INPUT_IDX;
-    rep->task = TG_SHARD_IMAGE;
-    if (o->n_inputs != 1) return tg_fail(err, "--format idx takes one images file, got %d inputs", o->n_inputs);
-    if (o->text_column || o->pair_column || o->label_column || o->labels || o->template_path || o->seq ||
-        o->doc_stride > 0 || o->skip_invalid)
-        return tg_fail(err, "--format idx takes --labels FILE, --image-size, --eval-fraction and --seed only");
-    if (o->image_size < 0 || o->image_size > 4096) return tg_fail(err, "--image-size %d is outside 1 to 4096", o->image_size);
-    const char *images_path = o->inputs[0];
-    char beside[4096];
-    const char *labels_path = o->labels_path;
-    if (!labels_path) {
-        if (tg_idx_labels_beside(images_path, beside, sizeof beside))
-            return tg_fail(err, "%s: no labels file given (--labels FILE) and the name is not MNIST's "
-                                "(...images-idx3-ubyte, whose labels are ...labels-idx1-ubyte)",
-                           images_path);
-        labels_path = beside;
-    }
-    char *ibuf = NULL, *lbuf = NULL;
-    size_t ilen = 0, llen = 0;
-    tg_idx_images im;
-    int32_t n_labels_file = 0;
-    const uint8_t *lab = NULL;
-    uint8_t *in_eval = NULL, *img = NULL;
-    int64_t n_eval = 0;
-    char names_buf[256][4];
-    char *names[256];
-    tg_shard_writer *w = NULL;
-    int rc = tg_file_bytes(images_path, &ibuf, &ilen, err);
-    if (!rc) rc = tg_idx_parse_images((const uint8_t *)ibuf, ilen, images_path, &im, err);
-    if (!rc) rc = tg_file_bytes(labels_path, &lbuf, &llen, err);
-    if (!rc) rc = tg_idx_parse_labels((const uint8_t *)lbuf, llen, labels_path, &n_labels_file, &lab, err);
-    if (!rc && n_labels_file != im.n)
-        rc = tg_fail(err, "%s: %d labels, the images file %s holds %d images", labels_path, n_labels_file, images_path,
-                     im.n);
-    int32_t n_labels = 0;
-    for (int32_t i = 0; !rc && i < im.n; i++)
-        if (lab[i] + 1 > n_labels) n_labels = lab[i] + 1;
-    const int32_t oh = o->image_size ? o->image_size : im.height, ow = o->image_size ? o->image_size : im.width;
-    int64_t values = (int64_t)oh * ow;
-    if (!rc && values > TG_SHARD_SEQ_MAX)
-        rc = tg_fail(err, "%s: images of %d x %d are more than %d pixels", images_path, oh, ow, TG_SHARD_SEQ_MAX);
-    rep->units = im.n;
-    rep->seq = (int32_t)values;
-    rep->n_labels = n_labels;
-    if (!rc) rc = pick_eval(im.n, o->eval_fraction, o->seed, "images", &in_eval, &n_eval, err);
-    for (int32_t i = 0; i < n_labels; i++) {
-        snprintf(names_buf[i], sizeof names_buf[i], "%d", i);
-        names[i] = names_buf[i];
-    }
-    int32_t *ids = NULL;
-    if (!rc) {
-        img = tg_malloc((size_t)values);
-        ids = tg_malloc((size_t)values * sizeof *ids);
-        if (!img || !ids) rc = tg_fail(err, "out of memory for an image of %d x %d", oh, ow);
-    }
-    if (!rc) {
-        const tg_shard_set_desc desc = {.task = TG_SHARD_IMAGE,
-                                        .seq = (int32_t)values,
-                                        .n_labels = n_labels,
-                                        .labels = names,
-                                        .vocab_size = 256,
-                                        .command = o->command,
-                                        .frame_bytes = o->frame_bytes,
-                                        .shard_bytes = o->shard_bytes,
-                                        .image_channels = 1,
-                                        .image_height = oh,
-                                        .image_width = ow};
-        rc = tg_shard_writer_open(o->outdir, &desc, &w, err);
-    }
-    const size_t in_px = (size_t)im.height * (size_t)im.width;
-    for (int32_t i = 0; !rc && i < im.n; i++) {
-        const uint8_t *src = im.pixels + (size_t)i * in_px;
-        if (oh != im.height || ow != im.width) tg_image_resize_bilinear(src, 1, im.height, im.width, img, oh, ow);
-        else memcpy(img, src, in_px);
-        for (int64_t k = 0; k < values; k++) ids[k] = img[k];
-        const tg_shard_record rec = {.len = (int32_t)values, .input_ids = ids, .label = lab[i]};
-        const int split = in_eval[i] ? TG_SPLIT_EVAL : TG_SPLIT_TRAIN;
-        rc = tg_shard_writer_add(w, split, &rec, err);
-        if (!rc) {
-            rep->records[split]++;
-            rep->tokens[split] += values;
-        }
-        if (!rc && o->progress) o->progress(o->progress_ctx, i + 1, im.n, rep->tokens[0] + rep->tokens[1]);
-    }
-    if (w) {
-        if (!rc) rc = tg_shard_writer_commit(w, err);
-        else tg_shard_writer_abort(w);
-    }
-    free(ids);
-    free(img);
-    free(in_eval);
-    free(ibuf);
-    free(lbuf);
-    return rc;
-}
-
 int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_convert_report *rep, tg_err *err) {
     memset(rep, 0, sizeof *rep);
     if (o->n_inputs < 1) return tg_fail(err, "no input");
     if (!(o->eval_fraction >= 0 && o->eval_fraction < 1))
         return tg_fail(err, "--eval-fraction %g is outside [0, 1)", o->eval_fraction);
     int format = o->format;
-    if (format != TG_INPUT_AUTO && (format < TG_INPUT_CSV || format > TG_INPUT_IDX))
+    if (format != TG_INPUT_AUTO && (format < TG_INPUT_CSV || format > TG_INPUT_IMAGES))
         return tg_fail(err, "unknown input format %d", format);
-    if (format == TG_INPUT_IDX) return convert_idx(o, rep, err);
-    if (o->labels_path || o->image_size) return tg_fail(err, "--labels FILE and --image-size are for idx inputs");
+    if (format == TG_INPUT_IDX) return tg_convert_idx(o, rep, err);
+    if (format == TG_INPUT_IMAGES) return tg_convert_image_folders(o, rep, err);
+    if (o->labels_path || o->image_size || o->image_channels)
+        return tg_fail(err, "--labels FILE, --image-size and --channels are for image inputs (idx, images)");
     for (int32_t i = 0; i < o->n_inputs && format == TG_INPUT_AUTO; i++) {
         int f = format_of(o->inputs[i], err);
         if (f < 0) return -1;
@@ -659,7 +529,7 @@ int tg_convert(const tg_convert_options *o, const tg_text_encoder *enc, tg_conve
                                : format == TG_INPUT_TEXT     ? "lines"
                                : format == TG_INPUT_INSTRUCT ? "records"
                                                              : "rows";
-            rc = pick_eval(rows.n, o->eval_fraction, o->seed, what, &in_eval, &n_eval, err);
+            rc = tg_eval_split_pick(rows.n, o->eval_fraction, o->seed, what, &in_eval, &n_eval, err);
         }
     }
     if (!rc) {

@@ -23,10 +23,13 @@
  *                    a response token is left out (counted in skipped_long), as is one
  *                    whose response encodes to no tokens (skipped_empty)
  *   idx              image records (datasets/idx.h) from one IDX images file and its labels
- *                    file (labels_path, else the file MNIST's naming puts beside it), one
- *                    channel, resized to image_size x image_size when given (bilinear, as
- *                    torchvision's Resize with antialias off); labels "0" to the largest
- *                    label. No tokenizer: the encoder may be NULL
+ *                    file (labels_path, else the file MNIST's naming puts beside it), plain
+ *                    or gzip'd, one channel, resized to image_size x image_size when given
+ *                    (bilinear, as torchvision's Resize with antialias off); labels "0" to
+ *                    the largest label. No tokenizer: the encoder may be NULL
+ *   images           image records from ROOT/LABEL/FILE, PNG and JPEG files, decoded to
+ *                    image_channels channels and resized as idx's
+ *                    (datasets/convert_images.h). No tokenizer
  * Label ids follow the sorted label names (datasets/labels.h) or the given list.
  * With eval_fraction F > 0, ceil(F x N) of the N units (rows, files, lines, or SQuAD
  * articles, so windows of one context stay together) go to the eval split, picked by a
@@ -48,7 +51,8 @@ typedef enum tg_input_format {
     TG_INPUT_TEXT,
     TG_INPUT_FOLDERS,
     TG_INPUT_INSTRUCT,        /* never from the name: JSON Lines or a JSON array of records */
-    TG_INPUT_IDX              /* never from the name: MNIST's IDX images file (and labels file) */
+    TG_INPUT_IDX,             /* never from the name: MNIST's IDX images file (and labels file) */
+    TG_INPUT_IMAGES           /* never from the name: a folder per label of PNG and JPEG files */
 } tg_input_format;
 
 #define TG_CONVERT_DEFAULT_SEQ 512
@@ -72,7 +76,8 @@ typedef struct tg_convert_options {
     const char *template_path; /* instruct: a prompt template file (datasets/instruct.h; one
                                   line end at its end dropped); NULL: Alpaca's two */
     const char *labels_path;  /* idx: the labels file; NULL: beside the images by MNIST's names */
-    int32_t image_size;       /* idx: resize each image to this square size; 0: as stored */
+    int32_t image_size;       /* idx, images: resize each image to this square size; 0: as stored */
+    int32_t image_channels;   /* images: 1 or 3; 0: 3 */
     const char *command;      /* recorded in the manifest */
     int64_t frame_bytes, shard_bytes; /* 0: the writer's defaults */
     /* Called (when not NULL) after each row, file, line or question is encoded: the units

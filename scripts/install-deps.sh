@@ -6,6 +6,7 @@
 set -euo pipefail
 missing=()
 for pair in jansson.h:libjansson-dev zstd.h:libzstd-dev xxhash.h:libxxhash-dev utf8proc.h:libutf8proc-dev \
+    png.h:libpng-dev jpeglib.h:libjpeg-dev zlib.h:zlib1g-dev \
     pcre2.h:libpcre2-dev; do
     header=${pair%%:*}
     # Found by the compiler, wherever it looks (CPATH and -I included), not only in /usr/include.

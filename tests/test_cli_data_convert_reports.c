@@ -48,6 +48,10 @@ static const char k_data_usage[] =
     "                [--seq N] [--doc-stride N] [--eval-fraction F] [--seed S] [--skip-invalid]\n"
     "  tunegraph data convert IMAGES -o OUTDIR --format idx [--labels FILE] [--image-size N]\n"
     "                [--eval-fraction F] [--seed N]\n"
+    "                IMAGES: MNIST's IDX images file, plain or gzip'd (.gz)\n"
+    "  tunegraph data convert ROOT -o OUTDIR --format images [--image-size N] [--channels 1|3]\n"
+    "                [--eval-fraction F] [--seed N]\n"
+    "                ROOT: a folder per label (ROOT/LABEL/FILE) of PNG and JPEG files\n"
     "  tunegraph data dump SET [-o FILE.jsonl]\n"
     "                SET: a shard set (OUTDIR, OUTDIR/train, OUTDIR/eval) or a .jsonl file; its records\n"
     "                as pre-tokenized JSON Lines, in order (standard output without -o)\n"
@@ -168,6 +172,6 @@ TG_TEST(test_cli_data_convert_formats) {
     snprintf(want, sizeof want, "tunegraph: unknown data subcommand 'show' (there are: convert, dump)\n%s", k_data_usage);
     expect("data show", 2, "", want);
     snprintf(want, sizeof want,
-             "tunegraph: --format must be csv, tsv, jsonl, squad, text, folders, instruct or idx, got 'CSV'\n%s", k_data_usage);
+             "tunegraph: --format must be csv, tsv, jsonl, squad, text, folders, instruct, idx or images, got 'CSV'\n%s", k_data_usage);
     expect("data convert %s/r.tsv -o %s/x --tokenizer %s/vocab.txt --format CSV", 2, "", want);
 }

@@ -493,7 +493,7 @@ TG_TEST(test_cli_main_data_convert_options) {
         {"data convert in.csv -o", 2, "tunegraph: -o needs a value"},
         {"data convert in.csv --format", 2, "tunegraph: --format needs a value"},
         {"data convert in.csv --format xml", 2,
-         "--format must be csv, tsv, jsonl, squad, text, folders, instruct or idx, got 'xml'"},
+         "--format must be csv, tsv, jsonl, squad, text, folders, instruct, idx or images, got 'xml'"},
         {"data convert in.csv --seq 1", 2, "--seq needs a whole number from 2 to 4194304, got '1'"},
         {"data convert in.csv --seq 4194305", 2, "--seq needs a whole number from 2 to 4194304, got '4194305'"},
         {"data convert in.csv --seq 12x", 2, "--seq needs a whole number from 2 to 4194304, got '12x'"},

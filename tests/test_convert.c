@@ -553,7 +553,7 @@ TG_TEST(test_convert_input_name_shorter_than_a_suffix) {
     CHECK(fchdir(here) == 0, "back to the first folder");
     close(here);
     CHECK(rc == -1 && !strcmp(err.msg, "ab: cannot tell the format from the name (--format "
-                                       "csv|tsv|jsonl|squad|text|folders|instruct|idx)"),
+                                       "csv|tsv|jsonl|squad|text|folders|instruct|idx|images)"),
           "rc %d '%s'", rc, err.msg);
     byte_encoder_free(&f.be);
 }

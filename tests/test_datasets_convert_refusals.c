@@ -64,16 +64,16 @@ static int conv_refused(conv *c, const char *want, const char *label) {
 /* ---- options ------------------------------------------------------------------------- */
 
 TG_TEST(test_convert_format_names) {
-    const char *names[] = {"csv", "tsv", "jsonl", "squad", "text", "folders", "instruct", "idx"};
-    for (int i = 0; i < 8; i++) {
+    const char *names[] = {"csv", "tsv", "jsonl", "squad", "text", "folders", "instruct", "idx", "images"};
+    for (int i = 0; i < 9; i++) {
         CHECK(tg_input_format_parse(names[i]) == i + 1, "%s -> %d", names[i], tg_input_format_parse(names[i]));
         CHECK(!strcmp(tg_input_format_name(i + 1), names[i]), "name of %d: %s", i + 1, tg_input_format_name(i + 1));
     }
     CHECK(tg_input_format_parse("auto") == -1 && tg_input_format_parse("xml") == -1 && tg_input_format_parse("") == -1,
           "auto, xml and '' are no input formats");
     CHECK(!strcmp(tg_input_format_name(0), "auto") && !strcmp(tg_input_format_name(-1), "?") &&
-              !strcmp(tg_input_format_name(9), "?"),
-          "names of 0, -1, 9");
+              !strcmp(tg_input_format_name(10), "?"),
+          "names of 0, -1, 10");
 }
 
 typedef struct option_case {
@@ -92,7 +92,7 @@ TG_TEST(test_convert_refuses_options) {
         {"a.csv", "text\nx\n", .eval_fraction = -0.1, .want = "--eval-fraction -0.1 is outside [0, 1)"},
         {"a.csv", "text\nx\n", .eval_fraction = 1, .want = "--eval-fraction 1 is outside [0, 1)"},
         {"a.csv", "text\nx\n", .eval_fraction = NAN, .want = "--eval-fraction nan is outside [0, 1)"},
-        {"a.csv", "text\nx\n", .format = 9, .want = "unknown input format 9"},
+        {"a.csv", "text\nx\n", .format = 10, .want = "unknown input format 10"},
         {"a.csv", "text\nx\n", .format = -1, .want = "unknown input format -1"},
         {"missing.csv", NULL, .want = "%s: cannot open: no such file or folder"},
         {"a.txt", "x\n", .text_column = "t", .want = "--text-column, --pair-column and --label-column are for csv, "
