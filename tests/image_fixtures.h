@@ -1,0 +1,27 @@
+/* PNG and JPEG files written with libpng and libjpeg, for the image decoding and
+ * conversion tests (tests/image_fixtures.c). */
+#ifndef TUNEGRAPH_TEST_IMAGE_FIXTURES_H
+#define TUNEGRAPH_TEST_IMAGE_FIXTURES_H
+
+#include <stdint.h>
+
+typedef struct tg_test_png {
+    int32_t width, height;
+    int color_type;           /* PNG_COLOR_TYPE_* */
+    int bit_depth;            /* 1, 2, 4, 8 or 16 */
+    const uint8_t *rows;      /* height rows as libpng takes them (16-bit values big-endian) */
+    const uint8_t *palette;   /* palette images: n_palette RGB triples */
+    int n_palette;
+    const uint8_t *trns;      /* a tRNS chunk's alpha values, or NULL */
+    int n_trns;
+    int interlace;            /* 1: Adam7 */
+} tg_test_png;
+
+/* 0, or -1 when libpng or the file failed. */
+int tg_test_write_png(const char *path, const tg_test_png *png);
+
+/* components 1 (gray), 3 (RGB, stored as YCbCr) or 4 (CMYK); interleaved pixels. */
+int tg_test_write_jpeg(const char *path, int32_t width, int32_t height, int components, const uint8_t *pixels,
+                       int quality, int progressive);
+
+#endif
