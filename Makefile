@@ -244,7 +244,7 @@ CLANG ?= clang
 FUZZ := $(BUILD)/fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := job plan plan_fields model_config safetensors dataset shards csv instruct squad squad_eval idx tokenizer checkpoint \
-                hf_index metrics sweep_grid sweep_weights artifact_manifest cost_calibration launch_env
+                hf_index metrics sweep_grid sweep_weights artifact_manifest cost_calibration launch_env png jpeg
 FUZZ_FLAGS := -U_FORTIFY_SOURCE -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g \
               -Wno-unknown-warning-option
 # The parsers and what they link: the layers below the compiler, the job reader, the
@@ -267,7 +267,7 @@ $(FUZZ)/obj/%.o: %.c $(HEADERS) | deps fuzz-deps
 # The fuzzers run no MPI: the stub (runtime/comm_mpi_absent.c) and none of its libraries,
 # which would only add their own allocations to the leak checks.
 $(FUZZ)/fuzz_%: MPI_LIBS :=
-$(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h tests/fuzz/fuzz_framed.h $(FUZZ_LIB_OBJ) | fuzz-deps
+$(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h tests/fuzz/fuzz_framed.h tests/fuzz/fuzz_image.h $(FUZZ_LIB_OBJ) | fuzz-deps
 	$(CLANG) $(CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
 
 # The edited-plan target runs what it loads: it links the runtime and the CPU executor too
