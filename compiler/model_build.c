@@ -952,8 +952,9 @@ static int build_llama(builder *b, int pad_id) {
 }
 
 /* ---- torchvision's mobilenet_v2 ---------------------------------------------------------
- * MobileNetV2 (Sandler et al.) as torchvision.models.mobilenet_v2 builds it, NCHW, with its
- * state-dict names: features.0 the stem (3x3 convolution of stride 2, BatchNorm2d, ReLU6),
+ * MobileNetV2 (Sandler et al.) as torchvision.models.mobilenet_v2 builds it, on channels-last
+ * images (NHWC, as PyTorch's channels_last memory format; the weights keep torch's layout), with
+ * its state-dict names: features.0 the stem (3x3 convolution of stride 2, BatchNorm2d, ReLU6),
  * features.1 .. features.17 the inverted residual blocks of the (t, c, n, s) table, features.18
  * the last 1x1 convolution to last_channel, then global average pooling, classifier.0 a
  * dropout and classifier.1 the linear classifier. Channel counts are torchvision's
@@ -961,7 +962,8 @@ static int build_llama(builder *b, int pad_id) {
  * batch normalisation (eps and momentum of the config) with its running statistics as
  * persistent buffers; initialisation as torchvision's: convolutions kaiming_normal_ (fan_out,
  * std sqrt(2 / (out channels x k x k))), the normalisations 1 and 0, the classifier's weight
- * normal(0, 0.01) and bias 0. */
+ * normal(0, 0.01) and bias 0. The pointwise (1x1, stride 1) convolutions are MATMULs over
+ * the pixels: on channels-last images they are exactly a linear layer of each pixel. */
 
 /* torchvision's _make_divisible(v, 8): the nearest multiple of 8, at least 8, and not below
  * 90% of v. */
@@ -973,18 +975,20 @@ static int64_t make_divisible(double v) {
     return n;
 }
 
-/* An image activation [B, C, H, W] (H = W). */
+/* A channels-last image activation [B, H, W, C] (H = W). */
 typedef struct image {
     int t;        /* the tensor, -1 after a failure */
     int64_t c, s; /* channels and size */
 } image;
 
 static image image_act(builder *b, const char *name, int64_t c, int64_t s) {
-    return (image){tg_act(b->g, name, 4, b->B, c, s, s), c, s};
+    return (image){tg_act(b->g, name, 4, b->B, s, s, c), c, s};
 }
 
 /* nn.Conv2d(x.c, c_out, k, stride, padding (k - 1) / 2, groups, bias=False) named prefix:
- * its weight `prefix.weight`, its output named prefix. */
+ * its weight `prefix.weight` [c_out, x.c / groups, k, k] (torch's layout), its output named
+ * prefix. A pointwise one (k 1, stride 1, groups 1) is the MATMUL of the B S S pixel rows,
+ * [B S S, x.c] @ W^T with the 4-D weight read as [c_out, x.c]; the others are CONV2Ds. */
 static image conv2d(builder *b, const char *prefix, image x, int64_t c_out, int64_t k, int64_t stride,
                     int64_t groups) {
     tg_graph *g = b->g;
@@ -996,6 +1000,14 @@ static image conv2d(builder *b, const char *prefix, image x, int64_t c_out, int6
     const int64_t pad = (k - 1) / 2, s = (x.s + 2 * pad - k) / stride + 1;
     image y = image_act(b, prefix, c_out, s);
     if (x.t < 0 || w < 0 || y.t < 0) return (image){-1, c_out, s};
+    if (k == 1 && stride == 1 && groups == 1) {
+        tg_op_spec sp = tg_spec(TG_OP_MATMUL);
+        sp.in[0] = x.t, sp.in[1] = w, sp.out[0] = y.t;
+        sp.p.matmul = (tg_matmul_params){.m = b->B * x.s * x.s, .n = c_out, .k = x.c, .trans_b = 1, .batch = 1,
+                                         .alpha = 1.0f};
+        tg_graph_op(g, &sp);
+        return y;
+    }
     tg_op_spec sp = tg_spec(TG_OP_CONV2D);
     sp.in[0] = x.t, sp.in[1] = w, sp.out[0] = y.t;
     sp.p.conv2d = (tg_conv2d_params){.n = b->B, .c_in = x.c, .h = x.s, .w = x.s, .c_out = c_out, .k = k,
@@ -1101,7 +1113,7 @@ static int build_mobilenet_v2(builder *b) {
     snprintf(prefix, sizeof prefix, "features.%d", index);
     x = conv_bn_relu6(b, prefix, x, last_channel, 1, 1, 1);
     if (x.t < 0) return -1;
-    /* adaptive_avg_pool2d to 1x1 and flatten, then the classifier. */
+    /* adaptive_avg_pool2d to 1x1 and flatten ([B, S S, C] -> [B, C]), then the classifier. */
     const int pooled = tg_act(g, "pooled", 2, b->B, last_channel, 0, 0);
     tg_op_spec sp = tg_spec(TG_OP_GLOBAL_AVG_POOL);
     sp.in[0] = x.t, sp.out[0] = pooled;
@@ -1128,7 +1140,7 @@ static int build_image_forward(tg_graph *g) {
     const tg_job *j = g->job;
     builder b = {.g = g, .B = j->batch, .T = 1, .N = j->batch};
     g->phase = TG_PHASE_FORWARD;
-    const int64_t shape[4] = {j->batch, c->image_channels, c->image_size, c->image_size};
+    const int64_t shape[4] = {j->batch, c->image_size, c->image_size, c->image_channels}; /* NHWC */
     g->io.pixel_values = tg_graph_tensor(g, "pixel_values", TG_F32, TG_POOL_INPUTS, 4, shape);
     if (g->io.pixel_values >= 0) g->tensors[g->io.pixel_values].flags |= TG_TENSOR_INPUT;
     g->io.labels = input(g, "labels", TG_I32, 1, j->batch, 0);

@@ -328,8 +328,9 @@ static const char *check_conv2d_bwd(const tg_op_check_ctx *c, const tg_op *op) {
     return NULL;
 }
 
-/* BATCHNORM: x and y [N, C, HW], gamma, beta and the running statistics [C], stats [2, C];
- * the running statistics both or neither, updated in place; eps positive, momentum in [0, 1]. */
+/* BATCHNORM: x and y [N HW, C] (channels last; checked as the element count), gamma, beta
+ * and the running statistics [C], stats [2, C]; the running statistics both or neither,
+ * updated in place; eps positive, momentum in [0, 1]. */
 static const char *check_batchnorm(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_batchnorm_params *p = &op->p.batchnorm;
     EXPECT(p->n > 0 && p->c > 0 && p->hw > 0, "non-positive dims (N, C, HW)");
@@ -364,7 +365,7 @@ static const char *check_batchnorm_bwd(const tg_op_check_ctx *c, const tg_op *op
     return NULL;
 }
 
-/* GLOBAL_AVG_POOL and its backward: [N, C, HW] on one side, [N, C] on the other. */
+/* GLOBAL_AVG_POOL and its backward: [N, HW, C] on one side, [N, C] on the other. */
 static const char *check_avg_pool(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_avg_pool_params *p = &op->p.avg_pool;
     EXPECT(p->n > 0 && p->c > 0 && p->hw > 0, "non-positive dims (N, C, HW)");
@@ -930,7 +931,7 @@ static double flops_batchnorm(const tg_op *op) { return 8.0 * op->p.batchnorm.n 
 static double flops_batchnorm_bwd(const tg_op *op) {
     return 12.0 * op->p.batchnorm_bwd.n * op->p.batchnorm_bwd.c * op->p.batchnorm_bwd.hw;
 }
-/* One per element of the pooled side's [N, C, HW]. */
+/* One per element of the pooled side's [N, HW, C]. */
 static double flops_avg_pool(const tg_op *op) { return (double)op->p.avg_pool.n * op->p.avg_pool.c * op->p.avg_pool.hw; }
 static double flops_rmsnorm(const tg_op *op) { return 4.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }
 static double flops_rmsnorm_bwd(const tg_op *op) { return 8.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 26
+#define TG_PLAN_VERSION 27
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -290,8 +290,8 @@ typedef struct tg_plan_io {
     /* task = mlm: an int32 [4] input, the masking stream of each batch (MLM_MASK's in3,
      * kernels/mlm_mask.h tg_mlm_stream_of), written by the host; -1 in other plans. */
     int32_t mlm_stream;
-    /* Image models: the batch's images, f32 [batch, channels, size, size] in the inputs
-     * pool (NCHW); -1 in the transformers' plans, which take token ids instead. */
+    /* Image models: the batch's images, f32 [batch, size, size, channels] in the inputs
+     * pool (NHWC, channels last); -1 in the transformers' plans, which take token ids instead. */
     int32_t pixel_values;
 } tg_plan_io;
 

@@ -187,9 +187,10 @@ static int upload_values(tg_trainer *t, tg_err *err) {
  * next batch derives it with its own bucket's layout). Touches buffer k's state alone, so
  * the loader thread may fill one buffer while the stepping thread reads others (the two
  * never fill at once: the stepping thread fills only with the loader parked). */
-/* An image model's batch: pixel_values [B, C, S, S] from the examples' pixels (bytes as
- * input_ids), each (byte / 255 - image_mean[c]) / image_std[c]; labels [B]. Rows past the
- * n examples are zero images whose labels count for nothing. */
+/* An image model's batch: pixel_values [B, S, S, C] (channels last) from the examples'
+ * pixels (bytes as input_ids, each image stored as C planes of S x S), each (byte / 255 -
+ * image_mean[c]) / image_std[c]; labels [B]. Rows past the n examples are zero images whose
+ * labels count for nothing. */
 static void fill_image_batch(tg_trainer *t, int k, int micro, const tg_dataset *ds, const int32_t *idx, int32_t n,
                              tg_batch *b) {
     const tg_plan_io *io = &t->plan->io;
@@ -208,10 +209,11 @@ static void fill_image_batch(tg_trainer *t, int k, int micro, const tg_dataset *
             continue;
         }
         const tg_example *ex = &ds->examples[idx[r]];
-        for (int32_t c = 0; c < m->image_channels; c++) {
+        const int32_t C = m->image_channels;
+        for (int32_t c = 0; c < C; c++) {
             const float mean = m->image_mean[c], inv = 1.0f / m->image_std[c];
             for (int64_t i = 0; i < plane; i++)
-                row[c * plane + i] = ((float)ex->input_ids[c * plane + i] / 255.0f - mean) * inv;
+                row[i * C + c] = ((float)ex->input_ids[c * plane + i] / 255.0f - mean) * inv;
         }
         labels[r] = ex->label;
     }

@@ -1,6 +1,8 @@
 /* model = mobilenet_v2 against PyTorch + torchvision (tests/golden/make_golden_mobilenet.py
  * made tests/golden/data/mobilenet_v2): the plan compiled from the case's config and
- * torchvision state dict, on the same batch, must give torchvision's training-mode logits
+ * torchvision state dict, on the same batch (torchvision's NCHW images permuted into the
+ * plan's channels-last pixel_values; the weights, statistics, logits and loss have no image
+ * layout), must give torchvision's training-mode logits
  * and loss, every parameter gradient, and after 3 AdamW steps (constant lr, eps 1e-2, clipping at 1,
  * no decay on the batch-norm parameters and biases) the weights, the batch normalisations'
  * running statistics and the eval-mode logits.
@@ -145,11 +147,19 @@ TG_TEST(test_golden_mobilenet_v2) {
     REQUIRE(tg_st_open(CASE_DIR "/golden.safetensors", &st, &err) == 0, "%s", err.msg);
     const tg_plan_io *io = &p.io;
     const tg_st_entry *px = tg_st_find(&st, "pixel_values"), *lb = tg_st_find(&st, "labels");
-    REQUIRE(px && lb &&
-                tg_st_read_f32(&st, px, tg_trainer_input(&tr, io->pixel_values),
-                               tg_tensor_numel(&p.tensors[io->pixel_values]), &err) == 0 &&
+    /* torchvision ran NCHW: the golden images go into the plan's channels-last batch. */
+    const int64_t C = p.model.image_channels, S = p.model.image_size, plane = S * S;
+    const int64_t n_px = tg_tensor_numel(&p.tensors[io->pixel_values]);
+    float *nchw = malloc(sizeof(float) * (size_t)n_px);
+    REQUIRE(nchw && n_px == job.batch * C * plane, "pixel_values: %lld elements", (long long)n_px);
+    REQUIRE(px && lb && tg_st_read_f32(&st, px, nchw, n_px, &err) == 0 &&
                 tg_st_read_i32(&st, lb, tg_trainer_input(&tr, io->labels), job.batch, &err) == 0,
             "inputs: %s", err.msg);
+    float *nhwc = tg_trainer_input(&tr, io->pixel_values);
+    for (int64_t b = 0; b < job.batch; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < plane; i++) nhwc[(b * plane + i) * C + c] = nchw[(b * C + c) * plane + i];
+    free(nchw);
 
     /* The buffers as loaded: the gradients' forward moves them, the script puts them back. */
     float *saved[256] = {0};

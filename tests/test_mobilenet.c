@@ -1,6 +1,7 @@
 /* model = mobilenet_v2 (torchvision's architecture, compiler/model_build.c): its parameter
  * and buffer names and shapes against torchvision's state dict, the job's refusals, the plan
- * file round trip and its io check, the whole model's gradient against finite differences,
+ * file round trip and its io check, the trainer's channels-last batch from an RGB shard set,
+ * the whole model's gradient against finite differences,
  * a few CPU training steps on a learnable synthetic task (the loss goes down, the running
  * statistics move, eval uses them), and its weights through a torchvision-style safetensors
  * file and back, and the export folder. */
@@ -11,6 +12,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "datasets/shard_writer.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
 #include "plan/plan_file.h"
@@ -152,8 +154,8 @@ TG_TEST(test_mobilenet_v2_plan_file) {
     p.model.image_size = 33;
     REQUIRE(tg_plan_encode(&p, &a, &na, &err) == 0, "%s", err.msg);
     CHECK(tg_plan_decode(a, na, "tiny.tgp", &back, &err) == -1 &&
-              strstr(err.msg, "io pixel_values is tensor 0 (pixel_values) of shape [4, 1, 32, 32]; it must be "
-                              "[4, 1, 33, 33]"),
+              strstr(err.msg, "io pixel_values is tensor 0 (pixel_values) of shape [4, 32, 32, 1]; it must be "
+                              "[4, 33, 33, 1]"),
           "%s", err.msg);
     free(a);
     tg_plan_free(&p);
@@ -181,7 +183,8 @@ static uint64_t lcg(uint64_t *s) {
 }
 
 /* A learnable task: class k is a bright 8-pixel-wide stripe in column band k of the image,
- * over uniform noise in [0, 0.5); image i of the set is of class i % 3. */
+ * over uniform noise in [0, 0.5); image i of the set is of class i % 3. Stored channels last,
+ * as pixel_values (the noise drawn plane by plane, as the images were when they were NCHW). */
 static void synthetic_images(int n, int channels, int size, float *pixels, int32_t *labels, uint64_t seed) {
     uint64_t s = seed;
     for (int i = 0; i < n; i++) {
@@ -192,7 +195,7 @@ static void synthetic_images(int n, int channels, int size, float *pixels, int32
                 for (int x = 0; x < size; x++) {
                     float v = (float)(lcg(&s) % 1000) / 2000.0f;
                     if (x >= 2 + 10 * k && x < 10 + 10 * k) v += 1.5f;
-                    pixels[(((int64_t)i * channels + c) * size + y) * size + x] = v;
+                    pixels[(((int64_t)i * size + y) * size + x) * channels + c] = v;
                 }
     }
 }
@@ -208,8 +211,9 @@ static double loss_at(tg_trainer *tr, const tg_plan *p, const float *params) {
     return loss;
 }
 
-/* Every parameter's gradient from the plan's backward (conv2d_bwd, batchnorm_bwd, relu6_bwd,
- * global_avg_pool_bwd, the residual adds, the classifier and its dropout) against central
+/* Every parameter's gradient from the plan's backward (conv2d_bwd, the pointwise
+ * convolutions' matmuls, batchnorm_bwd, relu6_bwd, global_avg_pool_bwd, the residual adds,
+ * the classifier and its dropout) against central
  * differences of the loss along a direction half the gradient, half random: a check of the
  * wiring (a wrong or missing contribution is off by its whole size), within 5% and 3e-3. The
  * float32 loss through batch normalisations over few values is too rough for a closer one
@@ -410,6 +414,63 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     CHECK(compared == n_items - n_counts, "%d of %d values compared", compared, n_items - n_counts);
     tg_weights_report_free(&report);
     tg_weights_image_free(&img);
+    tg_trainer_close(&tr);
+    tg_plan_free(&p);
+}
+
+/* The trainer's batch is channels last: from an RGB shard set (each image stored as three
+ * planes), pixel_values[r, i, c] = (byte[c plane + i] / 255 - image_mean[c]) / image_std[c]
+ * for each row's image, with the per-channel normalisation telling the channels apart. */
+TG_TEST(test_mobilenet_v2_batch_channels_last) {
+    enum { N = 4, C = 3, S = 4, PLANE = S * S, PER = C * PLANE };
+    char dir[600], job_text[1600];
+    snprintf(dir, sizeof dir, "%s/rgb-set", tg_test_tmpdir());
+    static char *const names[3] = {"a", "b", "c"};
+    tg_shard_set_desc desc = {.task = TG_SHARD_IMAGE, .seq = PER, .n_labels = 3, .labels = names, .vocab_size = 256,
+                              .command = "test", .image_channels = C, .image_height = S, .image_width = S};
+    tg_shard_writer *w;
+    tg_err err = {{0}};
+    REQUIRE(tg_shard_writer_open(dir, &desc, &w, &err) == 0, "%s", err.msg);
+    static int32_t pixels[N][PER];
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < PER; k++) pixels[n][k] = (n * 61 + k * 5) % 256;
+        const tg_shard_record rec = {.len = PER, .input_ids = pixels[n], .label = n % 3};
+        REQUIRE(tg_shard_writer_add(w, TG_SPLIT_TRAIN, &rec, &err) == 0, "%s", err.msg);
+    }
+    REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
+    snprintf(job_text, sizeof job_text,
+             "model = mobilenet_v2\nnum_labels = 3\nimage_channels = 3\nimage_size = %d\nwidth_mult = 0.25\n"
+             "batch = %d\nsteps = 1\nimage_mean = 0.5, 0.25, 0.125\nimage_std = 0.5, 2, 0.25\n"
+             "train_data = %s\n",
+             S, N, dir);
+    tg_job job;
+    tg_plan p;
+    REQUIRE(tg_job_parse_text(job_text, "rgb.job", NULL, NULL, 0, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0,
+            "%s", err.msg);
+    const tg_tensor *px = &p.tensors[p.io.pixel_values];
+    CHECK(px->ndim == 4 && px->shape[0] == N && px->shape[1] == S && px->shape[2] == S && px->shape[3] == C,
+          "pixel_values is [%lld, %lld, %lld, %lld]", (long long)px->shape[0], (long long)px->shape[1],
+          (long long)px->shape[2], (long long)px->shape[3]);
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1};
+    REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
+    tg_step_stats stats;
+    REQUIRE(tg_trainer_step(&tr, &stats, &err) == 0, "%s", err.msg);
+    static float got[N * PER];
+    REQUIRE(tg_trainer_read(&tr, p.io.pixel_values, got, &err) == 0, "%s", err.msg);
+    static const float mean[C] = {0.5f, 0.25f, 0.125f}, std[C] = {0.5f, 2, 0.25f};
+    int matched = 0;
+    for (int r = 0; r < N; r++)
+        for (int n = 0; n < N; n++) { /* the sampler's order is its own: find the row's image */
+            int same_image = 1;
+            for (int i = 0; i < PLANE && same_image; i++)
+                for (int c = 0; c < C && same_image; c++) {
+                    const float want = ((float)pixels[n][c * PLANE + i] / 255.0f - mean[c]) * (1.0f / std[c]);
+                    same_image = got[(r * PLANE + i) * C + c] == want;
+                }
+            matched += same_image;
+        }
+    CHECK(matched == N, "%d of %d batch rows are an image of the set laid out [S, S, C]", matched, N);
     tg_trainer_close(&tr);
     tg_plan_free(&p);
 }

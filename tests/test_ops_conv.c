@@ -1,12 +1,13 @@
 /* The convolutional image model's ops on the CPU reference (runtime/cpu/conv.c,
- * batchnorm.c, elementwise.c), each against values worked by hand and against an
- * implementation written here in double:
+ * batchnorm.c, elementwise.c) on channels-last images (NHWC, plan/ops.def), each against
+ * values worked by hand and against an implementation written here in double:
  *
  * - CONV2D: hand-computed outputs (a 2x2 difference kernel with a bias, a 3x3 box of stride
  *   2 with padding, a depthwise pair); random shapes (full, grouped, depthwise, pointwise,
  *   strided, unpadded) against a double convolution, the same bits on 1 and 3 threads;
  *   CONV2D_BWD's dx, dweight and dbias against central differences of the double forward,
- *   accumulating (+=) and overwriting, and each output alone;
+ *   accumulating (+=) and overwriting, and each output alone; a full and a depthwise
+ *   convolution of stride 2 bit for bit against the direct NHWC sums in ops.def's orders;
  * - BATCHNORM: a channel worked by hand (mean, biased variance, PyTorch's running update
  *   with the unbiased variance), eval mode with and without the running statistics;
  *   random shapes against a double forward; BATCHNORM_BWD by central differences;
@@ -76,7 +77,17 @@ static void run_conv_bwd(const conv_shape *s, int overwrite, const float *dy, co
     tg_cpu_op_run(&a);
 }
 
-/* torch.nn.functional.conv2d in double, straight from the definition. */
+/* Element (img, row, col, channel) of an NHWC image of `rows` x `cols` pixels, `ch` channels. */
+static int64_t nhwc(int64_t img, int64_t row, int64_t col, int64_t c, int64_t rows, int64_t cols, int64_t ch) {
+    return ((img * rows + row) * cols + col) * ch + c;
+}
+
+/* Weight element (o, c, u, v) of torch's [c_out, c_in / groups, k, k]. */
+static int64_t wat(const conv_shape *s, int64_t o, int64_t c, int64_t u, int64_t v) {
+    return ((o * (s->c_in / s->groups) + c) * s->k + u) * s->k + v;
+}
+
+/* torch.nn.functional.conv2d in double, straight from the definition, channels last. */
 static void conv_ref(const conv_shape *s, const double *x, const double *w, const double *b, double *y) {
     const int64_t oh = conv_oh(s), ow = conv_ow(s), cin_g = s->c_in / s->groups, cout_g = s->c_out / s->groups;
     for (int64_t img = 0; img < s->n; img++)
@@ -90,17 +101,16 @@ static void conv_ref(const conv_shape *s, const double *x, const double *w, cons
                             for (int64_t v = 0; v < s->k; v++) {
                                 const int64_t iy = i * s->stride - s->pad + u, ix = j * s->stride - s->pad + v;
                                 if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
-                                acc += w[((o * cin_g + c) * s->k + u) * s->k + v] *
-                                       x[((img * s->c_in + g * cin_g + c) * s->h + iy) * s->w + ix];
+                                acc += w[wat(s, o, c, u, v)] * x[nhwc(img, iy, ix, g * cin_g + c, s->h, s->w, s->c_in)];
                             }
-                    y[((img * s->c_out + o) * oh + i) * ow + j] = acc;
+                    y[nhwc(img, i, j, o, oh, ow, s->c_out)] = acc;
                 }
 }
 
 /* By hand: x = 1..9 as one 3x3 image. The kernel [[1, 0], [0, -1]] gives x[i][j] - x[i+1][j+1]
  * = -4 everywhere, plus the bias 0.5; a 3x3 box of ones with stride 2 and padding 1 sums
  * the 2x2 corners (12, 16, 24, 28); a depthwise pair (groups 2) scales each channel by its
- * own 1x1 weight. */
+ * own 1x1 weight, the channels interleaved pixel by pixel (NHWC). */
 TG_TEST(test_op_conv2d_hand_values) {
     const float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     const float diff[4] = {1, 0, 0, -1}, bias = 0.5f;
@@ -114,11 +124,12 @@ TG_TEST(test_op_conv2d_hand_values) {
     run_conv(&s2, x, box, NULL, y, NULL);
     const float want2[4] = {12, 16, 24, 28};
     for (int i = 0; i < 4; i++) CHECK(y[i] == want2[i], "box, stride 2, pad 1: y[%d] = %g, want %g", i, y[i], want2[i]);
-    /* Two channels [1, 2 | 3, 4] (1x2 images), depthwise weights 10 and -1. */
-    const float x3[4] = {1, 2, 3, 4}, w3[2] = {10, -1};
+    /* Two channels [1, 2 | 3, 4] of a 1x2 image, stored pixel by pixel (1, 3 | 2, 4);
+     * depthwise weights 10 and -1. */
+    const float x3[4] = {1, 3, 2, 4}, w3[2] = {10, -1};
     const conv_shape s3 = {1, 2, 1, 2, 2, 1, 1, 0, 2};
     run_conv(&s3, x3, w3, NULL, y, NULL);
-    const float want3[4] = {10, 20, -3, -4};
+    const float want3[4] = {10, -3, 20, -4};
     for (int i = 0; i < 4; i++) CHECK(y[i] == want3[i], "depthwise: y[%d] = %g, want %g", i, y[i], want3[i]);
 }
 
@@ -216,6 +227,94 @@ TG_TEST(test_op_conv2d_bwd_finite_differences) {
     }
 }
 
+/* The layout and the summation orders themselves: a full 3x3 convolution and a depthwise
+ * one, both of stride 2 and padding 1 over odd and even sizes, against ops.def's formulas
+ * written out directly on NHWC indices: y in float over (c, u, v) then the bias, dx in float
+ * over (o, u, v) gathered from the outputs reading each input pixel, dweight and dbias in
+ * double over (img, i, j). The kernel must give the same bits, on 1 thread and on 3. */
+TG_TEST(test_op_conv2d_nhwc_direct) {
+    static const conv_shape shapes[] = {
+        {2, 3, 5, 6, 4, 3, 2, 1, 1}, /* full: 3 -> 4 channels */
+        {2, 4, 5, 4, 4, 3, 2, 1, 4}, /* depthwise */
+    };
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const conv_shape *s = &shapes[c];
+        const int64_t oh = conv_oh(s), ow = conv_ow(s), cin_g = s->c_in / s->groups, cout_g = s->c_out / s->groups;
+        const int64_t xs = conv_xs(s), ws = conv_ws(s), ys = conv_ys(s);
+        float *x = frand(xs, 800 + c, -2, 2), *w = frand(ws, 810 + c, -1, 1), *b = frand(s->c_out, 820 + c, -1, 1);
+        float *dy = frand(ys, 830 + c, -1, 1);
+        float *want_y = fconst(ys, NAN), *want_dx = fconst(xs, NAN), *want_dw = fconst(ws, NAN);
+        float *want_db = fconst(s->c_out, NAN);
+        for (int64_t img = 0; img < s->n; img++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++)
+                    for (int64_t o = 0; o < s->c_out; o++) {
+                        const int64_t g = o / cout_g;
+                        float acc = 0;
+                        for (int64_t ci = 0; ci < cin_g; ci++)
+                            for (int64_t u = 0; u < s->k; u++)
+                                for (int64_t v = 0; v < s->k; v++) {
+                                    const int64_t iy = i * s->stride - s->pad + u, ix = j * s->stride - s->pad + v;
+                                    if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
+                                    acc += w[wat(s, o, ci, u, v)] * x[nhwc(img, iy, ix, g * cin_g + ci, s->h, s->w, s->c_in)];
+                                }
+                        want_y[nhwc(img, i, j, o, oh, ow, s->c_out)] = acc + b[o];
+                    }
+        for (int64_t img = 0; img < s->n; img++)
+            for (int64_t yy = 0; yy < s->h; yy++)
+                for (int64_t xx = 0; xx < s->w; xx++)
+                    for (int64_t chan = 0; chan < s->c_in; chan++) {
+                        const int64_t g = chan / cin_g, ci = chan % cin_g;
+                        float acc = 0;
+                        for (int64_t o = g * cout_g; o < (g + 1) * cout_g; o++)
+                            for (int64_t u = 0; u < s->k; u++)
+                                for (int64_t v = 0; v < s->k; v++) {
+                                    const int64_t ti = yy + s->pad - u, tj = xx + s->pad - v; /* i stride, j stride */
+                                    if (ti < 0 || tj < 0 || ti % s->stride || tj % s->stride) continue;
+                                    const int64_t i = ti / s->stride, j = tj / s->stride;
+                                    if (i >= oh || j >= ow) continue;
+                                    acc += w[wat(s, o, ci, u, v)] * dy[nhwc(img, i, j, o, oh, ow, s->c_out)];
+                                }
+                        want_dx[nhwc(img, yy, xx, chan, s->h, s->w, s->c_in)] = acc;
+                    }
+        for (int64_t o = 0; o < s->c_out; o++) {
+            const int64_t g = o / cout_g;
+            double sb = 0;
+            for (int64_t img = 0; img < s->n; img++)
+                for (int64_t i = 0; i < oh; i++)
+                    for (int64_t j = 0; j < ow; j++) sb += dy[nhwc(img, i, j, o, oh, ow, s->c_out)];
+            want_db[o] = (float)sb;
+            for (int64_t ci = 0; ci < cin_g; ci++)
+                for (int64_t u = 0; u < s->k; u++)
+                    for (int64_t v = 0; v < s->k; v++) {
+                        double sw = 0;
+                        for (int64_t img = 0; img < s->n; img++)
+                            for (int64_t i = 0; i < oh; i++)
+                                for (int64_t j = 0; j < ow; j++) {
+                                    const int64_t iy = i * s->stride - s->pad + u, ix = j * s->stride - s->pad + v;
+                                    if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
+                                    sw += (double)dy[nhwc(img, i, j, o, oh, ow, s->c_out)] *
+                                          x[nhwc(img, iy, ix, g * cin_g + ci, s->h, s->w, s->c_in)];
+                                }
+                        want_dw[wat(s, o, ci, u, v)] = (float)sw;
+                    }
+        }
+        for (int threads = 0; threads < 2; threads++) {
+            tg_threadpool *tp = threads ? pool3() : NULL;
+            float *y = fconst(ys, NAN), *dx = fconst(xs, NAN), *dw = fconst(ws, NAN), *db = fconst(s->c_out, NAN);
+            run_conv(s, x, w, b, y, tp);
+            run_conv_bwd(s, 1, dy, x, w, dx, dw, db, tp);
+            CHECK(same(y, want_y, ys), "shape %zu, %s: y differs from the direct NHWC sums", c, threads ? "3 threads" : "1");
+            CHECK(same(dx, want_dx, xs), "shape %zu, %s: dx differs from the direct NHWC sums", c,
+                  threads ? "3 threads" : "1");
+            CHECK(same(dw, want_dw, ws) && same(db, want_db, s->c_out),
+                  "shape %zu, %s: dweight or dbias differs from the direct NHWC sums", c, threads ? "3 threads" : "1");
+            free(y), free(dx), free(dw), free(db);
+        }
+        free(x), free(w), free(b), free(dy), free(want_y), free(want_dx), free(want_dw), free(want_db);
+    }
+}
+
 /* ---- batch normalisation ----------------------------------------------------------------- */
 
 static void run_bn(int64_t n, int64_t c, int64_t hw, float eps, float momentum, int training, const float *x,
@@ -243,18 +342,19 @@ static void run_bn_bwd(int64_t n, int64_t c, int64_t hw, float eps, int overwrit
 }
 
 /* One channel of 2 images x 2 positions holding 1, 2 (image 0) and 3, 4 (image 1), and a
- * second channel of 10, 10, 10, 10: mean 2.5 and biased variance 1.25; momentum 0.1 moves
- * the running mean 0 -> 0.25 and the running variance 1 -> 0.9 + 0.1 * 5/3 (the unbiased
- * 1.25 * 4/3). The constant channel normalises to beta. */
+ * second channel of 10, 10, 10, 10 (channels last: the rows of [n hw, c] are 1 10, 2 10,
+ * 3 10, 4 10): mean 2.5 and biased variance 1.25; momentum 0.1 moves the running mean
+ * 0 -> 0.25 and the running variance 1 -> 0.9 + 0.1 * 5/3 (the unbiased 1.25 * 4/3). The
+ * constant channel normalises to beta. */
 TG_TEST(test_op_batchnorm_hand_values) {
-    const float x[8] = {1, 2, 10, 10, 3, 4, 10, 10}, g[2] = {2, 1}, b[2] = {0.5f, -1};
+    const float x[8] = {1, 10, 2, 10, 3, 10, 4, 10}, g[2] = {2, 1}, b[2] = {0.5f, -1};
     float rm[2] = {0, 0}, rv[2] = {1, 1}, y[8], stats[4];
     run_bn(2, 2, 2, 1e-5f, 0.1f, 1, x, g, b, rm, rv, y, stats, NULL);
     CHECK(stats[0] == 2.5f && stats[1] == 10.0f && stats[2] == 1.25f && stats[3] == 0.0f, "stats %g %g | %g %g",
           stats[0], stats[1], stats[2], stats[3]);
     const double rs = 1.0 / sqrt(1.25 + 1e-5);
-    const double want[8] = {2 * -1.5 * rs + 0.5, 2 * -0.5 * rs + 0.5, -1, -1, 2 * 0.5 * rs + 0.5, 2 * 1.5 * rs + 0.5,
-                            -1, -1};
+    const double want[8] = {2 * -1.5 * rs + 0.5, -1, 2 * -0.5 * rs + 0.5, -1, 2 * 0.5 * rs + 0.5, -1,
+                            2 * 1.5 * rs + 0.5, -1};
     CHECK(worst_rel(y, want, 8) < 1e-6, "y vs hand values: %g", worst_rel(y, want, 8));
     CHECK(fabsf(rm[0] - 0.25f) < 1e-7f && fabsf(rm[1] - 1.0f) < 1e-6f, "running mean %.9g %.9g, want 0.25 1", rm[0],
           rm[1]);
@@ -264,7 +364,7 @@ TG_TEST(test_op_batchnorm_hand_values) {
     float rm2[2] = {1, 2}, rv2[2] = {4, 0.25f};
     run_bn(2, 2, 2, 1e-5f, 0.1f, 0, x, g, b, rm2, rv2, y, stats, NULL);
     const double r0 = 1.0 / sqrt(4 + 1e-5), r1 = 1.0 / sqrt(0.25 + 1e-5);
-    const double want_eval[8] = {0.5, 2 * r0 + 0.5, 8 * r1 - 1, 8 * r1 - 1, 4 * r0 + 0.5, 6 * r0 + 0.5, 8 * r1 - 1,
+    const double want_eval[8] = {0.5, 8 * r1 - 1, 2 * r0 + 0.5, 8 * r1 - 1, 4 * r0 + 0.5, 8 * r1 - 1, 6 * r0 + 0.5,
                                  8 * r1 - 1};
     CHECK(worst_rel(y, want_eval, 8) < 1e-6, "eval y vs hand values: %g", worst_rel(y, want_eval, 8));
     CHECK(rm2[0] == 1 && rm2[1] == 2 && rv2[0] == 4 && rv2[1] == 0.25f, "eval changed the running statistics");
@@ -280,24 +380,20 @@ TG_TEST(test_op_batchnorm_hand_values) {
     CHECK(y1 == 0 && rm1 == 1.5f && rv1 == 0.5f, "one element: y %g, running %g %g", y1, rm1, rv1);
 }
 
-/* The training-mode forward in double: y and the per-channel mean and biased variance. */
+/* The training-mode forward in double over channels-last x [n hw, c]: y and the
+ * per-channel mean and biased variance. */
 static void bn_ref(int64_t n, int64_t c, int64_t hw, double eps, const double *x, const double *g, const double *b,
                    double *y, double *mean, double *var) {
+    const int64_t m = n * hw;
     for (int64_t ch = 0; ch < c; ch++) {
         double s = 0, ss = 0;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t t = 0; t < hw; t++) s += x[(i * c + ch) * hw + t];
-        const double mu = s / (double)(n * hw);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t t = 0; t < hw; t++) ss += (x[(i * c + ch) * hw + t] - mu) * (x[(i * c + ch) * hw + t] - mu);
-        const double v = ss / (double)(n * hw), rs = 1.0 / sqrt(v + eps);
+        for (int64_t r = 0; r < m; r++) s += x[r * c + ch];
+        const double mu = s / (double)m;
+        for (int64_t r = 0; r < m; r++) ss += (x[r * c + ch] - mu) * (x[r * c + ch] - mu);
+        const double v = ss / (double)m, rs = 1.0 / sqrt(v + eps);
         if (mean) mean[ch] = mu;
         if (var) var[ch] = v;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t t = 0; t < hw; t++) {
-                const int64_t k = (i * c + ch) * hw + t;
-                y[k] = (x[k] - mu) * rs * g[ch] + b[ch];
-            }
+        for (int64_t r = 0; r < m; r++) y[r * c + ch] = (x[r * c + ch] - mu) * rs * g[ch] + b[ch];
     }
 }
 
@@ -431,8 +527,9 @@ static void run_pool(int kind, int64_t n, int64_t c, int64_t hw, const float *x,
 }
 
 TG_TEST(test_op_global_avg_pool) {
-    /* 2 images x 2 channels of 3 positions: the means 2, 5 | -1, 0.5. */
-    const float x[12] = {1, 2, 3, 4, 5, 6, -3, 0, 0, 0.5f, 0.5f, 0.5f};
+    /* 2 images x 3 positions x 2 channels (channel 0 holding 1, 2, 3 and channel 1 4, 5, 6
+     * in image 0; -3, 0, 0 and 0.5 thrice in image 1): the means 2, 5 | -1, 0.5. */
+    const float x[12] = {1, 4, 2, 5, 3, 6, -3, 0.5f, 0, 0.5f, 0, 0.5f};
     float y[4];
     run_pool(TG_OP_GLOBAL_AVG_POOL, 2, 2, 3, x, y);
     const float want[4] = {2, 5, -1, 0.5f};

@@ -780,7 +780,9 @@ TG_TEST(test_plan_file_wrong_version) {
      * nine integer and six float slots, version 11 the parameter classes (frozen parameters
      * and buffers, their pools and flags), version 12 op kinds by name (the payload's table
      * of the kind names the plan uses; each op its index there) instead of enum numbers,
-     * so that an op added to plan/ops.def no longer needs a new version. */
+     * so that an op added to plan/ops.def no longer needs a new version; version 27 the
+     * image models' channels-last (NHWC) activations, pixel_values [B, S, S, C], and their
+     * pointwise convolutions as MATMULs (the same op names, another meaning). */
     CHECK(TG_PLAN_VERSION > 11, "plan version %d still reads version 11 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",
