@@ -459,6 +459,7 @@ static void bwd_conv2d(tg_graph *g, int index) {
 
 /* BATCHNORM_BWD (training mode: the batch's statistics, out1 of the forward) writes dx and,
  * where gamma and beta train, their gradients; an x that needs no gradient writes scratch.
+ * A fused ReLU6 (relu6) hands the backward the forward's output, which masks dy.
  * The running statistics (out2, out3) take no gradient. */
 static void bwd_batchnorm(tg_graph *g, int index) {
     tg_op op = *fwd(g, index);
@@ -472,9 +473,11 @@ static void bwd_batchnorm(tg_graph *g, int index) {
     tg_op_spec s = tg_spec(TG_OP_BATCHNORM_BWD);
     s.in[0] = tg_ad_grad_of(g, op.out[0]);
     s.in[1] = op.in[0], s.in[2] = op.in[1], s.in[3] = op.out[1];
+    if (op.p.batchnorm.relu6) s.in[4] = op.out[0]; /* the ReLU6's output masks dy */
     s.out[0] = dx, s.out[1] = dgamma, s.out[2] = dbeta;
     s.p.batchnorm_bwd = (tg_batchnorm_bwd_params){.n = op.p.batchnorm.n, .c = op.p.batchnorm.c,
-                                                  .hw = op.p.batchnorm.hw, .eps = op.p.batchnorm.eps};
+                                                  .hw = op.p.batchnorm.hw, .eps = op.p.batchnorm.eps,
+                                                  .relu6 = op.p.batchnorm.relu6};
     tg_graph_op(g, &s);
     if (!dx_scratch) tg_ad_commit(g, op.in[0], dx);
     if (dgamma >= 0) tg_ad_commit(g, op.in[1], dgamma);

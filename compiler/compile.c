@@ -93,7 +93,7 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
     char msg[700];
     if (cfg->arch == TG_ARCH_MOBILENET_V2) return check_image_job(job, cfg, err);
     static const int image_keys[] = {TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN,
-                                     TG_JOB_IMAGE_STD};
+                                     TG_JOB_IMAGE_STD, TG_JOB_FUSE_BN_RELU6};
     for (size_t k = 0; k < sizeof image_keys / sizeof image_keys[0]; k++)
         if (job->key_line[image_keys[k]] != 0) {
             snprintf(msg, sizeof msg, "only image models take it; model '%s' is %s", cfg->source,

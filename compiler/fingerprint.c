@@ -41,7 +41,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 /* Every field of tg_job is hashed but recompute_layers and memory_available, which no job
  * key sets (the layers recompute = auto chose, the device's free memory it planned for:
  * the fingerprint is the job's as written). */
-_Static_assert(sizeof(tg_job) == 5528, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5536, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1160, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -155,6 +155,7 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
         fp_i32(&h, j->image_channels);
         fp_i32(&h, j->image_size);
         fp_f32(&h, j->width_mult);
+        fp_i32(&h, j->fuse_bn_relu6);
     }
     /* The first 64 key lines as they were hashed before there were more keys; those past
      * them (image_mean, image_std) with the image fields. */

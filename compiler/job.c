@@ -83,6 +83,7 @@ static const struct job_key {
     [TG_JOB_WIDTH_MULT] = {"width_mult", 0},
     [TG_JOB_IMAGE_MEAN] = {"image_mean", 0},
     [TG_JOB_IMAGE_STD] = {"image_std", 0},
+    [TG_JOB_FUSE_BN_RELU6] = {"fuse_bn_relu6", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -114,6 +115,7 @@ void tg_job_defaults(tg_job *job) {
     job->attention = TG_ATTENTION_FUSED;
     job->fuse_bias_grad = 1;
     job->fuse_gelu = 1;
+    job->fuse_bn_relu6 = 1;
     job->fuse_residual_layernorm = 1;
     job->fuse_qkv = 1;
     job->data_parallel = 1;
@@ -588,6 +590,7 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_ATTENTION: rc = set_enum(&job->attention, v, attention_modes, 2, o, name, err); break;
     case TG_JOB_FUSE_BIAS_GRAD: rc = set_bool(&job->fuse_bias_grad, v, o, name, err); break;
     case TG_JOB_FUSE_GELU: rc = set_bool(&job->fuse_gelu, v, o, name, err); break;
+    case TG_JOB_FUSE_BN_RELU6: rc = set_bool(&job->fuse_bn_relu6, v, o, name, err); break;
     case TG_JOB_FUSE_RESIDUAL_LAYERNORM: rc = set_bool(&job->fuse_residual_layernorm, v, o, name, err); break;
     case TG_JOB_FUSE_QKV: rc = set_bool(&job->fuse_qkv, v, o, name, err); break;
     case TG_JOB_SHARE_GRAD_MEMORY: rc = set_bool(&job->share_grad_memory, v, o, name, err); break;

@@ -28,6 +28,7 @@ typedef struct tg_job {
     int32_t attention;           /* tg_attention_mode */
     int32_t fuse_bias_grad;      /* bias gradients in the weight-gradient matmul (MATMUL bias_grad) */
     int32_t fuse_gelu;           /* tanh GELU inside the MLP's matmuls (MATMUL activation) */
+    int32_t fuse_bn_relu6;       /* image models: each ReLU6 inside the batch norm before it (BATCHNORM relu6) */
     int32_t fuse_residual_layernorm; /* dropout + residual add + LayerNorm as RESIDUAL_LAYERNORM */
     int32_t fuse_qkv;            /* BERT/RoBERTa: query, key and value as one packed projection */
     int32_t data_parallel;       /* replicas training together (tg_plan_train.replicas) */
@@ -162,15 +163,16 @@ typedef enum tg_job_key {
     TG_JOB_LOSS_SCALE_GROWTH_INTERVAL, TG_JOB_QA_N_BEST,
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
     TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE,
-    TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN, TG_JOB_IMAGE_STD, TG_JOB_KEY_COUNT
+    TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN, TG_JOB_IMAGE_STD, TG_JOB_FUSE_BN_RELU6,
+    TG_JOB_KEY_COUNT
 } tg_job_key;
 
 const char *tg_job_key_name(int key);
 
 /* Fills defaults: task classify, num_labels 2, batch 8, seq 128, fp32, adamw lr 5e-5,
  * betas 0.9/0.999, eps 1e-8, weight_decay 0.01, warmup 0, grad_clip 1.0, seed 42,
- * log_every 1, attention fused, fuse_bias_grad, fuse_gelu, fuse_residual_layernorm and
- * fuse_qkv true, data_parallel 1, checkpoint_every 0 (none), keep_checkpoints 3, one bucket
+ * log_every 1, attention fused, fuse_bias_grad, fuse_gelu, fuse_residual_layernorm,
+ * fuse_qkv and fuse_bn_relu6 true, data_parallel 1, checkpoint_every 0 (none), keep_checkpoints 3, one bucket
  * (seq), last_batch pad, grad_accumulation 1. model, train_data and steps/epochs have no default. */
 void tg_job_defaults(tg_job *job);
 

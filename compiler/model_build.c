@@ -1018,7 +1018,13 @@ static image conv2d(builder *b, const char *prefix, image x, int64_t c_out, int6
 
 /* nn.BatchNorm2d(x.c) named prefix: weight 1 and bias 0 (no weight decay), running_mean 0
  * and running_var 1 (persistent buffers, updated in place by the op in training). */
-static image batchnorm2d(builder *b, const char *prefix, image x) {
+static image batchnorm2d_act(builder *b, const char *prefix, image x, const char *relu6_name);
+
+static image batchnorm2d(builder *b, const char *prefix, image x) { return batchnorm2d_act(b, prefix, x, NULL); }
+
+/* With relu6_name, the ReLU6 after it inside the op (BATCHNORM relu6, job key fuse_bn_relu6):
+ * its output, named relu6_name, is what the batch norm writes. */
+static image batchnorm2d_act(builder *b, const char *prefix, image x, const char *relu6_name) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
     char name[TG_NAME_MAX];
@@ -1030,7 +1036,7 @@ static image batchnorm2d(builder *b, const char *prefix, image x) {
     const int mean = tg_buffer(g, name, TG_F32, 1, x.c, 0, TG_INIT_ZEROS, 1);
     snprintf(name, sizeof name, "%s.running_var", prefix);
     const int var = tg_buffer(g, name, TG_F32, 1, x.c, 0, TG_INIT_ONES, 1);
-    image y = image_act(b, prefix, x.c, x.s);
+    image y = image_act(b, relu6_name ? relu6_name : prefix, x.c, x.s);
     snprintf(name, sizeof name, "%s.stats", prefix);
     const int stats = tg_act(g, name, 2, 2, x.c, 0, 0);
     if (x.t < 0 || y.t < 0 || stats < 0 || mean < 0 || var < 0) return (image){-1, x.c, x.s};
@@ -1038,7 +1044,7 @@ static image batchnorm2d(builder *b, const char *prefix, image x) {
     sp.in[0] = x.t, sp.in[1] = gamma, sp.in[2] = beta, sp.in[3] = mean, sp.in[4] = var;
     sp.out[0] = y.t, sp.out[1] = stats, sp.out[2] = mean, sp.out[3] = var;
     sp.p.batchnorm = (tg_batchnorm_params){.n = b->B, .c = x.c, .hw = x.s * x.s, .eps = c->layer_norm_eps,
-                                           .momentum = c->batch_norm_momentum};
+                                           .momentum = c->batch_norm_momentum, .relu6 = relu6_name != NULL};
     tg_graph_op(g, &sp);
     return y;
 }
@@ -1055,16 +1061,19 @@ static image relu6(builder *b, const char *name, image x) {
 }
 
 /* torchvision's Conv2dNormActivation: prefix.0 the convolution, prefix.1 its BatchNorm2d,
- * then ReLU6 (prefix.2, no parameters). */
+ * then ReLU6 (prefix.2, no parameters): inside the batch norm's op with fuse_bn_relu6 (the
+ * default), else its own op. */
 static image conv_bn_relu6(builder *b, const char *prefix, image x, int64_t c_out, int64_t k, int64_t stride,
                            int64_t groups) {
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s.0", prefix);
     image y = conv2d(b, name, x, c_out, k, stride, groups);
+    char act[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s.1", prefix);
+    snprintf(act, sizeof act, "%s.2", prefix);
+    if (b->g->job->fuse_bn_relu6) return batchnorm2d_act(b, name, y, act);
     y = batchnorm2d(b, name, y);
-    snprintf(name, sizeof name, "%s.2", prefix);
-    return relu6(b, name, y);
+    return relu6(b, act, y);
 }
 
 /* InvertedResidual(x.c, oup, stride, expand_ratio) as features.<index>: with t != 1 the 1x1

@@ -55,6 +55,11 @@ int64_t tg_scratch_grad_norm(const tg_op *op, const int64_t *in_numel);
 int64_t tg_scratch_bias_grad(const tg_op *op);
 /* gemm.cu: the scratch of a MATMUL with a fused bias gradient (its column-sum fallback). */
 extern "C" int64_t tg_scratch_matmul(const tg_op *op);
+/* conv.cu: CONV2D_BWD's weight and bias gradient partials; batchnorm.cu: the channel sums'
+ * partials and table. */
+extern "C" int64_t tg_scratch_conv2d_bwd(const tg_op *op);
+extern "C" int64_t tg_scratch_batchnorm(const tg_op *op);
+extern "C" int64_t tg_scratch_batchnorm_bwd(const tg_op *op);
 
 /* ---- host helpers ----------------------------------------------------------------- */
 

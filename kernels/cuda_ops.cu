@@ -83,7 +83,7 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_CONV2D, {{"Tx", "Tweight", "Fbias"}, {"Ty"}}},
     {TG_OP_CONV2D_BWD, {{"Tdy", "Tx", "Tweight"}, {"Tdx", "Fdweight", "Fdbias"}}},
     {TG_OP_BATCHNORM, {{"Tx", "Fgamma", "Fbeta", "Frunning_mean", "Frunning_var"}, {"Ty", "Fstats", "Frunning_mean", "Frunning_var"}}},
-    {TG_OP_BATCHNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Fstats"}, {"Tdx", "Fdgamma", "Fdbeta"}}},
+    {TG_OP_BATCHNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Fstats", "Ty"}, {"Tdx", "Fdgamma", "Fdbeta"}}},
     {TG_OP_RELU6, {{"Tx"}, {"Ty"}}},
     {TG_OP_RELU6_BWD, {{"Tdy", "Ty"}, {"Tdx"}}},
     {TG_OP_GLOBAL_AVG_POOL, {{"Tx"}, {"Ty"}}},
@@ -185,6 +185,9 @@ extern "C" int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_
     case TG_OP_GELU_BWD: return tg_scratch_gelu_bwd(op);
     case TG_OP_RMSNORM_BWD: return tg_scratch_rmsnorm_bwd(op);
     case TG_OP_MATMUL: return tg_scratch_matmul(op);
+    case TG_OP_CONV2D_BWD: return tg_scratch_conv2d_bwd(op);
+    case TG_OP_BATCHNORM: return tg_scratch_batchnorm(op);
+    case TG_OP_BATCHNORM_BWD: return tg_scratch_batchnorm_bwd(op);
     case TG_OP_CROSS_ENTROPY: return tg_scratch_cross_entropy(op);
     case TG_OP_CROSS_ENTROPY_BWD: return tg_scratch_cross_entropy_bwd(op);
     case TG_OP_GRAD_NORM: return tg_scratch_grad_norm(op, in_numel);

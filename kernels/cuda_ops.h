@@ -72,13 +72,6 @@ int tg_cuda_op_run(const tg_cuda_op_args *a, tg_err *err);
  * fixed-order partials there); the executor sizes the scratch as the maximum. */
 int64_t tg_cuda_op_scratch_floats(const tg_op *op, const int64_t *in_numel);
 
-/* 1 when op kind `kind` has a CUDA kernel; 0 for the kinds whose launchers only refuse
- * (kernels/conv.cu) and outside the enum. The executor refuses a plan holding such a kind
- * when it opens. */
-int tg_cuda_op_has_kernel(int kind);
-/* The refusal for such a kind ("op CONV2D has no CUDA kernel yet ..."), into msg[len]. */
-int tg_cuda_op_refusal(int kind, char *msg, size_t len);
-
 /* Step bookkeeping as kernel nodes (kernels/step_io.cu), so a captured step holds only
  * kernel nodes and can be instantiated for device launch. Each returns 0, or -1 when the
  * launch failed (cudaGetLastError says why).

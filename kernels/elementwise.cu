@@ -1,4 +1,4 @@
-/* Elementwise ops: ZERO, FILL, ADD, GELU(_BWD), TANH(_BWD), DROPOUT. GELU_BWD with a bias
+/* Elementwise ops: ZERO, FILL, ADD, GELU(_BWD), TANH(_BWD), RELU6(_BWD), DROPOUT. GELU_BWD with a bias
  * gradient (bias_cols) runs as the column-sum stripes of column_sums.cuh instead.
  *
  * Memory bound, so one generic grid-stride kernel moves 16 bytes per access when every
@@ -69,6 +69,16 @@ struct tanh_fn {
 /* a = dy, b = y */
 struct tanh_bwd_fn {
     __device__ float operator()(float dy, float y) const { return fmul(dy, fsub(1.0f, fmul(y, y))); }
+};
+
+/* min(max(x, 0), 6), a NaN kept (the CPU's comparisons). */
+struct relu6_fn {
+    __device__ float operator()(float x, float) const { return x < 0.0f ? 0.0f : x > 6.0f ? 6.0f : x; }
+};
+
+/* a = dy, b = y: dy where 0 < y < 6. */
+struct relu6_bwd_fn {
+    __device__ float operator()(float dy, float y) const { return y > 0.0f && y < 6.0f ? dy : 0.0f; }
 };
 
 /* ---- kernels ----------------------------------------------------------------------- */
@@ -240,6 +250,14 @@ int tg_launch_fill(const tg_cuda_op_args *a, tg_err *err) {
 
 int tg_launch_add(const tg_cuda_op_args *a, tg_err *err) {
     return launch_ew(a, a->op->p.count.n, a->in[0], a->in[1], add_fn());
+}
+
+int tg_launch_relu6(const tg_cuda_op_args *a, tg_err *err) {
+    return launch_ew(a, a->op->p.count.n, a->in[0], NULL, relu6_fn());
+}
+
+int tg_launch_relu6_bwd(const tg_cuda_op_args *a, tg_err *err) {
+    return launch_ew(a, a->op->p.count.n, a->in[0], a->in[1], relu6_bwd_fn());
 }
 
 int tg_launch_gelu(const tg_cuda_op_args *a, tg_err *err) {

@@ -6,7 +6,8 @@
 
 /* The reduction kernels' layout constants the scratch bound depends on. They mirror
  * kernels/column_sums.cuh (COL_ROWS), kernels/layernorm.cu (LN_THREADS / 32 rows per
- * block, FC_GRID) and kernels/embedding.cu (CHUNK, TILE, SMALL_V); the norm's blocks are
+ * block, FC_GRID), kernels/embedding.cu (CHUNK, TILE, SMALL_V), kernels/batchnorm.cu
+ * (BN_BLOCKS, 8 rows a lane of 8) and kernels/conv.cu (WG_BLOCKS, 4 rows a lane of 8); the norm's blocks are
  * TG_NORM_BLOCK (plan/ops.h); tests/gpu/test_cuda_memory.c checks the bound against the kernels'
  * own formulas (tg_cuda_op_scratch_floats), so a change there that breaks it fails. */
 #define COL_ROWS 128
@@ -15,6 +16,10 @@
 #define EMB_CHUNK 256
 #define EMB_TILE 4096
 #define EMB_SMALL_V 4
+#define BN_BLOCKS 1056
+#define BN_CHUNK_ROWS 64
+#define WG_BLOCKS 1056
+#define WG_CHUNK_ROWS 32
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -55,6 +60,28 @@ static int64_t embedding_bwd_bound(int64_t N, int64_t V, int64_t D) {
     return (N <= EMB_TILE ? 4 * N : 3 * V + N) + 5 + chunks * (ceil_div(D, 32) + D);
 }
 
+/* BATCHNORM(_BWD) over [M, C]: two doubles per (chunk, channel), at most BN_BLOCKS chunks
+ * of at least BN_CHUNK_ROWS rows, then a table of 5 floats per channel and 4 to align. */
+static int64_t batchnorm_bound(int64_t M, int64_t C) {
+    if (M <= 0 || C <= 0) return 0;
+    int64_t chunks = ceil_div(M, BN_CHUNK_ROWS);
+    if (chunks > BN_BLOCKS) chunks = BN_BLOCKS;
+    if (chunks < 1) chunks = 1;
+    return 4 * chunks * C + 5 * C + 4;
+}
+
+/* CONV2D_BWD's weight and bias gradients: a double per (chunk, output channel, weight
+ * element or the bias), at most WG_BLOCKS chunks of at least WG_CHUNK_ROWS positions. */
+static int64_t conv2d_bwd_bound(const tg_conv2d_bwd_params *c) {
+    if (c->k <= 0 || c->stride <= 0 || c->groups <= 0 || c->c_out <= 0) return 0;
+    const int64_t oh = (c->h + 2 * c->pad - c->k) / c->stride + 1, ow = (c->w + 2 * c->pad - c->k) / c->stride + 1;
+    const int64_t positions = c->n * oh * ow;
+    if (positions <= 0) return 0;
+    int64_t chunks = ceil_div(positions, WG_CHUNK_ROWS);
+    if (chunks > WG_BLOCKS) chunks = WG_BLOCKS;
+    return 2 * chunks * c->c_out * (c->c_in / c->groups * c->k * c->k + 1);
+}
+
 /* Floats of scratch op `op` may need, from its tensors' shapes (plan/ops.def gives them). */
 static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
     switch (op->kind) {
@@ -83,6 +110,9 @@ static int64_t op_scratch_bound(const tg_plan *p, const tg_op *op) {
         const int64_t L = numel_of(p, op->out[1]);
         return L > 0 ? col_sums_bound(max64(numel_of(p, op->in[0]), numel_of(p, op->in[1])) / L, L) : 0;
     }
+    case TG_OP_BATCHNORM: return batchnorm_bound(op->p.batchnorm.n * op->p.batchnorm.hw, op->p.batchnorm.c);
+    case TG_OP_BATCHNORM_BWD: return batchnorm_bound(op->p.batchnorm_bwd.n * op->p.batchnorm_bwd.hw, op->p.batchnorm_bwd.c);
+    case TG_OP_CONV2D_BWD: return conv2d_bwd_bound(&op->p.conv2d_bwd);
     case TG_OP_CROSS_ENTROPY: return 2 * numel_of(p, op->in[1]); /* a double per row (labels [N]) */
     case TG_OP_CROSS_ENTROPY_BWD: return 4;
     case TG_OP_GRAD_NORM: { /* a float per block of squares (plan/ops.def) */

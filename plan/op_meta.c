@@ -347,6 +347,7 @@ static const char *check_batchnorm(const tg_op_check_ctx *c, const tg_op *op) {
     EXPECT(op->out[3] == op->in[4], "out[3]: the running variance is updated in place: must be in[4]");
     EXPECT(p->eps > 0.0f && isfinite(p->eps), "eps: not finite and positive");
     EXPECT(p->momentum >= 0.0f && p->momentum <= 1.0f, "momentum outside [0, 1]");
+    EXPECT(p->relu6 == 0 || p->relu6 == 1, "relu6: not 0 or 1");
     return NULL;
 }
 
@@ -362,6 +363,9 @@ static const char *check_batchnorm_bwd(const tg_op_check_ctx *c, const tg_op *op
     EXPECT(op->out[1] < 0 || numel(c, op->out[1]) == p->c, "out[1]: dgamma != C");
     EXPECT(op->out[2] < 0 || numel(c, op->out[2]) == p->c, "out[2]: dbeta != C");
     EXPECT(p->eps > 0.0f && isfinite(p->eps), "eps: not finite and positive");
+    EXPECT(p->relu6 == 0 || p->relu6 == 1, "relu6: not 0 or 1");
+    EXPECT(p->relu6 ? op->in[4] >= 0 && numel(c, op->in[4]) == x : op->in[4] < 0,
+           p->relu6 ? "in[4]: the forward's output != N*C*HW (relu6 needs it)" : "in[4]: set without relu6");
     return NULL;
 }
 

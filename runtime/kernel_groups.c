@@ -33,6 +33,8 @@ static const struct {
     {"fetch_batch", TG_GROUP_MEMORY},  {"label_rows", TG_GROUP_MEMORY},
     {"stamp_kernel", TG_GROUP_MEMORY}, {"step_end", TG_GROUP_MEMORY},
     {"set_flag", TG_GROUP_MEMORY},
+    {"conv2d_", TG_GROUP_MATMUL},      {"depthwise_", TG_GROUP_MATMUL}, /* the image model's (conv.cu, */
+    {"bn_", TG_GROUP_NORM},            {"avg_pool", TG_GROUP_NORM},     /* batchnorm.cu) */
 };
 
 /* The libraries' kernels, by what their names hold (case-insensitive), the first rule that

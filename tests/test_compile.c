@@ -973,6 +973,7 @@ TG_TEST(test_compile_backward_rules) {
         "model = tiny-llama\ntask = lm\n",
         "model = tiny-llama\npad_token_id = 0\n",
         "model = mobilenet_v2\nnum_labels = 3\nimage_size = 32\nwidth_mult = 0.25\n",
+        "model = mobilenet_v2\nnum_labels = 3\nimage_size = 32\nwidth_mult = 0.25\nfuse_bn_relu6 = false\n",
     };
     static const char *const forms[] = {
         "",
@@ -996,7 +997,7 @@ TG_TEST(test_compile_backward_rules) {
             }
             tg_plan_free(&p);
         }
-    REQUIRE(plans == 20, "%d of 20 plans compiled", plans);
+    REQUIRE(plans == 22, "%d of 22 plans compiled", plans);
     int differentiated = 0;
     for (int k = 0; k < TG_OP_COUNT; k++) {
         const int rule = tg_backward_rule_of(k) != NULL;

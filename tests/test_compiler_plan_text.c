@@ -53,8 +53,9 @@ static const struct {
      "fuse_residual_layernorm = false\nrecompute = layers\n"},
     {"tests/data/plan_text_llama_lm_recompute_layers.txt", "model = tiny-llama\ntask = lm\nbatch = 2\nseq = 8\nrecompute = layers\n"},
     /* torchvision's mobilenet_v2 on grey 32 x 32 images: convolutions (stem, depthwise,
-     * pointwise), batch norms with their running statistics, ReLU6, the residual adds, the
-     * pooling and the classifier, and their backwards (first writers overwrite). */
+     * pointwise), batch norms with their running statistics and their ReLU6 inside, the
+     * residual adds, the pooling and the classifier, and their backwards (first writers
+     * overwrite). */
     {"tests/data/plan_text_mobilenet_v2_grey.txt",
      "model = mobilenet_v2\nnum_labels = 10\nimage_channels = 1\nimage_size = 32\nwidth_mult = 0.25\nbatch = 2\n"},
 };

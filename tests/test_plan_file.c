@@ -782,7 +782,8 @@ TG_TEST(test_plan_file_wrong_version) {
      * of the kind names the plan uses; each op its index there) instead of enum numbers,
      * so that an op added to plan/ops.def no longer needs a new version; version 27 the
      * image models' channels-last (NHWC) activations, pixel_values [B, S, S, C], and their
-     * pointwise convolutions as MATMULs (the same op names, another meaning). */
+     * pointwise convolutions as MATMULs (the same op names, another meaning); version 28
+     * the batch norms' fused ReLU6 (BATCHNORM and BATCHNORM_BWD's relu6, the backward's in4). */
     CHECK(TG_PLAN_VERSION > 11, "plan version %d still reads version 11 plans", TG_PLAN_VERSION);
     for (g_old_version = 2; g_old_version < TG_PLAN_VERSION; g_old_version++) {
         snprintf(want, sizeof want, "plan.tgp: plan format version %d, this build reads version %d (recompile the job)",

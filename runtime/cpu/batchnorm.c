@@ -84,6 +84,8 @@ static void batchnorm_channels(void *p, int64_t b, int64_t e) {
         const float *xr = x + r * C + b;
         float *yr = y + r * C + b;
         for (int64_t k = 0; k < nc; k++) yr[k] = (xr[k] - w.mean[k]) * w.scale[k] + w.shift[k];
+        if (bp->relu6) /* RELU6's comparisons (a NaN stays NaN) */
+            for (int64_t k = 0; k < nc; k++) yr[k] = yr[k] < 0.0f ? 0.0f : yr[k] > 6.0f ? 6.0f : yr[k];
     }
     bn_scratch_free(&w);
 }
@@ -92,12 +94,18 @@ void tg_cpu_kernel_batchnorm(const tg_cpu_op_args *a) {
     tg_parallel_for(a->threads, a->op->p.batchnorm.c, batchnorm_channels, (void *)a);
 }
 
+/* dy, or 0 where the forward's ReLU6 output (y, with relu6) is not in (0, 6): RELU6_BWD's rule. */
+static inline float bn_dy(const float *dyr, const float *yr, int64_t k) {
+    return !yr || (yr[k] > 0.0f && yr[k] < 6.0f) ? dyr[k] : 0.0f;
+}
+
 /* Channels [b, e): the sums of dy and dy * xhat in row order, then dx. */
 static void batchnorm_bwd_channels(void *p, int64_t b, int64_t e) {
     const tg_cpu_op_args *a = p;
     const tg_batchnorm_bwd_params *bp = &a->op->p.batchnorm_bwd;
     const int64_t C = bp->c, m = bp->n * bp->hw, nc = e - b;
     const float *dy = CF32(a->in[0]), *x = CF32(a->in[1]), *gamma = CF32(a->in[2]), *stats = CF32(a->in[3]);
+    const float *y = bp->relu6 ? CF32(a->in[4]) : NULL;
     float *dx = F32(a->out[0]), *dgamma = F32(a->out[1]), *dbeta = F32(a->out[2]);
     bn_scratch w; /* s: the sums of dy, ss: of dy xhat; scale: rstd, shift: gamma rstd */
     if (bn_scratch_alloc(&w, nc)) {
@@ -111,10 +119,11 @@ static void batchnorm_bwd_channels(void *p, int64_t b, int64_t e) {
     memset(w.s, 0, sizeof(double) * (size_t)nc);
     memset(w.ss, 0, sizeof(double) * (size_t)nc);
     for (int64_t r = 0; r < m; r++) {
-        const float *dyr = dy + r * C + b, *xr = x + r * C + b;
+        const float *dyr = dy + r * C + b, *xr = x + r * C + b, *yr = y ? y + r * C + b : NULL;
         for (int64_t k = 0; k < nc; k++) {
-            w.s[k] += dyr[k];
-            w.ss[k] += (double)dyr[k] * ((xr[k] - w.mean[k]) * w.scale[k]);
+            const float g = bn_dy(dyr, yr, k);
+            w.s[k] += g;
+            w.ss[k] += (double)g * ((xr[k] - w.mean[k]) * w.scale[k]);
         }
     }
     for (int64_t k = 0; k < nc; k++) {
@@ -126,11 +135,11 @@ static void batchnorm_bwd_channels(void *p, int64_t b, int64_t e) {
         w.mdy[k] = (float)(sdy / (double)m), w.mdyx[k] = (float)(sdyx / (double)m);
     }
     for (int64_t r = 0; r < m; r++) {
-        const float *dyr = dy + r * C + b, *xr = x + r * C + b;
+        const float *dyr = dy + r * C + b, *xr = x + r * C + b, *yr = y ? y + r * C + b : NULL;
         float *dxr = dx + r * C + b;
         for (int64_t k = 0; k < nc; k++) {
             const float xhat = (xr[k] - w.mean[k]) * w.scale[k];
-            dxr[k] = w.shift[k] * (dyr[k] - w.mdy[k] - xhat * w.mdyx[k]);
+            dxr[k] = w.shift[k] * (bn_dy(dyr, yr, k) - w.mdy[k] - xhat * w.mdyx[k]);
         }
     }
     bn_scratch_free(&w);

@@ -215,14 +215,6 @@ static int attention_backend_open(tg_cuda_exec *x, tg_err *err) {
 int tg_cuda_exec_init_on(tg_cuda_exec *x, const tg_plan *plan, uint64_t seed, int device, void *nccl_comm,
                          tg_err *err) {
     memset(x, 0, sizeof *x);
-    /* A kind whose launcher only refuses (kernels/conv.cu) is refused here, before anything
-     * is allocated, naming the op. */
-    for (int o = 0; o < plan->n_ops; o++)
-        if (!tg_cuda_op_has_kernel(plan->ops[o].kind)) {
-            char msg[160];
-            tg_cuda_op_refusal(plan->ops[o].kind, msg, sizeof msg);
-            return tg_fail(err, "op %d of the plan: %s", o, msg);
-        }
     x->device = device;
     x->wait_margin_s = WAIT_MARGIN_S;
     if (buckets_init(x, plan, err)) {

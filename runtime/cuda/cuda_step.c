@@ -178,7 +178,8 @@ static int enqueue_captured_steps(tg_cuda_exec *x, void *steps, tg_err *err) {
 /* Before a bucket's first step: one forward and backward, uncaptured, in which every GEMM shape
  * missing from the cache times cuBLASLt's candidates and keeps the fastest (the cache
  * file keeps the choice for later runs). Training state is untouched: forward and backward
- * write only activations and gradients, which the real step recomputes (the backward
+ * write only activations and gradients, which the real step recomputes (batch norms leave
+ * their running statistics as they are while ctx.gemm_tune is set; the backward
  * starts by zeroing the gradients; with grad_accumulation, which adds to them, they are
  * cleared after the pass). TUNEGRAPH_GEMM_TUNE=0 keeps the heuristic's picks;
  * TUNEGRAPH_GEMM_TUNE=log prints what each shape's timing found. */

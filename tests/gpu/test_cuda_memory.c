@@ -27,7 +27,7 @@ typedef struct sized_job {
     int task, batch, seq, precision, fuse_bias_grad, attention;
 } sized_job;
 
-/* Every op's scratch is within its bound, for plans of each model, both attentions, fused
+/* Every op's scratch is within its bound, for plans of each model (MobileNetV2 too), both attentions, fused
  * and separate bias gradients, small and large batches (including an embedding backward
  * over more than one sort tile, and token-type tables that take column sums). Needs no
  * GPU: the formulas are host functions. */
@@ -42,6 +42,10 @@ TG_TEST(test_gpu_scratch_bound_covers_kernels) {
         {"bert-base-uncased", TG_TASK_CLASSIFY, 1, 3, TG_PREC_FP32, 0, TG_ATTENTION_FUSED},
         {"bert-base-uncased", TG_TASK_CLASSIFY, 64, 128, TG_PREC_FP32, 1, TG_ATTENTION_FUSED}, /* 8192 tokens: two tiles */
         {"gpt2", TG_TASK_LM, 16, 1024, TG_PREC_BF16, 1, TG_ATTENTION_FUSED},
+        /* 224-pixel images: batch norms over 64 x 112 x 112 rows, convolutions' weight
+         * gradients over as many positions; and one image */
+        {"mobilenet_v2", TG_TASK_CLASSIFY, 64, 1, TG_PREC_FP32, 1, TG_ATTENTION_FUSED},
+        {"mobilenet_v2", TG_TASK_CLASSIFY, 1, 1, TG_PREC_FP32, 1, TG_ATTENTION_FUSED},
     };
     for (size_t k = 0; k < sizeof jobs / sizeof jobs[0]; k++) {
         const sized_job *j = &jobs[k];
