@@ -72,6 +72,14 @@ static int report_graph(const tg_kernel_trace_summary *g, double step_ms, FILE *
         fprintf(stderr, "%s%.160s", k ? "\n      " : "    other: kernels of no group:\n      ", unnamed[k]);
     if (n_unnamed > TG_KERNEL_TRACE_UNNAMED) fprintf(stderr, "\n      and %d more", n_unnamed - TG_KERNEL_TRACE_UNNAMED);
     if (n_unnamed) fputc('\n', stderr);
+    /* The kernels taking the most time, by name (template arguments and all). */
+    const char *names[10];
+    uint64_t ns[10];
+    int64_t count[10];
+    const int n_names = tg_kernel_trace_by_name(names, ns, count, 10);
+    for (int k = 0; k < n_names; k++)
+        fprintf(stderr, "%s%8.3f ms %5lld x  %.150s\n", k ? "      " : "    slowest kernels (ms a step, launches a step):\n      ",
+                (double)ns[k] / 1e6 / g->steps, (long long)(count[k] / (g->steps > 0 ? g->steps : 1)), names[k]);
     if (g->group_ms[TG_GROUP_COMM] > 0) {
         fprintf(stderr, "    communication beside other kernels %.3f ms, alone %.3f ms\n", g->comm_hidden_ms,
                 g->comm_exposed_ms);

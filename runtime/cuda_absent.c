@@ -50,3 +50,4 @@ int tg_kernel_trace_stop(tg_kernel_span **spans, int64_t *n, tg_err *err) {
 }
 
 int tg_kernel_trace_unnamed(const char **names, int cap) { return 0; }
+int tg_kernel_trace_by_name(const char **names, uint64_t *ns, int64_t *count, int cap) { return 0; }

@@ -28,4 +28,11 @@ int tg_kernel_trace_stop(tg_kernel_span **spans, int64_t *n, tg_err *err);
  * returns how many distinct ones there were (0 with no trace). */
 int tg_kernel_trace_unnamed(const char **names, int cap);
 
+/* The last trace's kernels by name (as CUPTI records them, C++ names mangled), the `cap`
+ * largest total times first: names[k], their total ns[k] and launches count[k] over the
+ * whole trace. Returns how many were written. The first TG_KERNEL_TRACE_NAMES distinct
+ * names are counted; kernels past them are left out of this list (not of the spans). */
+#define TG_KERNEL_TRACE_NAMES 256
+int tg_kernel_trace_by_name(const char **names, uint64_t *ns, int64_t *count, int cap);
+
 #endif

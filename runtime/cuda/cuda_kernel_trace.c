@@ -34,7 +34,23 @@ static struct {
      * ones (CUPTI keeps the strings), and how many distinct there were. */
     const char *unknown[TG_KERNEL_TRACE_UNNAMED];
     int n_unknown;
+    /* Each kernel name's total time and launches (the first TG_KERNEL_TRACE_NAMES names). */
+    const char *names[TG_KERNEL_TRACE_NAMES];
+    uint64_t name_ns[TG_KERNEL_TRACE_NAMES];
+    int64_t name_count[TG_KERNEL_TRACE_NAMES];
+    int n_names;
 } g_trace = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void note_kernel(const char *name, uint64_t ns) {
+    if (!name) return;
+    int i = 0;
+    while (i < g_trace.n_names && g_trace.names[i] != name && strcmp(g_trace.names[i], name) != 0) i++;
+    if (i == g_trace.n_names) {
+        if (i == TG_KERNEL_TRACE_NAMES) return;
+        g_trace.names[i] = name, g_trace.name_ns[i] = 0, g_trace.name_count[i] = 0, g_trace.n_names++;
+    }
+    g_trace.name_ns[i] += ns, g_trace.name_count[i]++;
+}
 
 static void note_unknown(const char *name) {
     if (!name) return;
@@ -110,6 +126,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
             const int group = tg_kernel_group_of(k->name);
             if (group < 0) note_unknown(k->name);
+            note_kernel(k->name, k->end > k->start ? k->end - k->start : 0);
             add_span(k->start, k->end, group);
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
@@ -128,7 +145,7 @@ int tg_kernel_trace_start(tg_err *err) {
     if (g_trace.running) return tg_fail(err, "a kernel trace is already running in this process");
     pthread_mutex_lock(&g_trace.lock);
     free(g_trace.spans);
-    g_trace.spans = NULL, g_trace.n = g_trace.cap = 0, g_trace.lost = 0, g_trace.n_unknown = 0;
+    g_trace.spans = NULL, g_trace.n = g_trace.cap = 0, g_trace.lost = 0, g_trace.n_unknown = 0, g_trace.n_names = 0;
     pthread_mutex_unlock(&g_trace.lock);
     CUptiResult r = g_trace.api.register_callbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) return cupti_fail(err, "cuptiActivityRegisterCallbacks", r);
@@ -145,6 +162,21 @@ int tg_kernel_trace_unnamed(const char **names, int cap) {
     pthread_mutex_lock(&g_trace.lock);
     for (int i = 0; i < cap && i < g_trace.n_unknown && i < TG_KERNEL_TRACE_UNNAMED; i++) names[i] = g_trace.unknown[i];
     const int n = g_trace.n_unknown;
+    pthread_mutex_unlock(&g_trace.lock);
+    return n;
+}
+
+int tg_kernel_trace_by_name(const char **names, uint64_t *ns, int64_t *count, int cap) {
+    pthread_mutex_lock(&g_trace.lock);
+    char taken[TG_KERNEL_TRACE_NAMES] = {0};
+    int n = 0;
+    for (; n < cap && n < g_trace.n_names; n++) {
+        int best = -1;
+        for (int i = 0; i < g_trace.n_names; i++)
+            if (!taken[i] && (best < 0 || g_trace.name_ns[i] > g_trace.name_ns[best])) best = i;
+        taken[best] = 1;
+        names[n] = g_trace.names[best], ns[n] = g_trace.name_ns[best], count[n] = g_trace.name_count[best];
+    }
     pthread_mutex_unlock(&g_trace.lock);
     return n;
 }

@@ -1,7 +1,7 @@
 /* run --profile on a GPU traces the captured steps' kernels (runtime/kernel_trace.h,
  * CUPTI): the profile prints the groups of the captured graph as it ran, and the metrics
  * file's profile_graph lines hold them, with products and attention among them and every
- * kernel named by a group's rule. Skipped, with the reason, where CUPTI does not load
+ * kernel named by a group's rule; the slowest kernels are listed by name. Skipped, with the reason, where CUPTI does not load
  * (TUNEGRAPH_CUPTI names the library). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +35,9 @@ TG_TEST(test_gpu_profile_traces_the_captured_graph) {
         return;
     }
     CHECK(strstr(err, "in the captured graph (5 steps one at a time, "), "no trace in the profile: %s", err);
+    /* The kernels taking the most time, by name, largest first (tg_kernel_trace_by_name). */
+    const char *slow = strstr(err, "    slowest kernels (ms a step, launches a step):\n      ");
+    CHECK(slow && strstr(slow, " ms ") && strstr(slow, " x  "), "no slowest kernels in the profile: %s", err);
     snprintf(path, sizeof path, "%s/m.jsonl", dir);
     char *m = tg_test_read_file(path, NULL);
     REQUIRE(m, "no metrics file %s", path);
