@@ -12,6 +12,7 @@ bench_case_data_args() {
     llama-3.2-1b-lm-b4-t2048) echo "--vocab 128256 --seq 2048 --count 256" ;;
     llama-3-8b-lora-b1-t4096) echo "--vocab 128256 --seq 4096 --count 64" ;;
     llama-3-8b-lora-b2-t2048) echo "--vocab 128256 --seq 2048 --count 128" ;;
+    mobilenet-v2-b64-s100 | mobilenet-v2-b64-s224 | mobilenet-v2-b64-s500) echo "--count 512" ;;
     *) echo "unknown case $1" >&2; return 2 ;;
     esac
 }
@@ -31,6 +32,15 @@ bench_make_case_data() {
         return
     fi
     args=$(bench_case_data_args "$1") || return 2
+    case $1 in
+    mobilenet-v2-b64-s*) # synthetic IDX digits converted at the case's image size
+        local dir=/tmp/tunegraph-bench/$1-idx
+        python3 bench/make_synthetic_idx.py "$dir" $args &&
+            rm -rf "/tmp/tunegraph-bench/$1" &&
+            "${TUNEGRAPH:-build/gpu/tunegraph}" data convert "$dir/train-images-idx3-ubyte" -o "/tmp/tunegraph-bench/$1" \
+                --format idx --image-size "${1##*-s}"
+        return ;;
+    esac
     mkdir -p /tmp/tunegraph-bench
     python3 bench/make_synthetic_data.py "/tmp/tunegraph-bench/$1.jsonl" $args
 }
