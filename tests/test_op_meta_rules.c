@@ -1144,12 +1144,21 @@ TG_TEST(test_op_meta_rules_batchnorm) {
         {"momentum < 0", BN(.momentum = -0.1f), {24, 3, 3}, {24, 6}, .want = "momentum outside [0, 1]"},
         {"momentum > 1", BN(.momentum = 1.5f), {24, 3, 3}, {24, 6}, .want = "momentum outside [0, 1]"},
         {"momentum NaN", BN(.momentum = NAN), {24, 3, 3}, {24, 6}, .want = "momentum outside [0, 1]"},
+        {"relu6", BN(.relu6 = 1), {24, 3, 3}, {24, 6}},
+        {"relu6 2", BN(.relu6 = 2), {24, 3, 3}, {24, 6}, .want = "relu6: not 0 or 1"},
 
         {"consistent", BNB(), {24, 24, 3, 6}, {24, 3, 3}},
         {"no dgamma and dbeta", BNB(), {24, 24, 3, 6}, {24}},
         {"HW 0", BNB(.hw = 0), {Z0, Z0, 3, 6}, {Z0}, .want = BN_DIMS},
         {"x past int64", BNB(.c = BIG, .hw = BIG), {24, 24, 3, 6}, {24}, .want = "N*C*HW overflows"},
         {"eps NaN", BNB(.eps = NAN), {24, 24, 3, 6}, {24}, .want = "eps: not finite and positive"},
+        {"relu6 with y", BNB(.relu6 = 1), {24, 24, 3, 6, 24}, {24, 3, 3}},
+        {"relu6 without y", BNB(.relu6 = 1), {24, 24, 3, 6}, {24},
+         .want = "in[4]: the forward's output != N*C*HW (relu6 needs it)"},
+        {"relu6, y of another size", BNB(.relu6 = 1), {24, 24, 3, 6, 12}, {24},
+         .want = "in[4]: the forward's output != N*C*HW (relu6 needs it)"},
+        {"y without relu6", BNB(), {24, 24, 3, 6, 24}, {24}, .want = "in[4]: set without relu6"},
+        {"relu6 -1", BNB(.relu6 = -1), {24, 24, 3, 6, 24}, {24}, .want = "relu6: not 0 or 1"},
     };
     run_cases(cases, N_CASES(cases));
 }

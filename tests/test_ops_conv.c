@@ -484,6 +484,58 @@ TG_TEST(test_op_batchnorm_bwd_finite_differences) {
 
 /* ---- relu6 and global average pooling ------------------------------------------------------ */
 
+static void run_unary(int kind, int64_t n, const float *x, const float *x2, float *y);
+
+/* BATCHNORM with relu6 against BATCHNORM then RELU6, and BATCHNORM_BWD with relu6 (dy masked
+ * by the fused op's output) against RELU6_BWD then BATCHNORM_BWD: bit for bit, forward and
+ * backward, training and eval, on values spread across both kinks (gammas 2 to 4 and betas
+ * -2 to 8 clamp between an eighth and seven eighths of the outputs). */
+TG_TEST(test_op_batchnorm_relu6_fused_matches_separate) {
+    enum { N = 3, C = 5, HW = 7, M = N * C * HW };
+    float *x = frand(M, 41, -2.0f, 2.0f), *dy = frand(M, 42, -1.0f, 1.0f), *g = frand(C, 43, 2.0f, 4.0f),
+          *b = frand(C, 44, -2.0f, 8.0f);
+    x[0] = x[C] = 0.0f; /* two equal values of channel 0 */
+    for (int training = 0; training < 2; training++) {
+        float rm[2][C], rv[2][C], stats[2][2 * C];
+        for (int k = 0; k < 2; k++)
+            for (int c = 0; c < C; c++) rm[k][c] = 0.1f * (float)c, rv[k][c] = 1.0f + 0.2f * (float)c;
+        float *bn = falloc(M), *sep = falloc(M), *fused = falloc(M);
+        tg_op op = tg_test_op(TG_OP_BATCHNORM);
+        op.p.batchnorm = (tg_batchnorm_params){.n = N, .c = C, .hw = HW, .eps = 1e-5f, .momentum = 0.1f, .relu6 = 1};
+        tg_cpu_op_args a = {.op = &op,
+                            .in = {x, g, b, rm[0], rv[0]},
+                            .out = {fused, stats[0], rm[0], rv[0]},
+                            .threads = pool3(),
+                            .training = training};
+        tg_cpu_op_run(&a);
+        run_bn(N, C, HW, 1e-5f, 0.1f, training, x, g, b, rm[1], rv[1], bn, stats[1], pool3());
+        run_unary(TG_OP_RELU6, M, bn, NULL, sep);
+        int clamped = 0;
+        for (int i = 0; i < M; i++) clamped += sep[i] == 0.0f || sep[i] == 6.0f;
+        CHECK(clamped > M / 8 && clamped < M - M / 8, "training %d: %d of %d outputs clamped", training, clamped, M);
+        CHECK(same(fused, sep, M) && same(stats[0], stats[1], 2 * C) && same(rm[0], rm[1], C) && same(rv[0], rv[1], C),
+              "training %d: the fused forward differs from BATCHNORM then RELU6", training);
+        if (training) {
+            float *dz = falloc(M), *dx[2] = {falloc(M), falloc(M)}, dg[2][C], db[2][C];
+            run_unary(TG_OP_RELU6_BWD, M, dy, sep, dz);
+            run_bn_bwd(N, C, HW, 1e-5f, 1, dz, x, g, stats[1], dx[1], dg[1], db[1], pool3());
+            tg_op bop = tg_test_op(TG_OP_BATCHNORM_BWD);
+            bop.p.batchnorm_bwd = (tg_batchnorm_bwd_params){.n = N, .c = C, .hw = HW, .eps = 1e-5f, .overwrite = 1, .relu6 = 1};
+            tg_cpu_op_args ba = {.op = &bop,
+                                 .in = {dy, x, g, stats[0], fused},
+                                 .out = {dx[0], dg[0], db[0]},
+                                 .threads = pool3(),
+                                 .training = 1};
+            tg_cpu_op_run(&ba);
+            CHECK(same(dx[0], dx[1], M) && same(dg[0], dg[1], C) && same(db[0], db[1], C),
+                  "the fused backward differs from RELU6_BWD then BATCHNORM_BWD");
+            free(dz), free(dx[0]), free(dx[1]);
+        }
+        free(bn), free(sep), free(fused);
+    }
+    free(x), free(dy), free(g), free(b);
+}
+
 static void run_unary(int kind, int64_t n, const float *x, const float *x2, float *y) {
     tg_op op = tg_test_op(kind);
     op.p.count.n = n;
