@@ -329,9 +329,9 @@ $(FUZZ)/corpus/plan_fields: $(BUILD)/tunegraph $(FUZZ)/corpus/plan $(wildcard be
 	@cp $(FUZZ)/corpus/plan/*.tgp $@/
 	@for job in bench/jobs/*.job; do name=$$(basename $$job .job); \
 	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name.tgp >/dev/null || exit 1; \
-	    case $$name in gpt2*) tiny="--set model=tiny-gpt2";; llama*) tiny="--set model=tiny-llama";; \
-	        *) tiny="--set model=tiny-bert";; esac; \
-	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name-tiny.tgp $$tiny --set batch=2 --set seq=16 >/dev/null \
+	    case $$name in gpt2*) tiny="--set model=tiny-gpt2 --set seq=16";; llama*) tiny="--set model=tiny-llama --set seq=16";; \
+	        mobilenet*) tiny="--set image_size=32 --set width_mult=0.25";; *) tiny="--set model=tiny-bert --set seq=16";; esac; \
+	    ./$(BUILD)/tunegraph compile $$job -o $@/$$name-tiny.tgp $$tiny --set batch=2 >/dev/null \
 	        || exit 1; done
 	@printf '%s\n' $(PLAN_FIELDS_SMALL) | { k=0; while IFS='|' read -r job sets; do k=$$((k + 1)); \
 	    ./$(BUILD)/tunegraph compile examples/$$job -o $@/small-$$k.tgp --set batch=2 --set seq=8 $$sets \
