@@ -41,7 +41,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 /* Every field of tg_job is hashed but recompute_layers and memory_available, which no job
  * key sets (the layers recompute = auto chose, the device's free memory it planned for:
  * the fingerprint is the job's as written). */
-_Static_assert(sizeof(tg_job) == 5536, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5792, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1160, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -151,6 +151,12 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_f32(&h, j->lora_dropout);
     fp_str(&h, j->lora_targets, sizeof j->lora_targets);
     fp_f32(&h, j->gpu_hour_price);
+    /* Hashed only when set (with its key line), so that the fingerprints of jobs without
+     * it stay what they were before the key. */
+    if (j->lora_modules_to_save[0]) {
+        fp_str(&h, j->lora_modules_to_save, sizeof j->lora_modules_to_save);
+        fp_i32(&h, j->key_line[TG_JOB_LORA_MODULES_TO_SAVE]);
+    }
     if (image) {
         fp_i32(&h, j->image_channels);
         fp_i32(&h, j->image_size);
@@ -163,7 +169,8 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     fp_u32(&h, (uint32_t)n_lines);
     for (int k = 0; k < n_lines; k++) fp_i32(&h, j->key_line[k]);
     if (image) {
-        for (int k = n_lines; k < TG_JOB_KEY_COUNT; k++) fp_i32(&h, j->key_line[k]);
+        /* The image keys' lines (lora_modules_to_save's, after them, is hashed with it). */
+        for (int k = n_lines; k <= TG_JOB_FUSE_BN_RELU6; k++) fp_i32(&h, j->key_line[k]);
         fp_i32(&h, j->n_image_mean);
         fp_i32(&h, j->n_image_std);
         for (int c = 0; c < 3; c++) fp_f32(&h, j->image_mean[c]), fp_f32(&h, j->image_std[c]);

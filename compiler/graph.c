@@ -183,13 +183,47 @@ static int frozen_by_job(tg_graph *g, const char *name) {
     return frozen;
 }
 
+/* Whether name t[0, len) is the module path p[0, n) or its tail after a dot. */
+static int names_path(const char *t, size_t len, const char *p, size_t n) {
+    return n >= len && !strncmp(p + n - len, t, len) && (n == len || p[n - len - 1] == '.');
+}
+
+int tg_graph_saves_module(tg_graph *g, const char *path) {
+    if (!g->job || g->job->lora_r <= 0 || !g->job->lora_modules_to_save[0]) return 0;
+    int hit = 0;
+    const char *s = g->job->lora_modules_to_save;
+    for (int k = 0;; k++) {
+        while (*s == ' ' || *s == '\t' || *s == ',') s++;
+        const char *t = s;
+        while (*s && *s != ',' && *s != ' ' && *s != '\t') s++;
+        const size_t len = (size_t)(s - t);
+        if (!len) break;
+        /* The path itself, then each module above it (a.b.c, a.b, a). */
+        int named = 0;
+        for (size_t n = strlen(path); n > 0 && !named; n--)
+            if (n == strlen(path) || path[n] == '.') named = names_path(t, len, path, n);
+        if (named && k < 64) g->save_hits[k]++;
+        hit |= named;
+    }
+    return hit;
+}
+
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay) {
     const int64_t shape[2] = {d0, d1};
     return tg_param_shaped(g, name, ndim, shape, init, no_decay);
 }
 
 int tg_param_shaped(tg_graph *g, const char *name, int ndim, const int64_t *shape, int init, int no_decay) {
-    const int frozen = frozen_by_job(g, name) || (g->base_frozen && !g->adapter);
+    /* With LoRA, a parameter of a module in lora_modules_to_save trains whole, as the head
+     * does (its module: the name less its last part, "transformer.ln_f" of ".weight"). */
+    int saved = 0;
+    if (g->base_frozen) {
+        char module[TG_NAME_MAX];
+        const char *dot = strrchr(name, '.');
+        snprintf(module, sizeof module, "%.*s", dot ? (int)(dot - name) : (int)strlen(name), name);
+        saved = tg_graph_saves_module(g, module);
+    }
+    const int frozen = frozen_by_job(g, name) || (g->base_frozen && !g->adapter && !saved);
     int t = tg_graph_tensor(g, name, TG_F32, frozen ? TG_POOL_FROZEN : TG_POOL_PARAMS, ndim, shape);
     if (t < 0) return t;
     /* Weight decay is AdamW's: a frozen parameter has none to skip. */

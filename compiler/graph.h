@@ -47,6 +47,9 @@ typedef struct tg_graph {
     int base_frozen, adapter;
     /* LoRA: per name of lora_targets (in order, the first 64), how many modules it adapted. */
     int lora_hits[64];
+    /* LoRA: per name of lora_modules_to_save (in order, the first 64), how many parameters
+     * it kept trainable. */
+    int save_hits[64];
 } tg_graph;
 
 void tg_graph_init(tg_graph *g, const tg_model_config *cfg, const tg_job *job, tg_err *err);
@@ -63,6 +66,10 @@ int tg_act(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int6
 int tg_param(tg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1, int init, int no_decay);
 /* The same of any shape (up to TG_MAX_DIMS dims): a convolution's weight [out, in, k, k]. */
 int tg_param_shaped(tg_graph *g, const char *name, int ndim, const int64_t *shape, int init, int no_decay);
+/* With LoRA: whether some name of the job's lora_modules_to_save names the module at
+ * `path` or a module holding it (an ancestor), as lora_targets name modules: the whole
+ * path or its tail after a dot. Counts the names that do (g->save_hits). */
+int tg_graph_saves_module(tg_graph *g, const char *path);
 /* A buffer with its HF name (TG_TENSOR_BUFFER, buffers pool), of plan dtype `dtype`;
  * persistent: Hugging Face saves and loads it (else never saved, and ignored in checkpoints). */
 int tg_buffer(tg_graph *g, const char *name, int dtype, int ndim, int64_t d0, int64_t d1, int init, int persistent);

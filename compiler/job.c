@@ -84,6 +84,7 @@ static const struct job_key {
     [TG_JOB_IMAGE_MEAN] = {"image_mean", 0},
     [TG_JOB_IMAGE_STD] = {"image_std", 0},
     [TG_JOB_FUSE_BN_RELU6] = {"fuse_bn_relu6", 0},
+    [TG_JOB_LORA_MODULES_TO_SAVE] = {"lora_modules_to_save", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -362,13 +363,13 @@ static int set_path(char *dst, const char *v, const origin *o, int resolve, cons
     return 0;
 }
 
-/* `lora_targets`: comma-separated module names or dotted paths' tails (parts of letters,
- * digits and '_' joined by single dots: `c_proj`, `mlp.c_proj`, `h.0.mlp.c_proj`), each
- * non-empty after trimming, at most 64; which exist is the model's to say
- * (compiler/model_build.c). */
-static int set_lora_targets(tg_job *job, const char *v, const origin *o, const char *key, tg_err *err) {
-    if (strlen(v) >= sizeof job->lora_targets)
-        return tg_fail(err, "%skey '%s': value is too long (limit %zu bytes)", o->prefix, key, sizeof job->lora_targets - 1);
+/* `lora_targets` and `lora_modules_to_save` (into dst, of cap bytes): comma-separated
+ * module names or dotted paths' tails (parts of letters, digits and '_' joined by single
+ * dots: `c_proj`, `mlp.c_proj`, `h.0.mlp.c_proj`), each non-empty after trimming, at most
+ * 64; which exist is the model's to say (compiler/model_build.c). */
+static int set_module_names(char *dst, size_t cap, const char *v, const origin *o, const char *key, tg_err *err) {
+    if (strlen(v) >= cap)
+        return tg_fail(err, "%skey '%s': value is too long (limit %zu bytes)", o->prefix, key, cap - 1);
     int names = 0;
     for (const char *p = v; *p;) {
         while (*p == ' ' || *p == '\t') p++;
@@ -389,7 +390,7 @@ static int set_lora_targets(tg_job *job, const char *v, const origin *o, const c
         if (++names > 64) return tg_fail(err, "%skey '%s': more than 64 names", o->prefix, key);
         if (*p) p++;
     }
-    snprintf(job->lora_targets, sizeof job->lora_targets, "%s", v);
+    snprintf(dst, cap, "%s", v);
     return 0;
 }
 
@@ -616,7 +617,12 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
         /* The bound catches a price written in the wrong unit (per GPU second, or cents). */
         rc = set_float(&job->gpu_hour_price, v, 0, 0, TG_GPU_HOUR_PRICE_MAX, 0, o, name, err);
         break;
-    case TG_JOB_LORA_TARGETS: rc = set_lora_targets(job, v, o, name, err); break;
+    case TG_JOB_LORA_TARGETS:
+        rc = set_module_names(job->lora_targets, sizeof job->lora_targets, v, o, name, err);
+        break;
+    case TG_JOB_LORA_MODULES_TO_SAVE:
+        rc = set_module_names(job->lora_modules_to_save, sizeof job->lora_modules_to_save, v, o, name, err);
+        break;
     case TG_JOB_IMAGE_CHANNELS:
         rc = set_int_range(&job->image_channels, v, 1, 3, "1: grey, 3: RGB", o, name, err);
         if (!rc && job->image_channels == 2)
@@ -893,6 +899,11 @@ static int validate(const tg_job *job, tg_err *err) {
             return tg_fail(err, "%s: key '%s': only meaningful for precision = fp16 (precision is %s)",
                            tg_job_where(job, key, w1, sizeof w1), tg_job_key_name(key),
                            tg_precision_name(job->precision));
+    /* Modules train whole beside adapters only: without LoRA every module trains whole. */
+    if (job->lora_modules_to_save[0] && job->lora_r <= 0)
+        return tg_fail(err, "%s: key 'lora_modules_to_save': only meaningful with lora_r > 0 (without LoRA every "
+                            "module trains whole already)",
+                       tg_job_where(job, TG_JOB_LORA_MODULES_TO_SAVE, w1, sizeof w1));
     return 0;
 }
 

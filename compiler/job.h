@@ -110,6 +110,9 @@ typedef struct tg_job {
     float lora_alpha;
     float lora_dropout;
     char lora_targets[256];
+    /* PEFT's modules_to_save beyond the task head: comma-separated module names, matched as
+     * lora_targets are; every parameter of a matched module trains whole ("": none). */
+    char lora_modules_to_save[256];
     /* The price of one GPU for an hour (currency-free; 0: unset), which the run turns into
      * its cost per 1M tokens (tg_plan_run.gpu_hour_price). */
     float gpu_hour_price;
@@ -164,6 +167,7 @@ typedef enum tg_job_key {
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
     TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE,
     TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN, TG_JOB_IMAGE_STD, TG_JOB_FUSE_BN_RELU6,
+    TG_JOB_LORA_MODULES_TO_SAVE,
     TG_JOB_KEY_COUNT
 } tg_job_key;
 

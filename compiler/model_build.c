@@ -318,6 +318,107 @@ static int lora_check_hits(tg_graph *g) {
     return 0;
 }
 
+/* Whether some name of lora_modules_to_save ends in module `module` (its last part): the
+ * models make q, k and v, or gate and up, apart then, so that one of them trains whole
+ * while the others stay frozen. */
+static int lora_module_saved(const tg_graph *g, const char *module) {
+    if (g->job->lora_r <= 0) return 0;
+    size_t len, mlen;
+    const char *p = g->job->lora_modules_to_save, *t;
+    while ((t = next_name(&p, &len))) {
+        const char *m = target_module(t, len, &mlen);
+        if (mlen == strlen(module) && !strncmp(m, module, mlen)) return 1;
+    }
+    return 0;
+}
+
+static int edit_distance(const char *a, size_t na, const char *b, size_t nb) {
+    int row[TG_NAME_MAX + 1];
+    if (na > TG_NAME_MAX || nb > TG_NAME_MAX) return 1 << 20;
+    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            const int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best, diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* After the build: a name of lora_modules_to_save that named no module is refused, naming
+ * a module of the model of its kind: one whose last part is the name's (a dotted tail that
+ * narrowed to nothing), else the one whose last part is nearest in spelling. */
+static int lora_check_saved(tg_graph *g) {
+    if (g->job->lora_r <= 0) return 0;
+    size_t len, mlen;
+    const char *p = g->job->lora_modules_to_save, *t;
+    for (int k = 0; (t = next_name(&p, &len)) && k < 64; k++) {
+        if (g->save_hits[k]) continue;
+        const char *m = target_module(t, len, &mlen);
+        int best = -1, best_d = 1 << 20;
+        size_t best_len = 0;
+        for (int x = 0; x < g->n_tensors && best_d; x++) {
+            const tg_tensor *tt = &g->tensors[x];
+            if (!(tt->flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) || (tt->flags & TG_TENSOR_VIEW)) continue;
+            const char *name = tt->name, *end = strrchr(name, '.'), *last = end;
+            if (!end) continue;
+            while (last > name && last[-1] != '.') last--;
+            const int d = edit_distance(m, mlen, last, (size_t)(end - last));
+            if (d < best_d) best_d = d, best = x, best_len = (size_t)(end - name);
+        }
+        char like[TG_NAME_MAX + 40] = "";
+        if (best >= 0) snprintf(like, sizeof like, " (its modules are such as %.*s)", (int)best_len, g->tensors[best].name);
+        return tg_graph_job_fail(g, TG_JOB_LORA_MODULES_TO_SAVE, "'%.*s' names no module of the model%s", (int)len, t,
+                                 like);
+    }
+    return 0;
+}
+
+/* The LM head's weight tied to the input embeddings (HF tie_word_embeddings), as module
+ * paths: the decoder module and the table's module; NULL when the job's model has none. */
+static const char *tied_decoder(const tg_graph *g, const char **table) {
+    const tg_model_config *c = g->cfg;
+    const int task = g->job->task;
+    *table = NULL;
+    if (task == TG_TASK_LM && c->arch == TG_ARCH_GPT2) return *table = "transformer.wte", "lm_head";
+    if (task == TG_TASK_LM && c->arch == TG_ARCH_LLAMA && c->tie_word_embeddings)
+        return *table = "model.embed_tokens", "lm_head";
+    if (task == TG_TASK_MLM && c->arch == TG_ARCH_ROBERTA)
+        return *table = "roberta.embeddings.word_embeddings", "lm_head.decoder";
+    if (task == TG_TASK_MLM && c->arch == TG_ARCH_BERT)
+        return *table = "bert.embeddings.word_embeddings", "cls.predictions.decoder";
+    return NULL;
+}
+
+/* lora_modules_to_save may not name the tied LM head's decoder or a module holding it: PEFT
+ * would train a copy of it apart from the embeddings it is tied to (untying them, which
+ * the saved config does not say), and the head's weight here is the table itself. The
+ * table trains whole, with the head reading it, when its own module is named. */
+static int lora_check_tied(tg_graph *g) {
+    const char *table, *decoder = tied_decoder(g, &table);
+    if (!decoder || g->job->lora_r <= 0) return 0;
+    size_t len;
+    const char *p = g->job->lora_modules_to_save, *t;
+    while ((t = next_name(&p, &len)))
+        for (size_t n = strlen(decoder); n > 0; n--) {
+            if (n != strlen(decoder) && decoder[n] != '.') continue;
+            char path[TG_NAME_MAX];
+            snprintf(path, sizeof path, "%.*s", (int)n, decoder);
+            if (names_module(t, len, path))
+                return tg_graph_job_fail(g, TG_JOB_LORA_MODULES_TO_SAVE,
+                                         "'%.*s' names %s, which holds the LM head's decoder, tied to %s: PEFT would "
+                                         "train a copy of it apart from the embeddings; name %s to train the shared "
+                                         "table whole",
+                                         (int)len, t, path, table, table);
+        }
+    return 0;
+}
+
 /* With LoRA, every target the job names must be a module the family adapts: the first that
  * is not is refused, naming the family's modules. Also freezes the base (held in the plan's
  * storage type, no master, no state). */
@@ -351,6 +452,12 @@ static int lora_add(builder *b, const char *prefix, int x, int y, int64_t rows, 
     tg_graph *g = b->g;
     const tg_job *j = g->job;
     char name[TG_NAME_MAX];
+    /* PEFT wraps a module either way, not both: its adapter or its whole copy. */
+    if (tg_graph_saves_module(g, prefix))
+        return tg_graph_job_fail(g, TG_JOB_LORA_MODULES_TO_SAVE,
+                                 "names %s (or a module holding it), which lora_targets adapts: a module trains "
+                                 "through its adapter or whole, not both",
+                                 prefix);
     g->adapter = 1;
     snprintf(name, sizeof name, "%s.lora_A.weight", prefix);
     int a = tg_param(g, name, 2, j->lora_r, in, TG_INIT_UNIFORM, 0);
@@ -649,10 +756,11 @@ static int build_encoder(builder *b, int pad_id) {
     h = layernorm(b, name, h, b->N);
     h = dropout(b, "embeddings.dropout", h, c->embedding_dropout);
 
-    /* query, key and value made apart when LoRA adds to any of them. */
+    /* query, key and value made apart when LoRA adds to any of them or one trains whole. */
     const int packed_qkv =
         b->fuse_qkv && !lora_module_targeted(g, "query") && !lora_module_targeted(g, "key") &&
-        !lora_module_targeted(g, "value");
+        !lora_module_targeted(g, "value") && !lora_module_saved(g, "query") && !lora_module_saved(g, "key") &&
+        !lora_module_saved(g, "value");
     for (int l = 0; l < c->layers; l++) {
         snprintf(p, sizeof p, "%s.encoder.layer.%d", base, l);
         int qkv[3], heads[3];
@@ -879,10 +987,13 @@ static int build_llama(builder *b, int pad_id) {
     const tg_model_config *c = g->cfg;
     char p[TG_NAME_MAX], name[TG_NAME_MAX];
     static const char *const attn_names[3] = {"q_proj", "k_proj", "v_proj"}, *const mlp_names[2] = {"gate_proj", "up_proj"};
-    /* q, k and v made apart when LoRA adds to any of them; gate and up likewise. */
+    /* q, k and v made apart when LoRA adds to any of them or one trains whole
+     * (lora_modules_to_save); gate and up likewise. */
     const int qkv_apart = lora_module_targeted(g, "q_proj") || lora_module_targeted(g, "k_proj") ||
-                          lora_module_targeted(g, "v_proj");
-    const int mlp_apart = lora_module_targeted(g, "gate_proj") || lora_module_targeted(g, "up_proj");
+                          lora_module_targeted(g, "v_proj") || lora_module_saved(g, "q_proj") ||
+                          lora_module_saved(g, "k_proj") || lora_module_saved(g, "v_proj");
+    const int mlp_apart = lora_module_targeted(g, "gate_proj") || lora_module_targeted(g, "up_proj") ||
+                          lora_module_saved(g, "gate_proj") || lora_module_saved(g, "up_proj");
     int table;
     int h = embedding(b, "model.embed_tokens.weight", g->io.input_ids, c->vocab_size, c->pad_token_id, &table);
     const int64_t qkv_rows[3] = {b->H * b->Dh, (int64_t)c->kv_heads * b->Dh, (int64_t)c->kv_heads * b->Dh};
@@ -1192,9 +1303,9 @@ int tg_build_forward(tg_graph *g, int pad_id) {
     g->io.step = tg_graph_tensor(g, "optim.step", TG_F32, TG_POOL_OPTIM, 1, &one);
     g->io.total_steps = tg_graph_tensor(g, "optim.total_steps", TG_F32, TG_POOL_OPTIM, 1, &one);
 
-    if (lora_setup(g)) return -1;
+    if (lora_setup(g) || lora_check_tied(g)) return -1;
     const int loss = c->arch == TG_ARCH_GPT2    ? build_gpt2(&b, pad_id)
                      : c->arch == TG_ARCH_LLAMA ? build_llama(&b, pad_id)
                                                 : build_encoder(&b, pad_id);
-    return loss < 0 || lora_check_hits(g) ? -1 : loss;
+    return loss < 0 || lora_check_hits(g) || lora_check_saved(g) ? -1 : loss;
 }

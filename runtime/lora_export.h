@@ -24,7 +24,8 @@ int tg_lora_pairs(const tg_plan *plan, tg_lora_pair **pairs, tg_err *err);
 
 /* Whether tensor t of a LoRA plan trains whole beside the adapters: a trainable parameter
  * (not a view or copy) that is no lora_A or lora_B, i.e. a parameter of the head PEFT keeps
- * as modules_to_save (classifier, score, qa_outputs). */
+ * as modules_to_save (classifier, score, qa_outputs) or of a module the job's
+ * lora_modules_to_save names. */
 int tg_lora_head_param(const tg_plan *plan, int t);
 
 /* W + scale B A of pair p, in the base weight's layout (W + scale (B A)^T for a weight
