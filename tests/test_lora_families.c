@@ -21,6 +21,7 @@
 #include "runtime/lora_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
+#include "tests/lora_fixtures.h"
 #include "tests/train_record.h"
 
 #define BERT_CLS_BASE "model = tiny-bert\ntask = classify\nnum_labels = 3\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
@@ -285,38 +286,6 @@ TG_TEST(test_lora_families_refuse_unknown_targets) {
     tg_plan_free(&p);
 }
 
-/* A trainer on a plan, inputs fixed: ids from a small generator, full rows, token types 0,
- * labels by task (the next token; a class; a span). */
-static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
-    tg_trainer_options o = {.device = tg_test_device(), .threads = 0, .load_data = 0};
-    if (tg_trainer_open(tr, p, &o, err)) return -1;
-    const tg_plan_io *io = &p->io;
-    const int64_t B = p->train.batch, T = p->train.seq;
-    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
-    int32_t *labels = tg_trainer_input(tr, io->labels);
-    float *mask = tg_trainer_input(tr, io->attention_mask);
-    uint32_t s = 12345;
-    for (int64_t i = 0; i < B * T; i++) {
-        s = s * 1664525u + 1013904223u;
-        ids[i] = (int32_t)(3 + (s >> 8) % (uint32_t)(p->model.vocab_size - 3));
-        pos[i] = (int32_t)(i % T), mask[i] = 1.0f;
-    }
-    if (io->token_type_ids >= 0) memset(tg_trainer_input(tr, io->token_type_ids), 0, sizeof(int32_t) * (size_t)(B * T));
-    if (p->train.task == TG_TASK_LM)
-        for (int64_t i = 0; i < B * T; i++) labels[i] = i % T == T - 1 ? -100 : ids[i + 1];
-    else
-        for (int64_t i = 0; i < B; i++) labels[i] = (int32_t)((i + 1) % p->train.num_labels);
-    return 0;
-}
-
-static float *read_tensor(tg_trainer *tr, const tg_plan *p, int t, tg_err *err) {
-    float *v = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[t]));
-    if (v && tg_trainer_read_f32(tr, t, v, err)) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
 
 /* W + scale B A into w (the base weight [out, in], or [in, out] with conv1d), in double. */
 static void merge(float *w, const float *a, const float *b, int64_t out, int64_t in, int64_t r, double scale, int conv1d) {
@@ -339,7 +308,7 @@ static void check_equals_merged(const char *what, const char *base_job, const ch
     REQUIRE(compile_text(base_job, 1, &base, &err) == 0, "%s: %s", what, err.msg);
     REQUIRE(compile_text(text, 1, &lora, &err) == 0, "%s: %s", what, err.msg);
     tg_trainer tb, tl;
-    REQUIRE(open_fixed(&tb, &base, &err) == 0 && open_fixed(&tl, &lora, &err) == 0, "%s: %s", what, err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tb, &base, &err) == 0 && tg_test_lora_open_fixed(&tl, &lora, &err) == 0, "%s: %s", what, err.msg);
     const int64_t n = tg_tensor_numel(&base.tensors[base.io.logits]);
     float lb, ll;
     float *yb = forward_logits(&tb, &base, &lb, &err), *yl = yb ? forward_logits(&tl, &lora, &ll, &err) : NULL;
@@ -365,7 +334,7 @@ static void check_equals_merged(const char *what, const char *base_job, const ch
         CHECK(tg_tensor_numel(&base.tensors[w]) == in * out &&
                   base.tensors[w].shape[conv1d ? 0 : 1] == in,
               "%s: %s's layout", what, other);
-        float *av = read_tensor(&tl, &lora, a, &err), *wv = av ? read_tensor(&tb, &base, w, &err) : NULL;
+        float *av = tg_test_lora_read(&tl, &lora, a, &err), *wv = av ? tg_test_lora_read(&tb, &base, w, &err) : NULL;
         float *bv = malloc(sizeof(float) * (size_t)(out * r));
         REQUIRE(av && wv && bv, "%s: %s", what, err.msg);
         random_fill(bv, out * r, 0.2f, (uint32_t)(a + 1));
@@ -406,7 +375,7 @@ static void check_gradients(const char *what, const char *text, const char *cons
     tg_err err;
     REQUIRE(compile_text(text, 1, &p, &err) == 0, "%s: %s", what, err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
     for (int k = 0; k < n_nonzero; k++) {
         const int b = find_tensor(&p, nonzero[k]);
         REQUIRE(b >= 0, "%s: %s", what, nonzero[k]);
@@ -425,13 +394,13 @@ static void check_gradients(const char *what, const char *text, const char *cons
     for (int k = 0; k < n_probe; k++) {
         const int t = find_tensor(&p, probe[k]);
         REQUIRE(t >= 0 && p.tensors[t].grad >= 0, "%s: %s has no gradient", what, probe[k]);
-        grads[k] = read_tensor(&tr, &p, p.tensors[t].grad, &err);
+        grads[k] = tg_test_lora_read(&tr, &p, p.tensors[t].grad, &err);
         REQUIRE(grads[k], "%s", err.msg);
     }
     for (int k = 0; k < n_probe; k++) {
         const int t = find_tensor(&p, probe[k]);
         const int64_t n = tg_tensor_numel(&p.tensors[t]);
-        float *v = read_tensor(&tr, &p, t, &err), *g = grads[k];
+        float *v = tg_test_lora_read(&tr, &p, t, &err), *g = grads[k];
         REQUIRE(v, "%s", err.msg);
         double worst = 0, largest = 0;
         for (int64_t i = 0; i < n; i += n / 6 + 1) {
@@ -486,14 +455,14 @@ static void check_training(const char *what, const char *text, const char *const
     tg_err err;
     REQUIRE(compile_text(text, 0, &p, &err) == 0, "%s: %s", what, err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
     float *before[8];
     REQUIRE(n_fixed + n_moving <= 8, "too many tensors");
     for (int k = 0; k < n_fixed + n_moving; k++) {
         const char *name = k < n_fixed ? fixed[k] : moving[k - n_fixed];
         const int t = find_tensor(&p, name);
         REQUIRE(t >= 0, "%s: %s", what, name);
-        before[k] = read_tensor(&tr, &p, t, &err);
+        before[k] = tg_test_lora_read(&tr, &p, t, &err);
         REQUIRE(before[k], "%s", err.msg);
     }
     float first = 0, last = 0;
@@ -506,7 +475,7 @@ static void check_training(const char *what, const char *text, const char *const
     for (int k = 0; k < n_fixed + n_moving; k++) {
         const char *name = k < n_fixed ? fixed[k] : moving[k - n_fixed];
         const int t = find_tensor(&p, name);
-        float *after = read_tensor(&tr, &p, t, &err);
+        float *after = tg_test_lora_read(&tr, &p, t, &err);
         REQUIRE(after, "%s", err.msg);
         const size_t bytes = sizeof(float) * (size_t)tg_tensor_numel(&p.tensors[t]);
         if (k < n_fixed) CHECK(!memcmp(before[k], after, bytes), "%s: frozen %s changed", what, name);
@@ -565,7 +534,7 @@ static void check_export(const char *what, const char *model_job, const char *lo
     tg_err err;
     REQUIRE(compile_text(text, 1, &p, &err) == 0, "%s: %s", what, err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
     for (int t = 0; t < p.n_tensors; t++) /* every B random */
         if (strstr(p.tensors[t].name, ".lora_B.weight") && (p.tensors[t].flags & TG_TENSOR_PARAM)) {
             const int64_t n = tg_tensor_numel(&p.tensors[t]);
@@ -584,8 +553,8 @@ static void check_export(const char *what, const char *model_job, const char *lo
     const int w = find_tensor(&p, name);
     REQUIRE(a >= 0 && b >= 0 && w >= 0, "%s: %s's adapters", what, module);
     const int64_t r = p.tensors[a].shape[0], in = p.tensors[a].shape[1], out = p.tensors[b].shape[0];
-    float *av = read_tensor(&tr, &p, a, &err), *bv = av ? read_tensor(&tr, &p, b, &err) : NULL;
-    float *wv = bv ? read_tensor(&tr, &p, w, &err) : NULL, *got = malloc(sizeof(float) * (size_t)(out * in));
+    float *av = tg_test_lora_read(&tr, &p, a, &err), *bv = av ? tg_test_lora_read(&tr, &p, b, &err) : NULL;
+    float *wv = bv ? tg_test_lora_read(&tr, &p, w, &err) : NULL, *got = malloc(sizeof(float) * (size_t)(out * in));
     REQUIRE(av && bv && wv && got, "%s: %s", what, err.msg);
     float *want_w = malloc(sizeof(float) * (size_t)(out * in));
     REQUIRE(want_w, "out of memory");
@@ -666,7 +635,7 @@ static void check_export(const char *what, const char *model_job, const char *lo
     REQUIRE(compile_text(text, 1, &merged, &err) == 0, "%s: %s", what, err.msg);
     CHECK(find_tensor(&merged, name) < 0, "%s: the reloaded plan has adapters", what);
     tg_trainer tm;
-    REQUIRE(open_fixed(&tm, &merged, &err) == 0, "%s: %s", what, err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tm, &merged, &err) == 0, "%s: %s", what, err.msg);
     float loss_merged;
     float *logits = forward_logits(&tm, &merged, &loss_merged, &err);
     REQUIRE(logits, "%s", err.msg);

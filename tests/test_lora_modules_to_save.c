@@ -16,6 +16,7 @@
 #include "runtime/hf_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
+#include "tests/lora_fixtures.h"
 
 #define BERT_CLS "model = tiny-bert\ntask = classify\nnum_labels = 3\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
 #define GPT2_LM "model = tiny-gpt2\ntask = lm\nbatch = 2\nseq = 12\ntrain_data = x\nseed = 5\n"
@@ -168,36 +169,6 @@ TG_TEST(test_lora_modules_to_save_plan_classes) {
                   "model.embed_tokens.weight", NULL, 1);
 }
 
-static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
-    tg_trainer_options o = {.device = tg_test_device(), .threads = 0, .load_data = 0};
-    if (tg_trainer_open(tr, p, &o, err)) return -1;
-    const tg_plan_io *io = &p->io;
-    const int64_t B = p->train.batch, T = p->train.seq;
-    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
-    int32_t *labels = tg_trainer_input(tr, io->labels);
-    float *mask = tg_trainer_input(tr, io->attention_mask);
-    uint32_t s = 12345;
-    for (int64_t i = 0; i < B * T; i++) {
-        s = s * 1664525u + 1013904223u;
-        ids[i] = (int32_t)(3 + (s >> 8) % (uint32_t)(p->model.vocab_size - 3));
-        pos[i] = (int32_t)(i % T), mask[i] = 1.0f;
-    }
-    if (io->token_type_ids >= 0) memset(tg_trainer_input(tr, io->token_type_ids), 0, sizeof(int32_t) * (size_t)(B * T));
-    if (p->train.task == TG_TASK_LM)
-        for (int64_t i = 0; i < B * T; i++) labels[i] = i % T == T - 1 ? -100 : ids[i + 1];
-    else
-        for (int64_t i = 0; i < B; i++) labels[i] = (int32_t)((i + 1) % p->train.num_labels);
-    return 0;
-}
-
-static float *read_tensor(tg_trainer *tr, const tg_plan *p, int t, tg_err *err) {
-    float *v = malloc(sizeof(float) * (size_t)tg_tensor_numel(&p->tensors[t]));
-    if (v && tg_trainer_read_f32(tr, t, v, err)) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
 
 static json_t *load_json(const char *dir, const char *file) {
     char path[700];
@@ -217,13 +188,13 @@ static void check_training_and_export(const char *what, const char *text, int ti
     tg_err err = {{0}};
     REQUIRE(compile_text(text, tie, &p, &err) == 0, "%s: %s", what, err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s: %s", what, err.msg);
     float **before = calloc((size_t)p.n_tensors, sizeof *before);
     REQUIRE(before, "out of memory");
     for (int t = 0; t < p.n_tensors; t++) {
         const tg_tensor *x = &p.tensors[t];
         if (!(x->flags & TG_TENSOR_VIEW) && (x->flags & (TG_TENSOR_PARAM | TG_TENSOR_FROZEN)) && !is_adapter(x->name))
-            REQUIRE((before[t] = read_tensor(&tr, &p, t, &err)), "%s", err.msg);
+            REQUIRE((before[t] = tg_test_lora_read(&tr, &p, t, &err)), "%s", err.msg);
     }
     for (int s = 0; s < 10; s++) {
         tg_step_stats st;
@@ -232,7 +203,7 @@ static void check_training_and_export(const char *what, const char *text, int ti
     int moved = 0;
     for (int t = 0; t < p.n_tensors; t++) {
         if (!before[t]) continue;
-        float *after = read_tensor(&tr, &p, t, &err);
+        float *after = tg_test_lora_read(&tr, &p, t, &err);
         REQUIRE(after, "%s", err.msg);
         int want = 0;
         for (int k = 0; k < n_moving; k++) want |= !strcmp(moving[k], p.tensors[t].name);
