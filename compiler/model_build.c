@@ -395,27 +395,46 @@ static const char *tied_decoder(const tg_graph *g, const char **table) {
     return NULL;
 }
 
-/* lora_modules_to_save may not name the tied LM head's decoder or a module holding it: PEFT
- * would train a copy of it apart from the embeddings it is tied to (untying them, which
- * the saved config does not say), and the head's weight here is the table itself. The
- * table trains whole, with the head reading it, when its own module is named. */
+/* The module of `path` (a dotted name) or one holding it, if list names any: the path's
+ * prefix it names (at a dot or the whole), into out; 0 if none. */
+static int names_path_or_holder(const char *list, const char *path, char *out, size_t cap, const char **name,
+                                size_t *name_len) {
+    size_t len;
+    const char *p = list, *t;
+    while ((t = next_name(&p, &len)))
+        for (size_t n = strlen(path); n > 0; n--) {
+            if (n != strlen(path) && path[n] != '.') continue;
+            snprintf(out, cap, "%.*s", (int)n, path);
+            if (names_module(t, len, out)) {
+                *name = t, *name_len = len;
+                return 1;
+            }
+        }
+    return 0;
+}
+
+/* lora_modules_to_save may name neither the tied LM head's decoder nor the embeddings it is
+ * tied to, nor a module holding either: PEFT keeps a module it saves apart from the weights
+ * tied to it, so its model with the adapter would compute the head from a copy the other
+ * side of the tie (PEFT 0.21.2 does, even with ensure_weight_tying:
+ * tests/golden/peft_export_check.sh), not what trained here. */
 static int lora_check_tied(tg_graph *g) {
     const char *table, *decoder = tied_decoder(g, &table);
     if (!decoder || g->job->lora_r <= 0) return 0;
+    char path[TG_NAME_MAX];
+    const char *t;
     size_t len;
-    const char *p = g->job->lora_modules_to_save, *t;
-    while ((t = next_name(&p, &len)))
-        for (size_t n = strlen(decoder); n > 0; n--) {
-            if (n != strlen(decoder) && decoder[n] != '.') continue;
-            char path[TG_NAME_MAX];
-            snprintf(path, sizeof path, "%.*s", (int)n, decoder);
-            if (names_module(t, len, path))
-                return tg_graph_job_fail(g, TG_JOB_LORA_MODULES_TO_SAVE,
-                                         "'%.*s' names %s, which holds the LM head's decoder, tied to %s: PEFT would "
-                                         "train a copy of it apart from the embeddings; name %s to train the shared "
-                                         "table whole",
-                                         (int)len, t, path, table, table);
-        }
+    if (names_path_or_holder(g->job->lora_modules_to_save, decoder, path, sizeof path, &t, &len))
+        return tg_graph_job_fail(g, TG_JOB_LORA_MODULES_TO_SAVE,
+                                 "'%.*s' names %s, which holds the LM head's decoder, tied to %s: PEFT would keep a "
+                                 "saved copy apart from the embeddings; with LoRA the tied head and table stay frozen",
+                                 (int)len, t, path, table);
+    if (names_path_or_holder(g->job->lora_modules_to_save, table, path, sizeof path, &t, &len))
+        return tg_graph_job_fail(g, TG_JOB_LORA_MODULES_TO_SAVE,
+                                 "'%.*s' names %s, which holds %s, tied to the LM head (%s): PEFT would keep a saved "
+                                 "copy apart from the head, which would read the untrained table; with LoRA the tied "
+                                 "head and table stay frozen",
+                                 (int)len, t, path, table, decoder);
     return 0;
 }
 

@@ -146,9 +146,7 @@ static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int 
     }
     /* What trains whole: the task head (classifier, score, qa_outputs) as its top-level
      * module, and each module of the job's lora_modules_to_save by its path (the parameter's
-     * name less its last part: transformer.ln_f), which PEFT matches as a path's tail. A
-     * saved table that the LM head reads (tied) asks PEFT to keep the two tied. */
-    int tied = 0;
+     * name less its last part: transformer.ln_f), which PEFT matches as a path's tail. */
     for (int t = 0; t < plan->n_tensors && !rc; t++)
         if (tg_lora_head_param(plan, t)) {
             const char *name = plan->tensors[t].name, *dot = strchr(name, '.'), *last = strrchr(name, '.');
@@ -156,7 +154,6 @@ static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int 
             const int head = (top == 10 && !strncmp(name, "classifier", top)) || (top == 5 && !strncmp(name, "score", top)) ||
                              (top == 10 && !strncmp(name, "qa_outputs", top));
             rc = append_once(save, name, head || !last ? top : (size_t)(last - name));
-            tied |= (plan->tensors[t].flags & TG_TENSOR_TIED) != 0;
         }
     float dropout = 0;
     for (int o = 0; o < plan->n_ops; o++)
@@ -175,7 +172,6 @@ static char *adapter_config(const tg_plan *plan, const tg_lora_pair *pairs, int 
              json_object_set_new(c, "inference_mode", json_true()) |
              json_object_set_new(c, "init_lora_weights", json_true()) | json_object_set(c, "target_modules", targets) |
              json_object_set(c, "modules_to_save", json_array_size(save) ? save : json_null());
-    if (!rc && tied) rc = json_object_set_new(c, "ensure_weight_tying", json_true());
     char *text = rc ? NULL : json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     json_decref(c), json_decref(targets), json_decref(save);
     if (!text) tg_fail(err, "adapter_config.json: out of memory");

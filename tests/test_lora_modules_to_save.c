@@ -74,20 +74,33 @@ TG_TEST(test_lora_modules_to_save_refusals) {
         {LLAMA_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = nrom\n",
          "job.txt:9: key 'lora_modules_to_save': 'nrom' names no module of the model (its modules are such as "
          "model.norm)", 0},
-        /* The tied LM head: its weight is the embeddings'. */
+        /* The tied LM head and the embeddings it reads: PEFT would keep a saved copy apart. */
         {GPT2_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = lm_head\n",
          "job.txt:9: key 'lora_modules_to_save': 'lm_head' names lm_head, which holds the LM head's decoder, tied to "
-         "transformer.wte: PEFT would train a copy of it apart from the embeddings; name transformer.wte to train the "
-         "shared table whole", 0},
+         "transformer.wte: PEFT would keep a saved copy apart from the embeddings; with LoRA the tied head and table "
+         "stay frozen", 0},
+        {GPT2_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = ln_f,wte\n",
+         "job.txt:9: key 'lora_modules_to_save': 'wte' names transformer.wte, which holds transformer.wte, tied to the "
+         "LM head (lm_head): PEFT would keep a saved copy apart from the head, which would read the untrained table; "
+         "with LoRA the tied head and table stay frozen", 0},
         {LLAMA_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = lm_head\n",
          "job.txt:9: key 'lora_modules_to_save': 'lm_head' names lm_head, which holds the LM head's decoder, tied to "
-         "model.embed_tokens: PEFT would train a copy of it apart from the embeddings; name model.embed_tokens to "
-         "train the shared table whole", 1},
+         "model.embed_tokens: PEFT would keep a saved copy apart from the embeddings; with LoRA the tied head and "
+         "table stay frozen", 1},
+        {LLAMA_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = embed_tokens\n",
+         "job.txt:9: key 'lora_modules_to_save': 'embed_tokens' names model.embed_tokens, which holds "
+         "model.embed_tokens, tied to the LM head (lm_head): PEFT would keep a saved copy apart from the head, which "
+         "would read the untrained table; with LoRA the tied head and table stay frozen", 1},
         {"model = tiny-bert\ntask = mlm\nbatch = 2\nseq = 12\ntrain_data = x\nsteps = 2\nlora_r = 2\n"
          "lora_modules_to_save = predictions\n",
          "job.txt:8: key 'lora_modules_to_save': 'predictions' names cls.predictions, which holds the LM head's "
-         "decoder, tied to bert.embeddings.word_embeddings: PEFT would train a copy of it apart from the embeddings; "
-         "name bert.embeddings.word_embeddings to train the shared table whole", 0},
+         "decoder, tied to bert.embeddings.word_embeddings: PEFT would keep a saved copy apart from the embeddings; "
+         "with LoRA the tied head and table stay frozen", 0},
+        {"model = tiny-bert\ntask = mlm\nbatch = 2\nseq = 12\ntrain_data = x\nsteps = 2\nlora_r = 2\n"
+         "lora_modules_to_save = embeddings\n",
+         "job.txt:8: key 'lora_modules_to_save': 'embeddings' names bert.embeddings, which holds "
+         "bert.embeddings.word_embeddings, tied to the LM head (cls.predictions.decoder): PEFT would keep a saved copy "
+         "apart from the head, which would read the untrained table; with LoRA the tied head and table stay frozen", 0},
         /* A module adapted and saved whole. */
         {LLAMA_LM "steps = 2\nlora_r = 2\nlora_targets = q_proj\nlora_modules_to_save = self_attn\n",
          "job.txt:10: key 'lora_modules_to_save': names model.layers.0.self_attn.q_proj (or a module holding it), which "
@@ -150,9 +163,9 @@ TG_TEST(test_lora_modules_to_save_plan_classes) {
     check_classes("bert key", BERT_CLS "steps = 2\nlora_r = 2\nlora_modules_to_save = layer.1.attention.self.key\n", 0,
                   "bert.encoder.layer.1.attention.self.key.weight,bert.encoder.layer.1.attention.self.key.bias",
                   "classifier.", 2);
-    /* GPT-2: ln_f, and the tied table (the LM head reads it, as without LoRA). */
-    check_classes("gpt2 ln_f, wte", GPT2_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = ln_f,wte\n", 0,
-                  "transformer.ln_f.weight,transformer.ln_f.bias,transformer.wte.weight", NULL, 3);
+    /* GPT-2: ln_f, and the position table (the token table, tied to the LM head, is refused). */
+    check_classes("gpt2 ln_f, wpe", GPT2_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = ln_f,wpe\n", 0,
+                  "transformer.ln_f.weight,transformer.ln_f.bias,transformer.wpe.weight", NULL, 3);
     check_classes("gpt2 classify score", "model = tiny-gpt2\ntask = classify\nnum_labels = 2\nbatch = 2\nseq = 12\n"
                                          "train_data = x\nsteps = 2\nlora_r = 2\nlora_modules_to_save = score,h.1.ln_2\n",
                   0, "score.weight,transformer.h.1.ln_2.weight,transformer.h.1.ln_2.bias", NULL, 3);
@@ -165,7 +178,7 @@ TG_TEST(test_lora_modules_to_save_plan_classes) {
                   0, "model.layers.0.self_attn.q_proj.weight,model.layers.1.self_attn.q_proj.weight,"
                      "model.layers.1.mlp.up_proj.weight",
                   NULL, 3);
-    check_classes("llama tied embed_tokens", LLAMA_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = embed_tokens\n", 1,
+    check_classes("llama untied embed_tokens", LLAMA_LM "steps = 2\nlora_r = 2\nlora_modules_to_save = embed_tokens\n", 0,
                   "model.embed_tokens.weight", NULL, 1);
 }
 
@@ -180,10 +193,10 @@ static json_t *load_json(const char *dir, const char *file) {
 /* Ten steps of `text`: the `moving` tensors change, every other base parameter (frozen)
  * does not; then the export: adapter_model.safetensors holds each moving tensor under
  * base_model.model.<name> with its trained values, adapter_config.json's modules_to_save
- * is `save` (and ensure_weight_tying is `tying`), and model.safetensors holds the trained
+ * is `save`, and model.safetensors holds the trained
  * values too. */
 static void check_training_and_export(const char *what, const char *text, int tie, const char *const *moving,
-                                      int n_moving, const char *save, int tying) {
+                                      int n_moving, const char *save) {
     tg_plan p;
     tg_err err = {{0}};
     REQUIRE(compile_text(text, tie, &p, &err) == 0, "%s: %s", what, err.msg);
@@ -245,8 +258,7 @@ static void check_training_and_export(const char *what, const char *text, int ti
     for (size_t i = 0; i < json_array_size(s); i++)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? "," : "", json_string_value(json_array_get(s, i)));
     CHECK(!strcmp(buf, save), "%s: modules_to_save %s, want %s", what, buf, save);
-    json_t *tw = json_object_get(c, "ensure_weight_tying");
-    CHECK(tying ? json_is_true(tw) : tw == NULL, "%s: ensure_weight_tying", what);
+    CHECK(!json_object_get(c, "ensure_weight_tying"), "%s: ensure_weight_tying set", what);
     json_decref(c);
     for (int t = 0; t < p.n_tensors; t++) free(before[t]);
     free(before);
@@ -255,18 +267,18 @@ static void check_training_and_export(const char *what, const char *text, int ti
 }
 
 TG_TEST(test_lora_modules_to_save_training_and_export) {
-    static const char *const gpt2[] = {"transformer.ln_f.weight", "transformer.ln_f.bias", "transformer.wte.weight"};
-    check_training_and_export("gpt2 ln_f, wte", GPT2_LM "steps = 10\nlr = 1e-2\nlora_r = 2\nlora_modules_to_save = ln_f,wte\n",
-                              0, gpt2, 3, "transformer.wte,transformer.ln_f", 1);
+    static const char *const gpt2[] = {"transformer.ln_f.weight", "transformer.ln_f.bias", "transformer.wpe.weight"};
+    check_training_and_export("gpt2 ln_f, wpe", GPT2_LM "steps = 10\nlr = 1e-2\nlora_r = 2\nlora_modules_to_save = ln_f,wpe\n",
+                              0, gpt2, 3, "transformer.wpe,transformer.ln_f");
     static const char *const gpt2_ln[] = {"transformer.ln_f.weight", "transformer.ln_f.bias"};
     check_training_and_export("gpt2 ln_f", GPT2_LM "steps = 10\nlr = 1e-2\nlora_r = 2\nlora_modules_to_save = ln_f\n", 0,
-                              gpt2_ln, 2, "transformer.ln_f", 0);
+                              gpt2_ln, 2, "transformer.ln_f");
     static const char *const llama[] = {"model.norm.weight", "lm_head.weight"};
     check_training_and_export("llama norm, lm_head",
                               LLAMA_LM "steps = 10\nlr = 1e-2\nlora_r = 2\nlora_modules_to_save = norm,lm_head\n", 0, llama,
-                              2, "model.norm,lm_head", 0);
+                              2, "model.norm,lm_head");
     static const char *const bert[] = {"bert.pooler.dense.weight", "bert.pooler.dense.bias", "classifier.weight",
                                        "classifier.bias"};
     check_training_and_export("bert pooler", BERT_CLS "steps = 10\nlr = 1e-2\nlora_r = 2\nlora_modules_to_save = pooler\n",
-                              0, bert, 4, "bert.pooler.dense,classifier", 0);
+                              0, bert, 4, "bert.pooler.dense,classifier");
 }

@@ -17,7 +17,8 @@
 #       tiny-gpt2 classification (PEFT's default c_attn, score saved whole), and tiny-gpt2 LM
 #       with paths' tails (mlp.c_proj, not attn.c_proj; layer 1's c_attn alone: the
 #       adapter config names the modules' paths), and lora_modules_to_save: tiny-gpt2 LM with
-#       ln_f and tiny-llama LM with norm and its untied lm_head trained whole. With
+#       ln_f, and with the position table wpe, and tiny-llama LM with norm and its untied
+#       lm_head trained whole. With
 #       build/examples/bbc-news-lora/lora there (examples/bbc-news/run-lora.sh), also that
 #       run: its base and LoRA folders, its eval split dumped, its eval loss, and the logits
 #       of two eval records cut to 16 tokens. TUNEGRAPH: the binary (default build/tunegraph).
@@ -43,6 +44,7 @@ cases() {
     echo "gpt2-classify tiny-gpt2 classify 2 lora_r = 4;lora_alpha = 16"
     echo "gpt2-lm-paths tiny-gpt2 lm - lora_r = 4;lora_alpha = 8;lora_targets = mlp.c_proj,h.1.attn.c_attn"
     echo "gpt2-lm-save tiny-gpt2 lm - lora_r = 4;lora_alpha = 8;lora_modules_to_save = ln_f"
+    echo "gpt2-lm-save-wpe tiny-gpt2 lm - lora_r = 4;lora_alpha = 8;lora_modules_to_save = wpe"
     echo "llama-lm-save tiny-llama lm - lora_r = 4;lora_alpha = 8;lora_modules_to_save = norm,lm_head"
 }
 
