@@ -63,3 +63,14 @@ int tg_test_write_jpeg(const char *path, int32_t width, int32_t height, int comp
     jpeg_destroy_compress(&c);
     return fclose(f) == 0 ? 0 : -1;
 }
+
+void tg_test_put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+int tg_test_write_bytes(const char *path, const uint8_t *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(b, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}

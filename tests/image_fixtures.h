@@ -1,8 +1,9 @@
-/* PNG and JPEG files written with libpng and libjpeg, for the image decoding and
- * conversion tests (tests/image_fixtures.c). */
+/* PNG and JPEG files written with libpng and libjpeg, and the bytes of IDX files, for the
+ * image decoding and conversion tests (tests/image_fixtures.c). */
 #ifndef TUNEGRAPH_TEST_IMAGE_FIXTURES_H
 #define TUNEGRAPH_TEST_IMAGE_FIXTURES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct tg_test_png {
@@ -23,5 +24,10 @@ int tg_test_write_png(const char *path, const tg_test_png *png);
 /* components 1 (gray), 3 (RGB, stored as YCbCr) or 4 (CMYK); interleaved pixels. */
 int tg_test_write_jpeg(const char *path, int32_t width, int32_t height, int components, const uint8_t *pixels,
                        int quality, int progressive);
+
+/* v big-endian into p[0..3] (IDX headers). */
+void tg_test_put_be32(uint8_t *p, uint32_t v);
+/* n bytes into a new file at path: 0, or -1 when it could not be written. */
+int tg_test_write_bytes(const char *path, const uint8_t *b, size_t n);
 
 #endif

@@ -17,17 +17,7 @@
 #include "plan/ops.h"
 #include "tests/cli_in_process.h"
 #include "tests/harness.h"
-
-static void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
-static int write_bytes(const char *path, const uint8_t *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    int ok = fwrite(b, 1, n, f) == n;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
+#include "tests/image_fixtures.h"
 
 /* An images file of n h x w images (pixel (i, y, x) = (i * 7 + y * w + x) % 256) and a
  * labels file of n labels (i % n_labels); header fields overridable for refusals. */
@@ -35,7 +25,7 @@ static uint8_t *idx_images(int32_t n, int32_t h, int32_t w, size_t *len) {
     *len = 16 + (size_t)n * h * w;
     uint8_t *b = malloc(*len);
     b[0] = b[1] = 0, b[2] = 8, b[3] = 3;
-    put_be32(b + 4, (uint32_t)n), put_be32(b + 8, (uint32_t)h), put_be32(b + 12, (uint32_t)w);
+    tg_test_put_be32(b + 4, (uint32_t)n), tg_test_put_be32(b + 8, (uint32_t)h), tg_test_put_be32(b + 12, (uint32_t)w);
     for (int32_t i = 0; i < n; i++)
         for (int32_t k = 0; k < h * w; k++) b[16 + (size_t)i * h * w + k] = (uint8_t)((i * 7 + k) % 256);
     return b;
@@ -45,7 +35,7 @@ static uint8_t *idx_labels(int32_t n, int32_t n_labels, size_t *len) {
     *len = 8 + (size_t)n;
     uint8_t *b = malloc(*len);
     b[0] = b[1] = 0, b[2] = 8, b[3] = 1;
-    put_be32(b + 4, (uint32_t)n);
+    tg_test_put_be32(b + 4, (uint32_t)n);
     for (int32_t i = 0; i < n; i++) b[8 + i] = (uint8_t)(i % n_labels);
     return b;
 }
@@ -81,7 +71,7 @@ TG_TEST(test_convert_idx_to_image_set) {
     snprintf(out, sizeof out, "%s/set", dir);
     size_t il, ll;
     uint8_t *ib = idx_images(10, 4, 4, &il), *lb = idx_labels(10, 3, &ll);
-    REQUIRE(write_bytes(images, ib, il) == 0 && write_bytes(labels, lb, ll) == 0, "cannot write the IDX files");
+    REQUIRE(tg_test_write_bytes(images, ib, il) == 0 && tg_test_write_bytes(labels, lb, ll) == 0, "cannot write the IDX files");
     const char *inputs[1] = {images};
     /* The labels file found beside the images; resized to 2 x 2; 2 of 10 to eval. */
     tg_convert_options o = {.inputs = inputs, .n_inputs = 1, .outdir = out, .format = TG_INPUT_IDX, .doc_stride = -1,
@@ -141,7 +131,7 @@ TG_TEST(test_convert_idx_to_image_set) {
     /* As stored (no --image-size), --labels FILE given under another name. */
     char other[600];
     snprintf(other, sizeof other, "%s/other-labels", dir);
-    REQUIRE(write_bytes(other, lb, ll) == 0, "cannot write %s", other);
+    REQUIRE(tg_test_write_bytes(other, lb, ll) == 0, "cannot write %s", other);
     o.labels_path = other, o.image_size = 0, o.eval_fraction = 0;
     REQUIRE(tg_convert(&o, NULL, &rep, &err) == 0, "%s", err.msg);
     REQUIRE(tg_shard_set_open(out, TG_SPLIT_TRAIN, &set, &err) == 0, "%s", err.msg);
@@ -165,7 +155,7 @@ static void expect_idx_error(const char *dir, const uint8_t *ib, size_t il, cons
     snprintf(images, sizeof images, "%s/t10k-images-idx3-ubyte", dir);
     snprintf(labels, sizeof labels, "%s/t10k-labels-idx1-ubyte", dir);
     snprintf(out, sizeof out, "%s/bad", dir);
-    if (write_bytes(images, ib, il) || write_bytes(labels, lb, ll)) {
+    if (tg_test_write_bytes(images, ib, il) || tg_test_write_bytes(labels, lb, ll)) {
         CHECK(0, "cannot write the IDX files");
         return;
     }
@@ -195,12 +185,12 @@ TG_TEST(test_convert_idx_refusals) {
     expect_idx_error(dir, ib, il, lb, ll, I, "1 dimensions, an IDX images file has 3 (magic 0x00000803)");
     expect_idx_error(dir, lb, ll, lb, ll, I, "1 dimensions, an IDX images file has 3");
     ib[3] = 3;
-    put_be32(ib + 8, 0);
+    tg_test_put_be32(ib + 8, 0);
     expect_idx_error(dir, ib, 16, lb, ll, I, "rows 0 is outside 1 to 65536");
     /* Dimensions whose product overflows 64 bits. */
     uint8_t huge[16] = {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     expect_idx_error(dir, huge, 16, lb, ll, I, "the dimensions overflow");
-    put_be32(ib + 8, 2);
+    tg_test_put_be32(ib + 8, 2);
     lb[3] = 3;
     expect_idx_error(dir, ib, il, lb, ll, L, "3 dimensions, an IDX labels file has 1 (magic 0x00000801)");
     free(lb);
@@ -211,7 +201,7 @@ TG_TEST(test_convert_idx_refusals) {
     char images[600], out[600];
     snprintf(images, sizeof images, "%s/digits.idx", dir);
     snprintf(out, sizeof out, "%s/bad", dir);
-    REQUIRE(write_bytes(images, ib, il) == 0, "cannot write %s", images);
+    REQUIRE(tg_test_write_bytes(images, ib, il) == 0, "cannot write %s", images);
     const char *inputs[1] = {images};
     tg_convert_options o = {.inputs = inputs, .n_inputs = 1, .outdir = out, .format = TG_INPUT_IDX, .doc_stride = -1};
     tg_convert_report rep;
@@ -242,7 +232,7 @@ TG_TEST(test_image_manifest_fields) {
     uint8_t *ib = idx_images(4, 3, 2, &il), *lb = idx_labels(4, 2, &ll);
     char labels[600];
     snprintf(labels, sizeof labels, "%s/train-labels-idx1-ubyte", dir);
-    REQUIRE(write_bytes(images, ib, il) == 0 && write_bytes(labels, lb, ll) == 0, "cannot write the IDX files");
+    REQUIRE(tg_test_write_bytes(images, ib, il) == 0 && tg_test_write_bytes(labels, lb, ll) == 0, "cannot write the IDX files");
     free(ib);
     free(lb);
     const char *inputs[1] = {images};
@@ -293,7 +283,7 @@ TG_TEST(test_cli_data_convert_idx) {
     snprintf(labels, sizeof labels, "%s/train-labels-idx1-ubyte", dir);
     size_t il, ll;
     uint8_t *ib = idx_images(10, 4, 4, &il), *lb = idx_labels(10, 3, &ll);
-    REQUIRE(write_bytes(images, ib, il) == 0 && write_bytes(labels, lb, ll) == 0, "cannot write the IDX files");
+    REQUIRE(tg_test_write_bytes(images, ib, il) == 0 && tg_test_write_bytes(labels, lb, ll) == 0, "cannot write the IDX files");
     free(ib);
     free(lb);
     snprintf(line, sizeof line, "data convert %s -o %s/set --format idx --image-size 2 --eval-fraction 0.2 --seed 3", images,

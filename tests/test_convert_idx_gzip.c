@@ -13,24 +13,14 @@
 #include "datasets/gunzip.h"
 #include "datasets/shard_reader.h"
 #include "tests/harness.h"
-
-static void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
-static int write_bytes(const char *path, const uint8_t *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    int ok = fwrite(b, 1, n, f) == n;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
+#include "tests/image_fixtures.h"
 
 /* n images of 5 x 5 (pixel (i, k) = (i * 31 + k * 7) % 256) and their labels (i % 4). */
 static uint8_t *idx_images(int32_t n, size_t *len) {
     *len = 16 + (size_t)n * 25;
     uint8_t *b = malloc(*len);
     b[0] = b[1] = 0, b[2] = 8, b[3] = 3;
-    put_be32(b + 4, (uint32_t)n), put_be32(b + 8, 5), put_be32(b + 12, 5);
+    tg_test_put_be32(b + 4, (uint32_t)n), tg_test_put_be32(b + 8, 5), tg_test_put_be32(b + 12, 5);
     for (int32_t i = 0; i < n; i++)
         for (int k = 0; k < 25; k++) b[16 + (size_t)i * 25 + k] = (uint8_t)((i * 31 + k * 7) % 256);
     return b;
@@ -40,7 +30,7 @@ static uint8_t *idx_labels(int32_t n, size_t *len) {
     *len = 8 + (size_t)n;
     uint8_t *b = malloc(*len);
     b[0] = b[1] = 0, b[2] = 8, b[3] = 1;
-    put_be32(b + 4, (uint32_t)n);
+    tg_test_put_be32(b + 4, (uint32_t)n);
     for (int32_t i = 0; i < n; i++) b[8 + i] = (uint8_t)(i % 4);
     return b;
 }
@@ -114,8 +104,8 @@ TG_TEST(test_convert_idx_gzip_equals_plain) {
     snprintf(gz, sizeof gz, "%s/train-images-idx3-ubyte.gz", dir);
     snprintf(gz_labels, sizeof gz_labels, "%s/train-labels-idx1-ubyte.gz", dir);
     uint8_t *gb = gzip_bytes(ib, il, 0, &gl), *glb = gzip_bytes(lb, ll, 0, &gll);
-    REQUIRE(write_bytes(plain, ib, il) == 0 && write_bytes(labels, lb, ll) == 0 && write_bytes(gz, gb, gl) == 0 &&
-                write_bytes(gz_labels, glb, gll) == 0,
+    REQUIRE(tg_test_write_bytes(plain, ib, il) == 0 && tg_test_write_bytes(labels, lb, ll) == 0 && tg_test_write_bytes(gz, gb, gl) == 0 &&
+                tg_test_write_bytes(gz_labels, glb, gll) == 0,
             "cannot write the IDX files");
     snprintf(out_a, sizeof out_a, "%s/plain-set", dir);
     snprintf(out_b, sizeof out_b, "%s/gz-set", dir);
@@ -129,7 +119,7 @@ TG_TEST(test_convert_idx_gzip_equals_plain) {
     snprintf(two, sizeof two, "%s/t10k-images-idx3-ubyte.gz", dir);
     char two_labels[700];
     snprintf(two_labels, sizeof two_labels, "%s/t10k-labels-idx1-ubyte.gz", dir);
-    REQUIRE(write_bytes(two, tb, tl) == 0 && write_bytes(two_labels, glb, gll) == 0, "cannot write %s", two);
+    REQUIRE(tg_test_write_bytes(two, tb, tl) == 0 && tg_test_write_bytes(two_labels, glb, gll) == 0, "cannot write %s", two);
     snprintf(out_b, sizeof out_b, "%s/two-set", dir);
     REQUIRE(convert_idx(two, out_b, &err) == 0, "%s", err.msg);
     CHECK(same_sets(out_a, out_b), "the two-member file's set differs from the plain files'");
@@ -160,7 +150,7 @@ static void expect_gz_error(const char *dir, const uint8_t *gz, size_t n, const 
     snprintf(out, sizeof out, "%s/refused", dir);
     size_t ll;
     uint8_t *lb = idx_labels(12, &ll);
-    if (!CHECK(write_bytes(images, gz, n) == 0 && write_bytes(labels, lb, ll) == 0, "cannot write %s", images)) {
+    if (!CHECK(tg_test_write_bytes(images, gz, n) == 0 && tg_test_write_bytes(labels, lb, ll) == 0, "cannot write %s", images)) {
         free(lb);
         return;
     }
@@ -205,7 +195,7 @@ TG_TEST(test_convert_idx_gzip_refusals) {
     snprintf(out, sizeof out, "%s/refused", dir);
     size_t ll;
     uint8_t *lb = idx_labels(12, &ll);
-    REQUIRE(write_bytes(images, gb, gl) == 0 && write_bytes(labels, lb, ll) == 0, "cannot write %s", images);
+    REQUIRE(tg_test_write_bytes(images, gb, gl) == 0 && tg_test_write_bytes(labels, lb, ll) == 0, "cannot write %s", images);
     free(lb);
     snprintf(full, sizeof full, "%s (gunzipped): the header's dimensions need 316 bytes, the file has 315", images);
     tg_err err = {{0}};

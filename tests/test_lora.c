@@ -19,6 +19,7 @@
 #include "runtime/lora_export.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
+#include "tests/lora_fixtures.h"
 #include "tests/train_record.h"
 
 #define ALL_TARGETS "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
@@ -140,25 +141,6 @@ TG_TEST(test_lora_refusals) {
     }
 }
 
-/* A trainer on a plan, inputs fixed: ids from a small generator, full rows, shifted labels. */
-static int open_fixed(tg_trainer *tr, const tg_plan *p, tg_err *err) {
-    tg_trainer_options o = {.device = tg_test_device(), .threads = 0, .load_data = 0};
-    if (tg_trainer_open(tr, p, &o, err)) return -1;
-    const tg_plan_io *io = &p->io;
-    const int64_t B = p->train.batch, T = p->train.seq;
-    int32_t *ids = tg_trainer_input(tr, io->input_ids), *pos = tg_trainer_input(tr, io->position_ids);
-    int32_t *labels = tg_trainer_input(tr, io->labels);
-    float *mask = tg_trainer_input(tr, io->attention_mask);
-    uint32_t s = 12345;
-    for (int64_t i = 0; i < B * T; i++) {
-        s = s * 1664525u + 1013904223u;
-        ids[i] = (int32_t)(3 + (s >> 8) % (uint32_t)(p->model.vocab_size - 3));
-        pos[i] = (int32_t)(i % T), mask[i] = 1.0f;
-    }
-    for (int64_t i = 0; i < B * T; i++) labels[i] = i % T == T - 1 ? -100 : ids[i + 1];
-    return 0;
-}
-
 /* While B is zero the adapted model is the base model; with random A and B it is the base
  * model with every targeted W replaced by W + (alpha / r) B A. */
 TG_TEST(test_lora_equals_merged_weights) {
@@ -168,8 +150,8 @@ TG_TEST(test_lora_equals_merged_weights) {
     REQUIRE(compile_text(LM_JOB "lora_r = 4\nlora_alpha = 6\nlora_targets = " ALL_TARGETS "\n", &lora, &err) == 0, "%s",
             err.msg);
     tg_trainer tb, tl;
-    REQUIRE(open_fixed(&tb, &base, &err) == 0, "%s", err.msg);
-    REQUIRE(open_fixed(&tl, &lora, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tb, &base, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tl, &lora, &err) == 0, "%s", err.msg);
     const int64_t n = tg_tensor_numel(&base.tensors[base.io.logits]);
     float lb, ll;
     float *yb = forward_logits(&tb, &base, &lb, &err), *yl = yb ? forward_logits(&tl, &lora, &ll, &err) : NULL;
@@ -225,7 +207,7 @@ TG_TEST(test_lora_gradients_finite_differences) {
     tg_err err;
     REQUIRE(compile_text(LM_JOB "lora_r = 2\nlora_targets = v_proj,up_proj,down_proj\n", &p, &err) == 0, "%s", err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
     static const char *const names[] = {"model.layers.0.self_attn.v_proj.lora_B.weight", "model.layers.1.mlp.up_proj.lora_B.weight",
                                         "model.layers.0.mlp.down_proj.lora_B.weight"};
     for (size_t k = 0; k < 3; k++) { /* B non-zero */
@@ -285,7 +267,7 @@ TG_TEST(test_lora_training_moves_adapters_only) {
                          &err) == 0,
             "%s", err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
     const int frozen = find_tensor(&p, "model.layers.1.self_attn.o_proj.weight"), b = find_tensor(&p, "model.layers.1.self_attn.o_proj.lora_B.weight");
     REQUIRE(frozen >= 0 && b >= 0, "tensors");
     const int64_t nf = tg_tensor_numel(&p.tensors[frozen]), nb = tg_tensor_numel(&p.tensors[b]);
@@ -322,7 +304,7 @@ TG_TEST(test_lora_export_merged_and_adapter) {
                          &err) == 0,
             "%s", err.msg);
     tg_trainer tr;
-    REQUIRE(open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tr, &p, &err) == 0, "%s", err.msg);
     const int b = find_tensor(&p, "model.layers.0.self_attn.q_proj.lora_B.weight");
     const int a = find_tensor(&p, "model.layers.0.self_attn.q_proj.lora_A.weight");
     const int w = find_tensor(&p, "model.layers.0.self_attn.q_proj.weight");
@@ -399,7 +381,7 @@ TG_TEST(test_lora_export_merged_and_adapter) {
     tg_plan merged;
     REQUIRE(compile_text(text, &merged, &err) == 0, "%s", err.msg);
     tg_trainer tm;
-    REQUIRE(open_fixed(&tm, &merged, &err) == 0, "%s", err.msg);
+    REQUIRE(tg_test_lora_open_fixed(&tm, &merged, &err) == 0, "%s", err.msg);
     float loss_merged;
     float *logits = forward_logits(&tm, &merged, &loss_merged, &err);
     REQUIRE(logits, "%s", err.msg);
