@@ -74,3 +74,13 @@ int tg_test_write_bytes(const char *path, const uint8_t *b, size_t n) {
     int ok = fwrite(b, 1, n, f) == n;
     return fclose(f) == 0 && ok ? 0 : -1;
 }
+
+void tg_test_fill_pixels(tg_trainer *tr, const tg_plan *p, uint64_t seed) {
+    float *px = tg_trainer_input(tr, p->io.pixel_values);
+    const int64_t n = tg_tensor_numel(&p->tensors[p->io.pixel_values]);
+    uint64_t s = 0x9e3779b9ull + seed * 7919;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        px[i] = (float)((s >> 40) & 0xffff) / 32767.5f - 1.0f;
+    }
+}

@@ -24,6 +24,7 @@
 #include "compiler/job.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
+#include "tests/image_fixtures.h"
 
 /* AdamW moves every element by about lr a step whatever its gradient's size (m / sqrt(v) is
  * +-1 on the first step), so elements whose gradients are noise-sized step in directions
@@ -62,17 +63,10 @@ static void close_image_run(image_run *r) {
     r->open = 0;
 }
 
-/* Step-dependent, run-independent images (normalised pixels in [-1, 1]) and labels. */
+/* Step-dependent, run-independent images and labels. */
 static void fill_images(image_run *r, int step) {
-    const tg_plan_io *io = &r->plan.io;
-    float *px = tg_trainer_input(&r->tr, io->pixel_values);
-    int32_t *labels = tg_trainer_input(&r->tr, io->labels);
-    const int64_t n = tg_tensor_numel(&r->plan.tensors[io->pixel_values]);
-    uint64_t s = 0x9e3779b9ull + (uint64_t)step * 7919;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        px[i] = (float)((s >> 40) & 0xffff) / 32767.5f - 1.0f;
-    }
+    tg_test_fill_pixels(&r->tr, &r->plan, (uint64_t)step);
+    int32_t *labels = tg_trainer_input(&r->tr, r->plan.io.labels);
     for (int b = 0; b < r->plan.train.batch; b++) labels[b] = (b + step) % 4;
 }
 
