@@ -35,8 +35,9 @@ static int job_error(const tg_job *job, int key, tg_err *err, const char *what) 
     return tg_fail(err, "%s: key '%s': %s", tg_job_where(job, key, where, sizeof where), tg_job_key_name(key), what);
 }
 
-/* An image model's job: image classification in fp32 (its ops have no bf16 or fp16 rules
- * yet), without what only the transformers have (token lengths, LoRA's projections, layer
+/* An image model's job: image classification (in fp32, bf16 or fp16: compiler/precision.c's
+ * rules cover its convolution and batch-norm ops; fp16 with the transformers' loss scaling),
+ * without what only the transformers have (token lengths, LoRA's projections, layer
  * recomputation). */
 static int check_image_job(const tg_job *job, const tg_model_config *cfg, tg_err *err) {
     char msg[700];
@@ -49,11 +50,6 @@ static int check_image_job(const tg_job *job, const tg_model_config *cfg, tg_err
     if (job->num_labels < 2) {
         snprintf(msg, sizeof msg, "classify needs num_labels >= 2 (got %d)", job->num_labels);
         return job_error(job, TG_JOB_NUM_LABELS, err, msg);
-    }
-    if (job->precision != TG_PREC_FP32) {
-        snprintf(msg, sizeof msg, "model '%s' (%s) trains in fp32 only so far (its convolution and batch-norm ops "
-                 "have no %s rules yet)", model, tg_arch_name(cfg->arch), tg_precision_name(job->precision));
-        return job_error(job, TG_JOB_PRECISION, err, msg);
     }
     static const int text_keys[] = {TG_JOB_SEQ, TG_JOB_SEQ_BUCKETS, TG_JOB_PAD_TOKEN_ID, TG_JOB_LORA_R,
                                     TG_JOB_LORA_TARGETS, TG_JOB_MLM_PROBABILITY, TG_JOB_MASK_TOKEN_ID,

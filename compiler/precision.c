@@ -7,6 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether slot s of op reads a parameter through its half copy: a matmul's operands and bias,
+ * a convolution's weight (CONV2D's in1, CONV2D_BWD's in2), as PyTorch's autocast casts them.
+ * A convolution's bias stays fp32 (the kernels read it as float, as they read a batch norm's
+ * gamma and beta; MobileNetV2's convolutions have none), and its weight gradient is fp32 in
+ * the grads pool like a matmul's. */
+static int reads_half_copy(const tg_op *op, int s) {
+    switch (op->kind) {
+    case TG_OP_MATMUL: return s < 3;
+    case TG_OP_CONV2D: return s == 1;
+    case TG_OP_CONV2D_BWD: return s == 2;
+    default: return 0;
+    }
+}
+
 static void set_dtype(tg_graph *g, int t, int dtype) {
     tg_tensor *x = &g->tensors[t];
     x->dtype = dtype;
@@ -22,12 +36,13 @@ static int frozen_unit(const tg_graph *g, int t) {
 }
 
 /* Frozen parameters in a bf16 plan are stored once, in the working precision. A unit (a
- * tensor with its views, or a packed group) that only matmuls read becomes bf16 and the
- * matmuls read it directly; one that an op taking fp32 reads (LayerNorm, embeddings) stays
- * fp32. Where a matmul reads such an fp32 unit too (GPT-2's wte, also the tied LM head), it
- * gets a bf16 copy in the frozen pool (TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY, master the
- * fp32 tensor; its views as views of the copy), which the runtime fills once when it uploads
- * the weights, and the matmuls read the copy. Offsets come later (tg_plan_fixed_layout). */
+ * tensor with its views, or a packed group) that only matmuls (and convolutions, through
+ * their weight slots: reads_half_copy) read becomes bf16 and they read it directly; one that
+ * an op taking fp32 reads (LayerNorm, batch norm, embeddings) stays fp32. Where a matmul reads
+ * such an fp32 unit too (GPT-2's wte, also the tied LM head), it gets a bf16 copy in the
+ * frozen pool (TG_TENSOR_FROZEN | TG_TENSOR_PARAM_COPY, master the fp32 tensor; its views as
+ * views of the copy), which the runtime fills once when it uploads the weights, and the
+ * matmuls read the copy. Offsets come later (tg_plan_fixed_layout). */
 static int frozen_storage(tg_graph *g, int half, const char *prefix) {
     const int n0 = g->n_tensors;
     char *by_matmul = tg_compiler_calloc((size_t)n0, 1), *by_other = tg_compiler_calloc((size_t)n0, 1);
@@ -41,7 +56,7 @@ static int frozen_storage(tg_graph *g, int half, const char *prefix) {
         for (int s = 0; s < TG_OP_MAX_IN; s++) {
             const int t = op->in[s];
             if (t < 0 || g->tensors[t].pool != TG_POOL_FROZEN) continue;
-            if (op->kind == TG_OP_MATMUL && s < 3) by_matmul[frozen_unit(g, t)] = 1; /* GCOVR_EXCL_BR_LINE: a matmul's in[3] is its GELU pre-activation, an activation, never in the frozen pool */
+            if (reads_half_copy(op, s)) by_matmul[frozen_unit(g, t)] = 1; /* GCOVR_EXCL_BR_LINE: a matmul's in[3] is its GELU pre-activation, an activation, never in the frozen pool */
             else by_other[frozen_unit(g, t)] = 1;
         }
     }
@@ -77,9 +92,9 @@ static int frozen_storage(tg_graph *g, int half, const char *prefix) {
     }
     for (int o = 0; o < g->n_ops && !g->failed; o++) {
         tg_op *op = &g->ops[o];
-        if (op->kind != TG_OP_MATMUL) continue;
-        for (int s = 0; s < 3; s++)
-            if (op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0) op->in[s] = copy_of[op->in[s]]; /* GCOVR_EXCL_BR_LINE: the ops were all made before this pass: their operands are below n0 */
+        for (int s = 0; s < TG_OP_MAX_IN; s++)
+            if (reads_half_copy(op, s) && op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0) /* GCOVR_EXCL_BR_LINE: the ops were all made before this pass: their operands are below n0 */
+                op->in[s] = copy_of[op->in[s]];
     }
     free(by_matmul), free(by_other), free(copy_of);
     return g->failed ? -1 : 0;
@@ -144,12 +159,14 @@ int tg_apply_precision(tg_graph *g, int precision) {
         const char *outs = tg_op_info_of(op->kind)->outputs;
         for (int s = 0; s < TG_OP_MAX_OUT && outs[s]; s++)
             if ((outs[s] == 'S' || outs[s] == 's') && op->out[s] >= 0) keep[op->out[s]] = 1;
+        /* Matmuls and convolutions read the half copies (reads_half_copy); their weight
+         * gradients stay fp32 (grads pool, or 's' slots). Batch norms read their gamma and
+         * beta as fp32 masters (S slots) and keep their statistics fp32 (the stats output is
+         * S, the running statistics are buffers); only their activations go half. */
+        for (int s = 0; s < TG_OP_MAX_IN; s++)
+            if (reads_half_copy(op, s) && op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0)
+                op->in[s] = copy_of[op->in[s]];
         switch (op->kind) {
-        case TG_OP_MATMUL:
-            /* Matmuls read the bf16 copies; their weight gradients stay fp32 (grads pool). */
-            for (int s = 0; s < 3; s++)
-                if (op->in[s] >= 0 && op->in[s] < n0 && copy_of[op->in[s]] >= 0) op->in[s] = copy_of[op->in[s]];
-            break;
         case TG_OP_ATTN_SOFTMAX:
             keep[op->in[0]] = 1; /* scores: the product accumulates in fp32 and stays fp32 */
             break;
@@ -161,6 +178,11 @@ int tg_apply_precision(tg_graph *g, int precision) {
             break;
         }
     }
+    /* Only activations change dtype: an input tensor keeps the dtype the runtime writes it in.
+     * An op that reads an f32 input in an F slot beside half slots (an image model's stem
+     * convolution reading pixel_values, its backward reading it for the weight gradient)
+     * stays as it is: the CPU reference widens each half slot on its own, so the op computes
+     * on the f32 input and the widened half weight, its output narrowed. */
     for (int t = 0; t < g->n_tensors; t++) {
         tg_tensor *x = &g->tensors[t];
         if (x->pool == TG_POOL_ACTIVATIONS && x->dtype == TG_F32 && !keep[t] && tg_tensor_numel(x) > 1)
