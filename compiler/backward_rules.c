@@ -622,6 +622,7 @@ static void bwd_span_loss(tg_graph *g, int index) {
 #define BACKWARD_TANH_BWD NULL
 #define BACKWARD_DROPOUT bwd_dropout
 #define BACKWARD_MLM_MASK NULL /* ids and labels: nothing to differentiate */
+#define BACKWARD_IMAGE_INPUT NULL /* the stored pixels: nothing to differentiate */
 #define BACKWARD_MATMUL bwd_matmul
 #define BACKWARD_BIAS_GRAD NULL
 #define BACKWARD_LAYERNORM bwd_layernorm

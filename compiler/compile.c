@@ -75,6 +75,12 @@ static int check_image_job(const tg_job *job, const tg_model_config *cfg, tg_err
                  model, tg_arch_name(cfg->arch));
         return job_error(job, TG_JOB_RECOMPUTE, err, msg);
     }
+    const int size = job->image_size ? job->image_size : cfg->image_size;
+    if (job->random_crop_padding >= size) {
+        snprintf(msg, sizeof msg, "%d must be below image_size %d: a crop of the image padded by as much could miss "
+                 "it entirely", job->random_crop_padding, size);
+        return job_error(job, TG_JOB_RANDOM_CROP_PADDING, err, msg);
+    }
     if (job->zero_stage > 0 && job->data_parallel < 2) {
         snprintf(msg, sizeof msg,
                  "zero_stage %d shards the optimizer state over data-parallel replicas; it needs data_parallel >= 2 "
@@ -89,7 +95,8 @@ static int check_job(const tg_job *job, const tg_model_config *cfg, tg_err *err)
     char msg[700];
     if (cfg->arch == TG_ARCH_MOBILENET_V2) return check_image_job(job, cfg, err);
     static const int image_keys[] = {TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN,
-                                     TG_JOB_IMAGE_STD, TG_JOB_FUSE_BN_RELU6};
+                                     TG_JOB_IMAGE_STD, TG_JOB_FUSE_BN_RELU6, TG_JOB_RANDOM_CROP_PADDING,
+                                     TG_JOB_RANDOM_HORIZONTAL_FLIP};
     for (size_t k = 0; k < sizeof image_keys / sizeof image_keys[0]; k++)
         if (job->key_line[image_keys[k]] != 0) {
             snprintf(msg, sizeof msg, "only image models take it; model '%s' is %s", cfg->source,

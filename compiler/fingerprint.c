@@ -41,7 +41,7 @@ static void fp_str(XXH64_state_t *h, const char *s, size_t field) {
 /* Every field of tg_job is hashed but recompute_layers and memory_available, which no job
  * key sets (the layers recompute = auto chose, the device's free memory it planned for:
  * the fingerprint is the job's as written). */
-_Static_assert(sizeof(tg_job) == 5792, "tg_job changed: update tg_job_fingerprint");
+_Static_assert(sizeof(tg_job) == 5800, "tg_job changed: update tg_job_fingerprint");
 _Static_assert(sizeof(tg_model_config) == 1160, "tg_model_config changed: update tg_job_fingerprint");
 #endif
 
@@ -156,6 +156,13 @@ uint64_t tg_job_fingerprint(const tg_model_config *m, const tg_job *j, const cha
     if (j->lora_modules_to_save[0]) {
         fp_str(&h, j->lora_modules_to_save, sizeof j->lora_modules_to_save);
         fp_i32(&h, j->key_line[TG_JOB_LORA_MODULES_TO_SAVE]);
+    }
+    /* Hashed only when set, as lora_modules_to_save. */
+    if (j->random_crop_padding || j->random_horizontal_flip) {
+        fp_i32(&h, j->random_crop_padding);
+        fp_i32(&h, j->random_horizontal_flip);
+        fp_i32(&h, j->key_line[TG_JOB_RANDOM_CROP_PADDING]);
+        fp_i32(&h, j->key_line[TG_JOB_RANDOM_HORIZONTAL_FLIP]);
     }
     if (image) {
         fp_i32(&h, j->image_channels);

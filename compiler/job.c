@@ -85,6 +85,8 @@ static const struct job_key {
     [TG_JOB_IMAGE_STD] = {"image_std", 0},
     [TG_JOB_FUSE_BN_RELU6] = {"fuse_bn_relu6", 0},
     [TG_JOB_LORA_MODULES_TO_SAVE] = {"lora_modules_to_save", 0},
+    [TG_JOB_RANDOM_CROP_PADDING] = {"random_crop_padding", 0},
+    [TG_JOB_RANDOM_HORIZONTAL_FLIP] = {"random_horizontal_flip", 0},
 };
 
 _Static_assert(TG_JOB_KEY_COUNT <= (int)(sizeof(((tg_job *)0)->key_line) / sizeof(int32_t)),
@@ -634,6 +636,11 @@ static int set_value(tg_job *job, int key, const char *v, const origin *o, tg_er
     case TG_JOB_WIDTH_MULT: rc = set_float(&job->width_mult, v, 0, 1, TG_WIDTH_MULT_MAX, 0, o, name, err); break;
     case TG_JOB_IMAGE_MEAN: rc = set_channel_floats(job->image_mean, &job->n_image_mean, v, 0, o, name, err); break;
     case TG_JOB_IMAGE_STD: rc = set_channel_floats(job->image_std, &job->n_image_std, v, 1, o, name, err); break;
+    case TG_JOB_RANDOM_CROP_PADDING:
+        rc = set_int_range(&job->random_crop_padding, v, 0, TG_IMAGE_MAX_SIZE - 1, "pixels on each side; 0: no crop",
+                           o, name, err);
+        break;
+    case TG_JOB_RANDOM_HORIZONTAL_FLIP: rc = set_bool(&job->random_horizontal_flip, v, o, name, err); break;
     case TG_JOB_CHECKPOINT_EVERY:
         rc = set_int_range(&job->checkpoint_every, v, 0, INT32_MAX, "steps; 0: none", o, name, err);
         break;

@@ -125,6 +125,11 @@ typedef struct tg_job {
      * 0.5 and 0.5 for every channel). */
     int32_t n_image_mean, n_image_std;
     float image_mean[3], image_std[3];
+    /* Image models: augmentation of the training images on the device (IMAGE_INPUT):
+     * torchvision's RandomCrop(image_size, padding) with this padding (0: none) and a
+     * RandomHorizontalFlip(0.5) (1: on), seeded by the run's seed and the step. */
+    int32_t random_crop_padding;
+    int32_t random_horizontal_flip;
     int32_t key_line[80];         /* per tg_job_key: line that set it, 0 = default,
                                      -1 = --set override */
 } tg_job;
@@ -167,7 +172,7 @@ typedef enum tg_job_key {
     TG_JOB_QA_MAX_ANSWER_LENGTH, TG_JOB_QA_NULL_THRESHOLD, TG_JOB_SHARE_GRAD_MEMORY, TG_JOB_RECOMPUTE, TG_JOB_MEMORY_LIMIT, TG_JOB_OPTIMIZER_STATE,
     TG_JOB_GRAD_BUCKET_MB, TG_JOB_LORA_R, TG_JOB_LORA_ALPHA, TG_JOB_LORA_DROPOUT, TG_JOB_LORA_TARGETS, TG_JOB_GPU_HOUR_PRICE,
     TG_JOB_IMAGE_CHANNELS, TG_JOB_IMAGE_SIZE, TG_JOB_WIDTH_MULT, TG_JOB_IMAGE_MEAN, TG_JOB_IMAGE_STD, TG_JOB_FUSE_BN_RELU6,
-    TG_JOB_LORA_MODULES_TO_SAVE,
+    TG_JOB_LORA_MODULES_TO_SAVE, TG_JOB_RANDOM_CROP_PADDING, TG_JOB_RANDOM_HORIZONTAL_FLIP,
     TG_JOB_KEY_COUNT
 } tg_job_key;
 

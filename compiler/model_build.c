@@ -1231,6 +1231,28 @@ static image inverted_residual(builder *b, int index, image x, int64_t oup, int6
     return (image){h.t < 0 ? -1 : sum, oup, h.s};
 }
 
+/* The batch's stored pixels (io.pixel_values, bytes) as the network's channels-last input,
+ * normalised with the config's mean and std and, in training, augmented as the job asks. */
+static int image_input(builder *b) {
+    tg_graph *g = b->g;
+    const tg_model_config *c = g->cfg;
+    const tg_job *j = g->job;
+    const int x = tg_act(g, "pixel_values.normalized", 4, b->B, c->image_size, c->image_size, c->image_channels);
+    tg_op_spec sp = tg_spec(TG_OP_IMAGE_INPUT);
+    const int augment = j->random_crop_padding > 0 || j->random_horizontal_flip;
+    sp.in[0] = g->io.pixel_values, sp.in[1] = augment ? g->io.step : -1, sp.out[0] = x;
+    sp.p.image_input = (tg_image_input_params){
+        .n = b->B, .c = c->image_channels, .size = c->image_size, .key = augment ? g->dropout_key++ : 0,
+        .crop_pad = j->random_crop_padding, .flip = j->random_horizontal_flip,
+        .mean0 = c->image_mean[0], .mean1 = c->image_mean[1], .mean2 = c->image_mean[2],
+        .std0 = c->image_std[0], .std1 = c->image_std[1], .std2 = c->image_std[2]};
+    /* Channels past the image's: 1, so that the op's rule sees finite, positive values. */
+    if (c->image_channels < 2) sp.p.image_input.std1 = 1.0f;
+    if (c->image_channels < 3) sp.p.image_input.std2 = 1.0f;
+    tg_graph_op(g, &sp);
+    return g->failed ? -1 : x;
+}
+
 static int build_mobilenet_v2(builder *b) {
     tg_graph *g = b->g;
     const tg_model_config *c = g->cfg;
@@ -1239,7 +1261,7 @@ static int build_mobilenet_v2(builder *b) {
     const double wm = c->width_mult;
     const int64_t stem = make_divisible(32 * wm);
     const int64_t last_channel = make_divisible(1280 * (wm > 1.0 ? wm : 1.0));
-    image x = {g->io.pixel_values, c->image_channels, c->image_size};
+    image x = {image_input(b), c->image_channels, c->image_size};
     if (x.t < 0) return -1;
     x = conv_bn_relu6(b, "features.0", x, stem, 3, 2, 1);
     int index = 1;
@@ -1279,8 +1301,8 @@ static int build_image_forward(tg_graph *g) {
     const tg_job *j = g->job;
     builder b = {.g = g, .B = j->batch, .T = 1, .N = j->batch};
     g->phase = TG_PHASE_FORWARD;
-    const int64_t shape[4] = {j->batch, c->image_size, c->image_size, c->image_channels}; /* NHWC */
-    g->io.pixel_values = tg_graph_tensor(g, "pixel_values", TG_F32, TG_POOL_INPUTS, 4, shape);
+    const int64_t shape[4] = {j->batch, c->image_channels, c->image_size, c->image_size}; /* as stored: planes */
+    g->io.pixel_values = tg_graph_tensor(g, "pixel_values", TG_U8, TG_POOL_INPUTS, 4, shape);
     if (g->io.pixel_values >= 0) g->tensors[g->io.pixel_values].flags |= TG_TENSOR_INPUT;
     g->io.labels = input(g, "labels", TG_I32, 1, j->batch, 0);
     if (j->grad_accumulation > 1) g->io.loss_norm = input(g, "loss_norm", TG_F32, 1, 1, 0);

@@ -21,7 +21,7 @@
  *   S  f32, or the storage type (attention scores: f32 in bf16 and fp16 plans)
  *   H  a 16-bit format (bf16 or f16: the parameters' copies)
  *   M  f32 or bf16 (the optimizer's moments, job key optimizer_state)
- *   F  f32     I  i32     A  any dtype (ZERO)
+ *   F  f32     I  i32     U  u8 (stored pixels)     A  any dtype (ZERO)
  * MATMUL's row is empty: kernels/gemm.cu checks its own dtypes. */
 struct dtype_rule {
     const char *in[TG_OP_MAX_IN];
@@ -86,6 +86,7 @@ static constexpr dtype_row dtype_rows[] = {
     {TG_OP_BATCHNORM_BWD, {{"Tdy", "Tx", "Fgamma", "Fstats", "Ty"}, {"Tdx", "Fdgamma", "Fdbeta"}}},
     {TG_OP_RELU6, {{"Tx"}, {"Ty"}}},
     {TG_OP_RELU6_BWD, {{"Tdy", "Ty"}, {"Tdx"}}},
+    {TG_OP_IMAGE_INPUT, {{"Upixels", "Fstep"}, {"Ty"}}},
     {TG_OP_GLOBAL_AVG_POOL, {{"Tx"}, {"Ty"}}},
     {TG_OP_GLOBAL_AVG_POOL_BWD, {{"Tdy"}, {"Tdx"}}},
     {TG_OP_ALL_GATHER, {{"Ax", "Asrc"}, {"Ax"}}}, /* f32, 16-bit, or i32 ids (the word embedding's gather); the shape rule makes in1 x's dtype */
@@ -119,6 +120,7 @@ static int dtype_ok(char role, int dt, int *T) {
         return dt == *T && (dt == TG_F32 || tg_dtype_half(dt));
     case 'F': return dt == TG_F32;
     case 'I': return dt == TG_I32;
+    case 'U': return dt == TG_U8;
     case 'H': return tg_dtype_half(dt);
     case 'M': return dt == TG_F32 || dt == TG_BF16;
     case 'A': return tg_dtype_size(dt) > 0;

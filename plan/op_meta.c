@@ -370,6 +370,30 @@ static const char *check_batchnorm_bwd(const tg_op_check_ctx *c, const tg_op *op
 }
 
 /* GLOBAL_AVG_POOL and its backward: [N, HW, C] on one side, [N, C] on the other. */
+/* IMAGE_INPUT: pixels [N, C, S, S] and x [N, S, S, C] (N*C*S*S elements each); C 1 to 3
+ * with a finite mean and a positive finite std for each; the step counter with an
+ * augmentation; the crop padding below the image size (torchvision's limit is the image
+ * itself: a window past it would hold no pixel). */
+static const char *check_image_input(const tg_op_check_ctx *c, const tg_op *op) {
+    const tg_image_input_params *p = &op->p.image_input;
+    EXPECT(p->n > 0 && p->size > 0, "non-positive dims (N, S)");
+    EXPECT(p->c >= 1 && p->c <= 3, "C outside [1, 3]");
+    PRODUCT(e, "N*C*S*S", p->n, p->c, p->size, p->size);
+    EXPECT(numel(c, op->in[0]) == e, "in[0]: pixels != N*C*S*S");
+    EXPECT(numel(c, op->out[0]) == e, "out[0]: x != N*S*S*C");
+    EXPECT(p->crop_pad >= 0 && p->crop_pad < p->size, "crop_pad outside [0, S)");
+    EXPECT(p->flip == 0 || p->flip == 1, "flip is not 0 or 1");
+    EXPECT(p->key >= 0 && p->key <= UINT32_MAX, "key outside [0, 2^32)");
+    EXPECT((p->crop_pad == 0 && !p->flip) || (op->in[1] >= 0 && numel(c, op->in[1]) == 1),
+           "in[1]: an augmentation needs the step counter (a scalar)");
+    const float mean[3] = {p->mean0, p->mean1, p->mean2}, std[3] = {p->std0, p->std1, p->std2};
+    for (int k = 0; k < p->c; k++) {
+        EXPECT(isfinite(mean[k]), "a channel's mean is not finite");
+        EXPECT(isfinite(std[k]) && std[k] > 0.0f, "a channel's std is not positive and finite");
+    }
+    return NULL;
+}
+
 static const char *check_avg_pool(const tg_op_check_ctx *c, const tg_op *op) {
     const tg_avg_pool_params *p = &op->p.avg_pool;
     EXPECT(p->n > 0 && p->c > 0 && p->hw > 0, "non-positive dims (N, C, HW)");
@@ -814,6 +838,7 @@ static const char *dtype_class(char sig) {
     case 'F': case 'f': return "f32, bf16 or f16";
     case 'S': case 's': return "f32";
     case 'I': case 'i': return "i32";
+    case 'U': return "u8";
     default: return NULL;
     }
 }
@@ -823,6 +848,7 @@ static int dtype_fits(char sig, int dtype) {
     case 'F': case 'f': return dtype == TG_F32 || dtype == TG_BF16 || dtype == TG_F16;
     case 'S': case 's': return dtype == TG_F32;
     case 'I': case 'i': return dtype == TG_I32;
+    case 'U': return dtype == TG_U8;
     default: return dtype >= 0 && dtype < TG_DTYPE_COUNT;
     }
 }
@@ -936,6 +962,11 @@ static double flops_batchnorm_bwd(const tg_op *op) {
     return 12.0 * op->p.batchnorm_bwd.n * op->p.batchnorm_bwd.c * op->p.batchnorm_bwd.hw;
 }
 /* One per element of the pooled side's [N, HW, C]. */
+/* A division, a subtraction and a division per element. */
+static double flops_image_input(const tg_op *op) {
+    const tg_image_input_params *p = &op->p.image_input;
+    return 3.0 * p->n * p->c * p->size * p->size;
+}
 static double flops_avg_pool(const tg_op *op) { return (double)op->p.avg_pool.n * op->p.avg_pool.c * op->p.avg_pool.hw; }
 static double flops_rmsnorm(const tg_op *op) { return 4.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }
 static double flops_rmsnorm_bwd(const tg_op *op) { return 8.0 * op->p.rmsnorm.m * op->p.rmsnorm.d; }

@@ -41,8 +41,8 @@ static const char *const pool_names[TG_POOL_COUNT] = {
 _Static_assert(sizeof pool_names / sizeof pool_names[0] == TG_POOL_COUNT, "pool names");
 
 static const char *const phase_names[TG_PHASE_COUNT] = {"forward", "backward", "optimizer"};
-static const char *const dtype_names[TG_DTYPE_COUNT] = {"f32", "i32", "bf16", "f16"};
-static const int dtype_sizes[TG_DTYPE_COUNT] = {4, 4, 2, 2};
+static const char *const dtype_names[TG_DTYPE_COUNT] = {"f32", "i32", "bf16", "f16", "u8"};
+static const int dtype_sizes[TG_DTYPE_COUNT] = {4, 4, 2, 2, 1};
 static const char *const arch_names[TG_ARCH_COUNT] = {"bert", "roberta", "gpt2", "llama", "mobilenet_v2"};
 static const char *const task_names[TG_TASK_COUNT] = {"classify", "lm", "mlm", "qa"};
 static const char *const precision_names[TG_PREC_COUNT] = {"fp32", "bf16", "fp16"};

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define TG_PLAN_VERSION 28
+#define TG_PLAN_VERSION 29
 /* The most data-parallel replicas a plan may train with. */
 #define TG_MAX_DATA_PARALLEL 64
 #define TG_NAME_MAX 96
@@ -34,8 +34,8 @@ extern "C" {
 #define TG_POOL_MAX_BYTES (UINT64_C(1) << 48)
 
 /* bf16: the upper half of an fp32 (1 sign, 8 exponent, 7 mantissa bits), rounded to
- * nearest even when narrowed. */
-typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_BF16 = 2, TG_F16 = 3, TG_DTYPE_COUNT } tg_dtype;
+ * nearest even when narrowed. u8: bytes as the data stores them (an image batch's pixels). */
+typedef enum tg_dtype { TG_F32 = 0, TG_I32 = 1, TG_BF16 = 2, TG_F16 = 3, TG_U8 = 4, TG_DTYPE_COUNT } tg_dtype;
 
 typedef enum tg_pool {
     TG_POOL_PARAMS = 0,  /* trainable parameters (fp32 masters), one contiguous buffer */
@@ -290,8 +290,9 @@ typedef struct tg_plan_io {
     /* task = mlm: an int32 [4] input, the masking stream of each batch (MLM_MASK's in3,
      * kernels/mlm_mask.h tg_mlm_stream_of), written by the host; -1 in other plans. */
     int32_t mlm_stream;
-    /* Image models: the batch's images, f32 [batch, size, size, channels] in the inputs
-     * pool (NHWC, channels last); -1 in the transformers' plans, which take token ids instead. */
+    /* Image models: the batch's images as the data stores them, u8 [batch, channels, size,
+     * size] in the inputs pool (IMAGE_INPUT makes the network's normalised channels-last
+     * input of them); -1 in the transformers' plans, which take token ids instead. */
     int32_t pixel_values;
 } tg_plan_io;
 

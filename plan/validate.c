@@ -604,19 +604,19 @@ static int check_io(const tg_plan *p, const char *name, tg_err *err) {
             return tg_fail(err, "%s: io pixel_values is required (the batch's images, model %s)", name,
                            tg_arch_name(p->model.arch));
         const tg_tensor *x = &p->tensors[io->pixel_values];
-        if (x->pool != TG_POOL_INPUTS || x->dtype != TG_F32)
-            return tg_fail(err, "%s: io pixel_values is tensor %d (%s), %s in the %s pool; it must be f32 in the inputs "
-                                "pool (the batch's images)",
+        if (x->pool != TG_POOL_INPUTS || x->dtype != TG_U8)
+            return tg_fail(err, "%s: io pixel_values is tensor %d (%s), %s in the %s pool; it must be u8 in the inputs "
+                                "pool (the batch's images as stored)",
                            name, io->pixel_values, x->name, tg_dtype_name(x->dtype), tg_pool_name(x->pool));
         const int64_t S = p->model.image_size;
-        if (x->ndim != 4 || x->shape[0] != B || x->shape[1] != S || x->shape[2] != S ||
-            x->shape[3] != p->model.image_channels) {
+        if (x->ndim != 4 || x->shape[0] != B || x->shape[1] != p->model.image_channels || x->shape[2] != S ||
+            x->shape[3] != S) {
             char have[96];
             shape_text(x, have, sizeof have);
-            return tg_fail(err, "%s: io pixel_values is tensor %d (%s) of shape %s; it must be [%lld, %lld, %lld, %d] "
-                                "(train batch x model image_size x image_size x image_channels, channels last)",
-                           name, io->pixel_values, x->name, have, (long long)B, (long long)S, (long long)S,
-                           p->model.image_channels);
+            return tg_fail(err, "%s: io pixel_values is tensor %d (%s) of shape %s; it must be [%lld, %d, %lld, %lld] "
+                                "(train batch x model image_channels x image_size x image_size, planes as stored)",
+                           name, io->pixel_values, x->name, have, (long long)B, p->model.image_channels, (long long)S,
+                           (long long)S);
         }
     }
     if (!fp16 && (io->loss_scale >= 0 || io->loss_scale_growth >= 0))

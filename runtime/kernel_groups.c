@@ -35,6 +35,7 @@ static const struct {
     {"set_flag", TG_GROUP_MEMORY},
     {"conv2d_", TG_GROUP_MATMUL},      {"depthwise_", TG_GROUP_MATMUL}, /* the image model's (conv.cu, */
     {"bn_", TG_GROUP_NORM},            {"avg_pool", TG_GROUP_NORM},     /* batchnorm.cu) */
+    {"image_input", TG_GROUP_NORM}, /* the image batch into the network (image_input.cu) */
 };
 
 /* The libraries' kernels, by what their names hold (case-insensitive), the first rule that

@@ -187,34 +187,29 @@ static int upload_values(tg_trainer *t, tg_err *err) {
  * next batch derives it with its own bucket's layout). Touches buffer k's state alone, so
  * the loader thread may fill one buffer while the stepping thread reads others (the two
  * never fill at once: the stepping thread fills only with the loader parked). */
-/* An image model's batch: pixel_values [B, S, S, C] (channels last) from the examples'
- * pixels (bytes as input_ids, each image stored as C planes of S x S), each (byte / 255 -
- * image_mean[c]) / image_std[c]; labels [B]. Rows past the n examples are zero images whose
- * labels count for nothing. */
+/* An image model's batch: pixel_values [B, C, S, S], each image's bytes as the shard set
+ * stores them (the data gives them as input_ids in 0..255; IMAGE_INPUT normalises them on
+ * the executor); labels [B]. Rows past the n examples are zero images whose labels count
+ * for nothing. */
 static void fill_image_batch(tg_trainer *t, int k, int micro, const tg_dataset *ds, const int32_t *idx, int32_t n,
                              tg_batch *b) {
     const tg_plan_io *io = &t->plan->io;
     const tg_model_config *m = &t->plan->model;
-    const int64_t plane = (int64_t)m->image_size * m->image_size, per = plane * m->image_channels;
-    float *px = staging_at(t, k, micro, io->pixel_values);
+    const int64_t per = (int64_t)m->image_size * m->image_size * m->image_channels;
+    uint8_t *px = staging_at(t, k, micro, io->pixel_values);
     int32_t *labels = staging_at(t, k, micro, io->labels);
     float *norm = io->loss_norm >= 0 ? staging_at(t, k, micro, io->loss_norm) : NULL;
     if (norm) memset(norm, 0, buffer_plan(t, k)->tensors[io->loss_norm].bytes);
     memset(b, 0, sizeof *b);
     for (int32_t r = 0; r < t->shape.batch; r++) {
-        float *row = px + (int64_t)r * per;
+        uint8_t *row = px + (int64_t)r * per;
         if (r >= n) {
-            memset(row, 0, (size_t)per * sizeof *row);
+            memset(row, 0, (size_t)per);
             labels[r] = TG_IGNORE_INDEX;
             continue;
         }
         const tg_example *ex = &ds->examples[idx[r]];
-        const int32_t C = m->image_channels;
-        for (int32_t c = 0; c < C; c++) {
-            const float mean = m->image_mean[c], inv = 1.0f / m->image_std[c];
-            for (int64_t i = 0; i < plane; i++)
-                row[i * C + c] = ((float)ex->input_ids[c * plane + i] / 255.0f - mean) * inv;
-        }
+        for (int64_t i = 0; i < per; i++) row[i] = (uint8_t)ex->input_ids[i];
         labels[r] = ex->label;
     }
     b->n_real = n;

@@ -33,8 +33,8 @@ void tg_test_put_be32(uint8_t *p, uint32_t v);
 /* n bytes into a new file at path: 0, or -1 when it could not be written. */
 int tg_test_write_bytes(const char *path, const uint8_t *b, size_t n);
 
-/* Random pixels for an image plan's batch (every image of io.pixel_values), the same for
- * the same seed on every run and executor; labels are the caller's. */
+/* Random pixel bytes for an image plan's batch (every image of io.pixel_values), the same
+ * for the same seed on every run and executor; labels are the caller's. */
 void tg_test_fill_pixels(tg_trainer *tr, const tg_plan *p, uint64_t seed);
 
 #endif

@@ -1001,11 +1001,11 @@ TG_TEST(test_compile_backward_rules) {
     int differentiated = 0;
     for (int k = 0; k < TG_OP_COUNT; k++) {
         const int rule = tg_backward_rule_of(k) != NULL;
-        /* MLM_MASK makes ids and labels (integers) from ids: nothing to differentiate,
-         * though it runs in the forward phase. */
-        if (k == TG_OP_MLM_MASK) {
-            CHECK(!rule && forward[k], "mlm_mask: %s a backward rule, %s in a forward phase", rule ? "has" : "lacks",
-                  forward[k] ? "is" : "is not");
+        /* MLM_MASK makes ids and labels (integers) from ids, IMAGE_INPUT the input from the
+         * stored bytes: nothing to differentiate, though they run in the forward phase. */
+        if (k == TG_OP_MLM_MASK || k == TG_OP_IMAGE_INPUT) {
+            CHECK(!rule && forward[k], "%s: %s a backward rule, %s in a forward phase", tg_op_name(k),
+                  rule ? "has" : "lacks", forward[k] ? "is" : "is not");
             continue;
         }
         differentiated += forward[k];

@@ -54,6 +54,7 @@ static void fixed_inputs(tg_model_config *m, tg_job *j, unsigned char fill) {
     j->lora_r = 16, j->lora_alpha = 32.0f, j->lora_dropout = 0.05f;
     strcpy(j->lora_targets, "q_proj,v_proj");
     j->lora_modules_to_save[0] = 0; /* unset: hashed only when set */
+    j->random_crop_padding = 0, j->random_horizontal_flip = 0; /* likewise */
     j->gpu_hour_price = 2.5f;
     for (int k = 0; k < (int)(sizeof j->key_line / sizeof j->key_line[0]); k++) j->key_line[k] = k * 3 - 5;
 }
@@ -94,7 +95,7 @@ TG_TEST(test_fingerprint_every_field_counts) {
     X(j.mlm_probability = 0.15f) X(j.mask_token_id = 4) X(j.n_special_ids = 1) X(j.special_ids[TG_JOB_SPECIAL_IDS_MAX - 1] = 7) \
     X(j.grad_accumulation = 1) X(j.loss_scale_init = 2.0f) X(j.loss_scale_growth_factor = 2.0f)                     \
     X(j.loss_scale_backoff = 0.5f) X(j.loss_scale_growth_interval = 7)                                                                \
-    X(j.qa_n_best = 20) X(j.qa_max_answer_length = 30) X(j.qa_null_threshold = 0) X(j.share_grad_memory = 1) X(j.recompute = 0) X(j.memory_limit = 0) X(j.optimizer_state = 0) X(j.grad_bucket_mb = 25) X(j.lora_r = 0) X(j.lora_alpha = 8.0f) X(j.lora_dropout = 0) X(j.lora_targets[0] = 0) X(strcpy(j.lora_modules_to_save, "ln_f")) X(j.gpu_hour_price = 0) X(j.key_line[63] = 0) X(j.key_line[0] = 0)
+    X(j.qa_n_best = 20) X(j.qa_max_answer_length = 30) X(j.qa_null_threshold = 0) X(j.share_grad_memory = 1) X(j.recompute = 0) X(j.memory_limit = 0) X(j.optimizer_state = 0) X(j.grad_bucket_mb = 25) X(j.lora_r = 0) X(j.lora_alpha = 8.0f) X(j.lora_dropout = 0) X(j.lora_targets[0] = 0) X(strcpy(j.lora_modules_to_save, "ln_f")) X(j.random_crop_padding = 4) X(j.random_horizontal_flip = 1) X(j.gpu_hour_price = 0) X(j.key_line[63] = 0) X(j.key_line[0] = 0)
 #define TRY_CHANGE(change)                                                                                            \
     fixed_inputs(&m, &j, 0);                                                                                          \
     change;                                                                                                           \

@@ -64,7 +64,8 @@ TG_TEST(test_job_parse_exact_key_names) {
         "grad_accumulation", "loss_scale_init", "loss_scale_growth_factor", "loss_scale_backoff",
         "loss_scale_growth_interval", "qa_n_best", "qa_max_answer_length", "qa_null_threshold", "share_grad_memory", "recompute", "memory_limit", "optimizer_state", "grad_bucket_mb",
         "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "gpu_hour_price", "image_channels", "image_size",
-        "width_mult", "image_mean", "image_std", "fuse_bn_relu6", "lora_modules_to_save"};
+        "width_mult", "image_mean", "image_std", "fuse_bn_relu6", "lora_modules_to_save", "random_crop_padding",
+        "random_horizontal_flip"};
     for (int k = 0; k < TG_JOB_KEY_COUNT; k++)
         CHECK(!strcmp(tg_job_key_name(k), names[k]), "key %d is '%s', want '%s'", k, tg_job_key_name(k), names[k]);
     CHECK(!strcmp(tg_job_key_name(-1), "?") && !strcmp(tg_job_key_name(TG_JOB_KEY_COUNT), "?"), "outside the table");

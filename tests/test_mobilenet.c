@@ -20,6 +20,7 @@
 #include "runtime/trainer.h"
 #include "runtime/weights.h"
 #include "tests/harness.h"
+#include "tests/image_fixtures.h"
 
 /* The tiny configuration the tests train: width 0.25 (the stem 8 channels, last_channel
  * 1280), 32 x 32 images, a batch of 4; `sets` "key=value" overrides, one a line (the tests
@@ -98,7 +99,6 @@ TG_TEST(test_mobilenet_v2_job_refusals) {
         const char *extra, *want;
     } cases[] = {
         {"task=lm", "key 'task': model 'mobilenet_v2' (mobilenet_v2) classifies images: task must be classify"},
-        {"precision=bf16", "key 'precision': model 'mobilenet_v2' (mobilenet_v2) trains in fp32 only so far"},
         {"seq=64", "key 'seq': model 'mobilenet_v2' (mobilenet_v2) takes images, not token sequences"},
         {"lora_r=4", "key 'lora_r': model 'mobilenet_v2' (mobilenet_v2) takes images, not token sequences"},
         {"recompute=layers", "key 'recompute': model 'mobilenet_v2' (mobilenet_v2) has no transformer layers"},
@@ -107,6 +107,10 @@ TG_TEST(test_mobilenet_v2_job_refusals) {
         {"image_channels=4", "key 'image_channels': 4 is out of range (must be 1..3; 1: grey, 3: RGB)"},
         {"image_size=0", "key 'image_size': 0 is out of range (must be 1..4096; pixels, square images)"},
         {"width_mult=0", "key 'width_mult': 0"},
+        {"random_crop_padding=32", "key 'random_crop_padding': 32 must be below image_size 32: a crop of the image "
+                                   "padded by as much could miss it entirely"},
+        {"random_crop_padding=-1", "key 'random_crop_padding': -1 is out of range (must be 0..4095"},
+        {"random_horizontal_flip=2", "key 'random_horizontal_flip'"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tg_plan p;
@@ -126,6 +130,83 @@ TG_TEST(test_mobilenet_v2_job_refusals) {
     if (!rc) tg_plan_free(&p);
     CHECK(rc == -1 && strstr(err.msg, "bert.job:6: key 'image_size': only image models take it; model 'tiny-bert' is bert"),
           "%s", rc ? err.msg : "(compiled)");
+}
+
+/* random_crop_padding and random_horizontal_flip become IMAGE_INPUT's crop_pad and flip,
+ * with the step counter and a stream key of its own (the classifier's dropout takes the
+ * next); without them the op reads no step and the job's fingerprint is what it was. A
+ * transformer refuses them. On the CPU executor the same stored batch comes out augmented
+ * differently at each training step and as stored in eval mode. */
+TG_TEST(test_mobilenet_v2_augmentation_keys) {
+    tg_plan plain, aug;
+    tg_err err = {{0}};
+    REQUIRE(compile_text("num_labels=3\nimage_channels=3", &plain, &err) == 0, "%s", err.msg);
+    REQUIRE(compile_text("num_labels=3\nimage_channels=3\nrandom_crop_padding=4\nrandom_horizontal_flip=true", &aug,
+                         &err) == 0,
+            "%s", err.msg);
+    const tg_op *ops[2] = {NULL, NULL}, *drop = NULL;
+    for (int k = 0; k < 2; k++) {
+        const tg_plan *p = k ? &aug : &plain;
+        for (int o = 0; o < p->n_ops; o++) {
+            if (p->ops[o].kind == TG_OP_IMAGE_INPUT) ops[k] = &p->ops[o];
+            if (k && p->ops[o].kind == TG_OP_DROPOUT && !drop) drop = &p->ops[o];
+        }
+    }
+    REQUIRE(ops[0] && ops[1] && drop, "an IMAGE_INPUT in each plan and the classifier's dropout");
+    CHECK(ops[0]->in[0] == plain.io.pixel_values && ops[0]->in[1] == -1 && ops[0]->p.image_input.crop_pad == 0 &&
+              ops[0]->p.image_input.flip == 0 && ops[0]->p.image_input.key == 0,
+          "plain: in %d %d, crop_pad %lld flip %lld key %lld", ops[0]->in[0], ops[0]->in[1],
+          (long long)ops[0]->p.image_input.crop_pad, (long long)ops[0]->p.image_input.flip,
+          (long long)ops[0]->p.image_input.key);
+    CHECK(ops[1]->in[1] == aug.io.step && ops[1]->p.image_input.crop_pad == 4 && ops[1]->p.image_input.flip == 1 &&
+              ops[1]->p.image_input.key != drop->p.dropout.key && ops[1]->p.image_input.mean1 == 0.5f &&
+              ops[1]->p.image_input.std2 == 0.5f,
+          "augmented: step %d, crop_pad %lld, flip %lld, key %lld (dropout's %lld)", ops[1]->in[1],
+          (long long)ops[1]->p.image_input.crop_pad, (long long)ops[1]->p.image_input.flip,
+          (long long)ops[1]->p.image_input.key, (long long)drop->p.dropout.key);
+    CHECK(plain.fingerprint != aug.fingerprint, "the augmentation keys leave the fingerprint");
+
+    tg_trainer tr;
+    tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
+    REQUIRE(tg_trainer_open(&tr, &aug, &o, &err) == 0, "%s", err.msg);
+    const int x_t = tg_test_tensor_named(&aug, "pixel_values.normalized");
+    const int64_t n = tg_tensor_numel(&aug.tensors[x_t]);
+    float *x[3];
+    for (int k = 0; k < 3; k++) x[k] = malloc(sizeof(float) * (size_t)n);
+    REQUIRE(x[0] && x[1] && x[2] && x_t >= 0, "out of memory");
+    tg_test_fill_pixels(&tr, &aug, 5);
+    int32_t *labels = tg_trainer_input(&tr, aug.io.labels);
+    for (int b = 0; b < 4; b++) labels[b] = b % 3;
+    /* Two training steps on the same stored batch, then its eval forward. */
+    for (int k = 0; k < 3; k++)
+        REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, k < 2 ? TG_PHASE_OPTIMIZER : TG_PHASE_FORWARD, k < 2, &err) == 0 &&
+                    (k == 2 || tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0) &&
+                    tg_trainer_read(&tr, x_t, x[k], &err) == 0,
+                "run %d: %s", k, err.msg);
+    uint8_t *stored = malloc((size_t)n);
+    REQUIRE(stored && tg_trainer_read(&tr, aug.io.pixel_values, stored, &err) == 0, "%s", err.msg);
+    int as_stored = 1;
+    const int64_t S = aug.model.image_size, C = 3;
+    for (int64_t i = 0; i < n && as_stored; i++) {
+        const int64_t b = i / (S * S * C), c = i % C, pix = i / C % (S * S);
+        as_stored = x[2][i] == ((float)stored[(b * C + c) * S * S + pix] / 255.0f - 0.5f) / 0.5f;
+    }
+    CHECK(memcmp(x[0], x[1], sizeof(float) * (size_t)n) != 0, "two training steps augmented the batch alike");
+    CHECK(as_stored, "eval mode: the input is not the stored batch normalised");
+    for (int k = 0; k < 3; k++) free(x[k]);
+    free(stored);
+    tg_trainer_close(&tr);
+    tg_plan_free(&plain);
+    tg_plan_free(&aug);
+
+    tg_job job;
+    tg_plan p;
+    const char *bert = "model = tiny-bert\nbatch = 2\nseq = 8\nsteps = 1\ntrain_data = none.jsonl\nrandom_horizontal_flip = 1\n";
+    REQUIRE(tg_job_parse_text(bert, "bert.job", NULL, NULL, 0, &job, &err) == 0, "%s", err.msg);
+    const int rc = tg_compile(&job, &p, &err);
+    if (!rc) tg_plan_free(&p);
+    CHECK(rc == -1 && strstr(err.msg, "bert.job:6: key 'random_horizontal_flip': only image models take it"), "%s",
+          rc ? err.msg : "(compiled)");
 }
 
 /* The plan file holds the image model whole (re-encoded byte for byte), and the decoder's
@@ -154,8 +235,8 @@ TG_TEST(test_mobilenet_v2_plan_file) {
     p.model.image_size = 33;
     REQUIRE(tg_plan_encode(&p, &a, &na, &err) == 0, "%s", err.msg);
     CHECK(tg_plan_decode(a, na, "tiny.tgp", &back, &err) == -1 &&
-              strstr(err.msg, "io pixel_values is tensor 0 (pixel_values) of shape [4, 32, 32, 1]; it must be "
-                              "[4, 33, 33, 1]"),
+              strstr(err.msg, "io pixel_values is tensor 0 (pixel_values) of shape [4, 1, 32, 32]; it must be "
+                              "[4, 1, 33, 33]"),
           "%s", err.msg);
     free(a);
     tg_plan_free(&p);
@@ -183,9 +264,9 @@ static uint64_t lcg(uint64_t *s) {
 }
 
 /* A learnable task: class k is a bright 8-pixel-wide stripe in column band k of the image,
- * over uniform noise in [0, 0.5); image i of the set is of class i % 3. Stored channels last,
- * as pixel_values (the noise drawn plane by plane, as the images were when they were NCHW). */
-static void synthetic_images(int n, int channels, int size, float *pixels, int32_t *labels, uint64_t seed) {
+ * over uniform noise in [0, 128); image i of the set is of class i % 3. Stored as the batch
+ * takes them, each image as its channels' planes of bytes. */
+static void synthetic_images(int n, int channels, int size, uint8_t *pixels, int32_t *labels, uint64_t seed) {
     uint64_t s = seed;
     for (int i = 0; i < n; i++) {
         const int k = i % 3;
@@ -193,9 +274,9 @@ static void synthetic_images(int n, int channels, int size, float *pixels, int32
         for (int c = 0; c < channels; c++)
             for (int y = 0; y < size; y++)
                 for (int x = 0; x < size; x++) {
-                    float v = (float)(lcg(&s) % 1000) / 2000.0f;
-                    if (x >= 2 + 10 * k && x < 10 + 10 * k) v += 1.5f;
-                    pixels[(((int64_t)i * size + y) * size + x) * channels + c] = v;
+                    int v = (int)(lcg(&s) % 128);
+                    if (x >= 2 + 10 * k && x < 10 + 10 * k) v += 128;
+                    pixels[(((int64_t)i * channels + c) * size + y) * size + x] = (uint8_t)v;
                 }
     }
 }
@@ -317,10 +398,10 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 2, .load_data = 0};
     REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
     enum { SET = 12, B = 6, S = 48 };
-    static float pixels[SET * S * S];
+    static uint8_t pixels[SET * S * S];
     static int32_t labels[SET];
     synthetic_images(SET, 1, S, pixels, labels, 3);
-    float *in = tg_trainer_input(&tr, p.io.pixel_values);
+    uint8_t *in = tg_trainer_input(&tr, p.io.pixel_values);
     int32_t *lab = tg_trainer_input(&tr, p.io.labels);
     CHECK(fabs(tensor_mean(&tr, &p, "features.0.1.running_mean")) == 0.0 &&
               tensor_mean(&tr, &p, "features.0.1.running_var") == 1.0,
@@ -329,7 +410,7 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     const int steps = 30;
     for (int s = 0; s < steps; s++) {
         const int at = (s % (SET / B)) * B;
-        memcpy(in, pixels + (int64_t)at * S * S, sizeof(float) * B * S * S);
+        memcpy(in, pixels + (int64_t)at * S * S, (size_t)B * S * S);
         memcpy(lab, labels + at, sizeof(int32_t) * B);
         float loss;
         REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, &err) == 0 &&
@@ -349,8 +430,8 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     for (int mode = 0; mode < 2; mode++)
         for (int k = 0; k < 2; k++) {
             /* Batch 0: images 0..5; batch 1: images 6..11 with image 0 in place of image 9. */
-            memcpy(in, pixels + (int64_t)k * B * S * S, sizeof(float) * B * S * S);
-            if (k == 1) memcpy(in + 3 * S * S, pixels, sizeof(float) * S * S);
+            memcpy(in, pixels + (int64_t)k * B * S * S, (size_t)B * S * S);
+            if (k == 1) memcpy(in + 3 * S * S, pixels, (size_t)S * S);
             memcpy(lab, labels + k * B, sizeof(int32_t) * B);
             REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, mode, &err) == 0 &&
                         tg_trainer_read(&tr, p.io.logits, logits[mode][k], &err) == 0,
@@ -425,9 +506,10 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     tg_plan_free(&p);
 }
 
-/* The trainer's batch is channels last: from an RGB shard set (each image stored as three
- * planes), pixel_values[r, i, c] = (byte[c plane + i] / 255 - image_mean[c]) / image_std[c]
- * for each row's image, with the per-channel normalisation telling the channels apart. */
+/* The trainer's batch holds each image as the shard set stores it (three planes of bytes
+ * for RGB), and the plan's IMAGE_INPUT makes the network's channels-last input of it:
+ * x[r, i, c] = (byte[c plane + i] / 255 - image_mean[c]) / image_std[c] for each row's
+ * image, with the per-channel normalisation telling the channels apart. */
 TG_TEST(test_mobilenet_v2_batch_channels_last) {
     enum { N = 4, C = 3, S = 4, PLANE = S * S, PER = C * PLANE };
     char dir[600], job_text[1600];
@@ -455,29 +537,39 @@ TG_TEST(test_mobilenet_v2_batch_channels_last) {
     REQUIRE(tg_job_parse_text(job_text, "rgb.job", NULL, NULL, 0, &job, &err) == 0 && tg_compile(&job, &p, &err) == 0,
             "%s", err.msg);
     const tg_tensor *px = &p.tensors[p.io.pixel_values];
-    CHECK(px->ndim == 4 && px->shape[0] == N && px->shape[1] == S && px->shape[2] == S && px->shape[3] == C,
-          "pixel_values is [%lld, %lld, %lld, %lld]", (long long)px->shape[0], (long long)px->shape[1],
-          (long long)px->shape[2], (long long)px->shape[3]);
+    CHECK(px->dtype == TG_U8 && px->ndim == 4 && px->shape[0] == N && px->shape[1] == C && px->shape[2] == S &&
+              px->shape[3] == S,
+          "pixel_values is %s [%lld, %lld, %lld, %lld]", tg_dtype_name(px->dtype), (long long)px->shape[0],
+          (long long)px->shape[1], (long long)px->shape[2], (long long)px->shape[3]);
+    const int x_t = tg_test_tensor_named(&p, "pixel_values.normalized");
+    REQUIRE(x_t >= 0 && p.tensors[x_t].ndim == 4 && p.tensors[x_t].shape[1] == S && p.tensors[x_t].shape[3] == C,
+            "no channels-last pixel_values.normalized");
     tg_trainer tr;
     tg_trainer_options o = {.device = TG_DEVICE_CPU, .threads = 1, .load_data = 1};
     REQUIRE(tg_trainer_open(&tr, &p, &o, &err) == 0, "%s", err.msg);
     tg_step_stats stats;
     REQUIRE(tg_trainer_step(&tr, &stats, &err) == 0, "%s", err.msg);
+    static uint8_t stored[N * PER];
     static float got[N * PER];
-    REQUIRE(tg_trainer_read(&tr, p.io.pixel_values, got, &err) == 0, "%s", err.msg);
+    /* A batch through the forward alone (its input is live after it), then what the
+     * executor was given and made of it. */
+    REQUIRE(tg_trainer_run(&tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0 &&
+                tg_trainer_read(&tr, p.io.pixel_values, stored, &err) == 0 && tg_trainer_read(&tr, x_t, got, &err) == 0,
+            "%s", err.msg);
     static const float mean[C] = {0.5f, 0.25f, 0.125f}, std[C] = {0.5f, 2, 0.25f};
     int matched = 0;
     for (int r = 0; r < N; r++)
         for (int n = 0; n < N; n++) { /* the sampler's order is its own: find the row's image */
             int same_image = 1;
+            for (int k = 0; k < PER && same_image; k++) same_image = stored[r * PER + k] == pixels[n][k];
             for (int i = 0; i < PLANE && same_image; i++)
                 for (int c = 0; c < C && same_image; c++) {
-                    const float want = ((float)pixels[n][c * PLANE + i] / 255.0f - mean[c]) * (1.0f / std[c]);
+                    const float want = ((float)pixels[n][c * PLANE + i] / 255.0f - mean[c]) / std[c];
                     same_image = got[(r * PLANE + i) * C + c] == want;
                 }
             matched += same_image;
         }
-    CHECK(matched == N, "%d of %d batch rows are an image of the set laid out [S, S, C]", matched, N);
+    CHECK(matched == N, "%d of %d batch rows are an image of the set, stored as planes and normalised [S, S, C]", matched, N);
     tg_trainer_close(&tr);
     tg_plan_free(&p);
 }
@@ -556,14 +648,14 @@ TG_TEST(test_mobilenet_v2_fused_bn_relu6_trains_the_same) {
     REQUIRE(tg_trainer_open(&tr[0], &p[0], &o, &err) == 0, "%s", err.msg);
     REQUIRE(tg_trainer_open(&tr[1], &p[1], &o, &err) == 0, "%s", err.msg);
     enum { B = 4, S = 40 };
-    static float pixels[3 * B * S * S];
+    static uint8_t pixels[3 * B * S * S];
     static int32_t labels[3 * B];
     synthetic_images(3 * B, 1, S, pixels, labels, 11);
     for (int s = 0; s < 3; s++) {
         float loss[2];
         for (int k = 0; k < 2; k++) {
             memcpy(tg_trainer_input(&tr[k], p[k].io.pixel_values), pixels + (int64_t)s * B * S * S,
-                   sizeof(float) * B * S * S);
+                   (size_t)B * S * S);
             memcpy(tg_trainer_input(&tr[k], p[k].io.labels), labels + s * B, sizeof(int32_t) * B);
             REQUIRE(tg_trainer_run(&tr[k], TG_PHASE_FORWARD, TG_PHASE_OPTIMIZER, 1, &err) == 0 &&
                         tg_trainer_read(&tr[k], p[k].io.loss, &loss[k], &err) == 0,

@@ -49,7 +49,7 @@ TG_TEST(test_op_meta_every_kind_has_a_row) {
             CHECK(!tg_op_info_of(j) || strcmp(tg_op_info_of(j)->name, name) != 0, "op kinds %d and %d are both '%s'", j,
                   k, name);
         CHECK(strlen(info->inputs) <= TG_OP_MAX_IN && strlen(info->outputs) <= TG_OP_MAX_OUT &&
-                  only_chars(info->inputs, "FfSsIiAa-") && only_chars(info->outputs, "FfSsIiAa-"),
+                  only_chars(info->inputs, "FfSsIiUAa-") && only_chars(info->outputs, "FfSsIiUAa-"),
               "%s: slot signatures '%s' -> '%s'", name, info->inputs, info->outputs);
         CHECK(strlen(info->outputs) >= 1 && strlen(info->contract) == strlen(info->outputs) &&
                   only_chars(info->contract, "=+"),

@@ -50,7 +50,7 @@ static int32_t add_tensor(tg_tensor *t, int32_t *n_t, int64_t n, int dtype) {
 /* The dtype a slot's signature character asks for (A: f32). */
 static int dtype_for(const char *sig, int s) {
     const char c = s < (int)strlen(sig) ? sig[s] : '-';
-    return c == 'I' || c == 'i' ? TG_I32 : TG_F32;
+    return c == 'I' || c == 'i' ? TG_I32 : c == 'U' ? TG_U8 : TG_F32;
 }
 
 /* Builds the case's op and tensor table, runs tg_op_check; 1 when the outcome is the

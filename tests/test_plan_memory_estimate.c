@@ -304,7 +304,7 @@ TG_TEST(test_plan_memory_estimate_plan_names) {
     } tables[] = {
         {tg_pool_name, TG_POOL_COUNT, "params", "buffers"},
         {tg_phase_name, TG_PHASE_COUNT, "forward", "optimizer"},
-        {tg_dtype_name, TG_DTYPE_COUNT, "f32", "f16"},
+        {tg_dtype_name, TG_DTYPE_COUNT, "f32", "u8"},
         {tg_arch_name, TG_ARCH_COUNT, "bert", "mobilenet_v2"},
         {tg_task_name, TG_TASK_COUNT, "classify", "qa"},
         {tg_precision_name, TG_PREC_COUNT, "fp32", "fp16"},

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Golden data for model = mobilenet_v2: what PyTorch + torchvision compute for a tiny random
 torchvision.models.mobilenet_v2 (width_mult 0.25, 3 classes, 3 x 64 x 64 images, batch 4):
-the forward logits and loss in training mode, every parameter gradient, then the weights,
+the images as bytes made the model's input by torchvision's ToTensor and Normalize (mean and
+std per channel, ImageNet's), the forward logits and loss in training mode, every parameter gradient, then the weights,
 the batch normalisations' running statistics and the eval-mode logits after 3 AdamW steps
 on the same batch. tests/test_golden_mobilenet.c checks the tunegraph CPU reference
 against them.
 
-The weights and images are float32 (as written); torch computes on the CPU in float64 from
+The weights and the normalised images are float32 (as written); torch computes on the CPU in float64 from
 them, and the results are stored rounded to float32: a batch normalisation over few values
 (here 4 images of 2 x 2 positions in the last blocks) amplifies rounding, so that two float32
 computations in different orders differ far more than either differs from the exact
@@ -41,11 +42,39 @@ CASE = "mobilenet_v2"
 WIDTH, CLASSES, CHANNELS, SIZE, BATCH = 0.25, 3, 3, 64, 4
 LR, BETAS, EPS, WEIGHT_DECAY, MAX_GRAD_NORM, STEPS = 1e-3, (0.9, 0.999), 1e-2, 0.01, 1.0, 3
 FROZEN = "features.1.conv.2.bias,features.*.conv.3.bias"
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def fail(msg):
     print("FAILED: " + msg)
     sys.exit(1)
+
+
+F32_NORM_TOL, F32_PARAM_TOL = 2e-3, 1e-5
+
+
+def three_steps(out, pixel_values, labels, dtype):
+    """The gradient norms and final parameters of three AdamW steps in dtype from the saved
+    initial state, as the golden run below takes them."""
+    model = torchvision.models.mobilenet_v2(width_mult=WIDTH, num_classes=CLASSES)
+    model.classifier[0].p = 0.0
+    model.load_state_dict(load_file(os.path.join(out, "model.safetensors")), strict=True)
+    model = model.to(dtype).train()
+    for n, p in model.named_parameters():
+        if fnmatch.fnmatch(n, "features.1.conv.2.bias") or fnmatch.fnmatch(n, "features.*.conv.3.bias"):
+            p.requires_grad_(False)
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and p.requires_grad]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1 and p.requires_grad]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS)
+    norms = []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(pixel_values.to(dtype)), labels).backward()
+        norms.append(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                                    MAX_GRAD_NORM).item())
+        opt.step()
+    return norms, torch.cat([p.detach().to(torch.float64).flatten() for p in model.parameters()])
 
 
 def main():
@@ -85,8 +114,26 @@ def main():
         json.dump(config, f, indent=2, sort_keys=True)
         f.write("\n")
 
-    pixel_values = torch.randn(BATCH, CHANNELS, SIZE, SIZE)  # float32, widened for the model
+    # The images as a shard set stores them (bytes, channel planes), then ToTensor's
+    # division and Normalize's subtraction and division, each in float32. Random bytes make
+    # most draws ill-conditioned for three steps (ReLU6 kinks in the last blocks' 16-value
+    # normalisations: torch's own float32 run ends up to 38% from float64's in the third
+    # step's gradient norm), which would test the rounding, not the function; the draw is
+    # the first whose float32 run stays within F32_NORM_TOL / F32_PARAM_TOL of float64.
     labels = torch.tensor([0, 2, 1, 2], dtype=torch.int64)
+    normalize = torchvision.transforms.Normalize(MEAN, STD)
+    for image_seed in range(1, 65):
+        gen = torch.Generator().manual_seed(image_seed)
+        pixels = torch.randint(0, 256, (BATCH, CHANNELS, SIZE, SIZE), dtype=torch.uint8, generator=gen)
+        pixel_values = normalize(pixels.to(torch.float32).div(255))  # float32, widened for the model
+        norms64, params64 = three_steps(out, pixel_values, labels, torch.float64)
+        norms32, params32 = three_steps(out, pixel_values, labels, torch.float32)
+        f32_norm_dev = max(abs(a / b - 1) for a, b in zip(norms32, norms64))
+        f32_param_dev = ((params32 - params64).norm() / params64.norm()).item()
+        if f32_norm_dev <= F32_NORM_TOL and f32_param_dev <= F32_PARAM_TOL:
+            break
+    else:
+        fail("no image draw of 64 is well conditioned")
     loss_fn = torch.nn.CrossEntropyLoss()
     buffers0 = {k: v.detach().clone() for k, v in model.named_buffers()}
 
@@ -124,7 +171,8 @@ def main():
         eval_logits = model(pixel_values.to(torch.float64))
 
     f32 = torch.float32
-    golden = {"pixel_values": pixel_values.contiguous(), "labels": labels.to(torch.int32),
+    golden = {"pixels": pixels.to(torch.int32).contiguous(), "pixel_values": pixel_values.contiguous(),
+              "labels": labels.to(torch.int32),
               "logits": logits.detach().to(f32).contiguous(), "loss": loss.detach().to(f32).reshape(1),
               "loss_steps": torch.tensor(loss_steps, dtype=f32), "lr_steps": torch.tensor([LR] * STEPS, dtype=f32),
               "grad_norm_steps": torch.tensor(grad_norm_steps, dtype=f32), "eval_logits": eval_logits.to(f32).contiguous()}
@@ -142,11 +190,13 @@ def main():
 
     names = [n for n, _ in model.named_parameters()]
     meta = {"case": CASE, "task": "classify", "num_labels": CLASSES, "B": BATCH,
-            "image_channels": CHANNELS, "image_size": SIZE, "width_mult": WIDTH,
+            "image_channels": CHANNELS, "image_size": SIZE, "width_mult": WIDTH, "image_mean": list(MEAN),
+            "image_std": list(STD),
             "optimizer": {"name": "AdamW", "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY},
             "scheduler": {"name": "constant", "num_warmup_steps": 0, "num_training_steps": STEPS},
             "max_grad_norm": MAX_GRAD_NORM, "classifier_dropout": 0.0, "freeze": FROZEN,
-            "compute_dtype": "float64", "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__},
+            "compute_dtype": "float64", "image_seed": image_seed,
+            "torch_float32_deviation": {"grad_norm_steps": f32_norm_dev, "step3_parameters": f32_param_dev}, "versions": {"torch": torch.__version__, "torchvision": torchvision.__version__},
             "parameters": [[n, list(p.shape)] for n, p in model.named_parameters()],
             "no_decay": [n for n, p in model.named_parameters() if p.ndim <= 1 and p.requires_grad],
             "frozen": [n for n, p in model.named_parameters() if not p.requires_grad]}
