@@ -12,7 +12,9 @@ bench_case_data_args() {
     llama-3.2-1b-lm-b4-t2048) echo "--vocab 128256 --seq 2048 --count 256" ;;
     llama-3-8b-lora-b1-t4096) echo "--vocab 128256 --seq 4096 --count 64" ;;
     llama-3-8b-lora-b2-t2048) echo "--vocab 128256 --seq 2048 --count 128" ;;
-    mobilenet-v2-b64-s100 | mobilenet-v2-b64-s224 | mobilenet-v2-b64-s500) echo "--count 512" ;;
+    mobilenet-v2-b64-s100 | mobilenet-v2-b64-s224 | mobilenet-v2-b64-s500 | mobilenet-v2-b64-s100-bf16 | \
+        mobilenet-v2-b64-s224-bf16 | mobilenet-v2-b64-s500-bf16 | mobilenet-v2-b64-s100-fp16 | \
+        mobilenet-v2-b64-s224-fp16 | mobilenet-v2-b64-s500-fp16) echo "--count 512" ;;
     *) echo "unknown case $1" >&2; return 2 ;;
     esac
 }
@@ -33,12 +35,14 @@ bench_make_case_data() {
     fi
     args=$(bench_case_data_args "$1") || return 2
     case $1 in
-    mobilenet-v2-b64-s*) # synthetic IDX digits converted at the case's image size
-        local dir=/tmp/tunegraph-bench/$1-idx
+    mobilenet-v2-b64-s*) # synthetic IDX digits converted at the case's image size (the -bf16 and -fp16
+        # cases' too: mobilenet-v2-b64-sSIZE[-PRECISION])
+        local dir=/tmp/tunegraph-bench/$1-idx size=${1#mobilenet-v2-b64-s}
+        size=${size%%-*}
         python3 bench/make_synthetic_idx.py "$dir" $args &&
             rm -rf "/tmp/tunegraph-bench/$1" &&
             "${TUNEGRAPH:-build/gpu/tunegraph}" data convert "$dir/train-images-idx3-ubyte" -o "/tmp/tunegraph-bench/$1" \
-                --format idx --image-size "${1##*-s}"
+                --format idx --image-size "$size"
         return ;;
     esac
     mkdir -p /tmp/tunegraph-bench

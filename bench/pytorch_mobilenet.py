@@ -9,9 +9,12 @@ The study's sizes: batch 64 of 1-channel digits resized to 100, 224 and 500 pixe
 classes. Each (size, mode, memory format) runs in its own subprocess (own CUDA context,
 own memory peak, own Inductor cache). Modes: eager, compile (Inductor, default mode),
 compile-reduce-overhead (Inductor with CUDA graphs); memory formats: contiguous (NCHW)
-and channels_last. Precision: fp32 (TF32 off for matmuls and cuDNN convolutions unless
---tf32, to compare with tunegraph's allow_tf32 = false) or bf16 (autocast over fp32
-weights).
+and channels_last. Precision (--precision): fp32 (TF32 off for matmuls and cuDNN
+convolutions unless --tf32, to compare with tunegraph's allow_tf32 = false), bf16 (autocast
+over fp32 weights) or fp16 (autocast over fp32 weights with torch.amp.GradScaler's dynamic
+loss scaling: the scaled loss's backward, unscale_ before the clipping, scaler.step and
+scaler.update; fused AdamW takes the scale and the overflow flag itself), as tunegraph's
+precision = fp32 | bf16 | fp16 (bench/jobs/mobilenet-v2-b64-sSIZE[-bf16|-fp16].job).
 
 The model is torchvision.models.mobilenet_v2(num_classes=10) with the stem taking the
 image's channels; where torchvision is not installed, an equal definition below (the same
@@ -20,6 +23,7 @@ modules in the same order, so the same parameters and FLOPs).
 Usage
   python3 bench/pytorch_mobilenet.py --sizes 100,224,500 --out r.json
   python3 bench/pytorch_mobilenet.py --sizes 224 --modes eager --formats channels_last --out r.json
+  python3 bench/pytorch_mobilenet.py --sizes 224 --precision fp16 --formats channels_last --out r.json
 """
 
 import argparse
@@ -141,17 +145,27 @@ def run_one(size, mode, fmt, batch, channels, precision, tf32, steps, warmup):
                 torch.randint(0, 10, (batch,), generator=g).to(dev)) for _ in range(N_INPUT_BATCHES)]
     loss_fn = torch.nn.CrossEntropyLoss()
     use_cg = mode == "compile-reduce-overhead"
-    amp = precision == "bf16"
+    amp = precision in ("bf16", "fp16")
+    amp_dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    # fp16: dynamic loss scaling (init 2^16, growth 2 every 2000 steps, backoff 0.5: tunegraph's defaults).
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
     def step(i):
         if use_cg:
             torch.compiler.cudagraph_mark_step_begin()
         x, y = batches[i % len(batches)]
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp):
             loss = loss_fn(fwd(x), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
+            scaler.step(opt)
+            scaler.update()
         sched.step()
         opt.zero_grad(set_to_none=True)
         return loss
@@ -186,6 +200,8 @@ def run_one(size, mode, fmt, batch, channels, precision, tf32, steps, warmup):
     res["pipelined_step_ms"] = e0.elapsed_time(e1) / steps
     res["images_per_s"] = batch / (min(res["step_ms_median"], res["pipelined_step_ms"]) / 1e3)
     res["final_loss"] = float(loss.item())
+    if scaler is not None:
+        res["loss_scale"] = float(scaler.get_scale())
     return res
 
 
@@ -196,7 +212,7 @@ def main():
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--channels", type=int, default=1)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     ap.add_argument("--tf32", type=int, default=0)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
@@ -208,7 +224,7 @@ def main():
         try:
             r = run_one(int(size), mode, fmt, a.batch, a.channels, a.precision, a.tf32, a.steps, a.warmup)
         except Exception as e:  # recorded, so the other combinations still run
-            r = dict(size=int(size), mode=mode, format=fmt, error=f"{type(e).__name__}: {e}",
+            r = dict(size=int(size), mode=mode, format=fmt, precision=a.precision, error=f"{type(e).__name__}: {e}",
                      traceback=traceback.format_exc())
         with open(a.out, "w") as f:
             json.dump(r, f)
@@ -230,13 +246,15 @@ def main():
                         with open(out) as f:
                             r = json.load(f)
                     except OSError:
-                        r = dict(size=size, mode=mode, format=fmt, error=f"child exited {p.returncode}")
+                        r = dict(size=size, mode=mode, format=fmt, precision=a.precision,
+                                 error=f"child exited {p.returncode}")
                 results.append(r)
                 if "error" in r:
-                    log(f"   error: {r['error']}")
+                    log(f"   {a.precision} error: {r['error']}")
                 else:
-                    log(f"   {r['step_ms_median']:.2f} ms a step (pipelined {r['pipelined_step_ms']:.2f}), "
-                        f"{r['images_per_s']:.0f} images/s, peak {r['peak_mem_bytes'] / 2**30:.2f} GiB")
+                    scale = f", loss scale {r['loss_scale']:g}" if "loss_scale" in r else ""
+                    log(f"   {a.precision}: {r['step_ms_median']:.2f} ms a step (pipelined {r['pipelined_step_ms']:.2f}), "
+                        f"{r['images_per_s']:.0f} images/s, peak {r['peak_mem_bytes'] / 2**30:.2f} GiB{scale}")
                 with open(a.out, "w") as f:
                     json.dump(results, f, indent=1)
 
