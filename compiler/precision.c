@@ -179,10 +179,9 @@ int tg_apply_precision(tg_graph *g, int precision) {
         }
     }
     /* Only activations change dtype: an input tensor keeps the dtype the runtime writes it in.
-     * An op that reads an f32 input in an F slot beside half slots (an image model's stem
-     * convolution reading pixel_values, its backward reading it for the weight gradient)
-     * stays as it is: the CPU reference widens each half slot on its own, so the op computes
-     * on the f32 input and the widened half weight, its output narrowed. */
+     * An image model's network input is an activation (IMAGE_INPUT's output, from the u8
+     * pixel_values), so it goes half here and the stem convolution reads it in the plan's
+     * half type like every other convolution. */
     for (int t = 0; t < g->n_tensors; t++) {
         tg_tensor *x = &g->tensors[t];
         if (x->pool == TG_POOL_ACTIVATIONS && x->dtype == TG_F32 && !keep[t] && tg_tensor_numel(x) > 1)

@@ -74,8 +74,7 @@ static int f32_param(const tg_plan *p, int t) {
 
 /* The dtypes of a half image plan, op by op; returns how many ops of each image kind it saw. */
 static void check_half_plan(const tg_plan *p, int half, const char *what, int *seen) {
-    const int pixels = p->io.pixel_values;
-    int exceptions = 0, half_acts = 0;
+    int storage_slots = 0, half_acts = 0;
     char *s_out = calloc((size_t)p->n_tensors, 1);
     REQUIRE(s_out, "out of memory");
     for (int o = 0; o < p->n_ops; o++) {
@@ -88,16 +87,10 @@ static void check_half_plan(const tg_plan *p, int half, const char *what, int *s
             for (int s = 0; s < (io ? TG_OP_MAX_IN : TG_OP_MAX_OUT); s++) {
                 const int t = io ? op->in[s] : op->out[s];
                 if (t < 0 || !storage_slot(op->kind, io, s)) continue;
-                if (p->tensors[t].dtype == half) continue;
-                /* The one exception: the stem convolution (and its backward) reading the
-                 * batch's f32 pixel_values while they are an input tensor. */
-                if (!CHECK(t == pixels && p->tensors[t].pool == TG_POOL_INPUTS && p->tensors[t].dtype == TG_F32 &&
-                               (op->kind == TG_OP_CONV2D ? io && s == 0 : op->kind == TG_OP_CONV2D_BWD && io && s == 1),
-                           "%s: op %d (%s) %s[%d] is %s (%s), not the plan's %s", what, o, tg_op_name(op->kind),
-                           io ? "in" : "out", s, p->tensors[t].name, tg_dtype_name(p->tensors[t].dtype),
-                           tg_dtype_name(half)))
-                    continue;
-                exceptions++;
+                CHECK(p->tensors[t].dtype == half, "%s: op %d (%s) %s[%d] is %s (%s), not the plan's %s", what, o,
+                      tg_op_name(op->kind), io ? "in" : "out", s, p->tensors[t].name, tg_dtype_name(p->tensors[t].dtype),
+                      tg_dtype_name(half));
+                storage_slots++;
             }
         switch (op->kind) {
         case TG_OP_CONV2D:
@@ -142,9 +135,21 @@ static void check_half_plan(const tg_plan *p, int half, const char *what, int *s
             break;
         }
     }
-    /* At most two ops read the f32 input (the stem's convolution and, with a trainable stem,
-     * its weight gradient), none once an op makes the image a half activation. */
-    CHECK(exceptions <= 2, "%s: %d slots read an f32 input", what, exceptions);
+    /* The stem convolution among them: it reads the network input, IMAGE_INPUT's output (from
+     * the u8 pixel_values), a half activation like the others. */
+    int image_ops = 0;
+    for (int o = 0; o < p->n_ops; o++)
+        if (p->ops[o].kind == TG_OP_IMAGE_INPUT) {
+            const int x = p->ops[o].out[0];
+            image_ops++;
+            CHECK(p->ops[o].in[0] == p->io.pixel_values && p->tensors[x].dtype == half &&
+                      p->tensors[x].pool == TG_POOL_ACTIVATIONS && o + 1 < p->n_ops && p->ops[o + 1].kind == TG_OP_CONV2D &&
+                      p->ops[o + 1].in[0] == x,
+                  "%s: image input op %d: %s (%s) not read by the stem convolution next", what, o, p->tensors[x].name,
+                  tg_dtype_name(p->tensors[x].dtype));
+        }
+    CHECK(image_ops == 1 && storage_slots > 300, "%s: %d image input ops, %d storage slots", what, image_ops,
+          storage_slots);
     /* Activations: half, but for the outputs whose slot is f32 (statistics, loss rows). */
     for (int t = 0; t < p->n_tensors; t++) {
         const tg_tensor *x = &p->tensors[t];
@@ -435,24 +440,27 @@ static double mean_of(const float *x, int n) {
  * input differs by 1e-3 relative has a first gradient 41% away (1e-4: 16%) -- the step-by-
  * step losses of two runs cannot agree closely however right both are (measured after
  * step 2: up to 61% apart in bf16, 55% in fp16). What is compared is what holds:
- * - step 1 (the same weights and batch): the loss within 2e-2 (bf16) and 1e-2 (fp16) of
- *   fp32's (measured 3.9e-3, 3.2e-3), the gradient norm within 0.25 (2.6e-2, 0.12);
- * - training: every precision brings the loss below 0.2 of its first (fp32 0.106, bf16
- *   0.041, fp16 0.048 after 8 steps) and its mean over the steps within 30% of fp32's
- *   (measured 16% and 10%); every parameter element moved but at most one (a gradient of
- *   exactly zero), the half copies exactly the masters' roundings, no step skipped, fp16's
- *   scale doubling every 2 steps from 1024 (loss_scale_growth_interval 2);
+ * - step 1 (the same weights and batch): the loss within 5e-2 (bf16) and 2e-2 (fp16) of
+ *   fp32's (measured 1.9e-2 and 4.6e-3 on this batch, 3.9e-3 and 3.2e-3 on another), the
+ *   gradient norm within 0.5 (measured 0.11 and 0.16: the chaos, not the format's
+ *   precision, sets it; a gradient left scaled by fp16's 1024 or missing a part is far out);
+ * - training: every precision brings the loss below 0.2 of its first (measured fp32 0.029,
+ *   bf16 0.055, fp16 0.039 after 8 steps) and its mean over the steps within 30% of fp32's
+ *   (measured 2.8% and 5.8%; 16% and 10% on another batch); every parameter element moved
+ *   but at most one (a gradient of exactly zero), the half copies exactly the masters'
+ *   roundings, no step skipped, fp16's scale doubling every 2 steps from 1024
+ *   (loss_scale_growth_interval 2);
  * - eval (batch norms affine with fixed statistics: no chaos) with the fp32 run's weights
  *   and statistics: logits within 2e-2 (bf16) and 4e-3 (fp16) relative L2 of fp32's and
- *   the loss within 1e-2 and 2e-3 (measured: logits 1.9e-3 and 4.2e-4, losses 2.2e-5 and
- *   9.8e-7), the statistics left as they were, a repeat bit for bit, and unlike a
+ *   the loss within 1e-2 and 2e-3 (measured: logits 1.4e-3 and 3.6e-4, losses 3.7e-5 and
+ *   1.4e-5), the statistics left as they were, a repeat bit for bit, and unlike a
  *   training-mode forward of the batch. */
 TG_TEST(test_image_precision_trains_like_fp32) {
     static image_run runs[3];
     static const char *const sets[3] = {"precision=fp32", "precision=bf16",
                                         "precision=fp16\nloss_scale_init=1024\nloss_scale_growth_interval=2"};
     static const char *const names[3] = {"fp32", "bf16", "fp16"};
-    static const float loss1_tol[3] = {0, 2e-2f, 1e-2f}, logits_tol[3] = {0, 2e-2f, 4e-3f},
+    static const float loss1_tol[3] = {0, 5e-2f, 2e-2f}, logits_tol[3] = {0, 2e-2f, 4e-3f},
                        eval_tol[3] = {0, 1e-2f, 2e-3f};
     trained_state st = {0};
     int k = 0;
@@ -472,7 +480,7 @@ TG_TEST(test_image_precision_trains_like_fp32) {
                names[k], r->loss[0], r->loss[STEPS - 1], d1, n1, dm, dl, de);
         CHECK(isfinite(r->loss[0]) && d1 <= loss1_tol[k], "%s step 1: loss %.7g, fp32 %.7g", names[k], r->loss[0],
               runs[0].loss[0]);
-        CHECK(isfinite(r->norm[0]) && n1 <= 0.25, "%s step 1: gradient norm %.7g, fp32 %.7g", names[k], r->norm[0],
+        CHECK(isfinite(r->norm[0]) && n1 <= 0.5, "%s step 1: gradient norm %.7g, fp32 %.7g", names[k], r->norm[0],
               runs[0].norm[0]);
         int finite = 1;
         for (int s = 0; s < STEPS; s++) finite &= isfinite(r->loss[s]) && isfinite(r->norm[s]);
@@ -500,8 +508,7 @@ TG_TEST(test_image_precision_trains_like_fp32) {
  * at first (its gradient norms are near 100 at initialisation), as GradScaler's would: each
  * such step is skipped with every weight and copy bit unchanged and halves the scale, the
  * first step among them; the others apply (growth_interval 2000: no growth within the test).
- * Measured: steps 1 and 2 skipped, then 16384, where 2 of the next 10 batches overflow too;
- * 8 of 12 applied, ending at 4096. */
+ * Measured: 4 of the 12 steps skipped, the first among them, the scale 4096 at the end. */
 TG_TEST(test_image_precision_fp16_scale_backs_off) {
     tg_plan p;
     tg_err err;
