@@ -22,6 +22,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "runtime/half_convert.h"
 #include "runtime/trainer.h"
 #include "tests/harness.h"
 #include "tests/image_fixtures.h"
@@ -38,7 +39,7 @@ typedef struct image_run {
     int open;
 } image_run;
 
-static int open_image_run(image_run *r, tg_device device, int size, int channels) {
+static int open_image_run_as(image_run *r, tg_device device, int size, int channels, int precision) {
     memset(r, 0, sizeof *r);
     tg_job job;
     tg_err err;
@@ -46,6 +47,9 @@ static int open_image_run(image_run *r, tg_device device, int size, int channels
     snprintf(job.model, sizeof job.model, "mobilenet_v2");
     job.task = TG_TASK_CLASSIFY, job.num_labels = 4, job.batch = 8, job.steps = 10, job.seed = 11;
     job.lr = TEST_LR, job.warmup_steps = 2, job.image_size = size, job.image_channels = channels, job.width_mult = 0.35f;
+    job.precision = precision;
+    /* fp16: a scale these gradients (norms near 70) fit under (2^16 overflows at first). */
+    if (precision == TG_PREC_FP16) job.loss_scale_init = 1024.0f;
     if (!CHECK(tg_compile(&job, &r->plan, &err) == 0, "%s", err.msg)) return 0;
     tg_trainer_options o = {.device = device, .threads = 0, .load_data = 0, .no_graphs = 0};
     if (!CHECK(tg_trainer_open(&r->tr, &r->plan, &o, &err) == 0, "%s", err.msg)) {
@@ -54,6 +58,10 @@ static int open_image_run(image_run *r, tg_device device, int size, int channels
     }
     r->open = 1;
     return 1;
+}
+
+static int open_image_run(image_run *r, tg_device device, int size, int channels) {
+    return open_image_run_as(r, device, size, channels, TG_PREC_FP32);
 }
 
 static void close_image_run(image_run *r) {
@@ -78,6 +86,36 @@ static float *read_tensor(image_run *r, int t) {
         return NULL;
     }
     return buf;
+}
+
+/* A float tensor of any storage dtype widened to fp32, into a buffer poisoned with NaN
+ * first (a read that writes nothing cannot pass). */
+static float *read_f32(image_run *r, int t) {
+    tg_err err;
+    const int64_t n = tg_tensor_numel(&r->plan.tensors[t]);
+    float *buf = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; buf && i < n; i++) buf[i] = NAN;
+    if (buf && !CHECK(tg_trainer_read_f32(&r->tr, t, buf, &err) == 0, "%s", err.msg)) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Fills tensor t (any float dtype) with NaN on the executor: what an op must overwrite. */
+static int poison(image_run *r, int t) {
+    tg_err err;
+    const tg_tensor *x = &r->plan.tensors[t];
+    const int64_t n = tg_tensor_numel(x);
+    float *nan32 = malloc(sizeof(float) * (size_t)n);
+    uint16_t *nan16 = malloc(sizeof(uint16_t) * (size_t)n);
+    for (int64_t i = 0; nan32 && i < n; i++) nan32[i] = NAN;
+    if (nan32 && nan16 && tg_dtype_is_half(x->dtype)) tg_half_narrow(x->dtype, nan16, nan32, n);
+    const int ok = nan32 && nan16 &&
+                   CHECK(tg_trainer_write(&r->tr, t, tg_dtype_is_half(x->dtype) ? (const void *)nan16 : nan32, &err) == 0,
+                         "%s", err.msg);
+    free(nan32), free(nan16);
+    return ok;
 }
 
 static float loss_of(image_run *r) {
@@ -178,3 +216,149 @@ static void compare_image_steps(int size, int channels) {
 TG_TEST(test_gpu_step_mobilenet_matches_cpu) { compare_image_steps(64, 1); }
 /* 45 pixels, three channels: odd sizes through every stride-2 convolution. */
 TG_TEST(test_gpu_step_mobilenet_rgb_odd_size_matches_cpu) { compare_image_steps(45, 3); }
+
+/* ---- bf16 and fp16 ------------------------------------------------------------------- */
+
+/* The same half plan (precision bf16 or fp16: half activations, the convolutions and
+ * matmuls reading half copies of the weights, batch norms' statistics fp32) on CUDA and on
+ * the CPU reference, which widens each half slot to float, runs its fp32 kernel and narrows
+ * the outputs: three captured steps and an eval forward.
+ * Where the two executors sum in another order, a value near a half rounding boundary
+ * rounds the other way (a whole bf16 or fp16 ulp), and in training mode this model at its
+ * initialisation amplifies such a change by about 10^3 (batch norms over a few values:
+ * tests/test_image_precision.c), so the comparisons are what such flips leave standing.
+ * Measured on the CPU with flip-sized stand-ins (the weights perturbed by 1e-7 and 1e-6 of
+ * themselves, their half copies narrowed again, which flips a few roundings; the same job,
+ * 64 px grey and 45 px RGB):
+ * - each step's loss: bf16 within 1.7e-2, fp16 within 1.8e-3 -> bounds 5e-2 and 1e-2 (the
+ *   transformers' bf16 and fp16 GPU tests: 2e-2 and 5e-3);
+ * - each step's gradient norm: within 0.081 and 0.076 -> 0.3 and 0.2 (theirs 5e-2, 1e-2);
+ *   the gradients tensor by tensor are not compared (a flip moves an early layer's
+ *   gradient by its whole size: 0.9 and 0.36 relative over the whole gradient);
+ * - fp16: the same steps skipped (none, from a scale of 1024) and the same scale, exactly;
+ * - after the steps, every parameter within the fp32 test's bound (1e-4 of its size plus
+ *   6 lr an element: at lr 1e-8 the updates' signs may differ; measured at most 0.28 of
+ *   it), and each executor's half copies exactly the roundings of its own masters;
+ * - the running statistics (three momentum updates of batch statistics of the flipped
+ *   activations): each variance within 1e-1 (bf16) and 2e-2 (fp16) relative (measured
+ *   1.8e-2 and 3.1e-3), each mean within 3e-2 and 1.5e-2 of the channels' standard
+ *   deviation (measured 3e-3 in both: means of zero-mean channels are noise relative to
+ *   themselves);
+ * - eval (the batch norms affine: no amplification), the loss and logits poisoned first:
+ *   logits within 5e-2 (bf16) and 1e-2 (fp16) relative L2 (measured 1.2e-2, 2.3e-3), the
+ *   loss within 1e-2 and 2e-3 (measured 1.9e-5).
+ * Every comparison fails on NaN or infinity. The stem convolution reads the image as a half
+ * activation too (IMAGE_INPUT's output), so every convolution launches in one storage type. */
+static void compare_image_steps_half(int size, int channels, int precision) {
+    const int bf16 = precision == TG_PREC_BF16;
+    const char *what = bf16 ? "bf16" : "fp16";
+    const float loss_tol = bf16 ? 5e-2f : 1e-2f, norm_tol = bf16 ? 0.3f : 0.2f;
+    const double var_tol = bf16 ? 1e-1 : 2e-2, mean_tol = bf16 ? 3e-2 : 1.5e-2, logits_tol = bf16 ? 5e-2 : 1e-2, eval_tol = bf16 ? 1e-2 : 2e-3;
+    image_run cpu, gpu;
+    if (!open_image_run_as(&cpu, TG_DEVICE_CPU, size, channels, precision)) return;
+    if (!open_image_run_as(&gpu, TG_DEVICE_CUDA, size, channels, precision)) {
+        close_image_run(&cpu);
+        return;
+    }
+    const tg_plan *p = &cpu.plan;
+    const int half = bf16 ? TG_BF16 : TG_F16;
+    CHECK(p->train.precision == precision && p->io.params_bf16_all >= 0 &&
+              p->tensors[p->io.params_bf16_all].dtype == half && p->tensors[p->io.logits].dtype == half,
+          "%s %dpx: not a half plan", what, size);
+    tg_err err;
+    int steps_ok = 1;
+    for (int step = 0; step < 3 && steps_ok; step++) {
+        tg_step_stats a, b;
+        fill_images(&cpu, step);
+        fill_images(&gpu, step);
+        steps_ok = CHECK(tg_trainer_run_step(&cpu.tr, &a, &err) == 0, "%s", err.msg) &&
+                   CHECK(tg_trainer_run_step(&gpu.tr, &b, &err) == 0, "%s", err.msg);
+        if (!steps_ok) break;
+        CHECK(isfinite(a.loss) && isfinite(b.loss) && fabsf(a.loss - b.loss) <= loss_tol * fabsf(a.loss),
+              "%s %dpx step %d: loss cpu %.7g cuda %.7g", what, size, step, a.loss, b.loss);
+        CHECK(isfinite(a.grad_norm) && isfinite(b.grad_norm) && fabsf(a.grad_norm - b.grad_norm) <= norm_tol * a.grad_norm,
+              "%s %dpx step %d: grad norm cpu %.7g cuda %.7g", what, size, step, a.grad_norm, b.grad_norm);
+        CHECK(!a.skipped && !b.skipped && a.loss_scale == b.loss_scale &&
+                  a.loss_scale == (bf16 ? 0.0f : 1024.0f),
+              "%s %dpx step %d: skipped cpu %d cuda %d, loss scale cpu %g cuda %g", what, size, step, a.skipped,
+              b.skipped, a.loss_scale, b.loss_scale);
+    }
+    /* The parameters, each executor's half copies, the running statistics. */
+    float *pa = steps_ok ? read_f32(&cpu, p->io.params_all) : NULL, *pb = steps_ok ? read_f32(&gpu, p->io.params_all) : NULL;
+    int params = 0, buffers = 0;
+    for (int t = 0; pa && pb && t < p->n_tensors; t++) {
+        const tg_tensor *x = &p->tensors[t];
+        if (x->flags & TG_TENSOR_VIEW) continue;
+        if (x->flags & TG_TENSOR_PARAM) {
+            const int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
+            double size_a = 0;
+            for (int64_t i = 0; i < n; i++) size_a += (double)pa[off + i] * pa[off + i];
+            const double dp = tg_l2_diff(pb + off, pa + off, n);
+            CHECK(dp <= 1e-4 * sqrt(size_a) + 6.0 * TEST_LR * sqrt((double)n), "%s %dpx: %s after 3 steps: difference %.3g (size %.3g)",
+                  what, size, x->name, dp, sqrt(size_a));
+            params++;
+        } else if (strstr(x->name, ".running_var")) {
+            /* The variance relative to itself; the mean (often near 0) in units of the
+             * channels' standard deviation: ||mean_cuda - mean_cpu|| / sqrt(sum var). */
+            char mean_name[TG_NAME_MAX];
+            snprintf(mean_name, sizeof mean_name, "%.*s.running_mean", (int)(strlen(x->name) - strlen(".running_var")),
+                     x->name);
+            const int tm = tg_test_tensor_named(p, mean_name);
+            const int64_t n = tg_tensor_numel(x);
+            float *va = read_f32(&cpu, t), *vb = read_f32(&gpu, t);
+            float *ma = tm >= 0 ? read_f32(&cpu, tm) : NULL, *mb = tm >= 0 ? read_f32(&gpu, tm) : NULL;
+            if (CHECK(va && vb && ma && mb, "%s %dpx: %s or %s not read", what, size, x->name, mean_name)) {
+                double var_sum = 0;
+                for (int64_t i = 0; i < n; i++) var_sum += va[i];
+                const double ev = tg_rel_err(vb, va, n), em = tg_l2_diff(mb, ma, n) / sqrt(fmax(var_sum, 1e-30));
+                CHECK(ev <= var_tol && em <= mean_tol,
+                      "%s %dpx: after 3 steps %s relative error %.3g, %s %.3g of the standard deviation", what, size,
+                      x->name, ev, mean_name, em);
+                buffers += 2;
+            }
+            free(va), free(vb), free(ma), free(mb);
+        }
+    }
+    CHECK(!steps_ok || (params > 100 && buffers > 60), "%s %dpx: compared %d parameters and %d running statistics", what,
+          size, params, buffers);
+    if (pa && pb) {
+        const int64_t np = tg_tensor_numel(&p->tensors[p->io.params_all]);
+        uint16_t *want = malloc(sizeof(uint16_t) * (size_t)np), *copy = malloc(sizeof(uint16_t) * (size_t)np);
+        for (int k = 0; k < 2 && want && copy; k++) {
+            image_run *r = k ? &gpu : &cpu;
+            tg_half_narrow(half, want, k ? pb : pa, np);
+            memset(copy, 0xff, sizeof(uint16_t) * (size_t)np); /* NaN in either format */
+            CHECK(tg_trainer_read(&r->tr, p->io.params_bf16_all, copy, &err) == 0 &&
+                      !memcmp(copy, want, sizeof(uint16_t) * (size_t)np),
+                  "%s %dpx: %s's half copies are not its masters' roundings", what, size, k ? "cuda" : "cpu");
+        }
+        free(want), free(copy);
+    }
+    free(pa), free(pb);
+    /* Eval: the running statistics normalise; the loss and logits poisoned before. */
+    if (steps_ok) {
+        fill_images(&cpu, 7);
+        fill_images(&gpu, 7);
+        if (poison(&cpu, p->io.logits) && poison(&gpu, p->io.logits) && poison(&cpu, p->io.loss) && poison(&gpu, p->io.loss) &&
+            CHECK(tg_trainer_run(&cpu.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err) == 0, "%s", err.msg) &&
+            CHECK(tg_trainer_run(&gpu.tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 0, &err) == 0, "%s", err.msg)) {
+            const float a = loss_of(&cpu), b = loss_of(&gpu);
+            float *la = read_f32(&cpu, p->io.logits), *lb = read_f32(&gpu, p->io.logits);
+            const double el = la && lb ? tg_rel_err(lb, la, tg_tensor_numel(&p->tensors[p->io.logits])) : INFINITY;
+            CHECK(isfinite(a) && isfinite(b) && fabsf(a - b) <= eval_tol * fabsf(a) && el <= logits_tol,
+                  "%s %dpx eval: loss cpu %.7g cuda %.7g, logits relative error %.3g", what, size, a, b, el);
+            free(la), free(lb);
+        }
+    }
+    close_image_run(&cpu);
+    close_image_run(&gpu);
+}
+
+TG_TEST(test_gpu_step_mobilenet_bf16_matches_cpu) {
+    compare_image_steps_half(64, 1, TG_PREC_BF16);
+    compare_image_steps_half(45, 3, TG_PREC_BF16);
+}
+TG_TEST(test_gpu_step_mobilenet_fp16_matches_cpu) {
+    compare_image_steps_half(64, 1, TG_PREC_FP16);
+    compare_image_steps_half(45, 3, TG_PREC_FP16);
+}

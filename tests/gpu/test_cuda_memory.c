@@ -27,10 +27,10 @@ typedef struct sized_job {
     int task, batch, seq, precision, fuse_bias_grad, attention;
 } sized_job;
 
-/* Every op's scratch is within its bound, for plans of each model (MobileNetV2 too), both attentions, fused
- * and separate bias gradients, small and large batches (including an embedding backward
- * over more than one sort tile, and token-type tables that take column sums). Needs no
- * GPU: the formulas are host functions. */
+/* Every op's scratch is within its bound, for plans of each model (MobileNetV2 too, in
+ * fp32, bf16 and fp16), both attentions, fused and separate bias gradients, small and large
+ * batches (including an embedding backward over more than one sort tile, and token-type
+ * tables that take column sums). Needs no GPU: the formulas are host functions. */
 TG_TEST(test_gpu_scratch_bound_covers_kernels) {
     static const sized_job jobs[] = {
         {"tiny-bert", TG_TASK_CLASSIFY, 4, 24, TG_PREC_FP32, 1, TG_ATTENTION_FUSED},
@@ -46,6 +46,9 @@ TG_TEST(test_gpu_scratch_bound_covers_kernels) {
          * gradients over as many positions; and one image */
         {"mobilenet_v2", TG_TASK_CLASSIFY, 64, 1, TG_PREC_FP32, 1, TG_ATTENTION_FUSED},
         {"mobilenet_v2", TG_TASK_CLASSIFY, 1, 1, TG_PREC_FP32, 1, TG_ATTENTION_FUSED},
+        /* the same in bf16 and fp16 (half activations: the kernels' scratch is the same) */
+        {"mobilenet_v2", TG_TASK_CLASSIFY, 64, 1, TG_PREC_BF16, 1, TG_ATTENTION_FUSED},
+        {"mobilenet_v2", TG_TASK_CLASSIFY, 3, 1, TG_PREC_FP16, 1, TG_ATTENTION_FUSED},
     };
     for (size_t k = 0; k < sizeof jobs / sizeof jobs[0]; k++) {
         const sized_job *j = &jobs[k];
