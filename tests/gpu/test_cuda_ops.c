@@ -29,7 +29,7 @@ static int exact_op(int kind) {
     switch (kind) {
     case TG_OP_ZERO: case TG_OP_FILL: case TG_OP_EMBEDDING: case TG_OP_ADD: case TG_OP_DROPOUT:
     case TG_OP_HEADS_SPLIT: case TG_OP_HEADS_MERGE: case TG_OP_SELECT_TOKEN: case TG_OP_SELECT_TOKEN_BWD:
-    case TG_OP_SCHEDULE: case TG_OP_MLM_MASK:
+    case TG_OP_SCHEDULE: case TG_OP_MLM_MASK: case TG_OP_IMAGE_INPUT:
         return 1;
     default:
         return 0;
@@ -121,6 +121,8 @@ static void randomize_f32(const tg_plan *p, int t, void *host) {
         for (int64_t i = 0; i < n; i++) fv[i] = uniform(0.5f, 2.0f);
     else if (x->dtype == TG_I32)
         memset(host, 0, x->bytes);
+    else if (x->dtype == TG_U8) /* an image batch's stored pixels (IMAGE_INPUT's in0) */
+        for (int64_t i = 0; i < n; i++) ((uint8_t *)host)[i] = (uint8_t)(next_u32() >> 24);
     else
         for (int64_t i = 0; i < n; i++) fv[i] = uniform(-1.0f, 1.0f);
 }
@@ -641,50 +643,46 @@ static void check_llama_plans(int precision, uint64_t seed, int *kinds_seen) {
     g_lora_r = 0;
 }
 
-/* MobileNetV2 (fp32 only so far): the stem's full convolution (1 and 3 input channels),
- * depthwise convolutions of strides 1 and 2 over even and odd sizes (padding on every
- * edge), batch norms in training and in eval mode with their ReLU6 inside (the default)
- * and apart, pooling, with their backwards
- * writing and accumulating gradients; batch 2 at 32 pixels reaches a 1 x 1 map (a
+/* MobileNetV2 in the given precision (fp32, or bf16 / fp16: half activations, the
+ * convolutions reading half weight copies, the batch norms' statistics fp32): the image
+ * input, the stem's full convolution (1 and 3 input channels), depthwise convolutions of
+ * strides 1 and 2 over even and odd sizes (padding on every edge), batch norms in training
+ * and in eval mode with their ReLU6 inside (the default) and apart, pooling, with their
+ * backwards writing and accumulating gradients; batch 2 at 32 pixels reaches a 1 x 1 map (a
  * batch norm over 2 values). */
-static void image_job(tg_job *job, int batch, int size, int channels, float width, uint64_t seed) {
+static void image_job(tg_job *job, int precision, int batch, int size, int channels, float width, uint64_t seed) {
     base_job(job, "mobilenet_v2", TG_TASK_CLASSIFY, batch, 1, seed);
-    job->image_size = size, job->image_channels = channels, job->width_mult = width;
+    job->image_size = size, job->image_channels = channels, job->width_mult = width, job->precision = precision;
 }
 
-static void check_image_plans(uint64_t seed, int *kinds_seen) {
+static void check_image_plans(int precision, uint64_t seed, int *kinds_seen) {
     tg_model_config cfg;
     tg_err err;
     tg_job job;
+    char what[96];
+    const char *name = precision == TG_PREC_BF16 ? " bf16" : precision == TG_PREC_FP16 ? " fp16" : "";
     REQUIRE(tg_model_config_load("mobilenet_v2", &cfg, &err) == 0, "%s", err.msg);
-    image_job(&job, 2, 32, 1, 0.35f, seed + 90);
-    check_plan_ops("mobilenet_v2 32px x1 w0.35", &job, &cfg, kinds_seen);
-    image_job(&job, 3, 37, 3, 0.5f, seed + 91);
-    check_plan_ops("mobilenet_v2 37px x3 w0.5", &job, &cfg, kinds_seen);
+    image_job(&job, precision, 2, 32, 1, 0.35f, seed + 90);
+    snprintf(what, sizeof what, "mobilenet_v2%s 32px x1 w0.35", name);
+    check_plan_ops(what, &job, &cfg, kinds_seen);
+    image_job(&job, precision, 3, 37, 3, 0.5f, seed + 91);
+    snprintf(what, sizeof what, "mobilenet_v2%s 37px x3 w0.5", name);
+    check_plan_ops(what, &job, &cfg, kinds_seen);
     /* ReLU6 as its own ops (fuse_bn_relu6 = false) beside the fused batch norms above */
-    image_job(&job, 2, 33, 1, 0.35f, seed + 94);
+    image_job(&job, precision, 2, 33, 1, 0.35f, seed + 94);
     job.fuse_bn_relu6 = 0;
-    check_plan_ops("mobilenet_v2 33px, separate ReLU6", &job, &cfg, kinds_seen);
+    snprintf(what, sizeof what, "mobilenet_v2%s 33px, separate ReLU6", name);
+    check_plan_ops(what, &job, &cfg, kinds_seen);
     g_accumulate_gradients = 1;
-    image_job(&job, 2, 40, 1, 0.25f, seed + 92);
-    check_plan_ops("mobilenet_v2 40px, accumulating gradients", &job, &cfg, kinds_seen);
+    image_job(&job, precision, 2, 40, 1, 0.25f, seed + 92);
+    snprintf(what, sizeof what, "mobilenet_v2%s 40px, accumulating gradients", name);
+    check_plan_ops(what, &job, &cfg, kinds_seen);
     g_accumulate_gradients = 0;
     g_training = 0;
-    image_job(&job, 2, 32, 1, 0.35f, seed + 93);
-    check_plan_ops("mobilenet_v2 32px eval", &job, &cfg, kinds_seen);
+    image_job(&job, precision, 2, 32, 1, 0.35f, seed + 93);
+    snprintf(what, sizeof what, "mobilenet_v2%s 32px eval", name);
+    check_plan_ops(what, &job, &cfg, kinds_seen);
     g_training = 1;
-}
-
-/* Kinds only fp32 plans hold so far (the image model trains in fp32 only): the 16-bit tests
- * do not look for them. */
-static int fp32_only_kind(int kind) {
-    switch (kind) {
-    case TG_OP_CONV2D: case TG_OP_CONV2D_BWD: case TG_OP_BATCHNORM: case TG_OP_BATCHNORM_BWD: case TG_OP_RELU6:
-    case TG_OP_RELU6_BWD: case TG_OP_GLOBAL_AVG_POOL: case TG_OP_GLOBAL_AVG_POOL_BWD:
-        return 1;
-    default:
-        return 0;
-    }
 }
 
 TG_TEST(test_gpu_ops_match_cpu) {
@@ -724,7 +722,7 @@ TG_TEST(test_gpu_ops_match_cpu) {
     check_preset("tiny-bert fp16 adan (f32 ops)", "tiny-bert", TG_TASK_CLASSIFY, 4, 32, seed + 9, TG_PREC_FP16, 0,
                  kinds_seen);
     g_adan = 0, g_f32_ops_only = 0;
-    check_image_plans(seed, kinds_seen);
+    check_image_plans(TG_PREC_FP32, seed, kinds_seen);
     for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested", tg_op_name(k));
 }
 
@@ -755,7 +753,8 @@ TG_TEST(test_gpu_ops_match_cpu_bf16) {
     check_preset("tiny-roberta fp16 (f32 ops)", "tiny-roberta", TG_TASK_CLASSIFY, 3, 40, seed + 8, TG_PREC_FP16, 0,
                  kinds_seen);
     g_f32_ops_only = 0;
-    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0 || fp32_only_kind(k), "op %s was never tested in bf16", tg_op_name(k));
+    check_image_plans(TG_PREC_BF16, seed, kinds_seen);
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in bf16", tg_op_name(k));
 }
 
 /* Every op of fp16 plans (half activations and weight copies, loss scaling) on the same
@@ -781,7 +780,8 @@ TG_TEST(test_gpu_ops_match_cpu_fp16) {
     check_accumulating_gradients(TG_PREC_FP16, seed, kinds_seen);
     check_adan_plans(TG_PREC_FP16, seed, kinds_seen);
     check_llama_plans(TG_PREC_FP16, seed, kinds_seen);
-    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0 || fp32_only_kind(k), "op %s was never tested in fp16", tg_op_name(k));
+    check_image_plans(TG_PREC_FP16, seed, kinds_seen);
+    for (int k = 0; k < TG_OP_COUNT; k++) CHECK(kinds_seen[k] > 0, "op %s was never tested in fp16", tg_op_name(k));
 }
 
 /* ATTENTION and ATTENTION_BWD through cuDNN's graphs against the CPU reference, at the
