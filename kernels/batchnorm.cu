@@ -127,7 +127,9 @@ static __device__ __forceinline__ bool bn_chunk_sums(const double *partial, cons
     __shared__ double sp[2][BN_TY][BN_TX];
     const int tx = threadIdx.x, ty = threadIdx.y;
     a = 0.0, b = 0.0;
+    /* unrolled so that several chunks' loads are in flight at once (the adds stay in order) */
     if (c < g.c)
+#pragma unroll 8
         for (int64_t k = ty; k < g.chunks; k += BN_TY) a += partial[(k * 2) * g.c + c], b += partial[(k * 2 + 1) * g.c + c];
     sp[0][ty][tx] = a, sp[1][ty][tx] = b;
     __syncthreads();

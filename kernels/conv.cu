@@ -223,6 +223,165 @@ depthwise_dx_kernel(const T *__restrict__ dy, const T *__restrict__ wt, T *__res
     }
 }
 
+/* ---- 3x3 depthwise, row tiles ---------------------------------------------------------------
+ * The depthwise convolutions of MobileNetV2 (k 3, pad 1, stride 1 or 2) as a thread per
+ * W adjacent channels (16-byte accesses: 4 floats, 8 16-bit values) of DW3_XT adjacent
+ * positions of one row: each loaded column of the input (forward, weight gradient) or of
+ * dy (dx) serves every position of the run that reads it, so a run of 4 loads 6 (stride 1)
+ * or 9 (stride 2) columns a filter row instead of 12, and the index arithmetic is paid once
+ * a run. The filters sit in registers (from the staged [k k][C] copy). Each position's
+ * products are still added in (u, v) order, skipping those outside the image, so the values
+ * are the general kernels' bit for bit. */
+#define DW3_XT 4
+
+template <class T>
+struct dw3_width {
+    static constexpr int value = 16 / (int)sizeof(T);
+};
+
+/* The thread's W channels' 9 taps from the staged filters. */
+template <int W>
+static __device__ __forceinline__ void dw3_filters(const float *wsm, int C, int cg, float (&wr)[9][W]) {
+#pragma unroll
+    for (int e = 0; e < 9; e++)
+#pragma unroll
+        for (int q = 0; q < W; q++) wr[e][q] = wsm[e * C + cg * W + q];
+}
+
+template <class T, int W, int S>
+__global__ void __launch_bounds__(CONV_THREADS)
+dw3_fwd_kernel(const T *__restrict__ x, const T *__restrict__ wt, T *__restrict__ y, conv_shape<int> s) {
+    extern __shared__ float wsm[];
+    const int C = s.c_out, cw = C / W, runs = (s.ow + DW3_XT - 1) / DW3_XT;
+    const int total = s.n * s.oh * runs * cw;
+    depthwise_stage<T, int, true>(wt, wsm, C, 9);
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+        const int cg = t % cw, r = t / cw, xr = r % runs, q = r / runs, i = q % s.oh, b = q / s.oh;
+        const int x0 = xr * DW3_XT;
+        float wr[9][W];
+        dw3_filters<W>(wsm, C, cg, wr);
+        float acc[DW3_XT][W];
+#pragma unroll
+        for (int o = 0; o < DW3_XT; o++)
+#pragma unroll
+            for (int e = 0; e < W; e++) acc[o][e] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 3; u++) {
+            const int iy = i * S - 1 + u;
+            if (iy < 0 || iy >= s.h) continue;
+            const T *row = x + (b * s.h + iy) * s.w * C;
+            /* input columns S x0 - 1 + c, in order: position o reads c = S o + v, v rising */
+#pragma unroll
+            for (int c = 0; c < S * (DW3_XT - 1) + 3; c++) {
+                const int ix = S * x0 - 1 + c;
+                if (ix < 0 || ix >= s.w) continue;
+                float xv[W];
+                tg_vec<T, W>::load(row + ix * C, cg, xv);
+#pragma unroll
+                for (int o = 0; o < DW3_XT; o++) {
+                    const int v = c - S * o;
+                    if (v < 0 || v > 2) continue;
+#pragma unroll
+                    for (int e = 0; e < W; e++) acc[o][e] = fadd(acc[o][e], fmul(wr[u * 3 + v][e], xv[e]));
+                }
+            }
+        }
+        T *yr = y + ((b * s.oh + i) * s.ow + x0) * C;
+#pragma unroll
+        for (int o = 0; o < DW3_XT; o++)
+            if (x0 + o < s.ow) tg_vec<T, W>::store(yr + o * C, cg, acc[o]);
+    }
+}
+
+/* dx at input positions x0 .. x0 + DW3_XT - 1 of row py (x0 a multiple of S): position o
+ * takes dy column j = (x0 + o + 1 - v) / S where that divides; columns are loaded from the
+ * highest down, so each position meets its taps v rising. */
+template <class T, int W, int S>
+__global__ void __launch_bounds__(CONV_THREADS)
+dw3_dx_kernel(const T *__restrict__ dy, const T *__restrict__ wt, T *__restrict__ dx, conv_shape<int> s) {
+    extern __shared__ float wsm[];
+    static_assert(DW3_XT % S == 0, "a run starts at a multiple of the stride");
+    const int C = s.c_in, cw = C / W, runs = (s.w + DW3_XT - 1) / DW3_XT;
+    const int total = s.n * s.h * runs * cw;
+    depthwise_stage<T, int, true>(wt, wsm, C, 9);
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+        const int cg = t % cw, r = t / cw, xr = r % runs, q = r / runs, py = q % s.h, b = q / s.h;
+        const int x0 = xr * DW3_XT, j0 = x0 / S;
+        float wr[9][W];
+        dw3_filters<W>(wsm, C, cg, wr);
+        float acc[DW3_XT][W];
+#pragma unroll
+        for (int o = 0; o < DW3_XT; o++)
+#pragma unroll
+            for (int e = 0; e < W; e++) acc[o][e] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 3; u++) {
+            const int ty = py + 1 - u;
+            if (ty < 0 || ty % S) continue;
+            const int i = ty / S;
+            if (i >= s.oh) continue;
+            const T *row = dy + (b * s.oh + i) * s.ow * C;
+#pragma unroll
+            for (int cj = DW3_XT / S; cj >= -1; cj--) {
+                const int j = j0 + cj;
+                if (j < 0 || j >= s.ow) continue;
+                float g[W];
+                tg_vec<T, W>::load(row + j * C, cg, g);
+#pragma unroll
+                for (int o = 0; o < DW3_XT; o++) {
+                    const int v = o + 1 - S * cj;
+                    if (v < 0 || v > 2) continue;
+#pragma unroll
+                    for (int e = 0; e < W; e++) acc[o][e] = fadd(acc[o][e], fmul(wr[u * 3 + v][e], g[e]));
+                }
+            }
+        }
+        T *dr = dx + ((b * s.h + py) * s.w + x0) * C;
+#pragma unroll
+        for (int o = 0; o < DW3_XT; o++)
+            if (x0 + o < s.w) tg_vec<T, W>::store(dr + o * C, cg, acc[o]);
+    }
+}
+
+/* A full convolution with few input channels (the stem): a thread per W adjacent output
+ * channels of one position, the filters staged in shared memory as [c_in k k][c_out]
+ * floats; each output's products in (c, u, v) order, the bias last, as conv2d_fwd_kernel. */
+#define FULL_STAGE_BYTES (16 * 1024)
+template <class T, int W>
+__global__ void __launch_bounds__(CONV_THREADS)
+conv2d_fwd_vec_kernel(const T *__restrict__ x, const T *__restrict__ wt, const float *__restrict__ bias,
+                      T *__restrict__ y, conv_shape<int> s) {
+    extern __shared__ float fsm[];
+    const int E = s.c_in * s.k * s.k, C = s.c_out, cw = C / W, total = s.n * s.oh * s.ow * cw;
+    for (int t = threadIdx.x; t < E * C; t += blockDim.x) fsm[t] = tg_ld(wt, (t % C) * E + t / C);
+    __syncthreads();
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+        const int cg = t % cw, pos = t / cw;
+        const int j = pos % s.ow, q = pos / s.ow, i = q % s.oh, b = q / s.oh;
+        float acc[W];
+#pragma unroll
+        for (int e = 0; e < W; e++) acc[e] = 0.0f;
+        for (int c = 0; c < s.c_in; c++)
+            for (int u = 0; u < s.k; u++) {
+                const int iy = i * s.stride - s.pad + u;
+                if (iy < 0 || iy >= s.h) continue;
+                const T *xr = x + (b * s.h + iy) * s.w * s.c_in + c;
+                for (int v = 0; v < s.k; v++) {
+                    const int ix = j * s.stride - s.pad + v;
+                    if (ix < 0 || ix >= s.w) continue;
+                    const float xv = tg_ld(xr, ix * s.c_in);
+                    const float *wf = fsm + ((c * s.k + u) * s.k + v) * C + cg * W;
+#pragma unroll
+                    for (int e = 0; e < W; e++) acc[e] = fadd(acc[e], fmul(wf[e], xv));
+                }
+            }
+        if (bias)
+#pragma unroll
+            for (int e = 0; e < W; e++) acc[e] = fadd(acc[e], bias[cg * W + e]);
+        tg_vec<T, W>::store(y, t, acc);
+    }
+}
+
 /* ---- weight and bias gradients ------------------------------------------------------------ */
 
 #define WG_TX 32   /* output channels per block */
@@ -387,6 +546,97 @@ depthwise_wgrad_partial_kernel(const T *__restrict__ dy, const T *__restrict__ x
     }
 }
 
+/* The 3x3 depthwise weight and bias gradients from row runs (see dw3_fwd_kernel): a thread
+ * per DW_W adjacent channels and one filter row u (its 3 taps; the bias with
+ * row 0), lane ty of a block taking the chunk's runs (b, i, x0) ty, ty + WG_TY, ...: dy at
+ * the run's DW3_XT positions, the row's input columns once each; a tap's products over the
+ * run (at most DW3_XT) are added in float, then into the tap's double. The general
+ * kernel's partials (chunks of `per` runs), lanes added in lane order. */
+template <class T, int S>
+__global__ void __launch_bounds__(WG_TX *WG_TY)
+dw3_wgrad_partial_kernel(const T *__restrict__ dy, const T *__restrict__ x, double *__restrict__ partial,
+                         conv_shape<int> s, int per, int want_w, int want_b) {
+    __shared__ double sp[WG_TY][WG_TX * DW_W];
+    /* the three filter rows of a channel tile are neighbouring blocks, so they run together
+     * and read the same dy and input rows through L2 */
+    const int tx = threadIdx.x, ty = threadIdx.y, u = blockIdx.x % 3;
+    const int C = s.c_out, cg = blockIdx.x / 3 * WG_TX + tx, runs = (s.ow + DW3_XT - 1) / DW3_XT;
+    const int with_bias = want_b && u == 0;
+    const int64_t chunk = blockIdx.y;
+    const int all = s.n * s.oh * runs;
+    double acc[4][DW_W]; /* the row's 3 taps, then the bias */
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int q = 0; q < DW_W; q++) acc[e][q] = 0.0;
+    if (cg * DW_W < C) {
+        const int r1 = (int)min((int64_t)all, (chunk + 1) * per);
+        for (int r = (int)(chunk * per) + ty; r < r1; r += WG_TY) {
+            const int xr = r % runs, q = r / runs, i = q % s.oh, b = q / s.oh, x0 = xr * DW3_XT;
+            const int n_here = min(DW3_XT, s.ow - x0);
+            float g[DW3_XT][DW_W];
+            const T *dyr = dy + ((b * s.oh + i) * s.ow + x0) * C;
+#pragma unroll
+            for (int o = 0; o < DW3_XT; o++) {
+                if (o < n_here) {
+                    tg_vec<T, DW_W>::load(dyr + o * C, cg, g[o]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < DW_W; e++) g[o][e] = 0.0f;
+                }
+            }
+            if (with_bias)
+#pragma unroll
+                for (int o = 0; o < DW3_XT; o++)
+#pragma unroll
+                    for (int e = 0; e < DW_W; e++) acc[3][e] += (double)g[o][e];
+            const int iy = i * S - 1 + u;
+            if (!want_w || iy < 0 || iy >= s.h) continue;
+            const T *row = x + (b * s.h + iy) * s.w * C;
+            float part[3][DW_W];
+#pragma unroll
+            for (int v = 0; v < 3; v++)
+#pragma unroll
+                for (int e = 0; e < DW_W; e++) part[v][e] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < S * (DW3_XT - 1) + 3; c++) {
+                const int ix = S * x0 - 1 + c;
+                if (ix < 0 || ix >= s.w) continue;
+                float xv[DW_W];
+                tg_vec<T, DW_W>::load(row + ix * C, cg, xv);
+#pragma unroll
+                for (int o = 0; o < DW3_XT; o++) {
+                    const int v = c - S * o;
+                    if (v < 0 || v > 2) continue;
+#pragma unroll
+                    for (int e = 0; e < DW_W; e++) part[v][e] = fadd(part[v][e], fmul(g[o][e], xv[e]));
+                }
+            }
+#pragma unroll
+            for (int v = 0; v < 3; v++)
+#pragma unroll
+                for (int e = 0; e < DW_W; e++) acc[v][e] += (double)part[v][e];
+        }
+    }
+    /* lane sums, one weight element (then the bias) at a time */
+#pragma unroll
+    for (int el = 0; el < 4; el++) {
+        const int is_bias = el == 3;
+        if ((is_bias && !with_bias) || (!is_bias && !want_w)) continue;
+#pragma unroll
+        for (int q = 0; q < DW_W; q++) sp[ty][tx * DW_W + q] = acc[el][q];
+        __syncthreads();
+        if (ty == 0 && cg * DW_W < C)
+#pragma unroll
+            for (int q = 0; q < DW_W; q++) {
+                double t = sp[0][tx * DW_W + q];
+                for (int l = 1; l < WG_TY; l++) t += sp[l][tx * DW_W + q];
+                partial[(chunk * C + cg * DW_W + q) * 10 + (is_bias ? 9 : u * 3 + el)] = t;
+            }
+        __syncthreads();
+    }
+}
+
 /* A block per WG_TX (o, e) pairs, WG_TY lanes: lane l adds chunks l, l + WG_TY, ... in
  * order, lane 0 the lane sums in lane order; into dw or db. */
 __global__ void __launch_bounds__(WG_TX *WG_TY)
@@ -396,7 +646,8 @@ conv2d_wgrad_final_kernel(const double *__restrict__ partial, float *__restrict_
     const int64_t stride = gr.elems + 1, t = (int64_t)blockIdx.x * WG_TX + threadIdx.x;
     const int ty = threadIdx.y;
     double sum = 0.0;
-    if (t < c_out * stride)
+    if (t < c_out * stride) /* unrolled: several chunks' loads in flight, the adds in order */
+#pragma unroll 8
         for (int64_t c = ty; c < gr.chunks; c += WG_TY) sum += partial[c * c_out * stride + t];
     sp[ty][threadIdx.x] = sum;
     __syncthreads();
@@ -417,6 +668,25 @@ extern "C" int64_t tg_scratch_conv2d_bwd(const tg_op *op) {
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
+/* The row-run depthwise kernels' case: a channel per group, 3 x 3, pad 1, stride 1 or 2,
+ * int indices, rows of whole 16-byte vectors (also DW_W-wide: W is a multiple of it). */
+template <class T>
+static int dw3_fits(const conv_shape<int64_t> &s, const void *p0, const void *p1) {
+    constexpr int W = dw3_width<T>::value;
+    return s.cin_g == 1 && s.cout_g == 1 && s.k == 3 && s.pad == 1 && (s.stride == 1 || s.stride == 2) &&
+           conv_fits_int(s) && s.c_in % W == 0 && tg_aligned(p0, 16) && tg_aligned(p1, 16);
+}
+
+/* A full convolution (groups 1) whose filters fit FULL_STAGE_BYTES and whose output rows
+ * take 16-byte stores. */
+template <class T>
+static int full_vec_fits(const conv_shape<int64_t> &s, const void *y) {
+    constexpr int W = dw3_width<T>::value;
+    return s.groups == 1 && conv_fits_int(s) && s.c_out % W == 0 && tg_aligned(y, 16) &&
+           s.c_in * s.k * s.k * s.c_out * (int64_t)sizeof(float) <= FULL_STAGE_BYTES;
+}
+
+
 /* Storage type T of a launch: every T slot agrees (tg_check_dtypes). */
 template <template <class> class L>
 static int by_dtype(int dtype, const tg_cuda_op_args *a, tg_err *err) {
@@ -435,7 +705,18 @@ static void conv2d_forward(const tg_cuda_op_args *a, const conv_shape<int64_t> &
     const int64_t positions = s64.n * s64.oh * s64.ow;
     const size_t stage = (size_t)(s64.k * s64.k * s64.c_out) * sizeof(float);
     const int staged = stage <= DW_STAGE_BYTES;
-    if (dw == 4 && staged)
+    constexpr int W = dw3_width<T>::value;
+    const int64_t runs = s64.n * s64.oh * ((s64.ow + DW3_XT - 1) / DW3_XT) * (s64.c_out / W);
+    if (dw3_fits<T>(s64, x, y) && staged) {
+        if (s64.stride == 1)
+            dw3_fwd_kernel<T, W, 1><<<tg_blocks(runs, CONV_THREADS), CONV_THREADS, stage, st>>>(x, w, y, conv_shape_int(s64));
+        else
+            dw3_fwd_kernel<T, W, 2><<<tg_blocks(runs, CONV_THREADS), CONV_THREADS, stage, st>>>(x, w, y, conv_shape_int(s64));
+    } else if (full_vec_fits<T>(s64, y)) {
+        const size_t fstage = (size_t)(s64.c_in * s64.k * s64.k * s64.c_out) * sizeof(float);
+        conv2d_fwd_vec_kernel<T, W><<<tg_blocks(positions * s64.c_out / W, CONV_THREADS), CONV_THREADS, fstage, st>>>(
+            x, w, bias, y, conv_shape_int(s64));
+    } else if (dw == 4 && staged)
         depthwise_fwd_kernel<T, I, 4, true><<<tg_blocks(positions * s64.c_out / 4, CONV_THREADS), CONV_THREADS, stage, st>>>(
             x, w, bias, y, s);
     else if (dw == 4)
@@ -457,7 +738,14 @@ static void conv2d_backward_data(const tg_cuda_op_args *a, const conv_shape<int6
     const int dw = depthwise_width<T>(s64, dy, dx);
     const int64_t elems = s64.n * s64.h * s64.w * s64.c_in;
     const size_t stage = (size_t)(s64.k * s64.k * s64.c_in) * sizeof(float);
-    if (dw == 4 && stage <= DW_STAGE_BYTES)
+    constexpr int W = dw3_width<T>::value;
+    const int64_t runs = s64.n * s64.h * ((s64.w + DW3_XT - 1) / DW3_XT) * (s64.c_in / W);
+    if (dw3_fits<T>(s64, dy, dx) && stage <= DW_STAGE_BYTES) {
+        if (s64.stride == 1)
+            dw3_dx_kernel<T, W, 1><<<tg_blocks(runs, CONV_THREADS), CONV_THREADS, stage, st>>>(dy, w, dx, conv_shape_int(s64));
+        else
+            dw3_dx_kernel<T, W, 2><<<tg_blocks(runs, CONV_THREADS), CONV_THREADS, stage, st>>>(dy, w, dx, conv_shape_int(s64));
+    } else if (dw == 4 && stage <= DW_STAGE_BYTES)
         depthwise_dx_kernel<T, I, 4, true><<<tg_blocks(elems / 4, CONV_THREADS), CONV_THREADS, stage, st>>>(dy, w, dx, s);
     else if (dw == 4)
         depthwise_dx_kernel<T, I, 4, false><<<tg_blocks(elems / 4, CONV_THREADS), CONV_THREADS, 0, st>>>(dy, w, dx, s);
@@ -509,6 +797,24 @@ struct conv2d_bwd_launch {
         double *partial = (double *)a->ctx->reduce_scratch;
         const dim3 grid((unsigned)g.tiles, (unsigned)g.chunks, dw ? (unsigned)g.zt : 1u), block(WG_TX, WG_TY);
         const T *dy = (const T *)a->in[0], *x = (const T *)a->in[1];
+        if (dw3_fits<T>(s, dy, x) && s.c_out % DW_W == 0) {
+            /* chunks of `per` row runs: at most the general grid's chunks (its scratch) */
+            const int64_t all = s.n * s.oh * ((s.ow + DW3_XT - 1) / DW3_XT);
+            const int64_t per = (all + g.chunks - 1) / g.chunks;
+            wgrad_grid g3 = g;
+            g3.chunks = (all + per - 1) / per;
+            const dim3 grid3((unsigned)((s.c_out / DW_W + WG_TX - 1) / WG_TX * 3), (unsigned)g3.chunks);
+            if (s.stride == 1)
+                dw3_wgrad_partial_kernel<T, 1><<<grid3, block, 0, st>>>(dy, x, partial, conv_shape_int(s), (int)per,
+                                                                        dw != NULL, db != NULL);
+            else
+                dw3_wgrad_partial_kernel<T, 2><<<grid3, block, 0, st>>>(dy, x, partial, conv_shape_int(s), (int)per,
+                                                                        dw != NULL, db != NULL);
+            const int64_t finals = s.c_out * (g3.elems + 1);
+            conv2d_wgrad_final_kernel<<<(unsigned)((finals + WG_TX - 1) / WG_TX), dim3(WG_TX, WG_TY), 0, st>>>(
+                partial, dw, db, s.c_out, g3, a->op->p.conv2d_bwd.overwrite != 0);
+            return 0;
+        }
         if (small && s.cin_g == 1 && s.cout_g == 1 && s.k <= 3 && s.c_out % DW_W == 0 && tg_aligned(dy, DW_W * sizeof(T)) &&
             tg_aligned(x, DW_W * sizeof(T)))
             depthwise_wgrad_partial_kernel<T, int>

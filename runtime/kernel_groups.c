@@ -34,6 +34,7 @@ static const struct {
     {"stamp_kernel", TG_GROUP_MEMORY}, {"step_end", TG_GROUP_MEMORY},
     {"set_flag", TG_GROUP_MEMORY},
     {"conv2d_", TG_GROUP_MATMUL},      {"depthwise_", TG_GROUP_MATMUL}, /* the image model's (conv.cu, */
+    {"dw3_", TG_GROUP_MATMUL},
     {"bn_", TG_GROUP_NORM},            {"avg_pool", TG_GROUP_NORM},     /* batchnorm.cu) */
     {"image_input", TG_GROUP_NORM}, /* the image batch into the network (image_input.cu) */
 };

@@ -7,7 +7,9 @@
  * derivative jumps at 0 and 6, and among millions of activations a few land within a
  * rounding of a kink and take the other side on the other executor (which executor, and
  * which elements, changes with the GEMM algorithms the tuning pass picks), each moving the
- * gradients by its whole contribution, not by a rounding; the first step sees none here.
+ * gradients by its whole contribution, not by a rounding. The first step is held to 1e-4
+ * unless a forward of its batch shows such a flip (counted over every ReLU6 output; then
+ * 5e-2 a tensor and the later steps' 5e-3 in norm, the count printed).
  * Some values are rounding noise on both sides, equal in size but not in value: a batch
  * norm's beta gradient where its output reaches the loss only through later batch norms
  * (each channel's gradient sums to zero there: every projection's) and the running mean of
@@ -144,6 +146,31 @@ static void compare_gradients(image_run *cpu, image_run *gpu, int size, const ch
     free(ga), free(gb);
 }
 
+/* Activations on either side of a ReLU6 kink on one executor and not the other, over every
+ * ReLU6 output of a training forward of the current batch: one such element moves the
+ * step's gradients by its whole contribution, far past the roundings the 1e-4 bound is for. */
+static int64_t kink_flips(image_run *cpu, image_run *gpu) {
+    tg_err err;
+    if (!CHECK(tg_trainer_run(&cpu->tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0, "%s", err.msg) ||
+        !CHECK(tg_trainer_run(&gpu->tr, TG_PHASE_FORWARD, TG_PHASE_FORWARD, 1, &err) == 0, "%s", err.msg))
+        return -1;
+    int64_t flips = 0;
+    int outputs = 0;
+    for (int o = 0; o < cpu->plan.n_ops; o++) {
+        const tg_op *op = &cpu->plan.ops[o];
+        if (op->phase != TG_PHASE_FORWARD ||
+            !(op->kind == TG_OP_RELU6 || (op->kind == TG_OP_BATCHNORM && op->p.batchnorm.relu6)))
+            continue;
+        float *a = read_f32(cpu, op->out[0]), *b = read_f32(gpu, op->out[0]);
+        const int64_t n = tg_tensor_numel(&cpu->plan.tensors[op->out[0]]);
+        for (int64_t i = 0; a && b && i < n; i++) flips += (a[i] > 0.0f && a[i] < 6.0f) != (b[i] > 0.0f && b[i] < 6.0f);
+        free(a), free(b);
+        outputs++;
+    }
+    CHECK(outputs >= 30, "%d ReLU6 outputs compared", outputs);
+    return flips;
+}
+
 static void compare_image_steps(int size, int channels) {
     image_run cpu, gpu;
     if (!open_image_run(&cpu, TG_DEVICE_CPU, size, channels)) return;
@@ -157,14 +184,19 @@ static void compare_image_steps(int size, int channels) {
         tg_step_stats a, b;
         fill_images(&cpu, step);
         fill_images(&gpu, step);
-        steps_ok = CHECK(tg_trainer_run_step(&cpu.tr, &a, &err) == 0, "%s", err.msg) &&
+        /* The first step's bounds are the roundings' unless a ReLU6 kink flips between the
+         * executors (then the later steps' bounds, and the count is printed). */
+        const int64_t flips = step == 0 ? kink_flips(&cpu, &gpu) : 0;
+        if (flips > 0) printf("    %dpx step 1: %lld ReLU6 activations on the other side of a kink\n", size, (long long)flips);
+        steps_ok = flips >= 0 && CHECK(tg_trainer_run_step(&cpu.tr, &a, &err) == 0, "%s", err.msg) &&
                    CHECK(tg_trainer_run_step(&gpu.tr, &b, &err) == 0, "%s", err.msg);
         if (!steps_ok) break;
         CHECK(isfinite(b.loss) && fabsf(a.loss - b.loss) <= 1e-4f * fabsf(a.loss),
               "%dpx step %d: loss cpu %.7g cuda %.7g", size, step, a.loss, b.loss);
-        CHECK(isfinite(b.grad_norm) && fabsf(a.grad_norm - b.grad_norm) <= (step ? 5e-3f : 1e-4f) * a.grad_norm,
+        CHECK(isfinite(b.grad_norm) && fabsf(a.grad_norm - b.grad_norm) <= (step || flips ? 5e-3f : 1e-4f) * a.grad_norm,
               "%dpx step %d: grad norm cpu %.7g cuda %.7g", size, step, a.grad_norm, b.grad_norm);
-        if (step == 0) compare_gradients(&cpu, &gpu, size, "step 1", 1e-4);
+        /* one flip measured moving a tensor's gradient by up to 2.9% (64 px, 2026-11-28) */
+        if (step == 0) compare_gradients(&cpu, &gpu, size, "step 1", flips ? 5e-2 : 1e-4);
     }
     const tg_plan *p = &cpu.plan;
     float *pa = steps_ok ? read_tensor(&cpu, p->io.params_all) : NULL, *pb = steps_ok ? read_tensor(&gpu, p->io.params_all) : NULL;
