@@ -248,6 +248,25 @@ static __device__ __forceinline__ void dw3_filters(const float *wsm, int C, int 
         for (int q = 0; q < W; q++) wr[e][q] = wsm[e * C + cg * W + q];
 }
 
+/* One input row's columns for the run of outputs from x0: each in-image column S x0 - 1 + c
+ * is loaded once (c rising), then handed to f(o, v, xv) for every output o of the run that
+ * reads it through tap v (so each output meets its taps v rising). */
+template <class T, int W, int S, class F>
+static __device__ __forceinline__ void dw3_row_columns(const T *row, int x0, int width, int C, int cg, F &&f) {
+#pragma unroll
+    for (int c = 0; c < S * (DW3_XT - 1) + 3; c++) {
+        const int ix = S * x0 - 1 + c;
+        if (ix < 0 || ix >= width) continue;
+        float xv[W];
+        tg_vec<T, W>::load(row + ix * C, cg, xv);
+#pragma unroll
+        for (int o = 0; o < DW3_XT; o++) {
+            const int v = c - S * o;
+            if (v >= 0 && v <= 2) f(o, v, xv);
+        }
+    }
+}
+
 template <class T, int W, int S>
 __global__ void __launch_bounds__(CONV_THREADS)
 dw3_fwd_kernel(const T *__restrict__ x, const T *__restrict__ wt, T *__restrict__ y, conv_shape<int> s) {
@@ -270,21 +289,10 @@ dw3_fwd_kernel(const T *__restrict__ x, const T *__restrict__ wt, T *__restrict_
             const int iy = i * S - 1 + u;
             if (iy < 0 || iy >= s.h) continue;
             const T *row = x + (b * s.h + iy) * s.w * C;
-            /* input columns S x0 - 1 + c, in order: position o reads c = S o + v, v rising */
+            dw3_row_columns<T, W, S>(row, x0, s.w, C, cg, [&](int o, int v, const float(&xv)[W]) {
 #pragma unroll
-            for (int c = 0; c < S * (DW3_XT - 1) + 3; c++) {
-                const int ix = S * x0 - 1 + c;
-                if (ix < 0 || ix >= s.w) continue;
-                float xv[W];
-                tg_vec<T, W>::load(row + ix * C, cg, xv);
-#pragma unroll
-                for (int o = 0; o < DW3_XT; o++) {
-                    const int v = c - S * o;
-                    if (v < 0 || v > 2) continue;
-#pragma unroll
-                    for (int e = 0; e < W; e++) acc[o][e] = fadd(acc[o][e], fmul(wr[u * 3 + v][e], xv[e]));
-                }
-            }
+                for (int e = 0; e < W; e++) acc[o][e] = fadd(acc[o][e], fmul(wr[u * 3 + v][e], xv[e]));
+            });
         }
         T *yr = y + ((b * s.oh + i) * s.ow + x0) * C;
 #pragma unroll
@@ -598,20 +606,10 @@ dw3_wgrad_partial_kernel(const T *__restrict__ dy, const T *__restrict__ x, doub
             for (int v = 0; v < 3; v++)
 #pragma unroll
                 for (int e = 0; e < DW_W; e++) part[v][e] = 0.0f;
+            dw3_row_columns<T, DW_W, S>(row, x0, s.w, C, cg, [&](int o, int v, const float(&xv)[DW_W]) {
 #pragma unroll
-            for (int c = 0; c < S * (DW3_XT - 1) + 3; c++) {
-                const int ix = S * x0 - 1 + c;
-                if (ix < 0 || ix >= s.w) continue;
-                float xv[DW_W];
-                tg_vec<T, DW_W>::load(row + ix * C, cg, xv);
-#pragma unroll
-                for (int o = 0; o < DW3_XT; o++) {
-                    const int v = c - S * o;
-                    if (v < 0 || v > 2) continue;
-#pragma unroll
-                    for (int e = 0; e < DW_W; e++) part[v][e] = fadd(part[v][e], fmul(g[o][e], xv[e]));
-                }
-            }
+                for (int e = 0; e < DW_W; e++) part[v][e] = fadd(part[v][e], fmul(g[o][e], xv[e]));
+            });
 #pragma unroll
             for (int v = 0; v < 3; v++)
 #pragma unroll

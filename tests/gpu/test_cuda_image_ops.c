@@ -146,6 +146,17 @@ static void compare_gradients(image_run *cpu, image_run *gpu, int size, const ch
     free(ga), free(gb);
 }
 
+/* Parameter x (its fp32 masters in pa and pb, the CPU's and CUDA's) after the steps: within
+ * 1e-4 of its size plus the few lr an element the updates' signs may differ by (TEST_LR). */
+static void check_param_after_steps(const tg_tensor *x, const float *pa, const float *pb, const char *what, int size) {
+    const int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
+    double size_a = 0;
+    for (int64_t i = 0; i < n; i++) size_a += (double)pa[off + i] * pa[off + i];
+    const double dp = tg_l2_diff(pb + off, pa + off, n);
+    CHECK(dp <= 1e-4 * sqrt(size_a) + 6.0 * TEST_LR * sqrt((double)n), "%s %dpx: %s after 3 steps: difference %.3g (size %.3g)",
+          what, size, x->name, dp, sqrt(size_a));
+}
+
 /* Activations on either side of a ReLU6 kink on one executor and not the other, over every
  * ReLU6 output of a training forward of the current batch: one such element moves the
  * step's gradients by its whole contribution, far past the roundings the 1e-4 bound is for. */
@@ -205,12 +216,7 @@ static void compare_image_steps(int size, int channels) {
         const tg_tensor *x = &p->tensors[t];
         if (x->flags & TG_TENSOR_VIEW) continue;
         if (x->flags & TG_TENSOR_PARAM) {
-            const int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
-            double size_a = 0;
-            for (int64_t i = 0; i < n; i++) size_a += (double)pa[off + i] * pa[off + i];
-            const double dp = tg_l2_diff(pb + off, pa + off, n);
-            CHECK(dp <= 1e-4 * sqrt(size_a) + 6.0 * TEST_LR * sqrt((double)n),
-                  "%dpx: %s after 3 steps: difference %.3g (size %.3g)", size, x->name, dp, sqrt(size_a));
+            check_param_after_steps(x, pa, pb, "fp32", size);
             params++;
         } else if (strstr(x->name, ".running_mean") || strstr(x->name, ".running_var")) {
             float *ra = read_tensor(&cpu, t), *rb = read_tensor(&gpu, t);
@@ -322,12 +328,7 @@ static void compare_image_steps_half(int size, int channels, int precision) {
         const tg_tensor *x = &p->tensors[t];
         if (x->flags & TG_TENSOR_VIEW) continue;
         if (x->flags & TG_TENSOR_PARAM) {
-            const int64_t off = (int64_t)(x->offset / 4), n = tg_tensor_numel(x);
-            double size_a = 0;
-            for (int64_t i = 0; i < n; i++) size_a += (double)pa[off + i] * pa[off + i];
-            const double dp = tg_l2_diff(pb + off, pa + off, n);
-            CHECK(dp <= 1e-4 * sqrt(size_a) + 6.0 * TEST_LR * sqrt((double)n), "%s %dpx: %s after 3 steps: difference %.3g (size %.3g)",
-                  what, size, x->name, dp, sqrt(size_a));
+            check_param_after_steps(x, pa, pb, what, size);
             params++;
         } else if (strstr(x->name, ".running_var")) {
             /* The variance relative to itself; the mean (often near 0) in units of the
