@@ -225,7 +225,7 @@ static void write_ints(FILE *f, const char *key, const int32_t *v, int32_t n) {
     fputc(']', f);
 }
 
-/* One line per eval example: its index, the ids the plan saw (cut to seq; mlm: as the
+/* One line per eval example: its index, the ids the plan saw (not for images; cut to seq; mlm: as the
  * eval masked them, with "labels", -100 off the masked positions), its token types and
  * label (qa: answer positions) where they have them, and its logits (LM: one row per token;
  * qa: a start and an end logit per token). */
@@ -239,7 +239,8 @@ static int write_logits(void *ctx, const float *logits, int32_t first, int32_t r
         const int32_t len = ex->len < seq ? ex->len : (int32_t)seq;
         fprintf(w->f, "{\"index\": %d", first + r);
         const int32_t *masked = w->tr->eval_masked_ids, *labels = w->tr->eval_masked_labels;
-        write_ints(w->f, "input_ids", masked ? masked + (int64_t)r * seq : ex->input_ids, len);
+        /* An image's pixels are not ids: its line is the index, label and logits. */
+        if (p->io.pixel_values < 0) write_ints(w->f, "input_ids", masked ? masked + (int64_t)r * seq : ex->input_ids, len);
         if (masked) write_ints(w->f, "labels", labels + (int64_t)r * seq, len);
         if (ex->token_type_ids) write_ints(w->f, "token_type_ids", ex->token_type_ids, len);
         if (p->train.task == TG_TASK_CLASSIFY) {

@@ -92,6 +92,28 @@ TG_TEST(test_image_training_cli) {
           last);
     free(metrics);
 
+    /* predict: a line per eval image with its index, label and logits, no pixels as ids. */
+    snprintf(line, sizeof line, "compile %s/img.job -o %s/img.tgp", dir, dir);
+    r = tg_test_cli_line(dir, line, NULL);
+    REQUIRE(r.status == 0, "compile: %s", r.err ? r.err : "");
+    tg_cli_run_free(&r);
+    snprintf(line, sizeof line, "predict %s/img.tgp -o %s/p.jsonl --threads 2 --init-missing", dir, dir);
+    r = tg_test_cli_line(dir, line, NULL);
+    CHECK(r.status == 0, "predict: status %d: %s", r.status, r.err ? r.err : "");
+    tg_cli_run_free(&r);
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    char *pred = tg_test_read_file(path, NULL);
+    REQUIRE(pred, "no predictions file");
+    int lines = 0, shaped = 0;
+    for (char *l = pred; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        lines++;
+        int index, label;
+        shaped += sscanf(l, "{\"index\": %d, \"label\": %d, \"logits\": [", &index, &label) == 2 && index == lines - 1;
+    }
+    CHECK(lines == 12 && shaped == 12 && !strstr(pred, "input_ids"), "%d lines, %d shaped as {index, label, logits}: %.200s",
+          lines, shaped, pred);
+    free(pred);
+
     /* A set of 16 x 16 images for a plan of 32 x 32. */
     snprintf(line, sizeof line, "data convert %s/train-images-idx3-ubyte -o %s/set --format idx --image-size 16 "
              "--eval-fraction 0.25 --seed 1", dir, dir);
