@@ -22,7 +22,8 @@
 
 typedef struct tg_example {
     int32_t len;
-    int32_t *input_ids;
+    int32_t *input_ids;       /* NULL in an image set, whose values are pixels */
+    uint8_t *pixels;          /* an image set's record: its len bytes (channel planes); else NULL */
     int32_t *token_type_ids;  /* NULL when the line has none (all zeros) */
     int32_t label;            /* classify; qa: the answer's start token; TG_IGNORE_INDEX for lm */
     int32_t label_end;        /* qa: the answer's end token (0, 0: no answer, the [CLS] token) */
@@ -49,7 +50,7 @@ typedef struct tg_data_rules {
     int32_t type_vocab_size;
     /* Image models (image_channels > 0): the data must be an image shard set of
      * image_channels x image_size x image_size (`data convert --format idx`), its labels
-     * below num_labels; examples hold the pixels (0..255) as input_ids. */
+     * below num_labels; examples hold the pixels as bytes (tg_example.pixels). */
     int32_t image_channels, image_size;
 } tg_data_rules;
 

@@ -337,7 +337,9 @@ int tg_dataset_load(const char *path, const tg_data_rules *rules, tg_dataset *ds
 
 void tg_dataset_free(tg_dataset *ds) {
     if (!ds) return;
-    if (ds->examples && ds->n > 0) free(ds->examples[0].input_ids); /* the pool's base; GCOVR_EXCL_BR_LINE: both loaders refuse an empty dataset ('no examples', a shard set of no records): examples is set only with n > 0 */
+    /* The pool's base: example 0's ids, or an image set's bytes. */
+    if (ds->examples && ds->n > 0) /* GCOVR_EXCL_BR_LINE: both loaders refuse an empty dataset ('no examples', a shard set of no records): examples is set only with n > 0 */
+        free(ds->examples[0].input_ids ? (void *)ds->examples[0].input_ids : (void *)ds->examples[0].pixels);
     free(ds->examples);
     memset(ds, 0, sizeof *ds);
 }

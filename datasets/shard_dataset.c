@@ -138,6 +138,52 @@ static int check_record(const tg_shard_record *rec, const tg_data_rules *r, cons
     return 0;
 }
 
+/* An image set's records, the set and cursor open: each image's bytes in one block (a byte
+ * a pixel, as stored; the reader gives them as ids in 0..255), example i's at i x len; closes
+ * the cursor and the set. */
+static int load_images(const char *path, tg_shard_set *set, tg_shard_cursor *cur, const tg_data_rules *rules,
+                       tg_dataset *ds, tg_err *err) {
+    const int32_t n = (int32_t)set->n_records;
+    const int64_t per = (int64_t)rules->image_channels * rules->image_size * rules->image_size;
+    tg_example *ex = tg_calloc((size_t)n, sizeof *ex);
+    uint64_t bytes = 0;
+    int rc = __builtin_mul_overflow((uint64_t)n, (uint64_t)per, &bytes) || bytes > SIZE_MAX
+                 ? tg_fail(err, "%s: %d images of %lld pixels are more bytes than memory holds", path, n, (long long)per)
+                 : 0;
+    uint8_t *pool = rc ? NULL : tg_malloc((size_t)bytes);
+    if (!rc && (!ex || !pool))
+        rc = tg_fail(err, "%s: out of memory for %d images (%llu bytes)", path, n, (unsigned long long)bytes);
+    for (int32_t i = 0; i < n && !rc; i++) {
+        tg_shard_record rec;
+        if ((rc = tg_shard_cursor_get(cur, i, &rec, err))) break;
+        int32_t file;
+        int64_t local;
+        tg_shard_set_locate(set, i, &file, &local);
+        char where[TG_PATH_MAX + 128];
+        snprintf(where, sizeof where, "%s: record %lld", set->files[file].path, (long long)local);
+        if ((rc = check_record(&rec, rules, where, err))) break;
+        if (rec.len != per) { /* GCOVR_EXCL_BR_LINE: the reader checks every record's length against the manifest's shape, which check_set matched to the plan's */
+            rc = tg_fail(err, "%s: %d pixels, the plan's images have %lld", where, rec.len, (long long)per);
+            break;
+        }
+        uint8_t *dst = pool + (int64_t)i * per;
+        for (int64_t k = 0; k < per; k++) dst[k] = (uint8_t)rec.input_ids[k];
+        ex[i] = (tg_example){.len = rec.len, .pixels = dst, .label = rec.label};
+        ds->n_tokens += rec.len;
+    }
+    tg_shard_cursor_close(cur);
+    tg_shard_set_close(set);
+    if (rc) {
+        free(ex);
+        free(pool);
+        ds->n_tokens = 0;
+        return -1;
+    }
+    ds->n = n;
+    ds->examples = ex;
+    return 0;
+}
+
 int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t tokenizer_identity, tg_dataset *ds,
                           tg_err *err) {
     memset(ds, 0, sizeof *ds);
@@ -163,6 +209,7 @@ int tg_shard_dataset_load(const char *path, const tg_data_rules *rules, uint64_t
         return -1;
     }
     const int32_t n = (int32_t)set.n_records;
+    if (rules->image_channels > 0) return load_images(path, &set, &cur, rules, ds, err);
     tg_example *ex = tg_calloc((size_t)n, sizeof *ex);
     int64_t *ids_at = tg_malloc((size_t)n * sizeof *ids_at), *types_at = tg_malloc((size_t)n * sizeof *types_at);
     pool p = {0};

@@ -188,8 +188,8 @@ static int upload_values(tg_trainer *t, tg_err *err) {
  * the loader thread may fill one buffer while the stepping thread reads others (the two
  * never fill at once: the stepping thread fills only with the loader parked). */
 /* An image model's batch: pixel_values [B, C, S, S], each image's bytes as the shard set
- * stores them (the data gives them as input_ids in 0..255; IMAGE_INPUT normalises them on
- * the executor); labels [B]. Rows past the n examples are zero images whose labels count
+ * stores them (the dataset holds them as bytes; IMAGE_INPUT normalises them on the
+ * executor); labels [B]. Rows past the n examples are zero images whose labels count
  * for nothing. */
 static void fill_image_batch(tg_trainer *t, int k, int micro, const tg_dataset *ds, const int32_t *idx, int32_t n,
                              tg_batch *b) {
@@ -209,7 +209,7 @@ static void fill_image_batch(tg_trainer *t, int k, int micro, const tg_dataset *
             continue;
         }
         const tg_example *ex = &ds->examples[idx[r]];
-        for (int64_t i = 0; i < per; i++) row[i] = (uint8_t)ex->input_ids[i];
+        memcpy(row, ex->pixels, (size_t)per);
         labels[r] = ex->label;
     }
     b->n_real = n;
@@ -1034,7 +1034,8 @@ uint64_t tg_trainer_data_hash(tg_trainer *t) {
         if (t->plan->train.task == TG_TASK_QA) XXH64_update(&h, &e->label_end, sizeof e->label_end);
         /* Only where there is one, so the hashes of data without prompts stay as they were. */
         if (e->prompt_len > 1) XXH64_update(&h, &e->prompt_len, sizeof e->prompt_len);
-        XXH64_update(&h, e->input_ids, (size_t)e->len * sizeof *e->input_ids);
+        if (e->pixels) XXH64_update(&h, e->pixels, (size_t)e->len); /* an image's bytes */
+        else XXH64_update(&h, e->input_ids, (size_t)e->len * sizeof *e->input_ids);
         if (e->token_type_ids) XXH64_update(&h, e->token_type_ids, (size_t)e->len * sizeof *e->token_type_ids);
     }
     t->train_hash = XXH64_digest(&h);

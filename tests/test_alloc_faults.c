@@ -138,6 +138,15 @@ static int load_shards(void *path, tg_err *err) {
     return 0;
 }
 
+/* An image set of 2 x 3 x 3 pixels and 3 labels, held as bytes. */
+static int load_image_shards(void *path, tg_err *err) {
+    const tg_data_rules rules = {.task = TG_TASK_CLASSIFY, .num_labels = 3, .image_channels = 2, .image_size = 3};
+    tg_dataset ds;
+    if (tg_shard_dataset_load(path, &rules, 0, &ds, err)) return -1;
+    tg_dataset_free(&ds);
+    return 0;
+}
+
 static const char k_csv[] = "text,label\n\"a, quoted \"\"cell\"\"\",1\nplain,0\n\"multi\nline\",2\n";
 
 static int read_csv(void *ctx, tg_err *err) {
@@ -251,6 +260,19 @@ TG_TEST(test_alloc_faults_parsers) {
     }
     REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
     fail_each("shard set", load_shards, dir, -1, 0);
+    char img_dir[700];
+    snprintf(img_dir, sizeof img_dir, "%s/image-shards", fixture_dir());
+    tg_shard_set_desc di = {.task = TG_SHARD_IMAGE, .seq = 18, .n_labels = 3, .labels = labels, .vocab_size = 256,
+                            .command = "test", .image_channels = 2, .image_height = 3, .image_width = 3};
+    REQUIRE(tg_shard_writer_open(img_dir, &di, &w, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 5; i++) {
+        int32_t px[18];
+        for (int t = 0; t < 18; t++) px[t] = (i * 37 + t * 11) % 256;
+        tg_shard_record r = {.len = 18, .input_ids = px, .label = i % 3};
+        REQUIRE(tg_shard_writer_add(w, TG_SPLIT_TRAIN, &r, &err) == 0, "%s", err.msg);
+    }
+    REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
+    fail_each("image shard set", load_image_shards, img_dir, -1, 0);
 
     fail_each("CSV", read_csv, NULL, -1, 0);
     fail_each("SQuAD", parse_squad, NULL, -1, 0);

@@ -12,6 +12,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/job.h"
+#include "datasets/shard_dataset.h"
 #include "datasets/shard_writer.h"
 #include "models/model_config.h"
 #include "models/safetensors.h"
@@ -572,6 +573,42 @@ TG_TEST(test_mobilenet_v2_batch_channels_last) {
     CHECK(matched == N, "%d of %d batch rows are an image of the set, stored as planes and normalised [S, S, C]", matched, N);
     tg_trainer_close(&tr);
     tg_plan_free(&p);
+}
+
+/* An image set in memory: a byte a pixel as stored (channel planes), no ids; each example's
+ * bytes and label the record's, the set's pixel count its n_tokens. */
+TG_TEST(test_mobilenet_v2_image_set_as_bytes) {
+    enum { N = 6, C = 3, S = 5, PER = C * S * S };
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/bytes-set", tg_test_tmpdir());
+    static char *const names[2] = {"x", "y"};
+    tg_shard_set_desc desc = {.task = TG_SHARD_IMAGE, .seq = PER, .n_labels = 2, .labels = names, .vocab_size = 256,
+                              .command = "test", .image_channels = C, .image_height = S, .image_width = S};
+    tg_shard_writer *w;
+    tg_err err = {{0}};
+    REQUIRE(tg_shard_writer_open(dir, &desc, &w, &err) == 0, "%s", err.msg);
+    static int32_t pixels[N][PER];
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < PER; k++) pixels[n][k] = (n * 97 + k * 13) % 256;
+        const tg_shard_record rec = {.len = PER, .input_ids = pixels[n], .label = n % 2};
+        REQUIRE(tg_shard_writer_add(w, TG_SPLIT_TRAIN, &rec, &err) == 0, "%s", err.msg);
+    }
+    REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
+    const tg_data_rules rules = {.task = TG_TASK_CLASSIFY, .num_labels = 2, .image_channels = C, .image_size = S};
+    tg_dataset ds;
+    REQUIRE(tg_shard_dataset_load(dir, &rules, 0, &ds, &err) == 0, "%s", err.msg);
+    int same = 0;
+    for (int n = 0; n < ds.n; n++) {
+        const tg_example *e = &ds.examples[n];
+        int ok = e->len == PER && !e->input_ids && !e->token_type_ids && e->pixels && e->label == n % 2;
+        for (int k = 0; ok && k < PER; k++) ok = e->pixels[k] == pixels[n][k];
+        ok = ok && (n == 0 || e->pixels == ds.examples[n - 1].pixels + PER); /* one block */
+        same += ok;
+    }
+    CHECK(ds.n == N && same == N && ds.n_tokens == (int64_t)N * PER, "%d examples, %d as stored, %lld pixels", ds.n,
+          same, (long long)ds.n_tokens);
+    tg_dataset_free(&ds);
+    CHECK(ds.examples == NULL && ds.n == 0, "not cleared");
 }
 
 /* `export`'s folder: a config.json that reads back as the plan's model (the job's image
