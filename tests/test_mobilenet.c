@@ -507,6 +507,29 @@ TG_TEST(test_mobilenet_v2_trains_on_cpu) {
     tg_plan_free(&p);
 }
 
+/* An image shard set at dir of n images of c x s x s (train split), pixel k of image i
+ * (i mul + k step) % 256 (also into pixels, n c s s ids), label i % n_labels (at most 3). */
+static int write_image_set(const char *dir, int n, int c, int s, int n_labels, int mul, int step, int32_t *pixels,
+                           tg_err *err) {
+    static char *const names[3] = {"a", "b", "c"};
+    const int per = c * s * s;
+    tg_shard_set_desc desc = {.task = TG_SHARD_IMAGE, .seq = per, .n_labels = n_labels, .labels = names,
+                              .vocab_size = 256, .command = "test", .image_channels = c, .image_height = s,
+                              .image_width = s};
+    tg_shard_writer *w;
+    if (tg_shard_writer_open(dir, &desc, &w, err)) return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t *px = pixels + (int64_t)i * per;
+        for (int k = 0; k < per; k++) px[k] = (i * mul + k * step) % 256;
+        const tg_shard_record rec = {.len = per, .input_ids = px, .label = i % n_labels};
+        if (tg_shard_writer_add(w, TG_SPLIT_TRAIN, &rec, err)) {
+            tg_shard_writer_abort(w);
+            return -1;
+        }
+    }
+    return tg_shard_writer_commit(w, err);
+}
+
 /* The trainer's batch holds each image as the shard set stores it (three planes of bytes
  * for RGB), and the plan's IMAGE_INPUT makes the network's channels-last input of it:
  * x[r, i, c] = (byte[c plane + i] / 255 - image_mean[c]) / image_std[c] for each row's
@@ -515,19 +538,9 @@ TG_TEST(test_mobilenet_v2_batch_channels_last) {
     enum { N = 4, C = 3, S = 4, PLANE = S * S, PER = C * PLANE };
     char dir[600], job_text[1600];
     snprintf(dir, sizeof dir, "%s/rgb-set", tg_test_tmpdir());
-    static char *const names[3] = {"a", "b", "c"};
-    tg_shard_set_desc desc = {.task = TG_SHARD_IMAGE, .seq = PER, .n_labels = 3, .labels = names, .vocab_size = 256,
-                              .command = "test", .image_channels = C, .image_height = S, .image_width = S};
-    tg_shard_writer *w;
-    tg_err err = {{0}};
-    REQUIRE(tg_shard_writer_open(dir, &desc, &w, &err) == 0, "%s", err.msg);
     static int32_t pixels[N][PER];
-    for (int n = 0; n < N; n++) {
-        for (int k = 0; k < PER; k++) pixels[n][k] = (n * 61 + k * 5) % 256;
-        const tg_shard_record rec = {.len = PER, .input_ids = pixels[n], .label = n % 3};
-        REQUIRE(tg_shard_writer_add(w, TG_SPLIT_TRAIN, &rec, &err) == 0, "%s", err.msg);
-    }
-    REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
+    tg_err err = {{0}};
+    REQUIRE(write_image_set(dir, N, C, S, 3, 61, 5, pixels[0], &err) == 0, "%s", err.msg);
     snprintf(job_text, sizeof job_text,
              "model = mobilenet_v2\nnum_labels = 3\nimage_channels = 3\nimage_size = %d\nwidth_mult = 0.25\n"
              "batch = %d\nsteps = 1\nimage_mean = 0.5, 0.25, 0.125\nimage_std = 0.5, 2, 0.25\n"
@@ -581,19 +594,9 @@ TG_TEST(test_mobilenet_v2_image_set_as_bytes) {
     enum { N = 6, C = 3, S = 5, PER = C * S * S };
     char dir[600];
     snprintf(dir, sizeof dir, "%s/bytes-set", tg_test_tmpdir());
-    static char *const names[2] = {"x", "y"};
-    tg_shard_set_desc desc = {.task = TG_SHARD_IMAGE, .seq = PER, .n_labels = 2, .labels = names, .vocab_size = 256,
-                              .command = "test", .image_channels = C, .image_height = S, .image_width = S};
-    tg_shard_writer *w;
-    tg_err err = {{0}};
-    REQUIRE(tg_shard_writer_open(dir, &desc, &w, &err) == 0, "%s", err.msg);
     static int32_t pixels[N][PER];
-    for (int n = 0; n < N; n++) {
-        for (int k = 0; k < PER; k++) pixels[n][k] = (n * 97 + k * 13) % 256;
-        const tg_shard_record rec = {.len = PER, .input_ids = pixels[n], .label = n % 2};
-        REQUIRE(tg_shard_writer_add(w, TG_SPLIT_TRAIN, &rec, &err) == 0, "%s", err.msg);
-    }
-    REQUIRE(tg_shard_writer_commit(w, &err) == 0, "%s", err.msg);
+    tg_err err = {{0}};
+    REQUIRE(write_image_set(dir, N, C, S, 2, 97, 13, pixels[0], &err) == 0, "%s", err.msg);
     const tg_data_rules rules = {.task = TG_TASK_CLASSIFY, .num_labels = 2, .image_channels = C, .image_size = S};
     tg_dataset ds;
     REQUIRE(tg_shard_dataset_load(dir, &rules, 0, &ds, &err) == 0, "%s", err.msg);
